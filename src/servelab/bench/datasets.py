@@ -1,0 +1,240 @@
+"""Datasets -> BenchItem lists (vLLM's random, sharegpt, prefix_repetition and custom, plus multiturn).
+
+With a tokenizer, prompts have exact token lengths (vLLM's decode / re-encode / adjust loop). Without one,
+prompts are made of common English words and each word is counted as one token: that is an approximation,
+stated in the result file (`prompt_len_source`); the server's usage.prompt_tokens replaces it when sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from servelab.bench.config import BenchConfig
+from servelab.bench.tokenizer import LocalTokenizer
+from servelab.errors import ServelabError
+
+# Words that are one token in common BPE vocabularies when preceded by a space (GPT-2, Llama, Qwen).
+WORDS = (
+    "the of and to in is was for on that with as by at from his her he she it an be are were this which or"
+    " have has had not but all they their there one two new first more time year years people city state"
+    " world after also other many most some only over such into would could about than then them these"
+    " when where who will can may under while during each between both through before high long small"
+    " great part place group number system water house music family school line game work life power"
+    " river north south east west early late local public general second third major main following"
+    " known found made called used became began left based held named including along around since"
+    " series season team club party church court film album book war army government company country"
+    " area land town village road station building church center form level period result side song"
+).split()
+
+APPROX_SOURCE = "approximate: 1 token per common English word (no tokenizer given)"
+
+
+@dataclass
+class BenchItem:
+    """One request of the dataset (or the first turn of a conversation)."""
+
+    index: int
+    prompt: str
+    prompt_len: int
+    output_len: int
+    turns: list[tuple[str, int, int]] = field(default_factory=list)  # later user turns: (text, len, output_len)
+
+
+@dataclass
+class Dataset:
+    items: list[BenchItem]
+    prompt_len_source: str
+
+
+class _Words:
+    """Deterministic word-based text when no tokenizer is given."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def text(self, n: int) -> str:
+        idx = self.rng.integers(0, len(WORDS), size=n)
+        return " " + " ".join(WORDS[i] for i in idx) if n > 0 else ""
+
+
+def _exact_text(tok: LocalTokenizer, ids: list[int], target: int, allowed: np.ndarray, rng) -> tuple[str, int]:
+    """vLLM's gen_prompt_decode_to_target_len: decode, re-encode, trim or pad, up to 10 tries."""
+    text = ""
+    for _ in range(11):
+        text = tok.decode(ids)
+        ids = tok.encode(text)
+        if len(ids) == target:
+            break
+        if len(ids) > target:
+            ids = ids[:target]
+        else:
+            ids = ids + allowed[rng.integers(0, len(allowed), size=target - len(ids))].tolist()
+    return text, len(tok.encode(text))
+
+
+def _allowed(tok: LocalTokenizer) -> np.ndarray:
+    return np.array(sorted(set(range(tok.vocab_size)) - tok.special_ids))
+
+
+def sample_lengths(rng: np.random.Generator, n: int, in_len: int, out_len: int, ratio: float, special: int):
+    """vLLM's get_sampling_params: uniform integers in [floor(L(1-r)), ceil(L(1+r))], outputs >= 1."""
+    real_in = max(0, in_len - special)
+    in_lo, in_hi = math.floor(real_in * (1 - ratio)), math.ceil(real_in * (1 + ratio))
+    out_lo, out_hi = max(1, math.floor(out_len * (1 - ratio))), max(1, math.ceil(out_len * (1 + ratio)))
+    return rng.integers(in_lo, in_hi + 1, size=n), rng.integers(out_lo, out_hi + 1, size=n)
+
+
+class _TextMaker:
+    """Makes prompt text of a target length with the tokenizer (exact) or words (approximate)."""
+
+    def __init__(self, tok: LocalTokenizer | None, rng: np.random.Generator) -> None:
+        self.tok, self.rng = tok, rng
+        self.allowed = _allowed(tok) if tok else None
+        self.words = _Words(rng)
+
+    def random(self, n: int, offset: int | None = None) -> tuple[str, int]:
+        if n <= 0:
+            return "", 0
+        if self.tok is None:
+            return self.words.text(n), n
+        if offset is None:
+            ids = self.allowed[self.rng.integers(0, len(self.allowed), size=n)].tolist()
+        else:  # vLLM's reproducible inner sequence: (offset + index + arange) % vocab
+            ids = self.allowed[(offset + np.arange(n)) % len(self.allowed)].tolist()
+        return _exact_text(self.tok, ids, n, self.allowed, self.rng)
+
+    def count(self, text: str) -> int:
+        return self.tok.count(text) if self.tok else len(text.split())
+
+
+def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
+    rng = np.random.default_rng(cfg.seed)
+    maker = _TextMaker(tok, rng)
+    source = f"tokenizer {tok.path} ({tok.kind}), exact" if tok else APPROX_SOURCE
+    name = cfg.dataset_name
+    if name == "random":
+        items = _random(cfg, maker, rng, tok)
+    elif name == "prefix":
+        items = _prefix(cfg, maker)
+    elif name == "multiturn":
+        items = _multiturn(cfg, maker, rng)
+    elif name == "sharegpt":
+        items = _sharegpt(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+    else:
+        items = _custom(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+    return Dataset(items=items, prompt_len_source=source)
+
+
+def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None) -> list[BenchItem]:
+    special = tok.num_special_to_add if tok else 0
+    in_lens, out_lens = sample_lengths(
+        rng, cfg.num_prompts, cfg.random_input_len, cfg.random_output_len, cfg.random_range_ratio, special
+    )
+    if cfg.random_prefix_len + int(in_lens.min()) < 1:
+        raise ServelabError("--random-input-len is too small: a prompt would have no tokens")
+    offsets = rng.integers(0, tok.vocab_size if tok else len(WORDS), size=cfg.num_prompts)
+    prefix, prefix_len = maker.random(cfg.random_prefix_len)
+    items = []
+    for i in range(cfg.num_prompts):
+        body, body_len = maker.random(int(in_lens[i]), offset=int(offsets[i]) + i)
+        text = prefix + body
+        n = maker.count(text) if tok else prefix_len + body_len
+        items.append(BenchItem(i, text, n, int(out_lens[i])))
+    return items
+
+
+def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """vLLM's prefix_repetition: num_prefixes shared prefixes, each followed by distinct suffixes."""
+    k = cfg.prefix_repetition_num_prefixes
+    if cfg.num_prompts < k:
+        raise ServelabError(f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})")
+    per = cfg.num_prompts // k
+    items = []
+    for _ in range(k):
+        prefix, _n = maker.random(cfg.prefix_repetition_prefix_len)
+        for _ in range(per):
+            suffix, _m = maker.random(cfg.prefix_repetition_suffix_len)
+            text = prefix + suffix
+            n = maker.count(text) if maker.tok else len(text.split())
+            items.append(BenchItem(len(items), text, n, cfg.prefix_repetition_output_len))
+    return items
+
+
+def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> list[BenchItem]:
+    """Conversations of --multiturn-turns turns: a shared system prefix (--random-prefix-len) and a history
+    that grows turn by turn (each later request carries every earlier user turn and the server's answers)."""
+    prefix, _n = maker.random(cfg.random_prefix_len)
+    in_lens, out_lens = sample_lengths(
+        rng, cfg.num_prompts * cfg.multiturn_turns, cfg.random_input_len, cfg.random_output_len,
+        cfg.random_range_ratio, 0,
+    )
+    items = []
+    for c in range(cfg.num_prompts):
+        turns = []
+        for t in range(cfg.multiturn_turns):
+            k = c * cfg.multiturn_turns + t
+            text, n = maker.random(int(in_lens[k]))
+            turns.append((text, n, int(out_lens[k])))
+        first_text = prefix + turns[0][0]
+        items.append(BenchItem(c, first_text, maker.count(first_text), turns[0][2], turns=turns[1:]))
+    return items
+
+
+def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """vLLM's ShareGPT sampling: first human turn as prompt, the first reply's length as output length;
+    pairs with prompt < 4 or output < 4 tokens, prompt > 1024 or prompt+output > 2048 are skipped."""
+    path = Path(cfg.dataset_path or "")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ServelabError(f"--dataset-path {path}: cannot read ShareGPT JSON ({e})") from None
+    convs = [d["conversations"] for d in data if isinstance(d, dict) and len(d.get("conversations", [])) >= 2]
+    random.Random(cfg.seed).shuffle(convs)
+    items: list[BenchItem] = []
+    for conv in convs:
+        if len(items) >= cfg.num_prompts:
+            break
+        prompt, reply = conv[0].get("value", ""), conv[1].get("value", "")
+        p_len = maker.count(prompt)
+        o_len = cfg.sharegpt_output_len or maker.count(reply)
+        if cfg.sharegpt_output_len is None and (p_len < 4 or o_len < 4 or p_len > 1024 or p_len + o_len > 2048):
+            continue
+        items.append(BenchItem(len(items), prompt, p_len, o_len))
+    if not items:
+        raise ServelabError(f"--dataset-path {path}: no usable ShareGPT conversations")
+    return items
+
+
+def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """JSONL, one {"prompt": str, "output_len"?: int} per line (vLLM's custom dataset format)."""
+    path = Path(cfg.dataset_path or "")
+    items: list[BenchItem] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompt = row["prompt"]
+            if not isinstance(prompt, str):
+                raise TypeError
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}') from None
+        out_len = int(row.get("output_len") or row.get("output_tokens") or cfg.custom_output_len)
+        items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
+        if len(items) >= cfg.num_prompts:
+            break
+    if not items:
+        raise ServelabError(f"--dataset-path {path}: no prompts")
+    return items

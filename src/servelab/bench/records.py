@@ -1,0 +1,52 @@
+"""The per-request record: raw timestamps only (style habit 9); metrics are derived in metrics.py.
+
+One JSON object per line, written by each worker as requests finish, so a crash keeps what was done.
+Times are seconds from the run start (T0, perf_counter on the shared monotonic clock); chunk arrival
+times are integer microseconds after `sent` (cheap to serialise; 1 us resolution is plenty for ms metrics).
+
+Keys:
+  i        request index in the dataset order (multiturn: conversation index * 1000 + turn)
+  w        worker index
+  ok       success
+  err      failure reason (None when ok)
+  sched    scheduled send time: arrival time (open loop) or the moment the slot became free (closed loop)
+  slot     when a concurrency slot was available (>= sched; queueing = slot - sched)
+  sent     right before the request was written (vLLM's start time; connects count after it)
+  chunks   arrival of each content event, us after sent (first = TTFT); events read together share a time
+  in       prompt tokens (usage when the server sent it, else the dataset's count); in_src says which
+  out      completion tokens from usage, or None (the parent tokenizes `text` then)
+  out_src  'usage' | None
+  text     generated text, kept only when needed (no usage, --save-detailed, multiturn)
+  end      when the request finished or failed (last byte / error), seconds from T0
+  conn     True when a new connection was opened for this request
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Records of one file; a torn last line (a worker killed mid-write) is skipped, not fatal."""
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def merge_jsonl(paths: list[Path], out: Path) -> list[dict]:
+    """All workers' records in request order, written to one JSONL file; returns them."""
+    records = [r for p in paths if p.exists() for r in read_jsonl(p)]
+    records.sort(key=lambda r: (r.get("sent") if r.get("sent") is not None else float("inf"), r["i"]))
+    with open(out, "w") as f:
+        for r in records:
+            f.write(json.dumps(r, separators=(",", ":")))
+            f.write("\n")
+    return records

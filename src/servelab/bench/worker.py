@@ -1,0 +1,421 @@
+"""One load-generating process: its own event loop, its share of the schedule, its own JSONL file.
+
+Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
+which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
+semaphore hop. Closed loop: a finished request frees its slot and the next request goes out in the same
+callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, Ctrl-C and flushing;
+a 10 ms sampler measures event-loop lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import ssl
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from servelab.bench.client import RequestState, StreamConn
+from servelab.bench.payload import RequestTemplate
+
+PROGRESS_SLOTS = 8  # completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, state
+NOT_SENT = "not sent: "
+
+
+@dataclass
+class WorkItem:
+    """What a worker sends: the pre-serialized request plus what it needs to record and to continue."""
+
+    key: int
+    payload: bytes
+    prompt_len: int
+    offset: float | None = None  # arrival offset (open loop); None = closed loop
+    messages: list[dict] | None = None  # multiturn: history so far (user/assistant)
+    turns: list[tuple[str, int, int]] = field(default_factory=list)  # later turns: (text, len, max_tokens)
+
+
+@dataclass
+class WorkerSpec:
+    index: int
+    template: RequestTemplate
+    items: list[WorkItem]
+    max_in_flight: int | None
+    timeout_s: float
+    out_path: str
+    warmups: list[bytes] = field(default_factory=list)
+    ready_check: bytes | None = None
+    keep_text: bool = False
+    use_uvloop: bool = True
+    preconnect: int = 0
+
+
+def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
+    if use_uvloop:
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop(), "uvloop"
+        except ImportError:
+            pass
+    return asyncio.new_event_loop(), "asyncio"
+
+
+def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
+    """Process entry point (spawned). Protocol with the parent over `pipe`:
+    -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
+    loop, loop_kind = _new_loop(spec.use_uvloop)
+    asyncio.set_event_loop(loop)
+    w = Worker(spec, progress, stop_event, loop, loop_kind)
+    try:
+        info = loop.run_until_complete(w.prepare())
+        pipe.send(("ready", info))
+        msg = pipe.recv()
+        if msg[0] == "start":
+            loop.run_until_complete(w.run(msg[1]))
+        pipe.send(("done", w.summary()))
+    except BaseException as e:  # report, never hang the parent
+        try:
+            pipe.send(("error", f"worker {spec.index}: {type(e).__name__}: {e}"))
+        except OSError:
+            pass
+    finally:
+        w.close()
+        loop.close()
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, progress, stop_event, loop, loop_kind: str) -> None:
+        self.spec = spec
+        self.progress = progress
+        self.stop_event = stop_event
+        self.loop = loop
+        self.loop_kind = loop_kind
+        t = spec.template.target
+        self.host, self.port = t.host, t.port
+        self.ssl = ssl.create_default_context() if t.tls else None
+        self.limit = spec.max_in_flight
+        self.idle: list[StreamConn] = []
+        self.active: set[StreamConn] = set()
+        self.pending: deque = deque()
+        self.in_flight = 0
+        self.remaining = 0
+        self.recording = False
+        self.done: asyncio.Future | None = None
+        self.t0 = 0.0
+        self.out = open(spec.out_path, "w", buffering=1 << 16)
+        self.counts = [0, 0, 0]  # completed, failed, output tokens
+        self.recent_ttft: list[float] = []
+        self.ttft_p50_ms = 0.0
+        self.lags: list[float] = []
+        self.warmup_failures: list[str] = []
+        self.connects = 0
+        self.connect_failed_streak = 0
+        self.last_connect_ok = 0.0
+        self.abort_reason: str | None = None
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.chunks_seen = 0
+        self.arrival_handle: asyncio.TimerHandle | None = None
+        self.next_arrival = 0
+        self.arrivals: list[WorkItem] = []
+
+    # -- phases --------------------------------------------------------------------------------------------
+    async def prepare(self) -> dict:
+        """Open the connection pool, send the ready-check request, run this worker's warm-ups."""
+        n = self.spec.preconnect
+        for start in range(0, n, 32):  # batches, so a server's accept backlog never drops a SYN
+            results = await asyncio.gather(*(self._connect() for _ in range(min(32, n - start))), return_exceptions=True)
+            for r in results:
+                if isinstance(r, StreamConn):
+                    self.idle.append(r)
+        info: dict = {"ready_error": None, "warmup_failed": 0, "loop": self.loop_kind}
+        if self.spec.ready_check is not None:
+            errors = await self._batch([self.spec.ready_check], 1)
+            if errors:
+                info["ready_error"] = errors[0]
+                return info
+        if self.spec.warmups:
+            errors = await self._batch(self.spec.warmups, self.limit)
+            info["warmup_failed"] = len(errors)
+            info["warmup_errors"] = errors[:3]
+        return info
+
+    async def _batch(self, payloads: list[bytes], limit: int | None) -> list[str]:
+        """Send unrecorded requests (ready check, warm-ups); return their errors."""
+        self.recording = False
+        self.warmup_failures = []
+        items = [WorkItem(-1, p, 0) for p in payloads]
+        await self._drive(items, limit, closed=True)
+        return list(self.warmup_failures)
+
+    async def run(self, t0: float) -> None:
+        self.t0 = t0
+        self.recording = True
+        delay = t0 - perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        cpu0, wall0 = time.process_time(), perf_counter()
+        ticker = self.loop.create_task(self._tick())
+        sampler = self.loop.create_task(self._sample_lag())
+        closed = not self.spec.items or self.spec.items[0].offset is None
+        try:
+            await self._drive(self.spec.items, self.limit, closed=closed)
+        finally:
+            ticker.cancel()
+            sampler.cancel()
+            self.cpu_s = time.process_time() - cpu0
+            self.wall_s = perf_counter() - wall0
+            self._publish()
+            self.out.flush()
+
+    async def _drive(self, items: list[WorkItem], limit: int | None, closed: bool) -> None:
+        self.limit = limit
+        self.remaining = len(items) + sum(len(it.turns) for it in items)
+        if self.remaining == 0:
+            return
+        self.done = self.loop.create_future()
+        now = perf_counter()
+        if closed:
+            self.pending.extend((it, None) for it in items)
+            self.pump(now)
+        else:
+            self.arrivals = items
+            self.next_arrival = 0
+            self._arrive()
+        await self.done
+
+    # -- dispatch -----------------------------------------------------------------------------------------
+    def _arrive(self) -> None:
+        """Chained arrival timer: enqueue every item whose time has come, re-arm for the next one."""
+        now = perf_counter()
+        items, i = self.arrivals, self.next_arrival
+        while i < len(items) and self.t0 + items[i].offset <= now + 0.0002:
+            self.pending.append((items[i], self.t0 + items[i].offset))
+            i += 1
+        self.next_arrival = i
+        if self.abort_reason is None and not self.stopping():
+            self.pump(now)
+        if i < len(items):
+            when = self.t0 + items[i].offset - perf_counter()
+            self.arrival_handle = self.loop.call_later(max(0.0, when), self._arrive)
+
+    def stopping(self) -> bool:
+        return self.done is None or self.done.done()
+
+    def pump(self, now: float) -> None:
+        limit = self.limit
+        while self.pending and (limit is None or self.in_flight < limit):
+            item, sched = self.pending.popleft()
+            if self.abort_reason is not None:
+                self._not_sent(item, sched if sched is not None else now, self.abort_reason)
+                continue
+            st = RequestState(item, item.payload, now if sched is None else sched, now)
+            self.in_flight += 1
+            conn = self._idle_conn()
+            st.sent = perf_counter()
+            if conn is not None:
+                st.reused = True
+                self.active.add(conn)
+                conn.start(st)
+            else:
+                self.loop.create_task(self._connect_and_start(st))
+
+    def _idle_conn(self) -> StreamConn | None:
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def _connect(self) -> StreamConn:
+        _, conn = await self.loop.create_connection(lambda: StreamConn(self), self.host, self.port, ssl=self.ssl)
+        self.connects += 1
+        return conn
+
+    async def _connect_and_start(self, st: RequestState) -> None:
+        st.new_conn = True
+        try:
+            conn = await self._connect()
+        except OSError as e:
+            now = perf_counter()
+            self.connect_failed_streak += 1
+            if self.connect_failed_streak >= 3 and now - self.last_connect_ok > 2.0 and self.recording:
+                self.abort_reason = f"run aborted: server unreachable ({type(e).__name__}: {e})"
+            st.finished, st.end, st.error = True, now, f"connect failed: {type(e).__name__}: {e}"
+            self.on_done(None, st, False)
+            return
+        self.connect_failed_streak = 0
+        self.last_connect_ok = perf_counter()
+        self.active.add(conn)
+        conn.start(st)
+
+    def retry(self, st: RequestState) -> None:
+        st.retried, st.reused = True, False
+        self.loop.create_task(self._connect_and_start(st))
+
+    def conn_lost(self, conn: StreamConn) -> None:
+        self.active.discard(conn)
+
+    def on_done(self, conn: StreamConn | None, st: RequestState, reusable: bool) -> None:
+        self.in_flight -= 1
+        if conn is not None:
+            self.active.discard(conn)
+            if reusable:
+                self.idle.append(conn)
+        item: WorkItem = st.item
+        if self.recording:
+            self._record(st)
+        elif st.error:
+            self.warmup_failures.append(st.error)
+        self.remaining -= 1
+        if item.turns:
+            if st.error is None and not self.stopping() and self.abort_reason is None:
+                self.pending.appendleft((self._next_turn(item, st), None))
+            else:
+                reason = "an earlier turn of this conversation failed" if st.error else "run stopped"
+                for k in range(len(item.turns)):
+                    self._not_sent(WorkItem(item.key + k + 1, b"", item.turns[k][1]), st.end, reason, count=True)
+        if self.remaining <= 0:
+            if self.done is not None and not self.done.done():
+                self.done.set_result(None)
+            return
+        if not self.stopping():
+            self.pump(st.end)
+
+    def _next_turn(self, item: WorkItem, st: RequestState) -> WorkItem:
+        """The next request of a conversation: the history plus the server's actual answer plus a new turn."""
+        text, n, max_tokens = item.turns[0]
+        messages = list(item.messages or []) + [
+            {"role": "assistant", "content": st.generated_text()},
+            {"role": "user", "content": text},
+        ]
+        payload = self.spec.template.encode(messages, max_tokens)
+        return WorkItem(item.key + 1, payload, item.prompt_len + n, None, messages, item.turns[1:])
+
+    # -- records ------------------------------------------------------------------------------------------
+    def _record(self, st: RequestState) -> None:
+        item: WorkItem = st.item
+        usage = st.usage or {}
+        ok = st.error is None
+        out_tokens = usage.get("completion_tokens") if ok else None
+        rec = {
+            "i": item.key,
+            "w": self.spec.index,
+            "ok": ok,
+            "err": st.error,
+            "sched": st.sched - self.t0,
+            "slot": st.slot - self.t0,
+            "sent": st.sent - self.t0,
+            "end": st.end - self.t0,
+            "chunks": st.chunks,
+            "in": usage.get("prompt_tokens") or item.prompt_len,
+            "in_src": "usage" if usage.get("prompt_tokens") else "dataset",
+            "out": out_tokens,
+            "conn": st.new_conn,
+        }
+        if ok and (out_tokens is None or self.spec.keep_text):
+            rec["text"] = st.generated_text()
+        self.out.write(json.dumps(rec, separators=(",", ":")))
+        self.out.write("\n")
+        if ok:
+            self.counts[0] += 1
+            self.counts[2] += out_tokens or 0
+            self.chunks_seen += len(st.chunks)
+            if st.chunks:
+                self.recent_ttft.append(st.chunks[0])
+        else:
+            self.counts[1] += 1
+
+    def _not_sent(self, item: WorkItem, sched: float, reason: str, count: bool = False) -> None:
+        """A request the run never sent (aborted or stopped): recorded, not counted as failed."""
+        if count:
+            self.remaining -= 1
+        else:
+            self.remaining -= 1 + len(item.turns)
+        if not self.recording:
+            return
+        rec = {"i": item.key, "w": self.spec.index, "ok": False, "err": NOT_SENT + reason,
+               "sched": sched - self.t0, "sent": None, "end": None, "chunks": [], "in": item.prompt_len,
+               "in_src": "dataset", "out": None, "conn": False}
+        self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    # -- periodic work ---------------------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        last_cpu, last_wall = time.process_time(), perf_counter()
+        while True:
+            await asyncio.sleep(0.1)
+            now = perf_counter()
+            for conn in list(self.active):
+                st = conn.st
+                if st is not None and now - st.sent > self.spec.timeout_s:
+                    conn.timeout(now, self.spec.timeout_s)
+            if self.stop_event is not None and self.stop_event.is_set():
+                self._stop("interrupted (Ctrl-C)")
+            if self.abort_reason is not None and self.pending:
+                self.pump(now)  # drains pending into not-sent records
+            cpu, wall = time.process_time(), perf_counter()
+            self._publish(100.0 * (cpu - last_cpu) / max(wall - last_wall, 1e-9))
+            last_cpu, last_wall = cpu, wall
+            self.out.flush()
+
+    def _stop(self, reason: str) -> None:
+        if self.arrival_handle is not None:
+            self.arrival_handle.cancel()
+        now = perf_counter()
+        items = self.arrivals[self.next_arrival :]
+        self.next_arrival = len(self.arrivals)
+        for it in items:
+            self._not_sent(it, self.t0 + it.offset, reason)
+        while self.pending:
+            it, sched = self.pending.popleft()
+            self._not_sent(it, sched if sched is not None else now, reason)
+        for conn in list(self.active):
+            if conn.st is not None:
+                conn.finish(now, reason)
+        if self.remaining <= 0 and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    async def _sample_lag(self) -> None:
+        while True:
+            expected = perf_counter() + 0.01
+            await asyncio.sleep(0.01)
+            self.lags.append(perf_counter() - expected)
+
+    def _publish(self, cpu_pct: float | None = None) -> None:
+        if self.progress is None:
+            return
+        if self.recent_ttft:
+            r = sorted(self.recent_ttft)
+            self.ttft_p50_ms = r[len(r) // 2] / 1000.0
+            self.recent_ttft = []
+        base = self.spec.index * PROGRESS_SLOTS
+        p = self.progress
+        p[base], p[base + 1], p[base + 2], p[base + 3] = self.counts[0], self.counts[1], self.counts[2], self.in_flight
+        p[base + 4] = self.ttft_p50_ms
+        if cpu_pct is not None:
+            p[base + 5] = cpu_pct
+        p[base + 6] = max(self.lags[-10:], default=0.0) * 1000.0
+
+    def summary(self) -> dict:
+        return {
+            "worker": self.spec.index,
+            "pid": os.getpid(),
+            "loop": self.loop_kind,
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+            "connections_opened": self.connects,
+            "content_events": self.chunks_seen,
+            "loop_lag_s": self.lags,
+            "abort_reason": self.abort_reason,
+        }
+
+    def close(self) -> None:
+        try:
+            self.out.close()
+        except OSError:
+            pass

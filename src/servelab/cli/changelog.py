@@ -1,0 +1,5 @@
+"""`servelab changelog` (placeholder until its issue lands)."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="changelog")

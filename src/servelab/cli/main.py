@@ -1,0 +1,51 @@
+"""The `servelab` command: one thin module per command group, wired here.
+
+Command modules keep their top-level imports light (typer only) so that the whole process starts fast;
+library code is imported inside each command.
+"""
+
+import sys
+
+import click
+import typer
+
+from servelab.cli import bench, changelog, collect, db, estimate, memory, models, plan, recipes, sweep, systems
+from servelab.errors import ServelabError
+
+app = typer.Typer(
+    name="servelab",
+    help="LLM-serving performance: predict, collect per-op tables, benchmark servers, keep recipes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models")
+app.add_typer(systems.app, name="systems")
+app.command("memory")(memory.memory)
+app.command("estimate")(estimate.estimate)
+app.command("plan")(plan.plan)
+app.add_typer(db.app, name="db")
+app.command("collect")(collect.collect)
+app.command("bench", context_settings={"allow_interspersed_args": True})(bench.bench)
+app.add_typer(recipes.app, name="recipes")
+app.command("sweep")(sweep.sweep)
+app.add_typer(changelog.app, name="changelog")
+
+
+def main() -> None:
+    try:
+        result = app(standalone_mode=False)
+    except ServelabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

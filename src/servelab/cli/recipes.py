@@ -1,0 +1,5 @@
+"""`servelab recipes` (placeholder until its issue lands)."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="recipes")

@@ -1,0 +1,176 @@
+"""Op keys: the exact contract between the collector (which measures them) and the predictor (which asks).
+
+Shapes are rank-local (heads per rank, N / tp, experts per rank), plus the native shape where two models could
+otherwise collide (DeepSeek-V4 modules and MLA carry native_heads). Keys are NamedTuples: hashable and cheap to
+build on the prediction hot path; the trailing `op` field keeps keys of different ops distinct.
+"""
+
+from typing import NamedTuple
+
+
+class Gemm(NamedTuple):
+    """C[m, n] = A[m, k] @ W[k, n]^T, weights in `dtype` (bf16, fp8, fp8_block, fp4, mxfp4, nvfp4)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    op: str = "gemm"
+
+
+class AttentionPrefill(NamedTuple):
+    """Causal self-attention of `batch` sequences of `seq` new tokens each (no cached prefix)."""
+
+    batch: int
+    seq: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    window: int = 0  # 0 = full attention
+    kv_dtype: str = "bf16"
+    op: str = "attention_prefill"
+
+
+class AttentionDecode(NamedTuple):
+    """One query token per sequence against `kv_len` cached tokens."""
+
+    batch: int
+    kv_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    window: int = 0
+    kv_dtype: str = "bf16"
+    op: str = "attention_decode"
+
+
+class MlaPrefill(NamedTuple):
+    """MLA prefill as multi-head attention (q/k 192 = 128 nope + 64 rope, v 128), DeepSeek-V3 shapes."""
+
+    batch: int
+    seq: int
+    heads: int
+    native_heads: int
+    op: str = "mla_prefill"
+
+
+class MlaDecode(NamedTuple):
+    """Absorbed MLA decode: queries of 576 (512 latent + 64 rope) against the shared latent cache."""
+
+    batch: int
+    kv_len: int
+    heads: int
+    native_heads: int
+    kv_dtype: str = "bf16"
+    op: str = "mla_decode"
+
+
+class Dsv4Context(NamedTuple):
+    """DeepSeek-V4 attention module in prefill (compressor + indexer top-k + sparse attention + window).
+    op is dsv4_csa_context_module or dsv4_hca_context_module."""
+
+    native_heads: int
+    heads: int
+    batch: int
+    seq: int
+    op: str = "dsv4_csa_context_module"
+
+
+class Dsv4Generation(NamedTuple):
+    """DeepSeek-V4 attention module in decode. op is dsv4_csa_generation_module or dsv4_hca_generation_module."""
+
+    native_heads: int
+    heads: int
+    batch: int
+    kv_len: int
+    op: str = "dsv4_csa_generation_module"
+
+
+class Moe(NamedTuple):
+    """Expert compute only (no routing or communication) on one rank: `tokens` tokens of the EP group each pick
+    `topk` of `experts`; this rank holds experts / ep of them, each `inter` wide (already split by moe_tp)."""
+
+    tokens: int
+    hidden: int
+    inter: int
+    experts: int
+    topk: int
+    ep: int
+    dtype: str = "bf16"
+    distribution: str = "uniform"  # or "power_law"
+    op: str = "moe"
+
+
+class Comm(NamedTuple):
+    """A collective over `gpus` ranks; op is allreduce, allgather, reducescatter, alltoall or p2p.
+    `bytes` is the per-rank buffer: allreduce input, allgather output, alltoall bytes sent, p2p message."""
+
+    bytes: int
+    gpus: int
+    op: str = "allreduce"
+
+
+class Memory(NamedTuple):
+    """A bandwidth-bound elementwise op (norms, activations, rope, mHC mixing, embedding lookup)."""
+
+    bytes: int
+    flops: int = 0
+    op: str = "elementwise"
+
+
+OpKey = Gemm | AttentionPrefill | AttentionDecode | MlaPrefill | MlaDecode | Dsv4Context | Dsv4Generation | Moe | Comm | Memory
+
+DSV4_CONTEXT_OPS = ("dsv4_csa_context_module", "dsv4_hca_context_module")
+DSV4_GENERATION_OPS = ("dsv4_csa_generation_module", "dsv4_hca_generation_module")
+COMM_OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
+
+KEY_TYPES: dict[str, type] = {
+    "gemm": Gemm,
+    "attention_prefill": AttentionPrefill,
+    "attention_decode": AttentionDecode,
+    "mla_prefill": MlaPrefill,
+    "mla_decode": MlaDecode,
+    **{op: Dsv4Context for op in DSV4_CONTEXT_OPS},
+    **{op: Dsv4Generation for op in DSV4_GENERATION_OPS},
+    "moe": Moe,
+    **{op: Comm for op in COMM_OPS},
+    "elementwise": Memory,
+}
+
+# DeepSeek-V4 index_topk by native head count (V4-Pro 128 heads: 1024; V4-Flash 64 heads: 512)
+DSV4_TOPK = {128: 1024, 64: 512}
+
+
+def key_from_dict(op: str, fields: dict) -> OpKey:
+    """Build a key from user/JSON fields; a ServelabError names a missing or unknown field."""
+    from servelab.errors import ServelabError, closest
+
+    cls = KEY_TYPES.get(op)
+    if cls is None:
+        raise ServelabError(f"unknown op {op!r}{closest(op, list(KEY_TYPES))}; known ops: {', '.join(KEY_TYPES)}")
+    names = [f for f in cls._fields if f != "op"]
+    unknown = set(fields) - set(names) - {"op"}
+    if unknown:
+        raise ServelabError(f"{op}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(names)}")
+    values = {}
+    for name in names:
+        if name not in fields:
+            if name in cls._field_defaults:
+                continue
+            raise ServelabError(f"{op}: missing field {name!r} (fields: {', '.join(names)})")
+        default = cls._field_defaults.get(name)
+        value = fields[name]
+        if isinstance(default, str) or name in ("dtype", "kv_dtype", "distribution"):
+            values[name] = str(value)
+        else:
+            try:
+                values[name] = int(value)
+            except (TypeError, ValueError):
+                raise ServelabError(f"{op}: field {name!r} must be an integer, got {value!r}") from None
+            if values[name] < 0 or (values[name] == 0 and name not in ("window",)):
+                raise ServelabError(f"{op}: field {name!r} must be positive, got {value!r}")
+    return cls(**values, op=op)
+
+
+def key_to_dict(key: OpKey) -> dict:
+    return key._asdict()

@@ -1,0 +1,187 @@
+"""Roofline op latency: max(compute time, memory time) with efficiencies per op kind, dtype and system.
+
+Used wherever the perf tables have no data. Its error band is wide on purpose: a roofline is a lower bound that
+real kernels miss by shape-dependent amounts (tile quantization, launch tails), which the tables capture.
+"""
+
+import json
+import math
+from functools import lru_cache
+
+from servelab.perfdb.keys import DSV4_TOPK, OpKey
+from servelab.perfdb.latency import OpLatency
+from servelab.specs import SystemSpec
+from servelab.specs.dtypes import Dtype
+from servelab.specs.model import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8
+
+DSV4_HEAD_DIM = 512
+DSV4_WINDOW = 128
+INDEXER_HEADS, INDEXER_DIM = 64, 128
+COMM_LATENCY_US = {2: 16.0, 4: 22.0, 8: 30.0}  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
+
+
+@lru_cache(maxsize=None)
+def efficiencies(system_name: str) -> dict:
+    from importlib import resources
+
+    data = json.loads((resources.files("servelab.perfdb") / "data" / "efficiencies.json").read_text())
+    merged = dict(data["default"])
+    merged.update(data["systems"].get(system_name, {}))
+    return merged
+
+
+def _dtype_bytes(name: str) -> float:
+    try:
+        return Dtype(name).bytes
+    except ValueError:
+        return 2.0
+
+
+def _compute_class(name: str) -> str:
+    try:
+        return Dtype(name).compute
+    except ValueError:
+        return "bf16"
+
+
+class Roofline:
+    """Roofline latencies for one system."""
+
+    def __init__(self, system: SystemSpec):
+        self.system = system
+        eff = efficiencies(system.name)
+        self.eff = eff
+        self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
+        self.kernel_us = eff["kernel_us"]
+        self.band = (eff["band_low"], eff["band_high"])
+
+    def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
+        peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
+        eff = self.eff["gemm_compute"].get(compute, 0.6) if kind == "gemm" else self.eff["attention_compute"]
+        return peak * 1e12 * eff
+
+    def _time(self, flops: float, bytes_: float, rate: float, kernels: int = 1) -> float:
+        return max(flops / rate, bytes_ / self.bw) * 1e6 + self.kernel_us * kernels
+
+    def latency(self, key: OpKey) -> OpLatency:
+        us = getattr(self, "_" + _METHOD.get(key.op, key.op))(key)
+        low, high = self.band
+        return OpLatency(us, us * low, us * high, "roofline", f"roofline on {self.system.name}")
+
+    # ---- per op kind -------------------------------------------------------------------------------------
+    def _gemm(self, k) -> float:
+        wb = _dtype_bytes(k.dtype)
+        act = 1.0 if _compute_class(k.dtype) == "fp8" else 2.0
+        flops = 2.0 * k.m * k.n * k.k
+        # tile quantization: Hopper GEMMs run in 128-wide tiles, a partial tile costs a whole one
+        tiles = math.ceil(k.m / 128) * 128 * math.ceil(k.n / 128) * 128
+        tile_eff = max(k.m * k.n / tiles, 1 / 16)
+        bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * 2
+        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff)
+
+    def _attention_prefill(self, k) -> float:
+        keys = min(k.seq, k.window) if k.window else (k.seq + 1) / 2
+        flops = 4.0 * k.batch * k.heads * k.seq * keys * k.head_dim
+        bytes_ = k.batch * k.seq * (2 * k.heads + 2 * k.kv_heads) * k.head_dim * 2
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+
+    def _attention_decode(self, k) -> float:
+        kv = min(k.kv_len, k.window) if k.window else k.kv_len
+        flops = 4.0 * k.batch * k.heads * kv * k.head_dim
+        bytes_ = k.batch * kv * 2 * k.kv_heads * k.head_dim * _dtype_bytes(k.kv_dtype)
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+
+    def _mla_prefill(self, k) -> float:
+        flops = 2.0 * k.batch * k.heads * k.seq * (k.seq + 1) / 2 * (192 + 128)
+        bytes_ = k.batch * k.seq * k.heads * (192 * 2 + 128 * 2) * 2
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+
+    def _mla_decode(self, k) -> float:
+        per_token = 656 if _dtype_bytes(k.kv_dtype) < 2 else 1152
+        flops = 2.0 * k.batch * k.heads * k.kv_len * (576 + 512)
+        bytes_ = k.batch * k.kv_len * per_token
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+
+    def _dsv4_context(self, k) -> float:
+        csa = "csa" in k.op
+        topk = DSV4_TOPK.get(k.native_heads, 1024)
+        seq = k.seq
+        attn_rate = self._flops_rate("bf16", "attention")
+        if csa:
+            compressed = seq / 4
+            indexer_flops = 2.0 * seq * compressed / 2 * INDEXER_HEADS * INDEXER_DIM
+            keys = min(topk, compressed / 2) + min(seq, DSV4_WINDOW)
+        else:
+            indexer_flops = 0.0
+            keys = seq / 128 / 2 + min(seq, DSV4_WINDOW)
+        attn_flops = 4.0 * seq * k.heads * keys * DSV4_HEAD_DIM
+        compress_flops = 2.0 * seq * 2 * DSV4_HEAD_DIM * 2
+        bytes_ = seq * (k.heads * DSV4_HEAD_DIM * 2 * 2 + DSV4_MAIN_ENTRY_FP8 * 2)
+        flops = k.batch * (attn_flops + compress_flops)
+        t = self._time(flops, k.batch * bytes_, attn_rate, kernels=4 if csa else 3)
+        if csa:  # the indexer runs its scores in fp8
+            t += self._time(k.batch * indexer_flops, 0, self._flops_rate("fp8"), kernels=1)
+        return t
+
+    def _dsv4_generation(self, k) -> float:
+        csa = "csa" in k.op
+        topk = DSV4_TOPK.get(k.native_heads, 1024)
+        kv = k.kv_len
+        if csa:
+            entries = min(topk, kv // 4) + min(kv, DSV4_WINDOW)
+            index_bytes = (kv // 4) * DSV4_INDEXER_ENTRY[Dtype.fp8]
+            index_flops = 2.0 * (kv // 4) * INDEXER_HEADS * INDEXER_DIM
+        else:
+            entries = kv // 128 + min(kv, DSV4_WINDOW)
+            index_bytes, index_flops = 0, 0.0
+        bytes_ = k.batch * (entries * DSV4_MAIN_ENTRY_FP8 + index_bytes)
+        flops = k.batch * (4.0 * k.heads * entries * DSV4_HEAD_DIM + index_flops)
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"), kernels=3 if csa else 2)
+
+    def _moe(self, k) -> float:
+        local_experts = max(1, k.experts // k.ep)
+        assignments = k.tokens * k.topk / k.ep
+        # experts this rank actually touches (uniform routing): each token picks topk of all experts
+        p_hit = 1.0 - (1.0 - k.topk / k.experts) ** k.tokens if k.tokens < 10**6 else 1.0
+        touched = local_experts * p_hit
+        wb = _dtype_bytes(k.dtype)
+        flops = 2.0 * 3 * assignments * k.hidden * k.inter
+        bytes_ = touched * 3 * k.hidden * k.inter * wb + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
+        # grouped GEMM: per expert the M dimension is small, tile quantization per expert
+        per_expert = assignments / max(touched, 1e-9)
+        tile_eff = max(min(per_expert / (math.ceil(per_expert / 128) * 128), 1.0), 1 / 16)
+        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff, kernels=3)
+
+    def _comm(self, k) -> float:
+        n = k.gpus
+        if n <= 1:
+            return 0.0
+        in_domain = n <= self.system.nvlink_domain
+        link = (self.system.nvlink_gbs if in_domain else self.system.network_gbs) * 1e9
+        busbw = link * 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
+        base = COMM_LATENCY_US.get(n, 30.0 + 2.0 * math.log2(n))
+        if not in_domain:
+            base += 10.0
+        if k.op == "allreduce":
+            moved = 2.0 * (n - 1) / n * k.bytes
+        elif k.op == "p2p":
+            moved = k.bytes
+        else:
+            moved = (n - 1) / n * k.bytes
+        return base + moved / busbw * 1e6
+
+    def _elementwise(self, k) -> float:
+        return k.bytes / self.bw * 1e6 + self.kernel_us
+
+
+_METHOD = {
+    "dsv4_csa_context_module": "dsv4_context",
+    "dsv4_hca_context_module": "dsv4_context",
+    "dsv4_csa_generation_module": "dsv4_generation",
+    "dsv4_hca_generation_module": "dsv4_generation",
+    "allreduce": "comm",
+    "allgather": "comm",
+    "reducescatter": "comm",
+    "alltoall": "comm",
+    "p2p": "comm",
+}

@@ -1,0 +1,222 @@
+"""The op graph of one engine step: which op keys a step of a model runs, and how many times.
+
+A step serves a batch shape (prefill chunks plus decoding sequences) on one replica; ops are rank-local,
+and the step time is the time of one (balanced) rank. Layers of the same kind are grouped and counted, so the
+graph has tens of ops whatever the depth.
+"""
+
+from collections import Counter
+from math import ceil
+from typing import NamedTuple
+
+from servelab.perfdb.keys import (
+    AttentionDecode, AttentionPrefill, Comm, Dsv4Context, Dsv4Generation, Gemm, Memory, MlaDecode, MlaPrefill, Moe,
+    OpKey,
+)
+from servelab.specs import AttentionKind, LayerAttention, ModelSpec, Parallel
+
+DSV4_WINDOW = 128
+
+
+class StepShape(NamedTuple):
+    """One engine step on one replica: prefill chunks (new_tokens, past_tokens) and decoding sequences."""
+
+    prefill: tuple[tuple[int, int], ...] = ()
+    decode_batch: int = 0
+    decode_kv_len: int = 0
+    spec_tokens: int = 0  # draft tokens each decoding sequence verifies (MTP / draft model)
+
+
+class Op(NamedTuple):
+    name: str  # the role in the model: qkv_proj, attention, moe_experts, tp_allreduce, ...
+    key: OpKey
+    count: float  # times per step on one rank's path (layers); negative for the causal-prefix subtraction
+
+
+class _Tokens(NamedTuple):
+    total: int  # tokens per attention rank this step
+    prefill: tuple[tuple[int, int, int], ...]  # (count, new, past) per attention rank
+    decode: int  # decoding sequences per attention rank
+    decode_tokens: int  # their tokens (1 + spec each)
+    kv_len: int
+    sampled: int  # sequences sampling a token this step, per attention rank
+    group_tokens: int  # tokens entering MoE across the EP group
+
+
+def _per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
+    dp = parallel.attn_dp
+    groups = Counter(shape.prefill)
+    prefill = tuple((ceil(c / dp), n, p) for (n, p), c in sorted(groups.items()))
+    decode = ceil(shape.decode_batch / dp) if shape.decode_batch else 0
+    decode_tokens = decode * (1 + shape.spec_tokens)
+    total = sum(c * n for c, n, _ in prefill) + decode_tokens
+    group = total * dp if parallel.dp_attn else total
+    return _Tokens(total, prefill, decode, decode_tokens, shape.decode_kv_len, sum(c for c, _, _ in prefill) + decode, group)
+
+
+def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape) -> list[Op]:
+    """All ops of one step, rank-local. Empty for an empty step."""
+    t = _per_rank(shape, parallel)
+    if t.total == 0:
+        return []
+    ops: list[Op] = []
+    h = model.hidden_size
+    ops.append(Op("embedding", Memory(t.total * h * 4), 1))
+    layer_groups = Counter(
+        (kind, model.moe_layers[i], i < model.num_hash_layers) for i, kind in enumerate(model.layer_attention)
+    )
+    for (kind, is_moe, hashed), count in layer_groups.items():
+        ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count))
+    if shape.spec_tokens and model.num_mtp_layers:
+        draft = _Tokens(t.decode, (), t.decode, t.decode, t.kv_len, t.decode, t.decode * parallel.attn_dp if parallel.dp_attn else t.decode)
+        last = model.layer_attention[-1]
+        mtp = _layer_ops(model, parallel, draft, last, model.is_moe, False, shape.spec_tokens)
+        mtp.append(Op("mtp_proj", Gemm(t.decode, h, 2 * h, model.precision.weights.value), shape.spec_tokens))
+        mtp.append(Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens))
+        ops.extend(Op("mtp." + op.name, op.key, op.count) for op in mtp)
+    ops.append(Op("final_norm", Memory(t.total * h * 4), 1))
+    ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
+    if parallel.attn_tp > 1:
+        ops.append(Op("logits_allgather", Comm(max(t.sampled, 1) * model.vocab_size * 2, parallel.attn_tp, "allgather"), 1))
+    if parallel.pp > 1:
+        ops.append(Op("pp_send_recv", Comm(t.total * h * 2, 2, "p2p"), parallel.pp - 1))
+    return ops
+
+
+def _layer_ops(model, parallel, t: _Tokens, kind, is_moe, hashed, count) -> list[Op]:
+    h, wdt = model.hidden_size, model.precision.weights.value
+    T = t.total
+    ops: list[Op] = []
+    if model.attention == AttentionKind.dsv4:
+        ops.extend(_mhc_ops(model, T))
+    ops.append(Op("attn_norm", Memory(T * h * 4), 1))
+    if model.attention == AttentionKind.gqa:
+        ops.extend(_gqa_ops(model, parallel, t, kind))
+    elif model.attention == AttentionKind.mla:
+        ops.extend(_mla_ops(model, parallel, t))
+    else:
+        ops.extend(_dsv4_ops(model, parallel, t, kind))
+    if parallel.attn_tp > 1:
+        ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
+    ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
+    if is_moe:
+        ops.extend(_moe_ops(model, parallel, t, hashed))
+    else:
+        inter = model.intermediate_size // parallel.attn_tp
+        ops.append(Op("ffn_gate_up", Gemm(T, 2 * inter, h, wdt), 1))
+        ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
+        ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
+    if parallel.attn_tp > 1 and not (is_moe and parallel.dp_attn):
+        ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
+    return [Op(op.name, op.key, op.count * count) for op in ops]
+
+
+def _prefill_attention(name, t: _Tokens, make) -> list[Op]:
+    """Causal attention of a chunk after `past` cached tokens = F(past + new) - F(past) with F the full prefill."""
+    ops = []
+    for c, new, past in t.prefill:
+        ops.append(Op(name, make(c, past + new), 1))
+        if past:
+            ops.append(Op(name, make(c, past), -1))
+    return ops
+
+
+def _gqa_ops(model, parallel, t: _Tokens, kind) -> list[Op]:
+    h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
+    heads, kvh = parallel.heads_local(model), parallel.kv_heads_local(model)
+    kvdt = model.precision.kv_cache.value
+    window = model.sliding_window if kind == LayerAttention.sliding else 0
+    ops = [Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1)]
+    if window:
+        for c, new, _ in t.prefill:
+            ops.append(Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, window, kvdt), 1))
+    else:
+        ops.extend(_prefill_attention("attention_prefill", t, lambda c, s: AttentionPrefill(c, s, heads, kvh, hd, 0, kvdt)))
+    if t.decode:
+        kv = min(t.kv_len, window) if window else t.kv_len
+        ops.append(Op("attention_decode", AttentionDecode(t.decode_tokens, kv, heads, kvh, hd, window, kvdt), 1))
+    ops.append(Op("o_proj", Gemm(t.total, h, heads * hd, wdt), 1))
+    return ops
+
+
+def _mla_ops(model, parallel, t: _Tokens) -> list[Op]:
+    h, wdt = model.hidden_size, model.precision.weights.value
+    heads, native = parallel.heads_local(model), model.num_heads
+    nope, rope, v, lora = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim, model.kv_lora_rank
+    ops = [
+        Op("qkv_a_proj", Gemm(t.total, model.q_lora_rank + lora + rope, h, wdt), 1),
+        Op("q_b_proj", Gemm(t.total, heads * (nope + rope), model.q_lora_rank, wdt), 1),
+    ]
+    prefill_tokens = t.total - t.decode_tokens
+    if prefill_tokens:
+        ops.append(Op("kv_b_proj", Gemm(prefill_tokens, heads * (nope + v), lora, wdt), 1))
+        ops.extend(_prefill_attention("mla_prefill", t, lambda c, s: MlaPrefill(c, s, heads, native)))
+    if t.decode:
+        # per-head batched matmuls with the absorbed up-projections: as one GEMM of the same flops and bytes
+        ops.append(Op("mla_q_absorb", Gemm(t.decode_tokens, heads * lora, nope, "bf16"), 1))
+        ops.append(Op("mla_decode", MlaDecode(t.decode_tokens, t.kv_len, heads, native, model.precision.kv_cache.value), 1))
+        ops.append(Op("mla_v_absorb", Gemm(t.decode_tokens, heads * v, lora, "bf16"), 1))
+    ops.append(Op("o_proj", Gemm(t.total, h, heads * v, wdt), 1))
+    return ops
+
+
+def _dsv4_ops(model, parallel, t: _Tokens, kind) -> list[Op]:
+    h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
+    heads, native, T = parallel.heads_local(model), model.num_heads, t.total
+    kvdt = model.precision.kv_cache.value
+    ops = [
+        Op("q_a_kv_proj", Gemm(T, model.q_lora_rank + hd, h, wdt), 1),
+        Op("q_b_proj", Gemm(T, heads * hd, model.q_lora_rank, wdt), 1),
+    ]
+    if kind == LayerAttention.sliding:
+        for c, new, _ in t.prefill:
+            ops.append(Op("swa_prefill", AttentionPrefill(c, new, heads, 1, hd, DSV4_WINDOW, kvdt), 1))
+        if t.decode:
+            kv = min(t.kv_len, DSV4_WINDOW)
+            ops.append(Op("swa_decode", AttentionDecode(t.decode_tokens, kv, heads, 1, hd, DSV4_WINDOW, kvdt), 1))
+    else:
+        ops.append(Op("compressor_proj", Gemm(T, 2 * hd, h, wdt), 1))
+        if kind == LayerAttention.csa:
+            ops.append(Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1))
+            ops.append(Op("indexer_k_proj", Gemm(T, 3 * model.index_head_dim + model.index_heads, h, wdt), 1))
+        family = "csa" if kind == LayerAttention.csa else "hca"
+        ctx, gen = f"dsv4_{family}_context_module", f"dsv4_{family}_generation_module"
+        ops.extend(_prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx)))
+        if t.decode:
+            ops.append(Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1))
+    groups = max(1, model.o_groups // parallel.attn_tp)
+    ops.append(Op("o_a_proj", Gemm(T, model.o_lora_rank, heads * hd // groups, wdt), groups))
+    ops.append(Op("o_b_proj", Gemm(T, h, groups * model.o_lora_rank, wdt), 1))
+    return ops
+
+
+def _mhc_ops(model, T: int) -> list[Op]:
+    """Manifold-constrained hyper-connections around both blocks of a layer: mixing weights from the hc_mult
+    residual streams (a thin GEMM), a Sinkhorn projection of tiny matrices, and the stream reads and writes."""
+    hc, h = model.hc_mult, model.hidden_size
+    return [
+        Op("mhc_weights", Gemm(T, 2 * hc + hc * hc, hc * h, "bf16"), 2),
+        Op("mhc_mix", Memory(T * h * 2 * (3 * hc + 2), T * hc * hc * model.hc_sinkhorn_iters * 4), 2),
+    ]
+
+
+def _moe_ops(model, parallel, t: _Tokens, hashed: bool) -> list[Op]:
+    h, T = model.hidden_size, t.total
+    edt = model.precision.experts.value
+    ops: list[Op] = []
+    if not hashed:
+        ops.append(Op("router", Gemm(T, model.num_experts, h, "bf16"), 1))
+    if parallel.dp_attn and parallel.ep > 1:
+        act = 1 if model.precision.experts.compute == "fp8" else 2
+        ops.append(Op("ep_dispatch", Comm(T * model.experts_per_token * h * act, parallel.ep, "alltoall"), 1))
+    inter = model.moe_intermediate_size // parallel.moe_tp
+    ops.append(Op("moe_experts", Moe(t.group_tokens, h, inter, model.num_experts, model.experts_per_token,
+                                     parallel.ep, edt), 1))
+    if parallel.dp_attn and parallel.ep > 1:
+        ops.append(Op("ep_combine", Comm(T * model.experts_per_token * h * 2, parallel.ep, "alltoall"), 1))
+    if model.num_shared_experts:
+        shared = model.num_shared_experts * model.moe_intermediate_size // parallel.attn_tp
+        wdt = model.precision.weights.value
+        ops.append(Op("shared_gate_up", Gemm(T, 2 * shared, h, wdt), 1))
+        ops.append(Op("shared_down", Gemm(T, h, shared, wdt), 1))
+    return ops

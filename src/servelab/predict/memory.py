@@ -1,0 +1,125 @@
+"""Memory per GPU: weights, activations, framework reserve, and what is left for the KV cache."""
+
+
+from functools import lru_cache
+
+from pydantic import BaseModel
+
+from servelab.errors import ServelabError
+from servelab.specs import AttentionKind, ModelSpec, Parallel, SystemSpec
+
+GIB = float(1 << 30)
+# CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB per GPU
+FRAMEWORK_RESERVE_GIB = 3.0
+
+
+class MemoryBreakdown(BaseModel):
+    """Per GPU, in GiB. KV capacity is per attention rank (each holds its own sequences under dp_attn)."""
+
+    weights_gib: float
+    activations_gib: float
+    reserve_gib: float
+    kv_gib: float
+    total_gib: float  # what the engine may use: HBM x gpu_memory_utilization
+    hbm_gib: float
+    fits: bool
+    kv_bytes_per_token: float  # per GPU, asymptotic
+    max_kv_tokens: int  # per attention rank
+    attn_dp: int
+    source: str = "model (weights from the spec's parameter counts; activations and reserve estimated)"
+
+    def max_sequences(self, context_len: int, model: ModelSpec, parallel: Parallel) -> int:
+        """Sequences of context_len tokens the whole replica holds at once."""
+        per_seq = kv_bytes_per_sequence_per_gpu(model, parallel, context_len)
+        per_rank = int(self.kv_gib * GIB // per_seq) if self.kv_gib > 0 else 0
+        return per_rank * self.attn_dp
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.kv_gib
+
+
+def weight_bytes_per_gpu(model: ModelSpec, parallel: Parallel) -> float:
+    """Attention and dense weights split over attn_tp (replicated across DP-attention ranks), experts over all
+    tp GPUs of a stage, embeddings over attn_tp; layers over pp stages."""
+    p, prec = model.params, model.precision
+    stage = 1.0 / parallel.pp
+    mtp_experts = model._mtp_expert_params()
+    experts = (p.routed_experts + mtp_experts) * prec.experts.bytes / parallel.tp
+    shared_dense = (p.shared_experts + p.dense_ffn) * prec.weights.bytes / parallel.attn_tp
+    attention = (p.attention + p.other + p.router) * prec.weights.bytes / parallel.attn_tp
+    mtp_rest = (p.mtp - mtp_experts) * prec.weights.bytes / parallel.attn_tp
+    embed = (p.embedding + p.lm_head) * 2.0 / parallel.attn_tp
+    return (experts + shared_dense + attention) * stage + mtp_rest + embed
+
+
+def kv_bytes_per_sequence_per_gpu(model: ModelSpec, parallel: Parallel, context_len: int) -> float:
+    layers_share = 1.0 / parallel.pp
+    return model.kv_bytes_per_sequence(context_len, parallel.kv_heads_local(model)) * layers_share
+
+
+def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int) -> float:
+    """Peak transient memory of one forward pass at the token budget (bf16 activations, fp32 logits)."""
+    tokens = max_num_batched_tokens / parallel.attn_dp
+    h = model.hidden_size
+    width = max(
+        (model.intermediate_size or 0) * 2 // parallel.attn_tp,
+        (model.moe_intermediate_size or 0) * 2 * max(model.experts_per_token, 1) // parallel.moe_tp,
+        model.num_heads * model.q_head_dim * 3 // parallel.attn_tp,
+    )
+    hc = model.hc_mult or 1
+    per_token = (4 * h * hc + width) * 2
+    logits = min(tokens, 256) * model.vocab_size / parallel.attn_tp * 4
+    return tokens * per_token + logits
+
+
+@lru_cache(maxsize=4096)
+def memory_per_gpu(model: ModelSpec, system: SystemSpec, parallel: Parallel, max_num_batched_tokens: int = 8192,
+                   gpu_memory_utilization: float = 0.9) -> MemoryBreakdown:
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ServelabError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    weights = weight_bytes_per_gpu(model, parallel) / GIB
+    acts = activation_bytes(model, parallel, max_num_batched_tokens) / GIB
+    total = system.hbm_gib * gpu_memory_utilization
+    kv = total - weights - acts - FRAMEWORK_RESERVE_GIB
+    per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
+    max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
+    return MemoryBreakdown(
+        weights_gib=weights, activations_gib=acts, reserve_gib=FRAMEWORK_RESERVE_GIB, kv_gib=max(kv, 0.0) if kv > 0 else kv,
+        total_gib=total, hbm_gib=system.hbm_gib, fits=kv > 0, kv_bytes_per_token=per_token, max_kv_tokens=max_tokens,
+        attn_dp=parallel.attn_dp,
+    )
+
+
+def _max_tokens(model: ModelSpec, parallel: Parallel, kv_bytes: float) -> int:
+    """Tokens of KV one attention rank holds: for window/compressed caches, tokens of one long sequence."""
+    if model.attention != AttentionKind.dsv4 and model.sliding_window is None:
+        return int(kv_bytes // kv_bytes_per_sequence_per_gpu(model, parallel, 1))
+    lo, hi = 0, 1 << 34
+    while lo < hi:  # largest S whose single-sequence KV fits
+        mid = (lo + hi + 1) // 2
+        if kv_bytes_per_sequence_per_gpu(model, parallel, mid) <= kv_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwargs) -> MemoryBreakdown:
+    mem = memory_per_gpu(model, system, parallel, **kwargs)
+    if not mem.fits:
+        need = mem.weights_gib + mem.activations_gib + mem.reserve_gib
+        raise ServelabError(
+            f"{model.name} on {parallel.gpus}x {system.name} ({parallel.label()}) does not fit: "
+            f"{need:.1f} GiB per GPU before any KV cache ({mem.weights_gib:.1f} weights) > {mem.total_gib:.1f} GiB usable; "
+            "use more GPUs, a larger tp/ep, or a smaller weight dtype"
+        )
+    return mem
+
+
+def max_concurrency(mem: MemoryBreakdown, model: ModelSpec, parallel: Parallel, context_len: int) -> int:
+    return max(0, mem.max_sequences(context_len, model, parallel)) if mem.fits else 0
+
+
+__all__ = ["GIB", "MemoryBreakdown", "check_fits", "kv_bytes_per_sequence_per_gpu", "max_concurrency", "memory_per_gpu",
+           "weight_bytes_per_gpu"]

@@ -1,0 +1,45 @@
+"""Job fingerprints: sha256 over a canonical JSON of everything that decides what a benchmark measures.
+
+Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables), config
+files written for the engine, image and image digest, the client argv and the dataset spec. Change any flag and the
+fingerprint changes, which is what ties a recipe edit to a changelog entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from servelab.recipes.schema import is_secret_name
+
+
+def public_env(env: dict[str, str]) -> dict[str, str | None]:
+    """The environment as it may be stored: secret-looking names keep their name, never their value."""
+    return {k: (None if is_secret_name(k) else v) for k, v in sorted(env.items())}
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def job_fingerprint(*, launch, image: str, image_digest: str | None, client_argv: list[str], dataset: dict,
+                    secret_env: list[str] = (), row: dict | None = None) -> str:
+    payload = {
+        "launch": None if launch is None else {
+            "argv": launch.argv, "env": public_env(launch.env), "files": launch.files,
+        },
+        "secret-env": sorted(secret_env),
+        "image": image,
+        "image-digest": image_digest,
+        "client": client_argv,
+        "dataset": dataset,
+    }
+    if launch is None:
+        # Disaggregated rows have no rendered launch yet; their topology row stands in for it.
+        payload["row"] = row
+    return "sha256:" + hashlib.sha256(canonical(payload).encode()).hexdigest()
+
+
+def recipe_fingerprint(job_fingerprints: list[str]) -> str:
+    """One fingerprint per config key: over the sorted fingerprints of its full, unfiltered sweep."""
+    return "sha256:" + hashlib.sha256(canonical(sorted(job_fingerprints)).encode()).hexdigest()

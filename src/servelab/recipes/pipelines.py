@@ -1,0 +1,123 @@
+"""Output formats for a list of jobs: JSON matrix, GitHub Actions matrix, Buildkite pipeline, shell scripts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from servelab.errors import ServelabError
+
+# GitHub Actions refuses a matrix with more than 256 jobs.
+GITHUB_MAX_JOBS = 256
+# perf-eval polls /health every 5 s for about an hour before giving up.
+HEALTH_POLL_S = 5
+HEALTH_TIMEOUT_S = 3600
+HEREDOC = "SERVELAB_EOF"
+
+
+def to_json(jobs) -> str:
+    return json.dumps([j.to_json() for j in jobs], indent=2) + "\n"
+
+
+def to_github(jobs) -> str:
+    if len(jobs) > GITHUB_MAX_JOBS:
+        raise ServelabError(
+            f"{len(jobs)} jobs exceed GitHub Actions' {GITHUB_MAX_JOBS}-job matrix limit; narrow with filters"
+        )
+    include = [{**j.matrix_entry(), "queue": j.queue} for j in jobs]
+    return json.dumps({"include": include}, separators=(",", ":")) + "\n"
+
+
+def to_buildkite(jobs, launcher: str = "direct") -> str:
+    from servelab.recipes.yamlio import dump_yaml
+
+    steps = []
+    for j in jobs:
+        steps.append({
+            "label": j.label(),
+            "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
+            "command": script(j, launcher),
+            "agents": j.agents,
+            "env": {"SERVELAB_FINGERPRINT": j.fingerprint},
+            "artifact_paths": [f"{_result_dir(j)}/**/*"],
+        })
+    return dump_yaml({"steps": steps})
+
+
+def _result_dir(job) -> str:
+    return job.client[job.client.index("--result-dir") + 1]
+
+
+def _server_cmd(job, launcher: str) -> list[str]:
+    launch = job.launch
+    if launcher == "direct":
+        return launch.argv
+    image = job.row["image"] + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else "")
+    argv = ["docker", "run", "--rm", "--name", _container(job), "--gpus", "all", "--ipc", "host",
+            "--network", "host", "-v", "$PWD:/job", "-w", "/job"]
+    for k, v in launch.env.items():
+        argv += ["-e", f"{k}={v}"]
+    for name in job.secret_env:
+        argv += ["-e", name]  # the value comes from the runner's environment, never from the script
+    return argv + ["--entrypoint", launch.argv[0], image, *launch.argv[1:]]
+
+
+def _container(job) -> str:
+    return "servelab-" + job.fingerprint.removeprefix("sha256:")[:12]
+
+
+def script(job, launcher: str = "direct") -> str:
+    """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear down."""
+    if job.launch is None:
+        raise ServelabError(f"{job.label()}: disaggregated jobs have no rendered launch; no script can be written")
+    if launcher not in ("direct", "docker"):
+        raise ServelabError(f"--launcher {launcher!r}: expected direct or docker")
+    q = shlex.quote
+    launch = job.launch
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# servelab job: {job.label()}",
+        f"# fingerprint: {job.fingerprint}",
+        f"# image: {job.row['image']}" + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else ""),
+        "set -euo pipefail",
+    ]
+    for name in job.secret_env:
+        lines.append(f': "${{{name}:?{name} must be set in the runner environment}}"')
+    if launcher == "direct":
+        lines += [f"export {k}={q(v)}" for k, v in launch.env.items()]
+    for rel, content in launch.files.items():
+        lines += [f"cat > {q(rel)} <<'{HEREDOC}'", content.rstrip("\n"), HEREDOC]
+    server = _server_cmd(job, launcher)
+    # "$PWD:/job" must expand at run time; everything else is quoted literally.
+    server_line = " ".join('"$PWD:/job"' if a == "$PWD:/job" else q(a) for a in server)
+    stop = f"docker rm -f {_container(job)} >/dev/null 2>&1 || true" if launcher == "docker" else ":"
+    lines += [
+        f"mkdir -p {q(_result_dir(job))}",
+        f"{server_line} > server.log 2>&1 &",
+        "server_pid=$!",
+        "cleanup() {",
+        f"  {stop}",
+        '  kill "$server_pid" 2>/dev/null || true',
+        '  wait "$server_pid" 2>/dev/null || true',
+        "}",
+        "trap cleanup EXIT",
+        f"deadline=$((SECONDS + {HEALTH_TIMEOUT_S}))",
+        f"until curl -sf {q(f'http://localhost:{launch.port}{launch.health_path}')} >/dev/null; do",
+        '  if ! kill -0 "$server_pid" 2>/dev/null; then',
+        '    echo "server exited before becoming healthy; last lines of server.log:" >&2',
+        "    tail -n 50 server.log >&2",
+        "    exit 1",
+        "  fi",
+        '  if (( SECONDS > deadline )); then echo "server not healthy after ' + str(HEALTH_TIMEOUT_S) + ' s" >&2; exit 1; fi',
+        f"  sleep {HEALTH_POLL_S}",
+        "done",
+        shlex.join(job.client),
+    ]
+    lines += [shlex.join(argv) for argv in job.evals]
+    return "\n".join(lines) + "\n"
+
+
+def script_name(job) -> str:
+    r = job.row
+    return (f"{job.key}_{r['exp-name']}_tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
+            f"-conc{r['conc']}.sh")

@@ -1,0 +1,159 @@
+"""A recipe store: the directory (or the same directory at a git ref) holding recipes and their ledger.
+
+    <dir>/recipes/*.yaml          config keys -> recipes (servelab format; InferenceX master files are valid too)
+    <dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
+    <dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
+    <dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from servelab.errors import ServelabError
+from servelab.recipes.inferencex import format_validation_error
+from servelab.recipes.schema import Recipe
+from servelab.recipes.yamlio import load_yaml
+
+DATA_DIR = Path(__file__).parent / "data"
+RECIPES = "recipes"
+RUNNERS = "runners.yaml"
+CHANGELOG = "perf-changelog.yaml"
+LOCK = "fingerprints.lock"
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("SERVELAB_RECIPES_DIR") or DATA_DIR)
+
+
+class DirSource:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.label = str(self.root)
+
+    def read(self, rel: str) -> str | None:
+        p = self.root / rel
+        if not p.is_file():
+            return None
+        try:
+            return p.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ServelabError(f"{p}: not UTF-8") from None
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        p = self.root / rel
+        return p.read_bytes() if p.is_file() else None
+
+    def list_yaml(self, rel: str) -> list[str]:
+        d = self.root / rel
+        return sorted(f"{rel}/{p.name}" for p in d.glob("*.y*ml")) if d.is_dir() else []
+
+
+class GitSource:
+    """The store as committed at `ref`; paths are given relative to the current directory (git's ./ form)."""
+
+    def __init__(self, ref: str, root: Path):
+        rel = os.path.relpath(Path(root).resolve(), Path.cwd().resolve())
+        if rel.startswith(".."):
+            raise ServelabError(f"recipes dir {root} is outside the current git checkout; pass --dir")
+        self.ref = ref
+        self.rel = Path(rel)
+        self.label = f"{ref}:{rel}"
+        self._check_ref()
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, check=False)
+        except FileNotFoundError:
+            raise ServelabError("git is not installed; the changelog commands read files at git refs") from None
+
+    def _check_ref(self) -> None:
+        r = self._git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
+        if r.returncode != 0:
+            raise ServelabError(f"git ref {self.ref!r} does not name a commit in this repository")
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        r = self._git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
+        return r.stdout if r.returncode == 0 else None
+
+    def read(self, rel: str) -> str | None:
+        data = self.read_bytes(rel)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ServelabError(f"{self.label}/{rel}: not UTF-8") from None
+
+    def list_yaml(self, rel: str) -> list[str]:
+        r = self._git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
+        names = [Path(line).name for line in r.stdout.decode().splitlines()]
+        return sorted(f"{rel}/{n}" for n in names if n.endswith((".yaml", ".yml")))
+
+
+def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
+    if not isinstance(data, dict):
+        raise ServelabError(f"{source}: expected a mapping of config keys to recipes")
+    out = {}
+    for key, entry in data.items():
+        try:
+            out[str(key)] = Recipe.model_validate(entry)
+        except ValidationError as e:
+            raise ServelabError(format_validation_error(f"{source}: {key}", e)) from None
+    return out
+
+
+class Store:
+    def __init__(self, source):
+        from servelab.recipes.runners import parse_runners
+
+        self.source = source
+        self.recipes: dict[str, Recipe] = {}
+        self.files: dict[str, str] = {}
+        for rel in source.list_yaml(RECIPES):
+            where = f"{source.label}/{rel}"
+            for key, recipe in parse_recipe_file(load_yaml(source.read(rel), where), where).items():
+                if key in self.recipes:
+                    raise ServelabError(f"{where}: config key {key} is also defined in {self.files[key]}")
+                self.recipes[key] = recipe
+                self.files[key] = where
+        runners_text = source.read(RUNNERS)
+        if runners_text is None:
+            raise ServelabError(f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry")
+        self.registry = parse_runners(load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}")
+
+    def get(self, key: str) -> Recipe:
+        from servelab.errors import closest
+
+        if key not in self.recipes:
+            raise ServelabError(f"config key {key!r} is not in {self.source.label}" + closest(key, list(self.recipes)))
+        return self.recipes[key]
+
+    def lock(self) -> dict[str, str] | None:
+        text = self.source.read(LOCK)
+        if text is None:
+            return None
+        data = load_yaml(text, f"{self.source.label}/{LOCK}") or {}
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ServelabError(f"{self.source.label}/{LOCK}: expected a mapping of config key -> fingerprint")
+        return {str(k): v for k, v in data.items()}
+
+
+def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
+    root = Path(directory) if directory else default_dir()
+    if ref is None:
+        if not root.is_dir():
+            raise ServelabError(f"recipes dir {root} does not exist")
+        return Store(DirSource(root))
+    return Store(GitSource(ref, root))
+
+
+def lock_text(fingerprints: dict[str, str]) -> str:
+    lines = ["# config key -> fingerprint of its full sweep; written by `servelab recipes lock`.",
+             "# A change here needs a perf-changelog.yaml entry (checked by `servelab changelog validate`)."]
+    lines += [f"{k}: {v}" for k, v in sorted(fingerprints.items())]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,31 @@
+"""Specs: the model, the system and the parallel split, each defined once."""
+
+from servelab.errors import ServelabError
+from servelab.specs.dtypes import Dtype, parse_dtype
+from servelab.specs.model import AttentionKind, LayerAttention, ModelSpec, Precision
+from servelab.specs.parallel import Parallel
+from servelab.specs.registry import list_checkpoints, list_models, load_model
+from servelab.specs.system import SystemSpec, list_systems, load_system
+
+FP8_CONVERSIONS = {
+    "deepseek-v4-pro": "sgl-project/DeepSeek-V4-Pro-FP8",
+    "deepseek-v4-flash": "sgl-project/DeepSeek-V4-Flash-FP8",
+}
+
+
+def check_precision(model: ModelSpec, system: SystemSpec) -> None:
+    """Refuse a precision the system cannot run, pointing to the conversion that can."""
+    fp4_parts = [part for part in ("weights", "experts") if getattr(model.precision, part).is_fp4]
+    if fp4_parts and not system.supports_fp4:
+        conversion = FP8_CONVERSIONS.get(model.name)
+        hint = f"use the FP8 conversion {conversion}" if conversion else "use an FP8 or BF16 checkpoint (--weight-dtype fp8)"
+        raise ServelabError(
+            f"{model.name}: {' and '.join(fp4_parts)} in {getattr(model.precision, fp4_parts[-1]).value} need FP4 "
+            f"tensor cores, which {system.name} (compute capability {system.compute_capability / 10:.1f}) lacks; {hint}"
+        )
+
+
+__all__ = [
+    "AttentionKind", "Dtype", "LayerAttention", "ModelSpec", "Parallel", "Precision", "ServelabError", "SystemSpec",
+    "check_precision", "list_checkpoints", "list_models", "list_systems", "load_model", "load_system", "parse_dtype",
+]

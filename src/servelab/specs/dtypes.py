@@ -1,0 +1,54 @@
+"""Number formats of weights, KV cache and compute, and their storage cost in bytes per element."""
+
+from enum import Enum
+
+
+class Dtype(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"  # e4m3 with per-tensor (or per-row) scales
+    fp8_block = "fp8_block"  # e4m3 with 128x128 block scales (DeepSeek checkpoints)
+    fp4 = "fp4"  # DeepSeek-V4 native FP4 experts (e2m1, one e8m0 scale per 32 values)
+    mxfp4 = "mxfp4"  # OCP microscaling FP4 (one e8m0 scale per 32 values), gpt-oss experts
+    nvfp4 = "nvfp4"  # NVIDIA FP4 (one fp8 scale per 16 values)
+
+    @property
+    def bytes(self) -> float:
+        """Storage bytes per element, scales included."""
+        return _BYTES[self]
+
+    @property
+    def compute(self) -> str:
+        """The tensor-core rate a GEMM with these weights runs at: 'bf16', 'fp8' or 'fp4'."""
+        if self in (Dtype.bf16, Dtype.fp16):
+            return "bf16"
+        if self in (Dtype.fp8, Dtype.fp8_block):
+            return "fp8"
+        return "fp4"
+
+    @property
+    def is_fp4(self) -> bool:
+        return self.compute == "fp4"
+
+
+_BYTES = {
+    Dtype.bf16: 2.0,
+    Dtype.fp16: 2.0,
+    Dtype.fp8: 1.0,
+    Dtype.fp8_block: 1.0 + 4 / (128 * 128),
+    Dtype.fp4: 0.5 + 1 / 32,
+    Dtype.mxfp4: 0.5 + 1 / 32,
+    Dtype.nvfp4: 0.5 + 1 / 16,
+}
+
+
+def parse_dtype(value: str, field: str) -> Dtype:
+    """A Dtype from user text, or a one-line error naming the field and the accepted values."""
+    from servelab.errors import ServelabError
+
+    aliases = {"bfloat16": "bf16", "float16": "fp16", "e4m3": "fp8", "fp8_e4m3": "fp8", "auto": "bf16"}
+    text = aliases.get(value.strip().lower(), value.strip().lower())
+    try:
+        return Dtype(text)
+    except ValueError:
+        raise ServelabError(f"{field}: unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}")

@@ -1,0 +1,96 @@
+"""Load models by embedded name, checkpoint id or config.json path; load systems by name."""
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from servelab.errors import ServelabError, closest
+from servelab.specs.dtypes import Dtype, parse_dtype
+from servelab.specs.hf_config import model_from_hf_config
+from servelab.specs.model import ModelSpec
+
+DATA = resources.files("servelab.specs") / "data"
+
+
+@lru_cache(maxsize=None)
+def _checkpoints() -> dict[str, dict]:
+    return json.loads((DATA / "checkpoints.json").read_text())
+
+
+def list_models() -> list[str]:
+    return sorted(p.name.removesuffix(".json") for p in (DATA / "models").iterdir() if p.name.endswith(".json"))
+
+
+def list_checkpoints() -> dict[str, dict]:
+    return dict(_checkpoints())
+
+
+@lru_cache(maxsize=64)
+def _embedded(name: str) -> ModelSpec:
+    cfg = json.loads((DATA / "models" / f"{name}.json").read_text())
+    return model_from_hf_config(cfg, name=name, source=cfg.get("_servelab", {}).get("source", name), where=f"{name}.json")
+
+
+def _from_path(path: Path) -> ModelSpec:
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ServelabError(f"{path}: no config.json there")
+    try:
+        cfg = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ServelabError(f"{file}: not valid JSON ({e})") from None
+    name = path.name if path.is_dir() else path.parent.name or file.stem
+    return model_from_hf_config(cfg, name=name, source=str(file), where=str(file))
+
+
+def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
+    key = name_or_path.strip()
+    checkpoints = _checkpoints()
+    lowered = {k.lower(): k for k in checkpoints}
+    if key.lower() in lowered:
+        entry = checkpoints[lowered[key.lower()]]
+        return _embedded(entry["model"]), entry
+    if key.lower() in list_models():
+        return _embedded(key.lower()), {}
+    path = Path(key).expanduser()
+    if path.exists() or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
+        return _from_path(path), {}
+    choices = list_models() + list(checkpoints)
+    raise ServelabError(f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them")
+
+
+def load_model(name_or_path: str, weight_dtype: str | None = None, kv_dtype: str | None = None,
+               expert_dtype: str | None = None, indexer_dtype: str | None = None) -> ModelSpec:
+    """A ModelSpec with the checkpoint's default precision, overridden where asked."""
+    model, overrides = _resolve(name_or_path)
+    prec = model.precision.model_dump()
+    for part in ("weights", "experts"):
+        if overrides.get(part):
+            prec[part] = Dtype(overrides[part])
+    if weight_dtype:
+        prec["weights"] = parse_dtype(weight_dtype, "--weight-dtype")
+        if expert_dtype is None and not model.precision.experts.is_fp4:
+            prec["experts"] = prec["weights"]
+    if expert_dtype:
+        prec["experts"] = parse_dtype(expert_dtype, "--expert-dtype")
+    if kv_dtype:
+        kv = parse_dtype(kv_dtype, "--kv-dtype")
+        if kv not in (Dtype.bf16, Dtype.fp16, Dtype.fp8):
+            raise ServelabError(f"--kv-dtype: {kv.value} is not a KV-cache format; expected bf16 or fp8")
+        prec["kv_cache"] = kv
+    if indexer_dtype:
+        if model.precision.indexer_cache is None:
+            raise ServelabError(f"--indexer-dtype: {model.name} has no indexer cache (DeepSeek-V4 only)")
+        idx = parse_dtype(indexer_dtype, "--indexer-dtype")
+        if idx not in (Dtype.fp8, Dtype.fp4):
+            raise ServelabError("--indexer-dtype: expected fp8 or fp4")
+        prec["indexer_cache"] = idx
+    name = model.name if name_or_path.lower() == model.name else model.name
+    return model.model_copy(update={"precision": type(model.precision)(**prec), "name": name,
+                                    "source": overrides and _canonical(name_or_path) or model.source})
+
+
+def _canonical(checkpoint: str) -> str:
+    lowered = {k.lower(): k for k in _checkpoints()}
+    return lowered.get(checkpoint.lower(), checkpoint)

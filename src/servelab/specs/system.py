@@ -1,0 +1,76 @@
+"""SystemSpec: one GPU system (memory, bandwidths, peak rates, interconnect, measured ceilings)."""
+
+import json
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict
+
+from servelab.errors import ServelabError, closest
+
+
+class Measured(BaseModel):
+    value: float
+    source: str
+    what: str
+
+
+class SystemSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    gpu_name: str
+    sm_count: int
+    compute_capability: int
+    hbm_gib: float
+    hbm_bw_tbs: float
+    peak_tflops: dict[str, float]  # dense, per GPU, by compute class: bf16, fp8, fp4 (0 = not supported)
+    power_w: float
+    gpus_per_node: int
+    nvlink_domain: int  # GPUs one NVLink domain spans (8 in an HGX node, 72 in an NVL72 rack)
+    nvlink_gbs: float  # per GPU, one direction
+    network_gbs: float  # per GPU, one direction
+    l2_mb: float
+    source: str
+    measured: dict[str, Measured] = {}
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    @property
+    def supports_fp4(self) -> bool:
+        return self.peak_tflops.get("fp4", 0) > 0
+
+    @property
+    def is_hopper(self) -> bool:
+        return self.compute_capability == 90
+
+    def ceiling(self, key: str, default: float) -> tuple[float, str]:
+        """A measured ceiling when we have one, else the datasheet figure; with its provenance."""
+        if key in self.measured:
+            return self.measured[key].value, "measured"
+        return default, "datasheet"
+
+    def summary(self) -> dict:
+        return self.model_dump(mode="json") | {"supports_fp4": self.supports_fp4}
+
+
+@lru_cache(maxsize=1)
+def _systems() -> dict[str, SystemSpec]:
+    from servelab.specs.registry import DATA
+
+    return {s["name"]: SystemSpec(**s) for s in json.loads((DATA / "systems.json").read_text())}
+
+
+def list_systems() -> list[str]:
+    return list(_systems())
+
+
+def load_system(name: str) -> SystemSpec:
+    key = name.strip().lower().replace("-", "_")
+    systems = _systems()
+    if key in systems:
+        return systems[key]
+    aliases = {"h200": "h200_sxm", "h100": "h100_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
+    if key in aliases:
+        return systems[aliases[key]]
+    raise ServelabError(f"unknown system {name!r}{closest(key, list(systems))}; `servelab systems` lists them")
