@@ -76,7 +76,15 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
         pipe.send(("ready", info))
         msg = pipe.recv()
         if msg[0] == "start":
-            loop.run_until_complete(w.run(msg[1]))
+            prof_dir = os.environ.get("SERVELAB_BENCH_PROFILE")  # debugging aid: cProfile each worker's run
+            if prof_dir:
+                import cProfile
+
+                prof = cProfile.Profile()
+                prof.runcall(loop.run_until_complete, w.run(msg[1]))
+                prof.dump_stats(os.path.join(prof_dir, f"worker-{spec.index}.prof"))
+            else:
+                loop.run_until_complete(w.run(msg[1]))
         pipe.send(("done", w.summary()))
     except BaseException as e:  # report, never hang the parent
         try:
@@ -123,6 +131,7 @@ class Worker:
         self.arrival_handle: asyncio.TimerHandle | None = None
         self.next_arrival = 0
         self.arrivals: list[WorkItem] = []
+        self.stopped = False
 
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
@@ -160,13 +169,11 @@ class Worker:
         if delay > 0:
             await asyncio.sleep(delay)
         cpu0, wall0 = time.process_time(), perf_counter()
-        ticker = self.loop.create_task(self._tick())
         sampler = self.loop.create_task(self._sample_lag())
         closed = not self.spec.items or self.spec.items[0].offset is None
         try:
-            await self._drive(self.spec.items, self.limit, closed=closed)
+            await self._drive(self.spec.items, self.spec.max_in_flight, closed=closed)
         finally:
-            ticker.cancel()
             sampler.cancel()
             self.cpu_s = time.process_time() - cpu0
             self.wall_s = perf_counter() - wall0
@@ -187,7 +194,11 @@ class Worker:
             self.arrivals = items
             self.next_arrival = 0
             self._arrive()
-        await self.done
+        ticker = self.loop.create_task(self._tick())
+        try:
+            await self.done
+        finally:
+            ticker.cancel()
 
     # -- dispatch -----------------------------------------------------------------------------------------
     def _arrive(self) -> None:
@@ -205,7 +216,7 @@ class Worker:
             self.arrival_handle = self.loop.call_later(max(0.0, when), self._arrive)
 
     def stopping(self) -> bool:
-        return self.done is None or self.done.done()
+        return self.stopped or self.done is None or self.done.done()
 
     def pump(self, now: float) -> None:
         limit = self.limit
@@ -364,6 +375,9 @@ class Worker:
             self.out.flush()
 
     def _stop(self, reason: str) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
         if self.arrival_handle is not None:
             self.arrival_handle.cancel()
         now = perf_counter()

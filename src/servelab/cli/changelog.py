@@ -1,5 +1,67 @@
-"""`servelab changelog` (placeholder until its issue lands)."""
+"""`servelab changelog`: validate a change to the performance changelog and expand it into jobs."""
+
+from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="changelog")
+app = typer.Typer(no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs.")
+
+DirOpt = typer.Option(
+    None, "--dir", help="Recipe store, relative to the current directory inside the git checkout (default: shipped)."
+)
+
+
+def _change(base_ref: str, head_ref: str, directory, pr_link):
+    from servelab.recipes.changelog import Change
+    from servelab.recipes.store import open_store
+
+    return Change(open_store(directory, ref=base_ref), open_store(directory, ref=head_ref), pr_link=pr_link)
+
+
+@app.command()
+def validate(
+    base_ref: str = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main)."),
+    head_ref: str = typer.Option("HEAD", "--head-ref", help="Git ref with the change."),
+    pr_link: str = typer.Option(None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."),
+    directory: Path = DirOpt,
+) -> None:
+    """Check the change against the ledger rules and the recorded fingerprints."""
+    import sys
+
+    from servelab.errors import ServelabError
+
+    change = _change(base_ref, head_ref, directory, pr_link)
+    for p in change.problems:
+        print(f"changelog: {p}", file=sys.stderr)
+    if change.problems:
+        raise ServelabError(f"changelog validation failed: {len(change.problems)} problem(s) between "
+                            f"{base_ref} and {head_ref}")
+    typer.echo(f"ok: {len(change.added)} new entr{'y' if len(change.added) == 1 else 'ies'}")
+
+
+@app.command()
+def jobs(
+    base_ref: str = typer.Option(..., "--base-ref"),
+    head_ref: str = typer.Option("HEAD", "--head-ref"),
+    fmt: str = typer.Option("json", "--format", help="json | github | buildkite | sh"),
+    out: Path = typer.Option(None, "--out"),
+    launcher: str = typer.Option("direct", "--launcher"),
+    directory: Path = DirOpt,
+) -> None:
+    """Expand the entries the change added into the jobs to run (validates the change first)."""
+    import sys
+
+    from servelab.errors import ServelabError
+    from servelab.recipes.changelog import jobs_for
+    from servelab.recipes.pipelines import emit
+
+    change = _change(base_ref, head_ref, directory, None)
+    for p in change.problems:
+        print(f"changelog: {p}", file=sys.stderr)
+    if change.problems:
+        raise ServelabError(f"changelog validation failed: {len(change.problems)} problem(s); no jobs emitted")
+    found = jobs_for(change.head, change.added)
+    if not found:
+        typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
+        return
+    typer.echo(emit(found, fmt, out, launcher), nl=False)

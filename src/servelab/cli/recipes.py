@@ -1,5 +1,184 @@
-"""`servelab recipes` (placeholder until its issue lands)."""
+"""`servelab recipes`: list, show, validate, render, lock and import typed serving recipes."""
+
+from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="recipes")
+app = typer.Typer(no_args_is_help=True, help="Typed serving recipes: list, show, validate, render the launch command.")
+
+DirOpt = typer.Option(None, "--dir", help="Recipe store (default: $SERVELAB_RECIPES_DIR or the shipped recipes).")
+
+
+@app.command("list")
+def list_(directory: Path = DirOpt) -> None:
+    """List config keys with their model, runner, engine and job count."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from servelab.recipes.ladder import concurrencies
+    from servelab.recipes.store import open_store
+
+    store = open_store(directory)
+    table = Table("key", "model", "runner", "framework", "precision", "arms", "jobs")
+    for key, r in store.recipes.items():
+        arms = list(r.arms())
+        jobs = sum(len(concurrencies(a)) for *_, a in arms)
+        table.add_row(key, r.model, r.runner, r.framework, r.precision, str(len(arms)), str(jobs))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+@app.command()
+def show(
+    key: str,
+    as_: str = typer.Option("servelab", "--as", help="servelab | inferencex | workload | json"),
+    directory: Path = DirOpt,
+) -> None:
+    """Print one recipe: in servelab's format, as an InferenceX master entry, or as a perf-eval workload."""
+    import json
+
+    from servelab.errors import ServelabError
+    from servelab.recipes.store import open_store
+    from servelab.recipes.yamlio import dump_yaml
+
+    recipe = open_store(directory).get(key)
+    if as_ == "servelab":
+        typer.echo(dump_yaml({key: recipe.dump()}), nl=False)
+    elif as_ == "json":
+        typer.echo(json.dumps({key: recipe.dump()}, indent=2))
+    elif as_ == "inferencex":
+        typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
+    elif as_ == "workload":
+        from servelab.recipes.workload import recipe_to_workload
+
+        typer.echo(dump_yaml(recipe_to_workload(key, recipe)), nl=False)
+    else:
+        raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(None, help="A recipe, InferenceX master or perf-eval workload file; default: the store."),
+    directory: Path = DirOpt,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print memory notes per arm."),
+) -> None:
+    """Validate recipes against the model and system specs (heads divide, fits in memory, precision runs)."""
+    from servelab.errors import ServelabError
+    from servelab.recipes.importers import load_any
+    from servelab.recipes.lock import stale_keys
+    from servelab.recipes.store import open_store
+    from servelab.recipes.validate import validate_recipe, validate_store
+
+    store = open_store(directory)
+    if file is None:
+        reports = validate_store(store)
+        stale = stale_keys(store)
+    else:
+        recipes, notes = load_any(file, store.registry)
+        for n in notes:
+            typer.echo(f"note: {n}")
+        reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
+        stale = []
+    n_err = 0
+    for rep in reports:
+        status = "FAIL" if rep.errors else "ok"
+        typer.echo(f"{status:4} {rep.key}")
+        for e in rep.errors:
+            typer.echo(f"     error: {e}")
+        for w in rep.warnings:
+            typer.echo(f"     warning: {w}")
+        if verbose:
+            for n in rep.notes:
+                typer.echo(f"     {n}")
+        n_err += len(rep.errors)
+    for key in stale:
+        typer.echo(f"FAIL {key}\n     error: fingerprint differs from fingerprints.lock; run `servelab recipes "
+                   f"lock` and add a perf-changelog.yaml entry")
+        n_err += 1
+    if n_err:
+        raise ServelabError(f"{n_err} problem(s) in {len(reports)} recipe(s)")
+
+
+@app.command()
+def render(
+    key: str,
+    tp: int = typer.Option(None, "--tp", help="Tensor parallel size (default: the recipe's first arm)."),
+    ep: int = typer.Option(1, "--ep"),
+    dp_attn: bool = typer.Option(False, "--dp-attn", help="Attention data parallel (tp replicas of one TP rank)."),
+    pp: int = typer.Option(1, "--pp"),
+    isl: int = typer.Option(None, "--isl", help="Input length (default: the recipe's first seq-len)."),
+    osl: int = typer.Option(None, "--osl"),
+    port: int = typer.Option(None, "--port"),
+    as_json: bool = typer.Option(False, "--json", help="Print {argv, env, files} as JSON."),
+    directory: Path = DirOpt,
+) -> None:
+    """Print the exact launch command and environment for one topology of a recipe."""
+    import json
+    import shlex
+
+    from servelab.recipes.engines import render as render_launch
+    from servelab.recipes.inferencex import SearchSpaceEntry
+    from servelab.recipes.store import open_store
+    from servelab.recipes.sweep import MODEL_LEN_MARGIN
+
+    recipe = open_store(directory).get(key)
+    _, seq, _, first = next(recipe.arms())
+    if tp is None:
+        arm = first
+    else:
+        arm = SearchSpaceEntry(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, conc_list=[1])
+    isl = isl or seq.isl
+    osl = osl or seq.osl
+    launch = render_launch(recipe, arm, isl + osl + MODEL_LEN_MARGIN, port)
+    if as_json:
+        typer.echo(json.dumps(launch.model_dump(), indent=2))
+        return
+    for k, v in launch.env.items():
+        typer.echo(f"export {k}={shlex.quote(v)}")
+    for name in recipe.secret_env:
+        typer.echo(f"# {name} comes from the runner environment")
+    for rel, content in launch.files.items():
+        typer.echo(f"# file {rel}:\n" + "".join(f"#   {line}\n" for line in content.splitlines()), nl=False)
+    typer.echo(shlex.join(launch.argv))
+
+
+@app.command()
+def lock(
+    directory: Path = DirOpt,
+    check: bool = typer.Option(False, "--check", help="Only report stale keys (exit 2 when any)."),
+) -> None:
+    """Record each key's fingerprint in fingerprints.lock (compared by `servelab changelog validate`)."""
+    from servelab.errors import ServelabError
+    from servelab.recipes.lock import compute_fingerprints, stale_keys
+    from servelab.recipes.store import LOCK, lock_text, open_store
+
+    store = open_store(directory)
+    if check:
+        stale = stale_keys(store)
+        if stale:
+            raise ServelabError(f"{LOCK} is stale for {', '.join(stale)}; run `servelab recipes lock`")
+        typer.echo(f"{LOCK} is up to date ({len(store.recipes)} keys)")
+        return
+    fps = compute_fingerprints(store)
+    path = Path(store.source.root) / LOCK
+    path.write_text(lock_text(fps))
+    typer.echo(f"wrote {len(fps)} fingerprints to {path}")
+
+
+@app.command("import")
+def import_(
+    file: Path,
+    image: str = typer.Option(None, "--image", help="Image for workload files (they name none)."),
+    directory: Path = DirOpt,
+) -> None:
+    """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes (printed as YAML)."""
+    from servelab.recipes.importers import load_any
+    from servelab.recipes.store import open_store
+    from servelab.recipes.yamlio import dump_yaml
+
+    store = open_store(directory)
+    recipes, notes = load_any(file, store.registry, image=image)
+    for n in notes:
+        typer.echo(f"# note: {n}")
+    typer.echo(dump_yaml({k: r.dump() for k, r in recipes.items()}), nl=False)

@@ -115,6 +115,7 @@ class Memory(NamedTuple):
 
     bytes: int
     flops: int = 0
+    kernels: int = 1  # small kernels this op stands for (routing, permutation), each with a launch floor
     op: str = "elementwise"
 
 

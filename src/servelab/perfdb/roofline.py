@@ -171,7 +171,7 @@ class Roofline:
         return base + moved / busbw * 1e6
 
     def _elementwise(self, k) -> float:
-        return k.bytes / self.bw * 1e6 + self.kernel_us
+        return k.bytes / self.bw * 1e6 + self.kernel_us * k.kernels
 
 
 _METHOD = {

@@ -104,7 +104,8 @@ def read_table(path: Path) -> TableData:
     meta = read_meta(path)
     _check_meta(path, family, meta)
     try:
-        table = pq.read_table(path)
+        # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset (~150 ms of startup)
+        table = pq.ParquetFile(path).read()
     except Exception as e:
         raise ServelabError(f"{path}: cannot read rows ({e.__class__.__name__}: {e})") from None
     names = set(table.column_names)
@@ -148,9 +149,13 @@ def _check_meta(path: Path, family: Family, meta: dict) -> None:
 
 
 def check_rows(data: TableData, limit: int = 20) -> list[str]:
-    """Every invariant a row must hold, vectorised; returns up to `limit` messages naming row and rule."""
+    """Every invariant a row must hold; up to `limit` messages naming row and rule."""
+    return [msg for _, msg in row_problems(data, limit)]
+
+
+def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str]]:
+    """(row, message) for rows that break an invariant, vectorised over columns."""
     fam, c = data.family, data.cols
-    n = len(data)
     rules: list[tuple[str, np.ndarray]] = []
     for f in fam.int_fields:
         floor = 0 if f == "window" else 1
@@ -169,7 +174,8 @@ def check_rows(data: TableData, limit: int = 20) -> list[str]:
     rules.append((f"campaign must index the provenance list (0..{ncamp - 1})",
                   (data.campaign < 0) | (data.campaign >= ncamp)))
     if "kv_heads" in c:
-        rules.append(("heads must be a multiple of kv_heads", (c["kv_heads"] < 1) | (c["heads"] % np.maximum(c["kv_heads"], 1) != 0)))
+        rules.append(("heads must be a multiple of kv_heads",
+                      (c["kv_heads"] < 1) | (c["heads"] % np.maximum(c["kv_heads"], 1) != 0)))
     if "native_heads" in c:
         # rank-local heads = native heads / tp: heads x tp is the model's native head count in every row
         rules.append(("heads x tp must equal native_heads (heads must divide native_heads)",
@@ -179,17 +185,17 @@ def check_rows(data: TableData, limit: int = 20) -> list[str]:
         rules.append(("experts must be a multiple of ep", c["experts"] % np.maximum(c["ep"], 1) != 0))
     if fam.name == "comm":
         rules.append(("a collective needs gpus >= 2", c["gpus"] < 2))
-    out = []
+    out: list[tuple[int, str]] = []
     for rule, bad in rules:
-        for i in np.flatnonzero(bad)[:limit]:
-            out.append(f"row {i} ({data.describe_row(int(i))}): {rule}")
+        for i in np.flatnonzero(bad)[:limit].tolist():
+            out.append((i, f"row {i} ({data.describe_row(i)}): {rule}"))
     if data.extra is not None:
-        out += _check_extra_tp(data, limit)
-    out += _check_duplicates(data, limit)
-    return out[:limit] if len(out) > limit else out
+        out += _check_extra_tp(data, limit or len(data))
+    out += _check_duplicates(data, limit or len(data))
+    return out[:limit] if limit else out
 
 
-def _check_extra_tp(data: TableData, limit: int) -> list[str]:
+def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
     """Where rows name their model and tp (collector extras), heads x tp must be the same for one model."""
     if "native_heads" not in data.cols and "heads" not in data.cols:
         return []
@@ -201,26 +207,26 @@ def _check_extra_tp(data: TableData, limit: int) -> list[str]:
         try:
             extra = json.loads(raw)
         except ValueError:
-            out.append(f"row {i}: extra is not valid JSON")
+            out.append((i, f"row {i}: extra is not valid JSON"))
             continue
         if not isinstance(extra, dict) or "tp" not in extra or "model" not in extra:
             continue
         try:
             product = int(data.cols["heads"][i]) * int(extra["tp"])
         except (TypeError, ValueError):
-            out.append(f"row {i}: extra tp {extra['tp']!r} is not an integer")
+            out.append((i, f"row {i}: extra tp {extra['tp']!r} is not an integer"))
             continue
         model = str(extra["model"])
         first = seen.setdefault(model, (product, i))
         if first[0] != product:
-            out.append(f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
-                       f"but row {first[1]} gives {first[0]} (must be constant per model)")
+            out.append((i, f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
+                           f"but row {first[1]} gives {first[0]} (must be constant per model)"))
         if len(out) >= limit:
             break
     return out
 
 
-def _check_duplicates(data: TableData, limit: int) -> list[str]:
+def _check_duplicates(data: TableData, limit: int) -> list[tuple[int, str]]:
     if len(data) < 2:
         return []
     fields = data.family.fields
@@ -232,7 +238,7 @@ def _check_duplicates(data: TableData, limit: int) -> list[str]:
     out = []
     for j in np.flatnonzero(same)[:limit]:
         a, b = int(order[j]), int(order[j + 1])
-        out.append(f"rows {a} and {b} repeat the key ({data.describe_row(a)}); merge deduplicates them")
+        out.append((b, f"rows {a} and {b} repeat the key ({data.describe_row(a)}); merge deduplicates them"))
     return out
 
 
@@ -247,7 +253,8 @@ def table_from_rows(family: Family, rows: list[dict], meta: dict) -> TableData:
         else:
             cols[f] = np.array([str(v) for v in values], dtype=str) if values else np.array([], dtype=str)
     known = set(family.fields) | set(STAT_COLUMNS) | {"extra"}
-    extras = [{k: v for k, v in r.items() if k not in known} for r in rows]
+    # keys starting with "_" are merge bookkeeping (where a row came from), never stored
+    extras = [{k: v for k, v in r.items() if k not in known and not k.startswith("_")} for r in rows]
     extra = [json.dumps(e, sort_keys=True) if e else "" for e in extras] if any(extras) else None
 
     def stat(name, default=math.nan):

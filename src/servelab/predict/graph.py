@@ -126,7 +126,10 @@ def _gqa_ops(model, parallel, t: _Tokens, kind) -> list[Op]:
     heads, kvh = parallel.heads_local(model), parallel.kv_heads_local(model)
     kvdt = model.precision.kv_cache.value
     window = model.sliding_window if kind == LayerAttention.sliding else 0
-    ops = [Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1)]
+    ops = [
+        Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1),
+        Op("qk_norm_rope", Memory(t.total * (heads + kvh) * hd * 4), 1),
+    ]
     if window:
         for c, new, _ in t.prefill:
             ops.append(Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, window, kvdt), 1))
@@ -204,8 +207,13 @@ def _moe_ops(model, parallel, t: _Tokens, hashed: bool) -> list[Op]:
     h, T = model.hidden_size, t.total
     edt = model.precision.experts.value
     ops: list[Op] = []
+    topk = model.experts_per_token
     if not hashed:
         ops.append(Op("router", Gemm(T, model.num_experts, h, "bf16"), 1))
+    # top-k softmax and block alignment, then the gather of tokens into expert order and the weighted combine
+    ops.append(Op("moe_route", Memory(T * model.num_experts * 4 + T * topk * 16, kernels=2), 1))
+    ops.append(Op("moe_permute", Memory(T * topk * h * 4, kernels=1), 1))
+    ops.append(Op("moe_combine", Memory(T * topk * h * 2 + T * h * 2, kernels=1), 1))
     if parallel.dp_attn and parallel.ep > 1:
         act = 1 if model.precision.experts.compute == "fp8" else 2
         ops.append(Op("ep_dispatch", Comm(T * model.experts_per_token * h * act, parallel.ep, "alltoall"), 1))

@@ -32,7 +32,7 @@ class Entry(IxModel):
     scenario_type: str | None = None
 
     @model_validator(mode="after")
-    def _combine(self) -> "Entry":
+    def _combine(self) -> Entry:
         if self.append_only and (self.evals_only or self.all_evals):
             raise ValueError("append-only cannot be combined with evals-only or all-evals")
         if any(not d.strip() for d in self.description):

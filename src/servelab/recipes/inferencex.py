@@ -59,7 +59,7 @@ class SearchSpaceEntry(IxModel):
     decode: WorkerSpec | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "SearchSpaceEntry":
+    def _check(self) -> SearchSpaceEntry:
         has_range = self.conc_start is not None or self.conc_end is not None
         if has_range and self.conc_list is not None:
             raise ValueError("give either conc-start/conc-end or conc-list, not both")
@@ -123,7 +123,7 @@ class MasterEntry(IxModel):
     scenarios: dict[str, list[SeqLenConfig]]
 
     @model_validator(mode="after")
-    def _check_multinode(self) -> "MasterEntry":
+    def _check_multinode(self) -> MasterEntry:
         for kind, seqs in self.scenarios.items():
             for seq in seqs:
                 for i, arm in enumerate(seq.search_space):

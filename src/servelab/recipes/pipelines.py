@@ -121,3 +121,35 @@ def script_name(job) -> str:
     r = job.row
     return (f"{job.key}_{r['exp-name']}_tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
             f"-conc{r['conc']}.sh")
+
+
+def emit(jobs, fmt: str, out=None, launcher: str = "direct") -> str:
+    """Render jobs in `fmt`; for `sh` with several jobs, write one script per job under `out` and list them."""
+    from pathlib import Path
+
+    if fmt == "json":
+        text = to_json(jobs)
+    elif fmt == "github":
+        text = to_github(jobs)
+    elif fmt == "buildkite":
+        text = to_buildkite(jobs, launcher)
+    elif fmt == "sh":
+        if out is None:
+            if len(jobs) != 1:
+                raise ServelabError(f"--format sh: {len(jobs)} jobs need --out DIR (one script per job)")
+            return script(jobs[0], launcher)
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        names = []
+        for j in jobs:
+            p = d / script_name(j)
+            p.write_text(script(j, launcher))
+            p.chmod(0o755)
+            names.append(str(p))
+        return "".join(n + "\n" for n in names)
+    else:
+        raise ServelabError(f"--format {fmt!r}: expected json, github, buildkite or sh")
+    if out is not None:
+        Path(out).write_text(text)
+        return f"wrote {len(jobs)} jobs to {out}\n"
+    return text

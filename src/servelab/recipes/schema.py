@@ -100,7 +100,7 @@ class Bound(IxModel):
     max: float | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "Bound":
+    def _one(self) -> Bound:
         if self.min is None and self.max is None:
             raise ValueError("a bound needs min or max")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -167,7 +167,7 @@ class Recipe(MasterEntry):
         return v
 
     @model_validator(mode="after")
-    def _cuda_home(self) -> "Recipe":
+    def _cuda_home(self) -> Recipe:
         pinned = self.engine.cuda_home
         if pinned and "CUDA_HOME" in self.env and self.env["CUDA_HOME"] != pinned:
             raise ValueError(f"env CUDA_HOME={self.env['CUDA_HOME']} contradicts engine.cuda-home={pinned}")
@@ -198,6 +198,15 @@ def is_secret_name(name: str) -> bool:
 
 
 __all__ = [
-    "Recipe", "EngineArgs", "KernelConfig", "LmEval", "Bfcl", "Bound", "ClientSpec", "RecipeSeqLen",
-    "SearchSpaceEntry", "SpecRef", "is_secret_name",
+    "Bfcl",
+    "Bound",
+    "ClientSpec",
+    "EngineArgs",
+    "KernelConfig",
+    "LmEval",
+    "Recipe",
+    "RecipeSeqLen",
+    "SearchSpaceEntry",
+    "SpecRef",
+    "is_secret_name",
 ]

@@ -104,9 +104,7 @@ def _keep_recipe(recipe, f: Filters) -> bool:
         return False
     if f.node_type == "single-node" and recipe.multinode:
         return False
-    if f.node_type == "multi-node" and not recipe.multinode:
-        return False
-    return True
+    return not (f.node_type == "multi-node" and not recipe.multinode)
 
 
 def _keep_arm(arm, f: Filters) -> bool:

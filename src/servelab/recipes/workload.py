@@ -125,29 +125,26 @@ def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | No
     while i < len(tokens):
         tok = tokens[i]
         flag, eq, inline = tok.partition("=")
-        if flag.startswith("--attention_config.") or flag.startswith("--attention-config."):
+        if flag.startswith(("--attention_config.", "--attention-config.")):
             if not eq:
                 raise ServelabError(f"{source}: serve_args {tok}: expected --attention_config.KEY=VALUE")
             engine.setdefault("attention-config", {})[flag.split(".", 1)[1]] = _scalar(inline)
             i += 1
             continue
 
-        def value() -> str:
-            if eq:
-                return inline
-            if i + 1 >= len(tokens):
-                raise ServelabError(f"{source}: serve_args {flag} needs a value")
-            return tokens[i + 1]
-
+        takes_value = flag in _TOPOLOGY or flag in _VALUE_FLAGS or flag == "--revision"
+        if takes_value and not eq and i + 1 >= len(tokens):
+            raise ServelabError(f"{source}: serve_args {flag} needs a value")
+        value = inline if eq else (tokens[i + 1] if takes_value else "")
         step = 1 if eq else 2
         try:
             if flag in _TOPOLOGY:
-                topo[_TOPOLOGY[flag]] = int(value())
+                topo[_TOPOLOGY[flag]] = int(value)
             elif flag == "--revision":
-                revision = value()
+                revision = value
             elif flag in _VALUE_FLAGS:
                 name, conv = _VALUE_FLAGS[flag]
-                engine[name] = conv(value())
+                engine[name] = conv(value)
             elif flag in _BOOL_FLAGS and not eq:
                 name, v = _BOOL_FLAGS[flag]
                 engine[name] = v

@@ -39,7 +39,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML text; `source` names the file in error messages."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except _DuplicateKey as e:
         raise ServelabError(f"{source}: {e}") from None
     except yaml.YAMLError as e:

@@ -6,7 +6,7 @@ the adapter from the recipe's `framework` (InferenceX's names included) and list
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 

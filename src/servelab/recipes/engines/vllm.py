@@ -57,8 +57,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
         argv += ["--tokenizer-mode", e.tokenizer_mode]
     if e.tool_call_parser:
         argv += ["--tool-call-parser", e.tool_call_parser]
-        if e.enable_auto_tool_choice is not False:
-            argv.append("--enable-auto-tool-choice")
+    # vLLM needs auto tool choice for a tool-call parser to be used; on by default with a parser.
+    if e.enable_auto_tool_choice or (e.tool_call_parser and e.enable_auto_tool_choice is None):
+        argv.append("--enable-auto-tool-choice")
     if e.reasoning_parser:
         argv += ["--reasoning-parser", e.reasoning_parser]
     if e.max_num_batched_tokens:

@@ -1,0 +1,439 @@
+"""Fit each engine's overhead parameters (per step, per sequence, kernel gaps, eager launch cost) on measured
+end-to-end TTFT / TPOT, with leave-one-model-out cross-validation, and write them to
+src/servelab/predict/data/calibrated.json with their provenance.
+
+The measurements are AIConfigurator's `systems/silicon_sample.csv` (PyPI `aiconfigurator-core`, pinned below):
+this script installs that package into its own venv (.cache/aic-venv, never the project venv), reads the file
+from there, and commits nothing of it but the fitted numbers.
+
+    .venv/bin/python bench/calibrate_engines.py                   # fit on h200_sxm rows, write calibrated.json
+    .venv/bin/python bench/calibrate_engines.py --dry-run         # fit and report, write nothing
+    .venv/bin/python bench/calibrate_engines.py --mode static     # price rows with the static model
+
+Modes: `aggregated` runs servelab's discrete-event aggregated-serving simulator (servelab.predict.serving) at the
+row's concurrency (closed loop, as the rows were measured); `static` prices one prefill of `concurrency` prompts
+and the mean decode step of that batch. `auto` (the default) takes aggregated when the module is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+AIC_PACKAGE = "aiconfigurator-core"
+AIC_VERSION = "0.12.0"
+AIC_VENV = REPO / ".cache" / "aic-venv"
+CALIBRATED = REPO / "src" / "servelab" / "predict" / "data" / "calibrated.json"
+ENGINES = ("vllm", "sglang", "trtllm")
+# the parameters fitted, each searched in log space between these bounds (us); the defaults start the search
+PARAMS = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
+BOUNDS = {"step_overhead_us": (1.0, 20000.0), "per_seq_overhead_us": (0.01, 500.0),
+          "kernel_gap_us": (0.01, 50.0), "eager_launch_us": (0.1, 100.0)}
+# checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
+ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
+GPUS_PER_NODE = 8
+
+
+# ---------------------------------------------------------------------------------------------- the data file
+def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
+    """Install aiconfigurator-core into its own venv (once) and return the sample file and the package version."""
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    probe = ["-c", "import importlib.metadata as m, aiconfigurator_core, pathlib; "
+             "print(m.version('aiconfigurator-core')); "
+             "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')"]
+    got = subprocess.run([str(py), *probe], capture_output=True, text=True)
+    if got.returncode != 0 or got.stdout.split()[0] != AIC_VERSION:
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"], check=True)
+        got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=True)
+    version, path = got.stdout.split()[:2]
+    return Path(path), version
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ---------------------------------------------------------------------------------------------- row -> case
+@dataclass
+class Case:
+    """One measured point, mapped onto servelab's specs."""
+
+    row_id: str
+    family: str  # the embedded model name: the unit left out in cross-validation
+    backend: str
+    version: str
+    model: object  # ModelSpec
+    parallel: object  # Parallel
+    concurrency: int
+    isl: int
+    osl: int
+    ttft_ms: float
+    tpot_ms: float
+    note: str = ""
+    pred: dict = field(default_factory=dict)
+
+
+def _num(row: dict, key: str, default: float | None = None) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text or text.lower() == "nan":
+        return default
+    return float(text)
+
+
+def concurrency_of(row: dict) -> int:
+    m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    return int(m.group(1)) if m else int(_num(row, "batch_size", 1))
+
+
+def parallel_of(row: dict, is_moe: bool = True):
+    """servelab's Parallel for a row, and a note when the row's fields had to be read another way.
+
+    AIConfigurator writes tp x attention_dp GPUs for attention and moe_tp x moe_ep for MoE layers; both must
+    count the same GPUs. Some rows write tp_size = tp x ep (64 = 8 x 8 on one 8-GPU node; 16 = 4 x 4 where the
+    row id says tp4_ep4): those read as tp = moe_tp, ep = moe_ep. Rows whose counts disagree otherwise are
+    refused (for example tp 1 with moe_tp 2 for a 235B model that cannot fit one GPU). Dense models have no MoE
+    split: their moe fields are ignored."""
+    from servelab.specs import Parallel
+
+    tp = int(_num(row, "tp_size", 1))
+    dp = int(_num(row, "attention_dp_size", 1))
+    moe_tp = int(_num(row, "moe_tp_size", tp * dp))
+    moe_ep = int(_num(row, "moe_ep_size", 1))
+    pp = int(_num(row, "pp_size", 1))
+    note = ""
+    if not is_moe:
+        return Parallel(tp=tp * dp, pp=pp), note
+    attn_gpus, moe_gpus = tp * dp, moe_tp * moe_ep
+    if attn_gpus > GPUS_PER_NODE and moe_tp == moe_ep and attn_gpus == moe_gpus:
+        note = f"tp_size {attn_gpus} read as tp {moe_tp} x ep {moe_ep}"
+        return Parallel(tp=moe_tp, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
+    if attn_gpus != moe_gpus:
+        raise ValueError(f"attention on {attn_gpus} GPUs but MoE on {moe_gpus}")
+    return Parallel(tp=attn_gpus, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
+
+
+def model_of(row: dict):
+    """The ModelSpec of a row at the precision it was measured with, or raise ValueError (not embedded)."""
+    from servelab.errors import ServelabError
+    from servelab.specs import Dtype, load_model
+
+    path = row["model_path"].strip()
+    checkpoint, weights = ALIASES.get(path.lower(), (path, None))
+    try:
+        model = load_model(checkpoint)
+    except ServelabError:
+        raise ValueError(f"model {path} is not embedded") from None
+    gemm = (weights or row.get("gemm_quant_mode") or "").strip()
+    # the row's GEMM precision overrides a BF16 checkpoint (measured with FP8 quantization); a checkpoint that
+    # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
+    if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
+        model = load_model(checkpoint, weight_dtype=gemm)
+    elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
+        raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
+    return model
+
+
+def to_case(row: dict) -> Case:
+    from servelab.specs import load_system
+
+    if row.get("mode", "agg") != "agg":
+        raise ValueError(f"mode {row.get('mode')} (only aggregated rows are fitted)")
+    backend = row["backend"].strip()
+    if backend not in ENGINES:
+        raise ValueError(f"backend {backend}")
+    model = model_of(row)
+    parallel, note = parallel_of(row, model.is_moe)
+    load_system(row["system"])
+    return Case(row_id=row["id"], family=model.name, backend=backend, version=row.get("backend_version") or "?",
+                model=model, parallel=parallel, concurrency=concurrency_of(row), isl=int(_num(row, "isl")),
+                osl=int(_num(row, "osl")), ttft_ms=float(row["silicon_ttft_ms"]),
+                tpot_ms=float(row["silicon_tpot_ms"]), note=note)
+
+
+def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:
+    """Map the rows of one system; count the rows left out by reason."""
+    cases, skipped = [], {}
+    for row in rows:
+        if row.get("system") != system:
+            continue
+        try:
+            cases.append(to_case(row))
+        except ValueError as e:
+            reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
+            skipped[reason] = skipped.get(reason, 0) + 1
+    return cases, skipped
+
+
+# ---------------------------------------------------------------------------------------------- prediction
+def pick_mode(mode: str) -> str:
+    if mode != "auto":
+        return mode
+    try:
+        import servelab.predict.serving  # noqa: F401
+    except ImportError:
+        return "static"
+    return "aggregated"
+
+
+def predict(case: Case, params: dict, mode: str, system) -> tuple[float, float]:
+    """(ttft_ms, tpot_ms) servelab predicts for a case with these engine parameters."""
+    engine = base_profiles()[case.backend].model_copy(update=params)
+    if mode == "aggregated":
+        from servelab.predict.serving import estimate_aggregated
+
+        est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl)
+    else:
+        from servelab.predict.static import estimate_static
+
+        est = estimate_static(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl)
+    return est.ttft_ms, est.tpot_ms
+
+
+def usable(cases: list[Case], mode: str, system, skipped: dict[str, int]) -> list[Case]:
+    """Cases servelab can price at the default parameters; the others are counted with servelab's reason."""
+    from servelab.errors import ServelabError
+
+    kept = []
+    for case in cases:
+        try:
+            predict(case, {}, mode, system)
+        except ServelabError as e:
+            reason = "servelab refuses: " + re.sub(r"\d+(\.\d+)?", "N", str(e))[:110]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        kept.append(case)
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+def rel_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(pred - meas) / meas
+
+
+def summary(errors: np.ndarray) -> dict:
+    if errors.size == 0:
+        return {"n": 0, "median": None, "p90": None}
+    return {"n": int(errors.size), "median": float(np.median(errors)), "p90": float(np.percentile(errors, 90))}
+
+
+def soft_l1(r: np.ndarray, scale: float = 0.1) -> np.ndarray:
+    """Robust loss of log-ratio residuals: quadratic below `scale`, linear above (outliers do not steer the fit)."""
+    z = (r / scale) ** 2
+    return 2 * scale**2 * (np.sqrt(1 + z) - 1)
+
+
+def nelder_mead(f, x0: np.ndarray, step: float = 0.7, iters: int = 120, tol: float = 1e-4) -> tuple[np.ndarray, float]:
+    """A plain Nelder-Mead minimiser (numpy only: the project venv has no scipy)."""
+    n = len(x0)
+    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iters):
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if abs(values[-1] - values[0]) < tol * (abs(values[0]) + 1e-12):
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        xr = centroid + (centroid - worst)
+        fr = f(xr)
+        if fr < values[0]:
+            xe = centroid + 2 * (centroid - worst)
+            fe = f(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (worst - centroid)
+            fc = f(xc)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [best + 0.5 * (x - best) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    i = int(np.argmin(values))
+    return simplex[i], values[i]
+
+
+def to_params(x: np.ndarray) -> dict:
+    out = {}
+    for name, v in zip(PARAMS, x):
+        lo, hi = BOUNDS[name]
+        out[name] = float(min(max(math.exp(v), lo), hi))
+    return out
+
+
+def from_params(params: dict) -> np.ndarray:
+    return np.array([math.log(params[name]) for name in PARAMS])
+
+
+def loss(cases: list[Case], params: dict, price) -> float:
+    """Mean robust loss of log(pred / measured), TTFT and TPOT weighted alike."""
+    res = []
+    for case in cases:
+        ttft, tpot = price(case, params)
+        res.append(math.log(ttft / case.ttft_ms))
+        res.append(math.log(tpot / case.tpot_ms))
+    return float(np.mean(soft_l1(np.array(res)))) if res else 0.0
+
+
+def fit(cases: list[Case], start: dict, price, iters: int = 120) -> dict:
+    x, _ = nelder_mead(lambda x: loss(cases, to_params(x), price), from_params(start), iters=iters)
+    return to_params(x)
+
+
+def errors_of(cases: list[Case], params: dict, price) -> tuple[np.ndarray, np.ndarray]:
+    preds = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+    ttft = rel_errors(preds[:, 0], np.array([c.ttft_ms for c in cases]))
+    tpot = rel_errors(preds[:, 1], np.array([c.tpot_ms for c in cases]))
+    return ttft, tpot
+
+
+def leave_one_model_out(cases: list[Case], start: dict, price, iters: int) -> dict:
+    """For each engine and each model family: fit on the engine's other families, predict the left-out one."""
+    out = {"ttft": [], "tpot": [], "by_family": {}}
+    for engine in ENGINES:
+        mine = [c for c in cases if c.backend == engine]
+        for family in sorted({c.family for c in mine}):
+            train = [c for c in mine if c.family != family]
+            test = [c for c in mine if c.family == family]
+            params = fit(train, start[engine], price, iters) if train else start[engine]
+            ttft, tpot = errors_of(test, params, price)
+            out["ttft"].extend(ttft)
+            out["tpot"].extend(tpot)
+            out["by_family"][f"{engine}/{family}"] = {"ttft": summary(ttft), "tpot": summary(tpot),
+                                                      "trained_on": len(train)}
+    out["ttft"], out["tpot"] = np.array(out["ttft"]), np.array(out["tpot"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- main
+_BASE: dict = {}
+
+
+def base_profiles() -> dict:
+    """Engine profiles from engines.json alone: fitting starts from the documented defaults, and an existing
+    calibrated.json must not leak into the fit."""
+    if not _BASE:
+        from importlib import resources
+
+        from servelab.predict.backends import BACKENDS, EngineProfile
+
+        data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
+        _BASE.update({n: EngineProfile(name=n, source="documented defaults", **data[n]) for n in BACKENDS})
+    return _BASE
+
+
+def defaults() -> dict:
+    return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--system", default="h200_sxm")
+    ap.add_argument("--mode", choices=("auto", "static", "aggregated"), default="auto")
+    ap.add_argument("--iters", type=int, default=80, help="Nelder-Mead iterations per fit")
+    ap.add_argument("--csv", type=Path, help="use this silicon_sample.csv instead of installing the package")
+    ap.add_argument("--limit", type=int, default=0, help="fit on at most this many rows per engine (quick runs)")
+    ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    ap.add_argument("--out", type=Path, default=CALIBRATED)
+    ap.add_argument("--report", type=Path, help="write the per-row predictions and errors as JSON here")
+    args = ap.parse_args(argv)
+
+    t0 = time.time()
+    if args.csv:
+        path, version = args.csv, "local file"
+    else:
+        path, version = aic_csv()
+    rows = read_rows(path)
+    mode = pick_mode(args.mode)
+    from servelab.specs import load_system
+
+    system = load_system(args.system)
+    start = defaults()  # the documented defaults, never a previous calibration
+
+    cases, skipped = build_cases(rows, args.system)
+    cases = usable(cases, mode, system, skipped)
+    if args.limit:
+        cases = [c for e in ENGINES for c in [x for x in cases if x.backend == e][: args.limit]]
+    price = lambda case, params: predict(case, params, mode, system)  # noqa: E731
+    print(f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
+          f"servelab ({mode} mode), skipped: {sum(skipped.values())}", flush=True)
+    for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        print(f"  skipped {n:4d}: {reason}")
+
+    before = errors_of(cases, {}, lambda c, p: price(c, start[c.backend]))
+    cv = leave_one_model_out(cases, start, price, args.iters)
+    fitted = {}
+    for engine in ENGINES:
+        mine = [c for c in cases if c.backend == engine]
+        if mine:
+            fitted[engine] = fit(mine, start[engine], price, args.iters)
+    after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.backend, start[c.backend])))
+
+    table = {
+        "defaults (in sample)": (summary(before[0]), summary(before[1])),
+        "fitted (in sample)": (summary(after[0]), summary(after[1])),
+        "fitted, leave one model out": (summary(cv["ttft"]), summary(cv["tpot"])),
+    }
+    print(f"\n{'servelab on ' + args.system:32s} {'n':>5s} {'TTFT med':>9s} {'TTFT p90':>9s} {'TPOT med':>9s} {'TPOT p90':>9s}")
+    for name, (a, b) in table.items():
+        print(f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}")
+    print("AIConfigurator 0.12 (anchors.md) ~42% TTFT / ~33% TPOT median on H200 measured rows; it priced "
+          "fewer than half of the points it was asked about")
+    print("\nleave-one-model-out by engine/family (median TTFT / TPOT error):")
+    for key, v in cv["by_family"].items():
+        print(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
+    print("\nfitted parameters:")
+    for engine, params in fitted.items():
+        print(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
+
+    command = "python bench/calibrate_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    provenance = (f"bench/calibrate_engines.py fit on {len(cases)} {args.system} aggregated rows of "
+                  f"{AIC_PACKAGE} {version} systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}")
+    doc = {
+        "_provenance": provenance,
+        "source": {"package": AIC_PACKAGE, "version": version, "file": "systems/silicon_sample.csv",
+                   "system": args.system, "rows_in_file": len(rows), "rows_used": len(cases),
+                   "rows_skipped": skipped, "mode": mode, "command": command.strip(),
+                   "date": dt.date.today().isoformat(), "loss": "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"},
+        "errors": {name: {"ttft": a, "tpot": b} for name, (a, b) in table.items()},
+        "cv_by_family": cv["by_family"],
+        "engines": {e: {"params": {k: round(v, 3) for k, v in p.items()},
+                        "rows": sum(c.backend == e for c in cases),
+                        "families": sorted({c.family for c in cases if c.backend == e})}
+                    for e, p in fitted.items()},
+    }
+    if args.report:
+        per_row = []
+        for c in cases:
+            ttft, tpot = price(c, fitted.get(c.backend, start[c.backend]))
+            per_row.append({"id": c.row_id, "engine": c.backend, "family": c.family, "parallel": c.parallel.label(),
+                            "concurrency": c.concurrency, "isl": c.isl, "osl": c.osl, "ttft_ms": c.ttft_ms,
+                            "tpot_ms": c.tpot_ms, "pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "note": c.note})
+        args.report.write_text(json.dumps(per_row, indent=1))
+    if not args.dry_run:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"\nwrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
+    print(f"took {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

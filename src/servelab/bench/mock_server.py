@@ -1,0 +1,256 @@
+"""A streaming OpenAI-compatible server with no model, for testing and benchmarking the load generator.
+
+Cheap on purpose (it shares a 2-core machine with the client): raw asyncio Protocol, pre-built SSE chunks
+(HTTP chunked framing included), one timer per token per stream at absolute times (start + k * delay, so
+no drift). Token k (1-based) of a stream is sent at accept + first_token_delay + (k-1) * token_delay.
+
+Misbehaviour on purpose (--mode, applied to every --fail-every-th request):
+  ok          normal responses
+  http500     HTTP 500 with a JSON error body
+  truncate    stop after half the tokens and close the connection (no terminator, no [DONE])
+  malformed   one event in the middle is `data: {not json` (then the stream continues normally)
+  error-event an error event in the middle of the stream, then the stream ends
+  hang        accept, send the headers, never send a token
+  no-usage    a normal stream without the usage chunk
+  die         the whole process exits (os._exit) halfway through the --die-after-requests-th request
+
+    python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+
+MODES = ("ok", "http500", "truncate", "malformed", "error-event", "hang", "no-usage", "die")
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: dict) -> bytes:
+    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+class Settings:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.token_delay = a.token_delay_ms / 1000.0
+        self.first_delay = (a.first_token_delay_ms if a.first_token_delay_ms is not None else a.token_delay_ms) / 1000.0
+        self.output_tokens = a.output_tokens
+        self.mode = a.mode
+        self.fail_every = max(1, a.fail_every)
+        self.die_after = a.die_after_requests
+        self.model = a.model
+        created = int(time.time())
+        # pre-built chunks: the same token text every time (" tok"), completions and chat forms
+        self.tok_completion = _event({"id": "cmpl-mock", "object": "text_completion", "created": created,
+                                      "model": self.model, "choices": [{"index": 0, "text": " tok",
+                                                                       "logprobs": None, "finish_reason": None}]})
+        self.tok_chat = _event({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created,
+                                "model": self.model, "choices": [{"index": 0, "delta": {"content": " tok"},
+                                                                 "finish_reason": None}]})
+        self.role_chat = _event({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created,
+                                 "model": self.model, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                                                          "content": ""}}]})
+        self.done = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        self.sse_head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                         b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")
+
+
+def _json_response(status: str, obj: dict, close: bool = False) -> bytes:
+    body = json.dumps(obj).encode()
+    conn = b"close" if close else b"keep-alive"
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: %s\r\n\r\n"
+            % (status.encode(), len(body), conn)) + body
+
+
+class _Stream:
+    """One response stream: a single live timer, re-armed at absolute times start + first + k * delay."""
+
+    __slots__ = ("proto", "tok", "final", "last", "mode", "bad_at", "start", "k")
+
+    def __init__(self, proto, tok: bytes, final: bytes, last: int, mode: str, bad_at: int, start: float) -> None:
+        self.proto, self.tok, self.final, self.last = proto, tok, final, last
+        self.mode, self.bad_at, self.start, self.k = mode, bad_at, start, 0
+
+    def arm(self) -> None:
+        s = self.proto.s
+        when = self.start + s.first_delay + self.k * s.token_delay
+        self.proto.handle_timer = self.proto.loop.call_at(when, self.fire)
+
+    def fire(self) -> None:
+        proto = self.proto
+        if proto.transport is None:
+            return
+        self.k += 1
+        if self.k < self.last:
+            data = self.tok
+            if self.k == self.bad_at:
+                data += _chunk(b"data: {not json\n\n")
+            proto.transport.write(data)
+            self.arm()
+            return
+        if self.mode == "truncate":
+            proto.transport.write(self.tok)
+            proto.transport.close()
+        elif self.mode == "die":
+            MockProtocol._die()
+        else:
+            proto.transport.write(self.tok + self.final)
+
+
+class MockProtocol(asyncio.Protocol):
+    count = 0  # requests seen by this process (all connections)
+
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.buf = b""
+        self.transport = None
+        self.handle_timer: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_event_loop()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc) -> None:
+        if self.handle_timer is not None:
+            self.handle_timer.cancel()
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = self.buf[:i]
+            h = head.lower()
+            j = h.find(b"content-length:")
+            n = int(h[j + 15 : h.find(b"\r\n", j) if h.find(b"\r\n", j) > 0 else None]) if j >= 0 else 0
+            if len(self.buf) < i + 4 + n:
+                return
+            body = self.buf[i + 4 : i + 4 + n]
+            self.buf = self.buf[i + 4 + n :]
+            self.handle(head, body)
+
+    def handle(self, head: bytes, body: bytes) -> None:
+        line = head.split(b"\r\n", 1)[0].split(b" ")
+        path = line[1].decode() if len(line) > 1 else "/"
+        if path.endswith("/models"):
+            self.transport.write(_json_response("200 OK", {"object": "list", "data": [
+                {"id": self.s.model, "object": "model", "owned_by": "servelab-mock"}]}))
+            return
+        if path.endswith("/health"):
+            self.transport.write(_json_response("200 OK", {}))
+            return
+        if not path.endswith("completions"):
+            self.transport.write(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
+            return
+        try:
+            req = json.loads(body)
+        except json.JSONDecodeError:
+            self.transport.write(_json_response("400 Bad Request", {"error": {"message": "body is not JSON"}}))
+            return
+        MockProtocol.count += 1
+        n_req = MockProtocol.count
+        s = self.s
+        chat = path.endswith("chat/completions")
+        n_tokens = s.output_tokens or req.get("max_completion_tokens") or req.get("max_tokens") or 16
+        prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
+        prompt_tokens = len(str(prompt).split())
+        misbehave = s.mode != "ok" and n_req % s.fail_every == 0
+        mode = s.mode if misbehave else "ok"
+        if s.die_after and n_req >= s.die_after:
+            mode = "die"
+        if mode == "http500":
+            self.transport.write(_json_response("500 Internal Server Error",
+                                                {"error": {"message": "mock failure on purpose", "code": 500}}))
+            return
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                 "total_tokens": prompt_tokens + n_tokens}
+        if not req.get("stream"):
+            delay = s.first_delay + (n_tokens - 1) * s.token_delay
+            text = " tok" * n_tokens
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
+            resp = _json_response("200 OK", {"id": "mock", "object": "chat.completion" if chat else "text_completion",
+                                             "model": s.model, "choices": [choice], "usage": usage})
+            self.handle_timer = self.loop.call_later(delay, self._write, resp)
+            return
+        include_usage = (req.get("stream_options") or {}).get("include_usage") and mode != "no-usage"
+        self.transport.write(s.sse_head)
+        if chat:
+            self.transport.write(s.role_chat)
+        if mode == "hang":
+            return
+        tok = s.tok_chat if chat else s.tok_completion
+        last = n_tokens
+        if mode in ("truncate", "error-event", "die"):
+            last = max(1, n_tokens // 2)
+        if mode == "error-event":
+            final = _event({"error": {"message": "mock error event on purpose", "code": 500}}) + s.done
+        else:
+            fin = (_event({"id": "x", "object": "chat.completion.chunk", "model": s.model, "choices": [
+                {"index": 0, "delta": {}, "finish_reason": "length"}]}) if chat else b"")
+            use = (_event({"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
+                           "model": s.model, "choices": [], "usage": usage}) if include_usage else b"")
+            final = fin + use + s.done
+        bad_at = max(1, n_tokens // 2) if mode == "malformed" else 0
+        stream = _Stream(self, tok, final, last, mode, bad_at, self.loop.time())
+        stream.arm()
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    @staticmethod
+    def _die() -> None:
+        sys.stderr.write("mock server: dying on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m servelab.bench.mock_server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=18000)
+    p.add_argument("--token-delay-ms", type=float, default=10.0, help="gap between tokens of one stream")
+    p.add_argument("--first-token-delay-ms", type=float, default=None, help="default: the token delay")
+    p.add_argument("--output-tokens", type=int, default=0, help="tokens per response; 0 = the request's max_tokens")
+    p.add_argument("--mode", choices=MODES, default="ok")
+    p.add_argument("--fail-every", type=int, default=1, help="misbehave on every N-th request only")
+    p.add_argument("--die-after-requests", type=int, default=0, help="exit halfway through this request")
+    p.add_argument("--model", default="mock-model")
+    return p.parse_args(argv)
+
+
+async def serve(a: argparse.Namespace) -> None:
+    s = Settings(a)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: MockProtocol(s), a.host, a.port, backlog=4096, reuse_address=True)
+    print(f"mock server listening on http://{a.host}:{a.port} (mode {a.mode})", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(serve(a))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

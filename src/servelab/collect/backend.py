@@ -1,0 +1,27 @@
+"""A Backend names, by import path, the functions a worker process runs: so executors can hand it to spawned
+processes and Ray tasks as plain data, and tests can swap the GPU ops for fake ones without torch."""
+
+import importlib
+from typing import NamedTuple
+
+
+class Backend(NamedTuple):
+    bench: dict[str, str]  # op -> "module:function"(key) -> timing dict; comm ops take (key, rank, group)
+    worker_init: str  # (device_index) -> None
+    comm_init: str  # (rank, world, port, sizes) -> {group size: group handle}
+    classify: str  # (exception) -> error class
+    after_error: str  # () -> None, frees what a failed op left behind
+    facts: str  # () -> dict of software/hardware versions for provenance.json
+    name: str = "gpu"
+
+
+def resolve(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def gpu_backend() -> Backend:
+    from servelab.collect.ops import BENCH
+
+    p = "servelab.collect.ops.runtime:"
+    return Backend(BENCH, p + "init_worker", p + "init_comm", p + "classify", p + "after_error", p + "facts")

@@ -1,0 +1,70 @@
+"""Fake ops for testing the collector's plumbing without a GPU (executors, resume, errors, acceptance).
+
+Latencies come from the roofline of h200_sxm and are marked backend="fake": a campaign run with this backend is
+a test fixture, never a table. Keys listed in FAIL raise the error they name, to exercise error capture.
+"""
+
+import os
+
+from servelab.collect.backend import Backend
+
+FAIL_ENV = "SERVELAB_FAKE_FAIL"  # comma-separated "op:field=value" triggers, e.g. "gemm:m=4096"
+CRASH_ENV = "SERVELAB_FAKE_CRASH"  # same syntax: the worker process dies (os._exit) on that key
+
+
+def _matches(key, spec: str) -> bool:
+    for item in filter(None, spec.split(",")):
+        op, _, cond = item.partition(":")
+        field, _, value = cond.partition("=")
+        if key.op == op and str(getattr(key, field, None)) == value:
+            return True
+    return False
+
+
+def bench(key) -> dict:
+    from servelab.perfdb.roofline import Roofline
+    from servelab.specs import load_system
+
+    if _matches(key, os.environ.get(CRASH_ENV, "")):
+        os._exit(3)
+    if _matches(key, os.environ.get(FAIL_ENV, "")):
+        raise MemoryError(f"fake out of memory for {key}")
+    us = Roofline(load_system("h200_sxm")).latency(key).us
+    return {"latency_us": us, "p10_us": us * 0.98, "p90_us": us * 1.03, "reps": 20, "inner": 1,
+            "timing": "fake", "backend": "fake", "pid": os.getpid()}
+
+
+def bench_comm(key, rank: int, group) -> dict:
+    out = bench(key)
+    out["rank"] = rank
+    return out
+
+
+def init_worker(device_index: int) -> None:
+    os.environ["SERVELAB_FAKE_DEVICE"] = str(device_index)
+
+
+def init_comm(rank: int, world: int, port: int, sizes) -> dict:
+    return {g: None for g in sizes}
+
+
+def classify(exc: BaseException) -> str:
+    return "oom" if isinstance(exc, MemoryError) else "error"
+
+
+def after_error() -> None:
+    return None
+
+
+def facts() -> dict:
+    return {"gpu_name": "fake", "gpu_count": 0, "torch": None}
+
+
+def fake_backend() -> Backend:
+    from servelab.collect.ops import BENCH
+    from servelab.perfdb.keys import COMM_OPS
+
+    p = "servelab.collect.fakeops:"
+    bench_table = {op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH}
+    return Backend(bench_table, p + "init_worker", p + "init_comm", p + "classify", p + "after_error", p + "facts",
+                   name="fake")

@@ -1,0 +1,76 @@
+"""NCCL collectives through torch.distributed, one process per GPU, captured in CUDA graphs like every other op.
+
+`bytes` is the per-rank buffer (keys.Comm): all_reduce input, all_gather output, reduce_scatter input,
+all_to_all bytes sent, p2p message (rank 0 -> rank 1). Elements are bf16. Ranks agree on the calls per replay
+and the replays (the slowest rank's estimate), so every rank captures the same sequence of collectives.
+"""
+
+from servelab.collect.ops.common import Unsupported, rand
+from servelab.collect.timing import time_op
+
+
+def bench(key, rank: int, group) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    g = key.gpus
+    n = max(g, key.bytes // 2 // g * g)  # elements, divisible by the group size
+
+    def agree(est_us: float) -> float:
+        t = torch.tensor([est_us], device="cuda", dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return float(t.item())
+
+    if key.op == "allreduce":
+        def make():
+            return (rand(n),)
+
+        def run(x):
+            dist.all_reduce(x, group=group)
+            return x
+    elif key.op == "allgather":
+        def make():
+            return rand(n // g), torch.empty(n, device="cuda", dtype=torch.bfloat16)
+
+        def run(x, out):
+            dist.all_gather_into_tensor(out, x, group=group)
+            return out
+    elif key.op == "reducescatter":
+        def make():
+            return rand(n), torch.empty(n // g, device="cuda", dtype=torch.bfloat16)
+
+        def run(x, out):
+            dist.reduce_scatter_tensor(out, x, group=group)
+            return out
+    elif key.op == "alltoall":
+        def make():
+            return rand(n), torch.empty(n, device="cuda", dtype=torch.bfloat16)
+
+        def run(x, out):
+            dist.all_to_all_single(out, x, group=group)
+            return out
+    elif key.op == "p2p":
+        def make():
+            return (rand(n),)
+
+        def run(x):
+            if rank == 0:
+                dist.send(x, dst=1, group=group)
+            elif rank == 1:
+                dist.recv(x, src=0, group=group)
+            return x
+    else:
+        raise Unsupported(f"collective {key.op}")
+    t = time_op(make, run, n * 2 * 2, agree=agree, check_output=False)
+    t["backend"] = "nccl"
+    t["busbw_gbs"] = _busbw(key) / (t["latency_us"] * 1e-6) / 1e9
+    return t
+
+
+def _busbw(key) -> float:
+    g = key.gpus
+    if key.op == "allreduce":
+        return 2.0 * (g - 1) / g * key.bytes
+    if key.op == "p2p":
+        return float(key.bytes)
+    return (g - 1) / g * key.bytes

@@ -1,0 +1,164 @@
+"""The one timing method of the collector (systems.md, "Timing method that gave repeatable numbers").
+
+Random inputs in enough rotating sets that one replay touches at least ROTATE_BYTES (the H200 L2 is 60 MB),
+the op captured several times into one CUDA graph so a replay lasts about TARGET_REPLAY_MS, CUDA events around
+each replay, warm-up first, then the median, p10 and p90 over replays (each divided by the captures per replay).
+Where capture fails (an op that syncs with the host) the same loop runs eagerly and the row says timing=eager.
+
+torch is imported inside the functions: the core install has no torch.
+"""
+
+import math
+import statistics
+from contextlib import contextmanager
+from typing import Callable
+
+ROTATE_BYTES = 256 << 20  # per replay, so that no replay reads what the last one left in L2
+MAX_SETS = 32
+MAX_ROTATE_TOTAL = 24 << 30  # never hold more than this in rotating copies
+TARGET_REPLAY_MS = 2.0
+MAX_INNER = 256
+WARMUP_REPLAYS = 3
+
+
+class Timing(dict):
+    """latency_us (median), p10_us, p90_us, reps (replays), inner (op calls per replay), timing (graph|eager)."""
+
+
+@contextmanager
+def cuda_timed(samples: list):
+    """Record CUDA events around the block; append the (start, end) pair to samples. Read them with
+    elapsed_us(samples) after a synchronize: events never block the launching thread."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    yield
+    end.record()
+    samples.append((start, end))
+
+
+def elapsed_us(samples: list) -> list[float]:
+    import torch
+
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000 for s, e in samples]
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if len(s) == 1:
+        return s[0]
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(per_call_us: list[float], inner: int, mode: str) -> Timing:
+    return Timing(
+        latency_us=statistics.median(per_call_us),
+        p10_us=percentile(per_call_us, 0.10),
+        p90_us=percentile(per_call_us, 0.90),
+        reps=len(per_call_us),
+        inner=inner,
+        timing=mode,
+    )
+
+
+def num_sets(bytes_per_set: int) -> int:
+    """Input sets to rotate through so one pass over them is at least ROTATE_BYTES."""
+    if bytes_per_set <= 0:
+        return 1
+    n = math.ceil(ROTATE_BYTES / bytes_per_set)
+    n = min(n, MAX_SETS, max(1, MAX_ROTATE_TOTAL // bytes_per_set))
+    return max(1, n)
+
+
+def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int, max_seconds: float = 1.0,
+            min_reps: int = 15, max_reps: int = 100, graph: bool = True, agree: Callable | None = None,
+            check_output: bool = True) -> Timing:
+    """Time run(*inputs) over rotating input sets.
+
+    make_inputs() builds one fresh random input set (a tuple of tensors); run(*inputs) launches the op and
+    returns its output (checked for NaN/inf once, before timing). bytes_per_set sizes the rotation.
+    agree(estimate_us) -> estimate_us makes ranks of a collective use one estimate (the same captured calls).
+    """
+    import torch
+
+    sets = [make_inputs() for _ in range(num_sets(bytes_per_set))]
+    out = run(*sets[0])
+    torch.cuda.synchronize()
+    if check_output:
+        _check_finite(out)
+    del out
+    # eager estimate of one call decides how many calls fit in one replay
+    est_us = _eager_estimate(run, sets)
+    if agree is not None:
+        est_us = agree(est_us)
+    inner = max(1, min(MAX_INNER, round(TARGET_REPLAY_MS * 1000 / max(est_us, 1.0))))
+    replay = None
+    mode = "eager"
+    if graph:
+        replay = _capture(run, sets, inner)
+        if replay is not None:
+            mode = "graph"
+    if replay is None:
+        def replay():
+            for i in range(inner):
+                run(*sets[i % len(sets)])
+    for _ in range(WARMUP_REPLAYS):
+        replay()
+    torch.cuda.synchronize()
+    per_replay_ms = max(est_us * inner / 1000, 1e-3)
+    reps = int(min(max_reps, max(min_reps, max_seconds * 1000 / per_replay_ms)))
+    samples: list = []
+    for _ in range(reps):
+        with cuda_timed(samples):
+            replay()
+    per_call = [us / inner for us in elapsed_us(samples)]
+    return summarize(per_call, inner, mode)
+
+
+def _eager_estimate(run, sets) -> float:
+    import torch
+
+    for i in range(2):
+        run(*sets[i % len(sets)])
+    n, samples = 5, []
+    with cuda_timed(samples):
+        for i in range(n):
+            run(*sets[i % len(sets)])
+    return elapsed_us(samples)[0] / n
+
+
+def _capture(run, sets, inner):
+    """A replay function for a CUDA graph of `inner` calls, or None when the op cannot be captured."""
+    import torch
+
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up on the side stream, as capture requires
+            for i in range(2):
+                run(*sets[i % len(sets)])
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(inner):
+                run(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
+        torch.cuda.synchronize()
+        return None
+    return g.replay
+
+
+def _check_finite(out) -> None:
+    import torch
+
+    tensors = out if isinstance(out, (tuple, list)) else (out,)
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            if not bool(torch.isfinite(t.float() if t.element_size() < 2 else t).all()):
+                raise FloatingPointError("op output holds NaN or inf")

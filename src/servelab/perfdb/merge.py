@@ -1,0 +1,216 @@
+"""Merge collector campaigns into the tables of one system / backend / version.
+
+A campaign directory holds rows/<op>.jsonl (one JSON object per measured key: key fields with `op`, latency_us
+(median), p10_us, p90_us, reps, extras), errors.jsonl and provenance.json. Rows are checked with the same rules as
+the table loader; a key measured by more than one campaign (or already in the table) keeps the newest campaign's
+row, by provenance date, and the report says how many were replaced. Leave-one-out accuracy is computed here and
+stored in each table's metadata, so queries never recompute it.
+"""
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from servelab.errors import ServelabError
+from servelab.perfdb.families import BY_OP, Family
+from servelab.perfdb.store import (
+    PROVENANCE_FIELDS, STAT_COLUMNS, TableData, read_table, row_problems, table_from_rows, write_table,
+)
+
+
+def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, list[str]]:
+    """(provenance, rows by family, number of collector errors, problems) of one campaign directory."""
+    directory = Path(directory)
+    prov_path = directory / "provenance.json"
+    if not prov_path.is_file():
+        raise ServelabError(f"{directory}: no provenance.json (not a collector campaign directory)")
+    try:
+        prov = json.loads(prov_path.read_text())
+    except ValueError as e:
+        raise ServelabError(f"{prov_path}: not valid JSON ({e})") from None
+    if not isinstance(prov, dict):
+        raise ServelabError(f"{prov_path}: expected a JSON object")
+    missing = [k for k in PROVENANCE_FIELDS if k not in prov]
+    if missing:
+        raise ServelabError(f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})")
+    rows: dict[str, list[dict]] = {}
+    problems: list[str] = []
+    files = sorted((directory / "rows").glob("*.jsonl"))
+    if not files:
+        raise ServelabError(f"{directory}: no rows/*.jsonl files")
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                problems.append(f"{path} line {n}: not valid JSON")
+                continue
+            fam = BY_OP.get(row.get("op")) if isinstance(row, dict) else None
+            if fam is None:
+                problems.append(f"{path} line {n}: unknown op {row.get('op') if isinstance(row, dict) else row!r}")
+                continue
+            missing = [f for f in fam.fields if f != "op" and f not in row and f not in fam.key_type._field_defaults]
+            if missing or "latency_us" not in row:
+                problems.append(f"{path} line {n}: missing {', '.join(missing or ['latency_us'])}")
+                continue
+            wrong = [f for f in fam.int_fields if f in row and not _is_int(row[f])]
+            wrong += [c for c in ("latency_us", "p10_us", "p90_us", "reps") if c in row and not _is_num(row[c])]
+            if wrong:
+                problems.append(f"{path} line {n}: {', '.join(wrong)} must be numbers (integers for shapes)")
+                continue
+            row["_where"] = f"{path.name} line {n}"
+            rows.setdefault(fam.name, []).append(row)
+    errors_path = directory / "errors.jsonl"
+    num_errors = sum(1 for line in errors_path.read_text().splitlines() if line.strip()) if errors_path.is_file() else 0
+    return prov, rows, num_errors, problems
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _date_key(prov: dict) -> str:
+    """A sortable timestamp from provenance date (ISO 8601); unparseable dates sort first."""
+    try:
+        d = datetime.fromisoformat(str(prov.get("date")).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=timezone.utc)
+    return d.astimezone(timezone.utc).isoformat()
+
+
+def _check_system(system, prov: dict, where: str) -> None:
+    got = str(prov.get("gpu_name", ""))
+    if system.gpu_name.lower() not in got.lower():
+        raise ServelabError(f"{where}: provenance gpu_name {got!r} does not match {system.name} "
+                            f"({system.gpu_name!r}); merge it into that system's directory")
+
+
+def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | None = None) -> dict:
+    """Merge campaigns into the tables under `into` (<root>/<system>/<backend>/<version>/). Returns a report."""
+    from servelab.perfdb.accuracy import table_accuracy
+    from servelab.perfdb.interpolate import Index
+    from servelab.perfdb.reference import reference_fn
+    from servelab.specs import load_system
+
+    into = Path(into)
+    parts = into.resolve().parts
+    if len(parts) < 3:
+        raise ServelabError(f"--into {into}: expected a directory <system>/<backend>/<version>")
+    system_name, backend, version = parts[-3:]
+    system = load_system(system_name)
+    reference = reference_fn(system)
+    report: dict = {"into": str(into), "system": system.name, "backend": backend, "version": version,
+                    "campaigns": [], "tables": {}, "dropped": []}
+
+    # existing tables first: their campaigns are older unless their dates say otherwise
+    provenance: list[dict] = []
+    rows: dict[str, list[dict]] = {}
+    for path in sorted(into.glob("*.parquet")) if into.is_dir() else []:
+        old = read_table(path)  # strict: a corrupt existing table stops the merge rather than being overwritten
+        offset = len(provenance)
+        provenance += old.meta["provenance"]
+        rows.setdefault(old.family.name, []).extend(_rows_of(old, offset))
+    problems: list[str] = []
+    for d in dirs:
+        prov, new_rows, num_errors, bad = read_campaign(Path(d))
+        _check_system(system, prov, str(Path(d) / "provenance.json"))
+        problems += bad
+        index = len(provenance)
+        count = sum(len(v) for v in new_rows.values())
+        provenance.append(dict(prov, source=str(d), rows=count, collector_errors=num_errors))
+        report["campaigns"].append({"dir": str(d), "date": prov.get("date"), "rows": count, "errors": num_errors})
+        for fam_name, fam_rows in new_rows.items():
+            for r in fam_rows:
+                r["campaign"] = index
+            rows.setdefault(fam_name, []).extend(fam_rows)
+
+    order = sorted(range(len(provenance)), key=lambda i: (_date_key(provenance[i]), i))
+    rank = {c: r for r, c in enumerate(order)}  # newest campaign has the highest rank
+    tables = {}
+    for fam_name, fam_rows in rows.items():
+        fam = BY_OP[fam_rows[0]["op"]]
+        data, dup, wheres = _build(fam, fam_rows, rank, {"provenance": provenance})
+        bad = row_problems(data, limit=None)
+        if bad:
+            msgs = [f"{fam_name} {wheres[i]}: {m}" for i, m in bad]
+            if not drop_bad:
+                more = f" (and {len(msgs) - 5} more)" if len(msgs) > 5 else ""
+                raise ServelabError(f"{fam_name}: {len(msgs)} bad row(s): {'; '.join(msgs[:5])}{more}; "
+                                    "fix the campaign or pass --drop-bad to skip them")
+            report["dropped"] += msgs
+            keep = np.ones(len(data), dtype=bool)
+            keep[[i for i, _ in bad]] = False
+            data = _subset(data, keep)
+        tables[fam_name] = (data, dup)
+    if problems:
+        if not drop_bad:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise ServelabError(f"{len(problems)} unreadable row(s): {'; '.join(problems[:5])}{more}; "
+                                "fix the campaign or pass --drop-bad to skip them")
+        report["dropped"] += problems
+
+    merged_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    for fam_name, (data, dup) in tables.items():
+        data.meta = {"provenance": provenance, "system": system.name, "backend": backend, "version": version}
+        accuracy = table_accuracy(Index(data, reference))
+        data.meta.update(accuracy=accuracy, merged={
+            "date": merged_at, "command": command or " ".join(sys.argv), "replaced_by_newer": dup,
+            "rows": len(data), "roofline_efficiencies": "servelab/perfdb/data/efficiencies.json at merge time",
+        })
+        write_table(into / f"{fam_name}.parquet", data)
+        report["tables"][fam_name] = {"rows": len(data), "replaced_by_newer": dup, "accuracy": accuracy}
+    return report
+
+
+def _rows_of(data: TableData, offset: int) -> list[dict]:
+    out = []
+    for i in range(len(data)):
+        row = {f: data.cols[f][i].item() for f in data.family.fields}
+        row.update(latency_us=float(data.latency_us[i]), p10_us=float(data.p10_us[i]),
+                   p90_us=float(data.p90_us[i]), reps=int(data.reps[i]), campaign=int(data.campaign[i]) + offset)
+        if data.extra is not None and data.extra[i]:
+            row.update(json.loads(data.extra[i]))
+        out.append(row)
+    return out
+
+
+def _build(fam: Family, rows: list[dict], rank: dict, meta: dict) -> tuple[TableData, int, list[str]]:
+    """One table from rows, keeping the newest campaign's row for each key; returns it and how many rows
+    were replaced by a newer measurement of the same key."""
+    best: dict[tuple, dict] = {}
+    replaced = 0
+    defaults = fam.key_type._field_defaults
+    for r in rows:
+        key = tuple(str(r.get(f, defaults.get(f))) for f in fam.fields)
+        prev = best.get(key)
+        if prev is not None:
+            replaced += 1
+            if rank[r["campaign"]] < rank[prev["campaign"]]:
+                continue
+        best[key] = r
+    kept = list(best.values())
+    where = [r.get("_where", "(existing table)") for r in kept]
+    return table_from_rows(fam, kept, meta), replaced, where
+
+
+def _subset(data: TableData, keep: np.ndarray) -> TableData:
+    idx = np.flatnonzero(keep)
+    return TableData(
+        data.family, {k: v[idx] for k, v in data.cols.items()}, data.latency_us[idx], data.p10_us[idx],
+        data.p90_us[idx], data.reps[idx], data.campaign[idx], data.meta,
+        [data.extra[i] for i in idx] if data.extra is not None else None,
+    )
+
+
+__all__ = ["merge", "read_campaign", "STAT_COLUMNS"]

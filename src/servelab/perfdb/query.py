@@ -1,0 +1,52 @@
+"""One op query, or a file of them, answered as plain dicts (what `servelab db query --json` prints)."""
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from servelab.errors import ServelabError
+from servelab.perfdb.keys import key_from_dict
+from servelab.perfdb.shapes import check_key
+
+
+def make_db(system_name: str, tables_dir: Path | None = None, roofline_only: bool = False):
+    """A PerfDB for the system: the given table directory, else the embedded/default tables."""
+    from servelab.perfdb.db import PerfDB
+    from servelab.perfdb.tables import load_tables
+    from servelab.specs import load_system
+
+    system = load_system(system_name)
+    if roofline_only:
+        return PerfDB(system, use_tables=False)
+    if tables_dir is not None:
+        return PerfDB(system, tables=load_tables(tables_dir, system))
+    return PerfDB(system)
+
+
+def answer(db, op: str, fields: dict) -> dict:
+    key = check_key(key_from_dict(op, fields))
+    lat = db.query(key)
+    return {**key._asdict(), "system": db.system.name, "latency_us": round(lat.us, 4),
+            "latency_us_low": round(lat.low_us, 4), "latency_us_high": round(lat.high_us, 4),
+            "source": lat.source, "note": lat.note}
+
+
+def answer_lines(db, path: Path) -> Iterator[dict]:
+    """One result per non-empty input line; a bad line yields {"line", "error"} and the rest still answer."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ServelabError(f"--batch {path}: cannot read ({e.strerror})") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict) or "op" not in obj:
+                raise ServelabError('expected a JSON object with "op" and shape fields')
+            fields = {k: v for k, v in obj.items() if k != "op"}
+            yield answer(db, str(obj["op"]), fields)
+        except ValueError:
+            yield {"line": n, "error": f"{path} line {n}: not valid JSON"}
+        except ServelabError as e:
+            yield {"line": n, "error": f"{path} line {n}: {e}"}

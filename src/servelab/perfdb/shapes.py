@@ -1,0 +1,41 @@
+"""Sanity limits on a queried op key, so a typo (heads 7 over kv_heads 2, a 10^15-byte message) gets a clear
+error instead of a confident number. The prediction hot path never calls this; user-facing entry points do."""
+
+from servelab.errors import ServelabError
+from servelab.perfdb.keys import OpKey
+
+# generous upper bounds per field: beyond these no real deployment's rank-local shape lies
+MAX = {
+    "m": 1 << 24, "n": 1 << 20, "k": 1 << 20, "batch": 1 << 20, "seq": 1 << 24, "kv_len": 1 << 24,
+    "heads": 1024, "kv_heads": 1024, "native_heads": 1024, "head_dim": 1024, "window": 1 << 24,
+    "tokens": 1 << 24, "hidden": 1 << 18, "inter": 1 << 18, "experts": 4096, "topk": 64, "ep": 1024,
+    "bytes": 1 << 40, "gpus": 1 << 16, "flops": 1 << 50,
+}
+
+
+def check_key(key: OpKey) -> OpKey:
+    """The key with dtype aliases normalised; ServelabError naming the field for anything out of range."""
+    from servelab.specs.dtypes import parse_dtype
+
+    op = key.op
+    for field, value in key._asdict().items():
+        limit = MAX.get(field)
+        if limit is not None and not (0 <= value <= limit):
+            raise ServelabError(f"{op}: {field}={value} is outside the supported range 1..{limit}")
+    if hasattr(key, "dtype"):
+        key = key._replace(dtype=parse_dtype(key.dtype, f"{op} dtype").value)
+    if hasattr(key, "kv_dtype"):
+        key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, f"{op} kv_dtype").value)
+    if hasattr(key, "kv_heads") and key.heads % key.kv_heads:
+        raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
+    if hasattr(key, "native_heads") and key.native_heads % key.heads:
+        raise ServelabError(f"{op}: heads={key.heads} (rank-local) must divide native_heads={key.native_heads}; "
+                            "rank-local heads are native heads / tp")
+    if op == "moe":
+        if key.topk > key.experts:
+            raise ServelabError(f"moe: topk={key.topk} exceeds experts={key.experts}")
+        if key.experts % key.ep:
+            raise ServelabError(f"moe: experts={key.experts} must be a multiple of ep={key.ep}")
+        if key.distribution not in ("uniform", "power_law"):
+            raise ServelabError(f"moe: distribution {key.distribution!r}; expected uniform or power_law")
+    return key

@@ -1,0 +1,201 @@
+"""Perf tables of one system / backend / version, answering op keys with a source and an error band.
+
+A query resolves, in order: exact hit (measured; band = the measurement's p10-p90 widened to run-to-run
+repeatability), interpolation between collected points (band = the table's leave-one-out error quantiles),
+held utilisation beyond the data (extrapolated; band from leave-boundary-out errors, widened with the distance),
+borrowing from the nearest collected shape (another (n, k), other heads, or another model's bucket, which the
+note says), and, where the table has nothing, the roofline (PerfDB's fallback).
+
+Files are found at construction (a directory listing) and read on the first query of their family, so a process
+that never asks for MoE never reads the MoE table. A malformed or corrupt file is skipped with a warning and the
+roofline answers for its ops, saying which file was skipped and why.
+"""
+
+import logging
+import math
+import os
+import re
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.perfdb.families import BY_NAME, BY_OP
+from servelab.perfdb.interpolate import Index
+from servelab.perfdb.latency import OpLatency
+from servelab.perfdb.reference import reference_fn
+from servelab.perfdb.roofline import Roofline
+
+log = logging.getLogger("servelab.perfdb")
+
+# run-to-run repeatability of one op measured twice on the H200 (90 % of rows), reference/systems.md
+REPEAT_LO, REPEAT_HI = -0.025, 0.035
+# bands where a table has too few points for leave-one-out statistics: wide, and the note says so
+DEFAULT_BANDS = {"interpolated": (-0.10, 0.10), "extrapolated": (-0.30, 0.30), "borrowed": (-0.30, 0.50)}
+MIN_LOO_POINTS = 5
+ENV_PATH = "SERVELAB_PERFDB_PATH"
+
+
+def data_root() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("servelab.perfdb") / "data"))
+
+
+class TableSet:
+    """The tables in one <system>/<backend>/<version> directory."""
+
+    def __init__(self, directory: Path, system, strict: bool = False):
+        self.dir = Path(directory)
+        self.system = system
+        self.strict = strict
+        self.roofline = Roofline(system)
+        parts = self.dir.resolve().parts
+        self.label = "/".join(parts[-3:]) if len(parts) >= 3 else str(self.dir)
+        self.files: dict[str, Path] = {}
+        self.skipped: dict[str, str] = {}  # family -> why its file was skipped
+        self._indexes: dict[str, Index | None] = {}
+        if not self.dir.is_dir():
+            raise ServelabError(f"{self.dir}: no such table directory")
+        for path in sorted(self.dir.glob("*.parquet")):
+            if path.stem in BY_NAME:
+                self.files[path.stem] = path
+            else:
+                self._skip(path.stem, path, f"unknown table name; expected one of {', '.join(BY_NAME)}")
+        self._ref = reference_fn(system)
+
+    def _skip(self, name: str, path: Path, why: str) -> None:
+        if self.strict:
+            raise ServelabError(f"{path}: {why}")
+        self.skipped[name] = f"{path.name} skipped: {why}"
+        log.warning("warning: perf table %s skipped, the roofline answers its ops: %s", path, why)
+
+    def index(self, family: str) -> Index | None:
+        """The family's index, reading its file on first use; None without a (valid) file."""
+        if family in self._indexes:
+            return self._indexes[family]
+        idx = None
+        path = self.files.get(family)
+        if path is not None:
+            from servelab.perfdb.store import read_table
+
+            try:
+                data = read_table(path)
+            except ServelabError as e:
+                if self.strict:
+                    raise
+                msg = str(e)
+                prefix = f"{path}: "
+                self._skip(family, path, msg[len(prefix):] if msg.startswith(prefix) else msg)
+            else:
+                idx = Index(data, self._ref)
+        self._indexes[family] = idx
+        return idx
+
+    # ---- queries -----------------------------------------------------------------------------------------
+    def lookup(self, key) -> OpLatency | None:
+        fam = BY_OP.get(key.op)
+        if fam is None:
+            return None
+        idx = self.index(fam.name)
+        if idx is None:
+            if fam.name in self.skipped:
+                return self._roofline(key, self.skipped[fam.name])
+            return None
+        ans = idx.answer(key)
+        if ans is None:
+            hard = [f for f in fam.group if f != "op" and f not in fam.soft]
+            return self._roofline(key, f"no {fam.name} rows in {self.label} for "
+                                       + ", ".join(f"{f}={getattr(key, f)}" for f in hard))
+        where = f"{self.label} {fam.name} table"
+        acc = idx.data.meta.get("accuracy") or {}
+        if ans.kind == "measured":
+            d = idx.data
+            lat, p10, p90 = float(d.latency_us[ans.row]), float(d.p10_us[ans.row]), float(d.p90_us[ans.row])
+            low = min(p10, lat * (1 + REPEAT_LO))
+            high = max(p90, lat * (1 + REPEAT_HI))
+            return OpLatency(lat, low, high, "measured",
+                             f"{where}; band: measured p10-p90 and run-to-run repeatability")
+        note = where
+        kind = ans.kind
+        if ans.borrowed_from is not None:
+            kind = "borrowed"
+            gq = idx.family.group
+            query_group = tuple(getattr(key, f) for f in gq)
+            if idx.family.buckets:
+                note += (f"; fell back from model bucket {idx.describe_group(query_group)} (not collected) to "
+                         f"bucket {idx.describe_group(ans.borrowed_from)}")
+            else:
+                note += (f"; {idx.describe_group(query_group)} not collected, utilisation borrowed from "
+                         f"{idx.describe_group(ans.borrowed_from)}")
+        lo, hi, band_note = _band(acc, kind)
+        if ans.kind == "extrapolated":
+            # one grid step beyond the data is what leave-boundary-out measured; further out, widen with the
+            # distance (log2 of how far beyond the data the query lies)
+            if kind != "extrapolated":
+                lo2, hi2, _ = _band(acc, "extrapolated")
+                lo, hi = min(lo, lo2), max(hi, hi2)
+            scale = max(1.0, math.log2(ans.beyond))
+            lo, hi = lo * scale, hi * scale
+            note += f"; utilisation held from the table boundary ({ans.beyond:.3g}x beyond the data)"
+        lo = max(lo, -0.9)
+        return OpLatency(ans.us, ans.us * (1 + lo), ans.us * (1 + hi), ans.kind, f"{note}; {band_note}")
+
+    def _roofline(self, key, why: str) -> OpLatency:
+        r = self.roofline.latency(key)
+        return r._replace(note=f"{r.note} ({why})")
+
+    # ---- description -------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """Per table: rows, groups, provenance and stored accuracy (reads every file)."""
+        out = {"dir": str(self.dir), "label": self.label, "tables": {}, "skipped": {}}
+        for name in self.files:
+            idx = self.index(name)
+            if idx is None:
+                continue
+            meta = idx.data.meta
+            out["tables"][name] = {
+                "rows": len(idx.data), "groups": len(idx.groups),
+                "ops": sorted(set(idx.data.cols["op"].tolist())),
+                "provenance": meta.get("provenance"), "accuracy": meta.get("accuracy"),
+                "merged": meta.get("merged"),
+            }
+        out["skipped"] = dict(self.skipped)
+        return out
+
+
+def _band(acc: dict, kind: str) -> tuple[float, float, str]:
+    s = acc.get(kind) or {}
+    if s.get("n", 0) >= MIN_LOO_POINTS:
+        return min(s["lo"], 0.0), max(s["hi"], 0.0), f"band: leave-one-out p10-p90 of {kind} points (n={s['n']})"
+    lo, hi = DEFAULT_BANDS[kind]
+    return lo, hi, f"band: default for {kind} (too few leave-one-out points)"
+
+
+def _version_key(text: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def table_dirs(system_name: str, roots: list[Path] | None = None) -> list[Path]:
+    """Table directories for a system under each root (<root>/<system>/<backend>/<version>/), best first:
+    roots in order (SERVELAB_PERFDB_PATH before the embedded data), then the newest version."""
+    if roots is None:
+        roots = [Path(p) for p in os.environ.get(ENV_PATH, "").split(os.pathsep) if p] + [data_root()]
+    found = []
+    for root in roots:
+        base = root / system_name
+        if not base.is_dir():
+            continue
+        dirs = [v for b in sorted(base.iterdir()) if b.is_dir() for v in b.iterdir()
+                if v.is_dir() and any(v.glob("*.parquet"))]
+        found += sorted(dirs, key=lambda v: (_version_key(v.name), v.parent.name), reverse=True)
+    return found
+
+
+def load_default_tables(system) -> TableSet | None:
+    """The best table directory for this system (see table_dirs), or None; files are read on first query."""
+    dirs = table_dirs(system.name)
+    return TableSet(dirs[0], system) if dirs else None
+
+
+def load_tables(directory: str | Path, system, strict: bool = False) -> TableSet:
+    return TableSet(Path(directory), system, strict=strict)
+

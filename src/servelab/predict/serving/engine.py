@@ -1,0 +1,248 @@
+"""A continuous-batching engine lane: request state, KV accounting and the vLLM V1 scheduling policy.
+
+Each step: every decoding request gets its token(s) first; then requests part-way through their prompt continue
+(chunked prefill); then waiting requests are admitted in arrival order while the token budget
+(max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV cache allow. When the KV cache cannot hold
+the decodes' next tokens, the most recently admitted request is preempted and later recomputed (vLLM V1).
+
+Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the start,
+and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes or is
+admitted) is one update however long it is. This is what makes 1,000 requests cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    idx: int
+    prompt: int  # tokens to have in the KV cache before decoding (grows after a preemption: recompute)
+    osl: int
+    cached: int  # prefix-cache tokens, present without compute
+    arrival: tuple = ()  # clocks (nominal, low, high), seconds
+    first: tuple | None = None
+    finish: tuple | None = None
+    computed: int = 0  # prompt tokens in the KV cache
+    out: float = 0.0  # output tokens emitted before the current decode entry
+    g0: float = 0.0  # the shared counter G when this request started decoding
+    ctx0: int = 0  # its KV tokens at that moment
+    epoch: int = 0  # bumps on preemption, invalidating stale heap entries
+    preemptions: int = 0
+
+    @property
+    def target(self) -> float:
+        return self.g0 + self.osl - self.out
+
+
+@dataclass(slots=True)
+class Batch:
+    steps: int  # identical steps this batch stands for (a decode stretch), 1 otherwise
+    decodes: int
+    kv_mean: float
+    chunks: list  # (request, new_tokens, past_tokens)
+    duration: tuple  # seconds, per clock, for all steps
+
+
+@dataclass(slots=True)
+class LaneLimits:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    chunked_prefill: bool
+    kv_capacity: float  # bytes per GPU for this lane's sequences
+    kv_fixed: float  # bytes per sequence regardless of length (windows, compressor state)
+    kv_per_token: float  # bytes per cached token
+    tokens_per_step: float = 1.0  # expected tokens a decoding sequence emits per step (speculative decoding)
+    verify_tokens: int = 1  # tokens a decoding sequence takes from the budget (1 + draft tokens)
+
+
+@dataclass
+class LaneStats:
+    steps: int = 0
+    busy_decode_s: float = 0.0  # time in decode-only steps
+    busy_mixed_s: float = 0.0  # time in steps carrying prefill
+    decode_token_steps: float = 0.0  # sum over steps of decoding sequences (mean batch = this / decode steps)
+    decode_steps: int = 0
+    prefill_tokens: int = 0
+    blocked_kv: int = 0  # scheduling rounds where a waiting request did not fit the KV cache
+    blocked_seqs: int = 0  # ... where max_num_seqs was reached with requests waiting
+    preemptions: int = 0
+    peak_kv_frac: float = 0.0
+    itl: list = field(default_factory=list)  # (seconds per clock, weight): per-chunk gaps, pooled
+
+
+class Lane:
+    """One scheduler over one lane's requests. `price_decode(n, kv)` and `price_mixed(chunks, n, kv)` give step
+    times in us per clock (nominal, low, high)."""
+
+    def __init__(self, limits: LaneLimits, price_decode, price_mixed):
+        self.lim = limits
+        self.price_decode, self.price_mixed = price_decode, price_mixed
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.running: list[Request] = []  # admission order (the preemption victim is the last)
+        self.heap: list = []  # (target G, idx, epoch, request) of decoding requests
+        self.num_decoding = 0
+        self.G = 0.0
+        self.sum_ctx0 = 0.0  # sum of ctx0 - g0 over decoding requests: their KV tokens = sum + n * G
+        self.prefill_tokens = 0  # KV tokens held by requests still in prefill
+        self.clock = [0.0, 0.0, 0.0]
+        self.emitted = 0.0  # output tokens emitted, all requests
+        self.busy = False
+        self.stats = LaneStats()
+
+    # ---- KV ----------------------------------------------------------------------------------------------
+    def kv_tokens(self) -> float:
+        return self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens
+
+    def kv_bytes(self) -> float:
+        return len(self.running) * self.lim.kv_fixed + self.kv_tokens() * self.lim.kv_per_token
+
+    # ---- arrivals ----------------------------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    # ---- scheduling --------------------------------------------------------------------------------------
+    def schedule(self, horizon_s: float, drive: int) -> Batch | None:
+        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
+        lim, st = self.lim, self.stats
+        grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+        while self.num_decoding and self.kv_bytes() + grow > lim.kv_capacity:
+            self._preempt()
+            grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+        n = self.num_decoding
+        budget = lim.max_num_batched_tokens - n * lim.verify_tokens
+        free = lim.kv_capacity - self.kv_bytes() - grow
+        chunks = []
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(req.prompt - req.computed, budget, int(free // lim.kv_per_token))
+            if take <= 0:
+                break
+            chunks.append((req, take, req.computed))
+            budget -= take
+            free -= take * lim.kv_per_token
+        while self.waiting and budget > 0:
+            if len(self.running) >= lim.max_num_seqs:
+                st.blocked_seqs += 1
+                break
+            req = self.waiting[0]
+            todo = req.prompt - req.cached
+            take = min(todo, budget)
+            if not lim.chunked_prefill and take < todo and (chunks or n):
+                break
+            if lim.kv_fixed + (req.cached + take) * lim.kv_per_token > free:
+                st.blocked_kv += 1
+                break
+            self.waiting.popleft()
+            req.computed = req.cached
+            self.prefill_tokens += req.cached
+            self.prefilling.append(req)
+            self.running.append(req)
+            chunks.append((req, take, req.cached))
+            budget -= take
+            free -= lim.kv_fixed + (req.cached + take) * lim.kv_per_token
+        if not chunks and not n:
+            return None
+        kv_mean = self.G + self.sum_ctx0 / n if n else 0.0
+        if chunks:
+            us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
+            return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
+        return self._stretch(n, kv_mean, horizon_s, drive, grow)
+
+    def _stretch(self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float) -> Batch:
+        """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache fills."""
+        tps = self.lim.tokens_per_step
+        steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
+        if grow > 0:
+            steps = min(steps, max(1, int((self.lim.kv_capacity - self.kv_bytes()) // grow)))
+        one = self.price_decode(n, kv_mean)
+        if horizon_s != float("inf"):
+            gap = horizon_s - self.clock[drive]
+            steps = min(steps, max(1, int(gap / (one[drive] * 1e-6)) + 1))
+        if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
+            one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
+        return Batch(steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6))
+
+    def _preempt(self) -> None:
+        req = self.running.pop()
+        st = self.stats
+        st.preemptions += 1
+        req.preemptions += 1
+        if req in self.prefilling:
+            self.prefilling.remove(req)
+            self.prefill_tokens -= req.computed
+        else:
+            self.num_decoding -= 1
+            self.sum_ctx0 -= req.ctx0 - req.g0
+            req.out += self.G - req.g0
+            req.epoch += 1
+            req.prompt = req.prompt + int(req.out)  # recompute prompt and output so far
+        req.computed = 0
+        self.waiting.appendleft(req)
+
+    # ---- step end ----------------------------------------------------------------------------------------
+    def complete(self, batch: Batch) -> list[Request]:
+        """Apply a finished batch at the lane clock; return the requests that finished."""
+        st, lim = self.stats, self.lim
+        clock = self.clock
+        for i in range(3):
+            clock[i] += batch.duration[i]
+        now = tuple(clock)
+        st.steps += batch.steps
+        done: list[Request] = []
+        n = batch.decodes
+        if n:
+            adv = batch.steps * lim.tokens_per_step
+            self.G += adv
+            self.emitted += n * adv
+            per = tuple(d / batch.steps for d in batch.duration)
+            st.itl.append((per, n * batch.steps))
+            st.decode_token_steps += n * batch.steps
+            st.decode_steps += batch.steps
+        if batch.chunks:
+            st.busy_mixed_s += batch.duration[0]
+            for req, take, _ in batch.chunks:
+                req.computed += take
+                self.prefill_tokens += take
+                st.prefill_tokens += take
+                if req.computed >= req.prompt:
+                    self._start_decoding(req, now, done)
+        else:
+            st.busy_decode_s += batch.duration[0]
+        heap = self.heap
+        while heap and heap[0][0] <= self.G + 1e-9:
+            _, _, epoch, req = heapq.heappop(heap)
+            if epoch != req.epoch or req.finish is not None:
+                continue
+            self.num_decoding -= 1
+            self.sum_ctx0 -= req.ctx0 - req.g0
+            self._finish(req, now, done)
+        frac = self.kv_bytes() / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
+        if frac > st.peak_kv_frac:
+            st.peak_kv_frac = frac
+        return done
+
+    def _start_decoding(self, req: Request, now: tuple, done: list) -> None:
+        self.prefilling.remove(req)
+        self.prefill_tokens -= req.computed
+        if req.first is None:
+            req.first = now
+        req.out += 1  # the prefill step samples a token
+        self.emitted += 1
+        if req.out >= req.osl:
+            self._finish(req, now, done)
+            return
+        req.ctx0, req.g0 = req.computed, self.G
+        self.num_decoding += 1
+        self.sum_ctx0 += req.ctx0 - req.g0
+        heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
+
+    def _finish(self, req: Request, now: tuple, done: list) -> None:
+        req.finish = now
+        self.running.remove(req)
+        done.append(req)

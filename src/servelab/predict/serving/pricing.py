@@ -1,0 +1,105 @@
+"""Step prices for the simulator: one lane's step shape -> (us, low_us, high_us), looked up on a grid.
+
+The step model costs about 100 us per new shape, and a simulation asks for thousands of steps, so shapes are put
+on a geometric grid (style habit 2: predictions are lookups into a rounded grid). Decode-only steps, which make up
+most of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps snap
+each count to the nearest grid point (at most half a grid ratio off, a few per cent).
+
+A lane is what one scheduler serves: one attention-DP rank (ranks step in lockstep through the MoE layers, so the
+replica's step is `attn_dp` copies of the lane's), and one of `pp` microbatches in flight.
+"""
+
+from __future__ import annotations
+
+import math
+
+from servelab.predict.graph import StepShape
+from servelab.predict.step import priced_step
+
+EXACT_BELOW = 16  # counts up to here are priced exactly (small batches change the price most)
+RATIO = 1.25  # grid ratio above that: a snapped count is at most ~12 % off, interpolation recovers most of it
+_LOG_R = math.log(RATIO)
+
+
+def grid_below(x: float) -> int:
+    """The largest grid point <= x (x >= 1)."""
+    if x <= EXACT_BELOW:
+        return max(1, int(x))
+    i = int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9)
+    return _point(i)
+
+
+def _point(i: int) -> int:
+    return int(round(EXACT_BELOW * RATIO**i))
+
+
+def grid_above(x: float) -> int:
+    lo = grid_below(x)
+    if lo >= x:
+        return lo
+    if x <= EXACT_BELOW:
+        return lo + 1
+    i = int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9)
+    return _point(i + 1)
+
+
+def snap(x: float) -> int:
+    """The nearest grid point (geometrically)."""
+    if x <= 0:
+        return 0
+    lo, hi = grid_below(max(x, 1)), grid_above(max(x, 1))
+    return lo if hi == lo or x * x <= lo * hi else hi
+
+
+class StepPricer:
+    """Prices lane steps for one (model, parallel, engine, perfdb); results are memoized per grid key."""
+
+    def __init__(self, model, parallel, engine, db, spec_tokens: int = 0):
+        self.model, self.parallel, self.engine, self.db = model, parallel, engine, db
+        self.dp = parallel.attn_dp
+        self.spec_tokens = spec_tokens
+        # decode steps up to this lane batch replay a CUDA graph; keep interpolation on one side of the jump
+        self.graph_limit = engine.cuda_graph_max_batch // self.dp
+        self._cache: dict = {}
+        self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
+
+    def _price(self, prefill: tuple, n: int, kv: int) -> tuple[float, float, float]:
+        key = (prefill, n, kv)
+        hit = self._cache.get(key)
+        if hit is None:
+            shape = StepShape(prefill=prefill * self.dp, decode_batch=n * self.dp, decode_kv_len=kv if n else 0,
+                              spec_tokens=self.spec_tokens if n else 0)
+            st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
+            hit = self._cache[key] = (st.us, st.low_us, st.high_us)
+            self.priced += 1
+        return hit
+
+    def decode(self, n: int, kv: float) -> tuple[float, float, float]:
+        """A decode-only step of n sequences at mean context kv, bilinear between grid points."""
+        kv = max(kv, 1.0)
+        n0, n1 = grid_below(n), grid_above(n)
+        limit = self.graph_limit
+        if n <= limit < n1:
+            n1 = limit
+        if n0 <= limit < n:
+            n0 = limit + 1
+        k0, k1 = grid_below(kv), grid_above(kv)
+        a, b = self._price((), n0, k0), self._price((), n0, k1)
+        fk = (kv - k0) / (k1 - k0) if k1 > k0 else 0.0
+        lo = (a[0] + (b[0] - a[0]) * fk, a[1] + (b[1] - a[1]) * fk, a[2] + (b[2] - a[2]) * fk)
+        if n1 == n0:
+            return lo
+        c, d = self._price((), n1, k0), self._price((), n1, k1)
+        hi = (c[0] + (d[0] - c[0]) * fk, c[1] + (d[1] - c[1]) * fk, c[2] + (d[2] - c[2]) * fk)
+        fn = (n - n0) / (n1 - n0)
+        return (lo[0] + (hi[0] - lo[0]) * fn, lo[1] + (hi[1] - lo[1]) * fn, lo[2] + (hi[2] - lo[2]) * fn)
+
+    def mixed(self, chunks: list[tuple[int, int]], n: int, kv: float) -> tuple[float, float, float]:
+        """A step with prefill chunks (new, past) and n decoding sequences, each count snapped to the grid."""
+        prefill = tuple(sorted((max(1, snap(new)), snap(past)) for new, past in chunks))
+        return self._price(prefill, snap(n), snap(kv) if n else 0)
+
+    def shape(self, chunks: list[tuple[int, int]], n: int, kv: float) -> StepShape:
+        """The replica step shape the price of a lane step stands for (used by --breakdown and --explain)."""
+        return StepShape(prefill=tuple(chunks) * self.dp, decode_batch=n * self.dp, decode_kv_len=int(kv) if n else 0,
+                         spec_tokens=self.spec_tokens if n else 0)

@@ -1,0 +1,182 @@
+"""The discrete-event loop (style habit 1): pop an event, handle it, push what the handler returns.
+
+Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the queue.
+Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not
+depend on time (a client sends when its last request ends, which is a step end), so one run prices the same
+schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import NamedTuple
+
+from servelab.errors import ServelabError
+from servelab.predict.serving.engine import Lane, Request
+from servelab.predict.serving.workload import Workload
+
+INF = float("inf")
+
+
+class Arrival(NamedTuple):
+    time: float
+    req: Request
+
+    def handle(self, lane: Lane, source, horizon: float) -> list:
+        self.req.arrival = _at(lane, self.time, source.drive)
+        lane.add(self.req)
+        source.on_arrival(self.req, lane)
+        out = [e for e in (source.next_arrival(),) if e is not None]
+        if not lane.busy:
+            out.append(Schedule(self.time))
+        return out
+
+
+class StepEnd(NamedTuple):
+    time: float
+    batch: object
+
+    def handle(self, lane: Lane, source, horizon: float) -> list:
+        lane.busy = False
+        done = lane.complete(self.batch)
+        out = [Schedule(self.time)]
+        for req in done:
+            out.extend(source.on_finish(req, self.time, lane))
+        return out
+
+
+class Schedule(NamedTuple):
+    time: float
+
+    def handle(self, lane: Lane, source, horizon: float) -> list:
+        if lane.busy:
+            return []
+        drive = source.drive
+        if lane.clock[drive] < self.time:  # idle until now: every clock moves on by the same gap
+            gap = self.time - lane.clock[drive]
+            lane.clock = [c + gap for c in lane.clock]
+        batch = lane.schedule(horizon, drive)
+        if batch is None:
+            return []
+        lane.busy = True
+        return [StepEnd(lane.clock[drive] + batch.duration[drive], batch)]
+
+
+_ORDER = {Arrival: 0, StepEnd: 1, Schedule: 2}  # at one instant: arrivals, then step ends, then scheduling
+
+
+def _at(lane: Lane, t: float, drive: int) -> tuple:
+    """All clocks at instant t of the drive clock: each keeps its offset from the drive clock at the last step
+    boundary (inside a step, or across an idle gap that every clock crosses alike)."""
+    return tuple(t + (c - lane.clock[drive]) for c in lane.clock)
+
+
+def run(lane: Lane, source) -> None:
+    queue: list = []
+    seq = itertools.count()
+    for event in source.start():
+        heapq.heappush(queue, (event.time, _ORDER[type(event)], next(seq), event))
+    while queue and not source.done:
+        _, _, _, event = heapq.heappop(queue)
+        horizon = queue[0][0] if queue else INF
+        for new in event.handle(lane, source, horizon):
+            heapq.heappush(queue, (new.time, _ORDER[type(new)], next(seq), new))
+    if not source.done:
+        raise ServelabError("simulation stalled: a waiting request can never be admitted (KV cache too small "
+                            "for one sequence, or a prompt longer than the token budget without chunked prefill)")
+
+
+class Source:
+    """Makes the requests and decides when to stop; `measured` are the requests the statistics use."""
+
+    drive = 0
+
+    def __init__(self, wl: Workload, prompt: int | None = None, cached: int | None = None):
+        self.wl = wl
+        self.prompt = wl.isl if prompt is None else prompt
+        self.cached = wl.cached_tokens if cached is None else cached
+        self.requests: list[Request] = []
+        self.pending_measured = 0
+        self.done = False
+        self.window: list = [None, None]  # (clocks, emitted) at the measuring window's start and end
+
+    def _new(self) -> Request:
+        req = Request(len(self.requests), self.prompt, self.wl.osl, self.cached)
+        self.requests.append(req)
+        return req
+
+    def on_arrival(self, req: Request, lane: Lane) -> None:
+        pass
+
+    def next_arrival(self):
+        return None
+
+
+class ClosedLoop(Source):
+    """C clients, each sending its next request the moment its last one ends (vLLM --max-concurrency with
+    request_rate inf). The first `warmup` requests fill the engine; the next `measured` are measured; clients keep
+    sending until those finish, so the batch never drains while measuring."""
+
+    def __init__(self, wl: Workload, **kw):
+        super().__init__(wl, **kw)
+        self.c = wl.concurrency
+        self.warmup = wl.concurrency if wl.warmup is None else wl.warmup
+        self.num_measured = wl.measured()
+        self.pending_measured = self.num_measured
+
+    def is_measured(self, req: Request) -> bool:
+        return self.warmup <= req.idx < self.warmup + self.num_measured
+
+    def start(self) -> list:
+        return [Arrival(0.0, self._new()) for _ in range(self.c)]
+
+    def on_arrival(self, req: Request, lane: Lane) -> None:
+        if req.idx == self.warmup:  # the measuring window opens; ITL samples before it belong to the warm-up
+            self.window[0] = (req.arrival, lane.emitted)
+            lane.stats.itl.clear()
+
+    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
+        out = []
+        if self.is_measured(req):
+            self.pending_measured -= 1
+            if self.pending_measured == 0:
+                self.window[1] = (req.finish, lane.emitted)
+                self.done = True
+                return []
+        if len(self.requests) < self.warmup + self.num_measured + self.c:
+            out.append(Arrival(t, self._new()))
+        return out
+
+
+class OpenLoop(Source):
+    """Requests at fixed offsets (gamma gaps), whatever the engine does (no coordinated omission)."""
+
+    def __init__(self, wl: Workload, drive: int = 0, **kw):
+        super().__init__(wl, **kw)
+        self.drive = drive
+        self.offsets = wl.offsets()
+        self.pending_measured = len(self.offsets)
+
+    def is_measured(self, req: Request) -> bool:
+        return True
+
+    def start(self) -> list:
+        return [self.next_arrival()] if self.offsets else []
+
+    def next_arrival(self):
+        i = len(self.requests)
+        if i >= len(self.offsets):
+            return None
+        return Arrival(self.offsets[i], self._new())
+
+    def on_arrival(self, req: Request, lane: Lane) -> None:
+        if req.idx == 0:
+            self.window[0] = (req.arrival, 0.0)
+
+    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
+        self.pending_measured -= 1
+        if self.pending_measured == 0:
+            self.window[1] = (req.finish, lane.emitted)
+            self.done = True
+        return []

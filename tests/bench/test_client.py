@@ -1,0 +1,146 @@
+"""The SSE/HTTP parser fed byte by byte and in odd splits (no network): counting, usage, framing, failures."""
+
+import json
+
+import pytest
+
+from servelab.bench.client import RequestState, StreamConn, dechunk
+
+
+class Owner:
+    def __init__(self):
+        self.done = []
+
+    def on_done(self, conn, st, reusable):
+        self.done.append((st, reusable))
+
+    def conn_lost(self, conn):
+        pass
+
+    def retry(self, st):
+        self.done.append((st, "retry"))
+
+
+class Transport:
+    def __init__(self):
+        self.written = b""
+        self.aborted = False
+
+    def write(self, b):
+        self.written += b
+
+    def abort(self):
+        self.aborted = True
+
+
+def chunk(b: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(b), b)
+
+
+def event(obj) -> bytes:
+    return chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+TOK = event({"choices": [{"index": 0, "text": "hi"}]})
+USAGE = event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+DONE = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+
+def run(parts, close=False):
+    owner = Owner()
+    conn = StreamConn(owner)
+    conn.connection_made(Transport())
+    st = RequestState(None, b"REQ", 0.0, 0.0)
+    conn.start(st)
+    for p in parts:
+        conn.data_received(p)
+    if close:
+        conn.connection_lost(None)
+    assert len(owner.done) == 1, "request must finish exactly once"
+    return owner.done[0]
+
+
+def test_normal_stream_counts_events_and_reads_usage():
+    st, reusable = run([HEAD + TOK, TOK, TOK + USAGE + DONE])
+    assert st.error is None and reusable
+    assert len(st.chunks) == 3
+    assert st.usage == {"prompt_tokens": 7, "completion_tokens": 3}
+    assert st.generated_text() == "hihihi"
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 7, 13])
+def test_any_split_of_the_bytes_gives_the_same_result(step):
+    raw = HEAD + TOK + TOK + TOK + USAGE + DONE
+    st, _ = run([raw[i : i + step] for i in range(0, len(raw), step)])
+    assert st.error is None
+    assert len(st.chunks) == 3 and st.usage["completion_tokens"] == 3
+
+
+def test_events_in_one_read_share_a_timestamp():
+    st, _ = run([HEAD + TOK + TOK + TOK + USAGE + DONE])
+    assert len(st.chunks) == 3 and len(set(st.chunks)) == 1
+
+
+def test_usage_inside_last_content_chunk_llama_cpp_style():
+    last = event({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "usage": {"completion_tokens": 2}})
+    st, _ = run([HEAD + TOK, last + DONE])
+    assert st.error is None and len(st.chunks) == 2 and st.usage["completion_tokens"] == 2
+
+
+def test_generated_text_containing_data_colon_is_not_an_event():
+    tricky = event({"choices": [{"index": 0, "text": "data: [DONE]\n\ndata: x"}]})
+    st, _ = run([HEAD + tricky + TOK + USAGE + DONE])
+    assert st.error is None and len(st.chunks) == 2
+
+
+def test_http_error_status_fails_with_body():
+    body = b'{"error": "overloaded"}'
+    resp = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    st, reusable = run([resp])
+    assert st.error.startswith("HTTP 503") and "overloaded" in st.error and not reusable
+
+
+def test_truncated_stream_fails():
+    st, _ = run([HEAD + TOK + TOK], close=True)
+    assert st.error.startswith("truncated stream") and "2 content events" in st.error
+
+
+def test_malformed_event_fails():
+    st, _ = run([HEAD + TOK + chunk(b"data: {not json\n\n") + TOK + USAGE + DONE])
+    assert st.error.startswith("malformed SSE")
+
+
+def test_error_event_fails():
+    st, _ = run([HEAD + TOK + event({"error": {"message": "boom"}}) + DONE])
+    assert "boom" in st.error
+
+
+def test_close_delimited_body_needs_eof():
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    body = b'data: {"choices":[{"text":"a"}]}\n\ndata: [DONE]\n\n'
+    st, reusable = run([head + body], close=True)
+    assert st.error is None and len(st.chunks) == 1 and not reusable
+
+
+def test_non_streaming_json_body():
+    body = json.dumps({"choices": [{"text": "abc"}], "usage": {"completion_tokens": 4}}).encode()
+    resp = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    st, reusable = run([resp[:30], resp[30:]])
+    assert st.error is None and reusable and st.usage["completion_tokens"] == 4 and len(st.chunks) == 1
+    assert st.generated_text() == "abc"
+
+
+def test_stale_keepalive_connection_is_retried_once():
+    owner = Owner()
+    conn = StreamConn(owner)
+    conn.connection_made(Transport())
+    st = RequestState(None, b"REQ", 0.0, 0.0)
+    st.reused = True
+    conn.start(st)
+    conn.connection_lost(None)
+    assert owner.done == [(st, "retry")]
+
+
+def test_dechunk():
+    assert dechunk(chunk(b"abc") + chunk(b"de") + b"0\r\n\r\n") == b"abcde"

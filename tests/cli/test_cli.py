@@ -1,0 +1,57 @@
+"""The CLI as a user runs it: JSON fields, and bad input as one line with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_models_show_json():
+    r = run("models", "show", "deepseek-v4-flash", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert {"total_params", "active_params", "kv_bytes_per_token", "layers"} <= set(data)
+    assert data["layers"] == 43 and round(data["kv_bytes_per_token"]) == 3850
+
+
+def test_estimate_json_fields():
+    r = run("estimate", "sgl-project/DeepSeek-V4-Flash-FP8", "--system", "h200_sxm", "--tp", "8", "--ep", "8",
+            "--batch", "16", "--isl", "4096", "--osl", "512", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    for field in ("ttft_ms", "tpot_ms", "ttft_ms_low", "ttft_ms_high", "tpot_ms_low", "tpot_ms_high",
+                  "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "memory", "provenance"):
+        assert field in data
+
+
+def test_estimate_breakdown_prints_op_kinds():
+    r = run("estimate", "llama-3.1-8b", "--batch", "4", "--breakdown")
+    assert r.returncode == 0, r.stderr
+    assert "attention_decode" in r.stdout and "ffn_gate_up" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "deepseek-v4-flsh"], "did you mean"),
+    (["estimate", "llama-3.1-8b", "--system", "h300"], "unknown system"),
+    (["estimate", "llama-3.1-70b", "--tp", "3"], "power of two"),
+    (["estimate", "deepseek-v3", "--tp", "2"], "does not fit"),
+    (["estimate", "deepseek-ai/DeepSeek-V4-Pro", "--tp", "8", "--ep", "8"], "FP8 conversion"),
+    (["estimate", "qwen3-32b", "--kv-dtype", "int2"], "--kv-dtype"),
+    (["memory", "llama-3.1-70b", "--tp", "0"], "--tp"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = run(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_config_json(tmp_path):
+    (tmp_path / "config.json").write_text("{broken")
+    r = run("estimate", str(tmp_path))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr

@@ -1,0 +1,104 @@
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.perfdb.db import PerfDB
+from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Context, Dsv4Generation, Gemm, MlaDecode, Moe
+from servelab.predict.backends import engine_profile
+from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.static import estimate_static
+from servelab.specs import Parallel, load_model, load_system
+
+H200 = load_system("h200_sxm")
+FLASH = "sgl-project/DeepSeek-V4-Flash-FP8"
+
+
+def keys(ops, cls):
+    return [op for op in ops if isinstance(op.key, cls)]
+
+
+def test_dense_gemm_flops_match_the_parameter_count():
+    """2 x params x tokens: the GEMMs of a step account for every linear weight of the model."""
+    m = load_model("llama-3.1-8b")
+    ops = step_ops(m, Parallel(), StepShape(prefill=((512, 0),)))
+    flops = sum(2 * op.key.m * op.key.n * op.key.k * op.count for op in keys(ops, Gemm) if op.name != "lm_head")
+    linear = m.params.total - m.params.embedding - m.params.lm_head - m.params.other
+    assert flops == pytest.approx(2 * linear * 512, rel=1e-6)
+
+
+def test_tp_splits_shapes_and_adds_allreduces():
+    m = load_model("qwen3-32b")
+    ops = step_ops(m, Parallel(tp=4), StepShape(decode_batch=8, decode_kv_len=1000))
+    qkv = next(op for op in ops if op.name == "qkv_proj")
+    assert qkv.key.n == (64 // 4 + 2 * 8 // 4) * 128 and qkv.count == 64
+    decode = keys(ops, AttentionDecode)[0]
+    assert (decode.key.heads, decode.key.kv_heads, decode.key.batch) == (16, 2, 8)
+    allreduces = [op for op in keys(ops, Comm) if op.key.op == "allreduce"]
+    assert sum(op.count for op in allreduces) == 2 * 64
+
+
+def test_dsv4_modules_keyed_by_native_and_local_heads():
+    m = load_model(FLASH)
+    ops = step_ops(m, Parallel(tp=8, ep=8), StepShape(prefill=((4096, 0),), decode_batch=16, decode_kv_len=8192))
+    ctx = keys(ops, Dsv4Context)
+    gen = keys(ops, Dsv4Generation)
+    assert {op.key.op for op in ctx} == {"dsv4_csa_context_module", "dsv4_hca_context_module"}
+    assert all(op.key.native_heads == 64 and op.key.heads == 8 for op in ctx + gen)
+    assert sum(op.count for op in gen if "csa" in op.key.op) == 21
+    # every layer is MoE; the first three route by hash and have no router GEMM
+    moe = keys(ops, Moe)
+    assert sum(op.count for op in moe) == 43 and {op.key.ep for op in moe} == {8}
+    assert sum(op.count for op in ops if op.name == "router") == 40
+
+
+def test_chunked_prefill_subtracts_the_cached_prefix():
+    m = load_model("llama-3.1-8b")
+    ops = step_ops(m, Parallel(), StepShape(prefill=((1024, 3072),)))
+    attn = [op for op in ops if op.name == "attention_prefill"]
+    assert sorted((op.key.seq, op.count) for op in attn) == [(3072, -32), (4096, 32)]
+    db = PerfDB(H200, use_tables=False)
+    chunk = sum(db.query(op.key).us * op.count for op in attn)
+    full = sum(db.query(op.key).us * op.count for op in step_ops(m, Parallel(), StepShape(prefill=((4096, 0),)))
+               if op.name == "attention_prefill")
+    assert 0.3 * full < chunk < full  # the last quarter of a causal prefill costs most of it
+
+
+def test_dp_attention_routes_through_all_to_all():
+    m = load_model("deepseek-v3")
+    ops = step_ops(m, Parallel(tp=8, ep=8, dp_attn=True), StepShape(decode_batch=64, decode_kv_len=4096))
+    assert {op.key.op for op in keys(ops, Comm)} == {"alltoall"}
+    assert keys(ops, MlaDecode)[0].key.batch == 8  # 64 sequences over 8 attention ranks
+    assert keys(ops, Moe)[0].key.tokens == 64  # the EP group sees every token
+
+
+def test_static_estimate_fields_and_bands():
+    m = load_model(FLASH)
+    r = estimate_static(m, H200, Parallel(tp=8, ep=8), engine_profile("vllm"), 32, 8192, 1024)
+    assert r.ttft_ms_low < r.ttft_ms < r.ttft_ms_high
+    assert r.tpot_ms_low < r.tpot_ms < r.tpot_ms_high
+    assert r.tokens_per_s_per_user == pytest.approx(1000 / r.tpot_ms)
+    assert sum(r.provenance["ops_by_source"].values()) > 0
+    assert r.memory["weights_gib"] > 0
+
+
+def test_backends_add_overhead_on_top_of_kernel_time():
+    m, p = load_model("llama-3.1-8b"), Parallel()
+    torch = estimate_static(m, H200, p, engine_profile("torch"), 8, 1024, 128)
+    vllm = estimate_static(m, H200, p, engine_profile("vllm"), 8, 1024, 128)
+    assert vllm.tpot_ms > torch.tpot_ms and vllm.ttft_ms > torch.ttft_ms
+
+
+def test_decode_grows_with_batch_and_context():
+    m, p, e = load_model("qwen3-32b"), Parallel(tp=2), engine_profile("torch")
+    a = estimate_static(m, H200, p, e, 8, 1024, 256)
+    b = estimate_static(m, H200, p, e, 64, 1024, 256)
+    c = estimate_static(m, H200, p, e, 64, 8192, 256)
+    assert a.tpot_ms < b.tpot_ms < c.tpot_ms
+    assert b.output_tokens_per_s_per_gpu > a.output_tokens_per_s_per_gpu
+
+
+def test_kv_capacity_and_bad_input_errors():
+    m = load_model("llama-3.1-70b")
+    with pytest.raises(ServelabError, match="at most"):
+        estimate_static(m, H200, Parallel(tp=2), engine_profile("vllm"), 4096, 8192, 1024)
+    with pytest.raises(ServelabError, match="unknown backend"):
+        engine_profile("tgi")

@@ -1,0 +1,67 @@
+"""Shared fixtures: a copy of the shipped recipe store, and temporary git repositories holding one."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from servelab.recipes.store import DATA_DIR, open_store
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> Path:
+    """A writable copy of the shipped store (recipes, runners, changelog, lock)."""
+    d = tmp_path / "store"
+    shutil.copytree(DATA_DIR, d)
+    return d
+
+
+@pytest.fixture
+def shipped():
+    return open_store(DATA_DIR)
+
+
+def git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+class Repo:
+    """A throwaway git repo with the shipped store under data/; commit() returns the new commit id."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = root / "data"
+        root.mkdir()
+        git(root, "init", "-q")
+        git(root, "config", "user.email", "t@example.com")
+        git(root, "config", "user.name", "t")
+        git(root, "config", "commit.gpgsign", "false")
+        shutil.copytree(DATA_DIR, self.data)
+
+    def commit(self, message: str = "change") -> str:
+        git(self.root, "add", "-A")
+        git(self.root, "commit", "-q", "--allow-empty", "-m", message)
+        return git(self.root, "rev-parse", "HEAD")
+
+    @property
+    def changelog(self) -> Path:
+        return self.data / "perf-changelog.yaml"
+
+    def append(self, text: str) -> None:
+        with open(self.changelog, "a", encoding="utf-8", newline="") as f:
+            f.write(text)
+
+    def relock(self) -> None:
+        from servelab.recipes.lock import compute_fingerprints
+        from servelab.recipes.store import LOCK, lock_text
+
+        (self.data / LOCK).write_text(lock_text(compute_fingerprints(open_store(self.data))))
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Repo:
+    r = Repo(tmp_path / "repo")
+    monkeypatch.chdir(r.root)
+    return r

@@ -1,0 +1,111 @@
+"""Model specs against the published facts in ../shared/reference/models.md."""
+
+import json
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.specs import Dtype, LayerAttention, list_models, load_model
+
+# (total, active) as the publishers state them
+STATED = {
+    "deepseek-v4-pro": (1.6e12, 49e9),
+    "deepseek-v4-flash": (284e9, 13e9),
+    "deepseek-v3": (671e9, 37e9),
+    "deepseek-r1": (671e9, 37e9),
+    "qwen3-32b": (32.8e9, 32.8e9),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9),
+    "qwen3-235b-a22b": (235e9, 22e9),
+    "llama-3.1-8b": (8.03e9, None),
+    "llama-3.1-70b": (70.6e9, None),
+    "gpt-oss-120b": (116.8e9, 5.13e9),
+}
+
+
+def test_every_embedded_model_is_listed():
+    assert sorted(STATED) == list_models()
+
+
+@pytest.mark.parametrize("name", sorted(STATED))
+def test_parameter_counts_within_two_percent(name):
+    m = load_model(name)
+    total, active = STATED[name]
+    assert abs(m.total_params / total - 1) < 0.02
+    if active:
+        assert abs(m.active_params / active - 1) < 0.02
+
+
+def test_dsv4_kv_bytes_per_token_match_the_formulas():
+    pro, flash = load_model("deepseek-v4-pro"), load_model("deepseek-v4-flash")
+    assert pro.kv_bytes_per_token == pytest.approx(5511, abs=1)
+    assert flash.kv_bytes_per_token == pytest.approx(3850, abs=1)
+    pro4 = load_model("deepseek-v4-pro", indexer_dtype="fp4")
+    flash4 = load_model("deepseek-v4-flash", indexer_dtype="fp4")
+    assert pro4.kv_bytes_per_token == pytest.approx(5031, abs=1)
+    assert flash4.kv_bytes_per_token == pytest.approx(3514, abs=1)
+
+
+def test_dsv4_layer_kinds_and_window_constant():
+    pro, flash = load_model("deepseek-v4-pro"), load_model("deepseek-v4-flash")
+    assert (pro.count_layers(LayerAttention.csa), pro.count_layers(LayerAttention.hca)) == (30, 31)
+    assert flash.count_layers(LayerAttention.sliding) == 2
+    assert (flash.count_layers(LayerAttention.csa), flash.count_layers(LayerAttention.hca)) == (21, 20)
+    # 128 tokens: full windows, 32 compressed CSA entries (with indexer) and one HCA entry per layer
+    window_only = sum(pro.kv_bytes_per_layer(k, 128) for k in pro.layer_attention)
+    assert window_only == pytest.approx(61 * 128 * 584 + 30 * 32 * (584 + 132) + 31 * 1 * 584, rel=1e-9)
+    one_m = pro.kv_bytes_per_sequence(1 << 20) / (1 << 30)
+    assert 5.2 < one_m < 5.5  # about 5.4 GiB per 1M-token sequence
+
+
+def test_mla_and_gqa_kv_bytes():
+    v3 = load_model("deepseek-v3")
+    assert v3.kv_bytes_per_token == 61 * 1152
+    assert load_model("deepseek-v3", kv_dtype="fp8").kv_bytes_per_token == 61 * 656
+    llama = load_model("llama-3.1-70b")
+    assert llama.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+    # tp 16 > 8 KV heads: each rank still holds one head
+    assert llama.kv_bytes_per_token_asymptotic(kv_heads_local=1) == 2 * 80 * 1 * 128 * 2
+
+
+def test_gpt_oss_sliding_layers_do_not_grow():
+    m = load_model("gpt-oss-120b")
+    assert m.count_layers(LayerAttention.sliding) == 18
+    assert m.kv_bytes_per_token == 2 * 18 * 8 * 64 * 2
+    assert m.precision.experts == Dtype.mxfp4 and m.precision.weights == Dtype.bf16
+
+
+def test_checkpoint_ids_set_precision():
+    native = load_model("deepseek-ai/DeepSeek-V4-Pro")
+    assert native.precision.experts == Dtype.fp4 and native.precision.weights == Dtype.fp8_block
+    assert load_model("sgl-project/DeepSeek-V4-Pro-FP8").precision.experts == Dtype.fp8_block
+    assert load_model("nvidia/DeepSeek-V4-Pro-NVFP4").precision.experts == Dtype.nvfp4
+    assert load_model("deepseek-ai/DeepSeek-V4-Flash-0731").name == "deepseek-v4-flash"
+    assert load_model("llama-3.1-70b", weight_dtype="fp8").precision.weights == Dtype.fp8
+
+
+def test_fp8_weights_halve_weight_bytes():
+    bf16, fp8 = load_model("qwen3-32b"), load_model("qwen3-32b", weight_dtype="fp8")
+    embed = (bf16.params.embedding + bf16.params.lm_head) * 2
+    assert fp8.weight_bytes - embed == pytest.approx((bf16.weight_bytes - embed) / 2, rel=1e-6)
+
+
+def test_config_json_path_and_errors(tmp_path):
+    cfg = json.loads((tmp_path.parent / "x.json").read_text()) if False else {
+        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1000, "max_position_embeddings": 4096,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = load_model(str(tmp_path))
+    assert m.num_layers == 2 and m.head_dim == 64 and m.attention.value == "gqa"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(ServelabError, match="not valid JSON"):
+        load_model(str(bad))
+    (bad / "config.json").write_text(json.dumps({"hidden_size": 128}))
+    with pytest.raises(ServelabError, match="missing field 'num_hidden_layers'"):
+        load_model(str(bad))
+    with pytest.raises(ServelabError, match="did you mean deepseek-v4-flash"):
+        load_model("deepseek-v4-flsh")
+    with pytest.raises(ServelabError, match="--kv-dtype"):
+        load_model("qwen3-32b", kv_dtype="int3")
