@@ -39,7 +39,10 @@ def compare(results: dict, system: str = "h200_sxm", use_tables: bool = True) ->
         else:
             shape = StepShape(decode_batch=row["batch"], decode_kv_len=row["kv_len"])
             label = f"decode b{row['batch']} kv{row['kv_len']}"
-        ops = step_ops(model, Parallel(), shape)
+        parallel = Parallel(tp=row.get("tp", 1), ep=row.get("ep", 1))
+        if parallel.tp > 1:
+            label += f" tp{parallel.tp} ep{parallel.ep}"
+        ops = step_ops(model, parallel, shape)
         pred = step_time(ops, db, engine, row["batch"], decode_only=row["phase"] == "decode")
         pred_ms = pred.us / 1000
         out.append(dict(model=row["model"], case=label, measured_ms=row["ms"], predicted_ms=pred_ms,

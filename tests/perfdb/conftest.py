@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import synth  # noqa: E402
+import synth
 
 
 @pytest.fixture(scope="session")

@@ -82,15 +82,17 @@ def test_dsv4_buckets_never_resolve_into_each_other_silently(table_dir, h200, tm
     assert "fell back from model bucket [128][16]" in lat.note and "[64][" in lat.note
     # with V4-Pro collected too, the same query is answered from its own bucket (exact), no fallback note
     camp = synth.write_campaign(tmp_path / "c", synth.dsv4_rows(64) + synth.dsv4_rows(128))
-    both = load_tables(merge([camp], tmp_path / "h200_sxm" / "torch" / "2.11") and tmp_path / "h200_sxm/torch/2.11",
-                       h200)
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    merge([camp], into)
+    both = load_tables(into, h200)
     lat = both.lookup(pro_q)
     assert lat.source == "measured" and "fell back" not in lat.note
     assert lat.us == pytest.approx(synth.dsv4_gen_us(128, 16, 4, 4096))
     off = both.lookup(keys.Dsv4Generation(128, 16, 3, 5000, "dsv4_csa_generation_module"))
     assert off.source == "interpolated" and "fell back" not in off.note
     # an op with no rows at all (hca) goes to the roofline
-    assert both.lookup(keys.Dsv4Generation(128, 16, 4, 4096, "dsv4_hca_generation_module")) is None
+    hca = both.lookup(keys.Dsv4Generation(128, 16, 4, 4096, "dsv4_hca_generation_module"))
+    assert hca.source == "roofline" and "op=dsv4_hca_generation_module" in hca.note
 
 
 def test_no_table_for_an_op_means_roofline(tables, h200):

@@ -26,8 +26,6 @@ def test_shipped_recipes_validate(shipped, key):
     assert any("fits" in n for n in rep.notes)
 
 
-@pytest.mark.xfail(strict=True, reason="servelab.specs.check_precision refuses MXFP4 (weight-only) experts on Hopper, "
-                   "though vLLM serves gpt-oss-120b on H200 through its weight-only MXFP4 MoE path; reported to the lead")
 def test_gptoss_on_h200_validates(shipped):
     rep = validate_recipe("gptoss-fp4-h200-vllm", shipped.get("gptoss-fp4-h200-vllm"), shipped.registry)
     assert rep.errors == []

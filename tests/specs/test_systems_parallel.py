@@ -47,3 +47,9 @@ def test_parallel_validation_moe(parallel, message):
 def test_parallel_validation_dense():
     with pytest.raises(ServelabError, match="needs a MoE model"):
         Parallel(tp=2, ep=2).validate(load_model("llama-3.1-8b"))
+
+
+def test_mxfp4_runs_weight_only_on_hopper_nvfp4_does_not():
+    check_precision(load_model("gpt-oss-120b"), load_system("h200_sxm"))
+    with pytest.raises(ServelabError, match="FP4 tensor cores"):
+        check_precision(load_model("nvidia/DeepSeek-V4-Pro-NVFP4"), load_system("h100_sxm"))

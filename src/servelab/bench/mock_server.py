@@ -195,11 +195,9 @@ class MockProtocol(asyncio.Protocol):
         if mode == "error-event":
             final = _event({"error": {"message": "mock error event on purpose", "code": 500}}) + s.done
         else:
-            fin = (_event({"id": "x", "object": "chat.completion.chunk", "model": s.model, "choices": [
-                {"index": 0, "delta": {}, "finish_reason": "length"}]}) if chat else b"")
             use = (_event({"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
                            "model": s.model, "choices": [], "usage": usage}) if include_usage else b"")
-            final = fin + use + s.done
+            final = use + s.done
         bad_at = max(1, n_tokens // 2) if mode == "malformed" else 0
         stream = _Stream(self, tok, final, last, mode, bad_at, self.loop.time())
         stream.arm()

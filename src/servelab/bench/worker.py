@@ -255,7 +255,9 @@ class Worker:
         except OSError as e:
             now = perf_counter()
             self.connect_failed_streak += 1
-            if self.connect_failed_streak >= 3 and now - self.last_connect_ok > 2.0 and self.recording:
+            # 5 connects in a row failing means nothing listens any more: stop sending instead of failing every
+            # remaining request at its scheduled time (a run of hours against a dead server otherwise)
+            if self.connect_failed_streak >= 5 and self.recording:
                 self.abort_reason = f"run aborted: server unreachable ({type(e).__name__}: {e})"
             st.finished, st.end, st.error = True, now, f"connect failed: {type(e).__name__}: {e}"
             self.on_done(None, st, False)

@@ -1,6 +1,66 @@
-"""`servelab collect` (placeholder until its issue lands)."""
+"""`servelab collect`: measure per-op latency tables on this machine's GPUs."""
+
+from pathlib import Path
+
+import typer
 
 
-def collect() -> None:
-    """Not built yet."""
-    raise SystemExit("servelab collect is not built yet")
+def collect(
+    system: str = typer.Option("h200_sxm", "--system", help="the system these tables describe (h200_sxm, ...)"),
+    ops: list[str] = typer.Option(None, "--ops", help="op families or ops, comma separated: gemm, attention, mla, "
+                                                       "dsv4, moe, elementwise, comm, or single ops (default: all)"),
+    model: list[str] = typer.Option(None, "--model", help="models to derive keys from (repeat; default: every "
+                                                          "embedded model)"),
+    smoke: bool = typer.Option(False, "--smoke", help="a handful of keys per op"),
+    out: Path = typer.Option(Path("collect-out"), "--out", help="campaign directory (resumed when it exists)"),
+    gpus: int = typer.Option(0, "--gpus", help="GPUs to use (default: all visible)"),
+    comm_gpus: str = typer.Option("", "--comm-gpus", help="collective group sizes, e.g. 2,4 (default: 2..gpus)"),
+    executor: str = typer.Option("local", "--executor", help="local (one process per GPU) or ray"),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local cluster)"),
+    max_minutes: float = typer.Option(None, "--max-minutes", help="start no new key after this long; resume later"),
+    limit: int = typer.Option(None, "--limit", help="measure at most this many keys"),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="measure keys that failed before again"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
+) -> None:
+    """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into DIR/rows/*.jsonl."""
+    from servelab.collect.campaign import CampaignConfig, describe, make_plan, run
+    from servelab.errors import ServelabError
+    from servelab.specs import load_system
+
+    load_system(system)  # a bad name fails before anything starts
+    try:
+        sizes = tuple(int(s) for s in comm_gpus.split(",") if s.strip())
+    except ValueError:
+        raise ServelabError(f"--comm-gpus: expected sizes like 2,4, got {comm_gpus!r}") from None
+    if executor not in ("local", "ray"):
+        raise ServelabError(f"--executor: expected local or ray, got {executor!r}")
+    n = gpus or (0 if dry_run else _visible_gpus())
+    cfg = CampaignConfig(out=out, system=system, models=tuple(model or ()), ops=tuple(ops or ()), smoke=smoke,
+                         gpus=max(n, 1), comm_gpus=sizes, retry_errors=retry_errors, max_minutes=max_minutes,
+                         limit=limit)
+    if dry_run:
+        typer.echo(describe(make_plan(cfg), cfg))
+        return
+    if n == 0:
+        raise ServelabError("servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
+                            "none is visible here (--dry-run prints the plan without one)")
+    ex = None
+    if executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ServelabError("--executor ray needs ray (pip install 'servelab[ray]')") from None
+        from servelab.collect.executors import RayExecutor
+
+        ex = RayExecutor(address=ray_address)
+    report = run(cfg, executor=ex, echo=typer.echo)
+    if not report["ok"]:
+        typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")
+
+
+def _visible_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -19,6 +19,7 @@ MAX_ROTATE_TOTAL = 24 << 30  # never hold more than this in rotating copies
 TARGET_REPLAY_MS = 2.0
 MAX_INNER = 256
 WARMUP_REPLAYS = 3
+MIN_REPS, MAX_REPS, MAX_SECONDS = 15, 100, 1.0  # replays per key: at least 15, at most 100 or about 1 s
 
 
 class Timing(dict):
@@ -74,8 +75,8 @@ def num_sets(bytes_per_set: int) -> int:
     return max(1, n)
 
 
-def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int, max_seconds: float = 1.0,
-            min_reps: int = 15, max_reps: int = 100, graph: bool = True, agree: Callable | None = None,
+def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int, max_seconds: float = MAX_SECONDS,
+            min_reps: int = MIN_REPS, max_reps: int = MAX_REPS, graph: bool = True, agree: Callable | None = None,
             check_output: bool = True) -> Timing:
     """Time run(*inputs) over rotating input sets.
 

@@ -23,16 +23,22 @@ def leave_one_out(index: Index) -> dict[str, list[float]]:
     """Log errors log(measured / predicted) per kind."""
     out: dict[str, list[float]] = {k: [] for k in KINDS}
     naxes = len(index.family.axes)
+    by_latency = index.family.value == "latency"
+
+    def predict_from(keep: list[int], axes, ys, lats, j: int) -> tuple[float, float]:
+        sub_axes = [[a[i] for i in keep] for a in axes]
+        points = index.build(sub_axes, [ys[i] for i in keep])
+        points_lat = index.build(sub_axes, [lats[i] for i in keep]) if by_latency else None
+        ref = lats[j] / math.exp(ys[j])
+        return index.predict(points, points_lat, tuple(a[j] for a in axes), ref)
+
     for gkey in index.groups:
-        axes, ys = index.group_log_ratios(gkey)
+        axes, ys, lats = index.group_log_ratios(gkey)
         n = len(ys)
-        for j in range(n):
-            if n < 2:
-                break
-            rest_axes = [a[:j] + a[j + 1:] for a in axes]
-            points = index.build(rest_axes, ys[:j] + ys[j + 1:])
-            y, beyond = index.interp(points, tuple(axes[a][j] for a in range(naxes)))
-            out["extrapolated" if beyond > 1.0 else "interpolated"].append(ys[j] - y)
+        if n >= 2:
+            for j in range(n):
+                us, beyond = predict_from([i for i in range(n) if i != j], axes, ys, lats, j)
+                out["extrapolated" if beyond > 1.0 else "interpolated"].append(math.log(lats[j] / us))
         if naxes == 2:
             # leaving one point out only tests the inner axis (its row still answers); queries fall between
             # outer values too (any batch size), so also predict each point with its whole outer row left out
@@ -40,10 +46,9 @@ def leave_one_out(index: Index) -> dict[str, list[float]]:
                 keep = [i for i in range(n) if axes[0][i] != o]
                 if not keep:
                     continue
-                points = index.build([[a[i] for i in keep] for a in axes], [ys[i] for i in keep])
                 for j in (i for i in range(n) if axes[0][i] == o):
-                    y, beyond = index.interp(points, (axes[0][j], axes[1][j]))
-                    out["extrapolated" if beyond > 1.0 else "interpolated"].append(ys[j] - y)
+                    us, beyond = predict_from(keep, axes, ys, lats, j)
+                    out["extrapolated" if beyond > 1.0 else "interpolated"].append(math.log(lats[j] / us))
         other = index.nearest_group(gkey, exclude=gkey)
         if other is not None:
             points = index._points(index.groups[other])

@@ -21,6 +21,10 @@ class Family(NamedTuple):
     axes: tuple[str, ...]  # interpolated fields; with two, the first is the outer axis
     spaces: tuple[str, ...]  # per axis: "log", "sqrt" or "lin"
     buckets: bool = False  # soft fields name a model (native heads): borrowing crosses models, say so
+    # what is interpolated inside the data: "ratio" = log(measured / reference), i.e. utilisation; "latency" =
+    # the measured microseconds themselves (decode: latency is floor + cost x batch x kv_len, exactly bilinear).
+    # Beyond the data both hold the boundary utilisation.
+    value: str = "ratio"
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -45,15 +49,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("attention_prefill", ("attention_prefill",), keys.AttentionPrefill, ATTN_GROUP,
            ("heads", "kv_heads"), ("batch", "seq"), ("log", "sqrt")),
     Family("attention_decode", ("attention_decode",), keys.AttentionDecode, ATTN_GROUP,
-           ("heads", "kv_heads"), ("batch", "kv_len"), ("lin", "lin")),
+           ("heads", "kv_heads"), ("batch", "kv_len"), ("lin", "lin"), value="latency"),
     Family("mla_prefill", ("mla_prefill",), keys.MlaPrefill, ("op", "native_heads", "heads"),
            ("native_heads", "heads"), ("batch", "seq"), ("log", "sqrt"), buckets=True),
     Family("mla_decode", ("mla_decode",), keys.MlaDecode, ("op", "kv_dtype", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "kv_len"), ("lin", "lin"), buckets=True),
+           ("native_heads", "heads"), ("batch", "kv_len"), ("lin", "lin"), buckets=True, value="latency"),
     Family("dsv4_context", keys.DSV4_CONTEXT_OPS, keys.Dsv4Context, ("op", "native_heads", "heads"),
            ("native_heads", "heads"), ("batch", "seq"), ("log", "sqrt"), buckets=True),
     Family("dsv4_generation", keys.DSV4_GENERATION_OPS, keys.Dsv4Generation, ("op", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "kv_len"), ("lin", "lin"), buckets=True),
+           ("native_heads", "heads"), ("batch", "kv_len"), ("lin", "lin"), buckets=True, value="latency"),
     Family("moe", ("moe",), keys.Moe, ("op", "dtype", "distribution", "hidden", "inter", "experts", "topk", "ep"),
            (), ("tokens",), ("log",)),
     Family("comm", keys.COMM_OPS, keys.Comm, ("op", "gpus"), (), ("bytes",), ("log",)),

@@ -9,8 +9,9 @@ and a group's points are built on its first query, so loading a large table cost
 
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from operator import itemgetter
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -102,13 +103,14 @@ def interp_grid(grid: Grid, o_raw: float, x_raw: float, so: Callable, sx: Callab
 class Group:
     """The rows of one table that share every exactly-matched field; points built on first use."""
 
-    __slots__ = ("rows", "points", "exact", "raw")
+    __slots__ = ("exact", "points", "points_lat", "raw", "rows")
 
     def __init__(self, rows: np.ndarray):
         self.rows = rows
-        self.points = None  # Line or Grid
+        self.points = None  # Line or Grid of log ratios
+        self.points_lat = None  # Line or Grid of latencies, for families that interpolate latency
         self.exact: dict = {}
-        self.raw: tuple = ()  # (axis value lists, log ratios), kept for leave-one-out
+        self.raw: tuple = ()  # (axis value lists, log ratios, latencies), kept for leave-one-out
 
 
 class Index:
@@ -153,19 +155,23 @@ class Index:
     def _points(self, g: Group):
         if g.points is None:
             data, fam = self.data, self.family
-            ys, axes = [], [[] for _ in fam.axes]
+            ys, lats, axes = [], [], [[] for _ in fam.axes]
             for i in g.rows.tolist():
                 key = fam.key_type(*data.row_key(i))
                 g.exact[key] = i
-                ys.append(math.log(data.latency_us[i] / self.reference(key)))
+                lat = float(data.latency_us[i])
+                lats.append(lat)
+                ys.append(math.log(lat / self.reference(key)))
                 for a, f in enumerate(fam.axes):
                     axes[a].append(data.cols[f][i].item())
             g.points = self.build(axes, ys)
-            g.raw = (axes, ys)
+            if fam.value == "latency":
+                g.points_lat = self.build(axes, lats)
+            g.raw = (axes, ys, lats)
         return g.points
 
-    def group_log_ratios(self, gkey: tuple) -> tuple[list, list]:
-        """(axis value lists, log ratios) of a group's rows, in row order; for leave-one-out."""
+    def group_log_ratios(self, gkey: tuple) -> tuple[list, list, list]:
+        """(axis value lists, log ratios, latencies) of a group's rows, in row order; for leave-one-out."""
         g = self.groups[gkey]
         self._points(g)
         return g.raw
@@ -181,6 +187,16 @@ class Index:
         if len(self.family.axes) == 1:
             return interp_line(points, axes[0], self.spaces[0])
         return interp_grid(points, axes[0], axes[1], *self.spaces)
+
+    def predict(self, points, points_lat, axes: tuple, ref_us: float) -> tuple[float, float]:
+        """(us, beyond): latency interpolated directly where the family says so and the query is inside the
+        data; otherwise the reference times the interpolated (or held) utilisation."""
+        if points_lat is not None:
+            us, beyond = self.interp(points_lat, axes)
+            if beyond == 1.0:
+                return us, 1.0
+        y, beyond = self.interp(points, axes)
+        return ref_us * math.exp(y), beyond
 
     def answer(self, key) -> Answer | None:
         gkey = self._group_of(key)
@@ -201,8 +217,9 @@ class Index:
         axes = self._axes_of(key)
         if not isinstance(axes, tuple):
             axes = (axes,)
-        y, beyond = self.interp(points, axes)
-        us = self.reference(key) * math.exp(y)
+        # another group's latencies do not carry over (other heads); its utilisation does
+        lat_points = g.points_lat if borrowed is None else None
+        us, beyond = self.predict(points, lat_points, axes, self.reference(key))
         kind = "extrapolated" if beyond > 1.0 else "interpolated"
         return Answer(us, kind, beyond, -1, borrowed)
 

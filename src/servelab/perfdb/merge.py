@@ -9,7 +9,7 @@ stored in each table's metadata, so queries never recompute it.
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,13 @@ import numpy as np
 from servelab.errors import ServelabError
 from servelab.perfdb.families import BY_OP, Family
 from servelab.perfdb.store import (
-    PROVENANCE_FIELDS, STAT_COLUMNS, TableData, read_table, row_problems, table_from_rows, write_table,
+    PROVENANCE_FIELDS,
+    STAT_COLUMNS,
+    TableData,
+    read_table,
+    row_problems,
+    table_from_rows,
+    write_table,
 )
 
 
@@ -33,6 +39,7 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
         raise ServelabError(f"{prov_path}: not valid JSON ({e})") from None
     if not isinstance(prov, dict):
         raise ServelabError(f"{prov_path}: expected a JSON object")
+    prov = normalize_provenance(prov)
     missing = [k for k in PROVENANCE_FIELDS if k not in prov]
     if missing:
         raise ServelabError(f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})")
@@ -70,6 +77,58 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
     return prov, rows, num_errors, problems
 
 
+ALIASES = {"driver": ("driver", "driver_version"), "clocks": ("clocks", "clocks.sm", "clocks.max.sm")}
+
+
+def normalize_provenance(prov: dict) -> dict:
+    """Lift the required fields to the top level where the collector nested them (facts under a sub-object,
+    driver and clocks in per-GPU nvidia-smi records); the original nesting is kept as it was."""
+    out = dict(prov)
+
+    def find(obj, names, depth=0):
+        if isinstance(obj, dict):
+            for name in names:
+                if obj.get(name) not in (None, ""):
+                    return obj[name]
+            if depth < 3:
+                for v in obj.values():
+                    hit = find(v, names, depth + 1)
+                    if hit is not None:
+                        return hit
+        elif isinstance(obj, list) and depth < 3:
+            for v in obj:
+                hit = find(v, names, depth + 1)
+                if hit is not None:
+                    return hit
+        return None
+
+    for field in PROVENANCE_FIELDS:
+        if out.get(field) in (None, ""):
+            if field == "clocks":
+                smi = [g for g in _records(prov) if any(k.startswith("clocks.") for k in g)]
+                value = [{k: v for k, v in g.items() if k.startswith(("clocks", "power", "temperature"))}
+                         for g in smi] or None
+            else:
+                value = find(prov, ALIASES.get(field, (field,)))
+            if value is not None:
+                out[field] = value
+    return out
+
+
+def _records(obj, depth=0) -> list[dict]:
+    """Every dict nested in obj (nvidia-smi records and the like)."""
+    found = []
+    if isinstance(obj, dict):
+        found.append(obj)
+        if depth < 3:
+            for v in obj.values():
+                found += _records(v, depth + 1)
+    elif isinstance(obj, list) and depth < 3:
+        for v in obj:
+            found += _records(v, depth + 1)
+    return found
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
 
@@ -85,8 +144,8 @@ def _date_key(prov: dict) -> str:
     except ValueError:
         return ""
     if d.tzinfo is None:
-        d = d.replace(tzinfo=timezone.utc)
-    return d.astimezone(timezone.utc).isoformat()
+        d = d.replace(tzinfo=UTC)
+    return d.astimezone(UTC).isoformat()
 
 
 def _check_system(system, prov: dict, where: str) -> None:
@@ -160,7 +219,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
                                 "fix the campaign or pass --drop-bad to skip them")
         report["dropped"] += problems
 
-    merged_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    merged_at = datetime.now(UTC).isoformat(timespec="seconds")
     for fam_name, (data, dup) in tables.items():
         data.meta = {"provenance": provenance, "system": system.name, "backend": backend, "version": version}
         accuracy = table_accuracy(Index(data, reference))
@@ -213,4 +272,4 @@ def _subset(data: TableData, keep: np.ndarray) -> TableData:
     )
 
 
-__all__ = ["merge", "read_campaign", "STAT_COLUMNS"]
+__all__ = ["STAT_COLUMNS", "merge", "read_campaign"]

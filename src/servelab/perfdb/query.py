@@ -1,8 +1,8 @@
 """One op query, or a file of them, answered as plain dicts (what `servelab db query --json` prints)."""
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import key_from_dict

@@ -84,7 +84,7 @@ class TableSet:
                     raise
                 msg = str(e)
                 prefix = f"{path}: "
-                self._skip(family, path, msg[len(prefix):] if msg.startswith(prefix) else msg)
+                self._skip(family, path, msg.removeprefix(prefix))
             else:
                 idx = Index(data, self._ref)
         self._indexes[family] = idx
@@ -102,7 +102,7 @@ class TableSet:
             return None
         ans = idx.answer(key)
         if ans is None:
-            hard = [f for f in fam.group if f != "op" and f not in fam.soft]
+            hard = [f for f in fam.group if f not in fam.soft]
             return self._roofline(key, f"no {fam.name} rows in {self.label} for "
                                        + ", ".join(f"{f}={getattr(key, f)}" for f in hard))
         where = f"{self.label} {fam.name} table"

@@ -15,7 +15,10 @@ FP8_CONVERSIONS = {
 
 def check_precision(model: ModelSpec, system: SystemSpec) -> None:
     """Refuse a precision the system cannot run, pointing to the conversion that can."""
-    fp4_parts = [part for part in ("weights", "experts") if getattr(model.precision, part).is_fp4]
+    # MXFP4 has a weight-only path on Hopper (dequantized to bf16 in the GEMM, as vLLM serves gpt-oss there);
+    # DeepSeek-V4's native FP4 and NVFP4 need FP4 tensor cores.
+    fp4_parts = [part for part in ("weights", "experts")
+                 if getattr(model.precision, part).is_fp4 and getattr(model.precision, part) != Dtype.mxfp4]
     if fp4_parts and not system.supports_fp4:
         conversion = FP8_CONVERSIONS.get(model.name)
         hint = f"use the FP8 conversion {conversion}" if conversion else "use an FP8 or BF16 checkpoint (--weight-dtype fp8)"

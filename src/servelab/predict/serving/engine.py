@@ -189,10 +189,11 @@ class Lane:
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim
-        clock = self.clock
-        for i in range(3):
-            clock[i] += batch.duration[i]
-        now = tuple(clock)
+        c, d = self.clock, batch.duration
+        c[0] += d[0]
+        c[1] += d[1]
+        c[2] += d[2]
+        now = (c[0], c[1], c[2])
         st.steps += batch.steps
         done: list[Request] = []
         n = batch.decodes
@@ -200,8 +201,8 @@ class Lane:
             adv = batch.steps * lim.tokens_per_step
             self.G += adv
             self.emitted += n * adv
-            per = tuple(d / batch.steps for d in batch.duration)
-            st.itl.append((per, n * batch.steps))
+            k = batch.steps
+            st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
             st.decode_token_steps += n * batch.steps
             st.decode_steps += batch.steps
         if batch.chunks:

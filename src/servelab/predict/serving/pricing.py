@@ -43,12 +43,21 @@ def grid_above(x: float) -> int:
     return _point(i + 1)
 
 
+_SNAPPED: dict = {}
+
+
 def snap(x: float) -> int:
-    """The nearest grid point (geometrically)."""
-    if x <= 0:
-        return 0
-    lo, hi = grid_below(max(x, 1)), grid_above(max(x, 1))
-    return lo if hi == lo or x * x <= lo * hi else hi
+    """The nearest grid point (geometrically) to round(x); memoized, the simulator calls it on every step."""
+    x = int(x + 0.5)
+    hit = _SNAPPED.get(x)
+    if hit is None:
+        if x <= 0:
+            hit = 0
+        else:
+            lo, hi = grid_below(x), grid_above(x)
+            hit = lo if hi == lo or x * x <= lo * hi else hi
+        _SNAPPED[x] = hit
+    return hit
 
 
 class StepPricer:
@@ -61,6 +70,7 @@ class StepPricer:
         # decode steps up to this lane batch replay a CUDA graph; keep interpolation on one side of the jump
         self.graph_limit = engine.cuda_graph_max_batch // self.dp
         self._cache: dict = {}
+        self._decode: dict = {}  # (n, int kv) -> interpolated price
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
 
     def _price(self, prefill: tuple, n: int, kv: int) -> tuple[float, float, float]:
@@ -76,7 +86,13 @@ class StepPricer:
 
     def decode(self, n: int, kv: float) -> tuple[float, float, float]:
         """A decode-only step of n sequences at mean context kv, bilinear between grid points."""
-        kv = max(kv, 1.0)
+        kv = max(int(kv), 1)
+        hit = self._decode.get((n, kv))
+        if hit is None:
+            hit = self._decode[(n, kv)] = self._interpolate(n, kv)
+        return hit
+
+    def _interpolate(self, n: int, kv: int) -> tuple[float, float, float]:
         n0, n1 = grid_below(n), grid_above(n)
         limit = self.graph_limit
         if n <= limit < n1:
@@ -96,7 +112,11 @@ class StepPricer:
 
     def mixed(self, chunks: list[tuple[int, int]], n: int, kv: float) -> tuple[float, float, float]:
         """A step with prefill chunks (new, past) and n decoding sequences, each count snapped to the grid."""
-        prefill = tuple(sorted((max(1, snap(new)), snap(past)) for new, past in chunks))
+        if len(chunks) == 1:
+            new, past = chunks[0]
+            prefill = ((snap(new) or 1, snap(past)),)
+        else:
+            prefill = tuple(sorted((snap(new) or 1, snap(past)) for new, past in chunks))
         return self._price(prefill, snap(n), snap(kv) if n else 0)
 
     def shape(self, chunks: list[tuple[int, int]], n: int, kv: float) -> StepShape:

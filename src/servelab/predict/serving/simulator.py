@@ -69,7 +69,9 @@ _ORDER = {Arrival: 0, StepEnd: 1, Schedule: 2}  # at one instant: arrivals, then
 def _at(lane: Lane, t: float, drive: int) -> tuple:
     """All clocks at instant t of the drive clock: each keeps its offset from the drive clock at the last step
     boundary (inside a step, or across an idle gap that every clock crosses alike)."""
-    return tuple(t + (c - lane.clock[drive]) for c in lane.clock)
+    c = lane.clock
+    d = t - c[drive]
+    return (c[0] + d, c[1] + d, c[2] + d)
 
 
 def run(lane: Lane, source) -> None:

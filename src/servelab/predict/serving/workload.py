@@ -76,7 +76,7 @@ class Workload(BaseModel):
         if self.closed:
             c = math.ceil(self.concurrency / lanes)
             n = math.ceil(self.measured() / lanes)
-            return self.model_copy(update={"concurrency": c, "num_requests": max(n, min(64, self.measured())),
+            return self.model_copy(update={"concurrency": c, "num_requests": max(n, 16),
                                            "warmup": None if self.warmup is None else math.ceil(self.warmup / lanes)})
         return self.model_copy(update={"rate": self.rate / lanes,
-                                       "num_requests": max(math.ceil(self.measured() / lanes), 32)})
+                                       "num_requests": max(math.ceil(self.measured() / lanes), 16)})

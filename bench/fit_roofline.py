@@ -1,0 +1,152 @@
+"""Fit a system's roofline efficiencies to its collected perf tables, so shapes outside the tables get a
+calibrated roofline.
+
+    python bench/fit_roofline.py --system h200_sxm [--tables DIR] [--dry-run]
+
+The roofline has five free numbers per system (bf16 and fp8 GEMM compute efficiency, attention compute
+efficiency, HBM efficiency, a per-kernel launch floor). They are fitted by coordinate descent on the mean over op
+families of the median |log(measured / roofline)| -- each family weighs the same however many rows it has --
+and the roofline's error band is then set to the p10-p90 of measured / roofline over all rows. The result goes
+to src/servelab/perfdb/data/efficiencies.json under "systems": {<system>: ...} with its provenance (tables,
+their GPU and software, row counts, error before and after, date, command).
+"""
+
+import argparse
+import json
+import math
+import random
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EFF_PATH = ROOT / "src" / "servelab" / "perfdb" / "data" / "efficiencies.json"
+# the families whose time the roofline's free numbers govern (comm has its own measured constants)
+FAMILIES = ("gemm", "attention_prefill", "attention_decode", "mla_prefill", "mla_decode", "dsv4_context",
+            "dsv4_generation", "moe", "elementwise")
+MAX_ROWS = 1500  # per family, sampled with a fixed seed: keeps a fit under a minute on a laptop core
+
+
+def load_rows(tables) -> dict[str, list[tuple]]:
+    """(key, measured us) per family."""
+    rng = random.Random(0)
+    out = {}
+    for name in FAMILIES:
+        idx = tables.index(name)
+        if idx is None:
+            continue
+        d = idx.data
+        rows = list(range(len(d)))
+        if len(rows) > MAX_ROWS:
+            rows = sorted(rng.sample(rows, MAX_ROWS))
+        out[name] = [(d.family.key_type(*d.row_key(i)), float(d.latency_us[i])) for i in rows]
+    return out
+
+
+def make_roofline(system, params: dict):
+    from servelab.perfdb.roofline import Roofline
+
+    r = Roofline(system)
+    r.eff = dict(r.eff, gemm_compute=dict(r.eff["gemm_compute"], bf16=params["gemm_bf16"], fp8=params["gemm_fp8"]),
+                 attention_compute=params["attention"], memory=params["memory"], kernel_us=params["kernel_us"])
+    r.bw = system.hbm_bw_tbs * 1e12 * params["memory"]
+    r.kernel_us = params["kernel_us"]
+    return r
+
+
+def objective(system, params: dict, rows: dict) -> tuple[float, dict]:
+    r = make_roofline(system, params)
+    per = {}
+    for name, items in rows.items():
+        errs = [abs(math.log(us / r.latency(k).us)) for k, us in items]
+        per[name] = float(np.median(errs))
+    return (float(np.mean(list(per.values()))) if per else 0.0), per
+
+
+GRIDS = {
+    "gemm_bf16": np.linspace(0.40, 0.90, 26), "gemm_fp8": np.linspace(0.30, 0.90, 31),
+    "attention": np.linspace(0.15, 0.80, 27), "memory": np.linspace(0.55, 0.98, 44),
+    "kernel_us": np.linspace(1.0, 12.0, 45),
+}
+
+
+def fit(system, rows: dict, start: dict) -> dict:
+    params = dict(start)
+    best, _ = objective(system, params, rows)
+    for _ in range(3):
+        for name, grid in GRIDS.items():
+            for value in grid:
+                trial = dict(params, **{name: float(value)})
+                score, _ = objective(system, trial, rows)
+                if score < best - 1e-9:
+                    best, params = score, trial
+    return params
+
+
+def main(argv=None) -> int:
+    from servelab.perfdb.roofline import efficiencies
+    from servelab.perfdb.tables import load_tables, table_dirs
+    from servelab.specs import load_system
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--system", default="h200_sxm")
+    ap.add_argument("--tables", type=Path, help="table directory (default: the one servelab uses for the system)")
+    ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write efficiencies.json")
+    args = ap.parse_args(argv)
+
+    system = load_system(args.system)
+    directory = args.tables or (table_dirs(system.name) or [None])[0]
+    if directory is None:
+        print(f"no perf tables for {system.name}; nothing to fit", file=sys.stderr)
+        return 2
+    tables = load_tables(directory, system, strict=True)
+    rows = load_rows(tables)
+    if not rows:
+        print(f"{directory}: no tables of the fitted families", file=sys.stderr)
+        return 2
+    eff = efficiencies(system.name)
+    start = {"gemm_bf16": eff["gemm_compute"]["bf16"], "gemm_fp8": eff["gemm_compute"]["fp8"],
+             "attention": eff["attention_compute"], "memory": eff["memory"], "kernel_us": eff["kernel_us"]}
+    before, per_before = objective(system, start, rows)
+    params = fit(system, rows, start)
+    after, per_after = objective(system, params, rows)
+    r = make_roofline(system, params)
+    ratios = np.array([us / r.latency(k).us for items in rows.values() for k, us in items])
+    band_low = round(min(float(np.percentile(ratios, 10)), 0.95), 3)
+    band_high = round(max(float(np.percentile(ratios, 90)), 1.05), 3)
+    provs = [tables.index(n).data.meta["provenance"][-1] for n in rows]
+    entry = {
+        "gemm_compute": dict(eff["gemm_compute"], bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)),
+        "attention_compute": round(params["attention"], 3),
+        "memory": round(params["memory"], 3),
+        "kernel_us": round(params["kernel_us"], 2),
+        "band_low": band_low,
+        "band_high": band_high,
+        "_provenance": {
+            "what": "fitted by bench/fit_roofline.py: coordinate descent on the mean over families of the median "
+                    "|log(measured / roofline)|; band = p10-p90 of measured / roofline after the fit",
+            "tables": str(Path(directory).resolve().relative_to(ROOT)) if Path(directory).resolve().is_relative_to(ROOT)
+            else str(directory),
+            "rows_used": {n: len(v) for n, v in rows.items()},
+            "gpu_name": provs[0].get("gpu_name"), "torch": provs[0].get("torch"), "cuda": provs[0].get("cuda"),
+            "tables_date": max(str(p.get("date")) for p in provs),
+            "median_abs_log_error_before": {k: round(v, 4) for k, v in per_before.items()},
+            "median_abs_log_error_after": {k: round(v, 4) for k, v in per_after.items()},
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": "python bench/fit_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        },
+    }
+    print(json.dumps(entry, indent=1))
+    print(f"mean median |log error|: {before:.3f} -> {after:.3f}", file=sys.stderr)
+    if not args.dry_run:
+        data = json.loads(EFF_PATH.read_text())
+        data.setdefault("systems", {})[system.name] = entry
+        EFF_PATH.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {EFF_PATH.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

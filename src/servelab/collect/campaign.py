@@ -1,0 +1,197 @@
+"""A collection campaign: plan the keys, print the cost, skip what is done, run the rest on an executor while
+the parent writes every outcome as it arrives, then model collectives beyond the GPUs there were and run the
+acceptance checks. Kill it at any point and run it again: finished rows stay and are not measured twice."""
+
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from servelab.collect import accept, cases, estimate, modelled, provenance
+from servelab.collect.backend import Backend, gpu_backend
+from servelab.collect.executors import Callbacks, LocalExecutor
+from servelab.collect.store import CampaignStore, key_id
+
+NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class CampaignConfig(NamedTuple):
+    out: Path
+    system: str = "h200_sxm"
+    models: tuple[str, ...] = ()  # empty: every embedded model
+    ops: tuple[str, ...] = ()  # empty: every op
+    smoke: bool = False
+    gpus: int = 1  # GPUs on this node for single-GPU ops and collectives
+    comm_gpus: tuple[int, ...] = ()  # collective group sizes to measure; default 2..gpus in powers of two
+    model_gpus: tuple[int, ...] = (8,)  # collective sizes to model when there were fewer GPUs
+    retry_errors: bool = False
+    max_minutes: float | None = None  # stop starting new keys after this long (resume later)
+    limit: int | None = None  # measure at most this many keys (of those not done)
+
+
+class Plan(NamedTuple):
+    keys: list
+    todo: list
+    single_s: float
+    comm_s: float
+
+
+def make_plan(cfg: CampaignConfig) -> Plan:
+    from servelab.perfdb.roofline import Roofline
+    from servelab.specs import list_models, load_system
+
+    system = load_system(cfg.system)
+    models = list(cfg.models) or list_models()
+    ops = cases.expand_ops(list(cfg.ops) or None)
+    comm_gpus = cfg.comm_gpus or tuple(g for g in (2, 4, 8, 16) if g <= cfg.gpus)
+    keys = cases.plan(models, system, ops, comm_gpus, smoke=cfg.smoke)
+    store = CampaignStore(cfg.out)
+    done = store.done_ids(include_errors=not cfg.retry_errors) if store.rows_dir.exists() else set()
+    todo = [k for k in keys if key_id(k) not in done]
+    if cfg.limit is not None:
+        todo = todo[: cfg.limit]
+    single, comm = estimate.campaign_seconds(todo, Roofline(system))
+    return Plan(keys, todo, single, comm)
+
+
+def describe(plan: Plan, cfg: CampaignConfig) -> str:
+    gpus = max(1, cfg.gpus)
+    wall = plan.single_s / gpus + plan.comm_s / gpus
+    return (f"{len(plan.keys)} keys planned, {len(plan.keys) - len(plan.todo)} already done, {len(plan.todo)} to "
+            f"measure: about {(plan.single_s + plan.comm_s) / 60:.1f} GPU-minutes "
+            f"({plan.single_s / 60:.1f} single-GPU + {plan.comm_s / 60:.1f} in collectives), about "
+            f"{wall / 60:.1f} minutes on {gpus} GPU(s) (roofline-based estimate)")
+
+
+class _Progress:
+    """The rich progress bar, or nothing (tests, non-terminals)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled and total:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[op]}"), TextColumn("errors {task.fields[errors]}"),
+                                TimeRemainingColumn())
+            self.task = self.bar.add_task("collect", total=total, op="", errors=0)
+            self.bar.start()
+        self.errors = 0
+
+    def advance(self, op: str, error: bool) -> None:
+        self.errors += error
+        if self.bar:
+            self.bar.update(self.task, advance=1, op=op, errors=self.errors)
+
+    def stop(self) -> None:
+        if self.bar:
+            self.bar.stop()
+
+
+def run(cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True,
+        echo=print) -> dict:
+    """Run (or resume) a campaign; returns the acceptance report."""
+    from servelab.specs import load_system
+
+    for var, value in NCCL_SAFE_ENV.items():
+        os.environ.setdefault(var, value)
+    backend = backend or gpu_backend()
+    executor = executor or LocalExecutor(cfg.gpus)
+    plan = make_plan(cfg)
+    echo(describe(plan, cfg))
+    store = CampaignStore(cfg.out)
+    store.ensure()
+    if cfg.retry_errors:
+        store.drop_errors({key_id(k) for k in plan.todo})
+    prov_path = Path(cfg.out) / "provenance.json"
+    prov = _load_json(prov_path) or provenance.base(cfg.system, type(executor).__name__,
+                                                       {k: os.environ.get(k) for k in NCCL_SAFE_ENV})
+    runs = prov.setdefault("runs", [])
+    this_run = {"command": provenance.command_line(), "started": provenance.base("", "", {})["date"],
+                "clocks_start": provenance.nvidia_smi(), "backend": backend.name}
+    runs.append(this_run)
+    store.write_json("provenance.json", prov)
+
+    bar = _Progress(len(plan.todo), progress)
+    counts = {"rows": 0, "errors": 0}
+
+    def on_row(key, result):
+        store.add_row(key, {"source": "measured"} | result)
+        counts["rows"] += 1
+        bar.advance(key.op, False)
+
+    def on_error(key, error_class, message):
+        store.add_error(key, error_class, message)
+        counts["errors"] += 1
+        bar.advance(key.op, True)
+
+    def on_facts(facts):
+        prov.update({k: v for k, v in facts.items()})
+        store.write_json("provenance.json", prov)
+
+    cb = Callbacks(lambda key: None, on_row, on_error, on_facts)
+    deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
+    single = [k for k in plan.todo if not hasattr(k, "gpus")]
+    comm = [k for k in plan.todo if hasattr(k, "gpus")]
+    start = time.monotonic()
+    try:
+        executor.run_single(single, backend, cb, deadline)
+        if comm:
+            executor.run_comm(comm, backend, max(k.gpus for k in comm), cb, deadline)
+    finally:
+        bar.stop()
+        this_run.update(finished=provenance.base("", "", {})["date"], seconds=round(time.monotonic() - start, 1),
+                        clocks_end=provenance.nvidia_smi(), rows=counts["rows"], errors=counts["errors"])
+        store.write_json("provenance.json", prov)
+    _add_modelled(store, cfg)
+    models = [cases.planning_model(m, load_system(cfg.system)) for m in (cfg.models or _all_models())]
+    report = accept.check(plan.keys, store.rows(), store.errors(), models)
+    report["this_run"] = {"rows": counts["rows"], "errors": counts["errors"], "seconds": this_run["seconds"]}
+    store.write_json("acceptance.json", report)
+    echo(summary(report))
+    return report
+
+
+def _add_modelled(store: CampaignStore, cfg: CampaignConfig) -> None:
+    from servelab.perfdb.keys import COMM_OPS
+    from servelab.specs import load_system
+
+    rows = [r for op in COMM_OPS for r in store.rows(op)]
+    if not rows:
+        return
+    have = {(r["op"], r["bytes"], r["gpus"]) for r in rows}
+    for r in modelled.model_rows(rows, cfg.model_gpus, load_system(cfg.system)):
+        if (r["op"], r["bytes"], r["gpus"]) not in have:
+            from servelab.perfdb.keys import Comm
+
+            key = Comm(r["bytes"], r["gpus"], r["op"])
+            store.add_row(key, {k: v for k, v in r.items() if k not in key._fields})
+
+
+def _all_models() -> list[str]:
+    from servelab.specs import list_models
+
+    return list_models()
+
+
+def summary(report: dict) -> str:
+    lines = [f"acceptance: {'ok' if report['ok'] else 'NOT ok'}"]
+    lines.append(f"{'op':32} {'planned':>8} {'rows':>6} {'errors':>7} {'missing':>8}")
+    for op, v in report["ops"].items():
+        lines.append(f"{op:32} {v['planned']:>8} {v['rows']:>6} {v['errors']:>7} {v['missing']:>8}")
+    for p in report["heads"][:10]:
+        lines.append("heads: " + p)
+    for p in report["numbers"][:10]:
+        lines.append("numbers: " + p)
+    return "\n".join(lines)
+
+
+def _load_json(path: Path):
+    import json
+
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return None
+    return None

@@ -1,0 +1,272 @@
+"""Executors run a campaign's keys and report each outcome to the campaign (which alone writes files).
+
+- LocalExecutor (default): one worker process per GPU for single-GPU ops, handed keys one at a time (so a slow
+  key never holds up a queue); a worker that dies or overruns its time limit is replaced and the key it held is
+  recorded as an error; collectives run in one process per GPU over NCCL.
+- RayExecutor: one Ray task per GPU per shard of keys (num_gpus=1), collectives on a placement group of one
+  bundle per GPU (STRICT_PACK: inside one node's NVLink domain). Run it against a cluster's address, or a local
+  cluster when none is given.
+"""
+
+import multiprocessing as mp
+import queue
+import socket
+import time
+from typing import Callable, NamedTuple
+
+from servelab.collect.backend import Backend
+from servelab.collect.store import key_from_row
+
+
+class Callbacks(NamedTuple):
+    started: Callable  # (key) -> None
+    row: Callable  # (key, result) -> None
+    error: Callable  # (key, error_class, message) -> None
+    facts: Callable  # (dict) -> None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalExecutor:
+    def __init__(self, devices: int, case_timeout_s: float = 300.0):
+        self.devices = max(1, devices)
+        self.case_timeout_s = case_timeout_s
+        self.ctx = mp.get_context("spawn")
+
+    def _start(self, index, backend, outbox):
+        from servelab.collect.worker import local_worker
+
+        inbox = self.ctx.Queue()
+        proc = self.ctx.Process(target=local_worker, args=(index, backend, inbox, outbox), daemon=True)
+        proc.start()
+        return proc, inbox
+
+    def run_single(self, keys: list, backend: Backend, cb: Callbacks, deadline: float | None = None) -> None:
+        if not keys:
+            return
+        outbox = self.ctx.Queue()
+        n = min(self.devices, len(keys))
+        workers = {i: self._start(i, backend, outbox) for i in range(n)}
+        pending = [k._asdict() for k in keys]
+        pending.reverse()
+        busy: dict[int, tuple[dict, float]] = {}
+        idle = set(workers)
+        try:
+            while pending or busy:
+                out_of_time = deadline is not None and time.monotonic() > deadline
+                while idle and pending and not out_of_time:
+                    i = idle.pop()
+                    item = pending.pop()
+                    busy[i] = (item, time.monotonic())
+                    workers[i][1].put(item)
+                if out_of_time and not busy:
+                    break
+                try:
+                    kind, index, item, payload = outbox.get(timeout=1.0)
+                except queue.Empty:
+                    self._reap(workers, busy, idle, backend, outbox, cb)
+                    continue
+                if kind == "facts":
+                    cb.facts(payload)
+                elif kind == "start":
+                    busy[index] = (item, time.monotonic())
+                    cb.started(key_from_row(item))
+                elif kind in ("row", "error"):
+                    busy.pop(index, None)
+                    idle.add(index)
+                    key = key_from_row(item)
+                    if kind == "row":
+                        cb.row(key, payload)
+                    else:
+                        cb.error(key, payload[0], payload[1])
+        finally:
+            for proc, inbox in workers.values():
+                if proc.is_alive():
+                    inbox.put(None)
+            for proc, _ in workers.values():
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+
+    def _reap(self, workers, busy, idle, backend, outbox, cb) -> None:
+        """Replace a worker that died (a CUDA fatal error kills the context) or overran its time limit."""
+        now = time.monotonic()
+        for i, (proc, inbox) in list(workers.items()):
+            item, since = busy.get(i, (None, now))
+            dead = not proc.is_alive()
+            late = item is not None and now - since > self.case_timeout_s
+            if not (dead or late):
+                continue
+            if late and not dead:
+                proc.kill()
+            proc.join(timeout=5)
+            if item is not None:
+                what = f"worker exited with code {proc.exitcode}" if dead else f"no result after {self.case_timeout_s:.0f} s"
+                cb.error(key_from_row(item), "worker_crash" if dead else "timeout", what)
+            busy.pop(i, None)
+            workers[i] = self._start(i, backend, outbox)
+            idle.add(i)
+
+    def run_comm(self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None,
+                 timeout_s: float = 600.0) -> None:
+        keys = [k for k in keys if k.gpus <= world]
+        if not keys:
+            return
+        from servelab.collect.worker import comm_worker
+
+        outbox = self.ctx.Queue()
+        port = free_port()
+        items = [k._asdict() for k in keys]
+        procs = [self.ctx.Process(target=comm_worker, args=(r, world, port, backend, items, outbox), daemon=True)
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        start = time.monotonic()
+        current = None
+        done = set()
+        try:
+            while True:
+                limit = min(start + timeout_s, deadline + 60 if deadline else float("inf"))
+                try:
+                    kind, _, item, payload = outbox.get(timeout=1.0)
+                except queue.Empty:
+                    if time.monotonic() > limit or not all(p.is_alive() for p in procs):
+                        if current is not None and key_from_row(current) not in done:
+                            why = "collective workers stopped" if time.monotonic() <= limit else "collectives ran out of time"
+                            cb.error(key_from_row(current), "worker_crash", why)
+                        return
+                    continue
+                if kind == "exit":
+                    return
+                if kind == "start":
+                    current = item
+                    cb.started(key_from_row(item))
+                elif kind in ("row", "error"):
+                    key = key_from_row(item)
+                    done.add(key)
+                    if kind == "row":
+                        cb.row(key, payload)
+                    else:
+                        cb.error(key, payload[0], payload[1])
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+
+
+# ---- Ray ------------------------------------------------------------------------------------------------------
+def _ray_shard(backend: Backend, items: list[dict], want_facts: bool) -> list:
+    """A Ray task: one GPU (Ray sets CUDA_VISIBLE_DEVICES, so it is device 0 here), a shard of keys."""
+    from servelab.collect.backend import resolve
+    from servelab.collect.worker import measure
+
+    resolve(backend.worker_init)(0)
+    out = []
+    if want_facts:
+        out.append(("facts", None, resolve(backend.facts)()))
+    for item in items:
+        kind, payload = measure(backend, key_from_row(item))
+        out.append((kind, item, payload))
+    return out
+
+
+class _CommActor:
+    def address(self) -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def run(self, rank, world, host, port, backend, items):
+        from servelab.collect.backend import resolve
+        from servelab.collect.worker import measure
+
+        keys = [key_from_row(i) for i in items]
+        groups = resolve(backend.comm_init)(rank, world, port if host in ("127.0.0.1", None) else port,
+                                            sorted({k.gpus for k in keys}))
+        out = []
+        for item, key in zip(items, keys):
+            if rank < key.gpus:
+                kind, payload = measure(backend, key, rank, groups[key.gpus])
+                out.append((kind, item, payload))
+        return out if rank == 0 else []
+
+
+class RayExecutor:
+    def __init__(self, address: str | None = None, shard_size: int = 8, gpu: bool = True, num_cpus: int | None = None):
+        self.address = address
+        self.shard_size = shard_size
+        self.gpu = gpu
+        self.num_cpus = num_cpus
+
+    def _init(self):
+        import ray
+
+        if not ray.is_initialized():
+            kwargs = {"address": self.address} if self.address else {"num_cpus": self.num_cpus}
+            ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, **kwargs)
+        return ray
+
+    def _resources(self) -> dict:
+        return {"num_gpus": 1, "num_cpus": 1} if self.gpu else {"num_gpus": 0, "num_cpus": 1}
+
+    def run_single(self, keys: list, backend: Backend, cb: Callbacks, deadline: float | None = None) -> None:
+        if not keys:
+            return
+        ray = self._init()
+        task = ray.remote(**self._resources())(_ray_shard)
+        items = [k._asdict() for k in keys]
+        shards = [items[i:i + self.shard_size] for i in range(0, len(items), self.shard_size)]
+        pending = {}
+        for n, shard in enumerate(shards):
+            pending[task.remote(backend, shard, n == 0)] = shard
+        while pending:
+            if deadline is not None and time.monotonic() > deadline:
+                for ref in pending:
+                    ray.cancel(ref)
+                return
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                pending.pop(ref)
+                for kind, item, payload in ray.get(ref):
+                    if kind == "facts":
+                        cb.facts(payload)
+                    elif kind == "row":
+                        cb.row(key_from_row(item), payload)
+                    else:
+                        cb.error(key_from_row(item), payload[0], payload[1])
+
+    def run_comm(self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None) -> None:
+        keys = [k for k in keys if k.gpus <= world]
+        if not keys:
+            return
+        ray = self._init()
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = {"GPU": 1, "CPU": 1} if self.gpu else {"CPU": 1}
+        pg = placement_group([bundle] * world, strategy="STRICT_PACK")
+        ray.get(pg.ready())
+        try:
+            actor_cls = ray.remote(**self._resources())(_CommActor)
+            actors = [actor_cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=r)).remote() for r in range(world)]
+            host = ray.get(actors[0].address.remote())
+            port = free_port()
+            items = [k._asdict() for k in keys]
+            results = ray.get([a.run.remote(r, world, host, port, backend, items) for r, a in enumerate(actors)])
+            for kind, item, payload in results[0]:
+                if kind == "row":
+                    cb.row(key_from_row(item), payload)
+                else:
+                    cb.error(key_from_row(item), payload[0], payload[1])
+            for a in actors:
+                ray.kill(a)
+        finally:
+            remove_placement_group(pg)

@@ -1,0 +1,58 @@
+"""Collectives for GPU counts the campaign did not have, modelled from what it measured plus the link figures.
+
+For each op and message size, the measured group of the largest size gives the fixed cost (its small-message
+latency, scaled by the ring's step count) and the bus bandwidth it reached; the modelled latency is
+latency(n) = base(n) + moved(n, bytes) / busbw_measured, with base(n) = base(m) x (n - 1) / (m - 1) (a ring of n
+ranks takes n - 1 steps) and moved(n, bytes) the bytes each rank moves in a ring algorithm. On an NVSwitch node
+the per-GPU bus bandwidth stays about constant with n. Rows say source="modelled" and name what they came from.
+"""
+
+import math
+
+
+def _moved(op: str, n: int, nbytes: int) -> float:
+    if op == "allreduce":
+        return 2.0 * (n - 1) / n * nbytes
+    if op == "p2p":
+        return float(nbytes)
+    return (n - 1) / n * nbytes
+
+
+def model_rows(rows: list[dict], target_gpus: tuple[int, ...], system) -> list[dict]:
+    """Rows for each (op, bytes) measured at the largest group size m, at every n in target_gpus above m that
+    fits one NVLink domain."""
+    by_op: dict[str, dict[int, list[dict]]] = {}
+    for r in rows:
+        if r.get("source", "measured") == "measured" and "gpus" in r:
+            by_op.setdefault(r["op"], {}).setdefault(r["gpus"], []).append(r)
+    out = []
+    for op, by_gpus in by_op.items():
+        if op == "p2p":
+            continue  # a point-to-point message does not depend on the group size
+        m = max(by_gpus)
+        measured = sorted(by_gpus[m], key=lambda r: r["bytes"])
+        if len(measured) < 4:
+            continue
+        small = measured[0]["latency_us"]
+        big = [r for r in measured if r["bytes"] >= (64 << 20)] or measured[-3:]
+        busbw = sorted(_moved(op, m, r["bytes"]) / ((r["latency_us"] - small) * 1e-6) for r in big
+                       if r["latency_us"] > small)
+        if not busbw:
+            continue
+        bw = busbw[len(busbw) // 2]
+        for n in target_gpus:
+            if n <= m or n > system.nvlink_domain:
+                continue
+            for r in measured:
+                # per-size fixed part: what the measured size spent beyond its bandwidth term
+                fixed_m = max(r["latency_us"] - _moved(op, m, r["bytes"]) / bw * 1e6, small * 0.5)
+                base = fixed_m * (n - 1) / (m - 1)
+                us = base + _moved(op, n, r["bytes"]) / bw * 1e6
+                spread_lo = r["p10_us"] / r["latency_us"]
+                spread_hi = r["p90_us"] / r["latency_us"]
+                out.append({"bytes": r["bytes"], "gpus": n, "op": op, "latency_us": round(us, 3),
+                            "p10_us": round(us * spread_lo, 3), "p90_us": round(us * spread_hi, 3), "reps": 0,
+                            "source": "modelled", "backend": "nccl",
+                            "modelled_from": f"{op} measured on {m} GPUs at {r['bytes']} B; bus bandwidth "
+                                             f"{bw / 1e9:.0f} GB/s (median over >= 64 MiB); fixed cost x (n-1)/(m-1)"})
+    return [r for r in out if math.isfinite(r["latency_us"])]

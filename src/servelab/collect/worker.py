@@ -1,0 +1,85 @@
+"""What runs inside a worker process (local executor) or a Ray task: init once, then measure keys one by one.
+Never raises for a failed op: the failure is returned with its class, and the campaign goes on."""
+
+import traceback
+
+from servelab.collect.backend import Backend, resolve
+from servelab.collect.store import key_from_row
+
+
+def measure(backend: Backend, key, rank: int | None = None, group=None) -> tuple[str, dict | tuple[str, str]]:
+    """("row", result) or ("error", (error_class, message))."""
+    try:
+        fn = resolve(backend.bench[key.op])
+        result = fn(key) if rank is None else fn(key, rank, group)
+        return "row", _plain(result)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes an errors.jsonl line
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        error_class = resolve(backend.classify)(e)
+        message = f"{type(e).__name__}: {e}"[:1500]
+        if error_class == "error":
+            message += " | " + " < ".join(line.strip() for line in traceback.format_exc().splitlines()[-4:])[:500]
+        try:
+            resolve(backend.after_error)()
+        except BaseException:  # noqa: BLE001 - a broken context surfaces on the next op
+            pass
+        return "error", (error_class, message)
+
+
+def _plain(result: dict) -> dict:
+    out = {}
+    for k, v in result.items():
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, float):
+            v = round(v, 4) if abs(v) >= 1e-3 else v
+        out[k] = v
+    return out
+
+
+def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
+    """One process per device: announces each key before running it, so the parent knows what a crash hit."""
+    resolve(backend.worker_init)(index)
+    if index == 0:
+        try:
+            outbox.put(("facts", index, None, resolve(backend.facts)()))
+        except Exception as e:  # noqa: BLE001 - provenance is best effort, never blocks measuring
+            outbox.put(("facts", index, None, {"facts_error": str(e)}))
+    while True:
+        item = inbox.get()
+        if item is None:
+            outbox.put(("exit", index, None, None))
+            return
+        key = key_from_row(item)
+        outbox.put(("start", index, item, None))
+        kind, payload = measure(backend, key)
+        outbox.put((kind, index, item, payload))
+
+
+def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[dict], outbox) -> None:
+    """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip it."""
+    keys = [key_from_row(i) for i in items]
+    groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
+    barrier = _barrier(backend)
+    for item, key in zip(items, keys):
+        if rank == 0:
+            outbox.put(("start", rank, item, None))
+        if rank < key.gpus:
+            kind, payload = measure(backend, key, rank, groups[key.gpus])
+            if rank == 0:
+                outbox.put((kind, rank, item, payload))
+        barrier()
+    if rank == 0:
+        outbox.put(("exit", rank, None, None))
+
+
+def _barrier(backend: Backend):
+    if backend.name == "fake":
+        return lambda: None
+
+    def barrier():
+        import torch.distributed as dist
+
+        dist.barrier()
+    return barrier

@@ -1,0 +1,214 @@
+"""Aggregated serving: one engine does prefill and decode; its steady state comes from simulating it.
+
+`simulate` is the fast core the planner calls many times (it returns plain numbers); `estimate_aggregated` wraps it
+into the same JSON as static mode plus percentiles, for `servelab estimate --mode agg`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from servelab.errors import ServelabError
+from servelab.perfdb.db import PerfDB, perfdb_for
+from servelab.predict.backends import EngineProfile
+from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
+from servelab.predict.serving.engine import Lane, LaneLimits
+from servelab.predict.serving.pricing import StepPricer
+from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
+from servelab.predict.serving.stats import request_metrics, summary_ms, weighted_summary_ms
+from servelab.predict.serving.workload import SpecDecoding, Workload
+from servelab.predict.static import StaticEstimate, _memory_dict, prepare
+from servelab.specs import ModelSpec, Parallel, SystemSpec
+
+CLOCKS = ("nominal", "low", "high")
+
+
+@dataclass
+class SimResult:
+    """Metrics of one simulated load on one replica; tuples are per clock (nominal, low, high)."""
+
+    percentiles: tuple  # per clock: {ttft_ms: {mean, p50, p90, p99}, tpot_ms: ..., itl_ms: ..., e2el_ms: ...}
+    output_tps: tuple  # output tokens/s of the replica
+    request_tps: tuple  # requests/s of the replica
+    lanes: int
+    lane_workload: Workload
+    stats: object  # LaneStats of the simulated lane (nominal run)
+    requests: int
+    wall_ms: float
+    kv_max_sequences: int  # sequences of isl + osl tokens the replica's KV cache holds
+
+    def metric(self, name: str, stat: str = "mean", clock: int = 0) -> float:
+        return self.percentiles[clock][name][stat]
+
+
+def lane_limits(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown,
+                wl: Workload) -> LaneLimits:
+    """What one lane's scheduler works with. KV bytes per sequence are affine in its length (fixed windows and
+    compressor state + per-token growth), fitted at the workload's full length."""
+    length = wl.isl + wl.osl
+    per_token = mem.kv_bytes_per_token
+    fixed = max(0.0, kv_bytes_per_sequence_per_gpu(model, parallel, length) - per_token * length)
+    return LaneLimits(
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_num_seqs=max(1, engine.max_num_seqs // parallel.pp),  # one scheduler feeds pp microbatches
+        chunked_prefill=engine.chunked_prefill,
+        kv_capacity=max(mem.kv_gib, 0.0) * GIB / parallel.pp,
+        kv_fixed=fixed, kv_per_token=per_token,
+        tokens_per_step=wl.spec.tokens_per_step, verify_tokens=1 + wl.spec.draft_tokens,
+    )
+
+
+def simulate(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown, wl: Workload,
+             pricer: StepPricer, *, prefilled: bool = False, osl_override: int | None = None) -> SimResult:
+    """Simulate one lane under its share of the load and scale to the replica.
+
+    prefilled: requests arrive with their prompt already in the KV cache (a disaggregated decode worker)."""
+    t0 = time.perf_counter()
+    lanes = parallel.attn_dp * parallel.pp
+    lw = wl.per_lane(lanes)
+    limits = lane_limits(model, parallel, engine, mem, wl)
+    one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
+    if one_seq > limits.kv_capacity:
+        raise ServelabError(f"{model.name} ({parallel.label()}): one sequence of {wl.isl + wl.osl} tokens needs "
+                            f"{one_seq / GIB:.2f} GiB of KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free")
+    kv_seqs = int(limits.kv_capacity // one_seq) * lanes
+    src_kw = {"prompt": wl.isl, "cached": wl.isl} if prefilled else {}
+    runs = []
+    for drive in ((0,) if wl.closed else (0, 1, 2)):
+        lane = Lane(limits, pricer.decode, pricer.mixed)
+        source = ClosedLoop(lw, **src_kw) if wl.closed else OpenLoop(lw, drive=drive, **src_kw)
+        if prefilled:  # the prompt's KV arrived; the decode worker's first step samples the next token
+            source.prompt = wl.isl + 1
+        run(lane, source)
+        runs.append((lane, source))
+    percentiles, out_tps, req_tps = [], [], []
+    scale = (wl.concurrency / lw.concurrency) if wl.closed else lanes  # lanes x the busiest lane's share
+    per_run = []
+    for lane, source in runs:
+        measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]
+        per_run.append((len(measured), request_metrics(measured)))
+    for clock in range(3):
+        lane, source = runs[0] if wl.closed else runs[clock]
+        num_measured, pm = per_run[0] if wl.closed else per_run[clock]
+        pct = {k: summary_ms(v) for k, v in pm[clock].items()}
+        pct["itl_ms"] = weighted_summary_ms([(d[clock], w) for d, w in lane.stats.itl])
+        percentiles.append(pct)
+        (c_start, e_start), (c_end, e_end) = source.window
+        span = max(c_end[clock] - c_start[clock], 1e-12)
+        out_tps.append((e_end - e_start) / span * scale)
+        req_tps.append(num_measured / span * scale)
+    lane0 = runs[0][0]
+    return SimResult(tuple(percentiles), tuple(out_tps), tuple(req_tps), lanes, lw, lane0.stats,
+                     len(runs[0][1].requests), (time.perf_counter() - t0) * 1000.0, kv_seqs)
+
+
+class AggregatedEstimate(StaticEstimate):
+    """Static mode's fields (batch = closed-loop concurrency) plus the simulated distributions and bands."""
+
+    mode: str = "agg"
+    request_rate: float | None = None  # open loop: requests/s offered
+    percentiles: dict
+    percentiles_low: dict
+    percentiles_high: dict
+    output_tokens_per_s_per_gpu_low: float  # note: the low clock (faster steps) gives the high throughput
+    output_tokens_per_s_per_gpu_high: float
+    total_tokens_per_s_per_gpu: float
+    request_throughput: float
+    scheduler: dict
+    workload: dict
+
+
+def estimate_aggregated(model: ModelSpec, system: SystemSpec, parallel: Parallel, engine: EngineProfile, batch: int,
+                        isl: int, osl: int, db: PerfDB | None = None, with_breakdown: bool = False, *,
+                        rate: float | None = None, burstiness: float = 1.0, num_requests: int | None = None,
+                        prefix_hit_rate: float = 0.0, spec_tokens: int = 0, acceptance: float = 0.7,
+                        seed: int = 0, workload: Workload | None = None) -> AggregatedEstimate:
+    """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s)."""
+    if batch < 1 or isl < 1 or osl < 1:
+        raise ServelabError("--batch, --isl and --osl must be at least 1")
+    if workload is None:
+        workload = Workload(isl=isl, osl=osl, concurrency=None if rate else batch, rate=rate, burstiness=burstiness,
+                            num_requests=num_requests, prefix_hit_rate=prefix_hit_rate, seed=seed,
+                            spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance))
+    if workload.spec.draft_tokens and not model.num_mtp_layers:
+        pass  # a separate draft model: the step model prices the verification; the draft's own cost is not modelled
+    db = db or perfdb_for(system)
+    mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
+    pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
+    sim = simulate(model, parallel, engine, mem, workload, pricer)
+    return to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
+
+
+def to_estimate(model, system, parallel, engine, mem, wl: Workload, sim: SimResult, pricer: StepPricer, db,
+                with_breakdown: bool = False) -> AggregatedEstimate:
+    from servelab.predict.step import breakdown, priced_step
+    from servelab.predict.graph import step_ops
+
+    p, lo, hi = sim.percentiles
+    gpus = parallel.gpus
+    st = sim.stats
+    rep_decode, rep_mixed = representative_shapes(pricer, wl, sim)
+    sources: dict = {}
+    for shape in (rep_decode, rep_mixed):
+        for s, n in priced_step(model, parallel, shape, engine, db).sources.items():
+            sources[s] = sources.get(s, 0) + n
+    tpot = p["tpot_ms"]["mean"] if wl.osl > 1 else p["itl_ms"]["mean"]
+    result = AggregatedEstimate(
+        model=model.name, system=system.name, backend=engine.name, parallel=parallel.label(), gpus=gpus,
+        batch=wl.concurrency or 0, request_rate=wl.rate, isl=wl.isl, osl=wl.osl,
+        ttft_ms=p["ttft_ms"]["mean"], ttft_ms_low=lo["ttft_ms"]["mean"], ttft_ms_high=hi["ttft_ms"]["mean"],
+        tpot_ms=tpot, tpot_ms_low=lo["tpot_ms"]["mean"], tpot_ms_high=hi["tpot_ms"]["mean"],
+        output_tokens_per_s_per_gpu=sim.output_tps[0] / gpus,
+        output_tokens_per_s_per_gpu_low=sim.output_tps[1] / gpus,
+        output_tokens_per_s_per_gpu_high=sim.output_tps[2] / gpus,
+        total_tokens_per_s_per_gpu=(sim.output_tps[0] + sim.request_tps[0] * wl.isl) / gpus,
+        request_throughput=sim.request_tps[0],
+        tokens_per_s_per_user=1000.0 / tpot if tpot > 0 else 0.0,
+        memory=_memory_dict(mem),
+        provenance={"ops_by_source": sources, "engine": engine.source,
+                    "simulation": {"lanes": sim.lanes, "requests_simulated": sim.requests * (1 if wl.closed else 3),
+                                   "steps": st.steps, "shapes_priced": pricer.priced,
+                                   "wall_ms": round(sim.wall_ms, 2),
+                                   "bands": "same schedule priced with the step model's low and high times"
+                                   if wl.closed else "open loop re-run with low and high step times"}},
+        percentiles=p, percentiles_low=lo, percentiles_high=hi,
+        scheduler=scheduler_dict(sim), workload=wl.model_dump(mode="json"),
+    )
+    if with_breakdown:
+        result.breakdown = {
+            "prefill_us": breakdown(step_ops(model, parallel, rep_mixed), db),
+            "decode_us": breakdown(step_ops(model, parallel, rep_decode), db),
+            "engine_overhead_us": {"prefill": priced_step(model, parallel, rep_mixed, engine, db).overhead_us,
+                                   "decode": priced_step(model, parallel, rep_decode, engine, db).overhead_us},
+            "shapes": {"mixed": rep_mixed._asdict(), "decode": rep_decode._asdict()},
+        }
+    return result
+
+
+def representative_shapes(pricer: StepPricer, wl: Workload, sim: SimResult):
+    """A typical decode step (mean batch, mid-generation context) and a typical prefill-carrying step."""
+    st = sim.stats
+    mean_batch = max(1, round(st.decode_token_steps / st.decode_steps)) if st.decode_steps else 1
+    kv = wl.isl + wl.osl // 2
+    chunk = min(max(wl.isl - wl.cached_tokens, 1), pricer.engine.max_num_batched_tokens)
+    decode = pricer.shape([], mean_batch, kv)
+    mixed = pricer.shape([(chunk, wl.cached_tokens)], max(0, mean_batch - 1), kv)
+    return decode, mixed
+
+
+def scheduler_dict(sim: SimResult) -> dict:
+    st = sim.stats
+    busy = st.busy_decode_s + st.busy_mixed_s
+    return {
+        "lanes": sim.lanes,
+        "lane_concurrency": sim.lane_workload.concurrency,
+        "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 2) if st.decode_steps else 0.0,
+        "time_in_prefill_steps": round(st.busy_mixed_s / busy, 4) if busy else 0.0,
+        "preemptions": st.preemptions,
+        "admissions_blocked_by_kv": st.blocked_kv,
+        "admissions_blocked_by_max_num_seqs": st.blocked_seqs,
+        "peak_kv_utilization": round(st.peak_kv_frac, 4),
+        "kv_max_sequences": sim.kv_max_sequences,
+    }

@@ -1,0 +1,180 @@
+"""Whole runs of `servelab bench` (a subprocess, as users run it) against the mock server (its own process).
+
+The measured values must match what the mock was set to (style habit 7), and every misbehaviour must end as
+counted failures with reasons, partial results saved and a non-zero exit code.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+
+
+def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int, str, str, dict | None]:
+    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--random-input-len", "16",
+                 "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    path = tmp_path / "r.json"
+    return p.returncode, p.stdout, p.stderr, json.loads(path.read_text()) if path.exists() else None
+
+
+def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "20", "--first-token-delay-ms", "60")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "16", "--num-prompts", "16", "--max-concurrency",
+                            "4", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el")
+    assert rc == 0, err
+    assert r["completed"] == 16 and r["failed"] == 0
+    assert r["output_lens"] == [16] * 16 and r["total_output_tokens"] == 256
+    assert r["token_count_source"] == "usage"
+    assert r["mean_ttft_ms"] == pytest.approx(60, abs=20)
+    assert r["mean_tpot_ms"] == pytest.approx(20, abs=3)
+    assert r["median_itl_ms"] == pytest.approx(20, abs=3)
+    assert r["mean_e2el_ms"] == pytest.approx(60 + 15 * 20, abs=30)
+    # 4 streams each ~0.36 s -> about 11 req/s
+    assert r["request_throughput"] == pytest.approx(4 / 0.36, rel=0.25)
+    for field in ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+                  "request_rate", "burstiness", "max_concurrency", "duration", "total_input_tokens",
+                  "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+                  "max_concurrent_requests", "std_ttft_ms", "p99_itl_ms", "input_lens", "ttfts", "itls",
+                  "generated_texts", "errors", "version", "config", "client", "client_bottleneck_warning"):
+        assert field in r, field
+    assert r["request_rate"] == "inf" and r["max_concurrency"] == 4
+    assert len(r["itls"][0]) == 15
+    assert "Serving Benchmark Result" in out
+    lines = Path(r["records_file"]).read_text().splitlines()
+    assert len(lines) == 16
+
+
+def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-123")
+    s = mock_server("--token-delay-ms", "5")
+    rc, out, err, r = bench(s, tmp_path, "--endpoint", "/v1/chat/completions", "--random-output-len", "8",
+                            "--num-prompts", "8", "--max-concurrency", "2", "--save-detailed")
+    assert rc == 0, err
+    assert r["backend"] == "openai-chat" and r["completed"] == 8
+    assert r["output_lens"] == [8] * 8
+    # the chat role chunk counts as the first content event (vLLM does the same): 1 + 8 events
+    assert all(len(x) == 8 for x in r["itls"])
+    everything = out + err + "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+    assert "sk-secret-123" not in everything
+
+
+@pytest.mark.parametrize(
+    "mode,reason",
+    [("http500", "HTTP 500"), ("truncate", "truncated stream"), ("malformed", "malformed SSE"),
+     ("error-event", "error event in stream")],
+)
+def test_misbehaving_server_counts_failures_with_reasons(mock_server, tmp_path, mode, reason):
+    s = mock_server("--token-delay-ms", "2", "--mode", mode, "--fail-every", "2")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "8", "--num-prompts", "10", "--max-concurrency", "3",
+                            "--no-ready-check")
+    assert rc == 1
+    assert r["completed"] == 5 and r["failed"] == 5
+    assert len(r["failure_reasons"]) == 1
+    assert next(iter(r["failure_reasons"])).startswith(reason)
+    assert reason in out  # printed too
+
+
+def test_hanging_server_times_out(mock_server, tmp_path):
+    s = mock_server("--mode", "hang", "--fail-every", "3", "--token-delay-ms", "2")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "4", "--num-prompts", "6", "--max-concurrency", "6",
+                            "--request-timeout", "1", "--no-ready-check")
+    assert rc == 1
+    assert r["failed"] == 2 and r["completed"] == 4
+    assert next(iter(r["failure_reasons"])).startswith("timeout")
+
+
+def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "5", "--die-after-requests", "12")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "10", "--num-prompts", "200", "--max-concurrency",
+                            "4", "--no-ready-check", timeout=60)
+    assert rc == 1
+    assert 8 <= r["completed"] < 12
+    assert r["failed"] >= 1
+    assert r["completed"] + r["failed"] + r["not_sent"] == 200
+    assert any("truncated" in k or "connection" in k for k in r["failure_reasons"])
+    assert r["not_sent"] > 100  # the run stopped sending once the server was unreachable
+    assert any("unreachable" in k for k in r["failure_reasons"])
+
+
+def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "10")
+    cmd = CLI + ["--base-url", s.url, "--model", "mock", "--random-input-len", "8", "--random-output-len", "20",
+                 "--num-prompts", "5000", "--max-concurrency", "8", "--save-result", "--result-dir", str(tmp_path),
+                 "--result-filename", "r.json"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["interrupted"] is True
+    assert r["completed"] > 8
+    assert r["completed"] + r["failed"] + r["not_sent"] == 5000
+
+
+def test_no_usage_falls_back_to_the_tokenizer(mock_server, tmp_path, tiny_tokenizer):
+    s = mock_server("--token-delay-ms", "2", "--mode", "no-usage")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "6", "--num-prompts", "4", "--max-concurrency", "2",
+                            "--tokenizer", str(tiny_tokenizer), "--save-detailed")
+    assert rc == 0, err
+    assert r["token_count_source"] == "tokenizer"
+    from tokenizers import Tokenizer
+
+    expected = len(Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json")).encode(" tok" * 6).ids)
+    assert r["output_lens"] == [expected] * 4
+
+
+def test_sweep_writes_one_file_per_point_and_a_table(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "2")
+    cmd = CLI + ["--base-url", s.url, "--model", "mock", "--random-input-len", "8", "--random-output-len", "4",
+                 "--num-prompts", "6", "--max-concurrency", "1,3", "--save-result", "--result-dir", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    files = sorted(f.name for f in tmp_path.glob("*.json"))
+    assert len(files) == 2 and "concurrency1" in files[0] and "concurrency3" in files[1]
+    assert "servelab bench sweep" in p.stdout
+
+
+def test_open_loop_follows_the_schedule(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "2")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "4", "--num-prompts", "40", "--request-rate", "40",
+                            "--burstiness", "1")
+    assert rc == 0, err
+    assert r["request_rate"] == 40.0
+    assert r["duration"] == pytest.approx(1.0 + 0.008, abs=0.1)  # last arrival at n/rate = 1 s
+    assert r["mean_client_send_lag_ms"] < 3.0
+
+
+def test_multiturn_conversations_grow(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "2")
+    rc, out, err, r = bench(s, tmp_path, "--endpoint", "/v1/chat/completions", "--dataset-name", "multiturn",
+                            "--multiturn-turns", "3", "--random-output-len", "5", "--num-prompts", "2",
+                            "--max-concurrency", "2")
+    assert rc == 0, err
+    assert r["completed"] == 6
+    recs = [json.loads(x) for x in Path(r["records_file"]).read_text().splitlines()]
+    by_conv = {}
+    for x in recs:
+        by_conv.setdefault(x["i"] // 1000, []).append(x)
+    for turns in by_conv.values():
+        turns.sort(key=lambda x: x["i"])
+        # each turn starts after the previous one ended; prompts grow (mock counts words of all messages)
+        assert [t["i"] % 1000 for t in turns] == [0, 1, 2]
+        assert all(b["sent"] >= a["end"] for a, b in zip(turns, turns[1:]))
+        assert turns[0]["in"] < turns[1]["in"] < turns[2]["in"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    p = subprocess.run(CLI + ["--dataset-name", "bogus", "--model", "m"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("error: --dataset-name")
+    p = subprocess.run(CLI + ["--max-concurrency", "1,x", "--model", "m"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "'x'" in p.stderr
+    p = subprocess.run(CLI + ["--goodput", "ttft=5", "--model", "m"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "goodput" in p.stderr

@@ -1,0 +1,62 @@
+"""`servelab bench` against real vLLM on the CPU: exact lengths with ignore_eos, usage-based counts, both
+endpoints, sane metrics at several concurrencies."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+
+
+def bench(server, model_dir, tmp_path, *args, name="r.json"):
+    cmd = CLI + ["--base-url", server.url, "--model", server.model, "--tokenizer", str(model_dir),
+                 "--save-result", "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", name, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads((tmp_path / name).read_text())
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_exact_lengths_and_usage_counts(vllm_server, tiny_llama, tmp_path, endpoint):
+    r = bench(vllm_server, tiny_llama, tmp_path, "--endpoint", endpoint, "--random-input-len", "64",
+              "--random-output-len", "32", "--num-prompts", "8", "--max-concurrency", "4")
+    assert r["completed"] == 8 and r["failed"] == 0
+    assert r["output_lens"] == [32] * 8  # ignore_eos (on for random) gives exact output lengths
+    assert r["token_count_source"] == "usage"
+    assert r["prompt_len_source"] == "server usage.prompt_tokens"
+    if endpoint == "/v1/completions":
+        # the tokenizer adds <s>; like vLLM we subtract special tokens, so the server counts exactly 64
+        assert r["input_lens"] == [64] * 8
+    else:
+        assert all(n > 64 for n in r["input_lens"])  # the chat template adds tokens
+    # vLLM merges a token that ends inside a UTF-8 character into the next chunk: chunks <= tokens
+    assert all(28 <= len(itl) + 1 <= 33 for itl in r["itls"])
+    assert 0 < r["mean_ttft_ms"] < 5000 and 0 < r["mean_tpot_ms"] < 1000
+    assert r["total_output_tokens"] == 256
+
+
+def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
+    results = {}
+    for c in (1, 4, 16):
+        results[c] = bench(vllm_server, tiny_llama, tmp_path, "--random-input-len", "128", "--random-output-len",
+                           "64", "--num-prompts", str(max(4, 2 * c)), "--max-concurrency", str(c),
+                           "--percentile-metrics", "ttft,tpot,itl,e2el", name=f"c{c}.json")
+    for c, r in results.items():
+        assert r["failed"] == 0 and r["completed"] == max(4, 2 * c)
+        assert r["output_lens"] == [64] * r["completed"]
+        assert r["mean_ttft_ms"] > 0 and r["mean_tpot_ms"] > 0 and r["mean_e2el_ms"] > r["mean_ttft_ms"]
+        assert r["max_concurrent_requests"] >= min(c, r["completed"]) - 1
+        assert r["p99_ttft_ms"] >= r["median_ttft_ms"]
+    # continuous batching: more concurrency, more output throughput, longer per-token time
+    assert results[16]["output_throughput"] > 1.5 * results[1]["output_throughput"]
+    assert results[16]["mean_tpot_ms"] > results[1]["mean_tpot_ms"]
+
+
+def test_non_streaming(vllm_server, tiny_llama, tmp_path):
+    r = bench(vllm_server, tiny_llama, tmp_path, "--no-stream", "--random-input-len", "32", "--random-output-len",
+              "16", "--num-prompts", "4", "--max-concurrency", "2")
+    assert r["completed"] == 4 and r["output_lens"] == [16] * 4
+    assert r["mean_ttft_ms"] == pytest.approx(r["mean_e2el_ms"], rel=1e-6)  # one event: TTFT is the whole request

@@ -1,0 +1,99 @@
+"""`servelab db` end to end, through the real entry point (exit codes and one-line errors included)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import synth
+
+
+def run(*args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "servelab.cli.main", "db", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_query_one_op_as_json(table_dir):
+    r = run("query", "gemm", "--m", "3000", "--n", "4096", "--k", "4096", "--tables", str(table_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["source"] == "interpolated"
+    assert out["latency_us_low"] <= out["latency_us"] <= out["latency_us_high"]
+    assert abs(out["latency_us"] / synth.gemm_us(3000, 4096, 4096) - 1) < 0.05
+
+
+def test_query_batch_size_flag_and_text_output(table_dir):
+    r = run("query", "attention_decode", "--batch", "8", "--kv-len", "4096", "--heads", "32", "--kv-heads", "8",
+            "--head-dim", "128", "--tables", str(table_dir))
+    assert r.returncode == 0, r.stderr
+    assert "measured" in r.stdout and "us [" in r.stdout
+
+
+def test_query_batch_file(table_dir, tmp_path):
+    lines = [{"op": "gemm", "m": 7, "n": 4096, "k": 4096},
+             {"op": "attention_prefill", "batch": 2, "seq": 1000, "heads": 32, "kv_heads": 8, "head_dim": 128},
+             {"op": "allreduce", "bytes": 3 << 20, "gpus": 8},
+             {"op": "moe", "tokens": 256, "hidden": 7168, "inter": 2048, "experts": 256, "topk": 8, "ep": 8,
+              "dtype": "fp8"},
+             {"op": "mla_decode", "batch": 4, "kv_len": 4096, "heads": 16, "native_heads": 128},
+             {"op": "dsv4_csa_context_module", "native_heads": 128, "heads": 16, "batch": 1, "seq": 4096}]
+    f = tmp_path / "q.jsonl"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = run("query", "--batch", str(f), "--tables", str(table_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [o["source"] for o in out] == ["interpolated", "interpolated", "interpolated", "roofline", "roofline",
+                                          "roofline"]
+    for o in out:
+        assert set(o) >= {"latency_us", "latency_us_low", "latency_us_high", "source", "note"}
+
+
+def test_batch_file_bad_lines_get_error_objects_and_exit_2(table_dir, tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"op": "gemm", "m": 7, "n": 4096, "k": 4096}\n{"op": "gemmm", "m": 1}\nnot json\n')
+    r = run("query", "--batch", str(f), "--tables", str(table_dir), "--json")
+    assert r.returncode == 2
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert "latency_us" in out[0]
+    assert "did you mean gemm" in out[1]["error"] and "not valid JSON" in out[2]["error"]
+    assert r.stderr.startswith("error: 2 line(s)")
+
+
+def test_unknown_op_and_out_of_range_shapes_are_clear_errors():
+    r = run("query", "gemmm", "--m", "1")
+    assert r.returncode == 2 and "unknown op 'gemmm' (did you mean gemm" in r.stderr and "Traceback" not in r.stderr
+    r = run("query", "gemm", "--m", "1", "--n", "4096", "--k", str(1 << 30))
+    assert r.returncode == 2 and "k=1073741824 is outside the supported range" in r.stderr
+    r = run("query", "attention_prefill", "--batch", "1", "--seq", "10", "--heads", "7", "--kv-heads", "2",
+            "--head-dim", "128")
+    assert r.returncode == 2 and "heads=7 must be a multiple of kv_heads=2" in r.stderr
+    r = run("query", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "int3")
+    assert r.returncode == 2 and "unknown dtype 'int3'" in r.stderr
+    r = run("query", "gemm", "--m", "4", "--n", "4", "--seq", "4")
+    assert r.returncode == 2 and "unknown field(s) seq" in r.stderr
+
+
+def test_status_accuracy_and_validate(table_dir, tmp_path):
+    env = {"SERVELAB_PERFDB_PATH": str(table_dir.parents[2])}
+    r = run("status", "--system", "h200_sxm", env_extra=env)
+    assert r.returncode == 0 and "(in use)" in r.stdout and "gemm" in r.stdout and "NVIDIA H200" in r.stdout
+    r = run("accuracy", "--tables", str(table_dir), "--check", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report[0]["tables"]["gemm"]["passes"] is True
+    r = run("validate", str(table_dir))
+    assert r.returncode == 0 and r.stdout.count("ok ") == 5
+    (tmp_path / "gemm.parquet").write_bytes(b"garbage")
+    r = run("validate", str(tmp_path))
+    assert r.returncode == 2 and "FAIL" in r.stdout and "not a readable Parquet file" in r.stdout
+
+
+def test_merge_command(tmp_path):
+    camp = synth.write_campaign(tmp_path / "c", synth.comm_rows() + synth.gemm_rows(nks=[(4096, 4096)]))
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    r = run("merge", str(camp), "--into", str(into))
+    assert r.returncode == 0, r.stderr
+    assert "gemm" in r.stdout and "comm" in r.stdout and (into / "gemm.parquet").exists()
+    r = run("validate", str(camp))
+    assert r.returncode == 0 and "ok" in r.stdout
