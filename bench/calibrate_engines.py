@@ -68,6 +68,69 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+# AIConfigurator's own agg-mode estimate of each row, run inside its venv (PyPI `aiconfigurator`, same version).
+# A row is asked as written; when AIConfigurator cannot load the model id or the engine version, it is asked
+# again with the id of its bundled config and its default version, and the answer says which.
+AIC_ID_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+AIC_SCRIPT = r"""
+import json, logging, math, sys, time
+logging.disable(logging.CRITICAL)
+from aiconfigurator.cli.api import cli_estimate
+rows, aliases = json.load(sys.stdin)
+out = {}
+def num(r, k, d=None):
+    v = (r.get(k) or "").strip()
+    return d if not v or v.lower() == "nan" else int(float(v))
+for r in rows:
+    kw = dict(mode="agg", backend_name=r["backend"], isl=int(r["isl"]), osl=int(r["osl"]),
+              batch_size=num(r, "_concurrency"), tp_size=num(r, "tp_size", 1), pp_size=num(r, "pp_size", 1),
+              attention_dp_size=num(r, "attention_dp_size", 1), moe_tp_size=num(r, "moe_tp_size"),
+              moe_ep_size=num(r, "moe_ep_size"), gemm_quant_mode=r.get("gemm_quant_mode") or None,
+              moe_quant_mode=r.get("moe_quant_mode") or None)
+    version = (r.get("backend_version") or "").strip()
+    tries = [(r["model_path"], version or None, "as written")]
+    if r["model_path"] in aliases:
+        tries.append((aliases[r["model_path"]], version or None, "bundled model id"))
+    tries.append((aliases.get(r["model_path"], r["model_path"]), None, "bundled model id, default version"))
+    errors = []
+    for model, ver, how in tries:
+        try:
+            t = time.time()
+            res = cli_estimate(model, "h200_sxm", backend_version=ver, **kw)
+            ttft, tpot = float(res.ttft), float(res.tpot)
+            if not (math.isfinite(ttft) and math.isfinite(tpot) and ttft > 0 and tpot > 0):
+                raise ValueError(f"non-positive estimate {ttft} / {tpot}")
+            out[r["id"]] = {"ttft_ms": ttft, "tpot_ms": tpot, "how": how, "s": round(time.time() - t, 2)}
+            break
+        except BaseException as e:
+            errors.append(f"{how}: {type(e).__name__}: {str(e)[:160]}")
+    else:
+        out[r["id"]] = {"error": errors}
+    print(json.dumps({"done": len(out)}), file=sys.stderr, flush=True)
+json.dump(out, sys.stdout)
+"""
+
+
+def aic_predictions(rows: list[dict], system: str, cache: Path) -> dict:
+    """AIConfigurator's estimate per row id (cached in `cache`, keyed by row id)."""
+    done = json.loads(cache.read_text()) if cache.is_file() else {}
+    todo = [r for r in rows if r["id"] not in done]
+    if todo:
+        py = AIC_VENV / "bin" / "python"
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"aiconfigurator=={AIC_VERSION}"], check=True)
+        payload = [dict(r, _concurrency=str(concurrency_of(r)), system=system) for r in todo]
+        got = subprocess.run([str(py), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
+                             input=json.dumps([payload, AIC_ID_ALIASES]), capture_output=True, text=True)
+        if got.returncode != 0:
+            raise RuntimeError(f"AIConfigurator run failed: {got.stderr[-2000:]}")
+        done.update(json.loads(got.stdout))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(done))
+    return {r["id"]: done[r["id"]] for r in rows if r["id"] in done}
+
+
 # ---------------------------------------------------------------------------------------------- row -> case
 @dataclass
 class Case:
@@ -190,13 +253,26 @@ def pick_mode(mode: str) -> str:
     return "aggregated"
 
 
-def predict(case: Case, params: dict, mode: str, system) -> tuple[float, float]:
+# How the rows were measured, as the simulator replays it: `vllm bench serve`-style closed loop that starts
+# from an idle engine (the first `concurrency` requests arrive together) and counts every request, with
+# num_prompts = PROMPTS_PER_CONCURRENCY x concurrency (InferenceX's convention, reference/serving-metrics.md).
+# 0 replays the simulator's own steady state instead (a warm-up wave excluded).
+PROMPTS_PER_CONCURRENCY = 10
+
+
+def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None) -> tuple[float, float]:
     """(ttft_ms, tpot_ms) servelab predicts for a case with these engine parameters."""
     engine = base_profiles()[case.backend].model_copy(update=params)
+    k = PROMPTS_PER_CONCURRENCY if prompts_per_concurrency is None else prompts_per_concurrency
     if mode == "aggregated":
-        from servelab.predict.serving import estimate_aggregated
+        from servelab.predict.serving import Workload, estimate_aggregated
 
-        est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl)
+        wl = None
+        if k:
+            wl = Workload(isl=case.isl, osl=case.osl, concurrency=case.concurrency, warmup=0,
+                          num_requests=k * case.concurrency)
+        est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
+                                  workload=wl)
     else:
         from servelab.predict.static import estimate_static
 
@@ -284,18 +360,62 @@ def from_params(params: dict) -> np.ndarray:
 
 
 def loss(cases: list[Case], params: dict, price) -> float:
-    """Mean robust loss of log(pred / measured), TTFT and TPOT weighted alike."""
-    res = []
-    for case in cases:
-        ttft, tpot = price(case, params)
-        res.append(math.log(ttft / case.ttft_ms))
-        res.append(math.log(tpot / case.tpot_ms))
-    return float(np.mean(soft_l1(np.array(res)))) if res else 0.0
+    """Mean robust loss of log(pred / measured), TTFT and TPOT weighted alike (exact: runs the predictor)."""
+    preds = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+    return _loss(preds, _measured(cases))
 
 
-def fit(cases: list[Case], start: dict, price, iters: int = 120) -> dict:
-    x, _ = nelder_mead(lambda x: loss(cases, to_params(x), price), from_params(start), iters=iters)
-    return to_params(x)
+def _measured(cases: list[Case]) -> np.ndarray:
+    return np.array([[c.ttft_ms, c.tpot_ms] for c in cases]).reshape(-1, 2)
+
+
+def _loss(preds: np.ndarray, meas: np.ndarray) -> float:
+    if preds.size == 0:
+        return 0.0
+    return float(np.mean(soft_l1(np.log(np.maximum(preds, 1e-3 * meas) / meas))))
+
+
+class Linearized:
+    """Each case's (TTFT, TPOT) as an affine function of the engine parameters around `params`.
+
+    A step's time is affine in every fitted parameter (overheads add, gaps multiply kernel counts; the eager-launch
+    term has one kink), and TTFT and TPOT are sums of step times, so a finite-difference Jacobian predicts the
+    simulator closely near the point. Fitting on it costs microseconds instead of a simulation per row; every error
+    this script reports is then measured with the real predictor at the fitted parameters."""
+
+    def __init__(self, cases: list[Case], params: dict, price):
+        self.params = dict(params)
+        self.base = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+        self.jac = np.zeros((len(cases), 2, len(PARAMS)))
+        for k, name in enumerate(PARAMS):
+            lo = BOUNDS[name][0]
+            delta = max(0.3 * params[name], 10 * lo)
+            moved = dict(params, **{name: params[name] + delta})
+            self.jac[:, :, k] = (np.array([price(c, moved) for c in cases]).reshape(-1, 2) - self.base) / delta
+
+    def predict(self, params: dict, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        d = np.array([params[n] - self.params[n] for n in PARAMS])
+        return self.base[rows] + self.jac[rows] @ d
+
+
+def fit(cases: list[Case], start: dict, price, iters: int = 120, rounds: int = 2,
+        lin: Linearized | None = None, rows: np.ndarray | None = None) -> dict:
+    """Minimise the robust loss over the parameters: Nelder-Mead on the linearized predictor, re-linearized at
+    the result `rounds` times (pass `lin` and `rows` to fit a subset on an existing linearization, once)."""
+    params = dict(start)
+    for _ in range(rounds if lin is None else 1):
+        here = lin or Linearized(cases, params, price)
+        sel = rows if rows is not None else slice(None)
+        meas = _measured(cases)[sel] if rows is None else _measured([cases[i] for i in rows])
+        x, _ = nelder_mead(lambda x: _loss(here.predict(to_params(x), sel), meas), from_params(params), iters=iters)
+        params = to_params(x)
+    return params
+
+
+def fit_engine(cases: list[Case], start: dict, price, iters: int) -> tuple[dict, Linearized]:
+    """The engine's fit on all its rows, and the linearization at the fitted point (for cross-validation)."""
+    params = fit(cases, start, price, iters)
+    return params, Linearized(cases, params, price)
 
 
 def errors_of(cases: list[Case], params: dict, price) -> tuple[np.ndarray, np.ndarray]:
@@ -305,20 +425,29 @@ def errors_of(cases: list[Case], params: dict, price) -> tuple[np.ndarray, np.nd
     return ttft, tpot
 
 
-def leave_one_model_out(cases: list[Case], start: dict, price, iters: int) -> dict:
-    """For each engine and each model family: fit on the engine's other families, predict the left-out one."""
-    out = {"ttft": [], "tpot": [], "by_family": {}}
+def leave_one_model_out(cases: list[Case], start: dict, price, iters: int, lins: dict | None = None) -> dict:
+    """For each engine and each model family: fit on the engine's other families, predict the left-out one with
+    the real predictor. `lins` (engine -> (cases, Linearized)) reuses the linearizations of the full fits."""
+    out = {"ttft": [], "tpot": [], "by_family": {}, "params": {}, "rows": {}}
     for engine in ENGINES:
         mine = [c for c in cases if c.backend == engine]
+        if not mine:
+            continue
+        if lins and engine in lins:
+            mine, lin = lins[engine]
+        else:
+            lin = Linearized(mine, start[engine], price)
         for family in sorted({c.family for c in mine}):
-            train = [c for c in mine if c.family != family]
+            train = np.array([i for i, c in enumerate(mine) if c.family != family])
             test = [c for c in mine if c.family == family]
-            params = fit(train, start[engine], price, iters) if train else start[engine]
+            params = fit(mine, lin.params, price, iters, lin=lin, rows=train) if train.size else start[engine]
             ttft, tpot = errors_of(test, params, price)
+            out["rows"].update({c.row_id: (a, b) for c, a, b in zip(test, ttft, tpot)})
             out["ttft"].extend(ttft)
             out["tpot"].extend(tpot)
+            out["params"][f"{engine}/{family}"] = params
             out["by_family"][f"{engine}/{family}"] = {"ttft": summary(ttft), "tpot": summary(tpot),
-                                                      "trained_on": len(train)}
+                                                      "trained_on": int(train.size)}
     out["ttft"], out["tpot"] = np.array(out["ttft"]), np.array(out["tpot"])
     return out
 
@@ -344,16 +473,40 @@ def defaults() -> dict:
     return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
 
 
-def main(argv: list[str] | None = None) -> int:
+def compare_with_aic(cases: list[Case], aic: dict, cv_rows: dict) -> dict:
+    """AIConfigurator's error next to servelab's cross-validated error, on the rows AIConfigurator answered."""
+    answered = [c for c in cases if "ttft_ms" in aic.get(c.row_id, {})]
+    a_ttft = rel_errors(np.array([aic[c.row_id]["ttft_ms"] for c in answered]), np.array([c.ttft_ms for c in answered]))
+    a_tpot = rel_errors(np.array([aic[c.row_id]["tpot_ms"] for c in answered]), np.array([c.tpot_ms for c in answered]))
+    s_err = np.array([cv_rows[c.row_id] for c in answered]).reshape(-1, 2)
+    how: dict = {}
+    for c in answered:
+        how[aic[c.row_id]["how"]] = how.get(aic[c.row_id]["how"], 0) + 1
+    failures: dict = {}
+    for c in cases:
+        if "error" in aic.get(c.row_id, {}):
+            key = aic[c.row_id]["error"][-1].split(":")[1].strip()
+            failures[key] = failures.get(key, 0) + 1
+    return {"answered": len(answered), "how": how, "failures": failures,
+            "aiconfigurator": {"ttft": summary(a_ttft), "tpot": summary(a_tpot)},
+            "servelab_cv": {"ttft": summary(s_err[:, 0]), "tpot": summary(s_err[:, 1])}}
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read top to bottom)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--mode", choices=("auto", "static", "aggregated"), default="auto")
-    ap.add_argument("--iters", type=int, default=80, help="Nelder-Mead iterations per fit")
+    ap.add_argument("--iters", type=int, default=300, help="Nelder-Mead iterations per fit (on the linearized predictor)")
     ap.add_argument("--csv", type=Path, help="use this silicon_sample.csv instead of installing the package")
     ap.add_argument("--limit", type=int, default=0, help="fit on at most this many rows per engine (quick runs)")
+    ap.add_argument("--prompts-per-concurrency", type=int, default=PROMPTS_PER_CONCURRENCY,
+                    help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
+                         "engine (0: the simulator's steady state)")
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     ap.add_argument("--out", type=Path, default=CALIBRATED)
     ap.add_argument("--report", type=Path, help="write the per-row predictions and errors as JSON here")
+    ap.add_argument("--aic", action="store_true",
+                    help="also run AIConfigurator's own estimate of the same rows (about 1-4 s a row; cached)")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -372,19 +525,22 @@ def main(argv: list[str] | None = None) -> int:
     cases = usable(cases, mode, system, skipped)
     if args.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.backend == e][: args.limit]]
-    price = lambda case, params: predict(case, params, mode, system)  # noqa: E731
+    k = args.prompts_per_concurrency
+    price = lambda case, params: predict(case, params, mode, system, k)  # noqa: E731
     print(f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
           f"servelab ({mode} mode), skipped: {sum(skipped.values())}", flush=True)
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  skipped {n:4d}: {reason}")
 
     before = errors_of(cases, {}, lambda c, p: price(c, start[c.backend]))
-    cv = leave_one_model_out(cases, start, price, args.iters)
-    fitted = {}
+    fitted, lins = {}, {}
     for engine in ENGINES:
         mine = [c for c in cases if c.backend == engine]
         if mine:
-            fitted[engine] = fit(mine, start[engine], price, args.iters)
+            fitted[engine], lin = fit_engine(mine, start[engine], price, args.iters)
+            lins[engine] = (mine, lin)
+            print(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)", flush=True)
+    cv = leave_one_model_out(cases, start, price, args.iters, lins)
     after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.backend, start[c.backend])))
 
     table = {
@@ -395,8 +551,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'servelab on ' + args.system:32s} {'n':>5s} {'TTFT med':>9s} {'TTFT p90':>9s} {'TPOT med':>9s} {'TPOT p90':>9s}")
     for name, (a, b) in table.items():
         print(f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}")
-    print("AIConfigurator 0.12 (anchors.md) ~42% TTFT / ~33% TPOT median on H200 measured rows; it priced "
-          "fewer than half of the points it was asked about")
+    comparison = None
+    if args.aic:
+        by_id = {r["id"]: r for r in rows}
+        aic = aic_predictions([by_id[c.row_id] for c in cases], args.system,
+                              REPO / ".cache" / f"aic-predictions-{args.system}.json")
+        comparison = compare_with_aic(cases, aic, cv["rows"])
+        a, s_ = comparison["aiconfigurator"], comparison["servelab_cv"]
+        print(f"{'AIConfigurator ' + AIC_VERSION + ' (same rows)':32s} {a['ttft']['n']:5d} {a['ttft']['median']:9.1%} "
+              f"{a['ttft']['p90']:9.1%} {a['tpot']['median']:9.1%} {a['tpot']['p90']:9.1%}")
+        print(f"{'servelab CV on those rows':32s} {s_['ttft']['n']:5d} {s_['ttft']['median']:9.1%} "
+              f"{s_['ttft']['p90']:9.1%} {s_['tpot']['median']:9.1%} {s_['tpot']['p90']:9.1%}")
+        print(f"  AIConfigurator answered {comparison['answered']} of {len(cases)} rows ({comparison['how']}); "
+              f"failures: {comparison['failures']}")
+        print(f"  ratio servelab / AIConfigurator median error: TTFT {s_['ttft']['median'] / a['ttft']['median']:.2f}, "
+              f"TPOT {s_['tpot']['median'] / a['tpot']['median']:.2f}")
+    else:
+        print("AIConfigurator 0.12 (anchors.md, not rerun here; --aic reruns it): ~42% TTFT / ~33% TPOT median "
+              "on H200 measured rows")
     print("\nleave-one-model-out by engine/family (median TTFT / TPOT error):")
     for key, v in cv["by_family"].items():
         print(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
@@ -411,10 +583,12 @@ def main(argv: list[str] | None = None) -> int:
         "_provenance": provenance,
         "source": {"package": AIC_PACKAGE, "version": version, "file": "systems/silicon_sample.csv",
                    "system": args.system, "rows_in_file": len(rows), "rows_used": len(cases),
-                   "rows_skipped": skipped, "mode": mode, "command": command.strip(),
+                   "rows_skipped": skipped, "mode": mode, "prompts_per_concurrency": args.prompts_per_concurrency,
+                   "command": command.strip(),
                    "date": dt.date.today().isoformat(), "loss": "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"},
         "errors": {name: {"ttft": a, "tpot": b} for name, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
+        "aiconfigurator_same_rows": comparison,
         "engines": {e: {"params": {k: round(v, 3) for k, v in p.items()},
                         "rows": sum(c.backend == e for c in cases),
                         "families": sorted({c.family for c in cases if c.backend == e})}

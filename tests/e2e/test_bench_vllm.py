@@ -57,6 +57,6 @@ def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
 
 def test_non_streaming(vllm_server, tiny_llama, tmp_path):
     r = bench(vllm_server, tiny_llama, tmp_path, "--no-stream", "--random-input-len", "32", "--random-output-len",
-              "16", "--num-prompts", "4", "--max-concurrency", "2")
+              "16", "--num-prompts", "4", "--max-concurrency", "2", "--percentile-metrics", "ttft,e2el")
     assert r["completed"] == 4 and r["output_lens"] == [16] * 4
     assert r["mean_ttft_ms"] == pytest.approx(r["mean_e2el_ms"], rel=1e-6)  # one event: TTFT is the whole request

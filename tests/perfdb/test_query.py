@@ -124,3 +124,43 @@ def test_lookup_is_fast(tables):
     per_us = (time.perf_counter() - t) / len(qs) * 1e6
     # target is < 20 us on an idle core; the bound is loose because CI machines are shared
     assert per_us < 60, per_us
+
+
+def _grid_rows(h200, keys_):
+    """Rows whose latency is 1.3x the interpolation reference plus a 3 us floor: a smooth departure from the
+    reference that interpolation should recover closely even from a coarse grid."""
+    from servelab.perfdb.reference import reference_fn
+
+    ref = reference_fn(h200)
+    return [synth.row(k.op, 1.3 * ref(k) + 3.0, **{f: v for f, v in k._asdict().items() if f != "op"})
+            for k in keys_]
+
+
+@pytest.mark.parametrize("make,query", [
+    (lambda: [keys.Moe(t, 7168, 256, 256, 8, 8, "fp8_block") for t in (16, 64, 256, 1024, 4096)],
+     keys.Moe(500, 7168, 256, 256, 8, 8, "fp8_block")),
+    (lambda: [keys.MlaDecode(b, kv, 16, 128) for b in (1, 16, 64) for kv in (1024, 4096, 16384)],
+     keys.MlaDecode(30, 3000, 16, 128)),
+    (lambda: [keys.MlaPrefill(b, s, 16, 128) for b in (1, 4) for s in (512, 2048, 8192)],
+     keys.MlaPrefill(2, 1000, 16, 128)),
+    (lambda: [keys.Dsv4Context(64, 8, b, s, "dsv4_hca_context_module") for b in (1, 4) for s in (1024, 4096, 16384)],
+     keys.Dsv4Context(64, 8, 3, 3000, "dsv4_hca_context_module")),
+    (lambda: [keys.Memory(1 << p) for p in range(14, 30, 2)], keys.Memory(3 << 20)),
+    (lambda: [keys.Comm(1 << p, 8, "alltoall") for p in range(10, 30, 2)], keys.Comm(3 << 20, 8, "alltoall")),
+])
+def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, query):
+    from servelab.perfdb.merge import merge
+    from servelab.perfdb.reference import reference_fn
+    from servelab.perfdb.tables import load_tables
+
+    grid = make()
+    camp = synth.write_campaign(tmp_path / "c", _grid_rows(h200, grid))
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    merge([camp], into)
+    tables = load_tables(into, h200)
+    hit = tables.lookup(grid[1])
+    assert hit.source == "measured"
+    lat = tables.lookup(query)
+    assert lat.source == "interpolated"
+    truth = 1.3 * reference_fn(h200)(query) + 3.0
+    assert rel(lat.us, truth) < 0.08

@@ -169,3 +169,25 @@ def test_campaign_rows_with_extras_round_trip(tmp_path):
     merge([camp], into)
     data = read_table(into / "attention_prefill.parquet")
     assert json.loads(data.extra[0]) == {"backend": "cudnn"}
+
+
+def test_tables_load_lazily(table_dir):
+    """Listing the table directory reads no file; pyarrow comes in on the first query of a family, and only
+    that family's file is read."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from servelab.specs import load_system
+from servelab.perfdb.tables import load_tables
+from servelab.perfdb import keys
+ts = load_tables({str(table_dir)!r}, load_system("h200_sxm"))
+assert "pyarrow" not in sys.modules, "pyarrow imported before any query"
+ts.lookup(keys.Gemm(100, 4096, 4096))
+assert "pyarrow.dataset" not in sys.modules, "pyarrow.dataset costs ~150 ms of startup"
+assert set(ts._indexes) == {{"gemm"}}, ts._indexes
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -64,18 +64,23 @@ class _Words:
 
 
 def _exact_text(tok: LocalTokenizer, ids: list[int], target: int, allowed: np.ndarray, rng) -> tuple[str, int]:
-    """vLLM's gen_prompt_decode_to_target_len: decode, re-encode, trim or pad, up to 10 tries."""
-    text = ""
-    for _ in range(11):
-        text = tok.decode(ids)
-        ids = tok.encode(text)
-        if len(ids) == target:
-            break
-        if len(ids) > target:
-            ids = ids[:target]
-        else:
-            ids = ids + allowed[rng.integers(0, len(allowed), size=target - len(ids))].tolist()
-    return text, len(tok.encode(text))
+    """vLLM's gen_prompt_decode_to_target_len (decode, re-encode, trim or pad, up to 10 tries); where that
+    still misses (byte-level BPE pieces that do not round-trip), start again from fresh random tokens, up to
+    5 times, so prompts hit the target exactly. The length returned is always the re-encoded count."""
+    text, n = "", -1
+    for _attempt in range(5):
+        for _ in range(11):
+            text = tok.decode(ids)
+            ids = tok.encode(text)
+            if len(ids) == target:
+                return text, target
+            if len(ids) > target:
+                ids = ids[:target]
+            else:
+                ids = ids + allowed[rng.integers(0, len(allowed), size=target - len(ids))].tolist()
+        n = len(tok.encode(text))
+        ids = allowed[rng.integers(0, len(allowed), size=target)].tolist()
+    return text, n
 
 
 def _allowed(tok: LocalTokenizer) -> np.ndarray:

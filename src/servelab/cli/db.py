@@ -41,6 +41,7 @@ def query(
     bytes_: int = typer.Option(None, "--bytes", help="Per-rank buffer bytes (collectives, elementwise).",
                                show_default=False),
     gpus: int = _opt("Ranks in the collective."), flops: int = _opt("Elementwise flops."),
+    kernels: int = _opt("Small kernels an elementwise op stands for."),
 ) -> None:
     """Latency of one op, with its source (measured / interpolated / extrapolated / roofline) and error band."""
     import json
@@ -64,7 +65,7 @@ def query(
         ("kv_heads", kv_heads), ("head_dim", head_dim), ("window", window), ("kv_dtype", kv_dtype),
         ("native_heads", native_heads), ("tokens", tokens), ("hidden", hidden), ("inter", inter),
         ("experts", experts), ("topk", topk), ("ep", ep), ("distribution", distribution), ("bytes", bytes_),
-        ("gpus", gpus), ("flops", flops)) if value is not None}
+        ("gpus", gpus), ("flops", flops), ("kernels", kernels)) if value is not None}
     if batch is not None:
         if not batch.strip().isdigit():
             raise ServelabError(f"--batch {batch!r}: with an OP, --batch is the batch size (an integer); "

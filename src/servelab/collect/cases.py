@@ -109,7 +109,7 @@ def base_keys() -> list[OpKey]:
     for c, s in PREFILL:
         keys.append(AttentionPrefill(c, s, 32, 8, 128))
     keys.extend(Memory(b) for b in ELEMENTWISE_BYTES)
-    return keys
+    return [k for k in keys if _decode_bytes(k) <= DECODE_BYTES_LIMIT]
 
 
 def comm_keys(gpus: tuple[int, ...]) -> list[Comm]:

@@ -72,6 +72,7 @@ def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[
         barrier()
     if rank == 0:
         outbox.put(("exit", rank, None, None))
+    resolve(backend.comm_init.replace("init_comm", "close_comm"))()
 
 
 def _barrier(backend: Backend):

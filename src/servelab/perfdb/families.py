@@ -61,7 +61,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("moe", ("moe",), keys.Moe, ("op", "dtype", "distribution", "hidden", "inter", "experts", "topk", "ep"),
            (), ("tokens",), ("log",)),
     Family("comm", keys.COMM_OPS, keys.Comm, ("op", "gpus"), (), ("bytes",), ("log",)),
-    Family("elementwise", ("elementwise",), keys.Memory, ("op",), (), ("bytes",), ("log",)),
+    Family("elementwise", ("elementwise",), keys.Memory, ("op", "kernels"), (), ("bytes",), ("log",)),
 )
 
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}

@@ -90,12 +90,12 @@ def normalize_provenance(prov: dict) -> dict:
             for name in names:
                 if obj.get(name) not in (None, ""):
                     return obj[name]
-            if depth < 3:
+            if depth < 6:
                 for v in obj.values():
                     hit = find(v, names, depth + 1)
                     if hit is not None:
                         return hit
-        elif isinstance(obj, list) and depth < 3:
+        elif isinstance(obj, list) and depth < 6:
             for v in obj:
                 hit = find(v, names, depth + 1)
                 if hit is not None:
@@ -120,10 +120,10 @@ def _records(obj, depth=0) -> list[dict]:
     found = []
     if isinstance(obj, dict):
         found.append(obj)
-        if depth < 3:
+        if depth < 6:
             for v in obj.values():
                 found += _records(v, depth + 1)
-    elif isinstance(obj, list) and depth < 3:
+    elif isinstance(obj, list) and depth < 6:
         for v in obj:
             found += _records(v, depth + 1)
     return found

@@ -9,7 +9,7 @@ MAX = {
     "m": 1 << 24, "n": 1 << 20, "k": 1 << 20, "batch": 1 << 20, "seq": 1 << 24, "kv_len": 1 << 24,
     "heads": 1024, "kv_heads": 1024, "native_heads": 1024, "head_dim": 1024, "window": 1 << 24,
     "tokens": 1 << 24, "hidden": 1 << 18, "inter": 1 << 18, "experts": 4096, "topk": 64, "ep": 1024,
-    "bytes": 1 << 40, "gpus": 1 << 16, "flops": 1 << 50,
+    "bytes": 1 << 40, "gpus": 1 << 16, "flops": 1 << 50, "kernels": 64,
 }
 
 

@@ -22,6 +22,7 @@ FORMAT_VERSION = 1
 META_KEY = b"servelab"
 PROVENANCE_FIELDS = ("gpu_name", "driver", "cuda", "torch", "date", "clocks", "command")
 DTYPES = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "mxfp4", "nvfp4")
+ZERO_OK = ("window", "flops")  # shape fields where 0 is meaningful (full attention, a pure copy)
 STAT_COLUMNS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
 
 
@@ -81,7 +82,7 @@ def read_meta(path: Path) -> dict:
 
     try:
         schema = pq.read_schema(path)
-    except Exception as e:  # pyarrow raises several types for a corrupt footer
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a corrupt footer
         raise ServelabError(f"{path}: not a readable Parquet file ({e.__class__.__name__}: {e})") from None
     raw = (schema.metadata or {}).get(META_KEY)
     if raw is None:
@@ -106,7 +107,7 @@ def read_table(path: Path) -> TableData:
     try:
         # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset (~150 ms of startup)
         table = pq.ParquetFile(path).read()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any read failure means a corrupt file, reported as one
         raise ServelabError(f"{path}: cannot read rows ({e.__class__.__name__}: {e})") from None
     names = set(table.column_names)
     missing = [c for c in (*family.fields, *STAT_COLUMNS) if c not in names]
@@ -158,7 +159,7 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
     fam, c = data.family, data.cols
     rules: list[tuple[str, np.ndarray]] = []
     for f in fam.int_fields:
-        floor = 0 if f == "window" else 1
+        floor = 0 if f in ZERO_OK else 1
         rules.append((f"{f} must be >= {floor}", c[f] < floor))
     rules.append((f"op must be one of {', '.join(fam.ops)}", ~np.isin(c["op"], fam.ops)))
     for f in ("dtype", "kv_dtype"):
@@ -219,8 +220,8 @@ def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
         model = str(extra["model"])
         first = seen.setdefault(model, (product, i))
         if first[0] != product:
-            out.append((i, f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
-                           f"but row {first[1]} gives {first[0]} (must be constant per model)"))
+            out.append((i, (f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
+                            f"but row {first[1]} gives {first[0]} (must be constant per model)")))
         if len(out) >= limit:
             break
     return out

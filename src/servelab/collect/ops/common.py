@@ -55,3 +55,27 @@ def first_working(variants: list[Variant]) -> Variant:
 
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_block": 1}
+
+
+def fastest(variants: list[Variant]) -> Variant:
+    """The variant with the shortest eager time on one input set (variants that fail are skipped)."""
+    import torch
+
+    from servelab.collect.timing import _eager_estimate
+
+    best, best_us = None, float("inf")
+    for v in variants:
+        try:
+            us = _eager_estimate(v.run, [v.make_inputs()])
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            continue
+        except Exception:  # noqa: BLE001 - a variant that cannot run this shape
+            torch.cuda.synchronize()
+            continue
+        torch.cuda.empty_cache()
+        if us < best_us:
+            best, best_us = v, us
+    if best is None:
+        raise Unsupported("no variant ran: " + ", ".join(v.backend for v in variants))
+    return best

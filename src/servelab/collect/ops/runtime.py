@@ -57,6 +57,14 @@ def init_comm(rank: int, world: int, port: int, sizes) -> dict:
     return groups
 
 
+def close_comm() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def facts() -> dict:
     import torch
 

@@ -6,7 +6,6 @@ into the same JSON as static mode plus percentiles, for `servelab estimate --mod
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -91,14 +90,15 @@ def simulate(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: M
         per_run.append((len(measured), request_metrics(measured)))
     for clock in range(3):
         lane, source = runs[0] if wl.closed else runs[clock]
-        num_measured, pm = per_run[0] if wl.closed else per_run[clock]
+        _num_measured, pm = per_run[0] if wl.closed else per_run[clock]
         pct = {k: summary_ms(v) for k, v in pm[clock].items()}
         pct["itl_ms"] = weighted_summary_ms([(d[clock], w) for d, w in lane.stats.itl])
         percentiles.append(pct)
-        (c_start, e_start), (c_end, e_end) = source.window
+        # throughput over the window: everything emitted and completed in it, measured or not (Little's law holds)
+        (c_start, e_start, n_start), (c_end, e_end, n_end) = source.window
         span = max(c_end[clock] - c_start[clock], 1e-12)
         out_tps.append((e_end - e_start) / span * scale)
-        req_tps.append(num_measured / span * scale)
+        req_tps.append((n_end - n_start) / span * scale)
     lane0 = runs[0][0]
     return SimResult(tuple(percentiles), tuple(out_tps), tuple(req_tps), lanes, lw, lane0.stats,
                      len(runs[0][1].requests), (time.perf_counter() - t0) * 1000.0, kv_seqs)
@@ -143,8 +143,8 @@ def estimate_aggregated(model: ModelSpec, system: SystemSpec, parallel: Parallel
 
 def to_estimate(model, system, parallel, engine, mem, wl: Workload, sim: SimResult, pricer: StepPricer, db,
                 with_breakdown: bool = False) -> AggregatedEstimate:
-    from servelab.predict.step import breakdown, priced_step
     from servelab.predict.graph import step_ops
+    from servelab.predict.step import breakdown, priced_step
 
     p, lo, hi = sim.percentiles
     gpus = parallel.gpus

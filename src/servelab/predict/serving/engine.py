@@ -91,6 +91,7 @@ class Lane:
         self.prefill_tokens = 0  # KV tokens held by requests still in prefill
         self.clock = [0.0, 0.0, 0.0]
         self.emitted = 0.0  # output tokens emitted, all requests
+        self.completed = 0  # requests finished, all of them
         self.busy = False
         self.stats = LaneStats()
 
@@ -224,8 +225,7 @@ class Lane:
             self.sum_ctx0 -= req.ctx0 - req.g0
             self._finish(req, now, done)
         frac = self.kv_bytes() / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
-        if frac > st.peak_kv_frac:
-            st.peak_kv_frac = frac
+        st.peak_kv_frac = max(st.peak_kv_frac, frac)
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:
@@ -245,5 +245,6 @@ class Lane:
 
     def _finish(self, req: Request, now: tuple, done: list) -> None:
         req.finish = now
+        self.completed += 1
         self.running.remove(req)
         done.append(req)

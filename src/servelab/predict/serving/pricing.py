@@ -2,8 +2,8 @@
 
 The step model costs about 100 us per new shape, and a simulation asks for thousands of steps, so shapes are put
 on a geometric grid (style habit 2: predictions are lookups into a rounded grid). Decode-only steps, which make up
-most of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps snap
-each count to the nearest grid point (at most half a grid ratio off, a few per cent).
+most of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps are
+interpolated in their largest chunk and snap the minor counts (decode batch, other chunks) to a coarser grid.
 
 A lane is what one scheduler serves: one attention-DP rank (ranks step in lockstep through the MoE layers, so the
 replica's step is `attn_dp` copies of the lane's), and one of `pp` microbatches in flight.
@@ -30,7 +30,7 @@ def grid_below(x: float) -> int:
 
 
 def _point(i: int) -> int:
-    return int(round(EXACT_BELOW * RATIO**i))
+    return round(EXACT_BELOW * RATIO**i)
 
 
 def grid_above(x: float) -> int:
@@ -57,6 +57,23 @@ def snap(x: float) -> int:
             lo, hi = grid_below(x), grid_above(x)
             hit = lo if hi == lo or x * x <= lo * hi else hi
         _SNAPPED[x] = hit
+    return hit
+
+
+_COARSE: dict = {}
+
+
+def snap_coarse(x: float) -> int:
+    """Nearest point of the grid 1, 2, 3, 4, 6, 8, 12, 16, ... (ratio about 1.41), for the minor parts of a step."""
+    x = int(x + 0.5)
+    hit = _COARSE.get(x)
+    if hit is None:
+        if x <= 4:
+            hit = max(x, 0)
+        else:
+            p = 1 << (x.bit_length() - 1)  # p <= x < 2p; candidates p, 1.5p, 2p
+            hit = min((p, p * 3 // 2, 2 * p), key=lambda g: abs(math.log(x / g)))
+        _COARSE[x] = hit
     return hit
 
 
@@ -111,13 +128,21 @@ class StepPricer:
         return (lo[0] + (hi[0] - lo[0]) * fn, lo[1] + (hi[1] - lo[1]) * fn, lo[2] + (hi[2] - lo[2]) * fn)
 
     def mixed(self, chunks: list[tuple[int, int]], n: int, kv: float) -> tuple[float, float, float]:
-        """A step with prefill chunks (new, past) and n decoding sequences, each count snapped to the grid."""
-        if len(chunks) == 1:
-            new, past = chunks[0]
-            prefill = ((snap(new) or 1, snap(past)),)
-        else:
-            prefill = tuple(sorted((snap(new) or 1, snap(past)) for new, past in chunks))
-        return self._price(prefill, snap(n), snap(kv) if n else 0)
+        """A step with prefill chunks (new, past) and n decoding sequences. The largest chunk sets most of the
+        step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the decode
+        batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the tens."""
+        big = 0 if len(chunks) == 1 else max(range(len(chunks)), key=lambda i: chunks[i][0])
+        rest = tuple((snap_coarse(new) or 1, snap_coarse(past)) for i, (new, past) in enumerate(chunks) if i != big)
+        new, past = chunks[big]
+        past_q = snap(past)
+        n_q, kv_q = snap_coarse(n), (snap(kv) if n else 0)
+        lo, hi = grid_below(max(new, 1)), grid_above(max(new, 1))
+        a = self._price(tuple(sorted(rest + ((lo, past_q),))), n_q, kv_q)
+        if hi == lo:
+            return a
+        b = self._price(tuple(sorted(rest + ((hi, past_q),))), n_q, kv_q)
+        f = (new - lo) / (hi - lo)
+        return (a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f)
 
     def shape(self, chunks: list[tuple[int, int]], n: int, kv: float) -> StepShape:
         """The replica step shape the price of a lane step stands for (used by --breakdown and --explain)."""

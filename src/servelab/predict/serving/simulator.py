@@ -101,7 +101,7 @@ class Source:
         self.requests: list[Request] = []
         self.pending_measured = 0
         self.done = False
-        self.window: list = [None, None]  # (clocks, emitted) at the measuring window's start and end
+        self.window: list = [None, None]  # (clocks, tokens emitted, requests completed) at the window's start and end
 
     def _new(self) -> Request:
         req = Request(len(self.requests), self.prompt, self.wl.osl, self.cached)
@@ -135,7 +135,7 @@ class ClosedLoop(Source):
 
     def on_arrival(self, req: Request, lane: Lane) -> None:
         if req.idx == self.warmup:  # the measuring window opens; ITL samples before it belong to the warm-up
-            self.window[0] = (req.arrival, lane.emitted)
+            self.window[0] = (req.arrival, lane.emitted, lane.completed)
             lane.stats.itl.clear()
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> list:
@@ -143,7 +143,7 @@ class ClosedLoop(Source):
         if self.is_measured(req):
             self.pending_measured -= 1
             if self.pending_measured == 0:
-                self.window[1] = (req.finish, lane.emitted)
+                self.window[1] = (req.finish, lane.emitted, lane.completed)
                 self.done = True
                 return []
         if len(self.requests) < self.warmup + self.num_measured + self.c:
@@ -174,11 +174,11 @@ class OpenLoop(Source):
 
     def on_arrival(self, req: Request, lane: Lane) -> None:
         if req.idx == 0:
-            self.window[0] = (req.arrival, 0.0)
+            self.window[0] = (req.arrival, 0.0, 0)
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> list:
         self.pending_measured -= 1
         if self.pending_measured == 0:
-            self.window[1] = (req.finish, lane.emitted)
+            self.window[1] = (req.finish, lane.emitted, lane.completed)
             self.done = True
         return []

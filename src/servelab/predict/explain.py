@@ -1,0 +1,189 @@
+"""Why a plan candidate wins: where its step time goes and which limit stops it from going further.
+
+Limits are named from what the simulation saw (KV cache full, max_num_seqs reached, SLA at the next load) and from
+the shape of its typical decode step: weights streamed once per step (bandwidth: weights), KV cache read per
+sequence (bandwidth: KV cache), arithmetic (compute), collectives (communication), or CPU work per step
+(engine overhead).
+"""
+
+from __future__ import annotations
+
+from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.serving.aggregated import representative_shapes
+from servelab.predict.step import priced_step
+
+CATEGORIES = (
+    ("communication", ("allreduce", "allgather", "ep_dispatch", "ep_combine", "pp_send_recv")),
+    ("attention", ("attention", "mla_", "swa_", "dsv4_", "indexer", "compressor")),
+    ("moe", ("moe_", "router", "shared_")),
+    ("gemm", ("proj", "ffn_gate", "ffn_down", "lm_head", "mhc_weights")),
+)
+
+
+def category(op_name: str) -> str:
+    for cat, keys in CATEGORIES:
+        if any(k in op_name for k in keys):
+            return cat
+    return "memory-bound (norms, activations, embedding)"
+
+
+def step_split(ctx, parallel, shape: StepShape) -> dict:
+    """Step time per category in us, engine overhead included."""
+    st = priced_step(ctx.model, parallel, shape, ctx.engine, ctx.db)
+    out: dict[str, float] = {}
+    for op in step_ops(ctx.model, parallel, shape):
+        cat = category(op.name)
+        out[cat] = out.get(cat, 0.0) + ctx.db.query(op.key).us * op.count
+    out["engine overhead"] = st.overhead_us
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def decode_bottleneck(ctx, point) -> str:
+    """Classify the typical decode step by where its time goes: engine overhead, collectives, or (for the kernels)
+    whether the roofline's compute time or its memory time is larger, and which op family moves the bytes."""
+    cfg = point.config
+    st = point.sim.stats
+    n = max(1, round(st.decode_token_steps / st.decode_steps)) if st.decode_steps else 1
+    shape = cfg.pricer.shape([], n, ctx.req.isl + ctx.req.osl // 2)
+    split = step_split(ctx, cfg.parallel, shape)
+    total = sum(split.values()) or 1.0
+    if split.get("engine overhead", 0) / total > 0.3:
+        return f"engine overhead ({100 * split['engine overhead'] / total:.0f}% of a decode step of {n})"
+    if split.get("communication", 0) / total > 0.3:
+        return f"communication ({100 * split['communication'] / total:.0f}% of a decode step of {n})"
+    compute, memory = _roofline_terms(ctx, cfg.parallel, shape)
+    if sum(compute.values()) > sum(memory.values()):
+        return f"compute (decode step of {n}: roofline compute time exceeds memory time)"
+    top = max(memory, key=memory.get)
+    what = {"attention": "KV cache", "moe": "expert weights", "gemm": "weights"}.get(top, "activations")
+    return f"bandwidth: {what} (decode step of {n}, {100 * memory[top] / sum(memory.values()):.0f}% of its bytes)"
+
+
+def _roofline_terms(ctx, parallel, shape) -> tuple[dict, dict]:
+    """Roofline compute-only and memory-only time per category (collectives left out): a roofline with infinite
+    bandwidth gives the first, one with infinite flops the second. Used to name the bound, not to price."""
+    from servelab.perfdb.roofline import Roofline
+
+    compute_only, memory_only = Roofline(ctx.system), Roofline(ctx.system)
+    compute_only.bw = float("inf")
+    memory_only._flops_rate = lambda *a, **k: float("inf")
+    compute: dict[str, float] = {}
+    memory: dict[str, float] = {}
+    for op in step_ops(ctx.model, parallel, shape):
+        cat = category(op.name)
+        if cat == "communication":
+            continue
+        compute[cat] = compute.get(cat, 0.0) + compute_only.latency(op.key).us * op.count
+        memory[cat] = memory.get(cat, 0.0) + memory_only.latency(op.key).us * op.count
+    return compute, memory
+
+
+def limits_of(ctx, point) -> list[str]:
+    out = []
+    cfg, st = point.config, point.sim.stats
+    if st.preemptions or st.blocked_kv:
+        out.append(f"kv_capacity: KV cache full ({st.preemptions} preemptions, {st.blocked_kv} admissions waited)")
+    elif point.c_lane >= cfg.cap_lane and cfg.cap_lane < (ctx.engine.max_num_seqs // cfg.parallel.pp):
+        out.append(f"kv_capacity: {cfg.cap_lane * cfg.lanes} sequences of {ctx.req.isl + ctx.req.osl} tokens fill it")
+    if st.blocked_seqs:
+        out.append(f"max_num_seqs: {ctx.engine.max_num_seqs} reached")
+    nxt = _next_miss(cfg, point.c_lane) if point.mode == "agg" else None
+    if nxt:
+        out.append(f"sla: {nxt}")
+    out.append(decode_bottleneck(ctx, point))
+    return out
+
+
+def _next_miss(cfg, c_lane: int) -> str | None:
+    """What the next higher load tried for this config missed (that is why the search stopped here)."""
+    higher = sorted(c for c in cfg.tried if c > c_lane)
+    for c in higher:
+        p = cfg.tried[c]
+        if isinstance(p, str):
+            return f"{p} at concurrency {c * cfg.lanes}"
+        if p.misses:
+            return f"{' and '.join(p.misses)} missed at concurrency {c * cfg.lanes}"
+        return None
+    return None
+
+
+def explain(ctx, plan, rank: int) -> dict:
+    """A structured explanation of the candidate with this rank."""
+    from servelab.errors import ServelabError
+
+    by_rank = {c.rank: c for c in plan.candidates}
+    if rank not in by_rank:
+        raise ServelabError(f"--explain: no candidate of rank {rank} in this plan (ranks: "
+                            f"{', '.join(str(r) for r in sorted(by_rank))})")
+    cand = by_rank[rank]
+    p = cand._point
+    cfg = p.config
+    from servelab.predict.serving.workload import Workload
+
+    wl = Workload(isl=ctx.req.isl, osl=ctx.req.osl, concurrency=max(1, cand.concurrency_per_replica),
+                  prefix_hit_rate=ctx.req.prefix_hit_rate, spec=ctx.spec)
+    decode_shape, mixed_shape = representative_shapes(cfg.pricer, wl, p.sim)
+    st = p.sim.stats
+    busy = st.busy_decode_s + st.busy_mixed_s
+    out = {
+        "rank": rank, "mode": cand.mode, "parallel": cand.parallel["label"], "concurrency": cand.concurrency,
+        "time": {
+            "decode_worker" if cand.mode == "disagg" else "engine": {
+                "share_in_prefill_steps": round(st.busy_mixed_s / busy, 3) if busy else 0.0,
+                "share_in_decode_steps": round(st.busy_decode_s / busy, 3) if busy else 0.0,
+                "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 1) if st.decode_steps else 0,
+            },
+            "decode_step_us": _rounded(step_split(ctx, cfg.parallel, decode_shape)),
+        },
+        "limits": cand.limits,
+        "versus": _versus(plan, cand),
+    }
+    if cand.mode == "agg":
+        out["time"]["prefill_step_us"] = _rounded(step_split(ctx, cfg.parallel, mixed_shape))
+        out["time"]["decode_shape"] = _shape_dict(decode_shape)
+        out["time"]["prefill_shape"] = _shape_dict(mixed_shape)
+    else:
+        pcfg = p.extra["prefill_config"]
+        chunk = min(ctx.req.isl, ctx.engine.max_num_batched_tokens)
+        out["time"]["prefill_step_us"] = _rounded(step_split(ctx, pcfg.parallel, pcfg.pricer.shape([(chunk, 0)], 0, 0)))
+        out["time"]["ttft_parts_ms"] = {
+            "prefill_pool": round(cand.prefill.ttft_ms, 2), "kv_transfer": round(cand.kv_transfer_ms, 3),
+            "decode_first_step": round(cand.ttft_ms - cand.prefill.ttft_ms - cand.kv_transfer_ms, 2),
+        }
+        out["time"]["prefill_rate_per_worker"] = round(p.extra["prefill_rate"], 3)
+        out["time"]["kv_link"] = p.extra["link"]
+    return out
+
+
+def _versus(plan, cand) -> list[str]:
+    lines = []
+    others = [c for c in plan.candidates if c.rank != cand.rank]
+    if cand.rank > 1:
+        best = min(others, key=lambda c: c.rank)
+        lines.append(f"rank 1 ({best.mode} {best.parallel['label']}) gives {best.tok_s_per_gpu / cand.tok_s_per_gpu:.2f}x "
+                     "the tok/s/GPU")
+    nxt = [c for c in others if c.rank > cand.rank]
+    if nxt:
+        n = min(nxt, key=lambda c: c.rank)
+        lines.append(f"{cand.tok_s_per_gpu / n.tok_s_per_gpu:.2f}x the tok/s/GPU of rank {n.rank} "
+                     f"({n.mode} {n.parallel['label']} at concurrency {n.concurrency})")
+    other_mode = [c for c in others if c.mode != cand.mode]
+    if other_mode:
+        o = min(other_mode, key=lambda c: c.rank)
+        lines.append(f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), "
+                     f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x slower per GPU than this one"
+                     if o.tok_s_per_gpu > cand.tok_s_per_gpu else
+                     f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), this one gives "
+                     f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x its tok/s/GPU")
+    if cand.pareto:
+        lines.append("on the Pareto front: no candidate is both faster per user and higher per GPU")
+    return lines
+
+
+def _rounded(d: dict) -> dict:
+    return {k: round(v, 1) for k, v in d.items()}
+
+
+def _shape_dict(shape: StepShape) -> dict:
+    return {"prefill_chunks": len(shape.prefill), "prefill_tokens": sum(n for n, _ in shape.prefill),
+            "decode_batch": shape.decode_batch, "decode_kv_len": shape.decode_kv_len}

@@ -1,0 +1,117 @@
+"""The engine-calibration fitting code (bench/calibrate_engines.py) on synthetic rows: row mapping, the
+minimiser, and that a fit recovers parameters that generated the 'measurements'."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cal():
+    spec = importlib.util.spec_from_file_location("calibrate_engines", ROOT / "bench" / "calibrate_engines.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["calibrate_engines"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def row(**kw):
+    base = {"id": "r1", "silicon_data_source": "x; silicon_concurrency=16", "backend": "vllm", "backend_version": "0.12.0",
+            "model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "mode": "agg", "isl": "1024", "osl": "1024",
+            "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8", "batch_size": "16", "tp_size": "4", "pp_size": "1",
+            "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "1", "silicon_ttft_ms": "100",
+            "silicon_tpot_ms": "10"}
+    base.update(kw)
+    return base
+
+
+def test_row_mapping(cal):
+    case = cal.to_case(row())
+    assert case.family == "llama-3.1-70b"
+    assert case.model.precision.weights.value == "fp8"  # measured with FP8 quantization of a BF16 checkpoint
+    assert case.parallel.tp == 4 and case.concurrency == 16 and (case.isl, case.osl) == (1024, 1024)
+
+
+def test_concurrency_falls_back_to_batch_size(cal):
+    assert cal.concurrency_of(row(silicon_data_source="db-dump", batch_size="8.0")) == 8
+
+
+def test_parallel_reading(cal):
+    moe = dict(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm")
+    # tp_size written as tp x ep (64 GPUs on an 8-GPU node): read as tp 8 x ep 8
+    p, note = cal.parallel_of(row(**moe, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
+    assert (p.tp, p.ep, p.dp_attn) == (8, 8, False) and "read as" in note
+    p, _ = cal.parallel_of(row(**moe, tp_size="1", attention_dp_size="8", moe_tp_size="1", moe_ep_size="8"))
+    assert (p.tp, p.ep, p.dp_attn) == (8, 8, True)
+    with pytest.raises(ValueError, match="attention on 1 GPUs but MoE on 2"):
+        cal.parallel_of(row(tp_size="1", attention_dp_size="", moe_tp_size="2", moe_ep_size="1"))
+    # a dense model ignores the MoE fields
+    p, _ = cal.parallel_of(row(tp_size="2", moe_tp_size="1"), is_moe=False)
+    assert p.tp == 2
+
+
+def test_rows_left_out_are_counted(cal):
+    rows = [row(), row(mode="disagg"), row(model_path="org/not-a-model"), row(system="b200_sxm")]
+    cases, skipped = cal.build_cases(rows, "h200_sxm")
+    assert len(cases) == 1
+    assert skipped == {"mode disagg (only aggregated rows are fitted)": 1, "model org/not-a-model is not embedded": 1}
+
+
+def test_nelder_mead_finds_a_minimum(cal):
+    target = np.array([1.0, -2.0, 0.5])
+    x, fx = cal.nelder_mead(lambda x: float(np.sum((x - target) ** 2)), np.zeros(3), iters=400, tol=1e-12)
+    assert np.allclose(x, target, atol=1e-3) and fx < 1e-6
+
+
+def test_soft_l1_is_quadratic_then_linear(cal):
+    small, large = cal.soft_l1(np.array([0.01])), cal.soft_l1(np.array([1.0, 2.0]))
+    assert small[0] == pytest.approx(0.01**2, rel=0.01)
+    assert large[1] - large[0] == pytest.approx(0.2, rel=0.05)  # slope = scale far out
+
+
+def synthetic_cases(cal, truth, families=("llama-3.1-70b", "llama-3.1-8b")):
+    """Cases whose 'measurements' are servelab's own static predictions with known engine parameters."""
+    from servelab.specs import load_system
+
+    system = load_system("h200_sxm")
+    cases = []
+    checkpoints = {"llama-3.1-70b": "meta-llama/Llama-3.1-70B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct"}
+    for fam in families:
+        for c in (1, 4, 16, 64):
+            for isl, osl in ((1024, 1024), (8192, 1024)):
+                case = cal.to_case(row(model_path=checkpoints[fam], batch_size=str(c), isl=str(isl), osl=str(osl),
+                                       silicon_data_source=f"silicon_concurrency={c}", tp_size="4", moe_tp_size="4"))
+                case.ttft_ms, case.tpot_ms = cal.predict(case, truth, "static", system)
+                cases.append(case)
+    return cases, system
+
+
+def test_fit_recovers_the_generating_parameters(cal):
+    truth = {"step_overhead_us": 2500.0, "per_seq_overhead_us": 30.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
+    cases, system = synthetic_cases(cal, truth)
+    start = cal.defaults()["vllm"]
+    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    before = cal.loss(cases, start, price)
+    fitted = cal.fit(cases, start, price, iters=150)
+    assert cal.loss(cases, fitted, price) < before / 100
+    ttft, tpot = cal.errors_of(cases, fitted, price)
+    assert np.median(tpot) < 0.01 and np.median(ttft) < 0.01
+    # the per-step overhead is what TPOT at small batch sees: it must come back close to the truth
+    assert math.isclose(fitted["step_overhead_us"], truth["step_overhead_us"], rel_tol=0.1)
+
+
+def test_leave_one_model_out_predicts_each_family_unseen(cal):
+    truth = {"step_overhead_us": 2000.0, "per_seq_overhead_us": 10.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
+    cases, system = synthetic_cases(cal, truth)
+    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    cv = cal.leave_one_model_out(cases, cal.defaults(), price, iters=60)
+    assert set(cv["by_family"]) == {"vllm/llama-3.1-70b", "vllm/llama-3.1-8b"}
+    assert len(cv["ttft"]) == len(cases)
+    # both families share the generating engine, so a fit on one transfers to the other
+    assert np.median(cv["tpot"]) < 0.05

@@ -1,0 +1,119 @@
+"""`servelab plan`: the search, its ranking and Pareto flags, bad input, the explanation and the HTML report."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.errors import ServelabError
+from servelab.predict.explain import explain
+from servelab.predict.search import PlanRequest, make_plan
+from servelab.results.report_plan import render_html, safe_json
+
+DSV3 = {"model": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "gpus": 8, "isl": 4000, "osl": 1000}
+
+
+@pytest.fixture(scope="module")
+def dsv3_plan():
+    return make_plan(PlanRequest(**DSV3, ttft_ms=2000, tpot_ms=30))
+
+
+def test_candidates_meet_the_sla_and_are_ranked(dsv3_plan):
+    cands = dsv3_plan.candidates
+    assert cands and cands[0].rank == 1
+    assert all(c.meets_sla and c.ttft_ms <= 2000 and c.tpot_ms <= 30 for c in cands)
+    ranked = sorted(cands, key=lambda c: c.rank)
+    assert [c.tok_s_per_gpu for c in ranked] == sorted((c.tok_s_per_gpu for c in ranked), reverse=True)
+    for c in cands:
+        assert c.gpus == 8 and c.mode == "agg"
+        assert c.tok_s_per_gpu_low <= c.tok_s_per_gpu <= c.tok_s_per_gpu_high
+        assert c.ttft_ms_low <= c.ttft_ms <= c.ttft_ms_high
+        assert c.tok_s_per_user == pytest.approx(1000 / c.tpot_ms)
+        assert c.limits  # every candidate names what bounds it
+
+
+def test_pareto_flags_mark_exactly_the_undominated(dsv3_plan):
+    cands = dsv3_plan.candidates
+    front = [c for c in cands if c.pareto]
+    assert front
+    for c in front:  # nothing in the plan beats a front point on both axes
+        assert not any(o.tok_s_per_gpu > c.tok_s_per_gpu and o.tok_s_per_user > c.tok_s_per_user for o in cands)
+    assert cands[0].pareto  # the highest throughput per GPU is always on the front
+
+
+def test_search_is_fast_and_reports_its_work(dsv3_plan):
+    k = dsv3_plan.considered
+    assert k["configs"] >= 10 and k["simulations"] >= k["configs"]
+    assert dsv3_plan.wall_ms < 5000  # the benchmark measures the real figure; this only catches a blow-up
+    assert any("disagg" in n for n in dsv3_plan.notes)  # one DeepSeek-V3 replica needs all 8 GPUs
+
+
+def test_tighter_tpot_means_lower_concurrency(dsv3_plan):
+    tight = make_plan(PlanRequest(**DSV3, ttft_ms=2000, tpot_ms=15))
+    assert tight.candidates[0].tpot_ms <= 15
+    assert tight.candidates[0].tok_s_per_gpu < dsv3_plan.candidates[0].tok_s_per_gpu
+
+
+def test_impossible_sla_names_the_closest_and_the_binding_limit():
+    with pytest.raises(ServelabError) as e:
+        make_plan(PlanRequest(**DSV3, ttft_ms=2000, tpot_ms=1))
+    msg = str(e.value)
+    assert "no configuration meets" in msg and "closest" in msg and "TPOT binds" in msg
+    with pytest.raises(ServelabError, match="TTFT binds"):
+        make_plan(PlanRequest(**DSV3, ttft_ms=5, tpot_ms=100))
+
+
+def test_too_few_gpus_says_what_would_fit():
+    with pytest.raises(ServelabError, match="fits no configuration on 2x h200_sxm.*--gpus 8"):
+        make_plan(PlanRequest(**{**DSV3, "gpus": 2}))
+
+
+def test_explain_names_time_and_limits(dsv3_plan):
+    ex = explain(dsv3_plan.context, dsv3_plan, 1)
+    assert ex["rank"] == 1 and ex["limits"]
+    decode = ex["time"]["decode_step_us"]
+    assert {"moe", "attention", "engine overhead"} <= set(decode)
+    assert ex["versus"]
+    with pytest.raises(ServelabError, match="no candidate of rank 999"):
+        explain(dsv3_plan.context, dsv3_plan, 999)
+
+
+def test_html_report_escapes_everything(dsv3_plan):
+    page = render_html(dsv3_plan)
+    assert page.startswith("<!doctype html>") and "Pareto front" in page
+    data = json.loads(page.split('id="plan-data">')[1].split("</script>")[0])
+    assert data["candidates"][0]["rank"] == 1
+    nasty = {"x": "</script><script>alert(1)</script>&"}
+    assert "</script>" not in safe_json(nasty) and json.loads(safe_json(nasty)) == nasty
+
+
+def test_cli_json_and_bad_input(tmp_path):
+    from servelab.cli.main import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--tpot-ms", "40",
+                              "--mode", "agg", "--json", "--top", "3", "--report", str(tmp_path / "p.html")])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert isinstance(data["candidates"], list) and data["candidates"][0]["rank"] == 1
+    first = data["candidates"][0]
+    for key in ("mode", "parallel", "replicas", "concurrency", "ttft_ms", "ttft_ms_low", "ttft_ms_high", "tpot_ms",
+                "tpot_ms_low", "tpot_ms_high", "tok_s_per_gpu", "tok_s_per_user", "memory_headroom_gib", "pareto",
+                "meets_sla", "limits"):
+        assert key in first
+    assert "label" in first["parallel"] and "tp" in first["parallel"]
+    assert (tmp_path / "p.html").stat().st_size > 1000
+    bad = runner.invoke(app, ["plan", "qwen3-32b", "--mode", "sideways"])
+    assert isinstance(bad.exception, ServelabError) and "--mode" in str(bad.exception)
+    bad = runner.invoke(app, ["plan", "qwen3-32b", "--gpus", "0"])
+    assert isinstance(bad.exception, ServelabError) and "--gpus" in str(bad.exception)
+
+
+def test_estimate_agg_cli():
+    from servelab.cli.main import app
+
+    out = CliRunner().invoke(app, ["estimate", "qwen3-32b", "--tp", "2", "--batch", "8", "--isl", "1000", "--osl", "100",
+                                   "--mode", "agg", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["mode"] == "agg" and set(data["percentiles"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
