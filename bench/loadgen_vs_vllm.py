@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-import conftest as e2e  # noqa: E402  (build_tiny_llama, VllmServer, vllm_python)
+import conftest as e2e
 
 VLLM_SHIM = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P\n"
@@ -167,7 +167,7 @@ def main() -> None:
     for tag in dict.fromkeys(r["scenario"] for r in rows):
         s = [r for r in rows if r["scenario"] == tag and r["client"] == "servelab"]
         v = [r for r in rows if r["scenario"] == tag and r["client"] == "vllm"]
-        mean = lambda xs, k: sum(x[k] for x in xs) / len(xs)  # noqa: E731
+        mean = lambda xs, k: sum(x[k] for x in xs) / len(xs)
         print(f"  {tag}: req/s x{mean(s, 'req_s') / mean(v, 'req_s'):.3f}  output tok/s "
               f"x{mean(s, 'out_tok_s') / mean(v, 'out_tok_s'):.3f}  mean TTFT x{mean(s, 'ttft_mean') / mean(v, 'ttft_mean'):.3f}"
               f"  p99 TTFT x{mean(s, 'ttft_p99') / mean(v, 'ttft_p99'):.3f}")

@@ -191,3 +191,21 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_rows_the_collector_modelled_never_pass_for_measured(tmp_path, h200):
+    rows = synth.comm_rows()
+    modelled = [dict(r, gpus=16, source="modelled", reps=0, modelled_from="allreduce measured on 8 GPUs")
+                for r in rows if r["gpus"] == 8]
+    camp = synth.write_campaign(tmp_path / "c", [dict(r, source="measured") for r in rows] + modelled)
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    report = merge([camp], into)
+    tables = load_tables(into, h200)
+    hit = tables.lookup(keys.Comm(1 << 20, 16))
+    assert hit.source == "extrapolated" and "modelled, not measured" in hit.note and "8 GPUs" in hit.note
+    between = tables.lookup(keys.Comm(3 << 20, 16))
+    assert between.source == "extrapolated" and "modelled" in between.note
+    assert tables.lookup(keys.Comm(1 << 20, 8)).source == "measured"
+    # modelled rows are never the truth that leave-one-out scores against
+    n_measured_groups = 3
+    assert report["tables"]["comm"]["accuracy"]["interpolated"]["n"] == n_measured_groups * 9

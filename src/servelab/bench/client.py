@@ -24,9 +24,34 @@ class RequestState:
     """One in-flight request: what was sent, when, and what came back (raw timestamps)."""
 
     __slots__ = (
-        "item", "payload", "sched", "slot", "sent", "end", "chunks", "n_events", "n_json", "n_done",
-        "usage", "error", "parts", "tail", "head", "status", "in_body", "sse", "chunked", "remaining",
-        "close_after", "got_bytes", "reused", "retried", "new_conn", "finished", "event_error", "conn",
+        "chunked",
+        "chunks",
+        "close_after",
+        "conn",
+        "end",
+        "error",
+        "event_error",
+        "finished",
+        "got_bytes",
+        "head",
+        "in_body",
+        "item",
+        "n_done",
+        "n_events",
+        "n_json",
+        "new_conn",
+        "parts",
+        "payload",
+        "remaining",
+        "retried",
+        "reused",
+        "sched",
+        "sent",
+        "slot",
+        "sse",
+        "status",
+        "tail",
+        "usage",
     )
 
     def __init__(self, item, payload: bytes, sched: float, slot: float) -> None:

@@ -20,17 +20,7 @@ from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
 
 # Words that are one token in common BPE vocabularies when preceded by a space (GPT-2, Llama, Qwen).
-WORDS = (
-    "the of and to in is was for on that with as by at from his her he she it an be are were this which or"
-    " have has had not but all they their there one two new first more time year years people city state"
-    " world after also other many most some only over such into would could about than then them these"
-    " when where who will can may under while during each between both through before high long small"
-    " great part place group number system water house music family school line game work life power"
-    " river north south east west early late local public general second third major main following"
-    " known found made called used became began left based held named including along around since"
-    " series season team club party church court film album book war army government company country"
-    " area land town village road station building church center form level period result side song"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "he", "she", "it", "an", "be", "are", "were", "this", "which", "or", "have", "has", "had", "not", "but", "all", "they", "their", "there", "one", "two", "new", "first", "more", "time", "year", "years", "people", "city", "state", "world", "after", "also", "other", "many", "most", "some", "only", "over", "such", "into", "would", "could", "about", "than", "then", "them", "these", "when", "where", "who", "will", "can", "may", "under", "while", "during", "each", "between", "both", "through", "before", "high", "long", "small", "great", "part", "place", "group", "number", "system", "water", "house", "music", "family", "school", "line", "game", "work", "life", "power", "river", "north", "south", "east", "west", "early", "late", "local", "public", "general", "second", "third", "major", "main", "following", "known", "found", "made", "called", "used", "became", "began", "left", "based", "held", "named", "including", "along", "around", "since", "series", "season", "team", "club", "party", "church", "court", "film", "album", "book", "war", "army", "government", "company", "country", "area", "land", "town", "village", "road", "station", "building", "church", "center", "form", "level", "period", "result", "side", "song"]
 
 APPROX_SOURCE = "approximate: 1 token per common English word (no tokenizer given)"
 

@@ -72,7 +72,7 @@ def _json_response(status: str, obj: dict, close: bool = False) -> bytes:
 class _Stream:
     """One response stream: a single live timer, re-armed at absolute times start + first + k * delay."""
 
-    __slots__ = ("proto", "tok", "final", "last", "mode", "bad_at", "start", "k")
+    __slots__ = ("bad_at", "final", "k", "last", "mode", "proto", "start", "tok")
 
     def __init__(self, proto, tok: bytes, final: bytes, last: int, mode: str, bad_at: int, start: float) -> None:
         self.proto, self.tok, self.final, self.last = proto, tok, final, last

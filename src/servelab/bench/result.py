@@ -85,8 +85,8 @@ def _jsonable(v):
 def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
     """vLLM's printed block, then servelab's client section."""
     file = file or sys.stdout
-    line = lambda k, v: print(f"{k:<40} {v:<10}", file=file)  # noqa: E731
-    num = lambda k, v: print(f"{k:<40} {v:<10.2f}", file=file)  # noqa: E731
+    line = lambda k, v: print(f"{k:<40} {v:<10}", file=file)
+    num = lambda k, v: print(f"{k:<40} {v:<10.2f}", file=file)
     print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="), file=file)
     line("Successful requests:", r["completed"])
     line("Failed requests:", r["failed"])

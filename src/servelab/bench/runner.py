@@ -30,7 +30,7 @@ from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
 from servelab.bench.records import merge_jsonl
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import NOT_SENT, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
+from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
 
 # Thresholds for the client-bottleneck warning (why: above these the client, not the server, shapes latency).
@@ -335,7 +335,7 @@ def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig
         why.append(f"event-loop lag p99 {c['event_loop_lag_p99_ms']:.1f} ms > {LOOP_LAG_P99_MS} ms")
     # send lag after the first cohort: the opening burst of a closed loop is expected to queue briefly
     first = cfg.max_concurrency or 0
-    lags = sorted((r.client_lag for r in sorted((r for r in reqs if r.ok), key=lambda r: r.start)[first:]))
+    lags = sorted(r.client_lag for r in sorted((r for r in reqs if r.ok), key=lambda r: r.start)[first:])
     if lags:
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000
         if p99 > SEND_LAG_P99_MS:

@@ -22,7 +22,7 @@ class LocalTokenizer:
             try:
                 from tokenizers import Tokenizer
             except ImportError:
-                Tokenizer = None  # noqa: N806
+                Tokenizer = None
             if Tokenizer is not None:
                 self._tok = Tokenizer.from_file(str(file))
                 self.kind = "tokenizers"

@@ -33,10 +33,12 @@ def leave_one_out(index: Index) -> dict[str, list[float]]:
         return index.predict(points, points_lat, tuple(a[j] for a in axes), ref)
 
     for gkey in index.groups:
-        axes, ys, lats = index.group_log_ratios(gkey)
+        axes, ys, lats, flags = index.group_log_ratios(gkey)
         n = len(ys)
         if n >= 2:
             for j in range(n):
+                if not flags[j]:
+                    continue  # a modelled row is no ground truth
                 us, beyond = predict_from([i for i in range(n) if i != j], axes, ys, lats, j)
                 out["extrapolated" if beyond > 1.0 else "interpolated"].append(math.log(lats[j] / us))
         if naxes == 2:
@@ -46,13 +48,13 @@ def leave_one_out(index: Index) -> dict[str, list[float]]:
                 keep = [i for i in range(n) if axes[0][i] != o]
                 if not keep:
                     continue
-                for j in (i for i in range(n) if axes[0][i] == o):
+                for j in (i for i in range(n) if axes[0][i] == o and flags[i]):
                     us, beyond = predict_from(keep, axes, ys, lats, j)
                     out["extrapolated" if beyond > 1.0 else "interpolated"].append(math.log(lats[j] / us))
         other = index.nearest_group(gkey, exclude=gkey)
         if other is not None:
             points = index._points(index.groups[other])
-            for j in range(n):
+            for j in (i for i in range(n) if flags[i]):
                 y, _ = index.interp(points, tuple(axes[a][j] for a in range(naxes)))
                 out["borrowed"].append(ys[j] - y)
     return out

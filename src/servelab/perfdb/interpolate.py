@@ -24,7 +24,7 @@ class Answer(NamedTuple):
     """A table's answer for one key: latency, how it was obtained, and how far beyond the data it went."""
 
     us: float
-    kind: str  # measured | interpolated | extrapolated | borrowed (the last with kind of the borrowed answer)
+    kind: str  # measured | interpolated | extrapolated | modelled (from rows the collector modelled)
     beyond: float  # 1.0 inside the data; else the largest ratio by which a queried axis exceeds the data
     row: int = -1  # the row for an exact hit
     borrowed_from: tuple | None = None  # the group a borrowed answer came from
@@ -103,14 +103,15 @@ def interp_grid(grid: Grid, o_raw: float, x_raw: float, so: Callable, sx: Callab
 class Group:
     """The rows of one table that share every exactly-matched field; points built on first use."""
 
-    __slots__ = ("exact", "points", "points_lat", "raw", "rows")
+    __slots__ = ("exact", "modelled", "points", "points_lat", "raw", "rows")
 
     def __init__(self, rows: np.ndarray):
         self.rows = rows
         self.points = None  # Line or Grid of log ratios
         self.points_lat = None  # Line or Grid of latencies, for families that interpolate latency
         self.exact: dict = {}
-        self.raw: tuple = ()  # (axis value lists, log ratios, latencies), kept for leave-one-out
+        self.raw: tuple = ()  # (axis value lists, log ratios, latencies, measured flags), for leave-one-out
+        self.modelled = False  # some rows were modelled by the collector, not measured
 
 
 class Index:
@@ -155,8 +156,9 @@ class Index:
     def _points(self, g: Group):
         if g.points is None:
             data, fam = self.data, self.family
-            ys, lats, axes = [], [], [[] for _ in fam.axes]
+            ys, lats, flags, axes = [], [], [], [[] for _ in fam.axes]
             for i in g.rows.tolist():
+                flags.append(data.is_measured(i))
                 key = fam.key_type(*data.row_key(i))
                 g.exact[key] = i
                 lat = float(data.latency_us[i])
@@ -167,11 +169,12 @@ class Index:
             g.points = self.build(axes, ys)
             if fam.value == "latency":
                 g.points_lat = self.build(axes, lats)
-            g.raw = (axes, ys, lats)
+            g.raw = (axes, ys, lats, flags)
+            g.modelled = not all(flags)
         return g.points
 
-    def group_log_ratios(self, gkey: tuple) -> tuple[list, list, list]:
-        """(axis value lists, log ratios, latencies) of a group's rows, in row order; for leave-one-out."""
+    def group_log_ratios(self, gkey: tuple) -> tuple[list, list, list, list]:
+        """(axis value lists, log ratios, latencies, measured flags) of a group's rows; for leave-one-out."""
         g = self.groups[gkey]
         self._points(g)
         return g.raw
@@ -213,14 +216,15 @@ class Index:
         if borrowed is None:
             row = g.exact.get(key)
             if row is not None:
-                return Answer(float(self.data.latency_us[row]), "measured", 1.0, row)
+                kind = "measured" if self.data.is_measured(row) else "modelled"
+                return Answer(float(self.data.latency_us[row]), kind, 1.0, row)
         axes = self._axes_of(key)
         if not isinstance(axes, tuple):
             axes = (axes,)
         # another group's latencies do not carry over (other heads); its utilisation does
         lat_points = g.points_lat if borrowed is None else None
         us, beyond = self.predict(points, lat_points, axes, self.reference(key))
-        kind = "extrapolated" if beyond > 1.0 else "interpolated"
+        kind = "modelled" if g.modelled else "extrapolated" if beyond > 1.0 else "interpolated"
         return Answer(us, kind, beyond, -1, borrowed)
 
     def nearest_group(self, gkey: tuple, exclude: tuple | None = None) -> tuple | None:

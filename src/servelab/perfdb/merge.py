@@ -237,7 +237,8 @@ def _rows_of(data: TableData, offset: int) -> list[dict]:
     for i in range(len(data)):
         row = {f: data.cols[f][i].item() for f in data.family.fields}
         row.update(latency_us=float(data.latency_us[i]), p10_us=float(data.p10_us[i]),
-                   p90_us=float(data.p90_us[i]), reps=int(data.reps[i]), campaign=int(data.campaign[i]) + offset)
+                   p90_us=float(data.p90_us[i]), reps=int(data.reps[i]), campaign=int(data.campaign[i]) + offset,
+                   source="measured" if data.is_measured(i) else "modelled")
         if data.extra is not None and data.extra[i]:
             row.update(json.loads(data.extra[i]))
         out.append(row)
@@ -268,7 +269,8 @@ def _subset(data: TableData, keep: np.ndarray) -> TableData:
     return TableData(
         data.family, {k: v[idx] for k, v in data.cols.items()}, data.latency_us[idx], data.p10_us[idx],
         data.p90_us[idx], data.reps[idx], data.campaign[idx], data.meta,
-        [data.extra[i] for i in idx] if data.extra is not None else None,
+        [data.extra[i] for i in idx] if data.extra is not None else None, None,
+        data.measured[idx] if data.measured is not None else None,
     )
 
 

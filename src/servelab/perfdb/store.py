@@ -40,6 +40,10 @@ class TableData:
     meta: dict = field(default_factory=dict)
     extra: list | None = None  # JSON strings per row, or None
     path: Path | None = None
+    measured: np.ndarray | None = None  # False where the collector modelled the row (e.g. a GPU count it lacked)
+
+    def is_measured(self, i: int) -> bool:
+        return self.measured is None or bool(self.measured[i])
 
     def __len__(self) -> int:
         return len(self.latency_us)
@@ -68,6 +72,9 @@ def write_table(path: Path, data: TableData) -> None:
     if data.extra is not None:
         arrays.append(pa.array(data.extra, pa.string()))
         names.append("extra")
+    if data.measured is not None and not data.measured.all():
+        arrays.append(pa.array(data.measured.astype(bool), pa.bool_()))
+        names.append("measured")
     meta = dict(data.meta, format=FORMAT_VERSION, family=data.family.name)
     table = pa.Table.from_arrays(arrays, names=names).replace_schema_metadata({META_KEY: json.dumps(meta)})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +134,7 @@ def read_table(path: Path) -> TableData:
         family, cols, stats["latency_us"].astype(np.float64), stats["p10_us"].astype(np.float64),
         stats["p90_us"].astype(np.float64), stats["reps"].astype(np.int64), stats["campaign"].astype(np.int64),
         meta, table.column("extra").to_pylist() if "extra" in names else None, path,
+        table.column("measured").to_numpy(zero_copy_only=False).astype(bool) if "measured" in names else None,
     )
     problems = check_rows(data)
     if problems:
@@ -170,7 +178,9 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
         rules.append(("latency_us must be finite and > 0", ~(np.isfinite(lat) & (lat > 0))))
         rules.append(("need p10_us <= latency_us <= p90_us",
                       ~((p10 <= lat * (1 + 1e-6)) & (lat <= p90 * (1 + 1e-6)))))
-    rules.append(("reps must be >= 1", data.reps < 1))
+    measured = data.measured if data.measured is not None else np.ones(len(data), dtype=bool)
+    rules.append(("a measured row needs reps >= 1", measured & (data.reps < 1)))
+    rules.append(("reps must be >= 0", data.reps < 0))
     ncamp = len(data.meta.get("provenance") or [])
     rules.append((f"campaign must index the provenance list (0..{ncamp - 1})",
                   (data.campaign < 0) | (data.campaign >= ncamp)))
@@ -253,7 +263,7 @@ def table_from_rows(family: Family, rows: list[dict], meta: dict) -> TableData:
             cols[f] = np.array([_as_int(v, f) for v in values], dtype=np.int64)
         else:
             cols[f] = np.array([str(v) for v in values], dtype=str) if values else np.array([], dtype=str)
-    known = set(family.fields) | set(STAT_COLUMNS) | {"extra"}
+    known = set(family.fields) | set(STAT_COLUMNS) | {"extra", "source", "measured"}
     # keys starting with "_" are merge bookkeeping (where a row came from), never stored
     extras = [{k: v for k, v in r.items() if k not in known and not k.startswith("_")} for r in rows]
     extra = [json.dumps(e, sort_keys=True) if e else "" for e in extras] if any(extras) else None
@@ -268,7 +278,8 @@ def table_from_rows(family: Family, rows: list[dict], meta: dict) -> TableData:
         np.array([float(r.get("p90_us", r["latency_us"])) for r in rows], dtype=np.float64),
         np.array([int(r.get("reps", 1)) for r in rows], dtype=np.int64),
         np.array([int(r.get("campaign", 0)) for r in rows], dtype=np.int64),
-        meta, extra,
+        meta, extra, None,
+        np.array([r.get("source", "measured") == "measured" for r in rows], dtype=bool),
     )
 
 

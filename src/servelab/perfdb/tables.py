@@ -30,6 +30,9 @@ log = logging.getLogger("servelab.perfdb")
 REPEAT_LO, REPEAT_HI = -0.025, 0.035
 # bands where a table has too few points for leave-one-out statistics: wide, and the note says so
 DEFAULT_BANDS = {"interpolated": (-0.10, 0.10), "extrapolated": (-0.30, 0.30), "borrowed": (-0.30, 0.50)}
+# rows the collector modelled rather than measured (collectives at GPU counts it did not have): no
+# leave-one-out truth exists for them, so a fixed wide band, and the source says extrapolated
+MODELLED_BAND = (-0.25, 0.25)
 MIN_LOO_POINTS = 5
 ENV_PATH = "SERVELAB_PERFDB_PATH"
 
@@ -114,6 +117,12 @@ class TableSet:
             high = max(p90, lat * (1 + REPEAT_HI))
             return OpLatency(lat, low, high, "measured",
                              f"{where}; band: measured p10-p90 and run-to-run repeatability")
+        if ans.kind == "modelled":
+            how = _modelled_from(idx, ans.row)
+            lo, hi = MODELLED_BAND
+            return OpLatency(ans.us, ans.us * (1 + lo), ans.us * (1 + hi), "extrapolated",
+                             f"{where}; from rows the collector modelled, not measured{how}; band: fixed "
+                             f"{100 * lo:+.0f} %/{100 * hi:+.0f} % for modelled rows")
         note = where
         kind = ans.kind
         if ans.borrowed_from is not None:
@@ -136,7 +145,8 @@ class TableSet:
             scale = max(1.0, math.log2(ans.beyond))
             lo, hi = lo * scale, hi * scale
             note += f"; utilisation held from the table boundary ({ans.beyond:.3g}x beyond the data)"
-        lo = max(lo, -0.9)
+        # the table's own values carry run-to-run noise, so no band is narrower than the repeatability
+        lo, hi = max(min(lo, REPEAT_LO), -0.9), max(hi, REPEAT_HI)
         return OpLatency(ans.us, ans.us * (1 + lo), ans.us * (1 + hi), ans.kind, f"{note}; {band_note}")
 
     def _roofline(self, key, why: str) -> OpLatency:
@@ -160,6 +170,24 @@ class TableSet:
             }
         out["skipped"] = dict(self.skipped)
         return out
+
+
+def _modelled_from(idx, row: int) -> str:
+    """The collector's own account of how a modelled row was made (its `modelled_from` extra)."""
+    import json
+
+    extra = idx.data.extra
+    if extra is None:
+        return ""
+    rows = [row] if row >= 0 else [i for i in range(len(extra)) if not idx.data.is_measured(i)][:1]
+    for i in rows:
+        try:
+            how = json.loads(extra[i] or "{}").get("modelled_from")
+        except ValueError:
+            how = None
+        if how:
+            return f" ({how})"
+    return ""
 
 
 def _band(acc: dict, kind: str) -> tuple[float, float, str]:

@@ -27,6 +27,10 @@ class StepShape(NamedTuple):
     spec_tokens: int = 0  # draft tokens each decoding sequence verifies (MTP / draft model)
 
 
+TOKENS, PREFILL_ATTN, DECODE_ATTN = "tokens", "prefill_attention", "decode_attention"
+ALL_PARTS = frozenset((TOKENS, PREFILL_ATTN, DECODE_ATTN))
+
+
 class Op(NamedTuple):
     name: str  # the role in the model: qkv_proj, attention, moe_experts, tp_allreduce, ...
     key: OpKey
@@ -54,23 +58,23 @@ def _per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     return _Tokens(total, prefill, decode, decode_tokens, shape.decode_kv_len, sum(c for c, _, _ in prefill) + decode, group)
 
 
-def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape) -> list[Op]:
-    """All ops of one step, rank-local. Empty for an empty step."""
+def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape, parts: frozenset = ALL_PARTS) -> list[Op]:
+    """All ops of one step, rank-local; or only some parts of it: the attention cores of prefill chunks, of
+    decoding sequences, and everything else (which depends only on token counts). Empty for an empty step."""
     t = _per_rank(shape, parallel)
     if t.total == 0:
         return []
     ops: list[Op] = []
     h = model.hidden_size
+    for (kind, is_moe, hashed), count in _layer_groups(model):
+        ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count, parts))
+    if TOKENS not in parts:
+        return ops
     ops.append(Op("embedding", Memory(t.total * h * 4), 1))
-    layer_groups = Counter(
-        (kind, model.moe_layers[i], i < model.num_hash_layers) for i, kind in enumerate(model.layer_attention)
-    )
-    for (kind, is_moe, hashed), count in layer_groups.items():
-        ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count))
     if shape.spec_tokens and model.num_mtp_layers:
         draft = _Tokens(t.decode, (), t.decode, t.decode, t.kv_len, t.decode, t.decode * parallel.attn_dp if parallel.dp_attn else t.decode)
         last = model.layer_attention[-1]
-        mtp = _layer_ops(model, parallel, draft, last, model.is_moe, False, shape.spec_tokens)
+        mtp = _layer_ops(model, parallel, draft, last, model.is_moe, False, shape.spec_tokens, ALL_PARTS)
         mtp.append(Op("mtp_proj", Gemm(t.decode, h, 2 * h, model.precision.weights.value), shape.spec_tokens))
         mtp.append(Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens))
         ops.extend(Op("mtp." + op.name, op.key, op.count) for op in mtp)
@@ -83,31 +87,45 @@ def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape) -> list[Op]
     return ops
 
 
-def _layer_ops(model, parallel, t: _Tokens, kind, is_moe, hashed, count) -> list[Op]:
+_GROUPS: dict = {}
+
+
+def _layer_groups(model: ModelSpec) -> list:
+    """Layers grouped by (attention kind, MoE, hash-routed) with their counts; computed once per model."""
+    key = id(model)
+    hit = _GROUPS.get(key)
+    if hit is None or hit[0] is not model:
+        groups = Counter((kind, model.moe_layers[i], i < model.num_hash_layers) for i, kind in enumerate(model.layer_attention))
+        hit = _GROUPS[key] = (model, list(groups.items()))
+    return hit[1]
+
+
+def _layer_ops(model, parallel, t: _Tokens, kind, is_moe, hashed, count, parts) -> list[Op]:
     h, wdt = model.hidden_size, model.precision.weights.value
     T = t.total
+    projections, prefill_attention, decode_attention = _FAMILIES[model.attention]
     ops: list[Op] = []
-    if model.attention == AttentionKind.dsv4:
-        ops.extend(_mhc_ops(model, T))
-    ops.append(Op("attn_norm", Memory(T * h * 4), 1))
-    if model.attention == AttentionKind.gqa:
-        ops.extend(_gqa_ops(model, parallel, t, kind))
-    elif model.attention == AttentionKind.mla:
-        ops.extend(_mla_ops(model, parallel, t))
-    else:
-        ops.extend(_dsv4_ops(model, parallel, t, kind))
-    if parallel.attn_tp > 1:
-        ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
-    ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
-    if is_moe:
-        ops.extend(_moe_ops(model, parallel, t, hashed))
-    else:
-        inter = model.intermediate_size // parallel.attn_tp
-        ops.append(Op("ffn_gate_up", Gemm(T, 2 * inter, h, wdt), 1))
-        ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
-        ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
-    if parallel.attn_tp > 1 and not (is_moe and parallel.dp_attn):
-        ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
+    if PREFILL_ATTN in parts and t.prefill:
+        ops.extend(prefill_attention(model, parallel, t, kind))
+    if DECODE_ATTN in parts and t.decode:
+        ops.extend(decode_attention(model, parallel, t, kind))
+    if TOKENS in parts:
+        if model.attention == AttentionKind.dsv4:
+            ops.extend(_mhc_ops(model, T))
+        ops.append(Op("attn_norm", Memory(T * h * 4), 1))
+        ops.extend(projections(model, parallel, t, kind))
+        if parallel.attn_tp > 1:
+            ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
+        ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
+        if is_moe:
+            ops.extend(_moe_ops(model, parallel, t, hashed))
+        else:
+            inter = model.intermediate_size // parallel.attn_tp
+            ops.append(Op("ffn_gate_up", Gemm(T, 2 * inter, h, wdt), 1))
+            ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
+            ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
+        if parallel.attn_tp > 1 and not (is_moe and parallel.dp_attn):
+            ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
     return [Op(op.name, op.key, op.count * count) for op in ops]
 
 
@@ -121,76 +139,108 @@ def _prefill_attention(name, t: _Tokens, make) -> list[Op]:
     return ops
 
 
-def _gqa_ops(model, parallel, t: _Tokens, kind) -> list[Op]:
+# ---- GQA (with sliding-window layers) ---------------------------------------------------------------------------
+def _gqa_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
     heads, kvh = parallel.heads_local(model), parallel.kv_heads_local(model)
-    kvdt = model.precision.kv_cache.value
-    window = model.sliding_window if kind == LayerAttention.sliding else 0
-    ops = [
+    return [
         Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1),
         Op("qk_norm_rope", Memory(t.total * (heads + kvh) * hd * 4), 1),
+        Op("o_proj", Gemm(t.total, h, heads * hd, wdt), 1),
     ]
-    if window:
-        for c, new, _ in t.prefill:
-            ops.append(Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, window, kvdt), 1))
-    else:
-        ops.extend(_prefill_attention("attention_prefill", t, lambda c, s: AttentionPrefill(c, s, heads, kvh, hd, 0, kvdt)))
-    if t.decode:
-        kv = min(t.kv_len, window) if window else t.kv_len
-        ops.append(Op("attention_decode", AttentionDecode(t.decode_tokens, kv, heads, kvh, hd, window, kvdt), 1))
-    ops.append(Op("o_proj", Gemm(t.total, h, heads * hd, wdt), 1))
-    return ops
 
 
-def _mla_ops(model, parallel, t: _Tokens) -> list[Op]:
+def _gqa_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
+    hd, heads, kvh = model.head_dim, parallel.heads_local(model), parallel.kv_heads_local(model)
+    kvdt = model.precision.kv_cache.value
+    if kind == LayerAttention.sliding:
+        w = model.sliding_window
+        return [Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, w, kvdt), 1) for c, new, _ in t.prefill]
+    return _prefill_attention("attention_prefill", t, lambda c, s: AttentionPrefill(c, s, heads, kvh, hd, 0, kvdt))
+
+
+def _gqa_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
+    window = model.sliding_window if kind == LayerAttention.sliding else 0
+    kv = min(t.kv_len, window) if window else t.kv_len
+    key = AttentionDecode(t.decode_tokens, kv, parallel.heads_local(model), parallel.kv_heads_local(model),
+                          model.head_dim, window, model.precision.kv_cache.value)
+    return [Op("attention_decode", key, 1)]
+
+
+# ---- MLA (DeepSeek-V3 / R1): prefill as multi-head attention, decode absorbed ---------------------------------
+def _mla_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     h, wdt = model.hidden_size, model.precision.weights.value
-    heads, native = parallel.heads_local(model), model.num_heads
+    heads = parallel.heads_local(model)
     nope, rope, v, lora = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim, model.kv_lora_rank
     ops = [
         Op("qkv_a_proj", Gemm(t.total, model.q_lora_rank + lora + rope, h, wdt), 1),
         Op("q_b_proj", Gemm(t.total, heads * (nope + rope), model.q_lora_rank, wdt), 1),
+        Op("o_proj", Gemm(t.total, h, heads * v, wdt), 1),
     ]
     prefill_tokens = t.total - t.decode_tokens
     if prefill_tokens:
         ops.append(Op("kv_b_proj", Gemm(prefill_tokens, heads * (nope + v), lora, wdt), 1))
-        ops.extend(_prefill_attention("mla_prefill", t, lambda c, s: MlaPrefill(c, s, heads, native)))
     if t.decode:
         # per-head batched matmuls with the absorbed up-projections: as one GEMM of the same flops and bytes
         ops.append(Op("mla_q_absorb", Gemm(t.decode_tokens, heads * lora, nope, "bf16"), 1))
-        ops.append(Op("mla_decode", MlaDecode(t.decode_tokens, t.kv_len, heads, native, model.precision.kv_cache.value), 1))
         ops.append(Op("mla_v_absorb", Gemm(t.decode_tokens, heads * v, lora, "bf16"), 1))
-    ops.append(Op("o_proj", Gemm(t.total, h, heads * v, wdt), 1))
     return ops
 
 
-def _dsv4_ops(model, parallel, t: _Tokens, kind) -> list[Op]:
+def _mla_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
+    heads, native = parallel.heads_local(model), model.num_heads
+    return _prefill_attention("mla_prefill", t, lambda c, s: MlaPrefill(c, s, heads, native))
+
+
+def _mla_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
+    key = MlaDecode(t.decode_tokens, t.kv_len, parallel.heads_local(model), model.num_heads, model.precision.kv_cache.value)
+    return [Op("mla_decode", key, 1)]
+
+
+# ---- DeepSeek-V4: low-rank q, one shared K=V head, CSA / HCA modules or sliding window, grouped output --------
+def _dsv4_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
-    heads, native, T = parallel.heads_local(model), model.num_heads, t.total
-    kvdt = model.precision.kv_cache.value
+    heads, T = parallel.heads_local(model), t.total
     ops = [
         Op("q_a_kv_proj", Gemm(T, model.q_lora_rank + hd, h, wdt), 1),
         Op("q_b_proj", Gemm(T, heads * hd, model.q_lora_rank, wdt), 1),
     ]
-    if kind == LayerAttention.sliding:
-        for c, new, _ in t.prefill:
-            ops.append(Op("swa_prefill", AttentionPrefill(c, new, heads, 1, hd, DSV4_WINDOW, kvdt), 1))
-        if t.decode:
-            kv = min(t.kv_len, DSV4_WINDOW)
-            ops.append(Op("swa_decode", AttentionDecode(t.decode_tokens, kv, heads, 1, hd, DSV4_WINDOW, kvdt), 1))
-    else:
+    if kind != LayerAttention.sliding:
         ops.append(Op("compressor_proj", Gemm(T, 2 * hd, h, wdt), 1))
-        if kind == LayerAttention.csa:
-            ops.append(Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1))
-            ops.append(Op("indexer_k_proj", Gemm(T, 3 * model.index_head_dim + model.index_heads, h, wdt), 1))
-        family = "csa" if kind == LayerAttention.csa else "hca"
-        ctx, gen = f"dsv4_{family}_context_module", f"dsv4_{family}_generation_module"
-        ops.extend(_prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx)))
-        if t.decode:
-            ops.append(Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1))
+    if kind == LayerAttention.csa:
+        ops.append(Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1))
+        ops.append(Op("indexer_k_proj", Gemm(T, 3 * model.index_head_dim + model.index_heads, h, wdt), 1))
     groups = max(1, model.o_groups // parallel.attn_tp)
     ops.append(Op("o_a_proj", Gemm(T, model.o_lora_rank, heads * hd // groups, wdt), groups))
     ops.append(Op("o_b_proj", Gemm(T, h, groups * model.o_lora_rank, wdt), 1))
     return ops
+
+
+def _dsv4_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
+    heads, native = parallel.heads_local(model), model.num_heads
+    if kind == LayerAttention.sliding:
+        kvdt = model.precision.kv_cache.value
+        return [Op("swa_prefill", AttentionPrefill(c, new, heads, 1, model.head_dim, DSV4_WINDOW, kvdt), 1)
+                for c, new, _ in t.prefill]
+    ctx = "dsv4_csa_context_module" if kind == LayerAttention.csa else "dsv4_hca_context_module"
+    return _prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx))
+
+
+def _dsv4_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
+    heads, native = parallel.heads_local(model), model.num_heads
+    if kind == LayerAttention.sliding:
+        key = AttentionDecode(t.decode_tokens, min(t.kv_len, DSV4_WINDOW), heads, 1, model.head_dim, DSV4_WINDOW,
+                              model.precision.kv_cache.value)
+        return [Op("swa_decode", key, 1)]
+    gen = "dsv4_csa_generation_module" if kind == LayerAttention.csa else "dsv4_hca_generation_module"
+    return [Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1)]
+
+
+_FAMILIES = {
+    AttentionKind.gqa: (_gqa_projections, _gqa_prefill, _gqa_decode),
+    AttentionKind.mla: (_mla_projections, _mla_prefill, _mla_decode),
+    AttentionKind.dsv4: (_dsv4_projections, _dsv4_prefill, _dsv4_decode),
+}
 
 
 def _mhc_ops(model, T: int) -> list[Op]:
