@@ -258,6 +258,33 @@ def pick_mode(mode: str) -> str:
 # num_prompts = PROMPTS_PER_CONCURRENCY x concurrency (InferenceX's convention, reference/serving-metrics.md).
 # 0 replays the simulator's own steady state instead (a warm-up wave excluded).
 PROMPTS_PER_CONCURRENCY = 10
+# Real benchmarks draw request lengths from a range (InferenceX: random-range-ratio 0.8), so clients fall out of
+# step; servelab's Workload has one length, and a closed loop of identical requests stays in lockstep (every wave
+# prefills together). Until the simulator takes a length distribution, each request's input and output lengths
+# are drawn here from U[1 - s, 1 + s] x the row's (mean kept), seeded per request: see vary_lengths().
+LENGTH_SPREAD = 0.2
+
+
+def vary_lengths(spread: float) -> None:
+    """Make the simulator's closed-loop clients draw per-request lengths (this process only). A subclass of its
+    ClosedLoop source, put where aggregated.simulate looks it up; spread 0 restores the original."""
+    from servelab.predict.serving import aggregated, simulator
+
+    base = simulator.ClosedLoop
+    if spread <= 0:
+        aggregated.ClosedLoop = base
+        return
+
+    class VariedClosedLoop(base):
+        def _new(self):
+            req = super()._new()
+            rng = np.random.default_rng(req.idx)
+            isl = max(1, round(self.prompt * rng.uniform(1 - spread, 1 + spread)))
+            req.prompt, req.osl = isl, max(1, round(req.osl * rng.uniform(1 - spread, 1 + spread)))
+            req.cached = min(req.cached, isl - 1)
+            return req
+
+    aggregated.ClosedLoop = VariedClosedLoop
 
 
 def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None) -> tuple[float, float]:
@@ -502,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
     ap.add_argument("--prompts-per-concurrency", type=int, default=PROMPTS_PER_CONCURRENCY,
                     help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
                          "engine (0: the simulator's steady state)")
+    ap.add_argument("--length-spread", type=float, default=LENGTH_SPREAD,
+                    help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)")
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     ap.add_argument("--out", type=Path, default=CALIBRATED)
     ap.add_argument("--report", type=Path, help="write the per-row predictions and errors as JSON here")
@@ -526,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
     if args.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.backend == e][: args.limit]]
     k = args.prompts_per_concurrency
+    if mode == "aggregated":
+        vary_lengths(args.length_spread)
     price = lambda case, params: predict(case, params, mode, system, k)  # noqa: E731
     print(f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
           f"servelab ({mode} mode), skipped: {sum(skipped.values())}", flush=True)
@@ -584,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
         "source": {"package": AIC_PACKAGE, "version": version, "file": "systems/silicon_sample.csv",
                    "system": args.system, "rows_in_file": len(rows), "rows_used": len(cases),
                    "rows_skipped": skipped, "mode": mode, "prompts_per_concurrency": args.prompts_per_concurrency,
+                   "length_spread": args.length_spread,
                    "command": command.strip(),
                    "date": dt.date.today().isoformat(), "loss": "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"},
         "errors": {name: {"ttft": a, "tpot": b} for name, (a, b) in table.items()},

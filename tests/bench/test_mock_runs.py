@@ -27,7 +27,7 @@ def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int,
 def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "20", "--first-token-delay-ms", "60")
     rc, out, err, r = bench(s, tmp_path, "--random-output-len", "16", "--num-prompts", "16", "--max-concurrency",
-                            "4", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el")
+                            "4", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el", "--num-workers", "2")
     assert rc == 0, err
     assert r["completed"] == 16 and r["failed"] == 0
     assert r["output_lens"] == [16] * 16 and r["total_output_tokens"] == 256
@@ -49,6 +49,7 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     assert "Serving Benchmark Result" in out
     lines = Path(r["records_file"]).read_text().splitlines()
     assert len(lines) == 16
+    assert r["client"]["num_workers"] == 2 and {json.loads(x)["w"] for x in lines} == {0, 1}
 
 
 def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monkeypatch):
@@ -93,7 +94,7 @@ def test_hanging_server_times_out(mock_server, tmp_path):
 def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5", "--die-after-requests", "12")
     rc, out, err, r = bench(s, tmp_path, "--random-output-len", "10", "--num-prompts", "200", "--max-concurrency",
-                            "4", "--no-ready-check", timeout=60)
+                            "4", "--no-ready-check", "--num-workers", "2", timeout=60)
     assert rc == 1
     assert 8 <= r["completed"] < 12
     assert r["failed"] >= 1
@@ -107,7 +108,7 @@ def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "10")
     cmd = CLI + ["--base-url", s.url, "--model", "mock", "--random-input-len", "8", "--random-output-len", "20",
                  "--num-prompts", "5000", "--max-concurrency", "8", "--save-result", "--result-dir", str(tmp_path),
-                 "--result-filename", "r.json"]
+                 "--result-filename", "r.json", "--num-workers", "2"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)
     p.send_signal(signal.SIGINT)

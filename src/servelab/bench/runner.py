@@ -102,7 +102,13 @@ def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> l
 
 
 def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
-    n = cfg.num_workers or os.cpu_count() or 1
+    """One per core; when the server is on this machine (loopback), leave it a core: on the 2-core box a
+    second client process starved the local server (bench/loadgen_vs_vllm.py, docs/benchmarks-loadgen.md)."""
+    n = cfg.num_workers
+    if not n:
+        cores = os.cpu_count() or 1
+        local = Target.from_url(cfg.base_url).host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+        n = cores - 1 if local and cores > 1 else cores
     if cfg.max_concurrency is not None:
         n = min(n, cfg.max_concurrency)
     return max(1, min(n, num_items))

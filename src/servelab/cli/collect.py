@@ -20,6 +20,9 @@ def collect(
     max_minutes: float = typer.Option(None, "--max-minutes", help="start no new key after this long; resume later"),
     limit: int = typer.Option(None, "--limit", help="measure at most this many keys"),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="measure keys that failed before again"),
+    repeat_of: Path = typer.Option(None, "--repeat-of", help="measure again a sample of this campaign's keys "
+                                                              "(repeatability; compare with `servelab.collect.repeat`)"),
+    sample: int = typer.Option(300, "--sample", help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
 ) -> None:
     """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into DIR/rows/*.jsonl."""
@@ -37,7 +40,7 @@ def collect(
     n = gpus or (0 if dry_run else _visible_gpus())
     cfg = CampaignConfig(out=out, system=system, models=tuple(model or ()), ops=tuple(ops or ()), smoke=smoke,
                          gpus=max(n, 1), comm_gpus=sizes, retry_errors=retry_errors, max_minutes=max_minutes,
-                         limit=limit)
+                         limit=limit, repeat_of=repeat_of, sample=sample)
     if dry_run:
         typer.echo(describe(make_plan(cfg), cfg))
         return

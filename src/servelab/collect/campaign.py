@@ -27,6 +27,8 @@ class CampaignConfig(NamedTuple):
     retry_errors: bool = False
     max_minutes: float | None = None  # stop starting new keys after this long (resume later)
     limit: int | None = None  # measure at most this many keys (of those not done)
+    repeat_of: Path | None = None  # measure again a sample of this campaign's measured keys (repeatability)
+    sample: int = 300
 
 
 class Plan(NamedTuple):
@@ -44,7 +46,10 @@ def make_plan(cfg: CampaignConfig) -> Plan:
     models = list(cfg.models) or list_models()
     ops = cases.expand_ops(list(cfg.ops) or None)
     comm_gpus = cfg.comm_gpus or tuple(g for g in (2, 4, 8, 16) if g <= cfg.gpus)
-    keys = cases.plan(models, system, ops, comm_gpus, smoke=cfg.smoke)
+    if cfg.repeat_of is not None:
+        keys = repeat_sample(Path(cfg.repeat_of), cfg.sample, ops)
+    else:
+        keys = cases.plan(models, system, ops, comm_gpus, smoke=cfg.smoke)
     store = CampaignStore(cfg.out)
     done = store.done_ids(include_errors=not cfg.retry_errors) if store.rows_dir.exists() else set()
     todo = [k for k in keys if key_id(k) not in done]
@@ -52,6 +57,27 @@ def make_plan(cfg: CampaignConfig) -> Plan:
         todo = todo[: cfg.limit]
     single, comm = estimate.campaign_seconds(todo, Roofline(system))
     return Plan(keys, todo, single, comm)
+
+
+def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
+    """Every k-th measured key of each op of an earlier campaign (spread over its whole range), about
+    `sample` in all, collectives included."""
+    from servelab.collect.store import key_from_row
+
+    rows = [r for r in CampaignStore(source).rows() if r.get("source", "measured") == "measured" and r["op"] in ops]
+    if not rows:
+        from servelab.errors import ServelabError
+
+        raise ServelabError(f"--repeat-of {source}: no measured rows there")
+    by_op: dict[str, list] = {}
+    for r in rows:
+        by_op.setdefault(r["op"], []).append(key_from_row(r))
+    share = max(1, sample // len(by_op))
+    keys = []
+    for op_keys in by_op.values():
+        step = max(1, len(op_keys) // share)
+        keys.extend(op_keys[::step][:share])
+    return keys
 
 
 def describe(plan: Plan, cfg: CampaignConfig) -> str:
@@ -146,7 +172,7 @@ def run(cfg: CampaignConfig, executor=None, backend: Backend | None = None, prog
     _add_modelled(store, cfg)
     models = [cases.planning_model(m, load_system(cfg.system)) for m in (cfg.models or _all_models())]
     # a smoke run measures a handful per op: only the full plan must cover every tp of every model
-    report = accept.check(plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke)
+    report = accept.check(plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke and cfg.repeat_of is None)
     report["this_run"] = {"rows": counts["rows"], "errors": counts["errors"], "seconds": this_run["seconds"]}
     store.write_json("acceptance.json", report)
     echo(summary(report))

@@ -26,7 +26,16 @@ class CampaignStore:
         self.errors_path = self.root / "errors.jsonl"
 
     def ensure(self) -> None:
+        """Create the directory; end any line a killed run left half-written, so new rows start on their own."""
         self.rows_dir.mkdir(parents=True, exist_ok=True)
+        for path in [*self.rows_dir.glob("*.jsonl"), self.errors_path]:
+            if path.exists() and path.stat().st_size:
+                with open(path, "rb") as f:
+                    f.seek(-1, 2)
+                    last = f.read(1)
+                if last != b"\n":
+                    with open(path, "a") as f:
+                        f.write("\n")
 
     def rows_path(self, op: str) -> Path:
         return self.rows_dir / f"{op}.jsonl"

@@ -55,6 +55,13 @@ def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
         outbox.put(("start", index, item, None))
         kind, payload = measure(backend, key)
         outbox.put((kind, index, item, payload))
+        if kind == "error" and payload[0] == "cuda_fatal":
+            # a CUDA context that saw an illegal address fails every later call: exit, the parent starts a new one
+            import os
+
+            outbox.close()
+            outbox.join_thread()  # the error reaches the parent before the process goes
+            os._exit(70)
 
 
 def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[dict], outbox) -> None:

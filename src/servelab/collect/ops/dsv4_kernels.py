@@ -13,7 +13,7 @@ import triton.language as tl
 @triton.jit
 def _sparse_attn(Q, KV, IDX, SINK, O, N_IDX, H, sm_scale, stride_qt, stride_qh, stride_it, stride_ot, stride_oh,
                  BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)  # T x H x 512 passes 2^31 elements at 32k tokens x 128 heads
     hb = tl.program_id(1)
     offs_h = hb * BH + tl.arange(0, BH)
     offs_d = tl.arange(0, D)
@@ -64,7 +64,7 @@ def _idx_prefill(QI, KI, KS, W, OUT, S, NC, RATIO, NH, stride_qb, stride_qt, str
                  BM: tl.constexpr, BN: tl.constexpr, DI: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    b = tl.program_id(2)
+    b = tl.program_id(2).to(tl.int64)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_d = tl.arange(0, DI)
@@ -107,7 +107,7 @@ def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
 @triton.jit
 def _idx_decode(QI, KI, KS, W, OUT, NC, stride_qb, stride_qh, stride_kb, stride_kn, stride_ksb, stride_wb,
                 stride_ob, NH: tl.constexpr, BN: tl.constexpr, DI: tl.constexpr):
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_h = tl.arange(0, NH)
     offs_n = pid_n * BN + tl.arange(0, BN)

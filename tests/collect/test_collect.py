@@ -1,0 +1,213 @@
+"""CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
+crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands in
+for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.collect import accept, cases, modelled
+from servelab.collect.campaign import CampaignConfig, make_plan, repeat_sample, run
+from servelab.collect.executors import LocalExecutor
+from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_backend
+from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
+from servelab.specs import load_model, load_system
+
+H200 = load_system("h200_sxm")
+
+
+def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
+    cfg = CampaignConfig(out=tmp_path / "c", models=models, ops=ops, smoke=smoke, gpus=workers, **kw)
+    report = run(cfg, executor=LocalExecutor(workers), backend=fake_backend(), progress=False, echo=lambda s: None)
+    return cfg, report, CampaignStore(cfg.out)
+
+
+def test_model_keys_are_what_the_predictor_asks_for():
+    """Every key step_ops gives for a planned shape is in the plan: tp 1..8, ep and dp_attn variants."""
+    from servelab.predict.graph import StepShape, step_ops
+    from servelab.specs import Parallel
+
+    model = cases.planning_model("qwen3-30b-a3b", H200)
+    keys = set(cases.model_keys(model))
+    for par in (Parallel(tp=1), Parallel(tp=8), Parallel(tp=4, ep=4, dp_attn=True)):
+        for op in step_ops(model, par, StepShape(decode_batch=64 * par.attn_dp, decode_kv_len=4096)):
+            if isinstance(op.key, (AttentionDecode, Gemm, Moe)):
+                assert op.key in keys, (par, op)
+    heads = {k.heads for k in keys if isinstance(k, AttentionDecode)}
+    assert {32, 16, 8, 4} <= heads  # 32 heads at tp 1, 2, 4, 8
+    assert any(isinstance(k, Moe) and k.ep == 8 for k in keys)
+    assert any(isinstance(k, Moe) and k.distribution == "power_law" for k in keys)
+
+
+def test_native_heads_times_tp_is_constant_for_mla_and_dsv4():
+    for name, kind in (("deepseek-v3", MlaDecode), ("deepseek-v4-pro", Dsv4Generation), ("deepseek-v4-flash", Dsv4Generation)):
+        model = cases.planning_model(name, H200)
+        ks = [k for k in cases.model_keys(model) if isinstance(k, kind)]
+        assert {k.native_heads // k.heads for k in ks} == {1, 2, 4, 8}
+        assert {k.native_heads for k in ks} == {model.num_heads}
+
+
+def test_fp4_experts_are_planned_with_the_fp8_conversion_on_hopper():
+    model = cases.planning_model("deepseek-v4-pro", H200)
+    assert model.precision.experts.value == "fp8_block"
+    moe = [k for k in cases.model_keys(model) if isinstance(k, Moe)]
+    assert moe and {k.dtype for k in moe} == {"fp8_block"}
+
+
+def test_plan_interleaves_ops_and_smoke_is_small():
+    ops = cases.expand_ops(None)
+    full = cases.plan(["llama-3.1-8b"], H200, ops, (2,))
+    first = {k.op for k in full[:10]}
+    assert len(first) >= 3  # a campaign cut short still covers several ops
+    smoke = cases.plan(["llama-3.1-8b"], H200, ops, (2,), smoke=True)
+    assert 5 < len(smoke) < 60
+    assert len(set(smoke)) == len(smoke)
+
+
+def test_expand_ops_families_and_unknown():
+    from servelab.errors import ServelabError
+
+    assert cases.expand_ops(["attention,comm"]) >= {"attention_prefill", "attention_decode", "allreduce", "p2p"}
+    with pytest.raises(ServelabError, match="did you mean|unknown op"):
+        cases.expand_ops(["gemmm"])
+
+
+def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
+    cfg, report, store = _run(tmp_path)
+    rows = store.rows()
+    assert report["ok"], report
+    ids = [key_id(key_from_row(r)) for r in rows]
+    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace()).keys)
+    assert all({"latency_us", "p10_us", "p90_us", "reps", "backend"} <= set(r) for r in rows)
+    comm = store.rows("allreduce")
+    assert comm and all(r["gpus"] == 2 for r in comm if r["source"] == "measured")
+    prov = json.loads((cfg.out / "provenance.json").read_text())
+    assert prov["gpu_name"] == "fake" and len(prov["runs"]) == 1
+    # run again: nothing to do, nothing duplicated
+    _, report2, store2 = _run(tmp_path)
+    assert report2["this_run"]["rows"] == 0
+    assert len(store2.rows()) == len(rows)
+    assert len(json.loads((cfg.out / "provenance.json").read_text())["runs"]) == 2
+
+
+def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
+    """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short by
+    a kill is ignored and that key measured again."""
+    cfg, _, store = _run(tmp_path, limit=4)
+    assert len(store.rows()) == 4
+    path = next(store.rows_dir.glob("*.jsonl"))
+    with open(path, "a") as f:
+        f.write('{"m": 1, "n": 2')  # a half-written line
+    _, report, store = _run(tmp_path)
+    ids = [key_id(key_from_row(r)) for r in store.rows()]
+    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace(limit=None)).keys)
+    assert report["ok"]
+
+
+def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path, monkeypatch):
+    cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
+    victim = next(k for k in make_plan(cfg).keys if isinstance(k, Gemm))
+    monkeypatch.setenv(FAIL_ENV, f"gemm:m={victim.m}")
+    _, report, store = _run(tmp_path)
+    errors = store.errors()
+    assert errors and all(e["error_class"] == "oom" for e in errors)
+    assert any(key_from_row(e["key"]) == victim for e in errors)
+    assert report["ops"]["gemm"]["errors"] >= 1 and report["ops"]["gemm"]["missing"] == 0
+    assert len(store.rows()) > 10  # the rest was measured
+    # errors are not retried by default; --retry-errors measures them again and keeps one line per key
+    monkeypatch.delenv(FAIL_ENV)
+    _, report, store = _run(tmp_path)
+    assert report["this_run"]["rows"] == 0
+    _, report, store = _run(tmp_path, retry_errors=True)
+    assert not store.errors() and report["this_run"]["rows"] == len(errors)
+
+
+def test_a_worker_that_dies_is_replaced(tmp_path, monkeypatch):
+    cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
+    victim = next(k for k in make_plan(cfg).keys if isinstance(k, AttentionDecode))
+    monkeypatch.setenv(CRASH_ENV, f"attention_decode:batch={victim.batch}")
+    _, report, store = _run(tmp_path)
+    crashed = [e for e in store.errors() if e["error_class"] == "worker_crash"]
+    assert crashed and all(e["key"]["op"] == "attention_decode" for e in crashed)
+    assert report["ops"]["gemm"]["rows"] == report["ops"]["gemm"]["planned"]
+
+
+def test_acceptance_flags_bad_numbers_and_missing_heads():
+    model = load_model("qwen3-32b")
+    good = {"batch": 1, "kv_len": 1024, "heads": 64, "kv_heads": 8, "head_dim": 128, "window": 0,
+            "kv_dtype": "bf16", "op": "attention_decode", "latency_us": 10.0, "p10_us": 9.0, "p90_us": 11.0}
+    nan = dict(good, heads=32, kv_heads=4, latency_us=float("nan"))
+    swapped = dict(good, heads=16, kv_heads=2, p10_us=12.0)
+    report = accept.check([], [good, nan, swapped], [], [model])
+    assert not report["ok"]
+    assert len(report["numbers"]) == 2
+    assert any("8 heads (tp 8)" in p for p in report["heads"])  # no row for tp 8
+    bad_native = dict(good, op="mla_decode", heads=48, native_heads=128)
+    assert any("not native" in p for p in accept.heads_across_tp([bad_native], []))
+
+
+def test_modelled_collectives_say_so_and_grow_with_group_size():
+    rows = []
+    for b in (1 << 10, 1 << 16, 1 << 20, 1 << 26, 1 << 28, 1 << 30):
+        us = 20.0 + 2 * 3 / 4 * b / 300e9 * 1e6
+        rows.append({"bytes": b, "gpus": 4, "op": "allreduce", "latency_us": us, "p10_us": us * 0.98,
+                     "p90_us": us * 1.02, "source": "measured"})
+    out = modelled.model_rows(rows, (8,), H200)
+    assert len(out) == 6 and all(r["source"] == "modelled" and r["gpus"] == 8 for r in out)
+    assert all("measured on 4 GPUs" in r["modelled_from"] for r in out)
+    by_bytes = {r["bytes"]: r for r in out}
+    small4 = rows[0]["latency_us"]
+    assert by_bytes[1 << 10]["latency_us"] > small4  # more ring steps
+    assert by_bytes[1 << 30]["latency_us"] == pytest.approx(2 * 7 / 8 * (1 << 30) / 300e9 * 1e6, rel=0.05)
+
+
+def test_repeat_sample_spans_every_op(tmp_path):
+    cfg, _, _ = _run(tmp_path)
+    keys = repeat_sample(cfg.out, 20, cases.expand_ops(None))
+    assert {k.op for k in keys} == {r["op"] for r in CampaignStore(cfg.out).rows()}
+
+
+def test_cli_dry_run_prints_the_estimate_first(tmp_path):
+    from typer.testing import CliRunner
+
+    from servelab.cli.main import app
+
+    result = CliRunner().invoke(app, ["collect", "--dry-run", "--smoke", "--model", "llama-3.1-8b", "--gpus", "2",
+                                      "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    assert "GPU-minutes" in result.output and "to measure" in result.output
+
+
+def test_cli_without_gpu_is_a_clean_error(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "servelab.cli.main", "collect", "--smoke", "--out",
+                           str(tmp_path / "c")], capture_output=True, text=True, env=_no_torch_env())
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+def _no_torch_env():
+    import os
+
+    env = dict(os.environ)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def test_comm_keys_cover_every_collective():
+    keys = cases.comm_keys((2, 4))
+    assert {k.op for k in keys} == {"allreduce", "allgather", "reducescatter", "alltoall", "p2p"}
+    assert not any(k.op == "p2p" and k.gpus == 4 for k in keys)
+    assert isinstance(keys[0], Comm)
+
+
+def test_store_key_roundtrip(tmp_path):
+    store = CampaignStore(tmp_path)
+    store.ensure()
+    key = Moe(64, 2048, 768, 128, 8, 1, "bf16", "power_law")
+    store.add_row(key, {"latency_us": 5.0, "p10_us": 4.0, "p90_us": 6.0, "reps": 15})
+    assert key_from_row(store.rows("moe")[0]) == key
+    assert store.done_ids() == {key_id(key)}

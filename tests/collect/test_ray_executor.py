@@ -1,0 +1,34 @@
+"""The Ray executor on a local CPU cluster with the fake ops: shards of single-GPU keys as tasks, collectives on
+a placement group of one bundle per rank. Skipped, with the reason, where ray is not installed."""
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
+
+from servelab.collect.campaign import CampaignConfig, make_plan, run  # noqa: E402
+from servelab.collect.executors import RayExecutor  # noqa: E402
+from servelab.collect.fakeops import fake_backend  # noqa: E402
+from servelab.collect.store import CampaignStore, key_from_row, key_id  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
+    cfg = CampaignConfig(out=tmp_path / "c", models=("llama-3.1-8b",), smoke=True, gpus=2)
+    executor = RayExecutor(shard_size=3, gpu=False)
+    report = run(cfg, executor=executor, backend=fake_backend(), progress=False, echo=lambda s: None)
+    rows = CampaignStore(cfg.out).rows()
+    ids = [key_id(key_from_row(r)) for r in rows]
+    assert len(ids) == len(set(ids)) == len(make_plan(cfg).keys)
+    assert report["ok"]
+    pids = {r["pid"] for r in rows if "pid" in r}
+    assert pids  # measured in Ray worker processes
+    comm = [r for r in rows if r["op"] in ("allreduce", "p2p") and r["source"] == "measured"]
+    assert comm and all(r["rank"] == 0 for r in comm)  # rank 0 of the placement group reports
+    again = run(cfg, executor=executor, backend=fake_backend(), progress=False, echo=lambda s: None)
+    assert again["this_run"]["rows"] == 0
