@@ -41,6 +41,51 @@ ENGINES = ("vllm", "sglang", "trtllm")
 PARAMS = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
 BOUNDS = {"step_overhead_us": (1.0, 20000.0), "per_seq_overhead_us": (0.01, 500.0),
           "kernel_gap_us": (0.01, 50.0), "eager_launch_us": (0.1, 100.0)}
+# Terms servelab's step model does not have, fitted only with --ttft-terms to measure what they would buy: a
+# fixed per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
+# schedule) and one that grows with the number of requests in flight (a front end serving them one at a time).
+TTFT_TERMS = {"ttft_overhead_ms": lambda c: 1.0, "ttft_per_request_ms": lambda c: float(c.concurrency)}
+BOUNDS.update({"ttft_overhead_ms": (0.01, 5000.0), "ttft_per_request_ms": (0.0001, 100.0)})
+TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1}
+# Also fitted only on request (--kernel-terms): a factor on the kernel time of each op family, for kernels the
+# engines run that the perf tables (timed on reference implementations) do not: FlashMLA / FlashInfer attention,
+# custom all-reduce, fused MoE. EngineProfile has no such field; the report says what they would buy.
+KERNEL_FAMILIES = {"AttentionDecode": "attention_scale", "AttentionPrefill": "attention_scale",
+                   "MlaDecode": "attention_scale", "MlaPrefill": "attention_scale", "Dsv4Context": "attention_scale",
+                   "Dsv4Generation": "attention_scale", "Comm": "comm_scale", "Moe": "moe_scale", "Gemm": "gemm_scale"}
+KERNEL_TERMS = tuple(sorted(set(KERNEL_FAMILIES.values())))
+BOUNDS.update({name: (0.1, 10.0) for name in KERNEL_TERMS})
+
+
+class ScaledDB:
+    """A PerfDB whose answers are scaled per op family (the only method the predictor calls is query)."""
+
+    def __init__(self, db, scales: dict):
+        self.db, self.system = db, db.system
+        self.factor = {cls: scales.get(name, 1.0) for cls, name in KERNEL_FAMILIES.items()}
+
+    def query(self, key):
+        lat = self.db.query(key)
+        f = self.factor.get(type(key).__name__, 1.0)
+        return lat if f == 1.0 else lat.scaled(f)
+
+
+_SCALED: dict = {}
+
+
+def scaled_db(system, params: dict):
+    scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)
+    if not scales:
+        return None
+    if scales not in _SCALED:
+        from servelab.perfdb.db import perfdb_for
+
+        if len(_SCALED) > 64:
+            _SCALED.clear()
+        _SCALED[scales] = ScaledDB(perfdb_for(system), dict(scales))
+    return _SCALED[scales]
+
+
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8
@@ -230,15 +275,24 @@ def to_case(row: dict) -> Case:
 
 def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:
     """Map the rows of one system; count the rows left out by reason."""
-    cases, skipped = [], {}
+    cases, skipped, seen = [], {}, set()
     for row in rows:
         if row.get("system") != system:
             continue
         try:
-            cases.append(to_case(row))
+            case = to_case(row)
         except ValueError as e:
             reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
             skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        # the same measurement appears under two sources (a database dump and a CSV export): count it once
+        same = (case.backend, case.family, case.parallel, case.isl, case.osl, case.concurrency, case.ttft_ms, case.tpot_ms)
+        if same in seen:
+            why = "duplicate of another row (same engine, model, parallel, load and measured values)"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        seen.add(same)
+        cases.append(case)
     return cases, skipped
 
 
@@ -289,7 +343,8 @@ def vary_lengths(spread: float) -> None:
 
 def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None) -> tuple[float, float]:
     """(ttft_ms, tpot_ms) servelab predicts for a case with these engine parameters."""
-    engine = base_profiles()[case.backend].model_copy(update=params)
+    engine = base_profiles()[case.backend].model_copy(update={k: v for k, v in params.items() if k in PARAMS})
+    extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
     k = PROMPTS_PER_CONCURRENCY if prompts_per_concurrency is None else prompts_per_concurrency
     if mode == "aggregated":
         from servelab.predict.serving import Workload, estimate_aggregated
@@ -299,12 +354,13 @@ def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency
             wl = Workload(isl=case.isl, osl=case.osl, concurrency=case.concurrency, warmup=0,
                           num_requests=k * case.concurrency)
         est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
-                                  workload=wl)
+                                  db=scaled_db(system, params), workload=wl)
     else:
         from servelab.predict.static import estimate_static
 
-        est = estimate_static(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl)
-    return est.ttft_ms, est.tpot_ms
+        est = estimate_static(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
+                              db=scaled_db(system, params))
+    return est.ttft_ms + extra, est.tpot_ms
 
 
 def usable(cases: list[Case], mode: str, system, skipped: dict[str, int]) -> list[Case]:
@@ -374,16 +430,16 @@ def nelder_mead(f, x0: np.ndarray, step: float = 0.7, iters: int = 120, tol: flo
     return simplex[i], values[i]
 
 
-def to_params(x: np.ndarray) -> dict:
+def to_params(x: np.ndarray, names: tuple = PARAMS) -> dict:
     out = {}
-    for name, v in zip(PARAMS, x):
+    for name, v in zip(names, x):
         lo, hi = BOUNDS[name]
         out[name] = float(min(max(math.exp(v), lo), hi))
     return out
 
 
 def from_params(params: dict) -> np.ndarray:
-    return np.array([math.log(params[name]) for name in PARAMS])
+    return np.array([math.log(params[name]) for name in params])
 
 
 def loss(cases: list[Case], params: dict, price) -> float:
@@ -412,16 +468,20 @@ class Linearized:
 
     def __init__(self, cases: list[Case], params: dict, price):
         self.params = dict(params)
+        self.names = tuple(params)
         self.base = np.array([price(c, params) for c in cases]).reshape(-1, 2)
-        self.jac = np.zeros((len(cases), 2, len(PARAMS)))
-        for k, name in enumerate(PARAMS):
+        self.jac = np.zeros((len(cases), 2, len(self.names)))
+        for k, name in enumerate(self.names):
+            if name in TTFT_TERMS:  # added to TTFT outside the simulator: the derivative is known
+                self.jac[:, 0, k] = [TTFT_TERMS[name](c) for c in cases]
+                continue
             lo = BOUNDS[name][0]
             delta = max(0.3 * params[name], 10 * lo)
             moved = dict(params, **{name: params[name] + delta})
             self.jac[:, :, k] = (np.array([price(c, moved) for c in cases]).reshape(-1, 2) - self.base) / delta
 
     def predict(self, params: dict, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        d = np.array([params[n] - self.params[n] for n in PARAMS])
+        d = np.array([params[n] - self.params[n] for n in self.names])
         return self.base[rows] + self.jac[rows] @ d
 
 
@@ -434,8 +494,10 @@ def fit(cases: list[Case], start: dict, price, iters: int = 120, rounds: int = 2
         here = lin or Linearized(cases, params, price)
         sel = rows if rows is not None else slice(None)
         meas = _measured(cases)[sel] if rows is None else _measured([cases[i] for i in rows])
-        x, _ = nelder_mead(lambda x: _loss(here.predict(to_params(x), sel), meas), from_params(params), iters=iters)
-        params = to_params(x)
+        names = tuple(params)
+        x, _ = nelder_mead(lambda x: _loss(here.predict(to_params(x, names), sel), meas), from_params(params),
+                           iters=iters)
+        params = to_params(x, names)
     return params
 
 
@@ -531,6 +593,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
                          "engine (0: the simulator's steady state)")
     ap.add_argument("--length-spread", type=float, default=LENGTH_SPREAD,
                     help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)")
+    ap.add_argument("--ttft-terms", action="store_true",
+                    help="also fit per-request TTFT terms the step model lacks (reports what they would buy; "
+                         "never writes calibrated.json)")
+    ap.add_argument("--kernel-terms", action="store_true",
+                    help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
+                         "(reports what they would buy; never writes calibrated.json)")
+    ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     ap.add_argument("--out", type=Path, default=CALIBRATED)
     ap.add_argument("--report", type=Path, help="write the per-row predictions and errors as JSON here")
@@ -549,6 +618,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
 
     system = load_system(args.system)
     start = defaults()  # the documented defaults, never a previous calibration
+    if args.ttft_terms:
+        start = {e: {**p, **TTFT_START} for e, p in start.items()}
+        args.dry_run = True
+    if args.kernel_terms:
+        start = {e: {**p, **{n: 1.0 for n in KERNEL_TERMS}} for e, p in start.items()}
+        args.dry_run = True
 
     cases, skipped = build_cases(rows, args.system)
     cases = usable(cases, mode, system, skipped)
@@ -621,7 +696,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
         "errors": {name: {"ttft": a, "tpot": b} for name, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
         "aiconfigurator_same_rows": comparison,
-        "engines": {e: {"params": {k: round(v, 3) for k, v in p.items()},
+        "engines": {e: {"params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
+                        **({"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
+                           if args.ttft_terms or args.kernel_terms else {}),
                         "rows": sum(c.backend == e for c in cases),
                         "families": sorted({c.family for c in cases if c.backend == e})}
                     for e, p in fitted.items()},
@@ -634,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
                             "concurrency": c.concurrency, "isl": c.isl, "osl": c.osl, "ttft_ms": c.ttft_ms,
                             "tpot_ms": c.tpot_ms, "pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "note": c.note})
         args.report.write_text(json.dumps(per_row, indent=1))
+    if args.summary:
+        args.summary.write_text(json.dumps(doc, indent=1) + "\n")
     if not args.dry_run:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"\nwrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")

@@ -23,17 +23,20 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 EFF_PATH = ROOT / "src" / "servelab" / "perfdb" / "data" / "efficiencies.json"
-# the families whose time the roofline's free numbers govern (comm has its own measured constants)
-FAMILIES = ("gemm", "attention_prefill", "attention_decode", "mla_prefill", "mla_decode", "dsv4_context",
-            "dsv4_generation", "moe", "elementwise")
+# the families whose time the roofline's free numbers govern and whose roofline has the right structure; the
+# fit runs on these only. The module-level rooflines (MLA, DSv4, MoE) are reported, not fitted: on the first
+# H200 tables DSv4 was off by e^2-e^3 (a structural gap, not an efficiency), and letting it vote dragged the
+# shared numbers away from what GEMM and attention measure. comm has its own measured constants.
+FAMILIES = ("gemm", "attention_prefill", "attention_decode", "elementwise")
+REPORTED = ("mla_prefill", "mla_decode", "dsv4_context", "dsv4_generation", "moe")
 MAX_ROWS = 1500  # per family, sampled with a fixed seed: keeps a fit under a minute on a laptop core
 
 
-def load_rows(tables) -> dict[str, list[tuple]]:
+def load_rows(tables, families=FAMILIES) -> dict[str, list[tuple]]:
     """(key, measured us) per family."""
     rng = random.Random(0)
     out = {}
-    for name in FAMILIES:
+    for name in families:
         idx = tables.index(name)
         if idx is None:
             continue
@@ -112,6 +115,9 @@ def main(argv=None) -> int:
     before, per_before = objective(system, start, rows)
     params = fit(system, rows, start)
     after, per_after = objective(system, params, rows)
+    others = load_rows(tables, REPORTED)
+    _, other_before = objective(system, start, others)
+    _, other_after = objective(system, params, others)
     r = make_roofline(system, params)
     ratios = np.array([us / r.latency(k).us for items in rows.values() for k, us in items])
     band_low = round(min(float(np.percentile(ratios, 10)), 0.95), 3)
@@ -134,6 +140,8 @@ def main(argv=None) -> int:
             "tables_date": max(str(p.get("date")) for p in provs),
             "median_abs_log_error_before": {k: round(v, 4) for k, v in per_before.items()},
             "median_abs_log_error_after": {k: round(v, 4) for k, v in per_after.items()},
+            "not_fitted_median_abs_log_error_before": {k: round(v, 4) for k, v in other_before.items()},
+            "not_fitted_median_abs_log_error_after": {k: round(v, 4) for k, v in other_after.items()},
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": "python bench/fit_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         },

@@ -65,6 +65,7 @@ class Stack:
                 layer["gate_up"] = g(2 * self.inter, self.h)
                 layer["down"] = g(self.h, self.inter)
             self.layers.append(layer)
+        self.layer_fn = self.layer
 
     def moe(self, x, L):
         logits = x @ L["router"].t()
@@ -82,37 +83,41 @@ class Stack:
         y = (y.view(-1, self.topk, self.h) * weights.unsqueeze(-1).to(y.dtype)).sum(1)
         return y
 
+    def layer(self, x, L, cos, sin, kc, vc, B, S, prefill):
+        r = x
+        y = rms_norm(x, L["n1"])
+        qkv = y @ L["qkv"].t()
+        q, k, v = qkv.split([self.heads * self.hd, self.kvh * self.hd, self.kvh * self.hd], dim=-1)
+        q = rotary(rms_norm(q.view(B, S, self.heads, self.hd), L["qn"]), cos, sin)
+        k = rotary(rms_norm(k.view(B, S, self.kvh, self.hd), L["kn"]), cos, sin)
+        v = v.view(B, S, self.kvh, self.hd)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if prefill:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+        a = a.transpose(1, 2).reshape(B * S, self.heads * self.hd)
+        x = r + a @ L["o"].t()
+        r = x
+        y = rms_norm(x, L["n2"])
+        if self.experts:
+            y = self.moe(y, L)
+        else:
+            gu = y @ L["gate_up"].t()
+            y = (F.silu(gu[:, : self.inter]) * gu[:, self.inter :]) @ L["down"].t()
+        return r + y
+
     def forward(self, tokens, positions, cache=None, prefill=True):
         """tokens [B, S]; prefill: causal over S; decode: S == 1 against cache (k, v) of [B, kvh, L, hd] each."""
         B, S = tokens.shape
         x = self.embed[tokens].view(B * S, self.h)
         inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2, device=x.device, dtype=torch.float32) / self.hd))
         ang = positions.float().unsqueeze(-1) * inv
-        cos, sin = ang.cos().to(x.dtype)[:, None], ang.sin().to(x.dtype)[:, None]
+        shape = (1, S, 1, -1) if prefill else (B, 1, 1, -1)
+        cos, sin = ang.cos().to(x.dtype).view(shape), ang.sin().to(x.dtype).view(shape)
         for i, L in enumerate(self.layers):
-            r = x
-            y = rms_norm(x, L["n1"])
-            qkv = y @ L["qkv"].t()
-            q, k, v = qkv.split([self.heads * self.hd, self.kvh * self.hd, self.kvh * self.hd], dim=-1)
-            q = rotary(rms_norm(q.view(B, S, self.heads, self.hd), L["qn"]), cos.view(1, S, 1, -1) if prefill else cos.view(B, 1, 1, -1), sin.view(1, S, 1, -1) if prefill else sin.view(B, 1, 1, -1))
-            k = rotary(rms_norm(k.view(B, S, self.kvh, self.hd), L["kn"]), cos.view(1, S, 1, -1) if prefill else cos.view(B, 1, 1, -1), sin.view(1, S, 1, -1) if prefill else sin.view(B, 1, 1, -1))
-            v = v.view(B, S, self.kvh, self.hd)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            if prefill:
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            else:
-                kc, vc = cache[i]
-                a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
-            a = a.transpose(1, 2).reshape(B * S, self.heads * self.hd)
-            x = r + a @ L["o"].t()
-            r = x
-            y = rms_norm(x, L["n2"])
-            if self.experts:
-                y = self.moe(y, L)
-            else:
-                gu = y @ L["gate_up"].t()
-                y = (F.silu(gu[:, : self.inter]) * gu[:, self.inter :]) @ L["down"].t()
-            x = r + y
+            kc, vc = cache[i] if cache is not None else (None, None)
+            x = self.layer_fn(x, L, cos, sin, kc, vc, B, S, prefill)
         last = x.view(B, S, self.h)[:, -1]
         return rms_norm(last, self.final_norm) @ self.lm_head.t()
 
@@ -130,10 +135,12 @@ def timed(fn, reps):
     return statistics.median(out), out[len(out) // 10], out[(len(out) * 9) // 10]
 
 
-def run_model(name, layers, prefill_cases, decode_cases, rows):
+def run_model(name, layers, prefill_cases, decode_cases, rows, compiled=False):
     cfg = json.loads((CONFIGS / f"{name}.json").read_text())
     torch.manual_seed(0)
     stack = Stack(cfg, layers)
+    if compiled:  # fuse the elementwise ops as engines do (vLLM compiles its layers with torch.compile too)
+        stack.layer_fn = torch.compile(stack.layer, dynamic=False)
     for batch, seq in prefill_cases:
         tokens = torch.randint(0, stack.vocab, (batch, seq), device="cuda")
         pos = torch.arange(seq, device="cuda")
@@ -141,7 +148,8 @@ def run_model(name, layers, prefill_cases, decode_cases, rows):
             for _ in range(2):
                 stack.forward(tokens, pos)
             med, p10, p90 = timed(lambda: stack.forward(tokens, pos), 7)
-        rows.append(dict(model=name, layers=layers, phase="prefill", batch=batch, seq=seq, ms=med, p10=p10, p90=p90))
+        rows.append(dict(model=name, layers=layers, phase="prefill", batch=batch, seq=seq, ms=med, p10=p10, p90=p90,
+                         compiled=compiled))
         print(f"{name} prefill b{batch} s{seq}: {med:.2f} ms", flush=True)
     for batch, kv in decode_cases:
         cache = [(torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
@@ -161,7 +169,8 @@ def run_model(name, layers, prefill_cases, decode_cases, rows):
             for _ in range(5):
                 graph.replay()
             med, p10, p90 = timed(graph.replay, 30)
-        rows.append(dict(model=name, layers=layers, phase="decode", batch=batch, kv_len=kv, ms=med, p10=p10, p90=p90))
+        rows.append(dict(model=name, layers=layers, phase="decode", batch=batch, kv_len=kv, ms=med, p10=p10, p90=p90,
+                         compiled=compiled))
         print(f"{name} decode b{batch} kv{kv}: {med:.3f} ms", flush=True)
         del cache, graph
         torch.cuda.empty_cache()
@@ -174,6 +183,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each layer (fused elementwise ops)")
     args = ap.parse_args()
     t0 = time.time()
     rows: list = []
@@ -181,12 +191,15 @@ def main():
     decode = [(1, 2048), (8, 2048), (32, 2048), (128, 2048), (64, 8192)]
     if args.quick:
         prefill, decode = prefill[:1], decode[:2]
-    run_model("qwen3-32b", args.layers, prefill, decode, rows)
-    run_model("qwen3-30b-a3b", args.layers, prefill, decode, rows)
+    if args.compile:
+        prefill, decode = [(1, 4096), (4, 2048)], [(1, 2048), (32, 2048), (64, 8192)]
+        torch._dynamo.config.cache_size_limit = 64
+    run_model("qwen3-32b", args.layers, prefill, decode, rows, args.compile)
+    run_model("qwen3-30b-a3b", args.layers, prefill, decode, rows, args.compile)
     props = torch.cuda.get_device_properties(0)
     meta = dict(gpu=props.name, torch=torch.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), date=time.strftime("%Y-%m-%d"),
-                command="python bench/gpu_step_check.py --out OUT/step_check.json", seconds=round(time.time() - t0, 1),
+                command="python bench/gpu_step_check.py" + (" --compile" if args.compile else "") + " --out OUT/step_check.json", seconds=round(time.time() - t0, 1),
                 sdpa_note="SDPA backend chosen by PyTorch (no backend forced)")
     Path(args.out).write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1))
 

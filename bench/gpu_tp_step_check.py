@@ -44,6 +44,7 @@ class ShardedStack:
         self.layers = [dict(qkv=g((self.heads + 2 * self.kvh) * self.hd, self.h), o=g(self.h, self.heads * self.hd),
                             router=g(self.total_experts, self.h), w13=g(self.experts, self.h, 2 * self.inter),
                             w2=g(self.experts, self.inter, self.h)) for _ in range(layers)]
+        self.attention_fn, self.ffn_fn = self.attention, self.ffn
 
     def moe(self, x, L):
         weights, ids = torch.topk(torch.softmax((x @ L["router"].t()).float(), -1), self.topk, -1)
@@ -61,23 +62,30 @@ class ShardedStack:
         w = (weights * mine).unsqueeze(-1).to(y.dtype)
         return (y.view(-1, self.topk, self.h) * w).sum(1)
 
+    def attention(self, x, L, kc, vc, B, S):
+        y = rms_norm(x, self.ones)
+        q, k, v = (y @ L["qkv"].t()).split([self.heads * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
+        q = q.view(B, S, self.heads, self.hd).transpose(1, 2)
+        k = k.view(B, S, self.kvh, self.hd).transpose(1, 2)
+        v = v.view(B, S, self.kvh, self.hd).transpose(1, 2)
+        if kc is None:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+        return a.transpose(1, 2).reshape(B * S, -1) @ L["o"].t()
+
+    def ffn(self, x, L):
+        return self.moe(rms_norm(x, self.ones), L)
+
     def forward(self, tokens, cache=None):
         B, S = tokens.shape
         x = self.embed[tokens].view(B * S, self.h)
         for i, L in enumerate(self.layers):
-            y = rms_norm(x, self.ones)
-            q, k, v = (y @ L["qkv"].t()).split([self.heads * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
-            q = q.view(B, S, self.heads, self.hd).transpose(1, 2)
-            k = k.view(B, S, self.kvh, self.hd).transpose(1, 2)
-            v = v.view(B, S, self.kvh, self.hd).transpose(1, 2)
-            if cache is None:
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            else:
-                a = F.scaled_dot_product_attention(q, cache[i][0], cache[i][1], enable_gqa=True)
-            a = a.transpose(1, 2).reshape(B * S, -1) @ L["o"].t()
+            kc, vc = cache[i] if cache is not None else (None, None)
+            a = self.attention_fn(x, L, kc, vc, B, S)
             dist.all_reduce(a)
             x = x + a
-            m = self.moe(rms_norm(x, self.ones), L)
+            m = self.ffn_fn(x, L)
             dist.all_reduce(m)
             x = x + m
         return rms_norm(x.view(B, S, self.h)[:, -1], self.ones) @ self.lm_head.t()
@@ -104,6 +112,10 @@ def worker(rank, world, args, queue):
     cfg = json.loads((CONFIGS / "qwen3-235b-a22b.json").read_text())
     torch.manual_seed(rank)
     stack = ShardedStack(cfg, args.layers, rank, world)
+    if args.compile:  # fuse elementwise glue as engines do; collectives stay eager between compiled blocks
+        torch._dynamo.config.cache_size_limit = 64
+        stack.attention_fn = torch.compile(stack.attention, dynamic=False)
+        stack.ffn_fn = torch.compile(stack.ffn, dynamic=False)
     rows = []
     with torch.inference_mode():
         for batch, seq in [(1, 2048), (1, 8192)]:
@@ -142,6 +154,7 @@ def main():
     ap.add_argument("--gpus", type=int, nargs="+", default=[2])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the attention and MoE blocks")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     t0 = time.time()
@@ -151,13 +164,14 @@ def main():
         queue = ctx.Queue()
         mp.spawn(worker, args=(world, args, queue), nprocs=world, join=True)
         for row in queue.get():
-            row.update(model="qwen3-235b-a22b", layers=args.layers, tp=world, ep=world)
+            row.update(model="qwen3-235b-a22b", layers=args.layers, tp=world, ep=world, compiled=args.compile)
             all_rows.append(row)
             print(world, row, flush=True)
     meta = dict(gpu=torch.cuda.get_device_name(0), gpus=args.gpus, torch=torch.__version__, cuda=torch.version.cuda,
                 nccl=".".join(map(str, torch.cuda.nccl.version())), date=time.strftime("%Y-%m-%d"),
                 nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"), seconds=round(time.time() - t0, 1),
-                command=f"python bench/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} --layers {args.layers}")
+                command=f"python bench/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} --layers {args.layers}"
+                + (" --compile" if args.compile else ""))
     Path(args.out).write_text(json.dumps({"provenance": meta, "rows": all_rows}, indent=1))
 
 

@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'servelab[collect]')")
 pytest.importorskip("triton", reason="triton is not installed")
 
-from servelab.collect.ops import dsv4_kernels as K  # noqa: E402
+from servelab.collect.ops import dsv4_kernels as K
 
 
 def _rel(a, b):

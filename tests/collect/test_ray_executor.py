@@ -5,10 +5,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
 
-from servelab.collect.campaign import CampaignConfig, make_plan, run  # noqa: E402
-from servelab.collect.executors import RayExecutor  # noqa: E402
-from servelab.collect.fakeops import fake_backend  # noqa: E402
-from servelab.collect.store import CampaignStore, key_from_row, key_id  # noqa: E402
+from servelab.collect.campaign import CampaignConfig, make_plan, run
+from servelab.collect.executors import RayExecutor
+from servelab.collect.fakeops import fake_backend
+from servelab.collect.store import CampaignStore, key_from_row, key_id
 
 
 @pytest.fixture(scope="module")

@@ -209,3 +209,14 @@ def test_rows_the_collector_modelled_never_pass_for_measured(tmp_path, h200):
     # modelled rows are never the truth that leave-one-out scores against
     n_measured_groups = 3
     assert report["tables"]["comm"]["accuracy"]["interpolated"]["n"] == n_measured_groups * 9
+
+
+def test_merging_the_same_campaign_again_is_idempotent(tmp_path):
+    camp = synth.write_campaign(tmp_path / "c", synth.comm_rows() + synth.gemm_rows(nks=[(4096, 4096)]))
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    merge([camp], into)
+    report = merge([camp], into)
+    assert report["campaigns"][0]["merged_before"] is True
+    assert report["tables"]["gemm"]["replaced_by_newer"] == 0
+    assert len(read_meta(into / "gemm.parquet")["provenance"]) == 1
+    assert len(read_table(into / "comm.parquet")) == len(synth.comm_rows())

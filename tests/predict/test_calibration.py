@@ -115,3 +115,19 @@ def test_leave_one_model_out_predicts_each_family_unseen(cal):
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
     assert np.median(cv["tpot"]) < 0.05
+
+
+def test_linearized_predictor_matches_the_real_one(cal):
+    """The fit runs on a finite-difference linearization; near its point it must agree with the predictor, and
+    the TTFT terms the step model lacks enter TTFT alone, exactly."""
+    truth = {"step_overhead_us": 900.0, "per_seq_overhead_us": 6.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0,
+             "ttft_overhead_ms": 20.0, "ttft_per_request_ms": 0.5}
+    cases, system = synthetic_cases(cal, truth, families=("llama-3.1-8b",))
+    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    lin = cal.Linearized(cases, truth, price)
+    moved = dict(truth, step_overhead_us=1100.0, ttft_overhead_ms=25.0, ttft_per_request_ms=0.6)
+    exact = np.array([price(c, moved) for c in cases])
+    approx = lin.predict(moved)
+    assert np.allclose(approx, exact, rtol=0.02)
+    only_ttft = lin.predict(dict(truth, ttft_overhead_ms=25.0)) - lin.base
+    assert np.allclose(only_ttft[:, 0], 5.0) and np.allclose(only_ttft[:, 1], 0.0)

@@ -7,8 +7,18 @@ with its FP8 conversion (check_precision's advice), other FP4 experts with bf16.
 
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import (
-    COMM_OPS, AttentionDecode, AttentionPrefill, Comm, Dsv4Context, Dsv4Generation, Gemm, Memory, MlaDecode,
-    MlaPrefill, Moe, OpKey,
+    COMM_OPS,
+    AttentionDecode,
+    AttentionPrefill,
+    Comm,
+    Dsv4Context,
+    Dsv4Generation,
+    Gemm,
+    Memory,
+    MlaDecode,
+    MlaPrefill,
+    Moe,
+    OpKey,
 )
 
 TPS = (1, 2, 4, 8)
@@ -90,9 +100,8 @@ def model_keys(model, max_gpus: int = 8) -> list[OpKey]:
         shapes += [StepShape(prefill=((s, 0),) * (c * dp)) for c, s in PREFILL]
         for shape in shapes:
             for op in step_ops(model, par, shape):
-                if isinstance(op.key, ATTENTION_TYPES) and op.count > 0:
-                    if _decode_bytes(op.key) <= DECODE_BYTES_LIMIT:
-                        keys.setdefault(op.key, None)
+                if isinstance(op.key, ATTENTION_TYPES) and op.count > 0 and _decode_bytes(op.key) <= DECODE_BYTES_LIMIT:
+                    keys.setdefault(op.key, None)
     return list(keys)
 
 

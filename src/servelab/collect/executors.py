@@ -12,7 +12,8 @@ import multiprocessing as mp
 import queue
 import socket
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from servelab.collect.backend import Backend
 from servelab.collect.store import key_from_row
@@ -184,11 +185,12 @@ class _CommActor:
         return ray.util.get_node_ip_address()
 
     def run(self, rank, world, host, port, backend, items):
+        # STRICT_PACK puts every rank on one node, so the ranks meet on that node's loopback (host is informative)
         from servelab.collect.backend import resolve
         from servelab.collect.worker import measure
 
         keys = [key_from_row(i) for i in items]
-        groups = resolve(backend.comm_init)(rank, world, port if host in ("127.0.0.1", None) else port,
+        groups = resolve(backend.comm_init)(rank, world, port,
                                             sorted({k.gpus for k in keys}))
         out = []
         for item, key in zip(items, keys):

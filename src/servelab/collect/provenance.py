@@ -37,7 +37,7 @@ def base(system: str, executor: str, env: dict) -> dict:
         "system": system,
         "servelab": __version__,
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": command_line(),
         "executor": executor,
         "env": env,

@@ -7,7 +7,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from servelab.collect.accept import _short  # noqa: F401 - same row formatting
 from servelab.collect.store import CampaignStore, key_from_row, key_id
 
 
@@ -28,7 +27,7 @@ def _stats(ds: list[float]) -> dict:
     s = sorted(ds)
 
     def q(p):
-        return s[min(len(s) - 1, int(round(p * (len(s) - 1))))]
+        return s[min(len(s) - 1, round(p * (len(s) - 1)))]
 
     return {"n": len(s), "median_pct": round(100 * statistics.median(s), 2), "p5_pct": round(100 * q(0.05), 2),
             "p95_pct": round(100 * q(0.95), 2), "abs_median_pct": round(100 * statistics.median(abs(d) for d in s), 2),

@@ -10,8 +10,8 @@ torch is imported inside the functions: the core install has no torch.
 
 import math
 import statistics
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 ROTATE_BYTES = 256 << 20  # per replay, so that no replay reads what the last one left in L2
 MAX_SETS = 32
@@ -121,7 +121,6 @@ def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int,
 
 
 def _eager_estimate(run, sets) -> float:
-    import torch
 
     for i in range(2):
         run(*sets[i % len(sets)])
@@ -160,6 +159,6 @@ def _check_finite(out) -> None:
 
     tensors = out if isinstance(out, (tuple, list)) else (out,)
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            if not bool(torch.isfinite(t.float() if t.element_size() < 2 else t).all()):
-                raise FloatingPointError("op output holds NaN or inf")
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and \
+                not bool(torch.isfinite(t.float() if t.element_size() < 2 else t).all()):
+            raise FloatingPointError("op output holds NaN or inf")

@@ -13,7 +13,7 @@ def measure(backend: Backend, key, rank: int | None = None, group=None) -> tuple
         fn = resolve(backend.bench[key.op])
         result = fn(key) if rank is None else fn(key, rank, group)
         return "row", _plain(result)
-    except BaseException as e:  # noqa: BLE001 - every failure becomes an errors.jsonl line
+    except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         error_class = resolve(backend.classify)(e)
@@ -22,8 +22,8 @@ def measure(backend: Backend, key, rank: int | None = None, group=None) -> tuple
             message += " | " + " < ".join(line.strip() for line in traceback.format_exc().splitlines()[-4:])[:500]
         try:
             resolve(backend.after_error)()
-        except BaseException:  # noqa: BLE001 - a broken context surfaces on the next op
-            pass
+        except BaseException as cleanup:  # noqa: BLE001 - a broken context surfaces on the next op
+            message += f" | cleanup failed: {type(cleanup).__name__}"
         return "error", (error_class, message)
 
 

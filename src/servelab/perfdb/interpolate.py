@@ -224,8 +224,10 @@ class Index:
         # another group's latencies do not carry over (other heads); its utilisation does
         lat_points = g.points_lat if borrowed is None else None
         us, beyond = self.predict(points, lat_points, axes, self.reference(key))
-        kind = "modelled" if g.modelled else "extrapolated" if beyond > 1.0 else "interpolated"
-        return Answer(us, kind, beyond, -1, borrowed)
+        if g.modelled:  # row: one of the modelled rows, whose note says how the collector made it
+            row = next(i for i in g.rows.tolist() if not self.data.is_measured(i))
+            return Answer(us, "modelled", beyond, row, borrowed)
+        return Answer(us, "extrapolated" if beyond > 1.0 else "interpolated", beyond, -1, borrowed)
 
     def nearest_group(self, gkey: tuple, exclude: tuple | None = None) -> tuple | None:
         """The collected group nearest in the soft fields (log distance), the rest matching exactly."""

@@ -129,6 +129,12 @@ def _records(obj, depth=0) -> list[dict]:
     return found
 
 
+def _identity(prov: dict) -> str:
+    """What makes two provenance entries the same campaign: everything but merge bookkeeping."""
+    return json.dumps({k: v for k, v in prov.items() if k not in ("source", "rows", "collector_errors")},
+                      sort_keys=True, default=str)
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
 
@@ -172,27 +178,46 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     report: dict = {"into": str(into), "system": system.name, "backend": backend, "version": version,
                     "campaigns": [], "tables": {}, "dropped": []}
 
-    # existing tables first: their campaigns are older unless their dates say otherwise
+    # existing tables first: their campaigns are older unless their dates say otherwise. Every table file
+    # carries the same provenance list, so entries are matched by identity rather than appended per file.
     provenance: list[dict] = []
+    ident_index: dict[str, int] = {}
+
+    def campaign_index(prov: dict) -> int:
+        ident = _identity(prov)
+        if ident not in ident_index:
+            ident_index[ident] = len(provenance)
+            provenance.append(prov)
+        return ident_index[ident]
+
     rows: dict[str, list[dict]] = {}
     for path in sorted(into.glob("*.parquet")) if into.is_dir() else []:
         old = read_table(path)  # strict: a corrupt existing table stops the merge rather than being overwritten
-        offset = len(provenance)
-        provenance += old.meta["provenance"]
-        rows.setdefault(old.family.name, []).extend(_rows_of(old, offset))
+        remap = [campaign_index(p) for p in old.meta["provenance"]]
+        fam_rows = _rows_of(old, 0)
+        for r in fam_rows:
+            r["campaign"] = remap[r["campaign"]]
+        rows.setdefault(old.family.name, []).extend(fam_rows)
     problems: list[str] = []
     for d in dirs:
         prov, new_rows, num_errors, bad = read_campaign(Path(d))
         _check_system(system, prov, str(Path(d) / "provenance.json"))
         problems += bad
-        index = len(provenance)
         count = sum(len(v) for v in new_rows.values())
-        provenance.append(dict(prov, source=str(d), rows=count, collector_errors=num_errors))
-        report["campaigns"].append({"dir": str(d), "date": prov.get("date"), "rows": count, "errors": num_errors})
+        entry = dict(prov, source=str(d), rows=count, collector_errors=num_errors)
+        again = _identity(entry) in ident_index
+        index = campaign_index(entry)
+        provenance[index] = entry
+        if again:  # the same campaign merged before: its fresh rows replace its old ones, not "newer" ones
+            for fam_name in rows:
+                rows[fam_name] = [r for r in rows[fam_name] if r["campaign"] != index]
+        report["campaigns"].append({"dir": str(d), "date": prov.get("date"), "rows": count, "errors": num_errors,
+                                    "merged_before": again})
         for fam_name, fam_rows in new_rows.items():
             for r in fam_rows:
                 r["campaign"] = index
             rows.setdefault(fam_name, []).extend(fam_rows)
+    rows = {k: v for k, v in rows.items() if v}
 
     order = sorted(range(len(provenance)), key=lambda i: (_date_key(provenance[i]), i))
     rank = {c: r for r, c in enumerate(order)}  # newest campaign has the highest rank
@@ -225,7 +250,9 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         accuracy = table_accuracy(Index(data, reference))
         data.meta.update(accuracy=accuracy, merged={
             "date": merged_at, "command": command or " ".join(sys.argv), "replaced_by_newer": dup,
-            "rows": len(data), "roofline_efficiencies": "servelab/perfdb/data/efficiencies.json at merge time",
+            "rows": len(data),
+            "interpolation_reference": "roofline without tile quantization, occupancy-aware for prefill, on the "
+                                       "default block of efficiencies.json (never the per-system fit)",
         })
         write_table(into / f"{fam_name}.parquet", data)
         report["tables"][fam_name] = {"rows": len(data), "replaced_by_newer": dup, "accuracy": accuracy}

@@ -23,6 +23,8 @@ class EngineProfile(BaseModel):
     max_num_batched_tokens: int
     max_num_seqs: int
     chunked_prefill: bool
+    kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
+    kernel_band_high: float = 1.0
     source: str = "documented defaults"
 
     def overhead_us(self, num_seqs: int) -> float:
@@ -35,9 +37,10 @@ def _profiles() -> dict:
     data = json.loads((base / "engines.json").read_text())
     calibrated = base / "calibrated.json"
     fitted = json.loads(calibrated.read_text()) if calibrated.is_file() else {}
+    band = data.get("step_structure_band", {})
     profiles = {}
     for name in BACKENDS:
-        fields = dict(data[name])
+        fields = dict(data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0))
         source = "documented defaults"
         if name in fitted.get("engines", {}):
             fields.update(fitted["engines"][name]["params"])

@@ -65,6 +65,7 @@ def with_engine(k: KernelSum, engine: EngineProfile, num_seqs: int, decode_only:
     else:
         launch = max(0.0, kernels * engine.eager_launch_us - kernel) + kernels * engine.kernel_gap_us
     overhead = launch + engine.overhead_us(num_seqs)
+    low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
     return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources)
 
 

@@ -1,7 +1,7 @@
 """Helpers shared by the op benchmarks: random inputs, fp8 quantization, trying kernel variants in order."""
 
-from typing import Callable, NamedTuple
-
+from collections.abc import Callable
+from typing import NamedTuple
 
 DEVICE = "cuda"  # tests of the op logic on the CPU set this to "cpu"
 

@@ -107,7 +107,7 @@ def context_module(key):
         hca_idx = torch.where(vis, torch.arange(max(nc, 1), device=common.DEVICE)[None], -1)[:, :nc]
 
     def make():
-        x = dict(q=rand(B * S, H, D), kv=rand(B, S, D), cv=rand(B, S, D), cg=rand(B, S, D))
+        x = {"q": rand(B * S, H, D), "kv": rand(B, S, D), "cv": rand(B, S, D), "cg": rand(B, S, D)}
         if overlap:
             x.update(iq=rand_fp8(B, S, INDEX_HEADS, INDEX_DIM), iw=rand(B, S, INDEX_HEADS, scale=0.1),
                      iv=rand(B, S, INDEX_DIM), ig=rand(B, S, INDEX_DIM))
@@ -161,9 +161,9 @@ def generation_module(key):
         hca_idx = (bidx[:, None] * (nc + 1) + torch.arange(nc, device=common.DEVICE)[None]).to(torch.int32)
 
     def make():
-        x = dict(q=rand(B, H, D), kv=rand(B, D), cv=rand(B, D), cg=rand(B, D),
-                 state_v=rand(B, window, D), state_g=rand(B, window, D),
-                 comp=rand(B, nc + 1, D), win=rand(B, WINDOW, D))
+        x = {"q": rand(B, H, D), "kv": rand(B, D), "cv": rand(B, D), "cg": rand(B, D),
+             "state_v": rand(B, window, D), "state_g": rand(B, window, D),
+             "comp": rand(B, nc + 1, D), "win": rand(B, WINDOW, D)}
         if overlap:
             x.update(iq=rand_fp8(B, INDEX_HEADS, INDEX_DIM), iw=rand(B, INDEX_HEADS, scale=0.1),
                      iv=rand(B, INDEX_DIM), ig=rand(B, INDEX_DIM),

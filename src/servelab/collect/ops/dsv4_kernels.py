@@ -75,7 +75,7 @@ def _idx_prefill(QI, KI, KS, W, OUT, S, NC, RATIO, NH, stride_qb, stride_qt, str
     heads = tl.where(first_visible_end <= pid_m * BM + BM - 1, NH, 0)
     k = tl.load(KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
     acc = tl.zeros([BM, BN], tl.float32)
-    for h in range(0, heads):
+    for h in range(heads):
         q = tl.load(QI + b * stride_qb + offs_m[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
                     mask=mmask[:, None], other=0.0)
         s = tl.maximum(tl.dot(q, tl.trans(k)), 0.0)
