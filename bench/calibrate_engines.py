@@ -562,6 +562,25 @@ def defaults() -> dict:
     return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
 
 
+def servelab_state() -> str:
+    """The predictor the fit was made against: git commit (dirty or not) and a digest of the perf data files."""
+    import hashlib
+
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True,
+                               text=True).stdout.strip()
+    except OSError:
+        commit, dirty = "unknown", ""
+    digest = hashlib.sha256()
+    data = REPO / "src" / "servelab"
+    for path in sorted([*(data / "perfdb" / "data").rglob("*.*"), data / "predict" / "data" / "engines.json"]):
+        if path.is_file() and path.suffix in (".parquet", ".json"):
+            digest.update(path.name.encode() + path.read_bytes())
+    return f"servelab {commit or 'unknown'}{' (modified)' if dirty else ''}, perf data {digest.hexdigest()[:12]}"
+
+
 def compare_with_aic(cases: list[Case], aic: dict, cv_rows: dict) -> dict:
     """AIConfigurator's error next to servelab's cross-validated error, on the rows AIConfigurator answered."""
     answered = [c for c in cases if "ttft_ms" in aic.get(c.row_id, {})]
@@ -683,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
         print(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
 
     command = "python bench/calibrate_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    provenance = (f"bench/calibrate_engines.py fit on {len(cases)} {args.system} aggregated rows of "
+    provenance = (f"{servelab_state()}; bench/calibrate_engines.py fit on {len(cases)} {args.system} aggregated rows of "
                   f"{AIC_PACKAGE} {version} systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}")
     doc = {
         "_provenance": provenance,
@@ -701,8 +720,25 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
                            if args.ttft_terms or args.kernel_terms else {}),
                         "rows": sum(c.backend == e for c in cases),
                         "families": sorted({c.family for c in cases if c.backend == e})}
-                    for e, p in fitted.items()},
+                                    for e, p in fitted.items()},
     }
+    # an engine's fit is kept only when it predicts unseen models better than the defaults do (sum of the
+    # median TTFT and TPOT errors, cross-validated against the defaults on the same rows)
+    kept, verdicts = {}, {}
+    for e in fitted:
+        idx = [i for i, c in enumerate(cases) if c.backend == e]
+        d_score = float(np.median(before[0][idx]) + np.median(before[1][idx]))
+        cv_err = np.array([cv["rows"][cases[i].row_id] for i in idx])
+        cv_score = float(np.median(cv_err[:, 0]) + np.median(cv_err[:, 1]))
+        verdicts[e] = {"defaults_ttft_plus_tpot_median": round(d_score, 4), "cv_ttft_plus_tpot_median": round(cv_score, 4),
+                       "kept": cv_score < d_score}
+        if cv_score < d_score:
+            kept[e] = doc["engines"][e]
+        print(f"  {e:7s} defaults {d_score:.1%} vs cross-validated fit {cv_score:.1%} (TTFT + TPOT medians): "
+              f"{'kept' if cv_score < d_score else 'not kept: the fit does not transfer to unseen models'}")
+    doc["verdicts"] = verdicts
+    doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if e not in kept}
+    doc["engines"] = kept
     if args.report:
         per_row = []
         for c in cases:

@@ -129,11 +129,19 @@ async def _stream(session, url: str, prompt: list[int], max_tokens: int, model: 
         async for line in resp.content:
             if line.startswith(b"data: {") and b'"text"' in line:
                 times.append(time.perf_counter() - t0)
+            elif line.startswith(b"data: {") and b'"error"' in line:
+                raise RuntimeError(f"vLLM streamed an error: {line[:300]!r}")
+    if not times:
+        raise RuntimeError("vLLM sent no content event")
     return times
 
 
+VOCAB = {"size": 1000}  # set from the served model's config before measuring
+
+
 def _prompt(rng: random.Random, n: int) -> list[int]:
-    return [rng.randint(10, 2000) for _ in range(n)]  # random ids: no prefix-cache hits between requests
+    # random ids below the vocabulary (no special tokens): no prefix-cache hits between requests
+    return [rng.randint(3, VOCAB["size"] - 1) for _ in range(n)]
 
 
 @dataclass
@@ -347,6 +355,7 @@ def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 
     from servelab.specs import load_model
 
     model = load_model(str(model_dir))
+    VOCAB["size"] = model.vocab_size
     t0 = time.time()
     costs = measure_step_costs(base_url, model_name, reps)
     profile = fit_profile(model, costs)

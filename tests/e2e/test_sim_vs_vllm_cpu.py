@@ -12,7 +12,7 @@ rounded up, so a regression of the simulator (a wrong scheduler policy, a lost q
 machine's noise does not.
 """
 
-import importlib.util
+import importlib
 import json
 import os
 import sys
@@ -27,11 +27,9 @@ MAX_STEP_FIT_ERROR = 0.25  # servelab's step model must reproduce the measured s
 
 
 def harness():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("sim_vs_vllm_cpu", ROOT / "bench" / "sim_vs_vllm_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module("sim_vs_vllm_cpu")
 
 
 @pytest.fixture(scope="module")

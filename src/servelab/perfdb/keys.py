@@ -168,7 +168,7 @@ def key_from_dict(op: str, fields: dict) -> OpKey:
                 values[name] = int(value)
             except (TypeError, ValueError):
                 raise ServelabError(f"{op}: field {name!r} must be an integer, got {value!r}") from None
-            if values[name] < 0 or (values[name] == 0 and name not in ("window",)):
+            if values[name] < 0 or (values[name] == 0 and name not in ("window", "flops")):
                 raise ServelabError(f"{op}: field {name!r} must be positive, got {value!r}")
     return cls(**values, op=op)
 

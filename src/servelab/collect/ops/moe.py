@@ -2,9 +2,11 @@
 tokens routed to this rank's experts (already permuted; routing and all-to-all are separate ops).
 
 Routing (key.distribution):
-- uniform: the EP group's tokens x topk assignments spread evenly over all experts (at most one per token each);
+- uniform: each token draws topk distinct experts uniformly at random (seeded), as a random router does: at small
+  batches only some experts are touched, so only their weights are read;
 - power_law: expert popularity ~ rank^-1.2 (experts shuffled), each token draws topk distinct experts by
-  Gumbel top-k; the rank with the most assignments is measured (the straggler sets the step time).
+  Gumbel top-k.
+In both, the rank with the most assignments is measured (the straggler sets the step time).
 Each rotating input set moves the touched experts to other weight rows, so a replay never finds the last
 replay's weights in L2. fp8 experts use row-wise scales (torch._scaled_grouped_mm); DeepSeek's 128x128 weight
 blocks have no grouped kernel in torch, so fp8_block is measured with that row-wise kernel and the row says so.
@@ -22,19 +24,11 @@ def local_counts(key) -> tuple[list[int], float]:
     import torch
 
     local = key.experts // key.ep
-    if key.distribution == "uniform":
-        total = -(-key.tokens * key.topk // key.ep)  # this rank's share, rounded up
-        per = min(key.tokens, -(-total // local))
-        counts, left = [], total
-        for _ in range(local):
-            c = min(per, left)
-            counts.append(c)
-            left -= c
-        return counts, 1.0
-    if key.distribution != "power_law":
+    if key.distribution not in ("uniform", "power_law"):
         raise Unsupported(f"routing distribution {key.distribution!r}")
     g = torch.Generator(device="cpu").manual_seed(SEED)
-    popularity = torch.arange(1, key.experts + 1, dtype=torch.float64) ** -POWER_LAW_ALPHA
+    alpha = POWER_LAW_ALPHA if key.distribution == "power_law" else 0.0
+    popularity = torch.arange(1, key.experts + 1, dtype=torch.float64) ** -alpha
     popularity = popularity[torch.randperm(key.experts, generator=g)]
     logp = popularity.log().float()
     hits = torch.zeros(key.experts, dtype=torch.int64)
