@@ -4,7 +4,7 @@ random-weight Llama on this machine.
 1. Measure the engine's step costs with requests unlike the checked ones, from the server's own /metrics
    histograms: lone prompts of 32-1024 tokens that emit one token (a prefill step: vllm:request_prefill_time_
    seconds), and batches of 1-24 short prompts decoding 96 tokens together (a decode step at that batch:
-   vllm:request_decode_time_seconds per token). The HTTP path outside the engine (client TTFT minus the server's queue + prefill
+   vllm:request_time_per_output_token_seconds). The HTTP path outside the engine (client TTFT minus the server's queue + prefill
    time) is measured at the same time.
 2. Fit servelab's own step model to those steps: the tiny model's op graph priced by the roofline of a "CPU
    system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are fitted
@@ -147,7 +147,7 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
 @dataclass
 class StepCosts:
     prefill_ms: dict = field(default_factory=dict)  # prompt tokens -> engine time of the prefill step
-    decode_ms: dict = field(default_factory=dict)  # batch -> decode step time (engine decode time per token)
+    decode_ms: dict = field(default_factory=dict)  # batch -> decode step time (engine time per output token)
     http_ms: float = 0.0  # client TTFT minus the engine's queue + prefill time, lone requests
     frontend_ms: float = 0.0  # vLLM's own TTFT (from its front end's arrival) minus its queue + prefill time
 
@@ -178,14 +178,15 @@ async def _measure(base_url: str, model: str, reps: int) -> StepCosts:
             costs.prefill_ms[n] = st.median(steps)
         for b in DECODE_BATCHES:
             steps = []
-            for _ in range(max(1, reps // 2)):
+            for _ in range(max(2, reps // 2)):
                 before = metric_sums(base_url)
                 await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
                 after = metric_sums(base_url)
-                # the engine's own decode phase time (first token to last): the stream to the client can arrive
-                # in bursts on two busy cores, the engine's steps do not
-                decode = after["vllm:request_decode_time_seconds_sum"] - before["vllm:request_decode_time_seconds_sum"]
-                steps.append(decode / (b * (DECODE_TOKENS - 1)) * 1000)
+                # the engine's own time per output token (the metric the check compares TPOT with; stamped by
+                # the engine core, so a starved API process does not blur it)
+                name = "vllm:request_time_per_output_token_seconds"
+                steps.append((after[name + "_sum"] - before[name + "_sum"])
+                             / (after[name + "_count"] - before[name + "_count"]) * 1000)
             costs.decode_ms[b] = st.median(steps)
     costs.http_ms = st.median(http)
     costs.frontend_ms = st.median(front)

@@ -8,7 +8,7 @@ would be charged for a padded 768). Everything else (flops, bytes, launch floor,
 Prefill attention (GQA and MLA) also accounts for parallelism: a flash-attention kernel runs one CTA per
 (sequence, head, 128-query tile), and with fewer CTAs than SMs part of the GPU idles. The compute rate is scaled
 by min(1, CTAs / SMs) -- smooth, no wave steps. On the H200 tables this took the prefill leave-one-out p90 from
-16.9 % to 12.2 % and MLA prefill from 18.8 % to 11.2 % (docs/accuracy-perfdb.md).
+16.9 % to 12.2 % and MLA prefill from 18.8 % to 11.2 % (docs/accuracy.md, section 2).
 """
 
 import math
