@@ -97,10 +97,10 @@ def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
     py = venv / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    probe = ["-c", "import importlib.metadata as m, aiconfigurator_core, pathlib; "
-             "print(m.version('aiconfigurator-core')); "
-             "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')"]
-    got = subprocess.run([str(py), *probe], capture_output=True, text=True)
+    probe = ["-c", ("import importlib.metadata as m, aiconfigurator_core, pathlib; "
+                    "print(m.version('aiconfigurator-core')); "
+                    "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')")]
+    got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
     if got.returncode != 0 or got.stdout.split()[0] != AIC_VERSION:
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"], check=True)
         got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=True)
@@ -167,7 +167,8 @@ def aic_predictions(rows: list[dict], system: str, cache: Path) -> dict:
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"aiconfigurator=={AIC_VERSION}"], check=True)
         payload = [dict(r, _concurrency=str(concurrency_of(r)), system=system) for r in todo]
         got = subprocess.run([str(py), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
-                             input=json.dumps([payload, AIC_ID_ALIASES]), capture_output=True, text=True)
+                             input=json.dumps([payload, AIC_ID_ALIASES]), capture_output=True, text=True,
+                             check=False)
         if got.returncode != 0:
             raise RuntimeError(f"AIConfigurator run failed: {got.stderr[-2000:]}")
         done.update(json.loads(got.stdout))
@@ -495,8 +496,11 @@ def fit(cases: list[Case], start: dict, price, iters: int = 120, rounds: int = 2
         sel = rows if rows is not None else slice(None)
         meas = _measured(cases)[sel] if rows is None else _measured([cases[i] for i in rows])
         names = tuple(params)
-        x, _ = nelder_mead(lambda x: _loss(here.predict(to_params(x, names), sel), meas), from_params(params),
-                           iters=iters)
+
+        def objective(x, here=here, names=names, sel=sel, meas=meas):
+            return _loss(here.predict(to_params(x, names), sel), meas)
+
+        x, _ = nelder_mead(objective, from_params(params), iters=iters)
         params = to_params(x, names)
     return params
 
@@ -568,9 +572,9 @@ def servelab_state() -> str:
 
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+                                text=True, check=False).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True,
-                               text=True).stdout.strip()
+                               text=True, check=False).stdout.strip()
     except OSError:
         commit, dirty = "unknown", ""
     digest = hashlib.sha256()
@@ -600,7 +604,7 @@ def compare_with_aic(cases: list[Case], aic: dict, cv_rows: dict) -> dict:
             "servelab_cv": {"ttft": summary(s_err[:, 0]), "tpot": summary(s_err[:, 1])}}
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read top to bottom)
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--mode", choices=("auto", "static", "aggregated"), default="auto")
@@ -651,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (a report, read to
     k = args.prompts_per_concurrency
     if mode == "aggregated":
         vary_lengths(args.length_spread)
-    price = lambda case, params: predict(case, params, mode, system, k)  # noqa: E731
+    price = lambda case, params: predict(case, params, mode, system, k)
     print(f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
           f"servelab ({mode} mode), skipped: {sum(skipped.values())}", flush=True)
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):

@@ -35,6 +35,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -75,9 +76,9 @@ class VllmServer:
         return [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16",
                 "--max-model-len", "4096", "--max-num-seqs", str(MAX_NUM_SEQS),
-                "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS), "--disable-log-stats"]
+                "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> Self:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}
         self.proc = subprocess.Popen(self.argv(), stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
@@ -242,9 +243,8 @@ class CpuProfile:
 
 
 def step_ms(model, system, engine, db, prefill: int = 0, decode: int = 0, kv: int = 0) -> float:
-    from servelab.predict.graph import StepShape
+    from servelab.predict.graph import StepShape, step_ops
     from servelab.predict.step import step_time
-    from servelab.predict.graph import step_ops
     from servelab.specs import Parallel
 
     shape = StepShape(prefill=((prefill, 0),) if prefill else (), decode_batch=decode, decode_kv_len=kv)
@@ -401,14 +401,14 @@ def run_check(model_dir: Path | None = None, passes: int = 2, reps: int = 5, por
 
 
 def markdown(result: dict) -> str:
-    p = result["profile"]
+    p, costs = result["profile"], result["step_costs"]
+    prefill = ", ".join(f"{k} tok {v:.1f} ms" for k, v in costs["prefill_ms"].items())
+    decode = ", ".join(f"b{k} {v:.2f} ms" for k, v in costs["decode_ms"].items())
     lines = [
-        f"Step costs measured: prefill {', '.join(f'{k} tok {v:.1f} ms' for k, v in result['step_costs']['prefill_ms'].items())}; "
-        f"decode {', '.join(f'b{k} {v:.2f} ms' for k, v in result['step_costs']['decode_ms'].items())}; "
-        f"HTTP path {result['step_costs']['http_ms']:.1f} ms.",
-        f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
-        f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us per op "
-        f"(fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms.",
+        f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
+        (f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
+         f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us "
+         f"per op (fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."),
         "",
         "| concurrency | isl/osl | TTFT measured ms | TTFT predicted ms | error | run-to-run | TPOT measured ms | TPOT predicted ms | error | run-to-run |",
         "|---|---|---|---|---|---|---|---|---|---|",

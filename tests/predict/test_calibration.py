@@ -43,7 +43,7 @@ def test_concurrency_falls_back_to_batch_size(cal):
 
 
 def test_parallel_reading(cal):
-    moe = dict(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm")
+    moe = {"model_path": "deepseek-ai/DeepSeek-R1", "backend": "trtllm"}
     # tp_size written as tp x ep (64 GPUs on an 8-GPU node): read as tp 8 x ep 8
     p, note = cal.parallel_of(row(**moe, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
     assert (p.tp, p.ep, p.dp_attn) == (8, 8, False) and "read as" in note
@@ -96,7 +96,7 @@ def test_fit_recovers_the_generating_parameters(cal):
     truth = {"step_overhead_us": 2500.0, "per_seq_overhead_us": 30.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
     cases, system = synthetic_cases(cal, truth)
     start = cal.defaults()["vllm"]
-    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    price = lambda c, p: cal.predict(c, p, "static", system)
     before = cal.loss(cases, start, price)
     fitted = cal.fit(cases, start, price, iters=150)
     assert cal.loss(cases, fitted, price) < before / 100
@@ -109,7 +109,7 @@ def test_fit_recovers_the_generating_parameters(cal):
 def test_leave_one_model_out_predicts_each_family_unseen(cal):
     truth = {"step_overhead_us": 2000.0, "per_seq_overhead_us": 10.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
     cases, system = synthetic_cases(cal, truth)
-    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    price = lambda c, p: cal.predict(c, p, "static", system)
     cv = cal.leave_one_model_out(cases, cal.defaults(), price, iters=60)
     assert set(cv["by_family"]) == {"vllm/llama-3.1-70b", "vllm/llama-3.1-8b"}
     assert len(cv["ttft"]) == len(cases)
@@ -123,7 +123,7 @@ def test_linearized_predictor_matches_the_real_one(cal):
     truth = {"step_overhead_us": 900.0, "per_seq_overhead_us": 6.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0,
              "ttft_overhead_ms": 20.0, "ttft_per_request_ms": 0.5}
     cases, system = synthetic_cases(cal, truth, families=("llama-3.1-8b",))
-    price = lambda c, p: cal.predict(c, p, "static", system)  # noqa: E731
+    price = lambda c, p: cal.predict(c, p, "static", system)
     lin = cal.Linearized(cases, truth, price)
     moved = dict(truth, step_overhead_us=1100.0, ttft_overhead_ms=25.0, ttft_per_request_ms=0.6)
     exact = np.array([price(c, moved) for c in cases])

@@ -102,3 +102,19 @@ def test_kv_capacity_and_bad_input_errors():
         estimate_static(m, H200, Parallel(tp=2), engine_profile("vllm"), 4096, 8192, 1024)
     with pytest.raises(ServelabError, match="unknown backend"):
         engine_profile("tgi")
+
+
+@pytest.mark.parametrize("parallel", [Parallel(tp=8, ep=8), Parallel(tp=8, ep=8, dp_attn=True), Parallel(tp=4, pp=2)])
+@pytest.mark.parametrize("shape", [
+    StepShape(prefill=((2048, 0),) * 8),
+    StepShape(prefill=((1500, 300), (512, 0), (96, 4000)) * 8, decode_batch=160, decode_kv_len=5000),
+    StepShape(decode_batch=64, decode_kv_len=8192),
+])
+def test_priced_step_parts_add_up_to_the_whole_step(parallel, shape):
+    """Pricing in memoized parts (and the token grid) stays within 1 % of pricing every op of the step."""
+    from servelab.predict.step import priced_step, step_time
+
+    m, db, e = load_model(FLASH), PerfDB(H200), engine_profile("torch")
+    whole = step_time(step_ops(m, parallel, shape), db, e, 1, decode_only=not shape.prefill)
+    parts = priced_step(m, parallel, shape, e, db)
+    assert parts.kernel_us == pytest.approx(whole.kernel_us, rel=0.01)

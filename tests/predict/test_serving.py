@@ -31,13 +31,27 @@ def _sim(wl, model=QWEN, parallel=TP2, engine=None):
 def test_single_user_matches_one_prefill_and_decode_steps():
     """At concurrency 1 nothing queues: TTFT is one prefill step, TPOT the mean decode step over the context."""
     engine = engine_profile("vllm")
-    sim = _sim(Workload(isl=2000, osl=200, concurrency=1, num_requests=8))
+    sim = _sim(Workload(isl=2000, osl=200, concurrency=1, num_requests=8, range_ratio=0.0))
     prefill = priced_step(QWEN, TP2, StepShape(prefill=((2000, 0),)), engine, DB).us / 1000
     decode = priced_step(QWEN, TP2, StepShape(decode_batch=1, decode_kv_len=2100), engine, DB).us / 1000
     assert sim.metric("ttft_ms") == pytest.approx(prefill, rel=0.06)
     assert sim.metric("tpot_ms") == pytest.approx(decode, rel=0.03)
     # every request sees the same thing: the distribution is tight
     assert sim.metric("ttft_ms", "p99") == pytest.approx(sim.metric("ttft_ms", "p50"), rel=0.01)
+
+
+def test_request_lengths_vary_around_the_mean_reproducibly():
+    """Like vLLM's --random-range-ratio: lengths uniform in mean x [1 - r, 1 + r], the same for the same seed."""
+    from servelab.predict.serving.simulator import ClosedLoop
+
+    wl = Workload(isl=1000, osl=200, concurrency=4, num_requests=400, range_ratio=0.2)
+    source = ClosedLoop(wl)
+    reqs = [source._new() for _ in range(400)]
+    prompts = [r.prompt for r in reqs]
+    assert min(prompts) >= 800 and max(prompts) <= 1200 and len(set(prompts)) > 100
+    assert sum(prompts) / len(prompts) == pytest.approx(1000, rel=0.03)
+    again = ClosedLoop(wl)
+    assert [again._new().prompt for _ in range(400)] == prompts
 
 
 def test_closed_loop_obeys_littles_law():

@@ -27,8 +27,8 @@ class StepShape(NamedTuple):
     spec_tokens: int = 0  # draft tokens each decoding sequence verifies (MTP / draft model)
 
 
-TOKENS, PREFILL_ATTN, DECODE_ATTN = "tokens", "prefill_attention", "decode_attention"
-ALL_PARTS = frozenset((TOKENS, PREFILL_ATTN, DECODE_ATTN))
+TOKENS, PREFILL_ATTN, DECODE_ATTN, HEAD = "tokens", "prefill_attention", "decode_attention", "head"
+ALL_PARTS = frozenset((TOKENS, PREFILL_ATTN, DECODE_ATTN, HEAD))
 
 
 class Op(NamedTuple):
@@ -47,7 +47,8 @@ class _Tokens(NamedTuple):
     group_tokens: int  # tokens entering MoE across the EP group
 
 
-def _per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
+def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
+    """The tokens one attention rank works on in this step (sequences spread evenly over attn_dp ranks)."""
     dp = parallel.attn_dp
     groups = Counter(shape.prefill)
     prefill = tuple((ceil(c / dp), n, p) for (n, p), c in sorted(groups.items()))
@@ -60,14 +61,20 @@ def _per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
 
 def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape, parts: frozenset = ALL_PARTS) -> list[Op]:
     """All ops of one step, rank-local; or only some parts of it: the attention cores of prefill chunks, of
-    decoding sequences, and everything else (which depends only on token counts). Empty for an empty step."""
-    t = _per_rank(shape, parallel)
+    decoding sequences, the LM head (which depends on the sequences that sample), and everything else (which
+    depends only on token counts). Empty for an empty step."""
+    t = per_rank(shape, parallel)
     if t.total == 0:
         return []
     ops: list[Op] = []
     h = model.hidden_size
     for (kind, is_moe, hashed), count in _layer_groups(model):
         ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count, parts))
+    if HEAD in parts:
+        ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
+        if parallel.attn_tp > 1:
+            logits = max(t.sampled, 1) * model.vocab_size * 2
+            ops.append(Op("logits_allgather", Comm(logits, parallel.attn_tp, "allgather"), 1))
     if TOKENS not in parts:
         return ops
     ops.append(Op("embedding", Memory(t.total * h * 4), 1))
@@ -79,9 +86,6 @@ def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape, parts: froz
         mtp.append(Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens))
         ops.extend(Op("mtp." + op.name, op.key, op.count) for op in mtp)
     ops.append(Op("final_norm", Memory(t.total * h * 4), 1))
-    ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
-    if parallel.attn_tp > 1:
-        ops.append(Op("logits_allgather", Comm(max(t.sampled, 1) * model.vocab_size * 2, parallel.attn_tp, "allgather"), 1))
     if parallel.pp > 1:
         ops.append(Op("pp_send_recv", Comm(t.total * h * 2, 2, "p2p"), parallel.pp - 1))
     return ops

@@ -1,12 +1,13 @@
 """Step latency: the sum of one step's op latencies (from the PerfDB) plus what the engine adds."""
 
 from functools import lru_cache
-from math import ceil
+from math import ceil, log
 from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
 from servelab.predict.backends import EngineProfile
-from servelab.predict.graph import DECODE_ATTN, PREFILL_ATTN, TOKENS, Op, StepShape, step_ops
+from servelab.specs import AttentionKind
+from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
 
 
 class StepTime(NamedTuple):
@@ -85,13 +86,19 @@ def priced_step(model, parallel, shape: StepShape, engine: EngineProfile, db: Pe
     sequences, and everything else, which depends only on token counts; a new shape mostly reuses parts already
     priced. Engine costs are per rank: each attention-DP rank is its own scheduler with its own CUDA graphs."""
     decode_tokens = shape.decode_batch * (1 + shape.spec_tokens)
-    prefill_tokens = sum(n for n, _ in shape.prefill)
     kv = shape.decode_kv_len if shape.spec_tokens else 1  # only the MTP draft layer reads the KV length
-    if len(shape.prefill) > 1:  # token ops see how many sequences sample (LM head), not how the chunks split
-        tokens = _priced_part(model, parallel, shape._replace(decode_kv_len=kv), TOKENS, db)
-    else:
-        merged = StepShape(((prefill_tokens, 0),) if prefill_tokens else (), shape.decode_batch, kv, shape.spec_tokens)
-        tokens = _priced_part(model, parallel, merged, TOKENS, db)
+    # Token ops see how many tokens a rank has and how many of its sequences sample (LM head), not how the prompt
+    # tokens split into chunks: k chunks price as one chunk plus k - 1 more sampling sequences (k - 1 tokens off).
+    rank = per_rank(shape, parallel)
+    prefill_seqs = sum(c for c, _, _ in rank.prefill)
+    extra = max(prefill_seqs - 1, 0)
+    if model.attention == AttentionKind.mla or shape.spec_tokens:  # token ops also see the prefill/decode split
+        tokens = _token_part(model, parallel, rank.total - rank.decode_tokens - extra, rank.decode + extra, kv,
+                             shape.spec_tokens, db)
+    else:  # token ops see only the tokens a rank has
+        tokens = _token_part(model, parallel, rank.total, 0, kv, 0, db)
+    tokens = tokens + _priced_part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1),
+                                   HEAD, db)
     total = tokens
     if shape.prefill:
         total = total + _priced_part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN, db)
@@ -100,6 +107,40 @@ def priced_step(model, parallel, shape: StepShape, engine: EngineProfile, db: Pe
         total = total + _priced_part(model, parallel, decode, DECODE_ATTN, db)
     num_seqs = ceil((len(shape.prefill) + shape.decode_batch) / parallel.attn_dp)
     return with_engine(total, engine, num_seqs, decode_only=not shape.prefill and decode_tokens > 0)
+
+
+GRID_EXACT = 16  # token counts up to here are priced exactly
+GRID_RATIO = 1.06  # above: on a geometric grid, linear in between (token-dependent ops are smooth in the count)
+
+
+def _grid(x: int) -> tuple[int, int, float]:
+    """Grid points around x and x's weight on the upper one."""
+    if x <= GRID_EXACT:
+        return x, x, 0.0
+    i = int(log(x / GRID_EXACT) / log(GRID_RATIO))
+    lo, hi = round(GRID_EXACT * GRID_RATIO**i), round(GRID_EXACT * GRID_RATIO ** (i + 1))
+    lo, hi = min(lo, x), max(hi, x)
+    return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
+
+
+def _token_part(model, parallel, prefill_tokens: int, decode_batch: int, kv: int, spec: int, db) -> KernelSum:
+    """The token-dependent ops of a step whose every attention rank has one prefill chunk of prefill_tokens and
+    decode_batch decoding sequences: cached on a grid of the two, bilinear in between, so steps that differ by a
+    few tokens share their prices."""
+    p0, p1, wp = _grid(prefill_tokens)
+    d0, d1, wd = _grid(decode_batch)
+    dp = parallel.attn_dp
+
+    def at(p: int, d: int) -> KernelSum:
+        shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec)
+        return _priced_part(model, parallel, shape, TOKENS, db)
+
+    corners = [(at(p0, d0), (1 - wp) * (1 - wd)), (at(p1, d0), wp * (1 - wd)), (at(p0, d1), (1 - wp) * wd),
+               (at(p1, d1), wp * wd)]
+    us = low = high = kernels = 0.0
+    for k, w in corners:
+        us, low, high, kernels = us + w * k.us, low + w * k.low_us, high + w * k.high_us, kernels + w * k.kernels
+    return KernelSum(us, low, high, kernels, corners[0][0].sources)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from typing import NamedTuple
 
 from servelab.errors import ServelabError
@@ -104,7 +105,14 @@ class Source:
         self.window: list = [None, None]  # (clocks, tokens emitted, requests completed) at the window's start and end
 
     def _new(self) -> Request:
-        req = Request(len(self.requests), self.prompt, self.wl.osl, self.cached)
+        idx, r = len(self.requests), self.wl.range_ratio
+        prompt, osl, cached = self.prompt, self.wl.osl, self.cached
+        if r:  # per-request lengths, reproducible from (seed, index)
+            rng = random.Random(self.wl.seed * 1_000_003 + idx)
+            prompt = max(1, round(prompt * rng.uniform(1 - r, 1 + r)))
+            osl = max(1, round(osl * rng.uniform(1 - r, 1 + r)))
+            cached = min(cached, prompt - 1)
+        req = Request(idx, prompt, osl, cached)
         self.requests.append(req)
         return req
 

@@ -38,6 +38,9 @@ class Workload(BaseModel):
     num_requests: int | None = Field(None, ge=1, description="requests measured (default: sized to the load)")
     warmup: int | None = Field(None, ge=0, description="closed loop: requests run before measuring (default: C)")
     seed: int = 0
+    range_ratio: float = Field(0.2, ge=0.0, lt=1.0, description=(
+        "request lengths are uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio); identical requests "
+        "in a closed loop stay in lockstep, every wave prefilling together, which no real load does"))
     prefix_hit_rate: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache")
     spec: SpecDecoding = SpecDecoding()
 
