@@ -320,26 +320,12 @@ PROMPTS_PER_CONCURRENCY = 10
 LENGTH_SPREAD = 0.2
 
 
+_SPREAD = [LENGTH_SPREAD]
+
+
 def vary_lengths(spread: float) -> None:
-    """Make the simulator's closed-loop clients draw per-request lengths (this process only). A subclass of its
-    ClosedLoop source, put where aggregated.simulate looks it up; spread 0 restores the original."""
-    from servelab.predict.serving import aggregated, simulator
-
-    base = simulator.ClosedLoop
-    if spread <= 0:
-        aggregated.ClosedLoop = base
-        return
-
-    class VariedClosedLoop(base):
-        def _new(self):
-            req = super()._new()
-            rng = np.random.default_rng(req.idx)
-            isl = max(1, round(self.prompt * rng.uniform(1 - spread, 1 + spread)))
-            req.prompt, req.osl = isl, max(1, round(req.osl * rng.uniform(1 - spread, 1 + spread)))
-            req.cached = min(req.cached, isl - 1)
-            return req
-
-    aggregated.ClosedLoop = VariedClosedLoop
+    """Per-request lengths for the replayed rows: U[1 - s, 1 + s] x the row's (Workload.range_ratio)."""
+    _SPREAD[0] = spread
 
 
 def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None) -> tuple[float, float]:
@@ -353,7 +339,7 @@ def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency
         wl = None
         if k:
             wl = Workload(isl=case.isl, osl=case.osl, concurrency=case.concurrency, warmup=0,
-                          num_requests=k * case.concurrency)
+                          num_requests=k * case.concurrency, range_ratio=_SPREAD[0])
         est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
                                   db=scaled_db(system, params), workload=wl)
     else:

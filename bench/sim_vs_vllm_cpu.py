@@ -289,7 +289,7 @@ def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_re
     from servelab.predict.serving import Workload
 
     # the measured run: c clients from an idle engine, num_requests in all, every one counted
-    wl = Workload(isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0)
+    wl = Workload(isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=0.0)  # as sent
     est = estimate_aggregated(model, system, Parallel(), engine, c, isl, osl, db=db, workload=wl)
     # the simulator's TTFT starts when the engine core receives the request; vLLM's own TTFT starts at its front
     # end (tokenize, hand over): that measured fixed path is added
