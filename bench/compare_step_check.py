@@ -60,7 +60,7 @@ def main():
     args = ap.parse_args()
     results = json.loads(Path(args.results).read_text())
     rows = compare(results, args.system, use_tables=not args.roofline_only)
-    print(f"| model | case | measured ms | predicted ms (band) | error | op sources |")
+    print("| model | case | measured ms | predicted ms (band) | error | op sources |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['case']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} "

@@ -93,7 +93,7 @@ def main():
                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     aic = json.loads(out.stdout.strip().splitlines()[-1])
     aic_reused, aic_api = statistics.median(aic["reused_s"]), statistics.median(aic["api_s"])
-    print(f"question: Qwen3-32B, 2x h200_sxm, vllm, batch 8, 1024/1024, static")
+    print("question: Qwen3-32B, 2x h200_sxm, vllm, batch 8, 1024/1024, static")
     print(f"servelab  TTFT {ours['ttft_ms']:.1f} ms, TPOT {ours['tpot_ms']:.2f} ms; AIConfigurator TTFT {aic['ttft_ms']:.1f} ms, TPOT {aic['tpot_ms']:.2f} ms")
     print(f"{'':34s}{'servelab':>12s}{'AIConfigurator':>16s}{'ratio':>9s}")
     rows = [("in-process, same point again", ours["same_point_s"], aic_reused),

@@ -174,7 +174,6 @@ def run_model(name, layers, prefill_cases, decode_cases, rows, compiled=False):
         print(f"{name} decode b{batch} kv{kv}: {med:.3f} ms", flush=True)
         del cache, graph
         torch.cuda.empty_cache()
-    del stack
     torch.cuda.empty_cache()
 
 

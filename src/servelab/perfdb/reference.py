@@ -13,7 +13,7 @@ by min(1, CTAs / SMs) -- smooth, no wave steps. On the H200 tables this took the
 
 import math
 
-from servelab.perfdb.roofline import Roofline, _compute_class, _dtype_bytes, efficiencies
+from servelab.perfdb.roofline import Roofline
 
 QUERY_TILE = 128
 
@@ -24,12 +24,10 @@ class SmoothRoofline(Roofline):
     (on the H200 tables, a reference built on the fitted numbers took the GEMM leave-one-out p90 from 9.4 % to
     10.8 %), nor make the accuracy stored at merge time stale."""
 
+    tile_quantized = False
+
     def __init__(self, system):
-        super().__init__(system)
-        self.eff = eff = efficiencies("")  # the "default" block alone
-        self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
-        self.kernel_us = eff["kernel_us"]
-        self.band = (eff["band_low"], eff["band_high"])
+        super().__init__(system, fitted=False)
 
     def _occupancy(self, batch: int, heads: int, seq: int) -> float:
         return min(1.0, batch * heads * math.ceil(seq / QUERY_TILE) / self.system.sm_count)
@@ -46,23 +44,6 @@ class SmoothRoofline(Roofline):
         bytes_ = k.batch * k.seq * k.heads * (192 * 2 + 128 * 2) * 2
         rate = self._flops_rate("bf16", "attention") * self._occupancy(k.batch, k.heads, k.seq)
         return self._time(flops, bytes_, rate)
-
-    def _gemm(self, k) -> float:
-        wb = _dtype_bytes(k.dtype)
-        act = 1.0 if _compute_class(k.dtype) == "fp8" else 2.0
-        flops = 2.0 * k.m * k.n * k.k
-        bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * 2
-        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)))
-
-    def _moe(self, k) -> float:
-        local_experts = max(1, k.experts // k.ep)
-        assignments = k.tokens * k.topk / k.ep
-        p_hit = 1.0 - (1.0 - k.topk / k.experts) ** k.tokens if k.tokens < 10**6 else 1.0
-        touched = local_experts * p_hit
-        wb = _dtype_bytes(k.dtype)
-        flops = 2.0 * 3 * assignments * k.hidden * k.inter
-        bytes_ = touched * 3 * k.hidden * k.inter * wb + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
-        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)), kernels=3)
 
 
 def reference_fn(system):

@@ -45,11 +45,14 @@ def _compute_class(name: str) -> str:
 
 
 class Roofline:
-    """Roofline latencies for one system."""
+    """Roofline latencies for one system: with the efficiencies fitted for it (else the defaults), and with
+    128-wide tile quantization of GEMMs (a partial tile costs a whole one)."""
 
-    def __init__(self, system: SystemSpec):
+    tile_quantized = True
+
+    def __init__(self, system: SystemSpec, fitted: bool = True):
         self.system = system
-        eff = efficiencies(system.name)
+        eff = efficiencies(system.name if fitted else "")
         self.eff = eff
         self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
         self.kernel_us = eff["kernel_us"]
@@ -75,7 +78,7 @@ class Roofline:
         flops = 2.0 * k.m * k.n * k.k
         # tile quantization: Hopper GEMMs run in 128-wide tiles, a partial tile costs a whole one
         tiles = math.ceil(k.m / 128) * 128 * math.ceil(k.n / 128) * 128
-        tile_eff = max(k.m * k.n / tiles, 1 / 16)
+        tile_eff = max(k.m * k.n / tiles, 1 / 16) if self.tile_quantized else 1.0
         bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * 2
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff)
 
@@ -149,7 +152,7 @@ class Roofline:
         bytes_ = touched * 3 * k.hidden * k.inter * wb + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
         # grouped GEMM: per expert the M dimension is small, tile quantization per expert
         per_expert = assignments / max(touched, 1e-9)
-        tile_eff = max(min(per_expert / (math.ceil(per_expert / 128) * 128), 1.0), 1 / 16)
+        tile_eff = max(min(per_expert / (math.ceil(per_expert / 128) * 128), 1.0), 1 / 16) if self.tile_quantized else 1.0
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff, kernels=3)
 
     def _comm(self, k) -> float:
