@@ -2,11 +2,11 @@
 Llama here. The simulator gets the engine's step costs measured from the server's own /metrics (requests unlike
 the checked ones), then predicts TTFT and TPOT of `servelab bench` closed-loop runs at concurrency 1, 4, 16 and
 two input/output lengths; the runs are measured twice. The harness is bench/sim_vs_vllm_cpu.py (it also
-regenerates the table in docs/accuracy-engines.md).
+regenerates the table in docs/accuracy.md, section 3).
 
 Tolerances (why these numbers): on this 2-core machine the engine, its API process and the client share two
 cores with whatever else runs, so a point measured twice differs (the run-to-run spread recorded in the result)
-and three full runs of this check differed more than that (docs/accuracy-engines.md has all three). A point must
+and three full runs of this check differed more than that (docs/accuracy.md, section 3 has all three). A point must
 be within max(floor, 2 x its own measured spread):
 - At concurrency 1: TPOT floor 50 % (worst error over three runs 42 %), TTFT floor 60 % (worst 49 %).
 - Above concurrency 1: within a factor of 3.5 either way, TTFT and TPOT. The requests all have the same length
