@@ -55,3 +55,8 @@ def test_malformed_config_json(tmp_path):
     (tmp_path / "config.json").write_text("{broken")
     r = run("estimate", str(tmp_path))
     assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+
+def test_unknown_option_is_a_usage_error_not_a_traceback():
+    r = run("estimate", "llama-3.1-8b", "--bogus")
+    assert r.returncode == 2 and "No such option" in r.stderr and "Traceback" not in r.stderr

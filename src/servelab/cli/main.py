@@ -6,7 +6,6 @@ library code is imported inside each command.
 
 import sys
 
-import click
 import typer
 
 from servelab.cli import bench, changelog, collect, db, estimate, memory, models, plan, recipes, sweep, systems
@@ -33,17 +32,23 @@ app.add_typer(changelog.app, name="changelog")
 
 
 def main() -> None:
+    """Commands may return an exit code; bad input is one line and exit code 2, never a traceback."""
     try:
         result = app(standalone_mode=False)
     except ServelabError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+    except Exception as e:
+        if type(e).__name__ == "Abort":  # Ctrl-C as the CLI library reports it
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
+        if hasattr(e, "show") and hasattr(e, "exit_code"):  # usage errors (typer's own click, vendored or not)
+            e.show()
+            sys.exit(e.exit_code)
+        raise
     sys.exit(result if isinstance(result, int) else 0)
 
 
