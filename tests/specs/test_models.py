@@ -90,7 +90,7 @@ def test_fp8_weights_halve_weight_bytes():
 
 
 def test_config_json_path_and_errors(tmp_path):
-    cfg = json.loads((tmp_path.parent / "x.json").read_text()) if False else {
+    cfg = {
         "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
         "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1000, "max_position_embeddings": 4096,
     }

@@ -85,7 +85,7 @@ def memory_per_gpu(model: ModelSpec, system: SystemSpec, parallel: Parallel, max
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
     return MemoryBreakdown(
-        weights_gib=weights, activations_gib=acts, reserve_gib=FRAMEWORK_RESERVE_GIB, kv_gib=max(kv, 0.0) if kv > 0 else kv,
+        weights_gib=weights, activations_gib=acts, reserve_gib=FRAMEWORK_RESERVE_GIB, kv_gib=kv,
         total_gib=total, hbm_gib=system.hbm_gib, fits=kv > 0, kv_bytes_per_token=per_token, max_kv_tokens=max_tokens,
         attn_dp=parallel.attn_dp,
     )

@@ -45,6 +45,7 @@ def _from_path(path: Path) -> ModelSpec:
 
 
 def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
+    """The embedded or parsed spec, and the checkpoint entry it came through ({} for a name or a path)."""
     key = name_or_path.strip()
     checkpoints = _checkpoints()
     lowered = {k.lower(): k for k in checkpoints}
@@ -86,9 +87,8 @@ def load_model(name_or_path: str, weight_dtype: str | None = None, kv_dtype: str
         if idx not in (Dtype.fp8, Dtype.fp4):
             raise ServelabError("--indexer-dtype: expected fp8 or fp4")
         prec["indexer_cache"] = idx
-    name = model.name if name_or_path.lower() == model.name else model.name
-    return model.model_copy(update={"precision": type(model.precision)(**prec), "name": name,
-                                    "source": overrides and _canonical(name_or_path) or model.source})
+    source = _canonical(name_or_path) if overrides else model.source  # a checkpoint id names its own source
+    return model.model_copy(update={"precision": type(model.precision)(**prec), "source": source})
 
 
 def _canonical(checkpoint: str) -> str:
