@@ -18,14 +18,8 @@ def _change(base_ref: str, head_ref: str, directory, pr_link):
     return Change(open_store(directory, ref=base_ref), open_store(directory, ref=head_ref), pr_link=pr_link)
 
 
-@app.command()
-def validate(
-    base_ref: str = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main)."),
-    head_ref: str = typer.Option("HEAD", "--head-ref", help="Git ref with the change."),
-    pr_link: str = typer.Option(None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."),
-    directory: Path = DirOpt,
-) -> None:
-    """Check the change against the ledger rules and the recorded fingerprints."""
+def _checked_change(base_ref: str, head_ref: str, directory: Path, pr_link, suffix: str):
+    """The change between the refs; every rule it breaks printed on stderr, then one error line."""
     import sys
 
     from servelab.errors import ServelabError
@@ -34,8 +28,19 @@ def validate(
     for p in change.problems:
         print(f"changelog: {p}", file=sys.stderr)
     if change.problems:
-        raise ServelabError(f"changelog validation failed: {len(change.problems)} problem(s) between "
-                            f"{base_ref} and {head_ref}")
+        raise ServelabError(f"changelog validation failed: {len(change.problems)} problem(s){suffix}")
+    return change
+
+
+@app.command()
+def validate(
+    base_ref: str = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main)."),
+    head_ref: str = typer.Option("HEAD", "--head-ref", help="Git ref with the change."),
+    pr_link: str = typer.Option(None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."),
+    directory: Path = DirOpt,
+) -> None:
+    """Check the change against the ledger rules and the recorded fingerprints."""
+    change = _checked_change(base_ref, head_ref, directory, pr_link, f" between {base_ref} and {head_ref}")
     typer.echo(f"ok: {len(change.added)} new entr{'y' if len(change.added) == 1 else 'ies'}")
 
 
@@ -49,17 +54,10 @@ def jobs(
     directory: Path = DirOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first)."""
-    import sys
-
-    from servelab.errors import ServelabError
     from servelab.recipes.changelog import jobs_for
     from servelab.recipes.pipelines import emit
 
-    change = _change(base_ref, head_ref, directory, None)
-    for p in change.problems:
-        print(f"changelog: {p}", file=sys.stderr)
-    if change.problems:
-        raise ServelabError(f"changelog validation failed: {len(change.problems)} problem(s); no jobs emitted")
+    change = _checked_change(base_ref, head_ref, directory, None, "; no jobs emitted")
     found = jobs_for(change.head, change.added)
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")

@@ -34,10 +34,6 @@ class MemoryBreakdown(BaseModel):
         per_rank = int(self.kv_gib * GIB // per_seq) if self.kv_gib > 0 else 0
         return per_rank * self.attn_dp
 
-    @property
-    def headroom_gib(self) -> float:
-        return self.kv_gib
-
 
 def weight_bytes_per_gpu(model: ModelSpec, parallel: Parallel) -> float:
     """Attention and dense weights split over attn_tp (replicated across DP-attention ranks), experts over all
@@ -117,9 +113,5 @@ def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwarg
     return mem
 
 
-def max_concurrency(mem: MemoryBreakdown, model: ModelSpec, parallel: Parallel, context_len: int) -> int:
-    return max(0, mem.max_sequences(context_len, model, parallel)) if mem.fits else 0
-
-
-__all__ = ["GIB", "MemoryBreakdown", "check_fits", "kv_bytes_per_sequence_per_gpu", "max_concurrency", "memory_per_gpu",
+__all__ = ["GIB", "MemoryBreakdown", "check_fits", "kv_bytes_per_sequence_per_gpu", "memory_per_gpu",
            "weight_bytes_per_gpu"]

@@ -155,7 +155,7 @@ def generation_module(key):
     sink = torch.randn(H, device=common.DEVICE, dtype=torch.float32)
     scale = D ** -0.5
     slot = L % WINDOW
-    cslot = min(nc, nc)  # the entry the compressor emits this step
+    cslot = nc  # the entry the compressor emits this step (the slot after the nc cached ones)
     bidx = torch.arange(B, device=common.DEVICE)
     if fam == "hca":
         hca_idx = (bidx[:, None] * (nc + 1) + torch.arange(nc, device=common.DEVICE)[None]).to(torch.int32)
