@@ -3,15 +3,16 @@ random-weight Llama on this machine.
 
 1. Measure the engine's step costs with requests unlike the checked ones, from the server's own /metrics
    histograms: lone prompts of 32-1024 tokens that emit one token (a prefill step: vllm:request_prefill_time_
-   seconds), and batches of 1-24 short prompts decoding 96 tokens together (a decode step at that batch:
-   vllm:request_time_per_output_token_seconds). The HTTP path outside the engine (client TTFT minus the server's queue + prefill
-   time) is measured at the same time.
+   seconds), and batches of 1-16 short prompts decoding 96 tokens together (a decode step at that batch:
+   vllm:request_time_per_output_token_seconds), with the fixed path from vLLM's front end to its engine. One
+   round of these runs before every measured load below, so costs and loads span the same minutes.
 2. Fit servelab's own step model to those steps: the tiny model's op graph priced by the roofline of a "CPU
    system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are fitted
    (the same Nelder-Mead as bench/calibrate_engines.py).
 3. Run closed-loop loads (`vllm bench serve --max-concurrency` style) at concurrencies 1, 4, 16 and two
-   input/output lengths, twice (the second pass gives the run-to-run spread), and compare mean TTFT and TPOT
-   with what the simulator predicts for the same workload (same request count, same start from idle).
+   input/output lengths (each request's lengths varied by up to 20 %), twice (the second pass gives the
+   run-to-run spread), and compare mean TTFT and TPOT with what the simulator predicts for the same workload
+   (same request count, same start from idle, same length spread).
 
     .venv/bin/python bench/sim_vs_vllm_cpu.py [--json out.json] [--markdown]
 
@@ -45,9 +46,18 @@ PORT = 19031  # this check's port (19000-19499 belongs to this work)
 MAX_NUM_SEQS = 16
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
 KV_SPACE_GIB = 2
+# Checked loads vary each request's lengths by up to RANGE_RATIO either way (vLLM's --random-range-ratio), and the
+# simulator is given U[1 - r, 1 + r]: identical requests would keep a closed loop in lockstep in the simulator
+# while two busy cores stagger them on the engine (TTFT at concurrency 4, 512/32: 17.6 ms predicted in lockstep,
+# 3.8 ms measured), a property of the check's load, not of serving. Prompt lengths take five levels, each warmed
+# before measuring: vLLM's CPU runner pays 6-10 ms extra the first time a step has a token count it has not run
+# before (lone prompts of 131-142 tokens: 8-12 ms the first time, 2.0-2.4 ms the second), which would measure
+# warm-up instead of serving with every fresh length.
+RANGE_RATIO = 0.2
+PROMPT_LEVELS = (0.8, 0.9, 1.0, 1.1, 1.2)
 POINTS = [(c, isl, osl) for isl, osl in ((128, 64), (512, 32)) for c in (1, 4, 16)]
 PREFILL_LENS = (32, 256, 1024)
-DECODE_BATCHES = (1, 2, 8, 24)
+DECODE_BATCHES = (1, 2, 4, 8, 16)  # up to max_num_seqs: one batch each
 DECODE_TOKENS = 96
 
 
@@ -112,7 +122,7 @@ def metric_sums(base_url: str) -> dict[str, float]:
     text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith(("vllm:request_", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency")) and (
+        if line.startswith(("vllm:request_", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency")) and (
                 "_sum{" in line or "_count{" in line):
             name = line.split("{", 1)[0]
             out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
@@ -153,49 +163,66 @@ class StepCosts:
     frontend_ms: float = 0.0  # vLLM's own TTFT (from its front end's arrival) minus its queue + prefill time
 
 
-async def _measure(base_url: str, model: str, reps: int) -> StepCosts:
-    import aiohttp
+async def _prefill_step(s, url: str, base_url: str, rng, n: int, model: str) -> tuple[float, float, float]:
+    """One lone prompt of n tokens emitting one token: (engine prefill ms, client path ms, front-end path ms)."""
+    before = metric_sums(base_url)
+    ttft = (await _stream(s, url, _prompt(rng, n), 1, model))[0]
+    after = metric_sums(base_url)
 
-    url = base_url + "/v1/completions"
-    rng = random.Random(1)
-    costs = StepCosts()
-    http, front = [], []
-    async with aiohttp.ClientSession() as s:
-        for _ in range(3):  # warm-up
-            await _stream(s, url, _prompt(rng, 64), 8, model)
-        for n in PREFILL_LENS:
-            steps = []
-            for _ in range(reps):
-                before = metric_sums(base_url)
-                ttft = (await _stream(s, url, _prompt(rng, n), 1, model))[0]
-                after = metric_sums(base_url)
-                prefill = after["vllm:request_prefill_time_seconds_sum"] - before["vllm:request_prefill_time_seconds_sum"]
-                queue = after["vllm:request_queue_time_seconds_sum"] - before["vllm:request_queue_time_seconds_sum"]
-                engine_ttft = (after["vllm:time_to_first_token_seconds_sum"]
-                               - before["vllm:time_to_first_token_seconds_sum"])
-                steps.append(prefill * 1000)
-                http.append((ttft - prefill - queue) * 1000)
-                front.append((engine_ttft - prefill - queue) * 1000)
-            costs.prefill_ms[n] = st.median(steps)
-        for b in DECODE_BATCHES:
-            steps = []
-            for _ in range(max(2, reps // 2)):
-                before = metric_sums(base_url)
-                await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
-                after = metric_sums(base_url)
-                # the engine's own time per output token (the metric the check compares TPOT with; stamped by
-                # the engine core, so a starved API process does not blur it)
-                name = "vllm:request_time_per_output_token_seconds"
-                steps.append((after[name + "_sum"] - before[name + "_sum"])
-                             / (after[name + "_count"] - before[name + "_count"]) * 1000)
-            costs.decode_ms[b] = st.median(steps)
-    costs.http_ms = st.median(http)
-    costs.frontend_ms = st.median(front)
-    return costs
+    def delta(name):
+        return after[name + "_sum"] - before[name + "_sum"]
+
+    prefill, queue = delta("vllm:request_prefill_time_seconds"), delta("vllm:request_queue_time_seconds")
+    engine_ttft = delta("vllm:time_to_first_token_seconds")
+    return prefill * 1000, (ttft - prefill - queue) * 1000, (engine_ttft - prefill - queue) * 1000
 
 
-def measure_step_costs(base_url: str, model: str, reps: int = 5) -> StepCosts:
-    return asyncio.run(_measure(base_url, model, reps))
+async def _decode_step(s, url: str, base_url: str, rng, b: int, model: str) -> float:
+    """b short prompts decoding DECODE_TOKENS together: the engine's own time per output token, ms (the metric the
+    check compares TPOT with; stamped by the engine core, so a starved API process does not blur it)."""
+    before = metric_sums(base_url)
+    await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
+    after = metric_sums(base_url)
+    name = "vllm:request_time_per_output_token_seconds"
+    return ((after[name + "_sum"] - before[name + "_sum"]) / (after[name + "_count"] - before[name + "_count"])
+            * 1000)
+
+
+@dataclass
+class StepSamples:
+    """Step-cost samples gathered in rounds (every prompt length and decode batch once per round). The check runs
+    one round before each measured pass of each point, so the costs and the checked loads span the same minutes:
+    this 2-core machine's speed drifts by up to 2x within a run (a 32-token prefill read 2.85 ms while step costs
+    were measured in one block at the start, then a whole 128-token request took 2.4 ms in the checked loads)."""
+
+    prefill: dict = field(default_factory=lambda: {n: [] for n in PREFILL_LENS})
+    decode: dict = field(default_factory=lambda: {b: [] for b in DECODE_BATCHES})
+    http: list = field(default_factory=list)
+    front: list = field(default_factory=list)
+
+    async def _round(self, base_url: str, model: str, rng: random.Random, keep: bool) -> None:
+        import aiohttp
+
+        url = base_url + "/v1/completions"
+        async with aiohttp.ClientSession() as s:
+            for n in PREFILL_LENS:
+                step, client_path, front_path = await _prefill_step(s, url, base_url, rng, n, model)
+                if keep:
+                    self.prefill[n].append(step)
+                    self.http.append(client_path)
+                    self.front.append(front_path)
+            for b in DECODE_BATCHES:
+                tpot = await _decode_step(s, url, base_url, rng, b, model)
+                if keep:
+                    self.decode[b].append(tpot)
+
+    def measure_round(self, base_url: str, model: str, seed: int, keep: bool = True) -> None:
+        asyncio.run(self._round(base_url, model, random.Random(seed), keep))
+
+    def costs(self) -> StepCosts:
+        return StepCosts(prefill_ms={n: st.median(v) for n, v in self.prefill.items()},
+                         decode_ms={b: st.median(v) for b, v in self.decode.items()},
+                         http_ms=st.median(self.http), frontend_ms=st.median(self.front))
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -289,7 +316,7 @@ def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_re
     from servelab.predict.serving import Workload
 
     # the measured run: c clients from an idle engine, num_requests in all, every one counted
-    wl = Workload(isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=0.0)  # as sent
+    wl = Workload(isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=RANGE_RATIO)
     est = estimate_aggregated(model, system, Parallel(), engine, c, isl, osl, db=db, workload=wl)
     # the simulator's TTFT starts when the engine core receives the request; vLLM's own TTFT starts at its front
     # end (tokenize, hand over): that measured fixed path is added
@@ -302,22 +329,25 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
 
     url = base_url + "/v1/completions"
     rng = random.Random(seed)
-    prompts = [_prompt(rng, isl) for _ in range(n)]
+    lengths = [(rng.choice(prompt_lengths(isl)), round(osl * rng.uniform(1 - RANGE_RATIO, 1 + RANGE_RATIO)))
+               for _ in range(n)]
+    prompts = [_prompt(rng, i) for i, _ in lengths]
     ttfts, tpots, nxt = [], [], iter(range(n))
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
         await _stream(s, url, _prompt(rng, isl), 4, model)  # ready check, not counted
-        before = metric_sums(base_url)
+        before, t_start = metric_sums(base_url), time.perf_counter()
 
         async def client():
             for i in nxt:
-                t = await _stream(s, url, prompts[i], osl, model)
+                out_len = lengths[i][1]
+                t = await _stream(s, url, prompts[i], out_len, model)
                 ttfts.append(t[0] * 1000)
-                if osl > 1:
-                    tpots.append((t[-1] - t[0]) / (osl - 1) * 1000)  # ignore_eos: exactly osl tokens
+                if out_len > 1:
+                    tpots.append((t[-1] - t[0]) / (out_len - 1) * 1000)  # ignore_eos: exactly out_len tokens
 
         await asyncio.gather(*[client() for _ in range(c)])
-        after = metric_sums(base_url)
+        after, wall = metric_sums(base_url), time.perf_counter() - t_start
 
     def mean(name):
         count = after[name + "_count"] - before[name + "_count"]
@@ -326,13 +356,33 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
     return {"ttft_ms": mean("vllm:time_to_first_token_seconds"),
             "tpot_ms": mean("vllm:request_time_per_output_token_seconds"),
             "client_ttft_ms": st.mean(ttfts), "client_tpot_ms": st.mean(tpots) if tpots else 0.0,
-            "completed": len(ttfts)}
+            "completed": len(ttfts),
+            # Little's law on the engine's own histograms: requests in the server (arrival to finish) and in the
+            # engine's running batch, on average over the run
+            "server_concurrency": (after["vllm:e2e_request_latency_seconds_sum"]
+                                   - before["vllm:e2e_request_latency_seconds_sum"]) / wall,
+            "running_concurrency": (after["vllm:request_inference_time_seconds_sum"]
+                                    - before["vllm:request_inference_time_seconds_sum"]) / wall}
+
+
+def prompt_lengths(isl: int) -> list[int]:
+    return [round(isl * f) for f in PROMPT_LEVELS]
+
+
+async def _warm_prompts(base_url: str, model: str, lengths: list[int]) -> None:
+    import aiohttp
+
+    rng = random.Random(2)
+    async with aiohttp.ClientSession() as s:
+        for n in lengths:
+            for _ in range(2):
+                await _stream(s, base_url + "/v1/completions", _prompt(rng, n), 1, model)
 
 
 def bench_point(base_url: str, model: str, c: int, isl: int, osl: int, num_prompts: int, seed: int) -> dict:
     """A closed-loop run as `vllm bench serve --max-concurrency c` makes it: c clients from an idle engine, each
     sending its next request when its last one ends, until num_prompts are done; every request counts. Prompts
-    are random token ids of exact length (no tokenizer round trip), outputs exact (ignore_eos).
+    are random token ids (no tokenizer round trip), lengths vary (PROMPT_LEVELS, RANGE_RATIO), outputs exact (ignore_eos).
 
     ttft_ms / tpot_ms are the engine's own per-request means over the run (/metrics histograms
     vllm:time_to_first_token_seconds and vllm:request_time_per_output_token_seconds, stamped by the engine core
@@ -340,6 +390,12 @@ def bench_point(base_url: str, model: str, c: int, isl: int, osl: int, num_promp
     that streams tokens to the client is often starved while the engine steps, so the client sees tokens in
     bursts (client TTFT up to the whole request, TPOT near 0); client_ttft_ms / client_tpot_ms record what the
     client saw, for comparison, and are not what the check asserts.
+
+    server_concurrency is the load the engine saw: the mean number of requests inside vLLM over the run (Little's
+    law on its end-to-end histogram). On two cores shared by the engine, the API process and this client, a loop
+    of c clients does not hold c requests in the engine: two passes of the same c=16 point saw 15.0 and 1.0 (the
+    engine finishes a tiny request faster than the starved processes around it hand over the next), so the
+    simulator is given the concurrency seen, and the check compares what the engine did under the load it got.
 
     (A small aiohttp client: `servelab bench`'s worker received vLLM's stream in one burst at the end on this
     machine, TPOT 0, while a plain socket and aiohttp saw tokens every 1-2 ms; see the report.)"""
@@ -350,38 +406,51 @@ def num_prompts_for(c: int) -> int:
     return max(8, 6 * c)
 
 
-def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 2, reps: int = 5,
-                 points: list = POINTS) -> dict:
+def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 2, points: list = POINTS) -> dict:
     """Measure step costs on a running server, fit, and compare predicted with measured points."""
     from servelab.specs import load_model
 
     model = load_model(str(model_dir))
     VOCAB["size"] = model.vocab_size
     t0 = time.time()
-    costs = measure_step_costs(base_url, model_name, reps)
+    samples = StepSamples()
+    samples.measure_round(base_url, model_name, seed=1000, keep=False)  # warm-up: every calibration shape once
+    asyncio.run(_warm_prompts(base_url, model_name, sorted({n for _, isl, _ in points for n in prompt_lengths(isl)})))
+    measured = {point: [] for point in points}
+    for k in range(passes):
+        for point in points:
+            samples.measure_round(base_url, model_name, seed=1001 + len(samples.http))
+            c, isl, osl = point
+            measured[point].append(bench_point(base_url, model_name, c, isl, osl, num_prompts_for(c), seed=k))
+    costs = samples.costs()
     profile = fit_profile(model, costs)
-    rows = []
-    for c, isl, osl in points:
+    predictions: dict = {}
+    runs = []
+    for (c, isl, osl), passes_measured in measured.items():
         n = num_prompts_for(c)
-        measured = [bench_point(base_url, model_name, c, isl, osl, n, seed=k) for k in range(passes)]
-        pred = predict_point(model, profile, c, isl, osl, n)
-        row = {"concurrency": c, "isl": isl, "osl": osl, "num_prompts": n, "predicted": pred, "measured": measured}
-        for metric in ("ttft_ms", "tpot_ms"):
-            values = [m[metric] for m in measured]
-            mean = st.mean(values)
-            row[metric] = {"predicted": pred[metric], "measured": mean, "error": (pred[metric] - mean) / mean,
-                           "spread": (max(values) - min(values)) / mean if len(values) > 1 else None}
-        rows.append(row)
+        for k, m in enumerate(passes_measured):
+            # the simulator gets the load the engine saw (see bench_point): the clients' c or fewer
+            seen = max(1, round(m["server_concurrency"]))
+            if (seen, isl, osl) not in predictions:
+                predictions[seen, isl, osl] = predict_point(model, profile, seen, isl, osl, n)
+            pred = predictions[seen, isl, osl]
+            run = {"concurrency": c, "seen_concurrency": seen, "pass": k, "isl": isl, "osl": osl, "num_prompts": n,
+                   "predicted": pred, "measured": m}
+            for metric in ("ttft_ms", "tpot_ms"):
+                run[metric] = {"predicted": pred[metric], "measured": m[metric],
+                               "error": (pred[metric] - m[metric]) / m[metric]}
+            runs.append(run)
     return {"wall_s": round(time.time() - t0, 1),
             "step_costs": {"prefill_ms": costs.prefill_ms, "decode_ms": costs.decode_ms, "http_ms": costs.http_ms,
                            "frontend_ms": costs.frontend_ms},
-            "profile": profile.__dict__, "points": rows,
+            "profile": profile.__dict__, "runs": runs,
             "setup": {"vllm": "vllm-cpu 0.32.0", "max_num_seqs": MAX_NUM_SEQS,
                       "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "kv_space_gib": KV_SPACE_GIB,
-                      "model": "Llama h128 i256 L2 heads 2/1 (random weights)", "passes": passes}}
+                      "model": "Llama h128 i256 L2 heads 2/1 (random weights)", "passes": passes,
+                      "calibration_rounds": len(samples.http) // len(PREFILL_LENS)}}
 
 
-def run_check(model_dir: Path | None = None, passes: int = 2, reps: int = 5, port: int = PORT) -> dict:
+def run_check(model_dir: Path | None = None, passes: int = 2, port: int = PORT) -> dict:
     """Build the tiny model (unless given), start the server, run the check, stop the server."""
     tmp = None
     if model_dir is None:
@@ -392,7 +461,7 @@ def run_check(model_dir: Path | None = None, passes: int = 2, reps: int = 5, por
     try:
         with VllmServer(model_dir, port) as server:
             started = time.time() - t0
-            result = check_server(server.base_url, "tiny", model_dir, passes, reps)
+            result = check_server(server.base_url, "tiny", model_dir, passes)
     finally:
         if tmp:
             tmp.cleanup()
@@ -410,14 +479,15 @@ def markdown(result: dict) -> str:
          f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us "
          f"per op (fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."),
         "",
-        "| concurrency | isl/osl | TTFT measured ms | TTFT predicted ms | error | run-to-run | TPOT measured ms | TPOT predicted ms | error | run-to-run |",
+        ("| clients | engine saw | isl/osl | pass | TTFT measured ms | TTFT predicted ms | error | TPOT measured ms | "
+         "TPOT predicted ms | error |"),
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in result["points"]:
+    for r in result["runs"]:
         t, o = r["ttft_ms"], r["tpot_ms"]
-        lines.append(f"| {r['concurrency']} | {r['isl']}/{r['osl']} | {t['measured']:.1f} | {t['predicted']:.1f} | "
-                     f"{t['error']:+.0%} | {t['spread']:.0%} | {o['measured']:.2f} | {o['predicted']:.2f} | "
-                     f"{o['error']:+.0%} | {o['spread']:.0%} |")
+        lines.append(f"| {r['concurrency']} | {r['measured']['server_concurrency']:.1f} | {r['isl']}/{r['osl']} | "
+                     f"{r['pass']} | {t['measured']:.1f} | {t['predicted']:.1f} | {t['error']:+.0%} | "
+                     f"{o['measured']:.2f} | {o['predicted']:.2f} | {o['error']:+.0%} |")
     return "\n".join(lines)
 
 
