@@ -43,10 +43,13 @@ BOUNDS = {"step_overhead_us": (1.0, 20000.0), "per_seq_overhead_us": (0.01, 500.
           "kernel_gap_us": (0.01, 50.0), "eager_launch_us": (0.1, 100.0)}
 # Terms servelab's step model does not have, fitted only with --ttft-terms to measure what they would buy: a
 # fixed per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
-# schedule) and one that grows with the number of requests in flight (a front end serving them one at a time).
-TTFT_TERMS = {"ttft_overhead_ms": lambda c: 1.0, "ttft_per_request_ms": lambda c: float(c.concurrency)}
-BOUNDS.update({"ttft_overhead_ms": (0.01, 5000.0), "ttft_per_request_ms": (0.0001, 100.0)})
-TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1}
+# schedule), one that grows with the number of requests in flight (a front end serving them one at a time) and
+# one per prompt token (input processing outside the kernels).
+TTFT_TERMS = {"ttft_overhead_ms": lambda c: 1.0, "ttft_per_request_ms": lambda c: float(c.concurrency),
+              "ttft_per_kilotoken_ms": lambda c: c.isl / 1000.0}
+BOUNDS.update({"ttft_overhead_ms": (0.01, 5000.0), "ttft_per_request_ms": (0.0001, 100.0),
+               "ttft_per_kilotoken_ms": (0.001, 1000.0)})
+TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1, "ttft_per_kilotoken_ms": 1.0}
 # Also fitted only on request (--kernel-terms): a factor on the kernel time of each op family, for kernels the
 # engines run that the perf tables (timed on reference implementations) do not: FlashMLA / FlashInfer attention,
 # custom all-reduce, fused MoE. EngineProfile has no such field; the report says what they would buy.
@@ -73,17 +76,18 @@ class ScaledDB:
 _SCALED: dict = {}
 
 
-def scaled_db(system, params: dict):
+def scaled_db(system, params: dict, backend: str):
     scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)
     if not scales:
         return None
-    if scales not in _SCALED:
+    key = (backend, scales)
+    if key not in _SCALED:
         from servelab.perfdb.db import perfdb_for
 
         if len(_SCALED) > 64:
             _SCALED.clear()
-        _SCALED[scales] = ScaledDB(perfdb_for(system), dict(scales))
-    return _SCALED[scales]
+        _SCALED[key] = ScaledDB(_TORCH_TABLES.get(system.name) or perfdb_for(system, backend), dict(scales))
+    return _SCALED[key]
 
 
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
@@ -321,6 +325,7 @@ LENGTH_SPREAD = 0.2
 
 
 _SPREAD = [LENGTH_SPREAD]
+_TORCH_TABLES: dict = {}  # system name -> a PerfDB with the torch tables, when --tables torch
 
 
 def vary_lengths(spread: float) -> None:
@@ -341,12 +346,12 @@ def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency
             wl = Workload(isl=case.isl, osl=case.osl, concurrency=case.concurrency, warmup=0,
                           num_requests=k * case.concurrency, range_ratio=_SPREAD[0])
         est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
-                                  db=scaled_db(system, params), workload=wl)
+                                  db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name), workload=wl)
     else:
         from servelab.predict.static import estimate_static
 
         est = estimate_static(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
-                              db=scaled_db(system, params))
+                              db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name))
     return est.ttft_ms + extra, est.tpot_ms
 
 
@@ -608,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel-terms", action="store_true",
                     help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
                          "(reports what they would buy; never writes calibrated.json)")
+    ap.add_argument("--tables", choices=("own", "torch"), default="own",
+                    help="own: each engine's own tables, the roofline where it has none (what servelab does); "
+                         "torch: the torch backend's tables for every engine (what servelab did before)")
     ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     ap.add_argument("--out", type=Path, default=CALIBRATED)
@@ -626,6 +634,10 @@ def main(argv: list[str] | None = None) -> int:
     from servelab.specs import load_system
 
     system = load_system(args.system)
+    if args.tables == "torch":
+        from servelab.perfdb.db import perfdb_for
+
+        _TORCH_TABLES[system.name] = perfdb_for(system, "torch")
     start = defaults()  # the documented defaults, never a previous calibration
     if args.ttft_terms:
         start = {e: {**p, **TTFT_START} for e, p in start.items()}

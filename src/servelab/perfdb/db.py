@@ -1,5 +1,10 @@
 """PerfDB: answers op latency queries for one system and backend, from perf tables where they have data and
-from the roofline elsewhere. Answers are cached: the same key asked twice costs a dict lookup."""
+from the roofline elsewhere. Answers are cached: the same key asked twice costs a dict lookup.
+
+A backend is priced from tables collected with that backend only. The shipped H200 tables time torch's kernels
+(cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS, FlashMLA, fused
+MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one model out, 525
+measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4)."""
 
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
@@ -8,13 +13,13 @@ from servelab.specs import SystemSpec
 
 
 class PerfDB:
-    def __init__(self, system: SystemSpec, tables=None, use_tables: bool = True):
+    def __init__(self, system: SystemSpec, tables=None, use_tables: bool = True, backend: str = "torch"):
         """tables: an object with .lookup(key) -> OpLatency | None (servelab.perfdb.tables); by default the
-        embedded tables for this system, if any."""
+        tables collected for this system with this backend, if any."""
         self.system = system
         self.roofline = Roofline(system)
         if tables is None and use_tables:
-            tables = _default_tables(system)
+            tables = _default_tables(system, backend)
         self.tables = tables
         self._cache: dict = {}
 
@@ -36,24 +41,26 @@ class PerfDB:
 _DEFAULT_TABLES: dict = {}
 
 
-def _default_tables(system: SystemSpec):
-    """The embedded tables for this system (loaded once per process), or None when there are none."""
-    if system.name not in _DEFAULT_TABLES:
+def _default_tables(system: SystemSpec, backend: str):
+    """The tables for this system and backend (loaded once per process), or None when there are none."""
+    key = (system.name, backend)
+    if key not in _DEFAULT_TABLES:
         try:
             from servelab.perfdb.tables import load_default_tables
         except ImportError:
-            _DEFAULT_TABLES[system.name] = None
+            _DEFAULT_TABLES[key] = None
         else:
-            _DEFAULT_TABLES[system.name] = load_default_tables(system)
-    return _DEFAULT_TABLES[system.name]
+            _DEFAULT_TABLES[key] = load_default_tables(system, backend)
+    return _DEFAULT_TABLES[key]
 
 
 _DBS: dict = {}
 
 
-def perfdb_for(system: SystemSpec) -> PerfDB:
-    """One shared PerfDB per system per process, so its cache is reused across estimates."""
-    db = _DBS.get(system.name)
+def perfdb_for(system: SystemSpec, backend: str = "torch") -> PerfDB:
+    """One shared PerfDB per system and backend per process, so its cache is reused across estimates."""
+    key = (system.name, backend)
+    db = _DBS.get(key)
     if db is None:
-        db = _DBS[system.name] = PerfDB(system)
+        db = _DBS[key] = PerfDB(system, backend=backend)
     return db

@@ -202,9 +202,10 @@ def _version_key(text: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
-def table_dirs(system_name: str, roots: list[Path] | None = None) -> list[Path]:
+def table_dirs(system_name: str, roots: list[Path] | None = None, backend: str | None = None) -> list[Path]:
     """Table directories for a system under each root (<root>/<system>/<backend>/<version>/), best first:
-    roots in order (SERVELAB_PERFDB_PATH before the embedded data), then the newest version."""
+    roots in order (SERVELAB_PERFDB_PATH before the embedded data), then the newest version. With `backend`,
+    only tables collected with that backend."""
     if roots is None:
         roots = [Path(p) for p in os.environ.get(ENV_PATH, "").split(os.pathsep) if p] + [data_root()]
     found = []
@@ -212,15 +213,16 @@ def table_dirs(system_name: str, roots: list[Path] | None = None) -> list[Path]:
         base = root / system_name
         if not base.is_dir():
             continue
-        dirs = [v for b in sorted(base.iterdir()) if b.is_dir() for v in b.iterdir()
+        dirs = [v for b in sorted(base.iterdir()) if b.is_dir() and backend in (None, b.name) for v in b.iterdir()
                 if v.is_dir() and any(v.glob("*.parquet"))]
         found += sorted(dirs, key=lambda v: (_version_key(v.name), v.parent.name), reverse=True)
     return found
 
 
-def load_default_tables(system) -> TableSet | None:
-    """The best table directory for this system (see table_dirs), or None; files are read on first query."""
-    dirs = table_dirs(system.name)
+def load_default_tables(system, backend: str | None = None) -> TableSet | None:
+    """The best table directory for this system (and backend, when given; see table_dirs), or None; files are
+    read on first query."""
+    dirs = table_dirs(system.name, backend=backend)
     return TableSet(dirs[0], system) if dirs else None
 
 

@@ -330,7 +330,7 @@ def make_plan(req: PlanRequest) -> Plan:
     from servelab.specs import check_precision
 
     check_precision(model, system)
-    ctx = Ctx(req, model, system, engine, perfdb_for(system),
+    ctx = Ctx(req, model, system, engine, perfdb_for(system, engine.name),
               SpecDecoding(draft_tokens=req.spec_tokens, acceptance=req.acceptance))
     points: list[Point] = []
     notes: list[str] = []

@@ -134,7 +134,7 @@ def estimate_aggregated(model: ModelSpec, system: SystemSpec, parallel: Parallel
                             spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance))
     if workload.spec.draft_tokens and not model.num_mtp_layers:
         pass  # a separate draft model: the step model prices the verification; the draft's own cost is not modelled
-    db = db or perfdb_for(system)
+    db = db or perfdb_for(system, engine.name)
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
     sim = simulate(model, parallel, engine, mem, workload, pricer)
