@@ -4,6 +4,7 @@ endpoints, sane metrics at several concurrencies."""
 import json
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -17,6 +18,19 @@ def bench(server, model_dir, tmp_path, *args, name="r.json"):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads((tmp_path / name).read_text())
+
+
+def server_counters(server) -> dict[str, float]:
+    """vLLM's own request and token counters and its TTFT histogram sums (summed over labels), from /metrics."""
+    names = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
+             "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count")
+    text = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+    out = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
@@ -40,20 +54,31 @@ def test_exact_lengths_and_usage_counts(vllm_server, tiny_llama, tmp_path, endpo
 
 
 def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
-    results = {}
+    """At 1, 4 and 16 clients the result agrees with the server's own accounting: the same requests, the same
+    prompt and output tokens (plus the ready check), and a client TTFT no shorter than the engine's (the client's clock starts before
+    the request reaches vLLM and stops after the token left it). Throughput scaling with concurrency is not
+    asserted: on two shared cores 16 clients sometimes reach the engine one request at a time (Little's law on
+    vLLM's own histograms: docs/accuracy.md, section 3), which is the machine, not the client; a CI run saw
+    x1.29 from 1 to 16 clients where other runs saw x3."""
     for c in (1, 4, 16):
-        results[c] = bench(vllm_server, tiny_llama, tmp_path, "--random-input-len", "128", "--random-output-len",
-                           "64", "--num-prompts", str(max(4, 2 * c)), "--max-concurrency", str(c),
-                           "--percentile-metrics", "ttft,tpot,itl,e2el", name=f"c{c}.json")
-    for c, r in results.items():
+        before = server_counters(vllm_server)
+        r = bench(vllm_server, tiny_llama, tmp_path, "--random-input-len", "128", "--random-output-len",
+                  "64", "--num-prompts", str(max(4, 2 * c)), "--max-concurrency", str(c),
+                  "--percentile-metrics", "ttft,tpot,itl,e2el", name=f"c{c}.json")
+        after = server_counters(vllm_server)
+        served = {k: after[k] - before[k] for k in after}
         assert r["failed"] == 0 and r["completed"] == max(4, 2 * c)
         assert r["output_lens"] == [64] * r["completed"]
         assert r["mean_ttft_ms"] > 0 and r["mean_tpot_ms"] > 0 and r["mean_e2el_ms"] > r["mean_ttft_ms"]
         assert r["max_concurrent_requests"] >= min(c, r["completed"]) - 1
         assert r["p99_ttft_ms"] >= r["median_ttft_ms"]
-    # continuous batching: more concurrency, more output throughput, longer per-token time
-    assert results[16]["output_throughput"] > 1.5 * results[1]["output_throughput"]
-    assert results[16]["mean_tpot_ms"] > results[1]["mean_tpot_ms"]
+        # the server also served the ready check: the first request, sent once before the run (as vLLM does)
+        assert served["vllm:request_success_total"] == r["completed"] + 1
+        assert served["vllm:generation_tokens_total"] == r["total_output_tokens"] + r["output_lens"][0]
+        assert served["vllm:prompt_tokens_total"] == r["total_input_tokens"] + r["input_lens"][0]
+        engine_ttft_ms = (served["vllm:time_to_first_token_seconds_sum"]
+                          / served["vllm:time_to_first_token_seconds_count"] * 1000)
+        assert r["mean_ttft_ms"] >= engine_ttft_ms * 0.99, (r["mean_ttft_ms"], engine_ttft_ms)
 
 
 def test_non_streaming(vllm_server, tiny_llama, tmp_path):
