@@ -66,6 +66,18 @@ def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monke
     assert "sk-secret-123" not in everything
 
 
+def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path):
+    """Every other response arrives as one burst: those requests read TPOT 0, and the result says how many."""
+    s = mock_server("--token-delay-ms", "2", "--mode", "burst", "--fail-every", "2")
+    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "8", "--num-prompts", "10", "--max-concurrency", "2",
+                            "--no-ready-check", "--save-detailed")
+    assert rc == 0 and r["completed"] == 10 and r["output_lens"] == [8] * 10
+    bursts = [i for i, itl in enumerate(r["itls"]) if not any(itl)]
+    assert len(bursts) == 5 and r["one_read_requests"] == 5
+    assert "5 of 10 streamed requests received all their tokens in one socket read" in r["one_read_warning"]
+    assert "WARNING: 5 of 10 streamed requests" in err
+
+
 @pytest.mark.parametrize(
     "mode,reason",
     [("http500", "HTTP 500"), ("truncate", "truncated stream"), ("malformed", "malformed SSE"),

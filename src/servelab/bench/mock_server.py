@@ -12,6 +12,7 @@ Misbehaviour on purpose (--mode, applied to every --fail-every-th request):
   error-event an error event in the middle of the stream, then the stream ends
   hang        accept, send the headers, never send a token
   no-usage    a normal stream without the usage chunk
+  burst       every token in one write when the last is due (a server whose API process was starved)
   die         the whole process exits (os._exit) halfway through the --die-after-requests-th request
 
     python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
@@ -26,7 +27,7 @@ import os
 import sys
 import time
 
-MODES = ("ok", "http500", "truncate", "malformed", "error-event", "hang", "no-usage", "die")
+MODES = ("ok", "http500", "truncate", "malformed", "error-event", "hang", "no-usage", "burst", "die")
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -198,6 +199,10 @@ class MockProtocol(asyncio.Protocol):
             use = (_event({"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
                            "model": s.model, "choices": [], "usage": usage}) if include_usage else b"")
             final = use + s.done
+        if mode == "burst":
+            due = s.first_delay + (n_tokens - 1) * s.token_delay
+            self.handle_timer = self.loop.call_later(due, self._write, tok * n_tokens + final)
+            return
         bad_at = max(1, n_tokens // 2) if mode == "malformed" else 0
         stream = _Stream(self, tok, final, last, mode, bad_at, self.loop.time())
         stream.arm()

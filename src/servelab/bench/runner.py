@@ -198,7 +198,9 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
         res["records_file"] = str(merged_path)
     R.print_report(res, cfg.percentile_metrics, file=out)
     if res["client_bottleneck_warning"]:
-        _warn(res["client_bottleneck_warning"])
+        _warn("the client may have been the bottleneck: " + res["client_bottleneck_warning"])
+    if res["one_read_warning"]:
+        _warn(res["one_read_warning"])
     if result_path:
         R.save(res, result_path, cfg.save_detailed)
         print(f"result: {result_path}", file=out)
@@ -211,7 +213,7 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
 def _warn(msg: str) -> None:
     red = "\x1b[1;31m" if sys.stderr.isatty() else ""
     reset = "\x1b[0m" if red else ""
-    sys.stderr.write(f"{red}WARNING: the client may have been the bottleneck: {msg}{reset}\n")
+    sys.stderr.write(f"{red}WARNING: {msg}{reset}\n")
 
 
 def _recv(pipe, procs) -> dict:
@@ -288,6 +290,7 @@ def compute_result(cfg: BenchConfig, records: list[dict], summaries: list[dict],
                                 else f"mixed: usage x{in_src['usage']}, dataset ({data.prompt_len_source}) x{in_src.get('dataset', 0)}")
     res["client"] = client_section(summaries, infos, res)
     res["client_bottleneck_warning"] = bottleneck_warning(res, reqs, cfg)
+    res["one_read_requests"], res["one_read_warning"] = one_read_warning(reqs, cfg)
     res.update(R.provenance())
     res["config"] = cfg.public_dump()
     # detail fields (saved only with --save-detailed), in request order like vLLM
@@ -347,6 +350,20 @@ def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig
         if p99 > SEND_LAG_P99_MS:
             why.append(f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)")
     return "; ".join(why) or None
+
+
+def one_read_warning(reqs: list[M.RequestMetrics], cfg: BenchConfig) -> tuple[int, str | None]:
+    """Streamed requests whose every token came in one socket read, so their TPOT and ITL read 0. Seen against
+    vLLM on a 2-core machine whose API process was starved by the engine: it sent the whole answer at the end."""
+    if not cfg.stream:
+        return 0, None
+    streamed = [r for r in reqs if r.ok and r.output_len > 1]
+    one_read = sum(1 for r in streamed if not any(r.itl))
+    if not one_read:
+        return 0, None
+    return one_read, (f"{one_read} of {len(streamed)} streamed requests received all their tokens in one socket read "
+                      "(the server sent them as one burst, or this client read late: see the client fields); "
+                      "their TPOT and ITL read 0")
 
 
 def run(cfg_points: list[BenchConfig], out=None) -> int:
