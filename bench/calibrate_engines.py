@@ -607,9 +607,9 @@ def main(argv: list[str] | None = None) -> int:
                          "engine (0: the simulator's steady state)")
     ap.add_argument("--length-spread", type=float, default=LENGTH_SPREAD,
                     help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)")
-    ap.add_argument("--ttft-terms", action="store_true",
-                    help="also fit per-request TTFT terms the step model lacks (reports what they would buy; "
-                         "never writes calibrated.json)")
+    ap.add_argument("--ttft-terms", nargs="?", const="all", default=None, metavar="NAMES",
+                    help="also fit per-request TTFT terms the step model lacks, all or a comma list of "
+                         f"{', '.join(TTFT_TERMS)} (reports what they would buy; never writes calibrated.json)")
     ap.add_argument("--kernel-terms", action="store_true",
                     help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
                          "(reports what they would buy; never writes calibrated.json)")
@@ -640,7 +640,11 @@ def main(argv: list[str] | None = None) -> int:
         _TORCH_TABLES[system.name] = perfdb_for(system, "torch")
     start = defaults()  # the documented defaults, never a previous calibration
     if args.ttft_terms:
-        start = {e: {**p, **TTFT_START} for e, p in start.items()}
+        names = list(TTFT_TERMS) if args.ttft_terms == "all" else args.ttft_terms.split(",")
+        unknown = [n for n in names if n not in TTFT_TERMS]
+        if unknown:
+            ap.error(f"--ttft-terms: unknown {', '.join(unknown)}; expected all or some of {', '.join(TTFT_TERMS)}")
+        start = {e: {**p, **{n: TTFT_START[n] for n in names}} for e, p in start.items()}
         args.dry_run = True
     if args.kernel_terms:
         start = {e: {**p, **{n: 1.0 for n in KERNEL_TERMS}} for e, p in start.items()}
