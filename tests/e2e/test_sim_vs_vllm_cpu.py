@@ -9,7 +9,9 @@ cores the clients often cannot hold their count of requests inside the engine (1
 pass and 1 in the next). TTFT is compared inside the engine core (vLLM's queue + prefill time histograms), the
 part the simulator models: vLLM's API process in front of it waits for CPU under load, and a CI run failed at
 x5.06 when the whole TTFT was compared. Tolerances, a margin over the worst of 72 runs (six full checks):
-- One client: engine TTFT and TPOT within a factor of 2 either way (worst seen x1.51 and x1.49).
+- One client: engine TTFT within a factor of 2.5 either way (worst seen x1.66 in four more checks), TPOT within
+  a factor of 2 (worst x1.49). A lone prefill of 100-150 tokens takes 1.6-2.6 ms here; the fitted step model
+  prices it high.
 - 4 or 16 clients: TPOT within a factor of 2.5 (worst x1.72), engine TTFT within a factor of 6 (worst x3.52).
   Both are predicted low when the clients deliver part of their load (TTFT by up to 3.5x with 16 clients seen as
   2-6 in the engine: they arrive in convoys, not as a steady loop); with the load delivered the worst is x2.2.
@@ -28,7 +30,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 # (one client, 4 or 16 clients): a prediction within a factor of x either way of the measured mean
-FACTOR = {"engine_ttft_ms": (2.0, 6.0), "tpot_ms": (2.0, 2.5)}
+FACTOR = {"engine_ttft_ms": (2.5, 6.0), "tpot_ms": (2.0, 2.5)}
 MAX_STEP_FIT_ERROR = 0.25  # servelab's step model must reproduce the measured steps within this (median)
 
 
