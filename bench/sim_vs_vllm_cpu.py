@@ -16,7 +16,8 @@ random-weight Llama on this machine.
 
     .venv/bin/python bench/sim_vs_vllm_cpu.py [--json out.json] [--markdown]
 
-Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV).
+Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV). Standalone it
+serves the e2e tests' tiny model (tests/e2e/conftest.py, cached under .cache/e2e) on its own server.
 """
 
 from __future__ import annotations
@@ -25,27 +26,21 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
-import signal
 import statistics as st
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
 PORT = 19031  # this check's port (19000-19499 belongs to this work)
-MAX_NUM_SEQS = 16
+MAX_NUM_SEQS = 16  # as tests/e2e/conftest.py's VllmServer starts vLLM
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
-KV_SPACE_GIB = 2
+KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE there
 # Checked loads vary each request's lengths by up to RANGE_RATIO either way (vLLM's --random-range-ratio), and the
 # simulator is given U[1 - r, 1 + r]: identical requests would keep a closed loop in lockstep in the simulator
 # while two busy cores stagger them on the engine (TTFT at concurrency 4, 512/32: 17.6 ms predicted in lockstep,
@@ -62,69 +57,23 @@ DECODE_TOKENS = 96
 
 
 # ---------------------------------------------------------------------------------------------- the server
-def vllm_python() -> Path | None:
-    py = VENV / "bin" / "python"
-    return py if py.exists() else None
+def e2e():
+    """tests/e2e/conftest.py: the vLLM venv, the tiny model and the server the e2e tests use (imported only when
+    this runs standalone; under pytest it is already the suite's conftest)."""
+    sys.path.insert(0, str(REPO / "tests" / "e2e"))
+    import conftest
 
-
-def build_tiny_model(out: Path) -> None:
-    py = vllm_python()
-    subprocess.run([str(py), str(REPO / "bench" / "tiny_model_build.py"), str(out)], check=True,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)
-
-
-class VllmServer:
-    """A vLLM CPU server in its own process group, stopped (that group only) on exit."""
-
-    def __init__(self, model_dir: Path, port: int = PORT, log: Path | None = None):
-        self.model_dir, self.port = model_dir, port
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.log = log or Path(tempfile.gettempdir()) / f"servelab-vllm-{port}.log"
-        self.proc: subprocess.Popen | None = None
-
-    def argv(self) -> list[str]:
-        return [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16",
-                "--max-model-len", "4096", "--max-num-seqs", str(MAX_NUM_SEQS),
-                "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
-
-    def __enter__(self) -> Self:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}
-        self.proc = subprocess.Popen(self.argv(), stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log}")
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(2)
-        self.__exit__()
-        raise RuntimeError(f"vLLM did not answer /health within 300 s; log: {self.log}")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the group this object started, nothing else
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+    return conftest
 
 
 # ---------------------------------------------------------------------------------------------- step costs
 def metric_sums(base_url: str) -> dict[str, float]:
-    """_sum and _count of the engine's per-request phase histograms (seconds)."""
+    """Every vllm:* sample on the server's /metrics, summed over its labels (histograms as name_sum, name_count)."""
     text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith(("vllm:request_", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency")) and (
-                "_sum{" in line or "_count{" in line):
-            name = line.split("{", 1)[0]
+        if line.startswith("vllm:"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
             out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
@@ -359,12 +308,9 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
             "tpot_ms": mean("vllm:request_time_per_output_token_seconds"),
             "client_ttft_ms": st.mean(ttfts), "client_tpot_ms": st.mean(tpots) if tpots else 0.0,
             "completed": len(ttfts),
-            # Little's law on the engine's own histograms: requests in the server (arrival to finish) and in the
-            # engine's running batch, on average over the run
+            # Little's law on the engine's own histogram: requests in the server (arrival to finish), on average
             "server_concurrency": (after["vllm:e2e_request_latency_seconds_sum"]
-                                   - before["vllm:e2e_request_latency_seconds_sum"]) / wall,
-            "running_concurrency": (after["vllm:request_inference_time_seconds_sum"]
-                                    - before["vllm:request_inference_time_seconds_sum"]) / wall}
+                                   - before["vllm:e2e_request_latency_seconds_sum"]) / wall}
 
 
 def prompt_lengths(isl: int) -> list[int]:
@@ -421,6 +367,8 @@ def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 
     samples = StepSamples()
     samples.measure_round(base_url, model_name, seed=1000, keep=False)  # warm-up: every calibration shape once
     asyncio.run(_warm_prompts(base_url, model_name, sorted({n for _, isl, _ in points for n in prompt_lengths(isl)})))
+    for c, isl, osl in points:  # one unmeasured pass: mixed steps bring token counts the engine has not run yet
+        bench_point(base_url, model_name, c, isl, osl, num_prompts_for(c), seed=passes)
     measured = {point: [] for point in points}
     for k in range(passes):
         for point in points:
@@ -456,20 +404,14 @@ def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 
 
 
 def run_check(model_dir: Path | None = None, passes: int = 2, port: int = PORT) -> dict:
-    """Build the tiny model (unless given), start the server, run the check, stop the server."""
-    tmp = None
-    if model_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="servelab-tiny-")
-        model_dir = Path(tmp.name)
-        build_tiny_model(model_dir)
+    """Build the e2e tests' tiny model (unless given; cached), start a server on it, run the check, stop it."""
+    e2e_mod = e2e()
+    model_dir = model_dir or e2e_mod.build_tiny_llama(REPO / ".cache" / "e2e")
     t0 = time.time()
-    try:
-        with VllmServer(model_dir, port) as server:
-            started = time.time() - t0
-            result = check_server(server.base_url, "tiny", model_dir, passes)
-    finally:
-        if tmp:
-            tmp.cleanup()
+    args = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
+    with e2e_mod.VllmServer(model_dir, port=port, extra_args=args) as server:
+        started = time.time() - t0
+        result = check_server(server.url, server.model, model_dir, passes)
     result["server_start_s"] = round(started, 1)
     return result
 
@@ -505,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    if vllm_python() is None:
-        print(f"no vLLM CPU venv at {VENV}: run scripts/setup_vllm_cpu.sh", file=sys.stderr)
+    reason = e2e().skip_reason()
+    if reason:
+        print(reason, file=sys.stderr)
         return 2
     result = run_check(args.model_dir, args.passes, port=args.port)
     if args.json:
