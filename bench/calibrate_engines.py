@@ -39,23 +39,43 @@ CALIBRATED = REPO / "src" / "servelab" / "predict" / "data" / "calibrated.json"
 ENGINES = ("vllm", "sglang", "trtllm")
 # the parameters fitted, each searched in log space between these bounds (us); the defaults start the search
 PARAMS = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
-BOUNDS = {"step_overhead_us": (1.0, 20000.0), "per_seq_overhead_us": (0.01, 500.0),
-          "kernel_gap_us": (0.01, 50.0), "eager_launch_us": (0.1, 100.0)}
+BOUNDS = {
+    "step_overhead_us": (1.0, 20000.0),
+    "per_seq_overhead_us": (0.01, 500.0),
+    "kernel_gap_us": (0.01, 50.0),
+    "eager_launch_us": (0.1, 100.0),
+}
 # Terms servelab's step model does not have, fitted only with --ttft-terms to measure what they would buy: a
 # fixed per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
 # schedule), one that grows with the number of requests in flight (a front end serving them one at a time) and
 # one per prompt token (input processing outside the kernels).
-TTFT_TERMS = {"ttft_overhead_ms": lambda c: 1.0, "ttft_per_request_ms": lambda c: float(c.concurrency),
-              "ttft_per_kilotoken_ms": lambda c: c.isl / 1000.0}
-BOUNDS.update({"ttft_overhead_ms": (0.01, 5000.0), "ttft_per_request_ms": (0.0001, 100.0),
-               "ttft_per_kilotoken_ms": (0.001, 1000.0)})
+TTFT_TERMS = {
+    "ttft_overhead_ms": lambda c: 1.0,
+    "ttft_per_request_ms": lambda c: float(c.concurrency),
+    "ttft_per_kilotoken_ms": lambda c: c.isl / 1000.0,
+}
+BOUNDS.update(
+    {
+        "ttft_overhead_ms": (0.01, 5000.0),
+        "ttft_per_request_ms": (0.0001, 100.0),
+        "ttft_per_kilotoken_ms": (0.001, 1000.0),
+    }
+)
 TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1, "ttft_per_kilotoken_ms": 1.0}
 # Also fitted only on request (--kernel-terms): a factor on the kernel time of each op family, for kernels the
 # engines run that the perf tables (timed on reference implementations) do not: FlashMLA / FlashInfer attention,
 # custom all-reduce, fused MoE. EngineProfile has no such field; the report says what they would buy.
-KERNEL_FAMILIES = {"AttentionDecode": "attention_scale", "AttentionPrefill": "attention_scale",
-                   "MlaDecode": "attention_scale", "MlaPrefill": "attention_scale", "Dsv4Context": "attention_scale",
-                   "Dsv4Generation": "attention_scale", "Comm": "comm_scale", "Moe": "moe_scale", "Gemm": "gemm_scale"}
+KERNEL_FAMILIES = {
+    "AttentionDecode": "attention_scale",
+    "AttentionPrefill": "attention_scale",
+    "MlaDecode": "attention_scale",
+    "MlaPrefill": "attention_scale",
+    "Dsv4Context": "attention_scale",
+    "Dsv4Generation": "attention_scale",
+    "Comm": "comm_scale",
+    "Moe": "moe_scale",
+    "Gemm": "gemm_scale",
+}
 KERNEL_TERMS = tuple(sorted(set(KERNEL_FAMILIES.values())))
 BOUNDS.update({name: (0.1, 10.0) for name in KERNEL_TERMS})
 
@@ -101,12 +121,19 @@ def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
     py = venv / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    probe = ["-c", ("import importlib.metadata as m, aiconfigurator_core, pathlib; "
-                    "print(m.version('aiconfigurator-core')); "
-                    "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')")]
+    probe = [
+        "-c",
+        (
+            "import importlib.metadata as m, aiconfigurator_core, pathlib; "
+            "print(m.version('aiconfigurator-core')); "
+            "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')"
+        ),
+    ]
     got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
     if got.returncode != 0 or got.stdout.split()[0] != AIC_VERSION:
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"], check=True)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"], check=True
+        )
         got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=True)
     version, path = got.stdout.split()[:2]
     return Path(path), version
@@ -120,9 +147,11 @@ def read_rows(path: Path) -> list[dict]:
 # AIConfigurator's own agg-mode estimate of each row, run inside its venv (PyPI `aiconfigurator`, same version).
 # A row is asked as written; when AIConfigurator cannot load the model id or the engine version, it is asked
 # again with the id of its bundled config and its default version, and the answer says which.
-AIC_ID_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+AIC_ID_ALIASES = {
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+}
 AIC_SCRIPT = r"""
 import json, logging, math, sys, time
 logging.disable(logging.CRITICAL)
@@ -168,11 +197,17 @@ def aic_predictions(rows: list[dict], system: str, cache: Path) -> dict:
     todo = [r for r in rows if r["id"] not in done]
     if todo:
         py = AIC_VENV / "bin" / "python"
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"aiconfigurator=={AIC_VERSION}"], check=True)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "--quiet", f"aiconfigurator=={AIC_VERSION}"], check=True
+        )
         payload = [dict(r, _concurrency=str(concurrency_of(r)), system=system) for r in todo]
-        got = subprocess.run([str(py), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
-                             input=json.dumps([payload, AIC_ID_ALIASES]), capture_output=True, text=True,
-                             check=False)
+        got = subprocess.run(
+            [str(py), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
+            input=json.dumps([payload, AIC_ID_ALIASES]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if got.returncode != 0:
             raise RuntimeError(f"AIConfigurator run failed: {got.stderr[-2000:]}")
         done.update(json.loads(got.stdout))
@@ -272,10 +307,20 @@ def to_case(row: dict) -> Case:
     model = model_of(row)
     parallel, note = parallel_of(row, model.is_moe)
     load_system(row["system"])
-    return Case(row_id=row["id"], family=model.name, backend=backend, version=row.get("backend_version") or "?",
-                model=model, parallel=parallel, concurrency=concurrency_of(row), isl=int(_num(row, "isl")),
-                osl=int(_num(row, "osl")), ttft_ms=float(row["silicon_ttft_ms"]),
-                tpot_ms=float(row["silicon_tpot_ms"]), note=note)
+    return Case(
+        row_id=row["id"],
+        family=model.name,
+        backend=backend,
+        version=row.get("backend_version") or "?",
+        model=model,
+        parallel=parallel,
+        concurrency=concurrency_of(row),
+        isl=int(_num(row, "isl")),
+        osl=int(_num(row, "osl")),
+        ttft_ms=float(row["silicon_ttft_ms"]),
+        tpot_ms=float(row["silicon_tpot_ms"]),
+        note=note,
+    )
 
 
 def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:
@@ -291,7 +336,16 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         # the same measurement appears under two sources (a database dump and a CSV export): count it once
-        same = (case.backend, case.family, case.parallel, case.isl, case.osl, case.concurrency, case.ttft_ms, case.tpot_ms)
+        same = (
+            case.backend,
+            case.family,
+            case.parallel,
+            case.isl,
+            case.osl,
+            case.concurrency,
+            case.ttft_ms,
+            case.tpot_ms,
+        )
         if same in seen:
             why = "duplicate of another row (same engine, model, parallel, load and measured values)"
             skipped[why] = skipped.get(why, 0) + 1
@@ -333,7 +387,9 @@ def vary_lengths(spread: float) -> None:
     _SPREAD[0] = spread
 
 
-def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None) -> tuple[float, float]:
+def predict(
+    case: Case, params: dict, mode: str, system, prompts_per_concurrency: int | None = None
+) -> tuple[float, float]:
     """(ttft_ms, tpot_ms) servelab predicts for a case with these engine parameters."""
     engine = base_profiles()[case.backend].model_copy(update={k: v for k, v in params.items() if k in PARAMS})
     extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
@@ -343,15 +399,38 @@ def predict(case: Case, params: dict, mode: str, system, prompts_per_concurrency
 
         wl = None
         if k:
-            wl = Workload(isl=case.isl, osl=case.osl, concurrency=case.concurrency, warmup=0,
-                          num_requests=k * case.concurrency, range_ratio=_SPREAD[0])
-        est = estimate_aggregated(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
-                                  db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name), workload=wl)
+            wl = Workload(
+                isl=case.isl,
+                osl=case.osl,
+                concurrency=case.concurrency,
+                warmup=0,
+                num_requests=k * case.concurrency,
+                range_ratio=_SPREAD[0],
+            )
+        est = estimate_aggregated(
+            case.model,
+            system,
+            case.parallel,
+            engine,
+            case.concurrency,
+            case.isl,
+            case.osl,
+            db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name),
+            workload=wl,
+        )
     else:
         from servelab.predict.static import estimate_static
 
-        est = estimate_static(case.model, system, case.parallel, engine, case.concurrency, case.isl, case.osl,
-                              db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name))
+        est = estimate_static(
+            case.model,
+            system,
+            case.parallel,
+            engine,
+            case.concurrency,
+            case.isl,
+            case.osl,
+            db=scaled_db(system, params, case.backend) or _TORCH_TABLES.get(system.name),
+        )
     return est.ttft_ms + extra, est.tpot_ms
 
 
@@ -379,7 +458,11 @@ def rel_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 def summary(errors: np.ndarray) -> dict:
     if errors.size == 0:
         return {"n": 0, "median": None, "p90": None}
-    return {"n": int(errors.size), "median": float(np.median(errors)), "p90": float(np.percentile(errors, 90))}
+    return {
+        "n": int(errors.size),
+        "median": float(np.median(errors)),
+        "p90": float(np.percentile(errors, 90)),
+    }
 
 
 def soft_l1(r: np.ndarray, scale: float = 0.1) -> np.ndarray:
@@ -388,7 +471,9 @@ def soft_l1(r: np.ndarray, scale: float = 0.1) -> np.ndarray:
     return 2 * scale**2 * (np.sqrt(1 + z) - 1)
 
 
-def nelder_mead(f, x0: np.ndarray, step: float = 0.7, iters: int = 120, tol: float = 1e-4) -> tuple[np.ndarray, float]:
+def nelder_mead(
+    f, x0: np.ndarray, step: float = 0.7, iters: int = 120, tol: float = 1e-4
+) -> tuple[np.ndarray, float]:
     """A plain Nelder-Mead minimiser (numpy only: the project venv has no scipy)."""
     n = len(x0)
     simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
@@ -470,15 +555,24 @@ class Linearized:
             lo = BOUNDS[name][0]
             delta = max(0.3 * params[name], 10 * lo)
             moved = dict(params, **{name: params[name] + delta})
-            self.jac[:, :, k] = (np.array([price(c, moved) for c in cases]).reshape(-1, 2) - self.base) / delta
+            self.jac[:, :, k] = (
+                np.array([price(c, moved) for c in cases]).reshape(-1, 2) - self.base
+            ) / delta
 
     def predict(self, params: dict, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         d = np.array([params[n] - self.params[n] for n in self.names])
         return self.base[rows] + self.jac[rows] @ d
 
 
-def fit(cases: list[Case], start: dict, price, iters: int = 120, rounds: int = 2,
-        lin: Linearized | None = None, rows: np.ndarray | None = None) -> dict:
+def fit(
+    cases: list[Case],
+    start: dict,
+    price,
+    iters: int = 120,
+    rounds: int = 2,
+    lin: Linearized | None = None,
+    rows: np.ndarray | None = None,
+) -> dict:
     """Minimise the robust loss over the parameters: Nelder-Mead on the linearized predictor, re-linearized at
     the result `rounds` times (pass `lin` and `rows` to fit a subset on an existing linearization, once)."""
     params = dict(start)
@@ -530,8 +624,11 @@ def leave_one_model_out(cases: list[Case], start: dict, price, iters: int, lins:
             out["ttft"].extend(ttft)
             out["tpot"].extend(tpot)
             out["params"][f"{engine}/{family}"] = params
-            out["by_family"][f"{engine}/{family}"] = {"ttft": summary(ttft), "tpot": summary(tpot),
-                                                      "trained_on": int(train.size)}
+            out["by_family"][f"{engine}/{family}"] = {
+                "ttft": summary(ttft),
+                "tpot": summary(tpot),
+                "trained_on": int(train.size),
+            }
     out["ttft"], out["tpot"] = np.array(out["ttft"]), np.array(out["tpot"])
     return out
 
@@ -562,25 +659,41 @@ def servelab_state() -> str:
     import hashlib
 
     try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True,
-                               text=True, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "src"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
     except OSError:
         commit, dirty = "unknown", ""
     digest = hashlib.sha256()
     data = REPO / "src" / "servelab"
-    for path in sorted([*(data / "perfdb" / "data").rglob("*.*"), data / "predict" / "data" / "engines.json"]):
+    for path in sorted(
+        [*(data / "perfdb" / "data").rglob("*.*"), data / "predict" / "data" / "engines.json"]
+    ):
         if path.is_file() and path.suffix in (".parquet", ".json"):
             digest.update(path.name.encode() + path.read_bytes())
-    return f"servelab {commit or 'unknown'}{' (modified)' if dirty else ''}, perf data {digest.hexdigest()[:12]}"
+    return (
+        f"servelab {commit or 'unknown'}{' (modified)' if dirty else ''}, perf data {digest.hexdigest()[:12]}"
+    )
 
 
 def compare_with_aic(cases: list[Case], aic: dict, cv_rows: dict) -> dict:
     """AIConfigurator's error next to servelab's cross-validated error, on the rows AIConfigurator answered."""
     answered = [c for c in cases if "ttft_ms" in aic.get(c.row_id, {})]
-    a_ttft = rel_errors(np.array([aic[c.row_id]["ttft_ms"] for c in answered]), np.array([c.ttft_ms for c in answered]))
-    a_tpot = rel_errors(np.array([aic[c.row_id]["tpot_ms"] for c in answered]), np.array([c.tpot_ms for c in answered]))
+    a_ttft = rel_errors(
+        np.array([aic[c.row_id]["ttft_ms"] for c in answered]), np.array([c.ttft_ms for c in answered])
+    )
+    a_tpot = rel_errors(
+        np.array([aic[c.row_id]["tpot_ms"] for c in answered]), np.array([c.tpot_ms for c in answered])
+    )
     s_err = np.array([cv_rows[c.row_id] for c in answered]).reshape(-1, 2)
     how: dict = {}
     for c in answered:
@@ -590,38 +703,70 @@ def compare_with_aic(cases: list[Case], aic: dict, cv_rows: dict) -> dict:
         if "error" in aic.get(c.row_id, {}):
             key = aic[c.row_id]["error"][-1].split(":")[1].strip()
             failures[key] = failures.get(key, 0) + 1
-    return {"answered": len(answered), "how": how, "failures": failures,
-            "aiconfigurator": {"ttft": summary(a_ttft), "tpot": summary(a_tpot)},
-            "servelab_cv": {"ttft": summary(s_err[:, 0]), "tpot": summary(s_err[:, 1])}}
+    return {
+        "answered": len(answered),
+        "how": how,
+        "failures": failures,
+        "aiconfigurator": {"ttft": summary(a_ttft), "tpot": summary(a_tpot)},
+        "servelab_cv": {"ttft": summary(s_err[:, 0]), "tpot": summary(s_err[:, 1])},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--mode", choices=("auto", "static", "aggregated"), default="auto")
-    ap.add_argument("--iters", type=int, default=300, help="Nelder-Mead iterations per fit (on the linearized predictor)")
+    ap.add_argument(
+        "--iters", type=int, default=300, help="Nelder-Mead iterations per fit (on the linearized predictor)"
+    )
     ap.add_argument("--csv", type=Path, help="use this silicon_sample.csv instead of installing the package")
-    ap.add_argument("--limit", type=int, default=0, help="fit on at most this many rows per engine (quick runs)")
-    ap.add_argument("--prompts-per-concurrency", type=int, default=PROMPTS_PER_CONCURRENCY,
-                    help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
-                         "engine (0: the simulator's steady state)")
-    ap.add_argument("--length-spread", type=float, default=LENGTH_SPREAD,
-                    help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)")
-    ap.add_argument("--ttft-terms", nargs="?", const="all", default=None, metavar="NAMES",
-                    help="also fit per-request TTFT terms the step model lacks, all or a comma list of "
-                         f"{', '.join(TTFT_TERMS)} (reports what they would buy; never writes calibrated.json)")
-    ap.add_argument("--kernel-terms", action="store_true",
-                    help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
-                         "(reports what they would buy; never writes calibrated.json)")
-    ap.add_argument("--tables", choices=("own", "torch"), default="own",
-                    help="own: each engine's own tables, the roofline where it has none (what servelab does); "
-                         "torch: the torch backend's tables for every engine (what servelab did before)")
+    ap.add_argument(
+        "--limit", type=int, default=0, help="fit on at most this many rows per engine (quick runs)"
+    )
+    ap.add_argument(
+        "--prompts-per-concurrency",
+        type=int,
+        default=PROMPTS_PER_CONCURRENCY,
+        help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
+        "engine (0: the simulator's steady state)",
+    )
+    ap.add_argument(
+        "--length-spread",
+        type=float,
+        default=LENGTH_SPREAD,
+        help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)",
+    )
+    ap.add_argument(
+        "--ttft-terms",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="NAMES",
+        help="also fit per-request TTFT terms the step model lacks, all or a comma list of "
+        f"{', '.join(TTFT_TERMS)} (reports what they would buy; never writes calibrated.json)",
+    )
+    ap.add_argument(
+        "--kernel-terms",
+        action="store_true",
+        help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
+        "(reports what they would buy; never writes calibrated.json)",
+    )
+    ap.add_argument(
+        "--tables",
+        choices=("own", "torch"),
+        default="own",
+        help="own: each engine's own tables, the roofline where it has none (what servelab does); "
+        "torch: the torch backend's tables for every engine (what servelab did before)",
+    )
     ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     ap.add_argument("--out", type=Path, default=CALIBRATED)
     ap.add_argument("--report", type=Path, help="write the per-row predictions and errors as JSON here")
-    ap.add_argument("--aic", action="store_true",
-                    help="also run AIConfigurator's own estimate of the same rows (about 1-4 s a row; cached)")
+    ap.add_argument(
+        "--aic",
+        action="store_true",
+        help="also run AIConfigurator's own estimate of the same rows (about 1-4 s a row; cached)",
+    )
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -643,7 +788,9 @@ def main(argv: list[str] | None = None) -> int:
         names = list(TTFT_TERMS) if args.ttft_terms == "all" else args.ttft_terms.split(",")
         unknown = [n for n in names if n not in TTFT_TERMS]
         if unknown:
-            ap.error(f"--ttft-terms: unknown {', '.join(unknown)}; expected all or some of {', '.join(TTFT_TERMS)}")
+            ap.error(
+                f"--ttft-terms: unknown {', '.join(unknown)}; expected all or some of {', '.join(TTFT_TERMS)}"
+            )
         start = {e: {**p, **{n: TTFT_START[n] for n in names}} for e, p in start.items()}
         args.dry_run = True
     if args.kernel_terms:
@@ -658,8 +805,11 @@ def main(argv: list[str] | None = None) -> int:
     if mode == "aggregated":
         vary_lengths(args.length_spread)
     price = lambda case, params: predict(case, params, mode, system, k)
-    print(f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
-          f"servelab ({mode} mode), skipped: {sum(skipped.values())}", flush=True)
+    print(
+        f"{len(rows)} rows in {path.name} ({AIC_PACKAGE} {version}); {args.system}: {len(cases)} priced with "
+        f"servelab ({mode} mode), skipped: {sum(skipped.values())}",
+        flush=True,
+    )
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  skipped {n:4d}: {reason}")
 
@@ -679,27 +829,42 @@ def main(argv: list[str] | None = None) -> int:
         "fitted (in sample)": (summary(after[0]), summary(after[1])),
         "fitted, leave one model out": (summary(cv["ttft"]), summary(cv["tpot"])),
     }
-    print(f"\n{'servelab on ' + args.system:32s} {'n':>5s} {'TTFT med':>9s} {'TTFT p90':>9s} {'TPOT med':>9s} {'TPOT p90':>9s}")
+    print(
+        f"\n{'servelab on ' + args.system:32s} {'n':>5s} {'TTFT med':>9s} {'TTFT p90':>9s} {'TPOT med':>9s} {'TPOT p90':>9s}"
+    )
     for name, (a, b) in table.items():
         print(f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}")
     comparison = None
     if args.aic:
         by_id = {r["id"]: r for r in rows}
-        aic = aic_predictions([by_id[c.row_id] for c in cases], args.system,
-                              REPO / ".cache" / f"aic-predictions-{args.system}.json")
+        aic = aic_predictions(
+            [by_id[c.row_id] for c in cases],
+            args.system,
+            REPO / ".cache" / f"aic-predictions-{args.system}.json",
+        )
         comparison = compare_with_aic(cases, aic, cv["rows"])
         a, s_ = comparison["aiconfigurator"], comparison["servelab_cv"]
-        print(f"{'AIConfigurator ' + AIC_VERSION + ' (same rows)':32s} {a['ttft']['n']:5d} {a['ttft']['median']:9.1%} "
-              f"{a['ttft']['p90']:9.1%} {a['tpot']['median']:9.1%} {a['tpot']['p90']:9.1%}")
-        print(f"{'servelab CV on those rows':32s} {s_['ttft']['n']:5d} {s_['ttft']['median']:9.1%} "
-              f"{s_['ttft']['p90']:9.1%} {s_['tpot']['median']:9.1%} {s_['tpot']['p90']:9.1%}")
-        print(f"  AIConfigurator answered {comparison['answered']} of {len(cases)} rows ({comparison['how']}); "
-              f"failures: {comparison['failures']}")
-        print(f"  ratio servelab / AIConfigurator median error: TTFT {s_['ttft']['median'] / a['ttft']['median']:.2f}, "
-              f"TPOT {s_['tpot']['median'] / a['tpot']['median']:.2f}")
+        print(
+            f"{'AIConfigurator ' + AIC_VERSION + ' (same rows)':32s} {a['ttft']['n']:5d} {a['ttft']['median']:9.1%} "
+            f"{a['ttft']['p90']:9.1%} {a['tpot']['median']:9.1%} {a['tpot']['p90']:9.1%}"
+        )
+        print(
+            f"{'servelab CV on those rows':32s} {s_['ttft']['n']:5d} {s_['ttft']['median']:9.1%} "
+            f"{s_['ttft']['p90']:9.1%} {s_['tpot']['median']:9.1%} {s_['tpot']['p90']:9.1%}"
+        )
+        print(
+            f"  AIConfigurator answered {comparison['answered']} of {len(cases)} rows ({comparison['how']}); "
+            f"failures: {comparison['failures']}"
+        )
+        print(
+            f"  ratio servelab / AIConfigurator median error: TTFT {s_['ttft']['median'] / a['ttft']['median']:.2f}, "
+            f"TPOT {s_['tpot']['median'] / a['tpot']['median']:.2f}"
+        )
     else:
-        print("AIConfigurator 0.12 (anchors.md, not rerun here; --aic reruns it): ~42% TTFT / ~33% TPOT median "
-              "on H200 measured rows")
+        print(
+            "AIConfigurator 0.12 (anchors.md, not rerun here; --aic reruns it): ~42% TTFT / ~33% TPOT median "
+            "on H200 measured rows"
+        )
     print("\nleave-one-model-out by engine/family (median TTFT / TPOT error):")
     for key, v in cv["by_family"].items():
         print(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
@@ -708,25 +873,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
 
     command = "python bench/calibrate_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    provenance = (f"{servelab_state()}; bench/calibrate_engines.py fit on {len(cases)} {args.system} aggregated rows of "
-                  f"{AIC_PACKAGE} {version} systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}")
+    provenance = (
+        f"{servelab_state()}; bench/calibrate_engines.py fit on {len(cases)} {args.system} aggregated rows of "
+        f"{AIC_PACKAGE} {version} systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}"
+    )
     doc = {
         "_provenance": provenance,
-        "source": {"package": AIC_PACKAGE, "version": version, "file": "systems/silicon_sample.csv",
-                   "system": args.system, "rows_in_file": len(rows), "rows_used": len(cases),
-                   "rows_skipped": skipped, "mode": mode, "prompts_per_concurrency": args.prompts_per_concurrency,
-                   "length_spread": args.length_spread,
-                   "command": command.strip(),
-                   "date": dt.date.today().isoformat(), "loss": "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"},
+        "source": {
+            "package": AIC_PACKAGE,
+            "version": version,
+            "file": "systems/silicon_sample.csv",
+            "system": args.system,
+            "rows_in_file": len(rows),
+            "rows_used": len(cases),
+            "rows_skipped": skipped,
+            "mode": mode,
+            "prompts_per_concurrency": args.prompts_per_concurrency,
+            "length_spread": args.length_spread,
+            "command": command.strip(),
+            "date": dt.date.today().isoformat(),
+            "loss": "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT",
+        },
         "errors": {name: {"ttft": a, "tpot": b} for name, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
         "aiconfigurator_same_rows": comparison,
-        "engines": {e: {"params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
-                        **({"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
-                           if args.ttft_terms or args.kernel_terms else {}),
-                        "rows": sum(c.backend == e for c in cases),
-                        "families": sorted({c.family for c in cases if c.backend == e})}
-                                    for e, p in fitted.items()},
+        "engines": {
+            e: {
+                "params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
+                **(
+                    {"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
+                    if args.ttft_terms or args.kernel_terms
+                    else {}
+                ),
+                "rows": sum(c.backend == e for c in cases),
+                "families": sorted({c.family for c in cases if c.backend == e}),
+            }
+            for e, p in fitted.items()
+        },
     }
     # an engine's fit is kept only when it predicts unseen models better than the defaults do (sum of the
     # median TTFT and TPOT errors, cross-validated against the defaults on the same rows)
@@ -736,12 +919,17 @@ def main(argv: list[str] | None = None) -> int:
         d_score = float(np.median(before[0][idx]) + np.median(before[1][idx]))
         cv_err = np.array([cv["rows"][cases[i].row_id] for i in idx])
         cv_score = float(np.median(cv_err[:, 0]) + np.median(cv_err[:, 1]))
-        verdicts[e] = {"defaults_ttft_plus_tpot_median": round(d_score, 4), "cv_ttft_plus_tpot_median": round(cv_score, 4),
-                       "kept": cv_score < d_score}
+        verdicts[e] = {
+            "defaults_ttft_plus_tpot_median": round(d_score, 4),
+            "cv_ttft_plus_tpot_median": round(cv_score, 4),
+            "kept": cv_score < d_score,
+        }
         if cv_score < d_score:
             kept[e] = doc["engines"][e]
-        print(f"  {e:7s} defaults {d_score:.1%} vs cross-validated fit {cv_score:.1%} (TTFT + TPOT medians): "
-              f"{'kept' if cv_score < d_score else 'not kept: the fit does not transfer to unseen models'}")
+        print(
+            f"  {e:7s} defaults {d_score:.1%} vs cross-validated fit {cv_score:.1%} (TTFT + TPOT medians): "
+            f"{'kept' if cv_score < d_score else 'not kept: the fit does not transfer to unseen models'}"
+        )
     doc["verdicts"] = verdicts
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if e not in kept}
     doc["engines"] = kept
@@ -749,9 +937,22 @@ def main(argv: list[str] | None = None) -> int:
         per_row = []
         for c in cases:
             ttft, tpot = price(c, fitted.get(c.backend, start[c.backend]))
-            per_row.append({"id": c.row_id, "engine": c.backend, "family": c.family, "parallel": c.parallel.label(),
-                            "concurrency": c.concurrency, "isl": c.isl, "osl": c.osl, "ttft_ms": c.ttft_ms,
-                            "tpot_ms": c.tpot_ms, "pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "note": c.note})
+            per_row.append(
+                {
+                    "id": c.row_id,
+                    "engine": c.backend,
+                    "family": c.family,
+                    "parallel": c.parallel.label(),
+                    "concurrency": c.concurrency,
+                    "isl": c.isl,
+                    "osl": c.osl,
+                    "ttft_ms": c.ttft_ms,
+                    "tpot_ms": c.tpot_ms,
+                    "pred_ttft_ms": ttft,
+                    "pred_tpot_ms": tpot,
+                    "note": c.note,
+                }
+            )
         args.report.write_text(json.dumps(per_row, indent=1))
     if args.summary:
         args.summary.write_text(json.dumps(doc, indent=1) + "\n")

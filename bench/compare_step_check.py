@@ -1,6 +1,6 @@
 """Compare GPU-timed steps (bench/gpu_step_check.py) with servelab's `torch` backend predictions.
 
-    python bench/compare_step_check.py bench/results/step_check_h200.json [--markdown]
+python bench/compare_step_check.py bench/results/step_check_h200.json [--markdown]
 """
 
 import argparse
@@ -45,10 +45,19 @@ def compare(results: dict, system: str = "h200_sxm", use_tables: bool = True) ->
         ops = step_ops(model, parallel, shape)
         pred = step_time(ops, db, engine, row["batch"], decode_only=row["phase"] == "decode")
         pred_ms = pred.us / 1000
-        out.append(dict(model=row["model"], case=label, measured_ms=row["ms"], predicted_ms=pred_ms,
-                        low_ms=pred.low_us / 1000, high_ms=pred.high_us / 1000,
-                        error_pct=100 * (pred_ms / row["ms"] - 1), sources=pred.sources,
-                        top_ops={k: round(v / 1000, 3) for k, v in list(breakdown(ops, db).items())[:3]}))
+        out.append(
+            dict(
+                model=row["model"],
+                case=label,
+                measured_ms=row["ms"],
+                predicted_ms=pred_ms,
+                low_ms=pred.low_us / 1000,
+                high_ms=pred.high_us / 1000,
+                error_pct=100 * (pred_ms / row["ms"] - 1),
+                sources=pred.sources,
+                top_ops={k: round(v / 1000, 3) for k, v in list(breakdown(ops, db).items())[:3]},
+            )
+        )
     return out
 
 
@@ -63,12 +72,16 @@ def main():
     print("| model | case | measured ms | predicted ms (band) | error | op sources |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['case']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} "
-              f"({r['low_ms']:.3f}-{r['high_ms']:.3f}) | {r['error_pct']:+.1f} % | {r['sources']} |")
+        print(
+            f"| {r['model']} | {r['case']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} "
+            f"({r['low_ms']:.3f}-{r['high_ms']:.3f}) | {r['error_pct']:+.1f} % | {r['sources']} |"
+        )
     errs = [abs(r["error_pct"]) for r in rows]
     inside = sum(r["low_ms"] <= r["measured_ms"] <= r["high_ms"] for r in rows)
-    print(f"\nmedian |error| {statistics.median(errs):.1f} %, max {max(errs):.1f} %, "
-          f"{inside}/{len(rows)} measurements inside the predicted band")
+    print(
+        f"\nmedian |error| {statistics.median(errs):.1f} %, max {max(errs):.1f} %, "
+        f"{inside}/{len(rows)} measurements inside the predicted band"
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,13 @@ def make_roofline(system, params: dict):
     from servelab.perfdb.roofline import Roofline
 
     r = Roofline(system)
-    r.eff = dict(r.eff, gemm_compute=dict(r.eff["gemm_compute"], bf16=params["gemm_bf16"], fp8=params["gemm_fp8"]),
-                 attention_compute=params["attention"], memory=params["memory"], kernel_us=params["kernel_us"])
+    r.eff = dict(
+        r.eff,
+        gemm_compute=dict(r.eff["gemm_compute"], bf16=params["gemm_bf16"], fp8=params["gemm_fp8"]),
+        attention_compute=params["attention"],
+        memory=params["memory"],
+        kernel_us=params["kernel_us"],
+    )
     r.bw = system.hbm_bw_tbs * 1e12 * params["memory"]
     r.kernel_us = params["kernel_us"]
     return r
@@ -69,8 +74,10 @@ def objective(system, params: dict, rows: dict) -> tuple[float, dict]:
 
 
 GRIDS = {
-    "gemm_bf16": np.linspace(0.40, 0.90, 26), "gemm_fp8": np.linspace(0.30, 0.90, 31),
-    "attention": np.linspace(0.15, 0.80, 27), "memory": np.linspace(0.55, 0.98, 44),
+    "gemm_bf16": np.linspace(0.40, 0.90, 26),
+    "gemm_fp8": np.linspace(0.30, 0.90, 31),
+    "attention": np.linspace(0.15, 0.80, 27),
+    "memory": np.linspace(0.55, 0.98, 44),
     "kernel_us": np.linspace(1.0, 12.0, 45),
 }
 
@@ -95,7 +102,9 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--system", default="h200_sxm")
-    ap.add_argument("--tables", type=Path, help="table directory (default: the one servelab uses for the system)")
+    ap.add_argument(
+        "--tables", type=Path, help="table directory (default: the one servelab uses for the system)"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write efficiencies.json")
     args = ap.parse_args(argv)
 
@@ -110,8 +119,13 @@ def main(argv=None) -> int:
         print(f"{directory}: no tables of the fitted families", file=sys.stderr)
         return 2
     eff = efficiencies(system.name)
-    start = {"gemm_bf16": eff["gemm_compute"]["bf16"], "gemm_fp8": eff["gemm_compute"]["fp8"],
-             "attention": eff["attention_compute"], "memory": eff["memory"], "kernel_us": eff["kernel_us"]}
+    start = {
+        "gemm_bf16": eff["gemm_compute"]["bf16"],
+        "gemm_fp8": eff["gemm_compute"]["fp8"],
+        "attention": eff["attention_compute"],
+        "memory": eff["memory"],
+        "kernel_us": eff["kernel_us"],
+    }
     before, per_before = objective(system, start, rows)
     params = fit(system, rows, start)
     after, per_after = objective(system, params, rows)
@@ -124,7 +138,9 @@ def main(argv=None) -> int:
     band_high = round(max(float(np.percentile(ratios, 90)), 1.05), 3)
     provs = [tables.index(n).data.meta["provenance"][-1] for n in rows]
     entry = {
-        "gemm_compute": dict(eff["gemm_compute"], bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)),
+        "gemm_compute": dict(
+            eff["gemm_compute"], bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)
+        ),
         "attention_compute": round(params["attention"], 3),
         "memory": round(params["memory"], 3),
         "kernel_us": round(params["kernel_us"], 2),
@@ -132,11 +148,14 @@ def main(argv=None) -> int:
         "band_high": band_high,
         "_provenance": {
             "what": "fitted by bench/fit_roofline.py: coordinate descent on the mean over families of the median "
-                    "|log(measured / roofline)|; band = p10-p90 of measured / roofline after the fit",
-            "tables": str(Path(directory).resolve().relative_to(ROOT)) if Path(directory).resolve().is_relative_to(ROOT)
+            "|log(measured / roofline)|; band = p10-p90 of measured / roofline after the fit",
+            "tables": str(Path(directory).resolve().relative_to(ROOT))
+            if Path(directory).resolve().is_relative_to(ROOT)
             else str(directory),
             "rows_used": {n: len(v) for n, v in rows.items()},
-            "gpu_name": provs[0].get("gpu_name"), "torch": provs[0].get("torch"), "cuda": provs[0].get("cuda"),
+            "gpu_name": provs[0].get("gpu_name"),
+            "torch": provs[0].get("torch"),
+            "cuda": provs[0].get("cuda"),
             "tables_date": max(str(p.get("date")) for p in provs),
             "median_abs_log_error_before": {k: round(v, 4) for k, v in per_before.items()},
             "median_abs_log_error_after": {k: round(v, 4) for k, v in per_after.items()},

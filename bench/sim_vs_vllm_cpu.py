@@ -39,7 +39,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 PORT = 19031  # this check's port (19000-19499 belongs to this work)
 MAX_NUM_SEQS = 16  # as tests/e2e/conftest.py's VllmServer starts vLLM
-MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
+MAX_NUM_BATCHED_TOKENS = (
+    2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
+)
 KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE there
 # Checked loads vary each request's lengths by up to RANGE_RATIO either way (vLLM's --random-range-ratio), and the
 # simulator is given U[1 - r, 1 + r]: identical requests would keep a closed loop in lockstep in the simulator
@@ -80,8 +82,15 @@ def metric_sums(base_url: str) -> dict[str, float]:
 
 async def _stream(session, url: str, prompt: list[int], max_tokens: int, model: str) -> list[float]:
     """Arrival times (s after sending) of the content events of one streamed completion."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True,
-            "temperature": 0, "stream": True}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
     t0 = time.perf_counter()
     times = []
     async with session.post(url, json=body) as resp:
@@ -133,8 +142,11 @@ async def _decode_step(s, url: str, base_url: str, rng, b: int, model: str) -> f
     await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
     after = metric_sums(base_url)
     name = "vllm:request_time_per_output_token_seconds"
-    return ((after[name + "_sum"] - before[name + "_sum"]) / (after[name + "_count"] - before[name + "_count"])
-            * 1000)
+    return (
+        (after[name + "_sum"] - before[name + "_sum"])
+        / (after[name + "_count"] - before[name + "_count"])
+        * 1000
+    )
 
 
 @dataclass
@@ -169,9 +181,12 @@ class StepSamples:
         asyncio.run(self._round(base_url, model, random.Random(seed), keep))
 
     def costs(self) -> StepCosts:
-        return StepCosts(prefill_ms={n: st.median(v) for n, v in self.prefill.items()},
-                         decode_ms={b: st.median(v) for b, v in self.decode.items()},
-                         http_ms=st.median(self.http), frontend_ms=st.median(self.front))
+        return StepCosts(
+            prefill_ms={n: st.median(v) for n, v in self.prefill.items()},
+            decode_ms={b: st.median(v) for b, v in self.decode.items()},
+            http_ms=st.median(self.http),
+            frontend_ms=st.median(self.front),
+        )
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -180,11 +195,22 @@ def cpu_system(bf16_tflops: float):
     the tiny model (servelab's memory model keeps a 3 GiB framework reserve, so it is added here)."""
     from servelab.specs import SystemSpec
 
-    return SystemSpec(name="cpu_2core_vllm", gpu_name="2-core CPU (vLLM CPU backend)", sm_count=2,
-                      compute_capability=0, hbm_gib=(KV_SPACE_GIB + 3.5) / 0.9, hbm_bw_tbs=0.02,
-                      peak_tflops={"bf16": bf16_tflops, "fp8": 0.0, "fp4": 0.0}, power_w=0, gpus_per_node=1,
-                      nvlink_domain=1, nvlink_gbs=0, network_gbs=0, l2_mb=32,
-                      source="fitted to measured vLLM CPU steps by bench/sim_vs_vllm_cpu.py")
+    return SystemSpec(
+        name="cpu_2core_vllm",
+        gpu_name="2-core CPU (vLLM CPU backend)",
+        sm_count=2,
+        compute_capability=0,
+        hbm_gib=(KV_SPACE_GIB + 3.5) / 0.9,
+        hbm_bw_tbs=0.02,
+        peak_tflops={"bf16": bf16_tflops, "fp8": 0.0, "fp4": 0.0},
+        power_w=0,
+        gpus_per_node=1,
+        nvlink_domain=1,
+        nvlink_gbs=0,
+        network_gbs=0,
+        l2_mb=32,
+        source="fitted to measured vLLM CPU steps by bench/sim_vs_vllm_cpu.py",
+    )
 
 
 def cpu_engine(step_overhead_us: float, per_seq_overhead_us: float, prompt_step_us_per_op: float):
@@ -194,10 +220,18 @@ def cpu_engine(step_overhead_us: float, per_seq_overhead_us: float, prompt_step_
     and steps with a prompt pay a fitted cost per op (the eager-launch term)."""
     from servelab.predict.backends import EngineProfile
 
-    return EngineProfile(name="vllm", step_overhead_us=step_overhead_us, per_seq_overhead_us=per_seq_overhead_us,
-                         kernel_gap_us=0.0, eager_launch_us=prompt_step_us_per_op, cuda_graph_max_batch=1 << 20,
-                         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
-                         chunked_prefill=True, source="fitted to measured vLLM CPU steps (bench/sim_vs_vllm_cpu.py)")
+    return EngineProfile(
+        name="vllm",
+        step_overhead_us=step_overhead_us,
+        per_seq_overhead_us=per_seq_overhead_us,
+        kernel_gap_us=0.0,
+        eager_launch_us=prompt_step_us_per_op,
+        cuda_graph_max_batch=1 << 20,
+        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=MAX_NUM_SEQS,
+        chunked_prefill=True,
+        source="fitted to measured vLLM CPU steps (bench/sim_vs_vllm_cpu.py)",
+    )
 
 
 @dataclass
@@ -245,7 +279,9 @@ def fit_profile(model, costs: StepCosts) -> CpuProfile:
         system = cpu_system(tf)
         engine, db = cpu_engine(so, ps, pe), PerfDB(system, use_tables=False)
         got = [(step_ms(model, system, engine, db, prefill=n), ms) for n, ms in costs.prefill_ms.items()]
-        got += [(step_ms(model, system, engine, db, decode=b, kv=64), ms) for b, ms in costs.decode_ms.items()]
+        got += [
+            (step_ms(model, system, engine, db, decode=b, kv=64), ms) for b, ms in costs.decode_ms.items()
+        ]
         return got
 
     def loss(x):
@@ -265,11 +301,17 @@ def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_re
     from servelab.predict.serving import Workload
 
     # the measured run: c clients from an idle engine, num_requests in all, every one counted
-    wl = Workload(isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=RANGE_RATIO)
+    wl = Workload(
+        isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=RANGE_RATIO
+    )
     est = estimate_aggregated(model, system, Parallel(), engine, c, isl, osl, db=db, workload=wl)
     # the simulator's TTFT starts when the engine core receives the request; vLLM's own TTFT starts at its front
     # end (tokenize, hand over): that measured fixed path is added
-    return {"ttft_ms": est.ttft_ms + profile.frontend_ms, "tpot_ms": est.tpot_ms, "engine_ttft_ms": est.ttft_ms}
+    return {
+        "ttft_ms": est.ttft_ms + profile.frontend_ms,
+        "tpot_ms": est.tpot_ms,
+        "engine_ttft_ms": est.ttft_ms,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- measurement
@@ -278,8 +320,10 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
 
     url = base_url + "/v1/completions"
     rng = random.Random(seed)
-    lengths = [(rng.choice(prompt_lengths(isl)), round(osl * rng.uniform(1 - RANGE_RATIO, 1 + RANGE_RATIO)))
-               for _ in range(n)]
+    lengths = [
+        (rng.choice(prompt_lengths(isl)), round(osl * rng.uniform(1 - RANGE_RATIO, 1 + RANGE_RATIO)))
+        for _ in range(n)
+    ]
     prompts = [_prompt(rng, i) for i, _ in lengths]
     ttfts, tpots, nxt = [], [], iter(range(n))
     conn = aiohttp.TCPConnector(limit=0)
@@ -302,15 +346,20 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
         count = after[name + "_count"] - before[name + "_count"]
         return (after[name + "_sum"] - before[name + "_sum"]) / count * 1000 if count else float("nan")
 
-    return {"ttft_ms": mean("vllm:time_to_first_token_seconds"),
-            # the part of TTFT the simulator models: from the engine core's queue to the first token
-            "engine_ttft_ms": mean("vllm:request_queue_time_seconds") + mean("vllm:request_prefill_time_seconds"),
-            "tpot_ms": mean("vllm:request_time_per_output_token_seconds"),
-            "client_ttft_ms": st.mean(ttfts), "client_tpot_ms": st.mean(tpots) if tpots else 0.0,
-            "completed": len(ttfts),
-            # Little's law on the engine's own histogram: requests in the server (arrival to finish), on average
-            "server_concurrency": (after["vllm:e2e_request_latency_seconds_sum"]
-                                   - before["vllm:e2e_request_latency_seconds_sum"]) / wall}
+    return {
+        "ttft_ms": mean("vllm:time_to_first_token_seconds"),
+        # the part of TTFT the simulator models: from the engine core's queue to the first token
+        "engine_ttft_ms": mean("vllm:request_queue_time_seconds") + mean("vllm:request_prefill_time_seconds"),
+        "tpot_ms": mean("vllm:request_time_per_output_token_seconds"),
+        "client_ttft_ms": st.mean(ttfts),
+        "client_tpot_ms": st.mean(tpots) if tpots else 0.0,
+        "completed": len(ttfts),
+        # Little's law on the engine's own histogram: requests in the server (arrival to finish), on average
+        "server_concurrency": (
+            after["vllm:e2e_request_latency_seconds_sum"] - before["vllm:e2e_request_latency_seconds_sum"]
+        )
+        / wall,
+    }
 
 
 def prompt_lengths(isl: int) -> list[int]:
@@ -357,7 +406,9 @@ def num_prompts_for(c: int) -> int:
     return max(8, 6 * c)
 
 
-def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 2, points: list = POINTS) -> dict:
+def check_server(
+    base_url: str, model_name: str, model_dir: Path, passes: int = 2, points: list = POINTS
+) -> dict:
     """Measure step costs on a running server, fit, and compare predicted with measured points."""
     from servelab.specs import load_model
 
@@ -365,9 +416,17 @@ def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 
     VOCAB["size"] = model.vocab_size
     t0 = time.time()
     samples = StepSamples()
-    samples.measure_round(base_url, model_name, seed=1000, keep=False)  # warm-up: every calibration shape once
-    asyncio.run(_warm_prompts(base_url, model_name, sorted({n for _, isl, _ in points for n in prompt_lengths(isl)})))
-    for c, isl, osl in points:  # one unmeasured pass: mixed steps bring token counts the engine has not run yet
+    samples.measure_round(
+        base_url, model_name, seed=1000, keep=False
+    )  # warm-up: every calibration shape once
+    asyncio.run(
+        _warm_prompts(base_url, model_name, sorted({n for _, isl, _ in points for n in prompt_lengths(isl)}))
+    )
+    for (
+        c,
+        isl,
+        osl,
+    ) in points:  # one unmeasured pass: mixed steps bring token counts the engine has not run yet
         bench_point(base_url, model_name, c, isl, osl, num_prompts_for(c), seed=passes)
     measured = {point: [] for point in points}
     for k in range(passes):
@@ -387,20 +446,43 @@ def check_server(base_url: str, model_name: str, model_dir: Path, passes: int = 
             if (seen, isl, osl) not in predictions:
                 predictions[seen, isl, osl] = predict_point(model, profile, seen, isl, osl, n)
             pred = predictions[seen, isl, osl]
-            run = {"concurrency": c, "seen_concurrency": seen, "pass": k, "isl": isl, "osl": osl, "num_prompts": n,
-                   "predicted": pred, "measured": m}
+            run = {
+                "concurrency": c,
+                "seen_concurrency": seen,
+                "pass": k,
+                "isl": isl,
+                "osl": osl,
+                "num_prompts": n,
+                "predicted": pred,
+                "measured": m,
+            }
             for metric in ("engine_ttft_ms", "ttft_ms", "tpot_ms"):
-                run[metric] = {"predicted": pred[metric], "measured": m[metric],
-                               "error": (pred[metric] - m[metric]) / m[metric]}
+                run[metric] = {
+                    "predicted": pred[metric],
+                    "measured": m[metric],
+                    "error": (pred[metric] - m[metric]) / m[metric],
+                }
             runs.append(run)
-    return {"wall_s": round(time.time() - t0, 1),
-            "step_costs": {"prefill_ms": costs.prefill_ms, "decode_ms": costs.decode_ms, "http_ms": costs.http_ms,
-                           "frontend_ms": costs.frontend_ms},
-            "profile": profile.__dict__, "runs": runs,
-            "setup": {"vllm": "vllm-cpu 0.32.0", "max_num_seqs": MAX_NUM_SEQS,
-                      "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "kv_space_gib": KV_SPACE_GIB,
-                      "model": "Llama h128 i256 L2 heads 2/1 (random weights)", "passes": passes,
-                      "calibration_rounds": len(samples.http) // len(PREFILL_LENS)}}
+    return {
+        "wall_s": round(time.time() - t0, 1),
+        "step_costs": {
+            "prefill_ms": costs.prefill_ms,
+            "decode_ms": costs.decode_ms,
+            "http_ms": costs.http_ms,
+            "frontend_ms": costs.frontend_ms,
+        },
+        "profile": profile.__dict__,
+        "runs": runs,
+        "setup": {
+            "vllm": "vllm-cpu 0.32.0",
+            "max_num_seqs": MAX_NUM_SEQS,
+            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+            "kv_space_gib": KV_SPACE_GIB,
+            "model": "Llama h128 i256 L2 heads 2/1 (random weights)",
+            "passes": passes,
+            "calibration_rounds": len(samples.http) // len(PREFILL_LENS),
+        },
+    }
 
 
 def run_check(model_dir: Path | None = None, passes: int = 2, port: int = PORT) -> dict:
@@ -422,20 +504,26 @@ def markdown(result: dict) -> str:
     decode = ", ".join(f"b{k} {v:.2f} ms" for k, v in costs["decode_ms"].items())
     lines = [
         f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
-        (f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
-         f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us "
-         f"per op (fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."),
+        (
+            f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
+            f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us "
+            f"per op (fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."
+        ),
         "",
-        ("| clients | engine saw | isl/osl | pass | engine TTFT measured ms | predicted ms | error | "
-         "TTFT with API process, measured / predicted ms | TPOT measured ms | predicted ms | error |"),
+        (
+            "| clients | engine saw | isl/osl | pass | engine TTFT measured ms | predicted ms | error | "
+            "TTFT with API process, measured / predicted ms | TPOT measured ms | predicted ms | error |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["runs"]:
         e, t, o = r["engine_ttft_ms"], r["ttft_ms"], r["tpot_ms"]
-        lines.append(f"| {r['concurrency']} | {r['measured']['server_concurrency']:.1f} | {r['isl']}/{r['osl']} | "
-                     f"{r['pass']} | {e['measured']:.1f} | {e['predicted']:.1f} | {e['error']:+.0%} | "
-                     f"{t['measured']:.1f} / {t['predicted']:.1f} | "
-                     f"{o['measured']:.2f} | {o['predicted']:.2f} | {o['error']:+.0%} |")
+        lines.append(
+            f"| {r['concurrency']} | {r['measured']['server_concurrency']:.1f} | {r['isl']}/{r['osl']} | "
+            f"{r['pass']} | {e['measured']:.1f} | {e['predicted']:.1f} | {e['error']:+.0%} | "
+            f"{t['measured']:.1f} / {t['predicted']:.1f} | "
+            f"{o['measured']:.2f} | {o['predicted']:.2f} | {o['error']:+.0%} |"
+        )
     return "\n".join(lines)
 
 

@@ -83,7 +83,9 @@ def test_events_in_one_read_share_a_timestamp():
 
 
 def test_usage_inside_last_content_chunk_llama_cpp_style():
-    last = event({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "usage": {"completion_tokens": 2}})
+    last = event(
+        {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "usage": {"completion_tokens": 2}}
+    )
     st, _ = run([HEAD + TOK, last + DONE])
     assert st.error is None and len(st.chunks) == 2 and st.usage["completion_tokens"] == 2
 
@@ -125,7 +127,9 @@ def test_close_delimited_body_needs_eof():
 
 def test_non_streaming_json_body():
     body = json.dumps({"choices": [{"text": "abc"}], "usage": {"completion_tokens": 4}}).encode()
-    resp = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    resp = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    )
     st, reusable = run([resp[:30], resp[30:]])
     assert st.error is None and reusable and st.usage["completion_tokens"] == 4 and len(st.chunks) == 1
     assert st.generated_text() == "abc"

@@ -8,9 +8,16 @@ from servelab.bench import metrics as M
 
 
 def rec(sent, chunks_ms, out, ok=True, sched=None, slot=None, prompt=10):
-    return {"i": 0, "ok": ok, "sent": sent, "sched": sent if sched is None else sched,
-            "slot": (sent if sched is None else sched) if slot is None else slot,
-            "chunks": [int(c * 1000) for c in chunks_ms], "in": prompt, "out": out}
+    return {
+        "i": 0,
+        "ok": ok,
+        "sent": sent,
+        "sched": sent if sched is None else sched,
+        "slot": (sent if sched is None else sched) if slot is None else slot,
+        "chunks": [int(c * 1000) for c in chunks_ms],
+        "in": prompt,
+        "out": out,
+    }
 
 
 def test_per_request_definitions():
@@ -49,8 +56,14 @@ def test_aggregate_hand_computed():
     b = M.derive(rec(0.5, [300, 400], 2, prompt=20), 2)  # ttft 300, e2el 400, tpot 100
     f = M.derive(rec(0.2, [], None, ok=False, prompt=30), 0)
     times = [[0.1, 0.2, 0.3], [0.8, 0.9], []]
-    out = M.aggregate([a, b, f], times, duration=2.0, percentile_metrics=["ttft", "tpot", "itl", "e2el"],
-                      percentiles=[50, 99], goodput_slos={"ttft": 200})
+    out = M.aggregate(
+        [a, b, f],
+        times,
+        duration=2.0,
+        percentile_metrics=["ttft", "tpot", "itl", "e2el"],
+        percentiles=[50, 99],
+        goodput_slos={"ttft": 200},
+    )
     assert out["completed"] == 2 and out["failed"] == 1
     assert out["total_input_tokens"] == 30  # failed requests do not count
     assert out["total_output_tokens"] == 5

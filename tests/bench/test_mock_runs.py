@@ -17,8 +17,20 @@ CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
 
 def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int, str, str, dict | None]:
-    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--random-input-len", "16",
-                 "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", *args]
+    cmd = CLI + [
+        "--base-url",
+        server.url,
+        "--model",
+        "mock",
+        "--random-input-len",
+        "16",
+        "--save-result",
+        "--result-dir",
+        str(tmp_path),
+        "--result-filename",
+        "r.json",
+        *args,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     path = tmp_path / "r.json"
     return p.returncode, p.stdout, p.stderr, json.loads(path.read_text()) if path.exists() else None
@@ -26,8 +38,21 @@ def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int,
 
 def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "20", "--first-token-delay-ms", "60")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "16", "--num-prompts", "16", "--max-concurrency",
-                            "4", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el", "--num-workers", "2")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "16",
+        "--num-prompts",
+        "16",
+        "--max-concurrency",
+        "4",
+        "--save-detailed",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--num-workers",
+        "2",
+    )
     assert rc == 0, err
     assert r["completed"] == 16 and r["failed"] == 0
     assert r["output_lens"] == [16] * 16 and r["total_output_tokens"] == 256
@@ -38,11 +63,36 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     assert r["mean_e2el_ms"] == pytest.approx(60 + 15 * 20, abs=30)
     # 4 streams each ~0.36 s -> about 11 req/s
     assert r["request_throughput"] == pytest.approx(4 / 0.36, rel=0.25)
-    for field in ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
-                  "request_rate", "burstiness", "max_concurrency", "duration", "total_input_tokens",
-                  "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-                  "max_concurrent_requests", "std_ttft_ms", "p99_itl_ms", "input_lens", "ttfts", "itls",
-                  "generated_texts", "errors", "version", "config", "client", "client_bottleneck_warning"):
+    for field in (
+        "date",
+        "endpoint_type",
+        "backend",
+        "label",
+        "model_id",
+        "tokenizer_id",
+        "num_prompts",
+        "request_rate",
+        "burstiness",
+        "max_concurrency",
+        "duration",
+        "total_input_tokens",
+        "request_goodput",
+        "output_throughput",
+        "total_token_throughput",
+        "max_output_tokens_per_s",
+        "max_concurrent_requests",
+        "std_ttft_ms",
+        "p99_itl_ms",
+        "input_lens",
+        "ttfts",
+        "itls",
+        "generated_texts",
+        "errors",
+        "version",
+        "config",
+        "client",
+        "client_bottleneck_warning",
+    ):
         assert field in r, field
     assert r["request_rate"] == "inf" and r["max_concurrency"] == 4
     assert len(r["itls"][0]) == 15
@@ -55,8 +105,19 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
 def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-123")
     s = mock_server("--token-delay-ms", "5")
-    rc, out, err, r = bench(s, tmp_path, "--endpoint", "/v1/chat/completions", "--random-output-len", "8",
-                            "--num-prompts", "8", "--max-concurrency", "2", "--save-detailed")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "8",
+        "--max-concurrency",
+        "2",
+        "--save-detailed",
+    )
     assert rc == 0, err
     assert r["backend"] == "openai-chat" and r["completed"] == 8
     assert r["output_lens"] == [8] * 8
@@ -69,8 +130,18 @@ def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monke
 def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path):
     """Every other response arrives as one burst: those requests read TPOT 0, and the result says how many."""
     s = mock_server("--token-delay-ms", "2", "--mode", "burst", "--fail-every", "2")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "8", "--num-prompts", "10", "--max-concurrency", "2",
-                            "--no-ready-check", "--save-detailed")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "10",
+        "--max-concurrency",
+        "2",
+        "--no-ready-check",
+        "--save-detailed",
+    )
     assert rc == 0 and r["completed"] == 10 and r["output_lens"] == [8] * 10
     bursts = [i for i, itl in enumerate(r["itls"]) if not any(itl)]
     assert len(bursts) == 5 and r["one_read_requests"] == 5
@@ -80,13 +151,26 @@ def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path)
 
 @pytest.mark.parametrize(
     "mode,reason",
-    [("http500", "HTTP 500"), ("truncate", "truncated stream"), ("malformed", "malformed SSE"),
-     ("error-event", "error event in stream")],
+    [
+        ("http500", "HTTP 500"),
+        ("truncate", "truncated stream"),
+        ("malformed", "malformed SSE"),
+        ("error-event", "error event in stream"),
+    ],
 )
 def test_misbehaving_server_counts_failures_with_reasons(mock_server, tmp_path, mode, reason):
     s = mock_server("--token-delay-ms", "2", "--mode", mode, "--fail-every", "2")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "8", "--num-prompts", "10", "--max-concurrency", "3",
-                            "--no-ready-check")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "10",
+        "--max-concurrency",
+        "3",
+        "--no-ready-check",
+    )
     assert rc == 1
     assert r["completed"] == 5 and r["failed"] == 5
     assert len(r["failure_reasons"]) == 1
@@ -96,8 +180,19 @@ def test_misbehaving_server_counts_failures_with_reasons(mock_server, tmp_path, 
 
 def test_hanging_server_times_out(mock_server, tmp_path):
     s = mock_server("--mode", "hang", "--fail-every", "3", "--token-delay-ms", "2")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "4", "--num-prompts", "6", "--max-concurrency", "6",
-                            "--request-timeout", "1", "--no-ready-check")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "6",
+        "--request-timeout",
+        "1",
+        "--no-ready-check",
+    )
     assert rc == 1
     assert r["failed"] == 2 and r["completed"] == 4
     assert next(iter(r["failure_reasons"])).startswith("timeout")
@@ -105,8 +200,20 @@ def test_hanging_server_times_out(mock_server, tmp_path):
 
 def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5", "--die-after-requests", "12")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "10", "--num-prompts", "200", "--max-concurrency",
-                            "4", "--no-ready-check", "--num-workers", "2", timeout=60)
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "10",
+        "--num-prompts",
+        "200",
+        "--max-concurrency",
+        "4",
+        "--no-ready-check",
+        "--num-workers",
+        "2",
+        timeout=60,
+    )
     assert rc == 1
     assert 8 <= r["completed"] < 12
     assert r["failed"] >= 1
@@ -118,9 +225,27 @@ def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
 
 def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "10")
-    cmd = CLI + ["--base-url", s.url, "--model", "mock", "--random-input-len", "8", "--random-output-len", "20",
-                 "--num-prompts", "5000", "--max-concurrency", "8", "--save-result", "--result-dir", str(tmp_path),
-                 "--result-filename", "r.json", "--num-workers", "2"]
+    cmd = CLI + [
+        "--base-url",
+        s.url,
+        "--model",
+        "mock",
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "20",
+        "--num-prompts",
+        "5000",
+        "--max-concurrency",
+        "8",
+        "--save-result",
+        "--result-dir",
+        str(tmp_path),
+        "--result-filename",
+        "r.json",
+        "--num-workers",
+        "2",
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)
     p.send_signal(signal.SIGINT)
@@ -134,8 +259,19 @@ def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
 
 def test_no_usage_falls_back_to_the_tokenizer(mock_server, tmp_path, tiny_tokenizer):
     s = mock_server("--token-delay-ms", "2", "--mode", "no-usage")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "6", "--num-prompts", "4", "--max-concurrency", "2",
-                            "--tokenizer", str(tiny_tokenizer), "--save-detailed")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "6",
+        "--num-prompts",
+        "4",
+        "--max-concurrency",
+        "2",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--save-detailed",
+    )
     assert rc == 0, err
     assert r["token_count_source"] == "tokenizer"
     from tokenizers import Tokenizer
@@ -146,8 +282,23 @@ def test_no_usage_falls_back_to_the_tokenizer(mock_server, tmp_path, tiny_tokeni
 
 def test_sweep_writes_one_file_per_point_and_a_table(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
-    cmd = CLI + ["--base-url", s.url, "--model", "mock", "--random-input-len", "8", "--random-output-len", "4",
-                 "--num-prompts", "6", "--max-concurrency", "1,3", "--save-result", "--result-dir", str(tmp_path)]
+    cmd = CLI + [
+        "--base-url",
+        s.url,
+        "--model",
+        "mock",
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "1,3",
+        "--save-result",
+        "--result-dir",
+        str(tmp_path),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert p.returncode == 0, p.stderr
     files = sorted(f.name for f in tmp_path.glob("*.json"))
@@ -157,8 +308,18 @@ def test_sweep_writes_one_file_per_point_and_a_table(mock_server, tmp_path):
 
 def test_open_loop_follows_the_schedule(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
-    rc, out, err, r = bench(s, tmp_path, "--random-output-len", "4", "--num-prompts", "40", "--request-rate", "40",
-                            "--burstiness", "1")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "40",
+        "--request-rate",
+        "40",
+        "--burstiness",
+        "1",
+    )
     assert rc == 0, err
     assert r["request_rate"] == 40.0
     assert r["duration"] == pytest.approx(1.0 + 0.008, abs=0.1)  # last arrival at n/rate = 1 s
@@ -167,9 +328,22 @@ def test_open_loop_follows_the_schedule(mock_server, tmp_path):
 
 def test_multiturn_conversations_grow(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
-    rc, out, err, r = bench(s, tmp_path, "--endpoint", "/v1/chat/completions", "--dataset-name", "multiturn",
-                            "--multiturn-turns", "3", "--random-output-len", "5", "--num-prompts", "2",
-                            "--max-concurrency", "2")
+    rc, out, err, r = bench(
+        s,
+        tmp_path,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--dataset-name",
+        "multiturn",
+        "--multiturn-turns",
+        "3",
+        "--random-output-len",
+        "5",
+        "--num-prompts",
+        "2",
+        "--max-concurrency",
+        "2",
+    )
     assert rc == 0, err
     assert r["completed"] == 6
     recs = [json.loads(x) for x in Path(r["records_file"]).read_text().splitlines()]
@@ -185,9 +359,15 @@ def test_multiturn_conversations_grow(mock_server, tmp_path):
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
-    p = subprocess.run(CLI + ["--dataset-name", "bogus", "--model", "m"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        CLI + ["--dataset-name", "bogus", "--model", "m"], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and p.stderr.startswith("error: --dataset-name")
-    p = subprocess.run(CLI + ["--max-concurrency", "1,x", "--model", "m"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        CLI + ["--max-concurrency", "1,x", "--model", "m"], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "'x'" in p.stderr
-    p = subprocess.run(CLI + ["--goodput", "ttft=5", "--model", "m"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        CLI + ["--goodput", "ttft=5", "--model", "m"], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "goodput" in p.stderr

@@ -8,7 +8,9 @@ import pytest
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_models_show_json():
@@ -20,12 +22,37 @@ def test_models_show_json():
 
 
 def test_estimate_json_fields():
-    r = run("estimate", "sgl-project/DeepSeek-V4-Flash-FP8", "--system", "h200_sxm", "--tp", "8", "--ep", "8",
-            "--batch", "16", "--isl", "4096", "--osl", "512", "--json")
+    r = run(
+        "estimate",
+        "sgl-project/DeepSeek-V4-Flash-FP8",
+        "--system",
+        "h200_sxm",
+        "--tp",
+        "8",
+        "--ep",
+        "8",
+        "--batch",
+        "16",
+        "--isl",
+        "4096",
+        "--osl",
+        "512",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    for field in ("ttft_ms", "tpot_ms", "ttft_ms_low", "ttft_ms_high", "tpot_ms_low", "tpot_ms_high",
-                  "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "memory", "provenance"):
+    for field in (
+        "ttft_ms",
+        "tpot_ms",
+        "ttft_ms_low",
+        "ttft_ms_high",
+        "tpot_ms_low",
+        "tpot_ms_high",
+        "output_tokens_per_s_per_gpu",
+        "tokens_per_s_per_user",
+        "memory",
+        "provenance",
+    ):
         assert field in data
 
 
@@ -35,15 +62,18 @@ def test_estimate_breakdown_prints_op_kinds():
     assert "attention_decode" in r.stdout and "ffn_gate_up" in r.stdout
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["estimate", "deepseek-v4-flsh"], "did you mean"),
-    (["estimate", "llama-3.1-8b", "--system", "h300"], "unknown system"),
-    (["estimate", "llama-3.1-70b", "--tp", "3"], "power of two"),
-    (["estimate", "deepseek-v3", "--tp", "2"], "does not fit"),
-    (["estimate", "deepseek-ai/DeepSeek-V4-Pro", "--tp", "8", "--ep", "8"], "FP8 conversion"),
-    (["estimate", "qwen3-32b", "--kv-dtype", "int2"], "--kv-dtype"),
-    (["memory", "llama-3.1-70b", "--tp", "0"], "--tp"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["estimate", "deepseek-v4-flsh"], "did you mean"),
+        (["estimate", "llama-3.1-8b", "--system", "h300"], "unknown system"),
+        (["estimate", "llama-3.1-70b", "--tp", "3"], "power of two"),
+        (["estimate", "deepseek-v3", "--tp", "2"], "does not fit"),
+        (["estimate", "deepseek-ai/DeepSeek-V4-Pro", "--tp", "8", "--ep", "8"], "FP8 conversion"),
+        (["estimate", "qwen3-32b", "--kv-dtype", "int2"], "--kv-dtype"),
+        (["memory", "llama-3.1-70b", "--tp", "0"], "--tp"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, needle):
     r = run(*args)
     assert r.returncode == 2

@@ -21,12 +21,12 @@ def main() -> int:
     sink = torch.randn(H, device="cuda")
     idx = torch.randint(-1, N, (T, n), dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
-    out = K.sparse_attention(q, kv, idx, sink, D ** -0.5)
+    out = K.sparse_attention(q, kv, idx, sink, D**-0.5)
     ref = []
     for t in range(T):
         sel = idx[t][idx[t] >= 0].long()
         k = kv[sel].float()
-        s = torch.cat([(q[t].float() @ k.T) * D ** -0.5, sink[:, None]], 1)
+        s = torch.cat([(q[t].float() @ k.T) * D**-0.5, sink[:, None]], 1)
         ref.append(torch.softmax(s, 1)[:, :-1] @ k)
     e = rel(out, torch.stack(ref))
     print(f"sparse_attention rel err {e:.2e}")
@@ -40,7 +40,9 @@ def main() -> int:
     lo = K.indexer_logits_prefill(qi, ki, ks, w, ratio)
     r = torch.einsum("bshd,bnd->bshn", qi.float(), ki.float()).relu()
     r = (r * w.float()[..., None]).sum(2) * ks[:, None, :]
-    vis = ((torch.arange(NC, device="cuda")[None, :] + 1) * ratio - 1) <= torch.arange(S, device="cuda")[:, None]
+    vis = ((torch.arange(NC, device="cuda")[None, :] + 1) * ratio - 1) <= torch.arange(S, device="cuda")[
+        :, None
+    ]
     fin = vis[None].expand_as(r)
     same_mask = bool((torch.isfinite(lo) == fin).all())
     e = rel(lo[fin], r[fin])
@@ -49,7 +51,9 @@ def main() -> int:
     qd = (torch.randn(B, NH, DI, device="cuda") * 0.5).to(torch.float8_e4m3fn)
     wd = torch.randn(B, NH, device="cuda").bfloat16()
     ld = K.indexer_logits_decode(qd, ki, ks, wd, NC - 3)
-    rd = ((torch.einsum("bhd,bnd->bhn", qd.float(), ki.float()).relu() * wd.float()[..., None]).sum(1) * ks)[:, : NC - 3]
+    rd = ((torch.einsum("bhd,bnd->bhn", qd.float(), ki.float()).relu() * wd.float()[..., None]).sum(1) * ks)[
+        :, : NC - 3
+    ]
     e = rel(ld, rd)
     print(f"indexer_logits_decode rel err {e:.2e}")
     bad += not e < 1e-2

@@ -19,7 +19,9 @@ H200 = load_system("h200_sxm")
 
 def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
     cfg = CampaignConfig(out=tmp_path / "c", models=models, ops=ops, smoke=smoke, gpus=workers, **kw)
-    report = run(cfg, executor=LocalExecutor(workers), backend=fake_backend(), progress=False, echo=lambda s: None)
+    report = run(
+        cfg, executor=LocalExecutor(workers), backend=fake_backend(), progress=False, echo=lambda s: None
+    )
     return cfg, report, CampaignStore(cfg.out)
 
 
@@ -41,7 +43,11 @@ def test_model_keys_are_what_the_predictor_asks_for():
 
 
 def test_native_heads_times_tp_is_constant_for_mla_and_dsv4():
-    for name, kind in (("deepseek-v3", MlaDecode), ("deepseek-v4-pro", Dsv4Generation), ("deepseek-v4-flash", Dsv4Generation)):
+    for name, kind in (
+        ("deepseek-v3", MlaDecode),
+        ("deepseek-v4-pro", Dsv4Generation),
+        ("deepseek-v4-flash", Dsv4Generation),
+    ):
         model = cases.planning_model(name, H200)
         ks = [k for k in cases.model_keys(model) if isinstance(k, kind)]
         assert {k.native_heads // k.heads for k in ks} == {1, 2, 4, 8}
@@ -68,7 +74,12 @@ def test_plan_interleaves_ops_and_smoke_is_small():
 def test_expand_ops_families_and_unknown():
     from servelab.errors import ServelabError
 
-    assert cases.expand_ops(["attention,comm"]) >= {"attention_prefill", "attention_decode", "allreduce", "p2p"}
+    assert cases.expand_ops(["attention,comm"]) >= {
+        "attention_prefill",
+        "attention_decode",
+        "allreduce",
+        "p2p",
+    }
     with pytest.raises(ServelabError, match="did you mean|unknown op"):
         cases.expand_ops(["gemmm"])
 
@@ -135,8 +146,19 @@ def test_a_worker_that_dies_is_replaced(tmp_path, monkeypatch):
 
 def test_acceptance_flags_bad_numbers_and_missing_heads():
     model = load_model("qwen3-32b")
-    good = {"batch": 1, "kv_len": 1024, "heads": 64, "kv_heads": 8, "head_dim": 128, "window": 0,
-            "kv_dtype": "bf16", "op": "attention_decode", "latency_us": 10.0, "p10_us": 9.0, "p90_us": 11.0}
+    good = {
+        "batch": 1,
+        "kv_len": 1024,
+        "heads": 64,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "window": 0,
+        "kv_dtype": "bf16",
+        "op": "attention_decode",
+        "latency_us": 10.0,
+        "p10_us": 9.0,
+        "p90_us": 11.0,
+    }
     nan = dict(good, heads=32, kv_heads=4, latency_us=float("nan"))
     swapped = dict(good, heads=16, kv_heads=2, p10_us=12.0)
     report = accept.check([], [good, nan, swapped], [], [model])
@@ -151,8 +173,17 @@ def test_modelled_collectives_say_so_and_grow_with_group_size():
     rows = []
     for b in (1 << 10, 1 << 16, 1 << 20, 1 << 26, 1 << 28, 1 << 30):
         us = 20.0 + 2 * 3 / 4 * b / 300e9 * 1e6
-        rows.append({"bytes": b, "gpus": 4, "op": "allreduce", "latency_us": us, "p10_us": us * 0.98,
-                     "p90_us": us * 1.02, "source": "measured"})
+        rows.append(
+            {
+                "bytes": b,
+                "gpus": 4,
+                "op": "allreduce",
+                "latency_us": us,
+                "p10_us": us * 0.98,
+                "p90_us": us * 1.02,
+                "source": "measured",
+            }
+        )
     out = modelled.model_rows(rows, (8,), H200)
     assert len(out) == 6 and all(r["source"] == "modelled" and r["gpus"] == 8 for r in out)
     assert all("measured on 4 GPUs" in r["modelled_from"] for r in out)
@@ -173,8 +204,20 @@ def test_cli_dry_run_prints_the_estimate_first(tmp_path):
 
     from servelab.cli.main import app
 
-    result = CliRunner().invoke(app, ["collect", "--dry-run", "--smoke", "--model", "llama-3.1-8b", "--gpus", "2",
-                                      "--out", str(tmp_path / "c")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "collect",
+            "--dry-run",
+            "--smoke",
+            "--model",
+            "llama-3.1-8b",
+            "--gpus",
+            "2",
+            "--out",
+            str(tmp_path / "c"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "GPU-minutes" in result.output and "to measure" in result.output
 
@@ -183,8 +226,13 @@ def test_cli_without_gpu_is_a_clean_error(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "servelab.cli.main", "collect", "--smoke", "--out",
-                           str(tmp_path / "c")], capture_output=True, text=True, env=_no_torch_env(), check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "collect", "--smoke", "--out", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        env=_no_torch_env(),
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
 
 

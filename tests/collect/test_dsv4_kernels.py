@@ -22,11 +22,11 @@ def test_sparse_attention_matches_softmax_over_the_index_list_with_sink():
     T, H, D, N, n = 4, 20, 512, 40, 37
     q, kv, sink = torch.randn(T, H, D), torch.randn(N, D), torch.randn(H)
     idx = torch.randint(-1, N, (T, n), dtype=torch.int32)
-    out = K.sparse_attention(q, kv, idx, sink, D ** -0.5)
+    out = K.sparse_attention(q, kv, idx, sink, D**-0.5)
     ref = []
     for t in range(T):
         k = kv[idx[t][idx[t] >= 0].long()]
-        s = torch.cat([(q[t] @ k.T) * D ** -0.5, sink[:, None]], 1)
+        s = torch.cat([(q[t] @ k.T) * D**-0.5, sink[:, None]], 1)
         ref.append(torch.softmax(s, 1)[:, :-1] @ k)
     assert _rel(out, torch.stack(ref)) < 1e-5
 
@@ -35,7 +35,12 @@ def test_indexer_logits_prefill_and_decode():
     torch.manual_seed(1)
     B, S, NH, DI, ratio = 2, 70, 4, 128, 4
     NC = S // ratio
-    qi, ki, ks, w = torch.randn(B, S, NH, DI), torch.randn(B, NC, DI), torch.rand(B, NC), torch.randn(B, S, NH)
+    qi, ki, ks, w = (
+        torch.randn(B, S, NH, DI),
+        torch.randn(B, NC, DI),
+        torch.rand(B, NC),
+        torch.randn(B, S, NH),
+    )
     lo = K.indexer_logits_prefill(qi, ki, ks, w, ratio)
     ref = (torch.einsum("bshd,bnd->bshn", qi, ki).relu() * w[..., None]).sum(2) * ks[:, None, :]
     visible = ((torch.arange(NC)[None, :] + 1) * ratio - 1) <= torch.arange(S)[:, None]

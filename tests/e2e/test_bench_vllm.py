@@ -14,8 +14,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(server, model_dir, tmp_path, *args, name="r.json"):
-    cmd = CLI + ["--base-url", server.url, "--model", server.model, "--tokenizer", str(model_dir),
-                 "--save-result", "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", name, *args]
+    cmd = CLI + [
+        "--base-url",
+        server.url,
+        "--model",
+        server.model,
+        "--tokenizer",
+        str(model_dir),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(tmp_path),
+        "--result-filename",
+        name,
+        *args,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads((tmp_path / name).read_text())
@@ -42,8 +55,21 @@ def assert_zero_tpot_explained(r: dict) -> None:
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
 def test_exact_lengths_and_usage_counts(vllm_server, tiny_llama, tmp_path, endpoint):
-    r = bench(vllm_server, tiny_llama, tmp_path, "--endpoint", endpoint, "--random-input-len", "64",
-              "--random-output-len", "32", "--num-prompts", "8", "--max-concurrency", "4")
+    r = bench(
+        vllm_server,
+        tiny_llama,
+        tmp_path,
+        "--endpoint",
+        endpoint,
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "32",
+        "--num-prompts",
+        "8",
+        "--max-concurrency",
+        "4",
+    )
     assert r["completed"] == 8 and r["failed"] == 0
     assert r["output_lens"] == [32] * 8  # ignore_eos (on for random) gives exact output lengths
     assert r["token_count_source"] == "usage"
@@ -74,9 +100,20 @@ def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
         before = server_counters(vllm_server)
         # no ready check (the warm-up above did its job): the server's counters then hold exactly the measured
         # requests; the first request of a prompt length costs vLLM's CPU runner 6-10 ms, one after idle up to 180
-        r = bench(vllm_server, tiny_llama, tmp_path, *lengths, "--num-prompts", str(max(4, 2 * c)),
-                  "--max-concurrency", str(c), "--no-ready-check",
-                  "--percentile-metrics", "ttft,tpot,itl,e2el", name=f"c{c}.json")
+        r = bench(
+            vllm_server,
+            tiny_llama,
+            tmp_path,
+            *lengths,
+            "--num-prompts",
+            str(max(4, 2 * c)),
+            "--max-concurrency",
+            str(c),
+            "--no-ready-check",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            name=f"c{c}.json",
+        )
         after = server_counters(vllm_server)
         served = {k: after[k] - before.get(k, 0.0) for k in after}
         assert r["failed"] == 0 and r["completed"] == max(4, 2 * c)
@@ -88,13 +125,32 @@ def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
         assert served["vllm:request_success_total"] == r["completed"]
         assert served["vllm:generation_tokens_total"] == r["total_output_tokens"]
         assert served["vllm:prompt_tokens_total"] == r["total_input_tokens"]
-        engine_ttft_ms = (served["vllm:time_to_first_token_seconds_sum"]
-                          / served["vllm:time_to_first_token_seconds_count"] * 1000)
+        engine_ttft_ms = (
+            served["vllm:time_to_first_token_seconds_sum"]
+            / served["vllm:time_to_first_token_seconds_count"]
+            * 1000
+        )
         assert r["mean_ttft_ms"] >= engine_ttft_ms * 0.99, (r["mean_ttft_ms"], engine_ttft_ms)
 
 
 def test_non_streaming(vllm_server, tiny_llama, tmp_path):
-    r = bench(vllm_server, tiny_llama, tmp_path, "--no-stream", "--random-input-len", "32", "--random-output-len",
-              "16", "--num-prompts", "4", "--max-concurrency", "2", "--percentile-metrics", "ttft,e2el")
+    r = bench(
+        vllm_server,
+        tiny_llama,
+        tmp_path,
+        "--no-stream",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "16",
+        "--num-prompts",
+        "4",
+        "--max-concurrency",
+        "2",
+        "--percentile-metrics",
+        "ttft,e2el",
+    )
     assert r["completed"] == 4 and r["output_lens"] == [16] * 4
-    assert r["mean_ttft_ms"] == pytest.approx(r["mean_e2el_ms"], rel=1e-6)  # one event: TTFT is the whole request
+    assert r["mean_ttft_ms"] == pytest.approx(
+        r["mean_e2el_ms"], rel=1e-6
+    )  # one event: TTFT is the whole request

@@ -62,9 +62,11 @@ def test_simulator_matches_measured_runs(check, metric):
         ratio = m["predicted"] / m["measured"]
         limit = FACTOR[metric][r["concurrency"] > 1]
         if not 1 / limit <= ratio <= limit:
-            misses.append(f"c={r['concurrency']} (engine saw {r['seen_concurrency']}) {r['isl']}/{r['osl']} pass "
-                          f"{r['pass']}: predicted {m['predicted']:.2f} ms, measured {m['measured']:.2f} ms "
-                          f"(x{ratio:.2f} outside x{limit} either way)")
+            misses.append(
+                f"c={r['concurrency']} (engine saw {r['seen_concurrency']}) {r['isl']}/{r['osl']} pass "
+                f"{r['pass']}: predicted {m['predicted']:.2f} ms, measured {m['measured']:.2f} ms "
+                f"(x{ratio:.2f} outside x{limit} either way)"
+            )
     assert not misses, "\n".join(misses)
 
 
@@ -72,12 +74,16 @@ def test_concurrency_trend_agrees(check):
     """Beyond per-run tolerance: from the lightest to the heaviest load the engine saw, TTFT and TPOT must move
     the same way in the simulator as on the engine (the queueing a mean-field formula gets wrong)."""
     for isl, osl in {(r["isl"], r["osl"]) for r in check["runs"]}:
-        runs = sorted((r for r in check["runs"] if (r["isl"], r["osl"]) == (isl, osl)),
-                      key=lambda r: r["seen_concurrency"])
+        runs = sorted(
+            (r for r in check["runs"] if (r["isl"], r["osl"]) == (isl, osl)),
+            key=lambda r: r["seen_concurrency"],
+        )
         lo, hi = runs[0], runs[-1]
         if hi["seen_concurrency"] < 4:
             continue  # the clients never loaded the engine (reported in the result); nothing to compare
         for metric in ("engine_ttft_ms", "tpot_ms"):
             meas = hi[metric]["measured"] / lo[metric]["measured"]
             pred = hi[metric]["predicted"] / lo[metric]["predicted"]
-            assert (meas > 1.1) <= (pred > 1.0), f"{isl}/{osl} {metric}: measured x{meas:.2f}, predicted x{pred:.2f}"
+            assert (meas > 1.1) <= (pred > 1.0), (
+                f"{isl}/{osl} {metric}: measured x{meas:.2f}, predicted x{pred:.2f}"
+            )

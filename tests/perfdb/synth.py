@@ -9,8 +9,17 @@ GPU = "NVIDIA H200"
 
 
 def provenance(date: str = "2025-11-29T10:00:00Z", gpu: str = GPU) -> dict:
-    return {"gpu_name": gpu, "driver": "580.00", "cuda": "13.0", "torch": "2.11.0", "cudnn": "9.19",
-            "nccl": "2.28", "date": date, "clocks": "synthetic", "command": "tests/perfdb/synth.py"}
+    return {
+        "gpu_name": gpu,
+        "driver": "580.00",
+        "cuda": "13.0",
+        "torch": "2.11.0",
+        "cudnn": "9.19",
+        "nccl": "2.28",
+        "date": date,
+        "clocks": "synthetic",
+        "command": "tests/perfdb/synth.py",
+    }
 
 
 def gemm_us(m: int, n: int, k: int) -> float:
@@ -18,7 +27,7 @@ def gemm_us(m: int, n: int, k: int) -> float:
     blended so the knee is soft, with a mild wave in log m (kernel choice changing with m)."""
     compute = 2.0 * m * n * k / 650e12 * 1e6
     memory = (n * k * 2 + m * k * 2 + m * n * 2) / 4.0e12 * 1e6
-    return 4.0 + (compute ** 3 + memory ** 3) ** (1 / 3) * (1.0 + 0.04 * math.sin(math.log2(m)))
+    return 4.0 + (compute**3 + memory**3) ** (1 / 3) * (1.0 + 0.04 * math.sin(math.log2(m)))
 
 
 def prefill_us(batch: int, seq: int, heads: int, head_dim: int) -> float:
@@ -61,8 +70,17 @@ def prefill_rows() -> list[dict]:
         for b in (1, 2, 4, 8):
             for s in (256, 512, 1024, 2048, 4096, 8192):
                 if b * s <= 32768:
-                    out.append(row("attention_prefill", prefill_us(b, s, heads, 128), batch=b, seq=s, heads=heads,
-                                   kv_heads=kv, head_dim=128))
+                    out.append(
+                        row(
+                            "attention_prefill",
+                            prefill_us(b, s, heads, 128),
+                            batch=b,
+                            seq=s,
+                            heads=heads,
+                            kv_heads=kv,
+                            head_dim=128,
+                        )
+                    )
     return out
 
 
@@ -71,8 +89,17 @@ def decode_rows() -> list[dict]:
     for heads, kv in ((32, 8), (8, 2)):
         for b in (1, 8, 32, 64, 128, 256):
             for kvl in (512, 1024, 2048, 4096, 8192, 16384, 32768):
-                out.append(row("attention_decode", decode_us(b, kvl, kv, 128), batch=b, kv_len=kvl, heads=heads,
-                               kv_heads=kv, head_dim=128))
+                out.append(
+                    row(
+                        "attention_decode",
+                        decode_us(b, kvl, kv, 128),
+                        batch=b,
+                        kv_len=kvl,
+                        heads=heads,
+                        kv_heads=kv,
+                        head_dim=128,
+                    )
+                )
     return out
 
 
@@ -82,13 +109,27 @@ def dsv4_rows(native: int = 64, tps=(1, 2, 4, 8)) -> list[dict]:
         h = native // tp
         for b in (1, 4, 16, 64):
             for kvl in (1024, 4096, 16384, 65536):
-                out.append(row("dsv4_csa_generation_module", dsv4_gen_us(native, h, b, kvl), native_heads=native,
-                               heads=h, batch=b, kv_len=kvl, tp=tp, model=f"v4-{native}"))
+                out.append(
+                    row(
+                        "dsv4_csa_generation_module",
+                        dsv4_gen_us(native, h, b, kvl),
+                        native_heads=native,
+                        heads=h,
+                        batch=b,
+                        kv_len=kvl,
+                        tp=tp,
+                        model=f"v4-{native}",
+                    )
+                )
     return out
 
 
 def comm_rows() -> list[dict]:
-    return [row("allreduce", allreduce_us(2 ** e, g), bytes=2 ** e, gpus=g) for g in (2, 4, 8) for e in range(10, 31, 2)]
+    return [
+        row("allreduce", allreduce_us(2**e, g), bytes=2**e, gpus=g)
+        for g in (2, 4, 8)
+        for e in range(10, 31, 2)
+    ]
 
 
 def write_campaign(directory: Path, rows: list[dict], prov: dict | None = None, errors: int = 0) -> Path:
@@ -100,8 +141,9 @@ def write_campaign(directory: Path, rows: list[dict], prov: dict | None = None, 
     for op, rs in by_op.items():
         (directory / "rows" / f"{op}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
     (directory / "provenance.json").write_text(json.dumps(prov or provenance()))
-    (directory / "errors.jsonl").write_text("".join(json.dumps({"op": "gemm", "error": "OOM"}) + "\n"
-                                                    for _ in range(errors)))
+    (directory / "errors.jsonl").write_text(
+        "".join(json.dumps({"op": "gemm", "error": "OOM"}) + "\n" for _ in range(errors))
+    )
     return directory
 
 

@@ -10,12 +10,19 @@ import synth
 
 def run(*args, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "servelab.cli.main", "db", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "db", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_query_one_op_as_json(table_dir):
-    r = run("query", "gemm", "--m", "3000", "--n", "4096", "--k", "4096", "--tables", str(table_dir), "--json")
+    r = run(
+        "query", "gemm", "--m", "3000", "--n", "4096", "--k", "4096", "--tables", str(table_dir), "--json"
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["source"] == "interpolated"
@@ -24,27 +31,57 @@ def test_query_one_op_as_json(table_dir):
 
 
 def test_query_batch_size_flag_and_text_output(table_dir):
-    r = run("query", "attention_decode", "--batch", "8", "--kv-len", "4096", "--heads", "32", "--kv-heads", "8",
-            "--head-dim", "128", "--tables", str(table_dir))
+    r = run(
+        "query",
+        "attention_decode",
+        "--batch",
+        "8",
+        "--kv-len",
+        "4096",
+        "--heads",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--tables",
+        str(table_dir),
+    )
     assert r.returncode == 0, r.stderr
     assert "measured" in r.stdout and "us [" in r.stdout
 
 
 def test_query_batch_file(table_dir, tmp_path):
-    lines = [{"op": "gemm", "m": 7, "n": 4096, "k": 4096},
-             {"op": "attention_prefill", "batch": 2, "seq": 1000, "heads": 32, "kv_heads": 8, "head_dim": 128},
-             {"op": "allreduce", "bytes": 3 << 20, "gpus": 8},
-             {"op": "moe", "tokens": 256, "hidden": 7168, "inter": 2048, "experts": 256, "topk": 8, "ep": 8,
-              "dtype": "fp8"},
-             {"op": "mla_decode", "batch": 4, "kv_len": 4096, "heads": 16, "native_heads": 128},
-             {"op": "dsv4_csa_context_module", "native_heads": 128, "heads": 16, "batch": 1, "seq": 4096}]
+    lines = [
+        {"op": "gemm", "m": 7, "n": 4096, "k": 4096},
+        {"op": "attention_prefill", "batch": 2, "seq": 1000, "heads": 32, "kv_heads": 8, "head_dim": 128},
+        {"op": "allreduce", "bytes": 3 << 20, "gpus": 8},
+        {
+            "op": "moe",
+            "tokens": 256,
+            "hidden": 7168,
+            "inter": 2048,
+            "experts": 256,
+            "topk": 8,
+            "ep": 8,
+            "dtype": "fp8",
+        },
+        {"op": "mla_decode", "batch": 4, "kv_len": 4096, "heads": 16, "native_heads": 128},
+        {"op": "dsv4_csa_context_module", "native_heads": 128, "heads": 16, "batch": 1, "seq": 4096},
+    ]
     f = tmp_path / "q.jsonl"
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     r = run("query", "--batch", str(f), "--tables", str(table_dir), "--json")
     assert r.returncode == 0, r.stderr
     out = [json.loads(x) for x in r.stdout.splitlines()]
-    assert [o["source"] for o in out] == ["interpolated", "interpolated", "interpolated", "roofline", "roofline",
-                                          "roofline"]
+    assert [o["source"] for o in out] == [
+        "interpolated",
+        "interpolated",
+        "interpolated",
+        "roofline",
+        "roofline",
+        "roofline",
+    ]
     for o in out:
         assert set(o) >= {"latency_us", "latency_us_low", "latency_us_high", "source", "note"}
 
@@ -62,11 +99,27 @@ def test_batch_file_bad_lines_get_error_objects_and_exit_2(table_dir, tmp_path):
 
 def test_unknown_op_and_out_of_range_shapes_are_clear_errors():
     r = run("query", "gemmm", "--m", "1")
-    assert r.returncode == 2 and "unknown op 'gemmm' (did you mean gemm" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2
+        and "unknown op 'gemmm' (did you mean gemm" in r.stderr
+        and "Traceback" not in r.stderr
+    )
     r = run("query", "gemm", "--m", "1", "--n", "4096", "--k", str(1 << 30))
     assert r.returncode == 2 and "k=1073741824 is outside the supported range" in r.stderr
-    r = run("query", "attention_prefill", "--batch", "1", "--seq", "10", "--heads", "7", "--kv-heads", "2",
-            "--head-dim", "128")
+    r = run(
+        "query",
+        "attention_prefill",
+        "--batch",
+        "1",
+        "--seq",
+        "10",
+        "--heads",
+        "7",
+        "--kv-heads",
+        "2",
+        "--head-dim",
+        "128",
+    )
     assert r.returncode == 2 and "heads=7 must be a multiple of kv_heads=2" in r.stderr
     r = run("query", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "int3")
     assert r.returncode == 2 and "unknown dtype 'int3'" in r.stderr

@@ -10,8 +10,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_fit_improves_the_roofline_and_records_provenance(table_dir):
     eff_before = (ROOT / "src/servelab/perfdb/data/efficiencies.json").read_text()
-    r = subprocess.run([sys.executable, str(ROOT / "bench/fit_roofline.py"), "--tables", str(table_dir), "--dry-run"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/fit_roofline.py"), "--tables", str(table_dir), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     entry = json.loads(r.stdout)
     prov = entry["_provenance"]

@@ -101,8 +101,11 @@ def test_no_table_for_an_op_means_roofline(tables, h200):
 
 
 def test_every_answer_has_a_source_and_an_ordered_band(tables):
-    qs = [keys.Gemm(m, 4096, 14336) for m in (1, 77, 4096, 99999)] + \
-         [keys.AttentionDecode(b, 5000, 8, 2, 128) for b in (1, 3, 300)] + [keys.Comm(2 ** 33, 8)]
+    qs = (
+        [keys.Gemm(m, 4096, 14336) for m in (1, 77, 4096, 99999)]
+        + [keys.AttentionDecode(b, 5000, 8, 2, 128) for b in (1, 3, 300)]
+        + [keys.Comm(2**33, 8)]
+    )
     for q in qs:
         lat = tables.lookup(q)
         assert lat.source in ("measured", "interpolated", "extrapolated")
@@ -113,9 +116,15 @@ def test_lookup_is_fast(tables):
     import random
 
     random.seed(1)
-    qs = list({keys.Gemm(random.randint(1, 30000), random.choice([4096, 8192, 5000]), 4096) for _ in range(3000)})
-    qs += list({keys.AttentionDecode(random.randint(1, 256), random.randint(64, 40000), 32, 8, 128)
-                for _ in range(3000)})
+    qs = list(
+        {keys.Gemm(random.randint(1, 30000), random.choice([4096, 8192, 5000]), 4096) for _ in range(3000)}
+    )
+    qs += list(
+        {
+            keys.AttentionDecode(random.randint(1, 256), random.randint(64, 40000), 32, 8, 128)
+            for _ in range(3000)
+        }
+    )
     for q in qs[:50]:
         tables.lookup(q)  # build the groups once
     t = time.perf_counter()
@@ -132,22 +141,42 @@ def _grid_rows(h200, keys_):
     from servelab.perfdb.reference import reference_fn
 
     ref = reference_fn(h200)
-    return [synth.row(k.op, 1.3 * ref(k) + 3.0, **{f: v for f, v in k._asdict().items() if f != "op"})
-            for k in keys_]
+    return [
+        synth.row(k.op, 1.3 * ref(k) + 3.0, **{f: v for f, v in k._asdict().items() if f != "op"})
+        for k in keys_
+    ]
 
 
-@pytest.mark.parametrize("make,query", [
-    (lambda: [keys.Moe(t, 7168, 256, 256, 8, 8, "fp8_block") for t in (16, 64, 256, 1024, 4096)],
-     keys.Moe(500, 7168, 256, 256, 8, 8, "fp8_block")),
-    (lambda: [keys.MlaDecode(b, kv, 16, 128) for b in (1, 16, 64) for kv in (1024, 4096, 16384)],
-     keys.MlaDecode(30, 3000, 16, 128)),
-    (lambda: [keys.MlaPrefill(b, s, 16, 128) for b in (1, 4) for s in (512, 2048, 8192)],
-     keys.MlaPrefill(2, 1000, 16, 128)),
-    (lambda: [keys.Dsv4Context(64, 8, b, s, "dsv4_hca_context_module") for b in (1, 4) for s in (1024, 4096, 16384)],
-     keys.Dsv4Context(64, 8, 3, 3000, "dsv4_hca_context_module")),
-    (lambda: [keys.Memory(1 << p) for p in range(14, 30, 2)], keys.Memory(3 << 20)),
-    (lambda: [keys.Comm(1 << p, 8, "alltoall") for p in range(10, 30, 2)], keys.Comm(3 << 20, 8, "alltoall")),
-])
+@pytest.mark.parametrize(
+    "make,query",
+    [
+        (
+            lambda: [keys.Moe(t, 7168, 256, 256, 8, 8, "fp8_block") for t in (16, 64, 256, 1024, 4096)],
+            keys.Moe(500, 7168, 256, 256, 8, 8, "fp8_block"),
+        ),
+        (
+            lambda: [keys.MlaDecode(b, kv, 16, 128) for b in (1, 16, 64) for kv in (1024, 4096, 16384)],
+            keys.MlaDecode(30, 3000, 16, 128),
+        ),
+        (
+            lambda: [keys.MlaPrefill(b, s, 16, 128) for b in (1, 4) for s in (512, 2048, 8192)],
+            keys.MlaPrefill(2, 1000, 16, 128),
+        ),
+        (
+            lambda: [
+                keys.Dsv4Context(64, 8, b, s, "dsv4_hca_context_module")
+                for b in (1, 4)
+                for s in (1024, 4096, 16384)
+            ],
+            keys.Dsv4Context(64, 8, 3, 3000, "dsv4_hca_context_module"),
+        ),
+        (lambda: [keys.Memory(1 << p) for p in range(14, 30, 2)], keys.Memory(3 << 20)),
+        (
+            lambda: [keys.Comm(1 << p, 8, "alltoall") for p in range(10, 30, 2)],
+            keys.Comm(3 << 20, 8, "alltoall"),
+        ),
+    ],
+)
 def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, query):
     from servelab.perfdb.merge import merge
     from servelab.perfdb.reference import reference_fn

@@ -16,8 +16,13 @@ from servelab.perfdb.tables import load_tables
 
 def test_merge_writes_one_parquet_per_family_with_provenance_and_accuracy(table_dir):
     names = sorted(p.name for p in table_dir.glob("*.parquet"))
-    assert names == ["attention_decode.parquet", "attention_prefill.parquet", "comm.parquet",
-                     "dsv4_generation.parquet", "gemm.parquet"]
+    assert names == [
+        "attention_decode.parquet",
+        "attention_prefill.parquet",
+        "comm.parquet",
+        "dsv4_generation.parquet",
+        "gemm.parquet",
+    ]
     meta = read_meta(table_dir / "gemm.parquet")
     prov = meta["provenance"][0]
     for field in ("gpu_name", "driver", "cuda", "torch", "date", "clocks", "command"):
@@ -39,8 +44,10 @@ def test_stored_leave_one_out_meets_targets_on_smooth_synthetic_data(table_dir):
 
 def test_dedup_keeps_the_newest_campaign_and_says_so(tmp_path, h200):
     old_rows = synth.gemm_rows(nks=[(4096, 4096)])
-    new_rows = [dict(r, latency_us=r["latency_us"] * 2, p10_us=r["p10_us"] * 2, p90_us=r["p90_us"] * 2)
-                for r in old_rows[:3]]
+    new_rows = [
+        dict(r, latency_us=r["latency_us"] * 2, p10_us=r["p10_us"] * 2, p90_us=r["p90_us"] * 2)
+        for r in old_rows[:3]
+    ]
     # the newer campaign is given first on the command line: dates decide, not argument order
     new = synth.write_campaign(tmp_path / "new", new_rows, synth.provenance("2025-12-01T00:00:00Z"))
     old = synth.write_campaign(tmp_path / "old", old_rows, synth.provenance("2025-11-01T00:00:00Z"))
@@ -52,7 +59,9 @@ def test_dedup_keeps_the_newest_campaign_and_says_so(tmp_path, h200):
     lat = tables.lookup(keys.Gemm(first["m"], 4096, 4096))
     assert lat.us == pytest.approx(2 * first["latency_us"])
     # merging again into existing tables keeps the old rows and their provenance
-    newest = synth.write_campaign(tmp_path / "newest", synth.comm_rows(), synth.provenance("2025-12-02T00:00:00Z"))
+    newest = synth.write_campaign(
+        tmp_path / "newest", synth.comm_rows(), synth.provenance("2025-12-02T00:00:00Z")
+    )
     merge([newest], into)
     assert len(read_meta(into / "gemm.parquet")["provenance"]) == 3
     assert tables.lookup(keys.Gemm(first["m"], 4096, 4096)).source == "measured"
@@ -71,7 +80,9 @@ def test_merge_rejects_bad_rows_with_a_clear_message_unless_dropped(tmp_path):
 
 
 def test_merge_refuses_another_gpu(tmp_path):
-    camp = synth.write_campaign(tmp_path / "c", synth.comm_rows(), synth.provenance(gpu="NVIDIA H100 80GB HBM3"))
+    camp = synth.write_campaign(
+        tmp_path / "c", synth.comm_rows(), synth.provenance(gpu="NVIDIA H100 80GB HBM3")
+    )
     with pytest.raises(ServelabError, match="does not match h200_sxm"):
         merge([camp], tmp_path / "h200_sxm" / "torch" / "2.11")
 
@@ -99,12 +110,15 @@ def test_strict_loader_rejects_heads_times_tp_not_constant_per_model(tmp_path):
         read_table(tmp_path / "dsv4_generation.parquet")
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"heads": 48}, "heads must divide native_heads"),
-    ({"p10_us": 1e9}, "p10_us <= latency_us <= p90_us"),
-    ({"latency_us": float("nan")}, "latency_us must be finite"),
-    ({"batch": 0}, "batch must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"heads": 48}, "heads must divide native_heads"),
+        ({"p10_us": 1e9}, "p10_us <= latency_us <= p90_us"),
+        ({"latency_us": float("nan")}, "latency_us must be finite"),
+        ({"batch": 0}, "batch must be >= 1"),
+    ],
+)
 def test_strict_loader_names_the_row_and_rule(tmp_path, change, message):
     rows = synth.dsv4_rows(64, tps=(1,))
     rows[3] = dict(rows[3], **change)
@@ -167,10 +181,13 @@ def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypat
     from servelab.perfdb import tables as tables_mod
     from servelab.perfdb.db import PerfDB
 
-    assert tables_mod.table_dirs(h200.name, roots=[tables_mod.data_root()], backend="vllm") == [], \
+    assert tables_mod.table_dirs(h200.name, roots=[tables_mod.data_root()], backend="vllm") == [], (
         "servelab ships no vLLM tables; this test assumes none"
+    )
     key = keys.Gemm(512, 4096, 4096)
-    monkeypatch.setattr(db_mod, "_DEFAULT_TABLES", {})  # the per-process cache; this test changes the search path
+    monkeypatch.setattr(
+        db_mod, "_DEFAULT_TABLES", {}
+    )  # the per-process cache; this test changes the search path
     monkeypatch.setenv(tables_mod.ENV_PATH, str(table_dir.parents[2]))
     assert tables_mod.load_default_tables(h200, "torch").dir == table_dir
     assert PerfDB(h200, backend="torch").query(key).source == "measured"
@@ -222,8 +239,11 @@ print("ok")
 
 def test_rows_the_collector_modelled_never_pass_for_measured(tmp_path, h200):
     rows = synth.comm_rows()
-    modelled = [dict(r, gpus=16, source="modelled", reps=0, modelled_from="allreduce measured on 8 GPUs")
-                for r in rows if r["gpus"] == 8]
+    modelled = [
+        dict(r, gpus=16, source="modelled", reps=0, modelled_from="allreduce measured on 8 GPUs")
+        for r in rows
+        if r["gpus"] == 8
+    ]
     camp = synth.write_campaign(tmp_path / "c", [dict(r, source="measured") for r in rows] + modelled)
     into = tmp_path / "h200_sxm" / "torch" / "2.11"
     report = merge([camp], into)

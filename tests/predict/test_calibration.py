@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def cal():
-    spec = importlib.util.spec_from_file_location("calibrate_engines", ROOT / "bench" / "calibrate_engines.py")
+    spec = importlib.util.spec_from_file_location(
+        "calibrate_engines", ROOT / "bench" / "calibrate_engines.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules["calibrate_engines"] = mod
     spec.loader.exec_module(mod)
@@ -22,11 +24,27 @@ def cal():
 
 
 def row(**kw):
-    base = {"id": "r1", "silicon_data_source": "x; silicon_concurrency=16", "backend": "vllm", "backend_version": "0.12.0",
-            "model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "mode": "agg", "isl": "1024", "osl": "1024",
-            "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8", "batch_size": "16", "tp_size": "4", "pp_size": "1",
-            "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "1", "silicon_ttft_ms": "100",
-            "silicon_tpot_ms": "10"}
+    base = {
+        "id": "r1",
+        "silicon_data_source": "x; silicon_concurrency=16",
+        "backend": "vllm",
+        "backend_version": "0.12.0",
+        "model_path": "meta-llama/Llama-3.1-70B",
+        "system": "h200_sxm",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "1024",
+        "gemm_quant_mode": "fp8",
+        "moe_quant_mode": "fp8",
+        "batch_size": "16",
+        "tp_size": "4",
+        "pp_size": "1",
+        "attention_dp_size": "1",
+        "moe_tp_size": "4",
+        "moe_ep_size": "1",
+        "silicon_ttft_ms": "100",
+        "silicon_tpot_ms": "10",
+    }
     base.update(kw)
     return base
 
@@ -60,7 +78,10 @@ def test_rows_left_out_are_counted(cal):
     rows = [row(), row(mode="disagg"), row(model_path="org/not-a-model"), row(system="b200_sxm")]
     cases, skipped = cal.build_cases(rows, "h200_sxm")
     assert len(cases) == 1
-    assert skipped == {"mode disagg (only aggregated rows are fitted)": 1, "model org/not-a-model is not embedded": 1}
+    assert skipped == {
+        "mode disagg (only aggregated rows are fitted)": 1,
+        "model org/not-a-model is not embedded": 1,
+    }
 
 
 def test_nelder_mead_finds_a_minimum(cal):
@@ -81,19 +102,36 @@ def synthetic_cases(cal, truth, families=("llama-3.1-70b", "llama-3.1-8b")):
 
     system = load_system("h200_sxm")
     cases = []
-    checkpoints = {"llama-3.1-70b": "meta-llama/Llama-3.1-70B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct"}
+    checkpoints = {
+        "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+        "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    }
     for fam in families:
         for c in (1, 4, 16, 64):
             for isl, osl in ((1024, 1024), (8192, 1024)):
-                case = cal.to_case(row(model_path=checkpoints[fam], batch_size=str(c), isl=str(isl), osl=str(osl),
-                                       silicon_data_source=f"silicon_concurrency={c}", tp_size="4", moe_tp_size="4"))
+                case = cal.to_case(
+                    row(
+                        model_path=checkpoints[fam],
+                        batch_size=str(c),
+                        isl=str(isl),
+                        osl=str(osl),
+                        silicon_data_source=f"silicon_concurrency={c}",
+                        tp_size="4",
+                        moe_tp_size="4",
+                    )
+                )
                 case.ttft_ms, case.tpot_ms = cal.predict(case, truth, "static", system)
                 cases.append(case)
     return cases, system
 
 
 def test_fit_recovers_the_generating_parameters(cal):
-    truth = {"step_overhead_us": 2500.0, "per_seq_overhead_us": 30.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
+    truth = {
+        "step_overhead_us": 2500.0,
+        "per_seq_overhead_us": 30.0,
+        "kernel_gap_us": 1.0,
+        "eager_launch_us": 6.0,
+    }
     cases, system = synthetic_cases(cal, truth)
     start = cal.defaults()["vllm"]
     price = lambda c, p: cal.predict(c, p, "static", system)
@@ -107,7 +145,12 @@ def test_fit_recovers_the_generating_parameters(cal):
 
 
 def test_leave_one_model_out_predicts_each_family_unseen(cal):
-    truth = {"step_overhead_us": 2000.0, "per_seq_overhead_us": 10.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0}
+    truth = {
+        "step_overhead_us": 2000.0,
+        "per_seq_overhead_us": 10.0,
+        "kernel_gap_us": 1.0,
+        "eager_launch_us": 6.0,
+    }
     cases, system = synthetic_cases(cal, truth)
     price = lambda c, p: cal.predict(c, p, "static", system)
     cv = cal.leave_one_model_out(cases, cal.defaults(), price, iters=60)
@@ -120,8 +163,14 @@ def test_leave_one_model_out_predicts_each_family_unseen(cal):
 def test_linearized_predictor_matches_the_real_one(cal):
     """The fit runs on a finite-difference linearization; near its point it must agree with the predictor, and
     the TTFT terms the step model lacks enter TTFT alone, exactly."""
-    truth = {"step_overhead_us": 900.0, "per_seq_overhead_us": 6.0, "kernel_gap_us": 1.0, "eager_launch_us": 6.0,
-             "ttft_overhead_ms": 20.0, "ttft_per_request_ms": 0.5}
+    truth = {
+        "step_overhead_us": 900.0,
+        "per_seq_overhead_us": 6.0,
+        "kernel_gap_us": 1.0,
+        "eager_launch_us": 6.0,
+        "ttft_overhead_ms": 20.0,
+        "ttft_per_request_ms": 0.5,
+    }
     cases, system = synthetic_cases(cal, truth, families=("llama-3.1-8b",))
     price = lambda c, p: cal.predict(c, p, "static", system)
     lin = cal.Linearized(cases, truth, price)

@@ -9,8 +9,17 @@ from servelab.predict.search import PlanRequest, make_plan
 
 @pytest.fixture(scope="module")
 def flash_disagg():
-    return make_plan(PlanRequest(model="sgl-project/DeepSeek-V4-Flash-FP8", gpus=8, isl=8192, osl=1024,
-                                 ttft_ms=3000, tpot_ms=40, mode="disagg"))
+    return make_plan(
+        PlanRequest(
+            model="sgl-project/DeepSeek-V4-Flash-FP8",
+            gpus=8,
+            isl=8192,
+            osl=1024,
+            ttft_ms=3000,
+            tpot_ms=40,
+            mode="disagg",
+        )
+    )
 
 
 def test_pools_fit_the_gpus_and_rate_match(flash_disagg):
@@ -39,8 +48,18 @@ def test_kv_transfer_uses_nvlink_inside_the_node_and_network_across(flash_disagg
 
 
 def test_both_modes_rank_together():
-    plan = make_plan(PlanRequest(model="sgl-project/DeepSeek-V4-Flash-FP8", gpus=8, isl=8192, osl=1024,
-                                 ttft_ms=3000, tpot_ms=40, mode="both", top=50))
+    plan = make_plan(
+        PlanRequest(
+            model="sgl-project/DeepSeek-V4-Flash-FP8",
+            gpus=8,
+            isl=8192,
+            osl=1024,
+            ttft_ms=3000,
+            tpot_ms=40,
+            mode="both",
+            top=50,
+        )
+    )
     assert {c.mode for c in plan.candidates} == {"agg", "disagg"}
     assert [c.rank for c in plan.candidates] == sorted(c.rank for c in plan.candidates)
 

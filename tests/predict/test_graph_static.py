@@ -20,7 +20,9 @@ def test_dense_gemm_flops_match_the_parameter_count():
     """2 x params x tokens: the GEMMs of a step account for every linear weight of the model."""
     m = load_model("llama-3.1-8b")
     ops = step_ops(m, Parallel(), StepShape(prefill=((512, 0),)))
-    flops = sum(2 * op.key.m * op.key.n * op.key.k * op.count for op in keys(ops, Gemm) if op.name != "lm_head")
+    flops = sum(
+        2 * op.key.m * op.key.n * op.key.k * op.count for op in keys(ops, Gemm) if op.name != "lm_head"
+    )
     linear = m.params.total - m.params.embedding - m.params.lm_head - m.params.other
     assert flops == pytest.approx(2 * linear * 512, rel=1e-6)
 
@@ -38,7 +40,9 @@ def test_tp_splits_shapes_and_adds_allreduces():
 
 def test_dsv4_modules_keyed_by_native_and_local_heads():
     m = load_model(FLASH)
-    ops = step_ops(m, Parallel(tp=8, ep=8), StepShape(prefill=((4096, 0),), decode_batch=16, decode_kv_len=8192))
+    ops = step_ops(
+        m, Parallel(tp=8, ep=8), StepShape(prefill=((4096, 0),), decode_batch=16, decode_kv_len=8192)
+    )
     ctx = keys(ops, Dsv4Context)
     gen = keys(ops, Dsv4Generation)
     assert {op.key.op for op in ctx} == {"dsv4_csa_context_module", "dsv4_hca_context_module"}
@@ -57,8 +61,11 @@ def test_chunked_prefill_subtracts_the_cached_prefix():
     assert sorted((op.key.seq, op.count) for op in attn) == [(3072, -32), (4096, 32)]
     db = PerfDB(H200, use_tables=False)
     chunk = sum(db.query(op.key).us * op.count for op in attn)
-    full = sum(db.query(op.key).us * op.count for op in step_ops(m, Parallel(), StepShape(prefill=((4096, 0),)))
-               if op.name == "attention_prefill")
+    full = sum(
+        db.query(op.key).us * op.count
+        for op in step_ops(m, Parallel(), StepShape(prefill=((4096, 0),)))
+        if op.name == "attention_prefill"
+    )
     assert 0.3 * full < chunk < full  # the last quarter of a causal prefill costs most of it
 
 
@@ -104,12 +111,17 @@ def test_kv_capacity_and_bad_input_errors():
         engine_profile("tgi")
 
 
-@pytest.mark.parametrize("parallel", [Parallel(tp=8, ep=8), Parallel(tp=8, ep=8, dp_attn=True), Parallel(tp=4, pp=2)])
-@pytest.mark.parametrize("shape", [
-    StepShape(prefill=((2048, 0),) * 8),
-    StepShape(prefill=((1500, 300), (512, 0), (96, 4000)) * 8, decode_batch=160, decode_kv_len=5000),
-    StepShape(decode_batch=64, decode_kv_len=8192),
-])
+@pytest.mark.parametrize(
+    "parallel", [Parallel(tp=8, ep=8), Parallel(tp=8, ep=8, dp_attn=True), Parallel(tp=4, pp=2)]
+)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        StepShape(prefill=((2048, 0),) * 8),
+        StepShape(prefill=((1500, 300), (512, 0), (96, 4000)) * 8, decode_batch=160, decode_kv_len=5000),
+        StepShape(decode_batch=64, decode_kv_len=8192),
+    ],
+)
 def test_priced_step_parts_add_up_to_the_whole_step(parallel, shape):
     """Pricing in memoized parts (and the token grid) stays within 1 % of pricing every op of the step."""
     from servelab.predict.step import priced_step, step_time

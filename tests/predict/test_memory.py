@@ -22,7 +22,9 @@ def test_dp_attention_replicates_attention_but_not_experts():
     # every rank of a DP-attention deployment keeps its own sequences: far more KV capacity in total
     mem_tp = memory_per_gpu(m, H200, Parallel(tp=8, ep=8))
     mem_dp = memory_per_gpu(m, H200, Parallel(tp=8, ep=8, dp_attn=True))
-    ratio = mem_dp.max_sequences(9216, m, Parallel(tp=8, ep=8, dp_attn=True)) / mem_tp.max_sequences(9216, m, Parallel(tp=8, ep=8))
+    ratio = mem_dp.max_sequences(9216, m, Parallel(tp=8, ep=8, dp_attn=True)) / mem_tp.max_sequences(
+        9216, m, Parallel(tp=8, ep=8)
+    )
     assert 6.5 < ratio < 8  # formats.md: DP8 holds about 7.7x the KV capacity of TP8
 
 

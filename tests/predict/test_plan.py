@@ -37,7 +37,9 @@ def test_pareto_flags_mark_exactly_the_undominated(dsv3_plan):
     front = [c for c in cands if c.pareto]
     assert front
     for c in front:  # nothing in the plan beats a front point on both axes
-        assert not any(o.tok_s_per_gpu > c.tok_s_per_gpu and o.tok_s_per_user > c.tok_s_per_user for o in cands)
+        assert not any(
+            o.tok_s_per_gpu > c.tok_s_per_gpu and o.tok_s_per_user > c.tok_s_per_user for o in cands
+        )
     assert cands[0].pareto  # the highest throughput per GPU is always on the front
 
 
@@ -91,15 +93,50 @@ def test_cli_json_and_bad_input(tmp_path):
     from servelab.cli.main import app
 
     runner = CliRunner()
-    out = runner.invoke(app, ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--tpot-ms", "40",
-                              "--mode", "agg", "--json", "--top", "3", "--report", str(tmp_path / "p.html")])
+    out = runner.invoke(
+        app,
+        [
+            "plan",
+            "qwen3-32b",
+            "--gpus",
+            "4",
+            "--isl",
+            "2000",
+            "--osl",
+            "200",
+            "--tpot-ms",
+            "40",
+            "--mode",
+            "agg",
+            "--json",
+            "--top",
+            "3",
+            "--report",
+            str(tmp_path / "p.html"),
+        ],
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert isinstance(data["candidates"], list) and data["candidates"][0]["rank"] == 1
     first = data["candidates"][0]
-    for key in ("mode", "parallel", "replicas", "concurrency", "ttft_ms", "ttft_ms_low", "ttft_ms_high", "tpot_ms",
-                "tpot_ms_low", "tpot_ms_high", "tok_s_per_gpu", "tok_s_per_user", "memory_headroom_gib", "pareto",
-                "meets_sla", "limits"):
+    for key in (
+        "mode",
+        "parallel",
+        "replicas",
+        "concurrency",
+        "ttft_ms",
+        "ttft_ms_low",
+        "ttft_ms_high",
+        "tpot_ms",
+        "tpot_ms_low",
+        "tpot_ms_high",
+        "tok_s_per_gpu",
+        "tok_s_per_user",
+        "memory_headroom_gib",
+        "pareto",
+        "meets_sla",
+        "limits",
+    ):
         assert key in first
     assert "label" in first["parallel"] and "tp" in first["parallel"]
     assert (tmp_path / "p.html").stat().st_size > 1000
@@ -112,8 +149,24 @@ def test_cli_json_and_bad_input(tmp_path):
 def test_estimate_agg_cli():
     from servelab.cli.main import app
 
-    out = CliRunner().invoke(app, ["estimate", "qwen3-32b", "--tp", "2", "--batch", "8", "--isl", "1000", "--osl", "100",
-                                   "--mode", "agg", "--json"])
+    out = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            "qwen3-32b",
+            "--tp",
+            "2",
+            "--batch",
+            "8",
+            "--isl",
+            "1000",
+            "--osl",
+            "100",
+            "--mode",
+            "agg",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["mode"] == "agg" and set(data["percentiles"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}

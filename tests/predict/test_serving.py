@@ -67,8 +67,13 @@ def test_closed_loop_obeys_littles_law():
 def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
     small = engine_profile("vllm", max_num_batched_tokens=1024)
     sim = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4), engine=small)
-    chunks = sum(priced_step(QWEN, TP2, StepShape(prefill=((1024, past),)), small, DB).us
-                 for past in (0, 1024, 2048, 3072)) / 1000
+    chunks = (
+        sum(
+            priced_step(QWEN, TP2, StepShape(prefill=((1024, past),)), small, DB).us
+            for past in (0, 1024, 2048, 3072)
+        )
+        / 1000
+    )
     assert sim.metric("ttft_ms") == pytest.approx(chunks, rel=0.08)
     whole = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4))
     assert sim.metric("ttft_ms") > whole.metric("ttft_ms")  # four launches cost more than one
@@ -95,10 +100,24 @@ def test_kv_capacity_admission_and_preemption():
 
 def test_speculative_decoding_cuts_tpot_with_acceptance():
     base = _sim(Workload(isl=1000, osl=256, concurrency=8, num_requests=32))
-    good = _sim(Workload(isl=1000, osl=256, concurrency=8, num_requests=32,
-                         spec=SpecDecoding(draft_tokens=2, acceptance=0.8)))
-    none = _sim(Workload(isl=1000, osl=256, concurrency=8, num_requests=32,
-                         spec=SpecDecoding(draft_tokens=2, acceptance=0.0)))
+    good = _sim(
+        Workload(
+            isl=1000,
+            osl=256,
+            concurrency=8,
+            num_requests=32,
+            spec=SpecDecoding(draft_tokens=2, acceptance=0.8),
+        )
+    )
+    none = _sim(
+        Workload(
+            isl=1000,
+            osl=256,
+            concurrency=8,
+            num_requests=32,
+            spec=SpecDecoding(draft_tokens=2, acceptance=0.0),
+        )
+    )
     assert SpecDecoding(draft_tokens=2, acceptance=0.8).tokens_per_step == pytest.approx(1 + 0.8 + 0.64)
     assert good.metric("tpot_ms") < 0.75 * base.metric("tpot_ms")
     assert none.metric("tpot_ms") >= base.metric("tpot_ms")  # verifying drafts that all fail costs time
@@ -182,8 +201,15 @@ def test_engine_overrides_change_the_schedule():
 
 def test_one_sequence_that_does_not_fit_is_an_error():
     with pytest.raises(ServelabError, match="KV cache"):
-        estimate_aggregated(load_model("deepseek-ai/DeepSeek-V3"), SYS, Parallel(tp=8), engine_profile("vllm"), 1,
-                            2_000_000, 100)
+        estimate_aggregated(
+            load_model("deepseek-ai/DeepSeek-V3"),
+            SYS,
+            Parallel(tp=8),
+            engine_profile("vllm"),
+            1,
+            2_000_000,
+            100,
+        )
 
 
 def test_workload_needs_exactly_one_load():

@@ -10,16 +10,41 @@ from servelab.recipes.schema import Recipe
 
 # formats.md, dsv4f-fp8-b200-vllm: every flag, pin and both arms.
 DSV4F_FLAGS = [
-    "--max-model-len", "9472",
-    "--kv-cache-dtype", "fp8", "--block-size", "256", "--moe-backend", "deep_gemm_mega_moe",
+    "--max-model-len",
+    "9472",
+    "--kv-cache-dtype",
+    "fp8",
+    "--block-size",
+    "256",
+    "--moe-backend",
+    "deep_gemm_mega_moe",
     "--attention_config.use_fp4_indexer_cache=True",
-    "--tokenizer-mode", "deepseek_v4", "--tool-call-parser", "deepseek_v4", "--enable-auto-tool-choice",
-    "--reasoning-parser", "deepseek_v4",
-    "--max-num-batched-tokens", "8192", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.95",
+    "--tokenizer-mode",
+    "deepseek_v4",
+    "--tool-call-parser",
+    "deepseek_v4",
+    "--enable-auto-tool-choice",
+    "--reasoning-parser",
+    "deepseek_v4",
+    "--max-num-batched-tokens",
+    "8192",
+    "--max-num-seqs",
+    "256",
+    "--gpu-memory-utilization",
+    "0.95",
     "--enable-prefix-caching",
 ]
-DSV4F_HEAD = ["vllm", "serve", "deepseek-ai/DeepSeek-V4-Flash-0731",
-              "--revision", "7872f01b1d1fe23eabc4c98b48bffcef5a386062", "--host", "0.0.0.0", "--port", "8000"]
+DSV4F_HEAD = [
+    "vllm",
+    "serve",
+    "deepseek-ai/DeepSeek-V4-Flash-0731",
+    "--revision",
+    "7872f01b1d1fe23eabc4c98b48bffcef5a386062",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+]
 
 
 def arm(**kw):
@@ -29,19 +54,28 @@ def arm(**kw):
 def test_dsv4f_latency_arm(shipped):
     r = shipped.get("dsv4f-fp8-b200-vllm")
     launch = render(r, arm(tp=8, ep=8), 9472)
-    assert launch.argv == DSV4F_HEAD + ["--tensor-parallel-size", "8", "--enable-expert-parallel"] + DSV4F_FLAGS
+    assert (
+        launch.argv == DSV4F_HEAD + ["--tensor-parallel-size", "8", "--enable-expert-parallel"] + DSV4F_FLAGS
+    )
     assert launch.env == {}
     assert r.image_digest == "sha256:e1c1ff1af9a15921bfa11d1d95047258c1797392cdbfa296e7639da446b23f97"
 
 
 def test_dsv4f_dp_arm_is_eight_tp1_replicas(shipped):
     launch = render(shipped.get("dsv4f-fp8-b200-vllm"), arm(tp=8, ep=8, dp_attn=True), 9472)
-    assert launch.argv == DSV4F_HEAD + ["--tensor-parallel-size", "1", "--data-parallel-size", "8",
-                                        "--enable-expert-parallel"] + DSV4F_FLAGS
+    assert (
+        launch.argv
+        == DSV4F_HEAD
+        + ["--tensor-parallel-size", "1", "--data-parallel-size", "8", "--enable-expert-parallel"]
+        + DSV4F_FLAGS
+    )
 
 
 def test_dsv4f_arms_are_the_recipe_arms(shipped):
-    arms = [(a.tp_, a.ep_, a.dp_attn_, a.conc_start, a.conc_end) for *_, a in shipped.get("dsv4f-fp8-b200-vllm").arms()]
+    arms = [
+        (a.tp_, a.ep_, a.dp_attn_, a.conc_start, a.conc_end)
+        for *_, a in shipped.get("dsv4f-fp8-b200-vllm").arms()
+    ]
     assert arms == [(8, 8, False, 1, 64), (8, 8, True, 64, 256)]
 
 
@@ -49,11 +83,25 @@ def test_dsv4_pro_flags_and_pins(shipped):
     r = shipped.get("dsv4-fp4-b200-vllm")
     launch = render(r, arm(tp=8, ep=8), 9472)
     assert launch.argv == [
-        "vllm", "serve", "deepseek-ai/DeepSeek-V4-Pro", "--host", "0.0.0.0", "--port", "8000",
-        "--tensor-parallel-size", "8", "--enable-expert-parallel", "--max-model-len", "9472",
-        "--kv-cache-dtype", "fp8", "--attention_config.use_fp4_indexer_cache=True",
-        "--compilation-config", '{"cudagraph_mode":"FULL_AND_PIECEWISE"}',
-        "--kernel-config", '{"enable_jit_warmup":false}',
+        "vllm",
+        "serve",
+        "deepseek-ai/DeepSeek-V4-Pro",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "8",
+        "--enable-expert-parallel",
+        "--max-model-len",
+        "9472",
+        "--kv-cache-dtype",
+        "fp8",
+        "--attention_config.use_fp4_indexer_cache=True",
+        "--compilation-config",
+        '{"cudagraph_mode":"FULL_AND_PIECEWISE"}',
+        "--kernel-config",
+        '{"enable_jit_warmup":false}',
     ]
     assert launch.env == {"CUDA_HOME": "/usr/local/cuda"}
 
@@ -72,8 +120,14 @@ def test_vllm_pp_dcp_and_spec_decoding(shipped):
     r = shipped.get("llama70b-fp8-h200-vllm").model_copy(deep=True)
     a = arm(tp=4, pp=2, dcp_size=2)
     argv = render(r, a, 2304).argv
-    assert argv[argv.index("--tensor-parallel-size"):][:6] == [
-        "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--decode-context-parallel-size", "2"]
+    assert argv[argv.index("--tensor-parallel-size") :][:6] == [
+        "--tensor-parallel-size",
+        "4",
+        "--pipeline-parallel-size",
+        "2",
+        "--decode-context-parallel-size",
+        "2",
+    ]
     with pytest.raises(ServelabError, match="needs engine.speculative-config"):
         render(r, arm(tp=4, spec_decoding="mtp"), 2304)
     r.engine.speculative_config = {"method": "mtp", "num_speculative_tokens": 1}
@@ -84,10 +138,30 @@ def test_vllm_pp_dcp_and_spec_decoding(shipped):
 def test_sglang_dp_attention(shipped):
     launch = render(shipped.get("dsr1-fp8-h200-sglang"), arm(tp=8, ep=8, dp_attn=True), 9472)
     assert launch.argv == [
-        "python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1",
-        "--host", "0.0.0.0", "--port", "8000", "--tp", "8", "--ep", "8", "--enable-dp-attention", "--dp", "8",
-        "--context-length", "9472", "--reasoning-parser", "deepseek-r1", "--chunked-prefill-size", "8192",
-        "--mem-fraction-static", "0.9",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "deepseek-ai/DeepSeek-R1",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tp",
+        "8",
+        "--ep",
+        "8",
+        "--enable-dp-attention",
+        "--dp",
+        "8",
+        "--context-length",
+        "9472",
+        "--reasoning-parser",
+        "deepseek-r1",
+        "--chunked-prefill-size",
+        "8192",
+        "--mem-fraction-static",
+        "0.9",
     ]
     fp8 = render(shipped.get("dsv4f-fp8-h200-sglang"), arm(tp=8, ep=8), 9472).argv
     assert fp8[fp8.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
@@ -100,27 +174,65 @@ def test_sglang_refuses_vllm_only_fields(shipped):
 
 
 def trt_recipe(**engine):
-    return Recipe.model_validate({
-        "image": "nvcr.io/nvidia/tensorrt-llm/release:1.0", "model": "deepseek-ai/DeepSeek-R1",
-        "model-prefix": "dsr1", "runner": "cluster:b200-nb", "precision": "fp8", "framework": "trt",
-        "engine": engine, "scenarios": {"fixed-seq-len": [{"isl": 1024, "osl": 1024,
-                                                         "search-space": [{"tp": 8, "conc-list": [4]}]}]}})
+    return Recipe.model_validate(
+        {
+            "image": "nvcr.io/nvidia/tensorrt-llm/release:1.0",
+            "model": "deepseek-ai/DeepSeek-R1",
+            "model-prefix": "dsr1",
+            "runner": "cluster:b200-nb",
+            "precision": "fp8",
+            "framework": "trt",
+            "engine": engine,
+            "scenarios": {
+                "fixed-seq-len": [{"isl": 1024, "osl": 1024, "search-space": [{"tp": 8, "conc-list": [4]}]}]
+            },
+        }
+    )
 
 
 def test_trtllm_serve_and_options_file():
-    r = trt_recipe(**{"kv-cache-dtype": "fp8", "max-num-seqs": 256, "max-num-batched-tokens": 8192,
-                      "moe-backend": "DEEPGEMM", "enable-prefix-caching": False,
-                      "extra-options": {"cuda_graph_config": {"max_batch_size": 256}, "kv_cache_config": {"x": 1}}})
+    r = trt_recipe(
+        **{
+            "kv-cache-dtype": "fp8",
+            "max-num-seqs": 256,
+            "max-num-batched-tokens": 8192,
+            "moe-backend": "DEEPGEMM",
+            "enable-prefix-caching": False,
+            "extra-options": {"cuda_graph_config": {"max_batch_size": 256}, "kv_cache_config": {"x": 1}},
+        }
+    )
     launch = render(r, arm(tp=8, ep=8, dp_attn=True), 2304)
     assert launch.argv == [
-        "trtllm-serve", "deepseek-ai/DeepSeek-R1", "--host", "0.0.0.0", "--port", "8000", "--backend", "pytorch",
-        "--tp_size", "8", "--ep_size", "8", "--pp_size", "1", "--max_seq_len", "2304", "--max_batch_size", "256",
-        "--max_num_tokens", "8192", "--extra_llm_api_options", "extra-llm-api-config.yml",
+        "trtllm-serve",
+        "deepseek-ai/DeepSeek-R1",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--backend",
+        "pytorch",
+        "--tp_size",
+        "8",
+        "--ep_size",
+        "8",
+        "--pp_size",
+        "1",
+        "--max_seq_len",
+        "2304",
+        "--max_batch_size",
+        "256",
+        "--max_num_tokens",
+        "8192",
+        "--extra_llm_api_options",
+        "extra-llm-api-config.yml",
     ]
     options = yaml.safe_load(launch.files["extra-llm-api-config.yml"])
-    assert options == {"enable_attention_dp": True,
-                       "kv_cache_config": {"dtype": "fp8", "enable_block_reuse": False, "x": 1},
-                       "moe_config": {"backend": "DEEPGEMM"}, "cuda_graph_config": {"max_batch_size": 256}}
+    assert options == {
+        "enable_attention_dp": True,
+        "kv_cache_config": {"dtype": "fp8", "enable_block_reuse": False, "x": 1},
+        "moe_config": {"backend": "DEEPGEMM"},
+        "cuda_graph_config": {"max_batch_size": 256},
+    }
 
 
 def test_trtllm_refuses_revision_pin():
@@ -144,5 +256,10 @@ def test_recipe_schema_rejects_unknown_and_secret_fields(shipped):
     with pytest.raises(Exception, match="image-digest must look like"):
         Recipe.model_validate({**data, "image-digest": "e1c1ff"})
     with pytest.raises(Exception, match="contradicts engine.cuda-home"):
-        Recipe.model_validate({**data, "env": {"CUDA_HOME": "/opt/cuda"},
-                               "engine": {**data["engine"], "cuda-home": "/usr/local/cuda"}})
+        Recipe.model_validate(
+            {
+                **data,
+                "env": {"CUDA_HOME": "/opt/cuda"},
+                "engine": {**data["engine"], "cuda-home": "/usr/local/cuda"},
+            }
+        )

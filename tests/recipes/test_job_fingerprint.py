@@ -31,10 +31,10 @@ def test_shipped_lock_is_current(shipped):
 def test_every_input_changes_the_fingerprint(store_dir):
     base = fps(open_store(store_dir))
     cases = [
-        ("block-size: 256", "block-size: 128"),                        # an engine flag
+        ("block-size: 256", "block-size: 128"),  # an engine flag
         ("enable-prefix-caching: true", "enable-prefix-caching: true\n  env: {VLLM_FOO: '1'}"),  # env
-        ("sha256:e1c1ff", "sha256:e1c1fe"),                              # image digest
-        ("7872f01b", "7872f01c"),                                       # model revision
+        ("sha256:e1c1ff", "sha256:e1c1fe"),  # image digest
+        ("7872f01b", "7872f01c"),  # model revision
     ]
     for old, new in cases:
         changed = fps(edit(store_dir, old, new))
@@ -54,7 +54,11 @@ def test_client_and_dataset_change_the_fingerprint(store_dir):
 
 def test_secret_values_never_stored():
     assert public_env({"HF_TOKEN": "hf_secret", "MY_API_KEY": "k", "AWS_SECRET": "s", "CUDA_HOME": "/c"}) == {
-        "AWS_SECRET": None, "CUDA_HOME": "/c", "HF_TOKEN": None, "MY_API_KEY": None}
+        "AWS_SECRET": None,
+        "CUDA_HOME": "/c",
+        "HF_TOKEN": None,
+        "MY_API_KEY": None,
+    }
 
     class L:
         argv = ["vllm", "serve", "m"]
@@ -64,11 +68,16 @@ def test_secret_values_never_stored():
             self.env = env
 
     kw = dict(image="i", image_digest=None, client_argv=["c"], dataset={"name": "random"})
-    assert job_fingerprint(launch=L({"HF_TOKEN": "a"}), **kw) == job_fingerprint(launch=L({"HF_TOKEN": "b"}), **kw)
+    assert job_fingerprint(launch=L({"HF_TOKEN": "a"}), **kw) == job_fingerprint(
+        launch=L({"HF_TOKEN": "b"}), **kw
+    )
     assert job_fingerprint(launch=L({}), secret_env=["HF_TOKEN"], **kw) != job_fingerprint(launch=L({}), **kw)
 
 
 def test_lock_detects_a_changed_recipe(store_dir):
     store = edit(store_dir, "block-size: 256", "block-size: 128")
     assert stale_keys(store) == ["dsv4f-fp8-b200-vllm"]
-    assert compute_fingerprints(store)["dsv4-fp4-b200-vllm"] == open_store(store_dir).lock()["dsv4-fp4-b200-vllm"]
+    assert (
+        compute_fingerprints(store)["dsv4-fp4-b200-vllm"]
+        == open_store(store_dir).lock()["dsv4-fp4-b200-vllm"]
+    )

@@ -59,7 +59,8 @@ def test_fingerprint_changed_without_entry(repo, base):
     repo.relock()
     repo.commit()
     assert change(repo, base).problems == [
-        "dsv4f-fp8-b200-vllm: fingerprint changed but no new perf-changelog.yaml entry names it"]
+        "dsv4f-fp8-b200-vllm: fingerprint changed but no new perf-changelog.yaml entry names it"
+    ]
 
 
 def test_stale_lock(repo, base):
@@ -73,12 +74,18 @@ def test_stale_lock(repo, base):
 def test_new_key_needs_entry(repo, base):
     p = repo.data / "recipes" / "b200.yaml"
     text = p.read_text()
-    p.write_text(text + "\n" + text[text.index("dsv4f-fp8-b200-vllm:"):].replace(
-        "dsv4f-fp8-b200-vllm:", "dsv4f-fp8-b200-vllm-mtp:"))
+    p.write_text(
+        text
+        + "\n"
+        + text[text.index("dsv4f-fp8-b200-vllm:") :].replace(
+            "dsv4f-fp8-b200-vllm:", "dsv4f-fp8-b200-vllm-mtp:"
+        )
+    )
     repo.relock()
     repo.commit()
     assert change(repo, base).problems == [
-        "dsv4f-fp8-b200-vllm-mtp: is new but no new perf-changelog.yaml entry names it"]
+        "dsv4f-fp8-b200-vllm-mtp: is new but no new perf-changelog.yaml entry names it"
+    ]
 
 
 def test_glob_entry_covers_changed_key(repo, base):
@@ -98,25 +105,38 @@ def problems_after(repo, base, text, pr_link=None, append=True):
     return change(repo, base, pr_link=pr_link).problems
 
 
-@pytest.mark.parametrize("bad,message", [
-    (GOOD.replace("Raise", "Raise\r"), "contains a carriage return (CR)"),
-    (GOOD.replace("  pr-link", "\tpr-link"), "contains a tab"),
-    (GOOD.replace("Raise", "Ra\x00ise"), "contains a NUL"),
-    (GOOD.rstrip("\n"), "does not end with a newline"),
-    (GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  pr-link: XXX"), "duplicate key 'pr-link'"),
-    (GOOD.replace("- dsv4f-fp8-b200-vllm", "- dsv4f-fp8-b200-vlm"),
-     "config key 'dsv4f-fp8-b200-vlm' matches no recipe (did you mean dsv4f-fp8-b200-vllm"),
-    (GOOD.replace("- dsv4f-fp8-b200-vllm", '- "*-gb300-*"'), "config key '*-gb300-*' matches no recipe"),
-    (GOOD.replace("pr-link: XXX", "pr-link: https://github.com/org/repo/issues/5"), "must be XXX or a GitHub pull URL"),
-    (GOOD.replace("pr-link: XXX", "pr-link: xxx"), "pr-link 'xxx' must be"),
-    ("\n" + GOOD, "exactly one blank line (found 2)"),
-    (GOOD.lstrip("\n"), "exactly one blank line (found 0)"),
-    (GOOD + GOOD, ""),  # two well-formed entries are fine (checked below)
-    (GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  evals-only: true\n  append-only: true"),
-     "append-only cannot be combined with evals-only or all-evals"),
-    (GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  priority: high"), "priority: Extra inputs are not permitted"),
-    (GOOD.replace('    - "Raise max-num-seqs"\n', ""), "description"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (GOOD.replace("Raise", "Raise\r"), "contains a carriage return (CR)"),
+        (GOOD.replace("  pr-link", "\tpr-link"), "contains a tab"),
+        (GOOD.replace("Raise", "Ra\x00ise"), "contains a NUL"),
+        (GOOD.rstrip("\n"), "does not end with a newline"),
+        (GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  pr-link: XXX"), "duplicate key 'pr-link'"),
+        (
+            GOOD.replace("- dsv4f-fp8-b200-vllm", "- dsv4f-fp8-b200-vlm"),
+            "config key 'dsv4f-fp8-b200-vlm' matches no recipe (did you mean dsv4f-fp8-b200-vllm",
+        ),
+        (GOOD.replace("- dsv4f-fp8-b200-vllm", '- "*-gb300-*"'), "config key '*-gb300-*' matches no recipe"),
+        (
+            GOOD.replace("pr-link: XXX", "pr-link: https://github.com/org/repo/issues/5"),
+            "must be XXX or a GitHub pull URL",
+        ),
+        (GOOD.replace("pr-link: XXX", "pr-link: xxx"), "pr-link 'xxx' must be"),
+        ("\n" + GOOD, "exactly one blank line (found 2)"),
+        (GOOD.lstrip("\n"), "exactly one blank line (found 0)"),
+        (GOOD + GOOD, ""),  # two well-formed entries are fine (checked below)
+        (
+            GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  evals-only: true\n  append-only: true"),
+            "append-only cannot be combined with evals-only or all-evals",
+        ),
+        (
+            GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  priority: high"),
+            "priority: Extra inputs are not permitted",
+        ),
+        (GOOD.replace('    - "Raise max-num-seqs"\n', ""), "description"),
+    ],
+)
 def test_rule_breaks(repo, base, bad, message):
     problems = problems_after(repo, base, bad)
     if not message:
@@ -127,8 +147,9 @@ def test_rule_breaks(repo, base, bad, message):
 
 
 def test_not_utf8(repo, base):
-    problems = problems_after(repo, base, repo.changelog.read_bytes() + "\n- x: caf\xe9\n".encode("latin-1"),
-                              append=False)
+    problems = problems_after(
+        repo, base, repo.changelog.read_bytes() + "\n- x: caf\xe9\n".encode("latin-1"), append=False
+    )
     assert len(problems) == 1 and problems[0].startswith("HEAD:data/perf-changelog.yaml: not UTF-8 (byte ")
 
 
@@ -146,7 +167,9 @@ def test_entries_cannot_be_removed(repo, base):
 
 
 def test_link_correction_alone_passes(repo, base):
-    text = repo.changelog.read_text().replace("pr-link: XXX", "pr-link: https://github.com/acme/servelab/pull/12", 1)
+    text = repo.changelog.read_text().replace(
+        "pr-link: XXX", "pr-link: https://github.com/acme/servelab/pull/12", 1
+    )
     assert problems_after(repo, base, text, append=False) == []
 
 
@@ -157,7 +180,9 @@ def test_link_correction_must_be_a_pull_url(repo, base):
 
 
 def test_link_correction_and_new_entries_not_mixed(repo, base):
-    text = repo.changelog.read_text().replace("pr-link: XXX", "pr-link: https://github.com/acme/servelab/pull/12", 1)
+    text = repo.changelog.read_text().replace(
+        "pr-link: XXX", "pr-link: https://github.com/acme/servelab/pull/12", 1
+    )
     problems = problems_after(repo, base, text + GOOD, append=False)
     assert problems and "correct pr-links in a change of their own" in problems[0]
 
@@ -184,8 +209,11 @@ def test_jobs_honour_entry_options(repo, base):
     edit_recipe(repo)
     repo.relock()
     repo.append(GOOD.replace("  pr-link: XXX", "  pr-link: XXX\n  evals-only: true"))
-    repo.append(GOOD.replace("dsv4f-fp8-b200-vllm", "llama70b-fp8-h200-vllm").replace(
-        "  pr-link: XXX", "  pr-link: XXX\n  append-only: true\n  scenario-type: fixed-seq-len"))
+    repo.append(
+        GOOD.replace("dsv4f-fp8-b200-vllm", "llama70b-fp8-h200-vllm").replace(
+            "  pr-link: XXX", "  pr-link: XXX\n  append-only: true\n  scenario-type: fixed-seq-len"
+        )
+    )
     repo.commit()
     c = change(repo, base)
     assert c.problems == []

@@ -91,18 +91,31 @@ def test_shipped_recipes_export_to_valid_inferencex(shipped):
         assert "engine" not in ix and "evals" not in ix
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda e: e.update(bogus=1), "bogus: Extra inputs are not permitted"),
-    (lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"conc-start": 128}),
-     "conc-start 128 is above conc-end 64"),
-    (lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"conc-list": [1]}),
-     "either conc-start/conc-end or conc-list"),
-    (lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"dcp-size": 3}),
-     "dcp-size 3 must divide tp 8"),
-    (lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"spec-decoding": "eagle"}),
-     "spec-decoding"),
-    (lambda e: e.update(multinode=True), "multinode entries need prefill/decode"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda e: e.update(bogus=1), "bogus: Extra inputs are not permitted"),
+        (
+            lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"conc-start": 128}),
+            "conc-start 128 is above conc-end 64",
+        ),
+        (
+            lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"conc-list": [1]}),
+            "either conc-start/conc-end or conc-list",
+        ),
+        (
+            lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update({"dcp-size": 3}),
+            "dcp-size 3 must divide tp 8",
+        ),
+        (
+            lambda e: e["scenarios"]["fixed-seq-len"][0]["search-space"][0].update(
+                {"spec-decoding": "eagle"}
+            ),
+            "spec-decoding",
+        ),
+        (lambda e: e.update(multinode=True), "multinode entries need prefill/decode"),
+    ],
+)
 def test_master_rejects(mutate, message):
     data = yaml.safe_load(EXAMPLE_MASTER)
     mutate(data["dsv4-fp4-b200-vllm"])
@@ -125,15 +138,19 @@ def test_workload_round_trip(shipped):
     assert recipe.runner == "cluster:b200-nb"
     back = recipe_to_workload(key, recipe)
     # serve_args order is servelab's, the flags are the same
-    assert sorted(shlex.split(back["vllm"].pop("serve_args"))) == sorted(shlex.split(data["vllm"].pop("serve_args")))
+    assert sorted(shlex.split(back["vllm"].pop("serve_args"))) == sorted(
+        shlex.split(data["vllm"].pop("serve_args"))
+    )
     assert back == data
 
 
 def test_workload_unknown_flags_are_kept():
     engine, arm, rev = parse_serve_args(
         "--tensor-parallel-size 8 --enable-expert-parallel --max-num-seqs=128 --speculative-config "
-        "'{\"method\": \"mtp\", \"num_speculative_tokens\": 1}' --async-scheduling --revision abc "
-        "--attention_config.use_fp4_indexer_cache=True", "w")
+        '\'{"method": "mtp", "num_speculative_tokens": 1}\' --async-scheduling --revision abc '
+        "--attention_config.use_fp4_indexer_cache=True",
+        "w",
+    )
     assert arm == {"tp": 8, "ep": 8, "pp": 1, "dp-attn": False}
     assert engine["max-num-seqs"] == 128 and engine["speculative-config"]["method"] == "mtp"
     assert engine["extra-args"] == ["--async-scheduling"] and rev == "abc"

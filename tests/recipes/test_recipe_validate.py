@@ -9,17 +9,39 @@ from servelab.recipes.validate import validate_recipe, validate_store
 
 
 def recipe(model, runner="cluster:h200-nb", space=None, **extra):
-    return Recipe.model_validate({
-        "image": "img:1", "model": model, "model-prefix": "x", "runner": runner, "precision": "fp8",
-        "framework": "vllm", **extra,
-        "scenarios": {"fixed-seq-len": [{"isl": 1024, "osl": 1024,
-                                         "search-space": space or [{"tp": 8, "conc-start": 4, "conc-end": 64}]}]}})
+    return Recipe.model_validate(
+        {
+            "image": "img:1",
+            "model": model,
+            "model-prefix": "x",
+            "runner": runner,
+            "precision": "fp8",
+            "framework": "vllm",
+            **extra,
+            "scenarios": {
+                "fixed-seq-len": [
+                    {
+                        "isl": 1024,
+                        "osl": 1024,
+                        "search-space": space or [{"tp": 8, "conc-start": 4, "conc-end": 64}],
+                    }
+                ]
+            },
+        }
+    )
 
 
-@pytest.mark.parametrize("key", [
-    "dsv4-fp4-b200-vllm", "dsv4f-fp8-b200-vllm", "dsv4f-fp8-h200-vllm", "dsv4f-fp8-h200-sglang",
-    "dsr1-fp8-h200-sglang", "llama70b-fp8-h200-vllm",
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "dsv4-fp4-b200-vllm",
+        "dsv4f-fp8-b200-vllm",
+        "dsv4f-fp8-h200-vllm",
+        "dsv4f-fp8-h200-sglang",
+        "dsr1-fp8-h200-sglang",
+        "llama70b-fp8-h200-vllm",
+    ],
+)
 def test_shipped_recipes_validate(shipped, key):
     rep = validate_recipe(key, shipped.get(key), shipped.registry)
     assert rep.errors == []
@@ -38,30 +60,49 @@ def test_runners_agree_with_system_specs(shipped):
 
 
 def test_fp4_experts_on_hopper_point_to_fp8_conversion(shipped):
-    rep = validate_recipe("k", recipe("deepseek-ai/DeepSeek-V4-Pro", space=[{"tp": 8, "ep": 8, "conc-list": [4]}]),
-                          shipped.registry)
+    rep = validate_recipe(
+        "k",
+        recipe("deepseek-ai/DeepSeek-V4-Pro", space=[{"tp": 8, "ep": 8, "conc-list": [4]}]),
+        shipped.registry,
+    )
     assert len(rep.errors) == 1
     assert "FP4" in rep.errors[0] and "sgl-project/DeepSeek-V4-Pro-FP8" in rep.errors[0]
 
 
 def test_does_not_fit_in_memory(shipped):
     # Llama-3.1-70B in BF16 is about 141 GB of weights: more than one H200 holds.
-    rep = validate_recipe("k", recipe("meta-llama/Llama-3.1-70B-Instruct", space=[{"tp": 1, "conc-list": [4]}]),
-                          shipped.registry)
+    rep = validate_recipe(
+        "k",
+        recipe("meta-llama/Llama-3.1-70B-Instruct", space=[{"tp": 1, "conc-list": [4]}]),
+        shipped.registry,
+    )
     assert len(rep.errors) == 1 and "does not fit" in rep.errors[0]
 
 
 def test_long_context_must_fit_kv(shipped):
-    r = recipe("nvidia/Llama-3.1-70B-Instruct-FP8", space=[{"tp": 2, "conc-list": [1]}],
-               engine={"max-model-len": 4_000_000})
+    r = recipe(
+        "nvidia/Llama-3.1-70B-Instruct-FP8",
+        space=[{"tp": 2, "conc-list": [1]}],
+        engine={"max-model-len": 4_000_000},
+    )
     rep = validate_recipe("k", r, shipped.registry)
     assert len(rep.errors) == 1 and "4000000-token sequence does not fit the KV cache" in rep.errors[0]
 
 
 def test_heads_must_divide(shipped, tmp_path):
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 2560,
-           "intermediate_size": 6912, "num_attention_heads": 20, "num_key_value_heads": 4, "head_dim": 128,
-           "vocab_size": 32000, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 4,
+        "hidden_size": 2560,
+        "intermediate_size": 6912,
+        "num_attention_heads": 20,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "vocab_size": 32000,
+        "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = recipe("org/odd-model", spec={"model": str(tmp_path / "config.json")})
     rep = validate_recipe("k", r, shipped.registry)
@@ -69,14 +110,18 @@ def test_heads_must_divide(shipped, tmp_path):
 
 
 def test_more_gpus_than_a_node(shipped):
-    rep = validate_recipe("k", recipe("deepseek-ai/DeepSeek-R1", space=[{"tp": 16, "conc-list": [4]}]),
-                          shipped.registry)
+    rep = validate_recipe(
+        "k", recipe("deepseek-ai/DeepSeek-R1", space=[{"tp": 16, "conc-list": [4]}]), shipped.registry
+    )
     assert rep.errors and "needs 16 GPUs" in rep.errors[0]
 
 
 def test_megamoe_is_blackwell_only(shipped):
-    r = recipe("sgl-project/DeepSeek-V4-Flash-FP8", space=[{"tp": 8, "ep": 8, "conc-list": [4]}],
-               engine={"moe-backend": "deep_gemm_mega_moe"})
+    r = recipe(
+        "sgl-project/DeepSeek-V4-Flash-FP8",
+        space=[{"tp": 8, "ep": 8, "conc-list": [4]}],
+        engine={"moe-backend": "deep_gemm_mega_moe"},
+    )
     rep = validate_recipe("k", r, shipped.registry)
     assert any("Blackwell-only" in e for e in rep.errors)
 
@@ -92,8 +137,14 @@ def test_wrong_gpus_per_node_is_caught(store_dir):
     from servelab.recipes.store import open_store
 
     p = store_dir / "runners.yaml"
-    p.write_text(p.read_text().replace("gpus-per-node: 8\n    cpu-dram-gib: 2048\n    queue: h200-nb",
-                                       "gpus-per-node: 4\n    cpu-dram-gib: 2048\n    queue: h200-nb"))
+    p.write_text(
+        p.read_text().replace(
+            "gpus-per-node: 8\n    cpu-dram-gib: 2048\n    queue: h200-nb",
+            "gpus-per-node: 4\n    cpu-dram-gib: 2048\n    queue: h200-nb",
+        )
+    )
     problems = open_store(store_dir).registry.check_against_specs()
-    assert problems == [f"{store_dir}/runners.yaml: node-kinds.h200-nb.gpus-per-node is 4 but system h200_sxm has 8 "
-                        "GPUs per node"]
+    assert problems == [
+        f"{store_dir}/runners.yaml: node-kinds.h200-nb.gpus-per-node is 4 but system h200_sxm has 8 "
+        "GPUs per node"
+    ]

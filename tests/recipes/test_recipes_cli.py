@@ -9,8 +9,13 @@ import yaml
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_list_and_show():
@@ -29,8 +34,13 @@ def test_render_prints_exact_argv_and_env():
     lines = r.stdout.splitlines()
     assert lines[0] == "export CUDA_HOME=/usr/local/cuda"
     argv = shlex.split(lines[-1])
-    assert argv[argv.index("--tensor-parallel-size"):][:5] == [
-        "--tensor-parallel-size", "1", "--data-parallel-size", "8", "--enable-expert-parallel"]
+    assert argv[argv.index("--tensor-parallel-size") :][:5] == [
+        "--tensor-parallel-size",
+        "1",
+        "--data-parallel-size",
+        "8",
+        "--enable-expert-parallel",
+    ]
     r = run("recipes", "render", "dsv4f-fp8-b200-vllm", "--tp", "8")
     assert r.returncode == 2 and "needs expert parallelism" in r.stderr
 
@@ -48,7 +58,10 @@ def test_validate_file_formats(tmp_path):
     assert "perf-eval workload" in r.stdout
     r = run("recipes", "import", str(tmp_path / "w.yaml"), "--image", "vllm/vllm-openai:v0.25.0")
     imported = yaml.safe_load(r.stdout)["deepseek_v4_pro-b200"]
-    assert imported["engine"]["cuda-home"] == "/usr/local/cuda" and imported["image"] == "vllm/vllm-openai:v0.25.0"
+    assert (
+        imported["engine"]["cuda-home"] == "/usr/local/cuda"
+        and imported["image"] == "vllm/vllm-openai:v0.25.0"
+    )
     bad = EXAMPLE_MASTER.replace("precision: fp4", "precision: fp4\n  tp: 8")
     (tmp_path / "bad.yaml").write_text(bad)
     r = run("recipes", "validate", str(tmp_path / "bad.yaml"))
@@ -88,9 +101,13 @@ def test_changelog_commands(repo):
     repo.commit("no entry")
     r = run("changelog", "validate", "--base-ref", base, "--head-ref", "HEAD", "--dir", "data", cwd=repo.root)
     assert r.returncode == 2
-    assert "changelog: dsv4f-fp8-b200-vllm: fingerprint changed but no new perf-changelog.yaml entry" in r.stderr
+    assert (
+        "changelog: dsv4f-fp8-b200-vllm: fingerprint changed but no new perf-changelog.yaml entry" in r.stderr
+    )
     assert "error: changelog validation failed: 1 problem(s)" in r.stderr
-    repo.append('\n- config-keys:\n    - dsv4f-fp8-b200-vllm\n  description:\n    - "More seqs"\n  pr-link: XXX\n')
+    repo.append(
+        '\n- config-keys:\n    - dsv4f-fp8-b200-vllm\n  description:\n    - "More seqs"\n  pr-link: XXX\n'
+    )
     repo.commit("entry")
     r = run("changelog", "validate", "--base-ref", base, "--dir", "data", cwd=repo.root)
     assert r.returncode == 0 and "ok: 1 new entry" in r.stdout

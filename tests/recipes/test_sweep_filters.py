@@ -8,14 +8,17 @@ from servelab.recipes.ladder import concurrencies, ladder, seq_len_name
 from servelab.recipes.sweep import Filters, expand
 
 
-@pytest.mark.parametrize("start,end,step,expected", [
-    (3, 20, 2, [3, 6, 12, 20]),          # formats.md's example: last value clamped to conc-end
-    (1, 64, 2, [1, 2, 4, 8, 16, 32, 64]),
-    (64, 1024, 2, [64, 128, 256, 512, 1024]),
-    (5, 5, 2, [5]),
-    (4, 100, 4, [4, 16, 64, 100]),
-    (128, 256, 2, [128, 256]),
-])
+@pytest.mark.parametrize(
+    "start,end,step,expected",
+    [
+        (3, 20, 2, [3, 6, 12, 20]),  # formats.md's example: last value clamped to conc-end
+        (1, 64, 2, [1, 2, 4, 8, 16, 32, 64]),
+        (64, 1024, 2, [64, 128, 256, 512, 1024]),
+        (5, 5, 2, [5]),
+        (4, 100, 4, [4, 16, 64, 100]),
+        (128, 256, 2, [128, 256]),
+    ],
+)
 def test_ladder(start, end, step, expected):
     assert ladder(start, end, step) == expected
 
@@ -45,10 +48,26 @@ def rows(jobs):
 def test_first_row_matches_formats_md(shipped):
     job = expand(shipped, ["dsv4-fp4-b200-vllm"])[0]
     assert job.row == {
-        "image": "vllm/vllm-openai:v0.25.0", "model": "deepseek-ai/DeepSeek-V4-Pro", "model-prefix": "dsv4",
-        "precision": "fp4", "framework": "vllm", "runner": "cluster:b200-dgxc", "isl": 8192, "osl": 1024, "tp": 8,
-        "pp": 1, "dcp-size": 1, "pcp-size": 1, "conc": 1, "max-model-len": 9472, "ep": 1, "dp-attn": False,
-        "spec-decoding": "none", "exp-name": "dsv4_8k1k", "disagg": False, "run-eval": False,
+        "image": "vllm/vllm-openai:v0.25.0",
+        "model": "deepseek-ai/DeepSeek-V4-Pro",
+        "model-prefix": "dsv4",
+        "precision": "fp4",
+        "framework": "vllm",
+        "runner": "cluster:b200-dgxc",
+        "isl": 8192,
+        "osl": 1024,
+        "tp": 8,
+        "pp": 1,
+        "dcp-size": 1,
+        "pcp-size": 1,
+        "conc": 1,
+        "max-model-len": 9472,
+        "ep": 1,
+        "dp-attn": False,
+        "spec-decoding": "none",
+        "exp-name": "dsv4_8k1k",
+        "disagg": False,
+        "run-eval": False,
     }
 
 
@@ -56,20 +75,27 @@ def test_keys_by_glob(shipped):
     keys = {j.key for j in expand(shipped, ["*-b200-*"])}
     assert keys == {"dsv4-fp4-b200-vllm", "dsv4f-fp8-b200-vllm"}
     assert {j.key for j in expand(shipped, ["dsv4f-*", "dsr1-*"])} == {
-        "dsv4f-fp8-b200-vllm", "dsv4f-fp8-h200-vllm", "dsv4f-fp8-h200-sglang", "dsr1-fp8-h200-sglang"}
+        "dsv4f-fp8-b200-vllm",
+        "dsv4f-fp8-h200-vllm",
+        "dsv4f-fp8-h200-sglang",
+        "dsr1-fp8-h200-sglang",
+    }
 
 
-@pytest.mark.parametrize("field,value,check", [
-    ("model_prefix", ["llama70b"], lambda j: j.row["model-prefix"] == "llama70b"),
-    ("precision", ["fp4"], lambda j: j.row["precision"] == "fp4"),
-    ("framework", ["sglang"], lambda j: j.row["framework"] == "sglang"),
-    ("runner", ["cluster:b200-*"], lambda j: j.row["runner"].startswith("cluster:b200-")),
-    ("seq_lens", ["1k1k"], lambda j: (j.row["isl"], j.row["osl"]) == (1024, 1024)),
-    ("min_conc", 128, lambda j: j.row["conc"] >= 128),
-    ("max_conc", 8, lambda j: j.row["conc"] <= 8),
-    ("max_tp", 2, lambda j: j.row["tp"] <= 2),
-    ("max_ep", 1, lambda j: j.row["ep"] == 1),
-])
+@pytest.mark.parametrize(
+    "field,value,check",
+    [
+        ("model_prefix", ["llama70b"], lambda j: j.row["model-prefix"] == "llama70b"),
+        ("precision", ["fp4"], lambda j: j.row["precision"] == "fp4"),
+        ("framework", ["sglang"], lambda j: j.row["framework"] == "sglang"),
+        ("runner", ["cluster:b200-*"], lambda j: j.row["runner"].startswith("cluster:b200-")),
+        ("seq_lens", ["1k1k"], lambda j: (j.row["isl"], j.row["osl"]) == (1024, 1024)),
+        ("min_conc", 128, lambda j: j.row["conc"] >= 128),
+        ("max_conc", 8, lambda j: j.row["conc"] <= 8),
+        ("max_tp", 2, lambda j: j.row["tp"] <= 2),
+        ("max_ep", 1, lambda j: j.row["ep"] == 1),
+    ],
+)
 def test_filters(shipped, field, value, check):
     everything = expand(shipped)
     jobs = expand(shipped, [], Filters(**{field: value}))
@@ -90,8 +116,12 @@ def test_test_config_mode(shipped):
     with pytest.raises(ServelabError, match="matches nothing.*did you mean"):
         expand(shipped, ["dsv4-fp4-b200-vlm"], Filters(mode="test-config"))
     jobs = expand(shipped, ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[4, 32]))
-    assert rows(jobs) == [("dsv4f-fp8-b200-vllm", 8, 8, False, 4), ("dsv4f-fp8-b200-vllm", 8, 8, False, 32),
-                          ("dsv4f-fp8-b200-vllm", 8, 8, True, 4), ("dsv4f-fp8-b200-vllm", 8, 8, True, 32)]
+    assert rows(jobs) == [
+        ("dsv4f-fp8-b200-vllm", 8, 8, False, 4),
+        ("dsv4f-fp8-b200-vllm", 8, 8, False, 32),
+        ("dsv4f-fp8-b200-vllm", 8, 8, True, 4),
+        ("dsv4f-fp8-b200-vllm", 8, 8, True, 32),
+    ]
     # full-sweep mode silently ignores keys that match nothing, and refuses --conc
     assert expand(shipped, ["nothing-*"]) == []
     with pytest.raises(ServelabError, match="--conc"):
@@ -100,8 +130,11 @@ def test_test_config_mode(shipped):
 
 def test_lowest_conc_trims_each_arm(shipped):
     jobs = expand(shipped, ["dsv4-fp4-b200-vllm"], Filters(lowest_conc=True))
-    assert rows(jobs) == [("dsv4-fp4-b200-vllm", 8, 1, False, 1), ("dsv4-fp4-b200-vllm", 8, 8, False, 128),
-                          ("dsv4-fp4-b200-vllm", 8, 8, True, 64)]
+    assert rows(jobs) == [
+        ("dsv4-fp4-b200-vllm", 8, 1, False, 1),
+        ("dsv4-fp4-b200-vllm", 8, 8, False, 128),
+        ("dsv4-fp4-b200-vllm", 8, 8, True, 64),
+    ]
 
 
 def test_step_size(shipped):
@@ -110,7 +143,9 @@ def test_step_size(shipped):
 
 
 def marked(jobs):
-    return sorted((j.row["tp"], j.row["ep"], j.row["dp-attn"], j.row["conc"]) for j in jobs if j.row["run-eval"])
+    return sorted(
+        (j.row["tp"], j.row["ep"], j.row["dp-attn"], j.row["conc"]) for j in jobs if j.row["run-eval"]
+    )
 
 
 def test_eval_marking(shipped):

@@ -27,8 +27,13 @@ def test_json_matrix(jobs):
     r = rows[0]
     assert r["config-key"] == "dsv4-fp4-b200-vllm" and r["fingerprint"] == jobs[0].fingerprint
     assert r["launch"]["argv"][:2] == ["vllm", "serve"] and r["client"][:2] == ["servelab", "bench"]
-    assert r["dataset"] == {"name": "random", "input-len": 8192, "output-len": 1024, "range-ratio": 0.8,
-                            "num-prompts": 10}
+    assert r["dataset"] == {
+        "name": "random",
+        "input-len": 8192,
+        "output-len": 1024,
+        "range-ratio": 0.8,
+        "num-prompts": 10,
+    }
 
 
 def test_github_matrix(jobs):
@@ -51,15 +56,21 @@ def test_buildkite_pipeline(jobs):
     first = steps[0]
     assert first["agents"] == {"queue": "b200-dgxc"}
     assert first["env"]["SERVELAB_FINGERPRINT"] == jobs[0].fingerprint
-    assert first["command"].startswith("#!/usr/bin/env bash") and shlex.join(jobs[0].launch.argv) in first["command"]
+    assert (
+        first["command"].startswith("#!/usr/bin/env bash")
+        and shlex.join(jobs[0].launch.argv) in first["command"]
+    )
     assert steps[-1]["agents"] == {"queue": "h200-nb"}
 
 
 def test_scripts_quote_every_argument(store_dir, tmp_path):
     p = store_dir / "recipes" / "b200.yaml"
-    p.write_text(p.read_text().replace(
-        "    enable-prefix-caching: true\n",
-        "    enable-prefix-caching: true\n    extra-args: [\"--served-model-name\", \"a b'c;$(rm -rf x)\"]\n"))
+    p.write_text(
+        p.read_text().replace(
+            "    enable-prefix-caching: true\n",
+            '    enable-prefix-caching: true\n    extra-args: ["--served-model-name", "a b\'c;$(rm -rf x)"]\n',
+        )
+    )
     job = expand(open_store(store_dir), ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]
     text = script(job)
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
@@ -72,7 +83,10 @@ def test_docker_launcher_pins_digest(shipped):
     job = expand(shipped, ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]
     text = script(job, "docker")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
-    assert "vllm/vllm-openai:v0.25.0@sha256:e1c1ff1af9a15921bfa11d1d95047258c1797392cdbfa296e7639da446b23f97" in text
+    assert (
+        "vllm/vllm-openai:v0.25.0@sha256:e1c1ff1af9a15921bfa11d1d95047258c1797392cdbfa296e7639da446b23f97"
+        in text
+    )
     assert "docker rm -f servelab-" in text
 
 
@@ -114,14 +128,19 @@ json.dump(sys.argv[1:], open("bench_args.json", "w"))
 """
 
 
-@pytest.mark.skipif(subprocess.run(["which", "curl"], capture_output=True).returncode != 0,
-                    reason="the job script polls /health with curl, which is not installed here")
+@pytest.mark.skipif(
+    subprocess.run(["which", "curl"], capture_output=True).returncode != 0,
+    reason="the job script polls /health with curl, which is not installed here",
+)
 def test_script_runs_server_bench_and_teardown(store_dir, tmp_path):
     port = _free_port()
     p = store_dir / "recipes" / "b200.yaml"
-    p.write_text(p.read_text().replace("dsv4-fp4-b200-vllm:\n", f"dsv4-fp4-b200-vllm:\n  client: {{port: {port}}}\n"))
-    job = expand(open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2],
-                                                                          max_ep=1))[0]
+    p.write_text(
+        p.read_text().replace("dsv4-fp4-b200-vllm:\n", f"dsv4-fp4-b200-vllm:\n  client: {{port: {port}}}\n")
+    )
+    job = expand(
+        open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2], max_ep=1)
+    )[0]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, body in (("vllm", FAKE_SERVER), ("servelab", FAKE_CLIENT)):
@@ -153,6 +172,8 @@ def test_script_fails_early_when_server_dies(shipped, tmp_path):
     (bindir / "curl").chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
     text = script(job).replace("sleep 5", "sleep 0.1")
-    r = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 1
     assert "server exited before becoming healthy" in r.stderr and "CUDA error: no device" in r.stderr

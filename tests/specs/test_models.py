@@ -91,8 +91,14 @@ def test_fp8_weights_halve_weight_bytes():
 
 def test_config_json_path_and_errors(tmp_path):
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1000, "max_position_embeddings": 4096,
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = load_model(str(tmp_path))

@@ -29,12 +29,15 @@ def test_parallel_derived_sizes():
     assert Parallel(tp=16).kv_heads_local(load_model("llama-3.1-70b")) == 1
 
 
-@pytest.mark.parametrize("parallel, message", [
-    (Parallel(tp=3), "power of two"),
-    (Parallel(tp=128), "attention heads do not divide"),
-    (Parallel(tp=8, ep=3), "must divide tp"),
-    (Parallel(tp=2, ep=2, dp_attn=False), None),
-])
+@pytest.mark.parametrize(
+    "parallel, message",
+    [
+        (Parallel(tp=3), "power of two"),
+        (Parallel(tp=128), "attention heads do not divide"),
+        (Parallel(tp=8, ep=3), "must divide tp"),
+        (Parallel(tp=2, ep=2, dp_attn=False), None),
+    ],
+)
 def test_parallel_validation_moe(parallel, message):
     model = load_model("qwen3-30b-a3b")
     if message is None:

@@ -237,7 +237,9 @@ class StreamConn(asyncio.Protocol):
         self.transport.write(st.payload)
 
     def timeout(self, t: float, limit_s: float) -> None:
-        self.finish(t, f"timeout: no complete response after {limit_s:g} s ({len(self.st.chunks)} content events)")
+        self.finish(
+            t, f"timeout: no complete response after {limit_s:g} s ({len(self.st.chunks)} content events)"
+        )
 
     def finish(self, t: float, error: str | None) -> None:
         st = self.st

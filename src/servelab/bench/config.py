@@ -17,14 +17,20 @@ class BenchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = Field("http://127.0.0.1:8000", description="server base URL (vLLM: --base-url or --host/--port)")
-    endpoint: str = Field("/v1/completions", description="API path; /v1/chat/completions selects the chat API")
+    base_url: str = Field(
+        "http://127.0.0.1:8000", description="server base URL (vLLM: --base-url or --host/--port)"
+    )
+    endpoint: str = Field(
+        "/v1/completions", description="API path; /v1/chat/completions selects the chat API"
+    )
     backend: Literal["openai", "openai-chat", "vllm"] = Field(
         "openai", description="vLLM's --backend; derived from --endpoint when not given"
     )
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
-    tokenizer: str | None = Field(None, description="local tokenizer path (dir with tokenizer.json) for exact lengths")
+    tokenizer: str | None = Field(
+        None, description="local tokenizer path (dir with tokenizer.json) for exact lengths"
+    )
     label: str | None = None
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
@@ -46,7 +52,9 @@ class BenchConfig(BaseModel):
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
     ramp_up_start_rps: float | None = Field(None, gt=0)
     ramp_up_end_rps: float | None = Field(None, gt=0)
-    ignore_eos: bool | None = Field(None, description="None: on for synthetic datasets (random, prefix, multiturn)")
+    ignore_eos: bool | None = Field(
+        None, description="None: on for synthetic datasets (random, prefix, multiturn)"
+    )
     temperature: float | None = Field(0.0, description="sent as is; servelab defaults to greedy (0)")
     top_p: float | None = None
     top_k: int | None = None
@@ -144,7 +152,9 @@ def parse_goodput(pairs: list[str]) -> dict[str, float]:
                 raise ValueError
             out[name.strip()] = float(value)
         except ValueError:
-            raise ValueError(f"goodput {pair!r} must be KEY:VALUE with a number in ms, e.g. ttft:500") from None
+            raise ValueError(
+                f"goodput {pair!r} must be KEY:VALUE with a number in ms, e.g. ttft:500"
+            ) from None
     return out
 
 

@@ -20,7 +20,166 @@ from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
 
 # Words that are one token in common BPE vocabularies when preceded by a space (GPT-2, Llama, Qwen).
-WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "he", "she", "it", "an", "be", "are", "were", "this", "which", "or", "have", "has", "had", "not", "but", "all", "they", "their", "there", "one", "two", "new", "first", "more", "time", "year", "years", "people", "city", "state", "world", "after", "also", "other", "many", "most", "some", "only", "over", "such", "into", "would", "could", "about", "than", "then", "them", "these", "when", "where", "who", "will", "can", "may", "under", "while", "during", "each", "between", "both", "through", "before", "high", "long", "small", "great", "part", "place", "group", "number", "system", "water", "house", "music", "family", "school", "line", "game", "work", "life", "power", "river", "north", "south", "east", "west", "early", "late", "local", "public", "general", "second", "third", "major", "main", "following", "known", "found", "made", "called", "used", "became", "began", "left", "based", "held", "named", "including", "along", "around", "since", "series", "season", "team", "club", "party", "church", "court", "film", "album", "book", "war", "army", "government", "company", "country", "area", "land", "town", "village", "road", "station", "building", "church", "center", "form", "level", "period", "result", "side", "song"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "his",
+    "her",
+    "he",
+    "she",
+    "it",
+    "an",
+    "be",
+    "are",
+    "were",
+    "this",
+    "which",
+    "or",
+    "have",
+    "has",
+    "had",
+    "not",
+    "but",
+    "all",
+    "they",
+    "their",
+    "there",
+    "one",
+    "two",
+    "new",
+    "first",
+    "more",
+    "time",
+    "year",
+    "years",
+    "people",
+    "city",
+    "state",
+    "world",
+    "after",
+    "also",
+    "other",
+    "many",
+    "most",
+    "some",
+    "only",
+    "over",
+    "such",
+    "into",
+    "would",
+    "could",
+    "about",
+    "than",
+    "then",
+    "them",
+    "these",
+    "when",
+    "where",
+    "who",
+    "will",
+    "can",
+    "may",
+    "under",
+    "while",
+    "during",
+    "each",
+    "between",
+    "both",
+    "through",
+    "before",
+    "high",
+    "long",
+    "small",
+    "great",
+    "part",
+    "place",
+    "group",
+    "number",
+    "system",
+    "water",
+    "house",
+    "music",
+    "family",
+    "school",
+    "line",
+    "game",
+    "work",
+    "life",
+    "power",
+    "river",
+    "north",
+    "south",
+    "east",
+    "west",
+    "early",
+    "late",
+    "local",
+    "public",
+    "general",
+    "second",
+    "third",
+    "major",
+    "main",
+    "following",
+    "known",
+    "found",
+    "made",
+    "called",
+    "used",
+    "became",
+    "began",
+    "left",
+    "based",
+    "held",
+    "named",
+    "including",
+    "along",
+    "around",
+    "since",
+    "series",
+    "season",
+    "team",
+    "club",
+    "party",
+    "church",
+    "court",
+    "film",
+    "album",
+    "book",
+    "war",
+    "army",
+    "government",
+    "company",
+    "country",
+    "area",
+    "land",
+    "town",
+    "village",
+    "road",
+    "station",
+    "building",
+    "church",
+    "center",
+    "form",
+    "level",
+    "period",
+    "result",
+    "side",
+    "song",
+]
 
 APPROX_SOURCE = "approximate: 1 token per common English word (no tokenizer given)"
 
@@ -33,7 +192,9 @@ class BenchItem:
     prompt: str
     prompt_len: int
     output_len: int
-    turns: list[tuple[str, int, int]] = field(default_factory=list)  # later user turns: (text, len, output_len)
+    turns: list[tuple[str, int, int]] = field(
+        default_factory=list
+    )  # later user turns: (text, len, output_len)
 
 
 @dataclass
@@ -53,7 +214,9 @@ class _Words:
         return " " + " ".join(WORDS[i] for i in idx) if n > 0 else ""
 
 
-def _exact_text(tok: LocalTokenizer, ids: list[int], target: int, allowed: np.ndarray, rng) -> tuple[str, int]:
+def _exact_text(
+    tok: LocalTokenizer, ids: list[int], target: int, allowed: np.ndarray, rng
+) -> tuple[str, int]:
     """vLLM's gen_prompt_decode_to_target_len (decode, re-encode, trim or pad, up to 10 tries); where that
     still misses (byte-level BPE pieces that do not round-trip), start again from fresh random tokens, up to
     5 times, so prompts hit the target exactly. The length returned is always the re-encoded count."""
@@ -121,10 +284,14 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
         items = _multiturn(cfg, maker, rng)
     elif name == "sharegpt":
         items = _sharegpt(cfg, maker)
-        source = f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+        source = (
+            f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+        )
     else:
         items = _custom(cfg, maker)
-        source = f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+        source = (
+            f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
+        )
     return Dataset(items=items, prompt_len_source=source)
 
 
@@ -150,7 +317,9 @@ def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     """vLLM's prefix_repetition: num_prefixes shared prefixes, each followed by distinct suffixes."""
     k = cfg.prefix_repetition_num_prefixes
     if cfg.num_prompts < k:
-        raise ServelabError(f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})")
+        raise ServelabError(
+            f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})"
+        )
     per = cfg.num_prompts // k
     items = []
     for _ in range(k):
@@ -168,8 +337,12 @@ def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> list[BenchItem]:
     that grows turn by turn (each later request carries every earlier user turn and the server's answers)."""
     prefix, _n = maker.random(cfg.random_prefix_len)
     in_lens, out_lens = sample_lengths(
-        rng, cfg.num_prompts * cfg.multiturn_turns, cfg.random_input_len, cfg.random_output_len,
-        cfg.random_range_ratio, 0,
+        rng,
+        cfg.num_prompts * cfg.multiturn_turns,
+        cfg.random_input_len,
+        cfg.random_output_len,
+        cfg.random_range_ratio,
+        0,
     )
     items = []
     for c in range(cfg.num_prompts):
@@ -200,7 +373,9 @@ def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         prompt, reply = conv[0].get("value", ""), conv[1].get("value", "")
         p_len = maker.count(prompt)
         o_len = cfg.sharegpt_output_len or maker.count(reply)
-        if cfg.sharegpt_output_len is None and (p_len < 4 or o_len < 4 or p_len > 1024 or p_len + o_len > 2048):
+        if cfg.sharegpt_output_len is None and (
+            p_len < 4 or o_len < 4 or p_len > 1024 or p_len + o_len > 2048
+        ):
             continue
         items.append(BenchItem(len(items), prompt, p_len, o_len))
     if not items:
@@ -225,7 +400,9 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             if not isinstance(prompt, str):
                 raise TypeError
         except (json.JSONDecodeError, KeyError, TypeError):
-            raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}') from None
+            raise ServelabError(
+                f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}'
+            ) from None
         out_len = int(row.get("output_len") or row.get("output_tokens") or cfg.custom_output_len)
         items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
         if len(items) >= cfg.num_prompts:

@@ -41,7 +41,9 @@ def _event(obj: dict) -> bytes:
 class Settings:
     def __init__(self, a: argparse.Namespace) -> None:
         self.token_delay = a.token_delay_ms / 1000.0
-        self.first_delay = (a.first_token_delay_ms if a.first_token_delay_ms is not None else a.token_delay_ms) / 1000.0
+        self.first_delay = (
+            a.first_token_delay_ms if a.first_token_delay_ms is not None else a.token_delay_ms
+        ) / 1000.0
         self.output_tokens = a.output_tokens
         self.mode = a.mode
         self.fail_every = max(1, a.fail_every)
@@ -49,25 +51,47 @@ class Settings:
         self.model = a.model
         created = int(time.time())
         # pre-built chunks: the same token text every time (" tok"), completions and chat forms
-        self.tok_completion = _event({"id": "cmpl-mock", "object": "text_completion", "created": created,
-                                      "model": self.model, "choices": [{"index": 0, "text": " tok",
-                                                                       "logprobs": None, "finish_reason": None}]})
-        self.tok_chat = _event({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created,
-                                "model": self.model, "choices": [{"index": 0, "delta": {"content": " tok"},
-                                                                 "finish_reason": None}]})
-        self.role_chat = _event({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created,
-                                 "model": self.model, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                                          "content": ""}}]})
+        self.tok_completion = _event(
+            {
+                "id": "cmpl-mock",
+                "object": "text_completion",
+                "created": created,
+                "model": self.model,
+                "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": None}],
+            }
+        )
+        self.tok_chat = _event(
+            {
+                "id": "chatcmpl-mock",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}],
+            }
+        )
+        self.role_chat = _event(
+            {
+                "id": "chatcmpl-mock",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+            }
+        )
         self.done = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-        self.sse_head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                         b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")
+        self.sse_head = (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+        )
 
 
 def _json_response(status: str, obj: dict, close: bool = False) -> bytes:
     body = json.dumps(obj).encode()
     conn = b"close" if close else b"keep-alive"
-    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: %s\r\n\r\n"
-            % (status.encode(), len(body), conn)) + body
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: %s\r\n\r\n"
+        % (status.encode(), len(body), conn)
+    ) + body
 
 
 class _Stream:
@@ -75,7 +99,9 @@ class _Stream:
 
     __slots__ = ("bad_at", "final", "k", "last", "mode", "proto", "start", "tok")
 
-    def __init__(self, proto, tok: bytes, final: bytes, last: int, mode: str, bad_at: int, start: float) -> None:
+    def __init__(
+        self, proto, tok: bytes, final: bytes, last: int, mode: str, bad_at: int, start: float
+    ) -> None:
         self.proto, self.tok, self.final, self.last = proto, tok, final, last
         self.mode, self.bad_at, self.start, self.k = mode, bad_at, start, 0
 
@@ -143,8 +169,15 @@ class MockProtocol(asyncio.Protocol):
         line = head.split(b"\r\n", 1)[0].split(b" ")
         path = line[1].decode() if len(line) > 1 else "/"
         if path.endswith("/models"):
-            self.transport.write(_json_response("200 OK", {"object": "list", "data": [
-                {"id": self.s.model, "object": "model", "owned_by": "servelab-mock"}]}))
+            self.transport.write(
+                _json_response(
+                    "200 OK",
+                    {
+                        "object": "list",
+                        "data": [{"id": self.s.model, "object": "model", "owned_by": "servelab-mock"}],
+                    },
+                )
+            )
             return
         if path.endswith("/health"):
             self.transport.write(_json_response("200 OK", {}))
@@ -155,32 +188,54 @@ class MockProtocol(asyncio.Protocol):
         try:
             req = json.loads(body)
         except json.JSONDecodeError:
-            self.transport.write(_json_response("400 Bad Request", {"error": {"message": "body is not JSON"}}))
+            self.transport.write(
+                _json_response("400 Bad Request", {"error": {"message": "body is not JSON"}})
+            )
             return
         MockProtocol.count += 1
         n_req = MockProtocol.count
         s = self.s
         chat = path.endswith("chat/completions")
         n_tokens = s.output_tokens or req.get("max_completion_tokens") or req.get("max_tokens") or 16
-        prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
+        prompt = (
+            req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
+        )
         prompt_tokens = len(str(prompt).split())
         misbehave = s.mode != "ok" and n_req % s.fail_every == 0
         mode = s.mode if misbehave else "ok"
         if s.die_after and n_req >= s.die_after:
             mode = "die"
         if mode == "http500":
-            self.transport.write(_json_response("500 Internal Server Error",
-                                                {"error": {"message": "mock failure on purpose", "code": 500}}))
+            self.transport.write(
+                _json_response(
+                    "500 Internal Server Error",
+                    {"error": {"message": "mock failure on purpose", "code": 500}},
+                )
+            )
             return
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
-                 "total_tokens": prompt_tokens + n_tokens}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_tokens,
+            "total_tokens": prompt_tokens + n_tokens,
+        }
         if not req.get("stream"):
             delay = s.first_delay + (n_tokens - 1) * s.token_delay
             text = " tok" * n_tokens
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
-            resp = _json_response("200 OK", {"id": "mock", "object": "chat.completion" if chat else "text_completion",
-                                             "model": s.model, "choices": [choice], "usage": usage})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
+            resp = _json_response(
+                "200 OK",
+                {
+                    "id": "mock",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": s.model,
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
             self.handle_timer = self.loop.call_later(delay, self._write, resp)
             return
         include_usage = (req.get("stream_options") or {}).get("include_usage") and mode != "no-usage"
@@ -196,8 +251,19 @@ class MockProtocol(asyncio.Protocol):
         if mode == "error-event":
             final = _event({"error": {"message": "mock error event on purpose", "code": 500}}) + s.done
         else:
-            use = (_event({"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
-                           "model": s.model, "choices": [], "usage": usage}) if include_usage else b"")
+            use = (
+                _event(
+                    {
+                        "id": "x",
+                        "object": "chat.completion.chunk" if chat else "text_completion",
+                        "model": s.model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+                if include_usage
+                else b""
+            )
             final = use + s.done
         if mode == "burst":
             due = s.first_delay + (n_tokens - 1) * s.token_delay
@@ -219,12 +285,16 @@ class MockProtocol(asyncio.Protocol):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m servelab.bench.mock_server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m servelab.bench.mock_server", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=18000)
     p.add_argument("--token-delay-ms", type=float, default=10.0, help="gap between tokens of one stream")
     p.add_argument("--first-token-delay-ms", type=float, default=None, help="default: the token delay")
-    p.add_argument("--output-tokens", type=int, default=0, help="tokens per response; 0 = the request's max_tokens")
+    p.add_argument(
+        "--output-tokens", type=int, default=0, help="tokens per response; 0 = the request's max_tokens"
+    )
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--fail-every", type=int, default=1, help="misbehave on every N-th request only")
     p.add_argument("--die-after-requests", type=int, default=0, help="exit halfway through this request")
@@ -235,7 +305,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def serve(a: argparse.Namespace) -> None:
     s = Settings(a)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: MockProtocol(s), a.host, a.port, backlog=4096, reuse_address=True)
+    server = await loop.create_server(
+        lambda: MockProtocol(s), a.host, a.port, backlog=4096, reuse_address=True
+    )
     print(f"mock server listening on http://{a.host}:{a.port} (mode {a.mode})", flush=True)
     async with server:
         await server.serve_forever()

@@ -13,7 +13,16 @@ from pathlib import Path
 import servelab
 
 RESULT_VERSION = 1
-DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "generated_texts", "errors")
+DETAIL_FIELDS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "start_times",
+    "generated_texts",
+    "errors",
+)
 
 
 def header_fields(cfg, model_id: str, date: str) -> dict:
@@ -106,8 +115,12 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
     num("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"])
     num("Peak concurrent requests:", r["max_concurrent_requests"])
     num("Total token throughput (tok/s):", r["total_token_throughput"])
-    names = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-             "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
+    names = {
+        "ttft": ("TTFT", "Time to First Token"),
+        "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+        "itl": ("ITL", "Inter-token Latency"),
+        "e2el": ("E2EL", "End-to-end Latency"),
+    }
     for m in ("ttft", "tpot", "itl", "e2el"):
         if m not in percentile_metrics:
             continue
@@ -117,7 +130,7 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
         num(f"Median {short} (ms):", r[f"median_{m}_ms"])
         for k, v in r.items():
             if k.startswith("p") and k.endswith(f"_{m}_ms") and k[1].isdigit():
-                num(f"P{k[1:-len(m) - 4]} {short} (ms):", v)
+                num(f"P{k[1 : -len(m) - 4]} {short} (ms):", v)
     c = r["client"]
     print("{s:{c}^{n}}".format(s=" Client (servelab) ", n=50, c="-"), file=file)
     line("Worker processes / event loop:", f"{c['num_workers']} / {c['event_loop']}")
@@ -140,14 +153,32 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
 def summary_rows(results: list[tuple[str, dict, str | None]]) -> list[list[str]]:
     rows = []
     for point, r, path in results:
-        rows.append([
-            point, str(r["completed"]), str(r["failed"]), f"{r['request_throughput']:.2f}",
-            f"{r['output_throughput']:.1f}", f"{r.get('mean_ttft_ms', float('nan')):.1f}",
-            f"{r.get('p99_ttft_ms', float('nan')):.1f}", f"{r.get('mean_tpot_ms', float('nan')):.2f}",
-            "yes" if r.get("client_bottleneck_warning") else "", path or "",
-        ])
+        rows.append(
+            [
+                point,
+                str(r["completed"]),
+                str(r["failed"]),
+                f"{r['request_throughput']:.2f}",
+                f"{r['output_throughput']:.1f}",
+                f"{r.get('mean_ttft_ms', float('nan')):.1f}",
+                f"{r.get('p99_ttft_ms', float('nan')):.1f}",
+                f"{r.get('mean_tpot_ms', float('nan')):.2f}",
+                "yes" if r.get("client_bottleneck_warning") else "",
+                path or "",
+            ]
+        )
     return rows
 
 
-SUMMARY_HEADER = ["point", "completed", "failed", "req/s", "out tok/s", "mean TTFT ms", "p99 TTFT ms",
-                  "mean TPOT ms", "client-bound?", "result file"]
+SUMMARY_HEADER = [
+    "point",
+    "completed",
+    "failed",
+    "req/s",
+    "out tok/s",
+    "mean TTFT ms",
+    "p99 TTFT ms",
+    "mean TPOT ms",
+    "client-bound?",
+    "result file",
+]

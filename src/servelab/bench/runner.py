@@ -74,8 +74,10 @@ class LiveLine:
         span = max(elapsed - t0, 1e-9)
         rps, tps = (done - d0) / span, (toks - k0) / span
         ttft = f"{sum(ttfts) / len(ttfts):.1f}" if ttfts else "-"
-        msg = (f"\r\x1b[2K[{elapsed:6.1f}s] done {int(done)}/{self.total}  failed {int(failed)}  in flight "
-               f"{int(inflight)}  {rps:7.1f} req/s  {tps:9.0f} tok/s  TTFT p50 {ttft} ms  client CPU {cpu:.0f}%")
+        msg = (
+            f"\r\x1b[2K[{elapsed:6.1f}s] done {int(done)}/{self.total}  failed {int(failed)}  in flight "
+            f"{int(inflight)}  {rps:7.1f} req/s  {tps:9.0f} tok/s  TTFT p50 {ttft} ms  client CPU {cpu:.0f}%"
+        )
         sys.stderr.write(msg)
         sys.stderr.flush()
 
@@ -86,16 +88,30 @@ class LiveLine:
 
 
 def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> list[WorkItem]:
-    offsets = arrival_offsets(cfg.num_prompts if cfg.dataset_name == "multiturn" else len(data.items),
-                              cfg.request_rate, cfg.burstiness, cfg.seed, cfg.ramp_up_strategy,
-                              cfg.ramp_up_start_rps, cfg.ramp_up_end_rps)
+    offsets = arrival_offsets(
+        cfg.num_prompts if cfg.dataset_name == "multiturn" else len(data.items),
+        cfg.request_rate,
+        cfg.burstiness,
+        cfg.seed,
+        cfg.ramp_up_strategy,
+        cfg.ramp_up_start_rps,
+        cfg.ramp_up_end_rps,
+    )
     items = []
     for n, it in enumerate(data.items):
         off = offsets[n] if offsets is not None else None
         if it.turns:
             messages = [{"role": "user", "content": it.prompt}]
-            items.append(WorkItem(it.index * 1000, template.encode(messages, it.output_len), it.prompt_len, off,
-                                  messages, it.turns))
+            items.append(
+                WorkItem(
+                    it.index * 1000,
+                    template.encode(messages, it.output_len),
+                    it.prompt_len,
+                    off,
+                    messages,
+                    it.turns,
+                )
+            )
         else:
             items.append(WorkItem(it.index, template.encode(it.prompt, it.output_len), it.prompt_len, off))
     return items
@@ -121,15 +137,28 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
     model_id = cfg.model or fetch_model_id(cfg.base_url, api_key)
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
     data = build_dataset(cfg, tok)
-    sampling = {k: v for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
-                if v is not None}
-    template = RequestTemplate(Target.from_url(cfg.base_url), cfg.endpoint, cfg.served_model_name or model_id,
-                               cfg.is_chat, cfg.stream, bool(cfg.ignore_eos), sampling, api_key)
+    sampling = {
+        k: v
+        for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
+        if v is not None
+    }
+    template = RequestTemplate(
+        Target.from_url(cfg.base_url),
+        cfg.endpoint,
+        cfg.served_model_name or model_id,
+        cfg.is_chat,
+        cfg.stream,
+        bool(cfg.ignore_eos),
+        sampling,
+        api_key,
+    )
     items = build_items(cfg, data, template)
     date = R.now_stamp()
     result_path = None
     if cfg.save_result:
-        result_path = Path(cfg.result_dir or ".") / (cfg.result_filename or R.default_filename(cfg, model_id, date))
+        result_path = Path(cfg.result_dir or ".") / (
+            cfg.result_filename or R.default_filename(cfg, model_id, date)
+        )
         records_dir = result_path.with_name(result_path.stem + ".requests.d")
         records_dir.mkdir(parents=True, exist_ok=True)
     else:
@@ -144,9 +173,21 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
     for k in range(n_workers):
         share = [items[i] for i in shares[k]]
         pre = min(len(share), limits[k] if limits[k] is not None else 64)
-        specs.append(WorkerSpec(k, template, share, limits[k], cfg.request_timeout_s, str(records_dir / f"worker-{k}.jsonl"),
-                                warmups=warm[k::n_workers], ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
-                                keep_text=keep_text, use_uvloop=cfg.use_uvloop, preconnect=pre))
+        specs.append(
+            WorkerSpec(
+                k,
+                template,
+                share,
+                limits[k],
+                cfg.request_timeout_s,
+                str(records_dir / f"worker-{k}.jsonl"),
+                warmups=warm[k::n_workers],
+                ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
+                keep_text=keep_text,
+                use_uvloop=cfg.use_uvloop,
+                preconnect=pre,
+            )
+        )
     ctx = mp.get_context("spawn")
     progress = ctx.Array("d", n_workers * PROGRESS_SLOTS, lock=False)
     stop = ctx.Event()
@@ -187,8 +228,11 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
             if p.is_alive():
                 p.terminate()
     worker_files = [Path(s.out_path) for s in specs]
-    merged_path = (result_path.with_name(result_path.stem + ".requests.jsonl") if result_path
-                   else records_dir / "requests.jsonl")
+    merged_path = (
+        result_path.with_name(result_path.stem + ".requests.jsonl")
+        if result_path
+        else records_dir / "requests.jsonl"
+    )
     records = merge_jsonl(worker_files, merged_path)
     if result_path:
         shutil.rmtree(records_dir, ignore_errors=True)
@@ -260,8 +304,17 @@ def resolve_output_len(rec: dict, tok: LocalTokenizer | None) -> tuple[int, str]
     return len(rec.get("chunks") or []), "content events (approximate: no usage, no tokenizer)"
 
 
-def compute_result(cfg: BenchConfig, records: list[dict], summaries: list[dict], infos: list[dict],
-                   data: Dataset, tok: LocalTokenizer | None, model_id: str, date: str, _t0: float) -> dict:
+def compute_result(
+    cfg: BenchConfig,
+    records: list[dict],
+    summaries: list[dict],
+    infos: list[dict],
+    data: Dataset,
+    tok: LocalTokenizer | None,
+    model_id: str,
+    date: str,
+    _t0: float,
+) -> dict:
     sent = [r for r in records if r.get("sent") is not None]
     not_sent = [r for r in records if r.get("sent") is None]
     reqs, chunk_times, sources = [], [], Counter()
@@ -277,17 +330,28 @@ def compute_result(cfg: BenchConfig, records: list[dict], summaries: list[dict],
         chunk_times.append([r["sent"] + c / 1e6 for c in r["chunks"]] if r["ok"] else [])
     duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
     res = R.header_fields(cfg, model_id, date)
-    res.update(M.aggregate(reqs, chunk_times, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput))
+    res.update(
+        M.aggregate(reqs, chunk_times, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput)
+    )
     res.update(M.client_stats(reqs, cfg.metric_percentiles))
     res["not_sent"] = len(not_sent)
     reasons = Counter(_reason_key(r["err"]) for r in records if not r["ok"])
     res["failure_reasons"] = dict(reasons.most_common())
-    res["token_count_source"] = (next(iter(sources)) if len(sources) == 1
-                                 else ("mixed: " + ", ".join(f"{k} x{v}" for k, v in sources.items())) if sources else "none")
+    res["token_count_source"] = (
+        next(iter(sources))
+        if len(sources) == 1
+        else ("mixed: " + ", ".join(f"{k} x{v}" for k, v in sources.items()))
+        if sources
+        else "none"
+    )
     in_src = Counter(r.get("in_src") for r in sent if r["ok"])
-    res["prompt_len_source"] = ("server usage.prompt_tokens" if in_src and set(in_src) == {"usage"}
-                                else f"dataset ({data.prompt_len_source})" if not in_src.get("usage")
-                                else f"mixed: usage x{in_src['usage']}, dataset ({data.prompt_len_source}) x{in_src.get('dataset', 0)}")
+    res["prompt_len_source"] = (
+        "server usage.prompt_tokens"
+        if in_src and set(in_src) == {"usage"}
+        else f"dataset ({data.prompt_len_source})"
+        if not in_src.get("usage")
+        else f"mixed: usage x{in_src['usage']}, dataset ({data.prompt_len_source}) x{in_src.get('dataset', 0)}"
+    )
     res["client"] = client_section(summaries, infos, res)
     res["client_bottleneck_warning"] = bottleneck_warning(res, reqs, cfg)
     res["one_read_requests"], res["one_read_warning"] = one_read_warning(reqs, cfg)
@@ -310,7 +374,9 @@ def _reason_key(err: str | None) -> str:
     """Group failure reasons: drop the per-request numbers so identical causes count together."""
     import re
 
-    return re.sub(r"after \d+ content events|\(\d+ content events\)", "after N content events", err or "unknown")
+    return re.sub(
+        r"after \d+ content events|\(\d+ content events\)", "after N content events", err or "unknown"
+    )
 
 
 def client_section(summaries: list[dict], infos: list[dict], res: dict) -> dict:
@@ -348,7 +414,9 @@ def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig
     if lags:
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000
         if p99 > SEND_LAG_P99_MS:
-            why.append(f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)")
+            why.append(
+                f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)"
+            )
     return "; ".join(why) or None
 
 
@@ -361,9 +429,11 @@ def one_read_warning(reqs: list[M.RequestMetrics], cfg: BenchConfig) -> tuple[in
     one_read = sum(1 for r in streamed if not any(r.itl))
     if not one_read:
         return 0, None
-    return one_read, (f"{one_read} of {len(streamed)} streamed requests received all their tokens in one socket read "
-                      "(the server sent them as one burst, or this client read late: see the client fields); "
-                      "their TPOT and ITL read 0")
+    return one_read, (
+        f"{one_read} of {len(streamed)} streamed requests received all their tokens in one socket read "
+        "(the server sent them as one burst, or this client read late: see the client fields); "
+        "their TPOT and ITL read 0"
+    )
 
 
 def run(cfg_points: list[BenchConfig], out=None) -> int:

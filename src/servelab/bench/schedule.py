@@ -13,7 +13,9 @@ import math
 import numpy as np
 
 
-def rate_at(index: int, total: int, rate: float, strategy: str | None, start: float | None, end: float | None) -> float:
+def rate_at(
+    index: int, total: int, rate: float, strategy: str | None, start: float | None, end: float | None
+) -> float:
     """vLLM's _get_current_request_rate: the rate in force for request `index` during a ramp-up."""
     if strategy and start is not None and end is not None:
         progress = index / max(total - 1, 1)

@@ -22,7 +22,9 @@ from time import perf_counter
 from servelab.bench.client import RequestState, StreamConn
 from servelab.bench.payload import RequestTemplate
 
-PROGRESS_SLOTS = 8  # completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, state
+PROGRESS_SLOTS = (
+    8  # completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, state
+)
 NOT_SENT = "not sent: "
 
 
@@ -138,7 +140,9 @@ class Worker:
         """Open the connection pool, send the ready-check request, run this worker's warm-ups."""
         n = self.spec.preconnect
         for start in range(0, n, 32):  # batches, so a server's accept backlog never drops a SYN
-            results = await asyncio.gather(*(self._connect() for _ in range(min(32, n - start))), return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._connect() for _ in range(min(32, n - start))), return_exceptions=True
+            )
             for r in results:
                 if isinstance(r, StreamConn):
                     self.idle.append(r)
@@ -244,7 +248,9 @@ class Worker:
         return None
 
     async def _connect(self) -> StreamConn:
-        _, conn = await self.loop.create_connection(lambda: StreamConn(self), self.host, self.port, ssl=self.ssl)
+        _, conn = await self.loop.create_connection(
+            lambda: StreamConn(self), self.host, self.port, ssl=self.ssl
+        )
         self.connects += 1
         return conn
 
@@ -292,7 +298,9 @@ class Worker:
             else:
                 reason = "an earlier turn of this conversation failed" if st.error else "run stopped"
                 for k in range(len(item.turns)):
-                    self._not_sent(WorkItem(item.key + k + 1, b"", item.turns[k][1]), st.end, reason, count=True)
+                    self._not_sent(
+                        WorkItem(item.key + k + 1, b"", item.turns[k][1]), st.end, reason, count=True
+                    )
         if self.remaining <= 0:
             if self.done is not None and not self.done.done():
                 self.done.set_result(None)
@@ -352,9 +360,20 @@ class Worker:
             self.remaining -= 1 + len(item.turns)
         if not self.recording:
             return
-        rec = {"i": item.key, "w": self.spec.index, "ok": False, "err": NOT_SENT + reason,
-               "sched": sched - self.t0, "sent": None, "end": None, "chunks": [], "in": item.prompt_len,
-               "in_src": "dataset", "out": None, "conn": False}
+        rec = {
+            "i": item.key,
+            "w": self.spec.index,
+            "ok": False,
+            "err": NOT_SENT + reason,
+            "sched": sched - self.t0,
+            "sent": None,
+            "end": None,
+            "chunks": [],
+            "in": item.prompt_len,
+            "in_src": "dataset",
+            "out": None,
+            "conn": False,
+        }
         self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
     # -- periodic work ---------------------------------------------------------------------------------------
@@ -411,7 +430,12 @@ class Worker:
             self.recent_ttft = []
         base = self.spec.index * PROGRESS_SLOTS
         p = self.progress
-        p[base], p[base + 1], p[base + 2], p[base + 3] = self.counts[0], self.counts[1], self.counts[2], self.in_flight
+        p[base], p[base + 1], p[base + 2], p[base + 3] = (
+            self.counts[0],
+            self.counts[1],
+            self.counts[2],
+            self.in_flight,
+        )
         p[base + 4] = self.ttft_p50_ms
         if cpu_pct is not None:
             p[base + 5] = cpu_pct

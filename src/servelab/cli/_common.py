@@ -20,19 +20,33 @@ def gib(x: float) -> str:
     return f"{x:,.1f}"
 
 
-ModelArg = typer.Argument(..., help="Embedded name (servelab models), checkpoint id, or path to a config.json")
+ModelArg = typer.Argument(
+    ..., help="Embedded name (servelab models), checkpoint id, or path to a config.json"
+)
 SystemOpt = typer.Option("h200_sxm", "--system", "-s", help="System name (servelab systems)")
 TpOpt = typer.Option(1, "--tp", help="Tensor parallel size (GPUs per pipeline stage)")
 EpOpt = typer.Option(1, "--ep", help="Expert parallel size (MoE layers)")
-DpAttnOpt = typer.Option(False, "--dp-attn", help="Attention data parallel: tp attention replicas of one rank each")
+DpAttnOpt = typer.Option(
+    False, "--dp-attn", help="Attention data parallel: tp attention replicas of one rank each"
+)
 PpOpt = typer.Option(1, "--pp", help="Pipeline parallel stages")
-WeightDtypeOpt = typer.Option(None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4")
+WeightDtypeOpt = typer.Option(
+    None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4"
+)
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
 
 
-def load_deployment(model: str, system: str, weight_dtype, kv_dtype, tp: int = 1, ep: int = 1, dp_attn: bool = False,
-                    pp: int = 1):
+def load_deployment(
+    model: str,
+    system: str,
+    weight_dtype,
+    kv_dtype,
+    tp: int = 1,
+    ep: int = 1,
+    dp_attn: bool = False,
+    pp: int = 1,
+):
     from pydantic import ValidationError
 
     from servelab.errors import ServelabError

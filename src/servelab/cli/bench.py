@@ -2,7 +2,6 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
-from typing import List, Optional
 
 import typer
 
@@ -10,19 +9,31 @@ _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
 
 
 def bench(
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="Server base URL (default http://HOST:PORT)."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Server base URL (default http://HOST:PORT)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
-    endpoint: str = typer.Option("/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions."),
-    backend: Optional[str] = typer.Option(None, "--backend", "--endpoint-type",
-                                          help="openai | openai-chat | vllm (default: from --endpoint)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
-    served_model_name: Optional[str] = typer.Option(None, "--served-model-name"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer path for exact lengths."),
-    label: Optional[str] = typer.Option(None, "--label"),
-    dataset_name: str = typer.Option("random", "--dataset-name",
-                                     help="random | sharegpt | prefix (prefix_repetition) | multiturn | custom."),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path"),
+    endpoint: str = typer.Option(
+        "/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions."
+    ),
+    backend: str | None = typer.Option(
+        None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Model name; default: the first of /v1/models."
+    ),
+    served_model_name: str | None = typer.Option(None, "--served-model-name"),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="Local tokenizer path for exact lengths."
+    ),
+    label: str | None = typer.Option(None, "--label"),
+    dataset_name: str = typer.Option(
+        "random",
+        "--dataset-name",
+        help="random | sharegpt | prefix (prefix_repetition) | multiturn | custom.",
+    ),
+    dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
     random_output_len: int = typer.Option(128, "--random-output-len", "--output-len"),
     random_range_ratio: float = typer.Option(0.0, "--random-range-ratio"),
@@ -32,39 +43,45 @@ def bench(
     prefix_repetition_num_prefixes: int = typer.Option(10, "--prefix-repetition-num-prefixes"),
     prefix_repetition_output_len: int = typer.Option(128, "--prefix-repetition-output-len"),
     multiturn_turns: int = typer.Option(4, "--multiturn-turns", help="Turns per conversation (multiturn)."),
-    sharegpt_output_len: Optional[int] = typer.Option(None, "--sharegpt-output-len"),
+    sharegpt_output_len: int | None = typer.Option(None, "--sharegpt-output-len"),
     custom_output_len: int = typer.Option(256, "--custom-output-len"),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
-    max_concurrency: Optional[str] = typer.Option(None, "--max-concurrency", help="An int, or a sweep: 1,2,4,8."),
-    request_rate: Optional[str] = typer.Option(None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf."),
+    max_concurrency: str | None = typer.Option(
+        None, "--max-concurrency", help="An int, or a sweep: 1,2,4,8."
+    ),
+    request_rate: str | None = typer.Option(
+        None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf."
+    ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson)."),
-    ramp_up_strategy: Optional[str] = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
-    ramp_up_start_rps: Optional[float] = typer.Option(None, "--ramp-up-start-rps"),
-    ramp_up_end_rps: Optional[float] = typer.Option(None, "--ramp-up-end-rps"),
-    ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos",
-                                              help="Default: on for random, prefix and multiturn datasets."),
-    temperature: Optional[float] = typer.Option(0.0, "--temperature"),
-    top_p: Optional[float] = typer.Option(None, "--top-p"),
-    top_k: Optional[int] = typer.Option(None, "--top-k"),
+    ramp_up_strategy: str | None = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
+    ramp_up_start_rps: float | None = typer.Option(None, "--ramp-up-start-rps"),
+    ramp_up_end_rps: float | None = typer.Option(None, "--ramp-up-end-rps"),
+    ignore_eos: bool | None = typer.Option(
+        None, "--ignore-eos/--no-ignore-eos", help="Default: on for random, prefix and multiturn datasets."
+    ),
+    temperature: float | None = typer.Option(0.0, "--temperature"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    top_k: int | None = typer.Option(None, "--top-k"),
     stream: bool = typer.Option(True, "--stream/--no-stream"),
-    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLOs in ms: ttft:X tpot:Y e2el:Z."),
+    goodput: list[str] | None = typer.Option(None, "--goodput", help="SLOs in ms: ttft:X tpot:Y e2el:Z."),
     percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics"),
     metric_percentiles: str = typer.Option("99", "--metric-percentiles"),
     num_warmups: int = typer.Option(0, "--num-warmups"),
     seed: int = typer.Option(0, "--seed"),
     save_result: bool = typer.Option(False, "--save-result"),
     save_detailed: bool = typer.Option(False, "--save-detailed"),
-    result_dir: Optional[str] = typer.Option(None, "--result-dir"),
-    result_filename: Optional[str] = typer.Option(None, "--result-filename"),
-    metadata: Optional[List[str]] = typer.Option(None, "--metadata", help="KEY=VALUE, saved in the result."),
+    result_dir: str | None = typer.Option(None, "--result-dir"),
+    result_filename: str | None = typer.Option(None, "--result-filename"),
+    metadata: list[str] | None = typer.Option(None, "--metadata", help="KEY=VALUE, saved in the result."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request limit in seconds."),
     num_workers: int = typer.Option(0, "--num-workers", help="Client processes; 0 = one per core."),
-    live: Optional[bool] = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
+    live: bool | None = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's flag; same as --no-live."),
     uvloop: bool = typer.Option(True, "--uvloop/--no-uvloop", help="Use uvloop when installed."),
     ready_check: bool = typer.Option(True, "--ready-check/--no-ready-check"),
-    extra: Optional[List[str]] = typer.Argument(None, hidden=True,
-                                                help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."),
+    extra: list[str] | None = typer.Argument(
+        None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
+    ),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the bottleneck."""
     from pydantic import ValidationError
@@ -80,29 +97,56 @@ def bench(
         elif "=" in token:
             metadata_items.append(token)
         else:
-            raise ServelabError(f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)")
+            raise ServelabError(
+                f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)"
+            )
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int")
         rates = C.parse_sweep(request_rate, "rate")
         base = dict(
-            base_url=base_url or f"http://{host}:{port}", endpoint=endpoint, model=model,
-            served_model_name=served_model_name, tokenizer=tokenizer, label=label, dataset_name=dataset_name,
-            dataset_path=dataset_path, random_input_len=random_input_len, random_output_len=random_output_len,
-            random_range_ratio=random_range_ratio, random_prefix_len=random_prefix_len,
+            base_url=base_url or f"http://{host}:{port}",
+            endpoint=endpoint,
+            model=model,
+            served_model_name=served_model_name,
+            tokenizer=tokenizer,
+            label=label,
+            dataset_name=dataset_name,
+            dataset_path=dataset_path,
+            random_input_len=random_input_len,
+            random_output_len=random_output_len,
+            random_range_ratio=random_range_ratio,
+            random_prefix_len=random_prefix_len,
             prefix_repetition_prefix_len=prefix_repetition_prefix_len,
             prefix_repetition_suffix_len=prefix_repetition_suffix_len,
             prefix_repetition_num_prefixes=prefix_repetition_num_prefixes,
-            prefix_repetition_output_len=prefix_repetition_output_len, multiturn_turns=multiturn_turns,
-            sharegpt_output_len=sharegpt_output_len, custom_output_len=custom_output_len, num_prompts=num_prompts,
-            burstiness=burstiness, ramp_up_strategy=ramp_up_strategy, ramp_up_start_rps=ramp_up_start_rps,
-            ramp_up_end_rps=ramp_up_end_rps, ignore_eos=ignore_eos, temperature=temperature, top_p=top_p,
-            top_k=top_k, stream=stream, goodput=C.parse_goodput(goodput_items),
+            prefix_repetition_output_len=prefix_repetition_output_len,
+            multiturn_turns=multiturn_turns,
+            sharegpt_output_len=sharegpt_output_len,
+            custom_output_len=custom_output_len,
+            num_prompts=num_prompts,
+            burstiness=burstiness,
+            ramp_up_strategy=ramp_up_strategy,
+            ramp_up_start_rps=ramp_up_start_rps,
+            ramp_up_end_rps=ramp_up_end_rps,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            stream=stream,
+            goodput=C.parse_goodput(goodput_items),
             percentile_metrics=[m.strip() for m in percentile_metrics.split(",") if m.strip()],
             metric_percentiles=[float(p) for p in metric_percentiles.split(",") if p.strip()],
-            num_warmups=num_warmups, seed=seed, save_result=save_result or save_detailed,
-            save_detailed=save_detailed, result_dir=result_dir, metadata=C.parse_metadata(metadata_items),
-            request_timeout_s=request_timeout, num_workers=num_workers,
-            live=False if disable_tqdm else live, use_uvloop=uvloop, ready_check=ready_check,
+            num_warmups=num_warmups,
+            seed=seed,
+            save_result=save_result or save_detailed,
+            save_detailed=save_detailed,
+            result_dir=result_dir,
+            metadata=C.parse_metadata(metadata_items),
+            request_timeout_s=request_timeout,
+            num_workers=num_workers,
+            live=False if disable_tqdm else live,
+            use_uvloop=uvloop,
+            ready_check=ready_check,
         )
         if backend is not None:
             base["backend"] = backend

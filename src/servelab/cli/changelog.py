@@ -4,10 +4,14 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs.")
+app = typer.Typer(
+    no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs."
+)
 
 DirOpt = typer.Option(
-    None, "--dir", help="Recipe store, relative to the current directory inside the git checkout (default: shipped)."
+    None,
+    "--dir",
+    help="Recipe store, relative to the current directory inside the git checkout (default: shipped).",
 )
 
 
@@ -36,7 +40,9 @@ def _checked_change(base_ref: str, head_ref: str, directory: Path, pr_link, suff
 def validate(
     base_ref: str = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main)."),
     head_ref: str = typer.Option("HEAD", "--head-ref", help="Git ref with the change."),
-    pr_link: str = typer.Option(None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."),
+    pr_link: str = typer.Option(
+        None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."
+    ),
     directory: Path = DirOpt,
 ) -> None:
     """Check the change against the ledger rules and the recorded fingerprints."""

@@ -6,22 +6,41 @@ import typer
 
 
 def collect(
-    system: str = typer.Option("h200_sxm", "--system", help="the system these tables describe (h200_sxm, ...)"),
-    ops: list[str] = typer.Option(None, "--ops", help="op families or ops, comma separated: gemm, attention, mla, "
-                                                       "dsv4, moe, elementwise, comm, or single ops (default: all)"),
-    model: list[str] = typer.Option(None, "--model", help="models to derive keys from (repeat; default: every "
-                                                          "embedded model)"),
+    system: str = typer.Option(
+        "h200_sxm", "--system", help="the system these tables describe (h200_sxm, ...)"
+    ),
+    ops: list[str] = typer.Option(
+        None,
+        "--ops",
+        help="op families or ops, comma separated: gemm, attention, mla, "
+        "dsv4, moe, elementwise, comm, or single ops (default: all)",
+    ),
+    model: list[str] = typer.Option(
+        None, "--model", help="models to derive keys from (repeat; default: every embedded model)"
+    ),
     smoke: bool = typer.Option(False, "--smoke", help="a handful of keys per op"),
-    out: Path = typer.Option(Path("collect-out"), "--out", help="campaign directory (resumed when it exists)"),
+    out: Path = typer.Option(
+        Path("collect-out"), "--out", help="campaign directory (resumed when it exists)"
+    ),
     gpus: int = typer.Option(0, "--gpus", help="GPUs to use (default: all visible)"),
-    comm_gpus: str = typer.Option("", "--comm-gpus", help="collective group sizes, e.g. 2,4 (default: 2..gpus)"),
+    comm_gpus: str = typer.Option(
+        "", "--comm-gpus", help="collective group sizes, e.g. 2,4 (default: 2..gpus)"
+    ),
     executor: str = typer.Option("local", "--executor", help="local (one process per GPU) or ray"),
-    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local cluster)"),
-    max_minutes: float = typer.Option(None, "--max-minutes", help="start no new key after this long; resume later"),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="Ray cluster address (default: a local cluster)"
+    ),
+    max_minutes: float = typer.Option(
+        None, "--max-minutes", help="start no new key after this long; resume later"
+    ),
     limit: int = typer.Option(None, "--limit", help="measure at most this many keys"),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="measure keys that failed before again"),
-    repeat_of: Path = typer.Option(None, "--repeat-of", help="measure again a sample of this campaign's keys "
-                                                              "(repeatability; compare with `servelab.collect.repeat`)"),
+    repeat_of: Path = typer.Option(
+        None,
+        "--repeat-of",
+        help="measure again a sample of this campaign's keys "
+        "(repeatability; compare with `servelab.collect.repeat`)",
+    ),
     sample: int = typer.Option(300, "--sample", help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
 ) -> None:
@@ -38,15 +57,28 @@ def collect(
     if executor not in ("local", "ray"):
         raise ServelabError(f"--executor: expected local or ray, got {executor!r}")
     n = gpus or (0 if dry_run else _visible_gpus())
-    cfg = CampaignConfig(out=out, system=system, models=tuple(model or ()), ops=tuple(ops or ()), smoke=smoke,
-                         gpus=max(n, 1), comm_gpus=sizes, retry_errors=retry_errors, max_minutes=max_minutes,
-                         limit=limit, repeat_of=repeat_of, sample=sample)
+    cfg = CampaignConfig(
+        out=out,
+        system=system,
+        models=tuple(model or ()),
+        ops=tuple(ops or ()),
+        smoke=smoke,
+        gpus=max(n, 1),
+        comm_gpus=sizes,
+        retry_errors=retry_errors,
+        max_minutes=max_minutes,
+        limit=limit,
+        repeat_of=repeat_of,
+        sample=sample,
+    )
     if dry_run:
         typer.echo(describe(make_plan(cfg), cfg))
         return
     if n == 0:
-        raise ServelabError("servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
-                            "none is visible here (--dry-run prints the plan without one)")
+        raise ServelabError(
+            "servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
+            "none is visible here (--dry-run prints the plan without one)"
+        )
     ex = None
     if executor == "ray":
         try:

@@ -7,8 +7,9 @@ import typer
 app = typer.Typer(no_args_is_help=True, help="Perf tables: query, status, accuracy, merge, validate.")
 
 SystemOpt = typer.Option("h200_sxm", "--system", "-s", help="System whose tables answer (servelab systems).")
-TablesOpt = typer.Option(None, "--tables", help="A table directory <system>/<backend>/<version> to use instead "
-                                                "of the default one.")
+TablesOpt = typer.Option(
+    None, "--tables", help="A table directory <system>/<backend>/<version> to use instead of the default one."
+)
 JsonOpt = typer.Option(False, "--json", help="Print JSON (one object per line for --batch).")
 
 
@@ -18,29 +19,46 @@ def _opt(help_: str):
 
 @app.command()
 def query(
-    op: str = typer.Argument(None, help="gemm, attention_prefill, attention_decode, mla_prefill, mla_decode, "
-                                        "dsv4_{csa,hca}_{context,generation}_module, moe, allreduce, allgather, "
-                                        "reducescatter, alltoall, p2p, elementwise. Leave out with --batch FILE."),
+    op: str = typer.Argument(
+        None,
+        help="gemm, attention_prefill, attention_decode, mla_prefill, mla_decode, "
+        "dsv4_{csa,hca}_{context,generation}_module, moe, allreduce, allgather, "
+        "reducescatter, alltoall, p2p, elementwise. Leave out with --batch FILE.",
+    ),
     system: str = SystemOpt,
     tables: Path = TablesOpt,
     roofline: bool = typer.Option(False, "--roofline", help="Ignore the tables; answer from the roofline."),
     as_json: bool = JsonOpt,
-    batch: str = typer.Option(None, "--batch", help="With OP: the batch size. Without OP: a JSONL file, one "
-                                                    '{"op": ..., shape fields} per line.', show_default=False),
-    m: int = _opt("GEMM rows (tokens)."), n: int = _opt("GEMM output features (rank-local)."),
+    batch: str = typer.Option(
+        None,
+        "--batch",
+        help='With OP: the batch size. Without OP: a JSONL file, one {"op": ..., shape fields} per line.',
+        show_default=False,
+    ),
+    m: int = _opt("GEMM rows (tokens)."),
+    n: int = _opt("GEMM output features (rank-local)."),
     k: int = _opt("GEMM input features (rank-local)."),
     dtype: str = _opt("Weight dtype: bf16, fp8, fp8_block, fp4, mxfp4, nvfp4 (gemm, moe)."),
-    seq: int = _opt("New tokens per sequence (prefill)."), kv_len: int = _opt("Cached tokens (decode)."),
-    heads: int = _opt("Query heads per rank."), kv_heads: int = _opt("KV heads per rank."),
-    head_dim: int = _opt("Head dimension."), window: int = _opt("Sliding window (0 = full)."),
-    kv_dtype: str = _opt("KV cache dtype."), native_heads: int = _opt("The model's heads before TP (MLA, DSv4)."),
-    tokens: int = _opt("Tokens in the EP group (moe)."), hidden: int = _opt("Hidden size (moe)."),
-    inter: int = _opt("Expert intermediate size per rank (moe)."), experts: int = _opt("Routed experts."),
-    topk: int = _opt("Experts per token."), ep: int = _opt("Expert-parallel ranks."),
+    seq: int = _opt("New tokens per sequence (prefill)."),
+    kv_len: int = _opt("Cached tokens (decode)."),
+    heads: int = _opt("Query heads per rank."),
+    kv_heads: int = _opt("KV heads per rank."),
+    head_dim: int = _opt("Head dimension."),
+    window: int = _opt("Sliding window (0 = full)."),
+    kv_dtype: str = _opt("KV cache dtype."),
+    native_heads: int = _opt("The model's heads before TP (MLA, DSv4)."),
+    tokens: int = _opt("Tokens in the EP group (moe)."),
+    hidden: int = _opt("Hidden size (moe)."),
+    inter: int = _opt("Expert intermediate size per rank (moe)."),
+    experts: int = _opt("Routed experts."),
+    topk: int = _opt("Experts per token."),
+    ep: int = _opt("Expert-parallel ranks."),
     distribution: str = _opt("Routing: uniform or power_law."),
-    bytes_: int = typer.Option(None, "--bytes", help="Per-rank buffer bytes (collectives, elementwise).",
-                               show_default=False),
-    gpus: int = _opt("Ranks in the collective."), flops: int = _opt("Elementwise flops."),
+    bytes_: int = typer.Option(
+        None, "--bytes", help="Per-rank buffer bytes (collectives, elementwise).", show_default=False
+    ),
+    gpus: int = _opt("Ranks in the collective."),
+    flops: int = _opt("Elementwise flops."),
     kernels: int = _opt("Small kernels an elementwise op stands for."),
 ) -> None:
     """Latency of one op, with its source (measured / interpolated / extrapolated / roofline) and error band."""
@@ -58,18 +76,45 @@ def query(
             failed += "error" in result
             typer.echo(json.dumps(result) if as_json else _line(result))
         if failed:
-            raise ServelabError(f"{failed} line(s) of {batch} could not be answered (see their error objects)")
+            raise ServelabError(
+                f"{failed} line(s) of {batch} could not be answered (see their error objects)"
+            )
         return
-    fields = {name: value for name, value in (
-        ("m", m), ("n", n), ("k", k), ("dtype", dtype), ("seq", seq), ("kv_len", kv_len), ("heads", heads),
-        ("kv_heads", kv_heads), ("head_dim", head_dim), ("window", window), ("kv_dtype", kv_dtype),
-        ("native_heads", native_heads), ("tokens", tokens), ("hidden", hidden), ("inter", inter),
-        ("experts", experts), ("topk", topk), ("ep", ep), ("distribution", distribution), ("bytes", bytes_),
-        ("gpus", gpus), ("flops", flops), ("kernels", kernels)) if value is not None}
+    fields = {
+        name: value
+        for name, value in (
+            ("m", m),
+            ("n", n),
+            ("k", k),
+            ("dtype", dtype),
+            ("seq", seq),
+            ("kv_len", kv_len),
+            ("heads", heads),
+            ("kv_heads", kv_heads),
+            ("head_dim", head_dim),
+            ("window", window),
+            ("kv_dtype", kv_dtype),
+            ("native_heads", native_heads),
+            ("tokens", tokens),
+            ("hidden", hidden),
+            ("inter", inter),
+            ("experts", experts),
+            ("topk", topk),
+            ("ep", ep),
+            ("distribution", distribution),
+            ("bytes", bytes_),
+            ("gpus", gpus),
+            ("flops", flops),
+            ("kernels", kernels),
+        )
+        if value is not None
+    }
     if batch is not None:
         if not batch.strip().isdigit():
-            raise ServelabError(f"--batch {batch!r}: with an OP, --batch is the batch size (an integer); "
-                                "to answer a JSONL file, leave out OP")
+            raise ServelabError(
+                f"--batch {batch!r}: with an OP, --batch is the batch size (an integer); "
+                "to answer a JSONL file, leave out OP"
+            )
         fields["batch"] = int(batch)
     result = answer(db, op, fields)
     typer.echo(json.dumps(result) if as_json else _line(result))
@@ -78,15 +123,22 @@ def query(
 def _line(r: dict) -> str:
     if "error" in r:
         return f"error: {r['error']}"
-    shape = " ".join(f"{k}={v}" for k, v in r.items() if k not in (
-        "op", "system", "latency_us", "latency_us_low", "latency_us_high", "source", "note"))
-    return (f"{r['op']} {shape}: {r['latency_us']:.2f} us [{r['latency_us_low']:.2f}, {r['latency_us_high']:.2f}] "
-            f"{r['source']} ({r['note']})")
+    shape = " ".join(
+        f"{k}={v}"
+        for k, v in r.items()
+        if k not in ("op", "system", "latency_us", "latency_us_low", "latency_us_high", "source", "note")
+    )
+    return (
+        f"{r['op']} {shape}: {r['latency_us']:.2f} us [{r['latency_us_low']:.2f}, {r['latency_us_high']:.2f}] "
+        f"{r['source']} ({r['note']})"
+    )
 
 
 @app.command()
 def status(
-    system: str = typer.Option(None, "--system", "-s", help="Only this system (default: every system with tables)."),
+    system: str = typer.Option(
+        None, "--system", "-s", help="Only this system (default: every system with tables)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """The table directories servelab would use, with rows, provenance and stored leave-one-out accuracy."""
@@ -106,21 +158,31 @@ def status(
         for name, t in entry["tables"].items():
             prov = t["provenance"][-1] if t["provenance"] else {}
             acc = (t.get("accuracy") or {}).get("interpolated") or {}
-            figs = (f"loo median {100 * acc['median']:.1f} % p90 {100 * acc['p90']:.1f} % (n={acc['n']})"
-                    if acc.get("n") else "loo: -")
-            typer.echo(f"  {name:18} {t['rows']:7d} rows {t['groups']:5d} groups  {figs}  "
-                       f"{prov.get('gpu_name', '?')} torch {prov.get('torch', '?')} {prov.get('date', '?')}")
+            figs = (
+                f"loo median {100 * acc['median']:.1f} % p90 {100 * acc['p90']:.1f} % (n={acc['n']})"
+                if acc.get("n")
+                else "loo: -"
+            )
+            typer.echo(
+                f"  {name:18} {t['rows']:7d} rows {t['groups']:5d} groups  {figs}  "
+                f"{prov.get('gpu_name', '?')} torch {prov.get('torch', '?')} {prov.get('date', '?')}"
+            )
         for name, why in entry["skipped"].items():
             typer.echo(f"  {name:18} SKIPPED: {why}")
 
 
 @app.command()
 def accuracy(
-    system: str = typer.Option(None, "--system", "-s", help="Only this system (default: every system with tables)."),
+    system: str = typer.Option(
+        None, "--system", "-s", help="Only this system (default: every system with tables)."
+    ),
     tables: Path = TablesOpt,
     as_json: bool = JsonOpt,
-    check: bool = typer.Option(False, "--check", help="Exit 1 when a GEMM or attention table misses the "
-                                                      "targets (median <= 5 %, p90 <= 15 %)."),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Exit 1 when a GEMM or attention table misses the targets (median <= 5 %, p90 <= 15 %).",
+    ),
 ) -> None:
     """Leave-one-out error per table, recomputed now: interpolated, extrapolated and borrowed points."""
     import json
@@ -139,9 +201,11 @@ def accuracy(
                 verdict = {True: "meets target", False: "MISSES target", None: ""}[t["passes"]]
                 for kind, s in t["accuracy"].items():
                     if s.get("n"):
-                        typer.echo(f"  {name:18} {kind:12} n={s['n']:6d}  median {100 * s['median']:5.1f} %  "
-                                   f"p90 {100 * s['p90']:5.1f} %  band [{100 * s['lo']:+.1f} %, {100 * s['hi']:+.1f} %]"
-                                   + (f"  {verdict}" if kind == "interpolated" and verdict else ""))
+                        typer.echo(
+                            f"  {name:18} {kind:12} n={s['n']:6d}  median {100 * s['median']:5.1f} %  "
+                            f"p90 {100 * s['p90']:5.1f} %  band [{100 * s['lo']:+.1f} %, {100 * s['hi']:+.1f} %]"
+                            + (f"  {verdict}" if kind == "interpolated" and verdict else "")
+                        )
             for name, why in entry["skipped"].items():
                 typer.echo(f"  {name:18} SKIPPED: {why}")
     if check and any(t["passes"] is False for e in report for t in e["tables"].values()):
@@ -150,10 +214,13 @@ def accuracy(
 
 @app.command()
 def merge(
-    dirs: list[Path] = typer.Argument(..., help="Collector campaign directories (rows/*.jsonl, provenance.json)."),
+    dirs: list[Path] = typer.Argument(
+        ..., help="Collector campaign directories (rows/*.jsonl, provenance.json)."
+    ),
     into: Path = typer.Option(..., "--into", help="Table directory: .../<system>/<backend>/<version>/"),
-    drop_bad: bool = typer.Option(False, "--drop-bad", help="Skip rows that break an invariant (listed) "
-                                                            "instead of stopping."),
+    drop_bad: bool = typer.Option(
+        False, "--drop-bad", help="Skip rows that break an invariant (listed) instead of stopping."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Merge campaigns into Parquet tables (one per op family), newest measurement of a key winning."""
@@ -170,8 +237,14 @@ def merge(
         typer.echo(f"campaign {c['dir']}: {c['rows']} rows, {c['errors']} collector errors, date {c['date']}")
     for name, t in report["tables"].items():
         acc = t["accuracy"].get("interpolated", {})
-        figs = f"loo median {100 * acc['median']:.1f} % p90 {100 * acc['p90']:.1f} %" if acc.get("n") else "loo: -"
-        dup = f", {t['replaced_by_newer']} keys measured again (newest kept)" if t["replaced_by_newer"] else ""
+        figs = (
+            f"loo median {100 * acc['median']:.1f} % p90 {100 * acc['p90']:.1f} %"
+            if acc.get("n")
+            else "loo: -"
+        )
+        dup = (
+            f", {t['replaced_by_newer']} keys measured again (newest kept)" if t["replaced_by_newer"] else ""
+        )
         typer.echo(f"  {name:18} {t['rows']:7d} rows{dup}  {figs}")
     for msg in report["dropped"]:
         typer.echo(f"  dropped: {msg}")
@@ -180,8 +253,11 @@ def merge(
 
 @app.command()
 def validate(
-    paths: list[Path] = typer.Argument(None, help="Table files, table directories or campaign directories; "
-                                                  "default: every table servelab can find."),
+    paths: list[Path] = typer.Argument(
+        None,
+        help="Table files, table directories or campaign directories; "
+        "default: every table servelab can find.",
+    ),
 ) -> None:
     """Strictly check tables (and campaigns before a merge); exit 2 naming each file that fails."""
     from servelab.errors import ServelabError
@@ -190,7 +266,9 @@ def validate(
     results = validate_paths(paths or None)
     bad = 0
     for path, problem in results:
-        typer.echo(f"{'ok  ' if problem is None else 'FAIL'} {path}" + (f"\n     {problem}" if problem else ""))
+        typer.echo(
+            f"{'ok  ' if problem is None else 'FAIL'} {path}" + (f"\n     {problem}" if problem else "")
+        )
         bad += problem is not None
     if not results:
         typer.echo("nothing to validate: no perf tables found")

@@ -2,19 +2,37 @@
 
 import typer
 
-from servelab.cli._common import (DpAttnOpt, EpOpt, JsonOpt, KvDtypeOpt, ModelArg, PpOpt, SystemOpt, TpOpt,
-                                  WeightDtypeOpt, print_json)
+from servelab.cli._common import (
+    DpAttnOpt,
+    EpOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelArg,
+    PpOpt,
+    SystemOpt,
+    TpOpt,
+    WeightDtypeOpt,
+    print_json,
+)
 
 
-def estimate(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep: int = EpOpt,
-             dp_attn: bool = DpAttnOpt, pp: int = PpOpt,
-             batch: int = typer.Option(1, "--batch", "-b", help="Sequences (static) or concurrency (agg)"),
-             isl: int = typer.Option(1024, "--isl", help="Input tokens per request"),
-             osl: int = typer.Option(1024, "--osl", help="Output tokens per request"),
-             mode: str = typer.Option("static", "--mode", help="static | agg"),
-             backend: str = typer.Option("vllm", "--backend", help="torch | vllm | sglang | trtllm"),
-             weight_dtype: str = WeightDtypeOpt, kv_dtype: str = KvDtypeOpt, as_json: bool = JsonOpt,
-             show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind")) -> None:
+def estimate(
+    model: str = ModelArg,
+    system: str = SystemOpt,
+    tp: int = TpOpt,
+    ep: int = EpOpt,
+    dp_attn: bool = DpAttnOpt,
+    pp: int = PpOpt,
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences (static) or concurrency (agg)"),
+    isl: int = typer.Option(1024, "--isl", help="Input tokens per request"),
+    osl: int = typer.Option(1024, "--osl", help="Output tokens per request"),
+    mode: str = typer.Option("static", "--mode", help="static | agg"),
+    backend: str = typer.Option("vllm", "--backend", help="torch | vllm | sglang | trtllm"),
+    weight_dtype: str = WeightDtypeOpt,
+    kv_dtype: str = KvDtypeOpt,
+    as_json: bool = JsonOpt,
+    show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
+) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
     from servelab.cli._common import load_deployment
     from servelab.errors import ServelabError
@@ -25,13 +43,17 @@ def estimate(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep
     if mode == "static":
         from servelab.predict.static import estimate_static
 
-        result = estimate_static(spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown)
+        result = estimate_static(
+            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
+        )
     elif mode == "agg":
         try:
             from servelab.predict.serving import estimate_aggregated
         except ImportError:
             raise ServelabError("--mode agg: the serving simulator is not installed in this build") from None
-        result = estimate_aggregated(spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown)
+        result = estimate_aggregated(
+            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
+        )
     else:
         raise ServelabError(f"--mode: expected static or agg, got {mode!r}")
     data = result.model_dump(mode="json", exclude_none=True)
@@ -47,13 +69,19 @@ def _print(data: dict) -> None:
     from servelab.cli._common import console
 
     out = console()
-    title = (f"{data['model']} on {data['gpus']}x {data['system']} ({data['parallel']}, {data['backend']}), "
-             f"{data['mode']}: batch {data['batch']}, {data['isl']}/{data['osl']} tokens")
+    title = (
+        f"{data['model']} on {data['gpus']}x {data['system']} ({data['parallel']}, {data['backend']}), "
+        f"{data['mode']}: batch {data['batch']}, {data['isl']}/{data['osl']} tokens"
+    )
     table = Table(title=title)
     for col in ("metric", "value", "band (low - high)"):
         table.add_column(col, justify="right")
-    table.add_row("TTFT ms", f"{data['ttft_ms']:,.1f}", f"{data['ttft_ms_low']:,.1f} - {data['ttft_ms_high']:,.1f}")
-    table.add_row("TPOT ms", f"{data['tpot_ms']:,.2f}", f"{data['tpot_ms_low']:,.2f} - {data['tpot_ms_high']:,.2f}")
+    table.add_row(
+        "TTFT ms", f"{data['ttft_ms']:,.1f}", f"{data['ttft_ms_low']:,.1f} - {data['ttft_ms_high']:,.1f}"
+    )
+    table.add_row(
+        "TPOT ms", f"{data['tpot_ms']:,.2f}", f"{data['tpot_ms_low']:,.2f} - {data['tpot_ms_high']:,.2f}"
+    )
     table.add_row("output tok/s/GPU", f"{data['output_tokens_per_s_per_gpu']:,.0f}", "")
     table.add_row("tok/s/user", f"{data['tokens_per_s_per_user']:,.1f}", "")
     mem = data["memory"]
@@ -63,7 +91,9 @@ def _print(data: dict) -> None:
         pct = data.get("percentiles", {}).get(key)
         if pct:
             out.print(f"{key}: " + ", ".join(f"{k} {v:,.2f}" for k, v in pct.items()))
-    out.print(f"[dim]ops by source: {data['provenance']['ops_by_source']}; engine: {data['provenance']['engine']}[/dim]")
+    out.print(
+        f"[dim]ops by source: {data['provenance']['ops_by_source']}; engine: {data['provenance']['engine']}[/dim]"
+    )
     if data.get("breakdown"):
         for phase in ("prefill_us", "decode_us"):
             bd = data["breakdown"][phase]

@@ -8,7 +8,19 @@ import sys
 
 import typer
 
-from servelab.cli import bench, changelog, collect, db, estimate, memory, models, plan, recipes, sweep, systems
+from servelab.cli import (
+    bench,
+    changelog,
+    collect,
+    db,
+    estimate,
+    memory,
+    models,
+    plan,
+    recipes,
+    sweep,
+    systems,
+)
 from servelab.errors import ServelabError
 
 app = typer.Typer(
@@ -45,7 +57,9 @@ def main() -> None:
         if type(e).__name__ == "Abort":  # Ctrl-C as the CLI library reports it
             print("interrupted", file=sys.stderr)
             sys.exit(130)
-        if hasattr(e, "show") and hasattr(e, "exit_code"):  # usage errors (typer's own click, vendored or not)
+        if hasattr(e, "show") and hasattr(
+            e, "exit_code"
+        ):  # usage errors (typer's own click, vendored or not)
             e.show()
             sys.exit(e.exit_code)
         raise

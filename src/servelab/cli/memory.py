@@ -2,16 +2,36 @@
 
 import typer
 
-from servelab.cli._common import (DpAttnOpt, EpOpt, JsonOpt, KvDtypeOpt, ModelArg, PpOpt, SystemOpt, TpOpt,
-                                  WeightDtypeOpt, print_json)
+from servelab.cli._common import (
+    DpAttnOpt,
+    EpOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelArg,
+    PpOpt,
+    SystemOpt,
+    TpOpt,
+    WeightDtypeOpt,
+    print_json,
+)
 
 
-def memory(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep: int = EpOpt, dp_attn: bool = DpAttnOpt,
-           pp: int = PpOpt, weight_dtype: str = WeightDtypeOpt, kv_dtype: str = KvDtypeOpt,
-           context: int = typer.Option(None, "--context", help="Context length for max sequences (default isl+osl 9216)"),
-           max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-           gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
-           as_json: bool = JsonOpt) -> None:
+def memory(
+    model: str = ModelArg,
+    system: str = SystemOpt,
+    tp: int = TpOpt,
+    ep: int = EpOpt,
+    dp_attn: bool = DpAttnOpt,
+    pp: int = PpOpt,
+    weight_dtype: str = WeightDtypeOpt,
+    kv_dtype: str = KvDtypeOpt,
+    context: int = typer.Option(
+        None, "--context", help="Context length for max sequences (default isl+osl 9216)"
+    ),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    as_json: bool = JsonOpt,
+) -> None:
     """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent sequences."""
     from servelab.cli._common import load_deployment
     from servelab.predict.memory import memory_per_gpu
@@ -23,11 +43,21 @@ def memory(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep: 
     mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization)
     ctx = context or 9216
     result = {
-        "model": spec.name, "system": sys_spec.name, "parallel": parallel.label(), "gpus": parallel.gpus,
-        "weights_gib": mem.weights_gib, "activations_gib": mem.activations_gib, "reserve_gib": mem.reserve_gib,
-        "kv_cache_gib": mem.kv_gib, "usable_gib": mem.total_gib, "hbm_gib": mem.hbm_gib, "fits": mem.fits,
-        "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token, "max_kv_tokens_per_rank": mem.max_kv_tokens,
-        "context": ctx, "max_sequences": mem.max_sequences(ctx, spec, parallel) if mem.fits else 0,
+        "model": spec.name,
+        "system": sys_spec.name,
+        "parallel": parallel.label(),
+        "gpus": parallel.gpus,
+        "weights_gib": mem.weights_gib,
+        "activations_gib": mem.activations_gib,
+        "reserve_gib": mem.reserve_gib,
+        "kv_cache_gib": mem.kv_gib,
+        "usable_gib": mem.total_gib,
+        "hbm_gib": mem.hbm_gib,
+        "fits": mem.fits,
+        "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
+        "max_kv_tokens_per_rank": mem.max_kv_tokens,
+        "context": ctx,
+        "max_sequences": mem.max_sequences(ctx, spec, parallel) if mem.fits else 0,
         "source": mem.source,
     }
     if as_json:
@@ -37,7 +67,9 @@ def memory(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep: 
 
         from servelab.cli._common import console
 
-        table = Table(title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU")
+        table = Table(
+            title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU"
+        )
         table.add_column("item")
         table.add_column("value", justify="right")
         for key in ("weights_gib", "activations_gib", "reserve_gib", "kv_cache_gib", "usable_gib"):
@@ -49,5 +81,10 @@ def memory(model: str = ModelArg, system: str = SystemOpt, tp: int = TpOpt, ep: 
     if not mem.fits:
         from servelab.predict.memory import check_fits
 
-        check_fits(spec, sys_spec, parallel, max_num_batched_tokens=max_num_batched_tokens,
-                   gpu_memory_utilization=gpu_memory_utilization)
+        check_fits(
+            spec,
+            sys_spec,
+            parallel,
+            max_num_batched_tokens=max_num_batched_tokens,
+            gpu_memory_utilization=gpu_memory_utilization,
+        )

@@ -20,9 +20,17 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     rows = []
     for name in list_models():
         m = load_model(name)
-        rows.append({"name": name, "attention": m.attention.value, "layers": m.num_layers,
-                     "total_params": m.total_params, "active_params": m.active_params,
-                     "kv_bytes_per_token": round(m.kv_bytes_per_token, 1), "checkpoints": ids_by_model.get(name, [])})
+        rows.append(
+            {
+                "name": name,
+                "attention": m.attention.value,
+                "layers": m.num_layers,
+                "total_params": m.total_params,
+                "active_params": m.active_params,
+                "kv_bytes_per_token": round(m.kv_bytes_per_token, 1),
+                "checkpoints": ids_by_model.get(name, []),
+            }
+        )
     if as_json:
         print_json(rows)
         return
@@ -32,16 +40,29 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
 
     table = Table(title="Embedded models (servelab models show NAME for details)")
     for col in ("name", "attention", "layers", "total", "active", "KV B/token", "checkpoint ids"):
-        table.add_column(col, justify="right" if col in ("layers", "total", "active", "KV B/token") else "left")
+        table.add_column(
+            col, justify="right" if col in ("layers", "total", "active", "KV B/token") else "left"
+        )
     for r in rows:
-        table.add_row(r["name"], r["attention"], str(r["layers"]), f"{r['total_params'] / 1e9:,.1f}B",
-                      f"{r['active_params'] / 1e9:,.1f}B", f"{r['kv_bytes_per_token']:,.0f}", "\n".join(r["checkpoints"]))
+        table.add_row(
+            r["name"],
+            r["attention"],
+            str(r["layers"]),
+            f"{r['total_params'] / 1e9:,.1f}B",
+            f"{r['active_params'] / 1e9:,.1f}B",
+            f"{r['kv_bytes_per_token']:,.0f}",
+            "\n".join(r["checkpoints"]),
+        )
     console().print(table)
 
 
 @app.command("show")
-def show(name: str = typer.Argument(..., help="Embedded name, checkpoint id or config.json path"),
-         weight_dtype: str = WeightDtypeOpt, kv_dtype: str = KvDtypeOpt, as_json: bool = JsonOpt) -> None:
+def show(
+    name: str = typer.Argument(..., help="Embedded name, checkpoint id or config.json path"),
+    weight_dtype: str = WeightDtypeOpt,
+    kv_dtype: str = KvDtypeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Show one model spec: parameters, precision, KV bytes per token."""
     from servelab.specs import load_model
 

@@ -4,9 +4,13 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Typed serving recipes: list, show, validate, render the launch command.")
+app = typer.Typer(
+    no_args_is_help=True, help="Typed serving recipes: list, show, validate, render the launch command."
+)
 
-DirOpt = typer.Option(None, "--dir", help="Recipe store (default: $SERVELAB_RECIPES_DIR or the shipped recipes).")
+DirOpt = typer.Option(
+    None, "--dir", help="Recipe store (default: $SERVELAB_RECIPES_DIR or the shipped recipes)."
+)
 
 
 @app.command("list")
@@ -59,7 +63,9 @@ def show(
 
 @app.command()
 def validate(
-    file: Path = typer.Argument(None, help="A recipe, InferenceX master or perf-eval workload file; default: the store."),
+    file: Path = typer.Argument(
+        None, help="A recipe, InferenceX master or perf-eval workload file; default: the store."
+    ),
     directory: Path = DirOpt,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print memory notes per arm."),
 ) -> None:
@@ -93,8 +99,10 @@ def validate(
                 typer.echo(f"     {n}")
         n_err += len(rep.errors)
     for key in stale:
-        typer.echo(f"FAIL {key}\n     error: fingerprint differs from fingerprints.lock; run `servelab recipes "
-                   f"lock` and add a perf-changelog.yaml entry")
+        typer.echo(
+            f"FAIL {key}\n     error: fingerprint differs from fingerprints.lock; run `servelab recipes "
+            f"lock` and add a perf-changelog.yaml entry"
+        )
         n_err += 1
     if n_err:
         raise ServelabError(f"{n_err} problem(s) in {len(reports)} recipe(s)")
@@ -105,7 +113,9 @@ def render(
     key: str,
     tp: int = typer.Option(None, "--tp", help="Tensor parallel size (default: the recipe's first arm)."),
     ep: int = typer.Option(1, "--ep"),
-    dp_attn: bool = typer.Option(False, "--dp-attn", help="Attention data parallel (tp replicas of one TP rank)."),
+    dp_attn: bool = typer.Option(
+        False, "--dp-attn", help="Attention data parallel (tp replicas of one TP rank)."
+    ),
     pp: int = typer.Option(1, "--pp"),
     isl: int = typer.Option(None, "--isl", help="Input length (default: the recipe's first seq-len)."),
     osl: int = typer.Option(None, "--osl"),

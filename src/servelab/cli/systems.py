@@ -23,13 +23,32 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     from servelab.cli._common import console
 
     table = Table(title="Systems (datasheet figures; measured ceilings marked)")
-    for col in ("name", "GPU", "HBM GiB", "HBM TB/s", "bf16 TF", "fp8 TF", "fp4 TF", "GPUs/node", "NVLink domain",
-                "measured"):
+    for col in (
+        "name",
+        "GPU",
+        "HBM GiB",
+        "HBM TB/s",
+        "bf16 TF",
+        "fp8 TF",
+        "fp4 TF",
+        "GPUs/node",
+        "NVLink domain",
+        "measured",
+    ):
         table.add_column(col)
     for s in specs:
-        table.add_row(s.name, s.gpu_name, f"{s.hbm_gib:g}", f"{s.hbm_bw_tbs:g}", f"{s.peak_tflops['bf16']:g}",
-                      f"{s.peak_tflops['fp8']:g}", f"{s.peak_tflops['fp4']:g}" if s.supports_fp4 else "-",
-                      str(s.gpus_per_node), str(s.nvlink_domain), str(len(s.measured)) if s.measured else "-")
+        table.add_row(
+            s.name,
+            s.gpu_name,
+            f"{s.hbm_gib:g}",
+            f"{s.hbm_bw_tbs:g}",
+            f"{s.peak_tflops['bf16']:g}",
+            f"{s.peak_tflops['fp8']:g}",
+            f"{s.peak_tflops['fp4']:g}" if s.supports_fp4 else "-",
+            str(s.gpus_per_node),
+            str(s.nvlink_domain),
+            str(len(s.measured)) if s.measured else "-",
+        )
     console().print(table)
 
 

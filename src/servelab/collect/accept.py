@@ -3,8 +3,16 @@ and sane numbers (finite, positive, p10 <= median <= p90)."""
 
 import math
 
-HEADS_OPS = ("attention_prefill", "attention_decode", "mla_prefill", "mla_decode", "dsv4_csa_context_module",
-             "dsv4_hca_context_module", "dsv4_csa_generation_module", "dsv4_hca_generation_module")
+HEADS_OPS = (
+    "attention_prefill",
+    "attention_decode",
+    "mla_prefill",
+    "mla_decode",
+    "dsv4_csa_context_module",
+    "dsv4_hca_context_module",
+    "dsv4_csa_generation_module",
+    "dsv4_hca_generation_module",
+)
 
 
 def check(planned: list, rows: list[dict], errors: list[dict], models: list, coverage: bool = True) -> dict:
@@ -24,8 +32,12 @@ def check(planned: list, rows: list[dict], errors: list[dict], models: list, cov
     for op in sorted(set(planned_ids) | set(measured)):
         want = planned_ids.get(op, set())
         got = measured.get(op, set())
-        ops[op] = {"planned": len(want), "rows": len(got & want) if want else len(got),
-                   "errors": len(failed.get(op, set()) & want), "missing": len(want - got - failed.get(op, set()))}
+        ops[op] = {
+            "planned": len(want),
+            "rows": len(got & want) if want else len(got),
+            "errors": len(failed.get(op, set()) & want),
+            "missing": len(want - got - failed.get(op, set())),
+        }
     numbers = [_number_problem(r) for r in rows]
     numbers = [p for p in numbers if p]
     heads = heads_across_tp(rows, models if coverage else [])
@@ -65,8 +77,12 @@ def heads_across_tp(rows: list[dict], models: list) -> list[str]:
             for op in op_names:
                 if op not in by_op:
                     continue  # op not collected in this campaign
-                hit = any(r["heads"] == heads and r.get("native_heads", model.num_heads) == model.num_heads
-                          if "native_heads" in r else r["heads"] == heads for r in by_op[op])
+                hit = any(
+                    r["heads"] == heads and r.get("native_heads", model.num_heads) == model.num_heads
+                    if "native_heads" in r
+                    else r["heads"] == heads
+                    for r in by_op[op]
+                )
                 if not hit:
                     problems.append(f"{model.name}: no {op} row with {heads} heads (tp {tp})")
     return problems
@@ -78,9 +94,15 @@ def _model_attention_ops(model) -> list[str]:
         return ["attention_prefill", "attention_decode"]
     if kind == "mla":
         return ["mla_prefill", "mla_decode"]
-    return ["dsv4_csa_context_module", "dsv4_csa_generation_module", "dsv4_hca_context_module",
-            "dsv4_hca_generation_module"]
+    return [
+        "dsv4_csa_context_module",
+        "dsv4_csa_generation_module",
+        "dsv4_hca_context_module",
+        "dsv4_hca_generation_module",
+    ]
 
 
 def _short(row: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in row.items() if isinstance(v, int) and k not in ("reps", "inner"))[:120]
+    return ",".join(f"{k}={v}" for k, v in row.items() if isinstance(v, int) and k not in ("reps", "inner"))[
+        :120
+    ]

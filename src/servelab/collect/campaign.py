@@ -12,7 +12,11 @@ from servelab.collect.backend import Backend, gpu_backend
 from servelab.collect.executors import Callbacks, LocalExecutor
 from servelab.collect.store import CampaignStore, key_id
 
-NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+NCCL_SAFE_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 class CampaignConfig(NamedTuple):
@@ -64,7 +68,11 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     `sample` in all, collectives included."""
     from servelab.collect.store import key_from_row
 
-    rows = [r for r in CampaignStore(source).rows() if r.get("source", "measured") == "measured" and r["op"] in ops]
+    rows = [
+        r
+        for r in CampaignStore(source).rows()
+        if r.get("source", "measured") == "measured" and r["op"] in ops
+    ]
     if not rows:
         from servelab.errors import ServelabError
 
@@ -83,10 +91,12 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
 def describe(plan: Plan, cfg: CampaignConfig) -> str:
     gpus = max(1, cfg.gpus)
     wall = plan.single_s / gpus + plan.comm_s / gpus
-    return (f"{len(plan.keys)} keys planned, {len(plan.keys) - len(plan.todo)} already done, {len(plan.todo)} to "
-            f"measure: about {(plan.single_s + plan.comm_s) / 60:.1f} GPU-minutes "
-            f"({plan.single_s / 60:.1f} single-GPU + {plan.comm_s / 60:.1f} in collectives), about "
-            f"{wall / 60:.1f} minutes on {gpus} GPU(s) (roofline-based estimate)")
+    return (
+        f"{len(plan.keys)} keys planned, {len(plan.keys) - len(plan.todo)} already done, {len(plan.todo)} to "
+        f"measure: about {(plan.single_s + plan.comm_s) / 60:.1f} GPU-minutes "
+        f"({plan.single_s / 60:.1f} single-GPU + {plan.comm_s / 60:.1f} in collectives), about "
+        f"{wall / 60:.1f} minutes on {gpus} GPU(s) (roofline-based estimate)"
+    )
 
 
 class _Progress:
@@ -97,9 +107,14 @@ class _Progress:
         if enabled and total:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.bar = Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[op]}"), TextColumn("errors {task.fields[errors]}"),
-                                TimeRemainingColumn())
+            self.bar = Progress(
+                TextColumn("[bold]collect"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[op]}"),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeRemainingColumn(),
+            )
             self.task = self.bar.add_task("collect", total=total, op="", errors=0)
             self.bar.start()
         self.errors = 0
@@ -114,8 +129,9 @@ class _Progress:
             self.bar.stop()
 
 
-def run(cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True,
-        echo=print) -> dict:
+def run(
+    cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True, echo=print
+) -> dict:
     """Run (or resume) a campaign; returns the acceptance report."""
     from servelab.specs import load_system
 
@@ -130,11 +146,16 @@ def run(cfg: CampaignConfig, executor=None, backend: Backend | None = None, prog
     if cfg.retry_errors:
         store.drop_errors({key_id(k) for k in plan.todo})
     prov_path = Path(cfg.out) / "provenance.json"
-    prov = _load_json(prov_path) or provenance.base(cfg.system, type(executor).__name__,
-                                                       {k: os.environ.get(k) for k in NCCL_SAFE_ENV})
+    prov = _load_json(prov_path) or provenance.base(
+        cfg.system, type(executor).__name__, {k: os.environ.get(k) for k in NCCL_SAFE_ENV}
+    )
     runs = prov.setdefault("runs", [])
-    this_run = {"command": provenance.command_line(), "started": provenance.base("", "", {})["date"],
-                "clocks_start": provenance.nvidia_smi(), "backend": backend.name}
+    this_run = {
+        "command": provenance.command_line(),
+        "started": provenance.base("", "", {})["date"],
+        "clocks_start": provenance.nvidia_smi(),
+        "backend": backend.name,
+    }
     runs.append(this_run)
     store.write_json("provenance.json", prov)
 
@@ -166,13 +187,20 @@ def run(cfg: CampaignConfig, executor=None, backend: Backend | None = None, prog
         executor.run_single(single, backend, cb, deadline)
     finally:
         bar.stop()
-        this_run.update(finished=provenance.base("", "", {})["date"], seconds=round(time.monotonic() - start, 1),
-                        clocks_end=provenance.nvidia_smi(), rows=counts["rows"], errors=counts["errors"])
+        this_run.update(
+            finished=provenance.base("", "", {})["date"],
+            seconds=round(time.monotonic() - start, 1),
+            clocks_end=provenance.nvidia_smi(),
+            rows=counts["rows"],
+            errors=counts["errors"],
+        )
         store.write_json("provenance.json", prov)
     _add_modelled(store, cfg)
     models = [cases.planning_model(m, load_system(cfg.system)) for m in (cfg.models or _all_models())]
     # a smoke run measures a handful per op: only the full plan must cover every tp of every model
-    report = accept.check(plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke and cfg.repeat_of is None)
+    report = accept.check(
+        plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke and cfg.repeat_of is None
+    )
     report["this_run"] = {"rows": counts["rows"], "errors": counts["errors"], "seconds": this_run["seconds"]}
     store.write_json("acceptance.json", report)
     echo(summary(report))

@@ -29,8 +29,19 @@ POWER_LAW_TOKENS = (16, 256, 4096)  # MoE keys also measured under power-law rou
 DECODE_BATCH = (1, 4, 16, 64, 128, 256, 512)
 KV_LENS = (1024, 4096, 16384, 65536)
 # prefill attention: (sequences, tokens each), no cached prefix
-PREFILL = ((1, 128), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (1, 16384), (1, 32768),
-           (4, 1024), (4, 4096), (16, 512))
+PREFILL = (
+    (1, 128),
+    (1, 512),
+    (1, 1024),
+    (1, 2048),
+    (1, 4096),
+    (1, 8192),
+    (1, 16384),
+    (1, 32768),
+    (4, 1024),
+    (4, 4096),
+    (16, 512),
+)
 DECODE_BYTES_LIMIT = 24 << 30  # KV a decode case may read; larger batches do not fit next to weights anyway
 PREFILL_TOKENS_LIMIT = 65536
 COMM_BYTES = tuple(1 << p for p in range(10, 31))  # 1 KiB .. 1 GiB per rank
@@ -47,8 +58,10 @@ def planning_model(name: str, system):
     try:
         check_precision(model, system)
     except ServelabError:
-        model = load_model(FP8_CONVERSIONS.get(model.name, name), expert_dtype="fp8_block"
-                           if model.name in FP8_CONVERSIONS else "bf16")
+        model = load_model(
+            FP8_CONVERSIONS.get(model.name, name),
+            expert_dtype="fp8_block" if model.name in FP8_CONVERSIONS else "bf16",
+        )
     return model
 
 
@@ -100,7 +113,11 @@ def model_keys(model, max_gpus: int = 8) -> list[OpKey]:
         shapes += [StepShape(prefill=((s, 0),) * (c * dp)) for c, s in PREFILL]
         for shape in shapes:
             for op in step_ops(model, par, shape):
-                if isinstance(op.key, ATTENTION_TYPES) and op.count > 0 and _decode_bytes(op.key) <= DECODE_BYTES_LIMIT:
+                if (
+                    isinstance(op.key, ATTENTION_TYPES)
+                    and op.count > 0
+                    and _decode_bytes(op.key) <= DECODE_BYTES_LIMIT
+                ):
                     keys.setdefault(op.key, None)
     return list(keys)
 
@@ -122,12 +139,24 @@ def base_keys() -> list[OpKey]:
 
 
 def comm_keys(gpus: tuple[int, ...]) -> list[Comm]:
-    return [Comm(b, g, op) for g in gpus if g > 1 for op in COMM_OPS for b in COMM_BYTES
-            if not (op == "p2p" and g > 2)]
+    return [
+        Comm(b, g, op)
+        for g in gpus
+        if g > 1
+        for op in COMM_OPS
+        for b in COMM_BYTES
+        if not (op == "p2p" and g > 2)
+    ]
 
 
-def plan(models: list[str], system, ops: set[str], comm_gpus: tuple[int, ...], smoke: bool = False,
-         max_gpus: int = 8) -> list[OpKey]:
+def plan(
+    models: list[str],
+    system,
+    ops: set[str],
+    comm_gpus: tuple[int, ...],
+    smoke: bool = False,
+    max_gpus: int = 8,
+) -> list[OpKey]:
     """All keys of a campaign, in the order they run: model-centric first, interleaved across ops so that a
     campaign cut short still covers every op; then the base grid; collectives last (they need every GPU)."""
     model_centric: dict = {}
@@ -206,5 +235,7 @@ def expand_ops(spec: list[str] | None) -> set[str]:
                 out.add(name)
             else:
                 choices = list(FAMILIES) + list(BENCH)
-                raise ServelabError(f"--ops: unknown op {name!r}{closest(name, choices)}; known: {', '.join(choices)}")
+                raise ServelabError(
+                    f"--ops: unknown op {name!r}{closest(name, choices)}; known: {', '.join(choices)}"
+                )
     return out

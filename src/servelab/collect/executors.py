@@ -107,14 +107,25 @@ class LocalExecutor:
                 proc.kill()
             proc.join(timeout=5)
             if item is not None:
-                what = f"worker exited with code {proc.exitcode}" if dead else f"no result after {self.case_timeout_s:.0f} s"
+                what = (
+                    f"worker exited with code {proc.exitcode}"
+                    if dead
+                    else f"no result after {self.case_timeout_s:.0f} s"
+                )
                 cb.error(key_from_row(item), "worker_crash" if dead else "timeout", what)
             busy.pop(i, None)
             workers[i] = self._start(i, backend, outbox)
             idle.add(i)
 
-    def run_comm(self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None,
-                 timeout_s: float = 600.0) -> None:
+    def run_comm(
+        self,
+        keys: list,
+        backend: Backend,
+        world: int,
+        cb: Callbacks,
+        deadline: float | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
         keys = [k for k in keys if k.gpus <= world]
         if not keys:
             return
@@ -123,8 +134,10 @@ class LocalExecutor:
         outbox = self.ctx.Queue()
         port = free_port()
         items = [k._asdict() for k in keys]
-        procs = [self.ctx.Process(target=comm_worker, args=(r, world, port, backend, items, outbox), daemon=True)
-                 for r in range(world)]
+        procs = [
+            self.ctx.Process(target=comm_worker, args=(r, world, port, backend, items, outbox), daemon=True)
+            for r in range(world)
+        ]
         for p in procs:
             p.start()
         start = time.monotonic()
@@ -138,7 +151,11 @@ class LocalExecutor:
                 except queue.Empty:
                     if time.monotonic() > limit or not all(p.is_alive() for p in procs):
                         if current is not None and key_from_row(current) not in done:
-                            why = "collective workers stopped" if time.monotonic() <= limit else "collectives ran out of time"
+                            why = (
+                                "collective workers stopped"
+                                if time.monotonic() <= limit
+                                else "collectives ran out of time"
+                            )
                             cb.error(key_from_row(current), "worker_crash", why)
                         return
                     continue
@@ -190,8 +207,7 @@ class _CommActor:
         from servelab.collect.worker import measure
 
         keys = [key_from_row(i) for i in items]
-        groups = resolve(backend.comm_init)(rank, world, port,
-                                            sorted({k.gpus for k in keys}))
+        groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
         out = []
         for item, key in zip(items, keys):
             if rank < key.gpus:
@@ -201,7 +217,9 @@ class _CommActor:
 
 
 class RayExecutor:
-    def __init__(self, address: str | None = None, shard_size: int = 8, gpu: bool = True, num_cpus: int | None = None):
+    def __init__(
+        self, address: str | None = None, shard_size: int = 8, gpu: bool = True, num_cpus: int | None = None
+    ):
         self.address = address
         self.shard_size = shard_size
         self.gpu = gpu
@@ -224,7 +242,7 @@ class RayExecutor:
         ray = self._init()
         task = ray.remote(**self._resources())(_ray_shard)
         items = [k._asdict() for k in keys]
-        shards = [items[i:i + self.shard_size] for i in range(0, len(items), self.shard_size)]
+        shards = [items[i : i + self.shard_size] for i in range(0, len(items), self.shard_size)]
         pending = {}
         for n, shard in enumerate(shards):
             pending[task.remote(backend, shard, n == 0)] = shard
@@ -244,7 +262,9 @@ class RayExecutor:
                     else:
                         cb.error(key_from_row(item), payload[0], payload[1])
 
-    def run_comm(self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None) -> None:
+    def run_comm(
+        self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None
+    ) -> None:
         keys = [k for k in keys if k.gpus <= world]
         if not keys:
             return
@@ -257,12 +277,20 @@ class RayExecutor:
         ray.get(pg.ready())
         try:
             actor_cls = ray.remote(**self._resources())(_CommActor)
-            actors = [actor_cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=pg, placement_group_bundle_index=r)).remote() for r in range(world)]
+            actors = [
+                actor_cls.options(
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=pg, placement_group_bundle_index=r
+                    )
+                ).remote()
+                for r in range(world)
+            ]
             host = ray.get(actors[0].address.remote())
             port = free_port()
             items = [k._asdict() for k in keys]
-            results = ray.get([a.run.remote(r, world, host, port, backend, items) for r, a in enumerate(actors)])
+            results = ray.get(
+                [a.run.remote(r, world, host, port, backend, items) for r, a in enumerate(actors)]
+            )
             for kind, item, payload in results[0]:
                 if kind == "row":
                     cb.row(key_from_row(item), payload)

@@ -30,8 +30,16 @@ def bench(key) -> dict:
     if _matches(key, os.environ.get(FAIL_ENV, "")):
         raise MemoryError(f"fake out of memory for {key}")
     us = Roofline(load_system("h200_sxm")).latency(key).us
-    return {"latency_us": us, "p10_us": us * 0.98, "p90_us": us * 1.03, "reps": 20, "inner": 1,
-            "timing": "fake", "backend": "fake", "pid": os.getpid()}
+    return {
+        "latency_us": us,
+        "p10_us": us * 0.98,
+        "p90_us": us * 1.03,
+        "reps": 20,
+        "inner": 1,
+        "timing": "fake",
+        "backend": "fake",
+        "pid": os.getpid(),
+    }
 
 
 def bench_comm(key, rank: int, group) -> dict:
@@ -70,5 +78,12 @@ def fake_backend() -> Backend:
 
     p = "servelab.collect.fakeops:"
     bench_table = {op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH}
-    return Backend(bench_table, p + "init_worker", p + "init_comm", p + "classify", p + "after_error", p + "facts",
-                   name="fake")
+    return Backend(
+        bench_table,
+        p + "init_worker",
+        p + "init_comm",
+        p + "classify",
+        p + "after_error",
+        p + "facts",
+        name="fake",
+    )

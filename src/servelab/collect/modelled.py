@@ -39,8 +39,11 @@ def model_rows(rows: list[dict], target_gpus: tuple[int, ...], system) -> list[d
             continue
         small = measured[0]["latency_us"]
         big = [r for r in measured if r["bytes"] >= (64 << 20)] or measured[-3:]
-        busbw = sorted(_moved(op, m, r["bytes"]) / ((r["latency_us"] - small) * 1e-6) for r in big
-                       if r["latency_us"] > small)
+        busbw = sorted(
+            _moved(op, m, r["bytes"]) / ((r["latency_us"] - small) * 1e-6)
+            for r in big
+            if r["latency_us"] > small
+        )
         if not busbw:
             continue
         bw = busbw[len(busbw) // 2]
@@ -62,9 +65,19 @@ def model_rows(rows: list[dict], target_gpus: tuple[int, ...], system) -> list[d
                 us = base + _moved(op, n, r["bytes"]) / bw * 1e6
                 spread_lo = r["p10_us"] / r["latency_us"]
                 spread_hi = r["p90_us"] / r["latency_us"]
-                out.append({"bytes": r["bytes"], "gpus": n, "op": op, "latency_us": round(us, 3),
-                            "p10_us": round(us * spread_lo, 3), "p90_us": round(us * spread_hi, 3), "reps": 0,
-                            "source": "modelled", "backend": "nccl",
-                            "modelled_from": f"{op} measured on {m} GPUs at {r['bytes']} B; bus bandwidth "
-                                             f"{bw / 1e9:.0f} GB/s (median over >= 64 MiB); {how}"})
+                out.append(
+                    {
+                        "bytes": r["bytes"],
+                        "gpus": n,
+                        "op": op,
+                        "latency_us": round(us, 3),
+                        "p10_us": round(us * spread_lo, 3),
+                        "p90_us": round(us * spread_hi, 3),
+                        "reps": 0,
+                        "source": "modelled",
+                        "backend": "nccl",
+                        "modelled_from": f"{op} measured on {m} GPUs at {r['bytes']} B; bus bandwidth "
+                        f"{bw / 1e9:.0f} GB/s (median over >= 64 MiB); {how}",
+                    }
+                )
     return [r for r in out if math.isfinite(r["latency_us"])]

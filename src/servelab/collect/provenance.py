@@ -17,18 +17,29 @@ def nvidia_smi() -> list[dict] | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [exe, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError):
         return None
     names = SMI_FIELDS.split(",")
-    return [dict(zip(names, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines() if line]
+    return [
+        dict(zip(names, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines() if line
+    ]
 
 
 def command_line(argv: list[str] | None = None) -> str:
     argv = list(sys.argv if argv is None else argv)
     if argv:
-        argv[0] = "servelab" if argv[0].endswith("servelab") or "servelab" in argv[0] else argv[0].rsplit("/", 1)[-1]
+        argv[0] = (
+            "servelab"
+            if argv[0].endswith("servelab") or "servelab" in argv[0]
+            else argv[0].rsplit("/", 1)[-1]
+        )
     return " ".join(argv)
 
 
@@ -42,6 +53,6 @@ def base(system: str, executor: str, env: dict) -> dict:
         "executor": executor,
         "env": env,
         "timing_method": "random inputs; rotating input sets >= 256 MiB per replay; op captured N times in one CUDA "
-                         "graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over "
-                         "15-100 replays, per op call",
+        "graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over "
+        "15-100 replays, per op call",
     }

@@ -11,7 +11,11 @@ from servelab.collect.store import CampaignStore, key_from_row, key_id
 
 
 def compare(first: Path, second: Path) -> dict:
-    a = {key_id(key_from_row(r)): r for r in CampaignStore(first).rows() if r.get("source", "measured") == "measured"}
+    a = {
+        key_id(key_from_row(r)): r
+        for r in CampaignStore(first).rows()
+        if r.get("source", "measured") == "measured"
+    }
     out: dict[str, list[float]] = {}
     for r in CampaignStore(second).rows():
         k = key_id(key_from_row(r))
@@ -29,9 +33,14 @@ def _stats(ds: list[float]) -> dict:
     def q(p):
         return s[min(len(s) - 1, round(p * (len(s) - 1)))]
 
-    return {"n": len(s), "median_pct": round(100 * statistics.median(s), 2), "p5_pct": round(100 * q(0.05), 2),
-            "p95_pct": round(100 * q(0.95), 2), "abs_median_pct": round(100 * statistics.median(abs(d) for d in s), 2),
-            "within_5pct": round(sum(abs(d) <= 0.05 for d in s) / len(s), 3)}
+    return {
+        "n": len(s),
+        "median_pct": round(100 * statistics.median(s), 2),
+        "p5_pct": round(100 * q(0.05), 2),
+        "p95_pct": round(100 * q(0.95), 2),
+        "abs_median_pct": round(100 * statistics.median(abs(d) for d in s), 2),
+        "within_5pct": round(sum(abs(d) <= 0.05 for d in s) / len(s), 3),
+    }
 
 
 if __name__ == "__main__":

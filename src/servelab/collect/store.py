@@ -54,7 +54,11 @@ class CampaignStore:
     def done_ids(self, include_errors: bool = True) -> set[str]:
         done = {key_id(key_from_row(r)) for r in self.rows()}
         if include_errors:
-            done |= {key_id(key_from_row(e["key"])) for e in self.errors() if e.get("key", {}).get("op") in KEY_TYPES}
+            done |= {
+                key_id(key_from_row(e["key"]))
+                for e in self.errors()
+                if e.get("key", {}).get("op") in KEY_TYPES
+            }
         return done
 
     # ---- writing (the campaign's parent process is the only writer) ---------------------------------------
@@ -63,7 +67,9 @@ class CampaignStore:
         _append(self.rows_path(key.op), row)
 
     def add_error(self, key: OpKey, error_class: str, message: str) -> None:
-        _append(self.errors_path, {"key": key._asdict(), "error_class": error_class, "message": message[:2000]})
+        _append(
+            self.errors_path, {"key": key._asdict(), "error_class": error_class, "message": message[:2000]}
+        )
 
     def drop_errors(self, ids: set[str]) -> None:
         """Forget earlier errors of keys about to be retried, so errors.jsonl keeps one line per key."""

@@ -75,9 +75,17 @@ def num_sets(bytes_per_set: int) -> int:
     return max(1, n)
 
 
-def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int, max_seconds: float = MAX_SECONDS,
-            min_reps: int = MIN_REPS, max_reps: int = MAX_REPS, graph: bool = True, agree: Callable | None = None,
-            check_output: bool = True) -> Timing:
+def time_op(
+    make_inputs: Callable[[], tuple],
+    run: Callable,
+    bytes_per_set: int,
+    max_seconds: float = MAX_SECONDS,
+    min_reps: int = MIN_REPS,
+    max_reps: int = MAX_REPS,
+    graph: bool = True,
+    agree: Callable | None = None,
+    check_output: bool = True,
+) -> Timing:
     """Time run(*inputs) over rotating input sets.
 
     make_inputs() builds one fresh random input set (a tuple of tensors); run(*inputs) launches the op and
@@ -104,9 +112,11 @@ def time_op(make_inputs: Callable[[], tuple], run: Callable, bytes_per_set: int,
         if replay is not None:
             mode = "graph"
     if replay is None:
+
         def replay():
             for i in range(inner):
                 run(*sets[i % len(sets)])
+
     for _ in range(WARMUP_REPLAYS):
         replay()
     torch.cuda.synchronize()
@@ -159,6 +169,10 @@ def _check_finite(out) -> None:
 
     tensors = out if isinstance(out, (tuple, list)) else (out,)
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and \
-                not bool(torch.isfinite(t.float() if t.element_size() < 2 else t).all()):
+        if (
+            isinstance(t, torch.Tensor)
+            and t.is_floating_point()
+            and t.numel()
+            and not bool(torch.isfinite(t.float() if t.element_size() < 2 else t).all())
+        ):
             raise FloatingPointError("op output holds NaN or inf")

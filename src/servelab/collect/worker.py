@@ -19,7 +19,9 @@ def measure(backend: Backend, key, rank: int | None = None, group=None) -> tuple
         error_class = resolve(backend.classify)(e)
         message = f"{type(e).__name__}: {e}"[:1500]
         if error_class == "error":
-            message += " | " + " < ".join(line.strip() for line in traceback.format_exc().splitlines()[-4:])[:500]
+            message += (
+                " | " + " < ".join(line.strip() for line in traceback.format_exc().splitlines()[-4:])[:500]
+            )
         try:
             resolve(backend.after_error)()
         except BaseException as cleanup:  # noqa: BLE001 - a broken context surfaces on the next op
@@ -90,4 +92,5 @@ def _barrier(backend: Backend):
         import torch.distributed as dist
 
         dist.barrier()
+
     return barrier

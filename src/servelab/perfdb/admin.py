@@ -44,8 +44,12 @@ def accuracy_report(system: str | None = None, tables: Path | None = None) -> li
                 continue
             acc = table_accuracy(idx)
             target = ACCURACY_TARGETS.get(name)
-            entry["tables"][name] = {"rows": len(idx.data), "accuracy": acc, "target": target,
-                                     "passes": passes(acc, target) if target else None}
+            entry["tables"][name] = {
+                "rows": len(idx.data),
+                "accuracy": acc,
+                "target": target,
+                "passes": passes(acc, target) if target else None,
+            }
         entry["skipped"] = dict(ts.skipped)
         out.append(entry)
     return out
@@ -74,7 +78,7 @@ def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | Non
                 read_table(f)
             except ServelabError as e:
                 msg = str(e)
-                out.append((str(f), msg[len(str(f)) + 2:] if msg.startswith(f"{f}: ") else msg))
+                out.append((str(f), msg[len(str(f)) + 2 :] if msg.startswith(f"{f}: ") else msg))
             else:
                 out.append((str(f), None))
     return out

@@ -33,8 +33,11 @@ class Family(NamedTuple):
     @property
     def int_fields(self) -> tuple[str, ...]:
         defaults = self.key_type._field_defaults
-        return tuple(f for f in self.fields if f != "op" and not isinstance(defaults.get(f), str)
-                     and f not in STRING_FIELDS)
+        return tuple(
+            f
+            for f in self.fields
+            if f != "op" and not isinstance(defaults.get(f), str) and f not in STRING_FIELDS
+        )
 
     @property
     def str_fields(self) -> tuple[str, ...]:
@@ -46,22 +49,77 @@ ATTN_GROUP = ("op", "heads", "kv_heads", "head_dim", "window", "kv_dtype")
 
 FAMILIES: tuple[Family, ...] = (
     Family("gemm", ("gemm",), keys.Gemm, ("op", "dtype", "n", "k"), ("n", "k"), ("m",), ("log",)),
-    Family("attention_prefill", ("attention_prefill",), keys.AttentionPrefill, ATTN_GROUP,
-           ("heads", "kv_heads"), ("batch", "seq"), ("log", "sqrt")),
-    Family("attention_decode", ("attention_decode",), keys.AttentionDecode, ATTN_GROUP,
-           ("heads", "kv_heads"), ("batch", "kv_len"), ("lin", "lin"), value="latency"),
-    Family("mla_prefill", ("mla_prefill",), keys.MlaPrefill, ("op", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "seq"), ("log", "sqrt"), buckets=True),
-    Family("mla_decode", ("mla_decode",), keys.MlaDecode, ("op", "kv_dtype", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "kv_len"), ("lin", "lin"), buckets=True, value="latency"),
-    Family("dsv4_context", keys.DSV4_CONTEXT_OPS, keys.Dsv4Context, ("op", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "seq"), ("log", "sqrt"), buckets=True),
+    Family(
+        "attention_prefill",
+        ("attention_prefill",),
+        keys.AttentionPrefill,
+        ATTN_GROUP,
+        ("heads", "kv_heads"),
+        ("batch", "seq"),
+        ("log", "sqrt"),
+    ),
+    Family(
+        "attention_decode",
+        ("attention_decode",),
+        keys.AttentionDecode,
+        ATTN_GROUP,
+        ("heads", "kv_heads"),
+        ("batch", "kv_len"),
+        ("lin", "lin"),
+        value="latency",
+    ),
+    Family(
+        "mla_prefill",
+        ("mla_prefill",),
+        keys.MlaPrefill,
+        ("op", "native_heads", "heads"),
+        ("native_heads", "heads"),
+        ("batch", "seq"),
+        ("log", "sqrt"),
+        buckets=True,
+    ),
+    Family(
+        "mla_decode",
+        ("mla_decode",),
+        keys.MlaDecode,
+        ("op", "kv_dtype", "native_heads", "heads"),
+        ("native_heads", "heads"),
+        ("batch", "kv_len"),
+        ("lin", "lin"),
+        buckets=True,
+        value="latency",
+    ),
+    Family(
+        "dsv4_context",
+        keys.DSV4_CONTEXT_OPS,
+        keys.Dsv4Context,
+        ("op", "native_heads", "heads"),
+        ("native_heads", "heads"),
+        ("batch", "seq"),
+        ("log", "sqrt"),
+        buckets=True,
+    ),
     # DSv4 decode: utilisation, not latency, because the sparse attention saturates at index_topk (kv_len / 4 =
     # topk, a kink the roofline knows and a bilinear latency does not): leave-one-out p90 14.4 % vs 15.3 % on H200
-    Family("dsv4_generation", keys.DSV4_GENERATION_OPS, keys.Dsv4Generation, ("op", "native_heads", "heads"),
-           ("native_heads", "heads"), ("batch", "kv_len"), ("log", "sqrt"), buckets=True),
-    Family("moe", ("moe",), keys.Moe, ("op", "dtype", "distribution", "hidden", "inter", "experts", "topk", "ep"),
-           (), ("tokens",), ("log",)),
+    Family(
+        "dsv4_generation",
+        keys.DSV4_GENERATION_OPS,
+        keys.Dsv4Generation,
+        ("op", "native_heads", "heads"),
+        ("native_heads", "heads"),
+        ("batch", "kv_len"),
+        ("log", "sqrt"),
+        buckets=True,
+    ),
+    Family(
+        "moe",
+        ("moe",),
+        keys.Moe,
+        ("op", "dtype", "distribution", "hidden", "inter", "experts", "topk", "ep"),
+        (),
+        ("tokens",),
+        ("log",),
+    ),
     Family("comm", keys.COMM_OPS, keys.Comm, ("op", "gpus"), (), ("bytes",), ("log",)),
     Family("elementwise", ("elementwise",), keys.Memory, ("op", "kernels"), (), ("bytes",), ("log",)),
 )

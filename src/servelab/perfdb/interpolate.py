@@ -45,7 +45,9 @@ def make_line(raw_x: list, ys: list, space: Callable) -> Line:
     for x, y in zip(raw_x, ys):
         acc.setdefault(float(x), []).append(y)
     xs_raw = sorted(acc)
-    return Line([space(x) for x in xs_raw], [sum(acc[x]) / len(acc[x]) for x in xs_raw], xs_raw[0], xs_raw[-1])
+    return Line(
+        [space(x) for x in xs_raw], [sum(acc[x]) / len(acc[x]) for x in xs_raw], xs_raw[0], xs_raw[-1]
+    )
 
 
 def interp_line(line: Line, x_raw: float, space: Callable) -> tuple[float, float]:
@@ -126,7 +128,9 @@ class Index:
         self._group_of = itemgetter(*[fam.fields.index(f) for f in fam.group])
         self._axes_of = itemgetter(*[fam.fields.index(f) for f in fam.axes])
         self.groups: dict[tuple, Group] = {}
-        self._siblings: dict[tuple, list[tuple]] = {}  # non-soft group fields -> groups with soft fields varied
+        self._siblings: dict[
+            tuple, list[tuple]
+        ] = {}  # non-soft group fields -> groups with soft fields varied
         self._borrow: dict[tuple, tuple | None] = {}
         self._build_groups()
 
@@ -240,6 +244,7 @@ class Index:
             hard = tuple(v for i, v in enumerate(gkey) if i not in soft_pos)
             cands = [c for c in self._siblings.get(hard, ()) if c != exclude]
             if cands:
+
                 def dist(c):
                     return (sum(abs(math.log(c[i] / gkey[i])) for i in soft_pos), c)
 

@@ -119,7 +119,18 @@ class Memory(NamedTuple):
     op: str = "elementwise"
 
 
-OpKey = Gemm | AttentionPrefill | AttentionDecode | MlaPrefill | MlaDecode | Dsv4Context | Dsv4Generation | Moe | Comm | Memory
+OpKey = (
+    Gemm
+    | AttentionPrefill
+    | AttentionDecode
+    | MlaPrefill
+    | MlaDecode
+    | Dsv4Context
+    | Dsv4Generation
+    | Moe
+    | Comm
+    | Memory
+)
 
 DSV4_CONTEXT_OPS = ("dsv4_csa_context_module", "dsv4_hca_context_module")
 DSV4_GENERATION_OPS = ("dsv4_csa_generation_module", "dsv4_hca_generation_module")
@@ -148,11 +159,15 @@ def key_from_dict(op: str, fields: dict) -> OpKey:
 
     cls = KEY_TYPES.get(op)
     if cls is None:
-        raise ServelabError(f"unknown op {op!r}{closest(op, list(KEY_TYPES))}; known ops: {', '.join(KEY_TYPES)}")
+        raise ServelabError(
+            f"unknown op {op!r}{closest(op, list(KEY_TYPES))}; known ops: {', '.join(KEY_TYPES)}"
+        )
     names = [f for f in cls._fields if f != "op"]
     unknown = set(fields) - set(names) - {"op"}
     if unknown:
-        raise ServelabError(f"{op}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(names)}")
+        raise ServelabError(
+            f"{op}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(names)}"
+        )
     values = {}
     for name in names:
         if name not in fields:

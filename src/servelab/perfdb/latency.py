@@ -13,4 +13,6 @@ class OpLatency(NamedTuple):
     note: str = ""  # e.g. the table it came from, or a fallback from another model's bucket
 
     def scaled(self, factor: float) -> "OpLatency":
-        return OpLatency(self.us * factor, self.low_us * factor, self.high_us * factor, self.source, self.note)
+        return OpLatency(
+            self.us * factor, self.low_us * factor, self.high_us * factor, self.source, self.note
+        )

@@ -42,7 +42,9 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
     prov = normalize_provenance(prov)
     missing = [k for k in PROVENANCE_FIELDS if k not in prov]
     if missing:
-        raise ServelabError(f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})")
+        raise ServelabError(
+            f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})"
+        )
     rows: dict[str, list[dict]] = {}
     problems: list[str] = []
     files = sorted((directory / "rows").glob("*.jsonl"))
@@ -59,21 +61,31 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
                 continue
             fam = BY_OP.get(row.get("op")) if isinstance(row, dict) else None
             if fam is None:
-                problems.append(f"{path} line {n}: unknown op {row.get('op') if isinstance(row, dict) else row!r}")
+                problems.append(
+                    f"{path} line {n}: unknown op {row.get('op') if isinstance(row, dict) else row!r}"
+                )
                 continue
-            missing = [f for f in fam.fields if f != "op" and f not in row and f not in fam.key_type._field_defaults]
+            missing = [
+                f for f in fam.fields if f != "op" and f not in row and f not in fam.key_type._field_defaults
+            ]
             if missing or "latency_us" not in row:
                 problems.append(f"{path} line {n}: missing {', '.join(missing or ['latency_us'])}")
                 continue
             wrong = [f for f in fam.int_fields if f in row and not _is_int(row[f])]
-            wrong += [c for c in ("latency_us", "p10_us", "p90_us", "reps") if c in row and not _is_num(row[c])]
+            wrong += [
+                c for c in ("latency_us", "p10_us", "p90_us", "reps") if c in row and not _is_num(row[c])
+            ]
             if wrong:
                 problems.append(f"{path} line {n}: {', '.join(wrong)} must be numbers (integers for shapes)")
                 continue
             row["_where"] = f"{path.name} line {n}"
             rows.setdefault(fam.name, []).append(row)
     errors_path = directory / "errors.jsonl"
-    num_errors = sum(1 for line in errors_path.read_text().splitlines() if line.strip()) if errors_path.is_file() else 0
+    num_errors = (
+        sum(1 for line in errors_path.read_text().splitlines() if line.strip())
+        if errors_path.is_file()
+        else 0
+    )
     return prov, rows, num_errors, problems
 
 
@@ -106,8 +118,10 @@ def normalize_provenance(prov: dict) -> dict:
         if out.get(field) in (None, ""):
             if field == "clocks":
                 smi = [g for g in _records(prov) if any(k.startswith("clocks.") for k in g)]
-                value = [{k: v for k, v in g.items() if k.startswith(("clocks", "power", "temperature"))}
-                         for g in smi] or None
+                value = [
+                    {k: v for k, v in g.items() if k.startswith(("clocks", "power", "temperature"))}
+                    for g in smi
+                ] or None
             else:
                 value = find(prov, ALIASES.get(field, (field,)))
             if value is not None:
@@ -131,8 +145,11 @@ def _records(obj, depth=0) -> list[dict]:
 
 def _identity(prov: dict) -> str:
     """What makes two provenance entries the same campaign: everything but merge bookkeeping."""
-    return json.dumps({k: v for k, v in prov.items() if k not in ("source", "rows", "collector_errors")},
-                      sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in prov.items() if k not in ("source", "rows", "collector_errors")},
+        sort_keys=True,
+        default=str,
+    )
 
 
 def _is_int(v) -> bool:
@@ -157,8 +174,10 @@ def _date_key(prov: dict) -> str:
 def _check_system(system, prov: dict, where: str) -> None:
     got = str(prov.get("gpu_name", ""))
     if system.gpu_name.lower() not in got.lower():
-        raise ServelabError(f"{where}: provenance gpu_name {got!r} does not match {system.name} "
-                            f"({system.gpu_name!r}); merge it into that system's directory")
+        raise ServelabError(
+            f"{where}: provenance gpu_name {got!r} does not match {system.name} "
+            f"({system.gpu_name!r}); merge it into that system's directory"
+        )
 
 
 def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | None = None) -> dict:
@@ -175,8 +194,15 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     system_name, backend, version = parts[-3:]
     system = load_system(system_name)
     reference = reference_fn(system)
-    report: dict = {"into": str(into), "system": system.name, "backend": backend, "version": version,
-                    "campaigns": [], "tables": {}, "dropped": []}
+    report: dict = {
+        "into": str(into),
+        "system": system.name,
+        "backend": backend,
+        "version": version,
+        "campaigns": [],
+        "tables": {},
+        "dropped": [],
+    }
 
     # existing tables first: their campaigns are older unless their dates say otherwise. Every table file
     # carries the same provenance list, so entries are matched by identity rather than appended per file.
@@ -192,7 +218,9 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
 
     rows: dict[str, list[dict]] = {}
     for path in sorted(into.glob("*.parquet")) if into.is_dir() else []:
-        old = read_table(path)  # strict: a corrupt existing table stops the merge rather than being overwritten
+        old = read_table(
+            path
+        )  # strict: a corrupt existing table stops the merge rather than being overwritten
         remap = [campaign_index(p) for p in old.meta["provenance"]]
         fam_rows = _rows_of(old, 0)
         for r in fam_rows:
@@ -211,8 +239,15 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         if again:  # the same campaign merged before: its fresh rows replace its old ones, not "newer" ones
             for fam_name in rows:
                 rows[fam_name] = [r for r in rows[fam_name] if r["campaign"] != index]
-        report["campaigns"].append({"dir": str(d), "date": prov.get("date"), "rows": count, "errors": num_errors,
-                                    "merged_before": again})
+        report["campaigns"].append(
+            {
+                "dir": str(d),
+                "date": prov.get("date"),
+                "rows": count,
+                "errors": num_errors,
+                "merged_before": again,
+            }
+        )
         for fam_name, fam_rows in new_rows.items():
             for r in fam_rows:
                 r["campaign"] = index
@@ -230,8 +265,10 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
             msgs = [f"{fam_name} {wheres[i]}: {m}" for i, m in bad]
             if not drop_bad:
                 more = f" (and {len(msgs) - 5} more)" if len(msgs) > 5 else ""
-                raise ServelabError(f"{fam_name}: {len(msgs)} bad row(s): {'; '.join(msgs[:5])}{more}; "
-                                    "fix the campaign or pass --drop-bad to skip them")
+                raise ServelabError(
+                    f"{fam_name}: {len(msgs)} bad row(s): {'; '.join(msgs[:5])}{more}; "
+                    "fix the campaign or pass --drop-bad to skip them"
+                )
             report["dropped"] += msgs
             keep = np.ones(len(data), dtype=bool)
             keep[[i for i, _ in bad]] = False
@@ -240,20 +277,27 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     if problems:
         if not drop_bad:
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-            raise ServelabError(f"{len(problems)} unreadable row(s): {'; '.join(problems[:5])}{more}; "
-                                "fix the campaign or pass --drop-bad to skip them")
+            raise ServelabError(
+                f"{len(problems)} unreadable row(s): {'; '.join(problems[:5])}{more}; "
+                "fix the campaign or pass --drop-bad to skip them"
+            )
         report["dropped"] += problems
 
     merged_at = datetime.now(UTC).isoformat(timespec="seconds")
     for fam_name, (data, dup) in tables.items():
         data.meta = {"provenance": provenance, "system": system.name, "backend": backend, "version": version}
         accuracy = table_accuracy(Index(data, reference))
-        data.meta.update(accuracy=accuracy, merged={
-            "date": merged_at, "command": command or " ".join(sys.argv), "replaced_by_newer": dup,
-            "rows": len(data),
-            "interpolation_reference": "roofline without tile quantization, occupancy-aware for prefill, on the "
-                                       "default block of efficiencies.json (never the per-system fit)",
-        })
+        data.meta.update(
+            accuracy=accuracy,
+            merged={
+                "date": merged_at,
+                "command": command or " ".join(sys.argv),
+                "replaced_by_newer": dup,
+                "rows": len(data),
+                "interpolation_reference": "roofline without tile quantization, occupancy-aware for prefill, on the "
+                "default block of efficiencies.json (never the per-system fit)",
+            },
+        )
         write_table(into / f"{fam_name}.parquet", data)
         report["tables"][fam_name] = {"rows": len(data), "replaced_by_newer": dup, "accuracy": accuracy}
     return report
@@ -263,9 +307,14 @@ def _rows_of(data: TableData, offset: int) -> list[dict]:
     out = []
     for i in range(len(data)):
         row = {f: data.cols[f][i].item() for f in data.family.fields}
-        row.update(latency_us=float(data.latency_us[i]), p10_us=float(data.p10_us[i]),
-                   p90_us=float(data.p90_us[i]), reps=int(data.reps[i]), campaign=int(data.campaign[i]) + offset,
-                   source="measured" if data.is_measured(i) else "modelled")
+        row.update(
+            latency_us=float(data.latency_us[i]),
+            p10_us=float(data.p10_us[i]),
+            p90_us=float(data.p90_us[i]),
+            reps=int(data.reps[i]),
+            campaign=int(data.campaign[i]) + offset,
+            source="measured" if data.is_measured(i) else "modelled",
+        )
         if data.extra is not None and data.extra[i]:
             row.update(json.loads(data.extra[i]))
         out.append(row)
@@ -294,9 +343,16 @@ def _build(fam: Family, rows: list[dict], rank: dict, meta: dict) -> tuple[Table
 def _subset(data: TableData, keep: np.ndarray) -> TableData:
     idx = np.flatnonzero(keep)
     return TableData(
-        data.family, {k: v[idx] for k, v in data.cols.items()}, data.latency_us[idx], data.p10_us[idx],
-        data.p90_us[idx], data.reps[idx], data.campaign[idx], data.meta,
-        [data.extra[i] for i in idx] if data.extra is not None else None, None,
+        data.family,
+        {k: v[idx] for k, v in data.cols.items()},
+        data.latency_us[idx],
+        data.p10_us[idx],
+        data.p90_us[idx],
+        data.reps[idx],
+        data.campaign[idx],
+        data.meta,
+        [data.extra[i] for i in idx] if data.extra is not None else None,
+        None,
         data.measured[idx] if data.measured is not None else None,
     )
 

@@ -26,9 +26,15 @@ def make_db(system_name: str, tables_dir: Path | None = None, roofline_only: boo
 def answer(db, op: str, fields: dict) -> dict:
     key = check_key(key_from_dict(op, fields))
     lat = db.query(key)
-    return {**key._asdict(), "system": db.system.name, "latency_us": round(lat.us, 4),
-            "latency_us_low": round(lat.low_us, 4), "latency_us_high": round(lat.high_us, 4),
-            "source": lat.source, "note": lat.note}
+    return {
+        **key._asdict(),
+        "system": db.system.name,
+        "latency_us": round(lat.us, 4),
+        "latency_us_low": round(lat.low_us, 4),
+        "latency_us_high": round(lat.high_us, 4),
+        "source": lat.source,
+        "note": lat.note,
+    }
 
 
 def answer_lines(db, path: Path) -> Iterator[dict]:

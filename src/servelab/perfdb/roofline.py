@@ -6,7 +6,7 @@ real kernels miss by shape-dependent amounts (tile quantization, launch tails), 
 
 import json
 import math
-from functools import lru_cache
+from functools import cache
 
 from servelab.perfdb.keys import DSV4_TOPK, OpKey
 from servelab.perfdb.latency import OpLatency
@@ -17,10 +17,14 @@ from servelab.specs.model import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8
 DSV4_HEAD_DIM = 512
 DSV4_WINDOW = 128
 INDEXER_HEADS, INDEXER_DIM = 64, 128
-COMM_LATENCY_US = {2: 16.0, 4: 22.0, 8: 30.0}  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
+COMM_LATENCY_US = {
+    2: 16.0,
+    4: 22.0,
+    8: 30.0,
+}  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
 
 
-@lru_cache(maxsize=None)
+@cache
 def efficiencies(system_name: str) -> dict:
     from importlib import resources
 
@@ -152,7 +156,11 @@ class Roofline:
         bytes_ = touched * 3 * k.hidden * k.inter * wb + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
         # grouped GEMM: per expert the M dimension is small, tile quantization per expert
         per_expert = assignments / max(touched, 1e-9)
-        tile_eff = max(min(per_expert / (math.ceil(per_expert / 128) * 128), 1.0), 1 / 16) if self.tile_quantized else 1.0
+        tile_eff = (
+            max(min(per_expert / (math.ceil(per_expert / 128) * 128), 1.0), 1 / 16)
+            if self.tile_quantized
+            else 1.0
+        )
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff, kernels=3)
 
     def _comm(self, k) -> float:

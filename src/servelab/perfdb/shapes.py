@@ -6,10 +6,27 @@ from servelab.perfdb.keys import OpKey
 
 # generous upper bounds per field: beyond these no real deployment's rank-local shape lies
 MAX = {
-    "m": 1 << 24, "n": 1 << 20, "k": 1 << 20, "batch": 1 << 20, "seq": 1 << 24, "kv_len": 1 << 24,
-    "heads": 1024, "kv_heads": 1024, "native_heads": 1024, "head_dim": 1024, "window": 1 << 24,
-    "tokens": 1 << 24, "hidden": 1 << 18, "inter": 1 << 18, "experts": 4096, "topk": 64, "ep": 1024,
-    "bytes": 1 << 40, "gpus": 1 << 16, "flops": 1 << 50, "kernels": 64,
+    "m": 1 << 24,
+    "n": 1 << 20,
+    "k": 1 << 20,
+    "batch": 1 << 20,
+    "seq": 1 << 24,
+    "kv_len": 1 << 24,
+    "heads": 1024,
+    "kv_heads": 1024,
+    "native_heads": 1024,
+    "head_dim": 1024,
+    "window": 1 << 24,
+    "tokens": 1 << 24,
+    "hidden": 1 << 18,
+    "inter": 1 << 18,
+    "experts": 4096,
+    "topk": 64,
+    "ep": 1024,
+    "bytes": 1 << 40,
+    "gpus": 1 << 16,
+    "flops": 1 << 50,
+    "kernels": 64,
 }
 
 
@@ -29,8 +46,10 @@ def check_key(key: OpKey) -> OpKey:
     if hasattr(key, "kv_heads") and key.heads % key.kv_heads:
         raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
     if hasattr(key, "native_heads") and key.native_heads % key.heads:
-        raise ServelabError(f"{op}: heads={key.heads} (rank-local) must divide native_heads={key.native_heads}; "
-                            "rank-local heads are native heads / tp")
+        raise ServelabError(
+            f"{op}: heads={key.heads} (rank-local) must divide native_heads={key.native_heads}; "
+            "rank-local heads are native heads / tp"
+        )
     if op == "moe":
         if key.topk > key.experts:
             raise ServelabError(f"moe: topk={key.topk} exceeds experts={key.experts}")

@@ -40,7 +40,9 @@ class TableData:
     meta: dict = field(default_factory=dict)
     extra: list | None = None  # JSON strings per row, or None
     path: Path | None = None
-    measured: np.ndarray | None = None  # False where the collector modelled the row (e.g. a GPU count it lacked)
+    measured: np.ndarray | None = (
+        None  # False where the collector modelled the row (e.g. a GPU count it lacked)
+    )
 
     def is_measured(self, i: int) -> bool:
         return self.measured is None or bool(self.measured[i])
@@ -65,9 +67,13 @@ def write_table(path: Path, data: TableData) -> None:
         col = data.cols[f]
         arrays.append(pa.array(col.tolist(), type=pa.string() if col.dtype.kind == "U" else pa.int64()))
         names.append(f)
-    arrays += [pa.array(data.latency_us, pa.float64()), pa.array(data.p10_us, pa.float64()),
-               pa.array(data.p90_us, pa.float64()), pa.array(data.reps, pa.int32()),
-               pa.array(data.campaign, pa.int16())]
+    arrays += [
+        pa.array(data.latency_us, pa.float64()),
+        pa.array(data.p10_us, pa.float64()),
+        pa.array(data.p90_us, pa.float64()),
+        pa.array(data.reps, pa.int32()),
+        pa.array(data.campaign, pa.int16()),
+    ]
     names += list(STAT_COLUMNS)
     if data.extra is not None:
         arrays.append(pa.array(data.extra, pa.string()))
@@ -93,7 +99,9 @@ def read_meta(path: Path) -> dict:
         raise ServelabError(f"{path}: not a readable Parquet file ({e.__class__.__name__}: {e})") from None
     raw = (schema.metadata or {}).get(META_KEY)
     if raw is None:
-        raise ServelabError(f"{path}: no servelab metadata in the Parquet schema (not written by `servelab db merge`)")
+        raise ServelabError(
+            f"{path}: no servelab metadata in the Parquet schema (not written by `servelab db merge`)"
+        )
     try:
         meta = json.loads(raw)
     except ValueError:
@@ -131,9 +139,16 @@ def read_table(path: Path) -> TableData:
             cols[f] = arr.astype(str)
     stats = {c: table.column(c).to_numpy(zero_copy_only=False) for c in STAT_COLUMNS}
     data = TableData(
-        family, cols, stats["latency_us"].astype(np.float64), stats["p10_us"].astype(np.float64),
-        stats["p90_us"].astype(np.float64), stats["reps"].astype(np.int64), stats["campaign"].astype(np.int64),
-        meta, table.column("extra").to_pylist() if "extra" in names else None, path,
+        family,
+        cols,
+        stats["latency_us"].astype(np.float64),
+        stats["p10_us"].astype(np.float64),
+        stats["p90_us"].astype(np.float64),
+        stats["reps"].astype(np.int64),
+        stats["campaign"].astype(np.int64),
+        meta,
+        table.column("extra").to_pylist() if "extra" in names else None,
+        path,
         table.column("measured").to_numpy(zero_copy_only=False).astype(bool) if "measured" in names else None,
     )
     problems = check_rows(data)
@@ -145,9 +160,13 @@ def read_table(path: Path) -> TableData:
 
 def _check_meta(path: Path, family: Family, meta: dict) -> None:
     if meta.get("format") != FORMAT_VERSION:
-        raise ServelabError(f"{path}: table format {meta.get('format')!r}, this servelab reads {FORMAT_VERSION}")
+        raise ServelabError(
+            f"{path}: table format {meta.get('format')!r}, this servelab reads {FORMAT_VERSION}"
+        )
     if meta.get("family") != family.name:
-        raise ServelabError(f"{path}: metadata says family {meta.get('family')!r}, the file name says {family.name!r}")
+        raise ServelabError(
+            f"{path}: metadata says family {meta.get('family')!r}, the file name says {family.name!r}"
+        )
     prov = meta.get("provenance")
     if not isinstance(prov, list) or not prov:
         raise ServelabError(f"{path}: metadata has no provenance list")
@@ -176,21 +195,34 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
     lat, p10, p90 = data.latency_us, data.p10_us, data.p90_us
     with np.errstate(invalid="ignore"):
         rules.append(("latency_us must be finite and > 0", ~(np.isfinite(lat) & (lat > 0))))
-        rules.append(("need p10_us <= latency_us <= p90_us",
-                      ~((p10 <= lat * (1 + 1e-6)) & (lat <= p90 * (1 + 1e-6)))))
+        rules.append(
+            ("need p10_us <= latency_us <= p90_us", ~((p10 <= lat * (1 + 1e-6)) & (lat <= p90 * (1 + 1e-6))))
+        )
     measured = data.measured if data.measured is not None else np.ones(len(data), dtype=bool)
     rules.append(("a measured row needs reps >= 1", measured & (data.reps < 1)))
     rules.append(("reps must be >= 0", data.reps < 0))
     ncamp = len(data.meta.get("provenance") or [])
-    rules.append((f"campaign must index the provenance list (0..{ncamp - 1})",
-                  (data.campaign < 0) | (data.campaign >= ncamp)))
+    rules.append(
+        (
+            f"campaign must index the provenance list (0..{ncamp - 1})",
+            (data.campaign < 0) | (data.campaign >= ncamp),
+        )
+    )
     if "kv_heads" in c:
-        rules.append(("heads must be a multiple of kv_heads",
-                      (c["kv_heads"] < 1) | (c["heads"] % np.maximum(c["kv_heads"], 1) != 0)))
+        rules.append(
+            (
+                "heads must be a multiple of kv_heads",
+                (c["kv_heads"] < 1) | (c["heads"] % np.maximum(c["kv_heads"], 1) != 0),
+            )
+        )
     if "native_heads" in c:
         # rank-local heads = native heads / tp: heads x tp is the model's native head count in every row
-        rules.append(("heads x tp must equal native_heads (heads must divide native_heads)",
-                      (c["heads"] > c["native_heads"]) | (c["native_heads"] % np.maximum(c["heads"], 1) != 0)))
+        rules.append(
+            (
+                "heads x tp must equal native_heads (heads must divide native_heads)",
+                (c["heads"] > c["native_heads"]) | (c["native_heads"] % np.maximum(c["heads"], 1) != 0),
+            )
+        )
     if fam.name == "moe":
         rules.append(("topk must be <= experts", c["topk"] > c["experts"]))
         rules.append(("experts must be a multiple of ep", c["experts"] % np.maximum(c["ep"], 1) != 0))
@@ -230,8 +262,15 @@ def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
         model = str(extra["model"])
         first = seen.setdefault(model, (product, i))
         if first[0] != product:
-            out.append((i, (f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
-                            f"but row {first[1]} gives {first[0]} (must be constant per model)")))
+            out.append(
+                (
+                    i,
+                    (
+                        f"row {i} ({data.describe_row(i)}): heads x tp = {product} for {model}, "
+                        f"but row {first[1]} gives {first[0]} (must be constant per model)"
+                    ),
+                )
+            )
         if len(out) >= limit:
             break
     return out
@@ -273,12 +312,16 @@ def table_from_rows(family: Family, rows: list[dict], meta: dict) -> TableData:
 
     lat = stat("latency_us")
     return TableData(
-        family, cols, lat,
+        family,
+        cols,
+        lat,
         np.array([float(r.get("p10_us", r["latency_us"])) for r in rows], dtype=np.float64),
         np.array([float(r.get("p90_us", r["latency_us"])) for r in rows], dtype=np.float64),
         np.array([int(r.get("reps", 1)) for r in rows], dtype=np.int64),
         np.array([int(r.get("campaign", 0)) for r in rows], dtype=np.int64),
-        meta, extra, None,
+        meta,
+        extra,
+        None,
         np.array([r.get("source", "measured") == "measured" for r in rows], dtype=bool),
     )
 

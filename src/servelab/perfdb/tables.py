@@ -109,8 +109,11 @@ class TableSet:
         ans = idx.answer(key)
         if ans is None:
             hard = [f for f in fam.group if f not in fam.soft]
-            return self._roofline(key, f"no {fam.name} rows in {self.label} for "
-                                       + ", ".join(f"{f}={getattr(key, f)}" for f in hard))
+            return self._roofline(
+                key,
+                f"no {fam.name} rows in {self.label} for "
+                + ", ".join(f"{f}={getattr(key, f)}" for f in hard),
+            )
         where = f"{self.label} {fam.name} table"
         acc = idx.data.meta.get("accuracy") or {}
         if ans.kind == "measured":
@@ -119,14 +122,20 @@ class TableSet:
             rep_lo, rep_hi = REPEAT_BY_FAMILY.get(fam.name, (REPEAT_LO, REPEAT_HI))
             low = min(p10, lat * (1 + rep_lo))
             high = max(p90, lat * (1 + rep_hi))
-            return OpLatency(lat, low, high, "measured",
-                             f"{where}; band: measured p10-p90 and run-to-run repeatability")
+            return OpLatency(
+                lat, low, high, "measured", f"{where}; band: measured p10-p90 and run-to-run repeatability"
+            )
         if ans.kind == "modelled":
             how = _modelled_from(idx, ans.row)
             lo, hi = MODELLED_BAND
-            return OpLatency(ans.us, ans.us * (1 + lo), ans.us * (1 + hi), "extrapolated",
-                             f"{where}; from rows the collector modelled, not measured{how}; band: fixed "
-                             f"{100 * lo:+.0f} %/{100 * hi:+.0f} % for modelled rows")
+            return OpLatency(
+                ans.us,
+                ans.us * (1 + lo),
+                ans.us * (1 + hi),
+                "extrapolated",
+                f"{where}; from rows the collector modelled, not measured{how}; band: fixed "
+                f"{100 * lo:+.0f} %/{100 * hi:+.0f} % for modelled rows",
+            )
         note = where
         kind = ans.kind
         if ans.borrowed_from is not None:
@@ -134,11 +143,15 @@ class TableSet:
             gq = idx.family.group
             query_group = tuple(getattr(key, f) for f in gq)
             if idx.family.buckets:
-                note += (f"; fell back from model bucket {idx.describe_group(query_group)} (not collected) to "
-                         f"bucket {idx.describe_group(ans.borrowed_from)}")
+                note += (
+                    f"; fell back from model bucket {idx.describe_group(query_group)} (not collected) to "
+                    f"bucket {idx.describe_group(ans.borrowed_from)}"
+                )
             else:
-                note += (f"; {idx.describe_group(query_group)} not collected, utilisation borrowed from "
-                         f"{idx.describe_group(ans.borrowed_from)}")
+                note += (
+                    f"; {idx.describe_group(query_group)} not collected, utilisation borrowed from "
+                    f"{idx.describe_group(ans.borrowed_from)}"
+                )
         lo, hi, band_note = _band(acc, kind)
         if ans.kind == "extrapolated":
             # one grid step beyond the data is what leave-boundary-out measured; further out, widen with the
@@ -167,9 +180,11 @@ class TableSet:
                 continue
             meta = idx.data.meta
             out["tables"][name] = {
-                "rows": len(idx.data), "groups": len(idx.groups),
+                "rows": len(idx.data),
+                "groups": len(idx.groups),
                 "ops": sorted(set(idx.data.cols["op"].tolist())),
-                "provenance": meta.get("provenance"), "accuracy": meta.get("accuracy"),
+                "provenance": meta.get("provenance"),
+                "accuracy": meta.get("accuracy"),
                 "merged": meta.get("merged"),
             }
         out["skipped"] = dict(self.skipped)
@@ -193,7 +208,11 @@ def _modelled_from(idx, row: int) -> str:
 def _band(acc: dict, kind: str) -> tuple[float, float, str]:
     s = acc.get(kind) or {}
     if s.get("n", 0) >= MIN_LOO_POINTS:
-        return min(s["lo"], 0.0), max(s["hi"], 0.0), f"band: leave-one-out p10-p90 of {kind} points (n={s['n']})"
+        return (
+            min(s["lo"], 0.0),
+            max(s["hi"], 0.0),
+            f"band: leave-one-out p10-p90 of {kind} points (n={s['n']})",
+        )
     lo, hi = DEFAULT_BANDS[kind]
     return lo, hi, f"band: default for {kind} (too few leave-one-out points)"
 
@@ -213,8 +232,13 @@ def table_dirs(system_name: str, roots: list[Path] | None = None, backend: str |
         base = root / system_name
         if not base.is_dir():
             continue
-        dirs = [v for b in sorted(base.iterdir()) if b.is_dir() and backend in (None, b.name) for v in b.iterdir()
-                if v.is_dir() and any(v.glob("*.parquet"))]
+        dirs = [
+            v
+            for b in sorted(base.iterdir())
+            if b.is_dir() and backend in (None, b.name)
+            for v in b.iterdir()
+            if v.is_dir() and any(v.glob("*.parquet"))
+        ]
         found += sorted(dirs, key=lambda v: (_version_key(v.name), v.parent.name), reverse=True)
     return found
 
@@ -228,4 +252,3 @@ def load_default_tables(system, backend: str | None = None) -> TableSet | None:
 
 def load_tables(directory: str | Path, system, strict: bool = False) -> TableSet:
     return TableSet(Path(directory), system, strict=strict)
-

@@ -2,7 +2,7 @@
 CUDA graphs for decode), and its documented scheduler defaults."""
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
@@ -31,7 +31,7 @@ class EngineProfile(BaseModel):
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
 
 
-@lru_cache(maxsize=None)
+@cache
 def _profiles() -> dict:
     base = resources.files("servelab.predict") / "data"
     data = json.loads((base / "engines.json").read_text())
@@ -40,7 +40,9 @@ def _profiles() -> dict:
     band = data.get("step_structure_band", {})
     profiles = {}
     for name in BACKENDS:
-        fields = dict(data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0))
+        fields = dict(
+            data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0)
+        )
         source = "documented defaults"
         if name in fitted.get("engines", {}):
             fields.update(fitted["engines"][name]["params"])
@@ -52,7 +54,9 @@ def _profiles() -> dict:
 def engine_profile(name: str, **overrides) -> EngineProfile:
     profiles = _profiles()
     if name not in profiles:
-        raise ServelabError(f"unknown backend {name!r}{closest(name, list(profiles))}; expected one of {', '.join(BACKENDS)}")
+        raise ServelabError(
+            f"unknown backend {name!r}{closest(name, list(profiles))}; expected one of {', '.join(BACKENDS)}"
+        )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}
     return profile.model_copy(update=overrides) if overrides else profile

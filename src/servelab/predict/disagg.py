@@ -28,11 +28,15 @@ RATE_GRID = 1.08  # prefill rates are snapped to this geometric grid so the pref
 
 def kv_transfer_s(ctx: Ctx, prefill: Config, decode: Config, total_gpus: int) -> tuple[float, str]:
     model, system = ctx.model, ctx.system
-    nbytes = model.kv_bytes_per_sequence(ctx.req.isl)  # all layers, all KV heads: one copy of the prompt's cache
+    nbytes = model.kv_bytes_per_sequence(
+        ctx.req.isl
+    )  # all layers, all KV heads: one copy of the prompt's cache
     in_domain = total_gpus <= system.nvlink_domain
     link_gbs = system.nvlink_gbs if in_domain else system.network_gbs
     streams = min(prefill.parallel.gpus, decode.parallel.gpus)
-    return TRANSFER_FLOOR_S + nbytes / (link_gbs * 1e9 * LINK_EFFICIENCY * streams), "nvlink" if in_domain else "network"
+    return TRANSFER_FLOOR_S + nbytes / (
+        link_gbs * 1e9 * LINK_EFFICIENCY * streams
+    ), "nvlink" if in_domain else "network"
 
 
 class PrefillPool:
@@ -56,9 +60,16 @@ class PrefillPool:
         if key not in self._ttft:
             q = RATE_GRID**key
             req = self.ctx.req
-            wl = Workload(isl=req.isl, osl=1, rate=q, num_requests=max(32, 8 * self.cfg.lanes),
-                          prefix_hit_rate=req.prefix_hit_rate)
-            sim = simulate(self.ctx.model, self.cfg.parallel, self.ctx.engine, self.cfg.mem, wl, self.cfg.pricer)
+            wl = Workload(
+                isl=req.isl,
+                osl=1,
+                rate=q,
+                num_requests=max(32, 8 * self.cfg.lanes),
+                prefix_hit_rate=req.prefix_hit_rate,
+            )
+            sim = simulate(
+                self.ctx.model, self.cfg.parallel, self.ctx.engine, self.cfg.mem, wl, self.cfg.pricer
+            )
             self.ctx.sims += 1
             self._ttft[key] = (tuple(self.ctx.sla_value(sim, "ttft_ms", k) for k in range(3)), sim)
         return self._ttft[key]
@@ -76,8 +87,21 @@ def decode_curve(ctx: Ctx, cfg: Config) -> list[Point]:
         sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
         ctx.sims += 1
         tpot = tuple(ctx.sla_value(sim, "tpot_ms", k) for k in range(3))
-        points.append(Point("disagg", cfg, 1, c, sim, (0.0,) * 3, tpot, sim.output_tps, sim.output_tps,
-                            cfg.parallel.gpus, []))
+        points.append(
+            Point(
+                "disagg",
+                cfg,
+                1,
+                c,
+                sim,
+                (0.0,) * 3,
+                tpot,
+                sim.output_tps,
+                sim.output_tps,
+                cfg.parallel.gpus,
+                [],
+            )
+        )
         if (ctx.req.tpot_ms is not None and tpot[0] > ctx.req.tpot_ms) or c >= cfg.cap_lane:
             break
         c = min(c * 4, cfg.cap_lane)
@@ -98,7 +122,11 @@ def search_disagg(ctx: Ctx) -> tuple[list[Point], str | None]:
     pairs = [(p, d) for p in configs for d in configs if p.parallel.gpus + d.parallel.gpus <= n]
     if not pairs:
         smallest = min((c.parallel.gpus for c in configs), default=None)
-        why = f"the smallest worker that fits needs {smallest} GPUs" if smallest else "no worker fits on fewer GPUs"
+        why = (
+            f"the smallest worker that fits needs {smallest} GPUs"
+            if smallest
+            else "no worker fits on fewer GPUs"
+        )
         return [], f"disagg: no prefill + decode split fits in {n} GPUs ({why})"
     prefill_pools = {id(p): PrefillPool(ctx, p) for p in {id(p): p for p, _ in pairs}.values()}
     keep = _best_prefill(prefill_pools.values())
@@ -133,8 +161,18 @@ def _best_prefill(pools, per_size: int = 2) -> set[int]:
     return keep
 
 
-def _combine(ctx: Ctx, pcfg: Config, dcfg: Config, x: int, y: int, dp: Point, pool: PrefillPool,
-             transfer: float, link: str, used: int) -> Point | None:
+def _combine(
+    ctx: Ctx,
+    pcfg: Config,
+    dcfg: Config,
+    x: int,
+    y: int,
+    dp: Point,
+    pool: PrefillPool,
+    transfer: float,
+    link: str,
+    used: int,
+) -> Point | None:
     sim = dp.sim
     rate = y * sim.request_tps[0]
     got = pool.ttft(rate / x)
@@ -149,20 +187,51 @@ def _combine(ctx: Ctx, pcfg: Config, dcfg: Config, x: int, y: int, dp: Point, po
     label = f"{x}x {pl} | {y}x {dl}"
     extra = {
         "label": label,
-        "parallel": {"label": label, "prefill": {"label": pl, **pcfg.parallel.model_dump()},
-                     "decode": {"label": dl, **dcfg.parallel.model_dump()}},
-        "concurrency": dp.c_lane * dcfg.lanes * y, "concurrency_per_replica": dp.c_lane * dcfg.lanes,
-        "prefill": {"parallel": {"label": pl, **pcfg.parallel.model_dump()}, "workers": x, "gpus_per_worker": pcfg.parallel.gpus,
-                    "ttft_ms": pre_ttft[0]},
-        "decode": {"parallel": {"label": dl, **dcfg.parallel.model_dump()}, "workers": y, "gpus_per_worker": dcfg.parallel.gpus,
-                   "concurrency_per_worker": dp.c_lane * dcfg.lanes},
-        "kv_transfer_ms": transfer * 1000.0, "link": link,
+        "parallel": {
+            "label": label,
+            "prefill": {"label": pl, **pcfg.parallel.model_dump()},
+            "decode": {"label": dl, **dcfg.parallel.model_dump()},
+        },
+        "concurrency": dp.c_lane * dcfg.lanes * y,
+        "concurrency_per_replica": dp.c_lane * dcfg.lanes,
+        "prefill": {
+            "parallel": {"label": pl, **pcfg.parallel.model_dump()},
+            "workers": x,
+            "gpus_per_worker": pcfg.parallel.gpus,
+            "ttft_ms": pre_ttft[0],
+        },
+        "decode": {
+            "parallel": {"label": dl, **dcfg.parallel.model_dump()},
+            "workers": y,
+            "gpus_per_worker": dcfg.parallel.gpus,
+            "concurrency_per_worker": dp.c_lane * dcfg.lanes,
+        },
+        "kv_transfer_ms": transfer * 1000.0,
+        "link": link,
         "headroom": min(pcfg.mem.kv_gib, dcfg.mem.kv_gib),
-        "prefill_sim": pre_sim, "prefill_config": pcfg, "prefill_rate": rate / x,
+        "prefill_sim": pre_sim,
+        "prefill_config": pcfg,
+        "prefill_rate": rate / x,
         # TTFT spread comes from the prefill queue; the transfer and the decode worker's first step add their means
-        "percentiles": {**sim.percentiles[0], "ttft_ms": {
-            k: v + transfer * 1000.0 + sim.percentiles[0]["ttft_ms"]["mean"]
-            for k, v in pre_sim.percentiles[0]["ttft_ms"].items()}},
+        "percentiles": {
+            **sim.percentiles[0],
+            "ttft_ms": {
+                k: v + transfer * 1000.0 + sim.percentiles[0]["ttft_ms"]["mean"]
+                for k, v in pre_sim.percentiles[0]["ttft_ms"].items()
+            },
+        },
     }
-    return Point("disagg", dcfg, y, dp.c_lane, sim, ttft, dp.tpot, out_tps, total, used, ctx.misses(ttft[0], dp.tpot[0]),
-                 extra)
+    return Point(
+        "disagg",
+        dcfg,
+        y,
+        dp.c_lane,
+        sim,
+        ttft,
+        dp.tpot,
+        out_tps,
+        total,
+        used,
+        ctx.misses(ttft[0], dp.tpot[0]),
+        extra,
+    )

@@ -82,9 +82,13 @@ def limits_of(ctx, point) -> list[str]:
     out = []
     cfg, st = point.config, point.sim.stats
     if st.preemptions or st.blocked_kv:
-        out.append(f"kv_capacity: KV cache full ({st.preemptions} preemptions, {st.blocked_kv} admissions waited)")
+        out.append(
+            f"kv_capacity: KV cache full ({st.preemptions} preemptions, {st.blocked_kv} admissions waited)"
+        )
     elif point.c_lane >= cfg.cap_lane and cfg.cap_lane < (ctx.engine.max_num_seqs // cfg.parallel.pp):
-        out.append(f"kv_capacity: {cfg.cap_lane * cfg.lanes} sequences of {ctx.req.isl + ctx.req.osl} tokens fill it")
+        out.append(
+            f"kv_capacity: {cfg.cap_lane * cfg.lanes} sequences of {ctx.req.isl + ctx.req.osl} tokens fill it"
+        )
     if st.blocked_seqs:
         out.append(f"max_num_seqs: {ctx.engine.max_num_seqs} reached")
     nxt = _next_miss(cfg, point.c_lane) if point.mode == "agg" else None
@@ -113,25 +117,37 @@ def explain(ctx, plan, rank: int) -> dict:
 
     by_rank = {c.rank: c for c in plan.candidates}
     if rank not in by_rank:
-        raise ServelabError(f"--explain: no candidate of rank {rank} in this plan (ranks: "
-                            f"{', '.join(str(r) for r in sorted(by_rank))})")
+        raise ServelabError(
+            f"--explain: no candidate of rank {rank} in this plan (ranks: "
+            f"{', '.join(str(r) for r in sorted(by_rank))})"
+        )
     cand = by_rank[rank]
     p = cand._point
     cfg = p.config
     from servelab.predict.serving.workload import Workload
 
-    wl = Workload(isl=ctx.req.isl, osl=ctx.req.osl, concurrency=max(1, cand.concurrency_per_replica),
-                  prefix_hit_rate=ctx.req.prefix_hit_rate, spec=ctx.spec)
+    wl = Workload(
+        isl=ctx.req.isl,
+        osl=ctx.req.osl,
+        concurrency=max(1, cand.concurrency_per_replica),
+        prefix_hit_rate=ctx.req.prefix_hit_rate,
+        spec=ctx.spec,
+    )
     decode_shape, mixed_shape = representative_shapes(cfg.pricer, wl, p.sim)
     st = p.sim.stats
     busy = st.busy_decode_s + st.busy_mixed_s
     out = {
-        "rank": rank, "mode": cand.mode, "parallel": cand.parallel["label"], "concurrency": cand.concurrency,
+        "rank": rank,
+        "mode": cand.mode,
+        "parallel": cand.parallel["label"],
+        "concurrency": cand.concurrency,
         "time": {
             "decode_worker" if cand.mode == "disagg" else "engine": {
                 "share_in_prefill_steps": round(st.busy_mixed_s / busy, 3) if busy else 0.0,
                 "share_in_decode_steps": round(st.busy_decode_s / busy, 3) if busy else 0.0,
-                "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 1) if st.decode_steps else 0,
+                "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 1)
+                if st.decode_steps
+                else 0,
             },
             "decode_step_us": _rounded(step_split(ctx, cfg.parallel, decode_shape)),
         },
@@ -145,9 +161,12 @@ def explain(ctx, plan, rank: int) -> dict:
     else:
         pcfg = p.extra["prefill_config"]
         chunk = min(ctx.req.isl, ctx.engine.max_num_batched_tokens)
-        out["time"]["prefill_step_us"] = _rounded(step_split(ctx, pcfg.parallel, pcfg.pricer.shape([(chunk, 0)], 0, 0)))
+        out["time"]["prefill_step_us"] = _rounded(
+            step_split(ctx, pcfg.parallel, pcfg.pricer.shape([(chunk, 0)], 0, 0))
+        )
         out["time"]["ttft_parts_ms"] = {
-            "prefill_pool": round(cand.prefill.ttft_ms, 2), "kv_transfer": round(cand.kv_transfer_ms, 3),
+            "prefill_pool": round(cand.prefill.ttft_ms, 2),
+            "kv_transfer": round(cand.kv_transfer_ms, 3),
             "decode_first_step": round(cand.ttft_ms - cand.prefill.ttft_ms - cand.kv_transfer_ms, 2),
         }
         out["time"]["prefill_rate_per_worker"] = round(p.extra["prefill_rate"], 3)
@@ -160,21 +179,27 @@ def _versus(plan, cand) -> list[str]:
     others = [c for c in plan.candidates if c.rank != cand.rank]
     if cand.rank > 1:
         best = min(others, key=lambda c: c.rank)
-        lines.append(f"rank 1 ({best.mode} {best.parallel['label']}) gives {best.tok_s_per_gpu / cand.tok_s_per_gpu:.2f}x "
-                     "the tok/s/GPU")
+        lines.append(
+            f"rank 1 ({best.mode} {best.parallel['label']}) gives {best.tok_s_per_gpu / cand.tok_s_per_gpu:.2f}x "
+            "the tok/s/GPU"
+        )
     nxt = [c for c in others if c.rank > cand.rank]
     if nxt:
         n = min(nxt, key=lambda c: c.rank)
-        lines.append(f"{cand.tok_s_per_gpu / n.tok_s_per_gpu:.2f}x the tok/s/GPU of rank {n.rank} "
-                     f"({n.mode} {n.parallel['label']} at concurrency {n.concurrency})")
+        lines.append(
+            f"{cand.tok_s_per_gpu / n.tok_s_per_gpu:.2f}x the tok/s/GPU of rank {n.rank} "
+            f"({n.mode} {n.parallel['label']} at concurrency {n.concurrency})"
+        )
     other_mode = [c for c in others if c.mode != cand.mode]
     if other_mode:
         o = min(other_mode, key=lambda c: c.rank)
-        lines.append(f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), "
-                     f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x slower per GPU than this one"
-                     if o.tok_s_per_gpu > cand.tok_s_per_gpu else
-                     f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), this one gives "
-                     f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x its tok/s/GPU")
+        lines.append(
+            f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), "
+            f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x slower per GPU than this one"
+            if o.tok_s_per_gpu > cand.tok_s_per_gpu
+            else f"best {o.mode}: rank {o.rank} ({o.parallel['label']}), this one gives "
+            f"{cand.tok_s_per_gpu / o.tok_s_per_gpu:.2f}x its tok/s/GPU"
+        )
     if cand.pareto:
         lines.append("on the Pareto front: no candidate is both faster per user and higher per GPU")
     return lines
@@ -185,5 +210,9 @@ def _rounded(d: dict) -> dict:
 
 
 def _shape_dict(shape: StepShape) -> dict:
-    return {"prefill_chunks": len(shape.prefill), "prefill_tokens": sum(n for n, _ in shape.prefill),
-            "decode_batch": shape.decode_batch, "decode_kv_len": shape.decode_kv_len}
+    return {
+        "prefill_chunks": len(shape.prefill),
+        "prefill_tokens": sum(n for n, _ in shape.prefill),
+        "decode_batch": shape.decode_batch,
+        "decode_kv_len": shape.decode_kv_len,
+    }

@@ -10,7 +10,16 @@ from math import ceil
 from typing import NamedTuple
 
 from servelab.perfdb.keys import (
-    AttentionDecode, AttentionPrefill, Comm, Dsv4Context, Dsv4Generation, Gemm, Memory, MlaDecode, MlaPrefill, Moe,
+    AttentionDecode,
+    AttentionPrefill,
+    Comm,
+    Dsv4Context,
+    Dsv4Generation,
+    Gemm,
+    Memory,
+    MlaDecode,
+    MlaPrefill,
+    Moe,
     OpKey,
 )
 from servelab.specs import AttentionKind, LayerAttention, ModelSpec, Parallel
@@ -56,10 +65,20 @@ def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     decode_tokens = decode * (1 + shape.spec_tokens)
     total = sum(c * n for c, n, _ in prefill) + decode_tokens
     group = total * dp if parallel.dp_attn else total
-    return _Tokens(total, prefill, decode, decode_tokens, shape.decode_kv_len, sum(c for c, _, _ in prefill) + decode, group)
+    return _Tokens(
+        total,
+        prefill,
+        decode,
+        decode_tokens,
+        shape.decode_kv_len,
+        sum(c for c, _, _ in prefill) + decode,
+        group,
+    )
 
 
-def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape, parts: frozenset = ALL_PARTS) -> list[Op]:
+def step_ops(
+    model: ModelSpec, parallel: Parallel, shape: StepShape, parts: frozenset = ALL_PARTS
+) -> list[Op]:
     """All ops of one step, rank-local; or only some parts of it: the attention cores of prefill chunks, of
     decoding sequences, the LM head (which depends on the sequences that sample), and everything else (which
     depends only on token counts). Empty for an empty step."""
@@ -79,11 +98,21 @@ def step_ops(model: ModelSpec, parallel: Parallel, shape: StepShape, parts: froz
         return ops
     ops.append(Op("embedding", Memory(t.total * h * 4), 1))
     if shape.spec_tokens and model.num_mtp_layers:
-        draft = _Tokens(t.decode, (), t.decode, t.decode, t.kv_len, t.decode, t.decode * parallel.attn_dp if parallel.dp_attn else t.decode)
+        draft = _Tokens(
+            t.decode,
+            (),
+            t.decode,
+            t.decode,
+            t.kv_len,
+            t.decode,
+            t.decode * parallel.attn_dp if parallel.dp_attn else t.decode,
+        )
         last = model.layer_attention[-1]
         mtp = _layer_ops(model, parallel, draft, last, model.is_moe, False, shape.spec_tokens, ALL_PARTS)
         mtp.append(Op("mtp_proj", Gemm(t.decode, h, 2 * h, model.precision.weights.value), shape.spec_tokens))
-        mtp.append(Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens))
+        mtp.append(
+            Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens)
+        )
         ops.extend(Op("mtp." + op.name, op.key, op.count) for op in mtp)
     ops.append(Op("final_norm", Memory(t.total * h * 4), 1))
     if parallel.pp > 1:
@@ -99,7 +128,10 @@ def _layer_groups(model: ModelSpec) -> list:
     key = id(model)
     hit = _GROUPS.get(key)
     if hit is None or hit[0] is not model:
-        groups = Counter((kind, model.moe_layers[i], i < model.num_hash_layers) for i, kind in enumerate(model.layer_attention))
+        groups = Counter(
+            (kind, model.moe_layers[i], i < model.num_hash_layers)
+            for i, kind in enumerate(model.layer_attention)
+        )
         hit = _GROUPS[key] = (model, list(groups.items()))
     return hit[1]
 
@@ -159,15 +191,27 @@ def _gqa_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
     kvdt = model.precision.kv_cache.value
     if kind == LayerAttention.sliding:
         w = model.sliding_window
-        return [Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, w, kvdt), 1) for c, new, _ in t.prefill]
-    return _prefill_attention("attention_prefill", t, lambda c, s: AttentionPrefill(c, s, heads, kvh, hd, 0, kvdt))
+        return [
+            Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, w, kvdt), 1)
+            for c, new, _ in t.prefill
+        ]
+    return _prefill_attention(
+        "attention_prefill", t, lambda c, s: AttentionPrefill(c, s, heads, kvh, hd, 0, kvdt)
+    )
 
 
 def _gqa_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
     window = model.sliding_window if kind == LayerAttention.sliding else 0
     kv = min(t.kv_len, window) if window else t.kv_len
-    key = AttentionDecode(t.decode_tokens, kv, parallel.heads_local(model), parallel.kv_heads_local(model),
-                          model.head_dim, window, model.precision.kv_cache.value)
+    key = AttentionDecode(
+        t.decode_tokens,
+        kv,
+        parallel.heads_local(model),
+        parallel.kv_heads_local(model),
+        model.head_dim,
+        window,
+        model.precision.kv_cache.value,
+    )
     return [Op("attention_decode", key, 1)]
 
 
@@ -197,7 +241,13 @@ def _mla_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
 
 
 def _mla_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
-    key = MlaDecode(t.decode_tokens, t.kv_len, parallel.heads_local(model), model.num_heads, model.precision.kv_cache.value)
+    key = MlaDecode(
+        t.decode_tokens,
+        t.kv_len,
+        parallel.heads_local(model),
+        model.num_heads,
+        model.precision.kv_cache.value,
+    )
     return [Op("mla_decode", key, 1)]
 
 
@@ -212,7 +262,9 @@ def _dsv4_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     if kind != LayerAttention.sliding:
         ops.append(Op("compressor_proj", Gemm(T, 2 * hd, h, wdt), 1))
     if kind == LayerAttention.csa:
-        ops.append(Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1))
+        ops.append(
+            Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1)
+        )
         ops.append(Op("indexer_k_proj", Gemm(T, 3 * model.index_head_dim + model.index_heads, h, wdt), 1))
     groups = max(1, model.o_groups // parallel.attn_tp)
     ops.append(Op("o_a_proj", Gemm(T, model.o_lora_rank, heads * hd // groups, wdt), groups))
@@ -224,8 +276,10 @@ def _dsv4_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
     heads, native = parallel.heads_local(model), model.num_heads
     if kind == LayerAttention.sliding:
         kvdt = model.precision.kv_cache.value
-        return [Op("swa_prefill", AttentionPrefill(c, new, heads, 1, model.head_dim, DSV4_WINDOW, kvdt), 1)
-                for c, new, _ in t.prefill]
+        return [
+            Op("swa_prefill", AttentionPrefill(c, new, heads, 1, model.head_dim, DSV4_WINDOW, kvdt), 1)
+            for c, new, _ in t.prefill
+        ]
     ctx = "dsv4_csa_context_module" if kind == LayerAttention.csa else "dsv4_hca_context_module"
     return _prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx))
 
@@ -233,8 +287,15 @@ def _dsv4_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
 def _dsv4_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
     heads, native = parallel.heads_local(model), model.num_heads
     if kind == LayerAttention.sliding:
-        key = AttentionDecode(t.decode_tokens, min(t.kv_len, DSV4_WINDOW), heads, 1, model.head_dim, DSV4_WINDOW,
-                              model.precision.kv_cache.value)
+        key = AttentionDecode(
+            t.decode_tokens,
+            min(t.kv_len, DSV4_WINDOW),
+            heads,
+            1,
+            model.head_dim,
+            DSV4_WINDOW,
+            model.precision.kv_cache.value,
+        )
         return [Op("swa_decode", key, 1)]
     gen = "dsv4_csa_generation_module" if kind == LayerAttention.csa else "dsv4_hca_generation_module"
     return [Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1)]
@@ -272,8 +333,13 @@ def _moe_ops(model, parallel, t: _Tokens, hashed: bool) -> list[Op]:
         act = 1 if model.precision.experts.compute == "fp8" else 2
         ops.append(Op("ep_dispatch", Comm(T * model.experts_per_token * h * act, parallel.ep, "alltoall"), 1))
     inter = model.moe_intermediate_size // parallel.moe_tp
-    ops.append(Op("moe_experts", Moe(t.group_tokens, h, inter, model.num_experts, model.experts_per_token,
-                                     parallel.ep, edt), 1))
+    ops.append(
+        Op(
+            "moe_experts",
+            Moe(t.group_tokens, h, inter, model.num_experts, model.experts_per_token, parallel.ep, edt),
+            1,
+        )
+    )
     if parallel.dp_attn and parallel.ep > 1:
         ops.append(Op("ep_combine", Comm(T * model.experts_per_token * h * 2, parallel.ep, "alltoall"), 1))
     if model.num_shared_experts:

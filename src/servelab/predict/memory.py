@@ -1,6 +1,5 @@
 """Memory per GPU: weights, activations, framework reserve, and what is left for the KV cache."""
 
-
 from functools import lru_cache
 
 from pydantic import BaseModel
@@ -70,8 +69,13 @@ def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_token
 
 
 @lru_cache(maxsize=4096)
-def memory_per_gpu(model: ModelSpec, system: SystemSpec, parallel: Parallel, max_num_batched_tokens: int = 8192,
-                   gpu_memory_utilization: float = 0.9) -> MemoryBreakdown:
+def memory_per_gpu(
+    model: ModelSpec,
+    system: SystemSpec,
+    parallel: Parallel,
+    max_num_batched_tokens: int = 8192,
+    gpu_memory_utilization: float = 0.9,
+) -> MemoryBreakdown:
     if not 0 < gpu_memory_utilization <= 1:
         raise ServelabError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     weights = weight_bytes_per_gpu(model, parallel) / GIB
@@ -81,8 +85,15 @@ def memory_per_gpu(model: ModelSpec, system: SystemSpec, parallel: Parallel, max
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
     return MemoryBreakdown(
-        weights_gib=weights, activations_gib=acts, reserve_gib=FRAMEWORK_RESERVE_GIB, kv_gib=kv,
-        total_gib=total, hbm_gib=system.hbm_gib, fits=kv > 0, kv_bytes_per_token=per_token, max_kv_tokens=max_tokens,
+        weights_gib=weights,
+        activations_gib=acts,
+        reserve_gib=FRAMEWORK_RESERVE_GIB,
+        kv_gib=kv,
+        total_gib=total,
+        hbm_gib=system.hbm_gib,
+        fits=kv > 0,
+        kv_bytes_per_token=per_token,
+        max_kv_tokens=max_tokens,
         attn_dp=parallel.attn_dp,
     )
 
@@ -113,5 +124,11 @@ def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwarg
     return mem
 
 
-__all__ = ["GIB", "MemoryBreakdown", "check_fits", "kv_bytes_per_sequence_per_gpu", "memory_per_gpu",
-           "weight_bytes_per_gpu"]
+__all__ = [
+    "GIB",
+    "MemoryBreakdown",
+    "check_fits",
+    "kv_bytes_per_sequence_per_gpu",
+    "memory_per_gpu",
+    "weight_bytes_per_gpu",
+]

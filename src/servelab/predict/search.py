@@ -122,8 +122,14 @@ class Ctx:
     def workload(self, concurrency: int, lanes: int, **kw) -> Workload:
         c_lane = math.ceil(concurrency / lanes)
         n = lanes * max(c_lane, 24)  # short runs: a warm-up of C, then max(C, 24) measured per lane
-        base = {"isl": self.req.isl, "osl": self.req.osl, "concurrency": concurrency, "num_requests": n,
-                    "prefix_hit_rate": self.req.prefix_hit_rate, "spec": self.spec}
+        base = {
+            "isl": self.req.isl,
+            "osl": self.req.osl,
+            "concurrency": concurrency,
+            "num_requests": n,
+            "prefix_hit_rate": self.req.prefix_hit_rate,
+            "spec": self.spec,
+        }
         base.update(kw)
         return Workload(**base)
 
@@ -190,9 +196,11 @@ def enumerate_parallel(model, max_gpus: int, divides: int | None = None) -> list
         while tp * pp <= max_gpus:
             g = tp * pp
             if divides is None or divides % g == 0:
-                eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if e <= tp and tp % e == 0] if model.is_moe else [1]
+                eps = (
+                    [e for e in (1, 2, 4, 8, 16, 32, 64) if e <= tp and tp % e == 0] if model.is_moe else [1]
+                )
                 for ep in eps:
-                    for dp_attn in ((False, True) if model.is_moe and tp > 1 else (False,)):
+                    for dp_attn in (False, True) if model.is_moe and tp > 1 else (False,):
                         p = Parallel(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
                         try:
                             p.validate(model)
@@ -217,8 +225,10 @@ def make_config(ctx: Ctx, parallel: Parallel) -> Config | None:
     per_seq = kv_bytes_per_sequence_per_gpu(ctx.model, parallel, length)
     kv_lane = int(mem.kv_gib * GIB / parallel.pp // per_seq) if mem.kv_gib > 0 else 0
     if kv_lane < 1:
-        ctx.dropped.append(f"{parallel.label()}: fits, but not one {length}-token sequence of KV cache "
-                           f"({mem.kv_gib:.2f} GiB free per GPU)")
+        ctx.dropped.append(
+            f"{parallel.label()}: fits, but not one {length}-token sequence of KV cache "
+            f"({mem.kv_gib:.2f} GiB free per GPU)"
+        )
         return None
     seqs_lane = max(1, ctx.engine.max_num_seqs // parallel.pp)
     cap = min(kv_lane, seqs_lane, MAX_LANE_CONCURRENCY)
@@ -244,8 +254,19 @@ def agg_point(ctx: Ctx, cfg: Config, c_lane: int, replicas: int):
     ttft = tuple(ctx.sla_value(sim, "ttft_ms", k) for k in range(3))
     tpot = tuple(ctx.sla_value(sim, "tpot_ms", k) for k in range(3)) if ctx.req.osl > 1 else (0.0, 0.0, 0.0)
     total = tuple(sim.output_tps[k] + sim.request_tps[k] * ctx.req.isl for k in range(3))
-    pt = Point("agg", cfg, replicas, c_lane, sim, ttft, tpot, sim.output_tps, total, cfg.parallel.gpus,
-               ctx.misses(ttft[0], tpot[0]))
+    pt = Point(
+        "agg",
+        cfg,
+        replicas,
+        c_lane,
+        sim,
+        ttft,
+        tpot,
+        sim.output_tps,
+        total,
+        cfg.parallel.gpus,
+        ctx.misses(ttft[0], tpot[0]),
+    )
     cfg.tried[c_lane] = pt
     return pt
 
@@ -330,8 +351,14 @@ def make_plan(req: PlanRequest) -> Plan:
     from servelab.specs import check_precision
 
     check_precision(model, system)
-    ctx = Ctx(req, model, system, engine, perfdb_for(system, engine.name),
-              SpecDecoding(draft_tokens=req.spec_tokens, acceptance=req.acceptance))
+    ctx = Ctx(
+        req,
+        model,
+        system,
+        engine,
+        perfdb_for(system, engine.name),
+        SpecDecoding(draft_tokens=req.spec_tokens, acceptance=req.acceptance),
+    )
     points: list[Point] = []
     notes: list[str] = []
     if req.mode in ("agg", "both"):
@@ -357,13 +384,29 @@ def make_plan(req: PlanRequest) -> Plan:
         if rank > req.top and not mask[i]:
             continue
         candidates.append(to_candidate(ctx, good[i], rank, mask[i]))
-    considered = {"configs": _count_configs(points), "simulations": ctx.sims, "points": len(points),
-                  "meeting_sla": len(good), "pareto": sum(mask)}
-    notes.append(f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; bands carry the step "
-                 "model's error band through the simulation")
-    plan = Plan(request=req, model=model.name, system=system.name, backend=engine.name,
-                engine=engine.model_dump(mode="json"), candidates=candidates, considered=considered,
-                dropped=ctx.dropped, wall_ms=(time.perf_counter() - t0) * 1000.0, notes=notes)
+    considered = {
+        "configs": _count_configs(points),
+        "simulations": ctx.sims,
+        "points": len(points),
+        "meeting_sla": len(good),
+        "pareto": sum(mask),
+    }
+    notes.append(
+        f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; bands carry the step "
+        "model's error band through the simulation"
+    )
+    plan = Plan(
+        request=req,
+        model=model.name,
+        system=system.name,
+        backend=engine.name,
+        engine=engine.model_dump(mode="json"),
+        candidates=candidates,
+        considered=considered,
+        dropped=ctx.dropped,
+        wall_ms=(time.perf_counter() - t0) * 1000.0,
+        notes=notes,
+    )
     plan._ctx = ctx
     return plan
 
@@ -379,19 +422,32 @@ def to_candidate(ctx: Ctx, p: Point, rank: int, pareto: bool) -> Candidate:
     gpus = p.gpus * (p.replicas if p.mode == "agg" else 1)
     per_gpu = lambda v: v / p.gpus
     c = Candidate(
-        rank=rank, mode=p.mode,
+        rank=rank,
+        mode=p.mode,
         parallel=p.extra.get("parallel") or {"label": par.label(), **par.model_dump()},
-        replicas=p.replicas, gpus=gpus,
+        replicas=p.replicas,
+        gpus=gpus,
         concurrency=p.extra.get("concurrency", p.concurrency_per_replica * p.replicas),
         concurrency_per_replica=p.extra.get("concurrency_per_replica", p.concurrency_per_replica),
-        ttft_ms=p.ttft[0], ttft_ms_low=p.ttft[1], ttft_ms_high=p.ttft[2],
-        tpot_ms=p.tpot[0], tpot_ms_low=p.tpot[1], tpot_ms_high=p.tpot[2],
-        tok_s_per_gpu=per_gpu(p.out_tps[0]), tok_s_per_gpu_low=per_gpu(p.out_tps[2]),
-        tok_s_per_gpu_high=per_gpu(p.out_tps[1]), total_tok_s_per_gpu=per_gpu(p.total_tps[0]),
-        tok_s_per_user=_xy(p)[1], percentiles=p.extra.get("percentiles", p.sim.percentiles[0]),
+        ttft_ms=p.ttft[0],
+        ttft_ms_low=p.ttft[1],
+        ttft_ms_high=p.ttft[2],
+        tpot_ms=p.tpot[0],
+        tpot_ms_low=p.tpot[1],
+        tpot_ms_high=p.tpot[2],
+        tok_s_per_gpu=per_gpu(p.out_tps[0]),
+        tok_s_per_gpu_low=per_gpu(p.out_tps[2]),
+        tok_s_per_gpu_high=per_gpu(p.out_tps[1]),
+        total_tok_s_per_gpu=per_gpu(p.total_tps[0]),
+        tok_s_per_user=_xy(p)[1],
+        percentiles=p.extra.get("percentiles", p.sim.percentiles[0]),
         memory_headroom_gib=round(p.extra.get("headroom", p.config.mem.kv_gib), 2),
-        kv_utilization=round(p.sim.stats.peak_kv_frac, 3), pareto=pareto, meets_sla=not p.misses,
-        limits=limits_of(ctx, p), prefill=p.extra.get("prefill"), decode=p.extra.get("decode"),
+        kv_utilization=round(p.sim.stats.peak_kv_frac, 3),
+        pareto=pareto,
+        meets_sla=not p.misses,
+        limits=limits_of(ctx, p),
+        prefill=p.extra.get("prefill"),
+        decode=p.extra.get("decode"),
         kv_transfer_ms=p.extra.get("kv_transfer_ms"),
     )
     c._point = p
@@ -425,8 +481,10 @@ def _nothing_fits(ctx: Ctx) -> str:
     head = f"{model.name} fits no configuration on {req.gpus}x {ctx.system.name}"
     if best and best[0] > req.gpus:
         g, p, mem = best
-        return (f"{head}: the smallest deployment that fits is {p.label()} on {g} GPUs "
-                f"({mem.weights_gib:.1f} GiB of weights per GPU); use --gpus {g} or more, or a smaller --weight-dtype")
+        return (
+            f"{head}: the smallest deployment that fits is {p.label()} on {g} GPUs "
+            f"({mem.weights_gib:.1f} GiB of weights per GPU); use --gpus {g} or more, or a smaller --weight-dtype"
+        )
     reason = ctx.dropped[0] if ctx.dropped else "no parallel split is valid for this model"
     return f"{head} ({reason})"
 
@@ -439,13 +497,18 @@ def _closest_miss(ctx: Ctx, points: list[Point]) -> str:
         limits.append(f"TTFT <= {req.ttft_ms:g} ms")
     if req.tpot_ms is not None:
         limits.append(f"TPOT <= {req.tpot_ms:g} ms")
-    binding = "TTFT" if req.ttft_ms and (not req.tpot_ms or best.ttft[0] / req.ttft_ms >= best.tpot[0] / req.tpot_ms) \
+    binding = (
+        "TTFT"
+        if req.ttft_ms and (not req.tpot_ms or best.ttft[0] / req.ttft_ms >= best.tpot[0] / req.tpot_ms)
         else "TPOT"
+    )
     label = best.extra.get("parallel", {}).get("label") or best.config.parallel.label()
-    return (f"no configuration meets {' and '.join(limits)} ({req.sla_stat}); closest: {best.mode} {label} at "
-            f"concurrency {best.extra.get('concurrency', best.concurrency_per_replica * best.replicas)} with TTFT "
-            f"{best.ttft[0]:,.0f} ms and TPOT {best.tpot[0]:,.1f} ms; {binding} binds "
-            f"({_binding_reason(ctx, best, binding)})")
+    return (
+        f"no configuration meets {' and '.join(limits)} ({req.sla_stat}); closest: {best.mode} {label} at "
+        f"concurrency {best.extra.get('concurrency', best.concurrency_per_replica * best.replicas)} with TTFT "
+        f"{best.ttft[0]:,.0f} ms and TPOT {best.tpot[0]:,.1f} ms; {binding} binds "
+        f"({_binding_reason(ctx, best, binding)})"
+    )
 
 
 def _binding_reason(ctx: Ctx, p: Point, binding: str) -> str:

@@ -37,16 +37,28 @@ class StaticEstimate(BaseModel):
     breakdown: dict | None = None
 
 
-def prepare(model: ModelSpec, system: SystemSpec, parallel: Parallel, max_num_batched_tokens: int = 8192,
-            gpu_memory_utilization: float = 0.9) -> MemoryBreakdown:
+def prepare(
+    model: ModelSpec,
+    system: SystemSpec,
+    parallel: Parallel,
+    max_num_batched_tokens: int = 8192,
+    gpu_memory_utilization: float = 0.9,
+) -> MemoryBreakdown:
     """Every check a deployment must pass before it is priced: parallel split, precision, memory."""
     parallel.validate(model)
     check_precision(model, system)
-    return check_fits(model, system, parallel, max_num_batched_tokens=max_num_batched_tokens,
-                      gpu_memory_utilization=gpu_memory_utilization)
+    return check_fits(
+        model,
+        system,
+        parallel,
+        max_num_batched_tokens=max_num_batched_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
 
 
-def check_kv_capacity(model: ModelSpec, parallel: Parallel, mem: MemoryBreakdown, batch: int, context: int) -> None:
+def check_kv_capacity(
+    model: ModelSpec, parallel: Parallel, mem: MemoryBreakdown, batch: int, context: int
+) -> None:
     per_rank = ceil(batch / parallel.attn_dp)
     need = per_rank * kv_bytes_per_sequence_per_gpu(model, parallel, context) / GIB
     if need > mem.kv_gib:
@@ -57,8 +69,17 @@ def check_kv_capacity(model: ModelSpec, parallel: Parallel, mem: MemoryBreakdown
         )
 
 
-def estimate_static(model: ModelSpec, system: SystemSpec, parallel: Parallel, engine: EngineProfile, batch: int,
-                    isl: int, osl: int, db: PerfDB | None = None, with_breakdown: bool = False) -> StaticEstimate:
+def estimate_static(
+    model: ModelSpec,
+    system: SystemSpec,
+    parallel: Parallel,
+    engine: EngineProfile,
+    batch: int,
+    isl: int,
+    osl: int,
+    db: PerfDB | None = None,
+    with_breakdown: bool = False,
+) -> StaticEstimate:
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("--batch, --isl and --osl must be at least 1")
     db = db or perfdb_for(system, engine.name)
@@ -70,26 +91,45 @@ def estimate_static(model: ModelSpec, system: SystemSpec, parallel: Parallel, en
     sources = dict(ttft.sources)
     decode = []
     for kv in (isl, isl + osl // 2, isl + osl - 1):
-        decode.append(priced_step(model, parallel, StepShape(decode_batch=micro, decode_kv_len=kv), engine, db))
+        decode.append(
+            priced_step(model, parallel, StepShape(decode_batch=micro, decode_kv_len=kv), engine, db)
+        )
         for s, n in decode[-1].sources.items():
             sources[s] = sources.get(s, 0) + n
     simpson = lambda f: (f(decode[0]) + 4 * f(decode[1]) + f(decode[2])) / 6000.0  # noqa: E731  us -> ms
-    tpot, tpot_low, tpot_high = simpson(lambda s: s.us), simpson(lambda s: s.low_us), simpson(lambda s: s.high_us)
+    tpot, tpot_low, tpot_high = (
+        simpson(lambda s: s.us),
+        simpson(lambda s: s.low_us),
+        simpson(lambda s: s.high_us),
+    )
     ttft_ms = ttft.us / 1000.0
     total_s = (ttft_ms + tpot * max(osl - 1, 0)) / 1000.0
     result = StaticEstimate(
-        model=model.name, system=system.name, backend=engine.name, parallel=parallel.label(), gpus=parallel.gpus,
-        batch=batch, isl=isl, osl=osl,
-        ttft_ms=ttft_ms, ttft_ms_low=ttft.low_us / 1000.0, ttft_ms_high=ttft.high_us / 1000.0,
-        tpot_ms=tpot, tpot_ms_low=tpot_low, tpot_ms_high=tpot_high,
+        model=model.name,
+        system=system.name,
+        backend=engine.name,
+        parallel=parallel.label(),
+        gpus=parallel.gpus,
+        batch=batch,
+        isl=isl,
+        osl=osl,
+        ttft_ms=ttft_ms,
+        ttft_ms_low=ttft.low_us / 1000.0,
+        ttft_ms_high=ttft.high_us / 1000.0,
+        tpot_ms=tpot,
+        tpot_ms_low=tpot_low,
+        tpot_ms_high=tpot_high,
         output_tokens_per_s_per_gpu=batch * osl / total_s / parallel.gpus,
         tokens_per_s_per_user=1000.0 / tpot,
-        memory=_memory_dict(mem), provenance={"ops_by_source": sources, "engine": engine.source},
+        memory=_memory_dict(mem),
+        provenance={"ops_by_source": sources, "engine": engine.source},
     )
     if with_breakdown:
         result.breakdown = {
             "prefill_us": breakdown(step_ops(model, parallel, prefill_shape), db),
-            "decode_us": breakdown(step_ops(model, parallel, StepShape(decode_batch=micro, decode_kv_len=isl + osl // 2)), db),
+            "decode_us": breakdown(
+                step_ops(model, parallel, StepShape(decode_batch=micro, decode_kv_len=isl + osl // 2)), db
+            ),
             "engine_overhead_us": {"prefill": ttft.overhead_us, "decode": decode[1].overhead_us},
         }
     return result
@@ -97,8 +137,12 @@ def estimate_static(model: ModelSpec, system: SystemSpec, parallel: Parallel, en
 
 def _memory_dict(mem: MemoryBreakdown) -> dict:
     return {
-        "weights_gib": round(mem.weights_gib, 3), "activations_gib": round(mem.activations_gib, 3),
-        "reserve_gib": round(mem.reserve_gib, 3), "kv_cache_gib": round(mem.kv_gib, 3),
-        "usable_gib": round(mem.total_gib, 3), "hbm_gib": mem.hbm_gib, "max_kv_tokens": mem.max_kv_tokens,
+        "weights_gib": round(mem.weights_gib, 3),
+        "activations_gib": round(mem.activations_gib, 3),
+        "reserve_gib": round(mem.reserve_gib, 3),
+        "kv_cache_gib": round(mem.kv_gib, 3),
+        "usable_gib": round(mem.total_gib, 3),
+        "hbm_gib": mem.hbm_gib,
+        "max_kv_tokens": mem.max_kv_tokens,
         "source": mem.source,
     }

@@ -6,8 +6,8 @@ from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
 from servelab.predict.backends import EngineProfile
-from servelab.specs import AttentionKind
 from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
+from servelab.specs import AttentionKind
 
 
 class StepTime(NamedTuple):
@@ -30,8 +30,13 @@ class KernelSum(NamedTuple):
         sources = dict(self.sources)
         for s, n in other.sources.items():
             sources[s] = sources.get(s, 0) + n
-        return KernelSum(self.us + other.us, self.low_us + other.low_us, self.high_us + other.high_us,
-                         self.kernels + other.kernels, sources)
+        return KernelSum(
+            self.us + other.us,
+            self.low_us + other.low_us,
+            self.high_us + other.high_us,
+            self.kernels + other.kernels,
+            sources,
+        )
 
 
 def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
@@ -92,13 +97,23 @@ def priced_step(model, parallel, shape: StepShape, engine: EngineProfile, db: Pe
     rank = per_rank(shape, parallel)
     prefill_seqs = sum(c for c, _, _ in rank.prefill)
     extra = max(prefill_seqs - 1, 0)
-    if model.attention == AttentionKind.mla or shape.spec_tokens:  # token ops also see the prefill/decode split
-        tokens = _token_part(model, parallel, rank.total - rank.decode_tokens - extra, rank.decode + extra, kv,
-                             shape.spec_tokens, db)
+    if (
+        model.attention == AttentionKind.mla or shape.spec_tokens
+    ):  # token ops also see the prefill/decode split
+        tokens = _token_part(
+            model,
+            parallel,
+            rank.total - rank.decode_tokens - extra,
+            rank.decode + extra,
+            kv,
+            shape.spec_tokens,
+            db,
+        )
     else:  # token ops see only the tokens a rank has
         tokens = _token_part(model, parallel, rank.total, 0, kv, 0, db)
-    tokens = tokens + _priced_part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1),
-                                   HEAD, db)
+    tokens = tokens + _priced_part(
+        model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD, db
+    )
     total = tokens
     if shape.prefill:
         total = total + _priced_part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN, db)
@@ -110,7 +125,9 @@ def priced_step(model, parallel, shape: StepShape, engine: EngineProfile, db: Pe
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly
-GRID_RATIO = 1.06  # above: on a geometric grid, linear in between (token-dependent ops are smooth in the count)
+GRID_RATIO = (
+    1.06  # above: on a geometric grid, linear in between (token-dependent ops are smooth in the count)
+)
 
 
 def _grid(x: int) -> tuple[int, int, float]:
@@ -135,11 +152,20 @@ def _token_part(model, parallel, prefill_tokens: int, decode_batch: int, kv: int
         shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec)
         return _priced_part(model, parallel, shape, TOKENS, db)
 
-    corners = [(at(p0, d0), (1 - wp) * (1 - wd)), (at(p1, d0), wp * (1 - wd)), (at(p0, d1), (1 - wp) * wd),
-               (at(p1, d1), wp * wd)]
+    corners = [
+        (at(p0, d0), (1 - wp) * (1 - wd)),
+        (at(p1, d0), wp * (1 - wd)),
+        (at(p0, d1), (1 - wp) * wd),
+        (at(p1, d1), wp * wd),
+    ]
     us = low = high = kernels = 0.0
     for k, w in corners:
-        us, low, high, kernels = us + w * k.us, low + w * k.low_us, high + w * k.high_us, kernels + w * k.kernels
+        us, low, high, kernels = (
+            us + w * k.us,
+            low + w * k.low_us,
+            high + w * k.high_us,
+            kernels + w * k.kernels,
+        )
     return KernelSum(us, low, high, kernels, corners[0][0].sources)
 
 

@@ -89,8 +89,10 @@ def _blank_line_problems(text: str, first_new: int, source: str) -> list[str]:
             blanks += 1
             i -= 1
         if blanks != 1:
-            problems.append(f"{source}:{start}: entry {n + 1} must be separated from the one above by exactly "
-                            f"one blank line (found {blanks})")
+            problems.append(
+                f"{source}:{start}: entry {n + 1} must be separated from the one above by exactly "
+                f"one blank line (found {blanks})"
+            )
     return problems
 
 
@@ -127,7 +129,7 @@ class Change:
         base_entries = parse_entries(base_text, f"{self.base.source.label}/{CHANGELOG}") if base_text else []
 
         if head_text.startswith(base_text):
-            self.added = head_entries[len(base_entries):]
+            self.added = head_entries[len(base_entries) :]
             if len(head_entries) < len(base_entries):
                 self.problems.append(f"{src}: entries were removed; history is immutable")
             self.problems += _blank_line_problems(head_text, len(base_entries), src)
@@ -139,8 +141,10 @@ class Change:
     def _check_link_correction(self, base_text, head_text, base_entries, head_entries, src) -> None:
         base_lines, head_lines = base_text.split("\n"), head_text.split("\n")
         if len(head_lines) != len(base_lines) or len(head_entries) != len(base_entries):
-            first = next((i for i, (a, b) in enumerate(zip(base_lines, head_lines)) if a != b),
-                         min(len(base_lines), len(head_lines)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(base_lines, head_lines)) if a != b),
+                min(len(base_lines), len(head_lines)),
+            )
             self.problems.append(
                 f"{src}:{first + 1}: history is immutable; existing entries changed (add new entries at the tail, "
                 f"and correct pr-links in a change of their own)"
@@ -150,11 +154,15 @@ class Change:
             if a == b:
                 continue
             if not (a.strip().startswith("pr-link:") and b.strip().startswith("pr-link:")):
-                self.problems.append(f"{src}:{i + 1}: history is immutable; only pr-link values may be corrected")
+                self.problems.append(
+                    f"{src}:{i + 1}: history is immutable; only pr-link values may be corrected"
+                )
                 continue
             link = b.split(":", 1)[1].strip().strip("'\"")
             if not PR_LINK_RE.match(link):
-                self.problems.append(f"{src}:{i + 1}: corrected pr-link {link!r} is not a GitHub pull request URL")
+                self.problems.append(
+                    f"{src}:{i + 1}: corrected pr-link {link!r} is not a GitHub pull request URL"
+                )
 
     def _check_new_entries(self, head_text: str, first_new: int, src: str) -> None:
         keys = list(self.head.recipes)
@@ -162,15 +170,22 @@ class Change:
         for n, entry in enumerate(self.added, start=first_new):
             where = f"{src}:{starts[n] if n < len(starts) else '?'}: entry {n + 1}"
             link_ok = entry.pr_link == PLACEHOLDER or (
-                PR_LINK_RE.match(entry.pr_link) and (self.pr_link is None or entry.pr_link == self.pr_link))
+                PR_LINK_RE.match(entry.pr_link) and (self.pr_link is None or entry.pr_link == self.pr_link)
+            )
             if not link_ok:
-                want = f"{PLACEHOLDER} or {self.pr_link}" if self.pr_link else f"{PLACEHOLDER} or a GitHub pull URL"
+                want = (
+                    f"{PLACEHOLDER} or {self.pr_link}"
+                    if self.pr_link
+                    else f"{PLACEHOLDER} or a GitHub pull URL"
+                )
                 self.problems.append(f"{where}: pr-link {entry.pr_link!r} must be {want}")
             for pat in entry.config_keys:
                 if not matches(pat, keys):
                     from servelab.errors import closest
 
-                    self.problems.append(f"{where}: config key {pat!r} matches no recipe" + closest(pat, keys))
+                    self.problems.append(
+                        f"{where}: config key {pat!r} matches no recipe" + closest(pat, keys)
+                    )
 
     def _check_fingerprints(self, src: str) -> None:
         from servelab.recipes.lock import compute_fingerprints
@@ -187,8 +202,10 @@ class Change:
             return
         for key in sorted(set(current) | set(head_lock)):
             if current.get(key) != head_lock.get(key):
-                self.problems.append(f"{lock_src}: {key}: recorded fingerprint is stale (the recipe renders to "
-                                     f"{current.get(key)}); run `servelab recipes lock`")
+                self.problems.append(
+                    f"{lock_src}: {key}: recorded fingerprint is stale (the recipe renders to "
+                    f"{current.get(key)}); run `servelab recipes lock`"
+                )
         base_lock = self.base.lock() or {}
         covered = [p for e in self.added for p in e.config_keys]
         for key, fp in sorted(current.items()):
@@ -205,8 +222,12 @@ def jobs_for(store, entries: list[Entry], step_size: int = 2):
 
     jobs, seen = [], set()
     for entry in entries:
-        f = Filters(scenario_type=[entry.scenario_type] if entry.scenario_type else [],
-                    evals_only=entry.evals_only, all_evals=entry.all_evals, step_size=step_size)
+        f = Filters(
+            scenario_type=[entry.scenario_type] if entry.scenario_type else [],
+            evals_only=entry.evals_only,
+            all_evals=entry.all_evals,
+            step_size=step_size,
+        )
         for job in expand(store, entry.config_keys, f):
             if job.fingerprint in seen:
                 continue

@@ -22,16 +22,26 @@ def result_filename(key: str, exp_name: str, arm, conc: int) -> str:
 def client_argv(recipe, dataset: dict, conc: int, port: int, filename: str) -> list[str]:
     c = recipe.client
     argv = [
-        "servelab", "bench",
-        "--base-url", f"http://localhost:{port}",
-        "--model", recipe.model,
-        "--dataset-name", dataset["name"],
-        "--random-input-len", str(dataset["input-len"]),
-        "--random-output-len", str(dataset["output-len"]),
-        "--random-range-ratio", str(dataset["range-ratio"]),
-        "--num-prompts", str(dataset["num-prompts"]),
-        "--max-concurrency", str(conc),
-        "--num-warmups", str(conc * c.warmups_per_conc),
+        "servelab",
+        "bench",
+        "--base-url",
+        f"http://localhost:{port}",
+        "--model",
+        recipe.model,
+        "--dataset-name",
+        dataset["name"],
+        "--random-input-len",
+        str(dataset["input-len"]),
+        "--random-output-len",
+        str(dataset["output-len"]),
+        "--random-range-ratio",
+        str(dataset["range-ratio"]),
+        "--num-prompts",
+        str(dataset["num-prompts"]),
+        "--max-concurrency",
+        str(conc),
+        "--num-warmups",
+        str(conc * c.warmups_per_conc),
     ]
     if c.ignore_eos:
         argv.append("--ignore-eos")
@@ -44,8 +54,17 @@ def lm_eval_argv(recipe, ev, port: int) -> list[str]:
     model_args = [f"model={recipe.model}", f"base_url=http://localhost:{port}/v1/completions"]
     if ev.num_concurrent:
         model_args.append(f"num_concurrent={ev.num_concurrent}")
-    argv = ["lm_eval", "--model", "local-completions", "--model_args", ",".join(model_args),
-            "--tasks", ev.task, "--num_fewshot", str(ev.num_fewshot)]
+    argv = [
+        "lm_eval",
+        "--model",
+        "local-completions",
+        "--model_args",
+        ",".join(model_args),
+        "--tasks",
+        ev.task,
+        "--num_fewshot",
+        str(ev.num_fewshot),
+    ]
     if ev.max_gen_toks:
         argv += ["--gen_kwargs", f"max_gen_toks={ev.max_gen_toks}"]
     argv += ["--output_path", f"{recipe.client.result_dir}/lm_eval"]

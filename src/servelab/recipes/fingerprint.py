@@ -22,11 +22,23 @@ def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def job_fingerprint(*, launch, image: str, image_digest: str | None, client_argv: list[str], dataset: dict,
-                    secret_env: list[str] = (), row: dict | None = None) -> str:
+def job_fingerprint(
+    *,
+    launch,
+    image: str,
+    image_digest: str | None,
+    client_argv: list[str],
+    dataset: dict,
+    secret_env: list[str] = (),
+    row: dict | None = None,
+) -> str:
     payload = {
-        "launch": None if launch is None else {
-            "argv": launch.argv, "env": public_env(launch.env), "files": launch.files,
+        "launch": None
+        if launch is None
+        else {
+            "argv": launch.argv,
+            "env": public_env(launch.env),
+            "files": launch.files,
         },
         "secret-env": sorted(secret_env),
         "image": image,

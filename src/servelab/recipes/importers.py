@@ -20,8 +20,12 @@ def load_any(path, registry, image: str | None = None):
     notes: list[str] = []
     if is_workload(data):
         w = parse_workload(data, source)
-        key, mapping = workload_to_recipe(w, registry.label_for_gpu(w.gpu), image or DEFAULT_WORKLOAD_IMAGE, source)
-        notes.append(f"{source}: perf-eval workload {w.name!r} converted; serve_args parsed into typed fields")
+        key, mapping = workload_to_recipe(
+            w, registry.label_for_gpu(w.gpu), image or DEFAULT_WORKLOAD_IMAGE, source
+        )
+        notes.append(
+            f"{source}: perf-eval workload {w.name!r} converted; serve_args parsed into typed fields"
+        )
         if image is None:
             notes.append(f"workload files name no image; using {DEFAULT_WORKLOAD_IMAGE} (pass --image)")
         extra = mapping["engine"].get("extra-args")

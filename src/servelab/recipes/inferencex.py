@@ -128,9 +128,13 @@ class MasterEntry(IxModel):
             for seq in seqs:
                 for i, arm in enumerate(seq.search_space):
                     if arm.disagg and not self.multinode:
-                        raise ValueError(f"scenarios.{kind} search-space[{i}]: prefill/decode needs multinode: true")
+                        raise ValueError(
+                            f"scenarios.{kind} search-space[{i}]: prefill/decode needs multinode: true"
+                        )
                     if self.multinode and not arm.disagg:
-                        raise ValueError(f"scenarios.{kind} search-space[{i}]: multinode entries need prefill/decode")
+                        raise ValueError(
+                            f"scenarios.{kind} search-space[{i}]: multinode entries need prefill/decode"
+                        )
         return self
 
 

@@ -33,14 +33,16 @@ def to_buildkite(jobs, launcher: str = "direct") -> str:
 
     steps = []
     for j in jobs:
-        steps.append({
-            "label": j.label(),
-            "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
-            "command": script(j, launcher),
-            "agents": j.agents,
-            "env": {"SERVELAB_FINGERPRINT": j.fingerprint},
-            "artifact_paths": [f"{_result_dir(j)}/**/*"],
-        })
+        steps.append(
+            {
+                "label": j.label(),
+                "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
+                "command": script(j, launcher),
+                "agents": j.agents,
+                "env": {"SERVELAB_FINGERPRINT": j.fingerprint},
+                "artifact_paths": [f"{_result_dir(j)}/**/*"],
+            }
+        )
     return dump_yaml({"steps": steps})
 
 
@@ -53,8 +55,23 @@ def _server_cmd(job, launcher: str) -> list[str]:
     if launcher == "direct":
         return launch.argv
     image = job.row["image"] + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else "")
-    argv = ["docker", "run", "--rm", "--name", _container(job), "--gpus", "all", "--ipc", "host",
-            "--network", "host", "-v", "$PWD:/job", "-w", "/job"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--name",
+        _container(job),
+        "--gpus",
+        "all",
+        "--ipc",
+        "host",
+        "--network",
+        "host",
+        "-v",
+        "$PWD:/job",
+        "-w",
+        "/job",
+    ]
     for k, v in launch.env.items():
         argv += ["-e", f"{k}={v}"]
     for name in job.secret_env:
@@ -69,7 +86,9 @@ def _container(job) -> str:
 def script(job, launcher: str = "direct") -> str:
     """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear down."""
     if job.launch is None:
-        raise ServelabError(f"{job.label()}: disaggregated jobs have no rendered launch; no script can be written")
+        raise ServelabError(
+            f"{job.label()}: disaggregated jobs have no rendered launch; no script can be written"
+        )
     if launcher not in ("direct", "docker"):
         raise ServelabError(f"--launcher {launcher!r}: expected direct or docker")
     q = shlex.quote
@@ -78,7 +97,8 @@ def script(job, launcher: str = "direct") -> str:
         "#!/usr/bin/env bash",
         f"# servelab job: {job.label()}",
         f"# fingerprint: {job.fingerprint}",
-        f"# image: {job.row['image']}" + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else ""),
+        f"# image: {job.row['image']}"
+        + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else ""),
         "set -euo pipefail",
     ]
     for name in job.secret_env:
@@ -108,7 +128,9 @@ def script(job, launcher: str = "direct") -> str:
         "    tail -n 50 server.log >&2",
         "    exit 1",
         "  fi",
-        '  if (( SECONDS > deadline )); then echo "server not healthy after ' + str(HEALTH_TIMEOUT_S) + ' s" >&2; exit 1; fi',
+        '  if (( SECONDS > deadline )); then echo "server not healthy after '
+        + str(HEALTH_TIMEOUT_S)
+        + ' s" >&2; exit 1; fi',
         f"  sleep {HEALTH_POLL_S}",
         "done",
         shlex.join(job.client),
@@ -119,8 +141,10 @@ def script(job, launcher: str = "direct") -> str:
 
 def script_name(job) -> str:
     r = job.row
-    return (f"{job.key}_{r['exp-name']}_tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
-            f"-conc{r['conc']}.sh")
+    return (
+        f"{job.key}_{r['exp-name']}_tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
+        f"-conc{r['conc']}.sh"
+    )
 
 
 def emit(jobs, fmt: str, out=None, launcher: str = "direct") -> str:

@@ -49,15 +49,21 @@ class EngineArgs(IxModel):
     tokenizer_mode: str | None = None
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
-    enable_auto_tool_choice: bool | None = Field(None, description="Defaults to on when tool-call-parser is set.")
+    enable_auto_tool_choice: bool | None = Field(
+        None, description="Defaults to on when tool-call-parser is set."
+    )
     max_num_batched_tokens: int | None = Field(None, ge=1)
     max_num_seqs: int | None = Field(None, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     enable_prefix_caching: bool | None = None
-    max_model_len: int | None = Field(None, ge=1, description="Default: isl + osl + 256 per job (InferenceX).")
+    max_model_len: int | None = Field(
+        None, ge=1, description="Default: isl + osl + 256 per job (InferenceX)."
+    )
     trust_remote_code: bool | None = None
     speculative_config: dict[str, Any] | None = None
-    extra_options: dict[str, Any] | None = Field(None, description="TensorRT-LLM extra LLM API options (YAML file).")
+    extra_options: dict[str, Any] | None = Field(
+        None, description="TensorRT-LLM extra LLM API options (YAML file)."
+    )
     extra_args: list[str] = Field(
         default_factory=list,
         description="Flags with no typed field yet; appended verbatim and fingerprinted like any other.",
@@ -79,7 +85,10 @@ class LmEval(IxModel):
     max_gen_toks: int | None = Field(None, ge=1)
     metric: str | None = Field(None, description="lm-eval metric key; default is the task's first metric.")
     threshold: float | None = Field(
-        None, ge=0, le=1, description="Pass when the metric is at least this (InferenceX GSM8K: 0.90, DSv4 0.91)."
+        None,
+        ge=0,
+        le=1,
+        description="Pass when the metric is at least this (InferenceX GSM8K: 0.90, DSv4 0.91).",
     )
 
 
@@ -111,7 +120,9 @@ class Bound(IxModel):
 class ClientSpec(IxModel):
     """How `servelab bench` drives each job. Defaults are InferenceX's benchmark script defaults."""
 
-    num_prompts: int | None = Field(None, ge=1, description="Fixed prompt count; default conc x prompts-per-conc.")
+    num_prompts: int | None = Field(
+        None, ge=1, description="Fixed prompt count; default conc x prompts-per-conc."
+    )
     prompts_per_conc: int = Field(10, ge=1, description="InferenceX runs 10 prompts per unit of concurrency.")
     random_range_ratio: float = Field(0.8, ge=0, le=1, description="InferenceX's random-range-ratio.")
     warmups_per_conc: int = Field(2, ge=0, description="InferenceX warms up with 2 x concurrency requests.")

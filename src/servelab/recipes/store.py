@@ -1,9 +1,9 @@
 """A recipe store: the directory (or the same directory at a git ref) holding recipes and their ledger.
 
-    <dir>/recipes/*.yaml          config keys -> recipes (servelab format; InferenceX master files are valid too)
-    <dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
-    <dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
-    <dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
+<dir>/recipes/*.yaml          config keys -> recipes (servelab format; InferenceX master files are valid too)
+<dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
+<dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
+<dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ class GitSource:
         try:
             return subprocess.run(["git", *args], capture_output=True, check=False)
         except FileNotFoundError:
-            raise ServelabError("git is not installed; the changelog commands read files at git refs") from None
+            raise ServelabError(
+                "git is not installed; the changelog commands read files at git refs"
+            ) from None
 
     def _check_ref(self) -> None:
         r = self._git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
@@ -123,14 +125,20 @@ class Store:
                 self.files[key] = where
         runners_text = source.read(RUNNERS)
         if runners_text is None:
-            raise ServelabError(f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry")
-        self.registry = parse_runners(load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}")
+            raise ServelabError(
+                f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry"
+            )
+        self.registry = parse_runners(
+            load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}"
+        )
 
     def get(self, key: str) -> Recipe:
         from servelab.errors import closest
 
         if key not in self.recipes:
-            raise ServelabError(f"config key {key!r} is not in {self.source.label}" + closest(key, list(self.recipes)))
+            raise ServelabError(
+                f"config key {key!r} is not in {self.source.label}" + closest(key, list(self.recipes))
+            )
         return self.recipes[key]
 
     def lock(self) -> dict[str, str] | None:
@@ -139,7 +147,9 @@ class Store:
             return None
         data = load_yaml(text, f"{self.source.label}/{LOCK}") or {}
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise ServelabError(f"{self.source.label}/{LOCK}: expected a mapping of config key -> fingerprint")
+            raise ServelabError(
+                f"{self.source.label}/{LOCK}: expected a mapping of config key -> fingerprint"
+            )
         return {str(k): v for k, v in data.items()}
 
 
@@ -153,7 +163,9 @@ def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
 
 
 def lock_text(fingerprints: dict[str, str]) -> str:
-    lines = ["# config key -> fingerprint of its full sweep; written by `servelab recipes lock`.",
-             "# A change here needs a perf-changelog.yaml entry (checked by `servelab changelog validate`)."]
+    lines = [
+        "# config key -> fingerprint of its full sweep; written by `servelab recipes lock`.",
+        "# A change here needs a perf-changelog.yaml entry (checked by `servelab changelog validate`).",
+    ]
     lines += [f"{k}: {v}" for k, v in sorted(fingerprints.items())]
     return "\n".join(lines) + "\n"

@@ -63,7 +63,12 @@ class Job(BaseModel):
 
     def matrix_entry(self) -> dict:
         """The flat JSON row (InferenceX's fields plus key, scenario, fingerprint)."""
-        return {"config-key": self.key, "scenario-type": self.scenario, **self.row, "fingerprint": self.fingerprint}
+        return {
+            "config-key": self.key,
+            "scenario-type": self.scenario,
+            **self.row,
+            "fingerprint": self.fingerprint,
+        }
 
     def to_json(self) -> dict:
         return {
@@ -115,17 +120,34 @@ def _keep_arm(arm, f: Filters) -> bool:
 
 def _concs(arm, f: Filters) -> list[int]:
     values = sorted(set(f.conc)) if f.conc else concurrencies(arm, f.step_size)
-    return [c for c in values if (f.min_conc is None or c >= f.min_conc) and (f.max_conc is None or c <= f.max_conc)]
+    return [
+        c
+        for c in values
+        if (f.min_conc is None or c >= f.min_conc) and (f.max_conc is None or c <= f.max_conc)
+    ]
 
 
 def _row(key, recipe, seq, arm, conc) -> dict:
     row = {
-        "image": recipe.image, "model": recipe.model, "model-prefix": recipe.model_prefix,
-        "precision": recipe.precision, "framework": recipe.framework, "runner": recipe.runner,
-        "isl": seq.isl, "osl": seq.osl, "tp": arm.tp_, "pp": arm.pp_, "dcp-size": arm.dcp_size or 1,
-        "pcp-size": arm.pcp_size or 1, "conc": conc, "max-model-len": seq.isl + seq.osl + MODEL_LEN_MARGIN,
-        "ep": arm.ep_, "dp-attn": arm.dp_attn_, "spec-decoding": arm.spec_,
-        "exp-name": f"{recipe.model_prefix}_{seq_len_name(seq.isl, seq.osl)}", "disagg": arm.disagg,
+        "image": recipe.image,
+        "model": recipe.model,
+        "model-prefix": recipe.model_prefix,
+        "precision": recipe.precision,
+        "framework": recipe.framework,
+        "runner": recipe.runner,
+        "isl": seq.isl,
+        "osl": seq.osl,
+        "tp": arm.tp_,
+        "pp": arm.pp_,
+        "dcp-size": arm.dcp_size or 1,
+        "pcp-size": arm.pcp_size or 1,
+        "conc": conc,
+        "max-model-len": seq.isl + seq.osl + MODEL_LEN_MARGIN,
+        "ep": arm.ep_,
+        "dp-attn": arm.dp_attn_,
+        "spec-decoding": arm.spec_,
+        "exp-name": f"{recipe.model_prefix}_{seq_len_name(seq.isl, seq.osl)}",
+        "disagg": arm.disagg,
         "run-eval": False,
     }
     if arm.disagg:
@@ -151,12 +173,29 @@ def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
     port = recipe.client.port
     dataset = dataset_spec(recipe, seq, conc)
     client = client_argv(recipe, dataset, conc, port, result_filename(key, row["exp-name"], arm, conc))
-    fp = job_fingerprint(launch=launch, image=recipe.image, image_digest=recipe.image_digest, client_argv=client,
-                         dataset=dataset, secret_env=recipe.secret_env, row=row)
+    fp = job_fingerprint(
+        launch=launch,
+        image=recipe.image,
+        image_digest=recipe.image_digest,
+        client_argv=client,
+        dataset=dataset,
+        secret_env=recipe.secret_env,
+        row=row,
+    )
     agents = {"queue": runner.node.queue, **runner.node.agents}
-    return Job(key=key, scenario=scenario, row=row, launch=launch, secret_env=recipe.secret_env, client=client,
-               dataset=dataset, assertions={k: v.dump() for k, v in recipe.assertions.items()},
-               queue=runner.node.queue, agents=agents, fingerprint=fp)
+    return Job(
+        key=key,
+        scenario=scenario,
+        row=row,
+        launch=launch,
+        secret_env=recipe.secret_env,
+        client=client,
+        dataset=dataset,
+        assertions={k: v.dump() for k, v in recipe.assertions.items()},
+        queue=runner.node.queue,
+        agents=agents,
+        fingerprint=fp,
+    )
 
 
 def expand(store, patterns: list[str] | None = None, filters: Filters | None = None) -> list[Job]:
@@ -202,8 +241,20 @@ def mark_evals(store, jobs: list[Job], all_evals: bool = False, no_evals: bool =
         groups: dict[tuple, list[Job]] = {}
         for j in jobs:
             r = j.row
-            if r["isl"] == EVAL_ISL and r["osl"] == EVAL_OSL and r["conc"] >= EVAL_MIN_CONC and not r["disagg"]:
-                g = (r["model"], r["runner"], r["framework"], r["precision"], r["spec-decoding"], r["dp-attn"])
+            if (
+                r["isl"] == EVAL_ISL
+                and r["osl"] == EVAL_OSL
+                and r["conc"] >= EVAL_MIN_CONC
+                and not r["disagg"]
+            ):
+                g = (
+                    r["model"],
+                    r["runner"],
+                    r["framework"],
+                    r["precision"],
+                    r["spec-decoding"],
+                    r["dp-attn"],
+                )
                 groups.setdefault(g, []).append(j)
         chosen = []
         for members in groups.values():

@@ -39,7 +39,11 @@ def _model_for(recipe):
             model = load_model(name, weight_dtype=weight, kv_dtype=kv, indexer_dtype=indexer)
         return model
     except ServelabError as err:
-        hint = "" if recipe.spec else "; if the checkpoint is a variant of a known model, add spec: {model: NAME}"
+        hint = (
+            ""
+            if recipe.spec
+            else "; if the checkpoint is a variant of a known model, add spec: {model: NAME}"
+        )
         raise ServelabError(f"model: {err}{hint}") from None
 
 
@@ -60,8 +64,9 @@ def validate_recipe(key: str, recipe, registry) -> Report:
         return rep
     e = recipe.engine
     if e.moe_backend in BLACKWELL_ONLY_MOE_BACKENDS and system.compute_capability < 100:
-        rep.errors.append(f"engine.moe-backend {e.moe_backend} is Blackwell-only; runner {recipe.runner} is "
-                          f"{system.name}")
+        rep.errors.append(
+            f"engine.moe-backend {e.moe_backend} is Blackwell-only; runner {recipe.runner} is {system.name}"
+        )
     if not recipe.image_digest:
         rep.warnings.append("no image-digest: the image tag can move under the recipe")
     if not recipe.revision:
@@ -71,7 +76,9 @@ def validate_recipe(key: str, recipe, registry) -> Report:
     for scenario, seq, i, arm in recipe.arms():
         where = f"scenarios.{scenario} {seq.isl}/{seq.osl} search-space[{i}]"
         if arm.disagg:
-            rep.notes.append(f"{where}: disaggregated arm; memory and launch checks cover single-node arms only")
+            rep.notes.append(
+                f"{where}: disaggregated arm; memory and launch checks cover single-node arms only"
+            )
             continue
         try:
             parallel = Parallel(tp=arm.tp_, ep=arm.ep_, dp_attn=arm.dp_attn_, pp=arm.pp_).validate(model)
@@ -79,8 +86,10 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             rep.errors.append(f"{where}: {err}")
             continue
         if parallel.gpus > runner.node.gpus_per_node and not recipe.multinode:
-            rep.errors.append(f"{where}: needs {parallel.gpus} GPUs but {recipe.runner} nodes have "
-                              f"{runner.node.gpus_per_node}")
+            rep.errors.append(
+                f"{where}: needs {parallel.gpus} GPUs but {recipe.runner} nodes have "
+                f"{runner.node.gpus_per_node}"
+            )
             continue
         max_len = e.max_model_len or seq.isl + seq.osl + MODEL_LEN_MARGIN
         try:
@@ -89,16 +98,22 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             rep.errors.append(f"{where}: {err}")
             continue
         if mem.max_kv_tokens < max_len:
-            rep.errors.append(f"{where}: one {max_len}-token sequence does not fit the KV cache "
-                              f"({mem.max_kv_tokens} tokens per rank after {mem.weights_gib:.1f} GiB of weights)")
+            rep.errors.append(
+                f"{where}: one {max_len}-token sequence does not fit the KV cache "
+                f"({mem.max_kv_tokens} tokens per rank after {mem.weights_gib:.1f} GiB of weights)"
+            )
             continue
         top = max(arm.conc_list or [arm.conc_end])
         seqs = mem.max_sequences(seq.isl + seq.osl, model, parallel)
         if top > seqs:
-            rep.warnings.append(f"{where}: concurrency {top} exceeds the ~{seqs} sequences of {seq.isl + seq.osl} "
-                                f"tokens the KV cache holds (memory model estimate); requests will queue")
-        rep.notes.append(f"{where}: {parallel.label()} fits: {mem.weights_gib:.1f} GiB weights, "
-                         f"{mem.kv_gib:.1f} GiB KV per GPU, ~{seqs} sequences (memory model estimate)")
+            rep.warnings.append(
+                f"{where}: concurrency {top} exceeds the ~{seqs} sequences of {seq.isl + seq.osl} "
+                f"tokens the KV cache holds (memory model estimate); requests will queue"
+            )
+        rep.notes.append(
+            f"{where}: {parallel.label()} fits: {mem.weights_gib:.1f} GiB weights, "
+            f"{mem.kv_gib:.1f} GiB KV per GPU, ~{seqs} sequences (memory model estimate)"
+        )
         try:
             render(recipe, arm, max_len)
         except ServelabError as err:

@@ -87,12 +87,18 @@ def parse_workload(data: object, source: str) -> Workload:
 
 # flag -> (engine field, type); flags that set topology or pins are handled in parse_serve_args.
 _VALUE_FLAGS = {
-    "--max-model-len": ("max-model-len", int), "--kv-cache-dtype": ("kv-cache-dtype", str),
-    "--block-size": ("block-size", int), "--moe-backend": ("moe-backend", str),
-    "--tokenizer-mode": ("tokenizer-mode", str), "--tool-call-parser": ("tool-call-parser", str),
-    "--reasoning-parser": ("reasoning-parser", str), "--max-num-batched-tokens": ("max-num-batched-tokens", int),
-    "--max-num-seqs": ("max-num-seqs", int), "--gpu-memory-utilization": ("gpu-memory-utilization", float),
-    "--compilation-config": ("compilation-config", json.loads), "--kernel-config": ("kernel-config", json.loads),
+    "--max-model-len": ("max-model-len", int),
+    "--kv-cache-dtype": ("kv-cache-dtype", str),
+    "--block-size": ("block-size", int),
+    "--moe-backend": ("moe-backend", str),
+    "--tokenizer-mode": ("tokenizer-mode", str),
+    "--tool-call-parser": ("tool-call-parser", str),
+    "--reasoning-parser": ("reasoning-parser", str),
+    "--max-num-batched-tokens": ("max-num-batched-tokens", int),
+    "--max-num-seqs": ("max-num-seqs", int),
+    "--gpu-memory-utilization": ("gpu-memory-utilization", float),
+    "--compilation-config": ("compilation-config", json.loads),
+    "--kernel-config": ("kernel-config", json.loads),
     "--speculative-config": ("speculative-config", json.loads),
 }
 _BOOL_FLAGS = {
@@ -101,8 +107,14 @@ _BOOL_FLAGS = {
     "--trust-remote-code": ("trust-remote-code", True),
     "--enable-auto-tool-choice": ("enable-auto-tool-choice", True),
 }
-_TOPOLOGY = {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",
-             "--data-parallel-size": "dp", "-dp": "dp"}
+_TOPOLOGY = {
+    "--tensor-parallel-size": "tp",
+    "-tp": "tp",
+    "--pipeline-parallel-size": "pp",
+    "-pp": "pp",
+    "--data-parallel-size": "dp",
+    "-dp": "dp",
+}
 
 
 def _scalar(text: str):
@@ -161,7 +173,9 @@ def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | No
     if extra:
         engine["extra-args"] = extra
     if topo["dp"] > 1 and topo["tp"] != 1:
-        raise ServelabError(f"{source}: serve_args: data parallel with tp {topo['tp']} > 1 has no recipe topology")
+        raise ServelabError(
+            f"{source}: serve_args: data parallel with tp {topo['tp']} > 1 has no recipe topology"
+        )
     dp_attn = topo["dp"] > 1
     width = topo["dp"] if dp_attn else topo["tp"]
     arm = {"tp": width, "ep": width if topo["ep"] else 1, "pp": topo["pp"], "dp-attn": dp_attn}
@@ -180,14 +194,23 @@ def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tup
     if "CUDA_HOME" in env:
         engine["cuda-home"] = env.pop("CUDA_HOME")  # the typed pin (formats.md pitfall)
     if arm["tp"] * arm["pp"] != w.num_gpus:
-        raise ServelabError(f"{source}: num_gpus {w.num_gpus} disagrees with serve_args ({arm['tp']} x pp {arm['pp']})")
+        raise ServelabError(
+            f"{source}: num_gpus {w.num_gpus} disagrees with serve_args ({arm['tp']} x pp {arm['pp']})"
+        )
     seqs = []
-    for cfg in (w.vllm_bench.configs if w.vllm_bench else []):
+    for cfg in w.vllm_bench.configs if w.vllm_bench else []:
         space = {k: v for k, v in arm.items() if not (k == "dp-attn" and v is False)}
-        seqs.append({"isl": cfg.input_len, "osl": cfg.output_len, "name": cfg.name, "num-prompts": cfg.num_prompts,
-                     "search-space": [{**space, "conc-list": [cfg.max_concurrency]}]})
+        seqs.append(
+            {
+                "isl": cfg.input_len,
+                "osl": cfg.output_len,
+                "name": cfg.name,
+                "num-prompts": cfg.num_prompts,
+                "search-space": [{**space, "conc-list": [cfg.max_concurrency]}],
+            }
+        )
     evals: list[dict] = []
-    for t in (w.lm_eval.tasks if w.lm_eval else []):
+    for t in w.lm_eval.tasks if w.lm_eval else []:
         ev = {"kind": "lm-eval", "task": t.name, "num-fewshot": t.num_fewshot}
         if t.model_args:
             ev |= {k.replace("_", "-"): v for k, v in t.model_args.dump().items()}
@@ -198,10 +221,18 @@ def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tup
             ev["num-threads"] = w.bfcl.num_threads
         evals.append(ev)
     recipe = {
-        "image": image, "model": w.vllm.model, "model-prefix": w.name.split("-")[0],
-        "runner": runner, "precision": _precision(w.vllm.model), "framework": "vllm",
-        "scenarios": {"fixed-seq-len": seqs}, "engine": engine, "env": env, "evals": evals,
-        "nightly": w.nightly, "gpu-profile": w.gpu,
+        "image": image,
+        "model": w.vllm.model,
+        "model-prefix": w.name.split("-")[0],
+        "runner": runner,
+        "precision": _precision(w.vllm.model),
+        "framework": "vllm",
+        "scenarios": {"fixed-seq-len": seqs},
+        "engine": engine,
+        "env": env,
+        "evals": evals,
+        "nightly": w.nightly,
+        "gpu-profile": w.gpu,
     }
     if revision:
         recipe["revision"] = revision
@@ -224,34 +255,50 @@ def recipe_to_workload(key: str, recipe) -> dict:
     args = argv.argv[3:]
     for flag in ("--host", "--port"):  # set by the runner, not part of the workload
         j = args.index(flag)
-        del args[j:j + 2]
+        del args[j : j + 2]
     if not recipe.engine.max_model_len:
         j = args.index("--max-model-len")
-        del args[j:j + 2]
-    out: dict = {"name": key, "gpu": recipe.gpu_profile or "", "num_gpus": arm.tp_ * arm.pp_,
-                 "nightly": bool(recipe.nightly),
-                 "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": shlex.join(args)}}
+        del args[j : j + 2]
+    out: dict = {
+        "name": key,
+        "gpu": recipe.gpu_profile or "",
+        "num_gpus": arm.tp_ * arm.pp_,
+        "nightly": bool(recipe.nightly),
+        "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": shlex.join(args)},
+    }
     lm = [e for e in recipe.evals if e.kind == "lm-eval"]
     if lm:
         out["lm_eval"] = {"tasks": []}
         for e in lm:
             task = {"name": e.task, "num_fewshot": e.num_fewshot}
-            margs = {k: v for k, v in (("num_concurrent", e.num_concurrent), ("max_gen_toks", e.max_gen_toks)) if v}
+            margs = {
+                k: v for k, v in (("num_concurrent", e.num_concurrent), ("max_gen_toks", e.max_gen_toks)) if v
+            }
             if margs:
                 task["model_args"] = margs
             out["lm_eval"]["tasks"].append(task)
     for e in recipe.evals:
         if e.kind == "bfcl":
-            out["bfcl"] = {"test_categories": e.categories} | ({"num_threads": e.num_threads} if e.num_threads else {})
+            out["bfcl"] = {"test_categories": e.categories} | (
+                {"num_threads": e.num_threads} if e.num_threads else {}
+            )
     configs = []
     from servelab.recipes.ladder import concurrencies
 
     for _, seq, _, a in arms:
         for c in concurrencies(a):
-            configs.append({"name": seq.name or f"{seq.isl}-in-{seq.osl}-out-conc-{c}", "dataset": "random",
-                            "input_len": seq.isl, "output_len": seq.osl,
-                            "num_prompts": seq.num_prompts or recipe.client.num_prompts
-                            or c * recipe.client.prompts_per_conc, "max_concurrency": c})
+            configs.append(
+                {
+                    "name": seq.name or f"{seq.isl}-in-{seq.osl}-out-conc-{c}",
+                    "dataset": "random",
+                    "input_len": seq.isl,
+                    "output_len": seq.osl,
+                    "num_prompts": seq.num_prompts
+                    or recipe.client.num_prompts
+                    or c * recipe.client.prompts_per_conc,
+                    "max_concurrency": c,
+                }
+            )
     if configs:
         out["vllm_bench"] = {"configs": configs}
     return out

@@ -75,4 +75,6 @@ _Dumper.add_representer(str, _str_presenter)
 
 def dump_yaml(data: Any) -> str:
     """YAML in the order given (no key sorting), block style, multi-line strings as literal blocks."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000)
+    return yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000
+    )

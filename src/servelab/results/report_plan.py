@@ -9,14 +9,27 @@ from __future__ import annotations
 import html
 import json
 
-COLUMNS = (("rank", "#"), ("mode", "mode"), ("label", "parallel"), ("concurrency", "conc"), ("ttft_ms", "TTFT ms"),
-           ("tpot_ms", "TPOT ms"), ("tok_s_per_gpu", "tok/s/GPU"), ("tok_s_per_user", "tok/s/user"),
-           ("memory_headroom_gib", "KV GiB/GPU"), ("band", "band tok/s/GPU"), ("pareto", "Pareto"), ("limits", "limits"))
+COLUMNS = (
+    ("rank", "#"),
+    ("mode", "mode"),
+    ("label", "parallel"),
+    ("concurrency", "conc"),
+    ("ttft_ms", "TTFT ms"),
+    ("tpot_ms", "TPOT ms"),
+    ("tok_s_per_gpu", "tok/s/GPU"),
+    ("tok_s_per_user", "tok/s/user"),
+    ("memory_headroom_gib", "KV GiB/GPU"),
+    ("band", "band tok/s/GPU"),
+    ("pareto", "Pareto"),
+    ("limits", "limits"),
+)
 
 
 def safe_json(data) -> str:
     """JSON that cannot close a <script> element or open a comment."""
-    return (json.dumps(data, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+    return (
+        json.dumps(data, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    )
 
 
 def _cell(c: dict, key: str) -> str:
@@ -42,18 +55,36 @@ def figure(plan_data: dict):
     cands = plan_data["candidates"]
     for mode in sorted({c["mode"] for c in cands}):
         pts = [c for c in cands if c["mode"] == mode]
-        fig.add_trace(go.Scatter(
-            x=[c["tok_s_per_user"] for c in pts], y=[c["tok_s_per_gpu"] for c in pts], mode="markers", name=mode,
-            text=[f"#{c['rank']} {c['parallel']['label']} conc {c['concurrency']}" for c in pts],
-            error_y={"type": "data", "symmetric": False,
-                     "array": [c["tok_s_per_gpu_high"] - c["tok_s_per_gpu"] for c in pts],
-                     "arrayminus": [c["tok_s_per_gpu"] - c["tok_s_per_gpu_low"] for c in pts]},
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[c["tok_s_per_user"] for c in pts],
+                y=[c["tok_s_per_gpu"] for c in pts],
+                mode="markers",
+                name=mode,
+                text=[f"#{c['rank']} {c['parallel']['label']} conc {c['concurrency']}" for c in pts],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [c["tok_s_per_gpu_high"] - c["tok_s_per_gpu"] for c in pts],
+                    "arrayminus": [c["tok_s_per_gpu"] - c["tok_s_per_gpu_low"] for c in pts],
+                },
+            )
+        )
     front = sorted((c for c in cands if c["pareto"]), key=lambda c: c["tok_s_per_user"])
-    fig.add_trace(go.Scatter(x=[c["tok_s_per_user"] for c in front], y=[c["tok_s_per_gpu"] for c in front],
-                             mode="lines", name="Pareto front", line={"dash": "dash"}))
-    fig.update_layout(xaxis_title="interactivity (tok/s/user)", yaxis_title="output tok/s/GPU",
-                      title=f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}")
+    fig.add_trace(
+        go.Scatter(
+            x=[c["tok_s_per_user"] for c in front],
+            y=[c["tok_s_per_gpu"] for c in front],
+            mode="lines",
+            name="Pareto front",
+            line={"dash": "dash"},
+        )
+    )
+    fig.update_layout(
+        xaxis_title="interactivity (tok/s/user)",
+        yaxis_title="output tok/s/GPU",
+        title=f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}",
+    )
     return fig
 
 
@@ -63,17 +94,21 @@ def render_html(plan) -> str:
     data = plan.model_dump(mode="json")
     chart = pio.to_html(figure(data), full_html=False, include_plotlyjs=True)
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
-    rows = "".join("<tr>" + "".join(f"<td>{_cell(c, key)}</td>" for key, _ in COLUMNS) + "</tr>"
-                   for c in data["candidates"])
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_cell(c, key)}</td>" for key, _ in COLUMNS) + "</tr>"
+        for c in data["candidates"]
+    )
     req = data["request"]
-    title = html.escape(f"servelab plan: {data['model']} on {req['gpus']}x {data['system']} ({data['backend']}), "
-                        f"{req['isl']}/{req['osl']} tokens")
+    title = html.escape(
+        f"servelab plan: {data['model']} on {req['gpus']}x {data['system']} ({data['backend']}), "
+        f"{req['isl']}/{req['osl']} tokens"
+    )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
     return (
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>" + title + "</title>"
+        '<!doctype html><html><head><meta charset="utf-8"><title>' + title + "</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>"
         f"<h1>{title}</h1>{chart}<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
         f"<ul>{notes}</ul>"
-        f"<script type=\"application/json\" id=\"plan-data\">{safe_json(data)}</script></body></html>"
+        f'<script type="application/json" id="plan-data">{safe_json(data)}</script></body></html>'
     )

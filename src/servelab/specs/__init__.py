@@ -17,11 +17,18 @@ def check_precision(model: ModelSpec, system: SystemSpec) -> None:
     """Refuse a precision the system cannot run, pointing to the conversion that can."""
     # MXFP4 has a weight-only path on Hopper (dequantized to bf16 in the GEMM, as vLLM serves gpt-oss there);
     # DeepSeek-V4's native FP4 and NVFP4 need FP4 tensor cores.
-    fp4_parts = [part for part in ("weights", "experts")
-                 if getattr(model.precision, part).is_fp4 and getattr(model.precision, part) != Dtype.mxfp4]
+    fp4_parts = [
+        part
+        for part in ("weights", "experts")
+        if getattr(model.precision, part).is_fp4 and getattr(model.precision, part) != Dtype.mxfp4
+    ]
     if fp4_parts and not system.supports_fp4:
         conversion = FP8_CONVERSIONS.get(model.name)
-        hint = f"use the FP8 conversion {conversion}" if conversion else "use an FP8 or BF16 checkpoint (--weight-dtype fp8)"
+        hint = (
+            f"use the FP8 conversion {conversion}"
+            if conversion
+            else "use an FP8 or BF16 checkpoint (--weight-dtype fp8)"
+        )
         raise ServelabError(
             f"{model.name}: {' and '.join(fp4_parts)} in {getattr(model.precision, fp4_parts[-1]).value} need FP4 "
             f"tensor cores, which {system.name} (compute capability {system.compute_capability / 10:.1f}) lacks; {hint}"
@@ -29,6 +36,19 @@ def check_precision(model: ModelSpec, system: SystemSpec) -> None:
 
 
 __all__ = [
-    "AttentionKind", "Dtype", "LayerAttention", "ModelSpec", "Parallel", "Precision", "ServelabError", "SystemSpec",
-    "check_precision", "list_checkpoints", "list_models", "list_systems", "load_model", "load_system", "parse_dtype",
+    "AttentionKind",
+    "Dtype",
+    "LayerAttention",
+    "ModelSpec",
+    "Parallel",
+    "Precision",
+    "ServelabError",
+    "SystemSpec",
+    "check_precision",
+    "list_checkpoints",
+    "list_models",
+    "list_systems",
+    "load_model",
+    "load_system",
+    "parse_dtype",
 ]

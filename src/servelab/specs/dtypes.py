@@ -51,4 +51,6 @@ def parse_dtype(value: str, field: str) -> Dtype:
     try:
         return Dtype(text)
     except ValueError:
-        raise ServelabError(f"{field}: unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}")
+        raise ServelabError(
+            f"{field}: unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}"
+        )

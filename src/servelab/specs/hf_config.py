@@ -54,11 +54,16 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
     if min(layers, hidden, heads, kv_heads, vocab) <= 0:
         raise ServelabError(f"{where}: layer, hidden, head and vocab sizes must be positive")
     fields: dict = dict(
-        name=name, source=source, architecture=(g("architectures", default=["unknown"]) or ["unknown"])[0],
-        num_layers=layers, hidden_size=hidden, vocab_size=vocab,
+        name=name,
+        source=source,
+        architecture=(g("architectures", default=["unknown"]) or ["unknown"])[0],
+        num_layers=layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
         tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
         max_context=int(g("max_position_embeddings", "max_seq_len", default=4096)),
-        num_heads=heads, num_kv_heads=kv_heads,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
     )
     if g("compress_ratios") is not None:
         attention = AttentionKind.dsv4
@@ -69,21 +74,29 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
         if any(r not in kinds for r in ratios):
             raise ServelabError(f"{where}: compress_ratios entries must be 0, 4 or 128")
         fields.update(
-            head_dim=int(g("head_dim", required=True)), qk_rope_head_dim=int(g("qk_rope_head_dim", default=64)),
-            q_lora_rank=int(g("q_lora_rank", required=True)), o_groups=int(g("o_groups", required=True)),
-            o_lora_rank=int(g("o_lora_rank", required=True)), index_heads=int(g("index_n_heads", default=64)),
-            index_head_dim=int(g("index_head_dim", default=128)), index_topk=int(g("index_topk", default=1024)),
-            sliding_window=int(g("sliding_window", default=128)), hc_mult=int(g("hc_mult", default=4)),
+            head_dim=int(g("head_dim", required=True)),
+            qk_rope_head_dim=int(g("qk_rope_head_dim", default=64)),
+            q_lora_rank=int(g("q_lora_rank", required=True)),
+            o_groups=int(g("o_groups", required=True)),
+            o_lora_rank=int(g("o_lora_rank", required=True)),
+            index_heads=int(g("index_n_heads", default=64)),
+            index_head_dim=int(g("index_head_dim", default=128)),
+            index_topk=int(g("index_topk", default=1024)),
+            sliding_window=int(g("sliding_window", default=128)),
+            hc_mult=int(g("hc_mult", default=4)),
             hc_sinkhorn_iters=int(g("hc_sinkhorn_iters", default=20)),
             layer_attention=tuple(kinds[r] for r in ratios),
         )
     elif g("kv_lora_rank") is not None:
         attention = AttentionKind.mla
         fields.update(
-            q_lora_rank=g("q_lora_rank"), kv_lora_rank=int(g("kv_lora_rank")),
+            q_lora_rank=g("q_lora_rank"),
+            kv_lora_rank=int(g("kv_lora_rank")),
             qk_nope_head_dim=int(g("qk_nope_head_dim", required=True)),
-            qk_rope_head_dim=int(g("qk_rope_head_dim", required=True)), v_head_dim=int(g("v_head_dim", required=True)),
-            head_dim=int(g("v_head_dim")), layer_attention=(LayerAttention.full,) * layers,
+            qk_rope_head_dim=int(g("qk_rope_head_dim", required=True)),
+            v_head_dim=int(g("v_head_dim", required=True)),
+            head_dim=int(g("v_head_dim")),
+            layer_attention=(LayerAttention.full,) * layers,
         )
         if fields["q_lora_rank"] is None:
             raise ServelabError(f"{where}: MLA without q_lora_rank is not supported")
@@ -94,14 +107,18 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
         window = g("sliding_window")
         types = g("layer_types")
         if types:
-            kinds = tuple(LayerAttention.sliding if "sliding" in t else LayerAttention.full for t in types[:layers])
+            kinds = tuple(
+                LayerAttention.sliding if "sliding" in t else LayerAttention.full for t in types[:layers]
+            )
         else:
             kinds = (LayerAttention.full,) * layers
         if LayerAttention.sliding not in kinds:
             window = None
         fields.update(head_dim=head_dim, sliding_window=window, layer_attention=kinds)
     if heads % kv_heads:
-        raise ServelabError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+        raise ServelabError(
+            f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )
     fields["attention"] = attention
 
     experts = int(g("n_routed_experts", "num_experts", "num_local_experts", default=0) or 0)
@@ -111,13 +128,17 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
         first_dense = int(g("first_k_dense_replace", default=0))
         step = int(g("decoder_sparse_step", "moe_layer_freq", default=1) or 1)
         dense_only = set(g("mlp_only_layers", default=[]) or [])
-        moe_layers = tuple(i >= first_dense and (i + 1) % step == 0 and i not in dense_only for i in range(layers))
+        moe_layers = tuple(
+            i >= first_dense and (i + 1) % step == 0 and i not in dense_only for i in range(layers)
+        )
         moe_inter = g("moe_intermediate_size", default=inter)
         if moe_inter is None:
             raise ServelabError(f"{where}: MoE model without moe_intermediate_size")
         fields.update(
-            num_experts=experts, experts_per_token=int(g("num_experts_per_tok", "experts_per_token", required=True)),
-            num_shared_experts=int(g("n_shared_experts", default=0) or 0), moe_intermediate_size=int(moe_inter),
+            num_experts=experts,
+            experts_per_token=int(g("num_experts_per_tok", "experts_per_token", required=True)),
+            num_shared_experts=int(g("n_shared_experts", default=0) or 0),
+            moe_intermediate_size=int(moe_inter),
             num_hash_layers=int(g("num_hash_layers", default=0) or 0),
         )
     else:
@@ -127,5 +148,7 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
     fields["moe_layers"] = moe_layers
     fields["num_mtp_layers"] = int(g("num_nextn_predict_layers", default=0) or 0)
     fields["precision"] = _default_precision(cfg, attention)
-    fields["active_counts_embedding"] = bool((cfg.get("_servelab") or {}).get("active_counts_embedding", False))
+    fields["active_counts_embedding"] = bool(
+        (cfg.get("_servelab") or {}).get("active_counts_embedding", False)
+    )
     return ModelSpec(**fields)

@@ -157,7 +157,9 @@ class ModelSpec(BaseModel):
         params = 2 * h  # two RMSNorms
         if self.attention == AttentionKind.dsv4:
             mix = self.hc_mult * h
-            params += 2 * (mix * (2 * self.hc_mult + self.hc_mult**2) + mix)  # mHC pre/post/res maps, both blocks
+            params += 2 * (
+                mix * (2 * self.hc_mult + self.hc_mult**2) + mix
+            )  # mHC pre/post/res maps, both blocks
             if kind in (LayerAttention.csa, LayerAttention.hca):
                 params += 2 * h * self.head_dim  # compressor: KV and gate projections
             if kind == LayerAttention.csa:
@@ -181,7 +183,11 @@ class ModelSpec(BaseModel):
         total = attention + other + dense_ffn + routed + shared + router + embedding + lm_head
         # one MTP layer: a full decoder layer plus its projection of [embedding; hidden] and norms
         mtp_layer = self._attention_params_per_layer(self.layer_attention[-1]) + 2 * h * h + 4 * h
-        mtp_layer += (self.num_experts + self.num_shared_experts) * per_expert + h * self.num_experts if self.is_moe else 3 * h * (self.intermediate_size or 0)
+        mtp_layer += (
+            (self.num_experts + self.num_shared_experts) * per_expert + h * self.num_experts
+            if self.is_moe
+            else 3 * h * (self.intermediate_size or 0)
+        )
         mtp = self.num_mtp_layers * mtp_layer
         # Active: what one token touches, the input-embedding lookup excluded (a gather, not compute)
         active_experts = self.num_moe_layers * (self.experts_per_token + self.num_shared_experts) * per_expert
@@ -189,8 +195,17 @@ class ModelSpec(BaseModel):
         if self.active_counts_embedding and lm_head:
             active += embedding
         return ParamCounts(
-            attention=attention, dense_ffn=dense_ffn, routed_experts=routed, shared_experts=shared,
-            router=router, embedding=embedding, lm_head=lm_head, other=other, mtp=mtp, total=total, active=active,
+            attention=attention,
+            dense_ffn=dense_ffn,
+            routed_experts=routed,
+            shared_experts=shared,
+            router=router,
+            embedding=embedding,
+            lm_head=lm_head,
+            other=other,
+            mtp=mtp,
+            total=total,
+            active=active,
         )
 
     @property
@@ -211,10 +226,14 @@ class ModelSpec(BaseModel):
         return expert_bytes + embed_bytes + rest * prec.weights.bytes
 
     def _mtp_expert_params(self) -> int:
-        return self.num_mtp_layers * self.num_experts * 3 * self.hidden_size * (self.moe_intermediate_size or 0)
+        return (
+            self.num_mtp_layers * self.num_experts * 3 * self.hidden_size * (self.moe_intermediate_size or 0)
+        )
 
     # ---- KV cache -----------------------------------------------------------------------------------------
-    def kv_bytes_per_layer(self, kind: LayerAttention, seq_len: int, kv_heads_local: int | None = None) -> float:
+    def kv_bytes_per_layer(
+        self, kind: LayerAttention, seq_len: int, kv_heads_local: int | None = None
+    ) -> float:
         """KV-cache bytes one sequence of seq_len tokens holds in one layer (on one rank)."""
         kv = self.precision.kv_cache
         if self.attention == AttentionKind.gqa:
@@ -223,19 +242,27 @@ class ModelSpec(BaseModel):
             return tokens * 2 * heads * self.head_dim * kv.bytes
         if self.attention == AttentionKind.mla:
             width = self.kv_lora_rank + self.qk_rope_head_dim
-            per_token = width * 2 if kv.bytes >= 2 else self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
+            per_token = (
+                width * 2
+                if kv.bytes >= 2
+                else self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
+            )
             return seq_len * per_token
         entry = DSV4_MAIN_ENTRY_FP8 if kv.bytes < 2 else self.head_dim * 2
         window = min(seq_len, self.sliding_window) * entry
         if kind == LayerAttention.hca:
             return window + (seq_len // 128) * entry
         if kind == LayerAttention.csa:
-            return window + (seq_len // 4) * (entry + DSV4_INDEXER_ENTRY[self.precision.indexer_cache or Dtype.fp8])
+            return window + (seq_len // 4) * (
+                entry + DSV4_INDEXER_ENTRY[self.precision.indexer_cache or Dtype.fp8]
+            )
         return window
 
     def kv_bytes_per_sequence(self, seq_len: int, kv_heads_local: int | None = None) -> float:
         """KV bytes of one sequence over all layers, plus DeepSeek-V4's per-sequence compressor state."""
-        total = sum(n * self.kv_bytes_per_layer(k, seq_len, kv_heads_local) for k, n in self.layer_kind_counts.items())
+        total = sum(
+            n * self.kv_bytes_per_layer(k, seq_len, kv_heads_local) for k, n in self.layer_kind_counts.items()
+        )
         if self.attention == AttentionKind.dsv4:
             total += self.count_layers(LayerAttention.csa) * DSV4_STATE_CSA
             total += self.count_layers(LayerAttention.hca) * DSV4_STATE_HCA
@@ -244,7 +271,10 @@ class ModelSpec(BaseModel):
     def kv_bytes_per_token_asymptotic(self, kv_heads_local: int | None = None) -> float:
         """Bytes each further token adds once windows are full (the long-context growth rate)."""
         big, small = 1 << 20, (1 << 20) - 1024
-        return (self.kv_bytes_per_sequence(big, kv_heads_local) - self.kv_bytes_per_sequence(small, kv_heads_local)) / 1024
+        return (
+            self.kv_bytes_per_sequence(big, kv_heads_local)
+            - self.kv_bytes_per_sequence(small, kv_heads_local)
+        ) / 1024
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -274,5 +304,7 @@ class ModelSpec(BaseModel):
             "kv_bytes_per_token": round(self.kv_bytes_per_token, 1),
             "kv_dtype": self.precision.kv_cache.value,
             "precision": self.precision.model_dump(mode="json"),
-            "layer_attention": {k.value: self.count_layers(k) for k in LayerAttention if self.count_layers(k)},
+            "layer_attention": {
+                k.value: self.count_layers(k) for k in LayerAttention if self.count_layers(k)
+            },
         }

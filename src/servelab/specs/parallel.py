@@ -62,22 +62,38 @@ class Parallel(BaseModel):
         if self.tp & (self.tp - 1):
             raise ServelabError(f"{where}: tp must be a power of two (1, 2, 4, 8, ...), got {self.tp}")
         if model.num_heads % self.attn_tp:
-            raise ServelabError(f"{where}: {model.num_heads} attention heads do not divide over tp {self.attn_tp}")
-        if model.attention == AttentionKind.gqa and self.attn_tp > model.num_kv_heads and self.attn_tp % model.num_kv_heads:
-            raise ServelabError(f"{where}: tp {self.attn_tp} is not a multiple of the {model.num_kv_heads} KV heads")
+            raise ServelabError(
+                f"{where}: {model.num_heads} attention heads do not divide over tp {self.attn_tp}"
+            )
+        if (
+            model.attention == AttentionKind.gqa
+            and self.attn_tp > model.num_kv_heads
+            and self.attn_tp % model.num_kv_heads
+        ):
+            raise ServelabError(
+                f"{where}: tp {self.attn_tp} is not a multiple of the {model.num_kv_heads} KV heads"
+            )
         if self.ep > 1 and not model.is_moe:
             raise ServelabError(f"{where}: ep {self.ep} needs a MoE model; {model.name} is dense")
         if self.tp % self.ep:
-            raise ServelabError(f"{where}: ep {self.ep} must divide tp {self.tp} (MoE layers use tp/ep x ep GPUs)")
+            raise ServelabError(
+                f"{where}: ep {self.ep} must divide tp {self.tp} (MoE layers use tp/ep x ep GPUs)"
+            )
         if model.is_moe:
             if model.num_experts % self.ep:
                 raise ServelabError(f"{where}: {model.num_experts} experts do not divide over ep {self.ep}")
             if model.moe_intermediate_size % self.moe_tp:
-                raise ServelabError(f"{where}: MoE width {model.moe_intermediate_size} does not divide over {self.moe_tp}")
+                raise ServelabError(
+                    f"{where}: MoE width {model.moe_intermediate_size} does not divide over {self.moe_tp}"
+                )
         if model.intermediate_size and model.num_dense_layers and model.intermediate_size % self.attn_tp:
-            raise ServelabError(f"{where}: FFN width {model.intermediate_size} does not divide over tp {self.attn_tp}")
+            raise ServelabError(
+                f"{where}: FFN width {model.intermediate_size} does not divide over tp {self.attn_tp}"
+            )
         if self.dp_attn and self.tp == 1:
-            raise ServelabError(f"{where}: dp_attn needs tp > 1 (it runs tp attention replicas of one rank each)")
+            raise ServelabError(
+                f"{where}: dp_attn needs tp > 1 (it runs tp attention replicas of one rank each)"
+            )
         if self.pp > model.num_layers:
             raise ServelabError(f"{where}: pp {self.pp} exceeds the {model.num_layers} layers")
         return self

@@ -1,7 +1,7 @@
 """Load models by embedded name, checkpoint id or config.json path; load systems by name."""
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -13,13 +13,15 @@ from servelab.specs.model import ModelSpec
 DATA = resources.files("servelab.specs") / "data"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _checkpoints() -> dict[str, dict]:
     return json.loads((DATA / "checkpoints.json").read_text())
 
 
 def list_models() -> list[str]:
-    return sorted(p.name.removesuffix(".json") for p in (DATA / "models").iterdir() if p.name.endswith(".json"))
+    return sorted(
+        p.name.removesuffix(".json") for p in (DATA / "models").iterdir() if p.name.endswith(".json")
+    )
 
 
 def list_checkpoints() -> dict[str, dict]:
@@ -29,7 +31,9 @@ def list_checkpoints() -> dict[str, dict]:
 @lru_cache(maxsize=64)
 def _embedded(name: str) -> ModelSpec:
     cfg = json.loads((DATA / "models" / f"{name}.json").read_text())
-    return model_from_hf_config(cfg, name=name, source=cfg.get("_servelab", {}).get("source", name), where=f"{name}.json")
+    return model_from_hf_config(
+        cfg, name=name, source=cfg.get("_servelab", {}).get("source", name), where=f"{name}.json"
+    )
 
 
 def _from_path(path: Path) -> ModelSpec:
@@ -58,11 +62,18 @@ def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
     if path.exists() or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
         return _from_path(path), {}
     choices = list_models() + list(checkpoints)
-    raise ServelabError(f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them")
+    raise ServelabError(
+        f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them"
+    )
 
 
-def load_model(name_or_path: str, weight_dtype: str | None = None, kv_dtype: str | None = None,
-               expert_dtype: str | None = None, indexer_dtype: str | None = None) -> ModelSpec:
+def load_model(
+    name_or_path: str,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    expert_dtype: str | None = None,
+    indexer_dtype: str | None = None,
+) -> ModelSpec:
     """A ModelSpec with the checkpoint's default precision, overridden where asked."""
     model, overrides = _resolve(name_or_path)
     prec = model.precision.model_dump()

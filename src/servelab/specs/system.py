@@ -73,4 +73,6 @@ def load_system(name: str) -> SystemSpec:
     aliases = {"h200": "h200_sxm", "h100": "h100_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
     if key in aliases:
         return systems[aliases[key]]
-    raise ServelabError(f"unknown system {name!r}{closest(key, list(systems))}; `servelab systems` lists them")
+    raise ServelabError(
+        f"unknown system {name!r}{closest(key, list(systems))}; `servelab systems` lists them"
+    )

@@ -15,8 +15,12 @@ BACKEND_ORDER = ("cudnn", "flash", "efficient", "math")
 def _sdpa_backends():
     from torch.nn.attention import SDPBackend
 
-    return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+    return {
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
 
 
 def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
@@ -26,9 +30,11 @@ def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
     backends = _sdpa_backends()
     out = []
     for name in BACKEND_ORDER:
+
         def run(*inputs, _b=backends[name]):
             with sdpa_kernel(_b):
                 return call(*inputs)
+
         out.append(Variant(name + suffix, make_inputs, run))
     return out
 
@@ -40,6 +46,7 @@ def prefill_variants(key) -> tuple[list[Variant], int]:
     b, s, h, kvh, d, w = key.batch, key.seq, key.heads, key.kv_heads, key.head_dim, key.window
     gqa = h != kvh
     if not w or s <= w:
+
         def make():
             return rand(b, h, s, d), rand(b, kvh, s, d), rand(b, kvh, s, d)
 
@@ -71,6 +78,7 @@ def decode_variants(key) -> tuple[list[Variant], int]:
     L = min(key.kv_len, key.window) if key.window else key.kv_len
     gqa = h != kvh
     if key.kv_dtype in ("bf16", "fp16"):
+
         def make():
             return rand(b, h, 1, d), rand(b, kvh, L, d), rand(b, kvh, L, d)
 
@@ -79,11 +87,14 @@ def decode_variants(key) -> tuple[list[Variant], int]:
 
         return sdpa_variants(make, call), b * kvh * L * d * 4
     if key.kv_dtype == "fp8":
+
         def make8():
             return rand(b, h, 1, d), rand_fp8(b, kvh, L, d), rand_fp8(b, kvh, L, d)
 
         def call8(q, k, v):
-            return F.scaled_dot_product_attention(q, k.to(torch.bfloat16), v.to(torch.bfloat16), enable_gqa=gqa)
+            return F.scaled_dot_product_attention(
+                q, k.to(torch.bfloat16), v.to(torch.bfloat16), enable_gqa=gqa
+            )
 
         return sdpa_variants(make8, call8, "+fp8_dequant"), b * kvh * L * d * 2
     raise Unsupported(f"KV dtype {key.kv_dtype} has no attention kernel here")

@@ -22,6 +22,7 @@ def bench(key, rank: int, group) -> dict:
         return float(t.item())
 
     if key.op == "allreduce":
+
         def make():
             return (rand(n),)
 
@@ -29,6 +30,7 @@ def bench(key, rank: int, group) -> dict:
             dist.all_reduce(x, group=group)
             return x
     elif key.op == "allgather":
+
         def make():
             return rand(n // g), torch.empty(n, device="cuda", dtype=torch.bfloat16)
 
@@ -36,6 +38,7 @@ def bench(key, rank: int, group) -> dict:
             dist.all_gather_into_tensor(out, x, group=group)
             return out
     elif key.op == "reducescatter":
+
         def make():
             return rand(n), torch.empty(n // g, device="cuda", dtype=torch.bfloat16)
 
@@ -43,6 +46,7 @@ def bench(key, rank: int, group) -> dict:
             dist.reduce_scatter_tensor(out, x, group=group)
             return out
     elif key.op == "alltoall":
+
         def make():
             return rand(n), torch.empty(n, device="cuda", dtype=torch.bfloat16)
 
@@ -50,6 +54,7 @@ def bench(key, rank: int, group) -> dict:
             dist.all_to_all_single(out, x, group=group)
             return out
     elif key.op == "p2p":
+
         def make():
             return (rand(n),)
 

@@ -49,7 +49,9 @@ def first_working(variants: list[Variant]) -> Variant:
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:  # noqa: BLE001 - a kernel refusing a shape raises assorted errors
-            failures.append(f"{v.backend}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+            failures.append(
+                f"{v.backend}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            )
             torch.cuda.synchronize()
     raise Unsupported("; ".join(failures) or "no variant")
 

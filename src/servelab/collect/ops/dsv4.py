@@ -79,7 +79,10 @@ def _window_index(T_per_seq: int, batch: int, base):
     """[batch * T, 128] raw-token indices of each query's window (newest first), -1 before the sequence start."""
     import torch
 
-    t = torch.arange(T_per_seq, device=common.DEVICE)[:, None] - torch.arange(WINDOW, device=common.DEVICE)[None, :]
+    t = (
+        torch.arange(T_per_seq, device=common.DEVICE)[:, None]
+        - torch.arange(WINDOW, device=common.DEVICE)[None, :]
+    )
     idx = torch.where(t >= 0, t, -1)
     seq_base = (torch.arange(batch, device=common.DEVICE) * T_per_seq)[:, None, None]
     return torch.where(idx[None] >= 0, idx[None] + seq_base + base, -1).view(batch * T_per_seq, WINDOW)
@@ -100,17 +103,23 @@ def context_module(key):
     bias = rand(window, D, scale=0.1)
     ibias = rand(window, INDEX_DIM, scale=0.1)
     sink = torch.randn(H, device=common.DEVICE, dtype=torch.float32)
-    scale = D ** -0.5
+    scale = D**-0.5
     # the HCA attention set is every visible compressed entry; the CSA one the indexer's top-k
     if fam == "hca":
-        vis = (torch.arange(S, device=common.DEVICE)[:, None] + 1) // ratio > torch.arange(max(nc, 1), device=common.DEVICE)[None]
+        vis = (torch.arange(S, device=common.DEVICE)[:, None] + 1) // ratio > torch.arange(
+            max(nc, 1), device=common.DEVICE
+        )[None]
         hca_idx = torch.where(vis, torch.arange(max(nc, 1), device=common.DEVICE)[None], -1)[:, :nc]
 
     def make():
         x = {"q": rand(B * S, H, D), "kv": rand(B, S, D), "cv": rand(B, S, D), "cg": rand(B, S, D)}
         if overlap:
-            x.update(iq=rand_fp8(B, S, INDEX_HEADS, INDEX_DIM), iw=rand(B, S, INDEX_HEADS, scale=0.1),
-                     iv=rand(B, S, INDEX_DIM), ig=rand(B, S, INDEX_DIM))
+            x.update(
+                iq=rand_fp8(B, S, INDEX_HEADS, INDEX_DIM),
+                iw=rand(B, S, INDEX_HEADS, scale=0.1),
+                iv=rand(B, S, INDEX_DIM),
+                ig=rand(B, S, INDEX_DIM),
+            )
         return (x,)
 
     def run(x):
@@ -134,7 +143,15 @@ def context_module(key):
         out = sparse_attention(x["q"], pool, idx, sink, scale)
         return out, cache
 
-    per_set = B * S * (H * D * 2 + 3 * D * 2 + (INDEX_HEADS * INDEX_DIM + INDEX_HEADS * 2 + 2 * INDEX_DIM * 2 if overlap else 0))
+    per_set = (
+        B
+        * S
+        * (
+            H * D * 2
+            + 3 * D * 2
+            + (INDEX_HEADS * INDEX_DIM + INDEX_HEADS * 2 + 2 * INDEX_DIM * 2 if overlap else 0)
+        )
+    )
     return make, run, per_set
 
 
@@ -153,7 +170,7 @@ def generation_module(key):
     bias = rand(window, D, scale=0.1)
     ibias = rand(window, INDEX_DIM, scale=0.1)
     sink = torch.randn(H, device=common.DEVICE, dtype=torch.float32)
-    scale = D ** -0.5
+    scale = D**-0.5
     slot = L % WINDOW
     cslot = nc  # the entry the compressor emits this step (the slot after the nc cached ones)
     bidx = torch.arange(B, device=common.DEVICE)
@@ -161,24 +178,39 @@ def generation_module(key):
         hca_idx = (bidx[:, None] * (nc + 1) + torch.arange(nc, device=common.DEVICE)[None]).to(torch.int32)
 
     def make():
-        x = {"q": rand(B, H, D), "kv": rand(B, D), "cv": rand(B, D), "cg": rand(B, D),
-             "state_v": rand(B, window, D), "state_g": rand(B, window, D),
-             "comp": rand(B, nc + 1, D), "win": rand(B, WINDOW, D)}
+        x = {
+            "q": rand(B, H, D),
+            "kv": rand(B, D),
+            "cv": rand(B, D),
+            "cg": rand(B, D),
+            "state_v": rand(B, window, D),
+            "state_g": rand(B, window, D),
+            "comp": rand(B, nc + 1, D),
+            "win": rand(B, WINDOW, D),
+        }
         if overlap:
-            x.update(iq=rand_fp8(B, INDEX_HEADS, INDEX_DIM), iw=rand(B, INDEX_HEADS, scale=0.1),
-                     iv=rand(B, INDEX_DIM), ig=rand(B, INDEX_DIM),
-                     istate_v=rand(B, window, INDEX_DIM), istate_g=rand(B, window, INDEX_DIM),
-                     ik=rand_fp8(B, nc + 1, INDEX_DIM), iks=rand_scale(B, nc + 1))
+            x.update(
+                iq=rand_fp8(B, INDEX_HEADS, INDEX_DIM),
+                iw=rand(B, INDEX_HEADS, scale=0.1),
+                iv=rand(B, INDEX_DIM),
+                ig=rand(B, INDEX_DIM),
+                istate_v=rand(B, window, INDEX_DIM),
+                istate_g=rand(B, window, INDEX_DIM),
+                ik=rand_fp8(B, nc + 1, INDEX_DIM),
+                iks=rand_scale(B, nc + 1),
+            )
         return (x,)
 
     def run(x):
         x["win"][:, slot] = x["kv"]  # sliding-window ring
-        st = (slot % window)
+        st = slot % window
         x["state_v"][:, st] = x["cv"]
         x["state_g"][:, st] = x["cg"]
         x["comp"][:, cslot] = _rms(_pool(x["state_v"], x["state_g"], bias))
         pool = torch.cat([x["comp"].view(B * (nc + 1), D), x["win"].view(B * WINDOW, D)])
-        win_idx = (B * (nc + 1) + bidx[:, None] * WINDOW + torch.arange(WINDOW, device=common.DEVICE)[None]).to(torch.int32)
+        win_idx = (
+            B * (nc + 1) + bidx[:, None] * WINDOW + torch.arange(WINDOW, device=common.DEVICE)[None]
+        ).to(torch.int32)
         if overlap:
             x["istate_v"][:, st] = x["iv"]
             x["istate_g"][:, st] = x["ig"]

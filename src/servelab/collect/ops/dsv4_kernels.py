@@ -11,14 +11,32 @@ import triton.language as tl
 
 
 @triton.jit
-def _sparse_attn(Q, KV, IDX, SINK, O, N_IDX, H, sm_scale, stride_qt, stride_qh, stride_it, stride_ot, stride_oh,
-                 BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+def _sparse_attn(
+    Q,
+    KV,
+    IDX,
+    SINK,
+    O,
+    N_IDX,
+    H,
+    sm_scale,
+    stride_qt,
+    stride_qh,
+    stride_it,
+    stride_ot,
+    stride_oh,
+    BH: tl.constexpr,
+    BN: tl.constexpr,
+    D: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)  # T x H x 512 passes 2^31 elements at 32k tokens x 128 heads
     hb = tl.program_id(1)
     offs_h = hb * BH + tl.arange(0, BH)
     offs_d = tl.arange(0, D)
     hmask = offs_h < H
-    q = tl.load(Q + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
+    q = tl.load(
+        Q + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0
+    )
     m_i = tl.full([BH], float("-inf"), tl.float32)
     l_i = tl.zeros([BH], tl.float32)
     acc = tl.zeros([BH, D], tl.float32)
@@ -41,8 +59,11 @@ def _sparse_attn(Q, KV, IDX, SINK, O, N_IDX, H, sm_scale, stride_qt, stride_qh, 
     scale_old = tl.exp(m_i - m_fin)
     l_i = l_i * scale_old + tl.exp(sink - m_fin)
     out = acc * (scale_old / l_i)[:, None]
-    tl.store(O + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=hmask[:, None])
+    tl.store(
+        O + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
+        out.to(O.dtype.element_ty),
+        mask=hmask[:, None],
+    )
 
 
 def sparse_attention(q, kv, idx, sink, sm_scale: float):
@@ -53,15 +74,53 @@ def sparse_attention(q, kv, idx, sink, sm_scale: float):
     out = torch.empty_like(q)
     BH = 16 if H <= 16 else 32
     grid = (T, triton.cdiv(H, BH))
-    _sparse_attn[grid](q, kv, idx, sink, out, idx.shape[1], H, sm_scale, q.stride(0), q.stride(1), idx.stride(0),
-                       out.stride(0), out.stride(1), BH=BH, BN=32, D=D, num_warps=4 if BH == 16 else 8)
+    _sparse_attn[grid](
+        q,
+        kv,
+        idx,
+        sink,
+        out,
+        idx.shape[1],
+        H,
+        sm_scale,
+        q.stride(0),
+        q.stride(1),
+        idx.stride(0),
+        out.stride(0),
+        out.stride(1),
+        BH=BH,
+        BN=32,
+        D=D,
+        num_warps=4 if BH == 16 else 8,
+    )
     return out
 
 
 @triton.jit
-def _idx_prefill(QI, KI, KS, W, OUT, S, NC, RATIO, NH, stride_qb, stride_qt, stride_qh, stride_kb, stride_kn,
-                 stride_ksb, stride_wb, stride_wt, stride_ob, stride_ot,
-                 BM: tl.constexpr, BN: tl.constexpr, DI: tl.constexpr):
+def _idx_prefill(
+    QI,
+    KI,
+    KS,
+    W,
+    OUT,
+    S,
+    NC,
+    RATIO,
+    NH,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kn,
+    stride_ksb,
+    stride_wb,
+    stride_wt,
+    stride_ob,
+    stride_ot,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    DI: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -73,11 +132,16 @@ def _idx_prefill(QI, KI, KS, W, OUT, S, NC, RATIO, NH, stride_qb, stride_qt, str
     # blocks wholly in the future of every query of this tile only write -inf
     first_visible_end = (pid_n * BN + 1) * RATIO - 1
     heads = tl.where(first_visible_end <= pid_m * BM + BM - 1, NH, 0)
-    k = tl.load(KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+    k = tl.load(
+        KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0
+    )
     acc = tl.zeros([BM, BN], tl.float32)
     for h in range(heads):
-        q = tl.load(QI + b * stride_qb + offs_m[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
-                    mask=mmask[:, None], other=0.0)
+        q = tl.load(
+            QI + b * stride_qb + offs_m[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
+            mask=mmask[:, None],
+            other=0.0,
+        )
         s = tl.maximum(tl.dot(q, tl.trans(k)), 0.0)
         w = tl.load(W + b * stride_wb + offs_m * stride_wt + h, mask=mmask, other=0.0).to(tl.float32)
         acc += s * w[:, None]
@@ -85,8 +149,11 @@ def _idx_prefill(QI, KI, KS, W, OUT, S, NC, RATIO, NH, stride_qb, stride_qt, str
     acc = acc * ks[None, :]
     visible = ((offs_n[None, :] + 1) * RATIO - 1 <= offs_m[:, None]) & nmask[None, :]
     acc = tl.where(visible, acc, float("-inf"))
-    tl.store(OUT + b * stride_ob + offs_m[:, None] * stride_ot + offs_n[None, :], acc,
-             mask=mmask[:, None] & nmask[None, :])
+    tl.store(
+        OUT + b * stride_ob + offs_m[:, None] * stride_ot + offs_n[None, :],
+        acc,
+        mask=mmask[:, None] & nmask[None, :],
+    )
 
 
 def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
@@ -98,15 +165,53 @@ def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
     out = torch.empty(B, S, NC, device=qi.device, dtype=torch.float32)
     BM, BN = 64, 64
     grid = (triton.cdiv(S, BM), triton.cdiv(NC, BN), B)
-    _idx_prefill[grid](qi, ki, ks, w, out, S, NC, ratio, NH, qi.stride(0), qi.stride(1), qi.stride(2),
-                       ki.stride(0), ki.stride(1), ks.stride(0), w.stride(0), w.stride(1), out.stride(0),
-                       out.stride(1), BM=BM, BN=BN, DI=DI, num_warps=4)
+    _idx_prefill[grid](
+        qi,
+        ki,
+        ks,
+        w,
+        out,
+        S,
+        NC,
+        ratio,
+        NH,
+        qi.stride(0),
+        qi.stride(1),
+        qi.stride(2),
+        ki.stride(0),
+        ki.stride(1),
+        ks.stride(0),
+        w.stride(0),
+        w.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BM=BM,
+        BN=BN,
+        DI=DI,
+        num_warps=4,
+    )
     return out
 
 
 @triton.jit
-def _idx_decode(QI, KI, KS, W, OUT, NC, stride_qb, stride_qh, stride_kb, stride_kn, stride_ksb, stride_wb,
-                stride_ob, NH: tl.constexpr, BN: tl.constexpr, DI: tl.constexpr):
+def _idx_decode(
+    QI,
+    KI,
+    KS,
+    W,
+    OUT,
+    NC,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kn,
+    stride_ksb,
+    stride_wb,
+    stride_ob,
+    NH: tl.constexpr,
+    BN: tl.constexpr,
+    DI: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_h = tl.arange(0, NH)
@@ -114,7 +219,9 @@ def _idx_decode(QI, KI, KS, W, OUT, NC, stride_qb, stride_qh, stride_kb, stride_
     offs_d = tl.arange(0, DI)
     nmask = offs_n < NC
     q = tl.load(QI + b * stride_qb + offs_h[:, None] * stride_qh + offs_d[None, :])
-    k = tl.load(KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+    k = tl.load(
+        KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0
+    )
     s = tl.maximum(tl.dot(q, tl.trans(k)), 0.0)
     w = tl.load(W + b * stride_wb + offs_h).to(tl.float32)
     logits = tl.sum(s * w[:, None], 0) * tl.load(KS + b * stride_ksb + offs_n, mask=nmask, other=0.0)
@@ -129,6 +236,23 @@ def indexer_logits_decode(qi, ki, ks, w, nc: int):
     out = torch.empty(B, nc, device=qi.device, dtype=torch.float32)
     BN = 64
     grid = (B, triton.cdiv(nc, BN))
-    _idx_decode[grid](qi, ki, ks, w, out, nc, qi.stride(0), qi.stride(1), ki.stride(0), ki.stride(1), ks.stride(0),
-                      w.stride(0), out.stride(0), NH=NH, BN=BN, DI=DI, num_warps=4)
+    _idx_decode[grid](
+        qi,
+        ki,
+        ks,
+        w,
+        out,
+        nc,
+        qi.stride(0),
+        qi.stride(1),
+        ki.stride(0),
+        ki.stride(1),
+        ks.stride(0),
+        w.stride(0),
+        out.stride(0),
+        NH=NH,
+        BN=BN,
+        DI=DI,
+        num_warps=4,
+    )
     return out

@@ -78,22 +78,36 @@ def bench(key) -> dict:
         return (x, offs, rand_scale(A)) if fp8 else (x, offs)
 
     if fp8:
+
         def run(x, offs, sx):
-            h = torch._scaled_grouped_mm(x, w1.transpose(-2, -1), sx, s1, offs=offs, out_dtype=torch.bfloat16,
-                                         use_fast_accum=True)
+            h = torch._scaled_grouped_mm(
+                x, w1.transpose(-2, -1), sx, s1, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
             gate, up = h.chunk(2, dim=-1)
             a = (F.silu(gate) * up).to(torch.float8_e4m3fn)
-            return torch._scaled_grouped_mm(a, w2.transpose(-2, -1), sx, s2, offs=offs, out_dtype=torch.bfloat16,
-                                            use_fast_accum=True)
-        backend = "scaled_grouped_mm_rowwise" + ("(stand-in for 128x128 blocks)" if key.dtype == "fp8_block" else "")
+            return torch._scaled_grouped_mm(
+                a, w2.transpose(-2, -1), sx, s2, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
+
+        backend = "scaled_grouped_mm_rowwise" + (
+            "(stand-in for 128x128 blocks)" if key.dtype == "fp8_block" else ""
+        )
     else:
+
         def run(x, offs):
             h = torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs)
             gate, up = h.chunk(2, dim=-1)
             return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
+
         backend = "grouped_mm"
     t = time_op(make, run, touched * wbytes + A * H * 4)
-    t.update(backend=backend, routing=key.distribution, local_tokens=A, touched_experts=touched,
-             rank_share=round(share, 4), max_expert_tokens=max(counts))
+    t.update(
+        backend=backend,
+        routing=key.distribution,
+        local_tokens=A,
+        touched_experts=touched,
+        rank_share=round(share, 4),
+        max_expert_tokens=max(counts),
+    )
     t["tflops"] = 6.0 * A * H * I / (t["latency_us"] * 1e-6) / 1e12
     return t

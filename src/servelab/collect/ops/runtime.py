@@ -18,11 +18,19 @@ def classify(exc: BaseException) -> str:
     text = str(exc).lower()
     if name == "OutOfMemoryError" or "out of memory" in text:
         return "oom"
-    if isinstance(exc, (Unsupported, NotImplementedError)) or "not supported" in text or "no available kernel" in text:
+    if (
+        isinstance(exc, (Unsupported, NotImplementedError))
+        or "not supported" in text
+        or "no available kernel" in text
+    ):
         return "unsupported"
     if isinstance(exc, FloatingPointError):
         return "nan_output"
-    if "illegal memory access" in text or "device-side assert" in text or "unspecified launch failure" in text:
+    if (
+        "illegal memory access" in text
+        or "device-side assert" in text
+        or "unspecified launch failure" in text
+    ):
         return "cuda_fatal"
     return "error"
 
@@ -46,11 +54,21 @@ def init_comm(rank: int, world: int, port: int, sizes) -> dict:
     import torch.distributed as dist
 
     # NVLink multicast stays off on these machines (KINDS.md): keep it off in every process we start
-    for var, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    for var, value in (
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ):
         os.environ.setdefault(var, value)
     init_worker(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120), device_id=torch.device("cuda", rank))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+        device_id=torch.device("cuda", rank),
+    )
     groups = {}
     for g in sorted(set(sizes)):
         groups[g] = dist.new_group(ranks=list(range(g))) if g < world else dist.group.WORLD

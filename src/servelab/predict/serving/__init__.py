@@ -4,5 +4,12 @@ from servelab.predict.serving.aggregated import AggregatedEstimate, SimResult, e
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.workload import SpecDecoding, Workload
 
-__all__ = ["AggregatedEstimate", "SimResult", "SpecDecoding", "StepPricer", "Workload", "estimate_aggregated",
-           "simulate"]
+__all__ = [
+    "AggregatedEstimate",
+    "SimResult",
+    "SpecDecoding",
+    "StepPricer",
+    "Workload",
+    "estimate_aggregated",
+    "simulate",
+]

@@ -42,8 +42,9 @@ class SimResult:
         return self.percentiles[clock][name][stat]
 
 
-def lane_limits(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown,
-                wl: Workload) -> LaneLimits:
+def lane_limits(
+    model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown, wl: Workload
+) -> LaneLimits:
     """What one lane's scheduler works with. KV bytes per sequence are affine in its length (fixed windows and
     compressor state + per-token growth), fitted at the workload's full length."""
     length = wl.isl + wl.osl
@@ -54,13 +55,24 @@ def lane_limits(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem
         max_num_seqs=max(1, engine.max_num_seqs // parallel.pp),  # one scheduler feeds pp microbatches
         chunked_prefill=engine.chunked_prefill,
         kv_capacity=max(mem.kv_gib, 0.0) * GIB / parallel.pp,
-        kv_fixed=fixed, kv_per_token=per_token,
-        tokens_per_step=wl.spec.tokens_per_step, verify_tokens=1 + wl.spec.draft_tokens,
+        kv_fixed=fixed,
+        kv_per_token=per_token,
+        tokens_per_step=wl.spec.tokens_per_step,
+        verify_tokens=1 + wl.spec.draft_tokens,
     )
 
 
-def simulate(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown, wl: Workload,
-             pricer: StepPricer, *, prefilled: bool = False, osl_override: int | None = None) -> SimResult:
+def simulate(
+    model: ModelSpec,
+    parallel: Parallel,
+    engine: EngineProfile,
+    mem: MemoryBreakdown,
+    wl: Workload,
+    pricer: StepPricer,
+    *,
+    prefilled: bool = False,
+    osl_override: int | None = None,
+) -> SimResult:
     """Simulate one lane under its share of the load and scale to the replica.
 
     prefilled: requests arrive with their prompt already in the KV cache (a disaggregated decode worker)."""
@@ -70,12 +82,14 @@ def simulate(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: M
     limits = lane_limits(model, parallel, engine, mem, wl)
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
     if one_seq > limits.kv_capacity:
-        raise ServelabError(f"{model.name} ({parallel.label()}): one sequence of {wl.isl + wl.osl} tokens needs "
-                            f"{one_seq / GIB:.2f} GiB of KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free")
+        raise ServelabError(
+            f"{model.name} ({parallel.label()}): one sequence of {wl.isl + wl.osl} tokens needs "
+            f"{one_seq / GIB:.2f} GiB of KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free"
+        )
     kv_seqs = int(limits.kv_capacity // one_seq) * lanes
     src_kw = {"prompt": wl.isl, "cached": wl.isl} if prefilled else {}
     runs = []
-    for drive in ((0,) if wl.closed else (0, 1, 2)):
+    for drive in (0,) if wl.closed else (0, 1, 2):
         lane = Lane(limits, pricer.decode, pricer.mixed)
         source = ClosedLoop(lw, **src_kw) if wl.closed else OpenLoop(lw, drive=drive, **src_kw)
         if prefilled:  # the prompt's KV arrived; the decode worker's first step samples the next token
@@ -100,8 +114,17 @@ def simulate(model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: M
         out_tps.append((e_end - e_start) / span * scale)
         req_tps.append((n_end - n_start) / span * scale)
     lane0 = runs[0][0]
-    return SimResult(tuple(percentiles), tuple(out_tps), tuple(req_tps), lanes, lw, lane0.stats,
-                     len(runs[0][1].requests), (time.perf_counter() - t0) * 1000.0, kv_seqs)
+    return SimResult(
+        tuple(percentiles),
+        tuple(out_tps),
+        tuple(req_tps),
+        lanes,
+        lw,
+        lane0.stats,
+        len(runs[0][1].requests),
+        (time.perf_counter() - t0) * 1000.0,
+        kv_seqs,
+    )
 
 
 class AggregatedEstimate(StaticEstimate):
@@ -120,18 +143,41 @@ class AggregatedEstimate(StaticEstimate):
     workload: dict
 
 
-def estimate_aggregated(model: ModelSpec, system: SystemSpec, parallel: Parallel, engine: EngineProfile, batch: int,
-                        isl: int, osl: int, db: PerfDB | None = None, with_breakdown: bool = False, *,
-                        rate: float | None = None, burstiness: float = 1.0, num_requests: int | None = None,
-                        prefix_hit_rate: float = 0.0, spec_tokens: int = 0, acceptance: float = 0.7,
-                        seed: int = 0, workload: Workload | None = None) -> AggregatedEstimate:
+def estimate_aggregated(
+    model: ModelSpec,
+    system: SystemSpec,
+    parallel: Parallel,
+    engine: EngineProfile,
+    batch: int,
+    isl: int,
+    osl: int,
+    db: PerfDB | None = None,
+    with_breakdown: bool = False,
+    *,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    num_requests: int | None = None,
+    prefix_hit_rate: float = 0.0,
+    spec_tokens: int = 0,
+    acceptance: float = 0.7,
+    seed: int = 0,
+    workload: Workload | None = None,
+) -> AggregatedEstimate:
     """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s)."""
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("--batch, --isl and --osl must be at least 1")
     if workload is None:
-        workload = Workload(isl=isl, osl=osl, concurrency=None if rate else batch, rate=rate, burstiness=burstiness,
-                            num_requests=num_requests, prefix_hit_rate=prefix_hit_rate, seed=seed,
-                            spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance))
+        workload = Workload(
+            isl=isl,
+            osl=osl,
+            concurrency=None if rate else batch,
+            rate=rate,
+            burstiness=burstiness,
+            num_requests=num_requests,
+            prefix_hit_rate=prefix_hit_rate,
+            seed=seed,
+            spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance),
+        )
     if workload.spec.draft_tokens and not model.num_mtp_layers:
         pass  # a separate draft model: the step model prices the verification; the draft's own cost is not modelled
     db = db or perfdb_for(system, engine.name)
@@ -141,8 +187,18 @@ def estimate_aggregated(model: ModelSpec, system: SystemSpec, parallel: Parallel
     return to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
 
 
-def to_estimate(model, system, parallel, engine, mem, wl: Workload, sim: SimResult, pricer: StepPricer, db,
-                with_breakdown: bool = False) -> AggregatedEstimate:
+def to_estimate(
+    model,
+    system,
+    parallel,
+    engine,
+    mem,
+    wl: Workload,
+    sim: SimResult,
+    pricer: StepPricer,
+    db,
+    with_breakdown: bool = False,
+) -> AggregatedEstimate:
     from servelab.predict.graph import step_ops
     from servelab.predict.step import breakdown, priced_step
 
@@ -156,10 +212,21 @@ def to_estimate(model, system, parallel, engine, mem, wl: Workload, sim: SimResu
             sources[s] = sources.get(s, 0) + n
     tpot = p["tpot_ms"]["mean"] if wl.osl > 1 else p["itl_ms"]["mean"]
     result = AggregatedEstimate(
-        model=model.name, system=system.name, backend=engine.name, parallel=parallel.label(), gpus=gpus,
-        batch=wl.concurrency or 0, request_rate=wl.rate, isl=wl.isl, osl=wl.osl,
-        ttft_ms=p["ttft_ms"]["mean"], ttft_ms_low=lo["ttft_ms"]["mean"], ttft_ms_high=hi["ttft_ms"]["mean"],
-        tpot_ms=tpot, tpot_ms_low=lo["tpot_ms"]["mean"], tpot_ms_high=hi["tpot_ms"]["mean"],
+        model=model.name,
+        system=system.name,
+        backend=engine.name,
+        parallel=parallel.label(),
+        gpus=gpus,
+        batch=wl.concurrency or 0,
+        request_rate=wl.rate,
+        isl=wl.isl,
+        osl=wl.osl,
+        ttft_ms=p["ttft_ms"]["mean"],
+        ttft_ms_low=lo["ttft_ms"]["mean"],
+        ttft_ms_high=hi["ttft_ms"]["mean"],
+        tpot_ms=tpot,
+        tpot_ms_low=lo["tpot_ms"]["mean"],
+        tpot_ms_high=hi["tpot_ms"]["mean"],
         output_tokens_per_s_per_gpu=sim.output_tps[0] / gpus,
         output_tokens_per_s_per_gpu_low=sim.output_tps[1] / gpus,
         output_tokens_per_s_per_gpu_high=sim.output_tps[2] / gpus,
@@ -167,21 +234,34 @@ def to_estimate(model, system, parallel, engine, mem, wl: Workload, sim: SimResu
         request_throughput=sim.request_tps[0],
         tokens_per_s_per_user=1000.0 / tpot if tpot > 0 else 0.0,
         memory=_memory_dict(mem),
-        provenance={"ops_by_source": sources, "engine": engine.source,
-                    "simulation": {"lanes": sim.lanes, "requests_simulated": sim.requests * (1 if wl.closed else 3),
-                                   "steps": st.steps, "shapes_priced": pricer.priced,
-                                   "wall_ms": round(sim.wall_ms, 2),
-                                   "bands": "same schedule priced with the step model's low and high times"
-                                   if wl.closed else "open loop re-run with low and high step times"}},
-        percentiles=p, percentiles_low=lo, percentiles_high=hi,
-        scheduler=scheduler_dict(sim), workload=wl.model_dump(mode="json"),
+        provenance={
+            "ops_by_source": sources,
+            "engine": engine.source,
+            "simulation": {
+                "lanes": sim.lanes,
+                "requests_simulated": sim.requests * (1 if wl.closed else 3),
+                "steps": st.steps,
+                "shapes_priced": pricer.priced,
+                "wall_ms": round(sim.wall_ms, 2),
+                "bands": "same schedule priced with the step model's low and high times"
+                if wl.closed
+                else "open loop re-run with low and high step times",
+            },
+        },
+        percentiles=p,
+        percentiles_low=lo,
+        percentiles_high=hi,
+        scheduler=scheduler_dict(sim),
+        workload=wl.model_dump(mode="json"),
     )
     if with_breakdown:
         result.breakdown = {
             "prefill_us": breakdown(step_ops(model, parallel, rep_mixed), db),
             "decode_us": breakdown(step_ops(model, parallel, rep_decode), db),
-            "engine_overhead_us": {"prefill": priced_step(model, parallel, rep_mixed, engine, db).overhead_us,
-                                   "decode": priced_step(model, parallel, rep_decode, engine, db).overhead_us},
+            "engine_overhead_us": {
+                "prefill": priced_step(model, parallel, rep_mixed, engine, db).overhead_us,
+                "decode": priced_step(model, parallel, rep_decode, engine, db).overhead_us,
+            },
             "shapes": {"mixed": rep_mixed._asdict(), "decode": rep_decode._asdict()},
         }
     return result
@@ -204,7 +284,9 @@ def scheduler_dict(sim: SimResult) -> dict:
     return {
         "lanes": sim.lanes,
         "lane_concurrency": sim.lane_workload.concurrency,
-        "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 2) if st.decode_steps else 0.0,
+        "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 2)
+        if st.decode_steps
+        else 0.0,
         "time_in_prefill_steps": round(st.busy_mixed_s / busy, 4) if busy else 0.0,
         "preemptions": st.preemptions,
         "admissions_blocked_by_kv": st.blocked_kv,

@@ -167,7 +167,9 @@ class Lane:
             steps = min(steps, max(1, int(gap / (one[drive] * 1e-6)) + 1))
         if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
             one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
-        return Batch(steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6))
+        return Batch(
+            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
+        )
 
     def _preempt(self) -> None:
         req = self.running.pop()

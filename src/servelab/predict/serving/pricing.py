@@ -94,8 +94,12 @@ class StepPricer:
         key = (prefill, n, kv)
         hit = self._cache.get(key)
         if hit is None:
-            shape = StepShape(prefill=prefill * self.dp, decode_batch=n * self.dp, decode_kv_len=kv if n else 0,
-                              spec_tokens=self.spec_tokens if n else 0)
+            shape = StepShape(
+                prefill=prefill * self.dp,
+                decode_batch=n * self.dp,
+                decode_kv_len=kv if n else 0,
+                spec_tokens=self.spec_tokens if n else 0,
+            )
             st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
             hit = self._cache[key] = (st.us, st.low_us, st.high_us)
             self.priced += 1
@@ -132,7 +136,9 @@ class StepPricer:
         step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the decode
         batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the tens."""
         big = 0 if len(chunks) == 1 else max(range(len(chunks)), key=lambda i: chunks[i][0])
-        rest = tuple((snap_coarse(new) or 1, snap_coarse(past)) for i, (new, past) in enumerate(chunks) if i != big)
+        rest = tuple(
+            (snap_coarse(new) or 1, snap_coarse(past)) for i, (new, past) in enumerate(chunks) if i != big
+        )
         new, past = chunks[big]
         past_q = snap(past)
         n_q, kv_q = snap_coarse(n), (snap(kv) if n else 0)
@@ -146,5 +152,9 @@ class StepPricer:
 
     def shape(self, chunks: list[tuple[int, int]], n: int, kv: float) -> StepShape:
         """The replica step shape the price of a lane step stands for (used by --breakdown and --explain)."""
-        return StepShape(prefill=tuple(chunks) * self.dp, decode_batch=n * self.dp, decode_kv_len=int(kv) if n else 0,
-                         spec_tokens=self.spec_tokens if n else 0)
+        return StepShape(
+            prefill=tuple(chunks) * self.dp,
+            decode_batch=n * self.dp,
+            decode_kv_len=int(kv) if n else 0,
+            spec_tokens=self.spec_tokens if n else 0,
+        )

@@ -86,8 +86,10 @@ def run(lane: Lane, source) -> None:
         for new in event.handle(lane, source, horizon):
             heapq.heappush(queue, (new.time, _ORDER[type(new)], next(seq), new))
     if not source.done:
-        raise ServelabError("simulation stalled: a waiting request can never be admitted (KV cache too small "
-                            "for one sequence, or a prompt longer than the token budget without chunked prefill)")
+        raise ServelabError(
+            "simulation stalled: a waiting request can never be admitted (KV cache too small "
+            "for one sequence, or a prompt longer than the token budget without chunked prefill)"
+        )
 
 
 class Source:
@@ -102,7 +104,10 @@ class Source:
         self.requests: list[Request] = []
         self.pending_measured = 0
         self.done = False
-        self.window: list = [None, None]  # (clocks, tokens emitted, requests completed) at the window's start and end
+        self.window: list = [
+            None,
+            None,
+        ]  # (clocks, tokens emitted, requests completed) at the window's start and end
 
     def _new(self) -> Request:
         idx, r = len(self.requests), self.wl.range_ratio

@@ -32,16 +32,28 @@ class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     isl: int = Field(..., ge=1, description="input tokens per request")
     osl: int = Field(..., ge=1, description="output tokens per request")
-    concurrency: int | None = Field(None, ge=1, description="closed loop: requests in flight (vLLM --max-concurrency)")
+    concurrency: int | None = Field(
+        None, ge=1, description="closed loop: requests in flight (vLLM --max-concurrency)"
+    )
     rate: float | None = Field(None, gt=0, description="open loop: requests per second")
     burstiness: float = Field(1.0, gt=0, description="gamma shape of the gaps; 1 = Poisson, lower = burstier")
     num_requests: int | None = Field(None, ge=1, description="requests measured (default: sized to the load)")
-    warmup: int | None = Field(None, ge=0, description="closed loop: requests run before measuring (default: C)")
+    warmup: int | None = Field(
+        None, ge=0, description="closed loop: requests run before measuring (default: C)"
+    )
     seed: int = 0
-    range_ratio: float = Field(0.2, ge=0.0, lt=1.0, description=(
-        "request lengths are uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio); identical requests "
-        "in a closed loop stay in lockstep, every wave prefilling together, which no real load does"))
-    prefix_hit_rate: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache")
+    range_ratio: float = Field(
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "request lengths are uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio); identical requests "
+            "in a closed loop stay in lockstep, every wave prefilling together, which no real load does"
+        ),
+    )
+    prefix_hit_rate: float = Field(
+        0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache"
+    )
     spec: SpecDecoding = SpecDecoding()
 
     @model_validator(mode="after")
@@ -79,7 +91,13 @@ class Workload(BaseModel):
         if self.closed:
             c = math.ceil(self.concurrency / lanes)
             n = math.ceil(self.measured() / lanes)
-            return self.model_copy(update={"concurrency": c, "num_requests": max(n, 16),
-                                           "warmup": None if self.warmup is None else math.ceil(self.warmup / lanes)})
-        return self.model_copy(update={"rate": self.rate / lanes,
-                                       "num_requests": max(math.ceil(self.measured() / lanes), 16)})
+            return self.model_copy(
+                update={
+                    "concurrency": c,
+                    "num_requests": max(n, 16),
+                    "warmup": None if self.warmup is None else math.ceil(self.warmup / lanes),
+                }
+            )
+        return self.model_copy(
+            update={"rate": self.rate / lanes, "num_requests": max(math.ceil(self.measured() / lanes), 16)}
+        )

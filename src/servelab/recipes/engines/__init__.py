@@ -78,7 +78,9 @@ def refuse(engine: str, recipe, fields: list[str]) -> None:
     dumped = recipe.engine.dump()
     bad = [f for f in fields if dumped.get(f) not in (None, [], {})]
     if bad:
-        raise ServelabError(f"engine.{bad[0]}: not supported by the {engine} adapter (set on recipe for {engine})")
+        raise ServelabError(
+            f"engine.{bad[0]}: not supported by the {engine} adapter (set on recipe for {engine})"
+        )
 
 
 def json_arg(value) -> str:

@@ -6,7 +6,13 @@ from servelab.errors import ServelabError
 from servelab.recipes.engines import Launch, base_env, refuse
 
 # SGLang names the FP8 KV cache by its exact format.
-KV_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "auto": "auto", "bf16": "bf16"}
+KV_DTYPES = {
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "auto": "auto",
+    "bf16": "bf16",
+}
 
 
 def render(recipe, arm, max_model_len: int, port: int) -> Launch:
@@ -21,7 +27,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     argv += ["--host", "0.0.0.0", "--port", str(port), "--tp", str(tp)]
     if ep > 1:
         if ep != tp:
-            raise ServelabError(f"ep={ep}: SGLang's expert parallel spans the {tp} TP ranks; set ep to {tp} or 1")
+            raise ServelabError(
+                f"ep={ep}: SGLang's expert parallel spans the {tp} TP ranks; set ep to {tp} or 1"
+            )
         argv += ["--ep", str(ep)]
     if arm.dp_attn_:
         argv += ["--enable-dp-attention", "--dp", str(tp)]
@@ -30,7 +38,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     argv += ["--context-length", str(e.max_model_len or max_model_len)]
     if e.kv_cache_dtype:
         if e.kv_cache_dtype not in KV_DTYPES:
-            raise ServelabError(f"engine.kv-cache-dtype {e.kv_cache_dtype!r}: SGLang takes {', '.join(KV_DTYPES)}")
+            raise ServelabError(
+                f"engine.kv-cache-dtype {e.kv_cache_dtype!r}: SGLang takes {', '.join(KV_DTYPES)}"
+            )
         argv += ["--kv-cache-dtype", KV_DTYPES[e.kv_cache_dtype]]
     if e.block_size:
         argv += ["--page-size", str(e.block_size)]
@@ -54,7 +64,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
         argv.append("--trust-remote-code")
     if arm.spec_ != "none":
         if not e.speculative_config:
-            raise ServelabError(f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)")
+            raise ServelabError(
+                f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)"
+            )
         # {"algorithm": "EAGLE", "num_steps": 3} -> --speculative-algorithm EAGLE --speculative-num-steps 3
         for k, v in e.speculative_config.items():
             argv += [f"--speculative-{k.replace('_', '-')}", str(v)]

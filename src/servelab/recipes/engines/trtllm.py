@@ -18,16 +18,36 @@ def _merge(base: dict, extra: dict) -> dict:
 def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     from servelab.recipes.yamlio import dump_yaml
 
-    refuse("trtllm", recipe, ["attention-config", "compilation-config", "kernel-config", "tool-call-parser",
-                              "tokenizer-mode"])
+    refuse(
+        "trtllm",
+        recipe,
+        ["attention-config", "compilation-config", "kernel-config", "tool-call-parser", "tokenizer-mode"],
+    )
     if recipe.revision:
-        raise ServelabError("revision: trtllm-serve has no revision flag; point model at a pinned local snapshot")
+        raise ServelabError(
+            "revision: trtllm-serve has no revision flag; point model at a pinned local snapshot"
+        )
     if (arm.dcp_size or 1) > 1 or (arm.pcp_size or 1) > 1:
         raise ServelabError("dcp-size/pcp-size: the TensorRT-LLM adapter does not render context parallelism")
     e = recipe.engine
-    argv = ["trtllm-serve", recipe.model, "--host", "0.0.0.0", "--port", str(port), "--backend", "pytorch",
-            "--tp_size", str(arm.tp_), "--ep_size", str(arm.ep_), "--pp_size", str(arm.pp_),
-            "--max_seq_len", str(e.max_model_len or max_model_len)]
+    argv = [
+        "trtllm-serve",
+        recipe.model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+        "--backend",
+        "pytorch",
+        "--tp_size",
+        str(arm.tp_),
+        "--ep_size",
+        str(arm.ep_),
+        "--pp_size",
+        str(arm.pp_),
+        "--max_seq_len",
+        str(e.max_model_len or max_model_len),
+    ]
     if e.max_num_seqs:
         argv += ["--max_batch_size", str(e.max_num_seqs)]
     if e.max_num_batched_tokens:
@@ -53,7 +73,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
         options["moe_config"] = {"backend": e.moe_backend}
     if arm.spec_ != "none":
         if not e.speculative_config:
-            raise ServelabError(f"spec-decoding {arm.spec_} needs engine.speculative-config (decoding_type, ...)")
+            raise ServelabError(
+                f"spec-decoding {arm.spec_} needs engine.speculative-config (decoding_type, ...)"
+            )
         options["speculative_config"] = e.speculative_config
     options = _merge(options, e.extra_options or {})
     argv += ["--extra_llm_api_options", OPTIONS_FILE]

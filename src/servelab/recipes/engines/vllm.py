@@ -21,7 +21,9 @@ def parallel_args(arm) -> list[str]:
     if ep > 1:
         # vLLM's expert-parallel size is always TP x DP of a stage; other sizes cannot be expressed.
         if ep != tp:
-            raise ServelabError(f"ep={ep}: vLLM's expert parallel spans all {tp} GPUs of a stage; set ep to {tp} or 1")
+            raise ServelabError(
+                f"ep={ep}: vLLM's expert parallel spans all {tp} GPUs of a stage; set ep to {tp} or 1"
+            )
         args.append("--enable-expert-parallel")
     if arm.dcp_size and arm.dcp_size > 1:
         args += ["--decode-context-parallel-size", str(arm.dcp_size)]
@@ -45,7 +47,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
         argv += ["--block-size", str(e.block_size)]
     if e.moe_backend:
         if e.moe_backend in EP_ONLY_MOE_BACKENDS and arm.ep_ == 1:
-            raise ServelabError(f"engine.moe-backend {e.moe_backend} needs expert parallelism (ep > 1) in every arm")
+            raise ServelabError(
+                f"engine.moe-backend {e.moe_backend} needs expert parallelism (ep > 1) in every arm"
+            )
         argv += ["--moe-backend", e.moe_backend]
     for k, v in (e.attention_config or {}).items():
         argv.append(f"--attention_config.{k}={v}")
