@@ -2,11 +2,11 @@
 
     python scripts/refresh_upstream_data.py --inferencex PATH --perf-eval PATH [--changelog-commits 25]
 
-PATH is a git checkout (or clone) of github.com/SemiAnalysisAI/InferenceX and of github.com/vllm-project/perf-eval.
-Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for them
-(`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
-`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits). No upstream code
-is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
+Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.com/vllm-project/perf-eval.
+Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for
+them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
+`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits). No upstream
+code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
 """
 
 import argparse
@@ -98,8 +98,8 @@ def sweep_outputs(repo: Path, dest: Path) -> list[str]:
 
 
 def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
-    """For each of the last `count` commits that touched the changelog: both versions, and InferenceX's verdict
-    and job matrix as computed in a checkout of that commit (its configs, its tools)."""
+    """For each of the last `count` commits that touched the changelog: both versions, and InferenceX's
+    verdict and job matrix as computed in a checkout of that commit (its configs, its tools)."""
     blobs = dest / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     commits = git(repo, "log", f"-{count}", "--format=%H", "--", "perf-changelog.yaml").split()
