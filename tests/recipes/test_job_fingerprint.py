@@ -1,9 +1,10 @@
 """Fingerprints cover the rendered launch, env, image digest, client argv and dataset; secrets only by name."""
 
+from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint, public_env
 from servelab.recipes.lock import compute_fingerprints, stale_keys
 from servelab.recipes.store import open_store
-from servelab.recipes.sweep import Filters, expand
+from servelab.recipes.sweep import expand
 
 
 def fps(store, key="dsv4f-fp8-b200-vllm"):

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import emit, script, to_buildkite, to_github, to_json
 from servelab.recipes.store import open_store
-from servelab.recipes.sweep import Filters, expand
+from servelab.recipes.sweep import expand
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def test_docker_launcher_pins_digest(shipped):
 
 
 def test_sh_needs_out_for_several_jobs(jobs, tmp_path):
-    with pytest.raises(ServelabError, match="need --out DIR"):
+    with pytest.raises(ServelabError, match="need an output directory"):
         emit(jobs, "sh")
     listing = emit(jobs, "sh", tmp_path / "scripts")
     files = listing.split()

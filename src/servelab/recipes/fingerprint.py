@@ -1,8 +1,8 @@
 """Job fingerprints: sha256 over a canonical JSON of everything that decides what a benchmark measures.
 
-Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables), config
-files written for the engine, image and image digest, the client argv and the dataset spec. Change any flag and the
-fingerprint changes, which is what ties a recipe edit to a changelog entry.
+Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables),
+config files written for the engine, image and image digest, the client argv and the dataset spec. Change any
+flag and the fingerprint changes, which is what ties a recipe edit to a changelog entry.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """perf-eval workload files (one per model and GPU): read as they are, converted to recipes and back.
 
 The `serve_args` string is parsed into typed engine fields (flags without a typed field are kept verbatim in
-engine.extra-args, so nothing is lost), `vllm_bench` configs become seq-len blocks with a one-value conc-list, and
-`lm_eval`/`bfcl` become typed evals. Exporting renders serve_args from the typed fields again.
+engine.extra-args, so nothing is lost), `vllm_bench` configs become seq-len blocks with a one-value conc-list,
+and `lm_eval`/`bfcl` become typed evals. Exporting renders serve_args from the typed fields again.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
-from servelab.recipes.inferencex import format_validation_error
+from servelab.recipes.engines.base import base_env
+from servelab.recipes.engines.vllm import render
+from servelab.recipes.ladder import concurrencies
+from servelab.recipes.sweep import MODEL_LEN_MARGIN
 
 
 class _W(BaseModel):
@@ -82,7 +85,7 @@ def parse_workload(data: object, source: str) -> Workload:
     try:
         return Workload.model_validate(data)
     except ValidationError as e:
-        raise ServelabError(format_validation_error(source, e)) from None
+        raise ServelabError.from_validation(e, source) from None
 
 
 # flag -> (engine field, type); flags that set topology or pins are handled in parse_serve_args.
@@ -192,7 +195,7 @@ def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tup
     engine, arm, revision = parse_serve_args(w.vllm.serve_args, source)
     env = dict(w.vllm.env)
     if "CUDA_HOME" in env:
-        engine["cuda-home"] = env.pop("CUDA_HOME")  # the typed pin (formats.md pitfall)
+        engine["cuda-home"] = env.pop("CUDA_HOME")  # a typed, fingerprinted pin, not loose env
     if arm["tp"] * arm["pp"] != w.num_gpus:
         raise ServelabError(
             f"{source}: num_gpus {w.num_gpus} disagrees with serve_args ({arm['tp']} x pp {arm['pp']})"
@@ -241,9 +244,6 @@ def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tup
 
 def recipe_to_workload(key: str, recipe) -> dict:
     """The perf-eval workload view of a single-arm vLLM recipe (the shape workload files can hold)."""
-    from servelab.recipes.engines import base_env
-    from servelab.recipes.engines.vllm import render
-
     arms = list(recipe.arms())
     if recipe.framework != "vllm" or not arms:
         raise ServelabError(f"{key}: only vLLM recipes with at least one arm export to a workload file")
@@ -251,7 +251,9 @@ def recipe_to_workload(key: str, recipe) -> dict:
     if len(layouts) != 1:
         raise ServelabError(f"{key}: a workload file holds one server layout; this recipe has {len(layouts)}")
     _, first_seq, _, arm = arms[0]
-    argv = render(recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + 256, 0)
+    argv = render(
+        recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + MODEL_LEN_MARGIN, 0
+    )
     args = argv.argv[3:]
     for flag in ("--host", "--port"):  # set by the runner, not part of the workload
         j = args.index(flag)
@@ -283,8 +285,6 @@ def recipe_to_workload(key: str, recipe) -> dict:
                 {"num_threads": e.num_threads} if e.num_threads else {}
             )
     configs = []
-    from servelab.recipes.ladder import concurrencies
-
     for _, seq, _, a in arms:
         for c in concurrencies(a):
             configs.append(
