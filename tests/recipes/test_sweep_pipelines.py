@@ -1,4 +1,4 @@
-"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (quoted, and actually run)."""
+"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (quoted, and really run)."""
 
 import json
 import os
@@ -69,7 +69,8 @@ def test_scripts_quote_every_argument(store_dir, tmp_path):
     p.write_text(
         p.read_text().replace(
             "    enable-prefix-caching: true\n",
-            '    enable-prefix-caching: true\n    extra-args: ["--served-model-name", "a b\'c;$(rm -rf x)"]\n',
+            "    enable-prefix-caching: true\n"
+            '    extra-args: ["--served-model-name", "a b\'c;$(rm -rf x)"]\n',
         )
     )
     job = expand(open_store(store_dir), ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]

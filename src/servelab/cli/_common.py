@@ -66,7 +66,7 @@ def load_deployment(
     dp_attn: bool = False,
     pp: int = 1,
 ):
-    from servelab.specs import Parallel, load_model, load_system  # noqa: PLC0415  # model specs: start-up time
+    from servelab.specs import Parallel, load_model, load_system  # noqa: PLC0415  # start-up time
 
     spec = load_model(model, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     sys_spec = load_system(system)

@@ -24,8 +24,8 @@ HeadRefOpt = typer.Option("HEAD", "--head-ref", help="Git ref with the change.")
 
 
 def _change(base_ref: str, head_ref: str, directory, pr_link):
-    from servelab.recipes.changelog import Change  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.changelog import Change  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     return Change(open_store(directory, ref=base_ref), open_store(directory, ref=head_ref), pr_link=pr_link)
 
@@ -64,7 +64,7 @@ def jobs(
     directory: Path = DirOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first)."""
-    from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # start-up time
 
     change = _checked_change(base_ref, head_ref, directory, None, "; no jobs emitted")
     found = jobs_for(change.head, change.added)

@@ -22,7 +22,7 @@ app = typer.Typer(
 @app.command("list")
 def list_(directory: Path = StoreDirOpt) -> None:
     """List config keys with their model, runner, engine and job count."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     table = Table("key", "model", "runner", "framework", "precision", "arms", "jobs")
@@ -40,8 +40,8 @@ def show(
     directory: Path = StoreDirOpt,
 ) -> None:
     """Print one recipe: in servelab's format, as an InferenceX master entry, or as a perf-eval workload."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.workload import recipe_to_workload  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.workload import recipe_to_workload  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
     if as_ == "servelab":
@@ -65,12 +65,13 @@ def validate(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print memory notes per arm."),
 ) -> None:
     """Validate recipes against the model and system specs (heads divide, fits in memory, precision runs)."""
-    from servelab.recipes.importers import load_any  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.lock import stale_keys  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.validate import validate_recipe, validate_store  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
+    from servelab.recipes.lock import stale_keys  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.validate import validate_recipe, validate_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    stale: list[str] = []
     if file is None:
         reports = validate_store(store)
         stale = stale_keys(store)
@@ -79,7 +80,6 @@ def validate(
         for n in notes:
             typer.echo(f"note: {n}")
         reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
-        stale = []
     n_err = 0
     for rep in reports:
         status = "FAIL" if rep.errors else "ok"
@@ -118,10 +118,10 @@ def render(
     directory: Path = StoreDirOpt,
 ) -> None:
     """Print the exact launch command and environment for one topology of a recipe."""
-    from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.inferencex import SearchSpaceEntry  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # start-up time
+    from servelab.recipes.inferencex import SearchSpaceEntry  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
     _, seq, _, first = next(recipe.arms())
@@ -150,8 +150,8 @@ def lock(
     check: bool = typer.Option(False, "--check", help="Only report stale keys (exit 2 when any)."),
 ) -> None:
     """Record each key's fingerprint in fingerprints.lock (compared by `servelab changelog validate`)."""
-    from servelab.recipes.lock import compute_fingerprints, stale_keys  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.store import LOCK, lock_text, open_store  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.lock import compute_fingerprints, stale_keys  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import LOCK, lock_text, open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     if check:
@@ -173,8 +173,8 @@ def import_(
     directory: Path = StoreDirOpt,
 ) -> None:
     """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes, printed as YAML."""
-    from servelab.recipes.importers import load_any  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     recipes, notes = load_any(file, store.registry, image=image)

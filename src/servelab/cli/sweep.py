@@ -49,8 +49,8 @@ def sweep(
     directory: Path = StoreDirOpt,
 ) -> None:
     """Expand recipes into jobs (one per concurrency), each with a fingerprint of what it runs."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # recipe models: start-up time
-    from servelab.recipes.sweep import expand  # noqa: PLC0415  # recipe models: start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.sweep import expand  # noqa: PLC0415  # start-up time
 
     try:
         concs = [int(c) for c in _split(conc)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from servelab.recipes.schema import is_secret_name
 
@@ -29,7 +30,7 @@ def job_fingerprint(
     image_digest: str | None,
     client_argv: list[str],
     dataset: dict,
-    secret_env: list[str] = (),
+    secret_env: Sequence[str] = (),
     row: dict | None = None,
 ) -> str:
     payload = {

@@ -142,7 +142,7 @@ class RecipeSeqLen(SeqLenConfig):
 class Recipe(MasterEntry):
     """One config key: the InferenceX fields plus typed launch, pins, evals and assertions."""
 
-    scenarios: dict[str, list[RecipeSeqLen]]
+    scenarios: dict[str, list[RecipeSeqLen]]  # type: ignore[assignment]  # narrows the entry's seq-lens
     description: str | None = None
     image_digest: str | None = None
     revision: str | None = None

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -66,7 +67,10 @@ class WlBench(_W):
     configs: list[WlBenchConfig]
 
 
-class Workload(_W):
+class PerfEvalWorkload(_W):
+    """One perf-eval workload file: a server, its accuracy evals and benchmark configs (not the simulator's
+    request stream, which is predict.serving.workload.Workload)."""
+
     name: str
     gpu: str
     num_gpus: int
@@ -81,15 +85,15 @@ def is_workload(data: object) -> bool:
     return isinstance(data, dict) and "vllm" in data and "name" in data and "gpu" in data
 
 
-def parse_workload(data: object, source: str) -> Workload:
+def parse_workload(data: object, source: str) -> PerfEvalWorkload:
     try:
-        return Workload.model_validate(data)
+        return PerfEvalWorkload.model_validate(data)
     except ValidationError as e:
         raise ServelabError.from_validation(e, source) from None
 
 
 # flag -> (engine field, type); flags that set topology or pins are handled in parse_serve_args.
-_VALUE_FLAGS = {
+_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-model-len": ("max-model-len", int),
     "--kv-cache-dtype": ("kv-cache-dtype", str),
     "--block-size": ("block-size", int),
@@ -190,7 +194,7 @@ def _precision(model_id: str) -> str:
     return "fp4" if "fp4" in low else "fp8" if "fp8" in low else "bf16"
 
 
-def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tuple[str, dict]:
+def workload_to_recipe(w: PerfEvalWorkload, runner: str, image: str, source: str) -> tuple[str, dict]:
     """(config key, recipe mapping) in servelab's format."""
     engine, arm, revision = parse_serve_args(w.vllm.serve_args, source)
     env = dict(w.vllm.env)
