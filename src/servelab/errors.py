@@ -1,16 +1,39 @@
 """The one exception type that reaches users as a one-line message (exit code 2), never a traceback."""
 
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class ServelabError(Exception):
     """Bad input or an impossible request; the message names the field or file and what was expected."""
 
     exit_code = 2
 
+    @classmethod
+    def from_validation(
+        cls, err: ValidationError, source: str = "", *, as_options: bool = False
+    ) -> ServelabError:
+        """One line naming each invalid field and what it expected: 'source: a.b: message; c: message'.
+
+        With `as_options`, fields are named as the command-line options that set them ('--max-conc: ...'):
+        for the CLI, whose option names are the field names hyphenated.
+        """
+        parts = []
+        for e in err.errors():
+            loc = [str(x) for x in e["loc"]]
+            field = ("--" + "-".join(loc).replace("_", "-") if loc else "") if as_options else ".".join(loc)
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"{field}: {msg}" if field else msg)
+        return cls((f"{source}: " if source else "") + "; ".join(parts))
+
 
 def closest(name: str, choices: list[str], n: int = 3) -> str:
     """A ' (did you mean ...?)' suffix naming the closest known names, or an empty string."""
-    import difflib
-
     matches = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=n, cutoff=0.5)
     by_lower = {c.lower(): c for c in choices}
     return f" (did you mean {', '.join(by_lower[m] for m in matches)}?)" if matches else ""

@@ -5,6 +5,10 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import ValidationError
+
+from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 
 
 def run(*args):
@@ -72,6 +76,7 @@ def test_estimate_breakdown_prints_op_kinds():
         (["estimate", "deepseek-ai/DeepSeek-V4-Pro", "--tp", "8", "--ep", "8"], "FP8 conversion"),
         (["estimate", "qwen3-32b", "--kv-dtype", "int2"], "--kv-dtype"),
         (["memory", "llama-3.1-70b", "--tp", "0"], "--tp"),
+        (["sweep", "--node-type", "both"], "--node-type: Input should be 'single-node' or 'multi-node'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle):
@@ -90,3 +95,14 @@ def test_malformed_config_json(tmp_path):
 def test_unknown_option_is_a_usage_error_not_a_traceback():
     r = run("estimate", "llama-3.1-8b", "--bogus")
     assert r.returncode == 2 and "No such option" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validation_error_names_the_field_or_the_option():
+    with pytest.raises(ValidationError) as info:
+        Filters(node_type="both", max_conc="many")
+    in_library = str(ServelabError.from_validation(info.value, "sweep.yaml"))
+    assert in_library.startswith(
+        "sweep.yaml: node_type: Input should be 'single-node' or 'multi-node'; max_conc: "
+    )
+    in_cli = str(ServelabError.from_validation(info.value, as_options=True))
+    assert in_cli.startswith("--node-type: Input should be 'single-node' or 'multi-node'; --max-conc: ")

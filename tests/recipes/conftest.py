@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.recipes.store import DATA_DIR, open_store
+from servelab.recipes.lock import compute_fingerprints
+from servelab.recipes.store import DATA_DIR, LOCK, lock_text, open_store
 
 
 @pytest.fixture
@@ -54,9 +55,6 @@ class Repo:
             f.write(text)
 
     def relock(self) -> None:
-        from servelab.recipes.lock import compute_fingerprints
-        from servelab.recipes.store import LOCK, lock_text
-
         (self.data / LOCK).write_text(lock_text(compute_fingerprints(open_store(self.data))))
 
 

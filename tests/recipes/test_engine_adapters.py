@@ -1,4 +1,4 @@
-"""Engine adapters: the shipped seed recipes render exactly the flags in formats.md; typed refusals."""
+"""Engine adapters: the shipped seed recipes render exactly their upstream launch flags; typed refusals."""
 
 import pytest
 import yaml
@@ -8,7 +8,7 @@ from servelab.recipes.engines import render
 from servelab.recipes.inferencex import SearchSpaceEntry
 from servelab.recipes.schema import Recipe
 
-# formats.md, dsv4f-fp8-b200-vllm: every flag, pin and both arms.
+# dsv4f-fp8-b200-vllm as its upstream request launches it: every flag, pin and both arms.
 DSV4F_FLAGS = [
     "--max-model-len",
     "9472",

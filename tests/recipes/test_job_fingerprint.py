@@ -1,9 +1,10 @@
-"""Fingerprints cover the rendered launch, env, image digest, client argv and dataset; secrets only by name."""
+"""Fingerprints cover the rendered launch, env, image digest, client argv and dataset; secrets by name."""
 
+from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint, public_env
 from servelab.recipes.lock import compute_fingerprints, stale_keys
 from servelab.recipes.store import open_store
-from servelab.recipes.sweep import Filters, expand
+from servelab.recipes.sweep import expand
 
 
 def fps(store, key="dsv4f-fp8-b200-vllm"):
@@ -38,7 +39,7 @@ def test_every_input_changes_the_fingerprint(store_dir):
     ]
     for old, new in cases:
         changed = fps(edit(store_dir, old, new))
-        assert changed != base and all(x != y for x, y in zip(changed, base)), old
+        assert changed != base and all(x != y for x, y in zip(changed, base, strict=True)), old
         edit(store_dir, new, old)
     assert fps(open_store(store_dir)) == base
 
@@ -49,7 +50,7 @@ def test_client_and_dataset_change_the_fingerprint(store_dir):
     text = p.read_text()
     marker = "dsv4f-fp8-b200-vllm:\n"
     p.write_text(text.replace(marker, marker + "  client: {random-range-ratio: 1.0}\n"))
-    assert all(x != y for x, y in zip(fps(open_store(store_dir)), base))
+    assert all(x != y for x, y in zip(fps(open_store(store_dir)), base, strict=True))
 
 
 def test_secret_values_never_stored():

@@ -2,6 +2,7 @@
 
 import pytest
 
+from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, jobs_for
 from servelab.recipes.store import open_store
 
@@ -199,8 +200,6 @@ def test_new_entry_uses_this_changes_own_url(repo, base):
 
 
 def test_bad_ref(repo, base):
-    from servelab.errors import ServelabError
-
     with pytest.raises(ServelabError, match="does not name a commit"):
         change(repo, "no-such-ref")
 

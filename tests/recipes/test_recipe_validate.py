@@ -5,6 +5,7 @@ import json
 import pytest
 
 from servelab.recipes.schema import Recipe
+from servelab.recipes.store import open_store
 from servelab.recipes.validate import validate_recipe, validate_store
 
 
@@ -134,8 +135,6 @@ def test_unknown_model_and_runner(shipped):
 
 
 def test_wrong_gpus_per_node_is_caught(store_dir):
-    from servelab.recipes.store import open_store
-
     p = store_dir / "runners.yaml"
     p.write_text(
         p.read_text().replace(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import yaml
+from test_recipe_formats import EXAMPLE_MASTER, WORKLOAD
 
 
 def run(*args, cwd=None):
@@ -46,8 +47,6 @@ def test_render_prints_exact_argv_and_env():
 
 
 def test_validate_file_formats(tmp_path):
-    from test_recipe_formats import EXAMPLE_MASTER, WORKLOAD
-
     (tmp_path / "master.yaml").write_text(EXAMPLE_MASTER)
     r = run("recipes", "validate", str(tmp_path / "master.yaml"), "-v")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -69,8 +68,6 @@ def test_validate_file_formats(tmp_path):
 
 
 def test_validate_h200_fp4_is_refused(tmp_path):
-    from test_recipe_formats import EXAMPLE_MASTER
-
     (tmp_path / "h.yaml").write_text(EXAMPLE_MASTER.replace("cluster:b200-dgxc", "cluster:h200-nb"))
     r = run("recipes", "validate", str(tmp_path / "h.yaml"))
     assert r.returncode == 2

@@ -3,15 +3,16 @@
 import pytest
 
 from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 from servelab.recipes.inferencex import SearchSpaceEntry
 from servelab.recipes.ladder import concurrencies, ladder, seq_len_name
-from servelab.recipes.sweep import Filters, expand
+from servelab.recipes.sweep import expand
 
 
 @pytest.mark.parametrize(
     "start,end,step,expected",
     [
-        (3, 20, 2, [3, 6, 12, 20]),  # formats.md's example: last value clamped to conc-end
+        (3, 20, 2, [3, 6, 12, 20]),  # InferenceX's example: last value clamped to conc-end
         (1, 64, 2, [1, 2, 4, 8, 16, 32, 64]),
         (64, 1024, 2, [64, 128, 256, 512, 1024]),
         (5, 5, 2, [5]),
@@ -45,7 +46,7 @@ def rows(jobs):
     return [(j.key, j.row["tp"], j.row["ep"], j.row["dp-attn"], j.row["conc"]) for j in jobs]
 
 
-def test_first_row_matches_formats_md(shipped):
+def test_first_row_matches_inferencex_row(shipped):
     job = expand(shipped, ["dsv4-fp4-b200-vllm"])[0]
     assert job.row == {
         "image": "vllm/vllm-openai:v0.25.0",
@@ -122,9 +123,9 @@ def test_test_config_mode(shipped):
         ("dsv4f-fp8-b200-vllm", 8, 8, True, 4),
         ("dsv4f-fp8-b200-vllm", 8, 8, True, 32),
     ]
-    # full-sweep mode silently ignores keys that match nothing, and refuses --conc
+    # full-sweep mode silently ignores keys that match nothing, and refuses explicit concurrencies
     assert expand(shipped, ["nothing-*"]) == []
-    with pytest.raises(ServelabError, match="--conc"):
+    with pytest.raises(ServelabError, match="explicit concurrencies"):
         expand(shipped, [], Filters(conc=[4]))
 
 

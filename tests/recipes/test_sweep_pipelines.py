@@ -1,4 +1,4 @@
-"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (quoted, and actually run)."""
+"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (quoted, and really run)."""
 
 import json
 import os
@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import emit, script, to_buildkite, to_github, to_json
 from servelab.recipes.store import open_store
-from servelab.recipes.sweep import Filters, expand
+from servelab.recipes.sweep import expand
 
 
 @pytest.fixture
@@ -68,7 +69,8 @@ def test_scripts_quote_every_argument(store_dir, tmp_path):
     p.write_text(
         p.read_text().replace(
             "    enable-prefix-caching: true\n",
-            '    enable-prefix-caching: true\n    extra-args: ["--served-model-name", "a b\'c;$(rm -rf x)"]\n',
+            "    enable-prefix-caching: true\n"
+            '    extra-args: ["--served-model-name", "a b\'c;$(rm -rf x)"]\n',
         )
     )
     job = expand(open_store(store_dir), ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]
@@ -91,7 +93,7 @@ def test_docker_launcher_pins_digest(shipped):
 
 
 def test_sh_needs_out_for_several_jobs(jobs, tmp_path):
-    with pytest.raises(ServelabError, match="need --out DIR"):
+    with pytest.raises(ServelabError, match="need an output directory"):
         emit(jobs, "sh")
     listing = emit(jobs, "sh", tmp_path / "scripts")
     files = listing.split()

@@ -1,8 +1,13 @@
 """`servelab changelog`: validate a change to the performance changelog and expand it into jobs."""
 
+import sys
 from pathlib import Path
 
 import typer
+
+from servelab.cli.sweep import FormatOpt, LauncherOpt, OutOpt
+from servelab.errors import ServelabError
+from servelab.recipes.pipelines import emit
 
 app = typer.Typer(
     no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs."
@@ -14,20 +19,19 @@ DirOpt = typer.Option(
     help="Recipe store, relative to the current directory inside the git checkout (default: shipped).",
 )
 
+BaseRefOpt = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main).")
+HeadRefOpt = typer.Option("HEAD", "--head-ref", help="Git ref with the change.")
+
 
 def _change(base_ref: str, head_ref: str, directory, pr_link):
-    from servelab.recipes.changelog import Change
-    from servelab.recipes.store import open_store
+    from servelab.recipes.changelog import Change  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     return Change(open_store(directory, ref=base_ref), open_store(directory, ref=head_ref), pr_link=pr_link)
 
 
 def _checked_change(base_ref: str, head_ref: str, directory: Path, pr_link, suffix: str):
     """The change between the refs; every rule it breaks printed on stderr, then one error line."""
-    import sys
-
-    from servelab.errors import ServelabError
-
     change = _change(base_ref, head_ref, directory, pr_link)
     for p in change.problems:
         print(f"changelog: {p}", file=sys.stderr)
@@ -38,8 +42,8 @@ def _checked_change(base_ref: str, head_ref: str, directory: Path, pr_link, suff
 
 @app.command()
 def validate(
-    base_ref: str = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main)."),
-    head_ref: str = typer.Option("HEAD", "--head-ref", help="Git ref with the change."),
+    base_ref: str = BaseRefOpt,
+    head_ref: str = HeadRefOpt,
     pr_link: str = typer.Option(
         None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."
     ),
@@ -52,16 +56,15 @@ def validate(
 
 @app.command()
 def jobs(
-    base_ref: str = typer.Option(..., "--base-ref"),
-    head_ref: str = typer.Option("HEAD", "--head-ref"),
-    fmt: str = typer.Option("json", "--format", help="json | github | buildkite | sh"),
-    out: Path = typer.Option(None, "--out"),
-    launcher: str = typer.Option("direct", "--launcher"),
+    base_ref: str = BaseRefOpt,
+    head_ref: str = HeadRefOpt,
+    fmt: str = FormatOpt,
+    out: Path = OutOpt,
+    launcher: str = LauncherOpt,
     directory: Path = DirOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first)."""
-    from servelab.recipes.changelog import jobs_for
-    from servelab.recipes.pipelines import emit
+    from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # start-up time
 
     change = _checked_change(base_ref, head_ref, directory, None, "; no jobs emitted")
     found = jobs_for(change.head, change.added)

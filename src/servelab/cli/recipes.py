@@ -1,28 +1,28 @@
 """`servelab recipes`: list, show, validate, render, lock and import typed serving recipes."""
 
+import json
+import shlex
+import sys
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from servelab.cli._common import StoreDirOpt
+from servelab.errors import ServelabError
+from servelab.recipes.ladder import concurrencies
+from servelab.recipes.yamlio import dump_yaml
 
 app = typer.Typer(
     no_args_is_help=True, help="Typed serving recipes: list, show, validate, render the launch command."
 )
 
-DirOpt = typer.Option(
-    None, "--dir", help="Recipe store (default: $SERVELAB_RECIPES_DIR or the shipped recipes)."
-)
-
 
 @app.command("list")
-def list_(directory: Path = DirOpt) -> None:
+def list_(directory: Path = StoreDirOpt) -> None:
     """List config keys with their model, runner, engine and job count."""
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from servelab.recipes.ladder import concurrencies
-    from servelab.recipes.store import open_store
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     table = Table("key", "model", "runner", "framework", "precision", "arms", "jobs")
@@ -37,14 +37,11 @@ def list_(directory: Path = DirOpt) -> None:
 def show(
     key: str,
     as_: str = typer.Option("servelab", "--as", help="servelab | inferencex | workload | json"),
-    directory: Path = DirOpt,
+    directory: Path = StoreDirOpt,
 ) -> None:
     """Print one recipe: in servelab's format, as an InferenceX master entry, or as a perf-eval workload."""
-    import json
-
-    from servelab.errors import ServelabError
-    from servelab.recipes.store import open_store
-    from servelab.recipes.yamlio import dump_yaml
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.workload import recipe_to_workload  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
     if as_ == "servelab":
@@ -54,8 +51,6 @@ def show(
     elif as_ == "inferencex":
         typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
     elif as_ == "workload":
-        from servelab.recipes.workload import recipe_to_workload
-
         typer.echo(dump_yaml(recipe_to_workload(key, recipe)), nl=False)
     else:
         raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
@@ -66,17 +61,17 @@ def validate(
     file: Path = typer.Argument(
         None, help="A recipe, InferenceX master or perf-eval workload file; default: the store."
     ),
-    directory: Path = DirOpt,
+    directory: Path = StoreDirOpt,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print memory notes per arm."),
 ) -> None:
     """Validate recipes against the model and system specs (heads divide, fits in memory, precision runs)."""
-    from servelab.errors import ServelabError
-    from servelab.recipes.importers import load_any
-    from servelab.recipes.lock import stale_keys
-    from servelab.recipes.store import open_store
-    from servelab.recipes.validate import validate_recipe, validate_store
+    from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
+    from servelab.recipes.lock import stale_keys  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.validate import validate_recipe, validate_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    stale: list[str] = []
     if file is None:
         reports = validate_store(store)
         stale = stale_keys(store)
@@ -85,7 +80,6 @@ def validate(
         for n in notes:
             typer.echo(f"note: {n}")
         reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
-        stale = []
     n_err = 0
     for rep in reports:
         status = "FAIL" if rep.errors else "ok"
@@ -121,16 +115,13 @@ def render(
     osl: int = typer.Option(None, "--osl"),
     port: int = typer.Option(None, "--port"),
     as_json: bool = typer.Option(False, "--json", help="Print {argv, env, files} as JSON."),
-    directory: Path = DirOpt,
+    directory: Path = StoreDirOpt,
 ) -> None:
     """Print the exact launch command and environment for one topology of a recipe."""
-    import json
-    import shlex
-
-    from servelab.recipes.engines import render as render_launch
-    from servelab.recipes.inferencex import SearchSpaceEntry
-    from servelab.recipes.store import open_store
-    from servelab.recipes.sweep import MODEL_LEN_MARGIN
+    from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # start-up time
+    from servelab.recipes.inferencex import SearchSpaceEntry  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
     _, seq, _, first = next(recipe.arms())
@@ -155,13 +146,12 @@ def render(
 
 @app.command()
 def lock(
-    directory: Path = DirOpt,
+    directory: Path = StoreDirOpt,
     check: bool = typer.Option(False, "--check", help="Only report stale keys (exit 2 when any)."),
 ) -> None:
     """Record each key's fingerprint in fingerprints.lock (compared by `servelab changelog validate`)."""
-    from servelab.errors import ServelabError
-    from servelab.recipes.lock import compute_fingerprints, stale_keys
-    from servelab.recipes.store import LOCK, lock_text, open_store
+    from servelab.recipes.lock import compute_fingerprints, stale_keys  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import LOCK, lock_text, open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     if check:
@@ -180,12 +170,11 @@ def lock(
 def import_(
     file: Path,
     image: str = typer.Option(None, "--image", help="Image for workload files (they name none)."),
-    directory: Path = DirOpt,
+    directory: Path = StoreDirOpt,
 ) -> None:
-    """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes (printed as YAML)."""
-    from servelab.recipes.importers import load_any
-    from servelab.recipes.store import open_store
-    from servelab.recipes.yamlio import dump_yaml
+    """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes, printed as YAML."""
+    from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     recipes, notes = load_any(file, store.registry, image=image)

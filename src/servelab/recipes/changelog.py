@@ -1,8 +1,9 @@
 """The performance changelog: an append-only YAML ledger whose new entries trigger benchmark runs.
 
-`validate(base, head)` applies formats.md's rules to a change (two stores: the recipe dir at a base and a head git
-ref) and returns every problem found, each naming the rule, the entry and the line. `added_entries` gives the
-entries a change appended; `jobs_for` expands them into sweep jobs.
+`validate(base, head)` applies the ledger's rules (docs/recipes.md, "The performance changelog") to a change
+(two stores: the recipe dir at a base and a head git ref) and returns every problem found, each naming the
+rule, the entry and the line. `added_entries` gives the entries a change appended; `jobs_for` expands them
+into sweep jobs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import re
 
 from pydantic import Field, ValidationError, model_validator
 
-from servelab.errors import ServelabError
-from servelab.recipes.inferencex import IxModel, format_validation_error
+from servelab.errors import ServelabError, closest
+from servelab.recipes.filters import Filters
+from servelab.recipes.inferencex import IxModel
+from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.store import CHANGELOG, LOCK
+from servelab.recipes.sweep import expand
 from servelab.recipes.yamlio import load_yaml
 
 PR_LINK_RE = re.compile(r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/pull/[1-9][0-9]*$")
@@ -67,7 +71,7 @@ def parse_entries(text: str, source: str) -> list[Entry]:
         try:
             out.append(Entry.model_validate(item))
         except ValidationError as e:
-            raise ServelabError(format_validation_error(f"{source}: entry {i + 1}", e)) from None
+            raise ServelabError.from_validation(e, f"{source}: entry {i + 1}") from None
     return out
 
 
@@ -142,15 +146,15 @@ class Change:
         base_lines, head_lines = base_text.split("\n"), head_text.split("\n")
         if len(head_lines) != len(base_lines) or len(head_entries) != len(base_entries):
             first = next(
-                (i for i, (a, b) in enumerate(zip(base_lines, head_lines)) if a != b),
+                (i for i, (a, b) in enumerate(zip(base_lines, head_lines, strict=False)) if a != b),
                 min(len(base_lines), len(head_lines)),
             )
             self.problems.append(
-                f"{src}:{first + 1}: history is immutable; existing entries changed (add new entries at the tail, "
-                f"and correct pr-links in a change of their own)"
+                f"{src}:{first + 1}: history is immutable; existing entries changed (add new entries at the "
+                f"tail, and correct pr-links in a change of their own)"
             )
             return
-        for i, (a, b) in enumerate(zip(base_lines, head_lines)):
+        for i, (a, b) in enumerate(zip(base_lines, head_lines, strict=False)):
             if a == b:
                 continue
             if not (a.strip().startswith("pr-link:") and b.strip().startswith("pr-link:")):
@@ -181,15 +185,11 @@ class Change:
                 self.problems.append(f"{where}: pr-link {entry.pr_link!r} must be {want}")
             for pat in entry.config_keys:
                 if not matches(pat, keys):
-                    from servelab.errors import closest
-
                     self.problems.append(
                         f"{where}: config key {pat!r} matches no recipe" + closest(pat, keys)
                     )
 
     def _check_fingerprints(self, src: str) -> None:
-        from servelab.recipes.lock import compute_fingerprints
-
         head_lock = self.head.lock()
         lock_src = f"{self.head.source.label}/{LOCK}"
         if head_lock is None:
@@ -218,8 +218,6 @@ class Change:
 
 def jobs_for(store, entries: list[Entry], step_size: int = 2):
     """The jobs the added entries ask for, without duplicates (first entry wins)."""
-    from servelab.recipes.sweep import Filters, expand
-
     jobs, seen = [], set()
     for entry in entries:
         f = Filters(

@@ -1,4 +1,4 @@
-"""The benchmark client of a job: `servelab bench` argv (vLLM bench-serve compatible flags) and its dataset."""
+"""The benchmark client of a job: `servelab bench` argv (flags as vLLM bench serve takes them) and dataset."""
 
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
 """Job fingerprints: sha256 over a canonical JSON of everything that decides what a benchmark measures.
 
-Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables), config
-files written for the engine, image and image digest, the client argv and the dataset spec. Change any flag and the
-fingerprint changes, which is what ties a recipe edit to a changelog entry.
+Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables),
+config files written for the engine, image and image digest, the client argv and the dataset spec. Change any
+flag and the fingerprint changes, which is what ties a recipe edit to a changelog entry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from servelab.recipes.schema import is_secret_name
 
@@ -29,7 +30,7 @@ def job_fingerprint(
     image_digest: str | None,
     client_argv: list[str],
     dataset: dict,
-    secret_env: list[str] = (),
+    secret_env: Sequence[str] = (),
     row: dict | None = None,
 ) -> str:
     payload = {

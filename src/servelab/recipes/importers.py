@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.workload import is_workload, parse_workload, workload_to_recipe
 from servelab.recipes.yamlio import read_yaml
 
-# Workload files name no image; imports use this unless --image is given (validation warns: no digest).
+# Workload files name no image; imports use this unless the caller gives one (validation warns: no digest).
 DEFAULT_WORKLOAD_IMAGE = "vllm/vllm-openai:latest"
 
 
 def load_any(path, registry, image: str | None = None):
     """(recipes by key, notes about the conversion)."""
-    from servelab.recipes.store import parse_recipe_file
-    from servelab.recipes.workload import is_workload, parse_workload, workload_to_recipe
-
     source = str(path)
     data = read_yaml(Path(path))
     notes: list[str] = []
@@ -27,7 +26,7 @@ def load_any(path, registry, image: str | None = None):
             f"{source}: perf-eval workload {w.name!r} converted; serve_args parsed into typed fields"
         )
         if image is None:
-            notes.append(f"workload files name no image; using {DEFAULT_WORKLOAD_IMAGE} (pass --image)")
+            notes.append(f"workload files name no image and none was given; using {DEFAULT_WORKLOAD_IMAGE}")
         extra = mapping["engine"].get("extra-args")
         if extra:
             notes.append(f"flags without a typed field kept in engine.extra-args: {' '.join(extra)}")

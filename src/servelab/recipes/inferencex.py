@@ -1,17 +1,18 @@
 """InferenceX master-config schema, read as it is (hyphenated keys, unknown fields rejected).
 
 These models describe exactly what an InferenceX master YAML may hold, so that importing and exporting a file
-loses nothing: `dump_master(load_master(text))` gives back the same mapping. servelab's own `Recipe` extends the
-entry with what InferenceX keeps in shell scripts (see schema.py).
+loses nothing: `dump_master(load_master(text))` gives back the same mapping. servelab's own `Recipe` extends
+the entry with what InferenceX keeps in shell scripts (see schema.py).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError
+from servelab.recipes.yamlio import load_yaml
 
 
 def _hyphen(name: str) -> str:
@@ -138,19 +139,7 @@ class MasterEntry(IxModel):
         return self
 
 
-def format_validation_error(source: str, err) -> str:
-    """One line per pydantic error: 'source: a.b.c: message'."""
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return f"{source}: " + "; ".join(parts)
-
-
 def parse_master(data: object, source: str) -> dict[str, MasterEntry]:
-    from pydantic import ValidationError
-
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to entries")
     out = {}
@@ -158,13 +147,11 @@ def parse_master(data: object, source: str) -> dict[str, MasterEntry]:
         try:
             out[str(key)] = MasterEntry.model_validate(entry)
         except ValidationError as e:
-            raise ServelabError(format_validation_error(f"{source}: {key}", e)) from None
+            raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
 
 
 def load_master(text: str, source: str = "<master yaml>") -> dict[str, MasterEntry]:
-    from servelab.recipes.yamlio import load_yaml
-
     return parse_master(load_yaml(text, source), source)
 
 

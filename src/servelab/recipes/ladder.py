@@ -1,5 +1,5 @@
-"""The concurrency grammar: a ladder that multiplies from conc-start with the last value clamped to conc-end, or an
-explicit conc-list. 3..20 gives 3, 6, 12, 20 (formats.md)."""
+"""The concurrency grammar: a ladder that multiplies from conc-start with the last value clamped to conc-end,
+or an explicit conc-list. 3..20 gives 3, 6, 12, 20 (as InferenceX expands it)."""
 
 from __future__ import annotations
 

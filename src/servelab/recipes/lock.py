@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from servelab.recipes.filters import Filters
+from servelab.recipes.fingerprint import recipe_fingerprint
+from servelab.recipes.sweep import expand
+
 
 def compute_fingerprints(store) -> dict[str, str]:
-    from servelab.recipes.fingerprint import recipe_fingerprint
-    from servelab.recipes.sweep import Filters, expand
-
     out = {}
     for key in store.recipes:
         jobs = expand(store, [key], Filters(no_evals=True))

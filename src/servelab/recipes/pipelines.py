@@ -1,11 +1,13 @@
-"""Output formats for a list of jobs: JSON matrix, GitHub Actions matrix, Buildkite pipeline, shell scripts."""
+"""Output formats for a list of jobs: JSON matrix, GitHub Actions matrix, Buildkite pipeline, shell script."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.recipes.yamlio import dump_yaml
 
 # GitHub Actions refuses a matrix with more than 256 jobs.
 GITHUB_MAX_JOBS = 256
@@ -13,6 +15,9 @@ GITHUB_MAX_JOBS = 256
 HEALTH_POLL_S = 5
 HEALTH_TIMEOUT_S = 3600
 HEREDOC = "SERVELAB_EOF"
+# How a job's script starts the engine: on the host (direct, the default) or in the recipe's image.
+LAUNCHERS = ("direct", "docker")
+DEFAULT_LAUNCHER = "direct"
 
 
 def to_json(jobs) -> str:
@@ -28,9 +33,7 @@ def to_github(jobs) -> str:
     return json.dumps({"include": include}, separators=(",", ":")) + "\n"
 
 
-def to_buildkite(jobs, launcher: str = "direct") -> str:
-    from servelab.recipes.yamlio import dump_yaml
-
+def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     steps = []
     for j in jobs:
         steps.append(
@@ -83,14 +86,15 @@ def _container(job) -> str:
     return "servelab-" + job.fingerprint.removeprefix("sha256:")[:12]
 
 
-def script(job, launcher: str = "direct") -> str:
-    """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear down."""
+def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
+    """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear
+    down."""
     if job.launch is None:
         raise ServelabError(
             f"{job.label()}: disaggregated jobs have no rendered launch; no script can be written"
         )
-    if launcher not in ("direct", "docker"):
-        raise ServelabError(f"--launcher {launcher!r}: expected direct or docker")
+    if launcher not in LAUNCHERS:
+        raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
     q = shlex.quote
     launch = job.launch
     lines = [
@@ -147,10 +151,8 @@ def script_name(job) -> str:
     )
 
 
-def emit(jobs, fmt: str, out=None, launcher: str = "direct") -> str:
-    """Render jobs in `fmt`; for `sh` with several jobs, write one script per job under `out` and list them."""
-    from pathlib import Path
-
+def emit(jobs, fmt: str, out=None, launcher: str = DEFAULT_LAUNCHER) -> str:
+    """Jobs in `fmt`; for `sh` with several jobs, write one script per job under `out` and list them."""
     if fmt == "json":
         text = to_json(jobs)
     elif fmt == "github":
@@ -160,7 +162,9 @@ def emit(jobs, fmt: str, out=None, launcher: str = "direct") -> str:
     elif fmt == "sh":
         if out is None:
             if len(jobs) != 1:
-                raise ServelabError(f"--format sh: {len(jobs)} jobs need --out DIR (one script per job)")
+                raise ServelabError(
+                    f"sh scripts: {len(jobs)} jobs need an output directory (one script per job)"
+                )
             return script(jobs[0], launcher)
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
@@ -172,7 +176,7 @@ def emit(jobs, fmt: str, out=None, launcher: str = "direct") -> str:
             names.append(str(p))
         return "".join(n + "\n" for n in names)
     else:
-        raise ServelabError(f"--format {fmt!r}: expected json, github, buildkite or sh")
+        raise ServelabError(f"output format {fmt!r}: expected json, github, buildkite or sh")
     if out is not None:
         Path(out).write_text(text)
         return f"wrote {len(jobs)} jobs to {out}\n"

@@ -1,8 +1,9 @@
-"""Runners registry: CI runner labels -> nodes, each node of a kind with known hardware (tied to system specs).
+"""Runners registry: CI runner labels -> nodes, each node of a kind with known hardware (tied to system
+specs).
 
-The label -> node-list mapping is InferenceX's runners.yaml form unchanged; servelab adds `node-kinds` (the node
-name without its `_N` suffix) with the system spec, GPUs per node, CPU DRAM and the CI queue, and `gpu-profiles`
-(perf-eval `gpu:` keys -> a runner label).
+The label -> node-list mapping is InferenceX's runners.yaml form unchanged; servelab adds `node-kinds` (the
+node name without its `_N` suffix) with the system spec, GPUs per node, CPU DRAM and the CI queue, and
+`gpu-profiles` (perf-eval `gpu:` keys -> a runner label).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import re
 from pydantic import Field, ValidationError
 
 from servelab.errors import ServelabError, closest
-from servelab.recipes.inferencex import IxModel, format_validation_error
+from servelab.recipes.inferencex import IxModel
+from servelab.specs import load_system
 
 _SUFFIX = re.compile(r"_\d+$")
 
@@ -77,8 +79,6 @@ class Registry:
 
     def check_against_specs(self) -> list[str]:
         """Problems where a node kind disagrees with its system spec (unknown system, wrong GPU count)."""
-        from servelab.specs import load_system
-
         problems = []
         for name, kind in self.file.node_kinds.items():
             try:
@@ -98,4 +98,4 @@ def parse_runners(data: object, source: str) -> Registry:
     try:
         return Registry(RunnersFile.model_validate(data), source)
     except ValidationError as e:
-        raise ServelabError(format_validation_error(source, e)) from None
+        raise ServelabError.from_validation(e, source) from None

@@ -1,9 +1,10 @@
 """servelab's recipe: an InferenceX config key plus everything InferenceX keeps in hand-written shell scripts.
 
-A recipe file maps config keys to recipes, exactly like an InferenceX master YAML, so any InferenceX file is a valid
-recipe file (the extra fields are all optional). What servelab adds is typed: engine arguments, environment, image
-digest, model revision, accuracy evals with thresholds, metric assertions and client settings. The launch command
-is rendered from these fields by an engine adapter (engines/), never written by hand.
+A recipe file maps config keys to recipes, exactly like an InferenceX master YAML, so any InferenceX file is a
+valid recipe file (the extra fields are all optional). What servelab adds is typed: engine arguments,
+environment, image digest, model revision, accuracy evals with thresholds, metric assertions and client
+settings. The launch command is rendered from these fields by an engine adapter (engines/), never written by
+hand.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ class KernelConfig(IxModel):
 
     enable_jit_warmup: bool | None = Field(
         None,
-        description="False turns off the generic FA4/MLA JIT warm-up; DeepSeek-V4 has no legacy MLA dimensions "
-        "and the warm-up fails on it (formats.md, dsv4-fp4-b200-vllm pitfalls).",
+        description="False turns off the generic FA4/MLA JIT warm-up; DeepSeek-V4 has no legacy MLA "
+        "dimensions and the warm-up fails on it (seen serving dsv4-fp4-b200-vllm).",
     )
     model_config = IxModel.model_config | {"alias_generator": None}
 
 
 class EngineArgs(IxModel):
-    """Engine-neutral serving options; each adapter maps them to its flags or refuses what it cannot express."""
+    """Engine-neutral serving options; each adapter maps them to its flags or refuses what it cannot say."""
 
     kv_cache_dtype: str | None = None
     block_size: int | None = Field(None, ge=1)
@@ -44,7 +45,7 @@ class EngineArgs(IxModel):
     cuda_home: str | None = Field(
         None,
         description="Pins CUDA_HOME so JIT compilers (TileLang) use the system CUDA toolkit, not a pip nvcc "
-        "whose headers do not match (formats.md).",
+        "whose headers do not match.",
     )
     tokenizer_mode: str | None = None
     tool_call_parser: str | None = None
@@ -141,7 +142,7 @@ class RecipeSeqLen(SeqLenConfig):
 class Recipe(MasterEntry):
     """One config key: the InferenceX fields plus typed launch, pins, evals and assertions."""
 
-    scenarios: dict[str, list[RecipeSeqLen]]
+    scenarios: dict[str, list[RecipeSeqLen]]  # type: ignore[assignment]  # narrows the entry's seq-lens
     description: str | None = None
     image_digest: str | None = None
     revision: str | None = None
@@ -150,7 +151,8 @@ class Recipe(MasterEntry):
     env: dict[str, str] = Field(default_factory=dict)
     secret_env: list[str] = Field(
         default_factory=list,
-        description="Names of secrets (e.g. HF_TOKEN) the runner must provide; only names are stored or hashed.",
+        description="Names of secrets (e.g. HF_TOKEN) the runner must provide; only names are stored or "
+        "hashed.",
     )
     evals: list[Eval] = Field(default_factory=list)
     assertions: dict[str, Bound] = Field(default_factory=dict)
@@ -173,7 +175,8 @@ class Recipe(MasterEntry):
                 raise ValueError(f"env name {name!r} is not a valid variable name")
             if is_secret_name(name):
                 raise ValueError(
-                    f"env {name} looks like a secret; secrets come from the runner's environment, never a recipe"
+                    f"env {name} looks like a secret; secrets come from the runner's environment, "
+                    "never a recipe"
                 )
         return v
 

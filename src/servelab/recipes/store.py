@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servelab.errors import ServelabError
-from servelab.recipes.inferencex import format_validation_error
+from servelab.errors import ServelabError, closest
+from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
 from servelab.recipes.yamlio import load_yaml
 
@@ -59,7 +59,7 @@ class GitSource:
     def __init__(self, ref: str, root: Path):
         rel = os.path.relpath(Path(root).resolve(), Path.cwd().resolve())
         if rel.startswith(".."):
-            raise ServelabError(f"recipes dir {root} is outside the current git checkout; pass --dir")
+            raise ServelabError(f"recipes dir {root} is outside the current git checkout")
         self.ref = ref
         self.rel = Path(rel)
         self.label = f"{ref}:{rel}"
@@ -105,14 +105,12 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
         try:
             out[str(key)] = Recipe.model_validate(entry)
         except ValidationError as e:
-            raise ServelabError(format_validation_error(f"{source}: {key}", e)) from None
+            raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
 
 
 class Store:
     def __init__(self, source):
-        from servelab.recipes.runners import parse_runners
-
         self.source = source
         self.recipes: dict[str, Recipe] = {}
         self.files: dict[str, str] = {}
@@ -133,8 +131,6 @@ class Store:
         )
 
     def get(self, key: str) -> Recipe:
-        from servelab.errors import closest
-
         if key not in self.recipes:
             raise ServelabError(
                 f"config key {key!r} is not in {self.source.label}" + closest(key, list(self.recipes))

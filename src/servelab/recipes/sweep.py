@@ -1,45 +1,28 @@
 """Sweep expansion: recipes x filters -> jobs (one per concurrency), each rendered and fingerprinted.
 
-Follows InferenceX's generator: keys by glob, filters on model prefix / precision / framework / runner / seq-lens /
-concurrency / tp / ep, full-sweep and test-config modes, eval marking, trimming to the lowest concurrency.
+Follows InferenceX's generator: keys by glob, filters on model prefix / precision / framework / runner /
+seq-lens / concurrency / tp / ep, full-sweep and test-config modes, eval marking, trimming to the lowest
+concurrency.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError, closest
+from servelab.recipes.client import client_argv, dataset_spec, lm_eval_argv, result_filename
 from servelab.recipes.engines import Launch, render
+from servelab.recipes.filters import Filters
+from servelab.recipes.fingerprint import job_fingerprint
 from servelab.recipes.ladder import concurrencies, seq_len_name
+from servelab.recipes.schema import LmEval
 
 # Eval marking (InferenceX): only 8k/1k rows at concurrency >= 16 qualify.
 EVAL_ISL, EVAL_OSL, EVAL_MIN_CONC = 8192, 1024, 16
 # InferenceX sizes max-model-len as isl + osl + this margin.
 MODEL_LEN_MARGIN = 256
-
-
-class Filters(BaseModel):
-    mode: Literal["full-sweep", "test-config"] = "full-sweep"
-    model_prefix: list[str] = Field(default_factory=list)
-    precision: list[str] = Field(default_factory=list)
-    framework: list[str] = Field(default_factory=list)
-    runner: list[str] = Field(default_factory=list, description="runner labels or globs")
-    seq_lens: list[str] = Field(default_factory=list, description="names such as 8k1k")
-    scenario_type: list[str] = Field(default_factory=list)
-    node_type: Literal["single-node", "multi-node"] | None = None
-    min_conc: int | None = None
-    max_conc: int | None = None
-    max_tp: int | None = None
-    max_ep: int | None = None
-    conc: list[int] = Field(default_factory=list, description="test-config: run exactly these concurrencies")
-    step_size: int = 2
-    lowest_conc: bool = False
-    evals_only: bool = False
-    all_evals: bool = False
-    no_evals: bool = False
 
 
 class Job(BaseModel):
@@ -86,7 +69,7 @@ class Job(BaseModel):
 
 
 def select_keys(all_keys: list[str], patterns: list[str], strict: bool) -> list[str]:
-    """Keys matching any glob, in store order; with strict (test-config) every pattern must match something."""
+    """Keys matching any glob, in store order; with strict (test-config) every pattern must match a key."""
     if not patterns:
         return list(all_keys)
     chosen = []
@@ -160,9 +143,6 @@ def _row(key, recipe, seq, arm, conc) -> dict:
 
 
 def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
-    from servelab.recipes.client import client_argv, dataset_spec, result_filename
-    from servelab.recipes.fingerprint import job_fingerprint
-
     recipe = store.recipes[key]
     runner = store.registry.get(recipe.runner)
     row = _row(key, recipe, seq, arm, conc)
@@ -203,7 +183,9 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
     if f.mode == "test-config" and not patterns:
         raise ServelabError("test-config mode needs config keys (globs allowed)")
     if f.conc and f.mode != "test-config":
-        raise ServelabError("--conc is for test-config mode; full sweeps use each recipe's ladder")
+        raise ServelabError(
+            "explicit concurrencies are for test-config mode; full sweeps use each recipe's ladder"
+        )
     jobs: list[Job] = []
     for key in select_keys(list(store.recipes), patterns or [], strict=f.mode == "test-config"):
         recipe = store.recipes[key]
@@ -227,12 +209,9 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
 
 
 def mark_evals(store, jobs: list[Job], all_evals: bool = False, no_evals: bool = False) -> None:
-    """InferenceX's policy: in each (model, runner, framework, precision, spec, dp-attn) group of qualifying rows
-    (8k/1k, conc >= 16), the highest and the median concurrency also run GSM8K. Ties at one concurrency go to the
-    first row in sweep order. `all_evals` marks every row (a changelog `all-evals` entry)."""
-    from servelab.recipes.client import lm_eval_argv
-    from servelab.recipes.schema import LmEval
-
+    """InferenceX's policy: in each (model, runner, framework, precision, spec, dp-attn) group of qualifying
+    rows (8k/1k, conc >= 16), the highest and the median concurrency also run GSM8K. Ties at one concurrency
+    go to the first row in sweep order. `all_evals` marks every row (a changelog `all-evals` entry)."""
     if no_evals:
         return
     if all_evals:

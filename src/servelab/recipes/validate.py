@@ -1,18 +1,21 @@
 """Recipe validation against the model and system specs: the runner exists and matches its system, the
-checkpoint's precision runs there, heads and experts divide, the deployment fits in memory with room for at least
-one full-length sequence, and every arm renders on its engine."""
+checkpoint's precision runs there, heads and experts divide, the deployment fits in memory with room for at
+least one full-length sequence, and every arm renders on its engine."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
+from servelab.predict.memory import check_fits
+from servelab.recipes.engines import engine_name, render
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
+from servelab.specs import Parallel, check_precision, load_model, load_system
 
 # vLLM's default when a recipe leaves gpu-memory-utilization unset.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
-# Fused kernels that only exist on Blackwell (SM100+) (models.md: MegaMoE is Blackwell-only).
+# Fused MoE kernels that only exist on Blackwell (SM100+): DeepGEMM's MegaMoE.
 BLACKWELL_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
 KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "bf16": "bf16", "auto": None}
 
@@ -26,8 +29,6 @@ class Report:
 
 
 def _model_for(recipe):
-    from servelab.specs import load_model
-
     e = recipe.engine
     kv = KV_DTYPES.get(e.kv_cache_dtype) if e.kv_cache_dtype else None
     indexer = "fp4" if (e.attention_config or {}).get("use_fp4_indexer_cache") is True else None
@@ -48,10 +49,6 @@ def _model_for(recipe):
 
 
 def validate_recipe(key: str, recipe, registry) -> Report:
-    from servelab.predict.memory import check_fits
-    from servelab.recipes.engines import engine_name, render
-    from servelab.specs import Parallel, check_precision, load_system
-
     rep = Report(key)
     try:
         runner = registry.get(recipe.runner)

@@ -1,20 +1,24 @@
 """perf-eval workload files (one per model and GPU): read as they are, converted to recipes and back.
 
 The `serve_args` string is parsed into typed engine fields (flags without a typed field are kept verbatim in
-engine.extra-args, so nothing is lost), `vllm_bench` configs become seq-len blocks with a one-value conc-list, and
-`lm_eval`/`bfcl` become typed evals. Exporting renders serve_args from the typed fields again.
+engine.extra-args, so nothing is lost), `vllm_bench` configs become seq-len blocks with a one-value conc-list,
+and `lm_eval`/`bfcl` become typed evals. Exporting renders serve_args from the typed fields again.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
-from servelab.recipes.inferencex import format_validation_error
+from servelab.recipes.engines.base import base_env
+from servelab.recipes.engines.vllm import render
+from servelab.recipes.ladder import concurrencies
+from servelab.recipes.sweep import MODEL_LEN_MARGIN
 
 
 class _W(BaseModel):
@@ -63,7 +67,10 @@ class WlBench(_W):
     configs: list[WlBenchConfig]
 
 
-class Workload(_W):
+class PerfEvalWorkload(_W):
+    """One perf-eval workload file: a server, its accuracy evals and benchmark configs (not the simulator's
+    request stream, which is predict.serving.workload.Workload)."""
+
     name: str
     gpu: str
     num_gpus: int
@@ -78,15 +85,15 @@ def is_workload(data: object) -> bool:
     return isinstance(data, dict) and "vllm" in data and "name" in data and "gpu" in data
 
 
-def parse_workload(data: object, source: str) -> Workload:
+def parse_workload(data: object, source: str) -> PerfEvalWorkload:
     try:
-        return Workload.model_validate(data)
+        return PerfEvalWorkload.model_validate(data)
     except ValidationError as e:
-        raise ServelabError(format_validation_error(source, e)) from None
+        raise ServelabError.from_validation(e, source) from None
 
 
 # flag -> (engine field, type); flags that set topology or pins are handled in parse_serve_args.
-_VALUE_FLAGS = {
+_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-model-len": ("max-model-len", int),
     "--kv-cache-dtype": ("kv-cache-dtype", str),
     "--block-size": ("block-size", int),
@@ -187,12 +194,12 @@ def _precision(model_id: str) -> str:
     return "fp4" if "fp4" in low else "fp8" if "fp8" in low else "bf16"
 
 
-def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tuple[str, dict]:
+def workload_to_recipe(w: PerfEvalWorkload, runner: str, image: str, source: str) -> tuple[str, dict]:
     """(config key, recipe mapping) in servelab's format."""
     engine, arm, revision = parse_serve_args(w.vllm.serve_args, source)
     env = dict(w.vllm.env)
     if "CUDA_HOME" in env:
-        engine["cuda-home"] = env.pop("CUDA_HOME")  # the typed pin (formats.md pitfall)
+        engine["cuda-home"] = env.pop("CUDA_HOME")  # a typed, fingerprinted pin, not loose env
     if arm["tp"] * arm["pp"] != w.num_gpus:
         raise ServelabError(
             f"{source}: num_gpus {w.num_gpus} disagrees with serve_args ({arm['tp']} x pp {arm['pp']})"
@@ -241,9 +248,6 @@ def workload_to_recipe(w: Workload, runner: str, image: str, source: str) -> tup
 
 def recipe_to_workload(key: str, recipe) -> dict:
     """The perf-eval workload view of a single-arm vLLM recipe (the shape workload files can hold)."""
-    from servelab.recipes.engines import base_env
-    from servelab.recipes.engines.vllm import render
-
     arms = list(recipe.arms())
     if recipe.framework != "vllm" or not arms:
         raise ServelabError(f"{key}: only vLLM recipes with at least one arm export to a workload file")
@@ -251,7 +255,9 @@ def recipe_to_workload(key: str, recipe) -> dict:
     if len(layouts) != 1:
         raise ServelabError(f"{key}: a workload file holds one server layout; this recipe has {len(layouts)}")
     _, first_seq, _, arm = arms[0]
-    argv = render(recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + 256, 0)
+    argv = render(
+        recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + MODEL_LEN_MARGIN, 0
+    )
     args = argv.argv[3:]
     for flag in ("--host", "--port"):  # set by the runner, not part of the workload
         j = args.index(flag)
@@ -283,8 +289,6 @@ def recipe_to_workload(key: str, recipe) -> dict:
                 {"num_threads": e.num_threads} if e.num_threads else {}
             )
     configs = []
-    from servelab.recipes.ladder import concurrencies
-
     for _, seq, _, a in arms:
         for c in concurrencies(a):
             configs.append(

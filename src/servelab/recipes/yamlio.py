@@ -1,11 +1,12 @@
 """YAML reading that refuses duplicate keys, and writing that keeps key order.
 
-PyYAML silently keeps the last of two equal keys; a recipe or changelog with a duplicate key is almost always a
-copy-paste mistake, so every recipe-side file is read through `load_yaml`.
+PyYAML silently keeps the last of two equal keys; a recipe or changelog with a duplicate key is almost always
+a copy-paste mistake, so every recipe-side file is read through `load_yaml`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,8 +50,6 @@ def load_yaml(text: str, source: str) -> Any:
 
 
 def read_yaml(path) -> Any:
-    from pathlib import Path
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

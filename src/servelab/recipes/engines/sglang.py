@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines import Launch, base_env, refuse
+from servelab.recipes.engines.base import Launch, base_env, refuse
 
 # SGLang names the FP8 KV cache by its exact format.
 KV_DTYPES = {

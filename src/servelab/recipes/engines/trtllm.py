@@ -1,9 +1,10 @@
-"""TensorRT-LLM adapter: `trtllm-serve MODEL ... --extra_llm_api_options FILE` with the options file rendered too."""
+"""TensorRT-LLM adapter: `trtllm-serve MODEL ... --extra_llm_api_options FILE`, and that options file."""
 
 from __future__ import annotations
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines import Launch, base_env, refuse
+from servelab.recipes.engines.base import Launch, base_env, refuse
+from servelab.recipes.yamlio import dump_yaml
 
 OPTIONS_FILE = "extra-llm-api-config.yml"
 
@@ -16,8 +17,6 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def render(recipe, arm, max_model_len: int, port: int) -> Launch:
-    from servelab.recipes.yamlio import dump_yaml
-
     refuse(
         "trtllm",
         recipe,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines import Launch, base_env, json_arg, refuse
+from servelab.recipes.engines.base import Launch, base_env, json_arg, refuse
 
-# Backends that only run with expert parallelism (formats.md: MegaMoE refuses to start without it).
+# MoE backends that only run with expert parallelism: vLLM's MegaMoE refuses to start without it.
 EP_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
 
 

@@ -1,0 +1,41 @@
+"""What every engine adapter builds on: the Launch it returns and the pieces all adapters share."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, Field
+
+from servelab.errors import ServelabError
+
+
+class Launch(BaseModel):
+    """What starts one server: argv (never a shell string), environment, and files written next to it."""
+
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict, description="relative path -> content")
+    port: int
+    health_path: str = "/health"
+
+
+def base_env(recipe) -> dict[str, str]:
+    """Recipe env plus typed pins (CUDA_HOME), sorted so the fingerprint is stable."""
+    env = dict(recipe.env)
+    if recipe.engine.cuda_home:
+        env["CUDA_HOME"] = recipe.engine.cuda_home
+    return dict(sorted(env.items()))
+
+
+def refuse(engine: str, recipe, fields: list[str]) -> None:
+    """Raise for typed engine fields this engine cannot express, rather than silently dropping them."""
+    dumped = recipe.engine.dump()
+    bad = [f for f in fields if dumped.get(f) not in (None, [], {})]
+    if bad:
+        raise ServelabError(
+            f"engine.{bad[0]}: not supported by the {engine} adapter (set on recipe for {engine})"
+        )
+
+
+def json_arg(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
