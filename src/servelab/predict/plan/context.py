@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from servelab.perfdb.db import PerfDB
 from servelab.predict.backends import EngineProfile
-from servelab.predict.plan.points import Clocks, clocks
+from servelab.predict.plan.points import Clocks, Miss, clocks
 from servelab.predict.plan.request import PlanRequest
 from servelab.predict.serving.aggregated import SimResult
 from servelab.predict.serving.workload import SpecDecoding, Workload
@@ -42,8 +42,8 @@ class SearchContext:
         """The SLA statistic of `metric` per clock."""
         return clocks(lambda k: sim.metric(metric, self.req.sla_stat, k))
 
-    def misses(self, ttft: float, tpot: float) -> list[str]:
-        out = []
+    def misses(self, ttft: float, tpot: float) -> list[Miss]:
+        out: list[Miss] = []
         if self.req.ttft_ms is not None and ttft > self.req.ttft_ms:
             out.append("ttft")
         if self.req.tpot_ms is not None and tpot > self.req.tpot_ms:

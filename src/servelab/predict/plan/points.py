@@ -15,6 +15,7 @@ from servelab.specs import Parallel
 Clocks = tuple[float, float, float]  # a value under the step model's nominal, low and high step times
 Link = Literal["nvlink", "network"]
 PointMode = Literal["agg", "disagg"]
+Miss = Literal["ttft", "tpot"]  # an SLA limit a point misses
 
 
 def clocks(value: Callable[[int], float]) -> Clocks:
@@ -76,7 +77,7 @@ class Point:
     out_tps: Clocks  # per replica (or per deployment for disagg)
     total_tps: Clocks
     gpus: int
-    misses: list[str]
+    misses: list[Miss]
     disagg: DisaggDetail | None = None
 
     @property
