@@ -109,7 +109,7 @@ def run_servelab(runs: int) -> dict:
         walls.append(wall)
         best = json.loads(proc.stdout)
     sys.path.insert(0, str(ROOT / "src"))
-    from servelab.predict.search import PlanRequest, make_plan
+    from servelab.predict.plan import PlanRequest, make_plan
 
     make_plan(PlanRequest(**QUESTION))  # warm imports, then time the search alone in a warm process
     t = time.perf_counter()

@@ -3,8 +3,8 @@
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.predict.disagg import kv_transfer_s
-from servelab.predict.search import PlanRequest, make_plan
+from servelab.predict.plan import PlanRequest, make_plan
+from servelab.predict.plan.disagg import kv_transfer_s
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +32,14 @@ def test_pools_fit_the_gpus_and_rate_match(flash_disagg):
         assert c.meets_sla and c.tpot_ms <= 40 and c.ttft_ms <= 3000
         assert c.concurrency == c.decode.workers * c.decode.concurrency_per_worker
         # the prefill pool keeps up: its workers see a rate below their saturated capacity
-        p = c._point
-        assert p.extra["prefill_rate"] > 0
+        assert c.point.disagg.prefill_rate > 0
 
 
 def test_kv_transfer_uses_nvlink_inside_the_node_and_network_across(flash_disagg):
     c = flash_disagg.candidates[0]
-    ctx, p = flash_disagg.context, c._point
-    inside, link_in = kv_transfer_s(ctx, p.extra["prefill_config"], p.config, 8)
-    across, link_out = kv_transfer_s(ctx, p.extra["prefill_config"], p.config, 16)
+    ctx, p = flash_disagg.context, c.point
+    inside, link_in = kv_transfer_s(ctx, p.disagg.prefill, p.config, 8)
+    across, link_out = kv_transfer_s(ctx, p.disagg.prefill, p.config, 16)
     assert (link_in, link_out) == ("nvlink", "network")
     assert across > 5 * inside
     # 8K tokens of DeepSeek-V4 KV over NVLink: well under a millisecond to a few ms, not seconds
@@ -65,5 +64,5 @@ def test_both_modes_rank_together():
 
 
 def test_no_split_when_one_replica_needs_every_gpu():
-    with pytest.raises(ServelabError, match="no prefill \\+ decode split fits in 8 GPUs.*--mode agg"):
+    with pytest.raises(ServelabError, match="no prefill \\+ decode split fits in 8 GPUs.*mode agg"):
         make_plan(PlanRequest(model="deepseek-ai/DeepSeek-V3", gpus=8, isl=4000, osl=1000, mode="disagg"))

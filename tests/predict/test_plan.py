@@ -1,14 +1,15 @@
-"""`servelab plan`: the search, its ranking and Pareto flags, bad input, the explanation and the HTML report."""
+"""`servelab plan`: the search, its ranking and Pareto flags, bad input, the explanation and the HTML
+report."""
 
 import json
 
 import pytest
 from typer.testing import CliRunner
 
+from servelab.cli.main import app
 from servelab.errors import ServelabError
-from servelab.predict.explain import explain
-from servelab.predict.search import PlanRequest, make_plan
-from servelab.results.report_plan import render_html, safe_json
+from servelab.predict.plan import PlanRequest, explain, make_plan
+from servelab.predict.plan.report import render_html, safe_json
 
 DSV3 = {"model": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "gpus": 8, "isl": 4000, "osl": 1000}
 
@@ -45,7 +46,7 @@ def test_pareto_flags_mark_exactly_the_undominated(dsv3_plan):
 
 def test_search_is_fast_and_reports_its_work(dsv3_plan):
     k = dsv3_plan.considered
-    assert k["configs"] >= 10 and k["simulations"] >= k["configs"]
+    assert k.configs >= 10 and k.simulations >= k.configs
     assert dsv3_plan.wall_ms < 5000  # the benchmark measures the real figure; this only catches a blow-up
     assert any("disagg" in n for n in dsv3_plan.notes)  # one DeepSeek-V3 replica needs all 8 GPUs
 
@@ -66,18 +67,18 @@ def test_impossible_sla_names_the_closest_and_the_binding_limit():
 
 
 def test_too_few_gpus_says_what_would_fit():
-    with pytest.raises(ServelabError, match="fits no configuration on 2x h200_sxm.*--gpus 8"):
+    with pytest.raises(ServelabError, match="fits no configuration on 2x h200_sxm.*gpus 8"):
         make_plan(PlanRequest(**{**DSV3, "gpus": 2}))
 
 
 def test_explain_names_time_and_limits(dsv3_plan):
-    ex = explain(dsv3_plan.context, dsv3_plan, 1)
+    ex = explain(dsv3_plan, 1)
     assert ex["rank"] == 1 and ex["limits"]
     decode = ex["time"]["decode_step_us"]
     assert {"moe", "attention", "engine overhead"} <= set(decode)
     assert ex["versus"]
     with pytest.raises(ServelabError, match="no candidate of rank 999"):
-        explain(dsv3_plan.context, dsv3_plan, 999)
+        explain(dsv3_plan, 999)
 
 
 def test_html_report_escapes_everything(dsv3_plan):
@@ -90,8 +91,6 @@ def test_html_report_escapes_everything(dsv3_plan):
 
 
 def test_cli_json_and_bad_input(tmp_path):
-    from servelab.cli.main import app
-
     runner = CliRunner()
     out = runner.invoke(
         app,
@@ -144,11 +143,12 @@ def test_cli_json_and_bad_input(tmp_path):
     assert isinstance(bad.exception, ServelabError) and "--mode" in str(bad.exception)
     bad = runner.invoke(app, ["plan", "qwen3-32b", "--gpus", "0"])
     assert isinstance(bad.exception, ServelabError) and "--gpus" in str(bad.exception)
+    # the library names request fields; the CLI names them as its flags
+    bad = runner.invoke(app, ["plan", "deepseek-ai/DeepSeek-V3", "--gpus", "2"])
+    assert isinstance(bad.exception, ServelabError) and "use --gpus 8 or more" in str(bad.exception)
 
 
 def test_estimate_agg_cli():
-    from servelab.cli.main import app
-
     out = CliRunner().invoke(
         app,
         [

@@ -9,7 +9,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.backends import engine_profile
 from servelab.predict.graph import StepShape
-from servelab.predict.pareto import pareto_mask
+from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.serving import SpecDecoding, StepPricer, Workload, estimate_aggregated, simulate
 from servelab.predict.static import estimate_static, prepare
 from servelab.predict.step import priced_step

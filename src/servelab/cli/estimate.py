@@ -1,6 +1,9 @@
 """`servelab estimate`: TTFT, TPOT and throughput of one deployment at one batch."""
 
+from typing import Any
+
 import typer
+from rich.table import Table
 
 from servelab.cli._common import (
     DpAttnOpt,
@@ -12,8 +15,14 @@ from servelab.cli._common import (
     SystemOpt,
     TpOpt,
     WeightDtypeOpt,
+    console,
+    load_deployment,
     print_json,
 )
+from servelab.errors import ServelabError
+from servelab.predict.backends import engine_profile
+from servelab.predict.serving import estimate_aggregated
+from servelab.predict.static import estimate_static
 
 
 def estimate(
@@ -34,23 +43,13 @@ def estimate(
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
-    from servelab.cli._common import load_deployment
-    from servelab.errors import ServelabError
-    from servelab.predict.backends import engine_profile
-
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     engine = engine_profile(backend)
     if mode == "static":
-        from servelab.predict.static import estimate_static
-
         result = estimate_static(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
         )
     elif mode == "agg":
-        try:
-            from servelab.predict.serving import estimate_aggregated
-        except ImportError:
-            raise ServelabError("--mode agg: the serving simulator is not installed in this build") from None
         result = estimate_aggregated(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
         )
@@ -63,11 +62,7 @@ def estimate(
     _print(data)
 
 
-def _print(data: dict) -> None:
-    from rich.table import Table
-
-    from servelab.cli._common import console
-
+def _print(data: dict[str, Any]) -> None:
     out = console()
     title = (
         f"{data['model']} on {data['gpus']}x {data['system']} ({data['parallel']}, {data['backend']}), "
@@ -91,9 +86,8 @@ def _print(data: dict) -> None:
         pct = data.get("percentiles", {}).get(key)
         if pct:
             out.print(f"{key}: " + ", ".join(f"{k} {v:,.2f}" for k, v in pct.items()))
-    out.print(
-        f"[dim]ops by source: {data['provenance']['ops_by_source']}; engine: {data['provenance']['engine']}[/dim]"
-    )
+    provenance = data["provenance"]
+    out.print(f"[dim]ops by source: {provenance['ops_by_source']}; engine: {provenance['engine']}[/dim]")
     if data.get("breakdown"):
         for phase in ("prefill_us", "decode_us"):
             bd = data["breakdown"][phase]

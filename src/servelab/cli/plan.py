@@ -1,47 +1,66 @@
-"""`servelab plan`: rank deployments of a model on N GPUs under TTFT / TPOT limits (aggregated and disaggregated)."""
+"""`servelab plan`: rank deployments of a model on N GPUs under TTFT / TPOT limits (aggregated and
+disaggregated).
+
+Options that set a PlanRequest field take their default and help from it; library errors name fields, which
+this module names as flags.
+"""
+
+from pathlib import Path
+from typing import Any
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from servelab.cli._common import console, print_json
+from servelab.errors import ServelabError
+from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
+from servelab.predict.plan.report import render_html
+
+FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
+
+
+def flag(name: str) -> str:
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def _option(name: str, *short: str) -> Any:
+    field = PlanRequest.model_fields[name]
+    return typer.Option(field.default, flag(name), *short, help=field.description)
 
 
 def plan(
     model: str = typer.Argument(
-        "sgl-project/DeepSeek-V4-Flash-FP8", help="Model name, checkpoint id or config.json"
+        PlanRequest.model_fields["model"].default, help=PlanRequest.model_fields["model"].description
     ),
-    system: str = typer.Option("h200_sxm", "--system", "-s", help="System name (servelab systems)"),
-    gpus: int = typer.Option(8, "--gpus", "-n", help="GPUs to deploy on"),
-    isl: int = typer.Option(8192, "--isl", help="Input tokens per request"),
-    osl: int = typer.Option(1024, "--osl", help="Output tokens per request"),
-    ttft_ms: float = typer.Option(None, "--ttft-ms", help="TTFT limit in ms"),
-    tpot_ms: float = typer.Option(None, "--tpot-ms", help="TPOT limit in ms"),
-    sla_stat: str = typer.Option(
-        "mean", "--sla-stat", help="Statistic the limits apply to: mean, p50, p90, p99"
-    ),
-    backend: str = typer.Option("vllm", "--backend", help="torch | vllm | sglang | trtllm"),
-    mode: str = typer.Option("both", "--mode", help="agg | disagg | both"),
-    top: int = typer.Option(
-        10, "--top", help="Candidates to list (Pareto-front ones are always in the JSON)"
-    ),
-    weight_dtype: str = typer.Option(None, "--weight-dtype", help="Override weight dtype"),
-    kv_dtype: str = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8"),
-    prefix_hit_rate: float = typer.Option(
-        0.0, "--prefix-hit-rate", help="Fraction of each prompt in the prefix cache"
-    ),
-    spec_tokens: int = typer.Option(0, "--spec-tokens", help="Speculative (MTP / draft) tokens per step"),
-    acceptance: float = typer.Option(0.7, "--acceptance", help="Per-token acceptance rate of draft tokens"),
-    max_num_batched_tokens: int = typer.Option(
+    system: str = _option("system", "-s"),
+    gpus: int = _option("gpus", "-n"),
+    isl: int = _option("isl"),
+    osl: int = _option("osl"),
+    ttft_ms: float | None = _option("ttft_ms"),
+    tpot_ms: float | None = _option("tpot_ms"),
+    sla_stat: str = _option("sla_stat"),
+    backend: str = _option("backend"),
+    mode: str = _option("mode"),
+    top: int = _option("top"),
+    weight_dtype: str | None = _option("weight_dtype"),
+    kv_dtype: str | None = _option("kv_dtype"),
+    prefix_hit_rate: float = _option("prefix_hit_rate"),
+    spec_tokens: int = _option("spec_tokens"),
+    acceptance: float = _option("acceptance"),
+    max_num_batched_tokens: int | None = typer.Option(
         None, "--max-num-batched-tokens", help="Engine token budget per step"
     ),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Engine limit on running sequences"),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Engine limit on running sequences"),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
-    report: str = typer.Option(None, "--report", help="Write an HTML report (Pareto chart + table) here"),
-    explain: int = typer.Option(None, "--explain", help="Explain the candidate of this rank"),
+    report: str | None = typer.Option(
+        None, "--report", help="Write an HTML report (Pareto chart + table) here"
+    ),
+    explain_rank: int | None = typer.Option(None, "--explain", help="Explain the candidate of this rank"),
 ) -> None:
-    """Search parallel configs, replicas, concurrency and prefill/decode splits; rank by output tok/s per GPU."""
-    from pydantic import ValidationError
-
-    from servelab.errors import ServelabError
-    from servelab.predict.search import PlanRequest, make_plan
-
+    """Search parallel configs, replicas, concurrency and prefill/decode splits; rank by output tok/s per
+    GPU."""
     engine = {
         k: v
         for k, v in {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}.items()
@@ -69,28 +88,21 @@ def plan(
         )
     except ValidationError as e:
         err = e.errors()[0]
-        raise ServelabError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+        raise ServelabError(f"{flag(str(err['loc'][0]))}: {err['msg']}") from None
     for key, value in engine.items():
         if value < 1:
-            raise ServelabError(f"--{key.replace('_', '-')}: must be at least 1, got {value}")
-    result = make_plan(req)
-    explained = None
-    if explain is not None:
-        from servelab.predict.explain import explain as do_explain
-
-        explained = do_explain(result.context, result, explain)
+            raise ServelabError(f"{flag(key)}: must be at least 1, got {value}")
+    try:
+        result = make_plan(req)
+        explained = explain(result, explain_rank) if explain_rank is not None else None
+    except PlanError as e:
+        raise ServelabError(e.named(flag)) from None
     if report:
-        from pathlib import Path
-
-        from servelab.results.report_plan import render_html
-
         try:
             Path(report).write_text(render_html(result), encoding="utf-8")
         except OSError as e:
             raise ServelabError(f"--report: cannot write {report} ({e.strerror})") from None
     if as_json:
-        from servelab.cli._common import print_json
-
         data = result.model_dump(mode="json")
         if explained is not None:
             data["explain"] = explained
@@ -99,11 +111,7 @@ def plan(
     _print(result, explained, report)
 
 
-def _print(result, explained, report) -> None:
-    from rich.table import Table
-
-    from servelab.cli._common import console
-
+def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -> None:
     out = console()
     req = result.request
     sla = (
@@ -118,8 +126,8 @@ def _print(result, explained, report) -> None:
         or "no SLA"
     )
     table = Table(
-        title=f"{result.model} on {req.gpus}x {result.system} ({result.backend}), {req.isl}/{req.osl} tokens, "
-        f"{sla} ({req.sla_stat})"
+        title=f"{result.model} on {req.gpus}x {result.system} ({result.backend}), "
+        f"{req.isl}/{req.osl} tokens, {sla} ({req.sla_stat})"
     )
     for col in (
         "#",
@@ -152,17 +160,18 @@ def _print(result, explained, report) -> None:
             "*" if c.pareto else "",
         )
     out.print(table)
-    k = result.considered
+    k = result.considered.model_dump()
     out.print(
-        f"[dim]{k['configs']} configs, {k['simulations']} simulations, {k['meeting_sla']} points meet the SLA, "
-        f"{k['pareto']} on the Pareto front; {len(result.dropped)} configs dropped (memory or validity); "
-        f"{result.wall_ms:,.0f} ms[/dim]"
+        f"[dim]{k['configs']} configs, {k['simulations']} simulations, {k['meeting_sla']} points meet the "
+        f"SLA, {k['pareto']} on the Pareto front; {len(result.dropped)} configs dropped (memory or "
+        f"validity); {result.wall_ms:,.0f} ms[/dim]"
     )
     for note in result.notes:
         out.print(f"[dim]{note}[/dim]")
     best = result.candidates[0]
     out.print(
-        f"best: {best.mode} {best.parallel['label']} at concurrency {best.concurrency}; limits: {'; '.join(best.limits)}"
+        f"best: {best.mode} {best.parallel['label']} at concurrency {best.concurrency}; "
+        f"limits: {'; '.join(best.limits)}"
     )
     if explained:
         _print_explain(out, explained)
@@ -170,11 +179,10 @@ def _print(result, explained, report) -> None:
         out.print(f"report written to {report}")
 
 
-def _print_explain(out, ex: dict) -> None:
-    from rich.table import Table
-
+def _print_explain(out: Console, ex: dict[str, Any]) -> None:
     out.print(
-        f"\n[bold]why rank {ex['rank']} ({ex['mode']} {ex['parallel']}, concurrency {ex['concurrency']})[/bold]"
+        f"\n[bold]why rank {ex['rank']} ({ex['mode']} {ex['parallel']}, "
+        f"concurrency {ex['concurrency']})[/bold]"
     )
     for key, value in ex["time"].items():
         if key.endswith("_us"):

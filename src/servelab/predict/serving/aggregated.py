@@ -13,7 +13,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.backends import EngineProfile
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
-from servelab.predict.serving.engine import Lane, LaneLimits
+from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.stats import request_metrics, summary_ms, weighted_summary_ms
@@ -33,7 +33,7 @@ class SimResult:
     request_tps: tuple  # requests/s of the replica
     lanes: int
     lane_workload: Workload
-    stats: object  # LaneStats of the simulated lane (nominal run)
+    stats: LaneStats  # of the simulated lane (nominal run)
     requests: int
     wall_ms: float
     kv_max_sequences: int  # sequences of isl + osl tokens the replica's KV cache holds

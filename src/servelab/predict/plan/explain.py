@@ -1,16 +1,26 @@
 """Why a plan candidate wins: where its step time goes and which limit stops it from going further.
 
-Limits are named from what the simulation saw (KV cache full, max_num_seqs reached, SLA at the next load) and from
-the shape of its typical decode step: weights streamed once per step (bandwidth: weights), KV cache read per
-sequence (bandwidth: KV cache), arithmetic (compute), collectives (communication), or CPU work per step
+Limits are named from what the simulation saw (KV cache full, max_num_seqs reached, SLA at the next load) and
+from the shape of its typical decode step: weights streamed once per step (bandwidth: weights), KV cache read
+per sequence (bandwidth: KV cache), arithmetic (compute), collectives (communication), or CPU work per step
 (engine overhead).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+from servelab.perfdb.roofline import Roofline
 from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.plan.candidates import Candidate, Plan
+from servelab.predict.plan.context import SearchContext
+from servelab.predict.plan.points import EngineConfig, Point
+from servelab.predict.plan.request import PlanError
 from servelab.predict.serving.aggregated import representative_shapes
+from servelab.predict.serving.workload import Workload
 from servelab.predict.step import priced_step
+from servelab.specs import Parallel
 
 CATEGORIES = (
     ("communication", ("allreduce", "allgather", "ep_dispatch", "ep_combine", "pp_send_recv")),
@@ -27,7 +37,7 @@ def category(op_name: str) -> str:
     return "memory-bound (norms, activations, embedding)"
 
 
-def step_split(ctx, parallel, shape: StepShape) -> dict:
+def step_split(ctx: SearchContext, parallel: Parallel, shape: StepShape) -> dict[str, float]:
     """Step time per category in us, engine overhead included."""
     st = priced_step(ctx.model, parallel, shape, ctx.engine, ctx.db)
     out: dict[str, float] = {}
@@ -38,9 +48,10 @@ def step_split(ctx, parallel, shape: StepShape) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def decode_bottleneck(ctx, point) -> str:
-    """Classify the typical decode step by where its time goes: engine overhead, collectives, or (for the kernels)
-    whether the roofline's compute time or its memory time is larger, and which op family moves the bytes."""
+def decode_bottleneck(ctx: SearchContext, point: Point) -> str:
+    """Classify the typical decode step by where its time goes: engine overhead, collectives, or (for the
+    kernels) whether the roofline's compute time or its memory time is larger, and which op family moves the
+    bytes."""
     cfg = point.config
     st = point.sim.stats
     n = max(1, round(st.decode_token_steps / st.decode_steps)) if st.decode_steps else 1
@@ -54,19 +65,27 @@ def decode_bottleneck(ctx, point) -> str:
     compute, memory = _roofline_terms(ctx, cfg.parallel, shape)
     if sum(compute.values()) > sum(memory.values()):
         return f"compute (decode step of {n}: roofline compute time exceeds memory time)"
-    top = max(memory, key=memory.get)
+    top = max(memory, key=lambda cat: memory[cat])
     what = {"attention": "KV cache", "moe": "expert weights", "gemm": "weights"}.get(top, "activations")
-    return f"bandwidth: {what} (decode step of {n}, {100 * memory[top] / sum(memory.values()):.0f}% of its bytes)"
+    share = 100 * memory[top] / sum(memory.values())
+    return f"bandwidth: {what} (decode step of {n}, {share:.0f}% of its bytes)"
 
 
-def _roofline_terms(ctx, parallel, shape) -> tuple[dict, dict]:
-    """Roofline compute-only and memory-only time per category (collectives left out): a roofline with infinite
-    bandwidth gives the first, one with infinite flops the second. Used to name the bound, not to price."""
-    from servelab.perfdb.roofline import Roofline
+class _MemoryOnly(Roofline):
+    """A roofline with infinite flops: an op's time is its memory time alone."""
 
-    compute_only, memory_only = Roofline(ctx.system), Roofline(ctx.system)
-    compute_only.bw = float("inf")
-    memory_only._flops_rate = lambda *a, **k: float("inf")
+    def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
+        return math.inf
+
+
+def _roofline_terms(
+    ctx: SearchContext, parallel: Parallel, shape: StepShape
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Roofline compute-only and memory-only time per category (collectives left out): a roofline with
+    infinite bandwidth gives the first, one with infinite flops the second. Used to name the bound, not to
+    price."""
+    compute_only, memory_only = Roofline(ctx.system), _MemoryOnly(ctx.system)
+    compute_only.bw = math.inf
     compute: dict[str, float] = {}
     memory: dict[str, float] = {}
     for op in step_ops(ctx.model, parallel, shape):
@@ -78,7 +97,8 @@ def _roofline_terms(ctx, parallel, shape) -> tuple[dict, dict]:
     return compute, memory
 
 
-def limits_of(ctx, point) -> list[str]:
+def limits_of(ctx: SearchContext, point: Point) -> list[str]:
+    """What bounds a point: KV capacity, max_num_seqs, the SLA at the next load tried, and its decode step."""
     out = []
     cfg, st = point.config, point.sim.stats
     if st.preemptions or st.blocked_kv:
@@ -98,7 +118,7 @@ def limits_of(ctx, point) -> list[str]:
     return out
 
 
-def _next_miss(cfg, c_lane: int) -> str | None:
+def _next_miss(cfg: EngineConfig, c_lane: int) -> str | None:
     """What the next higher load tried for this config missed (that is why the search stopped here)."""
     higher = sorted(c for c in cfg.tried if c > c_lane)
     for c in higher:
@@ -111,21 +131,17 @@ def _next_miss(cfg, c_lane: int) -> str | None:
     return None
 
 
-def explain(ctx, plan, rank: int) -> dict:
+def explain(plan: Plan, rank: int) -> dict[str, Any]:
     """A structured explanation of the candidate with this rank."""
-    from servelab.errors import ServelabError
-
     by_rank = {c.rank: c for c in plan.candidates}
     if rank not in by_rank:
-        raise ServelabError(
-            f"--explain: no candidate of rank {rank} in this plan (ranks: "
-            f"{', '.join(str(r) for r in sorted(by_rank))})"
+        ranks = ", ".join(str(r) for r in sorted(by_rank))
+        raise PlanError(
+            lambda name: f"{name('rank')}: no candidate of rank {rank} in this plan (ranks: {ranks})"
         )
-    cand = by_rank[rank]
-    p = cand._point
+    ctx, cand = plan.context, by_rank[rank]
+    p = cand.point
     cfg = p.config
-    from servelab.predict.serving.workload import Workload
-
     wl = Workload(
         isl=ctx.req.isl,
         osl=ctx.req.osl,
@@ -136,52 +152,51 @@ def explain(ctx, plan, rank: int) -> dict:
     decode_shape, mixed_shape = representative_shapes(cfg.pricer, wl, p.sim)
     st = p.sim.stats
     busy = st.busy_decode_s + st.busy_mixed_s
-    out = {
+    time: dict[str, Any] = {
+        "decode_worker" if p.disagg else "engine": {
+            "share_in_prefill_steps": round(st.busy_mixed_s / busy, 3) if busy else 0.0,
+            "share_in_decode_steps": round(st.busy_decode_s / busy, 3) if busy else 0.0,
+            "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 1)
+            if st.decode_steps
+            else 0,
+        },
+        "decode_step_us": _rounded(step_split(ctx, cfg.parallel, decode_shape)),
+    }
+    if p.disagg is None:
+        time["prefill_step_us"] = _rounded(step_split(ctx, cfg.parallel, mixed_shape))
+        time["decode_shape"] = _shape_dict(decode_shape)
+        time["prefill_shape"] = _shape_dict(mixed_shape)
+    else:
+        d = p.disagg
+        chunk = min(ctx.req.isl, ctx.engine.max_num_batched_tokens)
+        prefill_shape = d.prefill.pricer.shape([(chunk, 0)], 0, 0)
+        time["prefill_step_us"] = _rounded(step_split(ctx, d.prefill.parallel, prefill_shape))
+        time["ttft_parts_ms"] = {
+            "prefill_pool": round(d.prefill_ttft_ms, 2),
+            "kv_transfer": round(d.kv_transfer_ms, 3),
+            "decode_first_step": round(cand.ttft_ms - d.prefill_ttft_ms - d.kv_transfer_ms, 2),
+        }
+        time["prefill_rate_per_worker"] = round(d.prefill_rate, 3)
+        time["kv_link"] = d.link
+    return {
         "rank": rank,
         "mode": cand.mode,
         "parallel": cand.parallel["label"],
         "concurrency": cand.concurrency,
-        "time": {
-            "decode_worker" if cand.mode == "disagg" else "engine": {
-                "share_in_prefill_steps": round(st.busy_mixed_s / busy, 3) if busy else 0.0,
-                "share_in_decode_steps": round(st.busy_decode_s / busy, 3) if busy else 0.0,
-                "mean_decode_batch_per_lane": round(st.decode_token_steps / st.decode_steps, 1)
-                if st.decode_steps
-                else 0,
-            },
-            "decode_step_us": _rounded(step_split(ctx, cfg.parallel, decode_shape)),
-        },
+        "time": time,
         "limits": cand.limits,
         "versus": _versus(plan, cand),
     }
-    if cand.mode == "agg":
-        out["time"]["prefill_step_us"] = _rounded(step_split(ctx, cfg.parallel, mixed_shape))
-        out["time"]["decode_shape"] = _shape_dict(decode_shape)
-        out["time"]["prefill_shape"] = _shape_dict(mixed_shape)
-    else:
-        pcfg = p.extra["prefill_config"]
-        chunk = min(ctx.req.isl, ctx.engine.max_num_batched_tokens)
-        out["time"]["prefill_step_us"] = _rounded(
-            step_split(ctx, pcfg.parallel, pcfg.pricer.shape([(chunk, 0)], 0, 0))
-        )
-        out["time"]["ttft_parts_ms"] = {
-            "prefill_pool": round(cand.prefill.ttft_ms, 2),
-            "kv_transfer": round(cand.kv_transfer_ms, 3),
-            "decode_first_step": round(cand.ttft_ms - cand.prefill.ttft_ms - cand.kv_transfer_ms, 2),
-        }
-        out["time"]["prefill_rate_per_worker"] = round(p.extra["prefill_rate"], 3)
-        out["time"]["kv_link"] = p.extra["link"]
-    return out
 
 
-def _versus(plan, cand) -> list[str]:
+def _versus(plan: Plan, cand: Candidate) -> list[str]:
     lines = []
     others = [c for c in plan.candidates if c.rank != cand.rank]
     if cand.rank > 1:
         best = min(others, key=lambda c: c.rank)
         lines.append(
-            f"rank 1 ({best.mode} {best.parallel['label']}) gives {best.tok_s_per_gpu / cand.tok_s_per_gpu:.2f}x "
-            "the tok/s/GPU"
+            f"rank 1 ({best.mode} {best.parallel['label']}) gives "
+            f"{best.tok_s_per_gpu / cand.tok_s_per_gpu:.2f}x the tok/s/GPU"
         )
     nxt = [c for c in others if c.rank > cand.rank]
     if nxt:
@@ -205,11 +220,11 @@ def _versus(plan, cand) -> list[str]:
     return lines
 
 
-def _rounded(d: dict) -> dict:
+def _rounded(d: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in d.items()}
 
 
-def _shape_dict(shape: StepShape) -> dict:
+def _shape_dict(shape: StepShape) -> dict[str, int]:
     return {
         "prefill_chunks": len(shape.prefill),
         "prefill_tokens": sum(n for n, _ in shape.prefill),

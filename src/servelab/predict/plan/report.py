@@ -1,13 +1,19 @@
 """HTML report of a plan: a Pareto chart (tok/s/GPU against tok/s/user) and the ranked table.
 
-Everything user-derived is escaped: table cells with html.escape, the embedded plan JSON with `<`, `>` and `&` as
-unicode escapes (safe inside a <script> element). plotly.js is inlined so the file opens offline.
+Everything user-derived is escaped: table cells with html.escape, the embedded plan JSON with `<`, `>` and `&`
+as unicode escapes (safe inside a <script> element). plotly.js is inlined so the file opens offline.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from typing import TYPE_CHECKING, Any
+
+from servelab.predict.plan.candidates import Plan
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 COLUMNS = (
     ("rank", "#"),
@@ -25,14 +31,14 @@ COLUMNS = (
 )
 
 
-def safe_json(data) -> str:
+def safe_json(data: Any) -> str:
     """JSON that cannot close a <script> element or open a comment."""
     return (
         json.dumps(data, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     )
 
 
-def _cell(c: dict, key: str) -> str:
+def _cell(c: dict[str, Any], key: str) -> str:
     if key == "label":
         v = c["parallel"]["label"]
     elif key == "band":
@@ -48,8 +54,9 @@ def _cell(c: dict, key: str) -> str:
     return html.escape(str(v))
 
 
-def figure(plan_data: dict):
-    import plotly.graph_objects as go
+def figure(plan_data: dict[str, Any]) -> go.Figure:
+    """The Pareto chart of a plan's JSON: tok/s/GPU (with its band) against tok/s/user, per mode."""
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is heavy and only reports need it
 
     fig = go.Figure()
     cands = plan_data["candidates"]
@@ -88,8 +95,8 @@ def figure(plan_data: dict):
     return fig
 
 
-def render_html(plan) -> str:
-    import plotly.io as pio
+def render_html(plan: Plan) -> str:
+    import plotly.io as pio  # noqa: PLC0415 - plotly is heavy and only reports need it
 
     data = plan.model_dump(mode="json")
     chart = pio.to_html(figure(data), full_html=False, include_plotlyjs=True)

@@ -1,0 +1,60 @@
+"""The search context: the request with the specs, engine and perf tables it resolved to, and what the search
+has counted and dropped so far."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from servelab.perfdb.db import PerfDB
+from servelab.predict.backends import EngineProfile
+from servelab.predict.plan.points import Clocks, Miss, clocks
+from servelab.predict.plan.request import PlanRequest
+from servelab.predict.serving.aggregated import SimResult
+from servelab.predict.serving.workload import SpecDecoding, Workload
+from servelab.specs import ModelSpec, SystemSpec
+
+
+@dataclass
+class SearchContext:
+    req: PlanRequest
+    model: ModelSpec
+    system: SystemSpec
+    engine: EngineProfile
+    db: PerfDB
+    spec: SpecDecoding
+    dropped: list[str] = field(default_factory=list)  # configs left out, each with why
+    sims: int = 0  # simulations run
+
+    def workload(self, concurrency: int, lanes: int, osl: int | None = None) -> Workload:
+        """A closed-loop workload of the request's lengths at `concurrency` (`osl` overrides its output)."""
+        c_lane = math.ceil(concurrency / lanes)
+        return Workload(
+            isl=self.req.isl,
+            osl=self.req.osl if osl is None else osl,
+            concurrency=concurrency,
+            num_requests=lanes * max(c_lane, 24),  # short runs: a warm-up of C, then max(C, 24) per lane
+            prefix_hit_rate=self.req.prefix_hit_rate,
+            spec=self.spec,
+        )
+
+    def sla_clocks(self, sim: SimResult, metric: str) -> Clocks:
+        """The SLA statistic of `metric` per clock."""
+        return clocks(lambda k: sim.metric(metric, self.req.sla_stat, k))
+
+    def misses(self, ttft: float, tpot: float) -> list[Miss]:
+        out: list[Miss] = []
+        if self.req.ttft_ms is not None and ttft > self.req.ttft_ms:
+            out.append("ttft")
+        if self.req.tpot_ms is not None and tpot > self.req.tpot_ms:
+            out.append("tpot")
+        return out
+
+    def closeness(self, ttft: float, tpot: float) -> float:
+        """How far a point is from the SLA: the worst ratio of value to limit (<= 1 meets it)."""
+        r = 0.0
+        if self.req.ttft_ms:
+            r = max(r, ttft / self.req.ttft_ms)
+        if self.req.tpot_ms:
+            r = max(r, tpot / self.req.tpot_ms)
+        return r

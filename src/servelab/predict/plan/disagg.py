@@ -1,0 +1,213 @@
+"""Disaggregated serving: x prefill workers and y decode workers, each with its own parallel config.
+
+- Decode pool: a decode worker is simulated closed loop at concurrency c with requests whose prompt KV has
+  arrived (its first step samples the first token); it gives TPOT and the request rate r_d one worker
+  sustains.
+- Rate matching: the deployment's request rate is R = y * r_d, so each prefill worker sees R / x requests/s.
+  The prefill worker is simulated open loop (Poisson) at that rate with one output token per request, so
+  queueing in the prefill pool shows up in TTFT instead of in a fixed efficiency factor. A rate above what a
+  prefill worker sustains saturated (its closed-loop capacity) cannot be matched and is dropped.
+- KV transfer: the prompt's whole KV cache moves once, over NVLink when both pools sit in one NVLink domain
+  (an HGX node, or an NVL72 rack), else over the network; streams run in parallel over min(prefill, decode)
+  GPUs.
+- TTFT = prefill TTFT (queue + prefill) + KV transfer + the decode worker's first step (with its own
+  queueing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from servelab.predict.plan.configs import enumerate_parallel, make_config
+from servelab.predict.plan.context import SearchContext
+from servelab.predict.plan.points import Clocks, DisaggDetail, EngineConfig, Link, Point, clocks
+from servelab.predict.serving.aggregated import SimResult, simulate
+from servelab.predict.serving.workload import Workload
+
+# NCCL all_reduce on H200 NVLink reached 327 of 450 GB/s bus bandwidth; the same fraction is used for KV
+# transfers until transfer tables are collected. The fixed cost is the roofline's small-message floor.
+LINK_EFFICIENCY = 0.73
+TRANSFER_FLOOR_S = 30e-6
+RATE_GRID = 1.08  # prefill rates are snapped to this geometric grid so the prefill simulations are reused
+
+
+def kv_transfer_s(
+    ctx: SearchContext, prefill: EngineConfig, decode: EngineConfig, total_gpus: int
+) -> tuple[float, Link]:
+    """Seconds to move one prompt's KV cache (all layers, all KV heads) from prefill to decode, and the
+    link."""
+    system = ctx.system
+    nbytes = ctx.model.kv_bytes_per_sequence(ctx.req.isl)
+    in_domain = total_gpus <= system.nvlink_domain
+    link_gbs = system.nvlink_gbs if in_domain else system.network_gbs
+    streams = min(prefill.parallel.gpus, decode.parallel.gpus)
+    seconds = TRANSFER_FLOOR_S + nbytes / (link_gbs * 1e9 * LINK_EFFICIENCY * streams)
+    return seconds, "nvlink" if in_domain else "network"
+
+
+@dataclass(frozen=True)
+class PrefillTTFT:
+    ttft_ms: Clocks  # the SLA statistic per clock
+    sim: SimResult
+
+
+class PrefillPool:
+    """TTFT of one prefill worker config as a function of its request rate (memoized on a rate grid)."""
+
+    def __init__(self, ctx: SearchContext, cfg: EngineConfig):
+        self.ctx, self.cfg = ctx, cfg
+        self._ttft: dict[int, PrefillTTFT] = {}
+        # saturated: enough prompts in flight to fill every step's token budget twice over
+        per_lane = min(cfg.cap_lane, max(2, math.ceil(2 * ctx.engine.max_num_batched_tokens / ctx.req.isl)))
+        wl = ctx.workload(per_lane * cfg.lanes, cfg.lanes, osl=1)
+        sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
+        ctx.sims += 1
+        self.capacity: float = sim.request_tps[0]  # requests/s one worker sustains saturated
+
+    def ttft(self, rate: float) -> PrefillTTFT | None:
+        """TTFT at `rate` requests/s, or None when the worker cannot keep up."""
+        if rate >= self.capacity * 0.98:
+            return None
+        key = round(math.log(rate) / math.log(RATE_GRID))
+        if key not in self._ttft:
+            ctx, cfg = self.ctx, self.cfg
+            wl = Workload(
+                isl=ctx.req.isl,
+                osl=1,
+                rate=RATE_GRID**key,
+                num_requests=max(32, 8 * cfg.lanes),
+                prefix_hit_rate=ctx.req.prefix_hit_rate,
+            )
+            sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
+            ctx.sims += 1
+            self._ttft[key] = PrefillTTFT(ctx.sla_clocks(sim, "ttft_ms"), sim)
+        return self._ttft[key]
+
+
+@dataclass(frozen=True)
+class DecodeLoad:
+    """One decode worker at lane concurrency c_lane."""
+
+    c_lane: int
+    sim: SimResult
+    tpot: Clocks
+
+
+def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
+    """A decode worker at lane concurrency 1, 4, 16, ... until TPOT misses its limit or the worker is full."""
+    loads, c = [], 1
+    while True:
+        if ctx.req.tpot_ms is not None and c > 1:
+            bound = cfg.pricer.decode(c, ctx.req.isl)[0] / 1000.0 / ctx.spec.tokens_per_step
+            if bound > ctx.req.tpot_ms:
+                break
+        wl = ctx.workload(c * cfg.lanes, cfg.lanes)
+        sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
+        ctx.sims += 1
+        tpot = ctx.sla_clocks(sim, "tpot_ms")
+        loads.append(DecodeLoad(c, sim, tpot))
+        if (ctx.req.tpot_ms is not None and tpot[0] > ctx.req.tpot_ms) or c >= cfg.cap_lane:
+            break
+        c = min(c * 4, cfg.cap_lane)
+    return loads
+
+
+def search_disagg(ctx: SearchContext) -> tuple[list[Point], str | None]:
+    """Every prefill + decode split of the GPUs at every decode load whose rate the prefill pool matches; a
+    note instead when no split fits."""
+    n = ctx.req.gpus
+    if n < 2:
+        return [], "disagg: needs at least 2 GPUs"
+    configs = []
+    for parallel in enumerate_parallel(ctx.model, n - 1):
+        if parallel.pp > 1:  # P/D workers in Dynamo, SGLang and vLLM are TP / EP / DP-attention engines
+            continue
+        cfg = make_config(ctx, parallel)
+        if cfg is not None:
+            configs.append(cfg)
+    pairs = [(p, d) for p in configs for d in configs if p.parallel.gpus + d.parallel.gpus <= n]
+    if not pairs:
+        smallest = min((c.parallel.gpus for c in configs), default=None)
+        why = (
+            f"the smallest worker that fits needs {smallest} GPUs"
+            if smallest
+            else "no worker fits on fewer GPUs"
+        )
+        return [], f"disagg: no prefill + decode split fits in {n} GPUs ({why})"
+    prefill_pools = {id(p): PrefillPool(ctx, p) for p in {id(p): p for p, _ in pairs}.values()}
+    keep = _best_prefill(prefill_pools.values())
+    pairs = [(p, d) for p, d in pairs if id(p) in keep]
+    curves = {id(d): decode_curve(ctx, d) for d in {id(d): d for _, d in pairs}.values()}
+    out: list[Point] = []
+    for pcfg, dcfg in pairs:
+        gp, gd = pcfg.parallel.gpus, dcfg.parallel.gpus
+        for x in range(1, n // gp + 1):
+            for y in range(1, (n - x * gp) // gd + 1):
+                used = x * gp + y * gd
+                if n - used >= min(gp, gd):  # another worker would fit: a larger split covers this one
+                    continue
+                transfer, link = kv_transfer_s(ctx, pcfg, dcfg, used)
+                for load in curves[id(dcfg)]:
+                    pt = _combine(ctx, prefill_pools[id(pcfg)], x, dcfg, y, load, transfer, link, used)
+                    if pt is not None:
+                        out.append(pt)
+    return out, None
+
+
+def _best_prefill(pools: Iterable[PrefillPool], per_size: int = 2) -> set[int]:
+    """Prefill configs worth pairing: per worker size, the ones with the most capacity per GPU (a prefill
+    worker's TTFT at a given share of its capacity barely depends on anything else)."""
+    by_size: dict[int, list[PrefillPool]] = {}
+    for pool in pools:
+        by_size.setdefault(pool.cfg.parallel.gpus, []).append(pool)
+    keep: set[int] = set()
+    for group in by_size.values():
+        group.sort(key=lambda p: -p.capacity)
+        keep.update(id(p.cfg) for p in group[:per_size])
+    return keep
+
+
+def _combine(
+    ctx: SearchContext,
+    pool: PrefillPool,
+    x: int,
+    dcfg: EngineConfig,
+    y: int,
+    load: DecodeLoad,
+    transfer: float,
+    link: Link,
+    used: int,
+) -> Point | None:
+    """x prefill workers of `pool` feeding y decode workers of `dcfg` at `load`, or None when the prefill pool
+    cannot keep up with the decode pool."""
+    sim = load.sim
+    rate = y * sim.request_tps[0]
+    pre = pool.ttft(rate / x)
+    if pre is None:
+        return None
+    dec_ttft = ctx.sla_clocks(sim, "ttft_ms")
+    ttft = clocks(lambda k: pre.ttft_ms[k] + transfer * 1000.0 + dec_ttft[k])
+    out_tps = clocks(lambda k: y * sim.output_tps[k])
+    return Point(
+        config=dcfg,
+        replicas=y,
+        c_lane=load.c_lane,
+        sim=sim,
+        ttft=ttft,
+        tpot=load.tpot,
+        out_tps=out_tps,
+        total_tps=clocks(lambda k: out_tps[k] + y * sim.request_tps[k] * ctx.req.isl),
+        gpus=used,
+        misses=ctx.misses(ttft[0], load.tpot[0]),
+        disagg=DisaggDetail(
+            prefill=pool.cfg,
+            prefill_workers=x,
+            prefill_rate=rate / x,
+            prefill_ttft_ms=pre.ttft_ms[0],
+            prefill_sim=pre.sim,
+            kv_transfer_ms=transfer * 1000.0,
+            link=link,
+        ),
+    )

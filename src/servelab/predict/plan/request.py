@@ -1,0 +1,54 @@
+"""What a plan is asked for (PlanRequest), and the error a plan raises in the request's own terms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.errors import ServelabError
+
+Mode = Literal["agg", "disagg", "both"]
+SlaStat = Literal["mean", "p50", "p90", "p99"]
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(
+        "sgl-project/DeepSeek-V4-Flash-FP8", description="Model name, checkpoint id or config.json"
+    )
+    system: str = Field("h200_sxm", description="System name (servelab systems)")
+    gpus: int = Field(8, ge=1, description="GPUs to deploy on")
+    isl: int = Field(8192, ge=1, description="Input tokens per request")
+    osl: int = Field(1024, ge=1, description="Output tokens per request")
+    ttft_ms: float | None = Field(None, gt=0, description="TTFT limit in ms")
+    tpot_ms: float | None = Field(None, gt=0, description="TPOT limit in ms")
+    sla_stat: SlaStat = Field("mean", description="Statistic the limits apply to: mean, p50, p90, p99")
+    backend: str = Field("vllm", description="torch | vllm | sglang | trtllm")
+    mode: Mode = Field("both", description="agg | disagg | both")
+    top: int = Field(10, ge=1, description="Candidates to list (Pareto-front ones are always in the JSON)")
+    weight_dtype: str | None = Field(None, description="Override weight dtype")
+    kv_dtype: str | None = Field(None, description="Override KV-cache dtype: bf16 or fp8")
+    prefix_hit_rate: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Fraction of each prompt in the prefix cache"
+    )
+    spec_tokens: int = Field(0, ge=0, le=16, description="Speculative (MTP / draft) tokens per step")
+    acceptance: float = Field(0.7, ge=0.0, le=1.0, description="Per-token acceptance rate of draft tokens")
+    # engine profile overrides (max_num_batched_tokens, max_num_seqs, ...)
+    engine: dict[str, int | float | bool] = {}
+
+
+FieldNamer = Callable[[str], str]
+
+
+class PlanError(ServelabError):
+    """A plan that cannot be made as asked. The message names request fields (and `rank`, the candidate to
+    explain) through a namer, so a front end can name them its own way: the CLI as its flags."""
+
+    def __init__(self, message: Callable[[FieldNamer], str]):
+        self.message = message
+        super().__init__(message(str))
+
+    def named(self, name: FieldNamer) -> str:
+        return self.message(name)
