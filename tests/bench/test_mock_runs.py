@@ -1,6 +1,6 @@
 """Whole runs of `servelab bench` (a subprocess, as users run it) against the mock server (its own process).
 
-The measured values must match what the mock was set to (style habit 7), and every misbehaviour must end as
+The measured values must match what the mock was set to, and every misbehaviour must end as
 counted failures with reasons, partial results saved and a non-zero exit code.
 """
 

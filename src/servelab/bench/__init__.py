@@ -10,7 +10,7 @@ Modules, one job each:
   worker      one process, one event loop, its share of the schedule; writes JSONL records incrementally
   runner      spawns workers, live line, Ctrl-C, merges records, sweeps
   records     the per-request record (raw timestamps) and JSONL io
-  metrics     vLLM's metric definitions over records (pure functions)
+  measured    per-request metrics from records (servelab.metrics' definitions) and the client extras
   result      result JSON (vLLM field names + servelab extras), printing, summary table
   mock_server a cheap streaming server with no model that can misbehave on purpose
 """

@@ -1,4 +1,4 @@
-"""The per-request record: raw timestamps only (style habit 9); metrics are derived in metrics.py.
+"""The per-request record: raw timestamps only; metrics are derived from them in measured.py.
 
 One JSON object per line, written by each worker as requests finish, so a crash keeps what was done.
 Times are seconds from the run start (T0, perf_counter on the shared monotonic clock); chunk arrival

@@ -1,5 +1,5 @@
 """The result file: vLLM's field names with vLLM's meanings, plus servelab's self-describing extras
-(style habit 11: a schema version, package/python versions and the full config), and the printed report."""
+(a schema version, package/python versions and the full config, so a saved file describes itself), and the printed report."""
 
 from __future__ import annotations
 

@@ -22,16 +22,17 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from time import perf_counter
 
-from servelab.bench import metrics as M
 from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
+from servelab.bench.measured import MeasuredRequest, client_stats, derive
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
 from servelab.bench.records import merge_jsonl
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
+from servelab.metrics import percentile, summarize
 
 # Thresholds for the client-bottleneck warning (why: above these the client, not the server, shapes latency).
 CPU_BUSY_PCT = 90.0  # a worker busy >= 90 % of a core has no headroom left for timely reads
@@ -317,7 +318,7 @@ def compute_result(
 ) -> dict:
     sent = [r for r in records if r.get("sent") is not None]
     not_sent = [r for r in records if r.get("sent") is None]
-    reqs, chunk_times, sources = [], [], Counter()
+    reqs, sources = [], Counter()
     out_lens = []
     for r in sent:
         if r["ok"]:
@@ -326,14 +327,13 @@ def compute_result(
         else:
             n = 0
         out_lens.append(n)
-        reqs.append(M.derive(r, n))
-        chunk_times.append([r["sent"] + c / 1e6 for c in r["chunks"]] if r["ok"] else [])
+        reqs.append(derive(r, n))
     duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
     res = R.header_fields(cfg, model_id, date)
     res.update(
-        M.aggregate(reqs, chunk_times, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput)
+        summarize(reqs, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput).fields()
     )
-    res.update(M.client_stats(reqs, cfg.metric_percentiles))
+    res.update(client_stats(reqs, cfg.metric_percentiles))
     res["not_sent"] = len(not_sent)
     reasons = Counter(_reason_key(r["err"]) for r in records if not r["ok"])
     res["failure_reasons"] = dict(reasons.most_common())
@@ -361,10 +361,10 @@ def compute_result(
     order = sorted(range(len(sent)), key=lambda i: sent[i]["i"])
     res["input_lens"] = [reqs[i].prompt_len for i in order]
     res["output_lens"] = [out_lens[i] for i in order]
-    res["ttfts"] = [reqs[i].ttft for i in order]
-    res["itls"] = [reqs[i].itl for i in order]
-    res["latencies"] = [reqs[i].e2el for i in order]
-    res["start_times"] = [reqs[i].start for i in order]
+    res["ttfts"] = [reqs[i].ttft_s for i in order]
+    res["itls"] = [reqs[i].itl_s for i in order]
+    res["latencies"] = [reqs[i].e2el_s for i in order]
+    res["start_times"] = [reqs[i].start_s for i in order]
     res["generated_texts"] = [sent[i].get("text", "") for i in order]
     res["errors"] = [sent[i]["err"] or "" for i in order]
     return res
@@ -383,7 +383,7 @@ def client_section(summaries: list[dict], infos: list[dict], res: dict) -> dict:
     lags = sorted(x for s in summaries for x in s["loop_lag_s"])
     cpu = sum(s["cpu_s"] for s in summaries)
     events = sum(s["content_events"] for s in summaries)
-    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000 if lags else 0.0
+    p99 = percentile(lags, 99) * 1000 if lags else 0.0
     return {
         "num_workers": len(summaries),
         "event_loop": ",".join(sorted({s["loop"] for s in summaries})) or "-",
@@ -400,7 +400,7 @@ def client_section(summaries: list[dict], infos: list[dict], res: dict) -> dict:
     }
 
 
-def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig) -> str | None:
+def bottleneck_warning(res: dict, reqs: list[MeasuredRequest], cfg: BenchConfig) -> str | None:
     c = res["client"]
     why = []
     busy = [u for u in c["cpu_util_per_worker_pct"] if u >= CPU_BUSY_PCT]
@@ -410,9 +410,9 @@ def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig
         why.append(f"event-loop lag p99 {c['event_loop_lag_p99_ms']:.1f} ms > {LOOP_LAG_P99_MS} ms")
     # send lag after the first cohort: the opening burst of a closed loop is expected to queue briefly
     first = cfg.max_concurrency or 0
-    lags = sorted(r.client_lag for r in sorted((r for r in reqs if r.ok), key=lambda r: r.start)[first:])
+    lags = sorted(r.client_lag_s for r in sorted((r for r in reqs if r.ok), key=lambda r: r.start_s)[first:])
     if lags:
-        p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000
+        p99 = percentile(lags, 99) * 1000
         if p99 > SEND_LAG_P99_MS:
             why.append(
                 f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)"
@@ -420,13 +420,13 @@ def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig
     return "; ".join(why) or None
 
 
-def one_read_warning(reqs: list[M.RequestMetrics], cfg: BenchConfig) -> tuple[int, str | None]:
+def one_read_warning(reqs: list[MeasuredRequest], cfg: BenchConfig) -> tuple[int, str | None]:
     """Streamed requests whose every token came in one socket read, so their TPOT and ITL read 0. Seen against
     vLLM on a 2-core machine whose API process was starved by the engine: it sent the whole answer at the end."""
     if not cfg.stream:
         return 0, None
     streamed = [r for r in reqs if r.ok and r.output_len > 1]
-    one_read = sum(1 for r in streamed if not any(r.itl))
+    one_read = sum(1 for r in streamed if not any(r.itl_s))
     if not one_read:
         return 0, None
     return one_read, (

@@ -2,7 +2,6 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
-
 import typer
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
@@ -20,13 +19,9 @@ def bench(
     backend: str | None = typer.Option(
         None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
     ),
-    model: str | None = typer.Option(
-        None, "--model", help="Model name; default: the first of /v1/models."
-    ),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
-    tokenizer: str | None = typer.Option(
-        None, "--tokenizer", help="Local tokenizer path for exact lengths."
-    ),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer path for exact lengths."),
     label: str | None = typer.Option(None, "--label"),
     dataset_name: str = typer.Option(
         "random",

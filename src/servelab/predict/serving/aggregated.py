@@ -10,18 +10,19 @@ import time
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
+from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.backends import EngineProfile
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
 from servelab.predict.serving.engine import Lane, LaneLimits
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
-from servelab.predict.serving.stats import request_metrics, summary_ms, weighted_summary_ms
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 CLOCKS = ("nominal", "low", "high")
+PERCENTILES = (50, 90, 99)  # reported by estimate and read by the planner's SLA statistics
 
 
 @dataclass
@@ -101,12 +102,14 @@ def simulate(
     per_run = []
     for lane, source in runs:
         measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]
-        per_run.append((len(measured), request_metrics(measured)))
+        per_run.append(request_latencies_s(measured))
     for clock in range(3):
         lane, source = runs[0] if wl.closed else runs[clock]
-        _num_measured, pm = per_run[0] if wl.closed else per_run[clock]
-        pct = {k: summary_ms(v) for k, v in pm[clock].items()}
-        pct["itl_ms"] = weighted_summary_ms([(d[clock], w) for d, w in lane.stats.itl])
+        latencies_s = per_run[0][clock] if wl.closed else per_run[clock][clock]
+        pct = {f"{name}_ms": _stats(distribution_ms(v, PERCENTILES)) for name, v in latencies_s.items()}
+        pct["itl_ms"] = _stats(
+            weighted_distribution_ms([(d[clock], w) for d, w in lane.stats.itl], PERCENTILES)
+        )
         percentiles.append(pct)
         # throughput over the window: everything emitted and completed in it, measured or not (Little's law holds)
         (c_start, e_start, n_start), (c_end, e_end, n_end) = source.window
@@ -125,6 +128,25 @@ def simulate(
         (time.perf_counter() - t0) * 1000.0,
         kv_seqs,
     )
+
+
+def request_latencies_s(requests) -> list[dict[str, list[float]]]:
+    """Per-request TTFT, TPOT and E2EL in seconds, one dict per clock (0 nominal, 1 low, 2 high)."""
+    out = []
+    for k in range(3):
+        out.append(
+            {
+                "ttft": [ttft(r.arrival[k], r.first[k]) for r in requests],
+                "tpot": [t for r in requests if (t := tpot(r.first[k], r.finish[k], r.osl)) is not None],
+                "e2el": [e2el(r.arrival[k], r.finish[k]) for r in requests],
+            }
+        )
+    return out
+
+
+def _stats(d: Distribution) -> dict[str, float]:
+    """The statistics estimate reports per metric: mean and p50, p90, p99, in ms."""
+    return {"mean": d.mean, **{f"p{word}": v for word, v in d.percentiles.items()}}
 
 
 class AggregatedEstimate(StaticEstimate):

@@ -1,7 +1,7 @@
 """Step prices for the simulator: one lane's step shape -> (us, low_us, high_us), looked up on a grid.
 
 The step model costs about 100 us per new shape, and a simulation asks for thousands of steps, so shapes are put
-on a geometric grid (style habit 2: predictions are lookups into a rounded grid). Decode-only steps, which make up
+on a geometric grid (predictions are lookups into a rounded grid). Decode-only steps, which make up
 most of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps are
 interpolated in their largest chunk and snap the minor counts (decode batch, other chunks) to a coarser grid.
 

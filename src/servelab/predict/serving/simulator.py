@@ -1,4 +1,4 @@
-"""The discrete-event loop (style habit 1): pop an event, handle it, push what the handler returns.
+"""The discrete-event loop: pop an event, handle it, push what the handler returns.
 
 Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the queue.
 Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not

@@ -1,4 +1,4 @@
-"""The simulated workload: an arrival process x request lengths (style habit 4), plus the engine features that
+"""The simulated workload: an arrival process x request lengths, plus the engine features that
 change what each request costs (speculative decoding, prefix-cache hits).
 
 Open-loop send times come from servelab.bench.schedule.arrival_offsets, the same function the load generator uses,
