@@ -66,7 +66,8 @@ def test_closed_loop_obeys_littles_law():
 
 def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
     small = engine_profile("vllm", max_num_batched_tokens=1024)
-    sim = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4), engine=small)
+    # fixed lengths: a 4096-token prompt is exactly four 1024-token chunks
+    sim = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4, range_ratio=0.0), engine=small)
     chunks = (
         sum(
             priced_step(QWEN, TP2, StepShape(prefill=((1024, past),)), small, DB).us
@@ -75,7 +76,7 @@ def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
         / 1000
     )
     assert sim.metric("ttft_ms") == pytest.approx(chunks, rel=0.08)
-    whole = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4))
+    whole = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4, range_ratio=0.0))
     assert sim.metric("ttft_ms") > whole.metric("ttft_ms")  # four launches cost more than one
 
 

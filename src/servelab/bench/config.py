@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servelab.bench.lengths import BENCH_RANGE_RATIO
+
 DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]
 DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -36,7 +38,7 @@ class BenchConfig(BaseModel):
     dataset_path: str | None = None
     random_input_len: int = Field(1024, ge=1)
     random_output_len: int = Field(128, ge=1)
-    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, lt=1.0)
     random_prefix_len: int = Field(0, ge=0)
     prefix_repetition_prefix_len: int = Field(256, ge=1)
     prefix_repetition_suffix_len: int = Field(256, ge=1)

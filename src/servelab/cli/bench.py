@@ -3,6 +3,12 @@ the bottleneck. Thin: parse flags into BenchConfig points, call the library. Swe
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
 import typer
+from pydantic import ValidationError
+
+from servelab.bench import config as C
+from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.bench.runner import run
+from servelab.errors import ServelabError
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
 
@@ -31,7 +37,7 @@ def bench(
     dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
     random_output_len: int = typer.Option(128, "--random-output-len", "--output-len"),
-    random_range_ratio: float = typer.Option(0.0, "--random-range-ratio"),
+    random_range_ratio: float = typer.Option(BENCH_RANGE_RATIO, "--random-range-ratio"),
     random_prefix_len: int = typer.Option(0, "--random-prefix-len"),
     prefix_repetition_prefix_len: int = typer.Option(256, "--prefix-repetition-prefix-len"),
     prefix_repetition_suffix_len: int = typer.Option(256, "--prefix-repetition-suffix-len"),
@@ -79,12 +85,6 @@ def bench(
     ),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the bottleneck."""
-    from pydantic import ValidationError
-
-    from servelab.bench import config as C
-    from servelab.bench.runner import run
-    from servelab.errors import ServelabError
-
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
     for token in extra or []:  # vLLM takes several values after one --goodput / --metadata flag
         if token.startswith(_GOODPUT_KEYS):

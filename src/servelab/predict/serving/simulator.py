@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from typing import NamedTuple
 
+from servelab.bench.lengths import LengthStream
 from servelab.errors import ServelabError
 from servelab.predict.serving.engine import Lane, Request
 from servelab.predict.serving.workload import Workload
@@ -102,6 +102,7 @@ class Source:
         self.prompt = wl.isl if prompt is None else prompt
         self.cached = wl.cached_tokens if cached is None else cached
         self.requests: list[Request] = []
+        self.lengths: LengthStream | None = None  # drawn at the first request: `prompt` may be set until then
         self.pending_measured = 0
         self.done = False
         self.window: list = [
@@ -112,10 +113,11 @@ class Source:
     def _new(self) -> Request:
         idx, r = len(self.requests), self.wl.range_ratio
         prompt, osl, cached = self.prompt, self.wl.osl, self.cached
-        if r:  # per-request lengths, reproducible from (seed, index)
-            rng = random.Random(self.wl.seed * 1_000_003 + idx)
-            prompt = max(1, round(prompt * rng.uniform(1 - r, 1 + r)))
-            osl = max(1, round(osl * rng.uniform(1 - r, 1 + r)))
+        if r:  # per-request lengths by the load generator's rule, reproducible from the seed
+            if self.lengths is None:
+                self.lengths = LengthStream(prompt, osl, r, self.wl.seed, self.wl.measured())
+            prompt, osl = self.lengths[idx]
+            prompt = max(1, prompt)  # an engine request has at least one prompt token
             cached = min(cached, prompt - 1)
         req = Request(idx, prompt, osl, cached)
         self.requests.append(req)

@@ -1,8 +1,9 @@
 """The simulated workload: an arrival process x request lengths, plus the engine features that
 change what each request costs (speculative decoding, prefix-cache hits).
 
-Open-loop send times come from servelab.bench.schedule.arrival_offsets, the same function the load generator uses,
-so a simulated run and a measured run with the same seed see the same requests at the same offsets.
+Open-loop send times come from servelab.bench.schedule.arrival_offsets and request lengths from
+servelab.bench.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset run
+with the same seed, load and range ratio see requests of the same lengths at the same offsets.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servelab.bench.lengths import SIMULATOR_RANGE_RATIO
+from servelab.bench.schedule import arrival_offsets
 from servelab.errors import ServelabError
 
 
@@ -43,13 +46,11 @@ class Workload(BaseModel):
     )
     seed: int = 0
     range_ratio: float = Field(
-        0.2,
+        SIMULATOR_RANGE_RATIO,
         ge=0.0,
         lt=1.0,
-        description=(
-            "request lengths are uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio); identical requests "
-            "in a closed loop stay in lockstep, every wave prefilling together, which no real load does"
-        ),
+        description="request lengths uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio; "
+        "servelab.bench.lengths says why the simulator's default spread is not 0)",
     )
     prefix_hit_rate: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache"
@@ -80,8 +81,6 @@ class Workload(BaseModel):
 
     def offsets(self) -> list[float]:
         """Open-loop arrival offsets in seconds (vLLM's gamma gaps, shared with `servelab bench`)."""
-        from servelab.bench.schedule import arrival_offsets
-
         return arrival_offsets(self.measured(), self.rate, self.burstiness, self.seed) or []
 
     def per_lane(self, lanes: int) -> Workload:
