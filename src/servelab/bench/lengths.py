@@ -15,8 +15,10 @@ The default spread differs by context, and these two constants are the only plac
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # annotations only: `servelab bench`'s flag defaults come from here, before numpy is needed
+    import numpy as np
 
 BENCH_RANGE_RATIO = 0.0
 SIMULATOR_RANGE_RATIO = 0.2
@@ -38,12 +40,14 @@ def sample_lengths(
 
 class LengthStream:
     """Lengths for requests made one at a time (the simulator's): blocks of `block` requests drawn by
-    `sample_lengths` from one Generator seeded by `seed`, so the first block equals the lengths of a
+    `sample_lengths` from `rng`. With `np.random.default_rng(seed)` the first block equals the lengths of a
     `servelab bench` random dataset of `block` prompts with the same seed (and no special tokens)."""
 
-    def __init__(self, input_len: int, output_len: int, ratio: float, seed: int, block: int) -> None:
+    def __init__(
+        self, input_len: int, output_len: int, ratio: float, rng: np.random.Generator, block: int
+    ) -> None:
         self.input_len, self.output_len, self.ratio, self.block = input_len, output_len, ratio, block
-        self.rng = np.random.default_rng(seed)
+        self.rng = rng
         self.inputs: list[int] = []
         self.outputs: list[int] = []
 

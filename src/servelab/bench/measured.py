@@ -4,8 +4,8 @@ client-timing extras.
 The definitions (TTFT, TPOT, ITL, E2EL) and the run summary are servelab.metrics', shared with the simulator;
 a record's `sent` is the start. Its content events are integer microseconds after `sent`: latencies are taken
 in microseconds and converted once, so they carry no rounding of the run's clock.
-The extras: the same latencies measured from the *scheduled* send time (coordinated omission), the client's own
-lag (sent - max(sched, slot)) and client-side queueing (slot - sched).
+The extras: the same latencies measured from the *scheduled* send time (coordinated omission), the client's
+own lag (sent - max(sched, slot)) and client-side queueing (slot - sched).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servelab.metrics import RequestTimes, distribution_ms, e2el, itl, tpot, ttft
-from servelab.metrics.summary import distribution_fields
+from servelab.metrics import Distribution, RequestTimes, distribution_ms, e2el, itl, tpot, ttft
 
 US = 1e6  # microseconds per second
 
@@ -57,17 +56,16 @@ def derive(record: dict, output_len: int) -> MeasuredRequest:
     )
 
 
-def client_stats(reqs: Sequence[MeasuredRequest], percentiles: Sequence[float]) -> dict[str, float]:
-    """servelab extras: latency from the scheduled time, the client's own lag, client-side queueing; each with
-    mean, median, std, the chosen percentiles (p99 always) and max, in ms."""
+def client_latency_ms(
+    reqs: Sequence[MeasuredRequest], percentiles: Sequence[float]
+) -> dict[str, Distribution]:
+    """servelab extras: latency from the scheduled time, the client's own lag, client-side queueing; each a
+    distribution in ms over the successful requests, with the chosen percentiles and always p99."""
     ok = [r for r in reqs if r.ok]
     pcts = sorted(set(percentiles) | {99.0})
-    out: dict[str, float] = {}
-    for name, values in (
-        ("ttft_from_scheduled", [r.ttft_from_sched_s for r in ok]),
-        ("e2el_from_scheduled", [r.e2el_from_sched_s for r in ok]),
-        ("client_send_lag", [r.client_lag_s for r in ok]),
-        ("client_queue_time", [r.queue_wait_s for r in ok]),
-    ):
-        out.update(distribution_fields(name, distribution_ms(values, pcts), with_max=True))
-    return out
+    return {
+        "ttft_from_scheduled": distribution_ms([r.ttft_from_sched_s for r in ok], pcts),
+        "e2el_from_scheduled": distribution_ms([r.e2el_from_sched_s for r in ok], pcts),
+        "client_send_lag": distribution_ms([r.client_lag_s for r in ok], pcts),
+        "client_queue_time": distribution_ms([r.queue_wait_s for r in ok], pcts),
+    }

@@ -7,7 +7,6 @@ from pydantic import ValidationError
 
 from servelab.bench import config as C
 from servelab.bench.lengths import BENCH_RANGE_RATIO
-from servelab.bench.runner import run
 from servelab.errors import ServelabError
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
@@ -85,6 +84,9 @@ def bench(
     ),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the bottleneck."""
+    # the load generator (numpy, multiprocessing, rich) costs every servelab command's start-up time
+    from servelab.bench.runner import run  # noqa: PLC0415
+
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
     for token in extra or []:  # vLLM takes several values after one --goodput / --metadata flag
         if token.startswith(_GOODPUT_KEYS):

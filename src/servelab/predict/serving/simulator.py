@@ -12,6 +12,8 @@ import heapq
 import itertools
 from typing import NamedTuple
 
+import numpy as np
+
 from servelab.bench.lengths import LengthStream
 from servelab.errors import ServelabError
 from servelab.predict.serving.engine import Lane, Request
@@ -115,7 +117,8 @@ class Source:
         prompt, osl, cached = self.prompt, self.wl.osl, self.cached
         if r:  # per-request lengths by the load generator's rule, reproducible from the seed
             if self.lengths is None:
-                self.lengths = LengthStream(prompt, osl, r, self.wl.seed, self.wl.measured())
+                rng = np.random.default_rng(self.wl.seed)
+                self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
             prompt, osl = self.lengths[idx]
             prompt = max(1, prompt)  # an engine request has at least one prompt token
             cached = min(cached, prompt - 1)
