@@ -1,4 +1,5 @@
-"""Metric definitions against hand-computed examples (vLLM's calculate_metrics in vllm/benchmarks/serve.py)."""
+"""Metric definitions against hand-computed examples (vLLM's calculate_metrics in
+vllm/benchmarks/serve.py)."""
 
 import math
 

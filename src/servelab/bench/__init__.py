@@ -1,4 +1,5 @@
-"""servelab's load generator (`servelab bench`): a drop-in for `vllm bench serve` that is never the bottleneck.
+"""servelab's load generator (`servelab bench`): a drop-in for `vllm bench serve` that is never the
+bottleneck.
 
 Modules, one job each:
   config      BenchConfig, the typed form of every flag (validated once)

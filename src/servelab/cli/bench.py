@@ -83,7 +83,8 @@ def bench(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
 ) -> int:
-    """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the bottleneck."""
+    """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
+    bottleneck."""
     # the load generator (numpy, multiprocessing, rich) costs every servelab command's start-up time
     from servelab.bench.runner import run  # noqa: PLC0415
 

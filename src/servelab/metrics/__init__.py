@@ -4,7 +4,7 @@
 Modules, one job each:
   latency      per-request TTFT, TPOT, ITL and E2EL from timestamps (each defined in its docstring), and
                RequestTimes, one request's outcome
-  percentiles  the one percentile rule (linear between ranks, numpy's default) and the distributions built on it
+  percentiles  the one percentile rule (linear between ranks, numpy's default) and distributions built on it
   goodput      requests meeting every SLO
   summary      ServingSummary: vLLM's aggregate result fields (throughputs, peaks, latency distributions)
 

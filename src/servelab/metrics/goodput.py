@@ -10,8 +10,8 @@ SLO_METRICS = ("ttft", "tpot", "e2el")  # the metrics an SLO may bound (vLLM's V
 
 
 def good_requests(requests: Iterable[RequestTimes], slos_ms: Mapping[str, float]) -> int:
-    """Successful requests whose every bounded metric is at most its SLO (ms). vLLM counts the TPOT of a request
-    with one output token (no TPOT) as 0, so such a request meets any TPOT objective."""
+    """Successful requests whose every bounded metric is at most its SLO (ms). vLLM counts the TPOT of a
+    request with one output token (no TPOT) as 0, so such a request meets any TPOT objective."""
     good = 0
     for r in requests:
         if not r.ok:

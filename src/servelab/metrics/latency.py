@@ -1,11 +1,13 @@
 """Per-request latencies from raw timestamps, as `vllm bench serve` defines them (vllm/benchmarks/serve.py,
 calculate_metrics). All times are on one clock and in one unit, and the results are in that unit (callers name
-it: `ttft_s`, `itl_us`); `start` is when the request was sent (measured) or arrived at the engine (simulated)."""
+it: `ttft_s`, `itl_us`); `start` is when the request was sent (measured) or arrived at the engine
+(simulated)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 
 def ttft(start: float, first_token: float) -> float:
@@ -30,7 +32,7 @@ def tpot(first_token: float, last_token: float, output_len: int) -> float | None
 def itl(event_times: Sequence[float]) -> list[float]:
     """Inter-token latencies: every gap between consecutive content events (first token excluded). A run's ITL
     distribution pools the gaps of all its requests."""
-    return [b - a for a, b in zip(event_times, event_times[1:])]
+    return [b - a for a, b in pairwise(event_times)]
 
 
 @dataclass

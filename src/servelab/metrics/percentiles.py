@@ -1,8 +1,8 @@
 """The one percentile rule and the distributions built on it.
 
 A percentile interpolates linearly between ranks (numpy's default method, which `vllm bench serve` uses):
-position (n - 1) * p / 100 in the sorted values. Plain Python so the simulator's path needs no array library; the
-values are converted to ms before sorting, so results match what numpy gives on the ms values.
+position (n - 1) * p / 100 in the sorted values. Plain Python so the simulator's path needs no array library;
+the values are converted to ms before sorting, so results match what numpy gives on the ms values.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def weighted_distribution_ms(
     simulator's repeated decode steps) is one pair, so the list is never expanded.
 
     Percentiles interpolate between the centres of the runs (a run of weight w covers w / total of the ranks),
-    which is not the same rule as `percentile` on the expanded list: it is the simulator's established ITL rule
-    and its planner outputs depend on it."""
+    which is not the same rule as `percentile` on the expanded list: it is the simulator's established ITL
+    rule and its planner outputs depend on it."""
     pcts = list(percentiles)
     pairs = sorted((v * 1000.0, w) for v, w in samples if w > 0)
     if not pairs:

@@ -105,7 +105,8 @@ def summarize(
 
 
 def peak_buckets(ok: Sequence[RequestTimes]) -> tuple[float, int]:
-    """The most content events and the most requests in flight in any 1-second bucket of successful requests."""
+    """The most content events and the most requests in flight in any 1-second bucket of successful
+    requests."""
     if not ok:
         return 0.0, 0
     t_min = min(r.start_s for r in ok)

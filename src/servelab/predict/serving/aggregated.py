@@ -1,7 +1,7 @@
 """Aggregated serving: one engine does prefill and decode; its steady state comes from simulating it.
 
-`simulate` is the fast core the planner calls many times (it returns plain numbers); `estimate_aggregated` wraps it
-into the same JSON as static mode plus percentiles, for `servelab estimate --mode agg`.
+`simulate` is the fast core the planner calls many times (it returns plain numbers); `estimate_aggregated`
+wraps it into the same JSON as static mode plus percentiles, for `servelab estimate --mode agg`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.backends import EngineProfile
+from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
 from servelab.predict.serving.engine import Lane, LaneLimits
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
+from servelab.predict.step import breakdown, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 CLOCKS = ("nominal", "low", "high")
@@ -100,7 +102,7 @@ def simulate(
     percentiles, out_tps, req_tps = [], [], []
     scale = (wl.concurrency / lw.concurrency) if wl.closed else lanes  # lanes x the busiest lane's share
     per_run = []
-    for lane, source in runs:
+    for _lane, source in runs:
         measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]
         per_run.append(request_latencies_s(measured))
     for clock in range(3):
@@ -111,7 +113,8 @@ def simulate(
             weighted_distribution_ms([(d[clock], w) for d, w in lane.stats.itl], PERCENTILES)
         )
         percentiles.append(pct)
-        # throughput over the window: everything emitted and completed in it, measured or not (Little's law holds)
+        # throughput over the window: everything emitted and completed in it, measured or not (Little's law
+        # holds)
         (c_start, e_start, n_start), (c_end, e_end, n_end) = source.window
         span = max(c_end[clock] - c_start[clock], 1e-12)
         out_tps.append((e_end - e_start) / span * scale)
@@ -200,8 +203,8 @@ def estimate_aggregated(
             seed=seed,
             spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance),
         )
-    if workload.spec.draft_tokens and not model.num_mtp_layers:
-        pass  # a separate draft model: the step model prices the verification; the draft's own cost is not modelled
+    # with a separate draft model (no MTP layers) the step model prices the verification; the draft's own cost
+    # is not modelled
     db = db or perfdb_for(system, engine.name)
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
@@ -221,9 +224,6 @@ def to_estimate(
     db,
     with_breakdown: bool = False,
 ) -> AggregatedEstimate:
-    from servelab.predict.graph import step_ops
-    from servelab.predict.step import breakdown, priced_step
-
     p, lo, hi = sim.percentiles
     gpus = parallel.gpus
     st = sim.stats

@@ -1,9 +1,10 @@
 """The discrete-event loop: pop an event, handle it, push what the handler returns.
 
-Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the queue.
-Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not
-depend on time (a client sends when its last request ends, which is a step end), so one run prices the same
-schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
+Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the
+queue. Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules
+do not depend on time (a client sends when its last request ends, which is a step end), so one run prices the
+same schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the
+caller.
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ class Source:
 
 class ClosedLoop(Source):
     """C clients, each sending its next request the moment its last one ends (vLLM --max-concurrency with
-    request_rate inf). The first `warmup` requests fill the engine; the next `measured` are measured; clients keep
-    sending until those finish, so the batch never drains while measuring."""
+    request_rate inf). The first `warmup` requests fill the engine; the next `measured` are measured; clients
+    keep sending until those finish, so the batch never drains while measuring."""
 
     def __init__(self, wl: Workload, **kw):
         super().__init__(wl, **kw)

@@ -2,8 +2,8 @@
 change what each request costs (speculative decoding, prefix-cache hits).
 
 Open-loop send times come from servelab.bench.schedule.arrival_offsets and request lengths from
-servelab.bench.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset run
-with the same seed, load and range ratio see requests of the same lengths at the same offsets.
+servelab.bench.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset
+run with the same seed, load and range ratio see requests of the same lengths at the same offsets.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from servelab.errors import ServelabError
 
 class SpecDecoding(BaseModel):
     """MTP or a draft model proposing `draft_tokens` per step; each is accepted with probability `acceptance`
-    given the previous one was (the usual geometric model), and the target model verifies them all in one step."""
+    given the previous one was (the usual geometric model), and the target model verifies them all in one
+    step."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     draft_tokens: int = Field(0, ge=0, le=16)
@@ -69,7 +70,8 @@ class Workload(BaseModel):
 
     @property
     def cached_tokens(self) -> int:
-        """Prompt tokens a prefix-cache hit skips; at least one token is always computed (it yields the logits)."""
+        """Prompt tokens a prefix-cache hit skips; at least one token is always computed (it yields the
+        logits)."""
         return min(int(self.isl * self.prefix_hit_rate), self.isl - 1)
 
     def measured(self) -> int:
@@ -84,7 +86,8 @@ class Workload(BaseModel):
         return arrival_offsets(self.measured(), self.rate, self.burstiness, self.seed) or []
 
     def per_lane(self, lanes: int) -> Workload:
-        """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the pace)."""
+        """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the
+        pace)."""
         if lanes <= 1:
             return self
         if self.closed:
