@@ -15,7 +15,7 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.backends import EngineProfile
 from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
-from servelab.predict.serving.engine import Lane, LaneLimits
+from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
@@ -36,7 +36,7 @@ class SimResult:
     request_tps: tuple  # requests/s of the replica
     lanes: int
     lane_workload: Workload
-    stats: object  # LaneStats of the simulated lane (nominal run)
+    stats: LaneStats  # of the simulated lane (nominal run)
     requests: int
     wall_ms: float
     kv_max_sequences: int  # sequences of isl + osl tokens the replica's KV cache holds
@@ -100,7 +100,7 @@ def simulate(
         run(lane, source)
         runs.append((lane, source))
     percentiles, out_tps, req_tps = [], [], []
-    scale = (wl.concurrency / lw.concurrency) if wl.closed else lanes  # lanes x the busiest lane's share
+    scale = (wl.clients / lw.clients) if wl.closed else lanes  # lanes x the busiest lane's share
     per_run = []
     for _lane, source in runs:
         measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]

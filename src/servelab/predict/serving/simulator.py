@@ -17,7 +17,7 @@ import numpy as np
 
 from servelab.bench.lengths import LengthStream
 from servelab.errors import ServelabError
-from servelab.predict.serving.engine import Lane, Request
+from servelab.predict.serving.engine import Batch, Lane, Request
 from servelab.predict.serving.workload import Workload
 
 INF = float("inf")
@@ -39,7 +39,7 @@ class Arrival(NamedTuple):
 
 class StepEnd(NamedTuple):
     time: float
-    batch: object
+    batch: Batch
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
         lane.busy = False
@@ -141,8 +141,8 @@ class ClosedLoop(Source):
 
     def __init__(self, wl: Workload, **kw):
         super().__init__(wl, **kw)
-        self.c = wl.concurrency
-        self.warmup = wl.concurrency if wl.warmup is None else wl.warmup
+        self.c = wl.clients
+        self.warmup = wl.clients if wl.warmup is None else wl.warmup
         self.num_measured = wl.measured()
         self.pending_measured = self.num_measured
 

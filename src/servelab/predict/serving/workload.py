@@ -69,6 +69,20 @@ class Workload(BaseModel):
         return self.concurrency is not None
 
     @property
+    def clients(self) -> int:
+        """Closed loop: the requests in flight."""
+        if self.concurrency is None:
+            raise ServelabError("workload: an open loop has no concurrency")
+        return self.concurrency
+
+    @property
+    def arrival_rate(self) -> float:
+        """Open loop: requests per second."""
+        if self.rate is None:
+            raise ServelabError("workload: a closed loop has no request rate")
+        return self.rate
+
+    @property
     def cached_tokens(self) -> int:
         """Prompt tokens a prefix-cache hit skips; at least one token is always computed (it yields the
         logits)."""
@@ -78,12 +92,12 @@ class Workload(BaseModel):
         if self.num_requests is not None:
             return self.num_requests
         if self.closed:
-            return max(2 * self.concurrency, 64)
+            return max(2 * self.clients, 64)
         return 256
 
     def offsets(self) -> list[float]:
         """Open-loop arrival offsets in seconds (vLLM's gamma gaps, shared with `servelab bench`)."""
-        return arrival_offsets(self.measured(), self.rate, self.burstiness, self.seed) or []
+        return arrival_offsets(self.measured(), self.arrival_rate, self.burstiness, self.seed) or []
 
     def per_lane(self, lanes: int) -> Workload:
         """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the
@@ -91,7 +105,7 @@ class Workload(BaseModel):
         if lanes <= 1:
             return self
         if self.closed:
-            c = math.ceil(self.concurrency / lanes)
+            c = math.ceil(self.clients / lanes)
             n = math.ceil(self.measured() / lanes)
             return self.model_copy(
                 update={
@@ -101,5 +115,8 @@ class Workload(BaseModel):
                 }
             )
         return self.model_copy(
-            update={"rate": self.rate / lanes, "num_requests": max(math.ceil(self.measured() / lanes), 16)}
+            update={
+                "rate": self.arrival_rate / lanes,
+                "num_requests": max(math.ceil(self.measured() / lanes), 16),
+            }
         )
