@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 
 DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]
 DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
-METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
 class BenchConfig(BaseModel):
@@ -86,8 +86,8 @@ class BenchConfig(BaseModel):
     @classmethod
     def _check_metrics(cls, v: list[str]) -> list[str]:
         for name in v:
-            if name not in METRIC_NAMES:
-                raise ValueError(f"percentile metric {name!r} is not one of {', '.join(METRIC_NAMES)}")
+            if name not in LATENCY_METRICS:
+                raise ValueError(f"percentile metric {name!r} is not one of {', '.join(LATENCY_METRICS)}")
         return v
 
     @field_validator("metric_percentiles")
@@ -102,8 +102,8 @@ class BenchConfig(BaseModel):
     @classmethod
     def _check_goodput(cls, v: dict[str, float]) -> dict[str, float]:
         for name, ms in v.items():
-            if name not in ("ttft", "tpot", "e2el"):
-                raise ValueError(f"goodput SLO {name!r} is not one of ttft, tpot, e2el")
+            if name not in SLO_METRICS:
+                raise ValueError(f"goodput SLO {name!r} is not one of {', '.join(SLO_METRICS)}")
             if ms < 0:
                 raise ValueError(f"goodput SLO {name} must be >= 0 ms, got {ms}")
         return v

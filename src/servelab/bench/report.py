@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.bench.result import BenchResult
+from servelab.metrics import LATENCY_METRICS
 
 
 def present(result: BenchResult, percentile_metrics: list[str], file=None) -> None:
@@ -62,7 +63,7 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
         "itl": ("ITL", "Inter-token Latency"),
         "e2el": ("E2EL", "End-to-end Latency"),
     }
-    for m in ("ttft", "tpot", "itl", "e2el"):
+    for m in LATENCY_METRICS:
         if m not in percentile_metrics:
             continue
         short, title = names[m]
