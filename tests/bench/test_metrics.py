@@ -3,10 +3,17 @@ vllm/benchmarks/serve.py)."""
 
 import math
 
+import numpy as np
 import pytest
 
 from servelab.bench.measured import derive
-from servelab.metrics import good_requests, summarize
+from servelab.metrics import (
+    distribution_ms,
+    good_requests,
+    percentile,
+    summarize,
+    weighted_distribution_ms,
+)
 
 
 def rec(sent, chunks_ms, out, ok=True, sched=None, slot=None, prompt=10):
@@ -102,3 +109,23 @@ def test_empty_run_reports_zeros_like_vllm():
     out = summarize([], 0.0, ["ttft"], [99], {}).fields()
     assert out["completed"] == 0 and out["mean_ttft_ms"] == 0.0
     assert math.isnan(out["request_throughput"])
+
+
+def test_percentile_is_numpys_linear_rule():
+    values = sorted([3.0, 1.0, 4.0, 1.5, 9.2, 2.6, 5.3])
+    for p in (0, 10, 50, 90, 99, 99.9, 100):
+        assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
+
+
+def test_distribution_reports_ms_and_vllm_percentile_words():
+    d = distribution_ms([0.1, 0.3], [50, 99.9])
+    assert (d.mean, d.median, d.std, d.max) == pytest.approx((200.0, 200.0, 100.0, 300.0))
+    assert set(d.percentiles) == {"50", "99.9"}
+
+
+def test_weighted_runs_interpolate_between_run_centres():
+    # a stretch of 3 steps of 10 ms (centre at 37.5 % of the ranks) and one of 30 ms (centre at 87.5 %)
+    d = weighted_distribution_ms([(0.010, 3), (0.030, 1)], [50, 99])
+    assert d.mean == pytest.approx(15.0)
+    assert d.percentiles["50"] == pytest.approx(10.0 + 20.0 * (50 - 37.5) / (87.5 - 37.5))
+    assert d.percentiles["99"] == pytest.approx(30.0)  # flat beyond the last centre
