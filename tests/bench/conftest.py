@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from servelab.bench.datasets import WORDS
+
 PORT_RANGE = range(18100, 18900)
 
 
@@ -40,7 +42,7 @@ class MockServer:
                 return
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"mock server exited: {self.proc.stderr.read().decode()}")
+                    raise RuntimeError(f"mock server exited: {self.proc.stderr.read().decode()}") from None
                 time.sleep(0.05)
         raise RuntimeError("mock server did not start")
 
@@ -72,9 +74,7 @@ def mock_server():
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory) -> Path:
     """A byte-level BPE tokenizer trained here on generated text (nothing from a hub)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from servelab.bench.datasets import WORDS
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415 (optional extra)
 
     d = tmp_path_factory.mktemp("tok")
     tok = Tokenizer(models.BPE(unk_token=None))

@@ -1,6 +1,6 @@
 """Whole runs of `servelab bench` (a subprocess, as users run it) against the mock server (its own process).
 
-The measured values must match what the mock was set to (style habit 7), and every misbehaviour must end as
+The measured values must match what the mock was set to, and every misbehaviour must end as
 counted failures with reasons, partial results saved and a non-zero exit code.
 """
 
@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -274,7 +275,7 @@ def test_no_usage_falls_back_to_the_tokenizer(mock_server, tmp_path, tiny_tokeni
     )
     assert rc == 0, err
     assert r["token_count_source"] == "tokenizer"
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # noqa: PLC0415 (optional extra)
 
     expected = len(Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json")).encode(" tok" * 6).ids)
     assert r["output_lens"] == [expected] * 4
@@ -354,7 +355,7 @@ def test_multiturn_conversations_grow(mock_server, tmp_path):
         turns.sort(key=lambda x: x["i"])
         # each turn starts after the previous one ended; prompts grow (mock counts words of all messages)
         assert [t["i"] % 1000 for t in turns] == [0, 1, 2]
-        assert all(b["sent"] >= a["end"] for a, b in zip(turns, turns[1:]))
+        assert all(b["sent"] >= a["end"] for a, b in pairwise(turns))
         assert turns[0]["in"] < turns[1]["in"] < turns[2]["in"]
 
 

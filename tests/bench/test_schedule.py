@@ -1,4 +1,5 @@
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -13,7 +14,7 @@ def test_offsets_are_seeded_cumulative_and_rescaled_to_n_over_rate():
     a = arrival_offsets(200, 10.0, burstiness=1.0, seed=3)
     assert a == arrival_offsets(200, 10.0, burstiness=1.0, seed=3)
     assert a != arrival_offsets(200, 10.0, burstiness=1.0, seed=4)
-    assert all(y >= x for x, y in zip(a, a[1:]))
+    assert all(y >= x for x, y in pairwise(a))
     assert a[-1] == pytest.approx(200 / 10.0)  # vLLM's normalisation
 
 
@@ -27,7 +28,7 @@ def test_ramp_up_linear_rates():
     assert rate_at(5, 11, math.inf, "linear", 1.0, 11.0) == 6.0
     assert rate_at(10, 11, math.inf, "exponential", 1.0, 100.0) == pytest.approx(100.0)
     a = arrival_offsets(100, math.inf, 1.0, 0, "linear", 1.0, 50.0)
-    gaps = [y - x for x, y in zip([0.0] + a, a)]
+    gaps = [y - x for x, y in pairwise([0.0] + a)]
     assert sum(gaps[:10]) > sum(gaps[-10:])  # arrivals speed up
 
 

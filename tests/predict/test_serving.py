@@ -11,6 +11,7 @@ from servelab.predict.backends import engine_profile
 from servelab.predict.graph import StepShape
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.serving import SpecDecoding, StepPricer, Workload, estimate_aggregated, simulate
+from servelab.predict.serving.simulator import ClosedLoop
 from servelab.predict.static import estimate_static, prepare
 from servelab.predict.step import priced_step
 from servelab.specs import Parallel, load_model, load_system
@@ -29,7 +30,8 @@ def _sim(wl, model=QWEN, parallel=TP2, engine=None):
 
 
 def test_single_user_matches_one_prefill_and_decode_steps():
-    """At concurrency 1 nothing queues: TTFT is one prefill step, TPOT the mean decode step over the context."""
+    """At concurrency 1 nothing queues: TTFT is one prefill step, TPOT the mean decode step over the
+    context."""
     engine = engine_profile("vllm")
     sim = _sim(Workload(isl=2000, osl=200, concurrency=1, num_requests=8, range_ratio=0.0))
     prefill = priced_step(QWEN, TP2, StepShape(prefill=((2000, 0),)), engine, DB).us / 1000
@@ -41,9 +43,8 @@ def test_single_user_matches_one_prefill_and_decode_steps():
 
 
 def test_request_lengths_vary_around_the_mean_reproducibly():
-    """Like vLLM's --random-range-ratio: lengths uniform in mean x [1 - r, 1 + r], the same for the same seed."""
-    from servelab.predict.serving.simulator import ClosedLoop
-
+    """Like vLLM's --random-range-ratio: lengths uniform in mean x [1 - r, 1 + r], the same for the same
+    seed."""
     wl = Workload(isl=1000, osl=200, concurrency=4, num_requests=400, range_ratio=0.2)
     source = ClosedLoop(wl)
     reqs = [source._new() for _ in range(400)]
@@ -66,7 +67,8 @@ def test_closed_loop_obeys_littles_law():
 
 def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
     small = engine_profile("vllm", max_num_batched_tokens=1024)
-    sim = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4), engine=small)
+    # fixed lengths: a 4096-token prompt is exactly four 1024-token chunks
+    sim = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4, range_ratio=0.0), engine=small)
     chunks = (
         sum(
             priced_step(QWEN, TP2, StepShape(prefill=((1024, past),)), small, DB).us
@@ -75,7 +77,7 @@ def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
         / 1000
     )
     assert sim.metric("ttft_ms") == pytest.approx(chunks, rel=0.08)
-    whole = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4))
+    whole = _sim(Workload(isl=4096, osl=16, concurrency=1, num_requests=4, range_ratio=0.0))
     assert sim.metric("ttft_ms") > whole.metric("ttft_ms")  # four launches cost more than one
 
 

@@ -1,4 +1,5 @@
-"""The streaming HTTP/1.1 client: an asyncio Protocol per connection, driven by callbacks (no task per request).
+"""The streaming HTTP/1.1 client: an asyncio Protocol per connection, driven by callbacks (no task per
+request).
 
 Hot path (data_received of a 200 text/event-stream response), per socket read:
   one perf_counter() read; bytes.rfind of the last event end; bytes.count of complete events ("\\ndata:")
@@ -256,7 +257,7 @@ class StreamConn(asyncio.Protocol):
             self._drop()
         self.owner.on_done(self, st, reusable)
 
-    # -- helpers ----------------------------------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------------------
     def _drop(self) -> None:
         self.closed = True
         if self.transport is not None:

@@ -7,9 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.metrics import LATENCY_METRICS, SLO_METRICS
+
 DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]
 DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
-METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
 class BenchConfig(BaseModel):
@@ -36,7 +38,7 @@ class BenchConfig(BaseModel):
     dataset_path: str | None = None
     random_input_len: int = Field(1024, ge=1)
     random_output_len: int = Field(128, ge=1)
-    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, lt=1.0)
     random_prefix_len: int = Field(0, ge=0)
     prefix_repetition_prefix_len: int = Field(256, ge=1)
     prefix_repetition_suffix_len: int = Field(256, ge=1)
@@ -84,8 +86,8 @@ class BenchConfig(BaseModel):
     @classmethod
     def _check_metrics(cls, v: list[str]) -> list[str]:
         for name in v:
-            if name not in METRIC_NAMES:
-                raise ValueError(f"percentile metric {name!r} is not one of {', '.join(METRIC_NAMES)}")
+            if name not in LATENCY_METRICS:
+                raise ValueError(f"percentile metric {name!r} is not one of {', '.join(LATENCY_METRICS)}")
         return v
 
     @field_validator("metric_percentiles")
@@ -100,8 +102,8 @@ class BenchConfig(BaseModel):
     @classmethod
     def _check_goodput(cls, v: dict[str, float]) -> dict[str, float]:
         for name, ms in v.items():
-            if name not in ("ttft", "tpot", "e2el"):
-                raise ValueError(f"goodput SLO {name!r} is not one of ttft, tpot, e2el")
+            if name not in SLO_METRICS:
+                raise ValueError(f"goodput SLO {name!r} is not one of {', '.join(SLO_METRICS)}")
             if ms < 0:
                 raise ValueError(f"goodput SLO {name} must be >= 0 ms, got {ms}")
         return v

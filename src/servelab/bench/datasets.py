@@ -8,7 +8,6 @@ stated in the result file (`prompt_len_source`); the server's usage.prompt_token
 from __future__ import annotations
 
 import json
-import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.bench.config import BenchConfig
+from servelab.bench.lengths import sample_lengths
 from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
 
@@ -238,14 +238,6 @@ def _exact_text(
 
 def _allowed(tok: LocalTokenizer) -> np.ndarray:
     return np.array(sorted(set(range(tok.vocab_size)) - tok.special_ids))
-
-
-def sample_lengths(rng: np.random.Generator, n: int, in_len: int, out_len: int, ratio: float, special: int):
-    """vLLM's get_sampling_params: uniform integers in [floor(L(1-r)), ceil(L(1+r))], outputs >= 1."""
-    real_in = max(0, in_len - special)
-    in_lo, in_hi = math.floor(real_in * (1 - ratio)), math.ceil(real_in * (1 + ratio))
-    out_lo, out_hi = max(1, math.floor(out_len * (1 - ratio))), max(1, math.ceil(out_len * (1 + ratio)))
-    return rng.integers(in_lo, in_hi + 1, size=n), rng.integers(out_lo, out_hi + 1, size=n)
 
 
 class _TextMaker:

@@ -316,7 +316,7 @@ async def serve(a: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional extra, not in the core install)
 
         uvloop.install()
     except ImportError:

@@ -1,4 +1,4 @@
-"""The per-request record: raw timestamps only (style habit 9); metrics are derived in metrics.py.
+"""The per-request record: raw timestamps only; metrics are derived from them in measured.py.
 
 One JSON object per line, written by each worker as requests finish, so a crash keeps what was done.
 Times are seconds from the run start (T0, perf_counter on the shared monotonic clock); chunk arrival
@@ -26,6 +26,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+from servelab.bench.client import RequestState
+
+NOT_SENT = "not sent: "  # the error prefix of a request the run never sent
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
@@ -50,3 +55,66 @@ def merge_jsonl(paths: list[Path], out: Path) -> list[dict]:
             f.write(json.dumps(r, separators=(",", ":")))
             f.write("\n")
     return records
+
+
+class RecordWriter:
+    """Writes one worker's records to its open JSONL file (buffered; flushed by the worker's tick and at the
+    end). Times are given on the worker's perf_counter clock and written relative to T0."""
+
+    def __init__(self, out: IO[str], worker: int, keep_text: bool) -> None:
+        self.out = out
+        self.worker = worker
+        self.keep_text = keep_text
+        self.t0 = 0.0
+
+    def request(self, st: RequestState) -> dict:
+        """The record of a finished (or failed) request; returns it."""
+        item = st.item
+        usage = st.usage or {}
+        ok = st.error is None
+        out_tokens = usage.get("completion_tokens") if ok else None
+        rec = {
+            "i": item.key,
+            "w": self.worker,
+            "ok": ok,
+            "err": st.error,
+            "sched": st.sched - self.t0,
+            "slot": st.slot - self.t0,
+            "sent": st.sent - self.t0,
+            "end": st.end - self.t0,
+            "chunks": st.chunks,
+            "in": usage.get("prompt_tokens") or item.prompt_len,
+            "in_src": "usage" if usage.get("prompt_tokens") else "dataset",
+            "out": out_tokens,
+            "conn": st.new_conn,
+        }
+        if ok and (out_tokens is None or self.keep_text):
+            rec["text"] = st.generated_text()
+        self._write(rec)
+        return rec
+
+    def not_sent(self, key: int, prompt_len: int, sched: float, reason: str) -> None:
+        """The record of a request the run never sent (aborted or stopped)."""
+        self._write(
+            {
+                "i": key,
+                "w": self.worker,
+                "ok": False,
+                "err": NOT_SENT + reason,
+                "sched": sched - self.t0,
+                "sent": None,
+                "end": None,
+                "chunks": [],
+                "in": prompt_len,
+                "in_src": "dataset",
+                "out": None,
+                "conn": False,
+            }
+        )
+
+    def _write(self, rec: dict) -> None:
+        self.out.write(json.dumps(rec, separators=(",", ":")))
+        self.out.write("\n")
+
+    def flush(self) -> None:
+        self.out.flush()

@@ -1,5 +1,6 @@
-"""The result file: vLLM's field names with vLLM's meanings, plus servelab's self-describing extras
-(style habit 11: a schema version, package/python versions and the full config), and the printed report."""
+"""The result of one benchmark point (BenchResult) and its file: vLLM's field names with vLLM's meanings, plus
+servelab's self-describing extras (a schema version, package/python versions and the full config, so a saved
+file describes itself)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,96 @@ import json
 import math
 import platform
 import sys
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
 import servelab
+from servelab.metrics import Distribution, ServingSummary
+from servelab.metrics.summary import distribution_fields
 
 RESULT_VERSION = 1
-DETAIL_FIELDS = (
-    "input_lens",
-    "output_lens",
-    "ttfts",
-    "itls",
-    "latencies",
-    "start_times",
-    "generated_texts",
-    "errors",
-)
+
+
+@dataclass
+class ClientReport:
+    """The `client` section: how busy the load generator was, to tell a client bottleneck from the server."""
+
+    num_workers: int
+    event_loop: str
+    cpu_seconds: float
+    cpu_util_per_worker_pct: list[float]
+    cpu_us_per_content_event: float
+    event_loop_lag_mean_ms: float
+    event_loop_lag_p99_ms: float
+    event_loop_lag_max_ms: float
+    event_loop_lag_note: str
+    connections_opened: int
+    warmup_failed: int
+    abort_reasons: list[str]
+
+
+@dataclass
+class RequestDetails:
+    """Per-request lists in request order, saved only with --save-detailed (vLLM's detail fields; seconds)."""
+
+    input_lens: list[int]
+    output_lens: list[int]
+    ttfts: list[float]
+    itls: list[list[float]]
+    latencies: list[float]
+    start_times: list[float]
+    generated_texts: list[str]
+    errors: list[str]
+
+
+@dataclass
+class BenchResult:
+    """One benchmark point. `dump()` gives the result file's fields, in the file's order."""
+
+    header: dict  # header_fields(): vLLM's leading fields and the --metadata keys
+    summary: ServingSummary
+    client_latency_ms: dict[str, Distribution]  # ttft_from_scheduled, client_send_lag, ... (measured.py)
+    not_sent: int
+    failure_reasons: dict[str, int]
+    token_count_source: str
+    prompt_len_source: str
+    client: ClientReport
+    client_bottleneck_warning: str | None
+    one_read_requests: int
+    one_read_warning: str | None
+    provenance: dict  # provenance(): schema version, package / python / platform versions
+    config: dict  # every flag (BenchConfig.public_dump: no secrets)
+    details: RequestDetails
+    interrupted: bool = False
+    records_file: str | None = None  # set when the per-request records were saved
+
+    @property
+    def failed(self) -> int:
+        return self.summary.failed
+
+    def dump(self) -> dict:
+        out = dict(self.header)
+        out.update(self.summary.fields())
+        for name, d in self.client_latency_ms.items():
+            out.update(distribution_fields(name, d, with_max=True))
+        out.update(
+            not_sent=self.not_sent,
+            failure_reasons=self.failure_reasons,
+            token_count_source=self.token_count_source,
+            prompt_len_source=self.prompt_len_source,
+            client=asdict(self.client),
+            client_bottleneck_warning=self.client_bottleneck_warning,
+            one_read_requests=self.one_read_requests,
+            one_read_warning=self.one_read_warning,
+        )
+        out.update(self.provenance)
+        out["config"] = self.config
+        out.update(asdict(self.details))
+        out["interrupted"] = self.interrupted
+        if self.records_file is not None:
+            out["records_file"] = self.records_file
+        return out
 
 
 def header_fields(cfg, model_id: str, date: str) -> dict:
@@ -68,7 +143,8 @@ def default_filename(cfg, model_id: str, date: str) -> str:
     conc = f"-concurrency{cfg.max_concurrency}" if cfg.max_concurrency is not None else ""
     label = cfg.label or cfg.backend
     if cfg.ramp_up_strategy is not None:
-        return f"{label}-ramp-up-{cfg.ramp_up_strategy}-{cfg.ramp_up_start_rps}qps-{cfg.ramp_up_end_rps}qps{conc}-{base}-{date}.json"
+        ramp = f"{cfg.ramp_up_strategy}-{cfg.ramp_up_start_rps}qps-{cfg.ramp_up_end_rps}qps"
+        return f"{label}-ramp-up-{ramp}{conc}-{base}-{date}.json"
     rate = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
     return f"{label}-{rate}qps{conc}-{base}-{date}.json"
 
@@ -77,8 +153,10 @@ def now_stamp() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def save(result: dict, path: Path, detailed: bool) -> None:
-    data = result if detailed else {k: v for k, v in result.items() if k not in DETAIL_FIELDS}
+def save(result: BenchResult, path: Path, detailed: bool) -> None:
+    """Write the result file atomically; the per-request detail lists only when `detailed`."""
+    detail_fields = {f.name for f in fields(RequestDetails)}
+    data = {k: v for k, v in result.dump().items() if detailed or k not in detail_fields}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
@@ -89,96 +167,3 @@ def _jsonable(v):
     if isinstance(v, float) and math.isinf(v):
         return "inf"
     return str(v)
-
-
-def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
-    """vLLM's printed block, then servelab's client section."""
-    file = file or sys.stdout
-    line = lambda k, v: print(f"{k:<40} {v:<10}", file=file)
-    num = lambda k, v: print(f"{k:<40} {v:<10.2f}", file=file)
-    print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="), file=file)
-    line("Successful requests:", r["completed"])
-    line("Failed requests:", r["failed"])
-    if r.get("not_sent"):
-        line("Not sent (run stopped):", r["not_sent"])
-    if r.get("max_concurrency") is not None:
-        line("Maximum request concurrency:", r["max_concurrency"])
-    if r.get("request_rate") != "inf":
-        num("Request rate configured (RPS):", float(r["request_rate"]))
-    num("Benchmark duration (s):", r["duration"])
-    line("Total input tokens:", r["total_input_tokens"])
-    line("Total generated tokens:", r["total_output_tokens"])
-    num("Request throughput (req/s):", r["request_throughput"])
-    if r.get("request_goodput") is not None:
-        num("Request goodput (req/s):", r["request_goodput"])
-    num("Output token throughput (tok/s):", r["output_throughput"])
-    num("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"])
-    num("Peak concurrent requests:", r["max_concurrent_requests"])
-    num("Total token throughput (tok/s):", r["total_token_throughput"])
-    names = {
-        "ttft": ("TTFT", "Time to First Token"),
-        "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-        "itl": ("ITL", "Inter-token Latency"),
-        "e2el": ("E2EL", "End-to-end Latency"),
-    }
-    for m in ("ttft", "tpot", "itl", "e2el"):
-        if m not in percentile_metrics:
-            continue
-        short, title = names[m]
-        print("{s:{c}^{n}}".format(s=title, n=50, c="-"), file=file)
-        num(f"Mean {short} (ms):", r[f"mean_{m}_ms"])
-        num(f"Median {short} (ms):", r[f"median_{m}_ms"])
-        for k, v in r.items():
-            if k.startswith("p") and k.endswith(f"_{m}_ms") and k[1].isdigit():
-                num(f"P{k[1 : -len(m) - 4]} {short} (ms):", v)
-    c = r["client"]
-    print("{s:{c}^{n}}".format(s=" Client (servelab) ", n=50, c="-"), file=file)
-    line("Worker processes / event loop:", f"{c['num_workers']} / {c['event_loop']}")
-    line("Client CPU per worker (% of a core):", ", ".join(f"{u:.0f}" for u in c["cpu_util_per_worker_pct"]))
-    num("Client CPU per content event (us):", c["cpu_us_per_content_event"])
-    num("Event-loop lag p99 / max (ms):", c["event_loop_lag_p99_ms"])
-    print(f"{'':<40} max {c['event_loop_lag_max_ms']:.2f}", file=file)
-    num("Send lag mean (ms):", r["mean_client_send_lag_ms"])
-    num("Send lag p99 (ms):", r["p99_client_send_lag_ms"])
-    num("Mean TTFT from scheduled time (ms):", r["mean_ttft_from_scheduled_ms"])
-    num("P99 TTFT from scheduled time (ms):", r["p99_ttft_from_scheduled_ms"])
-    line("Output tokens counted from:", r["token_count_source"])
-    if r.get("failure_reasons"):
-        print("{s:{c}^{n}}".format(s=" Failures ", n=50, c="-"), file=file)
-        for reason, count in r["failure_reasons"].items():
-            print(f"{count:>6}  {reason}", file=file)
-    print("=" * 50, file=file)
-
-
-def summary_rows(results: list[tuple[str, dict, str | None]]) -> list[list[str]]:
-    rows = []
-    for point, r, path in results:
-        rows.append(
-            [
-                point,
-                str(r["completed"]),
-                str(r["failed"]),
-                f"{r['request_throughput']:.2f}",
-                f"{r['output_throughput']:.1f}",
-                f"{r.get('mean_ttft_ms', float('nan')):.1f}",
-                f"{r.get('p99_ttft_ms', float('nan')):.1f}",
-                f"{r.get('mean_tpot_ms', float('nan')):.2f}",
-                "yes" if r.get("client_bottleneck_warning") else "",
-                path or "",
-            ]
-        )
-    return rows
-
-
-SUMMARY_HEADER = [
-    "point",
-    "completed",
-    "failed",
-    "req/s",
-    "out tok/s",
-    "mean TTFT ms",
-    "p99 TTFT ms",
-    "mean TPOT ms",
-    "client-bound?",
-    "result file",
-]

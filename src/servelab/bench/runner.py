@@ -17,26 +17,22 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 from time import perf_counter
 
-from servelab.bench import metrics as M
 from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
+from servelab.bench.evaluate import compute_result
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
 from servelab.bench.records import merge_jsonl
+from servelab.bench.report import present, print_sweep_table
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
-
-# Thresholds for the client-bottleneck warning (why: above these the client, not the server, shapes latency).
-CPU_BUSY_PCT = 90.0  # a worker busy >= 90 % of a core has no headroom left for timely reads
-LOOP_LAG_P99_MS = 5.0  # timers / reads late by more than this inflate TTFT and ITL by as much
-SEND_LAG_P99_MS = 5.0  # requests leaving later than scheduled (after the first cohort) by more than this
 
 
 def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) -> str:
@@ -119,7 +115,8 @@ def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> l
 
 def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
     """One per core; when the server is on this machine (loopback), leave it a core: on the 2-core box a
-    second client process starved the local server (bench/loadgen_vs_vllm.py, docs/benchmarks.md, section 3)."""
+    second client process starved the local server (bench/loadgen_vs_vllm.py, docs/benchmarks.md,
+    section 3)."""
     n = cfg.num_workers
     if not n:
         cores = os.cpu_count() or 1
@@ -130,12 +127,30 @@ def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
     return max(1, min(n, num_items))
 
 
-def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> tuple[dict, Path | None, int]:
-    """Run one benchmark point. Returns (result dict, saved path or None, exit code)."""
-    out = out or sys.stdout
+@dataclass
+class Prepared:
+    """What a point sends, built before any process starts: the model name, the dataset and the requests."""
+
+    model_id: str
+    data: Dataset
+    template: RequestTemplate
+    items: list[WorkItem]
+
+
+@dataclass
+class LoadRun:
+    """What running the load left: the merged records, each worker's summary and ready info."""
+
+    records: list[dict]
+    summaries: list[dict]
+    infos: list[dict]
+    interrupted: bool
+
+
+def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
+    """Resolve the model name, build the dataset and pre-serialize every request."""
     api_key = api_key_from_env()
     model_id = cfg.model or fetch_model_id(cfg.base_url, api_key)
-    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
     data = build_dataset(cfg, tok)
     sampling = {
         k: v
@@ -152,18 +167,12 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
         sampling,
         api_key,
     )
-    items = build_items(cfg, data, template)
-    date = R.now_stamp()
-    result_path = None
-    if cfg.save_result:
-        result_path = Path(cfg.result_dir or ".") / (
-            cfg.result_filename or R.default_filename(cfg, model_id, date)
-        )
-        records_dir = result_path.with_name(result_path.stem + ".requests.d")
-        records_dir.mkdir(parents=True, exist_ok=True)
-    else:
-        records_dir = Path(tempfile.mkdtemp(prefix="servelab-bench-"))
+    return Prepared(model_id, data, template, build_items(cfg, data, template))
 
+
+def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTemplate, records_dir: Path):
+    """One WorkerSpec per worker process: its round-robin share of the requests, of the concurrency limit and
+    of the warm-ups, and its own records file."""
     n_workers = num_workers_for(cfg, len(items))
     shares = split_round_robin(list(range(len(items))), n_workers)
     limits = split_limit(cfg.max_concurrency, n_workers)
@@ -188,8 +197,14 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
                 preconnect=pre,
             )
         )
+    return specs
+
+
+def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], merged_path: Path) -> LoadRun:
+    """Start the worker processes, start them together at T0, wait (live line; Ctrl-C stops them and keeps
+    what was measured), and merge their records into `merged_path`."""
     ctx = mp.get_context("spawn")
-    progress = ctx.Array("d", n_workers * PROGRESS_SLOTS, lock=False)
+    progress = ctx.Array("d", len(specs) * PROGRESS_SLOTS, lock=False)
     stop = ctx.Event()
     procs, pipes = [], []
     for spec in specs:
@@ -227,37 +242,45 @@ def run_point(cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None) -> 
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-    worker_files = [Path(s.out_path) for s in specs]
-    merged_path = (
-        result_path.with_name(result_path.stem + ".requests.jsonl")
-        if result_path
-        else records_dir / "requests.jsonl"
-    )
-    records = merge_jsonl(worker_files, merged_path)
-    if result_path:
-        shutil.rmtree(records_dir, ignore_errors=True)
-    res = compute_result(cfg, records, summaries, infos, data, tok, model_id, date, t0 and 0.0)
-    res["interrupted"] = interrupted
-    if result_path:
-        res["records_file"] = str(merged_path)
-    R.print_report(res, cfg.percentile_metrics, file=out)
-    if res["client_bottleneck_warning"]:
-        _warn("the client may have been the bottleneck: " + res["client_bottleneck_warning"])
-    if res["one_read_warning"]:
-        _warn(res["one_read_warning"])
-    if result_path:
-        R.save(res, result_path, cfg.save_detailed)
-        print(f"result: {result_path}", file=out)
+    records = merge_jsonl([Path(s.out_path) for s in specs], merged_path)
+    return LoadRun(records, summaries, infos, interrupted)
+
+
+def run_point(
+    cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None
+) -> tuple[R.BenchResult, Path | None, int]:
+    """Run one benchmark point: prepare, run the load, compute the result, present it, save it.
+    Returns (result, saved path or None, exit code)."""
+    out = out or sys.stdout
+    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
+    prep = prepare(cfg, tok)
+    date = R.now_stamp()
+    result_path = None
+    if cfg.save_result:
+        result_path = Path(cfg.result_dir or ".") / (
+            cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+        )
+        records_dir = result_path.with_name(result_path.stem + ".requests.d")
+        records_dir.mkdir(parents=True, exist_ok=True)
+        merged_path = result_path.with_name(result_path.stem + ".requests.jsonl")
     else:
-        shutil.rmtree(records_dir, ignore_errors=True)
-    code = 130 if interrupted else (1 if (res["failed"] or res.get("not_sent")) else 0)
-    return res, result_path, code
-
-
-def _warn(msg: str) -> None:
-    red = "\x1b[1;31m" if sys.stderr.isatty() else ""
-    reset = "\x1b[0m" if red else ""
-    sys.stderr.write(f"{red}WARNING: {msg}{reset}\n")
+        records_dir = Path(tempfile.mkdtemp(prefix="servelab-bench-"))
+        merged_path = records_dir / "requests.jsonl"
+    specs = worker_specs(cfg, prep.items, prep.template, records_dir)
+    load = run_load(cfg, prep.items, specs, merged_path)
+    shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
+    result = compute_result(
+        cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
+    )
+    result.interrupted = load.interrupted
+    if result_path:
+        result.records_file = str(merged_path)
+    present(result, cfg.percentile_metrics, file=out)
+    if result_path:
+        R.save(result, result_path, cfg.save_detailed)
+        print(f"result: {result_path}", file=out)
+    code = 130 if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
+    return result, result_path, code
 
 
 def _recv(pipe, procs) -> dict:
@@ -296,146 +319,6 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
     return [summaries[k] for k in sorted(summaries)]
 
 
-def resolve_output_len(rec: dict, tok: LocalTokenizer | None) -> tuple[int, str]:
-    if rec.get("out") is not None:
-        return int(rec["out"]), "usage"
-    if tok is not None:
-        return tok.count(rec.get("text") or ""), "tokenizer"
-    return len(rec.get("chunks") or []), "content events (approximate: no usage, no tokenizer)"
-
-
-def compute_result(
-    cfg: BenchConfig,
-    records: list[dict],
-    summaries: list[dict],
-    infos: list[dict],
-    data: Dataset,
-    tok: LocalTokenizer | None,
-    model_id: str,
-    date: str,
-    _t0: float,
-) -> dict:
-    sent = [r for r in records if r.get("sent") is not None]
-    not_sent = [r for r in records if r.get("sent") is None]
-    reqs, chunk_times, sources = [], [], Counter()
-    out_lens = []
-    for r in sent:
-        if r["ok"]:
-            n, src = resolve_output_len(r, tok)
-            sources[src] += 1
-        else:
-            n = 0
-        out_lens.append(n)
-        reqs.append(M.derive(r, n))
-        chunk_times.append([r["sent"] + c / 1e6 for c in r["chunks"]] if r["ok"] else [])
-    duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
-    res = R.header_fields(cfg, model_id, date)
-    res.update(
-        M.aggregate(reqs, chunk_times, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput)
-    )
-    res.update(M.client_stats(reqs, cfg.metric_percentiles))
-    res["not_sent"] = len(not_sent)
-    reasons = Counter(_reason_key(r["err"]) for r in records if not r["ok"])
-    res["failure_reasons"] = dict(reasons.most_common())
-    res["token_count_source"] = (
-        next(iter(sources))
-        if len(sources) == 1
-        else ("mixed: " + ", ".join(f"{k} x{v}" for k, v in sources.items()))
-        if sources
-        else "none"
-    )
-    in_src = Counter(r.get("in_src") for r in sent if r["ok"])
-    res["prompt_len_source"] = (
-        "server usage.prompt_tokens"
-        if in_src and set(in_src) == {"usage"}
-        else f"dataset ({data.prompt_len_source})"
-        if not in_src.get("usage")
-        else f"mixed: usage x{in_src['usage']}, dataset ({data.prompt_len_source}) x{in_src.get('dataset', 0)}"
-    )
-    res["client"] = client_section(summaries, infos, res)
-    res["client_bottleneck_warning"] = bottleneck_warning(res, reqs, cfg)
-    res["one_read_requests"], res["one_read_warning"] = one_read_warning(reqs, cfg)
-    res.update(R.provenance())
-    res["config"] = cfg.public_dump()
-    # detail fields (saved only with --save-detailed), in request order like vLLM
-    order = sorted(range(len(sent)), key=lambda i: sent[i]["i"])
-    res["input_lens"] = [reqs[i].prompt_len for i in order]
-    res["output_lens"] = [out_lens[i] for i in order]
-    res["ttfts"] = [reqs[i].ttft for i in order]
-    res["itls"] = [reqs[i].itl for i in order]
-    res["latencies"] = [reqs[i].e2el for i in order]
-    res["start_times"] = [reqs[i].start for i in order]
-    res["generated_texts"] = [sent[i].get("text", "") for i in order]
-    res["errors"] = [sent[i]["err"] or "" for i in order]
-    return res
-
-
-def _reason_key(err: str | None) -> str:
-    """Group failure reasons: drop the per-request numbers so identical causes count together."""
-    import re
-
-    return re.sub(
-        r"after \d+ content events|\(\d+ content events\)", "after N content events", err or "unknown"
-    )
-
-
-def client_section(summaries: list[dict], infos: list[dict], res: dict) -> dict:
-    lags = sorted(x for s in summaries for x in s["loop_lag_s"])
-    cpu = sum(s["cpu_s"] for s in summaries)
-    events = sum(s["content_events"] for s in summaries)
-    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000 if lags else 0.0
-    return {
-        "num_workers": len(summaries),
-        "event_loop": ",".join(sorted({s["loop"] for s in summaries})) or "-",
-        "cpu_seconds": cpu,
-        "cpu_util_per_worker_pct": [100.0 * s["cpu_s"] / max(s["wall_s"], 1e-9) for s in summaries],
-        "cpu_us_per_content_event": 1e6 * cpu / events if events else 0.0,
-        "event_loop_lag_mean_ms": 1000 * sum(lags) / len(lags) if lags else 0.0,
-        "event_loop_lag_p99_ms": p99,
-        "event_loop_lag_max_ms": lags[-1] * 1000 if lags else 0.0,
-        "event_loop_lag_note": "sampled every 10 ms; asyncio/uvloop timers round up to 1 ms, so ~0.5-1 ms is the floor",
-        "connections_opened": sum(s["connections_opened"] for s in summaries),
-        "warmup_failed": sum(i.get("warmup_failed", 0) for i in infos),
-        "abort_reasons": [s["abort_reason"] for s in summaries if s.get("abort_reason")],
-    }
-
-
-def bottleneck_warning(res: dict, reqs: list[M.RequestMetrics], cfg: BenchConfig) -> str | None:
-    c = res["client"]
-    why = []
-    busy = [u for u in c["cpu_util_per_worker_pct"] if u >= CPU_BUSY_PCT]
-    if busy:
-        why.append(f"{len(busy)} worker(s) used >= {CPU_BUSY_PCT:.0f}% of a core (max {max(busy):.0f}%)")
-    if c["event_loop_lag_p99_ms"] > LOOP_LAG_P99_MS:
-        why.append(f"event-loop lag p99 {c['event_loop_lag_p99_ms']:.1f} ms > {LOOP_LAG_P99_MS} ms")
-    # send lag after the first cohort: the opening burst of a closed loop is expected to queue briefly
-    first = cfg.max_concurrency or 0
-    lags = sorted(r.client_lag for r in sorted((r for r in reqs if r.ok), key=lambda r: r.start)[first:])
-    if lags:
-        p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000
-        if p99 > SEND_LAG_P99_MS:
-            why.append(
-                f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)"
-            )
-    return "; ".join(why) or None
-
-
-def one_read_warning(reqs: list[M.RequestMetrics], cfg: BenchConfig) -> tuple[int, str | None]:
-    """Streamed requests whose every token came in one socket read, so their TPOT and ITL read 0. Seen against
-    vLLM on a 2-core machine whose API process was starved by the engine: it sent the whole answer at the end."""
-    if not cfg.stream:
-        return 0, None
-    streamed = [r for r in reqs if r.ok and r.output_len > 1]
-    one_read = sum(1 for r in streamed if not any(r.itl))
-    if not one_read:
-        return 0, None
-    return one_read, (
-        f"{one_read} of {len(streamed)} streamed requests received all their tokens in one socket read "
-        "(the server sent them as one burst, or this client read late: see the client fields); "
-        "their TPOT and ITL read 0"
-    )
-
-
 def run(cfg_points: list[BenchConfig], out=None) -> int:
     """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
     out = out or sys.stdout
@@ -446,21 +329,13 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
         point = _point_name(cfg)
         if len(cfg_points) > 1:
             print(f"\n### point {point}", file=out)
-        res, path, c = run_point(cfg, tok, out)
-        results.append((point, res, str(path) if path else None))
+        result, path, c = run_point(cfg, tok, out)
+        results.append((point, result.dump(), str(path) if path else None))
         code = max(code, c)
         if c == 130:
             break
     if len(cfg_points) > 1:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="servelab bench sweep")
-        for h in R.SUMMARY_HEADER:
-            table.add_column(h)
-        for row in R.summary_rows(results):
-            table.add_row(*row)
-        Console(file=out, width=200).print(table)
+        print_sweep_table(results, file=out)
     return code
 
 

@@ -1,9 +1,9 @@
 """Arrival offsets (seconds from the run start), computed once from the seed.
 
-Open loop: vLLM's gamma gaps (shape = burstiness, mean = 1/rate), cumulated and, without ramp-up, rescaled so the
-last arrival is at n/rate exactly (what vLLM does to stabilise throughput across seeds). A send time is always
-start + offset[i]; nothing accumulates sleeps, so the schedule never drifts when the server or client slows
-(style habit 8). Closed loop (rate inf): no offsets; concurrency slots pace the requests.
+Open loop: vLLM's gamma gaps (shape = burstiness, mean = 1/rate), cumulated and, without ramp-up, rescaled so
+the last arrival is at n/rate exactly (what vLLM does to stabilise throughput across seeds). A send time is
+always start + offset[i]; nothing accumulates sleeps, so the schedule never drifts when the server or client
+slows. Closed loop (rate inf): no offsets; concurrency slots pace the requests.
 """
 
 from __future__ import annotations

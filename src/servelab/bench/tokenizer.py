@@ -20,7 +20,7 @@ class LocalTokenizer:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         if file.is_file() and file.suffix == ".json":
             try:
-                from tokenizers import Tokenizer
+                from tokenizers import Tokenizer  # noqa: PLC0415 (optional extra)
             except ImportError:
                 Tokenizer = None
             if Tokenizer is not None:
@@ -35,7 +35,7 @@ class LocalTokenizer:
             raise ServelabError(f"--tokenizer {path}: no such file or directory (a local path is expected)")
         try:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # noqa: PLC0415 (optional extra, slow to import)
         except ImportError:
             raise ServelabError(
                 f"--tokenizer {path}: no tokenizer.json there and `transformers` is not installed"

@@ -1,4 +1,6 @@
 """One load-generating process: its own event loop, its share of the schedule, its own JSONL file.
+Worker runs the request loop; its RecordWriter (records.py) writes the records and its Accounting
+(accounting.py) counts, publishes progress and summarizes; worker_main opens the file and wires them.
 
 Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
 which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
@@ -10,7 +12,7 @@ a 10 ms sampler measures event-loop lag.
 from __future__ import annotations
 
 import asyncio
-import json
+import cProfile
 import os
 import signal
 import ssl
@@ -19,13 +21,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from time import perf_counter
 
+from servelab.bench.accounting import PROGRESS_SLOTS, Accounting
 from servelab.bench.client import RequestState, StreamConn
 from servelab.bench.payload import RequestTemplate
+from servelab.bench.pool import ConnectionPool
+from servelab.bench.records import RecordWriter
 
-PROGRESS_SLOTS = (
-    8  # completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, state
-)
-NOT_SENT = "not sent: "
+__all__ = ["PROGRESS_SLOTS", "WorkItem", "WorkerSpec", "worker_main"]
 
 
 @dataclass
@@ -58,7 +60,7 @@ class WorkerSpec:
 def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
     if use_uvloop:
         try:
-            import uvloop
+            import uvloop  # noqa: PLC0415 (optional extra, not in the core install)
 
             return uvloop.new_event_loop(), "uvloop"
         except ImportError:
@@ -72,7 +74,10 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
     loop, loop_kind = _new_loop(spec.use_uvloop)
     asyncio.set_event_loop(loop)
-    w = Worker(spec, progress, stop_event, loop, loop_kind)
+    out = open(spec.out_path, "w", buffering=1 << 16)
+    tls = ssl.create_default_context() if spec.template.target.tls else None
+    records = RecordWriter(out, spec.index, spec.keep_text)
+    w = Worker(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls)
     try:
         info = loop.run_until_complete(w.prepare())
         pipe.send(("ready", info))
@@ -80,56 +85,54 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
         if msg[0] == "start":
             prof_dir = os.environ.get("SERVELAB_BENCH_PROFILE")  # debugging aid: cProfile each worker's run
             if prof_dir:
-                import cProfile
-
                 prof = cProfile.Profile()
                 prof.runcall(loop.run_until_complete, w.run(msg[1]))
                 prof.dump_stats(os.path.join(prof_dir, f"worker-{spec.index}.prof"))
             else:
                 loop.run_until_complete(w.run(msg[1]))
-        pipe.send(("done", w.summary()))
+        pipe.send(("done", w.stats.summary(w.abort_reason)))
     except BaseException as e:  # report, never hang the parent
         try:
             pipe.send(("error", f"worker {spec.index}: {type(e).__name__}: {e}"))
         except OSError:
             pass
     finally:
-        w.close()
+        try:
+            out.close()
+        except OSError:
+            pass
         loop.close()
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, progress, stop_event, loop, loop_kind: str) -> None:
+    """The request loop of one process: dispatch (closed loop, open-loop arrivals, multiturn follow-ups),
+    timeouts and stopping. Connections come from `pool`, records go to `records`, counters to `stats`."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        records: RecordWriter,
+        stats: Accounting,
+        stop_event,
+        loop,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.spec = spec
-        self.progress = progress
+        self.records = records
+        self.stats = stats
         self.stop_event = stop_event
         self.loop = loop
-        self.loop_kind = loop_kind
-        t = spec.template.target
-        self.host, self.port = t.host, t.port
-        self.ssl = ssl.create_default_context() if t.tls else None
+        self.pool = ConnectionPool(spec.template.target, tls, self, loop, stats)
         self.limit = spec.max_in_flight
-        self.idle: list[StreamConn] = []
-        self.active: set[StreamConn] = set()
         self.pending: deque = deque()
         self.in_flight = 0
         self.remaining = 0
         self.recording = False
         self.done: asyncio.Future | None = None
         self.t0 = 0.0
-        self.out = open(spec.out_path, "w", buffering=1 << 16)
-        self.counts = [0, 0, 0]  # completed, failed, output tokens
-        self.recent_ttft: list[float] = []
-        self.ttft_p50_ms = 0.0
-        self.lags: list[float] = []
         self.warmup_failures: list[str] = []
-        self.connects = 0
         self.connect_failed_streak = 0
-        self.last_connect_ok = 0.0
         self.abort_reason: str | None = None
-        self.cpu_s = 0.0
-        self.wall_s = 0.0
-        self.chunks_seen = 0
         self.arrival_handle: asyncio.TimerHandle | None = None
         self.next_arrival = 0
         self.arrivals: list[WorkItem] = []
@@ -138,15 +141,8 @@ class Worker:
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
         """Open the connection pool, send the ready-check request, run this worker's warm-ups."""
-        n = self.spec.preconnect
-        for start in range(0, n, 32):  # batches, so a server's accept backlog never drops a SYN
-            results = await asyncio.gather(
-                *(self._connect() for _ in range(min(32, n - start))), return_exceptions=True
-            )
-            for r in results:
-                if isinstance(r, StreamConn):
-                    self.idle.append(r)
-        info: dict = {"ready_error": None, "warmup_failed": 0, "loop": self.loop_kind}
+        await self.pool.preconnect(self.spec.preconnect)
+        info: dict = {"ready_error": None, "warmup_failed": 0, "loop": self.stats.loop_kind}
         if self.spec.ready_check is not None:
             errors = await self._batch([self.spec.ready_check], 1)
             if errors:
@@ -167,7 +163,7 @@ class Worker:
         return list(self.warmup_failures)
 
     async def run(self, t0: float) -> None:
-        self.t0 = t0
+        self.t0 = self.records.t0 = t0
         self.recording = True
         delay = t0 - perf_counter()
         if delay > 0:
@@ -179,10 +175,10 @@ class Worker:
             await self._drive(self.spec.items, self.spec.max_in_flight, closed=closed)
         finally:
             sampler.cancel()
-            self.cpu_s = time.process_time() - cpu0
-            self.wall_s = perf_counter() - wall0
-            self._publish()
-            self.out.flush()
+            self.stats.cpu_s = time.process_time() - cpu0
+            self.stats.wall_s = perf_counter() - wall0
+            self.stats.publish(self.in_flight)
+            self.records.flush()
 
     async def _drive(self, items: list[WorkItem], limit: int | None, closed: bool) -> None:
         self.limit = limit
@@ -231,46 +227,31 @@ class Worker:
                 continue
             st = RequestState(item, item.payload, now if sched is None else sched, now)
             self.in_flight += 1
-            conn = self._idle_conn()
+            conn = self.pool.take_idle()
             st.sent = perf_counter()
             if conn is not None:
                 st.reused = True
-                self.active.add(conn)
+                self.pool.activate(conn)
                 conn.start(st)
             else:
                 self.loop.create_task(self._connect_and_start(st))
 
-    def _idle_conn(self) -> StreamConn | None:
-        while self.idle:
-            conn = self.idle.pop()
-            if not conn.closed:
-                return conn
-        return None
-
-    async def _connect(self) -> StreamConn:
-        _, conn = await self.loop.create_connection(
-            lambda: StreamConn(self), self.host, self.port, ssl=self.ssl
-        )
-        self.connects += 1
-        return conn
-
     async def _connect_and_start(self, st: RequestState) -> None:
         st.new_conn = True
         try:
-            conn = await self._connect()
+            conn = await self.pool.connect()
         except OSError as e:
             now = perf_counter()
             self.connect_failed_streak += 1
-            # 5 connects in a row failing means nothing listens any more: stop sending instead of failing every
-            # remaining request at its scheduled time (a run of hours against a dead server otherwise)
+            # 5 connects in a row failing means nothing listens any more: stop sending instead of failing
+            # every remaining request at its scheduled time (a run of hours against a dead server otherwise)
             if self.connect_failed_streak >= 5 and self.recording:
                 self.abort_reason = f"run aborted: server unreachable ({type(e).__name__}: {e})"
             st.finished, st.end, st.error = True, now, f"connect failed: {type(e).__name__}: {e}"
             self.on_done(None, st, False)
             return
         self.connect_failed_streak = 0
-        self.last_connect_ok = perf_counter()
-        self.active.add(conn)
+        self.pool.activate(conn)
         conn.start(st)
 
     def retry(self, st: RequestState) -> None:
@@ -278,17 +259,16 @@ class Worker:
         self.loop.create_task(self._connect_and_start(st))
 
     def conn_lost(self, conn: StreamConn) -> None:
-        self.active.discard(conn)
+        self.pool.lost(conn)
 
     def on_done(self, conn: StreamConn | None, st: RequestState, reusable: bool) -> None:
         self.in_flight -= 1
         if conn is not None:
-            self.active.discard(conn)
-            if reusable:
-                self.idle.append(conn)
+            self.pool.release(conn, reusable)
         item: WorkItem = st.item
         if self.recording:
-            self._record(st)
+            rec = self.records.request(st)
+            self.stats.request_done(rec["ok"], rec["out"], st.chunks)
         elif st.error:
             self.warmup_failures.append(st.error)
         self.remaining -= 1
@@ -318,63 +298,15 @@ class Worker:
         payload = self.spec.template.encode(messages, max_tokens)
         return WorkItem(item.key + 1, payload, item.prompt_len + n, None, messages, item.turns[1:])
 
-    # -- records ------------------------------------------------------------------------------------------
-    def _record(self, st: RequestState) -> None:
-        item: WorkItem = st.item
-        usage = st.usage or {}
-        ok = st.error is None
-        out_tokens = usage.get("completion_tokens") if ok else None
-        rec = {
-            "i": item.key,
-            "w": self.spec.index,
-            "ok": ok,
-            "err": st.error,
-            "sched": st.sched - self.t0,
-            "slot": st.slot - self.t0,
-            "sent": st.sent - self.t0,
-            "end": st.end - self.t0,
-            "chunks": st.chunks,
-            "in": usage.get("prompt_tokens") or item.prompt_len,
-            "in_src": "usage" if usage.get("prompt_tokens") else "dataset",
-            "out": out_tokens,
-            "conn": st.new_conn,
-        }
-        if ok and (out_tokens is None or self.spec.keep_text):
-            rec["text"] = st.generated_text()
-        self.out.write(json.dumps(rec, separators=(",", ":")))
-        self.out.write("\n")
-        if ok:
-            self.counts[0] += 1
-            self.counts[2] += out_tokens or 0
-            self.chunks_seen += len(st.chunks)
-            if st.chunks:
-                self.recent_ttft.append(st.chunks[0])
-        else:
-            self.counts[1] += 1
-
+    # -- requests never sent ---------------------------------------------------------------------------------
     def _not_sent(self, item: WorkItem, sched: float, reason: str, count: bool = False) -> None:
         """A request the run never sent (aborted or stopped): recorded, not counted as failed."""
         if count:
             self.remaining -= 1
         else:
             self.remaining -= 1 + len(item.turns)
-        if not self.recording:
-            return
-        rec = {
-            "i": item.key,
-            "w": self.spec.index,
-            "ok": False,
-            "err": NOT_SENT + reason,
-            "sched": sched - self.t0,
-            "sent": None,
-            "end": None,
-            "chunks": [],
-            "in": item.prompt_len,
-            "in_src": "dataset",
-            "out": None,
-            "conn": False,
-        }
-        self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        if self.recording:
+            self.records.not_sent(item.key, item.prompt_len, sched, reason)
 
     # -- periodic work ---------------------------------------------------------------------------------------
     async def _tick(self) -> None:
@@ -382,18 +314,15 @@ class Worker:
         while True:
             await asyncio.sleep(0.1)
             now = perf_counter()
-            for conn in list(self.active):
-                st = conn.st
-                if st is not None and now - st.sent > self.spec.timeout_s:
-                    conn.timeout(now, self.spec.timeout_s)
+            self.pool.expire(now, self.spec.timeout_s)
             if self.stop_event is not None and self.stop_event.is_set():
                 self._stop("interrupted (Ctrl-C)")
             if self.abort_reason is not None and self.pending:
                 self.pump(now)  # drains pending into not-sent records
             cpu, wall = time.process_time(), perf_counter()
-            self._publish(100.0 * (cpu - last_cpu) / max(wall - last_wall, 1e-9))
+            self.stats.publish(self.in_flight, 100.0 * (cpu - last_cpu) / max(wall - last_wall, 1e-9))
             last_cpu, last_wall = cpu, wall
-            self.out.flush()
+            self.records.flush()
 
     def _stop(self, reason: str) -> None:
         if self.stopped:
@@ -409,9 +338,7 @@ class Worker:
         while self.pending:
             it, sched = self.pending.popleft()
             self._not_sent(it, sched if sched is not None else now, reason)
-        for conn in list(self.active):
-            if conn.st is not None:
-                conn.finish(now, reason)
+        self.pool.finish_all(now, reason)
         if self.remaining <= 0 and self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -419,43 +346,4 @@ class Worker:
         while True:
             expected = perf_counter() + 0.01
             await asyncio.sleep(0.01)
-            self.lags.append(perf_counter() - expected)
-
-    def _publish(self, cpu_pct: float | None = None) -> None:
-        if self.progress is None:
-            return
-        if self.recent_ttft:
-            r = sorted(self.recent_ttft)
-            self.ttft_p50_ms = r[len(r) // 2] / 1000.0
-            self.recent_ttft = []
-        base = self.spec.index * PROGRESS_SLOTS
-        p = self.progress
-        p[base], p[base + 1], p[base + 2], p[base + 3] = (
-            self.counts[0],
-            self.counts[1],
-            self.counts[2],
-            self.in_flight,
-        )
-        p[base + 4] = self.ttft_p50_ms
-        if cpu_pct is not None:
-            p[base + 5] = cpu_pct
-        p[base + 6] = max(self.lags[-10:], default=0.0) * 1000.0
-
-    def summary(self) -> dict:
-        return {
-            "worker": self.spec.index,
-            "pid": os.getpid(),
-            "loop": self.loop_kind,
-            "cpu_s": self.cpu_s,
-            "wall_s": self.wall_s,
-            "connections_opened": self.connects,
-            "content_events": self.chunks_seen,
-            "loop_lag_s": self.lags,
-            "abort_reason": self.abort_reason,
-        }
-
-    def close(self) -> None:
-        try:
-            self.out.close()
-        except OSError:
-            pass
+            self.stats.loop_lags_s.append(perf_counter() - expected)

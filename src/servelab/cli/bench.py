@@ -2,8 +2,12 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
-
 import typer
+from pydantic import ValidationError
+
+from servelab.bench import config as C
+from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.errors import ServelabError
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
 
@@ -20,13 +24,9 @@ def bench(
     backend: str | None = typer.Option(
         None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
     ),
-    model: str | None = typer.Option(
-        None, "--model", help="Model name; default: the first of /v1/models."
-    ),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
-    tokenizer: str | None = typer.Option(
-        None, "--tokenizer", help="Local tokenizer path for exact lengths."
-    ),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer path for exact lengths."),
     label: str | None = typer.Option(None, "--label"),
     dataset_name: str = typer.Option(
         "random",
@@ -36,7 +36,7 @@ def bench(
     dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
     random_output_len: int = typer.Option(128, "--random-output-len", "--output-len"),
-    random_range_ratio: float = typer.Option(0.0, "--random-range-ratio"),
+    random_range_ratio: float = typer.Option(BENCH_RANGE_RATIO, "--random-range-ratio"),
     random_prefix_len: int = typer.Option(0, "--random-prefix-len"),
     prefix_repetition_prefix_len: int = typer.Option(256, "--prefix-repetition-prefix-len"),
     prefix_repetition_suffix_len: int = typer.Option(256, "--prefix-repetition-suffix-len"),
@@ -83,12 +83,10 @@ def bench(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
 ) -> int:
-    """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the bottleneck."""
-    from pydantic import ValidationError
-
-    from servelab.bench import config as C
-    from servelab.bench.runner import run
-    from servelab.errors import ServelabError
+    """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
+    bottleneck."""
+    # the load generator (numpy, multiprocessing, rich) costs every servelab command's start-up time
+    from servelab.bench.runner import run  # noqa: PLC0415
 
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
     for token in extra or []:  # vLLM takes several values after one --goodput / --metadata flag

@@ -1,7 +1,7 @@
 """Aggregated serving: one engine does prefill and decode; its steady state comes from simulating it.
 
-`simulate` is the fast core the planner calls many times (it returns plain numbers); `estimate_aggregated` wraps it
-into the same JSON as static mode plus percentiles, for `servelab estimate --mode agg`.
+`simulate` is the fast core the planner calls many times (it returns plain numbers); `estimate_aggregated`
+wraps it into the same JSON as static mode plus percentiles, for `servelab estimate --mode agg`.
 """
 
 from __future__ import annotations
@@ -10,18 +10,21 @@ import time
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
+from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.backends import EngineProfile
+from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
-from servelab.predict.serving.stats import request_metrics, summary_ms, weighted_summary_ms
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
+from servelab.predict.step import breakdown, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 CLOCKS = ("nominal", "low", "high")
+PERCENTILES = (50, 90, 99)  # reported by estimate and read by the planner's SLA statistics
 
 
 @dataclass
@@ -97,18 +100,21 @@ def simulate(
         run(lane, source)
         runs.append((lane, source))
     percentiles, out_tps, req_tps = [], [], []
-    scale = (wl.concurrency / lw.concurrency) if wl.closed else lanes  # lanes x the busiest lane's share
+    scale = (wl.clients / lw.clients) if wl.closed else lanes  # lanes x the busiest lane's share
     per_run = []
-    for lane, source in runs:
+    for _lane, source in runs:
         measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]
-        per_run.append((len(measured), request_metrics(measured)))
+        per_run.append(request_latencies_s(measured))
     for clock in range(3):
         lane, source = runs[0] if wl.closed else runs[clock]
-        _num_measured, pm = per_run[0] if wl.closed else per_run[clock]
-        pct = {k: summary_ms(v) for k, v in pm[clock].items()}
-        pct["itl_ms"] = weighted_summary_ms([(d[clock], w) for d, w in lane.stats.itl])
+        latencies_s = per_run[0][clock] if wl.closed else per_run[clock][clock]
+        pct = {f"{name}_ms": _stats(distribution_ms(v, PERCENTILES)) for name, v in latencies_s.items()}
+        pct["itl_ms"] = _stats(
+            weighted_distribution_ms([(d[clock], w) for d, w in lane.stats.itl], PERCENTILES)
+        )
         percentiles.append(pct)
-        # throughput over the window: everything emitted and completed in it, measured or not (Little's law holds)
+        # throughput over the window: everything emitted and completed in it, measured or not (Little's law
+        # holds)
         (c_start, e_start, n_start), (c_end, e_end, n_end) = source.window
         span = max(c_end[clock] - c_start[clock], 1e-12)
         out_tps.append((e_end - e_start) / span * scale)
@@ -125,6 +131,25 @@ def simulate(
         (time.perf_counter() - t0) * 1000.0,
         kv_seqs,
     )
+
+
+def request_latencies_s(requests) -> list[dict[str, list[float]]]:
+    """Per-request TTFT, TPOT and E2EL in seconds, one dict per clock (0 nominal, 1 low, 2 high)."""
+    out = []
+    for k in range(3):
+        out.append(
+            {
+                "ttft": [ttft(r.arrival[k], r.first[k]) for r in requests],
+                "tpot": [t for r in requests if (t := tpot(r.first[k], r.finish[k], r.osl)) is not None],
+                "e2el": [e2el(r.arrival[k], r.finish[k]) for r in requests],
+            }
+        )
+    return out
+
+
+def _stats(d: Distribution) -> dict[str, float]:
+    """The statistics estimate reports per metric: mean and p50, p90, p99, in ms."""
+    return {"mean": d.mean, **{f"p{word}": v for word, v in d.percentiles.items()}}
 
 
 class AggregatedEstimate(StaticEstimate):
@@ -178,8 +203,8 @@ def estimate_aggregated(
             seed=seed,
             spec=SpecDecoding(draft_tokens=spec_tokens, acceptance=acceptance),
         )
-    if workload.spec.draft_tokens and not model.num_mtp_layers:
-        pass  # a separate draft model: the step model prices the verification; the draft's own cost is not modelled
+    # with a separate draft model (no MTP layers) the step model prices the verification; the draft's own cost
+    # is not modelled
     db = db or perfdb_for(system, engine.name)
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
@@ -199,9 +224,6 @@ def to_estimate(
     db,
     with_breakdown: bool = False,
 ) -> AggregatedEstimate:
-    from servelab.predict.graph import step_ops
-    from servelab.predict.step import breakdown, priced_step
-
     p, lo, hi = sim.percentiles
     gpus = parallel.gpus
     st = sim.stats

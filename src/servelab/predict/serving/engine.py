@@ -1,13 +1,13 @@
 """A continuous-batching engine lane: request state, KV accounting and the vLLM V1 scheduling policy.
 
-Each step: every decoding request gets its token(s) first; then requests part-way through their prompt continue
-(chunked prefill); then waiting requests are admitted in arrival order while the token budget
-(max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV cache allow. When the KV cache cannot hold
-the decodes' next tokens, the most recently admitted request is preempted and later recomputed (vLLM V1).
+Each step: every decoding request gets its token(s) first; then requests part-way through their prompt
+continue (chunked prefill); then waiting requests are admitted in arrival order while the token budget
+(max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV cache allow. When the KV cache cannot
+hold the decodes' next tokens, the most recently admitted request is preempted and later recomputed (vLLM V1).
 
-Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the start,
-and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes or is
-admitted) is one update however long it is. This is what makes 1,000 requests cost milliseconds.
+Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the
+start, and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes
+or is admitted) is one update however long it is. This is what makes 1,000 requests cost milliseconds.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class LaneStats:
 
 
 class Lane:
-    """One scheduler over one lane's requests. `price_decode(n, kv)` and `price_mixed(chunks, n, kv)` give step
-    times in us per clock (nominal, low, high)."""
+    """One scheduler over one lane's requests. `price_decode(n, kv)` and `price_mixed(chunks, n, kv)` give
+    step times in us per clock (nominal, low, high)."""
 
     def __init__(self, limits: LaneLimits, price_decode, price_mixed):
         self.lim = limits
@@ -156,7 +156,8 @@ class Lane:
         return self._stretch(n, kv_mean, horizon_s, drive, grow)
 
     def _stretch(self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float) -> Batch:
-        """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache fills."""
+        """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache
+        fills."""
         tps = self.lim.tokens_per_step
         steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
         if grow > 0:

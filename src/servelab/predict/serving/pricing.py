@@ -1,12 +1,12 @@
 """Step prices for the simulator: one lane's step shape -> (us, low_us, high_us), looked up on a grid.
 
-The step model costs about 100 us per new shape, and a simulation asks for thousands of steps, so shapes are put
-on a geometric grid (style habit 2: predictions are lookups into a rounded grid). Decode-only steps, which make up
-most of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps are
+The step model costs about 100 us per new shape, and a simulation asks for thousands of steps, so shapes are
+put on a geometric grid (predictions are lookups into a rounded grid). Decode-only steps, which make up most
+of a run, are interpolated bilinearly in (batch, kv_len) between grid points; mixed prefill+decode steps are
 interpolated in their largest chunk and snap the minor counts (decode batch, other chunks) to a coarser grid.
 
-A lane is what one scheduler serves: one attention-DP rank (ranks step in lockstep through the MoE layers, so the
-replica's step is `attn_dp` copies of the lane's), and one of `pp` microbatches in flight.
+A lane is what one scheduler serves: one attention-DP rank (ranks step in lockstep through the MoE layers, so
+the replica's step is `attn_dp` copies of the lane's), and one of `pp` microbatches in flight.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ _COARSE: dict = {}
 
 
 def snap_coarse(x: float) -> int:
-    """Nearest point of the grid 1, 2, 3, 4, 6, 8, 12, 16, ... (ratio about 1.41), for the minor parts of a step."""
+    """Nearest point of the grid 1, 2, 3, 4, 6, 8, 12, 16, ... (ratio about 1.41), for the minor parts of a
+    step."""
     x = int(x + 0.5)
     hit = _COARSE.get(x)
     if hit is None:
@@ -133,8 +134,9 @@ class StepPricer:
 
     def mixed(self, chunks: list[tuple[int, int]], n: int, kv: float) -> tuple[float, float, float]:
         """A step with prefill chunks (new, past) and n decoding sequences. The largest chunk sets most of the
-        step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the decode
-        batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the tens."""
+        step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the
+        decode batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the
+        tens."""
         big = 0 if len(chunks) == 1 else max(range(len(chunks)), key=lambda i: chunks[i][0])
         rest = tuple(
             (snap_coarse(new) or 1, snap_coarse(past)) for i, (new, past) in enumerate(chunks) if i != big

@@ -1,20 +1,23 @@
-"""The discrete-event loop (style habit 1): pop an event, handle it, push what the handler returns.
+"""The discrete-event loop: pop an event, handle it, push what the handler returns.
 
-Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the queue.
-Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not
-depend on time (a client sends when its last request ends, which is a step end), so one run prices the same
-schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
+Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the
+queue. Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules
+do not depend on time (a client sends when its last request ends, which is a step end), so one run prices the
+same schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the
+caller.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from typing import NamedTuple
 
+import numpy as np
+
+from servelab.bench.lengths import LengthStream
 from servelab.errors import ServelabError
-from servelab.predict.serving.engine import Lane, Request
+from servelab.predict.serving.engine import Batch, Lane, Request
 from servelab.predict.serving.workload import Workload
 
 INF = float("inf")
@@ -36,7 +39,7 @@ class Arrival(NamedTuple):
 
 class StepEnd(NamedTuple):
     time: float
-    batch: object
+    batch: Batch
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
         lane.busy = False
@@ -102,6 +105,7 @@ class Source:
         self.prompt = wl.isl if prompt is None else prompt
         self.cached = wl.cached_tokens if cached is None else cached
         self.requests: list[Request] = []
+        self.lengths: LengthStream | None = None  # drawn at the first request: `prompt` may be set until then
         self.pending_measured = 0
         self.done = False
         self.window: list = [
@@ -112,10 +116,12 @@ class Source:
     def _new(self) -> Request:
         idx, r = len(self.requests), self.wl.range_ratio
         prompt, osl, cached = self.prompt, self.wl.osl, self.cached
-        if r:  # per-request lengths, reproducible from (seed, index)
-            rng = random.Random(self.wl.seed * 1_000_003 + idx)
-            prompt = max(1, round(prompt * rng.uniform(1 - r, 1 + r)))
-            osl = max(1, round(osl * rng.uniform(1 - r, 1 + r)))
+        if r:  # per-request lengths by the load generator's rule, reproducible from the seed
+            if self.lengths is None:
+                rng = np.random.default_rng(self.wl.seed)
+                self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
+            prompt, osl = self.lengths[idx]
+            prompt = max(1, prompt)  # an engine request has at least one prompt token
             cached = min(cached, prompt - 1)
         req = Request(idx, prompt, osl, cached)
         self.requests.append(req)
@@ -130,13 +136,13 @@ class Source:
 
 class ClosedLoop(Source):
     """C clients, each sending its next request the moment its last one ends (vLLM --max-concurrency with
-    request_rate inf). The first `warmup` requests fill the engine; the next `measured` are measured; clients keep
-    sending until those finish, so the batch never drains while measuring."""
+    request_rate inf). The first `warmup` requests fill the engine; the next `measured` are measured; clients
+    keep sending until those finish, so the batch never drains while measuring."""
 
     def __init__(self, wl: Workload, **kw):
         super().__init__(wl, **kw)
-        self.c = wl.concurrency
-        self.warmup = wl.concurrency if wl.warmup is None else wl.warmup
+        self.c = wl.clients
+        self.warmup = wl.clients if wl.warmup is None else wl.warmup
         self.num_measured = wl.measured()
         self.pending_measured = self.num_measured
 

@@ -1,8 +1,9 @@
-"""The simulated workload: an arrival process x request lengths (style habit 4), plus the engine features that
+"""The simulated workload: an arrival process x request lengths, plus the engine features that
 change what each request costs (speculative decoding, prefix-cache hits).
 
-Open-loop send times come from servelab.bench.schedule.arrival_offsets, the same function the load generator uses,
-so a simulated run and a measured run with the same seed see the same requests at the same offsets.
+Open-loop send times come from servelab.bench.schedule.arrival_offsets and request lengths from
+servelab.bench.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset
+run with the same seed, load and range ratio see requests of the same lengths at the same offsets.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servelab.bench.lengths import SIMULATOR_RANGE_RATIO
+from servelab.bench.schedule import arrival_offsets
 from servelab.errors import ServelabError
 
 
 class SpecDecoding(BaseModel):
     """MTP or a draft model proposing `draft_tokens` per step; each is accepted with probability `acceptance`
-    given the previous one was (the usual geometric model), and the target model verifies them all in one step."""
+    given the previous one was (the usual geometric model), and the target model verifies them all in one
+    step."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     draft_tokens: int = Field(0, ge=0, le=16)
@@ -43,13 +47,11 @@ class Workload(BaseModel):
     )
     seed: int = 0
     range_ratio: float = Field(
-        0.2,
+        SIMULATOR_RANGE_RATIO,
         ge=0.0,
         lt=1.0,
-        description=(
-            "request lengths are uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio); identical requests "
-            "in a closed loop stay in lockstep, every wave prefilling together, which no real load does"
-        ),
+        description="request lengths uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio; "
+        "servelab.bench.lengths says why the simulator's default spread is not 0)",
     )
     prefix_hit_rate: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache"
@@ -67,29 +69,43 @@ class Workload(BaseModel):
         return self.concurrency is not None
 
     @property
+    def clients(self) -> int:
+        """Closed loop: the requests in flight."""
+        if self.concurrency is None:
+            raise ServelabError("workload: an open loop has no concurrency")
+        return self.concurrency
+
+    @property
+    def arrival_rate(self) -> float:
+        """Open loop: requests per second."""
+        if self.rate is None:
+            raise ServelabError("workload: a closed loop has no request rate")
+        return self.rate
+
+    @property
     def cached_tokens(self) -> int:
-        """Prompt tokens a prefix-cache hit skips; at least one token is always computed (it yields the logits)."""
+        """Prompt tokens a prefix-cache hit skips; at least one token is always computed (it yields the
+        logits)."""
         return min(int(self.isl * self.prefix_hit_rate), self.isl - 1)
 
     def measured(self) -> int:
         if self.num_requests is not None:
             return self.num_requests
         if self.closed:
-            return max(2 * self.concurrency, 64)
+            return max(2 * self.clients, 64)
         return 256
 
     def offsets(self) -> list[float]:
         """Open-loop arrival offsets in seconds (vLLM's gamma gaps, shared with `servelab bench`)."""
-        from servelab.bench.schedule import arrival_offsets
-
-        return arrival_offsets(self.measured(), self.rate, self.burstiness, self.seed) or []
+        return arrival_offsets(self.measured(), self.arrival_rate, self.burstiness, self.seed) or []
 
     def per_lane(self, lanes: int) -> Workload:
-        """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the pace)."""
+        """The share of this load one lane serves (ranks are fed round-robin; the busiest lane sets the
+        pace)."""
         if lanes <= 1:
             return self
         if self.closed:
-            c = math.ceil(self.concurrency / lanes)
+            c = math.ceil(self.clients / lanes)
             n = math.ceil(self.measured() / lanes)
             return self.model_copy(
                 update={
@@ -99,5 +115,8 @@ class Workload(BaseModel):
                 }
             )
         return self.model_copy(
-            update={"rate": self.rate / lanes, "num_requests": max(math.ceil(self.measured() / lanes), 16)}
+            update={
+                "rate": self.arrival_rate / lanes,
+                "num_requests": max(math.ceil(self.measured() / lanes), 16),
+            }
         )
