@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,17 +17,24 @@ class ServelabError(Exception):
 
     @classmethod
     def from_validation(
-        cls, err: ValidationError, source: str = "", *, as_options: bool = False
+        cls,
+        err: ValidationError,
+        source: str = "",
+        *,
+        as_options: bool = False,
+        flags: Mapping[str, str] | None = None,
     ) -> ServelabError:
         """One line naming each invalid field and what it expected: 'source: a.b: message; c: message'.
 
         With `as_options`, fields are named as the command-line options that set them ('--max-conc: ...'):
-        for the CLI, whose option names are the field names hyphenated.
+        for the CLI, whose option names are the field names hyphenated, except where `flags` names another.
         """
         parts = []
         for e in err.errors():
             loc = [str(x) for x in e["loc"]]
-            field = ("--" + "-".join(loc).replace("_", "-") if loc else "") if as_options else ".".join(loc)
+            field = ".".join(loc)
+            if as_options and loc:
+                field = (flags or {}).get(field) or "--" + "-".join(loc).replace("_", "-")
             msg = e["msg"].removeprefix("Value error, ")
             parts.append(f"{field}: {msg}" if field else msg)
         return cls((f"{source}: " if source else "") + "; ".join(parts))

@@ -163,9 +163,7 @@ def bench(
                     fields["result_filename"] = name
                 points.append(C.BenchConfig(**fields))
     except ValidationError as e:
-        err = e.errors()[0]
-        where = "--" + "-".join(str(x) for x in err["loc"]).replace("_", "-") if err["loc"] else "bench"
-        raise ServelabError(f"{where}: {err['msg']}") from None
+        raise ServelabError.from_validation(e, as_options=True) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
     return run(points)

@@ -87,8 +87,7 @@ def plan(
             engine=engine,
         )
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ServelabError(f"{flag(str(err['loc'][0]))}: {err['msg']}") from None
+        raise ServelabError.from_validation(e, as_options=True, flags=FLAGS) from None
     for key, value in engine.items():
         if value < 1:
             raise ServelabError(f"{flag(key)}: must be at least 1, got {value}")
