@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.results.importers import import_files
+from servelab.results.importers import import_files, record_bench
 from servelab.results.store import Store
 
 
@@ -92,3 +92,19 @@ def test_bad_files_name_the_file_and_import_nothing(tmp_path, write_json, vllm_r
             import_files(store, [Path(good), bad])
         assert str(e.value).startswith(f"{bad}: ") and "\n" not in str(e.value)
         assert store.list_runs() == []
+
+
+def test_record_bench_result_of_a_run(tmp_path, vllm_result):
+    with Store.open(tmp_path / "r.db") as store:
+        run_id = store.start_run("qwen")
+        for rep in range(2):
+            config = record_bench(
+                store, run_id, vllm_result(label="random"), repetition=rep, artifact="b.json"
+            )
+        store.finish_run(run_id, "pass")
+        assert config == "random-conc-16"
+        assert [(s.config, s.repetition, s.status) for s in store.stages(run_id)] == [
+            ("random-conc-16", 0, "pass"),
+            ("random-conc-16", 1, "pass"),
+        ]
+        assert {m.source for m in store.metrics(run_id)} == {"measured"}

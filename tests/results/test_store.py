@@ -44,7 +44,7 @@ def test_run_api_round_trip(tmp_path):
             ("gsm8k", "exact_match"): (0.91, "", "measured"),
         }
         other = store.start_run("qwen-cpu")
-        assert [r.id for r in store.find_runs("qwen-cpu")] == sorted([run_id, other], reverse=True)
+        assert [r.id for r in store.find_runs("qwen-cpu")] == [other, run_id]  # newest first
         assert store.run_dir(run_id) == tmp_path / "runs" / run_id and (tmp_path / "runs" / run_id).is_dir()
         with pytest.raises(ServelabError, match="no run 'nope'"):
             store.get_run("nope")

@@ -126,7 +126,7 @@ def _vllm_date(data: dict) -> tuple[str | None, str | None]:
         start = end - timedelta(seconds=float(data.get("duration", 0)))
     except (KeyError, ValueError, TypeError):
         return None, None
-    return start.isoformat(), end.isoformat()
+    return start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")
 
 
 def vllm_entry(data: dict) -> Entry:
@@ -175,6 +175,29 @@ def inferencex_entry(data: dict) -> Entry:
             gpu=data.get("hw"),
         ),
     )
+
+
+def record_bench(
+    store: Store, run_id: str, result: dict, *, repetition: int = 0, artifact: str | None = None
+) -> str:
+    """Record a `servelab bench` (or `vllm bench serve`) result dict measured in this run as its bench stage
+    (config `<label>-conc-<max_concurrency>`) with one metric per numeric field; returns the config name."""
+    e = vllm_entry(result)
+    with store.transaction():
+        store.record_stage(
+            run_id,
+            "bench",
+            e.outcome,
+            config=e.config,
+            repetition=repetition,
+            started_at=e.started_at,
+            ended_at=e.ended_at,
+            artifact=artifact,
+        )
+        store.record_metrics(
+            run_id, "bench", e.metrics, config=e.config, repetition=repetition, units=e.units
+        )
+    return e.config
 
 
 def _entry(data, path: Path) -> Entry:

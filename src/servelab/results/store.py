@@ -230,7 +230,7 @@ class Store:
     def list_runs(self, name: str | None = None, limit: int | None = None) -> list[Run]:
         """Newest first; only those called `name` when given."""
         sql = "SELECT * FROM runs" + (" WHERE name = ?" if name is not None else "")
-        sql += " ORDER BY created_at DESC, id DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        sql += " ORDER BY created_at DESC, rowid DESC" + (f" LIMIT {int(limit)}" if limit else "")
         return [_run(row) for row in self.conn.execute(sql, (name,) if name is not None else ())]
 
     def get_run(self, ref: str) -> Run:
