@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.results.importers import import_files, record_bench
+from servelab.results.importers import import_files, inferencex_unit, record_bench
 from servelab.results.store import Store
 
 
@@ -56,7 +56,7 @@ def test_inferencex_result_and_collected_list(tmp_path, write_json, inferencex_r
     with Store.open(tmp_path / "r.db") as store:
         [imp] = import_files(store, [Path(single)])
         run = store.get_run(imp.run_id)
-        assert run.name == "dsr1-h200-vllm-fp8"
+        assert run.name == "dsr1-h200-vllm-fp8" and run.started_at is None  # the file has no date
         assert run.provenance.image_digest == "vllm/vllm-openai@sha256:abc" and run.provenance.gpu == "h200"
         assert run.provenance.recipe_fingerprint == "f" * 64
         metrics = {m.name: (m.value, m.unit) for m in store.metrics(run.id)}
@@ -108,3 +108,11 @@ def test_record_bench_result_of_a_run(tmp_path, vllm_result):
             ("random-conc-16", 1, "pass"),
         ]
         assert {m.source for m in store.metrics(run_id)} == {"measured"}
+
+
+def test_inferencex_units():
+    assert [
+        inferencex_unit(n)
+        for n in ("p99_e2el", "mean_client_send_lag", "p99_intvty", "input_tput_per_gpu", "avg_power_w")
+    ] == ["s", "s", "tok/s/user", "tok/s/gpu", "W"]
+    assert [inferencex_unit(n) for n in ("total_gpu_energy_j", "joules_per_output_token")] == ["J", "J/token"]

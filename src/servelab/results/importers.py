@@ -94,7 +94,8 @@ def _numbers(data: dict, skip: set[str]) -> dict[str, float]:
 def vllm_unit(name: str) -> str:
     if name.endswith("_ms"):
         return "ms"
-    if name == "duration":
+    # InferenceX's experimental result files keep vLLM's shape but hold latencies in seconds, without `_ms`
+    if name == "duration" or name.split("_")[-1] in ("ttft", "tpot", "itl", "e2el"):
         return "s"
     if name.startswith("request_"):
         return "req/s"
@@ -108,15 +109,17 @@ def vllm_unit(name: str) -> str:
 
 
 def inferencex_unit(name: str) -> str:
+    """process_result.py writes throughputs per GPU, interactivity and power (utils/aggregate_power.py);
+    every other number it writes is a vLLM `_ms` field divided by 1000."""
     if name.endswith("intvty"):
         return "tok/s/user"
     if name.endswith("tput_per_gpu"):
         return "tok/s/gpu"
-    if name.split("_")[-1] in ("ttft", "tpot", "itl", "e2el"):
-        return "s"
-    if name.endswith("_per_input_token") or name.endswith("_per_output_token"):
-        return "J/token"
-    return {"j": "J", "w": "W"}.get(name.rsplit("_", 1)[-1], "")
+    if name.startswith("joules_per_"):
+        return "J/query" if name.endswith("_query") else "J/token"
+    if name.endswith(("_j", "_w")):
+        return name[-1].upper()
+    return "s"
 
 
 def _vllm_date(data: dict) -> tuple[str | None, str | None]:

@@ -147,6 +147,8 @@ class Store:
         source_path: str | None = None,
         source_sha256: str | None = None,
     ) -> str:
+        """A new run; `started_at` defaults to now for a run measured here, while an imported run (with a
+        `source_sha256`) keeps what its file says, or nothing."""
         _check(outcome, OUTCOMES, "run outcome")
         p = provenance or Provenance()
         run_id = run_id or new_run_id()
@@ -159,7 +161,7 @@ class Store:
                     run_id,
                     name,
                     now(),
-                    started_at or now(),
+                    started_at or (None if source_sha256 else now()),
                     outcome,
                     p.servelab_version,
                     p.git_sha,
