@@ -103,6 +103,7 @@ def test_record_bench_result_of_a_run(tmp_path, vllm_result):
             )
         store.finish_run(run_id, "pass")
         assert config == "random-conc-16"
+        assert store.stages(run_id)[0].ended_at.endswith("+00:00")  # measured here: the local zone is known
         assert [(s.config, s.repetition, s.status) for s in store.stages(run_id)] == [
             ("random-conc-16", 0, "pass"),
             ("random-conc-16", 1, "pass"),

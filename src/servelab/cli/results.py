@@ -54,6 +54,9 @@ def list_runs(
     if as_json:
         _print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
         return
+    if not runs:
+        typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
+        return
     table = Table("run", "name", "started", "outcome", "metrics", "gpu", "host")
     for r in runs:
         p = r.provenance
@@ -114,8 +117,7 @@ def compare(
     store_path: Path = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """The same metrics of A and B side by side (medians over repetitions and runs), the change in %, and the
-    two-sided p-value of Welch's t-test where both sides have two or more values."""
+    """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions)."""
     with Store.open(store_path) as store:
         result = comparing.compare(store, a, b, metric or [])
     if as_json:

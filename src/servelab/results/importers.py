@@ -19,7 +19,7 @@ import math
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -122,24 +122,30 @@ def inferencex_unit(name: str) -> str:
     return "s"
 
 
-def _vllm_date(data: dict) -> tuple[str | None, str | None]:
-    """vLLM's `date` is local time (%Y%m%d-%H%M%S) taken when the run ended; the start is date - duration."""
+def _vllm_date(data: dict, here: bool) -> tuple[str | None, str | None]:
+    """vLLM's `date` is local time (%Y%m%d-%H%M%S) taken when the run ended; the start is date - duration.
+
+    Measured here, the local time zone is known and the times become UTC like the store's own; an imported
+    file's times stay as it wrote them, since the measuring machine's zone is unknown.
+    """
     try:
         end = datetime.strptime(str(data["date"]), "%Y%m%d-%H%M%S")
         start = end - timedelta(seconds=float(data.get("duration", 0)))
     except (KeyError, ValueError, TypeError):
         return None, None
+    if here:
+        start, end = start.astimezone(UTC), end.astimezone(UTC)
     return start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")
 
 
-def vllm_entry(data: dict) -> Entry:
+def vllm_entry(data: dict, here: bool = False) -> Entry:
     metrics = _numbers(data, VLLM_SETTINGS)
     label = data.get("label") or data.get("backend") or "bench"
     if data.get("max_concurrency") is not None:
         config = f"{label}-conc-{int(data['max_concurrency'])}"
     else:
         config = f"{label}-rate-{data.get('request_rate', 'inf')}"
-    started, ended = _vllm_date(data)
+    started, ended = _vllm_date(data, here)
     return Entry(
         name=str(data.get("model_id") or "imported"),
         config=config,
@@ -185,7 +191,7 @@ def record_bench(
 ) -> str:
     """Record a `servelab bench` (or `vllm bench serve`) result dict measured in this run as its bench stage
     (config `<label>-conc-<max_concurrency>`) with one metric per numeric field; returns the config name."""
-    e = vllm_entry(result)
+    e = vllm_entry(result, here=True)
     with store.transaction():
         store.record_stage(
             run_id,
