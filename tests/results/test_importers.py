@@ -56,7 +56,7 @@ def test_inferencex_result_and_collected_list(tmp_path, write_json, inferencex_r
     with Store.open(tmp_path / "r.db") as store:
         [imp] = import_files(store, [Path(single)])
         run = store.get_run(imp.run_id)
-        assert run.name == "dsr1-h200-vllm-fp8" and run.started_at is None  # the file has no date
+        assert run.name == "dsr1-h200-vllm-fp8" and run.started_at is run.ended_at is None  # no date in it
         assert run.provenance.image_digest == "vllm/vllm-openai@sha256:abc" and run.provenance.gpu == "h200"
         assert run.provenance.recipe_fingerprint == "f" * 64
         metrics = {m.name: (m.value, m.unit) for m in store.metrics(run.id)}

@@ -245,7 +245,8 @@ def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entr
             name,
             first.provenance,
             started_at=first.started_at,
-            outcome="running",
+            outcome="pass" if all(e.outcome == "pass" for e in entries) else "error",
+            ended_at=max((e.ended_at or "" for e in entries), default="") or None,
             source_path=str(path.resolve()),
             source_sha256=key,
         )
@@ -269,10 +270,6 @@ def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entr
             store.record_metrics(
                 run_id, "bench", e.metrics, config=e.config, repetition=rep, units=e.units, source="imported"
             )
-        outcome = "pass" if all(e.outcome == "pass" for e in entries) else "error"
-        store.finish_run(
-            run_id, outcome, ended_at=max((e.ended_at or "" for e in entries), default="") or None
-        )
     return run_id
 
 

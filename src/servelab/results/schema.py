@@ -77,6 +77,8 @@ def migrate(conn: sqlite3.Connection, path: str, target: int = SCHEMA_VERSION) -
     The version is read again inside the transaction, so two processes opening a fresh store at once apply
     each migration exactly once. `conn` must be in autocommit mode (isolation_level=None).
     """
+    if conn.execute("PRAGMA user_version").fetchone()[0] == target:
+        return  # up to date: readers never take the write lock
     while True:
         conn.execute("BEGIN IMMEDIATE")
         try:

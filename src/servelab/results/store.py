@@ -144,24 +144,26 @@ class Store:
         run_id: str | None = None,
         started_at: str | None = None,
         outcome: str = "running",
+        ended_at: str | None = None,
         source_path: str | None = None,
         source_sha256: str | None = None,
     ) -> str:
         """A new run; `started_at` defaults to now for a run measured here, while an imported run (with a
-        `source_sha256`) keeps what its file says, or nothing."""
+        `source_sha256`) keeps what its file says, or nothing, and comes with its outcome and end."""
         _check(outcome, OUTCOMES, "run outcome")
         p = provenance or Provenance()
         run_id = run_id or new_run_id()
         with self.transaction():
             self.conn.execute(
-                "INSERT INTO runs (id, name, created_at, started_at, outcome, servelab_version, git_sha,"
-                " recipe_fingerprint, image_digest, server_argv, env, gpu, driver, host, source_path,"
-                " source_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, name, created_at, started_at, ended_at, outcome, servelab_version,"
+                " git_sha, recipe_fingerprint, image_digest, server_argv, env, gpu, driver, host,"
+                " source_path, source_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     name,
                     now(),
                     started_at or (None if source_sha256 else now()),
+                    ended_at,
                     outcome,
                     p.servelab_version,
                     p.git_sha,
