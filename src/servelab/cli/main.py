@@ -20,6 +20,7 @@ from servelab.cli import (
     models,
     plan,
     recipes,
+    results,
     sweep,
     systems,
 )
@@ -43,6 +44,7 @@ app.command("bench", context_settings={"allow_interspersed_args": True})(bench.b
 app.add_typer(recipes.app, name="recipes")
 app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog")
+app.add_typer(results.app, name="results")
 
 
 def main() -> None:

@@ -1,0 +1,220 @@
+"""`servelab results`: list, show, compare, export and import the runs kept in the results store."""
+
+import dataclasses
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servelab.errors import ServelabError
+from servelab.results import compare as comparing
+from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
+from servelab.results.importers import import_files
+from servelab.results.store import Store, default_path
+
+app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
+
+StoreOpt = typer.Option(
+    None, "--store", help=f"The results store (an SQLite file); default {default_path()}.", show_default=False
+)
+JsonOpt = typer.Option(False, "--json", help="Print JSON.")
+
+
+def _print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _console() -> Console:
+    """Piped output keeps whole cells (rich would cut a table to 80 columns when stdout is not a terminal)."""
+    return Console() if sys.stdout.isatty() else Console(width=400)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+@app.command("list")
+def list_runs(
+    name: str = typer.Option(None, "--name", help="Only runs with this name.", show_default=False),
+    limit: int = typer.Option(50, "--limit", help="At most this many, newest first (0: all)."),
+    store_path: Path = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The runs in the store, newest first."""
+    with Store.open(store_path) as store:
+        runs = store.list_runs(name=name, limit=limit or None)
+        counts = store.metric_counts()
+    if as_json:
+        _print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
+        return
+    if not runs:
+        typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
+        return
+    table = Table("run", "name", "started", "outcome", "metrics", "gpu", "host")
+    for r in runs:
+        p = r.provenance
+        table.add_row(
+            r.id, r.name, r.started_at or "", r.outcome, str(counts.get(r.id, 0)), p.gpu or "", p.host or ""
+        )
+    _console().print(table)
+
+
+@app.command()
+def show(
+    run: str = typer.Argument(..., help="Run id, or a unique prefix of it."),
+    store_path: Path = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """One run: provenance, stages, and its metrics (the median over repetitions, with their count)."""
+    with Store.open(store_path) as store:
+        record = run_record(store, store.get_run(run))
+    if as_json:
+        _print_json(record)
+        return
+    console = _console()
+    fields = {k: v for k, v in record.items() if k not in ("provenance", "stages", "metrics")}
+    fields |= {k: v for k, v in record["provenance"].items() if v not in (None, [], {})}
+    for k, v in fields.items():
+        if v is not None:
+            console.print(f"{k:<20} {json.dumps(v) if isinstance(v, list | dict) else v}", highlight=False)
+    stages = Table("stage", "config", "rep", "status", "started", "ended", "artifact", title="stages")
+    for s in record["stages"]:
+        stages.add_row(
+            s["stage"],
+            s["config"],
+            str(s["repetition"]),
+            s["status"],
+            s["started_at"] or "",
+            s["ended_at"] or "",
+            s["artifact"] or "",
+        )
+    console.print(stages)
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for m in record["metrics"]:
+        values.setdefault((m["stage"], m["config"], m["name"], m["unit"]), []).append(m["value"])
+    metrics = Table("stage", "config", "metric", "value", "unit", "n", title="metrics")
+    for (stage, config, name, unit), vals in values.items():
+        numbers = [v for v in vals if v is not None]
+        median = statistics.median(numbers) if numbers else None
+        metrics.add_row(stage, config, name, _fmt(median), unit, str(len(vals)))
+    console.print(metrics)
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="Side A (the baseline): a run id, or a name for all runs with it."),
+    b: str = typer.Argument(..., help="Side B: a run id, or a name for all runs with it."),
+    metric: list[str] = typer.Option(
+        None, "--metric", "-m", help="Only metrics matching this glob (repeatable), e.g. '*ttft*'."
+    ),
+    store_path: Path = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions)."""
+    with Store.open(store_path) as store:
+        result = comparing.compare(store, a, b, metric or [])
+    if as_json:
+        _print_json(
+            {
+                "a": [r.id for r in result.runs_a],
+                "b": [r.id for r in result.runs_b],
+                "rows": [dataclasses.asdict(row) for row in result.rows],
+                "only_a": result.only_a,
+                "only_b": result.only_b,
+            }
+        )
+        return
+    table = Table("stage", "config", "metric", "unit", f"A ({a})", "n", f"B ({b})", "n", "change %", "p")
+    for row in result.rows:
+        table.add_row(
+            row.stage,
+            row.config,
+            row.metric,
+            row.unit,
+            _fmt(row.median_a),
+            str(len(row.a)),
+            _fmt(row.median_b),
+            str(len(row.b)),
+            "-" if row.change_pct is None else f"{row.change_pct:+.1f}",
+            "-" if row.p_value is None else f"{row.p_value:.3g}",
+        )
+    console = _console()
+    console.print(table)
+    if result.only_a or result.only_b:
+        console.print(f"not compared: {result.only_a} metrics only in A, {result.only_b} only in B")
+
+
+@app.command()
+def export(
+    runs: list[str] = typer.Argument(None, help="Run ids or names (default: every run).", show_default=False),
+    fmt: str = typer.Option("csv", "--format", "-f", help="csv | json | parquet."),
+    output: Path = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="File to write (default: stdout; parquet needs a file).",
+        show_default=False,
+    ),
+    store_path: Path = StoreOpt,
+    as_json: bool = typer.Option(False, "--json", help="Report what was written as JSON (with --output)."),
+) -> None:
+    """CSV or Parquet: one row per metric value with its run; JSON: whole runs with provenance and stages."""
+    if fmt not in FORMATS:
+        raise ServelabError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and output is None:
+        raise ServelabError("--format parquet writes a file: give --output FILE.parquet")
+    with Store.open(store_path) as store:
+        selected = [r for ref in runs for r in store.find_runs(ref)] if runs else store.list_runs()
+        rows = metric_rows(store, selected)
+        records = [run_record(store, r) for r in selected] if fmt == "json" else []
+    if fmt == "parquet":
+        write_parquet(rows, output)
+    else:
+        text = io.StringIO()
+        if fmt == "csv":
+            write_csv(rows, text)
+        else:
+            text.write(json.dumps(records, indent=2) + "\n")
+        if output is None:
+            sys.stdout.write(text.getvalue())
+            return
+        output.write_text(text.getvalue())
+    summary = {"output": str(output), "format": fmt, "runs": len(selected), "rows": len(rows)}
+    if as_json:
+        _print_json(summary)
+    else:
+        typer.echo(f"wrote {len(rows)} metric values of {len(selected)} runs to {output} ({fmt})")
+
+
+@app.command("import")
+def import_(
+    files: list[Path] = typer.Argument(
+        ..., help="vllm bench serve / servelab bench result JSON, InferenceX JSON."
+    ),
+    name: str = typer.Option(
+        None,
+        "--name",
+        help="Run name (default: the model id, or InferenceX's model-hw-framework-precision).",
+        show_default=False,
+    ),
+    store_path: Path = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Import result files, one run per file (per name in a list file); a file imported before is skipped."""
+    with Store.open(store_path) as store:
+        imported = import_files(store, files, name)
+    if as_json:
+        _print_json([dataclasses.asdict(i) for i in imported])
+        return
+    for i in imported:
+        if i.new:
+            typer.echo(f"imported {i.path} as run {i.run_id} ({i.name}, {i.num_metrics} metrics)")
+        else:
+            typer.echo(f"skipped {i.path}: already imported as run {i.run_id} ({i.name})")

@@ -1,0 +1,1 @@
+"""The results store: runs, stages and metrics in SQLite, with import, export and comparison."""

@@ -1,0 +1,296 @@
+"""`servelab results import`: `vllm bench serve` result files and InferenceX result JSON into the store.
+
+Recognised shapes (a file may also hold a list of them, as InferenceX's utils/collect_results.py writes):
+- a `vllm bench serve` result (vLLM's vllm/benchmarks/serve.py; servelab bench writes the same fields): a dict
+  with `completed` and `duration`; every numeric top-level field except the load settings becomes a metric,
+  the config is perf-eval's run name `<label>-conc-<max_concurrency>` (`<label>-rate-<request_rate>` when
+  unbounded), the run name is the model id;
+- an InferenceX result (utils/process_result.py): a dict with `hw`, `framework` and `conc`; latencies are in
+  seconds there (the `_ms` fields divided by 1000) and `*_intvty` is 1000 / TPOT in tokens/s per user. The run
+  name is `<model prefix>-<hw>-<framework>-<precision>`, the config the parallelism, ISL/OSL and concurrency.
+
+Entries are grouped into one run per name; the same config twice in a group becomes repetitions 0, 1, ...
+A file is keyed by the SHA-256 of its bytes, so importing it again adds nothing.
+"""
+
+import hashlib
+import json
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.results.provenance import Provenance
+from servelab.results.store import Store
+
+EXPECTED = (
+    "a `vllm bench serve` result JSON (with completed, duration) or an InferenceX result JSON (with hw, conc)"
+)
+
+# vLLM load settings and servelab's result schema version: configuration, not measurements
+VLLM_SETTINGS = {
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "ramp_up_start_rps",
+    "ramp_up_end_rps",
+    "version",
+}
+INFERENCEX_SETTINGS = {
+    "conc",
+    "isl",
+    "osl",
+    "tp",
+    "pp",
+    "ep",
+    "dcp_size",
+    "pcp_size",
+    "num_prefill_gpu",
+    "num_decode_gpu",
+    "power_metric_schema_version",
+    "power_valid",
+} | {
+    f"{role}_{p}"
+    for role in ("prefill", "decode")
+    for p in ("tp", "pp", "ep", "dcp_size", "pcp_size", "num_workers")
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark point read from a file."""
+
+    name: str
+    config: str
+    metrics: dict[str, float]
+    units: dict[str, str]
+    outcome: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    provenance: Provenance = field(default_factory=lambda: Provenance(servelab_version=None))
+
+
+@dataclass(frozen=True)
+class Imported:
+    path: str
+    run_id: str
+    name: str
+    new: bool  # False: the file was imported before, as run_id
+    num_metrics: int
+
+
+def _numbers(data: dict, skip: set[str]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and k not in skip and math.isfinite(v)
+    }
+
+
+def vllm_unit(name: str) -> str:
+    if name.endswith("_ms"):
+        return "ms"
+    # InferenceX's experimental result files keep vLLM's shape but hold latencies in seconds, without `_ms`
+    if name == "duration" or name.split("_")[-1] in ("ttft", "tpot", "itl", "e2el"):
+        return "s"
+    if name.startswith("request_"):
+        return "req/s"
+    if name.endswith(("_throughput", "_tokens_per_s")):
+        return "tok/s"
+    if name.endswith("_tokens"):
+        return "tokens"
+    if name in ("completed", "failed", "good_completed"):
+        return "requests"
+    return ""
+
+
+def inferencex_unit(name: str) -> str:
+    """process_result.py writes throughputs per GPU, interactivity and power (utils/aggregate_power.py);
+    every other number it writes is a vLLM `_ms` field divided by 1000."""
+    if name.endswith("intvty"):
+        return "tok/s/user"
+    if name.endswith("tput_per_gpu"):
+        return "tok/s/gpu"
+    if name.startswith("joules_per_"):
+        return "J/query" if name.endswith("_query") else "J/token"
+    if name.endswith(("_j", "_w")):
+        return name[-1].upper()
+    return "s"
+
+
+def _vllm_date(data: dict, here: bool) -> tuple[str | None, str | None]:
+    """vLLM's `date` is local time (%Y%m%d-%H%M%S) taken when the run ended; the start is date - duration.
+
+    Measured here, the local time zone is known and the times become UTC like the store's own; an imported
+    file's times stay as it wrote them, since the measuring machine's zone is unknown.
+    """
+    try:
+        end = datetime.strptime(str(data["date"]), "%Y%m%d-%H%M%S")
+        start = end - timedelta(seconds=float(data.get("duration", 0)))
+    except (KeyError, ValueError, TypeError):
+        return None, None
+    if here:
+        start, end = start.astimezone(UTC), end.astimezone(UTC)
+    return start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")
+
+
+def vllm_entry(data: dict, here: bool = False) -> Entry:
+    metrics = _numbers(data, VLLM_SETTINGS)
+    label = data.get("label") or data.get("backend") or "bench"
+    if data.get("max_concurrency") is not None:
+        config = f"{label}-conc-{int(data['max_concurrency'])}"
+    else:
+        config = f"{label}-rate-{data.get('request_rate', 'inf')}"
+    started, ended = _vllm_date(data, here)
+    return Entry(
+        name=str(data.get("model_id") or "imported"),
+        config=config,
+        metrics=metrics,
+        units={k: vllm_unit(k) for k in metrics},
+        outcome="pass" if data.get("completed") else "error",
+        started_at=started,
+        ended_at=ended,
+        provenance=Provenance(servelab_version=data.get("servelab_version")),
+    )
+
+
+def inferencex_entry(data: dict) -> Entry:
+    metrics = _numbers(data, INFERENCEX_SETTINGS)
+    name = "-".join(
+        str(data.get(k, "")) for k in ("infmax_model_prefix", "hw", "framework", "precision") if data.get(k)
+    )
+    if data.get("is_multinode"):
+        shape = f"p{data.get('num_prefill_gpu')}-d{data.get('num_decode_gpu')}"
+    else:
+        shape = f"tp{data.get('tp')}-ep{data.get('ep')}"
+    if str(data.get("dp_attention", data.get("decode_dp_attention", ""))).lower() == "true":
+        shape += "-dpa"
+    spec = str(data.get("spec_decoding", "none"))
+    spec = "" if spec in ("none", "") else f"-{spec}"
+    return Entry(
+        name=name or str(data.get("model", "imported")),
+        config=f"{shape}-isl{data.get('isl')}-osl{data.get('osl')}{spec}-conc-{int(data['conc'])}",
+        metrics=metrics,
+        units={k: inferencex_unit(k) for k in metrics},
+        outcome="pass",
+        provenance=Provenance(
+            servelab_version=None,
+            recipe_fingerprint=data.get("recipe_fingerprint") or None,
+            image_digest=data.get("image") or None,
+            gpu=data.get("hw"),
+        ),
+    )
+
+
+def record_bench(
+    store: Store, run_id: str, result: dict, *, repetition: int = 0, artifact: str | None = None
+) -> str:
+    """Record a `servelab bench` (or `vllm bench serve`) result dict measured in this run as its bench stage
+    (config `<label>-conc-<max_concurrency>`) with one metric per numeric field; returns the config name."""
+    e = vllm_entry(result, here=True)
+    with store.transaction():
+        store.record_stage(
+            run_id,
+            "bench",
+            e.outcome,
+            config=e.config,
+            repetition=repetition,
+            started_at=e.started_at,
+            ended_at=e.ended_at,
+            artifact=artifact,
+        )
+        store.record_metrics(
+            run_id, "bench", e.metrics, config=e.config, repetition=repetition, units=e.units
+        )
+    return e.config
+
+
+def _entry(data, path: Path) -> Entry:
+    if isinstance(data, dict) and {"hw", "framework", "conc"} <= data.keys():
+        reader = inferencex_entry
+    elif isinstance(data, dict) and {"completed", "duration"} <= data.keys():
+        reader = vllm_entry
+    else:
+        raise ServelabError(f"{path}: not a known result file; expected {EXPECTED}")
+    try:
+        return reader(data)
+    except (TypeError, ValueError) as e:
+        raise ServelabError(f"{path}: malformed result ({e}); expected {EXPECTED}") from e
+
+
+def read_file(path: Path) -> tuple[bytes, list[Entry]]:
+    """The file's bytes and its entries; a ServelabError naming the file when it is not a known result."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot read ({e.strerror})") from e
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ServelabError(f"{path}: not JSON ({e}); expected {EXPECTED}") from e
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise ServelabError(f"{path}: an empty list; expected {EXPECTED}")
+    return raw, [_entry(item, path) for item in items]
+
+
+def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entry]) -> str:
+    first = entries[0]
+    with store.transaction():
+        run_id = store.start_run(
+            name,
+            first.provenance,
+            started_at=first.started_at,
+            outcome="pass" if all(e.outcome == "pass" for e in entries) else "error",
+            ended_at=max((e.ended_at or "" for e in entries), default="") or None,
+            source_path=str(path.resolve()),
+            source_sha256=key,
+        )
+        run_dir = store.run_dir(run_id)
+        shutil.copyfile(path, run_dir / path.name)
+        artifact = str((run_dir / path.name).relative_to(store.path.parent))
+        repetitions: Counter[str] = Counter()
+        for e in entries:
+            rep = repetitions[e.config]
+            repetitions[e.config] += 1
+            store.record_stage(
+                run_id,
+                "bench",
+                e.outcome,
+                config=e.config,
+                repetition=rep,
+                started_at=e.started_at,
+                ended_at=e.ended_at,
+                artifact=artifact,
+            )
+            store.record_metrics(
+                run_id, "bench", e.metrics, config=e.config, repetition=rep, units=e.units, source="imported"
+            )
+    return run_id
+
+
+def import_files(store: Store, paths: list[Path], name: str | None = None) -> list[Imported]:
+    """Import every file (all are read and checked first, so a bad one imports none); one run per name."""
+    read = [(path, *read_file(path)) for path in paths]
+    out = []
+    for path, raw, entries in read:
+        digest = hashlib.sha256(raw).hexdigest()
+        groups: dict[str, list[Entry]] = {}
+        for e in entries:
+            groups.setdefault(name or e.name, []).append(e)
+        for i, (run_name, group) in enumerate(groups.items()):
+            key = digest if len(groups) == 1 else f"{digest}#{i}"
+            with (
+                store.transaction()
+            ):  # the check and the write under one lock: concurrent imports add it once
+                known = store.find_import(key)
+                if known:
+                    out.append(Imported(str(path), known.id, known.name, False, 0))
+                    continue
+                run_id = _write_run(store, path, key, run_name, group)
+            out.append(Imported(str(path), run_id, run_name, True, sum(len(e.metrics) for e in group)))
+    return out

@@ -1,0 +1,302 @@
+"""The results store: an SQLite file of runs, their stages and metrics; raw artifacts in runs/<id>/ by it.
+
+Writers are safe across processes: WAL lets readers go on while one writer writes, every write is a
+`BEGIN IMMEDIATE` transaction (it takes the write lock up front, so two writers never deadlock on a lock
+upgrade), and the busy timeout makes a second writer wait for the lock instead of failing.
+
+    store = Store.open(path)            # None: the default location in the user's data dir
+    run_id = store.start_run("dsv4-h200", provenance.collect(server_argv=argv, env=env))
+    store.record_stage(run_id, "bench", "pass", config="random-conc-16", artifact="bench-16.json")
+    store.record_metrics(run_id, "bench", {"p99_ttft_ms": 812.0}, config="random-conc-16", units={...})
+    store.finish_run(run_id, "pass")
+"""
+
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.results.provenance import Provenance, redact_argv, redact_env
+from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, migrate
+
+BUSY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    name: str
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    outcome: str
+    provenance: Provenance
+    source_path: str | None
+    source_sha256: str | None
+
+
+@dataclass(frozen=True)
+class Stage:
+    run_id: str
+    stage: str
+    config: str
+    repetition: int
+    status: str
+    started_at: str | None
+    ended_at: str | None
+    artifact: str | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    run_id: str
+    stage: str
+    config: str
+    repetition: int
+    name: str
+    value: float | None  # None: not a number (a NaN is stored as NULL)
+    unit: str
+    source: str
+
+
+def default_path() -> Path:
+    """`$XDG_DATA_HOME/servelab/results.db`, else `~/.local/share/servelab/results.db`."""
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "servelab" / "results.db"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique by its random tail: `20261130-160655-a1b2c3`."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ServelabError(f"{what} {value!r}: expected one of {', '.join(allowed)}")
+
+
+class Store:
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path | str | None = None) -> "Store":
+        """Open (creating it and its folder if needed) and bring the schema up to date."""
+        path = Path(path) if path is not None else default_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+        except (OSError, sqlite3.DatabaseError) as e:
+            raise ServelabError(f"{path}: cannot open as a results store (an SQLite file): {e}") from e
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, str(path))
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction; calls inside it join it, so a whole run can be written all or nothing."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def run_dir(self, run_id: str) -> Path:
+        """The folder for a run's raw artifacts (bench JSON, eval outputs, server log), created on demand."""
+        path = self.path.parent / "runs" / run_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # writers
+
+    def start_run(
+        self,
+        name: str,
+        provenance: Provenance | None = None,
+        *,
+        run_id: str | None = None,
+        started_at: str | None = None,
+        outcome: str = "running",
+        ended_at: str | None = None,
+        source_path: str | None = None,
+        source_sha256: str | None = None,
+    ) -> str:
+        """A new run; `started_at` defaults to now for a run measured here, while an imported run (with a
+        `source_sha256`) keeps what its file says, or nothing, and comes with its outcome and end."""
+        _check(outcome, OUTCOMES, "run outcome")
+        p = provenance or Provenance()
+        run_id = run_id or new_run_id()
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO runs (id, name, created_at, started_at, ended_at, outcome, servelab_version,"
+                " git_sha, recipe_fingerprint, image_digest, server_argv, env, gpu, driver, host,"
+                " source_path, source_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    name,
+                    now(),
+                    started_at or (None if source_sha256 else now()),
+                    ended_at,
+                    outcome,
+                    p.servelab_version,
+                    p.git_sha,
+                    p.recipe_fingerprint,
+                    p.image_digest,
+                    json.dumps(redact_argv(p.server_argv)),
+                    json.dumps(redact_env(p.env)),
+                    p.gpu,
+                    p.driver,
+                    p.host,
+                    source_path,
+                    source_sha256,
+                ),
+            )
+        return run_id
+
+    def record_stage(
+        self,
+        run_id: str,
+        stage: str,
+        status: str,
+        *,
+        config: str = "",
+        repetition: int = 0,
+        started_at: str | None = None,
+        ended_at: str | None = None,
+        artifact: str | None = None,
+    ) -> None:
+        """Insert or update one (stage, config, repetition); a later call (running, then pass) replaces it."""
+        _check(status, STAGE_STATUSES, "stage status")
+        with self.transaction():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, stage, config, repetition, status, started_at, ended_at, artifact),
+            )
+
+    def record_metrics(
+        self,
+        run_id: str,
+        stage: str,
+        values: Mapping[str, float | None],
+        *,
+        config: str = "",
+        repetition: int = 0,
+        units: dict[str, str] | None = None,
+        source: str = "measured",
+    ) -> None:
+        _check(source, SOURCES, "metric source")
+        units = units or {}
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, stage, config, repetition, name, value, units.get(name, ""), source)
+                    for name, value in values.items()
+                ],
+            )
+
+    def finish_run(self, run_id: str, outcome: str, ended_at: str | None = None) -> None:
+        _check(outcome, OUTCOMES, "run outcome")
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE runs SET outcome = ?, ended_at = ? WHERE id = ?", (outcome, ended_at or now(), run_id)
+            )
+
+    # readers
+
+    def list_runs(self, name: str | None = None, limit: int | None = None) -> list[Run]:
+        """Newest first; only those called `name` when given."""
+        sql = "SELECT * FROM runs" + (" WHERE name = ?" if name is not None else "")
+        sql += " ORDER BY created_at DESC, rowid DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        return [_run(row) for row in self.conn.execute(sql, (name,) if name is not None else ())]
+
+    def get_run(self, ref: str) -> Run:
+        """A run by its id or a unique prefix of it."""
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
+            (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
+        ).fetchall()
+        exact = [r for r in rows if r["id"] == ref]
+        if exact or len(rows) == 1:
+            return _run((exact or rows)[0])
+        if rows:
+            raise ServelabError(f"run {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
+        raise ServelabError(f"no run {ref!r} in {self.path} (servelab results list shows them)")
+
+    def find_runs(self, ref: str) -> list[Run]:
+        """A run id (or unique prefix), else every run with that name: one side of a comparison."""
+        named = self.list_runs(name=ref)
+        if named:
+            return named
+        return [self.get_run(ref)]
+
+    def find_import(self, sha256: str) -> Run | None:
+        row = self.conn.execute("SELECT * FROM runs WHERE source_sha256 = ?", (sha256,)).fetchone()
+        return _run(row) if row else None
+
+    def stages(self, run_id: str) -> list[Stage]:
+        rows = self.conn.execute(
+            "SELECT * FROM stages WHERE run_id = ? ORDER BY stage, config, repetition", (run_id,)
+        )
+        return [Stage(**dict(row)) for row in rows]
+
+    def metrics(self, run_id: str) -> list[Metric]:
+        rows = self.conn.execute(
+            "SELECT * FROM metrics WHERE run_id = ? ORDER BY stage, config, name, repetition", (run_id,)
+        )
+        return [Metric(**dict(row)) for row in rows]
+
+    def metric_counts(self) -> dict[str, int]:
+        rows = self.conn.execute("SELECT run_id, count(*) FROM metrics GROUP BY run_id")
+        return {run_id: n for run_id, n in rows}
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
+        id=row["id"],
+        name=row["name"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        outcome=row["outcome"],
+        provenance=Provenance(
+            servelab_version=row["servelab_version"],
+            git_sha=row["git_sha"],
+            recipe_fingerprint=row["recipe_fingerprint"],
+            image_digest=row["image_digest"],
+            server_argv=json.loads(row["server_argv"]),
+            env=json.loads(row["env"]),
+            gpu=row["gpu"],
+            driver=row["driver"],
+            host=row["host"],
+        ),
+        source_path=row["source_path"],
+        source_sha256=row["source_sha256"],
+    )
