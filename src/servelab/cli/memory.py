@@ -1,6 +1,7 @@
 """`servelab memory`: memory per GPU of a deployment and how much KV cache it holds."""
 
 import typer
+from rich.table import Table
 
 from servelab.cli._common import (
     DpAttnOpt,
@@ -12,8 +13,12 @@ from servelab.cli._common import (
     SystemOpt,
     TpOpt,
     WeightDtypeOpt,
+    console,
+    load_deployment,
     print_json,
 )
+from servelab.predict.memory import check_fits, memory_per_gpu
+from servelab.specs import check_precision
 
 
 def memory(
@@ -32,11 +37,8 @@ def memory(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent sequences."""
-    from servelab.cli._common import load_deployment
-    from servelab.predict.memory import memory_per_gpu
-    from servelab.specs import check_precision
-
+    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent \
+sequences."""
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
     check_precision(spec, sys_spec)
@@ -63,10 +65,6 @@ def memory(
     if as_json:
         print_json(result)
     else:
-        from rich.table import Table
-
-        from servelab.cli._common import console
-
         table = Table(
             title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU"
         )
@@ -79,8 +77,6 @@ def memory(
         console().print(table)
         console().print(f"[dim]source: {mem.source}[/dim]")
     if not mem.fits:
-        from servelab.predict.memory import check_fits
-
         check_fits(
             spec,
             sys_spec,
