@@ -1,7 +1,10 @@
-"""`servelab memory`: memory per GPU of a deployment and how much KV cache it holds."""
+"""`servelab memory`: memory per GPU of a deployment and how much KV cache it holds.
+
+Library code and rich are imported inside the commands (start-up time): cli/main.py imports every command
+module whatever the command.
+"""
 
 import typer
-from rich.table import Table
 
 from servelab.cli._common import (
     DpAttnOpt,
@@ -17,8 +20,6 @@ from servelab.cli._common import (
     load_deployment,
     print_json,
 )
-from servelab.predict.memory import check_fits, memory_per_gpu
-from servelab.specs import check_precision
 
 
 def memory(
@@ -39,6 +40,9 @@ def memory(
 ) -> None:
     """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent \
 sequences."""
+    from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  start-up time
+    from servelab.specs import check_precision  # noqa: PLC0415  start-up time
+
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
     check_precision(spec, sys_spec)
@@ -65,6 +69,8 @@ sequences."""
     if as_json:
         print_json(result)
     else:
+        from rich.table import Table  # noqa: PLC0415  start-up time
+
         table = Table(
             title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU"
         )
