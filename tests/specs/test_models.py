@@ -120,6 +120,13 @@ def test_config_json_path_and_errors(tmp_path):
     (bad / "config.json").write_text(json.dumps({"hidden_size": 128}))
     with pytest.raises(ServelabError, match="missing field 'num_hidden_layers'"):
         load_model(str(bad))
+    moe = {**cfg, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+    del moe["intermediate_size"]
+    (bad / "config.json").write_text(json.dumps({**moe, "first_k_dense_replace": 1}))
+    with pytest.raises(ServelabError, match="missing field 'intermediate_size'"):  # its first layer is dense
+        load_model(str(bad))
+    (bad / "config.json").write_text(json.dumps(moe))
+    assert load_model(str(bad)).params.dense_ffn == 0
     with pytest.raises(ServelabError, match="did you mean deepseek-v4-flash"):
         load_model("deepseek-v4-flsh")
     with pytest.raises(ServelabError, match="--kv-dtype"):

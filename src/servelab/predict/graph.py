@@ -101,7 +101,8 @@ def step_ops(
     ops: list[Op] = []
     h = model.hidden_size
     for (kind, is_moe, hashed), count in model.layer_groups:
-        ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count, parts))
+        moe = model.moe if is_moe else None
+        ops.extend(_layer_ops(model, parallel, t, kind, moe, hashed, count, parts))
     if HEAD in parts:
         ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
         if parallel.attn_tp > 1:
@@ -121,9 +122,7 @@ def step_ops(
             t.decode * parallel.attn_dp if parallel.dp_attn else t.decode,
         )
         last = model.layer_attention[-1]
-        mtp = _layer_ops(
-            model, parallel, draft, last, model.moe is not None, False, shape.spec_tokens, ALL_PARTS
-        )
+        mtp = _layer_ops(model, parallel, draft, last, model.moe, False, shape.spec_tokens, ALL_PARTS)
         mtp.append(Op("mtp_proj", Gemm(t.decode, h, 2 * h, model.precision.weights.value), shape.spec_tokens))
         mtp.append(
             Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens)
@@ -140,7 +139,7 @@ def _layer_ops(
     parallel: Parallel,
     t: _Tokens,
     kind: LayerAttention,
-    is_moe: bool,
+    moe: MoE | None,  # None for a dense FFN
     hashed: bool,
     count: float,
     parts: frozenset,
@@ -162,14 +161,14 @@ def _layer_ops(
         if parallel.attn_tp > 1:
             ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
         ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
-        if is_moe and model.moe is not None:
-            ops.extend(_moe_ops(model, model.moe, parallel, t, hashed))
+        if moe is not None:
+            ops.extend(_moe_ops(model, moe, parallel, t, hashed))
         else:
             inter = (model.intermediate_size or 0) // parallel.attn_tp
             ops.append(Op("ffn_gate_up", Gemm(T, 2 * inter, h, wdt), 1))
             ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
             ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
-        if parallel.attn_tp > 1 and not (is_moe and parallel.dp_attn):
+        if parallel.attn_tp > 1 and not (moe is not None and parallel.dp_attn):
             ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
     return [Op(op.name, op.key, op.count * count) for op in ops]
 

@@ -76,7 +76,7 @@ def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
         )
     inter = g("intermediate_size")
     moe = _moe(g, layers, inter, where)
-    if moe is None and inter is None:
+    if inter is None and (moe is None or not all(moe.layers)):  # dense FFN layers need their width
         raise ServelabError(f"{where}: missing field 'intermediate_size'")
     mtp_layers = int(g("num_nextn_predict_layers", default=0) or 0)
     return ModelSpec(

@@ -84,6 +84,9 @@ class ParamCounts(BaseModel):
 
 
 class ModelSpec(BaseModel):
+    """Sizes every decoder-only model has, plus its parts: attention (one class per kind), and where the model
+    has them, experts, MTP layers and hyper-connections."""
+
     model_config = ConfigDict(frozen=True)
 
     name: str
@@ -107,20 +110,20 @@ class ModelSpec(BaseModel):
     def __hash__(self) -> int:  # caches key on the spec; equal specs share name, source and precision
         return hash((self.name, self.source, self.precision, self.num_layers, self.hidden_size))
 
-    # ---- read-only views kept for modules outside specs/ and predict/ that read the flat fields ------------
+    # ---- compat: read-only views of former flat fields, for readers outside specs/ and predict/ ----------
     @property
-    def num_heads(self) -> int:  # compat: collect/accept.py, tests/collect
+    def num_heads(self) -> int:  # compat: collect/accept.py, tests/collect/test_collect.py
         return self.attention.num_heads
 
     @property
     def is_moe(self) -> bool:  # compat: predict/search.py, bench/calibrate_engines.py
         return self.moe is not None
 
+    # ---- shape facts -------------------------------------------------------------------------------------
     @property
-    def num_mtp_layers(self) -> int:  # compat: predict/serving/aggregated.py
+    def num_mtp_layers(self) -> int:  # also read by predict/serving/aggregated.py
         return self.mtp.num_layers if self.mtp else 0
 
-    # ---- shape facts -------------------------------------------------------------------------------------
     @property
     def num_moe_layers(self) -> int:
         return self.moe.num_layers if self.moe else 0
