@@ -100,8 +100,8 @@ class _Prices:
     def __init__(self, db: PerfDB):
         db_proxy = weakref.proxy(db)
 
-        def part(model: ModelSpec, parallel: Parallel, shape: StepShape, part: str) -> KernelSum:
-            return kernel_sum(step_ops(model, parallel, shape, frozenset((part,))), db_proxy)
+        def part(model: ModelSpec, parallel: Parallel, shape: StepShape, which: str) -> KernelSum:
+            return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db_proxy)
 
         self.part = lru_cache(maxsize=MEMO_ENTRIES)(part)
         self.step = lru_cache(maxsize=MEMO_ENTRIES)(partial(_price_step, self.part))
