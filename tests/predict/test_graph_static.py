@@ -1,3 +1,6 @@
+import gc
+import weakref
+
 import pytest
 
 from servelab.errors import ServelabError
@@ -6,6 +9,7 @@ from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Context, Dsv4Generat
 from servelab.predict.backends import engine_profile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.static import estimate_static
+from servelab.predict.step import priced_step, step_time
 from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
@@ -124,9 +128,23 @@ def test_kv_capacity_and_bad_input_errors():
 )
 def test_priced_step_parts_add_up_to_the_whole_step(parallel, shape):
     """Pricing in memoized parts (and the token grid) stays within 1 % of pricing every op of the step."""
-    from servelab.predict.step import priced_step, step_time
-
     m, db, e = load_model(FLASH), PerfDB(H200), engine_profile("torch")
     whole = step_time(step_ops(m, parallel, shape), db, e, 1, decode_only=not shape.prefill)
     parts = priced_step(m, parallel, shape, e, db)
     assert parts.kernel_us == pytest.approx(whole.kernel_us, rel=0.01)
+
+
+def test_step_prices_are_memoized_for_as_long_as_their_perfdb_lives():
+    m, e, shape = (
+        load_model("llama-3.1-8b"),
+        engine_profile("vllm"),
+        StepShape(decode_batch=4, decode_kv_len=99),
+    )
+    db = PerfDB(H200)
+    first = priced_step(m, Parallel(), shape, e, db)
+    assert priced_step(m, Parallel(), shape, e, db) is first
+    assert priced_step(m, Parallel(), shape, e, PerfDB(H200)) == first  # another PerfDB prices anew
+    gone = weakref.ref(db)
+    del db
+    gc.collect()
+    assert gone() is None

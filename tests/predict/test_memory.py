@@ -25,7 +25,7 @@ def test_dp_attention_replicates_attention_but_not_experts():
     ratio = mem_dp.max_sequences(9216, m, Parallel(tp=8, ep=8, dp_attn=True)) / mem_tp.max_sequences(
         9216, m, Parallel(tp=8, ep=8)
     )
-    assert 6.5 < ratio < 8  # formats.md: DP8 holds about 7.7x the KV capacity of TP8
+    assert 6.5 < ratio < 8  # DP8 holds about 7.7x the KV capacity of TP8 (each rank its own sequences)
 
 
 def test_kv_capacity_is_consistent():

@@ -1,11 +1,20 @@
-"""Model specs against the published facts in ../shared/reference/models.md."""
+"""Model specs against the sizes and cache formulas their publishers state."""
 
 import json
 
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.specs import Dtype, LayerAttention, list_models, load_model
+from servelab.specs import (
+    Dsv4Attention,
+    Dtype,
+    GqaAttention,
+    LayerAttention,
+    MlaAttention,
+    ModelSpec,
+    list_models,
+    load_model,
+)
 
 # (total, active) as the publishers state them
 STATED = {
@@ -102,7 +111,7 @@ def test_config_json_path_and_errors(tmp_path):
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = load_model(str(tmp_path))
-    assert m.num_layers == 2 and m.head_dim == 64 and m.attention.value == "gqa"
+    assert m.num_layers == 2 and m.attention.head_dim == 64 and m.attention.kind.value == "gqa"
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text("{not json")
@@ -111,7 +120,38 @@ def test_config_json_path_and_errors(tmp_path):
     (bad / "config.json").write_text(json.dumps({"hidden_size": 128}))
     with pytest.raises(ServelabError, match="missing field 'num_hidden_layers'"):
         load_model(str(bad))
+    moe = {**cfg, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+    del moe["intermediate_size"]
+    (bad / "config.json").write_text(json.dumps({**moe, "first_k_dense_replace": 1}))
+    with pytest.raises(ServelabError, match="missing field 'intermediate_size'"):  # its first layer is dense
+        load_model(str(bad))
+    (bad / "config.json").write_text(json.dumps(moe))
+    assert load_model(str(bad)).params.dense_ffn == 0
     with pytest.raises(ServelabError, match="did you mean deepseek-v4-flash"):
         load_model("deepseek-v4-flsh")
     with pytest.raises(ServelabError, match="--kv-dtype"):
         load_model("qwen3-32b", kv_dtype="int3")
+
+
+def test_models_are_composed_of_their_parts():
+    flash, v3, llama = load_model("deepseek-v4-flash"), load_model("deepseek-v3"), load_model("llama-3.1-8b")
+    assert isinstance(flash.attention, Dsv4Attention) and flash.attention.sliding_window == 128
+    assert flash.moe is not None and (flash.moe.num_experts, flash.moe.num_hash_layers) == (256, 3)
+    assert flash.mtp is not None and flash.mtp.num_layers == 1
+    assert flash.hyper_connections is not None and flash.hyper_connections.mult == 4
+    assert isinstance(v3.attention, MlaAttention) and v3.attention.q_head_dim == 192
+    assert v3.moe is not None and v3.num_dense_layers == 3 and v3.hyper_connections is None
+    assert isinstance(llama.attention, GqaAttention) and llama.attention.sliding_window is None
+    assert (llama.moe, llama.mtp, llama.hyper_connections) == (None, None, None)
+    # layers grouped by (attention kind, MoE, hash-routed), once per model
+    groups = dict(flash.layer_groups)
+    assert sum(groups.values()) == 43 and groups[(LayerAttention.sliding, True, True)] == 2
+    assert flash.layer_groups is flash.layer_groups
+
+
+@pytest.mark.parametrize("name", sorted(STATED))
+def test_model_spec_round_trips_through_json(name):
+    m = load_model(name)
+    back = ModelSpec.model_validate_json(m.model_dump_json())
+    assert back == m and type(back.attention) is type(m.attention)
+    assert back.summary() == m.summary()

@@ -1,4 +1,8 @@
-"""`servelab memory`: memory per GPU of a deployment and how much KV cache it holds."""
+"""`servelab memory`: memory per GPU of a deployment and how much KV cache it holds.
+
+Library code and rich are imported inside the commands (start-up time): cli/main.py imports every command
+module whatever the command.
+"""
 
 import typer
 
@@ -12,6 +16,8 @@ from servelab.cli._common import (
     SystemOpt,
     TpOpt,
     WeightDtypeOpt,
+    console,
+    load_deployment,
     print_json,
 )
 
@@ -32,10 +38,10 @@ def memory(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent sequences."""
-    from servelab.cli._common import load_deployment
-    from servelab.predict.memory import memory_per_gpu
-    from servelab.specs import check_precision
+    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent \
+sequences."""
+    from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  start-up time
+    from servelab.specs import check_precision  # noqa: PLC0415  start-up time
 
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
@@ -63,9 +69,7 @@ def memory(
     if as_json:
         print_json(result)
     else:
-        from rich.table import Table
-
-        from servelab.cli._common import console
+        from rich.table import Table  # noqa: PLC0415  start-up time
 
         table = Table(
             title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU"
@@ -79,8 +83,6 @@ def memory(
         console().print(table)
         console().print(f"[dim]source: {mem.source}[/dim]")
     if not mem.fits:
-        from servelab.predict.memory import check_fits
-
         check_fits(
             spec,
             sys_spec,

@@ -1,8 +1,12 @@
-"""`servelab models`: the embedded model specs."""
+"""`servelab models`: the embedded model specs.
+
+Library code and rich are imported inside the commands (start-up time): cli/main.py imports every command
+module whatever the command.
+"""
 
 import typer
 
-from servelab.cli._common import JsonOpt, KvDtypeOpt, WeightDtypeOpt, print_json
+from servelab.cli._common import JsonOpt, KvDtypeOpt, WeightDtypeOpt, console, print_json
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show model specs.")
 
@@ -12,7 +16,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     """List the embedded models (and the checkpoint ids that map to them)."""
     if ctx.invoked_subcommand:
         return
-    from servelab.specs import list_checkpoints, list_models, load_model
+    from servelab.specs import list_checkpoints, list_models, load_model  # noqa: PLC0415  start-up time
 
     ids_by_model: dict[str, list[str]] = {}
     for ckpt, entry in list_checkpoints().items():
@@ -23,7 +27,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
         rows.append(
             {
                 "name": name,
-                "attention": m.attention.value,
+                "attention": m.attention.kind.value,
                 "layers": m.num_layers,
                 "total_params": m.total_params,
                 "active_params": m.active_params,
@@ -34,9 +38,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
-
-    from servelab.cli._common import console
+    from rich.table import Table  # noqa: PLC0415  start-up time
 
     table = Table(title="Embedded models (servelab models show NAME for details)")
     for col in ("name", "attention", "layers", "total", "active", "KV B/token", "checkpoint ids"):
@@ -64,15 +66,13 @@ def show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show one model spec: parameters, precision, KV bytes per token."""
-    from servelab.specs import load_model
+    from servelab.specs import load_model  # noqa: PLC0415  start-up time
 
     summary = load_model(name, weight_dtype=weight_dtype, kv_dtype=kv_dtype).summary()
     if as_json:
         print_json(summary)
         return
-    from rich.table import Table
-
-    from servelab.cli._common import console
+    from rich.table import Table  # noqa: PLC0415  start-up time
 
     table = Table(title=summary["name"], show_header=False)
     for key, value in summary.items():

@@ -1,8 +1,12 @@
-"""`servelab systems`: the embedded GPU systems."""
+"""`servelab systems`: the embedded GPU systems.
+
+Library code and rich are imported inside the commands (start-up time): cli/main.py imports every command
+module whatever the command.
+"""
 
 import typer
 
-from servelab.cli._common import JsonOpt, print_json
+from servelab.cli._common import JsonOpt, console, print_json
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show GPU systems.")
 
@@ -12,15 +16,13 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     """List the systems servelab knows."""
     if ctx.invoked_subcommand:
         return
-    from servelab.specs import list_systems, load_system
+    from servelab.specs import list_systems, load_system  # noqa: PLC0415  start-up time
 
     specs = [load_system(n) for n in list_systems()]
     if as_json:
         print_json([s.summary() for s in specs])
         return
-    from rich.table import Table
-
-    from servelab.cli._common import console
+    from rich.table import Table  # noqa: PLC0415  start-up time
 
     table = Table(title="Systems (datasheet figures; measured ceilings marked)")
     for col in (
@@ -55,15 +57,13 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
 @app.command("show")
 def show(name: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
     """Show one system, with its measured ceilings and where they came from."""
-    from servelab.specs import load_system
+    from servelab.specs import load_system  # noqa: PLC0415  start-up time
 
     summary = load_system(name).summary()
     if as_json:
         print_json(summary)
         return
-    from rich.table import Table
-
-    from servelab.cli._common import console
+    from rich.table import Table  # noqa: PLC0415  start-up time
 
     table = Table(title=summary["name"], show_header=False)
     for key, value in summary.items():

@@ -89,7 +89,7 @@ def heads_across_tp(rows: list[dict], models: list) -> list[str]:
 
 
 def _model_attention_ops(model) -> list[str]:
-    kind = model.attention.value
+    kind = model.attention.kind.value
     if kind == "gqa":
         return ["attention_prefill", "attention_decode"]
     if kind == "mla":

@@ -6,6 +6,7 @@ graph has tens of ops whatever the depth.
 """
 
 from collections import Counter
+from collections.abc import Callable
 from math import ceil
 from typing import NamedTuple
 
@@ -22,7 +23,17 @@ from servelab.perfdb.keys import (
     Moe,
     OpKey,
 )
-from servelab.specs import AttentionKind, LayerAttention, ModelSpec, Parallel
+from servelab.specs import (
+    AttentionKind,
+    Dsv4Attention,
+    GqaAttention,
+    HyperConnections,
+    LayerAttention,
+    MlaAttention,
+    ModelSpec,
+    MoE,
+    Parallel,
+)
 
 DSV4_WINDOW = 128
 
@@ -43,7 +54,9 @@ ALL_PARTS = frozenset((TOKENS, PREFILL_ATTN, DECODE_ATTN, HEAD))
 class Op(NamedTuple):
     name: str  # the role in the model: qkv_proj, attention, moe_experts, tp_allreduce, ...
     key: OpKey
-    count: float  # times per step on one rank's path (layers); negative for the causal-prefix subtraction
+    # times per step on one rank's path (layers); negative for the causal-prefix subtraction. The name shadows
+    # tuple.count, which no caller uses.
+    count: float  # type: ignore[assignment]
 
 
 class _Tokens(NamedTuple):
@@ -87,8 +100,9 @@ def step_ops(
         return []
     ops: list[Op] = []
     h = model.hidden_size
-    for (kind, is_moe, hashed), count in _layer_groups(model):
-        ops.extend(_layer_ops(model, parallel, t, kind, is_moe, hashed, count, parts))
+    for (kind, is_moe, hashed), count in model.layer_groups:
+        moe = model.moe if is_moe else None
+        ops.extend(_layer_ops(model, parallel, t, kind, moe, hashed, count, parts))
     if HEAD in parts:
         ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
         if parallel.attn_tp > 1:
@@ -97,7 +111,7 @@ def step_ops(
     if TOKENS not in parts:
         return ops
     ops.append(Op("embedding", Memory(t.total * h * 4), 1))
-    if shape.spec_tokens and model.num_mtp_layers:
+    if shape.spec_tokens and model.mtp:
         draft = _Tokens(
             t.decode,
             (),
@@ -108,7 +122,7 @@ def step_ops(
             t.decode * parallel.attn_dp if parallel.dp_attn else t.decode,
         )
         last = model.layer_attention[-1]
-        mtp = _layer_ops(model, parallel, draft, last, model.is_moe, False, shape.spec_tokens, ALL_PARTS)
+        mtp = _layer_ops(model, parallel, draft, last, model.moe, False, shape.spec_tokens, ALL_PARTS)
         mtp.append(Op("mtp_proj", Gemm(t.decode, h, 2 * h, model.precision.weights.value), shape.spec_tokens))
         mtp.append(
             Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens)
@@ -120,53 +134,47 @@ def step_ops(
     return ops
 
 
-_GROUPS: dict = {}
-
-
-def _layer_groups(model: ModelSpec) -> list:
-    """Layers grouped by (attention kind, MoE, hash-routed) with their counts; computed once per model."""
-    key = id(model)
-    hit = _GROUPS.get(key)
-    if hit is None or hit[0] is not model:
-        groups = Counter(
-            (kind, model.moe_layers[i], i < model.num_hash_layers)
-            for i, kind in enumerate(model.layer_attention)
-        )
-        hit = _GROUPS[key] = (model, list(groups.items()))
-    return hit[1]
-
-
-def _layer_ops(model, parallel, t: _Tokens, kind, is_moe, hashed, count, parts) -> list[Op]:
+def _layer_ops(
+    model: ModelSpec,
+    parallel: Parallel,
+    t: _Tokens,
+    kind: LayerAttention,
+    moe: MoE | None,  # None for a dense FFN
+    hashed: bool,
+    count: float,
+    parts: frozenset,
+) -> list[Op]:
     h, wdt = model.hidden_size, model.precision.weights.value
     T = t.total
-    projections, prefill_attention, decode_attention = _FAMILIES[model.attention]
+    att = model.attention
+    projections, prefill_attention, decode_attention = _FAMILIES[att.kind]
     ops: list[Op] = []
     if PREFILL_ATTN in parts and t.prefill:
-        ops.extend(prefill_attention(model, parallel, t, kind))
+        ops.extend(prefill_attention(att, model, parallel, t, kind))
     if DECODE_ATTN in parts and t.decode:
-        ops.extend(decode_attention(model, parallel, t, kind))
+        ops.extend(decode_attention(att, model, parallel, t, kind))
     if TOKENS in parts:
-        if model.attention == AttentionKind.dsv4:
-            ops.extend(_mhc_ops(model, T))
+        if model.hyper_connections:
+            ops.extend(_mhc_ops(model.hyper_connections, h, T))
         ops.append(Op("attn_norm", Memory(T * h * 4), 1))
-        ops.extend(projections(model, parallel, t, kind))
+        ops.extend(projections(att, model, parallel, t, kind))
         if parallel.attn_tp > 1:
             ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
         ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
-        if is_moe:
-            ops.extend(_moe_ops(model, parallel, t, hashed))
+        if moe is not None:
+            ops.extend(_moe_ops(model, moe, parallel, t, hashed))
         else:
-            inter = model.intermediate_size // parallel.attn_tp
+            inter = (model.intermediate_size or 0) // parallel.attn_tp
             ops.append(Op("ffn_gate_up", Gemm(T, 2 * inter, h, wdt), 1))
             ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
             ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
-        if parallel.attn_tp > 1 and not (is_moe and parallel.dp_attn):
+        if parallel.attn_tp > 1 and not (moe is not None and parallel.dp_attn):
             ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
     return [Op(op.name, op.key, op.count * count) for op in ops]
 
 
-def _prefill_attention(name, t: _Tokens, make) -> list[Op]:
-    """Causal attention of a chunk after `past` cached tokens = F(past + new) - F(past) with F the full prefill."""
+def _prefill_attention(name: str, t: _Tokens, make: Callable[[int, int], OpKey]) -> list[Op]:
+    """Causal attention of a chunk after `past` cached tokens: F(past + new) - F(past), F the full prefill."""
     ops = []
     for c, new, past in t.prefill:
         ops.append(Op(name, make(c, past + new), 1))
@@ -175,9 +183,11 @@ def _prefill_attention(name, t: _Tokens, make) -> list[Op]:
     return ops
 
 
-# ---- GQA (with sliding-window layers) ---------------------------------------------------------------------------
-def _gqa_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
-    h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
+# ---- GQA (with sliding-window layers) ---------------------------------------------------------------------
+def _gqa_projections(
+    att: GqaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    h, hd, wdt = model.hidden_size, att.head_dim, model.precision.weights.value
     heads, kvh = parallel.heads_local(model), parallel.kv_heads_local(model)
     return [
         Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1),
@@ -186,11 +196,13 @@ def _gqa_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     ]
 
 
-def _gqa_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
-    hd, heads, kvh = model.head_dim, parallel.heads_local(model), parallel.kv_heads_local(model)
+def _gqa_prefill(
+    att: GqaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    hd, heads, kvh = att.head_dim, parallel.heads_local(model), parallel.kv_heads_local(model)
     kvdt = model.precision.kv_cache.value
     if kind == LayerAttention.sliding:
-        w = model.sliding_window
+        w = att.sliding_window or 0
         return [
             Op("attention_prefill", AttentionPrefill(c, new, heads, kvh, hd, w, kvdt), 1)
             for c, new, _ in t.prefill
@@ -200,29 +212,33 @@ def _gqa_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
     )
 
 
-def _gqa_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
-    window = model.sliding_window if kind == LayerAttention.sliding else 0
+def _gqa_decode(
+    att: GqaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    window = (att.sliding_window or 0) if kind == LayerAttention.sliding else 0
     kv = min(t.kv_len, window) if window else t.kv_len
     key = AttentionDecode(
         t.decode_tokens,
         kv,
         parallel.heads_local(model),
         parallel.kv_heads_local(model),
-        model.head_dim,
+        att.head_dim,
         window,
         model.precision.kv_cache.value,
     )
     return [Op("attention_decode", key, 1)]
 
 
-# ---- MLA (DeepSeek-V3 / R1): prefill as multi-head attention, decode absorbed ---------------------------------
-def _mla_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
+# ---- MLA (DeepSeek-V3 / R1): prefill as multi-head attention, decode absorbed -----------------------------
+def _mla_projections(
+    att: MlaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
     h, wdt = model.hidden_size, model.precision.weights.value
     heads = parallel.heads_local(model)
-    nope, rope, v, lora = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim, model.kv_lora_rank
+    nope, rope, v, lora = att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
     ops = [
-        Op("qkv_a_proj", Gemm(t.total, model.q_lora_rank + lora + rope, h, wdt), 1),
-        Op("q_b_proj", Gemm(t.total, heads * (nope + rope), model.q_lora_rank, wdt), 1),
+        Op("qkv_a_proj", Gemm(t.total, att.q_lora_rank + lora + rope, h, wdt), 1),
+        Op("q_b_proj", Gemm(t.total, heads * (nope + rope), att.q_lora_rank, wdt), 1),
         Op("o_proj", Gemm(t.total, h, heads * v, wdt), 1),
     ]
     prefill_tokens = t.total - t.decode_tokens
@@ -235,64 +251,74 @@ def _mla_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
     return ops
 
 
-def _mla_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
-    heads, native = parallel.heads_local(model), model.num_heads
+def _mla_prefill(
+    att: MlaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    heads, native = parallel.heads_local(model), att.num_heads
     return _prefill_attention("mla_prefill", t, lambda c, s: MlaPrefill(c, s, heads, native))
 
 
-def _mla_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
+def _mla_decode(
+    att: MlaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
     key = MlaDecode(
         t.decode_tokens,
         t.kv_len,
         parallel.heads_local(model),
-        model.num_heads,
+        att.num_heads,
         model.precision.kv_cache.value,
     )
     return [Op("mla_decode", key, 1)]
 
 
-# ---- DeepSeek-V4: low-rank q, one shared K=V head, CSA / HCA modules or sliding window, grouped output --------
-def _dsv4_projections(model, parallel, t: _Tokens, kind) -> list[Op]:
-    h, hd, wdt = model.hidden_size, model.head_dim, model.precision.weights.value
+# ---- DeepSeek-V4: low-rank q, one shared K=V head, CSA / HCA modules or sliding window, grouped output ----
+def _dsv4_projections(
+    att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    h, hd, wdt = model.hidden_size, att.head_dim, model.precision.weights.value
     heads, T = parallel.heads_local(model), t.total
     ops = [
-        Op("q_a_kv_proj", Gemm(T, model.q_lora_rank + hd, h, wdt), 1),
-        Op("q_b_proj", Gemm(T, heads * hd, model.q_lora_rank, wdt), 1),
+        Op("q_a_kv_proj", Gemm(T, att.q_lora_rank + hd, h, wdt), 1),
+        Op("q_b_proj", Gemm(T, heads * hd, att.q_lora_rank, wdt), 1),
     ]
     if kind != LayerAttention.sliding:
         ops.append(Op("compressor_proj", Gemm(T, 2 * hd, h, wdt), 1))
     if kind == LayerAttention.csa:
         ops.append(
-            Op("indexer_q_proj", Gemm(T, model.index_heads * model.index_head_dim, model.q_lora_rank, wdt), 1)
+            Op("indexer_q_proj", Gemm(T, att.index_heads * att.index_head_dim, att.q_lora_rank, wdt), 1)
         )
-        ops.append(Op("indexer_k_proj", Gemm(T, 3 * model.index_head_dim + model.index_heads, h, wdt), 1))
-    groups = max(1, model.o_groups // parallel.attn_tp)
-    ops.append(Op("o_a_proj", Gemm(T, model.o_lora_rank, heads * hd // groups, wdt), groups))
-    ops.append(Op("o_b_proj", Gemm(T, h, groups * model.o_lora_rank, wdt), 1))
+        ops.append(Op("indexer_k_proj", Gemm(T, 3 * att.index_head_dim + att.index_heads, h, wdt), 1))
+    groups = max(1, att.o_groups // parallel.attn_tp)
+    ops.append(Op("o_a_proj", Gemm(T, att.o_lora_rank, heads * hd // groups, wdt), groups))
+    ops.append(Op("o_b_proj", Gemm(T, h, groups * att.o_lora_rank, wdt), 1))
     return ops
 
 
-def _dsv4_prefill(model, parallel, t: _Tokens, kind) -> list[Op]:
-    heads, native = parallel.heads_local(model), model.num_heads
+def _dsv4_prefill(
+    att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    heads, native = parallel.heads_local(model), att.num_heads
     if kind == LayerAttention.sliding:
         kvdt = model.precision.kv_cache.value
         return [
-            Op("swa_prefill", AttentionPrefill(c, new, heads, 1, model.head_dim, DSV4_WINDOW, kvdt), 1)
+            Op("swa_prefill", AttentionPrefill(c, new, heads, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
             for c, new, _ in t.prefill
         ]
     ctx = "dsv4_csa_context_module" if kind == LayerAttention.csa else "dsv4_hca_context_module"
     return _prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx))
 
 
-def _dsv4_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
-    heads, native = parallel.heads_local(model), model.num_heads
+def _dsv4_decode(
+    att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    heads, native = parallel.heads_local(model), att.num_heads
     if kind == LayerAttention.sliding:
         key = AttentionDecode(
             t.decode_tokens,
             min(t.kv_len, DSV4_WINDOW),
             heads,
             1,
-            model.head_dim,
+            att.head_dim,
             DSV4_WINDOW,
             model.precision.kv_cache.value,
         )
@@ -301,49 +327,45 @@ def _dsv4_decode(model, parallel, t: _Tokens, kind) -> list[Op]:
     return [Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1)]
 
 
-_FAMILIES = {
+# Per attention kind: the ops of its projections, of its prefill attention and of its decode attention
+_Family = tuple[Callable[..., list[Op]], Callable[..., list[Op]], Callable[..., list[Op]]]
+_FAMILIES: dict[AttentionKind, _Family] = {
     AttentionKind.gqa: (_gqa_projections, _gqa_prefill, _gqa_decode),
     AttentionKind.mla: (_mla_projections, _mla_prefill, _mla_decode),
     AttentionKind.dsv4: (_dsv4_projections, _dsv4_prefill, _dsv4_decode),
 }
 
 
-def _mhc_ops(model, T: int) -> list[Op]:
-    """Manifold-constrained hyper-connections around both blocks of a layer: mixing weights from the hc_mult
-    residual streams (a thin GEMM), a Sinkhorn projection of tiny matrices, and the stream reads and writes."""
-    hc, h = model.hc_mult, model.hidden_size
+def _mhc_ops(hc: HyperConnections, h: int, T: int) -> list[Op]:
+    """Manifold-constrained hyper-connections around both blocks of a layer: mixing weights from the hc.mult
+    residual streams (a thin GEMM), a Sinkhorn projection of tiny matrices, the stream reads and writes."""
+    m = hc.mult
     return [
-        Op("mhc_weights", Gemm(T, 2 * hc + hc * hc, hc * h, "bf16"), 2),
-        Op("mhc_mix", Memory(T * h * 2 * (3 * hc + 2), T * hc * hc * model.hc_sinkhorn_iters * 4), 2),
+        Op("mhc_weights", Gemm(T, 2 * m + m * m, m * h, "bf16"), 2),
+        Op("mhc_mix", Memory(T * h * 2 * (3 * m + 2), T * m * m * hc.sinkhorn_iters * 4), 2),
     ]
 
 
-def _moe_ops(model, parallel, t: _Tokens, hashed: bool) -> list[Op]:
+def _moe_ops(model: ModelSpec, moe: MoE, parallel: Parallel, t: _Tokens, hashed: bool) -> list[Op]:
     h, T = model.hidden_size, t.total
     edt = model.precision.experts.value
     ops: list[Op] = []
-    topk = model.experts_per_token
+    topk = moe.experts_per_token
     if not hashed:
-        ops.append(Op("router", Gemm(T, model.num_experts, h, "bf16"), 1))
+        ops.append(Op("router", Gemm(T, moe.num_experts, h, "bf16"), 1))
     # top-k softmax and block alignment, then the gather of tokens into expert order and the weighted combine
-    ops.append(Op("moe_route", Memory(T * model.num_experts * 4 + T * topk * 16, kernels=2), 1))
+    ops.append(Op("moe_route", Memory(T * moe.num_experts * 4 + T * topk * 16, kernels=2), 1))
     ops.append(Op("moe_permute", Memory(T * topk * h * 4, kernels=1), 1))
     ops.append(Op("moe_combine", Memory(T * topk * h * 2 + T * h * 2, kernels=1), 1))
     if parallel.dp_attn and parallel.ep > 1:
         act = 1 if model.precision.experts.compute == "fp8" else 2
-        ops.append(Op("ep_dispatch", Comm(T * model.experts_per_token * h * act, parallel.ep, "alltoall"), 1))
-    inter = model.moe_intermediate_size // parallel.moe_tp
-    ops.append(
-        Op(
-            "moe_experts",
-            Moe(t.group_tokens, h, inter, model.num_experts, model.experts_per_token, parallel.ep, edt),
-            1,
-        )
-    )
+        ops.append(Op("ep_dispatch", Comm(T * topk * h * act, parallel.ep, "alltoall"), 1))
+    inter = moe.intermediate_size // parallel.moe_tp
+    ops.append(Op("moe_experts", Moe(t.group_tokens, h, inter, moe.num_experts, topk, parallel.ep, edt), 1))
     if parallel.dp_attn and parallel.ep > 1:
-        ops.append(Op("ep_combine", Comm(T * model.experts_per_token * h * 2, parallel.ep, "alltoall"), 1))
-    if model.num_shared_experts:
-        shared = model.num_shared_experts * model.moe_intermediate_size // parallel.attn_tp
+        ops.append(Op("ep_combine", Comm(T * topk * h * 2, parallel.ep, "alltoall"), 1))
+    if moe.num_shared_experts:
+        shared = moe.num_shared_experts * moe.intermediate_size // parallel.attn_tp
         wdt = model.precision.weights.value
         ops.append(Op("shared_gate_up", Gemm(T, 2 * shared, h, wdt), 1))
         ops.append(Op("shared_down", Gemm(T, h, shared, wdt), 1))

@@ -5,10 +5,10 @@ from functools import lru_cache
 from pydantic import BaseModel
 
 from servelab.errors import ServelabError
-from servelab.specs import AttentionKind, ModelSpec, Parallel, SystemSpec
+from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 GIB = float(1 << 30)
-# CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB per GPU
+# CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB a GPU
 FRAMEWORK_RESERVE_GIB = 3.0
 
 
@@ -39,7 +39,7 @@ def weight_bytes_per_gpu(model: ModelSpec, parallel: Parallel) -> float:
     tp GPUs of a stage, embeddings over attn_tp; layers over pp stages."""
     p, prec = model.params, model.precision
     stage = 1.0 / parallel.pp
-    mtp_experts = model._mtp_expert_params()
+    mtp_experts = p.mtp_routed_experts
     experts = (p.routed_experts + mtp_experts) * prec.experts.bytes / parallel.tp
     shared_dense = (p.shared_experts + p.dense_ffn) * prec.weights.bytes / parallel.attn_tp
     attention = (p.attention + p.other + p.router) * prec.weights.bytes / parallel.attn_tp
@@ -56,14 +56,13 @@ def kv_bytes_per_sequence_per_gpu(model: ModelSpec, parallel: Parallel, context_
 def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int) -> float:
     """Peak transient memory of one forward pass at the token budget (bf16 activations, fp32 logits)."""
     tokens = max_num_batched_tokens / parallel.attn_dp
-    h = model.hidden_size
+    h, att, moe = model.hidden_size, model.attention, model.moe
     width = max(
         (model.intermediate_size or 0) * 2 // parallel.attn_tp,
-        (model.moe_intermediate_size or 0) * 2 * max(model.experts_per_token, 1) // parallel.moe_tp,
-        model.num_heads * model.q_head_dim * 3 // parallel.attn_tp,
+        moe.intermediate_size * 2 * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
+        att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
     )
-    hc = model.hc_mult or 1
-    per_token = (4 * h * hc + width) * 2
+    per_token = (4 * h * model.residual_streams + width) * 2
     logits = min(tokens, 256) * model.vocab_size / parallel.attn_tp * 4
     return tokens * per_token + logits
 
@@ -100,7 +99,7 @@ def memory_per_gpu(
 
 def _max_tokens(model: ModelSpec, parallel: Parallel, kv_bytes: float) -> int:
     """Tokens of KV one attention rank holds: for window/compressed caches, tokens of one long sequence."""
-    if model.attention != AttentionKind.dsv4 and model.sliding_window is None:
+    if model.attention.kv_grows_linearly:
         return int(kv_bytes // kv_bytes_per_sequence_per_gpu(model, parallel, 1))
     lo, hi = 0, 1 << 34
     while lo < hi:  # largest S whose single-sequence KV fits
@@ -118,8 +117,8 @@ def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwarg
         need = mem.weights_gib + mem.activations_gib + mem.reserve_gib
         raise ServelabError(
             f"{model.name} on {parallel.gpus}x {system.name} ({parallel.label()}) does not fit: "
-            f"{need:.1f} GiB per GPU before any KV cache ({mem.weights_gib:.1f} weights) > {mem.total_gib:.1f} GiB usable; "
-            "use more GPUs, a larger tp/ep, or a smaller weight dtype"
+            f"{need:.1f} GiB per GPU before any KV cache ({mem.weights_gib:.1f} weights) > "
+            f"{mem.total_gib:.1f} GiB usable; use more GPUs, a larger tp/ep, or a smaller weight dtype"
         )
     return mem
 

@@ -1,5 +1,6 @@
-"""Static mode: TTFT is one prefill step of B sequences of I tokens; TPOT is the mean decode step of B sequences
-while their context grows from I to I+O (Simpson's rule over the start, middle and end of that growth)."""
+"""Static mode: TTFT is one prefill step of B sequences of I tokens; TPOT is the mean decode step of B
+sequences while their context grows from I to I+O (Simpson's rule over the start, middle and end of that
+growth)."""
 
 from math import ceil
 
@@ -64,8 +65,8 @@ def check_kv_capacity(
     if need > mem.kv_gib:
         fit = mem.max_sequences(context, model, parallel)
         raise ServelabError(
-            f"batch {batch} of {context} tokens needs {need:.1f} GiB of KV cache per GPU, {mem.kv_gib:.1f} GiB is free "
-            f"after weights; at most {fit} sequences fit"
+            f"batch {batch} of {context} tokens needs {need:.1f} GiB of KV cache per GPU, "
+            f"{mem.kv_gib:.1f} GiB is free after weights; at most {fit} sequences fit"
         )
 
 

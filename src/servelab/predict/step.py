@@ -1,13 +1,15 @@
 """Step latency: the sum of one step's op latencies (from the PerfDB) plus what the engine adds."""
 
-from functools import lru_cache
+import weakref
+from collections.abc import Callable
+from functools import lru_cache, partial
 from math import ceil, log
 from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
 from servelab.predict.backends import EngineProfile
 from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
-from servelab.specs import AttentionKind
+from servelab.specs import ModelSpec, Parallel
 
 
 class StepTime(NamedTuple):
@@ -26,7 +28,8 @@ class KernelSum(NamedTuple):
     kernels: float
     sources: dict
 
-    def __add__(self, other: "KernelSum") -> "KernelSum":
+    # Element-wise sum of two kernel sums (tuple concatenation is of no use here)
+    def __add__(self, other: "KernelSum") -> "KernelSum":  # type: ignore[override]
         sources = dict(self.sources)
         for s, n in other.sources.items():
             sources[s] = sources.get(s, 0) + n
@@ -37,6 +40,9 @@ class KernelSum(NamedTuple):
             self.kernels + other.kernels,
             sources,
         )
+
+
+PartPrice = Callable[[ModelSpec, Parallel, StepShape, str], KernelSum]
 
 
 def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
@@ -83,51 +89,78 @@ def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
     return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
-@lru_cache(maxsize=1 << 16)
-def priced_step(model, parallel, shape: StepShape, engine: EngineProfile, db: PerfDB) -> StepTime:
-    """The time of one step shape, memoized: planners and simulators ask for the same shapes many times.
+MEMO_ENTRIES = 1 << 16  # priced steps (and as many step parts) kept per PerfDB; a plan prices ~20,000
 
-    The step is priced in three memoized parts: the attention cores of its prefill chunks, those of its decoding
-    sequences, and everything else, which depends only on token counts; a new shape mostly reuses parts already
-    priced. Engine costs are per rank: each attention-DP rank is its own scheduler with its own CUDA graphs."""
+
+class _Prices:
+    """The step and part prices of one PerfDB, which owns them through _PRICES: planners and simulators ask
+    for the same shapes many times. Bounded (least recently used first out); gone with the PerfDB, which it
+    references only weakly."""
+
+    def __init__(self, db: PerfDB):
+        db_proxy = weakref.proxy(db)
+
+        def part(model: ModelSpec, parallel: Parallel, shape: StepShape, which: str) -> KernelSum:
+            return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db_proxy)
+
+        self.part = lru_cache(maxsize=MEMO_ENTRIES)(part)
+        self.step = lru_cache(maxsize=MEMO_ENTRIES)(partial(_price_step, self.part))
+
+
+_PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
+
+
+def _prices(db: PerfDB) -> _Prices:
+    prices = _PRICES.get(db)
+    if prices is None:
+        prices = _PRICES[db] = _Prices(db)
+    return prices
+
+
+def priced_step(
+    model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile, db: PerfDB
+) -> StepTime:
+    """The time of one step shape, memoized per PerfDB: planners and simulators ask for the same shapes many
+    times."""
+    return _prices(db).step(model, parallel, shape, engine)
+
+
+def _price_step(
+    part: PartPrice, model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile
+) -> StepTime:
+    """The step is priced in three memoized parts: the attention cores of its prefill chunks, those of its
+    decoding sequences, and everything else, which depends only on token counts; a new shape mostly reuses
+    parts already priced. Engine costs are per rank: each attention-DP rank is its own scheduler with its own
+    CUDA graphs."""
     decode_tokens = shape.decode_batch * (1 + shape.spec_tokens)
     kv = shape.decode_kv_len if shape.spec_tokens else 1  # only the MTP draft layer reads the KV length
-    # Token ops see how many tokens a rank has and how many of its sequences sample (LM head), not how the prompt
-    # tokens split into chunks: k chunks price as one chunk plus k - 1 more sampling sequences (k - 1 tokens off).
+    # Token ops see how many tokens a rank has and how many of its sequences sample (LM head), not how the
+    # prompt tokens split into chunks: k chunks price as one chunk plus k - 1 more sampling sequences (k - 1
+    # tokens off).
     rank = per_rank(shape, parallel)
     prefill_seqs = sum(c for c, _, _ in rank.prefill)
     extra = max(prefill_seqs - 1, 0)
-    if (
-        model.attention == AttentionKind.mla or shape.spec_tokens
-    ):  # token ops also see the prefill/decode split
+    if model.attention.absorbed_decode or shape.spec_tokens:  # token ops also see the prefill/decode split
+        prefill_tokens = rank.total - rank.decode_tokens - extra
         tokens = _token_part(
-            model,
-            parallel,
-            rank.total - rank.decode_tokens - extra,
-            rank.decode + extra,
-            kv,
-            shape.spec_tokens,
-            db,
+            part, model, parallel, prefill_tokens, rank.decode + extra, kv, shape.spec_tokens
         )
     else:  # token ops see only the tokens a rank has
-        tokens = _token_part(model, parallel, rank.total, 0, kv, 0, db)
-    tokens = tokens + _priced_part(
-        model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD, db
-    )
+        tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0)
+    tokens = tokens + part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
     total = tokens
     if shape.prefill:
-        total = total + _priced_part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN, db)
+        total = total + part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN)
     if shape.decode_batch:
         decode = StepShape((), shape.decode_batch, shape.decode_kv_len, shape.spec_tokens)
-        total = total + _priced_part(model, parallel, decode, DECODE_ATTN, db)
+        total = total + part(model, parallel, decode, DECODE_ATTN)
     num_seqs = ceil((len(shape.prefill) + shape.decode_batch) / parallel.attn_dp)
     return with_engine(total, engine, num_seqs, decode_only=not shape.prefill and decode_tokens > 0)
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly
-GRID_RATIO = (
-    1.06  # above: on a geometric grid, linear in between (token-dependent ops are smooth in the count)
-)
+# above: on a geometric grid, linear in between (token-dependent ops are smooth in the count)
+GRID_RATIO = 1.06
 
 
 def _grid(x: int) -> tuple[int, int, float]:
@@ -140,17 +173,25 @@ def _grid(x: int) -> tuple[int, int, float]:
     return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
 
 
-def _token_part(model, parallel, prefill_tokens: int, decode_batch: int, kv: int, spec: int, db) -> KernelSum:
-    """The token-dependent ops of a step whose every attention rank has one prefill chunk of prefill_tokens and
-    decode_batch decoding sequences: cached on a grid of the two, bilinear in between, so steps that differ by a
-    few tokens share their prices."""
+def _token_part(
+    part: PartPrice,
+    model: ModelSpec,
+    parallel: Parallel,
+    prefill_tokens: int,
+    decode_batch: int,
+    kv: int,
+    spec: int,
+) -> KernelSum:
+    """The token-dependent ops of a step whose every attention rank has one prefill chunk of prefill_tokens
+    and decode_batch decoding sequences: priced on a grid of the two, bilinear in between, so steps that
+    differ by a few tokens share their prices."""
     p0, p1, wp = _grid(prefill_tokens)
     d0, d1, wd = _grid(decode_batch)
     dp = parallel.attn_dp
 
     def at(p: int, d: int) -> KernelSum:
         shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec)
-        return _priced_part(model, parallel, shape, TOKENS, db)
+        return part(model, parallel, shape, TOKENS)
 
     corners = [
         (at(p0, d0), (1 - wp) * (1 - wd)),
@@ -167,8 +208,3 @@ def _token_part(model, parallel, prefill_tokens: int, decode_batch: int, kv: int
             kernels + w * k.kernels,
         )
     return KernelSum(us, low, high, kernels, corners[0][0].sources)
-
-
-@lru_cache(maxsize=1 << 16)
-def _priced_part(model, parallel, shape: StepShape, part: str, db: PerfDB) -> KernelSum:
-    return kernel_sum(step_ops(model, parallel, shape, frozenset((part,))), db)

@@ -1,8 +1,15 @@
 """Specs: the model, the system and the parallel split, each defined once."""
 
 from servelab.errors import ServelabError
-from servelab.specs.dtypes import Dtype, parse_dtype
-from servelab.specs.model import AttentionKind, LayerAttention, ModelSpec, Precision
+from servelab.specs.attention import (
+    AttentionKind,
+    Dsv4Attention,
+    GqaAttention,
+    LayerAttention,
+    MlaAttention,
+)
+from servelab.specs.dtypes import Dtype, Precision, parse_dtype
+from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
 from servelab.specs.parallel import Parallel
 from servelab.specs.registry import list_checkpoints, list_models, load_model
 from servelab.specs.system import SystemSpec, list_systems, load_system
@@ -29,17 +36,24 @@ def check_precision(model: ModelSpec, system: SystemSpec) -> None:
             if conversion
             else "use an FP8 or BF16 checkpoint (--weight-dtype fp8)"
         )
+        fmt = getattr(model.precision, fp4_parts[-1]).value
         raise ServelabError(
-            f"{model.name}: {' and '.join(fp4_parts)} in {getattr(model.precision, fp4_parts[-1]).value} need FP4 "
-            f"tensor cores, which {system.name} (compute capability {system.compute_capability / 10:.1f}) lacks; {hint}"
+            f"{model.name}: {' and '.join(fp4_parts)} in {fmt} need FP4 tensor cores, which {system.name} "
+            f"(compute capability {system.compute_capability / 10:.1f}) lacks; {hint}"
         )
 
 
 __all__ = [
     "AttentionKind",
+    "Dsv4Attention",
     "Dtype",
+    "GqaAttention",
+    "HyperConnections",
     "LayerAttention",
+    "MlaAttention",
     "ModelSpec",
+    "MoE",
+    "Mtp",
     "Parallel",
     "Precision",
     "ServelabError",

@@ -1,9 +1,14 @@
-"""Number formats of weights, KV cache and compute, and their storage cost in bytes per element."""
+"""Number formats of weights, KV cache and compute, their storage cost in bytes per element, and the formats
+one model stores its parts in."""
 
-from enum import Enum
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from servelab.errors import ServelabError
 
 
-class Dtype(str, Enum):
+class Dtype(StrEnum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"  # e4m3 with per-tensor (or per-row) scales
@@ -42,10 +47,18 @@ _BYTES = {
 }
 
 
+class Precision(BaseModel):
+    """Storage formats per part of the model. GEMMs run at the rate of the weights' format."""
+
+    model_config = ConfigDict(frozen=True)
+    weights: Dtype = Dtype.bf16
+    experts: Dtype = Dtype.bf16
+    kv_cache: Dtype = Dtype.bf16
+    indexer_cache: Dtype | None = None  # DeepSeek-V4 only
+
+
 def parse_dtype(value: str, field: str) -> Dtype:
     """A Dtype from user text, or a one-line error naming the field and the accepted values."""
-    from servelab.errors import ServelabError
-
     aliases = {"bfloat16": "bf16", "float16": "fp16", "e4m3": "fp8", "fp8_e4m3": "fp8", "auto": "bf16"}
     text = aliases.get(value.strip().lower(), value.strip().lower())
     try:
@@ -53,4 +66,4 @@ def parse_dtype(value: str, field: str) -> Dtype:
     except ValueError:
         raise ServelabError(
             f"{field}: unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}"
-        )
+        ) from None

@@ -1,45 +1,71 @@
 """ModelSpec: the architecture of one checkpoint, parsed once from a Hugging Face config.json.
 
-It answers parameter counts, weight bytes and KV-cache bytes; the step model reads its shapes.
+A model is composed of parts: its attention (one class per kind), its experts (MoE, or none), its
+next-token-prediction layers (MTP, or none) and DeepSeek-V4's hyper-connections (or none). It answers
+parameter counts, weight bytes and KV-cache bytes; the step model reads its shapes.
 """
 
-from enum import Enum
+from collections import Counter
 from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict
 
-from servelab.specs.dtypes import Dtype
-
-# DeepSeek-V4 cache entry sizes (models.md): fp8 non-rope + bf16 rope + scales + pad
-DSV4_MAIN_ENTRY_FP8 = 448 + 64 * 2 + 7 + 1
-DSV4_INDEXER_ENTRY = {Dtype.fp8: 132, Dtype.fp8_block: 132, Dtype.fp4: 68, Dtype.mxfp4: 68, Dtype.nvfp4: 68}
-# Per-sequence FP32 compressor state kept by the engines (models.md estimate)
-DSV4_STATE_CSA = 32 * 1024 + 8 * 1024
-DSV4_STATE_HCA = 512 * 1024
-MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
+# compat: perfdb/roofline.py imports the DeepSeek-V4 cache entry sizes from here (explicit re-exports)
+from servelab.specs.attention import DSV4_INDEXER_ENTRY as DSV4_INDEXER_ENTRY
+from servelab.specs.attention import DSV4_MAIN_ENTRY_FP8 as DSV4_MAIN_ENTRY_FP8
+from servelab.specs.attention import Attention, LayerAttention
+from servelab.specs.dtypes import Precision
 
 
-class AttentionKind(str, Enum):
-    gqa = "gqa"
-    mla = "mla"
-    dsv4 = "dsv4"
-
-
-class LayerAttention(str, Enum):
-    full = "full"  # GQA / MLA over the whole context
-    sliding = "sliding"  # GQA sliding window, or DeepSeek-V4 SWA-only
-    csa = "csa"  # DeepSeek-V4 compressed sparse attention (ratio 4, indexer top-k)
-    hca = "hca"  # DeepSeek-V4 heavily compressed attention (ratio 128)
-
-
-class Precision(BaseModel):
-    """Storage formats per part of the model. GEMMs run at the rate of the weights' format."""
+class MoE(BaseModel):
+    """Routed experts (and always-active shared ones) in some of the decoder layers."""
 
     model_config = ConfigDict(frozen=True)
-    weights: Dtype = Dtype.bf16
-    experts: Dtype = Dtype.bf16
-    kv_cache: Dtype = Dtype.bf16
-    indexer_cache: Dtype | None = None  # DeepSeek-V4 only
+    num_experts: int
+    experts_per_token: int
+    num_shared_experts: int = 0
+    intermediate_size: int  # width of one expert
+    layers: tuple[bool, ...]  # per decoder layer: routes to experts
+    num_hash_layers: int = 0  # the first layers route by token hash (no router GEMM)
+
+    @property
+    def num_layers(self) -> int:
+        return sum(self.layers)
+
+    def expert_params(self, hidden: int) -> int:
+        return 3 * hidden * self.intermediate_size  # gate, up and down projections
+
+    def router_params(self, hidden: int) -> int:
+        return hidden * self.num_experts
+
+    def layer_params(self, hidden: int) -> int:
+        """One MoE layer: every expert and the router."""
+        experts = (self.num_experts + self.num_shared_experts) * self.expert_params(hidden)
+        return experts + self.router_params(hidden)
+
+    def active_layer_params(self, hidden: int) -> int:
+        """The experts one token runs through in one MoE layer (router excluded)."""
+        return (self.experts_per_token + self.num_shared_experts) * self.expert_params(hidden)
+
+
+class Mtp(BaseModel):
+    """Next-token-prediction layers: draft tokens for speculative decoding, not part of the stated size."""
+
+    model_config = ConfigDict(frozen=True)
+    num_layers: int
+
+
+class HyperConnections(BaseModel):
+    """DeepSeek-V4's manifold-constrained hyper-connections: `mult` residual streams per token, mixed around
+    both blocks of every layer by maps projected with Sinkhorn iterations."""
+
+    model_config = ConfigDict(frozen=True)
+    mult: int
+    sinkhorn_iters: int
+
+    def params_per_layer(self, hidden: int) -> int:
+        mix = self.mult * hidden
+        return 2 * (mix * (2 * self.mult + self.mult**2) + mix)  # pre/post/res maps, both blocks
 
 
 class ParamCounts(BaseModel):
@@ -52,12 +78,16 @@ class ParamCounts(BaseModel):
     lm_head: int
     other: int  # norms, mHC, indexer, compressors
     mtp: int  # next-token-prediction layers, not part of the stated size
+    mtp_routed_experts: int  # the routed experts among them (stored in the experts' format)
     total: int
     active: int
 
 
 class ModelSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    """Sizes every decoder-only model has, plus its parts: attention (one class per kind), and where the model
+    has them, experts, MTP layers and hyper-connections."""
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     source: str
@@ -67,35 +97,12 @@ class ModelSpec(BaseModel):
     vocab_size: int
     tie_word_embeddings: bool = False
     max_context: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    attention: AttentionKind
+    attention: Attention
     layer_attention: tuple[LayerAttention, ...]
-    sliding_window: int | None = None
-    # MLA (DeepSeek-V3) and DeepSeek-V4 low-rank projections
-    q_lora_rank: int | None = None
-    kv_lora_rank: int | None = None
-    qk_nope_head_dim: int | None = None
-    qk_rope_head_dim: int | None = None
-    v_head_dim: int | None = None
-    o_groups: int | None = None
-    o_lora_rank: int | None = None
-    # DeepSeek-V4 indexer and mHC
-    index_heads: int | None = None
-    index_head_dim: int | None = None
-    index_topk: int | None = None
-    hc_mult: int | None = None
-    hc_sinkhorn_iters: int | None = None
-    # FFN
     intermediate_size: int | None = None  # dense FFN width
-    moe_layers: tuple[bool, ...]
-    num_experts: int = 0
-    experts_per_token: int = 0
-    num_shared_experts: int = 0
-    moe_intermediate_size: int | None = None
-    num_hash_layers: int = 0
-    num_mtp_layers: int = 0
+    moe: MoE | None = None
+    mtp: Mtp | None = None
+    hyper_connections: HyperConnections | None = None
     # Publishers count "active" differently: Qwen includes the input embedding, DeepSeek and OpenAI do not.
     active_counts_embedding: bool = False
     precision: Precision
@@ -103,94 +110,70 @@ class ModelSpec(BaseModel):
     def __hash__(self) -> int:  # caches key on the spec; equal specs share name, source and precision
         return hash((self.name, self.source, self.precision, self.num_layers, self.hidden_size))
 
+    # ---- compat: read-only views of former flat fields, for readers outside specs/ and predict/ ----------
+    @property
+    def num_heads(self) -> int:  # compat: collect/accept.py, tests/collect/test_collect.py
+        return self.attention.num_heads
+
+    @property
+    def is_moe(self) -> bool:  # compat: predict/search.py, bench/calibrate_engines.py
+        return self.moe is not None
+
     # ---- shape facts -------------------------------------------------------------------------------------
     @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
+    def num_mtp_layers(self) -> int:  # also read by predict/serving/aggregated.py
+        return self.mtp.num_layers if self.mtp else 0
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(self.moe_layers)
+        return self.moe.num_layers if self.moe else 0
 
     @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
+    @property
+    def residual_streams(self) -> int:
+        """Hidden-state copies each token carries between layers (hyper-connections widen the residual)."""
+        return self.hyper_connections.mult if self.hyper_connections else 1
+
     @cached_property
     def layer_kind_counts(self) -> dict[LayerAttention, int]:
-        counts: dict[LayerAttention, int] = {}
-        for kind in self.layer_attention:
-            counts[kind] = counts.get(kind, 0) + 1
-        return counts
+        return dict(Counter(self.layer_attention))
 
     def count_layers(self, kind: LayerAttention) -> int:
         return self.layer_kind_counts.get(kind, 0)
 
-    @property
-    def q_head_dim(self) -> int:
-        """Query/key width per head in prefill (MLA: nope + rope)."""
-        if self.attention == AttentionKind.mla:
-            return self.qk_nope_head_dim + self.qk_rope_head_dim
-        return self.head_dim
+    @cached_property
+    def layer_groups(self) -> list[tuple[tuple[LayerAttention, bool, bool], int]]:
+        """Layers grouped by (attention kind, MoE, hash-routed) with their counts."""
+        moe_layers = self.moe.layers if self.moe else (False,) * self.num_layers
+        hashed = self.moe.num_hash_layers if self.moe else 0
+        groups = Counter((kind, moe_layers[i], i < hashed) for i, kind in enumerate(self.layer_attention))
+        return list(groups.items())
 
     # ---- parameters ---------------------------------------------------------------------------------------
-    def _attention_params_per_layer(self, kind: LayerAttention) -> int:
-        h, n, d = self.hidden_size, self.num_heads, self.head_dim
-        if self.attention == AttentionKind.gqa:
-            return h * n * d + 2 * h * self.num_kv_heads * d + n * d * h
-        if self.attention == AttentionKind.mla:
-            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            return (
-                h * self.q_lora_rank
-                + self.q_lora_rank * n * qk
-                + h * (self.kv_lora_rank + self.qk_rope_head_dim)
-                + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
-                + n * self.v_head_dim * h
-            )
-        # DeepSeek-V4: q low-rank, one shared K=V head, grouped low-rank output
-        params = h * self.q_lora_rank + self.q_lora_rank * n * d + h * d
-        params += n * d * self.o_lora_rank + self.o_groups * self.o_lora_rank * h
-        return params
-
-    def _other_params_per_layer(self, kind: LayerAttention) -> int:
-        h = self.hidden_size
-        params = 2 * h  # two RMSNorms
-        if self.attention == AttentionKind.dsv4:
-            mix = self.hc_mult * h
-            params += 2 * (
-                mix * (2 * self.hc_mult + self.hc_mult**2) + mix
-            )  # mHC pre/post/res maps, both blocks
-            if kind in (LayerAttention.csa, LayerAttention.hca):
-                params += 2 * h * self.head_dim  # compressor: KV and gate projections
-            if kind == LayerAttention.csa:
-                params += self.q_lora_rank * self.index_heads * self.index_head_dim  # indexer queries
-                params += h * self.index_head_dim + h * self.index_heads  # indexer keys and head weights
-                params += 2 * h * self.index_head_dim  # indexer compressor
-        return params
-
     @cached_property
     def params(self) -> ParamCounts:
-        h = self.hidden_size
-        attention = sum(self._attention_params_per_layer(k) for k in self.layer_attention)
-        other = sum(self._other_params_per_layer(k) for k in self.layer_attention) + h
+        h, att, moe = self.hidden_size, self.attention, self.moe
+        attention = sum(att.params_per_layer(h, k) for k in self.layer_attention)
+        mhc = self.hyper_connections.params_per_layer(h) if self.hyper_connections else 0
+        other = sum(2 * h + mhc + att.module_params_per_layer(h, k) for k in self.layer_attention) + h
         dense_ffn = self.num_dense_layers * 3 * h * (self.intermediate_size or 0)
-        per_expert = 3 * h * (self.moe_intermediate_size or 0)
-        routed = self.num_moe_layers * self.num_experts * per_expert
-        shared = self.num_moe_layers * self.num_shared_experts * per_expert
-        router = self.num_moe_layers * h * self.num_experts if self.is_moe else 0
+        moe_layers = self.num_moe_layers
+        routed = moe_layers * moe.num_experts * moe.expert_params(h) if moe else 0
+        shared = moe_layers * moe.num_shared_experts * moe.expert_params(h) if moe else 0
+        router = moe_layers * moe.router_params(h) if moe else 0
         embedding = self.vocab_size * h
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
         total = attention + other + dense_ffn + routed + shared + router + embedding + lm_head
         # one MTP layer: a full decoder layer plus its projection of [embedding; hidden] and norms
-        mtp_layer = self._attention_params_per_layer(self.layer_attention[-1]) + 2 * h * h + 4 * h
-        mtp_layer += (
-            (self.num_experts + self.num_shared_experts) * per_expert + h * self.num_experts
-            if self.is_moe
-            else 3 * h * (self.intermediate_size or 0)
-        )
+        mtp_layer = att.params_per_layer(h, self.layer_attention[-1]) + 2 * h * h + 4 * h
+        mtp_layer += moe.layer_params(h) if moe else 3 * h * (self.intermediate_size or 0)
         mtp = self.num_mtp_layers * mtp_layer
+        mtp_routed = self.num_mtp_layers * moe.num_experts * moe.expert_params(h) if moe else 0
         # Active: what one token touches, the input-embedding lookup excluded (a gather, not compute)
-        active_experts = self.num_moe_layers * (self.experts_per_token + self.num_shared_experts) * per_expert
+        active_experts = moe_layers * moe.active_layer_params(h) if moe else 0
         active = attention + other + dense_ffn + active_experts + router + (lm_head or embedding)
         if self.active_counts_embedding and lm_head:
             active += embedding
@@ -204,6 +187,7 @@ class ModelSpec(BaseModel):
             lm_head=lm_head,
             other=other,
             mtp=mtp,
+            mtp_routed_experts=mtp_routed,
             total=total,
             active=active,
         )
@@ -220,53 +204,23 @@ class ModelSpec(BaseModel):
     def weight_bytes(self) -> float:
         """Bytes of all weights as stored (MTP layers included: engines load them)."""
         p, prec = self.params, self.precision
-        expert_bytes = (p.routed_experts + self._mtp_expert_params()) * prec.experts.bytes
+        expert_bytes = (p.routed_experts + p.mtp_routed_experts) * prec.experts.bytes
         embed_bytes = (p.embedding + p.lm_head) * 2.0  # embeddings and LM head stay in bf16
-        rest = p.total + p.mtp - p.routed_experts - self._mtp_expert_params() - p.embedding - p.lm_head
+        rest = p.total + p.mtp - p.routed_experts - p.mtp_routed_experts - p.embedding - p.lm_head
         return expert_bytes + embed_bytes + rest * prec.weights.bytes
-
-    def _mtp_expert_params(self) -> int:
-        return (
-            self.num_mtp_layers * self.num_experts * 3 * self.hidden_size * (self.moe_intermediate_size or 0)
-        )
 
     # ---- KV cache -----------------------------------------------------------------------------------------
     def kv_bytes_per_layer(
         self, kind: LayerAttention, seq_len: int, kv_heads_local: int | None = None
     ) -> float:
         """KV-cache bytes one sequence of seq_len tokens holds in one layer (on one rank)."""
-        kv = self.precision.kv_cache
-        if self.attention == AttentionKind.gqa:
-            heads = self.num_kv_heads if kv_heads_local is None else kv_heads_local
-            tokens = min(seq_len, self.sliding_window) if kind == LayerAttention.sliding else seq_len
-            return tokens * 2 * heads * self.head_dim * kv.bytes
-        if self.attention == AttentionKind.mla:
-            width = self.kv_lora_rank + self.qk_rope_head_dim
-            per_token = (
-                width * 2
-                if kv.bytes >= 2
-                else self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
-            )
-            return seq_len * per_token
-        entry = DSV4_MAIN_ENTRY_FP8 if kv.bytes < 2 else self.head_dim * 2
-        window = min(seq_len, self.sliding_window) * entry
-        if kind == LayerAttention.hca:
-            return window + (seq_len // 128) * entry
-        if kind == LayerAttention.csa:
-            return window + (seq_len // 4) * (
-                entry + DSV4_INDEXER_ENTRY[self.precision.indexer_cache or Dtype.fp8]
-            )
-        return window
+        return self.attention.kv_bytes_per_layer(kind, seq_len, self.precision, kv_heads_local)
 
     def kv_bytes_per_sequence(self, seq_len: int, kv_heads_local: int | None = None) -> float:
-        """KV bytes of one sequence over all layers, plus DeepSeek-V4's per-sequence compressor state."""
-        total = sum(
-            n * self.kv_bytes_per_layer(k, seq_len, kv_heads_local) for k, n in self.layer_kind_counts.items()
-        )
-        if self.attention == AttentionKind.dsv4:
-            total += self.count_layers(LayerAttention.csa) * DSV4_STATE_CSA
-            total += self.count_layers(LayerAttention.hca) * DSV4_STATE_HCA
-        return total
+        """KV bytes of one sequence over all layers, plus the per-sequence state some layers keep."""
+        counts = self.layer_kind_counts.items()
+        total = sum(n * self.kv_bytes_per_layer(k, seq_len, kv_heads_local) for k, n in counts)
+        return total + sum(n * self.attention.state_bytes_per_layer(k) for k, n in counts)
 
     def kv_bytes_per_token_asymptotic(self, kv_heads_local: int | None = None) -> float:
         """Bytes each further token adds once windows are full (the long-context growth rate)."""
@@ -281,20 +235,20 @@ class ModelSpec(BaseModel):
         return self.kv_bytes_per_token_asymptotic()
 
     def summary(self) -> dict:
-        p = self.params
+        p, att, moe = self.params, self.attention, self.moe
         return {
             "name": self.name,
             "source": self.source,
             "architecture": self.architecture,
-            "attention": self.attention.value,
+            "attention": att.kind.value,
             "layers": self.num_layers,
             "hidden_size": self.hidden_size,
-            "heads": self.num_heads,
-            "kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "experts": self.num_experts,
-            "experts_per_token": self.experts_per_token,
-            "shared_experts": self.num_shared_experts,
+            "heads": att.num_heads,
+            "kv_heads": att.num_kv_heads,
+            "head_dim": att.head_dim,
+            "experts": moe.num_experts if moe else 0,
+            "experts_per_token": moe.experts_per_token if moe else 0,
+            "shared_experts": moe.num_shared_experts if moe else 0,
             "mtp_layers": self.num_mtp_layers,
             "max_context": self.max_context,
             "total_params": p.total,

@@ -3,12 +3,13 @@
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.errors import ServelabError
-from servelab.specs.model import AttentionKind, ModelSpec
+from servelab.specs.model import ModelSpec
 
 
 class Parallel(BaseModel):
-    """tp GPUs per pipeline stage, pp stages. With dp_attn, attention runs data parallel (one TP rank each,
-    as vLLM's --data-parallel-size and SGLang's --enable-dp-attention do) while MoE layers spread over ep ranks.
+    """tp GPUs per pipeline stage, pp stages. With dp_attn, attention runs data parallel (one TP rank
+    each, as vLLM's --data-parallel-size and SGLang's --enable-dp-attention do) while MoE layers spread over
+    ep ranks.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -48,43 +49,37 @@ class Parallel(BaseModel):
         return "-".join(parts)
 
     def kv_heads_local(self, model: ModelSpec) -> int:
-        """KV heads each attention rank holds: replicated (at least one) when attn_tp exceeds the KV heads."""
-        if model.attention != AttentionKind.gqa:
-            return 1
-        return max(1, model.num_kv_heads // self.attn_tp)
+        """KV heads each attention rank holds."""
+        return model.attention.kv_heads_local(self.attn_tp)
 
     def heads_local(self, model: ModelSpec) -> int:
-        return model.num_heads // self.attn_tp
+        return model.attention.num_heads // self.attn_tp
 
-    def validate(self, model: ModelSpec) -> "Parallel":
+    # The name shadows pydantic's deprecated classmethod BaseModel.validate; callers across servelab use it.
+    def validate(self, model: ModelSpec) -> "Parallel":  # type: ignore[override]
         """Raise a one-line ServelabError when this split cannot serve the model."""
         where = f"parallel {self.label()} for {model.name}"
         if self.tp & (self.tp - 1):
             raise ServelabError(f"{where}: tp must be a power of two (1, 2, 4, 8, ...), got {self.tp}")
-        if model.num_heads % self.attn_tp:
-            raise ServelabError(
-                f"{where}: {model.num_heads} attention heads do not divide over tp {self.attn_tp}"
-            )
-        if (
-            model.attention == AttentionKind.gqa
-            and self.attn_tp > model.num_kv_heads
-            and self.attn_tp % model.num_kv_heads
-        ):
-            raise ServelabError(
-                f"{where}: tp {self.attn_tp} is not a multiple of the {model.num_kv_heads} KV heads"
-            )
-        if self.ep > 1 and not model.is_moe:
+        heads = model.attention.num_heads
+        if heads % self.attn_tp:
+            raise ServelabError(f"{where}: {heads} attention heads do not divide over tp {self.attn_tp}")
+        problem = model.attention.split_problem(self.attn_tp)
+        if problem:
+            raise ServelabError(f"{where}: {problem}")
+        moe = model.moe
+        if self.ep > 1 and moe is None:
             raise ServelabError(f"{where}: ep {self.ep} needs a MoE model; {model.name} is dense")
         if self.tp % self.ep:
             raise ServelabError(
                 f"{where}: ep {self.ep} must divide tp {self.tp} (MoE layers use tp/ep x ep GPUs)"
             )
-        if model.is_moe:
-            if model.num_experts % self.ep:
-                raise ServelabError(f"{where}: {model.num_experts} experts do not divide over ep {self.ep}")
-            if model.moe_intermediate_size % self.moe_tp:
+        if moe is not None:
+            if moe.num_experts % self.ep:
+                raise ServelabError(f"{where}: {moe.num_experts} experts do not divide over ep {self.ep}")
+            if moe.intermediate_size % self.moe_tp:
                 raise ServelabError(
-                    f"{where}: MoE width {model.moe_intermediate_size} does not divide over {self.moe_tp}"
+                    f"{where}: MoE width {moe.intermediate_size} does not divide over {self.moe_tp}"
                 )
         if model.intermediate_size and model.num_dense_layers and model.intermediate_size % self.attn_tp:
             raise ServelabError(

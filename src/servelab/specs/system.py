@@ -2,10 +2,13 @@
 
 import json
 from functools import lru_cache
+from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
 from servelab.errors import ServelabError, closest
+
+SYSTEMS_FILE = resources.files("servelab.specs") / "data" / "systems.json"
 
 
 class Measured(BaseModel):
@@ -56,9 +59,7 @@ class SystemSpec(BaseModel):
 
 @lru_cache(maxsize=1)
 def _systems() -> dict[str, SystemSpec]:
-    from servelab.specs.registry import DATA
-
-    return {s["name"]: SystemSpec(**s) for s in json.loads((DATA / "systems.json").read_text())}
+    return {s["name"]: SystemSpec(**s) for s in json.loads(SYSTEMS_FILE.read_text())}
 
 
 def list_systems() -> list[str]:

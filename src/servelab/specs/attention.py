@@ -1,0 +1,205 @@
+"""The attention of a model, one class per kind: GQA (with sliding-window layers), MLA (DeepSeek-V3 / R1)
+and DeepSeek-V4's compressed attention. Each kind answers its own questions (parameters, KV-cache bytes, KV
+heads per rank, how tensor parallelism may split it), so callers never branch on the kind.
+"""
+
+from abc import ABC, abstractmethod
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.specs.dtypes import Dtype, Precision
+
+# DeepSeek-V4 cache entry sizes: fp8 non-rope part + bf16 rope part + scales + pad
+DSV4_MAIN_ENTRY_FP8 = 448 + 64 * 2 + 7 + 1
+DSV4_INDEXER_ENTRY = {Dtype.fp8: 132, Dtype.fp8_block: 132, Dtype.fp4: 68, Dtype.mxfp4: 68, Dtype.nvfp4: 68}
+# Per-sequence FP32 compressor state kept by the engines (an estimate)
+DSV4_STATE_CSA = 32 * 1024 + 8 * 1024
+DSV4_STATE_HCA = 512 * 1024
+MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
+
+
+class AttentionKind(StrEnum):
+    gqa = "gqa"
+    mla = "mla"
+    dsv4 = "dsv4"
+
+
+class LayerAttention(StrEnum):
+    full = "full"  # GQA / MLA over the whole context
+    sliding = "sliding"  # GQA sliding window, or DeepSeek-V4 SWA-only
+    csa = "csa"  # DeepSeek-V4 compressed sparse attention (ratio 4, indexer top-k)
+    hca = "hca"  # DeepSeek-V4 heavily compressed attention (ratio 128)
+
+
+class _Attention(BaseModel, ABC):
+    """What every kind has, and the answers shared by kinds that do not override them."""
+
+    model_config = ConfigDict(frozen=True)
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    # Decode tokens run other projections than prefill tokens (MLA's absorbed up-projections)
+    absorbed_decode: ClassVar[bool] = False
+    default_kv_cache: ClassVar[Dtype] = Dtype.bf16
+    default_indexer_cache: ClassVar[Dtype | None] = None
+
+    @property
+    def q_head_dim(self) -> int:
+        """Query/key width per head in prefill."""
+        return self.head_dim
+
+    @property
+    def kv_grows_linearly(self) -> bool:
+        """Whether every token adds the same KV bytes (no window, no compression)."""
+        return True
+
+    @abstractmethod
+    def params_per_layer(self, hidden: int, layer: LayerAttention) -> int: ...
+
+    def module_params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        """Parameters of attention side modules (compressors, indexer), counted with norms as 'other'."""
+        return 0
+
+    @abstractmethod
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        """KV-cache bytes one sequence of seq_len tokens holds in one layer (on one rank)."""
+
+    def state_bytes_per_layer(self, layer: LayerAttention) -> int:
+        """Per-sequence state a layer keeps besides its KV cache."""
+        return 0
+
+    def kv_heads_local(self, attn_tp: int) -> int:
+        """KV heads each attention rank holds: one latent or shared head, whatever the split."""
+        return 1
+
+    def split_problem(self, attn_tp: int) -> str | None:
+        """Why attention cannot split over attn_tp ranks (beyond the query heads dividing), or None."""
+        return None
+
+
+class GqaAttention(_Attention):
+    """Grouped-query attention; sliding-window layers hold only the last sliding_window tokens."""
+
+    kind: Literal[AttentionKind.gqa] = AttentionKind.gqa
+    sliding_window: int | None = None
+
+    @property
+    def kv_grows_linearly(self) -> bool:
+        return self.sliding_window is None
+
+    def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        h, n, d = hidden, self.num_heads, self.head_dim
+        return h * n * d + 2 * h * self.num_kv_heads * d + n * d * h
+
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        heads = self.num_kv_heads if kv_heads_local is None else kv_heads_local
+        window = self.sliding_window
+        tokens = min(seq_len, window) if layer == LayerAttention.sliding and window is not None else seq_len
+        return tokens * 2 * heads * self.head_dim * precision.kv_cache.bytes
+
+    def kv_heads_local(self, attn_tp: int) -> int:
+        """Replicated (at least one per rank) when attn_tp exceeds the KV heads."""
+        return max(1, self.num_kv_heads // attn_tp)
+
+    def split_problem(self, attn_tp: int) -> str | None:
+        if attn_tp > self.num_kv_heads and attn_tp % self.num_kv_heads:
+            return f"tp {attn_tp} is not a multiple of the {self.num_kv_heads} KV heads"
+        return None
+
+
+class MlaAttention(_Attention):
+    """Multi-head latent attention: low-rank q, one compressed KV latent (plus a rope key) per token."""
+
+    kind: Literal[AttentionKind.mla] = AttentionKind.mla
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    absorbed_decode: ClassVar[bool] = True
+
+    @property
+    def q_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        h, n = hidden, self.num_heads
+        return (
+            h * self.q_lora_rank
+            + self.q_lora_rank * n * self.q_head_dim
+            + h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+            + n * self.v_head_dim * h
+        )
+
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        if precision.kv_cache.bytes >= 2:
+            per_token = (self.kv_lora_rank + self.qk_rope_head_dim) * 2
+        else:
+            per_token = self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
+        return seq_len * per_token
+
+
+class Dsv4Attention(_Attention):
+    """DeepSeek-V4: low-rank q, one shared K=V head, grouped low-rank output; layers attend over a sliding
+    window plus compressed entries (CSA: ratio 4 with an indexer choosing the top-k; HCA: ratio 128)."""
+
+    kind: Literal[AttentionKind.dsv4] = AttentionKind.dsv4
+    q_lora_rank: int
+    qk_rope_head_dim: int
+    o_groups: int
+    o_lora_rank: int
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+    sliding_window: int
+
+    default_kv_cache: ClassVar[Dtype] = Dtype.fp8
+    default_indexer_cache: ClassVar[Dtype | None] = Dtype.fp8
+
+    @property
+    def kv_grows_linearly(self) -> bool:
+        return False
+
+    def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        h, n, d = hidden, self.num_heads, self.head_dim
+        params = h * self.q_lora_rank + self.q_lora_rank * n * d + h * d
+        return params + n * d * self.o_lora_rank + self.o_groups * self.o_lora_rank * h
+
+    def module_params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        h, params = hidden, 0
+        if layer in (LayerAttention.csa, LayerAttention.hca):
+            params += 2 * h * self.head_dim  # compressor: KV and gate projections
+        if layer == LayerAttention.csa:
+            params += self.q_lora_rank * self.index_heads * self.index_head_dim  # indexer queries
+            params += h * self.index_head_dim + h * self.index_heads  # indexer keys and head weights
+            params += 2 * h * self.index_head_dim  # indexer compressor
+        return params
+
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        entry = DSV4_MAIN_ENTRY_FP8 if precision.kv_cache.bytes < 2 else self.head_dim * 2
+        window = min(seq_len, self.sliding_window) * entry
+        if layer == LayerAttention.hca:
+            return window + (seq_len // 128) * entry
+        if layer == LayerAttention.csa:
+            indexer = DSV4_INDEXER_ENTRY[precision.indexer_cache or Dtype.fp8]
+            return window + (seq_len // 4) * (entry + indexer)
+        return window
+
+    def state_bytes_per_layer(self, layer: LayerAttention) -> int:
+        return {LayerAttention.csa: DSV4_STATE_CSA, LayerAttention.hca: DSV4_STATE_HCA}.get(layer, 0)
+
+
+Attention = Annotated[GqaAttention | MlaAttention | Dsv4Attention, Field(discriminator="kind")]
