@@ -10,6 +10,7 @@ import typer
 
 from servelab.cli import (
     bench,
+    calibrate,
     changelog,
     collect,
     db,
@@ -41,6 +42,7 @@ app.command("bench", context_settings={"allow_interspersed_args": True})(bench.b
 app.add_typer(recipes.app, name="recipes")
 app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog")
+app.add_typer(calibrate.app, name="calibrate")
 
 
 def main() -> None:
