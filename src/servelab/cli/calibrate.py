@@ -67,9 +67,8 @@ def engines(
     ttft_terms: str | None = typer.Option(
         None,
         "--ttft-terms",
-        flag_value="all",
         metavar="NAMES",
-        help="also fit per-request TTFT terms the step model lacks, all or a comma list of "
+        help="also fit per-request TTFT terms the step model lacks: all, or a comma list of "
         f"{', '.join(TTFT_TERMS)} (reports what they would buy; never writes calibrated.json)",
     ),
     kernel_terms: bool = typer.Option(
