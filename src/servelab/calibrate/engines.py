@@ -59,9 +59,8 @@ class EngineFitOptions:
     out: Path = CALIBRATED
     report: Path | None = None
     aic: bool = False  # also run AIConfigurator's own estimate of the same rows (cached)
-    program: str = (
-        "servelab calibrate engines"  # recorded in the file with `argv` as the command that made it
-    )
+    # recorded in the file, with `argv`, as the command that made it
+    program: str = "servelab calibrate engines"
     argv: tuple[str, ...] = ()
 
     @property
