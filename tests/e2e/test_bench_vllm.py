@@ -4,13 +4,13 @@ endpoints, sane metrics at several concurrencies."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from servelab.runner.server_metrics import metric_sums
+
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(server, model_dir, tmp_path, *args, name="r.json"):
@@ -35,17 +35,13 @@ def bench(server, model_dir, tmp_path, *args, name="r.json"):
 
 
 def server_counters(server) -> dict[str, float]:
-    """vLLM's own counters and histogram sums from /metrics, read by the simulator check's harness."""
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))
-    from sim_vs_vllm_cpu import metric_sums
-
+    """vLLM's own counters and histogram sums from /metrics, read as the simulator check reads them."""
     return metric_sums(server.url)
 
 
 def assert_zero_tpot_explained(r: dict) -> None:
-    """A request whose tokens all came in one socket read has TPOT 0 (vLLM's API process, starved by its engine
-    on two cores, sometimes sends a whole answer at the end); the result must say how many did."""
+    """A request whose tokens all came in one socket read has TPOT 0 (vLLM's API process, starved by its
+    engine on two cores, sometimes sends a whole answer at the end); the result must say how many did."""
     zero = sum(1 for itl in r["itls"] if not any(itl))
     assert r["one_read_requests"] == zero
     assert (r["one_read_warning"] is not None) == (zero > 0)
@@ -98,8 +94,9 @@ def test_sane_metrics_across_concurrencies(vllm_server, tiny_llama, tmp_path):
     bench(vllm_server, tiny_llama, tmp_path, *lengths, "--num-prompts", "2", name="warm.json")
     for c in (1, 4, 16):
         before = server_counters(vllm_server)
-        # no ready check (the warm-up above did its job): the server's counters then hold exactly the measured
-        # requests; the first request of a prompt length costs vLLM's CPU runner 6-10 ms, one after idle up to 180
+        # no ready check (the warm-up above did its job): the server's counters then hold exactly the
+        # measured requests; the first request of a prompt length costs vLLM's CPU runner 6-10 ms, one after
+        # idle up to 180 ms
         r = bench(
             vllm_server,
             tiny_llama,

@@ -1,17 +1,26 @@
-"""bench/fit_roofline.py: the fitted roofline tracks the tables better than the datasheet-derived start."""
+"""`servelab calibrate roofline`: the fitted roofline tracks the tables better than the datasheet-derived
+start."""
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from servelab.calibrate.roofline import EFF_PATH
 
 
 def test_fit_improves_the_roofline_and_records_provenance(table_dir):
-    eff_before = (ROOT / "src/servelab/perfdb/data/efficiencies.json").read_text()
+    eff_before = EFF_PATH.read_text()
     r = subprocess.run(
-        [sys.executable, str(ROOT / "bench/fit_roofline.py"), "--tables", str(table_dir), "--dry-run"],
+        [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "calibrate",
+            "roofline",
+            "--tables",
+            str(table_dir),
+            "--dry-run",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -24,4 +33,4 @@ def test_fit_improves_the_roofline_and_records_provenance(table_dir):
     assert prov["gpu_name"] == "NVIDIA H200" and prov["rows_used"]["gemm"] > 0
     assert 0 < entry["band_low"] < 1 < entry["band_high"]
     # --dry-run leaves the shipped file alone
-    assert (ROOT / "src/servelab/perfdb/data/efficiencies.json").read_text() == eff_before
+    assert EFF_PATH.read_text() == eff_before

@@ -1,26 +1,16 @@
-"""The engine-calibration fitting code (bench/calibrate_engines.py) on synthetic rows: row mapping, the
-minimiser, and that a fit recovers parameters that generated the 'measurements'."""
+"""The engine-calibration fitting code (servelab.calibrate) on synthetic rows: row mapping, the minimiser,
+and that a fit recovers parameters that generated the 'measurements'."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cal():
-    spec = importlib.util.spec_from_file_location(
-        "calibrate_engines", ROOT / "bench" / "calibrate_engines.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["calibrate_engines"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from servelab.calibrate.crossval import leave_one_model_out
+from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
+from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
+from servelab.specs import load_system
 
 
 def row(**kw):
@@ -49,34 +39,34 @@ def row(**kw):
     return base
 
 
-def test_row_mapping(cal):
-    case = cal.to_case(row())
+def test_row_mapping():
+    case = to_case(row())
     assert case.family == "llama-3.1-70b"
     assert case.model.precision.weights.value == "fp8"  # measured with FP8 quantization of a BF16 checkpoint
     assert case.parallel.tp == 4 and case.concurrency == 16 and (case.isl, case.osl) == (1024, 1024)
 
 
-def test_concurrency_falls_back_to_batch_size(cal):
-    assert cal.concurrency_of(row(silicon_data_source="db-dump", batch_size="8.0")) == 8
+def test_concurrency_falls_back_to_batch_size():
+    assert concurrency_of(row(silicon_data_source="db-dump", batch_size="8.0")) == 8
 
 
-def test_parallel_reading(cal):
+def test_parallel_reading():
     moe = {"model_path": "deepseek-ai/DeepSeek-R1", "backend": "trtllm"}
     # tp_size written as tp x ep (64 GPUs on an 8-GPU node): read as tp 8 x ep 8
-    p, note = cal.parallel_of(row(**moe, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
+    p, note = parallel_of(row(**moe, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
     assert (p.tp, p.ep, p.dp_attn) == (8, 8, False) and "read as" in note
-    p, _ = cal.parallel_of(row(**moe, tp_size="1", attention_dp_size="8", moe_tp_size="1", moe_ep_size="8"))
+    p, _ = parallel_of(row(**moe, tp_size="1", attention_dp_size="8", moe_tp_size="1", moe_ep_size="8"))
     assert (p.tp, p.ep, p.dp_attn) == (8, 8, True)
     with pytest.raises(ValueError, match="attention on 1 GPUs but MoE on 2"):
-        cal.parallel_of(row(tp_size="1", attention_dp_size="", moe_tp_size="2", moe_ep_size="1"))
+        parallel_of(row(tp_size="1", attention_dp_size="", moe_tp_size="2", moe_ep_size="1"))
     # a dense model ignores the MoE fields
-    p, _ = cal.parallel_of(row(tp_size="2", moe_tp_size="1"), is_moe=False)
+    p, _ = parallel_of(row(tp_size="2", moe_tp_size="1"), is_moe=False)
     assert p.tp == 2
 
 
-def test_rows_left_out_are_counted(cal):
+def test_rows_left_out_are_counted():
     rows = [row(), row(mode="disagg"), row(model_path="org/not-a-model"), row(system="b200_sxm")]
-    cases, skipped = cal.build_cases(rows, "h200_sxm")
+    cases, skipped = build_cases(rows, "h200_sxm")
     assert len(cases) == 1
     assert skipped == {
         "mode disagg (only aggregated rows are fitted)": 1,
@@ -84,23 +74,22 @@ def test_rows_left_out_are_counted(cal):
     }
 
 
-def test_nelder_mead_finds_a_minimum(cal):
+def test_nelder_mead_finds_a_minimum():
     target = np.array([1.0, -2.0, 0.5])
-    x, fx = cal.nelder_mead(lambda x: float(np.sum((x - target) ** 2)), np.zeros(3), iters=400, tol=1e-12)
+    x, fx = nelder_mead(lambda x: float(np.sum((x - target) ** 2)), np.zeros(3), iters=400, tol=1e-12)
     assert np.allclose(x, target, atol=1e-3) and fx < 1e-6
 
 
-def test_soft_l1_is_quadratic_then_linear(cal):
-    small, large = cal.soft_l1(np.array([0.01])), cal.soft_l1(np.array([1.0, 2.0]))
+def test_soft_l1_is_quadratic_then_linear():
+    small, large = soft_l1(np.array([0.01])), soft_l1(np.array([1.0, 2.0]))
     assert small[0] == pytest.approx(0.01**2, rel=0.01)
     assert large[1] - large[0] == pytest.approx(0.2, rel=0.05)  # slope = scale far out
 
 
-def synthetic_cases(cal, truth, families=("llama-3.1-70b", "llama-3.1-8b")):
+def synthetic_cases(truth, families=("llama-3.1-70b", "llama-3.1-8b")):
     """Cases whose 'measurements' are servelab's own static predictions with known engine parameters."""
-    from servelab.specs import load_system
-
     system = load_system("h200_sxm")
+    price = Pricer(system, "static")
     cases = []
     checkpoints = {
         "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
@@ -109,7 +98,7 @@ def synthetic_cases(cal, truth, families=("llama-3.1-70b", "llama-3.1-8b")):
     for fam in families:
         for c in (1, 4, 16, 64):
             for isl, osl in ((1024, 1024), (8192, 1024)):
-                case = cal.to_case(
+                case = to_case(
                     row(
                         model_path=checkpoints[fam],
                         batch_size=str(c),
@@ -120,47 +109,45 @@ def synthetic_cases(cal, truth, families=("llama-3.1-70b", "llama-3.1-8b")):
                         moe_tp_size="4",
                     )
                 )
-                case.ttft_ms, case.tpot_ms = cal.predict(case, truth, "static", system)
+                case.ttft_ms, case.tpot_ms = price(case, truth)
                 cases.append(case)
-    return cases, system
+    return cases, price
 
 
-def test_fit_recovers_the_generating_parameters(cal):
+def test_fit_recovers_the_generating_parameters():
     truth = {
         "step_overhead_us": 2500.0,
         "per_seq_overhead_us": 30.0,
         "kernel_gap_us": 1.0,
         "eager_launch_us": 6.0,
     }
-    cases, system = synthetic_cases(cal, truth)
-    start = cal.defaults()["vllm"]
-    price = lambda c, p: cal.predict(c, p, "static", system)
-    before = cal.loss(cases, start, price)
-    fitted = cal.fit(cases, start, price, iters=150)
-    assert cal.loss(cases, fitted, price) < before / 100
-    ttft, tpot = cal.errors_of(cases, fitted, price)
+    cases, price = synthetic_cases(truth)
+    start = defaults()["vllm"]
+    before = loss(cases, start, price)
+    fitted = fit(cases, start, price, iters=150)
+    assert loss(cases, fitted, price) < before / 100
+    ttft, tpot = errors_of(cases, fitted, price)
     assert np.median(tpot) < 0.01 and np.median(ttft) < 0.01
     # the per-step overhead is what TPOT at small batch sees: it must come back close to the truth
     assert math.isclose(fitted["step_overhead_us"], truth["step_overhead_us"], rel_tol=0.1)
 
 
-def test_leave_one_model_out_predicts_each_family_unseen(cal):
+def test_leave_one_model_out_predicts_each_family_unseen():
     truth = {
         "step_overhead_us": 2000.0,
         "per_seq_overhead_us": 10.0,
         "kernel_gap_us": 1.0,
         "eager_launch_us": 6.0,
     }
-    cases, system = synthetic_cases(cal, truth)
-    price = lambda c, p: cal.predict(c, p, "static", system)
-    cv = cal.leave_one_model_out(cases, cal.defaults(), price, iters=60)
+    cases, price = synthetic_cases(truth)
+    cv = leave_one_model_out(cases, defaults(), price, iters=60)
     assert set(cv["by_family"]) == {"vllm/llama-3.1-70b", "vllm/llama-3.1-8b"}
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
     assert np.median(cv["tpot"]) < 0.05
 
 
-def test_linearized_predictor_matches_the_real_one(cal):
+def test_linearized_predictor_matches_the_real_one():
     """The fit runs on a finite-difference linearization; near its point it must agree with the predictor, and
     the TTFT terms the step model lacks enter TTFT alone, exactly."""
     truth = {
@@ -171,9 +158,8 @@ def test_linearized_predictor_matches_the_real_one(cal):
         "ttft_overhead_ms": 20.0,
         "ttft_per_request_ms": 0.5,
     }
-    cases, system = synthetic_cases(cal, truth, families=("llama-3.1-8b",))
-    price = lambda c, p: cal.predict(c, p, "static", system)
-    lin = cal.Linearized(cases, truth, price)
+    cases, price = synthetic_cases(truth, families=("llama-3.1-8b",))
+    lin = Linearized(cases, truth, price)
     moved = dict(truth, step_overhead_us=1100.0, ttft_overhead_ms=25.0, ttft_per_request_ms=0.6)
     exact = np.array([price(c, moved) for c in cases])
     approx = lin.predict(moved)

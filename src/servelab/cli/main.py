@@ -12,6 +12,7 @@ import typer
 
 from servelab.cli import (
     bench,
+    calibrate,
     changelog,
     collect,
     db,
@@ -45,6 +46,7 @@ app.add_typer(recipes.app, name="recipes")
 app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog")
 app.add_typer(results.app, name="results")
+app.add_typer(calibrate.app, name="calibrate")
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def _profiles() -> dict:
         source = "documented defaults"
         if name in fitted.get("engines", {}):
             fields.update(fitted["engines"][name]["params"])
-            source = f"calibrated ({fitted.get('_provenance', 'bench/calibrate_engines.py')})"
+            source = f"calibrated ({fitted.get('_provenance', 'servelab calibrate engines')})"
         profiles[name] = EngineProfile(name=name, source=source, **fields)
     return profiles
 

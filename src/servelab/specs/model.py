@@ -116,7 +116,7 @@ class ModelSpec(BaseModel):
         return self.attention.num_heads
 
     @property
-    def is_moe(self) -> bool:  # compat: predict/search.py, bench/calibrate_engines.py
+    def is_moe(self) -> bool:
         return self.moe is not None
 
     # ---- shape facts -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Compare GPU-timed steps (bench/gpu_step_check.py) with servelab's `torch` backend predictions.
+"""Compare GPU-timed steps (accuracy/gpu_step_check.py) with servelab's `torch` backend predictions.
 
-python bench/compare_step_check.py bench/results/step_check_h200.json [--markdown]
+python accuracy/compare_step_check.py accuracy/results/step_check_h200.json [--markdown]
 """
 
 import argparse

@@ -1,28 +1,30 @@
 """Fit a system's roofline efficiencies to its collected perf tables, so shapes outside the tables get a
 calibrated roofline.
 
-    python bench/fit_roofline.py --system h200_sxm [--tables DIR] [--dry-run]
-
 The roofline has five free numbers per system (bf16 and fp8 GEMM compute efficiency, attention compute
-efficiency, HBM efficiency, a per-kernel launch floor). They are fitted by coordinate descent on the mean over op
-families of the median |log(measured / roofline)| -- each family weighs the same however many rows it has --
-and the roofline's error band is then set to the p10-p90 of measured / roofline over all rows. The result goes
-to src/servelab/perfdb/data/efficiencies.json under "systems": {<system>: ...} with its provenance (tables,
-their GPU and software, row counts, error before and after, date, command).
+efficiency, HBM efficiency, a per-kernel launch floor). They are fitted by coordinate descent on the mean over
+op families of the median |log(measured / roofline)| -- each family weighs the same however many rows it has
+-- and the roofline's error band is then set to the p10-p90 of measured / roofline over all rows. The result
+goes to perfdb/data/efficiencies.json under "systems": {<system>: ...} with its provenance (tables, their GPU
+and software, row counts, error before and after, date, command).
 """
 
-import argparse
 import json
 import math
 import random
-import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-EFF_PATH = ROOT / "src" / "servelab" / "perfdb" / "data" / "efficiencies.json"
+import servelab
+from servelab.errors import ServelabError
+from servelab.perfdb.roofline import Roofline, efficiencies
+from servelab.perfdb.tables import TableSet, load_tables, table_dirs
+from servelab.specs import SystemSpec, load_system
+
+EFF_PATH = Path(servelab.__file__).resolve().parent / "perfdb" / "data" / "efficiencies.json"
 # the families whose time the roofline's free numbers govern and whose roofline has the right structure; the
 # fit runs on these only. The module-level rooflines (MLA, DSv4, MoE) are reported, not fitted: on the first
 # H200 tables DSv4 was off by e^2-e^3 (a structural gap, not an efficiency), and letting it vote dragged the
@@ -30,9 +32,16 @@ EFF_PATH = ROOT / "src" / "servelab" / "perfdb" / "data" / "efficiencies.json"
 FAMILIES = ("gemm", "attention_prefill", "attention_decode", "elementwise")
 REPORTED = ("mla_prefill", "mla_decode", "dsv4_context", "dsv4_generation", "moe")
 MAX_ROWS = 1500  # per family, sampled with a fixed seed: keeps a fit under a minute on a laptop core
+GRIDS = {
+    "gemm_bf16": np.linspace(0.40, 0.90, 26),
+    "gemm_fp8": np.linspace(0.30, 0.90, 31),
+    "attention": np.linspace(0.15, 0.80, 27),
+    "memory": np.linspace(0.55, 0.98, 44),
+    "kernel_us": np.linspace(1.0, 12.0, 45),
+}
 
 
-def load_rows(tables, families=FAMILIES) -> dict[str, list[tuple]]:
+def load_rows(tables: TableSet, families: tuple[str, ...] = FAMILIES) -> dict[str, list[tuple]]:
     """(key, measured us) per family."""
     rng = random.Random(0)
     out = {}
@@ -48,9 +57,7 @@ def load_rows(tables, families=FAMILIES) -> dict[str, list[tuple]]:
     return out
 
 
-def make_roofline(system, params: dict):
-    from servelab.perfdb.roofline import Roofline
-
+def make_roofline(system: SystemSpec, params: dict[str, float]) -> Roofline:
     r = Roofline(system)
     r.eff = dict(
         r.eff,
@@ -64,7 +71,7 @@ def make_roofline(system, params: dict):
     return r
 
 
-def objective(system, params: dict, rows: dict) -> tuple[float, dict]:
+def objective(system: SystemSpec, params: dict[str, float], rows: dict) -> tuple[float, dict[str, float]]:
     r = make_roofline(system, params)
     per = {}
     for name, items in rows.items():
@@ -73,16 +80,7 @@ def objective(system, params: dict, rows: dict) -> tuple[float, dict]:
     return (float(np.mean(list(per.values()))) if per else 0.0), per
 
 
-GRIDS = {
-    "gemm_bf16": np.linspace(0.40, 0.90, 26),
-    "gemm_fp8": np.linspace(0.30, 0.90, 31),
-    "attention": np.linspace(0.15, 0.80, 27),
-    "memory": np.linspace(0.55, 0.98, 44),
-    "kernel_us": np.linspace(1.0, 12.0, 45),
-}
-
-
-def fit(system, rows: dict, start: dict) -> dict:
+def fit(system: SystemSpec, rows: dict, start: dict[str, float]) -> dict[str, float]:
     params = dict(start)
     best, _ = objective(system, params, rows)
     for _ in range(3):
@@ -95,29 +93,34 @@ def fit(system, rows: dict, start: dict) -> dict:
     return params
 
 
-def main(argv=None) -> int:
-    from servelab.perfdb.roofline import efficiencies
-    from servelab.perfdb.tables import load_tables, table_dirs
-    from servelab.specs import load_system
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--system", default="h200_sxm")
-    ap.add_argument(
-        "--tables", type=Path, help="table directory (default: the one servelab uses for the system)"
+def _shown(directory: Path) -> str:
+    """A table directory as the provenance shows it: relative to the working directory when inside it."""
+    here = Path.cwd()
+    return (
+        str(directory.resolve().relative_to(here))
+        if directory.resolve().is_relative_to(here)
+        else str(directory)
     )
-    ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write efficiencies.json")
-    args = ap.parse_args(argv)
 
-    system = load_system(args.system)
-    directory = args.tables or (table_dirs(system.name) or [None])[0]
-    if directory is None:
-        print(f"no perf tables for {system.name}; nothing to fit", file=sys.stderr)
-        return 2
+
+def fit_roofline(
+    system_name: str,
+    tables_dir: Path | None,
+    program: str = "servelab calibrate roofline",
+    argv: tuple[str, ...] = (),
+    note: Callable[[str], None] = print,
+) -> tuple[str, dict]:
+    """The system's name and its fitted efficiencies entry, with provenance (`program` and `argv` recorded as
+    the command); `note` gets the error before and after."""
+    system = load_system(system_name)
+    dirs = [tables_dir] if tables_dir else table_dirs(system.name)
+    if not dirs:
+        raise ServelabError(f"no perf tables for {system.name}; nothing to fit")
+    directory = dirs[0]
     tables = load_tables(directory, system, strict=True)
     rows = load_rows(tables)
     if not rows:
-        print(f"{directory}: no tables of the fitted families", file=sys.stderr)
-        return 2
+        raise ServelabError(f"{directory}: no tables of the fitted families")
     eff = efficiencies(system.name)
     start = {
         "gemm_bf16": eff["gemm_compute"]["bf16"],
@@ -134,24 +137,21 @@ def main(argv=None) -> int:
     _, other_after = objective(system, params, others)
     r = make_roofline(system, params)
     ratios = np.array([us / r.latency(k).us for items in rows.values() for k, us in items])
-    band_low = round(min(float(np.percentile(ratios, 10)), 0.95), 3)
-    band_high = round(max(float(np.percentile(ratios, 90)), 1.05), 3)
-    provs = [tables.index(n).data.meta["provenance"][-1] for n in rows]
-    entry = {
+    provs = [idx.data.meta["provenance"][-1] for n in rows if (idx := tables.index(n)) is not None]
+    note(f"mean median |log error|: {before:.3f} -> {after:.3f}")
+    return system.name, {
         "gemm_compute": dict(
             eff["gemm_compute"], bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)
         ),
         "attention_compute": round(params["attention"], 3),
         "memory": round(params["memory"], 3),
         "kernel_us": round(params["kernel_us"], 2),
-        "band_low": band_low,
-        "band_high": band_high,
+        "band_low": round(min(float(np.percentile(ratios, 10)), 0.95), 3),
+        "band_high": round(max(float(np.percentile(ratios, 90)), 1.05), 3),
         "_provenance": {
-            "what": "fitted by bench/fit_roofline.py: coordinate descent on the mean over families of the median "
-            "|log(measured / roofline)|; band = p10-p90 of measured / roofline after the fit",
-            "tables": str(Path(directory).resolve().relative_to(ROOT))
-            if Path(directory).resolve().is_relative_to(ROOT)
-            else str(directory),
+            "what": f"fitted by {program}: coordinate descent on the mean over families of the "
+            "median |log(measured / roofline)|; band = p10-p90 of measured / roofline after the fit",
+            "tables": _shown(directory),
             "rows_used": {n: len(v) for n, v in rows.items()},
             "gpu_name": provs[0].get("gpu_name"),
             "torch": provs[0].get("torch"),
@@ -162,18 +162,13 @@ def main(argv=None) -> int:
             "not_fitted_median_abs_log_error_before": {k: round(v, 4) for k, v in other_before.items()},
             "not_fitted_median_abs_log_error_after": {k: round(v, 4) for k, v in other_after.items()},
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": "python bench/fit_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": " ".join([program, *argv]),
         },
     }
-    print(json.dumps(entry, indent=1))
-    print(f"mean median |log error|: {before:.3f} -> {after:.3f}", file=sys.stderr)
-    if not args.dry_run:
-        data = json.loads(EFF_PATH.read_text())
-        data.setdefault("systems", {})[system.name] = entry
-        EFF_PATH.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"wrote {EFF_PATH.relative_to(ROOT)}", file=sys.stderr)
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def write_efficiencies(system_name: str, entry: dict, path: Path = EFF_PATH) -> None:
+    """Put one system's fitted entry into the shipped efficiencies file, keeping the other systems."""
+    data = json.loads(path.read_text())
+    data.setdefault("systems", {})[system_name] = entry
+    path.write_text(json.dumps(data, indent=1) + "\n")

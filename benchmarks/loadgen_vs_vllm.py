@@ -4,11 +4,11 @@ Scenarios (the issue's targets):
   mock10  mock server (own process), 10 ms per token, 128 output tokens, concurrency 256: ideal 200 req/s,
           TTFT 10 ms. Target: servelab >= 98 % of ideal req/s, mean TTFT inflation <= 3 ms.
   mock2   same at 2 ms per token: ideal 1000 req/s. Target: >= 90 % of ideal.
-  vllm    the real CPU vLLM server (tiny random Llama, tests/e2e/conftest.py), 200-token prompts, 128 out,
-          concurrency 16. Target: lower TTFT overhead than vLLM's client, at least equal throughput.
+  vllm    the real CPU vLLM server (tiny random Llama, servelab.runner.tiny_llama), 200-token prompts,
+          128 out, concurrency 16. Target: lower TTFT overhead than vLLM's client, at least equal throughput.
 Prints a table and the ratios, writes everything to --out-dir (default /tmp/servelab-loadgen-bench).
 
-    .venv/bin/python bench/loadgen_vs_vllm.py [--scenarios mock10,mock2,vllm] [--rounds 6]
+    .venv/bin/python benchmarks/loadgen_vs_vllm.py [--scenarios mock10,mock2,vllm] [--rounds 6]
 Needs the vLLM venv (scripts/setup_vllm_cpu.sh) for `vllm bench serve` and the real server.
 """
 
@@ -24,9 +24,12 @@ import sys
 import time
 from pathlib import Path
 
+from servelab.runner.server import free_port
+from servelab.runner.tiny_llama import build_tiny_llama
+from servelab.runner.vllm_cpu import VENV_ENV, VllmCpuServer, vllm_python
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-import conftest as e2e
+VLLM_VENV = REPO / ".venv-vllm"  # unless $SERVELAB_VLLM_VENV names another
 
 VLLM_SHIM = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P\n"
@@ -39,7 +42,7 @@ SERVELAB_WORKERS = 0  # 0 = one per core (set by --servelab-workers)
 
 
 def port_free(lo: int = 18700, hi: int = 18800) -> int:
-    return e2e.free_port(lo, hi)
+    return free_port(lo, hi)
 
 
 def start_mock(token_ms: float) -> tuple[subprocess.Popen, str]:
@@ -128,7 +131,7 @@ def run_client(
             str(SERVELAB_WORKERS),
         ]
     else:
-        cmd = [str(e2e.vllm_python()), "-c", VLLM_SHIM, "--backend", "openai", *common, "--disable-tqdm"]
+        cmd = [str(vllm_python(VLLM_VENV)), "-c", VLLM_SHIM, "--backend", "openai", *common, "--disable-tqdm"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
@@ -182,9 +185,9 @@ def scenario_mock(tag: str, token_ms: float, rounds: int, tok: Path, out_dir: Pa
     return rows
 
 
-def scenario_vllm(tok_model: Path, out_dir: Path, n: int) -> list[dict]:
+def scenario_vllm(python: Path, tok_model: Path, out_dir: Path, n: int) -> list[dict]:
     rows = []
-    with e2e.VllmServer(tok_model, port=port_free(18800, 18900)) as server:
+    with VllmCpuServer(python, tok_model, port=port_free(18800, 18900)) as server:
         # one unrecorded pass so both clients meet a warm server
         run_client("servelab", server.url, server.model, tok_model, 16, 16, 200, 16, out_dir, "vllm-warm")
         for kind in ("servelab", "vllm", "servelab", "vllm"):  # interleaved twice: drift hits both
@@ -193,6 +196,11 @@ def scenario_vllm(tok_model: Path, out_dir: Path, n: int) -> list[dict]:
             )
             rows.append(row("vllm-cpu", kind, r, None, None))
     return rows
+
+
+def _ratio(ours: list[dict], theirs: list[dict], key: str) -> float:
+    """Mean of `key` over servelab's rounds divided by its mean over vLLM's."""
+    return (sum(r[key] for r in ours) / len(ours)) / (sum(r[key] for r in theirs) / len(theirs))
 
 
 def main() -> None:
@@ -207,11 +215,12 @@ def main() -> None:
     a = ap.parse_args()
     global SERVELAB_WORKERS
     SERVELAB_WORKERS = a.servelab_workers
-    if e2e.vllm_python() is None:
-        sys.exit(e2e.skip_reason())
+    python = vllm_python(VLLM_VENV)
+    if python is None:
+        sys.exit(f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)")
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = e2e.build_tiny_llama(REPO / ".cache" / "e2e")
+    model = build_tiny_llama(python, REPO / ".cache" / "e2e")
     rows: list[dict] = []
     wanted = a.scenarios.split(",")
     if "mock10" in wanted:
@@ -219,7 +228,7 @@ def main() -> None:
     if "mock2" in wanted:
         rows += scenario_mock("mock2", 2.0, a.rounds * 2, model, out_dir)
     if "vllm" in wanted:
-        rows += scenario_vllm(model, out_dir, a.vllm_prompts)
+        rows += scenario_vllm(python, model, out_dir, a.vllm_prompts)
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     cols = [
         "scenario",
@@ -244,11 +253,9 @@ def main() -> None:
     for tag in dict.fromkeys(r["scenario"] for r in rows):
         s = [r for r in rows if r["scenario"] == tag and r["client"] == "servelab"]
         v = [r for r in rows if r["scenario"] == tag and r["client"] == "vllm"]
-        mean = lambda xs, k: sum(x[k] for x in xs) / len(xs)
         print(
-            f"  {tag}: req/s x{mean(s, 'req_s') / mean(v, 'req_s'):.3f}  output tok/s "
-            f"x{mean(s, 'out_tok_s') / mean(v, 'out_tok_s'):.3f}  mean TTFT x{mean(s, 'ttft_mean') / mean(v, 'ttft_mean'):.3f}"
-            f"  p99 TTFT x{mean(s, 'ttft_p99') / mean(v, 'ttft_p99'):.3f}"
+            f"  {tag}: req/s x{_ratio(s, v, 'req_s'):.3f}  output tok/s x{_ratio(s, v, 'out_tok_s'):.3f}"
+            f"  mean TTFT x{_ratio(s, v, 'ttft_mean'):.3f}  p99 TTFT x{_ratio(s, v, 'ttft_p99'):.3f}"
         )
     for r in rows:
         if r["client"] == "servelab" and r.get("client_warning"):

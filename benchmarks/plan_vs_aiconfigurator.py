@@ -1,11 +1,12 @@
 """servelab plan vs AIConfigurator on the same question, side by side, in one run.
 
-    python bench/plan_vs_aiconfigurator.py [--runs 3] [--install] [--skip-aic]
+    python benchmarks/plan_vs_aiconfigurator.py [--runs 3] [--install] [--skip-aic]
 
-Question: DeepSeek-V3 on 8x H200 SXM, 4000/1000 tokens, TTFT <= 2000 ms, TPOT <= 30 ms, the whole search space.
-servelab runs as the CLI a user types (a fresh process each time, imports included) and in-process; AIConfigurator
-(`aiconfigurator cli default`, PyPI aiconfigurator==0.12.0) runs from its own venv under .cache/ (never the
-project's; --install creates it). Prints wall times, peak RSS, the ratio, and both tools' best configuration.
+Question: DeepSeek-V3 on 8x H200 SXM, 4000/1000 tokens, TTFT <= 2000 ms, TPOT <= 30 ms, the whole search
+space. servelab runs as the CLI a user types (a fresh process each time, imports included) and in-process;
+AIConfigurator (`aiconfigurator cli default`, PyPI aiconfigurator==0.12.0) runs from its own venv under
+.cache/ (never the project's; --install creates it). Prints wall times, peak RSS, the ratio, and both tools'
+best configuration.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from servelab.predict.plan import PlanRequest, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 AIC_VENV = ROOT / ".cache" / "aic-plan-venv"
@@ -108,9 +111,6 @@ def run_servelab(runs: int) -> dict:
             raise SystemExit(f"servelab plan failed: {proc.stderr.strip()}")
         walls.append(wall)
         best = json.loads(proc.stdout)
-    sys.path.insert(0, str(ROOT / "src"))
-    from servelab.predict.plan import PlanRequest, make_plan
-
     make_plan(PlanRequest(**QUESTION))  # warm imports, then time the search alone in a warm process
     t = time.perf_counter()
     make_plan(PlanRequest(**QUESTION))
@@ -171,12 +171,14 @@ def main() -> None:
         print(f"aiconfigurator cli default: failed after {theirs['wall_s']:.1f} s: {theirs['error']}")
         return
     print(
-        f"aiconfigurator cli default ({AIC_VERSION}): {theirs['wall_s']:.1f} s, peak RSS {theirs['peak_rss_mb']} MB"
+        f"aiconfigurator cli default ({AIC_VERSION}): {theirs['wall_s']:.1f} s, "
+        f"peak RSS {theirs['peak_rss_mb']} MB"
     )
     for line in theirs["summary"]:
         print(f"  {line}")
     print(
-        f"ratio: servelab is {theirs['wall_s'] / ours['cli_best_s']:.0f}x faster (CLI wall time against CLI wall time)"
+        f"ratio: servelab is {theirs['wall_s'] / ours['cli_best_s']:.0f}x faster "
+        "(CLI wall time against CLI wall time)"
     )
 
 

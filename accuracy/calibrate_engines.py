@@ -1,0 +1,39 @@
+"""How well the engine calibration predicts measured serving: fit each engine's overheads on AIConfigurator's
+measured H200 rows, cross-validate leaving one model out, and print the errors (defaults, fitted in sample,
+unseen models; with --aic, AIConfigurator's own error on the same rows). Writes nothing: updating the shipped
+calibration is `servelab calibrate engines`.
+
+    python accuracy/calibrate_engines.py --aic    # about 5 min on 2 cores; AIConfigurator's answers cached
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--system", default="h200_sxm")
+    ap.add_argument("--aic", action="store_true", help="also run AIConfigurator on the same rows (cached)")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many rows per engine (quick runs)")
+    ap.add_argument("--csv", type=Path, help="a silicon_sample.csv instead of the pinned package's")
+    ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
+    args = ap.parse_args(argv)
+    opts = EngineFitOptions(
+        system=args.system,
+        aic=args.aic,
+        limit=args.limit,
+        csv=args.csv,
+        summary=args.summary,
+        dry_run=True,
+        program="python accuracy/calibrate_engines.py",
+        argv=tuple(sys.argv[1:] if argv is None else argv),
+    )
+    calibrate_engines(opts, echo=lambda line: print(line, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The versioned calibration file (predict/data/calibrated.json): fitted engine parameters with their
+provenance, the errors they were judged by, and which engines' fits were kept."""
+
+import datetime as dt
+import hashlib
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import servelab
+from servelab.calibrate.params import PARAMS
+from servelab.calibrate.rows import Case
+
+PACKAGE = Path(servelab.__file__).resolve().parent
+CALIBRATED = PACKAGE / "predict" / "data" / "calibrated.json"
+LOSS = "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"
+
+
+def servelab_state() -> str:
+    """The predictor the fit was made against: git commit (dirty or not) and a digest of the perf data
+    files."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(PACKAGE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(PACKAGE.parent), "status", "--porcelain", "."],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit, dirty = "unknown", ""
+    digest = hashlib.sha256()
+    for path in sorted(
+        [*(PACKAGE / "perfdb" / "data").rglob("*.*"), PACKAGE / "predict" / "data" / "engines.json"]
+    ):
+        if path.is_file() and path.suffix in (".parquet", ".json"):
+            digest.update(path.name.encode() + path.read_bytes())
+    return (
+        f"servelab {commit or 'unknown'}{' (modified)' if dirty else ''}, perf data {digest.hexdigest()[:12]}"
+    )
+
+
+def engine_entries(
+    fitted: dict[str, dict[str, float]], cases: list[Case], with_proposed_terms: bool
+) -> dict[str, dict]:
+    """Each engine's fitted parameters (the terms EngineProfile lacks listed apart), rows and model
+    families."""
+    return {
+        e: {
+            "params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
+            **(
+                {"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
+                if with_proposed_terms
+                else {}
+            ),
+            "rows": sum(c.backend == e for c in cases),
+            "families": sorted({c.family for c in cases if c.backend == e}),
+        }
+        for e, p in fitted.items()
+    }
+
+
+def verdicts(
+    engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict
+) -> dict[str, dict]:
+    """An engine's fit is kept only when it predicts unseen models better than the defaults do (sum of the
+    median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
+    out = {}
+    for e in engines:
+        idx = [i for i, c in enumerate(cases) if c.backend == e]
+        d_score = float(np.median(before[0][idx]) + np.median(before[1][idx]))
+        cv_err = np.array([cv_rows[cases[i].row_id] for i in idx])
+        cv_score = float(np.median(cv_err[:, 0]) + np.median(cv_err[:, 1]))
+        out[e] = {
+            "defaults_ttft_plus_tpot_median": round(d_score, 4),
+            "cv_ttft_plus_tpot_median": round(cv_score, 4),
+            "kept": cv_score < d_score,
+        }
+    return out
+
+
+def provenance(
+    state: str, command: str, cases: int, system: str, package: str, version: str, mode: str
+) -> str:
+    return (
+        f"{state}; {command} fit on {cases} {system} aggregated rows of {package} {version} "
+        f"systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}"
+    )

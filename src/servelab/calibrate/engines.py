@@ -1,0 +1,225 @@
+"""The engine calibration end to end: fit each engine's overhead parameters (per step, per sequence, kernel
+gaps, eager launch cost) on measured end-to-end TTFT / TPOT, cross-validate leaving one model out, and write
+the fits that transfer to unseen models to predict/data/calibrated.json with their provenance.
+
+The measurements are AIConfigurator's `systems/silicon_sample.csv` (see servelab.calibrate.aic); nothing of it
+is kept but the fitted numbers.
+"""
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.calibrate import aic
+from servelab.calibrate.calibration_file import (
+    CALIBRATED,
+    LOSS,
+    engine_entries,
+    provenance,
+    servelab_state,
+    verdicts,
+)
+from servelab.calibrate.crossval import leave_one_model_out
+from servelab.calibrate.fit import errors_of, fit_engine, summary
+from servelab.calibrate.params import KERNEL_TERMS, TTFT_START
+from servelab.calibrate.price import (
+    LENGTH_SPREAD,
+    PROMPTS_PER_CONCURRENCY,
+    Pricer,
+    defaults,
+    pick_mode,
+    usable,
+)
+from servelab.calibrate.rows import ENGINES, Case, build_cases, read_rows
+from servelab.perfdb.db import perfdb_for
+from servelab.specs import load_system
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class EngineFitOptions:
+    """What to fit on, what to report and what to write."""
+
+    system: str = "h200_sxm"
+    mode: str = "auto"
+    iters: int = 300  # Nelder-Mead iterations per fit (on the linearized predictor)
+    csv: Path | None = None  # a silicon_sample.csv to use instead of installing the package
+    limit: int = 0  # fit on at most this many rows per engine (quick runs)
+    prompts_per_concurrency: int = PROMPTS_PER_CONCURRENCY
+    length_spread: float = LENGTH_SPREAD
+    ttft_terms: tuple[str, ...] = ()  # TTFT terms the step model lacks, fitted to report what they would buy
+    kernel_terms: bool = False  # a kernel-time factor per op family, likewise
+    tables: str = "own"  # own: each engine's tables (roofline where none); torch: the torch tables for all
+    summary: Path | None = None
+    dry_run: bool = False
+    out: Path = CALIBRATED
+    report: Path | None = None
+    aic: bool = False  # also run AIConfigurator's own estimate of the same rows (cached)
+    # recorded in the file, with `argv`, as the command that made it
+    program: str = "servelab calibrate engines"
+    argv: tuple[str, ...] = ()
+
+    @property
+    def proposes_terms(self) -> bool:
+        """Terms EngineProfile lacks are only reported: such a fit never writes the calibration file."""
+        return bool(self.ttft_terms) or self.kernel_terms
+
+
+def _row(name: str, a: dict, b: dict) -> str:
+    return f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+
+
+def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
+    """Fit, cross-validate, report through `echo`, write what was asked; returns the calibration document."""
+    t0 = time.time()
+    path, version = (opts.csv, "local file") if opts.csv else aic.aic_csv()
+    rows = read_rows(path)
+    mode = pick_mode(opts.mode)
+    system = load_system(opts.system)
+    tables = perfdb_for(system, "torch") if opts.tables == "torch" else None
+    start = defaults()  # the documented defaults, never a previous calibration
+    if opts.ttft_terms:
+        start = {e: {**p, **{n: TTFT_START[n] for n in opts.ttft_terms}} for e, p in start.items()}
+    if opts.kernel_terms:
+        start = {e: {**p, **{n: 1.0 for n in KERNEL_TERMS}} for e, p in start.items()}
+
+    cases, skipped = build_cases(rows, opts.system)
+    cases = usable(cases, Pricer(system, mode, tables=tables), skipped)
+    if opts.limit:
+        cases = [c for e in ENGINES for c in [x for x in cases if x.backend == e][: opts.limit]]
+    price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
+    echo(
+        f"{len(rows)} rows in {path.name} ({aic.AIC_PACKAGE} {version}); {opts.system}: {len(cases)} priced "
+        f"with servelab ({mode} mode), skipped: {sum(skipped.values())}"
+    )
+    for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        echo(f"  skipped {n:4d}: {reason}")
+
+    before = errors_of(cases, {}, lambda c, p: price(c, start[c.backend]))
+    fitted, lins = {}, {}
+    for engine in ENGINES:
+        mine = [c for c in cases if c.backend == engine]
+        if mine:
+            fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters)
+            lins[engine] = (mine, lin)
+            echo(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)")
+    cv = leave_one_model_out(cases, start, price, opts.iters, lins)
+    after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.backend, start[c.backend])))
+
+    table = {
+        "defaults (in sample)": (summary(before[0]), summary(before[1])),
+        "fitted (in sample)": (summary(after[0]), summary(after[1])),
+        "fitted, leave one model out": (summary(cv["ttft"]), summary(cv["tpot"])),
+    }
+    heads = ("n", "TTFT med", "TTFT p90", "TPOT med", "TPOT p90")
+    echo(f"\n{'servelab on ' + opts.system:32s} {heads[0]:>5s} " + " ".join(f"{h:>9s}" for h in heads[1:]))
+    for name, (a, b) in table.items():
+        echo(_row(name, a, b))
+    comparison = None
+    if opts.aic:
+        comparison = _compare_with_aic(opts, rows, cases, cv, echo)
+    else:
+        echo(
+            "AIConfigurator 0.12 on the same H200 rows, an earlier run not repeated here: ~42% TTFT / "
+            "~33% TPOT median"
+        )
+    echo("\nleave-one-model-out by engine/family (median TTFT / TPOT error):")
+    for key, v in cv["by_family"].items():
+        echo(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
+    echo("\nfitted parameters:")
+    for engine, params in fitted.items():
+        echo(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
+
+    doc = {
+        "_provenance": provenance(
+            servelab_state(), opts.program, len(cases), opts.system, aic.AIC_PACKAGE, version, mode
+        ),
+        "source": {
+            "package": aic.AIC_PACKAGE,
+            "version": version,
+            "file": "systems/silicon_sample.csv",
+            "system": opts.system,
+            "rows_in_file": len(rows),
+            "rows_used": len(cases),
+            "rows_skipped": skipped,
+            "mode": mode,
+            "prompts_per_concurrency": opts.prompts_per_concurrency,
+            "length_spread": opts.length_spread,
+            "command": " ".join([opts.program, *opts.argv]).strip(),
+            "date": dt.date.today().isoformat(),
+            "loss": LOSS,
+        },
+        "errors": {label: {"ttft": a, "tpot": b} for label, (a, b) in table.items()},
+        "cv_by_family": cv["by_family"],
+        "aiconfigurator_same_rows": comparison,
+        "engines": engine_entries(fitted, cases, opts.proposes_terms),
+    }
+    doc["verdicts"] = verdicts(list(fitted), cases, before, cv["rows"])
+    for e, v in doc["verdicts"].items():
+        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen models"
+        echo(
+            f"  {e:7s} defaults {v['defaults_ttft_plus_tpot_median']:.1%} vs cross-validated fit "
+            f"{v['cv_ttft_plus_tpot_median']:.1%} (TTFT + TPOT medians): {how}"
+        )
+    doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
+    doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
+    if opts.report:
+        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, start), indent=1))
+    if opts.summary:
+        opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
+    if not (opts.dry_run or opts.proposes_terms):
+        opts.out.write_text(json.dumps(doc, indent=1) + "\n")
+        echo(f"\nwrote {opts.out}")
+    echo(f"took {time.time() - t0:.0f} s")
+    return doc
+
+
+def _compare_with_aic(
+    opts: EngineFitOptions, rows: list[dict], cases: list[Case], cv: dict, echo: Echo
+) -> dict:
+    by_id = {r["id"]: r for r in rows}
+    answers = aic.aic_predictions(
+        [by_id[c.row_id] for c in cases], opts.system, aic.CACHE / f"aic-predictions-{opts.system}.json"
+    )
+    comparison = aic.compare_with_aic(cases, answers, cv["rows"])
+    a, s_ = comparison["aiconfigurator"], comparison["servelab_cv"]
+    echo(_row(f"AIConfigurator {aic.AIC_VERSION} (same rows)", a["ttft"], a["tpot"]))
+    echo(_row("servelab CV on those rows", s_["ttft"], s_["tpot"]))
+    echo(
+        f"  AIConfigurator answered {comparison['answered']} of {len(cases)} rows ({comparison['how']}); "
+        f"failures: {comparison['failures']}"
+    )
+    echo(
+        f"  ratio servelab / AIConfigurator median error: "
+        f"TTFT {s_['ttft']['median'] / a['ttft']['median']:.2f}, "
+        f"TPOT {s_['tpot']['median'] / a['tpot']['median']:.2f}"
+    )
+    return comparison
+
+
+def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict) -> list[dict]:
+    """Each row's measured and predicted TTFT / TPOT at the fitted parameters (the defaults where none)."""
+    per_row = []
+    for c in cases:
+        ttft, tpot = price(c, fitted.get(c.backend, start[c.backend]))
+        per_row.append(
+            {
+                "id": c.row_id,
+                "engine": c.backend,
+                "family": c.family,
+                "parallel": c.parallel.label(),
+                "concurrency": c.concurrency,
+                "isl": c.isl,
+                "osl": c.osl,
+                "ttft_ms": c.ttft_ms,
+                "tpot_ms": c.tpot_ms,
+                "pred_ttft_ms": ttft,
+                "pred_tpot_ms": tpot,
+                "note": c.note,
+            }
+        )
+    return per_row

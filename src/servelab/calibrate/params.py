@@ -1,0 +1,47 @@
+"""The parameters an engine calibration fits, with the bounds of their log-space search."""
+
+from collections.abc import Callable
+from typing import Any
+
+# the engine-profile parameters fitted, each searched in log space between these bounds (us); the documented
+# defaults start the search
+PARAMS = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
+BOUNDS = {
+    "step_overhead_us": (1.0, 20000.0),
+    "per_seq_overhead_us": (0.01, 500.0),
+    "kernel_gap_us": (0.01, 50.0),
+    "eager_launch_us": (0.1, 100.0),
+}
+# Terms servelab's step model does not have, fitted only on request to measure what they would buy: a fixed
+# per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
+# schedule), one that grows with the number of requests in flight (a front end serving them one at a time) and
+# one per prompt token (input processing outside the kernels). Each maps a case to its coefficient.
+TTFT_TERMS: dict[str, Callable[[Any], float]] = {
+    "ttft_overhead_ms": lambda c: 1.0,
+    "ttft_per_request_ms": lambda c: float(c.concurrency),
+    "ttft_per_kilotoken_ms": lambda c: c.isl / 1000.0,
+}
+BOUNDS.update(
+    {
+        "ttft_overhead_ms": (0.01, 5000.0),
+        "ttft_per_request_ms": (0.0001, 100.0),
+        "ttft_per_kilotoken_ms": (0.001, 1000.0),
+    }
+)
+TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1, "ttft_per_kilotoken_ms": 1.0}
+# Also fitted only on request: a factor on the kernel time of each op family, for kernels the engines run that
+# the perf tables (timed on reference implementations) do not: FlashMLA / FlashInfer attention, custom
+# all-reduce, fused MoE. EngineProfile has no such field; the report says what they would buy.
+KERNEL_FAMILIES = {
+    "AttentionDecode": "attention_scale",
+    "AttentionPrefill": "attention_scale",
+    "MlaDecode": "attention_scale",
+    "MlaPrefill": "attention_scale",
+    "Dsv4Context": "attention_scale",
+    "Dsv4Generation": "attention_scale",
+    "Comm": "comm_scale",
+    "Moe": "moe_scale",
+    "Gemm": "gemm_scale",
+}
+KERNEL_TERMS = tuple(sorted(set(KERNEL_FAMILIES.values())))
+BOUNDS.update({name: (0.1, 10.0) for name in KERNEL_TERMS})

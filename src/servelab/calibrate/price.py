@@ -1,0 +1,145 @@
+"""Pricing a measured case with servelab's predictor at given engine parameters.
+
+Modes: `aggregated` runs the discrete-event aggregated-serving simulator at the row's concurrency (closed
+loop, as the rows were measured); `static` prices one prefill of `concurrency` prompts and the mean decode
+step of that batch.
+"""
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from typing import cast
+
+from servelab.calibrate.params import KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
+from servelab.calibrate.rows import ENGINES, Case
+from servelab.errors import ServelabError
+from servelab.perfdb.db import PerfDB, perfdb_for
+from servelab.perfdb.keys import OpKey
+from servelab.perfdb.latency import OpLatency
+from servelab.predict.backends import BACKENDS, EngineProfile
+from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.static import estimate_static
+from servelab.specs import SystemSpec
+
+MODES = ("auto", "static", "aggregated")
+# How the rows were measured, as the simulator replays it: `vllm bench serve`-style closed loop that starts
+# from an idle engine (the first `concurrency` requests arrive together) and counts every request, with
+# num_prompts = PROMPTS_PER_CONCURRENCY x concurrency (InferenceX's convention). 0 replays the simulator's own
+# steady state instead (a warm-up wave excluded).
+PROMPTS_PER_CONCURRENCY = 10
+# Real benchmarks draw request lengths from a range (InferenceX: random-range-ratio 0.8), so clients fall out
+# of step, and a closed loop of identical requests stays in lockstep (every wave prefills together): each
+# request's input and output lengths are drawn from U[1 - s, 1 + s] x the row's (mean kept), seeded per
+# request.
+LENGTH_SPREAD = 0.2
+MAX_SCALED_DBS = 64  # kernel-factor trials kept per pricer; the Nelder-Mead simplex revisits only recent ones
+
+
+def pick_mode(mode: str) -> str:
+    """`auto` is the aggregated simulator (the static model stays available on request)."""
+    return "aggregated" if mode == "auto" else mode
+
+
+@cache
+def base_profiles() -> dict[str, EngineProfile]:
+    """Engine profiles from engines.json alone: fitting starts from the documented defaults, and an existing
+    calibrated.json must not leak into the fit."""
+    data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
+    return {n: EngineProfile(name=n, source="documented defaults", **data[n]) for n in BACKENDS}
+
+
+def defaults() -> dict[str, dict[str, float]]:
+    return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
+
+
+class ScaledDB:
+    """A PerfDB whose answers are scaled per op family (the only method the predictor calls is query)."""
+
+    def __init__(self, db: PerfDB, scales: dict[str, float]):
+        self.db, self.system = db, db.system
+        self.factor = {cls: scales.get(name, 1.0) for cls, name in KERNEL_FAMILIES.items()}
+
+    def query(self, key: OpKey) -> OpLatency:
+        lat = self.db.query(key)
+        f = self.factor.get(type(key).__name__, 1.0)
+        return lat if f == 1.0 else lat.scaled(f)
+
+
+class Pricer:
+    """(ttft_ms, tpot_ms) servelab predicts for a case with given engine parameters, in one mode.
+
+    `tables`: one PerfDB for every engine (default: each engine's own tables, the roofline where it has
+    none)."""
+
+    def __init__(
+        self,
+        system: SystemSpec,
+        mode: str,
+        prompts_per_concurrency: int = PROMPTS_PER_CONCURRENCY,
+        length_spread: float = LENGTH_SPREAD,
+        tables: PerfDB | None = None,
+    ):
+        self.system, self.mode, self.tables = system, pick_mode(mode), tables
+        self.prompts_per_concurrency, self.length_spread = prompts_per_concurrency, length_spread
+        self._scaled: dict[tuple, ScaledDB] = {}
+
+    def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
+        engine = base_profiles()[case.backend].model_copy(
+            update={k: v for k, v in params.items() if k in PARAMS}
+        )
+        extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
+        db = self._db(params, case.backend)
+        if self.mode == "aggregated":
+            k = self.prompts_per_concurrency
+            wl = None
+            if k:
+                wl = Workload(
+                    isl=case.isl,
+                    osl=case.osl,
+                    concurrency=case.concurrency,
+                    warmup=0,
+                    num_requests=k * case.concurrency,
+                    range_ratio=self.length_spread,
+                )
+            agg = estimate_aggregated(
+                case.model,
+                self.system,
+                case.parallel,
+                engine,
+                case.concurrency,
+                case.isl,
+                case.osl,
+                db=db,
+                workload=wl,
+            )
+            return agg.ttft_ms + extra, agg.tpot_ms
+        static = estimate_static(
+            case.model, self.system, case.parallel, engine, case.concurrency, case.isl, case.osl, db=db
+        )
+        return static.ttft_ms + extra, static.tpot_ms
+
+    def _db(self, params: dict[str, float], backend: str) -> PerfDB | None:
+        scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)
+        if not scales:
+            return self.tables
+        key = (backend, scales)
+        if key not in self._scaled:
+            if len(self._scaled) > MAX_SCALED_DBS:
+                self._scaled.clear()
+            self._scaled[key] = ScaledDB(self.tables or perfdb_for(self.system, backend), dict(scales))
+        return cast(PerfDB, self._scaled[key])  # answers query() as a PerfDB does
+
+
+def usable(cases: list[Case], price: Pricer, skipped: dict[str, int]) -> list[Case]:
+    """Cases servelab can price at the default parameters; the others are counted with servelab's reason."""
+    kept = []
+    for case in cases:
+        try:
+            price(case, {})
+        except ServelabError as e:
+            reason = "servelab refuses: " + re.sub(r"\d+(\.\d+)?", "N", str(e))[:110]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        kept.append(case)
+    return kept

@@ -1,0 +1,159 @@
+"""Measured rows (AIConfigurator's silicon_sample.csv) mapped onto servelab's specs, one Case per usable
+row."""
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
+
+ENGINES = ("vllm", "sglang", "trtllm")
+# checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
+ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
+GPUS_PER_NODE = 8
+
+
+@dataclass
+class Case:
+    """One measured point, mapped onto servelab's specs."""
+
+    row_id: str
+    family: str  # the embedded model name: the unit left out in cross-validation
+    backend: str
+    version: str
+    model: ModelSpec
+    parallel: Parallel
+    concurrency: int
+    isl: int
+    osl: int
+    ttft_ms: float
+    tpot_ms: float
+    note: str = ""
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(row: dict, key: str, default: float | None = None) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text or text.lower() == "nan":
+        return default
+    return float(text)
+
+
+def _int(row: dict, key: str, default: float | None = None) -> int:
+    value = _num(row, key, default)
+    if value is None:
+        raise ValueError(f"no {key}")
+    return int(value)
+
+
+def concurrency_of(row: dict) -> int:
+    m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    return int(m.group(1)) if m else _int(row, "batch_size", 1)
+
+
+def parallel_of(row: dict, is_moe: bool = True) -> tuple[Parallel, str]:
+    """servelab's Parallel for a row, and a note when the row's fields had to be read another way.
+
+    AIConfigurator writes tp x attention_dp GPUs for attention and moe_tp x moe_ep for MoE layers; both must
+    count the same GPUs. Some rows write tp_size = tp x ep (64 = 8 x 8 on one 8-GPU node; 16 = 4 x 4 where the
+    row id says tp4_ep4): those read as tp = moe_tp, ep = moe_ep. Rows whose counts disagree otherwise are
+    refused (for example tp 1 with moe_tp 2 for a 235B model that cannot fit one GPU). Dense models have no
+    MoE split: their moe fields are ignored."""
+    tp = _int(row, "tp_size", 1)
+    dp = _int(row, "attention_dp_size", 1)
+    moe_tp = _int(row, "moe_tp_size", tp * dp)
+    moe_ep = _int(row, "moe_ep_size", 1)
+    pp = _int(row, "pp_size", 1)
+    note = ""
+    if not is_moe:
+        return Parallel(tp=tp * dp, pp=pp), note
+    attn_gpus, moe_gpus = tp * dp, moe_tp * moe_ep
+    if attn_gpus > GPUS_PER_NODE and moe_tp == moe_ep and attn_gpus == moe_gpus:
+        note = f"tp_size {attn_gpus} read as tp {moe_tp} x ep {moe_ep}"
+        return Parallel(tp=moe_tp, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
+    if attn_gpus != moe_gpus:
+        raise ValueError(f"attention on {attn_gpus} GPUs but MoE on {moe_gpus}")
+    return Parallel(tp=attn_gpus, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
+
+
+def model_of(row: dict) -> ModelSpec:
+    """The ModelSpec of a row at the precision it was measured with, or raise ValueError (not embedded)."""
+    path = row["model_path"].strip()
+    checkpoint, weights = ALIASES.get(path.lower(), (path, None))
+    try:
+        model = load_model(checkpoint)
+    except ServelabError:
+        raise ValueError(f"model {path} is not embedded") from None
+    gemm = (weights or row.get("gemm_quant_mode") or "").strip()
+    # the row's GEMM precision overrides a BF16 checkpoint (measured with FP8 quantization); a checkpoint that
+    # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
+    if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
+        model = load_model(checkpoint, weight_dtype=gemm)
+    elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
+        raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
+    return model
+
+
+def to_case(row: dict) -> Case:
+    if row.get("mode", "agg") != "agg":
+        raise ValueError(f"mode {row.get('mode')} (only aggregated rows are fitted)")
+    backend = row["backend"].strip()
+    if backend not in ENGINES:
+        raise ValueError(f"backend {backend}")
+    model = model_of(row)
+    parallel, note = parallel_of(row, model.is_moe)
+    load_system(row["system"])
+    return Case(
+        row_id=row["id"],
+        family=model.name,
+        backend=backend,
+        version=row.get("backend_version") or "?",
+        model=model,
+        parallel=parallel,
+        concurrency=concurrency_of(row),
+        isl=_int(row, "isl"),
+        osl=_int(row, "osl"),
+        ttft_ms=float(row["silicon_ttft_ms"]),
+        tpot_ms=float(row["silicon_tpot_ms"]),
+        note=note,
+    )
+
+
+def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:
+    """Map the rows of one system; count the rows left out by reason."""
+    cases: list[Case] = []
+    skipped: dict[str, int] = {}
+    seen = set()
+    for row in rows:
+        if row.get("system") != system:
+            continue
+        try:
+            case = to_case(row)
+        except ValueError as e:
+            reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        # the same measurement appears under two sources (a database dump and a CSV export): count it once
+        same = (
+            case.backend,
+            case.family,
+            case.parallel,
+            case.isl,
+            case.osl,
+            case.concurrency,
+            case.ttft_ms,
+            case.tpot_ms,
+        )
+        if same in seen:
+            why = "duplicate of another row (same engine, model, parallel, load and measured values)"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        seen.add(same)
+        cases.append(case)
+    return cases, skipped

@@ -1,0 +1,143 @@
+"""`servelab calibrate`: fit engine profiles (predict/data/calibrated.json) and a system's roofline
+efficiencies (perfdb/data/efficiencies.json). Thin: parse flags into options, call servelab.calibrate."""
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from servelab.calibrate.calibration_file import CALIBRATED
+from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
+from servelab.calibrate.params import TTFT_TERMS
+from servelab.calibrate.price import LENGTH_SPREAD, MODES, PROMPTS_PER_CONCURRENCY
+from servelab.calibrate.roofline import fit_roofline, write_efficiencies
+from servelab.errors import ServelabError
+
+app = typer.Typer(no_args_is_help=True, help="Fit engine profiles and roofline efficiencies to measurements.")
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def _ttft_terms(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    names = list(TTFT_TERMS) if value == "all" else value.split(",")
+    unknown = [n for n in names if n not in TTFT_TERMS]
+    if unknown:
+        raise ServelabError(
+            f"--ttft-terms: unknown {', '.join(unknown)}; expected all or some of {', '.join(TTFT_TERMS)}"
+        )
+    return tuple(names)
+
+
+def _argv(group: str) -> tuple[str, ...]:
+    """The arguments after `calibrate GROUP`, recorded in the written file as the command that made it."""
+    args = sys.argv[1:]
+    at = next((i for i in range(len(args) - 1) if args[i : i + 2] == ["calibrate", group]), None)
+    return tuple(args[at + 2 :]) if at is not None else ()
+
+
+@app.command()
+def engines(
+    system: str = typer.Option("h200_sxm", "--system"),
+    mode: str = typer.Option(
+        "auto", "--mode", help=f"{', '.join(MODES)}: auto prices rows with the aggregated simulator."
+    ),
+    iters: int = typer.Option(
+        300, "--iters", help="Nelder-Mead iterations per fit (on the linearized predictor)"
+    ),
+    csv: Path | None = typer.Option(
+        None, "--csv", help="use this silicon_sample.csv instead of installing the package"
+    ),
+    limit: int = typer.Option(0, "--limit", help="fit on at most this many rows per engine (quick runs)"),
+    prompts_per_concurrency: int = typer.Option(
+        PROMPTS_PER_CONCURRENCY,
+        "--prompts-per-concurrency",
+        help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
+        "engine (0: the simulator's steady state)",
+    ),
+    length_spread: float = typer.Option(
+        LENGTH_SPREAD,
+        "--length-spread",
+        help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)",
+    ),
+    ttft_terms: str | None = typer.Option(
+        None,
+        "--ttft-terms",
+        metavar="NAMES",
+        help="also fit per-request TTFT terms the step model lacks: all, or a comma list of "
+        f"{', '.join(TTFT_TERMS)} (reports what they would buy; never writes calibrated.json)",
+    ),
+    kernel_terms: bool = typer.Option(
+        False,
+        "--kernel-terms",
+        help="also fit a kernel-time factor per op family (attention, comm, MoE, GEMM) per engine "
+        "(reports what they would buy; never writes calibrated.json)",
+    ),
+    tables: str = typer.Option(
+        "own",
+        "--tables",
+        help="own: each engine's own tables, the roofline where it has none (what servelab does); "
+        "torch: the torch backend's tables for every engine (what servelab did before)",
+    ),
+    summary: Path | None = typer.Option(
+        None, "--summary", help="write the summary (errors, parameters) as JSON here"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="report, write nothing"),
+    out: Path = typer.Option(CALIBRATED, "--out"),
+    report: Path | None = typer.Option(
+        None, "--report", help="write the per-row predictions and errors as JSON here"
+    ),
+    aic: bool = typer.Option(
+        False,
+        "--aic",
+        help="also run AIConfigurator's own estimate of the same rows (about 1-4 s a row; cached)",
+    ),
+) -> None:
+    """Fit each engine's overhead parameters on measured end-to-end TTFT / TPOT (AIConfigurator's
+    silicon_sample.csv), cross-validated leaving one model out; write the fits that transfer."""
+    if mode not in MODES:
+        raise ServelabError(f"--mode: {mode}; expected one of {', '.join(MODES)}")
+    if tables not in ("own", "torch"):
+        raise ServelabError(f"--tables: {tables}; expected own or torch")
+    opts = EngineFitOptions(
+        system=system,
+        mode=mode,
+        iters=iters,
+        csv=csv,
+        limit=limit,
+        prompts_per_concurrency=prompts_per_concurrency,
+        length_spread=length_spread,
+        ttft_terms=_ttft_terms(ttft_terms),
+        kernel_terms=kernel_terms,
+        tables=tables,
+        summary=summary,
+        dry_run=dry_run,
+        out=out,
+        report=report,
+        aic=aic,
+        argv=_argv("engines"),
+    )
+    calibrate_engines(opts, echo=_echo)
+
+
+@app.command()
+def roofline(
+    system: str = typer.Option("h200_sxm", "--system"),
+    tables: Path | None = typer.Option(
+        None, "--tables", help="table directory (default: the one servelab uses for the system)"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the fit, do not write efficiencies.json"),
+) -> None:
+    """Fit a system's roofline efficiencies to its collected perf tables; print the entry (JSON) and write it
+    to efficiencies.json."""
+    name, entry = fit_roofline(
+        system, tables, argv=_argv("roofline"), note=lambda line: print(line, file=sys.stderr)
+    )
+    print(json.dumps(entry, indent=1))
+    if not dry_run:
+        write_efficiencies(name, entry)
+        print(f"wrote efficiencies.json for {name}", file=sys.stderr)
