@@ -1,8 +1,5 @@
 """The aggregated-serving simulator: against hand-computable cases, queueing laws, and the engine features."""
 
-import math
-import time
-
 import pytest
 
 from servelab.errors import ServelabError
@@ -162,21 +159,10 @@ def test_dp_attention_spreads_requests_over_ranks():
     assert sim.stats.decode_token_steps / sim.stats.decode_steps <= 8.01
 
 
-def test_thousand_requests_simulate_in_milliseconds():
-    """The claim is a few milliseconds on a quiet core; the bound here leaves room for a loaded CI machine."""
-    wl = Workload(isl=1000, osl=200, concurrency=64, num_requests=1000)
-    _sim(wl)  # prices the step shapes once
-    engine = engine_profile("vllm")
-    mem = prepare(QWEN, SYS, TP2, engine.max_num_batched_tokens)
-    pricer = StepPricer(QWEN, TP2, engine, DB)
-    simulate(QWEN, TP2, engine, mem, wl, pricer)
-    best = math.inf
-    for _ in range(3):
-        t = time.perf_counter()
-        sim = simulate(QWEN, TP2, engine, mem, wl, pricer)
-        best = min(best, time.perf_counter() - t)
+def test_thousand_requests_simulate():
+    """All 1,000 requests finish; how fast is a benchmark (benchmarks/speed.py), not a test."""
+    sim = _sim(Workload(isl=1000, osl=200, concurrency=64, num_requests=1000))
     assert sim.requests >= 1000
-    assert best < 0.1, f"1,000 requests took {best * 1000:.1f} ms"
 
 
 def test_estimate_aggregated_keeps_static_fields_and_adds_percentiles():

@@ -1,0 +1,84 @@
+"""servelab's own speed claims, measured in one run and printed as a ratio against each target.
+
+    python benchmarks/speed.py [--repeats 5]
+
+Targets (design.md): a thousand simulated requests in a few milliseconds (target 10 ms), a perf-table lookup
+in under 20 us, a whole default plan in about a second. Run it on a quiet machine: these are wall-clock
+figures, which is why they live here and not in the tests.
+"""
+
+import argparse
+import random
+import time
+
+from servelab.perfdb import keys
+from servelab.perfdb.db import perfdb_for
+from servelab.predict.backends import engine_profile
+from servelab.predict.plan import PlanRequest, make_plan
+from servelab.predict.serving import StepPricer, Workload, simulate
+from servelab.predict.static import prepare
+from servelab.specs import Parallel, load_model, load_system
+
+SIM_TARGET_MS = 10.0
+LOOKUP_TARGET_US = 20.0
+PLAN_TARGET_S = 1.0
+
+
+def best_of(repeats: int, fn) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def simulate_thousand(repeats: int) -> float:
+    system, model, parallel = load_system("h200_sxm"), load_model("qwen3-32b"), Parallel(tp=2)
+    engine = engine_profile("vllm")
+    mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
+    pricer = StepPricer(model, parallel, engine, perfdb_for(system))
+    workload = Workload(isl=1000, osl=200, concurrency=64, num_requests=1000)
+    simulate(model, parallel, engine, mem, workload, pricer)  # prices the step shapes once
+    return best_of(repeats, lambda: simulate(model, parallel, engine, mem, workload, pricer)) * 1e3
+
+
+def lookup_us(repeats: int) -> float:
+    tables = perfdb_for(
+        load_system("h200_sxm")
+    ).tables  # the shipped tables, without the PerfDB's answer cache
+    rng = random.Random(1)
+    queries = [keys.Gemm(rng.randint(1, 30000), rng.choice([4096, 8192, 5000]), 4096) for _ in range(3000)]
+    queries += [
+        keys.AttentionDecode(rng.randint(1, 256), rng.randint(64, 40000), 32, 8, 128) for _ in range(3000)
+    ]
+    for query in queries[:50]:
+        tables.lookup(query)  # builds the interpolation groups once
+
+    def run():
+        for query in queries:
+            tables.lookup(query)
+
+    return best_of(repeats, run) / len(queries) * 1e6
+
+
+def plan_s(repeats: int) -> float:
+    make_plan(PlanRequest())  # warm imports and tables
+    return best_of(repeats, lambda: make_plan(PlanRequest()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rows = [
+        ("simulate 1,000 requests (ms)", simulate_thousand(args.repeats), SIM_TARGET_MS),
+        ("perf-table lookup (us)", lookup_us(args.repeats), LOOKUP_TARGET_US),
+        ("default plan, in-process (s)", plan_s(max(1, args.repeats // 2)), PLAN_TARGET_S),
+    ]
+    for name, value, target in rows:
+        print(f"{name:32s} {value:10.3f}   target {target:g}   ratio {value / target:.2f}")
+
+
+if __name__ == "__main__":
+    main()
