@@ -174,10 +174,9 @@ def test_default_tables_come_from_the_search_path(table_dir, h200, monkeypatch):
     assert ts.lookup(keys.Gemm(512, 4096, 4096)).source == "measured"
 
 
-def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypatch, tmp_path):
+def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypatch, tmp_path, request):
     """The synthetic tables sit under torch/: the torch backend reads them, an engine backend gets the roofline
     (the engines run other kernels than the ones torch's tables time) until tables collected with it exist."""
-    from servelab.perfdb import db as db_mod
     from servelab.perfdb import tables as tables_mod
     from servelab.perfdb.db import PerfDB
 
@@ -185,9 +184,8 @@ def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypat
         "servelab ships no vLLM tables; this test assumes none"
     )
     key = keys.Gemm(512, 4096, 4096)
-    monkeypatch.setattr(
-        db_mod, "_DEFAULT_TABLES", {}
-    )  # the per-process cache; this test changes the search path
+    PerfDB.clear_shared()  # the per-process cache; this test changes the search path
+    request.addfinalizer(PerfDB.clear_shared)
     monkeypatch.setenv(tables_mod.ENV_PATH, str(table_dir.parents[2]))
     assert tables_mod.load_default_tables(h200, "torch").dir == table_dir
     assert PerfDB(h200, backend="torch").query(key).source == "measured"
@@ -199,7 +197,7 @@ def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypat
     for f in table_dir.glob("*.parquet"):
         (engine_dir / f.name).write_bytes(f.read_bytes())
     monkeypatch.setenv(tables_mod.ENV_PATH, str(tmp_path))
-    db_mod._DEFAULT_TABLES.clear()
+    PerfDB.clear_shared()
     assert tables_mod.load_default_tables(h200, "vllm").dir == engine_dir
     assert PerfDB(h200, backend="vllm").query(key).source == "measured"
 

@@ -3,6 +3,7 @@ error instead of a confident number. The prediction hot path never calls this; u
 
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import OpKey
+from servelab.specs.dtypes import parse_dtype
 
 # generous upper bounds per field: beyond these no real deployment's rank-local shape lies
 MAX = {
@@ -32,8 +33,6 @@ MAX = {
 
 def check_key(key: OpKey) -> OpKey:
     """The key with dtype aliases normalised; ServelabError naming the field for anything out of range."""
-    from servelab.specs.dtypes import parse_dtype
-
     op = key.op
     for field, value in key._asdict().items():
         limit = MAX.get(field)

@@ -2,19 +2,21 @@
 
 A query resolves, in order: exact hit (measured; band = the measurement's p10-p90 widened to run-to-run
 repeatability), interpolation between collected points (band = the table's leave-one-out error quantiles),
-held utilisation beyond the data (extrapolated; band from leave-boundary-out errors, widened with the distance),
-borrowing from the nearest collected shape (another (n, k), other heads, or another model's bucket, which the
-note says), and, where the table has nothing, the roofline (PerfDB's fallback).
+held utilisation beyond the data (extrapolated; band from leave-boundary-out errors, widened with the
+distance), borrowing from the nearest collected shape (another (n, k), other heads, or another model's bucket,
+which the note says), and, where the table has nothing, the roofline (PerfDB's fallback).
 
-Files are found at construction (a directory listing) and read on the first query of their family, so a process
-that never asks for MoE never reads the MoE table. A malformed or corrupt file is skipped with a warning and the
-roofline answers for its ops, saying which file was skipped and why.
+Files are found at construction (a directory listing) and read on the first query of their family, so a
+process that never asks for MoE never reads the MoE table. A malformed or corrupt file is skipped with a
+warning and the roofline answers for its ops, saying which file was skipped and why.
 """
 
+import json
 import logging
 import math
 import os
 import re
+from importlib import resources
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -23,6 +25,7 @@ from servelab.perfdb.interpolate import Index
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
+from servelab.perfdb.store import read_table
 
 log = logging.getLogger("servelab.perfdb")
 
@@ -41,8 +44,6 @@ ENV_PATH = "SERVELAB_PERFDB_PATH"
 
 
 def data_root() -> Path:
-    from importlib import resources
-
     return Path(str(resources.files("servelab.perfdb") / "data"))
 
 
@@ -81,8 +82,6 @@ class TableSet:
         idx = None
         path = self.files.get(family)
         if path is not None:
-            from servelab.perfdb.store import read_table
-
             try:
                 data = read_table(path)
             except ServelabError as e:
@@ -193,8 +192,6 @@ class TableSet:
 
 def _modelled_from(idx, row: int) -> str:
     """The collector's own account of how a modelled row was made (its `modelled_from` extra)."""
-    import json
-
     extra = idx.data.extra
     if extra is None:
         return ""
