@@ -7,10 +7,12 @@ import json
 import pytest
 
 from servelab.collect import accept, cases, modelled
-from servelab.collect.campaign import CampaignConfig, make_plan, repeat_sample, run
+from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
 from servelab.collect.executors import LocalExecutor
 from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_backend
+from servelab.collect.repeat import compare
 from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.errors import ServelabError
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
 from servelab.specs import load_model, load_system
 
@@ -89,7 +91,7 @@ def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
     rows = store.rows()
     assert report["ok"], report
     ids = [key_id(key_from_row(r)) for r in rows]
-    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace()).keys)
+    assert len(ids) == len(set(ids)) == len(plan_campaign(cfg._replace()).keys)
     assert all({"latency_us", "p10_us", "p90_us", "reps", "backend"} <= set(r) for r in rows)
     comm = store.rows("allreduce")
     assert comm and all(r["gpus"] == 2 for r in comm if r["source"] == "measured")
@@ -112,13 +114,13 @@ def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
         f.write('{"m": 1, "n": 2')  # a half-written line
     _, report, store = _run(tmp_path)
     ids = [key_id(key_from_row(r)) for r in store.rows()]
-    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace(limit=None)).keys)
+    assert len(ids) == len(set(ids)) == len(plan_campaign(cfg._replace(limit=None)).keys)
     assert report["ok"]
 
 
 def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
-    victim = next(k for k in make_plan(cfg).keys if isinstance(k, Gemm))
+    victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, Gemm))
     monkeypatch.setenv(FAIL_ENV, f"gemm:m={victim.m}")
     _, report, store = _run(tmp_path)
     errors = store.errors()
@@ -136,7 +138,7 @@ def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path,
 
 def test_a_worker_that_dies_is_replaced(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
-    victim = next(k for k in make_plan(cfg).keys if isinstance(k, AttentionDecode))
+    victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, AttentionDecode))
     monkeypatch.setenv(CRASH_ENV, f"attention_decode:batch={victim.batch}")
     _, report, store = _run(tmp_path)
     crashed = [e for e in store.errors() if e["error_class"] == "worker_crash"]
@@ -258,3 +260,28 @@ def test_store_key_roundtrip(tmp_path):
     store.add_row(key, {"latency_us": 5.0, "p10_us": 4.0, "p90_us": 6.0, "reps": 15})
     assert key_from_row(store.rows("moe")[0]) == key
     assert store.done_ids() == {key_id(key)}
+
+
+def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
+    from typer.testing import CliRunner
+
+    from servelab.cli.main import app
+
+    result = CliRunner().invoke(app, ["collect", "--dry-run", "--executor", "rey", "--out", str(tmp_path)])
+    assert isinstance(result.exception, ServelabError)
+    assert "did you mean ray" in str(result.exception) and "local, ray" in str(result.exception)
+
+
+def test_repeat_campaign_compares_key_by_key(tmp_path):
+    """A campaign measured again gives zero spread against itself; the CLI prints the same comparison."""
+    from typer.testing import CliRunner
+
+    from servelab.cli.main import app
+
+    cfg, _, store = _run(tmp_path)
+    again = compare(cfg.out, cfg.out)
+    assert again["all"]["n"] == len(store.rows()) and again["all"]["abs_median_pct"] == 0.0
+    assert set(again["per_op"]) == {r["op"] for r in store.rows()}
+    result = CliRunner().invoke(app, ["db", "compare-repeat", str(cfg.out), str(cfg.out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == again

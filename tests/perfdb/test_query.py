@@ -6,8 +6,10 @@ import time
 import pytest
 import synth
 
+from servelab.errors import ServelabError
 from servelab.perfdb import keys
-from servelab.perfdb.db import PerfDB
+from servelab.perfdb.db import BoundedCache, PerfDB
+from servelab.specs import load_system
 
 
 def rel(a, b):
@@ -193,3 +195,20 @@ def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, 
     assert lat.source == "interpolated"
     truth = 1.3 * reference_fn(h200)(query) + 3.0
     assert rel(lat.us, truth) < 0.08
+
+
+def test_shared_perfdbs_are_bounded_and_cleared():
+    cache: BoundedCache[int, str] = BoundedCache(2)
+    for i in range(3):
+        assert cache.get(i, lambda i=i: str(i)) == str(i)
+    assert len(cache) == 2 and cache.get(0, lambda: "made again") == "made again"
+    h200 = load_system("h200_sxm")
+    db = PerfDB.shared(h200)
+    assert PerfDB.shared(h200) is db
+    PerfDB.clear_shared()
+    assert PerfDB.shared(h200) is not db
+
+
+def test_unknown_op_lists_the_known_ones():
+    with pytest.raises(ServelabError, match=r"unknown op 'gemmm' \(did you mean gemm\?\); known ops: gemm, "):
+        keys.key_from_dict("gemmm", {})
