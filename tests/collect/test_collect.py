@@ -1,11 +1,16 @@
 """CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
-crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands in
-for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
+crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands
+in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
+from typer.testing import CliRunner
 
+from servelab.cli.main import app
 from servelab.collect import accept, cases, modelled
 from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
 from servelab.collect.executors import LocalExecutor
@@ -14,7 +19,8 @@ from servelab.collect.repeat import compare
 from servelab.collect.store import CampaignStore, key_from_row, key_id
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
-from servelab.specs import load_model, load_system
+from servelab.predict.graph import StepShape, step_ops
+from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
 
@@ -29,8 +35,6 @@ def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
 
 def test_model_keys_are_what_the_predictor_asks_for():
     """Every key step_ops gives for a planned shape is in the plan: tp 1..8, ep and dp_attn variants."""
-    from servelab.predict.graph import StepShape, step_ops
-    from servelab.specs import Parallel
 
     model = cases.planning_model("qwen3-30b-a3b", H200)
     keys = set(cases.model_keys(model))
@@ -74,8 +78,6 @@ def test_plan_interleaves_ops_and_smoke_is_small():
 
 
 def test_expand_ops_families_and_unknown():
-    from servelab.errors import ServelabError
-
     assert cases.expand_ops(["attention,comm"]) >= {
         "attention_prefill",
         "attention_decode",
@@ -105,8 +107,8 @@ def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
 
 
 def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
-    """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short by
-    a kill is ignored and that key measured again."""
+    """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short
+    by a kill is ignored and that key measured again."""
     cfg, _, store = _run(tmp_path, limit=4)
     assert len(store.rows()) == 4
     path = next(store.rows_dir.glob("*.jsonl"))
@@ -202,10 +204,6 @@ def test_repeat_sample_spans_every_op(tmp_path):
 
 
 def test_cli_dry_run_prints_the_estimate_first(tmp_path):
-    from typer.testing import CliRunner
-
-    from servelab.cli.main import app
-
     result = CliRunner().invoke(
         app,
         [
@@ -225,9 +223,6 @@ def test_cli_dry_run_prints_the_estimate_first(tmp_path):
 
 
 def test_cli_without_gpu_is_a_clean_error(tmp_path):
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-m", "servelab.cli.main", "collect", "--smoke", "--out", str(tmp_path / "c")],
         capture_output=True,
@@ -239,8 +234,6 @@ def test_cli_without_gpu_is_a_clean_error(tmp_path):
 
 
 def _no_torch_env():
-    import os
-
     env = dict(os.environ)
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -263,10 +256,6 @@ def test_store_key_roundtrip(tmp_path):
 
 
 def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
-    from typer.testing import CliRunner
-
-    from servelab.cli.main import app
-
     result = CliRunner().invoke(app, ["collect", "--dry-run", "--executor", "rey", "--out", str(tmp_path)])
     assert isinstance(result.exception, ServelabError)
     assert "did you mean ray" in str(result.exception) and "local, ray" in str(result.exception)
@@ -274,9 +263,6 @@ def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
 
 def test_repeat_campaign_compares_key_by_key(tmp_path):
     """A campaign measured again gives zero spread against itself; the CLI prints the same comparison."""
-    from typer.testing import CliRunner
-
-    from servelab.cli.main import app
 
     cfg, _, store = _run(tmp_path)
     again = compare(cfg.out, cfg.out)

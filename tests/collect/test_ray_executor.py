@@ -1,14 +1,14 @@
-"""The Ray executor on a local CPU cluster with the fake ops: shards of single-GPU keys as tasks, collectives on
-a placement group of one bundle per rank. Skipped, with the reason, where ray is not installed."""
+"""The Ray executor on a local CPU cluster with the fake ops: shards of single-GPU keys as tasks, collectives
+on a placement group of one bundle per rank. Skipped, with the reason, where ray is not installed."""
 
 import pytest
-
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
 
 from servelab.collect.campaign import CampaignConfig, plan_campaign, run
 from servelab.collect.executors import RayExecutor
 from servelab.collect.fakeops import fake_backend
 from servelab.collect.store import CampaignStore, key_from_row, key_id
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
 
 
 @pytest.fixture(scope="module")

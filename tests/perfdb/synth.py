@@ -1,5 +1,5 @@
-"""Synthetic collector campaigns from known analytic latency functions, so interpolation error can be asserted.
-These are test fixtures only: never merged into the shipped data."""
+"""Synthetic collector campaigns from known analytic latency functions, so interpolation error can be
+asserted. These are test fixtures only: never merged into the shipped data."""
 
 import json
 import math
@@ -23,8 +23,8 @@ def provenance(date: str = "2025-11-29T10:00:00Z", gpu: str = GPU) -> dict:
 
 
 def gemm_us(m: int, n: int, k: int) -> float:
-    """A smooth GEMM-like latency: launch floor + max(compute at 650 TF/s, weight/activation traffic at 4 TB/s),
-    blended so the knee is soft, with a mild wave in log m (kernel choice changing with m)."""
+    """A smooth GEMM-like latency: launch floor + max(compute at 650 TF/s, weight/activation traffic at 4
+    TB/s), blended so the knee is soft, with a mild wave in log m (kernel choice changing with m)."""
     compute = 2.0 * m * n * k / 650e12 * 1e6
     memory = (n * k * 2 + m * k * 2 + m * n * 2) / 4.0e12 * 1e6
     return 4.0 + (compute**3 + memory**3) ** (1 / 3) * (1.0 + 0.04 * math.sin(math.log2(m)))

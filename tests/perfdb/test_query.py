@@ -1,6 +1,7 @@
 """Query resolution against synthetic tables whose true latency is a known function."""
 
 import math
+import random
 import time
 
 import pytest
@@ -9,6 +10,9 @@ import synth
 from servelab.errors import ServelabError
 from servelab.perfdb import keys
 from servelab.perfdb.db import BoundedCache, PerfDB
+from servelab.perfdb.merge import merge
+from servelab.perfdb.reference import reference_fn
+from servelab.perfdb.tables import load_tables
 from servelab.specs import load_system
 
 
@@ -74,9 +78,6 @@ def test_comm_interpolates_in_log_bytes(tables):
 
 
 def test_dsv4_buckets_never_resolve_into_each_other_silently(table_dir, h200, tmp_path):
-    from servelab.perfdb.merge import merge
-    from servelab.perfdb.tables import load_tables
-
     # only V4-Flash (64 heads) is in the shared fixture: a V4-Pro query falls back and says so
     flash = load_tables(table_dir, h200)
     pro_q = keys.Dsv4Generation(128, 16, 4, 4096, "dsv4_csa_generation_module")
@@ -115,8 +116,6 @@ def test_every_answer_has_a_source_and_an_ordered_band(tables):
 
 
 def test_lookup_is_fast(tables):
-    import random
-
     random.seed(1)
     qs = list(
         {keys.Gemm(random.randint(1, 30000), random.choice([4096, 8192, 5000]), 4096) for _ in range(3000)}
@@ -140,7 +139,6 @@ def test_lookup_is_fast(tables):
 def _grid_rows(h200, keys_):
     """Rows whose latency is 1.3x the interpolation reference plus a 3 us floor: a smooth departure from the
     reference that interpolation should recover closely even from a coarse grid."""
-    from servelab.perfdb.reference import reference_fn
 
     ref = reference_fn(h200)
     return [
@@ -180,10 +178,6 @@ def _grid_rows(h200, keys_):
     ],
 )
 def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, query):
-    from servelab.perfdb.merge import merge
-    from servelab.perfdb.reference import reference_fn
-    from servelab.perfdb.tables import load_tables
-
     grid = make()
     camp = synth.write_campaign(tmp_path / "c", _grid_rows(h200, grid))
     into = tmp_path / "h200_sxm" / "torch" / "2.11"

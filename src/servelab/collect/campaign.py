@@ -51,7 +51,6 @@ class CampaignPlan(NamedTuple):
 
 
 def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
-
     system = load_system(cfg.system)
     models = list(cfg.models) or list_models()
     ops = cases.expand_ops(list(cfg.ops) or None)
@@ -219,7 +218,6 @@ def _add_modelled(store: CampaignStore, cfg: CampaignConfig) -> None:
 
 
 def _all_models() -> list[str]:
-
     return list_models()
 
 
@@ -236,7 +234,6 @@ def summary(report: dict) -> str:
 
 
 def _load_json(path: Path):
-
     if path.exists():
         try:
             return json.loads(path.read_text())

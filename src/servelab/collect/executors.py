@@ -41,7 +41,6 @@ class LocalExecutor:
         self.ctx = mp.get_context("spawn")
 
     def _start(self, index, backend, outbox):
-
         inbox = self.ctx.Queue()
         proc = self.ctx.Process(target=local_worker, args=(index, backend, inbox, outbox), daemon=True)
         proc.start()

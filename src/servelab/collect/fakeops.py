@@ -26,7 +26,6 @@ def _matches(key, spec: str) -> bool:
 
 
 def bench(key) -> dict:
-
     if _matches(key, os.environ.get(CRASH_ENV, "")):
         os._exit(3)
     if _matches(key, os.environ.get(FAIL_ENV, "")):

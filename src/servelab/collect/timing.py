@@ -133,7 +133,6 @@ def time_op(
 
 
 def _eager_estimate(run, sets) -> float:
-
     for i in range(2):
         run(*sets[i % len(sets)])
     n, samples = 5, []

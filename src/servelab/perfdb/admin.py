@@ -12,12 +12,10 @@ from servelab.specs import list_systems, load_system
 
 
 def _systems(system: str | None):
-
     return [load_system(system)] if system else [load_system(s) for s in list_systems()]
 
 
 def status_report(system: str | None = None) -> list[dict]:
-
     out = []
     for spec in _systems(system):
         for i, d in enumerate(table_dirs(spec.name)):
@@ -81,7 +79,6 @@ def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | Non
 
 
 def _validate_campaign(directory: Path) -> str | None:
-
     try:
         prov, rows, _, problems = read_campaign(directory)
     except ServelabError as e:

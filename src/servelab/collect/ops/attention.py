@@ -18,7 +18,6 @@ BACKEND_ORDER = ("cudnn", "flash", "efficient", "math")
 
 
 def _sdpa_backends():
-
     return {
         "cudnn": SDPBackend.CUDNN_ATTENTION,
         "flash": SDPBackend.FLASH_ATTENTION,
@@ -43,7 +42,6 @@ def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
 
 
 def prefill_variants(key) -> tuple[list[Variant], int]:
-
     b, s, h, kvh, d, w = key.batch, key.seq, key.heads, key.kv_heads, key.head_dim, key.window
     gqa = h != kvh
     if not w or s <= w:
@@ -72,7 +70,6 @@ def prefill_variants(key) -> tuple[list[Variant], int]:
 
 
 def decode_variants(key) -> tuple[list[Variant], int]:
-
     b, h, kvh, d = key.batch, key.heads, key.kv_heads, key.head_dim
     L = min(key.kv_len, key.window) if key.window else key.kv_len
     gqa = h != kvh

@@ -15,7 +15,6 @@ from servelab.perfdb.ops import OpName
 
 
 def bench(key, rank: int, group) -> dict:
-
     g = key.gpus
     n = max(g, key.bytes // 2 // g * g)  # elements, divisible by the group size
 

@@ -28,12 +28,10 @@ def rand(*shape, dtype=None, scale: float = 1.0):
 
 
 def rand_fp8(*shape):
-
     return (torch.randn(*shape, device=DEVICE) * 0.5).to(torch.float8_e4m3fn)
 
 
 def rand_scale(*shape):
-
     return torch.rand(*shape, device=DEVICE, dtype=torch.float32) * 0.01 + 0.001
 
 

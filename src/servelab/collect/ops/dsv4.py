@@ -40,7 +40,6 @@ def _topk(native_heads: int) -> int:
 
 
 def _rms(x, eps: float = 1e-6):
-
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
 

@@ -9,7 +9,6 @@ from servelab.collect.timing import time_op
 
 
 def bench(key) -> dict:
-
     n = max(1, key.bytes // 4)
 
     def make():

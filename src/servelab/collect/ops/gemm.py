@@ -9,7 +9,6 @@ from servelab.collect.timing import time_op
 
 
 def variants(key) -> list[Variant]:
-
     m, n, k = key.m, key.n, key.k
     if key.dtype in ("bf16", "fp16"):
         dt = torch.bfloat16 if key.dtype == "bf16" else torch.float16

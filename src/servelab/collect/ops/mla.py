@@ -15,7 +15,6 @@ LATENT, ROPE, NOPE, V = 512, 64, 128, 128
 
 
 def bench_prefill(key) -> dict:
-
     b, s, h = key.batch, key.seq, key.heads
 
     def make():
@@ -31,7 +30,6 @@ def bench_prefill(key) -> dict:
 
 
 def bench_decode(key) -> dict:
-
     b, L, h = key.batch, key.kv_len, key.heads
     width = LATENT + ROPE
     scale = 1.0 / (NOPE + ROPE) ** 0.5

@@ -48,7 +48,6 @@ def local_counts(key) -> tuple[list[int], float]:
 
 
 def bench(key) -> dict:
-
     if key.experts % key.ep:
         raise Unsupported(f"{key.experts} experts do not divide over ep {key.ep}")
     counts, share = local_counts(key)

@@ -12,7 +12,6 @@ from servelab.collect.ops.common import Unsupported
 
 
 def init_worker(device_index: int) -> None:
-
     torch.cuda.set_device(device_index)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -44,7 +43,6 @@ def classify(exc: BaseException) -> str:
 
 
 def after_error() -> None:
-
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -76,19 +74,16 @@ def init_comm(rank: int, world: int, port: int, sizes) -> dict:
 
 
 def barrier() -> None:
-
     dist.barrier()
 
 
 def close_comm() -> None:
-
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
 
 
 def facts() -> dict:
-
     props = torch.cuda.get_device_properties(0)
     nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
     return {
@@ -106,7 +101,6 @@ def facts() -> dict:
 
 
 def _version(name: str):
-
     try:
         return version(name)
     except PackageNotFoundError:
