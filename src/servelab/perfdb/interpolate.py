@@ -160,7 +160,10 @@ class Index:
     def _points(self, g: Group):
         if g.points is None:
             data, fam = self.data, self.family
-            ys, lats, flags, axes = [], [], [], [[] for _ in fam.axes]
+            ys: list[float] = []
+            lats: list[float] = []
+            flags: list[bool] = []
+            axes: list[list[int]] = [[] for _ in fam.axes]
             for i in g.rows.tolist():
                 flags.append(data.is_measured(i))
                 key = fam.key_type(*data.row_key(i))

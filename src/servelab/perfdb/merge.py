@@ -63,7 +63,7 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
             except ValueError:
                 problems.append(f"{path} line {n}: not valid JSON")
                 continue
-            fam = BY_OP.get(row.get("op")) if isinstance(row, dict) else None
+            fam = BY_OP.get(str(row.get("op"))) if isinstance(row, dict) else None
             if fam is None:
                 problems.append(
                     f"{path} line {n}: unknown op {row.get('op') if isinstance(row, dict) else row!r}"
@@ -227,9 +227,9 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         rows.setdefault(old.family.name, []).extend(fam_rows)
     problems: list[str] = []
     for d in dirs:
-        prov, new_rows, num_errors, bad = read_campaign(Path(d))
+        prov, new_rows, num_errors, unreadable = read_campaign(Path(d))
         _check_system(system, prov, str(Path(d) / "provenance.json"))
-        problems += bad
+        problems += unreadable
         count = sum(len(v) for v in new_rows.values())
         entry = dict(prov, source=str(d), rows=count, collector_errors=num_errors)
         again = _identity(entry) in ident_index

@@ -241,7 +241,7 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
 
 def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
     """Where rows name their model and tp (collector extras), heads x tp must be the same for one model."""
-    if "native_heads" not in data.cols and "heads" not in data.cols:
+    if data.extra is None or ("native_heads" not in data.cols and "heads" not in data.cols):
         return []
     seen: dict[str, tuple[int, int]] = {}
     out = []

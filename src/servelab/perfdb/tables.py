@@ -172,13 +172,14 @@ class TableSet:
     # ---- description -------------------------------------------------------------------------------------
     def describe(self) -> dict:
         """Per table: rows, groups, provenance and stored accuracy (reads every file)."""
-        out = {"dir": str(self.dir), "label": self.label, "tables": {}, "skipped": {}}
+        tables: dict[str, dict] = {}
+        out = {"dir": str(self.dir), "label": self.label, "tables": tables, "skipped": {}}
         for name in self.files:
             idx = self.index(name)
             if idx is None:
                 continue
             meta = idx.data.meta
-            out["tables"][name] = {
+            tables[name] = {
                 "rows": len(idx.data),
                 "groups": len(idx.groups),
                 "ops": sorted(set(idx.data.cols["op"].tolist())),
