@@ -1,4 +1,4 @@
-"""The one timing method of the collector (systems.md, "Timing method that gave repeatable numbers").
+"""The one timing method of the collector: the one that gave repeatable numbers on the H200.
 
 Random inputs in enough rotating sets that one replay touches at least ROTATE_BYTES (the H200 L2 is 60 MB),
 the op captured several times into one CUDA graph so a replay lasts about TARGET_REPLAY_MS, CUDA events around

@@ -29,7 +29,7 @@ from servelab.perfdb.store import read_table
 
 log = logging.getLogger("servelab.perfdb")
 
-# run-to-run repeatability of one op measured twice on the H200 (90 % of rows), reference/systems.md; compute
+# run-to-run repeatability of one op measured twice on the H200 (90 % of rows within it); compute
 # ops in the repeat campaign campaigns/h200_sxm_repeat agree with it (DSv4/MLA modules within -2.6 %..+2.8 %),
 # collectives do not: small NCCL messages jitter, p10-p90 of repeat / first was -18 %..+20 % there
 REPEAT_LO, REPEAT_HI = -0.025, 0.035

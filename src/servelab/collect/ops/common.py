@@ -22,7 +22,7 @@ class Variant(NamedTuple):
 
 
 def rand(*shape, dtype=None, scale: float = 1.0):
-    """Random normal values, never all zeros (systems.md: zeros run faster than real data)."""
+    """Random normal values, never all zeros (all-zero inputs run faster than real data)."""
 
     return (torch.randn(*shape, device=DEVICE, dtype=torch.float32) * scale).to(dtype or torch.bfloat16)
 

@@ -50,8 +50,7 @@ def after_error() -> None:
 
 def init_comm(rank: int, world: int, port: int, sizes) -> dict:
     """One NCCL process group over all local GPUs, and a subgroup for each collective size measured."""
-
-    # NVLink multicast stays off on these machines (KINDS.md): keep it off in every process we start
+    # NVLink multicast was off where the H200 campaigns ran: keep it off in every process we start
     for var, value in (
         ("NCCL_NVLS_ENABLE", "0"),
         ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
