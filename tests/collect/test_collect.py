@@ -35,7 +35,6 @@ def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
 
 def test_model_keys_are_what_the_predictor_asks_for():
     """Every key step_ops gives for a planned shape is in the plan: tp 1..8, ep and dp_attn variants."""
-
     model = cases.planning_model("qwen3-30b-a3b", H200)
     keys = set(cases.model_keys(model))
     for par in (Parallel(tp=1), Parallel(tp=8), Parallel(tp=4, ep=4, dp_attn=True)):
@@ -263,7 +262,6 @@ def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
 
 def test_repeat_campaign_compares_key_by_key(tmp_path):
     """A campaign measured again gives zero spread against itself; the CLI prints the same comparison."""
-
     cfg, _, store = _run(tmp_path)
     again = compare(cfg.out, cfg.out)
     assert again["all"]["n"] == len(store.rows()) and again["all"]["abs_median_pct"] == 0.0

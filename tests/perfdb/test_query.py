@@ -139,7 +139,6 @@ def test_lookup_is_fast(tables):
 def _grid_rows(h200, keys_):
     """Rows whose latency is 1.3x the interpolation reference plus a 3 us floor: a smooth departure from the
     reference that interpolation should recover closely even from a coarse grid."""
-
     ref = reference_fn(h200)
     return [
         synth.row(k.op, 1.3 * ref(k) + 3.0, **{f: v for f, v in k._asdict().items() if f != "op"})

@@ -175,7 +175,6 @@ def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypat
     """The synthetic tables sit under torch/: the torch backend reads them, an engine backend gets the
     roofline (the engines run other kernels than the ones torch's tables time) until tables collected with it
     exist."""
-
     assert tables_mod.table_dirs(h200.name, roots=[tables_mod.data_root()], backend="vllm") == [], (
         "servelab ships no vLLM tables; this test assumes none"
     )
@@ -212,7 +211,6 @@ def test_campaign_rows_with_extras_round_trip(tmp_path):
 def test_tables_load_lazily(table_dir):
     """Listing the table directory reads no file; pyarrow comes in on the first query of a family, and only
     that family's file is read."""
-
     code = f"""
 import sys
 from servelab.specs import load_system

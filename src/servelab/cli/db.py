@@ -73,7 +73,6 @@ def query(
 ) -> None:
     """Latency of one op, with its source (measured / interpolated / extrapolated / roofline) and error
     band."""
-
     if op is None and batch is None:
         raise ServelabError("db query: give an OP with shape flags, or --batch FILE.jsonl")
     db = make_db(system, tables, roofline)
@@ -149,7 +148,6 @@ def status(
     as_json: bool = JsonOpt,
 ) -> None:
     """The table directories servelab would use, with rows, provenance and stored leave-one-out accuracy."""
-
     report = status_report(system)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -189,7 +187,6 @@ def accuracy(
     ),
 ) -> None:
     """Leave-one-out error per table, recomputed now: interpolated, extrapolated and borrowed points."""
-
     report = accuracy_report(system, tables)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -226,7 +223,6 @@ def merge(
     as_json: bool = JsonOpt,
 ) -> None:
     """Merge campaigns into Parquet tables (one per op family), newest measurement of a key winning."""
-
     report = run_merge(dirs, into, drop_bad=drop_bad, command="servelab db " + " ".join(sys.argv[2:]))
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -258,7 +254,6 @@ def validate(
     ),
 ) -> None:
     """Strictly check tables (and campaigns before a merge); exit 2 naming each file that fails."""
-
     results = validate_paths(paths or None)
     bad = 0
     for path, problem in results:

@@ -71,7 +71,6 @@ def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
 def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     """Every k-th measured key of each op of an earlier campaign (spread over its whole range), about
     `sample` in all, collectives included."""
-
     rows = [
         r
         for r in CampaignStore(source).rows()
@@ -133,7 +132,6 @@ def run(
     cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True, echo=print
 ) -> dict:
     """Run (or resume) a campaign; returns the acceptance report."""
-
     for var, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(var, value)
     backend = backend or gpu_backend()

@@ -57,7 +57,6 @@ ATTENTION_TYPES = (AttentionPrefill, AttentionDecode, MlaPrefill, MlaDecode, Dsv
 
 def planning_model(name: str, system):
     """The ModelSpec a system would serve for this name (see the module docstring)."""
-
     model = load_model(name)
     try:
         check_precision(model, system)
@@ -71,7 +70,6 @@ def planning_model(name: str, system):
 
 def parallels(model, max_gpus: int = 8):
     """Every valid Parallel with tp in TPS (<= max_gpus): ep in {1, tp}, dp_attn off and on."""
-
     out = []
     for tp in TPS:
         if tp > max_gpus:
@@ -99,7 +97,6 @@ def _decode_bytes(key) -> float:
 
 def model_keys(model, max_gpus: int = 8) -> list[OpKey]:
     """The keys step_ops asks for, for this model, over all parallels and the shape grids (deduplicated)."""
-
     keys: dict = {}
     for par in parallels(model, max_gpus):
         dp = par.attn_dp
@@ -223,7 +220,6 @@ def _smoke(keys, per_op: int = 3):
 
 def expand_ops(spec: list[str] | None) -> set[str]:
     """--ops values (families or single ops) -> the set of op names."""
-
     if not spec:
         return set(BENCH)
     out: set[str] = set()

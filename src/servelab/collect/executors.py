@@ -178,11 +178,9 @@ class LocalExecutor:
                     p.join()
 
 
-# ---- Ray
-# ----------------------------------------------------------------------------------------------------
+# ---- Ray ---------------------------------------------------------------------------------------------------
 def _ray_shard(backend: Backend, items: list[dict], want_facts: bool) -> list:
     """A Ray task: one GPU (Ray sets CUDA_VISIBLE_DEVICES, so it is device 0 here), a shard of keys."""
-
     resolve(backend.worker_init)(0)
     out = []
     if want_facts:
@@ -265,8 +263,9 @@ class RayExecutor:
         if not keys:
             return
         ray = self._init()
-        from ray.util.placement_group import placement_group, remove_placement_group  # noqa: PLC0415 - ray is an optional extra (the core install has none)
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415 - ray is an optional extra (the core install has none)
+        # ray is an optional extra (the core install has none)
+        from ray.util.placement_group import placement_group, remove_placement_group  # noqa: PLC0415
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
 
         bundle = {"GPU": 1, "CPU": 1} if self.gpu else {"CPU": 1}
         pg = placement_group([bundle] * world, strategy="STRICT_PACK")

@@ -26,7 +26,6 @@ def status_report(system: str | None = None) -> list[dict]:
 
 def accuracy_report(system: str | None = None, tables: Path | None = None) -> list[dict]:
     """Leave-one-out recomputed now for the tables in use (or the given directory)."""
-
     if tables is not None:
         parts = Path(tables).resolve().parts
         spec = load_system(system or (parts[-3] if len(parts) >= 3 else "h200_sxm"))
@@ -55,7 +54,6 @@ def accuracy_report(system: str | None = None, tables: Path | None = None) -> li
 
 def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | None]]:
     """(path, problem or None) for each table file or campaign directory."""
-
     if paths is None:
         paths = [d for s in list_systems() for d in table_dirs(s)]
     out: list[tuple[str, str | None]] = []

@@ -28,7 +28,6 @@ def _sdpa_backends():
 
 def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
     """One Variant per SDPA backend, in priority order, each forcing that backend around call(*inputs)."""
-
     backends = _sdpa_backends()
     out = []
     for name in BACKEND_ORDER:

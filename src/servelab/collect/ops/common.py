@@ -23,7 +23,6 @@ class Variant(NamedTuple):
 
 def rand(*shape, dtype=None, scale: float = 1.0):
     """Random normal values, never all zeros (all-zero inputs run faster than real data)."""
-
     return (torch.randn(*shape, device=DEVICE, dtype=torch.float32) * scale).to(dtype or torch.bfloat16)
 
 
@@ -38,7 +37,6 @@ def rand_scale(*shape):
 def first_working(variants: list[Variant]) -> Variant:
     """The first variant whose kernel runs once on real inputs; Unsupported (naming every failure)
     otherwise."""
-
     failures = []
     for v in variants:
         try:
@@ -61,7 +59,6 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_block": 1}
 
 def fastest(variants: list[Variant]) -> Variant:
     """The variant with the shortest eager time on one input set (variants that fail are skipped)."""
-
     best, best_us = None, float("inf")
     for v in variants:
         try:

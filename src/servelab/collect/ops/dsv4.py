@@ -46,7 +46,6 @@ def _rms(x, eps: float = 1e-6):
 
 def _pool(values, gates, bias):
     """Softmax-gated pooling over dim -2 (the tokens of one compressed entry), per channel."""
-
     w = torch.softmax(gates.float() + bias.float(), dim=-2)
     return (w * values.float()).sum(-2)
 
@@ -54,7 +53,6 @@ def _pool(values, gates, bias):
 def compress(vals, gates, bias, ratio: int, overlap: bool):
     """vals, gates [B, S, C] -> entries [B, S // ratio, C] (fp32). overlap: each entry also pools the previous
     ratio tokens (CSA's 2 x ratio window); bias [window, C]."""
-
     B, S, C = vals.shape
     n = S // ratio
     v = vals[:, : n * ratio].view(B, n, ratio, C)
@@ -68,7 +66,6 @@ def compress(vals, gates, bias, ratio: int, overlap: bool):
 
 def _quant_fp8(x):
     """Per-row fp8 with an fp32 scale, as the caches store it."""
-
     scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-6) / 448.0
     return (x / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
@@ -76,7 +73,6 @@ def _quant_fp8(x):
 def _window_index(T_per_seq: int, batch: int, base):
     """[batch * T, 128] raw-token indices of each query's window (newest first), -1 before the sequence
     start."""
-
     t = (
         torch.arange(T_per_seq, device=common.DEVICE)[:, None]
         - torch.arange(WINDOW, device=common.DEVICE)[None, :]
@@ -88,7 +84,6 @@ def _window_index(T_per_seq: int, batch: int, base):
 
 def context_module(key):
     """(make_inputs, run, bytes_per_set) for one prefill of key.batch sequences of key.seq tokens."""
-
     fam = _family(key.op)
     B, S, H = key.batch, key.seq, key.heads
     ratio, overlap = RATIO[fam], fam == "csa"
@@ -152,7 +147,6 @@ def context_module(key):
 
 def generation_module(key):
     """(make_inputs, run, bytes_per_set) for one decode step of key.batch sequences with key.kv_len cached."""
-
     fam = _family(key.op)
     B, L, H = key.batch, key.kv_len, key.heads
     ratio, overlap = RATIO[fam], fam == "csa"

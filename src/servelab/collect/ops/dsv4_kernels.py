@@ -70,7 +70,6 @@ def _sparse_attn(
 
 def sparse_attention(q, kv, idx, sink, sm_scale: float):
     """q [T, H, D] bf16, kv [N, D] bf16, idx [T, n] int32 (-1 = none), sink [H] fp32 -> [T, H, D]."""
-
     T, H, D = q.shape
     out = torch.empty_like(q)
     BH = 16 if H <= 16 else 32
@@ -159,7 +158,6 @@ def _idx_prefill(
 
 def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
     """qi [B, S, NH, DI], ki [B, NC, DI], ks [B, NC] fp32, w [B, S, NH] -> logits [B, S, NC] fp32."""
-
     B, S, NH, DI = qi.shape
     NC = ki.shape[1]
     out = torch.empty(B, S, NC, device=qi.device, dtype=torch.float32)
@@ -231,7 +229,6 @@ def _idx_decode(
 def indexer_logits_decode(qi, ki, ks, w, nc: int):
     """qi [B, NH, DI], ki [B, >=nc, DI], ks [B, >=nc], w [B, NH] -> logits [B, nc] fp32 over the first nc
     entries."""
-
     B, NH, DI = qi.shape
     out = torch.empty(B, nc, device=qi.device, dtype=torch.float32)
     BN = 64

@@ -25,7 +25,6 @@ SEED = 1234
 
 def local_counts(key) -> tuple[list[int], float]:
     """Assignments per local expert on the measured rank, and that rank's share relative to the mean rank."""
-
     local = key.experts // key.ep
     if key.distribution not in ("uniform", "power_law"):
         raise Unsupported(f"routing distribution {key.distribution!r}")

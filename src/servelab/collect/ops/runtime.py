@@ -20,7 +20,6 @@ def init_worker(device_index: int) -> None:
 
 def classify(exc: BaseException) -> str:
     """The error class recorded in errors.jsonl."""
-
     name = type(exc).__name__
     text = str(exc).lower()
     if name == "OutOfMemoryError" or "out of memory" in text:
