@@ -75,6 +75,11 @@ class TableSet:
         self.skipped[name] = f"{path.name} skipped: {why}"
         log.warning("warning: perf table %s skipped, the roofline answers its ops: %s", path, why)
 
+    @property
+    def read_families(self) -> set[str]:
+        """The families whose file has been read (or found missing) so far."""
+        return set(self._indexes)
+
     def index(self, family: str) -> Index | None:
         """The family's index, reading its file on first use; None without a (valid) file."""
         if family in self._indexes:
