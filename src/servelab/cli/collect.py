@@ -83,11 +83,6 @@ def collect(
             "servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
             "none is visible here (--dry-run prints the plan without one)"
         )
-    if executor == "ray":
-        try:
-            import ray  # noqa: F401, PLC0415 - ray is an optional extra; only checked for here
-        except ImportError:
-            raise ServelabError("--executor ray needs ray (pip install 'servelab[ray]')") from None
     report = run(cfg, executor=make_executor(cfg.gpus, ray_address), echo=typer.echo)
     if not report["ok"]:
         typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")

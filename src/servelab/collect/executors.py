@@ -18,6 +18,7 @@ from typing import NamedTuple
 from servelab.collect.backend import Backend, resolve
 from servelab.collect.store import key_from_row
 from servelab.collect.worker import comm_worker, local_worker, measure
+from servelab.errors import ServelabError
 from servelab.registry import Registry
 
 
@@ -298,11 +299,21 @@ class RayExecutor:
 
 
 Executor = LocalExecutor | RayExecutor
+
+
+def _local(devices: int, address: str | None) -> LocalExecutor:
+    return LocalExecutor(devices)
+
+
+def _ray(devices: int, address: str | None) -> RayExecutor:
+    try:
+        import ray  # noqa: F401, PLC0415 - ray is an optional extra; only checked for here
+    except ImportError:
+        raise ServelabError("the ray executor needs ray (pip install 'servelab[ray]')") from None
+    return RayExecutor(address=address)
+
+
 # name -> (GPUs on this node, Ray cluster address or None) -> executor
 EXECUTORS: Registry[Callable[[int, str | None], Executor]] = Registry(
-    "executor",
-    {
-        "local": lambda devices, address: LocalExecutor(devices),
-        "ray": lambda devices, address: RayExecutor(address=address),
-    },
+    "executor", {"local": _local, "ray": _ray}
 )

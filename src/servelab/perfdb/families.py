@@ -7,12 +7,15 @@ utilisation against the roofline, so the shape-dependent part that the roofline 
 tile quantization) is not smeared across brackets.
 """
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from servelab.errors import ServelabError, closest
 from servelab.perfdb import keys
 from servelab.perfdb.keys import KeyType
 from servelab.perfdb.ops import OpName
+
+Space = Literal["log", "sqrt", "lin"]  # the space an axis is interpolated in
+Value = Literal["ratio", "latency"]  # what is interpolated (Family.value)
 
 
 class Family(NamedTuple):
@@ -22,12 +25,12 @@ class Family(NamedTuple):
     group: tuple[str, ...]  # fields matched exactly (always starts with "op")
     soft: tuple[str, ...]  # group fields that may be borrowed from the nearest collected value (log distance)
     axes: tuple[str, ...]  # interpolated fields; with two, the first is the outer axis
-    spaces: tuple[str, ...]  # per axis: "log", "sqrt" or "lin"
+    spaces: tuple[Space, ...]  # per axis
     buckets: bool = False  # soft fields name a model (native heads): borrowing crosses models, say so
     # what is interpolated inside the data: "ratio" = log(measured / reference), i.e. utilisation; "latency" =
     # the measured microseconds themselves (decode: latency is floor + cost x batch x kv_len, exactly
     # bilinear). Beyond the data both hold the boundary utilisation.
-    value: str = "ratio"
+    value: Value = "ratio"
 
     @property
     def fields(self) -> tuple[str, ...]:

@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from servelab.perfdb.families import Space
 from servelab.perfdb.store import TableData
 
-_SPACES: dict[str, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
+_SPACES: dict[Space, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
 
 
 class Answer(NamedTuple):
