@@ -138,8 +138,6 @@ OpKey = (
     | Memory
 )
 
-__all__ = ["COMM_OPS", "DSV4_CONTEXT_OPS", "DSV4_GENERATION_OPS", "OpName"]
-
 KeyType = (
     type[Gemm]
     | type[AttentionPrefill]
