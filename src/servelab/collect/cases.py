@@ -9,7 +9,6 @@ with its FP8 conversion (check_precision's advice), other FP4 experts with bf16.
 from servelab.collect.ops import BENCH, FAMILIES
 from servelab.errors import ServelabError, closest
 from servelab.perfdb.keys import (
-    COMM_OPS,
     AttentionDecode,
     AttentionPrefill,
     Comm,
@@ -22,7 +21,7 @@ from servelab.perfdb.keys import (
     Moe,
     OpKey,
 )
-from servelab.perfdb.ops import OpName
+from servelab.perfdb.ops import COMM_OPS, OpName
 from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import FP8_CONVERSIONS, Parallel, check_precision, load_model
 
