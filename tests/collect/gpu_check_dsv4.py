@@ -1,5 +1,6 @@
-"""On a GPU (not collected by pytest): the DeepSeek-V4 Triton kernels against float32 torch references, on fresh
-random inputs, bf16 / fp8 operands. Prints one line per kernel with its relative error; exits 1 above tolerance."""
+"""On a GPU (not collected by pytest): the DeepSeek-V4 Triton kernels against float32 torch references, on
+fresh random inputs, bf16 / fp8 operands. Prints one line per kernel with its relative error; exits 1 above
+tolerance."""
 
 import sys
 

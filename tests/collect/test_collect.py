@@ -1,18 +1,26 @@
 """CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
-crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands in
-for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
+crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands
+in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
+from typer.testing import CliRunner
 
+from servelab.cli.main import app
 from servelab.collect import accept, cases, modelled
-from servelab.collect.campaign import CampaignConfig, make_plan, repeat_sample, run
+from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
 from servelab.collect.executors import LocalExecutor
 from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_backend
+from servelab.collect.repeat import compare
 from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.errors import ServelabError
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
-from servelab.specs import load_model, load_system
+from servelab.predict.graph import StepShape, step_ops
+from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
 
@@ -27,9 +35,6 @@ def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
 
 def test_model_keys_are_what_the_predictor_asks_for():
     """Every key step_ops gives for a planned shape is in the plan: tp 1..8, ep and dp_attn variants."""
-    from servelab.predict.graph import StepShape, step_ops
-    from servelab.specs import Parallel
-
     model = cases.planning_model("qwen3-30b-a3b", H200)
     keys = set(cases.model_keys(model))
     for par in (Parallel(tp=1), Parallel(tp=8), Parallel(tp=4, ep=4, dp_attn=True)):
@@ -51,7 +56,7 @@ def test_native_heads_times_tp_is_constant_for_mla_and_dsv4():
         model = cases.planning_model(name, H200)
         ks = [k for k in cases.model_keys(model) if isinstance(k, kind)]
         assert {k.native_heads // k.heads for k in ks} == {1, 2, 4, 8}
-        assert {k.native_heads for k in ks} == {model.num_heads}
+        assert {k.native_heads for k in ks} == {model.attention.num_heads}
 
 
 def test_fp4_experts_are_planned_with_the_fp8_conversion_on_hopper():
@@ -72,8 +77,6 @@ def test_plan_interleaves_ops_and_smoke_is_small():
 
 
 def test_expand_ops_families_and_unknown():
-    from servelab.errors import ServelabError
-
     assert cases.expand_ops(["attention,comm"]) >= {
         "attention_prefill",
         "attention_decode",
@@ -89,7 +92,7 @@ def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
     rows = store.rows()
     assert report["ok"], report
     ids = [key_id(key_from_row(r)) for r in rows]
-    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace()).keys)
+    assert len(ids) == len(set(ids)) == len(plan_campaign(cfg._replace()).keys)
     assert all({"latency_us", "p10_us", "p90_us", "reps", "backend"} <= set(r) for r in rows)
     comm = store.rows("allreduce")
     assert comm and all(r["gpus"] == 2 for r in comm if r["source"] == "measured")
@@ -103,8 +106,8 @@ def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
 
 
 def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
-    """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short by
-    a kill is ignored and that key measured again."""
+    """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short
+    by a kill is ignored and that key measured again."""
     cfg, _, store = _run(tmp_path, limit=4)
     assert len(store.rows()) == 4
     path = next(store.rows_dir.glob("*.jsonl"))
@@ -112,13 +115,13 @@ def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
         f.write('{"m": 1, "n": 2')  # a half-written line
     _, report, store = _run(tmp_path)
     ids = [key_id(key_from_row(r)) for r in store.rows()]
-    assert len(ids) == len(set(ids)) == len(make_plan(cfg._replace(limit=None)).keys)
+    assert len(ids) == len(set(ids)) == len(plan_campaign(cfg._replace(limit=None)).keys)
     assert report["ok"]
 
 
 def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
-    victim = next(k for k in make_plan(cfg).keys if isinstance(k, Gemm))
+    victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, Gemm))
     monkeypatch.setenv(FAIL_ENV, f"gemm:m={victim.m}")
     _, report, store = _run(tmp_path)
     errors = store.errors()
@@ -136,7 +139,7 @@ def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path,
 
 def test_a_worker_that_dies_is_replaced(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
-    victim = next(k for k in make_plan(cfg).keys if isinstance(k, AttentionDecode))
+    victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, AttentionDecode))
     monkeypatch.setenv(CRASH_ENV, f"attention_decode:batch={victim.batch}")
     _, report, store = _run(tmp_path)
     crashed = [e for e in store.errors() if e["error_class"] == "worker_crash"]
@@ -200,10 +203,6 @@ def test_repeat_sample_spans_every_op(tmp_path):
 
 
 def test_cli_dry_run_prints_the_estimate_first(tmp_path):
-    from typer.testing import CliRunner
-
-    from servelab.cli.main import app
-
     result = CliRunner().invoke(
         app,
         [
@@ -223,9 +222,6 @@ def test_cli_dry_run_prints_the_estimate_first(tmp_path):
 
 
 def test_cli_without_gpu_is_a_clean_error(tmp_path):
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-m", "servelab.cli.main", "collect", "--smoke", "--out", str(tmp_path / "c")],
         capture_output=True,
@@ -237,8 +233,6 @@ def test_cli_without_gpu_is_a_clean_error(tmp_path):
 
 
 def _no_torch_env():
-    import os
-
     env = dict(os.environ)
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -258,3 +252,20 @@ def test_store_key_roundtrip(tmp_path):
     store.add_row(key, {"latency_us": 5.0, "p10_us": 4.0, "p90_us": 6.0, "reps": 15})
     assert key_from_row(store.rows("moe")[0]) == key
     assert store.done_ids() == {key_id(key)}
+
+
+def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
+    result = CliRunner().invoke(app, ["collect", "--dry-run", "--executor", "rey", "--out", str(tmp_path)])
+    assert isinstance(result.exception, ServelabError)
+    assert "did you mean ray" in str(result.exception) and "local, ray" in str(result.exception)
+
+
+def test_repeat_campaign_compares_key_by_key(tmp_path):
+    """A campaign measured again gives zero spread against itself; the CLI prints the same comparison."""
+    cfg, _, store = _run(tmp_path)
+    again = compare(cfg.out, cfg.out)
+    assert again["all"]["n"] == len(store.rows()) and again["all"]["abs_median_pct"] == 0.0
+    assert set(again["per_op"]) == {r["op"] for r in store.rows()}
+    result = CliRunner().invoke(app, ["db", "compare-repeat", str(cfg.out), str(cfg.out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == again

@@ -1,6 +1,6 @@
-"""The DeepSeek-V4 Triton kernels against torch references, in Triton's CPU interpreter (float32: the interpreter
-has no bf16/fp8). The GPU check with bf16/fp8 operands is tests/collect/gpu_check_dsv4.py, run on the device.
-Skipped where torch or triton is not installed (the core install has neither)."""
+"""The DeepSeek-V4 Triton kernels against torch references, in Triton's CPU interpreter (float32: the
+interpreter has no bf16/fp8). The GPU check with bf16/fp8 operands is tests/collect/gpu_check_dsv4.py, run on
+the device. Skipped where torch or triton is not installed (the core install has neither)."""
 
 import os
 
@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'servelab[collect]')")
 pytest.importorskip("triton", reason="triton is not installed")
 
-from servelab.collect.ops import dsv4_kernels as K
+from servelab.collect.ops import dsv4_kernels as K  # noqa: E402 - needs the torch and triton checked above
 
 
 def _rel(a, b):

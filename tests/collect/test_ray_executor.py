@@ -1,14 +1,14 @@
-"""The Ray executor on a local CPU cluster with the fake ops: shards of single-GPU keys as tasks, collectives on
-a placement group of one bundle per rank. Skipped, with the reason, where ray is not installed."""
+"""The Ray executor on a local CPU cluster with the fake ops: shards of single-GPU keys as tasks, collectives
+on a placement group of one bundle per rank. Skipped, with the reason, where ray is not installed."""
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
-
-from servelab.collect.campaign import CampaignConfig, make_plan, run
+from servelab.collect.campaign import CampaignConfig, plan_campaign, run
 from servelab.collect.executors import RayExecutor
 from servelab.collect.fakeops import fake_backend
 from servelab.collect.store import CampaignStore, key_from_row, key_id
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
     report = run(cfg, executor=executor, backend=fake_backend(), progress=False, echo=lambda s: None)
     rows = CampaignStore(cfg.out).rows()
     ids = [key_id(key_from_row(r)) for r in rows]
-    assert len(ids) == len(set(ids)) == len(make_plan(cfg).keys)
+    assert len(ids) == len(set(ids)) == len(plan_campaign(cfg).keys)
     assert report["ok"]
     pids = {r["pid"] for r in rows if "pid" in r}
     assert pids  # measured in Ray worker processes

@@ -1,13 +1,19 @@
 """Query resolution against synthetic tables whose true latency is a known function."""
 
 import math
+import random
 import time
 
 import pytest
 import synth
 
+from servelab.errors import ServelabError
 from servelab.perfdb import keys
-from servelab.perfdb.db import PerfDB
+from servelab.perfdb.db import BoundedCache, PerfDB
+from servelab.perfdb.merge import merge
+from servelab.perfdb.reference import reference_fn
+from servelab.perfdb.tables import load_tables
+from servelab.specs import load_system
 
 
 def rel(a, b):
@@ -72,9 +78,6 @@ def test_comm_interpolates_in_log_bytes(tables):
 
 
 def test_dsv4_buckets_never_resolve_into_each_other_silently(table_dir, h200, tmp_path):
-    from servelab.perfdb.merge import merge
-    from servelab.perfdb.tables import load_tables
-
     # only V4-Flash (64 heads) is in the shared fixture: a V4-Pro query falls back and says so
     flash = load_tables(table_dir, h200)
     pro_q = keys.Dsv4Generation(128, 16, 4, 4096, "dsv4_csa_generation_module")
@@ -113,8 +116,6 @@ def test_every_answer_has_a_source_and_an_ordered_band(tables):
 
 
 def test_lookup_is_fast(tables):
-    import random
-
     random.seed(1)
     qs = list(
         {keys.Gemm(random.randint(1, 30000), random.choice([4096, 8192, 5000]), 4096) for _ in range(3000)}
@@ -138,8 +139,6 @@ def test_lookup_is_fast(tables):
 def _grid_rows(h200, keys_):
     """Rows whose latency is 1.3x the interpolation reference plus a 3 us floor: a smooth departure from the
     reference that interpolation should recover closely even from a coarse grid."""
-    from servelab.perfdb.reference import reference_fn
-
     ref = reference_fn(h200)
     return [
         synth.row(k.op, 1.3 * ref(k) + 3.0, **{f: v for f, v in k._asdict().items() if f != "op"})
@@ -178,10 +177,6 @@ def _grid_rows(h200, keys_):
     ],
 )
 def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, query):
-    from servelab.perfdb.merge import merge
-    from servelab.perfdb.reference import reference_fn
-    from servelab.perfdb.tables import load_tables
-
     grid = make()
     camp = synth.write_campaign(tmp_path / "c", _grid_rows(h200, grid))
     into = tmp_path / "h200_sxm" / "torch" / "2.11"
@@ -193,3 +188,20 @@ def test_every_family_round_trips_through_merge_and_query(h200, tmp_path, make, 
     assert lat.source == "interpolated"
     truth = 1.3 * reference_fn(h200)(query) + 3.0
     assert rel(lat.us, truth) < 0.08
+
+
+def test_shared_perfdbs_are_bounded_and_cleared():
+    cache: BoundedCache[int, str] = BoundedCache(2)
+    for i in range(3):
+        assert cache.get(i, lambda i=i: str(i)) == str(i)
+    assert len(cache) == 2 and cache.get(0, lambda: "made again") == "made again"
+    h200 = load_system("h200_sxm")
+    db = PerfDB.shared(h200)
+    assert PerfDB.shared(h200) is db
+    PerfDB.clear_shared()
+    assert PerfDB.shared(h200) is not db
+
+
+def test_unknown_op_lists_the_known_ones():
+    with pytest.raises(ServelabError, match=r"unknown op 'gemmm' \(did you mean gemm\?\); known ops: gemm, "):
+        keys.key_from_dict("gemmm", {})

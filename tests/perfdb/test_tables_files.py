@@ -2,13 +2,19 @@
 
 import json
 import logging
+import subprocess
+import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import synth
 
 from servelab.errors import ServelabError
 from servelab.perfdb import keys
+from servelab.perfdb import tables as tables_mod
 from servelab.perfdb.db import PerfDB
+from servelab.perfdb.families import ACCURACY_TARGETS, BY_NAME
 from servelab.perfdb.merge import merge
 from servelab.perfdb.store import read_meta, read_table, table_from_rows, write_table
 from servelab.perfdb.tables import load_tables
@@ -35,8 +41,6 @@ def test_merge_writes_one_parquet_per_family_with_provenance_and_accuracy(table_
 
 
 def test_stored_leave_one_out_meets_targets_on_smooth_synthetic_data(table_dir):
-    from servelab.perfdb.families import ACCURACY_TARGETS
-
     for name, (median, p90) in ACCURACY_TARGETS.items():
         acc = read_meta(table_dir / f"{name}.parquet")["accuracy"]["interpolated"]
         assert acc["median"] <= median and acc["p90"] <= p90, (name, acc)
@@ -96,8 +100,6 @@ def test_merge_needs_provenance_fields(tmp_path):
 
 
 def _write(path, rows, family="dsv4_generation", **meta_extra):
-    from servelab.perfdb.families import BY_NAME
-
     meta = {"provenance": [synth.provenance()], **meta_extra}
     write_table(path / f"{family}.parquet", table_from_rows(BY_NAME[family], rows, meta))
 
@@ -156,17 +158,12 @@ def test_corrupt_and_malformed_files_are_skipped_and_the_roofline_answers(tmp_pa
 
 
 def test_table_without_servelab_metadata_is_rejected(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     pq.write_table(pa.table({"m": [1]}), tmp_path / "gemm.parquet")
     with pytest.raises(ServelabError, match="no servelab metadata"):
         read_table(tmp_path / "gemm.parquet")
 
 
 def test_default_tables_come_from_the_search_path(table_dir, h200, monkeypatch):
-    from servelab.perfdb import tables as tables_mod
-
     root = table_dir.parents[2]
     monkeypatch.setenv(tables_mod.ENV_PATH, str(root))
     ts = tables_mod.load_default_tables(h200)
@@ -174,20 +171,16 @@ def test_default_tables_come_from_the_search_path(table_dir, h200, monkeypatch):
     assert ts.lookup(keys.Gemm(512, 4096, 4096)).source == "measured"
 
 
-def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypatch, tmp_path):
-    """The synthetic tables sit under torch/: the torch backend reads them, an engine backend gets the roofline
-    (the engines run other kernels than the ones torch's tables time) until tables collected with it exist."""
-    from servelab.perfdb import db as db_mod
-    from servelab.perfdb import tables as tables_mod
-    from servelab.perfdb.db import PerfDB
-
+def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypatch, tmp_path, request):
+    """The synthetic tables sit under torch/: the torch backend reads them, an engine backend gets the
+    roofline (the engines run other kernels than the ones torch's tables time) until tables collected with it
+    exist."""
     assert tables_mod.table_dirs(h200.name, roots=[tables_mod.data_root()], backend="vllm") == [], (
         "servelab ships no vLLM tables; this test assumes none"
     )
     key = keys.Gemm(512, 4096, 4096)
-    monkeypatch.setattr(
-        db_mod, "_DEFAULT_TABLES", {}
-    )  # the per-process cache; this test changes the search path
+    PerfDB.clear_shared()  # the per-process cache; this test changes the search path
+    request.addfinalizer(PerfDB.clear_shared)
     monkeypatch.setenv(tables_mod.ENV_PATH, str(table_dir.parents[2]))
     assert tables_mod.load_default_tables(h200, "torch").dir == table_dir
     assert PerfDB(h200, backend="torch").query(key).source == "measured"
@@ -199,7 +192,7 @@ def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypat
     for f in table_dir.glob("*.parquet"):
         (engine_dir / f.name).write_bytes(f.read_bytes())
     monkeypatch.setenv(tables_mod.ENV_PATH, str(tmp_path))
-    db_mod._DEFAULT_TABLES.clear()
+    PerfDB.clear_shared()
     assert tables_mod.load_default_tables(h200, "vllm").dir == engine_dir
     assert PerfDB(h200, backend="vllm").query(key).source == "measured"
 
@@ -218,9 +211,6 @@ def test_campaign_rows_with_extras_round_trip(tmp_path):
 def test_tables_load_lazily(table_dir):
     """Listing the table directory reads no file; pyarrow comes in on the first query of a family, and only
     that family's file is read."""
-    import subprocess
-    import sys
-
     code = f"""
 import sys
 from servelab.specs import load_system
@@ -230,7 +220,7 @@ ts = load_tables({str(table_dir)!r}, load_system("h200_sxm"))
 assert "pyarrow" not in sys.modules, "pyarrow imported before any query"
 ts.lookup(keys.Gemm(100, 4096, 4096))
 assert "pyarrow.dataset" not in sys.modules, "pyarrow.dataset costs ~150 ms of startup"
-assert set(ts._indexes) == {{"gemm"}}, ts._indexes
+assert ts.read_families == {{"gemm"}}, ts.read_families
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)

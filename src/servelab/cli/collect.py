@@ -4,6 +4,11 @@ from pathlib import Path
 
 import typer
 
+from servelab.collect.campaign import CampaignConfig, describe, plan_campaign, run
+from servelab.collect.executors import EXECUTORS
+from servelab.errors import ServelabError
+from servelab.specs import load_system
+
 
 def collect(
     system: str = typer.Option(
@@ -39,23 +44,22 @@ def collect(
         None,
         "--repeat-of",
         help="measure again a sample of this campaign's keys "
-        "(repeatability; compare with `servelab.collect.repeat`)",
+        "(repeatability; compare with `servelab db compare-repeat`)",
     ),
     sample: int = typer.Option(300, "--sample", help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
 ) -> None:
-    """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into DIR/rows/*.jsonl."""
-    from servelab.collect.campaign import CampaignConfig, describe, make_plan, run
-    from servelab.errors import ServelabError
-    from servelab.specs import load_system
-
+    """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into
+    DIR/rows/*.jsonl."""
     load_system(system)  # a bad name fails before anything starts
     try:
         sizes = tuple(int(s) for s in comm_gpus.split(",") if s.strip())
     except ValueError:
         raise ServelabError(f"--comm-gpus: expected sizes like 2,4, got {comm_gpus!r}") from None
-    if executor not in ("local", "ray"):
-        raise ServelabError(f"--executor: expected local or ray, got {executor!r}")
+    try:
+        make_executor = EXECUTORS.get(executor)
+    except ServelabError as e:
+        raise ServelabError(f"--executor: {e}") from None
     n = gpus or (0 if dry_run else _visible_gpus())
     cfg = CampaignConfig(
         out=out,
@@ -72,30 +76,21 @@ def collect(
         sample=sample,
     )
     if dry_run:
-        typer.echo(describe(make_plan(cfg), cfg))
+        typer.echo(describe(plan_campaign(cfg), cfg))
         return
     if n == 0:
         raise ServelabError(
             "servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
             "none is visible here (--dry-run prints the plan without one)"
         )
-    ex = None
-    if executor == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ServelabError("--executor ray needs ray (pip install 'servelab[ray]')") from None
-        from servelab.collect.executors import RayExecutor
-
-        ex = RayExecutor(address=ray_address)
-    report = run(cfg, executor=ex, echo=typer.echo)
+    report = run(cfg, executor=make_executor(cfg.gpus, ray_address), echo=typer.echo)
     if not report["ok"]:
         typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")
 
 
 def _visible_gpus() -> int:
     try:
-        import torch
+        import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
     except ImportError:
         return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,10 +1,20 @@
 """`servelab db`: query the perf tables, and merge, check and describe them."""
 
+import json
+import sys
 from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Perf tables: query, status, accuracy, merge, validate.")
+from servelab.collect.repeat import compare
+from servelab.errors import ServelabError
+from servelab.perfdb.admin import accuracy_report, status_report, validate_paths
+from servelab.perfdb.merge import merge as run_merge
+from servelab.perfdb.query import answer, answer_lines, make_db
+
+app = typer.Typer(
+    no_args_is_help=True, help="Perf tables: query, status, accuracy, merge, validate, compare-repeat."
+)
 
 SystemOpt = typer.Option("h200_sxm", "--system", "-s", help="System whose tables answer (servelab systems).")
 TablesOpt = typer.Option(
@@ -61,12 +71,8 @@ def query(
     flops: int = _opt("Elementwise flops."),
     kernels: int = _opt("Small kernels an elementwise op stands for."),
 ) -> None:
-    """Latency of one op, with its source (measured / interpolated / extrapolated / roofline) and error band."""
-    import json
-
-    from servelab.errors import ServelabError
-    from servelab.perfdb.query import answer, answer_lines, make_db
-
+    """Latency of one op, with its source (measured / interpolated / extrapolated / roofline) and error
+    band."""
     if op is None and batch is None:
         raise ServelabError("db query: give an OP with shape flags, or --batch FILE.jsonl")
     db = make_db(system, tables, roofline)
@@ -129,8 +135,8 @@ def _line(r: dict) -> str:
         if k not in ("op", "system", "latency_us", "latency_us_low", "latency_us_high", "source", "note")
     )
     return (
-        f"{r['op']} {shape}: {r['latency_us']:.2f} us [{r['latency_us_low']:.2f}, {r['latency_us_high']:.2f}] "
-        f"{r['source']} ({r['note']})"
+        f"{r['op']} {shape}: {r['latency_us']:.2f} us "
+        f"[{r['latency_us_low']:.2f}, {r['latency_us_high']:.2f}] {r['source']} ({r['note']})"
     )
 
 
@@ -142,10 +148,6 @@ def status(
     as_json: bool = JsonOpt,
 ) -> None:
     """The table directories servelab would use, with rows, provenance and stored leave-one-out accuracy."""
-    import json
-
-    from servelab.perfdb.admin import status_report
-
     report = status_report(system)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -185,10 +187,6 @@ def accuracy(
     ),
 ) -> None:
     """Leave-one-out error per table, recomputed now: interpolated, extrapolated and borrowed points."""
-    import json
-
-    from servelab.perfdb.admin import accuracy_report
-
     report = accuracy_report(system, tables)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -203,7 +201,8 @@ def accuracy(
                     if s.get("n"):
                         typer.echo(
                             f"  {name:18} {kind:12} n={s['n']:6d}  median {100 * s['median']:5.1f} %  "
-                            f"p90 {100 * s['p90']:5.1f} %  band [{100 * s['lo']:+.1f} %, {100 * s['hi']:+.1f} %]"
+                            f"p90 {100 * s['p90']:5.1f} %  "
+                            f"band [{100 * s['lo']:+.1f} %, {100 * s['hi']:+.1f} %]"
                             + (f"  {verdict}" if kind == "interpolated" and verdict else "")
                         )
             for name, why in entry["skipped"].items():
@@ -224,11 +223,6 @@ def merge(
     as_json: bool = JsonOpt,
 ) -> None:
     """Merge campaigns into Parquet tables (one per op family), newest measurement of a key winning."""
-    import json
-    import sys
-
-    from servelab.perfdb.merge import merge as run_merge
-
     report = run_merge(dirs, into, drop_bad=drop_bad, command="servelab db " + " ".join(sys.argv[2:]))
     if as_json:
         typer.echo(json.dumps(report, indent=1))
@@ -260,9 +254,6 @@ def validate(
     ),
 ) -> None:
     """Strictly check tables (and campaigns before a merge); exit 2 naming each file that fails."""
-    from servelab.errors import ServelabError
-    from servelab.perfdb.admin import validate_paths
-
     results = validate_paths(paths or None)
     bad = 0
     for path, problem in results:
@@ -274,3 +265,14 @@ def validate(
         typer.echo("nothing to validate: no perf tables found")
     if bad:
         raise ServelabError(f"{bad} of {len(results)} table file(s) or campaign(s) failed validation")
+
+
+@app.command("compare-repeat")
+def compare_repeat(
+    first: Path = typer.Argument(..., help="The first campaign directory (rows/*.jsonl)."),
+    second: Path = typer.Argument(
+        ..., help="A campaign that measured a sample of its keys again (servelab collect --repeat-of)."
+    ),
+) -> None:
+    """Repeatability: the spread of (second / first - 1) per op and overall, over the keys both measured."""
+    typer.echo(json.dumps(compare(first, second), indent=1))

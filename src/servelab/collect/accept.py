@@ -3,22 +3,26 @@ and sane numbers (finite, positive, p10 <= median <= p90)."""
 
 import math
 
-HEADS_OPS = (
-    "attention_prefill",
-    "attention_decode",
-    "mla_prefill",
-    "mla_decode",
-    "dsv4_csa_context_module",
-    "dsv4_hca_context_module",
-    "dsv4_csa_generation_module",
-    "dsv4_hca_generation_module",
-)
+from servelab.collect.store import key_from_row, key_id
+from servelab.perfdb.ops import OpName
+from servelab.specs import AttentionKind
+
+# the attention ops a model of each attention kind asks for, in the order problems are reported
+ATTENTION_OPS: dict[AttentionKind, tuple[OpName, ...]] = {
+    AttentionKind.gqa: (OpName.attention_prefill, OpName.attention_decode),
+    AttentionKind.mla: (OpName.mla_prefill, OpName.mla_decode),
+    AttentionKind.dsv4: (
+        OpName.dsv4_csa_context_module,
+        OpName.dsv4_csa_generation_module,
+        OpName.dsv4_hca_context_module,
+        OpName.dsv4_hca_generation_module,
+    ),
+}
+HEADS_OPS = tuple(op for ops in ATTENTION_OPS.values() for op in ops)
 
 
 def check(planned: list, rows: list[dict], errors: list[dict], models: list, coverage: bool = True) -> dict:
     """A report: {"ok": bool, "ops": {op: {...}}, "heads": [...problems], "numbers": [...problems]}."""
-    from servelab.collect.store import key_from_row, key_id
-
     planned_ids: dict[str, set] = {}
     for k in planned:
         planned_ids.setdefault(k.op, set()).add(key_id(k))
@@ -56,8 +60,8 @@ def _number_problem(row: dict) -> str | None:
 
 
 def heads_across_tp(rows: list[dict], models: list) -> list[str]:
-    """Per model: rows exist for the heads each tp leaves on a rank, and no row has heads that no tp of a known
-    native head count gives (native_heads x tp must be constant across a table)."""
+    """Per model: rows exist for the heads each tp leaves on a rank, and no row has heads that no tp of a
+    known native head count gives (native_heads x tp must be constant across a table)."""
     problems = []
     by_op: dict[str, list] = {}
     for r in rows:
@@ -69,16 +73,17 @@ def heads_across_tp(rows: list[dict], models: list) -> list[str]:
             if native is not None and (native % r["heads"] or (native // r["heads"]) not in (1, 2, 4, 8, 16)):
                 problems.append(f"{op}: heads {r['heads']} is not native {native} / tp for tp in 1..16")
     for model in models:
-        op_names = _model_attention_ops(model)
+        op_names = ATTENTION_OPS[model.attention.kind]
         for tp in (1, 2, 4, 8):
-            if model.num_heads % tp:
+            if model.attention.num_heads % tp:
                 continue
-            heads = model.num_heads // tp
+            heads = model.attention.num_heads // tp
             for op in op_names:
                 if op not in by_op:
                     continue  # op not collected in this campaign
                 hit = any(
-                    r["heads"] == heads and r.get("native_heads", model.num_heads) == model.num_heads
+                    r["heads"] == heads
+                    and r.get("native_heads", model.attention.num_heads) == model.attention.num_heads
                     if "native_heads" in r
                     else r["heads"] == heads
                     for r in by_op[op]
@@ -86,20 +91,6 @@ def heads_across_tp(rows: list[dict], models: list) -> list[str]:
                 if not hit:
                     problems.append(f"{model.name}: no {op} row with {heads} heads (tp {tp})")
     return problems
-
-
-def _model_attention_ops(model) -> list[str]:
-    kind = model.attention.kind.value
-    if kind == "gqa":
-        return ["attention_prefill", "attention_decode"]
-    if kind == "mla":
-        return ["mla_prefill", "mla_decode"]
-    return [
-        "dsv4_csa_context_module",
-        "dsv4_csa_generation_module",
-        "dsv4_hca_context_module",
-        "dsv4_hca_generation_module",
-    ]
 
 
 def _short(row: dict) -> str:

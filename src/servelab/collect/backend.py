@@ -4,11 +4,15 @@ processes and Ray tasks as plain data, and tests can swap the GPU ops for fake o
 import importlib
 from typing import NamedTuple
 
+from servelab.collect.ops import BENCH
+
 
 class Backend(NamedTuple):
     bench: dict[str, str]  # op -> "module:function"(key) -> timing dict; comm ops take (key, rank, group)
     worker_init: str  # (device_index) -> None
     comm_init: str  # (rank, world, port, sizes) -> {group size: group handle}
+    comm_close: str  # () -> None, leaves the process group comm_init joined
+    barrier: str  # () -> None, waits for every rank of the process group
     classify: str  # (exception) -> error class
     after_error: str  # () -> None, frees what a failed op left behind
     facts: str  # () -> dict of software/hardware versions for provenance.json
@@ -21,7 +25,14 @@ def resolve(path: str):
 
 
 def gpu_backend() -> Backend:
-    from servelab.collect.ops import BENCH
-
     p = "servelab.collect.ops.runtime:"
-    return Backend(BENCH, p + "init_worker", p + "init_comm", p + "classify", p + "after_error", p + "facts")
+    return Backend(
+        bench=BENCH,
+        worker_init=p + "init_worker",
+        comm_init=p + "init_comm",
+        comm_close=p + "close_comm",
+        barrier=p + "barrier",
+        classify=p + "classify",
+        after_error=p + "after_error",
+        facts=p + "facts",
+    )

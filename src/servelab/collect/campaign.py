@@ -2,15 +2,23 @@
 the parent writes every outcome as it arrives, then model collectives beyond the GPUs there were and run the
 acceptance checks. Kill it at any point and run it again: finished rows stay and are not measured twice."""
 
+import json
 import os
 import time
 from pathlib import Path
 from typing import NamedTuple
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
 from servelab.collect import accept, cases, estimate, modelled, provenance
 from servelab.collect.backend import Backend, gpu_backend
 from servelab.collect.executors import Callbacks, LocalExecutor
-from servelab.collect.store import CampaignStore, key_id
+from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.errors import ServelabError
+from servelab.perfdb.keys import Comm
+from servelab.perfdb.ops import COMM_OPS
+from servelab.perfdb.roofline import Roofline
+from servelab.specs import list_models, load_system
 
 NCCL_SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -35,17 +43,14 @@ class CampaignConfig(NamedTuple):
     sample: int = 300
 
 
-class Plan(NamedTuple):
+class CampaignPlan(NamedTuple):
     keys: list
     todo: list
     single_s: float
     comm_s: float
 
 
-def make_plan(cfg: CampaignConfig) -> Plan:
-    from servelab.perfdb.roofline import Roofline
-    from servelab.specs import list_models, load_system
-
+def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
     system = load_system(cfg.system)
     models = list(cfg.models) or list_models()
     ops = cases.expand_ops(list(cfg.ops) or None)
@@ -60,22 +65,18 @@ def make_plan(cfg: CampaignConfig) -> Plan:
     if cfg.limit is not None:
         todo = todo[: cfg.limit]
     single, comm = estimate.campaign_seconds(todo, Roofline(system))
-    return Plan(keys, todo, single, comm)
+    return CampaignPlan(keys, todo, single, comm)
 
 
 def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     """Every k-th measured key of each op of an earlier campaign (spread over its whole range), about
     `sample` in all, collectives included."""
-    from servelab.collect.store import key_from_row
-
     rows = [
         r
         for r in CampaignStore(source).rows()
         if r.get("source", "measured") == "measured" and r["op"] in ops
     ]
     if not rows:
-        from servelab.errors import ServelabError
-
         raise ServelabError(f"--repeat-of {source}: no measured rows there")
     by_op: dict[str, list] = {}
     for r in rows:
@@ -88,7 +89,7 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     return keys
 
 
-def describe(plan: Plan, cfg: CampaignConfig) -> str:
+def describe(plan: CampaignPlan, cfg: CampaignConfig) -> str:
     gpus = max(1, cfg.gpus)
     wall = plan.single_s / gpus + plan.comm_s / gpus
     return (
@@ -105,8 +106,6 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         self.bar = None
         if enabled and total:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
             self.bar = Progress(
                 TextColumn("[bold]collect"),
                 BarColumn(),
@@ -133,13 +132,11 @@ def run(
     cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True, echo=print
 ) -> dict:
     """Run (or resume) a campaign; returns the acceptance report."""
-    from servelab.specs import load_system
-
     for var, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(var, value)
     backend = backend or gpu_backend()
     executor = executor or LocalExecutor(cfg.gpus)
-    plan = make_plan(cfg)
+    plan = plan_campaign(cfg)
     echo(describe(plan, cfg))
     store = CampaignStore(cfg.out)
     store.ensure()
@@ -178,8 +175,8 @@ def run(
 
     cb = Callbacks(lambda key: None, on_row, on_error, on_facts)
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
-    single = [k for k in plan.todo if not hasattr(k, "gpus")]
-    comm = [k for k in plan.todo if hasattr(k, "gpus")]
+    single = [k for k in plan.todo if k.op not in COMM_OPS]
+    comm = [k for k in plan.todo if k.op in COMM_OPS]
     start = time.monotonic()
     try:
         if comm:  # first: they hold every GPU, and the modelled larger groups need them
@@ -208,24 +205,17 @@ def run(
 
 
 def _add_modelled(store: CampaignStore, cfg: CampaignConfig) -> None:
-    from servelab.perfdb.keys import COMM_OPS
-    from servelab.specs import load_system
-
     rows = [r for op in COMM_OPS for r in store.rows(op)]
     if not rows:
         return
     have = {(r["op"], r["bytes"], r["gpus"]) for r in rows}
     for r in modelled.model_rows(rows, cfg.model_gpus, load_system(cfg.system)):
         if (r["op"], r["bytes"], r["gpus"]) not in have:
-            from servelab.perfdb.keys import Comm
-
             key = Comm(r["bytes"], r["gpus"], r["op"])
             store.add_row(key, {k: v for k, v in r.items() if k not in key._fields})
 
 
 def _all_models() -> list[str]:
-    from servelab.specs import list_models
-
     return list_models()
 
 
@@ -242,8 +232,6 @@ def summary(report: dict) -> str:
 
 
 def _load_json(path: Path):
-    import json
-
     if path.exists():
         try:
             return json.loads(path.read_text())

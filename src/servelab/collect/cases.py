@@ -1,13 +1,14 @@
-"""Which op keys a campaign measures: the keys the predictor asks for (servelab.predict.graph.step_ops) for each
-model at tp 1, 2, 4, 8 with and without ep / dp_attn where valid, over a grid of step shapes, plus a base grid.
+"""Which op keys a campaign measures: the keys the predictor asks for (servelab.predict.graph.step_ops) for
+each model at tp 1, 2, 4, 8 with and without ep / dp_attn where valid, over a grid of step shapes, plus a base
+grid.
 
 Models run at the precision the system can serve: a checkpoint whose FP4 experts the GPU cannot run is planned
 with its FP8 conversion (check_precision's advice), other FP4 experts with bf16.
 """
 
-from servelab.errors import ServelabError
+from servelab.collect.ops import BENCH, FAMILIES
+from servelab.errors import ServelabError, closest
 from servelab.perfdb.keys import (
-    COMM_OPS,
     AttentionDecode,
     AttentionPrefill,
     Comm,
@@ -20,6 +21,9 @@ from servelab.perfdb.keys import (
     Moe,
     OpKey,
 )
+from servelab.perfdb.ops import COMM_OPS, OpName
+from servelab.predict.graph import StepShape, step_ops
+from servelab.specs import FP8_CONVERSIONS, Parallel, check_precision, load_model
 
 TPS = (1, 2, 4, 8)
 # tokens per attention rank in one step: GEMM, MoE and elementwise keys
@@ -52,8 +56,6 @@ ATTENTION_TYPES = (AttentionPrefill, AttentionDecode, MlaPrefill, MlaDecode, Dsv
 
 def planning_model(name: str, system):
     """The ModelSpec a system would serve for this name (see the module docstring)."""
-    from servelab.specs import FP8_CONVERSIONS, check_precision, load_model
-
     model = load_model(name)
     try:
         check_precision(model, system)
@@ -67,8 +69,6 @@ def planning_model(name: str, system):
 
 def parallels(model, max_gpus: int = 8):
     """Every valid Parallel with tp in TPS (<= max_gpus): ep in {1, tp}, dp_attn off and on."""
-    from servelab.specs import Parallel
-
     out = []
     for tp in TPS:
         if tp > max_gpus:
@@ -96,8 +96,6 @@ def _decode_bytes(key) -> float:
 
 def model_keys(model, max_gpus: int = 8) -> list[OpKey]:
     """The keys step_ops asks for, for this model, over all parallels and the shape grids (deduplicated)."""
-    from servelab.predict.graph import StepShape, step_ops
-
     keys: dict = {}
     for par in parallels(model, max_gpus):
         dp = par.attn_dp
@@ -145,7 +143,7 @@ def comm_keys(gpus: tuple[int, ...]) -> list[Comm]:
         if g > 1
         for op in COMM_OPS
         for b in COMM_BYTES
-        if not (op == "p2p" and g > 2)
+        if not (op == OpName.p2p and g > 2)
     ]
 
 
@@ -221,9 +219,6 @@ def _smoke(keys, per_op: int = 3):
 
 def expand_ops(spec: list[str] | None) -> set[str]:
     """--ops values (families or single ops) -> the set of op names."""
-    from servelab.collect.ops import BENCH, FAMILIES
-    from servelab.errors import closest
-
     if not spec:
         return set(BENCH)
     out: set[str] = set()

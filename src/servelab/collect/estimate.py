@@ -3,9 +3,14 @@ method's own constants (setup, warm-up, replays of about TARGET_REPLAY_MS). A le
 compiles and allocation of large inputs add to the first keys of each op."""
 
 from servelab.collect import timing
+from servelab.perfdb.ops import COMM_OPS, OpName
 
 SETUP_S = 0.12  # allocation, a first call, the eager estimate and the capture of one key
-SETUP_S_BY_OP = {"moe": 0.3, "dsv4_csa_context_module": 0.5, "dsv4_hca_context_module": 0.4}
+SETUP_S_BY_OP = {
+    OpName.moe: 0.3,
+    OpName.dsv4_csa_context_module: 0.5,
+    OpName.dsv4_hca_context_module: 0.4,
+}
 
 
 def key_seconds(key, roofline) -> float:
@@ -20,7 +25,7 @@ def campaign_seconds(keys, roofline) -> tuple[float, float]:
     single = comm = 0.0
     for key in keys:
         s = key_seconds(key, roofline)
-        if hasattr(key, "gpus"):
+        if key.op in COMM_OPS:
             comm += s * key.gpus
         else:
             single += s

@@ -1,11 +1,11 @@
 """Executors run a campaign's keys and report each outcome to the campaign (which alone writes files).
 
 - LocalExecutor (default): one worker process per GPU for single-GPU ops, handed keys one at a time (so a slow
-  key never holds up a queue); a worker that dies or overruns its time limit is replaced and the key it held is
-  recorded as an error; collectives run in one process per GPU over NCCL.
+  key never holds up a queue); a worker that dies or overruns its time limit is replaced and the key it held
+  is recorded as an error; collectives run in one process per GPU over NCCL.
 - RayExecutor: one Ray task per GPU per shard of keys (num_gpus=1), collectives on a placement group of one
-  bundle per GPU (STRICT_PACK: inside one node's NVLink domain). Run it against a cluster's address, or a local
-  cluster when none is given.
+  bundle per GPU (STRICT_PACK: inside one node's NVLink domain). Run it against a cluster's address, or a
+  local cluster when none is given.
 """
 
 import multiprocessing as mp
@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from servelab.collect.backend import Backend
+from servelab.collect.backend import Backend, resolve
 from servelab.collect.store import key_from_row
+from servelab.collect.worker import comm_worker, local_worker, measure
+from servelab.errors import ServelabError
+from servelab.registry import Registry
 
 
 class Callbacks(NamedTuple):
@@ -39,8 +42,6 @@ class LocalExecutor:
         self.ctx = mp.get_context("spawn")
 
     def _start(self, index, backend, outbox):
-        from servelab.collect.worker import local_worker
-
         inbox = self.ctx.Queue()
         proc = self.ctx.Process(target=local_worker, args=(index, backend, inbox, outbox), daemon=True)
         proc.start()
@@ -97,7 +98,7 @@ class LocalExecutor:
     def _reap(self, workers, busy, idle, backend, outbox, cb) -> None:
         """Replace a worker that died (a CUDA fatal error kills the context) or overran its time limit."""
         now = time.monotonic()
-        for i, (proc, inbox) in list(workers.items()):
+        for i, (proc, _) in list(workers.items()):
             item, since = busy.get(i, (None, now))
             dead = not proc.is_alive()
             late = item is not None and now - since > self.case_timeout_s
@@ -129,7 +130,6 @@ class LocalExecutor:
         keys = [k for k in keys if k.gpus <= world]
         if not keys:
             return
-        from servelab.collect.worker import comm_worker
 
         outbox = self.ctx.Queue()
         port = free_port()
@@ -179,12 +179,9 @@ class LocalExecutor:
                     p.join()
 
 
-# ---- Ray ------------------------------------------------------------------------------------------------------
+# ---- Ray ---------------------------------------------------------------------------------------------------
 def _ray_shard(backend: Backend, items: list[dict], want_facts: bool) -> list:
     """A Ray task: one GPU (Ray sets CUDA_VISIBLE_DEVICES, so it is device 0 here), a shard of keys."""
-    from servelab.collect.backend import resolve
-    from servelab.collect.worker import measure
-
     resolve(backend.worker_init)(0)
     out = []
     if want_facts:
@@ -197,19 +194,17 @@ def _ray_shard(backend: Backend, items: list[dict], want_facts: bool) -> list:
 
 class _CommActor:
     def address(self) -> str:
-        import ray
+        import ray  # noqa: PLC0415 - ray is an optional extra (the core install has none)
 
         return ray.util.get_node_ip_address()
 
     def run(self, rank, world, host, port, backend, items):
-        # STRICT_PACK puts every rank on one node, so the ranks meet on that node's loopback (host is informative)
-        from servelab.collect.backend import resolve
-        from servelab.collect.worker import measure
-
+        # STRICT_PACK puts every rank on one node, so the ranks meet on that node's loopback (host is
+        # informative)
         keys = [key_from_row(i) for i in items]
         groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
         out = []
-        for item, key in zip(items, keys):
+        for item, key in zip(items, keys, strict=False):
             if rank < key.gpus:
                 kind, payload = measure(backend, key, rank, groups[key.gpus])
                 out.append((kind, item, payload))
@@ -226,7 +221,7 @@ class RayExecutor:
         self.num_cpus = num_cpus
 
     def _init(self):
-        import ray
+        import ray  # noqa: PLC0415 - ray is an optional extra (the core install has none)
 
         if not ray.is_initialized():
             kwargs = {"address": self.address} if self.address else {"num_cpus": self.num_cpus}
@@ -269,8 +264,9 @@ class RayExecutor:
         if not keys:
             return
         ray = self._init()
-        from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        # ray is an optional extra (the core install has none)
+        from ray.util.placement_group import placement_group, remove_placement_group  # noqa: PLC0415
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
 
         bundle = {"GPU": 1, "CPU": 1} if self.gpu else {"CPU": 1}
         pg = placement_group([bundle] * world, strategy="STRICT_PACK")
@@ -300,3 +296,24 @@ class RayExecutor:
                 ray.kill(a)
         finally:
             remove_placement_group(pg)
+
+
+Executor = LocalExecutor | RayExecutor
+
+
+def _local(devices: int, address: str | None) -> LocalExecutor:
+    return LocalExecutor(devices)
+
+
+def _ray(devices: int, address: str | None) -> RayExecutor:
+    try:
+        import ray  # noqa: F401, PLC0415 - ray is an optional extra; only checked for here
+    except ImportError:
+        raise ServelabError("the ray executor needs ray (pip install 'servelab[ray]')") from None
+    return RayExecutor(address=address)
+
+
+# name -> (GPUs on this node, Ray cluster address or None) -> executor
+EXECUTORS: Registry[Callable[[int, str | None], Executor]] = Registry(
+    "executor", {"local": _local, "ray": _ray}
+)

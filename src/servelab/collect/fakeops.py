@@ -1,12 +1,16 @@
 """Fake ops for testing the collector's plumbing without a GPU (executors, resume, errors, acceptance).
 
-Latencies come from the roofline of h200_sxm and are marked backend="fake": a campaign run with this backend is
-a test fixture, never a table. Keys listed in FAIL raise the error they name, to exercise error capture.
+Latencies come from the roofline of h200_sxm and are marked backend="fake": a campaign run with this backend
+is a test fixture, never a table. Keys listed in FAIL raise the error they name, to exercise error capture.
 """
 
 import os
 
 from servelab.collect.backend import Backend
+from servelab.collect.ops import BENCH
+from servelab.perfdb.ops import COMM_OPS
+from servelab.perfdb.roofline import Roofline
+from servelab.specs import load_system
 
 FAIL_ENV = "SERVELAB_FAKE_FAIL"  # comma-separated "op:field=value" triggers, e.g. "gemm:m=4096"
 CRASH_ENV = "SERVELAB_FAKE_CRASH"  # same syntax: the worker process dies (os._exit) on that key
@@ -22,9 +26,6 @@ def _matches(key, spec: str) -> bool:
 
 
 def bench(key) -> dict:
-    from servelab.perfdb.roofline import Roofline
-    from servelab.specs import load_system
-
     if _matches(key, os.environ.get(CRASH_ENV, "")):
         os._exit(3)
     if _matches(key, os.environ.get(FAIL_ENV, "")):
@@ -60,6 +61,10 @@ def close_comm() -> None:
     return None
 
 
+def barrier() -> None:
+    return None
+
+
 def classify(exc: BaseException) -> str:
     return "oom" if isinstance(exc, MemoryError) else "error"
 
@@ -73,17 +78,15 @@ def facts() -> dict:
 
 
 def fake_backend() -> Backend:
-    from servelab.collect.ops import BENCH
-    from servelab.perfdb.keys import COMM_OPS
-
     p = "servelab.collect.fakeops:"
-    bench_table = {op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH}
     return Backend(
-        bench_table,
-        p + "init_worker",
-        p + "init_comm",
-        p + "classify",
-        p + "after_error",
-        p + "facts",
+        bench={op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH},
+        worker_init=p + "init_worker",
+        comm_init=p + "init_comm",
+        comm_close=p + "close_comm",
+        barrier=p + "barrier",
+        classify=p + "classify",
+        after_error=p + "after_error",
+        facts=p + "facts",
         name="fake",
     )

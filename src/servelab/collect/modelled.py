@@ -3,19 +3,21 @@
 For each op and message size, the largest measured group (m GPUs) gives the bus bandwidth it reached at large
 messages and, per size, the fixed cost left after the bandwidth term. The modelled latency is
 latency(n) = fixed(n) + moved(n, bytes) / busbw_measured, moved(n, bytes) being the bytes each rank moves in a
-ring algorithm (on an NVSwitch node the per-GPU bus bandwidth stays about constant with n). fixed(n) is extended
-linearly in n through the two largest measured groups (NCCL's small-message latency grew 14 -> 18 us from 2 to 4
-H200s, far less than a ring's step count would say); with one measured group, by the ring's (n - 1) / (m - 1).
-Rows say source="modelled" and name what they came from.
+ring algorithm (on an NVSwitch node the per-GPU bus bandwidth stays about constant with n). fixed(n) is
+extended linearly in n through the two largest measured groups (NCCL's small-message latency grew 14 -> 18 us
+from 2 to 4 H200s, far less than a ring's step count would say); with one measured group, by the ring's (n -
+1) / (m - 1). Rows say source="modelled" and name what they came from.
 """
 
 import math
 
+from servelab.perfdb.ops import OpName
+
 
 def _moved(op: str, n: int, nbytes: int) -> float:
-    if op == "allreduce":
+    if op == OpName.allreduce:
         return 2.0 * (n - 1) / n * nbytes
-    if op == "p2p":
+    if op == OpName.p2p:
         return float(nbytes)
     return (n - 1) / n * nbytes
 
@@ -29,7 +31,7 @@ def model_rows(rows: list[dict], target_gpus: tuple[int, ...], system) -> list[d
             by_op.setdefault(r["op"], {}).setdefault(r["gpus"], []).append(r)
     out = []
     for op, by_gpus in by_op.items():
-        if op == "p2p":
+        if op == OpName.p2p:
             continue  # a point-to-point message does not depend on the group size
         m = max(by_gpus)
         measured = sorted(by_gpus[m], key=lambda r: r["bytes"])

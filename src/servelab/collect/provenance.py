@@ -28,7 +28,9 @@ def nvidia_smi() -> list[dict] | None:
         return None
     names = SMI_FIELDS.split(",")
     return [
-        dict(zip(names, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines() if line
+        dict(zip(names, (v.strip() for v in line.split(",")), strict=False))
+        for line in out.strip().splitlines()
+        if line
     ]
 
 
@@ -52,7 +54,7 @@ def base(system: str, executor: str, env: dict) -> dict:
         "command": command_line(),
         "executor": executor,
         "env": env,
-        "timing_method": "random inputs; rotating input sets >= 256 MiB per replay; op captured N times in one CUDA "
-        "graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over "
+        "timing_method": "random inputs; rotating input sets >= 256 MiB per replay; op captured N times in "
+        "one CUDA graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over "
         "15-100 replays, per op call",
     }

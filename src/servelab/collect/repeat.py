@@ -1,10 +1,7 @@
-"""Repeatability: the same keys measured by two campaigns, compared row by row (median vs median).
+"""Repeatability: the same keys measured by two campaigns, compared row by row (median vs median); what
+`servelab db compare-repeat FIRST SECOND` prints: the spread of (second / first - 1) per op and overall."""
 
-python -m servelab.collect.repeat FIRST SECOND prints the spread of (second / first - 1) per op and overall."""
-
-import json
 import statistics
-import sys
 from pathlib import Path
 
 from servelab.collect.store import CampaignStore, key_from_row, key_id
@@ -41,7 +38,3 @@ def _stats(ds: list[float]) -> dict:
         "abs_median_pct": round(100 * statistics.median(abs(d) for d in s), 2),
         "within_5pct": round(sum(abs(d) <= 0.05 for d in s) / len(s), 3),
     }
-
-
-if __name__ == "__main__":
-    print(json.dumps(compare(Path(sys.argv[1]), Path(sys.argv[2])), indent=1))

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from servelab.perfdb.keys import KEY_TYPES, OpKey
+from servelab.perfdb.ops import OpName
 
 
 def key_id(key: OpKey) -> str:
@@ -15,8 +16,8 @@ def key_id(key: OpKey) -> str:
 
 
 def key_from_row(row: dict) -> OpKey:
-    cls = KEY_TYPES[row["op"]]
-    return cls(**{f: row[f] for f in cls._fields})
+    cls = KEY_TYPES.get(row["op"])
+    return cls(**{f: row[f] for f in cls._fields if f != "op"}, op=OpName(row["op"]))
 
 
 class CampaignStore:
@@ -26,7 +27,8 @@ class CampaignStore:
         self.errors_path = self.root / "errors.jsonl"
 
     def ensure(self) -> None:
-        """Create the directory; end any line a killed run left half-written, so new rows start on their own."""
+        """Create the directory; end any line a killed run left half-written, so new rows start on their
+        own."""
         self.rows_dir.mkdir(parents=True, exist_ok=True)
         for path in [*self.rows_dir.glob("*.jsonl"), self.errors_path]:
             if path.exists() and path.stat().st_size:

@@ -1,9 +1,10 @@
-"""The one timing method of the collector (systems.md, "Timing method that gave repeatable numbers").
+"""The one timing method of the collector: the one that gave repeatable numbers on the H200.
 
 Random inputs in enough rotating sets that one replay touches at least ROTATE_BYTES (the H200 L2 is 60 MB),
 the op captured several times into one CUDA graph so a replay lasts about TARGET_REPLAY_MS, CUDA events around
-each replay, warm-up first, then the median, p10 and p90 over replays (each divided by the captures per replay).
-Where capture fails (an op that syncs with the host) the same loop runs eagerly and the row says timing=eager.
+each replay, warm-up first, then the median, p10 and p90 over replays (each divided by the captures per
+replay). Where capture fails (an op that syncs with the host) the same loop runs eagerly and the row says
+timing=eager.
 
 torch is imported inside the functions: the core install has no torch.
 """
@@ -23,14 +24,15 @@ MIN_REPS, MAX_REPS, MAX_SECONDS = 15, 100, 1.0  # replays per key: at least 15, 
 
 
 class Timing(dict):
-    """latency_us (median), p10_us, p90_us, reps (replays), inner (op calls per replay), timing (graph|eager)."""
+    """latency_us (median), p10_us, p90_us, reps (replays), inner (op calls per replay), timing
+    (graph|eager)."""
 
 
 @contextmanager
 def cuda_timed(samples: list):
     """Record CUDA events around the block; append the (start, end) pair to samples. Read them with
     elapsed_us(samples) after a synchronize: events never block the launching thread."""
-    import torch
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -40,7 +42,7 @@ def cuda_timed(samples: list):
 
 
 def elapsed_us(samples: list) -> list[float]:
-    import torch
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
 
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1000 for s, e in samples]
@@ -92,7 +94,7 @@ def time_op(
     returns its output (checked for NaN/inf once, before timing). bytes_per_set sizes the rotation.
     agree(estimate_us) -> estimate_us makes ranks of a collective use one estimate (the same captured calls).
     """
-    import torch
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
 
     sets = [make_inputs() for _ in range(num_sets(bytes_per_set))]
     out = run(*sets[0])
@@ -131,7 +133,6 @@ def time_op(
 
 
 def _eager_estimate(run, sets) -> float:
-
     for i in range(2):
         run(*sets[i % len(sets)])
     n, samples = 5, []
@@ -143,7 +144,7 @@ def _eager_estimate(run, sets) -> float:
 
 def _capture(run, sets, inner):
     """A replay function for a CUDA graph of `inner` calls, or None when the op cannot be captured."""
-    import torch
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
 
     try:
         stream = torch.cuda.Stream()
@@ -165,7 +166,7 @@ def _capture(run, sets, inner):
 
 
 def _check_finite(out) -> None:
-    import torch
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
 
     tensors = out if isinstance(out, (tuple, list)) else (out,)
     for t in tensors:

@@ -1,6 +1,7 @@
 """What runs inside a worker process (local executor) or a Ray task: init once, then measure keys one by one.
 Never raises for a failed op: the failure is returned with its class, and the campaign goes on."""
 
+import os
 import traceback
 
 from servelab.collect.backend import Backend, resolve
@@ -58,20 +59,20 @@ def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
         kind, payload = measure(backend, key)
         outbox.put((kind, index, item, payload))
         if kind == "error" and payload[0] == "cuda_fatal":
-            # a CUDA context that saw an illegal address fails every later call: exit, the parent starts a new one
-            import os
-
+            # a CUDA context that saw an illegal address fails every later call: exit, the parent starts a
+            # new one
             outbox.close()
             outbox.join_thread()  # the error reaches the parent before the process goes
             os._exit(70)
 
 
 def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[dict], outbox) -> None:
-    """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip it."""
+    """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip
+    it."""
     keys = [key_from_row(i) for i in items]
     groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
-    barrier = _barrier(backend)
-    for item, key in zip(items, keys):
+    barrier = resolve(backend.barrier)
+    for item, key in zip(items, keys, strict=False):
         if rank == 0:
             outbox.put(("start", rank, item, None))
         if rank < key.gpus:
@@ -81,16 +82,4 @@ def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[
         barrier()
     if rank == 0:
         outbox.put(("exit", rank, None, None))
-    resolve(backend.comm_init.replace("init_comm", "close_comm"))()
-
-
-def _barrier(backend: Backend):
-    if backend.name == "fake":
-        return lambda: None
-
-    def barrier():
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    return barrier
+    resolve(backend.comm_close)()

@@ -3,17 +3,19 @@
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.perfdb.accuracy import passes, table_accuracy
+from servelab.perfdb.families import ACCURACY_TARGETS, BY_NAME
+from servelab.perfdb.merge import build_table, read_campaign
+from servelab.perfdb.store import read_table, row_problems
+from servelab.perfdb.tables import TableSet, table_dirs
+from servelab.specs import list_systems, load_system
 
 
 def _systems(system: str | None):
-    from servelab.specs import list_systems, load_system
-
     return [load_system(system)] if system else [load_system(s) for s in list_systems()]
 
 
 def status_report(system: str | None = None) -> list[dict]:
-    from servelab.perfdb.tables import TableSet, table_dirs
-
     out = []
     for spec in _systems(system):
         for i, d in enumerate(table_dirs(spec.name)):
@@ -24,11 +26,6 @@ def status_report(system: str | None = None) -> list[dict]:
 
 def accuracy_report(system: str | None = None, tables: Path | None = None) -> list[dict]:
     """Leave-one-out recomputed now for the tables in use (or the given directory)."""
-    from servelab.perfdb.accuracy import passes, table_accuracy
-    from servelab.perfdb.families import ACCURACY_TARGETS
-    from servelab.perfdb.tables import TableSet, table_dirs
-    from servelab.specs import load_system
-
     if tables is not None:
         parts = Path(tables).resolve().parts
         spec = load_system(system or (parts[-3] if len(parts) >= 3 else "h200_sxm"))
@@ -57,12 +54,7 @@ def accuracy_report(system: str | None = None, tables: Path | None = None) -> li
 
 def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | None]]:
     """(path, problem or None) for each table file or campaign directory."""
-    from servelab.perfdb.store import read_table
-
     if paths is None:
-        from servelab.perfdb.tables import table_dirs
-        from servelab.specs import list_systems
-
         paths = [d for s in list_systems() for d in table_dirs(s)]
     out: list[tuple[str, str | None]] = []
     for p in map(Path, paths):
@@ -85,10 +77,6 @@ def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | Non
 
 
 def _validate_campaign(directory: Path) -> str | None:
-    from servelab.perfdb.families import BY_NAME
-    from servelab.perfdb.merge import _build, read_campaign
-    from servelab.perfdb.store import row_problems
-
     try:
         prov, rows, _, problems = read_campaign(directory)
     except ServelabError as e:
@@ -96,7 +84,7 @@ def _validate_campaign(directory: Path) -> str | None:
     for fam_name, fam_rows in rows.items():
         for r in fam_rows:
             r["campaign"] = 0
-        data, _, where = _build(BY_NAME[fam_name], fam_rows, {0: 0}, {"provenance": [prov]})
+        data, _, where = build_table(BY_NAME[fam_name], fam_rows, {0: 0}, {"provenance": [prov]})
         problems += [f"{fam_name} {where[i]}: {m}" for i, m in row_problems(data, limit=20)]
     if not problems:
         return None

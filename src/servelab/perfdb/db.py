@@ -2,26 +2,86 @@
 from the roofline elsewhere. Answers are cached: the same key asked twice costs a dict lookup.
 
 A backend is priced from tables collected with that backend only. The shipped H200 tables time torch's kernels
-(cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS, FlashMLA, fused
-MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one model out, 525
-measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4)."""
+(cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS, FlashMLA,
+fused MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one model out,
+525 measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4)."""
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.roofline import Roofline
+from servelab.perfdb.tables import TableSet, load_default_tables
 from servelab.specs import SystemSpec
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Tables(Protocol):
+    def lookup(self, key: OpKey) -> OpLatency | None: ...
+
+
+class BoundedCache(Generic[K, V]):
+    """A least-recently-used map of at most `maxsize` entries."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        """The entry for key, made (and the oldest entry dropped beyond maxsize) when missing."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = self._items[key] = make()
+        if len(self._items) > self.maxsize:
+            self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class PerfDB:
-    def __init__(self, system: SystemSpec, tables=None, use_tables: bool = True, backend: str = "torch"):
+    # per (system, backend): the default tables (a directory listing, files read on first query) and one
+    # shared PerfDB whose answer cache every estimate of the process reuses; a handful of systems at most
+    default_tables: ClassVar[BoundedCache[tuple[str, str], TableSet | None]] = BoundedCache(8)
+    shared_dbs: ClassVar[BoundedCache[tuple[str, str], "PerfDB"]] = BoundedCache(8)
+
+    def __init__(
+        self,
+        system: SystemSpec,
+        tables: Tables | None = None,
+        use_tables: bool = True,
+        backend: str = "torch",
+    ):
         """tables: an object with .lookup(key) -> OpLatency | None (servelab.perfdb.tables); by default the
         tables collected for this system with this backend, if any."""
         self.system = system
         self.roofline = Roofline(system)
         if tables is None and use_tables:
-            tables = _default_tables(system, backend)
+            tables = self.default_tables.get(
+                (system.name, backend), lambda: load_default_tables(system, backend)
+            )
         self.tables = tables
-        self._cache: dict = {}
+        self._cache: dict[OpKey, OpLatency] = {}
+
+    @classmethod
+    def shared(cls, system: SystemSpec, backend: str = "torch") -> "PerfDB":
+        """One PerfDB per system and backend per process, so its answer cache is reused across estimates."""
+        return cls.shared_dbs.get((system.name, backend), lambda: cls(system, backend=backend))
+
+    @classmethod
+    def clear_shared(cls) -> None:
+        """Forget the shared PerfDBs and default tables (after the table search path changed)."""
+        cls.shared_dbs.clear()
+        cls.default_tables.clear()
 
     def query(self, key: OpKey) -> OpLatency:
         hit = self._cache.get(key)
@@ -38,29 +98,6 @@ class PerfDB:
         return self.roofline.latency(key)
 
 
-_DEFAULT_TABLES: dict = {}
-
-
-def _default_tables(system: SystemSpec, backend: str):
-    """The tables for this system and backend (loaded once per process), or None when there are none."""
-    key = (system.name, backend)
-    if key not in _DEFAULT_TABLES:
-        try:
-            from servelab.perfdb.tables import load_default_tables
-        except ImportError:
-            _DEFAULT_TABLES[key] = None
-        else:
-            _DEFAULT_TABLES[key] = load_default_tables(system, backend)
-    return _DEFAULT_TABLES[key]
-
-
-_DBS: dict = {}
-
-
 def perfdb_for(system: SystemSpec, backend: str = "torch") -> PerfDB:
-    """One shared PerfDB per system and backend per process, so its cache is reused across estimates."""
-    key = (system.name, backend)
-    db = _DBS.get(key)
-    if db is None:
-        db = _DBS[key] = PerfDB(system, backend=backend)
-    return db
+    """The process's shared PerfDB for this system and backend (PerfDB.shared)."""
+    return PerfDB.shared(system, backend)

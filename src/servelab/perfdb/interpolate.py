@@ -3,8 +3,8 @@ borrowing from the nearest collected shape.
 
 What is interpolated is log(measured / roofline) -- the log of inverse utilisation -- so a query pays the
 roofline's own shape dependence (flops, bytes, tile quantization) and only the kernel's deviation from it is
-carried across brackets. Rows are grouped once by the fields that must match (numpy lexsort, no per-row Python),
-and a group's points are built on its first query, so loading a large table costs little.
+carried across brackets. Rows are grouped once by the fields that must match (numpy lexsort, no per-row
+Python), and a group's points are built on its first query, so loading a large table costs little.
 """
 
 import math
@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from servelab.perfdb.families import Space
 from servelab.perfdb.store import TableData
 
-_SPACES: dict[str, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
+_SPACES: dict[Space, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
 
 
 class Answer(NamedTuple):
@@ -40,9 +41,9 @@ class Line(NamedTuple):
 
 
 def make_line(raw_x: list, ys: list, space: Callable) -> Line:
-    """A line from raw axis values and log ratios; repeated positions average (e.g. same bytes, other flops)."""
+    """A line from raw axis values and log ratios; repeated positions average (same bytes, other flops)."""
     acc: dict[float, list] = {}
-    for x, y in zip(raw_x, ys):
+    for x, y in zip(raw_x, ys, strict=False):
         acc.setdefault(float(x), []).append(y)
     xs_raw = sorted(acc)
     return Line(
@@ -75,7 +76,7 @@ class Grid(NamedTuple):
 
 def make_grid(raw_o: list, raw_x: list, ys: list, so: Callable, sx: Callable) -> Grid:
     rows: dict[float, tuple[list, list]] = {}
-    for o, x, y in zip(raw_o, raw_x, ys):
+    for o, x, y in zip(raw_o, raw_x, ys, strict=False):
         r = rows.setdefault(float(o), ([], []))
         r[0].append(x)
         r[1].append(y)
@@ -149,7 +150,7 @@ class Index:
             change[1:] |= s[1:] != s[:-1]
         starts = np.flatnonzero(change).tolist() + [n]
         soft_pos = [fam.group.index(f) for f in fam.soft]
-        for a, b in zip(starts[:-1], starts[1:]):
+        for a, b in zip(starts[:-1], starts[1:], strict=False):
             first = int(order[a])
             gkey = tuple(data.cols[f][first].item() for f in fam.group)
             self.groups[gkey] = Group(order[a:b])
@@ -160,7 +161,10 @@ class Index:
     def _points(self, g: Group):
         if g.points is None:
             data, fam = self.data, self.family
-            ys, lats, flags, axes = [], [], [], [[] for _ in fam.axes]
+            ys: list[float] = []
+            lats: list[float] = []
+            flags: list[bool] = []
+            axes: list[list[int]] = [[] for _ in fam.axes]
             for i in g.rows.tolist():
                 flags.append(data.is_measured(i))
                 key = fam.key_type(*data.row_key(i))

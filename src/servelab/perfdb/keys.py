@@ -1,11 +1,15 @@
 """Op keys: the exact contract between the collector (which measures them) and the predictor (which asks).
 
 Shapes are rank-local (heads per rank, N / tp, experts per rank), plus the native shape where two models could
-otherwise collide (DeepSeek-V4 modules and MLA carry native_heads). Keys are NamedTuples: hashable and cheap to
-build on the prediction hot path; the trailing `op` field keeps keys of different ops distinct.
+otherwise collide (DeepSeek-V4 modules and MLA carry native_heads). Keys are NamedTuples: hashable and cheap
+to build on the prediction hot path; the trailing `op` field keeps keys of different ops distinct.
 """
 
 from typing import NamedTuple
+
+from servelab.errors import ServelabError
+from servelab.perfdb.ops import COMM_OPS, DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.registry import Registry
 
 
 class Gemm(NamedTuple):
@@ -15,7 +19,7 @@ class Gemm(NamedTuple):
     n: int
     k: int
     dtype: str = "bf16"
-    op: str = "gemm"
+    op: OpName = OpName.gemm
 
 
 class AttentionPrefill(NamedTuple):
@@ -28,7 +32,7 @@ class AttentionPrefill(NamedTuple):
     head_dim: int
     window: int = 0  # 0 = full attention
     kv_dtype: str = "bf16"
-    op: str = "attention_prefill"
+    op: OpName = OpName.attention_prefill
 
 
 class AttentionDecode(NamedTuple):
@@ -41,7 +45,7 @@ class AttentionDecode(NamedTuple):
     head_dim: int
     window: int = 0
     kv_dtype: str = "bf16"
-    op: str = "attention_decode"
+    op: OpName = OpName.attention_decode
 
 
 class MlaPrefill(NamedTuple):
@@ -51,7 +55,7 @@ class MlaPrefill(NamedTuple):
     seq: int
     heads: int
     native_heads: int
-    op: str = "mla_prefill"
+    op: OpName = OpName.mla_prefill
 
 
 class MlaDecode(NamedTuple):
@@ -62,7 +66,7 @@ class MlaDecode(NamedTuple):
     heads: int
     native_heads: int
     kv_dtype: str = "bf16"
-    op: str = "mla_decode"
+    op: OpName = OpName.mla_decode
 
 
 class Dsv4Context(NamedTuple):
@@ -73,22 +77,24 @@ class Dsv4Context(NamedTuple):
     heads: int
     batch: int
     seq: int
-    op: str = "dsv4_csa_context_module"
+    op: OpName = OpName.dsv4_csa_context_module
 
 
 class Dsv4Generation(NamedTuple):
-    """DeepSeek-V4 attention module in decode. op is dsv4_csa_generation_module or dsv4_hca_generation_module."""
+    """DeepSeek-V4 attention module in decode.
+    op is dsv4_csa_generation_module or dsv4_hca_generation_module."""
 
     native_heads: int
     heads: int
     batch: int
     kv_len: int
-    op: str = "dsv4_csa_generation_module"
+    op: OpName = OpName.dsv4_csa_generation_module
 
 
 class Moe(NamedTuple):
-    """Expert compute only (no routing or communication) on one rank: `tokens` tokens of the EP group each pick
-    `topk` of `experts`; this rank holds experts / ep of them, each `inter` wide (already split by moe_tp)."""
+    """Expert compute only (no routing or communication) on one rank: `tokens` tokens of the EP group each
+    pick `topk` of `experts`; this rank holds experts / ep of them, each `inter` wide (already split by
+    moe_tp)."""
 
     tokens: int
     hidden: int
@@ -98,7 +104,7 @@ class Moe(NamedTuple):
     ep: int
     dtype: str = "bf16"
     distribution: str = "uniform"  # or "power_law"
-    op: str = "moe"
+    op: OpName = OpName.moe
 
 
 class Comm(NamedTuple):
@@ -107,7 +113,7 @@ class Comm(NamedTuple):
 
     bytes: int
     gpus: int
-    op: str = "allreduce"
+    op: OpName = OpName.allreduce
 
 
 class Memory(NamedTuple):
@@ -116,7 +122,7 @@ class Memory(NamedTuple):
     bytes: int
     flops: int = 0
     kernels: int = 1  # small kernels this op stands for (routing, permutation), each with a launch floor
-    op: str = "elementwise"
+    op: OpName = OpName.elementwise
 
 
 OpKey = (
@@ -132,22 +138,34 @@ OpKey = (
     | Memory
 )
 
-DSV4_CONTEXT_OPS = ("dsv4_csa_context_module", "dsv4_hca_context_module")
-DSV4_GENERATION_OPS = ("dsv4_csa_generation_module", "dsv4_hca_generation_module")
-COMM_OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
+KeyType = (
+    type[Gemm]
+    | type[AttentionPrefill]
+    | type[AttentionDecode]
+    | type[MlaPrefill]
+    | type[MlaDecode]
+    | type[Dsv4Context]
+    | type[Dsv4Generation]
+    | type[Moe]
+    | type[Comm]
+    | type[Memory]
+)
 
-KEY_TYPES: dict[str, type] = {
-    "gemm": Gemm,
-    "attention_prefill": AttentionPrefill,
-    "attention_decode": AttentionDecode,
-    "mla_prefill": MlaPrefill,
-    "mla_decode": MlaDecode,
-    **{op: Dsv4Context for op in DSV4_CONTEXT_OPS},
-    **{op: Dsv4Generation for op in DSV4_GENERATION_OPS},
-    "moe": Moe,
-    **{op: Comm for op in COMM_OPS},
-    "elementwise": Memory,
-}
+KEY_TYPES: Registry[KeyType] = Registry(
+    "op",
+    {
+        OpName.gemm: Gemm,
+        OpName.attention_prefill: AttentionPrefill,
+        OpName.attention_decode: AttentionDecode,
+        OpName.mla_prefill: MlaPrefill,
+        OpName.mla_decode: MlaDecode,
+        **{op: Dsv4Context for op in DSV4_CONTEXT_OPS},
+        **{op: Dsv4Generation for op in DSV4_GENERATION_OPS},
+        OpName.moe: Moe,
+        **{op: Comm for op in COMM_OPS},
+        OpName.elementwise: Memory,
+    },
+)
 
 # DeepSeek-V4 index_topk by native head count (V4-Pro 128 heads: 1024; V4-Flash 64 heads: 512)
 DSV4_TOPK = {128: 1024, 64: 512}
@@ -155,20 +173,14 @@ DSV4_TOPK = {128: 1024, 64: 512}
 
 def key_from_dict(op: str, fields: dict) -> OpKey:
     """Build a key from user/JSON fields; a ServelabError names a missing or unknown field."""
-    from servelab.errors import ServelabError, closest
-
     cls = KEY_TYPES.get(op)
-    if cls is None:
-        raise ServelabError(
-            f"unknown op {op!r}{closest(op, list(KEY_TYPES))}; known ops: {', '.join(KEY_TYPES)}"
-        )
     names = [f for f in cls._fields if f != "op"]
     unknown = set(fields) - set(names) - {"op"}
     if unknown:
         raise ServelabError(
             f"{op}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(names)}"
         )
-    values = {}
+    values: dict[str, int | str] = {}
     for name in names:
         if name not in fields:
             if name in cls._field_defaults:
@@ -180,12 +192,13 @@ def key_from_dict(op: str, fields: dict) -> OpKey:
             values[name] = str(value)
         else:
             try:
-                values[name] = int(value)
+                number = int(value)
             except (TypeError, ValueError):
                 raise ServelabError(f"{op}: field {name!r} must be an integer, got {value!r}") from None
-            if values[name] < 0 or (values[name] == 0 and name not in ("window", "flops")):
+            if number < 0 or (number == 0 and name not in ("window", "flops")):
                 raise ServelabError(f"{op}: field {name!r} must be positive, got {value!r}")
-    return cls(**values, op=op)
+            values[name] = number
+    return cls(**values, op=OpName(op))  # type: ignore[arg-type]  # fields checked against cls above
 
 
 def key_to_dict(key: OpKey) -> dict:

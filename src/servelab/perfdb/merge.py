@@ -1,10 +1,10 @@
 """Merge collector campaigns into the tables of one system / backend / version.
 
 A campaign directory holds rows/<op>.jsonl (one JSON object per measured key: key fields with `op`, latency_us
-(median), p10_us, p90_us, reps, extras), errors.jsonl and provenance.json. Rows are checked with the same rules as
-the table loader; a key measured by more than one campaign (or already in the table) keeps the newest campaign's
-row, by provenance date, and the report says how many were replaced. Leave-one-out accuracy is computed here and
-stored in each table's metadata, so queries never recompute it.
+(median), p10_us, p90_us, reps, extras), errors.jsonl and provenance.json. Rows are checked with the same
+rules as the table loader; a key measured by more than one campaign (or already in the table) keeps the newest
+campaign's row, by provenance date, and the report says how many were replaced. Leave-one-out accuracy is
+computed here and stored in each table's metadata, so queries never recompute it.
 """
 
 import json
@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.perfdb.accuracy import table_accuracy
 from servelab.perfdb.families import BY_OP, Family
+from servelab.perfdb.interpolate import Index
+from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.store import (
     PROVENANCE_FIELDS,
     STAT_COLUMNS,
@@ -25,6 +28,7 @@ from servelab.perfdb.store import (
     table_from_rows,
     write_table,
 )
+from servelab.specs import load_system
 
 
 def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, list[str]]:
@@ -59,7 +63,7 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
             except ValueError:
                 problems.append(f"{path} line {n}: not valid JSON")
                 continue
-            fam = BY_OP.get(row.get("op")) if isinstance(row, dict) else None
+            fam = BY_OP.get(str(row.get("op"))) if isinstance(row, dict) else None
             if fam is None:
                 problems.append(
                     f"{path} line {n}: unknown op {row.get('op') if isinstance(row, dict) else row!r}"
@@ -181,12 +185,7 @@ def _check_system(system, prov: dict, where: str) -> None:
 
 
 def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | None = None) -> dict:
-    """Merge campaigns into the tables under `into` (<root>/<system>/<backend>/<version>/). Returns a report."""
-    from servelab.perfdb.accuracy import table_accuracy
-    from servelab.perfdb.interpolate import Index
-    from servelab.perfdb.reference import reference_fn
-    from servelab.specs import load_system
-
+    """Merge campaigns into the tables under `into` (<root>/<system>/<backend>/<version>/); a report."""
     into = Path(into)
     parts = into.resolve().parts
     if len(parts) < 3:
@@ -228,9 +227,9 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         rows.setdefault(old.family.name, []).extend(fam_rows)
     problems: list[str] = []
     for d in dirs:
-        prov, new_rows, num_errors, bad = read_campaign(Path(d))
+        prov, new_rows, num_errors, unreadable = read_campaign(Path(d))
         _check_system(system, prov, str(Path(d) / "provenance.json"))
-        problems += bad
+        problems += unreadable
         count = sum(len(v) for v in new_rows.values())
         entry = dict(prov, source=str(d), rows=count, collector_errors=num_errors)
         again = _identity(entry) in ident_index
@@ -259,7 +258,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     tables = {}
     for fam_name, fam_rows in rows.items():
         fam = BY_OP[fam_rows[0]["op"]]
-        data, dup, wheres = _build(fam, fam_rows, rank, {"provenance": provenance})
+        data, dup, wheres = build_table(fam, fam_rows, rank, {"provenance": provenance})
         bad = row_problems(data, limit=None)
         if bad:
             msgs = [f"{fam_name} {wheres[i]}: {m}" for i, m in bad]
@@ -294,8 +293,8 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
                 "command": command or " ".join(sys.argv),
                 "replaced_by_newer": dup,
                 "rows": len(data),
-                "interpolation_reference": "roofline without tile quantization, occupancy-aware for prefill, on the "
-                "default block of efficiencies.json (never the per-system fit)",
+                "interpolation_reference": "roofline without tile quantization, occupancy-aware for prefill, "
+                "on the default block of efficiencies.json (never the per-system fit)",
             },
         )
         write_table(into / f"{fam_name}.parquet", data)
@@ -321,7 +320,7 @@ def _rows_of(data: TableData, offset: int) -> list[dict]:
     return out
 
 
-def _build(fam: Family, rows: list[dict], rank: dict, meta: dict) -> tuple[TableData, int, list[str]]:
+def build_table(fam: Family, rows: list[dict], rank: dict, meta: dict) -> tuple[TableData, int, list[str]]:
     """One table from rows, keeping the newest campaign's row for each key; returns it and how many rows
     were replaced by a newer measurement of the same key."""
     best: dict[tuple, dict] = {}

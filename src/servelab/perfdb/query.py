@@ -5,16 +5,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.perfdb.db import PerfDB
 from servelab.perfdb.keys import key_from_dict
 from servelab.perfdb.shapes import check_key
+from servelab.perfdb.tables import load_tables
+from servelab.specs import load_system
 
 
 def make_db(system_name: str, tables_dir: Path | None = None, roofline_only: bool = False):
     """A PerfDB for the system: the given table directory, else the embedded/default tables."""
-    from servelab.perfdb.db import PerfDB
-    from servelab.perfdb.tables import load_tables
-    from servelab.specs import load_system
-
     system = load_system(system_name)
     if roofline_only:
         return PerfDB(system, use_tables=False)

@@ -3,12 +3,13 @@
 It is the roofline without its tile-quantization guess: between two collected points the real kernel's tiling
 and wave effects are already in the measured values, and a 128-wide tile model that the kernel does not follow
 would put steps into the interpolation that the data does not have (a GEMM at M = 700 between M = 512 and 1024
-would be charged for a padded 768). Everything else (flops, bytes, launch floor, efficiencies) is the roofline's.
+would be charged for a padded 768). Everything else (flops, bytes, launch floor, efficiencies) is the
+roofline's.
 
 Prefill attention (GQA and MLA) also accounts for parallelism: a flash-attention kernel runs one CTA per
-(sequence, head, 128-query tile), and with fewer CTAs than SMs part of the GPU idles. The compute rate is scaled
-by min(1, CTAs / SMs) -- smooth, no wave steps. On the H200 tables this took the prefill leave-one-out p90 from
-16.9 % to 12.2 % and MLA prefill from 18.8 % to 11.2 % (docs/accuracy.md, section 2).
+(sequence, head, 128-query tile), and with fewer CTAs than SMs part of the GPU idles. The compute rate is
+scaled by min(1, CTAs / SMs) -- smooth, no wave steps. On the H200 tables this took the prefill leave-one-out
+p90 from 16.9 % to 12.2 % and MLA prefill from 18.8 % to 11.2 % (docs/accuracy.md, section 2).
 """
 
 import math
@@ -19,10 +20,10 @@ QUERY_TILE = 128
 
 
 class SmoothRoofline(Roofline):
-    """Uses the datasheet-derived default efficiencies, never the per-system fit: bench/fit_roofline.py tunes the
-    fallback roofline to the tables, and refitting it must not move the interpolation between measured points
-    (on the H200 tables, a reference built on the fitted numbers took the GEMM leave-one-out p90 from 9.4 % to
-    10.8 %), nor make the accuracy stored at merge time stale."""
+    """Uses the datasheet-derived default efficiencies, never the per-system fit: bench/fit_roofline.py tunes
+    the fallback roofline to the tables, and refitting it must not move the interpolation between measured
+    points (on the H200 tables, a reference built on the fitted numbers took the GEMM leave-one-out p90 from
+    9.4 % to 10.8 %), nor make the accuracy stored at merge time stale."""
 
     tile_quantized = False
 

@@ -1,18 +1,36 @@
 """Roofline op latency: max(compute time, memory time) with efficiencies per op kind, dtype and system.
 
-Used wherever the perf tables have no data. Its error band is wide on purpose: a roofline is a lower bound that
-real kernels miss by shape-dependent amounts (tile quantization, launch tails), which the tables capture.
+Used wherever the perf tables have no data. Its error band is wide on purpose: a roofline is a lower bound
+that real kernels miss by shape-dependent amounts (tile quantization, launch tails), which the tables capture.
 """
 
 import json
 import math
-from functools import cache
+from collections.abc import Callable
+from functools import lru_cache
+from importlib import resources
+from typing import Any
 
-from servelab.perfdb.keys import DSV4_TOPK, OpKey
+from servelab.perfdb.keys import (
+    DSV4_TOPK,
+    AttentionDecode,
+    AttentionPrefill,
+    Comm,
+    Dsv4Context,
+    Dsv4Generation,
+    Gemm,
+    Memory,
+    MlaDecode,
+    MlaPrefill,
+    Moe,
+    OpKey,
+)
 from servelab.perfdb.latency import OpLatency
+from servelab.perfdb.ops import COMM_OPS, DSV4_CONTEXT_OPS, DSV4_CSA_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.registry import Registry
 from servelab.specs import SystemSpec
+from servelab.specs.attention import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8
 from servelab.specs.dtypes import Dtype
-from servelab.specs.model import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8
 
 DSV4_HEAD_DIM = 512
 DSV4_WINDOW = 128
@@ -24,10 +42,8 @@ COMM_LATENCY_US = {
 }  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
 
 
-@cache
-def efficiencies(system_name: str) -> dict:
-    from importlib import resources
-
+@lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
+def efficiencies(system_name: str) -> dict[str, Any]:
     data = json.loads((resources.files("servelab.perfdb") / "data" / "efficiencies.json").read_text())
     merged = dict(data["default"])
     merged.update(data["systems"].get(system_name, {}))
@@ -61,6 +77,20 @@ class Roofline:
         self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
         self.kernel_us = eff["kernel_us"]
         self.band = (eff["band_low"], eff["band_high"])
+        # bound methods, so a subclass's override of a term is the one called
+        terms: dict[str, Callable[[Any], float]] = {
+            OpName.gemm: self._gemm,
+            OpName.attention_prefill: self._attention_prefill,
+            OpName.attention_decode: self._attention_decode,
+            OpName.mla_prefill: self._mla_prefill,
+            OpName.mla_decode: self._mla_decode,
+            **{op: self._dsv4_context for op in DSV4_CONTEXT_OPS},
+            **{op: self._dsv4_generation for op in DSV4_GENERATION_OPS},
+            OpName.moe: self._moe,
+            **{op: self._comm for op in COMM_OPS},
+            OpName.elementwise: self._elementwise,
+        }
+        self.terms: Registry[Callable[[Any], float]] = Registry("op", terms)
 
     def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
         peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
@@ -71,12 +101,12 @@ class Roofline:
         return max(flops / rate, bytes_ / self.bw) * 1e6 + self.kernel_us * kernels
 
     def latency(self, key: OpKey) -> OpLatency:
-        us = getattr(self, "_" + _METHOD.get(key.op, key.op))(key)
+        us = self.terms.get(key.op)(key)
         low, high = self.band
         return OpLatency(us, us * low, us * high, "roofline", f"roofline on {self.system.name}")
 
     # ---- per op kind -------------------------------------------------------------------------------------
-    def _gemm(self, k) -> float:
+    def _gemm(self, k: Gemm) -> float:
         wb = _dtype_bytes(k.dtype)
         act = 1.0 if _compute_class(k.dtype) == "fp8" else 2.0
         flops = 2.0 * k.m * k.n * k.k
@@ -86,31 +116,31 @@ class Roofline:
         bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * 2
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff)
 
-    def _attention_prefill(self, k) -> float:
+    def _attention_prefill(self, k: AttentionPrefill) -> float:
         keys = min(k.seq, k.window) if k.window else (k.seq + 1) / 2
         flops = 4.0 * k.batch * k.heads * k.seq * keys * k.head_dim
         bytes_ = k.batch * k.seq * (2 * k.heads + 2 * k.kv_heads) * k.head_dim * 2
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
-    def _attention_decode(self, k) -> float:
+    def _attention_decode(self, k: AttentionDecode) -> float:
         kv = min(k.kv_len, k.window) if k.window else k.kv_len
         flops = 4.0 * k.batch * k.heads * kv * k.head_dim
         bytes_ = k.batch * kv * 2 * k.kv_heads * k.head_dim * _dtype_bytes(k.kv_dtype)
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
-    def _mla_prefill(self, k) -> float:
+    def _mla_prefill(self, k: MlaPrefill) -> float:
         flops = 2.0 * k.batch * k.heads * k.seq * (k.seq + 1) / 2 * (192 + 128)
         bytes_ = k.batch * k.seq * k.heads * (192 * 2 + 128 * 2) * 2
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
-    def _mla_decode(self, k) -> float:
+    def _mla_decode(self, k: MlaDecode) -> float:
         per_token = 656 if _dtype_bytes(k.kv_dtype) < 2 else 1152
         flops = 2.0 * k.batch * k.heads * k.kv_len * (576 + 512)
         bytes_ = k.batch * k.kv_len * per_token
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
-    def _dsv4_context(self, k) -> float:
-        csa = "csa" in k.op
+    def _dsv4_context(self, k: Dsv4Context) -> float:
+        csa = k.op in DSV4_CSA_OPS
         topk = DSV4_TOPK.get(k.native_heads, 1024)
         seq = k.seq
         attn_rate = self._flops_rate("bf16", "attention")
@@ -130,8 +160,8 @@ class Roofline:
             t += self._time(k.batch * indexer_flops, 0, self._flops_rate("fp8"), kernels=1)
         return t
 
-    def _dsv4_generation(self, k) -> float:
-        csa = "csa" in k.op
+    def _dsv4_generation(self, k: Dsv4Generation) -> float:
+        csa = k.op in DSV4_CSA_OPS
         topk = DSV4_TOPK.get(k.native_heads, 1024)
         kv = k.kv_len
         if csa:
@@ -145,7 +175,7 @@ class Roofline:
         flops = k.batch * (4.0 * k.heads * entries * DSV4_HEAD_DIM + index_flops)
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"), kernels=3 if csa else 2)
 
-    def _moe(self, k) -> float:
+    def _moe(self, k: Moe) -> float:
         local_experts = max(1, k.experts // k.ep)
         assignments = k.tokens * k.topk / k.ep
         # experts this rank actually touches (uniform routing): each token picks topk of all experts
@@ -163,7 +193,7 @@ class Roofline:
         )
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff, kernels=3)
 
-    def _comm(self, k) -> float:
+    def _comm(self, k: Comm) -> float:
         n = k.gpus
         if n <= 1:
             return 0.0
@@ -173,26 +203,13 @@ class Roofline:
         base = COMM_LATENCY_US.get(n, 30.0 + 2.0 * math.log2(n))
         if not in_domain:
             base += 10.0
-        if k.op == "allreduce":
+        if k.op == OpName.allreduce:
             moved = 2.0 * (n - 1) / n * k.bytes
-        elif k.op == "p2p":
+        elif k.op == OpName.p2p:
             moved = k.bytes
         else:
             moved = (n - 1) / n * k.bytes
         return base + moved / busbw * 1e6
 
-    def _elementwise(self, k) -> float:
+    def _elementwise(self, k: Memory) -> float:
         return k.bytes / self.bw * 1e6 + self.kernel_us * k.kernels
-
-
-_METHOD = {
-    "dsv4_csa_context_module": "dsv4_context",
-    "dsv4_hca_context_module": "dsv4_context",
-    "dsv4_csa_generation_module": "dsv4_generation",
-    "dsv4_hca_generation_module": "dsv4_generation",
-    "allreduce": "comm",
-    "allgather": "comm",
-    "reducescatter": "comm",
-    "alltoall": "comm",
-    "p2p": "comm",
-}

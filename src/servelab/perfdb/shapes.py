@@ -2,7 +2,18 @@
 error instead of a confident number. The prediction hot path never calls this; user-facing entry points do."""
 
 from servelab.errors import ServelabError
-from servelab.perfdb.keys import OpKey
+from servelab.perfdb.keys import (
+    AttentionDecode,
+    AttentionPrefill,
+    Dsv4Context,
+    Dsv4Generation,
+    Gemm,
+    MlaDecode,
+    MlaPrefill,
+    Moe,
+    OpKey,
+)
+from servelab.specs.dtypes import parse_dtype
 
 # generous upper bounds per field: beyond these no real deployment's rank-local shape lies
 MAX = {
@@ -32,29 +43,34 @@ MAX = {
 
 def check_key(key: OpKey) -> OpKey:
     """The key with dtype aliases normalised; ServelabError naming the field for anything out of range."""
-    from servelab.specs.dtypes import parse_dtype
-
     op = key.op
     for field, value in key._asdict().items():
         limit = MAX.get(field)
         if limit is not None and not (0 <= value <= limit):
             raise ServelabError(f"{op}: {field}={value} is outside the supported range 1..{limit}")
-    if hasattr(key, "dtype"):
+    if isinstance(key, Gemm | Moe):
         key = key._replace(dtype=parse_dtype(key.dtype, f"{op} dtype").value)
-    if hasattr(key, "kv_dtype"):
+    if isinstance(key, AttentionPrefill | AttentionDecode | MlaDecode):
         key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, f"{op} kv_dtype").value)
-    if hasattr(key, "kv_heads") and key.heads % key.kv_heads:
+    if isinstance(key, AttentionPrefill | AttentionDecode) and key.heads % key.kv_heads:
         raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
-    if hasattr(key, "native_heads") and key.native_heads % key.heads:
+    if (
+        isinstance(key, MlaPrefill | MlaDecode | Dsv4Context | Dsv4Generation)
+        and key.native_heads % key.heads
+    ):
         raise ServelabError(
             f"{op}: heads={key.heads} (rank-local) must divide native_heads={key.native_heads}; "
             "rank-local heads are native heads / tp"
         )
-    if op == "moe":
-        if key.topk > key.experts:
-            raise ServelabError(f"moe: topk={key.topk} exceeds experts={key.experts}")
-        if key.experts % key.ep:
-            raise ServelabError(f"moe: experts={key.experts} must be a multiple of ep={key.ep}")
-        if key.distribution not in ("uniform", "power_law"):
-            raise ServelabError(f"moe: distribution {key.distribution!r}; expected uniform or power_law")
+    if isinstance(key, Moe):
+        _check_moe(key)
     return key
+
+
+def _check_moe(key: Moe) -> None:
+    if key.topk > key.experts:
+        raise ServelabError(f"moe: topk={key.topk} exceeds experts={key.experts}")
+    if key.experts % key.ep:
+        raise ServelabError(f"moe: experts={key.experts} must be a multiple of ep={key.ep}")
+    if key.distribution not in ("uniform", "power_law"):
+        raise ServelabError(f"moe: distribution {key.distribution!r}; expected uniform or power_law")

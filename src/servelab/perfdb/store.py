@@ -1,8 +1,9 @@
 """Perf table files: one Parquet file per op family, provenance and accuracy in the schema metadata.
 
 Layout: <root>/<system>/<backend>/<version>/<family>.parquet. Columns: the key fields of the family's op key
-(rank-local shapes plus native heads where models could collide), then latency_us (median), p10_us, p90_us, reps,
-campaign (index into the provenance list) and an optional extra (JSON per row: SDPA backend, routing, ...).
+(rank-local shapes plus native heads where models could collide), then latency_us (median), p10_us, p90_us,
+reps, campaign (index into the provenance list) and an optional extra (JSON per row: SDPA backend, routing,
+...).
 
 The loader is strict: a row that breaks an invariant (a head count that does not divide, p10 above the median,
 a duplicate key, ...) rejects the whole file with a message naming the file, the row and the rule.
@@ -59,8 +60,8 @@ class TableData:
 
 
 def write_table(path: Path, data: TableData) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow costs start-up time; only merges write
+    import pyarrow.parquet as pq  # noqa: PLC0415
 
     arrays, names = [], []
     for f in data.family.fields:
@@ -91,7 +92,7 @@ def write_table(path: Path, data: TableData) -> None:
 
 def read_meta(path: Path) -> dict:
     """Only the metadata (cheap: reads the footer)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow costs start-up time; imported on first read
 
     try:
         schema = pq.read_schema(path)
@@ -111,7 +112,7 @@ def read_meta(path: Path) -> dict:
 
 def read_table(path: Path) -> TableData:
     """Read and strictly check one table file; any problem raises ServelabError naming the file and row."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow costs start-up time; imported on first read
 
     path = Path(path)
     family = BY_NAME.get(path.stem)
@@ -240,7 +241,7 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
 
 def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
     """Where rows name their model and tp (collector extras), heads x tp must be the same for one model."""
-    if "native_heads" not in data.cols and "heads" not in data.cols:
+    if data.extra is None or ("native_heads" not in data.cols and "heads" not in data.cols):
         return []
     seen: dict[str, tuple[int, int]] = {}
     out = []

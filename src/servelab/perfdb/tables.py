@@ -2,19 +2,21 @@
 
 A query resolves, in order: exact hit (measured; band = the measurement's p10-p90 widened to run-to-run
 repeatability), interpolation between collected points (band = the table's leave-one-out error quantiles),
-held utilisation beyond the data (extrapolated; band from leave-boundary-out errors, widened with the distance),
-borrowing from the nearest collected shape (another (n, k), other heads, or another model's bucket, which the
-note says), and, where the table has nothing, the roofline (PerfDB's fallback).
+held utilisation beyond the data (extrapolated; band from leave-boundary-out errors, widened with the
+distance), borrowing from the nearest collected shape (another (n, k), other heads, or another model's bucket,
+which the note says), and, where the table has nothing, the roofline (PerfDB's fallback).
 
-Files are found at construction (a directory listing) and read on the first query of their family, so a process
-that never asks for MoE never reads the MoE table. A malformed or corrupt file is skipped with a warning and the
-roofline answers for its ops, saying which file was skipped and why.
+Files are found at construction (a directory listing) and read on the first query of their family, so a
+process that never asks for MoE never reads the MoE table. A malformed or corrupt file is skipped with a
+warning and the roofline answers for its ops, saying which file was skipped and why.
 """
 
+import json
 import logging
 import math
 import os
 import re
+from importlib import resources
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -23,11 +25,12 @@ from servelab.perfdb.interpolate import Index
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
+from servelab.perfdb.store import read_table
 
 log = logging.getLogger("servelab.perfdb")
 
-# run-to-run repeatability of one op measured twice on the H200 (90 % of rows), reference/systems.md; compute
-# ops in the repeat campaign data/raw/h200_sxm_repeat agree with it (DSv4/MLA modules within -2.6 %..+2.8 %),
+# run-to-run repeatability of one op measured twice on the H200 (90 % of rows within it); compute
+# ops in the repeat campaign campaigns/h200_sxm_repeat agree with it (DSv4/MLA modules within -2.6 %..+2.8 %),
 # collectives do not: small NCCL messages jitter, p10-p90 of repeat / first was -18 %..+20 % there
 REPEAT_LO, REPEAT_HI = -0.025, 0.035
 REPEAT_BY_FAMILY = {"comm": (-0.18, 0.20)}
@@ -41,8 +44,6 @@ ENV_PATH = "SERVELAB_PERFDB_PATH"
 
 
 def data_root() -> Path:
-    from importlib import resources
-
     return Path(str(resources.files("servelab.perfdb") / "data"))
 
 
@@ -74,6 +75,11 @@ class TableSet:
         self.skipped[name] = f"{path.name} skipped: {why}"
         log.warning("warning: perf table %s skipped, the roofline answers its ops: %s", path, why)
 
+    @property
+    def read_families(self) -> set[str]:
+        """The families whose file has been read (or found missing) so far."""
+        return set(self._indexes)
+
     def index(self, family: str) -> Index | None:
         """The family's index, reading its file on first use; None without a (valid) file."""
         if family in self._indexes:
@@ -81,8 +87,6 @@ class TableSet:
         idx = None
         path = self.files.get(family)
         if path is not None:
-            from servelab.perfdb.store import read_table
-
             try:
                 data = read_table(path)
             except ServelabError as e:
@@ -173,13 +177,14 @@ class TableSet:
     # ---- description -------------------------------------------------------------------------------------
     def describe(self) -> dict:
         """Per table: rows, groups, provenance and stored accuracy (reads every file)."""
-        out = {"dir": str(self.dir), "label": self.label, "tables": {}, "skipped": {}}
+        tables: dict[str, dict] = {}
+        out = {"dir": str(self.dir), "label": self.label, "tables": tables, "skipped": {}}
         for name in self.files:
             idx = self.index(name)
             if idx is None:
                 continue
             meta = idx.data.meta
-            out["tables"][name] = {
+            tables[name] = {
                 "rows": len(idx.data),
                 "groups": len(idx.groups),
                 "ops": sorted(set(idx.data.cols["op"].tolist())),
@@ -193,8 +198,6 @@ class TableSet:
 
 def _modelled_from(idx, row: int) -> str:
     """The collector's own account of how a modelled row was made (its `modelled_from` extra)."""
-    import json
-
     extra = idx.data.extra
     if extra is None:
         return ""

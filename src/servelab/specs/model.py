@@ -10,9 +10,6 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict
 
-# compat: perfdb/roofline.py imports the DeepSeek-V4 cache entry sizes from here (explicit re-exports)
-from servelab.specs.attention import DSV4_INDEXER_ENTRY as DSV4_INDEXER_ENTRY
-from servelab.specs.attention import DSV4_MAIN_ENTRY_FP8 as DSV4_MAIN_ENTRY_FP8
 from servelab.specs.attention import Attention, LayerAttention
 from servelab.specs.dtypes import Precision
 
@@ -110,18 +107,13 @@ class ModelSpec(BaseModel):
     def __hash__(self) -> int:  # caches key on the spec; equal specs share name, source and precision
         return hash((self.name, self.source, self.precision, self.num_layers, self.hidden_size))
 
-    # ---- compat: read-only views of former flat fields, for readers outside specs/ and predict/ ----------
-    @property
-    def num_heads(self) -> int:  # compat: collect/accept.py, tests/collect/test_collect.py
-        return self.attention.num_heads
-
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
 
     # ---- shape facts -------------------------------------------------------------------------------------
     @property
-    def num_mtp_layers(self) -> int:  # also read by predict/serving/aggregated.py
+    def num_mtp_layers(self) -> int:
         return self.mtp.num_layers if self.mtp else 0
 
     @property

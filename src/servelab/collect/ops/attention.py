@@ -1,10 +1,15 @@
-"""Attention through PyTorch SDPA: causal prefill and one-token decode, GQA through enable_gqa (no K/V copies).
+"""Attention through PyTorch SDPA: causal prefill and one-token decode, GQA through enable_gqa (no K/V
+copies).
 
 The backend is chosen the way SDPA's own priority would on H200 (cuDNN first, then flash, memory-efficient,
 math) and recorded in the row. Sliding-window prefill runs in window-sized query chunks against the two chunks
 they can see (a banded mask), so its cost grows with seq x window as a windowed kernel's does (about twice the
 ideal flops). An FP8 KV cache is dequantized to bf16 inside the op (SDPA has no fp8 path): the row says so.
 """
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from servelab.collect.ops.common import Unsupported, Variant, first_working, rand, rand_fp8
 from servelab.collect.timing import time_op
@@ -13,8 +18,6 @@ BACKEND_ORDER = ("cudnn", "flash", "efficient", "math")
 
 
 def _sdpa_backends():
-    from torch.nn.attention import SDPBackend
-
     return {
         "cudnn": SDPBackend.CUDNN_ATTENTION,
         "flash": SDPBackend.FLASH_ATTENTION,
@@ -25,8 +28,6 @@ def _sdpa_backends():
 
 def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
     """One Variant per SDPA backend, in priority order, each forcing that backend around call(*inputs)."""
-    from torch.nn.attention import sdpa_kernel
-
     backends = _sdpa_backends()
     out = []
     for name in BACKEND_ORDER:
@@ -40,9 +41,6 @@ def sdpa_variants(make_inputs, call, suffix: str = "") -> list[Variant]:
 
 
 def prefill_variants(key) -> tuple[list[Variant], int]:
-    import torch
-    import torch.nn.functional as F
-
     b, s, h, kvh, d, w = key.batch, key.seq, key.heads, key.kv_heads, key.head_dim, key.window
     gqa = h != kvh
     if not w or s <= w:
@@ -71,9 +69,6 @@ def prefill_variants(key) -> tuple[list[Variant], int]:
 
 
 def decode_variants(key) -> tuple[list[Variant], int]:
-    import torch
-    import torch.nn.functional as F
-
     b, h, kvh, d = key.batch, key.heads, key.kv_heads, key.head_dim
     L = min(key.kv_len, key.window) if key.window else key.kv_len
     gqa = h != kvh

@@ -1,18 +1,20 @@
-"""NCCL collectives through torch.distributed, one process per GPU, captured in CUDA graphs like every other op.
+"""NCCL collectives through torch.distributed, one process per GPU, captured in CUDA graphs like every other
+op.
 
 `bytes` is the per-rank buffer (keys.Comm): all_reduce input, all_gather output, reduce_scatter input,
 all_to_all bytes sent, p2p message (rank 0 -> rank 1). Elements are bf16. Ranks agree on the calls per replay
 and the replays (the slowest rank's estimate), so every rank captures the same sequence of collectives.
 """
 
+import torch
+import torch.distributed as dist
+
 from servelab.collect.ops.common import Unsupported, rand
 from servelab.collect.timing import time_op
+from servelab.perfdb.ops import OpName
 
 
 def bench(key, rank: int, group) -> dict:
-    import torch
-    import torch.distributed as dist
-
     g = key.gpus
     n = max(g, key.bytes // 2 // g * g)  # elements, divisible by the group size
 
@@ -21,7 +23,7 @@ def bench(key, rank: int, group) -> dict:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return float(t.item())
 
-    if key.op == "allreduce":
+    if key.op == OpName.allreduce:
 
         def make():
             return (rand(n),)
@@ -53,7 +55,7 @@ def bench(key, rank: int, group) -> dict:
         def run(x, out):
             dist.all_to_all_single(out, x, group=group)
             return out
-    elif key.op == "p2p":
+    elif key.op == OpName.p2p:
 
         def make():
             return (rand(n),)
@@ -74,8 +76,8 @@ def bench(key, rank: int, group) -> dict:
 
 def _busbw(key) -> float:
     g = key.gpus
-    if key.op == "allreduce":
+    if key.op == OpName.allreduce:
         return 2.0 * (g - 1) / g * key.bytes
-    if key.op == "p2p":
+    if key.op == OpName.p2p:
         return float(key.bytes)
     return (g - 1) / g * key.bytes

@@ -3,11 +3,16 @@
 from collections.abc import Callable
 from typing import NamedTuple
 
+import torch
+
+from servelab.collect.timing import _eager_estimate
+
 DEVICE = "cuda"  # tests of the op logic on the CPU set this to "cpu"
 
 
 class Unsupported(Exception):
-    """The op, shape or dtype has no faithful kernel on this GPU/software; the campaign records it and goes on."""
+    """The op, shape or dtype has no faithful kernel on this GPU/software; the campaign records it and goes
+    on."""
 
 
 class Variant(NamedTuple):
@@ -17,28 +22,21 @@ class Variant(NamedTuple):
 
 
 def rand(*shape, dtype=None, scale: float = 1.0):
-    """Random normal values, never all zeros (systems.md: zeros run faster than real data)."""
-    import torch
-
+    """Random normal values, never all zeros (all-zero inputs run faster than real data)."""
     return (torch.randn(*shape, device=DEVICE, dtype=torch.float32) * scale).to(dtype or torch.bfloat16)
 
 
 def rand_fp8(*shape):
-    import torch
-
     return (torch.randn(*shape, device=DEVICE) * 0.5).to(torch.float8_e4m3fn)
 
 
 def rand_scale(*shape):
-    import torch
-
     return torch.rand(*shape, device=DEVICE, dtype=torch.float32) * 0.01 + 0.001
 
 
 def first_working(variants: list[Variant]) -> Variant:
-    """The first variant whose kernel runs once on real inputs; Unsupported (naming every failure) otherwise."""
-    import torch
-
+    """The first variant whose kernel runs once on real inputs; Unsupported (naming every failure)
+    otherwise."""
     failures = []
     for v in variants:
         try:
@@ -61,10 +59,6 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_block": 1}
 
 def fastest(variants: list[Variant]) -> Variant:
     """The variant with the shortest eager time on one input set (variants that fail are skipped)."""
-    import torch
-
-    from servelab.collect.timing import _eager_estimate
-
     best, best_us = None, float("inf")
     for v in variants:
         try:

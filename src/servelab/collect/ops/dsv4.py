@@ -2,22 +2,25 @@
 outputs to the attention output: nothing here is a GEMM the step graph counts separately.
 
 CSA (ratio 4): the compressor pools overlapping 8-token windows (softmax gates per channel, learned position
-bias) into one entry per 4 tokens, RMS-normalised and written to the FP8 cache; the indexer compressor does the
-same for 128-wide index keys (FP8 + a scale per entry); the lightning indexer scores every visible compressed
-entry (fp8, 64 heads, ReLU, per-head weights); top-k (1024 for V4-Pro, 512 for V4-Flash) entries plus the last
-128 raw tokens (sliding window) and a per-head sink form each query's attention set; attention is MQA with one
-512-wide K=V head. HCA (ratio 128): non-overlapping 128-token pooling, no indexer, dense over all visible
-compressed entries plus the window. Decode updates the window ring, the compressor state and the caches, then
-does the same for one query per sequence.
+bias) into one entry per 4 tokens, RMS-normalised and written to the FP8 cache; the indexer compressor does
+the same for 128-wide index keys (FP8 + a scale per entry); the lightning indexer scores every visible
+compressed entry (fp8, 64 heads, ReLU, per-head weights); top-k (1024 for V4-Pro, 512 for V4-Flash) entries
+plus the last 128 raw tokens (sliding window) and a per-head sink form each query's attention set; attention
+is MQA with one 512-wide K=V head. HCA (ratio 128): non-overlapping 128-token pooling, no indexer, dense over
+all visible compressed entries plus the window. Decode updates the window ring, the compressor state and the
+caches, then does the same for one query per sequence.
 
 Kernels are servelab's own Triton kernels (dsv4_kernels.py), not FlashMLA / DeepGEMM: their rows carry
-backend="servelab_triton". Known departures, kept on purpose and reported: the attention reads compressed entries
-as bf16 (1024 B, where the engines read 584 B of fp8 + bf16 rope), top-k is torch.topk, and the compressors emit
-an entry every decode step (the engines: every 4th / 128th step).
+backend="servelab_triton". Known departures, kept on purpose and reported: the attention reads compressed
+entries as bf16 (1024 B, where the engines read 584 B of fp8 + bf16 rope), top-k is torch.topk, and the
+compressors emit an entry every decode step (the engines: every 4th / 128th step).
 """
+
+import torch
 
 from servelab.collect.ops import common
 from servelab.collect.ops.common import Unsupported, rand, rand_fp8, rand_scale
+from servelab.collect.ops.dsv4_kernels import indexer_logits_decode, indexer_logits_prefill, sparse_attention
 from servelab.collect.timing import time_op
 
 D, ROPE, WINDOW = 512, 64, 128
@@ -37,16 +40,12 @@ def _topk(native_heads: int) -> int:
 
 
 def _rms(x, eps: float = 1e-6):
-    import torch
-
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
 
 
 def _pool(values, gates, bias):
     """Softmax-gated pooling over dim -2 (the tokens of one compressed entry), per channel."""
-    import torch
-
     w = torch.softmax(gates.float() + bias.float(), dim=-2)
     return (w * values.float()).sum(-2)
 
@@ -54,8 +53,6 @@ def _pool(values, gates, bias):
 def compress(vals, gates, bias, ratio: int, overlap: bool):
     """vals, gates [B, S, C] -> entries [B, S // ratio, C] (fp32). overlap: each entry also pools the previous
     ratio tokens (CSA's 2 x ratio window); bias [window, C]."""
-    import torch
-
     B, S, C = vals.shape
     n = S // ratio
     v = vals[:, : n * ratio].view(B, n, ratio, C)
@@ -69,16 +66,13 @@ def compress(vals, gates, bias, ratio: int, overlap: bool):
 
 def _quant_fp8(x):
     """Per-row fp8 with an fp32 scale, as the caches store it."""
-    import torch
-
     scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-6) / 448.0
     return (x / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
 def _window_index(T_per_seq: int, batch: int, base):
-    """[batch * T, 128] raw-token indices of each query's window (newest first), -1 before the sequence start."""
-    import torch
-
+    """[batch * T, 128] raw-token indices of each query's window (newest first), -1 before the sequence
+    start."""
     t = (
         torch.arange(T_per_seq, device=common.DEVICE)[:, None]
         - torch.arange(WINDOW, device=common.DEVICE)[None, :]
@@ -90,10 +84,6 @@ def _window_index(T_per_seq: int, batch: int, base):
 
 def context_module(key):
     """(make_inputs, run, bytes_per_set) for one prefill of key.batch sequences of key.seq tokens."""
-    import torch
-
-    from servelab.collect.ops.dsv4_kernels import indexer_logits_prefill, sparse_attention
-
     fam = _family(key.op)
     B, S, H = key.batch, key.seq, key.heads
     ratio, overlap = RATIO[fam], fam == "csa"
@@ -157,10 +147,6 @@ def context_module(key):
 
 def generation_module(key):
     """(make_inputs, run, bytes_per_set) for one decode step of key.batch sequences with key.kv_len cached."""
-    import torch
-
-    from servelab.collect.ops.dsv4_kernels import indexer_logits_decode, sparse_attention
-
     fam = _family(key.op)
     B, L, H = key.batch, key.kv_len, key.heads
     ratio, overlap = RATIO[fam], fam == "csa"

@@ -1,11 +1,13 @@
 """Triton kernels for the DeepSeek-V4 attention modules (imported only on the GPU path).
 
 - sparse_attention: each query row attends the KV rows its index list names (-1 = none), all heads sharing the
-  one K=V head of width 512, plus a per-head attention sink; an online softmax, as FlashMLA's sparse kernel does.
-- indexer_logits_prefill / indexer_logits_decode: the lightning indexer, sum_h w[t, h] * relu(q[t, h] . k[j]) x
-  k_scale[j], with fp8 operands and fp32 logits; prefill masks compressed entries a query cannot see yet.
+  one K=V head of width 512, plus a per-head attention sink; an online softmax, as FlashMLA's sparse kernel
+  does.
+- indexer_logits_prefill / indexer_logits_decode: the lightning indexer, sum_h w[t, h] * relu(q[t, h] . k[j])
+x k_scale[j], with fp8 operands and fp32 logits; prefill masks compressed entries a query cannot see yet.
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -16,7 +18,7 @@ def _sparse_attn(
     KV,
     IDX,
     SINK,
-    O,
+    OUT,
     N_IDX,
     H,
     sm_scale,
@@ -60,16 +62,14 @@ def _sparse_attn(
     l_i = l_i * scale_old + tl.exp(sink - m_fin)
     out = acc * (scale_old / l_i)[:, None]
     tl.store(
-        O + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
-        out.to(O.dtype.element_ty),
+        OUT + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
+        out.to(OUT.dtype.element_ty),
         mask=hmask[:, None],
     )
 
 
 def sparse_attention(q, kv, idx, sink, sm_scale: float):
     """q [T, H, D] bf16, kv [N, D] bf16, idx [T, n] int32 (-1 = none), sink [H] fp32 -> [T, H, D]."""
-    import torch
-
     T, H, D = q.shape
     out = torch.empty_like(q)
     BH = 16 if H <= 16 else 32
@@ -158,8 +158,6 @@ def _idx_prefill(
 
 def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
     """qi [B, S, NH, DI], ki [B, NC, DI], ks [B, NC] fp32, w [B, S, NH] -> logits [B, S, NC] fp32."""
-    import torch
-
     B, S, NH, DI = qi.shape
     NC = ki.shape[1]
     out = torch.empty(B, S, NC, device=qi.device, dtype=torch.float32)
@@ -229,9 +227,8 @@ def _idx_decode(
 
 
 def indexer_logits_decode(qi, ki, ks, w, nc: int):
-    """qi [B, NH, DI], ki [B, >=nc, DI], ks [B, >=nc], w [B, NH] -> logits [B, nc] fp32 over the first nc entries."""
-    import torch
-
+    """qi [B, NH, DI], ki [B, >=nc, DI], ks [B, >=nc], w [B, NH] -> logits [B, nc] fp32 over the first nc
+    entries."""
     B, NH, DI = qi.shape
     out = torch.empty(B, nc, device=qi.device, dtype=torch.float32)
     BN = 64

@@ -1,13 +1,14 @@
-"""Bandwidth-bound elementwise op (norms, activations, rope, mixing): `bytes` moved, half read and half written,
-as one bf16 scale-and-cast pass. Keys with flops > 0 are measured as the same pass (their flops are tiny)."""
+"""Bandwidth-bound elementwise op (norms, activations, rope, mixing): `bytes` moved, half read and half
+written, as one bf16 scale-and-cast pass. Keys with flops > 0 are measured as the same pass (their flops are
+tiny)."""
+
+import torch
 
 from servelab.collect.ops.common import rand
 from servelab.collect.timing import time_op
 
 
 def bench(key) -> dict:
-    import torch
-
     n = max(1, key.bytes // 4)
 
     def make():

@@ -1,13 +1,14 @@
-"""GEMM: C[m, n] = A[m, k] @ W[n, k]^T in bf16, fp8 with row-wise scales, and fp8 with DeepSeek's 128x128 weight
-blocks (1x128 activation groups). The activation quantization kernel is not included (a separate elementwise op)."""
+"""GEMM: C[m, n] = A[m, k] @ W[n, k]^T in bf16, fp8 with row-wise scales, and fp8 with DeepSeek's 128x128
+weight blocks (1x128 activation groups). The activation quantization kernel is not included (a separate
+elementwise op)."""
+
+import torch
 
 from servelab.collect.ops.common import Unsupported, Variant, first_working, rand, rand_fp8, rand_scale
 from servelab.collect.timing import time_op
 
 
 def variants(key) -> list[Variant]:
-    import torch
-
     m, n, k = key.m, key.n, key.k
     if key.dtype in ("bf16", "fp16"):
         dt = torch.bfloat16 if key.dtype == "bf16" else torch.float16
@@ -27,7 +28,8 @@ def variants(key) -> list[Variant]:
         return [Variant("cublas_rowwise", make, run)]
     if key.dtype == "fp8_block":
         if k % 512:
-            # seen on H200 (cuBLAS 13.0): K = 256 read out of bounds (an illegal address that kills the process)
+            # seen on H200 (cuBLAS 13.0): K = 256 read out of bounds (an illegal address that kills the
+            # process)
             raise Unsupported(
                 f"cuBLAS blockwise fp8 is only run here for K divisible by 512 (K/128 scale rows "
                 f"aligned to 16 bytes), got K={k}"

@@ -1,8 +1,11 @@
-"""MLA (DeepSeek-V3): prefill as multi-head attention (q/k 192 = 128 nope + 64 rope, v 128) through SDPA, and the
-absorbed decode: each query head (576 = 512 latent + 64 rope) against the one shared latent cache, values being
-the cache's first 512 columns. SDPA treats the decode as one KV head with the heads as query rows; where no SDPA
-backend takes head dim 576 the decode runs as bmm + softmax + bmm (backend "bmm"), which writes the scores that a
-FlashMLA kernel keeps on chip: the row says which ran."""
+"""MLA (DeepSeek-V3): prefill as multi-head attention (q/k 192 = 128 nope + 64 rope, v 128) through SDPA, and
+the absorbed decode: each query head (576 = 512 latent + 64 rope) against the one shared latent cache, values
+being the cache's first 512 columns. SDPA treats the decode as one KV head with the heads as query rows; where
+no SDPA backend takes head dim 576 the decode runs as bmm + softmax + bmm (backend "bmm"), which writes the
+scores that a FlashMLA kernel keeps on chip: the row says which ran."""
+
+import torch
+import torch.nn.functional as F
 
 from servelab.collect.ops.attention import sdpa_variants
 from servelab.collect.ops.common import Unsupported, Variant, fastest, first_working, rand, rand_fp8
@@ -12,8 +15,6 @@ LATENT, ROPE, NOPE, V = 512, 64, 128, 128
 
 
 def bench_prefill(key) -> dict:
-    import torch.nn.functional as F
-
     b, s, h = key.batch, key.seq, key.heads
 
     def make():
@@ -29,9 +30,6 @@ def bench_prefill(key) -> dict:
 
 
 def bench_decode(key) -> dict:
-    import torch
-    import torch.nn.functional as F
-
     b, L, h = key.batch, key.kv_len, key.heads
     width = LATENT + ROPE
     scale = 1.0 / (NOPE + ROPE) ** 0.5

@@ -1,16 +1,20 @@
-"""MoE expert compute on one rank through torch._grouped_mm: gate_up GEMM, SiLU-and-multiply, down GEMM over the
-tokens routed to this rank's experts (already permuted; routing and all-to-all are separate ops).
+"""MoE expert compute on one rank through torch._grouped_mm: gate_up GEMM, SiLU-and-multiply, down GEMM over
+the tokens routed to this rank's experts (already permuted; routing and all-to-all are separate ops).
 
 Routing (key.distribution):
-- uniform: each token draws topk distinct experts uniformly at random (seeded), as a random router does: at small
-  batches only some experts are touched, so only their weights are read;
+- uniform: each token draws topk distinct experts uniformly at random (seeded), as a random router does: at
+small batches only some experts are touched, so only their weights are read;
 - power_law: expert popularity ~ rank^-1.2 (experts shuffled), each token draws topk distinct experts by
   Gumbel top-k.
 In both, the rank with the most assignments is measured (the straggler sets the step time).
 Each rotating input set moves the touched experts to other weight rows, so a replay never finds the last
 replay's weights in L2. fp8 experts use row-wise scales (torch._scaled_grouped_mm); DeepSeek's 128x128 weight
-blocks have no grouped kernel in torch, so fp8_block is measured with that row-wise kernel and the row says so.
+blocks have no grouped kernel in torch, so fp8_block is measured with that row-wise kernel and the row says
+so.
 """
+
+import torch
+import torch.nn.functional as F
 
 from servelab.collect.ops.common import Unsupported, rand, rand_fp8, rand_scale
 from servelab.collect.timing import time_op
@@ -21,8 +25,6 @@ SEED = 1234
 
 def local_counts(key) -> tuple[list[int], float]:
     """Assignments per local expert on the measured rank, and that rank's share relative to the mean rank."""
-    import torch
-
     local = key.experts // key.ep
     if key.distribution not in ("uniform", "power_law"):
         raise Unsupported(f"routing distribution {key.distribution!r}")
@@ -45,13 +47,10 @@ def local_counts(key) -> tuple[list[int], float]:
 
 
 def bench(key) -> dict:
-    import torch
-    import torch.nn.functional as F
-
     if key.experts % key.ep:
         raise Unsupported(f"{key.experts} experts do not divide over ep {key.ep}")
     counts, share = local_counts(key)
-    E, H, I = len(counts), key.hidden, key.inter
+    E, H, inter = len(counts), key.hidden, key.inter
     A = sum(counts)
     if A == 0:
         raise Unsupported("no tokens reach the measured rank")
@@ -60,12 +59,12 @@ def bench(key) -> dict:
         raise Unsupported(f"expert dtype {key.dtype} has no grouped kernel on this GPU")
     # weights stored [E, N, K] and passed transposed, the layout the grouped kernels want
     if fp8:
-        w1, w2 = rand_fp8(E, 2 * I, H), rand_fp8(E, H, I)
-        s1, s2 = rand_scale(E, 2 * I), rand_scale(E, H)
+        w1, w2 = rand_fp8(E, 2 * inter, H), rand_fp8(E, H, inter)
+        s1, s2 = rand_scale(E, 2 * inter), rand_scale(E, H)
     else:
-        w1, w2 = rand(E, 2 * I, H, scale=0.05), rand(E, H, I, scale=0.05)
+        w1, w2 = rand(E, 2 * inter, H, scale=0.05), rand(E, H, inter, scale=0.05)
     touched = sum(1 for c in counts if c)
-    wbytes = (1 if fp8 else 2) * 3 * H * I
+    wbytes = (1 if fp8 else 2) * 3 * H * inter
     g = torch.Generator(device="cpu").manual_seed(SEED)
 
     def make():
@@ -109,5 +108,5 @@ def bench(key) -> dict:
         rank_share=round(share, 4),
         max_expert_tokens=max(counts),
     )
-    t["tflops"] = 6.0 * A * H * I / (t["latency_us"] * 1e-6) / 1e12
+    t["tflops"] = 6.0 * A * H * inter / (t["latency_us"] * 1e-6) / 1e12
     return t

@@ -1,9 +1,17 @@
 """What a GPU worker process does before its first op: pick its GPU and set the math modes the engines use."""
 
+import datetime
+import gc
+import os
+from importlib.metadata import PackageNotFoundError, version
+
+import torch
+import torch.distributed as dist
+
+from servelab.collect.ops.common import Unsupported
+
 
 def init_worker(device_index: int) -> None:
-    import torch
-
     torch.cuda.set_device(device_index)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -12,8 +20,6 @@ def init_worker(device_index: int) -> None:
 
 def classify(exc: BaseException) -> str:
     """The error class recorded in errors.jsonl."""
-    from servelab.collect.ops.common import Unsupported
-
     name = type(exc).__name__
     text = str(exc).lower()
     if name == "OutOfMemoryError" or "out of memory" in text:
@@ -36,10 +42,6 @@ def classify(exc: BaseException) -> str:
 
 
 def after_error() -> None:
-    import gc
-
-    import torch
-
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -47,13 +49,7 @@ def after_error() -> None:
 
 def init_comm(rank: int, world: int, port: int, sizes) -> dict:
     """One NCCL process group over all local GPUs, and a subgroup for each collective size measured."""
-    import datetime
-    import os
-
-    import torch
-    import torch.distributed as dist
-
-    # NVLink multicast stays off on these machines (KINDS.md): keep it off in every process we start
+    # NVLink multicast was off where the H200 campaigns ran: keep it off in every process we start
     for var, value in (
         ("NCCL_NVLS_ENABLE", "0"),
         ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
@@ -75,17 +71,17 @@ def init_comm(rank: int, world: int, port: int, sizes) -> dict:
     return groups
 
 
-def close_comm() -> None:
-    import torch.distributed as dist
+def barrier() -> None:
+    dist.barrier()
 
+
+def close_comm() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
 
 
 def facts() -> dict:
-    import torch
-
     props = torch.cuda.get_device_properties(0)
     nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
     return {
@@ -103,8 +99,6 @@ def facts() -> dict:
 
 
 def _version(name: str):
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:
