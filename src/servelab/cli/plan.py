@@ -11,9 +11,8 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
-from servelab.cli._common import console, print_json
+from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
 from servelab.predict.plan.report import render_html
@@ -110,6 +109,21 @@ def plan(
     _print(result, explained, report)
 
 
+COLUMNS = (
+    Col("#", "right", key=True),
+    Col("mode", key=True),
+    Col("parallel", key=True),
+    Col("conc", "right", key=True),
+    Col("TTFT ms", "right", key=True),
+    Col("TPOT ms", "right", key=True),
+    Col("tok/s/GPU", "right", key=True),
+    Col("tok/s/user", "right", key=True, drop=2),
+    Col("KV GiB/GPU", "right", key=True, drop=3),
+    Col("band tok/s/GPU", "right", key=True, drop=4),
+    Col("pareto", "right", key=True, drop=1),
+)
+
+
 def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -> None:
     out = console()
     req = result.request
@@ -124,28 +138,12 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
         )
         or "no SLA"
     )
-    table = Table(
-        title=f"{result.model} on {req.gpus}x {result.system} ({result.backend}), "
+    title = (
+        f"{result.model} on {req.gpus}x {result.system} ({result.backend}), "
         f"{req.isl}/{req.osl} tokens, {sla} ({req.sla_stat})"
     )
-    for col in (
-        "#",
-        "mode",
-        "parallel",
-        "conc",
-        "TTFT ms",
-        "TPOT ms",
-        "tok/s/GPU",
-        "tok/s/user",
-        "KV GiB/GPU",
-        "band tok/s/GPU",
-        "pareto",
-    ):
-        table.add_column(col, justify="right" if col not in ("mode", "parallel") else "left")
-    for c in result.candidates:
-        if c.rank > req.top and not c.pareto:
-            continue
-        table.add_row(
+    rows = [
+        (
             str(c.rank),
             c.mode,
             c.parallel["label"] + (f" x{c.replicas}" if c.mode == "agg" and c.replicas > 1 else ""),
@@ -158,7 +156,10 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
             f"{c.tok_s_per_gpu_low:,.0f}-{c.tok_s_per_gpu_high:,.0f}",
             "*" if c.pareto else "",
         )
-    out.print(table)
+        for c in result.candidates
+        if c.rank <= req.top or c.pareto
+    ]
+    print_table(COLUMNS, rows, title)
     k = result.considered.model_dump()
     out.print(
         f"[dim]{k['configs']} configs, {k['simulations']} simulations, {k['meeting_sla']} points meet the "
@@ -186,12 +187,11 @@ def _print_explain(out: Console, ex: dict[str, Any]) -> None:
     for key, value in ex["time"].items():
         if key.endswith("_us"):
             total = sum(value.values()) or 1.0
-            t = Table(title=key.removesuffix("_us").replace("_", " ") + " (time per part)")
-            for col in ("part", "ms", "%"):
-                t.add_column(col, justify="right")
-            for name, us in value.items():
-                t.add_row(name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}")
-            out.print(t)
+            print_table(
+                (Col("part", key=True), Col("ms", "right", key=True), Col("%", "right", key=True)),
+                ((name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}") for name, us in value.items()),
+                key.removesuffix("_us").replace("_", " ") + " (time per part)",
+            )
         else:
             out.print(f"{key.replace('_', ' ')}: {value}")
     out.print("limits: " + "; ".join(ex["limits"]))
