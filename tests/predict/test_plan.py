@@ -170,3 +170,32 @@ def test_estimate_agg_cli():
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["mode"] == "agg" and set(data["percentiles"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
+
+
+QWEN = ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--mode", "agg", "--top", "3"]
+
+
+def test_default_sla_is_interactive_and_stated():
+    assert PlanRequest().default_sla and (PlanRequest().ttft_ms, PlanRequest().tpot_ms) == (2000, 50)
+    assert not PlanRequest(tpot_ms=30).default_sla
+    runner = CliRunner()
+    text = runner.invoke(app, QWEN)
+    assert text.exit_code == 0, text.output
+    assert "SLA (default, interactive): TTFT <= 2000 ms and TPOT <= 50 ms at the mean" in text.stdout
+    data = json.loads(runner.invoke(app, [*QWEN, "--json"]).stdout)
+    assert (data["request"]["ttft_ms"], data["request"]["tpot_ms"]) == (2000, 50)
+    assert all(c["tpot_ms"] <= 50 and c["ttft_ms"] <= 2000 for c in data["candidates"])
+    assert any("interactive default" in n for n in data["notes"])
+
+
+def test_no_sla_ranks_by_throughput_alone():
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, [*QWEN, "--no-sla", "--json"]).stdout)
+    assert data["request"]["ttft_ms"] is None and data["request"]["tpot_ms"] is None
+    assert data["candidates"][0]["tpot_ms"] > 50  # the saturated deployment the default SLA rules out
+    text = runner.invoke(app, [*QWEN, "--no-sla"]).stdout
+    assert "SLA: none (--no-sla)" in text
+    partial = runner.invoke(app, [*QWEN, "--tpot-ms", "30"]).stdout
+    assert "SLA: TTFT <= 2000 ms (default) and TPOT <= 30 ms at the mean" in partial
+    bad = runner.invoke(app, [*QWEN, "--no-sla", "--tpot-ms", "30"])
+    assert isinstance(bad.exception, ServelabError) and "--no-sla" in str(bad.exception)

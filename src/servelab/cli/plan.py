@@ -16,6 +16,7 @@ from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
 from servelab.predict.plan.report import render_html
+from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_MS
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -37,8 +38,13 @@ def plan(
     gpus: int = _option("gpus", "-n"),
     isl: int = _option("isl"),
     osl: int = _option("osl"),
-    ttft_ms: float | None = _option("ttft_ms"),
-    tpot_ms: float | None = _option("tpot_ms"),
+    ttft_ms: float | None = typer.Option(
+        None, "--ttft-ms", help=f"TTFT limit in ms (default {INTERACTIVE_TTFT_MS:g}: interactive serving)"
+    ),
+    tpot_ms: float | None = typer.Option(
+        None, "--tpot-ms", help=f"TPOT limit in ms (default {INTERACTIVE_TPOT_MS:g}: interactive serving)"
+    ),
+    no_sla: bool = typer.Option(False, "--no-sla", help="No latency limits: rank by throughput alone"),
     sla_stat: str = _option("sla_stat"),
     backend: str = _option("backend"),
     mode: str = _option("mode"),
@@ -65,6 +71,10 @@ def plan(
         for k, v in {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}.items()
         if v is not None
     }
+    if no_sla and (ttft_ms is not None or tpot_ms is not None):
+        raise ServelabError("--no-sla: drop --ttft-ms and --tpot-ms, or drop --no-sla")
+    given = {k: v for k, v in {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms}.items() if v is not None}
+    sla = {"ttft_ms": None, "tpot_ms": None} if no_sla else given
     try:
         req = PlanRequest(
             model=model,
@@ -72,8 +82,7 @@ def plan(
             gpus=gpus,
             isl=isl,
             osl=osl,
-            ttft_ms=ttft_ms,
-            tpot_ms=tpot_ms,
+            **sla,
             sla_stat=sla_stat,
             backend=backend,
             mode=mode,
@@ -127,21 +136,8 @@ COLUMNS = (
 def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -> None:
     out = console()
     req = result.request
-    sla = (
-        " and ".join(
-            s
-            for s in (
-                f"TTFT <= {req.ttft_ms:g} ms" if req.ttft_ms else "",
-                f"TPOT <= {req.tpot_ms:g} ms" if req.tpot_ms else "",
-            )
-            if s
-        )
-        or "no SLA"
-    )
-    title = (
-        f"{result.model} on {req.gpus}x {result.system} ({result.backend}), "
-        f"{req.isl}/{req.osl} tokens, {sla} ({req.sla_stat})"
-    )
+    title = f"{result.model} on {req.gpus}x {result.system} ({result.backend}), {req.isl}/{req.osl} tokens"
+    out.print(_sla_line(req))
     rows = [
         (
             str(c.rank),
@@ -177,6 +173,22 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
         _print_explain(out, explained)
     if report:
         out.print(f"report written to {report}")
+
+
+def _sla_line(req: PlanRequest) -> str:
+    if req.default_sla:
+        return (
+            f"SLA (default, interactive): {req.sla_text()} at the {req.sla_stat}; --ttft-ms / --tpot-ms to "
+            "change, --no-sla for throughput only"
+        )
+    if req.ttft_ms is None and req.tpot_ms is None:
+        return "SLA: none (--no-sla); ranked by throughput alone, the pareto column marks the trade-off"
+    limits = [
+        f"{name} <= {value:g} ms" + ("" if field in req.model_fields_set else " (default)")
+        for name, field, value in (("TTFT", "ttft_ms", req.ttft_ms), ("TPOT", "tpot_ms", req.tpot_ms))
+        if value is not None
+    ]
+    return f"SLA: {' and '.join(limits)} at the {req.sla_stat}"
 
 
 def _print_explain(out: Console, ex: dict[str, Any]) -> None:

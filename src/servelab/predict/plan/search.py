@@ -77,6 +77,8 @@ def make_plan(req: PlanRequest) -> Plan:
         f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; bands carry the step "
         "model's error band through the simulation"
     )
+    if req.default_sla:
+        notes.append(f"SLA: the interactive default ({req.sla_text()}); set ttft_ms / tpot_ms to change it")
     return Plan(
         request=req,
         model=model.name,
@@ -189,18 +191,13 @@ def _nothing_fits(ctx: SearchContext) -> ServelabError:
 def _closest_miss(ctx: SearchContext, points: list[Point]) -> str:
     req = ctx.req
     best = min(points, key=lambda p: ctx.closeness(p.ttft[0], p.tpot[0]))
-    limits = []
-    if req.ttft_ms is not None:
-        limits.append(f"TTFT <= {req.ttft_ms:g} ms")
-    if req.tpot_ms is not None:
-        limits.append(f"TPOT <= {req.tpot_ms:g} ms")
     binding = (
         "TTFT"
         if req.ttft_ms and (not req.tpot_ms or best.ttft[0] / req.ttft_ms >= best.tpot[0] / req.tpot_ms)
         else "TPOT"
     )
     return (
-        f"no configuration meets {' and '.join(limits)} ({req.sla_stat}); closest: {best.mode} "
+        f"no configuration meets {req.sla_text()} ({req.sla_stat}); closest: {best.mode} "
         f"{best.label()} at concurrency {best.concurrency} with TTFT {best.ttft[0]:,.0f} ms and TPOT "
         f"{best.tpot[0]:,.1f} ms; {binding} binds ({_binding_reason(ctx, best, binding)})"
     )
