@@ -44,7 +44,9 @@ def plan(
     tpot_ms: float | None = typer.Option(
         None, "--tpot-ms", help=f"TPOT limit in ms (default {INTERACTIVE_TPOT_MS:g}: interactive serving)"
     ),
-    no_sla: bool = typer.Option(False, "--no-sla", help="No latency limits: rank by throughput alone"),
+    no_sla: bool = typer.Option(False, "--no-sla", help="No TTFT / TPOT limits: rank by throughput alone"),
+    e2e_ms: float | None = _option("e2e_ms"),
+    request_rate: float | None = _option("request_rate"),
     sla_stat: str = _option("sla_stat"),
     backend: str = _option("backend"),
     mode: str = _option("mode"),
@@ -83,6 +85,8 @@ def plan(
             isl=isl,
             osl=osl,
             **sla,
+            e2e_ms=e2e_ms,
+            request_rate=request_rate,
             sla_stat=sla_stat,
             backend=backend,
             mode=mode,
@@ -127,8 +131,9 @@ COLUMNS = (
     Col("TPOT ms", "right", key=True),
     Col("tok/s/GPU", "right", key=True),
     Col("tok/s/user", "right", key=True, drop=2),
-    Col("KV GiB/GPU", "right", key=True, drop=3),
-    Col("band tok/s/GPU", "right", key=True, drop=4),
+    Col("req/s", "right", key=True, drop=3),
+    Col("KV GiB/GPU", "right", key=True, drop=4),
+    Col("band tok/s/GPU", "right", key=True, drop=5),
     Col("pareto", "right", key=True, drop=1),
 )
 
@@ -148,6 +153,7 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
             f"{c.tpot_ms:,.1f}",
             f"{c.tok_s_per_gpu:,.0f}",
             f"{c.tok_s_per_user:,.1f}",
+            f"{c.request_rate:,.2f}",
             f"{c.memory_headroom_gib:,.1f}",
             f"{c.tok_s_per_gpu_low:,.0f}-{c.tok_s_per_gpu_high:,.0f}",
             "*" if c.pareto else "",
@@ -176,19 +182,26 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
 
 
 def _sla_line(req: PlanRequest) -> str:
+    rate = f"; at least {req.request_rate:g} requests/s" if req.request_rate else ""
     if req.default_sla:
         return (
-            f"SLA (default, interactive): {req.sla_text()} at the {req.sla_stat}; --ttft-ms / --tpot-ms to "
-            "change, --no-sla for throughput only"
+            f"SLA (default, interactive): {req.sla_text()} at the {req.sla_stat}{rate}; "
+            "--ttft-ms / --tpot-ms to change, --no-sla for throughput only"
         )
-    if req.ttft_ms is None and req.tpot_ms is None:
-        return "SLA: none (--no-sla); ranked by throughput alone, the pareto column marks the trade-off"
     limits = [
         f"{name} <= {value:g} ms" + ("" if field in req.model_fields_set else " (default)")
-        for name, field, value in (("TTFT", "ttft_ms", req.ttft_ms), ("TPOT", "tpot_ms", req.tpot_ms))
+        for name, field, value in (
+            ("TTFT", "ttft_ms", req.ttft_ms),
+            ("TPOT", "tpot_ms", req.tpot_ms),
+            ("E2E", "e2e_ms", req.e2e_ms),
+        )
         if value is not None
     ]
-    return f"SLA: {' and '.join(limits)} at the {req.sla_stat}"
+    if not limits:
+        return (
+            f"SLA: none (--no-sla){rate}; ranked by throughput alone, the pareto column marks the trade-off"
+        )
+    return f"SLA: {' and '.join(limits)} at the {req.sla_stat}{rate}"
 
 
 def _print_explain(out: Console, ex: dict[str, Any]) -> None:

@@ -40,6 +40,12 @@ class PlanRequest(BaseModel):
         gt=0,
         description="TPOT limit in ms (default: interactive serving; None: no limit)",
     )
+    e2e_ms: float | None = Field(
+        None, gt=0, description="End-to-end latency limit in ms: TTFT + (osl - 1) x TPOT, each at --sla-stat"
+    )
+    request_rate: float | None = Field(
+        None, gt=0, description="Requests/s the deployment must serve at least (within the latency limits)"
+    )
     sla_stat: SlaStat = Field("mean", description="Statistic the limits apply to: mean, p50, p90, p99")
     backend: str = Field("vllm", description="torch | vllm | sglang | trtllm")
     mode: Mode = Field("both", description="agg | disagg | both")
@@ -58,7 +64,7 @@ class PlanRequest(BaseModel):
         """The latency limits in words, or "no SLA"."""
         limits = [
             f"{name} <= {value:g} ms"
-            for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms))
+            for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
             if value is not None
         ]
         return " and ".join(limits) or "no SLA"
