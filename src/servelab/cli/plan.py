@@ -65,6 +65,17 @@ def plan(
         None, "--report", help="Write an HTML report (Pareto chart + table) here"
     ),
     explain_rank: int | None = typer.Option(None, "--explain", help="Explain the candidate of this rank"),
+    save_dir: Path | None = typer.Option(
+        None,
+        "--save-dir",
+        help="Write a recipe, launch.sh and a Kubernetes manifest for the --save-top best deployments",
+    ),
+    save_top: int = typer.Option(
+        3,
+        "--save-top",
+        min=1,
+        help="Distinct deployments (parallel split and replicas) --save-dir writes, best first",
+    ),
 ) -> None:
     """Search parallel configs, replicas, concurrency and prefill/decode splits; rank by output tok/s per
     GPU."""
@@ -113,13 +124,36 @@ def plan(
             Path(report).write_text(render_html(result), encoding="utf-8")
         except OSError as e:
             raise ServelabError(f"--report: cannot write {report} ({e.strerror})") from None
+    saved = _save(result, save_dir, save_top) if save_dir else []
     if as_json:
         data = result.model_dump(mode="json")
         if explained is not None:
             data["explain"] = explained
+        if save_dir:
+            data["saved"] = [
+                {"rank": p.rank, "directory": str(p.directory) if p.directory else None, "note": p.note}
+                for p in saved
+            ]
         print_json(data)
         return
     _print(result, explained, report)
+    for pick in saved:
+        if pick.directory is None:
+            console().print(f"[dim]rank {pick.rank} not saved: {pick.note}[/dim]")
+        else:
+            console().print(f"rank {pick.rank}: recipe.yaml, launch.sh and k8s.yaml in {pick.directory}")
+
+
+def _save(result: Plan, directory: Path, top: int) -> list[Any]:
+    from servelab.predict.plan.export import picks, save_picks  # noqa: PLC0415  # start-up (recipe schema)
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+
+    try:
+        return save_picks(result, directory, picks(result, top), open_store())
+    except OSError as e:
+        raise ServelabError(f"--save-dir: cannot write {e.filename} ({e.strerror})") from None
+    except ServelabError as e:
+        raise ServelabError(f"--save-dir: {e}") from None
 
 
 COLUMNS = (
