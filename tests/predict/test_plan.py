@@ -250,3 +250,13 @@ def test_context_longer_than_the_model_takes_is_one_line_naming_both_numbers():
     assert isinstance(bad.exception, ServelabError) and str(bad.exception).startswith(
         "--isl 40000 + --osl 2000"
     )
+
+
+def test_vllm_and_sglang_plans_offer_only_expert_parallel_splits_they_launch():
+    moe = {"model": "qwen3-30b-a3b", "gpus": 4, "isl": 2000, "osl": 200, "mode": "agg", "top": 50}
+    for backend in ("vllm", "sglang"):
+        plan = make_plan(PlanRequest(**moe, backend=backend))
+        assert all(c.parallel["ep"] in (1, c.parallel["tp"]) for c in plan.candidates)
+        assert any("expert parallel over all 4 GPUs" in d for d in plan.dropped)
+    trt = make_plan(PlanRequest(**moe, backend="trtllm"))
+    assert not any("expert parallel over all" in d for d in trt.dropped)
