@@ -170,3 +170,93 @@ def test_estimate_agg_cli():
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["mode"] == "agg" and set(data["percentiles"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
+
+
+QWEN = ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--mode", "agg", "--top", "3"]
+
+
+def test_default_sla_is_interactive_and_stated():
+    assert PlanRequest().default_sla and (PlanRequest().ttft_ms, PlanRequest().tpot_ms) == (2000, 50)
+    assert not PlanRequest(tpot_ms=30).default_sla
+    runner = CliRunner()
+    text = runner.invoke(app, QWEN)
+    assert text.exit_code == 0, text.output
+    assert "SLA (default, interactive): TTFT <= 2000 ms and TPOT <= 50 ms at the mean" in text.stdout
+    data = json.loads(runner.invoke(app, [*QWEN, "--json"]).stdout)
+    assert (data["request"]["ttft_ms"], data["request"]["tpot_ms"]) == (2000, 50)
+    assert all(c["tpot_ms"] <= 50 and c["ttft_ms"] <= 2000 for c in data["candidates"])
+    assert any("interactive default" in n for n in data["notes"])
+
+
+def test_no_sla_ranks_by_throughput_alone():
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, [*QWEN, "--no-sla", "--json"]).stdout)
+    assert data["request"]["ttft_ms"] is None and data["request"]["tpot_ms"] is None
+    assert data["candidates"][0]["tpot_ms"] > 50  # the saturated deployment the default SLA rules out
+    text = runner.invoke(app, [*QWEN, "--no-sla"]).stdout
+    assert "SLA: none (--no-sla)" in text
+    partial = runner.invoke(app, [*QWEN, "--tpot-ms", "30"]).stdout
+    assert "SLA: TTFT <= 2000 ms (default) and TPOT <= 30 ms at the mean" in partial
+    bad = runner.invoke(app, [*QWEN, "--no-sla", "--tpot-ms", "30"])
+    assert isinstance(bad.exception, ServelabError) and "--no-sla" in str(bad.exception)
+
+
+QWEN_REQ = {"model": "qwen3-32b", "gpus": 4, "isl": 2000, "osl": 200, "mode": "agg"}
+
+
+def test_e2e_limit_holds_for_every_candidate_and_names_itself_when_it_binds():
+    plan = make_plan(PlanRequest(**QWEN_REQ, e2e_ms=4000))
+    assert all(c.ttft_ms + 199 * c.tpot_ms <= 4000 for c in plan.candidates)
+    loose = make_plan(PlanRequest(**QWEN_REQ))
+    assert plan.candidates[0].tok_s_per_gpu < loose.candidates[0].tok_s_per_gpu
+    with pytest.raises(ServelabError, match=r"E2E <= 100 ms.*E2E binds"):
+        make_plan(PlanRequest(**QWEN_REQ, e2e_ms=100))
+
+
+def test_request_rate_is_a_floor_on_the_served_rate():
+    plan = make_plan(PlanRequest(**QWEN_REQ, request_rate=10))
+    assert plan.candidates and all(c.request_rate >= 10 for c in plan.candidates)
+    loose = make_plan(PlanRequest(**QWEN_REQ))
+    assert min(c.request_rate for c in loose.candidates) < 10  # the floor removed some
+    bad = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "qwen3-32b",
+            "--gpus",
+            "4",
+            "--isl",
+            "2000",
+            "--osl",
+            "200",
+            "--mode",
+            "agg",
+            "--request-rate",
+            "1000",
+        ],
+    )
+    assert isinstance(bad.exception, ServelabError)
+    assert "no configuration serves --request-rate 1000 requests/s" in str(bad.exception)
+    assert "the most is" in str(bad.exception)
+
+
+def test_context_longer_than_the_model_takes_is_one_line_naming_both_numbers():
+    with pytest.raises(
+        ServelabError,
+        match="isl 40000 \\+ osl 2000 = 42000 tokens exceeds qwen3-32b's maximum context of 40960 tokens",
+    ):
+        make_plan(PlanRequest(model="qwen3-32b", isl=40000, osl=2000))
+    bad = CliRunner().invoke(app, ["plan", "qwen3-32b", "--isl", "40000", "--osl", "2000"])
+    assert isinstance(bad.exception, ServelabError) and str(bad.exception).startswith(
+        "--isl 40000 + --osl 2000"
+    )
+
+
+def test_vllm_and_sglang_plans_offer_only_expert_parallel_splits_they_launch():
+    moe = {"model": "qwen3-30b-a3b", "gpus": 4, "isl": 2000, "osl": 200, "mode": "agg", "top": 50}
+    for backend in ("vllm", "sglang"):
+        plan = make_plan(PlanRequest(**moe, backend=backend))
+        assert all(c.parallel["ep"] in (1, c.parallel["tp"]) for c in plan.candidates)
+        assert any("expert parallel over all 4 GPUs" in d for d in plan.dropped)
+    trt = make_plan(PlanRequest(**moe, backend="trtllm"))
+    assert not any("expert parallel over all" in d for d in trt.dropped)

@@ -1,13 +1,16 @@
-"""Shared CLI helpers: JSON output, rich tables, options derived from model fields, and the common
-model/system/parallel options."""
+"""Shared CLI helpers: JSON output, tables that never cut their key columns, options derived from model
+fields, and the common model/system/parallel options."""
 
 import json
 import sys
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Literal
 
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.table import Table
 
 from servelab.errors import ServelabError
 
@@ -22,6 +25,65 @@ def console() -> Console:
 
 def gib(x: float) -> str:
     return f"{x:,.1f}"
+
+
+@dataclass(frozen=True)
+class Col:
+    """A table column. A key column (a name another command takes, the answer itself) is printed whole on one
+    line; when the terminal is too narrow, columns with a `drop` rank leave first (highest rank first), and
+    the rest wrap."""
+
+    header: str
+    justify: Literal["left", "right"] = "left"
+    key: bool = False
+    drop: int = 0  # 0: always shown
+
+
+def print_table(
+    columns: Sequence[Col],
+    rows: Iterable[Sequence[str]],
+    title: str | None = None,
+    *,
+    show_header: bool = True,
+    file: IO[str] | None = None,
+) -> None:
+    """Print a table that fits: on a terminal, secondary columns leave (named in a footnote) before any key
+    is cut; in a pipe or a file, at the table's natural width, every cell whole, whatever COLUMNS says."""
+    out = Console(file=file)
+    cells = [list(r) for r in rows]
+    shown = list(range(len(columns)))
+    table = _table(columns, cells, shown, title, show_header)
+    natural = _natural_width(out, table)
+    if not out.is_terminal:
+        Console(file=file, width=natural).print(table)
+        return
+    by_rank = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: -columns[i].drop)
+    hidden = []
+    while natural > out.width and by_rank:
+        i = by_rank.pop(0)
+        shown.remove(i)
+        hidden.append(columns[i].header)
+        table = _table(columns, cells, shown, title, show_header)
+        natural = _natural_width(out, table)
+    out.print(table)
+    if hidden:
+        out.print(f"[dim]not shown at this width: {', '.join(hidden)} (a pipe or --json shows all)[/dim]")
+
+
+def _table(
+    columns: Sequence[Col], rows: list[list[str]], shown: list[int], title: str | None, show_header: bool
+) -> Table:
+    table = Table(title=title, show_header=show_header)
+    for i in shown:
+        c = columns[i]
+        table.add_column(c.header, justify=c.justify, no_wrap=c.key, overflow="fold")
+    for r in rows:
+        table.add_row(*(r[i] for i in shown))
+    return table
+
+
+def _natural_width(out: Console, table: Table) -> int:
+    return out.measure(table, options=out.options.update_width(10_000)).maximum
 
 
 def field_option(model: type[BaseModel], name: str, *param_decls: str, help: str | None = None) -> Any:

@@ -3,9 +3,9 @@
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from servelab.cli._common import (
+    Col,
     DpAttnOpt,
     EpOpt,
     JsonOpt,
@@ -18,6 +18,7 @@ from servelab.cli._common import (
     console,
     load_deployment,
     print_json,
+    print_table,
 )
 from servelab.errors import ServelabError
 from servelab.predict.backends import engine_profile
@@ -68,20 +69,20 @@ def _print(data: dict[str, Any]) -> None:
         f"{data['model']} on {data['gpus']}x {data['system']} ({data['parallel']}, {data['backend']}), "
         f"{data['mode']}: batch {data['batch']}, {data['isl']}/{data['osl']} tokens"
     )
-    table = Table(title=title)
-    for col in ("metric", "value", "band (low - high)"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        "TTFT ms", f"{data['ttft_ms']:,.1f}", f"{data['ttft_ms_low']:,.1f} - {data['ttft_ms_high']:,.1f}"
-    )
-    table.add_row(
-        "TPOT ms", f"{data['tpot_ms']:,.2f}", f"{data['tpot_ms_low']:,.2f} - {data['tpot_ms_high']:,.2f}"
-    )
-    table.add_row("output tok/s/GPU", f"{data['output_tokens_per_s_per_gpu']:,.0f}", "")
-    table.add_row("tok/s/user", f"{data['tokens_per_s_per_user']:,.1f}", "")
     mem = data["memory"]
-    table.add_row("memory GiB/GPU", f"w {mem['weights_gib']:.1f} + kv {mem['kv_cache_gib']:.1f}", "")
-    out.print(table)
+    rows = [
+        ("TTFT ms", f"{data['ttft_ms']:,.1f}", f"{data['ttft_ms_low']:,.1f} - {data['ttft_ms_high']:,.1f}"),
+        ("TPOT ms", f"{data['tpot_ms']:,.2f}", f"{data['tpot_ms_low']:,.2f} - {data['tpot_ms_high']:,.2f}"),
+        ("output tok/s/GPU", f"{data['output_tokens_per_s_per_gpu']:,.0f}", ""),
+        ("tok/s/user", f"{data['tokens_per_s_per_user']:,.1f}", ""),
+        ("memory GiB/GPU", f"w {mem['weights_gib']:.1f} + kv {mem['kv_cache_gib']:.1f}", ""),
+    ]
+    columns = (
+        Col("metric", "right", key=True),
+        Col("value", "right", key=True),
+        Col("band (low - high)", "right", key=True),
+    )
+    print_table(columns, rows, title)
     for key in ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms"):
         pct = data.get("percentiles", {}).get(key)
         if pct:
@@ -92,10 +93,9 @@ def _print(data: dict[str, Any]) -> None:
         for phase in ("prefill_us", "decode_us"):
             bd = data["breakdown"][phase]
             total = sum(bd.values()) or 1.0
-            t = Table(title=f"{phase.removesuffix('_us')} step: kernel time per op")
-            for col in ("op", "ms", "%"):
-                t.add_column(col, justify="right")
-            for name, us in bd.items():
-                t.add_row(name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}")
-            out.print(t)
+            print_table(
+                (Col("op", "right", key=True), Col("ms", "right", key=True), Col("%", "right", key=True)),
+                ((name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}") for name, us in bd.items()),
+                f"{phase.removesuffix('_us')} step: kernel time per op",
+            )
         out.print(f"engine overhead us: {data['breakdown']['engine_overhead_us']}")

@@ -7,9 +7,11 @@ together; a command imports those when it runs (`# noqa: PLC0415` marks each suc
 """
 
 import sys
+from importlib import metadata
 
 import typer
 
+from servelab import __version__
 from servelab.cli import (
     bench,
     calibrate,
@@ -31,9 +33,37 @@ app = typer.Typer(
     name="servelab",
     help="LLM-serving performance: predict, collect per-op tables, benchmark servers, keep recipes.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    # click's plain help: option names are never cut (rich's boxed panels cut them at 80 columns) and flags
+    # show no value type (rich's show `--json <bool>`)
+    rich_markup_mode=None,
 )
+
+
+def version() -> str:
+    """The installed distribution's version; the source tree's when it runs uninstalled (PYTHONPATH)."""
+    try:
+        return metadata.version("servelab")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"servelab {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Options of `servelab` itself (the help text is the app's)."""
+
+
 app.add_typer(models.app, name="models")
 app.add_typer(systems.app, name="systems")
 app.command("memory")(memory.memory)

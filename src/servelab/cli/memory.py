@@ -7,6 +7,7 @@ module whatever the command.
 import typer
 
 from servelab.cli._common import (
+    Col,
     DpAttnOpt,
     EpOpt,
     JsonOpt,
@@ -19,6 +20,7 @@ from servelab.cli._common import (
     console,
     load_deployment,
     print_json,
+    print_table,
 )
 
 
@@ -38,10 +40,10 @@ def memory(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent \
-sequences."""
-    from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  start-up time
-    from servelab.specs import check_precision  # noqa: PLC0415  start-up time
+    """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent
+    sequences."""
+    from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  # start-up time
+    from servelab.specs import check_precision  # noqa: PLC0415  # start-up time
 
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
@@ -69,18 +71,17 @@ sequences."""
     if as_json:
         print_json(result)
     else:
-        from rich.table import Table  # noqa: PLC0415  start-up time
-
-        table = Table(
-            title=f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU"
+        rows = [
+            (key.removesuffix("_gib"), f"{result[key]:,.2f}")
+            for key in ("weights_gib", "activations_gib", "reserve_gib", "kv_cache_gib", "usable_gib")
+        ]
+        rows.append(("max KV tokens per rank", f"{mem.max_kv_tokens:,}"))
+        rows.append((f"max sequences at {ctx} tokens", f"{result['max_sequences']:,}"))
+        print_table(
+            (Col("item", key=True), Col("value", "right", key=True)),
+            rows,
+            f"{spec.name} on {parallel.gpus}x {sys_spec.name} ({parallel.label()}), GiB per GPU",
         )
-        table.add_column("item")
-        table.add_column("value", justify="right")
-        for key in ("weights_gib", "activations_gib", "reserve_gib", "kv_cache_gib", "usable_gib"):
-            table.add_row(key.removesuffix("_gib"), f"{result[key]:,.2f}")
-        table.add_row("max KV tokens per rank", f"{mem.max_kv_tokens:,}")
-        table.add_row(f"max sequences at {ctx} tokens", f"{result['max_sequences']:,}")
-        console().print(table)
         console().print(f"[dim]source: {mem.source}[/dim]")
     if not mem.fits:
         check_fits(

@@ -4,9 +4,11 @@ Library code and rich are imported inside the commands (start-up time): cli/main
 module whatever the command.
 """
 
+from typing import Any
+
 import typer
 
-from servelab.cli._common import JsonOpt, KvDtypeOpt, WeightDtypeOpt, console, print_json
+from servelab.cli._common import Col, JsonOpt, KvDtypeOpt, WeightDtypeOpt, print_json, print_table
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show model specs.")
 
@@ -16,12 +18,12 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     """List the embedded models (and the checkpoint ids that map to them)."""
     if ctx.invoked_subcommand:
         return
-    from servelab.specs import list_checkpoints, list_models, load_model  # noqa: PLC0415  start-up time
+    from servelab.specs import list_checkpoints, list_models, load_model  # noqa: PLC0415  # start-up time
 
     ids_by_model: dict[str, list[str]] = {}
     for ckpt, entry in list_checkpoints().items():
         ids_by_model.setdefault(entry["model"], []).append(ckpt)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_models():
         m = load_model(name)
         rows.append(
@@ -38,15 +40,17 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table  # noqa: PLC0415  start-up time
-
-    table = Table(title="Embedded models (servelab models show NAME for details)")
-    for col in ("name", "attention", "layers", "total", "active", "KV B/token", "checkpoint ids"):
-        table.add_column(
-            col, justify="right" if col in ("layers", "total", "active", "KV B/token") else "left"
-        )
-    for r in rows:
-        table.add_row(
+    columns = (
+        Col("name", key=True),
+        Col("attention", key=True, drop=1),
+        Col("layers", "right", key=True, drop=2),
+        Col("total", "right", key=True),
+        Col("active", "right", key=True),
+        Col("KV B/token", "right", key=True, drop=3),
+        Col("checkpoint ids", key=True),
+    )
+    table_rows = [
+        (
             r["name"],
             r["attention"],
             str(r["layers"]),
@@ -55,7 +59,9 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
             f"{r['kv_bytes_per_token']:,.0f}",
             "\n".join(r["checkpoints"]),
         )
-    console().print(table)
+        for r in rows
+    ]
+    print_table(columns, table_rows, "Embedded models (servelab models show NAME for details)")
 
 
 @app.command("show")
@@ -66,17 +72,14 @@ def show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show one model spec: parameters, precision, KV bytes per token."""
-    from servelab.specs import load_model  # noqa: PLC0415  start-up time
+    from servelab.specs import load_model  # noqa: PLC0415  # start-up time
 
     summary = load_model(name, weight_dtype=weight_dtype, kv_dtype=kv_dtype).summary()
     if as_json:
         print_json(summary)
         return
-    from rich.table import Table  # noqa: PLC0415  start-up time
-
-    table = Table(title=summary["name"], show_header=False)
-    for key, value in summary.items():
-        if isinstance(value, int) and key.endswith(("params", "bytes")):
-            value = f"{value:,}"
-        table.add_row(key, str(value))
-    console().print(table)
+    rows = [
+        (key, f"{value:,}" if isinstance(value, int) and key.endswith(("params", "bytes")) else str(value))
+        for key, value in summary.items()
+    ]
+    print_table((Col("key", key=True), Col("value")), rows, summary["name"], show_header=False)

@@ -11,12 +11,12 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
-from servelab.cli._common import console, print_json
+from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
 from servelab.predict.plan.report import render_html
+from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_MS
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -38,8 +38,15 @@ def plan(
     gpus: int = _option("gpus", "-n"),
     isl: int = _option("isl"),
     osl: int = _option("osl"),
-    ttft_ms: float | None = _option("ttft_ms"),
-    tpot_ms: float | None = _option("tpot_ms"),
+    ttft_ms: float | None = typer.Option(
+        None, "--ttft-ms", help=f"TTFT limit in ms (default {INTERACTIVE_TTFT_MS:g}: interactive serving)"
+    ),
+    tpot_ms: float | None = typer.Option(
+        None, "--tpot-ms", help=f"TPOT limit in ms (default {INTERACTIVE_TPOT_MS:g}: interactive serving)"
+    ),
+    no_sla: bool = typer.Option(False, "--no-sla", help="No TTFT / TPOT limits: rank by throughput alone"),
+    e2e_ms: float | None = _option("e2e_ms"),
+    request_rate: float | None = _option("request_rate"),
     sla_stat: str = _option("sla_stat"),
     backend: str = _option("backend"),
     mode: str = _option("mode"),
@@ -58,6 +65,17 @@ def plan(
         None, "--report", help="Write an HTML report (Pareto chart + table) here"
     ),
     explain_rank: int | None = typer.Option(None, "--explain", help="Explain the candidate of this rank"),
+    save_dir: Path | None = typer.Option(
+        None,
+        "--save-dir",
+        help="Write a recipe, launch.sh and a Kubernetes manifest for the --save-top best deployments",
+    ),
+    save_top: int = typer.Option(
+        3,
+        "--save-top",
+        min=1,
+        help="Distinct deployments (parallel split and replicas) --save-dir writes, best first",
+    ),
 ) -> None:
     """Search parallel configs, replicas, concurrency and prefill/decode splits; rank by output tok/s per
     GPU."""
@@ -66,6 +84,10 @@ def plan(
         for k, v in {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}.items()
         if v is not None
     }
+    if no_sla and (ttft_ms is not None or tpot_ms is not None):
+        raise ServelabError("--no-sla: drop --ttft-ms and --tpot-ms, or drop --no-sla")
+    given = {k: v for k, v in {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms}.items() if v is not None}
+    sla = {"ttft_ms": None, "tpot_ms": None} if no_sla else given
     try:
         req = PlanRequest(
             model=model,
@@ -73,8 +95,9 @@ def plan(
             gpus=gpus,
             isl=isl,
             osl=osl,
-            ttft_ms=ttft_ms,
-            tpot_ms=tpot_ms,
+            **sla,
+            e2e_ms=e2e_ms,
+            request_rate=request_rate,
             sla_stat=sla_stat,
             backend=backend,
             mode=mode,
@@ -101,51 +124,61 @@ def plan(
             Path(report).write_text(render_html(result), encoding="utf-8")
         except OSError as e:
             raise ServelabError(f"--report: cannot write {report} ({e.strerror})") from None
+    saved = _save(result, save_dir, save_top) if save_dir else []
     if as_json:
         data = result.model_dump(mode="json")
         if explained is not None:
             data["explain"] = explained
+        if save_dir:
+            data["saved"] = [
+                {"rank": p.rank, "directory": str(p.directory) if p.directory else None, "note": p.note}
+                for p in saved
+            ]
         print_json(data)
         return
     _print(result, explained, report)
+    for pick in saved:
+        if pick.directory is None:
+            console().print(f"[dim]rank {pick.rank} not saved: {pick.note}[/dim]")
+        else:
+            console().print(f"rank {pick.rank}: recipe.yaml, launch.sh and k8s.yaml in {pick.directory}")
+
+
+def _save(result: Plan, directory: Path, top: int) -> list[Any]:
+    from servelab.predict.plan.export import picks, save_picks  # noqa: PLC0415  # start-up (recipe schema)
+    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+
+    try:
+        return save_picks(result, directory, picks(result, top), open_store())
+    except OSError as e:
+        raise ServelabError(f"--save-dir: cannot write {e.filename} ({e.strerror})") from None
+    except ServelabError as e:
+        raise ServelabError(f"--save-dir: {e}") from None
+
+
+COLUMNS = (
+    Col("#", "right", key=True),
+    Col("mode", key=True),
+    Col("parallel", key=True),
+    Col("conc", "right", key=True),
+    Col("TTFT ms", "right", key=True),
+    Col("TPOT ms", "right", key=True),
+    Col("tok/s/GPU", "right", key=True),
+    Col("tok/s/user", "right", key=True, drop=2),
+    Col("req/s", "right", key=True, drop=3),
+    Col("KV GiB/GPU", "right", key=True, drop=4),
+    Col("band tok/s/GPU", "right", key=True, drop=5),
+    Col("pareto", "right", key=True, drop=1),
+)
 
 
 def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -> None:
     out = console()
     req = result.request
-    sla = (
-        " and ".join(
-            s
-            for s in (
-                f"TTFT <= {req.ttft_ms:g} ms" if req.ttft_ms else "",
-                f"TPOT <= {req.tpot_ms:g} ms" if req.tpot_ms else "",
-            )
-            if s
-        )
-        or "no SLA"
-    )
-    table = Table(
-        title=f"{result.model} on {req.gpus}x {result.system} ({result.backend}), "
-        f"{req.isl}/{req.osl} tokens, {sla} ({req.sla_stat})"
-    )
-    for col in (
-        "#",
-        "mode",
-        "parallel",
-        "conc",
-        "TTFT ms",
-        "TPOT ms",
-        "tok/s/GPU",
-        "tok/s/user",
-        "KV GiB/GPU",
-        "band tok/s/GPU",
-        "pareto",
-    ):
-        table.add_column(col, justify="right" if col not in ("mode", "parallel") else "left")
-    for c in result.candidates:
-        if c.rank > req.top and not c.pareto:
-            continue
-        table.add_row(
+    title = f"{result.model} on {req.gpus}x {result.system} ({result.backend}), {req.isl}/{req.osl} tokens"
+    out.print(_sla_line(req))
+    rows = [
+        (
             str(c.rank),
             c.mode,
             c.parallel["label"] + (f" x{c.replicas}" if c.mode == "agg" and c.replicas > 1 else ""),
@@ -154,11 +187,15 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
             f"{c.tpot_ms:,.1f}",
             f"{c.tok_s_per_gpu:,.0f}",
             f"{c.tok_s_per_user:,.1f}",
+            f"{c.request_rate:,.2f}",
             f"{c.memory_headroom_gib:,.1f}",
             f"{c.tok_s_per_gpu_low:,.0f}-{c.tok_s_per_gpu_high:,.0f}",
             "*" if c.pareto else "",
         )
-    out.print(table)
+        for c in result.candidates
+        if c.rank <= req.top or c.pareto
+    ]
+    print_table(COLUMNS, rows, title)
     k = result.considered.model_dump()
     out.print(
         f"[dim]{k['configs']} configs, {k['simulations']} simulations, {k['meeting_sla']} points meet the "
@@ -178,6 +215,29 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
         out.print(f"report written to {report}")
 
 
+def _sla_line(req: PlanRequest) -> str:
+    rate = f"; at least {req.request_rate:g} requests/s" if req.request_rate else ""
+    if req.default_sla:
+        return (
+            f"SLA (default, interactive): {req.sla_text()} at the {req.sla_stat}{rate}; "
+            "--ttft-ms / --tpot-ms to change, --no-sla for throughput only"
+        )
+    limits = [
+        f"{name} <= {value:g} ms" + ("" if field in req.model_fields_set else " (default)")
+        for name, field, value in (
+            ("TTFT", "ttft_ms", req.ttft_ms),
+            ("TPOT", "tpot_ms", req.tpot_ms),
+            ("E2E", "e2e_ms", req.e2e_ms),
+        )
+        if value is not None
+    ]
+    if not limits:
+        return (
+            f"SLA: none (--no-sla){rate}; ranked by throughput alone, the pareto column marks the trade-off"
+        )
+    return f"SLA: {' and '.join(limits)} at the {req.sla_stat}{rate}"
+
+
 def _print_explain(out: Console, ex: dict[str, Any]) -> None:
     out.print(
         f"\n[bold]why rank {ex['rank']} ({ex['mode']} {ex['parallel']}, "
@@ -186,12 +246,11 @@ def _print_explain(out: Console, ex: dict[str, Any]) -> None:
     for key, value in ex["time"].items():
         if key.endswith("_us"):
             total = sum(value.values()) or 1.0
-            t = Table(title=key.removesuffix("_us").replace("_", " ") + " (time per part)")
-            for col in ("part", "ms", "%"):
-                t.add_column(col, justify="right")
-            for name, us in value.items():
-                t.add_row(name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}")
-            out.print(t)
+            print_table(
+                (Col("part", key=True), Col("ms", "right", key=True), Col("%", "right", key=True)),
+                ((name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}") for name, us in value.items()),
+                key.removesuffix("_us").replace("_", " ") + " (time per part)",
+            )
         else:
             out.print(f"{key.replace('_', ' ')}: {value}")
     out.print("limits: " + "; ".join(ex["limits"]))

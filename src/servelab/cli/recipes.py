@@ -2,14 +2,11 @@
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from servelab.cli._common import StoreDirOpt
+from servelab.cli._common import Col, StoreDirOpt, print_table
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.yamlio import dump_yaml
@@ -25,12 +22,21 @@ def list_(directory: Path = StoreDirOpt) -> None:
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
-    table = Table("key", "model", "runner", "framework", "precision", "arms", "jobs")
+    rows = []
     for key, r in store.recipes.items():
         arms = list(r.arms())
         jobs = sum(len(concurrencies(a)) for *_, a in arms)
-        table.add_row(key, r.model, r.runner, r.framework, r.precision, str(len(arms)), str(jobs))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+        rows.append((key, r.model, r.runner, r.framework, r.precision, str(len(arms)), str(jobs)))
+    columns = (
+        Col("key", key=True),
+        Col("model"),
+        Col("runner", key=True, drop=2),
+        Col("framework", key=True),
+        Col("precision", key=True, drop=1),
+        Col("arms", "right", key=True, drop=3),
+        Col("jobs", "right", key=True),
+    )
+    print_table(columns, rows)
 
 
 @app.command()

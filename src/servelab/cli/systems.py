@@ -6,7 +6,7 @@ module whatever the command.
 
 import typer
 
-from servelab.cli._common import JsonOpt, console, print_json
+from servelab.cli._common import Col, JsonOpt, print_json, print_table
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show GPU systems.")
 
@@ -16,30 +16,26 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     """List the systems servelab knows."""
     if ctx.invoked_subcommand:
         return
-    from servelab.specs import list_systems, load_system  # noqa: PLC0415  start-up time
+    from servelab.specs import list_systems, load_system  # noqa: PLC0415  # start-up time
 
     specs = [load_system(n) for n in list_systems()]
     if as_json:
         print_json([s.summary() for s in specs])
         return
-    from rich.table import Table  # noqa: PLC0415  start-up time
-
-    table = Table(title="Systems (datasheet figures; measured ceilings marked)")
-    for col in (
-        "name",
-        "GPU",
-        "HBM GiB",
-        "HBM TB/s",
-        "bf16 TF",
-        "fp8 TF",
-        "fp4 TF",
-        "GPUs/node",
-        "NVLink domain",
-        "measured",
-    ):
-        table.add_column(col)
-    for s in specs:
-        table.add_row(
+    columns = (
+        Col("name", key=True),
+        Col("GPU"),
+        Col("HBM GiB", "right", key=True),
+        Col("HBM TB/s", "right", key=True),
+        Col("bf16 TF", "right", key=True, drop=2),
+        Col("fp8 TF", "right", key=True, drop=1),
+        Col("fp4 TF", "right", key=True, drop=3),
+        Col("GPUs/node", "right", key=True, drop=5),
+        Col("NVLink domain", "right", key=True, drop=4),
+        Col("measured", "right", key=True, drop=6),
+    )
+    rows = [
+        (
             s.name,
             s.gpu_name,
             f"{s.hbm_gib:g}",
@@ -51,25 +47,25 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
             str(s.nvlink_domain),
             str(len(s.measured)) if s.measured else "-",
         )
-    console().print(table)
+        for s in specs
+    ]
+    print_table(columns, rows, "Systems (datasheet figures; measured ceilings marked)")
 
 
 @app.command("show")
 def show(name: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
     """Show one system, with its measured ceilings and where they came from."""
-    from servelab.specs import load_system  # noqa: PLC0415  start-up time
+    from servelab.specs import load_system  # noqa: PLC0415  # start-up time
 
     summary = load_system(name).summary()
     if as_json:
         print_json(summary)
         return
-    from rich.table import Table  # noqa: PLC0415  start-up time
-
-    table = Table(title=summary["name"], show_header=False)
+    rows = []
     for key, value in summary.items():
         if key == "measured":
             for mkey, m in value.items():
-                table.add_row(f"measured.{mkey}", f"{m['value']:g}  ({m['what']}; {m['source']})")
+                rows.append((f"measured.{mkey}", f"{m['value']:g}  ({m['what']}; {m['source']})"))
         else:
-            table.add_row(key, str(value))
-    console().print(table)
+            rows.append((key, str(value)))
+    print_table((Col("key", key=True), Col("value")), rows, summary["name"], show_header=False)

@@ -42,6 +42,7 @@ class Candidate(BaseModel):
     tok_s_per_gpu_high: float
     total_tok_s_per_gpu: float  # input + output tokens/s per GPU (InferenceX's tput_per_gpu)
     tok_s_per_user: float  # 1000 / TPOT
+    request_rate: float  # requests/s the deployment serves
     percentiles: dict[str, dict[str, float]]
     memory_headroom_gib: float  # KV-cache memory per GPU left after weights, activations and reserve
     kv_utilization: float  # peak fraction of the KV cache in use while simulated

@@ -12,6 +12,9 @@ from servelab.predict.static import prepare
 from servelab.specs import ModelSpec, Parallel
 
 MAX_LANE_CONCURRENCY = 1024
+# Engines whose expert parallel spans every GPU of a pipeline stage or none (vLLM's --enable-expert-parallel,
+# SGLang's --ep equal to --tp): a plan for them offers only those splits, so its picks can be launched.
+FULL_STAGE_EP_ENGINES = {"vllm", "sglang"}
 
 
 def enumerate_parallel(model: ModelSpec, max_gpus: int, divides: int | None = None) -> list[Parallel]:
@@ -41,6 +44,12 @@ def enumerate_parallel(model: ModelSpec, max_gpus: int, divides: int | None = No
 
 def make_config(ctx: SearchContext, parallel: Parallel) -> EngineConfig | None:
     """The engine config of `parallel`, or None (with the reason in ctx.dropped) when it cannot serve."""
+    if ctx.engine.name in FULL_STAGE_EP_ENGINES and parallel.ep not in (1, parallel.tp):
+        ctx.dropped.append(
+            f"{parallel.label()}: {ctx.engine.name} runs expert parallel over all {parallel.tp} GPUs of a "
+            "stage or none"
+        )
+        return None
     try:
         mem = prepare(ctx.model, ctx.system, parallel, ctx.engine.max_num_batched_tokens)
     except ServelabError as e:

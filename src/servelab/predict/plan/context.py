@@ -42,19 +42,23 @@ class SearchContext:
         """The SLA statistic of `metric` per clock."""
         return clocks(lambda k: sim.metric(metric, self.req.sla_stat, k))
 
+    def e2e(self, ttft: float, tpot: float) -> float:
+        """End-to-end latency from TTFT and TPOT: the first token, then osl - 1 more."""
+        return ttft + (self.req.osl - 1) * tpot
+
+    def ratios(self, ttft: float, tpot: float) -> dict[Miss, float]:
+        """Each latency limit's value over the limit (<= 1 meets it)."""
+        req = self.req
+        values: dict[Miss, tuple[float, float | None]] = {
+            "ttft": (ttft, req.ttft_ms),
+            "tpot": (tpot, req.tpot_ms),
+            "e2e": (self.e2e(ttft, tpot), req.e2e_ms),
+        }
+        return {name: value / limit for name, (value, limit) in values.items() if limit}
+
     def misses(self, ttft: float, tpot: float) -> list[Miss]:
-        out: list[Miss] = []
-        if self.req.ttft_ms is not None and ttft > self.req.ttft_ms:
-            out.append("ttft")
-        if self.req.tpot_ms is not None and tpot > self.req.tpot_ms:
-            out.append("tpot")
-        return out
+        return [name for name, r in self.ratios(ttft, tpot).items() if r > 1.0]
 
     def closeness(self, ttft: float, tpot: float) -> float:
         """How far a point is from the SLA: the worst ratio of value to limit (<= 1 meets it)."""
-        r = 0.0
-        if self.req.ttft_ms:
-            r = max(r, ttft / self.req.ttft_ms)
-        if self.req.tpot_ms:
-            r = max(r, tpot / self.req.tpot_ms)
-        return r
+        return max(self.ratios(ttft, tpot).values(), default=0.0)

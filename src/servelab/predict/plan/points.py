@@ -15,7 +15,7 @@ from servelab.specs import Parallel
 Clocks = tuple[float, float, float]  # a value under the step model's nominal, low and high step times
 Link = Literal["nvlink", "network"]
 PointMode = Literal["agg", "disagg"]
-Miss = Literal["ttft", "tpot"]  # an SLA limit a point misses
+Miss = Literal["ttft", "tpot", "e2e"]  # an SLA limit a point misses
 
 
 def clocks(value: Callable[[int], float]) -> Clocks:
@@ -92,6 +92,11 @@ class Point:
     def concurrency(self) -> int:
         """Requests in flight over all replicas (decode workers)."""
         return self.concurrency_per_replica * self.replicas
+
+    @property
+    def request_rate(self) -> float:
+        """Requests/s the deployment serves: every replica's (decode worker's) rate."""
+        return self.replicas * self.sim.request_tps[0]
 
     def label(self) -> str:
         decode = self.config.parallel.label()

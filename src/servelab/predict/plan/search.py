@@ -31,6 +31,13 @@ def make_plan(req: PlanRequest) -> Plan:
     """Search, rank and mark the Pareto front; PlanError (or ServelabError) when nothing can be planned."""
     t0 = time.perf_counter()
     model = load_model(req.model, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype)
+    if req.isl + req.osl > model.max_context:
+        raise PlanError(
+            lambda name: (
+                f"{name('isl')} {req.isl} + {name('osl')} {req.osl} = {req.isl + req.osl} tokens exceeds "
+                f"{model.name}'s maximum context of {model.max_context} tokens"
+            )
+        )
     system = load_system(req.system)
     engine = engine_profile(req.backend, **req.engine)
     check_precision(model, system)
@@ -56,9 +63,12 @@ def make_plan(req: PlanRequest) -> Plan:
             why = notes[0]
             raise PlanError(lambda name: f"{why}; aggregated serving fits ({name('mode')} agg)")
         raise _nothing_fits(ctx)
-    good = [p for p in points if not p.misses]
-    if not good:
+    within = [p for p in points if not p.misses]
+    if not within:
         raise ServelabError(_closest_miss(ctx, points))
+    good = [p for p in within if req.request_rate is None or p.request_rate >= req.request_rate]
+    if not good:
+        raise _rate_miss(req, max(within, key=lambda p: p.request_rate))
     mask = pareto_mask([p.xy() for p in good])
     order = sorted(range(len(good)), key=lambda i: -good[i].xy()[0])
     candidates = []
@@ -77,6 +87,8 @@ def make_plan(req: PlanRequest) -> Plan:
         f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; bands carry the step "
         "model's error band through the simulation"
     )
+    if req.default_sla:
+        notes.append(f"SLA: the interactive default ({req.sla_text()}); set ttft_ms / tpot_ms to change it")
     return Plan(
         request=req,
         model=model.name,
@@ -141,6 +153,7 @@ def to_candidate(ctx: SearchContext, p: Point, rank: int, pareto: bool) -> Candi
         kv_utilization=round(p.sim.stats.peak_kv_frac, 3),
         pareto=pareto,
         meets_sla=not p.misses,
+        request_rate=p.request_rate,
         limits=limits_of(ctx, p),
         prefill=prefill,
         decode=decode,
@@ -189,24 +202,29 @@ def _nothing_fits(ctx: SearchContext) -> ServelabError:
 def _closest_miss(ctx: SearchContext, points: list[Point]) -> str:
     req = ctx.req
     best = min(points, key=lambda p: ctx.closeness(p.ttft[0], p.tpot[0]))
-    limits = []
-    if req.ttft_ms is not None:
-        limits.append(f"TTFT <= {req.ttft_ms:g} ms")
-    if req.tpot_ms is not None:
-        limits.append(f"TPOT <= {req.tpot_ms:g} ms")
-    binding = (
-        "TTFT"
-        if req.ttft_ms and (not req.tpot_ms or best.ttft[0] / req.ttft_ms >= best.tpot[0] / req.tpot_ms)
-        else "TPOT"
-    )
+    ratios = ctx.ratios(best.ttft[0], best.tpot[0])
+    binding = max(ratios, key=lambda name: ratios[name])
     return (
-        f"no configuration meets {' and '.join(limits)} ({req.sla_stat}); closest: {best.mode} "
+        f"no configuration meets {req.sla_text()} ({req.sla_stat}); closest: {best.mode} "
         f"{best.label()} at concurrency {best.concurrency} with TTFT {best.ttft[0]:,.0f} ms and TPOT "
-        f"{best.tpot[0]:,.1f} ms; {binding} binds ({_binding_reason(ctx, best, binding)})"
+        f"{best.tpot[0]:,.1f} ms; {binding.upper()} binds ({_binding_reason(ctx, best, binding)})"
     )
 
 
 def _binding_reason(ctx: SearchContext, p: Point, binding: str) -> str:
-    if binding == "TTFT":
+    if binding == "ttft":
         return f"a lone {ctx.req.isl}-token prefill already takes about {p.ttft[0]:,.0f} ms on this config"
+    if binding == "e2e":
+        e2e = ctx.e2e(p.ttft[0], p.tpot[0])
+        return f"TTFT + {ctx.req.osl - 1} x TPOT is {e2e:,.0f} ms at best"
     return f"the fastest decode step found is {p.tpot[0]:,.1f} ms per token"
+
+
+def _rate_miss(req: PlanRequest, most: Point) -> PlanError:
+    return PlanError(
+        lambda name: (
+            f"no configuration serves {name('request_rate')} {req.request_rate:g} requests/s within "
+            f"{req.sla_text()} ({req.sla_stat}); the most is {most.request_rate:,.2f} requests/s "
+            f"({most.mode} {most.label()} at concurrency {most.concurrency})"
+        )
+    )

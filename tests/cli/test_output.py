@@ -1,0 +1,152 @@
+"""What the CLI prints fits: key columns whole at 80 columns on a terminal and at any width in a pipe, help
+that never cuts an option name, `--version` and shell completion."""
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import typer
+from typer.testing import CliRunner
+
+from servelab import __version__
+from servelab.cli.main import app, version
+
+PLAN = ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--mode", "agg", "--top", "3"]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_piped(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def run_on_terminal(*args: str, columns: int = 80) -> str:
+    """Run with stdout on a pseudo-terminal of `columns` columns; what it printed, colours stripped."""
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    env.pop("TTY_COMPATIBLE", None)
+    env.pop("FORCE_COLOR", None)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab.cli.main", *args], stdout=follower, stderr=subprocess.PIPE, env=env
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the follower side closed: the command is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+def plan_labels() -> list[str]:
+    r = run_piped(*PLAN, "--json")
+    assert r.returncode == 0, r.stderr
+    cands = json.loads(r.stdout)["candidates"]
+    return [c["parallel"]["label"] + (f" x{c['replicas']}" if c["replicas"] > 1 else "") for c in cands]
+
+
+def test_plan_in_a_pipe_shows_every_parallel_split_whole():
+    labels = plan_labels()
+    r = run_piped(*PLAN)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    for label in labels:
+        assert f" {label} " in r.stdout
+    assert "tok/s/user" in r.stdout and "band tok/s/GPU" in r.stdout  # every column, at natural width
+
+
+def test_plan_on_an_80_column_terminal_keeps_keys_and_fits():
+    labels = plan_labels()
+    out = run_on_terminal(*PLAN)
+    assert "…" not in out
+    for label in labels:
+        assert f" {label} " in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "not shown at this width" in out  # the secondary columns that left are named
+
+
+def test_systems_names_are_whole_in_a_pipe_and_on_a_terminal():
+    r = run_piped("systems", "--json")
+    names = [s["name"] for s in json.loads(r.stdout)]
+    assert "h200_sxm" in names
+    for out in (run_piped("systems").stdout, run_on_terminal("systems")):
+        assert "…" not in out
+        for name in names:
+            assert f" {name} " in out
+
+
+def test_models_names_and_checkpoint_ids_are_whole_at_80_columns():
+    r = run_piped("models", "--json")
+    rows = json.loads(r.stdout)
+    out = run_on_terminal("models")
+    assert "…" not in out
+    for row in rows:
+        for name in (row["name"], *row["checkpoints"]):
+            assert f" {name} " in out
+
+
+def _commands(group, path=()):
+    yield path, group
+    for name, sub in getattr(group, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_help_at_80_columns_shows_every_option_name_whole_and_flags_take_no_value():
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+    seen = 0
+    for path, command in _commands(root):
+        out = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+        assert out.exit_code == 0, (path, out.output)
+        text = out.stdout
+        assert "…" not in text and "<bool>" not in text, path
+        for param in command.params:
+            for opt in (*param.opts, *param.secondary_opts):
+                if opt.startswith("--"):
+                    assert re.search(rf"(^|[\s,]){re.escape(opt)}([\s,]|$)", text, re.M), (path, opt)
+                    seen += 1
+    assert seen > 100  # bench alone has dozens
+
+
+def test_version():
+    r = run_piped("--version")
+    assert r.returncode == 0 and r.stdout == f"servelab {version()}\n"
+    assert version() in (metadata.version("servelab"), __version__)
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version())
+
+
+def test_shell_completion_completes_commands_and_options():
+    env = {
+        **os.environ,
+        "_SERVELAB_COMPLETE": "complete_bash",
+        "COMP_WORDS": "servelab plan --tt",
+        "COMP_CWORD": "2",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv[0] = 'servelab'; from servelab.cli.main import main; main()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert "--ttft-ms" in r.stdout.split()
