@@ -1,4 +1,5 @@
 import gc
+import itertools
 import weakref
 
 import pytest
@@ -7,10 +8,10 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Context, Dsv4Generation, Gemm, MlaDecode, Moe
 from servelab.predict.backends import engine_profile
-from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.graph import MTP_PREFIX, OP_CATEGORY, StepShape, step_ops
 from servelab.predict.static import estimate_static
 from servelab.predict.step import priced_step, step_time
-from servelab.specs import Parallel, load_model, load_system
+from servelab.specs import Parallel, list_models, load_model, load_system
 
 H200 = load_system("h200_sxm")
 FLASH = "sgl-project/DeepSeek-V4-Flash-FP8"
@@ -148,3 +149,21 @@ def test_step_prices_are_memoized_for_as_long_as_their_perfdb_lives():
     del db
     gc.collect()
     assert gone() is None
+
+
+def test_every_op_the_graph_emits_has_a_category():
+    """explain groups step time by OP_CATEGORY: an op name missing there would be a KeyError, so every
+    embedded model is walked at every layout it allows (pp 2 and MTP included)."""
+    shape = StepShape(prefill=((512, 1024),), decode_batch=4, decode_kv_len=2048, spec_tokens=1)
+    seen = set()
+    for name in list_models():
+        model = load_model(name)
+        for tp, ep, dp_attn, pp in itertools.product((1, 8), (1, 8), (False, True), (1, 2)):
+            parallel = Parallel(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
+            try:
+                parallel.validate(model)
+            except ServelabError:
+                continue
+            seen |= {op.name for op in step_ops(model, parallel, shape)}
+    assert {name for name in seen if name.removeprefix(MTP_PREFIX) not in OP_CATEGORY} == set()
+    assert {"ep_dispatch", "pp_send_recv", "mtp.mtp_proj", "swa_decode", "mla_decode"} <= seen

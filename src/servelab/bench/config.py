@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.traffic.lengths import BENCH_RANGE_RATIO
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 
 DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.bench.config import BenchConfig
-from servelab.bench.lengths import sample_lengths
+from servelab.traffic.lengths import sample_lengths
 from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
 

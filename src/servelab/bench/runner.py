@@ -29,7 +29,7 @@ from servelab.bench.evaluate import compute_result
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
 from servelab.bench.records import merge_jsonl
 from servelab.bench.report import present, print_sweep_table
-from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
+from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError

@@ -6,7 +6,7 @@ import typer
 from pydantic import ValidationError
 
 from servelab.bench import config as C
-from servelab.bench.lengths import BENCH_RANGE_RATIO
+from servelab.traffic.lengths import BENCH_RANGE_RATIO
 from servelab.errors import ServelabError
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")

@@ -145,7 +145,7 @@ def plan(
 
 
 def _save(result: Plan, directory: Path, top: int) -> list[Any]:
-    from servelab.predict.plan.export import picks, save_picks  # noqa: PLC0415  # start-up (recipe schema)
+    from servelab.recipes.from_plan import picks, save_picks  # noqa: PLC0415  # start-up (recipe schema)
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
     try:

@@ -7,6 +7,7 @@ graph has tens of ops whatever the depth.
 
 from collections import Counter
 from collections.abc import Callable
+from enum import StrEnum
 from math import ceil
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from servelab.perfdb.keys import (
     Moe,
     OpKey,
 )
+from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
 from servelab.specs import (
     AttentionKind,
     Dsv4Attention,
@@ -57,6 +59,50 @@ class Op(NamedTuple):
     # times per step on one rank's path (layers); negative for the causal-prefix subtraction. The name shadows
     # tuple.count, which no caller uses.
     count: float  # type: ignore[assignment]
+
+
+class OpCategory(StrEnum):
+    """Where a step op's time goes, for explaining a step: every op name the graph emits has one."""
+
+    attention = "attention"
+    communication = "communication"
+    moe = "moe"
+    gemm = "gemm"
+    memory = "memory-bound (norms, activations, embedding)"
+
+
+def _categories(category: OpCategory, names: str) -> dict[str, OpCategory]:
+    return dict.fromkeys(names.split(), category)
+
+
+OP_CATEGORY: dict[str, OpCategory] = {
+    **_categories(
+        OpCategory.attention,
+        "attention_prefill attention_decode mla_prefill mla_decode mla_q_absorb mla_v_absorb swa_prefill"
+        " swa_decode compressor_proj indexer_q_proj indexer_k_proj"
+        f" {' '.join(DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS)}",
+    ),
+    **_categories(
+        OpCategory.communication,
+        "attn_allreduce ffn_allreduce logits_allgather ep_dispatch ep_combine pp_send_recv",
+    ),
+    **_categories(
+        OpCategory.moe, "router moe_route moe_permute moe_experts moe_combine shared_gate_up shared_down"
+    ),
+    **_categories(
+        OpCategory.gemm,
+        "qkv_proj qkv_a_proj q_a_kv_proj q_b_proj kv_b_proj o_proj o_a_proj o_b_proj ffn_gate_up ffn_down"
+        " lm_head mtp_proj mhc_weights",
+    ),
+    **_categories(OpCategory.memory, "embedding attn_norm ffn_norm final_norm ffn_act qk_norm_rope mhc_mix"),
+}
+
+
+MTP_PREFIX = "mtp."  # the MTP module's ops: the same roles, run once more per step
+
+
+def op_category(name: str) -> OpCategory:
+    return OP_CATEGORY[name.removeprefix(MTP_PREFIX)]
 
 
 class _Tokens(NamedTuple):
@@ -107,7 +153,7 @@ def step_ops(
         ops.append(Op("lm_head", Gemm(max(t.sampled, 1), model.vocab_size // parallel.attn_tp, h, "bf16"), 1))
         if parallel.attn_tp > 1:
             logits = max(t.sampled, 1) * model.vocab_size * 2
-            ops.append(Op("logits_allgather", Comm(logits, parallel.attn_tp, "allgather"), 1))
+            ops.append(Op("logits_allgather", Comm(logits, parallel.attn_tp, OpName.allgather), 1))
     if TOKENS not in parts:
         return ops
     ops.append(Op("embedding", Memory(t.total * h * 4), 1))
@@ -127,10 +173,10 @@ def step_ops(
         mtp.append(
             Op("lm_head", Gemm(t.decode, model.vocab_size // parallel.attn_tp, h, "bf16"), shape.spec_tokens)
         )
-        ops.extend(Op("mtp." + op.name, op.key, op.count) for op in mtp)
+        ops.extend(Op(MTP_PREFIX + op.name, op.key, op.count) for op in mtp)
     ops.append(Op("final_norm", Memory(t.total * h * 4), 1))
     if parallel.pp > 1:
-        ops.append(Op("pp_send_recv", Comm(t.total * h * 2, 2, "p2p"), parallel.pp - 1))
+        ops.append(Op("pp_send_recv", Comm(t.total * h * 2, 2, OpName.p2p), parallel.pp - 1))
     return ops
 
 
@@ -159,7 +205,7 @@ def _layer_ops(
         ops.append(Op("attn_norm", Memory(T * h * 4), 1))
         ops.extend(projections(att, model, parallel, t, kind))
         if parallel.attn_tp > 1:
-            ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, "allreduce"), 1))
+            ops.append(Op("attn_allreduce", Comm(T * h * 2, parallel.attn_tp, OpName.allreduce), 1))
         ops.append(Op("ffn_norm", Memory(T * h * 4), 1))
         if moe is not None:
             ops.extend(_moe_ops(model, moe, parallel, t, hashed))
@@ -169,7 +215,7 @@ def _layer_ops(
             ops.append(Op("ffn_act", Memory(T * inter * 6), 1))
             ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
         if parallel.attn_tp > 1 and not (moe is not None and parallel.dp_attn):
-            ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, "allreduce"), 1))
+            ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, OpName.allreduce), 1))
     return [Op(op.name, op.key, op.count * count) for op in ops]
 
 
@@ -304,7 +350,7 @@ def _dsv4_prefill(
             Op("swa_prefill", AttentionPrefill(c, new, heads, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
             for c, new, _ in t.prefill
         ]
-    ctx = "dsv4_csa_context_module" if kind == LayerAttention.csa else "dsv4_hca_context_module"
+    ctx = OpName.dsv4_csa_context_module if kind == LayerAttention.csa else OpName.dsv4_hca_context_module
     return _prefill_attention(ctx, t, lambda c, s: Dsv4Context(native, heads, c, s, ctx))
 
 
@@ -323,7 +369,9 @@ def _dsv4_decode(
             model.precision.kv_cache.value,
         )
         return [Op("swa_decode", key, 1)]
-    gen = "dsv4_csa_generation_module" if kind == LayerAttention.csa else "dsv4_hca_generation_module"
+    gen = (
+        OpName.dsv4_csa_generation_module if kind == LayerAttention.csa else OpName.dsv4_hca_generation_module
+    )
     return [Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1)]
 
 
@@ -359,11 +407,11 @@ def _moe_ops(model: ModelSpec, moe: MoE, parallel: Parallel, t: _Tokens, hashed:
     ops.append(Op("moe_combine", Memory(T * topk * h * 2 + T * h * 2, kernels=1), 1))
     if parallel.dp_attn and parallel.ep > 1:
         act = 1 if model.precision.experts.compute == "fp8" else 2
-        ops.append(Op("ep_dispatch", Comm(T * topk * h * act, parallel.ep, "alltoall"), 1))
+        ops.append(Op("ep_dispatch", Comm(T * topk * h * act, parallel.ep, OpName.alltoall), 1))
     inter = moe.intermediate_size // parallel.moe_tp
     ops.append(Op("moe_experts", Moe(t.group_tokens, h, inter, moe.num_experts, topk, parallel.ep, edt), 1))
     if parallel.dp_attn and parallel.ep > 1:
-        ops.append(Op("ep_combine", Comm(T * topk * h * 2, parallel.ep, "alltoall"), 1))
+        ops.append(Op("ep_combine", Comm(T * topk * h * 2, parallel.ep, OpName.alltoall), 1))
     if moe.num_shared_experts:
         shared = moe.num_shared_experts * moe.intermediate_size // parallel.attn_tp
         wdt = model.precision.weights.value

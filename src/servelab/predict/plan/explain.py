@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from servelab.perfdb.roofline import Roofline
-from servelab.predict.graph import StepShape, step_ops
+from servelab.predict.graph import StepShape, op_category, step_ops
 from servelab.predict.plan.candidates import Candidate, Plan
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.points import EngineConfig, Point
@@ -22,27 +22,13 @@ from servelab.predict.serving.workload import Workload
 from servelab.predict.step import priced_step
 from servelab.specs import Parallel
 
-CATEGORIES = (
-    ("communication", ("allreduce", "allgather", "ep_dispatch", "ep_combine", "pp_send_recv")),
-    ("attention", ("attention", "mla_", "swa_", "dsv4_", "indexer", "compressor")),
-    ("moe", ("moe_", "router", "shared_")),
-    ("gemm", ("proj", "ffn_gate", "ffn_down", "lm_head", "mhc_weights")),
-)
-
-
-def category(op_name: str) -> str:
-    for cat, keys in CATEGORIES:
-        if any(k in op_name for k in keys):
-            return cat
-    return "memory-bound (norms, activations, embedding)"
-
 
 def step_split(ctx: SearchContext, parallel: Parallel, shape: StepShape) -> dict[str, float]:
     """Step time per category in us, engine overhead included."""
     st = priced_step(ctx.model, parallel, shape, ctx.engine, ctx.db)
     out: dict[str, float] = {}
     for op in step_ops(ctx.model, parallel, shape):
-        cat = category(op.name)
+        cat = op_category(op.name).value
         out[cat] = out.get(cat, 0.0) + ctx.db.query(op.key).us * op.count
     out["engine overhead"] = st.overhead_us
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
@@ -89,7 +75,7 @@ def _roofline_terms(
     compute: dict[str, float] = {}
     memory: dict[str, float] = {}
     for op in step_ops(ctx.model, parallel, shape):
-        cat = category(op.name)
+        cat = op_category(op.name).value
         if cat == "communication":
             continue
         compute[cat] = compute.get(cat, 0.0) + compute_only.latency(op.key).us * op.count

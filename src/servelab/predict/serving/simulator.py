@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from servelab.bench.lengths import LengthStream
 from servelab.errors import ServelabError
 from servelab.predict.serving.engine import Batch, Lane, Request
 from servelab.predict.serving.workload import Workload
+from servelab.traffic.lengths import LengthStream
 
 INF = float("inf")
 

@@ -1,8 +1,8 @@
 """The simulated workload: an arrival process x request lengths, plus the engine features that
 change what each request costs (speculative decoding, prefix-cache hits).
 
-Open-loop send times come from servelab.bench.schedule.arrival_offsets and request lengths from
-servelab.bench.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset
+Open-loop send times come from servelab.traffic.schedule.arrival_offsets and request lengths from
+servelab.traffic.lengths, the rules the load generator uses, so a simulated run and a measured random-dataset
 run with the same seed, load and range ratio see requests of the same lengths at the same offsets.
 """
 
@@ -12,9 +12,9 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servelab.bench.lengths import SIMULATOR_RANGE_RATIO
-from servelab.bench.schedule import arrival_offsets
 from servelab.errors import ServelabError
+from servelab.traffic.lengths import SIMULATOR_RANGE_RATIO
+from servelab.traffic.schedule import arrival_offsets
 
 
 class SpecDecoding(BaseModel):
@@ -51,7 +51,7 @@ class Workload(BaseModel):
         ge=0.0,
         lt=1.0,
         description="request lengths uniform in mean x [1 - r, 1 + r] (vLLM --random-range-ratio; "
-        "servelab.bench.lengths says why the simulator's default spread is not 0)",
+        "servelab.traffic.lengths says why the simulator's default spread is not 0)",
     )
     prefix_hit_rate: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction of each prompt already in the cache"

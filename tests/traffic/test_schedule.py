@@ -3,7 +3,7 @@ from itertools import pairwise
 
 import pytest
 
-from servelab.bench.schedule import arrival_offsets, rate_at, split_limit, split_round_robin
+from servelab.traffic.schedule import arrival_offsets, rate_at, split_limit, split_round_robin
 
 
 def test_closed_loop_has_no_offsets():

@@ -4,7 +4,7 @@ import numpy as np
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import build_dataset
-from servelab.bench.lengths import LengthStream, length_bounds, sample_lengths
+from servelab.traffic.lengths import LengthStream, length_bounds, sample_lengths
 from servelab.predict.serving import Workload
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop
 

@@ -1,0 +1,1 @@
+"""The request stream that the load generator sends and the simulator replays: lengths and send times."""
