@@ -27,6 +27,14 @@ from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
+from servelab.bench.progress import (
+    LiveLine,
+    RunProgress,
+    Totals,
+    warmup_done_line,
+    warmup_line,
+    warmup_start_line,
+)
 from servelab.bench.records import merge_jsonl
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
@@ -46,41 +54,6 @@ def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) ->
         return data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
-
-
-class LiveLine:
-    """One status line about ten times a second, on a terminal only (off in CI and when piped)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled
-        self.total = total
-        self.hist: list[tuple[float, float, float]] = []
-
-    def update(self, elapsed: float, p, num_workers: int) -> None:
-        if not self.enabled:
-            return
-        rows = [p[k * PROGRESS_SLOTS : (k + 1) * PROGRESS_SLOTS] for k in range(num_workers)]
-        done, failed, toks = (sum(r[i] for r in rows) for i in range(3))
-        inflight = sum(r[3] for r in rows)
-        ttfts = [r[4] for r in rows if r[4] > 0]
-        cpu = max((r[5] for r in rows), default=0.0)
-        self.hist.append((elapsed, done, toks))
-        self.hist = [h for h in self.hist if elapsed - h[0] <= 1.0]
-        t0, d0, k0 = self.hist[0]
-        span = max(elapsed - t0, 1e-9)
-        rps, tps = (done - d0) / span, (toks - k0) / span
-        ttft = f"{sum(ttfts) / len(ttfts):.1f}" if ttfts else "-"
-        msg = (
-            f"\r\x1b[2K[{elapsed:6.1f}s] done {int(done)}/{self.total}  failed {int(failed)}  in flight "
-            f"{int(inflight)}  {rps:7.1f} req/s  {tps:9.0f} tok/s  TTFT p50 {ttft} ms  client CPU {cpu:.0f}%"
-        )
-        sys.stderr.write(msg)
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> list[WorkItem]:
@@ -216,10 +189,11 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
     interrupted = False
     summaries: list[dict] = []
     infos: list[dict] = []
-    live = LiveLine(cfg.live if cfg.live is not None else sys.stderr.isatty(), len(items))
+    live = cfg.live if cfg.live is not None else sys.stderr.isatty()
+    run_progress = RunProgress(LiveLine(live), len(items))
     t0 = 0.0
     try:
-        infos = [_recv(p, procs) for p in pipes]
+        infos = _wait_ready(cfg, pipes, procs, progress, LiveLine(live))
         ready_error = next((i["ready_error"] for i in infos if i.get("ready_error")), None)
         if ready_error:
             for p in pipes:
@@ -228,16 +202,17 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         t0 = perf_counter() + 0.05
         for p in pipes:
             p.send(("start", t0))
-        summaries = _wait_done(pipes, procs, progress, live, t0, stop)
+        summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
         try:
-            summaries = _wait_done(pipes, procs, progress, live, t0, stop, grace=10.0)
+            summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop, grace=10.0)
         except KeyboardInterrupt:
             pass
     finally:
-        live.close()
+        if t0:
+            run_progress.finish(perf_counter() - t0, Totals.read(progress, len(specs)))
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
@@ -283,18 +258,37 @@ def run_point(
     return result, result_path, code
 
 
-def _recv(pipe, procs) -> dict:
-    while True:
-        if pipe.poll(0.2):
+def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> list[dict]:
+    """Wait for every worker's ready info; while the warm-ups run, show how far they are."""
+    warm = cfg.num_warmups
+    if warm:
+        sys.stderr.write(warmup_start_line(warm, cfg.max_concurrency) + "\n")
+    start = perf_counter()
+    infos: dict[int, dict] = {}
+    while len(infos) < len(pipes):
+        for k, pipe in enumerate(pipes):
+            if k in infos or not pipe.poll():
+                if k not in infos and not procs[k].is_alive() and not pipe.poll():
+                    raise ServelabError("a bench worker process died before it was ready")
+                continue
             kind, payload = pipe.recv()
             if kind == "error":
                 raise ServelabError(payload)
-            return payload
-        if not any(p.is_alive() for p in procs):
-            raise ServelabError("a bench worker process died before it was ready")
+            infos[k] = payload
+        if warm:
+            line.show(
+                warmup_line(perf_counter() - start, Totals.read(progress, len(pipes)), warm, cfg.ready_check)
+            )
+        wait([p for k, p in enumerate(pipes) if k not in infos], timeout=0.1)
+    if warm and not any(i.get("ready_error") for i in infos.values()):
+        failed = sum(i.get("warmup_failed", 0) for i in infos.values())
+        line.finish(warmup_done_line(perf_counter() - start, warm, failed))
+    return [infos[k] for k in range(len(pipes))]
 
 
-def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = None) -> list[dict]:
+def _wait_done(
+    pipes, procs, progress, run_progress: RunProgress, t0, stop, grace: float | None = None
+) -> list[dict]:
     summaries: dict[int, dict] = {}
     waiting = {id(p): (k, p) for k, p in enumerate(pipes)}
     deadline = time.monotonic() + grace if grace else None
@@ -310,7 +304,7 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
                 summaries[k] = payload
             else:
                 print(f"warning: {payload}", file=sys.stderr)
-        live.update(perf_counter() - t0, progress, len(pipes))
+        run_progress.update(perf_counter() - t0, Totals.read(progress, len(pipes)))
         for k, p in list(waiting.values()):
             if not procs[k].is_alive() and not p.poll():
                 waiting.pop(id(p))  # died without a summary: its JSONL file still holds what it did

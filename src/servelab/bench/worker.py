@@ -148,8 +148,8 @@ class Worker:
             if errors:
                 info["ready_error"] = errors[0]
                 return info
-        if self.spec.warmups:
-            errors = await self._batch(self.spec.warmups, self.limit)
+        if self.spec.warmups:  # at the run's own limit (the ready check left self.limit at 1)
+            errors = await self._batch(self.spec.warmups, self.spec.max_in_flight)
             info["warmup_failed"] = len(errors)
             info["warmup_errors"] = errors[:3]
         return info
@@ -269,8 +269,10 @@ class Worker:
         if self.recording:
             rec = self.records.request(st)
             self.stats.request_done(rec["ok"], rec["out"], st.chunks)
-        elif st.error:
-            self.warmup_failures.append(st.error)
+        else:
+            self.stats.warmup_done()
+            if st.error:
+                self.warmup_failures.append(st.error)
         self.remaining -= 1
         if item.turns:
             if st.error is None and not self.stopping() and self.abort_reason is None:
