@@ -31,8 +31,9 @@ class BenchConfig(BaseModel):
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
     tokenizer: str | None = Field(
-        None, description="local tokenizer path (dir with tokenizer.json) for exact lengths"
+        None, description="tokenizer for exact lengths: a local path or a hub id in the local HF cache"
     )
+    trust_remote_code: bool = Field(False, description="let transformers run the tokenizer's own code")
     label: str | None = None
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None

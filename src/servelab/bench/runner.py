@@ -227,7 +227,7 @@ def run_point(
     """Run one benchmark point: prepare, run the load, compute the result, present it, save it.
     Returns (result, saved path or None, exit code)."""
     out = out or sys.stdout
-    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
+    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer, cfg.trust_remote_code)
     prep = prepare(cfg, tok)
     date = R.now_stamp()
     result_path = None
@@ -316,7 +316,7 @@ def _wait_done(
 def run(cfg_points: list[BenchConfig], out=None) -> int:
     """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
     out = out or sys.stdout
-    tok = load_tokenizer(cfg_points[0].tokenizer)
+    tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
     for cfg in cfg_points:

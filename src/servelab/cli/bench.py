@@ -26,7 +26,14 @@ def bench(
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
-    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer path for exact lengths."),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Tokenizer for exact lengths: a local path or a hub id in the local HF cache.",
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Let transformers run the tokenizer's own code."
+    ),
     label: str | None = typer.Option(None, "--label"),
     dataset_name: str = typer.Option(
         "random",
@@ -107,6 +114,7 @@ def bench(
             model=model,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
             label=label,
             dataset_name=dataset_name,
             dataset_path=dataset_path,
