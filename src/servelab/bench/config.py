@@ -49,6 +49,9 @@ class BenchConfig(BaseModel):
     sharegpt_output_len: int | None = Field(None, ge=1)
     custom_output_len: int = Field(256, ge=1)
     num_prompts: int = Field(1000, ge=1, description="requests (conversations for multiturn)")
+    max_seconds: float | None = Field(
+        None, gt=0, description="stop sending after this long; requests in flight finish"
+    )
     max_concurrency: int | None = Field(None, ge=1)
     request_rate: float = Field(math.inf, gt=0)
     burstiness: float = Field(1.0, gt=0)

@@ -35,11 +35,11 @@ from servelab.bench.progress import (
     warmup_line,
     warmup_start_line,
 )
-from servelab.bench.records import merge_jsonl
+from servelab.bench.records import NOT_SENT, merge_jsonl
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
+from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
 
 
@@ -168,6 +168,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
                 keep_text=keep_text,
                 use_uvloop=cfg.use_uvloop,
                 preconnect=pre,
+                max_seconds=cfg.max_seconds,
             )
         )
     return specs
@@ -254,8 +255,17 @@ def run_point(
     if result_path:
         R.save(result, result_path, cfg.save_detailed)
         print(f"result: {result_path}", file=out)
-    code = 130 if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
-    return result, result_path, code
+    return result, result_path, exit_code(cfg, result)
+
+
+def exit_code(cfg: BenchConfig, result: R.BenchResult) -> int:
+    """130 interrupted; 1 when requests failed or were not sent (save those --max-seconds left); else 0."""
+    if result.interrupted:
+        return 130
+    left_by_limit = 0
+    if cfg.max_seconds is not None:
+        left_by_limit = result.failure_reasons.get(NOT_SENT + MAX_SECONDS_REASON.format(cfg.max_seconds), 0)
+    return 1 if (result.failed or result.not_sent - left_by_limit) else 0
 
 
 def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> list[dict]:

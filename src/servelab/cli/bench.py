@@ -53,6 +53,9 @@ def bench(
     sharegpt_output_len: int | None = typer.Option(None, "--sharegpt-output-len"),
     custom_output_len: int = typer.Option(256, "--custom-output-len"),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
+    max_seconds: float | None = typer.Option(
+        None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
+    ),
     max_concurrency: str | None = typer.Option(
         None, "--max-concurrency", help="An int, or a sweep: 1,2,4,8."
     ),
@@ -130,6 +133,7 @@ def bench(
             sharegpt_output_len=sharegpt_output_len,
             custom_output_len=custom_output_len,
             num_prompts=num_prompts,
+            max_seconds=max_seconds,
             burstiness=burstiness,
             ramp_up_strategy=ramp_up_strategy,
             ramp_up_start_rps=ramp_up_start_rps,
