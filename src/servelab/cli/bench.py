@@ -38,7 +38,7 @@ def bench(
     dataset_name: str = typer.Option(
         "random",
         "--dataset-name",
-        help="random | sharegpt | prefix (prefix_repetition) | multiturn | custom.",
+        help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom.",
     ),
     dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
@@ -52,6 +52,11 @@ def bench(
     multiturn_turns: int = typer.Option(4, "--multiturn-turns", help="Turns per conversation (multiturn)."),
     sharegpt_output_len: int | None = typer.Option(None, "--sharegpt-output-len"),
     custom_output_len: int = typer.Option(256, "--custom-output-len"),
+    sonnet_input_len: int = typer.Option(550, "--sonnet-input-len"),
+    sonnet_output_len: int = typer.Option(150, "--sonnet-output-len"),
+    sonnet_prefix_len: int = typer.Option(200, "--sonnet-prefix-len"),
+    hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
+    hf_output_len: int | None = typer.Option(None, "--hf-output-len"),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
@@ -132,6 +137,11 @@ def bench(
             multiturn_turns=multiturn_turns,
             sharegpt_output_len=sharegpt_output_len,
             custom_output_len=custom_output_len,
+            sonnet_input_len=sonnet_input_len,
+            sonnet_output_len=sonnet_output_len,
+            sonnet_prefix_len=sonnet_prefix_len,
+            hf_split=hf_split,
+            hf_output_len=hf_output_len,
             num_prompts=num_prompts,
             max_seconds=max_seconds,
             burstiness=burstiness,
