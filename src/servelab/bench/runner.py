@@ -35,6 +35,7 @@ from servelab.bench.progress import (
     warmup_line,
     warmup_start_line,
 )
+from servelab.bench.rate_sweep import SweepStep, rate_sweep
 from servelab.bench.records import NOT_SENT, merge_jsonl
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
@@ -341,6 +342,39 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
     if len(cfg_points) > 1:
         print_sweep_table(results, file=out)
     return code
+
+
+def run_rate_sweep(base: BenchConfig, num_rates: int, out=None) -> int:
+    """`--request-rate sweep`: each step of rate_sweep is a normal point (its own result), then a table."""
+    out = out or sys.stdout
+    tok = load_tokenizer(base.tokenizer, base.trust_remote_code)
+    steps = rate_sweep(num_rates, base.max_concurrency)
+    step = next(steps)
+    results = []
+    code = 0
+    while True:
+        print(f"\n### sweep step {step.name}", file=out)
+        result, path, c = run_point(_step_config(base, step), tok, out)
+        results.append((step.name, result.dump(), str(path) if path else None))
+        code = max(code, c)
+        if c == 130:
+            break
+        try:
+            step = steps.send(result)
+        except StopIteration as stop:
+            if stop.value:
+                print(f"sweep: {stop.value}", file=out)
+            break
+    print_sweep_table(results, file=out)
+    return code
+
+
+def _step_config(base: BenchConfig, step: SweepStep) -> BenchConfig:
+    fields = dict(base.model_dump(), max_concurrency=step.max_concurrency, request_rate=step.request_rate)
+    if base.result_filename:
+        stem = base.result_filename.removesuffix(".json")
+        fields["result_filename"] = f"{stem}-{step.name.replace(' ', '')}.json"
+    return BenchConfig(**fields)
 
 
 def _point_name(cfg: BenchConfig) -> str:

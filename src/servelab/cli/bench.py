@@ -65,7 +65,10 @@ def bench(
         None, "--max-concurrency", help="An int, or a sweep: 1,2,4,8."
     ),
     request_rate: str | None = typer.Option(
-        None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf."
+        None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf; or 'sweep' (automatic)."
+    ),
+    sweep_rates: int = typer.Option(
+        8, "--sweep-rates", help="--request-rate sweep: rates between the synchronous and the peak rate."
     ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson)."),
     ramp_up_strategy: str | None = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
@@ -101,7 +104,7 @@ def bench(
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
     bottleneck."""
     # the load generator (numpy, multiprocessing, rich) costs every servelab command's start-up time
-    from servelab.bench.runner import run  # noqa: PLC0415
+    from servelab.bench.runner import run, run_rate_sweep  # noqa: PLC0415
 
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
     for token in extra or []:  # vLLM takes several values after one --goodput / --metadata flag
@@ -113,9 +116,14 @@ def bench(
             raise ServelabError(
                 f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)"
             )
+    auto_sweep = (request_rate or "").strip().lower() == "sweep"
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int")
-        rates = C.parse_sweep(request_rate, "rate")
+        rates = C.parse_sweep(None if auto_sweep else request_rate, "rate")
+        if auto_sweep and (len(concurrencies) > 1 or ramp_up_strategy or sweep_rates < 1):
+            raise ValueError(
+                "--request-rate sweep takes one --max-concurrency, no --ramp-up-strategy, --sweep-rates >= 1"
+            )
         base = dict(
             base_url=base_url or f"http://{host}:{port}",
             endpoint=endpoint,
@@ -188,4 +196,4 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
-    return run(points)
+    return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
