@@ -255,13 +255,14 @@ class _TextMaker:
     def random(self, n: int, offset: int | None = None) -> tuple[str, int]:
         if n <= 0:
             return "", 0
-        if self.tok is None:
+        allowed = self.allowed
+        if self.tok is None or allowed is None:
             return self.words.text(n), n
         if offset is None:
-            ids = self.allowed[self.rng.integers(0, len(self.allowed), size=n)].tolist()
+            ids = allowed[self.rng.integers(0, len(allowed), size=n)].tolist()
         else:  # vLLM's reproducible inner sequence: (offset + index + arange) % vocab
-            ids = self.allowed[(offset + np.arange(n)) % len(self.allowed)].tolist()
-        return _exact_text(self.tok, ids, n, self.allowed, self.rng)
+            ids = allowed[(offset + np.arange(n)) % len(allowed)].tolist()
+        return _exact_text(self.tok, ids, n, allowed, self.rng)
 
     def count(self, text: str) -> int:
         return self.tok.count(text) if self.tok else len(text.split())
@@ -319,7 +320,7 @@ def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})"
         )
     per = cfg.num_prompts // k
-    items = []
+    items: list[BenchItem] = []
     for _ in range(k):
         prefix, _n = maker.random(cfg.prefix_repetition_prefix_len)
         for _ in range(per):

@@ -155,7 +155,8 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
     specs = []
     for k in range(n_workers):
         share = [items[i] for i in shares[k]]
-        pre = min(len(share), limits[k] if limits[k] is not None else 64)
+        limit = limits[k]
+        pre = min(len(share), limit if limit is not None else 64)
         specs.append(
             WorkerSpec(
                 k,
@@ -198,12 +199,12 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         infos = _wait_ready(cfg, pipes, procs, progress, LiveLine(live))
         ready_error = next((i["ready_error"] for i in infos if i.get("ready_error")), None)
         if ready_error:
-            for p in pipes:
-                p.send(("stop",))
+            for pipe in pipes:
+                pipe.send(("stop",))
             raise ServelabError(f"initial test request to {cfg.base_url}{cfg.endpoint} failed: {ready_error}")
         t0 = perf_counter() + 0.05
-        for p in pipes:
-            p.send(("start", t0))
+        for pipe in pipes:
+            pipe.send(("start", t0))
         summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop)
     except KeyboardInterrupt:
         interrupted = True
@@ -306,9 +307,9 @@ def _wait_done(
     while waiting:
         ready = wait([p for _, p in waiting.values()], timeout=0.1)
         for conn in ready:
-            k, _ = waiting.pop(id(conn))
+            k, pipe = waiting.pop(id(conn))
             try:
-                kind, payload = conn.recv()
+                kind, payload = pipe.recv()
             except EOFError:
                 continue
             if kind == "done":

@@ -50,6 +50,15 @@ def resolve_tokenizer_path(name: str) -> str:
     )
 
 
+def _tokenizers():
+    """The `tokenizers` module, or None when it is not installed."""
+    try:
+        import tokenizers  # noqa: PLC0415 (optional extra)
+    except ImportError:
+        return None
+    return tokenizers
+
+
 class LocalTokenizer:
     """encode/decode without special tokens, the vocabulary size, and the ids a random prompt must avoid.
     `path` is what the user gave (a path or a hub id); `trust_remote_code` is passed to transformers."""
@@ -59,19 +68,15 @@ class LocalTokenizer:
         p = Path(resolve_tokenizer_path(path))
         file = p / "tokenizer.json" if p.is_dir() else p
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        if file.is_file() and file.suffix == ".json":
-            try:
-                from tokenizers import Tokenizer  # noqa: PLC0415 (optional extra)
-            except ImportError:
-                Tokenizer = None
-            if Tokenizer is not None:
-                self._tok = Tokenizer.from_file(str(file))
-                self.kind = "tokenizers"
-                self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-                decoder = self._tok.get_added_tokens_decoder()
-                self.special_ids = {i for i, t in decoder.items() if t.special}
-                self.num_special_to_add = len(self._tok.encode("", add_special_tokens=True).ids)
-                return
+        tokenizers = _tokenizers() if file.is_file() and file.suffix == ".json" else None
+        if tokenizers is not None:
+            self._tok = tokenizers.Tokenizer.from_file(str(file))
+            self.kind = "tokenizers"
+            self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+            decoder = self._tok.get_added_tokens_decoder()
+            self.special_ids = {i for i, t in decoder.items() if t.special}
+            self.num_special_to_add = len(self._tok.encode("", add_special_tokens=True).ids)
+            return
         try:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from transformers import AutoTokenizer  # noqa: PLC0415 (optional extra, slow to import)
