@@ -292,7 +292,9 @@ def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> lis
                 warmup_line(perf_counter() - start, Totals.read(progress, len(pipes)), warm, cfg.ready_check)
             )
         wait([p for k, p in enumerate(pipes) if k not in infos], timeout=0.1)
-    if warm and not any(i.get("ready_error") for i in infos.values()):
+    if warm and any(i.get("ready_error") for i in infos.values()):
+        line.finish("warm-up: not run (the ready check failed)")
+    elif warm:
         failed = sum(i.get("warmup_failed", 0) for i in infos.values())
         line.finish(warmup_done_line(perf_counter() - start, warm, failed))
     return [infos[k] for k in range(len(pipes))]
