@@ -57,3 +57,9 @@ def test_cli_sweep_writes_a_result_per_step(mock_server, tmp_path):
     low, high = sync["request_throughput"], peak["request_throughput"]
     assert rate_steps == pytest.approx([low + (high - low) / 3, low + 2 * (high - low) / 3], rel=1e-9)
     assert all(x["completed"] == 16 for x in r.values())
+
+
+def test_sweep_with_a_concurrency_list_is_bad_input():
+    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--model", "m", "--request-rate", "sweep"]
+    p = subprocess.run(cmd + ["--max-concurrency", "1,2"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("error: --request-rate sweep")

@@ -24,8 +24,8 @@ def run_warmups(server, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_warmups_overlap_up_to_max_concurrency(mock_server):
-    # each response takes 0.5 s, far longer than sending 4 requests, so all 4 are in flight at once
-    s = mock_server("--first-token-delay-ms", "500", "--token-delay-ms", "5")
+    # each response takes 1 s, far longer than sending 4 requests, so all 4 are in flight at once
+    s = mock_server("--first-token-delay-ms", "1000", "--token-delay-ms", "5")
     p = run_warmups(s, "--num-warmups", "8", "--max-concurrency", "4", "--num-workers", "1")
     assert p.returncode == 0, p.stderr
     stats = server_stats(s)
@@ -36,7 +36,7 @@ def test_warmups_overlap_up_to_max_concurrency(mock_server):
 
 
 def test_rate_run_warmups_are_unbounded(mock_server):
-    s = mock_server("--first-token-delay-ms", "500", "--token-delay-ms", "5")
+    s = mock_server("--first-token-delay-ms", "1000", "--token-delay-ms", "5")
     p = run_warmups(s, "--num-warmups", "6", "--request-rate", "10", "--num-workers", "2")
     assert p.returncode == 0, p.stderr
     assert server_stats(s)["max_in_flight"] == 6
