@@ -261,7 +261,7 @@ def run_point(
 
 
 def exit_code(cfg: BenchConfig, result: R.BenchResult) -> int:
-    """130 interrupted; 1 when requests failed or were not sent (save those --max-seconds left); else 0."""
+    """130 interrupted; 1 when requests failed or were not sent (except those --max-seconds left); else 0."""
     if result.interrupted:
         return 130
     left_by_limit = 0
@@ -277,20 +277,22 @@ def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> lis
         sys.stderr.write(warmup_start_line(warm, cfg.max_concurrency) + "\n")
     start = perf_counter()
     infos: dict[int, dict] = {}
-    while len(infos) < len(pipes):
+    while True:
         for k, pipe in enumerate(pipes):
-            if k in infos or not pipe.poll():
-                if k not in infos and not procs[k].is_alive() and not pipe.poll():
-                    raise ServelabError("a bench worker process died before it was ready")
+            if k in infos:
                 continue
-            kind, payload = pipe.recv()
-            if kind == "error":
-                raise ServelabError(payload)
-            infos[k] = payload
+            if pipe.poll():
+                kind, payload = pipe.recv()
+                if kind == "error":
+                    raise ServelabError(payload)
+                infos[k] = payload
+            elif not procs[k].is_alive():
+                raise ServelabError("a bench worker process died before it was ready")
+        if len(infos) == len(pipes):
+            break
         if warm:
-            line.show(
-                warmup_line(perf_counter() - start, Totals.read(progress, len(pipes)), warm, cfg.ready_check)
-            )
+            totals = Totals.read(progress, len(pipes))
+            line.show(warmup_line(perf_counter() - start, totals, warm, cfg.ready_check))
         wait([p for k, p in enumerate(pipes) if k not in infos], timeout=0.1)
     if warm and any(i.get("ready_error") for i in infos.values()):
         line.finish("warm-up: not run (the ready check failed)")
