@@ -4,9 +4,9 @@ import numpy as np
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import build_dataset
-from servelab.traffic.lengths import LengthStream, length_bounds, sample_lengths
 from servelab.predict.serving import Workload
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop
+from servelab.traffic.lengths import LengthStream, length_bounds, sample_lengths
 
 
 def test_bounds_are_vllms_floor_and_ceil():

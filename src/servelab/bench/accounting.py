@@ -9,9 +9,8 @@ import os
 
 from servelab.metrics import percentile
 
-PROGRESS_SLOTS = (
-    8  # completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, state
-)
+# completed, failed, output tokens, in flight, TTFT p50 ms (recent), cpu %, lag max ms, warm-ups done
+PROGRESS_SLOTS = 8
 
 
 class Accounting:
@@ -24,6 +23,7 @@ class Accounting:
         self.completed = 0
         self.failed = 0
         self.output_tokens = 0
+        self.warmups_done = 0  # the ready check included
         self.content_events = 0
         self.connections_opened = 0
         self.recent_ttft_us: list[float] = []  # first-event times since the last publish
@@ -42,6 +42,9 @@ class Accounting:
         self.content_events += len(chunks_us)
         if chunks_us:
             self.recent_ttft_us.append(chunks_us[0])
+
+    def warmup_done(self) -> None:
+        self.warmups_done += 1
 
     def publish(self, in_flight: int, cpu_pct: float | None = None) -> None:
         """Write this worker's slots of the shared progress array."""
@@ -62,6 +65,7 @@ class Accounting:
         if cpu_pct is not None:
             p[base + 5] = cpu_pct
         p[base + 6] = max(self.loop_lags_s[-10:], default=0.0) * 1000.0
+        p[base + 7] = self.warmups_done
 
     def summary(self, abort_reason: str | None) -> dict:
         """What the worker sends the parent when it is done."""

@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servelab.traffic.lengths import BENCH_RANGE_RATIO
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
+from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
-DatasetName = Literal["random", "sharegpt", "prefix", "multiturn", "custom"]
+DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom"]
 DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
 
 
@@ -31,8 +31,9 @@ class BenchConfig(BaseModel):
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
     tokenizer: str | None = Field(
-        None, description="local tokenizer path (dir with tokenizer.json) for exact lengths"
+        None, description="tokenizer for exact lengths: a local path or a hub id in the local HF cache"
     )
+    trust_remote_code: bool = Field(False, description="let transformers run the tokenizer's own code")
     label: str | None = None
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
@@ -47,7 +48,15 @@ class BenchConfig(BaseModel):
     multiturn_turns: int = Field(4, ge=1, description="turns per conversation (dataset multiturn)")
     sharegpt_output_len: int | None = Field(None, ge=1)
     custom_output_len: int = Field(256, ge=1)
+    sonnet_input_len: int = Field(550, ge=1)
+    sonnet_output_len: int = Field(150, ge=1)
+    sonnet_prefix_len: int = Field(200, ge=0)
+    hf_split: str | None = Field(None, description="split of a saved DatasetDict (default train)")
+    hf_output_len: int | None = Field(None, ge=1)
     num_prompts: int = Field(1000, ge=1, description="requests (conversations for multiturn)")
+    max_seconds: float | None = Field(
+        None, gt=0, description="stop sending after this long; requests in flight finish"
+    )
     max_concurrency: int | None = Field(None, ge=1)
     request_rate: float = Field(math.inf, gt=0)
     burstiness: float = Field(1.0, gt=0)
@@ -122,7 +131,7 @@ class BenchConfig(BaseModel):
                 raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
-        if self.dataset_name in ("sharegpt", "custom") and not self.dataset_path:
+        if self.dataset_name in ("sharegpt", "sonnet", "hf", "custom") and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
         if self.ignore_eos is None:
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn")

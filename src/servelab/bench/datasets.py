@@ -1,4 +1,5 @@
-"""Datasets -> BenchItem lists (vLLM's random, sharegpt, prefix_repetition and custom, plus multiturn).
+"""Datasets -> BenchItem lists (vLLM's random, sharegpt, sonnet, hf, prefix_repetition and custom, plus
+multiturn).
 
 With a tokenizer, prompts have exact token lengths (vLLM's decode / re-encode / adjust loop). Without one,
 prompts are made of common English words and each word is counted as one token: that is an approximation,
@@ -15,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from servelab.bench.config import BenchConfig
-from servelab.traffic.lengths import sample_lengths
+from servelab.bench.hf_local import PROMPT_COLUMNS, prompt_and_answer, read_rows
 from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
+from servelab.traffic.lengths import sample_lengths
 
 # Words that are one token in common BPE vocabularies when preceded by a space (GPT-2, Llama, Qwen).
 WORDS = [
@@ -182,6 +184,8 @@ WORDS = [
 ]
 
 APPROX_SOURCE = "approximate: 1 token per common English word (no tokenizer given)"
+APPROX_WHITESPACE = "approximate: whitespace words (no tokenizer)"
+SONNET_BASE_PROMPT = "Pick as many lines as you can from these poem lines:\n"  # vLLM's SonnetDataset
 
 
 @dataclass
@@ -251,13 +255,14 @@ class _TextMaker:
     def random(self, n: int, offset: int | None = None) -> tuple[str, int]:
         if n <= 0:
             return "", 0
-        if self.tok is None:
+        allowed = self.allowed
+        if self.tok is None or allowed is None:
             return self.words.text(n), n
         if offset is None:
-            ids = self.allowed[self.rng.integers(0, len(self.allowed), size=n)].tolist()
+            ids = allowed[self.rng.integers(0, len(allowed), size=n)].tolist()
         else:  # vLLM's reproducible inner sequence: (offset + index + arange) % vocab
-            ids = self.allowed[(offset + np.arange(n)) % len(self.allowed)].tolist()
-        return _exact_text(self.tok, ids, n, self.allowed, self.rng)
+            ids = allowed[(offset + np.arange(n)) % len(allowed)].tolist()
+        return _exact_text(self.tok, ids, n, allowed, self.rng)
 
     def count(self, text: str) -> int:
         return self.tok.count(text) if self.tok else len(text.split())
@@ -274,16 +279,18 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
         items = _prefix(cfg, maker)
     elif name == "multiturn":
         items = _multiturn(cfg, maker, rng)
+    elif name == "sonnet":
+        items = _sonnet(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind}), raw text" if tok else APPROX_WHITESPACE
+    elif name == "hf":
+        items = _hf(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
     elif name == "sharegpt":
         items = _sharegpt(cfg, maker)
-        source = (
-            f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
-        )
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
     else:
         items = _custom(cfg, maker)
-        source = (
-            f"tokenizer {tok.path} ({tok.kind})" if tok else "approximate: whitespace words (no tokenizer)"
-        )
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
     return Dataset(items=items, prompt_len_source=source)
 
 
@@ -313,7 +320,7 @@ def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})"
         )
     per = cfg.num_prompts // k
-    items = []
+    items: list[BenchItem] = []
     for _ in range(k):
         prefix, _n = maker.random(cfg.prefix_repetition_prefix_len)
         for _ in range(per):
@@ -401,4 +408,62 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             break
     if not items:
         raise ServelabError(f"--dataset-path {path}: no prompts")
+    return items
+
+
+def _sonnet(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """vLLM's sonnet dataset (SonnetDataset in vllm/benchmarks/datasets.py): a base prompt, then the file's
+    first lines as a shared prefix and lines drawn at random; the line counts come from the average tokens
+    per line; samples longer than --sonnet-input-len are drawn again. Lengths count the raw text: servelab
+    applies no chat template (vLLM formats the prompt with the tokenizer's template for completions)."""
+    path = Path(cfg.dataset_path or "")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)  # as vLLM's readlines()
+    except OSError as e:
+        raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
+    if not any(line.strip() for line in lines):
+        raise ServelabError(f"--dataset-path {path}: no lines of text")
+    avg_len = sum(maker.count(line) for line in lines) / len(lines)
+    base_len = maker.count(SONNET_BASE_PROMPT)
+    if cfg.sonnet_input_len <= base_len:
+        raise ServelabError(f"--sonnet-input-len must be more than the base prompt's {base_len} tokens")
+    num_input_lines = round((cfg.sonnet_input_len - base_len) / avg_len)
+    num_prefix_lines = max(round((cfg.sonnet_prefix_len - base_len) / avg_len), 0)
+    prefix = "".join(lines[:num_prefix_lines])
+    rng = random.Random(cfg.seed)
+    items: list[BenchItem] = []
+    for _ in range(100 * cfg.num_prompts + 1000):  # vLLM draws until enough fit; a bound ends the hopeless
+        prompt = (
+            SONNET_BASE_PROMPT + prefix + "".join(rng.choices(lines, k=num_input_lines - num_prefix_lines))
+        )
+        n = maker.count(prompt)
+        if n <= cfg.sonnet_input_len:
+            items.append(BenchItem(len(items), prompt, n, cfg.sonnet_output_len))
+            if len(items) == cfg.num_prompts:
+                return items
+    raise ServelabError(
+        f"--dataset-path {path}: too few samples fit in --sonnet-input-len {cfg.sonnet_input_len} "
+        f"(lines average {avg_len:.1f} tokens; lower --sonnet-prefix-len or raise the input length)"
+    )
+
+
+def _hf(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """A local dataset (hf_local.py reads it): the first --num-prompts rows with a prompt, in file order;
+    output length --hf-output-len, else the reference answer's length, else --custom-output-len."""
+    path = Path(cfg.dataset_path or "")
+    items: list[BenchItem] = []
+    for row in read_rows(path, cfg.hf_split):
+        pair = prompt_and_answer(row)
+        if pair is None:
+            continue
+        prompt, answer = pair
+        out_len = cfg.hf_output_len or (maker.count(answer) if answer else 0) or cfg.custom_output_len
+        items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
+        if len(items) >= cfg.num_prompts:
+            break
+    if not items:
+        raise ServelabError(
+            f"--dataset-path {path}: no row has a prompt (a column {'/'.join(PROMPT_COLUMNS)}, "
+            "or conversations / messages)"
+        )
     return items

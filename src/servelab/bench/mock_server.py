@@ -15,6 +15,9 @@ Misbehaviour on purpose (--mode, applied to every --fail-every-th request):
   burst       every token in one write when the last is due (a server whose API process was starved)
   die         the whole process exits (os._exit) halfway through the --die-after-requests-th request
 
+GET /stats answers {"requests": N, "in_flight": N, "max_in_flight": N}: tests read from it how many requests
+the client really had in flight at once, independent of timing.
+
     python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
 """
 
@@ -128,11 +131,14 @@ class _Stream:
         elif self.mode == "die":
             MockProtocol._die()
         else:
+            proto.end_request()
             proto.transport.write(self.tok + self.final)
 
 
 class MockProtocol(asyncio.Protocol):
     count = 0  # requests seen by this process (all connections)
+    in_flight = 0  # completion requests accepted and not yet answered in full
+    max_in_flight = 0
 
     def __init__(self, s: Settings) -> None:
         self.s = s
@@ -140,6 +146,7 @@ class MockProtocol(asyncio.Protocol):
         self.transport = None
         self.handle_timer: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_event_loop()
+        self.active = False
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -147,7 +154,18 @@ class MockProtocol(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         if self.handle_timer is not None:
             self.handle_timer.cancel()
+        self.end_request()
         self.transport = None
+
+    def begin_request(self) -> None:
+        self.active = True
+        MockProtocol.in_flight += 1
+        MockProtocol.max_in_flight = max(MockProtocol.max_in_flight, MockProtocol.in_flight)
+
+    def end_request(self) -> None:
+        if self.active:
+            self.active = False
+            MockProtocol.in_flight -= 1
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -182,6 +200,12 @@ class MockProtocol(asyncio.Protocol):
         if path.endswith("/health"):
             self.transport.write(_json_response("200 OK", {}))
             return
+        if path.endswith("/stats"):
+            stats = {"requests": MockProtocol.count, "in_flight": MockProtocol.in_flight}
+            self.transport.write(
+                _json_response("200 OK", dict(stats, max_in_flight=MockProtocol.max_in_flight))
+            )
+            return
         if not path.endswith("completions"):
             self.transport.write(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
             return
@@ -213,6 +237,7 @@ class MockProtocol(asyncio.Protocol):
                 )
             )
             return
+        self.begin_request()
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": n_tokens,
@@ -274,6 +299,7 @@ class MockProtocol(asyncio.Protocol):
         stream.arm()
 
     def _write(self, data: bytes) -> None:
+        self.end_request()
         if self.transport is not None:
             self.transport.write(data)
 

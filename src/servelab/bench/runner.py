@@ -27,12 +27,21 @@ from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
-from servelab.bench.records import merge_jsonl
+from servelab.bench.progress import (
+    LiveLine,
+    RunProgress,
+    Totals,
+    warmup_done_line,
+    warmup_line,
+    warmup_start_line,
+)
+from servelab.bench.rate_sweep import SweepStep, rate_sweep
+from servelab.bench.records import NOT_SENT, merge_jsonl
 from servelab.bench.report import present, print_sweep_table
-from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
+from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
+from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
 
 
 def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) -> str:
@@ -46,41 +55,6 @@ def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) ->
         return data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
-
-
-class LiveLine:
-    """One status line about ten times a second, on a terminal only (off in CI and when piped)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled
-        self.total = total
-        self.hist: list[tuple[float, float, float]] = []
-
-    def update(self, elapsed: float, p, num_workers: int) -> None:
-        if not self.enabled:
-            return
-        rows = [p[k * PROGRESS_SLOTS : (k + 1) * PROGRESS_SLOTS] for k in range(num_workers)]
-        done, failed, toks = (sum(r[i] for r in rows) for i in range(3))
-        inflight = sum(r[3] for r in rows)
-        ttfts = [r[4] for r in rows if r[4] > 0]
-        cpu = max((r[5] for r in rows), default=0.0)
-        self.hist.append((elapsed, done, toks))
-        self.hist = [h for h in self.hist if elapsed - h[0] <= 1.0]
-        t0, d0, k0 = self.hist[0]
-        span = max(elapsed - t0, 1e-9)
-        rps, tps = (done - d0) / span, (toks - k0) / span
-        ttft = f"{sum(ttfts) / len(ttfts):.1f}" if ttfts else "-"
-        msg = (
-            f"\r\x1b[2K[{elapsed:6.1f}s] done {int(done)}/{self.total}  failed {int(failed)}  in flight "
-            f"{int(inflight)}  {rps:7.1f} req/s  {tps:9.0f} tok/s  TTFT p50 {ttft} ms  client CPU {cpu:.0f}%"
-        )
-        sys.stderr.write(msg)
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> list[WorkItem]:
@@ -181,7 +155,8 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
     specs = []
     for k in range(n_workers):
         share = [items[i] for i in shares[k]]
-        pre = min(len(share), limits[k] if limits[k] is not None else 64)
+        limit = limits[k]
+        pre = min(len(share), limit if limit is not None else 64)
         specs.append(
             WorkerSpec(
                 k,
@@ -195,6 +170,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
                 keep_text=keep_text,
                 use_uvloop=cfg.use_uvloop,
                 preconnect=pre,
+                max_seconds=cfg.max_seconds,
             )
         )
     return specs
@@ -216,28 +192,30 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
     interrupted = False
     summaries: list[dict] = []
     infos: list[dict] = []
-    live = LiveLine(cfg.live if cfg.live is not None else sys.stderr.isatty(), len(items))
+    live = cfg.live if cfg.live is not None else sys.stderr.isatty()
+    run_progress = RunProgress(LiveLine(live), len(items))
     t0 = 0.0
     try:
-        infos = [_recv(p, procs) for p in pipes]
+        infos = _wait_ready(cfg, pipes, procs, progress, LiveLine(live))
         ready_error = next((i["ready_error"] for i in infos if i.get("ready_error")), None)
         if ready_error:
-            for p in pipes:
-                p.send(("stop",))
+            for pipe in pipes:
+                pipe.send(("stop",))
             raise ServelabError(f"initial test request to {cfg.base_url}{cfg.endpoint} failed: {ready_error}")
         t0 = perf_counter() + 0.05
-        for p in pipes:
-            p.send(("start", t0))
-        summaries = _wait_done(pipes, procs, progress, live, t0, stop)
+        for pipe in pipes:
+            pipe.send(("start", t0))
+        summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
         try:
-            summaries = _wait_done(pipes, procs, progress, live, t0, stop, grace=10.0)
+            summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop, grace=10.0)
         except KeyboardInterrupt:
             pass
     finally:
-        live.close()
+        if t0:
+            run_progress.finish(perf_counter() - t0, Totals.read(progress, len(specs)))
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
@@ -252,7 +230,7 @@ def run_point(
     """Run one benchmark point: prepare, run the load, compute the result, present it, save it.
     Returns (result, saved path or None, exit code)."""
     out = out or sys.stdout
-    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
+    tok = tok if tok is not None else load_tokenizer(cfg.tokenizer, cfg.trust_remote_code)
     prep = prepare(cfg, tok)
     date = R.now_stamp()
     result_path = None
@@ -279,38 +257,70 @@ def run_point(
     if result_path:
         R.save(result, result_path, cfg.save_detailed)
         print(f"result: {result_path}", file=out)
-    code = 130 if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
-    return result, result_path, code
+    return result, result_path, exit_code(cfg, result)
 
 
-def _recv(pipe, procs) -> dict:
+def exit_code(cfg: BenchConfig, result: R.BenchResult) -> int:
+    """130 interrupted; 1 when requests failed or were not sent (except those --max-seconds left); else 0."""
+    if result.interrupted:
+        return 130
+    left_by_limit = 0
+    if cfg.max_seconds is not None:
+        left_by_limit = result.failure_reasons.get(NOT_SENT + MAX_SECONDS_REASON.format(cfg.max_seconds), 0)
+    return 1 if (result.failed or result.not_sent - left_by_limit) else 0
+
+
+def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> list[dict]:
+    """Wait for every worker's ready info; while the warm-ups run, show how far they are."""
+    warm = cfg.num_warmups
+    if warm:
+        sys.stderr.write(warmup_start_line(warm, cfg.max_concurrency) + "\n")
+    start = perf_counter()
+    infos: dict[int, dict] = {}
     while True:
-        if pipe.poll(0.2):
-            kind, payload = pipe.recv()
-            if kind == "error":
-                raise ServelabError(payload)
-            return payload
-        if not any(p.is_alive() for p in procs):
-            raise ServelabError("a bench worker process died before it was ready")
+        for k, pipe in enumerate(pipes):
+            if k in infos:
+                continue
+            if pipe.poll():
+                kind, payload = pipe.recv()
+                if kind == "error":
+                    raise ServelabError(payload)
+                infos[k] = payload
+            elif not procs[k].is_alive():
+                raise ServelabError("a bench worker process died before it was ready")
+        if len(infos) == len(pipes):
+            break
+        if warm:
+            totals = Totals.read(progress, len(pipes))
+            line.show(warmup_line(perf_counter() - start, totals, warm, cfg.ready_check))
+        wait([p for k, p in enumerate(pipes) if k not in infos], timeout=0.1)
+    if warm and any(i.get("ready_error") for i in infos.values()):
+        line.finish("warm-up: not run (the ready check failed)")
+    elif warm:
+        failed = sum(i.get("warmup_failed", 0) for i in infos.values())
+        line.finish(warmup_done_line(perf_counter() - start, warm, failed))
+    return [infos[k] for k in range(len(pipes))]
 
 
-def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = None) -> list[dict]:
+def _wait_done(
+    pipes, procs, progress, run_progress: RunProgress, t0, stop, grace: float | None = None
+) -> list[dict]:
     summaries: dict[int, dict] = {}
     waiting = {id(p): (k, p) for k, p in enumerate(pipes)}
     deadline = time.monotonic() + grace if grace else None
     while waiting:
         ready = wait([p for _, p in waiting.values()], timeout=0.1)
         for conn in ready:
-            k, _ = waiting.pop(id(conn))
+            k, pipe = waiting.pop(id(conn))
             try:
-                kind, payload = conn.recv()
+                kind, payload = pipe.recv()
             except EOFError:
                 continue
             if kind == "done":
                 summaries[k] = payload
             else:
                 print(f"warning: {payload}", file=sys.stderr)
-        live.update(perf_counter() - t0, progress, len(pipes))
+        run_progress.update(perf_counter() - t0, Totals.read(progress, len(pipes)))
         for k, p in list(waiting.values()):
             if not procs[k].is_alive() and not p.poll():
                 waiting.pop(id(p))  # died without a summary: its JSONL file still holds what it did
@@ -322,7 +332,7 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
 def run(cfg_points: list[BenchConfig], out=None) -> int:
     """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
     out = out or sys.stdout
-    tok = load_tokenizer(cfg_points[0].tokenizer)
+    tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
     for cfg in cfg_points:
@@ -337,6 +347,39 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
     if len(cfg_points) > 1:
         print_sweep_table(results, file=out)
     return code
+
+
+def run_rate_sweep(base: BenchConfig, num_rates: int, out=None) -> int:
+    """`--request-rate sweep`: each step of rate_sweep is a normal point (its own result), then a table."""
+    out = out or sys.stdout
+    tok = load_tokenizer(base.tokenizer, base.trust_remote_code)
+    steps = rate_sweep(num_rates, base.max_concurrency)
+    step = next(steps)
+    results = []
+    code = 0
+    while True:
+        print(f"\n### sweep step {step.name}", file=out)
+        result, path, c = run_point(_step_config(base, step), tok, out)
+        results.append((step.name, result.dump(), str(path) if path else None))
+        code = max(code, c)
+        if c == 130:
+            break
+        try:
+            step = steps.send(result)
+        except StopIteration as stop:
+            if stop.value:
+                print(f"sweep: {stop.value}", file=out)
+            break
+    print_sweep_table(results, file=out)
+    return code
+
+
+def _step_config(base: BenchConfig, step: SweepStep) -> BenchConfig:
+    fields = dict(base.model_dump(), max_concurrency=step.max_concurrency, request_rate=step.request_rate)
+    if base.result_filename:
+        stem = base.result_filename.removesuffix(".json")
+        fields["result_filename"] = f"{stem}-{step.name.replace(' ', '')}.json"
+    return BenchConfig(**fields)
 
 
 def _point_name(cfg: BenchConfig) -> str:

@@ -1,38 +1,82 @@
-"""An optional local tokenizer (a path) for exact prompt lengths and for counting output tokens when the
-server sends no usage. `tokenizers` (a dir with tokenizer.json, or the file itself) is preferred: it is light;
-`transformers` is the fallback for tokenizers that only exist in its formats. Nothing loads from a hub."""
+"""An optional tokenizer for exact prompt lengths and for counting output tokens when the server sends no
+usage: a local path, or a hub id (ORG/NAME) found in the local Hugging Face cache. Nothing is downloaded.
+`tokenizers` (a dir with tokenizer.json, or the file itself) is preferred: it is light; `transformers` is the
+fallback for tokenizers that only exist in its formats (and the only one that runs remote code)."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from servelab.errors import ServelabError
 
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps downloaded repos (its own order of environment variables)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "huggingface" / "hub"
+
+
+def resolve_tokenizer_path(name: str) -> str:
+    """A local path as given; a hub id -> its snapshot folder in the local cache (refs/main first, else the
+    newest snapshot with tokenizer files)."""
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    if not HUB_ID.fullmatch(name):
+        raise ServelabError(f"--tokenizer {name}: no such file or directory")
+    cache = hub_cache_dir()
+    repo = cache / ("models--" + name.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    candidates = []
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        candidates.append(snapshots / ref.read_text().strip())
+    if snapshots.is_dir():
+        candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    for snap in candidates:
+        if any((snap / f).exists() for f in TOKENIZER_FILES):
+            return str(snap)
+    raise ServelabError(
+        f"--tokenizer {name}: not a local path and not in the Hugging Face cache {cache} (servelab never "
+        f"downloads; fetch it first, e.g. `hf download {name} --include 'tokenizer*'`, or pass a path)"
+    )
+
+
+def _tokenizers():
+    """The `tokenizers` module, or None when it is not installed."""
+    try:
+        import tokenizers  # noqa: PLC0415 (optional extra)
+    except ImportError:
+        return None
+    return tokenizers
+
 
 class LocalTokenizer:
-    """encode/decode without special tokens, the vocabulary size, and the ids a random prompt must avoid."""
+    """encode/decode without special tokens, the vocabulary size, and the ids a random prompt must avoid.
+    `path` is what the user gave (a path or a hub id); `trust_remote_code` is passed to transformers."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, trust_remote_code: bool = False) -> None:
         self.path = path
-        p = Path(path)
+        p = Path(resolve_tokenizer_path(path))
         file = p / "tokenizer.json" if p.is_dir() else p
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        if file.is_file() and file.suffix == ".json":
-            try:
-                from tokenizers import Tokenizer  # noqa: PLC0415 (optional extra)
-            except ImportError:
-                Tokenizer = None
-            if Tokenizer is not None:
-                self._tok = Tokenizer.from_file(str(file))
-                self.kind = "tokenizers"
-                self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-                decoder = self._tok.get_added_tokens_decoder()
-                self.special_ids = {i for i, t in decoder.items() if t.special}
-                self.num_special_to_add = len(self._tok.encode("", add_special_tokens=True).ids)
-                return
-        if not p.exists():
-            raise ServelabError(f"--tokenizer {path}: no such file or directory (a local path is expected)")
+        tokenizers = _tokenizers() if file.is_file() and file.suffix == ".json" else None
+        if tokenizers is not None:
+            self._tok = tokenizers.Tokenizer.from_file(str(file))
+            self.kind = "tokenizers"
+            self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+            decoder = self._tok.get_added_tokens_decoder()
+            self.special_ids = {i for i, t in decoder.items() if t.special}
+            self.num_special_to_add = len(self._tok.encode("", add_special_tokens=True).ids)
+            return
         try:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from transformers import AutoTokenizer  # noqa: PLC0415 (optional extra, slow to import)
@@ -41,7 +85,9 @@ class LocalTokenizer:
                 f"--tokenizer {path}: no tokenizer.json there and `transformers` is not installed"
             ) from None
         try:
-            self._hf = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self._hf = AutoTokenizer.from_pretrained(
+                str(p), local_files_only=True, trust_remote_code=trust_remote_code
+            )
         except Exception as e:  # transformers raises many types; one line is what the user needs
             raise ServelabError(f"--tokenizer {path}: transformers could not load it ({e})") from None
         self.kind = "transformers"
@@ -63,5 +109,5 @@ class LocalTokenizer:
         return len(self.encode(text))
 
 
-def load_tokenizer(path: str | None) -> LocalTokenizer | None:
-    return LocalTokenizer(path) if path else None
+def load_tokenizer(path: str | None, trust_remote_code: bool = False) -> LocalTokenizer | None:
+    return LocalTokenizer(path, trust_remote_code) if path else None

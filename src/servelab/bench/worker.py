@@ -27,7 +27,11 @@ from servelab.bench.payload import RequestTemplate
 from servelab.bench.pool import ConnectionPool
 from servelab.bench.records import RecordWriter
 
-__all__ = ["PROGRESS_SLOTS", "WorkItem", "WorkerSpec", "worker_main"]
+__all__ = ["MAX_SECONDS_REASON", "PROGRESS_SLOTS", "WorkItem", "WorkerSpec", "worker_main"]
+
+MAX_SECONDS_REASON = (
+    "max seconds ({} s) reached"  # why requests left when --max-seconds ran out were not sent
+)
 
 
 @dataclass
@@ -55,6 +59,7 @@ class WorkerSpec:
     keep_text: bool = False
     use_uvloop: bool = True
     preconnect: int = 0
+    max_seconds: float | None = None  # stop sending this long after the start; in-flight requests finish
 
 
 def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
@@ -148,8 +153,8 @@ class Worker:
             if errors:
                 info["ready_error"] = errors[0]
                 return info
-        if self.spec.warmups:
-            errors = await self._batch(self.spec.warmups, self.limit)
+        if self.spec.warmups:  # at the run's own limit (the ready check left self.limit at 1)
+            errors = await self._batch(self.spec.warmups, self.spec.max_in_flight)
             info["warmup_failed"] = len(errors)
             info["warmup_errors"] = errors[:3]
         return info
@@ -170,11 +175,18 @@ class Worker:
             await asyncio.sleep(delay)
         cpu0, wall0 = time.process_time(), perf_counter()
         sampler = self.loop.create_task(self._sample_lag())
+        deadline = None
+        if self.spec.max_seconds is not None:
+            reason = MAX_SECONDS_REASON.format(self.spec.max_seconds)
+            when = t0 + self.spec.max_seconds - perf_counter()
+            deadline = self.loop.call_later(when, self._stop, reason, False)
         closed = not self.spec.items or self.spec.items[0].offset is None
         try:
             await self._drive(self.spec.items, self.spec.max_in_flight, closed=closed)
         finally:
             sampler.cancel()
+            if deadline is not None:
+                deadline.cancel()
             self.stats.cpu_s = time.process_time() - cpu0
             self.stats.wall_s = perf_counter() - wall0
             self.stats.publish(self.in_flight)
@@ -269,8 +281,10 @@ class Worker:
         if self.recording:
             rec = self.records.request(st)
             self.stats.request_done(rec["ok"], rec["out"], st.chunks)
-        elif st.error:
-            self.warmup_failures.append(st.error)
+        else:
+            self.stats.warmup_done()
+            if st.error:
+                self.warmup_failures.append(st.error)
         self.remaining -= 1
         if item.turns:
             if st.error is None and not self.stopping() and self.abort_reason is None:
@@ -324,8 +338,11 @@ class Worker:
             last_cpu, last_wall = cpu, wall
             self.records.flush()
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, cancel_in_flight: bool = True) -> None:
+        """Send nothing more; end the requests in flight too, unless they may finish (--max-seconds)."""
         if self.stopped:
+            if cancel_in_flight:  # Ctrl-C after --max-seconds: stop waiting for the requests in flight
+                self.pool.finish_all(perf_counter(), reason)
             return
         self.stopped = True
         if self.arrival_handle is not None:
@@ -338,7 +355,8 @@ class Worker:
         while self.pending:
             it, sched = self.pending.popleft()
             self._not_sent(it, sched if sched is not None else now, reason)
-        self.pool.finish_all(now, reason)
+        if cancel_in_flight:
+            self.pool.finish_all(now, reason)
         if self.remaining <= 0 and self.done is not None and not self.done.done():
             self.done.set_result(None)
 

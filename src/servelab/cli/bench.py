@@ -6,8 +6,8 @@ import typer
 from pydantic import ValidationError
 
 from servelab.bench import config as C
-from servelab.traffic.lengths import BENCH_RANGE_RATIO
 from servelab.errors import ServelabError
+from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
 
@@ -26,12 +26,19 @@ def bench(
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
-    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer path for exact lengths."),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Tokenizer for exact lengths: a local path or a hub id in the local HF cache.",
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Let transformers run the tokenizer's own code."
+    ),
     label: str | None = typer.Option(None, "--label"),
     dataset_name: str = typer.Option(
         "random",
         "--dataset-name",
-        help="random | sharegpt | prefix (prefix_repetition) | multiturn | custom.",
+        help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom.",
     ),
     dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
@@ -45,12 +52,23 @@ def bench(
     multiturn_turns: int = typer.Option(4, "--multiturn-turns", help="Turns per conversation (multiturn)."),
     sharegpt_output_len: int | None = typer.Option(None, "--sharegpt-output-len"),
     custom_output_len: int = typer.Option(256, "--custom-output-len"),
+    sonnet_input_len: int = typer.Option(550, "--sonnet-input-len"),
+    sonnet_output_len: int = typer.Option(150, "--sonnet-output-len"),
+    sonnet_prefix_len: int = typer.Option(200, "--sonnet-prefix-len"),
+    hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
+    hf_output_len: int | None = typer.Option(None, "--hf-output-len"),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
+    max_seconds: float | None = typer.Option(
+        None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
+    ),
     max_concurrency: str | None = typer.Option(
         None, "--max-concurrency", help="An int, or a sweep: 1,2,4,8."
     ),
     request_rate: str | None = typer.Option(
-        None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf."
+        None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf; or 'sweep' (automatic)."
+    ),
+    sweep_rates: int = typer.Option(
+        8, "--sweep-rates", help="--request-rate sweep: rates between the synchronous and the peak rate."
     ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson)."),
     ramp_up_strategy: str | None = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
@@ -86,7 +104,7 @@ def bench(
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
     bottleneck."""
     # the load generator (numpy, multiprocessing, rich) costs every servelab command's start-up time
-    from servelab.bench.runner import run  # noqa: PLC0415
+    from servelab.bench.runner import run, run_rate_sweep  # noqa: PLC0415
 
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
     for token in extra or []:  # vLLM takes several values after one --goodput / --metadata flag
@@ -98,15 +116,21 @@ def bench(
             raise ServelabError(
                 f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)"
             )
+    auto_sweep = (request_rate or "").strip().lower() == "sweep"
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int")
-        rates = C.parse_sweep(request_rate, "rate")
+        rates = C.parse_sweep(None if auto_sweep else request_rate, "rate")
+        if auto_sweep and (len(concurrencies) > 1 or ramp_up_strategy or sweep_rates < 1):
+            raise ValueError(
+                "--request-rate sweep takes one --max-concurrency, no --ramp-up-strategy, --sweep-rates >= 1"
+            )
         base = dict(
             base_url=base_url or f"http://{host}:{port}",
             endpoint=endpoint,
             model=model,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
             label=label,
             dataset_name=dataset_name,
             dataset_path=dataset_path,
@@ -121,7 +145,13 @@ def bench(
             multiturn_turns=multiturn_turns,
             sharegpt_output_len=sharegpt_output_len,
             custom_output_len=custom_output_len,
+            sonnet_input_len=sonnet_input_len,
+            sonnet_output_len=sonnet_output_len,
+            sonnet_prefix_len=sonnet_prefix_len,
+            hf_split=hf_split,
+            hf_output_len=hf_output_len,
             num_prompts=num_prompts,
+            max_seconds=max_seconds,
             burstiness=burstiness,
             ramp_up_strategy=ramp_up_strategy,
             ramp_up_start_rps=ramp_up_start_rps,
@@ -166,4 +196,4 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
-    return run(points)
+    return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
