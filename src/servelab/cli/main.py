@@ -84,7 +84,7 @@ def main() -> None:
     try:
         result = app(standalone_mode=False)
     except ServelabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e.flag_message()}", file=sys.stderr)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -77,7 +77,7 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
         if r.get("source", "measured") == "measured" and r["op"] in ops
     ]
     if not rows:
-        raise ServelabError(f"--repeat-of {source}: no measured rows there")
+        raise ServelabError(f"{source}: no measured rows there", field="repeat_of")
     by_op: dict[str, list] = {}
     for r in rows:
         by_op.setdefault(r["op"], []).append(key_from_row(r))

@@ -6,7 +6,7 @@ Models run at the precision the system can serve: a checkpoint whose FP4 experts
 with its FP8 conversion (check_precision's advice), other FP4 experts with bf16.
 """
 
-from servelab.collect.ops import BENCH, FAMILIES
+from servelab.collect.ops import BENCH, OP_GROUPS
 from servelab.errors import ServelabError, closest
 from servelab.perfdb.keys import (
     AttentionDecode,
@@ -224,13 +224,13 @@ def expand_ops(spec: list[str] | None) -> set[str]:
     out: set[str] = set()
     for item in spec:
         for name in (s.strip() for s in item.split(",") if s.strip()):
-            if name in FAMILIES:
-                out.update(FAMILIES[name])
+            if name in OP_GROUPS:
+                out.update(OP_GROUPS[name])
             elif name in BENCH:
                 out.add(name)
             else:
-                choices = list(FAMILIES) + list(BENCH)
+                choices = list(OP_GROUPS) + list(BENCH)
                 raise ServelabError(
-                    f"--ops: unknown op {name!r}{closest(name, choices)}; known: {', '.join(choices)}"
+                    f"unknown op {name!r}{closest(name, choices)}; known: {', '.join(choices)}", field="ops"
                 )
     return out

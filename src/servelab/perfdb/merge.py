@@ -189,7 +189,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     into = Path(into)
     parts = into.resolve().parts
     if len(parts) < 3:
-        raise ServelabError(f"--into {into}: expected a directory <system>/<backend>/<version>")
+        raise ServelabError(f"{into}: expected a directory <system>/<backend>/<version>", field="into")
     system_name, backend, version = parts[-3:]
     system = load_system(system_name)
     reference = reference_fn(system)
@@ -266,7 +266,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
                 more = f" (and {len(msgs) - 5} more)" if len(msgs) > 5 else ""
                 raise ServelabError(
                     f"{fam_name}: {len(msgs)} bad row(s): {'; '.join(msgs[:5])}{more}; "
-                    "fix the campaign or pass --drop-bad to skip them"
+                    "fix the campaign, or merge with bad rows dropped (drop_bad)"
                 )
             report["dropped"] += msgs
             keep = np.ones(len(data), dtype=bool)
@@ -278,7 +278,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise ServelabError(
                 f"{len(problems)} unreadable row(s): {'; '.join(problems[:5])}{more}; "
-                "fix the campaign or pass --drop-bad to skip them"
+                "fix the campaign, or merge with bad rows dropped (drop_bad)"
             )
         report["dropped"] += problems
 

@@ -41,7 +41,7 @@ def answer_lines(db, path: Path) -> Iterator[dict]:
     try:
         text = Path(path).read_text()
     except OSError as e:
-        raise ServelabError(f"--batch {path}: cannot read ({e.strerror})") from None
+        raise ServelabError(f"{path}: cannot read ({e.strerror})", field="batch") from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -82,7 +82,7 @@ def estimate_static(
     with_breakdown: bool = False,
 ) -> StaticEstimate:
     if batch < 1 or isl < 1 or osl < 1:
-        raise ServelabError("--batch, --isl and --osl must be at least 1")
+        raise ServelabError("batch, isl and osl must be at least 1")
     db = db or perfdb_for(system, engine.name)
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
     check_kv_capacity(model, parallel, mem, batch, isl + osl)

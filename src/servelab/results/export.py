@@ -67,7 +67,7 @@ def write_parquet(rows: list[dict], path: Path) -> None:
         import pyarrow.parquet as pq  # noqa: PLC0415
     except ImportError as e:
         raise ServelabError(
-            "Parquet export needs pyarrow (pip install pyarrow); use --format csv or json"
+            "Parquet export needs pyarrow (pip install pyarrow); export as csv or json instead"
         ) from e
     schema = pa.schema(
         [

@@ -65,5 +65,5 @@ def parse_dtype(value: str, field: str) -> Dtype:
         return Dtype(text)
     except ValueError:
         raise ServelabError(
-            f"{field}: unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}"
+            f"unknown dtype {value!r}; expected one of {', '.join(d.value for d in Dtype)}", field=field
         ) from None

@@ -81,22 +81,26 @@ def load_model(
         if overrides.get(part):
             prec[part] = Dtype(overrides[part])
     if weight_dtype:
-        prec["weights"] = parse_dtype(weight_dtype, "--weight-dtype")
+        prec["weights"] = parse_dtype(weight_dtype, "weight_dtype")
         if expert_dtype is None and not model.precision.experts.is_fp4:
             prec["experts"] = prec["weights"]
     if expert_dtype:
-        prec["experts"] = parse_dtype(expert_dtype, "--expert-dtype")
+        prec["experts"] = parse_dtype(expert_dtype, "expert_dtype")
     if kv_dtype:
-        kv = parse_dtype(kv_dtype, "--kv-dtype")
+        kv = parse_dtype(kv_dtype, "kv_dtype")
         if kv not in (Dtype.bf16, Dtype.fp16, Dtype.fp8):
-            raise ServelabError(f"--kv-dtype: {kv.value} is not a KV-cache format; expected bf16 or fp8")
+            raise ServelabError(
+                f"{kv.value} is not a KV-cache format; expected bf16 or fp8", field="kv_dtype"
+            )
         prec["kv_cache"] = kv
     if indexer_dtype:
         if model.precision.indexer_cache is None:
-            raise ServelabError(f"--indexer-dtype: {model.name} has no indexer cache (DeepSeek-V4 only)")
-        idx = parse_dtype(indexer_dtype, "--indexer-dtype")
+            raise ServelabError(
+                f"{model.name} has no indexer cache (DeepSeek-V4 only)", field="indexer_dtype"
+            )
+        idx = parse_dtype(indexer_dtype, "indexer_dtype")
         if idx not in (Dtype.fp8, Dtype.fp4):
-            raise ServelabError("--indexer-dtype: expected fp8 or fp4")
+            raise ServelabError("expected fp8 or fp4", field="indexer_dtype")
         prec["indexer_cache"] = idx
     source = _canonical(name_or_path) if overrides else model.source  # a checkpoint id names its own source
     return model.model_copy(update={"precision": type(model.precision)(**prec), "source": source})

@@ -17,8 +17,8 @@ BENCH: dict[str, str] = {
     **{op: _P + "comm:bench" for op in COMM_OPS},
 }
 
-# --ops accepts these family names as well as single ops
-FAMILIES: dict[str, tuple[OpName, ...]] = {
+# the collector's op selection accepts these group names as well as single ops
+OP_GROUPS: dict[str, tuple[OpName, ...]] = {
     "gemm": (OpName.gemm,),
     "attention": (OpName.attention_prefill, OpName.attention_decode),
     "mla": (OpName.mla_prefill, OpName.mla_decode),

@@ -82,9 +82,9 @@ class PlanError(ServelabError):
     """A plan that cannot be made as asked. The message names request fields (and `rank`, the candidate to
     explain) through a namer, so a front end can name them its own way: the CLI as its flags."""
 
-    def __init__(self, message: Callable[[FieldNamer], str]):
-        self.message = message
-        super().__init__(message(str))
+    def __init__(self, compose: Callable[[FieldNamer], str]):
+        self.compose = compose
+        super().__init__(compose(str))
 
     def named(self, name: FieldNamer) -> str:
-        return self.message(name)
+        return self.compose(name)

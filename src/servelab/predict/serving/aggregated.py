@@ -190,7 +190,7 @@ def estimate_aggregated(
 ) -> AggregatedEstimate:
     """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s)."""
     if batch < 1 or isl < 1 or osl < 1:
-        raise ServelabError("--batch, --isl and --osl must be at least 1")
+        raise ServelabError("batch, isl and osl must be at least 1")
     if workload is None:
         workload = Workload(
             isl=isl,
