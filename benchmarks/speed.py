@@ -2,9 +2,9 @@
 
     python benchmarks/speed.py [--repeats 5]
 
-Targets (the design's): a thousand simulated requests in a few milliseconds (target 10 ms), a perf-table lookup
-in under 20 us, a whole default plan in about a second. Run it on a quiet machine: these are wall-clock
-figures, which is why they live here and not in the tests.
+Targets (the design's): a thousand simulated requests in a few milliseconds (target 10 ms), a perf-table
+lookup in under 20 us, a whole default plan in about a second. Run it on a quiet machine: these are
+wall-clock figures, which is why they live here and not in the tests.
 """
 
 import argparse
