@@ -138,6 +138,13 @@ def test_no_sys_path_manipulation():
     assert offenders == []
 
 
+def test_the_documented_picture_is_current():
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert f"```mermaid\n{mermaid()}\n```" in doc, (
+        "run this file and paste its output into docs/architecture.md"
+    )
+
+
 def mermaid() -> str:
     graph = package_graph(import_graph())
     lines = ["graph TD"]
