@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from servelab.perfdb.db import PerfDB
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.step import breakdown, step_time
 from servelab.specs import Parallel, load_model, load_system

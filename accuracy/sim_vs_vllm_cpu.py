@@ -39,7 +39,7 @@ import numpy as np
 
 from servelab.calibrate.fit import nelder_mead
 from servelab.perfdb.db import PerfDB
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.step import step_time

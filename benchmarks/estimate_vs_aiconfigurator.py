@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.static import estimate_static
 from servelab.specs import Parallel, load_model, load_system
 

@@ -13,7 +13,7 @@ import time
 
 from servelab.perfdb import keys
 from servelab.perfdb.db import perfdb_for
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.plan import PlanRequest, make_plan
 from servelab.predict.serving import StepPricer, Workload, simulate
 from servelab.predict.static import prepare

@@ -1,5 +1,5 @@
 """CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
-crashes, acceptance checks, modelled collectives, the CLI. The fake backend (servelab.collect.fakeops) stands
+crashes, acceptance checks, modelled collectives, the CLI. The fake suite (servelab.collect.fakeops) stands
 in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
 import json
@@ -14,7 +14,7 @@ from servelab.cli.main import app
 from servelab.collect import accept, cases, modelled
 from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
 from servelab.collect.executors import LocalExecutor
-from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_backend
+from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from servelab.collect.repeat import compare
 from servelab.collect.store import CampaignStore, key_from_row, key_id
 from servelab.errors import ServelabError
@@ -28,7 +28,7 @@ H200 = load_system("h200_sxm")
 def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
     cfg = CampaignConfig(out=tmp_path / "c", models=models, ops=ops, smoke=smoke, gpus=workers, **kw)
     report = run(
-        cfg, executor=LocalExecutor(workers), backend=fake_backend(), progress=False, echo=lambda s: None
+        cfg, executor=LocalExecutor(workers), suite=fake_suite(), progress=False, echo=lambda s: None
     )
     return cfg, report, CampaignStore(cfg.out)
 

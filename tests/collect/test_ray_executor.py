@@ -5,7 +5,7 @@ import pytest
 
 from servelab.collect.campaign import CampaignConfig, plan_campaign, run
 from servelab.collect.executors import RayExecutor
-from servelab.collect.fakeops import fake_backend
+from servelab.collect.fakeops import fake_suite
 from servelab.collect.store import CampaignStore, key_from_row, key_id
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
@@ -21,7 +21,7 @@ def cluster():
 def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
     cfg = CampaignConfig(out=tmp_path / "c", models=("llama-3.1-8b",), smoke=True, gpus=2)
     executor = RayExecutor(shard_size=3, gpu=False)
-    report = run(cfg, executor=executor, backend=fake_backend(), progress=False, echo=lambda s: None)
+    report = run(cfg, executor=executor, suite=fake_suite(), progress=False, echo=lambda s: None)
     rows = CampaignStore(cfg.out).rows()
     ids = [key_id(key_from_row(r)) for r in rows]
     assert len(ids) == len(set(ids)) == len(plan_campaign(cfg).keys)
@@ -30,5 +30,5 @@ def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
     assert pids  # measured in Ray worker processes
     comm = [r for r in rows if r["op"] in ("allreduce", "p2p") and r["source"] == "measured"]
     assert comm and all(r["rank"] == 0 for r in comm)  # rank 0 of the placement group reports
-    again = run(cfg, executor=executor, backend=fake_backend(), progress=False, echo=lambda s: None)
+    again = run(cfg, executor=executor, suite=fake_suite(), progress=False, echo=lambda s: None)
     assert again["this_run"]["rows"] == 0

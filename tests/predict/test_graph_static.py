@@ -7,7 +7,7 @@ import pytest
 from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Context, Dsv4Generation, Gemm, MlaDecode, Moe
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.graph import MTP_PREFIX, OP_CATEGORY, StepShape, step_ops
 from servelab.predict.static import estimate_static
 from servelab.predict.step import priced_step, step_time
@@ -112,7 +112,7 @@ def test_kv_capacity_and_bad_input_errors():
     m = load_model("llama-3.1-70b")
     with pytest.raises(ServelabError, match="at most"):
         estimate_static(m, H200, Parallel(tp=2), engine_profile("vllm"), 4096, 8192, 1024)
-    with pytest.raises(ServelabError, match="unknown backend"):
+    with pytest.raises(ServelabError, match="backend: unknown engine"):
         engine_profile("tgi")
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.graph import StepShape
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.serving import SpecDecoding, StepPricer, Workload, estimate_aggregated, simulate

@@ -59,8 +59,8 @@ def engine_entries(
                 if with_proposed_terms
                 else {}
             ),
-            "rows": sum(c.backend == e for c in cases),
-            "families": sorted({c.family for c in cases if c.backend == e}),
+            "rows": sum(c.engine == e for c in cases),
+            "families": sorted({c.family for c in cases if c.engine == e}),
         }
         for e, p in fitted.items()
     }
@@ -73,7 +73,7 @@ def verdicts(
     median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
     out = {}
     for e in engines:
-        idx = [i for i, c in enumerate(cases) if c.backend == e]
+        idx = [i for i, c in enumerate(cases) if c.engine == e]
         d_score = float(np.median(before[0][idx]) + np.median(before[1][idx]))
         cv_err = np.array([cv_rows[cases[i].row_id] for i in idx])
         cv_score = float(np.median(cv_err[:, 0]) + np.median(cv_err[:, 1]))

@@ -20,7 +20,7 @@ def leave_one_model_out(
     tpot_all: list[float] = []
     out: dict = {"by_family": {}, "params": {}, "rows": {}}
     for engine in ENGINES:
-        mine = [c for c in cases if c.backend == engine]
+        mine = [c for c in cases if c.engine == engine]
         if not mine:
             continue
         if lins and engine in lins:

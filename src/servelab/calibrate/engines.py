@@ -90,7 +90,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     cases, skipped = build_cases(rows, opts.system)
     cases = usable(cases, Pricer(system, mode, tables=tables), skipped)
     if opts.limit:
-        cases = [c for e in ENGINES for c in [x for x in cases if x.backend == e][: opts.limit]]
+        cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
     price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
     echo(
         f"{len(rows)} rows in {path.name} ({aic.AIC_PACKAGE} {version}); {opts.system}: {len(cases)} priced "
@@ -99,16 +99,16 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
 
-    before = errors_of(cases, {}, lambda c, p: price(c, start[c.backend]))
+    before = errors_of(cases, {}, lambda c, p: price(c, start[c.engine]))
     fitted, lins = {}, {}
     for engine in ENGINES:
-        mine = [c for c in cases if c.backend == engine]
+        mine = [c for c in cases if c.engine == engine]
         if mine:
             fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters)
             lins[engine] = (mine, lin)
             echo(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)")
     cv = leave_one_model_out(cases, start, price, opts.iters, lins)
-    after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.backend, start[c.backend])))
+    after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.engine, start[c.engine])))
 
     table = {
         "defaults (in sample)": (summary(before[0]), summary(before[1])),
@@ -205,11 +205,11 @@ def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict) -> lis
     """Each row's measured and predicted TTFT / TPOT at the fitted parameters (the defaults where none)."""
     per_row = []
     for c in cases:
-        ttft, tpot = price(c, fitted.get(c.backend, start[c.backend]))
+        ttft, tpot = price(c, fitted.get(c.engine, start[c.engine]))
         per_row.append(
             {
                 "id": c.row_id,
-                "engine": c.backend,
+                "engine": c.engine,
                 "family": c.family,
                 "parallel": c.parallel.label(),
                 "concurrency": c.concurrency,

@@ -17,7 +17,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
-from servelab.predict.backends import BACKENDS, EngineProfile
+from servelab.predict.engines import ENGINE_NAMES, EngineProfile
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 from servelab.specs import SystemSpec
@@ -46,7 +46,7 @@ def base_profiles() -> dict[str, EngineProfile]:
     """Engine profiles from engines.json alone: fitting starts from the documented defaults, and an existing
     calibrated.json must not leak into the fit."""
     data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
-    return {n: EngineProfile(name=n, source="documented defaults", **data[n]) for n in BACKENDS}
+    return {n: EngineProfile(name=n, source="documented defaults", **data[n]) for n in ENGINE_NAMES}
 
 
 def defaults() -> dict[str, dict[str, float]]:
@@ -85,11 +85,11 @@ class Pricer:
         self._scaled: dict[tuple, ScaledDB] = {}
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
-        engine = base_profiles()[case.backend].model_copy(
+        engine = base_profiles()[case.engine].model_copy(
             update={k: v for k, v in params.items() if k in PARAMS}
         )
         extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
-        db = self._db(params, case.backend)
+        db = self._db(params, case.engine)
         if self.mode == "aggregated":
             k = self.prompts_per_concurrency
             wl = None
@@ -119,15 +119,15 @@ class Pricer:
         )
         return static.ttft_ms + extra, static.tpot_ms
 
-    def _db(self, params: dict[str, float], backend: str) -> PerfDB | None:
+    def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:
         scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)
         if not scales:
             return self.tables
-        key = (backend, scales)
+        key = (engine, scales)
         if key not in self._scaled:
             if len(self._scaled) > MAX_SCALED_DBS:
                 self._scaled.clear()
-            self._scaled[key] = ScaledDB(self.tables or perfdb_for(self.system, backend), dict(scales))
+            self._scaled[key] = ScaledDB(self.tables or perfdb_for(self.system, engine), dict(scales))
         return cast(PerfDB, self._scaled[key])  # answers query() as a PerfDB does
 
 

@@ -21,7 +21,7 @@ class Case:
 
     row_id: str
     family: str  # the embedded model name: the unit left out in cross-validation
-    backend: str
+    engine: str
     version: str
     model: ModelSpec
     parallel: Parallel
@@ -103,16 +103,16 @@ def model_of(row: dict) -> ModelSpec:
 def to_case(row: dict) -> Case:
     if row.get("mode", "agg") != "agg":
         raise ValueError(f"mode {row.get('mode')} (only aggregated rows are fitted)")
-    backend = row["backend"].strip()
-    if backend not in ENGINES:
-        raise ValueError(f"backend {backend}")
+    engine = row["backend"].strip()  # the CSV names the engine "backend"
+    if engine not in ENGINES:
+        raise ValueError(f"backend {engine}")
     model = model_of(row)
     parallel, note = parallel_of(row, model.is_moe)
     load_system(row["system"])
     return Case(
         row_id=row["id"],
         family=model.name,
-        backend=backend,
+        engine=engine,
         version=row.get("backend_version") or "?",
         model=model,
         parallel=parallel,
@@ -141,7 +141,7 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
             continue
         # the same measurement appears under two sources (a database dump and a CSV export): count it once
         same = (
-            case.backend,
+            case.engine,
             case.family,
             case.parallel,
             case.isl,

@@ -21,7 +21,7 @@ from servelab.cli._common import (
     print_table,
 )
 from servelab.errors import ServelabError
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.serving import estimate_aggregated
 from servelab.predict.static import estimate_static
 

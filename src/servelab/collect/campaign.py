@@ -11,9 +11,9 @@ from typing import NamedTuple
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from servelab.collect import accept, cases, estimate, modelled, provenance
-from servelab.collect.backend import Backend, gpu_backend
 from servelab.collect.executors import Callbacks, LocalExecutor
 from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.collect.suite import OpSuite, gpu_suite
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import Comm
 from servelab.perfdb.ops import COMM_OPS
@@ -129,12 +129,12 @@ class _Progress:
 
 
 def run(
-    cfg: CampaignConfig, executor=None, backend: Backend | None = None, progress: bool = True, echo=print
+    cfg: CampaignConfig, executor=None, suite: OpSuite | None = None, progress: bool = True, echo=print
 ) -> dict:
     """Run (or resume) a campaign; returns the acceptance report."""
     for var, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(var, value)
-    backend = backend or gpu_backend()
+    suite = suite or gpu_suite()
     executor = executor or LocalExecutor(cfg.gpus)
     plan = plan_campaign(cfg)
     echo(describe(plan, cfg))
@@ -151,7 +151,7 @@ def run(
         "command": provenance.command_line(),
         "started": provenance.base("", "", {})["date"],
         "clocks_start": provenance.nvidia_smi(),
-        "backend": backend.name,
+        "backend": suite.name,
     }
     runs.append(this_run)
     store.write_json("provenance.json", prov)
@@ -180,8 +180,8 @@ def run(
     start = time.monotonic()
     try:
         if comm:  # first: they hold every GPU, and the modelled larger groups need them
-            executor.run_comm(comm, backend, max(k.gpus for k in comm), cb, deadline)
-        executor.run_single(single, backend, cb, deadline)
+            executor.run_comm(comm, suite, max(k.gpus for k in comm), cb, deadline)
+        executor.run_single(single, suite, cb, deadline)
     finally:
         bar.stop()
         this_run.update(

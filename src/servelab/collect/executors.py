@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from servelab.collect.backend import Backend, resolve
 from servelab.collect.store import key_from_row
+from servelab.collect.suite import OpSuite, resolve
 from servelab.collect.worker import comm_worker, local_worker, measure
 from servelab.errors import ServelabError
 from servelab.registry import Registry
@@ -41,18 +41,18 @@ class LocalExecutor:
         self.case_timeout_s = case_timeout_s
         self.ctx = mp.get_context("spawn")
 
-    def _start(self, index, backend, outbox):
+    def _start(self, index, suite, outbox):
         inbox = self.ctx.Queue()
-        proc = self.ctx.Process(target=local_worker, args=(index, backend, inbox, outbox), daemon=True)
+        proc = self.ctx.Process(target=local_worker, args=(index, suite, inbox, outbox), daemon=True)
         proc.start()
         return proc, inbox
 
-    def run_single(self, keys: list, backend: Backend, cb: Callbacks, deadline: float | None = None) -> None:
+    def run_single(self, keys: list, suite: OpSuite, cb: Callbacks, deadline: float | None = None) -> None:
         if not keys:
             return
         outbox = self.ctx.Queue()
         n = min(self.devices, len(keys))
-        workers = {i: self._start(i, backend, outbox) for i in range(n)}
+        workers = {i: self._start(i, suite, outbox) for i in range(n)}
         pending = [k._asdict() for k in keys]
         pending.reverse()
         busy: dict[int, tuple[dict, float]] = {}
@@ -70,7 +70,7 @@ class LocalExecutor:
                 try:
                     kind, index, item, payload = outbox.get(timeout=1.0)
                 except queue.Empty:
-                    self._reap(workers, busy, idle, backend, outbox, cb)
+                    self._reap(workers, busy, idle, suite, outbox, cb)
                     continue
                 if kind == "facts":
                     cb.facts(payload)
@@ -95,7 +95,7 @@ class LocalExecutor:
                     proc.kill()
                     proc.join()
 
-    def _reap(self, workers, busy, idle, backend, outbox, cb) -> None:
+    def _reap(self, workers, busy, idle, suite, outbox, cb) -> None:
         """Replace a worker that died (a CUDA fatal error kills the context) or overran its time limit."""
         now = time.monotonic()
         for i, (proc, _) in list(workers.items()):
@@ -115,13 +115,13 @@ class LocalExecutor:
                 )
                 cb.error(key_from_row(item), "worker_crash" if dead else "timeout", what)
             busy.pop(i, None)
-            workers[i] = self._start(i, backend, outbox)
+            workers[i] = self._start(i, suite, outbox)
             idle.add(i)
 
     def run_comm(
         self,
         keys: list,
-        backend: Backend,
+        suite: OpSuite,
         world: int,
         cb: Callbacks,
         deadline: float | None = None,
@@ -135,7 +135,7 @@ class LocalExecutor:
         port = free_port()
         items = [k._asdict() for k in keys]
         procs = [
-            self.ctx.Process(target=comm_worker, args=(r, world, port, backend, items, outbox), daemon=True)
+            self.ctx.Process(target=comm_worker, args=(r, world, port, suite, items, outbox), daemon=True)
             for r in range(world)
         ]
         for p in procs:
@@ -180,14 +180,14 @@ class LocalExecutor:
 
 
 # ---- Ray ---------------------------------------------------------------------------------------------------
-def _ray_shard(backend: Backend, items: list[dict], want_facts: bool) -> list:
+def _ray_shard(suite: OpSuite, items: list[dict], want_facts: bool) -> list:
     """A Ray task: one GPU (Ray sets CUDA_VISIBLE_DEVICES, so it is device 0 here), a shard of keys."""
-    resolve(backend.worker_init)(0)
+    resolve(suite.worker_init)(0)
     out = []
     if want_facts:
-        out.append(("facts", None, resolve(backend.facts)()))
+        out.append(("facts", None, resolve(suite.facts)()))
     for item in items:
-        kind, payload = measure(backend, key_from_row(item))
+        kind, payload = measure(suite, key_from_row(item))
         out.append((kind, item, payload))
     return out
 
@@ -198,15 +198,15 @@ class _CommActor:
 
         return ray.util.get_node_ip_address()
 
-    def run(self, rank, world, host, port, backend, items):
+    def run(self, rank, world, host, port, suite, items):
         # STRICT_PACK puts every rank on one node, so the ranks meet on that node's loopback (host is
         # informative)
         keys = [key_from_row(i) for i in items]
-        groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
+        groups = resolve(suite.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
         out = []
         for item, key in zip(items, keys, strict=False):
             if rank < key.gpus:
-                kind, payload = measure(backend, key, rank, groups[key.gpus])
+                kind, payload = measure(suite, key, rank, groups[key.gpus])
                 out.append((kind, item, payload))
         return out if rank == 0 else []
 
@@ -231,7 +231,7 @@ class RayExecutor:
     def _resources(self) -> dict:
         return {"num_gpus": 1, "num_cpus": 1} if self.gpu else {"num_gpus": 0, "num_cpus": 1}
 
-    def run_single(self, keys: list, backend: Backend, cb: Callbacks, deadline: float | None = None) -> None:
+    def run_single(self, keys: list, suite: OpSuite, cb: Callbacks, deadline: float | None = None) -> None:
         if not keys:
             return
         ray = self._init()
@@ -240,7 +240,7 @@ class RayExecutor:
         shards = [items[i : i + self.shard_size] for i in range(0, len(items), self.shard_size)]
         pending = {}
         for n, shard in enumerate(shards):
-            pending[task.remote(backend, shard, n == 0)] = shard
+            pending[task.remote(suite, shard, n == 0)] = shard
         while pending:
             if deadline is not None and time.monotonic() > deadline:
                 for ref in pending:
@@ -258,7 +258,7 @@ class RayExecutor:
                         cb.error(key_from_row(item), payload[0], payload[1])
 
     def run_comm(
-        self, keys: list, backend: Backend, world: int, cb: Callbacks, deadline: float | None = None
+        self, keys: list, suite: OpSuite, world: int, cb: Callbacks, deadline: float | None = None
     ) -> None:
         keys = [k for k in keys if k.gpus <= world]
         if not keys:
@@ -285,7 +285,7 @@ class RayExecutor:
             port = free_port()
             items = [k._asdict() for k in keys]
             results = ray.get(
-                [a.run.remote(r, world, host, port, backend, items) for r, a in enumerate(actors)]
+                [a.run.remote(r, world, host, port, suite, items) for r, a in enumerate(actors)]
             )
             for kind, item, payload in results[0]:
                 if kind == "row":

@@ -1,13 +1,13 @@
 """Fake ops for testing the collector's plumbing without a GPU (executors, resume, errors, acceptance).
 
-Latencies come from the roofline of h200_sxm and are marked backend="fake": a campaign run with this backend
+Latencies come from the roofline of h200_sxm and are marked backend="fake": a campaign run with this suite
 is a test fixture, never a table. Keys listed in FAIL raise the error they name, to exercise error capture.
 """
 
 import os
 
-from servelab.collect.backend import Backend
 from servelab.collect.ops import BENCH
+from servelab.collect.suite import OpSuite
 from servelab.perfdb.ops import COMM_OPS
 from servelab.perfdb.roofline import Roofline
 from servelab.specs import load_system
@@ -77,9 +77,9 @@ def facts() -> dict:
     return {"gpu_name": "fake", "gpu_count": 0, "torch": None}
 
 
-def fake_backend() -> Backend:
+def fake_suite() -> OpSuite:
     p = "servelab.collect.fakeops:"
-    return Backend(
+    return OpSuite(
         bench={op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH},
         worker_init=p + "init_worker",
         comm_init=p + "init_comm",

@@ -4,27 +4,27 @@ Never raises for a failed op: the failure is returned with its class, and the ca
 import os
 import traceback
 
-from servelab.collect.backend import Backend, resolve
 from servelab.collect.store import key_from_row
+from servelab.collect.suite import OpSuite, resolve
 
 
-def measure(backend: Backend, key, rank: int | None = None, group=None) -> tuple[str, dict | tuple[str, str]]:
+def measure(suite: OpSuite, key, rank: int | None = None, group=None) -> tuple[str, dict | tuple[str, str]]:
     """("row", result) or ("error", (error_class, message))."""
     try:
-        fn = resolve(backend.bench[key.op])
+        fn = resolve(suite.bench[key.op])
         result = fn(key) if rank is None else fn(key, rank, group)
         return "row", _plain(result)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        error_class = resolve(backend.classify)(e)
+        error_class = resolve(suite.classify)(e)
         message = f"{type(e).__name__}: {e}"[:1500]
         if error_class == "error":
             message += (
                 " | " + " < ".join(line.strip() for line in traceback.format_exc().splitlines()[-4:])[:500]
             )
         try:
-            resolve(backend.after_error)()
+            resolve(suite.after_error)()
         except BaseException as cleanup:  # noqa: BLE001 - a broken context surfaces on the next op
             message += f" | cleanup failed: {type(cleanup).__name__}"
         return "error", (error_class, message)
@@ -41,12 +41,12 @@ def _plain(result: dict) -> dict:
     return out
 
 
-def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
+def local_worker(index: int, suite: OpSuite, inbox, outbox) -> None:
     """One process per device: announces each key before running it, so the parent knows what a crash hit."""
-    resolve(backend.worker_init)(index)
+    resolve(suite.worker_init)(index)
     if index == 0:
         try:
-            outbox.put(("facts", index, None, resolve(backend.facts)()))
+            outbox.put(("facts", index, None, resolve(suite.facts)()))
         except Exception as e:  # noqa: BLE001 - provenance is best effort, never blocks measuring
             outbox.put(("facts", index, None, {"facts_error": str(e)}))
     while True:
@@ -56,7 +56,7 @@ def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
             return
         key = key_from_row(item)
         outbox.put(("start", index, item, None))
-        kind, payload = measure(backend, key)
+        kind, payload = measure(suite, key)
         outbox.put((kind, index, item, payload))
         if kind == "error" and payload[0] == "cuda_fatal":
             # a CUDA context that saw an illegal address fails every later call: exit, the parent starts a
@@ -66,20 +66,20 @@ def local_worker(index: int, backend: Backend, inbox, outbox) -> None:
             os._exit(70)
 
 
-def comm_worker(rank: int, world: int, port: int, backend: Backend, items: list[dict], outbox) -> None:
+def comm_worker(rank: int, world: int, port: int, suite: OpSuite, items: list[dict], outbox) -> None:
     """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip
     it."""
     keys = [key_from_row(i) for i in items]
-    groups = resolve(backend.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
-    barrier = resolve(backend.barrier)
+    groups = resolve(suite.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
+    barrier = resolve(suite.barrier)
     for item, key in zip(items, keys, strict=False):
         if rank == 0:
             outbox.put(("start", rank, item, None))
         if rank < key.gpus:
-            kind, payload = measure(backend, key, rank, groups[key.gpus])
+            kind, payload = measure(suite, key, rank, groups[key.gpus])
             if rank == 0:
                 outbox.put((kind, rank, item, payload))
         barrier()
     if rank == 0:
         outbox.put(("exit", rank, None, None))
-    resolve(backend.comm_close)()
+    resolve(suite.comm_close)()

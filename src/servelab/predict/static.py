@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, check_fits, kv_bytes_per_sequence_per_gpu
 from servelab.predict.step import breakdown, priced_step

@@ -7,7 +7,7 @@ from math import ceil, log
 from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
 from servelab.specs import ModelSpec, Parallel
 

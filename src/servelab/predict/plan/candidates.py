@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.points import Point, PointMode
 from servelab.predict.plan.request import PlanRequest

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from servelab.perfdb.db import PerfDB
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.plan.points import Clocks, Miss, clocks
 from servelab.predict.plan.request import PlanRequest
 from servelab.predict.serving.aggregated import SimResult

@@ -12,7 +12,7 @@ import time
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
-from servelab.predict.backends import engine_profile
+from servelab.predict.engines import engine_profile
 from servelab.predict.memory import memory_per_gpu
 from servelab.predict.plan.agg import search_agg
 from servelab.predict.plan.candidates import Candidate, Considered, Plan, PoolConfig

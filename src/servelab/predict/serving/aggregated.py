@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
 from servelab.perfdb.db import PerfDB, perfdb_for
-from servelab.predict.backends import EngineProfile
+from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from servelab.errors import ServelabError, closest
 
-BACKENDS = ("torch", "vllm", "sglang", "trtllm")
+ENGINE_NAMES = ("torch", "vllm", "sglang", "trtllm")  # torch: kernels alone, no engine overhead
 
 
 class EngineProfile(BaseModel):
@@ -39,7 +39,7 @@ def _profiles() -> dict:
     fitted = json.loads(calibrated.read_text()) if calibrated.is_file() else {}
     band = data.get("step_structure_band", {})
     profiles = {}
-    for name in BACKENDS:
+    for name in ENGINE_NAMES:
         fields = dict(
             data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0)
         )
@@ -55,7 +55,9 @@ def engine_profile(name: str, **overrides) -> EngineProfile:
     profiles = _profiles()
     if name not in profiles:
         raise ServelabError(
-            f"unknown backend {name!r}{closest(name, list(profiles))}; expected one of {', '.join(BACKENDS)}"
+            f"unknown engine {name!r}{closest(name, list(profiles))}; "
+            f"expected one of {', '.join(ENGINE_NAMES)}",
+            field="backend",
         )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}

@@ -1,4 +1,4 @@
-"""A Backend names, by import path, the functions a worker process runs: so executors can hand it to spawned
+"""An OpSuite names, by import path, the functions a worker process runs: so executors can hand it to spawned
 processes and Ray tasks as plain data, and tests can swap the GPU ops for fake ones without torch."""
 
 import importlib
@@ -7,7 +7,7 @@ from typing import NamedTuple
 from servelab.collect.ops import BENCH
 
 
-class Backend(NamedTuple):
+class OpSuite(NamedTuple):
     bench: dict[str, str]  # op -> "module:function"(key) -> timing dict; comm ops take (key, rank, group)
     worker_init: str  # (device_index) -> None
     comm_init: str  # (rank, world, port, sizes) -> {group size: group handle}
@@ -24,9 +24,9 @@ def resolve(path: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def gpu_backend() -> Backend:
+def gpu_suite() -> OpSuite:
     p = "servelab.collect.ops.runtime:"
-    return Backend(
+    return OpSuite(
         bench=BENCH,
         worker_init=p + "init_worker",
         comm_init=p + "init_comm",
