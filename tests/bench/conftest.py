@@ -1,4 +1,5 @@
-"""Fixtures: a mock streaming server in its own process (ports 18000-18999), and a tiny local tokenizer."""
+"""Fixtures: a mock streaming server in its own process (ports 18000-18999), a misbehaving server in a thread
+(hostile_server.py), and a tiny local tokenizer."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_server import HostileServer
 
 from servelab.bench.datasets import WORDS
 
@@ -63,6 +65,21 @@ def mock_server():
 
     def start(*args: str) -> MockServer:
         s = MockServer(*args)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def hostile_server():
+    """Factory: hostile_server('endless') -> HostileServer (hostile_server.py); all stop after the test."""
+    servers: list[HostileServer] = []
+
+    def start(mode: str) -> HostileServer:
+        s = HostileServer(mode)
         servers.append(s)
         return s
 

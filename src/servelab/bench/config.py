@@ -72,6 +72,9 @@ class BenchConfig(BaseModel):
     result_filename: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     request_timeout_s: float = Field(600.0, gt=0, description="servelab: per-request wall limit")
+    max_response_mib: float = Field(
+        64.0, gt=0, description="servelab: a response over this many MiB fails (bounds client memory)"
+    )
     num_workers: int = Field(0, ge=0, description="servelab: worker processes; 0 = one per core")
     live: bool | None = Field(None, description="servelab: live line; None = only on a terminal")
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")

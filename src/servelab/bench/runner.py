@@ -190,6 +190,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
                 limits[k],
                 cfg.request_timeout_s,
                 str(records_dir / f"worker-{k}.jsonl"),
+                max_body_bytes=int(cfg.max_response_mib * (1 << 20)),
                 warmups=warm[k::n_workers],
                 ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
                 keep_text=keep_text,

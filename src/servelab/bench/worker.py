@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from servelab.bench.accounting import PROGRESS_SLOTS, Accounting
-from servelab.bench.client import RequestState, StreamConn
+from servelab.bench.client import MAX_BODY_BYTES, RequestState, StreamConn
 from servelab.bench.payload import RequestTemplate
 from servelab.bench.pool import ConnectionPool
 from servelab.bench.records import RecordWriter
@@ -50,6 +50,7 @@ class WorkerSpec:
     max_in_flight: int | None
     timeout_s: float
     out_path: str
+    max_body_bytes: int = MAX_BODY_BYTES
     warmups: list[bytes] = field(default_factory=list)
     ready_check: bytes | None = None
     keep_text: bool = False
@@ -122,7 +123,7 @@ class Worker:
         self.stats = stats
         self.stop_event = stop_event
         self.loop = loop
-        self.pool = ConnectionPool(spec.template.target, tls, self, loop, stats)
+        self.pool = ConnectionPool(spec.template.target, tls, self, loop, stats, spec.max_body_bytes)
         self.limit = spec.max_in_flight
         self.pending: deque = deque()
         self.in_flight = 0

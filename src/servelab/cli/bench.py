@@ -74,6 +74,9 @@ def bench(
     result_filename: str | None = typer.Option(None, "--result-filename"),
     metadata: list[str] | None = typer.Option(None, "--metadata", help="KEY=VALUE, saved in the result."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request limit in seconds."),
+    max_response_mib: float = typer.Option(
+        64.0, "--max-response-mib", help="A larger response fails (bounds the client's memory)."
+    ),
     num_workers: int = typer.Option(0, "--num-workers", help="Client processes; 0 = one per core."),
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's flag; same as --no-live."),
@@ -141,6 +144,7 @@ def bench(
             result_dir=result_dir,
             metadata=C.parse_metadata(metadata_items),
             request_timeout_s=request_timeout,
+            max_response_mib=max_response_mib,
             num_workers=num_workers,
             live=False if disable_tqdm else live,
             use_uvloop=uvloop,
