@@ -256,32 +256,39 @@ def run_point(
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
     prep = prepare(cfg, tok)
     date = R.now_stamp()
-    result_path = None
+    result_dir = Path(cfg.result_dir or ".")
     if cfg.save_result:
-        result_path = Path(cfg.result_dir or ".") / (
-            cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
-        )
-        records_dir = result_path.with_name(result_path.stem + ".requests.d")
-        records_dir.mkdir(parents=True, exist_ok=True)
-        merged_path = result_path.with_name(result_path.stem + ".requests.jsonl")
-    else:
-        records_dir = Path(tempfile.mkdtemp(prefix="servelab-bench-"))
-        merged_path = records_dir / "requests.jsonl"
+        result_dir.mkdir(parents=True, exist_ok=True)
+    # a folder of this run's own: concurrent runs never share (or delete) each other's records
+    records_dir = Path(
+        tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
+    )
     specs = worker_specs(cfg, prep.items, prep.template, records_dir)
-    load = run_load(cfg, prep.items, specs, merged_path)
-    shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
+    load = run_load(cfg, prep.items, specs, records_dir / "requests.jsonl")
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
     )
     result.interrupted = load.interrupted
-    if result_path:
-        result.records_file = str(merged_path)
+    result_path = None
+    if cfg.save_result:
+        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+        result_path = R.claim(result_dir / name, taken=_records_path)
+        if result_path.name != name:
+            print(f"note: {result_dir / name} exists; the result goes to {result_path}", file=sys.stderr)
+        records_path = _records_path(result_path)
+        os.replace(records_dir / "requests.jsonl", records_path)
+        result.records_file = str(records_path)
     present(result, cfg.percentile_metrics, file=out)
     if result_path:
         R.save(result, result_path, cfg.save_detailed)
         print(f"result: {result_path}", file=out)
+    shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
     code = 130 if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
     return result, result_path, code
+
+
+def _records_path(result_path: Path) -> Path:
+    return result_path.with_name(result_path.stem + ".requests.jsonl")
 
 
 def _recv(pipe, procs) -> dict:
@@ -323,6 +330,9 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
 def run(cfg_points: list[BenchConfig], out=None) -> int:
     """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
     out = out or sys.stdout
+    for cfg in cfg_points:  # a result file that is taken is refused before anything runs
+        if cfg.save_result:
+            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
     tok = load_tokenizer(cfg_points[0].tokenizer)
     results = []
     code = 0
