@@ -2,8 +2,10 @@
 refused before the run, and signals leave a result and no worker behind."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
@@ -61,3 +63,80 @@ def test_taken_result_paths_are_refused_before_the_run(tmp_path):
     p = subprocess.run(bench_cmd(url, tmp_path / "file"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "not a directory" in p.stderr and len(p.stderr.splitlines()) == 1
     assert (tmp_path / "old.json").read_text() == '{"completed": 7}'
+
+
+def descendants(pid: int) -> set[int]:
+    """Pids of the live processes below `pid` (from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parents.items() if pp == p}
+        found |= kids
+        todo.extend(kids)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_long_run(url: str, tmp_path: Path) -> tuple[subprocess.Popen, set[int]]:
+    """A run of minutes with two workers; returns once both workers send requests."""
+    cmd = bench_cmd(
+        url,
+        tmp_path,
+        "--num-prompts",
+        "100000",
+        "--max-concurrency",
+        "4",
+        "--num-workers",
+        "2",
+        "--result-filename",
+        "r.json",
+    )
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob(".servelab-bench-*/worker-1.jsonl")):
+        time.sleep(0.2)
+    time.sleep(2)  # both workers are sending
+    workers = descendants(p.pid)
+    assert len(workers) >= 2, workers
+    return p, workers
+
+
+def wait_gone(pids: set[int], timeout: float = 15) -> set[int]:
+    deadline = time.monotonic() + timeout  # a hang guard, not a timing assertion
+    while time.monotonic() < deadline and any(alive(x) for x in pids):
+        time.sleep(0.1)
+    return {x for x in pids if alive(x)}
+
+
+def test_sigterm_saves_the_partial_result_and_stops_the_workers(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "5")
+    p, workers = start_long_run(s.url, tmp_path)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert wait_gone(workers) == set()
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["interrupted"] is True and r["completed"] > 0
+    assert r["completed"] + r["failed"] + r["not_sent"] == 100000
+
+
+def test_sigkill_takes_the_workers_along(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "5")
+    p, workers = start_long_run(s.url, tmp_path)
+    p.kill()
+    p.wait(timeout=30)
+    assert wait_gone(workers) == set()

@@ -3,7 +3,9 @@
 One worker process per core (each its own event loop and schedule share, round-robin), started with
 'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them. Workers get ready
 (connection pool, ready check, warm-ups), then all start at one shared monotonic time T0.
-Ctrl-C: the parent tells workers to stop; what was measured is merged and saved; exit code 130.
+Ctrl-C, SIGTERM or SIGHUP: the parent tells workers to stop; what was measured is merged and saved; the exit
+code is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), as shells report them.
+Workers die with the parent however it ends (worker.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -145,6 +148,7 @@ class LoadRun:
     summaries: list[dict]
     infos: list[dict]
     interrupted: bool
+    signum: int = 0  # the signal that interrupted the run
 
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
@@ -214,7 +218,7 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         p.start()
         procs.append(p)
         pipes.append(parent_end)
-    interrupted = False
+    interrupted, signum = False, 0
     summaries: list[dict] = []
     infos: list[dict] = []
     live = LiveLine(cfg.live if cfg.live is not None else sys.stderr.isatty(), len(items))
@@ -230,8 +234,8 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         for p in pipes:
             p.send(("start", t0))
         summaries = _wait_done(pipes, procs, progress, live, t0, stop)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as e:
+        interrupted, signum = True, getattr(e, "signum", signal.SIGINT)
         stop.set()
         try:
             summaries = _wait_done(pipes, procs, progress, live, t0, stop, grace=10.0)
@@ -244,7 +248,7 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
             if p.is_alive():
                 p.terminate()
     records = merge_jsonl([Path(s.out_path) for s in specs], merged_path)
-    return LoadRun(records, summaries, infos, interrupted)
+    return LoadRun(records, summaries, infos, interrupted, signum)
 
 
 def run_point(
@@ -283,7 +287,7 @@ def run_point(
         R.save(result, result_path, cfg.save_detailed)
         print(f"result: {result_path}", file=out)
     shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
-    code = 130 if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
+    code = 128 + load.signum if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
     return result, result_path, code
 
 
@@ -327,12 +331,36 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
     return [summaries[k] for k in sorted(summaries)]
 
 
+class Terminated(KeyboardInterrupt):
+    """A termination signal (SIGTERM, SIGHUP) to the bench process, handled like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
 def run(cfg_points: list[BenchConfig], out=None) -> int:
-    """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
-    out = out or sys.stdout
+    """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
+    sweeps. Returns the exit code."""
     for cfg in cfg_points:  # a result file that is taken is refused before anything runs
         if cfg.save_result:
             R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
+    previous = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _run_points(cfg_points, out or sys.stdout)
+    except Terminated as e:  # outside the load (e.g. while preparing): nothing measured to save
+        print("interrupted", file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run_points(cfg_points: list[BenchConfig], out) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer)
     results = []
     code = 0
@@ -343,7 +371,7 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
         result, path, c = run_point(cfg, tok, out)
         results.append((point, result.dump(), str(path) if path else None))
         code = max(code, c)
-        if c == 130:
+        if result.interrupted:
             break
     if len(cfg_points) > 1:
         print_sweep_table(results, file=out)

@@ -5,17 +5,24 @@ Worker runs the request loop; its RecordWriter (records.py) writes the records a
 Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
 which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
 semaphore hop. Closed loop: a finished request frees its slot and the next request goes out in the same
-callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, Ctrl-C and flushing;
+callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, stopping and flushing;
 a 10 ms sampler measures event-loop lag.
+
+A worker dies with its parent, whatever killed the parent: on Linux the kernel sends it SIGKILL
+(PR_SET_PDEATHSIG); elsewhere, and as a fallback, the tick stops the run when the parent pid changes and the
+closed pipe ends the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import ctypes
+import multiprocessing as mp
 import os
 import signal
 import ssl
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -69,9 +76,28 @@ def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
     return asyncio.new_event_loop(), "asyncio"
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> int:
+    """Ask the kernel for SIGKILL when the parent dies (Linux); exit at once if it is already gone. Returns
+    the parent's pid."""
+    parent = mp.parent_process()
+    parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass  # no prctl: the tick's pid check remains
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    return parent_pid
+
+
 def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     """Process entry point (spawned). Protocol with the parent over `pipe`:
     -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary)."""
+    parent_pid = _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
     loop, loop_kind = _new_loop(spec.use_uvloop)
     asyncio.set_event_loop(loop)
@@ -79,6 +105,7 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     tls = ssl.create_default_context() if spec.template.target.tls else None
     records = RecordWriter(out, spec.index, spec.keep_text)
     w = Worker(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls)
+    w.parent_pid = parent_pid
     try:
         info = loop.run_until_complete(w.prepare())
         pipe.send(("ready", info))
@@ -138,6 +165,7 @@ class Worker:
         self.next_arrival = 0
         self.arrivals: list[WorkItem] = []
         self.stopped = False
+        self.parent_pid: int | None = None  # stop when the parent process is gone
 
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
@@ -317,7 +345,9 @@ class Worker:
             now = perf_counter()
             self.pool.expire(now, self.spec.timeout_s)
             if self.stop_event is not None and self.stop_event.is_set():
-                self._stop("interrupted (Ctrl-C)")
+                self._stop("interrupted (Ctrl-C or SIGTERM)")
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                self._stop("the bench process is gone")
             if self.abort_reason is not None and self.pending:
                 self.pump(now)  # drains pending into not-sent records
             cpu, wall = time.process_time(), perf_counter()
