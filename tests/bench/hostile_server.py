@@ -35,6 +35,7 @@ class HostileServer:
     def __init__(self, mode: str) -> None:
         assert mode in MODES, mode
         self.mode = mode
+        self.heads: list[bytes] = []  # every request head received, for tests of what the client sent
         self.loop = asyncio.new_event_loop()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -54,6 +55,7 @@ class HostileServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
                 length = 0
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):

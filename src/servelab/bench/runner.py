@@ -29,7 +29,7 @@ from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
-from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
+from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
 from servelab.bench.records import merge_jsonl
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.schedule import arrival_offsets, split_limit, split_round_robin
@@ -38,17 +38,18 @@ from servelab.bench.worker import PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_m
 from servelab.errors import ServelabError
 
 
-def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) -> str:
+def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
     """vLLM asks /v1/models for the first model when --model is not given; so do we."""
-    req = urllib.request.Request(base_url + "/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+    req = urllib.request.Request(base_url + "/v1/models", headers=dict(headers))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read())
+            data = json.loads(resp.read(MAX_MODELS_BYTES))
         return data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
+
+
+MAX_MODELS_BYTES = 1 << 20  # a model list is a few KB; a server sending more is not one
 
 
 class LiveLine:
@@ -153,8 +154,8 @@ class LoadRun:
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
     """Resolve the model name, build the dataset and pre-serialize every request."""
-    api_key = api_key_from_env()
-    model_id = cfg.model or fetch_model_id(cfg.base_url, api_key)
+    headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
+    model_id = cfg.model or fetch_model_id(cfg.base_url, headers)
     data = build_dataset(cfg, tok)
     sampling = {
         k: v
@@ -169,7 +170,7 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
         cfg.stream,
         bool(cfg.ignore_eos),
         sampling,
-        api_key,
+        headers,
     )
     return Prepared(model_id, data, template, build_items(cfg, data, template))
 

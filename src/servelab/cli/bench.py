@@ -21,6 +21,9 @@ def bench(
     endpoint: str = typer.Option(
         "/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions."
     ),
+    header: list[str] | None = typer.Option(
+        None, "--header", help="KEY=VALUE, a header sent with every request (its value is never stored)."
+    ),
     backend: str | None = typer.Option(
         None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
     ),
@@ -101,12 +104,15 @@ def bench(
             raise ServelabError(
                 f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)"
             )
+    if not 1 <= port <= 65535:
+        raise ServelabError(f"--port {port} is not in 1-65535")
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int")
         rates = C.parse_sweep(request_rate, "rate")
         base = dict(
             base_url=base_url or f"http://{host}:{port}",
             endpoint=endpoint,
+            headers=C.parse_headers(list(header or [])),
             model=model,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
@@ -167,7 +173,7 @@ def bench(
                     fields["result_filename"] = name
                 points.append(C.BenchConfig(**fields))
     except ValidationError as e:
-        raise ServelabError.from_validation(e, as_options=True) from None
+        raise ServelabError.from_validation(e, as_options=True, flags={"headers": "--header"}) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
     return run(points)
