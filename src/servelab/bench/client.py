@@ -98,7 +98,7 @@ class RequestState:
         self.retried = False
         self.new_conn = False
         self.finished = False
-        self.conn = None
+        self.conn: StreamConn | None = None
 
     def body_bytes(self) -> bytes:
         raw = b"".join(self.parts)
@@ -198,18 +198,20 @@ class StreamConn(asyncio.Protocol):
             return
         if st.sse:
             buf = st.tail + data
-            style = st.style = st.style or sse.line_style(buf)
-            end = buf.rfind(style.event_end) if style is not None else -1
-            if style is not None and end >= 0:
-                cut = end + len(style.event_end)
+            style = st.style
+            if style is None:
+                style = st.style = sse.line_style(buf)
+            if style is not None and (end := buf.rfind(style.event_end)) >= 0:
+                event_end, json_end, data_start, cr_data_start = style
+                cut = end + len(event_end)
                 complete = buf[:cut]
                 st.tail = buf[cut - 1 :]  # the last line end, so a data line right after it is counted
-                n = complete.count(style.data_start)
-                if style is sse.CR:
-                    n += complete.count(sse.CR_DATA_START)
+                n = complete.count(data_start)
+                if cr_data_start:
+                    n += complete.count(cr_data_start)
                 if n:
                     if (
-                        n != complete.count(style.json_end)
+                        n != complete.count(json_end)
                         or b'"usage"' in complete
                         or b"[DONE]" in complete
                         or b'"error"' in complete

@@ -25,12 +25,12 @@ class LineStyle(NamedTuple):
     event_end: bytes  # the blank line that ends an event
     json_end: bytes  # a JSON object's data line ending its event
     data_start: bytes  # a line end followed by a data field (also after a chunk header, which ends in CRLF)
+    cr_data_start: bytes  # CR style only: a data line after another line of the same chunk
 
 
-LF = LineStyle(b"\n\n", b"}\n\n", b"\ndata:")
-CRLF = LineStyle(b"\r\n\r\n", b"}\r\n\r\n", b"\ndata:")
-CR = LineStyle(b"\r\r", b"}\r\r", b"\ndata:")
-CR_DATA_START = b"\rdata:"  # CR style: a data line after another line of the same chunk
+LF = LineStyle(b"\n\n", b"}\n\n", b"\ndata:", b"")
+CRLF = LineStyle(b"\r\n\r\n", b"}\r\n\r\n", b"\ndata:", b"")
+CR = LineStyle(b"\r\r", b"}\r\r", b"\ndata:", b"\rdata:")
 
 
 def line_style(buf: bytes) -> LineStyle | None:
