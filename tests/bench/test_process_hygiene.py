@@ -140,3 +140,33 @@ def test_sigkill_takes_the_workers_along(mock_server, tmp_path):
     p.kill()
     p.wait(timeout=30)
     assert wait_gone(workers) == set()
+
+
+def test_sigterm_during_warmups_stops_and_saves(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "200")
+    cmd = bench_cmd(
+        s.url,
+        tmp_path,
+        "--num-prompts",
+        "10",
+        "--num-warmups",
+        "40",
+        "--max-concurrency",
+        "2",
+        "--num-workers",
+        "2",
+        "--result-filename",
+        "r.json",
+    )
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(descendants(p.pid)) < 2:
+        time.sleep(0.2)
+    workers = descendants(p.pid)
+    time.sleep(1)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "warning" not in err, err
+    assert wait_gone(workers) == set()
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["interrupted"] is True and r["completed"] == 0 and r["not_sent"] == 10

@@ -238,6 +238,12 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
     except KeyboardInterrupt as e:
         interrupted, signum = True, getattr(e, "signum", signal.SIGINT)
         stop.set()
+        if not t0:  # before the start, workers wait (or will) for a word: stop, and send what you have
+            for p in pipes:
+                try:
+                    p.send(("stop",))
+                except OSError:
+                    pass  # that worker is gone
         try:
             summaries = _wait_done(pipes, procs, progress, live, t0, stop, grace=10.0)
         except KeyboardInterrupt:
@@ -321,6 +327,8 @@ def _wait_done(pipes, procs, progress, live, t0, stop, grace: float | None = Non
                 continue
             if kind == "done":
                 summaries[k] = payload
+            elif kind == "ready":  # interrupted before the start: its summary follows
+                waiting[id(conn)] = (k, conn)
             else:
                 print(f"warning: {payload}", file=sys.stderr)
         live.update(perf_counter() - t0, progress, len(pipes))

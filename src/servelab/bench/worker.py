@@ -77,6 +77,7 @@ def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
 
 
 def _die_with_parent() -> int:
@@ -118,6 +119,8 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
                 prof.dump_stats(os.path.join(prof_dir, f"worker-{spec.index}.prof"))
             else:
                 loop.run_until_complete(w.run(msg[1]))
+        else:
+            w.cancel(INTERRUPTED)
         pipe.send(("done", w.stats.summary(w.abort_reason)))
     except BaseException as e:  # report, never hang the parent
         try:
@@ -208,6 +211,14 @@ class Worker:
             self.stats.wall_s = perf_counter() - wall0
             self.stats.publish(self.in_flight)
             self.records.flush()
+
+    def cancel(self, reason: str) -> None:
+        """The run was stopped before it started: every request is recorded as never sent."""
+        self.recording = True
+        self.t0 = self.records.t0 = perf_counter()
+        for it in self.spec.items:
+            self._not_sent(it, self.t0 + (it.offset or 0.0), reason)
+        self.records.flush()
 
     async def _drive(self, items: list[WorkItem], limit: int | None, closed: bool) -> None:
         self.limit = limit
@@ -345,7 +356,7 @@ class Worker:
             now = perf_counter()
             self.pool.expire(now, self.spec.timeout_s)
             if self.stop_event is not None and self.stop_event.is_set():
-                self._stop("interrupted (Ctrl-C or SIGTERM)")
+                self._stop(INTERRUPTED)
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 self._stop("the bench process is gone")
             if self.abort_reason is not None and self.pending:
