@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.bench.payload import Target
 from servelab.cli.main import main
 
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
@@ -117,3 +118,8 @@ def test_unreachable_server_without_model_is_one_line(tmp_path):
     )
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "pw" not in p.stderr, p.stderr
     assert Path(tmp_path).exists()
+
+
+def test_ipv6_hosts_are_bracketed_in_the_host_header():
+    assert Target.from_url("http://[::1]:8000").host_header == "[::1]:8000"
+    assert Target.from_url("https://example.com").host_header == "example.com"

@@ -62,6 +62,10 @@ def test_taken_result_paths_are_refused_before_the_run(tmp_path):
         assert expected in p.stderr and len(p.stderr.splitlines()) == 1
     p = subprocess.run(bench_cmd(url, tmp_path / "file"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "not a directory" in p.stderr and len(p.stderr.splitlines()) == 1
+    p = subprocess.run(bench_cmd(url, tmp_path / "file" / "sub"), capture_output=True, text=True, timeout=60)
+    assert (
+        p.returncode == 2 and p.stderr.startswith("error: --result-dir") and len(p.stderr.splitlines()) == 1
+    )
     assert (tmp_path / "old.json").read_text() == '{"completed": 7}'
 
 
@@ -115,11 +119,12 @@ def start_long_run(url: str, tmp_path: Path) -> tuple[subprocess.Popen, set[int]
     return p, workers
 
 
-def wait_gone(pids: set[int], timeout: float = 15) -> set[int]:
-    deadline = time.monotonic() + timeout  # a hang guard, not a timing assertion
+def wait_gone(pids: set[int], timeout: float = 30) -> dict[int, str]:
+    """The command lines of those still alive after `timeout` (a hang guard, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(alive(x) for x in pids):
         time.sleep(0.1)
-    return {x for x in pids if alive(x)}
+    return {x: Path(f"/proc/{x}/cmdline").read_bytes().decode(errors="replace") for x in pids if alive(x)}
 
 
 def test_sigterm_saves_the_partial_result_and_stops_the_workers(mock_server, tmp_path):
@@ -128,7 +133,7 @@ def test_sigterm_saves_the_partial_result_and_stops_the_workers(mock_server, tmp
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err
-    assert wait_gone(workers) == set()
+    assert wait_gone(workers) == {}
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["interrupted"] is True and r["completed"] > 0
     assert r["completed"] + r["failed"] + r["not_sent"] == 100000
@@ -139,7 +144,7 @@ def test_sigkill_takes_the_workers_along(mock_server, tmp_path):
     p, workers = start_long_run(s.url, tmp_path)
     p.kill()
     p.wait(timeout=30)
-    assert wait_gone(workers) == set()
+    assert wait_gone(workers) == {}
 
 
 def test_sigterm_during_warmups_stops_and_saves(mock_server, tmp_path):
@@ -167,6 +172,6 @@ def test_sigterm_during_warmups_stops_and_saves(mock_server, tmp_path):
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143 and "warning" not in err, err
-    assert wait_gone(workers) == set()
+    assert wait_gone(workers) == {}
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["interrupted"] is True and r["completed"] == 0 and r["not_sent"] == 10

@@ -91,7 +91,8 @@ class Target:
     @property
     def host_header(self) -> str:
         default = 443 if self.tls else 80
-        return self.host if self.port == default else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return host if self.port == default else f"{host}:{self.port}"
 
 
 @dataclass(frozen=True)

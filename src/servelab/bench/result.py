@@ -158,9 +158,16 @@ def now_stamp() -> str:
 
 
 def check_path(result_dir: Path, filename: str | None) -> None:
-    """Refuse, before a run, a result path that cannot take its result: servelab never overwrites one."""
+    """Make the result folder, and refuse before a run a result path that cannot take its result: servelab
+    never overwrites one."""
     if result_dir.exists() and not result_dir.is_dir():
         raise ServelabError(f"--result-dir {result_dir} is not a directory")
+    try:
+        result_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ServelabError(f"--result-dir {result_dir}: {e.strerror}") from None
+    if not os.access(result_dir, os.W_OK | os.X_OK):
+        raise ServelabError(f"--result-dir {result_dir}: not writable")
     if filename is None:
         return
     path = result_dir / filename

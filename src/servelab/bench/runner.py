@@ -267,9 +267,7 @@ def run_point(
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer)
     prep = prepare(cfg, tok)
     date = R.now_stamp()
-    result_dir = Path(cfg.result_dir or ".")
-    if cfg.save_result:
-        result_dir.mkdir(parents=True, exist_ok=True)
+    result_dir = Path(cfg.result_dir or ".")  # made by R.check_path before the run
     # a folder of this run's own: concurrent runs never share (or delete) each other's records
     records_dir = Path(
         tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
