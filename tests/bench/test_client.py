@@ -1,6 +1,7 @@
 """The SSE/HTTP parser fed byte by byte and in odd splits (no network): counting, usage, framing, failures."""
 
 import json
+import random
 
 import pytest
 
@@ -271,3 +272,42 @@ def test_odd_json_bodies_never_raise(body):
     st, _ = run([resp + body])
     assert st.generated_text() == ""
     assert st.usage is None
+
+
+def test_random_garbage_and_splits_never_raise():
+    """Seeded fuzzing: valid heads followed by mutated streams, cut at random points; every request ends
+    exactly once, with a reason or none, and its text can be read."""
+    rng = random.Random(13)
+    heads = [HEAD, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n"]
+    pieces = [
+        TOK,
+        USAGE,
+        DONE,
+        b"data:",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"{",
+        b"}",
+        b"0\r\n\r\n",
+        b":",
+        b"\xff",
+        b"[DONE]",
+    ]
+    for _ in range(2000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        raw = rng.choice(heads) + body
+        cuts = sorted(rng.sample(range(1, len(raw)), min(3, len(raw) - 1)))
+        parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+        owner = Owner()
+        conn = StreamConn(owner, max_body_bytes=1 << 16)
+        conn.connection_made(Transport())
+        st = RequestState(None, b"REQ", 0.0, 0.0)
+        conn.start(st)
+        for p in parts:
+            if not owner.done:
+                conn.data_received(p)
+        conn.connection_lost(None)
+        assert len(owner.done) == 1
+        assert isinstance(st.generated_text(), str)
+        assert st.error is None or isinstance(st.error, str)
