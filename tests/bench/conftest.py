@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -18,7 +19,8 @@ PORT_RANGE = range(18100, 18900)
 
 
 def free_port() -> int:
-    for port in PORT_RANGE:
+    """A free port of the range, tried in random order: test sessions running at once rarely pick the same."""
+    for port in random.sample(PORT_RANGE, len(PORT_RANGE)):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
