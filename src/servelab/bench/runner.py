@@ -278,22 +278,33 @@ def run_point(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
     )
     result.interrupted = load.interrupted
+    present(result, cfg.percentile_metrics, file=out)
     result_path = None
     if cfg.save_result:
         name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
-        result_path = R.claim(result_dir / name, taken=_records_path)
-        if result_path.name != name:
-            print(f"note: {result_dir / name} exists; the result goes to {result_path}", file=sys.stderr)
-        records_path = _records_path(result_path)
-        os.replace(records_dir / "requests.jsonl", records_path)
-        result.records_file = str(records_path)
-    present(result, cfg.percentile_metrics, file=out)
-    if result_path:
-        R.save(result, result_path, cfg.save_detailed)
+        result_path = _save(cfg, result, result_dir / name, records_dir / "requests.jsonl")
         print(f"result: {result_path}", file=out)
     shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
     code = 128 + load.signum if load.interrupted else (1 if (result.failed or result.not_sent) else 0)
     return result, result_path, code
+
+
+def _save(cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path) -> Path:
+    """Claim a free result name (`path` or a suffixed one), move the records next to it, write the result;
+    an interruption in between removes the still empty claimed file. Returns the result's path."""
+    result_path = R.claim(path, taken=_records_path)
+    try:
+        if result_path != path:
+            print(f"note: {path} exists; the result goes to {result_path}", file=sys.stderr)
+        records_path = _records_path(result_path)
+        os.replace(records, records_path)
+        result.records_file = str(records_path)
+        R.save(result, result_path, cfg.save_detailed)
+    except BaseException:
+        if result_path.stat().st_size == 0:
+            result_path.unlink()
+        raise
+    return result_path
 
 
 def _records_path(result_path: Path) -> Path:
