@@ -239,9 +239,9 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         interrupted, signum = True, getattr(e, "signum", signal.SIGINT)
         stop.set()
         if not t0:  # before the start, workers wait (or will) for a word: stop, and send what you have
-            for p in pipes:
+            for pipe in pipes:
                 try:
-                    p.send(("stop",))
+                    pipe.send(("stop",))
                 except OSError:
                     pass  # that worker is gone
         try:
