@@ -1,7 +1,9 @@
-"""Fixtures: a mock streaming server in its own process (ports 18000-18999), and a tiny local tokenizer."""
+"""Fixtures: a mock streaming server in its own process (ports 18000-18999), a misbehaving server in a thread
+(hostile_server.py), and a tiny local tokenizer."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -9,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_server import HostileServer
 
 from servelab.bench.datasets import WORDS
 
@@ -16,7 +19,8 @@ PORT_RANGE = range(18100, 18900)
 
 
 def free_port() -> int:
-    for port in PORT_RANGE:
+    """A free port of the range, tried in random order: test sessions running at once rarely pick the same."""
+    for port in random.sample(PORT_RANGE, len(PORT_RANGE)):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -63,6 +67,21 @@ def mock_server():
 
     def start(*args: str) -> MockServer:
         s = MockServer(*args)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def hostile_server():
+    """Factory: hostile_server('endless') -> HostileServer (hostile_server.py); all stop after the test."""
+    servers: list[HostileServer] = []
+
+    def start(mode: str) -> HostileServer:
+        s = HostileServer(mode)
         servers.append(s)
         return s
 

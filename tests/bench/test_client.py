@@ -1,6 +1,7 @@
 """The SSE/HTTP parser fed byte by byte and in odd splits (no network): counting, usage, framing, failures."""
 
 import json
+import random
 
 import pytest
 
@@ -148,3 +149,165 @@ def test_stale_keepalive_connection_is_retried_once():
 
 def test_dechunk():
     assert dechunk(chunk(b"abc") + chunk(b"de") + b"0\r\n\r\n") == b"abcde"
+
+
+# -- every valid SSE form (the WHATWG event-stream format) -------------------------------------------------
+
+DATA = [json.dumps({"choices": [{"index": 0, "text": t}]}).encode() for t in ("a", "b", "c")]
+LAST = json.dumps({"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3}}).encode()
+
+
+def sse_body(eol: bytes, space: bytes = b" ", extra: bytes = b"") -> list[bytes]:
+    """Events as separate chunks (one write each, as servers do), with the given line ends."""
+    events = [extra + b"data:" + space + d + eol + eol for d in [*DATA, LAST, b"[DONE]"]]
+    return [chunk(e) for e in events]
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+@pytest.mark.parametrize("space", [b" ", b""], ids=["space", "nospace"])
+@pytest.mark.parametrize("step", [0, 1, 3])
+def test_every_line_end_style_and_data_form_is_accepted(eol, space, step):
+    raw = HEAD + b"".join(sse_body(eol, space)) + b"0\r\n\r\n"
+    parts = [raw] if step == 0 else [raw[i : i + step] for i in range(0, len(raw), step)]
+    st, reusable = run(parts)
+    assert st.error is None and reusable
+    assert len(st.chunks) == 3 and st.usage == {"prompt_tokens": 2, "completion_tokens": 3}
+    assert st.generated_text() == "abc"
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_comments_and_event_id_retry_fields_are_ignored(eol):
+    extra = b": keep-alive" + eol + b"event: message" + eol + b"id: 7" + eol + b"retry: 1000" + eol
+    ping = chunk(b": ping" + eol + eol)
+    parts = sse_body(eol, extra=extra)
+    st, _ = run([HEAD + ping + parts[0], ping + parts[1], b"".join(parts[2:]) + b"0\r\n\r\n"])
+    assert st.error is None and len(st.chunks) == 3 and st.generated_text() == "abc"
+
+
+def test_multi_line_data_is_one_event():
+    obj = json.dumps({"choices": [{"index": 0, "text": "x"}]}, indent=1).encode()
+    multi = chunk(b"".join(b"data: " + line + b"\n" for line in obj.splitlines()) + b"\n")
+    st, _ = run([HEAD + multi + TOK + USAGE + DONE])
+    assert st.error is None and len(st.chunks) == 2 and st.generated_text() == "xhi"
+
+
+# -- a stream cut short fails ------------------------------------------------------------------------------
+
+
+def test_stream_ending_cleanly_without_done_or_finish_reason_is_truncated():
+    """3 of 8 tokens, then a proper chunked end: no [DONE], no finish reason."""
+    st, _ = run([HEAD + TOK + TOK + TOK + b"0\r\n\r\n"])
+    assert st.error.startswith("truncated stream") and "3 content events" in st.error
+
+
+def test_close_delimited_stream_cut_short_is_truncated():
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    body = b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n' * 3
+    st, _ = run([head + body], close=True)
+    assert st.error.startswith("truncated stream")
+
+
+def test_a_finish_reason_without_done_is_a_complete_stream():
+    last = event({"choices": [{"index": 0, "text": "z", "finish_reason": "length"}]})
+    st, _ = run([HEAD + TOK + TOK + last + b"0\r\n\r\n"])
+    assert st.error is None and len(st.chunks) == 3
+
+
+# -- bounds and garbage ------------------------------------------------------------------------------------
+
+
+def run_limited(parts, max_body_bytes):
+    owner = Owner()
+    conn = StreamConn(owner, max_body_bytes=max_body_bytes)
+    conn.connection_made(Transport())
+    st = RequestState(None, b"REQ", 0.0, 0.0)
+    conn.start(st)
+    for p in parts:
+        conn.data_received(p)
+        if owner.done:
+            break
+    assert len(owner.done) == 1
+    return owner.done[0]
+
+
+def test_endless_stream_fails_at_the_body_limit():
+    st, reusable = run_limited([HEAD] + [TOK] * 100_000, 64 << 10)
+    assert st.error.startswith("response larger than") and not reusable
+    assert 64 << 10 < st.size < (64 << 10) + 2 * len(TOK)
+
+
+def test_endless_sse_line_fails_at_the_event_limit():
+    st, _ = run_limited([HEAD, chunk(b"data: {")] + [chunk(b"x" * 65536)] * 1000, 1 << 40)
+    assert st.error.startswith("SSE event larger than")
+
+
+def test_endless_json_body_fails_at_the_body_limit():
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+    st, _ = run_limited([head] + [b"x" * 65536] * 100, 1 << 20)
+    assert st.error.startswith("response larger than")
+
+
+@pytest.mark.parametrize(
+    "head,reason",
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\n", "malformed HTTP header Content-Length"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -5\r\n\r\n", "malformed HTTP header Content-Length"),
+        (b"HTTP/1.1 2x0 OK\r\n\r\n", "malformed HTTP status line"),
+        (b"SPAM 200 OK\r\n\r\n", "malformed HTTP status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed HTTP header line"),
+        (b"\x00\xff" * 40000, "HTTP response header larger than"),
+    ],
+)
+def test_garbage_heads_fail_the_request(head, reason):
+    st, reusable = run([head])
+    assert st.error.startswith(reason) and not reusable
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[1, 2]", b'{"choices": [1]}', b'{"choices": [{"text": 5}], "usage": "lots"}', b"\xff\xfe"],
+)
+def test_odd_json_bodies_never_raise(body):
+    resp = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    st, _ = run([resp + body])
+    assert st.generated_text() == ""
+    assert st.usage is None
+
+
+def test_random_garbage_and_splits_never_raise():
+    """Seeded fuzzing: valid heads followed by mutated streams, cut at random points; every request ends
+    exactly once, with a reason or none, and its text can be read."""
+    rng = random.Random(13)
+    heads = [HEAD, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n"]
+    pieces = [
+        TOK,
+        USAGE,
+        DONE,
+        b"data:",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"{",
+        b"}",
+        b"0\r\n\r\n",
+        b":",
+        b"\xff",
+        b"[DONE]",
+    ]
+    for _ in range(2000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        raw = rng.choice(heads) + body
+        cuts = sorted(rng.sample(range(1, len(raw)), min(3, len(raw) - 1)))
+        parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+        owner = Owner()
+        conn = StreamConn(owner, max_body_bytes=1 << 16)
+        conn.connection_made(Transport())
+        st = RequestState(None, b"REQ", 0.0, 0.0)
+        conn.start(st)
+        for p in parts:
+            if not owner.done:
+                conn.data_received(p)
+        conn.connection_lost(None)
+        assert len(owner.done) == 1
+        assert isinstance(st.generated_text(), str)
+        assert st.error is None or isinstance(st.error, str)

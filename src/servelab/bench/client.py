@@ -2,14 +2,20 @@
 request).
 
 Hot path (data_received of a 200 text/event-stream response), per socket read:
-  one perf_counter() read; bytes.rfind of the last event end; bytes.count of complete events ("\\ndata:")
-  and of JSON-object ends ("}\\n\\n"); three `in` tests that route only the usage / [DONE] / error events
-  to json.loads. Content events are counted, never parsed. Events that arrive in one read share a timestamp
-  (their ITL gaps are 0), as with any client that reads the socket.
-Framing: chunked transfer (the usual), Content-Length, or close-delimited bodies. The raw body is kept as a
-list of the read buffers (cheap) so text can be extracted after the request when it is needed.
-Failures never raise into the loop: each ends the request with a reason (HTTP status, truncated or malformed
-stream, error event, timeout, connection errors).
+  one perf_counter() read; bytes.rfind of the last event end; bytes.count of data lines and of JSON-object
+  ends (patterns of the stream's line ends, sse.py); three `in` tests. Content events are counted, never
+  parsed, when every data line is one JSON object ending its event; reads holding anything else (the usage,
+  [DONE] or error events, multi-line data, a malformed event) are parsed exactly (sse.event_data). Events that
+  arrive in one read share a timestamp (their ITL gaps are 0), as with any client that reads the socket.
+Framing: chunked transfer (the usual), Content-Length, or close-delimited bodies. The SSE patterns are matched
+on the raw chunked bytes, which assumes chunk boundaries between lines (each event written at once, as
+servers do). The raw body is kept as a list of the read buffers (cheap) so text can be extracted after the
+request when it is needed.
+Bounds: a response holds at most `max_body_bytes` (the run's --max-response-mib) and an SSE event at most
+MAX_EVENT_BYTES; a response over either fails, so an endless or garbage stream cannot exhaust memory.
+A stream succeeds only when it ends with [DONE] or a finish reason: one cut short is a failure.
+Failures never raise into the loop: each ends the request with a reason (HTTP status, truncated, oversized or
+malformed stream or header, error event, timeout, connection errors).
 """
 
 from __future__ import annotations
@@ -18,7 +24,12 @@ import asyncio
 import json
 from time import perf_counter
 
+from servelab.bench import sse
+
 _TERMINATOR = b"\r\n0\r\n\r\n"
+MAX_HEAD_BYTES = 64 << 10
+MAX_EVENT_BYTES = 16 << 20  # one SSE event (a first chunk with prompt logprobs can be megabytes)
+MAX_BODY_BYTES = 64 << 20  # the default of --max-response-mib
 
 
 class RequestState:
@@ -34,12 +45,12 @@ class RequestState:
         "event_error",
         "finished",
         "got_bytes",
+        "finish_seen",
         "head",
         "in_body",
         "item",
+        "n_bad",
         "n_done",
-        "n_events",
-        "n_json",
         "new_conn",
         "parts",
         "payload",
@@ -48,9 +59,11 @@ class RequestState:
         "reused",
         "sched",
         "sent",
+        "size",
         "slot",
         "sse",
         "status",
+        "style",
         "tail",
         "usage",
     )
@@ -63,9 +76,11 @@ class RequestState:
         self.sent = 0.0
         self.end = 0.0
         self.chunks: list[int] = []
-        self.n_events = 0
-        self.n_json = 0
+        self.n_bad = 0  # events whose data is neither a JSON object nor [DONE]
         self.n_done = 0
+        self.finish_seen = False
+        self.size = 0
+        self.style: sse.LineStyle | None = None
         self.usage: dict | None = None
         self.error: str | None = None
         self.event_error: str | None = None
@@ -83,7 +98,7 @@ class RequestState:
         self.retried = False
         self.new_conn = False
         self.finished = False
-        self.conn = None
+        self.conn: StreamConn | None = None
 
     def body_bytes(self) -> bytes:
         raw = b"".join(self.parts)
@@ -93,28 +108,28 @@ class RequestState:
         """Text of the completion, parsed after the request (never in the hot path)."""
         body = self.body_bytes()
         if not self.sse:
-            try:
-                choices = json.loads(body).get("choices") or [{}]
-            except (json.JSONDecodeError, AttributeError):
-                return ""
-            c = choices[0]
-            return c.get("text") or (c.get("message") or {}).get("content") or ""
-        out = []
-        for event in body.split(b"\n\n"):
-            j = event.find(b"data:")
-            if j < 0:
-                continue
-            data = event[j + 5 :].strip()
-            if not data.startswith(b"{"):
-                continue
-            try:
-                choices = json.loads(data).get("choices")
-            except json.JSONDecodeError:
-                continue
-            if choices:
-                c = choices[0]
-                out.append(c.get("text") or (c.get("delta") or {}).get("content") or "")
-        return "".join(out)
+            return _choice_text(_json_object(body), "message")
+        return "".join(_choice_text(_json_object(data), "delta") for data in sse.event_data(body))
+
+
+def _json_object(data: bytes) -> dict:
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _choice_text(obj: dict, message_key: str) -> str:
+    """The first choice's text: `text` (completions) or `<message_key>.content` (chat); '' when absent or
+    not text."""
+    choices = obj.get("choices")
+    c = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(c, dict):
+        return ""
+    message = c.get(message_key)
+    text = c.get("text") or (message.get("content") if isinstance(message, dict) else None)
+    return text if isinstance(text, str) else ""
 
 
 def dechunk(raw: bytes) -> bytes:
@@ -138,8 +153,9 @@ def dechunk(raw: bytes) -> bytes:
 class StreamConn(asyncio.Protocol):
     """One keep-alive connection; carries at most one request at a time. `owner` is the Worker."""
 
-    def __init__(self, owner) -> None:
+    def __init__(self, owner, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.owner = owner
+        self.max_body_bytes = max_body_bytes
         self.transport: asyncio.Transport | None = None
         self.st: RequestState | None = None
         self.closed = False
@@ -159,13 +175,14 @@ class StreamConn(asyncio.Protocol):
             st.head += data
             i = st.head.find(b"\r\n\r\n")
             if i < 0:
-                if len(st.head) > 65536:
-                    self.finish(t, "HTTP response header larger than 64 KiB")
+                if len(st.head) > MAX_HEAD_BYTES:
+                    self.finish(t, f"HTTP response header larger than {MAX_HEAD_BYTES >> 10} KiB")
                 return
             head, data = st.head[:i], st.head[i + 4 :]
             st.head = b""
-            if not self._parse_head(st, head):
-                self.finish(t, f"malformed HTTP status line: {head[:80]!r}")
+            error = _parse_head(st, head)
+            if error:
+                self.finish(t, error)
                 return
             if st.remaining == 0:
                 self.finish(t, None)
@@ -173,18 +190,33 @@ class StreamConn(asyncio.Protocol):
             if not data:
                 return
         st.parts.append(data)
+        st.size += len(data)
+        if st.size > self.max_body_bytes:
+            self.finish(
+                t, f"response larger than {self.max_body_bytes / (1 << 20):g} MiB (--max-response-mib)"
+            )
+            return
         if st.sse:
             buf = st.tail + data
-            end = buf.rfind(b"\n\n")
-            if end >= 0:
-                complete = buf[: end + 2]
-                st.tail = buf[end + 1 :]
-                n = complete.count(b"\ndata:")
+            style = st.style
+            if style is None:
+                style = st.style = sse.line_style(buf)
+            if style is not None and (end := buf.rfind(style.event_end)) >= 0:
+                event_end, json_end, data_start, cr_data_start = style
+                cut = end + len(event_end)
+                complete = buf[:cut]
+                st.tail = buf[cut - 1 :]  # the last line end, so a data line right after it is counted
+                n = complete.count(data_start)
+                if cr_data_start:
+                    n += complete.count(cr_data_start)
                 if n:
-                    st.n_events += n
-                    st.n_json += complete.count(b"}\n\n")
-                    if b'"usage"' in complete or b"[DONE]" in complete or b'"error"' in complete:
-                        n -= self._inspect(st, complete)
+                    if (
+                        n != complete.count(json_end)
+                        or b'"usage"' in complete
+                        or b"[DONE]" in complete
+                        or b'"error"' in complete
+                    ):
+                        n = self._parse_events(st, complete)
                     if n > 0:
                         us = int((t - st.sent) * 1e6)
                         if n == 1:
@@ -193,6 +225,9 @@ class StreamConn(asyncio.Protocol):
                             st.chunks.extend([us] * n)
             else:
                 st.tail = buf
+                if len(buf) > MAX_EVENT_BYTES:
+                    self.finish(t, f"SSE event larger than {MAX_EVENT_BYTES >> 20} MiB")
+                    return
             if st.chunked:
                 if buf.endswith(_TERMINATOR) or buf == b"\n0\r\n\r\n":
                     self.finish(t, None)
@@ -264,54 +299,60 @@ class StreamConn(asyncio.Protocol):
             self.transport.abort()
 
     @staticmethod
-    def _parse_head(st: RequestState, head: bytes) -> bool:
-        try:
-            st.status = int(head[9:12])
-        except ValueError:
-            return False
-        h = head.lower()
-        st.chunked = b"transfer-encoding: chunked" in h
-        st.close_after = b"connection: close" in h
-        st.sse = st.status == 200 and b"text/event-stream" in h
-        if not st.chunked:
-            i = h.find(b"content-length:")
-            if i >= 0:
-                st.remaining = int(h[i + 15 : h.find(b"\r\n", i) if h.find(b"\r\n", i) > 0 else None])
-        st.in_body = True
-        return True
-
-    @staticmethod
-    def _inspect(st: RequestState, complete: bytes) -> int:
-        """Parse only the events that may carry usage, [DONE] or an error; return how many are not content."""
-        non_content = 0
-        for event in complete.split(b"\n\n"):
-            j = event.find(b"data:")
-            if j < 0:
-                continue
-            data = event[j + 5 :].strip()
+    def _parse_events(st: RequestState, complete: bytes) -> int:
+        """Parse complete events exactly: note [DONE], usage, errors, finish reasons and malformed events;
+        return how many are content events (a choice with text or a role)."""
+        content = 0
+        for data in sse.event_data(complete):
             if data == b"[DONE]":
                 st.n_done += 1
-                non_content += 1
-                continue
-            if b'"usage"' not in data and b'"error"' not in data:
                 continue
             try:
                 obj = json.loads(data)
-            except json.JSONDecodeError:
-                continue  # counted as malformed by the n_json check
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = None
             if not isinstance(obj, dict):
+                st.n_bad += 1
                 continue
             if obj.get("error"):
                 err = obj["error"]
                 msg = err.get("message", err) if isinstance(err, dict) else err
                 st.event_error = f"error event in stream: {str(msg)[:200]}"
-                non_content += 1
                 continue
             if obj.get("usage"):
-                st.usage = obj["usage"]
-            if not obj.get("choices"):
-                non_content += 1
-        return non_content
+                st.usage = _usage(obj["usage"])
+            if obj.get("choices"):
+                content += 1
+                if sse.FINISH_REASON.search(data):
+                    st.finish_seen = True
+        return content
+
+
+def _parse_head(st: RequestState, head: bytes) -> str | None:
+    """Read the status and the framing headers into `st`; return why the head is malformed, or None."""
+    lines = head.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        return f"malformed HTTP status line: {lines[0][:80]!r}"
+    st.status = int(code)
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name.strip():
+            return f"malformed HTTP header line: {line[:80]!r}"
+        headers[name.strip().lower()] = value.strip().lower()
+    connection = headers.get(b"connection", b"")
+    st.chunked = b"chunked" in headers.get(b"transfer-encoding", b"")
+    st.close_after = b"close" in connection or (version == b"HTTP/1.0" and b"keep-alive" not in connection)
+    st.sse = st.status == 200 and headers.get(b"content-type", b"").startswith(b"text/event-stream")
+    length = headers.get(b"content-length")
+    if length is not None and not st.chunked:
+        if not length.isdigit():
+            return f"malformed HTTP header Content-Length: {length[:40]!r}"
+        st.remaining = int(length)
+    st.in_body = True
+    return None
 
 
 def _verdict(st: RequestState) -> str | None:
@@ -322,21 +363,31 @@ def _verdict(st: RequestState) -> str | None:
     if st.event_error:
         return st.event_error
     if st.sse:
-        if st.n_events != st.n_json + st.n_done:
-            bad = st.n_events - st.n_json - st.n_done
-            return f"malformed SSE: {bad} of {st.n_events} events are not JSON objects"
+        if st.n_bad:
+            return f"malformed SSE: {st.n_bad} events are neither JSON objects nor [DONE]"
         if b"data:" in st.tail:
             return "truncated stream: an incomplete SSE event at the end of the body"
         if not st.chunks:
             return "no content event received (cannot measure TTFT)"
+        if not st.n_done and not st.finish_seen and not sse.FINISH_REASON.search(st.body_bytes()):
+            return f"truncated stream: {len(st.chunks)} content events, then no [DONE] and no finish reason"
         return None
     # non-streaming JSON response: one parse, after the request
     try:
         obj = json.loads(st.body_bytes())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return "malformed JSON response body"
     if not isinstance(obj, dict) or not obj.get("choices"):
         return "response has no choices"
-    st.usage = obj.get("usage") or None
+    st.usage = _usage(obj.get("usage"))
     st.chunks.append(int((st.end - st.sent) * 1e6))
     return None
+
+
+def _usage(value) -> dict | None:
+    """The token counts of a usage object; counts that are not non-negative integers are dropped (a server's
+    bad usage must not become the result's token count)."""
+    if not isinstance(value, dict):
+        return None
+    counts = {k: v for k, v in value.items() if type(v) is int and v >= 0}
+    return counts or None

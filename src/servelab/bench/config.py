@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from servelab.bench.payload import check_base_url, check_header, check_header_value, split_credentials
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
@@ -20,13 +21,18 @@ class BenchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base_url: str = Field(
-        "http://127.0.0.1:8000", description="server base URL (vLLM: --base-url or --host/--port)"
+        "http://127.0.0.1:8000",
+        description="server base URL (vLLM: --base-url or --host/--port); user:password@ is sent as basic "
+        "auth and stripped from the stored URL",
     )
     endpoint: str = Field(
         "/v1/completions", description="API path; /v1/chat/completions selects the chat API"
     )
     backend: Literal["openai", "openai-chat", "vllm"] = Field(
         "openai", description="vLLM's --backend; derived from --endpoint when not given"
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="extra request headers (--header); values are never stored"
     )
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
@@ -81,10 +87,31 @@ class BenchConfig(BaseModel):
     result_filename: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     request_timeout_s: float = Field(600.0, gt=0, description="servelab: per-request wall limit")
+    max_response_mib: float = Field(
+        64.0, gt=0, description="servelab: a response over this many MiB fails (bounds client memory)"
+    )
     num_workers: int = Field(0, ge=0, description="servelab: worker processes; 0 = one per core")
     live: bool | None = Field(None, description="servelab: live line; None = only on a terminal")
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
     ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
+    _basic_auth: str | None = PrivateAttr(None)  # from user:password@ in base_url; never stored
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, v: str) -> str:
+        return check_base_url(v.rstrip("/"))
+
+    @field_validator("endpoint")
+    @classmethod
+    def _check_endpoint(cls, v: str) -> str:
+        if check_header_value(v) and (" " in v or "?" in v or "#" in v):
+            raise ValueError("must be a path without spaces, query or fragment")
+        return v if v.startswith("/") else "/" + v
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        return dict(check_header(name, value) for name, value in v.items())
 
     @field_validator("dataset_name", mode="before")
     @classmethod
@@ -119,11 +146,7 @@ class BenchConfig(BaseModel):
 
     @model_validator(mode="after")
     def _derive(self) -> BenchConfig:
-        self.base_url = self.base_url.rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
-        if not self.endpoint.startswith("/"):
-            self.endpoint = "/" + self.endpoint
+        self.base_url, self._basic_auth = split_credentials(self.base_url)
         if "backend" not in self.model_fields_set:
             self.backend = "openai-chat" if self.endpoint.endswith("chat/completions") else "openai"
         if self.ramp_up_strategy is not None:
@@ -138,6 +161,11 @@ class BenchConfig(BaseModel):
         return self
 
     @property
+    def basic_auth(self) -> str | None:
+        """The Authorization value from user:password@ in the given base URL, or None."""
+        return self._basic_auth
+
+    @property
     def is_chat(self) -> bool:
         return self.backend == "openai-chat"
 
@@ -148,6 +176,7 @@ class BenchConfig(BaseModel):
     def public_dump(self) -> dict:
         """The full config for result files; request_rate inf is written as the string 'inf' like vLLM."""
         d = self.model_dump(mode="json")
+        d["headers"] = {name: "(not stored)" for name in self.headers}
         if math.isinf(self.request_rate):
             d["request_rate"] = "inf"
         return d
@@ -175,6 +204,17 @@ def parse_metadata(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"metadata {item!r} must be KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_headers(items: list[str]) -> dict[str, str]:
+    """vLLM's --header KEY=VALUE values."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError("--header values must be KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
 

@@ -361,9 +361,13 @@ def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     path = Path(cfg.dataset_path or "")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ServelabError(f"--dataset-path {path}: cannot read ShareGPT JSON ({e})") from None
-    convs = [d["conversations"] for d in data if isinstance(d, dict) and len(d.get("conversations", [])) >= 2]
+    if not isinstance(data, list):
+        raise ServelabError(f"--dataset-path {path}: expected a JSON list of conversations")
+    convs = [
+        d["conversations"] for d in data if isinstance(d, dict) and _usable_turns(d.get("conversations"))
+    ]
     random.Random(cfg.seed).shuffle(convs)
     items: list[BenchItem] = []
     for conv in convs:
@@ -382,6 +386,15 @@ def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     return items
 
 
+def _usable_turns(conv: object) -> bool:
+    """A ShareGPT conversation whose first two turns carry text (others are skipped like short ones)."""
+    return (
+        isinstance(conv, list)
+        and len(conv) >= 2
+        and all(isinstance(t, dict) and isinstance(t.get("value", ""), str) for t in conv[:2])
+    )
+
+
 def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     """JSONL, one {"prompt": str, "output_len"?: int} per line (vLLM's custom dataset format)."""
     path = Path(cfg.dataset_path or "")
@@ -390,19 +403,24 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         lines = path.read_text().splitlines()
     except OSError as e:
         raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"--dataset-path {path}: not UTF-8 text") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            prompt = row["prompt"]
-            if not isinstance(prompt, str):
-                raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except json.JSONDecodeError as e:
+            raise ServelabError(f"--dataset-path {path}:{n}: not JSON ({e.msg})") from None
+        prompt = row.get("prompt") if isinstance(row, dict) else None
+        if not isinstance(prompt, str):
+            raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}')
+        out_len = next((row[k] for k in ("output_len", "output_tokens") if row.get(k) is not None), None)
+        out_len = cfg.custom_output_len if out_len is None else out_len
+        if type(out_len) is not int or out_len < 1:
             raise ServelabError(
-                f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}'
-            ) from None
-        out_len = int(row.get("output_len") or row.get("output_tokens") or cfg.custom_output_len)
+                f"--dataset-path {path}:{n}: output_len must be a positive integer, not {str(out_len)[:40]}"
+            )
         items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
         if len(items) >= cfg.num_prompts:
             break

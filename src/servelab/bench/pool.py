@@ -16,8 +16,11 @@ class ConnectionPool:
     """Connections of one worker. `owner` (the Worker) is told when a request on a connection ends, when a
     stale connection needs the request retried, and when a connection is lost."""
 
-    def __init__(self, target: Target, tls: ssl.SSLContext | None, owner, loop, stats: Accounting) -> None:
+    def __init__(
+        self, target: Target, tls: ssl.SSLContext | None, owner, loop, stats: Accounting, max_body_bytes: int
+    ) -> None:
         self.host, self.port, self.tls = target.host, target.port, tls
+        self.max_body_bytes = max_body_bytes
         self.owner = owner
         self.loop = loop
         self.stats = stats
@@ -34,7 +37,7 @@ class ConnectionPool:
 
     async def connect(self) -> StreamConn:
         _, conn = await self.loop.create_connection(
-            lambda: StreamConn(self.owner), self.host, self.port, ssl=self.tls
+            lambda: StreamConn(self.owner, self.max_body_bytes), self.host, self.port, ssl=self.tls
         )
         self.stats.connections_opened += 1
         return conn

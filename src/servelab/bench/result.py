@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
 import servelab
+from servelab.errors import ServelabError
 from servelab.metrics import Distribution, ServingSummary
 from servelab.metrics.summary import distribution_fields
 
@@ -153,14 +157,59 @@ def now_stamp() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
+def check_path(result_dir: Path, filename: str | None) -> None:
+    """Make the result folder, and refuse before a run a result path that cannot take its result: servelab
+    never overwrites one."""
+    if result_dir.exists() and not result_dir.is_dir():
+        raise ServelabError(f"--result-dir {result_dir} is not a directory")
+    try:
+        result_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ServelabError(f"--result-dir {result_dir}: {e.strerror}") from None
+    if not os.access(result_dir, os.W_OK | os.X_OK):
+        raise ServelabError(f"--result-dir {result_dir}: not writable")
+    if filename is None:
+        return
+    path = result_dir / filename
+    if path.is_dir():
+        raise ServelabError(f"--result-filename {path} is a directory; give a file name")
+    if path.exists():
+        raise ServelabError(
+            f"--result-filename {path} exists; servelab never overwrites a result (remove it or pick another)"
+        )
+
+
+def claim(path: Path, taken: Callable[[Path], Path]) -> Path:
+    """Create the result file exclusively (empty until `save` replaces it) and return it: `path`, or `path`
+    with -1, -2, ... before the suffix when it (or its companion `taken(path)`) exists, e.g. when an identical
+    run finished in the same second."""
+    for k in range(1000):
+        p = path if k == 0 else path.with_name(f"{path.stem}-{k}{path.suffix}")
+        if taken(p).exists():
+            continue
+        try:
+            os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except (FileExistsError, IsADirectoryError):
+            continue
+        return p
+    raise ServelabError(f"no free result file name next to {path}")
+
+
 def save(result: BenchResult, path: Path, detailed: bool) -> None:
-    """Write the result file atomically; the per-request detail lists only when `detailed`."""
+    """Write the result file atomically (a temporary file in the same folder, then a rename); the per-request
+    detail lists only when `detailed`."""
     detail_fields = {f.name for f in fields(RequestDetails)}
     data = {k: v for k, v in result.dump().items() if detailed or k not in detail_fields}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2, default=_jsonable))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _jsonable(v):

@@ -3,7 +3,9 @@
 One worker process per core (each its own event loop and schedule share, round-robin), started with
 'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them. Workers get ready
 (connection pool, ready check, warm-ups), then all start at one shared monotonic time T0.
-Ctrl-C: the parent tells workers to stop; what was measured is merged and saved; exit code 130.
+Ctrl-C, SIGTERM or SIGHUP: the parent tells workers to stop; what was measured is merged and saved; the exit
+code is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), as shells report them.
+Workers die with the parent however it ends (worker.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -26,7 +29,7 @@ from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
-from servelab.bench.payload import RequestTemplate, Target, api_key_from_env
+from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
 from servelab.bench.progress import (
     LiveLine,
     RunProgress,
@@ -44,17 +47,18 @@ from servelab.errors import ServelabError
 from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
 
 
-def fetch_model_id(base_url: str, api_key: str | None, timeout: float = 10.0) -> str:
+def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
     """vLLM asks /v1/models for the first model when --model is not given; so do we."""
-    req = urllib.request.Request(base_url + "/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+    req = urllib.request.Request(base_url + "/v1/models", headers=dict(headers))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read())
+            data = json.loads(resp.read(MAX_MODELS_BYTES))
         return data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
+
+
+MAX_MODELS_BYTES = 1 << 20  # a model list is a few KB; a server sending more is not one
 
 
 def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> list[WorkItem]:
@@ -119,12 +123,13 @@ class LoadRun:
     summaries: list[dict]
     infos: list[dict]
     interrupted: bool
+    signum: int = 0  # the signal that interrupted the run
 
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
     """Resolve the model name, build the dataset and pre-serialize every request."""
-    api_key = api_key_from_env()
-    model_id = cfg.model or fetch_model_id(cfg.base_url, api_key)
+    headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
+    model_id = cfg.model or fetch_model_id(cfg.base_url, headers)
     data = build_dataset(cfg, tok)
     sampling = {
         k: v
@@ -139,7 +144,7 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
         cfg.stream,
         bool(cfg.ignore_eos),
         sampling,
-        api_key,
+        headers,
     )
     return Prepared(model_id, data, template, build_items(cfg, data, template))
 
@@ -165,6 +170,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
                 limits[k],
                 cfg.request_timeout_s,
                 str(records_dir / f"worker-{k}.jsonl"),
+                max_body_bytes=int(cfg.max_response_mib * (1 << 20)),
                 warmups=warm[k::n_workers],
                 ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
                 keep_text=keep_text,
@@ -189,7 +195,7 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         p.start()
         procs.append(p)
         pipes.append(parent_end)
-    interrupted = False
+    interrupted, signum = False, 0
     summaries: list[dict] = []
     infos: list[dict] = []
     live = cfg.live if cfg.live is not None else sys.stderr.isatty()
@@ -206,9 +212,15 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
         for pipe in pipes:
             pipe.send(("start", t0))
         summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as e:
+        interrupted, signum = True, getattr(e, "signum", signal.SIGINT)
         stop.set()
+        if not t0:  # before the start, workers wait (or will) for a word: stop, and send what you have
+            for pipe in pipes:
+                try:
+                    pipe.send(("stop",))
+                except OSError:
+                    pass  # that worker is gone
         try:
             summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop, grace=10.0)
         except KeyboardInterrupt:
@@ -221,7 +233,7 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
             if p.is_alive():
                 p.terminate()
     records = merge_jsonl([Path(s.out_path) for s in specs], merged_path)
-    return LoadRun(records, summaries, infos, interrupted)
+    return LoadRun(records, summaries, infos, interrupted, signum)
 
 
 def run_point(
@@ -233,41 +245,58 @@ def run_point(
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer, cfg.trust_remote_code)
     prep = prepare(cfg, tok)
     date = R.now_stamp()
-    result_path = None
-    if cfg.save_result:
-        result_path = Path(cfg.result_dir or ".") / (
-            cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
-        )
-        records_dir = result_path.with_name(result_path.stem + ".requests.d")
-        records_dir.mkdir(parents=True, exist_ok=True)
-        merged_path = result_path.with_name(result_path.stem + ".requests.jsonl")
-    else:
-        records_dir = Path(tempfile.mkdtemp(prefix="servelab-bench-"))
-        merged_path = records_dir / "requests.jsonl"
+    result_dir = Path(cfg.result_dir or ".")  # made by R.check_path before the run
+    # a folder of this run's own: concurrent runs never share (or delete) each other's records
+    records_dir = Path(
+        tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
+    )
     specs = worker_specs(cfg, prep.items, prep.template, records_dir)
-    load = run_load(cfg, prep.items, specs, merged_path)
-    shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
+    load = run_load(cfg, prep.items, specs, records_dir / "requests.jsonl")
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
     )
     result.interrupted = load.interrupted
-    if result_path:
-        result.records_file = str(merged_path)
     present(result, cfg.percentile_metrics, file=out)
-    if result_path:
-        R.save(result, result_path, cfg.save_detailed)
+    result_path = None
+    if cfg.save_result:
+        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+        result_path = _save(cfg, result, result_dir / name, records_dir / "requests.jsonl")
         print(f"result: {result_path}", file=out)
-    return result, result_path, exit_code(cfg, result)
+    shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
+    return result, result_path, exit_code(cfg, result, load.signum)
 
 
-def exit_code(cfg: BenchConfig, result: R.BenchResult) -> int:
-    """130 interrupted; 1 when requests failed or were not sent (except those --max-seconds left); else 0."""
+def exit_code(cfg: BenchConfig, result: R.BenchResult, signum: int = signal.SIGINT) -> int:
+    """128 + the signal when interrupted (130 for Ctrl-C); 1 when requests failed or were not sent (except
+    those --max-seconds left); else 0."""
     if result.interrupted:
-        return 130
+        return 128 + signum
     left_by_limit = 0
     if cfg.max_seconds is not None:
         left_by_limit = result.failure_reasons.get(NOT_SENT + MAX_SECONDS_REASON.format(cfg.max_seconds), 0)
     return 1 if (result.failed or result.not_sent - left_by_limit) else 0
+
+
+def _save(cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path) -> Path:
+    """Claim a free result name (`path` or a suffixed one), move the records next to it, write the result;
+    an interruption in between removes the still empty claimed file. Returns the result's path."""
+    result_path = R.claim(path, taken=_records_path)
+    try:
+        if result_path != path:
+            print(f"note: {path} exists; the result goes to {result_path}", file=sys.stderr)
+        records_path = _records_path(result_path)
+        os.replace(records, records_path)
+        result.records_file = str(records_path)
+        R.save(result, result_path, cfg.save_detailed)
+    except BaseException:
+        if result_path.stat().st_size == 0:
+            result_path.unlink()
+        raise
+    return result_path
+
+
+def _records_path(result_path: Path) -> Path:
+    return result_path.with_name(result_path.stem + ".requests.jsonl")
 
 
 def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> list[dict]:
@@ -318,6 +347,8 @@ def _wait_done(
                 continue
             if kind == "done":
                 summaries[k] = payload
+            elif kind == "ready":  # interrupted before the start: its summary follows
+                waiting[id(conn)] = (k, conn)
             else:
                 print(f"warning: {payload}", file=sys.stderr)
         run_progress.update(perf_counter() - t0, Totals.read(progress, len(pipes)))
@@ -329,9 +360,42 @@ def _wait_done(
     return [summaries[k] for k in sorted(summaries)]
 
 
+class Terminated(KeyboardInterrupt):
+    """A termination signal (SIGTERM, SIGHUP) to the bench process, handled like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
 def run(cfg_points: list[BenchConfig], out=None) -> int:
-    """Run one point or a sweep; print a summary table for sweeps. Returns the exit code."""
-    out = out or sys.stdout
+    """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
+    sweeps. Returns the exit code."""
+    return _with_signals(cfg_points, lambda: _run_points(cfg_points, out or sys.stdout))
+
+
+def _with_signals(cfg_points: list[BenchConfig], body) -> int:
+    """Refuse taken result files before anything runs, then run `body` with SIGTERM and SIGHUP raised as
+    `Terminated` (a KeyboardInterrupt), so what was measured is saved as for Ctrl-C."""
+    for cfg in cfg_points:
+        if cfg.save_result:
+            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
+    previous = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return body()
+    except Terminated as e:  # outside the load (e.g. while preparing): nothing measured to save
+        print("interrupted", file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run_points(cfg_points: list[BenchConfig], out) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
@@ -342,7 +406,7 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
         result, path, c = run_point(cfg, tok, out)
         results.append((point, result.dump(), str(path) if path else None))
         code = max(code, c)
-        if c == 130:
+        if result.interrupted:
             break
     if len(cfg_points) > 1:
         print_sweep_table(results, file=out)
@@ -351,7 +415,10 @@ def run(cfg_points: list[BenchConfig], out=None) -> int:
 
 def run_rate_sweep(base: BenchConfig, num_rates: int, out=None) -> int:
     """`--request-rate sweep`: each step of rate_sweep is a normal point (its own result), then a table."""
-    out = out or sys.stdout
+    return _with_signals([base], lambda: _run_rate_sweep(base, num_rates, out or sys.stdout))
+
+
+def _run_rate_sweep(base: BenchConfig, num_rates: int, out) -> int:
     tok = load_tokenizer(base.tokenizer, base.trust_remote_code)
     steps = rate_sweep(num_rates, base.max_concurrency)
     step = next(steps)
@@ -362,7 +429,7 @@ def run_rate_sweep(base: BenchConfig, num_rates: int, out=None) -> int:
         result, path, c = run_point(_step_config(base, step), tok, out)
         results.append((step.name, result.dump(), str(path) if path else None))
         code = max(code, c)
-        if c == 130:
+        if result.interrupted:
             break
         try:
             step = steps.send(result)

@@ -5,24 +5,31 @@ Worker runs the request loop; its RecordWriter (records.py) writes the records a
 Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
 which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
 semaphore hop. Closed loop: a finished request frees its slot and the next request goes out in the same
-callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, Ctrl-C and flushing;
+callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, stopping and flushing;
 a 10 ms sampler measures event-loop lag.
+
+A worker dies with its parent, whatever killed the parent: on Linux the kernel sends it SIGKILL
+(PR_SET_PDEATHSIG); elsewhere, and as a fallback, the tick stops the run when the parent pid changes and the
+closed pipe ends the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import ctypes
+import multiprocessing as mp
 import os
 import signal
 import ssl
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from time import perf_counter
 
 from servelab.bench.accounting import PROGRESS_SLOTS, Accounting
-from servelab.bench.client import RequestState, StreamConn
+from servelab.bench.client import MAX_BODY_BYTES, RequestState, StreamConn
 from servelab.bench.payload import RequestTemplate
 from servelab.bench.pool import ConnectionPool
 from servelab.bench.records import RecordWriter
@@ -54,6 +61,7 @@ class WorkerSpec:
     max_in_flight: int | None
     timeout_s: float
     out_path: str
+    max_body_bytes: int = MAX_BODY_BYTES
     warmups: list[bytes] = field(default_factory=list)
     ready_check: bytes | None = None
     keep_text: bool = False
@@ -73,9 +81,29 @@ def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
     return asyncio.new_event_loop(), "asyncio"
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
+
+def _die_with_parent() -> int:
+    """Ask the kernel for SIGKILL when the parent dies (Linux); exit at once if it is already gone. Returns
+    the parent's pid."""
+    parent = mp.parent_process()
+    parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass  # no prctl: the tick's pid check remains
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    return parent_pid
+
+
 def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     """Process entry point (spawned). Protocol with the parent over `pipe`:
     -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary)."""
+    parent_pid = _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
     loop, loop_kind = _new_loop(spec.use_uvloop)
     asyncio.set_event_loop(loop)
@@ -83,6 +111,7 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     tls = ssl.create_default_context() if spec.template.target.tls else None
     records = RecordWriter(out, spec.index, spec.keep_text)
     w = Worker(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls)
+    w.parent_pid = parent_pid
     try:
         info = loop.run_until_complete(w.prepare())
         pipe.send(("ready", info))
@@ -95,6 +124,8 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
                 prof.dump_stats(os.path.join(prof_dir, f"worker-{spec.index}.prof"))
             else:
                 loop.run_until_complete(w.run(msg[1]))
+        else:
+            w.cancel(INTERRUPTED)
         pipe.send(("done", w.stats.summary(w.abort_reason)))
     except BaseException as e:  # report, never hang the parent
         try:
@@ -127,7 +158,7 @@ class Worker:
         self.stats = stats
         self.stop_event = stop_event
         self.loop = loop
-        self.pool = ConnectionPool(spec.template.target, tls, self, loop, stats)
+        self.pool = ConnectionPool(spec.template.target, tls, self, loop, stats, spec.max_body_bytes)
         self.limit = spec.max_in_flight
         self.pending: deque = deque()
         self.in_flight = 0
@@ -142,6 +173,7 @@ class Worker:
         self.next_arrival = 0
         self.arrivals: list[WorkItem] = []
         self.stopped = False
+        self.parent_pid: int | None = None  # stop when the parent process is gone
 
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
@@ -191,6 +223,14 @@ class Worker:
             self.stats.wall_s = perf_counter() - wall0
             self.stats.publish(self.in_flight)
             self.records.flush()
+
+    def cancel(self, reason: str) -> None:
+        """The run was stopped before it started: every request is recorded as never sent."""
+        self.recording = True
+        self.t0 = self.records.t0 = perf_counter()
+        for it in self.spec.items:
+            self._not_sent(it, self.t0 + (it.offset or 0.0), reason)
+        self.records.flush()
 
     async def _drive(self, items: list[WorkItem], limit: int | None, closed: bool) -> None:
         self.limit = limit
@@ -330,7 +370,9 @@ class Worker:
             now = perf_counter()
             self.pool.expire(now, self.spec.timeout_s)
             if self.stop_event is not None and self.stop_event.is_set():
-                self._stop("interrupted (Ctrl-C)")
+                self._stop(INTERRUPTED)
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                self._stop("the bench process is gone")
             if self.abort_reason is not None and self.pending:
                 self.pump(now)  # drains pending into not-sent records
             cpu, wall = time.process_time(), perf_counter()

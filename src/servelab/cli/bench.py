@@ -21,6 +21,9 @@ def bench(
     endpoint: str = typer.Option(
         "/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions."
     ),
+    header: list[str] | None = typer.Option(
+        None, "--header", help="KEY=VALUE, a header sent with every request (its value is never stored)."
+    ),
     backend: str | None = typer.Option(
         None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
     ),
@@ -92,6 +95,9 @@ def bench(
     result_filename: str | None = typer.Option(None, "--result-filename"),
     metadata: list[str] | None = typer.Option(None, "--metadata", help="KEY=VALUE, saved in the result."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request limit in seconds."),
+    max_response_mib: float = typer.Option(
+        64.0, "--max-response-mib", help="A larger response fails (bounds the client's memory)."
+    ),
     num_workers: int = typer.Option(0, "--num-workers", help="Client processes; 0 = one per core."),
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's flag; same as --no-live."),
@@ -116,6 +122,8 @@ def bench(
             raise ServelabError(
                 f"unexpected argument {token!r} (values of --goodput are KEY:VALUE, of --metadata KEY=VALUE)"
             )
+    if not 1 <= port <= 65535:
+        raise ServelabError(f"--port {port} is not in 1-65535")
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int")
@@ -127,6 +135,7 @@ def bench(
         base = dict(
             base_url=base_url or f"http://{host}:{port}",
             endpoint=endpoint,
+            headers=C.parse_headers(list(header or [])),
             model=model,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
@@ -171,6 +180,7 @@ def bench(
             result_dir=result_dir,
             metadata=C.parse_metadata(metadata_items),
             request_timeout_s=request_timeout,
+            max_response_mib=max_response_mib,
             num_workers=num_workers,
             live=False if disable_tqdm else live,
             use_uvloop=uvloop,
@@ -193,7 +203,7 @@ def bench(
                     fields["result_filename"] = name
                 points.append(C.BenchConfig(**fields))
     except ValidationError as e:
-        raise ServelabError.from_validation(e, as_options=True) from None
+        raise ServelabError.from_validation(e, as_options=True, flags={"headers": "--header"}) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
     return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
