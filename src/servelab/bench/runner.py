@@ -93,7 +93,7 @@ def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> l
 
 def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
     """One per core; when the server is on this machine (loopback), leave it a core: on the 2-core box a
-    second client process starved the local server (bench/loadgen_vs_vllm.py, docs/benchmarks.md,
+    second client process starved the local server (benchmarks/loadgen_vs_vllm.py, docs/benchmarks.md,
     section 3)."""
     n = cfg.num_workers
     if not n:

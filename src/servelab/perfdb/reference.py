@@ -20,10 +20,10 @@ QUERY_TILE = 128
 
 
 class SmoothRoofline(Roofline):
-    """Uses the datasheet-derived default efficiencies, never the per-system fit: bench/fit_roofline.py tunes
-    the fallback roofline to the tables, and refitting it must not move the interpolation between measured
-    points (on the H200 tables, a reference built on the fitted numbers took the GEMM leave-one-out p90 from
-    9.4 % to 10.8 %), nor make the accuracy stored at merge time stale."""
+    """Uses the datasheet-derived default efficiencies, never the per-system fit: `servelab calibrate
+    roofline` tunes the fallback roofline to the tables, and refitting it must not move the interpolation
+    between measured points (on the H200 tables, a reference built on the fitted numbers took the GEMM
+    leave-one-out p90 from 9.4 % to 10.8 %), nor make the accuracy stored at merge time stale."""
 
     tile_quantized = False
 
