@@ -31,7 +31,8 @@ class ServelabError(Exception):
         """
         parts = []
         for e in err.errors():
-            loc = [str(x) for x in e["loc"]]
+            # A mapping key from the input can hold anything; repr keeps the message on one line.
+            loc = [str(x) if str(x).isprintable() else repr(x) for x in e["loc"]]
             field = ".".join(loc)
             if as_options and loc:
                 field = (flags or {}).get(field) or "--" + "-".join(loc).replace("_", "-")

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError
+from servelab.recipes.tokens import ImageRef, Label, ModelId, Name, Setting, config_key
 from servelab.recipes.yamlio import load_yaml
 
 
@@ -40,7 +41,7 @@ class WorkerSpec(IxModel):
     ep: int = Field(1, ge=1)
     dp_attn: bool = False
     pp: int = Field(1, ge=1)
-    additional_settings: list[str] | None = None
+    additional_settings: list[Setting] | None = None
 
 
 class SearchSpaceEntry(IxModel):
@@ -113,15 +114,15 @@ class SeqLenConfig(IxModel):
 class MasterEntry(IxModel):
     """One config key of an InferenceX master YAML."""
 
-    image: str
-    model: str
-    model_prefix: str
-    runner: str
-    precision: str
-    framework: str
+    image: ImageRef
+    model: ModelId
+    model_prefix: Name
+    runner: Label
+    precision: Name
+    framework: Name
     multinode: bool = False
     disagg: bool | None = None
-    scenarios: dict[str, list[SeqLenConfig]]
+    scenarios: dict[Name, list[SeqLenConfig]]
 
     @model_validator(mode="after")
     def _check_multinode(self) -> MasterEntry:
@@ -145,7 +146,7 @@ def parse_master(data: object, source: str) -> dict[str, MasterEntry]:
     out = {}
     for key, entry in data.items():
         try:
-            out[str(key)] = MasterEntry.model_validate(entry)
+            out[config_key(key, source)] = MasterEntry.model_validate(entry)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out

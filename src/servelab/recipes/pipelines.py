@@ -40,7 +40,9 @@ def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
             {
                 "label": j.label(),
                 "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
-                "command": script(j, launcher),
+                # `buildkite-agent pipeline upload` substitutes $VAR and ${VAR} in the whole file; $$ is its
+                # escape for a literal $, so the script reaches bash as written.
+                "command": script(j, launcher).replace("$", "$$"),
                 "agents": j.agents,
                 "env": {"SERVELAB_FINGERPRINT": j.fingerprint},
                 "artifact_paths": [f"{_result_dir(j)}/**/*"],
@@ -82,6 +84,17 @@ def _server_cmd(job, launcher: str) -> list[str]:
     return argv + ["--entrypoint", launch.argv[0], image, *launch.argv[1:]]
 
 
+def _heredoc_end(content: str) -> str:
+    """A here-document delimiter that no line of `content` equals (a line equal to it would end the file
+    early and run the rest as commands)."""
+    lines = set(content.split("\n"))
+    end, n = HEREDOC, 0
+    while end in lines:
+        n += 1
+        end = f"{HEREDOC}_{n}"
+    return end
+
+
 def _container(job) -> str:
     return "servelab-" + job.fingerprint.removeprefix("sha256:")[:12]
 
@@ -110,7 +123,8 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
     if launcher == "direct":
         lines += [f"export {k}={q(v)}" for k, v in launch.env.items()]
     for rel, content in launch.files.items():
-        lines += [f"cat > {q(rel)} <<'{HEREDOC}'", content.rstrip("\n"), HEREDOC]
+        end = _heredoc_end(content)
+        lines += [f"cat > {q(rel)} <<'{end}'", content.rstrip("\n"), end]
     server = _server_cmd(job, launcher)
     # "$PWD:/job" must expand at run time; everything else is quoted literally.
     server_line = " ".join('"$PWD:/job"' if a == "$PWD:/job" else q(a) for a in server)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from servelab.errors import ServelabError, closest
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
+from servelab.recipes.tokens import config_key
 from servelab.recipes.yamlio import load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -103,7 +104,7 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
     out = {}
     for key, entry in data.items():
         try:
-            out[str(key)] = Recipe.model_validate(entry)
+            out[config_key(key, source)] = Recipe.model_validate(entry)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
