@@ -5,8 +5,10 @@ from pathlib import Path
 
 import typer
 
+from servelab.cli._common import field_option
 from servelab.cli.sweep import FormatOpt, LauncherOpt, OutOpt
 from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import emit
 
 app = typer.Typer(
@@ -61,13 +63,18 @@ def jobs(
     fmt: str = FormatOpt,
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
+    max_jobs: int = field_option(
+        Filters, "max_jobs", help="Refuse to expand more jobs than this, per entry."
+    ),
     directory: Path = DirOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first)."""
     from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # start-up time
 
     change = _checked_change(base_ref, head_ref, directory, None, "; no jobs emitted")
-    found = jobs_for(change.head, change.added)
+    if max_jobs < 1:
+        raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
+    found = jobs_for(change.head, change.added, max_jobs=max_jobs)
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
         return

@@ -14,7 +14,7 @@ import re
 from pydantic import Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError, closest
-from servelab.recipes.filters import Filters
+from servelab.recipes.filters import MAX_JOBS, Filters
 from servelab.recipes.inferencex import IxModel
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.store import CHANGELOG, LOCK
@@ -216,7 +216,7 @@ class Change:
                 self.problems.append(f"{key}: {what} but no new {CHANGELOG} entry names it")
 
 
-def jobs_for(store, entries: list[Entry], step_size: int = 2):
+def jobs_for(store, entries: list[Entry], step_size: int = 2, max_jobs: int = MAX_JOBS):
     """The jobs the added entries ask for, without duplicates (first entry wins)."""
     jobs, seen = [], set()
     for entry in entries:
@@ -225,6 +225,7 @@ def jobs_for(store, entries: list[Entry], step_size: int = 2):
             evals_only=entry.evals_only,
             all_evals=entry.all_evals,
             step_size=step_size,
+            max_jobs=max_jobs,
         )
         for job in expand(store, entry.config_keys, f):
             if job.fingerprint in seen:

@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+# InferenceX's whole nvidia master expands to about 2,500 jobs; GitHub takes 256 per matrix.
+MAX_JOBS = 10_000
+
 
 class Filters(BaseModel):
     """Which jobs a sweep keeps; `servelab sweep` takes its options from these fields."""
@@ -32,3 +35,6 @@ class Filters(BaseModel):
     evals_only: bool = Field(False, description="Only rows marked to run evals.")
     all_evals: bool = Field(False, description="Every row runs evals.")
     no_evals: bool = Field(False, description="No row runs evals.")
+    max_jobs: int = Field(
+        MAX_JOBS, ge=1, description="Refuse a sweep that expands to more jobs than this (a runaway recipe)."
+    )

@@ -18,7 +18,7 @@ from servelab.errors import ServelabError, closest
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
 from servelab.recipes.tokens import config_key
-from servelab.recipes.yamlio import load_yaml
+from servelab.recipes.yamlio import load_yaml, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 RECIPES = "recipes"
@@ -38,12 +38,7 @@ class DirSource:
 
     def read(self, rel: str) -> str | None:
         p = self.root / rel
-        if not p.is_file():
-            return None
-        try:
-            return p.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise ServelabError(f"{p}: not UTF-8") from None
+        return read_text(p) if p.is_file() else None
 
     def read_bytes(self, rel: str) -> bytes | None:
         p = self.root / rel
