@@ -70,6 +70,9 @@ class GitSource:
             ) from None
 
     def _check_ref(self) -> None:
+        if not self.ref or self.ref.startswith("-") or not self.ref.isprintable():
+            # git would read a leading '-' as an option (git show --output=FILE writes a file)
+            raise ServelabError(f"git ref {self.ref!r}: expected a branch, tag or commit")
         r = self._git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
         if r.returncode != 0:
             raise ServelabError(f"git ref {self.ref!r} does not name a commit in this repository")
@@ -97,9 +100,10 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to recipes")
     out = {}
-    for key, entry in data.items():
+    for raw_key, entry in data.items():
+        key = config_key(raw_key, source)
         try:
-            out[config_key(key, source)] = Recipe.model_validate(entry)
+            out[key] = Recipe.model_validate(entry)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out

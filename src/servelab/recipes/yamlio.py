@@ -126,18 +126,23 @@ def load_yaml(text: str, source: str) -> Any:
 def read_text(path) -> str:
     """A recipe-side file's text: one line naming the file when it is missing, too large or not UTF-8."""
     p = Path(path)
+    if p.is_dir():
+        raise ServelabError(f"{p}: is a directory, expected a file")
+    if p.exists() and not p.is_file():
+        raise ServelabError(f"{p}: not a regular file")  # a device or pipe may never end
     try:
-        if p.stat().st_size > MAX_BYTES:
-            raise ServelabError(f"{p}: {p.stat().st_size} bytes; a YAML file may hold at most {MAX_BYTES}")
-        return p.read_bytes().decode("utf-8")
+        with p.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)  # /proc files report size 0, so the size is checked on reading
     except FileNotFoundError:
         raise ServelabError(f"{p}: file not found") from None
-    except IsADirectoryError:
-        raise ServelabError(f"{p}: is a directory, expected a file") from None
-    except PermissionError:
-        raise ServelabError(f"{p}: permission denied") from None
-    except UnicodeDecodeError:
-        raise ServelabError(f"{p}: not UTF-8") from None
+    except OSError as e:
+        raise ServelabError(f"{p}: cannot read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise ServelabError(f"{p}: larger than {MAX_BYTES} bytes, the most a YAML file may hold")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ServelabError(f"{p}: not UTF-8 (byte {e.start})") from None
 
 
 def read_yaml(path) -> Any:
