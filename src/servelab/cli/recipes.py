@@ -40,11 +40,13 @@ def show(
     as_: str = typer.Option("servelab", "--as", help="servelab | inferencex | workload | json"),
     directory: Path = StoreDirOpt,
 ) -> None:
-    """Print one recipe: in servelab's format, as an InferenceX master entry, or as a perf-eval workload."""
+    """Print one recipe: in servelab's format, as an InferenceX master entry, or as perf-eval workloads (one
+    YAML document per server layout)."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
-    from servelab.recipes.workload import recipe_to_workload  # noqa: PLC0415  # start-up time
+    from servelab.recipes.workload import recipe_to_workloads  # noqa: PLC0415  # start-up time
 
-    recipe = open_store(directory).get(key)
+    store = open_store(directory)
+    recipe = store.get(key)
     if as_ == "servelab":
         typer.echo(dump_yaml({key: recipe.dump()}), nl=False)
     elif as_ == "json":
@@ -52,7 +54,8 @@ def show(
     elif as_ == "inferencex":
         typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
     elif as_ == "workload":
-        typer.echo(dump_yaml(recipe_to_workload(key, recipe)), nl=False)
+        docs = recipe_to_workloads(key, recipe, store.registry.gpu_for_label(recipe.runner))
+        typer.echo("---\n".join(dump_yaml(d) for d in docs), nl=False)
     else:
         raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
 

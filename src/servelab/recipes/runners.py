@@ -78,6 +78,12 @@ class Registry:
             )
         return self.file.gpu_profiles[gpu]
 
+    def gpu_for_label(self, label: str) -> str:
+        """The perf-eval `gpu:` key that maps to this runner label, else the GPU of its system (b200_sxm ->
+        B200), as perf-eval names it."""
+        mapped = [gpu for gpu, lab in self.file.gpu_profiles.items() if lab == label]
+        return mapped[0] if mapped else self.get(label).node.system.split("_")[0].upper()
+
     def check_against_specs(self) -> list[str]:
         """Problems where a node kind disagrees with its system spec (unknown system, wrong GPU count)."""
         problems = []
