@@ -27,8 +27,31 @@ CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
 
 
-def default_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_RECIPES_DIR") or DATA_DIR)
+def resolve_dir(directory: Path | None = None) -> Path:
+    """Where the recipes are: the given directory, else $SERVELAB_RECIPES_DIR, else ./configs when it holds a
+    store (runners.yaml and recipes/), else the recipes shipped with servelab."""
+    if directory is not None:
+        return Path(directory)
+    if os.environ.get("SERVELAB_RECIPES_DIR"):
+        return Path(os.environ["SERVELAB_RECIPES_DIR"])
+    local = Path("configs")
+    if (local / RUNNERS).is_file() and (local / RECIPES).is_dir():
+        return local
+    return DATA_DIR
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, check=False)
+    except FileNotFoundError:
+        raise ServelabError("git is not installed; the changelog commands read files at git refs") from None
+
+
+def committed(root: Path) -> bool:
+    """Whether `root` holds files tracked by the git checkout around the current directory (an installed
+    package's data, even in a virtual environment inside the checkout, is not)."""
+    r = _git("ls-files", "--", str(root))
+    return r.returncode == 0 and bool(r.stdout.strip())
 
 
 class DirSource:
@@ -61,24 +84,20 @@ class GitSource:
         self.label = f"{ref}:{rel}"
         self._check_ref()
 
-    def _git(self, *args: str) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run(["git", *args], capture_output=True, check=False)
-        except FileNotFoundError:
-            raise ServelabError(
-                "git is not installed; the changelog commands read files at git refs"
-            ) from None
-
     def _check_ref(self) -> None:
         if not self.ref or self.ref.startswith("-") or not self.ref.isprintable():
             # git would read a leading '-' as an option (git show --output=FILE writes a file)
             raise ServelabError(f"git ref {self.ref!r}: expected a branch, tag or commit")
-        r = self._git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
+        if _git("rev-parse", "--git-dir").returncode != 0:
+            raise ServelabError(
+                f"{Path.cwd()} is not inside a git checkout; the changelog commands compare git refs"
+            )
+        r = _git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
         if r.returncode != 0:
             raise ServelabError(f"git ref {self.ref!r} does not name a commit in this repository")
 
     def read_bytes(self, rel: str) -> bytes | None:
-        r = self._git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
+        r = _git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
         return r.stdout if r.returncode == 0 else None
 
     def read(self, rel: str) -> str | None:
@@ -91,7 +110,7 @@ class GitSource:
             raise ServelabError(f"{self.label}/{rel}: not UTF-8") from None
 
     def list_yaml(self, rel: str) -> list[str]:
-        r = self._git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
+        r = _git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
         names = [Path(line).name for line in r.stdout.decode().splitlines()]
         return sorted(f"{rel}/{n}" for n in names if n.endswith((".yaml", ".yml")))
 
@@ -150,7 +169,7 @@ class Store:
 
 
 def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
-    root = Path(directory) if directory else default_dir()
+    root = resolve_dir(directory)
     if ref is None:
         if not root.is_dir():
             raise ServelabError(f"recipes dir {root} does not exist")
