@@ -29,8 +29,8 @@ class NodeKind(IxModel):
 
 
 class RunnersFile(IxModel):
-    runners: dict[Label, list[Name]]
-    node_kinds: dict[Name, NodeKind]
+    runners: dict[Label, list[Label]]
+    node_kinds: dict[Label, NodeKind]
     gpu_profiles: dict[Name, Label] = Field(default_factory=dict)
 
 

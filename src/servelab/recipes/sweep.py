@@ -186,7 +186,7 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
         raise ServelabError(
             "explicit concurrencies are for test-config mode; full sweeps use each recipe's ladder"
         )
-    points = []
+    points: list[tuple] = []
     per_key: dict[str, int] = {}
     for key in select_keys(list(store.recipes), patterns or [], strict=f.mode == "test-config"):
         recipe = store.recipes[key]
