@@ -135,7 +135,10 @@ def _scalar(text: str):
 
 def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
     """vLLM serve args -> (engine fields, topology {tp, ep, pp, dp-attn}, revision)."""
-    tokens = shlex.split(serve_args)
+    try:
+        tokens = shlex.split(serve_args)
+    except ValueError as e:
+        raise ServelabError(f"{source}: serve_args: {e}") from None
     engine: dict = {}
     topo = {"tp": 1, "pp": 1, "dp": 1, "ep": False}
     revision = None
