@@ -233,12 +233,13 @@ def open_change(
     ./perf-changelog.yaml; it is always read at the refs.
     """
     root = resolve_dir(directory)
-    if committed(root):
+    at_refs = committed(root)
+    if at_refs:
         base, head = open_store(root, ref=base_ref), open_store(root, ref=head_ref)
     else:
         base = head = open_store(root)
     ledger = None
-    if changelog is not None or not committed(root):
+    if changelog is not None or not at_refs:
         path = Path(changelog or CHANGELOG)
         ledger = (GitSource(base_ref, path.parent), GitSource(head_ref, path.parent), path.name)
     return Change(base, head, pr_link=pr_link, ledger=ledger)

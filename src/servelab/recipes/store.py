@@ -78,7 +78,7 @@ class GitSource:
     def __init__(self, ref: str, root: Path):
         rel = os.path.relpath(Path(root).resolve(), Path.cwd().resolve())
         if rel.startswith(".."):
-            raise ServelabError(f"recipes dir {root} is outside the current git checkout")
+            raise ServelabError(f"{root}: outside the current directory, where files at git refs are read")
         self.ref = ref
         self.rel = Path(rel)
         self.label = f"{ref}:{rel}"
