@@ -50,10 +50,13 @@ class ServelabError(Exception):
         """
         parts = []
         for e in err.errors():
-            loc = [str(x) for x in e["loc"]]
+            # A mapping key from the input can hold anything; repr keeps the message on one line.
+            loc = [str(x) if str(x).isprintable() else repr(x) for x in e["loc"]]
             field = ".".join(loc)
             if as_options and loc:
-                field = (flags or {}).get(field) or "--" + "-".join(loc).replace("_", "-")
+                # a list index (the second value of a repeated option) is not part of the option's name
+                named = [x for x in loc if not x.isdigit()]
+                field = (flags or {}).get(field) or "--" + "-".join(named).replace("_", "-")
             msg = e["msg"].removeprefix("Value error, ")
             parts.append(f"{field}: {msg}" if field else msg)
         return cls((f"{source}: " if source else "") + "; ".join(parts))

@@ -144,6 +144,11 @@ def test_workload_round_trip(shipped):
     assert back == data
 
 
+def test_workload_serve_args_that_do_not_split():
+    with pytest.raises(ServelabError, match="w.yaml: serve_args: No closing quotation"):
+        parse_serve_args("--tensor-parallel-size 8 --served-model-name 'x", "w.yaml")
+
+
 def test_workload_unknown_flags_are_kept():
     engine, arm, rev = parse_serve_args(
         "--tensor-parallel-size 8 --enable-expert-parallel --max-num-seqs=128 --speculative-config "

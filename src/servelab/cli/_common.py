@@ -114,7 +114,10 @@ WeightDtypeOpt = typer.Option(
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
 StoreDirOpt = typer.Option(
-    None, "--dir", help="Recipe store (default: $SERVELAB_RECIPES_DIR or the shipped recipes)."
+    None,
+    "--dir",
+    help="Recipe store (default: $SERVELAB_RECIPES_DIR, ./configs when it holds one, else the shipped "
+    "recipes).",
 )
 
 

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import typer
 
+from servelab.cli._common import field_option
 from servelab.cli.sweep import FormatOpt, LauncherOpt, OutOpt
 from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import emit
 
 app = typer.Typer(
@@ -16,23 +18,24 @@ app = typer.Typer(
 DirOpt = typer.Option(
     None,
     "--dir",
-    help="Recipe store, relative to the current directory inside the git checkout (default: shipped).",
+    help="Recipe store (default: $SERVELAB_RECIPES_DIR, ./configs when it holds one, else the shipped "
+    "recipes); read at the refs when it is committed in this checkout.",
 )
-
+ChangelogOpt = typer.Option(
+    None,
+    "--changelog",
+    help="The changelog file, relative to the current directory (default: the store's own when the store is "
+    "committed here, else ./perf-changelog.yaml); read at the refs.",
+)
 BaseRefOpt = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main).")
 HeadRefOpt = typer.Option("HEAD", "--head-ref", help="Git ref with the change.")
 
 
-def _change(base_ref: str, head_ref: str, directory, pr_link):
-    from servelab.recipes.changelog import Change  # noqa: PLC0415  # start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
-
-    return Change(open_store(directory, ref=base_ref), open_store(directory, ref=head_ref), pr_link=pr_link)
-
-
-def _checked_change(base_ref: str, head_ref: str, directory: Path, pr_link, suffix: str):
+def _checked_change(base_ref: str, head_ref: str, directory, changelog, pr_link, suffix: str):
     """The change between the refs; every rule it breaks printed on stderr, then one error line."""
-    change = _change(base_ref, head_ref, directory, pr_link)
+    from servelab.recipes.changelog import open_change  # noqa: PLC0415  # start-up time
+
+    change = open_change(directory, base_ref, head_ref, pr_link, changelog)
     for p in change.problems:
         print(f"changelog: {p}", file=sys.stderr)
     if change.problems:
@@ -48,9 +51,11 @@ def validate(
         None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."
     ),
     directory: Path = DirOpt,
+    changelog: Path = ChangelogOpt,
 ) -> None:
     """Check the change against the ledger rules and the recorded fingerprints."""
-    change = _checked_change(base_ref, head_ref, directory, pr_link, f" between {base_ref} and {head_ref}")
+    suffix = f" between {base_ref} and {head_ref}"
+    change = _checked_change(base_ref, head_ref, directory, changelog, pr_link, suffix)
     typer.echo(f"ok: {len(change.added)} new entr{'y' if len(change.added) == 1 else 'ies'}")
 
 
@@ -61,13 +66,19 @@ def jobs(
     fmt: str = FormatOpt,
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
+    max_jobs: int = field_option(
+        Filters, "max_jobs", help="Refuse to expand more jobs than this, per entry."
+    ),
     directory: Path = DirOpt,
+    changelog: Path = ChangelogOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first)."""
     from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # start-up time
 
-    change = _checked_change(base_ref, head_ref, directory, None, "; no jobs emitted")
-    found = jobs_for(change.head, change.added)
+    change = _checked_change(base_ref, head_ref, directory, changelog, None, "; no jobs emitted")
+    if max_jobs < 1:
+        raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
+    found = jobs_for(change.head, change.added, max_jobs=max_jobs)
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
         return

@@ -5,6 +5,7 @@ import shlex
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 from servelab.cli._common import Col, StoreDirOpt, print_table
 from servelab.errors import ServelabError
@@ -45,11 +46,13 @@ def show(
     as_: str = typer.Option("servelab", "--as", help="servelab | inferencex | workload | json"),
     directory: Path = StoreDirOpt,
 ) -> None:
-    """Print one recipe: in servelab's format, as an InferenceX master entry, or as a perf-eval workload."""
+    """Print one recipe: in servelab's format, as an InferenceX master entry, or as perf-eval workloads (one
+    YAML document per server layout)."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
-    from servelab.recipes.workload import recipe_to_workload  # noqa: PLC0415  # start-up time
+    from servelab.recipes.workload import recipe_to_workloads  # noqa: PLC0415  # start-up time
 
-    recipe = open_store(directory).get(key)
+    store = open_store(directory)
+    recipe = store.get(key)
     if as_ == "servelab":
         typer.echo(dump_yaml({key: recipe.dump()}), nl=False)
     elif as_ == "json":
@@ -57,7 +60,8 @@ def show(
     elif as_ == "inferencex":
         typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
     elif as_ == "workload":
-        typer.echo(dump_yaml(recipe_to_workload(key, recipe)), nl=False)
+        docs = recipe_to_workloads(key, recipe, store.registry.gpu_for_label(recipe.runner))
+        typer.echo("---\n".join(dump_yaml(d) for d in docs), nl=False)
     else:
         raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
 
@@ -125,19 +129,23 @@ def render(
 ) -> None:
     """Print the exact launch command and environment for one topology of a recipe."""
     from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # start-up time
-    from servelab.recipes.inferencex import SearchSpaceEntry  # noqa: PLC0415  # start-up time
+    from servelab.recipes.inferencex import SearchSpaceEntry, SeqLenConfig  # noqa: PLC0415  # start-up time
+    from servelab.recipes.schema import ClientSpec  # noqa: PLC0415  # start-up time
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
     _, seq, _, first = next(recipe.arms())
-    if tp is None:
-        arm = first
-    else:
-        arm = SearchSpaceEntry(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, conc_list=[1])
-    isl = isl or seq.isl
-    osl = osl or seq.osl
-    launch = render_launch(recipe, arm, isl + osl + MODEL_LEN_MARGIN, port)
+    isl = seq.isl if isl is None else isl
+    osl = seq.osl if osl is None else osl
+    try:  # the options are checked by the models whose fields they set, with the same bounds
+        arm = SearchSpaceEntry(tp=1 if tp is None else tp, ep=ep, dp_attn=dp_attn, pp=pp, conc_list=[1])
+        SeqLenConfig(isl=isl, osl=osl, search_space=[arm])
+        if port is not None:
+            ClientSpec(port=port)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, as_options=True) from None
+    launch = render_launch(recipe, first if tp is None else arm, isl + osl + MODEL_LEN_MARGIN, port)
     if as_json:
         typer.echo(json.dumps(launch.model_dump(), indent=2))
         return
@@ -168,7 +176,10 @@ def lock(
         return
     fps = compute_fingerprints(store)
     path = Path(store.source.root) / LOCK
-    path.write_text(lock_text(fps))
+    try:
+        path.write_text(lock_text(fps))
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot write ({e.strerror or e})") from None
     typer.echo(f"wrote {len(fps)} fingerprints to {path}")
 
 

@@ -43,6 +43,7 @@ def sweep(
     evals_only: bool = field_option(Filters, "evals_only"),
     all_evals: bool = field_option(Filters, "all_evals"),
     no_evals: bool = field_option(Filters, "no_evals"),
+    max_jobs: int = field_option(Filters, "max_jobs"),
     fmt: str = FormatOpt,
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
@@ -76,6 +77,7 @@ def sweep(
             evals_only=evals_only,
             all_evals=all_evals,
             no_evals=no_evals,
+            max_jobs=max_jobs,
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None

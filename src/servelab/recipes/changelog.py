@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError, closest
-from servelab.recipes.filters import Filters
+from servelab.recipes.filters import MAX_JOBS, Filters
 from servelab.recipes.inferencex import IxModel
 from servelab.recipes.lock import compute_fingerprints
-from servelab.recipes.store import CHANGELOG, LOCK
+from servelab.recipes.store import CHANGELOG, LOCK, GitSource, committed, open_store, resolve_dir
 from servelab.recipes.sweep import expand
 from servelab.recipes.yamlio import load_yaml
 
@@ -105,17 +106,22 @@ def matches(pattern: str, keys) -> list[str]:
 
 
 class Change:
-    """A changelog change between two stores (base may lack the changelog: then everything is new)."""
+    """A changelog change between two stores (base may lack the changelog: then everything is new).
 
-    def __init__(self, base, head, pr_link: str | None = None):
+    `ledger` is (base source, head source, file name) of the changelog; by default each store's own.
+    """
+
+    def __init__(self, base, head, pr_link: str | None = None, ledger: tuple | None = None):
         self.base, self.head, self.pr_link = base, head, pr_link
+        self.ledger = ledger or (base.source, head.source, CHANGELOG)
         self.problems: list[str] = []
         self.added: list[Entry] = []
         self._check()
 
     def _check(self) -> None:
-        src = f"{self.head.source.label}/{CHANGELOG}"
-        head_bytes = self.head.source.read_bytes(CHANGELOG)
+        base_source, head_source, name = self.ledger
+        src = f"{head_source.label}/{name}"
+        head_bytes = head_source.read_bytes(name)
         if head_bytes is None:
             self.problems.append(f"{src}: not found")
             return
@@ -128,9 +134,9 @@ class Change:
         except ServelabError as e:
             self.problems.append(str(e))
             return
-        base_bytes = self.base.source.read_bytes(CHANGELOG)
+        base_bytes = base_source.read_bytes(name)
         base_text = base_bytes.decode("utf-8", errors="replace") if base_bytes is not None else ""
-        base_entries = parse_entries(base_text, f"{self.base.source.label}/{CHANGELOG}") if base_text else []
+        base_entries = parse_entries(base_text, f"{base_source.label}/{name}") if base_text else []
 
         if head_text.startswith(base_text):
             self.added = head_entries[len(base_entries) :]
@@ -216,7 +222,30 @@ class Change:
                 self.problems.append(f"{key}: {what} but no new {CHANGELOG} entry names it")
 
 
-def jobs_for(store, entries: list[Entry], step_size: int = 2):
+def open_change(
+    directory: Path | None, base_ref: str, head_ref: str, pr_link: str | None = None, changelog=None
+) -> Change:
+    """The change between two git refs of the checkout around the current directory.
+
+    The recipes are found as every command finds them (store.resolve_dir) and read at the refs when they are
+    committed in this checkout; recipes outside it (those shipped in an installed package) are the same at
+    both refs. The changelog is `changelog` when given, else the store's own when the store is committed, else
+    ./perf-changelog.yaml; it is always read at the refs.
+    """
+    root = resolve_dir(directory)
+    at_refs = committed(root)
+    if at_refs:
+        base, head = open_store(root, ref=base_ref), open_store(root, ref=head_ref)
+    else:
+        base = head = open_store(root)
+    ledger = None
+    if changelog is not None or not at_refs:
+        path = Path(changelog or CHANGELOG)
+        ledger = (GitSource(base_ref, path.parent), GitSource(head_ref, path.parent), path.name)
+    return Change(base, head, pr_link=pr_link, ledger=ledger)
+
+
+def jobs_for(store, entries: list[Entry], step_size: int = 2, max_jobs: int = MAX_JOBS):
     """The jobs the added entries ask for, without duplicates (first entry wins)."""
     jobs, seen = [], set()
     for entry in entries:
@@ -225,6 +254,7 @@ def jobs_for(store, entries: list[Entry], step_size: int = 2):
             evals_only=entry.evals_only,
             all_evals=entry.all_evals,
             step_size=step_size,
+            max_jobs=max_jobs,
         )
         for job in expand(store, entry.config_keys, f):
             if job.fingerprint in seen:

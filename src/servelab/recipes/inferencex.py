@@ -7,11 +7,12 @@ the entry with what InferenceX keeps in shell scripts (see schema.py).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError
+from servelab.recipes.tokens import ImageRef, Label, ModelId, Name, Setting, config_key
 from servelab.recipes.yamlio import load_yaml
 
 
@@ -31,31 +32,40 @@ class IxModel(BaseModel):
 
 SpecDecoding = Literal["mtp", "draft_model", "none"]
 
+# Upper bounds that no deployment reaches, so that a typo (or an attack) fails at load time instead of
+# rendering a 20-digit --tensor-parallel-size: GPUs per parallel group, concurrent requests, tokens.
+MAX_PARALLEL = 4096
+MAX_CONC = 1_000_000
+MAX_SEQ_LEN = 10_000_000
+ParallelSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL)]
+Concurrency = Annotated[int, Field(ge=1, le=MAX_CONC)]
+SeqLen = Annotated[int, Field(ge=1, le=MAX_SEQ_LEN)]
+
 
 class WorkerSpec(IxModel):
     """One side (prefill or decode) of a disaggregated, multinode search-space entry."""
 
-    num_worker: int = Field(1, ge=1)
-    tp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
+    num_worker: ParallelSize = 1
+    tp: ParallelSize = 1
+    ep: ParallelSize = 1
     dp_attn: bool = False
-    pp: int = Field(1, ge=1)
-    additional_settings: list[str] | None = None
+    pp: ParallelSize = 1
+    additional_settings: list[Setting] | None = None
 
 
 class SearchSpaceEntry(IxModel):
     """One arm of a sweep: a parallel layout plus a concurrency ladder or list."""
 
-    tp: int | None = Field(None, ge=1)
-    ep: int | None = Field(None, ge=1)
+    tp: ParallelSize | None = None
+    ep: ParallelSize | None = None
     dp_attn: bool | None = None
-    pp: int | None = Field(None, ge=1)
-    dcp_size: int | None = Field(None, ge=1)
-    pcp_size: int | None = Field(None, ge=1)
+    pp: ParallelSize | None = None
+    dcp_size: ParallelSize | None = None
+    pcp_size: ParallelSize | None = None
     spec_decoding: SpecDecoding | None = None
-    conc_start: int | None = Field(None, ge=1)
-    conc_end: int | None = Field(None, ge=1)
-    conc_list: list[int] | None = None
+    conc_start: Concurrency | None = None
+    conc_end: Concurrency | None = None
+    conc_list: list[Concurrency] | None = None
     prefill: WorkerSpec | None = None
     decode: WorkerSpec | None = None
 
@@ -105,26 +115,28 @@ class SearchSpaceEntry(IxModel):
 
 
 class SeqLenConfig(IxModel):
-    isl: int = Field(ge=1)
-    osl: int = Field(ge=1)
+    isl: SeqLen
+    osl: SeqLen
     search_space: list[SearchSpaceEntry] = Field(min_length=1)
 
 
 class MasterEntry(IxModel):
     """One config key of an InferenceX master YAML."""
 
-    image: str
-    model: str
-    model_prefix: str
-    runner: str
-    precision: str
-    framework: str
+    image: ImageRef
+    model: ModelId
+    model_prefix: Name
+    runner: Label
+    precision: Name
+    framework: Name
     multinode: bool = False
     disagg: bool | None = None
-    scenarios: dict[str, list[SeqLenConfig]]
+    scenarios: dict[Name, list[SeqLenConfig]]
 
     @model_validator(mode="after")
     def _check_multinode(self) -> MasterEntry:
+        if not any(self.scenarios.values()):
+            raise ValueError("scenarios: needs at least one seq-len block")
         for kind, seqs in self.scenarios.items():
             for seq in seqs:
                 for i, arm in enumerate(seq.search_space):
@@ -143,9 +155,10 @@ def parse_master(data: object, source: str) -> dict[str, MasterEntry]:
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to entries")
     out = {}
-    for key, entry in data.items():
+    for raw_key, entry in data.items():
+        key = config_key(raw_key, source)
         try:
-            out[str(key)] = MasterEntry.model_validate(entry)
+            out[key] = MasterEntry.model_validate(entry)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out

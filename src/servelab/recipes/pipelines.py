@@ -40,7 +40,9 @@ def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
             {
                 "label": j.label(),
                 "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
-                "command": script(j, launcher),
+                # `buildkite-agent pipeline upload` substitutes $VAR and ${VAR} in the whole file; $$ is its
+                # escape for a literal $, so the script reaches bash as written.
+                "command": script(j, launcher).replace("$", "$$"),
                 "agents": j.agents,
                 "env": {"SERVELAB_FINGERPRINT": j.fingerprint},
                 "artifact_paths": [f"{_result_dir(j)}/**/*"],
@@ -82,6 +84,17 @@ def _server_cmd(job, launcher: str) -> list[str]:
     return argv + ["--entrypoint", launch.argv[0], image, *launch.argv[1:]]
 
 
+def _heredoc_end(content: str) -> str:
+    """A here-document delimiter that no line of `content` equals (a line equal to it would end the file
+    early and run the rest as commands)."""
+    lines = set(content.split("\n"))
+    end, n = HEREDOC, 0
+    while end in lines:
+        n += 1
+        end = f"{HEREDOC}_{n}"
+    return end
+
+
 def _container(job) -> str:
     return "servelab-" + job.fingerprint.removeprefix("sha256:")[:12]
 
@@ -110,7 +123,8 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
     if launcher == "direct":
         lines += [f"export {k}={q(v)}" for k, v in launch.env.items()]
     for rel, content in launch.files.items():
-        lines += [f"cat > {q(rel)} <<'{HEREDOC}'", content.rstrip("\n"), HEREDOC]
+        end = _heredoc_end(content)
+        lines += [f"cat > {q(rel)} <<'{end}'", content.rstrip("\n"), end]
     server = _server_cmd(job, launcher)
     # "$PWD:/job" must expand at run time; everything else is quoted literally.
     server_line = " ".join('"$PWD:/job"' if a == "$PWD:/job" else q(a) for a in server)
@@ -151,33 +165,46 @@ def script_name(job) -> str:
     )
 
 
+FORMATS = ("json", "github", "buildkite", "sh")
+
+
 def emit(jobs, fmt: str, out=None, launcher: str = DEFAULT_LAUNCHER) -> str:
     """Jobs in `fmt`; for `sh` with several jobs, write one script per job under `out` and list them."""
-    if fmt == "json":
-        text = to_json(jobs)
-    elif fmt == "github":
-        text = to_github(jobs)
-    elif fmt == "buildkite":
-        text = to_buildkite(jobs, launcher)
-    elif fmt == "sh":
+    if fmt not in FORMATS:
+        raise ServelabError(f"output format {fmt!r}: expected {', '.join(FORMATS)}")
+    if launcher not in LAUNCHERS:
+        raise ServelabError(f"launcher {launcher!r}: expected {' or '.join(LAUNCHERS)}")
+    if fmt == "sh":
         if out is None:
             if len(jobs) != 1:
                 raise ServelabError(
                     f"sh scripts: {len(jobs)} jobs need an output directory (one script per job)"
                 )
             return script(jobs[0], launcher)
-        d = Path(out)
-        d.mkdir(parents=True, exist_ok=True)
-        names = []
-        for j in jobs:
-            p = d / script_name(j)
-            p.write_text(script(j, launcher))
-            p.chmod(0o755)
-            names.append(str(p))
-        return "".join(n + "\n" for n in names)
+        if Path(out).exists() and not Path(out).is_dir():
+            raise ServelabError(f"{out}: not a directory (sh output is one script per job in a directory)")
+        scripts = {Path(out) / script_name(j): script(j, launcher) for j in jobs}
+        for path, text in scripts.items():
+            _write(path, text, executable=True)
+        return "".join(f"{p}\n" for p in scripts)
+    if fmt == "json":
+        text = to_json(jobs)
+    elif fmt == "github":
+        text = to_github(jobs)
     else:
-        raise ServelabError(f"output format {fmt!r}: expected json, github, buildkite or sh")
-    if out is not None:
-        Path(out).write_text(text)
-        return f"wrote {len(jobs)} jobs to {out}\n"
-    return text
+        text = to_buildkite(jobs, launcher)
+    if out is None:
+        return text
+    _write(Path(out), text)
+    return f"wrote {len(jobs)} jobs to {out}\n"
+
+
+def _write(path: Path, text: str, executable: bool = False) -> None:
+    """Write one output file (creating its directory); one line naming the path when that fails."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if executable:
+            path.chmod(0o755)
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot write ({e.strerror or e})") from None

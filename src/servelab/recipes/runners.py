@@ -14,23 +14,24 @@ from pydantic import Field, ValidationError
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.inferencex import IxModel
+from servelab.recipes.tokens import Label, Name
 from servelab.specs import load_system
 
 _SUFFIX = re.compile(r"_\d+$")
 
 
 class NodeKind(IxModel):
-    system: str = Field(description="servelab system spec name, e.g. b200_sxm")
+    system: Name = Field(description="servelab system spec name, e.g. b200_sxm")
     gpus_per_node: int = Field(ge=1)
     cpu_dram_gib: int | None = Field(None, ge=1)
-    queue: str = Field(description="CI queue (Buildkite agents queue, GitHub runs-on label)")
-    agents: dict[str, str] = Field(default_factory=dict, description="extra Buildkite agent tags")
+    queue: Label = Field(description="CI queue (Buildkite agents queue, GitHub runs-on label)")
+    agents: dict[Name, Label] = Field(default_factory=dict, description="extra Buildkite agent tags")
 
 
 class RunnersFile(IxModel):
-    runners: dict[str, list[str]]
-    node_kinds: dict[str, NodeKind]
-    gpu_profiles: dict[str, str] = Field(default_factory=dict)
+    runners: dict[Label, list[Label]]
+    node_kinds: dict[Label, NodeKind]
+    gpu_profiles: dict[Name, Label] = Field(default_factory=dict)
 
 
 class Runner(IxModel):
@@ -76,6 +77,12 @@ class Registry:
                 + closest(gpu, list(self.file.gpu_profiles))
             )
         return self.file.gpu_profiles[gpu]
+
+    def gpu_for_label(self, label: str) -> str:
+        """The perf-eval `gpu:` key that maps to this runner label, else the GPU of its system (b200_sxm ->
+        B200), as perf-eval names it."""
+        mapped = [gpu for gpu, lab in self.file.gpu_profiles.items() if lab == label]
+        return mapped[0] if mapped else self.get(label).node.system.split("_")[0].upper()
 
     def check_against_specs(self) -> list[str]:
         """Problems where a node kind disagrees with its system spec (unknown system, wrong GPU count)."""

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from servelab.recipes.inferencex import IxModel, MasterEntry, SearchSpaceEntry, SeqLenConfig
+from servelab.recipes.tokens import EnvName, ModelId, Name, PathStr, Revision, Text, check_text
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class KernelConfig(IxModel):
@@ -34,22 +34,22 @@ class KernelConfig(IxModel):
 class EngineArgs(IxModel):
     """Engine-neutral serving options; each adapter maps them to its flags or refuses what it cannot say."""
 
-    kv_cache_dtype: str | None = None
+    kv_cache_dtype: Name | None = None
     block_size: int | None = Field(None, ge=1)
-    moe_backend: str | None = None
-    attention_config: dict[str, bool | int | float | str] | None = Field(
+    moe_backend: Name | None = None
+    attention_config: dict[Name, bool | int | float | Text] | None = Field(
         None, description="vLLM attention config, rendered as --attention_config.KEY=VALUE flags."
     )
     compilation_config: dict[str, Any] | None = Field(None, description="vLLM --compilation-config JSON.")
     kernel_config: KernelConfig | None = None
-    cuda_home: str | None = Field(
+    cuda_home: PathStr | None = Field(
         None,
         description="Pins CUDA_HOME so JIT compilers (TileLang) use the system CUDA toolkit, not a pip nvcc "
         "whose headers do not match.",
     )
-    tokenizer_mode: str | None = None
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
+    tokenizer_mode: Name | None = None
+    tool_call_parser: Name | None = None
+    reasoning_parser: Name | None = None
     enable_auto_tool_choice: bool | None = Field(
         None, description="Defaults to on when tool-call-parser is set."
     )
@@ -65,26 +65,33 @@ class EngineArgs(IxModel):
     extra_options: dict[str, Any] | None = Field(
         None, description="TensorRT-LLM extra LLM API options (YAML file)."
     )
-    extra_args: list[str] = Field(
+    extra_args: list[Text] = Field(
         default_factory=list,
         description="Flags with no typed field yet; appended verbatim and fingerprinted like any other.",
     )
+
+    @model_validator(mode="after")
+    def _configs(self) -> EngineArgs:
+        # JSON-like configs reach launch commands and files: refuse control characters anywhere in them.
+        for name in ("compilation_config", "speculative_config", "extra_options"):
+            check_text(getattr(self, name), name.replace("_", "-"))
+        return self
 
 
 class SpecRef(IxModel):
     """Which servelab model spec validates this recipe, when the checkpoint id alone does not say."""
 
-    model: str
-    weight_dtype: str | None = None
+    model: ModelId
+    weight_dtype: Name | None = None
 
 
 class LmEval(IxModel):
     kind: Literal["lm-eval"] = "lm-eval"
-    task: str
+    task: Name
     num_fewshot: int = Field(ge=0)
     num_concurrent: int | None = Field(None, ge=1)
     max_gen_toks: int | None = Field(None, ge=1)
-    metric: str | None = Field(None, description="lm-eval metric key; default is the task's first metric.")
+    metric: Text | None = Field(None, description="lm-eval metric key; default is the task's first metric.")
     threshold: float | None = Field(
         None,
         ge=0,
@@ -95,7 +102,7 @@ class LmEval(IxModel):
 
 class Bfcl(IxModel):
     kind: Literal["bfcl"] = "bfcl"
-    categories: list[str] = Field(min_length=1)
+    categories: list[Name] = Field(min_length=1)
     num_threads: int | None = Field(None, ge=1)
     threshold: float | None = Field(None, ge=0, le=1)
 
@@ -129,27 +136,27 @@ class ClientSpec(IxModel):
     warmups_per_conc: int = Field(2, ge=0, description="InferenceX warms up with 2 x concurrency requests.")
     ignore_eos: bool = True
     port: int = Field(8000, ge=1, le=65535)
-    result_dir: str = "results"
+    result_dir: PathStr = "results"
 
 
 class RecipeSeqLen(SeqLenConfig):
     """A seq-len block; `name` and `num-prompts` carry perf-eval workload configs through import."""
 
-    name: str | None = None
+    name: Name | None = None
     num_prompts: int | None = Field(None, ge=1)
 
 
 class Recipe(MasterEntry):
     """One config key: the InferenceX fields plus typed launch, pins, evals and assertions."""
 
-    scenarios: dict[str, list[RecipeSeqLen]]  # type: ignore[assignment]  # narrows the entry's seq-lens
+    scenarios: dict[Name, list[RecipeSeqLen]]  # type: ignore[assignment]  # narrows the entry's seq-lens
     description: str | None = None
     image_digest: str | None = None
-    revision: str | None = None
+    revision: Revision | None = None
     spec: SpecRef | None = None
     engine: EngineArgs = Field(default_factory=EngineArgs)
-    env: dict[str, str] = Field(default_factory=dict)
-    secret_env: list[str] = Field(
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    secret_env: list[EnvName] = Field(
         default_factory=list,
         description="Names of secrets (e.g. HF_TOKEN) the runner must provide; only names are stored or "
         "hashed.",
@@ -158,12 +165,12 @@ class Recipe(MasterEntry):
     assertions: dict[str, Bound] = Field(default_factory=dict)
     client: ClientSpec = Field(default_factory=ClientSpec)
     nightly: bool | None = None
-    gpu_profile: str | None = Field(None, description="perf-eval workload `gpu:` key this recipe came from.")
+    gpu_profile: Name | None = Field(None, description="perf-eval workload `gpu:` key this recipe came from.")
 
     @field_validator("image_digest")
     @classmethod
     def _digest(cls, v: str | None) -> str | None:
-        if v is not None and not DIGEST_RE.match(v):
+        if v is not None and not DIGEST_RE.fullmatch(v):
             raise ValueError("image-digest must look like sha256:<64 hex digits>")
         return v
 
@@ -171,8 +178,6 @@ class Recipe(MasterEntry):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
-            if not ENV_NAME_RE.match(name):
-                raise ValueError(f"env name {name!r} is not a valid variable name")
             if is_secret_name(name):
                 raise ValueError(
                     f"env {name} looks like a secret; secrets come from the runner's environment, "

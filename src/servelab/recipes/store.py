@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from servelab.errors import ServelabError, closest
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
-from servelab.recipes.yamlio import load_yaml
+from servelab.recipes.tokens import config_key
+from servelab.recipes.yamlio import load_yaml, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 RECIPES = "recipes"
@@ -26,8 +27,31 @@ CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
 
 
-def default_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_RECIPES_DIR") or DATA_DIR)
+def resolve_dir(directory: Path | None = None) -> Path:
+    """Where the recipes are: the given directory, else $SERVELAB_RECIPES_DIR, else ./configs when it holds a
+    store (runners.yaml and recipes/), else the recipes shipped with servelab."""
+    if directory is not None:
+        return Path(directory)
+    if os.environ.get("SERVELAB_RECIPES_DIR"):
+        return Path(os.environ["SERVELAB_RECIPES_DIR"])
+    local = Path("configs")
+    if (local / RUNNERS).is_file() and (local / RECIPES).is_dir():
+        return local
+    return DATA_DIR
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, check=False)
+    except FileNotFoundError:
+        raise ServelabError("git is not installed; the changelog commands read files at git refs") from None
+
+
+def committed(root: Path) -> bool:
+    """Whether `root` holds files tracked by the git checkout around the current directory (an installed
+    package's data, even in a virtual environment inside the checkout, is not)."""
+    r = _git("ls-files", "--", str(root))
+    return r.returncode == 0 and bool(r.stdout.strip())
 
 
 class DirSource:
@@ -37,12 +61,7 @@ class DirSource:
 
     def read(self, rel: str) -> str | None:
         p = self.root / rel
-        if not p.is_file():
-            return None
-        try:
-            return p.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise ServelabError(f"{p}: not UTF-8") from None
+        return read_text(p) if p.is_file() else None
 
     def read_bytes(self, rel: str) -> bytes | None:
         p = self.root / rel
@@ -59,27 +78,26 @@ class GitSource:
     def __init__(self, ref: str, root: Path):
         rel = os.path.relpath(Path(root).resolve(), Path.cwd().resolve())
         if rel.startswith(".."):
-            raise ServelabError(f"recipes dir {root} is outside the current git checkout")
+            raise ServelabError(f"{root}: outside the current directory, where files at git refs are read")
         self.ref = ref
         self.rel = Path(rel)
         self.label = f"{ref}:{rel}"
         self._check_ref()
 
-    def _git(self, *args: str) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run(["git", *args], capture_output=True, check=False)
-        except FileNotFoundError:
-            raise ServelabError(
-                "git is not installed; the changelog commands read files at git refs"
-            ) from None
-
     def _check_ref(self) -> None:
-        r = self._git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
+        if not self.ref or self.ref.startswith("-") or not self.ref.isprintable():
+            # git would read a leading '-' as an option (git show --output=FILE writes a file)
+            raise ServelabError(f"git ref {self.ref!r}: expected a branch, tag or commit")
+        if _git("rev-parse", "--git-dir").returncode != 0:
+            raise ServelabError(
+                f"{Path.cwd()} is not inside a git checkout; the changelog commands compare git refs"
+            )
+        r = _git("rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}")
         if r.returncode != 0:
             raise ServelabError(f"git ref {self.ref!r} does not name a commit in this repository")
 
     def read_bytes(self, rel: str) -> bytes | None:
-        r = self._git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
+        r = _git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
         return r.stdout if r.returncode == 0 else None
 
     def read(self, rel: str) -> str | None:
@@ -92,7 +110,7 @@ class GitSource:
             raise ServelabError(f"{self.label}/{rel}: not UTF-8") from None
 
     def list_yaml(self, rel: str) -> list[str]:
-        r = self._git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
+        r = _git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
         names = [Path(line).name for line in r.stdout.decode().splitlines()]
         return sorted(f"{rel}/{n}" for n in names if n.endswith((".yaml", ".yml")))
 
@@ -101,9 +119,10 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to recipes")
     out = {}
-    for key, entry in data.items():
+    for raw_key, entry in data.items():
+        key = config_key(raw_key, source)
         try:
-            out[str(key)] = Recipe.model_validate(entry)
+            out[key] = Recipe.model_validate(entry)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
@@ -150,7 +169,7 @@ class Store:
 
 
 def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
-    root = Path(directory) if directory else default_dir()
+    root = resolve_dir(directory)
     if ref is None:
         if not root.is_dir():
             raise ServelabError(f"recipes dir {root} does not exist")

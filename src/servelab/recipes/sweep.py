@@ -186,7 +186,8 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
         raise ServelabError(
             "explicit concurrencies are for test-config mode; full sweeps use each recipe's ladder"
         )
-    jobs: list[Job] = []
+    points: list[tuple] = []
+    per_key: dict[str, int] = {}
     for key in select_keys(list(store.recipes), patterns or [], strict=f.mode == "test-config"):
         recipe = store.recipes[key]
         if not _keep_recipe(recipe, f):
@@ -201,7 +202,17 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
             concs = _concs(arm, f)
             if f.lowest_conc and concs:
                 concs = concs[:1]
-            jobs += [build_job(store, key, scenario, seq, arm, c) for c in concs]
+            per_key[key] = per_key.get(key, 0) + len(concs)
+            if len(points) <= f.max_jobs:  # past the limit only the count is kept, for the error
+                points += [(key, scenario, seq, arm, c) for c in concs]
+    total = sum(per_key.values())
+    if total > f.max_jobs:
+        biggest = max(per_key, key=lambda k: per_key[k])
+        raise ServelabError(
+            f"{biggest}: the sweep expands to {total} jobs ({per_key[biggest]} from this recipe), "
+            f"above the limit of {f.max_jobs}; narrow it with filters or raise --max-jobs"
+        )
+    jobs = [build_job(store, *p) for p in points]
     mark_evals(store, jobs, all_evals=f.all_evals, no_evals=f.no_evals)
     if f.evals_only:
         jobs = [j for j in jobs if j.row["run-eval"]]

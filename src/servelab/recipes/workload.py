@@ -135,7 +135,10 @@ def _scalar(text: str):
 
 def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
     """vLLM serve args -> (engine fields, topology {tp, ep, pp, dp-attn}, revision)."""
-    tokens = shlex.split(serve_args)
+    try:
+        tokens = shlex.split(serve_args)
+    except ValueError as e:
+        raise ServelabError(f"{source}: serve_args: {e}") from None
     engine: dict = {}
     topo = {"tp": 1, "pp": 1, "dp": 1, "ep": False}
     revision = None
@@ -246,15 +249,37 @@ def workload_to_recipe(w: PerfEvalWorkload, runner: str, image: str, source: str
     return w.name, recipe
 
 
-def recipe_to_workload(key: str, recipe) -> dict:
-    """The perf-eval workload view of a single-arm vLLM recipe (the shape workload files can hold)."""
-    arms = list(recipe.arms())
-    if recipe.framework != "vllm" or not arms:
-        raise ServelabError(f"{key}: only vLLM recipes with at least one arm export to a workload file")
-    layouts = {(a.tp_, a.ep_, a.pp_, a.dp_attn_) for _, _, _, a in arms}
-    if len(layouts) != 1:
-        raise ServelabError(f"{key}: a workload file holds one server layout; this recipe has {len(layouts)}")
-    _, first_seq, _, arm = arms[0]
+def recipe_to_workloads(key: str, recipe, gpu: str = "") -> list[dict]:
+    """The perf-eval workload view of a vLLM recipe: one workload per server layout (a workload file holds one
+    server), named KEY, or KEY-tpN-epN[-dpa][-ppN] when the recipe has several layouts."""
+    if recipe.framework != "vllm":
+        raise ServelabError(
+            f"{key}: perf-eval workload files describe vLLM servers; this recipe uses {recipe.framework}"
+        )
+    layouts: dict[tuple, list] = {}
+    for _, seq, _, arm in recipe.arms():
+        if arm.disagg:
+            raise ServelabError(f"{key}: disaggregated arms have no single vLLM server to describe")
+        layouts.setdefault((arm.tp_, arm.ep_, arm.pp_, arm.dp_attn_), []).append((seq, arm))
+    out = []
+    for (tp, ep, pp, dpa), members in layouts.items():
+        layout = f"-tp{tp}-ep{ep}" + ("-dpa" if dpa else "") + (f"-pp{pp}" if pp > 1 else "")
+        out.append(_workload(key + (layout if len(layouts) > 1 else ""), recipe, members, gpu))
+    return out
+
+
+def recipe_to_workload(key: str, recipe, gpu: str = "") -> dict:
+    """The workload of a recipe with one server layout."""
+    workloads = recipe_to_workloads(key, recipe, gpu)
+    if len(workloads) != 1:
+        raise ServelabError(
+            f"{key}: a workload file holds one server layout; this recipe has {len(workloads)}"
+        )
+    return workloads[0]
+
+
+def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
+    first_seq, arm = arms[0]
     argv = render(
         recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + MODEL_LEN_MARGIN, 0
     )
@@ -266,8 +291,8 @@ def recipe_to_workload(key: str, recipe) -> dict:
         j = args.index("--max-model-len")
         del args[j : j + 2]
     out: dict = {
-        "name": key,
-        "gpu": recipe.gpu_profile or "",
+        "name": name,
+        "gpu": recipe.gpu_profile or gpu,
         "num_gpus": arm.tp_ * arm.pp_,
         "nightly": bool(recipe.nightly),
         "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": shlex.join(args)},
@@ -289,7 +314,7 @@ def recipe_to_workload(key: str, recipe) -> dict:
                 {"num_threads": e.num_threads} if e.num_threads else {}
             )
     configs = []
-    for _, seq, _, a in arms:
+    for seq, a in arms:
         for c in concurrencies(a):
             configs.append(
                 {

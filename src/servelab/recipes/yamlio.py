@@ -1,11 +1,16 @@
-"""YAML reading that refuses duplicate keys, and writing that keeps key order.
+"""YAML reading that refuses duplicate keys and bombs, and writing that keeps key order.
 
 PyYAML silently keeps the last of two equal keys; a recipe or changelog with a duplicate key is almost always
-a copy-paste mistake, so every recipe-side file is read through `load_yaml`.
+a copy-paste mistake. Aliases let a 1 KB file stand for billions of nodes, and deep nesting exhausts Python's
+recursion limit, so reading is bounded: file size, nesting depth, number of aliases and the node count with
+every alias expanded (what pydantic validation will walk). The limits are ten times or more what InferenceX's
+largest master file needs (323 KB, 21k nodes, depth 8, no aliases). Every recipe-side file is read through
+`load_yaml`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +18,64 @@ import yaml
 
 from servelab.errors import ServelabError
 
+MAX_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIASES = 1000
+MAX_NODES = 500_000
+
+
+class _Limit(Exception):
+    pass
+
 
 class _StrictLoader(yaml.SafeLoader):
-    pass
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _Limit(f"more than {MAX_ALIASES} aliases")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Limit(f"nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expanded(root: yaml.Node) -> None:
+    """Count nodes with aliases expanded (each shared node once, times its uses), without recursion."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            on_path.discard(id(node))
+            size[id(node)] = n = 1 + sum(size[id(c)] for c in _children(node))
+            if n > MAX_NODES:
+                raise _Limit(f"expands to more than {MAX_NODES} nodes (aliases repeat what they point at)")
+            continue
+        if id(node) in size:
+            continue
+        if id(node) in on_path:
+            raise _Limit("an alias refers to a collection that contains it")
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack += [(c, False) for c in _children(node) if id(c) not in size]
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -23,6 +83,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):
+            break  # construct_mapping below refuses it with the line number
         if key in seen:
             raise _DuplicateKey(key, seen[key] + 1, key_node.start_mark.line + 1)
         seen[key] = key_node.start_mark.line
@@ -39,25 +101,52 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML text; `source` names the file in error messages."""
+    if len(text) > MAX_BYTES:
+        raise ServelabError(f"{source}: {len(text)} characters; a YAML file may hold at most {MAX_BYTES}")
+    loader = None
     try:
-        return yaml.load(text, Loader=_StrictLoader)
-    except _DuplicateKey as e:
+        loader = _StrictLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(node)
+        return loader.construct_document(node)
+    except (_DuplicateKey, _Limit) as e:
         raise ServelabError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ServelabError(f"{source}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())  # ReaderError's spans lines
+        raise ServelabError(f"{source}:{where} is not valid YAML ({problem})") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_text(path) -> str:
+    """A recipe-side file's text: one line naming the file when it is missing, too large or not UTF-8."""
+    p = Path(path)
+    if p.is_dir():
+        raise ServelabError(f"{p}: is a directory, expected a file")
+    if p.exists() and not p.is_file():
+        raise ServelabError(f"{p}: not a regular file")  # a device or pipe may never end
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)  # /proc files report size 0, so the size is checked on reading
+    except FileNotFoundError:
+        raise ServelabError(f"{p}: file not found") from None
+    except OSError as e:
+        raise ServelabError(f"{p}: cannot read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise ServelabError(f"{p}: larger than {MAX_BYTES} bytes, the most a YAML file may hold")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ServelabError(f"{p}: not UTF-8 (byte {e.start})") from None
 
 
 def read_yaml(path) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ServelabError(f"{p}: file not found") from None
-    except UnicodeDecodeError:
-        raise ServelabError(f"{p}: not UTF-8") from None
-    return load_yaml(text, str(p))
+    return load_yaml(read_text(path), str(path))
 
 
 class _Dumper(yaml.SafeDumper):
