@@ -29,6 +29,20 @@ def test_list_and_show():
     assert r.returncode == 2 and r.stderr.startswith("error: config key") and "did you mean" in r.stderr
 
 
+def test_list_and_validate_as_json():
+    r = run("recipes", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = {row["key"]: row for row in json.loads(r.stdout)}
+    assert (
+        listed["dsv4f-fp8-b200-vllm"]["runner"] == "cluster:b200-nb"
+        and listed["dsv4f-fp8-b200-vllm"]["jobs"] > 0
+    )
+    r = run("recipes", "validate", "--json")
+    assert r.returncode == 0, r.stderr
+    reports = json.loads(r.stdout)
+    assert {rep["key"] for rep in reports} == set(listed) and all(rep["ok"] for rep in reports)
+
+
 def test_render_prints_exact_argv_and_env():
     r = run("recipes", "render", "dsv4-fp4-b200-vllm", "--tp", "8", "--ep", "8", "--dp-attn")
     assert r.returncode == 0, r.stderr
@@ -108,6 +122,8 @@ def test_changelog_commands(repo):
     repo.commit("entry")
     r = run("changelog", "validate", "--base-ref", base, "--dir", "data", cwd=repo.root)
     assert r.returncode == 0 and "ok: 1 new entry" in r.stdout
+    r = run("changelog", "validate", "--base-ref", base, "--dir", "data", "--json", cwd=repo.root)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"ok": True, "new_entries": 1}
     r = run("changelog", "jobs", "--base-ref", base, "--dir", "data", "--format", "json", cwd=repo.root)
     assert r.returncode == 0, r.stderr
     assert {row["config-key"] for row in json.loads(r.stdout)} == {"dsv4f-fp8-b200-vllm"}

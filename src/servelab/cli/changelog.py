@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from servelab.cli._common import field_option
+from servelab.cli._common import JsonOpt, field_option, print_json
 from servelab.cli.sweep import FormatOpt, LauncherOpt, OutOpt
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
@@ -52,10 +52,14 @@ def validate(
     ),
     directory: Path = DirOpt,
     changelog: Path = ChangelogOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Check the change against the ledger rules and the recorded fingerprints."""
     suffix = f" between {base_ref} and {head_ref}"
     change = _checked_change(base_ref, head_ref, directory, changelog, pr_link, suffix)
+    if as_json:
+        print_json({"ok": True, "new_entries": len(change.added)})
+        return
     typer.echo(f"ok: {len(change.added)} new entr{'y' if len(change.added) == 1 else 'ies'}")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import Col, StoreDirOpt, print_table
+from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.yamlio import dump_yaml
@@ -18,7 +18,7 @@ app = typer.Typer(
 
 
 @app.command("list")
-def list_(directory: Path = StoreDirOpt) -> None:
+def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt) -> None:
     """List config keys with their model, runner, engine and job count."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
@@ -28,6 +28,15 @@ def list_(directory: Path = StoreDirOpt) -> None:
         arms = list(r.arms())
         jobs = sum(len(concurrencies(a)) for *_, a in arms)
         rows.append((key, r.model, r.runner, r.framework, r.precision, str(len(arms)), str(jobs)))
+    if as_json:
+        names = ("key", "model", "runner", "framework", "precision", "arms", "jobs")
+        print_json(
+            [
+                {n: int(v) if n in ("arms", "jobs") else v for n, v in zip(names, row, strict=True)}
+                for row in rows
+            ]
+        )
+        return
     columns = (
         Col("key", key=True),
         Col("model"),
@@ -73,8 +82,10 @@ def validate(
     ),
     directory: Path = StoreDirOpt,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print memory notes per arm."),
+    as_json: bool = JsonOpt,
 ) -> None:
-    """Validate recipes against the model and system specs (heads divide, fits in memory, precision runs)."""
+    """Validate recipes against the model and system specs (heads divide, fits in memory, precision runs).
+    Exit 2 when any recipe has an error (with --json too, after the report)."""
     from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
     from servelab.recipes.lock import stale_keys  # noqa: PLC0415  # start-up time
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
@@ -88,8 +99,23 @@ def validate(
     else:
         recipes, notes = load_any(file, store.registry)
         for n in notes:
-            typer.echo(f"note: {n}")
+            typer.echo(f"note: {n}", err=as_json)
         reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
+    stale_error = "fingerprint differs from fingerprints.lock; run `servelab recipes lock` and add a "
+    stale_error += "perf-changelog.yaml entry"
+    if as_json:
+        found = [
+            {"key": r.key, "ok": not r.errors, "errors": r.errors, "warnings": r.warnings, "notes": r.notes}
+            for r in reports
+        ]
+        found += [
+            {"key": k, "ok": False, "errors": [stale_error], "warnings": [], "notes": []} for k in stale
+        ]
+        print_json(found)
+        n_bad = sum(not r["ok"] for r in found)
+        if n_bad:
+            raise ServelabError(f"{n_bad} recipe(s) with errors")
+        return
     n_err = 0
     for rep in reports:
         status = "FAIL" if rep.errors else "ok"
@@ -103,10 +129,7 @@ def validate(
                 typer.echo(f"     {n}")
         n_err += len(rep.errors)
     for key in stale:
-        typer.echo(
-            f"FAIL {key}\n     error: fingerprint differs from fingerprints.lock; run `servelab recipes "
-            f"lock` and add a perf-changelog.yaml entry"
-        )
+        typer.echo(f"FAIL {key}\n     error: {stale_error}")
         n_err += 1
     if n_err:
         raise ServelabError(f"{n_err} problem(s) in {len(reports)} recipe(s)")
