@@ -1,6 +1,8 @@
 """What the CLI prints fits: key columns whole at 80 columns on a terminal and at any width in a pipe, help
 that never cuts an option name, `--version` and shell completion."""
 
+import csv
+import io
 import json
 import os
 import pty
@@ -69,6 +71,23 @@ def test_plan_in_a_pipe_shows_every_parallel_split_whole():
     for label in labels:
         assert f" {label} " in r.stdout
     assert "tok/s/user" in r.stdout and "band tok/s/GPU" in r.stdout  # every column, at natural width
+
+
+def test_plan_and_recipes_as_csv_carry_the_json_numbers():
+    as_json = json.loads(run_piped(*PLAN, "--json").stdout)["candidates"]
+    r = run_piped(*PLAN, "--csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [int(row["rank"]) for row in rows] == [c["rank"] for c in as_json]
+    for row, cand in zip(rows, as_json, strict=True):
+        assert row["parallel"] == cand["parallel"]["label"]
+        assert (
+            float(row["tpot_ms"]) == cand["tpot_ms"] and float(row["tok_s_per_gpu"]) == cand["tok_s_per_gpu"]
+        )
+    listed = list(csv.DictReader(io.StringIO(run_piped("recipes", "list", "--csv").stdout)))
+    assert {"key", "model", "runner", "jobs"} <= set(listed[0]) and all(
+        row["jobs"].isdigit() for row in listed
+    )
 
 
 def test_plan_on_an_80_column_terminal_keeps_keys_and_fits():

@@ -1,6 +1,7 @@
 """Shared CLI helpers: JSON output, tables that never cut their key columns, options derived from model
 fields, and the common model/system/parallel options."""
 
+import csv
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -46,11 +47,18 @@ def print_table(
     *,
     show_header: bool = True,
     file: IO[str] | None = None,
+    as_csv: bool = False,
 ) -> None:
     """Print a table that fits: on a terminal, secondary columns leave (named in a footnote) before any key
-    is cut; in a pipe or a file, at the table's natural width, every cell whole, whatever COLUMNS says."""
-    out = Console(file=file)
+    is cut; in a pipe or a file, at the table's natural width, every cell whole, whatever COLUMNS says.
+    `as_csv`: every column as CSV (a header row, then the rows), for spreadsheets and scripts."""
     cells = [list(r) for r in rows]
+    if as_csv:
+        writer = csv.writer(file or sys.stdout, lineterminator="\n")
+        writer.writerow([c.header for c in columns])
+        writer.writerows(cells)
+        return
+    out = Console(file=file)
     shown = list(range(len(columns)))
     table = _table(columns, cells, shown, title, show_header)
     natural = _natural_width(out, table)
@@ -113,6 +121,7 @@ WeightDtypeOpt = typer.Option(
 )
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
+CsvOpt = typer.Option(False, "--csv", help="Print the table as CSV")
 StoreDirOpt = typer.Option(
     None,
     "--dir",

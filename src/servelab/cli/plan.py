@@ -5,6 +5,8 @@ Options that set a PlanRequest field take their default and help from it; librar
 this module names as flags.
 """
 
+import csv
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,7 @@ def plan(
     ),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Engine limit on running sequences"),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the candidates as CSV (numbers unformatted)"),
     report: str | None = typer.Option(
         None, "--report", help="Write an HTML report (Pareto chart + table) here"
     ),
@@ -136,6 +139,9 @@ def plan(
             ]
         print_json(data)
         return
+    if as_csv:
+        _print_csv(result)
+        return
     _print(result, explained, report)
     for pick in saved:
         if pick.directory is None:
@@ -154,6 +160,23 @@ def _save(result: Plan, directory: Path, top: int) -> list[Any]:
         raise ServelabError(f"--save-dir: cannot write {e.filename} ({e.strerror})") from None
     except ServelabError as e:
         raise ServelabError(f"--save-dir: {e}") from None
+
+
+CSV_FIELDS = (
+    "rank", "mode", "parallel", "replicas", "concurrency", "ttft_ms", "tpot_ms", "tok_s_per_gpu",
+    "tok_s_per_gpu_low", "tok_s_per_gpu_high", "tok_s_per_user", "request_rate", "memory_headroom_gib",
+    "pareto",
+)  # fmt: skip
+
+
+def _print_csv(result: Plan) -> None:
+    """Every candidate shown in the table, one row each, with the numbers as computed."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for c in result.candidates:
+        if c.rank <= result.request.top or c.pareto:
+            row = c.model_dump(include=set(CSV_FIELDS) - {"parallel"}) | {"parallel": c.parallel["label"]}
+            writer.writerow([row[f] for f in CSV_FIELDS])
 
 
 COLUMNS = (

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
+from servelab.cli._common import Col, CsvOpt, JsonOpt, StoreDirOpt, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.yamlio import dump_yaml
@@ -18,7 +18,7 @@ app = typer.Typer(
 
 
 @app.command("list")
-def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt) -> None:
+def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -> None:
     """List config keys with their model, runner, engine and job count."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
 
@@ -46,7 +46,7 @@ def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt) -> None:
         Col("arms", "right", key=True, drop=3),
         Col("jobs", "right", key=True),
     )
-    print_table(columns, rows)
+    print_table(columns, rows, as_csv=as_csv)
 
 
 @app.command()
