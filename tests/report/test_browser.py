@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE, estimate_json, plan_json, vllm_result
+from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
 
 from servelab.results.report import predicted_points, render_html, result_points
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE, estimate_json, plan_json, vllm_result
+from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
 
 from servelab.errors import ServelabError
 from servelab.results.importers import import_files

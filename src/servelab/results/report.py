@@ -22,7 +22,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -71,8 +71,7 @@ class Point:
         return getattr(self, axis)
 
     def stat(self, metric: str, stat: str) -> float | None:
-        values = self.latency_ms.get(metric, {})
-        return values.get(stat, values.get("p50") if stat == "median" else None)
+        return self.latency_ms.get(metric, {}).get(stat)
 
     @property
     def interactivity(self) -> float | None:
@@ -149,17 +148,18 @@ def _samples(records: Path) -> dict[str, list[float]]:
 
 
 def _with_records(point: Point, result: Path, data: dict[str, Any]) -> Point:
-    """The point with its per-request samples when the records are next to the result (or where it says)."""
+    """The point with its per-request samples when the records are next to the result (or where its absolute
+    `records_file` says)."""
     candidates = [result.with_name(result.stem + ".requests.jsonl")]
-    if isinstance(data.get("records_file"), str):
+    if isinstance(data.get("records_file"), str) and Path(data["records_file"]).is_absolute():
         candidates.append(Path(data["records_file"]))
     for path in candidates:
         if path.is_file():
             try:
                 samples = _samples(path)
-            except (OSError, KeyError, TypeError, ValueError, IndexError) as e:
+            except (OSError, AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
                 raise ServelabError(f"{path}: not servelab per-request records ({e})") from e
-            return Point(**{**point.__dict__, "samples_ms": samples, "samples_from": path.name})
+            return replace(point, samples_ms=samples, samples_from=path.name)
     return point
 
 
@@ -191,9 +191,9 @@ def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]
     for run in store.find_runs(ref):
         stages = {(s.config, s.repetition): s for s in store.stages(run.id) if s.stage == "bench"}
         by_stage: dict[tuple[str, int], dict[str, Any]] = {}
-        for m in store.metrics(run.id):
-            if m.stage == "bench" and m.value is not None:
-                by_stage.setdefault((m.config, m.repetition), {})[m.name] = m.value
+        for metric in store.metrics(run.id):
+            if metric.stage == "bench" and metric.value is not None:
+                by_stage.setdefault((metric.config, metric.repetition), {})[metric.name] = metric.value
         for (config, rep), fields in sorted(by_stage.items()):
             m = CONFIG_X.search(config)
             if m:
@@ -278,9 +278,10 @@ def sweep_axis(points: Sequence[Point]) -> Axis:
     """What differs between the measured points: concurrency, else request rate (concurrency when neither
     does, unless only the rate is known)."""
     measured = [p for p in points if p.source == "measured"] or list(points)
-    for axis in ("max_concurrency", "request_rate"):
-        if len({p.x(axis) for p in measured}) > 1:  # type: ignore[arg-type]
-            return axis  # type: ignore[return-value]
+    axes: tuple[Axis, ...] = ("max_concurrency", "request_rate")
+    for axis in axes:
+        if len({p.x(axis) for p in measured}) > 1:
+            return axis
     if all(p.max_concurrency is None for p in measured) and any(p.request_rate for p in measured):
         return "request_rate"
     return "max_concurrency"
@@ -358,6 +359,7 @@ def latency_figure(points: Sequence[Point]) -> go.Figure:
     note = "dotted with markers: from the result's percentiles (no per-request records)"
     fig.update_layout(
         height=750,
+        margin={"t": 110},
         title="Latency distributions (CDF)" + (f"<br><sub>{note}</sub>" if from_percentiles else ""),
     )
     return fig
@@ -442,7 +444,7 @@ def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
                 go.Scatter(
                     x=[x for x, _ in front],
                     y=[y for _, y in front],
-                    mode="lines",
+                    mode="lines+markers",  # a front of one point is still seen
                     name=f"{source} Pareto front",
                     line={"dash": DASH[source], "color": "black"},
                 )
