@@ -120,6 +120,9 @@ def test_hostile_names_are_escaped(tmp_path, write_json):
     page = render_html(result_points(path), title=HOSTILE)
     assert "<script>document" not in page and "<img" not in page and "</script><script>" not in page
     assert "&lt;script&gt;" in page and "a&lt;b&gt;.json" in page
+    # inside a figure too: plotly reads some tags in its text (<a href>, <b>), so names are escaped for it
+    sweep = figures(result_points(path), "max_concurrency", per_gpu=False)[1][1]
+    assert sweep.data[0].name.startswith("measured: &lt;/script&gt;&lt;script&gt;")
 
 
 def test_runs_from_the_store(tmp_path, write_json):
@@ -140,6 +143,11 @@ def test_cli_writes_the_page(sweep, write_json, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "report: out.html (5 points)" in r.stdout
     assert views((tmp_path / "out.html").read_text()) == ["latency", "sweep", "pareto", "predicted"]
+    r = servelab(str(sweep[0]), "-o", "one.html", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["report"] == "one.html" and data["points"][0]["samples_from"] == "conc1.requests.jsonl"
+    assert data["points"][0]["latency_ms"]["ttft"]["mean"] == 51.0 and "samples_ms" not in data["points"][0]
 
 
 def test_cli_stored_run(tmp_path, write_json):

@@ -1,9 +1,11 @@
 """`servelab report`: one self-contained HTML page of benchmark results (files, stored runs, predictions)."""
 
+import dataclasses
 from pathlib import Path
 
 import typer
 
+from servelab.cli._common import JsonOpt, print_json
 from servelab.errors import ServelabError
 
 
@@ -34,6 +36,7 @@ def report(
         show_default=False,
     ),
     title: str = typer.Option("servelab report", "--title", help="The page's title."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """One HTML page: latency CDFs, TTFT / TPOT / throughput against concurrency or rate, the Pareto front,
     predicted against measured. plotly.js is inlined: the page opens offline."""
@@ -51,4 +54,8 @@ def report(
         output.write_text(page, encoding="utf-8")
     except OSError as e:
         raise ServelabError(f"{output}: cannot write ({e.strerror})", field="output") from e
+    if as_json:  # the points the page shows, without their per-request samples
+        rows = [{k: v for k, v in dataclasses.asdict(p).items() if k != "samples_ms"} for p in points]
+        print_json({"report": str(output), "points": rows})
+        return
     typer.echo(f"report: {output} ({len(points)} points)")
