@@ -16,6 +16,8 @@ from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
 from servelab.errors import ServelabError
 from servelab.results.importers import import_files
 from servelab.results.report import (
+    CDF_POINTS,
+    cdf,
     figures,
     predicted_points,
     render_html,
@@ -64,6 +66,12 @@ def test_latencies_from_records_else_percentiles(sweep):
     assert not second.samples_ms and second.latency_ms["ttft"] == {"mean": 54, "p50": 52, "p99": 94}
     fig = figures([first, second], "max_concurrency", per_gpu=False)[0][1]
     assert "percentiles" in fig.layout.title.text
+
+
+def test_a_long_run_cdf_keeps_its_shape_in_few_points():
+    xs, ys = cdf([float(v) for v in range(100_000, 0, -1)])
+    assert len(xs) == CDF_POINTS and (xs[0], ys[0]) == (1.0, 1e-5) and (xs[-1], ys[-1]) == (100_000.0, 1.0)
+    assert xs == sorted(xs) and all(abs(x / 100_000 - y) < 1e-4 for x, y in zip(xs, ys, strict=True))
 
 
 def test_sweep_axis_is_what_differs(write_json):

@@ -50,6 +50,7 @@ PREDICTED_EXPECTED = (
     "a `servelab plan --json` output, a `servelab estimate --mode agg --json` output or a result file"
 )
 DASH = {"measured": "solid", "predicted": "dash"}
+CDF_POINTS = 1000  # per line of a latency CDF; finer than a figure's width shows
 
 
 @dataclass(frozen=True)
@@ -312,10 +313,17 @@ def _origins(points: Sequence[Point]) -> str:
     return html.escape("; ".join(parts) or "no points")
 
 
-def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
+def cdf(values: list[float]) -> tuple[list[float], list[float]]:
+    """The empirical CDF at no more than CDF_POINTS evenly spaced ranks (the minimum and maximum kept): a
+    long run's pooled ITL gaps would otherwise put millions of numbers in the page."""
     xs = sorted(values)
     n = len(xs)
-    return xs, [(i + 1) / n for i in range(n)]
+    ranks = (
+        range(n)
+        if n <= CDF_POINTS
+        else sorted({round(k * (n - 1) / (CDF_POINTS - 1)) for k in range(CDF_POINTS)})
+    )
+    return [xs[i] for i in ranks], [(i + 1) / n for i in ranks]
 
 
 def _percentile_cdf(stats: dict[str, float]) -> tuple[list[float], list[float]]:
@@ -336,7 +344,7 @@ def latency_figure(points: Sequence[Point]) -> go.Figure:
         for k, metric in enumerate(LATENCY_METRICS):
             samples = p.samples_ms.get(metric)
             if samples:
-                xs, ys = _cdf(samples)
+                xs, ys = cdf(samples)
                 style: dict[str, Any] = {"mode": "lines", "line": {"dash": DASH[p.source]}}
             else:
                 xs, ys = _percentile_cdf(p.latency_ms.get(metric, {}))
