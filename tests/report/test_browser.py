@@ -122,8 +122,8 @@ def test_report_of_real_bench_runs(tmp_path, mock_server):
     points = [p for f in ("c1.json", "c4.json") for p in result_points(tmp_path / f)]
     assert [p.samples_from for p in points] == ["c1.requests.jsonl", "c4.requests.jsonl"]
     assert all(len(p.samples_ms["ttft"]) == 8 and len(p.samples_ms["itl"]) == 8 * 7 for p in points)
-    # the mock's settings, seen through the records: 20 ms to the first token, then 5 ms a token
-    assert all(min(p.samples_ms["ttft"]) >= 19 and min(p.samples_ms["tpot"]) >= 4.5 for p in points)
+    # the mock sends no first token before 20 ms (a lower bound only: a loaded machine delays, never hastens)
+    assert all(len(p.samples_ms["tpot"]) == 8 and min(p.samples_ms["ttft"]) >= 19 for p in points)
     page = (tmp_path / "report.html").read_text()
     assert "per-request records: c1.requests.jsonl, c4.requests.jsonl" in page
     if CHROMIUM.exists():
