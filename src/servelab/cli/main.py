@@ -23,6 +23,7 @@ from servelab.cli import (
     models,
     plan,
     recipes,
+    report,
     results,
     sweep,
     systems,
@@ -76,6 +77,7 @@ app.add_typer(recipes.app, name="recipes")
 app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog")
 app.add_typer(results.app, name="results")
+app.command("report")(report.report)
 app.add_typer(calibrate.app, name="calibrate")
 
 

@@ -1,15 +1,15 @@
 """HTML report of a plan: a Pareto chart (tok/s/GPU against tok/s/user) and the ranked table.
 
-Everything user-derived is escaped: table cells with html.escape, the embedded plan JSON with `<`, `>` and `&`
-as unicode escapes (safe inside a <script> element). plotly.js is inlined so the file opens offline.
+The page is built the one way servelab writes pages (servelab.htmlpage): table cells escaped, the embedded
+plan JSON safe inside its <script> element, plotly.js inlined so the file opens offline.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from typing import TYPE_CHECKING, Any
 
+from servelab.htmlpage import figure_div, page, plot_text, safe_json
 from servelab.predict.plan.candidates import Plan
 
 if TYPE_CHECKING:
@@ -29,13 +29,6 @@ COLUMNS = (
     ("pareto", "Pareto"),
     ("limits", "limits"),
 )
-
-
-def safe_json(data: Any) -> str:
-    """JSON that cannot close a <script> element or open a comment."""
-    return (
-        json.dumps(data, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    )
 
 
 def _cell(c: dict[str, Any], key: str) -> str:
@@ -90,32 +83,27 @@ def figure(plan_data: dict[str, Any]) -> go.Figure:
     fig.update_layout(
         xaxis_title="interactivity (tok/s/user)",
         yaxis_title="output tok/s/GPU",
-        title=f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}",
+        title=plot_text(f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}"),
     )
     return fig
 
 
 def render_html(plan: Plan) -> str:
-    import plotly.io as pio  # noqa: PLC0415 - plotly is heavy and only reports need it
-
     data = plan.model_dump(mode="json")
-    chart = pio.to_html(figure(data), full_html=False, include_plotlyjs=True)
+    chart = figure_div(figure(data), with_plotlyjs=True)
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
     rows = "".join(
         "<tr>" + "".join(f"<td>{_cell(c, key)}</td>" for key, _ in COLUMNS) + "</tr>"
         for c in data["candidates"]
     )
     req = data["request"]
-    title = html.escape(
+    title = (
         f"servelab plan: {data['model']} on {req['gpus']}x {data['system']} ({data['backend']}), "
         f"{req['isl']}/{req['osl']} tokens"
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
-    return (
-        '<!doctype html><html><head><meta charset="utf-8"><title>' + title + "</title>"
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>"
-        f"<h1>{title}</h1>{chart}<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-        f"<ul>{notes}</ul>"
-        f'<script type="application/json" id="plan-data">{safe_json(data)}</script></body></html>'
+    return page(
+        title,
+        f"{chart}<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table><ul>{notes}</ul>"
+        f'<script type="application/json" id="plan-data">{safe_json(data)}</script>',
     )

@@ -1,0 +1,539 @@
+"""`servelab report`: one self-contained HTML page of benchmark results, measured and predicted.
+
+Where the numbers come from:
+- result files as `servelab bench --save-result` and `vllm bench serve` write them (and InferenceX's), read by
+  the importers' reader; a servelab result's per-request records (`<name>.requests.jsonl` next to it) give
+  whole latency distributions, otherwise the result's percentiles stand for them;
+- runs of the results store, by id or name: one point per bench stage (config and repetition), from the
+  stored metrics, with the records when the stage's artifact still has them next to it;
+- predictions: a `servelab plan --json` output (one point per candidate), `servelab estimate --mode agg
+  --json` outputs (one point at their batch), or result files in the vLLM shape written by a simulator.
+
+The views: latency CDFs (TTFT, TPOT, ITL, E2EL), TTFT / TPOT / throughput against concurrency or request rate
+(whichever differs between the measured points), the throughput-latency Pareto front, and predicted against
+measured on the same axis. Every figure names its sources below it; every trace is labelled measured or
+predicted.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from servelab.bench.evaluate import resolve_output_len
+from servelab.bench.measured import derive
+from servelab.bench.records import read_jsonl
+from servelab.errors import ServelabError
+from servelab.htmlpage import figure_div, page, plot_text
+from servelab.metrics import LATENCY_METRICS
+from servelab.predict.plan.pareto import pareto_mask
+from servelab.results.importers import read_file
+from servelab.results.store import Store
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+Source = Literal["measured", "predicted"]
+Axis = Literal["max_concurrency", "request_rate"]
+AXIS_TITLES = {"max_concurrency": "concurrency (requests in flight)", "request_rate": "request rate (req/s)"}
+METRIC_TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+# a latency field as vLLM names it (`p99_ttft_ms`); InferenceX writes the same names in seconds, without `_ms`
+LATENCY_FIELD = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)(_ms)?$")
+GPU_FIELDS = ("num_gpus", "gpus")  # --metadata keys that say how many GPUs served a run
+PREDICTED_EXPECTED = (
+    "a `servelab plan --json` output, a `servelab estimate --mode agg --json` output or a result file"
+)
+DASH = {"measured": "solid", "predicted": "dash"}
+CDF_POINTS = 1000  # per line of a latency CDF; finer than a figure's width shows
+
+
+@dataclass(frozen=True)
+class Point:
+    """One benchmark point, measured or predicted, with where it came from."""
+
+    source: Source
+    origin: str  # the file name or `run <id>`, with the entry or candidate when it holds several
+    series: str  # the line it belongs to: the model, and the label or parallel split
+    max_concurrency: float | None
+    request_rate: float | None  # offered (predicted: served) requests/s; None when unbounded
+    latency_ms: dict[str, dict[str, float]]  # 'ttft' -> {'mean': .., 'p50': .., 'p99': ..}
+    output_tok_s: float | None = None  # the whole deployment's output tokens/s
+    output_tok_s_per_gpu: float | None = None
+    samples_ms: dict[str, list[float]] = field(default_factory=dict)  # per request; ITL: every gap
+    samples_from: str = ""  # the records file the samples came from
+
+    def x(self, axis: Axis) -> float | None:
+        return getattr(self, axis)
+
+    def stat(self, metric: str, stat: str) -> float | None:
+        return self.latency_ms.get(metric, {}).get(stat)
+
+    @property
+    def interactivity(self) -> float | None:
+        """Output tokens/s one user sees: 1000 / mean TPOT."""
+        tpot = self.stat("tpot", "mean")
+        return 1000.0 / tpot if tpot else None
+
+
+# reading
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _latencies(fields: dict[str, Any]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for name, value in fields.items():
+        m = LATENCY_FIELD.match(name)
+        x = _number(value) if m else None
+        if m and x is not None:
+            stat = "p50" if m[1] == "median" else m[1]
+            out.setdefault(m[2], {})[stat] = x if m[3] else x * 1000.0
+    return out
+
+
+def _gpus(fields: dict[str, Any], gpus: int | None) -> int | None:
+    for key in GPU_FIELDS:
+        n = _number(fields.get(key))
+        if n and n > 0:
+            return int(n)
+    return gpus
+
+
+def _result_point(
+    fields: dict[str, Any], source: Source, origin: str, series: str, gpus: int | None
+) -> Point:
+    """A point from a result's flat fields (a file's entry, or a stored stage's metrics)."""
+    output = _number(fields.get("output_throughput"))
+    per_gpu = _number(fields.get("output_tput_per_gpu"))  # InferenceX writes it per GPU
+    n = _gpus(fields, gpus)
+    if per_gpu is None and output is not None and n:
+        per_gpu = output / n
+    return Point(
+        source=source,
+        origin=origin,
+        series=series,
+        max_concurrency=_number(fields.get("max_concurrency", fields.get("conc"))),
+        request_rate=_number(fields.get("request_rate")),
+        latency_ms=_latencies(fields),
+        output_tok_s=output,
+        output_tok_s_per_gpu=per_gpu,
+    )
+
+
+def _samples(records: Path) -> dict[str, list[float]]:
+    """Per-request TTFT, TPOT and E2EL and every ITL gap (ms) of the successful requests, as the result
+    computes them (servelab.bench.measured); without usage, output tokens are counted as content events."""
+    out: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    for rec in read_jsonl(records):
+        if not rec.get("ok") or rec.get("sent") is None or not rec.get("chunks"):
+            continue
+        r = derive(rec, resolve_output_len(rec, None)[0])
+        out["ttft"].append(r.ttft_s * 1000.0)
+        out["e2el"].append(r.e2el_s * 1000.0)
+        out["itl"].extend(gap * 1000.0 for gap in r.itl_s)
+        if r.tpot_s is not None:
+            out["tpot"].append(r.tpot_s * 1000.0)
+    return out
+
+
+def _with_records(point: Point, result: Path, data: dict[str, Any]) -> Point:
+    """The point with its per-request samples when the records are next to the result (or where its absolute
+    `records_file` says)."""
+    candidates = [result.with_name(result.stem + ".requests.jsonl")]
+    if isinstance(data.get("records_file"), str) and Path(data["records_file"]).is_absolute():
+        candidates.append(Path(data["records_file"]))
+    for path in candidates:
+        if path.is_file():
+            try:
+                samples = _samples(path)
+            except (OSError, AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
+                raise ServelabError(f"{path}: not servelab per-request records ({e})") from e
+            return replace(point, samples_ms=samples, samples_from=path.name)
+    return point
+
+
+def _series(data: dict[str, Any], name: str) -> str:
+    label = data.get("label")
+    return f"{name} {label}" if isinstance(label, str) and label not in ("", data.get("backend")) else name
+
+
+def result_points(path: Path, source: Source = "measured", gpus: int | None = None) -> list[Point]:
+    """The points of a result file (a list of results gives one each); a ServelabError names a bad file."""
+    raw, entries = read_file(path)
+    items = json.loads(raw)
+    items = items if isinstance(items, list) else [items]
+    points = []
+    for i, (item, entry) in enumerate(zip(items, entries, strict=True)):
+        origin = path.name if len(items) == 1 else f"{path.name} #{i + 1}"
+        point = _result_point(item, source, origin, _series(item, entry.name), gpus)
+        points.append(_with_records(point, path, item) if source == "measured" else point)
+    return points
+
+
+CONFIG_X = re.compile(r"-(conc|rate)-([^-]+)$")
+
+
+def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]:
+    """One point per bench stage (config, repetition) of the runs `ref` names (an id, a prefix or a name);
+    concurrency or rate from the stage's config (`<label>-conc-<N>`, `<label>-rate-<R>`)."""
+    points = []
+    for run in store.find_runs(ref):
+        stages = {(s.config, s.repetition): s for s in store.stages(run.id) if s.stage == "bench"}
+        by_stage: dict[tuple[str, int], dict[str, Any]] = {}
+        for metric in store.metrics(run.id):
+            if metric.stage == "bench" and metric.value is not None:
+                by_stage.setdefault((metric.config, metric.repetition), {})[metric.name] = metric.value
+        for (config, rep), fields in sorted(by_stage.items()):
+            m = CONFIG_X.search(config)
+            if m:
+                fields = {**fields, "max_concurrency" if m[1] == "conc" else "request_rate": m[2]}
+            label = config[: m.start()] if m else config
+            origin = f"run {run.id} {config}" + (f" rep {rep}" if rep else "")
+            point = _result_point(fields, "measured", origin, f"{run.name} {label}".strip(), gpus)
+            stage = stages.get((config, rep))
+            if stage and stage.artifact:
+                point = _with_records(point, store.path.parent / stage.artifact, {})
+            points.append(point)
+    if not points:
+        raise ServelabError(f"run {ref!r} in {store.path} has no bench results", field="run")
+    return points
+
+
+def _predicted_latencies(percentiles: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """A plan's or estimate's `percentiles` ({'ttft_ms': {'mean': .., 'p50': ..}}) by metric."""
+    out = {}
+    for name, stats in percentiles.items():
+        metric = name.removesuffix("_ms")
+        if metric in LATENCY_METRICS and isinstance(stats, dict):
+            out[metric] = {k: x for k, v in stats.items() if (x := _number(v)) is not None}
+    return out
+
+
+def _plan_points(data: dict[str, Any], path: Path) -> list[Point]:
+    points = []
+    for c in data["candidates"]:
+        label = c["parallel"]["label"]
+        points.append(
+            Point(
+                source="predicted",
+                origin=f"{path.name} #{c['rank']} {c['mode']} {label}",
+                series=f"{data['model']} {c['mode']} {label}",
+                max_concurrency=_number(c["concurrency"]),
+                request_rate=_number(c["request_rate"]),
+                latency_ms=_predicted_latencies(c["percentiles"]),
+                output_tok_s=c["tok_s_per_gpu"] * c["gpus"],
+                output_tok_s_per_gpu=c["tok_s_per_gpu"],
+            )
+        )
+    return points
+
+
+def _estimate_point(data: dict[str, Any], path: Path) -> Point:
+    per_gpu = _number(data["output_tokens_per_s_per_gpu"])
+    return Point(
+        source="predicted",
+        origin=path.name,
+        series=f"{data['model']} agg {data['parallel']}",
+        max_concurrency=_number(data["batch"]),
+        request_rate=_number(data.get("request_throughput")),
+        latency_ms=_predicted_latencies(data["percentiles"]),
+        output_tok_s=per_gpu * data["gpus"] if per_gpu is not None else None,
+        output_tok_s_per_gpu=per_gpu,
+    )
+
+
+def predicted_points(path: Path, gpus: int | None = None) -> list[Point]:
+    """Predicted points from a plan, an agg estimate or a (simulated) result file."""
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot read ({e.strerror})") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ServelabError(f"{path}: not JSON ({e}); expected {PREDICTED_EXPECTED}") from e
+    try:
+        if isinstance(data, dict) and {"candidates", "request"} <= data.keys():
+            return _plan_points(data, path)
+        if isinstance(data, dict) and data.get("mode") == "agg" and "batch" in data:
+            return [_estimate_point(data, path)]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ServelabError(f"{path}: malformed prediction ({e!r}); expected {PREDICTED_EXPECTED}") from e
+    return result_points(path, "predicted", gpus)
+
+
+# the views
+
+
+def sweep_axis(points: Sequence[Point]) -> Axis:
+    """What differs between the measured points: concurrency, else request rate (concurrency when neither
+    does, unless only the rate is known)."""
+    measured = [p for p in points if p.source == "measured"] or list(points)
+    axes: tuple[Axis, ...] = ("max_concurrency", "request_rate")
+    for axis in axes:
+        if len({p.x(axis) for p in measured}) > 1:
+            return axis
+    if all(p.max_concurrency is None for p in measured) and any(p.request_rate for p in measured):
+        return "request_rate"
+    return "max_concurrency"
+
+
+def _groups(points: Sequence[Point]) -> dict[tuple[Source, str], list[Point]]:
+    out: dict[tuple[Source, str], list[Point]] = {}
+    for p in points:
+        out.setdefault((p.source, p.series), []).append(p)
+    return out
+
+
+def _name(source: Source, series: str) -> str:
+    return plot_text(f"{source}: {series}")
+
+
+def _origins(points: Sequence[Point]) -> str:
+    """The sources line under a figure: the measured and predicted files and runs, escaped."""
+    parts = []
+    for source in ("measured", "predicted"):
+        names = list(dict.fromkeys(p.origin for p in points if p.source == source))
+        records = list(dict.fromkeys(p.samples_from for p in points if p.source == source and p.samples_from))
+        if names:
+            text = f"{source}: {', '.join(names)}"
+            if records:
+                text += f" (per-request records: {', '.join(records)})"
+            parts.append(text)
+    return html.escape("; ".join(parts) or "no points")
+
+
+def cdf(values: list[float]) -> tuple[list[float], list[float]]:
+    """The empirical CDF at no more than CDF_POINTS evenly spaced ranks (the minimum and maximum kept): a
+    long run's pooled ITL gaps would otherwise put millions of numbers in the page."""
+    xs = sorted(values)
+    n = len(xs)
+    ranks = (
+        range(n)
+        if n <= CDF_POINTS
+        else sorted({round(k * (n - 1) / (CDF_POINTS - 1)) for k in range(CDF_POINTS)})
+    )
+    return [xs[i] for i in ranks], [(i + 1) / n for i in ranks]
+
+
+def _percentile_cdf(stats: dict[str, float]) -> tuple[list[float], list[float]]:
+    pts = sorted((v, float(k[1:]) / 100.0) for k, v in stats.items() if k.startswith("p"))
+    return [v for v, _ in pts], [q for _, q in pts]
+
+
+def latency_figure(points: Sequence[Point]) -> go.Figure:
+    """CDFs of TTFT, TPOT, ITL and E2EL per point: from per-request records when present (solid), else the
+    percentiles the result holds (markers, dotted), which the figure says."""
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - as above
+
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[f"{METRIC_TITLES[m]} (ms)" for m in LATENCY_METRICS])
+    from_percentiles = False
+    for n, p in enumerate(points):
+        name = plot_text(f"{p.source}: {p.series} ({p.origin})")
+        for k, metric in enumerate(LATENCY_METRICS):
+            samples = p.samples_ms.get(metric)
+            if samples:
+                xs, ys = cdf(samples)
+                style: dict[str, Any] = {"mode": "lines", "line": {"dash": DASH[p.source]}}
+            else:
+                xs, ys = _percentile_cdf(p.latency_ms.get(metric, {}))
+                style = {"mode": "lines+markers", "line": {"dash": "dot"}}
+                from_percentiles |= bool(xs)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    name=name,
+                    legendgroup=str(n),
+                    showlegend=k == 0,
+                    marker={"color": _color(n)},
+                    **style,
+                ),
+                row=k // 2 + 1,
+                col=k % 2 + 1,
+            )
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02])
+    note = "dotted with markers: from the result's percentiles (no per-request records)"
+    fig.update_layout(
+        height=750,
+        margin={"t": 110},
+        title="Latency distributions (CDF)" + (f"<br><sub>{note}</sub>" if from_percentiles else ""),
+    )
+    return fig
+
+
+def _color(n: int) -> str:
+    import plotly.colors  # noqa: PLC0415 - plotly is slow to import and only reports need it
+
+    palette = plotly.colors.qualitative.Plotly
+    return palette[n % len(palette)]
+
+
+def _throughput(p: Point, per_gpu: bool) -> float | None:
+    return p.output_tok_s_per_gpu if per_gpu else p.output_tok_s
+
+
+def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str) -> go.Figure:
+    """Mean TTFT, mean TPOT and output throughput against the sweep's axis, one line per series."""
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
+    from plotly.subplots import make_subplots  # noqa: PLC0415 - as above
+
+    tput = "output tok/s per GPU" if per_gpu else "output tok/s"
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=["mean TTFT (ms)", "mean TPOT (ms)", tput], horizontal_spacing=0.07
+    )
+    for n, ((source, series), group) in enumerate(_groups(points).items()):
+        group = sorted((p for p in group if p.x(axis) is not None), key=lambda p: p.x(axis) or 0.0)
+        values = (
+            [p.stat("ttft", "mean") for p in group],
+            [p.stat("tpot", "mean") for p in group],
+            [_throughput(p, per_gpu) for p in group],
+        )
+        for k, ys in enumerate(values):
+            fig.add_trace(
+                go.Scatter(
+                    x=[p.x(axis) for p in group],
+                    y=ys,
+                    mode="lines+markers",
+                    name=_name(source, series),
+                    legendgroup=str(n),
+                    showlegend=k == 0,
+                    text=[plot_text(p.origin) for p in group],
+                    line={"dash": DASH[source], "color": _color(n)},
+                ),
+                row=1,
+                col=k + 1,
+            )
+    fig.update_xaxes(title_text=AXIS_TITLES[axis])
+    fig.update_layout(height=450, title=title)
+    return fig
+
+
+def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
+    """Output throughput against interactivity (1000 / mean TPOT), every point, and the frontier of the
+    measured and of the predicted points (no other point is better on both axes)."""
+    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
+
+    fig = go.Figure()
+    for n, ((source, series), group) in enumerate(_groups(points).items()):
+        group = [p for p in group if p.interactivity and _throughput(p, per_gpu) is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[p.interactivity for p in group],
+                y=[_throughput(p, per_gpu) for p in group],
+                mode="markers",
+                name=_name(source, series),
+                text=[plot_text(p.origin) for p in group],
+                marker={"color": _color(n), "symbol": "circle" if source == "measured" else "diamond"},
+            )
+        )
+    for source in ("measured", "predicted"):
+        pts = [
+            (x, y)
+            for p in points
+            if p.source == source
+            and (x := p.interactivity) is not None
+            and (y := _throughput(p, per_gpu)) is not None
+        ]
+        front = sorted(xy for xy, on in zip(pts, pareto_mask(pts), strict=True) if on)
+        if front:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x for x, _ in front],
+                    y=[y for _, y in front],
+                    mode="lines+markers",  # a front of one point is still seen
+                    name=f"{source} Pareto front",
+                    line={"dash": DASH[source], "color": "black"},
+                )
+            )
+    fig.update_layout(
+        height=500,
+        title="Throughput against interactivity (Pareto front)",
+        xaxis_title="interactivity: tok/s per user (1000 / mean TPOT)",
+        yaxis_title="output tok/s per GPU" if per_gpu else "output tok/s (whole deployment)",
+    )
+    return fig
+
+
+# the page
+
+VIEW_TITLES = {
+    "latency": "Latency distributions",
+    "sweep": "Against {axis}",
+    "pareto": "Throughput against interactivity",
+    "predicted": "Predicted against measured",
+}
+
+
+def _table(points: Sequence[Point], per_gpu: bool) -> str:
+    tput = "tok/s/GPU" if per_gpu else "tok/s"
+    head = ("source", "from", "series", "concurrency", "rate req/s", "mean TTFT ms", "mean TPOT ms", tput)
+    rows = []
+    for p in points:
+        cells = (
+            p.source,
+            p.origin + (f" + {p.samples_from}" if p.samples_from else ""),
+            p.series,
+            _fmt(p.max_concurrency),
+            _fmt(p.request_rate),
+            _fmt(p.stat("ttft", "mean")),
+            _fmt(p.stat("tpot", "mean")),
+            _fmt(_throughput(p, per_gpu)),
+        )
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def figures(
+    points: Sequence[Point], axis: Axis, per_gpu: bool
+) -> list[tuple[str, go.Figure, Sequence[Point]]]:
+    """The page's views in order: (view, figure, the points it shows). The sweep shows the measured points
+    (the predicted ones when nothing was measured); predicted against measured comes only with both."""
+    measured = [p for p in points if p.source == "measured"]
+    predicted = [p for p in points if p.source == "predicted"]
+    swept = measured or predicted
+    out: list[tuple[str, go.Figure, Sequence[Point]]] = [
+        ("latency", latency_figure(points), points),
+        ("sweep", sweep_figure(swept, axis, per_gpu, f"{swept[0].source.capitalize()} sweep"), swept),
+        ("pareto", pareto_figure(points, per_gpu), points),
+    ]
+    if measured and predicted:
+        out.append(
+            ("predicted", sweep_figure(points, axis, per_gpu, "Predicted (dashed) against measured"), points)
+        )
+    return out
+
+
+def render_html(points: Sequence[Point], title: str = "servelab report") -> str:
+    """The whole page: a table of the points, then one figure per view, each with its sources under it."""
+    if not points:
+        raise ServelabError("nothing to report: give result files, --run or --predicted")
+    per_gpu = all(p.output_tok_s_per_gpu is not None for p in points)
+    axis = sweep_axis(points)
+    body = [_table(points, per_gpu)]
+    for n, (view, fig, shown) in enumerate(figures(points, axis, per_gpu)):
+        heading = VIEW_TITLES[view].format(axis=AXIS_TITLES[axis])
+        body.append(
+            f'<section class="view" id="view-{view}"><h2>{html.escape(heading)}</h2>'
+            f"{figure_div(fig, with_plotlyjs=n == 0)}"
+            f'<p class="source">numbers from {_origins(shown)}</p></section>'
+        )
+    if not any(p.source == "predicted" for p in points):
+        body.append('<p class="source">no predicted results given (--predicted): no predicted view</p>')
+    return page(title, "".join(body))

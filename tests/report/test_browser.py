@@ -1,0 +1,131 @@
+"""The page as a browser shows it: headless Chromium (Debian's `chromium` package) loads the report offline
+and every view's plot draws (plotly adds `class="main-svg"` SVG elements when it draws); hostile names in a
+result file run no script. Also a report of real `servelab bench` runs against the mock server."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
+
+from servelab.results.report import predicted_points, render_html, result_points
+
+CHROMIUM = Path("/usr/bin/chromium")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium is absent (Debian: apt-get install chromium)"
+)
+
+
+def rendered_dom(page: Path) -> str:
+    """The DOM after the page's scripts ran (5 s of virtual time: plotly draws on load)."""
+    r = subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a hang guard only
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def drawn_views(dom: str) -> dict[str, int]:
+    """Each view's section -> how many plotly SVG layers it holds."""
+    sections = re.findall(r'<section class="view" id="view-(\w+)">(.*?)</section>', dom, re.S)
+    return {view: body.count('class="main-svg"') for view, body in sections}
+
+
+@needs_chromium
+def test_every_view_draws_and_hostile_names_run_nothing(tmp_path, write_json, sweep):
+    hostile = write_json("h<img src=x>.json", vllm_result(2, model_id=HOSTILE, label=HOSTILE))
+    points = [p for f in [*sweep, hostile] for p in result_points(f)]
+    points += predicted_points(write_json("plan.json", plan_json(HOSTILE)))
+    points += predicted_points(write_json("est.json", estimate_json(8)))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(points, title=HOSTILE), encoding="utf-8")
+    dom = rendered_dom(page)
+    drawn = drawn_views(dom)
+    assert list(drawn) == ["latency", "sweep", "pareto", "predicted"]
+    assert all(n >= 1 for n in drawn.values()), drawn
+    # no injected script set the title: it is still the hostile text, shown as written
+    assert html.unescape(re.search(r"<title>(.*?)</title>", dom, re.S)[1]) == HOSTILE
+    assert "<img src=" not in dom  # the hostile tag is text, not an element
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mock_server():
+    """The mock streaming server (servelab.bench.mock_server) in its own process: 20 ms to the first token,
+    then 5 ms a token."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--token-delay-ms", "5",
+         "--first-token-delay-ms", "20"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "mock server did not start"
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard only
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+
+
+def test_report_of_real_bench_runs(tmp_path, mock_server):
+    for conc in (1, 4):
+        load = ["--random-input-len", "16", "--random-output-len", "8", "--num-prompts", "8"]
+        r = servelab("bench", "--base-url", mock_server, "--model", "mock", *load, "--max-concurrency",
+                     str(conc), "--num-workers", "1", "--save-result", "--result-filename", f"c{conc}.json",
+                     cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    r = servelab("report", "c1.json", "c4.json", "-o", "report.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    points = [p for f in ("c1.json", "c4.json") for p in result_points(tmp_path / f)]
+    assert [p.samples_from for p in points] == ["c1.requests.jsonl", "c4.requests.jsonl"]
+    assert all(len(p.samples_ms["ttft"]) == 8 and len(p.samples_ms["itl"]) == 8 * 7 for p in points)
+    # the mock sends no first token before 20 ms (a lower bound only: a loaded machine delays, never hastens)
+    assert all(len(p.samples_ms["tpot"]) == 8 and min(p.samples_ms["ttft"]) >= 19 for p in points)
+    page = (tmp_path / "report.html").read_text()
+    assert "per-request records: c1.requests.jsonl, c4.requests.jsonl" in page
+    if CHROMIUM.exists():
+        drawn = drawn_views(rendered_dom(tmp_path / "report.html"))
+        assert list(drawn) == ["latency", "sweep", "pareto"] and all(drawn.values()), drawn
