@@ -324,7 +324,7 @@ def _ray(devices: int, address: str | None) -> RayExecutor:
     try:
         import ray  # noqa: F401, PLC0415 - ray is an optional extra; only checked for here
     except ImportError:
-        raise ServelabError("the ray executor needs ray (pip install 'servelab[ray]')") from None
+        raise ServelabError("the ray executor needs ray: pip install '.[ray]'") from None
     return RayExecutor(address=address)
 
 
