@@ -2,6 +2,7 @@
 crashes, acceptance checks, modelled collectives, the CLI. The fake suite (servelab.collect.fakeops) stands
 in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,10 +11,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from servelab.cli import collect as collect_cli
 from servelab.cli.main import app
 from servelab.collect import accept, cases, modelled
 from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
-from servelab.collect.executors import LocalExecutor
+from servelab.collect.executors import LocalExecutor, WorkersFailed
 from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from servelab.collect.repeat import compare
 from servelab.collect.store import CampaignStore, key_from_row, key_id
@@ -269,3 +271,64 @@ def test_repeat_campaign_compares_key_by_key(tmp_path):
     result = CliRunner().invoke(app, ["db", "compare-repeat", str(cfg.out), str(cfg.out)])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == again
+
+
+def _no_torch_collect(tmp_path, *extra):
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "collect", "--system", "h200_sxm", "--ops", "gemm"]
+        + ["--limit", "2", "--out", str(tmp_path / "c"), *extra],
+        capture_output=True,
+        text=True,
+        env=_no_torch_env(),
+        check=False,
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+@pytest.mark.parametrize("extra", [(), ("--gpus", "1")])
+def test_cli_without_the_collect_extra_says_so_in_one_line(tmp_path, extra):
+    proc = _no_torch_collect(tmp_path, *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: servelab collect needs the collect extra (torch): pip install '.[collect]' "
+        "(--dry-run prints the plan without it)"
+    ]
+    assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "c").exists()
+    # planning needs no torch
+    dry = _no_torch_collect(tmp_path, "--dry-run")
+    assert dry.returncode == 0 and "2 to measure" in dry.stdout and "0 already done" in dry.stdout
+
+
+@pytest.mark.parametrize(("ops", "hook"), [(("gemm",), "worker_init"), (("allreduce",), "comm_init")])
+def test_a_worker_that_cannot_start_fails_the_run_once(tmp_path, ops, hook, capfd):
+    """A broken torch/CUDA/NCCL: one message naming the reason and exit code 1, not a traceback per key."""
+    suite = fake_suite()._replace(**{hook: "servelab.collect.fakeops:no_such_init"})
+    cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), ops=ops, smoke=True, gpus=2)
+    with pytest.raises(WorkersFailed, match="could not start, nothing measured: AttributeError") as e:
+        run(cfg, executor=LocalExecutor(2), suite=suite, progress=False, echo=lambda s: None)
+    assert e.value.exit_code == 1
+    assert "Traceback" not in capfd.readouterr().err
+    assert not CampaignStore(cfg.out).rows()
+
+
+def test_keys_that_broke_fail_acceptance_while_shape_errors_do_not(tmp_path, monkeypatch):
+    cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
+    victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, AttentionDecode))
+    monkeypatch.setenv(CRASH_ENV, f"attention_decode:batch={victim.batch}")
+    _, report, _ = _run(tmp_path)
+    assert not report["ok"] and report["ops"]["attention_decode"]["failed"] >= 1
+    assert report["ops"]["gemm"]["failed"] == 0
+    monkeypatch.delenv(CRASH_ENV)
+    _, report, _ = _run(tmp_path, retry_errors=True)
+    assert report["ok"], report
+
+
+def test_cli_exits_1_when_every_key_of_the_run_failed(tmp_path, monkeypatch):
+    report = {"ok": True, "ops": {}, "heads": [], "numbers": [], "this_run": {"rows": 0, "errors": 35}}
+    monkeypatch.setattr(collect_cli, "_require_torch", lambda: None)
+    monkeypatch.setattr(collect_cli, "run", lambda *a, **k: report)
+    args = ["collect", "--smoke", "--gpus", "1", "--out", str(tmp_path / "c")]
+    result = CliRunner().invoke(app, args, standalone_mode=False)
+    assert result.return_value == 1 and "nothing was measured: all 35 keys" in result.output
+    report["this_run"] = {"rows": 3, "errors": 35}
+    assert CliRunner().invoke(app, args, standalone_mode=False).return_value == 0

@@ -1,5 +1,6 @@
 """`servelab collect`: measure per-op latency tables on this machine's GPUs."""
 
+import importlib.util
 from pathlib import Path
 
 import typer
@@ -48,7 +49,7 @@ def collect(
     ),
     sample: int = typer.Option(300, "--sample", help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
-) -> None:
+) -> int:
     """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into
     DIR/rows/*.jsonl."""
     load_system(system)  # a bad name fails before anything starts
@@ -60,6 +61,8 @@ def collect(
         make_executor = EXECUTORS.get(executor)
     except ServelabError as e:
         raise ServelabError(f"--executor: {e}") from None
+    if not dry_run:
+        _require_torch()
     n = gpus or (0 if dry_run else _visible_gpus())
     cfg = CampaignConfig(
         out=out,
@@ -77,20 +80,31 @@ def collect(
     )
     if dry_run:
         typer.echo(describe(plan_campaign(cfg), cfg))
-        return
+        return 0
     if n == 0:
         raise ServelabError(
-            "servelab collect needs a CUDA GPU and torch (pip install 'servelab[collect]'); "
-            "none is visible here (--dry-run prints the plan without one)"
+            "servelab collect needs a CUDA GPU; torch sees none here (--dry-run prints the plan without one)"
         )
     report = run(cfg, executor=make_executor(cfg.gpus, ray_address), echo=typer.echo)
     if not report["ok"]:
         typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")
+    this_run = report["this_run"]
+    if this_run["errors"] and not this_run["rows"]:
+        typer.echo(f"nothing was measured: all {this_run['errors']} keys of this run failed", err=True)
+        return 1
+    return 0
+
+
+def _require_torch() -> None:
+    """Without torch (the collect extra) stop before any worker starts: each would fail on its import."""
+    if importlib.util.find_spec("torch") is None:
+        raise ServelabError(
+            "servelab collect needs the collect extra (torch): pip install '.[collect]' "
+            "(--dry-run prints the plan without it)"
+        )
 
 
 def _visible_gpus() -> int:
-    try:
-        import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
-    except ImportError:
-        return 0
+    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none) and slow to import
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,5 +1,6 @@
 """Acceptance checks at the end of a campaign: rows per op against the plan, heads across tp for every model,
-and sane numbers (finite, positive, p10 <= median <= p90)."""
+sane numbers (finite, positive, p10 <= median <= p90), and no key that failed for a reason other than the
+shape itself (out of memory, no kernel for it)."""
 
 import math
 
@@ -19,10 +20,15 @@ ATTENTION_OPS: dict[AttentionKind, tuple[OpName, ...]] = {
     ),
 }
 HEADS_OPS = tuple(op for ops in ATTENTION_OPS.values() for op in ops)
+# error classes that are a key's answer (the GPU cannot run that shape); any other class is a failed
+# measurement (a crash, a timeout, a worker that could not start) and the campaign is not accepted
+SHAPE_ERRORS = ("oom", "unsupported")
 
 
 def check(planned: list, rows: list[dict], errors: list[dict], models: list, coverage: bool = True) -> dict:
-    """A report: {"ok": bool, "ops": {op: {...}}, "heads": [...problems], "numbers": [...problems]}."""
+    """A report: {"ok": bool, "ops": {op: {...}}, "heads": [...problems], "numbers": [...problems]}.
+
+    Per op: planned keys, rows, errors (keys with any error), failed (errors not in SHAPE_ERRORS), missing."""
     planned_ids: dict[str, set] = {}
     for k in planned:
         planned_ids.setdefault(k.op, set()).add(key_id(k))
@@ -30,8 +36,12 @@ def check(planned: list, rows: list[dict], errors: list[dict], models: list, cov
     for r in rows:
         measured.setdefault(r["op"], set()).add(key_id(key_from_row(r)))
     failed: dict[str, set] = {}
+    broken: dict[str, set] = {}
     for e in errors:
-        failed.setdefault(e["key"]["op"], set()).add(key_id(key_from_row(e["key"])))
+        kid = key_id(key_from_row(e["key"]))
+        failed.setdefault(e["key"]["op"], set()).add(kid)
+        if e.get("error_class") not in SHAPE_ERRORS:
+            broken.setdefault(e["key"]["op"], set()).add(kid)
     ops = {}
     for op in sorted(set(planned_ids) | set(measured)):
         want = planned_ids.get(op, set())
@@ -40,12 +50,13 @@ def check(planned: list, rows: list[dict], errors: list[dict], models: list, cov
             "planned": len(want),
             "rows": len(got & want) if want else len(got),
             "errors": len(failed.get(op, set()) & want),
+            "failed": len(broken.get(op, set()) & want),
             "missing": len(want - got - failed.get(op, set())),
         }
     numbers = [_number_problem(r) for r in rows]
     numbers = [p for p in numbers if p]
     heads = heads_across_tp(rows, models if coverage else [])
-    ok = not numbers and not heads and all(v["missing"] == 0 for v in ops.values())
+    ok = not numbers and not heads and all(v["missing"] == 0 and v["failed"] == 0 for v in ops.values())
     return {"ok": ok, "ops": ops, "heads": heads, "numbers": numbers[:50], "numbers_total": len(numbers)}
 
 

@@ -48,6 +48,7 @@ class CampaignPlan(NamedTuple):
     todo: list
     single_s: float
     comm_s: float
+    done: int = 0  # keys an earlier run finished (rows, or errors unless retried)
 
 
 def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
@@ -62,10 +63,11 @@ def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
     store = CampaignStore(cfg.out)
     done = store.done_ids(include_errors=not cfg.retry_errors) if store.rows_dir.exists() else set()
     todo = [k for k in keys if key_id(k) not in done]
+    finished = len(keys) - len(todo)
     if cfg.limit is not None:
         todo = todo[: cfg.limit]
     single, comm = estimate.campaign_seconds(todo, Roofline(system))
-    return CampaignPlan(keys, todo, single, comm)
+    return CampaignPlan(keys, todo, single, comm, finished)
 
 
 def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
@@ -93,7 +95,7 @@ def describe(plan: CampaignPlan, cfg: CampaignConfig) -> str:
     gpus = max(1, cfg.gpus)
     wall = plan.single_s / gpus + plan.comm_s / gpus
     return (
-        f"{len(plan.keys)} keys planned, {len(plan.keys) - len(plan.todo)} already done, {len(plan.todo)} to "
+        f"{len(plan.keys)} keys planned, {plan.done} already done, {len(plan.todo)} to "
         f"measure: about {(plan.single_s + plan.comm_s) / 60:.1f} GPU-minutes "
         f"({plan.single_s / 60:.1f} single-GPU + {plan.comm_s / 60:.1f} in collectives), about "
         f"{wall / 60:.1f} minutes on {gpus} GPU(s) (roofline-based estimate)"
@@ -221,9 +223,16 @@ def _all_models() -> list[str]:
 
 def summary(report: dict) -> str:
     lines = [f"acceptance: {'ok' if report['ok'] else 'NOT ok'}"]
-    lines.append(f"{'op':32} {'planned':>8} {'rows':>6} {'errors':>7} {'missing':>8}")
+    lines.append(f"{'op':32} {'planned':>8} {'rows':>6} {'errors':>7} {'failed':>7} {'missing':>8}")
     for op, v in report["ops"].items():
-        lines.append(f"{op:32} {v['planned']:>8} {v['rows']:>6} {v['errors']:>7} {v['missing']:>8}")
+        lines.append(
+            f"{op:32} {v['planned']:>8} {v['rows']:>6} {v['errors']:>7} {v['failed']:>7} {v['missing']:>8}"
+        )
+    if any(v["failed"] for v in report["ops"].values()):
+        lines.append(
+            "failed: keys whose measurement broke (not out of memory, not unsupported); "
+            "errors.jsonl says why, --retry-errors measures them again"
+        )
     for p in report["heads"][:10]:
         lines.append("heads: " + p)
     for p in report["numbers"][:10]:

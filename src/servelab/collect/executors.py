@@ -29,6 +29,17 @@ class Callbacks(NamedTuple):
     facts: Callable  # (dict) -> None
 
 
+class WorkersFailed(ServelabError):
+    """A worker could not start (torch, CUDA or NCCL broken on this machine): nothing can be measured, the run
+    failed (exit 1)."""
+
+    exit_code = 1
+
+
+def _init_failed(index: int, message: str) -> WorkersFailed:
+    return WorkersFailed(f"collect worker {index} could not start, nothing measured: {message}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -72,6 +83,8 @@ class LocalExecutor:
                 except queue.Empty:
                     self._reap(workers, busy, idle, suite, outbox, cb)
                     continue
+                if kind == "init_error":
+                    raise _init_failed(index, payload)
                 if kind == "facts":
                     cb.facts(payload)
                 elif kind == "start":
@@ -147,7 +160,7 @@ class LocalExecutor:
             while True:
                 limit = min(start + timeout_s, deadline + 60 if deadline else float("inf"))
                 try:
-                    kind, _, item, payload = outbox.get(timeout=1.0)
+                    kind, rank, item, payload = outbox.get(timeout=1.0)
                 except queue.Empty:
                     if time.monotonic() > limit or not all(p.is_alive() for p in procs):
                         if current is not None and key_from_row(current) not in done:
@@ -161,6 +174,8 @@ class LocalExecutor:
                     continue
                 if kind == "exit":
                     return
+                if kind == "init_error":
+                    raise _init_failed(rank, payload)
                 if kind == "start":
                     current = item
                     cb.started(key_from_row(item))
@@ -309,7 +324,7 @@ def _ray(devices: int, address: str | None) -> RayExecutor:
     try:
         import ray  # noqa: F401, PLC0415 - ray is an optional extra; only checked for here
     except ImportError:
-        raise ServelabError("the ray executor needs ray (pip install 'servelab[ray]')") from None
+        raise ServelabError("the ray executor needs ray: pip install '.[ray]'") from None
     return RayExecutor(address=address)
 
 

@@ -3,6 +3,7 @@ Never raises for a failed op: the failure is returned with its class, and the ca
 
 import os
 import traceback
+from typing import Any
 
 from servelab.collect.store import key_from_row
 from servelab.collect.suite import OpSuite, resolve
@@ -41,9 +42,21 @@ def _plain(result: dict) -> dict:
     return out
 
 
+def _init(path: str, args: tuple, index: int, outbox) -> tuple[bool, Any]:
+    """(True, what a suite's init returned), or on failure (False, None) after telling the parent once: a
+    worker that cannot start measures nothing, and a traceback per key would bury the reason."""
+    try:
+        return True, resolve(path)(*args)
+    except Exception as e:  # noqa: BLE001 - any failure here means this worker cannot measure anything
+        outbox.put(("init_error", index, None, f"{type(e).__name__}: {e}"[:500]))
+        return False, None
+
+
 def local_worker(index: int, suite: OpSuite, inbox, outbox) -> None:
     """One process per device: announces each key before running it, so the parent knows what a crash hit."""
-    resolve(suite.worker_init)(index)
+    started, _ = _init(suite.worker_init, (index,), index, outbox)
+    if not started:
+        return
     if index == 0:
         try:
             outbox.put(("facts", index, None, resolve(suite.facts)()))
@@ -70,7 +83,11 @@ def comm_worker(rank: int, world: int, port: int, suite: OpSuite, items: list[di
     """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip
     it."""
     keys = [key_from_row(i) for i in items]
-    groups = resolve(suite.comm_init)(rank, world, port, sorted({k.gpus for k in keys}))
+    started, groups = _init(
+        suite.comm_init, (rank, world, port, sorted({k.gpus for k in keys})), rank, outbox
+    )
+    if not started:
+        return
     barrier = resolve(suite.barrier)
     for item, key in zip(items, keys, strict=False):
         if rank == 0:
