@@ -35,6 +35,7 @@ SKIP = {
     "servelab collect": "needs a CUDA GPU and the collect extra (torch)",
     "servelab changelog": "needs a git checkout holding the refs it names (origin/main)",
     "servelab results": "the session in docs/results.md reads `servelab bench` results made against a server",
+    "servelab report": "reads `servelab bench` result files made against a server (tests/report builds them)",
     "servelab db query --batch": "reads a queries file the doc describes but does not give",
     "servelab --install-completion": "writes to the user's shell start-up files",
 }
