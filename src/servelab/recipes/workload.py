@@ -304,6 +304,14 @@ def split_serve_args(serve_args: str, source: str) -> list[str]:
     return tokens
 
 
+def join_serve_args(args: list[str]) -> str:
+    """The serve_args string for argv: words bare, as upstream's word split reads them (inline JSON too); a
+    value holding whitespace or starting with a quote is shell-quoted, which only servelab reads back."""
+    return " ".join(
+        a if a and a[0] not in "'\"" and not any(c.isspace() for c in a) else shlex.quote(a) for a in args
+    )
+
+
 def _parse(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
     """vLLM serve args -> (engine fields, {tp, pp, dp, ep}, revision); flags with no typed field are kept."""
     tokens = split_serve_args(serve_args, source)
@@ -588,7 +596,7 @@ def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
         "gpu": recipe.gpu_profile or gpu,
         "num_gpus": arm.tp_ * arm.pp_,
         "nightly": bool(recipe.nightly),
-        "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": shlex.join(args)},
+        "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": join_serve_args(args)},
     }
     lm = [e for e in recipe.evals if e.kind == "lm-eval"]
     if lm:
