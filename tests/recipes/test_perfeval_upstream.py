@@ -261,3 +261,21 @@ def test_export_writes_serve_args_as_upstream_splits_them(shipped):
     for doc in recipe_to_workloads("dsv4-fp4-b200-vllm", recipe):
         words = doc["vllm"]["serve_args"].split()  # what `vllm serve MODEL $serve_args` passes on
         assert words[words.index("--kernel-config") + 1] == '{"enable_jit_warmup":false}'
+
+
+HOSTILE = [
+    (lambda d: d.update(name="x;$(reboot)"), "name: 'x;$(reboot)' is not a name"),
+    (lambda d: d["vllm"]["env"].update({"A-B": "1"}), "vllm.env.A-B"),
+    (lambda d: d["vllm"].update(image="img\nrm"), "vllm.image"),
+    (lambda d: d["vllm_bench"]["configs"][0].update(name="../x"), "vllm_bench.configs.0.name"),
+    (lambda d: d["vllm_bench"]["configs"][0]["args"].update(seed="1\n2"), "control character"),
+]
+
+
+@pytest.mark.parametrize("mutate,message", HOSTILE, ids=[m for _, m in HOSTILE])
+def test_values_that_reach_names_and_argv_are_checked(mutate, message):
+    data = raw("deepseek_v4_pro_5_h200")
+    mutate(data)
+    with pytest.raises(ServelabError) as info:
+        parse_workload(data, "w.yaml")
+    assert message in str(info.value) and "\n" not in str(info.value).replace("\\n", "")

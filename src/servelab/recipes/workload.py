@@ -30,6 +30,7 @@ from servelab.recipes.engines.base import base_env, json_arg
 from servelab.recipes.engines.vllm import render
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
+from servelab.recipes.tokens import EnvName, ImageRef, ModelId, Name, Text, check_text
 
 
 class _W(BaseModel):
@@ -40,7 +41,7 @@ class _W(BaseModel):
 
 
 # Upstream exports env values with str(); YAML ints and bools (VLLM_ROCM_USE_AITER: 1) are common.
-EnvValue = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (bool, int, float)) else v)]
+EnvValue = Annotated[Text, BeforeValidator(lambda v: str(v) if isinstance(v, (bool, int, float)) else v)]
 Positive = Annotated[StrictInt, Field(ge=1)]
 
 # BFCL categories and groups upstream's parser accepts (bfcl_eval names).
@@ -61,10 +62,12 @@ BENCH_RESERVED_ARGS = frozenset(
 
 
 class WlVllm(_W):
-    model: str
-    image: str | None = Field(None, description="Server image; an explicit --image (VLLM_IMAGE) wins.")
-    env: dict[str, EnvValue] = Field(default_factory=dict, description="Merged over the GPU profile's env.")
-    serve_args: str = Field("", description="Appended to `vllm serve MODEL`, split at whitespace.")
+    model: ModelId
+    image: ImageRef | None = Field(None, description="Server image; an explicit --image (VLLM_IMAGE) wins.")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="Merged over the GPU profile's env."
+    )
+    serve_args: Text = Field("", description="Appended to `vllm serve MODEL`, split at whitespace.")
 
 
 class WlModelArgs(_W):
@@ -74,12 +77,12 @@ class WlModelArgs(_W):
     max_length: Positive | None = Field(None, description="Context length lm-eval assumes for truncation.")
     max_gen_toks: Positive | None = None
     tokenized_requests: bool | None = Field(None, description="False sends text, not token ids.")
-    tokenizer_backend: str | None = Field(None, description="None: no client-side tokenizer.")
+    tokenizer_backend: Name | None = Field(None, description="None: no client-side tokenizer.")
     timeout: Positive | None = Field(None, description="Seconds per API request.")
 
 
 class WlTask(_W):
-    name: str
+    name: Name
     num_fewshot: int = Field(0, ge=0)
     model_args: WlModelArgs | None = None
 
@@ -116,8 +119,8 @@ BenchArg = bool | int | float | str | None | list | dict
 class WlBenchConfig(_W):
     """One `vllm bench serve` shape; a list of max_concurrency values fans out into one run per value."""
 
-    name: str = Field(description="The shape; each run is named NAME-conc-VALUE.")
-    backend: str | None = Field(None, description="vllm bench --backend; unset uses --host/--port.")
+    name: Name = Field(description="The shape; each run is named NAME-conc-VALUE.")
+    backend: Name | None = Field(None, description="vllm bench --backend; unset uses --host/--port.")
     dataset: Literal["random", "speed_bench"] = "random"
     input_len: Positive
     output_len: Positive
@@ -125,8 +128,10 @@ class WlBenchConfig(_W):
     max_concurrency: Positive | list[Positive]
     repetitions: Positive = Field(1, description="Odd; every raw run kept, the median reported.")
     args: dict[str, BenchArg] = Field(default_factory=dict, description="Extra vllm bench serve options.")
-    speed_bench_dataset_subset: str | None = Field(None, description="speed_bench only; default qualitative.")
-    speed_bench_category: str | None = Field(None, description="speed_bench only.")
+    speed_bench_dataset_subset: Name | None = Field(
+        None, description="speed_bench only; default qualitative."
+    )
+    speed_bench_category: Name | None = Field(None, description="speed_bench only.")
 
     @model_validator(mode="after")
     def _check(self) -> WlBenchConfig:
@@ -142,6 +147,7 @@ class WlBenchConfig(_W):
                 raise ValueError(
                     f"num_prompts has {len(self.num_prompts)} values but max_concurrency has {len(concs)}"
                 )
+        check_text(self.args, "args")  # the values reach vllm bench's argv
         seen: set[str] = set()
         for key in self.args:
             flag = key.lstrip("-").replace("_", "-")
@@ -179,9 +185,9 @@ class WlBenchConfig(_W):
 class WlBenchMetadata(_W):
     """Overrides for the dashboard row; by default derived from gpu, serve_args and the model id."""
 
-    device: str | None = None
+    device: Name | None = None
     tp: Positive | None = None
-    precision: str | None = None
+    precision: Name | None = None
 
 
 class WlBench(_W):
@@ -203,8 +209,8 @@ class PerfEvalWorkload(_W):
     """One perf-eval workload file: a server, its accuracy evals and benchmark configs (not the simulator's
     request stream, which is predict.serving.workload.Workload). Defaults are upstream's."""
 
-    name: str
-    gpu: str = Field(description="perf-eval GPU profile (queue, image repo, HF cache, base env).")
+    name: Name
+    gpu: Name = Field(description="perf-eval GPU profile (queue, image repo, HF cache, base env).")
     num_gpus: Positive = Field(1, description="GPUs the CI job reserves; the server may use fewer.")
     nightly: bool = False
     timeout_in_minutes: Positive = Field(120, description="CI step timeout.")
