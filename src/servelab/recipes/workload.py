@@ -1,24 +1,36 @@
 """perf-eval workload files (one per model and GPU): read as they are, converted to recipes and back.
 
-The `serve_args` string is parsed into typed engine fields (flags without a typed field are kept verbatim in
-engine.extra-args, so nothing is lost), `vllm_bench` configs become seq-len blocks with a one-value conc-list,
-and `lm_eval`/`bfcl` become typed evals. Exporting renders serve_args from the typed fields again.
+`PerfEvalWorkload` types every field upstream's parser (vllm-project/perf-eval, lib/parse_workload.py) reads,
+with its defaults, and is what `servelab run` reads. Importing converts it to a recipe as far as the recipe
+holds it: `serve_args` are parsed into typed engine fields (flags without a typed field are kept verbatim in
+engine.extra-args), random-dataset `vllm_bench` configs become seq-len blocks, and `lm_eval`/`bfcl` become
+typed evals; `not_carried` lists the rest. Exporting renders serve_args from the typed fields again.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines.base import base_env
+from servelab.recipes.engines.base import base_env, json_arg
 from servelab.recipes.engines.vllm import render
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
+from servelab.recipes.tokens import EnvName, ImageRef, ModelId, Name, Text, check_text
 
 
 class _W(BaseModel):
@@ -28,57 +40,191 @@ class _W(BaseModel):
         return self.model_dump(exclude_unset=True, mode="json")
 
 
+# Upstream exports env values with str(); YAML ints and bools (VLLM_ROCM_USE_AITER: 1) are common.
+EnvValue = Annotated[Text, BeforeValidator(lambda v: str(v) if isinstance(v, (bool, int, float)) else v)]
+Positive = Annotated[StrictInt, Field(ge=1)]
+
+# BFCL categories and groups upstream's parser accepts (bfcl_eval names).
+BfclCategory = Literal[
+    "simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple",
+    "irrelevance", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+    "live_irrelevance", "live_relevance", "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+    "multi_turn_long_context", "memory_kv", "memory_vector", "memory_rec_sum", "all", "all_scoring",
+    "single_turn", "multi_turn", "live", "non_live", "non_python", "python", "memory", "agentic",
+]  # fmt: skip
+
+# `vllm bench serve` options the runner sets from the config's own fields; `args` may not override them.
+BENCH_RESERVED_ARGS = frozenset(
+    "backend base-url host port model dataset-name num-prompts max-concurrency trust-remote-code "
+    "random-input-len random-output-len ignore-eos dataset-path speed-bench-output-len "
+    "speed-bench-dataset-subset speed-bench-category skip-tokenizer-init save-result result-filename".split()
+)
+
+
 class WlVllm(_W):
-    model: str
-    env: dict[str, str] = Field(default_factory=dict)
-    serve_args: str = ""
+    model: ModelId
+    image: ImageRef | None = Field(None, description="Server image; an explicit --image (VLLM_IMAGE) wins.")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="Merged over the GPU profile's env."
+    )
+    serve_args: Text = Field("", description="Appended to `vllm serve MODEL`, split at whitespace.")
 
 
 class WlModelArgs(_W):
-    num_concurrent: int | None = None
-    max_gen_toks: int | None = None
+    """lm-eval `local-completions` model_args (model and base_url are set by the runner)."""
+
+    num_concurrent: Positive | None = None
+    max_length: Positive | None = Field(None, description="Context length lm-eval assumes for truncation.")
+    max_gen_toks: Positive | None = None
+    tokenized_requests: bool | None = Field(None, description="False sends text, not token ids.")
+    tokenizer_backend: Name | None = Field(None, description="None: no client-side tokenizer.")
+    timeout: Positive | None = Field(None, description="Seconds per API request.")
 
 
 class WlTask(_W):
-    name: str
-    num_fewshot: int = 0
+    name: Name
+    num_fewshot: int = Field(0, ge=0)
     model_args: WlModelArgs | None = None
 
 
 class WlLmEval(_W):
-    tasks: list[WlTask]
+    model_args: WlModelArgs | None = Field(None, description="Defaults for every task; a task's own win.")
+    tasks: list[WlTask] = Field(min_length=1)
+
+    def args_for(self, task: WlTask) -> dict:
+        """The model_args one task runs with: the workload's defaults, then the task's own."""
+        return (self.model_args.dump() if self.model_args else {}) | (
+            task.model_args.dump() if task.model_args else {}
+        )
 
 
 class WlBfcl(_W):
-    test_categories: list[str]
-    num_threads: int | None = None
+    test_categories: list[BfclCategory] = Field(min_length=1)
+    num_threads: Positive = 8
+    temperature: float = Field(0.001, ge=0)
+    maximum_step_limit: Positive = Field(10, description="Inference steps per multi-turn turn.")
+    max_test_cases: Positive | dict[BfclCategory, Positive] | None = Field(
+        None, description="First N cases of every category, or per category; unset runs all."
+    )
+
+    def cases_for(self, category: str) -> int | None:
+        if isinstance(self.max_test_cases, dict):
+            return self.max_test_cases.get(category)  # type: ignore[call-overload]
+        return self.max_test_cases
+
+
+BenchArg = bool | int | float | str | None | list | dict
 
 
 class WlBenchConfig(_W):
-    name: str
-    dataset: Literal["random"]
-    input_len: int
-    output_len: int
-    num_prompts: int
-    max_concurrency: int
+    """One `vllm bench serve` shape; a list of max_concurrency values fans out into one run per value."""
+
+    name: Name = Field(description="The shape; each run is named NAME-conc-VALUE.")
+    backend: Name | None = Field(None, description="vllm bench --backend; unset uses --host/--port.")
+    dataset: Literal["random", "speed_bench"] = "random"
+    input_len: Positive
+    output_len: Positive
+    num_prompts: Positive | list[Positive]
+    max_concurrency: Positive | list[Positive]
+    repetitions: Positive = Field(1, description="Odd; every raw run kept, the median reported.")
+    args: dict[str, BenchArg] = Field(default_factory=dict, description="Extra vllm bench serve options.")
+    speed_bench_dataset_subset: Name | None = Field(
+        None, description="speed_bench only; default qualitative."
+    )
+    speed_bench_category: Name | None = Field(None, description="speed_bench only.")
+
+    @model_validator(mode="after")
+    def _check(self) -> WlBenchConfig:
+        if self.repetitions % 2 == 0:
+            raise ValueError(f"repetitions {self.repetitions}: must be odd (the median of the runs is kept)")
+        concs = self.max_concurrency if isinstance(self.max_concurrency, list) else [self.max_concurrency]
+        if not concs:
+            raise ValueError("max_concurrency: the list is empty")
+        if isinstance(self.num_prompts, list):
+            if not isinstance(self.max_concurrency, list):
+                raise ValueError("num_prompts may be a list only when max_concurrency is one")
+            if len(self.num_prompts) != len(concs):
+                raise ValueError(
+                    f"num_prompts has {len(self.num_prompts)} values but max_concurrency has {len(concs)}"
+                )
+        check_text(self.args, "args")  # the values reach vllm bench's argv
+        seen: set[str] = set()
+        for key in self.args:
+            flag = key.lstrip("-").replace("_", "-")
+            if not flag:
+                raise ValueError(f"args: {key!r} is not an option name")
+            if flag in BENCH_RESERVED_ARGS:
+                raise ValueError(f"args: --{flag} is set from the config's own fields")
+            if flag in seen:
+                raise ValueError(f"args: --{flag} is given twice")
+            seen.add(flag)
+        return self
+
+    def runs(self) -> list[tuple[str, int, int]]:
+        """(run name, num_prompts, max_concurrency) for every run of this config."""
+        concs = self.max_concurrency if isinstance(self.max_concurrency, list) else [self.max_concurrency]
+        prompts = self.num_prompts if isinstance(self.num_prompts, list) else [self.num_prompts] * len(concs)
+        return [(f"{self.name}-conc-{c}", n, c) for c, n in zip(concs, prompts, strict=True)]
+
+    def extra_argv(self) -> list[str]:
+        """`args` as vllm bench serve flags: true alone, false/null left out, lists repeat the flag."""
+        out: list[str] = []
+        for key, value in self.args.items():
+            flag = "--" + key.lstrip("-").replace("_", "-")
+            for v in value if isinstance(value, list) else [value]:
+                if v is True:
+                    out.append(flag)
+                elif v is not False and v is not None:
+                    out += [
+                        flag,
+                        json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else str(v),
+                    ]
+        return out
+
+
+class WlBenchMetadata(_W):
+    """Overrides for the dashboard row; by default derived from gpu, serve_args and the model id."""
+
+    device: Name | None = None
+    tp: Positive | None = None
+    precision: Name | None = None
 
 
 class WlBench(_W):
-    configs: list[WlBenchConfig]
+    configs: list[WlBenchConfig] = Field(default_factory=list)
+    metadata: WlBenchMetadata | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> WlBench:
+        seen: set[str] = set()
+        for c in self.configs:
+            for run, _, _ in c.runs():
+                if run in seen:
+                    raise ValueError(f"configs: run name {run!r} appears twice")
+                seen.add(run)
+        return self
 
 
 class PerfEvalWorkload(_W):
     """One perf-eval workload file: a server, its accuracy evals and benchmark configs (not the simulator's
-    request stream, which is predict.serving.workload.Workload)."""
+    request stream, which is predict.serving.workload.Workload). Defaults are upstream's."""
 
-    name: str
-    gpu: str
-    num_gpus: int
+    name: Name
+    gpu: Name = Field(description="perf-eval GPU profile (queue, image repo, HF cache, base env).")
+    num_gpus: Positive = Field(1, description="GPUs the CI job reserves; the server may use fewer.")
     nightly: bool = False
+    timeout_in_minutes: Positive = Field(120, description="CI step timeout.")
+    bench_only: bool = Field(False, description="Run vllm_bench only, skipping lm_eval and bfcl.")
     vllm: WlVllm
     lm_eval: WlLmEval | None = None
     bfcl: WlBfcl | None = None
     vllm_bench: WlBench | None = None
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> PerfEvalWorkload:
+        if not (self.lm_eval or self.bfcl or (self.vllm_bench and self.vllm_bench.configs)):
+            raise ValueError("a workload needs at least one of lm_eval, vllm_bench or bfcl")
+        return self
 
 
 def is_workload(data: object) -> bool:
@@ -124,6 +270,13 @@ _TOPOLOGY = {
 }
 
 
+# Dotted forms of vLLM's JSON options (--speculative-config.method mtp) become keys of the typed config.
+_DOTTED = {"attention-config", "compilation-config", "speculative-config"}
+SCENARIO = "fixed-seq-len"
+# Upstream's GPU profiles that pull ROCm images (vllm/vllm-openai-rocm).
+ROCM_GPUS = {"MI300X", "MI355X"}
+
+
 def _scalar(text: str):
     for conv in (int, float):
         try:
@@ -133,12 +286,41 @@ def _scalar(text: str):
     return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
 
 
-def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
-    """vLLM serve args -> (engine fields, topology {tp, ep, pp, dp-attn}, revision)."""
-    try:
-        tokens = shlex.split(serve_args)
-    except ValueError as e:
-        raise ServelabError(f"{source}: serve_args: {e}") from None
+def split_serve_args(serve_args: str, source: str) -> list[str]:
+    """serve_args as upstream's runner passes them (`vllm serve MODEL $serve_args`): split at whitespace,
+    quotes kept, so inline JSON such as {"mode":0} arrives whole. A word that starts with a quote is
+    shell-quoted, the form servelab's export writes for a value holding spaces."""
+    tokens = []
+    rest = serve_args.strip()
+    while rest:
+        if rest[0] in "'\"":
+            stream = io.StringIO(rest)
+            lex = shlex.shlex(stream, posix=True)
+            lex.whitespace_split = True
+            lex.commenters = ""
+            try:
+                tokens.append(lex.get_token() or "")
+            except ValueError as e:
+                raise ServelabError(f"{source}: serve_args: {e}") from None
+            rest = rest[stream.tell() :].lstrip()
+        else:
+            word = rest.split(maxsplit=1)[0]
+            tokens.append(word)
+            rest = rest[len(word) :].lstrip()
+    return tokens
+
+
+def join_serve_args(args: list[str]) -> str:
+    """The serve_args string for argv: words bare, as upstream's word split reads them (inline JSON too); a
+    value holding whitespace or starting with a quote is shell-quoted, which only servelab reads back."""
+    return " ".join(
+        a if a and a[0] not in "'\"" and not any(c.isspace() for c in a) else shlex.quote(a) for a in args
+    )
+
+
+def _parse(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
+    """vLLM serve args -> (engine fields, {tp, pp, dp, ep}, revision); flags with no typed field are kept."""
+    tokens = split_serve_args(serve_args, source)
     engine: dict = {}
     topo = {"tp": 1, "pp": 1, "dp": 1, "ep": False}
     revision = None
@@ -147,23 +329,26 @@ def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | No
     while i < len(tokens):
         tok = tokens[i]
         flag, eq, inline = tok.partition("=")
-        if flag.startswith(("--attention_config.", "--attention-config.")):
-            if not eq:
-                raise ServelabError(f"{source}: serve_args {tok}: expected --attention_config.KEY=VALUE")
-            engine.setdefault("attention-config", {})[flag.split(".", 1)[1]] = _scalar(inline)
-            i += 1
-            continue
-
-        takes_value = flag in _TOPOLOGY or flag in _VALUE_FLAGS or flag == "--revision"
+        base, dot, key = flag.partition(".")
+        dotted = dot and base.replace("_", "-").removeprefix("--") in _DOTTED and flag.startswith("--")
+        takes_value = dotted or flag in _TOPOLOGY or flag in _VALUE_FLAGS or flag == "--revision"
         if takes_value and not eq and i + 1 >= len(tokens):
             raise ServelabError(f"{source}: serve_args {flag} needs a value")
         value = inline if eq else (tokens[i + 1] if takes_value else "")
         step = 1 if eq else 2
         try:
-            if flag in _TOPOLOGY:
+            if dotted:
+                *path, leaf = key.split(".")
+                node = engine.setdefault(base.replace("_", "-").removeprefix("--"), {})
+                for part in path:
+                    node = node.setdefault(part, {})
+                node[leaf] = _scalar(value)
+            elif flag in _TOPOLOGY:
                 topo[_TOPOLOGY[flag]] = int(value)
             elif flag == "--revision":
                 revision = value
+            elif flag == "--max-model-len" and value == "auto":
+                extra += [flag, value] if not eq else [tok]  # no typed field for vLLM's "auto" yet
             elif flag in _VALUE_FLAGS:
                 name, conv = _VALUE_FLAGS[flag]
                 engine[name] = conv(value)
@@ -182,71 +367,193 @@ def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | No
         i += step
     if extra:
         engine["extra-args"] = extra
+    return engine, topo, revision
+
+
+def _layout_gap(topo: dict) -> str | None:
+    """Why a server layout has no recipe search-space entry, or None."""
     if topo["dp"] > 1 and topo["tp"] != 1:
-        raise ServelabError(
-            f"{source}: serve_args: data parallel with tp {topo['tp']} > 1 has no recipe topology"
-        )
+        return f"data parallel {topo['dp']} x tensor parallel {topo['tp']} has no recipe topology"
+    return None
+
+
+def _arm(topo: dict) -> dict:
     dp_attn = topo["dp"] > 1
     width = topo["dp"] if dp_attn else topo["tp"]
-    arm = {"tp": width, "ep": width if topo["ep"] else 1, "pp": topo["pp"], "dp-attn": dp_attn}
-    return engine, arm, revision
+    return {"tp": width, "ep": width if topo["ep"] else 1, "pp": topo["pp"], "dp-attn": dp_attn}
 
 
-def _precision(model_id: str) -> str:
+def parse_serve_args(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
+    """vLLM serve args -> (engine fields, topology {tp, ep, pp, dp-attn}, revision)."""
+    engine, topo, revision = _parse(serve_args, source)
+    gap = _layout_gap(topo)
+    if gap:
+        raise ServelabError(f"{source}: serve_args: {gap}")
+    return engine, _arm(topo), revision
+
+
+def precision_of(model_id: str) -> str:
+    """The precision a checkpoint name says, as perf-eval reads it (default bf16)."""
     low = model_id.lower()
-    return "fp4" if "fp4" in low else "fp8" if "fp8" in low else "bf16"
+    return next((m for m in ("fp4", "fp8", "int4", "int8", "bf16", "fp16") if m in low), "bf16")
+
+
+def default_image(gpu: str) -> str:
+    """The image when neither --image nor the workload's vllm.image names one."""
+    return "vllm/vllm-openai-rocm:latest" if gpu.upper() in ROCM_GPUS else "vllm/vllm-openai:latest"
+
+
+def _seqs(w: PerfEvalWorkload, space: dict) -> list[dict]:
+    """vllm_bench configs of the random dataset as seq-len blocks; a per-concurrency num_prompts list gives a
+    block per concurrency, since a block holds one num-prompts."""
+    seqs = []
+    for cfg in w.vllm_bench.configs if w.vllm_bench else []:
+        if cfg.dataset != "random":
+            continue
+        concs = cfg.max_concurrency if isinstance(cfg.max_concurrency, list) else [cfg.max_concurrency]
+        if isinstance(cfg.num_prompts, list):
+            groups = [(n, [c]) for n, c in zip(cfg.num_prompts, concs, strict=True)]
+        else:
+            groups = [(cfg.num_prompts, concs)]
+        for n, conc_list in groups:
+            seqs.append(
+                {
+                    "isl": cfg.input_len,
+                    "osl": cfg.output_len,
+                    "name": cfg.name,
+                    "num-prompts": n,
+                    "search-space": [{**space, "conc-list": conc_list}],
+                }
+            )
+    return seqs
+
+
+def _evals(w: PerfEvalWorkload) -> list[dict]:
+    evals: list[dict] = []
+    if w.lm_eval:
+        for t in w.lm_eval.tasks:
+            args = w.lm_eval.args_for(t)
+            ev = {"kind": "lm-eval", "task": t.name, "num-fewshot": t.num_fewshot}
+            ev |= {k.replace("_", "-"): args[k] for k in _LM_CARRIED if args.get(k) is not None}
+            evals.append(ev)
+    if w.bfcl:
+        evals.append(
+            {"kind": "bfcl", "categories": w.bfcl.test_categories, "num-threads": w.bfcl.num_threads}
+        )
+    return evals
+
+
+_LM_CARRIED = ("num_concurrent", "max_gen_toks")  # the lm-eval model_args a recipe eval holds
 
 
 def workload_to_recipe(w: PerfEvalWorkload, runner: str, image: str, source: str) -> tuple[str, dict]:
-    """(config key, recipe mapping) in servelab's format."""
+    """(config key, recipe mapping) in servelab's format; what the recipe cannot hold is listed by
+    not_carried()."""
     engine, arm, revision = parse_serve_args(w.vllm.serve_args, source)
     env = dict(w.vllm.env)
     if "CUDA_HOME" in env:
         engine["cuda-home"] = env.pop("CUDA_HOME")  # a typed, fingerprinted pin, not loose env
-    if arm["tp"] * arm["pp"] != w.num_gpus:
-        raise ServelabError(
-            f"{source}: num_gpus {w.num_gpus} disagrees with serve_args ({arm['tp']} x pp {arm['pp']})"
-        )
-    seqs = []
-    for cfg in w.vllm_bench.configs if w.vllm_bench else []:
-        space = {k: v for k, v in arm.items() if not (k == "dp-attn" and v is False)}
-        seqs.append(
-            {
-                "isl": cfg.input_len,
-                "osl": cfg.output_len,
-                "name": cfg.name,
-                "num-prompts": cfg.num_prompts,
-                "search-space": [{**space, "conc-list": [cfg.max_concurrency]}],
-            }
-        )
-    evals: list[dict] = []
-    for t in w.lm_eval.tasks if w.lm_eval else []:
-        ev = {"kind": "lm-eval", "task": t.name, "num-fewshot": t.num_fewshot}
-        if t.model_args:
-            ev |= {k.replace("_", "-"): v for k, v in t.model_args.dump().items()}
-        evals.append(ev)
-    if w.bfcl:
-        ev = {"kind": "bfcl", "categories": w.bfcl.test_categories}
-        if w.bfcl.num_threads is not None:
-            ev["num-threads"] = w.bfcl.num_threads
-        evals.append(ev)
+    space = {k: v for k, v in arm.items() if not (k == "dp-attn" and v is False)}
+    spec = engine.get("speculative-config")
+    if spec and spec.get("method") == "mtp":
+        space["spec-decoding"] = "mtp"
+    elif spec:  # a method the recipe's spec-decoding cannot name: kept as the flag it was
+        engine["extra-args"] = [
+            *engine.get("extra-args", []),
+            "--speculative-config",
+            json_arg(engine.pop("speculative-config")),
+        ]
+    seqs = _seqs(w, space)
+    if not seqs:
+        raise ServelabError(f"{source}: no vllm_bench config of the random dataset; a recipe needs one")
     recipe = {
         "image": image,
         "model": w.vllm.model,
         "model-prefix": w.name.split("-")[0],
         "runner": runner,
-        "precision": _precision(w.vllm.model),
+        "precision": precision_of(w.vllm.model),
         "framework": "vllm",
-        "scenarios": {"fixed-seq-len": seqs},
+        "scenarios": {SCENARIO: seqs},
         "engine": engine,
         "env": env,
-        "evals": evals,
+        "evals": _evals(w),
         "nightly": w.nightly,
         "gpu-profile": w.gpu,
     }
     if revision:
         recipe["revision"] = revision
     return w.name, recipe
+
+
+def not_carried(w: PerfEvalWorkload, width: int) -> list[str]:
+    """Settings of the workload that the recipe cannot hold yet (servelab run reads them from the workload
+    model)."""
+    out = []
+    top = w.dump()
+    for field in ("timeout_in_minutes", "bench_only"):
+        if field in top:
+            out.append(f"{field}={top[field]}")
+    if w.num_gpus != width:
+        out.append(f"num_gpus={w.num_gpus} (the server uses {width})")
+    if w.lm_eval:
+        for t in w.lm_eval.tasks:
+            rest = {k: v for k, v in w.lm_eval.args_for(t).items() if k not in _LM_CARRIED}
+            if rest:
+                out.append(
+                    f"lm_eval model_args of {t.name}: " + ", ".join(f"{k}={v}" for k, v in rest.items())
+                )
+    if w.bfcl:
+        rest = {k: v for k, v in w.bfcl.dump().items() if k not in ("test_categories", "num_threads")}
+        out += [f"bfcl.{k}={v}" for k, v in rest.items()]
+    if w.vllm_bench:
+        for i, cfg in enumerate(w.vllm_bench.configs):
+            where = f"vllm_bench.configs[{i}] ({cfg.name})"
+            if cfg.dataset != "random":
+                out.append(f"{where}: dataset {cfg.dataset} (a recipe benchmarks the random dataset only)")
+                continue
+            c = cfg.dump()
+            rest = {k: c[k] for k in ("backend", "repetitions", "args") if k in c}
+            rest |= {k: v for k, v in c.items() if k.startswith("speed_bench_")}  # unused with random data
+            if rest:
+                out.append(f"{where}: " + ", ".join(f"{k}={v}" for k, v in rest.items()))
+        if w.vllm_bench.metadata:
+            out.append(f"vllm_bench.metadata={w.vllm_bench.metadata.dump()}")
+    return out
+
+
+def import_workload(
+    w: PerfEvalWorkload, registry, image: str | None, source: str
+) -> tuple[dict[str, dict], list[str]]:
+    """(recipe mappings by key, notes): the recipe as far as the schema holds the workload, and notes on the
+    rest. A workload the schema cannot hold at all (no random-dataset benchmark, a tp x dp server) gives no
+    recipe; the workload model keeps it whole."""
+    notes = [f"{source}: perf-eval workload {w.name!r} read; serve_args parsed into typed fields"]
+    engine, topo, _ = _parse(w.vllm.serve_args, source)
+    gaps = [g for g in (_layout_gap(topo),) if g]
+    if not _seqs(w, {}):
+        gaps.append("no vllm_bench config of the random dataset (a recipe needs a seq-len block)")
+    if gaps:
+        notes.append("no recipe: " + "; ".join(gaps) + "; the workload file is what servelab run reads")
+        return {}, notes
+    if w.gpu in registry.file.gpu_profiles:
+        runner = registry.label_for_gpu(w.gpu)
+    else:
+        runner = f"perf-eval:{w.gpu}"
+        notes.append(
+            f"gpu {w.gpu} has no gpu-profiles entry in the runners registry; runner set to {runner} "
+            "(add the GPU's runners and a gpu-profiles entry to run it)"
+        )
+    chosen = image or w.vllm.image or default_image(w.gpu)
+    if not (image or w.vllm.image):
+        notes.append(f"the workload names no image and none was given; using {chosen}")
+    key, mapping = workload_to_recipe(w, runner, chosen, source)
+    if engine.get("extra-args"):
+        notes.append(
+            f"flags without a typed field kept in engine.extra-args: {' '.join(engine['extra-args'])}"
+        )
+    arm = _arm(topo)
+    notes += [f"not carried into the recipe: {n}" for n in not_carried(w, arm["tp"] * arm["pp"])]
+    return {key: mapping}, notes
 
 
 def recipe_to_workloads(key: str, recipe, gpu: str = "") -> list[dict]:
@@ -295,7 +602,7 @@ def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
         "gpu": recipe.gpu_profile or gpu,
         "num_gpus": arm.tp_ * arm.pp_,
         "nightly": bool(recipe.nightly),
-        "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": shlex.join(args)},
+        "vllm": {"model": recipe.model, "env": base_env(recipe), "serve_args": join_serve_args(args)},
     }
     lm = [e for e in recipe.evals if e.kind == "lm-eval"]
     if lm:
