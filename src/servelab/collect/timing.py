@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from servelab.metrics import percentile
+
 ROTATE_BYTES = 256 << 20  # per replay, so that no replay reads what the last one left in L2
 MAX_SETS = 32
 MAX_ROTATE_TOTAL = 24 << 30  # never hold more than this in rotating copies
@@ -48,20 +50,12 @@ def elapsed_us(samples: list) -> list[float]:
     return [s.elapsed_time(e) * 1000 for s, e in samples]
 
 
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if len(s) == 1:
-        return s[0]
-    pos = (len(s) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def summarize(per_call_us: list[float], inner: int, mode: str) -> Timing:
+    ordered = sorted(per_call_us)
     return Timing(
-        latency_us=statistics.median(per_call_us),
-        p10_us=percentile(per_call_us, 0.10),
-        p90_us=percentile(per_call_us, 0.90),
+        latency_us=statistics.median(ordered),
+        p10_us=percentile(ordered, 10),
+        p90_us=percentile(ordered, 90),
         reps=len(per_call_us),
         inner=inner,
         timing=mode,
