@@ -3,6 +3,7 @@ the bottleneck. Thin: parse flags into BenchConfig points, call the library. Swe
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -262,16 +263,13 @@ def bench(
     except ValueError as e:
         raise ServelabError(str(e)) from None
     if simulate:
-        deployment = dict(system=system, tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
+        deployment: dict[str, Any] = dict(system=system, tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
         deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-        settings = dict(
-            engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
-        )
-        settings.update(chunked_prefill=chunked_prefill, block_size=block_size)
-        settings.update(
-            enable_prefix_caching=enable_prefix_caching, num_speculative_tokens=num_speculative_tokens
-        )
-        settings.update(spec_acceptance=spec_acceptance, gpu_memory_utilization=gpu_memory_utilization)
+        settings: dict[str, Any] = dict(engine=engine, max_num_seqs=max_num_seqs)
+        settings.update(max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+        settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
+        settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
+        settings.update(gpu_memory_utilization=gpu_memory_utilization)
         return _simulate(points, auto_sweep, deployment, settings)
     return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
 
@@ -287,9 +285,9 @@ def _simulate(points: list, auto_sweep: bool, deployment: dict, settings: dict) 
 
     cfg0 = points[0]
     if auto_sweep:
-        raise ServelabError(
-            "--request-rate sweep: not simulated; give the rates to simulate", field="request_rate"
-        )
+        raise ServelabError("'sweep' is not simulated; give the rates, e.g. 1,5,inf", field="request_rate")
+    if cfg0.max_seconds is not None:
+        raise ServelabError("not simulated: the twin replays every prompt", field="max_seconds")
     if cfg0.dataset_name != "random":
         raise ServelabError(
             f"--simulate replays the random dataset, not {cfg0.dataset_name}", field="dataset_name"
