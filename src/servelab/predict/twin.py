@@ -30,7 +30,7 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.engines import engine_profile
 from servelab.predict.memory import GIB
 from servelab.predict.serving.aggregated import lane_limits
-from servelab.predict.serving.engine import Lane, Request
+from servelab.predict.serving.engine import Lane, LaneLimits, Request
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import Replay, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
@@ -108,10 +108,8 @@ class TwinRun:
     """A simulated benchmark: per-request outcomes (nominal clock) and the summary a real run writes."""
 
     requests: list[RequestTimes]
-    scheduled_s: list[float]  # when each request was due (its offset)
     summary: ServingSummary
     client_latency_ms: dict[str, Distribution]
-    band: dict  # median TTFT / TPOT / E2EL and duration with step times at the low and high ends
     deployment: dict
     provenance: dict
 
@@ -164,24 +162,10 @@ def simulate_benchmark(
             field="random_input_len",
         )
     closed = all(t == 0.0 for t in offsets)
-    per_clock: dict[int, list[Request]] = {}
-    itl: list = []
-    steps = 0
-    for drive in (0,) if closed else (0, 1, 2):
-        runs: list[Request] = [None] * len(specs)  # type: ignore[list-item]  # filled lane by lane
-        for indices, limit in route(len(specs), stream.max_concurrency, parallel):
-            lane = Lane(limits, pricer.decode, pricer.mixed)
-            source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
-            run(lane, source)
-            for i, req in zip(indices, source.requests, strict=True):
-                runs[i] = req
-            if drive == 0:
-                itl.extend((d[0], w) for d, w in lane.stats.itl)
-                steps += lane.stats.steps
-        per_clock[drive] = runs
+    lanes = route(len(specs), stream.max_concurrency, parallel)
+    per_clock, itl, steps = replay(specs, offsets, lanes, limits, pricer, closed)
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
-    bands = band(per_clock, closed, prompts)
     duration = max(r.start_s + r.e2el_s for r in reqs)
     summary = summarize(reqs, duration, percentile_metrics, percentiles, goodput_ms)
     if "itl" in summary.latency_ms:  # decode stretches are runs of identical gaps, never expanded
@@ -190,10 +174,8 @@ def simulate_benchmark(
         )
     return TwinRun(
         requests=reqs,
-        scheduled_s=offsets,
         summary=summary,
         client_latency_ms=client_latency(reqs, offsets, percentiles),
-        band=bands,
         deployment={
             "model": model.name,
             "system": system.name,
@@ -213,12 +195,41 @@ def simulate_benchmark(
             "engine_profile": engine.source,
             "ops_by_source": op_sources(pricer, model, parallel, engine, db, lengths),
             "memory": _memory_dict(mem),
-            "band": bands,
+            "band": band(per_clock, closed, prompts),
             "lanes": parallel.attn_dp * parallel.pp,
             "steps": steps,
             "shapes_priced": pricer.priced,
         },
     )
+
+
+def replay(
+    specs: list[tuple[int, int, int]],
+    offsets: list[float],
+    lanes: list[tuple[list[int], int | None]],
+    limits: LaneLimits,
+    pricer: StepPricer,
+    closed: bool,
+) -> tuple[dict[int, list[Request]], list, int]:
+    """Every lane's share of the requests through its own scheduler. Returns the requests in index order per
+    clock (a closed loop's one schedule carries all three clocks; an open loop is re-run per clock), the
+    pooled ITL samples (seconds, weight) and the number of engine steps, both of the nominal run."""
+    per_clock: dict[int, list[Request]] = {}
+    itl: list = []
+    steps = 0
+    for drive in (0,) if closed else (0, 1, 2):
+        runs: list[Request] = [None] * len(specs)  # type: ignore[list-item]  # filled lane by lane
+        for indices, limit in lanes:
+            lane = Lane(limits, pricer.decode, pricer.mixed)
+            source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
+            run(lane, source)
+            for i, req in zip(indices, source.requests, strict=True):
+                runs[i] = req
+            if drive == 0:
+                itl.extend((d[0], w) for d, w in lane.stats.itl)
+                steps += lane.stats.steps
+        per_clock[drive] = runs
+    return per_clock, itl, steps
 
 
 def prefix_hits(stream: BenchStream, settings: EngineSettings) -> list[int]:
