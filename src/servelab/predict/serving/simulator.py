@@ -207,7 +207,7 @@ class Replay:
     """A fixed list of requests, sent as a benchmark client sends them: request i (prompt, output and cached
     tokens from `requests[i]`) becomes due at `offsets[i]` seconds (all 0 for a closed loop) and is sent, in
     index order, once fewer than `limit` requests are in flight (vLLM's --max-concurrency semaphore; None: no
-    limit). Every request is measured; `sent[i]` is when request i reached the engine."""
+    limit). Every request is measured; its `arrival` is when it was sent."""
 
     def __init__(
         self,
@@ -223,12 +223,8 @@ class Replay:
         self.in_flight = 0
         self.blocked = False  # the next request waits for a free slot
         self.last_sent = 0.0
-        self.pending_measured = len(requests)
+        self.pending = len(requests)
         self.done = not requests
-        self.window: list = [None, None]
-
-    def is_measured(self, req: Request) -> bool:
-        return True
 
     def _send(self, t: float) -> Arrival | None:
         i = len(self.requests)
@@ -247,8 +243,6 @@ class Replay:
         return [e for e in (self._send(0.0),) if e is not None]
 
     def on_arrival(self, req: Request, lane: Lane) -> None:
-        if req.idx == 0:
-            self.window[0] = (req.arrival, 0.0, 0)
         self.last_sent = req.arrival[self.drive]
 
     def next_arrival(self):
@@ -257,9 +251,8 @@ class Replay:
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> list:
         self.in_flight -= 1
-        self.pending_measured -= 1
-        if self.pending_measured == 0:
-            self.window[1] = (req.finish, lane.emitted, lane.completed)
+        self.pending -= 1
+        if self.pending == 0:
             self.done = True
             return []
         if self.blocked:
