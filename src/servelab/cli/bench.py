@@ -2,6 +2,9 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
+from pathlib import Path
+from typing import Any
+
 import typer
 from pydantic import ValidationError
 
@@ -10,6 +13,7 @@ from servelab.errors import ServelabError
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
+_TWIN = "Simulated twin (--simulate)"
 
 
 def bench(
@@ -106,6 +110,58 @@ def bench(
     extra: list[str] | None = typer.Argument(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
+    simulate: bool = typer.Option(
+        False,
+        "--simulate",
+        help="Predict this run on a deployment instead of sending it.",
+        rich_help_panel=_TWIN,
+    ),
+    system: str | None = typer.Option(
+        None, "--system", help="System name (servelab systems).", rich_help_panel=_TWIN
+    ),
+    tp: int = typer.Option(1, "--tp", help="Tensor parallel size.", rich_help_panel=_TWIN),
+    ep: int = typer.Option(1, "--ep", help="Expert parallel size.", rich_help_panel=_TWIN),
+    dp_attn: bool = typer.Option(False, "--dp-attn", help="Data-parallel attention.", rich_help_panel=_TWIN),
+    pp: int = typer.Option(1, "--pp", help="Pipeline parallel stages.", rich_help_panel=_TWIN),
+    engine: str = typer.Option(
+        "vllm",
+        "--engine",
+        help="vllm | sglang | trtllm (--backend stays the request API).",
+        rich_help_panel=_TWIN,
+    ),
+    weight_dtype: str | None = typer.Option(
+        None, "--weight-dtype", help="Override weight dtype.", rich_help_panel=_TWIN
+    ),
+    kv_dtype: str | None = typer.Option(
+        None,
+        "--kv-dtype",
+        "--kv-cache-dtype",
+        help="Override KV-cache dtype: bf16 or fp8.",
+        rich_help_panel=_TWIN,
+    ),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", rich_help_panel=_TWIN),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        "--chunked-prefill-size",
+        "--max-num-tokens",
+        help="Token budget per step (SGLang: chunked-prefill size; TensorRT-LLM: max_num_tokens).",
+        rich_help_panel=_TWIN,
+    ),
+    chunked_prefill: bool | None = typer.Option(
+        None, "--chunked-prefill/--no-chunked-prefill", help="Default: the engine's.", rich_help_panel=_TWIN
+    ),
+    block_size: int = typer.Option(
+        16, "--block-size", help="KV block (page) size in tokens.", rich_help_panel=_TWIN
+    ),
+    enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", rich_help_panel=_TWIN),
+    num_speculative_tokens: int = typer.Option(
+        0, "--num-speculative-tokens", help="MTP draft tokens per step.", rich_help_panel=_TWIN
+    ),
+    spec_acceptance: float = typer.Option(
+        0.7, "--spec-acceptance", help="Acceptance of each draft token.", rich_help_panel=_TWIN
+    ),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", rich_help_panel=_TWIN),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
     bottleneck."""
@@ -206,4 +262,63 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags={"headers": "--header"}) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if simulate:
+        deployment: dict[str, Any] = dict(system=system, tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
+        deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        settings: dict[str, Any] = dict(engine=engine, max_num_seqs=max_num_seqs)
+        settings.update(max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+        settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
+        settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
+        settings.update(gpu_memory_utilization=gpu_memory_utilization)
+        return _simulate(points, auto_sweep, deployment, settings)
     return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
+
+
+def _simulate(points: list, auto_sweep: bool, deployment: dict, settings: dict) -> int:
+    """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py) and
+    written as a result file with the measured run's fields."""
+    # the simulator and the result writer load only when a twin is asked for (start-up time)
+    from servelab.bench import result as R  # noqa: PLC0415
+    from servelab.bench.simulated import present_and_save, simulated_result  # noqa: PLC0415
+    from servelab.cli._common import load_deployment  # noqa: PLC0415
+    from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark  # noqa: PLC0415
+
+    cfg0 = points[0]
+    if auto_sweep:
+        raise ServelabError("'sweep' is not simulated; give the rates, e.g. 1,5,inf", field="request_rate")
+    if cfg0.max_seconds is not None:
+        raise ServelabError("not simulated: the twin replays every prompt", field="max_seconds")
+    if cfg0.dataset_name != "random":
+        raise ServelabError(
+            f"--simulate replays the random dataset, not {cfg0.dataset_name}", field="dataset_name"
+        )
+    if not cfg0.model or not deployment["system"]:
+        raise ServelabError("--simulate needs --model (a checkpoint or model name) and --system")
+    spec, sys_spec, parallel = load_deployment(cfg0.model, **deployment)
+    try:
+        engine = EngineSettings(**settings)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, as_options=True) from None
+    for cfg in points:
+        if cfg.save_result:
+            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
+    for cfg in points:
+        stream = BenchStream(
+            **{name: getattr(cfg, name) for name in BenchStream.__dataclass_fields__}  # the same flags
+        )
+        twin = simulate_benchmark(
+            spec,
+            sys_spec,
+            parallel,
+            engine,
+            stream,
+            cfg.percentile_metrics,
+            cfg.metric_percentiles,
+            cfg.goodput,
+        )
+        date = R.now_stamp()
+        result = simulated_result(
+            cfg, cfg0.model, date, twin.summary, twin.client_latency_ms, twin.requests, twin.extra_fields()
+        )
+        present_and_save(cfg, result, cfg0.model, date)
+    return 0

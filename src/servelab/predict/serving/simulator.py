@@ -201,3 +201,61 @@ class OpenLoop(Source):
             self.window[1] = (req.finish, lane.emitted, lane.completed)
             self.done = True
         return []
+
+
+class Replay:
+    """A fixed list of requests, sent as a benchmark client sends them: request i (prompt, output and cached
+    tokens from `requests[i]`) becomes due at `offsets[i]` seconds (all 0 for a closed loop) and is sent, in
+    index order, once fewer than `limit` requests are in flight (vLLM's --max-concurrency semaphore; None: no
+    limit). Every request is measured; its `arrival` is when it was sent."""
+
+    def __init__(
+        self,
+        requests: list[tuple[int, int, int]],
+        offsets: list[float],
+        limit: int | None = None,
+        drive: int = 0,
+    ):
+        if len(offsets) != len(requests):
+            raise ServelabError("replay: one arrival offset per request")
+        self.specs, self.offsets, self.limit, self.drive = requests, offsets, limit, drive
+        self.requests: list[Request] = []
+        self.in_flight = 0
+        self.blocked = False  # the next request waits for a free slot
+        self.last_sent = 0.0
+        self.pending = len(requests)
+        self.done = not requests
+
+    def _send(self, t: float) -> Arrival | None:
+        i = len(self.requests)
+        if i >= len(self.specs):
+            return None
+        if self.limit is not None and self.in_flight >= self.limit:
+            self.blocked = True
+            return None
+        prompt, osl, cached = self.specs[i]
+        self.in_flight += 1
+        req = Request(i, prompt, osl, cached)
+        self.requests.append(req)
+        return Arrival(max(t, self.offsets[i]), req)
+
+    def start(self) -> list:
+        return [e for e in (self._send(0.0),) if e is not None]
+
+    def on_arrival(self, req: Request, lane: Lane) -> None:
+        self.last_sent = req.arrival[self.drive]
+
+    def next_arrival(self):
+        # the arrival just handled took its slot; the next is sent at its own offset, never before this one
+        return self._send(self.last_sent)
+
+    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
+        self.in_flight -= 1
+        self.pending -= 1
+        if self.pending == 0:
+            self.done = True
+            return []
+        if self.blocked:
+            self.blocked = False
+            return [e for e in (self._send(t),) if e is not None]
+        return []

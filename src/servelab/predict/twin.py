@@ -1,0 +1,328 @@
+"""The simulated twin of a benchmark (`servelab bench --simulate`): the request stream a random-dataset run of
+`servelab bench` would send, replayed through the serving simulator on a given deployment, summarised by the
+metrics module the real run uses.
+
+The stream is the real run's: lengths by servelab.traffic.lengths from the same seed (the prompt is the
+random prefix plus the drawn body; no special tokens, the engine sees the drawn length), send offsets by
+servelab.traffic.schedule (every client starts at t=0 in a closed loop), the same number of prompts. Warm-ups
+finish before the measured run starts (the real run waits for them), so they only leave the prefix cache
+warm. What is modelled and what is not is listed in docs/bench.md, "Simulated twin".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.errors import ServelabError, closest
+from servelab.metrics import (
+    Distribution,
+    RequestTimes,
+    ServingSummary,
+    distribution_ms,
+    summarize,
+    weighted_distribution_ms,
+)
+from servelab.perfdb.db import PerfDB, perfdb_for
+from servelab.predict.engines import engine_profile
+from servelab.predict.memory import GIB
+from servelab.predict.serving.aggregated import lane_limits
+from servelab.predict.serving.engine import Lane, LaneLimits, Request
+from servelab.predict.serving.pricing import StepPricer
+from servelab.predict.serving.simulator import Replay, run
+from servelab.predict.serving.workload import SpecDecoding, Workload
+from servelab.predict.static import _memory_dict, prepare
+from servelab.predict.step import priced_step
+from servelab.specs import ModelSpec, Parallel, SystemSpec
+from servelab.traffic.lengths import sample_lengths
+from servelab.traffic.schedule import arrival_offsets, split_limit
+
+TWIN_ENGINES = ("vllm", "sglang", "trtllm")
+CLOCKS = ("nominal", "low", "high")
+
+
+class EngineSettings(BaseModel):
+    """The engine flags that shape scheduling; None keeps the engine profile's documented default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    engine: str = "vllm"
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    chunked_prefill: bool | None = None
+    block_size: int = Field(16, ge=1)
+    enable_prefix_caching: bool = False
+    num_speculative_tokens: int = Field(0, ge=0, le=16)
+    spec_acceptance: float = Field(0.7, ge=0.0, le=1.0)
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True)
+class BenchStream:
+    """What a random-dataset `servelab bench` run sends (its flags, with its names)."""
+
+    random_input_len: int
+    random_output_len: int
+    random_range_ratio: float
+    random_prefix_len: int
+    num_prompts: int
+    max_concurrency: int | None
+    request_rate: float
+    burstiness: float = 1.0
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    num_warmups: int = 0
+    seed: int = 0
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """(prompt tokens, output tokens) per request: the real run's dataset draws these first from its
+        seeded generator."""
+        ins, outs = sample_lengths(
+            np.random.default_rng(self.seed),
+            self.num_prompts,
+            self.random_input_len,
+            self.random_output_len,
+            self.random_range_ratio,
+        )
+        return [(max(1, self.random_prefix_len + int(i)), int(o)) for i, o in zip(ins, outs, strict=True)]
+
+    def offsets(self) -> list[float]:
+        """Send offsets in seconds: the real run's open-loop schedule, or all 0 (a closed loop)."""
+        offsets = arrival_offsets(
+            self.num_prompts,
+            self.request_rate,
+            self.burstiness,
+            self.seed,
+            self.ramp_up_strategy,
+            self.ramp_up_start_rps,
+            self.ramp_up_end_rps,
+        )
+        return [0.0] * self.num_prompts if offsets is None else offsets
+
+
+@dataclass
+class TwinRun:
+    """A simulated benchmark: per-request outcomes (nominal clock) and the summary a real run writes."""
+
+    requests: list[RequestTimes]
+    summary: ServingSummary
+    client_latency_ms: dict[str, Distribution]
+    deployment: dict
+    provenance: dict
+
+    def extra_fields(self) -> dict:
+        """What a simulated result adds to the real run's fields."""
+        return {"source": "simulated", "deployment": self.deployment, "prediction": self.provenance}
+
+
+def simulate_benchmark(
+    model: ModelSpec,
+    system: SystemSpec,
+    parallel: Parallel,
+    settings: EngineSettings,
+    stream: BenchStream,
+    percentile_metrics: list[str],
+    percentiles: list[float],
+    goodput_ms: dict[str, float],
+    db: PerfDB | None = None,
+) -> TwinRun:
+    """Replay `stream` on the deployment and summarise it as `servelab bench` summarises a measured run."""
+    if settings.engine not in TWIN_ENGINES:
+        raise ServelabError(
+            f"unknown engine {settings.engine!r}{closest(settings.engine, list(TWIN_ENGINES))}; "
+            f"expected one of {', '.join(TWIN_ENGINES)}",
+            field="engine",
+        )
+    engine = engine_profile(
+        settings.engine,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        chunked_prefill=settings.chunked_prefill,
+    )
+    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, settings.gpu_memory_utilization)
+    db = db or perfdb_for(system, engine.name)
+    spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)
+    pricer = StepPricer(model, parallel, engine, db, spec_tokens=spec.draft_tokens)
+    lengths = stream.lengths()
+    offsets = stream.offsets()
+    cached = prefix_hits(stream, settings)
+    specs = [(p, o, min(c, p - 1)) for (p, o), c in zip(lengths, cached, strict=True)]
+    longest = max(p + o for p, o in lengths)
+    # KV per sequence is fitted at the longest request, so the one that must fit does
+    wl = Workload(isl=max(p for p, _ in lengths), osl=max(o for _, o in lengths), concurrency=1, spec=spec)
+    limits = lane_limits(model, parallel, engine, mem, wl)
+    need = limits.kv_fixed + longest * limits.kv_per_token
+    if need > limits.kv_capacity:
+        raise ServelabError(
+            f"{model.name} ({parallel.label()}): a request of {longest} tokens needs {need / GIB:.2f} GiB of "
+            f"KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free",
+            field="random_input_len",
+        )
+    closed = all(t == 0.0 for t in offsets)
+    lanes = route(len(specs), stream.max_concurrency, parallel)
+    per_clock, itl, steps = replay(specs, offsets, lanes, limits, pricer, closed)
+    prompts = [p for p, _, _ in specs]
+    reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
+    duration = max(r.start_s + r.e2el_s for r in reqs)
+    summary = summarize(reqs, duration, percentile_metrics, percentiles, goodput_ms)
+    if "itl" in summary.latency_ms:  # decode stretches are runs of identical gaps, never expanded
+        summary = replace(
+            summary, latency_ms=dict(summary.latency_ms, itl=weighted_distribution_ms(itl, percentiles))
+        )
+    return TwinRun(
+        requests=reqs,
+        summary=summary,
+        client_latency_ms=client_latency(reqs, offsets, percentiles),
+        deployment={
+            "model": model.name,
+            "system": system.name,
+            "gpus": parallel.gpus,
+            "parallel": parallel.label(),
+            "tp": parallel.tp,
+            "ep": parallel.ep,
+            "dp_attn": parallel.dp_attn,
+            "pp": parallel.pp,
+            "precision": model.precision.model_dump(mode="json"),
+            **settings.model_dump(),
+            "max_num_seqs": engine.max_num_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "chunked_prefill": engine.chunked_prefill,
+        },
+        provenance={
+            "engine_profile": engine.source,
+            "ops_by_source": op_sources(pricer, model, parallel, engine, db, lengths),
+            "memory": _memory_dict(mem),
+            "band": band(per_clock, closed, prompts),
+            "lanes": parallel.attn_dp * parallel.pp,
+            "steps": steps,
+            "shapes_priced": pricer.priced,
+        },
+    )
+
+
+def replay(
+    specs: list[tuple[int, int, int]],
+    offsets: list[float],
+    lanes: list[tuple[list[int], int | None]],
+    limits: LaneLimits,
+    pricer: StepPricer,
+    closed: bool,
+) -> tuple[dict[int, list[Request]], list, int]:
+    """Every lane's share of the requests through its own scheduler. Returns the requests in index order per
+    clock (a closed loop's one schedule carries all three clocks; an open loop is re-run per clock), the
+    pooled ITL samples (seconds, weight) and the number of engine steps, both of the nominal run."""
+    per_clock: dict[int, list[Request]] = {}
+    itl: list = []
+    steps = 0
+    for drive in (0,) if closed else (0, 1, 2):
+        runs: list[Request] = [None] * len(specs)  # type: ignore[list-item]  # filled lane by lane
+        for indices, limit in lanes:
+            lane = Lane(limits, pricer.decode, pricer.mixed)
+            source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
+            run(lane, source)
+            for i, req in zip(indices, source.requests, strict=True):
+                runs[i] = req
+            if drive == 0:
+                itl.extend((d[0], w) for d, w in lane.stats.itl)
+                steps += lane.stats.steps
+        per_clock[drive] = runs
+    return per_clock, itl, steps
+
+
+def prefix_hits(stream: BenchStream, settings: EngineSettings) -> list[int]:
+    """Prompt tokens each request finds in the prefix cache: the shared random prefix, in whole blocks, once a
+    request that computed it came before (a warm-up, or an earlier wave: requests sent together at t=0 all
+    compute it, as an engine schedules them in one step)."""
+    n = stream.num_prompts
+    hit = (stream.random_prefix_len // settings.block_size) * settings.block_size
+    if not settings.enable_prefix_caching or hit == 0:
+        return [0] * n
+    if stream.num_warmups:
+        return [hit] * n
+    first_wave = n if stream.max_concurrency is None else min(stream.max_concurrency, n)
+    if not math.isinf(stream.request_rate) or stream.ramp_up_strategy is not None:
+        first_wave = 1
+    return [0] * first_wave + [hit] * (n - first_wave)
+
+
+def route(n: int, limit: int | None, parallel: Parallel) -> list[tuple[list[int], int | None]]:
+    """Requests per scheduler lane (attention-DP rank x pipeline microbatch), round robin, and each lane's
+    share of the client's concurrency limit. With fewer slots than lanes only `limit` lanes are used: the
+    client never has more requests in flight."""
+    lanes = parallel.attn_dp * parallel.pp
+    active = max(1, min(lanes, n, limit or lanes))
+    shares = split_limit(limit, active)
+    return [(list(range(k, n, active)), shares[k]) for k in range(active)]
+
+
+def times(req: Request, clock: int, prompt: int) -> RequestTimes:
+    """One simulated request as the metrics module reads a measured one. Its content events (for the peak
+    output rate) are spread evenly between its first and last token. `prompt` is the prompt as sent (a
+    preempted request recomputes more)."""
+    if req.first is None or req.finish is None:
+        raise ServelabError(f"simulation left request {req.idx} unfinished")
+    start, first, last = req.arrival[clock], req.first[clock], req.finish[clock]
+    n = req.osl
+    gap = (last - first) / (n - 1) if n > 1 else 0.0
+    return RequestTimes(
+        ok=True,
+        prompt_len=prompt,
+        output_len=n,
+        start_s=start,
+        ttft_s=first - start,
+        e2el_s=last - start,
+        tpot_s=gap if n > 1 else None,
+        event_times_s=[first + k * gap for k in range(n)],
+    )
+
+
+def client_latency(
+    reqs: list[RequestTimes], scheduled: list[float], percentiles: list[float]
+) -> dict[str, Distribution]:
+    """The real run's client-timing extras: from the scheduled time, the send lag (none: a simulated client
+    is never late) and the wait for a concurrency slot."""
+    pcts = sorted(set(percentiles) | {99.0})
+    return {
+        "ttft_from_scheduled": distribution_ms(
+            [r.start_s + r.ttft_s - s for r, s in zip(reqs, scheduled, strict=True)], pcts
+        ),
+        "e2el_from_scheduled": distribution_ms(
+            [r.start_s + r.e2el_s - s for r, s in zip(reqs, scheduled, strict=True)], pcts
+        ),
+        "client_send_lag": distribution_ms([0.0] * len(reqs), pcts),
+        "client_queue_time": distribution_ms(
+            [r.start_s - s for r, s in zip(reqs, scheduled, strict=True)], pcts
+        ),
+    }
+
+
+def band(per_clock: dict[int, list[Request]], closed: bool, prompts: list[int]) -> dict:
+    """Medians and duration per clock: step times at the step model's low and high ends (a closed loop
+    prices one schedule three ways; an open loop is re-run per clock)."""
+    out = {}
+    for k, name in enumerate(CLOCKS):
+        reqs = [times(r, k, p) for r, p in zip(per_clock[0 if closed else k], prompts, strict=True)]
+        out[name] = {
+            "median_ttft_ms": distribution_ms([r.ttft_s for r in reqs], []).median,
+            "median_tpot_ms": distribution_ms([r.tpot_s for r in reqs if r.tpot_s is not None], []).median,
+            "median_e2el_ms": distribution_ms([r.e2el_s for r in reqs], []).median,
+            "duration": max(r.start_s + r.e2el_s for r in reqs),
+        }
+    return out
+
+
+def op_sources(pricer, model, parallel, engine, db, lengths) -> dict[str, int]:
+    """Where the op latencies came from (measured / interpolated / extrapolated / roofline), counted over a
+    typical decode step and a typical prefill step of this run."""
+    prompt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
+    out: dict[str, int] = {}
+    for shape in (
+        pricer.shape([], 1, prompt),
+        pricer.shape([(min(prompt, engine.max_num_batched_tokens), 0)], 0, 0),
+    ):
+        for source, n in priced_step(model, parallel, shape, engine, db).sources.items():
+            out[source] = out.get(source, 0) + n
+    return out

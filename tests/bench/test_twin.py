@@ -1,0 +1,147 @@
+"""`servelab bench --simulate`: the simulated twin sends (in simulation) the stream the real run sends and
+writes the real run's result fields, plus where the prediction came from."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.bench.config import BenchConfig
+from servelab.bench.runner import prepare
+from servelab.cli.main import main
+
+CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+DEPLOYMENT = ("--simulate", "--model", "llama-3.1-8b", "--system", "h200_sxm", "--tp", "1")
+STREAM = ("--random-input-len", "64", "--random-output-len", "16", "--num-prompts", "12")
+
+
+def twin(tmp_path: Path, *args: str, name: str = "twin.json") -> dict:
+    """Run the twin in this process (it sends nothing) and return its saved result."""
+    argv = ["servelab", "bench", *DEPLOYMENT, *args, "--save-result", "--result-dir", str(tmp_path)]
+    argv += ["--result-filename", name]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as e:
+            main()
+    assert e.value.code == 0
+    return json.loads((tmp_path / name).read_text())
+
+
+def test_the_twin_writes_every_field_of_a_real_result(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1", "--first-token-delay-ms", "2")
+    common = [*STREAM, "--max-concurrency", "4", "--percentile-metrics", "ttft,tpot,itl,e2el"]
+    common += ["--metric-percentiles", "50,90,99", "--goodput", "ttft:500", "--save-detailed"]
+    real_cmd = CLI + ["--base-url", s.url, "--model", "mock", *common, "--save-result"]
+    real_cmd += ["--result-dir", str(tmp_path), "--result-filename", "real.json", "--num-workers", "1"]
+    p = subprocess.run(real_cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    real = json.loads((tmp_path / "real.json").read_text())
+    sim = twin(tmp_path, *common)
+    assert set(real) - {"records_file"} <= set(sim)
+    assert sim["source"] == "simulated" and real.get("source") is None
+    assert sim["completed"] == 12 and sim["failed"] == 0 and sim["total_output_tokens"] == 12 * 16
+    for key in ("median_ttft_ms", "p90_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "duration", "request_goodput"):
+        assert sim[key] > 0, key
+    assert sim["deployment"]["system"] == "h200_sxm" and sim["deployment"]["engine"] == "vllm"
+    # every figure says where it came from: the engine profile and the op latencies' sources
+    assert sim["prediction"]["engine_profile"] and sum(sim["prediction"]["ops_by_source"].values()) > 0
+    band = sim["prediction"]["band"]
+    assert (
+        band["low"]["median_tpot_ms"] <= band["nominal"]["median_tpot_ms"] <= band["high"]["median_tpot_ms"]
+    )
+
+
+def test_same_seed_same_lengths_as_the_real_runs_dataset(tmp_path):
+    args = ("--random-range-ratio", "0.5", "--seed", "7", "--save-detailed")
+    sim = twin(tmp_path, *STREAM, *args)
+    cfg = BenchConfig(
+        model="m",
+        random_input_len=64,
+        random_output_len=16,
+        num_prompts=12,
+        random_range_ratio=0.5,
+        seed=7,
+    )
+    items = prepare(cfg, None).data.items
+    assert sim["input_lens"] == [it.prompt_len for it in items]
+    assert sim["output_lens"] == [it.output_len for it in items]
+    assert len(set(sim["input_lens"])) > 1
+
+
+def test_warmups_are_excluded(tmp_path):
+    plain = twin(tmp_path, *STREAM, "--max-concurrency", "4", name="plain.json")
+    warm = twin(tmp_path, *STREAM, "--max-concurrency", "4", "--num-warmups", "3", name="warm.json")
+    assert warm["completed"] == plain["completed"] == 12
+    for key in ("median_ttft_ms", "mean_tpot_ms", "duration", "total_input_tokens"):
+        assert warm[key] == plain[key], key
+
+
+def test_warmups_leave_the_shared_prefix_cached(tmp_path):
+    """The one trace a warm-up leaves: with prefix caching, every measured request finds the shared random
+    prefix cached (without warm-ups the first wave computes it)."""
+    args = (*STREAM, "--random-prefix-len", "4096", "--enable-prefix-caching", "--max-concurrency", "4")
+    cold = twin(tmp_path, *args, name="cold.json")
+    warm = twin(tmp_path, *args, "--num-warmups", "1", name="warm.json")
+    assert warm["completed"] == cold["completed"] == 12
+    assert warm["mean_ttft_ms"] < cold["mean_ttft_ms"]
+
+
+def test_an_open_loop_uses_the_real_runs_arrival_offsets(tmp_path):
+    args = ("--request-rate", "20", "--burstiness", "0.5", "--seed", "3", "--save-detailed")
+    sim = twin(tmp_path, *STREAM, *args)
+    cfg = BenchConfig(
+        model="m",
+        random_input_len=64,
+        random_output_len=16,
+        num_prompts=12,
+        request_rate=20,
+        burstiness=0.5,
+        seed=3,
+    )
+    offsets = [it.offset for it in prepare(cfg, None).items]
+    assert sim["start_times"] == pytest.approx(offsets)
+    assert sim["request_rate"] == 20
+
+
+def test_a_closed_loop_starts_every_client_at_zero(tmp_path):
+    sim = twin(tmp_path, *STREAM, "--max-concurrency", "4", "--save-detailed")
+    starts = sim["start_times"]
+    assert starts[:4] == [0.0] * 4 and all(t > 0 for t in starts[4:])
+
+
+def test_an_engines_settings_shape_the_schedule(tmp_path):
+    one = twin(tmp_path, *STREAM, "--max-concurrency", "4", "--max-num-seqs", "1", name="one.json")
+    four = twin(tmp_path, *STREAM, "--max-concurrency", "4", name="four.json")
+    assert one["duration"] > four["duration"]
+    assert one["deployment"]["max_num_seqs"] == 1
+
+
+@pytest.mark.parametrize(
+    "args,start",
+    [
+        (("--system", "nope"), "error: unknown system"),
+        (("--tp", "3"), "error:"),
+        (("--engine", "vlm"), "error: --engine: unknown engine 'vlm'"),
+        (("--max-num-seqs", "0"), "error: --max-num-seqs:"),
+        (("--spec-acceptance", "2"), "error: --spec-acceptance:"),
+        (("--dataset-name", "sonnet", "--dataset-path", "x"), "error: --dataset-name: --simulate replays"),
+        (("--request-rate", "sweep"), "error: --request-rate"),
+        (("--random-input-len", "100000000"), "error: --random-input-len:"),
+    ],
+)
+def test_bad_deployment_input_is_one_line(monkeypatch, capsys, args, start):
+    monkeypatch.setattr(sys, "argv", ["servelab", "bench", *DEPLOYMENT, "--num-prompts", "2", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(start) and len(err.splitlines()) == 1, err
+
+
+def test_a_twin_needs_a_system(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["servelab", "bench", "--simulate", "--model", "llama-3.1-8b"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--system" in err and len(err.splitlines()) == 1, err
