@@ -11,6 +11,8 @@ import pytest
 from servelab.bench.config import BenchConfig
 from servelab.bench.runner import prepare
 from servelab.cli.main import main
+from servelab.results.importers import import_files
+from servelab.results.store import Store
 
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 DEPLOYMENT = ("--simulate", "--model", "llama-3.1-8b", "--system", "h200_sxm", "--tp", "1")
@@ -145,3 +147,11 @@ def test_a_twin_needs_a_system(monkeypatch, capsys):
         main()
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--system" in err and len(err.splitlines()) == 1, err
+
+
+def test_an_imported_twin_result_is_stored_as_predicted(tmp_path):
+    twin(tmp_path, *STREAM, "--max-concurrency", "4")
+    with Store.open(tmp_path / "results.db") as store:
+        (imported,) = import_files(store, [tmp_path / "twin.json"])
+        sources = {m.source for m in store.metrics(imported.run_id)}
+    assert sources == {"predicted"}

@@ -72,6 +72,7 @@ class Entry:
     started_at: str | None = None
     ended_at: str | None = None
     provenance: Provenance = field(default_factory=lambda: Provenance(servelab_version=None))
+    source: str = "imported"  # "predicted" for a simulated twin's result (`servelab bench --simulate`)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ def vllm_entry(data: dict, here: bool = False) -> Entry:
         started_at=started,
         ended_at=ended,
         provenance=Provenance(servelab_version=data.get("servelab_version")),
+        source="predicted" if data.get("source") == "simulated" else "imported",
     )
 
 
@@ -268,7 +270,7 @@ def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entr
                 artifact=artifact,
             )
             store.record_metrics(
-                run_id, "bench", e.metrics, config=e.config, repetition=rep, units=e.units, source="imported"
+                run_id, "bench", e.metrics, config=e.config, repetition=rep, units=e.units, source=e.source
             )
     return run_id
 
