@@ -70,9 +70,9 @@ def save_picks(plan: Plan, directory: Path, ranks: list[int], store: Store) -> l
         key = recipe_key(plan, cand)
         runner = _runner(plan, cand, store)
         recipe = to_recipe(plan, cand, runner, _base(plan, store))
-        seq = recipe.scenarios["fixed-seq-len"][0]
+        _, seq, _, arm = next(recipe.arms())
         try:
-            launch = render(recipe, seq.search_space[0], seq.isl + seq.osl + MODEL_LEN_MARGIN)
+            launch = render(recipe, arm, seq.isl + seq.osl + MODEL_LEN_MARGIN)
         except ServelabError as e:
             out.append(Saved(rank, None, f"{plan.backend} cannot launch {cand.parallel['label']}: {e}"))
             continue
