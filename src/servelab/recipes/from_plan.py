@@ -102,7 +102,8 @@ def dns_name(text: str) -> str:
 def _runner(plan: Plan, cand: Candidate, store: Store) -> str:
     gpus = cand.parallel["tp"] * cand.parallel["pp"]
     for label, runner in store.registry.runners.items():
-        if runner.node.system == plan.system and runner.node.gpus_per_node >= gpus:
+        node = runner.node
+        if node is not None and node.system == plan.system and node.gpus_per_node >= gpus:
             return label
     raise ServelabError(
         f"no runner in {store.registry.source} has {gpus} GPUs of {plan.system}; add one to save a recipe"
@@ -112,10 +113,12 @@ def _runner(plan: Plan, cand: Candidate, store: Store) -> str:
 def _base(plan: Plan, store: Store) -> tuple[str, Recipe] | None:
     """The store's first recipe of the plan's checkpoint on the same engine and system."""
     for key, r in store.recipes.items():
+        node = store.registry.get(r.runner).node
         if (
             r.model == checkpoint(plan)
             and engine_name(r.framework) == plan.backend
-            and store.registry.get(r.runner).node.system == plan.system
+            and node is not None
+            and node.system == plan.system
         ):
             return key, r
     return None
