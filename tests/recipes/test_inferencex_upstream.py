@@ -158,6 +158,11 @@ def test_a_typo_in_a_field_names_the_key_and_field():
         ("kv-p2p-transfer", "nixel", "'nixel' is not a KV transfer engine"),
         ("router", {"name": "dynamo-routr", "version": "0.9.1"}, "'dynamo-routr' is not a router"),
         ("router", {"name": "dynamo-router", "version": "image:x"}, "not an image"),
+        (
+            "router",
+            {"name": "dynamo-router", "version": 0.9},
+            "router.version: Input should be a valid string",
+        ),
     ],
 )
 def test_a_typo_in_a_value_is_refused(field, value, message):
@@ -192,6 +197,11 @@ def test_upstream_rules_are_kept():
     e = _entry(key)
     e["scenarios"]["agentic-codng"] = e["scenarios"].pop("fixed-seq-len")
     assert "'agentic-codng' is not a scenario type" in _refused(key, e)
+
+    key = "dsv4-fp4-mi355x-atom"  # single node
+    e = _entry(key)
+    e["kv-p2p-transfer"] = "mori"
+    assert "kv-p2p-transfer needs multinode: true" in _refused(key, e)
 
     key = _agentic_key(multinode=False)
     e = _entry(key)

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.tokens import ImageRef, Label, ModelId, Name, Setting, Text, config_key
@@ -93,13 +101,13 @@ Concurrency = Annotated[int, Field(ge=1, le=MAX_CONC)]
 SeqLen = Annotated[int, Field(ge=1, le=MAX_SEQ_LEN)]
 
 
-def _own_version(version: str | None) -> str | None:
-    if version is not None and version.startswith("image:"):
+def _own_version(version: str) -> str:
+    if version.startswith("image:"):
         raise ValueError("a component version is its release, package version or commit, not an image")
     return version
 
 
-Version = Annotated[Text, Field(min_length=1), BeforeValidator(_own_version)]
+Version = Annotated[Text, Field(min_length=1), AfterValidator(_own_version)]
 
 
 class Component(IxModel):
@@ -177,8 +185,7 @@ class SearchSpaceEntry(IxModel):
             raise ValueError(f"conc-start {self.conc_start} is above conc-end {self.conc_end}")
         if (self.prefill is None) != (self.decode is None):
             raise ValueError("a multinode entry needs both prefill: and decode:")
-        if self.disagg:
-            assert self.prefill is not None and self.decode is not None  # narrowed by disagg
+        if self.prefill is not None and self.decode is not None:
             single = [_hyphen(f) for f in self.SINGLE_NODE_ONLY if f in self.model_fields_set]
             if single:
                 raise ValueError(f"a prefill/decode entry sets {', '.join(single)} per worker, not here")
@@ -313,6 +320,8 @@ class MasterEntry(IxModel):
     def _check_entry(self) -> MasterEntry:
         if self.disagg and not self.multinode:
             raise ValueError("disagg: true needs multinode: true")
+        if self.kv_p2p_transfer is not None and not self.multinode:
+            raise ValueError("kv-p2p-transfer needs multinode: true")
         if self.scenarios.agentic_coding and not self.runner.startswith(CLUSTER_PREFIX):
             raise ValueError(
                 f"agentic-coding runs on one exact fleet: runner must be a {CLUSTER_PREFIX}<name> label"
