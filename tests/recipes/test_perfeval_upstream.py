@@ -133,7 +133,7 @@ def test_list_valued_num_prompts_and_max_concurrency(shipped):
     assert cfg.runs() == [("8k-in-1k-out-conc-1", 10, 1), ("8k-in-1k-out-conc-128", 512, 128)]
     assert w.vllm.env == {"VLLM_ROCM_USE_AITER": "1"}  # an int in the file, a string as upstream exports it
     recipes, said = load_any(WORKLOADS / "qwen3_5_mi355x.yaml", shipped.registry)
-    seqs = recipes["qwen3_5-mi355x"].scenarios["fixed-seq-len"]
+    seqs = recipes["qwen3_5-mi355x"].scenarios.fixed_seq_len
     # a seq-len block holds one num-prompts, so each concurrency gets its own
     assert [(s.num_prompts, s.search_space[0].conc_list) for s in seqs] == [(10, [1]), (512, [128])]
     assert recipes["qwen3_5-mi355x"].image == "vllm/vllm-openai-rocm:latest"

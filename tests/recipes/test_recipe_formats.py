@@ -40,6 +40,7 @@ dsr1-fp8-gb200-dynamo:
   framework: dynamo-sglang
   multinode: true
   disagg: true
+  kv-p2p-transfer: nixl
   scenarios:
     fixed-seq-len:
     - isl: 1024

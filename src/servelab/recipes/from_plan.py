@@ -70,9 +70,9 @@ def save_picks(plan: Plan, directory: Path, ranks: list[int], store: Store) -> l
         key = recipe_key(plan, cand)
         runner = _runner(plan, cand, store)
         recipe = to_recipe(plan, cand, runner, _base(plan, store))
-        seq = recipe.scenarios["fixed-seq-len"][0]
+        _, seq, _, arm = next(recipe.arms())
         try:
-            launch = render(recipe, seq.search_space[0], seq.isl + seq.osl + MODEL_LEN_MARGIN)
+            launch = render(recipe, arm, seq.isl + seq.osl + MODEL_LEN_MARGIN)
         except ServelabError as e:
             out.append(Saved(rank, None, f"{plan.backend} cannot launch {cand.parallel['label']}: {e}"))
             continue
@@ -102,7 +102,8 @@ def dns_name(text: str) -> str:
 def _runner(plan: Plan, cand: Candidate, store: Store) -> str:
     gpus = cand.parallel["tp"] * cand.parallel["pp"]
     for label, runner in store.registry.runners.items():
-        if runner.node.system == plan.system and runner.node.gpus_per_node >= gpus:
+        node = runner.node
+        if node is not None and node.system == plan.system and node.gpus_per_node >= gpus:
             return label
     raise ServelabError(
         f"no runner in {store.registry.source} has {gpus} GPUs of {plan.system}; add one to save a recipe"
@@ -112,10 +113,12 @@ def _runner(plan: Plan, cand: Candidate, store: Store) -> str:
 def _base(plan: Plan, store: Store) -> tuple[str, Recipe] | None:
     """The store's first recipe of the plan's checkpoint on the same engine and system."""
     for key, r in store.recipes.items():
+        node = store.registry.get(r.runner).node
         if (
             r.model == checkpoint(plan)
             and engine_name(r.framework) == plan.backend
-            and store.registry.get(r.runner).node.system == plan.system
+            and node is not None
+            and node.system == plan.system
         ):
             return key, r
     return None

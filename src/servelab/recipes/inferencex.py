@@ -1,18 +1,28 @@
 """InferenceX master-config schema, read as it is (hyphenated keys, unknown fields rejected).
 
-These models describe exactly what an InferenceX master YAML may hold, so that importing and exporting a file
-loses nothing: `dump_master(load_master(text))` gives back the same mapping. servelab's own `Recipe` extends
-the entry with what InferenceX keeps in shell scripts (see schema.py).
+These models describe exactly what an InferenceX master YAML may hold (upstream's own rules are in
+SemiAnalysisAI/InferenceX utils/matrix_logic/validation.py and configs/CONFIGS.md), so that importing and
+exporting a file loses nothing: `dump_master(load_master(text))` gives back the same mapping. Defaults are
+upstream's. servelab's own `Recipe` extends the entry with what InferenceX keeps in shell scripts (schema.py).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from servelab.errors import ServelabError
-from servelab.recipes.tokens import ImageRef, Label, ModelId, Name, Setting, config_key
+from servelab.errors import ServelabError, closest
+from servelab.recipes.tokens import ImageRef, Label, ModelId, Name, Setting, Text, config_key
 from servelab.recipes.yamlio import load_yaml
 
 
@@ -30,7 +40,54 @@ class IxModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
+def _known(what: str, names: tuple[str, ...]) -> Callable[[Any], Any]:
+    """A check that a value is one of `names`; the message says so on one line and suggests the closest."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and value in names:
+            return value
+        hint = closest(value, list(names)) if isinstance(value, str) and value.isprintable() else ""
+        raise ValueError(f"{value!r} is not {what} ({', '.join(names)}){hint}")
+
+    return check
+
+
+# The names InferenceX's master files and benchmark scripts use (upstream types them as free strings; a
+# closed set catches typos). `trtllm` is servelab's adapter name for InferenceX's `trt`.
+FrameworkName = Literal[
+    "vllm",
+    "sglang",
+    "trt",
+    "trtllm",
+    "atom",
+    "tilert",
+    "dynamo-vllm",
+    "dynamo-sglang",
+    "dynamo-trt",
+    "llmd-vllm",
+    "sglang-disagg",
+    "atom-disagg",
+]
+RouterName = Literal[
+    "dynamo-router", "sglang-router", "vllm-router", "llm-d-router", "tilert-pd-router", "atomesh"
+]
+TransferName = Literal["nixl", "mooncake", "ucx", "mori"]
+OffloadBackendName = Literal["native", "vllm-simple", "hicache", "lmcache", "mooncake"]
+ScenarioType = Literal["fixed-seq-len", "agentic-coding"]
 SpecDecoding = Literal["mtp", "draft_model", "none"]
+KvOffloading = Literal["none", "dram"]
+
+FRAMEWORKS: tuple[str, ...] = get_args(FrameworkName)
+SCENARIO_TYPES: tuple[str, ...] = get_args(ScenarioType)
+Framework = Annotated[FrameworkName, BeforeValidator(_known("a framework InferenceX runs", FRAMEWORKS))]
+Router = Annotated[RouterName, BeforeValidator(_known("a router", get_args(RouterName)))]
+Transfer = Annotated[TransferName, BeforeValidator(_known("a KV transfer engine", get_args(TransferName)))]
+OffloadBackend = Annotated[
+    OffloadBackendName, BeforeValidator(_known("a KV offload backend", get_args(OffloadBackendName)))
+]
+
+# Agentic configs run on one exact fleet (InferenceX refuses broad SKU labels for them).
+CLUSTER_PREFIX = "cluster:"
 
 # Upper bounds that no deployment reaches, so that a typo (or an attack) fails at load time instead of
 # rendering a 20-digit --tensor-parallel-size: GPUs per parallel group, concurrent requests, tokens.
@@ -38,36 +95,82 @@ MAX_PARALLEL = 4096
 MAX_CONC = 1_000_000
 MAX_SEQ_LEN = 10_000_000
 ParallelSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL)]
+# pp, dcp-size and pcp-size are strict upstream: 2.0 or "2" is refused.
+StrictSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL, strict=True)]
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONC)]
 SeqLen = Annotated[int, Field(ge=1, le=MAX_SEQ_LEN)]
 
 
-class WorkerSpec(IxModel):
-    """One side (prefill or decode) of a disaggregated, multinode search-space entry."""
+def _own_version(version: str) -> str:
+    if version.startswith("image:"):
+        raise ValueError("a component version is its release, package version or commit, not an image")
+    return version
 
-    num_worker: ParallelSize = 1
-    tp: ParallelSize = 1
-    ep: ParallelSize = 1
-    dp_attn: bool = False
-    pp: ParallelSize = 1
-    additional_settings: list[Setting] | None = None
+
+Version = Annotated[Text, Field(min_length=1), AfterValidator(_own_version)]
+
+
+class Component(IxModel):
+    """A router: its name and exact release, package version or source commit."""
+
+    name: Router
+    version: Version
+
+
+class OffloadBackendSpec(IxModel):
+    """Where KV is offloaded to; the version is optional for framework-native backends (vLLM, HiCache)."""
+
+    name: OffloadBackend
+    version: Version | None = None
+
+
+def _check_dcp(tp: int | None, dcp_size: int) -> None:
+    # Decode context parallelism reuses the TP GPUs.
+    if tp is not None and tp % dcp_size:
+        raise ValueError(f"dcp-size {dcp_size} must divide tp {tp}")
+
+
+class WorkerSpec(IxModel):
+    """One side (prefill or decode) of a multinode search-space entry; a pool holds
+    num-worker x tp x pp x pcp-size GPUs."""
+
+    num_worker: Annotated[int, Field(ge=0, le=MAX_PARALLEL)]
+    tp: ParallelSize
+    pp: StrictSize = 1
+    dcp_size: StrictSize = 1
+    pcp_size: StrictSize = 1
+    ep: ParallelSize
+    dp_attn: bool
+    hardware: Name | None = Field(None, description="GPU SKU of a heterogeneous pool; both sides or neither.")
+    additional_settings: list[Setting] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkerSpec:
+        _check_dcp(self.tp, self.dcp_size)
+        return self
 
 
 class SearchSpaceEntry(IxModel):
-    """One arm of a sweep: a parallel layout plus a concurrency ladder or list."""
+    """One arm of a sweep: a single-node layout (tp, ...) or prefill/decode pools, and a concurrency ladder
+    or list."""
+
+    # Fields that a multinode arm sets per worker instead.
+    SINGLE_NODE_ONLY: ClassVar[tuple[str, ...]] = ("tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attn")
 
     tp: ParallelSize | None = None
+    pp: StrictSize = 1
+    dcp_size: StrictSize = 1
+    pcp_size: StrictSize = 1
     ep: ParallelSize | None = None
     dp_attn: bool | None = None
-    pp: ParallelSize | None = None
-    dcp_size: ParallelSize | None = None
-    pcp_size: ParallelSize | None = None
-    spec_decoding: SpecDecoding | None = None
+    spec_decoding: SpecDecoding = "none"
+    prefill: WorkerSpec | None = None
+    decode: WorkerSpec | None = None
+    router: Component | None = None
+    kv_p2p_transfer: Transfer | None = None
     conc_start: Concurrency | None = None
     conc_end: Concurrency | None = None
     conc_list: list[Concurrency] | None = None
-    prefill: WorkerSpec | None = None
-    decode: WorkerSpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpaceEntry:
@@ -76,16 +179,21 @@ class SearchSpaceEntry(IxModel):
             raise ValueError("give either conc-start/conc-end or conc-list, not both")
         if has_range and (self.conc_start is None or self.conc_end is None):
             raise ValueError("conc-start and conc-end go together")
-        if not has_range and self.conc_list is None:
+        if not has_range and not self.conc_list:
             raise ValueError("a concurrency is required: conc-start/conc-end or conc-list")
         if self.conc_start is not None and self.conc_end is not None and self.conc_start > self.conc_end:
             raise ValueError(f"conc-start {self.conc_start} is above conc-end {self.conc_end}")
-        if self.conc_list is not None and (not self.conc_list or min(self.conc_list) < 1):
-            raise ValueError("conc-list must hold positive integers")
-        if self.dcp_size and self.dcp_size > 1 and self.tp_ % self.dcp_size:
-            raise ValueError(f"dcp-size {self.dcp_size} must divide tp {self.tp_}")
         if (self.prefill is None) != (self.decode is None):
-            raise ValueError("a disaggregated entry needs both prefill: and decode:")
+            raise ValueError("a multinode entry needs both prefill: and decode:")
+        if self.prefill is not None and self.decode is not None:
+            single = [_hyphen(f) for f in self.SINGLE_NODE_ONLY if f in self.model_fields_set]
+            if single:
+                raise ValueError(f"a prefill/decode entry sets {', '.join(single)} per worker, not here")
+            if (self.prefill.hardware is None) != (self.decode.hardware is None):
+                raise ValueError("hardware: is given for both prefill and decode, or neither")
+        elif self.tp is None:
+            raise ValueError("an entry needs tp (single node) or prefill: and decode: (multinode)")
+        _check_dcp(self.tp, self.dcp_size)
         return self
 
     # Effective values (InferenceX defaults) for fields the user may leave out.
@@ -99,7 +207,7 @@ class SearchSpaceEntry(IxModel):
 
     @property
     def pp_(self) -> int:
-        return self.pp or 1
+        return self.pp
 
     @property
     def dp_attn_(self) -> bool:
@@ -107,17 +215,83 @@ class SearchSpaceEntry(IxModel):
 
     @property
     def spec_(self) -> str:
-        return self.spec_decoding or "none"
+        return self.spec_decoding
 
     @property
     def disagg(self) -> bool:
+        """Whether the arm is split into prefill and decode pools (a multinode arm)."""
         return self.prefill is not None
 
 
+class AgenticSearchSpaceEntry(SearchSpaceEntry):
+    """An arm of an agentic-coding (trace replay) scenario: a search-space entry plus KV offloading."""
+
+    # Upstream lets agentic multinode arms carry ep and dp-attn beside the pools.
+    SINGLE_NODE_ONLY: ClassVar[tuple[str, ...]] = ("tp", "pp", "dcp_size", "pcp_size")
+
+    kv_offloading: KvOffloading | None = None
+    kv_offload_backend: OffloadBackendSpec | None = None
+
+    @model_validator(mode="after")
+    def _offload(self) -> AgenticSearchSpaceEntry:
+        if self.kv_offloading is None and not self.disagg:
+            raise ValueError("a single-node agentic entry needs kv-offloading (none or dram)")
+        offloads = self.kv_offloading not in (None, "none")
+        if self.kv_offload_backend is not None and not offloads:
+            raise ValueError("kv-offload-backend needs kv-offloading other than none")
+        if offloads and self.kv_offload_backend is None:
+            raise ValueError(f"kv-offloading {self.kv_offloading} needs kv-offload-backend")
+        return self
+
+
 class SeqLenConfig(IxModel):
+    """A fixed-seq-len block: input and output lengths and the arms run at them."""
+
     isl: SeqLen
     osl: SeqLen
     search_space: list[SearchSpaceEntry] = Field(min_length=1)
+
+
+class AgenticConfig(IxModel):
+    """An agentic-coding block: trace replay, so no fixed lengths; dram-utilization sizes DRAM KV offload
+    (a share of the runner's CPU DRAM, from runners.yaml `hardware:`)."""
+
+    search_space: list[AgenticSearchSpaceEntry] = Field(min_length=1)
+    dram_utilization: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _dram(self) -> AgenticConfig:
+        if self.dram_utilization is None and any(a.kv_offloading == "dram" for a in self.search_space):
+            raise ValueError("kv-offloading dram needs dram-utilization")
+        return self
+
+
+class Scenarios(IxModel):
+    """The benchmark scenarios of a config key; at least one."""
+
+    fixed_seq_len: list[SeqLenConfig] | None = None
+    agentic_coding: list[AgenticConfig] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in data:
+                _known("a scenario type", SCENARIO_TYPES)(name)
+        return data
+
+    @model_validator(mode="after")
+    def _one(self) -> Scenarios:
+        if not self.fixed_seq_len and not self.agentic_coding:
+            raise ValueError("scenarios: needs at least one fixed-seq-len or agentic-coding block")
+        return self
+
+    def items(self) -> Iterator[tuple[str, list[Any]]]:
+        """(scenario type, blocks) for each scenario given, in file order."""
+        for name in SCENARIO_TYPES:
+            blocks = getattr(self, name.replace("-", "_"))
+            if blocks:
+                yield name, blocks
 
 
 class MasterEntry(IxModel):
@@ -128,26 +302,47 @@ class MasterEntry(IxModel):
     model_prefix: Name
     runner: Label
     precision: Name
-    framework: Name
+    framework: Framework
     multinode: bool = False
-    disagg: bool | None = None
-    scenarios: dict[Name, list[SeqLenConfig]]
+    disagg: bool = False
+    router: Component | None = None
+    kv_p2p_transfer: Transfer | None = None
+    scenarios: Scenarios
+
+    def arms(self) -> Iterator[tuple[str, Any, int, SearchSpaceEntry]]:
+        """(scenario type, block, arm index, arm) for every search-space entry, in file order."""
+        for kind, blocks in self.scenarios.items():
+            for block in blocks:
+                for i, arm in enumerate(block.search_space):
+                    yield kind, block, i, arm
 
     @model_validator(mode="after")
-    def _check_multinode(self) -> MasterEntry:
-        if not any(self.scenarios.values()):
-            raise ValueError("scenarios: needs at least one seq-len block")
-        for kind, seqs in self.scenarios.items():
-            for seq in seqs:
-                for i, arm in enumerate(seq.search_space):
-                    if arm.disagg and not self.multinode:
-                        raise ValueError(
-                            f"scenarios.{kind} search-space[{i}]: prefill/decode needs multinode: true"
-                        )
-                    if self.multinode and not arm.disagg:
-                        raise ValueError(
-                            f"scenarios.{kind} search-space[{i}]: multinode entries need prefill/decode"
-                        )
+    def _check_entry(self) -> MasterEntry:
+        if self.disagg and not self.multinode:
+            raise ValueError("disagg: true needs multinode: true")
+        if self.kv_p2p_transfer is not None and not self.multinode:
+            raise ValueError("kv-p2p-transfer needs multinode: true")
+        if self.scenarios.agentic_coding and not self.runner.startswith(CLUSTER_PREFIX):
+            raise ValueError(
+                f"agentic-coding runs on one exact fleet: runner must be a {CLUSTER_PREFIX}<name> label"
+            )
+        arms = list(self.arms())
+        for kind, _, i, arm in arms:
+            if arm.disagg and not self.multinode:
+                raise ValueError(f"scenarios.{kind} search-space[{i}]: prefill/decode needs multinode: true")
+            if self.multinode and not arm.disagg:
+                raise ValueError(f"scenarios.{kind} search-space[{i}]: multinode entries need prefill/decode")
+            if arm.kv_p2p_transfer is not None and not self.multinode:
+                raise ValueError(f"scenarios.{kind} search-space[{i}]: kv-p2p-transfer needs multinode: true")
+        for name in ("router", "kv_p2p_transfer"):
+            if getattr(self, name) is not None and any(getattr(a, name) is not None for *_, a in arms):
+                raise ValueError(
+                    f"{_hyphen(name)} is declared at the top level or in search-space entries, not both"
+                )
+        if self.disagg and self.kv_p2p_transfer is None and any(a.kv_p2p_transfer is None for *_, a in arms):
+            raise ValueError(
+                "disagg: true needs kv-p2p-transfer at the top level or in every search-space entry"
+            )
         return self
 
 

@@ -1,16 +1,19 @@
 """Runners registry: CI runner labels -> nodes, each node of a kind with known hardware (tied to system
 specs).
 
-The label -> node-list mapping is InferenceX's runners.yaml form unchanged; servelab adds `node-kinds` (the
-node name without its `_N` suffix) with the system spec, GPUs per node, CPU DRAM and the CI queue, and
-`gpu-profiles` (perf-eval `gpu:` keys -> a runner label).
+InferenceX's runners.yaml is read as it is: `labels:` (a runner label -> the nodes that can take its jobs; a
+label may mix node kinds, e.g. h100 spans h100-cw and h100-dgxc-slurm nodes) and `hardware:` (host facts per
+label: CPU DRAM available to jobs, GPUs per node). servelab's own file may call the label map `runners:` and
+adds `node-kinds` (the node name without its `_N` suffix) with the system spec, GPUs per node, CPU DRAM and CI
+queue, and `gpu-profiles` (perf-eval `gpu:` keys -> a runner label). A label whose nodes are not all of one
+described kind has no system spec; its CI queue is the label itself, as InferenceX's workflows run on it.
 """
 
 from __future__ import annotations
 
 import re
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.inferencex import IxModel
@@ -28,17 +31,45 @@ class NodeKind(IxModel):
     agents: dict[Name, Label] = Field(default_factory=dict, description="extra Buildkite agent tags")
 
 
+class RunnerHardware(IxModel):
+    """InferenceX's host facts for a runner label (sizes DRAM KV offload of agentic jobs)."""
+
+    available_cpu_dram_mib: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+
+
 class RunnersFile(IxModel):
-    runners: dict[Label, list[Label]]
-    node_kinds: dict[Label, NodeKind]
+    labels: dict[Label, list[Label]] | None = Field(None, description="InferenceX's name for the label map")
+    runners: dict[Label, list[Label]] | None = Field(None, description="servelab's name for the label map")
+    hardware: dict[Label, RunnerHardware] = Field(default_factory=dict)
+    node_kinds: dict[Label, NodeKind] = Field(default_factory=dict)
     gpu_profiles: dict[Name, Label] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_map(self) -> RunnersFile:
+        if (self.labels is None) == (self.runners is None):
+            raise ValueError("expected the label map under labels: (InferenceX) or runners:, exactly one")
+        return self
+
+    @property
+    def label_map(self) -> dict[str, list[str]]:
+        return self.labels if self.labels is not None else self.runners or {}
 
 
 class Runner(IxModel):
     label: str
     nodes: list[str]
-    kind: str
-    node: NodeKind
+    kinds: list[str]
+    node: NodeKind | None = Field(None, description="the node kind, when every node is of one described kind")
+    hardware: RunnerHardware | None = None
+
+    @property
+    def queue(self) -> str:
+        return self.node.queue if self.node else self.label
+
+    @property
+    def agents(self) -> dict[str, str]:
+        return dict(self.node.agents) if self.node else {}
 
 
 class Registry:
@@ -46,19 +77,27 @@ class Registry:
         self.file = file
         self.source = source
         self.runners: dict[str, Runner] = {}
-        for label, nodes in file.runners.items():
+        section = "labels" if file.labels is not None else "runners"
+        for label, nodes in file.label_map.items():
             if not nodes:
-                raise ServelabError(f"{source}: runners.{label}: needs at least one node")
-            kinds = {_SUFFIX.sub("", n) for n in nodes}
-            if len(kinds) != 1:
-                raise ServelabError(f"{source}: runners.{label}: nodes mix kinds {sorted(kinds)}")
-            kind = kinds.pop()
-            if kind not in file.node_kinds:
-                raise ServelabError(
-                    f"{source}: runners.{label}: node kind {kind!r} is not in node-kinds"
-                    + closest(kind, list(file.node_kinds))
-                )
-            self.runners[label] = Runner(label=label, nodes=nodes, kind=kind, node=file.node_kinds[kind])
+                raise ServelabError(f"{source}: {section}.{label}: needs at least one node")
+            kinds = sorted({_SUFFIX.sub("", n) for n in nodes})
+            if file.node_kinds:  # a file that describes node kinds describes every kind it uses
+                for kind in kinds:
+                    if kind not in file.node_kinds:
+                        raise ServelabError(
+                            f"{source}: {section}.{label}: node kind {kind!r} is not in node-kinds"
+                            + closest(kind, list(file.node_kinds))
+                        )
+            described = [file.node_kinds[k] for k in kinds if k in file.node_kinds]
+            one_kind = len(kinds) == 1 and len(described) == 1
+            self.runners[label] = Runner(
+                label=label,
+                nodes=nodes,
+                kinds=kinds,
+                node=described[0] if one_kind else None,
+                hardware=file.hardware.get(label),
+            )
         for gpu, label in file.gpu_profiles.items():
             if label not in self.runners:
                 raise ServelabError(f"{source}: gpu-profiles.{gpu}: runner {label!r} is not defined")
@@ -69,6 +108,16 @@ class Registry:
                 f"runner {label!r} is not a label in {self.source}" + closest(label, list(self.runners))
             )
         return self.runners[label]
+
+    def node_kind(self, label: str) -> NodeKind:
+        """The node kind behind a label, which ties it to a system spec; InferenceX's file has none."""
+        runner = self.get(label)
+        if runner.node is None:
+            raise ServelabError(
+                f"runner {label!r}: {self.source} gives no one node kind for its nodes "
+                f"({', '.join(runner.kinds)}); add node-kinds to judge it against a system spec"
+            )
+        return runner.node
 
     def label_for_gpu(self, gpu: str) -> str:
         if gpu not in self.file.gpu_profiles:
@@ -82,7 +131,9 @@ class Registry:
         """The perf-eval `gpu:` key that maps to this runner label, else the GPU of its system (b200_sxm ->
         B200), as perf-eval names it."""
         mapped = [gpu for gpu, lab in self.file.gpu_profiles.items() if lab == label]
-        return mapped[0] if mapped else self.get(label).node.system.split("_")[0].upper()
+        if mapped:
+            return mapped[0]
+        return self.node_kind(label).system.split("_")[0].upper()
 
     def check_against_specs(self) -> list[str]:
         """Problems where a node kind disagrees with its system spec (unknown system, wrong GPU count)."""

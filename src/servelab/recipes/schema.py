@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servelab.recipes.inferencex import IxModel, MasterEntry, SearchSpaceEntry, SeqLenConfig
+from servelab.recipes.inferencex import IxModel, MasterEntry, Scenarios, SearchSpaceEntry, SeqLenConfig
 from servelab.recipes.tokens import EnvName, ModelId, Name, PathStr, Revision, Text, check_text
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
@@ -146,10 +146,14 @@ class RecipeSeqLen(SeqLenConfig):
     num_prompts: int | None = Field(None, ge=1)
 
 
+class RecipeScenarios(Scenarios):
+    fixed_seq_len: list[RecipeSeqLen] | None = None  # type: ignore[assignment]  # narrows the seq-len blocks
+
+
 class Recipe(MasterEntry):
     """One config key: the InferenceX fields plus typed launch, pins, evals and assertions."""
 
-    scenarios: dict[Name, list[RecipeSeqLen]]  # type: ignore[assignment]  # narrows the entry's seq-lens
+    scenarios: RecipeScenarios  # type: ignore[assignment]  # narrows the entry's seq-len blocks
     description: str | None = None
     image_digest: str | None = None
     revision: Revision | None = None
@@ -192,22 +196,14 @@ class Recipe(MasterEntry):
             raise ValueError(f"env CUDA_HOME={self.env['CUDA_HOME']} contradicts engine.cuda-home={pinned}")
         return self
 
-    def arms(self):
-        """(scenario type, seq-len block, arm index, arm) for every search-space entry, in file order."""
-        for kind, seqs in self.scenarios.items():
-            for seq in seqs:
-                for i, arm in enumerate(seq.search_space):
-                    yield kind, seq, i, arm
-
     def to_master(self) -> MasterEntry:
         """The InferenceX view: only the fields InferenceX has (servelab extras cannot be expressed there)."""
         data = self.dump()
         keep = set(MasterEntry.model_fields)
         ix = {k: v for k, v in data.items() if k.replace("-", "_") in keep}
-        for seqs in ix.get("scenarios", {}).values():
-            for seq in seqs:
-                seq.pop("name", None)
-                seq.pop("num-prompts", None)
+        for seq in ix["scenarios"].get("fixed-seq-len") or []:
+            seq.pop("name", None)
+            seq.pop("num-prompts", None)
         return MasterEntry.model_validate(ix)
 
 
@@ -224,6 +220,7 @@ __all__ = [
     "KernelConfig",
     "LmEval",
     "Recipe",
+    "RecipeScenarios",
     "RecipeSeqLen",
     "SearchSpaceEntry",
     "SpecRef",

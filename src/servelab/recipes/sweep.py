@@ -162,7 +162,7 @@ def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
         secret_env=recipe.secret_env,
         row=row,
     )
-    agents = {"queue": runner.node.queue, **runner.node.agents}
+    agents = {"queue": runner.queue, **runner.agents}
     return Job(
         key=key,
         scenario=scenario,
@@ -172,7 +172,7 @@ def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
         client=client,
         dataset=dataset,
         assertions={k: v.dump() for k, v in recipe.assertions.items()},
-        queue=runner.node.queue,
+        queue=runner.queue,
         agents=agents,
         fingerprint=fp,
     )
@@ -195,6 +195,11 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
         for scenario, seq, _, arm in recipe.arms():
             if f.scenario_type and scenario not in f.scenario_type:
                 continue
+            if scenario == "agentic-coding":
+                raise ServelabError(
+                    f"{key}: agentic-coding scenarios are not expanded into jobs yet; "
+                    "leave them out with --scenario-type fixed-seq-len"
+                )
             if f.seq_lens and seq_len_name(seq.isl, seq.osl) not in f.seq_lens:
                 continue
             if not _keep_arm(arm, f):

@@ -26,7 +26,7 @@ def engine_name(framework: str) -> str:
     name = ALIASES.get(framework, framework)
     if name not in ENGINES:
         raise ServelabError(
-            f"framework {framework!r} has no engine adapter; expected one of {', '.join(ENGINES)}"
+            f"servelab has no launch adapter for framework {framework!r} yet; adapters: {', '.join(ENGINES)}"
             + closest(framework, list(ENGINES) + list(ALIASES))
         )
     return name

@@ -1,0 +1,232 @@
+"""InferenceX's own files, pinned in tests/data/inferencex (UPSTREAM.md names the commit): both master files
+import whole, every key round-trips through `show --as inferencex`, runners.yaml loads, and upstream's rules
+(utils/matrix_logic/validation.py) are kept."""
+
+import copy
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servelab.errors import ServelabError
+from servelab.recipes.engines import render
+from servelab.recipes.inferencex import MasterEntry, load_master
+from servelab.recipes.runners import parse_runners
+from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.yamlio import dump_yaml, read_yaml
+
+UPSTREAM = Path(__file__).parents[1] / "data" / "inferencex" / "configs"
+MASTERS = ["nvidia-master.yaml", "amd-master.yaml"]
+# Config keys at the pinned commit (843c6254f): 152 NVIDIA + 56 AMD.
+KEYS = {"nvidia-master.yaml": 152, "amd-master.yaml": 56}
+
+
+@functools.cache
+def _raw(name: str) -> dict:
+    return yaml.load((UPSTREAM / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def raw(name: str) -> dict:
+    """The upstream file as a mapping (a fresh copy: tests edit it)."""
+    return copy.deepcopy(_raw(name))
+
+
+@pytest.fixture(scope="module")
+def recipes() -> dict:
+    """Every pinned key as a servelab recipe, with the upstream mapping it came from."""
+    out = {}
+    for name in MASTERS:
+        data = raw(name)
+        out |= {k: (r, data[k]) for k, r in parse_recipe_file(read_yaml(UPSTREAM / name), name).items()}
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """A recipe store as InferenceX's configs/ holds it: both master files and its runners.yaml."""
+    d = tmp_path_factory.mktemp("ix")
+    (d / "recipes").mkdir()
+    for name in MASTERS:
+        shutil.copy(UPSTREAM / name, d / "recipes" / name)
+    shutil.copy(UPSTREAM / "runners.yaml", d / "runners.yaml")
+    return d
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("name", MASTERS)
+def test_master_files_import_whole(name):
+    assert len(raw(name)) == KEYS[name]
+    assert len(load_master((UPSTREAM / name).read_text(), name)) == KEYS[name]
+    r = run("recipes", "import", str(UPSTREAM / name))
+    assert r.returncode == 0, r.stderr
+    assert len(yaml.safe_load(r.stdout)) == KEYS[name]
+
+
+def test_every_key_round_trips_as_inferencex(recipes):
+    assert len(recipes) == sum(KEYS.values())
+    for key, (recipe, upstream) in recipes.items():
+        emitted = yaml.safe_load(dump_yaml({key: recipe.to_master().dump()}))[key]
+        assert emitted == upstream, key
+        # and with upstream's defaults filled in on both sides
+        assert (
+            MasterEntry.model_validate(emitted).model_dump()
+            == MasterEntry.model_validate(upstream).model_dump()
+        )
+
+
+def test_the_master_files_use_every_part_of_the_schema(recipes):
+    frameworks = {r.framework for r, _ in recipes.values()}
+    assert {"atom", "dynamo-sglang", "dynamo-vllm", "dynamo-trt", "llmd-vllm", "tilert"} <= frameworks
+    arms = [(kind, arm) for r, _ in recipes.values() for kind, _, _, arm in r.arms()]
+    assert any(kind == "agentic-coding" and arm.kv_offload_backend for kind, arm in arms)
+    assert any(arm.disagg and arm.decode.num_worker == 0 for _, arm in arms)  # aggregated multinode
+    assert any(arm.router for _, arm in arms) and any(r.kv_p2p_transfer for r, _ in recipes.values())
+
+
+def test_show_as_inferencex_from_a_store_of_upstream_files(store, recipes):
+    """A multinode key, a key of a framework with no adapter, and single- and multinode agentic keys."""
+    agentic = [
+        next(k for k, (r, _) in recipes.items() if r.scenarios.agentic_coding and r.multinode == m)
+        for m in (False, True)
+    ]
+    for key in ["dsr1-fp4-b200-dynamo-trt", "dsv4-fp4-mi355x-atom", *agentic]:
+        r = run("recipes", "show", key, "--as", "inferencex", "--dir", str(store))
+        assert r.returncode == 0, r.stderr
+        assert yaml.safe_load(r.stdout) == {key: recipes[key][1]}
+
+
+def test_upstream_runners_yaml_loads():
+    registry = parse_runners(read_yaml(UPSTREAM / "runners.yaml"), "runners.yaml")
+    assert len(registry.runners) == len(raw("runners.yaml")["labels"])
+    h100 = registry.get("h100")  # a label whose nodes are of two kinds
+    assert h100.kinds == ["h100-cw", "h100-dgxc-slurm"] and h100.node is None and h100.queue == "h100"
+    b300 = registry.get("cluster:b300-nv")
+    assert b300.hardware and b300.hardware.available_cpu_dram_mib == 2_964_436
+    with pytest.raises(ServelabError, match="no one node kind .* add node-kinds"):
+        registry.node_kind("h100")
+
+
+def test_runners_yaml_refuses_both_label_maps():
+    with pytest.raises(ServelabError, match="labels: .* or runners:, exactly one"):
+        parse_runners({"labels": {"a": ["a_0"]}, "runners": {"a": ["a_0"]}}, "r.yaml")
+
+
+def _entry(key: str) -> dict:
+    for name in MASTERS:
+        data = raw(name)
+        if key in data:
+            return data[key]
+    raise KeyError(key)
+
+
+def _refused(key: str, entry: dict) -> str:
+    with pytest.raises(ServelabError) as info:
+        load_master(yaml.safe_dump({key: entry}), "nvidia-master.yaml")
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(f"nvidia-master.yaml: {key}: "), msg
+    return msg
+
+
+def test_a_typo_in_a_field_names_the_key_and_field():
+    key = "dsr1-fp4-b200-dynamo-trt"
+    e = _entry(key)
+    e["kv-p2p-transfr"] = e.pop("kv-p2p-transfer")
+    assert "kv-p2p-transfr: Extra inputs are not permitted" in _refused(key, e)
+    e = _entry(key)
+    e["scenarios"]["fixed-seq-len"][0]["search-space"][0]["prefill"]["num-workers"] = 1
+    msg = _refused(key, e)
+    assert "search-space.0.prefill.num-workers: Extra inputs are not permitted" in msg
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        (
+            "framework",
+            "dynamo-sglan",
+            "'dynamo-sglan' is not a framework InferenceX runs .*did you mean dynamo-sglang",
+        ),
+        ("kv-p2p-transfer", "nixel", "'nixel' is not a KV transfer engine"),
+        ("router", {"name": "dynamo-routr", "version": "0.9.1"}, "'dynamo-routr' is not a router"),
+        ("router", {"name": "dynamo-router", "version": "image:x"}, "not an image"),
+        (
+            "router",
+            {"name": "dynamo-router", "version": 0.9},
+            "router.version: Input should be a valid string",
+        ),
+    ],
+)
+def test_a_typo_in_a_value_is_refused(field, value, message):
+    key = "dsr1-fp4-b200-dynamo-trt"
+    e = _entry(key)
+    e[field] = value
+    with pytest.raises(ServelabError, match=message):
+        load_master(yaml.safe_dump({key: e}), "nvidia-master.yaml")
+
+
+def _agentic_key(multinode: bool) -> str:
+    for name in MASTERS:
+        for key, e in raw(name).items():
+            if "agentic-coding" in e["scenarios"] and e["multinode"] == multinode:
+                return key
+    raise LookupError
+
+
+def test_upstream_rules_are_kept():
+    key = "dsr1-fp4-b200-dynamo-trt"
+    e = _entry(key)
+    del e["kv-p2p-transfer"]
+    assert "disagg: true needs kv-p2p-transfer" in _refused(key, e)
+    e = _entry(key)
+    e["scenarios"]["fixed-seq-len"][0]["search-space"][0]["kv-p2p-transfer"] = "nixl"
+    assert "kv-p2p-transfer is declared at the top level or in search-space entries, not both" in _refused(
+        key, e
+    )
+    e = _entry(key)
+    e["scenarios"]["fixed-seq-len"][0]["search-space"][0]["tp"] = 8
+    assert "sets tp per worker" in _refused(key, e)
+    e = _entry(key)
+    e["scenarios"]["agentic-codng"] = e["scenarios"].pop("fixed-seq-len")
+    assert "'agentic-codng' is not a scenario type" in _refused(key, e)
+
+    key = "dsv4-fp4-mi355x-atom"  # single node
+    e = _entry(key)
+    e["kv-p2p-transfer"] = "mori"
+    assert "kv-p2p-transfer needs multinode: true" in _refused(key, e)
+
+    key = _agentic_key(multinode=False)
+    e = _entry(key)
+    e["runner"] = "b200"
+    assert "runner must be a cluster:<name> label" in _refused(key, e)
+    e = _entry(key)
+    block = e["scenarios"]["agentic-coding"][0]
+    if any(a.get("kv-offloading") == "dram" for a in block["search-space"]):
+        block.pop("dram-utilization")
+        assert "kv-offloading dram needs dram-utilization" in _refused(key, e)
+    e = _entry(key)
+    arm = e["scenarios"]["agentic-coding"][0]["search-space"][0]
+    arm |= {"kv-offloading": "none", "kv-offload-backend": {"name": "native"}}
+    assert "kv-offload-backend needs kv-offloading other than none" in _refused(key, e)
+    e = _entry(key)
+    e["scenarios"]["agentic-coding"][0]["search-space"][0].pop("kv-offloading")
+    e["scenarios"]["agentic-coding"][0]["search-space"][0].pop("kv-offload-backend", None)
+    assert "needs kv-offloading" in _refused(key, e)
+
+
+def test_frameworks_without_an_adapter_import_but_do_not_render(recipes, store):
+    recipe, _ = recipes["dsv4-fp4-mi355x-atom"]
+    _, seq, _, arm = next(recipe.arms())
+    with pytest.raises(ServelabError, match="servelab has no launch adapter for framework 'atom' yet"):
+        render(recipe, arm, seq.isl + seq.osl + 256)
+    r = run("recipes", "render", "dsv4-fp4-mi355x-atom", "--dir", str(store))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "no launch adapter for framework 'atom' yet" in r.stderr
