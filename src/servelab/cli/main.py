@@ -7,6 +7,7 @@ together; a command imports those when it runs (`# noqa: PLC0415` marks each suc
 """
 
 import contextlib
+import errno
 import os
 import sys
 import traceback
@@ -83,7 +84,9 @@ app.add_typer(results.app, name="results")
 app.add_typer(calibrate.app, name="calibrate")
 
 
+# a path the user gave that cannot be used: bad input (exit 2), not a run that failed
 USER_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+USER_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 DEBUG_ENV = "SERVELAB_DEBUG"
 
 
@@ -138,6 +141,8 @@ def main() -> None:
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             sys.exit(e.exit_code)
+        if isinstance(e, OSError) and e.errno in USER_PATH_ERRNOS:
+            fail(os_error_message(e), 2)
         if isinstance(e, OSError) and e.filename is not None:  # the disk is full, a file system is read-only
             fail(os_error_message(e), 1)
         hint = f"set {DEBUG_ENV}=1 for the traceback; please report it"
