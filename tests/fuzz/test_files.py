@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.perfdb.tables import data_root  # the shipped tables
+from servelab.recipes.store import DATA_DIR as STORE  # the shipped recipes
 
 FUZZ = settings(
     max_examples=25,
@@ -23,6 +24,7 @@ FUZZ = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+RECIPES = "deep YAML nesting gives a RecursionError (class 9), being fixed in hostile-recipes"
 HOSTILE_DB = "a model config is accepted or crashes (classes 10, 11), being fixed in hostile-db"
 METADATA_TYPE = "perf-table metadata of the wrong type crashes (class 5), being fixed in hostile-db"
 BATCH_LINE = "a bad --batch line stops the batch or is answered (class 6), being fixed in hostile-db"
@@ -34,6 +36,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 )
 YAML_FILES = {
     "anchor-bomb": BOMB,
+    "bomb-in-recipe": BOMB + "k:\n  image: x\n  model: m\n  runner: r\n  precision: fp8\n  env: *i\n",
     "deep-lists": "[" * 5000 + "]" * 5000,
     "deep-maps": "a: {" * 3000 + "}" * 3000,
     "not-a-mapping": "- 1\n- 2\n",
@@ -50,11 +53,13 @@ YAML_FILES = {
 
 @pytest.mark.parametrize("name", list(YAML_FILES))
 @pytest.mark.parametrize("command", ["validate", "import"])
-def test_recipe_yaml(command, name, tmp_path):
+def test_recipe_yaml(command, name, tmp_path, request):
+    if name in ("deep-lists", "deep-maps"):
+        request.applymarker(pending(RECIPES))
     f = tmp_path / f"{name}.yaml"
     f.write_text(YAML_FILES[name], encoding="utf-8", errors="surrogateescape")
-    store = tmp_path / "store"
-    hostile("recipes", command, str(f), "--dir", str(store), keep=[f])
+    store = shutil.copytree(STORE, tmp_path / "store")
+    hostile("recipes", command, str(f), "--dir", str(store), keep=[f, store])
 
 
 yaml_values = st.recursive(
@@ -67,10 +72,9 @@ yaml_values = st.recursive(
 @FUZZ
 @given(doc=st.dictionaries(st.text(min_size=1, max_size=12), yaml_values, max_size=4))
 def test_recipe_yaml_generated(doc, tmp_path_factory):
-    d = tmp_path_factory.mktemp("recipe")
-    f = d / "r.yaml"
+    f = tmp_path_factory.mktemp("recipe") / "r.yaml"
     f.write_text(json.dumps(doc))  # JSON is YAML
-    hostile("recipes", "validate", str(f), "--dir", str(d / "store"), codes=(0, 2), keep=[f])
+    hostile("recipes", "validate", str(f), "--dir", str(STORE), codes=(0, 2), keep=[f, STORE])
 
 
 GOOD_CONFIG = {
