@@ -8,7 +8,7 @@ as are values that would start a long valid run.
 from __future__ import annotations
 
 import pytest
-from conftest import hostile, pending
+from fuzzkit import hostile, pending
 
 VALUES = {"neg": "-5", "zero": "0", "huge": "99999999999999999999", "text": "abc", "nan": "nan", "inf": "inf"}
 ALL = tuple(VALUES)

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import hostile, pending
+from fuzzkit import hostile, pending
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

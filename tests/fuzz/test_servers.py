@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import hostile
+from fuzzkit import hostile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
