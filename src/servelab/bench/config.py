@@ -12,6 +12,12 @@ from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom"]
+# Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
+# length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
+MAX_TOKENS = 1 << 24
+MAX_REQUESTS = 10_000_000
+MAX_CONCURRENCY = 1_000_000
+MAX_RESPONSE_MIB = 1 << 20
 DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
 
 
@@ -43,27 +49,29 @@ class BenchConfig(BaseModel):
     label: str | None = None
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
-    random_input_len: int = Field(1024, ge=1)
-    random_output_len: int = Field(128, ge=1)
+    random_input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
+    random_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, lt=1.0)
-    random_prefix_len: int = Field(0, ge=0)
-    prefix_repetition_prefix_len: int = Field(256, ge=1)
-    prefix_repetition_suffix_len: int = Field(256, ge=1)
-    prefix_repetition_num_prefixes: int = Field(10, ge=1)
-    prefix_repetition_output_len: int = Field(128, ge=1)
-    multiturn_turns: int = Field(4, ge=1, description="turns per conversation (dataset multiturn)")
-    sharegpt_output_len: int | None = Field(None, ge=1)
-    custom_output_len: int = Field(256, ge=1)
-    sonnet_input_len: int = Field(550, ge=1)
-    sonnet_output_len: int = Field(150, ge=1)
-    sonnet_prefix_len: int = Field(200, ge=0)
+    random_prefix_len: int = Field(0, ge=0, le=MAX_TOKENS)
+    prefix_repetition_prefix_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    prefix_repetition_suffix_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    prefix_repetition_num_prefixes: int = Field(10, ge=1, le=MAX_REQUESTS)
+    prefix_repetition_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
+    multiturn_turns: int = Field(4, ge=1, le=10_000, description="turns per conversation (dataset multiturn)")
+    sharegpt_output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    custom_output_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    sonnet_input_len: int = Field(550, ge=1, le=MAX_TOKENS)
+    sonnet_output_len: int = Field(150, ge=1, le=MAX_TOKENS)
+    sonnet_prefix_len: int = Field(200, ge=0, le=MAX_TOKENS)
     hf_split: str | None = Field(None, description="split of a saved DatasetDict (default train)")
-    hf_output_len: int | None = Field(None, ge=1)
-    num_prompts: int = Field(1000, ge=1, description="requests (conversations for multiturn)")
+    hf_output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    num_prompts: int = Field(
+        1000, ge=1, le=MAX_REQUESTS, description="requests (conversations for multiturn)"
+    )
     max_seconds: float | None = Field(
         None, gt=0, description="stop sending after this long; requests in flight finish"
     )
-    max_concurrency: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     request_rate: float = Field(math.inf, gt=0)
     burstiness: float = Field(1.0, gt=0)
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
@@ -72,15 +80,17 @@ class BenchConfig(BaseModel):
     ignore_eos: bool | None = Field(
         None, description="None: on for synthetic datasets (random, prefix, multiturn)"
     )
-    temperature: float | None = Field(0.0, description="sent as is; servelab defaults to greedy (0)")
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: float | None = Field(
+        0.0, ge=0, allow_inf_nan=False, description="servelab defaults to greedy (0)"
+    )
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_TOKENS, description="-1 or 0: every token (vLLM)")
     stream: bool = True
     goodput: dict[str, float] = Field(default_factory=dict, description="SLOs in ms: ttft, tpot, e2el")
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl"])
     metric_percentiles: list[float] = Field(default_factory=lambda: [99.0])
-    num_warmups: int = Field(0, ge=0)
-    seed: int = 0
+    num_warmups: int = Field(0, ge=0, le=MAX_REQUESTS)
+    seed: int = Field(0, ge=0, description="numpy takes no negative seed")
     save_result: bool = False
     save_detailed: bool = False
     result_dir: str | None = None
@@ -88,9 +98,12 @@ class BenchConfig(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     request_timeout_s: float = Field(600.0, gt=0, description="servelab: per-request wall limit")
     max_response_mib: float = Field(
-        64.0, gt=0, description="servelab: a response over this many MiB fails (bounds client memory)"
+        64.0,
+        gt=0,
+        le=MAX_RESPONSE_MIB,
+        description="servelab: a response over this many MiB fails (bounds client memory)",
     )
-    num_workers: int = Field(0, ge=0, description="servelab: worker processes; 0 = one per core")
+    num_workers: int = Field(0, ge=0, le=1024, description="servelab: worker processes; 0 = one per core")
     live: bool | None = Field(None, description="servelab: live line; None = only on a terminal")
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
     ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
@@ -219,8 +232,8 @@ def parse_headers(items: list[str]) -> dict[str, str]:
     return out
 
 
-def parse_sweep(text: str | None, kind: Literal["int", "rate"]) -> list[float | int | None]:
-    """'1,2,4' -> [1, 2, 4]; rates accept 'inf'. None/'' -> [None] (flag not given)."""
+def parse_sweep(text: str | None, kind: Literal["int", "rate"], flag: str) -> list[float | int | None]:
+    """'1,2,4' -> [1, 2, 4]; rates accept 'inf'. None/'' -> [None] (flag not given). Errors name `flag`."""
     if text is None or str(text).strip() == "":
         return [None]
     out: list[float | int | None] = []
@@ -241,5 +254,5 @@ def parse_sweep(text: str | None, kind: Literal["int", "rate"]) -> list[float | 
                 out.append(rate)
         except ValueError:
             what = "a positive integer" if kind == "int" else "a positive number or inf"
-            raise ValueError(f"{part!r} is not {what}") from None
+            raise ValueError(f"{flag}: {part!r} is not {what}") from None
     return out or [None]

@@ -75,7 +75,11 @@ def bench(
         None, "--request-rate", help="req/s or inf, or a sweep: 1,5,inf; or 'sweep' (automatic)."
     ),
     sweep_rates: int = typer.Option(
-        8, "--sweep-rates", help="--request-rate sweep: rates between the synchronous and the peak rate."
+        8,
+        "--sweep-rates",
+        min=1,
+        max=100,
+        help="--request-rate sweep: rates between the synchronous and the peak rate.",
     ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson)."),
     ramp_up_strategy: str | None = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
@@ -182,8 +186,8 @@ def bench(
         raise ServelabError(f"--port {port} is not in 1-65535")
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
     try:
-        concurrencies = C.parse_sweep(max_concurrency, "int")
-        rates = C.parse_sweep(None if auto_sweep else request_rate, "rate")
+        concurrencies = C.parse_sweep(max_concurrency, "int", "--max-concurrency")
+        rates = C.parse_sweep(None if auto_sweep else request_rate, "rate", "--request-rate")
         if auto_sweep and (len(concurrencies) > 1 or ramp_up_strategy or sweep_rates < 1):
             raise ValueError(
                 "--request-rate sweep takes one --max-concurrency, no --ramp-up-strategy, --sweep-rates >= 1"

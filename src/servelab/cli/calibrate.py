@@ -47,15 +47,23 @@ def engines(
         "auto", "--mode", help=f"{', '.join(MODES)}: auto prices rows with the aggregated simulator."
     ),
     iters: int = typer.Option(
-        300, "--iters", help="Nelder-Mead iterations per fit (on the linearized predictor)"
+        300,
+        "--iters",
+        min=1,
+        max=100_000,
+        help="Nelder-Mead iterations per fit (on the linearized predictor)",
     ),
     csv: Path | None = typer.Option(
         None, "--csv", help="use this silicon_sample.csv instead of installing the package"
     ),
-    limit: int = typer.Option(0, "--limit", help="fit on at most this many rows per engine (quick runs)"),
+    limit: int = typer.Option(
+        0, "--limit", min=0, help="fit on at most this many rows per engine (quick runs)"
+    ),
     prompts_per_concurrency: int = typer.Option(
         PROMPTS_PER_CONCURRENCY,
         "--prompts-per-concurrency",
+        min=0,
+        max=10_000,
         help="replay each row as a closed-loop run of this many prompts per concurrency slot from an idle "
         "engine (0: the simulator's steady state)",
     ),
@@ -103,6 +111,8 @@ def engines(
         raise ServelabError(f"--mode: {mode}; expected one of {', '.join(MODES)}")
     if tables not in ("own", "torch"):
         raise ServelabError(f"--tables: {tables}; expected own or torch")
+    if not 0 <= length_spread < 1:  # also refuses nan
+        raise ServelabError(f"--length-spread: {length_spread}; expected a fraction in [0, 1)")
     opts = EngineFitOptions(
         system=system,
         mode=mode,

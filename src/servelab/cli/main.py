@@ -6,8 +6,13 @@ models or load specs at import (the recipe store and schema, model specs, the pr
 together; a command imports those when it runs (`# noqa: PLC0415` marks each such import).
 """
 
+import contextlib
+import errno
+import os
 import sys
+import traceback
 from importlib import metadata
+from typing import NoReturn
 
 import typer
 
@@ -81,26 +86,69 @@ app.command("report")(report.report)
 app.add_typer(calibrate.app, name="calibrate")
 
 
+# a path the user gave that cannot be used: bad input (exit 2), not a run that failed
+USER_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+USER_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
+DEBUG_ENV = "SERVELAB_DEBUG"
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline in a value the user typed, an escape sequence) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print one `error:` line (after the traceback when SERVELAB_DEBUG is set) and exit."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        traceback.print_exc()
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    sys.exit(exit_code)
+
+
+def os_error_message(e: OSError) -> str:
+    """'path: strerror' (both paths of a rename), as the operating system named the problem."""
+    reason = e.strerror or type(e).__name__
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    return ": ".join([" -> ".join(paths), reason] if paths else [reason])
+
+
+def quiet_broken_pipe() -> NoReturn:
+    """The reader of stdout went away (`| head`): stop without a word, and keep Python's exit-time flush
+    of stdout from raising again."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(1)
+
+
 def main() -> None:
-    """Commands may return an exit code; bad input is one line and exit code 2, never a traceback."""
+    """Run the CLI. Every failure is one `error:` line: bad input (a ServelabError, a usage error, a path
+    that is missing, a directory or unreadable) exits 2, a run that failed exits 1, Ctrl-C exits 130; an
+    unexpected exception is one line naming it, exit 1 (SERVELAB_DEBUG=1 shows the traceback)."""
     try:
         result = app(standalone_mode=False)
     except ServelabError as e:
-        print(f"error: {e.flag_message()}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        fail(e.flag_message(), e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        quiet_broken_pipe()
+    except USER_PATH_ERRORS as e:
+        fail(os_error_message(e), 2)
     except Exception as e:
         if type(e).__name__ == "Abort":  # Ctrl-C as the CLI library reports it
             print("interrupted", file=sys.stderr)
             sys.exit(130)
-        if hasattr(e, "show") and hasattr(
-            e, "exit_code"
-        ):  # usage errors (typer's own click, vendored or not)
+        # usage errors (typer's own click, vendored or not)
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             sys.exit(e.exit_code)
-        raise
+        if isinstance(e, OSError) and e.errno in USER_PATH_ERRNOS:
+            fail(os_error_message(e), 2)
+        if isinstance(e, OSError) and e.filename is not None:  # the disk is full, a file system is read-only
+            fail(os_error_message(e), 1)
+        hint = f"set {DEBUG_ENV}=1 for the traceback; please report it"
+        fail(f"internal error: {type(e).__name__}: {e} ({hint})", 1)
     sys.exit(result if isinstance(result, int) else 0)
 
 

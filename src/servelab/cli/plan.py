@@ -67,7 +67,9 @@ def plan(
     report: str | None = typer.Option(
         None, "--report", help="Write an HTML report (Pareto chart + table) here"
     ),
-    explain_rank: int | None = typer.Option(None, "--explain", help="Explain the candidate of this rank"),
+    explain_rank: int | None = typer.Option(
+        None, "--explain", min=1, help="Explain the candidate of this rank"
+    ),
     save_dir: Path | None = typer.Option(
         None,
         "--save-dir",

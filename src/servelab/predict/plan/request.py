@@ -27,7 +27,8 @@ class PlanRequest(BaseModel):
         "sgl-project/DeepSeek-V4-Flash-FP8", description="Model name, checkpoint id or config.json"
     )
     system: str = Field("h200_sxm", description="System name (servelab systems)")
-    gpus: int = Field(8, ge=1, description="GPUs to deploy on")
+    # at most 4096: the search enumerates every split and replica count, and its time grows with the GPUs
+    gpus: int = Field(8, ge=1, le=4096, description="GPUs to deploy on")
     isl: int = Field(8192, ge=1, description="Input tokens per request")
     osl: int = Field(1024, ge=1, description="Output tokens per request")
     ttft_ms: float | None = Field(

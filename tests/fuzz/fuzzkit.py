@@ -1,0 +1,120 @@
+"""The fuzz suite's harness: run the real CLI in-process (its `main()`, with its one error path), check every
+hostile input the same way, and count the inputs (conftest.py prints the count at the end of the session).
+
+`hostile(...)` asserts what the suite promises for each input: no traceback, no internal error, an exit code
+among the documented ones, a message naming the problem, and the files named untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from servelab.cli import main as cli_main
+
+TRACEBACK = "Traceback (most recent call last)"
+COUNTS = {"tried": 0}
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+class Captured(io.TextIOWrapper):
+    """A text stream with a binary buffer underneath (some writers use sys.stdout.buffer), read back after."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+
+    def text(self) -> str:
+        self.flush()
+        return self.buffer.getvalue().decode("utf-8", "backslashreplace")  # type: ignore[attr-defined]
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def patched_env(env: dict[str, str] | None, cwd: Path | None) -> Iterator[None]:
+    saved_env = dict(os.environ)
+    saved_cwd = Path.cwd()
+    try:
+        os.environ.update(env or {})
+        os.environ.setdefault("COLUMNS", "200")
+        if cwd is not None:
+            os.chdir(cwd)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Outcome:
+    """`servelab ARGS` through `servelab.cli.main.main`, as the console script runs it."""
+    out, err = Captured(), Captured()
+    code: int | str | None = 0
+    with patched_env(env, cwd):
+        old = sys.argv, sys.stdout, sys.stderr
+        sys.argv, sys.stdout, sys.stderr = ["servelab", *args], out, err
+        try:
+            cli_main.main()
+        except SystemExit as e:
+            code = e.code
+        finally:
+            sys.argv, sys.stdout, sys.stderr = old
+    if code is None:
+        code = 0
+    assert isinstance(code, int), f"exit code {code!r} is not a number"
+    return Outcome(code, out.text(), err.text())
+
+
+def digest(paths: Iterable[Path]) -> dict[str, str]:
+    """Every file under the paths (files or directories) with a hash of its bytes: what 'untouched' means."""
+    found: dict[str, str] = {}
+    for p in paths:
+        for f in [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file()):
+            found[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return found
+
+
+def hostile(
+    *args: str,
+    codes: Iterable[int] = (2,),
+    names: Iterable[str] = (),
+    keep: Iterable[Path] = (),
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Outcome:
+    """Run one hostile input and assert the promises: no traceback, no internal error, an expected exit code,
+    an error that names each of `names` (a flag, field or file), the files under `keep` untouched."""
+    COUNTS["tried"] += 1
+    keep = list(keep)
+    before = digest(keep)
+    r = run_cli(*args, env=env, cwd=cwd)
+    shown = f"servelab {' '.join(map(repr, args))} -> {r.code}\nstderr: {r.err[-2000:]}"
+    assert TRACEBACK not in r.err and TRACEBACK not in r.out, shown
+    assert "internal error" not in r.err, shown
+    assert r.code in tuple(codes), shown
+    if r.code == 2:
+        assert "error" in r.err.lower(), shown
+        for name in names:
+            assert name in r.err, f"the error does not name {name!r}: {shown}"
+    assert digest(keep) == before, f"files changed or lost: {shown}"
+    return r
+
+
+def pending(reason: str):
+    """An input that fails today in code another helper is fixing: strict, so it shows when it is fixed."""
+    return pytest.mark.xfail(strict=True, reason=reason)
