@@ -24,7 +24,6 @@ FUZZ = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-RECIPES = "deep YAML nesting gives a RecursionError (class 9), being fixed in hostile-recipes"
 HOSTILE_DB = "a model config is accepted or crashes (classes 10, 11), being fixed in hostile-db"
 METADATA_TYPE = "perf-table metadata of the wrong type crashes (class 5), being fixed in hostile-db"
 BATCH_LINE = "a bad --batch line stops the batch or is answered (class 6), being fixed in hostile-db"
@@ -53,9 +52,7 @@ YAML_FILES = {
 
 @pytest.mark.parametrize("name", list(YAML_FILES))
 @pytest.mark.parametrize("command", ["validate", "import"])
-def test_recipe_yaml(command, name, tmp_path, request):
-    if name in ("deep-lists", "deep-maps"):
-        request.applymarker(pending(RECIPES))
+def test_recipe_yaml(command, name, tmp_path):
     f = tmp_path / f"{name}.yaml"
     f.write_text(YAML_FILES[name], encoding="utf-8", errors="surrogateescape")
     store = shutil.copytree(STORE, tmp_path / "store")

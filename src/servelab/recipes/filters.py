@@ -34,7 +34,7 @@ class Filters(BaseModel):
     conc: list[Concurrency] = Field(
         default_factory=list, description="test-config: exactly these concurrencies."
     )
-    step_size: int = Field(2, ge=2, description="Ladder factor (doubling by default).")
+    step_size: int = Field(2, ge=2, le=1024, description="Ladder factor (doubling by default).")
     lowest_conc: bool = Field(False, description="Keep only the lowest concurrency of each arm.")
     evals_only: bool = Field(False, description="Only rows marked to run evals.")
     all_evals: bool = Field(False, description="Every row runs evals.")
