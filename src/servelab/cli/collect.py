@@ -1,6 +1,7 @@
 """`servelab collect`: measure per-op latency tables on this machine's GPUs."""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import typer
@@ -28,7 +29,7 @@ def collect(
     out: Path = typer.Option(
         Path("collect-out"), "--out", help="campaign directory (resumed when it exists)"
     ),
-    gpus: int = typer.Option(0, "--gpus", help="GPUs to use (default: all visible)"),
+    gpus: int = typer.Option(0, "--gpus", min=0, max=4096, help="GPUs to use (default: all visible)"),
     comm_gpus: str = typer.Option(
         "", "--comm-gpus", help="collective group sizes, e.g. 2,4 (default: 2..gpus)"
     ),
@@ -39,7 +40,7 @@ def collect(
     max_minutes: float = typer.Option(
         None, "--max-minutes", help="start no new key after this long; resume later"
     ),
-    limit: int = typer.Option(None, "--limit", help="measure at most this many keys"),
+    limit: int = typer.Option(None, "--limit", min=1, help="measure at most this many keys"),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="measure keys that failed before again"),
     repeat_of: Path = typer.Option(
         None,
@@ -47,12 +48,14 @@ def collect(
         help="measure again a sample of this campaign's keys "
         "(repeatability; compare with `servelab db compare-repeat`)",
     ),
-    sample: int = typer.Option(300, "--sample", help="keys in the --repeat-of sample"),
+    sample: int = typer.Option(300, "--sample", min=1, help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
 ) -> int:
     """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into
     DIR/rows/*.jsonl."""
     load_system(system)  # a bad name fails before anything starts
+    if max_minutes is not None and not (math.isfinite(max_minutes) and max_minutes > 0):
+        raise ServelabError(f"--max-minutes {max_minutes}: expected a positive number of minutes")
     try:
         sizes = tuple(int(s) for s in comm_gpus.split(",") if s.strip())
     except ValueError:

@@ -43,7 +43,9 @@ def _fmt(value: float | None) -> str:
 @app.command("list")
 def list_runs(
     name: str = typer.Option(None, "--name", help="Only runs with this name.", show_default=False),
-    limit: int = typer.Option(50, "--limit", help="At most this many, newest first (0: all)."),
+    limit: int = typer.Option(
+        50, "--limit", min=0, max=1_000_000, help="At most this many, newest first (0: all)."
+    ),
     store_path: Path = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
