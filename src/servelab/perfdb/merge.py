@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.perfdb.accuracy import table_accuracy
@@ -22,6 +23,7 @@ from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.store import (
     PROVENANCE_FIELDS,
     STAT_COLUMNS,
+    Provenance,
     TableData,
     read_table,
     row_problems,
@@ -49,6 +51,10 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
         raise ServelabError(
             f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})"
         )
+    try:
+        Provenance.model_validate(prov)  # what the table loader will ask of it
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, str(prov_path)) from None
     rows: dict[str, list[dict]] = {}
     problems: list[str] = []
     files = sorted((directory / "rows").glob("*.jsonl"))
