@@ -97,6 +97,41 @@ def test_batch_file_bad_lines_get_error_objects_and_exit_2(table_dir, tmp_path):
     assert r.stderr.startswith("error: 2 line(s)")
 
 
+def test_every_bad_batch_line_gets_its_own_record_and_the_rest_are_answered(table_dir, tmp_path):
+    """Numbers that are not positive integers are refused, never truncated (m: 1.5 or m: true is not m=1), and
+    a line that cannot be answered never stops the lines after it."""
+    good = '{"op": "gemm", "m": 7, "n": 4096, "k": 4096}'
+    bad = [
+        ('{"op": "gemm", "m": 1e400, "n": 4096, "k": 4096}', "m", "got inf (not finite)"),
+        ('{"op": "gemm", "m": 1.5, "n": 4096, "k": 4096}', "m", "got 1.5 (a float)"),
+        ('{"op": "gemm", "m": true, "n": 4096, "k": 4096}', "m", "got true (a bool)"),
+        ('{"op": "gemm", "m": 4096.0, "n": 4096, "k": 4096}', "m", "got 4096.0 (a float)"),
+        ('{"op": "gemm", "m": NaN, "n": 4096, "k": 4096}', "m", "got nan (not finite)"),
+        ('{"op": "gemm", "m": "7", "n": 4096, "k": 4096}', "m", "got '7' (a string)"),
+        ('{"op": "gemm", "m": null, "n": 4096, "k": 4096}', "m", "got null"),
+        ('{"op": "gemm", "m": -7, "n": 4096, "k": 4096}', "m", "must be >= 1"),
+        ('{"op": "gemm", "m": 7, "n": 4096, "k": 1e30}', "k", "got 1e+30 (a float)"),
+        ('{"op": "gemm", "m": 7, "n": 4096, "k": 100000000000000000000}', "k", "outside the supported range"),
+        ('{"op": "gemm", "m": 7, "n": 4096, "k": 4096, "dtype": 8}', "dtype", "expected a name"),
+        ('{"op": "allreduce", "bytes": 1024, "gpus": false}', "gpus", "got false (a bool)"),
+        ('{"op": null, "m": 7}', "op", "expected the op's name"),
+        ('{"op": "gemm", "m": 7, "n": 4096}', "k", "missing"),
+    ]
+    lines = [good] + [line for line, _, _ in bad] + ["[" * 100_000, good]
+    f = tmp_path / "q.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    r = run("query", "--batch", str(f), "--tables", str(table_dir), "--json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(out) == len(lines)
+    assert "latency_us" in out[0] and "latency_us" in out[-1]
+    for n, (record, (_, field, expected)) in enumerate(zip(out[1:], bad, strict=False), 2):
+        assert record["line"] == n and record["field"] == field, record
+        assert f"line {n}: {field}: " in record["error"] and expected in record["error"], record
+    assert out[-2] == {"line": len(lines) - 1, "error": f"{f} line {len(lines) - 1}: not valid JSON"}
+    assert r.stderr.startswith(f"error: {len(bad) + 1} line(s)")
+
+
 def test_unknown_op_and_out_of_range_shapes_are_clear_errors():
     r = run("query", "gemmm", "--m", "1")
     assert (
@@ -105,7 +140,7 @@ def test_unknown_op_and_out_of_range_shapes_are_clear_errors():
         and "Traceback" not in r.stderr
     )
     r = run("query", "gemm", "--m", "1", "--n", "4096", "--k", str(1 << 30))
-    assert r.returncode == 2 and "k=1073741824 is outside the supported range" in r.stderr
+    assert r.returncode == 2 and "--k: 1073741824 is outside the supported range" in r.stderr
     r = run(
         "query",
         "attention_prefill",

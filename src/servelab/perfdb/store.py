@@ -31,12 +31,12 @@ from pydantic import (
 
 from servelab.errors import ServelabError
 from servelab.perfdb.families import BY_NAME, Family
+from servelab.perfdb.keys import ZERO_OK
 
 FORMAT_VERSION = 1
 META_KEY = b"servelab"
 PROVENANCE_FIELDS = ("gpu_name", "driver", "cuda", "torch", "date", "clocks", "command")
 DTYPES = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "mxfp4", "nvfp4")
-ZERO_OK = ("window", "flops")  # shape fields where 0 is meaningful (full attention, a pure copy)
 STAT_COLUMNS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
 
 
