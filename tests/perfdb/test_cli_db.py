@@ -7,6 +7,8 @@ import sys
 
 import synth
 
+from servelab.perfdb.store import read_meta, read_table
+
 
 def run(*args, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
@@ -185,3 +187,38 @@ def test_merge_command(tmp_path):
     assert "gemm" in r.stdout and "comm" in r.stdout and (into / "gemm.parquet").exists()
     r = run("validate", str(camp))
     assert r.returncode == 0 and "ok" in r.stdout
+
+
+def test_merges_into_one_directory_at_once_keep_every_campaign(tmp_path):
+    """Four `db merge` processes started together into one table directory, each with its own campaign of the
+    same families: the directory lock serialises their read-merge-write, so none overwrites another's rows."""
+    nks = synth.GEMM_NK[:4]
+    comm = synth.comm_rows()
+    camps = [
+        synth.write_campaign(
+            tmp_path / f"c{i}",
+            synth.gemm_rows(nks=[nk]) + comm[i::4],
+            synth.provenance(date=f"2025-11-2{i}T10:00:00Z"),
+        )
+        for i, nk in enumerate(nks)
+    ]
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "servelab.cli.main", "db", "merge", str(camp), "--into", str(into)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for camp in camps
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    gemm = read_table(into / "gemm.parquet")
+    got = set(zip(gemm.cols["n"].tolist(), gemm.cols["k"].tolist(), strict=True))
+    assert got == set(nks) and len(gemm) == len(nks) * len(synth.GEMM_M)
+    assert len(read_table(into / "comm.parquet")) == len(comm)
+    assert len(read_meta(into / "gemm.parquet")["provenance"]) == len(camps)
+    # no temporary file left behind; the lock file stays, outside the loader's *.parquet glob
+    assert sorted(p.name for p in into.iterdir()) == [".lock", "comm.parquet", "gemm.parquet"]

@@ -25,6 +25,7 @@ from servelab.perfdb.store import (
     STAT_COLUMNS,
     Provenance,
     TableData,
+    locked_dir,
     read_table,
     row_problems,
     table_from_rows,
@@ -198,7 +199,6 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         raise ServelabError(f"{into}: expected a directory <system>/<backend>/<version>", field="into")
     system_name, backend, version = parts[-3:]
     system = load_system(system_name)
-    reference = reference_fn(system)
     report: dict = {
         "into": str(into),
         "system": system.name,
@@ -209,6 +209,20 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         "dropped": [],
     }
 
+    # campaigns are read and checked before the directory is touched; a bad one leaves it as it was
+    campaigns = [(d, read_campaign(Path(d))) for d in dirs]
+    for d, (prov, *_) in campaigns:
+        _check_system(system, prov, str(Path(d) / "provenance.json"))
+    with locked_dir(into):
+        return _merge_locked(campaigns, into, system, drop_bad, command, report)
+
+
+def _merge_locked(
+    campaigns: list, into: Path, system, drop_bad: bool, command: str | None, report: dict
+) -> dict:
+    """The read-merge-write of `merge`, under the directory's lock: no other merge reads or writes these
+    tables in between, so none loses another's rows."""
+    reference = reference_fn(system)
     # existing tables first: their campaigns are older unless their dates say otherwise. Every table file
     # carries the same provenance list, so entries are matched by identity rather than appended per file.
     provenance: list[dict] = []
@@ -232,9 +246,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
             r["campaign"] = remap[r["campaign"]]
         rows.setdefault(old.family.name, []).extend(fam_rows)
     problems: list[str] = []
-    for d in dirs:
-        prov, new_rows, num_errors, unreadable = read_campaign(Path(d))
-        _check_system(system, prov, str(Path(d) / "provenance.json"))
+    for d, (prov, new_rows, num_errors, unreadable) in campaigns:
         problems += unreadable
         count = sum(len(v) for v in new_rows.values())
         entry = dict(prov, source=str(d), rows=count, collector_errors=num_errors)
@@ -290,7 +302,12 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
 
     merged_at = datetime.now(UTC).isoformat(timespec="seconds")
     for fam_name, (data, dup) in tables.items():
-        data.meta = {"provenance": provenance, "system": system.name, "backend": backend, "version": version}
+        data.meta = {
+            "provenance": provenance,
+            "system": system.name,
+            "backend": report["backend"],
+            "version": report["version"],
+        }
         accuracy = table_accuracy(Index(data, reference))
         data.meta.update(
             accuracy=accuracy,

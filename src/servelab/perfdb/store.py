@@ -11,8 +11,13 @@ count that does not divide, p10 above the median, a duplicate key, ...) rejects 
 naming the file and the field, row or rule.
 """
 
+import fcntl
 import json
 import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +40,7 @@ from servelab.perfdb.keys import ZERO_OK
 
 FORMAT_VERSION = 1
 META_KEY = b"servelab"
+LOCK_NAME = ".lock"  # in each table directory; outside the loader's *.parquet glob
 PROVENANCE_FIELDS = ("gpu_name", "driver", "cuda", "torch", "date", "clocks", "command")
 DTYPES = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "mxfp4", "nvfp4")
 STAT_COLUMNS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
@@ -168,9 +174,33 @@ def write_table(path: Path, data: TableData) -> None:
     meta = dict(data.meta, format=FORMAT_VERSION, family=data.family.name)
     table = pa.Table.from_arrays(arrays, names=names).replace_schema_metadata({META_KEY: json.dumps(meta)})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)  # never leave a half-written table where the loader looks
+    # a temporary name of this writer's own, outside the loader's *.parquet glob, then one rename: a reader
+    # sees the old table or the new one, never half of one
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked_dir(directory: Path) -> Iterator[None]:
+    """Hold the table directory's lock (created with the directory): one writer at a time reads, merges and
+    writes its tables, so concurrent merges never lose each other's rows."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ServelabError(f"{directory}: cannot open for writing ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the writer that holds it
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_meta(path: Path) -> dict:
