@@ -5,8 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 import synth
 
+from servelab.cli.main import main
 from servelab.perfdb.store import read_meta, read_table
 
 
@@ -222,3 +224,36 @@ def test_merges_into_one_directory_at_once_keep_every_campaign(tmp_path):
     assert len(read_meta(into / "gemm.parquet")["provenance"]) == len(camps)
     # no temporary file left behind; the lock file stays, outside the loader's *.parquet glob
     assert sorted(p.name for p in into.iterdir()) == [".lock", "comm.parquet", "gemm.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("validate", "{empty}"), "no table files (*.parquet) and no provenance.json"),
+        (("validate", "{tmp}/missing"), "no such file or directory"),
+        (("query", "gemm", "--m", "1", "--n", "1", "--k", "1", "--tables", "{empty}"), "--tables: "),
+        (("query", "gemm", "--m", "1", "--n", "1", "--k", "1", "--tables", "{tmp}/missing"), "no such table"),
+        (("query", "--batch", "{empty}"), "--batch: "),
+        (("query", "--batch", "{tmp}/binary.jsonl"), "--batch: "),
+        (("status", "--system", ""), "unknown system ''"),
+        (("accuracy", "--system", ""), "unknown system ''"),
+        (("accuracy", "--tables", "{empty}"), "--tables: "),
+        (("compare-repeat", "{empty}", "{empty}"), "not a collector campaign directory"),
+        (("merge", "{empty}", "--into", "{tmp}/h200_sxm/torch/1"), "no provenance.json"),
+        (("merge", "{campaign}", "--into", "{tmp}/file/h200_sxm/torch/1"), "cannot open for writing"),
+        (("query", "gemm", "--m", "0", "--n", "1", "--k", "1"), "--m: must be >= 1, got 0"),
+        (("query", "gemm", "--m", "1", "--n", "1", "--k", "1", "--dtype", ""), "--dtype: unknown dtype ''"),
+    ],
+)
+def test_hostile_db_options_are_one_line_errors(tmp_path, capsys, monkeypatch, args, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "file").write_text("not a directory")
+    campaign = synth.write_campaign(tmp_path / "c", synth.comm_rows())
+    args = tuple(a.format(tmp=tmp_path, empty=tmp_path / "empty", campaign=campaign) for a in args)
+    monkeypatch.setattr(sys, "argv", ["servelab", "db", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    out = capsys.readouterr()
+    assert done.value.code == 2 and message in out.err + out.out, out
+    assert out.err.startswith("error: ") and out.err.count("\n") == 1, out.err
