@@ -175,3 +175,17 @@ def test_merge_holds_campaign_provenance_to_the_loader_checks(tmp_path):
     with pytest.raises(ServelabError, match=r"provenance.json: date: Input should be a valid string"):
         merge([camp], tmp_path / "h200_sxm" / "torch" / "2.11")
     assert not (tmp_path / "h200_sxm").exists()
+
+
+def test_campaign_rows_with_out_of_range_or_fractional_integers_are_bad_rows(tmp_path):
+    rows = synth.comm_rows()[:3]
+    rows[0] = dict(rows[0], bytes=10**23)  # beyond the table's 64-bit integers
+    rows[1] = dict(rows[1], reps=1.5)  # never truncated to 1
+    camp = synth.write_campaign(tmp_path / "c", rows)
+    into = tmp_path / "h200_sxm" / "torch" / "2.11"
+    with pytest.raises(
+        ServelabError, match=r"2 unreadable row\(s\).*line 1: bytes must be.*line 2: reps must"
+    ):
+        merge([camp], into)
+    report = merge([camp], into, drop_bad=True)
+    assert report["tables"]["comm"]["rows"] == 1 and len(report["dropped"]) == 2

@@ -82,12 +82,11 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
             if missing or "latency_us" not in row:
                 problems.append(f"{path} line {n}: missing {', '.join(missing or ['latency_us'])}")
                 continue
-            wrong = [f for f in fam.int_fields if f in row and not _is_int(row[f])]
-            wrong += [
-                c for c in ("latency_us", "p10_us", "p90_us", "reps") if c in row and not _is_num(row[c])
-            ]
+            wrong = [f for f in (*fam.int_fields, "reps") if f in row and not _is_int(row[f])]
+            wrong += [c for c in ("latency_us", "p10_us", "p90_us") if c in row and not _is_num(row[c])]
             if wrong:
-                problems.append(f"{path} line {n}: {', '.join(wrong)} must be numbers (integers for shapes)")
+                rule = "must be numbers (shapes and reps: integers within 64 bits)"
+                problems.append(f"{path} line {n}: {', '.join(wrong)} {rule}")
                 continue
             row["_where"] = f"{path.name} line {n}"
             rows.setdefault(fam.name, []).append(row)
@@ -164,7 +163,9 @@ def _identity(prov: dict) -> str:
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    """An integer the table's int64 columns hold (an integral float is one: JSON writers may add '.0')."""
+    whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    return whole and abs(v) < 1 << 62
 
 
 def _is_num(v) -> bool:
