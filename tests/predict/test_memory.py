@@ -42,3 +42,26 @@ def test_does_not_fit_is_a_clear_error():
     with pytest.raises(ServelabError, match="does not fit"):
         check_fits(load_model("deepseek-v3"), H200, Parallel(tp=4, ep=4))
     check_fits(load_model("deepseek-v3"), H200, Parallel(tp=8, ep=8))
+
+
+@pytest.mark.parametrize("context", [0, -5])
+def test_no_sequences_of_nonpositive_length(context):
+    m, p = load_model("llama-3.1-8b"), Parallel(tp=1)
+    with pytest.raises(ServelabError, match="expected a positive number of tokens") as err:
+        memory_per_gpu(m, H200, p).max_sequences(context, m, p)
+    assert err.value.field == "context"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),
+        ({"max_num_batched_tokens": -8192}, "max_num_batched_tokens"),
+        ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+    ],
+)
+def test_memory_options_out_of_range_name_their_field(kwargs, field):
+    with pytest.raises(ServelabError) as err:
+        memory_per_gpu(load_model("llama-3.1-8b"), H200, Parallel(tp=1), **kwargs)
+    assert err.value.field == field

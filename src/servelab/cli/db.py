@@ -275,4 +275,7 @@ def compare_repeat(
     ),
 ) -> None:
     """Repeatability: the spread of (second / first - 1) per op and overall, over the keys both measured."""
+    for campaign in (first, second):
+        if not any(campaign.glob("rows/*.jsonl")):
+            raise ServelabError(f"{campaign}: not a collector campaign directory (no rows/*.jsonl)")
     typer.echo(json.dumps(compare(first, second), indent=1))

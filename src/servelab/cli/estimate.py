@@ -25,6 +25,8 @@ from servelab.predict.engines import engine_profile
 from servelab.predict.serving import estimate_aggregated
 from servelab.predict.static import estimate_static
 
+MAX_BATCH = 1 << 16
+
 
 def estimate(
     model: str = ModelArg,
@@ -44,6 +46,8 @@ def estimate(
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
+    if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
+        raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     engine = engine_profile(backend)
     if mode == "static":

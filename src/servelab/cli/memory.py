@@ -49,7 +49,7 @@ def memory(
     parallel.validate(spec)
     check_precision(spec, sys_spec)
     mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization)
-    ctx = context or 9216
+    ctx = 9216 if context is None else context
     result = {
         "model": spec.name,
         "system": sys_spec.name,
@@ -65,7 +65,7 @@ def memory(
         "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
         "max_kv_tokens_per_rank": mem.max_kv_tokens,
         "context": ctx,
-        "max_sequences": mem.max_sequences(ctx, spec, parallel) if mem.fits else 0,
+        "max_sequences": mem.max_sequences(ctx, spec, parallel),  # 0 when nothing fits
         "source": mem.source,
     }
     if as_json:

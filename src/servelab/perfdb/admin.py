@@ -7,12 +7,12 @@ from servelab.perfdb.accuracy import passes, table_accuracy
 from servelab.perfdb.families import ACCURACY_TARGETS, BY_NAME
 from servelab.perfdb.merge import build_table, read_campaign
 from servelab.perfdb.store import read_table, row_problems
-from servelab.perfdb.tables import TableSet, table_dirs
+from servelab.perfdb.tables import TableSet, load_tables, table_dirs
 from servelab.specs import list_systems, load_system
 
 
 def _systems(system: str | None):
-    return [load_system(system)] if system else [load_system(s) for s in list_systems()]
+    return [load_system(system)] if system is not None else [load_system(s) for s in list_systems()]
 
 
 def status_report(system: str | None = None) -> list[dict]:
@@ -27,9 +27,7 @@ def status_report(system: str | None = None) -> list[dict]:
 def accuracy_report(system: str | None = None, tables: Path | None = None) -> list[dict]:
     """Leave-one-out recomputed now for the tables in use (or the given directory)."""
     if tables is not None:
-        parts = Path(tables).resolve().parts
-        spec = load_system(system or (parts[-3] if len(parts) >= 3 else "h200_sxm"))
-        sets = [TableSet(Path(tables), spec)]
+        sets = [load_tables(tables, load_system(system) if system is not None else _system_of(tables))]
     else:
         sets = [TableSet(dirs[0], spec) for spec in _systems(system) if (dirs := table_dirs(spec.name))]
     out = []
@@ -52,6 +50,18 @@ def accuracy_report(system: str | None = None, tables: Path | None = None) -> li
     return out
 
 
+def _system_of(tables: Path):
+    """The system a table directory <system>/<backend>/<version> names."""
+    parts = Path(tables).resolve().parts
+    try:
+        return load_system(parts[-3] if len(parts) >= 3 else "")
+    except ServelabError:
+        raise ServelabError(
+            f"{tables}: not under a known system (<system>/<backend>/<version>); give --system",
+            field="tables",
+        ) from None
+
+
 def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | None]]:
     """(path, problem or None) for each table file or campaign directory."""
     if paths is None:
@@ -64,6 +74,9 @@ def validate_paths(paths: list[Path] | None = None) -> list[tuple[str, str | Non
         files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
         if not p.exists():
             out.append((str(p), "no such file or directory"))
+            continue
+        if not files:
+            out.append((str(p), "no table files (*.parquet) and no provenance.json (not a campaign) here"))
             continue
         for f in files:
             try:

@@ -50,7 +50,7 @@ class Family(NamedTuple):
         return tuple(f for f in self.fields if f not in self.int_fields)
 
 
-STRING_FIELDS = ("op", "dtype", "kv_dtype", "distribution")
+STRING_FIELDS = ("op", *keys.TEXT_FIELDS)
 ATTN_GROUP = ("op", "heads", "kv_heads", "head_dim", "window", "kv_dtype")
 
 FAMILIES: tuple[Family, ...] = (

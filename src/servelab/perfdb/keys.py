@@ -5,6 +5,7 @@ otherwise collide (DeepSeek-V4 modules and MLA carry native_heads). Keys are Nam
 to build on the prediction hot path; the trailing `op` field keeps keys of different ops distinct.
 """
 
+import math
 from typing import NamedTuple
 
 from servelab.errors import ServelabError
@@ -167,12 +168,18 @@ KEY_TYPES: Registry[KeyType] = Registry(
     },
 )
 
+TEXT_FIELDS = ("dtype", "kv_dtype", "distribution")  # the other key fields are integers
+ZERO_OK = ("window", "flops")  # integer fields where 0 is meaningful (full attention, a pure copy)
+
 # DeepSeek-V4 index_topk by native head count (V4-Pro 128 heads: 1024; V4-Flash 64 heads: 512)
 DSV4_TOPK = {128: 1024, 64: 512}
 
 
 def key_from_dict(op: str, fields: dict) -> OpKey:
-    """Build a key from user/JSON fields; a ServelabError names a missing or unknown field."""
+    """Build a key from user/JSON fields; a ServelabError names a missing, unknown or mistyped field.
+
+    Shape fields take integers only: a float (even 4096.0), a bool, a string or a non-finite number is refused
+    rather than truncated, so `m: 1.5` or `m: true` never answers as m=1."""
     cls = KEY_TYPES.get(op)
     names = [f for f in cls._fields if f != "op"]
     unknown = set(fields) - set(names) - {"op"}
@@ -185,20 +192,34 @@ def key_from_dict(op: str, fields: dict) -> OpKey:
         if name not in fields:
             if name in cls._field_defaults:
                 continue
-            raise ServelabError(f"{op}: missing field {name!r} (fields: {', '.join(names)})")
-        default = cls._field_defaults.get(name)
+            raise ServelabError(f"missing ({op} takes {', '.join(names)})", field=name)
         value = fields[name]
-        if isinstance(default, str) or name in ("dtype", "kv_dtype", "distribution"):
-            values[name] = str(value)
-        else:
-            try:
-                number = int(value)
-            except (TypeError, ValueError):
-                raise ServelabError(f"{op}: field {name!r} must be an integer, got {value!r}") from None
-            if number < 0 or (number == 0 and name not in ("window", "flops")):
-                raise ServelabError(f"{op}: field {name!r} must be positive, got {value!r}")
-            values[name] = number
+        if name in TEXT_FIELDS:
+            if not isinstance(value, str):
+                raise ServelabError(f"expected a name (a string), got {_describe(value)}", field=name)
+            values[name] = value
+            continue
+        floor = 0 if name in ZERO_OK else 1
+        if isinstance(value, bool) or not isinstance(value, int):
+            expected = "an integer >= 0" if floor == 0 else "a positive integer"
+            raise ServelabError(f"expected {expected}, got {_describe(value)}", field=name)
+        if value < floor:
+            raise ServelabError(f"must be >= {floor}, got {value}", field=name)
+        values[name] = value
     return cls(**values, op=OpName(op))  # type: ignore[arg-type]  # fields checked against cls above
+
+
+def _describe(value) -> str:
+    """A value as the JSON it came from, and what kind of wrong it is."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a bool)"
+    if isinstance(value, float):
+        return f"{value!r} (not finite)" if not math.isfinite(value) else f"{value!r} (a float)"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    return f"a {type(value).__name__}"
 
 
 def key_to_dict(key: OpKey) -> dict:

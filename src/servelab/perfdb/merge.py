@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.perfdb.accuracy import table_accuracy
@@ -22,7 +23,9 @@ from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.store import (
     PROVENANCE_FIELDS,
     STAT_COLUMNS,
+    Provenance,
     TableData,
+    locked_dir,
     read_table,
     row_problems,
     table_from_rows,
@@ -49,6 +52,10 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
         raise ServelabError(
             f"{prov_path}: missing {', '.join(missing)} (needed: {', '.join(PROVENANCE_FIELDS)})"
         )
+    try:
+        Provenance.model_validate(prov)  # what the table loader will ask of it
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, str(prov_path)) from None
     rows: dict[str, list[dict]] = {}
     problems: list[str] = []
     files = sorted((directory / "rows").glob("*.jsonl"))
@@ -75,12 +82,11 @@ def read_campaign(directory: Path) -> tuple[dict, dict[str, list[dict]], int, li
             if missing or "latency_us" not in row:
                 problems.append(f"{path} line {n}: missing {', '.join(missing or ['latency_us'])}")
                 continue
-            wrong = [f for f in fam.int_fields if f in row and not _is_int(row[f])]
-            wrong += [
-                c for c in ("latency_us", "p10_us", "p90_us", "reps") if c in row and not _is_num(row[c])
-            ]
+            wrong = [f for f in (*fam.int_fields, "reps") if f in row and not _is_int(row[f])]
+            wrong += [c for c in ("latency_us", "p10_us", "p90_us") if c in row and not _is_num(row[c])]
             if wrong:
-                problems.append(f"{path} line {n}: {', '.join(wrong)} must be numbers (integers for shapes)")
+                rule = "must be numbers (shapes and reps: integers within 64 bits)"
+                problems.append(f"{path} line {n}: {', '.join(wrong)} {rule}")
                 continue
             row["_where"] = f"{path.name} line {n}"
             rows.setdefault(fam.name, []).append(row)
@@ -157,7 +163,9 @@ def _identity(prov: dict) -> str:
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    """An integer the table's int64 columns hold (an integral float is one: JSON writers may add '.0')."""
+    whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    return whole and abs(v) < 1 << 62
 
 
 def _is_num(v) -> bool:
@@ -192,7 +200,6 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         raise ServelabError(f"{into}: expected a directory <system>/<backend>/<version>", field="into")
     system_name, backend, version = parts[-3:]
     system = load_system(system_name)
-    reference = reference_fn(system)
     report: dict = {
         "into": str(into),
         "system": system.name,
@@ -203,6 +210,20 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
         "dropped": [],
     }
 
+    # campaigns are read and checked before the directory is touched; a bad one leaves it as it was
+    campaigns = [(d, read_campaign(Path(d))) for d in dirs]
+    for d, (prov, *_) in campaigns:
+        _check_system(system, prov, str(Path(d) / "provenance.json"))
+    with locked_dir(into):
+        return _merge_locked(campaigns, into, system, drop_bad, command, report)
+
+
+def _merge_locked(
+    campaigns: list, into: Path, system, drop_bad: bool, command: str | None, report: dict
+) -> dict:
+    """The read-merge-write of `merge`, under the directory's lock: no other merge reads or writes these
+    tables in between, so none loses another's rows."""
+    reference = reference_fn(system)
     # existing tables first: their campaigns are older unless their dates say otherwise. Every table file
     # carries the same provenance list, so entries are matched by identity rather than appended per file.
     provenance: list[dict] = []
@@ -226,9 +247,7 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
             r["campaign"] = remap[r["campaign"]]
         rows.setdefault(old.family.name, []).extend(fam_rows)
     problems: list[str] = []
-    for d in dirs:
-        prov, new_rows, num_errors, unreadable = read_campaign(Path(d))
-        _check_system(system, prov, str(Path(d) / "provenance.json"))
+    for d, (prov, new_rows, num_errors, unreadable) in campaigns:
         problems += unreadable
         count = sum(len(v) for v in new_rows.values())
         entry = dict(prov, source=str(d), rows=count, collector_errors=num_errors)
@@ -284,7 +303,12 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
 
     merged_at = datetime.now(UTC).isoformat(timespec="seconds")
     for fam_name, (data, dup) in tables.items():
-        data.meta = {"provenance": provenance, "system": system.name, "backend": backend, "version": version}
+        data.meta = {
+            "provenance": provenance,
+            "system": system.name,
+            "backend": report["backend"],
+            "version": report["version"],
+        }
         accuracy = table_accuracy(Index(data, reference))
         data.meta.update(
             accuracy=accuracy,

@@ -37,21 +37,32 @@ def answer(db, op: str, fields: dict) -> dict:
 
 
 def answer_lines(db, path: Path) -> Iterator[dict]:
-    """One result per non-empty input line; a bad line yields {"line", "error"} and the rest still answer."""
+    """One result per non-empty input line; a bad line yields {"line", "field", "error"} (the field where one
+    is to blame) and the rest still answer."""
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise ServelabError(f"{path}: cannot read ({e.strerror})", field="batch") from None
+    except UnicodeDecodeError:
+        raise ServelabError(
+            f"{path}: not a UTF-8 text file (one JSON object per line)", field="batch"
+        ) from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-            if not isinstance(obj, dict) or "op" not in obj:
-                raise ServelabError('expected a JSON object with "op" and shape fields')
-            fields = {k: v for k, v in obj.items() if k != "op"}
-            yield answer(db, str(obj["op"]), fields)
-        except ValueError:
+        except (ValueError, RecursionError):
             yield {"line": n, "error": f"{path} line {n}: not valid JSON"}
+            continue
+        try:
+            if not isinstance(obj, dict):
+                raise ServelabError('expected a JSON object with "op" (a name) and shape fields')
+            if not isinstance(obj.get("op"), str):
+                raise ServelabError("expected the op's name (a string)", field="op")
+            yield answer(db, obj["op"], {k: v for k, v in obj.items() if k != "op"})
         except ServelabError as e:
-            yield {"line": n, "error": f"{path} line {n}: {e}"}
+            record: dict = {"line": n}
+            if e.field:
+                record["field"] = e.field
+            yield {**record, "error": f"{path} line {n}: {e}"}

@@ -3,6 +3,7 @@ error instead of a confident number. The prediction hot path never calls this; u
 
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import (
+    ZERO_OK,
     AttentionDecode,
     AttentionPrefill,
     Dsv4Context,
@@ -46,12 +47,13 @@ def check_key(key: OpKey) -> OpKey:
     op = key.op
     for field, value in key._asdict().items():
         limit = MAX.get(field)
-        if limit is not None and not (0 <= value <= limit):
-            raise ServelabError(f"{op}: {field}={value} is outside the supported range 1..{limit}")
+        floor = 0 if field in ZERO_OK else 1
+        if limit is not None and not (floor <= value <= limit):
+            raise ServelabError(f"{value} is outside the supported range {floor}..{limit}", field=field)
     if isinstance(key, Gemm | Moe):
-        key = key._replace(dtype=parse_dtype(key.dtype, f"{op} dtype").value)
+        key = key._replace(dtype=parse_dtype(key.dtype, "dtype").value)
     if isinstance(key, AttentionPrefill | AttentionDecode | MlaDecode):
-        key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, f"{op} kv_dtype").value)
+        key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, "kv_dtype").value)
     if isinstance(key, AttentionPrefill | AttentionDecode) and key.heads % key.kv_heads:
         raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
     if (
@@ -73,4 +75,4 @@ def _check_moe(key: Moe) -> None:
     if key.experts % key.ep:
         raise ServelabError(f"moe: experts={key.experts} must be a multiple of ep={key.ep}")
     if key.distribution not in ("uniform", "power_law"):
-        raise ServelabError(f"moe: distribution {key.distribution!r}; expected uniform or power_law")
+        raise ServelabError(f"{key.distribution!r}; expected uniform or power_law", field="distribution")

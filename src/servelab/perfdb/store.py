@@ -5,26 +5,115 @@ Layout: <root>/<system>/<backend>/<version>/<family>.parquet. Columns: the key f
 reps, campaign (index into the provenance list) and an optional extra (JSON per row: SDPA backend, routing,
 ...).
 
-The loader is strict: a row that breaks an invariant (a head count that does not divide, p10 above the median,
-a duplicate key, ...) rejects the whole file with a message naming the file, the row and the rule.
+The loader is strict: metadata of the wrong shape (TableMeta: a list where an object belongs, a string for
+a count, a missing provenance field), a column of the wrong type, or a row that breaks an invariant (a head
+count that does not divide, p10 above the median, a duplicate key, ...) rejects the whole file with a message
+naming the file and the field, row or rule.
 """
 
+import fcntl
 import json
 import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    JsonValue,
+    StrictInt,
+    ValidationError,
+)
 
 from servelab.errors import ServelabError
 from servelab.perfdb.families import BY_NAME, Family
+from servelab.perfdb.keys import ZERO_OK
 
 FORMAT_VERSION = 1
 META_KEY = b"servelab"
+LOCK_NAME = ".lock"  # in each table directory; outside the loader's *.parquet glob
 PROVENANCE_FIELDS = ("gpu_name", "driver", "cuda", "torch", "date", "clocks", "command")
 DTYPES = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "mxfp4", "nvfp4")
-ZERO_OK = ("window", "flops")  # shape fields where 0 is meaningful (full attention, a pure copy)
 STAT_COLUMNS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
+
+
+def _stated(value: JsonValue) -> JsonValue:
+    if value is None or value in ("", [], {}):
+        raise ValueError("must be stated (not null or empty)")
+    return value
+
+
+Stated = Annotated[JsonValue, AfterValidator(_stated)]
+
+
+class Provenance(BaseModel):
+    """Where one campaign's rows came from; the collector's other facts (env, runs, ...) ride along."""
+
+    model_config = ConfigDict(extra="allow")
+    gpu_name: str
+    date: str
+    command: Stated  # a string, or the argv list
+    driver: Stated
+    cuda: Stated
+    torch: Stated
+    clocks: Stated  # a description, or nvidia-smi records per GPU
+
+
+class LooStats(BaseModel):
+    """Leave-one-out figures of one kind (perfdb.accuracy.summarize); the figures exist when n > 0."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: StrictInt = Field(ge=0)
+    median: FiniteFloat | None = Field(None, ge=0)
+    p90: FiniteFloat | None = Field(None, ge=0)
+    lo: FiniteFloat | None = None
+    hi: FiniteFloat | None = None
+
+    def model_post_init(self, _context) -> None:
+        missing = [f for f in ("median", "p90", "lo", "hi") if self.n and getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"n={self.n} needs {', '.join(missing)}")
+
+
+class Accuracy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    interpolated: LooStats | None = None
+    extrapolated: LooStats | None = None
+    borrowed: LooStats | None = None
+
+
+class MergeRecord(BaseModel):
+    """What the merge that wrote the table says about itself."""
+
+    model_config = ConfigDict(extra="allow")
+    date: str | None = None
+    command: str | None = None
+    replaced_by_newer: StrictInt | None = Field(None, ge=0)
+    rows: StrictInt | None = Field(None, ge=0)
+    interpolation_reference: str | None = None
+
+
+class TableMeta(BaseModel):
+    """The servelab metadata of a table file: the one checker every reader goes through."""
+
+    model_config = ConfigDict(extra="allow")
+    format: StrictInt
+    family: str
+    provenance: list[Provenance] = Field(min_length=1)
+    accuracy: Accuracy | None = None
+    merged: MergeRecord | None = None
+    system: str | None = None
+    backend: str | None = None
+    version: str | None = None
 
 
 @dataclass
@@ -85,9 +174,33 @@ def write_table(path: Path, data: TableData) -> None:
     meta = dict(data.meta, format=FORMAT_VERSION, family=data.family.name)
     table = pa.Table.from_arrays(arrays, names=names).replace_schema_metadata({META_KEY: json.dumps(meta)})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)  # never leave a half-written table where the loader looks
+    # a temporary name of this writer's own, outside the loader's *.parquet glob, then one rename: a reader
+    # sees the old table or the new one, never half of one
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked_dir(directory: Path) -> Iterator[None]:
+    """Hold the table directory's lock (created with the directory): one writer at a time reads, merges and
+    writes its tables, so concurrent merges never lose each other's rows."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ServelabError(f"{directory}: cannot open for writing ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the writer that holds it
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_meta(path: Path) -> dict:
@@ -107,6 +220,8 @@ def read_meta(path: Path) -> dict:
         meta = json.loads(raw)
     except ValueError:
         raise ServelabError(f"{path}: servelab metadata is not valid JSON") from None
+    if not isinstance(meta, dict):
+        raise ServelabError(f"{path}: servelab metadata must be a JSON object, found {type(meta).__name__}")
     return meta
 
 
@@ -126,18 +241,16 @@ def read_table(path: Path) -> TableData:
     except Exception as e:  # noqa: BLE001 - any read failure means a corrupt file, reported as one
         raise ServelabError(f"{path}: cannot read rows ({e.__class__.__name__}: {e})") from None
     names = set(table.column_names)
-    missing = [c for c in (*family.fields, *STAT_COLUMNS) if c not in names]
-    if missing:
-        raise ServelabError(f"{path}: missing column(s) {', '.join(missing)}")
+    _check_columns(path, family, table.schema)
+    nulls = [
+        c for c in (*family.fields, *STAT_COLUMNS, "measured") if c in names and table.column(c).null_count
+    ]
+    if nulls:
+        raise ServelabError(f"{path}: column(s) {', '.join(nulls)} hold empty (null) values")
     cols = {}
     for f in family.fields:
         arr = table.column(f).to_numpy(zero_copy_only=False)
-        if f in family.int_fields:
-            if arr.dtype.kind not in "iu":
-                raise ServelabError(f"{path}: column {f!r} must hold integers, found {arr.dtype}")
-            cols[f] = arr.astype(np.int64)
-        else:
-            cols[f] = arr.astype(str)
+        cols[f] = arr.astype(np.int64) if f in family.int_fields else arr.astype(str)
     stats = {c: table.column(c).to_numpy(zero_copy_only=False) for c in STAT_COLUMNS}
     data = TableData(
         family,
@@ -160,21 +273,48 @@ def read_table(path: Path) -> TableData:
 
 
 def _check_meta(path: Path, family: Family, meta: dict) -> None:
-    if meta.get("format") != FORMAT_VERSION:
+    # the format first: another format's metadata may have another shape
+    if meta.get("format") != FORMAT_VERSION or isinstance(meta.get("format"), bool):
         raise ServelabError(
             f"{path}: table format {meta.get('format')!r}, this servelab reads {FORMAT_VERSION}"
         )
-    if meta.get("family") != family.name:
+    try:
+        TableMeta.model_validate(meta)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, f"{path}: metadata") from None
+    if meta["family"] != family.name:
         raise ServelabError(
-            f"{path}: metadata says family {meta.get('family')!r}, the file name says {family.name!r}"
+            f"{path}: metadata says family {meta['family']!r}, the file name says {family.name!r}"
         )
-    prov = meta.get("provenance")
-    if not isinstance(prov, list) or not prov:
-        raise ServelabError(f"{path}: metadata has no provenance list")
-    for i, p in enumerate(prov):
-        missing = [k for k in PROVENANCE_FIELDS if not isinstance(p, dict) or k not in p]
-        if missing:
-            raise ServelabError(f"{path}: provenance[{i}] lacks {', '.join(missing)}")
+
+
+def _check_columns(path: Path, family: Family, schema) -> None:
+    """Every column present, of its type, and key and stat columns without nulls."""
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow costs start-up time; imported on first read
+
+    def is_int(t):
+        return pa.types.is_integer(t)
+
+    def is_number(t):
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+    def is_text(t):
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+    expected = {
+        f: (is_int, "integers") if f in family.int_fields else (is_text, "strings") for f in family.fields
+    }
+    expected |= {c: (is_number, "numbers") for c in ("latency_us", "p10_us", "p90_us")}
+    expected |= {"reps": (is_int, "integers"), "campaign": (is_int, "integers")}
+    expected |= {"extra": (is_text, "JSON strings"), "measured": (pa.types.is_boolean, "booleans")}
+    missing = [c for c in (*family.fields, *STAT_COLUMNS) if c not in schema.names]
+    if missing:
+        raise ServelabError(f"{path}: missing column(s) {', '.join(missing)}")
+    for name in schema.names:
+        if name in expected and not expected[name][0](schema.field(name).type):
+            raise ServelabError(
+                f"{path}: column {name!r} must hold {expected[name][1]}, found {schema.field(name).type}"
+            )
 
 
 def check_rows(data: TableData, limit: int = 20) -> list[str]:
@@ -234,15 +374,17 @@ def row_problems(data: TableData, limit: int | None = 20) -> list[tuple[int, str
         for i in np.flatnonzero(bad)[:limit].tolist():
             out.append((i, f"row {i} ({data.describe_row(i)}): {rule}"))
     if data.extra is not None:
-        out += _check_extra_tp(data, limit or len(data))
+        out += _check_extra(data, limit or len(data))
     out += _check_duplicates(data, limit or len(data))
     return out[:limit] if limit else out
 
 
-def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
-    """Where rows name their model and tp (collector extras), heads x tp must be the same for one model."""
-    if data.extra is None or ("native_heads" not in data.cols and "heads" not in data.cols):
+def _check_extra(data: TableData, limit: int) -> list[tuple[int, str]]:
+    """Extras are JSON objects; where rows name their model and tp (collector extras), heads x tp must be the
+    same for one model."""
+    if data.extra is None:
         return []
+    with_heads = "heads" in data.cols
     seen: dict[str, tuple[int, int]] = {}
     out = []
     for i, raw in enumerate(data.extra):
@@ -253,13 +395,16 @@ def _check_extra_tp(data: TableData, limit: int) -> list[tuple[int, str]]:
         except ValueError:
             out.append((i, f"row {i}: extra is not valid JSON"))
             continue
-        if not isinstance(extra, dict) or "tp" not in extra or "model" not in extra:
+        if not isinstance(extra, dict):
+            out.append((i, f"row {i}: extra must be a JSON object, found {type(extra).__name__}"))
             continue
-        try:
-            product = int(data.cols["heads"][i]) * int(extra["tp"])
-        except (TypeError, ValueError):
-            out.append((i, f"row {i}: extra tp {extra['tp']!r} is not an integer"))
+        if not with_heads or "tp" not in extra or "model" not in extra:
             continue
+        tp = extra["tp"]
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            out.append((i, f"row {i}: extra tp {tp!r} must be a positive integer"))
+            continue
+        product = int(data.cols["heads"][i]) * tp
         model = str(extra["model"])
         first = seen.setdefault(model, (product, i))
         if first[0] != product:

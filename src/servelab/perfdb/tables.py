@@ -254,4 +254,9 @@ def load_default_tables(system, backend: str | None = None) -> TableSet | None:
 
 
 def load_tables(directory: str | Path, system, strict: bool = False) -> TableSet:
-    return TableSet(Path(directory), system, strict=strict)
+    """The tables of a directory the user named: one without any table file is a mistake (a wrong path), not
+    a request for the roofline."""
+    tables = TableSet(Path(directory), system, strict=strict)
+    if not tables.files and not tables.skipped:
+        raise ServelabError(f"{directory}: no perf tables (*.parquet) in this directory", field="tables")
+    return tables

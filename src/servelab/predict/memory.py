@@ -29,6 +29,8 @@ class MemoryBreakdown(BaseModel):
 
     def max_sequences(self, context_len: int, model: ModelSpec, parallel: Parallel) -> int:
         """Sequences of context_len tokens the whole replica holds at once."""
+        if context_len < 1:
+            raise ServelabError(f"expected a positive number of tokens, got {context_len}", field="context")
         per_seq = kv_bytes_per_sequence_per_gpu(model, parallel, context_len)
         per_rank = int(self.kv_gib * GIB // per_seq) if self.kv_gib > 0 else 0
         return per_rank * self.attn_dp
@@ -75,8 +77,15 @@ def memory_per_gpu(
     max_num_batched_tokens: int = 8192,
     gpu_memory_utilization: float = 0.9,
 ) -> MemoryBreakdown:
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ServelabError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if not 0 < gpu_memory_utilization <= 1:  # NaN fails this too
+        raise ServelabError(
+            f"must be in (0, 1], got {gpu_memory_utilization}", field="gpu_memory_utilization"
+        )
+    if max_num_batched_tokens < 1:
+        raise ServelabError(
+            f"expected a positive number of tokens, got {max_num_batched_tokens}",
+            field="max_num_batched_tokens",
+        )
     weights = weight_bytes_per_gpu(model, parallel) / GIB
     acts = activation_bytes(model, parallel, max_num_batched_tokens) / GIB
     total = system.hbm_gib * gpu_memory_utilization

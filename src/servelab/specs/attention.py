@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from servelab.specs.dtypes import Dtype, Precision
 
@@ -37,9 +37,15 @@ class _Attention(BaseModel, ABC):
     """What every kind has, and the answers shared by kinds that do not override them."""
 
     model_config = ConfigDict(frozen=True)
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+
+    @model_validator(mode="after")
+    def _kv_heads_divide_heads(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads {self.num_kv_heads} must divide num_heads {self.num_heads}")
+        return self
 
     # Decode tokens run other projections than prefill tokens (MLA's absorbed up-projections)
     absorbed_decode: ClassVar[bool] = False
@@ -86,7 +92,7 @@ class GqaAttention(_Attention):
     """Grouped-query attention; sliding-window layers hold only the last sliding_window tokens."""
 
     kind: Literal[AttentionKind.gqa] = AttentionKind.gqa
-    sliding_window: int | None = None
+    sliding_window: PositiveInt | None = None
 
     @property
     def kv_grows_linearly(self) -> bool:
@@ -118,11 +124,11 @@ class MlaAttention(_Attention):
     """Multi-head latent attention: low-rank q, one compressed KV latent (plus a rope key) per token."""
 
     kind: Literal[AttentionKind.mla] = AttentionKind.mla
-    q_lora_rank: int
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
+    q_lora_rank: PositiveInt
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
 
     absorbed_decode: ClassVar[bool] = True
 
@@ -155,14 +161,14 @@ class Dsv4Attention(_Attention):
     window plus compressed entries (CSA: ratio 4 with an indexer choosing the top-k; HCA: ratio 128)."""
 
     kind: Literal[AttentionKind.dsv4] = AttentionKind.dsv4
-    q_lora_rank: int
-    qk_rope_head_dim: int
-    o_groups: int
-    o_lora_rank: int
-    index_heads: int
-    index_head_dim: int
-    index_topk: int
-    sliding_window: int
+    q_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    o_groups: PositiveInt
+    o_lora_rank: PositiveInt
+    index_heads: PositiveInt
+    index_head_dim: PositiveInt
+    index_topk: PositiveInt
+    sliding_window: PositiveInt
 
     default_kv_cache: ClassVar[Dtype] = Dtype.fp8
     default_indexer_cache: ClassVar[Dtype | None] = Dtype.fp8

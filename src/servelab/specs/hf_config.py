@@ -1,24 +1,98 @@
 """Build a ModelSpec from a Hugging Face config.json (dict), whatever family it describes."""
 
-from functools import partial
+from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.specs.attention import Attention, Dsv4Attention, GqaAttention, LayerAttention, MlaAttention
-from servelab.specs.dtypes import Dtype, Precision
+from servelab.specs.dtypes import Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
 
-
-def _get(cfg: dict, *names, default=None, required: bool = False, where: str = "config.json"):
-    for name in names:
-        if cfg.get(name) is not None:
-            return cfg[name]
-    if required:
-        raise ServelabError(f"{where}: missing field {names[0]!r}")
-    return default
+MAX_SIZE = 1 << 40  # beyond any real width, count or vocabulary: a typo or a hostile file
+MAX_LAYERS = 1 << 16  # a tuple per layer is built; 10^12 layers would exhaust memory
 
 
-def _default_precision(cfg: dict, attention: Attention) -> Precision:
-    quant = cfg.get("quantization_config") or {}
+def _describe(value) -> str:
+    """A JSON value as the file has it, and what kind of wrong it is."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a bool)"
+    if isinstance(value, int | float):
+        return f"{value!r} (a float)" if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if value is None:
+        return "null"
+    return "a list of other things" if isinstance(value, list) else "an object"
+
+
+class _Config:
+    """Typed reads of one config.json; every error is one line naming the file and the key."""
+
+    def __init__(self, cfg: dict, where: str):
+        self.cfg = cfg
+        self.where = where
+
+    def error(self, key: str, message: str) -> ServelabError:
+        return ServelabError(f"{self.where}: {key}: {message}")
+
+    def find(self, *names: str) -> tuple[str, object]:
+        """The first of `names` set (not null), and its value; (names[0], None) when none is."""
+        for name in names:
+            if self.cfg.get(name) is not None:
+                return name, self.cfg[name]
+        return names[0], None
+
+    def has(self, *names: str) -> bool:
+        return self.find(*names)[1] is not None
+
+    def integer(
+        self, *names: str, default: int | None = None, minimum: int = 1, maximum: int = MAX_SIZE
+    ) -> int:
+        value = self.opt_integer(*names, minimum=minimum, maximum=maximum)
+        if value is not None:
+            return value
+        if default is None:
+            raise ServelabError(f"{self.where}: missing field {names[0]!r}")
+        return default
+
+    def opt_integer(self, *names: str, minimum: int = 1, maximum: int = MAX_SIZE) -> int | None:
+        key, value = self.find(*names)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(key, f"expected an integer >= {minimum}, got {_describe(value)}")
+        if value > maximum:
+            raise self.error(key, f"{value} exceeds the maximum {maximum}")
+        return value
+
+    def flag(self, name: str, obj: dict | None = None) -> bool:
+        value = (self.cfg if obj is None else obj).get(name)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.error(name, f"expected true or false, got {_describe(value)}")
+        return value
+
+    def list_of(self, name: str, item: type) -> list | None:
+        value = self.cfg.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, item) for v in value):
+            what = "strings" if item is str else "integers"
+            got = "a list of other things" if isinstance(value, list) else _describe(value)
+            raise self.error(name, f"expected a list of {what}, got {got}")
+        return value
+
+    def obj(self, name: str) -> dict:
+        value = self.cfg.get(name)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(name, f"expected a JSON object, got {_describe(value)}")
+        return value
+
+
+def _default_precision(c: _Config, attention: Attention) -> Precision:
+    quant = c.obj("quantization_config")
     method = str(quant.get("quant_method", "")).lower()
     weights = Dtype.bf16
     experts = Dtype.bf16
@@ -30,7 +104,15 @@ def _default_precision(cfg: dict, attention: Attention) -> Precision:
         if method != "mxfp4":
             weights = experts
     if quant.get("expert_dtype"):
-        experts = Dtype(str(quant["expert_dtype"]).lower())
+        value = quant["expert_dtype"]
+        if not isinstance(value, str):
+            raise c.error(
+                "quantization_config.expert_dtype", f"expected a dtype name, got {_describe(value)}"
+            )
+        try:
+            experts = parse_dtype(value, "expert_dtype")
+        except ServelabError as e:
+            raise c.error("quantization_config.expert_dtype", e.message) from None
     return Precision(
         weights=weights,
         experts=experts,
@@ -43,59 +125,56 @@ def model_from_hf_config(cfg: dict, name: str, source: str, where: str = "config
     if not isinstance(cfg, dict):
         raise ServelabError(f"{where}: expected a JSON object")
     try:
-        return _build(cfg, name, source, where)
-    except (TypeError, ValueError, KeyError, ZeroDivisionError) as e:
-        if isinstance(e, ServelabError):
-            raise
-        raise ServelabError(f"{where}: malformed model config ({type(e).__name__}: {e})") from None
+        return _build(_Config(cfg, where), name, source)
+    except ValidationError as e:  # the spec's own bounds: a combination the checks here did not catch
+        raise ServelabError.from_validation(e, where) from None
 
 
-def _build(cfg: dict, name: str, source: str, where: str) -> ModelSpec:
-    g = partial(_get, cfg, where=where)
-    layers = int(g("num_hidden_layers", "n_layers", "num_layers", required=True))
-    hidden = int(g("hidden_size", "d_model", "dim", required=True))
-    heads = int(g("num_attention_heads", "n_heads", required=True))
-    kv_heads = int(g("num_key_value_heads", "n_kv_heads", default=heads))
-    vocab = int(g("vocab_size", required=True))
-    if min(layers, hidden, heads, kv_heads, vocab) <= 0:
-        raise ServelabError(f"{where}: layer, hidden, head and vocab sizes must be positive")
+def _build(c: _Config, name: str, source: str) -> ModelSpec:
+    layers = c.integer("num_hidden_layers", "n_layers", "num_layers", maximum=MAX_LAYERS)
+    hidden = c.integer("hidden_size", "d_model", "dim")
+    heads = c.integer("num_attention_heads", "n_heads")
+    kv_heads = c.integer("num_key_value_heads", "n_kv_heads", default=heads)
+    vocab = c.integer("vocab_size")
+    if kv_heads > heads or heads % kv_heads:
+        raise c.error(
+            c.find("num_key_value_heads", "n_kv_heads")[0],
+            f"{kv_heads} KV heads must divide the {heads} attention heads",
+        )
     attention: GqaAttention | MlaAttention | Dsv4Attention
     hyper = None  # DeepSeek-V4 only
-    if g("compress_ratios") is not None:
-        attention, layer_attention = _dsv4_attention(g, layers, heads, kv_heads, where)
+    if c.has("compress_ratios"):
+        attention, layer_attention = _dsv4_attention(c, layers, heads, kv_heads)
         hyper = HyperConnections(
-            mult=int(g("hc_mult", default=4)), sinkhorn_iters=int(g("hc_sinkhorn_iters", default=20))
+            mult=c.integer("hc_mult", default=4), sinkhorn_iters=c.integer("hc_sinkhorn_iters", default=20)
         )
-    elif g("kv_lora_rank") is not None:
-        attention, layer_attention = _mla_attention(g, layers, heads, kv_heads, where)
+    elif c.has("kv_lora_rank"):
+        attention, layer_attention = _mla_attention(c, layers, heads, kv_heads)
     else:
-        attention, layer_attention = _gqa_attention(g, layers, hidden, heads, kv_heads)
-    if heads % kv_heads:
-        raise ServelabError(
-            f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
-        )
-    inter = g("intermediate_size")
-    moe = _moe(g, layers, inter, where)
+        attention, layer_attention = _gqa_attention(c, layers, hidden, heads, kv_heads)
+    inter = c.opt_integer("intermediate_size")
+    moe = _moe(c, layers, inter)
     if inter is None and (moe is None or not all(moe.layers)):  # dense FFN layers need their width
-        raise ServelabError(f"{where}: missing field 'intermediate_size'")
-    mtp_layers = int(g("num_nextn_predict_layers", default=0) or 0)
+        raise ServelabError(f"{c.where}: missing field 'intermediate_size'")
+    mtp_layers = c.integer("num_nextn_predict_layers", default=0, minimum=0, maximum=MAX_LAYERS)
+    architectures = c.list_of("architectures", str) or ["unknown"]
     return ModelSpec(
         name=name,
         source=source,
-        architecture=(g("architectures", default=["unknown"]) or ["unknown"])[0],
+        architecture=architectures[0],
         num_layers=layers,
         hidden_size=hidden,
         vocab_size=vocab,
-        tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
-        max_context=int(g("max_position_embeddings", "max_seq_len", default=4096)),
+        tie_word_embeddings=c.flag("tie_word_embeddings"),
+        max_context=c.integer("max_position_embeddings", "max_seq_len", default=4096),
         attention=attention,
         layer_attention=layer_attention,
-        intermediate_size=int(inter) if inter is not None else None,
+        intermediate_size=inter,
         moe=moe,
         mtp=Mtp(num_layers=mtp_layers) if mtp_layers else None,
         hyper_connections=hyper,
-        active_counts_embedding=bool((cfg.get("_servelab") or {}).get("active_counts_embedding", False)),
-        precision=_default_precision(cfg, attention),
+        active_counts_embedding=c.flag("active_counts_embedding", c.obj("_servelab")),
+        precision=_default_precision(c, attention),
     )
 
 
@@ -103,78 +182,94 @@ Layers = tuple[LayerAttention, ...]
 _DSV4_RATIOS = {0: LayerAttention.sliding, 4: LayerAttention.csa, 128: LayerAttention.hca}
 
 
-def _dsv4_attention(g, layers: int, heads: int, kv_heads: int, where: str) -> tuple[Dsv4Attention, Layers]:
-    ratios = list(g("compress_ratios"))[:layers]
+def _dsv4_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[Dsv4Attention, Layers]:
+    ratios = (c.list_of("compress_ratios", int) or [])[:layers]
     if len(ratios) != layers:
-        raise ServelabError(f"{where}: compress_ratios has {len(ratios)} entries for {layers} layers")
+        raise c.error("compress_ratios", f"{len(ratios)} entries for {layers} layers")
     if any(r not in _DSV4_RATIOS for r in ratios):
-        raise ServelabError(f"{where}: compress_ratios entries must be 0, 4 or 128")
+        raise c.error("compress_ratios", "entries must be 0, 4 or 128")
+    o_groups = c.integer("o_groups")
+    if heads % o_groups:
+        raise c.error("o_groups", f"{o_groups} groups must divide the {heads} attention heads")
     attention = Dsv4Attention(
         num_heads=heads,
         num_kv_heads=kv_heads,
-        head_dim=int(g("head_dim", required=True)),
-        qk_rope_head_dim=int(g("qk_rope_head_dim", default=64)),
-        q_lora_rank=int(g("q_lora_rank", required=True)),
-        o_groups=int(g("o_groups", required=True)),
-        o_lora_rank=int(g("o_lora_rank", required=True)),
-        index_heads=int(g("index_n_heads", default=64)),
-        index_head_dim=int(g("index_head_dim", default=128)),
-        index_topk=int(g("index_topk", default=1024)),
-        sliding_window=int(g("sliding_window", default=128)),
+        head_dim=c.integer("head_dim"),
+        qk_rope_head_dim=c.integer("qk_rope_head_dim", default=64),
+        q_lora_rank=c.integer("q_lora_rank"),
+        o_groups=o_groups,
+        o_lora_rank=c.integer("o_lora_rank"),
+        index_heads=c.integer("index_n_heads", default=64),
+        index_head_dim=c.integer("index_head_dim", default=128),
+        index_topk=c.integer("index_topk", default=1024),
+        sliding_window=c.integer("sliding_window", default=128),
     )
     return attention, tuple(_DSV4_RATIOS[r] for r in ratios)
 
 
-def _mla_attention(g, layers: int, heads: int, kv_heads: int, where: str) -> tuple[MlaAttention, Layers]:
-    q_lora_rank = g("q_lora_rank")
-    kv_lora_rank = int(g("kv_lora_rank"))
-    nope = int(g("qk_nope_head_dim", required=True))
-    rope = int(g("qk_rope_head_dim", required=True))
-    v_head_dim = int(g("v_head_dim", required=True))
-    if q_lora_rank is None:
-        raise ServelabError(f"{where}: MLA without q_lora_rank is not supported")
+def _mla_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[MlaAttention, Layers]:
+    if not c.has("q_lora_rank"):
+        raise ServelabError(f"{c.where}: MLA without q_lora_rank is not supported")
+    v_head_dim = c.integer("v_head_dim")
     attention = MlaAttention(
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=v_head_dim,
-        q_lora_rank=int(q_lora_rank),
-        kv_lora_rank=kv_lora_rank,
-        qk_nope_head_dim=nope,
-        qk_rope_head_dim=rope,
+        q_lora_rank=c.integer("q_lora_rank"),
+        kv_lora_rank=c.integer("kv_lora_rank"),
+        qk_nope_head_dim=c.integer("qk_nope_head_dim"),
+        qk_rope_head_dim=c.integer("qk_rope_head_dim"),
         v_head_dim=v_head_dim,
     )
     return attention, (LayerAttention.full,) * layers
 
 
-def _gqa_attention(g, layers: int, hidden: int, heads: int, kv_heads: int) -> tuple[GqaAttention, Layers]:
-    head_dim = int(g("head_dim", default=hidden // heads))
-    types = g("layer_types")
+def _gqa_attention(
+    c: _Config, layers: int, hidden: int, heads: int, kv_heads: int
+) -> tuple[GqaAttention, Layers]:
+    head_dim = c.opt_integer("head_dim")
+    if head_dim is None:  # the model's width split over its heads, as Hugging Face derives it
+        if hidden % heads:
+            raise c.error("hidden_size", f"{hidden} does not divide over {heads} heads (and no head_dim)")
+        head_dim = hidden // heads
+    types = c.list_of("layer_types", str)
     if types:
+        if len(types) < layers:
+            raise c.error("layer_types", f"{len(types)} entries for {layers} layers")
         kinds = tuple(
             LayerAttention.sliding if "sliding" in t else LayerAttention.full for t in types[:layers]
         )
     else:
         kinds = (LayerAttention.full,) * layers
-    window = g("sliding_window") if LayerAttention.sliding in kinds else None
+    window = c.opt_integer("sliding_window") if LayerAttention.sliding in kinds else None
     attention = GqaAttention(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, sliding_window=window)
     return attention, kinds
 
 
-def _moe(g, layers: int, inter, where: str) -> MoE | None:
-    experts = int(g("n_routed_experts", "num_experts", "num_local_experts", default=0) or 0)
+def _moe(c: _Config, layers: int, inter: int | None) -> MoE | None:
+    names = ("n_routed_experts", "num_experts", "num_local_experts")
+    experts = c.integer(*names, default=0, minimum=0)
     if not experts:
         return None
-    first_dense = int(g("first_k_dense_replace", default=0))
-    step = int(g("decoder_sparse_step", "moe_layer_freq", default=1) or 1)
-    dense_only = set(g("mlp_only_layers", default=[]) or [])
-    moe_inter = g("moe_intermediate_size", default=inter)
+    topk_key = c.find("num_experts_per_tok", "experts_per_token")[0]
+    topk = c.integer("num_experts_per_tok", "experts_per_token")
+    if topk > experts:
+        raise c.error(
+            topk_key, f"{topk} experts per token exceeds the {experts} experts ({c.find(*names)[0]})"
+        )
+    first_dense = c.integer("first_k_dense_replace", default=0, minimum=0, maximum=layers)
+    step = c.integer("decoder_sparse_step", "moe_layer_freq", default=1, maximum=layers)
+    dense_only = set(c.list_of("mlp_only_layers", int) or [])
+    moe_inter = c.opt_integer("moe_intermediate_size")
     if moe_inter is None:
-        raise ServelabError(f"{where}: MoE model without moe_intermediate_size")
+        moe_inter = inter
+    if moe_inter is None:
+        raise ServelabError(f"{c.where}: MoE model without moe_intermediate_size")
     return MoE(
         num_experts=experts,
-        experts_per_token=int(g("num_experts_per_tok", "experts_per_token", required=True)),
-        num_shared_experts=int(g("n_shared_experts", default=0) or 0),
-        intermediate_size=int(moe_inter),
+        experts_per_token=topk,
+        num_shared_experts=c.integer("n_shared_experts", default=0, minimum=0),
+        intermediate_size=moe_inter,
         layers=tuple(i >= first_dense and (i + 1) % step == 0 and i not in dense_only for i in range(layers)),
-        num_hash_layers=int(g("num_hash_layers", default=0) or 0),
+        num_hash_layers=c.integer("num_hash_layers", default=0, minimum=0, maximum=layers),
     )

@@ -8,7 +8,7 @@ parameter counts, weight bytes and KV-cache bytes; the step model reads its shap
 from collections import Counter
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
 
 from servelab.specs.attention import Attention, LayerAttention
 from servelab.specs.dtypes import Precision
@@ -18,12 +18,21 @@ class MoE(BaseModel):
     """Routed experts (and always-active shared ones) in some of the decoder layers."""
 
     model_config = ConfigDict(frozen=True)
-    num_experts: int
-    experts_per_token: int
-    num_shared_experts: int = 0
-    intermediate_size: int  # width of one expert
+    num_experts: PositiveInt
+    experts_per_token: PositiveInt
+    num_shared_experts: NonNegativeInt = 0
+    intermediate_size: PositiveInt  # width of one expert
     layers: tuple[bool, ...]  # per decoder layer: routes to experts
-    num_hash_layers: int = 0  # the first layers route by token hash (no router GEMM)
+    num_hash_layers: NonNegativeInt = 0  # the first layers route by token hash (no router GEMM)
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> "MoE":
+        # more experts per token than experts would count active parameters above the total
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token {self.experts_per_token} exceeds num_experts {self.num_experts}"
+            )
+        return self
 
     @property
     def num_layers(self) -> int:
@@ -49,7 +58,7 @@ class Mtp(BaseModel):
     """Next-token-prediction layers: draft tokens for speculative decoding, not part of the stated size."""
 
     model_config = ConfigDict(frozen=True)
-    num_layers: int
+    num_layers: PositiveInt
 
 
 class HyperConnections(BaseModel):
@@ -57,8 +66,8 @@ class HyperConnections(BaseModel):
     both blocks of every layer by maps projected with Sinkhorn iterations."""
 
     model_config = ConfigDict(frozen=True)
-    mult: int
-    sinkhorn_iters: int
+    mult: PositiveInt
+    sinkhorn_iters: PositiveInt
 
     def params_per_layer(self, hidden: int) -> int:
         mix = self.mult * hidden
@@ -89,20 +98,30 @@ class ModelSpec(BaseModel):
     name: str
     source: str
     architecture: str
-    num_layers: int
-    hidden_size: int
-    vocab_size: int
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
     tie_word_embeddings: bool = False
-    max_context: int
+    max_context: PositiveInt
     attention: Attention
     layer_attention: tuple[LayerAttention, ...]
-    intermediate_size: int | None = None  # dense FFN width
+    intermediate_size: PositiveInt | None = None  # dense FFN width
     moe: MoE | None = None
     mtp: Mtp | None = None
     hyper_connections: HyperConnections | None = None
     # Publishers count "active" differently: Qwen includes the input embedding, DeepSeek and OpenAI do not.
     active_counts_embedding: bool = False
     precision: Precision
+
+    @model_validator(mode="after")
+    def _layers_agree(self) -> "ModelSpec":
+        per_layer = {"layer_attention": len(self.layer_attention)}
+        if self.moe is not None:
+            per_layer["moe.layers"] = len(self.moe.layers)
+        for name, n in per_layer.items():
+            if n != self.num_layers:
+                raise ValueError(f"{name} has {n} entries for {self.num_layers} layers")
+        return self
 
     def __hash__(self) -> int:  # caches key on the spec; equal specs share name, source and precision
         return hash((self.name, self.source, self.precision, self.num_layers, self.hidden_size))

@@ -37,15 +37,26 @@ def _embedded(name: str) -> ModelSpec:
 
 
 def _from_path(path: Path) -> ModelSpec:
-    file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
-        raise ServelabError(f"{path}: no config.json there")
     try:
-        cfg = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ServelabError(f"{path}: no config.json there")
+        raw = file.read_bytes()
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        cfg = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ServelabError(f"{file}: not valid JSON ({e})") from None
     name = path.name if path.is_dir() else path.parent.name or file.stem
     return model_from_hf_config(cfg, name=name, source=str(file), where=str(file))
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system, or the like: not a file
+        return False
 
 
 def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
@@ -59,7 +70,7 @@ def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
     if key.lower() in list_models():
         return _embedded(key.lower()), {}
     path = Path(key).expanduser()
-    if path.exists() or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
+    if _exists(path) or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
         return _from_path(path), {}
     choices = list_models() + list(checkpoints)
     raise ServelabError(
@@ -80,20 +91,20 @@ def load_model(
     for part in ("weights", "experts"):
         if overrides.get(part):
             prec[part] = Dtype(overrides[part])
-    if weight_dtype:
+    if weight_dtype is not None:  # an empty name is a mistake, not 'no override'
         prec["weights"] = parse_dtype(weight_dtype, "weight_dtype")
         if expert_dtype is None and not model.precision.experts.is_fp4:
             prec["experts"] = prec["weights"]
-    if expert_dtype:
+    if expert_dtype is not None:
         prec["experts"] = parse_dtype(expert_dtype, "expert_dtype")
-    if kv_dtype:
+    if kv_dtype is not None:
         kv = parse_dtype(kv_dtype, "kv_dtype")
         if kv not in (Dtype.bf16, Dtype.fp16, Dtype.fp8):
             raise ServelabError(
                 f"{kv.value} is not a KV-cache format; expected bf16 or fp8", field="kv_dtype"
             )
         prec["kv_cache"] = kv
-    if indexer_dtype:
+    if indexer_dtype is not None:
         if model.precision.indexer_cache is None:
             raise ServelabError(
                 f"{model.name} has no indexer cache (DeepSeek-V4 only)", field="indexer_dtype"
