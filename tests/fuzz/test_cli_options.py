@@ -14,7 +14,6 @@ VALUES = {"neg": "-5", "zero": "0", "huge": "99999999999999999999", "text": "abc
 ALL = tuple(VALUES)
 NOT_FLOAT = ("text", "nan")  # a float option that takes 0, any size and inf (a limit that is no limit)
 
-HOSTILE_DB = "accepted a nonsense number (class 11), being fixed in hostile-db"
 
 DEPLOY = ("llama-3.1-8b",)
 BENCH = ("bench", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--no-ready-check")
@@ -31,8 +30,8 @@ TABLE: list[tuple[tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = [
     (("memory", *DEPLOY), "--tp", ALL, {}),
     (("memory", *DEPLOY), "--ep", ALL, {}),
     (("memory", *DEPLOY), "--pp", ALL, {}),
-    (("memory", *DEPLOY), "--context", ALL, dict.fromkeys(("neg", "zero", "huge"), HOSTILE_DB)),
-    (("memory", *DEPLOY), "--max-num-batched-tokens", ALL, dict.fromkeys(("neg", "zero"), HOSTILE_DB)),
+    (("memory", *DEPLOY), "--context", ALL, {}),
+    (("memory", *DEPLOY), "--max-num-batched-tokens", ALL, {}),
     (("memory", *DEPLOY), "--gpu-memory-utilization", ALL, {}),
     (("estimate", *DEPLOY), "--tp", ALL, {}),
     (("estimate", *DEPLOY), "--ep", ALL, {}),

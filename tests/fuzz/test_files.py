@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fuzzkit import hostile, pending
+from fuzzkit import hostile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,10 +24,6 @@ FUZZ = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-HOSTILE_DB = "a model config is accepted or crashes (classes 10, 11), being fixed in hostile-db"
-METADATA_TYPE = "perf-table metadata of the wrong type crashes (class 5), being fixed in hostile-db"
-BATCH_LINE = "a bad --batch line stops the batch or is answered (class 6), being fixed in hostile-db"
-COMPARE_MISSING = "db compare-repeat accepts missing campaigns (class 11), being fixed in hostile-db"
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
@@ -100,13 +96,10 @@ CONFIG_EDITS = {
     "unknown-dtype": {"torch_dtype": "float7"},
     "null-everything": dict.fromkeys(GOOD_CONFIG),
 }
-CONFIG_PENDING = {"huge-layers", "float-heads", "inf-vocab", "topk-above-experts", "unknown-dtype"}
 
 
 @pytest.mark.parametrize("name", list(CONFIG_EDITS))
-def test_model_config(name, tmp_path, request):
-    if name in CONFIG_PENDING:
-        request.applymarker(pending(HOSTILE_DB))
+def test_model_config(name, tmp_path):
     f = tmp_path / "config.json"
     f.write_text(json.dumps({**GOOD_CONFIG, **CONFIG_EDITS[name]}))  # NaN and Infinity as Python writes them
     hostile("memory", str(f), keep=[f])
@@ -153,7 +146,7 @@ METADATA = {
     "list": [1, 2],
     "string": "x",
     "number": 5,
-    "null": None,  # the four above: pending, METADATA_TYPE
+    "null": None,
     "provenance-string": {"provenance": "x"},
     "provenance-numbers": {"provenance": [1, 2]},
 }
@@ -161,9 +154,7 @@ METADATA = {
 
 @pytest.mark.parametrize("meta", list(METADATA))
 @pytest.mark.parametrize("command", ["query", "validate"])
-def test_table_metadata_of_the_wrong_type(command, meta, table_copy, request):
-    if meta in ("list", "string", "number", "null"):
-        request.applymarker(pending(METADATA_TYPE))
+def test_table_metadata_of_the_wrong_type(command, meta, table_copy):
     rewrite_metadata(table_copy / "gemm.parquet", METADATA[meta])
     args = ("db", "validate", str(table_copy)) if command == "validate" else ("db", "query", *GEMM_QUERY)
     if command == "query":
@@ -213,10 +204,8 @@ GOOD_LINE = '{"op": "gemm", "m": 64, "n": 4096, "k": 4096}'
 
 
 @pytest.mark.parametrize("line", BATCH_LINES, ids=range(len(BATCH_LINES)))
-def test_batch_line_gets_its_own_error(line, tmp_path, request):
+def test_batch_line_gets_its_own_error(line, tmp_path):
     """A bad line gets an error record; the good lines around it are answered (issue class 6)."""
-    if BATCH_LINES.index(line) in (0, 1, 2, 4):
-        request.applymarker(pending(BATCH_LINE))
     f = tmp_path / "q.jsonl"
     f.write_text(f"{GOOD_LINE}\n{line}\n{GOOD_LINE}\n", encoding="utf-8", errors="surrogateescape")
     r = hostile("db", "query", "--batch", str(f), "--json", keep=[f])
@@ -243,7 +232,7 @@ def test_batch_generated(lines, tmp_path_factory):
         ("db", "query", "--batch", "{tmp}"),
         ("db", "validate", "{tmp}/missing"),
         ("db", "merge", "{tmp}/missing", "--into", "{tmp}/out/h200_sxm/torch/1"),
-        pytest.param(("db", "compare-repeat", "{tmp}/a", "{tmp}/b"), marks=pending(COMPARE_MISSING)),
+        ("db", "compare-repeat", "{tmp}/a", "{tmp}/b"),
         ("memory", "{tmp}/missing/config.json"),
         ("memory", "{tmp}"),
         ("estimate", "{tmp}/[x]/config.json"),

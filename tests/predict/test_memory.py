@@ -44,10 +44,10 @@ def test_does_not_fit_is_a_clear_error():
     check_fits(load_model("deepseek-v3"), H200, Parallel(tp=8, ep=8))
 
 
-@pytest.mark.parametrize("context", [0, -5])
-def test_no_sequences_of_nonpositive_length(context):
+@pytest.mark.parametrize("context", [0, -5, 10**12])
+def test_no_sequences_of_a_length_outside_the_bounds(context):
     m, p = load_model("llama-3.1-8b"), Parallel(tp=1)
-    with pytest.raises(ServelabError, match="expected a positive number of tokens") as err:
+    with pytest.raises(ServelabError, match="expected 1 to 100,000,000 tokens") as err:
         memory_per_gpu(m, H200, p).max_sequences(context, m, p)
     assert err.value.field == "context"
 

@@ -8,6 +8,8 @@ from servelab.errors import ServelabError
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 GIB = float(1 << 30)
+MAX_CONTEXT = 100_000_000  # tokens in one sequence: 100x the longest context any served model has today
+
 # CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB a GPU
 FRAMEWORK_RESERVE_GIB = 3.0
 
@@ -29,8 +31,8 @@ class MemoryBreakdown(BaseModel):
 
     def max_sequences(self, context_len: int, model: ModelSpec, parallel: Parallel) -> int:
         """Sequences of context_len tokens the whole replica holds at once."""
-        if context_len < 1:
-            raise ServelabError(f"expected a positive number of tokens, got {context_len}", field="context")
+        if not 1 <= context_len <= MAX_CONTEXT:
+            raise ServelabError(f"expected 1 to {MAX_CONTEXT:,} tokens, got {context_len:,}", field="context")
         per_seq = kv_bytes_per_sequence_per_gpu(model, parallel, context_len)
         per_rank = int(self.kv_gib * GIB // per_seq) if self.kv_gib > 0 else 0
         return per_rank * self.attn_dp

@@ -91,7 +91,17 @@ class _Config:
         return value
 
 
+# checkpoint dtypes a config.json may declare (`torch_dtype`, or `dtype` in newer transformers); servelab
+# prices unquantized weights as bf16 whichever of these it is, but a dtype outside them is a broken config
+CHECKPOINT_DTYPES = {"bfloat16", "float16", "float32", "float", "half", "bf16", "fp16", "fp32", "auto"}
+
+
 def _default_precision(c: _Config, attention: Attention) -> Precision:
+    key, declared = c.find("torch_dtype", "dtype")
+    if declared is not None and str(declared).lower().removeprefix("torch.") not in CHECKPOINT_DTYPES:
+        raise c.error(
+            key, f"unknown dtype {declared!r}; expected one of {', '.join(sorted(CHECKPOINT_DTYPES))}"
+        )
     quant = c.obj("quantization_config")
     method = str(quant.get("quant_method", "")).lower()
     weights = Dtype.bf16
