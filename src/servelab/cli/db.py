@@ -252,17 +252,23 @@ def validate(
         help="Table files, table directories or campaign directories; "
         "default: every table servelab can find.",
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per file checked."),
 ) -> None:
     """Strictly check tables (and campaigns before a merge); exit 2 naming each file that fails."""
     results = validate_paths(paths or None)
-    bad = 0
-    for path, problem in results:
-        typer.echo(
-            f"{'ok  ' if problem is None else 'FAIL'} {path}" + (f"\n     {problem}" if problem else "")
+    if as_json:
+        print(
+            json.dumps(
+                [{"path": str(p), "ok": problem is None, "problem": problem} for p, problem in results]
+            )
         )
-        bad += problem is not None
-    if not results:
-        typer.echo("nothing to validate: no perf tables found")
+    else:
+        for path, problem in results:
+            status = "ok  " if problem is None else "FAIL"
+            typer.echo(f"{status} {path}" + (f"\n     {problem}" if problem else ""))
+        if not results:
+            typer.echo("nothing to validate: no perf tables found")
+    bad = sum(problem is not None for _, problem in results)
     if bad:
         raise ServelabError(f"{bad} of {len(results)} table file(s) or campaign(s) failed validation")
 
