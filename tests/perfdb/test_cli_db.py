@@ -181,7 +181,8 @@ def test_status_accuracy_and_validate(table_dir, tmp_path):
     assert r.returncode == 2 and "FAIL" in r.stdout and "not a readable Parquet file" in r.stdout
     r = run("validate", str(tmp_path), "--json")
     (checked,) = json.loads(r.stdout)
-    assert r.returncode == 2 and checked["ok"] is False and "not a readable Parquet file" in checked["problem"]
+    assert r.returncode == 2 and checked["ok"] is False
+    assert "not a readable Parquet file" in checked["problem"]
 
 
 def test_merge_command(tmp_path):
