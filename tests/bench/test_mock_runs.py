@@ -372,3 +372,15 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
         CLI + ["--goodput", "ttft=5", "--model", "m"], capture_output=True, text=True, timeout=60
     )
     assert p.returncode == 2 and "goodput" in p.stderr
+
+
+def test_json_puts_the_result_on_stdout_and_the_summary_on_stderr(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1")
+    code, out, err, saved = bench(s, tmp_path, "--num-prompts", "6", "--random-output-len", "4", "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    assert printed["completed"] == 6 and printed["completed"] == saved["completed"]
+    assert "Serving Benchmark Result" in err or "Successful requests" in err
+    code, out, err, _ = bench(s, tmp_path, "--num-prompts", "4", "--max-concurrency", "1,2", "--json")
+    assert code == 0, err
+    assert [point["completed"] for point in json.loads(out)] == [4, 4]

@@ -372,10 +372,12 @@ def _terminate(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
-def run(cfg_points: list[BenchConfig], out=None) -> int:
+def run(cfg_points: list[BenchConfig], out=None, as_json: bool = False) -> int:
     """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
-    sweeps. Returns the exit code."""
-    return _with_signals(cfg_points, lambda: _run_points(cfg_points, out or sys.stdout))
+    sweeps. With `as_json` the summaries go to stderr and stdout gets the results as JSON (one object, or a
+    list for a sweep), measured parts of an interrupted run included. Returns the exit code."""
+    text = out or (sys.stderr if as_json else sys.stdout)
+    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, as_json))
 
 
 def _with_signals(cfg_points: list[BenchConfig], body) -> int:
@@ -395,21 +397,28 @@ def _with_signals(cfg_points: list[BenchConfig], body) -> int:
             signal.signal(s, handler)
 
 
-def _run_points(cfg_points: list[BenchConfig], out) -> int:
+def _run_points(cfg_points: list[BenchConfig], out, as_json: bool = False) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
-    for cfg in cfg_points:
-        point = _point_name(cfg)
+    try:
+        for cfg in cfg_points:
+            point = _point_name(cfg)
+            if len(cfg_points) > 1:
+                print(f"\n### point {point}", file=out)
+            result, path, c = run_point(cfg, tok, out)
+            results.append((point, result.dump(), str(path) if path else None))
+            code = max(code, c)
+            if result.interrupted:
+                break
         if len(cfg_points) > 1:
-            print(f"\n### point {point}", file=out)
-        result, path, c = run_point(cfg, tok, out)
-        results.append((point, result.dump(), str(path) if path else None))
-        code = max(code, c)
-        if result.interrupted:
-            break
-    if len(cfg_points) > 1:
-        print_sweep_table(results, file=out)
+            print_sweep_table(results, file=out)
+    finally:
+        if as_json:
+            dumps = [dump for _, dump, _ in results]
+            sys.stdout.write(
+                json.dumps(dumps[0] if len(cfg_points) == 1 and dumps else dumps, indent=1) + "\n"
+            )
     return code
 
 

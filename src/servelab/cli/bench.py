@@ -98,6 +98,9 @@ def bench(
     num_warmups: int = typer.Option(0, "--num-warmups"),
     seed: int = typer.Option(0, "--seed"),
     save_result: bool = typer.Option(False, "--save-result"),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the result as JSON on stdout (the summary goes to stderr)."
+    ),
     save_detailed: bool = typer.Option(False, "--save-detailed"),
     result_dir: str | None = typer.Option(None, "--result-dir"),
     result_filename: str | None = typer.Option(None, "--result-filename"),
@@ -266,6 +269,8 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags={"headers": "--header"}) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if simulate and as_json:
+        raise ServelabError("--json: not with --simulate, whose result is the file --save-result writes")
     if simulate:
         deployment: dict[str, Any] = dict(system=system, tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
         deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
@@ -275,7 +280,13 @@ def bench(
         settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
         settings.update(gpu_memory_utilization=gpu_memory_utilization)
         return _simulate(points, auto_sweep, deployment, settings)
-    return run_rate_sweep(points[0], sweep_rates) if auto_sweep else run(points)
+    if auto_sweep:
+        if as_json:
+            raise ServelabError(
+                "--json is for one point or a list sweep; --request-rate sweep prints a table"
+            )
+        return run_rate_sweep(points[0], sweep_rates)
+    return run(points, as_json=as_json)
 
 
 def _simulate(points: list, auto_sweep: bool, deployment: dict, settings: dict) -> int:
