@@ -17,6 +17,7 @@ from servelab.recipes.engines import render
 from servelab.recipes.inferencex import MasterEntry, load_master
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.workload import recipe_to_workloads
 from servelab.recipes.yamlio import dump_yaml, read_yaml
 
 UPSTREAM = Path(__file__).parents[1] / "data" / "inferencex" / "configs"
@@ -102,6 +103,12 @@ def test_show_as_inferencex_from_a_store_of_upstream_files(store, recipes):
         r = run("recipes", "show", key, "--as", "inferencex", "--dir", str(store))
         assert r.returncode == 0, r.stderr
         assert yaml.safe_load(r.stdout) == {key: recipes[key][1]}
+
+
+def test_an_agentic_key_is_not_a_perf_eval_workload(recipes):
+    key = next(k for k, (r, _) in recipes.items() if r.scenarios.agentic_coding and r.framework == "vllm")
+    with pytest.raises(ServelabError, match="agentic-coding scenarios replay traces"):
+        recipe_to_workloads(key, recipes[key][0])
 
 
 def test_upstream_runners_yaml_loads():

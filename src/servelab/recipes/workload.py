@@ -564,7 +564,11 @@ def recipe_to_workloads(key: str, recipe, gpu: str = "") -> list[dict]:
             f"{key}: perf-eval workload files describe vLLM servers; this recipe uses {recipe.framework}"
         )
     layouts: dict[tuple, list] = {}
-    for _, seq, _, arm in recipe.arms():
+    for kind, seq, _, arm in recipe.arms():
+        if kind != "fixed-seq-len":
+            raise ServelabError(
+                f"{key}: {kind} scenarios replay traces; a perf-eval workload has fixed lengths"
+            )
         if arm.disagg:
             raise ServelabError(f"{key}: disaggregated arms have no single vLLM server to describe")
         layouts.setdefault((arm.tp_, arm.ep_, arm.pp_, arm.dp_attn_), []).append((seq, arm))
