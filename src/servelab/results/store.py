@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +81,20 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. Two processes creating one store at once can find it locked here without SQLite's
+    busy handler being called (the switch needs an exclusive lock): wait as the busy timeout would."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise ServelabError(f"{what} {value!r}: expected one of {', '.join(allowed)}")
@@ -97,7 +112,7 @@ class Store:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
         except (OSError, sqlite3.DatabaseError) as e:
             raise ServelabError(f"{path}: cannot open as a results store (an SQLite file): {e}") from e
         conn.row_factory = sqlite3.Row
