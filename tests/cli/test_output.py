@@ -90,6 +90,14 @@ def test_plan_and_recipes_as_csv_carry_the_json_numbers():
     )
 
 
+def test_models_and_systems_as_csv_name_every_entry():
+    models = list(csv.DictReader(io.StringIO(run_piped("models", "--csv").stdout)))
+    as_json = json.loads(run_piped("models", "--json").stdout)
+    assert [row["name"] for row in models] == [m["name"] for m in as_json]
+    systems = list(csv.DictReader(io.StringIO(run_piped("systems", "--csv").stdout)))
+    assert {"h200_sxm", "b200_sxm"} <= {row["name"] for row in systems}
+
+
 def test_plan_on_an_80_column_terminal_keeps_keys_and_fits():
     labels = plan_labels()
     out = run_on_terminal(*PLAN)

@@ -41,6 +41,9 @@ def test_list_and_validate_as_json():
     assert r.returncode == 0, r.stderr
     reports = json.loads(r.stdout)
     assert {rep["key"] for rep in reports} == set(listed) and all(rep["ok"] for rep in reports)
+    r = run("recipes", "lock", "--check", "--json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout) == {"up_to_date": True, "keys": len(listed), "stale": []}
 
 
 def test_render_prints_exact_argv_and_env():
@@ -75,6 +78,8 @@ def test_validate_file_formats(tmp_path):
         imported["engine"]["cuda-home"] == "/usr/local/cuda"
         and imported["image"] == "vllm/vllm-openai:v0.25.0"
     )
+    r = run("recipes", "import", str(tmp_path / "w.yaml"), "--image", "vllm/vllm-openai:v0.25.0", "--json")
+    assert json.loads(r.stdout)["recipes"]["deepseek_v4_pro-b200"] == imported
     bad = EXAMPLE_MASTER.replace("precision: fp4", "precision: fp4\n  tp: 8")
     (tmp_path / "bad.yaml").write_text(bad)
     r = run("recipes", "validate", str(tmp_path / "bad.yaml"))

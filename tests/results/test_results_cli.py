@@ -46,6 +46,8 @@ def test_import_list_show_compare_export(tmp_path, write_json, vllm_result):
     runs = json.loads(ok(servelab("list", "--json", store=store)))
     assert len(runs) == 6 and {r["name"] for r in runs} == {"base", "new"} and runs[0]["num_metrics"] == 14
     assert "base" in ok(servelab("list", "--name", "base", store=store))
+    listed = list(csv.DictReader(io.StringIO(ok(servelab("list", "--csv", store=store)))))
+    assert [row["run"] for row in listed] == [r["id"] for r in runs] and listed[0]["metrics"] == "14"
 
     shown = json.loads(ok(servelab("show", runs[0]["id"], "--json", store=store)))
     assert shown["stages"][0]["config"] == "vllm-conc-16" and len(shown["metrics"]) == 14

@@ -8,13 +8,21 @@ from typing import Any
 
 import typer
 
-from servelab.cli._common import Col, JsonOpt, KvDtypeOpt, WeightDtypeOpt, print_json, print_table
+from servelab.cli._common import (
+    Col,
+    CsvOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    WeightDtypeOpt,
+    print_json,
+    print_table,
+)
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show model specs.")
 
 
 @app.callback()
-def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+def models(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -> None:
     """List the embedded models (and the checkpoint ids that map to them)."""
     if ctx.invoked_subcommand:
         return
@@ -61,7 +69,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
         )
         for r in rows
     ]
-    print_table(columns, table_rows, "Embedded models (servelab models show NAME for details)")
+    print_table(columns, table_rows, "Embedded models (servelab models show NAME for details)", as_csv=as_csv)
 
 
 @app.command("show")

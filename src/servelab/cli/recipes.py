@@ -185,6 +185,7 @@ def render(
 def lock(
     directory: Path = StoreDirOpt,
     check: bool = typer.Option(False, "--check", help="Only report stale keys (exit 2 when any)."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Record each key's fingerprint in fingerprints.lock (compared by `servelab changelog validate`)."""
     from servelab.recipes.lock import compute_fingerprints, stale_keys  # noqa: PLC0415  # start-up time
@@ -193,9 +194,12 @@ def lock(
     store = open_store(directory)
     if check:
         stale = stale_keys(store)
+        if as_json:
+            print_json({"up_to_date": not stale, "keys": len(store.recipes), "stale": stale})
         if stale:
             raise ServelabError(f"{LOCK} is stale for {', '.join(stale)}; run `servelab recipes lock`")
-        typer.echo(f"{LOCK} is up to date ({len(store.recipes)} keys)")
+        if not as_json:
+            typer.echo(f"{LOCK} is up to date ({len(store.recipes)} keys)")
         return
     fps = compute_fingerprints(store)
     path = Path(store.source.root) / LOCK
@@ -203,6 +207,9 @@ def lock(
         path.write_text(lock_text(fps))
     except OSError as e:
         raise ServelabError(f"{path}: cannot write ({e.strerror or e})") from None
+    if as_json:
+        print_json({"written": str(path), "keys": len(fps)})
+        return
     typer.echo(f"wrote {len(fps)} fingerprints to {path}")
 
 
@@ -211,6 +218,7 @@ def import_(
     file: Path,
     image: str = typer.Option(None, "--image", help="Image for workload files (they name none)."),
     directory: Path = StoreDirOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the recipes and the notes as JSON."),
 ) -> None:
     """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes, printed as YAML."""
     from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
@@ -218,6 +226,9 @@ def import_(
 
     store = open_store(directory)
     recipes, notes = load_any(file, store.registry, image=image)
+    if as_json:
+        print_json({"recipes": {k: r.dump() for k, r in recipes.items()}, "notes": notes})
+        return
     for n in notes:
         typer.echo(f"# note: {n}")
     typer.echo(dump_yaml({k: r.dump() for k, r in recipes.items()}), nl=False)

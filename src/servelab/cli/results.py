@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servelab.cli._common import Col, CsvOpt, print_table
 from servelab.errors import ServelabError
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
@@ -48,6 +49,7 @@ def list_runs(
     ),
     store_path: Path = StoreOpt,
     as_json: bool = JsonOpt,
+    as_csv: bool = CsvOpt,
 ) -> None:
     """The runs in the store, newest first."""
     with Store.open(store_path) as store:
@@ -56,16 +58,24 @@ def list_runs(
     if as_json:
         _print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
         return
-    if not runs:
+    if not runs and not as_csv:
         typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
         return
-    table = Table("run", "name", "started", "outcome", "metrics", "gpu", "host")
-    for r in runs:
-        p = r.provenance
-        table.add_row(
-            r.id, r.name, r.started_at or "", r.outcome, str(counts.get(r.id, 0)), p.gpu or "", p.host or ""
-        )
-    _console().print(table)
+    columns = (
+        Col("run", key=True),
+        Col("name", key=True),
+        Col("started", drop=2),
+        Col("outcome", key=True),
+        Col("metrics", "right", drop=3),
+        Col("gpu", drop=1),
+        Col("host", drop=4),
+    )
+    rows = [
+        (r.id, r.name, r.started_at or "", r.outcome, str(counts.get(r.id, 0)), r.provenance.gpu or "")
+        + (r.provenance.host or "",)
+        for r in runs
+    ]
+    print_table(columns, rows, as_csv=as_csv)
 
 
 @app.command()

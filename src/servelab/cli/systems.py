@@ -6,13 +6,13 @@ module whatever the command.
 
 import typer
 
-from servelab.cli._common import Col, JsonOpt, print_json, print_table
+from servelab.cli._common import Col, CsvOpt, JsonOpt, print_json, print_table
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show GPU systems.")
 
 
 @app.callback()
-def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+def systems(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -> None:
     """List the systems servelab knows."""
     if ctx.invoked_subcommand:
         return
@@ -49,7 +49,7 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
         )
         for s in specs
     ]
-    print_table(columns, rows, "Systems (datasheet figures; measured ceilings marked)")
+    print_table(columns, rows, "Systems (datasheet figures; measured ceilings marked)", as_csv=as_csv)
 
 
 @app.command("show")
