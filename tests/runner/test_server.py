@@ -90,22 +90,20 @@ def test_early_exit_raises_with_the_log_tail(tmp_path):
     assert_all_gone(server, pid_file)  # the forked worker outlived its parent: the group teardown got it
 
 
+@pytest.mark.timeout(120)  # a hang guard, not a speed check
 def test_never_healthy_times_out_with_the_log_tail(tmp_path):
     server, pid_file = engine(tmp_path, "sick", start_timeout_s=2.0)
-    t0 = time.monotonic()
     with pytest.raises(ServerStartError, match="not healthy after 2 s") as err:
         server.start()
-    assert time.monotonic() - t0 < 10
     assert "engine starting sick" in str(err.value)
     assert_all_gone(server, pid_file)
 
 
+@pytest.mark.timeout(120)  # a hang guard, not a speed check
 def test_teardown_kills_a_server_that_ignores_sigterm(tmp_path):
     server, pid_file = engine(tmp_path, "stubborn", stop_timeout_s=1.0)
     server.start()
-    t0 = time.monotonic()
     server.stop()
-    assert time.monotonic() - t0 < 10
     assert server.proc is not None and server.proc.returncode == -signal.SIGKILL
     assert_all_gone(server, pid_file)
     server.stop()  # a second stop is harmless

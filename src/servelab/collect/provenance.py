@@ -2,36 +2,16 @@
 
 import datetime
 import platform
-import shutil
-import subprocess
 import sys
 
-from servelab import __version__
+from servelab import __version__, gpuinfo
 
 SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu"
 
 
 def nvidia_smi() -> list[dict] | None:
-    """One dict per GPU from nvidia-smi (argv list, read only: clocks are never changed)."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None
-    names = SMI_FIELDS.split(",")
-    return [
-        dict(zip(names, (v.strip() for v in line.split(",")), strict=False))
-        for line in out.strip().splitlines()
-        if line
-    ]
+    """One dict per GPU with SMI_FIELDS, or None without nvidia-smi."""
+    return gpuinfo.nvidia_smi(SMI_FIELDS)
 
 
 def command_line(argv: list[str] | None = None) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import servelab
+from servelab.gpuinfo import nvidia_smi
 
 REDACTED = "<redacted>"
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
@@ -68,25 +69,12 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def gpu_and_driver() -> tuple[str | None, str | None]:
     """GPU names (`8x NVIDIA H200`) and driver version from nvidia-smi; (None, None) where it is absent."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None, None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None, None
-    rows = [[v.strip() for v in line.split(",")] for line in out.strip().splitlines() if "," in line]
+    rows = nvidia_smi("name,driver_version")
     if not rows:
         return None, None
-    names = sorted({r[0] for r in rows})
-    gpu = ", ".join(f"{sum(r[0] == n for r in rows)}x {n}" for n in names)
-    return gpu, rows[0][1]
+    names = sorted({r["name"] for r in rows})
+    gpu = ", ".join(f"{sum(r['name'] == n for r in rows)}x {n}" for n in names)
+    return gpu, rows[0].get("driver_version")
 
 
 def git_sha() -> str | None:
