@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.cli._common import Col, CsvOpt, print_table
+from servelab.cli._common import Col, CsvOpt, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
@@ -23,11 +23,6 @@ app = typer.Typer(no_args_is_help=True, help="The results store: list, show, com
 StoreOpt = typer.Option(
     None, "--store", help=f"The results store (an SQLite file); default {default_path()}.", show_default=False
 )
-JsonOpt = typer.Option(False, "--json", help="Print JSON.")
-
-
-def _print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _console() -> Console:
@@ -56,7 +51,7 @@ def list_runs(
         runs = store.list_runs(name=name, limit=limit or None)
         counts = store.metric_counts()
     if as_json:
-        _print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
+        print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
         return
     if not runs and not as_csv:
         typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
@@ -88,7 +83,7 @@ def show(
     with Store.open(store_path) as store:
         record = run_record(store, store.get_run(run))
     if as_json:
-        _print_json(record)
+        print_json(record)
         return
     console = _console()
     fields = {k: v for k, v in record.items() if k not in ("provenance", "stages", "metrics")}
@@ -133,7 +128,7 @@ def compare(
     with Store.open(store_path) as store:
         result = comparing.compare(store, a, b, metric or [])
     if as_json:
-        _print_json(
+        print_json(
             {
                 "a": [r.id for r in result.runs_a],
                 "b": [r.id for r in result.runs_b],
@@ -200,7 +195,7 @@ def export(
         output.write_text(text.getvalue())
     summary = {"output": str(output), "format": fmt, "runs": len(selected), "rows": len(rows)}
     if as_json:
-        _print_json(summary)
+        print_json(summary)
     else:
         typer.echo(f"wrote {len(rows)} metric values of {len(selected)} runs to {output} ({fmt})")
 
@@ -223,7 +218,7 @@ def import_(
     with Store.open(store_path) as store:
         imported = import_files(store, files, name)
     if as_json:
-        _print_json([dataclasses.asdict(i) for i in imported])
+        print_json([dataclasses.asdict(i) for i in imported])
         return
     for i in imported:
         if i.new:
