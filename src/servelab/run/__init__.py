@@ -1,0 +1,1 @@
+"""`servelab run`: start a server, benchmark it, check its accuracy, judge assertions, keep the results."""
