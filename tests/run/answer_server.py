@@ -1,4 +1,5 @@
-"""An OpenAI-compatible server for the eval stages' tests that knows the answers: in a thread of the test process.
+"""An OpenAI-compatible server for the eval stages' tests that knows the answers, in a thread of the test
+process.
 
 `AnswerServer(correct=True, ...)` answers right, `correct=False` answers wrong:
 - GSM8K (completions or chat): it finds the last "Question: ..." of the prompt in the GSM8K file it was given
@@ -49,18 +50,22 @@ def _single_turn_calls(ground_truth: list[dict]) -> list[tuple[str, dict]]:
     return calls
 
 
-def _multi_turn_calls(turn: list[str], tools: dict[str, list[str]]) -> list[tuple[str, dict]]:
-    """'mv(source="a", destination="b")' -> ("mv", {...}); positional values take the tool's parameter order."""
+def _multi_turn_calls(turn: list[str]) -> list[tuple[str, dict]]:
+    """'mv(source="a", destination="b")' -> ("mv", {"source": "a", ...}); positional values keyed by
+    position."""
     calls = []
     for text in turn:
         node = ast.parse(text, mode="eval").body
         assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name), text
-        name = node.func.id
-        args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
-        for i, value in enumerate(node.args):
-            args[tools[_tool_name(name, tools)][i]] = ast.literal_eval(value)
-        calls.append((name, args))
+        args: dict = {i: ast.literal_eval(v) for i, v in enumerate(node.args)}
+        args |= {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+        calls.append((node.func.id, args))
     return calls
+
+
+def _named(args: dict, params: list[str]) -> dict:
+    """Positional values named after the tool's parameters, in the order its schema lists them."""
+    return {params[k] if isinstance(k, int) else k: v for k, v in args.items()}
 
 
 def _tool_name(name: str, tools: dict) -> str:
@@ -152,12 +157,17 @@ class AnswerServer:
     def bfcl_calls(self, messages: list[dict], user_texts: list[str], tools: dict) -> list[tuple[str, dict]]:
         if messages[-1]["role"] != "user":
             return []  # the tools answered: the turn is over
-        case = next((c for c in self.bfcl_cases if c.matches(user_texts)), None)
-        if case is None:
-            return []
-        if not case.multi_turn:
-            return _single_turn_calls(case.ground_truth)
-        return _multi_turn_calls(case.ground_truth[len(user_texts) - 1], tools)
+        # Cases can share their turns (multi_turn_miss_func_0 is multi_turn_base_0 with a function held back):
+        # the case asked is one whose calls of this turn the client offers as tools.
+        for case in self.bfcl_cases:
+            if case.matches(user_texts):
+                if not case.multi_turn:
+                    calls = _single_turn_calls(case.ground_truth)
+                else:
+                    calls = _multi_turn_calls(case.ground_truth[len(user_texts) - 1])
+                if all(_tool_name(name, tools) in tools for name, _ in calls):
+                    return [(name, _named(args, tools[_tool_name(name, tools)])) for name, args in calls]
+        return []
 
     def _handler(self):
         server = self

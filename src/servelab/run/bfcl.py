@@ -2,13 +2,14 @@
 
 bfcl-eval pins numpy==1.26.4 and some 30 exact versions, so it lives in its own environment
 (scripts/setup_bfcl.sh) and runs as a command there: servelab.run.bfcl_driver, executed by that environment's
-python. The python is, in this order: the `python` argument, $SERVELAB_BFCL_PYTHON, $SERVELAB_BFCL_VENV/bin/python,
-./.venv-bfcl/bin/python (the setup script's default), or the python of a `bfcl` command on PATH.
+python. The python is, in this order: the `python` argument, $SERVELAB_BFCL_PYTHON,
+$SERVELAB_BFCL_VENV/bin/python, ./.venv-bfcl/bin/python (the setup script's default), or the python of a
+`bfcl` command on PATH.
 
 The model is registered as a function-calling model reached through chat completions with tools, the
 workload's categories are generated and evaluated (max_test_cases: the first N cases of a category in
-bfcl-eval's order, split evenly across the leaf categories of a group such as multi_turn), and bfcl-eval's work
-folder (its results, scores and the id file) stays in `out_dir` with the driver's log.
+bfcl-eval's order, split evenly across the leaf categories of a group such as multi_turn), and bfcl-eval's
+work folder (its results, scores and the id file) stays in `out_dir` with the driver's log.
 
 Metrics, each accuracy a fraction in [0, 1] from bfcl-eval's score files:
   <category>.accuracy   a leaf category's correct / total; a group's the unweighted mean of its leaves (as
@@ -16,6 +17,8 @@ Metrics, each accuracy a fraction in [0, 1] from bfcl-eval's score files:
   <leaf>.accuracy       each leaf of a group as well (multi_turn_base, multi_turn_miss_func, ...)
   <category>.num_cases  the cases evaluated
   overall.accuracy      the unweighted mean of the workload's categories
+  overall.inference_errors  cases whose request failed (bfcl-eval scores them as wrong); when every case
+                        failed, the server was not answering and the stage fails instead
 """
 
 from __future__ import annotations
@@ -87,7 +90,13 @@ def metrics_from_scores(categories: list[str], result: dict) -> tuple[dict[str, 
                 metrics[f"{leaf}.num_cases"] = float(scores[leaf]["total_count"])
     overall = [metrics[f"{c}.accuracy"] for c in categories]
     metrics["overall.accuracy"] = sum(overall) / len(overall)
-    units = {name: "cases" for name in metrics if name.endswith(".num_cases")}
+    run = [scores[leaf] for leaf in dict.fromkeys(x for c in categories for x in result["leaves"][c])]
+    errors = sum(s.get("inference_errors", 0) for s in run)
+    if errors and errors == sum(s["total_count"] for s in run):
+        first = next(s["first_error"] for s in run if s.get("first_error"))
+        raise StageFailed(f"bfcl: no case reached an answer from the server ({first})")
+    metrics["overall.inference_errors"] = float(errors)
+    units = {name: "cases" for name in metrics if name.endswith((".num_cases", ".inference_errors"))}
     return metrics, units
 
 

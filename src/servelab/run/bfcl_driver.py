@@ -2,15 +2,17 @@
 the BFCL environment (scripts/setup_bfcl.sh), never imported by servelab, so it uses only the standard library
 and bfcl_eval.
 
-The caller sets BFCL_PROJECT_ROOT (bfcl-eval's work folder: results, scores, the id file), OPENAI_BASE_URL and
-OPENAI_API_KEY in the environment, because bfcl_eval reads them when it is imported. The model is registered as
-a function-calling model served through chat completions with tools (bfcl-eval's OpenAICompletionsHandler),
-as perf-eval registers it. Every leaf category's cases are listed in bfcl-eval's id file (the first N in
-bfcl-eval's order, split evenly across the leaves of a group such as multi_turn, as perf-eval subsamples), then
-generated and evaluated. The scores of each leaf (bfcl-eval's BFCL_v4_<leaf>_score.json header) are written to
---out as JSON: {"leaves": {category: [leaf, ...]}, "scores": {leaf: {accuracy, correct_count, total_count}}}.
+The caller sets BFCL_PROJECT_ROOT (bfcl-eval's work folder: results, scores, the id file), OPENAI_BASE_URL
+and OPENAI_API_KEY in the environment, because bfcl_eval reads them when it is imported. The model is
+registered as a function-calling model served through chat completions with tools (bfcl-eval's
+OpenAICompletionsHandler), as perf-eval registers it. Every leaf category's cases are listed in bfcl-eval's id
+file (the first N in bfcl-eval's order, split evenly across the leaves of a group such as multi_turn, as
+perf-eval subsamples), then generated and evaluated. The scores of each leaf (the header of bfcl-eval's
+BFCL_v4_<leaf>_score.json) are written to --out as JSON:
+{"leaves": {category: [leaf, ...]}, "scores": {leaf: {accuracy, correct_count, total_count}}}.
 
-    python bfcl_driver.py --model M --category simple_python --category multi_turn --max-cases 4 --out s.json
+    python bfcl_driver.py --model M --category simple_python --category multi_turn \
+        --max-cases '{"multi_turn": 4}' --out scores.json
 """
 
 import argparse
@@ -54,6 +56,17 @@ def select_ids(categories: list[str], max_cases: dict[str, int]) -> dict[str, li
             chosen = ids.setdefault(leaf, [])
             chosen += [e["id"] for e in entries[:share] if e["id"] not in chosen]
     return {leaf: chosen for leaf, chosen in ids.items() if chosen}
+
+
+def inference_errors(result_file: Path) -> dict:
+    """The cases whose generation failed (bfcl-eval scores them as wrong), and the first such error."""
+    errors = []
+    if result_file.is_file():
+        for line in result_file.read_text().splitlines():
+            result = json.loads(line).get("result") if line.strip() else None
+            if isinstance(result, str) and result.startswith("Error during inference"):
+                errors.append(result)
+    return {"inference_errors": len(errors), "first_error": errors[0] if errors else None}
 
 
 def register(model: str) -> None:
@@ -106,12 +119,13 @@ def run(args: argparse.Namespace) -> dict:
     scores = {}
     model_dir = args.model.replace("/", "_")
     for leaf in ids:
-        path = SCORE_PATH / model_dir / get_directory_structure_by_category(leaf)
-        path = path / f"{VERSION_PREFIX}_{leaf}_score.json"
+        folder = model_dir + "/" + get_directory_structure_by_category(leaf)
+        path = SCORE_PATH / folder / f"{VERSION_PREFIX}_{leaf}_score.json"
         if path.is_file():
             with path.open() as f:
                 header = json.loads(f.readline())
             scores[leaf] = {k: header[k] for k in ("accuracy", "correct_count", "total_count")}
+            scores[leaf] |= inference_errors(RESULT_PATH / folder / f"{VERSION_PREFIX}_{leaf}_result.json")
     leaves = {c: [leaf for leaf in leaves_of(c) if leaf in ids] for c in args.category}
     return {"leaves": leaves, "scores": scores}
 
