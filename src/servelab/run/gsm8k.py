@@ -101,6 +101,34 @@ def metrics_from_results(task_results: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
+def _task_spec(task: WlTask, dataset_path: Path | None, out_dir: Path, tasks_dir: Path, task_manager):
+    """(what lm-eval's simple_evaluate gets as the task, the TaskManager that resolves it)."""
+    # lm-eval keeps each task family in a folder of its name (tasks/gsm8k/gsm8k.yaml); indexing that folder
+    # takes a second or two, indexing every task lm-eval has some 20 s on a small machine
+    family = tasks_dir / task.name
+    manager = task_manager(include_defaults=False, include_path=str(family)) if family.is_dir() else None
+    if manager is None or task.name not in manager.task_index:
+        manager = task_manager()
+    entry = manager.task_index.get(task.name)
+    if entry is None or entry.yaml_path is None:
+        raise ServelabError(f"{task.name!r} is not an lm-eval task with a task file", field="task")
+    if dataset_path is None:
+        return task.name, manager
+    return str(local_task_config(task, dataset_path, entry.yaml_path, out_dir)), manager
+
+
+def _save(results: dict, task_name: str, out_dir: Path, default) -> list[Path]:
+    """lm-eval's results JSON and its samples as JSONL (`default` makes lm-eval's objects serializable)."""
+    samples = results.pop("samples", {}).get(task_name, [])
+    results_path = out_dir / RESULTS_FILE
+    results_path.write_text(json.dumps(results, indent=2, default=default))
+    samples_path = out_dir / SAMPLES_FILE
+    with samples_path.open("w") as f:
+        for sample in samples:
+            f.write(json.dumps(sample, default=default) + "\n")
+    return [results_path, samples_path]
+
+
 def run_gsm8k(
     target: Target,
     task: WlTask,
@@ -111,33 +139,18 @@ def run_gsm8k(
     chat: bool = False,
 ) -> StageOutput:
     try:
-        import lm_eval  # noqa: PLC0415 (the optional `evals` extra)
         import lm_eval.tasks  # noqa: PLC0415 (the optional `evals` extra)
-        from lm_eval.tasks import TaskManager  # noqa: PLC0415 (the optional `evals` extra)
         from lm_eval.utils import handle_non_serializable  # noqa: PLC0415 (the optional `evals` extra)
     except ImportError:
         raise StageFailed(f"gsm8k: lm-eval is not installed; {INSTALL_HINT}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
-    # lm-eval keeps each task family in a folder of its name (tasks/gsm8k/gsm8k.yaml); indexing that folder
-    # takes a second or two, indexing every task lm-eval has some 20 s on a small machine
-    family = Path(lm_eval.tasks.__file__).parent / task.name
-    manager = (
-        TaskManager(include_defaults=False, include_path=str(family)) if family.is_dir() else TaskManager()
-    )
-    entry = manager.task_index.get(task.name)
-    if entry is None and family.is_dir():
-        manager = TaskManager()
-        entry = manager.task_index.get(task.name)
-    if entry is None or entry.yaml_path is None:
-        raise ServelabError(f"{task.name!r} is not an lm-eval task with a task file", field="task")
-    spec = str(local_task_config(task, dataset_path, entry.yaml_path, out_dir)) if dataset_path else task.name
-    model = "local-chat-completions" if chat else "local-completions"
-    model_args = lm_eval_model_args(target, task, defaults, chat)
+    tasks_dir = Path(lm_eval.tasks.__file__).parent
+    spec, manager = _task_spec(task, dataset_path, out_dir, tasks_dir, lm_eval.tasks.TaskManager)
     try:
         with _api_key(target.api_key):
             results = lm_eval.simple_evaluate(
-                model=model,
-                model_args=model_args,
+                model="local-chat-completions" if chat else "local-completions",
+                model_args=lm_eval_model_args(target, task, defaults, chat),
                 tasks=[spec],
                 num_fewshot=task.num_fewshot,
                 task_manager=manager,
@@ -149,21 +162,9 @@ def run_gsm8k(
         raise StageFailed(f"gsm8k: lm-eval failed: {type(e).__name__}: {first_line}") from e
     if not results or task.name not in results.get("results", {}):
         raise StageFailed(f"gsm8k: lm-eval returned no results for {task.name}")
-    samples = results.pop("samples", {}).get(task.name, [])
-    results_path = out_dir / RESULTS_FILE
-    results_path.write_text(json.dumps(results, indent=2, default=handle_non_serializable))
-    samples_path = out_dir / SAMPLES_FILE
-    with samples_path.open("w") as f:
-        for sample in samples:
-            f.write(json.dumps(sample, default=handle_non_serializable) + "\n")
+    artifacts = _save(results, task.name, out_dir, handle_non_serializable)
     metrics = metrics_from_results(results["results"][task.name])
     if "exact_match" not in metrics:
         raise StageFailed(f"gsm8k: lm-eval's results for {task.name} hold no strict-match exact_match")
-    metrics["num_questions"] = float(
-        results.get("n-samples", {}).get(task.name, {}).get("effective", len(samples))
-    )
-    return StageOutput(
-        metrics=metrics,
-        units={"num_questions": "questions"},
-        artifacts=[results_path, samples_path],
-    )
+    metrics["num_questions"] = float(results["n-samples"][task.name]["effective"])
+    return StageOutput(metrics=metrics, units={"num_questions": "questions"}, artifacts=artifacts)
