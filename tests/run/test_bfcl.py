@@ -4,7 +4,11 @@ that calls the ground-truth functions of each case and one that calls none."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +165,33 @@ def test_the_driver_gets_the_workload_settings(tmp_path, monkeypatch):
     ]  # fmt: skip
     # the user's own OpenAI key never goes to the server under test
     assert lines[-3:] == [str(tmp_path / "out"), "http://h:8000/v1", "EMPTY"]
+
+
+def test_ctrl_c_ends_the_bfcl_process(tmp_path):
+    """Ctrl-C during the stage (SIGINT to servelab alone) ends the driver too: nothing is left running."""
+    pid_file = tmp_path / "driver.pid"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    fake.chmod(0o755)
+    code = (
+        "from pathlib import Path\n"
+        "from servelab.recipes.workload import WlBfcl\n"
+        "from servelab.run.bfcl import run_bfcl\n"
+        "from servelab.run.stage import Target\n"
+        f"run_bfcl(Target('http://127.0.0.1:9', 'm'), WlBfcl(test_categories=['multiple']), "
+        f"Path({str(tmp_path / 'out')!r}), python=Path({str(fake)!r}))\n"
+    )
+    stage = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # hang guard only: the driver starts within a second or two
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        driver = int(pid_file.read_text())
+        stage.send_signal(signal.SIGINT)
+        assert stage.wait(timeout=60) != 0
+        assert "KeyboardInterrupt" in stage.stderr.read()
+        with pytest.raises(ProcessLookupError):
+            os.kill(driver, 0)
+    finally:
+        stage.kill()
