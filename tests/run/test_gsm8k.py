@@ -146,3 +146,15 @@ def test_lm_eval_missing_says_how_to_install(monkeypatch, tmp_path, gsm8k_file):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # import lm_eval raises ImportError
     with pytest.raises(StageFailed, match=r"pip install '.*\[evals\]'"):
         run_gsm8k(Target("http://127.0.0.1:9", MODEL), task(), None, tmp_path / "out", gsm8k_file)
+
+
+def test_a_task_lm_eval_does_not_have_is_bad_input(tmp_path):
+    class NoTasks:  # a TaskManager that knows no task, so the test need not index lm-eval's ~10k tasks
+        task_index: dict = {}
+
+        def __init__(self, **_) -> None:
+            pass
+
+    with pytest.raises(ServelabError, match="'gsm9k' is not an lm-eval task") as e:
+        gsm8k._task_spec(WlTask(name="gsm9k"), None, tmp_path, tmp_path, NoTasks)
+    assert e.value.field == "task"
