@@ -156,8 +156,8 @@ def test_the_driver_gets_the_workload_settings(tmp_path, monkeypatch):
     with pytest.raises(StageFailed, match="exited with code 3"):
         run_bfcl(Target("http://h:8000/", "org/m"), spec, tmp_path / "out", python=fake)
     lines = record.read_text().splitlines()
-    assert lines[:1] == [str(bfcl.DRIVER)]
-    args = lines[1:-3]
+    assert lines[:2] == ["-I", str(bfcl.DRIVER)]
+    args = lines[2:-3]
     assert args == [
         "--model", "org/m", "--category", "simple_python", "--category", "multi_turn",
         "--num-threads", "3", "--temperature", "0.5", "--maximum-step-limit", "7",

@@ -109,7 +109,9 @@ def run_bfcl(target: Target, spec: WlBfcl, out_dir: Path, *, python: Path | None
     categories = list(dict.fromkeys(spec.test_categories))
     max_cases = {c: n for c in categories if (n := spec.cases_for(c)) is not None}
     scores_path, log_path = out_dir / SCORES_FILE, out_dir / LOG_FILE
-    argv = [str(interpreter), str(DRIVER), "--model", target.model]
+    # -I: the driver's folder (servelab/run, whose bfcl.py would shadow any module named bfcl) and PYTHON*
+    # variables such as a PYTHONPATH meant for servelab stay out of the BFCL environment's imports
+    argv = [str(interpreter), "-I", str(DRIVER), "--model", target.model]
     for category in categories:
         argv += ["--category", category]
     argv += [
