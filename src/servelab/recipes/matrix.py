@@ -201,7 +201,7 @@ def _common(recipe, runner: str) -> dict:
     }
 
 
-def _fixed_rows(key, recipe, seq, arm, runners, f: Filters, step: int) -> list[dict]:
+def _fixed_rows(recipe, seq, arm, runners: list[str], f: Filters, step: int) -> list[dict]:
     isl, osl = seq.isl, seq.osl
     base = {"isl": isl, "osl": osl}
     tail = {
@@ -311,7 +311,7 @@ def _worker_tag(worker, role: str) -> str:
     return tag + ("dpa" if worker.dp_attn else "")
 
 
-def _agentic_rows(store, key, recipe, block, arm, runners, f: Filters, step: int) -> list[dict]:
+def _agentic_rows(store, recipe, block, arm, runners: list[str], f: Filters, step: int) -> list[dict]:
     concs = _finish(_agentic_concs(arm, f, step), f)
     if not concs:
         return []
@@ -389,9 +389,9 @@ def matrix_points(store, patterns: list[str] | None = None, filters: Filters | N
             if scenario == "fixed-seq-len":
                 if seq_lens and (block.isl, block.osl) not in seq_lens:
                     continue
-                rows = _fixed_rows(key, recipe, block, arm, runners, f, step)
+                rows = _fixed_rows(recipe, block, arm, runners, f, step)
             else:
-                rows = _agentic_rows(store, key, recipe, block, arm, runners, f, step)
+                rows = _agentic_rows(store, recipe, block, arm, runners, f, step)
             points += [Point(key, scenario, block, arm, row) for row in rows]
     return points
 
@@ -452,8 +452,8 @@ def mark_evals(rows: list[dict], include_agentic: bool = False) -> None:
                 if _eval_concs(r):
                     multi.setdefault(topology_key(r), []).append((i, _eval_concs(r)[-1]))
                 continue
-            group = (r["model"], r["runner"], r["framework"], r["precision"])
-            agentic.setdefault(group, []).append((i, max(_concs(r))))
+            by = (r["model"], r["runner"], r["framework"], r["precision"])
+            agentic.setdefault(by, []).append((i, max(_concs(r))))
         for entries in agentic.values():
             marked.add(max(entries, key=lambda e: e[1])[0])
     for entries in multi.values():
