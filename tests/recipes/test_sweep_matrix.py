@@ -4,11 +4,12 @@ pinned upstream outputs are compared row for row in test_sweep_parity.py)."""
 import json
 
 import pytest
+import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import all_evals, mark_evals, matrix
-from servelab.recipes.pipelines import to_github
+from servelab.recipes.pipelines import to_buildkite, to_github
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
 
@@ -189,6 +190,12 @@ def test_runner_node_filter_gives_a_row_per_node(ix):
     ]
     jobs = expand(ix, ["dsr1-fp8-h200-vllm"], Filters(runner_node_filter="amd", seq_lens=["1k1k"]))
     assert {j.queue for j in jobs} == {"h200-amd_1"}
+    # one launch on two nodes: one fingerprint, two Buildkite steps with their own keys and queues
+    both = expand(ix, ["dsr1-fp8-h200-vllm"], Filters(runner_node_filter="h200", seq_lens=["1k1k"]))[:2]
+    assert both[0].fingerprint == both[1].fingerprint
+    steps = yaml.safe_load(to_buildkite(both))["steps"]
+    assert len({s["key"] for s in steps}) == 2
+    assert [s["agents"]["queue"] for s in steps] == ["h200-nb_0", "h200-amd_1"]
     assert rows(ix, ["dsr1-fp4-b200-dynamo-trt"], runner_node_filter="amd") == []
 
 

@@ -55,11 +55,16 @@ def to_github(jobs) -> str:
 
 def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     steps = []
+    seen: dict[str, int] = {}
     for j in jobs:
+        # Step keys must be unique; rows that run the same thing (one per runner node, or twins in a master
+        # file) share a fingerprint, so repeats are numbered.
+        key = "job-" + j.fingerprint.removeprefix("sha256:")[:16]
+        seen[key] = seen.get(key, 0) + 1
         steps.append(
             {
                 "label": j.label(),
-                "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
+                "key": key if seen[key] == 1 else f"{key}-{seen[key]}",
                 # `buildkite-agent pipeline upload` substitutes $VAR and ${VAR} in the whole file; $$ is its
                 # escape for a literal $, so the script reaches bash as written.
                 "command": script(j, launcher).replace("$", "$$"),
