@@ -5,7 +5,9 @@ import json
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import all_evals, mark_evals, matrix
@@ -322,3 +324,29 @@ def test_github_matrices_split_as_inferencex_runs_them(ix):
     )
     evals = json.loads(to_github(expand(ix, [], Filters(evals_only=True))))
     assert set(evals) == {"evals", "multi-node-evals", "agentic-evals"}
+
+
+def test_cli_takes_inferencex_option_names(tmp_path, ix):
+    d = str(tmp_path / "configs")
+    argv = [
+        "sweep",
+        "--dir",
+        d,
+        "--mode",
+        "test-config",
+        "--config-keys",
+        "dsr1-fp8-h200-vllm",
+        "--conc",
+        "4",
+    ]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert [(j["tp"], j["isl"], j["conc"]) for j in json.loads(result.stdout)] == [
+        (8, 8192, 4),
+        (4, 8192, 4),
+        (8, 1024, 4),
+    ]
+    result = CliRunner().invoke(app, ["sweep", "--dir", d, "--multi-node", "--runner", "b200-multinode"])
+    assert result.exit_code == 0, result.output
+    assert {j["config-key"] for j in json.loads(result.stdout)} == {"dsr1-fp4-b200-dynamo-trt"}
+    assert "no launch: disaggregated" in result.stderr

@@ -26,6 +26,7 @@ def _split(values: list[str] | None) -> list[str]:
 
 def sweep(
     keys: list[str] = typer.Argument(None, help="Config keys or globs (default: every key)."),
+    config_keys: list[str] = typer.Option(None, "--config-keys", help="The same, as InferenceX names it."),
     mode: str = field_option(Filters, "mode"),
     model_prefix: list[str] = field_option(Filters, "model_prefix"),
     precision: list[str] = field_option(Filters, "precision"),
@@ -91,7 +92,7 @@ def sweep(
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
-    jobs = expand(open_store(directory), keys or [], filters)
+    jobs = expand(open_store(directory), [*(keys or []), *_split(config_keys)], filters)
     if not jobs:
         raise ServelabError("no jobs match these keys and filters")
     reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
