@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.recipes import store
+from servelab.recipes.filters import Filters
+from servelab.recipes.matrix import matrix
 from servelab.recipes.sweep import SERVELAB_FIELDS
 
 IX = Path(__file__).parents[1] / "data" / "inferencex"
@@ -97,3 +99,20 @@ def test_refresh_says_how_each_case_changed():
     )
     assert change("full", old, {**old, "rows": [a, c, c]}) == "sweep/full: 2 -> 3 rows, 1 new, 1 gone"
     assert change("full", old, {"args": [], "exit_code": 2, "stderr": "x"}) == "sweep/full: exit 0 -> 2"
+
+
+def test_test_config_as_the_changelog_runs_it(ix_store):
+    """InferenceX's process_changelog.py runs `test-config --no-evals` and `test-config --evals-only` for the
+    keys of new changelog entries; at the pinned commit (whose configs are the pinned ones) its output holds
+    the same rows as servelab's test-config mode (plus its recipe-fingerprint)."""
+    with gzip.open(IX / "changelog" / "jobs-843c6254ff69.json.gz") as f:
+        jobs = json.load(f)
+    (entry,) = jobs["changelog_metadata"]["entries"]
+    keys, scenarios = entry["config-keys"], entry["scenario-type"]
+    bench = matrix(ix_store, keys, Filters(mode="test-config", scenario_type=scenarios, no_evals=True))
+    expected = [r for family in ("single_node", "multi_node") for rows in jobs[family].values() for r in rows]
+    assert [p.row for p in bench] == [
+        {k: v for k, v in r.items() if k != "recipe-fingerprint"} for r in expected
+    ]
+    evals = matrix(ix_store, keys, Filters(mode="test-config", scenario_type=scenarios, evals_only=True))
+    assert [p.row for p in evals] == jobs["agentic_evals"] and len(evals) == 1
