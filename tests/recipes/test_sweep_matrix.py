@@ -350,3 +350,16 @@ def test_cli_takes_inferencex_option_names(tmp_path, ix):
     assert result.exit_code == 0, result.output
     assert {j["config-key"] for j in json.loads(result.stdout)} == {"dsr1-fp4-b200-dynamo-trt"}
     assert "no launch: disaggregated" in result.stderr
+
+
+def test_lowest_conc_trims_as_inferencex_changelog_does(ix):
+    got = rows(ix, ["dsr1-fp8-h200-vllm", "dsr1-fp4-b200-dynamo-trt"], lowest_conc=True, no_evals=True)
+    # the conc-list [32, 4, 16] keeps its 4, where it stood; multinode lists keep their lowest
+    assert [(r.get("tp"), r.get("isl"), r["conc"]) for r in got] == [
+        (8, 8192, 1),
+        (8, 8192, 128),
+        (4, 8192, 4),
+        (8, 1024, 4),
+        (None, 8192, [8]),
+        (None, 8192, [512]),
+    ]

@@ -170,8 +170,6 @@ def _agentic_concs(arm, f: Filters, step: int) -> list[int]:
 def _finish(values: list[int], f: Filters) -> list[int]:
     if f.conc:  # test-config: only the requested values the arm has, in the arm's order
         values = [c for c in values if c in f.conc]
-    if f.lowest_conc and values:
-        values = [min(values)]
     return values
 
 
@@ -514,7 +512,25 @@ def apply_evals(points: list[Point], f: Filters) -> list[Point]:
     return points
 
 
+def trim_conc(points: list[Point]) -> list[Point]:
+    """InferenceX's --trim-conc (process_changelog.py): each configuration at its lowest concurrency. Of the
+    rows that differ only in concurrency (and exp-name) the first at the lowest stays, where it was; a
+    multinode row keeps the lowest of its list."""
+    points = [
+        replace(p, row={**p.row, "conc": [min(p.row["conc"])]}) if "prefill" in p.row else p for p in points
+    ]
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(points):
+        if "prefill" not in p.row:
+            rest = tuple(sorted((k, _freeze(v)) for k, v in p.row.items() if k not in ("conc", "exp-name")))
+            groups.setdefault(rest, []).append(i)
+    keep = {min(members, key=lambda i: points[i].row["conc"]) for members in groups.values()}
+    return [p for i, p in enumerate(points) if "prefill" in p.row or i in keep]
+
+
 def matrix(store, patterns: list[str] | None = None, filters: Filters | None = None) -> list[Point]:
-    """The sweep's rows with their eval marks: what InferenceX's generator prints, row for row."""
+    """The sweep's rows with their eval marks: what InferenceX's generator prints, row for row
+    (--lowest-conc trims them first, as InferenceX's changelog does with --trim-conc)."""
     f = filters or Filters()
-    return apply_evals(matrix_points(store, patterns, f), f)
+    points = matrix_points(store, patterns, f)
+    return apply_evals(trim_conc(points) if f.lowest_conc else points, f)
