@@ -3,7 +3,6 @@ output of `generate_sweep_configs.py full-sweep` at the pinned upstream commit, 
 scripts/refresh_upstream_data.py) the same rows, field for field, in the same order."""
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -78,27 +77,6 @@ def test_found_in_an_inferencex_checkout(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     keys = {job["config-key"] for job in json.loads(result.stdout)}
     assert keys and keys <= {line.split(":")[0] for line in master.splitlines() if line[:1].isalnum()}
-
-
-def _refresh_script():
-    path = Path(__file__).parents[2] / "scripts" / "refresh_upstream_data.py"
-    spec = importlib.util.spec_from_file_location("refresh_upstream_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_refresh_says_how_each_case_changed():
-    change = _refresh_script().sweep_change
-    a, b, c = {"conc": 1}, {"conc": 2}, {"conc": 4}
-    old = {"args": [], "exit_code": 0, "rows": [a, b]}
-    assert change("full", old, old) is None
-    assert change("full", None, old) == "sweep/full: new (2 rows, exit 0)"
-    assert change("full", old, {**old, "rows": [b, a]}) == (
-        "sweep/full: 2 -> 2 rows, 0 new, 0 gone, same rows in another order"
-    )
-    assert change("full", old, {**old, "rows": [a, c, c]}) == "sweep/full: 2 -> 3 rows, 1 new, 1 gone"
-    assert change("full", old, {"args": [], "exit_code": 2, "stderr": "x"}) == "sweep/full: exit 0 -> 2"
 
 
 def test_test_config_as_the_changelog_runs_it(ix_store):
