@@ -27,7 +27,9 @@ IX_FILES = (
     "configs/runners.yaml",
     "perf-changelog.yaml",
 )
-MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
+# The master files in the order InferenceX's own tools merge them (utils/constants.py MASTER_CONFIGS, which
+# process_changelog.py uses): the order of the rows follows it.
+MASTER = ["configs/amd-master.yaml", "configs/nvidia-master.yaml"]
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
     "full": [],
@@ -80,6 +82,36 @@ def copy_files(repo: Path, names, dest: Path) -> list[str]:
     return changed
 
 
+def read_gz_json(path: Path):
+    if not path.exists():
+        return None
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+def _row_id(row: dict) -> str:
+    return json.dumps(row, sort_keys=True)
+
+
+def sweep_change(name: str, before, after) -> str | None:
+    """One line saying how a sweep case changed (row count, rows added/removed, order, exit status), or None
+    when it did not."""
+    if before == after:
+        return None
+    if before is None:
+        return f"sweep/{name}: new ({len(after.get('rows', []))} rows, exit {after['exit_code']})"
+    if before.get("exit_code") != after["exit_code"]:
+        return f"sweep/{name}: exit {before.get('exit_code')} -> {after['exit_code']}"
+    old, new = before.get("rows", []), after.get("rows", [])
+    old_ids, new_ids = [_row_id(r) for r in old], [_row_id(r) for r in new]
+    added = len(set(new_ids) - set(old_ids))
+    removed = len(set(old_ids) - set(new_ids))
+    what = f"{len(old)} -> {len(new)} rows, {added} new, {removed} gone"
+    if not added and not removed and sorted(old_ids) == sorted(new_ids):
+        what += ", same rows in another order"
+    return f"sweep/{name}: {what}"
+
+
 def sweep_outputs(repo: Path, dest: Path) -> list[str]:
     dest.mkdir(parents=True, exist_ok=True)
     changed = []
@@ -90,10 +122,10 @@ def sweep_outputs(repo: Path, dest: Path) -> list[str]:
         record = {"args": extra, "exit_code": run.returncode}
         record |= {"rows": json.loads(run.stdout)} if run.returncode == 0 else {"stderr": run.stderr[-2000:]}
         path = dest / f"{name}.json.gz"
-        before = path.read_bytes() if path.exists() else b""
+        line = sweep_change(name, read_gz_json(path), record)
         write_gz_json(path, record)
-        if path.read_bytes() != before:
-            changed.append(f"sweep/{name} ({len(record.get('rows', []))} rows, exit {run.returncode})")
+        if line:
+            changed.append(line)
     return changed
 
 

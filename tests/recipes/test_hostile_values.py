@@ -208,7 +208,7 @@ def test_free_text_is_quoted_in_every_format(store_dir, tmp_path, fake_bin, fiel
         else:
             assert server["argv"][-len(job.launch.argv) + 1 :] == job.launch.argv[1:]
             assert all(f"{k}={v}" in server["argv"] for k, v in job.launch.env.items())
-        assert ["servelab", *_calls(work, "servelab")[0]["argv"]] == job.client
+        assert ["servelab", *_calls(work, "servelab")[0]["argv"]] == job.benches[0].client
         assert ["lm_eval", *_calls(work, "lm_eval")[0]["argv"]] == job.evals[0]
 
         steps = yaml.safe_load(to_buildkite(jobs, launcher))["steps"]
@@ -219,14 +219,14 @@ def test_free_text_is_quoted_in_every_format(store_dir, tmp_path, fake_bin, fiel
     rows = json.loads(to_json(jobs))
     assert rows[0]["launch"] == job.launch.model_dump()
     matrix = to_github(jobs)
-    assert "${{" not in matrix and value not in json.loads(matrix)["include"][0].values()
+    assert "${{" not in matrix and value not in json.loads(matrix)["evals"]["include"][0].values()
 
 
 def test_sh_scripts_written_per_job_run_clean(store_dir, tmp_path, fake_bin):
     _edit(store_dir, FREE_TEXT_FIELDS["engine.extra-args"](f"$(touch {MARKER})"))
-    jobs = expand(open_store(store_dir), [KEY], Filters(mode="test-config", conc=[1, 2]))
+    jobs = expand(open_store(store_dir), [KEY], Filters(mode="test-config", conc=[1, 64]))
     listing = emit(jobs, "sh", tmp_path / "scripts").split()
-    assert len(listing) == len(jobs) == 4  # two arms x two concurrencies
+    assert len(listing) == len(jobs) == 3  # the arm running 1..64 at both, the arm running 64..256 at 64
     for i, path in enumerate(listing):
         _run_script(Path(path).read_text(), tmp_path / f"w{i}", fake_bin)
 

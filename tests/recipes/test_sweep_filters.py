@@ -5,7 +5,7 @@ import pytest
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.inferencex import SearchSpaceEntry
-from servelab.recipes.ladder import concurrencies, ladder, seq_len_name
+from servelab.recipes.ladder import concurrencies, ladder, parse_seq_len, seq_len_name
 from servelab.recipes.sweep import expand
 
 
@@ -37,9 +37,13 @@ def test_conc_list_is_sorted_and_deduplicated():
 
 
 def test_seq_len_names():
-    assert seq_len_name(8192, 1024) == "8k1k"
-    assert seq_len_name(1024, 8192) == "1k8k"
-    assert seq_len_name(1000, 100) == "1000100"
+    # InferenceX names the pairs it sweeps and writes any other pair ISL_OSL in exp-names
+    assert seq_len_name(8192, 1024) == "8k1k" and seq_len_name(1024, 1024) == "1k1k"
+    assert seq_len_name(1024, 8192) == "1024_8192"
+    assert parse_seq_len("8k1k") == (8192, 1024) and parse_seq_len("1k8k") == (1024, 8192)
+    assert parse_seq_len("1000_100") == (1000, 100)
+    with pytest.raises(ServelabError, match="expected a name such as 1k1k"):
+        parse_seq_len("1000100")
 
 
 def rows(jobs):
@@ -89,12 +93,9 @@ def test_keys_by_glob(shipped):
         ("model_prefix", ["llama70b"], lambda j: j.row["model-prefix"] == "llama70b"),
         ("precision", ["fp4"], lambda j: j.row["precision"] == "fp4"),
         ("framework", ["sglang"], lambda j: j.row["framework"] == "sglang"),
-        ("runner", ["cluster:b200-*"], lambda j: j.row["runner"].startswith("cluster:b200-")),
+        ("runner_type", ["cluster:b200-*"], lambda j: j.row["runner"].startswith("cluster:b200-")),
         ("seq_lens", ["1k1k"], lambda j: (j.row["isl"], j.row["osl"]) == (1024, 1024)),
-        ("min_conc", 128, lambda j: j.row["conc"] >= 128),
-        ("max_conc", 8, lambda j: j.row["conc"] <= 8),
         ("max_tp", 2, lambda j: j.row["tp"] <= 2),
-        ("max_ep", 1, lambda j: j.row["ep"] == 1),
     ],
 )
 def test_filters(shipped, field, value, check):
@@ -116,17 +117,16 @@ def test_test_config_mode(shipped):
         expand(shipped, [], Filters(mode="test-config"))
     with pytest.raises(ServelabError, match="matches nothing.*did you mean"):
         expand(shipped, ["dsv4-fp4-b200-vlm"], Filters(mode="test-config"))
+    # --conc keeps the requested values each arm has (the DP arm runs 64..256: none of them)
     jobs = expand(shipped, ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[4, 32]))
     assert rows(jobs) == [
         ("dsv4f-fp8-b200-vllm", 8, 8, False, 4),
         ("dsv4f-fp8-b200-vllm", 8, 8, False, 32),
-        ("dsv4f-fp8-b200-vllm", 8, 8, True, 4),
-        ("dsv4f-fp8-b200-vllm", 8, 8, True, 32),
     ]
     # full-sweep mode silently ignores keys that match nothing, and refuses explicit concurrencies
     assert expand(shipped, ["nothing-*"]) == []
-    with pytest.raises(ServelabError, match="explicit concurrencies"):
-        expand(shipped, [], Filters(conc=[4]))
+    with pytest.raises(ValueError, match="explicit concurrencies"):
+        Filters(conc=[4])
 
 
 def test_lowest_conc_trims_each_arm(shipped):
@@ -162,8 +162,14 @@ def test_eval_marking_only_8k1k(shipped):
     jobs = expand(shipped, ["llama70b-fp8-h200-vllm"])
     assert all((j.row["isl"], j.row["osl"]) == (8192, 1024) for j in jobs if j.row["run-eval"])
     assert all(j.row["conc"] >= 16 for j in jobs if j.row["run-eval"])
-    # one group (all arms share model/runner/framework/precision/spec/dp-attn): exactly highest + median
-    assert len([j for j in jobs if j.row["run-eval"]]) == 2
+    # one group (all arms share model/runner/framework/precision/spec/dp-attn): every arm's row at the
+    # group's highest (256, tp8 only) and median (64, every arm) concurrency
+    assert sorted((j.row["tp"], j.row["conc"]) for j in jobs if j.row["run-eval"]) == [
+        (2, 64),
+        (4, 64),
+        (8, 64),
+        (8, 256),
+    ]
 
 
 def test_evals_only_all_evals_no_evals(shipped):

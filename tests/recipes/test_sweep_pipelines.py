@@ -27,8 +27,9 @@ def test_json_matrix(jobs):
     assert len(rows) == len(jobs)
     r = rows[0]
     assert r["config-key"] == "dsv4-fp4-b200-vllm" and r["fingerprint"] == jobs[0].fingerprint
-    assert r["launch"]["argv"][:2] == ["vllm", "serve"] and r["client"][:2] == ["servelab", "bench"]
-    assert r["dataset"] == {
+    assert r["launch"]["argv"][:2] == ["vllm", "serve"] and r["not-renderable"] is None
+    assert r["benches"][0]["conc"] == r["conc"] and r["benches"][0]["client"][:2] == ["servelab", "bench"]
+    assert r["benches"][0]["dataset"] == {
         "name": "random",
         "input-len": 8192,
         "output-len": 1024,
@@ -39,14 +40,18 @@ def test_json_matrix(jobs):
 
 def test_github_matrix(jobs):
     m = json.loads(to_github(jobs))
-    assert list(m) == ["include"] and len(m["include"]) == len(jobs)
-    assert {e["queue"] for e in m["include"]} == {"b200-dgxc", "h200-nb"}
-    assert all(isinstance(v, (str, int, bool)) for e in m["include"] for v in e.values())
+    assert list(m) == ["single-node-8k1k"] and len(m["single-node-8k1k"]["include"]) == len(jobs)
+    include = m["single-node-8k1k"]["include"]
+    assert {e["queue"] for e in include} == {"b200-dgxc", "h200-nb"}
+    assert all(isinstance(v, (str, int, bool)) for e in include for v in e.values())
 
 
-def test_github_matrix_limit(shipped):
-    with pytest.raises(ServelabError, match="256-job matrix limit"):
-        to_github(expand(shipped, [], Filters(step_size=2)) * 2)
+def test_github_matrix_over_the_limit_is_split(shipped):
+    jobs = expand(shipped, [], Filters(seq_lens=["8k1k"])) * 20
+    m = json.loads(to_github(jobs))
+    assert all(len(part["include"]) <= 256 for part in m.values())
+    assert list(m)[0] == "single-node-8k1k-1" and len(m) == -(-len(jobs) // 256)
+    assert [e["fingerprint"] for part in m.values() for e in part["include"]] == [j.fingerprint for j in jobs]
 
 
 def test_buildkite_pipeline(jobs):
@@ -140,9 +145,7 @@ def test_script_runs_server_bench_and_teardown(store_dir, tmp_path):
     p.write_text(
         p.read_text().replace("dsv4-fp4-b200-vllm:\n", f"dsv4-fp4-b200-vllm:\n  client: {{port: {port}}}\n")
     )
-    job = expand(
-        open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2], max_ep=1)
-    )[0]
+    job = expand(open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2]))[0]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, body in (("vllm", FAKE_SERVER), ("servelab", FAKE_CLIENT)):
@@ -158,14 +161,14 @@ def test_script_runs_server_bench_and_teardown(store_dir, tmp_path):
     server = json.loads((work / "server_args.json").read_text())
     assert ["vllm", *server["argv"]] == job.launch.argv
     assert server["cuda_home"] == "/usr/local/cuda"
-    assert json.loads((work / "bench_args.json").read_text()) == job.client[1:]
+    assert json.loads((work / "bench_args.json").read_text()) == job.benches[0].client[1:]
     # teardown: nothing listens on the port any more
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_script_fails_early_when_server_dies(shipped, tmp_path):
-    job = expand(shipped, ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2], max_ep=1))[0]
+    job = expand(shipped, ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2]))[0]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "vllm").write_text("#!/bin/sh\necho 'CUDA error: no device' >&2\nexit 1\n")

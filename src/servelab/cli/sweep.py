@@ -1,5 +1,6 @@
 """`servelab sweep`: expand recipes into benchmark jobs; emit a JSON matrix, CI pipeline or shell scripts."""
 
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -25,14 +26,18 @@ def _split(values: list[str] | None) -> list[str]:
 
 def sweep(
     keys: list[str] = typer.Argument(None, help="Config keys or globs (default: every key)."),
+    config_keys: list[str] = typer.Option(None, "--config-keys", help="The same, as InferenceX names it."),
     mode: str = field_option(Filters, "mode"),
     model_prefix: list[str] = field_option(Filters, "model_prefix"),
     precision: list[str] = field_option(Filters, "precision"),
     framework: list[str] = field_option(Filters, "framework"),
-    runner: list[str] = field_option(Filters, "runner"),
+    runner_type: list[str] = field_option(Filters, "runner_type", "--runner-type", "--runner"),
+    runner_node_filter: str = field_option(Filters, "runner_node_filter"),
     seq_lens: list[str] = field_option(Filters, "seq_lens", help="e.g. 1k1k,8k1k"),
     scenario_type: list[str] = field_option(Filters, "scenario_type"),
     node_type: str = field_option(Filters, "node_type"),
+    single_node: bool = typer.Option(False, "--single-node", help="Only single-node keys (--node-type)."),
+    multi_node: bool = typer.Option(False, "--multi-node", help="Only multinode keys (--node-type)."),
     min_conc: int = field_option(Filters, "min_conc"),
     max_conc: int = field_option(Filters, "max_conc"),
     max_tp: int = field_option(Filters, "max_tp"),
@@ -49,7 +54,8 @@ def sweep(
     launcher: str = LauncherOpt,
     directory: Path = StoreDirOpt,
 ) -> None:
-    """Expand recipes into jobs (one per concurrency), each with a fingerprint of what it runs."""
+    """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
+    fingerprint of what it runs."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import expand  # noqa: PLC0415  # start-up time
 
@@ -57,13 +63,18 @@ def sweep(
         concs = [int(c) for c in _split(conc)]
     except ValueError:
         raise ServelabError("--conc: expected integers") from None
+    if single_node != multi_node:  # InferenceX's flags; both (or neither) mean every key
+        if node_type is not None:
+            raise ServelabError("give --node-type or --single-node/--multi-node, not both")
+        node_type = "single-node" if single_node else "multi-node"
     try:
         filters = Filters(
             mode=mode,
             model_prefix=_split(model_prefix),
             precision=_split(precision),
             framework=_split(framework),
-            runner=_split(runner),
+            runner_type=_split(runner_type),
+            runner_node_filter=runner_node_filter,
             seq_lens=_split(seq_lens),
             scenario_type=_split(scenario_type),
             node_type=node_type,
@@ -81,7 +92,10 @@ def sweep(
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
-    jobs = expand(open_store(directory), keys or [], filters)
+    jobs = expand(open_store(directory), [*(keys or []), *_split(config_keys)], filters)
     if not jobs:
         raise ServelabError("no jobs match these keys and filters")
+    reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
+    for why, n in reasons.most_common():
+        typer.echo(f"note: {n} of {len(jobs)} jobs have no launch: {why}", err=True)
     typer.echo(emit(jobs, fmt, out, launcher), nl=False)

@@ -1,7 +1,8 @@
 """Job fingerprints: sha256 over a canonical JSON of everything that decides what a benchmark measures.
 
 Hashed: the rendered launch argv, environment (secret values never: only the names of secret variables),
-config files written for the engine, image and image digest, the client argv and the dataset spec. Change any
+config files written for the engine, image and image digest, the client argv and the dataset spec (one of each
+per concurrency when a job runs several). Change any
 flag and the fingerprint changes, which is what ties a recipe edit to a changelog entry.
 """
 
@@ -28,8 +29,8 @@ def job_fingerprint(
     launch,
     image: str,
     image_digest: str | None,
-    client_argv: list[str],
-    dataset: dict,
+    client_argv: list,
+    dataset: dict | list,
     secret_env: Sequence[str] = (),
     row: dict | None = None,
 ) -> str:

@@ -7,9 +7,10 @@ import shlex
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.recipes.ladder import seq_len_name
 from servelab.recipes.yamlio import dump_yaml
 
-# GitHub Actions refuses a matrix with more than 256 jobs.
+# GitHub Actions refuses a matrix with more than 256 jobs; larger families are split.
 GITHUB_MAX_JOBS = 256
 # perf-eval polls /health every 5 s for about an hour before giving up.
 HEALTH_POLL_S = 5
@@ -24,22 +25,46 @@ def to_json(jobs) -> str:
     return json.dumps([j.to_json() for j in jobs], indent=2) + "\n"
 
 
+def github_family(job) -> str:
+    """The workflow job a row runs in, as InferenceX's run-sweep.yml splits its matrix (see its
+    process_changelog.py): single-node-1k1k, single-node-8k1k, multi-node-<seq-len>, agentic,
+    multi-node-agentic, and for eval-only rows evals, agentic-evals, multi-node-evals,
+    multi-node-agentic-evals."""
+    r = job.row
+    multi = "multi-node-" if "prefill" in r else ""
+    if r.get("scenario-type") == "agentic-coding":
+        return f"{multi}agentic" + ("-evals" if r.get("eval-only") else "")
+    if r.get("eval-only"):
+        return f"{multi}evals"
+    return f"{multi or 'single-node-'}{seq_len_name(r['isl'], r['osl'])}"
+
+
 def to_github(jobs) -> str:
-    if len(jobs) > GITHUB_MAX_JOBS:
-        raise ServelabError(
-            f"{len(jobs)} jobs exceed GitHub Actions' {GITHUB_MAX_JOBS}-job matrix limit; narrow with filters"
-        )
-    include = [{**j.matrix_entry(), "queue": j.queue} for j in jobs]
-    return json.dumps({"include": include}, separators=(",", ":")) + "\n"
+    """{matrix name: {"include": rows}}: one matrix per InferenceX workflow job family, and a family of more
+    than 256 rows (GitHub's limit per matrix) split into NAME-1, NAME-2, ... in order."""
+    families: dict[str, list[dict]] = {}
+    for j in jobs:
+        families.setdefault(github_family(j), []).append({**j.matrix_entry(), "queue": j.queue})
+    out = {}
+    for name, rows in families.items():
+        parts = [rows[i : i + GITHUB_MAX_JOBS] for i in range(0, len(rows), GITHUB_MAX_JOBS)]
+        for n, part in enumerate(parts, 1):
+            out[name if len(parts) == 1 else f"{name}-{n}"] = {"include": part}
+    return json.dumps(out, separators=(",", ":")) + "\n"
 
 
 def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     steps = []
+    seen: dict[str, int] = {}
     for j in jobs:
+        # Step keys must be unique; rows that run the same thing (one per runner node, or twins in a master
+        # file) share a fingerprint, so repeats are numbered.
+        key = "job-" + j.fingerprint.removeprefix("sha256:")[:16]
+        seen[key] = seen.get(key, 0) + 1
         steps.append(
             {
                 "label": j.label(),
-                "key": "job-" + j.fingerprint.removeprefix("sha256:")[:16],
+                "key": key if seen[key] == 1 else f"{key}-{seen[key]}",
                 # `buildkite-agent pipeline upload` substitutes $VAR and ${VAR} in the whole file; $$ is its
                 # escape for a literal $, so the script reaches bash as written.
                 "command": script(j, launcher).replace("$", "$$"),
@@ -52,14 +77,15 @@ def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
 
 
 def _result_dir(job) -> str:
-    return job.client[job.client.index("--result-dir") + 1]
+    client = job.benches[0].client
+    return client[client.index("--result-dir") + 1]
 
 
 def _server_cmd(job, launcher: str) -> list[str]:
     launch = job.launch
     if launcher == "direct":
         return launch.argv
-    image = job.row["image"] + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else "")
+    image = job.row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
     argv = [
         "docker",
         "run",
@@ -103,9 +129,7 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
     """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear
     down."""
     if job.launch is None:
-        raise ServelabError(
-            f"{job.label()}: disaggregated jobs have no rendered launch; no script can be written"
-        )
+        raise ServelabError(f"{job.label()}: no script can be written: {job.not_renderable}")
     if launcher not in LAUNCHERS:
         raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
     q = shlex.quote
@@ -114,8 +138,7 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
         "#!/usr/bin/env bash",
         f"# servelab job: {job.label()}",
         f"# fingerprint: {job.fingerprint}",
-        f"# image: {job.row['image']}"
-        + (f"@{job.row['image-digest']}" if job.row.get("image-digest") else ""),
+        f"# image: {job.row['image']}" + (f"@{job.image_digest}" if job.image_digest else ""),
         "set -euo pipefail",
     ]
     for name in job.secret_env:
@@ -151,18 +174,15 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
         + ' s" >&2; exit 1; fi',
         f"  sleep {HEALTH_POLL_S}",
         "done",
-        shlex.join(job.client),
     ]
+    lines += [shlex.join(bench.client) for bench in job.benches]
     lines += [shlex.join(argv) for argv in job.evals]
     return "\n".join(lines) + "\n"
 
 
 def script_name(job) -> str:
-    r = job.row
-    return (
-        f"{job.key}_{r['exp-name']}_tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
-        f"-conc{r['conc']}.sh"
-    )
+    concs = "-".join(map(str, job.concs()))
+    return f"{job.key}_{job.row['exp-name']}_{job.topology()}-conc{concs}.sh"
 
 
 FORMATS = ("json", "github", "buildkite", "sh")

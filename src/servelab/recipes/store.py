@@ -1,6 +1,7 @@
 """A recipe store: the directory (or the same directory at a git ref) holding recipes and their ledger.
 
 <dir>/recipes/*.yaml          config keys -> recipes (servelab format; InferenceX master files are valid too)
+<dir>/*-master.yaml           the same in InferenceX's configs/ layout (read when recipes/ is absent)
 <dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
 <dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
 <dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
@@ -22,6 +23,8 @@ from servelab.recipes.yamlio import load_yaml, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 RECIPES = "recipes"
+# InferenceX keeps its config keys in configs/<vendor>-master.yaml beside runners.yaml.
+MASTER_SUFFIX = "-master.yaml"
 RUNNERS = "runners.yaml"
 CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
@@ -29,13 +32,14 @@ LOCK = "fingerprints.lock"
 
 def resolve_dir(directory: Path | None = None) -> Path:
     """Where the recipes are: the given directory, else $SERVELAB_RECIPES_DIR, else ./configs when it holds a
-    store (runners.yaml and recipes/), else the recipes shipped with servelab."""
+    store (runners.yaml and recipes/, or InferenceX's *-master.yaml files), else the recipes shipped with
+    servelab."""
     if directory is not None:
         return Path(directory)
     if os.environ.get("SERVELAB_RECIPES_DIR"):
         return Path(os.environ["SERVELAB_RECIPES_DIR"])
     local = Path("configs")
-    if (local / RUNNERS).is_file() and (local / RECIPES).is_dir():
+    if (local / RUNNERS).is_file() and ((local / RECIPES).is_dir() or any(local.glob(f"*{MASTER_SUFFIX}"))):
         return local
     return DATA_DIR
 
@@ -54,6 +58,16 @@ def committed(root: Path) -> bool:
     return r.returncode == 0 and bool(r.stdout.strip())
 
 
+def _join(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
+
+
+def recipe_files(source) -> list[str]:
+    """The recipe files of a store: recipes/*.yaml, else (InferenceX's configs/) the *-master.yaml files, in
+    name order, which is the order InferenceX's own tools merge them in (amd before nvidia)."""
+    return source.list_yaml(RECIPES) or [f for f in source.list_yaml(".") if f.endswith(MASTER_SUFFIX)]
+
+
 class DirSource:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -69,7 +83,7 @@ class DirSource:
 
     def list_yaml(self, rel: str) -> list[str]:
         d = self.root / rel
-        return sorted(f"{rel}/{p.name}" for p in d.glob("*.y*ml")) if d.is_dir() else []
+        return sorted(_join(rel, p.name) for p in d.glob("*.y*ml")) if d.is_dir() else []
 
 
 class GitSource:
@@ -112,7 +126,7 @@ class GitSource:
     def list_yaml(self, rel: str) -> list[str]:
         r = _git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
         names = [Path(line).name for line in r.stdout.decode().splitlines()]
-        return sorted(f"{rel}/{n}" for n in names if n.endswith((".yaml", ".yml")))
+        return sorted(_join(rel, n) for n in names if n.endswith((".yaml", ".yml")))
 
 
 def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
@@ -133,7 +147,7 @@ class Store:
         self.source = source
         self.recipes: dict[str, Recipe] = {}
         self.files: dict[str, str] = {}
-        for rel in source.list_yaml(RECIPES):
+        for rel in recipe_files(source):
             where = f"{source.label}/{rel}"
             for key, recipe in parse_recipe_file(load_yaml(source.read(rel), where), where).items():
                 if key in self.recipes:

@@ -1,66 +1,96 @@
-"""Sweep expansion: recipes x filters -> jobs (one per concurrency), each rendered and fingerprinted.
+"""Sweep jobs: each InferenceX matrix row (matrix.py) with what servelab runs for it, and a fingerprint.
 
-Follows InferenceX's generator: keys by glob, filters on model prefix / precision / framework / runner /
-seq-lens / concurrency / tp / ep, full-sweep and test-config modes, eval marking, trimming to the lowest
-concurrency.
+A job is the row exactly as InferenceX's generator prints it, plus servelab's own fields: the config key, the
+rendered launch (argv, env, files), one `servelab bench` run per concurrency of the row, the eval argvs of a
+row marked to run evals, the CI queue and the fingerprint. A row servelab cannot run (no engine adapter, a
+disaggregated or agentic arm, a runner label missing from runners.yaml) is kept, with `launch` null and
+`not-renderable` saying why.
 """
 
 from __future__ import annotations
 
-import fnmatch
-
 from pydantic import BaseModel, Field
 
-from servelab.errors import ServelabError, closest
+from servelab.errors import ServelabError
 from servelab.recipes.client import client_argv, dataset_spec, lm_eval_argv, result_filename
 from servelab.recipes.engines import Launch, render
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint
-from servelab.recipes.ladder import concurrencies, seq_len_name
+from servelab.recipes.matrix import MODEL_LEN_MARGIN, POINT_FIELDS, Point, matrix, select_keys
 from servelab.recipes.schema import LmEval
 
-# Eval marking (InferenceX): only 8k/1k rows at concurrency >= 16 qualify.
-EVAL_ISL, EVAL_OSL, EVAL_MIN_CONC = 8192, 1024, 16
-# InferenceX sizes max-model-len as isl + osl + this margin.
-MODEL_LEN_MARGIN = 256
+# The job fields servelab adds beside InferenceX's row fields (a flat JSON job holds both).
+SERVELAB_FIELDS = (
+    "config-key",
+    "fingerprint",
+    "image-digest",
+    "launch",
+    "not-renderable",
+    "secret-env",
+    "benches",
+    "evals",
+    "assertions",
+    "queue",
+    "agents",
+)
+
+__all__ = ["MODEL_LEN_MARGIN", "SERVELAB_FIELDS", "Bench", "Job", "build_job", "expand", "select_keys"]
+
+
+class Bench(BaseModel):
+    """One benchmark run of a job: the client at one concurrency."""
+
+    conc: int
+    client: list[str] = Field(description="`servelab bench` argv")
+    dataset: dict
 
 
 class Job(BaseModel):
     key: str
     scenario: str
-    row: dict
+    row: dict = Field(description="InferenceX's matrix row, as its generator prints it")
+    image_digest: str | None = None
     launch: Launch | None
+    not_renderable: str | None = Field(None, description="why there is no launch (or no client)")
     secret_env: list[str] = Field(default_factory=list)
-    client: list[str]
-    dataset: dict
+    benches: list[Bench] = Field(default_factory=list, description="one per concurrency of the row")
     evals: list[list[str]] = Field(default_factory=list, description="eval argvs (GSM8K) when run-eval")
     assertions: dict = Field(default_factory=dict)
     queue: str
     agents: dict[str, str] = Field(default_factory=dict)
     fingerprint: str
 
-    def label(self) -> str:
+    def topology(self) -> str:
+        """The layout in a file-name-safe tag: tp8-ep1-dpa0-pp1, or p1x4_d1x8ep8dpa for pools."""
         r = self.row
-        dpa = " dpa" if r["dp-attn"] else ""
-        return f"{self.key} {r['exp-name']} tp{r['tp']} ep{r['ep']}{dpa} conc{r['conc']}"
+        if "tp" in r:
+            return f"tp{r['tp']}-ep{r['ep']}-dpa{int(r['dp-attn'])}-pp{r['pp']}"
+
+        def pool(w: dict, role: str) -> str:
+            return f"{role}{w['num-worker']}x{w['tp']}ep{w['ep']}" + ("dpa" if w["dp-attn"] else "")
+
+        return f"{pool(r['prefill'], 'p')}_{pool(r['decode'], 'd')}"
+
+    def concs(self) -> list[int]:
+        conc = self.row["conc"]
+        return list(conc) if isinstance(conc, list) else [conc]
+
+    def label(self) -> str:
+        concs = ",".join(map(str, self.concs()))
+        return f"{self.key} {self.row['exp-name']} {self.topology()} conc{concs}"
 
     def matrix_entry(self) -> dict:
-        """The flat JSON row (InferenceX's fields plus key, scenario, fingerprint)."""
-        return {
-            "config-key": self.key,
-            "scenario-type": self.scenario,
-            **self.row,
-            "fingerprint": self.fingerprint,
-        }
+        """The flat JSON row: InferenceX's fields plus config-key and fingerprint."""
+        return {"config-key": self.key, **self.row, "fingerprint": self.fingerprint}
 
     def to_json(self) -> dict:
         return {
             **self.matrix_entry(),
-            "image-digest": self.row.get("image-digest"),
+            "image-digest": self.image_digest,
             "launch": None if self.launch is None else self.launch.model_dump(),
+            "not-renderable": self.not_renderable,
             "secret-env": self.secret_env,
-            "client": self.client,
-            "dataset": self.dataset,
+            "benches": [b.model_dump() for b in self.benches],
             "evals": self.evals,
             "assertions": self.assertions,
             "queue": self.queue,
@@ -68,197 +98,94 @@ class Job(BaseModel):
         }
 
 
-def select_keys(all_keys: list[str], patterns: list[str], strict: bool) -> list[str]:
-    """Keys matching any glob, in store order; with strict (test-config) every pattern must match a key."""
-    if not patterns:
-        return list(all_keys)
-    chosen = []
-    for pat in patterns:
-        hits = [k for k in all_keys if fnmatch.fnmatchcase(k, pat)]
-        if not hits and strict:
-            raise ServelabError(f"config key {pat!r} matches nothing" + closest(pat, all_keys))
-        chosen += [k for k in hits if k not in chosen]
-    return [k for k in all_keys if k in chosen]
-
-
-def _keep_recipe(recipe, f: Filters) -> bool:
-    if f.model_prefix and recipe.model_prefix not in f.model_prefix:
-        return False
-    if f.precision and recipe.precision not in f.precision:
-        return False
-    if f.framework and recipe.framework not in f.framework:
-        return False
-    if f.runner and not any(fnmatch.fnmatchcase(recipe.runner, p) for p in f.runner):
-        return False
-    if f.node_type == "single-node" and recipe.multinode:
-        return False
-    return not (f.node_type == "multi-node" and not recipe.multinode)
-
-
-def _keep_arm(arm, f: Filters) -> bool:
-    tp = arm.tp_ if not arm.disagg else max(arm.prefill.tp, arm.decode.tp)
-    ep = arm.ep_ if not arm.disagg else max(arm.prefill.ep, arm.decode.ep)
-    return not ((f.max_tp and tp > f.max_tp) or (f.max_ep and ep > f.max_ep))
-
-
-def _concs(arm, f: Filters) -> list[int]:
-    values = sorted(set(f.conc)) if f.conc else concurrencies(arm, f.step_size)
-    return [
-        c
-        for c in values
-        if (f.min_conc is None or c >= f.min_conc) and (f.max_conc is None or c <= f.max_conc)
-    ]
-
-
-def _row(key, recipe, seq, arm, conc) -> dict:
-    row = {
-        "image": recipe.image,
-        "model": recipe.model,
-        "model-prefix": recipe.model_prefix,
-        "precision": recipe.precision,
-        "framework": recipe.framework,
-        "runner": recipe.runner,
-        "isl": seq.isl,
-        "osl": seq.osl,
-        "tp": arm.tp_,
-        "pp": arm.pp_,
-        "dcp-size": arm.dcp_size or 1,
-        "pcp-size": arm.pcp_size or 1,
-        "conc": conc,
-        "max-model-len": seq.isl + seq.osl + MODEL_LEN_MARGIN,
-        "ep": arm.ep_,
-        "dp-attn": arm.dp_attn_,
-        "spec-decoding": arm.spec_,
-        "exp-name": f"{recipe.model_prefix}_{seq_len_name(seq.isl, seq.osl)}",
-        "disagg": arm.disagg,
-        "run-eval": False,
-    }
-    if arm.disagg:
-        for side in ("prefill", "decode"):
-            for k, v in getattr(arm, side).dump().items():
-                row[f"{side}-{k}"] = v
-    if recipe.image_digest:
-        row["image-digest"] = recipe.image_digest
-    return row
-
-
-def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
-    recipe = store.recipes[key]
-    runner = store.registry.get(recipe.runner)
-    row = _row(key, recipe, seq, arm, conc)
+def _launch(recipe, point: Point) -> tuple[Launch | None, str | None]:
+    """The rendered launch, or why there is none."""
+    if point.scenario == "agentic-coding":
+        return None, "agentic-coding (trace replay) has no servelab launch or client yet"
     try:
-        launch = None if arm.disagg else render(recipe, arm, row["max-model-len"])
+        return render(recipe, point.arm, point.row["max-model-len"]), None
     except ServelabError as e:
-        raise ServelabError(f"{key}: {scenario} {row['exp-name']} tp{arm.tp_} ep{arm.ep_}: {e}") from None
-    port = recipe.client.port
-    dataset = dataset_spec(recipe, seq, conc)
-    client = client_argv(recipe, dataset, conc, port, result_filename(key, row["exp-name"], arm, conc))
+        return None, str(e)
+
+
+def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[Bench]:
+    if point.scenario == "agentic-coding":
+        return []
+    row, port = point.row, recipe.client.port
+    out = []
+    for conc in concs:
+        dataset = dataset_spec(recipe, point.block, conc)
+        if "tp" in row:
+            name = result_filename(key, row["exp-name"], point.arm, conc)
+        else:
+            name = f"{key}_{row['exp-name']}_{_pools(row)}-conc{conc}.json"
+        out.append(Bench(conc=conc, client=client_argv(recipe, dataset, conc, port, name), dataset=dataset))
+    return out
+
+
+def _pools(row: dict) -> str:
+    p, d = row["prefill"], row["decode"]
+    return f"p{p['num-worker']}x{p['tp']}ep{p['ep']}-d{d['num-worker']}x{d['tp']}ep{d['ep']}"
+
+
+def build_job(store, point: Point) -> Job:
+    key, row = point.key, point.row
+    recipe = store.recipes[key]
+    concs = row["conc"] if isinstance(row["conc"], list) else [row["conc"]]
+    launch, why = _launch(recipe, point)
+    runner = store.registry.runners.get(recipe.runner)
+    if runner is None:
+        launch, why = None, f"runner label {recipe.runner!r} is not in {store.registry.source}"
+    benches = _benches(key, recipe, point, concs)
+    one = len(benches) == 1
     fp = job_fingerprint(
         launch=launch,
         image=recipe.image,
         image_digest=recipe.image_digest,
-        client_argv=client,
-        dataset=dataset,
+        client_argv=benches[0].client if one else [b.client for b in benches],
+        dataset=benches[0].dataset if one else [b.dataset for b in benches],
         secret_env=recipe.secret_env,
-        row=row,
+        row={k: v for k, v in row.items() if k not in POINT_FIELDS - {"conc"}},
     )
-    agents = {"queue": runner.queue, **runner.agents}
+    # A row for one node of the label (--runner-node-filter) runs on that node's own queue.
+    node = row["runner"] if row["runner"] != recipe.runner else None
+    queue = node or (runner.queue if runner else recipe.runner)
+    agents = {"queue": queue, **(runner.agents if runner and not node else {})}
+    evals = []
+    if row.get("run-eval") and not ("prefill" in row and point.scenario == "agentic-coding"):
+        # Recipes without an lm-eval entry (plain InferenceX imports) get InferenceX's GSM8K, 5-shot.
+        lm = [e for e in recipe.evals if e.kind == "lm-eval"] or [LmEval(task="gsm8k", num_fewshot=5)]
+        evals = [lm_eval_argv(recipe, e, recipe.client.port) for e in lm]
     return Job(
         key=key,
-        scenario=scenario,
+        scenario=point.scenario,
         row=row,
+        image_digest=recipe.image_digest,
         launch=launch,
+        not_renderable=why,
         secret_env=recipe.secret_env,
-        client=client,
-        dataset=dataset,
+        benches=benches,
+        evals=evals,
         assertions={k: v.dump() for k, v in recipe.assertions.items()},
-        queue=runner.queue,
+        queue=queue,
         agents=agents,
         fingerprint=fp,
     )
 
 
 def expand(store, patterns: list[str] | None = None, filters: Filters | None = None) -> list[Job]:
+    """The sweep's jobs: InferenceX's rows (matrix.py), each with its launch, benches and fingerprint."""
     f = filters or Filters()
     if f.mode == "test-config" and not patterns:
         raise ServelabError("test-config mode needs config keys (globs allowed)")
-    if f.conc and f.mode != "test-config":
-        raise ServelabError(
-            "explicit concurrencies are for test-config mode; full sweeps use each recipe's ladder"
-        )
-    points: list[tuple] = []
-    per_key: dict[str, int] = {}
-    for key in select_keys(list(store.recipes), patterns or [], strict=f.mode == "test-config"):
-        recipe = store.recipes[key]
-        if not _keep_recipe(recipe, f):
-            continue
-        for scenario, seq, _, arm in recipe.arms():
-            if f.scenario_type and scenario not in f.scenario_type:
-                continue
-            if scenario == "agentic-coding":
-                raise ServelabError(
-                    f"{key}: agentic-coding scenarios are not expanded into jobs yet; "
-                    "leave them out with --scenario-type fixed-seq-len"
-                )
-            if f.seq_lens and seq_len_name(seq.isl, seq.osl) not in f.seq_lens:
-                continue
-            if not _keep_arm(arm, f):
-                continue
-            concs = _concs(arm, f)
-            if f.lowest_conc and concs:
-                concs = concs[:1]
-            per_key[key] = per_key.get(key, 0) + len(concs)
-            if len(points) <= f.max_jobs:  # past the limit only the count is kept, for the error
-                points += [(key, scenario, seq, arm, c) for c in concs]
-    total = sum(per_key.values())
-    if total > f.max_jobs:
+    points = matrix(store, patterns, f)
+    if len(points) > f.max_jobs:
+        per_key: dict[str, int] = {}
+        for p in points:
+            per_key[p.key] = per_key.get(p.key, 0) + 1
         biggest = max(per_key, key=lambda k: per_key[k])
         raise ServelabError(
-            f"{biggest}: the sweep expands to {total} jobs ({per_key[biggest]} from this recipe), "
+            f"{biggest}: the sweep expands to {len(points)} jobs ({per_key[biggest]} from this recipe), "
             f"above the limit of {f.max_jobs}; narrow it with filters or raise --max-jobs"
         )
-    jobs = [build_job(store, *p) for p in points]
-    mark_evals(store, jobs, all_evals=f.all_evals, no_evals=f.no_evals)
-    if f.evals_only:
-        jobs = [j for j in jobs if j.row["run-eval"]]
-    return jobs
-
-
-def mark_evals(store, jobs: list[Job], all_evals: bool = False, no_evals: bool = False) -> None:
-    """InferenceX's policy: in each (model, runner, framework, precision, spec, dp-attn) group of qualifying
-    rows (8k/1k, conc >= 16), the highest and the median concurrency also run GSM8K. Ties at one concurrency
-    go to the first row in sweep order. `all_evals` marks every row (a changelog `all-evals` entry)."""
-    if no_evals:
-        return
-    if all_evals:
-        chosen = list(jobs)
-    else:
-        groups: dict[tuple, list[Job]] = {}
-        for j in jobs:
-            r = j.row
-            if (
-                r["isl"] == EVAL_ISL
-                and r["osl"] == EVAL_OSL
-                and r["conc"] >= EVAL_MIN_CONC
-                and not r["disagg"]
-            ):
-                g = (
-                    r["model"],
-                    r["runner"],
-                    r["framework"],
-                    r["precision"],
-                    r["spec-decoding"],
-                    r["dp-attn"],
-                )
-                groups.setdefault(g, []).append(j)
-        chosen = []
-        for members in groups.values():
-            concs = sorted({j.row["conc"] for j in members})
-            for target in {concs[-1], concs[len(concs) // 2]}:
-                chosen.append(next(j for j in members if j.row["conc"] == target))
-    for j in chosen:
-        recipe = store.recipes[j.key]
-        # Recipes without an lm-eval entry (plain InferenceX imports) get InferenceX's GSM8K, 5-shot.
-        lm = [e for e in recipe.evals if e.kind == "lm-eval"] or [LmEval(task="gsm8k", num_fewshot=5)]
-        j.row["run-eval"] = True
-        j.evals = [lm_eval_argv(recipe, e, recipe.client.port) for e in lm]
+    return [build_job(store, p) for p in points]

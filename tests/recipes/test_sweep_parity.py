@@ -1,0 +1,96 @@
+"""`servelab sweep` against InferenceX's own generator: for each pinned case (tests/data/inferencex/sweep, the
+output of `generate_sweep_configs.py full-sweep` at the pinned upstream commit, see UPSTREAM.md and
+scripts/refresh_upstream_data.py) the same rows, field for field, in the same order."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.main import app
+from servelab.recipes import store
+from servelab.recipes.filters import Filters
+from servelab.recipes.matrix import matrix
+from servelab.recipes.sweep import SERVELAB_FIELDS
+
+IX = Path(__file__).parents[1] / "data" / "inferencex"
+CASES = sorted(p.name.removesuffix(".json.gz") for p in (IX / "sweep").glob("*.json.gz"))
+
+
+def upstream(case: str) -> dict:
+    with gzip.open(IX / "sweep" / f"{case}.json.gz") as f:
+        return json.load(f)
+
+
+def servelab_args(args: list[str]) -> list[str]:
+    """InferenceX's argv as `servelab sweep` takes it: options of several values become comma lists."""
+    out: list[str] = []
+    for arg in args:
+        if not arg.startswith("--") and out and not out[-1].startswith("--"):
+            out[-1] += f",{arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def test_case_names_cover_every_filter():
+    assert len(CASES) == 19
+    assert upstream("full")["args"] == [] and len(upstream("full")["rows"]) == 1820
+
+
+@pytest.fixture(scope="module")
+def ix_store():
+    return store.open_store(IX / "configs")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rows_equal_inferencex(case, ix_store, monkeypatch):
+    # The CLI reads the same pinned store for every case; parsing the master files once saves seconds each.
+    monkeypatch.setattr(store, "open_store", lambda directory=None, ref=None: ix_store)
+    record = upstream(case)
+    assert record["exit_code"] == 0, record.get("stderr")
+    argv = ["sweep", "--dir", str(IX / "configs"), "--format", "json", *servelab_args(record["args"])]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.stdout)
+    rows = [{k: v for k, v in job.items() if k not in SERVELAB_FIELDS} for job in jobs]
+    expected = record["rows"]
+    assert len(rows) == len(expected)
+    differing = [i for i, (a, b) in enumerate(zip(rows, expected, strict=True)) if a != b]
+    if differing:
+        first = differing[0]
+        pytest.fail(f"{len(differing)} rows differ, first at {first}: {rows[first]} != {expected[first]}")
+
+
+def test_found_in_an_inferencex_checkout(tmp_path, monkeypatch):
+    """Inside an InferenceX checkout `servelab sweep` finds configs/*-master.yaml and configs/runners.yaml."""
+    (tmp_path / "configs").mkdir()
+    master = (IX / "configs" / "amd-master.yaml").read_text()
+    for name in ("amd-master.yaml", "runners.yaml"):
+        (tmp_path / "configs" / name).write_text((IX / "configs" / name).read_text())
+    (tmp_path / "configs" / "ci-priority.yaml").write_text("not: a master file\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SERVELAB_RECIPES_DIR", raising=False)
+    result = CliRunner().invoke(app, ["sweep", "--format", "json", "--single-node", "--seq-lens", "8k1k"])
+    assert result.exit_code == 0, result.output
+    keys = {job["config-key"] for job in json.loads(result.stdout)}
+    assert keys and keys <= {line.split(":")[0] for line in master.splitlines() if line[:1].isalnum()}
+
+
+def test_test_config_as_the_changelog_runs_it(ix_store):
+    """InferenceX's process_changelog.py runs `test-config --no-evals` and `test-config --evals-only` for the
+    keys of new changelog entries; at the pinned commit (whose configs are the pinned ones) its output holds
+    the same rows as servelab's test-config mode (plus its recipe-fingerprint)."""
+    with gzip.open(IX / "changelog" / "jobs-843c6254ff69.json.gz") as f:
+        jobs = json.load(f)
+    (entry,) = jobs["changelog_metadata"]["entries"]
+    keys, scenarios = entry["config-keys"], entry["scenario-type"]
+    bench = matrix(ix_store, keys, Filters(mode="test-config", scenario_type=scenarios, no_evals=True))
+    expected = [r for family in ("single_node", "multi_node") for rows in jobs[family].values() for r in rows]
+    assert [p.row for p in bench] == [
+        {k: v for k, v in r.items() if k != "recipe-fingerprint"} for r in expected
+    ]
+    evals = matrix(ix_store, keys, Filters(mode="test-config", scenario_type=scenarios, evals_only=True))
+    assert [p.row for p in evals] == jobs["agentic_evals"] and len(evals) == 1
