@@ -10,17 +10,19 @@ What is not run, by rule:
   capitals (KEY, FILE, DIR, MODEL, N; not git's HEAD);
 - commands whose prefix is in SKIP, each with its reason.
 
-The commands of one block are a session: they run in order in one directory, with the installed console
-script, after the files the doc's prose says are there were made (SETUP: bench results against the mock
-server for the results and report sessions, a queries file, a git checkout for the changelog). `servelab
-bench` talks to the mock server (servelab.bench.mock_server): its URL replaces `URL` and the doc's
-http://127.0.0.1:8000, or is added where the doc gives none. Words with `*` are expanded as the shell would.
+The commands of one block are a session: they run in order in one directory, which is also their HOME (shell
+completion writes there), with the installed console script, after the files the doc's prose says are there
+were made (SETUP: bench results against the mock server for the results and report sessions, a queries file,
+a git checkout for the changelog). `servelab bench` talks to the mock server (servelab.bench.mock_server): its
+URL replaces `URL` and the doc's http://127.0.0.1:8000, or is added where the doc gives none. Words with `*`
+are expanded as the shell would.
 Each command must exit 0, or where the doc shows `error: ...` after it, exit 2 (or the code a following
 `$ echo $?` shows) with an `error:` line.
 """
 
 import glob
 import json
+import os
 import re
 import shlex
 import shutil
@@ -44,8 +46,12 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SKIP = {
     "servelab bench --base-url http://127.0.0.1:8000 --model my-model --tokenizer": "builds 3072 prompts of "
     "exactly 1024 tokens with a tokenizer (minutes of CPU); tests/bench/test_tokenizer.py runs --tokenizer",
+    # sweeps of thousands of requests take minutes on a shared runner; tests/bench (test_mock_runs.py,
+    # test_rate_sweep.py) runs each kind of sweep small against the same mock server
+    "servelab bench --max-concurrency 1,2,4": "a concurrency sweep of 7 x 640 requests (minutes)",
+    "servelab bench --request-rate 1,5,10,inf": "1000 requests at 1 request/s first (17 minutes)",
+    "servelab bench --request-rate sweep": "an automatic rate sweep of 10 x 500 requests (minutes)",
     "servelab results show 20261130-": "shows a run of the doc's Python API session; run ids are new",
-    "servelab --install-completion": "writes to the user's shell start-up files",
 }
 PLACEHOLDER = re.compile(r"^(?!HEAD$)[A-Z][A-Z0-9_]*$")
 DOC_SERVER = "http://127.0.0.1:8000"
@@ -302,9 +308,15 @@ def _run_session(cmds: list[DocCommand], where: Path, env: Env):
     for prefix, setup in SETUP.items():
         if any(line.startswith(prefix) for line in lines):
             setup(where, env)
+    # the session's directory is also its home: what a command writes there (shell completion, the default
+    # results store) stays in the test
+    home = os.environ | {"HOME": str(where), "SHELL": "/bin/bash"}
     for cmd in cmds:
         argv = _argv(cmd.line, env, where)
-        yield cmd, subprocess.run(argv, cwd=where, capture_output=True, text=True, timeout=300, check=False)
+        r = subprocess.run(
+            argv, cwd=where, env=home, capture_output=True, text=True, timeout=300, check=False
+        )
+        yield cmd, r
 
 
 def test_the_docs_show_commands_and_the_rules_keep_some_to_run():
