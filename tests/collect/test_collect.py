@@ -332,3 +332,30 @@ def test_cli_exits_1_when_every_key_of_the_run_failed(tmp_path, monkeypatch):
     assert result.return_value == 1 and "nothing was measured: all 35 keys" in result.output
     report["this_run"] = {"rows": 3, "errors": 35}
     assert CliRunner().invoke(app, args, standalone_mode=False).return_value == 0
+
+
+def test_cli_dry_run_json_is_the_plan_and_its_cost(tmp_path):
+    args = ["collect", "--dry-run", "--smoke", "--model", "qwen3-32b", "--gpus", "2", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    cost = json.loads(result.stdout)
+    cfg = CampaignConfig(out=tmp_path, models=("qwen3-32b",), smoke=True, gpus=2)
+    plan = plan_campaign(cfg)
+    assert cost["keys"] == len(plan.keys) == cost["todo"] and cost["done"] == 0
+    assert sum(cost["todo_per_op"].values()) == cost["todo"] and cost["source"] == "roofline"
+    assert cost["wall_minutes"] == pytest.approx((plan.single_s + plan.comm_s) / 2 / 60, abs=0.01)
+    text = CliRunner().invoke(app, args).stdout
+    assert f"{cost['todo']} to measure" in text and f"about {cost['wall_minutes']:.1f} minutes on 2" in text
+
+
+def test_cli_json_run_prints_the_acceptance_report_alone_on_stdout(tmp_path, monkeypatch):
+    monkeypatch.setattr(collect_cli, "_require_torch", lambda: None)
+    monkeypatch.setattr(collect_cli, "run", lambda cfg, **kw: run(cfg, suite=fake_suite(), **kw))
+    out = tmp_path / "c"
+    args = ["collect", "--smoke", "--model", "qwen3-32b", "--ops", "gemm", "--gpus", "2", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report == json.loads((out / "acceptance.json").read_text())
+    assert report["this_run"]["rows"] == len(CampaignStore(out).rows()) > 0
+    assert "to measure" in result.stderr and "acceptance: ok" in result.stderr

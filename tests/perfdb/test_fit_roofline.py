@@ -20,6 +20,7 @@ def test_fit_improves_the_roofline_and_records_provenance(table_dir):
             "--tables",
             str(table_dir),
             "--dry-run",
+            "--json",
         ],
         capture_output=True,
         text=True,
@@ -34,3 +35,24 @@ def test_fit_improves_the_roofline_and_records_provenance(table_dir):
     assert 0 < entry["band_low"] < 1 < entry["band_high"]
     # --dry-run leaves the shipped file alone
     assert EFF_PATH.read_text() == eff_before
+    # without --json: the same fit as two tables
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "calibrate",
+            "roofline",
+            "--tables",
+            str(table_dir),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"{entry['gemm_compute']['bf16']:.3f}" in r.stdout and f"{entry['kernel_us']:.2f}" in r.stdout
+    rows = [line.replace("│", " ").split() for line in r.stdout.splitlines()]
+    for family, err in after.items():
+        assert any(row[:1] == [family] and row[-1] == f"{err:.3f}" for row in rows)

@@ -1,7 +1,6 @@
 """`servelab calibrate`: fit engine profiles (predict/data/calibrated.json) and a system's roofline
 efficiencies (perfdb/data/efficiencies.json). Thin: parse flags into options, call servelab.calibrate."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.params import TTFT_TERMS
 from servelab.calibrate.price import LENGTH_SPREAD, MODES, PROMPTS_PER_CONCURRENCY
 from servelab.calibrate.roofline import fit_roofline, write_efficiencies
+from servelab.cli._common import Col, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
 
 app = typer.Typer(no_args_is_help=True, help="Fit engine profiles and roofline efficiencies to measurements.")
@@ -141,13 +141,43 @@ def roofline(
         None, "--tables", help="table directory (default: the one servelab uses for the system)"
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the fit, do not write efficiencies.json"),
+    as_json: bool = JsonOpt,
 ) -> None:
-    """Fit a system's roofline efficiencies to its collected perf tables; print the entry (JSON) and write it
-    to efficiencies.json."""
+    """Fit a system's roofline efficiencies to its collected perf tables; print the fit and write it to
+    efficiencies.json."""
     name, entry = fit_roofline(
         system, tables, argv=_argv("roofline"), note=lambda line: print(line, file=sys.stderr)
     )
-    print(json.dumps(entry, indent=1))
+    if as_json:
+        print_json(entry)
+    else:
+        _print_roofline(name, entry)
     if not dry_run:
         write_efficiencies(name, entry)
         print(f"wrote efficiencies.json for {name}", file=sys.stderr)
+
+
+def _print_roofline(name: str, entry: dict) -> None:
+    gemm = entry["gemm_compute"]
+    fitted = [
+        ("GEMM bf16 (fraction of peak)", f"{gemm['bf16']:.3f}"),
+        ("GEMM fp8 (fraction of peak)", f"{gemm['fp8']:.3f}"),
+        ("attention (fraction of peak)", f"{entry['attention_compute']:.3f}"),
+        ("HBM (fraction of peak)", f"{entry['memory']:.3f}"),
+        ("kernel floor (us)", f"{entry['kernel_us']:.2f}"),
+        ("band (measured / roofline, p10-p90)", f"{entry['band_low']:.3f}-{entry['band_high']:.3f}"),
+    ]
+    print_table([Col("parameter", key=True), Col("fitted", "right", key=True)], fitted, f"{name} roofline")
+    prov = entry["_provenance"]
+    errors = [
+        (
+            family,
+            "fitted" if kind == "" else "reported",
+            f"{before:.3f}",
+            f"{prov[f'{kind}median_abs_log_error_after'][family]:.3f}",
+        )
+        for kind in ("", "not_fitted_")
+        for family, before in prov[f"{kind}median_abs_log_error_before"].items()
+    ]
+    columns = [Col("family", key=True), Col("role"), Col("before", "right"), Col("after", "right")]
+    print_table(columns, errors, "median |log(measured / roofline)| per family")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from servelab.collect.campaign import CampaignConfig, describe, plan_campaign, run
+from servelab.cli._common import JsonOpt, print_json
+from servelab.collect.campaign import CampaignConfig, cost, describe, plan_campaign, run
 from servelab.collect.executors import EXECUTORS
 from servelab.errors import ServelabError
 from servelab.specs import load_system
@@ -50,9 +51,11 @@ def collect(
     ),
     sample: int = typer.Option(300, "--sample", min=1, help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
+    as_json: bool = JsonOpt,
 ) -> int:
     """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into
-    DIR/rows/*.jsonl."""
+    DIR/rows/*.jsonl. With --json: the plan's cost (--dry-run) or the acceptance report on stdout, progress
+    on stderr."""
     load_system(system)  # a bad name fails before anything starts
     if max_minutes is not None and not (math.isfinite(max_minutes) and max_minutes > 0):
         raise ServelabError(f"--max-minutes {max_minutes}: expected a positive number of minutes")
@@ -82,14 +85,25 @@ def collect(
         sample=sample,
     )
     if dry_run:
-        typer.echo(describe(plan_campaign(cfg), cfg))
+        plan = plan_campaign(cfg)
+        if as_json:
+            print_json(cost(plan, cfg))
+        else:
+            typer.echo(describe(plan, cfg))
         return 0
     if n == 0:
         raise ServelabError(
             "servelab collect needs a CUDA GPU; torch sees none here (--dry-run prints the plan without one)"
         )
-    report = run(cfg, executor=make_executor(cfg.gpus, ray_address), echo=typer.echo)
-    if not report["ok"]:
+    report = run(
+        cfg,
+        executor=make_executor(cfg.gpus, ray_address),
+        progress=not as_json,
+        echo=lambda line: typer.echo(line, err=as_json),
+    )
+    if as_json:
+        print_json(report)
+    elif not report["ok"]:
         typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")
     this_run = report["this_run"]
     if this_run["errors"] and not this_run["rows"]:

@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from servelab import __version__
 from servelab.cli import (
@@ -35,7 +36,24 @@ from servelab.cli import (
 )
 from servelab.errors import ServelabError
 
+
+class WholeHelpGroup(TyperGroup):
+    """A group whose command list shows each command's first sentence whole, wrapped to the terminal: click
+    cuts it with '...' where it passes the terminal's width (80 columns cut most of them)."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 app = typer.Typer(
+    cls=WholeHelpGroup,
     name="servelab",
     help="LLM-serving performance: predict, collect per-op tables, benchmark servers, keep recipes.",
     no_args_is_help=True,
@@ -70,20 +88,20 @@ def _root(
     """Options of `servelab` itself (the help text is the app's)."""
 
 
-app.add_typer(models.app, name="models")
-app.add_typer(systems.app, name="systems")
+app.add_typer(models.app, name="models", cls=WholeHelpGroup)
+app.add_typer(systems.app, name="systems", cls=WholeHelpGroup)
 app.command("memory")(memory.memory)
 app.command("estimate")(estimate.estimate)
 app.command("plan")(plan.plan)
-app.add_typer(db.app, name="db")
+app.add_typer(db.app, name="db", cls=WholeHelpGroup)
 app.command("collect")(collect.collect)
 app.command("bench", context_settings={"allow_interspersed_args": True})(bench.bench)
-app.add_typer(recipes.app, name="recipes")
+app.add_typer(recipes.app, name="recipes", cls=WholeHelpGroup)
 app.command("sweep")(sweep.sweep)
-app.add_typer(changelog.app, name="changelog")
-app.add_typer(results.app, name="results")
+app.add_typer(changelog.app, name="changelog", cls=WholeHelpGroup)
+app.add_typer(results.app, name="results", cls=WholeHelpGroup)
 app.command("report")(report.report)
-app.add_typer(calibrate.app, name="calibrate")
+app.add_typer(calibrate.app, name="calibrate", cls=WholeHelpGroup)
 
 
 # a path the user gave that cannot be used: bad input (exit 2), not a run that failed

@@ -91,14 +91,33 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     return keys
 
 
-def describe(plan: CampaignPlan, cfg: CampaignConfig) -> str:
+def cost(plan: CampaignPlan, cfg: CampaignConfig) -> dict:
+    """What the plan holds and what it will cost, in minutes (roofline-based estimates)."""
     gpus = max(1, cfg.gpus)
-    wall = plan.single_s / gpus + plan.comm_s / gpus
+    todo_per_op: dict[str, int] = {}
+    for key in plan.todo:
+        todo_per_op[key.op] = todo_per_op.get(key.op, 0) + 1
+    return {
+        "system": cfg.system,
+        "keys": len(plan.keys),
+        "done": plan.done,
+        "todo": len(plan.todo),
+        "todo_per_op": todo_per_op,
+        "gpus": gpus,
+        "single_gpu_minutes": round(plan.single_s / 60, 2),
+        "comm_gpu_minutes": round(plan.comm_s / 60, 2),
+        "wall_minutes": round((plan.single_s + plan.comm_s) / gpus / 60, 2),
+        "source": "roofline",
+    }
+
+
+def describe(plan: CampaignPlan, cfg: CampaignConfig) -> str:
+    c = cost(plan, cfg)
     return (
-        f"{len(plan.keys)} keys planned, {plan.done} already done, {len(plan.todo)} to "
-        f"measure: about {(plan.single_s + plan.comm_s) / 60:.1f} GPU-minutes "
-        f"({plan.single_s / 60:.1f} single-GPU + {plan.comm_s / 60:.1f} in collectives), about "
-        f"{wall / 60:.1f} minutes on {gpus} GPU(s) (roofline-based estimate)"
+        f"{c['keys']} keys planned, {c['done']} already done, {c['todo']} to "
+        f"measure: about {c['single_gpu_minutes'] + c['comm_gpu_minutes']:.1f} GPU-minutes "
+        f"({c['single_gpu_minutes']:.1f} single-GPU + {c['comm_gpu_minutes']:.1f} in collectives), about "
+        f"{c['wall_minutes']:.1f} minutes on {c['gpus']} GPU(s) (roofline-based estimate)"
     )
 
 
