@@ -5,7 +5,8 @@
 Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.com/vllm-project/perf-eval.
 Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for
 them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
-`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits). No upstream
+`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits, plus its
+strict merge rules on the same commits and the master-file keys each commit's jobs depend on). No upstream
 code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
 """
 
@@ -14,11 +15,14 @@ import filecmp
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 IX_FILES = (
@@ -28,6 +32,22 @@ IX_FILES = (
     "perf-changelog.yaml",
 )
 MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
+# InferenceX's strict merge rules (the functions its merge helper calls), run in the checkout on a base and a
+# head file; prints "ok" or the rule's message. Without a PR number: a change on the main branch.
+STRICT_RULES = """
+import sys
+sys.path.insert(0, "utils")
+from validate_perf_changelog import ChangelogValidationError, compare_entries, parse_changelog
+from validate_perf_changelog import validate_raw_change
+base, head = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+try:
+    b, h = parse_changelog(base, "base"), parse_changelog(head, "head")
+    added, corrected = compare_entries(b, h, None)
+    validate_raw_change(base, head, len(added), corrected)
+    print("ok")
+except ChangelogValidationError as e:
+    print(e)
+"""
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
     "full": [],
@@ -141,13 +161,63 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
                 entry["accepted"] = gate.returncode == 0
                 entry["gate_message"] = (gate.stderr or gate.stdout).strip()[-2000:]
                 if jobs.returncode == 0:
-                    write_gz_json(dest / f"jobs-{sha[:12]}.json.gz", json.loads(jobs.stdout))
+                    matrix = json.loads(jobs.stdout)
+                    write_gz_json(dest / f"jobs-{sha[:12]}.json.gz", matrix)
                     entry["jobs"] = f"jobs-{sha[:12]}.json.gz"
+                    entry["configs"] = commit_configs(repo, sha, matrix, dest, ix_configs=DATA / "inferencex")
+                entry["strict"] = strict_verdict(repo, work, blobs / entry["base"], blobs / entry["head"])
                 index.append(entry)
         finally:
             git(repo, "worktree", "remove", "--force", str(work))
     (dest / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return [f"changelog: {len(index)} commits, {sum(e['accepted'] for e in index)} accepted upstream"]
+
+
+def strict_verdict(repo: Path, work: Path, base_blob: Path, head_blob: Path) -> str:
+    """InferenceX's strict merge rules on the (gzipped) base and head changelogs: "ok" or why not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for blob in (base_blob, head_blob):
+            files.append(Path(tmp) / blob.stem)
+            with gzip.open(blob) as f:
+                files[-1].write_bytes(f.read())
+        run = subprocess.run(
+            [sys.executable, "-c", STRICT_RULES, *map(str, files)],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return run.stdout.strip()
+
+
+def _masters(repo: Path, ref: str) -> dict[str, dict]:
+    return {Path(m).name: yaml.safe_load(git(repo, "show", f"{ref}:{m}")) or {} for m in MASTER}
+
+
+def commit_configs(repo: Path, sha: str, matrix: dict, dest: Path, ix_configs: Path) -> str:
+    """The master-file keys a commit's jobs depend on, at its base and head: the keys its new entries name
+    and every key the commit changed (whose equality the append-only rules check); the rest of the master
+    files is left out. Each file is a list of [key, config] pairs, in file order. runners.yaml goes along
+    where it differs from the pinned one."""
+    base, head = _masters(repo, f"{sha}^"), _masters(repo, sha)
+    all_keys = [k for f in head.values() for k in f]
+    keys = set()
+    for entry in matrix["changelog_metadata"]["entries"]:
+        for pat in entry["config-keys"]:
+            keys.update(k for k in all_keys if re.fullmatch(re.escape(pat).replace(r"\*", ".*"), k))
+    for name in head.keys() | base.keys():
+        old, new = base.get(name, {}), head.get(name, {})
+        keys.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    data = {}
+    for side, ref, files in (("base", f"{sha}^", base), ("head", sha, head)):
+        data[side] = {name: [[k, v] for k, v in f.items() if k in keys] for name, f in files.items()}
+        runners = git(repo, "show", f"{ref}:configs/runners.yaml")
+        if runners != (ix_configs / "configs" / "runners.yaml").read_text():
+            data[side + "-runners"] = runners
+    name = f"configs-{sha[:12]}.json.gz"
+    write_gz_json(dest / name, data)
+    return name
 
 
 def main() -> int:

@@ -4,6 +4,9 @@
 <dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
 <dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
 <dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
+
+An InferenceX checkout's configs/ is a store as it is: its master files (*-master.yaml) sit beside
+runners.yaml instead of under recipes/, and its perf-changelog.yaml one level up (changelog.open_change).
 """
 
 from __future__ import annotations
@@ -25,17 +28,18 @@ RECIPES = "recipes"
 RUNNERS = "runners.yaml"
 CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
+MASTER_SUFFIX = "-master.yaml"  # InferenceX's recipe files, e.g. configs/nvidia-master.yaml
 
 
 def resolve_dir(directory: Path | None = None) -> Path:
     """Where the recipes are: the given directory, else $SERVELAB_RECIPES_DIR, else ./configs when it holds a
-    store (runners.yaml and recipes/), else the recipes shipped with servelab."""
+    store (runners.yaml and recipes/ or InferenceX master files), else the recipes shipped with servelab."""
     if directory is not None:
         return Path(directory)
     if os.environ.get("SERVELAB_RECIPES_DIR"):
         return Path(os.environ["SERVELAB_RECIPES_DIR"])
     local = Path("configs")
-    if (local / RUNNERS).is_file() and (local / RECIPES).is_dir():
+    if (local / RUNNERS).is_file() and ((local / RECIPES).is_dir() or any(local.glob("*" + MASTER_SUFFIX))):
         return local
     return DATA_DIR
 
@@ -69,7 +73,7 @@ class DirSource:
 
     def list_yaml(self, rel: str) -> list[str]:
         d = self.root / rel
-        return sorted(f"{rel}/{p.name}" for p in d.glob("*.y*ml")) if d.is_dir() else []
+        return sorted((Path(rel) / p.name).as_posix() for p in d.glob("*.y*ml")) if d.is_dir() else []
 
 
 class GitSource:
@@ -112,7 +116,12 @@ class GitSource:
     def list_yaml(self, rel: str) -> list[str]:
         r = _git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
         names = [Path(line).name for line in r.stdout.decode().splitlines()]
-        return sorted(f"{rel}/{n}" for n in names if n.endswith((".yaml", ".yml")))
+        return sorted((Path(rel) / n).as_posix() for n in names if n.endswith((".yaml", ".yml")))
+
+
+def recipe_files(source) -> list[str]:
+    """The store's recipe files: recipes/*.yaml, else (an InferenceX configs/ directory) its master files."""
+    return source.list_yaml(RECIPES) or [r for r in source.list_yaml(".") if r.endswith(MASTER_SUFFIX)]
 
 
 def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
@@ -133,7 +142,7 @@ class Store:
         self.source = source
         self.recipes: dict[str, Recipe] = {}
         self.files: dict[str, str] = {}
-        for rel in source.list_yaml(RECIPES):
+        for rel in recipe_files(source):
             where = f"{source.label}/{rel}"
             for key, recipe in parse_recipe_file(load_yaml(source.read(rel), where), where).items():
                 if key in self.recipes:
