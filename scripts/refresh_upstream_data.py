@@ -33,10 +33,10 @@ IX_FILES = (
 )
 MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
 # InferenceX's strict merge rules (the functions its merge helper calls), run in the checkout on a base and a
-# head file; prints "ok" or the rule's message. Without a PR number: a change on the main branch.
+# head file, from the checkout's utils/ (where its modules import each other); prints "ok" or the rule's
+# message. Without a PR number: a change on the main branch.
 STRICT_RULES = """
 import sys
-sys.path.insert(0, "utils")
 from validate_perf_changelog import ChangelogValidationError, compare_entries, parse_changelog
 from validate_perf_changelog import validate_raw_change
 base, head = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
@@ -183,7 +183,7 @@ def strict_verdict(repo: Path, work: Path, base_blob: Path, head_blob: Path) -> 
                 files[-1].write_bytes(f.read())
         run = subprocess.run(
             [sys.executable, "-c", STRICT_RULES, *map(str, files)],
-            cwd=work,
+            cwd=work / "utils",
             capture_output=True,
             text=True,
             check=True,

@@ -106,6 +106,7 @@ def parsed(name: str) -> list[dict]:
     return parse_file(blob(name), name, Entry)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", INDEX, ids=IDS)
 def test_merge_rules_give_inferencex_verdict(entry):
     """ledger.merge_rules step by step, each file parsed once for all commits (parsing is the slow part)."""
