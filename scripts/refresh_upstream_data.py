@@ -32,6 +32,16 @@ IX_FILES = (
     "perf-changelog.yaml",
 )
 MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
+# A change of our own appended to the pinned changelog; InferenceX's matrix for it is pinned as probe.json.gz.
+PROBE_ENTRY = """
+- config-keys:
+    - dsr1-fp8-h200-sglang
+    - dsv4-fp4-b200-vllm
+    - dsv4-fp4-b200-sglang
+  description:
+    - "servelab parity probe: single-node fixed-seq-len keys"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1
+"""
 # InferenceX's strict merge rules (the functions its merge helper calls), run in the checkout on a base and a
 # head file, from the checkout's utils/ (where its modules import each other); prints "ok" or the rule's
 # message. Without a PR number: a change on the main branch.
@@ -173,6 +183,34 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
     return [f"changelog: {len(index)} commits, {sum(e['accepted'] for e in index)} accepted upstream"]
 
 
+def changelog_probe(repo: Path, dest: Path) -> list[str]:
+    """InferenceX's job matrix for a change of our own at the pinned commit: PROBE_ENTRY appended to its
+    changelog (single-node fixed-seq-len keys, which the 25 real commits do not touch)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "probe"
+        git(repo, "worktree", "add", "--detach", str(work), "HEAD")
+        try:
+            with (work / "perf-changelog.yaml").open("a") as f:
+                f.write(PROBE_ENTRY)
+            git(
+                work, "-c", "user.name=probe", "-c", "user.email=probe@example.com", "commit", "-qam", "probe"
+            )
+            jobs = subprocess.run(
+                [sys.executable, "utils/process_changelog.py", "--changelog-file", "perf-changelog.yaml"]
+                + ["--base-ref", "HEAD^", "--head-ref", "HEAD"],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+        finally:
+            git(repo, "worktree", "remove", "--force", str(work))
+    path = dest / "probe.json.gz"
+    before = path.read_bytes() if path.exists() else b""
+    write_gz_json(path, {"appended": PROBE_ENTRY, "matrix": json.loads(jobs.stdout)})
+    return ["changelog/probe.json.gz"] if path.read_bytes() != before else []
+
+
 def strict_verdict(repo: Path, work: Path, base_blob: Path, head_blob: Path) -> str:
     """InferenceX's strict merge rules on the (gzipped) base and head changelogs: "ok" or why not."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -239,6 +277,7 @@ def main() -> int:
     )
     changes += sweep_outputs(ix, ix_dest / "sweep")
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
+    changes += changelog_probe(ix, ix_dest / "changelog")
 
     workloads = sorted(p.relative_to(pe).as_posix() for p in (pe / "workloads").glob("*.yaml"))
     stale = {p.name for p in (pe_dest / "workloads").glob("*.yaml")} - {Path(w).name for w in workloads}

@@ -334,6 +334,12 @@ def _scenario_groups(selected: list[str], scenarios: tuple[str, ...], seen: dict
     return groups
 
 
+def _in_key_order(jobs: list[Job], keys: list[str]) -> list[Job]:
+    """Jobs in the order the entry names their keys, as InferenceX's generator gives them for a key list
+    (servelab's sweep gives store order); each key's own jobs keep their order."""
+    return sorted(jobs, key=lambda j: keys.index(j.key))
+
+
 class ChangeJobs:
     """The jobs a change asks for: throughput jobs (no evals) and eval-only jobs, kept apart."""
 
@@ -360,9 +366,9 @@ def jobs_for(change: Change) -> ChangeJobs:
                 f = Filters(
                     mode="test-config", no_evals=True, scenario_type=list(scenarios), max_jobs=change.max_jobs
                 )
-                found = expand(change.head, keys, f)
+                found = _in_key_order(expand(change.head, keys, f), keys)
                 if entry.append_only:
-                    found = append_delta(expand(change.base, keys, f), found)
+                    found = append_delta(_in_key_order(expand(change.base, keys, f), keys), found)
                 bench += found
         if entry.append_only:
             continue
@@ -374,7 +380,7 @@ def jobs_for(change: Change) -> ChangeJobs:
                 scenario_type=list(scenarios),
                 max_jobs=change.max_jobs,
             )
-            for job in expand(change.head, keys, f):
+            for job in _in_key_order(expand(change.head, keys, f), keys):
                 prefill = job.row.get("prefill")
                 low = isinstance(prefill, dict) and int(prefill.get("ep", 1)) < (
                     entry.eval_min_prefill_ep or 0
@@ -397,13 +403,23 @@ def _seq_bucket(row: dict) -> str:
     return named.get((row["isl"], row["osl"]), f"{row['isl']}_{row['osl']}")
 
 
+def _entry(job: Job) -> dict:
+    """The job's matrix entry with the defaults InferenceX's matrix schema fills in for fixed-seq-len rows."""
+    row = job.matrix_entry()
+    if row.get("scenario-type") != "agentic-coding":
+        row.setdefault("eval-only", False)
+        if row.get("prefill") is not None:
+            row.setdefault("eval-all-concs", False)
+    return row
+
+
 def matrix(change: Change, jobs: ChangeJobs, base_ref: str, head_ref: str) -> dict:
     """InferenceX's job structure (process_changelog.py's output, which its run-sweep workflow dispatches):
     throughput rows by node kind and seq-len (or `agentic`), eval rows in four lists of their own, and the
     new entries. Each row is the job's matrix entry (InferenceX's fields plus config-key and fingerprint)."""
     out: dict = {"single_node": defaultdict(list), "multi_node": defaultdict(list)}
     for job in jobs.bench:
-        row = {**job.matrix_entry(), "recipe-fingerprint": recipe_fingerprint(job.row)}
+        row = {**_entry(job), "recipe-fingerprint": recipe_fingerprint(job.row)}
         side = "multi_node" if job.row.get("prefill") is not None else "single_node"
         bucket = "agentic" if job.row.get("scenario-type") == "agentic-coding" else _seq_bucket(job.row)
         out[side][bucket].append(row)
@@ -415,7 +431,7 @@ def matrix(change: Change, jobs: ChangeJobs, base_ref: str, head_ref: str) -> di
         ("multinode_agentic_evals", True, True),
     ):
         out[name] = [
-            j.matrix_entry()
+            _entry(j)
             for j in jobs.evals
             if (j.row.get("prefill") is not None) == multi
             and (j.row.get("scenario-type") == "agentic-coding") == agentic
