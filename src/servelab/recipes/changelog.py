@@ -217,14 +217,20 @@ class Change:
 
 
 def check_append_scope(change: Change) -> None:
-    """An append-only change may touch only the scenarios its entries select, of keys that exist at the base
-    (InferenceX's validate_append_only_scope)."""
+    """The append-only change touches only what its entries select (see `check_scope`)."""
     scope: dict[str, set[str]] = defaultdict(set)
     for entry, keys in zip(change.added, change.selected, strict=True):
         for key in keys:
             scope[key].update(entry.scenarios)
     base = {k: r.dump() for k, r in change.base.recipes.items()}
     head = {k: r.dump() for k, r in change.head.recipes.items()}
+    check_scope(base, head, scope)
+
+
+def check_scope(base: dict[str, dict], head: dict[str, dict], scope: dict[str, set[str]]) -> None:
+    """An append-only change may touch only the selected scenarios of selected keys that exist at the base;
+    config-wide fields only when every scenario of the key is selected (InferenceX's
+    validate_append_only_scope). Changes inside the scope are judged on the rows (`added_points`)."""
     missing = sorted(set(scope) - set(base))
     if missing:
         raise ServelabError(f"append-only needs every selected key at the base; missing: {missing}")
@@ -233,16 +239,17 @@ def check_append_scope(change: Change) -> None:
         raise ServelabError(f"append-only changed keys its entries do not select: {unrelated}")
     for key, scenarios in scope.items():
         old, new = base[key], head[key]
-        if old["scenarios"].keys() != new["scenarios"].keys():
+        old_scenarios, new_scenarios = old.get("scenarios", {}), new.get("scenarios", {})
+        if old_scenarios.keys() != new_scenarios.keys():
             raise ServelabError(f"append-only added or removed a scenario of {key}")
-        outside = old["scenarios"].keys() - scenarios
+        outside = old_scenarios.keys() - scenarios
         rest = {k: v for k, v in old.items() if k != "scenarios"}
         if outside and rest != {k: v for k, v in new.items() if k != "scenarios"}:
             raise ServelabError(
-                f"append-only changed fields of {key} shared with scenarios outside its scope"
+                f"append-only changed config-wide fields of {key}, which reach scenarios outside its scope"
             )
         for s in outside:
-            if old["scenarios"][s] != new["scenarios"][s]:
+            if old_scenarios[s] != new_scenarios[s]:
                 raise ServelabError(f"append-only changed scenario {s} of {key}, outside its scope")
 
 
@@ -281,15 +288,16 @@ def _series(row: dict) -> tuple:
     )
 
 
-def append_delta(base_jobs: list[Job], head_jobs: list[Job]) -> list[Job]:
-    """Only the points the head adds; every base curve and concurrency must remain (InferenceX's
-    append_only_delta, on the rows)."""
+def added_points(base: list[dict], head: list[dict]) -> list[tuple[int, int | list[int]]]:
+    """The points the head rows add, as (head row index, its new concurrency or concurrencies); every base
+    curve and concurrency must remain, and new points must extend a published curve with one unchanged image
+    (InferenceX's append_only_delta)."""
     base_curves: dict[str, set[int]] = defaultdict(set)
     head_curves: dict[str, set[int]] = defaultdict(set)
-    for j in base_jobs:
-        base_curves[_curve(j.row)].update(_concs(j.row))
-    for j in head_jobs:
-        head_curves[_curve(j.row)].update(_concs(j.row))
+    for row in base:
+        base_curves[_curve(row)].update(_concs(row))
+    for row in head:
+        head_curves[_curve(row)].update(_concs(row))
     if not base_curves:
         raise ServelabError("append-only needs an existing curve at the base")
     if base_curves.keys() - head_curves.keys():
@@ -299,28 +307,39 @@ def append_delta(base_jobs: list[Job], head_jobs: list[Job]) -> list[Job]:
             raise ServelabError(
                 f"append-only may not remove concurrencies {sorted(concs - head_curves[curve])}"
             )
-    delta: list[Job] = []
+    points: list[tuple[int, int | list[int]]] = []
     emitted: dict[str, set[int]] = defaultdict(set)
-    for j in head_jobs:
-        curve = _curve(j.row)
-        new = [c for c in _concs(j.row) if c not in base_curves.get(curve, set()) and c not in emitted[curve]]
-        emitted[curve].update(new)
-        if not new:
-            continue
-        if isinstance(j.row["conc"], list) and new != j.row["conc"]:
-            j = j.model_copy(update={"row": {**j.row, "conc": new}})
-        delta.append(j)
-    if not delta:
+    for i, row in enumerate(head):
+        curve, new = _curve(row), []
+        for c in _concs(row):
+            if c not in base_curves.get(curve, set()) and c not in emitted[curve]:
+                new.append(c)
+                emitted[curve].add(c)
+        if new:
+            points.append((i, new if isinstance(row["conc"], list) else new[0]))
+    if not points:
         raise ServelabError("append-only added no points")
     images: dict[tuple, set] = defaultdict(set)
-    for j in base_jobs:
-        images[_series(j.row)].add(j.row.get("image"))
-    for j in delta:
-        if j.row.get("image") is None or images.get(_series(j.row), set()) != {j.row.get("image")}:
+    for row in base:
+        images[_series(row)].add(row.get("image"))
+    for i, _ in points:
+        image = head[i].get("image")
+        if image is None or images.get(_series(head[i]), set()) != {image}:
             raise ServelabError(
                 "append-only points must extend an existing curve that has one unchanged image"
             )
-    return delta
+    return points
+
+
+def append_delta(base: list[Job], head: list[Job]) -> list[Job]:
+    """The head jobs that add points (a multinode job keeps only its new concurrencies)."""
+    out = []
+    for i, conc in added_points([j.row for j in base], [j.row for j in head]):
+        job = head[i]
+        out.append(
+            job if job.row["conc"] == conc else job.model_copy(update={"row": {**job.row, "conc": conc}})
+        )
+    return out
 
 
 def _scenario_groups(selected: list[str], scenarios: tuple[str, ...], seen: dict) -> dict[tuple, list[str]]:
