@@ -6,8 +6,8 @@ newline and matrix checks) and the rule check inside test_prepare_perf_changelog
 whitespace change). Not ported, because servelab has no counterpart: the tests of InferenceX's workflow files
 (test_run_sweep_gating.py, the workflow half of test_validate_perf_changelog.py), of its merge helper script
 and ingest recovery (test_recover_failed_ingest.py), and the merge helper's rewriting of the file
-(canonicalizing placeholders, resolving conflicts), which are tools rather than rules. The append-only cases of
-utils/test_process_changelog.py are in test_changelog_append_only.py. The conflict-resolution
+(canonicalizing placeholders, resolving conflicts), which are tools rather than rules. The append-only cases
+of utils/test_process_changelog.py are in test_changelog_append_only.py. The conflict-resolution
 case of PR 1717 needs two upstream commits outside the pinned history; its rule (a deleted line is refused) is
 held by test_gate_refuses_a_deleted_line.
 """
