@@ -74,7 +74,7 @@ def test_cli_finds_everything_in_the_checkout(checkout, monkeypatch, capsys):
     assert code in (0, None) and json.loads(out)["new_entries"] == 1
     assert "the fingerprint rule does not apply" in json.loads(out)["notes"][0]
     code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--strict")
-    assert code in (0, None) and out.startswith("ok (merge rules): 1 new entry"), err
+    assert code in (0, None) and out.startswith("ok: 1 new entry (merge rules)"), err
     code, out, _ = cli(
         monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "inferencex"
     )

@@ -84,7 +84,7 @@ def validate(
         return
     for note in change.notes:
         typer.echo(f"note: {note}", err=True)
-    typer.echo(f"ok ({'merge rules' if strict else 'gate'}): {n} new entr{'y' if n == 1 else 'ies'}")
+    typer.echo(f"ok: {n} new entr{'y' if n == 1 else 'ies'}" + (" (merge rules)" if strict else ""))
 
 
 @app.command()
