@@ -4,7 +4,7 @@
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.recipes.changelog import Change
+from servelab.recipes.changelog import Change, trim_conc
 from servelab.recipes.filters import Filters
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
@@ -195,6 +195,8 @@ def test_not_utf8(repo, base):
     text = repo.changelog.read_bytes() + "\n- x: caf\xe9\n".encode("latin-1")
     problems = problems_after(repo, base, text, append=False, strict=True)
     assert len(problems) == 1 and problems[0].startswith("HEAD:data/perf-changelog.yaml: not UTF-8 (byte ")
+    (gate,) = change(repo, base).problems
+    assert gate.startswith("HEAD:data/perf-changelog.yaml: not UTF-8 (byte ")
 
 
 def test_history_is_immutable(repo, base):
@@ -329,3 +331,20 @@ def test_no_lock_means_no_fingerprint_rule(repo, base):
     repo.commit()
     c = change(repo, no_lock)
     assert c.problems == [] and "the fingerprint rule does not apply" in c.notes[0]
+
+
+def test_trim_conc_keeps_each_curves_lowest_point(repo, base):
+    edit_recipe(repo)
+    repo.relock()
+    repo.append(GOOD)
+    repo.commit()
+    bench = change(repo, base).jobs.bench
+    trimmed = trim_conc(bench)
+    curves = {}
+    for j in bench:
+        curve = (j.row["isl"], j.row["tp"], j.row["ep"], j.row["dp-attn"])
+        curves[curve] = min(curves.get(curve, j.row["conc"]), j.row["conc"])
+    assert len(curves) < len(bench)
+    assert sorted(
+        (j.row["isl"], j.row["tp"], j.row["ep"], j.row["dp-attn"], j.row["conc"]) for j in trimmed
+    ) == sorted((*c, conc) for c, conc in curves.items())

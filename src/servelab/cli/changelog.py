@@ -101,6 +101,11 @@ def jobs(
     launcher: str = LauncherOpt,
     all_evals: bool = AllEvalsOpt,
     evals_only: bool = EvalsOnlyOpt,
+    trim: bool = typer.Option(
+        False,
+        "--trim-conc",
+        help="Run each curve's lowest concurrency only, as InferenceX trims a sweep-enabled pull request.",
+    ),
     max_jobs: int = field_option(
         Filters, "max_jobs", help="Refuse to expand more jobs than this, per group of keys."
     ),
@@ -109,7 +114,7 @@ def jobs(
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first): throughput
     jobs without evals, then eval-only jobs."""
-    from servelab.recipes.changelog import matrix  # noqa: PLC0415  # start-up time
+    from servelab.recipes.changelog import matrix, trim_conc  # noqa: PLC0415  # start-up time
 
     if max_jobs < 1:
         raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
@@ -117,6 +122,8 @@ def jobs(
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
     rules = {"all_evals": all_evals, "evals_only": evals_only, "max_jobs": max_jobs}
     change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
+    if trim:
+        change.jobs.bench = trim_conc(change.jobs.bench)
     if fmt == INFERENCEX:
         text = json.dumps(matrix(change, change.jobs, base_ref, head_ref), indent=1) + "\n"
         if out is None:

@@ -138,6 +138,10 @@ class Change:
             raise ServelabError(f"{label}: does not end with a newline")
         if base_raw == head_raw:
             return
+        try:
+            head_raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ServelabError(f"{label}: not UTF-8 (byte {e.start})") from None
         text, deleted = added_text(base_raw, head_raw, label)
         if deleted:
             self.problems += deleted
@@ -408,6 +412,28 @@ def jobs_for(change: Change) -> ChangeJobs:
                     job.row["eval-only"] = True
                     evals.append(job)
     return ChangeJobs(bench, evals)
+
+
+def trim_conc(jobs: list[Job]) -> list[Job]:
+    """Each curve at its lowest concurrency only, as InferenceX trims a pull request's sweep (label
+    sweep-enabled): a multinode job keeps the lowest of its list, single-node jobs the lowest of their
+    curve."""
+    lowest: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        if job.row.get("prefill") is None:
+            curve = _curve(job.row)
+            if curve not in lowest or job.row["conc"] < jobs[lowest[curve]].row["conc"]:
+                lowest[curve] = i
+    out = []
+    for i, job in enumerate(jobs):
+        conc = job.row["conc"]
+        if job.row.get("prefill") is not None:
+            if isinstance(conc, list) and len(conc) > 1:
+                job = job.model_copy(update={"row": {**job.row, "conc": [min(conc)]}})
+            out.append(job)
+        elif lowest[_curve(job.row)] == i:
+            out.append(job)
+    return out
 
 
 def recipe_fingerprint(row: dict) -> str:
