@@ -110,7 +110,6 @@ class Change:
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.added: list[Entry] = []
-        self.raw_added: list[dict] = []
         self.selected: list[list[str]] = []
         self._check()
 
@@ -151,19 +150,17 @@ class Change:
             raise ServelabError(f"{label}: changed without adding an entry")
         if not isinstance(data, list):
             raise ServelabError(f"{label}: the added lines are not a YAML list of entries")
-        self._take(data, label, first=1)
+        self._take(data, label)
 
     def _merge_rules(self, base_raw: bytes, head_raw: bytes, label: str, base_label: str) -> None:
-        new = merge_rules(base_raw, head_raw, self.pr_link, label, base_label, Entry)
-        self._take(new, label, first=1)
+        self._take(merge_rules(base_raw, head_raw, self.pr_link, label, base_label, Entry), label)
 
-    def _take(self, data: list, label: str, first: int) -> None:
-        for i, item in enumerate(data, start=first):
+    def _take(self, data: list, label: str) -> None:
+        for i, item in enumerate(data, start=1):
             try:
                 self.added.append(Entry.model_validate(item))
             except ValidationError as e:
                 raise ServelabError.from_validation(e, f"{label}: new entry {i}") from None
-        self.raw_added = data
 
     def _check_entries(self, label: str) -> None:
         if not self.added:
