@@ -463,7 +463,7 @@ def matrix(change: Change, jobs: ChangeJobs, base_ref: str, head_ref: str) -> di
     for job in jobs.bench:
         row = {**_entry(job), "recipe-fingerprint": recipe_fingerprint(job.row)}
         side = "multi_node" if job.row.get("prefill") is not None else "single_node"
-        bucket = "agentic" if job.row.get("scenario-type") == "agentic-coding" else _seq_bucket(job.row)
+        bucket = "agentic" if job.scenario == "agentic-coding" else _seq_bucket(job.row)
         out[side][bucket].append(row)
     out = {k: dict(v) for k, v in out.items()}
     for name, multi, agentic in (
@@ -475,8 +475,7 @@ def matrix(change: Change, jobs: ChangeJobs, base_ref: str, head_ref: str) -> di
         out[name] = [
             _entry(j)
             for j in jobs.evals
-            if (j.row.get("prefill") is not None) == multi
-            and (j.row.get("scenario-type") == "agentic-coding") == agentic
+            if (j.row.get("prefill") is not None) == multi and (j.scenario == "agentic-coding") == agentic
         ]
     out["changelog_metadata"] = {
         "base_ref": base_ref,
