@@ -32,6 +32,13 @@ IX_FILES = (
     "perf-changelog.yaml",
 )
 MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
+# Changes InferenceX's own gate tests name by commit (utils/changelog_gate_tests): name -> (base, head).
+GATE_CASES = {
+    "pr-1717-conflict-resolution": (
+        "add33814cce15d0b71e3c98eca4bb2f7ad8aba96",
+        "60bf726a7f324a01e8850d228c8f0f7a6f203dbd",
+    ),
+}
 # A change of our own appended to the pinned changelog; InferenceX's matrix for it is pinned as probe.json.gz.
 PROBE_ENTRY = """
 - config-keys:
@@ -142,13 +149,7 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
                 git(work, "checkout", "-q", "--detach", sha)
                 entry = {"commit": sha, "subject": git(repo, "log", "-1", "--format=%s", sha).strip()}
                 for side, ref in (("base", f"{sha}^"), ("head", sha)):
-                    text = git(repo, "show", f"{ref}:perf-changelog.yaml")
-                    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-                    path = blobs / f"{digest}.yaml.gz"
-                    if not path.exists():
-                        with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-                            f.write(text.encode())
-                    entry[side] = path.name
+                    entry[side] = _blob(repo, ref, blobs)
                 refs = ["--base-ref", f"{sha}^", "--head-ref", sha]
                 gate = subprocess.run(
                     [sys.executable, "utils/validate_perf_changelog.py", *refs],
@@ -181,6 +182,38 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
             git(repo, "worktree", "remove", "--force", str(work))
     (dest / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return [f"changelog: {len(index)} commits, {sum(e['accepted'] for e in index)} accepted upstream"]
+
+
+def _blob(repo: Path, ref: str, blobs: Path) -> str:
+    """perf-changelog.yaml at `ref`, stored gzipped under its content hash; returns the file name."""
+    text = git(repo, "show", f"{ref}:perf-changelog.yaml")
+    path = blobs / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml.gz"
+    if not path.exists():
+        with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+            f.write(text.encode())
+    return path.name
+
+
+def gate_cases(repo: Path, dest: Path) -> list[str]:
+    """InferenceX's gate verdict on each of GATE_CASES, run in the pinned checkout as its tests run it."""
+    cases = {}
+    for name, (base, head) in GATE_CASES.items():
+        gate = subprocess.run(
+            [sys.executable, "utils/validate_perf_changelog.py", "--base-ref", base, "--head-ref", head],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        cases[name] = {
+            "base": _blob(repo, base, dest / "blobs"),
+            "head": _blob(repo, head, dest / "blobs"),
+            "accepted": gate.returncode == 0,
+            "gate_message": (gate.stderr or gate.stdout).strip()[-2000:],
+        }
+    path = dest / "gate-cases.json"
+    before = path.read_text() if path.exists() else ""
+    path.write_text(json.dumps(cases, indent=1) + "\n")
+    return ["changelog/gate-cases.json"] if path.read_text() != before else []
 
 
 def changelog_probe(repo: Path, dest: Path) -> list[str]:
@@ -278,6 +311,7 @@ def main() -> int:
     changes += sweep_outputs(ix, ix_dest / "sweep")
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
     changes += changelog_probe(ix, ix_dest / "changelog")
+    changes += gate_cases(ix, ix_dest / "changelog")
 
     workloads = sorted(p.relative_to(pe).as_posix() for p in (pe / "workloads").glob("*.yaml"))
     stale = {p.name for p in (pe_dest / "workloads").glob("*.yaml")} - {Path(w).name for w in workloads}

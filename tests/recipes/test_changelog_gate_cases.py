@@ -7,9 +7,10 @@ whitespace change). Not ported, because servelab has no counterpart: the tests o
 (test_run_sweep_gating.py, the workflow half of test_validate_perf_changelog.py), of its merge helper script
 and ingest recovery (test_recover_failed_ingest.py), and the merge helper's rewriting of the file
 (canonicalizing placeholders, resolving conflicts), which are tools rather than rules. The append-only cases
-of utils/test_process_changelog.py are in test_changelog_append_only.py. The conflict-resolution
-case of PR 1717 needs two upstream commits outside the pinned history; its rule (a deleted line is refused) is
-held by test_gate_refuses_a_deleted_line.
+of utils/test_process_changelog.py are in test_changelog_append_only.py. The
+conflict-resolution case of PR 1717 names two upstream commits: their changelogs are pinned
+(changelog/gate-cases.json) and held in test_changelog_upstream.py; its rule is also here, in
+test_gate_refuses_a_deleted_line.
 """
 
 import pytest

@@ -86,6 +86,21 @@ def sweep_gap(change: Change) -> str | None:
     return None
 
 
+GATE_CASES = json.loads((HISTORY / "gate-cases.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(GATE_CASES))
+def test_gate_refuses_what_inferencex_refused(name):
+    """Changes InferenceX's gate tests name by commit, with its verdict at the pinned commit."""
+    case = GATE_CASES[name]
+    ledger = (Blob("base", blob(case["base"])), Blob("head", blob(case["head"])), "perf-changelog.yaml")
+    store = open_store(DATA / "configs")
+    problems = Change(store, store, ledger=ledger).problems
+    assert (not problems) == case["accepted"]
+    deleted = case["gate_message"].split("Found deleted line:", 1)[1].strip()
+    assert any(f"deletes a line ({deleted!r})" in p for p in problems), problems
+
+
 def test_history_is_pinned_whole():
     assert len(INDEX) == 25 and all("configs" in e and "strict" in e and "jobs" in e for e in INDEX)
 
