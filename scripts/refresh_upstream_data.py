@@ -5,7 +5,8 @@
 Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.com/vllm-project/perf-eval.
 Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for
 them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
-`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits). No upstream
+`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits, plus its
+strict merge rules on the same commits and the master-file keys each commit's jobs depend on). No upstream
 code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
 """
 
@@ -14,11 +15,14 @@ import filecmp
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 IX_FILES = (
@@ -30,6 +34,39 @@ IX_FILES = (
 # The master files in the order InferenceX's own tools merge them (utils/constants.py MASTER_CONFIGS, which
 # process_changelog.py uses): the order of the rows follows it.
 MASTER = ["configs/amd-master.yaml", "configs/nvidia-master.yaml"]
+# Changes InferenceX's own gate tests name by commit (utils/changelog_gate_tests): name -> (base, head).
+GATE_CASES = {
+    "pr-1717-conflict-resolution": (
+        "add33814cce15d0b71e3c98eca4bb2f7ad8aba96",
+        "60bf726a7f324a01e8850d228c8f0f7a6f203dbd",
+    ),
+}
+# A change of our own appended to the pinned changelog; InferenceX's matrix for it is pinned as probe.json.gz.
+PROBE_ENTRY = """
+- config-keys:
+    - dsr1-fp8-h200-sglang
+    - dsv4-fp4-b200-vllm
+    - dsv4-fp4-b200-sglang
+  description:
+    - "servelab parity probe: single-node fixed-seq-len keys"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1
+"""
+# InferenceX's strict merge rules (the functions its merge helper calls), run in the checkout on a base and a
+# head file, from the checkout's utils/ (where its modules import each other); prints "ok" or the rule's
+# message. Without a PR number: a change on the main branch.
+STRICT_RULES = """
+import sys
+from validate_perf_changelog import ChangelogValidationError, compare_entries, parse_changelog
+from validate_perf_changelog import validate_raw_change
+base, head = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+try:
+    b, h = parse_changelog(base, "base"), parse_changelog(head, "head")
+    added, corrected = compare_entries(b, h, None)
+    validate_raw_change(base, head, len(added), corrected)
+    print("ok")
+except ChangelogValidationError as e:
+    print(e)
+"""
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
     "full": [],
@@ -144,13 +181,7 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
                 git(work, "checkout", "-q", "--detach", sha)
                 entry = {"commit": sha, "subject": git(repo, "log", "-1", "--format=%s", sha).strip()}
                 for side, ref in (("base", f"{sha}^"), ("head", sha)):
-                    text = git(repo, "show", f"{ref}:perf-changelog.yaml")
-                    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-                    path = blobs / f"{digest}.yaml.gz"
-                    if not path.exists():
-                        with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-                            f.write(text.encode())
-                    entry[side] = path.name
+                    entry[side] = _blob(repo, ref, blobs)
                 refs = ["--base-ref", f"{sha}^", "--head-ref", sha]
                 gate = subprocess.run(
                     [sys.executable, "utils/validate_perf_changelog.py", *refs],
@@ -173,13 +204,123 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
                 entry["accepted"] = gate.returncode == 0
                 entry["gate_message"] = (gate.stderr or gate.stdout).strip()[-2000:]
                 if jobs.returncode == 0:
-                    write_gz_json(dest / f"jobs-{sha[:12]}.json.gz", json.loads(jobs.stdout))
+                    matrix = json.loads(jobs.stdout)
+                    write_gz_json(dest / f"jobs-{sha[:12]}.json.gz", matrix)
                     entry["jobs"] = f"jobs-{sha[:12]}.json.gz"
+                    entry["configs"] = commit_configs(repo, sha, matrix, dest, ix_configs=DATA / "inferencex")
+                entry["strict"] = strict_verdict(repo, work, blobs / entry["base"], blobs / entry["head"])
                 index.append(entry)
         finally:
             git(repo, "worktree", "remove", "--force", str(work))
     (dest / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return [f"changelog: {len(index)} commits, {sum(e['accepted'] for e in index)} accepted upstream"]
+
+
+def _blob(repo: Path, ref: str, blobs: Path) -> str:
+    """perf-changelog.yaml at `ref`, stored gzipped under its content hash; returns the file name."""
+    text = git(repo, "show", f"{ref}:perf-changelog.yaml")
+    path = blobs / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml.gz"
+    if not path.exists():
+        with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+            f.write(text.encode())
+    return path.name
+
+
+def gate_cases(repo: Path, dest: Path) -> list[str]:
+    """InferenceX's gate verdict on each of GATE_CASES, run in the pinned checkout as its tests run it."""
+    cases = {}
+    for name, (base, head) in GATE_CASES.items():
+        gate = subprocess.run(
+            [sys.executable, "utils/validate_perf_changelog.py", "--base-ref", base, "--head-ref", head],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        cases[name] = {
+            "base": _blob(repo, base, dest / "blobs"),
+            "head": _blob(repo, head, dest / "blobs"),
+            "accepted": gate.returncode == 0,
+            "gate_message": (gate.stderr or gate.stdout).strip()[-2000:],
+        }
+    path = dest / "gate-cases.json"
+    before = path.read_text() if path.exists() else ""
+    path.write_text(json.dumps(cases, indent=1) + "\n")
+    return ["changelog/gate-cases.json"] if path.read_text() != before else []
+
+
+def changelog_probe(repo: Path, dest: Path) -> list[str]:
+    """InferenceX's job matrix for a change of our own at the pinned commit: PROBE_ENTRY appended to its
+    changelog (single-node fixed-seq-len keys, which the 25 real commits do not touch)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "probe"
+        git(repo, "worktree", "add", "--detach", str(work), "HEAD")
+        try:
+            with (work / "perf-changelog.yaml").open("a") as f:
+                f.write(PROBE_ENTRY)
+            git(
+                work, "-c", "user.name=probe", "-c", "user.email=probe@example.com", "commit", "-qam", "probe"
+            )
+            jobs = subprocess.run(
+                [sys.executable, "utils/process_changelog.py", "--changelog-file", "perf-changelog.yaml"]
+                + ["--base-ref", "HEAD^", "--head-ref", "HEAD"],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+        finally:
+            git(repo, "worktree", "remove", "--force", str(work))
+    path = dest / "probe.json.gz"
+    before = path.read_bytes() if path.exists() else b""
+    write_gz_json(path, {"appended": PROBE_ENTRY, "matrix": json.loads(jobs.stdout)})
+    return ["changelog/probe.json.gz"] if path.read_bytes() != before else []
+
+
+def strict_verdict(repo: Path, work: Path, base_blob: Path, head_blob: Path) -> str:
+    """InferenceX's strict merge rules on the (gzipped) base and head changelogs: "ok" or why not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for blob in (base_blob, head_blob):
+            files.append(Path(tmp) / blob.stem)
+            with gzip.open(blob) as f:
+                files[-1].write_bytes(f.read())
+        run = subprocess.run(
+            [sys.executable, "-c", STRICT_RULES, *map(str, files)],
+            cwd=work / "utils",
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return run.stdout.strip()
+
+
+def _masters(repo: Path, ref: str) -> dict[str, dict]:
+    return {Path(m).name: yaml.safe_load(git(repo, "show", f"{ref}:{m}")) or {} for m in MASTER}
+
+
+def commit_configs(repo: Path, sha: str, matrix: dict, dest: Path, ix_configs: Path) -> str:
+    """The master-file keys a commit's jobs depend on, at its base and head: the keys its new entries name
+    and every key the commit changed (whose equality the append-only rules check); the rest of the master
+    files is left out. Each file is a list of [key, config] pairs, in file order. runners.yaml goes along
+    where it differs from the pinned one."""
+    base, head = _masters(repo, f"{sha}^"), _masters(repo, sha)
+    all_keys = [k for f in head.values() for k in f]
+    keys = set()
+    for entry in matrix["changelog_metadata"]["entries"]:
+        for pat in entry["config-keys"]:
+            keys.update(k for k in all_keys if re.fullmatch(re.escape(pat).replace(r"\*", ".*"), k))
+    for name in head.keys() | base.keys():
+        old, new = base.get(name, {}), head.get(name, {})
+        keys.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    data = {}
+    for side, ref, files in (("base", f"{sha}^", base), ("head", sha, head)):
+        data[side] = {name: [[k, v] for k, v in f.items() if k in keys] for name, f in files.items()}
+        runners = git(repo, "show", f"{ref}:configs/runners.yaml")
+        if runners != (ix_configs / "configs" / "runners.yaml").read_text():
+            data[side + "-runners"] = runners
+    name = f"configs-{sha[:12]}.json.gz"
+    write_gz_json(dest / name, data)
+    return name
 
 
 def main() -> int:
@@ -201,6 +342,8 @@ def main() -> int:
     )
     changes += sweep_outputs(ix, ix_dest / "sweep")
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
+    changes += changelog_probe(ix, ix_dest / "changelog")
+    changes += gate_cases(ix, ix_dest / "changelog")
 
     workloads = sorted(p.relative_to(pe).as_posix() for p in (pe / "workloads").glob("*.yaml"))
     stale = {p.name for p in (pe_dest / "workloads").glob("*.yaml")} - {Path(w).name for w in workloads}

@@ -248,7 +248,7 @@ def test_changelog_jobs_quote_free_text(repo, fake_bin, tmp_path):
     repo.commit("entry")
     change = Change(open_store("data", ref=base), open_store("data", ref="HEAD"))
     assert change.problems == []
-    jobs = jobs_for(change.head, change.added)
+    jobs = jobs_for(change).all()
     _run_script(script(jobs[0]), tmp_path / "work", fake_bin)
     steps = yaml.safe_load(emit(jobs, "buildkite"))["steps"]
     assert steps[0]["command"].replace("$$", "$") == script(jobs[0])

@@ -128,7 +128,12 @@ def test_changelog_commands(repo):
     r = run("changelog", "validate", "--base-ref", base, "--dir", "data", cwd=repo.root)
     assert r.returncode == 0 and "ok: 1 new entry" in r.stdout
     r = run("changelog", "validate", "--base-ref", base, "--dir", "data", "--json", cwd=repo.root)
-    assert r.returncode == 0 and json.loads(r.stdout) == {"ok": True, "new_entries": 1}
+    assert r.returncode == 0 and json.loads(r.stdout) == {
+        "ok": True,
+        "rules": "gate",
+        "new_entries": 1,
+        "notes": [],
+    }
     r = run("changelog", "jobs", "--base-ref", base, "--dir", "data", "--format", "json", cwd=repo.root)
     assert r.returncode == 0, r.stderr
     assert {row["config-key"] for row in json.loads(r.stdout)} == {"dsv4f-fp8-b200-vllm"}

@@ -66,7 +66,7 @@ def test_changelog_flag_and_bad_entries(project):
     (project / "ci" / "ledger.yaml").write_text(ENTRY.format(key="no-such-key", what="typo"))
     commit(project)
     r = run("changelog", "validate", "--base-ref", "HEAD~1", "--changelog", "ci/ledger.yaml", cwd=project)
-    assert r.returncode == 2 and "config key 'no-such-key' matches no recipe" in r.stderr
+    assert r.returncode == 2 and "config key 'no-such-key' is not a config key" in r.stderr
     r = run("changelog", "validate", "--base-ref", "HEAD~1", cwd=project)
     assert r.returncode == 2 and "HEAD:./perf-changelog.yaml: not found" in r.stderr
 

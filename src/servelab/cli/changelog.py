@@ -1,20 +1,22 @@
 """`servelab changelog`: validate a change to the performance changelog and expand it into jobs."""
 
+import json
 import sys
 from pathlib import Path
 
 import typer
 
 from servelab.cli._common import JsonOpt, field_option, print_json
-from servelab.cli.sweep import FormatOpt, LauncherOpt, OutOpt
+from servelab.cli.sweep import LauncherOpt, OutOpt
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
-from servelab.recipes.pipelines import emit
+from servelab.recipes.pipelines import FORMATS, emit
 
 app = typer.Typer(
     no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs."
 )
 
+INFERENCEX = "inferencex"
 DirOpt = typer.Option(
     None,
     "--dir",
@@ -25,17 +27,21 @@ ChangelogOpt = typer.Option(
     None,
     "--changelog",
     help="The changelog file, relative to the current directory (default: the store's own when the store is "
-    "committed here, else ./perf-changelog.yaml); read at the refs.",
+    "committed here, else the one beside the store, else ./perf-changelog.yaml); read at the refs.",
 )
 BaseRefOpt = typer.Option(..., "--base-ref", help="Git ref before the change (e.g. origin/main).")
 HeadRefOpt = typer.Option("HEAD", "--head-ref", help="Git ref with the change.")
+AllEvalsOpt = typer.Option(
+    False, "--all-evals", help="Every new entry also runs evals on every eval-eligible row (a PR label)."
+)
+EvalsOnlyOpt = typer.Option(False, "--evals-only", help="No throughput jobs, only eval jobs (a PR label).")
 
 
-def _checked_change(base_ref: str, head_ref: str, directory, changelog, pr_link, suffix: str):
+def _checked_change(base_ref: str, head_ref: str, directory, changelog, suffix: str, **rules):
     """The change between the refs; every rule it breaks printed on stderr, then one error line."""
     from servelab.recipes.changelog import open_change  # noqa: PLC0415  # start-up time
 
-    change = open_change(directory, base_ref, head_ref, pr_link, changelog)
+    change = open_change(directory, base_ref, head_ref, changelog=changelog, **rules)
     for p in change.problems:
         print(f"changelog: {p}", file=sys.stderr)
     if change.problems:
@@ -47,42 +53,89 @@ def _checked_change(base_ref: str, head_ref: str, directory, changelog, pr_link,
 def validate(
     base_ref: str = BaseRefOpt,
     head_ref: str = HeadRefOpt,
-    pr_link: str = typer.Option(
-        None, "--pr-link", help="This change's own PR URL; new entries must use it or XXX."
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="InferenceX's merge rules instead of its pull-request gate: every entry typed, history byte for "
+        "byte, one empty line between entries, pr-links checked.",
     ),
+    pr_link: str = typer.Option(
+        None,
+        "--pr-link",
+        help="With --strict: this change's own PR URL; new entries must use it or XXX (else a pull URL).",
+    ),
+    all_evals: bool = AllEvalsOpt,
+    evals_only: bool = EvalsOnlyOpt,
     directory: Path = DirOpt,
     changelog: Path = ChangelogOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Check the change against the ledger rules and the recorded fingerprints."""
+    """Check the change against the changelog rules (and the recorded fingerprints where a lock exists)."""
+    if pr_link is not None and not strict:
+        raise ServelabError("--pr-link: the merge rules check pr-links; add --strict")
     suffix = f" between {base_ref} and {head_ref}"
-    change = _checked_change(base_ref, head_ref, directory, changelog, pr_link, suffix)
+    rules = {"strict": strict, "pr_link": pr_link, "all_evals": all_evals, "evals_only": evals_only}
+    change = _checked_change(base_ref, head_ref, directory, changelog, suffix, **rules)
+    n = len(change.added)
     if as_json:
-        print_json({"ok": True, "new_entries": len(change.added)})
+        print_json(
+            {"ok": True, "rules": "merge" if strict else "gate", "new_entries": n, "notes": change.notes}
+        )
         return
-    typer.echo(f"ok: {len(change.added)} new entr{'y' if len(change.added) == 1 else 'ies'}")
+    for note in change.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"ok: {n} new entr{'y' if n == 1 else 'ies'}" + (" (merge rules)" if strict else ""))
 
 
 @app.command()
 def jobs(
     base_ref: str = BaseRefOpt,
     head_ref: str = HeadRefOpt,
-    fmt: str = FormatOpt,
+    fmt: str = typer.Option(
+        "json",
+        "--format",
+        help="json | github | buildkite | sh, or inferencex (process_changelog.py's structure: throughput "
+        "rows by node kind and seq-len, eval rows apart).",
+    ),
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
+    all_evals: bool = AllEvalsOpt,
+    evals_only: bool = EvalsOnlyOpt,
+    trim: bool = typer.Option(
+        False,
+        "--trim-conc",
+        help="Run each curve's lowest concurrency only, as InferenceX trims a sweep-enabled pull request.",
+    ),
     max_jobs: int = field_option(
-        Filters, "max_jobs", help="Refuse to expand more jobs than this, per entry."
+        Filters, "max_jobs", help="Refuse to expand more jobs than this, per group of keys."
     ),
     directory: Path = DirOpt,
     changelog: Path = ChangelogOpt,
 ) -> None:
-    """Expand the entries the change added into the jobs to run (validates the change first)."""
-    from servelab.recipes.changelog import jobs_for  # noqa: PLC0415  # start-up time
+    """Expand the entries the change added into the jobs to run (validates the change first): throughput
+    jobs without evals, then eval-only jobs."""
+    from servelab.recipes.changelog import matrix, trim_conc  # noqa: PLC0415  # start-up time
 
-    change = _checked_change(base_ref, head_ref, directory, changelog, None, "; no jobs emitted")
     if max_jobs < 1:
         raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
-    found = jobs_for(change.head, change.added, max_jobs=max_jobs)
+    if fmt not in (*FORMATS, INFERENCEX):
+        raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
+    rules = {"all_evals": all_evals, "evals_only": evals_only, "max_jobs": max_jobs}
+    change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
+    if trim:
+        change.jobs.bench = trim_conc(change.jobs.bench)
+    if fmt == INFERENCEX:
+        text = json.dumps(matrix(change, change.jobs, base_ref, head_ref), indent=1) + "\n"
+        if out is None:
+            typer.echo(text, nl=False)
+            return
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise ServelabError(f"{out}: cannot write ({e.strerror or e})") from None
+        typer.echo(f"wrote the job matrix to {out}")
+        return
+    found = change.jobs.all()
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
         return

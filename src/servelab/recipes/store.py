@@ -5,6 +5,9 @@
 <dir>/runners.yaml            runner labels -> nodes, node kinds (runners.py)
 <dir>/perf-changelog.yaml     the append-only performance changelog (changelog.py)
 <dir>/fingerprints.lock       config key -> fingerprint of its full sweep, written by `servelab recipes lock`
+
+An InferenceX checkout's configs/ is a store as it is: its master files (*-master.yaml) sit beside
+runners.yaml instead of under recipes/, and its perf-changelog.yaml one level up (changelog.open_change).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ MASTER_SUFFIX = "-master.yaml"
 RUNNERS = "runners.yaml"
 CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
+MASTER_SUFFIX = "-master.yaml"  # InferenceX's recipe files, e.g. configs/nvidia-master.yaml
 
 
 def resolve_dir(directory: Path | None = None) -> Path:

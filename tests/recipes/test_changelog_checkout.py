@@ -1,0 +1,89 @@
+"""`servelab changelog` inside an InferenceX checkout as it is (configs/*-master.yaml, configs/runners.yaml,
+perf-changelog.yaml at the root; no flags, no fingerprints.lock), held against InferenceX's own job matrix for
+the same change (tests/data/inferencex/changelog/probe.json.gz, from its process_changelog.py at the pinned
+commit; see scripts/refresh_upstream_data.py)."""
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.cli.main import main
+from servelab.recipes.changelog import matrix, open_change
+
+DATA = Path(__file__).parents[1] / "data" / "inferencex"
+PROBE = json.loads(gzip.decompress((DATA / "changelog" / "probe.json.gz").read_bytes()))
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """The pinned InferenceX files laid out as its repository, with the probe entry appended in HEAD."""
+    root = tmp_path_factory.mktemp("inferencex")
+    shutil.copytree(DATA / "configs", root / "configs")
+    shutil.copyfile(DATA / "perf-changelog.yaml", root / "perf-changelog.yaml")
+    git(root, "init", "-q")
+    for opt in ("user.email=t@example.com", "user.name=t", "commit.gpgsign=false"):
+        git(root, "config", *opt.split("="))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    with (root / "perf-changelog.yaml").open("a") as f:
+        f.write(PROBE["appended"])
+    git(root, "commit", "-qam", "probe")
+    return root
+
+
+def cli(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["servelab", *args])
+    with pytest.raises(SystemExit) as info:
+        main()
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def rows(bucket) -> list[dict]:
+    return [r for name in sorted(bucket) for r in bucket[name]] if isinstance(bucket, dict) else bucket
+
+
+def test_jobs_equal_inferencex_matrix(checkout, monkeypatch):
+    monkeypatch.chdir(checkout)
+    change = open_change(None, "HEAD^", "HEAD")
+    assert change.problems == [] and change.head.source.label == "HEAD:configs"
+    got, want = matrix(change, change.jobs, "HEAD^", "HEAD"), PROBE["matrix"]
+    assert got["changelog_metadata"]["entries"] == want["changelog_metadata"]["entries"]
+    assert sorted(got["single_node"]) == sorted(want["single_node"])
+    for name in set(want) - {"changelog_metadata"}:
+        assert len(rows(got[name])) == len(rows(want[name])), name
+        # every field InferenceX gives, recipe-fingerprint included; servelab adds config-key and fingerprint
+        pairs = zip(rows(got[name]), rows(want[name]), strict=True)
+        assert [{k: g.get(k) for k in w} for g, w in pairs] == rows(want[name])
+    assert len(rows(want["single_node"])) == 30 and len(want["evals"]) == 9
+
+
+@pytest.mark.slow
+def test_cli_finds_everything_in_the_checkout(checkout, monkeypatch, capsys):
+    monkeypatch.chdir(checkout)
+    code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--json")
+    assert code in (0, None) and json.loads(out)["new_entries"] == 1
+    assert "the fingerprint rule does not apply" in json.loads(out)["notes"][0]
+    code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--strict")
+    assert code in (0, None) and out.startswith("ok: 1 new entry (merge rules)"), err
+    code, out, _ = cli(
+        monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "inferencex"
+    )
+    assert code in (0, None) and len(json.loads(out)["evals"]) == 9
+
+
+def test_cli_refuses_pr_link_without_strict(checkout, monkeypatch, capsys):
+    monkeypatch.chdir(checkout)
+    code, _, err = cli(
+        monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--pr-link", "https://x"
+    )
+    assert code == 2 and "--pr-link: the merge rules check pr-links; add --strict" in err
