@@ -30,6 +30,7 @@ from servelab.cli import (
     recipes,
     report,
     results,
+    run,
     sweep,
     systems,
 )
@@ -83,6 +84,7 @@ app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog")
 app.add_typer(results.app, name="results")
 app.command("report")(report.report)
+app.command("run")(run.run)
 app.add_typer(calibrate.app, name="calibrate")
 
 

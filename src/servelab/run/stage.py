@@ -2,9 +2,9 @@
 
 The orchestrator (servelab.run) starts or attaches to a server, then calls each stage with a `Target`.
 A stage returns its numeric metrics by name (the names assertions use after the stage's prefix, as in
-`gsm8k.exact_match` or `bench.p99_ttft_ms`) and the files it wrote. A stage that cannot produce its metrics
-(the server went away, the evaluation tool crashed or is not installed) raises `StageFailed`: the run's outcome
-becomes error, and what earlier stages measured is kept.
+`gsm8k.exact_match` or `bench.p99_ttft_ms`) and the files it wrote. A stage that cannot produce its
+metrics (the server went away, the evaluation tool crashed or is not installed) raises `StageFailed`: the
+run's outcome becomes error, and what earlier stages measured is kept.
 """
 
 from dataclasses import dataclass, field
