@@ -38,7 +38,7 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _GRAMMAR = re.compile(
     r"\s*(?P<stage>[A-Za-z][A-Za-z0-9_-]*)(?:\[(?P<config>[^\[\]\s]+)\])?\.(?P<metric>[^\s<>=]+)"
-    r"\s+(?:(?P<regress>regress)\s+)?(?P<op><=|>=|==|<|>)\s*(?P<value>" + _NUMBER + r")\s*(?P<pct>%)?\s*"
+    r"(?:\s+(?P<regress>regress))?\s*(?P<op><=|>=|==|<|>)\s*(?P<value>" + _NUMBER + r")\s*(?P<pct>%)?\s*"
 )
 EXPECTED = "STAGE[CONFIG].METRIC OP NUMBER or STAGE.METRIC regress OP NUMBER% (OP: <= < >= > ==)"
 # Words of metric names where a larger value is worse (latencies, durations, failures).
@@ -78,27 +78,27 @@ class Judged:
         }
 
 
-def parse(text: str, source: str = "--assert") -> Assertion:
-    """One assertion; bad grammar is a ServelabError naming `source` and the expected form."""
+def parse(text: str, where: str | None = None) -> Assertion:
+    """One assertion. Bad grammar is a ServelabError for the --assert option, or, with `where` (a file and
+    its field), naming that."""
+
+    def bad(why: str) -> ServelabError:
+        message = f"{text!r}: {why}"
+        return ServelabError(f"{where}: {message}") if where else ServelabError(message, field="assert")
+
     m = _GRAMMAR.fullmatch(text)
     if not m:
-        raise ServelabError(f"{text!r}: expected {EXPECTED}", field=source)
+        raise bad(f"expected {EXPECTED}")
     regress, pct = bool(m["regress"]), bool(m["pct"])
     if regress and not pct:
-        raise ServelabError(f"{text!r}: a regression bound is a percentage, e.g. regress <= 5%", field=source)
+        raise bad("a regression bound is a percentage, e.g. regress <= 5%")
     if pct and not regress:
-        raise ServelabError(
-            f"{text!r}: a % bound is a regression (STAGE.METRIC regress <= 5%); a threshold is a number",
-            field=source,
-        )
-    value = float(m["value"])
-    if not math.isfinite(value):
-        raise ServelabError(f"{text!r}: the bound must be a finite number", field=source)
-    return Assertion(text.strip(), m["stage"], m["config"], m["metric"], m["op"], value, regress)
+        raise bad("a % bound is a regression (STAGE.METRIC regress <= 5%); a threshold is a number")
+    return Assertion(text.strip(), m["stage"], m["config"], m["metric"], m["op"], float(m["value"]), regress)
 
 
-def parse_all(texts: list[str], source: str = "--assert") -> list[Assertion]:
-    return [parse(t, source) for t in texts]
+def parse_all(texts: list[str], where: str | None = None) -> list[Assertion]:
+    return [parse(t, where) for t in texts]
 
 
 def lower_is_better(metric: str) -> bool:
