@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from servelab.bench.config import BenchConfig, parse_goodput, parse_metadata
 from servelab.errors import ServelabError
+from servelab.recipes.pipelines import arm_name
 from servelab.recipes.sweep import Job
 from servelab.recipes.workload import (
     PerfEvalWorkload,
@@ -307,15 +308,6 @@ def from_job(
         lm_tasks=tasks,
         assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
         fingerprint=job.fingerprint,
-    )
-
-
-def arm_name(row: dict) -> str:
-    """How --arm names a recipe arm: tpN-epN[-dpa][-ppN]."""
-    return (
-        f"tp{row['tp']}-ep{row['ep']}"
-        + ("-dpa" if row["dp-attn"] else "")
-        + (f"-pp{row['pp']}" if row["pp"] > 1 else "")
     )
 
 
