@@ -2,6 +2,7 @@
 assertions, results store). The library is servelab.run; this module reads options and prints."""
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -150,7 +151,7 @@ def _print_plan(d: dict) -> None:
     print(f"run {d['name']} (from {d['source']})")
     if d["fingerprint"]:
         print(f"fingerprint: {d['fingerprint']}")
-    print(f"server: {' '.join(s['argv'])}")
+    print(f"server: {shlex.join(s['argv'])}")
     for k, v in s["env"].items():
         print(f"  env {k}={v}")
     for name in s["secret_env"]:
