@@ -24,10 +24,10 @@ from typing import IO
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
 from servelab.results import provenance
-from servelab.results.store import Store, now
+from servelab.results.store import Store, new_run_id, now
 from servelab.run.assertions import Judged, judge
 from servelab.run.plan import RunPlan
-from servelab.run.server import docker_argv, hf_cache_dir, serve
+from servelab.run.server import container_name, docker_argv, hf_cache_dir, serve
 from servelab.run.stage import StageFailed, StageOutput, Target
 from servelab.run.stages import StageRegistry, default_registry
 from servelab.run.stats import summarize
@@ -145,10 +145,17 @@ class _Runner:
             return {
                 (s.stage, s.config, s.repetition) for s in self.store.stages(run.id) if s.status == "pass"
             }
+        run_id = new_run_id()
         argv: list[str] = []
         if not opts.base_url:
             argv = (
-                docker_argv(plan.server, "servelab-run", opts.hf_cache or hf_cache_dir(), Path("."), opts.gpu)
+                docker_argv(
+                    plan.server,
+                    container_name(run_id),
+                    opts.hf_cache or hf_cache_dir(),
+                    self.store.path.parent / "runs" / run_id,
+                    opts.gpu,
+                )
                 if opts.docker
                 else plan.server.argv
             )
@@ -158,7 +165,7 @@ class _Runner:
             recipe_fingerprint=plan.fingerprint,
             image_digest=plan.server.image if opts.docker else None,
         )
-        self.run_id = self.store.start_run(plan.name, prov)
+        self.run_id = self.store.start_run(plan.name, prov, run_id=run_id)
         return set()
 
     def record(self, row: Row, output: StageOutput | None, started: str, run_dir: Path) -> None:

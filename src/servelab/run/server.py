@@ -56,6 +56,10 @@ def docker_argv(
     return argv + ["--entrypoint", plan.argv[0], plan.image, *plan.argv[1:]]
 
 
+def container_name(run_id: str) -> str:
+    return f"servelab-run-{run_id}"
+
+
 class DockerServer(ServerProcess):
     """A ServerProcess whose process is `docker run`; stopping it also removes the container, which the
     client's death alone does not."""
@@ -111,7 +115,7 @@ def serve(
     log = run_dir / "server.log"
     server: ServerProcess
     if docker:
-        container = f"servelab-run-{run_dir.name}"
+        container = container_name(run_dir.name)
         argv = docker_argv(plan, container, hf_cache or hf_cache_dir(), run_dir, gpu)
         server = DockerServer(
             container, argv, plan.url, log, env=env, health_path=plan.health_path, start_timeout_s=timeout_s
