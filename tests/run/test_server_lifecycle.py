@@ -133,3 +133,37 @@ def test_a_signal_mid_benchmark_tears_down_and_keeps_what_was_measured(tmp_path,
         measured = {m.name: m.value for m in store.metrics(run.id) if m.stage == "bench"}
         assert 1 <= measured["completed"] < 400
     assert _gone(fake_vllm)
+
+
+FAKE_DOCKER = """#!{python}
+# Stands in for `docker`: records its argv; `run` serves the mock server on the --port the engine was given.
+import json, os, sys
+with open(os.environ["FAKE_DOCKER_CALLS"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "run":
+    port = sys.argv[sys.argv.index("--port") + 1]
+    os.execv(sys.executable, [sys.executable, "-m", "servelab.bench.mock_server", "--port", port,
+                              "--token-delay-ms", "1", "--model", "mock-model"])
+"""
+
+
+def test_docker_runs_the_pinned_image_and_removes_the_container(
+    tmp_path, fake_vllm, write_workload, monkeypatch
+):
+    docker = tmp_path / "bin" / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable))
+    docker.chmod(0o755)
+    calls = tmp_path / "docker.calls"
+    monkeypatch.setenv("FAKE_DOCKER_CALLS", str(calls))
+    image = "vllm/vllm-openai:v1@sha256:" + "b" * 64
+    path = write_workload(tmp_path / "wl.yaml", vllm={"model": "mock-model", "image": image, "env": {"A": 1}})
+    with Store.open(tmp_path / "results.db") as store:
+        result = execute(
+            _plan(path, free_port(18600, 18700)), store, RunOptions(docker=True, server_timeout_s=60)
+        )
+        assert result.exit_code == 0, result.errors
+        assert store.get_run(result.run_id).provenance.image_digest == image
+    run, *rest = [json.loads(line) for line in calls.read_text().splitlines()]
+    container = f"servelab-run-{result.run_id}"
+    assert run[:4] == ["run", "--rm", "--name", container] and image in run and "A=1" in run
+    assert rest == [["rm", "-f", container]]  # torn down by name, whatever became of the client
