@@ -1,6 +1,8 @@
 """Run plans from the 21 upstream perf-eval workloads, sweep jobs and recipe arms; --dry-run; docker argv."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,11 +133,19 @@ def test_bad_bench_args_are_refused_before_anything_runs(tmp_path):
         from_workload(parse_workload(wl, "wl.yaml"), "wl.yaml")
 
 
-def test_cli_bad_input_exits_2(tmp_path):
-    path = _workload(tmp_path)
-    for args in (["run", str(path), "--assert", "nonsense"], ["run", "no-such-key"], ["run"]):
-        res = runner.invoke(app, args)
-        assert res.exit_code != 0
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--assert", "nonsense"], "--assert: 'nonsense': expected STAGE"),
+        (["--stages", "bench,warmup"], "--stages: 'warmup'"),
+        (["--job", "missing.json"], "missing.json: file not found"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    argv = [sys.executable, "-m", "servelab.cli.main", "run"]
+    argv += ([] if "--job" in args else [str(_workload(tmp_path))]) + args + ["--dry-run"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
 
 
 @pytest.fixture
