@@ -164,3 +164,33 @@ def test_regression_against_a_baseline_run(plan_of, store):
     assert result.exit_code == 1
     with pytest.raises(ServelabError, match="no run"):
         execute(plan, store, RunOptions(**ATTACHED.__dict__ | {"baseline": "nope"}), Fakes().registry())
+
+
+def test_bad_input_seen_by_a_stage_is_a_stage_error(plan_of, store):
+    def bad_task(target, task, defaults, out_dir, dataset_path):
+        raise ServelabError("lm-eval has no task 'gsm9k'")
+
+    result = execute(plan_of(), store, ATTACHED, Fakes().registry() | {"gsm8k": bad_task})
+    row = next(r for r in result.rows if r.stage == "gsm8k")
+    assert (row.status, row.detail) == ("error", "lm-eval has no task 'gsm9k'")
+    assert result.exit_code == 3 and store.get_run(result.run_id).outcome == "error"
+
+
+def test_an_unforeseen_failure_still_ends_the_run(plan_of, store):
+    def broken(target, spec, out_dir):
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        execute(plan_of(), store, ATTACHED, Fakes().registry() | {"bfcl": broken})
+    [run] = store.list_runs()
+    assert run.outcome == "error" and run.ended_at
+    assert {s.stage for s in store.stages(run.id) if s.status == "pass"} == {"server", "bench", "gsm8k"}
+
+
+def test_dotted_metric_names_of_bfcl(plan_of, store):
+    def bfcl(target, spec, out_dir):
+        return StageOutput({"overall.accuracy": 0.8, "simple_python.accuracy": 0.9})
+
+    plan = plan_of(assertions=["bfcl.overall.accuracy >= 0.75", "bfcl.simple_python.accuracy >= 0.95"])
+    result = execute(plan, store, ATTACHED, Fakes().registry() | {"bfcl": bfcl})
+    assert [j.outcome for j in result.judged] == ["pass", "fail"] and result.exit_code == 1

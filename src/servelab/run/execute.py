@@ -214,6 +214,8 @@ class _Runner:
             except StageFailed as e:
                 row.status, row.detail = "error", str(e)
                 output = getattr(e, "output", None)
+            except ServelabError as e:  # bad input only the stage could see (an unknown lm-eval task)
+                row.status, row.detail, output = "error", str(e), None
             except KeyboardInterrupt as e:
                 row.status, row.detail = "error", "interrupted"
                 self.record(row, getattr(e, "output", None), started, run_dir)
@@ -248,6 +250,50 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(path)
 
 
+def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: Path) -> None:
+    """Start (or attach to) the server and run the rows; a start failure or an interruption is recorded in
+    `r`, and the server is down when this returns."""
+    if not todo:
+        return
+    store = r.store
+    with _termination_as_interrupt():
+        try:
+            r.say(
+                f"server: attaching to {opts.base_url}"
+                if opts.base_url
+                else f"server: starting {plan.server.argv[0]} (log {run_dir / 'server.log'})"
+            )
+            started = now()
+            try:
+                with serve(
+                    plan.server,
+                    run_dir,
+                    base_url=opts.base_url,
+                    model=opts.model,
+                    docker=opts.docker,
+                    gpu=opts.gpu,
+                    hf_cache=opts.hf_cache,
+                    timeout_s=opts.server_timeout_s,
+                    tokenizer=opts.tokenizer,
+                ) as (target, server):
+                    artifact = None if server is None else "server.log"
+                    store.record_stage(
+                        r.run_id, "server", "pass", started_at=started, ended_at=now(), artifact=artifact
+                    )
+                    r.say(f"server: ready at {target.base_url}, model {target.model}")
+                    r.run_items(todo, target, server, run_dir)
+            except ServerStartError as e:
+                store.record_stage(r.run_id, "server", "error", started_at=started, ended_at=now(),
+                                   artifact=None if opts.base_url else "server.log")  # fmt: skip
+                r.errors.append(str(e))
+                r.say(f"server: {e}")
+                r.skip(todo, "not run: the server did not start")
+        except KeyboardInterrupt as e:
+            r.signum = getattr(e, "signum", signal.SIGINT)
+            r.errors.append(f"interrupted by {signal.Signals(r.signum).name}")
+            r.say(f"interrupted by {signal.Signals(r.signum).name}; server down, what was measured kept")
+
+
 def execute(
     plan: RunPlan,
     store: Store,
@@ -265,43 +311,11 @@ def execute(
     todo = [i for i in plan.items() if i not in done]
     if done:
         r.say(f"resuming: {len(done)} stage rows passed before, {len(todo)} to run")
-    with _termination_as_interrupt():
-        try:
-            if todo:
-                r.say(
-                    f"server: attaching to {opts.base_url}"
-                    if opts.base_url
-                    else f"server: starting {plan.server.argv[0]} (log {run_dir / 'server.log'})"
-                )
-                started = now()
-                try:
-                    with serve(
-                        plan.server,
-                        run_dir,
-                        base_url=opts.base_url,
-                        model=opts.model,
-                        docker=opts.docker,
-                        gpu=opts.gpu,
-                        hf_cache=opts.hf_cache,
-                        timeout_s=opts.server_timeout_s,
-                        tokenizer=opts.tokenizer,
-                    ) as (target, server):
-                        artifact = None if server is None else "server.log"
-                        store.record_stage(
-                            r.run_id, "server", "pass", started_at=started, ended_at=now(), artifact=artifact
-                        )
-                        r.say(f"server: ready at {target.base_url}, model {target.model}")
-                        r.run_items(todo, target, server, run_dir)
-                except ServerStartError as e:
-                    store.record_stage(r.run_id, "server", "error", started_at=started, ended_at=now(),
-                                       artifact=None if opts.base_url else "server.log")  # fmt: skip
-                    r.errors.append(str(e))
-                    r.say(f"server: {e}")
-                    r.skip(todo, "not run: the server did not start")
-        except KeyboardInterrupt as e:
-            r.signum = getattr(e, "signum", signal.SIGINT)
-            r.errors.append(f"interrupted by {signal.Signals(r.signum).name}")
-            r.say(f"interrupted by {signal.Signals(r.signum).name}; server down, what was measured kept")
+    try:
+        _run_todo(r, plan, opts, todo, run_dir)
+    except BaseException:  # an unforeseen failure: the run is recorded as ended before it propagates
+        store.finish_run(r.run_id, "error")
+        raise
     values = stage_values(store, r.run_id)
     judged = judge(plan.assertions, values, baseline)
     statuses = {

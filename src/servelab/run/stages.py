@@ -78,7 +78,7 @@ def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path)
 
 def run_gsm8k(target: Target, task, defaults, out_dir: Path, dataset_path: Path | None) -> StageOutput:
     try:
-        # lm-eval (heavy, optional) sits behind it; the module comes with the run-evals work
+        # the module comes with the run-evals branch: once merged, this import belongs at the top
         from servelab.run import gsm8k  # noqa: PLC0415
     except ImportError as e:
         raise StageFailed(f"the gsm8k stage is not available here ({e})") from None
@@ -87,7 +87,7 @@ def run_gsm8k(target: Target, task, defaults, out_dir: Path, dataset_path: Path 
 
 def run_bfcl(target: Target, spec, out_dir: Path) -> StageOutput:
     try:
-        # bfcl-eval (heavy, optional) sits behind it; the module comes with the run-evals work
+        # the module comes with the run-evals branch: once merged, this import belongs at the top
         from servelab.run import bfcl  # noqa: PLC0415
     except ImportError as e:
         raise StageFailed(f"the bfcl stage is not available here ({e})") from None
