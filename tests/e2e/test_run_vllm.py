@@ -11,12 +11,15 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
 from servelab.results.store import Store
-from servelab.runner.server import free_port
+from servelab.runner.server import free_port, group_members
+from servelab.runner.server_metrics import metric_sums
+from servelab.runner.vllm_cpu import VllmCpuServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # hang guard: a CPU vLLM starts in minutes
 
@@ -82,3 +85,45 @@ def test_run_starts_vllm_benches_judges_and_stores(vllm_venv_python, tiny_llama,
     assert (db.parent / "runs" / run.id / "server.log").stat().st_size > 0
     with socket.socket() as s:  # torn down: nothing listens on its port
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_vllm_killed_mid_benchmark_ends_as_error_with_what_was_measured(
+    vllm_venv_python, tiny_llama, tmp_path
+):
+    """servelab run attached (--base-url) to a CPU vLLM that this test owns and kills once some measured
+    requests have finished: the bench stage and the run end as error (exit 3), finished requests are kept."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny-llama-killed",
+                "gpu": "CPU",
+                "vllm": {"model": str(tiny_llama)},
+                "vllm_bench": {"configs": [{"name": "long", "input_len": 32, "output_len": 64,
+                                            "num_prompts": 400, "max_concurrency": 2,
+                                            "args": {"num_warmups": 2}}]},
+            }
+        )
+    )  # fmt: skip
+    db = tmp_path / "results.db"
+    server = VllmCpuServer(vllm_venv_python, tiny_llama, log_path=tmp_path / "vllm.log").start()
+    try:
+        cmd = [sys.executable, "-m", "servelab.cli.main", "run", str(path), "--base-url", server.url,
+               "--model", server.model, "--store", str(db), "--json"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        # the ready check and 2 warm-ups, then at least 4 measured requests finished
+        while metric_sums(server.url).get("vllm:request_success_total", 0) < 7:
+            assert proc.poll() is None, "servelab run ended before the benchmark ran"
+            time.sleep(0.5)
+    finally:
+        server.stop()
+    assert not group_members(server.pid)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 3
+    result = json.loads(out)
+    [row] = result["stages"]
+    assert row["status"] == "error" and "requests failed or were not sent" in row["detail"]
+    with Store.open(db) as store:
+        assert store.get_run(result["run_id"]).outcome == "error"
+        measured = {m.name: m.value for m in store.metrics(result["run_id"]) if m.stage == "bench"}
+    assert 4 <= measured["completed"] < 400 and measured["failed"] + measured.get("not_sent", 0) >= 1
