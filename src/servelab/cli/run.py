@@ -12,6 +12,7 @@ from rich.markup import escape
 from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
 
 _SERVER = "Server"
+MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run
 _STAGES = "Stages and assertions"
 
 
@@ -43,6 +44,7 @@ def run(
         None,
         "--repetitions",
         min=1,
+        max=MAX_REPETITIONS,
         help="Runs of every bench point (default: the config's).",
         rich_help_panel=_STAGES,
     ),
