@@ -224,6 +224,19 @@ def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
     assert any("unreachable" in k for k in r["failure_reasons"])
 
 
+def test_server_dying_at_concurrency_one_ends_the_run(mock_server, tmp_path):
+    """One request at a time: the failure that aborts the run is the last in flight, and the requests left
+    pending become not-sent at once; the run must end there (it used to wait forever)."""
+    s = mock_server("--token-delay-ms", "2", "--die-after-requests", "3")
+    rc, out, err, r = bench(
+        s, tmp_path, "--random-output-len", "4", "--num-prompts", "20", "--max-concurrency", "1",
+        "--num-workers", "1", "--no-ready-check", timeout=60,
+    )  # fmt: skip
+    assert rc == 1
+    assert r["completed"] == 2 and r["completed"] + r["failed"] + r["not_sent"] == 20
+    assert r["not_sent"] >= 1 and any("unreachable" in k for k in r["failure_reasons"])
+
+
 def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "10")
     cmd = CLI + [

@@ -24,6 +24,7 @@ MOE = ("db", "query", "moe", "--tokens", "16", "--hidden", "4096", "--inter", "1
 MOE += ("--topk", "2", "--ep", "1")
 RENDER = ("recipes", "render", "dsv4-fp4-b200-vllm")
 COLLECT_DRY = ("collect", "--dry-run", "--ops", "gemm", "--smoke")
+RUN = ("run", "dsv4-fp4-b200-vllm", "--arm", "tp8-ep1", "--seq-len", "8k1k", "--dry-run")
 
 # (command, option, the kinds of VALUES it must refuse, {kind: xfail reason} for those refused elsewhere)
 TABLE: list[tuple[tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = [
@@ -130,6 +131,11 @@ TABLE: list[tuple[tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = [
         {},
     ),
     (("calibrate", "engines", "--dry-run"), "--length-spread", ("neg", "huge", "text", "nan", "inf"), {}),
+    (RUN, "--conc", ALL, {}),
+    ((*RUN, "--conc", "4"), "--repetitions", ALL, {}),
+    ((*RUN, "--conc", "4"), "--port", ALL, {}),
+    ((*RUN, "--conc", "4"), "--server-timeout", ("neg", "zero", *NOT_FLOAT), {}),
+    ((*RUN, "--conc", "4"), "--job-index", ("neg", "text", "nan", "inf"), {}),
 ]
 
 

@@ -1,5 +1,7 @@
-"""Hostile recipe values: refused when the field has a pattern, quoted in every output format when it is free
-text. Generated scripts are really run, with fake engines on PATH, to show an injected `touch` never runs."""
+"""Hostile recipe values: refused when the field has a pattern, carried intact in every output format when it
+is free text. Generated scripts are really run, with a fake `servelab` on PATH, to show an injected `touch`
+never runs and that the job `servelab run` reads holds every value as it was (it reaches the engine as an
+argv element, never through a shell)."""
 
 import json
 import os
@@ -13,9 +15,21 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, jobs_for
 from servelab.recipes.filters import Filters
-from servelab.recipes.pipelines import HEREDOC, emit, script, to_buildkite, to_github, to_json
+from servelab.recipes.pipelines import (
+    HEREDOC,
+    JOB_FILE,
+    emit,
+    run_argv,
+    script,
+    to_buildkite,
+    to_github,
+    to_json,
+)
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
+from servelab.run.build import read_job
+from servelab.run.plan import from_job
+from servelab.run.server import docker_argv
 
 KEY = "dsv4f-fp8-b200-vllm"
 MARKER = "PWNED"
@@ -201,15 +215,15 @@ def test_free_text_is_quoted_in_every_format(store_dir, tmp_path, fake_bin, fiel
         text = script(job, launcher)
         work = tmp_path / f"work-{launcher}"
         _run_script(text, work, fake_bin)
-        server = _calls(work, "vllm" if launcher == "direct" else "docker")[0]
-        if launcher == "direct":
-            assert ["vllm", *server["argv"]] == job.launch.argv
-            assert all(server["env"].get(k) == v for k, v in job.launch.env.items())
-        else:
-            assert server["argv"][-len(job.launch.argv) + 1 :] == job.launch.argv[1:]
-            assert all(f"{k}={v}" in server["argv"] for k, v in job.launch.env.items())
-        assert ["servelab", *_calls(work, "servelab")[0]["argv"]] == job.benches[0].client
-        assert ["lm_eval", *_calls(work, "lm_eval")[0]["argv"]] == job.evals[0]
+        assert ["servelab", *_calls(work, "servelab")[0]["argv"]] == run_argv(job, launcher)
+        assert json.loads((work / JOB_FILE).read_text()) == json.loads(json.dumps(job.to_json()))
+        plan = from_job(read_job(work / JOB_FILE, None), JOB_FILE)  # what `servelab run --job` starts
+        assert plan.server.argv == job.launch.argv and plan.server.env == job.launch.env
+        assert [t.name for t in plan.lm_tasks] == [e[e.index("--tasks") + 1] for e in job.evals]
+        if launcher == "docker":
+            argv = docker_argv(plan.server, "c", work, work)
+            assert argv[-len(job.launch.argv) + 1 :] == job.launch.argv[1:]
+            assert all(f"{k}={v}" in argv for k, v in job.launch.env.items())
 
         steps = yaml.safe_load(to_buildkite(jobs, launcher))["steps"]
         # The agent substitutes $VAR on upload; every $ is escaped as $$, which it turns back into $.
@@ -237,7 +251,7 @@ def test_heredoc_delimiter_inside_a_file_cannot_end_it(shipped, tmp_path, fake_b
     job.launch.files["options.yml"] = content
     work = tmp_path / "work"
     _run_script(script(job), work, fake_bin)
-    assert (work / "options.yml").read_text() == content
+    assert read_job(work / JOB_FILE, None).launch.files["options.yml"] == content
 
 
 def test_changelog_jobs_quote_free_text(repo, fake_bin, tmp_path):

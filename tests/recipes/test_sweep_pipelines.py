@@ -1,20 +1,33 @@
-"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (quoted, and really run)."""
+"""Output formats: JSON matrix, GitHub matrix, Buildkite pipeline, shell scripts (each job a `servelab run`;
+the scripts really run, with a stand-in engine)."""
 
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
-from servelab.recipes.pipelines import emit, script, to_buildkite, to_github, to_json
+from servelab.recipes.pipelines import (
+    JOB_FILE,
+    emit,
+    recipe_run_argv,
+    run_argv,
+    script,
+    to_buildkite,
+    to_github,
+    to_json,
+)
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
+from servelab.results.store import Store
+from servelab.run.build import plan_from
+from servelab.runner.server import free_port
 
 
 @pytest.fixture
@@ -44,6 +57,13 @@ def test_github_matrix(jobs):
     include = m["single-node-8k1k"]["include"]
     assert {e["queue"] for e in include} == {"b200-dgxc", "h200-nb"}
     assert all(isinstance(v, (str, int, bool)) for e in include for v in e.values())
+    # each row's `run` is `servelab run KEY --arm A --seq-len S --conc N`, which plans exactly that job
+    first, job = include[0], jobs[0]
+    argv = shlex.split(first["run"])
+    assert argv == recipe_run_argv(job)
+    args = dict(zip(argv[3::2], argv[4::2], strict=True))
+    plan, _ = plan_from(argv[2], arm=args["--arm"], seq_len=args["--seq-len"], conc=int(args["--conc"]))
+    assert plan.server.argv == job.launch.argv and plan.fingerprint == job.fingerprint
 
 
 def test_github_matrix_over_the_limit_is_split(shipped):
@@ -62,14 +82,21 @@ def test_buildkite_pipeline(jobs):
     first = steps[0]
     assert first["agents"] == {"queue": "b200-dgxc"}
     assert first["env"]["SERVELAB_FINGERPRINT"] == jobs[0].fingerprint
-    assert (
-        first["command"].startswith("#!/usr/bin/env bash")
-        and shlex.join(jobs[0].launch.argv) in first["command"]
-    )
+    assert first["command"].startswith("#!/usr/bin/env bash")
+    assert first["command"].rstrip().endswith(shlex.join(run_argv(jobs[0])))
+    assert _job_in(first["command"].replace("$$", "$")) == json.loads(json.dumps(jobs[0].to_json()))
     assert steps[-1]["agents"] == {"queue": "h200-nb"}
 
 
-def test_scripts_quote_every_argument(store_dir, tmp_path):
+def _job_in(text: str) -> dict:
+    """The job JSON a script writes in its here-document."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"cat > {JOB_FILE} <<"))
+    end = lines[start].rsplit("'", 2)[1]
+    return json.loads("\n".join(lines[start + 1 : lines.index(end, start + 1)]))
+
+
+def test_scripts_carry_every_argument(store_dir, tmp_path):
     p = store_dir / "recipes" / "b200.yaml"
     p.write_text(
         p.read_text().replace(
@@ -81,8 +108,7 @@ def test_scripts_quote_every_argument(store_dir, tmp_path):
     job = expand(open_store(store_dir), ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]
     text = script(job)
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
-    server_line = next(line for line in text.splitlines() if line.startswith("vllm serve"))
-    assert shlex.split(server_line.removesuffix(" > server.log 2>&1 &")) == job.launch.argv
+    assert _job_in(text)["launch"]["argv"] == job.launch.argv
     assert "a b'c;$(rm -rf x)" in job.launch.argv
 
 
@@ -90,11 +116,9 @@ def test_docker_launcher_pins_digest(shipped):
     job = expand(shipped, ["dsv4f-fp8-b200-vllm"], Filters(mode="test-config", conc=[1]))[0]
     text = script(job, "docker")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
-    assert (
-        "vllm/vllm-openai:v0.25.0@sha256:e1c1ff1af9a15921bfa11d1d95047258c1797392cdbfa296e7639da446b23f97"
-        in text
-    )
-    assert "docker rm -f servelab-" in text
+    digest = "sha256:e1c1ff1af9a15921bfa11d1d95047258c1797392cdbfa296e7639da446b23f97"
+    assert _job_in(text)["image-digest"] == digest
+    assert text.rstrip().endswith(" --docker")
 
 
 def test_sh_needs_out_for_several_jobs(jobs, tmp_path):
@@ -105,80 +129,57 @@ def test_sh_needs_out_for_several_jobs(jobs, tmp_path):
     assert len(files) == len(jobs) and all(os.access(f, os.X_OK) for f in files)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-FAKE_SERVER = """\
+# Stands in for `vllm serve MODEL --port P ...`: servelab's mock OpenAI server on that port.
+FAKE_VLLM = """\
 #!{python}
-# Stands in for `vllm`: records its argv and env, serves /health after a short start-up, runs until killed.
-import http.server, json, os, sys, time
-port = int(sys.argv[sys.argv.index("--port") + 1])
-json.dump({{"argv": sys.argv[1:], "cuda_home": os.environ.get("CUDA_HOME")}}, open("server_args.json", "w"))
-time.sleep(0.3)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+import os, sys
+if os.environ.get("FAKE_VLLM_EXIT"):
+    print("CUDA error: no device", flush=True)
+    sys.exit(1)
+port = sys.argv[sys.argv.index("--port") + 1]
+os.execv(sys.executable, [sys.executable, "-m", "servelab.bench.mock_server", "--port", port,
+                          "--model", sys.argv[2], "--token-delay-ms", "0.2"])
 """
-
-FAKE_CLIENT = """\
-#!{python}
-# Stands in for `servelab bench`: records its argv and checks the server is up.
-import json, sys, urllib.request
-base = sys.argv[sys.argv.index("--base-url") + 1]
-urllib.request.urlopen(base + "/health").read()
-json.dump(sys.argv[1:], open("bench_args.json", "w"))
-"""
+# the console script, guarded like pip's: the bench's spawned workers import it again as __mp_main__
+SERVELAB = "#!{python}\nfrom servelab.cli.main import main\nif __name__ == '__main__':\n    main()\n"
 
 
-@pytest.mark.skipif(
-    subprocess.run(["which", "curl"], capture_output=True).returncode != 0,
-    reason="the job script polls /health with curl, which is not installed here",
-)
-def test_script_runs_server_bench_and_teardown(store_dir, tmp_path):
-    port = _free_port()
+def _run_job_script(store_dir, tmp_path, env_extra: dict) -> tuple[subprocess.CompletedProcess, Path]:
+    port = free_port(18700, 18800)
     p = store_dir / "recipes" / "b200.yaml"
-    p.write_text(
-        p.read_text().replace("dsv4-fp4-b200-vllm:\n", f"dsv4-fp4-b200-vllm:\n  client: {{port: {port}}}\n")
-    )
-    job = expand(open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2]))[0]
+    client = f"  client: {{port: {port}, num-prompts: 2, warmups-per-conc: 0}}\n"
+    p.write_text(p.read_text().replace("dsv4-fp4-b200-vllm:\n", "dsv4-fp4-b200-vllm:\n" + client))
+    job = expand(
+        open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[1], max_ep=1)
+    )[0]
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, body in (("vllm", FAKE_SERVER), ("servelab", FAKE_CLIENT)):
+    for name, body in (("vllm", FAKE_VLLM), ("servelab", SERVELAB)):
         f = bindir / name
         f.write_text(body.format(python=sys.executable))
         f.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-    text = script(job).replace("sleep 5", "sleep 0.2")  # keep the test fast; the poll logic is unchanged
-    r = subprocess.run(["bash", "-c", text], cwd=work, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    server = json.loads((work / "server_args.json").read_text())
-    assert ["vllm", *server["argv"]] == job.launch.argv
-    assert server["cuda_home"] == "/usr/local/cuda"
-    assert json.loads((work / "bench_args.json").read_text()) == job.benches[0].client[1:]
-    # teardown: nothing listens on the port any more
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def test_script_fails_early_when_server_dies(shipped, tmp_path):
-    job = expand(shipped, ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[2]))[0]
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text("#!/bin/sh\necho 'CUDA error: no device' >&2\nexit 1\n")
-    (bindir / "vllm").chmod(0o755)
-    (bindir / "curl").write_text("#!/bin/sh\nexit 7\n")
-    (bindir / "curl").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-    text = script(job).replace("sleep 5", "sleep 0.1")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": src, **env_extra}
     r = subprocess.run(
-        ["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+        ["bash", "-c", script(job)], cwd=work, env=env, capture_output=True, text=True, timeout=240
     )
-    assert r.returncode == 1
-    assert "server exited before becoming healthy" in r.stderr and "CUDA error: no device" in r.stderr
+    return r, work
+
+
+def test_script_runs_the_job_with_servelab_run(store_dir, tmp_path):
+    r, work = _run_job_script(store_dir, tmp_path, {})
+    assert r.returncode == 0, r.stderr
+    with Store.open(work / "results" / "results.db") as store:
+        [run] = store.list_runs()
+        assert run.name == "dsv4-fp4-b200-vllm" and run.outcome == "pass"
+        assert run.provenance.server_argv[:2] == ["vllm", "serve"]
+        completed = [m.value for m in store.metrics(run.id) if m.stage == "bench" and m.name == "completed"]
+        assert completed == [2.0]
+
+
+def test_script_fails_when_the_server_dies(store_dir, tmp_path):
+    r, work = _run_job_script(store_dir, tmp_path, {"FAKE_VLLM_EXIT": "1"})
+    assert r.returncode == 3
+    assert "exited with 1 before it was healthy" in r.stderr and "CUDA error: no device" in r.stderr

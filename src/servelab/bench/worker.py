@@ -287,6 +287,9 @@ class Worker:
                 conn.start(st)
             else:
                 self.loop.create_task(self._connect_and_start(st))
+        # an aborted run drains pending into not-sent records: when that was the last, the run is over
+        if self.remaining <= 0 and self.done is not None and not self.done.done():
+            self.done.set_result(None)
 
     async def _connect_and_start(self, st: RequestState) -> None:
         st.new_conn = True

@@ -31,6 +31,7 @@ from servelab.cli import (
     recipes,
     report,
     results,
+    run,
     sweep,
     systems,
 )
@@ -101,6 +102,7 @@ app.command("sweep")(sweep.sweep)
 app.add_typer(changelog.app, name="changelog", cls=WholeHelpGroup)
 app.add_typer(results.app, name="results", cls=WholeHelpGroup)
 app.command("report")(report.report)
+app.command("run")(run.run)
 app.add_typer(calibrate.app, name="calibrate", cls=WholeHelpGroup)
 
 

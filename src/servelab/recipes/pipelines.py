@@ -12,11 +12,9 @@ from servelab.recipes.yamlio import dump_yaml
 
 # GitHub Actions refuses a matrix with more than 256 jobs; larger families are split.
 GITHUB_MAX_JOBS = 256
-# perf-eval polls /health every 5 s for about an hour before giving up.
-HEALTH_POLL_S = 5
-HEALTH_TIMEOUT_S = 3600
 HEREDOC = "SERVELAB_EOF"
-# How a job's script starts the engine: on the host (direct, the default) or in the recipe's image.
+JOB_FILE = "servelab-job.json"  # written by a job's script, read by `servelab run --job`
+# How `servelab run` starts the engine: on the host (direct, the default) or in the recipe's image (--docker).
 LAUNCHERS = ("direct", "docker")
 DEFAULT_LAUNCHER = "direct"
 
@@ -39,12 +37,17 @@ def github_family(job) -> str:
     return f"{multi or 'single-node-'}{seq_len_name(r['isl'], r['osl'])}"
 
 
-def to_github(jobs) -> str:
+def to_github(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     """{matrix name: {"include": rows}}: one matrix per InferenceX workflow job family, and a family of more
-    than 256 rows (GitHub's limit per matrix) split into NAME-1, NAME-2, ... in order."""
+    than 256 rows (GitHub's limit per matrix) split into NAME-1, NAME-2, ... in order. A row servelab can
+    launch carries `run`: its `servelab run KEY --arm ... --conc N` command (run in a checkout that holds the
+    recipes)."""
     families: dict[str, list[dict]] = {}
     for j in jobs:
-        families.setdefault(github_family(j), []).append({**j.matrix_entry(), "queue": j.queue})
+        row = {**j.matrix_entry(), "queue": j.queue}
+        if j.launch is not None:
+            row["run"] = shlex.join(recipe_run_argv(j, launcher))
+        families.setdefault(github_family(j), []).append(row)
     out = {}
     for name, rows in families.items():
         parts = [rows[i : i + GITHUB_MAX_JOBS] for i in range(0, len(rows), GITHUB_MAX_JOBS)]
@@ -76,38 +79,26 @@ def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     return dump_yaml({"steps": steps})
 
 
+def arm_name(row: dict) -> str:
+    """How `servelab run --arm` names a recipe arm: tpN-epN[-dpa][-ppN]."""
+    return (
+        f"tp{row['tp']}-ep{row['ep']}"
+        + ("-dpa" if row["dp-attn"] else "")
+        + (f"-pp{row['pp']}" if row["pp"] > 1 else "")
+    )
+
+
+def recipe_run_argv(job, launcher: str = DEFAULT_LAUNCHER) -> list[str]:
+    """`servelab run` of a job by its recipe key, arm, seq-len and concurrency."""
+    r = job.row
+    argv = ["servelab", "run", job.key, "--arm", arm_name(r), "--seq-len", r["exp-name"].rsplit("_", 1)[-1]]
+    argv += ["--conc", str(r["conc"]), "--store", f"{_result_dir(job)}/results.db"]
+    return argv + (["--docker"] if launcher == "docker" else [])
+
+
 def _result_dir(job) -> str:
     client = job.benches[0].client
     return client[client.index("--result-dir") + 1]
-
-
-def _server_cmd(job, launcher: str) -> list[str]:
-    launch = job.launch
-    if launcher == "direct":
-        return launch.argv
-    image = job.row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
-    argv = [
-        "docker",
-        "run",
-        "--rm",
-        "--name",
-        _container(job),
-        "--gpus",
-        "all",
-        "--ipc",
-        "host",
-        "--network",
-        "host",
-        "-v",
-        "$PWD:/job",
-        "-w",
-        "/job",
-    ]
-    for k, v in launch.env.items():
-        argv += ["-e", f"{k}={v}"]
-    for name in job.secret_env:
-        argv += ["-e", name]  # the value comes from the runner's environment, never from the script
-    return argv + ["--entrypoint", launch.argv[0], image, *launch.argv[1:]]
 
 
 def _heredoc_end(content: str) -> str:
@@ -121,19 +112,21 @@ def _heredoc_end(content: str) -> str:
     return end
 
 
-def _container(job) -> str:
-    return "servelab-" + job.fingerprint.removeprefix("sha256:")[:12]
+def run_argv(job, launcher: str = DEFAULT_LAUNCHER) -> list[str]:
+    """`servelab run` for the job file the script writes: server, bench, evals, assertions, teardown, and the
+    results store in the job's result folder (its CI artifacts)."""
+    argv = ["servelab", "run", "--job", JOB_FILE, "--store", f"{_result_dir(job)}/results.db"]
+    return argv + (["--docker"] if launcher == "docker" else [])
 
 
 def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
-    """A bash script for one job: launch the server, wait for /health, run the benchmark (and evals), tear
-    down."""
+    """A bash script for one job: write the job (as `servelab sweep --format json` has it) and run it with
+    `servelab run --job`, which starts the server, waits for it, benchmarks, evaluates, judges the recipe's
+    assertions and tears down on every exit path."""
     if job.launch is None:
         raise ServelabError(f"{job.label()}: no script can be written: {job.not_renderable}")
     if launcher not in LAUNCHERS:
         raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
-    q = shlex.quote
-    launch = job.launch
     lines = [
         "#!/usr/bin/env bash",
         f"# servelab job: {job.label()}",
@@ -143,40 +136,9 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
     ]
     for name in job.secret_env:
         lines.append(f': "${{{name}:?{name} must be set in the runner environment}}"')
-    if launcher == "direct":
-        lines += [f"export {k}={q(v)}" for k, v in launch.env.items()]
-    for rel, content in launch.files.items():
-        end = _heredoc_end(content)
-        lines += [f"cat > {q(rel)} <<'{end}'", content.rstrip("\n"), end]
-    server = _server_cmd(job, launcher)
-    # "$PWD:/job" must expand at run time; everything else is quoted literally.
-    server_line = " ".join('"$PWD:/job"' if a == "$PWD:/job" else q(a) for a in server)
-    stop = f"docker rm -f {_container(job)} >/dev/null 2>&1 || true" if launcher == "docker" else ":"
-    lines += [
-        f"mkdir -p {q(_result_dir(job))}",
-        f"{server_line} > server.log 2>&1 &",
-        "server_pid=$!",
-        "cleanup() {",
-        f"  {stop}",
-        '  kill "$server_pid" 2>/dev/null || true',
-        '  wait "$server_pid" 2>/dev/null || true',
-        "}",
-        "trap cleanup EXIT",
-        f"deadline=$((SECONDS + {HEALTH_TIMEOUT_S}))",
-        f"until curl -sf {q(f'http://localhost:{launch.port}{launch.health_path}')} >/dev/null; do",
-        '  if ! kill -0 "$server_pid" 2>/dev/null; then',
-        '    echo "server exited before becoming healthy; last lines of server.log:" >&2',
-        "    tail -n 50 server.log >&2",
-        "    exit 1",
-        "  fi",
-        '  if (( SECONDS > deadline )); then echo "server not healthy after '
-        + str(HEALTH_TIMEOUT_S)
-        + ' s" >&2; exit 1; fi',
-        f"  sleep {HEALTH_POLL_S}",
-        "done",
-    ]
-    lines += [shlex.join(bench.client) for bench in job.benches]
-    lines += [shlex.join(argv) for argv in job.evals]
+    content = json.dumps(job.to_json(), indent=2)
+    end = _heredoc_end(content)
+    lines += [f"cat > {JOB_FILE} <<'{end}'", content, end, shlex.join(run_argv(job, launcher))]
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +172,7 @@ def emit(jobs, fmt: str, out=None, launcher: str = DEFAULT_LAUNCHER) -> str:
     if fmt == "json":
         text = to_json(jobs)
     elif fmt == "github":
-        text = to_github(jobs)
+        text = to_github(jobs, launcher)
     else:
         text = to_buildkite(jobs, launcher)
     if out is None:

@@ -219,6 +219,11 @@ class PerfEvalWorkload(_W):
     lm_eval: WlLmEval | None = None
     bfcl: WlBfcl | None = None
     vllm_bench: WlBench | None = None
+    assertions: list[Text] = Field(
+        default_factory=list,
+        description="servelab extension, not upstream: assertions `servelab run` judges, e.g. "
+        "'bench.p99_ttft_ms <= 3000' (docs/run.md has the grammar).",
+    )
 
     @model_validator(mode="after")
     def _something_to_run(self) -> PerfEvalWorkload:
@@ -490,7 +495,7 @@ def not_carried(w: PerfEvalWorkload, width: int) -> list[str]:
     model)."""
     out = []
     top = w.dump()
-    for field in ("timeout_in_minutes", "bench_only"):
+    for field in ("timeout_in_minutes", "bench_only", "assertions"):
         if field in top:
             out.append(f"{field}={top[field]}")
     if w.num_gpus != width:

@@ -43,9 +43,11 @@ class ServerProcess:
         health_path: str = "/health",
         start_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
+        cwd: Path | None = None,
     ) -> None:
         self.argv, self.url, self.log_path = list(argv), url, Path(log_path)
         self.env = env
+        self.cwd = cwd  # where the engine finds files it was given by relative path
         self.health_path = health_path
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -61,7 +63,12 @@ class ServerProcess:
         self._log = open(self.log_path, "w")  # held for the server's lifetime, closed in stop()
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.argv,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
             )
             self._wait_healthy(self.proc)
         except BaseException:

@@ -1,0 +1,237 @@
+"""`servelab run`: a perf-eval workload, a sweep job or a recipe arm, end to end (server, bench, evals,
+assertions, results store). The library is servelab.run; this module reads options and prints."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
+
+_SERVER = "Server"
+MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run
+_STAGES = "Stages and assertions"
+
+
+def _split(values: str | None) -> list[str] | None:
+    return None if values is None else [v.strip() for v in values.split(",") if v.strip()]
+
+
+def run(
+    source: str | None = typer.Argument(
+        None, help="A perf-eval workload file, or a recipe key (with --arm, --conc)."
+    ),
+    job: Path | None = typer.Option(
+        None, "--job", help="A job of `servelab sweep --format json` (a file of one job, or --job-index)."
+    ),
+    job_index: int | None = typer.Option(
+        None, "--job-index", min=0, help="Which job of a --job list (0-based)."
+    ),
+    arm: str | None = typer.Option(None, "--arm", help="Recipe arm: tpN-epN[-dpa][-ppN]."),
+    conc: int | None = typer.Option(None, "--conc", min=1, help="Recipe concurrency."),
+    seq_len: str | None = typer.Option(None, "--seq-len", help="Recipe seq-len name, e.g. 1k1k."),
+    directory: Path = StoreDirOpt,
+    stages: str | None = typer.Option(
+        None,
+        "--stages",
+        help="Comma list of bench, gsm8k, bfcl (default: what the source has).",
+        rich_help_panel=_STAGES,
+    ),
+    repetitions: int | None = typer.Option(
+        None,
+        "--repetitions",
+        min=1,
+        max=MAX_REPETITIONS,
+        help="Runs of every bench point (default: the config's).",
+        rich_help_panel=_STAGES,
+    ),
+    assertion: list[str] | None = typer.Option(
+        None,
+        "--assert",
+        help="e.g. 'bench.p99_ttft_ms <= 3000' (repeatable; docs/run.md has the grammar).",
+        rich_help_panel=_STAGES,
+    ),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="Run id that `regress` assertions compare with.", rich_help_panel=_STAGES
+    ),
+    gsm8k_path: Path | None = typer.Option(
+        None, "--gsm8k-path", help="A local GSM8K file instead of the hub's.", rich_help_panel=_STAGES
+    ),
+    base_url: str | None = typer.Option(
+        None,
+        "--base-url",
+        help="Attach to this running server instead of starting one.",
+        rich_help_panel=_SERVER,
+    ),
+    model: str | None = typer.Option(None, "--model", help="Served model name.", rich_help_panel=_SERVER),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Tokenizer for exact lengths (local path or cached hub id).",
+        rich_help_panel=_SERVER,
+    ),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Workload server port.", rich_help_panel=_SERVER
+    ),
+    docker: bool = typer.Option(
+        False, "--docker", help="Start the server in its image.", rich_help_panel=_SERVER
+    ),
+    image: str | None = typer.Option(
+        None, "--image", help="Image for --docker (workloads).", rich_help_panel=_SERVER
+    ),
+    hf_cache: Path | None = typer.Option(
+        None,
+        "--hf-cache",
+        help="Host HF cache mounted by --docker (default $HF_HOME).",
+        rich_help_panel=_SERVER,
+    ),
+    server_timeout: float = typer.Option(
+        3600.0, "--server-timeout", min=1, help="Seconds to wait for /health.", rich_help_panel=_SERVER
+    ),
+    store_path: Path | None = typer.Option(
+        None, "--store", help="Results store (default: the user data dir)."
+    ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Run id: rerun only its stage rows that did not pass."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
+    as_json: bool = JsonOpt,
+) -> int:
+    """Run a workload end to end: start the server, benchmark and evaluate it, judge assertions, store it."""
+    # the plan pulls in the recipe schema and the load generator (start-up time of every other command)
+    from servelab.run import build  # noqa: PLC0415
+
+    plan, gpu = build.plan_from(
+        source,
+        job=job,
+        job_index=job_index,
+        arm=arm,
+        conc=conc,
+        seq_len=seq_len,
+        directory=directory,
+        stages=_split(stages),
+        repetitions=repetitions,
+        assertions=list(assertion or []),
+        port=port,
+        image=image,
+    )
+    if dry_run:
+        if as_json:
+            print_json(plan.dump())
+        else:
+            _print_plan(plan.dump())
+        return 0
+    from servelab.results.store import Store  # noqa: PLC0415  # start-up time
+    from servelab.run.execute import RunOptions, execute  # noqa: PLC0415  # start-up time
+
+    opts = RunOptions(
+        base_url=base_url,
+        model=model,
+        tokenizer=tokenizer,
+        docker=docker,
+        gpu=gpu,
+        hf_cache=hf_cache,
+        server_timeout_s=server_timeout,
+        gsm8k_path=gsm8k_path,
+        resume=resume,
+        baseline=baseline,
+    )
+    with Store.open(store_path) as store:
+        result = execute(plan, store, opts)
+    if as_json:
+        print_json(result.dump())
+    else:
+        _print_result(result)
+    return result.exit_code
+
+
+def _print_plan(d: dict) -> None:
+    s = d["server"]
+    print(f"run {d['name']} (from {d['source']})")
+    if d["fingerprint"]:
+        print(f"fingerprint: {d['fingerprint']}")
+    print(f"server: {shlex.join(s['argv'])}")
+    for k, v in s["env"].items():
+        print(f"  env {k}={v}")
+    for name in s["secret_env"]:
+        print(f"  env {name} (from the caller's environment)")
+    print(f"  image {s['image']}, port {s['port']}, model {s['model']}")
+    print(f"stages: {', '.join(d['stages']) or 'none'}")
+    for p in d["bench"]:
+        f = p["fields"]
+        extra = {k: v for k, v in f.items() if k not in _SHOWN}
+        print(
+            f"  bench {p['config']}: in {f['random_input_len']} out {f['random_output_len']} prompts "
+            f"{f['num_prompts']} conc {f['max_concurrency']} warm-ups {f['num_warmups']} x{p['repetitions']}"
+            + (f" {json.dumps(extra)}" if extra else "")
+            + (f" (will error: {p['unsupported']})" if p["unsupported"] else "")
+        )
+    for t in d["gsm8k"]:
+        print(f"  gsm8k {t['task']}: {t['num_fewshot']}-shot {json.dumps(t['model_args'])}")
+    if d["bfcl"]:
+        print(f"  bfcl: {json.dumps(d['bfcl'])}")
+    print("assertions:" + ("" if d["assertions"] else " none"))
+    for a in d["assertions"]:
+        print(f"  {a}")
+
+
+_SHOWN = {
+    "dataset_name", "random_input_len", "random_output_len", "num_prompts", "max_concurrency", "num_warmups",
+    "ignore_eos",
+}  # fmt: skip
+_KEY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput")
+
+
+def _print_result(result) -> None:
+    rows = []
+    by_key: dict[tuple[str, str], list] = {}
+    for r in result.rows:
+        by_key.setdefault((r.stage, r.config), []).append(r)
+    for (stage, config), members in by_key.items():
+        metrics = result.metrics.get(stage, {}).get(config, {})
+        names = [m for m in _KEY_METRICS if m in metrics] if stage == "bench" else sorted(metrics)[:4]
+        shown = ", ".join(f"{m} {metrics[m]['median']:.4g}" for m in names)
+        ci = _ci(names[0], metrics[names[0]]) if names else ""
+        status = ", ".join(sorted({m.status for m in members}))
+        detail = "; ".join(sorted({m.detail for m in members if m.detail}))
+        rows.append(
+            [
+                escape(f"{stage} {config}".strip()),
+                str(len(members)),
+                status,
+                shown,
+                ci,
+                escape(detail),
+            ]
+        )
+    print_table(
+        [
+            Col("stage", key=True),
+            Col("runs", "right"),
+            Col("status"),
+            Col("medians"),
+            Col("CI", drop=2),
+            Col("detail", drop=1),
+        ],
+        rows,
+        title=f"run {result.run_id}",
+    )
+    if result.judged:
+        print_table(
+            [Col("assertion", key=True), Col("outcome", key=True), Col("observed")],
+            [[escape(j.assertion.text), j.outcome, escape(j.detail)] for j in result.judged],
+            title="assertions",
+        )
+    for e in result.errors:
+        print(f"error: {e}", file=sys.stderr)
+    print(f"{result.outcome}: run {result.run_id} ({result.run_dir})")
+
+
+def _ci(name: str, m: dict) -> str:
+    """The first metric's confidence interval, as the table shows it."""
+    if m.get("ci_level") is None:
+        return f"{name}: {m.get('ci') or 'one run'}"
+    return f"{name}: [{m['ci_low']:.4g}, {m['ci_high']:.4g}] at {m['ci_level']:.1%}"

@@ -1,0 +1,336 @@
+"""Carry out a run plan: record the run, start (or attach to) the server, run every stage row, judge the
+assertions, tear down, and say how it ended.
+
+Every stage row (stage x config x repetition) is written to the store as it ends, with its metrics (source
+measured) and its artifact, so a run cut short keeps what it measured and `--resume RUN_ID` reruns only the
+rows that did not pass. Ctrl-C, SIGTERM and SIGHUP stop the run the same way: the bench point measuring
+keeps its partial result, the server is torn down, the run ends as error.
+
+Outcome and exit code: error (3) when the server or a stage errored or an assertion could not be judged; fail
+(1) when an assertion failed; pass (0) otherwise; interrupted runs exit 128 + the signal (130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from servelab.bench.runner import Terminated
+from servelab.errors import ServelabError
+from servelab.results import provenance
+from servelab.results.store import Store, new_run_id, now
+from servelab.run.assertions import Judged, judge
+from servelab.run.plan import RunPlan
+from servelab.run.server import container_name, docker_argv, hf_cache_dir, serve
+from servelab.run.stage import StageFailed, StageOutput, Target
+from servelab.run.stages import StageRegistry, default_registry
+from servelab.run.stats import summarize
+from servelab.runner.server import ServerProcess, ServerStartError
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 3
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class RunOptions:
+    base_url: str | None = None  # attach to this server instead of starting one
+    model: str | None = None  # served model name (default: the plan's, or /v1/models when attached)
+    tokenizer: str | None = None
+    docker: bool = False
+    gpu: str | None = None  # perf-eval GPU profile (AMD ones get devices instead of --gpus)
+    hf_cache: Path | None = None
+    server_timeout_s: float = 3600.0
+    gsm8k_path: Path | None = None
+    resume: str | None = None  # run id (or unique prefix) to continue
+    baseline: str | None = None  # run id (or unique prefix) regression assertions compare with
+
+
+@dataclass
+class Row:
+    stage: str
+    config: str
+    repetition: int
+    status: str  # pass | error | skipped (not run: an earlier failure or an interruption stopped the run)
+    detail: str = ""
+    artifact: str | None = None
+
+    def dump(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    outcome: str
+    exit_code: int
+    rows: list[Row]
+    metrics: dict[str, dict[str, dict[str, dict]]]  # stage -> config -> metric -> stats.Summary.dump()
+    judged: list[Judged]
+    errors: list[str] = field(default_factory=list)
+
+    def dump(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "errors": self.errors,
+            "stages": [r.dump() for r in self.rows],
+            "metrics": self.metrics,
+            "assertions": [j.dump() for j in self.judged],
+        }
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def _termination_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise like Ctrl-C, so every exit path tears the server down."""
+    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stage_values(store: Store, run_id: str) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """(stage, config) -> metric -> the value of every repetition, as the store holds them."""
+    out: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for m in store.metrics(run_id):
+        if m.value is not None and m.stage != "server":
+            out.setdefault((m.stage, m.config), {}).setdefault(m.name, []).append(m.value)
+    return out
+
+
+def _summaries(values: dict[tuple[str, str], dict[str, list[float]]]) -> dict:
+    out: dict = {}
+    for (stage, config), metrics in sorted(values.items()):
+        out.setdefault(stage, {})[config] = {
+            name: summarize(vs).dump() for name, vs in sorted(metrics.items())
+        }
+    return out
+
+
+class _Runner:
+    def __init__(self, plan: RunPlan, store: Store, opts: RunOptions, registry: StageRegistry, log: IO[str]):
+        self.plan, self.store, self.opts, self.registry, self.log = plan, store, opts, registry, log
+        self.rows: list[Row] = []
+        self.errors: list[str] = []
+        self.signum = 0
+
+    def say(self, text: str) -> None:
+        print(f"run {self.run_id}: {text}", file=self.log, flush=True)
+
+    def begin(self) -> set[tuple[str, str, int]]:
+        """The run row (new, or the one resumed) and the stage rows already passed."""
+        opts, plan = self.opts, self.plan
+        if opts.resume:
+            run = self.store.get_run(opts.resume)
+            if run.name != plan.name:
+                raise ServelabError(
+                    f"run {run.id} is {run.name!r}, not {plan.name!r}: resume it with its own source",
+                    field="resume",
+                )
+            self.run_id = run.id
+            return {
+                (s.stage, s.config, s.repetition) for s in self.store.stages(run.id) if s.status == "pass"
+            }
+        run_id = new_run_id()
+        argv: list[str] = []
+        if not opts.base_url:
+            argv = (
+                docker_argv(
+                    plan.server,
+                    container_name(run_id),
+                    opts.hf_cache or hf_cache_dir(),
+                    self.store.path.parent / "runs" / run_id,
+                    opts.gpu,
+                )
+                if opts.docker
+                else plan.server.argv
+            )
+        prov = provenance.collect(
+            server_argv=argv,
+            env=plan.server.env,
+            recipe_fingerprint=plan.fingerprint,
+            image_digest=plan.server.image if opts.docker else None,
+        )
+        self.run_id = self.store.start_run(plan.name, prov, run_id=run_id)
+        return set()
+
+    def record(self, row: Row, output: StageOutput | None, started: str, run_dir: Path) -> None:
+        if output is not None:
+            if output.artifacts:
+                row.artifact = _relative(output.artifacts[0], run_dir)
+            self.store.record_metrics(
+                self.run_id, row.stage, output.metrics, config=row.config, repetition=row.repetition,
+                units=output.units,
+            )  # fmt: skip
+        self.store.record_stage(
+            self.run_id, row.stage, row.status, config=row.config, repetition=row.repetition,
+            started_at=started, ended_at=now(), artifact=row.artifact,
+        )  # fmt: skip
+        self.rows.append(row)
+
+    def call(self, item: tuple[str, str, int], target: Target, run_dir: Path) -> StageOutput:
+        stage, config, rep = item
+        fn = self.registry[stage]
+        if stage == "bench":
+            point = next(p for p in self.plan.bench if p.config == config)
+            return fn(target, point, rep, run_dir)
+        if stage == "gsm8k":
+            task = next(t for t in self.plan.lm_tasks if t.name == config)
+            out = run_dir / f"gsm8k-{config}"
+            out.mkdir(exist_ok=True)
+            return fn(target, task, self.plan.lm_defaults, out, self.opts.gsm8k_path)
+        out = run_dir / "bfcl"
+        out.mkdir(exist_ok=True)
+        return fn(target, self.plan.bfcl, out)
+
+    def run_items(self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path) -> None:
+        for n, item in enumerate(todo):
+            stage, config, rep = item
+            reps = sum(1 for s, c, _ in self.plan.items() if (s, c) == (stage, config))
+            name = (
+                f"{stage}"
+                + (f" {config}" if config else "")
+                + (f" repetition {rep + 1}/{reps}" if reps > 1 else "")
+            )
+            self.say(f"{name}: running")
+            started = now()
+            row = Row(stage, config, rep, "pass")
+            try:
+                output: StageOutput | None = self.call(item, target, run_dir)
+            except StageFailed as e:
+                row.status, row.detail = "error", str(e)
+                output = getattr(e, "output", None)
+            except ServelabError as e:  # bad input only the stage could see (an unknown lm-eval task)
+                row.status, row.detail, output = "error", str(e), None
+            except KeyboardInterrupt as e:
+                row.status, row.detail = "error", "interrupted"
+                self.record(row, getattr(e, "output", None), started, run_dir)
+                self.skip(todo[n + 1 :], "not run: the run was interrupted")
+                raise
+            self.record(row, output, started, run_dir)
+            self.say(f"{name}: {row.status}" + (f" ({row.detail})" if row.detail else ""))
+            if (
+                row.status == "error"
+                and server is not None
+                and server.proc
+                and server.proc.poll() is not None
+            ):
+                self.errors.append(
+                    f"the server exited with {server.proc.returncode} during {name}; log {server.log_path}:\n"
+                    + server.log_tail()
+                )
+                self.store.record_stage(self.run_id, "server", "error", ended_at=now(), artifact="server.log")
+                self.skip(todo[n + 1 :], "not run: the server had exited")
+                return
+
+    def skip(self, items: list, why: str) -> None:
+        for stage, config, rep in items:
+            self.store.record_stage(self.run_id, stage, "skipped", config=config, repetition=rep)
+            self.rows.append(Row(stage, config, rep, "skipped", why))
+
+
+def _relative(path: Path, run_dir: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: Path) -> None:
+    """Start (or attach to) the server and run the rows; a start failure or an interruption is recorded in
+    `r`, and the server is down when this returns."""
+    if not todo:
+        return
+    store = r.store
+    with _termination_as_interrupt():
+        try:
+            r.say(
+                f"server: attaching to {opts.base_url}"
+                if opts.base_url
+                else f"server: starting {plan.server.argv[0]} (log {run_dir / 'server.log'})"
+            )
+            started = now()
+            try:
+                with serve(
+                    plan.server,
+                    run_dir,
+                    base_url=opts.base_url,
+                    model=opts.model,
+                    docker=opts.docker,
+                    gpu=opts.gpu,
+                    hf_cache=opts.hf_cache,
+                    timeout_s=opts.server_timeout_s,
+                    tokenizer=opts.tokenizer,
+                ) as (target, server):
+                    artifact = None if server is None else "server.log"
+                    store.record_stage(
+                        r.run_id, "server", "pass", started_at=started, ended_at=now(), artifact=artifact
+                    )
+                    r.say(f"server: ready at {target.base_url}, model {target.model}")
+                    r.run_items(todo, target, server, run_dir)
+            except ServerStartError as e:
+                store.record_stage(r.run_id, "server", "error", started_at=started, ended_at=now(),
+                                   artifact=None if opts.base_url else "server.log")  # fmt: skip
+                r.errors.append(str(e))
+                r.say(f"server: {e}")
+                r.skip(todo, "not run: the server did not start")
+        except KeyboardInterrupt as e:
+            r.signum = getattr(e, "signum", signal.SIGINT)
+            r.errors.append(f"interrupted by {signal.Signals(r.signum).name}")
+            r.say(f"interrupted by {signal.Signals(r.signum).name}; server down, what was measured kept")
+
+
+def execute(
+    plan: RunPlan,
+    store: Store,
+    opts: RunOptions | None = None,
+    registry: StageRegistry | None = None,
+    log: IO[str] | None = None,
+) -> RunResult:
+    opts = opts or RunOptions()
+    r = _Runner(plan, store, opts, registry or default_registry(), log or sys.stderr)
+    baseline = None
+    if opts.baseline:
+        baseline = stage_values(store, store.get_run(opts.baseline).id)
+    done = r.begin()
+    run_dir = store.run_dir(r.run_id)
+    todo = [i for i in plan.items() if i not in done]
+    if done:
+        r.say(f"resuming: {len(done)} stage rows passed before, {len(todo)} to run")
+    try:
+        _run_todo(r, plan, opts, todo, run_dir)
+    except BaseException:  # an unforeseen failure: the run is recorded as ended before it propagates
+        store.finish_run(r.run_id, "error")
+        raise
+    values = stage_values(store, r.run_id)
+    judged = judge(plan.assertions, values, baseline)
+    statuses = {
+        s.status for s in store.stages(r.run_id) if (s.stage, s.config, s.repetition) in set(plan.items())
+    }
+    if r.signum:
+        outcome, code = "error", 128 + r.signum
+    elif r.errors or statuses - {"pass"} or any(j.outcome == "error" for j in judged):
+        outcome, code = "error", EXIT_ERROR
+    elif any(j.outcome == "fail" for j in judged):
+        outcome, code = "fail", EXIT_FAIL
+    else:
+        outcome, code = "pass", EXIT_PASS
+    store.finish_run(r.run_id, outcome)
+    result = RunResult(r.run_id, run_dir, outcome, code, r.rows, _summaries(values), judged, r.errors)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(result.dump(), indent=1) + "\n")
+    r.say(f"{outcome} (store {store.path}, folder {run_dir})")
+    return result

@@ -1,0 +1,331 @@
+"""The run plan: what `servelab run` starts, benchmarks, evaluates and judges, built from a perf-eval
+workload, a sweep job (`servelab sweep --format json`) or a recipe arm, before anything runs (`--dry-run`
+prints it).
+
+Bench configs follow perf-eval (lib/run_vllm_bench.sh): each config x (num_prompts, max_concurrency) pair is
+one point named `<name>-conc-<value>`, the random dataset with --ignore-eos, the config's `args` as bench
+options; every point is warmed up first (the args' num_warmups, else one request per concurrency slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from pydantic import ValidationError
+
+from servelab.bench.config import BenchConfig, parse_goodput, parse_metadata
+from servelab.errors import ServelabError
+from servelab.recipes.pipelines import arm_name
+from servelab.recipes.sweep import Job
+from servelab.recipes.workload import (
+    PerfEvalWorkload,
+    WlBenchConfig,
+    WlBfcl,
+    WlModelArgs,
+    WlTask,
+    default_image,
+    split_serve_args,
+)
+from servelab.results.provenance import redact_argv, redact_env
+from servelab.run.assertions import Assertion, parse_all
+
+STAGES = ("bench", "gsm8k", "bfcl")
+DEFAULT_PORT = 8000
+# vllm bench serve options whose CLI form is a string that BenchConfig holds parsed
+_LIST_ARGS = {"percentile_metrics", "metric_percentiles"}
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    argv: list[str]
+    env: dict[str, str]  # set over the caller's environment
+    port: int
+    model: str  # the served model name
+    image: str | None = None  # with its @sha256 digest when pinned
+    health_path: str = "/health"
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> content, written in the run folder
+    secret_env: list[str] = field(default_factory=list)  # names passed through from the caller's environment
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One benchmark point: a config at one concurrency, run `repetitions` times."""
+
+    config: str  # <name>-conc-<value>
+    repetitions: int
+    fields: dict  # BenchConfig fields (all but base_url, model and where results go)
+    unsupported: str | None = None  # why servelab bench cannot run it (the stage errors with this)
+
+
+@dataclass
+class RunPlan:
+    name: str
+    source: str
+    server: ServerPlan
+    stages: list[str]
+    bench: list[BenchPoint] = field(default_factory=list)
+    lm_tasks: list[WlTask] = field(default_factory=list)
+    lm_defaults: WlModelArgs | None = None
+    bfcl: WlBfcl | None = None
+    assertions: list[Assertion] = field(default_factory=list)
+    fingerprint: str | None = None
+
+    def items(self) -> list[tuple[str, str, int]]:
+        """(stage, config, repetition) of every stage row this plan writes, in run order."""
+        out: list[tuple[str, str, int]] = []
+        if "bench" in self.stages:
+            out += [("bench", p.config, r) for p in self.bench for r in range(p.repetitions)]
+        if "gsm8k" in self.stages:
+            out += [("gsm8k", t.name, 0) for t in self.lm_tasks]
+        if "bfcl" in self.stages and self.bfcl:
+            out.append(("bfcl", "", 0))
+        return out
+
+    def dump(self) -> dict:
+        """The plan as --dry-run shows it: argv and env with secrets redacted."""
+        s = self.server
+        return {
+            "name": self.name,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "server": {
+                "argv": redact_argv(s.argv),
+                "env": redact_env(s.env),
+                "port": s.port,
+                "model": s.model,
+                "image": s.image,
+                "health_path": s.health_path,
+                "files": sorted(s.files),
+                "secret_env": s.secret_env,
+            },
+            "stages": self.stages,
+            "bench": [asdict(p) for p in self.bench] if "bench" in self.stages else [],
+            "gsm8k": [
+                {"task": t.name, "num_fewshot": t.num_fewshot, "model_args": _lm_args(self.lm_defaults, t)}
+                for t in self.lm_tasks
+            ]
+            if "gsm8k" in self.stages
+            else [],
+            "bfcl": self.bfcl.dump() if self.bfcl and "bfcl" in self.stages else None,
+            "assertions": [a.text for a in self.assertions],
+            "stage_rows": [list(i) for i in self.items()],
+        }
+
+
+def _lm_args(defaults: WlModelArgs | None, task: WlTask) -> dict:
+    return (defaults.dump() if defaults else {}) | (task.model_args.dump() if task.model_args else {})
+
+
+def choose_stages(available: list[str], requested: list[str] | None, source: str) -> list[str]:
+    """The stages to run: those requested (each must be one the source has), else all it has."""
+    if requested is None:
+        return available
+    for s in requested:
+        if s not in STAGES:
+            raise ServelabError(f"{s!r}: expected a comma list of {', '.join(STAGES)}", field="stages")
+        if s not in available:
+            has = ", ".join(available) or "none"
+            raise ServelabError(f"{source} has no {s} stage (it has {has})", field="stages")
+    return [s for s in STAGES if s in requested]
+
+
+def bench_fields(
+    input_len: int, output_len: int, num_prompts: int, conc: int, args: dict, where: str
+) -> dict:
+    """BenchConfig fields of one point, checked now (bad args are bad input before anything starts)."""
+    out: dict = {
+        "dataset_name": "random",
+        "random_input_len": input_len,
+        "random_output_len": output_len,
+        "num_prompts": num_prompts,
+        "max_concurrency": conc,
+        "ignore_eos": True,
+        "num_warmups": conc,
+    }
+    for key, value in args.items():
+        name = key.lstrip("-").replace("-", "_")
+        if name in _LIST_ARGS and isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        try:
+            if name == "goodput":
+                value = parse_goodput(value if isinstance(value, list) else [str(value)])
+            elif name == "metadata":
+                value = parse_metadata(value if isinstance(value, list) else [str(value)])
+        except ValueError as e:
+            raise ServelabError(f"{where}: args: {e}") from None
+        if name not in BenchConfig.model_fields or name in ("base_url", "model", "save_result", "result_dir"):
+            raise ServelabError(f"{where}: args: --{name.replace('_', '-')} is not a servelab bench option")
+        out[name] = value
+    try:
+        BenchConfig(**out)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, f"{where}: args") from None
+    return out
+
+
+def _served_name(model: str, serve_args: list[str]) -> str:
+    for i, arg in enumerate(serve_args):
+        if arg == "--served-model-name" and i + 1 < len(serve_args):
+            return serve_args[i + 1]
+        if arg.startswith("--served-model-name="):
+            return arg.split("=", 1)[1]
+    return model
+
+
+def _workload_points(cfg: WlBenchConfig, repetitions: int | None, where: str) -> list[BenchPoint]:
+    points = []
+    for run, num_prompts, conc in cfg.runs():
+        fields = bench_fields(cfg.input_len, cfg.output_len, num_prompts, conc, cfg.args, where)
+        if cfg.backend:
+            fields["backend"] = cfg.backend
+            if cfg.backend == "openai-chat":
+                fields["endpoint"] = "/v1/chat/completions"
+        unsupported = None
+        if cfg.dataset != "random":
+            unsupported = f"dataset {cfg.dataset}: servelab bench has no SPEED-Bench loader yet"
+        points.append(BenchPoint(run, repetitions or cfg.repetitions, fields, unsupported))
+    return points
+
+
+def from_workload(
+    w: PerfEvalWorkload,
+    source: str,
+    *,
+    stages: list[str] | None = None,
+    repetitions: int | None = None,
+    assertions: Sequence[str] = (),
+    port: int = DEFAULT_PORT,
+    image: str | None = None,
+) -> RunPlan:
+    """The plan of a perf-eval workload: `vllm serve MODEL --port P SERVE_ARGS` with its env (as upstream's
+    lib/server.sh), its bench configs, lm_eval tasks and bfcl; bench_only drops the evals."""
+    serve_args = split_serve_args(w.vllm.serve_args, source)
+    argv = ["vllm", "serve", w.vllm.model, "--host", "127.0.0.1", "--port", str(port), *serve_args]
+    server = ServerPlan(
+        argv,
+        dict(w.vllm.env),
+        port,
+        _served_name(w.vllm.model, serve_args),
+        image=image or w.vllm.image or default_image(w.gpu),
+    )
+    available = []
+    configs = w.vllm_bench.configs if w.vllm_bench else []
+    if configs:
+        available.append("bench")
+    if w.lm_eval and not w.bench_only:
+        available.append("gsm8k")
+    if w.bfcl and not w.bench_only:
+        available.append("bfcl")
+    points = []
+    for i, cfg in enumerate(configs):
+        points += _workload_points(cfg, repetitions, f"{source}: vllm_bench.configs[{i}] ({cfg.name})")
+    return RunPlan(
+        name=w.name,
+        source=source,
+        server=server,
+        stages=choose_stages(available, stages, source),
+        bench=points,
+        lm_tasks=list(w.lm_eval.tasks) if w.lm_eval else [],
+        lm_defaults=w.lm_eval.model_args if w.lm_eval else None,
+        bfcl=w.bfcl,
+        assertions=parse_all(list(w.assertions), f"{source}: assertions") + parse_all(list(assertions)),
+    )
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+
+
+def _lm_task(argv: list[str], source: str) -> WlTask:
+    """A sweep job's `lm_eval` argv (recipes/client.py lm_eval_argv) back as a task."""
+    try:
+        model_args = dict(kv.split("=", 1) for kv in (_flag(argv, "--model_args") or "").split(",") if kv)
+        gen = dict(kv.split("=", 1) for kv in (_flag(argv, "--gen_kwargs") or "").split(",") if kv)
+        args = {
+            k: int(v)
+            for k, v in (
+                ("num_concurrent", model_args.get("num_concurrent")),
+                ("max_gen_toks", gen.get("max_gen_toks")),
+            )
+            if v is not None
+        }
+        return WlTask(
+            name=_flag(argv, "--tasks") or "",
+            num_fewshot=int(_flag(argv, "--num_fewshot") or 0),
+            model_args=WlModelArgs(**args) if args else None,
+        )
+    except (ValueError, ValidationError) as e:
+        raise ServelabError(
+            f"{source}: evals: {' '.join(argv)!r} is not an lm_eval command servelab wrote ({e})"
+        ) from None
+
+
+def from_job(
+    job: Job,
+    source: str,
+    *,
+    stages: list[str] | None = None,
+    repetitions: int | None = None,
+    assertions: Sequence[str] = (),
+) -> RunPlan:
+    """The plan of one sweep job: its rendered launch, its client point, its evals (when the row runs them)
+    and the recipe's assertions."""
+    if job.launch is None or not job.benches:
+        raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
+    if len(job.benches) > 1:
+        raise ServelabError(f"{source}: {job.label()}: a job of several concurrencies; servelab runs one")
+    row, bench, launch = job.row, job.benches[0], job.launch
+    ds = bench.dataset
+    image = row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
+    model = _flag(launch.argv, "--served-model-name") or row["model"]
+    server = ServerPlan(
+        launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
+    )
+    args: dict = {"random_range_ratio": ds.get("range-ratio")}
+    warm = _flag(bench.client, "--num-warmups")
+    if warm is not None:
+        args["num_warmups"] = int(warm)
+    where = f"{source}: {job.label()}"
+    conc = bench.conc
+    fields = bench_fields(ds["input-len"], ds["output-len"], ds["num-prompts"], conc, args, where)
+    fields["ignore_eos"] = "--ignore-eos" in bench.client
+    point = BenchPoint(f"{row['exp-name']}-conc-{conc}", repetitions or 1, fields)
+    texts = []
+    for metric, bound in job.assertions.items():
+        if bound.get("min") is not None:
+            texts.append(f"bench.{metric} >= {bound['min']}")
+        if bound.get("max") is not None:
+            texts.append(f"bench.{metric} <= {bound['max']}")
+    tasks = [_lm_task(argv, source) for argv in job.evals]
+    return RunPlan(
+        name=job.key,
+        source=source,
+        server=server,
+        stages=choose_stages(["bench"] + (["gsm8k"] if tasks else []), stages, source),
+        bench=[point],
+        lm_tasks=tasks,
+        assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
+        fingerprint=job.fingerprint,
+    )
+
+
+def pick_job(jobs: list[Job], key: str, arm: str | None, seq: str | None) -> Job:
+    """The one job of a recipe at a concurrency that --arm and --seq-len select."""
+    chosen = [
+        j
+        for j in jobs
+        if (arm is None or arm_name(j.row) == arm) and (seq is None or j.row["exp-name"].endswith("_" + seq))
+    ]
+    if len(chosen) == 1:
+        return chosen[0]
+    names = sorted(
+        {f"--arm {arm_name(j.row)} --seq-len {j.row['exp-name'].rsplit('_', 1)[-1]}" for j in jobs}
+    )
+    if not chosen:
+        raise ServelabError(f"{key}: no arm matches; it has: {'; '.join(names)}", field="arm")
+    raise ServelabError(f"{key}: {len(chosen)} arms match; choose one of: {'; '.join(names)}", field="arm")

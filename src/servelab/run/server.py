@@ -1,0 +1,150 @@
+"""The server of a run: started on this host, started in a container (`--docker`), or one already running
+(`--base-url`). Whichever it is, leaving the context tears it down (nothing to tear down when attached).
+
+The container runs as perf-eval's lib/server.sh starts it: all GPUs (or, for AMD's GPU profiles, the kfd and
+dri devices), host IPC and network, a large /dev/shm, the Hugging Face cache mounted, the env passed with -e
+(secrets by name only, their values taken from the caller's environment), the image pinned by digest where the
+plan has one, and a name of its own, so that teardown can `docker rm -f` it whatever became of the client.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from servelab.bench.runner import fetch_model_id
+from servelab.errors import ServelabError
+from servelab.recipes.workload import ROCM_GPUS
+from servelab.run.plan import ServerPlan
+from servelab.run.stage import Target
+from servelab.runner.server import ServerProcess, ServerStartError
+
+CONTAINER_CACHE = "/root/.cache/huggingface"
+SHM_SIZE = "16g"
+DOCKER_STOP_TIMEOUT_S = 60
+
+
+def hf_cache_dir() -> Path:
+    """The host's Hugging Face cache: $HF_HOME, else ~/.cache/huggingface."""
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+def docker_argv(
+    plan: ServerPlan, container: str, hf_cache: Path, run_dir: Path, gpu: str | None = None
+) -> list[str]:
+    """`docker run` for the plan's server; the plan's argv[0] becomes the entrypoint, and the run folder
+    (where the plan's files are written) its working directory."""
+    if not plan.image:
+        raise ServelabError("--docker needs an image (the workload's vllm.image or --image)", field="image")
+    argv = ["docker", "run", "--rm", "--name", container]
+    if gpu in ROCM_GPUS:
+        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+    else:
+        argv += ["--gpus", "all"]
+    argv += ["--ipc", "host", "--network", "host", "--shm-size", SHM_SIZE]
+    argv += ["-v", f"{hf_cache}:{CONTAINER_CACHE}", "-e", f"HF_HOME={CONTAINER_CACHE}"]
+    for k, v in plan.env.items():
+        argv += ["-e", f"{k}={v}"]
+    for name in plan.secret_env:
+        argv += ["-e", name]  # docker takes the value from this process's environment
+    if plan.files:
+        argv += ["-v", f"{run_dir}:/run-files", "-w", "/run-files"]
+    return argv + ["--entrypoint", plan.argv[0], plan.image, *plan.argv[1:]]
+
+
+def container_name(run_id: str) -> str:
+    return f"servelab-run-{run_id}"
+
+
+class DockerServer(ServerProcess):
+    """A ServerProcess whose process is `docker run`; stopping it also removes the container, which the
+    client's death alone does not."""
+
+    def __init__(self, container: str, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.container = container
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            try:
+                subprocess.run(
+                    ["docker", "rm", "-f", self.container],
+                    capture_output=True,
+                    timeout=DOCKER_STOP_TIMEOUT_S,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError):
+                pass  # no docker binary or it hung: nothing more this process can do
+
+
+@contextmanager
+def serve(
+    plan: ServerPlan,
+    run_dir: Path,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    docker: bool = False,
+    gpu: str | None = None,
+    hf_cache: Path | None = None,
+    timeout_s: float = 3600.0,
+    tokenizer: str | None = None,
+    on_start=None,
+) -> Iterator[tuple[Target, ServerProcess | None]]:
+    """The target to test and the process serving it (None when attached). Starting raises
+    runner.server.ServerStartError with the log's last lines; the server is gone on every way out."""
+    if base_url:
+        url = base_url.rstrip("/")
+        try:
+            name = model or fetch_model_id(url, ())
+        except ServelabError as e:
+            raise ServerStartError(f"{url}: not answering as an OpenAI-compatible server ({e})") from None
+        yield Target(url, name, tokenizer=tokenizer), None
+        return
+    for rel, content in plan.files.items():
+        path = run_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    env = dict(os.environ) | plan.env
+    log = run_dir / "server.log"
+    server: ServerProcess
+    if docker:
+        container = container_name(run_dir.name)
+        argv = docker_argv(plan, container, hf_cache or hf_cache_dir(), run_dir, gpu)
+        server = DockerServer(
+            container, argv, plan.url, log, env=env, health_path=plan.health_path, start_timeout_s=timeout_s
+        )
+    else:
+        server = ServerProcess(
+            plan.argv,
+            plan.url,
+            log,
+            env=env,
+            health_path=plan.health_path,
+            start_timeout_s=timeout_s,
+            cwd=run_dir,
+        )
+    if on_start:
+        on_start(server)
+    server.start()  # on failure it has stopped the server before it raises
+    try:
+        yield Target(plan.url, model or plan.model, tokenizer=tokenizer), server
+    finally:
+        with signals_blocked():  # a second Ctrl-C must not cut the teardown short; it is delivered after
+            server.stop()
+
+
+@contextmanager
+def signals_blocked() -> Iterator[None]:
+    blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

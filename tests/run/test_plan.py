@@ -1,0 +1,225 @@
+"""Run plans from the 21 upstream perf-eval workloads, sweep jobs and recipe arms; --dry-run; docker argv."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servelab.cli.main import app
+from servelab.errors import ServelabError
+from servelab.recipes.filters import Filters
+from servelab.recipes.pipelines import to_json
+from servelab.recipes.store import DATA_DIR, open_store
+from servelab.recipes.sweep import expand
+from servelab.recipes.workload import parse_workload, split_serve_args
+from servelab.recipes.yamlio import read_yaml
+from servelab.results.provenance import REDACTED
+from servelab.run.build import plan_from, read_job
+from servelab.run.plan import ServerPlan, from_workload
+from servelab.run.server import docker_argv
+
+WORKLOADS = sorted((Path(__file__).parents[1] / "data" / "perf-eval" / "workloads").glob("*.yaml"))
+runner = CliRunner()
+
+
+def test_all_upstream_workloads_are_there():
+    assert len(WORKLOADS) == 21
+
+
+@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)
+def test_every_upstream_workload_dry_runs(path):
+    raw = read_yaml(path)
+    res = runner.invoke(app, ["run", str(path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    w = parse_workload(raw, str(path))
+    s = plan["server"]
+    assert s["argv"][:3] == ["vllm", "serve", raw["vllm"]["model"]]
+    assert s["argv"][7:] == split_serve_args(raw["vllm"]["serve_args"], str(path))
+    assert s["env"] == {k: str(v) for k, v in raw["vllm"].get("env", {}).items()}
+    expected_stages = [
+        s
+        for s, there in (
+            ("bench", bool(raw.get("vllm_bench", {}).get("configs"))),
+            ("gsm8k", "lm_eval" in raw and not raw.get("bench_only")),
+            ("bfcl", "bfcl" in raw and not raw.get("bench_only")),
+        )
+        if there
+    ]
+    assert plan["stages"] == expected_stages
+    configs = w.vllm_bench.configs if w.vllm_bench else []
+    runs = [(run, n, c, cfg) for cfg in configs for run, n, c in cfg.runs()]
+    assert [p["config"] for p in plan["bench"]] == [r[0] for r in runs]
+    for p, (_, n, c, cfg) in zip(plan["bench"], runs, strict=True):
+        f = p["fields"]
+        assert (f["num_prompts"], f["max_concurrency"], f["random_input_len"], f["random_output_len"]) == (
+            n, c, cfg.input_len, cfg.output_len,
+        )  # fmt: skip
+        assert f["num_warmups"] == cfg.args.get("num_warmups", c) and f["ignore_eos"] is True
+        assert p["repetitions"] == cfg.repetitions
+        assert (p["unsupported"] is None) == (cfg.dataset == "random")
+    rows = [tuple(r) for r in plan["stage_rows"]]
+    assert len(rows) == len(set(rows))
+    if "gsm8k" in plan["stages"]:
+        assert [t["task"] for t in plan["gsm8k"]] == [t.name for t in w.lm_eval.tasks]
+
+
+def test_dry_run_text_names_argv_stages_and_assertions(tmp_path):
+    path = WORKLOADS[0]
+    res = runner.invoke(app, ["run", str(path), "--dry-run", "--assert", "bench.p99_ttft_ms <= 3000"])
+    assert res.exit_code == 0, res.output
+    assert "server: vllm serve" in res.stdout and "bench.p99_ttft_ms <= 3000" in res.stdout
+    assert "\nstages: " in res.stdout and "\nassertions:\n" in res.stdout
+
+
+def _workload(tmp_path, **extra) -> Path:
+    data = {
+        "name": "tiny",
+        "gpu": "H200",
+        "vllm": {"model": "org/m", "env": {"HF_TOKEN": "hf_secret", "A": 1}, "serve_args": "--api-key sk-1"},
+        "lm_eval": {"tasks": [{"name": "gsm8k", "num_fewshot": 5}]},
+        "vllm_bench": {"configs": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 4,
+                                    "max_concurrency": [1, 2], "args": {"temperature": 0.5}}]},
+    } | extra  # fmt: skip
+    path = tmp_path / "wl.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_dry_run_redacts_secrets(tmp_path):
+    res = runner.invoke(app, ["run", str(_workload(tmp_path)), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "hf_secret" not in res.stdout and "sk-1" not in res.stdout
+    plan = json.loads(res.stdout)
+    assert plan["server"]["env"] == {"HF_TOKEN": REDACTED, "A": "1"}
+    assert plan["server"]["argv"][-2:] == ["--api-key", REDACTED]
+    assert plan["bench"][0]["fields"]["temperature"] == 0.5
+
+
+def test_stages_repetitions_and_workload_assertions(tmp_path):
+    path = _workload(tmp_path, assertions=["bench.p99_ttft_ms <= 10"], bench_only=False)
+    plan, gpu = plan_from(str(path), stages=["bench"], repetitions=3, assertions=["bench.failed == 0"])
+    assert gpu == "H200" and plan.stages == ["bench"]
+    assert plan.items() == [("bench", "s-conc-1", r) for r in range(3)] + [
+        ("bench", "s-conc-2", r) for r in range(3)
+    ]
+    assert [a.text for a in plan.assertions] == ["bench.p99_ttft_ms <= 10", "bench.failed == 0"]
+    bench_only, _ = plan_from(str(_workload(tmp_path, bench_only=True)))
+    assert bench_only.stages == ["bench"]
+
+
+@pytest.mark.parametrize(
+    "extra, kw, says",
+    [
+        ({}, {"stages": ["bfcl"]}, "has no bfcl stage"),
+        ({}, {"stages": ["warmup"]}, "expected a comma list of bench, gsm8k, bfcl"),
+        ({"assertions": ["bench.x <== 1"]}, {}, "assertions: 'bench.x <== 1': expected"),
+        ({}, {"assertions": ["bench.x <= 1%"]}, "a % bound is a regression"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, extra, kw, says):
+    with pytest.raises(ServelabError, match=says):
+        plan_from(str(_workload(tmp_path, **extra)), **kw)
+
+
+def test_bad_bench_args_are_refused_before_anything_runs(tmp_path):
+    wl = yaml.safe_load(_workload(tmp_path).read_text())
+    wl["vllm_bench"]["configs"][0]["args"] = {"no_such_flag": 1}
+    with pytest.raises(ServelabError, match="--no-such-flag is not a servelab bench option"):
+        from_workload(parse_workload(wl, "wl.yaml"), "wl.yaml")
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--assert", "nonsense"], "--assert: 'nonsense': expected STAGE"),
+        (["--stages", "bench,warmup"], "--stages: 'warmup'"),
+        (["--job", "missing.json"], "missing.json: file not found"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    argv = [sys.executable, "-m", "servelab.cli.main", "run"]
+    argv += ([] if "--job" in args else [str(_workload(tmp_path))]) + args + ["--dry-run"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
+
+
+@pytest.fixture
+def job_file(tmp_path):
+    jobs = expand(open_store(DATA_DIR), ["dsv4-fp4-b200-vllm"], Filters(seq_lens=["8k1k"], all_evals=True))
+    path = tmp_path / "jobs.json"
+    path.write_text(to_json(jobs))
+    return path, jobs
+
+
+def test_plan_from_a_sweep_job(job_file):
+    path, jobs = job_file
+    with pytest.raises(ServelabError, match="choose one with --job-index"):
+        read_job(path, None)
+    job = jobs[1]
+    plan, _ = plan_from(None, job=path, job_index=1)
+    assert plan.name == job.key and plan.fingerprint == job.fingerprint
+    assert plan.server.argv == job.launch.argv and plan.server.port == job.launch.port
+    [point] = plan.bench
+    conc = job.row["conc"]
+    assert point.config == f"{job.row['exp-name']}-conc-{conc}"
+    assert (
+        point.fields["max_concurrency"] == conc and point.fields["num_prompts"] == job.dataset["num-prompts"]
+    )
+    assert point.fields["random_input_len"] == 8192 and point.fields["random_range_ratio"] == 0.8
+    assert point.fields["num_warmups"] == int(job.client[job.client.index("--num-warmups") + 1])
+    assert plan.stages == ["bench", "gsm8k"]
+    assert [t.name for t in plan.lm_tasks] == ["gsm8k"] and plan.lm_tasks[0].num_fewshot == 5
+
+
+def test_plan_from_a_recipe_arm_matches_its_job(job_file):
+    _, jobs = job_file
+    job = jobs[0]
+    arm = f"tp{job.row['tp']}-ep{job.row['ep']}" + ("-dpa" if job.row["dp-attn"] else "")
+    plan, _ = plan_from("dsv4-fp4-b200-vllm", arm=arm, conc=job.row["conc"], seq_len="8k1k")
+    assert plan.server.argv == job.launch.argv
+    with pytest.raises(ServelabError, match="no arm matches"):
+        plan_from("dsv4-fp4-b200-vllm", arm="tp3-ep3", conc=job.row["conc"], seq_len="8k1k")
+    with pytest.raises(ServelabError, match="needs --conc"):
+        plan_from("dsv4-fp4-b200-vllm")
+
+
+def _server(**kw) -> ServerPlan:
+    return ServerPlan(["vllm", "serve", "org/m", "--port", "8000"], {"A": "1"}, 8000, "org/m", **kw)
+
+
+def test_docker_argv(tmp_path):
+    argv = docker_argv(
+        _server(image="vllm/vllm-openai:v1@sha256:" + "a" * 64, secret_env=["HF_TOKEN"]),
+        "c1",
+        tmp_path / "hf",
+        tmp_path,
+    )
+    assert argv[:5] == ["docker", "run", "--rm", "--name", "c1"]
+    assert argv[argv.index("--gpus") + 1] == "all"
+    assert argv[argv.index("--shm-size") + 1] == "16g" and argv[argv.index("--ipc") + 1] == "host"
+    assert f"{tmp_path / 'hf'}:/root/.cache/huggingface" in argv
+    assert "A=1" in argv and argv[argv.index("HF_TOKEN") - 1] == "-e"  # the secret by name, never a value
+    i = argv.index("--entrypoint")
+    assert argv[i + 1 :] == [
+        "vllm",
+        "vllm/vllm-openai:v1@sha256:" + "a" * 64,
+        "serve",
+        "org/m",
+        "--port",
+        "8000",
+    ]
+
+
+def test_docker_argv_amd_and_no_image(tmp_path):
+    argv = docker_argv(_server(image="rocm/vllm:x"), "c", tmp_path, tmp_path, gpu="MI355X")
+    assert (
+        "--gpus" not in argv
+        and ["--device", "/dev/kfd"] == argv[argv.index("/dev/kfd") - 1 : argv.index("/dev/kfd") + 1]
+    )
+    with pytest.raises(ServelabError, match="needs an image"):
+        docker_argv(_server(), "c", tmp_path, tmp_path)
