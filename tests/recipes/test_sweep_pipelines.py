@@ -149,9 +149,8 @@ def _run_job_script(store_dir, tmp_path, env_extra: dict) -> tuple[subprocess.Co
     p = store_dir / "recipes" / "b200.yaml"
     client = f"  client: {{port: {port}, num-prompts: 2, warmups-per-conc: 0}}\n"
     p.write_text(p.read_text().replace("dsv4-fp4-b200-vllm:\n", "dsv4-fp4-b200-vllm:\n" + client))
-    job = expand(
-        open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[1], max_ep=1)
-    )[0]
+    jobs = expand(open_store(store_dir), ["dsv4-fp4-b200-vllm"], Filters(mode="test-config", conc=[1]))
+    job = next(j for j in jobs if j.row["ep"] == 1)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, body in (("vllm", FAKE_VLLM), ("servelab", SERVELAB)):

@@ -168,10 +168,13 @@ def test_plan_from_a_sweep_job(job_file):
     conc = job.row["conc"]
     assert point.config == f"{job.row['exp-name']}-conc-{conc}"
     assert (
-        point.fields["max_concurrency"] == conc and point.fields["num_prompts"] == job.dataset["num-prompts"]
+        point.fields["max_concurrency"] == conc
+        and point.fields["num_prompts"] == job.benches[0].dataset["num-prompts"]
     )
     assert point.fields["random_input_len"] == 8192 and point.fields["random_range_ratio"] == 0.8
-    assert point.fields["num_warmups"] == int(job.client[job.client.index("--num-warmups") + 1])
+    assert point.fields["num_warmups"] == int(
+        job.benches[0].client[job.benches[0].client.index("--num-warmups") + 1]
+    )
     assert plan.stages == ["bench", "gsm8k"]
     assert [t.name for t in plan.lm_tasks] == ["gsm8k"] and plan.lm_tasks[0].num_fewshot == 5
 
