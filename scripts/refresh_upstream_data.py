@@ -6,7 +6,10 @@ Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.co
 Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for
 them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
 `utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits). No upstream
-code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
+code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exception
+is the single-node launch scripts the master files select (benchmarks/, Apache-2.0 like the rest): they are
+pinned, run under bash with stub servers, and turned into servelab's launch profiles and the conformance
+table by scripts/ix_launch.py (pin, capture, profiles, docs).
 """
 
 import argparse
@@ -28,6 +31,11 @@ IX_FILES = (
     "perf-changelog.yaml",
 )
 MASTER = ["configs/nvidia-master.yaml", "configs/amd-master.yaml"]
+LAUNCH_NOTE = """
+benchmarks/: the single-node fixed-seq-len launch scripts the master files select (and the chat template
+they pass), copied unchanged; launch/launches.json.gz: what each ran per job under bash with stub servers.
+Both from scripts/ix_launch.py (pin, capture), run by scripts/refresh_upstream_data.py.
+"""
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
     "full": [],
@@ -150,6 +158,16 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
     return [f"changelog: {len(index)} commits, {sum(e['accepted'] for e in index)} accepted upstream"]
 
 
+def launch_profiles(repo: Path) -> list[str]:
+    """Pin the launch scripts, capture what they run and regenerate the profiles and the docs table."""
+    tool = [sys.executable, str(Path(__file__).with_name("ix_launch.py"))]
+    out = []
+    for step in (["pin", "--inferencex", str(repo)], ["capture"], ["profiles"], ["docs"]):
+        run = subprocess.run(tool + step, check=True, capture_output=True, text=True)
+        out += [f"launch {step[0]}: {line}" for line in run.stdout.splitlines() if line != "no changes"]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -166,8 +184,10 @@ def main() -> int:
         provenance(
             ix, "https://github.com/SemiAnalysisAI/InferenceX", "Apache-2.0 (LICENSE beside this file)"
         )
+        + LAUNCH_NOTE
     )
     changes += sweep_outputs(ix, ix_dest / "sweep")
+    changes += launch_profiles(ix)
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
 
     workloads = sorted(p.relative_to(pe).as_posix() for p in (pe / "workloads").glob("*.yaml"))

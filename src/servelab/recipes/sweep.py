@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.client import client_argv, dataset_spec, lm_eval_argv, result_filename
-from servelab.recipes.engines import Launch, render
+from servelab.recipes.engines import JobPoint, Launch, render
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint
 from servelab.recipes.ladder import concurrencies, seq_len_name
@@ -147,7 +147,8 @@ def build_job(store, key: str, scenario: str, seq, arm, conc: int) -> Job:
     runner = store.registry.get(recipe.runner)
     row = _row(key, recipe, seq, arm, conc)
     try:
-        launch = None if arm.disagg else render(recipe, arm, row["max-model-len"])
+        job = JobPoint(isl=seq.isl, osl=seq.osl, conc=conc)
+        launch = None if arm.disagg else render(recipe, arm, row["max-model-len"], job=job)
     except ServelabError as e:
         raise ServelabError(f"{key}: {scenario} {row['exp-name']} tp{arm.tp_} ep{arm.ep_}: {e}") from None
     port = recipe.client.port

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
 from servelab.predict.memory import check_fits
-from servelab.recipes.engines import engine_name, render
+from servelab.recipes.engines import JobPoint, engine_name, render
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.specs import Parallel, check_precision, load_model, load_system
 
@@ -117,7 +117,7 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             f"{mem.kv_gib:.1f} GiB KV per GPU, ~{seqs} sequences (memory model estimate)"
         )
         try:
-            render(recipe, arm, max_len)
+            render(recipe, arm, max_len, job=JobPoint(isl=seq.isl, osl=seq.osl, conc=top))
         except ServelabError as err:
             rep.errors.append(f"{where}: {err}")
     return rep
