@@ -17,6 +17,7 @@ import filecmp
 import gzip
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -161,9 +162,11 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
 def launch_profiles(repo: Path) -> list[str]:
     """Pin the launch scripts, capture what they run and regenerate the profiles and the docs table."""
     tool = [sys.executable, str(Path(__file__).with_name("ix_launch.py"))]
+    # This checkout's servelab, whatever the Python has installed.
+    env = {**os.environ, "PYTHONPATH": str(DATA.parents[1] / "src")}
     out = []
     for step in (["pin", "--inferencex", str(repo)], ["capture"], ["profiles"], ["docs"]):
-        run = subprocess.run(tool + step, check=True, capture_output=True, text=True)
+        run = subprocess.run(tool + step, check=True, capture_output=True, text=True, env=env)
         out += [f"launch {step[0]}: {line}" for line in run.stdout.splitlines() if line != "no changes"]
     return out
 

@@ -61,10 +61,13 @@ def test_profile_table_is_derived_from_the_capture(capture, upstream_recipes):
 
 
 def test_every_key_with_an_adapter_matches_upstream_on_every_job(verdicts, upstream_recipes):
-    differing = {k: v["differences"] for k, v in verdicts.items() if v["differences"]}
-    no_adapter = {k for k in verdicts if upstream_recipes[k].framework == "atom"}
-    assert set(differing) == no_adapter
-    assert len(verdicts) - len(no_adapter) == 68
+    fixed = {k: v for k, v in verdicts.items() if v["jobs"]}
+    differing = {k for k, v in fixed.items() if v["differences"]}
+    no_adapter = {k for k in fixed if upstream_recipes[k].framework == "atom"}
+    assert differing == no_adapter
+    assert len(fixed) - len(no_adapter) == 68
+    agentic = {k for k, v in verdicts.items() if not v["jobs"]}
+    assert all(upstream_recipes[k].scenarios.agentic_coding for k in agentic)
 
 
 def test_conformance_table_in_docs_is_current(verdicts):
