@@ -37,7 +37,7 @@ def test_shipped_store_passes_from_empty_history(repo):
     repo.relock()
     repo.commit("seed")
     c = change(repo, empty)
-    assert c.problems == [] and len(c.added) == 2
+    assert c.problems == [] and len(c.added) == 3
 
 
 def test_good_change_passes(repo, base):
