@@ -85,7 +85,7 @@ def test_capture_reproduces_from_the_pinned_scripts(capture):
         sample[ix.script_for(entry, a.spec_, available)] = (key, entry, seq, a, conc)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        ix._sandbox(tmp)
+        ix.sandbox(tmp)
         for script, (key, entry, seq, a, conc) in sample.items():
             got = ix.run_script(script, ix.job_env(entry, seq, a, conc), tmp)
             want = stored[ix.job_id(key, seq, a, conc)]

@@ -117,7 +117,8 @@ def job_id(key, seq, arm, conc) -> str:
 
 
 def pin(repo: Path) -> list[str]:
-    """Copy the scripts the master files select (and upstream's benchmark_lib.sh, for reference)."""
+    """Copy the scripts the master files select (their benchmark_lib.sh is replaced by a stub, so not
+    copied)."""
     listing = subprocess.run(
         ["git", "-C", str(repo), "ls-files", f"benchmarks/{SCENARIO_DIR}", f"benchmarks/{TEMPLATES}"],
         check=True,
@@ -129,10 +130,8 @@ def pin(repo: Path) -> list[str]:
     # Files the scripts hand to the servers from upstream's tree (chat templates).
     wanted |= {p.removeprefix("benchmarks/") for p in listing if p.startswith(f"benchmarks/{TEMPLATES}/")}
     changed = []
-    old = {p.relative_to(SCRIPTS).as_posix() for p in SCRIPTS.rglob("*") if p.is_file()} - {
-        "benchmark_lib.sh"
-    }
-    for name in sorted(wanted | {"benchmark_lib.sh"}):
+    old = {p.relative_to(SCRIPTS).as_posix() for p in SCRIPTS.rglob("*") if p.is_file()}
+    for name in sorted(wanted):
         src, dest = repo / "benchmarks" / name, SCRIPTS / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         if not dest.exists() or dest.read_bytes() != src.read_bytes():
@@ -182,7 +181,10 @@ with open(os.environ["SERVELAB_CAPTURE"], "a") as out:
 """
 
 
-def _sandbox(tmp: Path) -> tuple[Path, Path]:
+def sandbox(tmp: Path) -> None:
+    """A directory to run pinned scripts in: stub benchmark_lib.sh, and a bin/ that goes first on PATH with
+    stubs for the servers (they record their argv, environment and the files it names) and for the GPU,
+    download, package and container tools (they do nothing). Only the pinned, reviewed copies are run."""
     bin_dir, bench = tmp / "bin", tmp / "benchmarks"
     bin_dir.mkdir()
     (bench / SCENARIO_DIR).mkdir(parents=True)
@@ -198,7 +200,6 @@ def _sandbox(tmp: Path) -> tuple[Path, Path]:
     for name in INERT_COMMANDS:
         (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / name).chmod(0o755)
-    return bin_dir, bench
 
 
 def run_script(script: str, env: dict[str, str], tmp: Path) -> dict:
@@ -267,7 +268,7 @@ def capture() -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory(prefix="ix-launch-") as name:
         tmp = Path(name)
-        _sandbox(tmp)
+        sandbox(tmp)
         for key, entry, seq, arm, conc in jobs():
             script = script_for(entry, arm.spec_, available)
             record = {
