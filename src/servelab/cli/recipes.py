@@ -156,7 +156,11 @@ def render(
     """Print the exact launch command and environment for one topology of a recipe."""
     from servelab.recipes.engines import JobPoint  # noqa: PLC0415  # start-up time
     from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # start-up time
-    from servelab.recipes.inferencex import SearchSpaceEntry, SeqLenConfig  # noqa: PLC0415  # start-up time
+    from servelab.recipes.inferencex import (  # noqa: PLC0415  # start-up time
+        MAX_CONC,
+        SearchSpaceEntry,
+        SeqLenConfig,
+    )
     from servelab.recipes.ladder import concurrencies  # noqa: PLC0415  # start-up time
     from servelab.recipes.schema import ClientSpec  # noqa: PLC0415  # start-up time
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
@@ -167,14 +171,14 @@ def render(
     isl = seq.isl if isl is None else isl
     osl = seq.osl if osl is None else osl
     try:  # the options are checked by the models whose fields they set, with the same bounds
-        arm = SearchSpaceEntry(
-            tp=1 if tp is None else tp, ep=ep, dp_attn=dp_attn, pp=pp, conc_list=[1 if conc is None else conc]
-        )
+        arm = SearchSpaceEntry(tp=1 if tp is None else tp, ep=ep, dp_attn=dp_attn, pp=pp, conc_list=[1])
         SeqLenConfig(isl=isl, osl=osl, search_space=[arm])
         if port is not None:
             ClientSpec(port=port)
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
+    if conc is not None and not 1 <= conc <= MAX_CONC:
+        raise ServelabError(f"--conc: expected a concurrency from 1 to {MAX_CONC:,}, got {conc}")
     chosen = first if tp is None else arm
     job = JobPoint(isl=isl, osl=osl, conc=concurrencies(chosen)[0] if conc is None else conc)
     launch = render_launch(recipe, chosen, isl + osl + MODEL_LEN_MARGIN, port, job=job)
