@@ -200,3 +200,14 @@ def _store(tmp_path: Path, key: str) -> Store:
     (tmp_path / "recipes" / "one.yaml").write_text(yaml.safe_dump({key: master[key]}))
     shutil.copyfile(ix.IX / "configs" / "runners.yaml", tmp_path / "runners.yaml")
     return open_store(tmp_path)
+
+
+def test_files_a_flag_names_travel_with_the_launch(upstream_recipes, capture):
+    # dsv4_fp4_mi355x_sglang.sh passes upstream's DeepSeek-V4 chat template by path: the launch carries it.
+    recipe = upstream_recipes["dsv4-fp4-mi355x-sglang"]
+    record = next(r for r in capture if r["key"] == "dsv4-fp4-mi355x-sglang")
+    launch = render(recipe, ix.arm_of(recipe, record), 9472, job=JobPoint(8192, 1024, record["conc"]))
+    path = dict(flag_pairs(launch.argv))["--chat-template"]
+    assert path == "benchmarks/single_node/chat_templates/deepseek_v4_thinking.jinja"
+    pinned = ix.SCRIPTS / "single_node" / "chat_templates" / "deepseek_v4_thinking.jinja"
+    assert launch.files[path] == pinned.read_text()

@@ -42,6 +42,10 @@ _CANONICAL = {alias: name for name, aliases in FLAG_ALIASES.items() for alias in
 
 # A flag's canonical name, as `drop` lists them.
 Flag = Annotated[str, Field(pattern=r"^--?[A-Za-z][A-Za-z0-9_.-]*$")]
+# A file the runner writes beside the server: relative, and no segment starts with a dot (so no `..`).
+RelativePath = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
+]
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,9 @@ class Extras(IxModel):
     args: list[Text] = Field(default_factory=list)
     env: dict[EnvName, Text] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+    files: dict[RelativePath, str] = Field(
+        default_factory=dict, description="Files a flag names (chat templates): relative path -> content."
+    )
     drop: list[Flag] = Field(default_factory=list)
 
 
@@ -163,17 +170,20 @@ class LaunchProfile(ProfileKey, Extras):
     def resolve(self, arm, job: JobPoint, model: str) -> Extras:
         """The shared extras plus those of the first variant that matches the arm and job."""
         args, env, options, drop = list(self.args), dict(self.env), dict(self.options), list(self.drop)
+        files = dict(self.files)
         for variant in self.variants:
             if variant.when.matches(arm, job):
                 args += variant.args
                 env |= variant.env
                 options = merge_options(options, variant.options)
+                files |= variant.files
                 drop += variant.drop
                 break
         return Extras(
             args=[a.replace(MODEL_SLOT, model) for a in args],
             env={k: v.replace(MODEL_SLOT, model) for k, v in env.items()},
             options=options,
+            files=files,
             drop=drop,
         )
 

@@ -75,4 +75,4 @@ def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = No
                 f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)"
             )
     argv += e.extra_args
-    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), port=port)
+    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port)

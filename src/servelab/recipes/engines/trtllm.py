@@ -77,5 +77,5 @@ def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = No
     options = merge_options(merge_options(extra.options, options), e.extra_options or {})
     argv += ["--extra_llm_api_options", OPTIONS_FILE]
     argv += e.extra_args
-    files = {OPTIONS_FILE: dump_yaml(options)}
+    files = {**extra.files, OPTIONS_FILE: dump_yaml(options)}
     return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=files, port=port)

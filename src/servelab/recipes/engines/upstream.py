@@ -370,7 +370,17 @@ def residual(record: dict, recipe, arm) -> dict:
         {n for n, v in ours if n not in RUNNER_FLAGS | OPTIONS_FLAGS and (n, v) not in theirs_pairs}
     )
     env = {k: v.replace(model, MODEL_SLOT) for k, v in record["env"].items()}
-    return {"args": args, "env": env, "options": upstream_options(record), "drop": drop}
+    files = upstream_files(record)
+    return {"args": args, "env": env, "options": upstream_options(record), "files": files, "drop": drop}
+
+
+def upstream_files(record: dict) -> dict[str, str]:
+    """Files of upstream's tree a flag hands the server (chat templates), by the path the flag names."""
+    return {
+        value: record["files"][Path(value).name]
+        for name, value in flag_pairs(server_args(record["argv"]))
+        if name not in OPTIONS_FLAGS and value and Path(value).name in record["files"]
+    }
 
 
 def _shared(values: list[dict]) -> dict:
@@ -404,6 +414,7 @@ def derive(records: list[dict], recs: dict) -> dict:
             "args": [t for g in shared_args for t in g],
             "env": _shared([x["env"] for x in res]),
             "options": _shared([x["options"] for x in res]),
+            "files": _shared([x["files"] for x in res]),
             "drop": [n for n in res[0]["drop"] if all(n in x["drop"] for x in res)],
         }
         rest = [(job, _minus(x, shared)) for job, x in rows]
@@ -439,6 +450,7 @@ def _minus(x: dict, shared: dict) -> dict:
         "args": [t for g in groups(x["args"]) if g not in shared_groups for t in g],
         "env": {k: v for k, v in x["env"].items() if shared["env"].get(k) != v},
         "options": {k: v for k, v in x["options"].items() if k not in shared["options"]},
+        "files": {k: v for k, v in x["files"].items() if k not in shared["files"]},
         "drop": [n for n in x["drop"] if n not in shared["drop"]],
     }
 
@@ -526,7 +538,10 @@ def compare(record: dict, recipe, arm) -> list[str]:
     for name in sorted(set(launch.env) | set(record["env"])):
         if launch.env.get(name) != record["env"].get(name):
             diffs.append(f"env {name}")
-    files = {k: yaml.safe_load(v) for k, v in launch.files.items()}
+    for path, content in upstream_files(record).items():
+        if launch.files.get(path) != content:
+            diffs.append(f"file {path}")
+    files = {k: yaml.safe_load(v) for k, v in launch.files.items() if k == OPTIONS_FILE}
     theirs_options = upstream_options(record)
     if (files.get(OPTIONS_FILE) or {}) != theirs_options and (theirs_options or OPTIONS_FILE in files):
         if not theirs_options:

@@ -84,4 +84,4 @@ def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = No
         elif not any(flag_name(a) == "--speculative-config" for a in extra.args):
             raise ServelabError(f"spec-decoding {arm.spec_} needs engine.speculative-config (method, tokens)")
     argv += e.extra_args
-    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), port=port)
+    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port)
