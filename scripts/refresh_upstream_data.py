@@ -7,7 +7,10 @@ Only data is copied (config YAMLs, workload files, the changelog) plus what Infe
 them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
 `utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits, plus its
 strict merge rules on the same commits and the master-file keys each commit's jobs depend on). No upstream
-code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic).
+code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exception
+is the single-node launch scripts the master files select (benchmarks/, Apache-2.0 like the rest): they are
+pinned, run under bash with stub servers, and turned into servelab's launch profiles and the conformance
+table by scripts/ix_launch.py (pin, capture, profiles, docs).
 """
 
 import argparse
@@ -15,6 +18,7 @@ import filecmp
 import gzip
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -66,6 +70,11 @@ try:
     print("ok")
 except ChangelogValidationError as e:
     print(e)
+"""
+LAUNCH_NOTE = """
+benchmarks/: the single-node fixed-seq-len launch scripts the master files select (and the chat template
+they pass), copied unchanged; launch/launches.json.gz: what each ran per job under bash with stub servers.
+Both from scripts/ix_launch.py (pin, capture), run by scripts/refresh_upstream_data.py.
 """
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
@@ -323,6 +332,18 @@ def commit_configs(repo: Path, sha: str, matrix: dict, dest: Path, ix_configs: P
     return name
 
 
+def launch_profiles(repo: Path) -> list[str]:
+    """Pin the launch scripts, capture what they run and regenerate the profiles and the docs table."""
+    tool = [sys.executable, str(Path(__file__).with_name("ix_launch.py"))]
+    # This checkout's servelab, whatever the Python has installed.
+    env = {**os.environ, "PYTHONPATH": str(DATA.parents[1] / "src")}
+    out = []
+    for step in (["pin", "--inferencex", str(repo)], ["capture"], ["profiles"], ["docs"]):
+        run = subprocess.run(tool + step, check=True, capture_output=True, text=True, env=env)
+        out += [f"launch {step[0]}: {line}" for line in run.stdout.splitlines() if line != "no changes"]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -339,8 +360,10 @@ def main() -> int:
         provenance(
             ix, "https://github.com/SemiAnalysisAI/InferenceX", "Apache-2.0 (LICENSE beside this file)"
         )
+        + LAUNCH_NOTE
     )
     changes += sweep_outputs(ix, ix_dest / "sweep")
+    changes += launch_profiles(ix)
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
     changes += changelog_probe(ix, ix_dest / "changelog")
     changes += gate_cases(ix, ix_dest / "changelog")

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines import render
+from servelab.recipes.engines import JobPoint, render
 from servelab.recipes.inferencex import SearchSpaceEntry
 from servelab.recipes.schema import Recipe
 
@@ -80,8 +80,10 @@ def test_dsv4f_arms_are_the_recipe_arms(shipped):
 
 
 def test_dsv4_pro_flags_and_pins(shipped):
+    # The recipe's typed fields in adapter order, then what upstream's launch profile adds for a TP arm at
+    # concurrency 1 (tests/recipes/test_launch_profiles.py holds the whole launch against upstream's script).
     r = shipped.get("dsv4-fp4-b200-vllm")
-    launch = render(r, arm(tp=8, ep=8), 9472)
+    launch = render(r, arm(tp=8, ep=8), 9472, job=JobPoint(isl=8192, osl=1024, conc=1))
     assert launch.argv == [
         "vllm",
         "serve",
@@ -97,13 +99,30 @@ def test_dsv4_pro_flags_and_pins(shipped):
         "9472",
         "--kv-cache-dtype",
         "fp8",
+        "--block-size",
+        "256",
         "--attention_config.use_fp4_indexer_cache=True",
         "--compilation-config",
-        '{"cudagraph_mode":"FULL_AND_PIECEWISE"}',
+        '{"cudagraph_mode":"FULL_AND_PIECEWISE","custom_ops":["all"]}',
         "--kernel-config",
         '{"enable_jit_warmup":false}',
+        "--tokenizer-mode",
+        "deepseek_v4",
+        "--tool-call-parser",
+        "deepseek_v4",
+        "--enable-auto-tool-choice",
+        "--reasoning-parser",
+        "deepseek_v4",
+        "--no-enable-prefix-caching",
+        "--trust-remote-code",
+        "--max-cudagraph-capture-size",
+        "2048",
+        "--data-parallel-size",
+        "1",
+        "--max-num-batched-tokens",
+        "8192",
     ]
-    assert launch.env == {"CUDA_HOME": "/usr/local/cuda"}
+    assert launch.env == {"CUDA_HOME": "/usr/local/cuda", "VLLM_ENGINE_READY_TIMEOUT_S": "3600"}
 
 
 def test_megamoe_needs_expert_parallel(shipped):

@@ -32,7 +32,7 @@ def test_shipped_lock_is_current(shipped):
 def test_every_input_changes_the_fingerprint(store_dir):
     base = fps(open_store(store_dir))
     cases = [
-        ("block-size: 256", "block-size: 128"),  # an engine flag
+        ("max-num-seqs: 256", "max-num-seqs: 128"),  # an engine flag
         ("enable-prefix-caching: true", "enable-prefix-caching: true\n  env: {VLLM_FOO: '1'}"),  # env
         ("sha256:e1c1ff", "sha256:e1c1fe"),  # image digest
         ("7872f01b", "7872f01c"),  # model revision
@@ -76,7 +76,7 @@ def test_secret_values_never_stored():
 
 
 def test_lock_detects_a_changed_recipe(store_dir):
-    store = edit(store_dir, "block-size: 256", "block-size: 128")
+    store = edit(store_dir, "max-num-seqs: 256", "max-num-seqs: 128")
     assert stale_keys(store) == ["dsv4f-fp8-b200-vllm"]
     assert (
         compute_fingerprints(store)["dsv4-fp4-b200-vllm"]

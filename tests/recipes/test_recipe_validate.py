@@ -1,9 +1,12 @@
 """Validation against the model and system specs (servelab.specs, servelab.predict.memory)."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
+import servelab.recipes.validate as validate_module
 from servelab.recipes.schema import Recipe
 from servelab.recipes.store import open_store
 from servelab.recipes.validate import validate_recipe, validate_store
@@ -147,3 +150,45 @@ def test_wrong_gpus_per_node_is_caught(store_dir):
         f"{store_dir}/runners.yaml: node-kinds.h200-nb.gpus-per-node is 4 but system h200_sxm has 8 "
         "GPUs per node"
     ]
+
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "configs"
+
+
+def upstream_store(tmp_path, keys):
+    """Upstream master keys as they are, on servelab's shipped node kinds (h200, b200 -> the -nb nodes)."""
+    master = yaml.safe_load((UPSTREAM / "nvidia-master.yaml").read_text())
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "ix.yaml").write_text(yaml.safe_dump({k: master[k] for k in keys}))
+    shipped = (Path(validate_module.__file__).parent / "data" / "runners.yaml").read_text()
+    labels = "runners:\n  h200: [h200-nb_0]\n  b200: [b200-nb_0]\n"
+    (tmp_path / "runners.yaml").write_text(shipped.replace("runners:\n", labels, 1))
+    return open_store(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["dsv4-fp8-h200-vllm", "dsv4-fp8-h200-sglang"])
+def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, key):
+    # vLLM --quantization deepseek_v4_fp8 / SGLang's Marlin MoE (from upstream's launch profile) keep the
+    # FP4 experts in memory and need no FP4 tensor cores; the same model without them is refused on Hopper.
+    store = upstream_store(tmp_path, [key])
+    rep = validate_recipe(key, store.recipes[key], store.registry)
+    assert rep.errors == []
+    assert any("runs the FP4 experts without FP4 tensor cores" in n for n in rep.notes)
+    plain = store.recipes[key].model_copy(update={"model_prefix": "other"})
+    rep = validate_recipe(key, plain, store.registry)
+    assert any("need FP4 tensor cores" in e for e in rep.errors)
+
+
+@pytest.mark.parametrize("key", ["dsr1-fp8-b200-sglang", "dsr1-fp8-b200-trt"])
+def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
+    # 159.4 GiB of weights a GPU: SGLang budgets weights + KV at --mem-fraction-static 0.95 (activations and
+    # the reserve outside it), TensorRT-LLM gives the KV cache a share of what is left; vLLM's 0.9 of
+    # 180 GiB (162 GiB for everything) would not hold it.
+    store = upstream_store(tmp_path, [key])
+    rep = validate_recipe(key, store.recipes[key], store.registry)
+    assert rep.errors == []
+    tp4 = [n for n in rep.notes if ": tp4 fits" in n]
+    assert tp4 and "159.4 GiB weights" in tp4[0]
+    as_vllm = store.recipes[key].model_copy(update={"framework": "vllm", "model_prefix": "other"})
+    rep = validate_recipe(key, as_vllm, store.registry)
+    assert any("(tp4) does not fit" in e and "162.0 GiB usable" in e for e in rep.errors)

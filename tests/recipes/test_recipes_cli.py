@@ -63,6 +63,19 @@ def test_render_prints_exact_argv_and_env():
     assert r.returncode == 2 and "needs expert parallelism" in r.stderr
 
 
+def test_render_takes_the_jobs_concurrency():
+    # Upstream's dsv4_fp4_b200_vllm.sh: --max-num-batched-tokens 8192 up to concurrency 128, 2048 above.
+    def batched_tokens(conc):
+        r = run("recipes", "render", "dsv4-fp4-b200-vllm", "--tp", "8", "--conc", conc, "--json")
+        assert r.returncode == 0, r.stderr
+        argv = json.loads(r.stdout)["argv"]
+        return argv[argv.index("--max-num-batched-tokens") + 1]
+
+    assert batched_tokens("64") == "8192" and batched_tokens("512") == "2048"
+    r = run("recipes", "render", "dsv4-fp4-b200-vllm", "--conc", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--conc: expected a concurrency" in r.stderr
+
+
 def test_validate_file_formats(tmp_path):
     (tmp_path / "master.yaml").write_text(EXAMPLE_MASTER)
     r = run("recipes", "validate", str(tmp_path / "master.yaml"), "-v")

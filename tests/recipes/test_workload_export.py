@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from servelab.cli.main import main
-from servelab.recipes.engines import render
+from servelab.recipes.engines.vllm import render as render_own_flags
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.store import parse_recipe_file
 from servelab.recipes.workload import parse_workload, workload_to_recipe
@@ -67,7 +67,11 @@ def test_show_as_workload(monkeypatch, capsys, shipped, key):
         name, mapping = workload_to_recipe(w, shipped.registry.label_for_gpu(w.gpu), recipe.image, key)
         back = parse_recipe_file({name: mapping}, key)[name]
         (back_arm,) = {layout(a): a for *_, a in back.arms()}.values()
-        assert _serve(render(back, back_arm, 4096)) == _serve(render(recipe, arm, 4096))
+        # A workload carries the recipe's own flags; InferenceX's launch profile (per concurrency) is not
+        # exported.
+        assert _serve(render_own_flags(back, back_arm, 4096, 0)) == _serve(
+            render_own_flags(recipe, arm, 4096, 0)
+        )
         same = [a for *_, a in recipe.arms() if layout(a) == layout(arm)]
         concs = sorted(c["max_concurrency"] for c in doc["vllm_bench"]["configs"])
         assert concs == sorted(c for a in same for c in concurrencies(a))

@@ -5,13 +5,34 @@ from servelab.specs import Parallel, check_precision, list_systems, load_model, 
 
 
 def test_systems_and_measured_ceilings():
-    assert list_systems() == ["h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"]
+    assert list_systems() == [
+        "h100_sxm",
+        "h200_sxm",
+        "b200_sxm",
+        "b300_sxm",
+        "gb200",
+        "gb300",
+        "mi300x",
+        "mi325x",
+        "mi355x",
+        "rtx_pro_6000",
+    ]
     h200 = load_system("h200_sxm")
     assert h200.ceiling("gemm_bf16_tflops", 989) == (680, "measured")
     assert load_system("b200_sxm").ceiling("gemm_bf16_tflops", 2250) == (2250, "datasheet")
     assert load_system("gb200").nvlink_domain == 72
     with pytest.raises(ServelabError, match="did you mean h200_sxm"):
         load_system("h200_sx")
+
+
+def test_amd_and_rtx_pro_systems_say_what_they_run():
+    # CDNA 3 has FP8 but no FP4; CDNA 4 (MI355X) and the RTX PRO 6000 (SM120) have FP4 tensor cores.
+    mi300x, mi355x, rtx = load_system("mi300x"), load_system("mi355x"), load_system("rtx6000pro")
+    assert not mi300x.supports_fp4 and mi355x.supports_fp4 and rtx.supports_fp4
+    assert mi300x.compute_capability == 0 and rtx.compute_capability == 120
+    assert all("datasheet" in load_system(n).source for n in ("mi300x", "mi325x", "mi355x", "rtx_pro_6000"))
+    with pytest.raises(ServelabError, match=r"gfx942 \(CDNA 3\)\) lacks"):
+        check_precision(load_model("deepseek-ai/DeepSeek-V4-Pro"), mi300x)
 
 
 def test_fp4_on_hopper_points_to_the_fp8_conversion():

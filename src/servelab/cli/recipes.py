@@ -146,13 +146,22 @@ def render(
     pp: int = typer.Option(1, "--pp"),
     isl: int = typer.Option(None, "--isl", help="Input length (default: the recipe's first seq-len)."),
     osl: int = typer.Option(None, "--osl"),
+    conc: int = typer.Option(
+        None, "--conc", help="Job concurrency, for flags that depend on it (default: the arm's lowest)."
+    ),
     port: int = typer.Option(None, "--port"),
     as_json: bool = typer.Option(False, "--json", help="Print {argv, env, files} as JSON."),
     directory: Path = StoreDirOpt,
 ) -> None:
     """Print the exact launch command and environment for one topology of a recipe."""
+    from servelab.recipes.engines import JobPoint  # noqa: PLC0415  # start-up time
     from servelab.recipes.engines import render as render_launch  # noqa: PLC0415  # start-up time
-    from servelab.recipes.inferencex import SearchSpaceEntry, SeqLenConfig  # noqa: PLC0415  # start-up time
+    from servelab.recipes.inferencex import (  # noqa: PLC0415  # start-up time
+        MAX_CONC,
+        SearchSpaceEntry,
+        SeqLenConfig,
+    )
+    from servelab.recipes.ladder import concurrencies  # noqa: PLC0415  # start-up time
     from servelab.recipes.schema import ClientSpec  # noqa: PLC0415  # start-up time
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
@@ -168,7 +177,11 @@ def render(
             ClientSpec(port=port)
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
-    launch = render_launch(recipe, first if tp is None else arm, isl + osl + MODEL_LEN_MARGIN, port)
+    if conc is not None and not 1 <= conc <= MAX_CONC:
+        raise ServelabError(f"--conc: expected a concurrency from 1 to {MAX_CONC:,}, got {conc}")
+    chosen = first if tp is None else arm
+    job = JobPoint(isl=isl, osl=osl, conc=concurrencies(chosen)[0] if conc is None else conc)
+    launch = render_launch(recipe, chosen, isl + osl + MODEL_LEN_MARGIN, port, job=job)
     if as_json:
         typer.echo(json.dumps(launch.model_dump(), indent=2))
         return

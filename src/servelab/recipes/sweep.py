@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError
 from servelab.recipes.client import client_argv, dataset_spec, lm_eval_argv, result_filename
-from servelab.recipes.engines import Launch, render
+from servelab.recipes.engines import JobPoint, Launch, render
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint
 from servelab.recipes.matrix import MODEL_LEN_MARGIN, POINT_FIELDS, Point, matrix, select_keys
@@ -103,7 +103,11 @@ def _launch(recipe, point: Point) -> tuple[Launch | None, str | None]:
     if point.scenario == "agentic-coding":
         return None, "agentic-coding (trace replay) has no servelab launch or client yet"
     try:
-        return render(recipe, point.arm, point.row["max-model-len"]), None
+        row = point.row
+        # flags that depend on concurrency need it; a multinode row holds a list and renders no launch
+        conc = row["conc"] if isinstance(row["conc"], int) else None
+        job = None if conc is None else JobPoint(isl=row["isl"], osl=row["osl"], conc=conc)
+        return render(recipe, point.arm, row["max-model-len"], job=job), None
     except ServelabError as e:
         return None, str(e)
 

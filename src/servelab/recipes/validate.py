@@ -7,9 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
-from servelab.predict.memory import check_fits
-from servelab.recipes.engines import engine_name, render
+from servelab.predict.memory import (
+    FRAMEWORK_RESERVE_GIB,
+    GIB,
+    activation_bytes,
+    check_fits,
+    weight_bytes_per_gpu,
+)
+from servelab.recipes.engines import JobPoint, engine_name, render
+from servelab.recipes.engines.profiles import flag_pairs
+from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
+from servelab.recipes.yamlio import load_yaml
 from servelab.specs import Parallel, check_precision, load_model, load_system
 
 # vLLM's default when a recipe leaves gpu-memory-utilization unset.
@@ -18,6 +27,14 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # Fused MoE kernels that only exist on Blackwell (SM100+): DeepGEMM's MegaMoE.
 BLACKWELL_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
 KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "bf16": "bf16", "auto": None}
+# Ways to run FP4 experts without FP4 tensor cores, the checkpoint's FP4 experts kept as stored in memory:
+# vLLM's deepseek_v4_fp8 quantization (InferenceX serves DeepSeek-V4-Pro so on H200, MI300X and MI325X; FP8
+# experts would not fit: about 186 GiB a GPU at tp8) and SGLang's Marlin MoE kernel (W4A16, dequantized in
+# the GEMM; InferenceX's DeepSeek-V4-Pro on H200 with SGLang).
+WEIGHT_ONLY_FP4_QUANTIZATIONS = {"deepseek_v4_fp8"}
+WEIGHT_ONLY_FP4_MOE = {"marlin"}
+# TensorRT-LLM's default share of the memory left after weights and activations that goes to the KV cache.
+TRTLLM_DEFAULT_KV_FRACTION = 0.9
 
 
 @dataclass
@@ -48,14 +65,82 @@ def _model_for(recipe):
         raise ServelabError(f"model: {err}{hint}") from None
 
 
+def _launch_settings(recipe, engine: str, seq, arm) -> tuple[dict, dict]:
+    """The flags (canonical name -> value) and TensorRT-LLM options of an arm's lowest-concurrency job, as
+    rendered (typed fields and InferenceX's launch profile): they say what quantization, MoE kernel and
+    memory budget the engine really runs with. Empty when the arm does not render (reported per arm)."""
+    job = JobPoint(isl=seq.isl, osl=seq.osl, conc=concurrencies(arm)[0])
+    try:
+        launch = render(recipe, arm, seq.isl + seq.osl + MODEL_LEN_MARGIN, job=job)
+    except ServelabError:
+        return {}, {}
+    options = {}
+    if engine == "trtllm":
+        options = next((load_yaml(v, k) or {} for k, v in launch.files.items()), {})
+    return dict(flag_pairs(launch.argv)), options
+
+
+def _weight_only_fp4(recipe, engine: str) -> str | None:
+    """The quantization or MoE kernel of the recipe's first single-node arm that runs FP4 experts without
+    FP4 tensor cores, if any."""
+    for scenario, seq, _, arm in recipe.arms():
+        if scenario == "fixed-seq-len" and not arm.disagg:
+            flags, _ = _launch_settings(recipe, engine, seq, arm)
+            if flags.get("--quantization") in WEIGHT_ONLY_FP4_QUANTIZATIONS:
+                return f"quantization {flags['--quantization']}"
+            kernel = flags.get("--moe-runner-backend") or flags.get("--moe-backend")
+            return f"MoE kernel {kernel}" if kernel in WEIGHT_ONLY_FP4_MOE else None
+    return None
+
+
+def _utilization(engine, flags, options, e, model, system, parallel, mbt) -> float:
+    """The share of HBM the engine may fill, counted the way the memory model counts it (vLLM's
+    gpu-memory-utilization: weights, activations, the framework reserve and the KV cache together).
+
+    SGLang's --mem-fraction-static budgets weights and the KV pool only; activations, CUDA graphs and the
+    reserve live in the rest of the GPU. TensorRT-LLM loads the weights, profiles activations, then gives a
+    fraction of what is left to the KV cache."""
+    outside = activation_bytes(model, parallel, mbt) / GIB + FRAMEWORK_RESERVE_GIB
+    if engine == "sglang" and "--mem-fraction-static" in flags:
+        return min(1.0, float(flags["--mem-fraction-static"]) + outside / system.hbm_gib)
+    if engine == "trtllm":
+        fraction = (options.get("kv_cache_config") or {}).get("free_gpu_memory_fraction") or float(
+            flags.get("--kv-cache-free-gpu-memory-fraction", TRTLLM_DEFAULT_KV_FRACTION)
+        )
+        fixed = weight_bytes_per_gpu(model, parallel) / GIB + outside
+        free = max(system.hbm_gib - fixed, 0.0)
+        return min(1.0, (fixed + fraction * free) / system.hbm_gib)
+    if "--gpu-memory-utilization" in flags:
+        return float(flags["--gpu-memory-utilization"])
+    return e.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def _batched_tokens(engine: str, flags: dict, e) -> int:
+    name = {"sglang": "--chunked-prefill-size", "trtllm": "--max-num-tokens"}.get(
+        engine, "--max-num-batched-tokens"
+    )
+    value = flags.get(name)
+    return (
+        int(value)
+        if value and value.lstrip("-").isdigit() and int(value) > 0
+        else (e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    )
+
+
 def validate_recipe(key: str, recipe, registry) -> Report:
     rep = Report(key)
     try:
         node = registry.node_kind(recipe.runner)
         system = load_system(node.system)
-        engine_name(recipe.framework)
+        engine = engine_name(recipe.framework)
         model = _model_for(recipe)
-        check_precision(model, system)
+        weight_only = None if system.supports_fp4 else _weight_only_fp4(recipe, engine)
+        if weight_only:
+            rep.notes.append(
+                f"{weight_only} runs the FP4 experts without FP4 tensor cores (kept FP4 in memory)"
+            )
+        else:
+            check_precision(model, system)
     except ServelabError as err:
         rep.errors.append(str(err))
         return rep
@@ -68,8 +153,6 @@ def validate_recipe(key: str, recipe, registry) -> Report:
         rep.warnings.append("no image-digest: the image tag can move under the recipe")
     if not recipe.revision:
         rep.warnings.append("no revision: the checkpoint can change under the recipe")
-    gmu = e.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
-    mbt = e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     for scenario, seq, i, arm in recipe.arms():
         if scenario == "agentic-coding":
             rep.notes.append(
@@ -94,6 +177,9 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             )
             continue
         max_len = e.max_model_len or seq.isl + seq.osl + MODEL_LEN_MARGIN
+        flags, options = _launch_settings(recipe, engine, seq, arm)
+        mbt = _batched_tokens(engine, flags, e)
+        gmu = _utilization(engine, flags, options, e, model, system, parallel, mbt)
         try:
             mem = check_fits(model, system, parallel, max_num_batched_tokens=mbt, gpu_memory_utilization=gmu)
         except ServelabError as err:
@@ -117,7 +203,7 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             f"{mem.kv_gib:.1f} GiB KV per GPU, ~{seqs} sequences (memory model estimate)"
         )
         try:
-            render(recipe, arm, max_len)
+            render(recipe, arm, max_len, job=JobPoint(isl=seq.isl, osl=seq.osl, conc=top))
         except ServelabError as err:
             rep.errors.append(f"{where}: {err}")
     return rep

@@ -39,7 +39,7 @@ def check_precision(model: ModelSpec, system: SystemSpec) -> None:
         fmt = getattr(model.precision, fp4_parts[-1]).value
         raise ServelabError(
             f"{model.name}: {' and '.join(fp4_parts)} in {fmt} need FP4 tensor cores, which {system.name} "
-            f"(compute capability {system.compute_capability / 10:.1f}) lacks; {hint}"
+            f"({system.architecture}) lacks; {hint}"
         )
 
 

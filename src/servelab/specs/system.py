@@ -22,8 +22,9 @@ class SystemSpec(BaseModel):
 
     name: str
     gpu_name: str
-    sm_count: int
-    compute_capability: int
+    sm_count: int  # streaming multiprocessors (NVIDIA) or compute units (AMD)
+    compute_capability: int  # CUDA compute capability x 10 (90 Hopper, 100 Blackwell); 0 for non-NVIDIA GPUs
+    arch: str = ""  # the GPU architecture where compute capability does not say it (AMD gfx942, gfx950)
     hbm_gib: float
     hbm_bw_tbs: float
     peak_tflops: dict[str, float]  # dense, per GPU, by compute class: bf16, fp8, fp4 (0 = not supported)
@@ -42,6 +43,13 @@ class SystemSpec(BaseModel):
     @property
     def supports_fp4(self) -> bool:
         return self.peak_tflops.get("fp4", 0) > 0
+
+    @property
+    def architecture(self) -> str:
+        """How messages name the GPU generation: compute capability for NVIDIA, the gfx target for AMD."""
+        if self.compute_capability:
+            return f"compute capability {self.compute_capability / 10:.1f}"
+        return self.arch
 
     @property
     def is_hopper(self) -> bool:
@@ -71,7 +79,13 @@ def load_system(name: str) -> SystemSpec:
     systems = _systems()
     if key in systems:
         return systems[key]
-    aliases = {"h200": "h200_sxm", "h100": "h100_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
+    aliases = {
+        "h200": "h200_sxm",
+        "h100": "h100_sxm",
+        "b200": "b200_sxm",
+        "b300": "b300_sxm",
+        "rtx6000pro": "rtx_pro_6000",  # InferenceX's runner name
+    }
     if key in aliases:
         return systems[aliases[key]]
     raise ServelabError(

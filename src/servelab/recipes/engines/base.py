@@ -19,9 +19,10 @@ class Launch(BaseModel):
     health_path: str = "/health"
 
 
-def base_env(recipe) -> dict[str, str]:
-    """Recipe env plus typed pins (CUDA_HOME), sorted so the fingerprint is stable."""
-    env = dict(recipe.env)
+def base_env(recipe, profile_env: dict[str, str] | None = None) -> dict[str, str]:
+    """Upstream's launch-profile env, then the recipe env and typed pins (CUDA_HOME) over it, sorted so the
+    fingerprint is stable."""
+    env = {**(profile_env or {}), **recipe.env}
     if recipe.engine.cuda_home:
         env["CUDA_HOME"] = recipe.engine.cuda_home
     return dict(sorted(env.items()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Launch, base_env, refuse
+from servelab.recipes.engines.profiles import Extras, apply, flag_name
 
 # SGLang names the FP8 KV cache by its exact format.
 KV_DTYPES = {
@@ -15,7 +16,8 @@ KV_DTYPES = {
 }
 
 
-def render(recipe, arm, max_model_len: int, port: int) -> Launch:
+def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
+    extra = extra or Extras()
     refuse("sglang", recipe, ["attention-config", "compilation-config", "kernel-config", "extra-options"])
     if (arm.dcp_size or 1) > 1 or (arm.pcp_size or 1) > 1:
         raise ServelabError("dcp-size/pcp-size: the SGLang adapter does not render context parallelism")
@@ -63,12 +65,14 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     if e.trust_remote_code:
         argv.append("--trust-remote-code")
     if arm.spec_ != "none":
-        if not e.speculative_config:
+        # {"algorithm": "EAGLE", "num_steps": 3} -> --speculative-algorithm EAGLE --speculative-num-steps 3
+        for k, v in (e.speculative_config or {}).items():
+            argv += [f"--speculative-{k.replace('_', '-')}", str(v)]
+        if not e.speculative_config and not any(
+            flag_name(a) == "--speculative-algorithm" for a in extra.args
+        ):
             raise ServelabError(
                 f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)"
             )
-        # {"algorithm": "EAGLE", "num_steps": 3} -> --speculative-algorithm EAGLE --speculative-num-steps 3
-        for k, v in e.speculative_config.items():
-            argv += [f"--speculative-{k.replace('_', '-')}", str(v)]
     argv += e.extra_args
-    return Launch(argv=argv, env=base_env(recipe), port=port)
+    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port)

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Launch, base_env, refuse
+from servelab.recipes.engines.profiles import Extras, apply, merge_options
 from servelab.recipes.yamlio import dump_yaml
 
 OPTIONS_FILE = "extra-llm-api-config.yml"
 
 
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def render(recipe, arm, max_model_len: int, port: int) -> Launch:
+def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
+    extra = extra or Extras()
     refuse(
         "trtllm",
         recipe,
@@ -58,7 +53,8 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     if e.trust_remote_code:
         argv.append("--trust_remote_code")
 
-    options: dict = {"enable_attention_dp": arm.dp_attn_}
+    # TensorRT-LLM attention DP is off by default; say it only when on, as upstream's scripts mostly do.
+    options: dict = {"enable_attention_dp": True} if arm.dp_attn_ else {}
     kv: dict = {}
     if e.kv_cache_dtype:
         kv["dtype"] = e.kv_cache_dtype
@@ -71,12 +67,15 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     if e.moe_backend:
         options["moe_config"] = {"backend": e.moe_backend}
     if arm.spec_ != "none":
-        if not e.speculative_config:
+        if e.speculative_config:
+            options["speculative_config"] = e.speculative_config
+        elif "speculative_config" not in extra.options:
             raise ServelabError(
                 f"spec-decoding {arm.spec_} needs engine.speculative-config (decoding_type, ...)"
             )
-        options["speculative_config"] = e.speculative_config
-    options = _merge(options, e.extra_options or {})
+    # Upstream's options under the recipe's: typed fields and extra-options win.
+    options = merge_options(merge_options(extra.options, options), e.extra_options or {})
     argv += ["--extra_llm_api_options", OPTIONS_FILE]
     argv += e.extra_args
-    return Launch(argv=argv, env=base_env(recipe), files={OPTIONS_FILE: dump_yaml(options)}, port=port)
+    files = {**extra.files, OPTIONS_FILE: dump_yaml(options)}
+    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=files, port=port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Launch, base_env, json_arg, refuse
+from servelab.recipes.engines.profiles import Extras, apply, flag_name
 
 # MoE backends that only run with expert parallelism: vLLM's MegaMoE refuses to start without it.
 EP_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
@@ -32,7 +33,8 @@ def parallel_args(arm) -> list[str]:
     return args
 
 
-def render(recipe, arm, max_model_len: int, port: int) -> Launch:
+def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
+    extra = extra or Extras()
     refuse("vllm", recipe, ["extra-options"])
     e = recipe.engine
     argv = ["vllm", "serve", recipe.model]
@@ -77,8 +79,9 @@ def render(recipe, arm, max_model_len: int, port: int) -> Launch:
     if e.trust_remote_code:
         argv.append("--trust-remote-code")
     if arm.spec_ != "none":
-        if not e.speculative_config:
+        if e.speculative_config:
+            argv += ["--speculative-config", json_arg(e.speculative_config)]
+        elif not any(flag_name(a) == "--speculative-config" for a in extra.args):
             raise ServelabError(f"spec-decoding {arm.spec_} needs engine.speculative-config (method, tokens)")
-        argv += ["--speculative-config", json_arg(e.speculative_config)]
     argv += e.extra_args
-    return Launch(argv=argv, env=base_env(recipe), port=port)
+    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port)

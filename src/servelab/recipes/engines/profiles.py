@@ -1,0 +1,275 @@
+"""InferenceX launch profiles: the flags, environment and engine options upstream's launch scripts add.
+
+InferenceX keeps most of a deployment in shell scripts (`benchmarks/single_node/...sh`), picked by model
+prefix, precision, GPU, framework and speculative decoding, some of whose flags depend on the layout and the
+job's concurrency. servelab keeps that knowledge as data: `data/launch-profiles.json`, one profile per script,
+generated from the pinned scripts by `scripts/ix_launch.py profiles` (never edited by hand). A profile holds
+what every job of the script shares and, per variant, what depends on tp / ep / dp-attn / isl / osl /
+concurrency. An adapter's own flags (from the recipe's typed fields and the arm's layout) win over a
+profile's flag of the same name; everything rendered is fingerprinted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError
+
+from servelab.errors import ServelabError
+from servelab.recipes.inferencex import IxModel
+from servelab.recipes.tokens import EnvName, ModelId, Name, Text
+
+PROFILES_PATH = Path(__file__).resolve().parents[1] / "data" / "launch-profiles.json"
+CLUSTER_PREFIX = "cluster:"
+MODEL_SLOT = "{model}"
+
+# Spellings of one flag (the canonical one first); the adapters use the first.
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "--tp": ("--tp-size", "--tensor-parallel-size"),
+    "--dp": ("--dp-size", "--data-parallel-size"),
+    "--ep": ("--ep-size", "--expert-parallel-size"),
+    "--model-path": ("--model",),
+    "--tensor-parallel-size": ("-tp",),
+    "--data-parallel-size": ("-dp",),
+    "--pipeline-parallel-size": ("-pp",),
+}
+_CANONICAL = {alias: name for name, aliases in FLAG_ALIASES.items() for alias in aliases}
+
+
+# A flag's canonical name, as `drop` lists them.
+Flag = Annotated[str, Field(pattern=r"^--?[A-Za-z][A-Za-z0-9_.-]*$")]
+# A file the runner writes beside the server: relative, and no segment starts with a dot (so no `..`).
+RelativePath = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
+]
+
+
+@dataclass(frozen=True)
+class JobPoint:
+    """What a launch may depend on beyond the arm: the job's sequence lengths and concurrency."""
+
+    isl: int | None = None
+    osl: int | None = None
+    conc: int | None = None
+
+
+def hardware_of(runner: str) -> str:
+    """The GPU part of a runner label, as InferenceX's launchers name their scripts: b200-dgxc -> b200."""
+    return runner.removeprefix(CLUSTER_PREFIX).split("-", 1)[0]
+
+
+def flag_name(token: str) -> str:
+    """A flag's canonical name: `--max_num_tokens=8` -> `--max-num-tokens`; aliases folded."""
+    name = token.split("=", 1)[0].replace("_", "-")
+    return _CANONICAL.get(name, name)
+
+
+def flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+    """(canonical flag, value or None) for every flag of an argv; `--a=b` and `--a b` read the same."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("-") and len(token) > 1 and not _is_number(token):
+            if "=" in token and token.startswith("--"):
+                pairs.append((flag_name(token), token.split("=", 1)[1]))
+            elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
+                pairs.append((flag_name(token), argv[i + 1]))
+                i += 1
+            else:
+                pairs.append((flag_name(token), None))
+        i += 1
+    return pairs
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def is_flag(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _is_number(token)
+
+
+class ProfileKey(IxModel):
+    """What selects an upstream launch script."""
+
+    model_prefix: Name
+    precision: Name
+    hardware: Name
+    framework: Name
+    spec_decoding: Name
+
+
+class When(IxModel):
+    """The jobs a variant applies to; a field left out matches any value. conc-min/conc-max are inclusive."""
+
+    tp: int | None = None
+    ep: int | None = None
+    dp_attn: bool | None = None
+    isl: int | None = None
+    osl: int | None = None
+    conc_min: int | None = None
+    conc_max: int | None = None
+
+    def matches(self, arm, job: JobPoint) -> bool:
+        layout = (
+            ("tp", arm.tp_),
+            ("ep", arm.ep_),
+            ("dp_attn", arm.dp_attn_),
+            ("isl", job.isl),
+            ("osl", job.osl),
+        )
+        for name, value in layout:
+            want = getattr(self, name)
+            if want is not None and value is not None and want != value:
+                return False
+        if job.conc is None:
+            return True
+        return (self.conc_min is None or job.conc >= self.conc_min) and (
+            self.conc_max is None or job.conc <= self.conc_max
+        )
+
+
+class Extras(IxModel):
+    """Flags (argv tokens), environment and engine options (TensorRT-LLM's YAML) added to a launch, and the
+    adapter's own flags that upstream does not pass (or passes with another value: then `args` has
+    upstream's). `{model}` in a value stands for the recipe's model."""
+
+    args: list[Text] = Field(default_factory=list)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+    files: dict[RelativePath, str] = Field(
+        default_factory=dict, description="Files a flag names (chat templates): relative path -> content."
+    )
+    drop: list[Flag] = Field(default_factory=list)
+
+
+class Variant(Extras):
+    when: When
+
+
+class LaunchProfile(ProfileKey, Extras):
+    """One upstream script: what all its jobs share (args, env, options) and what varies (variants)."""
+
+    script: Text = Field(description="The upstream script, relative to InferenceX's benchmarks/.")
+    models: list[ModelId] = Field(
+        min_length=1,
+        description="The checkpoints InferenceX runs the script for; another checkpoint under the same model "
+        "prefix (DeepSeek-V4-Flash beside -Pro) is another deployment and gets no profile.",
+    )
+    variants: list[Variant] = Field(default_factory=list)
+
+    def resolve(self, arm, job: JobPoint, model: str) -> Extras:
+        """The shared extras plus those of the first variant that matches the arm and job."""
+        args, env, options, drop = list(self.args), dict(self.env), dict(self.options), list(self.drop)
+        files = dict(self.files)
+        for variant in self.variants:
+            if variant.when.matches(arm, job):
+                args += variant.args
+                env |= variant.env
+                options = merge_options(options, variant.options)
+                files |= variant.files
+                drop += variant.drop
+                break
+        return Extras(
+            args=[a.replace(MODEL_SLOT, model) for a in args],
+            env={k: v.replace(MODEL_SLOT, model) for k, v in env.items()},
+            options=options,
+            files=files,
+            drop=drop,
+        )
+
+
+class ProfileTable(IxModel):
+    source: Text = Field(description="Upstream repository and commit the scripts were pinned from.")
+    profiles: list[LaunchProfile]
+
+
+def merge_options(base: dict, extra: dict) -> dict:
+    """Nested merge of engine options; `extra` wins."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge_options(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def launch_profile_file(path: Path = PROFILES_PATH) -> ProfileTable:
+    try:
+        return ProfileTable.model_validate(json.loads(path.read_text()))
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, str(path)) from None
+
+
+# InferenceX's framework names -> servelab's adapter names (the rest are the same).
+UPSTREAM_ENGINES = {"trt": "trtllm"}
+
+
+@functools.cache
+def _by_key() -> dict[tuple[str, ...], LaunchProfile]:
+    return {
+        (
+            p.model_prefix,
+            p.precision,
+            p.hardware,
+            UPSTREAM_ENGINES.get(p.framework, p.framework),
+            p.spec_decoding,
+        ): p
+        for p in launch_profile_file().profiles
+    }
+
+
+def profile_for(recipe, arm, engine: str) -> LaunchProfile | None:
+    """The upstream launch profile for a recipe's arm on `engine` (servelab's adapter name), if InferenceX
+    runs that combination."""
+    key = (recipe.model_prefix, recipe.precision, hardware_of(recipe.runner), engine, arm.spec_)
+    profile = _by_key().get(key)
+    return profile if profile is not None and recipe.model in profile.models else None
+
+
+def merge_args(argv: list[str], extra: list[str]) -> list[str]:
+    """`argv` plus the flags of `extra` it does not already set (by canonical name, so `--tp` and
+    `--tensor-parallel-size` are one flag)."""
+    have = {name for name, _ in flag_pairs(argv)}
+    out = list(argv)
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        takes_value = "=" not in token and i + 1 < len(extra) and not is_flag(extra[i + 1])
+        group = extra[i : i + 2] if takes_value else [token]
+        if flag_name(token) not in have:
+            out += group
+        i += len(group)
+    return out
+
+
+def drop_flags(argv: list[str], names: list[str]) -> list[str]:
+    """`argv` without the flags (and their values) whose canonical name is in `names`."""
+    if not names:
+        return list(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not is_flag(token):
+            out.append(token)
+            i += 1
+            continue
+        takes_value = "=" not in token and i + 1 < len(argv) and not is_flag(argv[i + 1])
+        group = argv[i : i + 2] if takes_value else [token]
+        if flag_name(token) not in names:
+            out += group
+        i += len(group)
+    return out
+
+
+def apply(argv: list[str], extra: Extras) -> list[str]:
+    """The adapter's argv with a profile applied: upstream's dropped flags out, its other flags in."""
+    return merge_args(drop_flags(argv, extra.drop), extra.args)
