@@ -114,16 +114,14 @@ def jobs(
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first): throughput
     jobs without evals, then eval-only jobs."""
-    from servelab.recipes.changelog import matrix, trim_conc  # noqa: PLC0415  # start-up time
+    from servelab.recipes.changelog import matrix  # noqa: PLC0415  # start-up time
 
     if max_jobs < 1:
         raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
     if fmt not in (*FORMATS, INFERENCEX):
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
-    rules = {"all_evals": all_evals, "evals_only": evals_only, "max_jobs": max_jobs}
+    rules = {"all_evals": all_evals, "evals_only": evals_only, "trim_conc": trim, "max_jobs": max_jobs}
     change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
-    if trim:
-        change.jobs.bench = trim_conc(change.jobs.bench)
     if fmt == INFERENCEX:
         text = json.dumps(matrix(change, change.jobs, base_ref, head_ref), indent=1) + "\n"
         if out is None:
