@@ -87,3 +87,69 @@ def test_cli_refuses_pr_link_without_strict(checkout, monkeypatch, capsys):
         monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--pr-link", "https://x"
     )
     assert code == 2 and "--pr-link: the merge rules check pr-links; add --strict" in err
+
+
+AGENTIC_ENTRY = """
+- config-keys:
+    - {keys}
+  description:
+    - "agentic rows have no servelab launch"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/2
+"""
+
+
+def with_entry(checkout: Path, tmp_path: Path, keys: list[str]) -> Path:
+    """A copy of the checkout with one more changelog entry committed."""
+    root = tmp_path / "checkout"
+    shutil.copytree(checkout, root)
+    with (root / "perf-changelog.yaml").open("a") as f:
+        f.write(AGENTIC_ENTRY.format(keys="\n    - ".join(keys)))
+    git(root, "commit", "-qam", "entry")
+    return root
+
+
+def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeypatch, capsys):
+    """sh and buildkite script the jobs that have a launch and say in one line per reason which they leave
+    out; eval-only jobs get scripts of their own beside the throughput job of the same point."""
+    monkeypatch.chdir(
+        with_entry(checkout, tmp_path, ["dsv4-fp4-b200-vllm-agentic-mtp", "dsr1-fp8-h200-sglang"])
+    )
+    code, out, err = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "json")
+    jobs = json.loads(out)
+    missing = [j for j in jobs if j["launch"] is None]
+    assert code in (0, None) and missing and all(j["scenario-type"] == "agentic-coding" for j in missing)
+    assert err.count("\n") == 1 and f"note: {len(missing)} of {len(jobs)} jobs have no launch" in err
+    scripts = tmp_path / "scripts"
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "changelog",
+        "jobs",
+        "--base-ref",
+        "HEAD^",
+        "--format",
+        "sh",
+        "--out",
+        str(scripts),
+    )
+    assert code in (0, None) and f"note: {len(missing)} of {len(jobs)} jobs are left out" in err
+    assert len(list(scripts.iterdir())) == len(jobs) - len(missing) == len(out.splitlines())
+    assert any(p.name.endswith("-evals.sh") for p in scripts.iterdir())
+    code, out, err = cli(
+        monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "buildkite"
+    )
+    assert code in (0, None) and out.count("- label: ") == len(jobs) - len(missing)
+
+
+def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(with_entry(checkout, tmp_path, ["dsv4-fp4-b200-vllm-agentic-mtp"]))
+    code, out, err = cli(
+        monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "buildkite"
+    )
+    assert (
+        code == 2
+        and out == ""
+        and err.splitlines()[-1]
+        == ("error: --format buildkite: no job has a launch to script; --format json lists them")
+    )
+    assert "Traceback" not in err

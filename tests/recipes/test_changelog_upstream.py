@@ -22,8 +22,6 @@ DATA = Path(__file__).parents[1] / "data" / "inferencex"
 HISTORY = DATA / "changelog"
 INDEX = json.loads((HISTORY / "index.json").read_text())
 IDS = [e["commit"][:12] for e in INDEX]
-# What servelab's sweep (recipes/sweep.py, being brought to InferenceX's rows) cannot yet give for a commit.
-AGENTIC_GAP = "agentic-coding scenarios are not expanded into jobs yet"
 
 
 class Blob:
@@ -73,19 +71,6 @@ def commit_change(tmp_path: Path, entry: dict, **rules) -> Change:
     return Change(base, head, ledger=ledger, **rules)
 
 
-def sweep_gap(change: Change) -> str | None:
-    """Why servelab's sweep cannot give InferenceX's rows for this change yet, if that is the reason."""
-    if change.problems and all(AGENTIC_GAP in p for p in change.problems):
-        return "recipes/sweep.py refuses agentic-coding scenarios (InferenceX expands them; ix-sweep's work)"
-    if any(j.row.get("disagg") and "prefill" not in j.row for j in change.jobs.all()):
-        return (
-            "recipes/sweep.py gives multinode arms one job per concurrency with flat prefill-*/decode-* "
-            "fields; InferenceX one row per arm with the concurrency list and prefill/decode blocks "
-            "(ix-sweep's work)"
-        )
-    return None
-
-
 GATE_CASES = json.loads((HISTORY / "gate-cases.json").read_text())
 
 
@@ -108,8 +93,6 @@ def test_history_is_pinned_whole():
 @pytest.mark.parametrize("entry", INDEX, ids=IDS)
 def test_gate_gives_inferencex_verdict(changes, entry):
     change = changes(entry)
-    if change.problems and entry["accepted"] and sweep_gap(change):
-        pytest.xfail(sweep_gap(change))
     assert (not change.problems) == entry["accepted"], change.problems
     assert len(change.added) == len(
         json.loads(gzip.decompress((HISTORY / entry["jobs"]).read_bytes()))["changelog_metadata"]["entries"]
@@ -123,12 +106,10 @@ def parsed(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("entry", INDEX, ids=IDS)
 def test_gate_reads_the_entries_inferencex_read(changes, entry):
-    """The ledger half of the gate on its own: the new entries are InferenceX's, typed as it types them,
-    and no rule of the file refuses the change (the jobs half waits on the sweep where sweep_gap says)."""
+    """The ledger half of the gate: the new entries are InferenceX's, typed as it types them."""
     want = json.loads(gzip.decompress((HISTORY / entry["jobs"]).read_bytes()))["changelog_metadata"]
     change = changes(entry)
     assert [e.model_dump(by_alias=True, exclude_none=True) for e in change.added] == want["entries"]
-    assert all(AGENTIC_GAP in p for p in change.problems), change.problems
 
 
 @pytest.mark.slow
@@ -177,10 +158,40 @@ def differences(got: dict, want: dict) -> list[str]:
 def test_jobs_equal_inferencex_matrix(changes, entry):
     want = json.loads(gzip.decompress((HISTORY / entry["jobs"]).read_bytes()))
     change = changes(entry)
-    if change.problems or differences(matrix(change, change.jobs, "", ""), want):
-        if sweep_gap(change):
-            pytest.xfail(sweep_gap(change))
     assert change.problems == []
     got = matrix(change, change.jobs, want["changelog_metadata"]["base_ref"], entry["commit"])
     assert got["changelog_metadata"] == want["changelog_metadata"]
     assert differences(got, want) == []
+
+
+def test_every_row_is_kept_when_fingerprints_repeat(changes):
+    """A job's fingerprint leaves out the runner label and the eval marks, so rows that differ only in those
+    share one; every row still becomes a job (InferenceX dedups by key and scenario, not by recipe)."""
+    repeated = 0
+    for entry in INDEX:
+        want = json.loads(gzip.decompress((HISTORY / entry["jobs"]).read_bytes()))
+        jobs = changes(entry).jobs.all()
+        fingerprints = [j.fingerprint for j in jobs]
+        repeated += len(fingerprints) - len(set(fingerprints))
+        assert len(jobs) == sum(len(rows(want[k])) for k in set(want) - {"changelog_metadata"})
+    assert repeated > 0  # the pinned history holds such rows, so the count above is a real check
+
+
+MULTINODE_COMMIT = next(e for e in INDEX if e["commit"].startswith("def9a650d52a"))
+
+
+def fixed_multinode(jobs) -> list:
+    return [j for j in jobs if "prefill" in j.row and j.scenario == "fixed-seq-len"]
+
+
+def test_trim_conc_rebuilds_multinode_jobs(tmp_path):
+    """--trim-conc cuts a multinode row's concurrency list to its lowest, and its benches follow the row."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "trimmed").mkdir()
+    full = fixed_multinode(commit_change(tmp_path / "full", MULTINODE_COMMIT).jobs.bench)
+    trimmed = fixed_multinode(
+        commit_change(tmp_path / "trimmed", MULTINODE_COMMIT, trim_conc=True).jobs.bench
+    )
+    assert any(len(j.concs()) > 1 for j in full)
+    assert [j.concs() for j in trimmed] == [[min(j.concs())] for j in full]
+    assert all([b.conc for b in j.benches] == j.concs() for j in trimmed)

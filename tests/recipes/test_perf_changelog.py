@@ -4,7 +4,7 @@
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.recipes.changelog import Change, trim_conc
+from servelab.recipes.changelog import Change
 from servelab.recipes.filters import Filters
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
@@ -21,8 +21,10 @@ GOOD = """
 OWN = "https://github.com/acme/servelab/pull/77"
 
 
-def change(repo, base, head="HEAD", pr_link=None, strict=False):
-    return Change(open_store("data", ref=base), open_store("data", ref=head), pr_link=pr_link, strict=strict)
+def change(repo, base, head="HEAD", pr_link=None, strict=False, **rules):
+    return Change(
+        open_store("data", ref=base), open_store("data", ref=head), pr_link=pr_link, strict=strict, **rules
+    )
 
 
 def edit_recipe(repo, old="max-num-seqs: 256", new="max-num-seqs: 512"):
@@ -339,7 +341,7 @@ def test_trim_conc_keeps_each_curves_lowest_point(repo, base):
     repo.append(GOOD)
     repo.commit()
     bench = change(repo, base).jobs.bench
-    trimmed = trim_conc(bench)
+    trimmed = change(repo, base, trim_conc=True).jobs.bench
     curves = {}
     for j in bench:
         curve = (j.row["isl"], j.row["tp"], j.row["ep"], j.row["dp-attn"])

@@ -2,6 +2,7 @@
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -17,6 +18,8 @@ app = typer.Typer(
 )
 
 INFERENCEX = "inferencex"
+# Formats that write a script per job: a job without a launch (not-renderable) cannot be one.
+SCRIPTED = ("sh", "buildkite")
 DirOpt = typer.Option(
     None,
     "--dir",
@@ -113,17 +116,16 @@ def jobs(
     changelog: Path = ChangelogOpt,
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first): throughput
-    jobs without evals, then eval-only jobs."""
-    from servelab.recipes.changelog import matrix, trim_conc  # noqa: PLC0415  # start-up time
+    jobs without evals, then eval-only jobs (their scripts run the evals, not the throughput bench). sh and
+    buildkite leave out jobs without a launch, with a note per reason."""
+    from servelab.recipes.changelog import matrix  # noqa: PLC0415  # start-up time
 
     if max_jobs < 1:
         raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
     if fmt not in (*FORMATS, INFERENCEX):
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
-    rules = {"all_evals": all_evals, "evals_only": evals_only, "max_jobs": max_jobs}
+    rules = {"all_evals": all_evals, "evals_only": evals_only, "trim_conc": trim, "max_jobs": max_jobs}
     change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
-    if trim:
-        change.jobs.bench = trim_conc(change.jobs.bench)
     if fmt == INFERENCEX:
         text = json.dumps(matrix(change, change.jobs, base_ref, head_ref), indent=1) + "\n"
         if out is None:
@@ -136,6 +138,14 @@ def jobs(
         typer.echo(f"wrote the job matrix to {out}")
         return
     found = change.jobs.all()
+    reasons = Counter(j.not_renderable for j in found if j.not_renderable)
+    for why, n in reasons.most_common():
+        what = "are left out, having no launch" if fmt in SCRIPTED else "have no launch"
+        typer.echo(f"note: {n} of {len(found)} jobs {what}: {why}", err=True)
+    if fmt in SCRIPTED:
+        found = [j for j in found if j.launch is not None]
+        if reasons and not found:
+            raise ServelabError(f"--format {fmt}: no job has a launch to script; --format json lists them")
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
         return

@@ -5,7 +5,9 @@ between two stores (the recipe dir at a base and a head git ref) and lists every
 gate by default, the merge rules with `strict` (recipes/ledger.py holds both). The rules about new entries are
 the same in both: typed, keys found, append-only consistent and in scope, the jobs generate. A store with a
 fingerprints.lock (servelab's own) adds the fingerprint rule. `jobs_for` and `matrix` expand the new entries
-as InferenceX's `process_changelog.py` does: throughput jobs without evals, eval jobs apart.
+as InferenceX's `process_changelog.py` does: throughput jobs without evals, eval jobs apart. The rows are
+recipes/matrix.py's (InferenceX's generator in test-config mode); append-only deltas and --trim-conc cut
+those rows before they become jobs, so each job's benches run exactly its row's concurrencies.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,8 +27,10 @@ from servelab.recipes.filters import MAX_JOBS, Filters
 from servelab.recipes.inferencex import IxModel
 from servelab.recipes.ledger import added_text, merge_rules
 from servelab.recipes.lock import compute_fingerprints
+from servelab.recipes.matrix import Point, trim_conc
+from servelab.recipes.matrix import matrix as matrix_points
 from servelab.recipes.store import CHANGELOG, LOCK, GitSource, committed, open_store, resolve_dir
-from servelab.recipes.sweep import Job, expand
+from servelab.recipes.sweep import Job, build_job
 from servelab.recipes.yamlio import load_yaml
 
 SCENARIO_TYPES = ("fixed-seq-len", "agentic-coding")
@@ -89,7 +94,8 @@ class Change:
     `ledger` is (base source, head source, file name) of the changelog; by default each store's own.
     `pr_link` is this pull request's URL (merge rules: new entries use it or XXX; without it a change on the
     main branch, whose new entries need a pull request URL). `all_evals` / `evals_only` are InferenceX's
-    pull-request labels of the same names. `jobs` holds what the new entries expand to.
+    pull-request labels of the same names; `trim_conc` runs each throughput curve at its lowest concurrency
+    only (its sweep-enabled label absent). `jobs` holds what the new entries expand to.
     """
 
     def __init__(
@@ -101,10 +107,12 @@ class Change:
         strict: bool = False,
         all_evals: bool = False,
         evals_only: bool = False,
+        trim_conc: bool = False,
         max_jobs: int = MAX_JOBS,
     ):
         self.base, self.head, self.pr_link, self.strict = base, head, pr_link, strict
         self.all_evals, self.evals_only, self.max_jobs = all_evals, evals_only, max_jobs
+        self.trim_conc = trim_conc
         self.jobs = ChangeJobs([], [])
         self.ledger = ledger or (base.source, head.source, CHANGELOG)
         self.problems: list[str] = []
@@ -332,14 +340,12 @@ def added_points(base: list[dict], head: list[dict]) -> list[tuple[int, int | li
     return points
 
 
-def append_delta(base: list[Job], head: list[Job]) -> list[Job]:
-    """The head jobs that add points (a multinode job keeps only its new concurrencies)."""
+def append_delta(base: list[Point], head: list[Point]) -> list[Point]:
+    """The head rows that add points (a multinode row keeps only its new concurrencies)."""
     out = []
-    for i, conc in added_points([j.row for j in base], [j.row for j in head]):
-        job = head[i]
-        out.append(
-            job if job.row["conc"] == conc else job.model_copy(update={"row": {**job.row, "conc": conc}})
-        )
+    for i, conc in added_points([p.row for p in base], [p.row for p in head]):
+        point = head[i]
+        out.append(point if point.row["conc"] == conc else replace(point, row={**point.row, "conc": conc}))
     return out
 
 
@@ -354,10 +360,16 @@ def _scenario_groups(selected: list[str], scenarios: tuple[str, ...], seen: dict
     return groups
 
 
-def _in_key_order(jobs: list[Job], keys: list[str]) -> list[Job]:
-    """Jobs in the order the entry names their keys, as InferenceX's generator gives them for a key list
-    (servelab's sweep gives store order); each key's own jobs keep their order."""
-    return sorted(jobs, key=lambda j: keys.index(j.key))
+def _rows(store, keys: list[str], f: Filters) -> list[Point]:
+    """The rows InferenceX's generator gives for these keys in test-config mode (keys in the order given),
+    refused above the job limit."""
+    points = matrix_points(store, keys, f)
+    if len(points) > f.max_jobs:
+        raise ServelabError(
+            f"{', '.join(keys)}: {len(points)} jobs, above the limit of {f.max_jobs}; raise --max-jobs",
+            field="max_jobs",
+        )
+    return points
 
 
 class ChangeJobs:
@@ -373,9 +385,10 @@ class ChangeJobs:
 def jobs_for(change: Change) -> ChangeJobs:
     """InferenceX's expansion: entries with all-evals first; per key each scenario once for throughput and
     once for evals; append-only entries run only their new points and no evals; eval jobs are the rows the
-    eval policy marks, with eval-only set."""
-    bench: list[Job] = []
-    evals: list[Job] = []
+    eval policy marks, with eval-only set; with trim_conc the throughput rows are trimmed together, as
+    InferenceX trims them after every entry has expanded."""
+    bench: list[Point] = []
+    evals: list[Point] = []
     bench_seen: dict[str, set] = defaultdict(set)
     eval_seen: dict[str, set] = defaultdict(set)
     entries = sorted(zip(change.added, change.selected, strict=True), key=lambda p: not p[0].all_evals)
@@ -386,9 +399,9 @@ def jobs_for(change: Change) -> ChangeJobs:
                 f = Filters(
                     mode="test-config", no_evals=True, scenario_type=list(scenarios), max_jobs=change.max_jobs
                 )
-                found = _in_key_order(expand(change.head, keys, f), keys)
+                found = _rows(change.head, keys, f)
                 if entry.append_only:
-                    found = append_delta(_in_key_order(expand(change.base, keys, f), keys), found)
+                    found = append_delta(_rows(change.base, keys, f), found)
                 bench += found
         if entry.append_only:
             continue
@@ -400,37 +413,16 @@ def jobs_for(change: Change) -> ChangeJobs:
                 scenario_type=list(scenarios),
                 max_jobs=change.max_jobs,
             )
-            for job in _in_key_order(expand(change.head, keys, f), keys):
-                prefill = job.row.get("prefill")
-                low = isinstance(prefill, dict) and int(prefill.get("ep", 1)) < (
-                    entry.eval_min_prefill_ep or 0
-                )
-                if not low:
-                    job.row["eval-only"] = True
-                    evals.append(job)
-    return ChangeJobs(bench, evals)
+            evals += [p for p in _rows(change.head, keys, f) if not _below_prefill_ep(p.row, entry)]
+    if change.trim_conc:
+        bench = trim_conc(bench)
+    return ChangeJobs([build_job(change.head, p) for p in bench], [build_job(change.head, p) for p in evals])
 
 
-def trim_conc(jobs: list[Job]) -> list[Job]:
-    """Each curve at its lowest concurrency only, as InferenceX trims a pull request's sweep (label
-    sweep-enabled): a multinode job keeps the lowest of its list, single-node jobs the lowest of their
-    curve."""
-    lowest: dict[str, int] = {}
-    for i, job in enumerate(jobs):
-        if job.row.get("prefill") is None:
-            curve = _curve(job.row)
-            if curve not in lowest or job.row["conc"] < jobs[lowest[curve]].row["conc"]:
-                lowest[curve] = i
-    out = []
-    for i, job in enumerate(jobs):
-        conc = job.row["conc"]
-        if job.row.get("prefill") is not None:
-            if isinstance(conc, list) and len(conc) > 1:
-                job = job.model_copy(update={"row": {**job.row, "conc": [min(conc)]}})
-            out.append(job)
-        elif lowest[_curve(job.row)] == i:
-            out.append(job)
-    return out
+def _below_prefill_ep(row: dict, entry: Entry) -> bool:
+    """A multinode eval row whose prefill ep is below the entry's eval-min-prefill-ep (dropped)."""
+    prefill = row.get("prefill")
+    return isinstance(prefill, dict) and int(prefill.get("ep", 1)) < (entry.eval_min_prefill_ep or 0)
 
 
 def recipe_fingerprint(row: dict) -> str:
@@ -446,12 +438,17 @@ def _seq_bucket(row: dict) -> str:
 
 
 def _entry(job: Job) -> dict:
-    """The job's matrix entry with the defaults InferenceX's matrix schema fills in for fixed-seq-len rows."""
+    """The job's matrix entry with the defaults InferenceX's matrix schema (ChangelogMatrixEntry, which
+    process_changelog.py validates its output with) fills in: eval-only and, multinode, eval-all-concs on
+    fixed-seq-len rows; additional-settings on every prefill/decode pool."""
     row = job.matrix_entry()
     if row.get("scenario-type") != "agentic-coding":
         row.setdefault("eval-only", False)
         if row.get("prefill") is not None:
             row.setdefault("eval-all-concs", False)
+    for pool in ("prefill", "decode"):
+        if row.get(pool) is not None:
+            row[pool] = {**row[pool], "additional-settings": row[pool].get("additional-settings", [])}
     return row
 
 

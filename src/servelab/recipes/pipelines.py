@@ -144,7 +144,8 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
 
 def script_name(job) -> str:
     concs = "-".join(map(str, job.concs()))
-    return f"{job.key}_{job.row['exp-name']}_{job.topology()}-conc{concs}.sh"
+    evals = "-evals" if job.row.get("eval-only") else ""  # beside the throughput job of the same point
+    return f"{job.key}_{job.row['exp-name']}_{job.topology()}-conc{concs}{evals}.sh"
 
 
 FORMATS = ("json", "github", "buildkite", "sh")
