@@ -175,8 +175,18 @@ def test_plan_from_a_sweep_job(job_file):
     assert point.fields["num_warmups"] == int(
         job.benches[0].client[job.benches[0].client.index("--num-warmups") + 1]
     )
-    assert plan.stages == ["bench", "gsm8k"]
+    # --all-evals rows are InferenceX's eval-only jobs: the evals run without the throughput benchmark
+    assert job.row["eval-only"] and plan.stages == ["gsm8k"]
     assert [t.name for t in plan.lm_tasks] == ["gsm8k"] and plan.lm_tasks[0].num_fewshot == 5
+
+
+def test_a_marked_throughput_job_runs_the_benchmark_then_its_evals(tmp_path):
+    jobs = expand(open_store(DATA_DIR), ["dsv4-fp4-b200-vllm"], Filters(seq_lens=["8k1k"]))
+    job = next(j for j in jobs if j.evals)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job.to_json()))
+    plan, _ = plan_from(None, job=path)
+    assert not job.row.get("eval-only") and plan.stages == ["bench", "gsm8k"]
 
 
 def test_plan_from_a_recipe_arm_matches_its_job(job_file):

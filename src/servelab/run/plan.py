@@ -306,7 +306,10 @@ def from_job(
         name=job.key,
         source=source,
         server=server,
-        stages=choose_stages(["bench"] + (["gsm8k"] if tasks else []), stages, source),
+        # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
+        stages=choose_stages(
+            ([] if row.get("eval-only") else ["bench"]) + (["gsm8k"] if tasks else []), stages, source
+        ),
         bench=[point],
         lm_tasks=tasks,
         assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
