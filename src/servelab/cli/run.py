@@ -60,6 +60,12 @@ def run(
     gsm8k_path: Path | None = typer.Option(
         None, "--gsm8k-path", help="A local GSM8K file instead of the hub's.", rich_help_panel=_STAGES
     ),
+    bfcl_python: Path | None = typer.Option(
+        None,
+        "--bfcl-python",
+        help="The BFCL environment's python (default: $SERVELAB_BFCL_PYTHON, ./.venv-bfcl, ...).",
+        rich_help_panel=_STAGES,
+    ),
     base_url: str | None = typer.Option(
         None,
         "--base-url",
@@ -136,6 +142,7 @@ def run(
         hf_cache=hf_cache,
         server_timeout_s=server_timeout,
         gsm8k_path=gsm8k_path,
+        bfcl_python=bfcl_python,
         resume=resume,
         baseline=baseline,
     )
