@@ -152,6 +152,11 @@ def test_wrong_answers_fail_the_accuracy_assertions_by_name(tmp_path, gsm8k_file
     for text in BENCH_ASSERTIONS:  # the benchmark itself went fine
         [line] = [ln for ln in lines if text in ln]
         assert " pass " in line, line
+    # the summary shows each stage's headline metrics
+    [gsm8k_row] = [ln for ln in lines if "gsm8k gsm8k" in ln]
+    assert f"exact_match 0, exact_match_flexible 0, num_questions {len(QUESTIONS)}" in gsm8k_row
+    [bfcl_row] = [ln for ln in lines if ln.startswith("│ bfcl ")]
+    assert "overall.accuracy 0, overall.inference_errors 0" in bfcl_row
     assert lines[-1].startswith("fail: run ")
 
 
