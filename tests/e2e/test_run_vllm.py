@@ -66,7 +66,7 @@ def test_run_starts_vllm_benches_evaluates_judges_and_stores(vllm_venv_python, t
             # tool calling for BFCL (as perf-eval's workloads set it); answers capped at 64 tokens for speed
             "serve_args": "--served-model-name tiny-llama --dtype bfloat16 --max-model-len 4096 "
             "--max-num-seqs 16 --enable-auto-tool-choice --tool-call-parser hermes "
-            "--override-generation-config {\"max_new_tokens\":64}",
+            '--override-generation-config {"max_new_tokens":64}',
         },
         "vllm_bench": {
             "configs": [
