@@ -215,7 +215,7 @@ class _Runner:
             except StageFailed as e:
                 row.status, row.detail = "error", str(e)
                 output = getattr(e, "output", None)
-            except ServelabError as e:  # bad input only the stage could see (an unknown lm-eval task)
+            except ServelabError as e:  # bad input the preflight could not see (a file gone since)
                 row.status, row.detail, output = "error", str(e), None
             except KeyboardInterrupt as e:
                 row.status, row.detail = "error", "interrupted"
