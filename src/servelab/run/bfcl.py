@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -90,7 +91,7 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def metrics_from_scores(categories: list[str], result: dict) -> tuple[dict[str, float], dict[str, str]]:
+def metrics_from_scores(categories: Sequence[str], result: dict) -> tuple[dict[str, float], dict[str, str]]:
     """servelab's metrics from the driver's {"leaves": {category: [leaf]}, "scores": {leaf: {...}}}."""
     scores, metrics = result["scores"], {}
     for category in categories:
