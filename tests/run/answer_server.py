@@ -8,6 +8,8 @@ process.
   the cases it was given (bfcl-eval's question and possible_answer records) and calls the ground-truth
   functions of the current turn, with the first allowed value of every argument; after the tools' results it
   ends the turn with text. Wrong: text and no function call.
+- A benchmark's streamed completions (`stream: true`, as `servelab bench` sends them): `max_tokens` tokens
+  of filler as server-sent events, then the usage and [DONE], so one server takes a whole `servelab run`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -102,13 +105,24 @@ def load_bfcl_cases(data_dir: Path, ids: set[str]) -> list[BfclCase]:
     return cases
 
 
+def bfcl_data_dir(python: Path) -> Path:
+    """bfcl-eval's data folder in the BFCL environment of this python."""
+    found = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print(u.find_spec('bfcl_eval').origin)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(found.stdout.strip()).parent / "data"
+
+
 class AnswerServer:
     def __init__(self, correct: bool, gsm8k: Path | None = None, bfcl_cases: list[BfclCase] = ()) -> None:
         self.correct = correct
         self.gsm8k = gsm8k_answers(gsm8k) if gsm8k else {}
         self.bfcl_cases = list(bfcl_cases)
         self.requests = 0
-        self.on_request = None  # called with each request's headers
+        self.on_request = None  # called with each request's headers (GET and POST)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -176,6 +190,21 @@ class AnswerServer:
             def log_message(self, *args) -> None:  # quiet test output
                 pass
 
+            def _stream(self, body: dict) -> None:
+                """A close-delimited SSE response of `max_tokens` one-token chunks, the usage, [DONE]."""
+                n = body.get("max_tokens") or 16
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                base = {"id": f"r{server.requests}", "object": "text_completion", "model": MODEL}
+                for i in range(n):
+                    finish = "length" if i == n - 1 else None
+                    choice = {"index": 0, "text": " tok", "finish_reason": finish}
+                    self.wfile.write(f"data: {json.dumps(base | {'choices': [choice]})}\n\n".encode())
+                usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+                self.wfile.write(f"data: {json.dumps(base | {'choices': [], 'usage': usage})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+
             def _send(self, obj: dict) -> None:
                 data = json.dumps(obj).encode()
                 self.send_response(200)
@@ -185,6 +214,8 @@ class AnswerServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                if server.on_request:
+                    server.on_request(dict(self.headers))
                 self._send({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
             def do_POST(self) -> None:
@@ -194,7 +225,9 @@ class AnswerServer:
                     server.on_request(dict(self.headers))
                 usage = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
                 base = {"id": f"r{server.requests}", "model": MODEL, "created": 0, "usage": usage}
-                if self.path.endswith("/chat/completions"):
+                if body.get("stream"):
+                    self._stream(body)
+                elif self.path.endswith("/chat/completions"):
                     message = server.chat(body)
                     choice = {"index": 0, "message": message, "finish_reason": "stop"}
                     self._send(base | {"object": "chat.completion", "choices": [choice]})

@@ -9,10 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from answer_server import MODEL, AnswerServer, load_bfcl_cases
+from answer_server import MODEL, AnswerServer, bfcl_data_dir, load_bfcl_cases
 
 from servelab.recipes.workload import WlBfcl
 from servelab.run import bfcl
@@ -36,13 +35,7 @@ CASE_IDS = {f"{c}_{i}" for c in SINGLE for i in range(2)} | {f"{leaf}_0" for lea
 
 @pytest.fixture(scope="module")
 def cases():
-    found = subprocess.run(
-        [str(PYTHON), "-c", "import importlib.util as u; print(u.find_spec('bfcl_eval').origin)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return load_bfcl_cases(Path(found.stdout.strip()).parent / "data", CASE_IDS)
+    return load_bfcl_cases(bfcl_data_dir(PYTHON), CASE_IDS)
 
 
 @needs_bfcl

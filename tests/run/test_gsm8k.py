@@ -156,5 +156,5 @@ def test_a_task_lm_eval_does_not_have_is_bad_input(tmp_path):
             pass
 
     with pytest.raises(ServelabError, match="'gsm9k' is not an lm-eval task") as e:
-        gsm8k._task_spec(WlTask(name="gsm9k"), None, tmp_path, tmp_path, NoTasks)
+        gsm8k._task_index(WlTask(name="gsm9k"), tmp_path, NoTasks)
     assert e.value.field == "task"

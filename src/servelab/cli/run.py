@@ -60,6 +60,12 @@ def run(
     gsm8k_path: Path | None = typer.Option(
         None, "--gsm8k-path", help="A local GSM8K file instead of the hub's.", rich_help_panel=_STAGES
     ),
+    bfcl_python: Path | None = typer.Option(
+        None,
+        "--bfcl-python",
+        help="The BFCL environment's python (default: $SERVELAB_BFCL_PYTHON, ./.venv-bfcl, ...).",
+        rich_help_panel=_STAGES,
+    ),
     base_url: str | None = typer.Option(
         None,
         "--base-url",
@@ -136,6 +142,7 @@ def run(
         hf_cache=hf_cache,
         server_timeout_s=server_timeout,
         gsm8k_path=gsm8k_path,
+        bfcl_python=bfcl_python,
         resume=resume,
         baseline=baseline,
     )
@@ -182,7 +189,12 @@ _SHOWN = {
     "dataset_name", "random_input_len", "random_output_len", "num_prompts", "max_concurrency", "num_warmups",
     "ignore_eos",
 }  # fmt: skip
-_KEY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput")
+# what the summary shows of each stage (--json and `servelab results show` have every metric)
+_KEY_METRICS = {
+    "bench": ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput"),
+    "gsm8k": ("exact_match", "exact_match_flexible", "num_questions"),
+    "bfcl": ("overall.accuracy", "overall.inference_errors"),
+}
 
 
 def _print_result(result) -> None:
@@ -192,7 +204,8 @@ def _print_result(result) -> None:
         by_key.setdefault((r.stage, r.config), []).append(r)
     for (stage, config), members in by_key.items():
         metrics = result.metrics.get(stage, {}).get(config, {})
-        names = [m for m in _KEY_METRICS if m in metrics] if stage == "bench" else sorted(metrics)[:4]
+        keys = _KEY_METRICS.get(stage)
+        names = [m for m in keys if m in metrics] if keys else sorted(metrics)[:4]
         shown = ", ".join(f"{m} {metrics[m]['median']:.4g}" for m in names)
         ci = _ci(names[0], metrics[names[0]]) if names else ""
         status = ", ".join(sorted({m.status for m in members}))
@@ -231,7 +244,9 @@ def _print_result(result) -> None:
 
 
 def _ci(name: str, m: dict) -> str:
-    """The first metric's confidence interval, as the table shows it."""
+    """The first metric's confidence interval, as the table shows it (none for a stage run once)."""
+    if m["n"] == 1:
+        return ""
     if m.get("ci_level") is None:
-        return f"{name}: {m.get('ci') or 'one run'}"
+        return f"{name}: {m['ci']}"
     return f"{name}: [{m['ci_low']:.4g}, {m['ci_high']:.4g}] at {m['ci_level']:.1%}"

@@ -2,9 +2,9 @@
 
 bfcl-eval pins numpy==1.26.4 and some 30 exact versions, so it lives in its own environment
 (scripts/setup_bfcl.sh) and runs as a command there: servelab.run.bfcl_driver, executed by that environment's
-python. The python is, in this order: the `python` argument, $SERVELAB_BFCL_PYTHON,
-$SERVELAB_BFCL_VENV/bin/python, ./.venv-bfcl/bin/python (the setup script's default), or the python of a
-`bfcl` command on PATH.
+python. The python is the `python` argument (`servelab run --bfcl-python`) when given, else the first of
+$SERVELAB_BFCL_PYTHON, $SERVELAB_BFCL_VENV/bin/python, ./.venv-bfcl/bin/python (the setup script's default),
+or the python of a `bfcl` command on PATH.
 
 The model is registered as a function-calling model reached through chat completions with tools, the
 workload's categories are generated and evaluated (max_test_cases: the first N cases of a category in
@@ -27,8 +27,10 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
+from servelab.errors import ServelabError
 from servelab.recipes.workload import WlBfcl
 from servelab.run.stage import StageFailed, StageOutput, Target
 
@@ -37,7 +39,8 @@ VENV_ENV = "SERVELAB_BFCL_VENV"
 DEFAULT_VENV = Path(".venv-bfcl")
 DRIVER = Path(__file__).with_name("bfcl_driver.py")
 SETUP_HINT = (
-    f"create it with scripts/setup_bfcl.sh (default ./.venv-bfcl), or point {PYTHON_ENV} at its python"
+    "create it with scripts/setup_bfcl.sh (default ./.venv-bfcl), or name its python with --bfcl-python "
+    f"or {PYTHON_ENV}"
 )
 LOG_FILE = "bfcl.log"
 SCORES_FILE = "bfcl_scores.json"
@@ -52,20 +55,35 @@ def _shebang_python(script: str) -> Path | None:
     return Path(first[2:].split()[0]) if first.startswith("#!") and first[2:].strip() else None
 
 
-def bfcl_python(python: Path | None = None) -> Path | None:
-    """The python of the BFCL environment, or None when there is none."""
+def _found_pythons() -> list[Path | None]:
     venv = os.environ.get(VENV_ENV)
-    candidates = [
-        python,
+    return [
         Path(p) if (p := os.environ.get(PYTHON_ENV)) else None,
         Path(venv) / "bin" / "python" if venv else None,
         DEFAULT_VENV / "bin" / "python",
         _shebang_python(script) if (script := shutil.which("bfcl")) else None,
     ]
+
+
+def bfcl_python(python: Path | None = None) -> Path | None:
+    """The python of the BFCL environment, or None when there is none (or `python`, given, is not one)."""
+    candidates = [python] if python is not None else _found_pythons()
     for candidate in candidates:
         if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate.absolute()
     return None
+
+
+def require_bfcl_python(python: Path | None = None) -> Path:
+    """The BFCL environment's python, checked before a run starts its server: without one, bad input."""
+    interpreter = bfcl_python(python)
+    if interpreter is None:
+        if python is not None:
+            raise ServelabError(f"{python} is not an executable python", field="bfcl_python")
+        raise ServelabError(
+            f"the bfcl stage needs a BFCL environment: {SETUP_HINT}; or leave the stage out with --stages"
+        )
+    return interpreter
 
 
 def _last_line(log: Path) -> str:
@@ -73,7 +91,7 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def metrics_from_scores(categories: list[str], result: dict) -> tuple[dict[str, float], dict[str, str]]:
+def metrics_from_scores(categories: Sequence[str], result: dict) -> tuple[dict[str, float], dict[str, str]]:
     """servelab's metrics from the driver's {"leaves": {category: [leaf]}, "scores": {leaf: {...}}}."""
     scores, metrics = result["scores"], {}
     for category in categories:

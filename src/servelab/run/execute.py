@@ -29,7 +29,7 @@ from servelab.run.assertions import Judged, judge
 from servelab.run.plan import RunPlan
 from servelab.run.server import container_name, docker_argv, hf_cache_dir, serve
 from servelab.run.stage import StageFailed, StageOutput, Target
-from servelab.run.stages import StageRegistry, default_registry
+from servelab.run.stages import StageRegistry, default_registry, preflight
 from servelab.run.stats import summarize
 from servelab.runner.server import ServerProcess, ServerStartError
 
@@ -47,6 +47,7 @@ class RunOptions:
     hf_cache: Path | None = None
     server_timeout_s: float = 3600.0
     gsm8k_path: Path | None = None
+    bfcl_python: Path | None = None  # the BFCL environment's python (default: servelab.run.bfcl finds one)
     resume: str | None = None  # run id (or unique prefix) to continue
     baseline: str | None = None  # run id (or unique prefix) regression assertions compare with
 
@@ -214,7 +215,7 @@ class _Runner:
             except StageFailed as e:
                 row.status, row.detail = "error", str(e)
                 output = getattr(e, "output", None)
-            except ServelabError as e:  # bad input only the stage could see (an unknown lm-eval task)
+            except ServelabError as e:  # bad input the preflight could not see (a file gone since)
                 row.status, row.detail, output = "error", str(e), None
             except KeyboardInterrupt as e:
                 row.status, row.detail = "error", "interrupted"
@@ -301,8 +302,13 @@ def execute(
     registry: StageRegistry | None = None,
     log: IO[str] | None = None,
 ) -> RunResult:
+    """Run the plan and record it. With the real stages (no `registry` given), what they need is checked
+    first: a ServelabError then, before any run is recorded or server started."""
     opts = opts or RunOptions()
-    r = _Runner(plan, store, opts, registry or default_registry(), log or sys.stderr)
+    if registry is None:
+        preflight(plan, opts.bfcl_python, opts.gsm8k_path)
+        registry = default_registry(opts.bfcl_python)
+    r = _Runner(plan, store, opts, registry, log or sys.stderr)
     baseline = None
     if opts.baseline:
         baseline = stage_values(store, store.get_run(opts.baseline).id)

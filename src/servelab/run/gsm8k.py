@@ -101,8 +101,9 @@ def metrics_from_results(task_results: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def _task_spec(task: WlTask, dataset_path: Path | None, out_dir: Path, tasks_dir: Path, task_manager):
-    """(what lm-eval's simple_evaluate gets as the task, the TaskManager that resolves it)."""
+def _task_index(task: WlTask, tasks_dir: Path, task_manager):
+    """(lm-eval's TaskManager that knows the task, the task's index entry); ServelabError when lm-eval has no
+    task file of that name."""
     # lm-eval keeps each task family in a folder of its name (tasks/gsm8k/gsm8k.yaml); indexing that folder
     # takes a second or two, indexing every task lm-eval has some 20 s on a small machine
     family = tasks_dir / task.name
@@ -112,9 +113,23 @@ def _task_spec(task: WlTask, dataset_path: Path | None, out_dir: Path, tasks_dir
     entry = manager.task_index.get(task.name)
     if entry is None or entry.yaml_path is None:
         raise ServelabError(f"{task.name!r} is not an lm-eval task with a task file", field="task")
-    if dataset_path is None:
-        return task.name, manager
-    return str(local_task_config(task, dataset_path, entry.yaml_path, out_dir)), manager
+    return manager, entry
+
+
+def check_tasks(tasks: list[WlTask], source: str) -> None:
+    """What a run checks before it starts the server: lm-eval is installed and has every task of the
+    workload (bad input otherwise, rather than a stage error once the server has taken its time to start)."""
+    try:
+        import lm_eval.tasks  # noqa: PLC0415 (the optional `evals` extra)
+    except ImportError:
+        raise ServelabError(
+            f"the gsm8k stage needs lm-eval: {INSTALL_HINT}; or leave the stage out with --stages"
+        ) from None
+    for i, task in enumerate(tasks):
+        try:
+            _task_index(task, Path(lm_eval.tasks.__file__).parent, lm_eval.tasks.TaskManager)
+        except ServelabError as e:
+            raise ServelabError(f"{source}: lm_eval.tasks[{i}]: {e.message}") from None
 
 
 def _save(results: dict, task_name: str, out_dir: Path, default) -> list[Path]:
@@ -144,8 +159,10 @@ def run_gsm8k(
     except ImportError:
         raise StageFailed(f"gsm8k: lm-eval is not installed; {INSTALL_HINT}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
-    tasks_dir = Path(lm_eval.tasks.__file__).parent
-    spec, manager = _task_spec(task, dataset_path, out_dir, tasks_dir, lm_eval.tasks.TaskManager)
+    manager, entry = _task_index(task, Path(lm_eval.tasks.__file__).parent, lm_eval.tasks.TaskManager)
+    spec = task.name
+    if dataset_path is not None:
+        spec = str(local_task_config(task, dataset_path, entry.yaml_path, out_dir))
     try:
         with _api_key(target.api_key):
             results = lm_eval.simple_evaluate(

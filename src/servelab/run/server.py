@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from servelab.bench.payload import api_key_from_env, auth_headers
 from servelab.bench.runner import fetch_model_id
 from servelab.errors import ServelabError
 from servelab.recipes.workload import ROCM_GPUS
@@ -98,14 +99,16 @@ def serve(
     on_start=None,
 ) -> Iterator[tuple[Target, ServerProcess | None]]:
     """The target to test and the process serving it (None when attached). Starting raises
-    runner.server.ServerStartError with the log's last lines; the server is gone on every way out."""
+    runner.server.ServerStartError with the log's last lines; the server is gone on every way out. The API
+    key every stage sends is the caller's OPENAI_API_KEY, as `servelab bench` sends it."""
+    api_key = api_key_from_env()
     if base_url:
         url = base_url.rstrip("/")
         try:
-            name = model or fetch_model_id(url, ())
+            name = model or fetch_model_id(url, auth_headers(api_key, None, {}))
         except ServelabError as e:
             raise ServerStartError(f"{url}: not answering as an OpenAI-compatible server ({e})") from None
-        yield Target(url, name, tokenizer=tokenizer), None
+        yield Target(url, name, api_key=api_key, tokenizer=tokenizer), None
         return
     for rel, content in plan.files.items():
         path = run_dir / rel
@@ -134,7 +137,7 @@ def serve(
         on_start(server)
     server.start()  # on failure it has stopped the server before it raises
     try:
-        yield Target(plan.url, model or plan.model, tokenizer=tokenizer), server
+        yield Target(plan.url, model or plan.model, api_key=api_key, tokenizer=tokenizer), server
     finally:
         with signals_blocked():  # a second Ctrl-C must not cut the teardown short; it is delivered after
             server.stop()

@@ -4,6 +4,8 @@
     gsm8k(target, task, defaults, out_dir, dataset_path)     one lm_eval task (servelab.run.gsm8k)
     bfcl(target, spec, out_dir)                              the workload's BFCL (servelab.run.bfcl)
 
+and `preflight` checks, before the server starts, that the eval stages can run (lm-eval and its tasks, the
+BFCL environment).
 each returning a StageOutput. The bench stage is `servelab bench` in-process; its result file is vllm bench
 serve's JSON. A point with failed or unsent requests raises `BenchIncomplete` (a StageFailed carrying what
 was measured); Ctrl-C or SIGTERM during the load raises `BenchInterrupted` (a KeyboardInterrupt carrying it),
@@ -13,15 +15,16 @@ so the run can keep it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.runner import run_point
 from servelab.errors import ServelabError
 from servelab.results.importers import vllm_entry
-from servelab.run.bfcl import run_bfcl
-from servelab.run.gsm8k import run_gsm8k
-from servelab.run.plan import BenchPoint
+from servelab.run.bfcl import require_bfcl_python, run_bfcl
+from servelab.run.gsm8k import check_tasks, run_gsm8k
+from servelab.run.plan import BenchPoint, RunPlan
 from servelab.run.stage import StageFailed, StageOutput, Target
 
 StageRegistry = dict[str, Callable[..., StageOutput]]
@@ -78,5 +81,16 @@ def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path)
     return output
 
 
-def default_registry() -> StageRegistry:
-    return {"bench": run_bench, "gsm8k": run_gsm8k, "bfcl": run_bfcl}
+def default_registry(bfcl_python: Path | None = None) -> StageRegistry:
+    return {"bench": run_bench, "gsm8k": run_gsm8k, "bfcl": partial(run_bfcl, python=bfcl_python)}
+
+
+def preflight(plan: RunPlan, bfcl_python: Path | None = None, gsm8k_path: Path | None = None) -> None:
+    """Before the server starts: the eval stages' tools and files are there and lm-eval knows every task.
+    A ServelabError (bad input) now saves starting a server that a stage could not use."""
+    if "gsm8k" in plan.stages:
+        if gsm8k_path is not None and not gsm8k_path.is_file():
+            raise ServelabError(f"{gsm8k_path}: no such file (a GSM8K JSONL file)", field="gsm8k_path")
+        check_tasks(plan.lm_tasks, plan.source)
+    if "bfcl" in plan.stages and plan.bfcl:
+        require_bfcl_python(bfcl_python)
