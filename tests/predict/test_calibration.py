@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from servelab.calibrate.crossval import leave_one_model_out
+from servelab.calibrate.crossval import leave_one_family_out
 from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
 from servelab.calibrate.price import Pricer, defaults
 from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
@@ -132,7 +132,7 @@ def test_fit_recovers_the_generating_parameters():
     assert math.isclose(fitted["step_overhead_us"], truth["step_overhead_us"], rel_tol=0.1)
 
 
-def test_leave_one_model_out_predicts_each_family_unseen():
+def test_leave_one_family_out_predicts_each_family_unseen():
     truth = {
         "step_overhead_us": 2000.0,
         "per_seq_overhead_us": 10.0,
@@ -140,7 +140,7 @@ def test_leave_one_model_out_predicts_each_family_unseen():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    cv = leave_one_model_out(cases, defaults(), price, iters=60)
+    cv = leave_one_family_out(cases, defaults(), price, iters=60)
     assert set(cv["by_family"]) == {"vllm/llama-3.1-70b", "vllm/llama-3.1-8b"}
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
