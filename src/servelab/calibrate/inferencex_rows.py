@@ -4,7 +4,8 @@ The format is InferenceX's utils/process_result.py output (`agg_<RESULT_FILENAME
 benchmark point with the deployment (`hw` = runner type, `model` = the checkpoint the client asked for,
 `framework`, `precision`, `tp`, `ep`, `dp_attention`, `pp`, `dcp_size`, `spec_decoding`, `is_multinode`,
 `disagg`), the load (`isl`, `osl`, `conc`) and every `*_ms` field of the benchmark result in seconds with
-`_ms` dropped (`median_ttft`, `median_tpot`). utils/collect_results.py gathers them into one JSON list
+`_ms` dropped (`median_ttft`, `median_tpot` from InferenceX's benchmark_serving.py; `ttft_p50`, `tpot_p50`
+from clients that name percentiles so). utils/collect_results.py gathers them into one JSON list
 (`agg_bmk.json`); both shapes are read, and a directory is searched for `*.json` files.
 """
 
@@ -18,6 +19,12 @@ from servelab.errors import ServelabError
 from servelab.specs import Parallel, load_model
 
 FIELD = "from_inferencex"
+# A row names its checkpoint in `model`; one that carries only the model prefix is read with the checkpoint
+# InferenceX's master configs (.github/configs/*-master.yaml) serve for that prefix and precision
+PREFIX_CHECKPOINTS = {
+    ("dsr1", "fp8"): "deepseek-ai/DeepSeek-R1-0528",
+    ("dsv4", "fp4"): "deepseek-ai/DeepSeek-V4-Pro",
+}
 
 
 def result_files(path: Path) -> list[Path]:
@@ -53,6 +60,13 @@ def _int(item: dict, key: str, default: int | None = None) -> int:
     return int(value)
 
 
+def _median(item: dict, metric: str) -> float:
+    for key in (f"median_{metric}", f"{metric}_p50"):
+        if isinstance(item.get(key), int | float):
+            return float(item[key])
+    raise ValueError(f"no median_{metric} or {metric}_p50")
+
+
 def to_case(item: dict, row_id: str, source: str) -> Case:
     """One InferenceX result row as a Case, or ValueError saying why it cannot be fitted."""
     if not {"hw", "framework", "conc"} <= item.keys():
@@ -66,7 +80,8 @@ def to_case(item: dict, row_id: str, source: str) -> Case:
         raise ValueError("decode or prefill context parallelism (servelab has no such split)")
     system = system_of_gpu(str(item["hw"]))
     engine = engine_of_framework(str(item["framework"]))
-    checkpoint = str(item.get("model") or "")
+    prefix = (str(item.get("infmax_model_prefix")), str(item.get("precision")))
+    checkpoint = str(item.get("model") or PREFIX_CHECKPOINTS.get(prefix, ""))
     try:
         model = load_model(checkpoint)
     except ServelabError:
@@ -78,8 +93,7 @@ def to_case(item: dict, row_id: str, source: str) -> Case:
         dp_attn=_true(item.get("dp_attention")),
         pp=_int(item, "pp", 1),
     )
-    if "median_ttft" not in item or "median_tpot" not in item:
-        raise ValueError("no median_ttft / median_tpot")
+    ttft, tpot = _median(item, "ttft"), _median(item, "tpot")
     return Case(
         row_id=row_id,
         family=family_of(model.name),
@@ -90,8 +104,8 @@ def to_case(item: dict, row_id: str, source: str) -> Case:
         concurrency=_int(item, "conc"),
         isl=_int(item, "isl"),
         osl=_int(item, "osl"),
-        ttft_ms=float(item["median_ttft"]) * 1000.0,  # process_result.py writes seconds
-        tpot_ms=float(item["median_tpot"]) * 1000.0,
+        ttft_ms=ttft * 1000.0,  # process_result.py writes seconds
+        tpot_ms=tpot * 1000.0,
         source=source,
         system=system,
     )

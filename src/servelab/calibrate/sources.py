@@ -131,7 +131,7 @@ def gather(sources: Sources, system: str) -> Gathered:
             out.skipped[reason] = out.skipped.get(reason, 0) + n
         for case in cases:
             if _same(case) in seen:
-                why = "the same measurement in another source"
+                why = "duplicate of another row (same deployment, load and measured values)"
                 out.skipped[why] = out.skipped.get(why, 0) + 1
                 continue
             seen.add(_same(case))
