@@ -5,7 +5,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import StoreDirOpt, field_option
+from servelab.cli._common import CalibrationOpt, StoreDirOpt, field_option, print_json
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import DEFAULT_LAUNCHER, emit
@@ -48,6 +48,10 @@ def sweep(
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
     directory: Path = StoreDirOpt,
+    predict: bool = typer.Option(
+        False, "--predict", help="json: add each job's simulated twin as `predicted`."
+    ),
+    calibration: Path = CalibrationOpt,
 ) -> None:
     """Expand recipes into jobs (one per concurrency), each with a fingerprint of what it runs."""
     from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
@@ -81,7 +85,15 @@ def sweep(
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
-    jobs = expand(open_store(directory), keys or [], filters)
+    store = open_store(directory)
+    jobs = expand(store, keys or [], filters)
     if not jobs:
         raise ServelabError("no jobs match these keys and filters")
+    if predict:
+        from servelab.recipes.predict_jobs import predict_jobs  # noqa: PLC0415  # start-up time
+
+        if fmt != "json" or out is not None:
+            raise ServelabError("--predict: prints the jobs as JSON on stdout (no --format or --out)")
+        print_json(predict_jobs(store, jobs, calibration))
+        return
     typer.echo(emit(jobs, fmt, out, launcher), nl=False)
