@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import inferencex_rows
-from servelab.calibrate.deployment import (
+from servelab.predict.deployment import (
     engine_of_argv,
     model_of_argv,
     parallel_of_argv,

@@ -12,7 +12,7 @@ from clients that name percentiles so). utils/collect_results.py gathers them in
 import json
 from pathlib import Path
 
-from servelab.calibrate.deployment import engine_of_framework, system_of_gpu
+from servelab.predict.deployment import engine_of_framework, system_of_gpu
 from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
 from servelab.errors import ServelabError

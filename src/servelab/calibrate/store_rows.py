@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from servelab.calibrate import inferencex_rows
-from servelab.calibrate.deployment import (
+from servelab.predict.deployment import (
     engine_of_argv,
     model_of_argv,
     parallel_of_argv,

@@ -7,6 +7,12 @@ flags that shape scheduling (token budget, running-sequence limit, KV-cache dtyp
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.predict.deployment import (
+    argv_flags,
+    engine_of_framework,
+    engine_settings_of_argv,
+    kv_dtype_of_argv,
+)
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.recipes.sweep import Job
 from servelab.specs import Parallel, load_model, load_system
@@ -14,41 +20,11 @@ from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 PERCENTILE_METRICS = ["ttft", "tpot", "itl", "e2el"]
 PERCENTILES = [50.0, 90.0, 99.0]
-ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm", "trtllm": "trtllm"}
-# launch flags (vLLM, SGLang, TensorRT-LLM spellings) -> the twin's engine settings
-BUDGET = ("max-num-batched-tokens", "chunked-prefill-size", "max-num-tokens")
-SEQS = ("max-num-seqs", "max-running-requests", "max-batch-size")
-MEMORY = ("gpu-memory-utilization", "mem-fraction-static", "free-gpu-memory-fraction")
-
-
-def _flags(argv: list[str]) -> dict[str, str]:
-    """`--name value` / `--name=value` / bare `--switch` ("true"), names with `_` read as `-`."""
-    out: dict[str, str] = {}
-    for i, arg in enumerate(argv):
-        if arg.startswith("--"):
-            key, eq, value = arg[2:].partition("=")
-            if not eq:
-                nxt = argv[i + 1] if i + 1 < len(argv) else "-"
-                value = "true" if nxt.startswith("-") else nxt
-            out[key.replace("_", "-")] = value
-    return out
-
-
-def _first(flags: dict[str, str], names: tuple[str, ...], kind: type) -> object:
-    for name in names:
-        if name in flags:
-            try:
-                return kind(flags[name])
-            except ValueError:
-                raise ServelabError(
-                    f"launch flag --{name} {flags[name]!r} is not a {kind.__name__}"
-                ) from None
-    return None
 
 
 def bench_stream(client: list[str]) -> BenchStream:
     """The request stream of a job's `servelab bench` command (bench's defaults where a flag is absent)."""
-    f = _flags(client)
+    f = argv_flags(client)
     if f.get("dataset-name", "random") != "random":
         raise ServelabError(f"dataset {f['dataset-name']} is not simulated (the twin replays random)")
     conc = f.get("max-concurrency")
@@ -77,20 +53,15 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
             raise ServelabError(
                 f"speculative decoding {row['spec-decoding']} is not simulated (acceptance unknown)"
             )
-        engine = ENGINES.get(row["framework"])
-        if engine is None:
-            raise ServelabError(f"framework {row['framework']} has no twin (vllm, sglang, trt)")
-        launch = _flags(job.launch.argv)
-        kv = launch.get("kv-cache-dtype", "auto")
-        model = load_model(row["model"], kv_dtype="fp8" if kv.startswith("fp8") else None)
+        argv = job.launch.argv
+        try:
+            engine = engine_of_framework(row["framework"])
+            settings = EngineSettings(engine=engine, **engine_settings_of_argv(argv))
+        except ValueError as e:
+            raise ServelabError(str(e)) from None
+        model = load_model(row["model"], kv_dtype=kv_dtype_of_argv(argv))
         system = load_system(store.registry.node_kind(row["runner"]).system)
         parallel = Parallel(tp=row["tp"], ep=row["ep"], dp_attn=row["dp-attn"], pp=row["pp"]).validate(model)
-        settings = EngineSettings(
-            engine=engine,
-            max_num_batched_tokens=_first(launch, BUDGET, int),
-            max_num_seqs=_first(launch, SEQS, int),
-            gpu_memory_utilization=_first(launch, MEMORY, float) or 0.9,
-        )
         twin = simulate_benchmark(
             model,
             system,

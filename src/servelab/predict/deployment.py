@@ -1,6 +1,7 @@
-"""What deployment a measured row ran on, read from what a run records about itself: the GPU's name (an
-nvidia-smi name or an InferenceX runner type) as a servelab system, the engine's name, and the engine's
-command line as the model and the parallel split."""
+"""A deployment read from what a run records about itself: the GPU's name (an nvidia-smi name or an
+InferenceX runner type) as a servelab system, an engine's name, and the engine's command line as the model,
+the parallel split and the settings that shape scheduling. The calibration's store rows, `sweep --predict` and
+`results compare --twin` all read deployments so."""
 
 import re
 
@@ -32,11 +33,11 @@ def system_of_gpu(text: str | None) -> str:
 def engine_of_framework(framework: str) -> str:
     engine = FRAMEWORKS.get(framework.strip().lower())
     if engine is None:
-        raise ValueError(f"framework {framework} (aggregated vllm, sglang, trt rows are fitted)")
+        raise ValueError(f"framework {framework} has no servelab engine (vllm, sglang, trt)")
     return engine
 
 
-def _flags(argv: list[str]) -> dict[str, str]:
+def argv_flags(argv: list[str]) -> dict[str, str]:
     """`--name value`, `--name=value` and bare `--switch` (value "true") of a command line."""
     out: dict[str, str] = {}
     for i, arg in enumerate(argv):
@@ -82,7 +83,7 @@ def engine_of_argv(argv: list[str]) -> str:
 
 
 def model_of_argv(argv: list[str], engine: str) -> str:
-    flags = _flags(argv)
+    flags = argv_flags(argv)
     if engine == "sglang":
         model = flags.get("model-path") or flags.get("model")
     else:
@@ -98,7 +99,7 @@ def parallel_of_argv(argv: list[str], engine: str, is_moe: bool) -> Parallel:
     vLLM: --tensor-parallel-size x --data-parallel-size GPUs; data parallel with --enable-expert-parallel is
     attention DP with the experts spread over all of them. SGLang: --tp-size GPUs, --enable-dp-attention,
     --ep-size. trtllm-serve: --tp_size, --ep_size (attention DP lives in its config file, not read here)."""
-    flags = _flags(argv)
+    flags = argv_flags(argv)
     if engine == "vllm":
         tp = _int(flags, "tensor-parallel-size", "tp")
         dp = _int(flags, "data-parallel-size", "dp")
@@ -115,3 +116,35 @@ def parallel_of_argv(argv: list[str], engine: str, is_moe: bool) -> Parallel:
         return Parallel(tp=tp, ep=ep, dp_attn=flags.get("enable-dp-attention") == "true", pp=pp)
     tp = _int(flags, "tp-size")
     return Parallel(tp=tp, ep=_int(flags, "ep-size") if is_moe else 1, pp=_int(flags, "pp-size"))
+
+
+# launch flags (vLLM, SGLang, TensorRT-LLM spellings) -> the twin's engine settings
+BUDGET_FLAGS = ("max-num-batched-tokens", "chunked-prefill-size", "max-num-tokens")
+SEQS_FLAGS = ("max-num-seqs", "max-running-requests", "max-batch-size")
+MEMORY_FLAGS = ("gpu-memory-utilization", "mem-fraction-static", "free-gpu-memory-fraction")
+
+
+def _first(flags: dict[str, str], names: tuple[str, ...], kind: type) -> object:
+    for name in names:
+        if name in flags:
+            try:
+                return kind(flags[name])
+            except ValueError:
+                raise ValueError(f"--{name} {flags[name]} is not a {kind.__name__}") from None
+    return None
+
+
+def engine_settings_of_argv(argv: list[str]) -> dict:
+    """The scheduling settings a server command sets (None where it keeps the engine's default), as
+    predict.twin.EngineSettings fields."""
+    flags = argv_flags(argv)
+    return {
+        "max_num_batched_tokens": _first(flags, BUDGET_FLAGS, int),
+        "max_num_seqs": _first(flags, SEQS_FLAGS, int),
+        "gpu_memory_utilization": _first(flags, MEMORY_FLAGS, float) or 0.9,
+    }
+
+
+def kv_dtype_of_argv(argv: list[str]) -> str | None:
+    """fp8 when the command stores the KV cache in an FP8 format; None keeps the checkpoint's."""
+    return "fp8" if argv_flags(argv).get("kv-cache-dtype", "auto").startswith("fp8") else None
