@@ -5,23 +5,25 @@ fitted on store rows recovers the parameters that made them."""
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from servelab.calibrate import inferencex_rows
-from servelab.predict.deployment import (
-    engine_of_argv,
-    model_of_argv,
-    parallel_of_argv,
-    system_of_gpu,
-)
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.families import family_of
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.rows import Case
 from servelab.calibrate.sources import Sources, gather
 from servelab.errors import ServelabError
+from servelab.predict.deployment import (
+    engine_of_argv,
+    model_of_argv,
+    parallel_of_argv,
+    system_of_gpu,
+)
 from servelab.predict.engines import engine_profile
 from servelab.results.importers import import_files
 from servelab.results.provenance import Provenance
@@ -234,3 +236,27 @@ def test_calibration_from_store_recovers_the_parameters(tmp_path):
     profile = engine_profile("vllm", calibration=out)
     assert profile.step_overhead_us == pytest.approx(fitted["step_overhead_us"])
     assert "cal.json" in profile.source and "results store" in profile.source
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_calibrate_cli_json_and_out(tmp_path):
+    synthetic_store(tmp_path / "results.db")
+    out = tmp_path / "cal.json"
+    args = ("calibrate", "engines", "--from-store", str(tmp_path / "results.db"), "--mode", "static")
+    r = cli(*args, "--iters", "40", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # stdout is the document alone; progress went to stderr
+    assert doc["calibration_format"] == 2 and "fitted vllm on 16 rows" in r.stderr
+    assert json.loads(out.read_text())["provenance"]["command"].endswith("--json")
+    assert "--from-store" in doc["provenance"]["command"]
+
+
+def test_calibrate_cli_without_usable_rows_is_one_line():
+    r = cli("calibrate", "engines", "--from-inferencex", str(SAMPLE), "--dry-run")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "no usable h200_sxm rows" in r.stderr and "mi300x" in r.stderr

@@ -12,10 +12,10 @@ from clients that name percentiles so). utils/collect_results.py gathers them in
 import json
 from pathlib import Path
 
-from servelab.predict.deployment import engine_of_framework, system_of_gpu
 from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
 from servelab.errors import ServelabError
+from servelab.predict.deployment import engine_of_framework, system_of_gpu
 from servelab.specs import Parallel, load_model
 
 FIELD = "from_inferencex"

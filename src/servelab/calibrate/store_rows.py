@@ -17,15 +17,15 @@ import re
 from pathlib import Path
 
 from servelab.calibrate import inferencex_rows
+from servelab.calibrate.families import family_of
+from servelab.calibrate.rows import Case
+from servelab.errors import ServelabError
 from servelab.predict.deployment import (
     engine_of_argv,
     model_of_argv,
     parallel_of_argv,
     system_of_gpu,
 )
-from servelab.calibrate.families import family_of
-from servelab.calibrate.rows import Case
-from servelab.errors import ServelabError
 from servelab.results.store import Metric, Run, Store
 from servelab.specs import load_model
 
