@@ -74,8 +74,8 @@ def engine_entries(
 def verdicts(
     engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict
 ) -> dict[str, dict]:
-    """An engine's fit is kept only when it predicts unseen models better than the defaults do (sum of the
-    median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
+    """An engine's fit is kept only when it predicts unseen model families better than the defaults do (sum
+    of the median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
     out = {}
     for e in engines:
         idx = [i for i, c in enumerate(cases) if c.engine == e]

@@ -166,7 +166,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     }
     doc["verdicts"] = verdicts(list(fitted), cases, before, cv["rows"])
     for e, v in doc["verdicts"].items():
-        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen models"
+        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen model families"
         echo(
             f"  {e:7s} defaults {v['defaults_ttft_plus_tpot_median']:.1%} vs cross-validated fit "
             f"{v['cv_ttft_plus_tpot_median']:.1%} (TTFT + TPOT medians): {how}"
