@@ -220,9 +220,17 @@ def test_calibration_from_store_recovers_the_parameters(tmp_path):
     synthetic_store(tmp_path / "results.db")
     out = tmp_path / "cal.json"
     opts = EngineFitOptions(
-        sources=Sources(store=tmp_path / "results.db"), mode="static", iters=150, out=out, argv=("--x",)
+        sources=Sources(store=tmp_path / "results.db"),
+        mode="static",
+        iters=150,
+        out=out,
+        argv=("--x",),
+        aic=True,  # AIConfigurator has nothing to answer about store rows: said, not run
     )
-    doc = calibrate_engines(opts, echo=lambda line: None)
+    lines: list[str] = []
+    doc = calibrate_engines(opts, echo=lines.append)
+    assert any("nothing to ask AIConfigurator about" in line for line in lines)
+    assert doc["aiconfigurator_same_rows"] is None
     fitted = (doc["engines"] | doc["fitted_not_kept"])["vllm"]["params"]
     assert math.isclose(fitted["step_overhead_us"], TRUTH["step_overhead_us"], rel_tol=0.1)
     assert doc["verdicts"]["vllm"]["kept"]  # both families share the engine: the fit transfers

@@ -129,7 +129,9 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for name, (a, b) in table.items():
         echo(_row(name, a, b))
     comparison = None
-    if opts.aic:
+    if opts.aic and not got.silicon_rows:
+        echo("--aic: no silicon_sample.csv rows among the sources: nothing to ask AIConfigurator about")
+    elif opts.aic:
         comparison = _compare_with_aic(opts, got.silicon_rows, cases, cv, echo)
     else:
         echo(
