@@ -1,9 +1,10 @@
-"""How well the engine calibration predicts measured serving: fit each engine's overheads on AIConfigurator's
-measured H200 rows, cross-validate leaving one model out, and print the errors (defaults, fitted in sample,
-unseen models; with --aic, AIConfigurator's own error on the same rows). Writes nothing: updating the shipped
-calibration is `servelab calibrate engines`.
+"""How well the engine calibration predicts measured serving: fit each engine's overheads on measured H200
+rows (AIConfigurator's silicon_sample.csv by default; InferenceX result files and a results store as well,
+when named), cross-validate leaving one model family out, and print the errors (defaults, fitted in sample,
+unseen families; with --aic, AIConfigurator's own error on the same rows). Writes nothing but --summary:
+updating a calibration file is `servelab calibrate engines --out FILE`.
 
-    python accuracy/calibrate_engines.py --aic    # about 5 min on 2 cores; AIConfigurator's answers cached
+    python accuracy/calibrate_engines.py --aic    # about 5 min on 2 cores, AIConfigurator's answers cached
 """
 
 import argparse
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
+from servelab.calibrate.sources import Sources
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,13 +21,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aic", action="store_true", help="also run AIConfigurator on the same rows (cached)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows per engine (quick runs)")
     ap.add_argument("--csv", type=Path, help="a silicon_sample.csv instead of the pinned package's")
+    ap.add_argument("--from-store", type=Path, help="also the measured bench rows of this results store")
+    ap.add_argument("--from-inferencex", type=Path, action="append", default=[], help="InferenceX results")
     ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
     args = ap.parse_args(argv)
+    named = args.csv or args.from_store or args.from_inferencex
+    sources = Sources(
+        aic_sample=not args.csv and bool(named),
+        csv=args.csv,
+        store=args.from_store,
+        inferencex=tuple(args.from_inferencex),
+    )
     opts = EngineFitOptions(
         system=args.system,
+        sources=sources,
         aic=args.aic,
         limit=args.limit,
-        csv=args.csv,
         summary=args.summary,
         dry_run=True,
         program="python accuracy/calibrate_engines.py",

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from servelab.calibrate.crossval import leave_one_model_out
+from servelab.calibrate.crossval import leave_one_family_out
 from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
 from servelab.calibrate.price import Pricer, defaults
 from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
@@ -41,7 +41,7 @@ def row(**kw):
 
 def test_row_mapping():
     case = to_case(row())
-    assert case.family == "llama-3.1-70b"
+    assert case.family == "llama" and case.model_name == "llama-3.1-70b"
     assert case.model.precision.weights.value == "fp8"  # measured with FP8 quantization of a BF16 checkpoint
     assert case.parallel.tp == 4 and case.concurrency == 16 and (case.isl, case.osl) == (1024, 1024)
 
@@ -86,12 +86,13 @@ def test_soft_l1_is_quadratic_then_linear():
     assert large[1] - large[0] == pytest.approx(0.2, rel=0.05)  # slope = scale far out
 
 
-def synthetic_cases(truth, families=("llama-3.1-70b", "llama-3.1-8b")):
+def synthetic_cases(truth, families=("qwen3-32b", "llama-3.1-8b")):
     """Cases whose 'measurements' are servelab's own static predictions with known engine parameters."""
     system = load_system("h200_sxm")
     price = Pricer(system, "static")
     cases = []
     checkpoints = {
+        "qwen3-32b": "Qwen/Qwen3-32B",
         "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
         "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
     }
@@ -132,7 +133,7 @@ def test_fit_recovers_the_generating_parameters():
     assert math.isclose(fitted["step_overhead_us"], truth["step_overhead_us"], rel_tol=0.1)
 
 
-def test_leave_one_model_out_predicts_each_family_unseen():
+def test_leave_one_family_out_predicts_each_family_unseen():
     truth = {
         "step_overhead_us": 2000.0,
         "per_seq_overhead_us": 10.0,
@@ -140,8 +141,8 @@ def test_leave_one_model_out_predicts_each_family_unseen():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    cv = leave_one_model_out(cases, defaults(), price, iters=60)
-    assert set(cv["by_family"]) == {"vllm/llama-3.1-70b", "vllm/llama-3.1-8b"}
+    cv = leave_one_family_out(cases, defaults(), price, iters=60)
+    assert set(cv["by_family"]) == {"vllm/qwen", "vllm/llama"}
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
     assert np.median(cv["tpot"]) < 0.05

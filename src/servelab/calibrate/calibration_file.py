@@ -1,5 +1,7 @@
-"""The versioned calibration file (predict/data/calibrated.json): fitted engine parameters with their
-provenance, the errors they were judged by, and which engines' fits were kept."""
+"""The versioned calibration file (`calibration_format` 2; predict/data/calibrated.json is the shipped one):
+fitted engine parameters with their provenance (sources with hashes, servelab version and git sha, date,
+command, settings), the cross-validated errors they were judged by, and which engines' fits were kept.
+predict/engines.py reads it (`--calibration FILE`)."""
 
 import datetime as dt
 import hashlib
@@ -11,10 +13,12 @@ import numpy as np
 import servelab
 from servelab.calibrate.params import PARAMS
 from servelab.calibrate.rows import Case
+from servelab.results.provenance import git_sha
 
 PACKAGE = Path(servelab.__file__).resolve().parent
 CALIBRATED = PACKAGE / "predict" / "data" / "calibrated.json"
 LOSS = "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"
+FORMAT = 2  # 1: the first shipped file (a single `source`, no `calibration_format` key)
 
 
 def servelab_state() -> str:
@@ -61,6 +65,7 @@ def engine_entries(
             ),
             "rows": sum(c.engine == e for c in cases),
             "families": sorted({c.family for c in cases if c.engine == e}),
+            "models": sorted({c.model_name for c in cases if c.engine == e}),
         }
         for e, p in fitted.items()
     }
@@ -69,8 +74,8 @@ def engine_entries(
 def verdicts(
     engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict
 ) -> dict[str, dict]:
-    """An engine's fit is kept only when it predicts unseen models better than the defaults do (sum of the
-    median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
+    """An engine's fit is kept only when it predicts unseen model families better than the defaults do (sum
+    of the median TTFT and TPOT errors, cross-validated against the defaults on the same rows)."""
     out = {}
     for e in engines:
         idx = [i for i, c in enumerate(cases) if c.engine == e]
@@ -85,10 +90,25 @@ def verdicts(
     return out
 
 
-def provenance(
-    state: str, command: str, cases: int, system: str, package: str, version: str, mode: str
-) -> str:
+def provenance(command: str, sources: list[dict], settings: dict) -> dict:
+    """Who made the calibration, from what, and how."""
+    return {
+        "servelab_version": servelab.__version__,
+        "git_sha": git_sha(),
+        "servelab_state": servelab_state(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "sources": sources,
+        "settings": settings,
+    }
+
+
+def provenance_line(made: dict, rows: int) -> str:
+    """One line for figures priced with this calibration to cite."""
+    kinds = ", ".join(
+        f"{s['kind']} ({s['rows_used']} rows, sha256 {s['sha256'][:12]})" for s in made["sources"]
+    )
     return (
-        f"{state}; {command} fit on {cases} {system} aggregated rows of {package} {version} "
-        f"systems/silicon_sample.csv ({mode} mode), {dt.date.today().isoformat()}"
+        f"{made['servelab_state']}; {made['command']} fit on {rows} {made['settings']['system']} rows of "
+        f"{kinds}, {made['date'][:10]}"
     )

@@ -1,4 +1,5 @@
-"""Leave-one-model-out cross-validation: how well an engine's fit predicts a model family it never saw."""
+"""Leave-one-family-out cross-validation: how well an engine's fit predicts a model family it never saw
+(families: servelab.calibrate.families)."""
 
 import numpy as np
 
@@ -6,7 +7,7 @@ from servelab.calibrate.fit import Linearized, Price, errors_of, fit, summary
 from servelab.calibrate.rows import ENGINES, Case
 
 
-def leave_one_model_out(
+def leave_one_family_out(
     cases: list[Case],
     start: dict[str, dict[str, float]],
     price: Price,

@@ -1,12 +1,12 @@
 """The engine calibration end to end: fit each engine's overhead parameters (per step, per sequence, kernel
-gaps, eager launch cost) on measured end-to-end TTFT / TPOT, cross-validate leaving one model out, and write
-the fits that transfer to unseen models to predict/data/calibrated.json with their provenance.
+gaps, eager launch cost) on measured end-to-end TTFT / TPOT, cross-validate leaving one model family out, and
+write the fits that transfer to unseen families to a versioned calibration file with its provenance (by
+default predict/data/calibrated.json, the one servelab ships).
 
-The measurements are AIConfigurator's `systems/silicon_sample.csv` (see servelab.calibrate.aic); nothing of it
-is kept but the fitted numbers.
+The measurements come from servelab.calibrate.sources (AIConfigurator's silicon_sample.csv, InferenceX result
+files, the results store); nothing of them is kept but the fitted numbers and the errors.
 """
 
-import datetime as dt
 import json
 import time
 from collections.abc import Callable
@@ -16,13 +16,14 @@ from pathlib import Path
 from servelab.calibrate import aic
 from servelab.calibrate.calibration_file import (
     CALIBRATED,
+    FORMAT,
     LOSS,
     engine_entries,
     provenance,
-    servelab_state,
+    provenance_line,
     verdicts,
 )
-from servelab.calibrate.crossval import leave_one_model_out
+from servelab.calibrate.crossval import leave_one_family_out
 from servelab.calibrate.fit import errors_of, fit_engine, summary
 from servelab.calibrate.params import KERNEL_TERMS, TTFT_START
 from servelab.calibrate.price import (
@@ -33,7 +34,9 @@ from servelab.calibrate.price import (
     pick_mode,
     usable,
 )
-from servelab.calibrate.rows import ENGINES, Case, build_cases, read_rows
+from servelab.calibrate.rows import ENGINES, Case
+from servelab.calibrate.sources import Sources, gather
+from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.specs import load_system
 
@@ -47,7 +50,7 @@ class EngineFitOptions:
     system: str = "h200_sxm"
     mode: str = "auto"
     iters: int = 300  # Nelder-Mead iterations per fit (on the linearized predictor)
-    csv: Path | None = None  # a silicon_sample.csv to use instead of installing the package
+    sources: Sources = Sources()  # none named: AIConfigurator's pinned silicon_sample.csv
     limit: int = 0  # fit on at most this many rows per engine (quick runs)
     prompts_per_concurrency: int = PROMPTS_PER_CONCURRENCY
     length_spread: float = LENGTH_SPREAD
@@ -76,8 +79,7 @@ def _row(name: str, a: dict, b: dict) -> str:
 def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     """Fit, cross-validate, report through `echo`, write what was asked; returns the calibration document."""
     t0 = time.time()
-    path, version = (opts.csv, "local file") if opts.csv else aic.aic_csv()
-    rows = read_rows(path)
+    got = gather(opts.sources, opts.system)
     mode = pick_mode(opts.mode)
     system = load_system(opts.system)
     tables = perfdb_for(system, "torch") if opts.tables == "torch" else None
@@ -87,14 +89,21 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     if opts.kernel_terms:
         start = {e: {**p, **{n: 1.0 for n in KERNEL_TERMS}} for e, p in start.items()}
 
-    cases, skipped = build_cases(rows, opts.system)
+    cases, skipped = got.cases, got.skipped
+    if not cases:
+        raise ServelabError(
+            f"no usable {opts.system} rows in the sources ({got.rows_read} read; skipped: {skipped})",
+            field="system",
+        )
     cases = usable(cases, Pricer(system, mode, tables=tables), skipped)
     if opts.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
     price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
+    for src in got.sources:
+        echo(f"{src['kind']}: {src['path']}: {src['rows_read']} rows read, {src['rows_used']} usable")
     echo(
-        f"{len(rows)} rows in {path.name} ({aic.AIC_PACKAGE} {version}); {opts.system}: {len(cases)} priced "
-        f"with servelab ({mode} mode), skipped: {sum(skipped.values())}"
+        f"{opts.system}: {len(cases)} rows priced with servelab ({mode} mode), "
+        f"skipped: {sum(skipped.values())}"
     )
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
@@ -107,52 +116,51 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
             fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters)
             lins[engine] = (mine, lin)
             echo(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)")
-    cv = leave_one_model_out(cases, start, price, opts.iters, lins)
+    cv = leave_one_family_out(cases, start, price, opts.iters, lins)
     after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.engine, start[c.engine])))
 
     table = {
         "defaults (in sample)": (summary(before[0]), summary(before[1])),
         "fitted (in sample)": (summary(after[0]), summary(after[1])),
-        "fitted, leave one model out": (summary(cv["ttft"]), summary(cv["tpot"])),
+        "fitted, leave one family out": (summary(cv["ttft"]), summary(cv["tpot"])),
     }
     heads = ("n", "TTFT med", "TTFT p90", "TPOT med", "TPOT p90")
     echo(f"\n{'servelab on ' + opts.system:32s} {heads[0]:>5s} " + " ".join(f"{h:>9s}" for h in heads[1:]))
     for name, (a, b) in table.items():
         echo(_row(name, a, b))
     comparison = None
-    if opts.aic:
-        comparison = _compare_with_aic(opts, rows, cases, cv, echo)
+    if opts.aic and not got.silicon_rows:
+        echo("--aic: no silicon_sample.csv rows among the sources: nothing to ask AIConfigurator about")
+    elif opts.aic:
+        comparison = _compare_with_aic(opts, got.silicon_rows, cases, cv, echo)
     else:
         echo(
             "AIConfigurator 0.12 on the same H200 rows, an earlier run not repeated here: ~42% TTFT / "
             "~33% TPOT median"
         )
-    echo("\nleave-one-model-out by engine/family (median TTFT / TPOT error):")
+    echo("\nleave-one-family-out by engine/family (median TTFT / TPOT error):")
     for key, v in cv["by_family"].items():
         echo(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
     echo("\nfitted parameters:")
     for engine, params in fitted.items():
         echo(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
 
+    settings = {
+        "system": opts.system,
+        "mode": mode,
+        "tables": opts.tables,
+        "prompts_per_concurrency": opts.prompts_per_concurrency,
+        "length_spread": opts.length_spread,
+        "loss": LOSS,
+        "cross_validation": "leave one model family out (servelab.calibrate.families)",
+    }
+    made = provenance(" ".join([opts.program, *opts.argv]).strip(), got.sources, settings)
     doc = {
-        "_provenance": provenance(
-            servelab_state(), opts.program, len(cases), opts.system, aic.AIC_PACKAGE, version, mode
-        ),
-        "source": {
-            "package": aic.AIC_PACKAGE,
-            "version": version,
-            "file": "systems/silicon_sample.csv",
-            "system": opts.system,
-            "rows_in_file": len(rows),
-            "rows_used": len(cases),
-            "rows_skipped": skipped,
-            "mode": mode,
-            "prompts_per_concurrency": opts.prompts_per_concurrency,
-            "length_spread": opts.length_spread,
-            "command": " ".join([opts.program, *opts.argv]).strip(),
-            "date": dt.date.today().isoformat(),
-            "loss": LOSS,
-        },
+        "calibration_format": FORMAT,
+        "_provenance": provenance_line(made, len(cases)),
+        "provenance": made,
+        "rows_used": len(cases),
+        "rows_skipped": skipped,
         "errors": {label: {"ttft": a, "tpot": b} for label, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
         "aiconfigurator_same_rows": comparison,
@@ -160,7 +168,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     }
     doc["verdicts"] = verdicts(list(fitted), cases, before, cv["rows"])
     for e, v in doc["verdicts"].items():
-        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen models"
+        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen model families"
         echo(
             f"  {e:7s} defaults {v['defaults_ttft_plus_tpot_median']:.1%} vs cross-validated fit "
             f"{v['cv_ttft_plus_tpot_median']:.1%} (TTFT + TPOT medians): {how}"
@@ -182,6 +190,7 @@ def _compare_with_aic(
     opts: EngineFitOptions, rows: list[dict], cases: list[Case], cv: dict, echo: Echo
 ) -> dict:
     by_id = {r["id"]: r for r in rows}
+    cases = [c for c in cases if c.row_id in by_id]  # AIConfigurator is asked about its own rows only
     answers = aic.aic_predictions(
         [by_id[c.row_id] for c in cases], opts.system, aic.CACHE / f"aic-predictions-{opts.system}.json"
     )

@@ -1,11 +1,13 @@
-"""Measured rows (AIConfigurator's silicon_sample.csv) mapped onto servelab's specs, one Case per usable
-row."""
+"""Measured rows mapped onto servelab's specs, one Case per usable row: the Case every source makes
+(AIConfigurator's silicon_sample.csv here; InferenceX result files and the results store in their own
+modules), and the reading of silicon_sample.csv."""
 
 import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.calibrate.families import family_of
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 
@@ -20,7 +22,7 @@ class Case:
     """One measured point, mapped onto servelab's specs."""
 
     row_id: str
-    family: str  # the embedded model name: the unit left out in cross-validation
+    family: str  # the model family (calibrate.families): the unit left out in cross-validation
     engine: str
     version: str
     model: ModelSpec
@@ -31,6 +33,12 @@ class Case:
     ttft_ms: float
     tpot_ms: float
     note: str = ""
+    source: str = "silicon_sample.csv"  # which input the row came from
+    system: str = ""  # the servelab system it was measured on
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -111,7 +119,7 @@ def to_case(row: dict) -> Case:
     load_system(row["system"])
     return Case(
         row_id=row["id"],
-        family=model.name,
+        family=family_of(model.name),
         engine=engine,
         version=row.get("backend_version") or "?",
         model=model,
@@ -122,6 +130,7 @@ def to_case(row: dict) -> Case:
         ttft_ms=float(row["silicon_ttft_ms"]),
         tpot_ms=float(row["silicon_tpot_ms"]),
         note=note,
+        system=row["system"],
     )
 
 
@@ -142,7 +151,7 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
         # the same measurement appears under two sources (a database dump and a CSV export): count it once
         same = (
             case.engine,
-            case.family,
+            case.model_name,
             case.parallel,
             case.isl,
             case.osl,

@@ -121,6 +121,12 @@ WeightDtypeOpt = typer.Option(
 )
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
+CalibrationOpt = typer.Option(
+    None,
+    "--calibration",
+    help="Engine calibration file (servelab calibrate engines --out); default: the one servelab ships",
+    show_default=False,
+)
 CsvOpt = typer.Option(False, "--csv", help="Print the table as CSV")
 StoreDirOpt = typer.Option(
     None,

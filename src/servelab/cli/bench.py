@@ -169,6 +169,13 @@ def bench(
         0.7, "--spec-acceptance", help="Acceptance of each draft token.", rich_help_panel=_TWIN
     ),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", rich_help_panel=_TWIN),
+    calibration: Path | None = typer.Option(
+        None,
+        "--calibration",
+        help="Engine calibration file (servelab calibrate engines --out); default: the shipped one.",
+        rich_help_panel=_TWIN,
+        show_default=False,
+    ),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
     bottleneck."""
@@ -279,7 +286,7 @@ def bench(
         settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
         settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
         settings.update(gpu_memory_utilization=gpu_memory_utilization)
-        return _simulate(points, auto_sweep, deployment, settings)
+        return _simulate(points, auto_sweep, deployment, settings, calibration)
     if auto_sweep:
         if as_json:
             raise ServelabError(
@@ -289,7 +296,9 @@ def bench(
     return run(points, as_json=as_json)
 
 
-def _simulate(points: list, auto_sweep: bool, deployment: dict, settings: dict) -> int:
+def _simulate(
+    points: list, auto_sweep: bool, deployment: dict, settings: dict, calibration: Path | None
+) -> int:
     """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py) and
     written as a result file with the measured run's fields."""
     # the simulator and the result writer load only when a twin is asked for (start-up time)
@@ -330,6 +339,7 @@ def _simulate(points: list, auto_sweep: bool, deployment: dict, settings: dict) 
             cfg.percentile_metrics,
             cfg.metric_percentiles,
             cfg.goodput,
+            calibration=calibration,
         )
         date = R.now_stamp()
         result = simulated_result(

@@ -1,5 +1,6 @@
-"""`servelab calibrate`: fit engine profiles (predict/data/calibrated.json) and a system's roofline
-efficiencies (perfdb/data/efficiencies.json). Thin: parse flags into options, call servelab.calibrate."""
+"""`servelab calibrate`: fit engine profiles (a calibration file; predict/data/calibrated.json by default) and
+a system's roofline efficiencies (perfdb/data/efficiencies.json). Thin: parse flags into options, call
+servelab.calibrate."""
 
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.params import TTFT_TERMS
 from servelab.calibrate.price import LENGTH_SPREAD, MODES, PROMPTS_PER_CONCURRENCY
 from servelab.calibrate.roofline import fit_roofline, write_efficiencies
+from servelab.calibrate.sources import Sources
 from servelab.cli._common import Col, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
 
@@ -19,6 +21,11 @@ app = typer.Typer(no_args_is_help=True, help="Fit engine profiles and roofline e
 
 def _echo(line: str) -> None:
     print(line, flush=True)
+
+
+def _note(line: str) -> None:
+    """With --json, the progress lines go to stderr: stdout is the JSON document alone."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _ttft_terms(value: str | None) -> tuple[str, ...]:
@@ -54,7 +61,24 @@ def engines(
         help="Nelder-Mead iterations per fit (on the linearized predictor)",
     ),
     csv: Path | None = typer.Option(
-        None, "--csv", help="use this silicon_sample.csv instead of installing the package"
+        None,
+        "--csv",
+        help="fit on this silicon_sample.csv (AIConfigurator's format) instead of the package's",
+    ),
+    aic_sample: bool = typer.Option(
+        False,
+        "--aic-sample",
+        help="also fit on AIConfigurator's pinned silicon_sample.csv (the default with no source named)",
+    ),
+    from_store: Path | None = typer.Option(
+        None,
+        "--from-store",
+        help="fit on the measured bench rows of this results store (rows naming their deployment)",
+    ),
+    from_inferencex: list[Path] = typer.Option(
+        None,
+        "--from-inferencex",
+        help="fit on InferenceX result files (utils/process_result.py rows): a file or folder; repeatable",
     ),
     limit: int = typer.Option(
         0, "--limit", min=0, help="fit on at most this many rows per engine (quick runs)"
@@ -95,18 +119,20 @@ def engines(
         None, "--summary", help="write the summary (errors, parameters) as JSON here"
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="report, write nothing"),
-    out: Path = typer.Option(CALIBRATED, "--out"),
+    out: Path = typer.Option(CALIBRATED, "--out", help="the calibration file to write"),
     report: Path | None = typer.Option(
         None, "--report", help="write the per-row predictions and errors as JSON here"
     ),
     aic: bool = typer.Option(
         False,
         "--aic",
-        help="also run AIConfigurator's own estimate of the same rows (about 1-4 s a row; cached)",
+        help="also run AIConfigurator's own estimate of its sample's rows (about 1-4 s a row; cached)",
     ),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Fit each engine's overhead parameters on measured end-to-end TTFT / TPOT (AIConfigurator's
-    silicon_sample.csv), cross-validated leaving one model out; write the fits that transfer."""
+    silicon_sample.csv, InferenceX results, the results store, or any mix), cross-validated leaving one model
+    family out; write the fits that transfer to a versioned calibration file."""
     if mode not in MODES:
         raise ServelabError(f"--mode: {mode}; expected one of {', '.join(MODES)}")
     if tables not in ("own", "torch"):
@@ -117,7 +143,9 @@ def engines(
         system=system,
         mode=mode,
         iters=iters,
-        csv=csv,
+        sources=Sources(
+            aic_sample=aic_sample, csv=csv, store=from_store, inferencex=tuple(from_inferencex or ())
+        ),
         limit=limit,
         prompts_per_concurrency=prompts_per_concurrency,
         length_spread=length_spread,
@@ -131,7 +159,9 @@ def engines(
         aic=aic,
         argv=_argv("engines"),
     )
-    calibrate_engines(opts, echo=_echo)
+    doc = calibrate_engines(opts, echo=_note if as_json else _echo)
+    if as_json:
+        print_json(doc)
 
 
 @app.command()

@@ -1,10 +1,12 @@
 """`servelab estimate`: TTFT, TPOT and throughput of one deployment at one batch."""
 
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from servelab.cli._common import (
+    CalibrationOpt,
     Col,
     DpAttnOpt,
     EpOpt,
@@ -44,12 +46,13 @@ def estimate(
     kv_dtype: str = KvDtypeOpt,
     as_json: bool = JsonOpt,
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
+    calibration: Path | None = CalibrationOpt,
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
-    engine = engine_profile(backend)
+    engine = engine_profile(backend, calibration=calibration)
     if mode == "static":
         result = estimate_static(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown

@@ -62,6 +62,7 @@ def plan(
         None, "--max-num-batched-tokens", help="Engine token budget per step"
     ),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Engine limit on running sequences"),
+    calibration: str | None = _option("calibration"),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
     as_csv: bool = typer.Option(False, "--csv", help="Print the candidates as CSV (numbers unformatted)"),
     report: str | None = typer.Option(
@@ -113,6 +114,7 @@ def plan(
             spec_tokens=spec_tokens,
             acceptance=acceptance,
             engine=engine,
+            calibration=calibration,
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True, flags=FLAGS) from None
@@ -229,6 +231,7 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
     )
     for note in result.notes:
         out.print(f"[dim]{note}[/dim]")
+    out.print(f"[dim]engine profile: {result.engine.source}[/dim]")
     best = result.candidates[0]
     out.print(
         f"best: {best.mode} {best.parallel['label']} at concurrency {best.concurrency}; "

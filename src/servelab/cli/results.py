@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.cli._common import Col, CsvOpt, JsonOpt, print_json, print_table
+from servelab.cli._common import CalibrationOpt, Col, CsvOpt, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
@@ -117,14 +117,37 @@ def show(
 @app.command()
 def compare(
     a: str = typer.Argument(..., help="Side A (the baseline): a run id, or a name for all runs with it."),
-    b: str = typer.Argument(..., help="Side B: a run id, or a name for all runs with it."),
+    b: str = typer.Argument(
+        None, help="Side B: a run id, or a name for all runs with it.", show_default=False
+    ),
+    predicted: str = typer.Option(
+        None,
+        "--predicted",
+        help="Show A (measured) against this predicted run (an imported twin result): error in %.",
+        show_default=False,
+    ),
+    twin: bool = typer.Option(
+        False,
+        "--twin",
+        help="Show A (measured) against its twin: a predicted run of the same name, else simulated now "
+        "from A's server command and GPU.",
+    ),
+    calibration: Path = CalibrationOpt,
     metric: list[str] = typer.Option(
         None, "--metric", "-m", help="Only metrics matching this glob (repeatable), e.g. '*ttft*'."
     ),
     store_path: Path = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions)."""
+    """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions). With
+    --predicted or --twin: predicted against measured, error in %."""
+    if (predicted is not None) + twin + (b is not None) != 1:
+        raise ServelabError("compare: give B, or --predicted RUN, or --twin (one of them)")
+    if calibration is not None and not twin:
+        raise ServelabError("--calibration: prices the twin; use it with --twin")
+    if b is None:
+        _compare_predicted(a, predicted, calibration, metric or [], store_path, as_json)
+        return
     with Store.open(store_path) as store:
         result = comparing.compare(store, a, b, metric or [])
     if as_json:
@@ -156,6 +179,39 @@ def compare(
     console.print(table)
     if result.only_a or result.only_b:
         console.print(f"not compared: {result.only_a} metrics only in A, {result.only_b} only in B")
+
+
+def _compare_predicted(
+    measured: str,
+    predicted: str | None,
+    calibration: Path | None,
+    patterns: list[str],
+    store_path: Path | None,
+    as_json: bool,
+) -> None:
+    from servelab.results import predicted as against  # noqa: PLC0415  # start-up time: loads the simulator
+
+    with Store.open(store_path) as store:
+        if predicted is not None:
+            result = against.against_run(store, measured, predicted, patterns)
+        else:
+            result = against.against_twin(store, measured, patterns, calibration)
+    if as_json:
+        print_json(dataclasses.asdict(result))
+        return
+    table = Table(
+        "config",
+        "metric",
+        "unit",
+        "predicted",
+        "measured",
+        "error %",
+        title=f"run {result.measured} (measured) against {result.predicted_by} (predicted)",
+    )
+    for row in result.rows:
+        error = "-" if row.error_pct is None else f"{row.error_pct:+.1f}"
+        table.add_row(row.config, row.metric, row.unit, _fmt(row.predicted), _fmt(row.measured), error)
+    _console().print(table)
 
 
 @app.command()

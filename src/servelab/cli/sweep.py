@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import StoreDirOpt, field_option
+from servelab.cli._common import CalibrationOpt, StoreDirOpt, field_option, print_json
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import DEFAULT_LAUNCHER, emit
@@ -53,6 +53,10 @@ def sweep(
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
     directory: Path = StoreDirOpt,
+    predict: bool = typer.Option(
+        False, "--predict", help="json: add each job's simulated twin as `predicted`."
+    ),
+    calibration: Path = CalibrationOpt,
 ) -> None:
     """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
     fingerprint of what it runs."""
@@ -92,10 +96,18 @@ def sweep(
         )
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
-    jobs = expand(open_store(directory), [*(keys or []), *_split(config_keys)], filters)
+    store = open_store(directory)
+    jobs = expand(store, [*(keys or []), *_split(config_keys)], filters)
     if not jobs:
         raise ServelabError("no jobs match these keys and filters")
     reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
     for why, n in reasons.most_common():
         typer.echo(f"note: {n} of {len(jobs)} jobs have no launch: {why}", err=True)
+    if predict:
+        from servelab.recipes.predict_jobs import predict_jobs  # noqa: PLC0415  # start-up time
+
+        if fmt != "json" or out is not None:
+            raise ServelabError("--predict: prints the jobs as JSON on stdout (no --format or --out)")
+        print_json(predict_jobs(store, jobs, calibration))
+        return
     typer.echo(emit(jobs, fmt, out, launcher), nl=False)

@@ -1,11 +1,13 @@
 """Engine profiles: what an engine adds to the kernel time of a step (scheduling, sampling, launch gaps,
-CUDA graphs for decode), and its documented scheduler defaults."""
+CUDA graphs for decode), and its documented scheduler defaults, with the fitted overheads of a calibration
+file (`servelab calibrate engines`; the shipped predict/data/calibrated.json unless another is named)."""
 
 import json
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError, closest
 
@@ -31,12 +33,67 @@ class EngineProfile(BaseModel):
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
 
 
+FITTED = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
+CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
+
+
+class EngineFit(BaseModel):
+    params: dict[str, float]
+
+
+class Calibration(BaseModel):
+    """What a calibration file must hold for pricing; the rest (errors, sources) is its record."""
+
+    calibration_format: int = 1
+    provenance_line: str = Field("servelab calibrate engines", alias="_provenance")
+    engines: dict[str, EngineFit]
+
+
+def shipped_calibration() -> Path:
+    return Path(str(resources.files("servelab.predict") / "data" / "calibrated.json"))
+
+
 @cache
-def _profiles() -> dict:
-    base = resources.files("servelab.predict") / "data"
-    data = json.loads((base / "engines.json").read_text())
-    calibrated = base / "calibrated.json"
-    fitted = json.loads(calibrated.read_text()) if calibrated.is_file() else {}
+def read_calibration(path: Path) -> Calibration:
+    """A calibration file, checked; one line naming the file and what is wrong otherwise."""
+    where = f"calibration file {path}"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ServelabError(f"{where}: cannot read ({e.strerror})", field="calibration") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ServelabError(f"{where}: not JSON ({e})", field="calibration") from None
+    try:
+        cal = Calibration.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        at = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise ServelabError(
+            f"{where}: {at}: {first['msg']} (expected the output of servelab calibrate engines)",
+            field="calibration",
+        ) from None
+    if cal.calibration_format not in CALIBRATION_FORMATS:
+        raise ServelabError(
+            f"{where}: calibration_format {cal.calibration_format}; this servelab reads "
+            f"{', '.join(map(str, CALIBRATION_FORMATS))}",
+            field="calibration",
+        )
+    for engine, fit in cal.engines.items():
+        unknown = sorted(set(fit.params) - set(FITTED))
+        bad = sorted(k for k, v in fit.params.items() if not v >= 0)  # also refuses nan
+        if engine not in ENGINE_NAMES or unknown or bad:
+            what = f"unknown engine {engine}" if engine not in ENGINE_NAMES else f"{engine}: "
+            what += f"unknown parameters {unknown}" if unknown else ""
+            what += f"negative or nan {bad}" if bad else ""
+            raise ServelabError(f"{where}: {what}; expected {', '.join(FITTED)} >= 0", field="calibration")
+    return cal
+
+
+@cache
+def _profiles(calibration: Path) -> dict:
+    data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
+    shipped_missing = calibration == shipped_calibration() and not calibration.is_file()
+    fitted = None if shipped_missing else read_calibration(calibration)
     band = data.get("step_structure_band", {})
     profiles = {}
     for name in ENGINE_NAMES:
@@ -44,15 +101,19 @@ def _profiles() -> dict:
             data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0)
         )
         source = "documented defaults"
-        if name in fitted.get("engines", {}):
-            fields.update(fitted["engines"][name]["params"])
-            source = f"calibrated ({fitted.get('_provenance', 'servelab calibrate engines')})"
+        if fitted is not None and name in fitted.engines:
+            fields.update(fitted.engines[name].params)
+            source = f"calibrated ({calibration.name}: {fitted.provenance_line})"
+        elif fitted is not None:
+            source = f"documented defaults ({calibration.name} keeps no {name} fit)"
         profiles[name] = EngineProfile(name=name, source=source, **fields)
     return profiles
 
 
-def engine_profile(name: str, **overrides) -> EngineProfile:
-    profiles = _profiles()
+def engine_profile(name: str, calibration: Path | str | None = None, **overrides) -> EngineProfile:
+    """The engine's profile under a calibration file (None: the shipped one), with `overrides` applied."""
+    path = Path(calibration).resolve() if calibration is not None else shipped_calibration()
+    profiles = _profiles(path)
     if name not in profiles:
         raise ServelabError(
             f"unknown engine {name!r}{closest(name, list(profiles))}; "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,8 +129,10 @@ def simulate_benchmark(
     percentiles: list[float],
     goodput_ms: dict[str, float],
     db: PerfDB | None = None,
+    calibration: Path | None = None,
 ) -> TwinRun:
-    """Replay `stream` on the deployment and summarise it as `servelab bench` summarises a measured run."""
+    """Replay `stream` on the deployment and summarise it as `servelab bench` summarises a measured run;
+    `calibration` names the engine calibration file (None: the shipped one)."""
     if settings.engine not in TWIN_ENGINES:
         raise ServelabError(
             f"unknown engine {settings.engine!r}{closest(settings.engine, list(TWIN_ENGINES))}; "
@@ -138,6 +141,7 @@ def simulate_benchmark(
         )
     engine = engine_profile(
         settings.engine,
+        calibration=calibration,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,

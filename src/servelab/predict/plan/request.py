@@ -60,6 +60,10 @@ class PlanRequest(BaseModel):
     acceptance: float = Field(0.7, ge=0.0, le=1.0, description="Per-token acceptance rate of draft tokens")
     # engine profile overrides (max_num_batched_tokens, max_num_seqs, ...)
     engine: dict[str, int | float | bool] = {}
+    calibration: str | None = Field(
+        None,
+        description="Engine calibration file (servelab calibrate engines --out); default: the shipped one",
+    )
 
     def sla_text(self) -> str:
         """The latency limits in words, or "no SLA"."""

@@ -1,0 +1,89 @@
+"""`servelab sweep --predict`: each job's benchmark predicted before it runs. A job's client command is a
+`servelab bench` run; its prediction is that run's simulated twin (predict/twin.py): the same request stream
+(lengths, range ratio, prompts, concurrency, warm-ups, seed) replayed on the job's deployment, which is the
+job's model, the system of its runner's node kind, the parallel split of its row, its engine, and the launch
+flags that shape scheduling (token budget, running-sequence limit, KV-cache dtype, memory fraction)."""
+
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.predict.deployment import (
+    argv_flags,
+    engine_of_framework,
+    engine_settings_of_argv,
+    kv_dtype_of_argv,
+)
+from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
+from servelab.recipes.sweep import Job
+from servelab.specs import Parallel, load_model, load_system
+from servelab.traffic.lengths import BENCH_RANGE_RATIO
+
+PERCENTILE_METRICS = ["ttft", "tpot", "itl", "e2el"]
+PERCENTILES = [50.0, 90.0, 99.0]
+
+
+def bench_stream(client: list[str]) -> BenchStream:
+    """The request stream of a job's `servelab bench` command (bench's defaults where a flag is absent)."""
+    f = argv_flags(client)
+    if f.get("dataset-name", "random") != "random":
+        raise ServelabError(f"dataset {f['dataset-name']} is not simulated (the twin replays random)")
+    conc = f.get("max-concurrency")
+    return BenchStream(
+        random_input_len=int(f.get("random-input-len", 1024)),
+        random_output_len=int(f.get("random-output-len", 128)),
+        random_range_ratio=float(f.get("random-range-ratio", BENCH_RANGE_RATIO)),
+        random_prefix_len=int(f.get("random-prefix-len", 0)),
+        num_prompts=int(f.get("num-prompts", 1000)),
+        max_concurrency=int(conc) if conc else None,
+        request_rate=float(f.get("request-rate", "inf")),
+        burstiness=float(f.get("burstiness", 1.0)),
+        num_warmups=int(f.get("num-warmups", 0)),
+        seed=int(f.get("seed", 0)),
+    )
+
+
+def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
+    """The twin's result fields (named as `vllm bench serve` names them) for one job, with where they came
+    from; a job that cannot be simulated gets its reason instead."""
+    row = job.row
+    try:
+        if row["disagg"] or job.launch is None:
+            raise ServelabError("disaggregated jobs are not simulated")
+        if row["spec-decoding"] != "none":
+            raise ServelabError(
+                f"speculative decoding {row['spec-decoding']} is not simulated (acceptance unknown)"
+            )
+        argv = job.launch.argv
+        try:
+            engine = engine_of_framework(row["framework"])
+            settings = EngineSettings(engine=engine, **engine_settings_of_argv(argv))
+        except ValueError as e:
+            raise ServelabError(str(e)) from None
+        model = load_model(row["model"], kv_dtype=kv_dtype_of_argv(argv))
+        system = load_system(store.registry.node_kind(row["runner"]).system)
+        parallel = Parallel(tp=row["tp"], ep=row["ep"], dp_attn=row["dp-attn"], pp=row["pp"]).validate(model)
+        twin = simulate_benchmark(
+            model,
+            system,
+            parallel,
+            settings,
+            bench_stream(job.client),
+            PERCENTILE_METRICS,
+            PERCENTILES,
+            {},
+            calibration=calibration,
+        )
+    except ServelabError as e:
+        return {"source": "predicted", "error": str(e)}
+    return {
+        "source": "predicted",
+        "by": "servelab bench --simulate (serving simulator)",
+        "engine_profile": twin.provenance["engine_profile"],
+        "ops_by_source": twin.provenance["ops_by_source"],
+        **twin.summary.fields(),
+    }
+
+
+def predict_jobs(store, jobs: list[Job], calibration: Path | None = None) -> list[dict]:
+    """Every job's JSON entry with its prediction under `predicted`."""
+    return [{**job.to_json(), "predicted": predict_job(store, job, calibration)} for job in jobs]

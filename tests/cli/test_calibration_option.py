@@ -1,0 +1,95 @@
+"""`--calibration FILE` on estimate, plan and bench --simulate: the file's fitted engine overheads price the
+answer, the answer names the file, and a bad file is one line with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SLOW_STEP_US = 20000.0  # a step overhead far above the shipped fit: TPOT must grow by about this much
+
+
+def run(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture
+def slow_calibration(tmp_path):
+    path = tmp_path / "slow-vllm.json"
+    params = {"step_overhead_us": SLOW_STEP_US, "per_seq_overhead_us": 1.0, "kernel_gap_us": 1.0}
+    path.write_text(
+        json.dumps(
+            {
+                "calibration_format": 2,
+                "_provenance": "test fit",
+                "engines": {"vllm": {"params": params | {"eager_launch_us": 5.0}}},
+            }
+        )
+    )
+    return path
+
+
+def test_estimate_takes_a_calibration(slow_calibration):
+    args = ("estimate", "llama-3.1-8b", "--batch", "4", "--isl", "512", "--osl", "64", "--json")
+    shipped = json.loads(run(*args).stdout)
+    slow = json.loads(run(*args, "--calibration", str(slow_calibration)).stdout)
+    assert slow["tpot_ms"] - shipped["tpot_ms"] > 0.9 * SLOW_STEP_US / 1000
+    assert "slow-vllm.json: test fit" in slow["provenance"]["engine"]
+    assert "calibrated.json" in shipped["provenance"]["engine"]
+
+
+def test_plan_takes_a_calibration(slow_calibration):
+    args = ("plan", "llama-3.1-8b", "--gpus", "1", "--mode", "agg", "--isl", "1024", "--osl", "128")
+    args += ("--no-sla", "--json")
+    shipped = json.loads(run(*args).stdout)
+    slow = json.loads(run(*args, "--calibration", str(slow_calibration)).stdout)
+    assert slow["engine"]["step_overhead_us"] == SLOW_STEP_US
+    assert "slow-vllm.json" in slow["engine"]["source"]
+    best = {c["concurrency"]: c["tpot_ms"] for c in shipped["candidates"]}
+    for c in slow["candidates"]:
+        if c["concurrency"] in best:
+            assert c["tpot_ms"] > best[c["concurrency"]] + 0.9 * SLOW_STEP_US / 1000
+
+
+def test_bench_simulate_takes_a_calibration(slow_calibration, tmp_path):
+    args = ["bench", "--simulate", "--model", "llama-3.1-8b", "--system", "h200_sxm", "--dataset-name"]
+    args += ["random", "--random-input-len", "256", "--random-output-len", "32", "--num-prompts", "8"]
+    args += ["--max-concurrency", "4", "--save-result", "--result-dir", str(tmp_path)]
+    for name, extra in (("shipped.json", []), ("slow.json", ["--calibration", str(slow_calibration)])):
+        r = run(*args, "--result-filename", name, *extra)
+        assert r.returncode == 0, r.stderr
+    shipped = json.loads((tmp_path / "shipped.json").read_text())
+    slow = json.loads((tmp_path / "slow.json").read_text())
+    assert slow["median_tpot_ms"] - shipped["median_tpot_ms"] > 0.9 * SLOW_STEP_US / 1000
+    assert "slow-vllm.json" in slow["prediction"]["engine_profile"]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not JSON"),
+        ('{"engines": {"vllm": {"params": {"step_overhead_us": -1}}}}', "negative or nan"),
+        ('{"engines": {"vllm": {"params": {"typo_us": 1}}}}', "unknown parameters"),
+        ('{"engines": {"nginx": {"params": {}}}}', "unknown engine nginx"),
+        ('{"calibration_format": 99, "engines": {}}', "calibration_format 99"),
+        ('{"errors": {}}', "engines"),
+    ],
+)
+def test_a_bad_calibration_file_is_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    r = run("estimate", "llama-3.1-8b", "--calibration", str(path))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "--calibration" in r.stderr and message in r.stderr
+
+
+def test_plan_refuses_a_missing_calibration_file(tmp_path):
+    r = run("plan", "llama-3.1-8b", "--gpus", "1", "--calibration", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--calibration" in r.stderr
