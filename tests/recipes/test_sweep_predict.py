@@ -29,7 +29,7 @@ def test_every_job_gets_its_twin():
     for job in jobs:
         p = job["predicted"]
         assert p["source"] == "predicted" and "calibrated.json" in p["engine_profile"]
-        stream = bench_stream(job["client"])
+        stream = bench_stream(job["benches"][0]["client"])
         assert p["completed"] == stream.num_prompts  # the twin replays every prompt of the job's client
         assert p["total_output_tokens"] > 0 and 0 < p["median_ttft_ms"] < p["p99_e2el_ms"]
         assert p["p50_tpot_ms"] == pytest.approx(p["median_tpot_ms"]) and p["p90_tpot_ms"] > 0
@@ -64,5 +64,7 @@ def test_jobs_that_cannot_be_simulated_say_why():
     }
     mtp = job.model_copy(update={"row": {**job.row, "spec-decoding": "mtp"}})
     assert "speculative decoding mtp" in predict_job(store, mtp)["error"]
-    other = job.model_copy(update={"client": [*job.client, "--dataset-name", "sharegpt"]})
+    bench = job.benches[0]
+    sharegpt = bench.model_copy(update={"client": [*bench.client, "--dataset-name", "sharegpt"]})
+    other = job.model_copy(update={"benches": [sharegpt]})
     assert "dataset sharegpt" in predict_job(store, other)["error"]

@@ -47,8 +47,10 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
     from; a job that cannot be simulated gets its reason instead."""
     row = job.row
     try:
-        if row["disagg"] or job.launch is None:
+        if row.get("disagg"):
             raise ServelabError("disaggregated jobs are not simulated")
+        if job.launch is None or len(job.benches) != 1:
+            raise ServelabError(f"no launch to simulate: {job.not_renderable}")
         if row["spec-decoding"] != "none":
             raise ServelabError(
                 f"speculative decoding {row['spec-decoding']} is not simulated (acceptance unknown)"
@@ -67,7 +69,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
             system,
             parallel,
             settings,
-            bench_stream(job.client),
+            bench_stream(job.benches[0].client),
             PERCENTILE_METRICS,
             PERCENTILES,
             {},
