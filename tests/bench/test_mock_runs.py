@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from itertools import pairwise
 from pathlib import Path
 
@@ -261,9 +262,14 @@ def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
         "2",
     ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    # interrupt once the server has seen 40 requests (the ready check and at most 8 in flight among them), so
+    # more than 8 have completed however busy the machine is; the deadline only guards against a hang
+    deadline = time.monotonic() + 300
+    while json.loads(urllib.request.urlopen(s.url + "/stats").read())["requests"] < 40:
+        assert p.poll() is None and time.monotonic() < deadline, "the benchmark never got going"
+        time.sleep(0.1)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["interrupted"] is True
