@@ -122,3 +122,60 @@ def test_sonnet_and_hf_runs_against_the_mock(mock_server, tmp_path, sonnet_file)
         assert p.returncode == 0, p.stderr
         r = json.loads(out.read_text())
         assert r["completed"] == 4 and r["total_output_tokens"] == 4 * (3 if name == "sonnet" else 2)
+
+
+def _speed_bench_dir(tmp_path):
+    rows = [
+        {"category": "low_entropy", "messages": [{"role": "user", "content": f"low {i}"}, {"content": "x"}]}
+        for i in range(3)
+    ] + [{"category": "coding", "messages": [{"role": "user", "content": "code 0"}]}]
+    d = tmp_path / "throughput_8k-low_entropy"
+    d.mkdir()
+    (d / "throughput_8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_speed_bench_prompts_are_first_turns_of_the_category(tmp_path):
+    d = _speed_bench_dir(tmp_path)
+    cfg = config(
+        dataset_name="speed_bench",
+        dataset_path=str(d),
+        speed_bench_dataset_subset="throughput_8k",
+        speed_bench_category="low_entropy",
+        speed_bench_output_len=77,
+        num_prompts=7,
+    )
+    items = build_dataset(cfg, None).items
+    # 7 requests drawn from the 3 low_entropy first turns (oversampled, as vLLM does), 77 tokens each
+    assert len(items) == 7 and {i.prompt for i in items} == {"low 0", "low 1", "low 2"}
+    assert all(i.output_len == 77 for i in items)
+    assert [i.prompt for i in build_dataset(cfg, None).items] == [i.prompt for i in items]  # seeded
+    everything = build_dataset(cfg.model_copy(update={"speed_bench_category": None}), None).items
+    assert "code 0" in {i.prompt for i in everything}
+
+
+def test_speed_bench_missing_or_malformed_is_one_line(tmp_path):
+    d = _speed_bench_dir(tmp_path)
+    missing = config(
+        dataset_name="speed_bench", dataset_path=str(d), speed_bench_dataset_subset="qualitative"
+    )
+    with pytest.raises(ServelabError, match="qualitative.jsonl.*prepare.py"):
+        build_dataset(missing, None)
+    (d / "throughput_8k.jsonl").write_text('{"category": "x", "turns": ["no messages"]}\n')
+    bad = config(dataset_name="speed_bench", dataset_path=str(d), speed_bench_dataset_subset="throughput_8k")
+    with pytest.raises(ServelabError, match=r"throughput_8k.jsonl:1: expected"):
+        build_dataset(bad, None)
+
+
+def test_speed_bench_runs_against_the_mock(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1")
+    d = _speed_bench_dir(tmp_path)
+    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", s.url, "--model", "mock"]
+    cmd += ["--dataset-name", "speed_bench", "--dataset-path", str(d), "--num-prompts", "5"]
+    cmd += ["--speed-bench-dataset-subset", "throughput_8k", "--speed-bench-category", "low_entropy"]
+    cmd += ["--speed-bench-output-len", "3", "--save-result", "--result-dir", str(tmp_path)]
+    cmd += ["--result-filename", "sb.json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    r = json.loads((tmp_path / "sb.json").read_text())
+    assert r["completed"] == 5 and r["total_output_tokens"] == 5 * 3

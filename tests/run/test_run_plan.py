@@ -19,7 +19,7 @@ from servelab.recipes.workload import parse_workload, split_serve_args
 from servelab.recipes.yamlio import read_yaml
 from servelab.results.provenance import REDACTED
 from servelab.run.build import plan_from, read_job
-from servelab.run.plan import ServerPlan, from_workload
+from servelab.run.plan import ServerPlan, from_workload, speed_bench_dir
 from servelab.run.server import docker_argv
 
 WORKLOADS = sorted((Path(__file__).parents[1] / "data" / "perf-eval" / "workloads").glob("*.yaml"))
@@ -59,9 +59,13 @@ def test_every_upstream_workload_dry_runs(path):
         assert (f["num_prompts"], f["max_concurrency"], f["random_input_len"], f["random_output_len"]) == (
             n, c, cfg.input_len, cfg.output_len,
         )  # fmt: skip
-        assert f["num_warmups"] == cfg.args.get("num_warmups", c) and f["ignore_eos"] is True
+        assert f["num_warmups"] == cfg.args.get("num_warmups", c)
         assert p["repetitions"] == cfg.repetitions
-        assert (p["unsupported"] is None) == (cfg.dataset == "random")
+        assert f["dataset_name"] == cfg.dataset and f["ignore_eos"] is (cfg.dataset == "random")
+        if cfg.dataset == "speed_bench":  # perf-eval's prepared subset, output_len tokens per request
+            subset = cfg.speed_bench_dataset_subset or "qualitative"
+            assert f["dataset_path"] == speed_bench_dir(subset, cfg.speed_bench_category)
+            assert f["speed_bench_output_len"] == cfg.output_len
     rows = [tuple(r) for r in plan["stage_rows"]]
     assert len(rows) == len(set(rows))
     if "gsm8k" in plan["stages"]:

@@ -11,14 +11,19 @@ from servelab.bench.payload import check_base_url, check_header, check_header_va
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
-DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom"]
+DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench"]
 # Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
 # length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
 MAX_TOKENS = 1 << 24
 MAX_REQUESTS = 10_000_000
 MAX_CONCURRENCY = 1_000_000
 MAX_RESPONSE_MIB = 1 << 20
-DATASET_ALIASES = {"prefix_repetition": "prefix", "multi_turn": "multiturn", "multi-turn": "multiturn"}
+DATASET_ALIASES = {
+    "prefix_repetition": "prefix",
+    "multi_turn": "multiturn",
+    "multi-turn": "multiturn",
+    "speed-bench": "speed_bench",
+}
 
 
 class BenchConfig(BaseModel):
@@ -65,6 +70,11 @@ class BenchConfig(BaseModel):
     sonnet_prefix_len: int = Field(200, ge=0, le=MAX_TOKENS)
     hf_split: str | None = Field(None, description="split of a saved DatasetDict (default train)")
     hf_output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    speed_bench_dataset_subset: str = Field(
+        "qualitative", pattern=r"^[A-Za-z0-9_.-]+$", description="SPEED-Bench subset: reads SUBSET.jsonl"
+    )
+    speed_bench_category: str | None = Field(None, description="SPEED-Bench: only this category")
+    speed_bench_output_len: int = Field(4096, ge=1, le=MAX_TOKENS)
     num_prompts: int = Field(
         1000, ge=1, le=MAX_REQUESTS, description="requests (conversations for multiturn)"
     )
@@ -167,7 +177,10 @@ class BenchConfig(BaseModel):
                 raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
-        if self.dataset_name in ("sharegpt", "sonnet", "hf", "custom") and not self.dataset_path:
+        if (
+            self.dataset_name in ("sharegpt", "sonnet", "hf", "custom", "speed_bench")
+            and not self.dataset_path
+        ):
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
         if self.ignore_eos is None:
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn")

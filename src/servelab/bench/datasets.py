@@ -285,6 +285,9 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
     elif name == "hf":
         items = _hf(cfg, maker)
         source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
+    elif name == "speed_bench":
+        items = _speed_bench(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
     elif name == "sharegpt":
         items = _sharegpt(cfg, maker)
         source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
@@ -427,6 +430,48 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     if not items:
         raise ServelabError(f"--dataset-path {path}: no prompts")
     return items
+
+
+def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """SPEED-Bench (nvidia/SPEED-Bench) as vLLM's SpeedBench reads it: DIR/SUBSET.jsonl as NeMo-Skills'
+    speed-bench prepare.py writes it, one {"category": ..., "messages": [{"role", "content"}, ...]} per line;
+    the prompt is the first message, rows kept by --speed-bench-category, shuffled by the seed, every request
+    asking for --speed-bench-output-len tokens; fewer rows than prompts are drawn again (vLLM oversamples)."""
+    path = Path(cfg.dataset_path or "") / f"{cfg.speed_bench_dataset_subset}.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ServelabError(
+            f"--dataset-path {path}: {e.strerror} (prepare it with NeMo-Skills' speed-bench prepare.py, "
+            "which downloads nvidia/SPEED-Bench)"
+        ) from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"--dataset-path {path}: not UTF-8 text") from None
+    prompts: list[str] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            first = row["messages"][0]["content"]
+        except (json.JSONDecodeError, TypeError, KeyError, IndexError):
+            raise ServelabError(
+                f'--dataset-path {path}:{n}: expected {{"category": ..., "messages": [{{"content": "..."}}]}}'
+            ) from None
+        if not isinstance(first, str):
+            raise ServelabError(f"--dataset-path {path}:{n}: the first message's content is not text")
+        if cfg.speed_bench_category is None or row.get("category") == cfg.speed_bench_category:
+            prompts.append(first)
+    if not prompts:
+        what = f" in category {cfg.speed_bench_category!r}" if cfg.speed_bench_category else ""
+        raise ServelabError(f"--dataset-path {path}: no prompts{what}")
+    random.Random(cfg.seed).shuffle(prompts)
+    return [
+        BenchItem(
+            i, prompts[i % len(prompts)], maker.count(prompts[i % len(prompts)]), cfg.speed_bench_output_len
+        )
+        for i in range(cfg.num_prompts)
+    ]
 
 
 def _sonnet(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:

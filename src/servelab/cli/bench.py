@@ -45,7 +45,8 @@ def bench(
     dataset_name: str = typer.Option(
         "random",
         "--dataset-name",
-        help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom.",
+        help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom | "
+        "speed_bench.",
     ),
     dataset_path: str | None = typer.Option(None, "--dataset-path"),
     random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
@@ -64,6 +65,11 @@ def bench(
     sonnet_prefix_len: int = typer.Option(200, "--sonnet-prefix-len"),
     hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
     hf_output_len: int | None = typer.Option(None, "--hf-output-len"),
+    speed_bench_dataset_subset: str = typer.Option(
+        "qualitative", "--speed-bench-dataset-subset", help="SPEED-Bench: reads DATASET_PATH/SUBSET.jsonl."
+    ),
+    speed_bench_category: str | None = typer.Option(None, "--speed-bench-category"),
+    speed_bench_output_len: int = typer.Option(4096, "--speed-bench-output-len"),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
@@ -229,6 +235,9 @@ def bench(
             sonnet_prefix_len=sonnet_prefix_len,
             hf_split=hf_split,
             hf_output_len=hf_output_len,
+            speed_bench_dataset_subset=speed_bench_dataset_subset,
+            speed_bench_category=speed_bench_category,
+            speed_bench_output_len=speed_bench_output_len,
             num_prompts=num_prompts,
             max_seconds=max_seconds,
             burstiness=burstiness,

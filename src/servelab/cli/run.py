@@ -174,7 +174,6 @@ def _print_plan(d: dict) -> None:
             f"  bench {p['config']}: in {f['random_input_len']} out {f['random_output_len']} prompts "
             f"{f['num_prompts']} conc {f['max_concurrency']} warm-ups {f['num_warmups']} x{p['repetitions']}"
             + (f" {json.dumps(extra)}" if extra else "")
-            + (f" (will error: {p['unsupported']})" if p["unsupported"] else "")
         )
     for t in d["gsm8k"]:
         print(f"  gsm8k {t['task']}: {t['num_fewshot']}-shot {json.dumps(t['model_args'])}")

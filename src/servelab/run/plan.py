@@ -9,6 +9,7 @@ options; every point is warmed up first (the args' num_warmups, else one request
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -59,7 +60,6 @@ class BenchPoint:
     config: str  # <name>-conc-<value>
     repetitions: int
     fields: dict  # BenchConfig fields (all but base_url, model and where results go)
-    unsupported: str | None = None  # why servelab bench cannot run it (the stage errors with this)
 
 
 @dataclass
@@ -185,11 +185,35 @@ def _workload_points(cfg: WlBenchConfig, repetitions: int | None, where: str) ->
             fields["backend"] = cfg.backend
             if cfg.backend == "openai-chat":
                 fields["endpoint"] = "/v1/chat/completions"
-        unsupported = None
-        if cfg.dataset != "random":
-            unsupported = f"dataset {cfg.dataset}: servelab bench has no SPEED-Bench loader yet"
-        points.append(BenchPoint(run, repetitions or cfg.repetitions, fields, unsupported))
+        if cfg.dataset == "speed_bench":
+            fields = _speed_bench_fields(cfg, fields, where)
+        points.append(BenchPoint(run, repetitions or cfg.repetitions, fields))
     return points
+
+
+def speed_bench_dir(subset: str, category: str | None) -> str:
+    """Where perf-eval's run_vllm_bench.sh prepares a SPEED-Bench subset (its own variable and default)."""
+    root = os.environ.get("VLLM_SPEED_BENCH_DIR") or "/tmp/vllm-speed-bench"
+    return f"{root}/{subset}" + (f"-{category}" if category else "")
+
+
+def _speed_bench_fields(cfg: WlBenchConfig, fields: dict, where: str) -> dict:
+    """A SPEED-Bench point as perf-eval runs it: the prepared subset, output_len tokens per request, and no
+    --ignore-eos (real prompts end on their own)."""
+    subset = cfg.speed_bench_dataset_subset or "qualitative"
+    fields = fields | {
+        "dataset_name": "speed_bench",
+        "dataset_path": speed_bench_dir(subset, cfg.speed_bench_category),
+        "speed_bench_dataset_subset": subset,
+        "speed_bench_category": cfg.speed_bench_category,
+        "speed_bench_output_len": cfg.output_len,
+        "ignore_eos": False,
+    }
+    try:
+        BenchConfig(**fields)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, f"{where}: speed_bench") from None
+    return fields
 
 
 def from_workload(

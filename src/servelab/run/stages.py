@@ -47,8 +47,6 @@ def result_name(config: str, repetition: int) -> str:
 
 
 def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path) -> StageOutput:
-    if point.unsupported:
-        raise StageFailed(point.unsupported)
     cfg = BenchConfig(
         base_url=target.base_url,
         model=target.model,
