@@ -52,8 +52,20 @@ from servelab.recipes.inferencex import load_master
 from servelab.recipes.ladder import concurrencies, seq_len_name
 from servelab.recipes.store import parse_recipe_file
 
-# The servelab checkout this module sits in (src/servelab/recipes/engines/upstream.py).
-ROOT = Path(__file__).resolve().parents[4]
+
+def _checkout() -> Path:
+    """The servelab checkout whose pinned data this tool reads: the one this module sits in (an editable
+    install: src/servelab/recipes/engines/upstream.py), else the one around the current directory (a wheel
+    install run from a checkout, as CI runs the tests)."""
+    here = Path(__file__).resolve().parents[4]
+    cwd = Path.cwd().resolve()
+    for root in (here, cwd, *cwd.parents):
+        if (root / "tests" / "data" / "inferencex").is_dir():
+            return root
+    return here
+
+
+ROOT = _checkout()
 IX = ROOT / "tests" / "data" / "inferencex"
 SCRIPTS = IX / "benchmarks"
 CAPTURE = IX / "launch" / "launches.json.gz"
