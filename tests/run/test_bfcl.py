@@ -176,9 +176,9 @@ def test_ctrl_c_ends_the_bfcl_process(tmp_path):
     )
     stage = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(600):  # hang guard only: the driver starts within a second or two
-            if pid_file.exists() and pid_file.read_text().strip():
-                break
+        deadline = time.monotonic() + 300  # hang guard only: the driver starts within a second or two
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert stage.poll() is None and time.monotonic() < deadline, "the BFCL driver never started"
             time.sleep(0.05)
         driver = int(pid_file.read_text())
         stage.send_signal(signal.SIGINT)

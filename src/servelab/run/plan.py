@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from servelab.bench.config import BenchConfig, parse_goodput, parse_metadata
 from servelab.errors import ServelabError
+from servelab.predict.deployment import argv_flags
 from servelab.recipes.pipelines import arm_name
 from servelab.recipes.sweep import Job
 from servelab.recipes.workload import (
@@ -261,15 +262,12 @@ def from_workload(
     )
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
-
-
 def _lm_task(argv: list[str], source: str) -> WlTask:
     """A sweep job's `lm_eval` argv (recipes/client.py lm_eval_argv) back as a task."""
+    flags = argv_flags(argv)
     try:
-        model_args = dict(kv.split("=", 1) for kv in (_flag(argv, "--model_args") or "").split(",") if kv)
-        gen = dict(kv.split("=", 1) for kv in (_flag(argv, "--gen_kwargs") or "").split(",") if kv)
+        model_args = dict(kv.split("=", 1) for kv in flags.get("model-args", "").split(",") if kv)
+        gen = dict(kv.split("=", 1) for kv in flags.get("gen-kwargs", "").split(",") if kv)
         args = {
             k: int(v)
             for k, v in (
@@ -279,8 +277,8 @@ def _lm_task(argv: list[str], source: str) -> WlTask:
             if v is not None
         }
         return WlTask(
-            name=_flag(argv, "--tasks") or "",
-            num_fewshot=int(_flag(argv, "--num_fewshot") or 0),
+            name=flags.get("tasks", ""),
+            num_fewshot=int(flags.get("num-fewshot", 0)),
             model_args=WlModelArgs(**args) if args else None,
         )
     except (ValueError, ValidationError) as e:
@@ -306,12 +304,12 @@ def from_job(
     row, bench, launch = job.row, job.benches[0], job.launch
     ds = bench.dataset
     image = row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
-    model = _flag(launch.argv, "--served-model-name") or row["model"]
+    model = argv_flags(launch.argv).get("served-model-name") or row["model"]
     server = ServerPlan(
         launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
     )
     args: dict = {"random_range_ratio": ds.get("range-ratio")}
-    warm = _flag(bench.client, "--num-warmups")
+    warm = argv_flags(bench.client).get("num-warmups")
     if warm is not None:
         args["num_warmups"] = int(warm)
     where = f"{source}: {job.label()}"
