@@ -2,6 +2,7 @@
 pinned upstream outputs are compared row for row in test_sweep_parity.py)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import all_evals, mark_evals, matrix
-from servelab.recipes.pipelines import to_buildkite, to_github
+from servelab.recipes.pipelines import emit, to_buildkite, to_github
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
 
@@ -199,6 +200,15 @@ def test_runner_node_filter_gives_a_row_per_node(ix):
     assert len({s["key"] for s in steps}) == 2
     assert [s["agents"]["queue"] for s in steps] == ["h200-nb_0", "h200-amd_1"]
     assert rows(ix, ["dsr1-fp4-b200-dynamo-trt"], runner_node_filter="amd") == []
+
+
+def test_sh_scripts_of_one_point_on_two_nodes_do_not_overwrite(ix, tmp_path):
+    both = expand(ix, ["dsr1-fp8-h200-vllm"], Filters(runner_node_filter="h200", seq_lens=["1k1k"]))[:2]
+    written = [Path(p) for p in emit(both, "sh", tmp_path).split()]
+    assert len(written) == 2
+    for path, node in zip(written, ("h200-nb_0", "h200-amd_1"), strict=True):
+        assert path.name.endswith(f"_{node}.sh")
+        assert f'"runner": "{node}"' in path.read_text()
 
 
 def test_multinode_arm_is_one_row_with_its_concurrency_list(ix):

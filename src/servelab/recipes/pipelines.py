@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -148,6 +149,27 @@ def script_name(job) -> str:
     return f"{job.key}_{job.row['exp-name']}_{job.topology()}-conc{concs}{evals}.sh"
 
 
+def script_names(jobs) -> list[str]:
+    """One file name per job; jobs that differ only by the runner node they were pinned to
+    (`--runner-node-filter`) take the node's name too, so no script overwrites another."""
+    names = [script_name(j) for j in jobs]
+    clash = {n for n in names if names.count(n) > 1}
+    names = [
+        n.removesuffix(".sh") + f"_{_file_safe(j.row['runner'])}.sh" if n in clash else n
+        for n, j in zip(names, jobs, strict=True)
+    ]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ServelabError(
+            f"sh scripts: two jobs would write {twice[0]} (the same point twice in the sweep)"
+        )
+    return names
+
+
+def _file_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)
+
+
 FORMATS = ("json", "github", "buildkite", "sh")
 
 
@@ -166,7 +188,9 @@ def emit(jobs, fmt: str, out=None, launcher: str = DEFAULT_LAUNCHER) -> str:
             return script(jobs[0], launcher)
         if Path(out).exists() and not Path(out).is_dir():
             raise ServelabError(f"{out}: not a directory (sh output is one script per job in a directory)")
-        scripts = {Path(out) / script_name(j): script(j, launcher) for j in jobs}
+        scripts = {
+            Path(out) / name: script(j, launcher) for name, j in zip(script_names(jobs), jobs, strict=True)
+        }
         for path, text in scripts.items():
             _write(path, text, executable=True)
         return "".join(f"{p}\n" for p in scripts)

@@ -88,7 +88,7 @@ def make_plan(req: PlanRequest) -> Plan:
         "model's error band through the simulation"
     )
     if req.default_sla:
-        notes.append(f"SLA: the interactive default ({req.sla_text()}); set ttft_ms / tpot_ms to change it")
+        notes.append(f"SLA: the interactive default ({req.sla_text()}); give TTFT / TPOT limits to change it")
     return Plan(
         request=req,
         model=model.name,
