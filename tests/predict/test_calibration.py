@@ -167,3 +167,26 @@ def test_linearized_predictor_matches_the_real_one():
     assert np.allclose(approx, exact, rtol=0.02)
     only_ttft = lin.predict(dict(truth, ttft_overhead_ms=25.0)) - lin.base
     assert np.allclose(only_ttft[:, 0], 5.0) and np.allclose(only_ttft[:, 1], 0.0)
+
+
+def test_moe_token_term_adds_to_the_ttft_of_moe_rows_only():
+    """The per-prompt-token-per-MoE-layer TTFT term: zero on a dense model; on a MoE model the coefficient
+    (us) times prompt tokens times MoE layers, on TTFT alone."""
+    price = Pricer(load_system("h200_sxm"), "aggregated", prompts_per_concurrency=2)
+    dense = to_case(row(batch_size="2", **{"silicon_data_source": "x; silicon_concurrency=2"}))
+    moe = to_case(
+        row(
+            model_path="Qwen/Qwen3-235B-A22B-FP8",
+            tp_size="2",
+            moe_tp_size="2",
+            isl="2000",
+            batch_size="2",
+            **{"silicon_data_source": "x; silicon_concurrency=2"},
+        )
+    )
+    term = {"ttft_moe_token_layer_us": 0.5}
+    assert price(dense, term) == price(dense, {})
+    (ttft, tpot), (ttft0, tpot0) = price(moe, term), price(moe, {})
+    assert moe.model.num_moe_layers > 0
+    assert ttft - ttft0 == pytest.approx(0.5 * 2000 * moe.model.num_moe_layers / 1000.0)
+    assert tpot == tpot0

@@ -14,21 +14,33 @@ BOUNDS = {
 }
 # Terms servelab's step model does not have, fitted only on request to measure what they would buy: a fixed
 # per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
-# schedule), one that grows with the number of requests in flight (a front end serving them one at a time) and
-# one per prompt token (input processing outside the kernels). Each maps a case to its coefficient.
+# schedule), one that grows with the number of requests in flight (a front end serving them one at a
+# time), one per prompt token (input processing outside the kernels) and one per prompt token per MoE layer.
+# Each maps a case to its coefficient.
 TTFT_TERMS: dict[str, Callable[[Any], float]] = {
     "ttft_overhead_ms": lambda c: 1.0,
     "ttft_per_request_ms": lambda c: float(c.concurrency),
     "ttft_per_kilotoken_ms": lambda c: c.isl / 1000.0,
+    # us per prompt token per MoE layer: what a rank spends in a MoE layer beyond the priced expert GEMMs,
+    # which does not shrink with tensor parallelism (every rank routes, sorts and gathers all of a TP group's
+    # tokens, and its experts get narrower). On vLLM's MoE rows TTFT is 1.5-1.9x the prediction at any prompt
+    # length, rising with TP, while the dense rows agree.
+    "ttft_moe_token_layer_us": lambda c: c.isl * c.model.num_moe_layers / 1000.0,
 }
 BOUNDS.update(
     {
         "ttft_overhead_ms": (0.01, 5000.0),
         "ttft_per_request_ms": (0.0001, 100.0),
         "ttft_per_kilotoken_ms": (0.001, 1000.0),
+        "ttft_moe_token_layer_us": (0.0001, 10.0),
     }
 )
-TTFT_START = {"ttft_overhead_ms": 10.0, "ttft_per_request_ms": 0.1, "ttft_per_kilotoken_ms": 1.0}
+TTFT_START = {
+    "ttft_overhead_ms": 10.0,
+    "ttft_per_request_ms": 0.1,
+    "ttft_per_kilotoken_ms": 1.0,
+    "ttft_moe_token_layer_us": 0.1,
+}
 # Also fitted only on request: a factor on the kernel time of each op family, for kernels the engines run that
 # the perf tables (timed on reference implementations) do not: FlashMLA / FlashInfer attention, custom
 # all-reduce, fused MoE. EngineProfile has no such field; the report says what they would buy.
