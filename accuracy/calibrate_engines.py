@@ -4,7 +4,7 @@ when named), cross-validate leaving one model family out, and print the errors (
 unseen families; with --aic, AIConfigurator's own error on the same rows). Writes nothing but --summary:
 updating a calibration file is `servelab calibrate engines --out FILE`.
 
-    python accuracy/calibrate_engines.py --aic    # about 5 min on 2 cores, AIConfigurator's answers cached
+    python accuracy/calibrate_engines.py --aic --jobs 0   # every core; about 8 min in one process
 """
 
 import argparse
