@@ -7,6 +7,7 @@ one process would compute it."""
 
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +23,8 @@ Echo = Callable[[str], None]
 Row = tuple[Case, dict[str, float]]  # a case and the engine parameters to price it at
 Priced = tuple[float, float] | ServelabError  # a row servelab refuses keeps its reason
 
-CHUNKS_PER_WORKER = (
-    16  # small chunks: rows differ in cost by 100x, and a worker left with a big one idles others
-)
+# small chunks: rows differ in cost by 100x, and a worker left with a big chunk keeps the others waiting
+CHUNKS_PER_WORKER = 16
 PROGRESS_EVERY_S = 60.0  # within a long phase, a progress line at most this often
 
 
@@ -68,6 +68,7 @@ def try_price_rows(
     spans = [(a, min(a + size, len(rows))) for a in range(0, len(rows), size)]
     out: list[Priced | None] = [None] * len(rows)
     done, said = 0, t0
+    processes = max(1, min(jobs.workers, len(spans)))
 
     def placed(start: int, got: list[Priced]) -> None:
         nonlocal done, said
@@ -77,18 +78,17 @@ def try_price_rows(
         if jobs.echo and (done == len(rows) or now - said >= PROGRESS_EVERY_S):
             jobs.echo(
                 f"  {phase}: {done}/{len(rows)} rows, {now - t0:.0f} s "
-                f"({now - jobs.started:.0f} s in all, {jobs.workers} process{'es' * (jobs.workers > 1)})"
+                f"({now - jobs.started:.0f} s in all, {processes} process{'es' * (processes > 1)})"
             )
             said = now
 
-    if jobs.workers == 1 or len(spans) == 1:
+    if processes == 1:
         for a, b in spans:
             placed(a, _price_span(price, rows, a, b))
     else:
-        context = multiprocessing.get_context(
-            "fork"
-        )  # inherits the pricer and rows (a closure cannot pickle)
-        with context.Pool(min(jobs.workers, len(spans)), _inherit, (price, rows)) as pool:
+        # forked workers inherit the pricer and the rows (a closure cannot be pickled)
+        context = multiprocessing.get_context("fork")
+        with context.Pool(processes, _inherit, (price, rows)) as pool:
             for a, got in pool.imap_unordered(_price_inherited, spans):
                 placed(a, got)
     return cast(list[Priced], out)  # every span was placed
@@ -110,6 +110,8 @@ _inherited: tuple[Price, Sequence[Row]] | None = None  # set in each worker as i
 def _inherit(price: Price, rows: Sequence[Row]) -> None:
     global _inherited
     _inherited = (price, rows)
+    # Ctrl-C reaches the whole process group: the parent stops the pool, workers print no tracebacks
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _price_inherited(span: tuple[int, int]) -> tuple[int, list[Priced]]:
