@@ -4,7 +4,7 @@ when named), cross-validate leaving one model family out, and print the errors (
 unseen families; with --aic, AIConfigurator's own error on the same rows). Writes nothing but --summary:
 updating a calibration file is `servelab calibrate engines --out FILE`.
 
-    python accuracy/calibrate_engines.py --aic    # about 5 min on 2 cores, AIConfigurator's answers cached
+    python accuracy/calibrate_engines.py --aic --jobs 0   # every core; about 8 min in one process
 """
 
 import argparse
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.sources import Sources
+from servelab.errors import ServelabError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-store", type=Path, help="also the measured bench rows of this results store")
     ap.add_argument("--from-inferencex", type=Path, action="append", default=[], help="InferenceX results")
     ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
+    ap.add_argument("--jobs", type=int, default=1, help="price rows in this many processes (0: one per core)")
     args = ap.parse_args(argv)
     named = args.csv or args.from_store or args.from_inferencex
     sources = Sources(
@@ -38,11 +40,16 @@ def main(argv: list[str] | None = None) -> int:
         aic=args.aic,
         limit=args.limit,
         summary=args.summary,
+        jobs=args.jobs,
         dry_run=True,
         program="python accuracy/calibrate_engines.py",
         argv=tuple(sys.argv[1:] if argv is None else argv),
     )
-    calibrate_engines(opts, echo=lambda line: print(line, flush=True))
+    try:
+        calibrate_engines(opts, echo=lambda line: print(line, flush=True))
+    except ServelabError as e:
+        print(f"error: {e.flag_message()}", file=sys.stderr)
+        return 2
     return 0
 
 

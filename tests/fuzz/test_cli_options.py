@@ -131,6 +131,7 @@ TABLE: list[tuple[tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = [
         {},
     ),
     (("calibrate", "engines", "--dry-run"), "--length-spread", ("neg", "huge", "text", "nan", "inf"), {}),
+    (("calibrate", "engines", "--dry-run"), "--jobs", ("neg", "text", "nan", "inf"), {}),
     (RUN, "--conc", ALL, {}),
     ((*RUN, "--conc", "4"), "--repetitions", ALL, {}),
     ((*RUN, "--conc", "4"), "--port", ALL, {}),

@@ -3,7 +3,8 @@
 
 import numpy as np
 
-from servelab.calibrate.fit import Linearized, Price, errors_of, fit, summary
+from servelab.calibrate.fit import Linearized, fit, rel_errors, summary
+from servelab.calibrate.pool import SERIAL, Jobs, Price, price_rows
 from servelab.calibrate.rows import ENGINES, Case
 
 
@@ -13,13 +14,12 @@ def leave_one_family_out(
     price: Price,
     iters: int,
     lins: dict[str, tuple[list[Case], Linearized]] | None = None,
+    jobs: Jobs = SERIAL,
 ) -> dict:
     """For each engine and each model family: fit on the engine's other families, predict the left-out one
     with the real predictor. `lins` (engine -> (cases, Linearized)) reuses the linearizations of the full
     fits."""
-    ttft_all: list[float] = []
-    tpot_all: list[float] = []
-    out: dict = {"by_family": {}, "params": {}, "rows": {}}
+    folds = []  # (engine/family, its rows, the parameters fitted without them, rows trained on)
     for engine in ENGINES:
         mine = [c for c in cases if c.engine == engine]
         if not mine:
@@ -27,20 +27,29 @@ def leave_one_family_out(
         if lins and engine in lins:
             mine, lin = lins[engine]
         else:
-            lin = Linearized(mine, start[engine], price)
+            lin = Linearized(mine, start[engine], price, jobs, f"cross-validation {engine}, linearization")
         for family in sorted({c.family for c in mine}):
             train = np.array([i for i, c in enumerate(mine) if c.family != family])
             test = [c for c in mine if c.family == family]
             params = fit(mine, lin.params, price, iters, lin=lin, rows=train) if train.size else start[engine]
-            ttft, tpot = errors_of(test, params, price)
-            out["rows"].update({c.row_id: (a, b) for c, a, b in zip(test, ttft, tpot, strict=True)})
-            ttft_all.extend(ttft)
-            tpot_all.extend(tpot)
-            out["params"][f"{engine}/{family}"] = params
-            out["by_family"][f"{engine}/{family}"] = {
-                "ttft": summary(ttft),
-                "tpot": summary(tpot),
-                "trained_on": int(train.size),
-            }
-    out["ttft"], out["tpot"] = np.array(ttft_all), np.array(tpot_all)
+            folds.append((f"{engine}/{family}", test, params, int(train.size)))
+    # the fits cost no simulation; every left-out row is then priced in one batch
+    tested = [c for _, test, _, _ in folds for c in test]
+    preds = price_rows(
+        [(c, params) for _, test, params, _ in folds for c in test],
+        price,
+        jobs,
+        "cross-validation (each family at the fit without it)",
+    )
+    ttft_all = rel_errors(preds[:, 0], np.array([c.ttft_ms for c in tested]))
+    tpot_all = rel_errors(preds[:, 1], np.array([c.tpot_ms for c in tested]))
+    out: dict = {"by_family": {}, "params": {}, "rows": {}}
+    at = 0
+    for key, test, params, trained_on in folds:
+        ttft, tpot = ttft_all[at : at + len(test)], tpot_all[at : at + len(test)]
+        at += len(test)
+        out["rows"].update({c.row_id: (a, b) for c, a, b in zip(test, ttft, tpot, strict=True)})
+        out["params"][key] = params
+        out["by_family"][key] = {"ttft": summary(ttft), "tpot": summary(tpot), "trained_on": trained_on}
+    out["ttft"], out["tpot"] = ttft_all, tpot_all
     return out

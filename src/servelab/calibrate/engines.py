@@ -9,7 +9,6 @@ files, the results store); nothing of them is kept but the fitted numbers and th
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from servelab.calibrate.calibration_file import (
 from servelab.calibrate.crossval import leave_one_family_out
 from servelab.calibrate.fit import errors_of, fit_engine, summary
 from servelab.calibrate.params import KERNEL_TERMS, TTFT_START
+from servelab.calibrate.pool import Echo, Jobs, price_rows, workers_for
 from servelab.calibrate.price import (
     LENGTH_SPREAD,
     PROMPTS_PER_CONCURRENCY,
@@ -39,8 +39,6 @@ from servelab.calibrate.sources import Sources, gather
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.specs import load_system
-
-Echo = Callable[[str], None]
 
 
 @dataclass
@@ -62,6 +60,7 @@ class EngineFitOptions:
     out: Path = CALIBRATED
     report: Path | None = None
     aic: bool = False  # also run AIConfigurator's own estimate of the same rows (cached)
+    jobs: int = 1  # processes that price rows (0: one per core); the numbers do not depend on it
     # recorded in the file, with `argv`, as the command that made it
     program: str = "servelab calibrate engines"
     argv: tuple[str, ...] = ()
@@ -79,6 +78,7 @@ def _row(name: str, a: dict, b: dict) -> str:
 def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     """Fit, cross-validate, report through `echo`, write what was asked; returns the calibration document."""
     t0 = time.time()
+    jobs = Jobs(workers_for(opts.jobs), echo, started=t0)
     got = gather(opts.sources, opts.system)
     mode = pick_mode(opts.mode)
     system = load_system(opts.system)
@@ -95,7 +95,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
             f"no usable {opts.system} rows in the sources ({got.rows_read} read; skipped: {skipped})",
             field="system",
         )
-    cases = usable(cases, Pricer(system, mode, tables=tables), skipped)
+    cases = usable(cases, Pricer(system, mode, tables=tables), skipped, jobs)
     if opts.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
     price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
@@ -108,16 +108,18 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
 
-    before = errors_of(cases, {}, lambda c, p: price(c, start[c.engine]))
+    before = errors_of(cases, {}, lambda c, p: price(c, start[c.engine]), jobs, "defaults (in sample)")
     fitted, lins = {}, {}
     for engine in ENGINES:
         mine = [c for c in cases if c.engine == engine]
         if mine:
-            fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters)
+            fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters, jobs)
             lins[engine] = (mine, lin)
             echo(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)")
-    cv = leave_one_family_out(cases, start, price, opts.iters, lins)
-    after = errors_of(cases, {}, lambda c, p: price(c, fitted.get(c.engine, start[c.engine])))
+    cv = leave_one_family_out(cases, start, price, opts.iters, lins, jobs)
+    after = errors_of(
+        cases, {}, lambda c, p: price(c, fitted.get(c.engine, start[c.engine])), jobs, "fitted (in sample)"
+    )
 
     table = {
         "defaults (in sample)": (summary(before[0]), summary(before[1])),
@@ -176,7 +178,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
-        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, start), indent=1))
+        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, start, jobs), indent=1))
     if opts.summary:
         opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
     if not (opts.dry_run or opts.proposes_terms):
@@ -210,11 +212,11 @@ def _compare_with_aic(
     return comparison
 
 
-def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict) -> list[dict]:
+def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: Jobs) -> list[dict]:
     """Each row's measured and predicted TTFT / TPOT at the fitted parameters (the defaults where none)."""
     per_row = []
-    for c in cases:
-        ttft, tpot = price(c, fitted.get(c.engine, start[c.engine]))
+    rows = [(c, fitted.get(c.engine, start[c.engine])) for c in cases]
+    for c, (ttft, tpot) in zip(cases, price_rows(rows, price, jobs, "--report rows"), strict=True):
         per_row.append(
             {
                 "id": c.row_id,

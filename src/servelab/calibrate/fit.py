@@ -7,9 +7,8 @@ from collections.abc import Callable
 import numpy as np
 
 from servelab.calibrate.params import BOUNDS, PARAMS, TTFT_TERMS
+from servelab.calibrate.pool import SERIAL, Jobs, Price, price_rows
 from servelab.calibrate.rows import Case
-
-Price = Callable[[Case, dict[str, float]], tuple[float, float]]
 
 
 def rel_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
@@ -81,9 +80,9 @@ def from_params(params: dict[str, float]) -> np.ndarray:
     return np.array([math.log(params[name]) for name in params])
 
 
-def loss(cases: list[Case], params: dict[str, float], price: Price) -> float:
+def loss(cases: list[Case], params: dict[str, float], price: Price, jobs: Jobs = SERIAL) -> float:
     """Mean robust loss of log(pred / measured), TTFT and TPOT weighted alike (exact: runs the predictor)."""
-    preds = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+    preds = price_rows([(c, params) for c in cases], price, jobs, "loss")
     return _loss(preds, _measured(cases))
 
 
@@ -106,21 +105,29 @@ class Linearized:
     per row; every error the calibration reports is then measured with the real predictor at the fitted
     parameters."""
 
-    def __init__(self, cases: list[Case], params: dict[str, float], price: Price):
+    def __init__(
+        self,
+        cases: list[Case],
+        params: dict[str, float],
+        price: Price,
+        jobs: Jobs = SERIAL,
+        phase: str = "linearization",
+    ):
         self.params = dict(params)
         self.names = tuple(params)
-        self.base = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+        # the parameters the simulator sees, each moved by its finite-difference step
+        steps = {n: max(0.3 * params[n], 10 * BOUNDS[n][0]) for n in self.names if n not in TTFT_TERMS}
+        points = [params, *(dict(params, **{n: params[n] + d}) for n, d in steps.items())]
+        # every row at every point in one batch, so that the workers stay busy from one point to the next
+        priced = price_rows([(c, p) for p in points for c in cases], price, jobs, phase)
+        at = priced.reshape(len(points), len(cases), 2)
+        self.base = at[0]
         self.jac = np.zeros((len(cases), 2, len(self.names)))
         for k, name in enumerate(self.names):
             if name in TTFT_TERMS:  # added to TTFT outside the simulator: the derivative is known
                 self.jac[:, 0, k] = [TTFT_TERMS[name](c) for c in cases]
-                continue
-            lo = BOUNDS[name][0]
-            delta = max(0.3 * params[name], 10 * lo)
-            moved = dict(params, **{name: params[name] + delta})
-            self.jac[:, :, k] = (
-                np.array([price(c, moved) for c in cases]).reshape(-1, 2) - self.base
-            ) / delta
+        for j, (name, step) in enumerate(steps.items(), start=1):
+            self.jac[:, :, self.names.index(name)] = (at[j] - self.base) / step
 
     def predict(self, params: dict[str, float], rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         d = np.array([params[n] - self.params[n] for n in self.names])
@@ -135,12 +142,14 @@ def fit(
     rounds: int = 2,
     lin: Linearized | None = None,
     rows: np.ndarray | None = None,
+    jobs: Jobs = SERIAL,
+    phase: str = "fit",
 ) -> dict[str, float]:
     """Minimise the robust loss over the parameters: Nelder-Mead on the linearized predictor, re-linearized at
     the result `rounds` times (pass `lin` and `rows` to fit a subset on an existing linearization, once)."""
     params = dict(start)
-    for _ in range(rounds if lin is None else 1):
-        here = lin or Linearized(cases, params, price)
+    for r in range(rounds if lin is None else 1):
+        here = lin or Linearized(cases, params, price, jobs, f"{phase}, linearization {r + 1} of {rounds}")
         sel = rows if rows is not None else slice(None)
         meas = _measured(cases)[sel] if rows is None else _measured([cases[i] for i in rows])
         names = tuple(params)
@@ -154,15 +163,18 @@ def fit(
 
 
 def fit_engine(
-    cases: list[Case], start: dict[str, float], price: Price, iters: int
+    cases: list[Case], start: dict[str, float], price: Price, iters: int, jobs: Jobs = SERIAL
 ) -> tuple[dict[str, float], Linearized]:
     """The engine's fit on all its rows, and the linearization at the fitted point (for cross-validation)."""
-    params = fit(cases, start, price, iters)
-    return params, Linearized(cases, params, price)
+    phase = f"fit {cases[0].engine}" if cases else "fit"
+    params = fit(cases, start, price, iters, jobs=jobs, phase=phase)
+    return params, Linearized(cases, params, price, jobs, f"{phase}, linearization at the fit")
 
 
-def errors_of(cases: list[Case], params: dict[str, float], price: Price) -> tuple[np.ndarray, np.ndarray]:
-    preds = np.array([price(c, params) for c in cases]).reshape(-1, 2)
+def errors_of(
+    cases: list[Case], params: dict[str, float], price: Price, jobs: Jobs = SERIAL, phase: str = "errors"
+) -> tuple[np.ndarray, np.ndarray]:
+    preds = price_rows([(c, params) for c in cases], price, jobs, phase)
     ttft = rel_errors(preds[:, 0], np.array([c.ttft_ms for c in cases]))
     tpot = rel_errors(preds[:, 1], np.array([c.tpot_ms for c in cases]))
     return ttft, tpot

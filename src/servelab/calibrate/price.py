@@ -12,6 +12,7 @@ from importlib import resources
 from typing import cast
 
 from servelab.calibrate.params import KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
+from servelab.calibrate.pool import SERIAL, Jobs, try_price_rows
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
@@ -131,14 +132,13 @@ class Pricer:
         return cast(PerfDB, self._scaled[key])  # answers query() as a PerfDB does
 
 
-def usable(cases: list[Case], price: Pricer, skipped: dict[str, int]) -> list[Case]:
+def usable(cases: list[Case], price: Pricer, skipped: dict[str, int], jobs: Jobs = SERIAL) -> list[Case]:
     """Cases servelab can price at the default parameters; the others are counted with servelab's reason."""
     kept = []
-    for case in cases:
-        try:
-            price(case, {})
-        except ServelabError as e:
-            reason = "servelab refuses: " + re.sub(r"\d+(\.\d+)?", "N", str(e))[:110]
+    priced = try_price_rows([(c, {}) for c in cases], price, jobs, "usable rows (each at the defaults)")
+    for case, got in zip(cases, priced, strict=True):
+        if isinstance(got, ServelabError):
+            reason = "servelab refuses: " + re.sub(r"\d+(\.\d+)?", "N", str(got))[:110]
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         kept.append(case)

@@ -128,6 +128,11 @@ def engines(
         "--aic",
         help="also run AIConfigurator's own estimate of its sample's rows (about 1-4 s a row; cached)",
     ),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        help="price rows in this many processes (0: one per core); the results do not depend on it",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Fit each engine's overhead parameters on measured end-to-end TTFT / TPOT (AIConfigurator's
@@ -157,6 +162,7 @@ def engines(
         out=out,
         report=report,
         aic=aic,
+        jobs=jobs,
         argv=_argv("engines"),
     )
     doc = calibrate_engines(opts, echo=_note if as_json else _echo)

@@ -1,0 +1,150 @@
+"""Pricing calibration rows in worker processes (--jobs, servelab.calibrate.pool): the numbers are exactly
+those of one process, in the rows' order, refusals included; a bad --jobs is one line."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
+from servelab.calibrate.fit import Linearized
+from servelab.calibrate.pool import SERIAL, Jobs, price_rows, try_price_rows, workers_for
+from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.rows import to_case
+from servelab.calibrate.sources import Sources
+from servelab.errors import ServelabError
+from servelab.specs import load_system
+
+ROOT = Path(__file__).parents[2]
+TWO = Jobs(workers=2)
+# (checkpoint, tp, concurrency): two model families, loads whose simulations differ in cost, and a 70B model
+# in BF16 on one GPU, which servelab refuses (it does not fit)
+DEPLOYMENTS = [
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, 1),
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, 32),
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, 8),
+    ("Qwen/Qwen3-32B", 2, 4),
+    ("Qwen/Qwen3-32B", 2, 16),
+    ("Qwen/Qwen3-32B", 2, 1),
+    ("meta-llama/Llama-3.1-70B", 1, 4),
+]
+
+
+def silicon_rows() -> list[dict]:
+    """Rows in AIConfigurator's silicon_sample.csv format; the 'measurements' grow with the load."""
+    rows = []
+    for i, (checkpoint, tp, conc) in enumerate(DEPLOYMENTS):
+        rows.append(
+            {
+                "id": f"row{i}",
+                "silicon_data_source": f"test; silicon_concurrency={conc}",
+                "backend": "vllm",
+                "backend_version": "0.12.0",
+                "model_path": checkpoint,
+                "system": "h200_sxm",
+                "mode": "agg",
+                "isl": "1024",
+                "osl": "128",
+                "gemm_quant_mode": "bf16",
+                "batch_size": str(conc),
+                "tp_size": str(tp),
+                "pp_size": "1",
+                "attention_dp_size": "1",
+                "moe_tp_size": str(tp),
+                "moe_ep_size": "1",
+                "silicon_ttft_ms": str(60.0 + 4.0 * conc),
+                "silicon_tpot_ms": str(7.0 + 0.2 * conc),
+            }
+        )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return [to_case(r) for r in silicon_rows()]
+
+
+@pytest.fixture(scope="module")
+def price():
+    return Pricer(load_system("h200_sxm"), "auto")
+
+
+def test_rows_priced_in_workers_are_those_of_one_process(cases, price):
+    start = defaults()["vllm"]
+    moved = dict(start, step_overhead_us=start["step_overhead_us"] * 3)
+    fits = cases[:-1]  # the last is refused
+    rows = [(c, p) for p in (start, moved) for c in fits]
+    one = np.array([price(c, p) for c, p in rows])
+    assert np.array_equal(price_rows(rows, price, SERIAL), one)
+    assert np.array_equal(price_rows(rows, price, TWO), one)  # the same bits, in the rows' order
+    assert not np.array_equal(one[: len(fits)], one[len(fits) :])  # the two parameter sets differ
+
+    # a refusal stays in its place with servelab's reason, in the workers as in one process
+    every = [(c, start) for c in cases]
+    serial, two = try_price_rows(every, price, SERIAL), try_price_rows(every, price, TWO)
+    assert isinstance(two[-1], ServelabError) and "does not fit" in str(two[-1])
+    assert str(two[-1]) == str(serial[-1]) and two[:-1] == serial[:-1]
+    with pytest.raises(ServelabError, match="does not fit"):
+        price_rows(every, price, TWO)
+
+
+def test_linearization_in_workers_is_that_of_one_process(cases, price):
+    fits = cases[:-1]
+    one = Linearized(fits, defaults()["vllm"], price)
+    two = Linearized(fits, defaults()["vllm"], price, TWO)
+    assert np.array_equal(one.base, two.base) and np.array_equal(one.jac, two.jac)
+    assert np.count_nonzero(one.jac) > 0
+
+
+def calibrate(tmp_path: Path, jobs: int, lines: list[str]) -> tuple[dict, str]:
+    sample = tmp_path / "silicon_sample.csv"
+    with open(sample, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(silicon_rows()[0]))
+        writer.writeheader()
+        writer.writerows(silicon_rows())
+    report = tmp_path / f"rows-{jobs}.json"
+    opts = EngineFitOptions(sources=Sources(csv=sample), iters=30, dry_run=True, report=report, jobs=jobs)
+    return calibrate_engines(opts, echo=lines.append), report.read_text()
+
+
+def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
+    one_lines: list[str] = []
+    two_lines: list[str] = []
+    one, one_report = calibrate(tmp_path, 1, one_lines)
+    two, two_report = calibrate(tmp_path, 2, two_lines)
+    assert one["rows_used"] == 6 and one["rows_skipped"] == two["rows_skipped"]
+    assert any(reason.startswith("servelab refuses") for reason in one["rows_skipped"])
+    for key in ("errors", "cv_by_family", "engines", "fitted_not_kept", "verdicts"):
+        assert one[key] == two[key], key  # floats compared exactly
+    assert set(one["cv_by_family"]) == {"vllm/llama", "vllm/qwen"}
+    assert one_report == two_report  # every row's prediction at the fit
+    # a progress line per phase: rows done / total, seconds, processes
+    assert any(line.startswith("  cross-validation") and "6/6 rows" in line for line in two_lines)
+    assert any("fit vllm, linearization 1 of 2: 30/30 rows" in line for line in two_lines)
+    assert all("2 processes" in line for line in two_lines if "/30 rows" in line)
+    assert all("1 process)" in line for line in one_lines if "/30 rows" in line)
+
+
+def test_jobs_zero_is_one_process_per_core():
+    assert workers_for(0) == os.cpu_count() and workers_for(3) == 3
+    with pytest.raises(ServelabError, match="jobs: -2; expected 0"):
+        workers_for(-2)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--dry-run"],
+        [sys.executable, str(ROOT / "accuracy" / "calibrate_engines.py")],
+    ],
+    ids=["cli", "accuracy-script"],
+)
+def test_negative_jobs_is_one_line(command):
+    r = subprocess.run([*command, "--jobs", "-1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--jobs: -1; expected 0 (one process per core)" in r.stderr
+    assert r.stdout == ""
