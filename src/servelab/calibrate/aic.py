@@ -12,6 +12,7 @@ import numpy as np
 
 from servelab.calibrate.fit import rel_errors, summary
 from servelab.calibrate.rows import Case, concurrency_of
+from servelab.errors import ServelabError
 
 AIC_PACKAGE = "aiconfigurator-core"
 AIC_VERSION = "0.12.0"
@@ -24,7 +25,11 @@ def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
     version."""
     py = venv / "bin" / "python"
     if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if made.returncode != 0:
+            raise ServelabError(
+                f"{venv}: cannot make a venv for {AIC_PACKAGE} ({made.stderr.strip()[-200:]})"
+            )
     probe = [
         "-c",
         (
@@ -34,11 +39,17 @@ def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
         ),
     ]
     got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
-    if got.returncode != 0 or got.stdout.split()[0] != AIC_VERSION:
-        subprocess.run(
-            [str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"], check=True
-        )
-        got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=True)
+    if got.returncode != 0 or got.stdout.split()[:1] != [AIC_VERSION]:
+        install = [str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"]
+        done = subprocess.run(install, capture_output=True, text=True, check=False)
+        got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
+        if done.returncode != 0 or got.returncode != 0:
+            why = (done.stderr or got.stderr).strip().splitlines()[-1:] or ["no message"]
+            raise ServelabError(
+                f"{AIC_PACKAGE}=={AIC_VERSION} could not be installed into {venv} ({why[0]}); "
+                "without network pass a local silicon_sample.csv with --csv FILE",
+                field="aic_sample",
+            )
     version, path = got.stdout.split()[:2]
     return Path(path), version
 
