@@ -40,6 +40,21 @@ class Case:
     def model_name(self) -> str:
         return self.model.name
 
+    def measurement(self) -> tuple:
+        """What makes two rows the same measurement written twice: the deployment by architecture (a database
+        dump names InferenceX's DeepSeek-R1 runs DeepSeek-V3, which has R1's architecture), the load and the
+        measured values to six decimals (sources round differently)."""
+        return (
+            self.engine,
+            self.model.model_dump_json(exclude={"name", "source"}),
+            self.parallel,
+            self.isl,
+            self.osl,
+            self.concurrency,
+            round(self.ttft_ms, 6),
+            round(self.tpot_ms, 6),
+        )
+
 
 def read_rows(path: Path) -> list[dict]:
     with open(path, newline="") as f:
@@ -149,18 +164,9 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         # the same measurement appears under two sources (a database dump and a CSV export): count it once
-        same = (
-            case.engine,
-            case.model_name,
-            case.parallel,
-            case.isl,
-            case.osl,
-            case.concurrency,
-            case.ttft_ms,
-            case.tpot_ms,
-        )
+        same = case.measurement()
         if same in seen:
-            why = "duplicate of another row (same engine, model, parallel, load and measured values)"
+            why = "duplicate of another row (same engine, architecture, parallel, load and measured values)"
             skipped[why] = skipped.get(why, 0) + 1
             continue
         seen.add(same)

@@ -96,19 +96,6 @@ def _store(path: Path, system: str) -> tuple[list[Case], dict]:
     return cases, _record("results store (rows used)", path, sha, read, cases, skipped)
 
 
-def _same(case: Case) -> tuple:
-    return (
-        case.engine,
-        case.model_name,
-        case.parallel,
-        case.isl,
-        case.osl,
-        case.concurrency,
-        round(case.ttft_ms, 6),
-        round(case.tpot_ms, 6),
-    )
-
-
 def gather(sources: Sources, system: str) -> Gathered:
     """The rows of every source measured on `system`, a row seen in two sources counted once."""
     sources = sources.with_default()
@@ -130,10 +117,10 @@ def gather(sources: Sources, system: str) -> Gathered:
         for reason, n in record["rows_skipped"].items():
             out.skipped[reason] = out.skipped.get(reason, 0) + n
         for case in cases:
-            if _same(case) in seen:
+            if case.measurement() in seen:
                 why = "duplicate of another row (same deployment, load and measured values)"
                 out.skipped[why] = out.skipped.get(why, 0) + 1
                 continue
-            seen.add(_same(case))
+            seen.add(case.measurement())
             out.cases.append(case)
     return out
