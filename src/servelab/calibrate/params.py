@@ -5,12 +5,24 @@ from typing import Any
 
 # the engine-profile parameters fitted, each searched in log space between these bounds (us); the documented
 # defaults start the search
-PARAMS = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
+# (the api_* terms are the API server's CPU work: per request, per prompt token, per output token streamed)
+PARAMS = (
+    "step_overhead_us",
+    "per_seq_overhead_us",
+    "kernel_gap_us",
+    "eager_launch_us",
+    "api_request_us",
+    "api_prompt_token_us",
+    "api_output_token_us",
+)
 BOUNDS = {
     "step_overhead_us": (1.0, 20000.0),
     "per_seq_overhead_us": (0.01, 500.0),
     "kernel_gap_us": (0.01, 50.0),
     "eager_launch_us": (0.1, 100.0),
+    "api_request_us": (1.0, 100000.0),
+    "api_prompt_token_us": (0.01, 100.0),
+    "api_output_token_us": (0.1, 500.0),
 }
 # Terms servelab's step model does not have, fitted only on request to measure what they would buy: a fixed
 # per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first

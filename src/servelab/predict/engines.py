@@ -1,9 +1,26 @@
 """Engine profiles: what an engine adds to the kernel time of a step (scheduling, sampling, launch gaps,
-CUDA graphs for decode), and its documented scheduler defaults."""
+CUDA graphs for decode), its API server's CPU costs, and how its scheduler forms batches.
+
+The scheduler behaviour is data, read from each engine's scheduler code (engines.json says which file):
+- `prefill_policy` "mixed": decodes first, then prompt chunks in the same step under the token budget
+  (vLLM V1 `Scheduler.schedule`, TensorRT-LLM in-flight batching under max_num_tokens); "separate": a step
+  carries either prompt chunks or decodes, and waiting prompts go first (SGLang `get_next_batch_to_run`
+  without `--enable-mixed-chunk`), so decodes stall while prompts are pending.
+- `admission_reserve`: the share of every admitted request's remaining output tokens an engine holds free in
+  the KV cache before admitting another (vLLM V1 0: it preempts instead; TensorRT-LLM GUARANTEED_NO_EVICT 1:
+  a request is admitted only if all of its output fits; SGLang's new-token ratio, 0.7 at start, falling
+  linearly to `admission_reserve_min` over `admission_reserve_decay_steps` decode steps).
+- `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
+  scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
+  `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
+  takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
+  1 / (1 - r x api_output_token_us) slower.
+"""
 
 import json
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,6 +40,13 @@ class EngineProfile(BaseModel):
     max_num_batched_tokens: int
     max_num_seqs: int
     chunked_prefill: bool
+    prefill_policy: Literal["mixed", "separate"] = "mixed"
+    admission_reserve: float = 0.0  # share of admitted requests' remaining output tokens kept free in KV
+    admission_reserve_min: float = 0.0
+    admission_reserve_decay_steps: int = 0  # 0: the reserve stays at admission_reserve
+    api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
+    api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
+    api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
