@@ -218,7 +218,9 @@ def estimate_aggregated(
     # is not modelled
     db = db or perfdb_for(system, engine.name)
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
-    pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
+    # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
+    ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
+    pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens, ranks=ranks)
     sim = simulate(model, parallel, engine, mem, workload, pricer)
     return to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
 
