@@ -22,7 +22,7 @@ from servelab.cli._common import (
 )
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
-from servelab.predict.serving import estimate_aggregated
+from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 
 MAX_BATCH = 1 << 16
@@ -44,6 +44,13 @@ def estimate(
     kv_dtype: str = KvDtypeOpt,
     as_json: bool = JsonOpt,
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
+    num_prompts: int | None = typer.Option(
+        None,
+        "--num-prompts",
+        min=1,
+        help="agg: simulate a benchmark of this many prompts (every client starts at t=0, all counted) "
+        "instead of the steady state",
+    ),
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
@@ -55,11 +62,16 @@ def estimate(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
         )
     elif mode == "agg":
+        bench = None
+        if num_prompts is not None:
+            bench = Workload(isl=isl, osl=osl, concurrency=batch, warmup=0, num_requests=num_prompts)
         result = estimate_aggregated(
-            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
+            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown, workload=bench
         )
     else:
         raise ServelabError(f"--mode: expected static or agg, got {mode!r}")
+    if num_prompts is not None and mode != "agg":
+        raise ServelabError("--num-prompts: only with --mode agg", field="num_prompts")
     data = result.model_dump(mode="json", exclude_none=True)
     if as_json:
         print_json(data)
