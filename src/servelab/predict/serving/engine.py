@@ -122,6 +122,7 @@ class Lane:
         self.emitted = 0.0  # output tokens emitted, all requests
         self.completed = 0  # requests finished, all of them
         self.busy = False
+        self.frontend = bool(limits.frontend_s or limits.frontend_token_s)  # an API server to pass through
         self.frontend_free = 0.0  # when the API server is next free (drive clock)
         self.decode_rate = 0.0  # output tokens/s of the last decode step (drive clock)
         self.stats = LaneStats()
@@ -272,7 +273,8 @@ class Lane:
             st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
             st.decode_token_steps += n * batch.steps
             st.decode_steps += batch.steps
-            self.decode_rate = n * adv / d[0] if d[0] > 0 else 0.0
+            if lim.frontend_out_token_s and d[0] > 0:
+                self.decode_rate = n * adv / d[0]
         if batch.chunks:
             st.busy_mixed_s += batch.duration[0]
             for req, take, _ in batch.chunks:

@@ -35,8 +35,8 @@ class Arrival(NamedTuple):
         self.req.arrival = _at(lane, self.time, source.drive)
         source.on_arrival(self.req, lane)
         out = [e for e in (source.next_arrival(),) if e is not None]
-        cost = lane.lim.frontend_cost_s(self.req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
-        if cost > 0:
+        if lane.frontend:
+            cost = lane.lim.frontend_cost_s(self.req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
             lane.frontend_free = max(self.time, lane.frontend_free) + cost
             out.append(Admit(lane.frontend_free, self.req))
             return out
