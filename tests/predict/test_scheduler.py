@@ -147,3 +147,11 @@ def test_engine_profiles_carry_their_scheduler_policies():
     assert engine_profile("vllm").admission_reserve == 0.0
     assert engine_profile("sglang").prefill_policy == "separate"
     assert engine_profile("trtllm").admission_reserve == 1.0
+
+
+def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
+    assert engine_profile("sglang", 139.8).max_num_batched_tokens == 8192  # H200
+    assert engine_profile("sglang", 180.0).max_num_batched_tokens == 16384  # B200
+    assert engine_profile("sglang", 40.0).max_num_batched_tokens == 4096
+    assert engine_profile("sglang", 180.0, max_num_batched_tokens=2048).max_num_batched_tokens == 2048
+    assert engine_profile("vllm", 180.0).max_num_batched_tokens == 8192  # vLLM's does not depend on the GPU

@@ -56,7 +56,7 @@ def estimate(
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
-    engine = engine_profile(backend)
+    engine = engine_profile(backend, sys_spec.hbm_gib)
     if mode == "static":
         result = estimate_static(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown

@@ -10,6 +10,8 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   the KV cache before admitting another (vLLM V1 0: it preempts instead; TensorRT-LLM GUARANTEED_NO_EVICT 1:
   a request is admitted only if all of its output fits; SGLang's new-token ratio, 0.7 at start, falling
   linearly to `admission_reserve_min` over `admission_reserve_decay_steps` decode steps).
+- `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
+  chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
 - `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
   scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
@@ -47,6 +49,8 @@ class EngineProfile(BaseModel):
     api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
     api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
+    # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
+    budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
@@ -75,7 +79,9 @@ def _profiles() -> dict:
     return profiles
 
 
-def engine_profile(name: str, **overrides) -> EngineProfile:
+def engine_profile(name: str, gpu_gib: float | None = None, **overrides) -> EngineProfile:
+    """The engine's profile; gpu_gib (memory per GPU) picks its default token budget where that depends on the
+    GPU (SGLang's chunked_prefill_size), unless max_num_batched_tokens is given."""
     profiles = _profiles()
     if name not in profiles:
         raise ServelabError(
@@ -85,4 +91,9 @@ def engine_profile(name: str, **overrides) -> EngineProfile:
         )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if gpu_gib is not None and "max_num_batched_tokens" not in overrides:
+        for below, tokens in profile.budget_by_gpu_gib:
+            if below is None or gpu_gib < below:
+                overrides["max_num_batched_tokens"] = tokens
+                break
     return profile.model_copy(update=overrides) if overrides else profile

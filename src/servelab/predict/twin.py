@@ -138,6 +138,7 @@ def simulate_benchmark(
         )
     engine = engine_profile(
         settings.engine,
+        system.hbm_gib,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,
