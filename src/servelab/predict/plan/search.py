@@ -39,7 +39,7 @@ def make_plan(req: PlanRequest) -> Plan:
             )
         )
     system = load_system(req.system)
-    engine = engine_profile(req.backend, calibration=req.calibration, **req.engine)
+    engine = engine_profile(req.backend, system.hbm_gib, calibration=req.calibration, **req.engine)
     check_precision(model, system)
     ctx = SearchContext(
         req,

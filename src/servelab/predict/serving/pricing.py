@@ -81,12 +81,14 @@ def snap_coarse(x: float) -> int:
 class StepPricer:
     """Prices lane steps for one (model, parallel, engine, perfdb); results are memoized per grid key."""
 
-    def __init__(self, model, parallel, engine, db, spec_tokens: int = 0):
+    def __init__(self, model, parallel, engine, db, spec_tokens: int = 0, ranks: int = 0):
+        """ranks: attention-DP ranks with work (0: all), when fewer requests than ranks leave some idle."""
         self.model, self.parallel, self.engine, self.db = model, parallel, engine, db
-        self.dp = parallel.attn_dp
+        self.dp = min(ranks or parallel.attn_dp, parallel.attn_dp)
+        self.ranks = self.dp if self.dp < parallel.attn_dp else 0
         self.spec_tokens = spec_tokens
         # decode steps up to this lane batch replay a CUDA graph; keep interpolation on one side of the jump
-        self.graph_limit = engine.cuda_graph_max_batch // self.dp
+        self.graph_limit = engine.cuda_graph_max_batch // parallel.attn_dp
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
@@ -100,6 +102,7 @@ class StepPricer:
                 decode_batch=n * self.dp,
                 decode_kv_len=kv if n else 0,
                 spec_tokens=self.spec_tokens if n else 0,
+                ranks=self.ranks,
             )
             st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
             hit = self._cache[key] = (st.us, st.low_us, st.high_us)
@@ -159,4 +162,5 @@ class StepPricer:
             decode_batch=n * self.dp,
             decode_kv_len=int(kv) if n else 0,
             spec_tokens=self.spec_tokens if n else 0,
+            ranks=self.ranks,
         )
