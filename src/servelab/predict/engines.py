@@ -45,6 +45,9 @@ class EngineProfile(BaseModel):
     max_num_batched_tokens: int
     max_num_seqs: int
     chunked_prefill: bool
+    # the KV cache gets this share of the memory left after weights and activations (TensorRT-LLM's
+    # free_gpu_memory_fraction), not the rest of a share of the whole GPU (vLLM's gpu_memory_utilization)
+    kv_of_free: bool = False
     prefill_policy: Literal["mixed", "separate"] = "mixed"
     admission_reserve: float = 0.0  # share of admitted requests' remaining output tokens kept free in KV
     admission_reserve_min: float = 0.0

@@ -147,7 +147,14 @@ def simulate_benchmark(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,
     )
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, settings.gpu_memory_utilization)
+    mem = prepare(
+        model,
+        system,
+        parallel,
+        engine.max_num_batched_tokens,
+        settings.gpu_memory_utilization,
+        fraction_of_free=engine.kv_of_free,
+    )
     db = db or perfdb_for(system, engine.name)
     spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)
     lengths = stream.lengths()
