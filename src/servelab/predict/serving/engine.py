@@ -148,83 +148,94 @@ class Lane:
         """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
         lim = self.lim
         grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
-        while self.num_decoding and self.kv_bytes() + grow > lim.kv_capacity:
+        kv_bytes = self.kv_bytes()
+        while self.num_decoding and kv_bytes + grow > lim.kv_capacity:
             self._preempt()
             grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+            kv_bytes = self.kv_bytes()
         n = self.num_decoding
         if lim.separate_prefill:  # a prompt step if any prompt can go, else a decode step
-            batch = self._prefill_only(grow) if self.prefilling or self.waiting else None
+            batch = self._prefill_only(grow, kv_bytes) if self.prefilling or self.waiting else None
             if batch is not None:
                 return batch
             chunks = []
+        elif self.prefilling or self.waiting:
+            chunks = self._chunks(lim.max_num_batched_tokens - n * lim.verify_tokens, grow, kv_bytes)
         else:
-            chunks = self._chunks(lim.max_num_batched_tokens - n * lim.verify_tokens, grow)
+            chunks = []
         if not chunks and not n:
             return None
         kv_mean = self.G + self.sum_ctx0 / n if n else 0.0
         if chunks:
             us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
             return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
-        return self._stretch(n, kv_mean, horizon_s, drive, grow)
+        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes)
 
-    def _prefill_only(self, grow: float) -> Batch | None:
+    def _prefill_only(self, grow: float, kv_bytes: float) -> Batch | None:
         """A step of prompt chunks alone, with the whole token budget (the decodes wait for the next step)."""
-        chunks = self._chunks(self.lim.max_num_batched_tokens, grow)
+        chunks = self._chunks(self.lim.max_num_batched_tokens, grow, kv_bytes)
         if not chunks:
             return None
         us = self.price_mixed([(t, p) for _, t, p in chunks], 0, 0.0)
         return Batch(1, 0, 0.0, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
 
-    def _chunks(self, budget: int, grow: float) -> list:
+    def _chunks(self, budget: int, grow: float, kv_bytes: float) -> list:
         """Prompt chunks for this step: requests part-way through their prompt continue, then waiting ones are
         admitted in arrival order while the budget, max_num_seqs and the KV cache (less any reserve) allow."""
-        lim, st = self.lim, self.stats
-        free = lim.kv_capacity - self.kv_bytes() - grow
+        lim = self.lim
+        per_token = lim.kv_per_token
+        free = lim.kv_capacity - kv_bytes - grow
         chunks = []
         for req in self.prefilling:
             if budget <= 0:
                 break
-            take = min(req.prompt - req.computed, budget, int(free // lim.kv_per_token))
+            take = min(req.prompt - req.computed, budget, int(free // per_token))
             if take <= 0:
                 break
             chunks.append((req, take, req.computed))
             budget -= take
-            free -= take * lim.kv_per_token
+            free -= take * per_token
+        waiting = self.waiting
+        if not waiting or budget <= 0:
+            return chunks
+        st = self.stats
         ratio = lim.reserve_at(st.decode_steps) if lim.reserve else 0.0
-        reserved = self.reserved_tokens(ratio) * lim.kv_per_token if ratio else 0.0
-        while self.waiting and budget > 0:
+        reserved = self.reserved_tokens(ratio) * per_token if ratio else 0.0
+        while waiting and budget > 0:
             if len(self.running) >= lim.max_num_seqs:
                 st.blocked_seqs += 1
                 break
-            req = self.waiting[0]
+            req = waiting[0]
             todo = req.prompt - req.cached
             take = min(todo, budget)
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
-            need = lim.kv_fixed + (req.cached + take) * lim.kv_per_token
+            need = lim.kv_fixed + (req.cached + take) * per_token
             if ratio:  # the whole prompt and its share of output must fit beside the others' reserve
-                reserved += ratio * (req.osl - req.out) * lim.kv_per_token
-                need = lim.kv_fixed + req.prompt * lim.kv_per_token + reserved
+                reserved += ratio * (req.osl - req.out) * per_token
+                need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             req.computed = req.cached
             self.prefill_tokens += req.cached
             self.prefilling.append(req)
             self.running.append(req)
             chunks.append((req, take, req.cached))
             budget -= take
-            free -= lim.kv_fixed + (req.cached + take) * lim.kv_per_token
+            free -= lim.kv_fixed + (req.cached + take) * per_token
         return chunks
 
-    def _stretch(self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float) -> Batch:
+    def _stretch(
+        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float
+    ) -> Batch:
         """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache
         fills."""
         tps = self.lim.tokens_per_step
         steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
         if grow > 0:
-            steps = min(steps, max(1, int((self.lim.kv_capacity - self.kv_bytes()) // grow)))
+            steps = min(steps, max(1, int((self.lim.kv_capacity - kv_bytes) // grow)))
         one = self.price_decode(n, kv_mean)
         if horizon_s != float("inf"):
             gap = horizon_s - self.clock[drive]
@@ -262,17 +273,17 @@ class Lane:
         c[1] += d[1]
         c[2] += d[2]
         now = (c[0], c[1], c[2])
-        st.steps += batch.steps
+        k = batch.steps
+        st.steps += k
         done: list[Request] = []
         n = batch.decodes
         if n:
-            adv = batch.steps * lim.tokens_per_step
+            adv = k * lim.tokens_per_step
             self.G += adv
             self.emitted += n * adv
-            k = batch.steps
             st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
-            st.decode_token_steps += n * batch.steps
-            st.decode_steps += batch.steps
+            st.decode_token_steps += n * k
+            st.decode_steps += k
             if lim.frontend_out_token_s and d[0] > 0:
                 self.decode_rate = n * adv / d[0]
         if batch.chunks:
@@ -294,8 +305,13 @@ class Lane:
             self.sum_ctx0 -= req.ctx0 - req.g0
             self.sum_target -= req.target
             self._finish(req, now, done)
-        frac = self.kv_bytes() / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
-        st.peak_kv_frac = max(st.peak_kv_frac, frac)
+        kv_bytes = (
+            len(self.running) * lim.kv_fixed
+            + (self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens) * lim.kv_per_token
+        )  # self.kv_bytes() inline: this runs on every step
+        frac = kv_bytes / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
+        if frac > st.peak_kv_frac:
+            st.peak_kv_frac = frac
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:

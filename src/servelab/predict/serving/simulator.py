@@ -32,15 +32,17 @@ class Arrival(NamedTuple):
     req: Request
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
-        self.req.arrival = _at(lane, self.time, source.drive)
-        source.on_arrival(self.req, lane)
-        out = [e for e in (source.next_arrival(),) if e is not None]
+        req = self.req
+        req.arrival = _at(lane, self.time, source.drive)
+        source.on_arrival(req, lane)
+        following = source.next_arrival()
+        out = [] if following is None else [following]
         if lane.frontend:
-            cost = lane.lim.frontend_cost_s(self.req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
+            cost = lane.lim.frontend_cost_s(req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
             lane.frontend_free = max(self.time, lane.frontend_free) + cost
-            out.append(Admit(lane.frontend_free, self.req))
+            out.append(Admit(lane.frontend_free, req))
             return out
-        lane.add(self.req)
+        lane.add(req)
         if not lane.busy:
             out.append(Schedule(self.time))
         return out
@@ -102,13 +104,14 @@ def _at(lane: Lane, t: float, drive: int) -> tuple:
 def run(lane: Lane, source) -> None:
     queue: list = []
     seq = itertools.count()
+    push, pop = heapq.heappush, heapq.heappop
     for event in source.start():
-        heapq.heappush(queue, (event.time, _ORDER[type(event)], next(seq), event))
+        push(queue, (event.time, _ORDER[event.__class__], next(seq), event))
     while queue and not source.done:
-        _, _, _, event = heapq.heappop(queue)
+        event = pop(queue)[3]
         horizon = queue[0][0] if queue else INF
         for new in event.handle(lane, source, horizon):
-            heapq.heappush(queue, (new.time, _ORDER[type(new)], next(seq), new))
+            push(queue, (new.time, _ORDER[new.__class__], next(seq), new))
     if not source.done:
         raise ServelabError(
             "simulation stalled: a waiting request can never be admitted (KV cache too small "
