@@ -3,11 +3,16 @@ engine profiles' documented defaults (no fit), errors by engine and by concurren
 
     python accuracy/ttft_by_load.py            # about 4 min on 2 cores
     python accuracy/ttft_by_load.py --every 4  # a quarter of the rows
+    python accuracy/ttft_by_load.py --kv-dtype fp8 --engine trtllm  # read the rows as FP8-KV runs
+
+The file does not say which KV-cache dtype a row ran; the rows are read with the checkpoint's (BF16 for every
+model here). `--kv-dtype` replays them with another, for the engines named by `--engine` (default all).
 """
 
 import argparse
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -15,7 +20,7 @@ from servelab.calibrate import aic
 from servelab.calibrate.price import Pricer, base_profiles
 from servelab.calibrate.rows import build_cases, read_rows
 from servelab.errors import ServelabError
-from servelab.specs import load_system
+from servelab.specs import Dtype, load_system
 
 BANDS = ((8, "c<=8"), (64, "c<=64"), (None, "c>64"))
 
@@ -28,12 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--every", type=int, default=1, help="use every n-th row (quick runs)")
+    ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), help="replay the rows with this KV-cache dtype")
+    ap.add_argument("--engine", action="append", help="the engines --kv-dtype applies to (default all)")
     args = ap.parse_args(argv)
     path, _ = aic.aic_csv()
     cases, _ = build_cases(read_rows(path), args.system)
     price = Pricer(load_system(args.system), "aggregated")
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for case in cases[:: args.every]:
+        if args.kv_dtype and (not args.engine or case.engine in args.engine):
+            precision = case.model.precision.model_copy(update={"kv_cache": Dtype(args.kv_dtype)})
+            case = replace(case, model=case.model.model_copy(update={"precision": precision}))
         try:
             ttft, tpot = price(case, {})
         except ServelabError:
