@@ -1,7 +1,7 @@
 """Where TTFT goes wrong: AIConfigurator's measured H200 rows replayed as in calibrate_engines.py, at the
 engine profiles' documented defaults (no fit), errors by engine and by concurrency band. Writes nothing.
 
-    python accuracy/ttft_by_load.py            # about 4 min on 2 cores
+    python accuracy/ttft_by_load.py            # 18 s on an idle core, minutes on a loaded one
     python accuracy/ttft_by_load.py --every 4  # a quarter of the rows
     python accuracy/ttft_by_load.py --kv-dtype fp8 --engine trtllm  # read the rows as FP8-KV runs
 
