@@ -1,7 +1,9 @@
 import pytest
 
 from servelab.errors import ServelabError
+from servelab.predict.engines import engine_profile
 from servelab.predict.memory import GIB, check_fits, memory_per_gpu, weight_bytes_per_gpu
+from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
@@ -65,3 +67,28 @@ def test_memory_options_out_of_range_name_their_field(kwargs, field):
     with pytest.raises(ServelabError) as err:
         memory_per_gpu(load_model("llama-3.1-8b"), H200, Parallel(tp=1), **kwargs)
     assert err.value.field == field
+
+
+def test_trtllm_gives_the_kv_cache_a_share_of_the_free_memory():
+    """TensorRT-LLM's free_gpu_memory_fraction (0.9) is a share of what the weights and activations leave;
+    vLLM's gpu_memory_utilization a share of the whole GPU, the other parts taken out of it."""
+    m, p = load_model("deepseek-r1", kv_dtype="fp8"), Parallel(tp=8, ep=8)
+    trt = memory_per_gpu(m, H200, p, fraction_of_free=engine_profile("trtllm").kv_of_free)
+    vllm = memory_per_gpu(m, H200, p, fraction_of_free=engine_profile("vllm").kv_of_free)
+    fixed = trt.weights_gib + trt.activations_gib + trt.reserve_gib
+    assert trt.kv_gib == pytest.approx(0.9 * (H200.hbm_gib - fixed))
+    assert vllm.kv_gib == pytest.approx(0.9 * H200.hbm_gib - fixed)
+    assert trt.kv_gib > vllm.kv_gib
+
+
+def test_trtllm_no_evict_admits_every_client_its_cache_holds():
+    """DeepSeek-R1 tp8-ep8 with an FP8 KV cache, 128 clients of 1024/8192 tokens on H200s (a row of
+    AIConfigurator's silicon_sample.csv: TTFT 1.4 s measured). TensorRT-LLM's cache holds all 128 to the end
+    of their output, so under its no-evict policy no request waits for another to finish; a cache sized by
+    vLLM's rule holds fewer, and the rest would wait whole requests (8192 decode steps)."""
+    m, p = load_model("deepseek-r1", kv_dtype="fp8"), Parallel(tp=8, ep=8)
+    engine = engine_profile("trtllm", H200.hbm_gib)
+    wl = Workload(isl=1024, osl=8192, concurrency=128, warmup=0, num_requests=128, range_ratio=0.0)
+    r = estimate_aggregated(m, H200, p, engine, 128, 1024, 8192, workload=wl)
+    one_request_ms = 8192 * r.tpot_ms
+    assert r.percentiles["ttft_ms"]["p99"] < 0.1 * one_request_ms

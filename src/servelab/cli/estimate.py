@@ -24,7 +24,7 @@ from servelab.cli._common import (
 )
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
-from servelab.predict.serving import estimate_aggregated
+from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 
 MAX_BATCH = 1 << 16
@@ -47,19 +47,31 @@ def estimate(
     as_json: bool = JsonOpt,
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
     calibration: Path | None = CalibrationOpt,
+    num_prompts: int | None = typer.Option(
+        None,
+        "--num-prompts",
+        min=1,
+        help="agg: simulate a benchmark of this many prompts (every client starts at t=0, all counted) "
+        "instead of the steady state",
+    ),
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
+    if num_prompts is not None and mode != "agg":
+        raise ServelabError("--num-prompts: only with --mode agg", field="num_prompts")
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
-    engine = engine_profile(backend, calibration=calibration)
+    engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration)
     if mode == "static":
         result = estimate_static(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
         )
     elif mode == "agg":
+        bench = None
+        if num_prompts is not None:
+            bench = Workload(isl=isl, osl=osl, concurrency=batch, warmup=0, num_requests=num_prompts)
         result = estimate_aggregated(
-            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown
+            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown, workload=bench
         )
     else:
         raise ServelabError(f"--mode: expected static or agg, got {mode!r}")

@@ -1,11 +1,31 @@
 """Engine profiles: what an engine adds to the kernel time of a step (scheduling, sampling, launch gaps,
-CUDA graphs for decode), and its documented scheduler defaults, with the fitted overheads of a calibration
-file (`servelab calibrate engines`; the shipped predict/data/calibrated.json unless another is named)."""
+CUDA graphs for decode), its API server's CPU costs, and how its scheduler forms batches, with the fitted
+overheads of a calibration file (`servelab calibrate engines`; the shipped predict/data/calibrated.json unless
+another is named).
+
+The scheduler behaviour is data, read from each engine's scheduler code (engines.json says which file):
+- `prefill_policy` "mixed": decodes first, then prompt chunks in the same step under the token budget
+  (vLLM V1 `Scheduler.schedule`, TensorRT-LLM in-flight batching under max_num_tokens); "separate": a step
+  carries either prompt chunks or decodes, and waiting prompts go first (SGLang `get_next_batch_to_run`
+  without `--enable-mixed-chunk`), so decodes stall while prompts are pending.
+- `admission_reserve`: the share of every admitted request's remaining output tokens an engine holds free in
+  the KV cache before admitting another (vLLM V1 0: it preempts instead; TensorRT-LLM GUARANTEED_NO_EVICT 1:
+  a request is admitted only if all of its output fits; SGLang's new-token ratio, 0.7 at start, falling
+  linearly to `admission_reserve_min` over `admission_reserve_decay_steps` decode steps).
+- `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
+  chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
+- `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
+  scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
+  `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
+  takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
+  1 / (1 - r x api_output_token_us) slower.
+"""
 
 import json
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +45,18 @@ class EngineProfile(BaseModel):
     max_num_batched_tokens: int
     max_num_seqs: int
     chunked_prefill: bool
+    # the KV cache gets this share of the memory left after weights and activations (TensorRT-LLM's
+    # free_gpu_memory_fraction), not the rest of a share of the whole GPU (vLLM's gpu_memory_utilization)
+    kv_of_free: bool = False
+    prefill_policy: Literal["mixed", "separate"] = "mixed"
+    admission_reserve: float = 0.0  # share of admitted requests' remaining output tokens kept free in KV
+    admission_reserve_min: float = 0.0
+    admission_reserve_decay_steps: int = 0  # 0: the reserve stays at admission_reserve
+    api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
+    api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
+    api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
+    # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
+    budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
@@ -110,8 +142,12 @@ def _profiles(calibration: Path) -> dict:
     return profiles
 
 
-def engine_profile(name: str, calibration: Path | str | None = None, **overrides) -> EngineProfile:
-    """The engine's profile under a calibration file (None: the shipped one), with `overrides` applied."""
+def engine_profile(
+    name: str, gpu_gib: float | None = None, calibration: Path | str | None = None, **overrides
+) -> EngineProfile:
+    """The engine's profile under a calibration file (None: the shipped one), with `overrides` applied;
+    gpu_gib (memory per GPU) picks its default token budget where that depends on the GPU (SGLang's
+    chunked_prefill_size), unless max_num_batched_tokens is given."""
     path = Path(calibration).resolve() if calibration is not None else shipped_calibration()
     profiles = _profiles(path)
     if name not in profiles:
@@ -122,4 +158,9 @@ def engine_profile(name: str, calibration: Path | str | None = None, **overrides
         )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if gpu_gib is not None and "max_num_batched_tokens" not in overrides:
+        for below, tokens in profile.budget_by_gpu_gib:
+            if below is None or gpu_gib < below:
+                overrides["max_num_batched_tokens"] = tokens
+                break
     return profile.model_copy(update=overrides) if overrides else profile

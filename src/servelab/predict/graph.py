@@ -47,6 +47,9 @@ class StepShape(NamedTuple):
     decode_batch: int = 0
     decode_kv_len: int = 0
     spec_tokens: int = 0  # draft tokens each decoding sequence verifies (MTP / draft model)
+    # attention-DP ranks with work (0: all). Ranks step in lockstep through the MoE layers, whose tokens are
+    # those of the ranks with work: fewer requests than ranks leave the experts less to do.
+    ranks: int = 0
 
 
 TOKENS, PREFILL_ATTN, DECODE_ATTN, HEAD = "tokens", "prefill_attention", "decode_attention", "head"
@@ -123,7 +126,7 @@ def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     decode = ceil(shape.decode_batch / dp) if shape.decode_batch else 0
     decode_tokens = decode * (1 + shape.spec_tokens)
     total = sum(c * n for c, n, _ in prefill) + decode_tokens
-    group = total * dp if parallel.dp_attn else total
+    group = total * min(shape.ranks or dp, dp) if parallel.dp_attn else total
     return _Tokens(
         total,
         prefill,

@@ -21,7 +21,7 @@ class MemoryBreakdown(BaseModel):
     activations_gib: float
     reserve_gib: float
     kv_gib: float
-    total_gib: float  # what the engine may use: HBM x gpu_memory_utilization
+    total_gib: float  # what the engine may use (weights, activations, reserve and KV cache)
     hbm_gib: float
     fits: bool
     kv_bytes_per_token: float  # per GPU, asymptotic
@@ -78,7 +78,12 @@ def memory_per_gpu(
     parallel: Parallel,
     max_num_batched_tokens: int = 8192,
     gpu_memory_utilization: float = 0.9,
+    fraction_of_free: bool = False,
 ) -> MemoryBreakdown:
+    """gpu_memory_utilization is the share of the whole GPU the engine fills (vLLM's gpu-memory-utilization),
+    or with fraction_of_free the share of what the weights, activations and reserve leave that goes to the
+    KV cache (TensorRT-LLM's free_gpu_memory_fraction: it loads the weights, profiles a forward pass at
+    max_num_tokens, then allocates that share of the free memory)."""
     if not 0 < gpu_memory_utilization <= 1:  # NaN fails this too
         raise ServelabError(
             f"must be in (0, 1], got {gpu_memory_utilization}", field="gpu_memory_utilization"
@@ -90,8 +95,12 @@ def memory_per_gpu(
         )
     weights = weight_bytes_per_gpu(model, parallel) / GIB
     acts = activation_bytes(model, parallel, max_num_batched_tokens) / GIB
-    total = system.hbm_gib * gpu_memory_utilization
-    kv = total - weights - acts - FRAMEWORK_RESERVE_GIB
+    if fraction_of_free:
+        kv = gpu_memory_utilization * (system.hbm_gib - weights - acts - FRAMEWORK_RESERVE_GIB)
+        total = weights + acts + FRAMEWORK_RESERVE_GIB + kv if kv > 0 else system.hbm_gib
+    else:
+        total = system.hbm_gib * gpu_memory_utilization
+        kv = total - weights - acts - FRAMEWORK_RESERVE_GIB
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
     return MemoryBreakdown(

@@ -44,6 +44,7 @@ def prepare(
     parallel: Parallel,
     max_num_batched_tokens: int = 8192,
     gpu_memory_utilization: float = 0.9,
+    fraction_of_free: bool = False,
 ) -> MemoryBreakdown:
     """Every check a deployment must pass before it is priced: parallel split, precision, memory."""
     parallel.validate(model)
@@ -54,6 +55,7 @@ def prepare(
         parallel,
         max_num_batched_tokens=max_num_batched_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
+        fraction_of_free=fraction_of_free,
     )
 
 
@@ -84,7 +86,7 @@ def estimate_static(
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     db = db or perfdb_for(system, engine.name)
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
+    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free)
     check_kv_capacity(model, parallel, mem, batch, isl + osl)
     micro = ceil(batch / parallel.pp)  # pipeline stages work on pp microbatches at once
     prefill_shape = StepShape(prefill=((isl, 0),) * micro)

@@ -143,10 +143,10 @@ def _price_step(
     if model.attention.absorbed_decode or shape.spec_tokens:  # token ops also see the prefill/decode split
         prefill_tokens = rank.total - rank.decode_tokens - extra
         tokens = _token_part(
-            part, model, parallel, prefill_tokens, rank.decode + extra, kv, shape.spec_tokens
+            part, model, parallel, prefill_tokens, rank.decode + extra, kv, shape.spec_tokens, shape.ranks
         )
     else:  # token ops see only the tokens a rank has
-        tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0)
+        tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0, shape.ranks)
     tokens = tokens + part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
     total = tokens
     if shape.prefill:
@@ -154,7 +154,9 @@ def _price_step(
     if shape.decode_batch:
         decode = StepShape((), shape.decode_batch, shape.decode_kv_len, shape.spec_tokens)
         total = total + part(model, parallel, decode, DECODE_ATTN)
-    num_seqs = ceil((len(shape.prefill) + shape.decode_batch) / parallel.attn_dp)
+    num_seqs = ceil(
+        (len(shape.prefill) + shape.decode_batch) / min(shape.ranks or parallel.attn_dp, parallel.attn_dp)
+    )
     return with_engine(total, engine, num_seqs, decode_only=not shape.prefill and decode_tokens > 0)
 
 
@@ -181,16 +183,17 @@ def _token_part(
     decode_batch: int,
     kv: int,
     spec: int,
+    ranks: int = 0,
 ) -> KernelSum:
-    """The token-dependent ops of a step whose every attention rank has one prefill chunk of prefill_tokens
-    and decode_batch decoding sequences: priced on a grid of the two, bilinear in between, so steps that
-    differ by a few tokens share their prices."""
+    """The token-dependent ops of a step whose every attention rank with work (`ranks`, 0: all) has one
+    prefill chunk of prefill_tokens and decode_batch decoding sequences: priced on a grid of the two, bilinear
+    in between, so steps that differ by a few tokens share their prices."""
     p0, p1, wp = _grid(prefill_tokens)
     d0, d1, wd = _grid(decode_batch)
-    dp = parallel.attn_dp
+    dp = min(ranks or parallel.attn_dp, parallel.attn_dp)
 
     def at(p: int, d: int) -> KernelSum:
-        shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec)
+        shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec, ranks)
         return part(model, parallel, shape, TOKENS)
 
     corners = [

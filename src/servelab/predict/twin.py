@@ -141,16 +141,26 @@ def simulate_benchmark(
         )
     engine = engine_profile(
         settings.engine,
+        system.hbm_gib,
         calibration=calibration,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,
     )
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, settings.gpu_memory_utilization)
+    mem = prepare(
+        model,
+        system,
+        parallel,
+        engine.max_num_batched_tokens,
+        settings.gpu_memory_utilization,
+        fraction_of_free=engine.kv_of_free,
+    )
     db = db or perfdb_for(system, engine.name)
     spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)
-    pricer = StepPricer(model, parallel, engine, db, spec_tokens=spec.draft_tokens)
     lengths = stream.lengths()
+    lanes = route(len(lengths), stream.max_concurrency, parallel)
+    ranks = min(len(lanes), parallel.attn_dp)  # a client with fewer slots than ranks leaves ranks idle
+    pricer = StepPricer(model, parallel, engine, db, spec_tokens=spec.draft_tokens, ranks=ranks)
     offsets = stream.offsets()
     cached = prefix_hits(stream, settings)
     specs = [(p, o, min(c, p - 1)) for (p, o), c in zip(lengths, cached, strict=True)]
@@ -166,7 +176,6 @@ def simulate_benchmark(
             field="random_input_len",
         )
     closed = all(t == 0.0 for t in offsets)
-    lanes = route(len(specs), stream.max_concurrency, parallel)
     per_clock, itl, steps = replay(specs, offsets, lanes, limits, pricer, closed)
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]

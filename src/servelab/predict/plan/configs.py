@@ -51,7 +51,13 @@ def make_config(ctx: SearchContext, parallel: Parallel) -> EngineConfig | None:
         )
         return None
     try:
-        mem = prepare(ctx.model, ctx.system, parallel, ctx.engine.max_num_batched_tokens)
+        mem = prepare(
+            ctx.model,
+            ctx.system,
+            parallel,
+            ctx.engine.max_num_batched_tokens,
+            fraction_of_free=ctx.engine.kv_of_free,
+        )
     except ServelabError as e:
         ctx.dropped.append(f"{parallel.label()}: {e}")
         return None

@@ -39,7 +39,7 @@ def make_plan(req: PlanRequest) -> Plan:
             )
         )
     system = load_system(req.system)
-    engine = engine_profile(req.backend, calibration=req.calibration, **req.engine)
+    engine = engine_profile(req.backend, system.hbm_gib, calibration=req.calibration, **req.engine)
     check_precision(model, system)
     ctx = SearchContext(
         req,
@@ -166,7 +166,9 @@ def _agg_fits(ctx: SearchContext) -> bool:
     """Whether some parallel config fits in memory on all the GPUs."""
     n, engine = ctx.req.gpus, ctx.engine
     return any(
-        memory_per_gpu(ctx.model, ctx.system, p, engine.max_num_batched_tokens).fits
+        memory_per_gpu(
+            ctx.model, ctx.system, p, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free
+        ).fits
         for p in enumerate_parallel(ctx.model, n, divides=n)
     )
 
@@ -178,7 +180,13 @@ def _nothing_fits(ctx: SearchContext) -> ServelabError:
         for p in enumerate_parallel(model, g, divides=g):
             if p.gpus != g:
                 continue
-            mem = memory_per_gpu(model, ctx.system, p, ctx.engine.max_num_batched_tokens)
+            mem = memory_per_gpu(
+                model,
+                ctx.system,
+                p,
+                ctx.engine.max_num_batched_tokens,
+                fraction_of_free=ctx.engine.kv_of_free,
+            )
             if mem.fits:
                 best = (g, p, mem)
                 break

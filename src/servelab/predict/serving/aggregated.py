@@ -7,7 +7,7 @@ wraps it into the same JSON as static mode plus percentiles, for `servelab estim
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
@@ -49,8 +49,10 @@ def lane_limits(
     model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown, wl: Workload
 ) -> LaneLimits:
     """What one lane's scheduler works with. KV bytes per sequence are affine in its length (fixed windows and
-    compressor state + per-token growth), fitted at the workload's full length."""
+    compressor state + per-token growth), fitted at the workload's full length. The replica's one API server
+    serves every lane in turn: each lane sees it `lanes` times slower."""
     length = wl.isl + wl.osl
+    lanes = parallel.attn_dp * parallel.pp
     per_token = mem.kv_bytes_per_token
     fixed = max(0.0, kv_bytes_per_sequence_per_gpu(model, parallel, length) - per_token * length)
     return LaneLimits(
@@ -62,6 +64,13 @@ def lane_limits(
         kv_per_token=per_token,
         tokens_per_step=wl.spec.tokens_per_step,
         verify_tokens=1 + wl.spec.draft_tokens,
+        separate_prefill=engine.prefill_policy == "separate",
+        reserve=engine.admission_reserve,
+        reserve_min=engine.admission_reserve_min,
+        reserve_decay_steps=engine.admission_reserve_decay_steps,
+        frontend_s=engine.api_request_us * 1e-6 * lanes,
+        frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
+        frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
     )
 
 
@@ -83,6 +92,8 @@ def simulate(
     lanes = parallel.attn_dp * parallel.pp
     lw = wl.per_lane(lanes)
     limits = lane_limits(model, parallel, engine, mem, wl)
+    if prefilled:  # the request went through the API server of the prefill worker
+        limits = replace(limits, frontend_s=0.0, frontend_token_s=0.0, frontend_out_token_s=0.0)
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
     if one_seq > limits.kv_capacity:
         raise ServelabError(
@@ -206,8 +217,10 @@ def estimate_aggregated(
     # with a separate draft model (no MTP layers) the step model prices the verification; the draft's own cost
     # is not modelled
     db = db or perfdb_for(system, engine.name)
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
-    pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens)
+    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free)
+    # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
+    ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
+    pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens, ranks=ranks)
     sim = simulate(model, parallel, engine, mem, workload, pricer)
     return to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
 

@@ -1,9 +1,13 @@
-"""A continuous-batching engine lane: request state, KV accounting and the vLLM V1 scheduling policy.
+"""A continuous-batching engine lane: request state, KV accounting and the engine's scheduling policy.
 
-Each step: every decoding request gets its token(s) first; then requests part-way through their prompt
-continue (chunked prefill); then waiting requests are admitted in arrival order while the token budget
-(max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV cache allow. When the KV cache cannot
-hold the decodes' next tokens, the most recently admitted request is preempted and later recomputed (vLLM V1).
+Each step (vLLM V1 and TensorRT-LLM, "mixed"): every decoding request gets its token(s) first; then
+requests part-way through their prompt continue (chunked prefill); then waiting requests are admitted in
+arrival order while the token budget (max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV
+cache allow. SGLang ("separate") runs pending prompt chunks as a step of their own, with the whole budget,
+before any decode step. An engine that reserves KV for future output (SGLang's new-token ratio, TensorRT-LLM's
+no-evict policy) admits a request only if the cache also holds that share of every admitted request's
+remaining output. When the KV cache cannot hold the decodes' next tokens, the most recently admitted request
+is preempted and later recomputed (vLLM V1).
 
 Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the
 start, and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes
@@ -47,6 +51,9 @@ class Batch:
     duration: tuple  # seconds, per clock, for all steps
 
 
+FRONTEND_MAX_BUSY = 0.95
+
+
 @dataclass(slots=True)
 class LaneLimits:
     max_num_batched_tokens: int
@@ -57,6 +64,27 @@ class LaneLimits:
     kv_per_token: float  # bytes per cached token
     tokens_per_step: float = 1.0  # expected tokens a decoding sequence emits per step (speculative decoding)
     verify_tokens: int = 1  # tokens a decoding sequence takes from the budget (1 + draft tokens)
+    separate_prefill: bool = False  # prompt chunks and decodes never share a step; prompts go first (SGLang)
+    reserve: float = 0.0  # share of admitted requests' remaining output kept free in the KV cache ...
+    reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
+    reserve_decay_steps: int = 0
+    frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
+    frontend_token_s: float = 0.0  # ... and per prompt token
+    frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
+
+    def frontend_cost_s(self, prompt: int, decode_rate: float) -> float:
+        """API-server time to take in a request while the lane streams decode_rate tokens/s: its own work,
+        stretched by the share of the CPU that streaming leaves (at most 20x: a saturated server still
+        turns)."""
+        work = self.frontend_s + self.frontend_token_s * prompt
+        busy = min(self.frontend_out_token_s * decode_rate, FRONTEND_MAX_BUSY)
+        return work / (1.0 - busy)
+
+    def reserve_at(self, decode_steps: int) -> float:
+        if not self.reserve_decay_steps:
+            return self.reserve
+        fall = (self.reserve - self.reserve_min) * decode_steps / self.reserve_decay_steps
+        return max(self.reserve_min, self.reserve - fall)
 
 
 @dataclass
@@ -88,11 +116,15 @@ class Lane:
         self.num_decoding = 0
         self.G = 0.0
         self.sum_ctx0 = 0.0  # sum of ctx0 - g0 over decoding requests: their KV tokens = sum + n * G
+        self.sum_target = 0.0  # sum of target G over decoding requests: their remaining output = sum - n * G
         self.prefill_tokens = 0  # KV tokens held by requests still in prefill
         self.clock = [0.0, 0.0, 0.0]
         self.emitted = 0.0  # output tokens emitted, all requests
         self.completed = 0  # requests finished, all of them
         self.busy = False
+        self.frontend = bool(limits.frontend_s or limits.frontend_token_s)  # an API server to pass through
+        self.frontend_free = 0.0  # when the API server is next free (drive clock)
+        self.decode_rate = 0.0  # output tokens/s of the last decode step (drive clock)
         self.stats = LaneStats()
 
     # ---- KV ----------------------------------------------------------------------------------------------
@@ -102,6 +134,11 @@ class Lane:
     def kv_bytes(self) -> float:
         return len(self.running) * self.lim.kv_fixed + self.kv_tokens() * self.lim.kv_per_token
 
+    def reserved_tokens(self, ratio: float) -> float:
+        """KV tokens held back for the remaining output of admitted requests (engines that reserve)."""
+        decoding = (self.sum_target - self.num_decoding * self.G) / self.lim.tokens_per_step
+        return ratio * (decoding + sum(r.osl - r.out for r in self.prefilling))
+
     # ---- arrivals ----------------------------------------------------------------------------------------
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -109,59 +146,96 @@ class Lane:
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, horizon_s: float, drive: int) -> Batch | None:
         """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
-        lim, st = self.lim, self.stats
+        lim = self.lim
         grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
-        while self.num_decoding and self.kv_bytes() + grow > lim.kv_capacity:
+        kv_bytes = self.kv_bytes()
+        while self.num_decoding and kv_bytes + grow > lim.kv_capacity:
             self._preempt()
             grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+            kv_bytes = self.kv_bytes()
         n = self.num_decoding
-        budget = lim.max_num_batched_tokens - n * lim.verify_tokens
-        free = lim.kv_capacity - self.kv_bytes() - grow
-        chunks = []
-        for req in self.prefilling:
-            if budget <= 0:
-                break
-            take = min(req.prompt - req.computed, budget, int(free // lim.kv_per_token))
-            if take <= 0:
-                break
-            chunks.append((req, take, req.computed))
-            budget -= take
-            free -= take * lim.kv_per_token
-        while self.waiting and budget > 0:
-            if len(self.running) >= lim.max_num_seqs:
-                st.blocked_seqs += 1
-                break
-            req = self.waiting[0]
-            todo = req.prompt - req.cached
-            take = min(todo, budget)
-            if not lim.chunked_prefill and take < todo and (chunks or n):
-                break
-            if lim.kv_fixed + (req.cached + take) * lim.kv_per_token > free:
-                st.blocked_kv += 1
-                break
-            self.waiting.popleft()
-            req.computed = req.cached
-            self.prefill_tokens += req.cached
-            self.prefilling.append(req)
-            self.running.append(req)
-            chunks.append((req, take, req.cached))
-            budget -= take
-            free -= lim.kv_fixed + (req.cached + take) * lim.kv_per_token
+        if lim.separate_prefill:  # a prompt step if any prompt can go, else a decode step
+            batch = self._prefill_only(grow, kv_bytes) if self.prefilling or self.waiting else None
+            if batch is not None:
+                return batch
+            chunks = []
+        elif self.prefilling or self.waiting:
+            chunks = self._chunks(lim.max_num_batched_tokens - n * lim.verify_tokens, grow, kv_bytes)
+        else:
+            chunks = []
         if not chunks and not n:
             return None
         kv_mean = self.G + self.sum_ctx0 / n if n else 0.0
         if chunks:
             us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
             return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
-        return self._stretch(n, kv_mean, horizon_s, drive, grow)
+        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes)
 
-    def _stretch(self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float) -> Batch:
+    def _prefill_only(self, grow: float, kv_bytes: float) -> Batch | None:
+        """A step of prompt chunks alone, with the whole token budget (the decodes wait for the next step)."""
+        chunks = self._chunks(self.lim.max_num_batched_tokens, grow, kv_bytes)
+        if not chunks:
+            return None
+        us = self.price_mixed([(t, p) for _, t, p in chunks], 0, 0.0)
+        return Batch(1, 0, 0.0, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
+
+    def _chunks(self, budget: int, grow: float, kv_bytes: float) -> list:
+        """Prompt chunks for this step: requests part-way through their prompt continue, then waiting ones are
+        admitted in arrival order while the budget, max_num_seqs and the KV cache (less any reserve) allow."""
+        lim = self.lim
+        per_token = lim.kv_per_token
+        free = lim.kv_capacity - kv_bytes - grow
+        chunks = []
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(req.prompt - req.computed, budget, int(free // per_token))
+            if take <= 0:
+                break
+            chunks.append((req, take, req.computed))
+            budget -= take
+            free -= take * per_token
+        waiting = self.waiting
+        if not waiting or budget <= 0:
+            return chunks
+        st = self.stats
+        ratio = lim.reserve_at(st.decode_steps) if lim.reserve else 0.0
+        reserved = self.reserved_tokens(ratio) * per_token if ratio else 0.0
+        while waiting and budget > 0:
+            if len(self.running) >= lim.max_num_seqs:
+                st.blocked_seqs += 1
+                break
+            req = waiting[0]
+            todo = req.prompt - req.cached
+            take = min(todo, budget)
+            if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
+                break
+            need = lim.kv_fixed + (req.cached + take) * per_token
+            if ratio:  # the whole prompt and its share of output must fit beside the others' reserve
+                reserved += ratio * (req.osl - req.out) * per_token
+                need = lim.kv_fixed + req.prompt * per_token + reserved
+            if need > free:
+                st.blocked_kv += 1
+                break
+            waiting.popleft()
+            req.computed = req.cached
+            self.prefill_tokens += req.cached
+            self.prefilling.append(req)
+            self.running.append(req)
+            chunks.append((req, take, req.cached))
+            budget -= take
+            free -= lim.kv_fixed + (req.cached + take) * per_token
+        return chunks
+
+    def _stretch(
+        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float
+    ) -> Batch:
         """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache
         fills."""
         tps = self.lim.tokens_per_step
         steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
         if grow > 0:
-            steps = min(steps, max(1, int((self.lim.kv_capacity - self.kv_bytes()) // grow)))
+            steps = min(steps, max(1, int((self.lim.kv_capacity - kv_bytes) // grow)))
         one = self.price_decode(n, kv_mean)
         if horizon_s != float("inf"):
             gap = horizon_s - self.clock[drive]
@@ -183,6 +257,7 @@ class Lane:
         else:
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
+            self.sum_target -= req.target
             req.out += self.G - req.g0
             req.epoch += 1
             req.prompt = req.prompt + int(req.out)  # recompute prompt and output so far
@@ -198,17 +273,19 @@ class Lane:
         c[1] += d[1]
         c[2] += d[2]
         now = (c[0], c[1], c[2])
-        st.steps += batch.steps
+        k = batch.steps
+        st.steps += k
         done: list[Request] = []
         n = batch.decodes
         if n:
-            adv = batch.steps * lim.tokens_per_step
+            adv = k * lim.tokens_per_step
             self.G += adv
             self.emitted += n * adv
-            k = batch.steps
             st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
-            st.decode_token_steps += n * batch.steps
-            st.decode_steps += batch.steps
+            st.decode_token_steps += n * k
+            st.decode_steps += k
+            if lim.frontend_out_token_s and d[0] > 0:
+                self.decode_rate = n * adv / d[0]
         if batch.chunks:
             st.busy_mixed_s += batch.duration[0]
             for req, take, _ in batch.chunks:
@@ -226,9 +303,15 @@ class Lane:
                 continue
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
+            self.sum_target -= req.target
             self._finish(req, now, done)
-        frac = self.kv_bytes() / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
-        st.peak_kv_frac = max(st.peak_kv_frac, frac)
+        kv_bytes = (
+            len(self.running) * lim.kv_fixed
+            + (self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens) * lim.kv_per_token
+        )  # self.kv_bytes() inline: this runs on every step
+        frac = kv_bytes / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
+        if frac > st.peak_kv_frac:
+            st.peak_kv_frac = frac
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:
@@ -244,6 +327,7 @@ class Lane:
         req.ctx0, req.g0 = req.computed, self.G
         self.num_decoding += 1
         self.sum_ctx0 += req.ctx0 - req.g0
+        self.sum_target += req.target
         heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
 
     def _finish(self, req: Request, now: tuple, done: list) -> None:

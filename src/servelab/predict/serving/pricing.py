@@ -21,12 +21,20 @@ RATIO = 1.25  # grid ratio above that: a snapped count is at most ~12 % off, int
 _LOG_R = math.log(RATIO)
 
 
+_BELOW: dict = {}
+_ABOVE: dict = {}
+
+
 def grid_below(x: float) -> int:
-    """The largest grid point <= x (x >= 1)."""
-    if x <= EXACT_BELOW:
-        return max(1, int(x))
-    i = int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9)
-    return _point(i)
+    """The largest grid point <= x (x >= 1); memoized, the simulator asks on every step."""
+    hit = _BELOW.get(x)
+    if hit is None:
+        if x <= EXACT_BELOW:
+            hit = max(1, int(x))
+        else:
+            hit = _point(int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9))
+        _BELOW[x] = hit
+    return hit
 
 
 def _point(i: int) -> int:
@@ -34,13 +42,17 @@ def _point(i: int) -> int:
 
 
 def grid_above(x: float) -> int:
-    lo = grid_below(x)
-    if lo >= x:
-        return lo
-    if x <= EXACT_BELOW:
-        return lo + 1
-    i = int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9)
-    return _point(i + 1)
+    hit = _ABOVE.get(x)
+    if hit is None:
+        lo = grid_below(x)
+        if lo >= x:
+            hit = lo
+        elif x <= EXACT_BELOW:
+            hit = lo + 1
+        else:
+            hit = _point(int(math.log(x / EXACT_BELOW) / _LOG_R + 1e-9) + 1)
+        _ABOVE[x] = hit
+    return hit
 
 
 _SNAPPED: dict = {}
@@ -81,12 +93,14 @@ def snap_coarse(x: float) -> int:
 class StepPricer:
     """Prices lane steps for one (model, parallel, engine, perfdb); results are memoized per grid key."""
 
-    def __init__(self, model, parallel, engine, db, spec_tokens: int = 0):
+    def __init__(self, model, parallel, engine, db, spec_tokens: int = 0, ranks: int = 0):
+        """ranks: attention-DP ranks with work (0: all), when fewer requests than ranks leave some idle."""
         self.model, self.parallel, self.engine, self.db = model, parallel, engine, db
-        self.dp = parallel.attn_dp
+        self.dp = min(ranks or parallel.attn_dp, parallel.attn_dp)
+        self.ranks = self.dp if self.dp < parallel.attn_dp else 0
         self.spec_tokens = spec_tokens
         # decode steps up to this lane batch replay a CUDA graph; keep interpolation on one side of the jump
-        self.graph_limit = engine.cuda_graph_max_batch // self.dp
+        self.graph_limit = engine.cuda_graph_max_batch // parallel.attn_dp
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
@@ -100,6 +114,7 @@ class StepPricer:
                 decode_batch=n * self.dp,
                 decode_kv_len=kv if n else 0,
                 spec_tokens=self.spec_tokens if n else 0,
+                ranks=self.ranks,
             )
             st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
             hit = self._cache[key] = (st.us, st.low_us, st.high_us)
@@ -137,18 +152,21 @@ class StepPricer:
         step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the
         decode batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the
         tens."""
-        big = 0 if len(chunks) == 1 else max(range(len(chunks)), key=lambda i: chunks[i][0])
-        rest = tuple(
-            (snap_coarse(new) or 1, snap_coarse(past)) for i, (new, past) in enumerate(chunks) if i != big
-        )
-        new, past = chunks[big]
+        rest: tuple[tuple[int, int], ...] = ()
+        if len(chunks) == 1:  # the common case: one prompt chunk, nothing to snap or sort
+            new, past = chunks[0]
+        else:
+            big = max(range(len(chunks)), key=lambda i: chunks[i][0])
+            rest = tuple((snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big)
+            new, past = chunks[big]
         past_q = snap(past)
         n_q, kv_q = snap_coarse(n), (snap(kv) if n else 0)
-        lo, hi = grid_below(max(new, 1)), grid_above(max(new, 1))
-        a = self._price(tuple(sorted(rest + ((lo, past_q),))), n_q, kv_q)
+        size = new if new > 1 else 1
+        lo, hi = grid_below(size), grid_above(size)
+        a = self._price(tuple(sorted(rest + ((lo, past_q),))) if rest else ((lo, past_q),), n_q, kv_q)
         if hi == lo:
             return a
-        b = self._price(tuple(sorted(rest + ((hi, past_q),))), n_q, kv_q)
+        b = self._price(tuple(sorted(rest + ((hi, past_q),))) if rest else ((hi, past_q),), n_q, kv_q)
         f = (new - lo) / (hi - lo)
         return (a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f)
 
@@ -159,4 +177,5 @@ class StepPricer:
             decode_batch=n * self.dp,
             decode_kv_len=int(kv) if n else 0,
             spec_tokens=self.spec_tokens if n else 0,
+            ranks=self.ranks,
         )

@@ -1,6 +1,7 @@
 """The discrete-event loop: pop an event, handle it, push what the handler returns.
 
-Three events: a request arrives, a step ends, the lane schedules its next step. Entities never touch the
+Four events: a request arrives, the API server hands it to the scheduler, a step ends, the lane schedules its
+next step. Entities never touch the
 queue. Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules
 do not depend on time (a client sends when its last request ends, which is a step end), so one run prices the
 same schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the
@@ -24,17 +25,38 @@ INF = float("inf")
 
 
 class Arrival(NamedTuple):
+    """A client sends a request. The API server handles requests one at a time (HTTP, tokenizing) before the
+    scheduler sees them, so a request sent while it is busy waits its turn: `Admit` hands it over."""
+
     time: float
     req: Request
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
-        self.req.arrival = _at(lane, self.time, source.drive)
-        lane.add(self.req)
-        source.on_arrival(self.req, lane)
-        out = [e for e in (source.next_arrival(),) if e is not None]
+        req = self.req
+        req.arrival = _at(lane, self.time, source.drive)
+        source.on_arrival(req, lane)
+        following = source.next_arrival()
+        out = [] if following is None else [following]
+        if lane.frontend:
+            cost = lane.lim.frontend_cost_s(req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
+            lane.frontend_free = max(self.time, lane.frontend_free) + cost
+            out.append(Admit(lane.frontend_free, req))
+            return out
+        lane.add(req)
         if not lane.busy:
             out.append(Schedule(self.time))
         return out
+
+
+class Admit(NamedTuple):
+    """The API server hands a request to the scheduler."""
+
+    time: float
+    req: Request
+
+    def handle(self, lane: Lane, source, horizon: float) -> list:
+        lane.add(self.req)
+        return [] if lane.busy else [Schedule(self.time)]
 
 
 class StepEnd(NamedTuple):
@@ -67,7 +89,8 @@ class Schedule(NamedTuple):
         return [StepEnd(lane.clock[drive] + batch.duration[drive], batch)]
 
 
-_ORDER = {Arrival: 0, StepEnd: 1, Schedule: 2}  # at one instant: arrivals, then step ends, then scheduling
+# at one instant: arrivals and hand-overs, then step ends, then scheduling
+_ORDER = {Arrival: 0, Admit: 0, StepEnd: 1, Schedule: 2}
 
 
 def _at(lane: Lane, t: float, drive: int) -> tuple:
@@ -81,13 +104,14 @@ def _at(lane: Lane, t: float, drive: int) -> tuple:
 def run(lane: Lane, source) -> None:
     queue: list = []
     seq = itertools.count()
+    push, pop = heapq.heappush, heapq.heappop
     for event in source.start():
-        heapq.heappush(queue, (event.time, _ORDER[type(event)], next(seq), event))
+        push(queue, (event.time, _ORDER[event.__class__], next(seq), event))
     while queue and not source.done:
-        _, _, _, event = heapq.heappop(queue)
+        event = pop(queue)[3]
         horizon = queue[0][0] if queue else INF
         for new in event.handle(lane, source, horizon):
-            heapq.heappush(queue, (new.time, _ORDER[type(new)], next(seq), new))
+            push(queue, (new.time, _ORDER[new.__class__], next(seq), new))
     if not source.done:
         raise ServelabError(
             "simulation stalled: a waiting request can never be admitted (KV cache too small "

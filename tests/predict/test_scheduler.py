@@ -1,0 +1,157 @@
+"""Engine scheduling policies and the API server in front of them, on a lane priced by hand-computable step
+functions (1 us per prompt token, 1 ms per decode step), so every time below follows from the rules alone."""
+
+import pytest
+
+from servelab.predict.engines import engine_profile
+from servelab.predict.serving.engine import Lane, LaneLimits, Request
+from servelab.predict.serving.simulator import Replay, run
+
+STEP_DECODE_US = 1000.0
+
+
+def _decode(n, kv):
+    return (STEP_DECODE_US,) * 3
+
+
+def _mixed(chunks, n, kv):
+    us = sum(new for new, _ in chunks) + (STEP_DECODE_US if n else 0.0)
+    return (us,) * 3
+
+
+def _limits(**kw) -> LaneLimits:
+    base = dict(
+        max_num_batched_tokens=1000,
+        max_num_seqs=256,
+        chunked_prefill=True,
+        kv_capacity=1e12,
+        kv_fixed=0.0,
+        kv_per_token=1.0,
+    )
+    return LaneLimits(**{**base, **kw})
+
+
+def _replay(limits, requests, offsets=None, limit=None) -> tuple[Replay, list]:
+    """Run the requests (prompt, output, cached) through one lane; returns the source and every step."""
+    steps: list = []
+    lane = Lane(limits, _decode, _mixed)
+    schedule = lane.schedule
+
+    def recording(horizon, drive):
+        batch = schedule(horizon, drive)
+        if batch is not None:
+            steps.append((batch.decodes, [take for _, take, _ in batch.chunks]))
+        return batch
+
+    lane.schedule = recording  # type: ignore[method-assign]  # observe the batches the policy forms
+    source = Replay(requests, offsets or [0.0] * len(requests), limit)
+    run(lane, source)
+    return source, steps
+
+
+def _ttft_s(source) -> list[float]:
+    return [r.first[0] - r.arrival[0] for r in source.requests]
+
+
+def test_vllm_runs_decodes_first_and_fills_the_rest_of_the_budget_with_prompt_chunks():
+    # request 0 decodes while request 1's 2,500-token prompt arrives: every step carries the decode and
+    # 1000 - 1 prompt tokens
+    source, steps = _replay(_limits(), [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01])
+    mixed = [s for s in steps if s[1] and s[0]]
+    assert mixed and all(decodes == 1 and sum(chunks) <= 1000 - decodes for decodes, chunks in mixed)
+    assert [sum(c) for _, c in mixed][:2] == [999, 999]
+    assert all(r.finish is not None for r in source.requests)
+
+
+def test_token_budget_is_never_exceeded():
+    _, steps = _replay(_limits(max_num_batched_tokens=700), [(900, 30, 0)] * 12)
+    assert max(decodes + sum(chunks) for decodes, chunks in steps) <= 700
+
+
+def test_sglang_runs_prompts_in_steps_of_their_own_before_decodes():
+    sep = _limits(separate_prefill=True)
+    source, steps = _replay(sep, [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01])
+    prompt_steps = [s for s in steps if s[1]]
+    assert prompt_steps and all(decodes == 0 for decodes, _ in prompt_steps)
+    # the prompt gets the whole budget: 2500 tokens in three steps of 1000, 1000, 500
+    assert [sum(c) for _, c in prompt_steps[1:]] == [1000, 1000, 500]
+    # its first token comes after the decode step under way and its own 2.5 ms of prompt steps: sooner than
+    # under decode-first scheduling, where every chunk step also carries the decode
+    assert _ttft_s(source)[1] <= (2500 + STEP_DECODE_US) * 1e-6 + 1e-9
+    mixed_source, _ = _replay(_limits(), [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01])
+    assert _ttft_s(source)[1] < _ttft_s(mixed_source)[1]
+
+
+def test_first_wave_ttft_grows_linearly_with_the_clients_that_share_the_budget():
+    """Every client sends at t=0 with a prompt the size of the budget: the engine prefills them one a step, so
+    the k-th waits k prefill steps and the mean TTFT is (C + 1) / 2 steps, whatever the decodes add."""
+    step_s = 1000 * 1e-6
+    means = {}
+    for c in (1, 4, 16):
+        source, _ = _replay(_limits(), [(1000, 2, 0)] * c)
+        ttft = sorted(_ttft_s(source))
+        means[c] = sum(ttft) / c
+        assert ttft[0] == pytest.approx(step_s, rel=0.01)
+        assert all(b > a for a, b in zip(ttft, ttft[1:], strict=False))
+    for c, mean in means.items():
+        # each later step also carries the decodes of those already done: at most one decode cost more a step
+        assert (c + 1) / 2 * step_s <= mean <= (c + 1) / 2 * (step_s + STEP_DECODE_US * 1e-6) + 1e-9
+
+
+def test_api_server_takes_requests_in_one_at_a_time_and_streaming_slows_it():
+    per_request, per_token = 0.002, 1e-6
+    limits = _limits(frontend_s=per_request, frontend_token_s=per_token)
+    source, _ = _replay(limits, [(10, 2, 0)] * 4)
+    handed = [per_request + per_token * 10] * 4
+    ttft = _ttft_s(source)
+    # the k-th request reaches the scheduler after k intakes; the engine itself adds a few microseconds
+    for k, t in enumerate(ttft, start=1):
+        assert t == pytest.approx(k * handed[0] + 10e-6, abs=20e-6)
+    # while the lane streams r tokens/s, intake gets the CPU share streaming leaves
+    assert limits.frontend_cost_s(10, 0.0) == pytest.approx(handed[0])
+    busy = _limits(frontend_s=per_request, frontend_out_token_s=1e-4)
+    assert busy.frontend_cost_s(0, 5000.0) == pytest.approx(per_request / (1 - 0.5))
+    assert busy.frontend_cost_s(0, 1e9) == pytest.approx(per_request / 0.05)  # saturated: bounded
+
+
+def test_reserving_engines_admit_fewer_requests_into_the_same_cache():
+    """KV for 3,000 tokens; six prompts of 500 with 500 outputs each. vLLM admits by prompt (it preempts when
+    the cache fills); a no-evict engine (TensorRT-LLM) admits only while every admitted output still fits."""
+    running = {}
+    for name, reserve in (("vllm", 0.0), ("trtllm", 1.0)):
+        limits = _limits(
+            kv_capacity=3000.0, max_num_batched_tokens=10_000, reserve=reserve, reserve_min=reserve
+        )
+        lane = Lane(limits, _decode, _mixed)
+        for i in range(6):
+            lane.add(Request(i, 500, 500, 0, arrival=(0.0, 0.0, 0.0)))
+        lane.schedule(float("inf"), 0)
+        running[name] = len(lane.running)
+    assert running == {"vllm": 6, "trtllm": 3}  # 6 x 500 prompt tokens; 3 x (500 + 500) reserved
+
+
+def test_sglang_new_token_ratio_falls_from_its_start_to_its_floor():
+    sglang = engine_profile("sglang")
+    limits = _limits(
+        reserve=sglang.admission_reserve,
+        reserve_min=sglang.admission_reserve_min,
+        reserve_decay_steps=sglang.admission_reserve_decay_steps,
+    )
+    assert limits.reserve_at(0) == pytest.approx(0.7)
+    assert 0.098 < limits.reserve_at(300) < 0.7
+    assert limits.reserve_at(10_000) == pytest.approx(0.098)
+
+
+def test_engine_profiles_carry_their_scheduler_policies():
+    assert engine_profile("vllm").prefill_policy == "mixed"
+    assert engine_profile("vllm").admission_reserve == 0.0
+    assert engine_profile("sglang").prefill_policy == "separate"
+    assert engine_profile("trtllm").admission_reserve == 1.0
+
+
+def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
+    assert engine_profile("sglang", 139.8).max_num_batched_tokens == 8192  # H200
+    assert engine_profile("sglang", 180.0).max_num_batched_tokens == 16384  # B200
+    assert engine_profile("sglang", 40.0).max_num_batched_tokens == 4096
+    assert engine_profile("sglang", 180.0, max_num_batched_tokens=2048).max_num_batched_tokens == 2048
+    assert engine_profile("vllm", 180.0).max_num_batched_tokens == 8192  # vLLM's does not depend on the GPU
