@@ -1,14 +1,17 @@
-"""One measurement written twice counts once: a database dump names InferenceX's DeepSeek-R1 runs DeepSeek-V3
-(R1's architecture), and a CSV export writes the same values with other float rounding."""
+"""Reading AIConfigurator's silicon rows: one measurement written twice counts once (a database dump names
+InferenceX's DeepSeek-R1 runs DeepSeek-V3, R1's architecture, and a CSV export writes the same values with
+other float rounding); the KV-cache dtype the file does not mark."""
 
-from servelab.calibrate.rows import build_cases
+from servelab.calibrate.rows import ENGINES, build_cases, to_case
+from servelab.specs import Dtype
 
 
-def _row(i: int, checkpoint: str, ttft: str, tpot: str) -> dict:
+def _row(i: int, checkpoint: str, ttft: str, tpot: str, engine: str = "sglang") -> dict:
     return {
         "id": f"row{i}",
         "silicon_data_source": "test; silicon_concurrency=4",
-        "backend": "sglang",
+        "backend": engine,
+        "precision": "fp8",
         "backend_version": "0.5.9",
         "model_path": checkpoint,
         "system": "h200_sxm",
@@ -37,3 +40,15 @@ def test_a_measurement_under_two_names_of_one_architecture_counts_once():
     cases, skipped = build_cases(rows, "h200_sxm")
     assert [c.row_id for c in cases] == ["row0", "row2"]
     assert sum(n for why, n in skipped.items() if why.startswith("duplicate")) == 1
+
+
+def test_tensorrt_llm_fp8_rows_ran_an_fp8_kv_cache_the_others_bf16():
+    kv = {
+        e: to_case(_row(0, "deepseek-ai/DeepSeek-R1", "1", "1", e)).model.precision.kv_cache for e in ENGINES
+    }
+    assert kv == {"vllm": Dtype.bf16, "sglang": Dtype.bf16, "trtllm": Dtype.fp8}
+    bf16_row = dict(
+        _row(0, "meta-llama/Llama-3.1-70B", "1", "1", "trtllm"), precision="bf16", gemm_quant_mode="bf16"
+    )
+    bf16_row.update(moe_tp_size="1", tp_size="1")
+    assert to_case(bf16_row).model.precision.kv_cache == Dtype.bf16
