@@ -59,12 +59,14 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     assert r["completed"] == 16 and r["failed"] == 0
     assert r["output_lens"] == [16] * 16 and r["total_output_tokens"] == 256
     assert r["token_count_source"] == "usage"
-    assert r["mean_ttft_ms"] == pytest.approx(60, abs=20)
-    assert r["mean_tpot_ms"] == pytest.approx(20, abs=3)
-    assert r["median_itl_ms"] == pytest.approx(20, abs=3)
-    assert r["mean_e2el_ms"] == pytest.approx(60 + 15 * 20, abs=30)
-    # 4 streams each ~0.36 s -> about 11 req/s
-    assert r["request_throughput"] == pytest.approx(4 / 0.36, rel=0.25)
+    # The mock sleeps at least what it was set to; a busy machine can only add to it, so the lower bounds are
+    # tight and the upper ones only catch a client that measures the wrong thing (a factor of 3).
+    assert 59 <= r["mean_ttft_ms"] <= 3 * 60
+    assert 19 <= r["mean_tpot_ms"] <= 3 * 20
+    assert 19 <= r["median_itl_ms"] <= 3 * 20
+    assert 60 + 15 * 20 - 1 <= r["mean_e2el_ms"] <= 3 * (60 + 15 * 20)
+    # 4 streams each at least 0.36 s -> at most about 11 req/s
+    assert 4 / 0.36 / 3 <= r["request_throughput"] <= 4 / 0.36 * 1.02
     for field in (
         "date",
         "endpoint_type",
@@ -342,8 +344,14 @@ def test_open_loop_follows_the_schedule(mock_server, tmp_path):
     )
     assert rc == 0, err
     assert r["request_rate"] == 40.0
-    assert r["duration"] == pytest.approx(1.0 + 0.008, abs=0.1)  # last arrival at n/rate = 1 s
-    assert r["mean_client_send_lag_ms"] < 3.0
+    recs = [json.loads(x) for x in Path(r["records_file"]).read_text().splitlines()]
+    sched = sorted(rec["sched"] for rec in recs)
+    # the schedule, not the wall clock (how late requests leave depends on the machine's load):
+    # Poisson gaps rescaled so the last arrival is at n / rate = 1 s, every request sent at its time or after
+    assert len(sched) == 40 and sched[-1] == pytest.approx(1.0)
+    assert len(set(sched)) == 40 and sched[0] < sched[-1] / 2
+    assert all(rec["sent"] >= rec["sched"] - 0.001 for rec in recs)  # the event loop wakes up to 1 ms early
+    assert r["duration"] >= sched[-1]
 
 
 def test_multiturn_conversations_grow(mock_server, tmp_path):
