@@ -8,7 +8,7 @@ import pytest
 
 from servelab.calibrate.crossval import leave_one_family_out
 from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
-from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.price import Pricer, defaults, fit_start
 from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
 from servelab.specs import load_system
 
@@ -123,7 +123,7 @@ def test_fit_recovers_the_generating_parameters():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    start = defaults()["vllm"]
+    start = fit_start()["vllm"]
     before = loss(cases, start, price)
     fitted = fit(cases, start, price, iters=150)
     assert loss(cases, fitted, price) < before / 100
@@ -141,7 +141,7 @@ def test_leave_one_family_out_predicts_each_family_unseen():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    cv = leave_one_family_out(cases, defaults(), price, iters=60)
+    cv = leave_one_family_out(cases, fit_start(), price, iters=60)
     assert set(cv["by_family"]) == {"vllm/qwen", "vllm/llama"}
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
@@ -169,9 +169,10 @@ def test_linearized_predictor_matches_the_real_one():
     assert np.allclose(only_ttft[:, 0], 5.0) and np.allclose(only_ttft[:, 1], 0.0)
 
 
-def test_moe_token_term_adds_to_the_ttft_of_moe_rows_only():
-    """The per-prompt-token-per-MoE-layer TTFT term: zero on a dense model; on a MoE model the coefficient
-    (us) times prompt tokens times MoE layers, on TTFT alone."""
+def test_moe_prompt_cost_is_an_engine_parameter_priced_by_the_simulator():
+    """moe_prompt_token_us reaches the step model through the engine profile: a dense row is unchanged; a MoE
+    row's TTFT grows by at least its prompt's tokens x MoE layers x the cost, and the fit's linearization sees
+    it. The documented default is 0; the fit starts off 0, where the log-space search can move."""
     price = Pricer(load_system("h200_sxm"), "aggregated", prompts_per_concurrency=2)
     dense = to_case(row(batch_size="2", **{"silicon_data_source": "x; silicon_concurrency=2"}))
     moe = to_case(
@@ -184,9 +185,12 @@ def test_moe_token_term_adds_to_the_ttft_of_moe_rows_only():
             **{"silicon_data_source": "x; silicon_concurrency=2"},
         )
     )
-    term = {"ttft_moe_token_layer_us": 0.5}
-    assert price(dense, term) == price(dense, {})
-    (ttft, tpot), (ttft0, tpot0) = price(moe, term), price(moe, {})
+    cost = {"moe_prompt_token_us": 0.5}
+    assert defaults()["vllm"]["moe_prompt_token_us"] == 0.0 < fit_start()["vllm"]["moe_prompt_token_us"]
+    assert price(dense, cost) == price(dense, {})
+    (ttft, _), (ttft0, _) = price(moe, cost), price(moe, {})
     assert moe.model.num_moe_layers > 0
-    assert ttft - ttft0 == pytest.approx(0.5 * 2000 * moe.model.num_moe_layers / 1000.0)
-    assert tpot == tpot0
+    assert ttft - ttft0 >= 0.5 * 2000 * moe.model.num_moe_layers / 1000.0
+    lin = Linearized([dense, moe], dict(defaults()["vllm"], **cost), price)
+    k = lin.names.index("moe_prompt_token_us")
+    assert lin.jac[0, 0, k] == 0.0 and lin.jac[1, 0, k] > 0
