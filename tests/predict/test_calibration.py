@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from servelab.calibrate.crossval import leave_one_family_out
-from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
+from servelab.calibrate.fit import Linearized, errors_of, fit, fit_engine, loss, nelder_mead, soft_l1
 from servelab.calibrate.price import Pricer, defaults, fit_start
 from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
 from servelab.specs import load_system
@@ -95,6 +95,7 @@ def synthetic_cases(truth, families=("qwen3-32b", "llama-3.1-8b")):
         "qwen3-32b": "Qwen/Qwen3-32B",
         "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
         "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+        "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     }
     for fam in families:
         for c in (1, 4, 16, 64):
@@ -194,3 +195,23 @@ def test_moe_prompt_cost_is_an_engine_parameter_priced_by_the_simulator():
     lin = Linearized([dense, moe], dict(defaults()["vllm"], **cost), price)
     k = lin.names.index("moe_prompt_token_us")
     assert lin.jac[0, 0, k] == 0.0 and lin.jac[1, 0, k] > 0
+
+
+def test_the_moe_prompt_cost_is_fitted_from_moe_rows_only():
+    """Fitted where MoE rows price it (it comes back close to the cost that generated them); left at its
+    documented 0 by a fit, or a cross-validation fold, that sees dense rows only."""
+    truth = {
+        "step_overhead_us": 2000.0,
+        "per_seq_overhead_us": 10.0,
+        "kernel_gap_us": 1.0,
+        "eager_launch_us": 6.0,
+        "moe_prompt_token_us": 0.6,
+    }
+    cases, price = synthetic_cases(truth, families=("llama-3.1-8b", "qwen3-30b-a3b"))
+    fitted, _ = fit_engine(cases, fit_start()["vllm"], price, iters=150)
+    assert math.isclose(fitted["moe_prompt_token_us"], 0.6, rel_tol=0.1)
+    dense = [c for c in cases if not c.model.is_moe]
+    assert "moe_prompt_token_us" not in fit_engine(dense, fit_start()["vllm"], price, iters=30)[0]
+    cv = leave_one_family_out(cases, fit_start(), price, iters=60)
+    assert "moe_prompt_token_us" not in cv["params"]["vllm/qwen"]  # trained on Llama alone
+    assert "moe_prompt_token_us" in cv["params"]["vllm/llama"]

@@ -17,7 +17,7 @@ class StepTime(NamedTuple):
     low_us: float
     high_us: float
     kernel_us: float
-    overhead_us: float
+    overhead_us: float  # what the engine adds: launches and gaps, CPU time, MoE prompt-token cost
     sources: dict  # op count by provenance source
 
 
