@@ -4,6 +4,10 @@ then each candidate term added to the predicted TTFT with its coefficient fitted
 families (leave one family out). Prints the errors; writes nothing but --cache (the priced rows, reused when
 it exists).
 
+The cost per prompt token per MoE layer that this comparison picked is now the step model's own
+`EngineProfile.moe_prompt_token_us`, fitted by `servelab calibrate engines`; the rows here are priced with its
+documented default 0, so its line below still shows what the term buys over a step model without it.
+
     python accuracy/ttft_terms.py                      # about 1 min on 2 cores
     python accuracy/ttft_terms.py --cache /tmp/rows.json
 """
@@ -36,6 +40,7 @@ TERMS: dict[str, Callable[[dict], float]] = {
     "x one prefill": lambda r: r["prefill_ms"],
     "x the MoE kernels of one prefill": lambda r: r["prefill_moe_ms"],
     "decode steps before the first token": lambda r: r["decode_step_ms"],
+    # EngineProfile.moe_prompt_token_us, here on the prompt of the row's own request only
     "per prompt token per MoE layer (us)": lambda r: r["isl"] * r["moe_layers"] / 1000.0,
 }
 # `stream_interval` of InferenceX's H200 TensorRT-LLM recipes (benchmarks/single_node/fixed_seq_len/

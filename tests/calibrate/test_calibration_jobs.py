@@ -12,6 +12,7 @@ import pytest
 
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.fit import Linearized
+from servelab.calibrate.params import PARAMS
 from servelab.calibrate.pool import SERIAL, Jobs, price_rows, try_price_rows, workers_for
 from servelab.calibrate.price import Pricer, defaults
 from servelab.calibrate.rows import to_case
@@ -124,9 +125,12 @@ def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
     assert one_report == two_report  # every row's prediction at the fit
     # a progress line per phase: rows done / total, seconds, processes
     assert any(line.startswith("  cross-validation") and "6/6 rows" in line for line in two_lines)
-    assert any("fit vllm, linearization 1 of 2: 30/30 rows" in line for line in two_lines)
-    assert all("2 processes" in line for line in two_lines if "/30 rows" in line)
-    assert all("1 process)" in line for line in one_lines if "/30 rows" in line)
+    # a linearization prices the 6 rows at the fit's point and with each parameter moved
+    n = 6 * (1 + len(PARAMS))
+    rows = f"/{n} rows"
+    assert any(f"fit vllm, linearization 1 of 2: {n}{rows}" in line for line in two_lines)
+    assert all("2 processes" in line for line in two_lines if rows in line)
+    assert all("1 process)" in line for line in one_lines if rows in line)
 
 
 def test_jobs_zero_is_one_process_per_core():

@@ -7,6 +7,11 @@ import sys
 
 import pytest
 
+from servelab.calibrate.calibration_file import FORMAT, engine_entries
+from servelab.calibrate.price import defaults
+from servelab.predict.engines import engine_profile
+from servelab.specs import load_model
+
 SLOW_STEP_US = 20000.0  # a step overhead far above the shipped fit: TPOT must grow by about this much
 
 
@@ -93,3 +98,28 @@ def test_a_bad_calibration_file_is_one_line(tmp_path, content, message):
 def test_plan_refuses_a_missing_calibration_file(tmp_path):
     r = run("plan", "llama-3.1-8b", "--gpus", "1", "--calibration", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--calibration" in r.stderr
+
+
+MOE_COST_US = 2.0
+
+
+def calibration_with(tmp_path, name, **extra):
+    """A calibration file as `servelab calibrate engines` writes it: vLLM's documented parameters + extra."""
+    path = tmp_path / name
+    entries = engine_entries({"vllm": defaults()["vllm"] | extra}, [], with_proposed_terms=False)
+    path.write_text(json.dumps({"calibration_format": FORMAT, "_provenance": "test fit", "engines": entries}))
+    return path
+
+
+def test_a_calibrated_moe_prompt_cost_prices_moe_prompts_only(tmp_path):
+    without = calibration_with(tmp_path, "plain.json")
+    moe_cost = calibration_with(tmp_path, "moe.json", moe_prompt_token_us=MOE_COST_US)
+    assert engine_profile("vllm", calibration=moe_cost).moe_prompt_token_us == MOE_COST_US  # round trip
+    assert engine_profile("vllm", calibration=without).moe_prompt_token_us == 0.0
+    for model, layers in (("qwen3-30b-a3b", load_model("qwen3-30b-a3b").num_moe_layers), ("llama-3.1-8b", 0)):
+        args = ("estimate", model, "--batch", "2", "--isl", "1000", "--osl", "16", "--json")
+        a = json.loads(run(*args, "--calibration", str(without)).stdout)
+        b = json.loads(run(*args, "--calibration", str(moe_cost)).stdout)
+        # static mode: TTFT is one prefill of the batch's two prompts
+        assert b["ttft_ms"] - a["ttft_ms"] == pytest.approx(2 * 1000 * layers * MOE_COST_US / 1000, abs=1e-3)
+        assert b["tpot_ms"] == a["tpot_ms"]

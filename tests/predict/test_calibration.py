@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from servelab.calibrate.crossval import leave_one_family_out
-from servelab.calibrate.fit import Linearized, errors_of, fit, loss, nelder_mead, soft_l1
-from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.fit import Linearized, errors_of, fit, fit_engine, loss, nelder_mead, soft_l1
+from servelab.calibrate.price import Pricer, defaults, fit_start
 from servelab.calibrate.rows import build_cases, concurrency_of, parallel_of, to_case
 from servelab.specs import load_system
 
@@ -95,6 +95,7 @@ def synthetic_cases(truth, families=("qwen3-32b", "llama-3.1-8b")):
         "qwen3-32b": "Qwen/Qwen3-32B",
         "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
         "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+        "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     }
     for fam in families:
         for c in (1, 4, 16, 64):
@@ -123,7 +124,7 @@ def test_fit_recovers_the_generating_parameters():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    start = defaults()["vllm"]
+    start = fit_start()["vllm"]
     before = loss(cases, start, price)
     fitted = fit(cases, start, price, iters=150)
     assert loss(cases, fitted, price) < before / 100
@@ -141,7 +142,7 @@ def test_leave_one_family_out_predicts_each_family_unseen():
         "eager_launch_us": 6.0,
     }
     cases, price = synthetic_cases(truth)
-    cv = leave_one_family_out(cases, defaults(), price, iters=60)
+    cv = leave_one_family_out(cases, fit_start(), price, iters=60)
     assert set(cv["by_family"]) == {"vllm/qwen", "vllm/llama"}
     assert len(cv["ttft"]) == len(cases)
     # both families share the generating engine, so a fit on one transfers to the other
@@ -169,9 +170,10 @@ def test_linearized_predictor_matches_the_real_one():
     assert np.allclose(only_ttft[:, 0], 5.0) and np.allclose(only_ttft[:, 1], 0.0)
 
 
-def test_moe_token_term_adds_to_the_ttft_of_moe_rows_only():
-    """The per-prompt-token-per-MoE-layer TTFT term: zero on a dense model; on a MoE model the coefficient
-    (us) times prompt tokens times MoE layers, on TTFT alone."""
+def test_moe_prompt_cost_is_an_engine_parameter_priced_by_the_simulator():
+    """moe_prompt_token_us reaches the step model through the engine profile: a dense row is unchanged; a MoE
+    row's TTFT grows by at least its prompt's tokens x MoE layers x the cost, and the fit's linearization sees
+    it. The documented default is 0; the fit starts off 0, where the log-space search can move."""
     price = Pricer(load_system("h200_sxm"), "aggregated", prompts_per_concurrency=2)
     dense = to_case(row(batch_size="2", **{"silicon_data_source": "x; silicon_concurrency=2"}))
     moe = to_case(
@@ -184,9 +186,32 @@ def test_moe_token_term_adds_to_the_ttft_of_moe_rows_only():
             **{"silicon_data_source": "x; silicon_concurrency=2"},
         )
     )
-    term = {"ttft_moe_token_layer_us": 0.5}
-    assert price(dense, term) == price(dense, {})
-    (ttft, tpot), (ttft0, tpot0) = price(moe, term), price(moe, {})
+    cost = {"moe_prompt_token_us": 0.5}
+    assert defaults()["vllm"]["moe_prompt_token_us"] == 0.0 < fit_start()["vllm"]["moe_prompt_token_us"]
+    assert price(dense, cost) == price(dense, {})
+    (ttft, _), (ttft0, _) = price(moe, cost), price(moe, {})
     assert moe.model.num_moe_layers > 0
-    assert ttft - ttft0 == pytest.approx(0.5 * 2000 * moe.model.num_moe_layers / 1000.0)
-    assert tpot == tpot0
+    assert ttft - ttft0 >= 0.5 * 2000 * moe.model.num_moe_layers / 1000.0
+    lin = Linearized([dense, moe], dict(defaults()["vllm"], **cost), price)
+    k = lin.names.index("moe_prompt_token_us")
+    assert lin.jac[0, 0, k] == 0.0 and lin.jac[1, 0, k] > 0
+
+
+def test_the_moe_prompt_cost_is_fitted_from_moe_rows_only():
+    """Fitted where MoE rows price it (it comes back close to the cost that generated them); left at its
+    documented 0 by a fit, or a cross-validation fold, that sees dense rows only."""
+    truth = {
+        "step_overhead_us": 2000.0,
+        "per_seq_overhead_us": 10.0,
+        "kernel_gap_us": 1.0,
+        "eager_launch_us": 6.0,
+        "moe_prompt_token_us": 0.6,
+    }
+    cases, price = synthetic_cases(truth, families=("llama-3.1-8b", "qwen3-30b-a3b"))
+    fitted, _ = fit_engine(cases, fit_start()["vllm"], price, iters=150)
+    assert math.isclose(fitted["moe_prompt_token_us"], 0.6, rel_tol=0.1)
+    dense = [c for c in cases if not c.model.is_moe]
+    assert "moe_prompt_token_us" not in fit_engine(dense, fit_start()["vllm"], price, iters=30)[0]
+    cv = leave_one_family_out(cases, fit_start(), price, iters=60)
+    assert "moe_prompt_token_us" not in cv["params"]["vllm/qwen"]  # trained on Llama alone
+    assert "moe_prompt_token_us" in cv["params"]["vllm/llama"]

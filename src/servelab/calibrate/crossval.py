@@ -4,6 +4,7 @@
 import numpy as np
 
 from servelab.calibrate.fit import Linearized, fit, rel_errors, summary
+from servelab.calibrate.params import FIT_START
 from servelab.calibrate.pool import SERIAL, Jobs, Price, price_rows
 from servelab.calibrate.rows import ENGINES, Case
 
@@ -31,7 +32,14 @@ def leave_one_family_out(
         for family in sorted({c.family for c in mine}):
             train = np.array([i for i, c in enumerate(mine) if c.family != family])
             test = [c for c in mine if c.family == family]
-            params = fit(mine, lin.params, price, iters, lin=lin, rows=train) if train.size else start[engine]
+            if train.size:
+                # a parameter the other families do not depend on (the MoE prompt cost, when the family
+                # left out is the engine's only MoE family) keeps its documented 0, not the full fit's value
+                unseen = lin.unpriced(train) & FIT_START.keys()
+                params = fit(mine, lin.params, price, iters, lin=lin, rows=train)
+                params = {n: v for n, v in params.items() if n not in unseen}
+            else:  # no other family to fit on: the start, less the parameters moved off their defaults
+                params = {n: v for n, v in start[engine].items() if n not in FIT_START}
             folds.append((f"{engine}/{family}", test, params, int(train.size)))
     # the fits cost no simulation; every left-out row is then priced in one batch
     tested = [c for _, test, _, _ in folds for c in test]

@@ -1,7 +1,7 @@
 """The engine calibration end to end: fit each engine's overhead parameters (per step, per sequence, kernel
-gaps, eager launch cost) on measured end-to-end TTFT / TPOT, cross-validate leaving one model family out, and
-write the fits that transfer to unseen families to a versioned calibration file with its provenance (by
-default predict/data/calibrated.json, the one servelab ships).
+gaps, eager launch cost, MoE prompt tokens) on measured end-to-end TTFT / TPOT, cross-validate leaving one
+model family out, and write the fits that transfer to unseen families to a versioned calibration file with its
+provenance (by default predict/data/calibrated.json, the one servelab ships).
 
 The measurements come from servelab.calibrate.sources (AIConfigurator's silicon_sample.csv, InferenceX result
 files, the results store); nothing of them is kept but the fitted numbers and the errors.
@@ -31,6 +31,7 @@ from servelab.calibrate.price import (
     PROMPTS_PER_CONCURRENCY,
     Pricer,
     defaults,
+    fit_start,
     pick_mode,
     usable,
 )
@@ -83,7 +84,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     mode = pick_mode(opts.mode)
     system = load_system(opts.system)
     tables = perfdb_for(system, "torch") if opts.tables == "torch" else None
-    start = defaults()  # the documented defaults, never a previous calibration
+    documented = defaults()  # the documented defaults, never a previous calibration
+    start = fit_start()
     if opts.ttft_terms:
         start = {e: {**p, **{n: TTFT_START[n] for n in opts.ttft_terms}} for e, p in start.items()}
     if opts.kernel_terms:
@@ -108,7 +110,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
 
-    before = errors_of(cases, {}, lambda c, p: price(c, start[c.engine]), jobs, "defaults (in sample)")
+    before = errors_of(cases, {}, lambda c, p: price(c, documented[c.engine]), jobs, "defaults (in sample)")
     fitted, lins = {}, {}
     for engine in ENGINES:
         mine = [c for c in cases if c.engine == engine]
@@ -178,7 +180,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
-        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, start, jobs), indent=1))
+        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, documented, jobs), indent=1))
     if opts.summary:
         opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
     if not (opts.dry_run or opts.proposes_terms):

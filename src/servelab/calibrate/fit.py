@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from servelab.calibrate.params import BOUNDS, PARAMS, TTFT_TERMS
+from servelab.calibrate.params import BOUNDS, FIT_START, PARAMS, TTFT_TERMS
 from servelab.calibrate.pool import SERIAL, Jobs, Price, price_rows
 from servelab.calibrate.rows import Case
 
@@ -133,6 +133,11 @@ class Linearized:
         d = np.array([params[n] - self.params[n] for n in self.names])
         return self.base[rows] + self.jac[rows] @ d
 
+    def unpriced(self, rows: np.ndarray | slice = slice(None)) -> set[str]:
+        """Parameters none of these rows depends on (moe_prompt_token_us on dense models): a fit cannot
+        learn them there."""
+        return {n for k, n in enumerate(self.names) if not np.any(self.jac[rows][:, :, k])}
+
 
 def fit(
     cases: list[Case],
@@ -165,10 +170,14 @@ def fit(
 def fit_engine(
     cases: list[Case], start: dict[str, float], price: Price, iters: int, jobs: Jobs = SERIAL
 ) -> tuple[dict[str, float], Linearized]:
-    """The engine's fit on all its rows, and the linearization at the fitted point (for cross-validation)."""
+    """The engine's fit on all its rows, and the linearization at the fitted point (for cross-validation).
+    A parameter that is 0 unless fitted (FIT_START) and that no row depends on is left out of the fit, so
+    that it keeps its documented 0 (a fit on dense rows alone says nothing of the MoE prompt cost)."""
     phase = f"fit {cases[0].engine}" if cases else "fit"
     params = fit(cases, start, price, iters, jobs=jobs, phase=phase)
-    return params, Linearized(cases, params, price, jobs, f"{phase}, linearization at the fit")
+    lin = Linearized(cases, params, price, jobs, f"{phase}, linearization at the fit")
+    unpriced = lin.unpriced() & FIT_START.keys()
+    return {n: v for n, v in params.items() if n not in unpriced}, lin
 
 
 def errors_of(

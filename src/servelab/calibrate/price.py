@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import cast
 
-from servelab.calibrate.params import KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
+from servelab.calibrate.params import FIT_START, KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
 from servelab.calibrate.pool import SERIAL, Jobs, try_price_rows
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.errors import ServelabError
@@ -52,6 +52,11 @@ def base_profiles() -> dict[str, EngineProfile]:
 
 def defaults() -> dict[str, dict[str, float]]:
     return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
+
+
+def fit_start() -> dict[str, dict[str, float]]:
+    """Where each engine's fit starts: the documented defaults, moved off 0 where the search needs it."""
+    return {e: {**p, **FIT_START} for e, p in defaults().items()}
 
 
 class ScaledDB:

@@ -19,6 +19,11 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
   takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
   1 / (1 - r x api_output_token_us) slower.
+- `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
+  (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
+  expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
+  group far below the efficiency the perf tables and roofline assume, the same on every TP rank; decode
+  steps are memory-bound and priced right, so they do not pay it.
 """
 
 import json
@@ -55,6 +60,7 @@ class EngineProfile(BaseModel):
     api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
     api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
+    moe_prompt_token_us: float = 0.0  # per prompt token per MoE layer a step runs (see the module docstring)
     # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
     budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
@@ -65,7 +71,13 @@ class EngineProfile(BaseModel):
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
 
 
-FITTED = ("step_overhead_us", "per_seq_overhead_us", "kernel_gap_us", "eager_launch_us")
+FITTED = (
+    "step_overhead_us",
+    "per_seq_overhead_us",
+    "kernel_gap_us",
+    "eager_launch_us",
+    "moe_prompt_token_us",
+)
 CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
 
 

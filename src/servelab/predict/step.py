@@ -17,7 +17,7 @@ class StepTime(NamedTuple):
     low_us: float
     high_us: float
     kernel_us: float
-    overhead_us: float
+    overhead_us: float  # what the engine adds: launches and gaps, CPU time, MoE prompt-token cost
     sources: dict  # op count by provenance source
 
 
@@ -67,16 +67,21 @@ def step_time(ops: list[Op], db: PerfDB, engine: EngineProfile, num_seqs: int, d
     return with_engine(kernel_sum(ops, db), engine, num_seqs, decode_only)
 
 
-def with_engine(k: KernelSum, engine: EngineProfile, num_seqs: int, decode_only: bool) -> StepTime:
+def with_engine(
+    k: KernelSum, engine: EngineProfile, num_seqs: int, decode_only: bool, moe_prompt_tokens: float = 0.0
+) -> StepTime:
     """A decode-only step within the CUDA-graph batch limit replays a graph (small gaps between kernels); any
-    other step launches eagerly, and the GPU waits for launches when the kernels are shorter than them."""
+    other step launches eagerly, and the GPU waits for launches when the kernels are shorter than them.
+    moe_prompt_tokens: prompt tokens x MoE layers on the step's path, each paying the engine's
+    moe_prompt_token_us (MoE work the kernel prices miss; counted with the engine's additions, so that the
+    term is exactly its own and the kernel band does not scale it)."""
     kernel, low, high, kernels, sources = k
     graphed = decode_only and num_seqs <= engine.cuda_graph_max_batch
     if graphed:
         launch = kernels * engine.kernel_gap_us
     else:
         launch = max(0.0, kernels * engine.eager_launch_us - kernel) + kernels * engine.kernel_gap_us
-    overhead = launch + engine.overhead_us(num_seqs)
+    overhead = launch + engine.overhead_us(num_seqs) + moe_prompt_tokens * engine.moe_prompt_token_us
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
     return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources)
 
@@ -157,7 +162,9 @@ def _price_step(
     num_seqs = ceil(
         (len(shape.prefill) + shape.decode_batch) / min(shape.ranks or parallel.attn_dp, parallel.attn_dp)
     )
-    return with_engine(total, engine, num_seqs, decode_only=not shape.prefill and decode_tokens > 0)
+    # a rank's own prompt tokens through every MoE layer of its path (the op graph counts every pp stage's)
+    moe_prompt_tokens = (rank.total - rank.decode_tokens) * model.num_moe_layers
+    return with_engine(total, engine, num_seqs, not shape.prefill and decode_tokens > 0, moe_prompt_tokens)
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly
