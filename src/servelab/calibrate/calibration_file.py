@@ -90,6 +90,20 @@ def verdicts(
     return out
 
 
+def as_written_errors(
+    cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict, verdicts: dict[str, dict]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The out-of-sample error of what the file makes servelab predict: a kept engine's rows as its fit
+    predicts each family left out of it, the other engines' rows at the documented defaults (fitted on none
+    of them)."""
+    rows = [
+        cv_rows[c.row_id] if verdicts.get(c.engine, {}).get("kept") else (before[0][i], before[1][i])
+        for i, c in enumerate(cases)
+    ]
+    errors = np.array(rows, dtype=float).reshape(-1, 2)
+    return errors[:, 0], errors[:, 1]
+
+
 def provenance(command: str, sources: list[dict], settings: dict) -> dict:
     """Who made the calibration, from what, and how."""
     return {
