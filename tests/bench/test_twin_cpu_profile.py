@@ -128,3 +128,10 @@ def test_the_twin_replays_the_real_clients_stream(harness, model_dir, tmp_path, 
 )
 def test_verdict_names_the_factor_outside_the_spread(harness, value, want):
     assert harness.verdict(value, 4.0, 6.0) == want
+
+
+def test_the_engine_side_comparison_adds_the_front_end_to_ttft_only(harness):
+    engine_side = [{"ttft_ms": 5.0, "tpot_ms": 1.5}, {"ttft_ms": 7.0, "tpot_ms": 1.7}]
+    got = harness.engine_compare(engine_side, {"mean_ttft_ms": 4.0, "mean_tpot_ms": 2.0}, frontend_ms=2.0)
+    assert got["ttft_ms"] == {"min": 5.0, "max": 7.0, "twin": 6.0, "verdict": "inside"}
+    assert got["tpot_ms"]["twin"] == 2.0 and got["tpot_ms"]["verdict"] == "x1.18 above"
