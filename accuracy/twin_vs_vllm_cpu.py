@@ -15,6 +15,10 @@ own step costs.
    each metric with the measured [min, max].
 
     .venv/bin/python accuracy/twin_vs_vllm_cpu.py [--runs 5] [--out-dir DIR] [--json out.json]
+    .venv/bin/python accuracy/twin_vs_vllm_cpu.py --reprice out.json --model-dir DIR  # no server
+
+--reprice replays a saved run's points with the current twin (after a simulator change, say) and compares them
+with the same measurements.
 
 Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV).
 """
@@ -38,6 +42,7 @@ from sim_vs_vllm_cpu import (
     VOCAB,
     CpuProfile,
     StepSamples,
+    cpu_engine,
     cpu_system,
     fit_profile,
 )
@@ -46,6 +51,7 @@ from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.simulated import simulated_result
 from servelab.perfdb.db import PerfDB
+from servelab.predict.engines import engine_profile
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.runner.server_metrics import metric_sums
 from servelab.runner.tiny_llama import build_tiny_llama
@@ -232,55 +238,31 @@ def engine_compare(engine_side: list[dict], twin: dict, frontend_ms: float) -> d
     return out
 
 
-def check(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir: Path, points=POINTS) -> dict:
-    """Measure the points K times each, fit the CPU profile, replay each point with the twin, compare."""
+KEPT = (*METRICS, "engine_side", "one_read_requests", "loadavg_1m", "input_lens", "output_lens")
+
+
+def measure(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir: Path, points=POINTS) -> dict:
+    """Measure the points K times each and fit the CPU profile; what the comparison needs from every run."""
     model = load_model(str(model_dir))
     VOCAB["size"] = model.vocab_size
-    out_dir.mkdir(parents=True, exist_ok=True)
     t0, load_start = time.time(), os.getloadavg()
     samples = StepSamples()
     samples.measure_round(base_url, model_name, seed=1000, keep=False)  # warm-up: every calibration shape
-    measured: dict = {}
+    rows = []
     for c, isl, osl in points:
         cfg = bench_config(model_name, c, isl, osl, NUM_PROMPTS, SEED)
         tag = f"c{c}-{isl}-{osl}"
-        measured[c, isl, osl] = []
+        measured = []
         for k in range(runs):
             run_client(base_url, model_dir, cfg, out_dir, f"real-{tag}-warm{k}.json")  # unmeasured
             samples.measure_round(base_url, model_name, seed=1001 + len(samples.http))
-            measured[c, isl, osl].append(
-                run_client(base_url, model_dir, cfg, out_dir, f"real-{tag}-{k}.json")
-            )
+            result = run_client(base_url, model_dir, cfg, out_dir, f"real-{tag}-{k}.json")
+            measured.append({key: result[key] for key in KEPT})
+        rows.append({"clients": c, "isl": isl, "osl": osl, "num_prompts": NUM_PROMPTS, "seed": SEED})
+        rows[-1]["runs"] = measured
     costs = samples.costs()
-    profile = fit_profile(model, costs)
-    calibration = write_calibration(profile, out_dir / "cpu-calibration.json")
-    rows = []
-    for (c, isl, osl), results in measured.items():
-        cfg = bench_config(model_name, c, isl, osl, NUM_PROMPTS, SEED)
-        twin = run_twin(model_dir, cfg, profile, calibration)
-        (out_dir / f"twin-c{c}-{isl}-{osl}.json").write_text(json.dumps(twin, indent=1))
-        rows.append(
-            {
-                "clients": c,
-                "isl": isl,
-                "osl": osl,
-                "num_prompts": NUM_PROMPTS,
-                "seed": SEED,
-                # the twin replays the lengths the real client sent (the server's own usage counts)
-                "same_lengths": all(
-                    r["input_lens"] == twin["input_lens"] and r["output_lens"] == twin["output_lens"]
-                    for r in results
-                ),
-                "metrics": compare(results, twin, costs.http_ms),
-                "engine_side": [r["engine_side"] for r in results],
-                "engine_vs_twin": engine_compare(
-                    [r["engine_side"] for r in results], twin, costs.frontend_ms
-                ),
-                "one_read_requests": [r["one_read_requests"] for r in results],
-                "loadavg_1m": [r["loadavg_1m"] for r in results],
-            }
-        )
     return {
+        "model_name": model_name,
         "wall_s": round(time.time() - t0, 1),
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),
@@ -292,10 +274,60 @@ def check(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir: P
             "http_ms": costs.http_ms,
             "frontend_ms": costs.frontend_ms,
         },
-        "profile": profile.__dict__,
+        "profile": fit_profile(model, costs).__dict__,
         "points": rows,
         "result_dir": str(out_dir),
     }
+
+
+def check_calibration(calibration: Path, profile: CpuProfile) -> None:
+    """The twin must price the engine sim_vs_vllm_cpu.py fitted: the calibration file's vLLM profile under the
+    twin's settings has cpu_engine's fields (a new EngineProfile field would show here)."""
+    got = engine_profile(
+        "vllm",
+        calibration=calibration,
+        max_num_seqs=SETTINGS.max_num_seqs,
+        max_num_batched_tokens=SETTINGS.max_num_batched_tokens,
+        chunked_prefill=SETTINGS.chunked_prefill,
+    ).model_dump()
+    want = cpu_engine(profile.step_overhead_us, profile.per_seq_overhead_us, profile.prompt_step_us_per_op)
+    differ = [
+        k
+        for k, v in want.model_dump().items()
+        if k not in ("source", "cuda_graph_max_batch", "kernel_band_low", "kernel_band_high") and got[k] != v
+    ]
+    if (
+        differ or got["cuda_graph_max_batch"] < MAX_NUM_SEQS
+    ):  # every decode step graphed, as cpu_engine has it
+        raise RuntimeError(f"the calibration file prices another engine than the fitted one: {differ}")
+
+
+def price(measured: dict, model_dir: Path, out_dir: Path) -> dict:
+    """Replay every measured point with the twin priced by the fitted profile, and compare."""
+    profile = CpuProfile(**measured["profile"])
+    costs = measured["step_costs"]
+    calibration = write_calibration(profile, out_dir / "cpu-calibration.json")
+    check_calibration(calibration, profile)
+    rows = []
+    for point in measured["points"]:
+        c, isl, osl, runs = point["clients"], point["isl"], point["osl"], point["runs"]
+        cfg = bench_config(measured["model_name"], c, isl, osl, point["num_prompts"], point["seed"])
+        twin = run_twin(model_dir, cfg, profile, calibration)
+        (out_dir / f"twin-c{c}-{isl}-{osl}.json").write_text(json.dumps(twin, indent=1))
+        engine_side = [r["engine_side"] for r in runs]
+        rows.append(
+            {
+                **point,
+                # the twin replays the lengths the real client sent (the server's own usage counts)
+                "same_lengths": all(
+                    r["input_lens"] == twin["input_lens"] and r["output_lens"] == twin["output_lens"]
+                    for r in runs
+                ),
+                "metrics": compare(runs, twin, costs["http_ms"]),
+                "engine_vs_twin": engine_compare(engine_side, twin, costs["frontend_ms"]),
+            }
+        )
+    return {**measured, "points": rows, "twin_dir": str(out_dir)}
 
 
 def markdown(result: dict) -> str:
@@ -339,8 +371,8 @@ def markdown(result: dict) -> str:
     ]
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["points"]:
-        seen = ", ".join(f"{e['concurrency']:.1f}" for e in r["engine_side"])
-        one_read = ", ".join(map(str, r["one_read_requests"]))
+        seen = ", ".join(f"{run['engine_side']['concurrency']:.1f}" for run in r["runs"])
+        one_read = ", ".join(str(run["one_read_requests"]) for run in r["runs"])
         ttft, tpot = r["engine_vs_twin"]["ttft_ms"], r["engine_vs_twin"]["tpot_ms"]
         lines.append(
             f"| {r['clients']} | {r['isl']}/{r['osl']} | {r['same_lengths']} | {seen} | {one_read} | "
@@ -366,25 +398,42 @@ def main(argv: list[str] | None = None) -> int:
         help="pin vLLM's compute threads to these CPUs (VLLM_CPU_OMP_THREADS_BIND, e.g. 0), leaving the "
         "others to its API process and the client; default: vLLM's own binding (all CPUs, as the e2e server)",
     )
+    ap.add_argument(
+        "--reprice",
+        type=Path,
+        help="a --json file of an earlier run: replay its points with the current twin and compare again, "
+        "without a server (needs --model-dir)",
+    )
     ap.add_argument("--json", type=Path, help="write the comparison as JSON here")
     args = ap.parse_args(argv)
     if args.runs < 3:
         ap.error("--runs: at least 3 (a spread needs them)")
     if args.engine_cpus is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", args.engine_cpus):
         ap.error("--engine-cpus: a CPU list such as 0 or 0-3 or 0,2")
-    python = vllm_python(REPO / ".venv-vllm")
-    if python is None:
-        print(f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr)
-        return 2
-    model_dir = args.model_dir or build_tiny_llama(python, REPO / ".cache" / "e2e")
-    extra = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
-    env = {"VLLM_CPU_OMP_THREADS_BIND": args.engine_cpus} if args.engine_cpus else {}
     out_dir = args.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    log = out_dir / "vllm.log"
-    with VllmCpuServer(python, model_dir, port=args.port, extra_args=extra, env=env, log_path=log) as server:
-        result = check(server.url, server.model, model_dir, args.runs, out_dir)
-    result["engine_cpus"] = args.engine_cpus or "vLLM default (all)"
+    if args.reprice:
+        if args.model_dir is None:
+            ap.error("--reprice needs --model-dir (the served model's directory; its config.json is enough)")
+        measured = json.loads(args.reprice.read_text())
+    else:
+        python = vllm_python(REPO / ".venv-vllm")
+        if python is None:
+            print(
+                f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr
+            )
+            return 2
+        model_dir = args.model_dir or build_tiny_llama(python, REPO / ".cache" / "e2e")
+        args.model_dir = model_dir
+        extra = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
+        env = {"VLLM_CPU_OMP_THREADS_BIND": args.engine_cpus} if args.engine_cpus else {}
+        log = out_dir / "vllm.log"
+        with VllmCpuServer(
+            python, model_dir, port=args.port, extra_args=extra, env=env, log_path=log
+        ) as server:
+            measured = measure(server.url, server.model, model_dir, args.runs, out_dir)
+        measured["engine_cpus"] = args.engine_cpus or "vLLM default (all)"
+    result = price(measured, args.model_dir, out_dir)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(markdown(result))
