@@ -369,7 +369,9 @@ def bench_point(base_url: str, model: str, c: int, isl: int, osl: int, num_promp
     the load it got.
 
     (A small aiohttp client: `servelab bench`'s worker received vLLM's stream in one burst at the end on this
-    machine, TPOT 0, while a plain socket and aiohttp saw tokens every 1-2 ms; see the report.)"""
+    machine, TPOT 0, while a plain socket and aiohttp saw tokens every 1-2 ms; see the report. A later probe,
+    the two clients interleaved on one server under a load average of 4-5, saw the same bursts in both: docs/
+    accuracy.md, "The twin against the run-to-run spread".)"""
     return asyncio.run(_closed_loop(base_url, model, c, isl, osl, num_prompts, seed))
 
 
