@@ -469,11 +469,12 @@ def run_check(python: Path, model_dir: Path | None = None, passes: int = 2, port
     return result
 
 
-def markdown(result: dict) -> str:
+def fit_lines(result: dict) -> list[str]:
+    """The measured step costs and the profile fitted to them, as the markdown reports print them."""
     p, costs = result["profile"], result["step_costs"]
     prefill = ", ".join(f"{k} tok {v:.1f} ms" for k, v in costs["prefill_ms"].items())
     decode = ", ".join(f"b{k} {v:.2f} ms" for k, v in costs["decode_ms"].items())
-    lines = [
+    return [
         f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
         (
             f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, "
@@ -481,6 +482,12 @@ def markdown(result: dict) -> str:
             f"steps with a prompt {p['prompt_step_us_per_op']:.0f} us per op "
             f"(fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."
         ),
+    ]
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        *fit_lines(result),
         "",
         (
             "| clients | engine saw | isl/osl | pass | engine TTFT measured ms | predicted ms | error | "

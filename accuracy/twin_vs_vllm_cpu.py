@@ -44,6 +44,7 @@ from sim_vs_vllm_cpu import (
     StepSamples,
     cpu_engine,
     cpu_system,
+    fit_lines,
     fit_profile,
 )
 
@@ -326,17 +327,8 @@ def price(measured: dict, model_dir: Path, out_dir: Path) -> dict:
 
 
 def markdown(result: dict) -> str:
-    p, costs = result["profile"], result["step_costs"]
-    prefill = ", ".join(f"{k} tok {v:.1f} ms" for k, v in costs["prefill_ms"].items())
-    decode = ", ".join(f"b{k} {v:.2f} ms" for k, v in costs["decode_ms"].items())
     lines = [
-        f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
-        (
-            f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, step overhead "
-            f"{p['step_overhead_us']:.0f} us, per sequence {p['per_seq_overhead_us']:.0f} us, steps with a "
-            f"prompt {p['prompt_step_us_per_op']:.0f} us per op "
-            f"(fitted steps within {p['fit_error']:.0%} median)."
-        ),
+        *fit_lines(result),
         (
             f"{result['runs_per_point']} measured runs per point; load average (1 min) "
             f"{result['loadavg_start'][0]:.2f} at the start, {result['loadavg_end'][0]:.2f} at the end, on "
