@@ -60,6 +60,20 @@ def test_estimate_json_fields():
         assert field in data
 
 
+def test_memory_follows_the_engine_kv_rule():
+    """vLLM fills a share of the whole GPU; TensorRT-LLM gives the KV cache a share of what is left."""
+    got = {}
+    for backend in ("vllm", "trtllm"):
+        r = run("memory", "deepseek-r1", "--tp", "8", "--ep", "8", "--backend", backend, "--json")
+        assert r.returncode == 0, r.stderr
+        got[backend] = json.loads(r.stdout)
+    v, t = got["vllm"], got["trtllm"]
+    left = v["hbm_gib"] - v["weights_gib"] - v["activations_gib"] - v["reserve_gib"]
+    assert v["kv_cache_gib"] == pytest.approx(0.9 * v["hbm_gib"] - (v["hbm_gib"] - left))
+    assert t["kv_cache_gib"] == pytest.approx(0.9 * left)
+    assert t["max_sequences"] > v["max_sequences"] and t["backend"] == "trtllm"
+
+
 def test_estimate_breakdown_prints_op_kinds():
     r = run("estimate", "llama-3.1-8b", "--batch", "4", "--breakdown")
     assert r.returncode == 0, r.stderr
@@ -76,6 +90,7 @@ def test_estimate_breakdown_prints_op_kinds():
         (["estimate", "deepseek-ai/DeepSeek-V4-Pro", "--tp", "8", "--ep", "8"], "FP8 conversion"),
         (["estimate", "qwen3-32b", "--kv-dtype", "int2"], "--kv-dtype"),
         (["memory", "llama-3.1-70b", "--tp", "0"], "--tp"),
+        (["memory", "llama-3.1-70b", "--backend", "tgi"], "--backend: unknown engine 'tgi'"),
         (["sweep", "--node-type", "both"], "--node-type: Input should be 'single-node' or 'multi-node'"),
     ],
 )

@@ -37,23 +37,34 @@ def memory(
         None, "--context", help="Context length for max sequences (default isl+osl 9216)"
     ),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    gpu_memory_utilization: float = typer.Option(
+        0.9,
+        "--gpu-memory-utilization",
+        help="vllm, sglang: the share of the whole GPU the engine fills; trtllm: the share of the memory "
+        "left after weights and activations that goes to the KV cache (free_gpu_memory_fraction)",
+    ),
+    backend: str = typer.Option("vllm", "--backend", help="vllm | sglang | trtllm: whose KV-cache rule"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent
     sequences."""
+    from servelab.predict.engines import engine_profile  # noqa: PLC0415  # start-up time
     from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  # start-up time
     from servelab.specs import check_precision  # noqa: PLC0415  # start-up time
 
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
     check_precision(spec, sys_spec)
-    mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization)
+    of_free = engine_profile(backend).kv_of_free
+    mem = memory_per_gpu(
+        spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, fraction_of_free=of_free
+    )
     ctx = 9216 if context is None else context
     result = {
         "model": spec.name,
         "system": sys_spec.name,
         "parallel": parallel.label(),
+        "backend": backend,
         "gpus": parallel.gpus,
         "weights_gib": mem.weights_gib,
         "activations_gib": mem.activations_gib,
@@ -90,4 +101,5 @@ def memory(
             parallel,
             max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization,
+            fraction_of_free=of_free,
         )
