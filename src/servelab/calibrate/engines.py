@@ -140,8 +140,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         comparison = _compare_with_aic(opts, got.silicon_rows, cases, cv, echo)
     else:
         echo(
-            "AIConfigurator 0.12.0 (--aic to run it here): on the 337 H200 rows it answered, "
-            "46.1% TTFT / 27.3% TPOT median error (docs/accuracy.md section 4, 2026-11-30)"
+            "AIConfigurator 0.12.0 (--aic to run it here): on the 307 of 480 H200 rows it answered, "
+            "46.5% TTFT / 27.7% TPOT median error (docs/accuracy.md section 4, 2026-11-30)"
         )
     echo("\nleave-one-family-out by engine/family (median TTFT / TPOT error):")
     for key, v in cv["by_family"].items():
