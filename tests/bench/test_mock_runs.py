@@ -59,14 +59,16 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     assert r["completed"] == 16 and r["failed"] == 0
     assert r["output_lens"] == [16] * 16 and r["total_output_tokens"] == 256
     assert r["token_count_source"] == "usage"
-    # The mock sleeps at least what it was set to; a busy machine can only add to it, so the lower bounds are
-    # tight and the upper ones only catch a client that measures the wrong thing (a factor of 3).
-    assert 59 <= r["mean_ttft_ms"] <= 3 * 60
-    assert 19 <= r["mean_tpot_ms"] <= 3 * 20
-    assert 19 <= r["median_itl_ms"] <= 3 * 20
-    assert 60 + 15 * 20 - 1 <= r["mean_e2el_ms"] <= 3 * (60 + 15 * 20)
-    # 4 streams each at least 0.36 s -> at most about 11 req/s
-    assert 4 / 0.36 / 3 <= r["request_throughput"] <= 4 / 0.36 * 1.02
+    # The mock sleeps at least what it was set to and a busy machine can only add to it, so the delays are
+    # lower bounds; how the metrics relate to each other does not depend on the machine at all.
+    assert 59 <= r["mean_ttft_ms"] < r["mean_e2el_ms"]
+    assert 19 <= r["mean_tpot_ms"] and 19 <= r["median_itl_ms"]
+    assert r["mean_e2el_ms"] >= 60 + 15 * 20 - 1
+    # every request has 16 tokens: TPOT = (E2EL - TTFT) / 15 for each, so for the means too
+    assert r["mean_tpot_ms"] == pytest.approx((r["mean_e2el_ms"] - r["mean_ttft_ms"]) / 15)
+    # 4 streams each at least 0.36 s -> at most about 11 req/s; throughput is requests over the run's duration
+    assert 0 < r["request_throughput"] <= 4 / 0.36 * 1.02
+    assert r["request_throughput"] == pytest.approx(r["completed"] / r["duration"])
     for field in (
         "date",
         "endpoint_type",
