@@ -117,10 +117,11 @@ def gather(sources: Sources, system: str) -> Gathered:
         for reason, n in record["rows_skipped"].items():
             out.skipped[reason] = out.skipped.get(reason, 0) + n
         for case in cases:
-            if case.measurement() in seen:
+            same = case.measurement()
+            if same in seen:
                 why = "duplicate of another row (same deployment, load and measured values)"
                 out.skipped[why] = out.skipped.get(why, 0) + 1
                 continue
-            seen.add(case.measurement())
+            seen.add(same)
             out.cases.append(case)
     return out

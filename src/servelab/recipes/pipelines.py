@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections import Counter
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -153,13 +154,13 @@ def script_names(jobs) -> list[str]:
     """One file name per job; jobs that differ only by the runner node they were pinned to
     (`--runner-node-filter`) take the node's name too, so no script overwrites another."""
     names = [script_name(j) for j in jobs]
-    clash = {n for n in names if names.count(n) > 1}
+    seen = Counter(names)
     names = [
-        n.removesuffix(".sh") + f"_{_file_safe(j.row['runner'])}.sh" if n in clash else n
+        n.removesuffix(".sh") + f"_{_file_safe(j.row['runner'])}.sh" if seen[n] > 1 else n
         for n, j in zip(names, jobs, strict=True)
     ]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted(n for n, count in Counter(names).items() if count > 1)
+    if twice:
         raise ServelabError(
             f"sh scripts: two jobs would write {twice[0]} (the same point twice in the sweep)"
         )
