@@ -3,19 +3,15 @@
 from collections.abc import Callable
 from typing import Any
 
+from servelab.predict.engines import FITTED
+
 # the engine-profile parameters fitted, each searched in log space between these bounds (us); the documented
 # defaults start the search. The API server's costs (EngineProfile.api_*) are not fitted: they enter through a
 # queue whose service time is stretched by 1 / (1 - streamed tokens/s x cost per token), and values fitted on
 # some model families saturate it on a faster one (left one model out on 180 rows,
 # `accuracy/calibrate_engines.py --limit 60`: TTFT p90 1,825 % fitting all three terms, 1,596 % fitting the
 # two intake terms); they keep their documented values.
-PARAMS = (
-    "step_overhead_us",
-    "per_seq_overhead_us",
-    "kernel_gap_us",
-    "eager_launch_us",
-    "moe_prompt_token_us",
-)
+PARAMS = FITTED  # the fields a calibration file may carry are the ones fitted
 BOUNDS = {
     "step_overhead_us": (1.0, 20000.0),
     "per_seq_overhead_us": (0.01, 500.0),
