@@ -210,8 +210,8 @@ def verdict(value: float, lo: float, hi: float) -> str:
 
 def compare(measured: list[dict], twin: dict, http_ms: float) -> dict:
     """Per metric: the measured runs' min, max and median, the twin's value and its verdict. TTFT metrics
-    also carry the twin plus the measured HTTP path of a lone request (what the twin does not model: vLLM's
-    API process and the client, measured before each run), with its own verdict."""
+    also carry the twin plus the measured HTTP path of a lone request (measured before each run: vLLM's API
+    process and the client) less what the twin prices of it itself, with its own verdict."""
     out = {}
     for metric in METRICS:
         values = [m[metric] for m in measured]
@@ -227,8 +227,8 @@ def compare(measured: list[dict], twin: dict, http_ms: float) -> dict:
 
 def engine_compare(engine_side: list[dict], twin: dict, frontend_ms: float) -> dict:
     """The twin's mean TTFT and TPOT against the engine's own per-run means (vLLM /metrics): the spread of
-    what the engine did, without the client. vLLM's TTFT starts at its front end, the twin's at the engine
-    core, so the front end's measured lone-request path is added to the twin's, as sim_vs_vllm_cpu.py does."""
+    what the engine did, without the client. vLLM's TTFT starts at its front end; `frontend_ms` is the part of
+    the measured lone-request front-end path the twin does not price itself (see front_end_not_priced)."""
     out = {}
     for metric, add in (("ttft_ms", frontend_ms), ("tpot_ms", 0.0)):
         values = [e[metric] for e in engine_side]
@@ -236,6 +236,20 @@ def engine_compare(engine_side: list[dict], twin: dict, frontend_ms: float) -> d
         twin_value = twin[f"mean_{metric}"] + add
         out[metric] = {"min": lo, "max": hi, "twin": twin_value, "verdict": verdict(twin_value, lo, hi)}
     return out
+
+
+def twin_api_ms(calibration: Path, isl: int) -> float:
+    """What the twin itself prices for a lone request's way through vLLM's API server (the profile's
+    per-request and per-prompt-token costs, servelab.predict.serving.engine.LaneLimits.frontend_cost_s with
+    nothing streaming)."""
+    engine = twin_engine(calibration)
+    return (engine.api_request_us + engine.api_prompt_token_us * isl) / 1000.0
+
+
+def front_end_not_priced(measured_ms: float, calibration: Path, isl: int) -> float:
+    """The measured lone-request path less what the twin already prices of it: adding the whole measured path
+    to the twin's TTFT counted the API server twice (visible at one client, where nothing queues)."""
+    return max(0.0, measured_ms - twin_api_ms(calibration, isl))
 
 
 KEPT = (*METRICS, "engine_side", "one_read_requests", "loadavg_1m", "input_lens", "output_lens")
@@ -280,17 +294,22 @@ def measure(base_url: str, model_name: str, model_dir: Path, runs: int, out_dir:
     }
 
 
-def check_calibration(calibration: Path, profile: CpuProfile) -> None:
-    """The twin must price the engine sim_vs_vllm_cpu.py fitted: the calibration file's vLLM profile under the
-    twin's settings has every field cpu_engine sets, and graphs every decode step as cpu_engine does. Fields
-    cpu_engine leaves at their defaults keep vLLM's documented values."""
-    got = engine_profile(
+def twin_engine(calibration: Path):
+    """The vLLM profile the twin prices with: the calibration file's, under the twin's settings."""
+    return engine_profile(
         "vllm",
         calibration=calibration,
         max_num_seqs=SETTINGS.max_num_seqs,
         max_num_batched_tokens=SETTINGS.max_num_batched_tokens,
         chunked_prefill=SETTINGS.chunked_prefill,
     )
+
+
+def check_calibration(calibration: Path, profile: CpuProfile) -> None:
+    """The twin must price the engine sim_vs_vllm_cpu.py fitted: the calibration file's vLLM profile under the
+    twin's settings has every field cpu_engine sets, and graphs every decode step as cpu_engine does. Fields
+    cpu_engine leaves at their defaults keep vLLM's documented values."""
+    got = twin_engine(calibration)
     want = cpu_engine(profile.step_overhead_us, profile.per_seq_overhead_us, profile.prompt_step_us_per_op)
     fitted = want.model_fields_set - {"name", "source", "cuda_graph_max_batch"}
     differ = sorted(k for k in fitted if getattr(got, k) != getattr(want, k))
@@ -319,8 +338,10 @@ def price(measured: dict, model_dir: Path, out_dir: Path) -> dict:
                     r["input_lens"] == twin["input_lens"] and r["output_lens"] == twin["output_lens"]
                     for r in runs
                 ),
-                "metrics": compare(runs, twin, costs["http_ms"]),
-                "engine_vs_twin": engine_compare(engine_side, twin, costs["frontend_ms"]),
+                "metrics": compare(runs, twin, front_end_not_priced(costs["http_ms"], calibration, isl)),
+                "engine_vs_twin": engine_compare(
+                    engine_side, twin, front_end_not_priced(costs["frontend_ms"], calibration, isl)
+                ),
             }
         )
     return {**measured, "points": rows, "twin_dir": str(out_dir)}
