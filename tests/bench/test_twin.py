@@ -120,6 +120,27 @@ def test_an_engines_settings_shape_the_schedule(tmp_path):
     assert one["deployment"]["max_num_seqs"] == 1
 
 
+def test_tensorrt_llm_attention_dp_balancing_holds_new_prompts(tmp_path):
+    # DeepSeek-R1 on 8 attention-DP ranks, 4 clients per rank with outputs of different lengths: balanced, a
+    # rank's new prompt waits for the other ranks (or the timeout) while its decodes run
+    dp8 = ("--model", "deepseek-r1", "--tp", "8", "--ep", "8", "--dp-attn", "--engine", "trtllm")
+    stream = ("--random-input-len", "1024", "--random-output-len", "256", "--random-range-ratio", "0.5")
+    stream += ("--num-prompts", "128", "--max-concurrency", "32")
+    off = twin(tmp_path, *dp8, *stream, name="off.json")
+    on = twin(
+        tmp_path,
+        *dp8,
+        *stream,
+        "--attention-dp-balance",
+        "--attention-dp-timeout-iters",
+        "60",
+        name="on.json",
+    )
+    assert on["mean_ttft_ms"] > off["mean_ttft_ms"]
+    assert on["deployment"]["attention_dp_balance"] and on["deployment"]["attention_dp_timeout_iters"] == 60
+    assert off["deployment"]["attention_dp_balance"] is None  # the engine's default: off
+
+
 @pytest.mark.parametrize(
     "args,start",
     [
@@ -131,6 +152,7 @@ def test_an_engines_settings_shape_the_schedule(tmp_path):
         (("--dataset-name", "sonnet", "--dataset-path", "x"), "error: --dataset-name: --simulate replays"),
         (("--request-rate", "sweep"), "error: --request-rate"),
         (("--random-input-len", "100000000"), "error: --random-input-len:"),
+        (("--batch-wait-max-tokens-ratio", "2"), "error: --batch-wait-max-tokens-ratio:"),
     ],
 )
 def test_bad_deployment_input_is_one_line(monkeypatch, capsys, args, start):

@@ -110,6 +110,12 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     )
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
+    replayed = recipe_counts(cases)
+    for engine, n in replayed.items():
+        echo(
+            f"  {engine}: {n['with_recipe']} rows replayed with their InferenceX recipe's settings, "
+            f"{n['engine_defaults']} with the engine's defaults (no recipe for their model and date)"
+        )
 
     before = errors_of(cases, {}, lambda c, p: price(c, documented[c.engine]), jobs, "defaults (in sample)")
     fitted, lins = {}, {}
@@ -166,6 +172,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         "provenance": made,
         "rows_used": len(cases),
         "rows_skipped": skipped,
+        "recipe_settings": replayed,
         "errors": {label: {"ttft": a, "tpot": b} for label, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
         "aiconfigurator_same_rows": comparison,
@@ -219,6 +226,15 @@ def _compare_with_aic(
     return comparison
 
 
+def recipe_counts(cases: list[Case]) -> dict[str, dict[str, int]]:
+    """Per engine, the rows replayed with recipe settings (calibrate.recipes) and those at the defaults."""
+    out: dict[str, dict[str, int]] = {}
+    for c in cases:
+        n = out.setdefault(c.engine, {"with_recipe": 0, "engine_defaults": 0})
+        n["with_recipe" if c.settings else "engine_defaults"] += 1
+    return out
+
+
 def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: Jobs) -> list[dict]:
     """Each row's measured and predicted TTFT / TPOT at the fitted parameters (the defaults where none)."""
     per_row = []
@@ -238,6 +254,7 @@ def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: 
                 "pred_ttft_ms": ttft,
                 "pred_tpot_ms": tpot,
                 "note": c.note,
+                "recipe": c.settings.recipe if c.settings else "",
             }
         )
     return per_row

@@ -3,6 +3,9 @@
 Modes: `aggregated` runs the discrete-event aggregated-serving simulator at the row's concurrency (closed
 loop, as the rows were measured); `static` prices one prefill of `concurrency` prompts and the mean decode
 step of that batch.
+
+A case with recipe settings (calibrate.recipes: the token budget, batch limits, KV memory share and
+TensorRT-LLM's hold rules its recipe set on its date) is priced with them over the engine's defaults.
 """
 
 import json
@@ -91,9 +94,12 @@ class Pricer:
         self._scaled: dict[tuple, ScaledDB] = {}
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
-        engine = base_profiles()[case.engine].model_copy(
-            update={k: v for k, v in params.items() if k in PARAMS}
-        )
+        update = {k: v for k, v in params.items() if k in PARAMS}
+        memory_share = 0.9  # the engines' default (TensorRT-LLM free_gpu_memory_fraction, vLLM's utilization)
+        if case.settings is not None:
+            update.update(case.settings.engine_overrides())
+            memory_share = case.settings.kv_memory_fraction or memory_share
+        engine = base_profiles()[case.engine].model_copy(update=update)
         extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
         db = self._db(params, case.engine)
         if self.mode == "aggregated":
@@ -118,6 +124,7 @@ class Pricer:
                 case.osl,
                 db=db,
                 workload=wl,
+                gpu_memory_utilization=memory_share,
             )
             return agg.ttft_ms + extra, agg.tpot_ms
         static = estimate_static(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.families import family_of
+from servelab.calibrate.recipes import RunSettings, run_settings
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 
@@ -35,6 +36,8 @@ class Case:
     note: str = ""
     source: str = "silicon_sample.csv"  # which input the row came from
     system: str = ""  # the servelab system it was measured on
+    measured: str = ""  # the date it was measured (YYYY-MM-DD), where the source says
+    settings: RunSettings | None = None  # the engine settings its recipe set (None: the engine's defaults)
 
     @property
     def model_name(self) -> str:
@@ -78,6 +81,30 @@ def _int(row: dict, key: str, default: float | None = None) -> int:
 def concurrency_of(row: dict) -> int:
     m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
     return int(m.group(1)) if m else _int(row, "batch_size", 1)
+
+
+def measured_date(row: dict) -> str:
+    """The date a row was measured, from its source note (`measured=2026-01-14T...`), or ""."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
+    return m.group(1) if m else ""
+
+
+def with_recipe(case: Case) -> Case:
+    """The case with the settings its recipe set on its measured date, where a recipe covers it."""
+    if not case.measured:
+        return case
+    case.settings = run_settings(
+        case.engine,
+        case.model.name,
+        case.system,
+        case.measured,
+        tp=case.parallel.tp,
+        dp_attn=case.parallel.dp_attn,
+        concurrency=case.concurrency,
+        isl=case.isl,
+        osl=case.osl,
+    )
+    return case
 
 
 def parallel_of(row: dict, is_moe: bool = True) -> tuple[Parallel, str]:
@@ -145,7 +172,7 @@ def to_case(row: dict) -> Case:
     model = fp8_kv_if_unmarked(engine, row, model_of(row))
     parallel, note = parallel_of(row, model.is_moe)
     load_system(row["system"])
-    return Case(
+    case = Case(
         row_id=row["id"],
         family=family_of(model.name),
         engine=engine,
@@ -159,7 +186,9 @@ def to_case(row: dict) -> Case:
         tpot_ms=float(row["silicon_tpot_ms"]),
         note=note,
         system=row["system"],
+        measured=measured_date(row),
     )
+    return with_recipe(case)
 
 
 def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:

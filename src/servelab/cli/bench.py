@@ -175,6 +175,36 @@ def bench(
         0.7, "--spec-acceptance", help="Acceptance of each draft token.", rich_help_panel=_TWIN
     ),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", rich_help_panel=_TWIN),
+    attention_dp_balance: bool | None = typer.Option(
+        None,
+        "--attention-dp-balance/--no-attention-dp-balance",
+        help="TensorRT-LLM attention_dp_config.enable_balance (default off).",
+        rich_help_panel=_TWIN,
+    ),
+    attention_dp_timeout_iters: int | None = typer.Option(
+        None,
+        "--attention-dp-timeout-iters",
+        help="... its timeout_iters (default 50).",
+        rich_help_panel=_TWIN,
+    ),
+    attention_dp_batching_wait_iters: int | None = typer.Option(
+        None,
+        "--attention-dp-batching-wait-iters",
+        help="... its batching_wait_iters (default 10).",
+        rich_help_panel=_TWIN,
+    ),
+    batch_wait_timeout_iters: int | None = typer.Option(
+        None,
+        "--batch-wait-timeout-iters",
+        help="TensorRT-LLM batch_wait_timeout_iters (default 0: off).",
+        rich_help_panel=_TWIN,
+    ),
+    batch_wait_max_tokens_ratio: float | None = typer.Option(
+        None,
+        "--batch-wait-max-tokens-ratio",
+        help="TensorRT-LLM batch_wait_max_tokens_ratio (default 0: off).",
+        rich_help_panel=_TWIN,
+    ),
     calibration: Path | None = typer.Option(
         None,
         "--calibration",
@@ -295,6 +325,13 @@ def bench(
         settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
         settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
         settings.update(gpu_memory_utilization=gpu_memory_utilization)
+        settings.update(
+            attention_dp_balance=attention_dp_balance,
+            attention_dp_timeout_iters=attention_dp_timeout_iters,
+            attention_dp_batching_wait_iters=attention_dp_batching_wait_iters,
+            batch_wait_timeout_iters=batch_wait_timeout_iters,
+            batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
+        )
         return _simulate(points, auto_sweep, deployment, settings, calibration)
     if auto_sweep:
         if as_json:

@@ -24,6 +24,12 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
   group far below the efficiency the perf tables and roofline assume, the same on every TP rank; decode
   steps are memory-bound and priced right, so they do not pay it.
+- `attention_dp_balance` (TensorRT-LLM `attention_dp_config.enable_balance`, off by default as there,
+  with its `timeout_iters` and `batching_wait_iters`) and `batch_wait_timeout_iters` /
+  `batch_wait_max_tokens_ratio` (TensorRT-LLM's context batching wait, 0: off): rules that hold new
+  prompts back while decodes run (predict/serving/engine.py says how they are simulated). The defaults
+  (50 and 10 iterations) are TensorRT-LLM's AttentionDpConfig recalled from memory: its source could not
+  be read here.
 """
 
 import json
@@ -66,6 +72,11 @@ class EngineProfile(BaseModel):
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
+    attention_dp_balance: bool = False
+    attention_dp_timeout_iters: int = 50
+    attention_dp_batching_wait_iters: int = 10
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs

@@ -58,6 +58,13 @@ class EngineSettings(BaseModel):
     num_speculative_tokens: int = Field(0, ge=0, le=16)
     spec_acceptance: float = Field(0.7, ge=0.0, le=1.0)
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    # TensorRT-LLM's rules that hold new prompts back (attention_dp_config; batch_wait_*), see
+    # predict/serving/engine.py
+    attention_dp_balance: bool | None = None
+    attention_dp_timeout_iters: int | None = Field(None, ge=0)
+    attention_dp_batching_wait_iters: int | None = Field(None, ge=0)
+    batch_wait_timeout_iters: int | None = Field(None, ge=0)
+    batch_wait_max_tokens_ratio: float | None = Field(None, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,11 @@ def simulate_benchmark(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,
+        attention_dp_balance=settings.attention_dp_balance,
+        attention_dp_timeout_iters=settings.attention_dp_timeout_iters,
+        attention_dp_batching_wait_iters=settings.attention_dp_batching_wait_iters,
+        batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
+        batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
     )
     mem = prepare(
         model,
@@ -167,7 +179,7 @@ def simulate_benchmark(
     longest = max(p + o for p, o in lengths)
     # KV per sequence is fitted at the longest request, so the one that must fit does
     wl = Workload(isl=max(p for p, _ in lengths), osl=max(o for _, o in lengths), concurrency=1, spec=spec)
-    limits = lane_limits(model, parallel, engine, mem, wl)
+    limits = lane_limits(model, parallel, engine, mem, wl, ranks)
     need = limits.kv_fixed + longest * limits.kv_per_token
     if need > limits.kv_capacity:
         raise ServelabError(

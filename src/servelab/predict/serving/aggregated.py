@@ -46,13 +46,22 @@ class SimResult:
 
 
 def lane_limits(
-    model: ModelSpec, parallel: Parallel, engine: EngineProfile, mem: MemoryBreakdown, wl: Workload
+    model: ModelSpec,
+    parallel: Parallel,
+    engine: EngineProfile,
+    mem: MemoryBreakdown,
+    wl: Workload,
+    ranks: int | None = None,
 ) -> LaneLimits:
     """What one lane's scheduler works with. KV bytes per sequence are affine in its length (fixed windows and
     compressor state + per-token growth), fitted at the workload's full length. The replica's one API server
-    serves every lane in turn: each lane sees it `lanes` times slower."""
+    serves every lane in turn: each lane sees it `lanes` times slower. `ranks`: the attention-DP ranks that
+    get requests (None: all); balancing new prompts needs two or more, and with idle ranks (a rank without
+    decodes releases them) it never holds."""
     length = wl.isl + wl.osl
     lanes = parallel.attn_dp * parallel.pp
+    ranks = parallel.attn_dp if ranks is None else ranks
+    balance = engine.attention_dp_balance and ranks == parallel.attn_dp > 1
     per_token = mem.kv_bytes_per_token
     fixed = max(0.0, kv_bytes_per_sequence_per_gpu(model, parallel, length) - per_token * length)
     return LaneLimits(
@@ -71,6 +80,11 @@ def lane_limits(
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
+        balance_ranks=parallel.attn_dp if balance else 0,
+        balance_timeout_iters=engine.attention_dp_timeout_iters,
+        balance_wait_iters=engine.attention_dp_batching_wait_iters,
+        batch_wait_iters=engine.batch_wait_timeout_iters if engine.batch_wait_max_tokens_ratio > 0 else 0,
+        batch_wait_tokens=engine.batch_wait_max_tokens_ratio * engine.max_num_batched_tokens,
     )
 
 
@@ -91,7 +105,8 @@ def simulate(
     t0 = time.perf_counter()
     lanes = parallel.attn_dp * parallel.pp
     lw = wl.per_lane(lanes)
-    limits = lane_limits(model, parallel, engine, mem, wl)
+    ranks = min(wl.clients, parallel.attn_dp) if wl.closed else None  # fewer clients leave ranks idle
+    limits = lane_limits(model, parallel, engine, mem, wl, ranks)
     if prefilled:  # the request went through the API server of the prefill worker
         limits = replace(limits, frontend_s=0.0, frontend_token_s=0.0, frontend_out_token_s=0.0)
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
@@ -198,8 +213,10 @@ def estimate_aggregated(
     acceptance: float = 0.7,
     seed: int = 0,
     workload: Workload | None = None,
+    gpu_memory_utilization: float = 0.9,
 ) -> AggregatedEstimate:
-    """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s)."""
+    """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s).
+    gpu_memory_utilization: the engine's memory share (TensorRT-LLM: the share of free memory for KV)."""
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     if workload is None:
@@ -217,7 +234,14 @@ def estimate_aggregated(
     # with a separate draft model (no MTP layers) the step model prices the verification; the draft's own cost
     # is not modelled
     db = db or perfdb_for(system, engine.name)
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free)
+    mem = prepare(
+        model,
+        system,
+        parallel,
+        engine.max_num_batched_tokens,
+        gpu_memory_utilization,
+        fraction_of_free=engine.kv_of_free,
+    )
     # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
     ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens, ranks=ranks)

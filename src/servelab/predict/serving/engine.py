@@ -9,6 +9,19 @@ no-evict policy) admits a request only if the cache also holds that share of eve
 remaining output. When the KV cache cannot hold the decodes' next tokens, the most recently admitted request
 is preempted and later recomputed (vLLM V1).
 
+TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
+default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
+attention-DP rank has one to schedule, so that the ranks, which step together, prefill together; it gives up
+after `timeout_iters` iterations, or at once when some rank has no decodes, and when all ranks are ready and
+all decode it may wait `batching_wait_iters` more. Its counter counts every iteration since the last release,
+with or without a waiting prompt, and restarts at the timeout. Its context batching wait
+(`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`) holds new prompts until the step's tokens reach
+that share of the token budget or the timeout passes. Both rules are recalled from TensorRT-LLM's PyExecutor
+(`_balance_adp_requests`, `_waiting_requests`), whose source could not be read here. A lane stands for every
+rank alike, so the other ranks are not simulated: each is taken to get its next request after an exponential
+wait with this lane's mean gap between arrivals (engine iterations per arrival so far), so all of the other
+R - 1 ranks have one after H(R - 1) = 1 + 1/2 + ... + 1/(R - 1) mean gaps, their expected maximum.
+
 Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the
 start, and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes
 or is admitted) is one update however long it is. This is what makes 1,000 requests cost milliseconds.
@@ -17,6 +30,7 @@ or is admitted) is one update however long it is. This is what makes 1,000 reque
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -71,6 +85,16 @@ class LaneLimits:
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
+    balance_ranks: int = 0  # attention-DP ranks new prompts are balanced over (0: no balancing) ...
+    balance_timeout_iters: int = 0  # ... waiting at most this many iterations since the last release ...
+    balance_wait_iters: int = 0  # ... and this many more once every rank is ready and decoding
+    batch_wait_iters: int = 0  # context batching wait: at most this many iterations (0: off) ...
+    batch_wait_tokens: float = 0.0  # ... until a step would carry this many tokens
+
+    @property
+    def holds(self) -> bool:
+        """Whether new prompts may be held back while decodes run."""
+        return bool(self.balance_ranks or self.batch_wait_iters)
 
     def frontend_cost_s(self, prompt: int, decode_rate: float) -> float:
         """API-server time to take in a request while the lane streams decode_rate tokens/s: its own work,
@@ -125,6 +149,11 @@ class Lane:
         self.frontend = bool(limits.frontend_s or limits.frontend_token_s)  # an API server to pass through
         self.frontend_free = 0.0  # when the API server is next free (drive clock)
         self.decode_rate = 0.0  # output tokens/s of the last decode step (drive clock)
+        self.arrived = 0  # requests handed to this scheduler
+        self.held = 0  # iterations counted by the hold rule (see the module docstring)
+        self.holding = False  # the step under way held new prompts back
+        # expected maximum, in mean arrival gaps, of the other ranks' waits for their next request
+        self.others_wait = sum(1.0 / k for k in range(1, limits.balance_ranks))
         self.stats = LaneStats()
 
     # ---- KV ----------------------------------------------------------------------------------------------
@@ -141,7 +170,29 @@ class Lane:
 
     # ---- arrivals ----------------------------------------------------------------------------------------
     def add(self, req: Request) -> None:
+        self.arrived += 1
         self.waiting.append(req)
+
+    # ---- holding new prompts back (TensorRT-LLM) ---------------------------------------------------------
+    def hold_steps(self, n: int) -> int:
+        """Iterations the waiting requests are still held before admission (0: admit now)."""
+        lim = self.lim
+        if not n or not self.waiting:  # a rank without decodes releases at once (no decode to protect)
+            return 0
+        if lim.balance_ranks:
+            ready = self.others_wait * self.stats.steps / self.arrived
+            if ready < lim.balance_timeout_iters:
+                limit = ready + lim.balance_wait_iters
+            else:
+                limit = lim.balance_timeout_iters
+        else:
+            tokens = n * lim.verify_tokens
+            for req in self.waiting:
+                tokens += req.prompt - req.cached
+                if tokens >= lim.batch_wait_tokens:
+                    return 0
+            limit = lim.batch_wait_iters
+        return max(0, math.ceil(limit - self.held))
 
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, horizon_s: float, drive: int) -> Batch | None:
@@ -158,10 +209,16 @@ class Lane:
             batch = self._prefill_only(grow, kv_bytes) if self.prefilling or self.waiting else None
             if batch is not None:
                 return batch
+            hold = 0
             chunks = []
         elif self.prefilling or self.waiting:
-            chunks = self._chunks(lim.max_num_batched_tokens - n * lim.verify_tokens, grow, kv_bytes)
+            hold = self._hold(n) if lim.holds else 0
+            chunks = self._chunks(
+                lim.max_num_batched_tokens - n * lim.verify_tokens, grow, kv_bytes, not hold
+            )
         else:
+            hold = 0
+            self.holding = False
             chunks = []
         if not chunks and not n:
             return None
@@ -169,7 +226,15 @@ class Lane:
         if chunks:
             us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
             return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
-        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes)
+        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes, hold)
+
+    def _hold(self, n: int) -> int:
+        """hold_steps, with the counters kept: a release restarts them."""
+        hold = self.hold_steps(n)
+        if not hold and self.waiting:
+            self.held = 0
+        self.holding = hold > 0
+        return hold
 
     def _prefill_only(self, grow: float, kv_bytes: float) -> Batch | None:
         """A step of prompt chunks alone, with the whole token budget (the decodes wait for the next step)."""
@@ -179,9 +244,10 @@ class Lane:
         us = self.price_mixed([(t, p) for _, t, p in chunks], 0, 0.0)
         return Batch(1, 0, 0.0, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
 
-    def _chunks(self, budget: int, grow: float, kv_bytes: float) -> list:
-        """Prompt chunks for this step: requests part-way through their prompt continue, then waiting ones are
-        admitted in arrival order while the budget, max_num_seqs and the KV cache (less any reserve) allow."""
+    def _chunks(self, budget: int, grow: float, kv_bytes: float, admit: bool = True) -> list:
+        """Prompt chunks for this step: requests part-way through their prompt continue, then (if `admit`)
+        waiting ones are admitted in arrival order while the budget, max_num_seqs and the KV cache (less any
+        reserve) allow."""
         lim = self.lim
         per_token = lim.kv_per_token
         free = lim.kv_capacity - kv_bytes - grow
@@ -196,7 +262,7 @@ class Lane:
             budget -= take
             free -= take * per_token
         waiting = self.waiting
-        if not waiting or budget <= 0:
+        if not waiting or budget <= 0 or not admit:
             return chunks
         st = self.stats
         ratio = lim.reserve_at(st.decode_steps) if lim.reserve else 0.0
@@ -228,12 +294,14 @@ class Lane:
         return chunks
 
     def _stretch(
-        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float
+        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float, cap: int = 0
     ) -> Batch:
-        """Decode-only steps repeat unchanged until a request finishes, the next arrival, or the KV cache
-        fills."""
+        """Decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills
+        or (cap) held prompts are released."""
         tps = self.lim.tokens_per_step
         steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
+        if cap:
+            steps = min(steps, cap)
         if grow > 0:
             steps = min(steps, max(1, int((self.lim.kv_capacity - kv_bytes) // grow)))
         one = self.price_decode(n, kv_mean)
@@ -275,6 +343,12 @@ class Lane:
         now = (c[0], c[1], c[2])
         k = batch.steps
         st.steps += k
+        if lim.balance_ranks:  # its counter runs every iteration and restarts at the timeout
+            self.held += k
+            if not self.holding and self.held >= lim.balance_timeout_iters > 0:
+                self.held %= lim.balance_timeout_iters
+        elif self.holding:
+            self.held += k
         done: list[Request] = []
         n = batch.decodes
         if n:
