@@ -102,6 +102,12 @@ def test_fp8_gemms_get_a_dense_small_m_grid_and_bf16_gemms_do_not():
     assert fp8_shapes and all(dense <= ms for ms in fp8_shapes)
     bf16 = [k for k in cases.model_keys(cases.planning_model("qwen3-32b", H200)) if isinstance(k, Gemm)]
     assert bf16 and {k.m for k in bf16} <= set(cases.TOKENS)
+    base: dict = {}
+    for k in cases.base_keys():
+        if isinstance(k, Gemm):
+            base.setdefault(k.dtype, {}).setdefault((k.n, k.k), set()).add(k.m)
+    assert all(set(cases.FP8_SMALL_M) <= ms for d in cases.FP8_GEMM_DTYPES for ms in base[d].values())
+    assert all(ms == set(cases.TOKENS) for ms in base["bf16"].values())
 
 
 def test_plan_interleaves_ops_and_smoke_is_small():

@@ -39,8 +39,8 @@ from servelab.specs import (
 TPS = (1, 2, 4, 8)
 # tokens per attention rank in one step: GEMM, MoE and elementwise keys
 TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-# FP8 GEMM rows (m): TOKENS plus these, the small-M range where the kernel's tile choice steps
-FP8_SMALL_M = (2, 8, 24, 40, 48, 80, 96, 112, 160, 192, 224)
+# FP8 GEMM rows (m): TOKENS plus these, the M range (up to 512) where the kernel's tile choice steps
+FP8_SMALL_M = (2, 8, 24, 40, 48, 80, 96, 112, 160, 192, 224, 320, 384, 448)
 FP8_GEMM_DTYPES = ("fp8", "fp8_block")
 POWER_LAW_TOKENS = (16, 256, 4096)  # MoE keys also measured under power-law routing at these token counts
 # decode attention: sequences per attention rank x cached tokens
@@ -148,9 +148,9 @@ def base_keys() -> list[OpKey]:
     """Shapes no embedded model asks for, so tables cover the space between them."""
     keys: list[OpKey] = []
     for n, k in ((4096, 4096), (8192, 8192), (16384, 4096), (4096, 16384), (1024, 1024)):
-        for m in TOKENS:
-            for dtype in ("bf16", "fp8", "fp8_block"):
-                keys.append(Gemm(m, n, k, dtype))
+        for dtype in ("bf16", *FP8_GEMM_DTYPES):
+            ms = sorted(TOKENS + FP8_SMALL_M) if dtype in FP8_GEMM_DTYPES else TOKENS
+            keys.extend(Gemm(m, n, k, dtype) for m in ms)
     for b in DECODE_BATCH:
         for kv in KV_LENS:
             keys.append(AttentionDecode(b, kv, 32, 8, 128))
