@@ -68,6 +68,48 @@ def test_fp4_experts_are_planned_with_the_fp8_conversion_on_hopper():
     assert moe and {k.dtype for k in moe} == {"fp8_block"}
 
 
+def test_fp8_checkpoints_are_planned_in_the_precision_they_run_their_experts_in(tmp_path):
+    """Qwen/Qwen3-235B-A22B-FP8 shares qwen3-235b-a22b's architecture but runs its experts in FP8 blocks: the
+    default plan holds its MoE keys in fp8_block next to the bf16 model's, at every tp and ep."""
+    assert "Qwen/Qwen3-235B-A22B-FP8" in cases.default_models()
+    assert "qwen3-235b-a22b" in cases.default_models()
+    assert "Qwen/Qwen3-235B-A22B" not in cases.default_models()  # same precision as its model: no new keys
+    model = cases.planning_model("Qwen/Qwen3-235B-A22B-FP8", H200)
+    fp8 = {k for k in cases.model_keys(model) if isinstance(k, Moe)}
+    assert fp8 and {k.dtype for k in fp8} == {"fp8_block"}
+    plan = plan_campaign(CampaignConfig(out=tmp_path / "c", ops=("moe",)))
+    qwen = {
+        (k.inter, k.ep, k.dtype)
+        for k in plan.keys
+        if (k.hidden, k.experts, k.topk)
+        == (model.hidden_size, model.moe.num_experts, model.moe.experts_per_token)
+    }
+    for dtype in ("bf16", "fp8_block"):
+        assert {(1536, 1, dtype), (192, 1, dtype), (1536, 8, dtype)} <= qwen  # tp 1; tp 8 ep 1 and ep 8
+
+
+def test_fp8_gemms_get_a_dense_small_m_grid_and_bf16_gemms_do_not():
+    """cuBLAS switches FP8 tile shapes at small M: every FP8 GEMM shape of an FP8 model is planned at
+    FP8_SMALL_M too (scaled with the tokens of its parallel split), bf16 shapes only on TOKENS."""
+    fp8 = [
+        k for k in cases.model_keys(cases.planning_model("Qwen/Qwen3-32B-FP8", H200)) if isinstance(k, Gemm)
+    ]
+    by_shape: dict = {}
+    for k in fp8:
+        by_shape.setdefault((k.n, k.k, k.dtype), set()).add(k.m)
+    dense = {m for m in cases.TOKENS if m <= 256} | set(cases.FP8_SMALL_M)
+    fp8_shapes = [ms for (n, k, dtype), ms in by_shape.items() if dtype in cases.FP8_GEMM_DTYPES]
+    assert fp8_shapes and all(dense <= ms for ms in fp8_shapes)
+    bf16 = [k for k in cases.model_keys(cases.planning_model("qwen3-32b", H200)) if isinstance(k, Gemm)]
+    assert bf16 and {k.m for k in bf16} <= set(cases.TOKENS)
+    base: dict = {}
+    for k in cases.base_keys():
+        if isinstance(k, Gemm):
+            base.setdefault(k.dtype, {}).setdefault((k.n, k.k), set()).add(k.m)
+    assert all(set(cases.FP8_SMALL_M) <= ms for d in cases.FP8_GEMM_DTYPES for ms in base[d].values())
+    assert all(ms == set(cases.TOKENS) for ms in base["bf16"].values())
+
+
 def test_plan_interleaves_ops_and_smoke_is_small():
     ops = cases.expand_ops(None)
     full = cases.plan(["llama-3.1-8b"], H200, ops, (2,))

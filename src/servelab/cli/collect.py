@@ -24,7 +24,10 @@ def collect(
         "dsv4, moe, elementwise, comm, or single ops (default: all)",
     ),
     model: list[str] = typer.Option(
-        None, "--model", help="models to derive keys from (repeat; default: every embedded model)"
+        None,
+        "--model",
+        help="models or checkpoints to derive keys from (repeat; default: every embedded model and every "
+        "checkpoint with its own precision)",
     ),
     smoke: bool = typer.Option(False, "--smoke", help="a handful of keys per op"),
     out: Path = typer.Option(

@@ -18,7 +18,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.keys import Comm
 from servelab.perfdb.ops import COMM_OPS
 from servelab.perfdb.roofline import Roofline
-from servelab.specs import list_models, load_system
+from servelab.specs import load_system
 
 NCCL_SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -30,7 +30,7 @@ NCCL_SAFE_ENV = {
 class CampaignConfig(NamedTuple):
     out: Path
     system: str = "h200_sxm"
-    models: tuple[str, ...] = ()  # empty: every embedded model
+    models: tuple[str, ...] = ()  # empty: cases.default_models()
     ops: tuple[str, ...] = ()  # empty: every op
     smoke: bool = False
     gpus: int = 1  # GPUs on this node for single-GPU ops and collectives
@@ -53,7 +53,7 @@ class CampaignPlan(NamedTuple):
 
 def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
     system = load_system(cfg.system)
-    models = list(cfg.models) or list_models()
+    models = list(cfg.models) or cases.default_models()
     ops = cases.expand_ops(list(cfg.ops) or None)
     comm_gpus = cfg.comm_gpus or tuple(g for g in (2, 4, 8, 16) if g <= cfg.gpus)
     if cfg.repeat_of is not None:
@@ -214,7 +214,8 @@ def run(
         )
         store.write_json("provenance.json", prov)
     _add_modelled(store, cfg)
-    models = [cases.planning_model(m, load_system(cfg.system)) for m in (cfg.models or _all_models())]
+    system = load_system(cfg.system)
+    models = [cases.planning_model(m, system) for m in (cfg.models or cases.default_models())]
     # a smoke run measures a handful per op: only the full plan must cover every tp of every model
     report = accept.check(
         plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke and cfg.repeat_of is None
@@ -234,10 +235,6 @@ def _add_modelled(store: CampaignStore, cfg: CampaignConfig) -> None:
         if (r["op"], r["bytes"], r["gpus"]) not in have:
             key = Comm(r["bytes"], r["gpus"], r["op"])
             store.add_row(key, {k: v for k, v in r.items() if k not in key._fields})
-
-
-def _all_models() -> list[str]:
-    return list_models()
 
 
 def summary(report: dict) -> str:

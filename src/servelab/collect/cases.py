@@ -3,7 +3,11 @@ each model at tp 1, 2, 4, 8 with and without ep / dp_attn where valid, over a gr
 grid.
 
 Models run at the precision the system can serve: a checkpoint whose FP4 experts the GPU cannot run is planned
-with its FP8 conversion (check_precision's advice), other FP4 experts with bf16.
+with its FP8 conversion (check_precision's advice), other FP4 experts with bf16. By default a campaign plans
+every embedded model and every embedded checkpoint that sets its own precision (Qwen/Qwen3-235B-A22B-FP8 runs
+its GEMMs and experts in FP8 blocks, so it asks for other keys than the bf16 model of the same architecture).
+FP8 GEMMs also get a dense grid of M up to 512: cuBLAS switches tile shapes there, so latency steps (up to
+1.8x) between the TOKENS points, and interpolating across a step missed by up to 75 % on the H200.
 """
 
 from servelab.collect.ops import BENCH, OP_GROUPS
@@ -23,11 +27,21 @@ from servelab.perfdb.keys import (
 )
 from servelab.perfdb.ops import COMM_OPS, OpName
 from servelab.predict.graph import StepShape, step_ops
-from servelab.specs import FP8_CONVERSIONS, Parallel, check_precision, load_model
+from servelab.specs import (
+    FP8_CONVERSIONS,
+    Parallel,
+    check_precision,
+    list_checkpoints,
+    list_models,
+    load_model,
+)
 
 TPS = (1, 2, 4, 8)
 # tokens per attention rank in one step: GEMM, MoE and elementwise keys
 TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# FP8 GEMM rows (m): TOKENS plus these, the M range (up to 512) where the kernel's tile choice steps
+FP8_SMALL_M = (2, 8, 24, 40, 48, 80, 96, 112, 160, 192, 224, 320, 384, 448)
+FP8_GEMM_DTYPES = ("fp8", "fp8_block")
 POWER_LAW_TOKENS = (16, 256, 4096)  # MoE keys also measured under power-law routing at these token counts
 # decode attention: sequences per attention rank x cached tokens
 DECODE_BATCH = (1, 4, 16, 64, 128, 256, 512)
@@ -52,6 +66,13 @@ COMM_BYTES = tuple(1 << p for p in range(10, 31))  # 1 KiB .. 1 GiB per rank
 ELEMENTWISE_BYTES = tuple(1 << p for p in range(14, 34, 1))
 
 ATTENTION_TYPES = (AttentionPrefill, AttentionDecode, MlaPrefill, MlaDecode, Dsv4Context, Dsv4Generation)
+
+
+def default_models() -> list[str]:
+    """Every embedded model, then every embedded checkpoint that overrides its model's precision."""
+    names = list_models()
+    names += [ckpt for ckpt, entry in list_checkpoints().items() if entry.keys() & {"weights", "experts"}]
+    return names
 
 
 def planning_model(name: str, system):
@@ -104,6 +125,9 @@ def model_keys(model, max_gpus: int = 8) -> list[OpKey]:
             for op in step_ops(model, par, StepShape(decode_batch=t * dp, decode_kv_len=KV_LENS[0])):
                 if isinstance(op.key, (Gemm, Moe)):
                     keys.setdefault(op.key, None)
+                    if isinstance(op.key, Gemm) and op.key.dtype in FP8_GEMM_DTYPES and t == TOKENS[0]:
+                        for m in FP8_SMALL_M:  # a GEMM's m at t tokens is t times its m at one token
+                            keys.setdefault(op.key._replace(m=m * op.key.m), None)
                     if isinstance(op.key, Moe) and t in POWER_LAW_TOKENS:
                         keys.setdefault(op.key._replace(distribution="power_law"), None)
         # attention: decode batch x kv grid and prefill grid
@@ -124,9 +148,9 @@ def base_keys() -> list[OpKey]:
     """Shapes no embedded model asks for, so tables cover the space between them."""
     keys: list[OpKey] = []
     for n, k in ((4096, 4096), (8192, 8192), (16384, 4096), (4096, 16384), (1024, 1024)):
-        for m in TOKENS:
-            for dtype in ("bf16", "fp8", "fp8_block"):
-                keys.append(Gemm(m, n, k, dtype))
+        for dtype in ("bf16", *FP8_GEMM_DTYPES):
+            ms = sorted(TOKENS + FP8_SMALL_M) if dtype in FP8_GEMM_DTYPES else TOKENS
+            keys.extend(Gemm(m, n, k, dtype) for m in ms)
     for b in DECODE_BATCH:
         for kv in KV_LENS:
             keys.append(AttentionDecode(b, kv, 32, 8, 128))

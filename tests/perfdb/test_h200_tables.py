@@ -1,0 +1,29 @@
+"""The shipped H200 torch tables hold a measured row for every MoE and GEMM key a default campaign plans,
+wherever torch has a kernel for it (collect/ops/moe.py, gemm.py): the tables and the planner agree."""
+
+from servelab.collect.campaign import CampaignConfig, plan_campaign
+from servelab.perfdb.tables import data_root, load_tables
+from servelab.specs import load_system
+
+H200 = load_system("h200_sxm")
+TABLES = data_root() / "h200_sxm" / "torch" / "2.11.0"
+
+
+def has_torch_kernel(key) -> bool:
+    if key.op == "moe":
+        return key.dtype in ("bf16", "fp8", "fp8_block")  # no grouped MXFP4 kernel in torch on Hopper
+    # cuBLAS blockwise FP8 is only run for K divisible by 512 (collect/ops/gemm.py)
+    return key.dtype != "fp8_block" or key.k % 512 == 0
+
+
+def test_every_planned_moe_and_gemm_key_with_a_kernel_is_measured(tmp_path):
+    tables = load_tables(TABLES, H200)
+    plan = plan_campaign(CampaignConfig(out=tmp_path / "c", ops=("moe", "gemm")))
+    keys = [k for k in plan.keys if has_torch_kernel(k)]
+    missing = [k for k in keys if tables.lookup(k).source != "measured"]
+    assert keys and not missing, f"{len(missing)} of {len(keys)} keys not measured, e.g. {missing[:3]}"
+    # the FP8 checkpoints' own rows are there: Qwen3-235B-A22B-FP8's experts, FP8 GEMMs on the small-M grid
+    assert any(
+        k.op == "moe" and k.dtype == "fp8_block" and (k.hidden, k.experts) == (4096, 128) for k in keys
+    )
+    assert any(k.op == "gemm" and k.dtype == "fp8" and k.m == 24 for k in keys)
