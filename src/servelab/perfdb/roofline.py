@@ -54,7 +54,7 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # wider the TP (measured / predicted TPOT, TensorRT-LLM, median: 0.98, 0.85, 0.80, 0.77 at tp 1, 2, 4, 8;
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
-PEER_ALLREDUCE_BACKENDS = frozenset(("vllm", "sglang", "trtllm"))
+PEER_ALLREDUCE_BACKENDS = frozenset(("vllm", "sglang", "trtllm"))  # predict.engines.ENGINE_NAMES but torch
 
 
 @lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
