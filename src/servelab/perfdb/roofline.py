@@ -49,7 +49,7 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # peer-mapped buffers and synchronise with flags. One-shot: one barrier, then every rank reads the n - 1 peer
 # copies and sums them; two-shot: a reduce-scatter and an all-gather through peer memory, two barriers and the
 # ring's volume; the engines take the cheaper. A barrier with its kernel costs about 8 us on Hopper (custom
-# all-reduce at decode sizes, where NCCL's floor, measured on the H200 in comm.parquet, is 13-18 us on 2-4
+# all-reduce at decode sizes, where NCCL's floor, measured on the H200 in comm.parquet, is 13-20 us on 2-4
 # GPUs). Priced with NCCL's floor, dense Llama-3.1-70B decode on the H200 calibration rows came out slower the
 # wider the TP (measured / predicted TPOT, TensorRT-LLM, median: 0.98, 0.85, 0.80, 0.77 at tp 1, 2, 4, 8;
 # 0.98, 0.92, 0.93, 0.98 with this rule).
