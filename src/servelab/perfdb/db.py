@@ -64,7 +64,7 @@ class PerfDB:
         """tables: an object with .lookup(key) -> OpLatency | None (servelab.perfdb.tables); by default the
         tables collected for this system with this backend, if any."""
         self.system = system
-        self.roofline = Roofline(system)
+        self.roofline = Roofline(system, backend=backend)
         if tables is None and use_tables:
             tables = self.default_tables.get(
                 (system.name, backend), lambda: load_default_tables(system, backend)

@@ -2,6 +2,8 @@
 
 Used wherever the perf tables have no data. Its error band is wide on purpose: a roofline is a lower bound
 that real kernels miss by shape-dependent amounts (tile quantization, launch tails), which the tables capture.
+For an engine backend, an all-reduce inside an NVLink domain is priced as the engines run it (peer-memory
+one-shot / two-shot kernels, PEER_BARRIER_US); for torch, as NCCL's ring, which the torch tables measure.
 """
 
 import json
@@ -39,7 +41,20 @@ COMM_LATENCY_US = {
     2: 16.0,
     4: 22.0,
     8: 30.0,
-}  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
+}  # NCCL's small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
+BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
+# The engines' all-reduce inside an NVLink domain is not NCCL's ring. vLLM (custom_all_reduce.py and
+# symm_mem.py under vllm/distributed/device_communicators), SGLang (its custom all-reduce) and TensorRT-LLM
+# (AllReduce with ONESHOT / TWOSHOT strategies, from memory: its source was not available) write into
+# peer-mapped buffers and synchronise with flags. One-shot: one barrier, then every rank reads the n - 1 peer
+# copies and sums them; two-shot: a reduce-scatter and an all-gather through peer memory, two barriers and the
+# ring's volume; the engines take the cheaper. A barrier with its kernel costs about 8 us on Hopper (custom
+# all-reduce at decode sizes, where NCCL's floor, measured on the H200 in comm.parquet, is 13-20 us on 2-4
+# GPUs). Priced with NCCL's floor, dense Llama-3.1-70B decode on the H200 calibration rows came out slower the
+# wider the TP (measured / predicted TPOT, TensorRT-LLM, median: 0.98, 0.85, 0.80, 0.77 at tp 1, 2, 4, 8;
+# 0.98, 0.92, 0.93, 0.98 with this rule).
+PEER_BARRIER_US = 8.0
+PEER_ALLREDUCE_BACKENDS = frozenset(("vllm", "sglang", "trtllm"))  # predict.engines.ENGINE_NAMES but torch
 
 
 @lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
@@ -66,12 +81,14 @@ def _compute_class(name: str) -> str:
 
 class Roofline:
     """Roofline latencies for one system: with the efficiencies fitted for it (else the defaults), and with
-    128-wide tile quantization of GEMMs (a partial tile costs a whole one)."""
+    128-wide tile quantization of GEMMs (a partial tile costs a whole one); the backend decides the all-reduce
+    algorithm (PEER_ALLREDUCE_BACKENDS: the engines' peer-memory kernels, else NCCL's ring)."""
 
     tile_quantized = True
 
-    def __init__(self, system: SystemSpec, fitted: bool = True):
+    def __init__(self, system: SystemSpec, fitted: bool = True, backend: str = "torch"):
         self.system = system
+        self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
         eff = efficiencies(system.name if fitted else "")
         self.eff = eff
         self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
@@ -199,7 +216,11 @@ class Roofline:
             return 0.0
         in_domain = n <= self.system.nvlink_domain
         link = (self.system.nvlink_gbs if in_domain else self.system.network_gbs) * 1e9
-        busbw = link * 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
+        busbw = link * BUS_EFFICIENCY
+        if in_domain and self.peer_allreduce and k.op == OpName.allreduce:
+            one_shot = PEER_BARRIER_US + (n - 1) * k.bytes / busbw * 1e6
+            two_shot = 2 * PEER_BARRIER_US + 2.0 * (n - 1) / n * k.bytes / busbw * 1e6
+            return min(one_shot, two_shot)
         base = COMM_LATENCY_US.get(n, 30.0 + 2.0 * math.log2(n))
         if not in_domain:
             base += 10.0
