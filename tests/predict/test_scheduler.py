@@ -130,6 +130,20 @@ def test_reserving_engines_admit_fewer_requests_into_the_same_cache():
     assert running == {"vllm": 6, "trtllm": 3}  # 6 x 500 prompt tokens; 3 x (500 + 500) reserved
 
 
+def test_sglang_charges_the_requests_it_admits_their_whole_output():
+    """KV for 850 tokens, new-token ratio 0.7, two prompts of 100 with 400 outputs arriving together. SGLang's
+    PrefillAdder.add_one_req charges a request it admits its prompt and all of its output: the first takes
+    500, and the second needs 100 + 400 beside it (900 > 850), so it waits; charging admitted requests only
+    0.7 x their output would have let both in (100 + 100 + 0.7 x 800 = 760). While the first decodes, the room
+    left shrinks (850 - (101 + k) - 0.7 x (399 - k) = 469.7 - 0.3 k after k steps), so the second's prefill
+    waits for the first to finish."""
+    limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.7)
+    source, steps = _replay(limits, [(100, 400, 0), (100, 400, 0)])
+    assert steps[0] == (0, [100])
+    first, second = source.requests
+    assert second.first[0] - first.finish[0] == pytest.approx(100e-6)
+
+
 def test_sglang_new_token_ratio_falls_from_its_start_to_its_floor():
     sglang = engine_profile("sglang")
     limits = _limits(

@@ -8,10 +8,12 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   (vLLM V1 `Scheduler.schedule`, TensorRT-LLM in-flight batching under max_num_tokens); "separate": a step
   carries either prompt chunks or decodes, and waiting prompts go first (SGLang `get_next_batch_to_run`
   without `--enable-mixed-chunk`), so decodes stall while prompts are pending.
-- `admission_reserve`: the share of every admitted request's remaining output tokens an engine holds free in
-  the KV cache before admitting another (vLLM V1 0: it preempts instead; TensorRT-LLM GUARANTEED_NO_EVICT 1:
-  a request is admitted only if all of its output fits; SGLang's new-token ratio, 0.7 at start, falling
-  linearly to `admission_reserve_min` over `admission_reserve_decay_steps` decode steps).
+- `admission_reserve`: the share of every running request's remaining output tokens an engine holds free in
+  the KV cache before admitting another, which must fit with all of its own output (vLLM V1 0: it preempts
+  instead, and reserves nothing; TensorRT-LLM GUARANTEED_NO_EVICT 1: a request is admitted only if all of its
+  output fits; SGLang's new-token ratio, 0.7 at start, falling linearly to `admission_reserve_min` over
+  `admission_reserve_decay_steps` decode steps, the request it admits charged in full).
+- `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
   chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
 - `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
@@ -66,6 +68,9 @@ class EngineProfile(BaseModel):
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
+    # the KV cache is SGLang's mem_fraction_static of the GPU less the weights, the fraction derived from the
+    # GPU's memory, the split and the chunked-prefill size (memory.sglang_mem_fraction_static)
+    kv_static_fraction: bool = False
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs

@@ -57,7 +57,7 @@ class EngineSettings(BaseModel):
     enable_prefix_caching: bool = False
     num_speculative_tokens: int = Field(0, ge=0, le=16)
     spec_acceptance: float = Field(0.7, ge=0.0, le=1.0)
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)  # None: the engine's default
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,7 @@ def simulate_benchmark(
         engine.max_num_batched_tokens,
         settings.gpu_memory_utilization,
         fraction_of_free=engine.kv_of_free,
+        static_fraction=engine.kv_static_fraction,
     )
     db = db or perfdb_for(system, engine.name)
     spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)

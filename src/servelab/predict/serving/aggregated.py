@@ -217,7 +217,14 @@ def estimate_aggregated(
     # with a separate draft model (no MTP layers) the step model prices the verification; the draft's own cost
     # is not modelled
     db = db or perfdb_for(system, engine.name)
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free)
+    mem = prepare(
+        model,
+        system,
+        parallel,
+        engine.max_num_batched_tokens,
+        fraction_of_free=engine.kv_of_free,
+        static_fraction=engine.kv_static_fraction,
+    )
     # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
     ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens, ranks=ranks)

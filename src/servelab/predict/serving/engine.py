@@ -5,9 +5,11 @@ requests part-way through their prompt continue (chunked prefill); then waiting 
 arrival order while the token budget (max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV
 cache allow. SGLang ("separate") runs pending prompt chunks as a step of their own, with the whole budget,
 before any decode step. An engine that reserves KV for future output (SGLang's new-token ratio, TensorRT-LLM's
-no-evict policy) admits a request only if the cache also holds that share of every admitted request's
-remaining output. When the KV cache cannot hold the decodes' next tokens, the most recently admitted request
-is preempted and later recomputed (vLLM V1).
+no-evict policy) admits a request only if the cache also holds all of its output, all of the output of the
+requests admitted before it in the same step, and that share of the remaining output of the requests admitted
+earlier (SGLang's PrefillAdder.add_one_req charges a new request its whole max_new_tokens and running ones
+new_token_ratio x theirs). When the KV cache cannot hold the decodes' next tokens, the most recently admitted
+request is preempted and later recomputed (vLLM V1).
 
 Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the
 start, and a request stores G at its entry, so a stretch of identical decode steps (nothing arrives, finishes
@@ -65,7 +67,7 @@ class LaneLimits:
     tokens_per_step: float = 1.0  # expected tokens a decoding sequence emits per step (speculative decoding)
     verify_tokens: int = 1  # tokens a decoding sequence takes from the budget (1 + draft tokens)
     separate_prefill: bool = False  # prompt chunks and decodes never share a step; prompts go first (SGLang)
-    reserve: float = 0.0  # share of admitted requests' remaining output kept free in the KV cache ...
+    reserve: float = 0.0  # share of running requests' remaining output kept free in the KV cache ...
     reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
     reserve_decay_steps: int = 0
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
@@ -211,8 +213,8 @@ class Lane:
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
-            if ratio:  # the whole prompt and its share of output must fit beside the others' reserve
-                reserved += ratio * (req.osl - req.out) * per_token
+            if ratio:  # the whole prompt and all of its output must fit beside the others' reserve
+                reserved += (req.osl - req.out) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
