@@ -20,7 +20,9 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
   takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
-  1 / (1 - r x api_output_token_us) slower.
+  1 / (1 - r x api_output_token_us) slower. `api_output_serial` (SGLang): the streaming is queued work of
+  that one process instead, and a client sees a token, and sends its next request, when the queue has
+  handled it; past its capacity the backlog delays every first token alike and holds clients back.
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
@@ -71,6 +73,9 @@ class EngineProfile(BaseModel):
     # the KV cache is SGLang's mem_fraction_static of the GPU less the weights, the fraction derived from the
     # GPU's memory, the split and the chunked-prefill size (memory.sglang_mem_fraction_static)
     kv_static_fraction: bool = False
+    api_output_serial: bool = (
+        False  # streaming is queued work of the API server (LaneLimits.frontend_streams)
+    )
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs

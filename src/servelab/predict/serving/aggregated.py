@@ -71,6 +71,7 @@ def lane_limits(
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
+        frontend_streams=engine.api_output_serial,
     )
 
 

@@ -73,12 +73,17 @@ class LaneLimits:
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
+    # the API server streams every output token through the same serial queue that takes requests in, and a
+    # token reaches the client when that queue has handled it (SGLang's one TokenizerManager process)
+    frontend_streams: bool = False
 
     def frontend_cost_s(self, prompt: int, decode_rate: float) -> float:
         """API-server time to take in a request while the lane streams decode_rate tokens/s: its own work,
         stretched by the share of the CPU that streaming leaves (at most 20x: a saturated server still
-        turns)."""
+        turns); with frontend_streams the streaming is queued work of its own (Lane.stream_out)."""
         work = self.frontend_s + self.frontend_token_s * prompt
+        if self.frontend_streams:
+            return work
         busy = min(self.frontend_out_token_s * decode_rate, FRONTEND_MAX_BUSY)
         return work / (1.0 - busy)
 
@@ -267,6 +272,19 @@ class Lane:
         self.waiting.appendleft(req)
 
     # ---- step end ----------------------------------------------------------------------------------------
+    def stream_out(self, batch: Batch, firsts: int, end: float, drive: int) -> float:
+        """Queue the tokens a batch emitted (each decode step's tokens as the step ends, and `firsts` first
+        tokens) on the API server (frontend_streams); returns how long after `end` (drive clock) the server
+        has handled them."""
+        lim = self.lim
+        per_step = batch.decodes * lim.tokens_per_step
+        cost = lim.frontend_out_token_s
+        first_step_end = end - (batch.steps - 1) * batch.duration[drive] / batch.steps
+        start = max(self.frontend_free, first_step_end)
+        work = (batch.steps * per_step + firsts) * cost
+        self.frontend_free = max(start + work, end + (per_step + firsts) * cost)
+        return self.frontend_free - end
+
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim
