@@ -73,9 +73,8 @@ class EngineProfile(BaseModel):
     # the KV cache is SGLang's mem_fraction_static of the GPU less the weights, the fraction derived from the
     # GPU's memory, the split and the chunked-prefill size (memory.sglang_mem_fraction_static)
     kv_static_fraction: bool = False
-    api_output_serial: bool = (
-        False  # streaming is queued work of the API server (LaneLimits.frontend_streams)
-    )
+    # streaming is queued work of the API server (LaneLimits.frontend_streams)
+    api_output_serial: bool = False
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
