@@ -1,15 +1,17 @@
 import pytest
 
 from servelab.errors import ServelabError
+from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import engine_profile
 from servelab.predict.memory import (
     GIB,
     check_fits,
     memory_per_gpu,
+    sglang_cuda_graph_max_bs,
     sglang_mem_fraction_static,
     weight_bytes_per_gpu,
 )
-from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.serving import StepPricer, Workload, estimate_aggregated
 from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
@@ -156,3 +158,15 @@ def test_sglang_kv_rule_reaches_the_simulator():
     engine = engine_profile("sglang", H200.hbm_gib)
     r = estimate_aggregated(m, H200, p, engine, 8, 1000, 100)
     assert r.memory["kv_cache_gib"] == pytest.approx(0.906 * 139.8 - r.memory["weights_gib"], abs=2e-3)
+
+
+def test_sglang_captures_cuda_graphs_to_a_batch_that_grows_with_tp():
+    """SGLang's cuda_graph_max_bs on an H200: 256 below tp 4, 512 from tp 4; the simulator's decode steps
+    replay a graph up to that batch (per DP-attention lane, its share)."""
+    m, db = load_model("llama-3.1-8b"), perfdb_for(H200, "sglang")
+    engine = engine_profile("sglang")
+    for tp, graphs in ((1, 256), (2, 256), (4, 512), (8, 512)):
+        assert sglang_cuda_graph_max_bs(H200.hbm_gib, Parallel(tp=tp)) == graphs
+        assert StepPricer(m, Parallel(tp=tp), engine, db).graph_limit == graphs
+    assert StepPricer(m, Parallel(tp=8), engine_profile("vllm"), db).graph_limit == 512  # vLLM's own
+    assert sglang_cuda_graph_max_bs(40.0, Parallel(tp=8)) == 160

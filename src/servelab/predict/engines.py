@@ -13,7 +13,8 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   instead, and reserves nothing; TensorRT-LLM GUARANTEED_NO_EVICT 1: a request is admitted only if all of its
   output fits; SGLang's new-token ratio, 0.7 at start, falling linearly to `admission_reserve_min` over
   `admission_reserve_decay_steps` decode steps, the request it admits charged in full).
-- `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction).
+- `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction); `cuda_graph_by_split`:
+  its CUDA-graph batch by GPU memory and tp (256 below tp 4 and 512 from tp 4 on an H100 or H200).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
   chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
 - `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
@@ -75,6 +76,8 @@ class EngineProfile(BaseModel):
     kv_static_fraction: bool = False
     # streaming is queued work of the API server (LaneLimits.frontend_streams)
     api_output_serial: bool = False
+    # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs)
+    cuda_graph_by_split: bool = False
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs

@@ -68,6 +68,19 @@ def kv_bytes_per_sequence_per_gpu(model: ModelSpec, parallel: Parallel, context_
     return model.kv_bytes_per_sequence(context_len, parallel.kv_heads_local(model)) * layers_share
 
 
+def _sglang_defaults(gpu_gib: float, parallel: Parallel) -> tuple[int, int]:
+    """SGLang's default (chunked_prefill_size, cuda_graph_max_bs) for this GPU and split."""
+    band = next(b for b in SGLANG_GPU_DEFAULTS if b[0] is None or gpu_gib < b[0])
+    _, chunk, graph_small_tp, graph_large_tp = band
+    return chunk, graph_small_tp if parallel.tp < 4 else graph_large_tp
+
+
+def sglang_cuda_graph_max_bs(gpu_gib: float, parallel: Parallel) -> int:
+    """The largest decode batch SGLang captures in a CUDA graph by default (server_args.py,
+    ServerArgs._handle_gpu_memory_settings): on an H200, 256 below tp 4 and 512 from tp 4."""
+    return _sglang_defaults(gpu_gib, parallel)[1]
+
+
 def sglang_mem_fraction_static(
     gpu_gib: float, parallel: Parallel, chunked_prefill_size: int | None = None
 ) -> float:
@@ -78,9 +91,7 @@ def sglang_mem_fraction_static(
     10 GiB on GPUs above 60 GiB, as a share of the GPU rounded to 3 digits. Speculative decoding's extra
     reserve (2 GiB for EAGLE/MTP) is not included."""
     gpu_mib = gpu_gib * 1024
-    band = next(b for b in SGLANG_GPU_DEFAULTS if b[0] is None or gpu_gib < b[0])
-    _, default_chunk, graph_small_tp, graph_large_tp = band
-    graph_bs = graph_small_tp if parallel.tp < 4 else graph_large_tp
+    default_chunk, graph_bs = _sglang_defaults(gpu_gib, parallel)
     chunk = chunked_prefill_size or default_chunk
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + parallel.tp * parallel.pp / 8 * 1024
     if parallel.dp_attn:
@@ -205,6 +216,7 @@ __all__ = [
     "check_fits",
     "kv_bytes_per_sequence_per_gpu",
     "memory_per_gpu",
+    "sglang_cuda_graph_max_bs",
     "sglang_mem_fraction_static",
     "weight_bytes_per_gpu",
 ]

@@ -251,7 +251,7 @@ def to_estimate(
     rep_decode, rep_mixed = representative_shapes(pricer, wl, sim)
     sources: dict = {}
     for shape in (rep_decode, rep_mixed):
-        for s, n in priced_step(model, parallel, shape, engine, db).sources.items():
+        for s, n in priced_step(model, parallel, shape, pricer.engine, db).sources.items():
             sources[s] = sources.get(s, 0) + n
     tpot = p["tpot_ms"]["mean"] if wl.osl > 1 else p["itl_ms"]["mean"]
     result = AggregatedEstimate(
@@ -302,8 +302,8 @@ def to_estimate(
             "prefill_us": breakdown(step_ops(model, parallel, rep_mixed), db),
             "decode_us": breakdown(step_ops(model, parallel, rep_decode), db),
             "engine_overhead_us": {
-                "prefill": priced_step(model, parallel, rep_mixed, engine, db).overhead_us,
-                "decode": priced_step(model, parallel, rep_decode, engine, db).overhead_us,
+                "prefill": priced_step(model, parallel, rep_mixed, pricer.engine, db).overhead_us,
+                "decode": priced_step(model, parallel, rep_decode, pricer.engine, db).overhead_us,
             },
             "shapes": {"mixed": rep_mixed._asdict(), "decode": rep_decode._asdict()},
         }
