@@ -4,6 +4,9 @@ family (median and p90 of |pred - meas| / meas). Writes nothing.
 
     python accuracy/sglang_rows.py --csv silicon_sample.csv            # about 20 s on an idle core
     python accuracy/sglang_rows.py --csv silicon_sample.csv --rows llama   # and each row of one family
+    python accuracy/sglang_rows.py --csv silicon_sample.csv --lofo   # and fit, leave one family out (minutes)
+
+`--lofo` is SGLang's part of `servelab calibrate engines` (the same fit and cross-validation, on these rows).
 """
 
 import argparse
@@ -12,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.crossval import leave_one_family_out
+from servelab.calibrate.fit import fit_engine
+from servelab.calibrate.price import Pricer, defaults, fit_start
 from servelab.calibrate.sources import Sources, gather
 from servelab.errors import ServelabError
 from servelab.predict.engines import read_calibration, shipped_calibration
@@ -28,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, required=True, help="AIConfigurator's silicon_sample.csv")
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--rows", metavar="FAMILY", help="also print every row of this family")
+    ap.add_argument("--lofo", action="store_true", help="also fit and cross-validate as calibrate engines")
+    ap.add_argument("--iters", type=int, default=300, help="Nelder-Mead iterations per fit (--lofo)")
     args = ap.parse_args(argv)
     system = load_system(args.system)
     cases = [c for c in gather(Sources(csv=args.csv), args.system).cases if c.engine == "sglang"]
@@ -54,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:8s} {key:9s} {len(ttft[key]):3d} rows"
                 f"  TTFT {errors(ttft[key])}  TPOT {errors(tpot[key])}"
             )
+    if args.lofo:
+        start = fit_start()
+        params, lin = fit_engine(cases, start["sglang"], price, args.iters)
+        cv = leave_one_family_out(cases, start, price, args.iters, {"sglang": (cases, lin)})
+        print(f"fitted, leave one family out: TTFT {errors(cv['ttft'])}  TPOT {errors(cv['tpot'])}")
+        for key, v in cv["by_family"].items():
+            print(f"  {key:16s} TTFT {v['ttft']['median']:6.1%}  TPOT {v['tpot']['median']:6.1%}")
+        print("fitted on all rows: " + "  ".join(f"{k}={v:.3g}" for k, v in params.items()))
     return 0
 
 
