@@ -170,3 +170,5 @@ def test_sglang_captures_cuda_graphs_to_a_batch_that_grows_with_tp():
         assert StepPricer(m, Parallel(tp=tp), engine, db).graph_limit == graphs
     assert StepPricer(m, Parallel(tp=8), engine_profile("vllm"), db).graph_limit == 512  # vLLM's own
     assert sglang_cuda_graph_max_bs(40.0, Parallel(tp=8)) == 160
+    given = engine_profile("sglang", cuda_graph_max_batch=128)  # --cuda-graph-max-bs 128 wins over the rule
+    assert StepPricer(m, Parallel(tp=8), given, db).graph_limit == 128

@@ -76,7 +76,8 @@ class EngineProfile(BaseModel):
     kv_static_fraction: bool = False
     # streaming is queued work of the API server (LaneLimits.frontend_streams)
     api_output_serial: bool = False
-    # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs)
+    # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs);
+    # a cuda_graph_max_batch set over the profile must turn this off (engine_profile does)
     cuda_graph_by_split: bool = False
 
     def overhead_us(self, num_seqs: int) -> float:
@@ -182,6 +183,8 @@ def engine_profile(
         )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "cuda_graph_max_batch" in overrides:  # a batch given replaces SGLang's default for the split
+        overrides["cuda_graph_by_split"] = False
     if gpu_gib is not None and "max_num_batched_tokens" not in overrides:
         for below, tokens in profile.budget_by_gpu_gib:
             if below is None or gpu_gib < below:
