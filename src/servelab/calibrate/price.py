@@ -4,8 +4,8 @@ Modes: `aggregated` runs the discrete-event aggregated-serving simulator at the 
 loop, as the rows were measured); `static` prices one prefill of `concurrency` prompts and the mean decode
 step of that batch.
 
-A case with recipe settings (calibrate.recipes: the token budget, batch limits, KV memory share and
-TensorRT-LLM's hold rules its recipe set on its date) is priced with them over the engine's defaults.
+A case with recipe settings (calibrate.recipes: the token budget, batch limits, memory share, KV-cache dtype
+and TensorRT-LLM's hold rules its recipe set on its date) is priced with them over the engine's defaults.
 """
 
 import json
@@ -24,7 +24,7 @@ from servelab.perfdb.latency import OpLatency
 from servelab.predict.engines import ENGINE_NAMES, EngineProfile
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
-from servelab.specs import SystemSpec
+from servelab.specs import Dtype, ModelSpec, SystemSpec
 
 MODES = ("auto", "static", "aggregated")
 # How the rows were measured, as the simulator replays it: `vllm bench serve`-style closed loop that starts
@@ -55,6 +55,14 @@ def base_profiles() -> dict[str, EngineProfile]:
 
 def defaults() -> dict[str, dict[str, float]]:
     return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
+
+
+@cache
+def with_kv_dtype(model: ModelSpec, kv: Dtype | None) -> ModelSpec:
+    """The model with the KV-cache dtype a recipe set (None: as the row was read)."""
+    if kv is None or kv == model.precision.kv_cache:
+        return model
+    return model.model_copy(update={"precision": model.precision.model_copy(update={"kv_cache": kv})})
 
 
 def fit_start() -> dict[str, dict[str, float]]:
@@ -96,9 +104,11 @@ class Pricer:
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
         update = {k: v for k, v in params.items() if k in PARAMS}
         memory_share = 0.9  # the engines' default (TensorRT-LLM free_gpu_memory_fraction, vLLM's utilization)
+        model = case.model
         if case.settings is not None:
-            update.update(case.settings.engine_overrides())
-            memory_share = case.settings.kv_memory_fraction or memory_share
+            update.update(case.settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
+            memory_share = case.settings.memory_share or memory_share
+            model = with_kv_dtype(model, case.settings.kv_cache_dtype)
         engine = base_profiles()[case.engine].model_copy(update=update)
         extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
         db = self._db(params, case.engine)
@@ -115,7 +125,7 @@ class Pricer:
                     range_ratio=self.length_spread,
                 )
             agg = estimate_aggregated(
-                case.model,
+                model,
                 self.system,
                 case.parallel,
                 engine,
@@ -128,7 +138,7 @@ class Pricer:
             )
             return agg.ttft_ms + extra, agg.tpot_ms
         static = estimate_static(
-            case.model, self.system, case.parallel, engine, case.concurrency, case.isl, case.osl, db=db
+            model, self.system, case.parallel, engine, case.concurrency, case.isl, case.osl, db=db
         )
         return static.ttft_ms + extra, static.tpot_ms
 
