@@ -10,11 +10,12 @@ import pytest
 
 from servelab.calibrate import recipes
 from servelab.calibrate.engines import recipe_counts
-from servelab.calibrate.price import Pricer, defaults
+from servelab.calibrate.price import Pricer, defaults, lengths_up_to
 from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
 from servelab.calibrate.rows import to_case
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, load_system
+from servelab.traffic.lengths import length_bounds
 
 
 def _load(**kw) -> Load:
@@ -238,3 +239,19 @@ def test_the_pricer_applies_the_recipes_kv_dtype_and_prefill_cap():
     params = defaults()["sglang"]
     assert price(replace(sglang, settings=capped), params) == price(replace(sglang, settings=plain), params)
     assert price(replace(sglang, settings=capped), params) != price(replace(sglang, settings=None), params)
+
+
+def test_inferencex_rows_are_replayed_with_its_clients_lengths():
+    # InferenceX's client draws lengths uniform in [0.8 L, L]: the replay's mean is 0.9 L and its spread
+    # reaches L, where the replay of other rows draws U[0.8 L, 1.2 L]
+    assert _dsr1("2026-01-14").client_range_ratio == 0.8
+    (isl, osl), ratio = lengths_up_to(1024, 8192, 0.8)
+    assert (isl, osl) == (922, 7373)
+    lo, hi = length_bounds(isl, ratio)
+    assert abs(lo - 819) <= 1 and abs(hi - 1024) <= 1
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    case = to_case(_llama_row("vllm"))
+    params = defaults()["vllm"]
+    as_written = replace(case, settings=RunSettings(recipe="test"))
+    inferencex = replace(case, settings=RunSettings(recipe="test", client_range_ratio=0.8))
+    assert price(inferencex, params)[0] < price(as_written, params)[0]  # shorter prompts, sooner first tokens

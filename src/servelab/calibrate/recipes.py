@@ -20,6 +20,10 @@ from servelab.specs import Dtype
 # KV-cache dtypes as the engines' flags write them ("auto": the checkpoint's own, as servelab reads it)
 KV_DTYPES: dict[str, Dtype | None] = {"fp8": Dtype.fp8, "fp8_e4m3": Dtype.fp8, "fp8_e5m2": Dtype.fp8}
 KV_DTYPES |= {"bf16": Dtype.bf16, "bfloat16": Dtype.bf16, "auto": None}
+# InferenceX's client draws every input and output length uniform in [int(L x r), L] for the nominal length L
+# (utils/bench_serving/benchmark_serving.py `sample_uniform`, as the bench_serving fork its first scripts
+# cloned did), with the workflow's random-range-ratio r, 0.8 by default (.github/workflows/benchmark-tmpl.yml)
+INFERENCEX_RANGE_RATIO = 0.8
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class RunSettings:
     batch_wait_max_tokens_ratio: float = 0.0
     stream_interval: int | None = None  # recorded, not priced: its effect on the first token is unverified
     unpriced: tuple[tuple[str, object], ...] = ()  # other settings recorded as the recipe wrote them
+    # the client's lengths: uniform in [L x r, L] (InferenceX's rule; None: the replay's own spread)
+    client_range_ratio: float | None = None
 
     def engine_overrides(self, token_budget: int) -> dict:
         """EngineProfile fields these settings replace (`token_budget`: the engine's default budget).
@@ -191,5 +197,6 @@ def run_settings(engine: str, model: str, system: str, date: str, load: Load) ->
         return None
     return RunSettings(
         recipe=f"InferenceX {r['files'][-1]} {r['from']}..{r['until'] or 'now'} ({r['commits'][-1][:9]})",
+        client_range_ratio=INFERENCEX_RANGE_RATIO,
         **RESOLVE[engine](r["settings"], load),
     )
