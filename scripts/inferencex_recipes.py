@@ -375,8 +375,9 @@ def vllm_settings(text: str, where: str) -> dict:
     f = flags(found[0][2])
     if "config" in f:
         f = {**_config_yaml(_uncommented(text), f["config"][0], where), **f}
-    if "no-enable-prefix-caching" in f:
-        f["enable-prefix-caching"] = ["false" if f.pop("no-enable-prefix-caching") != ["false"] else "true"]
+    if "no-enable-prefix-caching" in f:  # the negative switch: bare, or `no-enable-prefix-caching: true`
+        off = f.pop("no-enable-prefix-caching") in ([], ["true"])
+        f["enable-prefix-caching"] = ["false" if off else "true"]
     compilation = json.loads(f["compilation-config"][0]) if f.get("compilation-config") else {}
     settings = {
         n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
