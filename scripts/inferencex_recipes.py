@@ -388,6 +388,9 @@ def vllm_settings(text: str, where: str) -> dict:
     recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in VLLM_RECORDED if n in f}
     if "cudagraph_mode" in compilation:
         recorded["cudagraph_mode"] = compilation["cudagraph_mode"]
+    # vLLM's environment switches pick kernels (VLLM_MXFP4_USE_MARLIN: the MXFP4 MoE on Hopper)
+    for name, value in re.findall(r"^\s*export (VLLM_\w+)=\"?([^\"\s]*)", _uncommented(text), re.M):
+        recorded[name] = _word(value)
     return {**settings, "recorded": recorded}
 
 

@@ -181,7 +181,8 @@ def test_vllm_rows_get_the_recipe_of_their_date():
     )
     assert dict(nov.unpriced)["async_scheduling"] is True and nov.kv_cache_dtype is None
     assert dict(oss("2025-11-10").unpriced)["cudagraph_mode"] == "PIECEWISE"  # 2025-11-04 to 2025-12-05
-    assert "async_scheduling" not in dict(oss("2026-03-27").unpriced)  # dropped with vLLM 0.15.1
+    march = dict(oss("2026-03-27").unpriced)
+    assert "async_scheduling" not in march and march["VLLM_MXFP4_USE_MARLIN"] == 1  # dropped with vLLM 0.15.1
     llama = run_settings("vllm", "llama-3.1-70b", "h200_sxm", "2025-10-29", _load(tp=2))
     assert llama.kv_cache_dtype == Dtype.fp8 and llama.max_num_seqs == 64
     # TensorRT-LLM's recipes name theirs too: fp8 for DeepSeek-R1, the checkpoint's own (auto) for gpt-oss

@@ -190,6 +190,8 @@ cuda-graph-sizes: 2048
 max-num-batched-tokens: 8192
 max-model-len: $CALCULATED_MAX_MODEL_LEN
 EOF
+export TORCH_CUDA_ARCH_LIST="9.0"
+export VLLM_MXFP4_USE_MARLIN=1
 PYTHONNOUSERSITE=1 vllm serve $MODEL --host 0.0.0.0 --port $PORT --config config.yaml \\
  --gpu-memory-utilization 0.85 --tensor-parallel-size $TP --max-num-seqs $CONC  \\
  --disable-log-requests > $SERVER_LOG 2>&1 &
@@ -214,6 +216,7 @@ def test_vllm_settings_are_read_from_its_config_yaml_and_flags(repo, tmp_path):
             "enable_prefix_caching": False,
             "max_model_len": "$CALCULATED_MAX_MODEL_LEN",
             "cudagraph_mode": "PIECEWISE",
+            "VLLM_MXFP4_USE_MARLIN": 1,  # vLLM's kernel switches; other exports are not vLLM's
         },
     }
     assert (same_day["settings"]["max_num_seqs"], same_day["settings"]["max_num_batched_tokens"]) == (
