@@ -6,9 +6,10 @@ scripts set on each date, for the calibration rows InferenceX measured.
 Every version of each recipe script (following it through its renames) is read with `git show`; the
 settings that shape scheduling are parsed from its text, in the engine's own words (TensorRT-LLM's extra
 config and flags, SGLang's and vLLM's flags and vLLM's config.yaml); consecutive versions with equal settings
-merge into one date range [from, until) of UTC commit dates. A launch chosen by an `if` on the input and
-output lengths becomes {"when": {"isl": I, "osl": O}, "then": A, "else": B} for the settings that differ. A
-setting written in a form this script does not know stops it with the version, rather than guessing.
+merge into one date range [from, until) of UTC commit dates, listing each version's commit, date and file. A
+launch chosen by an `if` on the input and output lengths becomes {"when": {"isl": I, "osl": O}, "then": A,
+"else": B} for the settings that differ. A setting written in a form this script does not know stops it with
+the version, rather than guessing.
 InferenceX is Apache-2.0; only settings (facts) are recorded.
 """
 
@@ -406,14 +407,13 @@ def ranges(git_dir: str, engine: str, paths: list[str]) -> list[dict]:
             if out and date < out[-1]["from"]:
                 raise SystemExit(f"{path}@{commit[:9]}: dated {date}, before the version it follows")
             found = SETTINGS[engine](text, f"{path}@{commit[:9]}")
+            version = {"commit": commit, "date": date, "file": path}
             if out and out[-1]["settings"] == found:
-                out[-1]["commits"].append(commit)
-                if path not in out[-1]["files"]:
-                    out[-1]["files"].append(path)
+                out[-1]["versions"].append(version)
                 continue
             if out:
                 out[-1]["until"] = date
-            out.append({"from": date, "until": None, "files": [path], "commits": [commit], "settings": found})
+            out.append({"from": date, "until": None, "versions": [version], "settings": found})
     return out
 
 

@@ -30,7 +30,10 @@ def test_the_table_names_where_each_range_was_read():
     doc = json.loads((resources.files("servelab.calibrate") / "data" / "inferencex_recipes.json").read_text())
     assert "InferenceX" in doc["_provenance"] and len(doc["inferencex_head"]) == 40
     for r in doc["recipes"]:
-        assert r["commits"] and all(len(c) == 40 for c in r["commits"]) and r["files"]
+        assert r["versions"] and all(len(v["commit"]) == 40 and v["file"] for v in r["versions"])
+        assert r["versions"][0]["date"] == r["from"] and all(
+            r["until"] is None or v["date"] <= r["until"] for v in r["versions"]
+        )
         assert r["until"] is None or r["from"] < r["until"]
 
 
@@ -164,7 +167,9 @@ def test_sglang_deepseek_rows_get_the_launch_of_their_lengths():
     assert (long.max_num_seqs, long.cuda_graph_max_batch) == (256, 256)
     assert short.stream_interval == 10
     assert dict(short.unpriced) == {"attention_backend": "flashinfer", "disable_radix_cache": True}
-    assert sglang("2026-03-25", model="deepseek-v3") == short and "dsr1_fp8_h200.sh" in short.recipe
+    assert sglang("2026-03-25", model="deepseek-v3") == short
+    # the label names the version in use that day (the range of equal settings runs on to later files)
+    assert "benchmarks/single_node/dsr1_fp8_h200.sh@41aff0afc" in short.recipe
     assert sglang("2025-09-01") is None  # before InferenceX's first SGLang DeepSeek-R1 H200 script
 
 
@@ -208,8 +213,7 @@ def test_a_kv_dtype_servelab_cannot_represent_leaves_the_row_out(monkeypatch):
         "system": "h200_sxm",
         "from": "2025-01-01",
         "until": None,
-        "files": ["x.sh"],
-        "commits": ["0" * 40],
+        "versions": [{"commit": "0" * 40, "date": "2025-01-01", "file": "x.sh"}],
         "settings": {"kv_cache_dtype": "int4"},
     }
     monkeypatch.setattr(recipes, "recipe_table", lambda: (entry,))

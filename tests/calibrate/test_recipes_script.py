@@ -72,7 +72,7 @@ def test_versions_become_date_ranges_of_equal_settings(repo, tmp_path):
     done = _run(repo, tmp_path / "out.json")
     assert done.returncode == 0, done.stderr
     ranges = json.loads((tmp_path / "out.json").read_text())["recipes"]
-    assert [(r["from"], r["until"], len(r["commits"])) for r in ranges] == [
+    assert [(r["from"], r["until"], len(r["versions"])) for r in ranges] == [
         ("2025-09-18", "2026-01-21", 2),
         ("2026-01-21", None, 1),
     ]

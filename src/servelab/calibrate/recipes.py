@@ -30,7 +30,7 @@ INFERENCEX_RANGE_RATIO = 0.8
 class RunSettings:
     """What the recipe set for one row, resolved for its load and split (None: the engine's default)."""
 
-    recipe: str  # the script and commits it was read from
+    recipe: str  # the script version in use on the row's date, and its range of equal settings
     # the token budget of a step: TensorRT-LLM max_num_tokens, SGLang chunked_prefill_size, vLLM's own name
     max_num_batched_tokens: int | None = None
     # SGLang: a prefill batch takes no more requests once this many new tokens are in it
@@ -195,8 +195,9 @@ def run_settings(engine: str, model: str, system: str, date: str, load: Load) ->
     r = find_recipe(engine, model, system, date)
     if r is None:
         return None
+    in_use = [v for v in r["versions"] if v["date"] <= date][-1]  # the range starts at its first version
     return RunSettings(
-        recipe=f"InferenceX {r['files'][-1]} {r['from']}..{r['until'] or 'now'} ({r['commits'][-1][:9]})",
+        recipe=f"InferenceX {in_use['file']}@{in_use['commit'][:9]} ({r['from']}..{r['until'] or 'now'})",
         client_range_ratio=INFERENCEX_RANGE_RATIO,
         **RESOLVE[engine](r["settings"], load),
     )
