@@ -8,6 +8,7 @@ from importlib import resources
 
 import pytest
 
+from servelab.calibrate import price as price_module
 from servelab.calibrate import recipes
 from servelab.calibrate.engines import recipe_counts
 from servelab.calibrate.price import Pricer, defaults, lengths_up_to
@@ -260,3 +261,27 @@ def test_inferencex_rows_are_replayed_with_its_clients_lengths():
     as_written = replace(case, settings=RunSettings(recipe="test"))
     inferencex = replace(case, settings=RunSettings(recipe="test", client_range_ratio=0.8))
     assert price(inferencex, params)[0] < price(as_written, params)[0]  # shorter prompts, sooner first tokens
+
+
+def test_the_pricer_leaves_the_memory_share_to_the_engine_and_a_recipes_graph_batch_to_the_recipe(
+    monkeypatch,
+):
+    """Without a recipe share each engine keeps its own default (SGLang's mem_fraction_static by GPU and
+    split, not vLLM's 0.9); a recipe's --cuda-graph-max-bs replaces SGLang's graph batch by split."""
+    seen = {}
+
+    def capture(model, system, parallel, engine, *args, gpu_memory_utilization=None, **kw):
+        seen.update(share=gpu_memory_utilization, engine=engine)
+        raise ServelabError("captured")
+
+    monkeypatch.setattr(price_module, "estimate_aggregated", capture)
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    base = replace(to_case(_row("silicon_concurrency=16")), engine="sglang", settings=None)
+    with pytest.raises(ServelabError, match="captured"):
+        price(base, defaults()["sglang"])
+    assert seen["share"] is None and seen["engine"].kv_static_fraction and seen["engine"].cuda_graph_by_split
+    recipe = RunSettings(recipe="test", cuda_graph_max_batch=128, memory_share=0.82)
+    with pytest.raises(ServelabError, match="captured"):
+        price(replace(base, settings=recipe), defaults()["sglang"])
+    assert seen["share"] == 0.82
+    assert seen["engine"].cuda_graph_max_batch == 128 and not seen["engine"].cuda_graph_by_split

@@ -112,11 +112,13 @@ class Pricer:
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
         update = {k: v for k, v in params.items() if k in PARAMS}
-        memory_share = 0.9  # the engines' default (TensorRT-LLM free_gpu_memory_fraction, vLLM's utilization)
+        memory_share = None  # the engine's own default (SGLang's is derived from the GPU and split)
         model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
         if case.settings is not None:
             update.update(case.settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
-            memory_share = case.settings.memory_share or memory_share
+            if "cuda_graph_max_batch" in update:  # the recipe's graph batch, not SGLang's rule by split
+                update["cuda_graph_by_split"] = False
+            memory_share = case.settings.memory_share
             model = with_kv_dtype(model, case.settings.kv_cache_dtype)
             if case.settings.client_range_ratio is not None:
                 (isl, osl), spread = lengths_up_to(case.isl, case.osl, case.settings.client_range_ratio)
