@@ -4,16 +4,22 @@ scripts set on each date, for the calibration rows InferenceX measured.
     python scripts/inferencex_recipes.py --git-dir PATH/TO/InferenceX/.git [--out FILE]
 
 Every version of each recipe script (following it through its renames) is read with `git show`; the
-settings that shape scheduling are parsed from its text; consecutive versions with equal settings merge into
-one date range [from, until). A setting written in a form this script does not know stops it with the
-version and line, rather than guessing. InferenceX is Apache-2.0; only settings (facts) are recorded.
+settings that shape scheduling are parsed from its text, in the engine's own words (TensorRT-LLM's extra
+config and flags, SGLang's and vLLM's flags and vLLM's config.yaml); consecutive versions with equal settings
+merge into one date range [from, until) of UTC commit dates, listing each version's commit, date and file. A
+launch chosen by an `if` on the input and output lengths becomes {"when": {"isl": I, "osl": O}, "then": A,
+"else": B} for the settings that differ. A setting written in a form this script does not know stops it with
+the version, rather than guessing.
+InferenceX is Apache-2.0; only settings (facts) are recorded.
 """
 
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 OUT = (
@@ -34,6 +40,7 @@ RECIPES = [
             "benchmarks/dsr1_fp8_h200_trt_slurm.sh",
             "benchmarks/dsr1_fp8_h200_trt.sh",
             "benchmarks/single_node/dsr1_fp8_h200_trt.sh",
+            "benchmarks/single_node/fixed_seq_len/dsr1_fp8_h200_trt.sh",
         ],
     ),
     (
@@ -44,9 +51,35 @@ RECIPES = [
             "benchmarks/gptoss_fp4_h200_trt_slurm.sh",
             "benchmarks/gptoss_fp4_h200_trt.sh",
             "benchmarks/single_node/gptoss_fp4_h200_trt.sh",
+            "benchmarks/single_node/fixed_seq_len/gptoss_fp4_h200_trt.sh",
+            "benchmarks/single_node/fixed_seq_len/deprecated/gptoss_fp4_h200_trt.sh",
         ],
     ),
     ("trtllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_trt_slurm.sh"]),
+    (
+        "sglang",
+        ["deepseek-r1", "deepseek-v3"],
+        "h200_sxm",
+        [
+            "benchmarks/dsr1_fp8_h200_slurm.sh",
+            "benchmarks/dsr1_fp8_h200.sh",
+            "benchmarks/single_node/dsr1_fp8_h200.sh",
+            "benchmarks/single_node/fixed_seq_len/dsr1_fp8_h200.sh",
+        ],
+    ),
+    (
+        "vllm",
+        ["gpt-oss-120b"],
+        "h200_sxm",
+        [
+            "benchmarks/gptoss_fp4_h200_slurm.sh",
+            "benchmarks/gptoss_fp4_h200.sh",
+            "benchmarks/single_node/gptoss_fp4_h200.sh",
+            "benchmarks/single_node/fixed_seq_len/gptoss_fp4_h200.sh",
+            "benchmarks/single_node/fixed_seq_len/deprecated/gptoss_fp4_h200.sh",
+        ],
+    ),
+    ("vllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_slurm.sh"]),
 ]
 
 
@@ -57,16 +90,21 @@ def git(git_dir: str, *args: str) -> str:
 
 
 def versions(git_dir: str, path: str) -> list[tuple[str, str, str]]:
-    """(commit, date, text) of every version of `path` on HEAD's history that has the file, oldest first."""
+    """(commit, UTC date, text) of every version of `path` on HEAD's history that has the file, in commit time
+    order (rows carry UTC timestamps; two versions of one day keep their order)."""
     out = []
-    for line in git(git_dir, "log", "--format=%H %cs", "HEAD", "--", path).splitlines():
-        commit, date = line.split()
+    for line in git(git_dir, "log", "--format=%H %ct", "HEAD", "--", path).splitlines():
+        commit, stamp = line.split()
         shown = subprocess.run(
             ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"], capture_output=True, text=True
         )
         if shown.returncode == 0 and shown.stdout.strip():
-            out.append((commit, date, shown.stdout))
-    return sorted(out, key=lambda v: v[1])
+            out.append((int(stamp), commit, shown.stdout))
+    return [(commit, _utc_date(stamp), text) for stamp, commit, text in sorted(out)]
+
+
+def _utc_date(stamp: int) -> str:
+    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d")
 
 
 def _block_value(text: str, block: str, key: str) -> str | None:
@@ -132,9 +170,9 @@ def batch_wait(text: str, where: str) -> dict | None:
     }
 
 
-def settings(text: str, where: str) -> dict:
-    """The scheduling settings one version of a recipe script sets (None: the engine's default)."""
-    text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))  # comments
+def trtllm_settings(text: str, where: str) -> dict:
+    """The scheduling settings a TensorRT-LLM recipe script sets (None: the engine's default)."""
+    text = _uncommented(text)
     fraction = re.search(r"free_gpu_memory_fraction:\s*([\d.]+)", text)
     balance = None
     if re.search(r"enable_balance:\s*true", text):
@@ -163,20 +201,219 @@ def settings(text: str, where: str) -> dict:
     }
 
 
-def ranges(git_dir: str, paths: list[str]) -> list[dict]:
-    """Date ranges of equal settings over every version of the script's paths."""
+def _uncommented(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+
+
+def _logical_lines(text: str) -> list[str]:
+    """The script's lines without comments, backslash continuations joined."""
+    return _uncommented(text).replace("\\\n", " ").splitlines()
+
+
+def _condition(test: str, where: str) -> dict:
+    """{"isl": I, "osl": O} from `[[ $ISL -eq I && $OSL -eq O ]]` (or `[ "$ISL" = "I" ] && [ ... ]`)."""
+    when = {}
+    for part in test.replace("[", " ").replace("]", " ").split("&&"):
+        m = re.fullmatch(r'\s*"?\$\{?(ISL|OSL)\}?"?\s*(?:-eq|==|=)\s*"?(\d+)"?\s*', part)
+        if not m:
+            raise SystemExit(f"{where}: launch chosen by `if {test}`, a condition this script does not read")
+        when[m.group(1).lower()] = int(m.group(2))
+    return when
+
+
+def launches(text: str, command: str, where: str) -> list[tuple[dict | None, bool, list[str]]]:
+    """Each launch of `command` (a regex) as (the `if` condition it sits under or None, True in the `then`
+    branch, its argv up to the first redirect). One launch, or one per branch of a single `if` on the input
+    and output lengths; any other arrangement stops the script."""
+    found, stack = [], []  # stack: [condition text, in else branch] of each open `if`
+    for line in _logical_lines(text):
+        word = line.strip()
+        if re.match(r"if\b.*\bfi\s*$", word):  # a one-line if
+            pass
+        elif m := re.match(r"if (.*?);?\s*then\s*$", word):
+            stack.append([m.group(1), False])
+        elif word.startswith("elif ") and stack:
+            stack[-1][0] = None  # a launch under elif is not a form this script reads
+        elif word == "else" and stack:
+            stack[-1][1] = True
+        elif word == "fi" and stack:
+            stack.pop()
+        if not re.search(command, word):
+            continue
+        if len(stack) > 1 or (stack and stack[-1][0] is None):
+            raise SystemExit(
+                f"{where}: a launch under nested `if` or `elif`, which this script does not read"
+            )
+        argv = []
+        for token in shlex.split(word[re.search(command, word).start() :]):
+            if token[0] in "&|>" or token.startswith("2>"):
+                break
+            argv.append(token)
+        cond = _condition(stack[-1][0], where) if stack else None
+        found.append((cond, not (stack and stack[-1][1]), argv))
+    shapes = [(c is not None, then) for c, then, _ in found]
+    if shapes not in ([], [(False, True)], [(True, True), (True, False)]):
+        raise SystemExit(f"{where}: {len(found)} launches arranged in a way this script does not read")
+    return found
+
+
+def flags(argv: list[str]) -> dict[str, list[str]]:
+    """`--name value...`, `--name=value` and bare `--switch` ([]) of an argv, names with dashes."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for token in argv:
+        if token.startswith("--"):
+            name, _, value = token[2:].partition("=")
+            out[name] = [value] if value else []
+        elif name is not None:
+            out[name].append(token)
+    return out
+
+
+def _word(raw: str) -> int | float | bool | str:
+    """A recorded value: "conc" for the client concurrency, a number, a switch, or the text."""
+    if raw in ("$CONC", "${CONC}"):
+        return "conc"
+    if re.fullmatch(r"\d+", raw):
+        return int(raw)
+    if re.fullmatch(r"\d*\.\d+", raw):
+        return float(raw)
+    return {"true": True, "false": False}.get(raw.lower(), raw)
+
+
+def _typed(raw: str | None, kind: type, where: str, name: str) -> int | float | str | None:
+    """A priced setting: an int (or "conc") or a float; any other form stops the script."""
+    if raw is None:
+        return None
+    value = _word(raw)
+    if kind is int and (value == "conc" or type(value) is int):
+        return value
+    if kind is float and type(value) in (int, float):
+        return float(value)
+    raise SystemExit(f"{where}: cannot read --{name} {raw} as {'a count' if kind is int else 'a number'}")
+
+
+def _branched(per_launch: list[tuple[dict | None, dict]]) -> dict:
+    """One settings dict from each launch's: a value the branches differ on becomes {when, then, else}."""
+    if not per_launch:
+        return {}
+    if len(per_launch) == 1:
+        return per_launch[0][1]
+    (when, then), (_, other) = per_launch
+    return {
+        k: then[k] if then[k] == other[k] else {"when": when, "then": then[k], "else": other[k]} for k in then
+    }
+
+
+# SGLang flags: priced (name -> type), recorded as written, and those that would change what the simulator
+# prices but are not mapped (a recipe setting them stops the script)
+SGLANG_PRICED = {
+    "chunked-prefill-size": int,
+    "max-prefill-tokens": int,
+    "max-running-requests": int,
+    "cuda-graph-max-bs": int,
+    "mem-fraction-static": float,
+}
+SGLANG_RECORDED = ("stream-interval", "attention-backend", "disable-radix-cache", "enable-dp-attention")
+SGLANG_UNMAPPED = ("enable-mixed-chunk", "speculative-algorithm", "enable-dp-lm-head")
+
+
+def sglang_settings(text: str, where: str) -> dict:
+    """The settings of a recipe's `python -m sglang.launch_server` (per branch of an `if` on ISL/OSL)."""
+    per_launch = []
+    for when, _, argv in launches(text, r"sglang\.launch_server|sglang serve", where):
+        f = flags(argv)
+        if unmapped := [n for n in SGLANG_UNMAPPED if n in f]:
+            raise SystemExit(f"{where}: --{unmapped[0]} changes scheduling and is not mapped by this script")
+        found = {
+            n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
+            for n, kind in SGLANG_PRICED.items()
+        }
+        recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in SGLANG_RECORDED if n in f}
+        per_launch.append((when, {**found, "recorded": recorded}))
+    return _branched(per_launch)
+
+
+# vLLM settings, by their config.yaml key or flag (the same name): priced, and recorded
+VLLM_PRICED = {
+    "max-num-batched-tokens": int,
+    "max-num-seqs": int,
+    "gpu-memory-utilization": float,
+}
+VLLM_RECORDED = ("async-scheduling", "enable-prefix-caching", "max-model-len", "enable-chunked-prefill")
+
+
+def _config_yaml(text: str, name: str, where: str) -> dict[str, list[str]]:
+    """`key: value` lines of the heredoc that writes the config file `name` (as flags: key -> [value])."""
+    if re.search(rf">>\s*{re.escape(name)}", text):
+        raise SystemExit(f"{where}: {name} is appended to, a form this script does not read")
+    bodies = re.findall(rf"cat > {re.escape(name)} << ?'?EOF'?\n(.*?)\nEOF", text, re.S)
+    if len(bodies) != 1:
+        raise SystemExit(f"{where}: {len(bodies)} heredocs write {name}; this script reads exactly one")
+    out = {}
+    for line in bodies[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out[key.strip()] = [value.strip().strip("'\"")]
+    return out
+
+
+def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | None:
+    """The largest decode batch vLLM captures a CUDA graph for: max-cudagraph-capture-size, or the largest of
+    cuda-graph-sizes (vLLM 0.10-0.11: one value means captures up to it)."""
+    raw = f.get("max-cudagraph-capture-size") or f.get("cuda-graph-sizes") or [None]
+    sizes = [_typed(r, int, where, "cuda-graph-sizes") for r in " ".join(x for x in raw if x).split()]
+    return max(sizes) if sizes else None  # type: ignore[type-var]  # ints here
+
+
+def vllm_settings(text: str, where: str) -> dict:
+    """The settings of a recipe's `vllm serve`: its flags over the config.yaml it names."""
+    found = launches(text, r"\bvllm serve\b", where)
+    if not found:
+        return {}
+    if len(found) > 1:
+        raise SystemExit(f"{where}: {len(found)} `vllm serve` launches; this script reads one")
+    f = flags(found[0][2])
+    if "config" in f:
+        f = {**_config_yaml(_uncommented(text), f["config"][0], where), **f}
+    if "no-enable-prefix-caching" in f:  # the negative switch: bare, or `no-enable-prefix-caching: true`
+        off = f.pop("no-enable-prefix-caching") in ([], ["true"])
+        f["enable-prefix-caching"] = ["false" if off else "true"]
+    compilation = json.loads(f["compilation-config"][0]) if f.get("compilation-config") else {}
+    settings = {
+        n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
+        for n, kind in VLLM_PRICED.items()
+    }
+    settings["max_cudagraph_capture_size"] = _cudagraph_max(f, where)
+    settings["kv_cache_dtype"] = (f.get("kv-cache-dtype") or [None])[0]
+    recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in VLLM_RECORDED if n in f}
+    if "cudagraph_mode" in compilation:
+        recorded["cudagraph_mode"] = compilation["cudagraph_mode"]
+    # vLLM's environment switches pick kernels (VLLM_MXFP4_USE_MARLIN: the MXFP4 MoE on Hopper)
+    for name, value in re.findall(r"^\s*export (VLLM_\w+)=\"?([^\"\s]*)", _uncommented(text), re.M):
+        recorded[name] = _word(value)
+    return {**settings, "recorded": recorded}
+
+
+SETTINGS = {"trtllm": trtllm_settings, "sglang": sglang_settings, "vllm": vllm_settings}
+
+
+def ranges(git_dir: str, engine: str, paths: list[str]) -> list[dict]:
+    """Date ranges of equal settings over every version of the script's paths. A version that replaced another
+    on the same day leaves that one an empty range [d, d): a row of that day gets the later version."""
     out: list[dict] = []
     for path in paths:
         for commit, date, text in versions(git_dir, path):
-            found = settings(text, f"{path}@{commit[:9]}")
+            if out and date < out[-1]["from"]:
+                raise SystemExit(f"{path}@{commit[:9]}: dated {date}, before the version it follows")
+            found = SETTINGS[engine](text, f"{path}@{commit[:9]}")
+            version = {"commit": commit, "date": date, "file": path}
             if out and out[-1]["settings"] == found:
-                out[-1]["commits"].append(commit)
-                if path not in out[-1]["files"]:
-                    out[-1]["files"].append(path)
+                out[-1]["versions"].append(version)
                 continue
             if out:
                 out[-1]["until"] = date
-            out.append({"from": date, "until": None, "files": [path], "commits": [commit], "settings": found})
+            out.append({"from": date, "until": None, "versions": [version], "settings": found})
     return out
 
 
@@ -188,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     head = git(args.git_dir, "rev-parse", "HEAD").strip()
     table = []
     for engine, models, system, paths in RECIPES:
-        for r in ranges(args.git_dir, paths):
+        for r in ranges(args.git_dir, engine, paths):
             table.append({"engine": engine, "models": models, "system": system, **r})
     doc = {
         "_provenance": (

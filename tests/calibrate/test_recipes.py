@@ -1,5 +1,6 @@
 """Calibration rows replayed with the settings of the InferenceX recipe that measured them
-(calibrate/recipes.py, data/inferencex_recipes.json), and the Pricer applying them."""
+(calibrate/recipes.py, data/inferencex_recipes.json: TensorRT-LLM's, SGLang's DeepSeek-R1 and vLLM's
+gpt-oss-120b and Llama-3.1-70B H200 recipes), and the Pricer applying them."""
 
 import json
 from dataclasses import replace
@@ -7,24 +8,33 @@ from importlib import resources
 
 import pytest
 
+from servelab.calibrate import price as price_module
+from servelab.calibrate import recipes
 from servelab.calibrate.engines import recipe_counts
-from servelab.calibrate.price import Pricer, defaults
-from servelab.calibrate.recipes import RunSettings, find_recipe, run_settings
+from servelab.calibrate.price import Pricer, defaults, lengths_up_to
+from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
 from servelab.calibrate.rows import to_case
 from servelab.errors import ServelabError
-from servelab.specs import load_system
+from servelab.specs import Dtype, load_system
+from servelab.traffic.lengths import length_bounds
+
+
+def _load(**kw) -> Load:
+    return Load(**(dict(tp=8, dp_attn=False, concurrency=64, isl=1024, osl=1024) | kw))
 
 
 def _dsr1(date: str, **kw) -> RunSettings | None:
-    load = dict(tp=8, dp_attn=False, concurrency=64, isl=1024, osl=1024) | kw
-    return run_settings("trtllm", "deepseek-r1", "h200_sxm", date, **load)
+    return run_settings("trtllm", "deepseek-r1", "h200_sxm", date, _load(**kw))
 
 
 def test_the_table_names_where_each_range_was_read():
     doc = json.loads((resources.files("servelab.calibrate") / "data" / "inferencex_recipes.json").read_text())
     assert "InferenceX" in doc["_provenance"] and len(doc["inferencex_head"]) == 40
     for r in doc["recipes"]:
-        assert r["commits"] and all(len(c) == 40 for c in r["commits"]) and r["files"]
+        assert r["versions"] and all(len(v["commit"]) == 40 and v["file"] for v in r["versions"])
+        assert r["versions"][0]["date"] == r["from"] and all(
+            r["until"] is None or v["date"] <= r["until"] for v in r["versions"]
+        )
         assert r["until"] is None or r["from"] < r["until"]
 
 
@@ -32,26 +42,15 @@ def test_the_recipe_is_the_one_in_use_on_the_measured_date():
     assert find_recipe("trtllm", "deepseek-r1", "h200_sxm", "2025-08-01") is None  # before the first recipe
     assert find_recipe("vllm", "deepseek-r1", "h200_sxm", "2025-11-02") is None
     # InferenceX put a floor of 8192 under the DeepSeek-R1 token budget on 2026-01-21
-    assert _dsr1("2026-01-14").max_num_tokens == 1152  # (64 + 1024 + 64) rounded up to 64
-    assert _dsr1("2026-01-28").max_num_tokens == 8192
+    assert _dsr1("2026-01-14").max_num_batched_tokens == 1152  # (64 + 1024 + 64) rounded up to 64
+    assert _dsr1("2026-01-28").max_num_batched_tokens == 8192
     # a database dump's DeepSeek-V3 name for the same runs finds the same recipe
-    v3 = run_settings(
-        "trtllm",
-        "deepseek-v3",
-        "h200_sxm",
-        "2026-01-14",
-        tp=8,
-        dp_attn=False,
-        concurrency=64,
-        isl=1024,
-        osl=1024,
-    )
-    assert v3 == _dsr1("2026-01-14")
+    assert run_settings("trtllm", "deepseek-v3", "h200_sxm", "2026-01-14", _load()) == _dsr1("2026-01-14")
 
 
 def test_settings_follow_the_rows_split_and_load():
     plain, dp = _dsr1("2025-12-15"), _dsr1("2025-12-15", dp_attn=True)
-    assert (plain.kv_memory_fraction, plain.cuda_graph_max_batch, plain.max_batch_size) == (0.75, 128, None)
+    assert (plain.memory_share, plain.cuda_graph_max_batch, plain.max_num_seqs) == (0.75, 128, None)
     assert not plain.attention_dp_balance  # balancing is set only with attention DP
     assert dp.attention_dp_balance and (
         dp.attention_dp_timeout_iters,
@@ -61,17 +60,9 @@ def test_settings_follow_the_rows_split_and_load():
         0,
     )
     oss = run_settings(
-        "trtllm",
-        "gpt-oss-120b",
-        "h200_sxm",
-        "2025-12-15",
-        tp=2,
-        dp_attn=False,
-        concurrency=32,
-        isl=1024,
-        osl=8192,
+        "trtllm", "gpt-oss-120b", "h200_sxm", "2025-12-15", _load(tp=2, concurrency=32, osl=8192)
     )
-    assert (oss.max_num_tokens, oss.max_batch_size, oss.cuda_graph_max_batch, oss.kv_memory_fraction) == (
+    assert (oss.max_num_batched_tokens, oss.max_num_seqs, oss.cuda_graph_max_batch, oss.memory_share) == (
         20000,
         32,
         32,
@@ -85,11 +76,7 @@ def test_settings_follow_the_rows_split_and_load():
             "llama-3.1-70b",
             "h200_sxm",
             "2025-10-29",
-            tp=tp,
-            dp_attn=False,
-            concurrency=16,
-            isl=isl,
-            osl=osl,
+            _load(tp=tp, concurrency=16, isl=isl, osl=osl),
         )
 
     # the batch wait is set for 1k/1k below tp 8 only
@@ -102,7 +89,7 @@ def test_settings_follow_the_rows_split_and_load():
     )
     assert llama(8, 1024, 1024).batch_wait_timeout_iters == 0
     assert llama(4, 8192, 1024).batch_wait_timeout_iters == 0
-    assert llama(4, 8192, 1024).max_num_tokens == 16384
+    assert llama(4, 8192, 1024).max_num_batched_tokens == 16384
 
 
 def _row(source: str) -> dict:
@@ -145,7 +132,7 @@ def test_the_pricer_replays_a_case_with_its_settings():
     base = replace(to_case(_row("silicon_concurrency=16")), concurrency=16, settings=None)
     ttft, tpot = price(base, params)
     # a 256-token budget splits each 1024-token prompt over four steps, each paying the step's overheads
-    small = replace(base, settings=RunSettings(recipe="test", max_num_tokens=256))
+    small = replace(base, settings=RunSettings(recipe="test", max_num_batched_tokens=256))
     assert price(small, params)[0] > 1.2 * ttft
     # balancing new prompts across the 8 ranks holds them back
     balanced = RunSettings(
@@ -157,10 +144,144 @@ def test_the_pricer_replays_a_case_with_its_settings():
     assert price(replace(base, settings=balanced), params)[0] > ttft
     # the KV memory share reaches the memory model: too little for one sequence is refused
     with pytest.raises(ServelabError, match="KV cache"):
-        price(replace(base, settings=RunSettings(recipe="test", kv_memory_fraction=0.0001)), params)
+        price(replace(base, settings=RunSettings(recipe="test", memory_share=0.0001)), params)
 
 
 def test_the_summary_counts_rows_replayed_with_recipe_settings():
     dated = to_case(_row("silicon_concurrency=64; measured=2026-01-14T00:00:00Z"))
     undated = to_case(_row("silicon_concurrency=64"))
     assert recipe_counts([dated, undated, dated]) == {"trtllm": {"with_recipe": 2, "engine_defaults": 1}}
+
+
+def test_sglang_deepseek_rows_get_the_launch_of_their_lengths():
+    def sglang(date: str, model: str = "deepseek-r1", **kw) -> RunSettings | None:
+        return run_settings("sglang", model, "h200_sxm", date, _load(**kw))
+
+    short, long = sglang("2026-03-25"), sglang("2026-03-25", isl=8192)
+    assert (short.max_num_batched_tokens, short.max_prefill_tokens, short.memory_share) == (
+        32768,
+        32768,
+        0.82,
+    )
+    # the recipe launches with 512 running requests and CUDA graphs at 1024/1024, 256 otherwise
+    assert (short.max_num_seqs, short.cuda_graph_max_batch) == (512, 512)
+    assert (long.max_num_seqs, long.cuda_graph_max_batch) == (256, 256)
+    assert short.stream_interval == 10
+    assert dict(short.unpriced) == {"attention_backend": "flashinfer", "disable_radix_cache": True}
+    assert sglang("2026-03-25", model="deepseek-v3") == short
+    # the label names the version in use that day (the range of equal settings runs on to later files)
+    assert "benchmarks/single_node/dsr1_fp8_h200.sh@41aff0afc" in short.recipe
+    assert sglang("2025-09-01") is None  # before InferenceX's first SGLang DeepSeek-R1 H200 script
+
+
+def test_vllm_rows_get_the_recipe_of_their_date():
+    def oss(date: str) -> RunSettings | None:
+        return run_settings("vllm", "gpt-oss-120b", "h200_sxm", date, _load(tp=1, concurrency=32))
+
+    nov = oss("2025-11-02")
+    assert (nov.max_num_batched_tokens, nov.max_num_seqs, nov.cuda_graph_max_batch, nov.memory_share) == (
+        8192,
+        32,  # --max-num-seqs $CONC
+        2048,
+        0.9,
+    )
+    assert dict(nov.unpriced)["async_scheduling"] is True and nov.kv_cache_dtype is None
+    assert dict(oss("2025-11-10").unpriced)["cudagraph_mode"] == "PIECEWISE"  # 2025-11-04 to 2025-12-05
+    march = dict(oss("2026-03-27").unpriced)
+    assert "async_scheduling" not in march and march["VLLM_MXFP4_USE_MARLIN"] == 1  # dropped with vLLM 0.15.1
+    llama = run_settings("vllm", "llama-3.1-70b", "h200_sxm", "2025-10-29", _load(tp=2))
+    assert llama.kv_cache_dtype == Dtype.fp8 and llama.max_num_seqs == 64
+    # TensorRT-LLM's recipes name theirs too: fp8 for DeepSeek-R1, the checkpoint's own (auto) for gpt-oss
+    assert _dsr1("2026-01-14").kv_cache_dtype == Dtype.fp8
+    trt_oss = run_settings("trtllm", "gpt-oss-120b", "h200_sxm", "2025-12-15", _load(tp=2))
+    assert trt_oss.kv_cache_dtype is None
+
+
+def test_max_prefill_tokens_caps_the_token_budget():
+    def budget(**kw) -> int | None:
+        return RunSettings(recipe="test", **kw).engine_overrides(8192).get("max_num_batched_tokens")
+
+    assert budget() is None  # the engine's default stays
+    assert budget(max_prefill_tokens=4096) == 4096  # below SGLang's default chunk
+    assert budget(max_num_batched_tokens=32768, max_prefill_tokens=32768) == 32768  # InferenceX's recipe
+    assert budget(max_num_batched_tokens=2048, max_prefill_tokens=16384) == 2048
+
+
+def test_a_kv_dtype_servelab_cannot_represent_leaves_the_row_out(monkeypatch):
+    entry = {
+        "engine": "vllm",
+        "models": ["llama-3.1-70b"],
+        "system": "h200_sxm",
+        "from": "2025-01-01",
+        "until": None,
+        "versions": [{"commit": "0" * 40, "date": "2025-01-01", "file": "x.sh"}],
+        "settings": {"kv_cache_dtype": "int4"},
+    }
+    monkeypatch.setattr(recipes, "recipe_table", lambda: (entry,))
+    with pytest.raises(ValueError, match="KV-cache dtype int4"):
+        run_settings("vllm", "llama-3.1-70b", "h200_sxm", "2025-10-29", _load())
+
+
+def _llama_row(engine: str) -> dict:
+    row = _row("silicon_concurrency=16; measured=2025-10-29T10:00:00Z")
+    row.update(
+        backend=engine, backend_version="", model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8"
+    )
+    row.update(attention_dp_size="1", moe_ep_size="1", batch_size="16")
+    return row
+
+
+def test_the_pricer_applies_the_recipes_kv_dtype_and_prefill_cap():
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    case = to_case(_llama_row("vllm"))
+    assert case.settings.kv_cache_dtype == Dtype.fp8 and case.model.precision.kv_cache == Dtype.bf16
+    params = defaults()["vllm"]
+    # an FP8 cache halves the KV bytes every decode step reads
+    assert price(case, params)[1] < price(replace(case, settings=None), params)[1]
+    # SGLang's max_prefill_tokens below the chunk size prices as that smaller budget
+    sglang = replace(case, engine="sglang")
+    capped = RunSettings(recipe="test", max_num_batched_tokens=32768, max_prefill_tokens=1024)
+    plain = RunSettings(recipe="test", max_num_batched_tokens=1024)
+    params = defaults()["sglang"]
+    assert price(replace(sglang, settings=capped), params) == price(replace(sglang, settings=plain), params)
+    assert price(replace(sglang, settings=capped), params) != price(replace(sglang, settings=None), params)
+
+
+def test_inferencex_rows_are_replayed_with_its_clients_lengths():
+    # InferenceX's client draws lengths uniform in [0.8 L, L]: the replay's mean is 0.9 L and its spread
+    # reaches L, where the replay of other rows draws U[0.8 L, 1.2 L]
+    assert _dsr1("2026-01-14").client_range_ratio == 0.8
+    (isl, osl), ratio = lengths_up_to(1024, 8192, 0.8)
+    assert (isl, osl) == (922, 7373)
+    lo, hi = length_bounds(isl, ratio)
+    assert abs(lo - 819) <= 1 and abs(hi - 1024) <= 1
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    case = to_case(_llama_row("vllm"))
+    params = defaults()["vllm"]
+    as_written = replace(case, settings=RunSettings(recipe="test"))
+    inferencex = replace(case, settings=RunSettings(recipe="test", client_range_ratio=0.8))
+    assert price(inferencex, params)[0] < price(as_written, params)[0]  # shorter prompts, sooner first tokens
+
+
+def test_the_pricer_leaves_the_memory_share_to_the_engine_and_a_recipes_graph_batch_to_the_recipe(
+    monkeypatch,
+):
+    """Without a recipe share each engine keeps its own default (SGLang's mem_fraction_static by GPU and
+    split, not vLLM's 0.9); a recipe's --cuda-graph-max-bs replaces SGLang's graph batch by split."""
+    seen = {}
+
+    def capture(model, system, parallel, engine, *args, gpu_memory_utilization=None, **kw):
+        seen.update(share=gpu_memory_utilization, engine=engine)
+        raise ServelabError("captured")
+
+    monkeypatch.setattr(price_module, "estimate_aggregated", capture)
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    base = replace(to_case(_row("silicon_concurrency=16")), engine="sglang", settings=None)
+    with pytest.raises(ServelabError, match="captured"):
+        price(base, defaults()["sglang"])
+    assert seen["share"] is None and seen["engine"].kv_static_fraction and seen["engine"].cuda_graph_by_split
+    recipe = RunSettings(recipe="test", cuda_graph_max_batch=128, memory_share=0.82)
+    with pytest.raises(ServelabError, match="captured"):
+        price(replace(base, settings=recipe), defaults()["sglang"])
+    assert seen["share"] == 0.82
+    assert seen["engine"].cuda_graph_max_batch == 128 and not seen["engine"].cuda_graph_by_split

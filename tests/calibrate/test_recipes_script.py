@@ -1,5 +1,6 @@
-"""scripts/inferencex_recipes.py, run on a small git history of a recipe script (a stand-in for InferenceX's):
-each version's settings, ranges of equal settings merged, and a form it does not know stops it."""
+"""scripts/inferencex_recipes.py, run on a small git history of recipe scripts (stand-ins for InferenceX's):
+each version's settings (TensorRT-LLM's config, SGLang's launch flags by branch, vLLM's config.yaml and
+flags), ranges of equal settings merged, and a form it does not know stops it."""
 
 import json
 import os
@@ -40,10 +41,12 @@ FLOOR = "MAX_NUM_TOKENS=$(( MAX_NUM_TOKENS > 8192 ? MAX_NUM_TOKENS : 8192 ))"
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="the script reads history with git")
 
 
-def _commit(repo: Path, text: str, date: str) -> None:
-    (repo / PATH).write_text(text)
-    env = dict(os.environ, GIT_AUTHOR_DATE=f"{date}T12:00:00", GIT_COMMITTER_DATE=f"{date}T12:00:00")
-    for args in (["add", PATH], ["commit", "-qm", date]):
+def _commit(repo: Path, text: str, date: str, path: str = PATH, time: str = "12:00:00") -> None:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    stamp = f"{date}T{time}+0000"
+    env = dict(os.environ, GIT_AUTHOR_DATE=stamp, GIT_COMMITTER_DATE=stamp)
+    for args in (["add", path], ["commit", "-qm", date]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
 
 
@@ -69,7 +72,7 @@ def test_versions_become_date_ranges_of_equal_settings(repo, tmp_path):
     done = _run(repo, tmp_path / "out.json")
     assert done.returncode == 0, done.stderr
     ranges = json.loads((tmp_path / "out.json").read_text())["recipes"]
-    assert [(r["from"], r["until"], len(r["commits"])) for r in ranges] == [
+    assert [(r["from"], r["until"], len(r["versions"])) for r in ranges] == [
         ("2025-09-18", "2026-01-21", 2),
         ("2026-01-21", None, 1),
     ]
@@ -95,3 +98,130 @@ def test_a_form_it_does_not_know_stops_it(repo, tmp_path):
     done = _run(repo, tmp_path / "out.json")
     assert done.returncode != 0 and "--max_num_tokens $X" in done.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+SGLANG_PATH = "benchmarks/single_node/dsr1_fp8_h200.sh"
+SGLANG = """#!/usr/bin/env bash
+if [[ -n "$SLURM_JOB_ID" ]]; then
+  echo "JOB $SLURM_JOB_ID"
+fi
+if [[ $ISL -eq 1024 && $OSL -eq 1024 ]]; then
+    python3 -m sglang.launch_server --model-path $MODEL \\
+    --tensor-parallel-size=$TP --data-parallel-size=1 \\
+    --disable-radix-cache --max-running-requests 512 --cuda-graph-max-bs 512 \\
+    --chunked-prefill-size 32768 --max-prefill-tokens 32768 --mem-fraction-static 0.82 \\
+    --attention-backend flashinfer --stream-interval 10 \\
+    > $SERVER_LOG 2>&1 &
+else
+    python3 -m sglang.launch_server --model-path $MODEL \\
+    --tensor-parallel-size=$TP --data-parallel-size=1 \\
+    --disable-radix-cache --max-running-requests 256 --cuda-graph-max-bs 256 \\
+    --chunked-prefill-size 32768 --max-prefill-tokens 32768 --mem-fraction-static 0.82 \\
+    --attention-backend flashinfer --stream-interval 10 \\
+    > $SERVER_LOG 2>&1 &
+fi
+"""
+
+
+def _ranges(repo: Path, tmp_path: Path, engine: str) -> list[dict]:
+    done = _run(repo, tmp_path / "out.json")
+    assert done.returncode == 0, done.stderr
+    return [r for r in json.loads((tmp_path / "out.json").read_text())["recipes"] if r["engine"] == engine]
+
+
+def test_sglang_launches_per_branch_become_settings_by_length(repo, tmp_path):
+    _commit(repo, SGLANG, "2026-03-06", SGLANG_PATH)
+    (only,) = _ranges(repo, tmp_path, "sglang")
+    s = only["settings"]
+    assert (s["chunked_prefill_size"], s["max_prefill_tokens"], s["mem_fraction_static"]) == (
+        32768,
+        32768,
+        0.82,
+    )
+    # the branches differ on these two: the first launch runs at 1024/1024, the second otherwise
+    for key in ("max_running_requests", "cuda_graph_max_bs"):
+        assert s[key] == {"when": {"isl": 1024, "osl": 1024}, "then": 512, "else": 256}
+    assert s["recorded"] == {
+        "stream_interval": 10,
+        "attention_backend": "flashinfer",
+        "disable_radix_cache": True,
+    }
+    assert only["models"] == ["deepseek-r1", "deepseek-v3"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            ("[[ $ISL -eq 1024 && $OSL -eq 1024 ]]", "[[ $CONC -gt 64 ]]"),
+            "a condition this script does not read",
+        ),
+        (
+            ("--chunked-prefill-size 32768 --max", "--chunked-prefill-size $X --max"),
+            "--chunked-prefill-size $X",
+        ),
+        (
+            ("--attention-backend flashinfer", "--enable-mixed-chunk"),
+            "--enable-mixed-chunk changes scheduling",
+        ),
+        (("else\n", "elif [[ $ISL -eq 8192 ]]; then\n"), "nested `if` or `elif`"),
+    ],
+)
+def test_an_sglang_form_it_does_not_know_stops_it(repo, tmp_path, change, message):
+    _commit(repo, SGLANG.replace(*change), "2026-03-06", SGLANG_PATH)
+    done = _run(repo, tmp_path / "out.json")
+    assert done.returncode != 0 and message in done.stderr and SGLANG_PATH in done.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+VLLM_PATH = "benchmarks/70b_fp8_h200_slurm.sh"
+VLLM = """#!/usr/bin/env bash
+if [ "$ISL" = "1024" ] && [ "$OSL" = "1024" ]; then
+    CALCULATED_MAX_MODEL_LEN=$((ISL + OSL + 20))
+else
+    CALCULATED_MAX_MODEL_LEN=${MAX_MODEL_LEN:-10240}
+fi
+cat > config.yaml << EOF
+kv-cache-dtype: fp8
+async-scheduling: true
+no-enable-prefix-caching: true
+compilation-config: '{"cudagraph_mode":"PIECEWISE"}'
+cuda-graph-sizes: 2048
+max-num-batched-tokens: 8192
+max-model-len: $CALCULATED_MAX_MODEL_LEN
+EOF
+export TORCH_CUDA_ARCH_LIST="9.0"
+export VLLM_MXFP4_USE_MARLIN=1
+PYTHONNOUSERSITE=1 vllm serve $MODEL --host 0.0.0.0 --port $PORT --config config.yaml \\
+ --gpu-memory-utilization 0.85 --tensor-parallel-size $TP --max-num-seqs $CONC  \\
+ --disable-log-requests > $SERVER_LOG 2>&1 &
+"""
+
+
+def test_vllm_settings_are_read_from_its_config_yaml_and_flags(repo, tmp_path):
+    _commit(repo, VLLM, "2025-09-28", VLLM_PATH)
+    # a flag wins over the config file, as in vLLM; a later commit of the same UTC day takes the day
+    later = VLLM.replace("--max-num-seqs $CONC", "--max-num-seqs 128 --max-num-batched-tokens 4096")
+    _commit(repo, later, "2025-10-29", VLLM_PATH, time="01:00:00")
+    _commit(repo, later.replace("fp8", "auto"), "2025-10-29", VLLM_PATH, time="23:00:00")
+    first, same_day, last = _ranges(repo, tmp_path, "vllm")
+    assert first["settings"] == {
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": "conc",
+        "gpu_memory_utilization": 0.85,
+        "max_cudagraph_capture_size": 2048,
+        "kv_cache_dtype": "fp8",
+        "recorded": {
+            "async_scheduling": True,
+            "enable_prefix_caching": False,
+            "max_model_len": "$CALCULATED_MAX_MODEL_LEN",
+            "cudagraph_mode": "PIECEWISE",
+            "VLLM_MXFP4_USE_MARLIN": 1,  # vLLM's kernel switches; other exports are not vLLM's
+        },
+    }
+    assert (same_day["settings"]["max_num_seqs"], same_day["settings"]["max_num_batched_tokens"]) == (
+        128,
+        4096,
+    )
+    assert (same_day["from"], same_day["until"], last["from"]) == ("2025-10-29", "2025-10-29", "2025-10-29")
+    assert last["settings"]["kv_cache_dtype"] == "auto" and last["until"] is None

@@ -74,6 +74,17 @@ def test_memory_follows_the_engine_kv_rule():
     assert t["max_sequences"] > v["max_sequences"] and t["backend"] == "trtllm"
 
 
+def test_memory_sglang_uses_its_mem_fraction_static():
+    """SGLang on 8 H200s at tp 8: mem_fraction_static 0.896 of the GPU for weights and KV cache; a
+    --gpu-memory-utilization given is its --mem-fraction-static."""
+    for flags, fraction in (([], 0.896), (["--gpu-memory-utilization", "0.8"], 0.8)):
+        r = run("memory", "deepseek-r1", "--tp", "8", "--ep", "8", "--backend", "sglang", "--json", *flags)
+        assert r.returncode == 0, r.stderr
+        s = json.loads(r.stdout)
+        assert s["kv_cache_gib"] == pytest.approx(fraction * s["hbm_gib"] - s["weights_gib"])
+        assert f"mem_fraction_static {fraction:g}" in s["source"]
+
+
 def test_estimate_breakdown_prints_op_kinds():
     r = run("estimate", "llama-3.1-8b", "--batch", "4", "--breakdown")
     assert r.returncode == 0, r.stderr

@@ -1,9 +1,17 @@
 import pytest
 
 from servelab.errors import ServelabError
+from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import engine_profile
-from servelab.predict.memory import GIB, check_fits, memory_per_gpu, weight_bytes_per_gpu
-from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.memory import (
+    GIB,
+    check_fits,
+    memory_per_gpu,
+    sglang_cuda_graph_max_bs,
+    sglang_mem_fraction_static,
+    weight_bytes_per_gpu,
+)
+from servelab.predict.serving import StepPricer, Workload, estimate_aggregated
 from servelab.specs import Parallel, load_model, load_system
 
 H200 = load_system("h200_sxm")
@@ -92,3 +100,75 @@ def test_trtllm_no_evict_admits_every_client_its_cache_holds():
     r = estimate_aggregated(m, H200, p, engine, 128, 1024, 8192, workload=wl)
     one_request_ms = 8192 * r.tpot_ms
     assert r.percentiles["ttft_ms"]["p99"] < 0.1 * one_request_ms
+
+
+@pytest.mark.parametrize(
+    ("gpu_gib", "parallel", "chunk", "fraction"),
+    [
+        # H200 (139.8 GiB = 143,155.2 MiB), tp 1: 512 + 8192 x 1.5 + 256 x 2 + 1/8 x 1024 = 13,440 MiB
+        (139.8, Parallel(tp=1), None, 0.906),
+        # tp 8: CUDA graphs to batch 512 (512 x 2) and 8/8 x 1024: 14,848 MiB
+        (139.8, Parallel(tp=8), None, 0.896),
+        # DP attention over 8 ranks, graph batch 512 > 300: 14,848 + 512 x 8 x (3 + 1.5) = 33,280 MiB
+        (139.8, Parallel(tp=8, ep=8, dp_attn=True), None, 0.768),
+        # a chunked-prefill size of 16384 given: 512 + 24,576 + 512 + 128 = 25,728 MiB
+        (139.8, Parallel(tp=1), 16384, 0.820),
+        # H100 (80 GiB = 81,920 MiB), tp 1: 13,440 MiB reserved
+        (80.0, Parallel(tp=1), None, 0.836),
+        # A100 40 GB (40 GiB): chunk 4096, graph batch 32, no 10 GiB floor: 512 + 6,144 + 64 + 128 = 6,848 MiB
+        (40.0, Parallel(tp=1), None, 0.833),
+    ],
+)
+def test_sglang_mem_fraction_static_follows_its_server_args_rule(gpu_gib, parallel, chunk, fraction):
+    assert sglang_mem_fraction_static(gpu_gib, parallel, chunk) == pytest.approx(fraction, abs=1e-9)
+
+
+def test_sglang_kv_cache_is_its_static_fraction_of_the_gpu_less_the_weights():
+    """Llama-3.1-8B tp1 on an H200: SGLang's mem_fraction_static 0.906 holds the weights and the KV cache,
+    so the KV cache is 0.906 x 139.8 GiB - the weights, whatever the activation estimate; vLLM's rule takes
+    the activations and its reserve out of 0.9 x the GPU."""
+    m, p = load_model("llama-3.1-8b"), Parallel(tp=1)
+    engine = engine_profile("sglang")
+    sglang = memory_per_gpu(m, H200, p, static_fraction=engine.kv_static_fraction)
+    vllm = memory_per_gpu(m, H200, p, static_fraction=engine_profile("vllm").kv_static_fraction)
+    assert sglang.kv_gib == pytest.approx(0.906 * 139.8 - sglang.weights_gib)
+    assert sglang.weights_gib + sglang.activations_gib + sglang.reserve_gib + sglang.kv_gib == pytest.approx(
+        139.8
+    )
+    assert vllm.kv_gib == pytest.approx(0.9 * 139.8 - vllm.weights_gib - vllm.activations_gib - 3.0)
+    assert sglang.kv_gib > vllm.kv_gib
+    assert "mem_fraction_static 0.906" in sglang.source
+    # a mem-fraction-static the user sets replaces the default
+    set_by_user = memory_per_gpu(m, H200, p, gpu_memory_utilization=0.8, static_fraction=True)
+    assert set_by_user.kv_gib == pytest.approx(0.8 * 139.8 - set_by_user.weights_gib)
+
+
+def test_sglang_dp_attention_reserve_shrinks_the_kv_cache():
+    """DeepSeek-R1 on 8 H200s: DP attention makes SGLang reserve 33,280 MiB (0.768) instead of 14,848 (0.896)
+    for CUDA graphs padded over 8 ranks."""
+    m = load_model("deepseek-r1", kv_dtype="fp8")
+    tp = memory_per_gpu(m, H200, Parallel(tp=8, ep=8), static_fraction=True)
+    dp = memory_per_gpu(m, H200, Parallel(tp=8, ep=8, dp_attn=True), static_fraction=True)
+    assert tp.kv_gib == pytest.approx(0.896 * 139.8 - tp.weights_gib)
+    assert dp.kv_gib == pytest.approx(0.768 * 139.8 - dp.weights_gib)
+
+
+def test_sglang_kv_rule_reaches_the_simulator():
+    m, p = load_model("llama-3.1-8b"), Parallel(tp=1)
+    engine = engine_profile("sglang", H200.hbm_gib)
+    r = estimate_aggregated(m, H200, p, engine, 8, 1000, 100)
+    assert r.memory["kv_cache_gib"] == pytest.approx(0.906 * 139.8 - r.memory["weights_gib"], abs=2e-3)
+
+
+def test_sglang_captures_cuda_graphs_to_a_batch_that_grows_with_tp():
+    """SGLang's cuda_graph_max_bs on an H200: 256 below tp 4, 512 from tp 4; the simulator's decode steps
+    replay a graph up to that batch (per DP-attention lane, its share)."""
+    m, db = load_model("llama-3.1-8b"), perfdb_for(H200, "sglang")
+    engine = engine_profile("sglang")
+    for tp, graphs in ((1, 256), (2, 256), (4, 512), (8, 512)):
+        assert sglang_cuda_graph_max_bs(H200.hbm_gib, Parallel(tp=tp)) == graphs
+        assert StepPricer(m, Parallel(tp=tp), engine, db).graph_limit == graphs
+    assert StepPricer(m, Parallel(tp=8), engine_profile("vllm"), db).graph_limit == 512  # vLLM's own
+    assert sglang_cuda_graph_max_bs(40.0, Parallel(tp=8)) == 160
+    given = engine_profile("sglang", cuda_graph_max_batch=128)  # --cuda-graph-max-bs 128 wins over the rule
+    assert StepPricer(m, Parallel(tp=8), given, db).graph_limit == 128

@@ -130,6 +130,20 @@ def test_reserving_engines_admit_fewer_requests_into_the_same_cache():
     assert running == {"vllm": 6, "trtllm": 3}  # 6 x 500 prompt tokens; 3 x (500 + 500) reserved
 
 
+def test_sglang_charges_the_requests_it_admits_their_whole_output():
+    """KV for 850 tokens, new-token ratio 0.7, two prompts of 100 with 400 outputs arriving together. SGLang's
+    PrefillAdder.add_one_req charges a request it admits its prompt and all of its output: the first takes
+    500, and the second needs 100 + 400 beside it (900 > 850), so it waits; charging admitted requests only
+    0.7 x their output would have let both in (100 + 100 + 0.7 x 800 = 760). While the first decodes, the room
+    left shrinks (850 - (101 + k) - 0.7 x (399 - k) = 469.7 - 0.3 k after k steps), so the second's prefill
+    waits for the first to finish."""
+    limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.7)
+    source, steps = _replay(limits, [(100, 400, 0), (100, 400, 0)])
+    assert steps[0] == (0, [100])
+    first, second = source.requests
+    assert second.first[0] - first.finish[0] == pytest.approx(100e-6)
+
+
 def test_sglang_new_token_ratio_falls_from_its_start_to_its_floor():
     sglang = engine_profile("sglang")
     limits = _limits(
@@ -147,6 +161,8 @@ def test_engine_profiles_carry_their_scheduler_policies():
     assert engine_profile("vllm").admission_reserve == 0.0
     assert engine_profile("sglang").prefill_policy == "separate"
     assert engine_profile("trtllm").admission_reserve == 1.0
+    assert engine_profile("sglang").api_output_serial and not engine_profile("vllm").api_output_serial
+    assert engine_profile("sglang").kv_static_fraction and not engine_profile("trtllm").kv_static_fraction
 
 
 def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
@@ -155,3 +171,28 @@ def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
     assert engine_profile("sglang", 40.0).max_num_batched_tokens == 4096
     assert engine_profile("sglang", 180.0, max_num_batched_tokens=2048).max_num_batched_tokens == 2048
     assert engine_profile("vllm", 180.0).max_num_batched_tokens == 8192  # vLLM's does not depend on the GPU
+
+
+def test_streaming_api_server_delays_what_the_client_sees_by_its_backlog():
+    """SGLang's TokenizerManager takes requests in and streams every output token in one process, one at a
+    time. Two prompts of 100 tokens, 3 output tokens each, 5 ms of API-server work per streamed token: the
+    prefill step ends at 0.2 ms and its two first tokens are handled by 10.2 ms; the two decode steps end at
+    2.2 ms, but their four tokens wait behind the first two and are handled by 30.2 ms. The client sees the
+    server's pace: TPOT 10 ms (two tokens of 5 ms a step), not the engine's 1 ms."""
+    limits = _limits(frontend_streams=True, frontend_out_token_s=5e-3)
+    source, _ = _replay(limits, [(100, 3, 0), (100, 3, 0)])
+    for req in source.requests:
+        assert req.first[0] == pytest.approx(10.2e-3)
+        assert req.finish[0] == pytest.approx(30.2e-3)
+    plain, _ = _replay(_limits(frontend_out_token_s=5e-3), [(100, 3, 0), (100, 3, 0)])
+    assert [r.finish[0] for r in plain.requests] == pytest.approx([2.2e-3, 2.2e-3])
+
+
+def test_a_client_sends_its_next_request_when_it_sees_the_last_one_end():
+    """One client (concurrency 1): its second request leaves when the streamed last token of the first has
+    reached it, 10 ms after the engine's step (two tokens of 5 ms), not when the engine finished."""
+    limits = _limits(frontend_streams=True, frontend_out_token_s=5e-3)
+    source, _ = _replay(limits, [(100, 2, 0), (100, 2, 0)], limit=1)
+    first, second = source.requests
+    assert first.finish[0] == pytest.approx(100e-6 + 5e-3 + 5e-3)
+    assert second.arrival[0] == pytest.approx(first.finish[0])

@@ -4,8 +4,9 @@ Modes: `aggregated` runs the discrete-event aggregated-serving simulator at the 
 loop, as the rows were measured); `static` prices one prefill of `concurrency` prompts and the mean decode
 step of that batch.
 
-A case with recipe settings (calibrate.recipes: the token budget, batch limits, KV memory share and
-TensorRT-LLM's hold rules its recipe set on its date) is priced with them over the engine's defaults.
+A case with recipe settings (calibrate.recipes: the token budget, batch limits, memory share, KV-cache dtype
+and TensorRT-LLM's hold rules its recipe set on its date) is priced with them over the engine's defaults, and
+with the request lengths InferenceX's client drew (uniform in [0.8 L, L]).
 """
 
 import json
@@ -24,7 +25,7 @@ from servelab.perfdb.latency import OpLatency
 from servelab.predict.engines import ENGINE_NAMES, EngineProfile
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
-from servelab.specs import SystemSpec
+from servelab.specs import Dtype, ModelSpec, SystemSpec
 
 MODES = ("auto", "static", "aggregated")
 # How the rows were measured, as the simulator replays it: `vllm bench serve`-style closed loop that starts
@@ -32,10 +33,10 @@ MODES = ("auto", "static", "aggregated")
 # num_prompts = PROMPTS_PER_CONCURRENCY x concurrency (InferenceX's convention). 0 replays the simulator's own
 # steady state instead (a warm-up wave excluded).
 PROMPTS_PER_CONCURRENCY = 10
-# Real benchmarks draw request lengths from a range (InferenceX: random-range-ratio 0.8), so clients fall out
-# of step, and a closed loop of identical requests stays in lockstep (every wave prefills together): each
-# request's input and output lengths are drawn from U[1 - s, 1 + s] x the row's (mean kept), seeded per
-# request.
+# Real benchmarks draw request lengths from a range, so clients fall out of step, and a closed loop of
+# identical requests stays in lockstep (every wave prefills together): where the row's client is not known,
+# each request's input and output lengths are drawn from U[1 - s, 1 + s] x the row's (mean kept), seeded per
+# request; InferenceX rows (with recipe settings) get their client's rule (RunSettings.client_range_ratio).
 LENGTH_SPREAD = 0.2
 MAX_SCALED_DBS = 64  # kernel-factor trials kept per pricer; the Nelder-Mead simplex revisits only recent ones
 
@@ -55,6 +56,22 @@ def base_profiles() -> dict[str, EngineProfile]:
 
 def defaults() -> dict[str, dict[str, float]]:
     return {e: {p: float(getattr(base_profiles()[e], p)) for p in PARAMS} for e in ENGINES}
+
+
+def lengths_up_to(isl: int, osl: int, ratio: float) -> tuple[tuple[int, int], float]:
+    """The mean lengths and the simulator's range ratio (traffic.lengths: uniform in [M(1 - q), M(1 + q)])
+    that draw lengths uniform in [L x ratio, L], as InferenceX's client does: M = L(1 + ratio) / 2 and
+    q = (1 - ratio) / (1 + ratio)."""
+    means = (round(isl * (1 + ratio) / 2), round(osl * (1 + ratio) / 2))
+    return means, (1 - ratio) / (1 + ratio)
+
+
+@cache
+def with_kv_dtype(model: ModelSpec, kv: Dtype | None) -> ModelSpec:
+    """The model with the KV-cache dtype a recipe set (None: as the row was read)."""
+    if kv is None or kv == model.precision.kv_cache:
+        return model
+    return model.model_copy(update={"precision": model.precision.model_copy(update={"kv_cache": kv})})
 
 
 def fit_start() -> dict[str, dict[str, float]]:
@@ -95,10 +112,16 @@ class Pricer:
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
         update = {k: v for k, v in params.items() if k in PARAMS}
-        memory_share = 0.9  # the engines' default (TensorRT-LLM free_gpu_memory_fraction, vLLM's utilization)
+        memory_share = None  # the engine's own default (SGLang's is derived from the GPU and split)
+        model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
         if case.settings is not None:
-            update.update(case.settings.engine_overrides())
-            memory_share = case.settings.kv_memory_fraction or memory_share
+            update.update(case.settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
+            if "cuda_graph_max_batch" in update:  # the recipe's graph batch, not SGLang's rule by split
+                update["cuda_graph_by_split"] = False
+            memory_share = case.settings.memory_share
+            model = with_kv_dtype(model, case.settings.kv_cache_dtype)
+            if case.settings.client_range_ratio is not None:
+                (isl, osl), spread = lengths_up_to(case.isl, case.osl, case.settings.client_range_ratio)
         engine = base_profiles()[case.engine].model_copy(update=update)
         extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
         db = self._db(params, case.engine)
@@ -107,29 +130,27 @@ class Pricer:
             wl = None
             if k:
                 wl = Workload(
-                    isl=case.isl,
-                    osl=case.osl,
+                    isl=isl,
+                    osl=osl,
                     concurrency=case.concurrency,
                     warmup=0,
                     num_requests=k * case.concurrency,
-                    range_ratio=self.length_spread,
+                    range_ratio=spread,
                 )
             agg = estimate_aggregated(
-                case.model,
+                model,
                 self.system,
                 case.parallel,
                 engine,
                 case.concurrency,
-                case.isl,
-                case.osl,
+                isl,
+                osl,
                 db=db,
                 workload=wl,
                 gpu_memory_utilization=memory_share,
             )
             return agg.ttft_ms + extra, agg.tpot_ms
-        static = estimate_static(
-            case.model, self.system, case.parallel, engine, case.concurrency, case.isl, case.osl, db=db
-        )
+        static = estimate_static(model, self.system, case.parallel, engine, case.concurrency, isl, osl, db=db)
         return static.ttft_ms + extra, static.tpot_ms
 
     def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:

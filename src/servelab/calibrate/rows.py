@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.families import family_of
-from servelab.calibrate.recipes import RunSettings, run_settings
+from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 
@@ -93,17 +93,8 @@ def with_recipe(case: Case) -> Case:
     """The case with the settings its recipe set on its measured date, where a recipe covers it."""
     if not case.measured:
         return case
-    case.settings = run_settings(
-        case.engine,
-        case.model.name,
-        case.system,
-        case.measured,
-        tp=case.parallel.tp,
-        dp_attn=case.parallel.dp_attn,
-        concurrency=case.concurrency,
-        isl=case.isl,
-        osl=case.osl,
-    )
+    load = Load(case.parallel.tp, case.parallel.dp_attn, case.concurrency, case.isl, case.osl)
+    case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load)
     return case
 
 

@@ -174,7 +174,13 @@ def bench(
     spec_acceptance: float = typer.Option(
         0.7, "--spec-acceptance", help="Acceptance of each draft token.", rich_help_panel=_TWIN
     ),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", rich_help_panel=_TWIN),
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="vllm: share of the GPU; sglang: mem-fraction-static; trtllm: share of the free memory "
+        "(default: 0.9; sglang: its own default for the GPU and split)",
+        rich_help_panel=_TWIN,
+    ),
     attention_dp_balance: bool | None = typer.Option(
         None,
         "--attention-dp-balance/--no-attention-dp-balance",

@@ -37,11 +37,13 @@ def memory(
         None, "--context", help="Context length for max sequences (default isl+osl 9216)"
     ),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-    gpu_memory_utilization: float = typer.Option(
-        0.9,
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
         "--gpu-memory-utilization",
-        help="vllm, sglang: the share of the whole GPU the engine fills; trtllm: the share of the memory "
-        "left after weights and activations that goes to the KV cache (free_gpu_memory_fraction)",
+        help="vllm: the share of the whole GPU the engine fills (default 0.9); sglang: mem-fraction-static, "
+        "the share for weights and KV cache (default: SGLang's own for the GPU, split and chunked-prefill "
+        "size); trtllm: the share of the memory left after weights and activations that goes to the KV "
+        "cache (free_gpu_memory_fraction, default 0.9)",
     ),
     backend: str = typer.Option("vllm", "--backend", help="vllm | sglang | trtllm: whose KV-cache rule"),
     as_json: bool = JsonOpt,
@@ -55,10 +57,9 @@ def memory(
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     parallel.validate(spec)
     check_precision(spec, sys_spec)
-    of_free = engine_profile(backend).kv_of_free
-    mem = memory_per_gpu(
-        spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, fraction_of_free=of_free
-    )
+    profile = engine_profile(backend)
+    rule = dict(fraction_of_free=profile.kv_of_free, static_fraction=profile.kv_static_fraction)
+    mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, **rule)
     ctx = 9216 if context is None else context
     result = {
         "model": spec.name,
@@ -101,5 +102,5 @@ def memory(
             parallel,
             max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization,
-            fraction_of_free=of_free,
+            **rule,
         )

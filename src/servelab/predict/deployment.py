@@ -141,7 +141,7 @@ def engine_settings_of_argv(argv: list[str]) -> dict:
     return {
         "max_num_batched_tokens": _first(flags, BUDGET_FLAGS, int),
         "max_num_seqs": _first(flags, SEQS_FLAGS, int),
-        "gpu_memory_utilization": _first(flags, MEMORY_FLAGS, float) or 0.9,
+        "gpu_memory_utilization": _first(flags, MEMORY_FLAGS, float),
     }
 
 

@@ -8,17 +8,22 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   (vLLM V1 `Scheduler.schedule`, TensorRT-LLM in-flight batching under max_num_tokens); "separate": a step
   carries either prompt chunks or decodes, and waiting prompts go first (SGLang `get_next_batch_to_run`
   without `--enable-mixed-chunk`), so decodes stall while prompts are pending.
-- `admission_reserve`: the share of every admitted request's remaining output tokens an engine holds free in
-  the KV cache before admitting another (vLLM V1 0: it preempts instead; TensorRT-LLM GUARANTEED_NO_EVICT 1:
-  a request is admitted only if all of its output fits; SGLang's new-token ratio, 0.7 at start, falling
-  linearly to `admission_reserve_min` over `admission_reserve_decay_steps` decode steps).
+- `admission_reserve`: the share of every running request's remaining output tokens an engine holds free in
+  the KV cache before admitting another, which must fit with all of its own output (vLLM V1 0: it preempts
+  instead, and reserves nothing; TensorRT-LLM GUARANTEED_NO_EVICT 1: a request is admitted only if all of its
+  output fits; SGLang's new-token ratio, 0.7 at start, falling linearly to `admission_reserve_min` over
+  `admission_reserve_decay_steps` decode steps, the request it admits charged in full).
+- `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction); `cuda_graph_by_split`:
+  its CUDA-graph batch by GPU memory and tp (256 below tp 4 and 512 from tp 4 on an H100 or H200).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
   chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
 - `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
   scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
   takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
-  1 / (1 - r x api_output_token_us) slower.
+  1 / (1 - r x api_output_token_us) slower. `api_output_serial` (SGLang): the streaming is queued work of
+  that one process instead, and a client sees a token, and sends its next request, when the queue has
+  handled it; past its capacity the backlog delays every first token alike and holds clients back.
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
@@ -77,6 +82,14 @@ class EngineProfile(BaseModel):
     attention_dp_batching_wait_iters: int = 10
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    # the KV cache is SGLang's mem_fraction_static of the GPU less the weights, the fraction derived from the
+    # GPU's memory, the split and the chunked-prefill size (memory.sglang_mem_fraction_static)
+    kv_static_fraction: bool = False
+    # streaming is queued work of the API server (LaneLimits.frontend_streams)
+    api_output_serial: bool = False
+    # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs);
+    # a cuda_graph_max_batch set over the profile must turn this off (engine_profile does)
+    cuda_graph_by_split: bool = False
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
@@ -181,6 +194,8 @@ def engine_profile(
         )
     profile = profiles[name]
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "cuda_graph_max_batch" in overrides:  # a batch given replaces SGLang's default for the split
+        overrides["cuda_graph_by_split"] = False
     if gpu_gib is not None and "max_num_batched_tokens" not in overrides:
         for below, tokens in profile.budget_by_gpu_gib:
             if below is None or gpu_gib < below:

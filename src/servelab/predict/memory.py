@@ -12,6 +12,17 @@ MAX_CONTEXT = 100_000_000  # tokens in one sequence: 100x the longest context an
 
 # CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB a GPU
 FRAMEWORK_RESERVE_GIB = 3.0
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction
+
+# SGLang's defaults by GPU memory on CUDA GPUs (server_args.py, ServerArgs._handle_gpu_memory_settings, the
+# same in 0.5.6 and 0.5.9): (below this many GiB, chunked_prefill_size, cuda_graph_max_bs below tp 4, from 4)
+SGLANG_GPU_DEFAULTS = (
+    (20, 2048, 8, 8),
+    (35, 2048, 24, 80),
+    (60, 4096, 32, 160),
+    (160, 8192, 256, 512),  # H100 and H200 (its "below 90" and "below 160" bands are the same)
+    (None, 16384, 512, 512),
+)
 
 
 class MemoryBreakdown(BaseModel):
@@ -57,6 +68,39 @@ def kv_bytes_per_sequence_per_gpu(model: ModelSpec, parallel: Parallel, context_
     return model.kv_bytes_per_sequence(context_len, parallel.kv_heads_local(model)) * layers_share
 
 
+def _sglang_defaults(gpu_gib: float, parallel: Parallel) -> tuple[int, int]:
+    """SGLang's default (chunked_prefill_size, cuda_graph_max_bs) for this GPU and split."""
+    band = next(b for b in SGLANG_GPU_DEFAULTS if b[0] is None or gpu_gib < b[0])
+    _, chunk, graph_small_tp, graph_large_tp = band
+    return chunk, graph_small_tp if parallel.tp < 4 else graph_large_tp
+
+
+def sglang_cuda_graph_max_bs(gpu_gib: float, parallel: Parallel) -> int:
+    """The largest decode batch SGLang captures in a CUDA graph by default (server_args.py,
+    ServerArgs._handle_gpu_memory_settings): on an H200, 256 below tp 4 and 512 from tp 4."""
+    return _sglang_defaults(gpu_gib, parallel)[1]
+
+
+def sglang_mem_fraction_static(
+    gpu_gib: float, parallel: Parallel, chunked_prefill_size: int | None = None
+) -> float:
+    """SGLang's default mem_fraction_static (server_args.py, ServerArgs._handle_gpu_memory_settings): the GPU
+    less a reserve in MiB for activations (1.5 per token of the chunked-prefill size, at least 2048 tokens),
+    CUDA graphs (2 per batch of cuda_graph_max_bs), metadata (512), large parallel sizes (1024 per 8 GPUs of
+    tp x pp) and DP attention (3 x cuda_graph_max_bs x dp, 1.5 more above a graph batch of 300), at least
+    10 GiB on GPUs above 60 GiB, as a share of the GPU rounded to 3 digits. Speculative decoding's extra
+    reserve (2 GiB for EAGLE/MTP) is not included."""
+    gpu_mib = gpu_gib * 1024
+    default_chunk, graph_bs = _sglang_defaults(gpu_gib, parallel)
+    chunk = chunked_prefill_size or default_chunk
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + parallel.tp * parallel.pp / 8 * 1024
+    if parallel.dp_attn:
+        reserved += graph_bs * parallel.attn_dp * (4.5 if graph_bs > 300 else 3)
+    if gpu_gib > 60:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
 def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int) -> float:
     """Peak transient memory of one forward pass at the token budget (bf16 activations, fp32 logits)."""
     tokens = max_num_batched_tokens / parallel.attn_dp
@@ -77,13 +121,26 @@ def memory_per_gpu(
     system: SystemSpec,
     parallel: Parallel,
     max_num_batched_tokens: int = 8192,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float | None = None,
     fraction_of_free: bool = False,
+    static_fraction: bool = False,
 ) -> MemoryBreakdown:
     """gpu_memory_utilization is the share of the whole GPU the engine fills (vLLM's gpu-memory-utilization),
     or with fraction_of_free the share of what the weights, activations and reserve leave that goes to the
     KV cache (TensorRT-LLM's free_gpu_memory_fraction: it loads the weights, profiles a forward pass at
-    max_num_tokens, then allocates that share of the free memory)."""
+    max_num_tokens, then allocates that share of the free memory); None: 0.9.
+
+    static_fraction: SGLang's rule. Its mem_fraction_static (gpu_memory_utilization; None: SGLang's default
+    for this GPU, split and chunked-prefill size) is the share of the GPU for weights and KV cache, the rest
+    for activations and CUDA graphs: ModelRunner.profile_max_num_token sizes the token pool as the free memory
+    after loading the weights less (1 - mem_fraction_static) x the memory free at start, so the KV cache is
+    mem_fraction_static x GPU - weights (the CUDA context, under 1 GiB, is not subtracted from the GPU)."""
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = (
+            sglang_mem_fraction_static(system.hbm_gib, parallel, max_num_batched_tokens)
+            if static_fraction
+            else DEFAULT_GPU_MEMORY_UTILIZATION
+        )
     if not 0 < gpu_memory_utilization <= 1:  # NaN fails this too
         raise ServelabError(
             f"must be in (0, 1], got {gpu_memory_utilization}", field="gpu_memory_utilization"
@@ -95,7 +152,12 @@ def memory_per_gpu(
         )
     weights = weight_bytes_per_gpu(model, parallel) / GIB
     acts = activation_bytes(model, parallel, max_num_batched_tokens) / GIB
-    if fraction_of_free:
+    reserve = FRAMEWORK_RESERVE_GIB
+    if static_fraction:
+        kv = gpu_memory_utilization * system.hbm_gib - weights
+        total = system.hbm_gib  # the reserve is what the static share leaves beside the activations
+        reserve = max(0.0, (1.0 - gpu_memory_utilization) * system.hbm_gib - acts)
+    elif fraction_of_free:
         kv = gpu_memory_utilization * (system.hbm_gib - weights - acts - FRAMEWORK_RESERVE_GIB)
         total = weights + acts + FRAMEWORK_RESERVE_GIB + kv if kv > 0 else system.hbm_gib
     else:
@@ -103,10 +165,13 @@ def memory_per_gpu(
         kv = total - weights - acts - FRAMEWORK_RESERVE_GIB
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
+    source = MemoryBreakdown.model_fields["source"].default
+    if static_fraction:
+        source += f"; KV cache = mem_fraction_static {gpu_memory_utilization:g} x the GPU - weights (SGLang)"
     return MemoryBreakdown(
         weights_gib=weights,
         activations_gib=acts,
-        reserve_gib=FRAMEWORK_RESERVE_GIB,
+        reserve_gib=reserve,
         kv_gib=kv,
         total_gib=total,
         hbm_gib=system.hbm_gib,
@@ -114,6 +179,7 @@ def memory_per_gpu(
         kv_bytes_per_token=per_token,
         max_kv_tokens=max_tokens,
         attn_dp=parallel.attn_dp,
+        source=source,
     )
 
 
@@ -144,10 +210,13 @@ def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwarg
 
 
 __all__ = [
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "GIB",
     "MemoryBreakdown",
     "check_fits",
     "kv_bytes_per_sequence_per_gpu",
     "memory_per_gpu",
+    "sglang_cuda_graph_max_bs",
+    "sglang_mem_fraction_static",
     "weight_bytes_per_gpu",
 ]

@@ -43,8 +43,9 @@ def prepare(
     system: SystemSpec,
     parallel: Parallel,
     max_num_batched_tokens: int = 8192,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float | None = None,
     fraction_of_free: bool = False,
+    static_fraction: bool = False,
 ) -> MemoryBreakdown:
     """Every check a deployment must pass before it is priced: parallel split, precision, memory."""
     parallel.validate(model)
@@ -56,6 +57,7 @@ def prepare(
         max_num_batched_tokens=max_num_batched_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
         fraction_of_free=fraction_of_free,
+        static_fraction=static_fraction,
     )
 
 
@@ -86,7 +88,14 @@ def estimate_static(
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     db = db or perfdb_for(system, engine.name)
-    mem = prepare(model, system, parallel, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free)
+    mem = prepare(
+        model,
+        system,
+        parallel,
+        engine.max_num_batched_tokens,
+        fraction_of_free=engine.kv_of_free,
+        static_fraction=engine.kv_static_fraction,
+    )
     check_kv_capacity(model, parallel, mem, batch, isl + osl)
     micro = ceil(batch / parallel.pp)  # pipeline stages work on pp microbatches at once
     prefill_shape = StepShape(prefill=((isl, 0),) * micro)

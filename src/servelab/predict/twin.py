@@ -57,7 +57,7 @@ class EngineSettings(BaseModel):
     enable_prefix_caching: bool = False
     num_speculative_tokens: int = Field(0, ge=0, le=16)
     spec_acceptance: float = Field(0.7, ge=0.0, le=1.0)
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)  # None: the engine's default
     # TensorRT-LLM's rules that hold new prompts back (attention_dp_config; batch_wait_*), see
     # predict/serving/engine.py
     attention_dp_balance: bool | None = None
@@ -166,6 +166,7 @@ def simulate_benchmark(
         engine.max_num_batched_tokens,
         settings.gpu_memory_utilization,
         fraction_of_free=engine.kv_of_free,
+        static_fraction=engine.kv_static_fraction,
     )
     db = db or perfdb_for(system, engine.name)
     spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)

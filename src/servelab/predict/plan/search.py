@@ -167,7 +167,12 @@ def _agg_fits(ctx: SearchContext) -> bool:
     n, engine = ctx.req.gpus, ctx.engine
     return any(
         memory_per_gpu(
-            ctx.model, ctx.system, p, engine.max_num_batched_tokens, fraction_of_free=engine.kv_of_free
+            ctx.model,
+            ctx.system,
+            p,
+            engine.max_num_batched_tokens,
+            fraction_of_free=engine.kv_of_free,
+            static_fraction=engine.kv_static_fraction,
         ).fits
         for p in enumerate_parallel(ctx.model, n, divides=n)
     )
@@ -186,6 +191,7 @@ def _nothing_fits(ctx: SearchContext) -> ServelabError:
                 p,
                 ctx.engine.max_num_batched_tokens,
                 fraction_of_free=ctx.engine.kv_of_free,
+                static_fraction=ctx.engine.kv_static_fraction,
             )
             if mem.fits:
                 best = (g, p, mem)

@@ -85,6 +85,7 @@ def lane_limits(
         balance_wait_iters=engine.attention_dp_batching_wait_iters,
         batch_wait_iters=engine.batch_wait_timeout_iters if engine.batch_wait_max_tokens_ratio > 0 else 0,
         batch_wait_tokens=engine.batch_wait_max_tokens_ratio * engine.max_num_batched_tokens,
+        frontend_streams=engine.api_output_serial,
     )
 
 
@@ -213,10 +214,11 @@ def estimate_aggregated(
     acceptance: float = 0.7,
     seed: int = 0,
     workload: Workload | None = None,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float | None = None,
 ) -> AggregatedEstimate:
     """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s).
-    gpu_memory_utilization: the engine's memory share (TensorRT-LLM: the share of free memory for KV)."""
+    gpu_memory_utilization: the engine's memory share (TensorRT-LLM: the share of free memory for KV; SGLang:
+    mem_fraction_static); None: the engine's own default."""
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     if workload is None:
@@ -241,6 +243,7 @@ def estimate_aggregated(
         engine.max_num_batched_tokens,
         gpu_memory_utilization,
         fraction_of_free=engine.kv_of_free,
+        static_fraction=engine.kv_static_fraction,
     )
     # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
     ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
@@ -267,7 +270,7 @@ def to_estimate(
     rep_decode, rep_mixed = representative_shapes(pricer, wl, sim)
     sources: dict = {}
     for shape in (rep_decode, rep_mixed):
-        for s, n in priced_step(model, parallel, shape, engine, db).sources.items():
+        for s, n in priced_step(model, parallel, shape, pricer.engine, db).sources.items():
             sources[s] = sources.get(s, 0) + n
     tpot = p["tpot_ms"]["mean"] if wl.osl > 1 else p["itl_ms"]["mean"]
     result = AggregatedEstimate(
@@ -318,8 +321,8 @@ def to_estimate(
             "prefill_us": breakdown(step_ops(model, parallel, rep_mixed), db),
             "decode_us": breakdown(step_ops(model, parallel, rep_decode), db),
             "engine_overhead_us": {
-                "prefill": priced_step(model, parallel, rep_mixed, engine, db).overhead_us,
-                "decode": priced_step(model, parallel, rep_decode, engine, db).overhead_us,
+                "prefill": priced_step(model, parallel, rep_mixed, pricer.engine, db).overhead_us,
+                "decode": priced_step(model, parallel, rep_decode, pricer.engine, db).overhead_us,
             },
             "shapes": {"mixed": rep_mixed._asdict(), "decode": rep_decode._asdict()},
         }

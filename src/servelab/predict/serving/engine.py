@@ -5,9 +5,11 @@ requests part-way through their prompt continue (chunked prefill); then waiting 
 arrival order while the token budget (max_num_batched_tokens), the sequence limit (max_num_seqs) and the KV
 cache allow. SGLang ("separate") runs pending prompt chunks as a step of their own, with the whole budget,
 before any decode step. An engine that reserves KV for future output (SGLang's new-token ratio, TensorRT-LLM's
-no-evict policy) admits a request only if the cache also holds that share of every admitted request's
-remaining output. When the KV cache cannot hold the decodes' next tokens, the most recently admitted request
-is preempted and later recomputed (vLLM V1).
+no-evict policy) admits a request only if the cache also holds all of its output, all of the output of the
+requests admitted before it in the same step, and that share of the remaining output of the requests admitted
+earlier (SGLang's PrefillAdder.add_one_req charges a new request its whole max_new_tokens and running ones
+new_token_ratio x theirs). When the KV cache cannot hold the decodes' next tokens, the most recently admitted
+request is preempted and later recomputed (vLLM V1).
 
 TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
 default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
@@ -79,7 +81,7 @@ class LaneLimits:
     tokens_per_step: float = 1.0  # expected tokens a decoding sequence emits per step (speculative decoding)
     verify_tokens: int = 1  # tokens a decoding sequence takes from the budget (1 + draft tokens)
     separate_prefill: bool = False  # prompt chunks and decodes never share a step; prompts go first (SGLang)
-    reserve: float = 0.0  # share of admitted requests' remaining output kept free in the KV cache ...
+    reserve: float = 0.0  # share of running requests' remaining output kept free in the KV cache ...
     reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
     reserve_decay_steps: int = 0
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
@@ -90,6 +92,9 @@ class LaneLimits:
     balance_wait_iters: int = 0  # ... and this many more once every rank is ready and decoding
     batch_wait_iters: int = 0  # context batching wait: at most this many iterations (0: off) ...
     batch_wait_tokens: float = 0.0  # ... until a step would carry this many tokens
+    # the API server streams every output token through the same serial queue that takes requests in, and a
+    # token reaches the client when that queue has handled it (SGLang's one TokenizerManager process)
+    frontend_streams: bool = False
 
     @property
     def holds(self) -> bool:
@@ -99,8 +104,10 @@ class LaneLimits:
     def frontend_cost_s(self, prompt: int, decode_rate: float) -> float:
         """API-server time to take in a request while the lane streams decode_rate tokens/s: its own work,
         stretched by the share of the CPU that streaming leaves (at most 20x: a saturated server still
-        turns)."""
+        turns); with frontend_streams the streaming is queued work of its own (Lane.stream_out)."""
         work = self.frontend_s + self.frontend_token_s * prompt
+        if self.frontend_streams:
+            return work
         busy = min(self.frontend_out_token_s * decode_rate, FRONTEND_MAX_BUSY)
         return work / (1.0 - busy)
 
@@ -277,8 +284,8 @@ class Lane:
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
-            if ratio:  # the whole prompt and its share of output must fit beside the others' reserve
-                reserved += ratio * (req.osl - req.out) * per_token
+            if ratio:  # the whole prompt and all of its output must fit beside the others' reserve
+                reserved += (req.osl - req.out) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
@@ -333,6 +340,19 @@ class Lane:
         self.waiting.appendleft(req)
 
     # ---- step end ----------------------------------------------------------------------------------------
+    def stream_out(self, batch: Batch, firsts: int, end: float, drive: int) -> float:
+        """Queue the tokens a batch emitted (each decode step's tokens as the step ends, and `firsts` first
+        tokens) on the API server (frontend_streams); returns how long after `end` (drive clock) the server
+        has handled them."""
+        lim = self.lim
+        per_step = batch.decodes * lim.tokens_per_step
+        cost = lim.frontend_out_token_s
+        first_step_end = end - (batch.steps - 1) * batch.duration[drive] / batch.steps
+        start = max(self.frontend_free, first_step_end)
+        work = (batch.steps * per_step + firsts) * cost
+        self.frontend_free = max(start + work, end + (per_step + firsts) * cost)
+        return self.frontend_free - end
+
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from servelab.predict.graph import StepShape
+from servelab.predict.memory import sglang_cuda_graph_max_bs
 from servelab.predict.step import priced_step
 
 EXACT_BELOW = 16  # counts up to here are priced exactly (small batches change the price most)
@@ -95,6 +96,9 @@ class StepPricer:
 
     def __init__(self, model, parallel, engine, db, spec_tokens: int = 0, ranks: int = 0):
         """ranks: attention-DP ranks with work (0: all), when fewer requests than ranks leave some idle."""
+        if engine.cuda_graph_by_split:
+            graphs = sglang_cuda_graph_max_bs(db.system.hbm_gib, parallel)
+            engine = engine.model_copy(update={"cuda_graph_max_batch": graphs})
         self.model, self.parallel, self.engine, self.db = model, parallel, engine, db
         self.dp = min(ranks or parallel.attn_dp, parallel.attn_dp)
         self.ranks = self.dp if self.dp < parallel.attn_dp else 0

@@ -65,10 +65,20 @@ class StepEnd(NamedTuple):
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
         lane.busy = False
+        starting = [req for req, _, _ in self.batch.chunks if req.first is None]
         done = lane.complete(self.batch)
         out = [Schedule(self.time)]
+        seen = self.time  # when the client sees this step's tokens
+        if lane.lim.frontend_streams:
+            firsts = [req for req in starting if req.first is not None]
+            delay = lane.stream_out(self.batch, len(firsts), self.time, source.drive)
+            seen += delay
+            for req in firsts:
+                req.first = _later(req.first, delay)
+            for req in done:
+                req.finish = _later(req.finish, delay)
         for req in done:
-            out.extend(source.on_finish(req, self.time, lane))
+            out.extend(source.on_finish(req, seen, lane))
         return out
 
 
@@ -91,6 +101,10 @@ class Schedule(NamedTuple):
 
 # at one instant: arrivals and hand-overs, then step ends, then scheduling
 _ORDER = {Arrival: 0, Admit: 0, StepEnd: 1, Schedule: 2}
+
+
+def _later(clocks, delay: float) -> tuple:
+    return (clocks[0] + delay, clocks[1] + delay, clocks[2] + delay)
 
 
 def _at(lane: Lane, t: float, drive: int) -> tuple:
