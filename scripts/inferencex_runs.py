@@ -1,16 +1,16 @@
 """Regenerate src/servelab/calibrate/data/inferencex_runs.json: the benchmark runs InferenceX's
 perf-changelog.yaml triggered, for tying calibration rows to the run that measured them.
 
-    python scripts/inferencex_runs.py --git-dir PATH/TO/InferenceX/.git [--since DATE] [--until DATE] [--out FILE]
+    python scripts/inferencex_runs.py --git-dir PATH/TO/InferenceX/.git [--since DATE] [--until DATE]
 
-InferenceX runs a sweep when a commit on main adds entries to perf-changelog.yaml (utils/process_changelog.py:
-the added lines are read as YAML, each entry's `config-keys` are resolved against the master configs, `*`
-matching anything; a commit whose message says `[skip-sweep]` runs nothing). The measured time of a row is that
-commit's time plus a few seconds. For every such commit on the first-parent history this script records the
-commit, its time and, per single-node config key (multinode keys are disaggregated runs, which the calibration
-does not fit) of the hardware the calibration rows use, the framework,
-runner, model, precision, image and whether the key's search space decodes speculatively (`mtp`, `none`, or
-`mixed`). InferenceX is Apache-2.0; only these facts are recorded.
+InferenceX runs a sweep when a commit on main adds entries to perf-changelog.yaml (its
+utils/process_changelog.py: the added lines are read as YAML, each entry's `config-keys` resolved against the
+master configs, `*` matching anything; a deleted line with text stops it; a commit whose message says
+`[skip-sweep]` runs nothing). The measured time of a row is that commit's time plus a few seconds. For every
+such commit on the first-parent history this script records the commit, its time and, per single-node config
+key of the hardware the calibration rows use, the framework, runner, model, precision, image and whether the
+key's search space decodes speculatively (`mtp`, `none`, or `mixed`). Multinode keys are disaggregated runs,
+which the calibration does not fit. InferenceX is Apache-2.0; only these facts are recorded.
 """
 
 import argparse
@@ -23,7 +23,14 @@ from pathlib import Path
 
 import yaml
 
-OUT = Path(__file__).resolve().parent.parent / "src" / "servelab" / "calibrate" / "data" / "inferencex_runs.json"
+OUT = (
+    Path(__file__).resolve().parent.parent
+    / "src"
+    / "servelab"
+    / "calibrate"
+    / "data"
+    / "inferencex_runs.json"
+)
 CHANGELOG = "perf-changelog.yaml"
 # where InferenceX kept its master configs (utils/constants.py MASTER_CONFIGS), older layout first
 MASTER_CONFIGS = (
