@@ -9,8 +9,9 @@ master configs, `*` matching anything; a deleted line with text stops it; a comm
 `[skip-sweep]` runs nothing). The measured time of a row is that commit's time plus a few seconds. For every
 such commit on the first-parent history this script records the commit, its time and, per single-node config
 key of the hardware the calibration rows use, the framework, runner, model, precision, image and whether the
-key's search space decodes speculatively (`mtp`, `none`, or `mixed`). Multinode keys are disaggregated runs,
-which the calibration does not fit. InferenceX is Apache-2.0; only these facts are recorded.
+key's search space decodes speculatively (`mtp`, `none`, or `mixed`), and the search space itself (sequence
+lengths, concurrency range, speculative decoding per entry). Multinode keys are disaggregated runs, which the
+calibration does not fit. InferenceX is Apache-2.0; only these facts are recorded.
 """
 
 import argparse
@@ -127,6 +128,19 @@ def spec_decoding(config: dict) -> str:
     return found.pop() if len(found) == 1 else ("mixed" if found else "none")
 
 
+def search_space(config: dict) -> list[list]:
+    """[isl, osl, lowest concurrency, highest concurrency, spec decoding] per search-space entry (a
+    `conc-list` written as one entry per value)."""
+    points = []
+    for seq in config.get("seq-len-configs") or []:
+        for point in seq.get("search-space") or []:
+            spec = str(point.get("spec-decoding") or "none").lower()
+            concs = point.get("conc-list") or []
+            ranges = [(c, c) for c in concs] or [(point.get("conc-start"), point.get("conc-end"))]
+            points += [[seq.get("isl"), seq.get("osl"), lo, hi, spec] for lo, hi in ranges]
+    return points
+
+
 def key_facts(config: dict) -> dict:
     return {
         "framework": config.get("framework"),
@@ -136,6 +150,7 @@ def key_facts(config: dict) -> dict:
         "precision": config.get("precision"),
         "spec_decoding": spec_decoding(config),
         "image": config.get("image"),
+        "search_space": search_space(config),
     }
 
 
@@ -182,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": table,
     }
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    text = json.dumps(doc, indent=1)
+    # one search-space entry per line
+    text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+    args.out.write_text(text + "\n")
     print(f"{len(table)} runs, {sum(len(r['keys']) for r in table)} keys -> {args.out}", file=sys.stderr)
     return 0
 

@@ -1,7 +1,8 @@
 """Tying calibration rows to the InferenceX run that measured them: an exact time names the changelog run
-started within a minute before it; a date-only row is decided by an exact row of the same measurement, else by
-its day's runs agreeing on speculative decoding, else it is ambiguous; the calibration leaves MTP runs' rows
-out with the run's commit as the reason and records the tie of the rows it keeps."""
+started within a minute before it whose search space holds the row's load; a date-only row is decided by an
+exact row of the same measurement, else by its day's runs agreeing on speculative decoding, else it is
+ambiguous; the calibration leaves MTP runs' rows out with the run's commit as the reason and records the tie
+of the rows it keeps."""
 
 from datetime import UTC, datetime
 
@@ -66,6 +67,14 @@ def test_an_exact_time_names_the_changelog_run_of_the_pinned_table():
     both = find_run("trtllm", "h200_sxm", R1, "fp8", "2026-01-28T06:18:44Z")
     assert (both.status, both.spec_decoding) == ("ambiguous", None)
     assert sorted(r.key for r in both.runs) == ["dsr1-fp8-h200-trt", "dsr1-fp8-h200-trt-mtp"]
+    # only the MTP key's search space held 1k/8k at concurrency 256; neither held concurrency 4096
+    at_256 = find_run("trtllm", "h200_sxm", R1, "fp8", "2026-01-28T06:18:44Z", load=(1024, 8192, 256))
+    assert (at_256.status, at_256.spec_decoding) == ("identified", "mtp")
+    assert [r.key for r in at_256.runs] == ["dsr1-fp8-h200-trt-mtp"]
+    assert (
+        find_run("trtllm", "h200_sxm", R1, "fp8", "2026-01-28T06:18:44Z", load=(1024, 8192, 4096)).status
+        == "none"
+    )
 
 
 def _day_table():

@@ -1,7 +1,7 @@
 """scripts/inferencex_runs.py, run on a small git history standing in for InferenceX's: each commit that adds
 changelog entries is a run of the config keys they name (`*` patterns resolved against the master configs of
-that commit), with the keys' deployment and speculative decoding; `[skip-sweep]` commits, commits deleting a
-changelog line, multinode keys and other hardware are left out."""
+that commit), with the keys' deployment, speculative decoding and search space; `[skip-sweep]` commits,
+commits deleting a changelog line, multinode keys and other hardware are left out."""
 
 import json
 import os
@@ -28,6 +28,7 @@ dsr1-fp8-h200-trt:
     osl: 1024
     search-space:
     - { tp: 8, ep: 8, conc-start: 4, conc-end: 64 }
+    - { tp: 4, ep: 4, conc-list: [8, 32] }
 dsr1-fp8-h200-trt-mtp:
   image: nvcr.io#nvidia/tensorrt-llm/release:1.1.0rc2.post2
   model: deepseek-ai/DeepSeek-R1-0528
@@ -125,5 +126,13 @@ def test_each_changelog_commit_is_a_run_of_the_keys_it_added(repo, tmp_path):
         "precision": "fp8",
         "spec_decoding": "mtp",
         "image": "nvcr.io#nvidia/tensorrt-llm/release:1.1.0rc2.post2",
+        "search_space": [[1024, 1024, 4, 64, "mtp"], [1024, 1024, 128, 256, "mtp"]],
     }
-    assert doc["runs"][1]["keys"]["dsr1-fp8-h200-trt"]["spec_decoding"] == "none"
+    plain = doc["runs"][1]["keys"]["dsr1-fp8-h200-trt"]
+    assert plain["spec_decoding"] == "none"
+    # a concurrency list is one entry per value
+    assert plain["search_space"] == [
+        [1024, 1024, 4, 64, "none"],
+        [1024, 1024, 8, 8, "none"],
+        [1024, 1024, 32, 32, "none"],
+    ]

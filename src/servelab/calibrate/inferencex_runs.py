@@ -4,7 +4,8 @@ InferenceX runs a sweep when a commit adds entries to its perf-changelog.yaml, a
 an InferenceX row in silicon_sample.csv is that commit's time plus a few seconds. data/inferencex_runs.json
 (made by scripts/inferencex_runs.py from InferenceX's history; its `_provenance` names the commit) lists those
 runs with, per config key, the deployment and whether the key decodes speculatively (MTP). A row is tied to a
-run by its deployment (engine, hardware, model, precision) and its time:
+run by its deployment (engine, hardware, model, precision), its load (a run measured only the sequence lengths
+and concurrencies of its keys' search space) and its time:
 - an exact time names the run that started within a minute before it;
 - a date-only row (`...T00:00:00.000Z`, as the later exports write) is decided by an exact row holding the
   same measurement when there is one, else by that day's runs of the deployment when they all agree on
@@ -13,7 +14,7 @@ run by its deployment (engine, hardware, model, precision) and its time:
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
@@ -37,6 +38,18 @@ class Run:
     time: datetime
     key: str
     spec_decoding: str  # mtp, none, or mixed (the key's search space has both)
+    search_space: tuple[tuple, ...] = ()  # (isl, osl, lowest conc, highest conc, spec decoding) per entry
+
+    def at_load(self, load: tuple[int, int, int] | None) -> "Run | None":
+        """The run as it measured an (isl, osl, concurrency) point: its speculative decoding there, or None
+        where its search space does not hold the point (no load: the run as a whole)."""
+        if load is None or not self.search_space:
+            return self
+        isl, osl, conc = load
+        specs = {p[4] for p in self.search_space if (p[0], p[1]) == (isl, osl) and p[2] <= conc <= p[3]}
+        if not specs:
+            return None
+        return replace(self, spec_decoding=specs.pop() if len(specs) == 1 else "mixed")
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,8 @@ def run_table() -> tuple[tuple[tuple, Run], ...]:
                 )
             except ValueError:
                 continue
-            table.append((deployment, Run(run["commit"], time, key, facts["spec_decoding"])))
+            points = tuple(tuple(p) for p in facts.get("search_space") or ())
+            table.append((deployment, Run(run["commit"], time, key, facts["spec_decoding"], points)))
     return tuple(table)
 
 
@@ -115,12 +129,20 @@ def _decided(runs: list[Run]) -> Tie:
 
 
 def find_run(
-    engine: str, system: str, model: str, precision: str, measured: str, duplicate_measured: str = ""
+    engine: str,
+    system: str,
+    model: str,
+    precision: str,
+    measured: str,
+    duplicate_measured: str = "",
+    load: tuple[int, int, int] | None = None,
 ) -> Tie:
     """The run a row measured at `measured` was taken in; `duplicate_measured` is the exact time of another
-    row holding the same measurement, which decides a date-only row."""
+    row holding the same measurement, which decides a date-only row; `load` (isl, osl, concurrency) keeps the
+    runs whose search space holds it."""
     want = (engine, system, model_key(model), _precision(precision))
-    runs = [run for deployment, run in run_table() if deployment == want]
+    found = (run.at_load(load) for deployment, run in run_table() if deployment == want)
+    runs = [run for run in found if run is not None]
     at, day = parse_measured(measured)
     if at is None and duplicate_measured:
         exact, dup_day = parse_measured(duplicate_measured)
@@ -138,14 +160,20 @@ def _measured(row: dict) -> str:
     return m.group(1) if m else ""
 
 
+def _load(row: dict) -> tuple[int, int, int] | None:
+    """(isl, osl, concurrency) of a row, or None where it does not say."""
+    conc = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    try:
+        return int(row["isl"]), int(row["osl"]), int(conc.group(1) if conc else row["batch_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _same_measurement(row: dict) -> tuple:
     return (
         row.get("backend"),
         row.get("system"),
-        row.get("isl"),
-        row.get("osl"),
-        tuple(re.findall(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", "")))
-        or row.get("batch_size"),
+        _load(row),
         round(float(row.get("silicon_ttft_ms") or "nan"), 6),
         round(float(row.get("silicon_tpot_ms") or "nan"), 6),
     )
@@ -166,6 +194,7 @@ def tie_rows(rows: list[dict]) -> dict[str, Tie]:
             row.get("precision", ""),
             _measured(row),
             exact.get(_same_measurement(row), ""),
+            _load(row),
         )
         for row in rows
     }
