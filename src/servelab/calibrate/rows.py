@@ -200,8 +200,9 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
             continue
         tie = ties[row["id"]]
         # replayed as plain decoding, an MTP run's TPOT would be read as the engine's (about half of it)
-        if tie.spec_decoding == "mtp":
-            why = f"speculative decoding (MTP) run: InferenceX changelog {tie.commits}"
+        if tie.spec_decoding not in (None, "none"):
+            how = "MTP" if tie.spec_decoding == "mtp" else tie.spec_decoding
+            why = f"speculative decoding ({how}) run: InferenceX changelog {tie.commits}"
             skipped[why] = skipped.get(why, 0) + 1
             continue
         case.run = f"{tie.status} {tie.commits}".strip()
