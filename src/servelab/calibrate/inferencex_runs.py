@@ -63,7 +63,7 @@ class Tie:
 
     @property
     def spec_decoding(self) -> str | None:
-        """mtp or none where the tie decides it, else None."""
+        """The speculative decoding where the tie decides it (mtp, none, InferenceX's others), or None."""
         if self.status not in ("identified", "agreed"):
             return None
         return self.runs[0].spec_decoding
