@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.families import family_of
+from servelab.calibrate.inferencex_runs import tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
@@ -38,6 +39,7 @@ class Case:
     system: str = ""  # the servelab system it was measured on
     measured: str = ""  # the date it was measured (YYYY-MM-DD), where the source says
     settings: RunSettings | None = None  # the engine settings its recipe set (None: the engine's defaults)
+    run: str = ""  # the InferenceX run it is tied to: `identified|agreed|ambiguous COMMITS` or `none`
 
     @property
     def model_name(self) -> str:
@@ -187,15 +189,23 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
     cases: list[Case] = []
     skipped: dict[str, int] = {}
     seen = set()
+    rows = [row for row in rows if row.get("system") == system]
+    ties = tie_rows(rows)
     for row in rows:
-        if row.get("system") != system:
-            continue
         try:
             case = to_case(row)
         except ValueError as e:
             reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
+        tie = ties[row["id"]]
+        # replayed as plain decoding, an MTP run's TPOT would be read as the engine's (about half of it)
+        if tie.spec_decoding not in (None, "none"):
+            how = "MTP" if tie.spec_decoding == "mtp" else tie.spec_decoding
+            why = f"speculative decoding ({how}) run: InferenceX changelog {tie.commits}"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        case.run = f"{tie.status} {tie.commits}".strip()
         # the same measurement appears under two sources (a database dump and a CSV export): count it once
         same = case.measurement()
         if same in seen:

@@ -3,6 +3,7 @@ silicon_sample.csv (the pinned package's, or a local copy), InferenceX result fi
 Each source is recorded with a SHA-256 of what was read and the rows it gave or lost (by reason)."""
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def _record(kind: str, path: Path | str, sha256: str, read: int, cases: list[Cas
         "rows_read": read,
         "rows_used": len(cases),
         "rows_skipped": dict(sorted(skipped.items(), key=lambda kv: -kv[1])),
+        # the rows used, by their tie to an InferenceX run: identified, agreed, ambiguous, none
+        "inferencex_runs": dict(Counter(c.run.split(" ")[0] for c in cases if c.run)),
     }
 
 
