@@ -38,6 +38,13 @@ from servelab.specs import (
 )
 
 DSV4_WINDOW = 128
+# The sparse attention kernels the engines run DeepSeek-V4 with on Hopper and Blackwell (FlashMLA's, and
+# FlashInfer's DSV4 backend) take 64 or 128 query heads: a rank with fewer pads its queries with empty heads,
+# which the kernel computes like the others (vLLM models/deepseek_v4/nvidia/flashmla.py and
+# flashinfer_sparse.py, get_padded_num_q_heads, v0.25 and v0.32). So tensor parallelism splits the attention
+# core of CSA, HCA and sliding-window layers only down to 64 heads per rank (V4-Flash at TP8: 8 heads, run as
+# 64); the projections around it split as usual.
+DSV4_KERNEL_HEADS = (64, 128)
 
 
 class StepShape(NamedTuple):
@@ -343,10 +350,15 @@ def _dsv4_projections(
     return ops
 
 
+def dsv4_kernel_heads(heads: int) -> int:
+    """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
+    return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
+
+
 def _dsv4_prefill(
     att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    heads, native = parallel.heads_local(model), att.num_heads
+    heads, native = dsv4_kernel_heads(parallel.heads_local(model)), att.num_heads
     if kind == LayerAttention.sliding:
         kvdt = model.precision.kv_cache.value
         return [
@@ -360,7 +372,7 @@ def _dsv4_prefill(
 def _dsv4_decode(
     att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    heads, native = parallel.heads_local(model), att.num_heads
+    heads, native = dsv4_kernel_heads(parallel.heads_local(model)), att.num_heads
     if kind == LayerAttention.sliding:
         key = AttentionDecode(
             t.decode_tokens,
