@@ -8,6 +8,8 @@ DP8 with eight = I + X).
 """
 
 import argparse
+import random
+from collections import Counter
 
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.specs import Parallel, load_model, load_system
@@ -51,6 +53,23 @@ def run(system_name: str, parallel: Parallel, isl: int, clients: int, osl: int) 
     return s.latency_ms["ttft"].median / 1000, s.duration, s.latency_ms["tpot"].median
 
 
+def routing_collisions(ranks: int = 8, trials: int = 20_000) -> tuple[float, float]:
+    """vLLM v0.25's internal DP load balancer (v1/engine/core_client.py DPLBAsyncMPClient) as a benchmark's
+    first wave meets it: one API server process per DP rank (the default, entrypoints/cli/serve.py) sharing
+    the listening socket, so `ranks` connections land on random servers; server i sends its k-th request to
+    rank i + k (its own counts: the coordinator's stats come every 100 ms). Returns the mean number of ranks
+    that get a prompt and the mean largest number of prompts one rank prefills one after another."""
+    rng = random.Random(0)
+    distinct = deepest = 0
+    for _ in range(trials):
+        load = Counter()
+        for server, count in Counter(rng.randrange(ranks) for _ in range(ranks)).items():
+            load.update((server + k) % ranks for k in range(count))
+        distinct += len(load)
+        deepest += max(load.values())
+    return distinct / trials, deepest / trials
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--system", action="append", help="h200_sxm, b200_sxm (default: both)")
@@ -68,6 +87,8 @@ def main() -> None:
         tp1, dp8 = at[(1_000_000, 1)][0][0], at[(1_000_000, 8)][1][0]
         x = (dp8 - tp1) * 8 / 7
         print(f"  two-term reading at 1M: I = {dp8 - x:.1f} s, X = {x:.1f} s")
+    used, deepest = routing_collisions()
+    print(f"vLLM DP routing of 8 prompts at t=0: {used:.2f} ranks used, {deepest:.2f} prompts on the busiest")
     (tp_ttft, tp_span), (dp_ttft, dp_span) = PUBLIC_B200["TP8"], PUBLIC_B200["DP8"]
     x = (dp_ttft - tp_ttft / 4.5) * 8 / 7  # TP8's eight prompts prefill one after another: median 4.5
     print(
