@@ -4,7 +4,7 @@ runs after its tensor-core work and Blackwell's alongside it."""
 
 import pytest
 
-from servelab.perfdb.keys import Dsv4Context
+from servelab.perfdb.keys import Dsv4Context, Dsv4Generation
 from servelab.perfdb.roofline import Roofline
 from servelab.specs import load_system
 
@@ -42,3 +42,27 @@ def test_hca_has_no_indexer():
     overlapped = H200.model_copy(update={"compute_capability": 100})
     assert _us(overlapped, hca) == pytest.approx(_us(H200, hca))
     assert _us(slow, hca) == pytest.approx(_us(H200, hca))
+
+
+@pytest.mark.parametrize(
+    ("native", "heads", "kernel"),
+    [(64, 8, 64), (64, 16, 64), (128, 16, 64), (128, 32, 64), (128, 128, 128)],
+)
+def test_attention_modules_run_64_or_128_query_heads(native, heads, kernel):
+    """The engines' DeepSeek-V4 kernels pad a rank's query heads to 64 or 128: a TP8 rank of V4-Flash (8
+    heads) costs what a rank with all 64 does, in prefill and in decode."""
+    r = Roofline(H200)
+    rank_keys = [
+        Dsv4Context(native, heads, 1, 65_536, "dsv4_csa_context_module"),
+        Dsv4Context(native, heads, 1, 65_536, "dsv4_hca_context_module"),
+        Dsv4Generation(native, heads, 32, 65_536, "dsv4_csa_generation_module"),
+        Dsv4Generation(native, heads, 32, 65_536, "dsv4_hca_generation_module"),
+    ]
+    for key in rank_keys:
+        assert r.latency(key).us == pytest.approx(r.latency(key._replace(heads=kernel)).us), key
+
+
+def test_128_heads_cost_more_than_64():
+    r = Roofline(H200)
+    pro = Dsv4Context(128, 128, 1, 65_536, "dsv4_hca_context_module")
+    assert r.latency(pro).us > 1.5 * r.latency(pro._replace(heads=64)).us

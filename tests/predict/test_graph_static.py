@@ -43,9 +43,9 @@ def test_tp_splits_shapes_and_adds_allreduces():
     assert sum(op.count for op in allreduces) == 2 * 64
 
 
-def test_dsv4_modules_keyed_by_native_and_kernel_heads():
-    """TP8 gives a V4-Flash rank 8 of the 64 heads, but the engines' sparse attention kernels take 64 or 128
-    query heads: the attention modules (and the sliding-window layers) run 64, the projections 8."""
+def test_dsv4_modules_keyed_by_native_and_local_heads():
+    """The module keys carry the rank's heads (a kernel that pads them has that in its price); the generic
+    sliding-window attention keys carry the 64 heads the engines' DeepSeek-V4 kernel computes."""
     m = load_model(FLASH)
     ops = step_ops(
         m, Parallel(tp=8, ep=8), StepShape(prefill=((4096, 0),), decode_batch=16, decode_kv_len=8192)
@@ -53,9 +53,8 @@ def test_dsv4_modules_keyed_by_native_and_kernel_heads():
     ctx = keys(ops, Dsv4Context)
     gen = keys(ops, Dsv4Generation)
     assert {op.key.op for op in ctx} == {"dsv4_csa_context_module", "dsv4_hca_context_module"}
-    assert all(op.key.native_heads == 64 and op.key.heads == 64 for op in ctx + gen)
+    assert all(op.key.native_heads == 64 and op.key.heads == 8 for op in ctx + gen)
     assert {op.key.heads for op in ops if op.name in ("swa_prefill", "swa_decode")} == {64}
-    assert next(op for op in ops if op.name == "q_b_proj").key.n == 8 * 512
     assert sum(op.count for op in gen if "csa" in op.key.op) == 21
     # every layer is MoE; the first three route by hash and have no router GEMM
     moe = keys(ops, Moe)
@@ -171,19 +170,3 @@ def test_every_op_the_graph_emits_has_a_category():
             seen |= {op.name for op in step_ops(model, parallel, shape)}
     assert {name for name in seen if name.removeprefix(MTP_PREFIX) not in OP_CATEGORY} == set()
     assert {"ep_dispatch", "pp_send_recv", "mtp.mtp_proj", "swa_decode", "mla_decode"} <= seen
-
-
-@pytest.mark.parametrize(
-    ("name", "parallel", "heads"),
-    [
-        ("sgl-project/DeepSeek-V4-Pro-FP8", Parallel(tp=8, ep=8), 64),  # 16 per rank, padded
-        ("sgl-project/DeepSeek-V4-Pro-FP8", Parallel(tp=8, ep=8, dp_attn=True), 128),  # all heads, none added
-        (FLASH, Parallel(tp=4, ep=4), 64),
-        (FLASH, Parallel(tp=8, ep=8, dp_attn=True), 64),
-    ],
-)
-def test_dsv4_attention_kernels_run_64_or_128_heads(name, parallel, heads):
-    ops = step_ops(
-        load_model(name), parallel, StepShape(prefill=((1024, 0),), decode_batch=4, decode_kv_len=4096)
-    )
-    assert {op.key.heads for op in keys(ops, Dsv4Context) + keys(ops, Dsv4Generation)} == {heads}

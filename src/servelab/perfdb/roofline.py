@@ -46,11 +46,24 @@ EPILOGUE_INSTRUCTIONS_PER_HEAD = 2
 # FP32 instruction rate per SM clock on Hopper and Blackwell (128 FP32 lanes per SM); at a 1.98 GHz boost
 # clock this is the datasheet FP32 rate (H200: 132 SMs x 128 x 2 flops x 1.98 GHz = 67 TFLOPS).
 FP32_LANES_PER_SM, SM_CLOCK_HZ = 128, 1.98e9
+# The sparse attention kernels the engines run DeepSeek-V4 with on Hopper and Blackwell (FlashMLA's, and
+# FlashInfer's DSV4 backend) take 64 or 128 query heads: a rank with fewer pads its queries with empty heads,
+# which the kernel computes like the others (vLLM models/deepseek_v4/nvidia/flashmla.py and
+# flashinfer_sparse.py, get_padded_num_q_heads, v0.25 and v0.32; SGLang 0.5.9 pads DeepSeek-V3.2's the same
+# way, layers/attention/nsa_backend.py). So tensor parallelism splits the attention core only down to 64 heads
+# per rank (V4-Flash at TP8: 8 heads, run as 64); the projections around it split as usual. The op keys keep
+# the rank's heads: a table measured with such a kernel has the padding in its times.
+DSV4_KERNEL_HEADS = (64, 128)
 COMM_LATENCY_US = {
     2: 16.0,
     4: 22.0,
     8: 30.0,
 }  # small-message floor inside a CUDA graph (2-GPU measured, rest scaled)
+
+
+def dsv4_kernel_heads(heads: int) -> int:
+    """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
+    return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
 
 
 @lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
@@ -160,9 +173,10 @@ class Roofline:
             keys = min(topk, compressed / 2) + min(seq, DSV4_WINDOW)
         else:
             keys = seq / 128 / 2 + min(seq, DSV4_WINDOW)
-        attn_flops = 4.0 * seq * k.heads * keys * DSV4_HEAD_DIM
+        heads = dsv4_kernel_heads(k.heads)
+        attn_flops = 4.0 * seq * heads * keys * DSV4_HEAD_DIM
         compress_flops = 2.0 * seq * 2 * DSV4_HEAD_DIM * 2
-        bytes_ = seq * (k.heads * DSV4_HEAD_DIM * 2 * 2 + DSV4_MAIN_ENTRY_FP8 * 2)
+        bytes_ = seq * (heads * DSV4_HEAD_DIM * 2 * 2 + DSV4_MAIN_ENTRY_FP8 * 2)
         flops = k.batch * (attn_flops + compress_flops)
         t = self._time(flops, k.batch * bytes_, attn_rate, kernels=3)
         if csa:  # each query scores the compressed entries before it (causal)
@@ -198,7 +212,7 @@ class Roofline:
             entries = kv // 128 + min(kv, DSV4_WINDOW)
             index_bytes, index_flops = 0, 0.0
         bytes_ = k.batch * (entries * DSV4_MAIN_ENTRY_FP8 + index_bytes)
-        flops = k.batch * (4.0 * k.heads * entries * DSV4_HEAD_DIM + index_flops)
+        flops = k.batch * (4.0 * dsv4_kernel_heads(k.heads) * entries * DSV4_HEAD_DIM + index_flops)
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"), kernels=3 if csa else 2)
 
     def _moe(self, k: Moe) -> float:

@@ -25,6 +25,7 @@ from servelab.perfdb.keys import (
     OpKey,
 )
 from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.perfdb.roofline import dsv4_kernel_heads
 from servelab.specs import (
     AttentionKind,
     Dsv4Attention,
@@ -38,13 +39,6 @@ from servelab.specs import (
 )
 
 DSV4_WINDOW = 128
-# The sparse attention kernels the engines run DeepSeek-V4 with on Hopper and Blackwell (FlashMLA's, and
-# FlashInfer's DSV4 backend) take 64 or 128 query heads: a rank with fewer pads its queries with empty heads,
-# which the kernel computes like the others (vLLM models/deepseek_v4/nvidia/flashmla.py and
-# flashinfer_sparse.py, get_padded_num_q_heads, v0.25 and v0.32). So tensor parallelism splits the attention
-# core of CSA, HCA and sliding-window layers only down to 64 heads per rank (V4-Flash at TP8: 8 heads, run as
-# 64); the projections around it split as usual.
-DSV4_KERNEL_HEADS = (64, 128)
 
 
 class StepShape(NamedTuple):
@@ -350,19 +344,16 @@ def _dsv4_projections(
     return ops
 
 
-def dsv4_kernel_heads(heads: int) -> int:
-    """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
-    return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
-
-
 def _dsv4_prefill(
     att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    heads, native = dsv4_kernel_heads(parallel.heads_local(model)), att.num_heads
+    heads, native = parallel.heads_local(model), att.num_heads
     if kind == LayerAttention.sliding:
-        kvdt = model.precision.kv_cache.value
+        # a generic attention key, which cannot say which kernel runs it: it carries the heads the engines'
+        # DeepSeek-V4 kernel computes (the module keys below are padded where they are priced)
+        kvdt, padded = model.precision.kv_cache.value, dsv4_kernel_heads(heads)
         return [
-            Op("swa_prefill", AttentionPrefill(c, new, heads, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
+            Op("swa_prefill", AttentionPrefill(c, new, padded, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
             for c, new, _ in t.prefill
         ]
     ctx = OpName.dsv4_csa_context_module if kind == LayerAttention.csa else OpName.dsv4_hca_context_module
@@ -372,12 +363,12 @@ def _dsv4_prefill(
 def _dsv4_decode(
     att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    heads, native = dsv4_kernel_heads(parallel.heads_local(model)), att.num_heads
+    heads, native = parallel.heads_local(model), att.num_heads
     if kind == LayerAttention.sliding:
         key = AttentionDecode(
             t.decode_tokens,
             min(t.kv_len, DSV4_WINDOW),
-            heads,
+            dsv4_kernel_heads(heads),
             1,
             att.head_dim,
             DSV4_WINDOW,
