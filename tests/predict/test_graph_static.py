@@ -44,6 +44,8 @@ def test_tp_splits_shapes_and_adds_allreduces():
 
 
 def test_dsv4_modules_keyed_by_native_and_local_heads():
+    """The module keys carry the rank's heads (a kernel that pads them has that in its price); the generic
+    sliding-window attention keys carry the 64 heads the engines' DeepSeek-V4 kernel computes."""
     m = load_model(FLASH)
     ops = step_ops(
         m, Parallel(tp=8, ep=8), StepShape(prefill=((4096, 0),), decode_batch=16, decode_kv_len=8192)
@@ -52,6 +54,7 @@ def test_dsv4_modules_keyed_by_native_and_local_heads():
     gen = keys(ops, Dsv4Generation)
     assert {op.key.op for op in ctx} == {"dsv4_csa_context_module", "dsv4_hca_context_module"}
     assert all(op.key.native_heads == 64 and op.key.heads == 8 for op in ctx + gen)
+    assert {op.key.heads for op in ops if op.name in ("swa_prefill", "swa_decode")} == {64}
     assert sum(op.count for op in gen if "csa" in op.key.op) == 21
     # every layer is MoE; the first three route by hash and have no router GEMM
     moe = keys(ops, Moe)

@@ -37,6 +37,25 @@ from servelab.specs.dtypes import Dtype
 DSV4_HEAD_DIM = 512
 DSV4_WINDOW = 128
 INDEXER_HEADS, INDEXER_DIM = 64, 128
+# The lightning indexer's prefill, as vLLM runs it (model_executor/layers/sparse_attn_indexer.py, v0.25 and
+# v0.32): DeepGEMM's fp8_mqa_logits writes one fp32 logit per (query, visible compressed entry) to HBM, in
+# row blocks of at most VLLM_SPARSE_INDEXER_MAX_LOGITS_MB (512 MB), and top_k_per_row_prefill reads them back.
+LOGIT_BYTES = 4
+# Per logit the kernel's epilogue runs, for each indexer head, a ReLU (fmaxf) and a multiply-add with the
+# head's weight on the CUDA cores, not the tensor cores (DeepGEMM sm90_fp8_mqa_logits.cuh and
+# sm100_mqa_logits.cuh: `fmaxf(accum, 0) * weight` summed over the heads).
+EPILOGUE_INSTRUCTIONS_PER_HEAD = 2
+# FP32 instruction rate per SM clock on Hopper and Blackwell (128 FP32 lanes per SM); at a 1.98 GHz boost
+# clock this is the datasheet FP32 rate (H200: 132 SMs x 128 x 2 flops x 1.98 GHz = 67 TFLOPS).
+FP32_LANES_PER_SM, SM_CLOCK_HZ = 128, 1.98e9
+# The sparse attention kernels the engines run DeepSeek-V4 with on Hopper and Blackwell (FlashMLA's, and
+# FlashInfer's DSV4 backend) take 64 or 128 query heads: a rank with fewer pads its queries with empty heads,
+# which the kernel computes like the others (vLLM models/deepseek_v4/nvidia/flashmla.py and
+# flashinfer_sparse.py, get_padded_num_q_heads, v0.25 and v0.32; SGLang 0.5.9 pads DeepSeek-V3.2's the same
+# way, layers/attention/nsa_backend.py). So tensor parallelism splits the attention core only down to 64 heads
+# per rank (V4-Flash at TP8: 8 heads, run as 64); the projections around it split as usual. The op keys keep
+# the rank's heads: a table measured with such a kernel has the padding in its times.
+DSV4_KERNEL_HEADS = (64, 128)
 COMM_LATENCY_US = {
     2: 16.0,
     4: 22.0,
@@ -55,6 +74,11 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
 PEER_ALLREDUCE_BACKENDS = frozenset(("vllm", "sglang", "trtllm"))  # predict.engines.ENGINE_NAMES but torch
+
+
+def dsv4_kernel_heads(heads: int) -> int:
+    """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
+    return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
 
 
 @lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
@@ -163,19 +187,35 @@ class Roofline:
         attn_rate = self._flops_rate("bf16", "attention")
         if csa:
             compressed = seq / 4
-            indexer_flops = 2.0 * seq * compressed / 2 * INDEXER_HEADS * INDEXER_DIM
             keys = min(topk, compressed / 2) + min(seq, DSV4_WINDOW)
         else:
-            indexer_flops = 0.0
             keys = seq / 128 / 2 + min(seq, DSV4_WINDOW)
-        attn_flops = 4.0 * seq * k.heads * keys * DSV4_HEAD_DIM
+        heads = dsv4_kernel_heads(k.heads)
+        attn_flops = 4.0 * seq * heads * keys * DSV4_HEAD_DIM
         compress_flops = 2.0 * seq * 2 * DSV4_HEAD_DIM * 2
-        bytes_ = seq * (k.heads * DSV4_HEAD_DIM * 2 * 2 + DSV4_MAIN_ENTRY_FP8 * 2)
+        bytes_ = seq * (heads * DSV4_HEAD_DIM * 2 * 2 + DSV4_MAIN_ENTRY_FP8 * 2)
         flops = k.batch * (attn_flops + compress_flops)
-        t = self._time(flops, k.batch * bytes_, attn_rate, kernels=4 if csa else 3)
-        if csa:  # the indexer runs its scores in fp8
-            t += self._time(k.batch * indexer_flops, 0, self._flops_rate("fp8"), kernels=1)
+        t = self._time(flops, k.batch * bytes_, attn_rate, kernels=3)
+        if csa:  # each query scores the compressed entries before it (causal)
+            t += self._indexer_prefill(k.batch * seq * compressed / 2)
         return t
+
+    def _indexer_prefill(self, logits: float) -> float:
+        """The indexer's scores of a prefill (`logits` of them: queries x visible compressed entries), on
+        every rank that runs it (the indexer has no heads to split: TP replicates it). Two kernels: the fp8
+        MQA logits, then a top-k per row over the logits it wrote to HBM."""
+        tensor = 2.0 * logits * INDEXER_HEADS * INDEXER_DIM / self._flops_rate("fp8")
+        # the CUDA cores at the fp8 GEMMs' fraction of peak (no measurement of their own)
+        cuda_cores = self.system.sm_count * FP32_LANES_PER_SM * SM_CLOCK_HZ * self.eff["gemm_compute"]["fp8"]
+        epilogue = logits * INDEXER_HEADS * EPILOGUE_INSTRUCTIONS_PER_HEAD / cuda_cores
+        # Hopper's kernel waits for its WGMMAs before each epilogue (warpgroup_wait<0>), so the two add up;
+        # Blackwell's accumulates in tensor memory while other warps run the epilogue, so they overlap
+        compute = tensor + epilogue if self.system.compute_capability < 100 else max(tensor, epilogue)
+        written = logits * LOGIT_BYTES / self.bw
+        scores_us = max(compute, written) * 1e6 + self.kernel_us
+        # top-k reads every logit at least once (a radix select; its rows, 1 MB at 1M tokens, outgrow L2)
+        top_k_us = logits * LOGIT_BYTES / self.bw * 1e6 + self.kernel_us
+        return scores_us + top_k_us
 
     def _dsv4_generation(self, k: Dsv4Generation) -> float:
         csa = k.op in DSV4_CSA_OPS
@@ -189,7 +229,7 @@ class Roofline:
             entries = kv // 128 + min(kv, DSV4_WINDOW)
             index_bytes, index_flops = 0, 0.0
         bytes_ = k.batch * (entries * DSV4_MAIN_ENTRY_FP8 + index_bytes)
-        flops = k.batch * (4.0 * k.heads * entries * DSV4_HEAD_DIM + index_flops)
+        flops = k.batch * (4.0 * dsv4_kernel_heads(k.heads) * entries * DSV4_HEAD_DIM + index_flops)
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"), kernels=3 if csa else 2)
 
     def _moe(self, k: Moe) -> float:

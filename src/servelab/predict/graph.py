@@ -25,6 +25,7 @@ from servelab.perfdb.keys import (
     OpKey,
 )
 from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.perfdb.roofline import dsv4_kernel_heads
 from servelab.specs import (
     AttentionKind,
     Dsv4Attention,
@@ -348,9 +349,11 @@ def _dsv4_prefill(
 ) -> list[Op]:
     heads, native = parallel.heads_local(model), att.num_heads
     if kind == LayerAttention.sliding:
-        kvdt = model.precision.kv_cache.value
+        # a generic attention key, which cannot say which kernel runs it: it carries the heads the engines'
+        # DeepSeek-V4 kernel computes (the module keys below are padded where they are priced)
+        kvdt, padded = model.precision.kv_cache.value, dsv4_kernel_heads(heads)
         return [
-            Op("swa_prefill", AttentionPrefill(c, new, heads, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
+            Op("swa_prefill", AttentionPrefill(c, new, padded, 1, att.head_dim, DSV4_WINDOW, kvdt), 1)
             for c, new, _ in t.prefill
         ]
     ctx = OpName.dsv4_csa_context_module if kind == LayerAttention.csa else OpName.dsv4_hca_context_module
@@ -365,7 +368,7 @@ def _dsv4_decode(
         key = AttentionDecode(
             t.decode_tokens,
             min(t.kv_len, DSV4_WINDOW),
-            heads,
+            dsv4_kernel_heads(heads),
             1,
             att.head_dim,
             DSV4_WINDOW,
