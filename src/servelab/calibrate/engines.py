@@ -182,8 +182,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for e, v in doc["verdicts"].items():
         how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen model families"
         echo(
-            f"  {e:7s} defaults {v['defaults_ttft_plus_tpot_median']:.1%} vs cross-validated fit "
-            f"{v['cv_ttft_plus_tpot_median']:.1%} (TTFT + TPOT medians): {how}"
+            f"  {e:7s} defaults {v['defaults_score']:.1%} vs cross-validated fit "
+            f"{v['cv_score']:.1%} (TTFT + TPOT medians and p90s): {how}"
         )
     written = as_written_errors(cases, before, cv["rows"], doc["verdicts"])
     label = "as written, out of sample"  # kept fits left one family out, the defaults elsewhere
