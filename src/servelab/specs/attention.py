@@ -32,6 +32,12 @@ class MlaFp8KvLayout(StrEnum):
     # (mem_cache/memory_pool.py, kv_cache_dim) and TensorRT-LLM (from memory: its source was not available)
     fp8 = "fp8"
 
+    def entry_bytes(self, kv_lora_rank: int, qk_rope_head_dim: int) -> int:
+        """Bytes of one token's FP8 cache entry in one layer."""
+        if self == MlaFp8KvLayout.fp8:
+            return kv_lora_rank + qk_rope_head_dim
+        return kv_lora_rank + MLA_FP8_SCALE_BYTES + qk_rope_head_dim * 2
+
 
 class AttentionKind(StrEnum):
     gqa = "gqa"
@@ -165,10 +171,8 @@ class MlaAttention(_Attention):
     ) -> float:
         if precision.kv_cache.bytes >= 2:
             per_token = (self.kv_lora_rank + self.qk_rope_head_dim) * 2
-        elif self.fp8_kv_layout == MlaFp8KvLayout.fp8:
-            per_token = self.kv_lora_rank + self.qk_rope_head_dim
         else:
-            per_token = self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
+            per_token = self.fp8_kv_layout.entry_bytes(self.kv_lora_rank, self.qk_rope_head_dim)
         return seq_len * per_token
 
 
