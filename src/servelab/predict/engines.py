@@ -92,7 +92,7 @@ class EngineProfile(BaseModel):
     # a cuda_graph_max_batch set over the profile must turn this off (engine_profile does)
     cuda_graph_by_split: bool = False
     # how the engine stores an FP8 MLA cache entry (specs.attention.MlaFp8KvLayout); None: the model spec's
-    # own (vLLM's FlashMLA layout)
+    # own (DeepSeek's FlashMLA layout, kept for vLLM)
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:
