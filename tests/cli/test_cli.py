@@ -74,6 +74,29 @@ def test_memory_follows_the_engine_kv_rule():
     assert t["max_sequences"] > v["max_sequences"] and t["backend"] == "trtllm"
 
 
+def test_memory_sizes_the_fp8_mla_cache_as_the_engine_lays_it_out():
+    """DeepSeek-R1 with an FP8 KV cache, 61 layers: 656 bytes a token a layer in vLLM's FlashMLA layout (16
+    bytes of scales, the rope key in bf16), 576 in TensorRT-LLM (latent and rope key in fp8)."""
+    per_token = {}
+    for backend in ("vllm", "trtllm"):
+        r = run(
+            "memory",
+            "deepseek-r1",
+            "--tp",
+            "8",
+            "--ep",
+            "8",
+            "--kv-dtype",
+            "fp8",
+            "--backend",
+            backend,
+            "--json",
+        )
+        assert r.returncode == 0, r.stderr
+        per_token[backend] = json.loads(r.stdout)["kv_bytes_per_token_per_gpu"]
+    assert per_token == {"vllm": 61 * 656, "trtllm": 61 * 576}
+
+
 def test_memory_sglang_uses_its_mem_fraction_static():
     """SGLang on 8 H200s at tp 8: mem_fraction_static 0.896 of the GPU for weights and KV cache; a
     --gpu-memory-utilization given is its --mem-fraction-static."""

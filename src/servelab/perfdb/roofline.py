@@ -31,7 +31,7 @@ from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.ops import COMM_OPS, DSV4_CONTEXT_OPS, DSV4_CSA_OPS, DSV4_GENERATION_OPS, OpName
 from servelab.registry import Registry
 from servelab.specs import SystemSpec
-from servelab.specs.attention import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8
+from servelab.specs.attention import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8, MlaFp8KvLayout
 from servelab.specs.dtypes import Dtype
 
 DSV4_HEAD_DIM = 512
@@ -175,7 +175,8 @@ class Roofline:
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
     def _mla_decode(self, k: MlaDecode) -> float:
-        per_token = 656 if _dtype_bytes(k.kv_dtype) < 2 else 1152
+        # the key does not name the engine's layout: an FP8 cache is read as FlashMLA's (the model default)
+        per_token = MlaFp8KvLayout.flashmla.entry_bytes(512, 64) if _dtype_bytes(k.kv_dtype) < 2 else 1152
         flops = 2.0 * k.batch * k.heads * k.kv_len * (576 + 512)
         bytes_ = k.batch * k.kv_len * per_token
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))

@@ -46,6 +46,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError, closest
+from servelab.specs import MlaFp8KvLayout, ModelSpec
 
 ENGINE_NAMES = ("torch", "vllm", "sglang", "trtllm")  # torch: kernels alone, no engine overhead
 
@@ -90,6 +91,13 @@ class EngineProfile(BaseModel):
     # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs);
     # a cuda_graph_max_batch set over the profile must turn this off (engine_profile does)
     cuda_graph_by_split: bool = False
+    # how the engine stores an FP8 MLA cache entry (specs.attention.MlaFp8KvLayout); None: the model spec's
+    # own (DeepSeek's FlashMLA layout, kept for vLLM)
+    mla_fp8_kv_layout: MlaFp8KvLayout | None = None
+
+    def model_as_served(self, model: ModelSpec) -> ModelSpec:
+        """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""
+        return model.with_mla_fp8_kv_layout(self.mla_fp8_kv_layout)
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs

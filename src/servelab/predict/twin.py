@@ -159,6 +159,7 @@ def simulate_benchmark(
         batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
         batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
     )
+    model = engine.model_as_served(model)
     mem = prepare(
         model,
         system,

@@ -7,6 +7,7 @@ from servelab.specs.attention import (
     GqaAttention,
     LayerAttention,
     MlaAttention,
+    MlaFp8KvLayout,
 )
 from servelab.specs.dtypes import Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
@@ -51,6 +52,7 @@ __all__ = [
     "HyperConnections",
     "LayerAttention",
     "MlaAttention",
+    "MlaFp8KvLayout",
     "ModelSpec",
     "MoE",
     "Mtp",

@@ -20,6 +20,25 @@ DSV4_STATE_HCA = 512 * 1024
 MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
 
 
+class MlaFp8KvLayout(StrEnum):
+    """How an engine stores one token of an FP8 MLA cache (DeepSeek-V3 / R1: 512 latent + 64 rope dims)."""
+
+    # fp8 latent + its fp32 block scales + the rope key in bf16 (512 + 16 + 128 = 656 bytes): DeepSeek's
+    # FlashMLA FP8 format, vLLM's fp8_ds_mla (model_executor/layers/attention/mla_attention.py; vLLM 0.32
+    # picks it for its sparse FlashMLA backend, a plain fp8 cache on the dense MLA backends is 576 bytes) and
+    # SGLang's DeepSeek-V3.2 NSA store (mem_cache/memory_pool.py, nsa_kv_cache_store_fp8). The model default.
+    flashmla = "flashmla"
+    # latent and rope key both in fp8, kv_lora_rank + qk_rope_head_dim bytes (576): SGLang's MLATokenToKVPool
+    # (mem_cache/memory_pool.py, kv_cache_dim) and TensorRT-LLM (from memory: its source was not available)
+    fp8 = "fp8"
+
+    def entry_bytes(self, kv_lora_rank: int, qk_rope_head_dim: int) -> int:
+        """Bytes of one token's FP8 cache entry in one layer."""
+        if self == MlaFp8KvLayout.fp8:
+            return kv_lora_rank + qk_rope_head_dim
+        return kv_lora_rank + MLA_FP8_SCALE_BYTES + qk_rope_head_dim * 2
+
+
 class AttentionKind(StrEnum):
     gqa = "gqa"
     mla = "mla"
@@ -129,6 +148,7 @@ class MlaAttention(_Attention):
     qk_nope_head_dim: PositiveInt
     qk_rope_head_dim: PositiveInt
     v_head_dim: PositiveInt
+    fp8_kv_layout: MlaFp8KvLayout = MlaFp8KvLayout.flashmla  # the engine's (ModelSpec.with_mla_fp8_kv_layout)
 
     absorbed_decode: ClassVar[bool] = True
 
@@ -152,7 +172,7 @@ class MlaAttention(_Attention):
         if precision.kv_cache.bytes >= 2:
             per_token = (self.kv_lora_rank + self.qk_rope_head_dim) * 2
         else:
-            per_token = self.kv_lora_rank + self.qk_rope_head_dim * 2 + MLA_FP8_SCALE_BYTES
+            per_token = self.fp8_kv_layout.entry_bytes(self.kv_lora_rank, self.qk_rope_head_dim)
         return seq_len * per_token
 
 

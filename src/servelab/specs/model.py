@@ -10,7 +10,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
 
-from servelab.specs.attention import Attention, LayerAttention
+from servelab.specs.attention import Attention, LayerAttention, MlaAttention, MlaFp8KvLayout
 from servelab.specs.dtypes import Precision
 
 
@@ -226,6 +226,14 @@ class ModelSpec(BaseModel):
     ) -> float:
         """KV-cache bytes one sequence of seq_len tokens holds in one layer (on one rank)."""
         return self.attention.kv_bytes_per_layer(kind, seq_len, self.precision, kv_heads_local)
+
+    def with_mla_fp8_kv_layout(self, layout: MlaFp8KvLayout | None) -> "ModelSpec":
+        """This model as an engine that stores its FP8 MLA cache in `layout` holds it (None, or a model
+        without MLA: unchanged), so every KV count of that engine reads the one number."""
+        att = self.attention
+        if layout is None or not isinstance(att, MlaAttention) or att.fp8_kv_layout == layout:
+            return self
+        return self.model_copy(update={"attention": att.model_copy(update={"fp8_kv_layout": layout})})
 
     def kv_bytes_per_sequence(self, seq_len: int, kv_heads_local: int | None = None) -> float:
         """KV bytes of one sequence over all layers, plus the per-sequence state some layers keep."""

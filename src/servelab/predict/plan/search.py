@@ -40,6 +40,7 @@ def make_plan(req: PlanRequest) -> Plan:
         )
     system = load_system(req.system)
     engine = engine_profile(req.backend, system.hbm_gib, calibration=req.calibration, **req.engine)
+    model = engine.model_as_served(model)
     check_precision(model, system)
     ctx = SearchContext(
         req,

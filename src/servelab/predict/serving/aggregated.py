@@ -221,6 +221,7 @@ def estimate_aggregated(
     mem_fraction_static); None: the engine's own default."""
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
+    model = engine.model_as_served(model)
     if workload is None:
         workload = Workload(
             isl=isl,
