@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
+from servelab.specs import Dtype, load_model
 
 
 def run(*args):
@@ -75,10 +76,11 @@ def test_memory_follows_the_engine_kv_rule():
 
 
 def test_memory_sizes_the_fp8_mla_cache_as_the_engine_lays_it_out():
-    """DeepSeek-R1 with an FP8 KV cache, 61 layers: 656 bytes a token a layer in vLLM's FlashMLA layout (16
-    bytes of scales, the rope key in bf16), 576 in TensorRT-LLM (latent and rope key in fp8)."""
+    """DeepSeek-R1 with an FP8 KV cache, 61 layers: the engines store the 512 latent and 64 rope dims in
+    fp8, 576 bytes a token a layer, where the model's own default is DeepSeek's FlashMLA layout (16 bytes of
+    scales, the rope key in bf16: 656), which vLLM keeps for its sparse FlashMLA backend only."""
     per_token = {}
-    for backend in ("vllm", "trtllm"):
+    for backend in ("vllm", "sglang", "trtllm"):
         r = run(
             "memory",
             "deepseek-r1",
@@ -94,7 +96,10 @@ def test_memory_sizes_the_fp8_mla_cache_as_the_engine_lays_it_out():
         )
         assert r.returncode == 0, r.stderr
         per_token[backend] = json.loads(r.stdout)["kv_bytes_per_token_per_gpu"]
-    assert per_token == {"vllm": 61 * 656, "trtllm": 61 * 576}
+    assert per_token == {"vllm": 61 * 576, "sglang": 61 * 576, "trtllm": 61 * 576}
+    model = load_model("deepseek-r1")
+    fp8 = model.model_copy(update={"precision": model.precision.model_copy(update={"kv_cache": Dtype.fp8})})
+    assert fp8.kv_bytes_per_token == 61 * 656
 
 
 def test_memory_sglang_uses_its_mem_fraction_static():

@@ -29,7 +29,9 @@ def test_fp8_entry_bytes_by_layout():
     assert llama.with_mla_fp8_kv_layout(MlaFp8KvLayout.fp8) is llama
 
 
-@pytest.mark.parametrize(("engine", "per_layer"), [("vllm", 656), ("sglang", 576), ("trtllm", 576)])
+@pytest.mark.parametrize(
+    ("engine", "per_layer"), [("vllm", 576), ("sglang", 576), ("trtllm", 576), ("torch", 656)]
+)
 def test_each_engine_serves_its_own_layout(engine, per_layer):
     r1 = load_model("deepseek-r1", kv_dtype="fp8")
     served = engine_profile(engine).model_as_served(r1)
@@ -56,7 +58,8 @@ def test_trtllm_holds_128_clients_of_9216_tokens_at_a_free_fraction_of_0_75():
 
 def test_static_estimate_counts_the_engine_layout():
     """At TensorRT-LLM's default free fraction (0.9) 50.5 GiB of KV per GPU hold 167 sequences of 9216 tokens
-    at 576 bytes a layer, 147 at vLLM's 656: a batch of 160 fits TensorRT-LLM and not a vLLM-sized cache."""
+    at 576 bytes a layer, 147 at the model's 656 (FlashMLA's layout): a batch of 160 fits TensorRT-LLM's and
+    not a FlashMLA-sized cache."""
     r1 = load_model("deepseek-r1", kv_dtype="fp8")
     trt = engine_profile("trtllm", H200.hbm_gib)
     estimate_static(r1, H200, R1_TP8, trt, 160, 1024, 8192)
