@@ -13,11 +13,12 @@ import queue
 import socket
 import time
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import NamedTuple
 
 from servelab.collect.store import key_from_row
 from servelab.collect.suite import OpSuite, resolve
-from servelab.collect.worker import comm_worker, local_worker, measure
+from servelab.collect.worker import PipeOutbox, comm_worker, local_worker, measure
 from servelab.errors import ServelabError
 from servelab.registry import Registry
 
@@ -52,18 +53,24 @@ class LocalExecutor:
         self.case_timeout_s = case_timeout_s
         self.ctx = mp.get_context("spawn")
 
-    def _start(self, index, suite, outbox):
+    def _start(self, index, suite):
+        """A worker with its own inbox and its own pipe back: a worker that dies mid-send can garble only its
+        own channel (a queue shared by all workers has one write lock, which a worker killed while holding it
+        keeps for ever, and every other worker's results then stop arriving)."""
         inbox = self.ctx.Queue()
-        proc = self.ctx.Process(target=local_worker, args=(index, suite, inbox, outbox), daemon=True)
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=local_worker, args=(index, suite, inbox, PipeOutbox(writer)), daemon=True
+        )
         proc.start()
-        return proc, inbox
+        writer.close()  # the worker holds the write end now: its death reads as end of file here
+        return proc, inbox, reader
 
     def run_single(self, keys: list, suite: OpSuite, cb: Callbacks, deadline: float | None = None) -> None:
         if not keys:
             return
-        outbox = self.ctx.Queue()
         n = min(self.devices, len(keys))
-        workers = {i: self._start(i, suite, outbox) for i in range(n)}
+        workers = {i: self._start(i, suite) for i in range(n)}
         pending = [k._asdict() for k in keys]
         pending.reverse()
         busy: dict[int, tuple[dict, float]] = {}
@@ -78,40 +85,50 @@ class LocalExecutor:
                     workers[i][1].put(item)
                 if out_of_time and not busy:
                     break
-                try:
-                    kind, index, item, payload = outbox.get(timeout=1.0)
-                except queue.Empty:
-                    self._reap(workers, busy, idle, suite, outbox, cb)
-                    continue
-                if kind == "init_error":
-                    raise _init_failed(index, payload)
-                if kind == "facts":
-                    cb.facts(payload)
-                elif kind == "start":
-                    busy[index] = (item, time.monotonic())
-                    cb.started(key_from_row(item))
-                elif kind in ("row", "error"):
-                    busy.pop(index, None)
-                    idle.add(index)
-                    key = key_from_row(item)
-                    if kind == "row":
-                        cb.row(key, payload)
-                    else:
-                        cb.error(key, payload[0], payload[1])
+                readers = {reader: i for i, (_, _, reader) in workers.items()}
+                ready = wait(list(readers), timeout=1.0)
+                for reader in ready:
+                    try:
+                        message = reader.recv()
+                    except (EOFError, OSError):  # the worker died: replace it below
+                        workers[readers[reader]][0].join(timeout=5)
+                        continue
+                    self._handle(message, busy, idle, cb)
+                self._reap(workers, busy, idle, suite, cb)
         finally:
-            for proc, inbox in workers.values():
+            for proc, inbox, _ in workers.values():
                 if proc.is_alive():
                     inbox.put(None)
-            for proc, _ in workers.values():
+            for proc, _, reader in workers.values():
                 proc.join(timeout=10)
                 if proc.is_alive():
                     proc.kill()
                     proc.join()
+                reader.close()
 
-    def _reap(self, workers, busy, idle, suite, outbox, cb) -> None:
+    @staticmethod
+    def _handle(message: tuple, busy: dict, idle: set, cb: Callbacks) -> None:
+        kind, index, item, payload = message
+        if kind == "init_error":
+            raise _init_failed(index, payload)
+        if kind == "facts":
+            cb.facts(payload)
+        elif kind == "start":
+            busy[index] = (item, time.monotonic())
+            cb.started(key_from_row(item))
+        elif kind in ("row", "error"):
+            busy.pop(index, None)
+            idle.add(index)
+            key = key_from_row(item)
+            if kind == "row":
+                cb.row(key, payload)
+            else:
+                cb.error(key, payload[0], payload[1])
+
+    def _reap(self, workers, busy, idle, suite, cb) -> None:
         """Replace a worker that died (a CUDA fatal error kills the context) or overran its time limit."""
         now = time.monotonic()
-        for i, (proc, _) in list(workers.items()):
+        for i, (proc, _, reader) in list(workers.items()):
             item, since = busy.get(i, (None, now))
             dead = not proc.is_alive()
             late = item is not None and now - since > self.case_timeout_s
@@ -128,7 +145,8 @@ class LocalExecutor:
                 )
                 cb.error(key_from_row(item), "worker_crash" if dead else "timeout", what)
             busy.pop(i, None)
-            workers[i] = self._start(i, suite, outbox)
+            reader.close()
+            workers[i] = self._start(i, suite)
             idle.add(i)
 
     def run_comm(

@@ -52,6 +52,23 @@ def _init(path: str, args: tuple, index: int, outbox) -> tuple[bool, Any]:
         return False, None
 
 
+class PipeOutbox:
+    """A local worker's own channel to the parent, with the put/close/join_thread of a queue: sends are
+    synchronous (no feeder thread) and take no lock shared with other workers."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def put(self, message: tuple) -> None:
+        self.conn.send(message)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def join_thread(self) -> None:
+        """Nothing is buffered: every put has reached the pipe when it returns."""
+
+
 def local_worker(index: int, suite: OpSuite, inbox, outbox) -> None:
     """One process per device: announces each key before running it, so the parent knows what a crash hit."""
     started, _ = _init(suite.worker_init, (index,), index, outbox)
