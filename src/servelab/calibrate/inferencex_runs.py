@@ -155,7 +155,8 @@ def find_run(
     return _decided([r for r in runs if r.time.strftime("%Y-%m-%d") == day])
 
 
-def _measured(row: dict) -> str:
+def measured_of(row: dict) -> str:
+    """A silicon_sample.csv row's `measured=` value, as written (or "")."""
     m = re.search(r"measured=([^;\s]+)", row.get("silicon_data_source", ""))
     return m.group(1) if m else ""
 
@@ -184,15 +185,15 @@ def tie_rows(rows: list[dict]) -> dict[str, Tie]:
     of the same measurement (same engine, system, load and measured values) when one exists."""
     exact: dict[tuple, str] = {}
     for row in rows:
-        if parse_measured(_measured(row))[0] is not None:
-            exact.setdefault(_same_measurement(row), _measured(row))
+        if parse_measured(measured_of(row))[0] is not None:
+            exact.setdefault(_same_measurement(row), measured_of(row))
     return {
         row["id"]: find_run(
             row.get("backend", ""),
             row.get("system", ""),
             row.get("model_path", ""),
             row.get("precision", ""),
-            _measured(row),
+            measured_of(row),
             exact.get(_same_measurement(row), ""),
             _load(row),
         )

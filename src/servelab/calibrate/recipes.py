@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from servelab.specs import Dtype
+from servelab.specs import ENGINE_KV_CACHE_DTYPES, Dtype
 
-# KV-cache dtypes as the engines' flags write them ("auto": the checkpoint's own, as servelab reads it)
-KV_DTYPES: dict[str, Dtype | None] = {"fp8": Dtype.fp8, "fp8_e4m3": Dtype.fp8, "fp8_e5m2": Dtype.fp8}
-KV_DTYPES |= {"bf16": Dtype.bf16, "bfloat16": Dtype.bf16, "auto": None}
 # InferenceX's client draws every input and output length uniform in [int(L x r), L] for the nominal length L
 # (utils/bench_serving/benchmark_serving.py `sample_uniform`, as the bench_serving fork its first scripts
 # cloned did), with the workflow's random-range-ratio r, 0.8 by default (.github/workflows/benchmark-tmpl.yml)
@@ -39,7 +36,7 @@ class RunSettings:
     max_num_seqs: int | None = None
     cuda_graph_max_batch: int | None = None
     # TensorRT-LLM free_gpu_memory_fraction (of the memory left free), vLLM gpu_memory_utilization, SGLang
-    # mem_fraction_static (priced by vLLM's rule until SGLang's own is in the memory model)
+    # mem_fraction_static (each priced by its engine's KV rule, predict.memory.memory_per_gpu)
     memory_share: float | None = None
     kv_cache_dtype: Dtype | None = None
     attention_dp_balance: bool = False
@@ -115,9 +112,9 @@ def _pick(value, load: Load):
 def _kv_dtype(name: str | None) -> Dtype | None:
     if name is None:
         return None
-    if name not in KV_DTYPES:
+    if name not in ENGINE_KV_CACHE_DTYPES:
         raise ValueError(f"recipe KV-cache dtype {name} has no servelab dtype")
-    return KV_DTYPES[name]
+    return ENGINE_KV_CACHE_DTYPES[name]
 
 
 def _tokens(rule: dict | None, concurrency: int, isl: int) -> int | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.families import family_of
-from servelab.calibrate.inferencex_runs import tie_rows
+from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
@@ -86,9 +86,8 @@ def concurrency_of(row: dict) -> int:
 
 
 def measured_date(row: dict) -> str:
-    """The date a row was measured, from its source note (`measured=2026-01-14T...`), or ""."""
-    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
-    return m.group(1) if m else ""
+    """The UTC date a row was measured, from its source note (`measured=2026-01-14T...`), or ""."""
+    return parse_measured(measured_of(row))[1]
 
 
 def with_recipe(case: Case) -> Case:

@@ -19,14 +19,13 @@ from servelab.recipes.engines.profiles import flag_pairs
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.yamlio import load_yaml
-from servelab.specs import Parallel, check_precision, load_model, load_system
+from servelab.specs import ENGINE_KV_CACHE_DTYPES, Parallel, check_precision, load_model, load_system
 
 # vLLM's default when a recipe leaves gpu-memory-utilization unset.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # Fused MoE kernels that only exist on Blackwell (SM100+): DeepGEMM's MegaMoE.
 BLACKWELL_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
-KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "bf16": "bf16", "auto": None}
 # Ways to run FP4 experts without FP4 tensor cores, the checkpoint's FP4 experts kept as stored in memory:
 # vLLM's deepseek_v4_fp8 quantization (InferenceX serves DeepSeek-V4-Pro so on H200, MI300X and MI325X; FP8
 # experts would not fit: about 186 GiB a GPU at tp8) and SGLang's Marlin MoE kernel (W4A16, dequantized in
@@ -47,7 +46,7 @@ class Report:
 
 def _model_for(recipe):
     e = recipe.engine
-    kv = KV_DTYPES.get(e.kv_cache_dtype) if e.kv_cache_dtype else None
+    kv = ENGINE_KV_CACHE_DTYPES.get(e.kv_cache_dtype) if e.kv_cache_dtype else None
     indexer = "fp4" if (e.attention_config or {}).get("use_fp4_indexer_cache") is True else None
     name = recipe.spec.model if recipe.spec else recipe.model
     weight = recipe.spec.weight_dtype if recipe.spec else None

@@ -9,7 +9,7 @@ from servelab.specs.attention import (
     MlaAttention,
     MlaFp8KvLayout,
 )
-from servelab.specs.dtypes import Dtype, Precision, parse_dtype
+from servelab.specs.dtypes import ENGINE_KV_CACHE_DTYPES, Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
 from servelab.specs.parallel import Parallel
 from servelab.specs.registry import list_checkpoints, list_models, load_model
@@ -48,6 +48,7 @@ __all__ = [
     "AttentionKind",
     "Dsv4Attention",
     "Dtype",
+    "ENGINE_KV_CACHE_DTYPES",
     "GqaAttention",
     "HyperConnections",
     "LayerAttention",

@@ -47,6 +47,18 @@ _BYTES = {
 }
 
 
+# KV-cache dtypes as the engines' --kv-cache-dtype flags (and TensorRT-LLM's kv_cache_config.dtype) write
+# them; "auto" keeps the checkpoint's own (None)
+ENGINE_KV_CACHE_DTYPES: dict[str, Dtype | None] = {
+    "fp8": Dtype.fp8,
+    "fp8_e4m3": Dtype.fp8,
+    "fp8_e5m2": Dtype.fp8,
+    "bf16": Dtype.bf16,
+    "bfloat16": Dtype.bf16,
+    "auto": None,
+}
+
+
 class Precision(BaseModel):
     """Storage formats per part of the model. GEMMs run at the rate of the weights' format."""
 
