@@ -65,11 +65,13 @@ class StepEnd(NamedTuple):
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
         lane.busy = False
-        starting = [req for req, _, _ in self.batch.chunks if req.first is None]
+        streams = lane.lim.frontend_streams
+        # the requests this step may give their first token (only a streaming API server needs them)
+        starting = [req for req, _, _ in self.batch.chunks if req.first is None] if streams else []
         done = lane.complete(self.batch)
         out = [Schedule(self.time)]
         seen = self.time  # when the client sees this step's tokens
-        if lane.lim.frontend_streams:
+        if streams:
             firsts = [req for req in starting if req.first is not None]
             delay = lane.stream_out(self.batch, len(firsts), self.time, source.drive)
             seen += delay
