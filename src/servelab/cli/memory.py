@@ -59,7 +59,7 @@ def memory(
     check_precision(spec, sys_spec)
     profile = engine_profile(backend)
     spec = profile.model_as_served(spec)
-    rule = dict(fraction_of_free=profile.kv_of_free, static_fraction=profile.kv_static_fraction)
+    rule = profile.kv_rule
     mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, **rule)
     ctx = 9216 if context is None else context
     result = {

@@ -99,6 +99,11 @@ class EngineProfile(BaseModel):
         """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""
         return model.with_mla_fp8_kv_layout(self.mla_fp8_kv_layout)
 
+    @property
+    def kv_rule(self) -> dict[str, bool]:
+        """How this engine sizes its KV cache, as predict.memory.memory_per_gpu takes it."""
+        return {"fraction_of_free": self.kv_of_free, "static_fraction": self.kv_static_fraction}
+
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
 

@@ -94,8 +94,7 @@ def estimate_static(
         system,
         parallel,
         engine.max_num_batched_tokens,
-        fraction_of_free=engine.kv_of_free,
-        static_fraction=engine.kv_static_fraction,
+        **engine.kv_rule,
     )
     check_kv_capacity(model, parallel, mem, batch, isl + osl)
     micro = ceil(batch / parallel.pp)  # pipeline stages work on pp microbatches at once

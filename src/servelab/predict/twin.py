@@ -166,8 +166,7 @@ def simulate_benchmark(
         parallel,
         engine.max_num_batched_tokens,
         settings.gpu_memory_utilization,
-        fraction_of_free=engine.kv_of_free,
-        static_fraction=engine.kv_static_fraction,
+        **engine.kv_rule,
     )
     db = db or perfdb_for(system, engine.name)
     spec = SpecDecoding(draft_tokens=settings.num_speculative_tokens, acceptance=settings.spec_acceptance)

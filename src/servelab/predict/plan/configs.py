@@ -56,8 +56,7 @@ def make_config(ctx: SearchContext, parallel: Parallel) -> EngineConfig | None:
             ctx.system,
             parallel,
             ctx.engine.max_num_batched_tokens,
-            fraction_of_free=ctx.engine.kv_of_free,
-            static_fraction=ctx.engine.kv_static_fraction,
+            **ctx.engine.kv_rule,
         )
     except ServelabError as e:
         ctx.dropped.append(f"{parallel.label()}: {e}")

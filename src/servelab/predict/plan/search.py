@@ -172,8 +172,7 @@ def _agg_fits(ctx: SearchContext) -> bool:
             ctx.system,
             p,
             engine.max_num_batched_tokens,
-            fraction_of_free=engine.kv_of_free,
-            static_fraction=engine.kv_static_fraction,
+            **engine.kv_rule,
         ).fits
         for p in enumerate_parallel(ctx.model, n, divides=n)
     )
@@ -191,8 +190,7 @@ def _nothing_fits(ctx: SearchContext) -> ServelabError:
                 ctx.system,
                 p,
                 ctx.engine.max_num_batched_tokens,
-                fraction_of_free=ctx.engine.kv_of_free,
-                static_fraction=ctx.engine.kv_static_fraction,
+                **ctx.engine.kv_rule,
             )
             if mem.fits:
                 best = (g, p, mem)

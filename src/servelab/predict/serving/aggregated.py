@@ -243,8 +243,7 @@ def estimate_aggregated(
         parallel,
         engine.max_num_batched_tokens,
         gpu_memory_utilization,
-        fraction_of_free=engine.kv_of_free,
-        static_fraction=engine.kv_static_fraction,
+        **engine.kv_rule,
     )
     # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
     ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
