@@ -20,11 +20,15 @@ BOUNDS = {
     # per prompt token per MoE layer (EngineProfile.moe_prompt_token_us): on vLLM's and SGLang's MoE rows
     # TTFT is 1.5-5x the prediction while the dense rows agree (docs/accuracy.md)
     "moe_prompt_token_us": (0.001, 10.0),
+    # per MoE layer of an eager step, CPU (EngineProfile.eager_moe_layer_us): TensorRT-LLM's and SGLang's
+    # DeepSeek and gpt-oss first tokens at high TP; and per MoE layer per step, GPU (moe_layer_us)
+    "eager_moe_layer_us": (1.0, 20000.0),
+    "moe_layer_us": (0.1, 1000.0),
 }
 # Where a fit starts instead of the documented default: a default of 0 (a term the engine does not pay
 # unless the calibration says so) is out of reach of the log-space search. The errors "at the defaults" are
 # still those of the documented profile.
-FIT_START = {"moe_prompt_token_us": 0.3}
+FIT_START = {"moe_prompt_token_us": 0.3, "eager_moe_layer_us": 2000.0, "moe_layer_us": 20.0}
 # Terms servelab's step model does not have, fitted only on request to measure what they would buy: a fixed
 # per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
 # schedule), one that grows with the number of requests in flight (a front end serving them one at a

@@ -68,20 +68,34 @@ def step_time(ops: list[Op], db: PerfDB, engine: EngineProfile, num_seqs: int, d
 
 
 def with_engine(
-    k: KernelSum, engine: EngineProfile, num_seqs: int, decode_only: bool, moe_prompt_tokens: float = 0.0
+    k: KernelSum,
+    engine: EngineProfile,
+    num_seqs: int,
+    decode_only: bool,
+    moe_prompt_tokens: float = 0.0,
+    moe_layers: float = 0.0,
 ) -> StepTime:
     """A decode-only step within the CUDA-graph batch limit replays a graph (small gaps between kernels); any
     other step launches eagerly, and the GPU waits for launches when the kernels are shorter than them.
     moe_prompt_tokens: prompt tokens x MoE layers on the step's path, each paying the engine's
     moe_prompt_token_us (MoE work the kernel prices miss; counted with the engine's additions, so that the
-    term is exactly its own and the kernel band does not scale it)."""
+    term is exactly its own and the kernel band does not scale it). moe_layers: the MoE layers the step runs,
+    each paying moe_layer_us of GPU time and, in an eager step, eager_moe_layer_us of CPU time that the GPU
+    waits for only when its own work is shorter."""
     kernel, low, high, kernels, sources = k
+    gpu = kernel + moe_layers * engine.moe_layer_us
     graphed = decode_only and num_seqs <= engine.cuda_graph_max_batch
     if graphed:
         launch = kernels * engine.kernel_gap_us
     else:
-        launch = max(0.0, kernels * engine.eager_launch_us - kernel) + kernels * engine.kernel_gap_us
-    overhead = launch + engine.overhead_us(num_seqs) + moe_prompt_tokens * engine.moe_prompt_token_us
+        cpu = kernels * engine.eager_launch_us + moe_layers * engine.eager_moe_layer_us
+        launch = max(0.0, cpu - gpu) + kernels * engine.kernel_gap_us
+    overhead = (
+        launch
+        + engine.overhead_us(num_seqs)
+        + moe_prompt_tokens * engine.moe_prompt_token_us
+        + moe_layers * engine.moe_layer_us
+    )
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
     return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources)
 
@@ -164,7 +178,8 @@ def _price_step(
     )
     # a rank's own prompt tokens through every MoE layer of its path (the op graph counts every pp stage's)
     moe_prompt_tokens = (rank.total - rank.decode_tokens) * model.num_moe_layers
-    return with_engine(total, engine, num_seqs, not shape.prefill and decode_tokens > 0, moe_prompt_tokens)
+    decode_only = not shape.prefill and decode_tokens > 0
+    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, model.num_moe_layers)
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly

@@ -1,0 +1,75 @@
+"""EngineProfile.eager_moe_layer_us and moe_layer_us: a MoE layer's CPU time in a step run outside CUDA graphs,
+which the GPU waits for only when its own work is shorter, and a MoE layer's fixed GPU time in every step.
+Dense models pay neither."""
+
+import pytest
+
+from servelab.perfdb.db import perfdb_for
+from servelab.predict.engines import engine_profile
+from servelab.predict.graph import StepShape
+from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.step import priced_step
+from servelab.specs import Parallel, load_model, load_system
+
+H200 = load_system("h200_sxm")
+DB = perfdb_for(H200, "trtllm")
+MOE, DENSE = load_model("qwen3-30b-a3b"), load_model("llama-3.1-8b")
+# no per-kernel launch cost, so that the eager step's CPU time is the MoE layers' alone
+BASE = engine_profile("trtllm").model_copy(update={"eager_launch_us": 0.0, "moe_prompt_token_us": 0.0})
+
+
+def with_costs(cpu_us: float = 0.0, gpu_us: float = 0.0):
+    return BASE.model_copy(update={"eager_moe_layer_us": cpu_us, "moe_layer_us": gpu_us})
+
+
+def step(model, shape, engine, parallel=Parallel(tp=8)):
+    return priced_step(model, parallel, shape, engine, DB)
+
+
+def test_an_eager_step_waits_for_the_moe_layers_cpu_when_its_kernels_are_shorter():
+    shape = StepShape(prefill=((64, 0),))
+    base = step(MOE, shape, BASE)
+    cpu = 10 * base.kernel_us / MOE.num_moe_layers  # ten times the kernel time in all
+    got = step(MOE, shape, with_costs(cpu_us=cpu))
+    assert got.us - base.us == pytest.approx(MOE.num_moe_layers * cpu - base.kernel_us)
+
+
+def test_the_moe_layers_cpu_is_hidden_under_longer_kernels():
+    shape = StepShape(prefill=((8192, 0),))
+    base = step(MOE, shape, BASE, Parallel())
+    cpu = 0.5 * base.kernel_us / MOE.num_moe_layers  # half the kernel time in all
+    assert step(MOE, shape, with_costs(cpu_us=cpu), Parallel()).us == base.us
+
+
+def test_a_graphed_decode_step_does_not_pay_the_eager_cpu_and_an_eager_one_does():
+    graphed = StepShape(decode_batch=8, decode_kv_len=2048)
+    eager = StepShape(decode_batch=BASE.cuda_graph_max_batch + 1, decode_kv_len=2048)
+    cost = with_costs(cpu_us=5000.0)
+    assert step(MOE, graphed, cost).us == step(MOE, graphed, BASE).us
+    assert step(MOE, eager, cost).us > step(MOE, eager, BASE).us
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [StepShape(decode_batch=8, decode_kv_len=2048), StepShape(prefill=((4096, 0),))],
+    ids=["decode", "prefill"],
+)
+def test_every_step_pays_the_moe_layers_gpu_time(shape):
+    got = step(MOE, shape, with_costs(gpu_us=40.0)).us - step(MOE, shape, BASE).us
+    assert got == pytest.approx(40.0 * MOE.num_moe_layers)
+
+
+def test_dense_models_pay_neither():
+    cost = with_costs(cpu_us=5000.0, gpu_us=40.0)
+    for shape in (StepShape(prefill=((64, 0),)), StepShape(decode_batch=8, decode_kv_len=2048)):
+        assert step(DENSE, shape, cost).us == step(DENSE, shape, BASE).us
+
+
+def test_the_simulator_first_token_waits_for_the_cpu_at_high_tp():
+    wl = Workload(isl=1024, osl=32, concurrency=2, warmup=0, num_requests=4)
+    a, b = (
+        estimate_aggregated(MOE, H200, Parallel(tp=8), e, 2, 1024, 32, db=DB, workload=wl)
+        for e in (BASE, with_costs(cpu_us=2000.0))
+    )
+    # one prompt step alone takes the layers' CPU time (its kernels are far shorter at tp8)
+    assert b.ttft_ms - a.ttft_ms >= 0.9 * 2000.0 * MOE.num_moe_layers / 1000.0
