@@ -75,8 +75,12 @@ class EngineFitOptions:
         return bool(self.ttft_terms) or self.kernel_terms
 
 
+def _cells(a: dict, b: dict) -> str:
+    return f"{a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+
+
 def _row(name: str, a: dict, b: dict) -> str:
-    return f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+    return f"{name:32s} {a['n']:5d} {_cells(a, b)}"
 
 
 def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
@@ -197,6 +201,17 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     label = "as written, out of sample"  # kept fits left one family out, the defaults elsewhere
     doc["errors"][label] = {"ttft": summary(written[0]), "tpot": summary(written[1])}
     echo(_row(label, summary(written[0]), summary(written[1])))
+    doc["defaults_vs_written"] = {
+        "defaults": _by_group(cases, before),
+        "as written": _by_group(cases, written),
+    }
+    echo(
+        f"\n{'defaults -> as written, by engine':32s} {heads[0]:>5s} "
+        + " ".join(f"{h:>9s}" for h in heads[1:])
+    )
+    for key, d in doc["defaults_vs_written"]["defaults"].items():
+        w = doc["defaults_vs_written"]["as written"][key]
+        echo(_row(key, d["ttft"], d["tpot"]) + "  ->  " + _cells(w["ttft"], w["tpot"]))
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
@@ -208,6 +223,16 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         echo(f"\nwrote {opts.out}")
     echo(f"took {time.time() - t0:.0f} s")
     return doc
+
+
+def _by_group(cases: list[Case], errors: tuple[np.ndarray, np.ndarray]) -> dict[str, dict]:
+    """The errors' medians and p90s per engine and per engine/family."""
+    keys = sorted({c.engine for c in cases} | {f"{c.engine}/{c.family}" for c in cases})
+    out = {}
+    for key in keys:
+        idx = [i for i, c in enumerate(cases) if key in (c.engine, f"{c.engine}/{c.family}")]
+        out[key] = {"ttft": summary(errors[0][idx]), "tpot": summary(errors[1][idx])}
+    return out
 
 
 def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[str, dict]) -> dict:
