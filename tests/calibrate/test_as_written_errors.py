@@ -24,9 +24,9 @@ def test_a_fit_that_helps_the_medians_but_ruins_one_family_is_not_kept():
     cases = [SimpleNamespace(row_id=f"r{i}", engine="trtllm") for i in range(10)]
     before = (np.full(10, 0.5), np.full(10, 0.1))
     cv_rows = {f"r{i}": (0.25, 0.1) for i in range(10)}
-    kept = verdicts(["trtllm"], cases, before, cv_rows)["trtllm"]
+    kept = verdicts(["trtllm"], cases, before, {"all": cv_rows})["trtllm"]
     assert kept["kept"] and kept["cv_score"] < kept["defaults_score"]
     cv_rows.update({"r8": (3.0, 0.1), "r9": (3.0, 0.1)})  # one family (two rows) ruined when left out
-    ruined = verdicts(["trtllm"], cases, before, cv_rows)["trtllm"]
+    ruined = verdicts(["trtllm"], cases, before, {"all": cv_rows})["trtllm"]
     assert np.median([v[0] for v in cv_rows.values()]) < 0.5  # the medians still favour the fit
     assert not ruined["kept"]

@@ -119,9 +119,10 @@ def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
     two, two_report = calibrate(tmp_path, 2, two_lines)
     assert one["rows_used"] == 6 and one["rows_skipped"] == two["rows_skipped"]
     assert any(reason.startswith("servelab refuses") for reason in one["rows_skipped"])
-    for key in ("errors", "cv_by_family", "engines", "fitted_not_kept", "verdicts"):
+    for key in ("errors", "cv_by_family", "engines", "fitted_not_kept", "verdicts", "defaults_vs_written"):
         assert one[key] == two[key], key  # floats compared exactly
     assert set(one["cv_by_family"]) == {"vllm/llama", "vllm/qwen"}
+    assert set(one["defaults_vs_written"]["as written"]) == {"vllm", "vllm/llama", "vllm/qwen"}
     assert one_report == two_report  # every row's prediction at the fit
     # a progress line per phase: rows done / total, seconds, processes
     assert any(line.startswith("  cross-validation") and "6/6 rows" in line for line in two_lines)

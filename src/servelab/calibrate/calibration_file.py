@@ -51,16 +51,24 @@ def servelab_state() -> str:
 
 
 def engine_entries(
-    fitted: dict[str, dict[str, float]], cases: list[Case], with_proposed_terms: bool
+    fitted: dict[str, dict[str, float]],
+    cases: list[Case],
+    with_proposed_terms: bool,
+    verdicts: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
-    """Each engine's fitted parameters (the terms EngineProfile lacks listed apart), rows and model
-    families."""
+    """Each engine's fitted parameters (the terms EngineProfile lacks listed apart), the parameter set they
+    are (with every set's cross-validated score, from `verdicts`), rows and model families."""
     return {
         e: {
             "params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
             **(
                 {"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
                 if with_proposed_terms
+                else {}
+            ),
+            **(
+                {"param_set": verdicts[e]["param_set"], "set_scores": verdicts[e]["set_scores"]}
+                if verdicts and e in verdicts
                 else {}
             ),
             "rows": sum(c.engine == e for c in cases),
@@ -79,20 +87,27 @@ def verdict_score(ttft: np.ndarray, tpot: np.ndarray) -> float:
 
 
 def verdicts(
-    engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict
+    engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_by_set: dict[str, dict]
 ) -> dict[str, dict]:
-    """An engine's fit is kept only when it predicts unseen model families better than the defaults do
-    (verdict_score of the cross-validated errors against the defaults' on the same rows)."""
+    """Per engine, the parameter set whose fit predicts unseen model families best (verdict_score of its
+    cross-validated errors; `cv_by_set`: set name -> row id -> (TTFT, TPOT) error, largest set first, a tie
+    going to the smaller set), kept only when it beats the documented defaults on the same rows."""
     out = {}
     for e in engines:
         idx = [i for i, c in enumerate(cases) if c.engine == e]
         d_score = verdict_score(before[0][idx], before[1][idx])
-        cv_err = np.array([cv_rows[cases[i].row_id] for i in idx])
-        cv_score = verdict_score(cv_err[:, 0], cv_err[:, 1])
+        scores = {}
+        for name, cv_rows in cv_by_set.items():
+            cv_err = np.array([cv_rows[cases[i].row_id] for i in idx])
+            scores[name] = verdict_score(cv_err[:, 0], cv_err[:, 1])
+        order = list(scores)
+        best = min(order, key=lambda n: (scores[n], -order.index(n)))
         out[e] = {
             "defaults_score": round(d_score, 4),
-            "cv_score": round(cv_score, 4),
-            "kept": cv_score < d_score,
+            "param_set": best,
+            "cv_score": round(scores[best], 4),
+            "set_scores": {n: round(v, 4) for n, v in scores.items()},
+            "kept": scores[best] < d_score,
         }
     return out
 

@@ -3,9 +3,9 @@
 
 import numpy as np
 
-from servelab.calibrate.fit import Linearized, fit, rel_errors, summary
-from servelab.calibrate.params import FIT_START
-from servelab.calibrate.pool import SERIAL, Jobs, Price, price_rows
+from servelab.calibrate.fit import Linearized, fit, fit_engine, rel_errors, summary
+from servelab.calibrate.params import FIT_START, PARAM_SETS, PARAMS
+from servelab.calibrate.pool import SERIAL, Echo, Jobs, Price, price_rows
 from servelab.calibrate.rows import ENGINES, Case
 
 
@@ -60,4 +60,32 @@ def leave_one_family_out(
         out["params"][key] = params
         out["by_family"][key] = {"ttft": summary(ttft), "tpot": summary(tpot), "trained_on": trained_on}
     out["ttft"], out["tpot"] = ttft_all, tpot_all
+    return out
+
+
+def fit_param_sets(
+    cases: list[Case],
+    start: dict[str, dict[str, float]],
+    price: Price,
+    iters: int,
+    jobs: Jobs = SERIAL,
+    sets: dict[str, tuple[str, ...]] = PARAM_SETS,
+    echo: Echo | None = None,
+) -> dict[str, dict]:
+    """Each parameter set fitted on each engine's rows and cross-validated leaving one family out: set name
+    -> {"fitted": engine -> parameters, "cv": leave_one_family_out's result}. A set fits its own parameters
+    (and any terms EngineProfile lacks that `start` carries); the others stay out of the parameter dicts, so
+    the pricer takes their documented defaults."""
+    out = {}
+    for name, names in sets.items():
+        own = {e: {k: v for k, v in p.items() if k in names or k not in PARAMS} for e, p in start.items()}
+        fitted, lins = {}, {}
+        for engine in ENGINES:
+            mine = [c for c in cases if c.engine == engine]
+            if mine:
+                fitted[engine], lin = fit_engine(mine, own[engine], price, iters, jobs)
+                lins[engine] = (mine, lin)
+                if echo:
+                    echo(f"fitted {engine} on {len(mine)} rows, parameter set {name}")
+        out[name] = {"fitted": fitted, "cv": leave_one_family_out(cases, own, price, iters, lins, jobs)}
     return out

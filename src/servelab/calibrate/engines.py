@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from servelab.calibrate import aic
 from servelab.calibrate.calibration_file import (
     CALIBRATED,
@@ -23,9 +25,9 @@ from servelab.calibrate.calibration_file import (
     provenance_line,
     verdicts,
 )
-from servelab.calibrate.crossval import leave_one_family_out
-from servelab.calibrate.fit import errors_of, fit_engine, summary
-from servelab.calibrate.params import KERNEL_TERMS, TTFT_START
+from servelab.calibrate.crossval import fit_param_sets
+from servelab.calibrate.fit import errors_of, summary
+from servelab.calibrate.params import KERNEL_TERMS, PARAM_SETS, TTFT_START
 from servelab.calibrate.pool import Echo, Jobs, price_rows, workers_for
 from servelab.calibrate.price import (
     LENGTH_SPREAD,
@@ -73,8 +75,12 @@ class EngineFitOptions:
         return bool(self.ttft_terms) or self.kernel_terms
 
 
+def _cells(a: dict, b: dict) -> str:
+    return f"{a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+
+
 def _row(name: str, a: dict, b: dict) -> str:
-    return f"{name:32s} {a['n']:5d} {a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+    return f"{name:32s} {a['n']:5d} {_cells(a, b)}"
 
 
 def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
@@ -111,21 +117,19 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         echo(f"  skipped {n:4d}: {reason}")
     replayed = recipe_counts(cases)
-    for engine, n in replayed.items():
+    for engine, counts in replayed.items():
         echo(
-            f"  {engine}: {n['with_recipe']} rows replayed with their InferenceX recipe's settings, "
-            f"{n['engine_defaults']} with the engine's defaults (no recipe for their model and date)"
+            f"  {engine}: {counts['with_recipe']} rows replayed with their InferenceX recipe's settings, "
+            f"{counts['engine_defaults']} with the engine's defaults (no recipe for their model and date)"
         )
 
     before = errors_of(cases, {}, lambda c, p: price(c, documented[c.engine]), jobs, "defaults (in sample)")
-    fitted, lins = {}, {}
-    for engine in ENGINES:
-        mine = [c for c in cases if c.engine == engine]
-        if mine:
-            fitted[engine], lin = fit_engine(mine, start[engine], price, opts.iters, jobs)
-            lins[engine] = (mine, lin)
-            echo(f"fitted {engine} on {len(mine)} rows ({time.time() - t0:.0f} s)")
-    cv = leave_one_family_out(cases, start, price, opts.iters, lins, jobs)
+    by_set = fit_param_sets(cases, start, price, opts.iters, jobs, echo=echo)
+    engines = [e for e in ENGINES if any(c.engine == e for c in cases)]
+    chosen = verdicts(engines, cases, before, {n: s["cv"]["rows"] for n, s in by_set.items()})
+    fitted = {e: by_set[chosen[e]["param_set"]]["fitted"][e] for e in engines}
+    cv = _chosen_cv(cases, by_set, chosen)
+    echo(f"fitted and cross-validated {len(by_set)} parameter sets ({time.time() - t0:.0f} s)")
     after = errors_of(
         cases, {}, lambda c, p: price(c, fitted.get(c.engine, start[c.engine])), jobs, "fitted (in sample)"
     )
@@ -149,9 +153,14 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
             "AIConfigurator 0.12.0 (--aic to run it here): on the 307 of 480 H200 rows it answered, "
             "46.5% TTFT / 27.7% TPOT median error (docs/accuracy.md section 4, 2026-11-30)"
         )
-    echo("\nleave-one-family-out by engine/family (median TTFT / TPOT error):")
-    for key, v in cv["by_family"].items():
-        echo(f"  {key:32s} n={v['ttft']['n']:4d}  {v['ttft']['median']:6.1%}  {v['tpot']['median']:6.1%}")
+    echo("\nleave-one-family-out by engine/family (median TTFT / TPOT error), per parameter set:")
+    for key in cv["by_family"]:
+        cells = "  ".join(
+            f"{by_set[n]['cv']['by_family'][key]['ttft']['median']:6.1%} "
+            f"{by_set[n]['cv']['by_family'][key]['tpot']['median']:6.1%}"
+            for n in by_set
+        )
+        echo(f"  {key:32s} n={cv['by_family'][key]['ttft']['n']:4d}  {cells}  ({', '.join(by_set)})")
     echo("\nfitted parameters:")
     for engine, params in fitted.items():
         echo(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
@@ -175,20 +184,34 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         "recipe_settings": replayed,
         "errors": {label: {"ttft": a, "tpot": b} for label, (a, b) in table.items()},
         "cv_by_family": cv["by_family"],
+        "param_sets": {n: list(names) for n, names in PARAM_SETS.items()},
+        "cv_by_family_by_set": {n: s["cv"]["by_family"] for n, s in by_set.items()},
         "aiconfigurator_same_rows": comparison,
-        "engines": engine_entries(fitted, cases, opts.proposes_terms),
+        "engines": engine_entries(fitted, cases, opts.proposes_terms, chosen),
+        "verdicts": chosen,
     }
-    doc["verdicts"] = verdicts(list(fitted), cases, before, cv["rows"])
-    for e, v in doc["verdicts"].items():
-        how = "kept" if v["kept"] else "not kept: the fit does not transfer to unseen model families"
+    for e, v in chosen.items():
+        how = "kept" if v["kept"] else "not kept: no set's fit transfers to unseen model families"
+        sets = ", ".join(f"{n} {score:.1%}" for n, score in v["set_scores"].items())
         echo(
             f"  {e:7s} defaults {v['defaults_score']:.1%} vs cross-validated fit "
-            f"{v['cv_score']:.1%} (TTFT + TPOT medians and p90s): {how}"
+            f"{v['cv_score']:.1%} (set {v['param_set']}; TTFT + TPOT medians and p90s; {sets}): {how}"
         )
     written = as_written_errors(cases, before, cv["rows"], doc["verdicts"])
     label = "as written, out of sample"  # kept fits left one family out, the defaults elsewhere
     doc["errors"][label] = {"ttft": summary(written[0]), "tpot": summary(written[1])}
     echo(_row(label, summary(written[0]), summary(written[1])))
+    doc["defaults_vs_written"] = {
+        "defaults": _by_group(cases, before),
+        "as written": _by_group(cases, written),
+    }
+    echo(
+        f"\n{'defaults -> as written, by engine':32s} {heads[0]:>5s} "
+        + " ".join(f"{h:>9s}" for h in heads[1:])
+    )
+    for key, d in doc["defaults_vs_written"]["defaults"].items():
+        w = doc["defaults_vs_written"]["as written"][key]
+        echo(_row(key, d["ttft"], d["tpot"]) + "  ->  " + _cells(w["ttft"], w["tpot"]))
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
@@ -200,6 +223,32 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         echo(f"\nwrote {opts.out}")
     echo(f"took {time.time() - t0:.0f} s")
     return doc
+
+
+def _by_group(cases: list[Case], errors: tuple[np.ndarray, np.ndarray]) -> dict[str, dict]:
+    """The errors' medians and p90s per engine and per engine/family."""
+    keys = sorted({c.engine for c in cases} | {f"{c.engine}/{c.family}" for c in cases})
+    out = {}
+    for key in keys:
+        idx = [i for i, c in enumerate(cases) if key in (c.engine, f"{c.engine}/{c.family}")]
+        out[key] = {"ttft": summary(errors[0][idx]), "tpot": summary(errors[1][idx])}
+    return out
+
+
+def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[str, dict]) -> dict:
+    """The cross-validation of each engine's chosen parameter set, as one leave_one_family_out result."""
+    sets = {e: by_set[v["param_set"]]["cv"] for e, v in chosen.items()}
+    rows = {c.row_id: sets[c.engine]["rows"][c.row_id] for c in cases}
+    errors = np.array([rows[c.row_id] for c in cases], dtype=float).reshape(-1, 2)
+    return {
+        "rows": rows,
+        "by_family": {
+            k: v for e, cv in sets.items() for k, v in cv["by_family"].items() if k.startswith(f"{e}/")
+        },
+        "params": {k: v for e, cv in sets.items() for k, v in cv["params"].items() if k.startswith(f"{e}/")},
+        "ttft": errors[:, 0],
+        "tpot": errors[:, 1],
+    }
 
 
 def _compare_with_aic(
