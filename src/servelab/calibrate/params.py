@@ -28,13 +28,17 @@ BOUNDS = {
 # The nested parameter sets each engine's fit chooses among, largest first: every set is fitted and
 # cross-validated, and the engine keeps the one with the best cross-validated score
 # (calibration_file.verdicts); the parameters outside it keep their documented defaults. A term fitted on some
-# families can send a family it never saw far off (TensorRT-LLM's MoE prompt cost, fitted on DeepSeek and
-# Llama: gpt-oss left out at 140 % TTFT) while the other terms transfer; the smaller sets let an engine keep
-# those.
+# families can send a family it never saw far off while the other terms transfer: vLLM's MoE layer GPU cost,
+# fitted on Qwen3-235B's block-FP8 decode, doubles gpt-oss's TPOT, whose MXFP4 kernels have no such floor;
+# the smaller sets let an engine keep the terms that do transfer.
+_MOE_LAYER_TERMS = ("eager_moe_layer_us", "moe_layer_us")
 PARAM_SETS: dict[str, tuple[str, ...]] = {
     "all": PARAMS,
-    "no_moe_prompt": tuple(p for p in PARAMS if p != "moe_prompt_token_us"),
-    "step_and_per_seq": ("step_overhead_us", "per_seq_overhead_us"),
+    "no_moe_layer_gpu": tuple(p for p in PARAMS if p != "moe_layer_us"),
+    "no_moe_layer_terms": tuple(p for p in PARAMS if p not in _MOE_LAYER_TERMS),
+    # the MoE layer terms alone, the engine's overheads at their documented values: fitted on MoE families
+    # only, the step overhead a fit trades against the MoE layer cost would move a dense family it never saw
+    "moe_layer_terms_only": _MOE_LAYER_TERMS,
 }
 # Where a fit starts instead of the documented default: a default of 0 (a term the engine does not pay
 # unless the calibration says so) is out of reach of the log-space search. The errors "at the defaults" are
