@@ -77,6 +77,8 @@ def lane_limits(
         reserve=engine.admission_reserve,
         reserve_min=engine.admission_reserve_min,
         reserve_decay_steps=engine.admission_reserve_decay_steps,
+        reserve_clip=engine.admission_output_clip,
+        retract_ratio_steps=engine.retract_ratio_steps,
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,

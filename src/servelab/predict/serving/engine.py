@@ -8,8 +8,12 @@ before any decode step. An engine that reserves KV for future output (SGLang's n
 no-evict policy) admits a request only if the cache also holds all of its output, all of the output of the
 requests admitted before it in the same step, and that share of the remaining output of the requests admitted
 earlier (SGLang's PrefillAdder.add_one_req charges a new request its whole max_new_tokens and running ones
-new_token_ratio x theirs). When the KV cache cannot hold the decodes' next tokens, the most recently admitted
-request is preempted and later recomputed (vLLM V1).
+new_token_ratio x theirs). SGLang counts at most `reserve_clip` (CLIP_MAX_NEW_TOKENS, 4096) of any
+request's remaining output in that sum. When the KV cache cannot hold the decodes' next tokens, the most
+recently admitted request is preempted and later recomputed (vLLM V1; SGLang's `retract_decode` picks the
+request with the fewest output tokens, the same one for requests admitted in order, then restarts its
+new-token ratio from the share of their output the remaining requests will have emitted
+`retract_ratio_steps` steps on, so that it admits less until the ratio has decayed again).
 
 TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
 default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
@@ -84,6 +88,10 @@ class LaneLimits:
     reserve: float = 0.0  # share of running requests' remaining output kept free in the KV cache ...
     reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
     reserve_decay_steps: int = 0
+    reserve_clip: int = 0  # at most this many of a request's remaining output tokens are reserved (0: all)
+    retract_ratio_steps: int = (
+        0  # after a preemption the reserve restarts as SGLang's retraction sets it (0: no)
+    )
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
@@ -111,11 +119,14 @@ class LaneLimits:
         busy = min(self.frontend_out_token_s * decode_rate, FRONTEND_MAX_BUSY)
         return work / (1.0 - busy)
 
-    def reserve_at(self, decode_steps: int) -> float:
+    def reserve_at(self, decode_steps: int, start: float | None = None) -> float:
+        """The reserve `decode_steps` after it was `start` (None: the engine's starting reserve); it falls by
+        the same amount every step whatever it started from (SGLang's new_token_ratio_decay)."""
+        start = self.reserve if start is None else start
         if not self.reserve_decay_steps:
-            return self.reserve
+            return start
         fall = (self.reserve - self.reserve_min) * decode_steps / self.reserve_decay_steps
-        return max(self.reserve_min, self.reserve - fall)
+        return max(self.reserve_min, start - fall)
 
 
 @dataclass
@@ -161,6 +172,11 @@ class Lane:
         self.holding = False  # the step under way held new prompts back
         # expected maximum, in mean arrival gaps, of the other ranks' waits for their next request
         self.others_wait = sum(1.0 / k for k in range(1, limits.balance_ranks))
+        self.reserve_start: float | None = (
+            None  # where the reserve restarted after a retraction (None: never)
+        )
+        self.reserve_step0 = 0  # ... at this many decode steps
+        self.clipped: list[Request] = []  # admitted requests with more output left than reserve_clip
         self.stats = LaneStats()
 
     # ---- KV ----------------------------------------------------------------------------------------------
@@ -171,9 +187,23 @@ class Lane:
         return len(self.running) * self.lim.kv_fixed + self.kv_tokens() * self.lim.kv_per_token
 
     def reserved_tokens(self, ratio: float) -> float:
-        """KV tokens held back for the remaining output of admitted requests (engines that reserve)."""
-        decoding = (self.sum_target - self.num_decoding * self.G) / self.lim.tokens_per_step
-        return ratio * (decoding + sum(r.osl - r.out for r in self.prefilling))
+        """KV tokens held back for the remaining output of admitted requests (engines that reserve); a request
+        counts at most reserve_clip of its own (the few that have more are taken off one by one)."""
+        tps = self.lim.tokens_per_step
+        decoding = (self.sum_target - self.num_decoding * self.G) / tps
+        prefilling = sum(r.osl - r.out for r in self.prefilling)
+        clip = self.lim.reserve_clip
+        for r in self.clipped:
+            if r.computed >= r.prompt:  # decoding
+                decoding -= max(0.0, r.target - self.G - clip) / tps
+            else:
+                prefilling -= max(0.0, r.osl - r.out - clip)
+        return ratio * (decoding + prefilling)
+
+    def reserve_now(self) -> float:
+        """The share of remaining output reserved now (after a retraction, decaying from its restart)."""
+        steps = self.stats.decode_steps - self.reserve_step0
+        return self.lim.reserve_at(steps, self.reserve_start)
 
     # ---- arrivals ----------------------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -207,10 +237,14 @@ class Lane:
         lim = self.lim
         grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
         kv_bytes = self.kv_bytes()
+        retracted = False
         while self.num_decoding and kv_bytes + grow > lim.kv_capacity:
             self._preempt()
+            retracted = True
             grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()
+        if retracted and lim.retract_ratio_steps and lim.reserve:
+            self._restart_reserve()
         n = self.num_decoding
         if lim.separate_prefill:  # a prompt step if any prompt can go, else a decode step
             batch = self._prefill_only(grow, kv_bytes) if self.prefilling or self.waiting else None
@@ -234,6 +268,16 @@ class Lane:
             us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
             return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
         return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes, hold)
+
+    def _restart_reserve(self) -> None:
+        """SGLang's `retract_decode`: the new-token ratio becomes (output tokens emitted + retract_ratio_steps
+        per request) / (their output lengths + 1) over the requests still decoding, at most 1, and decays from
+        there."""
+        decoding = [r for r in self.running if r.computed >= r.prompt]
+        emitted = sum(r.out + self.G - r.g0 for r in decoding)
+        ahead = self.lim.retract_ratio_steps * len(decoding)
+        self.reserve_start = min(1.0, (emitted + ahead) / (sum(r.osl for r in decoding) + 1))
+        self.reserve_step0 = self.stats.decode_steps
 
     def _hold(self, n: int) -> int:
         """hold_steps, with the counters kept: a release restarts them."""
@@ -272,8 +316,9 @@ class Lane:
         if not waiting or budget <= 0 or not admit:
             return chunks
         st = self.stats
-        ratio = lim.reserve_at(st.decode_steps) if lim.reserve else 0.0
+        ratio = self.reserve_now() if lim.reserve else 0.0
         reserved = self.reserved_tokens(ratio) * per_token if ratio else 0.0
+        clip = lim.reserve_clip
         while waiting and budget > 0:
             if len(self.running) >= lim.max_num_seqs:
                 st.blocked_seqs += 1
@@ -284,8 +329,11 @@ class Lane:
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
-            if ratio:  # the whole prompt and all of its output must fit beside the others' reserve
-                reserved += (req.osl - req.out) * per_token
+            left = req.osl - req.out
+            if (
+                ratio
+            ):  # the whole prompt and all of its output (to the clip) must fit beside the others' reserve
+                reserved += (min(left, clip) if clip else left) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
@@ -295,6 +343,8 @@ class Lane:
             self.prefill_tokens += req.cached
             self.prefilling.append(req)
             self.running.append(req)
+            if clip and left > clip:
+                self.clipped.append(req)
             chunks.append((req, take, req.cached))
             budget -= take
             free -= lim.kv_fixed + (req.cached + take) * per_token
@@ -323,6 +373,7 @@ class Lane:
 
     def _preempt(self) -> None:
         req = self.running.pop()
+        self._unclip(req)
         st = self.stats
         st.preemptions += 1
         req.preemptions += 1
@@ -428,4 +479,9 @@ class Lane:
         req.finish = now
         self.completed += 1
         self.running.remove(req)
+        self._unclip(req)
         done.append(req)
+
+    def _unclip(self, req: Request) -> None:
+        if self.clipped and req in self.clipped:
+            self.clipped.remove(req)
