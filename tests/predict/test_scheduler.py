@@ -187,8 +187,9 @@ def test_a_retraction_restarts_sglangs_new_token_ratio():
     (their max_new_tokens + 1), at most 1; it then decays as before, 0.6 / 600 = 0.001 a decode step. A and B
     (prompt 100, output 100) are prefilled together and decode 9 steps (10 tokens each, 109 KV tokens each);
     the cache then shrinks to 219 tokens, too few for both next tokens (220): B, the last admitted, is
-    retracted, and the ratio restarts at (10 + 20) / 101 = 0.297 instead of 0.7 - 0.009 = 0.691."""
-    ratios = {}
+    retracted, and the ratio restarts at (10 + 20) / 101 = 0.297 instead of 0.7 - 0.009 = 0.691. C, which
+    arrived meanwhile and does not fit either, keeps its place ahead of B (vLLM puts B first)."""
+    ratios, queues = {}, {}
     for steps in (20, 0):
         limits = _limits(
             kv_capacity=1e6,
@@ -205,12 +206,14 @@ def test_a_retraction_restarts_sglangs_new_token_ratio():
         stretch = lane.schedule(lane.clock[0] + 8.5e-3, 0)  # 9 decode steps of 1 ms
         assert stretch is not None and stretch.steps == 9
         lane.complete(stretch)
+        lane.add(Request(2, 100, 100, 0, arrival=(0.0, 0.0, 0.0)))
         lane.lim = replace(limits, kv_capacity=219.0)
         lane.schedule(float("inf"), 0)
-        assert [r.idx for r in lane.running] == [0] and [r.idx for r in lane.waiting] == [1]
-        ratios[steps] = lane.reserve_now()
+        assert [r.idx for r in lane.running] == [0]
+        ratios[steps], queues[steps] = lane.reserve_now(), [r.idx for r in lane.waiting]
     assert ratios[20] == pytest.approx(30 / 101)
     assert ratios[0] == pytest.approx(0.7 - 0.6 * 9 / 600)
+    assert queues == {20: [2, 1], 0: [1, 2]}
 
 
 def test_engine_profiles_carry_their_scheduler_policies():

@@ -99,8 +99,9 @@ class EngineProfile(BaseModel):
     # SGLang's PrefillAdder counts at most this many of a request's remaining output tokens in the reserve
     # (CLIP_MAX_NEW_TOKENS, 4096); 0: all of them
     admission_output_clip: int = 0
-    # after retracting decodes for KV, the reserve restarts as SGLang's retract_decode sets it, counting this
-    # many more decode steps of every remaining request's output (SGLANG_RETRACT_DECODE_STEPS, 20); 0: none
+    # SGLang's retraction (0: vLLM's preemption): after retract_decode frees KV the reserve restarts counting
+    # this many more decode steps of every remaining request's output (SGLANG_RETRACT_DECODE_STEPS, 20), and
+    # the retracted request queues behind the waiting ones (Scheduler._add_request_to_queue appends)
     retract_ratio_steps: int = 0
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:

@@ -13,7 +13,8 @@ request's remaining output in that sum. When the KV cache cannot hold the decode
 recently admitted request is preempted and later recomputed (vLLM V1; SGLang's `retract_decode` picks the
 request with the fewest output tokens, the same one for requests admitted in order, then restarts its
 new-token ratio from the share of their output the remaining requests will have emitted
-`retract_ratio_steps` steps on, so that it admits less until the ratio has decayed again).
+`retract_ratio_steps` steps on, so that it admits less until the ratio has decayed again, and queues the
+retracted request behind the waiting ones, where vLLM puts it first).
 
 TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
 default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
@@ -89,9 +90,9 @@ class LaneLimits:
     reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
     reserve_decay_steps: int = 0
     reserve_clip: int = 0  # at most this many of a request's remaining output tokens are reserved (0: all)
-    retract_ratio_steps: int = (
-        0  # after a preemption the reserve restarts as SGLang's retraction sets it (0: no)
-    )
+    # SGLang's retraction (0: vLLM's preemption): the reserve restarts counting this many more steps of
+    # output, and the retracted request queues behind the waiting ones
+    retract_ratio_steps: int = 0
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
@@ -388,7 +389,10 @@ class Lane:
             req.epoch += 1
             req.prompt = req.prompt + int(req.out)  # recompute prompt and output so far
         req.computed = 0
-        self.waiting.appendleft(req)
+        if self.lim.retract_ratio_steps:  # SGLang's _add_request_to_queue: behind every waiting request
+            self.waiting.append(req)
+        else:
+            self.waiting.appendleft(req)
 
     # ---- step end ----------------------------------------------------------------------------------------
     def stream_out(self, batch: Batch, firsts: int, end: float, drive: int) -> float:
