@@ -216,6 +216,28 @@ def test_a_retraction_restarts_sglangs_new_token_ratio():
     assert queues == {20: [2, 1], 0: [1, 2]}
 
 
+def test_sglang_stops_admitting_after_a_refusal_until_a_request_finishes():
+    """KV for 850 tokens, a new-token ratio falling from 0.7 to 0 over 10 decode steps. A (prompt 100, output
+    400) is admitted (100 + 400 = 500); B (the same) needs 100 + 400 + 400 = 900 > 750 and is refused. Two
+    decode steps later it would fit (850 - 103 = 747 free, 500 + 0.56 x 397 = 722 needed), and C's arrival at
+    5 ms makes the scheduler look again: without the latch B is admitted then; SGLang's batch_is_full keeps
+    admission shut until A finishes (400 steps of 1 ms)."""
+    firsts = {}
+    for latch in (False, True):
+        limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.0, reserve_decay_steps=10)
+        source, _ = _replay(
+            replace(limits, admission_latch=latch),
+            [(100, 400, 0), (100, 400, 0), (100, 10, 0)],
+            offsets=[0.0, 0.0, 5e-3],
+        )
+        a, b, _ = source.requests
+        firsts[latch] = (b.first[0], a.finish[0])
+    b_first, a_finish = firsts[False]
+    assert 5e-3 < b_first < 10e-3
+    b_first, a_finish = firsts[True]
+    assert b_first > a_finish
+
+
 def test_engine_profiles_carry_their_scheduler_policies():
     assert engine_profile("vllm").prefill_policy == "mixed"
     assert engine_profile("vllm").admission_reserve == 0.0
@@ -231,6 +253,7 @@ def test_engine_profiles_carry_their_scheduler_policies():
         engine_profile("sglang").retract_ratio_steps == 20
         and engine_profile("trtllm").retract_ratio_steps == 0
     )
+    assert engine_profile("sglang").admission_latch and not engine_profile("vllm").admission_latch
 
 
 def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():

@@ -103,6 +103,9 @@ class EngineProfile(BaseModel):
     # this many more decode steps of every remaining request's output (SGLANG_RETRACT_DECODE_STEPS, 20), and
     # the retracted request queues behind the waiting ones (Scheduler._add_request_to_queue appends)
     retract_ratio_steps: int = 0
+    # a request refused for KV stops admission until a running request finishes or is retracted (SGLang's
+    # running_batch.batch_is_full, cleared by update_running_batch when the batch shrinks)
+    admission_latch: bool = False
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:
         """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""

@@ -79,6 +79,7 @@ def lane_limits(
         reserve_decay_steps=engine.admission_reserve_decay_steps,
         reserve_clip=engine.admission_output_clip,
         retract_ratio_steps=engine.retract_ratio_steps,
+        admission_latch=engine.admission_latch,
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,

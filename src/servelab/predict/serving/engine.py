@@ -14,7 +14,9 @@ recently admitted request is preempted and later recomputed (vLLM V1; SGLang's `
 request with the fewest output tokens, the same one for requests admitted in order, then restarts its
 new-token ratio from the share of their output the remaining requests will have emitted
 `retract_ratio_steps` steps on, so that it admits less until the ratio has decayed again, and queues the
-retracted request behind the waiting ones, where vLLM puts it first).
+retracted request behind the waiting ones, where vLLM puts it first). SGLang also stops admitting once a
+request does not fit (`running_batch.batch_is_full`) until a running request finishes or is retracted, where
+the others try again at every scheduling point.
 
 TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
 default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
@@ -93,6 +95,9 @@ class LaneLimits:
     # SGLang's retraction (0: vLLM's preemption): the reserve restarts counting this many more steps of
     # output, and the retracted request queues behind the waiting ones
     retract_ratio_steps: int = 0
+    # a request refused for KV stops admission until a running request finishes or is retracted (SGLang's
+    # running_batch.batch_is_full); otherwise admission is tried again at every scheduling point
+    admission_latch: bool = False
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
@@ -178,6 +183,7 @@ class Lane:
         )
         self.reserve_step0 = 0  # ... at this many decode steps
         self.clipped: list[Request] = []  # admitted requests with more output left than reserve_clip
+        self.latched = False  # admission stopped until a running request leaves (admission_latch)
         self.stats = LaneStats()
 
     # ---- KV ----------------------------------------------------------------------------------------------
@@ -314,7 +320,7 @@ class Lane:
             budget -= take
             free -= take * per_token
         waiting = self.waiting
-        if not waiting or budget <= 0 or not admit:
+        if not waiting or budget <= 0 or not admit or self.latched:
             return chunks
         st = self.stats
         ratio = self.reserve_now() if lim.reserve else 0.0
@@ -338,6 +344,7 @@ class Lane:
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
+                self.latched = lim.admission_latch
                 break
             waiting.popleft()
             req.computed = req.cached
@@ -375,6 +382,7 @@ class Lane:
     def _preempt(self) -> None:
         req = self.running.pop()
         self._unclip(req)
+        self.latched = False
         st = self.stats
         st.preemptions += 1
         req.preemptions += 1
@@ -484,6 +492,7 @@ class Lane:
         self.completed += 1
         self.running.remove(req)
         self._unclip(req)
+        self.latched = False
         done.append(req)
 
     def _unclip(self, req: Request) -> None:
