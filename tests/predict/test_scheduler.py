@@ -1,6 +1,7 @@
 """Engine scheduling policies and the API server in front of them, on a lane priced by hand-computable step
 functions (1 us per prompt token, 1 ms per decode step), so every time below follows from the rules alone."""
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -180,6 +181,39 @@ def test_sglang_reserves_at_most_the_clip_of_any_requests_output():
     waits), 100 + 100 + 0.5 x 100 = 250 with it (B is admitted)."""
     assert _admitted_after_a_decodes(clip=100)
     assert not _admitted_after_a_decodes(clip=0)
+
+
+def test_the_clipped_reserve_is_the_sum_over_requests_at_every_step():
+    """The lane keeps the clipped reserve as running sums (a heap of the points where a request's remaining
+    output falls to the clip); at every scheduling point of a KV-bound run with retractions it equals the sum
+    of min(remaining output, clip) over the admitted requests, counted one by one."""
+    limits = _limits(
+        kv_capacity=6000.0,
+        reserve=0.7,
+        reserve_min=0.05,
+        reserve_decay_steps=50,
+        reserve_clip=60,
+        retract_ratio_steps=20,
+        admission_latch=True,
+    )
+    lane = Lane(limits, _decode, _mixed)
+    checked = []
+    schedule = lane.schedule
+
+    def checking(horizon, drive):
+        by_hand = sum(
+            min(r.target - lane.G if r.computed >= r.prompt else r.osl - r.out, 60) for r in lane.running
+        )
+        checked.append((lane.reserved_tokens(1.0), by_hand))
+        return schedule(horizon, drive)
+
+    lane.schedule = checking  # type: ignore[method-assign]  # compare before every step
+    rng = random.Random(7)
+    requests = [(rng.randint(50, 400), rng.randint(5, 300), 0) for _ in range(80)]
+    run(lane, Replay(requests, [0.0] * len(requests), limit=24))
+    assert lane.stats.preemptions > 0 and len(checked) > 100
+    for kept, by_hand in checked:
+        assert kept == pytest.approx(by_hand)
 
 
 def test_a_retraction_restarts_sglangs_new_token_ratio():

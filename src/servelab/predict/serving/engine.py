@@ -59,6 +59,7 @@ class Request:
     ctx0: int = 0  # its KV tokens at that moment
     epoch: int = 0  # bumps on preemption, invalidating stale heap entries
     preemptions: int = 0
+    over_clip: bool = False  # counted in the lane's decodes with more output left than reserve_clip
 
     @property
     def target(self) -> float:
@@ -182,7 +183,11 @@ class Lane:
             None  # where the reserve restarted after a retraction (None: never)
         )
         self.reserve_step0 = 0  # ... at this many decode steps
-        self.clipped: list[Request] = []  # admitted requests with more output left than reserve_clip
+        # decoding requests with more output left than reserve_clip: a heap of the G at which each falls to
+        # the clip, and the sum and count of (target G - clip) over them (reserved_tokens takes that off)
+        self.over_heap: list = []
+        self.over_sum = 0.0
+        self.over_n = 0
         self.latched = False  # admission stopped until a running request leaves (admission_latch)
         self.stats = LaneStats()
 
@@ -195,17 +200,27 @@ class Lane:
 
     def reserved_tokens(self, ratio: float) -> float:
         """KV tokens held back for the remaining output of admitted requests (engines that reserve); a request
-        counts at most reserve_clip of its own (the few that have more are taken off one by one)."""
+        counts at most reserve_clip of its own."""
         tps = self.lim.tokens_per_step
-        decoding = (self.sum_target - self.num_decoding * self.G) / tps
-        prefilling = sum(r.osl - r.out for r in self.prefilling)
         clip = self.lim.reserve_clip
-        for r in self.clipped:
-            if r.computed >= r.prompt:  # decoding
-                decoding -= max(0.0, r.target - self.G - clip) / tps
-            else:
-                prefilling -= max(0.0, r.osl - r.out - clip)
-        return ratio * (decoding + prefilling)
+        decoding = self.sum_target - self.num_decoding * self.G
+        if self.over_n:
+            heap, G = self.over_heap, self.G
+            while heap and heap[0][0] <= G:  # these are down to the clip now
+                cross, _, epoch, req = heapq.heappop(heap)
+                if epoch == req.epoch and req.over_clip:
+                    self._drop_over(req, cross)
+            decoding -= self.over_sum - self.over_n * G
+        if clip:
+            prefilling = sum(min(r.osl - r.out, clip) for r in self.prefilling)
+        else:
+            prefilling = sum(r.osl - r.out for r in self.prefilling)
+        return ratio * (decoding / tps + prefilling)
+
+    def _drop_over(self, req: Request, cross: float) -> None:
+        req.over_clip = False
+        self.over_sum -= cross
+        self.over_n -= 1
 
     def reserve_now(self) -> float:
         """The share of remaining output reserved now (after a retraction, decaying from its restart)."""
@@ -351,8 +366,6 @@ class Lane:
             self.prefill_tokens += req.cached
             self.prefilling.append(req)
             self.running.append(req)
-            if clip and left > clip:
-                self.clipped.append(req)
             chunks.append((req, take, req.cached))
             budget -= take
             free -= lim.kv_fixed + (req.cached + take) * per_token
@@ -381,7 +394,6 @@ class Lane:
 
     def _preempt(self) -> None:
         req = self.running.pop()
-        self._unclip(req)
         self.latched = False
         st = self.stats
         st.preemptions += 1
@@ -393,6 +405,8 @@ class Lane:
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
             self.sum_target -= req.target
+            if req.over_clip:
+                self._drop_over(req, req.target - self.lim.reserve_clip)
             req.out += self.G - req.g0
             req.epoch += 1
             req.prompt = req.prompt + int(req.out)  # recompute prompt and output so far
@@ -486,15 +500,19 @@ class Lane:
         self.sum_ctx0 += req.ctx0 - req.g0
         self.sum_target += req.target
         heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
+        clip = self.lim.reserve_clip
+        if clip and req.target - self.G > clip:
+            cross = req.target - clip
+            req.over_clip = True
+            self.over_sum += cross
+            self.over_n += 1
+            heapq.heappush(self.over_heap, (cross, req.idx, req.epoch, req))
 
     def _finish(self, req: Request, now: tuple, done: list) -> None:
         req.finish = now
         self.completed += 1
         self.running.remove(req)
-        self._unclip(req)
+        if req.over_clip:  # finished before reserved_tokens looked again
+            self._drop_over(req, req.target - self.lim.reserve_clip)
         self.latched = False
         done.append(req)
-
-    def _unclip(self, req: Request) -> None:
-        if self.clipped and req in self.clipped:
-            self.clipped.remove(req)
