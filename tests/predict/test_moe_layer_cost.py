@@ -1,6 +1,6 @@
-"""EngineProfile.eager_moe_layer_us and moe_layer_us: a MoE layer's CPU time in a step run outside CUDA graphs,
-which the GPU waits for only when its own work is shorter, and a MoE layer's fixed GPU time in every step.
-Dense models pay neither."""
+"""EngineProfile.eager_moe_layer_us and moe_layer_us: a MoE layer's CPU time in a step run outside CUDA
+graphs, which the GPU waits for only when its own work is shorter, and a MoE layer's fixed GPU time in every
+step. Dense models pay neither."""
 
 import pytest
 
@@ -15,6 +15,7 @@ H200 = load_system("h200_sxm")
 DB = perfdb_for(H200, "trtllm")
 MOE, DENSE = load_model("qwen3-30b-a3b"), load_model("llama-3.1-8b")
 # no per-kernel launch cost, so that the eager step's CPU time is the MoE layers' alone
+TP8 = Parallel(tp=8)
 BASE = engine_profile("trtllm").model_copy(update={"eager_launch_us": 0.0, "moe_prompt_token_us": 0.0})
 
 
@@ -22,7 +23,7 @@ def with_costs(cpu_us: float = 0.0, gpu_us: float = 0.0):
     return BASE.model_copy(update={"eager_moe_layer_us": cpu_us, "moe_layer_us": gpu_us})
 
 
-def step(model, shape, engine, parallel=Parallel(tp=8)):
+def step(model, shape, engine, parallel=TP8):
     return priced_step(model, parallel, shape, engine, DB)
 
 

@@ -1,6 +1,9 @@
 """Engine scheduling policies and the API server in front of them, on a lane priced by hand-computable step
 functions (1 us per prompt token, 1 ms per decode step), so every time below follows from the rules alone."""
 
+import random
+from dataclasses import replace
+
 import pytest
 
 from servelab.predict.engines import engine_profile
@@ -156,6 +159,119 @@ def test_sglang_new_token_ratio_falls_from_its_start_to_its_floor():
     assert limits.reserve_at(10_000) == pytest.approx(0.098)
 
 
+def _admitted_after_a_decodes(clip: int) -> bool:
+    """KV for 1,200 tokens, new-token ratio 0.5. A (prompt 100, output 1,000) is admitted and prefilled; then
+    B (prompt 100, output 1,000) arrives: is B admitted in the next step?"""
+    limits = _limits(kv_capacity=1200.0, max_num_batched_tokens=10_000, reserve=0.5, reserve_min=0.5)
+    lane = Lane(replace(limits, reserve_clip=clip), _decode, _mixed)
+    lane.add(Request(0, 100, 1000, 0, arrival=(0.0, 0.0, 0.0)))
+    prefill = lane.schedule(float("inf"), 0)
+    assert prefill is not None and [take for _, take, _ in prefill.chunks] == [100]
+    lane.complete(prefill)
+    lane.add(Request(1, 100, 1000, 0, arrival=(0.0, 0.0, 0.0)))
+    step = lane.schedule(float("inf"), 0)
+    return step is not None and [take for _, take, _ in step.chunks] == [100]
+
+
+def test_sglang_reserves_at_most_the_clip_of_any_requests_output():
+    """SGLang's PrefillAdder counts min(remaining output, CLIP_MAX_NEW_TOKENS = 4096) of a request, here with
+    a clip of 100. A is charged 100 + min(1000, 100) = 200 to get in (1,100 without the clip, which also
+    fits). After A's prefill the cache holds its 100 tokens and the next decode token: 1,099 free. B needs its
+    prompt, its output and 0.5 x A's remaining 999: 100 + 1000 + 499.5 = 1,599.5 > 1,099 without the clip (B
+    waits), 100 + 100 + 0.5 x 100 = 250 with it (B is admitted)."""
+    assert _admitted_after_a_decodes(clip=100)
+    assert not _admitted_after_a_decodes(clip=0)
+
+
+def test_the_clipped_reserve_is_the_sum_over_requests_at_every_step():
+    """The lane keeps the clipped reserve as running sums (a heap of the points where a request's remaining
+    output falls to the clip); at every scheduling point of a KV-bound run with retractions it equals the sum
+    of min(remaining output, clip) over the admitted requests, counted one by one."""
+    limits = _limits(
+        kv_capacity=6000.0,
+        reserve=0.7,
+        reserve_min=0.05,
+        reserve_decay_steps=50,
+        reserve_clip=60,
+        retract_ratio_steps=20,
+        admission_latch=True,
+    )
+    lane = Lane(limits, _decode, _mixed)
+    checked = []
+    schedule = lane.schedule
+
+    def checking(horizon, drive):
+        by_hand = sum(
+            min(r.target - lane.G if r.computed >= r.prompt else r.osl - r.out, 60) for r in lane.running
+        )
+        checked.append((lane.reserved_tokens(1.0), by_hand))
+        return schedule(horizon, drive)
+
+    lane.schedule = checking  # type: ignore[method-assign]  # compare before every step
+    rng = random.Random(7)
+    requests = [(rng.randint(50, 400), rng.randint(5, 300), 0) for _ in range(80)]
+    run(lane, Replay(requests, [0.0] * len(requests), limit=24))
+    assert lane.stats.preemptions > 0 and len(checked) > 100
+    for kept, by_hand in checked:
+        assert kept == pytest.approx(by_hand)
+
+
+def test_a_retraction_restarts_sglangs_new_token_ratio():
+    """SGLang's retract_decode sets new_token_ratio = (output tokens emitted + 20 per remaining request) /
+    (their max_new_tokens + 1), at most 1; it then decays as before, 0.6 / 600 = 0.001 a decode step. A and B
+    (prompt 100, output 100) are prefilled together and decode 9 steps (10 tokens each, 109 KV tokens each);
+    the cache then shrinks to 219 tokens, too few for both next tokens (220): B, the last admitted, is
+    retracted, and the ratio restarts at (10 + 20) / 101 = 0.297 instead of 0.7 - 0.009 = 0.691. C, which
+    arrived meanwhile and does not fit either, keeps its place ahead of B (vLLM puts B first)."""
+    ratios, queues = {}, {}
+    for steps in (20, 0):
+        limits = _limits(
+            kv_capacity=1e6,
+            max_num_batched_tokens=10_000,
+            reserve=0.7,
+            reserve_min=0.1,
+            reserve_decay_steps=600,
+            retract_ratio_steps=steps,
+        )
+        lane = Lane(limits, _decode, _mixed)
+        for i in range(2):
+            lane.add(Request(i, 100, 100, 0, arrival=(0.0, 0.0, 0.0)))
+        lane.complete(lane.schedule(float("inf"), 0))
+        stretch = lane.schedule(lane.clock[0] + 8.5e-3, 0)  # 9 decode steps of 1 ms
+        assert stretch is not None and stretch.steps == 9
+        lane.complete(stretch)
+        lane.add(Request(2, 100, 100, 0, arrival=(0.0, 0.0, 0.0)))
+        lane.lim = replace(limits, kv_capacity=219.0)
+        lane.schedule(float("inf"), 0)
+        assert [r.idx for r in lane.running] == [0]
+        ratios[steps], queues[steps] = lane.reserve_now(), [r.idx for r in lane.waiting]
+    assert ratios[20] == pytest.approx(30 / 101)
+    assert ratios[0] == pytest.approx(0.7 - 0.6 * 9 / 600)
+    assert queues == {20: [2, 1], 0: [1, 2]}
+
+
+def test_sglang_stops_admitting_after_a_refusal_until_a_request_finishes():
+    """KV for 850 tokens, a new-token ratio falling from 0.7 to 0 over 10 decode steps. A (prompt 100, output
+    400) is admitted (100 + 400 = 500); B (the same) needs 100 + 400 + 400 = 900 > 750 and is refused. Two
+    decode steps later it would fit (850 - 103 = 747 free, 500 + 0.56 x 397 = 722 needed), and C's arrival at
+    5 ms makes the scheduler look again: without the latch B is admitted then; SGLang's batch_is_full keeps
+    admission shut until A finishes (400 steps of 1 ms)."""
+    firsts = {}
+    for latch in (False, True):
+        limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.0, reserve_decay_steps=10)
+        source, _ = _replay(
+            replace(limits, admission_latch=latch),
+            [(100, 400, 0), (100, 400, 0), (100, 10, 0)],
+            offsets=[0.0, 0.0, 5e-3],
+        )
+        a, b, _ = source.requests
+        firsts[latch] = (b.first[0], a.finish[0])
+    b_first, a_finish = firsts[False]
+    assert 5e-3 < b_first < 10e-3
+    b_first, a_finish = firsts[True]
+    assert b_first > a_finish
+
+
 def test_engine_profiles_carry_their_scheduler_policies():
     assert engine_profile("vllm").prefill_policy == "mixed"
     assert engine_profile("vllm").admission_reserve == 0.0
@@ -163,6 +279,15 @@ def test_engine_profiles_carry_their_scheduler_policies():
     assert engine_profile("trtllm").admission_reserve == 1.0
     assert engine_profile("sglang").api_output_serial and not engine_profile("vllm").api_output_serial
     assert engine_profile("sglang").kv_static_fraction and not engine_profile("trtllm").kv_static_fraction
+    assert (
+        engine_profile("sglang").admission_output_clip == 4096
+        and engine_profile("vllm").admission_output_clip == 0
+    )
+    assert (
+        engine_profile("sglang").retract_ratio_steps == 20
+        and engine_profile("trtllm").retract_ratio_steps == 0
+    )
+    assert engine_profile("sglang").admission_latch and not engine_profile("vllm").admission_latch
 
 
 def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():

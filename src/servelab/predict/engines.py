@@ -12,7 +12,9 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   the KV cache before admitting another, which must fit with all of its own output (vLLM V1 0: it preempts
   instead, and reserves nothing; TensorRT-LLM GUARANTEED_NO_EVICT 1: a request is admitted only if all of its
   output fits; SGLang's new-token ratio, 0.7 at start, falling linearly to `admission_reserve_min` over
-  `admission_reserve_decay_steps` decode steps, the request it admits charged in full).
+  `admission_reserve_decay_steps` decode steps, the request it admits charged in full; at most
+  `admission_output_clip` tokens of any one request's output counted; restarted by a retraction,
+  `retract_ratio_steps`).
 - `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction); `cuda_graph_by_split`:
   its CUDA-graph batch by GPU memory and tp (256 below tp 4 and 512 from tp 4 on an H100 or H200).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
@@ -104,6 +106,16 @@ class EngineProfile(BaseModel):
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None
     eager_moe_layer_us: float = 0.0  # CPU per MoE layer of an eager step (see the module docstring)
     moe_layer_us: float = 0.0  # GPU per MoE layer per step beyond the priced kernels (ditto)
+    # SGLang's PrefillAdder counts at most this many of a request's remaining output tokens in the reserve
+    # (CLIP_MAX_NEW_TOKENS, 4096); 0: all of them
+    admission_output_clip: int = 0
+    # SGLang's retraction (0: vLLM's preemption): after retract_decode frees KV the reserve restarts counting
+    # this many more decode steps of every remaining request's output (SGLANG_RETRACT_DECODE_STEPS, 20), and
+    # the retracted request queues behind the waiting ones (Scheduler._add_request_to_queue appends)
+    retract_ratio_steps: int = 0
+    # a request refused for KV stops admission until a running request finishes or is retracted (SGLang's
+    # running_batch.batch_is_full, cleared by update_running_batch when the batch shrinks)
+    admission_latch: bool = False
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:
         """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""

@@ -8,8 +8,15 @@ before any decode step. An engine that reserves KV for future output (SGLang's n
 no-evict policy) admits a request only if the cache also holds all of its output, all of the output of the
 requests admitted before it in the same step, and that share of the remaining output of the requests admitted
 earlier (SGLang's PrefillAdder.add_one_req charges a new request its whole max_new_tokens and running ones
-new_token_ratio x theirs). When the KV cache cannot hold the decodes' next tokens, the most recently admitted
-request is preempted and later recomputed (vLLM V1).
+new_token_ratio x theirs). SGLang counts at most `reserve_clip` (CLIP_MAX_NEW_TOKENS, 4096) of any
+request's remaining output in that sum. When the KV cache cannot hold the decodes' next tokens, the most
+recently admitted request is preempted and later recomputed (vLLM V1; SGLang's `retract_decode` picks the
+request with the fewest output tokens, the same one for requests admitted in order, then restarts its
+new-token ratio from the share of their output the remaining requests will have emitted
+`retract_ratio_steps` steps on, so that it admits less until the ratio has decayed again, and queues the
+retracted request behind the waiting ones, where vLLM puts it first). SGLang also stops admitting once a
+request does not fit (`running_batch.batch_is_full`) until a running request finishes or is retracted, where
+the others try again at every scheduling point.
 
 TensorRT-LLM can hold new prompts back while decodes run (the hold counts engine iterations; both are off by
 default). Its attention-DP balancing (`attention_dp_config.enable_balance`) admits new prompts only when every
@@ -52,6 +59,7 @@ class Request:
     ctx0: int = 0  # its KV tokens at that moment
     epoch: int = 0  # bumps on preemption, invalidating stale heap entries
     preemptions: int = 0
+    over_clip: bool = False  # counted in the lane's decodes with more output left than reserve_clip
 
     @property
     def target(self) -> float:
@@ -84,6 +92,13 @@ class LaneLimits:
     reserve: float = 0.0  # share of running requests' remaining output kept free in the KV cache ...
     reserve_min: float = 0.0  # ... falling linearly to this over reserve_decay_steps decode steps (0: never)
     reserve_decay_steps: int = 0
+    reserve_clip: int = 0  # at most this many of a request's remaining output tokens are reserved (0: all)
+    # SGLang's retraction (0: vLLM's preemption): the reserve restarts counting this many more steps of
+    # output, and the retracted request queues behind the waiting ones
+    retract_ratio_steps: int = 0
+    # a request refused for KV stops admission until a running request finishes or is retracted (SGLang's
+    # running_batch.batch_is_full); otherwise admission is tried again at every scheduling point
+    admission_latch: bool = False
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
@@ -111,11 +126,14 @@ class LaneLimits:
         busy = min(self.frontend_out_token_s * decode_rate, FRONTEND_MAX_BUSY)
         return work / (1.0 - busy)
 
-    def reserve_at(self, decode_steps: int) -> float:
+    def reserve_at(self, decode_steps: int, start: float | None = None) -> float:
+        """The reserve `decode_steps` after it was `start` (None: the engine's starting reserve); it falls by
+        the same amount every step whatever it started from (SGLang's new_token_ratio_decay)."""
+        start = self.reserve if start is None else start
         if not self.reserve_decay_steps:
-            return self.reserve
+            return start
         fall = (self.reserve - self.reserve_min) * decode_steps / self.reserve_decay_steps
-        return max(self.reserve_min, self.reserve - fall)
+        return max(self.reserve_min, start - fall)
 
 
 @dataclass
@@ -161,6 +179,16 @@ class Lane:
         self.holding = False  # the step under way held new prompts back
         # expected maximum, in mean arrival gaps, of the other ranks' waits for their next request
         self.others_wait = sum(1.0 / k for k in range(1, limits.balance_ranks))
+        self.reserve_start: float | None = (
+            None  # where the reserve restarted after a retraction (None: never)
+        )
+        self.reserve_step0 = 0  # ... at this many decode steps
+        # decoding requests with more output left than reserve_clip: a heap of the G at which each falls to
+        # the clip, and the sum and count of (target G - clip) over them (reserved_tokens takes that off)
+        self.over_heap: list = []
+        self.over_sum = 0.0
+        self.over_n = 0
+        self.latched = False  # admission stopped until a running request leaves (admission_latch)
         self.stats = LaneStats()
 
     # ---- KV ----------------------------------------------------------------------------------------------
@@ -171,9 +199,33 @@ class Lane:
         return len(self.running) * self.lim.kv_fixed + self.kv_tokens() * self.lim.kv_per_token
 
     def reserved_tokens(self, ratio: float) -> float:
-        """KV tokens held back for the remaining output of admitted requests (engines that reserve)."""
-        decoding = (self.sum_target - self.num_decoding * self.G) / self.lim.tokens_per_step
-        return ratio * (decoding + sum(r.osl - r.out for r in self.prefilling))
+        """KV tokens held back for the remaining output of admitted requests (engines that reserve); a request
+        counts at most reserve_clip of its own."""
+        tps = self.lim.tokens_per_step
+        clip = self.lim.reserve_clip
+        decoding = self.sum_target - self.num_decoding * self.G
+        if self.over_n:
+            heap, G = self.over_heap, self.G
+            while heap and heap[0][0] <= G:  # these are down to the clip now
+                cross, _, epoch, req = heapq.heappop(heap)
+                if epoch == req.epoch and req.over_clip:
+                    self._drop_over(req, cross)
+            decoding -= self.over_sum - self.over_n * G
+        if clip:
+            prefilling = sum(min(r.osl - r.out, clip) for r in self.prefilling)
+        else:
+            prefilling = sum(r.osl - r.out for r in self.prefilling)
+        return ratio * (decoding / tps + prefilling)
+
+    def _drop_over(self, req: Request, cross: float) -> None:
+        req.over_clip = False
+        self.over_sum -= cross
+        self.over_n -= 1
+
+    def reserve_now(self) -> float:
+        """The share of remaining output reserved now (after a retraction, decaying from its restart)."""
+        steps = self.stats.decode_steps - self.reserve_step0
+        return self.lim.reserve_at(steps, self.reserve_start)
 
     # ---- arrivals ----------------------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -207,10 +259,14 @@ class Lane:
         lim = self.lim
         grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
         kv_bytes = self.kv_bytes()
+        retracted = False
         while self.num_decoding and kv_bytes + grow > lim.kv_capacity:
             self._preempt()
+            retracted = True
             grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()
+        if retracted and lim.retract_ratio_steps and lim.reserve:
+            self._restart_reserve()
         n = self.num_decoding
         if lim.separate_prefill:  # a prompt step if any prompt can go, else a decode step
             batch = self._prefill_only(grow, kv_bytes) if self.prefilling or self.waiting else None
@@ -234,6 +290,16 @@ class Lane:
             us = self.price_mixed([(t, p) for _, t, p in chunks], n, kv_mean)
             return Batch(1, n, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
         return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes, hold)
+
+    def _restart_reserve(self) -> None:
+        """SGLang's `retract_decode`: the new-token ratio becomes (output tokens emitted + retract_ratio_steps
+        per request) / (their output lengths + 1) over the requests still decoding, at most 1, and decays from
+        there."""
+        decoding = [r for r in self.running if r.computed >= r.prompt]
+        emitted = sum(r.out + self.G - r.g0 for r in decoding)
+        ahead = self.lim.retract_ratio_steps * len(decoding)
+        self.reserve_start = min(1.0, (emitted + ahead) / (sum(r.osl for r in decoding) + 1))
+        self.reserve_step0 = self.stats.decode_steps
 
     def _hold(self, n: int) -> int:
         """hold_steps, with the counters kept: a release restarts them."""
@@ -269,11 +335,12 @@ class Lane:
             budget -= take
             free -= take * per_token
         waiting = self.waiting
-        if not waiting or budget <= 0 or not admit:
+        if not waiting or budget <= 0 or not admit or self.latched:
             return chunks
         st = self.stats
-        ratio = lim.reserve_at(st.decode_steps) if lim.reserve else 0.0
+        ratio = self.reserve_now() if lim.reserve else 0.0
         reserved = self.reserved_tokens(ratio) * per_token if ratio else 0.0
+        clip = lim.reserve_clip
         while waiting and budget > 0:
             if len(self.running) >= lim.max_num_seqs:
                 st.blocked_seqs += 1
@@ -284,11 +351,14 @@ class Lane:
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
-            if ratio:  # the whole prompt and all of its output must fit beside the others' reserve
-                reserved += (req.osl - req.out) * per_token
+            left = req.osl - req.out
+            # the whole prompt and all of its output (to the clip) must fit beside the others' reserve
+            if ratio:
+                reserved += (min(left, clip) if clip else left) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
                 st.blocked_kv += 1
+                self.latched = lim.admission_latch
                 break
             waiting.popleft()
             req.computed = req.cached
@@ -323,6 +393,7 @@ class Lane:
 
     def _preempt(self) -> None:
         req = self.running.pop()
+        self.latched = False
         st = self.stats
         st.preemptions += 1
         req.preemptions += 1
@@ -333,11 +404,16 @@ class Lane:
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
             self.sum_target -= req.target
+            if req.over_clip:
+                self._drop_over(req, req.target - self.lim.reserve_clip)
             req.out += self.G - req.g0
             req.epoch += 1
             req.prompt = req.prompt + int(req.out)  # recompute prompt and output so far
         req.computed = 0
-        self.waiting.appendleft(req)
+        if self.lim.retract_ratio_steps:  # SGLang's _add_request_to_queue: behind every waiting request
+            self.waiting.append(req)
+        else:
+            self.waiting.appendleft(req)
 
     # ---- step end ----------------------------------------------------------------------------------------
     def stream_out(self, batch: Batch, firsts: int, end: float, drive: int) -> float:
@@ -423,9 +499,19 @@ class Lane:
         self.sum_ctx0 += req.ctx0 - req.g0
         self.sum_target += req.target
         heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
+        clip = self.lim.reserve_clip
+        if clip and req.target - self.G > clip:
+            cross = req.target - clip
+            req.over_clip = True
+            self.over_sum += cross
+            self.over_n += 1
+            heapq.heappush(self.over_heap, (cross, req.idx, req.epoch, req))
 
     def _finish(self, req: Request, now: tuple, done: list) -> None:
         req.finish = now
         self.completed += 1
         self.running.remove(req)
+        if req.over_clip:  # finished before reserved_tokens looked again
+            self._drop_over(req, req.target - self.lim.reserve_clip)
+        self.latched = False
         done.append(req)
