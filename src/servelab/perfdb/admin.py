@@ -18,9 +18,11 @@ def _systems(system: str | None):
 def status_report(system: str | None = None) -> list[dict]:
     out = []
     for spec in _systems(system):
-        for i, d in enumerate(table_dirs(spec.name)):
+        seen: set[str] = set()  # backends whose best directory came first
+        for d in table_dirs(spec.name):
             desc = TableSet(d, spec).describe()
-            out.append(dict(desc, system=spec.name, in_use=i == 0))
+            out.append(dict(desc, system=spec.name, in_use=d.parent.name not in seen))
+            seen.add(d.parent.name)
     return out
 
 
