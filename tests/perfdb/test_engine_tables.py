@@ -10,6 +10,7 @@ import pytest
 
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
+from servelab.perfdb.admin import accuracy_report, status_report
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.merge import merge
 from servelab.perfdb.roofline import Roofline
@@ -126,6 +127,10 @@ def test_torch_tables_stay_the_default_whatever_an_engine_version_says(engine_ro
     found = tables_mod.table_dirs(h200.name, roots=[engine_root])
     assert [(d.parent.name, d.name) for d in found] == [("torch", "2.11"), ("vllm", "9.0")]
     assert tables_mod.load_default_tables(h200).dir.parent.name == "torch"
+    # `db status` and `db accuracy` name the directory each backend reads, the engine's too
+    in_use = {e["label"] for e in status_report("h200_sxm") if e["in_use"]}
+    assert in_use == {"h200_sxm/torch/2.11", "h200_sxm/vllm/9.0"}
+    assert {e["label"] for e in accuracy_report("h200_sxm")} == in_use
 
 
 def test_shipped_vllm_table_holds_measured_decode_rows_no_faster_than_the_weights_they_read(h200):
