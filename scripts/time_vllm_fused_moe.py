@@ -17,7 +17,7 @@ Needs only torch and triton (run it where the GPU is). vLLM's code is not part o
 unpacked vLLM package (the `vllm/` directory of its wheel) at run time.
 
     python scripts/time_vllm_fused_moe.py --vllm DIR/vllm --label 0.12.0 --out moe_vllm.csv \
-        [--shapes qwen3-235b] [--tp 1 2 4 8] [--tokens 1 2 4 ...] [--budget-s 400] [--check]
+        [--shapes qwen3-235b] [--tp 1 2 4 8] [--tokens 1 2 4 ...] [--budget-s 400] [--check] [--warmup-ms 100]
 """
 
 import argparse
@@ -214,8 +214,11 @@ def reference(a, a_scale, w, w_scale, topk_ids, top_k, routed):
     return torch.stack(out)
 
 
-def bench(fn) -> tuple[float, float, float]:
-    p10, p50, p90 = triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=[0.1, 0.5, 0.9])
+def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
+    """Median, p10, p90 in microseconds. The warm-up is long: with 5 ms, launches of 10-50 us came out up to
+    2x slow in a repeat run (most likely timed while the clocks rose again after the GPU idled through a
+    compile)."""
+    p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
     return p50 * 1e3, p10 * 1e3, p90 * 1e3
 
 
@@ -229,6 +232,7 @@ def main() -> None:
     ap.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     ap.add_argument("--check", action="store_true", help="compare two launches per shape with torch")
+    ap.add_argument("--warmup-ms", type=float, default=100.0, help="do_bench warm-up before each timing")
     args = ap.parse_args()
     if len(args.vllm) != len(args.label):
         sys.exit("--vllm and --label: one label per directory")
@@ -285,7 +289,7 @@ def main() -> None:
                                 if ref is not None:
                                     got = c.float().view(ref.shape)
                                     err = f"{((got - ref).norm() / ref.norm()).item():.4f}"
-                            lat, p10, p90 = bench(fn)
+                            lat, p10, p90 = bench(fn, args.warmup_ms)
                             out.writerow(dict(
                                 vllm=label, model=model, tp=tp, experts=experts, topk=topk, hidden=hidden,
                                 inter=n, tokens=m, gemm=gemm, latency_us=round(lat, 3), p10_us=round(p10, 3),
