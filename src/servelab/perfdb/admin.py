@@ -18,10 +18,19 @@ def _systems(system: str | None):
 def status_report(system: str | None = None) -> list[dict]:
     out = []
     for spec in _systems(system):
-        for i, d in enumerate(table_dirs(spec.name)):
+        in_use = set(in_use_dirs(spec.name))
+        for d in table_dirs(spec.name):
             desc = TableSet(d, spec).describe()
-            out.append(dict(desc, system=spec.name, in_use=i == 0))
+            out.append(dict(desc, system=spec.name, in_use=d in in_use))
     return out
+
+
+def in_use_dirs(system_name: str) -> list[Path]:
+    """The directory each backend's predictions read: its first in the search order."""
+    best: dict[str, Path] = {}
+    for d in table_dirs(system_name):
+        best.setdefault(d.parent.name, d)
+    return list(best.values())
 
 
 def accuracy_report(system: str | None = None, tables: Path | None = None) -> list[dict]:
@@ -29,7 +38,7 @@ def accuracy_report(system: str | None = None, tables: Path | None = None) -> li
     if tables is not None:
         sets = [load_tables(tables, load_system(system) if system is not None else _system_of(tables))]
     else:
-        sets = [TableSet(dirs[0], spec) for spec in _systems(system) if (dirs := table_dirs(spec.name))]
+        sets = [TableSet(d, spec) for spec in _systems(system) for d in in_use_dirs(spec.name)]
     out = []
     for ts in sets:
         entry = {"system": ts.system.name, "label": ts.label, "dir": str(ts.dir), "tables": {}}

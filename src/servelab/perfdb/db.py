@@ -1,10 +1,12 @@
 """PerfDB: answers op latency queries for one system and backend, from perf tables where they have data and
 from the roofline elsewhere. Answers are cached: the same key asked twice costs a dict lookup.
 
-A backend is priced from tables collected with that backend only. The shipped H200 tables time torch's kernels
-(cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS, FlashMLA,
-fused MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one model out,
-525 measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4)."""
+A backend is priced from tables collected with that backend only. The shipped H200 torch tables time torch's
+kernels (cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS,
+FlashMLA, fused MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one
+model out, 525 measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4). An
+engine's own tables answer only the ops they hold (the shipped vllm table: its block-FP8 fused-MoE kernel);
+every other op of that engine is priced by its roofline, as without tables."""
 
 from collections import OrderedDict
 from collections.abc import Callable

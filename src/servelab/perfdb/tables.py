@@ -41,6 +41,7 @@ DEFAULT_BANDS = {"interpolated": (-0.10, 0.10), "extrapolated": (-0.30, 0.30), "
 MODELLED_BAND = (-0.25, 0.25)
 MIN_LOO_POINTS = 5
 ENV_PATH = "SERVELAB_PERFDB_PATH"
+DEFAULT_BACKEND = "torch"  # the backend whose tables time servelab's own kernels
 
 
 def data_root() -> Path:
@@ -226,8 +227,9 @@ def _version_key(text: str) -> tuple:
 
 def table_dirs(system_name: str, roots: list[Path] | None = None, backend: str | None = None) -> list[Path]:
     """Table directories for a system under each root (<root>/<system>/<backend>/<version>/), best first:
-    roots in order (SERVELAB_PERFDB_PATH before the embedded data), then the newest version. With `backend`,
-    only tables collected with that backend."""
+    roots in order (SERVELAB_PERFDB_PATH before the embedded data), then torch's tables before an engine's
+    (an engine's tables time only the kernels collected with it, so they are never the system's default),
+    then the newest version. With `backend`, only tables collected with that backend."""
     if roots is None:
         roots = [Path(p) for p in os.environ.get(ENV_PATH, "").split(os.pathsep) if p] + [data_root()]
     found = []
@@ -242,7 +244,11 @@ def table_dirs(system_name: str, roots: list[Path] | None = None, backend: str |
             for v in b.iterdir()
             if v.is_dir() and any(v.glob("*.parquet"))
         ]
-        found += sorted(dirs, key=lambda v: (_version_key(v.name), v.parent.name), reverse=True)
+        found += sorted(
+            dirs,
+            key=lambda v: (v.parent.name == DEFAULT_BACKEND, _version_key(v.name), v.parent.name),
+            reverse=True,
+        )
     return found
 
 

@@ -1,0 +1,121 @@
+"""Turn scripts/time_vllm_fused_moe.py's CSV into a collector campaign directory for one vLLM version,
+ready for `servelab db merge CAMPAIGN --into <root>/<system>/vllm/<version>`.
+
+Each table row is one `moe` op (perfdb.keys.Moe: expert compute of one rank, no routing or communication):
+latency_us is the gate-up GEMM's median plus the down GEMM's, p10/p90 likewise summed; the two GEMMs, the
+kernel config and the launch path ride along in the row's extra. Routing in the timing is uniform, so the rows
+are `distribution=uniform`; the shapes are rank-local (inter already split by TP), ep=1.
+
+    python scripts/vllm_moe_campaign.py --csv moe_vllm.csv --env env.txt --vllm-version 0.12.0 \
+        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0
+"""
+
+import argparse
+import csv
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+# the quantisation of the experts each timed shape stands for (servelab's dtype names)
+DTYPE = "fp8_block"
+
+
+def read_env(path: Path) -> dict:
+    """GPU, driver, clocks and library versions from the device run's env.txt (nvidia-smi CSV and a line of
+    `name version` pairs)."""
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    header = [h.strip() for h in lines[0].split(",")]
+    values = [v.strip() for v in lines[1].split(",")]
+    smi = dict(zip(header, values, strict=True))
+    words = lines[2].split()
+    libs = dict(zip(words[::2], words[1::2], strict=True))
+    return {
+        "gpu_name": smi["name"],
+        "driver": smi["driver_version"],
+        "clocks": f"max SM clock {smi['clocks.max.sm [MHz]']}, SM clock idle before the run "
+        f"{smi['clocks.current.sm [MHz]']} (clocks left to the driver)",
+        "torch": libs["torch"],
+        "triton": libs["triton"],
+        "cuda": libs["cuda"],
+    }
+
+
+def campaign_rows(csv_path: Path, version: str) -> list[dict]:
+    gemms: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    with csv_path.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["vllm"] != version:
+                continue
+            key = (r["model"], int(r["tp"]), int(r["experts"]), int(r["topk"]), int(r["hidden"]),
+                   int(r["inter"]), int(r["tokens"]))  # fmt: skip
+            gemms[key][r["gemm"]] = r
+    rows = []
+    for (model, tp, experts, topk, hidden, inter, tokens), g in sorted(gemms.items()):
+        if set(g) != {"gate_up", "down"}:
+            sys.exit(f"{csv_path}: {model} tp{tp} tokens={tokens} lacks one of the two GEMMs")
+        up, down = g["gate_up"], g["down"]
+        total = {c: round(float(up[c]) + float(down[c]), 3) for c in ("latency_us", "p10_us", "p90_us")}
+
+        rows.append(
+            {
+                "op": "moe",
+                "tokens": tokens,
+                "hidden": hidden,
+                "inter": inter,
+                "experts": experts,
+                "topk": topk,
+                "ep": 1,
+                "dtype": DTYPE,
+                "distribution": "uniform",
+                **total,
+                "reps": 1,
+                "backend": "vllm fused_moe_kernel (Triton, block-FP8 w8a8)",
+                "model": model,
+                "tp": tp,
+                "gate_up_us": float(up["latency_us"]),
+                "down_us": float(down["latency_us"]),
+                "config_file": up["config_file"],
+                "config": json.loads(up["config"]),
+                "path": up["path"],
+                "routing": "uniform",
+                "timing": "triton.testing.do_bench, L2 flushed",
+            }
+        )
+    if not rows:
+        sys.exit(f"{csv_path}: no rows for vLLM {version}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", required=True, type=Path)
+    ap.add_argument("--env", required=True, type=Path)
+    ap.add_argument("--vllm-version", required=True)
+    ap.add_argument("--date", required=True, help="the day the device run was made (ISO)")
+    ap.add_argument("--command", required=True, help="the command the device ran")
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args()
+    rows = campaign_rows(args.csv, args.vllm_version)
+    prov = {
+        **read_env(args.env),
+        "date": args.date,
+        "command": args.command,
+        "gpu_count": 1,
+        "vllm": args.vllm_version,
+        "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM "
+        f"{args.vllm_version} wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; "
+        "moe_align_block_size and the activation quantisation done in torch outside the timed region",
+        "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "provenance.json").write_text(json.dumps(prov, indent=1, sort_keys=True) + "\n")
+    (args.out / "rows").mkdir(exist_ok=True)
+    with (args.out / "rows" / "moe.jsonl").open("w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, sort_keys=True) + "\n")
+    print(f"{args.out}: {len(rows)} moe rows of vLLM {args.vllm_version}")
+
+
+if __name__ == "__main__":
+    main()
