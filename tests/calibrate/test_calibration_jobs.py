@@ -2,6 +2,7 @@
 those of one process, in the rows' order, refusals included; a bad --jobs is one line."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -153,3 +154,17 @@ def test_negative_jobs_is_one_line(command):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "--jobs: -1; expected 0 (one process per core)" in r.stderr
     assert r.stdout == ""
+
+
+def test_the_report_carries_each_rows_prediction_with_its_family_left_out(tmp_path):
+    """--report: every row's prediction by the fit that never saw its model family; its errors are the ones
+    the cross-validation reports, family by family."""
+    doc, report = calibrate(tmp_path, 1, [])
+    rows = json.loads(report)
+    for key, errors in doc["cv_by_family"].items():
+        engine, family = key.split("/")
+        mine = [r for r in rows if r["engine"] == engine and r["family"] == family]
+        ttft = [abs(r["family_left_out_ttft_ms"] - r["ttft_ms"]) / r["ttft_ms"] for r in mine]
+        tpot = [abs(r["family_left_out_tpot_ms"] - r["tpot_ms"]) / r["tpot_ms"] for r in mine]
+        assert float(np.median(ttft)) == pytest.approx(errors["ttft"]["median"], rel=1e-6)
+        assert float(np.median(tpot)) == pytest.approx(errors["tpot"]["median"], rel=1e-6)

@@ -51,12 +51,16 @@ def leave_one_family_out(
     )
     ttft_all = rel_errors(preds[:, 0], np.array([c.ttft_ms for c in tested]))
     tpot_all = rel_errors(preds[:, 1], np.array([c.tpot_ms for c in tested]))
-    out: dict = {"by_family": {}, "params": {}, "rows": {}}
+    out: dict = {"by_family": {}, "params": {}, "rows": {}, "predicted": {}}
     at = 0
     for key, test, params, trained_on in folds:
         ttft, tpot = ttft_all[at : at + len(test)], tpot_all[at : at + len(test)]
+        pred = preds[at : at + len(test)]
         at += len(test)
         out["rows"].update({c.row_id: (a, b) for c, a, b in zip(test, ttft, tpot, strict=True)})
+        out["predicted"].update(
+            {c.row_id: (float(p[0]), float(p[1])) for c, p in zip(test, pred, strict=True)}
+        )
         out["params"][key] = params
         out["by_family"][key] = {"ttft": summary(ttft), "tpot": summary(tpot), "trained_on": trained_on}
     out["ttft"], out["tpot"] = ttft_all, tpot_all

@@ -215,7 +215,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
-        opts.report.write_text(json.dumps(_per_row(cases, price, fitted, documented, jobs), indent=1))
+        per_row = _per_row(cases, price, fitted, documented, jobs, cv["predicted"])
+        opts.report.write_text(json.dumps(per_row, indent=1))
     if opts.summary:
         opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
     if not (opts.dry_run or opts.proposes_terms):
@@ -242,6 +243,7 @@ def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[str, dic
     errors = np.array([rows[c.row_id] for c in cases], dtype=float).reshape(-1, 2)
     return {
         "rows": rows,
+        "predicted": {c.row_id: sets[c.engine]["predicted"][c.row_id] for c in cases},
         "by_family": {
             k: v for e, cv in sets.items() for k, v in cv["by_family"].items() if k.startswith(f"{e}/")
         },
@@ -284,11 +286,16 @@ def recipe_counts(cases: list[Case]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: Jobs) -> list[dict]:
-    """Each row's measured and predicted TTFT / TPOT at the fitted parameters (the defaults where none)."""
+def _per_row(
+    cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: Jobs, cv_predicted: dict
+) -> list[dict]:
+    """Each row's measured and predicted TTFT / TPOT: at the engine's fitted parameters (in sample; the
+    defaults where none), and with the row's model family left out of the fit (`cv_predicted`, the engine's
+    chosen parameter set: what the written file predicts for a family it never saw, when the fit is kept)."""
     per_row = []
     rows = [(c, fitted.get(c.engine, start[c.engine])) for c in cases]
     for c, (ttft, tpot) in zip(cases, price_rows(rows, price, jobs, "--report rows"), strict=True):
+        cv_ttft, cv_tpot = cv_predicted[c.row_id]
         per_row.append(
             {
                 "id": c.row_id,
@@ -302,6 +309,8 @@ def _per_row(cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: 
                 "tpot_ms": c.tpot_ms,
                 "pred_ttft_ms": ttft,
                 "pred_tpot_ms": tpot,
+                "family_left_out_ttft_ms": cv_ttft,
+                "family_left_out_tpot_ms": cv_tpot,
                 "note": c.note,
                 "recipe": c.settings.recipe if c.settings else "",
             }
