@@ -14,9 +14,17 @@ from servelab.specs import Parallel, load_model, load_system
 H200 = load_system("h200_sxm")
 DB = perfdb_for(H200, "trtllm")
 MOE, DENSE = load_model("qwen3-30b-a3b"), load_model("llama-3.1-8b")
-# no per-kernel launch cost, so that the eager step's CPU time is the MoE layers' alone
 TP8 = Parallel(tp=8)
-BASE = engine_profile("trtllm").model_copy(update={"eager_launch_us": 0.0, "moe_prompt_token_us": 0.0})
+# no per-kernel launch cost, so that the eager step's CPU time is the MoE layers' alone, and none of the MoE
+# terms a calibration may set
+BASE = engine_profile("trtllm").model_copy(
+    update={
+        "eager_launch_us": 0.0,
+        "moe_prompt_token_us": 0.0,
+        "eager_moe_layer_us": 0.0,
+        "moe_layer_us": 0.0,
+    }
+)
 
 
 def with_costs(cpu_us: float = 0.0, gpu_us: float = 0.0):
