@@ -7,6 +7,7 @@ of the rows it keeps."""
 from datetime import UTC, datetime
 
 import pytest
+from silicon_csv import silicon_row
 
 from servelab.calibrate import inferencex_runs
 from servelab.calibrate.inferencex_runs import Run, find_run, model_key, parse_measured, tie_rows
@@ -16,28 +17,8 @@ R1 = "deepseek-ai/DeepSeek-R1"
 
 
 def _row(i: int, engine: str, measured: str, ttft: str, tpot: str, checkpoint: str = R1) -> dict:
-    return {
-        "id": f"row{i}",
-        "silicon_data_source": f"test; silicon_concurrency=4; measured={measured}",
-        "backend": engine,
-        "precision": "fp8",
-        "backend_version": "1.1.0rc2.post2",
-        "model_path": checkpoint,
-        "system": "h200_sxm",
-        "mode": "agg",
-        "isl": "1024",
-        "osl": "1024",
-        "gemm_quant_mode": "fp8_block",
-        "moe_quant_mode": "fp8_block",
-        "batch_size": "4",
-        "tp_size": "8",
-        "pp_size": "1",
-        "attention_dp_size": "1",
-        "moe_tp_size": "8",
-        "moe_ep_size": "1",
-        "silicon_ttft_ms": ttft,
-        "silicon_tpot_ms": tpot,
-    }
+    source = f"test; silicon_concurrency=4; measured={measured}"
+    return silicon_row(i, engine, checkpoint, ttft, tpot, "1.1.0rc2.post2", source)
 
 
 def test_checkpoint_names_of_one_model_agree():

@@ -2,33 +2,14 @@
 InferenceX's DeepSeek-R1 runs DeepSeek-V3, R1's architecture, and a CSV export writes the same values with
 other float rounding); the KV-cache dtype the file does not mark."""
 
+from silicon_csv import silicon_row
+
 from servelab.calibrate.rows import ENGINES, build_cases, to_case
 from servelab.specs import Dtype
 
 
 def _row(i: int, checkpoint: str, ttft: str, tpot: str, engine: str = "sglang") -> dict:
-    return {
-        "id": f"row{i}",
-        "silicon_data_source": "test; silicon_concurrency=4",
-        "backend": engine,
-        "precision": "fp8",
-        "backend_version": "0.5.9",
-        "model_path": checkpoint,
-        "system": "h200_sxm",
-        "mode": "agg",
-        "isl": "1024",
-        "osl": "1024",
-        "gemm_quant_mode": "fp8_block",
-        "moe_quant_mode": "fp8_block",
-        "batch_size": "4",
-        "tp_size": "8",
-        "pp_size": "1",
-        "attention_dp_size": "1",
-        "moe_tp_size": "8",
-        "moe_ep_size": "1",
-        "silicon_ttft_ms": ttft,
-        "silicon_tpot_ms": tpot,
-    }
+    return silicon_row(i, engine, checkpoint, ttft, tpot, "0.5.9")
 
 
 def test_a_measurement_under_two_names_of_one_architecture_counts_once():
