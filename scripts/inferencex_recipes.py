@@ -22,14 +22,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-OUT = (
-    Path(__file__).resolve().parent.parent
-    / "src"
-    / "servelab"
-    / "calibrate"
-    / "data"
-    / "inferencex_recipes.json"
-)
+OUT = Path(__file__).resolve().parents[1] / "src/servelab/calibrate/data/inferencex_recipes.json"
 # (engine, servelab model names, servelab system, the recipe script's paths over time, oldest first)
 RECIPES = [
     (

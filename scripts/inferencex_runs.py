@@ -24,14 +24,7 @@ from pathlib import Path
 
 import yaml
 
-OUT = (
-    Path(__file__).resolve().parent.parent
-    / "src"
-    / "servelab"
-    / "calibrate"
-    / "data"
-    / "inferencex_runs.json"
-)
+OUT = Path(__file__).resolve().parents[1] / "src/servelab/calibrate/data/inferencex_runs.json"
 CHANGELOG = "perf-changelog.yaml"
 # where InferenceX kept its master configs (utils/constants.py MASTER_CONFIGS), older layout first
 MASTER_CONFIGS = (
