@@ -179,9 +179,8 @@ class Lane:
         self.holding = False  # the step under way held new prompts back
         # expected maximum, in mean arrival gaps, of the other ranks' waits for their next request
         self.others_wait = sum(1.0 / k for k in range(1, limits.balance_ranks))
-        self.reserve_start: float | None = (
-            None  # where the reserve restarted after a retraction (None: never)
-        )
+        # where the reserve restarted after a retraction (None: never)
+        self.reserve_start: float | None = None
         self.reserve_step0 = 0  # ... at this many decode steps
         # decoding requests with more output left than reserve_clip: a heap of the G at which each falls to
         # the clip, and the sum and count of (target G - clip) over them (reserved_tokens takes that off)
