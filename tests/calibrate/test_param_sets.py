@@ -16,15 +16,15 @@ from servelab.calibrate.params import FIT_START, PARAM_SETS
 from servelab.calibrate.price import base_profiles
 from servelab.predict.engines import engine_profile, read_calibration
 
-# a toy engine whose TTFT and TPOT are affine in its parameters; `moe` marks the MoE families' rows
+# a toy engine whose TTFT and TPOT are affine in its parameters; `moe`: the MoE routes of a row (0: dense)
 DEFAULTS = {
     "step_overhead_us": 1000.0,
     "per_seq_overhead_us": 10.0,
     "kernel_gap_us": 1.0,
     "eager_launch_us": 5.0,
     "moe_prompt_token_us": 0.0,
-    "eager_moe_layer_us": 0.0,
-    "moe_layer_us": 0.0,
+    "eager_moe_route_us": 0.0,
+    "moe_route_us": 0.0,
 }
 TRUTH = {"step_overhead_us": 2000.0, "per_seq_overhead_us": 20.0}
 START = {"trtllm": {**DEFAULTS, **FIT_START}}
@@ -33,21 +33,21 @@ START = {"trtllm": {**DEFAULTS, **FIT_START}}
 def toy_price(case, params: dict[str, float]) -> tuple[float, float]:
     p = {**DEFAULTS, **params}
     per_seq = p["per_seq_overhead_us"] * case.concurrency
-    moe = case.moe * p["moe_layer_us"]
+    moe = case.moe * p["moe_route_us"]
     ttft = p["step_overhead_us"] / 100 + per_seq / 10 + moe / 10
     return ttft, p["step_overhead_us"] / 1000 + per_seq / 100
 
 
 def rows() -> list:
     """Three families measured at step 2000 us, per sequence 20 us: a dense one, and two MoE families of
-    which only one pays a MoE layer cost (500 us): fitted on one MoE family, that term is wrong on the
-    other."""
+    which only one pays a MoE route cost (4 routes at 125 us): fitted on one MoE family, that term is wrong
+    on the other."""
     out = []
-    for family, moe, moe_cost in (("llama", 0, 0.0), ("gpt-oss", 1, 0.0), ("deepseek", 1, 500.0)):
+    for family, moe, moe_cost in (("llama", 0, 0.0), ("gpt-oss", 4, 0.0), ("deepseek", 4, 125.0)):
         for conc in (1, 4, 16, 64):
             case = SimpleNamespace(row_id=f"{family}-{conc}", engine="trtllm", family=family, moe=moe)
             case.model_name, case.concurrency, case.isl = family, conc, 1024
-            case.ttft_ms, case.tpot_ms = toy_price(case, {**TRUTH, "moe_layer_us": moe_cost})
+            case.ttft_ms, case.tpot_ms = toy_price(case, {**TRUTH, "moe_route_us": moe_cost})
             out.append(case)
     return out
 
@@ -71,10 +71,10 @@ def test_a_term_that_does_not_transfer_is_left_at_its_default(chosen):
     assert v["param_set"] != "all" and v["kept"]
     assert v["cv_score"] == min(v["set_scores"].values()) < v["defaults_score"]
     fitted = by_set[v["param_set"]]["fitted"]["trtllm"]
-    assert "moe_layer_us" not in fitted
+    assert "moe_route_us" not in fitted
     # the set's parameters that the rows price (the toy has no MoE prompt or eager CPU term, and a term no
     # row prices keeps its documented 0)
-    assert set(fitted) == set(PARAM_SETS[v["param_set"]]) - {"moe_prompt_token_us", "eager_moe_layer_us"}
+    assert set(fitted) == set(PARAM_SETS[v["param_set"]]) - {"moe_prompt_token_us", "eager_moe_route_us"}
     assert fitted["step_overhead_us"] == pytest.approx(2000.0, rel=0.05)
     assert by_set[v["param_set"]]["cv"]["by_family"]["trtllm/gpt-oss"]["ttft"]["median"] < 0.05
 
@@ -82,10 +82,10 @@ def test_a_term_that_does_not_transfer_is_left_at_its_default(chosen):
 def test_a_term_that_transfers_keeps_the_full_set():
     """Every MoE family pays the same MoE layer cost: the full set predicts each one left out best."""
     cases = [c for c in rows() if c.family != "gpt-oss"]
-    for c in cases:  # a second MoE family paying the same 500 us
+    for c in cases:  # a second MoE family paying the same 4 x 125 us
         if c.family == "llama":
-            c.family, c.moe = "qwen", 1
-            c.ttft_ms, c.tpot_ms = toy_price(c, {**TRUTH, "moe_layer_us": 500.0})
+            c.family, c.moe = "qwen", 4
+            c.ttft_ms, c.tpot_ms = toy_price(c, {**TRUTH, "moe_route_us": 125.0})
     by_set = fit_param_sets(cases, START, toy_price, iters=200)
     before = errors_of(cases, {}, lambda c, p: toy_price(c, DEFAULTS))
     v = verdicts(["trtllm"], cases, before, {n: s["cv"]["rows"] for n, s in by_set.items()})["trtllm"]
@@ -119,4 +119,4 @@ def test_the_file_records_the_chosen_set_and_reads_back(chosen, tmp_path):
     profile = engine_profile("trtllm", calibration=path)
     assert profile.step_overhead_us == pytest.approx(fitted["trtllm"]["step_overhead_us"], abs=1e-3)
     # outside the chosen set: the documented default, not a fitted value
-    assert profile.moe_layer_us == base_profiles()["trtllm"].moe_layer_us
+    assert profile.moe_route_us == base_profiles()["trtllm"].moe_route_us

@@ -20,21 +20,22 @@ BOUNDS = {
     # per prompt token per MoE layer (EngineProfile.moe_prompt_token_us): on vLLM's and SGLang's MoE rows
     # TTFT is 1.5-5x the prediction while the dense rows agree (docs/accuracy.md)
     "moe_prompt_token_us": (0.001, 10.0),
-    # per MoE layer of an eager step, CPU (EngineProfile.eager_moe_layer_us): TensorRT-LLM's and SGLang's
-    # DeepSeek and gpt-oss first tokens at high TP; and per MoE layer per step, GPU (moe_layer_us)
-    "eager_moe_layer_us": (1.0, 20000.0),
-    "moe_layer_us": (0.1, 1000.0),
+    # per MoE layer and expert a token is routed to, CPU of an eager step (EngineProfile.eager_moe_route_us):
+    # TensorRT-LLM's and SGLang's DeepSeek and gpt-oss first tokens at high TP; and GPU per step
+    # (moe_route_us). Per route: a MoE layer routing to 4 experts a token is searched up to 20 ms of CPU
+    "eager_moe_route_us": (0.25, 5000.0),
+    "moe_route_us": (0.025, 250.0),
 }
 # The nested parameter sets each engine's fit chooses among, largest first: every set is fitted and
 # cross-validated, and the engine keeps the one with the best cross-validated score
 # (calibration_file.verdicts); the parameters outside it keep their documented defaults. A term fitted on some
-# families can send a family it never saw far off while the other terms transfer: vLLM's MoE layer GPU cost,
+# families can send a family it never saw far off while the other terms transfer: vLLM's MoE route GPU cost,
 # fitted on Qwen3-235B's block-FP8 decode, doubles gpt-oss's TPOT, whose MXFP4 kernels have no such floor;
 # the smaller sets let an engine keep the terms that do transfer.
-_MOE_LAYER_TERMS = ("eager_moe_layer_us", "moe_layer_us")
+_MOE_LAYER_TERMS = ("eager_moe_route_us", "moe_route_us")
 PARAM_SETS: dict[str, tuple[str, ...]] = {
     "all": PARAMS,
-    "no_moe_layer_gpu": tuple(p for p in PARAMS if p != "moe_layer_us"),
+    "no_moe_layer_gpu": tuple(p for p in PARAMS if p != "moe_route_us"),
     "no_moe_layer_terms": tuple(p for p in PARAMS if p not in _MOE_LAYER_TERMS),
     # the MoE layer terms alone, the engine's overheads at their documented values: fitted on MoE families
     # only, the step overhead a fit trades against the MoE layer cost would move a dense family it never saw
@@ -43,7 +44,8 @@ PARAM_SETS: dict[str, tuple[str, ...]] = {
 # Where a fit starts instead of the documented default: a default of 0 (a term the engine does not pay
 # unless the calibration says so) is out of reach of the log-space search. The errors "at the defaults" are
 # still those of the documented profile.
-FIT_START = {"moe_prompt_token_us": 0.3, "eager_moe_layer_us": 2000.0, "moe_layer_us": 20.0}
+# (the MoE route terms start at 2 ms and 20 us per layer of a model routing to 4 experts a token)
+FIT_START = {"moe_prompt_token_us": 0.3, "eager_moe_route_us": 500.0, "moe_route_us": 5.0}
 # Terms servelab's step model does not have, fitted only on request to measure what they would buy: a fixed
 # per-request cost on the way to the first token (HTTP, tokenization, detokenization, the engine's first
 # schedule), one that grows with the number of requests in flight (a front end serving them one at a

@@ -31,14 +31,17 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
   group far below the efficiency the perf tables and roofline assume, the same on every TP rank; decode
   steps are memory-bound and priced right, so they do not pay it.
-- `eager_moe_layer_us`: CPU time per MoE layer of a step run outside CUDA graphs (fitted; documented default
-  0): the engines run prompt steps eagerly, and a MoE layer's Python path (routing, expert-dispatch set-up,
-  Triton launches, host syncs) costs milliseconds of CPU each. It is hidden when the step's kernels are
-  longer, so it shows at high TP and short prompts, where TensorRT-LLM's and SGLang's DeepSeek and gpt-oss
-  first tokens wait 100-300 ms that no kernel explains (docs/accuracy.md section 4).
-- `moe_layer_us`: GPU time per MoE layer per step beyond the priced kernels (fitted; documented default 0):
-  the fused-MoE path's fixed latency (routing, sort, gather, the expert GEMMs' and finalize kernels' floors),
-  which the roofline prices as bytes alone.
+- `eager_moe_route_us`: CPU time per MoE layer and per expert a token is routed to (the model's experts per
+  token, top-k), in a step run outside CUDA graphs (fitted; documented default 0): the engines run prompt
+  steps eagerly, and a MoE layer's Python path (routing, expert-dispatch set-up, Triton launches, host syncs)
+  costs milliseconds of CPU each. It is hidden when the step's kernels are longer, so it shows at high TP and
+  short prompts, where TensorRT-LLM's and SGLang's DeepSeek and gpt-oss first tokens wait 100-300 ms that no
+  kernel explains. Per routed expert, not per layer: TensorRT-LLM's DeepSeek (8 experts a token) wants twice
+  gpt-oss's (4) per layer, and SGLang's DeepSeek and Qwen3-235B (8 each, 256 and 128 experts) want the same,
+  which rules out the expert count and the hidden size (docs/accuracy.md section 5).
+- `moe_route_us`: GPU time per MoE layer and per expert a token is routed to, per step, beyond the priced
+  kernels (fitted; documented default 0): the fused-MoE path's fixed latency (routing, sort, gather, the
+  expert GEMMs' and finalize kernels' floors), which the roofline prices as bytes alone.
 - `attention_dp_balance` (TensorRT-LLM `attention_dp_config.enable_balance`, off by default as there,
   with its `timeout_iters` and `batching_wait_iters`) and `batch_wait_timeout_iters` /
   `batch_wait_max_tokens_ratio` (TensorRT-LLM's context batching wait, 0: off): rules that hold new
@@ -104,8 +107,8 @@ class EngineProfile(BaseModel):
     # how the engine stores an FP8 MLA cache entry (specs.attention.MlaFp8KvLayout); None: the model spec's
     # own (DeepSeek's FlashMLA layout, kept for vLLM)
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None
-    eager_moe_layer_us: float = 0.0  # CPU per MoE layer of an eager step (see the module docstring)
-    moe_layer_us: float = 0.0  # GPU per MoE layer per step beyond the priced kernels (ditto)
+    eager_moe_route_us: float = 0.0  # CPU per MoE layer and routed expert of an eager step (see above)
+    moe_route_us: float = 0.0  # GPU per MoE layer and routed expert per step beyond the kernels (ditto)
     # SGLang's PrefillAdder counts at most this many of a request's remaining output tokens in the reserve
     # (CLIP_MAX_NEW_TOKENS, 4096); 0: all of them
     admission_output_clip: int = 0
@@ -136,8 +139,8 @@ FITTED = (
     "kernel_gap_us",
     "eager_launch_us",
     "moe_prompt_token_us",
-    "eager_moe_layer_us",
-    "moe_layer_us",
+    "eager_moe_route_us",
+    "moe_route_us",
 )
 CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
 

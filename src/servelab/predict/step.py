@@ -73,28 +73,28 @@ def with_engine(
     num_seqs: int,
     decode_only: bool,
     moe_prompt_tokens: float = 0.0,
-    moe_layers: float = 0.0,
+    moe_routes: float = 0.0,
 ) -> StepTime:
     """A decode-only step within the CUDA-graph batch limit replays a graph (small gaps between kernels); any
     other step launches eagerly, and the GPU waits for launches when the kernels are shorter than them.
     moe_prompt_tokens: prompt tokens x MoE layers on the step's path, each paying the engine's
     moe_prompt_token_us (MoE work the kernel prices miss; counted with the engine's additions, so that the
-    term is exactly its own and the kernel band does not scale it). moe_layers: the MoE layers the step runs,
-    each paying moe_layer_us of GPU time and, in an eager step, eager_moe_layer_us of CPU time that the GPU
-    waits for only when its own work is shorter."""
+    term is exactly its own and the kernel band does not scale it). moe_routes: the MoE layers the step runs
+    times the experts each token is routed to, each paying moe_route_us of GPU time and, in an eager step,
+    eager_moe_route_us of CPU time that the GPU waits for only when its own work is shorter."""
     kernel, low, high, kernels, sources = k
-    gpu = kernel + moe_layers * engine.moe_layer_us
+    gpu = kernel + moe_routes * engine.moe_route_us
     graphed = decode_only and num_seqs <= engine.cuda_graph_max_batch
     if graphed:
         launch = kernels * engine.kernel_gap_us
     else:
-        cpu = kernels * engine.eager_launch_us + moe_layers * engine.eager_moe_layer_us
+        cpu = kernels * engine.eager_launch_us + moe_routes * engine.eager_moe_route_us
         launch = max(0.0, cpu - gpu) + kernels * engine.kernel_gap_us
     overhead = (
         launch
         + engine.overhead_us(num_seqs)
         + moe_prompt_tokens * engine.moe_prompt_token_us
-        + moe_layers * engine.moe_layer_us
+        + moe_routes * engine.moe_route_us
     )
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
     return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources)
@@ -179,7 +179,8 @@ def _price_step(
     # a rank's own prompt tokens through every MoE layer of its path (the op graph counts every pp stage's)
     moe_prompt_tokens = (rank.total - rank.decode_tokens) * model.num_moe_layers
     decode_only = not shape.prefill and decode_tokens > 0
-    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, model.num_moe_layers)
+    moe_routes = model.num_moe_layers * model.moe.experts_per_token if model.moe else 0
+    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly

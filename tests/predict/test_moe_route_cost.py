@@ -1,6 +1,6 @@
-"""EngineProfile.eager_moe_layer_us and moe_layer_us: a MoE layer's CPU time in a step run outside CUDA
-graphs, which the GPU waits for only when its own work is shorter, and a MoE layer's fixed GPU time in every
-step. Dense models pay neither."""
+"""EngineProfile.eager_moe_route_us and moe_route_us: CPU time per MoE layer and per expert a token is routed
+to in a step run outside CUDA graphs, which the GPU waits for only when its own work is shorter, and fixed GPU
+time per MoE layer and routed expert in every step. Dense models pay neither."""
 
 import pytest
 
@@ -14,6 +14,7 @@ from servelab.specs import Parallel, load_model, load_system
 H200 = load_system("h200_sxm")
 DB = perfdb_for(H200, "trtllm")
 MOE, DENSE = load_model("qwen3-30b-a3b"), load_model("llama-3.1-8b")
+ROUTES = MOE.num_moe_layers * MOE.moe.experts_per_token  # 48 layers x 8 experts a token
 TP8 = Parallel(tp=8)
 # no per-kernel launch cost, so that the eager step's CPU time is the MoE layers' alone, and none of the MoE
 # terms a calibration may set
@@ -21,14 +22,14 @@ BASE = engine_profile("trtllm").model_copy(
     update={
         "eager_launch_us": 0.0,
         "moe_prompt_token_us": 0.0,
-        "eager_moe_layer_us": 0.0,
-        "moe_layer_us": 0.0,
+        "eager_moe_route_us": 0.0,
+        "moe_route_us": 0.0,
     }
 )
 
 
 def with_costs(cpu_us: float = 0.0, gpu_us: float = 0.0):
-    return BASE.model_copy(update={"eager_moe_layer_us": cpu_us, "moe_layer_us": gpu_us})
+    return BASE.model_copy(update={"eager_moe_route_us": cpu_us, "moe_route_us": gpu_us})
 
 
 def step(model, shape, engine, parallel=TP8):
@@ -38,15 +39,15 @@ def step(model, shape, engine, parallel=TP8):
 def test_an_eager_step_waits_for_the_moe_layers_cpu_when_its_kernels_are_shorter():
     shape = StepShape(prefill=((64, 0),))
     base = step(MOE, shape, BASE)
-    cpu = 10 * base.kernel_us / MOE.num_moe_layers  # ten times the kernel time in all
+    cpu = 10 * base.kernel_us / ROUTES  # ten times the kernel time in all
     got = step(MOE, shape, with_costs(cpu_us=cpu))
-    assert got.us - base.us == pytest.approx(MOE.num_moe_layers * cpu - base.kernel_us)
+    assert got.us - base.us == pytest.approx(ROUTES * cpu - base.kernel_us)
 
 
 def test_the_moe_layers_cpu_is_hidden_under_longer_kernels():
     shape = StepShape(prefill=((8192, 0),))
     base = step(MOE, shape, BASE, Parallel())
-    cpu = 0.5 * base.kernel_us / MOE.num_moe_layers  # half the kernel time in all
+    cpu = 0.5 * base.kernel_us / ROUTES  # half the kernel time in all
     assert step(MOE, shape, with_costs(cpu_us=cpu), Parallel()).us == base.us
 
 
@@ -65,7 +66,19 @@ def test_a_graphed_decode_step_does_not_pay_the_eager_cpu_and_an_eager_one_does(
 )
 def test_every_step_pays_the_moe_layers_gpu_time(shape):
     got = step(MOE, shape, with_costs(gpu_us=40.0)).us - step(MOE, shape, BASE).us
-    assert got == pytest.approx(40.0 * MOE.num_moe_layers)
+    assert got == pytest.approx(40.0 * ROUTES)
+
+
+def test_both_costs_are_per_expert_a_token_is_routed_to():
+    top4 = MOE.model_copy(update={"moe": MOE.moe.model_copy(update={"experts_per_token": 4})})
+    graphed, eager = StepShape(decode_batch=8, decode_kv_len=2048), StepShape(prefill=((64, 0),))
+    for model, routes in ((MOE, ROUTES), (top4, ROUTES // 2)):
+        got = step(model, graphed, with_costs(gpu_us=40.0)).us - step(model, graphed, BASE).us
+        assert got == pytest.approx(40.0 * routes)
+        base = step(model, eager, BASE)
+        cpu = 10 * base.kernel_us / routes  # ten times the kernel time in all
+        got = step(model, eager, with_costs(cpu_us=cpu)).us - base.us
+        assert got == pytest.approx(routes * cpu - base.kernel_us)
 
 
 def test_dense_models_pay_neither():
@@ -81,4 +94,4 @@ def test_the_simulator_first_token_waits_for_the_cpu_at_high_tp():
         for e in (BASE, with_costs(cpu_us=2000.0))
     )
     # one prompt step alone takes the layers' CPU time (its kernels are far shorter at tp8)
-    assert b.ttft_ms - a.ttft_ms >= 0.9 * 2000.0 * MOE.num_moe_layers / 1000.0
+    assert b.ttft_ms - a.ttft_ms >= 0.9 * 2000.0 * ROUTES / 1000.0
