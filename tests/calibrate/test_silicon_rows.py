@@ -33,3 +33,14 @@ def test_tensorrt_llm_fp8_rows_ran_an_fp8_kv_cache_the_others_bf16():
     )
     bf16_row.update(moe_tp_size="1", tp_size="1")
     assert to_case(bf16_row).model.precision.kv_cache == Dtype.bf16
+
+
+def test_a_checkpoint_that_declares_an_fp8_kv_cache_runs_one_on_every_engine():
+    def kv(engine: str, checkpoint: str):
+        row = dict(_row(0, checkpoint, "1", "1", engine), gemm_quant_mode="fp8", moe_tp_size="1", tp_size="1")
+        return to_case(row).model.precision.kv_cache
+
+    # nvidia's ModelOpt checkpoint declares kv_cache_quant_algo FP8; meta-llama's, quantized online, does not
+    declared = {e: kv(e, "nvidia/Llama-3.1-8B-Instruct-FP8") for e in ENGINES}
+    assert declared == dict.fromkeys(ENGINES, Dtype.fp8)
+    assert kv("vllm", "meta-llama/Llama-3.1-8B-Instruct") == Dtype.bf16
