@@ -1,13 +1,18 @@
-"""Turn scripts/time_vllm_fused_moe.py's CSV into a collector campaign directory for one vLLM version,
-ready for `servelab db merge CAMPAIGN --into <root>/<system>/vllm/<version>`.
+"""Turn scripts/time_vllm_fused_moe.py's CSV (or, with --kernel deepgemm, scripts/time_vllm_deepgemm_moe.py's)
+into a collector campaign directory for one vLLM version, ready for `servelab db merge CAMPAIGN --into
+<root>/<system>/vllm/<version>` (DeepGEMM's: `<root>/<system>/vllm-deepgemm/<version>`).
 
 Each table row is one `moe` op (perfdb.keys.Moe: expert compute of one rank, no routing or communication):
 latency_us is the gate-up GEMM's median plus the down GEMM's, p10/p90 likewise summed; the two GEMMs, the
 kernel config and the launch path ride along in the row's extra. Routing in the timing is uniform, so the rows
 are `distribution=uniform`; the shapes are rank-local (inter already split by TP), ep=1.
 
+With --kernel deepgemm, latency_us is the whole DeepGEMM path (permute, both grouped GEMMs, SiLU-and-mul with
+its quantisation, unpermute) replayed from a CUDA graph, as vLLM's decode steps run it; each stage's own
+median rides along in the row's extra.
+
     python scripts/vllm_moe_campaign.py --csv moe_vllm.csv --env env.txt --vllm-version 0.12.0 \
-        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0
+        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0 [--kernel deepgemm]
 """
 
 import argparse
@@ -19,6 +24,24 @@ from pathlib import Path
 
 # the quantisation of the experts each timed shape stands for (servelab's dtype names)
 DTYPE = "fp8_block"
+DEEPGEMM_STAGES = ("permute", "gate_up", "act_quant", "down", "unpermute", "moe", "moe_graph")
+KERNELS = {
+    "triton": {
+        "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM {v} "
+        "wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; moe_align_block_size "
+        "and the activation quantisation done in torch outside the timed region",
+        "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
+    },
+    "deepgemm": {
+        "kernel": "DeepGemmExperts of vllm/model_executor/layers/fused_moe/deep_gemm_moe.py (vLLM {v}): "
+        "DeepGEMM's m_grouped_fp8_gemm_nt_contiguous for both GEMMs on vLLM's M_sum = round_up(tokens x "
+        "top-k + experts x 127, 128) rows, vLLM's Triton ep_scatter / ep_gather from deep_gemm_utils.py, "
+        "SiLU-and-mul with per-token-group FP8 quantisation in one Triton kernel written for the timing "
+        "(vLLM runs two CUDA kernels there); the whole path replayed from a CUDA graph",
+        "not_timed": "the second pass over the bf16 activation that vLLM's separate silu_and_mul and "
+        "per_token_group_fp8_quant kernels make (M_sum x inter x 2 bytes written and read)",
+    },
+}
 
 
 def read_env(path: Path) -> dict:
@@ -30,14 +53,14 @@ def read_env(path: Path) -> dict:
     smi = dict(zip(header, values, strict=True))
     words = lines[2].split()
     libs = dict(zip(words[::2], words[1::2], strict=True))
+    idle = smi.get("clocks.current.sm [MHz]")
+    clocks = f"max SM clock {smi['clocks.max.sm [MHz]']}"
+    clocks += f", SM clock idle before the run {idle}" if idle else ""
     return {
         "gpu_name": smi["name"],
         "driver": smi["driver_version"],
-        "clocks": f"max SM clock {smi['clocks.max.sm [MHz]']}, SM clock idle before the run "
-        f"{smi['clocks.current.sm [MHz]']} (clocks left to the driver)",
-        "torch": libs["torch"],
-        "triton": libs["triton"],
-        "cuda": libs["cuda"],
+        "clocks": f"{clocks} (clocks left to the driver)",
+        **{k: v for k, v in libs.items() if k in ("torch", "triton", "cuda", "deep_gemm")},
     }
 
 
@@ -87,6 +110,48 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
     return rows
 
 
+def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
+    stages: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    with csv_path.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["vllm"] != version:
+                continue
+            key = (int(r["tp"]), int(r.get("ep") or 1), int(r["experts"]), int(r["topk"]), int(r["hidden"]),
+                   int(r["inter"]), int(r["tokens"]))  # fmt: skip
+            stages[key][r["stage"]] = r
+    rows = []
+    for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(stages.items()):
+        missing = set(DEEPGEMM_STAGES) - set(st)
+        if missing:
+            sys.exit(f"{csv_path}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {', '.join(sorted(missing))}")
+        whole = st["moe_graph"]
+        rows.append(
+            {
+                "op": "moe",
+                "tokens": tokens,
+                "hidden": hidden,
+                "inter": inter,
+                "experts": experts,
+                "topk": topk,
+                "ep": ep,
+                "dtype": DTYPE,
+                "distribution": "uniform",
+                **{c: float(whole[c]) for c in ("latency_us", "p10_us", "p90_us")},
+                "reps": 1,
+                "backend": "vllm DeepGemmExperts (DeepGEMM grouped GEMM, block-FP8 w8a8)",
+                "tp": tp,
+                "m_sum": int(whole["m_sum"]),
+                **{f"{s}_us": float(st[s]["latency_us"]) for s in DEEPGEMM_STAGES if s != "moe_graph"},
+                "check_rel_err": next((st[s]["check_rel_err"] for s in st if st[s]["check_rel_err"]), ""),
+                "routing": "uniform",
+                "timing": "triton.testing.do_bench, L2 flushed; latency: the whole path from a CUDA graph",
+            }
+        )
+    if not rows:
+        sys.exit(f"{csv_path}: no rows for vLLM {version}")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", required=True, type=Path)
@@ -95,19 +160,25 @@ def main() -> None:
     ap.add_argument("--date", required=True, help="the day the device run was made (ISO)")
     ap.add_argument("--command", required=True, help="the command the device ran")
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--kernel", choices=list(KERNELS), default="triton", help="which collector wrote --csv")
+    ap.add_argument("--deepgemm-commit", help="the DeepGEMM commit that was built (--kernel deepgemm)")
     args = ap.parse_args()
-    rows = campaign_rows(args.csv, args.vllm_version)
+    if args.kernel == "deepgemm":
+        if not args.deepgemm_commit:
+            sys.exit("--deepgemm-commit: required with --kernel deepgemm")
+        rows = deepgemm_rows(args.csv, args.vllm_version)
+    else:
+        rows = campaign_rows(args.csv, args.vllm_version)
     prov = {
         **read_env(args.env),
         "date": args.date,
         "command": args.command,
         "gpu_count": 1,
         "vllm": args.vllm_version,
-        "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM "
-        f"{args.vllm_version} wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; "
-        "moe_align_block_size and the activation quantisation done in torch outside the timed region",
-        "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
+        **{k: v.format(v=args.vllm_version) for k, v in KERNELS[args.kernel].items()},
     }
+    if args.deepgemm_commit:
+        prov["deepgemm_commit"] = args.deepgemm_commit
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "provenance.json").write_text(json.dumps(prov, indent=1, sort_keys=True) + "\n")
     (args.out / "rows").mkdir(exist_ok=True)

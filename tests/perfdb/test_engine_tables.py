@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.perfdb import db as db_mod
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
 from servelab.perfdb.admin import accuracy_report, status_report
@@ -76,6 +77,8 @@ def engine_root(tmp_path, table_dir, monkeypatch, request) -> Path:
         (torch_dir / f.name).write_bytes(f.read_bytes())
     merge([campaign], root / "h200_sxm" / "vllm" / "9.0")
     monkeypatch.setenv(tables_mod.ENV_PATH, str(root))
+    # the engine's own table alone: the DeepGEMM kernel table beside it is tested in test_kernel_tables.py
+    monkeypatch.setattr(db_mod, "KERNEL_TABLES", {})
     PerfDB.clear_shared()
     request.addfinalizer(PerfDB.clear_shared)
     return root
@@ -129,7 +132,7 @@ def test_torch_tables_stay_the_default_whatever_an_engine_version_says(engine_ro
     assert tables_mod.load_default_tables(h200).dir.parent.name == "torch"
     # `db status` and `db accuracy` name the directory each backend reads, the engine's too
     in_use = {e["label"] for e in status_report("h200_sxm") if e["in_use"]}
-    assert in_use == {"h200_sxm/torch/2.11", "h200_sxm/vllm/9.0"}
+    assert in_use == {"h200_sxm/torch/2.11", "h200_sxm/vllm/9.0", "h200_sxm/vllm-deepgemm/0.12.0"}
     assert {e["label"] for e in accuracy_report("h200_sxm")} == in_use
 
 

@@ -6,17 +6,42 @@ kernels (cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), no
 FlashMLA, fused MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one
 model out, 525 measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4). An
 engine's own tables answer only the ops they hold (the shipped vllm table: its block-FP8 fused-MoE kernel);
-every other op of that engine is priced by its roofline, as without tables."""
+every other op of that engine is priced by its roofline, as without tables.
+
+Where an engine picks its kernel by shape, the other kernel's tables sit under a backend directory of their
+own (KERNEL_TABLES) and answer first the keys that kernel runs, where they hold the shape (measured, or
+between or beyond collected token counts; not borrowed from another shape); the engine's tables answer the
+rest."""
 
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import ClassVar, Generic, Protocol, TypeVar
 
-from servelab.perfdb.keys import OpKey
+from servelab.perfdb.keys import Moe, OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.tables import TableSet, load_default_tables
 from servelab.specs import SystemSpec
+
+# a kernel table's answers taken; a borrowed one (another shape's utilisation) or its roofline is not
+KERNEL_TABLE_SOURCES = ("measured", "interpolated", "extrapolated")
+
+
+def vllm_runs_deepgemm(key: OpKey) -> bool:
+    """vLLM 0.12 with DeepGEMM installed (its docker images install it) runs block-FP8 (128 x 128) experts
+    through DeepGemmExperts wherever both GEMMs' N and K are multiples of 128, at every token count: its
+    VLLM_USE_DEEP_GEMM_E8M0 default skips the M >= 128 and N > 512 checks (fp8.py, fused_moe.py,
+    deep_gemm_moe.py of vLLM 0.12.0). It turns DeepGEMM off by default at TP >= 8, which the key cannot see;
+    Qwen3-235B's TP8 width (192) fails the multiple-of-128 rule anyway."""
+    if not isinstance(key, Moe):
+        return False
+    return key.dtype == "fp8_block" and key.hidden % 128 == 0 and key.inter % 128 == 0
+
+
+# engine backend -> (the backend directory of the kernel it picks by shape, which keys run that kernel)
+KERNEL_TABLES: dict[str, tuple[str, Callable[[OpKey], bool]]] = {
+    "vllm": ("vllm-deepgemm", vllm_runs_deepgemm),
+}
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -67,11 +92,20 @@ class PerfDB:
         tables collected for this system with this backend, if any."""
         self.system = system
         self.roofline = Roofline(system, backend=backend)
-        if tables is None and use_tables:
+        defaults = tables is None and use_tables
+        if defaults:
             tables = self.default_tables.get(
                 (system.name, backend), lambda: load_default_tables(system, backend)
             )
         self.tables = tables
+        # the kernel tables come with the engine's default tables only, not with tables the caller names
+        self.kernel_tables: Tables | None = None
+        self.kernel_runs: Callable[[OpKey], bool] = lambda key: False
+        if defaults and backend in KERNEL_TABLES:
+            kernel_backend, self.kernel_runs = KERNEL_TABLES[backend]
+            self.kernel_tables = self.default_tables.get(
+                (system.name, kernel_backend), lambda: load_default_tables(system, kernel_backend)
+            )
         self._cache: dict[OpKey, OpLatency] = {}
 
     @classmethod
@@ -93,6 +127,10 @@ class PerfDB:
         return hit
 
     def _resolve(self, key: OpKey) -> OpLatency:
+        if self.kernel_tables is not None and self.kernel_runs(key):
+            found = self.kernel_tables.lookup(key)
+            if found is not None and found.source in KERNEL_TABLE_SOURCES:
+                return found
         if self.tables is not None:
             found = self.tables.lookup(key)
             if found is not None:

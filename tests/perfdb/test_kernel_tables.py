@@ -1,0 +1,197 @@
+"""Kernel tables: vLLM prices block-FP8 MoE from its DeepGEMM table where vLLM 0.12 runs DeepGEMM (N and K
+multiples of 128) and the table holds the shape, and from its Triton fused-MoE table everywhere else."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.perfdb import keys
+from servelab.perfdb import tables as tables_mod
+from servelab.perfdb.db import PerfDB, vllm_runs_deepgemm
+from servelab.perfdb.merge import merge
+from servelab.perfdb.store import read_meta
+from servelab.perfdb.tables import data_root, load_tables
+
+REPO = Path(__file__).resolve().parents[2]
+CONVERTER = REPO / "scripts" / "vllm_moe_campaign.py"
+TOKENS = (1, 4, 16, 64)
+BASE = {"experts": 128, "topk": 8, "hidden": 4096}
+STAGES = ("permute", "gate_up", "act_quant", "down", "unpermute", "moe", "moe_graph")
+COMMIT = "594953acce41793ae00a1233eb516044d604bcb6"
+
+
+def triton_us(tokens: int) -> float:
+    """A made-up Triton time per layer (both GEMMs together): small at decode."""
+    return 20.0 + 5.0 * tokens
+
+
+def deepgemm_us(tokens: int, stage: str) -> float:
+    """Made-up DeepGEMM stage times: a large floor (the padded M_sum rows), each stage distinct."""
+    return 300.0 + tokens + 10.0 * STAGES.index(stage)
+
+
+def write_env(path: Path) -> Path:
+    path.write_text(
+        "name, driver_version, clocks.max.sm [MHz]\nNVIDIA H200, 580.159.04, 1980 MHz\n"
+        "torch 2.11.0+cu130 triton 3.6.0 cuda 13.0\n"
+    )
+    return path
+
+
+def write_triton_csv(path: Path) -> Path:
+    """Triton rows at TP1, TP2 and TP8 widths of a Qwen3-235B-like shape (1536, 768, 192)."""
+    fields = ["vllm", "model", "tp", *BASE, "inter", "tokens", "gemm", "latency_us", "p10_us", "p90_us"]
+    fields += ["config_file", "config", "path", "check_rel_err"]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fields)
+        w.writeheader()
+        for tp in (1, 2, 8):
+            for t in TOKENS:
+                for gemm in ("gate_up", "down"):
+                    us = triton_us(t) / 2
+                    w.writerow(
+                        dict(vllm="0.12.0", model="qwen3-235b", tp=tp, **BASE, inter=1536 // tp, tokens=t,
+                             gemm=gemm, latency_us=us, p10_us=0.98 * us, p90_us=1.03 * us,
+                             config_file="default", config="{}", path="aligned", check_rel_err="")
+                    )  # fmt: skip
+    return path
+
+
+def write_deepgemm_csv(path: Path, drop_stage: str | None = None) -> Path:
+    """DeepGEMM rows at the TP2 width only (768), as scripts/time_vllm_deepgemm_moe.py writes them."""
+    fields = ["vllm", "tp", *BASE, "inter", "tokens", "m_sum", "stage", "latency_us", "p10_us", "p90_us"]
+    fields += ["check_rel_err"]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fields)
+        w.writeheader()
+        for t in TOKENS:
+            for stage in STAGES:
+                if stage == drop_stage:
+                    continue
+                us = deepgemm_us(t, stage)
+                w.writerow(
+                    dict(vllm="0.12.0", tp=2, **BASE, inter=768, tokens=t, m_sum=16384, stage=stage,
+                         latency_us=us, p10_us=0.99 * us, p90_us=1.02 * us,
+                         check_rel_err="0.0254" if t == 4 and stage.startswith("moe") else "")
+                )  # fmt: skip
+    return path
+
+
+def convert(csv_path: Path, env: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(CONVERTER), "--csv", str(csv_path), "--env", str(env),
+         "--vllm-version", "0.12.0", "--date", "2026-12-01", "--command", "python3 ...", "--out", str(out),
+         *extra],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture()
+def kernel_root(tmp_path, monkeypatch, request) -> Path:
+    """A search-path root with a vLLM Triton MoE table and a vLLM DeepGEMM MoE table, each made from device
+    output by the converter and `merge`."""
+    env = write_env(tmp_path / "env.txt")
+    root = tmp_path / "root" / "h200_sxm"
+    assert convert(write_triton_csv(tmp_path / "triton.csv"), env, tmp_path / "c_triton").returncode == 0
+    merge([tmp_path / "c_triton"], root / "vllm" / "9.0")
+    done = convert(
+        write_deepgemm_csv(tmp_path / "dg.csv"), env, tmp_path / "c_dg", "--kernel", "deepgemm",
+        "--deepgemm-commit", COMMIT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    merge([tmp_path / "c_dg"], root / "vllm-deepgemm" / "9.0")
+    monkeypatch.setenv(tables_mod.ENV_PATH, str(tmp_path / "root"))
+    PerfDB.clear_shared()
+    request.addfinalizer(PerfDB.clear_shared)
+    return root
+
+
+def moe(tokens: int, inter: int, dtype: str = "fp8_block") -> keys.Moe:
+    return keys.Moe(tokens, BASE["hidden"], inter, BASE["experts"], BASE["topk"], 1, dtype, "uniform")
+
+
+def test_deepgemm_rows_are_the_graph_replayed_whole_path_with_the_stages_alongside(kernel_root, tmp_path):
+    meta = read_meta(kernel_root / "vllm-deepgemm" / "9.0" / "moe.parquet")
+    prov = meta["provenance"][0]
+    assert prov["deepgemm_commit"] == COMMIT and prov["vllm"] == "0.12.0"
+    assert "DeepGemmExperts" in prov["kernel"]
+    rows = [json.loads(line) for line in (tmp_path / "c_dg" / "rows" / "moe.jsonl").read_text().splitlines()]
+    assert [r["tokens"] for r in rows] == list(TOKENS)
+    for r in rows:
+        assert r["latency_us"] == pytest.approx(deepgemm_us(r["tokens"], "moe_graph"))
+        assert r["gate_up_us"] == pytest.approx(deepgemm_us(r["tokens"], "gate_up"))
+        assert r["m_sum"] == 16384 and r["inter"] == 768 and r["dtype"] == "fp8_block"
+    assert rows[1]["check_rel_err"] == "0.0254"
+
+
+def test_vllm_prices_deepgemm_where_it_runs_and_the_triton_kernel_elsewhere(kernel_root, h200):
+    db = PerfDB(h200, backend="vllm")
+    for t in TOKENS:
+        # TP2 width 768, a multiple of 128: DeepGEMM's rows, though the Triton table holds the shape too
+        dg = db.query(moe(t, 768))
+        assert dg.source == "measured" and "vllm-deepgemm/9.0 moe table" in dg.note
+        assert dg.us == pytest.approx(deepgemm_us(t, "moe_graph"))
+        # TP8 width 192, not a multiple of 128: vLLM falls back to Triton, and so does the price
+        tr = db.query(moe(t, 192))
+        assert tr.source == "measured" and "vllm/9.0 moe table" in tr.note
+        assert tr.us == pytest.approx(triton_us(t))
+    # between collected token counts: interpolated from DeepGEMM's rows (by the table's reference curve, so
+    # near their values, far from the Triton kernel's)
+    mid = db.query(moe(8, 768))
+    assert mid.source == "interpolated" and "vllm-deepgemm" in mid.note
+    assert 0.9 * deepgemm_us(4, "moe_graph") < mid.us < 1.1 * deepgemm_us(16, "moe_graph")
+    # a width DeepGEMM runs but its table lacks (TP1's 1536): the Triton rows, not another shape's borrowed
+    wide = db.query(moe(16, 1536))
+    assert wide.source == "measured" and wide.us == pytest.approx(triton_us(16))
+    # an expert dtype DeepGEMM does not run: neither table has it, so the engine's roofline
+    assert db.query(moe(16, 768, "bf16")).source == "roofline"
+
+
+def test_tables_the_caller_names_are_used_alone(kernel_root, h200):
+    named = load_tables(kernel_root / "vllm" / "9.0", h200)
+    got = PerfDB(h200, tables=named, backend="vllm").query(moe(16, 768))
+    assert got.source == "measured" and got.us == pytest.approx(triton_us(16))
+
+
+def test_the_deepgemm_rule_is_block_fp8_with_both_widths_multiples_of_128():
+    assert vllm_runs_deepgemm(moe(1, 768)) and vllm_runs_deepgemm(moe(8192, 384))
+    assert not vllm_runs_deepgemm(moe(1, 192))  # Qwen3-235B at TP8
+    assert not vllm_runs_deepgemm(moe(1, 768, "fp8"))  # per-tensor FP8: not DeepGEMM's block scales
+    assert not vllm_runs_deepgemm(keys.Moe(1, 2880, 768, 128, 8, 1, "fp8_block", "uniform"))
+    assert not vllm_runs_deepgemm(keys.Gemm(512, 4096, 4096))
+
+
+def test_the_converter_refuses_deepgemm_output_missing_a_stage_or_the_commit(tmp_path):
+    env = write_env(tmp_path / "env.txt")
+    broken = convert(
+        write_deepgemm_csv(tmp_path / "dg.csv", drop_stage="moe_graph"), env, tmp_path / "c", "--kernel",
+        "deepgemm", "--deepgemm-commit", COMMIT,
+    )  # fmt: skip
+    assert broken.returncode != 0 and "lacks stage(s) moe_graph" in broken.stderr
+    no_commit = convert(write_deepgemm_csv(tmp_path / "d2.csv"), env, tmp_path / "c2", "--kernel", "deepgemm")
+    assert no_commit.returncode != 0 and "--deepgemm-commit" in no_commit.stderr
+
+
+def test_shipped_deepgemm_table_covers_qwen3_235b_at_tp2_and_tp4_and_is_slower_at_decode(h200):
+    """The shipped DeepGEMM rows were timed (p10 <= median <= p90); at decode they cost more than the Triton
+    kernel's, since vLLM's DeepGEMM path computes at least experts x 128 padded rows whatever the tokens."""
+    data = load_tables(data_root() / "h200_sxm" / "vllm-deepgemm" / "0.12.0", h200, strict=True).index("moe")
+    assert data is not None
+    assert data.data.meta["provenance"][0]["deepgemm_commit"] == COMMIT
+    triton = load_tables(data_root() / "h200_sxm" / "vllm" / "0.12.0", h200, strict=True)
+    for i in range(len(data.data)):
+        assert data.data.p10_us[i] <= data.data.latency_us[i] <= data.data.p90_us[i]
+    for inter in (768, 384):
+        dg = PerfDB(h200, backend="vllm").query(moe(4, inter))
+        assert dg.source == "measured" and "vllm-deepgemm/0.12.0" in dg.note
+        tr = triton.lookup(moe(4, inter))
+        assert tr is not None and tr.source == "measured" and dg.us > tr.us
+    # with expert parallelism (TP2 EP2, TP4 EP4: experts 1536 wide) the Triton table has no rows; these do
+    for ep in (2, 4):
+        key = keys.Moe(16, 4096, 1536, 128, 8, ep, "fp8_block", "uniform")
+        assert triton.lookup(key).source == "roofline"
+        assert PerfDB(h200, backend="vllm").query(key).source == "measured"
