@@ -64,6 +64,22 @@ def read_env(path: Path) -> dict:
     }
 
 
+def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: int) -> dict:
+    """The key columns of one timed `moe` op (uniform routing, one repetition per row)."""
+    return {
+        "op": "moe",
+        "tokens": tokens,
+        "hidden": hidden,
+        "inter": inter,
+        "experts": experts,
+        "topk": topk,
+        "ep": ep,
+        "dtype": DTYPE,
+        "distribution": "uniform",
+        "reps": 1,
+    }
+
+
 def campaign_rows(csv_path: Path, version: str) -> list[dict]:
     gemms: dict[tuple, dict[str, dict]] = defaultdict(dict)
     with csv_path.open() as fh:
@@ -82,17 +98,8 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
 
         rows.append(
             {
-                "op": "moe",
-                "tokens": tokens,
-                "hidden": hidden,
-                "inter": inter,
-                "experts": experts,
-                "topk": topk,
-                "ep": 1,
-                "dtype": DTYPE,
-                "distribution": "uniform",
+                **moe_row(tokens, hidden, inter, experts, topk, 1),
                 **total,
-                "reps": 1,
                 "backend": "vllm fused_moe_kernel (Triton, block-FP8 w8a8)",
                 "model": model,
                 "tp": tp,
@@ -127,17 +134,8 @@ def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
         whole = st["moe_graph"]
         rows.append(
             {
-                "op": "moe",
-                "tokens": tokens,
-                "hidden": hidden,
-                "inter": inter,
-                "experts": experts,
-                "topk": topk,
-                "ep": ep,
-                "dtype": DTYPE,
-                "distribution": "uniform",
+                **moe_row(tokens, hidden, inter, experts, topk, ep),
                 **{c: float(whole[c]) for c in ("latency_us", "p10_us", "p90_us")},
-                "reps": 1,
                 "backend": "vllm DeepGemmExperts (DeepGEMM grouped GEMM, block-FP8 w8a8)",
                 "tp": tp,
                 "m_sum": int(whole["m_sum"]),
