@@ -28,14 +28,11 @@ def run(*args, cwd=None):
 @pytest.fixture
 def slow_calibration(tmp_path):
     path = tmp_path / "slow-vllm.json"
-    params = {"step_overhead_us": SLOW_STEP_US, "per_seq_overhead_us": 1.0, "kernel_gap_us": 1.0}
+    # the documented profile with only its step overhead raised far above any fit
+    params = defaults()["vllm"] | {"step_overhead_us": SLOW_STEP_US}
     path.write_text(
         json.dumps(
-            {
-                "calibration_format": 2,
-                "_provenance": "test fit",
-                "engines": {"vllm": {"params": params | {"eager_launch_us": 5.0}}},
-            }
+            {"calibration_format": 2, "_provenance": "test fit", "engines": {"vllm": {"params": params}}}
         )
     )
     return path
