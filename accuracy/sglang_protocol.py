@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from sglang_rows import errors  # this folder's SGLang-row script: the same median / p90 line
 
 from servelab.calibrate.params import PARAMS
 from servelab.calibrate.price import base_profiles, defaults
@@ -27,10 +28,6 @@ from servelab.errors import ServelabError
 from servelab.predict.engines import read_calibration, shipped_calibration
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.specs import load_system
-
-
-def errors(xs: list[float]) -> str:
-    return f"{100 * np.median(xs):5.1f} % (p90 {100 * np.percentile(xs, 90):5.1f} %)"
 
 
 def main(argv: list[str] | None = None) -> int:
