@@ -20,6 +20,7 @@ import csv
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 # the quantisation of the experts each timed shape stands for (servelab's dtype names)
@@ -80,15 +81,22 @@ def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: i
     }
 
 
-def campaign_rows(csv_path: Path, version: str) -> list[dict]:
-    gemms: dict[tuple, dict[str, dict]] = defaultdict(dict)
+def grouped(csv_path: Path, version: str, key: Callable[[dict], tuple], part: str) -> dict[tuple, dict]:
+    """The CSV's rows of one vLLM version, grouped by key(row), each group's rows by their `part` column."""
+    groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     with csv_path.open() as fh:
         for r in csv.DictReader(fh):
-            if r["vllm"] != version:
-                continue
-            key = (r["model"], int(r["tp"]), int(r["experts"]), int(r["topk"]), int(r["hidden"]),
-                   int(r["inter"]), int(r["tokens"]))  # fmt: skip
-            gemms[key][r["gemm"]] = r
+            if r["vllm"] == version:
+                groups[key(r)][r[part]] = r
+    return groups
+
+
+def _shape(r: dict) -> tuple[int, ...]:
+    return tuple(int(r[c]) for c in ("experts", "topk", "hidden", "inter", "tokens"))
+
+
+def campaign_rows(csv_path: Path, version: str) -> list[dict]:
+    gemms = grouped(csv_path, version, lambda r: (r["model"], int(r["tp"]), *_shape(r)), "gemm")
     rows = []
     for (model, tp, experts, topk, hidden, inter, tokens), g in sorted(gemms.items()):
         if set(g) != {"gate_up", "down"}:
@@ -118,14 +126,7 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
 
 
 def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
-    stages: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    with csv_path.open() as fh:
-        for r in csv.DictReader(fh):
-            if r["vllm"] != version:
-                continue
-            key = (int(r["tp"]), int(r.get("ep") or 1), int(r["experts"]), int(r["topk"]), int(r["hidden"]),
-                   int(r["inter"]), int(r["tokens"]))  # fmt: skip
-            stages[key][r["stage"]] = r
+    stages = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r.get("ep") or 1), *_shape(r)), "stage")
     rows = []
     for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(stages.items()):
         missing = set(DEEPGEMM_STAGES) - set(st)
