@@ -168,3 +168,33 @@ def test_the_report_carries_each_rows_prediction_with_its_family_left_out(tmp_pa
         tpot = [abs(r["family_left_out_tpot_ms"] - r["tpot_ms"]) / r["tpot_ms"] for r in mine]
         assert float(np.median(ttft)) == pytest.approx(errors["ttft"]["median"], rel=1e-6)
         assert float(np.median(tpot)) == pytest.approx(errors["tpot"]["median"], rel=1e-6)
+
+
+def test_the_reports_as_written_rows_are_the_as_written_errors(tmp_path):
+    """--report's as_written_* fields are what the written file predicts for rows it never saw: their median
+    and p90 errors are the summary's "as written, out of sample" line, kept fit or not."""
+    doc, report = calibrate(tmp_path, 1, [])
+    rows = json.loads(report)
+    written = doc["errors"]["as written, out of sample"]
+    for metric in ("ttft", "tpot"):
+        errors = [abs(r[f"as_written_{metric}_ms"] - r[f"{metric}_ms"]) / r[f"{metric}_ms"] for r in rows]
+        assert float(np.median(errors)) == pytest.approx(written[metric]["median"], rel=1e-6)
+        assert float(np.percentile(errors, 90)) == pytest.approx(written[metric]["p90"], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("bogus=1", "'bogus=1': expected NAME=VALUE with NAME a field of EngineProfile"),
+        ("moe_prompt_token_us=x", "'moe_prompt_token_us=x': expected a number after '='"),
+    ],
+)
+def test_the_parameter_probe_refuses_a_bad_override_in_one_line(param, message):
+    """accuracy/engine_params_probe.py: an override that is not an EngineProfile field, or not a number, is one
+    line naming it and exit 2, before any row is read."""
+    script = ROOT / "accuracy" / "engine_params_probe.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "vllm", "gpt-oss", param], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert message in r.stderr and r.stdout == ""

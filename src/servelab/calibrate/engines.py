@@ -215,7 +215,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
     doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
     if opts.report:
-        per_row = _per_row(cases, price, fitted, documented, jobs, cv["predicted"])
+        written = {e: fitted[e] if chosen[e]["kept"] else documented[e] for e in engines}
+        per_row = _per_row(cases, price, written, jobs, cv["predicted"], chosen)
         opts.report.write_text(json.dumps(per_row, indent=1))
     if opts.summary:
         opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
@@ -287,15 +288,17 @@ def recipe_counts(cases: list[Case]) -> dict[str, dict[str, int]]:
 
 
 def _per_row(
-    cases: list[Case], price: Pricer, fitted: dict, start: dict, jobs: Jobs, cv_predicted: dict
+    cases: list[Case], price: Pricer, written: dict, jobs: Jobs, cv_predicted: dict, chosen: dict
 ) -> list[dict]:
-    """Each row's measured and predicted TTFT / TPOT: at the engine's fitted parameters (in sample; the
-    defaults where none), and with the row's model family left out of the fit (`cv_predicted`, the engine's
-    chosen parameter set: what the written file predicts for a family it never saw, when the fit is kept)."""
+    """Each row's measured and predicted TTFT / TPOT: at the parameters the file is written with (a kept
+    engine's fit, in sample; the documented defaults for the others), with the row's model family left out of
+    the fit (`cv_predicted`, the engine's chosen parameter set), and as written out of sample (the left-out
+    prediction where the fit is kept, the defaults' where not: the rows of "as written, out of sample")."""
     per_row = []
-    rows = [(c, fitted.get(c.engine, start[c.engine])) for c in cases]
+    rows = [(c, written[c.engine]) for c in cases]
     for c, (ttft, tpot) in zip(cases, price_rows(rows, price, jobs, "--report rows"), strict=True):
         cv_ttft, cv_tpot = cv_predicted[c.row_id]
+        kept = chosen[c.engine]["kept"]
         per_row.append(
             {
                 "id": c.row_id,
@@ -311,6 +314,8 @@ def _per_row(
                 "pred_tpot_ms": tpot,
                 "family_left_out_ttft_ms": cv_ttft,
                 "family_left_out_tpot_ms": cv_tpot,
+                "as_written_ttft_ms": cv_ttft if kept else ttft,
+                "as_written_tpot_ms": cv_tpot if kept else tpot,
                 "note": c.note,
                 "recipe": c.settings.recipe if c.settings else "",
             }
