@@ -28,7 +28,9 @@ def overrides(pairs: list[str]) -> dict[str, float]:
     for pair in pairs:
         name, _, value = pair.partition("=")
         if name not in EngineProfile.model_fields:
-            raise ServelabError(f"{pair!r}: expected NAME=VALUE with NAME a field of EngineProfile", field="param")
+            raise ServelabError(
+                f"{pair!r}: expected NAME=VALUE with NAME a field of EngineProfile", field="param"
+            )
         try:
             out[name] = float(value)
         except ValueError:
@@ -58,10 +60,11 @@ def main(argv: list[str]) -> int:
         return 2
     measured = np.array([[c.ttft_ms, c.tpot_ms] for c in cases])
     errors, ratios = np.abs(pred - measured) / measured, pred / measured
+    misses = int((errors[:, 0] > 0.5).sum())
     print(
         f"{args.engine}/{args.family}, {len(cases)} rows, defaults with {over or 'nothing'} (in sample): "
         f"TTFT {np.median(errors[:, 0]):.1%} / {np.percentile(errors[:, 0], 90):.1%} "
-        f"(predicted / measured {np.median(ratios[:, 0]):.2f}; {int((errors[:, 0] > 0.5).sum())} rows > 50 %), "
+        f"(predicted / measured {np.median(ratios[:, 0]):.2f}; {misses} rows > 50 %), "
         f"TPOT {np.median(errors[:, 1]):.1%} / {np.percentile(errors[:, 1], 90):.1%} "
         f"(predicted / measured {np.median(ratios[:, 1]):.2f})"
     )

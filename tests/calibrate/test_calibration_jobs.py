@@ -190,8 +190,8 @@ def test_the_reports_as_written_rows_are_the_as_written_errors(tmp_path):
     ],
 )
 def test_the_parameter_probe_refuses_a_bad_override_in_one_line(param, message):
-    """accuracy/engine_params_probe.py: an override that is not an EngineProfile field, or not a number, is one
-    line naming it and exit 2, before any row is read."""
+    """accuracy/engine_params_probe.py: an override that is not an EngineProfile field, or not a number, is
+    one line naming it and exit 2, before any row is read."""
     script = ROOT / "accuracy" / "engine_params_probe.py"
     r = subprocess.run(
         [sys.executable, str(script), "vllm", "gpt-oss", param], capture_output=True, text=True, timeout=120
