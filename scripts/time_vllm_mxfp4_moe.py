@@ -23,7 +23,9 @@ flushed before every launch):
   allocation, both matmuls; its time includes Python launch costs, which are large for matmul_ogs);
 - moe_graph: the same captured in a CUDA graph and replayed, as vLLM's decode steps run it;
 - routing_graph, gate_up_graph, down_graph: each stage alone captured and replayed (its GPU time: the eager
-  stages above are mostly the host's launch cost at small token counts).
+  stages above are mostly the host's launch cost at small token counts);
+- routing_host, gate_up_host, down_host, moe_host: the host (CPU) time of one eager call, Python and launches,
+  timed with perf_counter over 30 back-to-back calls without a sync (median; p10/p90 of the calls).
 
 Routing is uniform: the router logits are i.i.d. normal, so each token picks 4 distinct experts of 128 at
 random. Weights are random bytes (scales near 2^0) in the real swizzled Hopper layout; EP is 1 (every rank
@@ -55,6 +57,7 @@ NUM_WARPS = 8  # vLLM's num_warps for the scale layout without batched (pplx / D
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0  # triton_kernel_fused_experts defaults
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 STAGES = ("routing", "gate_up", "down", "moe", "routing_graph", "gate_up_graph", "down_graph", "moe_graph")
+HOST_STAGES = ("routing_host", "gate_up_host", "down_host", "moe_host")
 TK = SimpleNamespace()  # the vendored triton_kernels modules, once imported
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -203,6 +206,21 @@ class Run:
         return ((out - ref).norm() / ref.norm()).item()
 
 
+def host_time(fn, calls: int = 30) -> tuple[float, float, float]:
+    """Median, p10, p90 of the host's time per call in microseconds: Python plus launches, no sync between
+    calls (the GPU queue stays far from full), so it is what one launch of fn costs the CPU."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+    torch.cuda.synchronize()
+    times.sort()
+    return times[calls // 2], times[calls // 10], times[calls * 9 // 10]
+
+
 def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
     """Median, p10, p90 in microseconds (long warm-up: the clocks rise again after a JIT compile)."""
     p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
@@ -250,11 +268,14 @@ def main() -> None:
                     return
                 run = Run(layer, m, dev)
                 err = f"{run.check():.4f}" if m in args.check_tokens else ""
-                for stage in STAGES:
+                for stage in STAGES + HOST_STAGES:
                     try:
-                        name = stage.removesuffix("_graph")
-                        fn = run.graphed(getattr(run, name)) if name != stage else getattr(run, stage)
-                        lat, p10, p90 = bench(fn, args.warmup_ms)
+                        if stage.endswith("_host"):
+                            lat, p10, p90 = host_time(getattr(run, stage.removesuffix("_host")))
+                        else:
+                            name = stage.removesuffix("_graph")
+                            fn = run.graphed(getattr(run, name)) if name != stage else getattr(run, stage)
+                            lat, p10, p90 = bench(fn, args.warmup_ms)
                     except Exception as exc:  # record and go on (e.g. a capture that syncs)
                         print(f"tp{tp} M={m} {stage}: FAILED {type(exc).__name__}: {exc}")
                         continue
