@@ -31,8 +31,8 @@ Routing is uniform: the router logits are i.i.d. normal, so each token picks 4 d
 random. Weights are random bytes (scales near 2^0) in the real swizzled Hopper layout; EP is 1 (every rank
 holds all 128 experts and 2880/TP of the intermediate).
 
-    python scripts/time_vllm_mxfp4_moe.py --vllm DIR/vllm --out moe_mxfp4.csv \
-        [--shapes 1:1 8:1 2:1 4:1] [--tokens 1 2 4 ...] [--budget-s 400] [--warmup-ms 100]
+    PYTHONPATH=DIR/vllm/third_party python scripts/time_vllm_mxfp4_moe.py --vllm DIR/vllm \
+        --out moe_mxfp4.csv [--shapes 1:1 8:1 2:1 4:1] [--tokens 1 2 4 ...] [--budget-s 400] [--warmup-ms 100]
 
 Needs torch and triton (the vendored triton_kernels must work with the installed Triton); point --vllm at an
 unpacked vLLM package (the `vllm/` directory of its wheel, or just its third_party/triton_kernels).
@@ -63,14 +63,19 @@ E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
 def import_triton_kernels(vllm_dir: Path):
-    """Put the vendored package's parent on sys.path, so `import triton_kernels` gets vLLM's copy."""
+    """The vendored package, which PYTHONPATH must put first (PYTHONPATH=DIR/vllm/third_party), so that
+    `import triton_kernels` gets vLLM's copy and not another installed one."""
     parent = vllm_dir / "third_party"
     if not (parent / "triton_kernels" / "matmul_ogs.py").exists():
         sys.exit(f"{parent}/triton_kernels: missing; --vllm must be an unpacked vllm/ package (0.11+)")
-    sys.path.insert(0, str(parent))
-    pkg = importlib.import_module("triton_kernels")
+    try:
+        pkg = importlib.import_module("triton_kernels")
+    except ImportError:
+        sys.exit(f"triton_kernels: not importable; run with PYTHONPATH={parent}")
     if not Path(pkg.__file__).resolve().is_relative_to(parent.resolve()):
-        sys.exit(f"triton_kernels resolved to {pkg.__file__}, not the vendored copy")
+        sys.exit(
+            f"triton_kernels resolved to {pkg.__file__}, not the vendored copy: PYTHONPATH={parent} first"
+        )
     for mod in ("matmul_ogs", "routing", "swiglu", "numerics", "tensor", "tensor_details.layout"):
         setattr(TK, mod.split(".")[-1], importlib.import_module(f"triton_kernels.{mod}"))
     return pkg
