@@ -1,6 +1,7 @@
-"""Turn scripts/time_vllm_fused_moe.py's CSV (or, with --kernel deepgemm, scripts/time_vllm_deepgemm_moe.py's)
-into a collector campaign directory for one vLLM version, ready for `servelab db merge CAMPAIGN --into
-<root>/<system>/vllm/<version>` (DeepGEMM's: `<root>/<system>/vllm-deepgemm/<version>`).
+"""Turn scripts/time_vllm_fused_moe.py's CSV (or, with --kernel deepgemm, scripts/time_vllm_deepgemm_moe.py's;
+with --kernel marlin, scripts/time_vllm_marlin_moe.py's) into a collector campaign directory for one vLLM
+version, ready for `servelab db merge CAMPAIGN --into <root>/<system>/vllm/<version>` (DeepGEMM's:
+`<root>/<system>/vllm-deepgemm/<version>`; Marlin's: `<root>/<system>/vllm-marlin/<version>`).
 
 Each table row is one `moe` op (perfdb.keys.Moe: expert compute of one rank, no routing or communication):
 latency_us is the gate-up GEMM's median plus the down GEMM's, p10/p90 likewise summed; the two GEMMs, the
@@ -11,8 +12,14 @@ With --kernel deepgemm, latency_us is the whole DeepGEMM path (permute, both gro
 its quantisation, unpermute) replayed from a CUDA graph, as vLLM's decode steps run it; each stage's own
 median rides along in the row's extra.
 
+With --kernel marlin, latency_us is the expert compute of vLLM's Marlin MXFP4 path (gpt-oss on Hopper): the
+gate-up Marlin GEMM, the SwiGLU and the down Marlin GEMM, each replayed from a CUDA graph, summed (p10/p90
+likewise). The path's routing (top-k softmax, block alignment), the activations' padding and the top-k sum
+are left out: the step's graph prices them as moe_route, moe_permute and moe_combine. Each stage's median,
+the whole layer from one CUDA graph (moe_graph_us) and its host time ride along in the row's extra.
+
     python scripts/vllm_moe_campaign.py --csv moe_vllm.csv --env env.txt --vllm-version 0.12.0 \
-        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0 [--kernel deepgemm]
+        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0 [--kernel deepgemm|marlin]
 """
 
 import argparse
@@ -23,17 +30,22 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-# the quantisation of the experts each timed shape stands for (servelab's dtype names)
-DTYPE = "fp8_block"
 DEEPGEMM_STAGES = ("permute", "gate_up", "act_quant", "down", "unpermute", "moe", "moe_graph")
+# the Marlin path's stages from a CUDA graph: the expert compute (summed into latency_us), then the rest
+MARLIN_EXPERT_STAGES = ("gate_up_graph", "act_graph", "down_graph")
+MARLIN_OTHER_STAGES = ("pad_graph", "routing_graph", "align_graph", "sum_graph", "moe_graph", "moe_host")
+# per collector: the quantisation of the experts its shapes stand for (servelab's dtype names), and what it
+# timed for the campaign's provenance
 KERNELS = {
     "triton": {
+        "dtype": "fp8_block",
         "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM {v} "
         "wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; moe_align_block_size "
         "and the activation quantisation done in torch outside the timed region",
         "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
     },
     "deepgemm": {
+        "dtype": "fp8_block",
         "kernel": "DeepGemmExperts of vllm/model_executor/layers/fused_moe/deep_gemm_moe.py (vLLM {v}): "
         "DeepGEMM's m_grouped_fp8_gemm_nt_contiguous for both GEMMs on vLLM's M_sum = round_up(tokens x "
         "top-k + experts x 127, 128) rows, vLLM's Triton ep_scatter / ep_gather from deep_gemm_utils.py, "
@@ -41,6 +53,16 @@ KERNELS = {
         "(vLLM runs two CUDA kernels there); the whole path replayed from a CUDA graph",
         "not_timed": "the second pass over the bf16 activation that vLLM's separate silu_and_mul and "
         "per_token_group_fp8_quant kernels make (M_sum x inter x 2 bytes written and read)",
+    },
+    "marlin": {
+        "dtype": "mxfp4",
+        "kernel": "vLLM's Marlin MXFP4 MoE path (fused_marlin_moe, VLLM_MXFP4_USE_MARLIN=1 on Hopper): "
+        "moe_wna16_marlin_gemm, moe_align_block_size, topk_softmax and moe_sum from the _moe_C library of "
+        "the vLLM {v} wheel (PyPI, vllm/_moe_C_stable_libtorch.abi3.so), called as fused_marlin_moe calls "
+        "them on gpt-oss-120b's experts (hidden padded to 3072, intermediate per rank to a multiple of 128); "
+        "latency: gate-up GEMM + SwiGLU + down GEMM, each from a CUDA graph",
+        "not_timed": "vLLM's swigluoai_and_mul CUDA kernel (in its _C library, not carried): the SwiGLU is "
+        "one Triton kernel with the same math",
     },
 }
 
@@ -65,7 +87,7 @@ def read_env(path: Path) -> dict:
     }
 
 
-def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: int) -> dict:
+def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: int, dtype: str) -> dict:
     """The key columns of one timed `moe` op (uniform routing, one repetition per row)."""
     return {
         "op": "moe",
@@ -75,7 +97,7 @@ def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: i
         "experts": experts,
         "topk": topk,
         "ep": ep,
-        "dtype": DTYPE,
+        "dtype": dtype,
         "distribution": "uniform",
         "reps": 1,
     }
@@ -106,7 +128,7 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
 
         rows.append(
             {
-                **moe_row(tokens, hidden, inter, experts, topk, 1),
+                **moe_row(tokens, hidden, inter, experts, topk, 1, KERNELS["triton"]["dtype"]),
                 **total,
                 "backend": "vllm fused_moe_kernel (Triton, block-FP8 w8a8)",
                 "model": model,
@@ -135,7 +157,7 @@ def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
         whole = st["moe_graph"]
         rows.append(
             {
-                **moe_row(tokens, hidden, inter, experts, topk, ep),
+                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS["deepgemm"]["dtype"]),
                 **{c: float(whole[c]) for c in ("latency_us", "p10_us", "p90_us")},
                 "backend": "vllm DeepGemmExperts (DeepGEMM grouped GEMM, block-FP8 w8a8)",
                 "tp": tp,
@@ -144,6 +166,38 @@ def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
                 "check_rel_err": next((st[s]["check_rel_err"] for s in st if st[s]["check_rel_err"]), ""),
                 "routing": "uniform",
                 "timing": "triton.testing.do_bench, L2 flushed; latency: the whole path from a CUDA graph",
+            }
+        )
+    if not rows:
+        sys.exit(f"{csv_path}: no rows for vLLM {version}")
+    return rows
+
+
+def marlin_rows(csv_path: Path, version: str) -> list[dict]:
+    stages = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r["ep"]), *_shape(r)), "stage")
+    rows = []
+    for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(stages.items()):
+        missing = set(MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES) - set(st)
+        if missing:
+            sys.exit(f"{csv_path}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {', '.join(sorted(missing))}")
+        total = {
+            c: round(sum(float(st[s][c]) for s in MARLIN_EXPERT_STAGES), 3)
+            for c in ("latency_us", "p10_us", "p90_us")
+        }
+        whole = st["moe_graph"]
+        rows.append(
+            {
+                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS["marlin"]["dtype"]),
+                **total,
+                "backend": "vllm MarlinExperts (Marlin W4A16 grouped GEMM, MXFP4 weights, bf16 activations)",
+                "tp": tp,
+                "hidden_padded": int(whole["hidden_padded"]),
+                "inter_padded": int(whole["inter_padded"]),
+                "block_size_m": int(whole["block_size_m"]),
+                **{f"{s}_us": float(st[s]["latency_us"]) for s in MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES},
+                "check_rel_err": next((st[s]["check_rel_err"] for s in st if st[s]["check_rel_err"]), ""),
+                "routing": "uniform",
+                "timing": "triton.testing.do_bench, L2 flushed; latency: gate_up + act + down, each graphed",
             }
         )
     if not rows:
@@ -166,6 +220,8 @@ def main() -> None:
         if not args.deepgemm_commit:
             sys.exit("--deepgemm-commit: required with --kernel deepgemm")
         rows = deepgemm_rows(args.csv, args.vllm_version)
+    elif args.kernel == "marlin":
+        rows = marlin_rows(args.csv, args.vllm_version)
     else:
         rows = campaign_rows(args.csv, args.vllm_version)
     prov = {
@@ -174,7 +230,7 @@ def main() -> None:
         "command": args.command,
         "gpu_count": 1,
         "vllm": args.vllm_version,
-        **{k: v.format(v=args.vllm_version) for k, v in KERNELS[args.kernel].items()},
+        **{k: v.format(v=args.vllm_version) for k, v in KERNELS[args.kernel].items() if k != "dtype"},
     }
     if args.deepgemm_commit:
         prov["deepgemm_commit"] = args.deepgemm_commit

@@ -132,7 +132,12 @@ def test_torch_tables_stay_the_default_whatever_an_engine_version_says(engine_ro
     assert tables_mod.load_default_tables(h200).dir.parent.name == "torch"
     # `db status` and `db accuracy` name the directory each backend reads, the engine's too
     in_use = {e["label"] for e in status_report("h200_sxm") if e["in_use"]}
-    assert in_use == {"h200_sxm/torch/2.11", "h200_sxm/vllm/9.0", "h200_sxm/vllm-deepgemm/0.12.0"}
+    assert in_use == {
+        "h200_sxm/torch/2.11",
+        "h200_sxm/vllm/9.0",
+        "h200_sxm/vllm-deepgemm/0.12.0",
+        "h200_sxm/vllm-marlin/0.24.0",
+    }
     assert {e["label"] for e in accuracy_report("h200_sxm")} == in_use
 
 

@@ -1,5 +1,6 @@
 """Kernel tables: vLLM prices block-FP8 MoE from its DeepGEMM table where vLLM 0.12 runs DeepGEMM (N and K
-multiples of 128) and the table holds the shape, and from its Triton fused-MoE table everywhere else."""
+multiples of 128) and the table holds the shape, and from its Triton fused-MoE table everywhere else; MXFP4
+MoE (gpt-oss) from its Marlin table."""
 
 import csv
 import json
@@ -11,8 +12,9 @@ import pytest
 
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
-from servelab.perfdb.db import PerfDB, vllm_runs_deepgemm
+from servelab.perfdb.db import PerfDB, vllm_runs_deepgemm, vllm_runs_marlin
 from servelab.perfdb.merge import merge
+from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.store import read_meta
 from servelab.perfdb.tables import data_root, load_tables
 
@@ -22,6 +24,10 @@ TOKENS = (1, 4, 16, 64)
 BASE = {"experts": 128, "topk": 8, "hidden": 4096}
 STAGES = ("permute", "gate_up", "act_quant", "down", "unpermute", "moe", "moe_graph")
 COMMIT = "594953acce41793ae00a1233eb516044d604bcb6"
+# gpt-oss-120b's experts, and the Marlin script's stages (the expert compute first)
+GPT_OSS = {"experts": 128, "topk": 4, "hidden": 2880}
+MARLIN_STAGES = ("gate_up_graph", "act_graph", "down_graph", "pad_graph", "routing_graph", "align_graph")
+MARLIN_STAGES += ("sum_graph", "moe_graph", "moe_host", "gate_up", "moe")
 
 
 def triton_us(tokens: int) -> float:
@@ -61,6 +67,33 @@ def write_triton_csv(path: Path) -> Path:
     return path
 
 
+def marlin_us(tokens: int, stage: str) -> float:
+    """Made-up Marlin stage times, each stage distinct."""
+    return 40.0 + 2.0 * tokens + 3.0 * MARLIN_STAGES.index(stage)
+
+
+def write_marlin_csv(path: Path, drop_stage: str | None = None) -> Path:
+    """Marlin MXFP4 rows at gpt-oss-120b's TP2 width (1440), as scripts/time_vllm_marlin_moe.py writes
+    them."""
+    fields = ["vllm", "tp", "ep", *GPT_OSS, "inter", "inter_padded", "tokens", "stage", "latency_us"]
+    fields += ["p10_us", "p90_us", "check_rel_err", "hidden_padded", "block_size_m", "sorted_len"]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fields)
+        w.writeheader()
+        for t in TOKENS:
+            for stage in MARLIN_STAGES:
+                if stage == drop_stage:
+                    continue
+                us = marlin_us(t, stage)
+                w.writerow(
+                    dict(vllm="0.12.0", tp=2, ep=1, **GPT_OSS, inter=1440, inter_padded=1536, tokens=t,
+                         stage=stage, latency_us=us, p10_us=0.99 * us, p90_us=1.02 * us,
+                         check_rel_err="0.0040" if t == 4 and stage == "moe" else "", hidden_padded=3072,
+                         block_size_m=8, sorted_len=64)
+                )  # fmt: skip
+    return path
+
+
 def write_deepgemm_csv(path: Path, drop_stage: str | None = None) -> Path:
     """DeepGEMM rows at the TP2 width only (768), as scripts/time_vllm_deepgemm_moe.py writes them."""
     fields = ["vllm", "tp", *BASE, "inter", "tokens", "m_sum", "stage", "latency_us", "p10_us", "p90_us"]
@@ -92,8 +125,8 @@ def convert(csv_path: Path, env: Path, out: Path, *extra: str) -> subprocess.Com
 
 @pytest.fixture()
 def kernel_root(tmp_path, monkeypatch, request) -> Path:
-    """A search-path root with a vLLM Triton MoE table and a vLLM DeepGEMM MoE table, each made from device
-    output by the converter and `merge`."""
+    """A search-path root with a vLLM Triton MoE table, a vLLM DeepGEMM MoE table and a vLLM Marlin MXFP4 MoE
+    table, each made from device output by the converter and `merge`."""
     env = write_env(tmp_path / "env.txt")
     root = tmp_path / "root" / "h200_sxm"
     assert convert(write_triton_csv(tmp_path / "triton.csv"), env, tmp_path / "c_triton").returncode == 0
@@ -104,6 +137,11 @@ def kernel_root(tmp_path, monkeypatch, request) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     merge([tmp_path / "c_dg"], root / "vllm-deepgemm" / "9.0")
+    done = convert(
+        write_marlin_csv(tmp_path / "marlin.csv"), env, tmp_path / "c_marlin", "--kernel", "marlin"
+    )
+    assert done.returncode == 0, done.stderr
+    merge([tmp_path / "c_marlin"], root / "vllm-marlin" / "9.0")
     monkeypatch.setenv(tables_mod.ENV_PATH, str(tmp_path / "root"))
     PerfDB.clear_shared()
     request.addfinalizer(PerfDB.clear_shared)
@@ -151,6 +189,63 @@ def test_vllm_prices_deepgemm_where_it_runs_and_the_triton_kernel_elsewhere(kern
     assert db.query(moe(16, 768, "bf16")).source == "roofline"
 
 
+def gpt_oss_moe(tokens: int, inter: int = 1440) -> keys.Moe:
+    return keys.Moe(
+        tokens, GPT_OSS["hidden"], inter, GPT_OSS["experts"], GPT_OSS["topk"], 1, "mxfp4", "uniform"
+    )
+
+
+def test_marlin_rows_are_the_expert_compute_with_the_rest_of_the_path_alongside(kernel_root, tmp_path):
+    prov = read_meta(kernel_root / "vllm-marlin" / "9.0" / "moe.parquet")["provenance"][0]
+    assert "fused_marlin_moe" in prov["kernel"] and "dtype" not in prov
+    rows = [
+        json.loads(line) for line in (tmp_path / "c_marlin" / "rows" / "moe.jsonl").read_text().splitlines()
+    ]
+    assert [r["tokens"] for r in rows] == list(TOKENS)
+    for r in rows:
+        expert = [marlin_us(r["tokens"], s) for s in ("gate_up_graph", "act_graph", "down_graph")]
+        assert r["latency_us"] == pytest.approx(sum(expert))
+        assert r["p90_us"] == pytest.approx(1.02 * sum(expert))
+        assert r["moe_graph_us"] == pytest.approx(marlin_us(r["tokens"], "moe_graph"))
+        assert (r["dtype"], r["inter"], r["inter_padded"], r["hidden_padded"]) == ("mxfp4", 1440, 1536, 3072)
+    assert rows[1]["check_rel_err"] == "0.0040"
+
+
+def test_vllm_prices_mxfp4_moe_from_marlin_and_other_dtypes_elsewhere(kernel_root, h200):
+    db = PerfDB(h200, backend="vllm")
+    for t in TOKENS:
+        got = db.query(gpt_oss_moe(t))
+        assert got.source == "measured" and "vllm-marlin/9.0 moe table" in got.note
+        assert got.us == pytest.approx(
+            sum(marlin_us(t, s) for s in ("gate_up_graph", "act_graph", "down_graph"))
+        )
+    # block-FP8 keys still go to DeepGEMM, whatever the Marlin table holds
+    assert "vllm-deepgemm/9.0" in db.query(moe(4, 768)).note
+    # a width the Marlin table lacks (TP8's 360): the roofline, not the TP2 rows borrowed
+    assert db.query(gpt_oss_moe(16, 360)).source == "roofline"
+    # the torch backend never reads an engine's kernel tables
+    assert PerfDB(h200, backend="torch").query(gpt_oss_moe(16)).source != "measured"
+
+
+def test_the_marlin_rule_is_mxfp4_experts():
+    assert vllm_runs_marlin(gpt_oss_moe(1)) and vllm_runs_marlin(gpt_oss_moe(8192, 360))
+    assert not vllm_runs_marlin(moe(1, 768))  # block-FP8: DeepGEMM's or Triton's
+    assert not vllm_runs_marlin(keys.Moe(1, 7168, 2048, 256, 8, 1, "fp4", "uniform"))  # DeepSeek-V4's FP4
+    assert not vllm_runs_marlin(keys.Gemm(512, 2880, 2880))
+
+
+def test_the_converter_refuses_marlin_output_missing_a_stage(tmp_path):
+    env = write_env(tmp_path / "env.txt")
+    broken = convert(
+        write_marlin_csv(tmp_path / "m.csv", drop_stage="act_graph"),
+        env,
+        tmp_path / "c",
+        "--kernel",
+        "marlin",
+    )
+    assert broken.returncode != 0 and "lacks stage(s) act_graph" in broken.stderr
+
+
 def test_tables_the_caller_names_are_used_alone(kernel_root, h200):
     named = load_tables(kernel_root / "vllm" / "9.0", h200)
     got = PerfDB(h200, tables=named, backend="vllm").query(moe(16, 768))
@@ -195,3 +290,20 @@ def test_shipped_deepgemm_table_covers_qwen3_235b_at_tp2_and_tp4_and_is_slower_a
         key = keys.Moe(16, 4096, 1536, 128, 8, ep, "fp8_block", "uniform")
         assert triton.lookup(key).source == "roofline"
         assert PerfDB(h200, backend="vllm").query(key).source == "measured"
+
+
+def test_shipped_marlin_table_covers_gpt_oss_120b_at_every_tp_and_costs_past_the_roofline_at_prefill(h200):
+    """The shipped Marlin rows were timed (p10 <= median <= p90) for gpt-oss-120b's expert widths at TP 1, 2,
+    4 and 8 (2880 / TP), and vLLM prices gpt-oss's MoE from them; at prefill sizes the kernel runs more than
+    twice the roofline's time (docs/accuracy.md section 2), which is what the table corrects."""
+    root = data_root() / "h200_sxm" / "vllm-marlin" / "0.24.0"
+    data = load_tables(root, h200, strict=True).index("moe")
+    assert data is not None
+    for i in range(len(data.data)):
+        assert data.data.p10_us[i] <= data.data.latency_us[i] <= data.data.p90_us[i]
+    roofline = Roofline(h200, backend="vllm")
+    for tp in (1, 2, 4, 8):
+        key = gpt_oss_moe(8192, 2880 // tp)
+        got = PerfDB(h200, backend="vllm").query(key)
+        assert got.source == "measured" and "vllm-marlin/0.24.0" in got.note
+        assert got.us > 2 * roofline.latency(key).us

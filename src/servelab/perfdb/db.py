@@ -8,13 +8,14 @@ model out, 525 measured H200 rows), against 24.1 % from the roofline (docs/accur
 engine's own tables answer only the ops they hold (the shipped vllm table: its block-FP8 fused-MoE kernel);
 every other op of that engine is priced by its roofline, as without tables.
 
-Where an engine picks its kernel by shape, the other kernel's tables sit under a backend directory of their
-own (KERNEL_TABLES) and answer first the keys that kernel runs, where they hold the shape (measured, or
-between or beyond collected token counts; not borrowed from another shape); the engine's tables answer the
-rest."""
+Where an engine picks its kernel by shape or expert dtype, each other kernel's tables sit under a backend
+directory of their own (KERNEL_TABLES) and answer first the keys that kernel runs, where they hold the shape
+(measured, or between or beyond collected token counts; not borrowed from another shape); the engine's tables
+answer the rest."""
 
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from servelab.perfdb.keys import Moe, OpKey
@@ -38,9 +39,19 @@ def vllm_runs_deepgemm(key: OpKey) -> bool:
     return key.dtype == "fp8_block" and key.hidden % 128 == 0 and key.inter % 128 == 0
 
 
-# engine backend -> (the backend directory of the kernel it picks by shape, which keys run that kernel)
-KERNEL_TABLES: dict[str, tuple[str, Callable[[OpKey], bool]]] = {
-    "vllm": ("vllm-deepgemm", vllm_runs_deepgemm),
+def vllm_runs_marlin(key: OpKey) -> bool:
+    """vLLM on Hopper runs MXFP4 experts (gpt-oss) through its Marlin W4A16 kernel when
+    VLLM_MXFP4_USE_MARLIN=1, which InferenceX's vLLM gpt-oss recipes for H100 and H200 set from vLLM 0.13 on
+    (InferenceX 4e52ed4c6, "Fix H100/H200 perf regression"), and before vLLM vendored triton_kernels whenever
+    that package was absent (mxfp4.py `get_mxfp4_backend`, vLLM 0.10.2 and 0.18.0); vLLM 0.12+ defaults to
+    triton_kernels otherwise. Only Hopper has this table: other systems keep the roofline (Blackwell runs
+    FlashInfer's MXFP4 kernels)."""
+    return isinstance(key, Moe) and key.dtype == "mxfp4"
+
+
+# engine backend -> the kernels it picks by shape or dtype: (their backend directory, which keys run them)
+KERNEL_TABLES: dict[str, tuple[tuple[str, Callable[[OpKey], bool]], ...]] = {
+    "vllm": (("vllm-deepgemm", vllm_runs_deepgemm), ("vllm-marlin", vllm_runs_marlin)),
 }
 
 K = TypeVar("K")
@@ -99,13 +110,13 @@ class PerfDB:
             )
         self.tables = tables
         # the kernel tables come with the engine's default tables only, not with tables the caller names
-        self.kernel_tables: Tables | None = None
-        self.kernel_runs: Callable[[OpKey], bool] = lambda key: False
-        if defaults and backend in KERNEL_TABLES:
-            kernel_backend, self.kernel_runs = KERNEL_TABLES[backend]
-            self.kernel_tables = self.default_tables.get(
-                (system.name, kernel_backend), lambda: load_default_tables(system, kernel_backend)
+        self.kernel_tables: list[tuple[Tables, Callable[[OpKey], bool]]] = []
+        for kernel_backend, runs in KERNEL_TABLES.get(backend, ()) if defaults else ():
+            found = self.default_tables.get(
+                (system.name, kernel_backend), partial(load_default_tables, system, kernel_backend)
             )
+            if found is not None:
+                self.kernel_tables.append((found, runs))
         self._cache: dict[OpKey, OpLatency] = {}
 
     @classmethod
@@ -127,10 +138,11 @@ class PerfDB:
         return hit
 
     def _resolve(self, key: OpKey) -> OpLatency:
-        if self.kernel_tables is not None and self.kernel_runs(key):
-            found = self.kernel_tables.lookup(key)
-            if found is not None and found.source in KERNEL_TABLE_SOURCES:
-                return found
+        for kernel_tables, runs in self.kernel_tables:
+            if runs(key):
+                found = kernel_tables.lookup(key)
+                if found is not None and found.source in KERNEL_TABLE_SOURCES:
+                    return found
         if self.tables is not None:
             found = self.tables.lookup(key)
             if found is not None:
