@@ -1,10 +1,11 @@
-"""DeepSeek-V4-Flash at long context on 8 GPUs, TP8 against DP8, as `servelab bench --simulate` runs it
+"""DeepSeek-V4 at long context on 8 GPUs, TP8 against DP8, as `servelab bench --simulate` runs it
 (vLLM engine, shipped calibration, every client at t=0, one prompt per client, range ratio 0), next to the
-one public measurement (8x B200, vLLM v0.25): median TTFT, makespan, median TPOT per arm, and the two-term
-reading of each (I = the work every TP rank repeats, X = the work TP splits; TP8 one prompt = I + X / 8,
-DP8 with eight = I + X).
+one public measurement (V4-Flash on 8x B200, vLLM v0.25): median TTFT, makespan, median TPOT per arm, and
+the two-term reading of each (I = the work every TP rank repeats, X = the work TP splits; TP8 one prompt =
+I + X / 8, DP8 with eight = I + X).
 
-    python accuracy/dsv4_long_context.py [--system h200_sxm] [--system b200_sxm]
+    python accuracy/dsv4_long_context.py [--system h200_sxm] [--system b200_sxm] [--model CHECKPOINT]
+    python accuracy/dsv4_long_context.py --model nvidia/DeepSeek-V4-Pro-NVFP4 --system b200_sxm
 """
 
 import argparse
@@ -14,7 +15,7 @@ from collections import Counter
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.specs import Parallel, load_model, load_system
 
-MODEL = "sgl-project/DeepSeek-V4-Flash-FP8"
+FLASH = "sgl-project/DeepSeek-V4-Flash-FP8"
 ARMS = {"TP8": Parallel(tp=8, ep=8), "DP8": Parallel(tp=8, ep=8, dp_attn=True)}
 # (input tokens, clients, output tokens): one output token count per row as docs/accuracy.md shows them
 POINTS = [
@@ -29,7 +30,9 @@ POINTS = [
 PUBLIC_B200 = {"TP8": (314.0, 502.0), "DP8": (91.0, 157.0)}  # median TTFT s, makespan s
 
 
-def run(system_name: str, parallel: Parallel, isl: int, clients: int, osl: int) -> tuple[float, float, float]:
+def run(
+    model: str, system_name: str, parallel: Parallel, isl: int, clients: int, osl: int
+) -> tuple[float, float, float]:
     stream = BenchStream(
         random_input_len=isl,
         random_output_len=osl,
@@ -40,7 +43,7 @@ def run(system_name: str, parallel: Parallel, isl: int, clients: int, osl: int) 
         request_rate=float("inf"),
     )
     twin = simulate_benchmark(
-        load_model(MODEL),
+        load_model(model),
         load_system(system_name),
         parallel,
         EngineSettings(engine="vllm"),
@@ -73,12 +76,17 @@ def routing_collisions(ranks: int = 8, trials: int = 20_000) -> tuple[float, flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--system", action="append", help="h200_sxm, b200_sxm (default: both)")
-    systems = ap.parse_args().system or ["h200_sxm", "b200_sxm"]
-    for system in systems:
-        print(f"{system}: input, clients | TP8 / DP8 median TTFT s | TP8/DP8 | makespan s | median TPOT ms")
+    ap.add_argument("--model", default=FLASH, help=f"a DeepSeek-V4 checkpoint (default {FLASH})")
+    args = ap.parse_args()
+    for system in args.system or ["h200_sxm", "b200_sxm"]:
+        print(
+            f"{args.model} on {system}: input, clients | TP8 / DP8 median TTFT s | TP8/DP8 | makespan s",
+            end="",
+        )
+        print(" | median TPOT ms")
         at = {}
         for isl, clients, osl in POINTS:
-            tp, dp = (run(system, ARMS[arm], isl, clients, osl) for arm in ARMS)
+            tp, dp = (run(args.model, system, ARMS[arm], isl, clients, osl) for arm in ARMS)
             at[(isl, clients)] = (tp, dp)
             print(
                 f"  {isl:>9,} {clients} | {tp[0]:6.1f} / {dp[0]:6.1f} | {tp[0] / dp[0]:4.2f}x"
@@ -92,7 +100,7 @@ def main() -> None:
     (tp_ttft, tp_span), (dp_ttft, dp_span) = PUBLIC_B200["TP8"], PUBLIC_B200["DP8"]
     x = (dp_ttft - tp_ttft / 4.5) * 8 / 7  # TP8's eight prompts prefill one after another: median 4.5
     print(
-        f"public 8x B200, 1M, 8 clients: TP8 / DP8 median TTFT {tp_ttft:.0f} / {dp_ttft:.0f} s"
+        f"public (V4-Flash) 8x B200, 1M, 8 clients: TP8 / DP8 median TTFT {tp_ttft:.0f} / {dp_ttft:.0f} s"
         f" ({tp_ttft / dp_ttft:.2f}x), makespan {tp_span:.0f} / {dp_span:.0f} s;"
         f" I = {dp_ttft - x:.1f} s, X = {x:.1f} s"
     )
