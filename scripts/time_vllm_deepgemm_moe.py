@@ -42,6 +42,7 @@ import deep_gemm
 import torch
 import triton
 import triton.language as tl
+from kernel_timing import bench
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -218,12 +219,6 @@ class Layer:
                 act = torch.nn.functional.silu(h[: self.n]) * h[self.n :]
                 ref[t] += self.topk_w[t, j] * (act @ deq(self.w2, self.w2s, e).T)
         return ((self.out.float() - ref).norm() / ref.norm()).item()
-
-
-def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds (long warm-up: the clocks rise again after a JIT compile)."""
-    p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
-    return p50 * 1e3, p10 * 1e3, p90 * 1e3
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 import torch
 import triton
 import triton.language as tl
+from kernel_timing import bench
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -212,14 +213,6 @@ def reference(a, a_scale, w, w_scale, topk_ids, top_k, routed):
         row = deq_a[slot // top_k] @ we.T
         out.append(row * (routed.flatten()[slot] if routed is not None else 1.0))
     return torch.stack(out)
-
-
-def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds. The warm-up is long: with 5 ms, launches of 10-50 us came out up to
-    2x slow in a repeat run (most likely timed while the clocks rose again after the GPU idled through a
-    compile)."""
-    p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
-    return p50 * 1e3, p10 * 1e3, p90 * 1e3
 
 
 def main() -> None:

@@ -88,6 +88,7 @@ import torch.nn.functional as F
 try:  # --dry-run needs neither triton nor a GPU
     import triton
     import triton.language as tl
+    from kernel_timing import bench, host_time
 except ImportError:
     triton = tl = None
 
@@ -506,27 +507,6 @@ class Run:
             f"routing: weight err {route_err:.1e}, distinct ids {distinct}, tokens off the top 4 {not_top}"
         )
         return err, notes
-
-
-def host_time(fn, calls: int = 30) -> tuple[float, float, float]:
-    """Median, p10, p90 of the host's time per call in microseconds: Python plus launches, no sync between
-    calls (the GPU queue stays far from full), so it is what one launch of fn costs the CPU."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e6)
-    torch.cuda.synchronize()
-    times.sort()
-    return times[calls // 2], times[calls // 10], times[calls * 9 // 10]
-
-
-def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds (long warm-up: the clocks rise again after a JIT compile)."""
-    p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
-    return p50 * 1e3, p10 * 1e3, p90 * 1e3
 
 
 def measure(run: Run, stage: str, warmup_ms: float) -> tuple[float, float, float]:

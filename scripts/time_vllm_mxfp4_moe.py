@@ -48,6 +48,7 @@ from types import SimpleNamespace
 
 import torch
 import triton
+from kernel_timing import bench, host_time
 
 # openai/gpt-oss-120b config.json: experts, top-k, hidden, moe intermediate before the TP split
 EXPERTS, TOPK, HIDDEN, INTER = 128, 4, 2880, 2880
@@ -209,27 +210,6 @@ class Run:
                 a = (g * torch.sigmoid(SWIGLU_ALPHA * g) * (lin + 1)).bfloat16().float()
                 ref[t] += wts[t, j] * (a @ deq(L.w2_raw, L.w2s_raw, e).T + L.b2[e])
         return ((out - ref).norm() / ref.norm()).item()
-
-
-def host_time(fn, calls: int = 30) -> tuple[float, float, float]:
-    """Median, p10, p90 of the host's time per call in microseconds: Python plus launches, no sync between
-    calls (the GPU queue stays far from full), so it is what one launch of fn costs the CPU."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e6)
-    torch.cuda.synchronize()
-    times.sort()
-    return times[calls // 2], times[calls // 10], times[calls * 9 // 10]
-
-
-def bench(fn, warmup_ms: float) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds (long warm-up: the clocks rise again after a JIT compile)."""
-    p10, p50, p90 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=25, quantiles=[0.1, 0.5, 0.9])
-    return p50 * 1e3, p10 * 1e3, p90 * 1e3
 
 
 def main() -> None:
