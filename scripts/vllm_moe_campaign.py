@@ -147,62 +147,66 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
     return rows
 
 
-def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
-    stages = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r.get("ep") or 1), *_shape(r)), "stage")
+def staged_rows(
+    csv_path: Path, version: str, kernel: str, stages: tuple[str, ...], summed: tuple[str, ...], extra
+) -> list[dict]:
+    """The table rows of a collector that times a path stage by stage (one CSV row per TP x EP x tokens x
+    stage): a row's latency_us is the sum of the `summed` stages' medians (p10 / p90 likewise), every stage's
+    median rides along (but a lone summed stage, which is latency_us itself), and extra(the whole path's CSV
+    row) adds the collector's own columns."""
+    groups = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r.get("ep") or 1), *_shape(r)), "stage")
     rows = []
-    for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(stages.items()):
-        missing = set(DEEPGEMM_STAGES) - set(st)
+    for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(groups.items()):
+        missing = set(stages) - set(st)
         if missing:
             sys.exit(f"{csv_path}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {', '.join(sorted(missing))}")
-        whole = st["moe_graph"]
         rows.append(
             {
-                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS["deepgemm"]["dtype"]),
-                **{c: float(whole[c]) for c in ("latency_us", "p10_us", "p90_us")},
-                "backend": "vllm DeepGemmExperts (DeepGEMM grouped GEMM, block-FP8 w8a8)",
+                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS[kernel]["dtype"]),
+                **{
+                    c: round(sum(float(st[s][c]) for s in summed), 3)
+                    for c in ("latency_us", "p10_us", "p90_us")
+                },
                 "tp": tp,
-                "m_sum": int(whole["m_sum"]),
-                **{f"{s}_us": float(st[s]["latency_us"]) for s in DEEPGEMM_STAGES if s != "moe_graph"},
+                **extra(st["moe_graph"]),
+                **{f"{s}_us": float(st[s]["latency_us"]) for s in stages if (s,) != summed},
                 "check_rel_err": next((st[s]["check_rel_err"] for s in st if st[s]["check_rel_err"]), ""),
                 "routing": "uniform",
-                "timing": "triton.testing.do_bench, L2 flushed; latency: the whole path from a CUDA graph",
             }
         )
     if not rows:
         sys.exit(f"{csv_path}: no rows for vLLM {version}")
     return rows
+
+
+def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
+    return staged_rows(
+        csv_path,
+        version,
+        "deepgemm",
+        DEEPGEMM_STAGES,
+        ("moe_graph",),
+        lambda whole: {
+            "backend": "vllm DeepGemmExperts (DeepGEMM grouped GEMM, block-FP8 w8a8)",
+            "m_sum": int(whole["m_sum"]),
+            "timing": "triton.testing.do_bench, L2 flushed; latency: the whole path from a CUDA graph",
+        },
+    )
 
 
 def marlin_rows(csv_path: Path, version: str) -> list[dict]:
-    stages = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r["ep"]), *_shape(r)), "stage")
-    rows = []
-    for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(stages.items()):
-        missing = set(MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES) - set(st)
-        if missing:
-            sys.exit(f"{csv_path}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {', '.join(sorted(missing))}")
-        total = {
-            c: round(sum(float(st[s][c]) for s in MARLIN_EXPERT_STAGES), 3)
-            for c in ("latency_us", "p10_us", "p90_us")
-        }
-        whole = st["moe_graph"]
-        rows.append(
-            {
-                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS["marlin"]["dtype"]),
-                **total,
-                "backend": "vllm MarlinExperts (Marlin W4A16 grouped GEMM, MXFP4 weights, bf16 activations)",
-                "tp": tp,
-                "hidden_padded": int(whole["hidden_padded"]),
-                "inter_padded": int(whole["inter_padded"]),
-                "block_size_m": int(whole["block_size_m"]),
-                **{f"{s}_us": float(st[s]["latency_us"]) for s in MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES},
-                "check_rel_err": next((st[s]["check_rel_err"] for s in st if st[s]["check_rel_err"]), ""),
-                "routing": "uniform",
-                "timing": "triton.testing.do_bench, L2 flushed; latency: gate_up + act + down, each graphed",
-            }
-        )
-    if not rows:
-        sys.exit(f"{csv_path}: no rows for vLLM {version}")
-    return rows
+    return staged_rows(
+        csv_path,
+        version,
+        "marlin",
+        MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES,
+        MARLIN_EXPERT_STAGES,
+        lambda whole: {
+            "backend": "vllm MarlinExperts (Marlin W4A16 grouped GEMM, MXFP4 weights, bf16 activations)",
+            **{c: int(whole[c]) for c in ("hidden_padded", "inter_padded", "block_size_m")},
+            "timing": "triton.testing.do_bench, L2 flushed; latency: gate_up + act + down, each graphed",
+        },
+    )
 
 
 def main() -> None:
