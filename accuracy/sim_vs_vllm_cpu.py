@@ -7,8 +7,9 @@ random-weight Llama on this machine.
    vllm:request_time_per_output_token_seconds), with the fixed path from vLLM's front end to its engine. One
    round of these runs before every measured load below, so costs and loads span the same minutes.
 2. Fit servelab's own step model to those steps: the tiny model's op graph priced by the roofline of a "CPU
-   system" whose bf16 rate is fitted, plus an engine profile whose per-step and per-sequence overheads are
-   fitted (the same Nelder-Mead as the engine calibration, servelab.calibrate.fit).
+   system" whose bf16 GEMM and attention rates are fitted (and without a GPU's GEMM tiles), plus an engine
+   profile whose per-step and per-sequence overheads are fitted (the same Nelder-Mead as the engine
+   calibration, servelab.calibrate.fit).
 3. Run closed-loop loads (`vllm bench serve --max-concurrency` style) at concurrencies 1, 4, 16 and two
    input/output lengths (each request's lengths varied by up to 20 %), twice (the second pass gives the
    run-to-run spread), and compare mean TTFT and TPOT with what the simulator predicts for the same workload
@@ -182,9 +183,17 @@ class StepSamples:
 
 
 # ---------------------------------------------------------------------------------------------- the model
-def cpu_system(bf16_tflops: float):
+def cpu_system(bf16_tflops: float, attention_tflops: float | None = None):
     """This machine as a servelab SystemSpec: the bf16 rate is fitted; memory is vLLM's KV space plus room for
-    the tiny model (servelab's memory model keeps a 3 GiB framework reserve, so it is added here)."""
+    the tiny model (servelab's memory model keeps a 3 GiB framework reserve, so it is added here). With an
+    attention rate, the roofline is a CPU's: attention at its own fitted rate (vLLM's CPU attention kernels
+    and its GEMMs need not run at one rate), and no GPU 128-row GEMM tiles, which price a decode step of 8
+    sequences as one of 16 (or 128), so the fit could not follow the measured decode steps (26 % median
+    error on an AVX2 machine, 2 % without the tiles and with the attention rate). Without one, the GPU
+    defaults that the fits before 2026-12-02 used."""
+    efficiencies = {}
+    if attention_tflops is not None:
+        efficiencies = {"tile_quantized": False, "attention_compute": attention_tflops / bf16_tflops}
     return SystemSpec(
         name="cpu_2core_vllm",
         gpu_name="2-core CPU (vLLM CPU backend)",
@@ -200,6 +209,7 @@ def cpu_system(bf16_tflops: float):
         network_gbs=0,
         l2_mb=32,
         source="fitted to measured vLLM CPU steps by accuracy/sim_vs_vllm_cpu.py",
+        efficiencies=efficiencies,
     )
 
 
@@ -231,9 +241,13 @@ class CpuProfile:
     http_ms: float
     frontend_ms: float
     fit_error: float  # median relative error of the fitted steps
+    attention_tflops: float | None = None  # None: a profile fitted before 2026-12-02 (see cpu_system)
+
+    def system(self) -> SystemSpec:
+        return cpu_system(self.bf16_tflops, self.attention_tflops)
 
     def parts(self):
-        system = cpu_system(self.bf16_tflops)
+        system = self.system()
         engine = cpu_engine(self.step_overhead_us, self.per_seq_overhead_us, self.prompt_step_us_per_op)
         return system, engine, PerfDB(system, use_tables=False)
 
@@ -245,16 +259,18 @@ def step_ms(model, system, engine, db, prefill: int = 0, decode: int = 0, kv: in
 
 
 def fit_profile(model, costs: StepCosts) -> CpuProfile:
-    """Fit (bf16 rate, step overhead, per-sequence overhead, prompt-step cost) so servelab's step model
-    reproduces the measured steps, in log space with the same Nelder-Mead as the engine calibration."""
+    """Fit (bf16 rate, step overhead, per-sequence overhead, prompt-step cost, attention rate) so servelab's
+    step model reproduces the measured steps, in log space with the same Nelder-Mead as the engine
+    calibration."""
 
     def params(x):
-        lo, hi = np.log([1e-4, 1.0, 0.1, 0.01]), np.log([10.0, 1e5, 1e4, 1e4])  # TFLOP/s, us, us, us
-        return (math.exp(v) for v in np.clip(x, lo, hi))
+        lo = np.log([1e-4, 1.0, 0.1, 0.01, 1e-4])  # TFLOP/s, us, us, us, TFLOP/s
+        hi = np.log([10.0, 1e5, 1e4, 1e4, 10.0])
+        return [math.exp(v) for v in np.clip(x, lo, hi)]
 
     def steps(x):
-        tf, so, ps, pe = params(x)
-        system = cpu_system(tf)
+        tf, so, ps, pe, at = params(x)
+        system = cpu_system(tf, at)
         engine, db = cpu_engine(so, ps, pe), PerfDB(system, use_tables=False)
         got = [(step_ms(model, system, engine, db, prefill=n), ms) for n, ms in costs.prefill_ms.items()]
         got += [
@@ -265,10 +281,10 @@ def fit_profile(model, costs: StepCosts) -> CpuProfile:
     def loss(x):
         return float(np.mean([math.log(p / m) ** 2 for p, m in steps(x)]))
 
-    x, _ = nelder_mead(loss, np.log([0.05, 1000.0, 20.0, 20.0]), step=1.0, iters=600, tol=1e-9)
+    x, _ = nelder_mead(loss, np.log([0.05, 1000.0, 20.0, 20.0, 0.05]), step=1.0, iters=1000, tol=1e-9)
     errs = [abs(p - m) / m for p, m in steps(x)]
-    tf, so, ps, pe = params(x)
-    return CpuProfile(tf, so, ps, pe, costs.http_ms, costs.frontend_ms, float(np.median(errs)))
+    tf, so, ps, pe, at = params(x)
+    return CpuProfile(tf, so, ps, pe, costs.http_ms, costs.frontend_ms, float(np.median(errs)), at)
 
 
 def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_requests: int) -> dict:
@@ -472,13 +488,15 @@ def run_check(python: Path, model_dir: Path | None = None, passes: int = 2, port
 def fit_lines(result: dict) -> list[str]:
     """The measured step costs and the profile fitted to them, as the markdown reports print them."""
     p, costs = result["profile"], result["step_costs"]
+    attention = f"attention {p['attention_tflops'] * 1000:.1f} GFLOP/s, " if p.get("attention_tflops") else ""
     prefill = ", ".join(f"{k} tok {v:.1f} ms" for k, v in costs["prefill_ms"].items())
     decode = ", ".join(f"b{k} {v:.2f} ms" for k, v in costs["decode_ms"].items())
     return [
         f"Step costs measured: prefill {prefill}; decode {decode}; HTTP path {costs['http_ms']:.1f} ms.",
         (
             f"Fitted: bf16 rate {p['bf16_tflops'] * 1000:.1f} GFLOP/s, "
-            f"step overhead {p['step_overhead_us']:.0f} us, per sequence {p['per_seq_overhead_us']:.0f} us, "
+            f"{attention}step overhead {p['step_overhead_us']:.0f} us, "
+            f"per sequence {p['per_seq_overhead_us']:.0f} us, "
             f"steps with a prompt {p['prompt_step_us_per_op']:.0f} us per op "
             f"(fitted steps within {p['fit_error']:.0%} median); vLLM front end {p['frontend_ms']:.1f} ms."
         ),

@@ -3,9 +3,13 @@ against vLLM (V1, CPU backend) serving the e2e tests' tiny random Llama, K times
 `servelab.predict.twin` replaying the same request stream, priced with a CPU profile fitted to this engine's
 own step costs.
 
-1. Start the CPU vLLM once. Measure its step costs and fit servelab's step model to them, as
-   accuracy/sim_vs_vllm_cpu.py does (its StepSamples and fit_profile): one round of step measurements runs
-   before every measured benchmark, so the costs span the same minutes as the runs.
+1. Start the CPU vLLM once, with its prefix cache off: the warm pass before each measured run sends the very
+   prompts of that run (same flags, same seed), and so does every repetition, so with vLLM V1's default
+   prefix caching the measured runs would compute almost none of their prompts while the twin, which sees one
+   benchmark alone, prices them all (the 512-token prompts of run 4 in docs/accuracy.md reached their first
+   token in 22-26 ms, faster than one lone 256-token prefill). Measure its step costs and fit servelab's step
+   model to them, as accuracy/sim_vs_vllm_cpu.py does (its StepSamples and fit_profile): one round of step
+   measurements runs before every measured benchmark, so the costs span the same minutes as the runs.
 2. Per point (clients x ISL/OSL, random dataset, range ratio 0.2, fixed --num-prompts and --seed), run the
    real client (the `servelab bench` CLI) K times, each after one unmeasured warm pass of the same flags,
    saving every result file; the engine's own /metrics histograms are read around each run as well (the
@@ -15,10 +19,11 @@ own step costs.
    each metric with the measured [min, max].
 
     .venv/bin/python accuracy/twin_vs_vllm_cpu.py [--runs 5] [--out-dir DIR] [--json out.json]
-    .venv/bin/python accuracy/twin_vs_vllm_cpu.py --reprice out.json --model-dir DIR  # no server
+    .venv/bin/python accuracy/twin_vs_vllm_cpu.py --reprice out.json --model-dir DIR [--refit]  # no server
 
 --reprice replays a saved run's points with the current twin (after a simulator change, say) and compares them
-with the same measurements.
+with the same measurements; --refit first fits the CPU profile again to the run's saved step costs (after a
+change to the fit).
 
 Needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm or $SERVELAB_VLLM_VENV).
 """
@@ -41,9 +46,9 @@ from sim_vs_vllm_cpu import (
     RANGE_RATIO,
     VOCAB,
     CpuProfile,
+    StepCosts,
     StepSamples,
     cpu_engine,
-    cpu_system,
     fit_lines,
     fit_profile,
 )
@@ -178,7 +183,7 @@ def write_calibration(profile: CpuProfile, path: Path) -> Path:
 def run_twin(model_dir: Path, cfg: BenchConfig, profile: CpuProfile, calibration: Path) -> dict:
     """The twin's result for the point, in the real result's layout."""
     model = load_model(str(model_dir))
-    system = cpu_system(profile.bf16_tflops)
+    system = profile.system()
     stream = BenchStream(**{name: getattr(cfg, name) for name in BenchStream.__dataclass_fields__})
     twin = simulate_benchmark(
         model,
@@ -317,6 +322,18 @@ def check_calibration(calibration: Path, profile: CpuProfile) -> None:
         raise RuntimeError(f"the calibration file prices another engine than the fitted one: {differ}")
 
 
+def refit(measured: dict, model_dir: Path) -> dict:
+    """The CPU profile fitted anew to a saved run's step costs (JSON keys are strings; the fit wants ints)."""
+    saved = measured["step_costs"]
+    costs = StepCosts(
+        prefill_ms={int(n): ms for n, ms in saved["prefill_ms"].items()},
+        decode_ms={int(b): ms for b, ms in saved["decode_ms"].items()},
+        http_ms=saved["http_ms"],
+        frontend_ms=saved["frontend_ms"],
+    )
+    return fit_profile(load_model(str(model_dir)), costs).__dict__
+
+
 def price(measured: dict, model_dir: Path, out_dir: Path) -> dict:
     """Replay every measured point with the twin priced by the fitted profile, and compare."""
     profile = CpuProfile(**measured["profile"])
@@ -412,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a --json file of an earlier run: replay its points with the current twin and compare again, "
         "without a server (needs --model-dir)",
     )
+    ap.add_argument(
+        "--refit",
+        action="store_true",
+        help="with --reprice: fit the CPU profile again to the run's saved step costs (after a change to the "
+        "fit), instead of pricing with the profile the run saved",
+    )
     ap.add_argument("--json", type=Path, help="write the comparison as JSON here")
     args = ap.parse_args(argv)
     if args.runs < 3:
@@ -424,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.model_dir is None:
             ap.error("--reprice needs --model-dir (the served model's directory; its config.json is enough)")
         measured = json.loads(args.reprice.read_text())
+        if args.refit:
+            measured["profile"] = refit(measured, args.model_dir)
+    elif args.refit:
+        ap.error("--refit refits a saved run: it needs --reprice")
     else:
         python = vllm_python(REPO / ".venv-vllm")
         if python is None:
@@ -433,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         model_dir = args.model_dir or build_tiny_llama(python, REPO / ".cache" / "e2e")
         args.model_dir = model_dir
-        extra = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
+        extra = ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS), "--no-enable-prefix-caching"]
         env = {"VLLM_CPU_OMP_THREADS_BIND": args.engine_cpus} if args.engine_cpus else {}
         log = out_dir / "vllm.log"
         with VllmCpuServer(

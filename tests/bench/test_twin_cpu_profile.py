@@ -14,7 +14,10 @@ from servelab.bench.config import BenchConfig
 from servelab.bench.runner import prepare
 from servelab.predict.engines import engine_profile
 
-SCRIPT = Path(__file__).resolve().parents[2] / "accuracy" / "twin_vs_vllm_cpu.py"
+ACCURACY = Path(__file__).resolve().parents[2] / "accuracy"
+SCRIPT = ACCURACY / "twin_vs_vllm_cpu.py"
+# run 5 of docs/accuracy.md, section 3, as measured: its step costs and the profile fitted to them then
+RUN5 = ACCURACY / "results" / "twin_vs_vllm_cpu_avx2_run5.json"
 # the e2e tests' tiny Llama (servelab.runner.tiny_llama), its config only: the twin needs no weights
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -99,10 +102,10 @@ def measurements(step_overhead_us: float = 600.0, lengths_seed: int = POINT["see
     }
 
 
-def reprice(tmp_path: Path, model_dir: Path, measured: dict, name: str) -> tuple[dict, dict]:
+def reprice(tmp_path: Path, model_dir: Path, measured: dict, name: str, *extra: str) -> tuple[dict, dict]:
     """Run the script's --reprice; its comparison and the twin's result file."""
     (tmp_path / f"{name}-in.json").write_text(json.dumps(measured))
-    cmd = [sys.executable, str(SCRIPT), "--reprice", str(tmp_path / f"{name}-in.json")]
+    cmd = [sys.executable, str(SCRIPT), "--reprice", str(tmp_path / f"{name}-in.json"), *extra]
     cmd += [
         "--model-dir",
         str(model_dir),
@@ -150,6 +153,31 @@ def test_the_twin_replays_the_real_clients_stream(tmp_path, model_dir):
     assert len(set(twin["input_lens"])) > 1  # range ratio 0.2 varies them
     other, _ = reprice(tmp_path, model_dir, measurements(lengths_seed=POINT["seed"] + 1), "other")
     assert not other["points"][0]["same_lengths"]  # the check can fail
+
+
+def test_refit_fits_the_profile_again_to_the_saved_step_costs(tmp_path, model_dir):
+    saved = json.loads(RUN5.read_text())
+    # as measured: a GPU roofline (128-wide GEMM tiles, one rate for attention and GEMMs) could not follow
+    # this AVX2 machine's steps
+    assert "attention_tflops" not in saved["profile"] and saved["profile"]["fit_error"] > 0.2
+    result, twin = reprice(tmp_path, model_dir, saved, "refit", "--refit")
+    profile = result["profile"]
+    assert result["step_costs"] == saved["step_costs"]
+    assert profile["fit_error"] < 0.05  # a CPU's roofline follows them
+    assert profile["attention_tflops"] > 2 * profile["bf16_tflops"]  # vLLM's CPU attention outruns its GEMMs
+    kept, kept_twin = reprice(tmp_path, model_dir, saved, "kept")
+    assert kept["profile"] == saved["profile"]  # without --refit the saved profile prices the twin
+    assert twin["median_tpot_ms"] != kept_twin["median_tpot_ms"]
+
+
+def test_refit_needs_a_saved_run(tmp_path):
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), "--refit", "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "--refit refits a saved run: it needs --reprice" in p.stderr
 
 
 def test_reprice_needs_the_model_dir(tmp_path):

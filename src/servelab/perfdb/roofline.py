@@ -104,17 +104,19 @@ def _compute_class(name: str) -> str:
 
 
 class Roofline:
-    """Roofline latencies for one system: with the efficiencies fitted for it (else the defaults), and with
-    128-wide tile quantization of GEMMs (a partial tile costs a whole one); the backend decides the all-reduce
-    algorithm (PEER_ALLREDUCE_BACKENDS: the engines' peer-memory kernels, else NCCL's ring)."""
+    """Roofline latencies for one system: with the efficiencies fitted for it (else the defaults; when fitted,
+    its spec's own `efficiencies` over them), and with 128-wide tile quantization of GEMMs (a partial tile
+    costs a whole one) unless those say "tile_quantized": false; the backend decides the all-reduce algorithm
+    (PEER_ALLREDUCE_BACKENDS: the engines' peer-memory kernels, else NCCL's ring)."""
 
     tile_quantized = True
 
     def __init__(self, system: SystemSpec, fitted: bool = True, backend: str = "torch"):
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
-        eff = efficiencies(system.name if fitted else "")
+        eff = efficiencies(system.name) | system.efficiencies if fitted else efficiencies("")
         self.eff = eff
+        self.tile_quantized = self.tile_quantized and eff.get("tile_quantized", True)
         self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
         self.kernel_us = eff["kernel_us"]
         self.band = (eff["band_low"], eff["band_high"])

@@ -3,6 +3,7 @@
 import json
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +37,9 @@ class SystemSpec(BaseModel):
     l2_mb: float
     source: str
     measured: dict[str, Measured] = {}
+    # roofline efficiencies that replace the shipped ones (perfdb/data/efficiencies.json) for a system fitted
+    # elsewhere, a CPU say; {"tile_quantized": false} prices GEMMs without a GPU's 128-wide tiles
+    efficiencies: dict[str, Any] = {}
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -62,7 +66,9 @@ class SystemSpec(BaseModel):
         return default, "datasheet"
 
     def summary(self) -> dict:
-        return self.model_dump(mode="json") | {"supports_fp4": self.supports_fp4}
+        # a shipped system has no efficiencies of its own (efficiencies.json holds them): not shown empty
+        dumped = self.model_dump(mode="json", exclude=set() if self.efficiencies else {"efficiencies"})
+        return dumped | {"supports_fp4": self.supports_fp4}
 
 
 @lru_cache(maxsize=1)
