@@ -1,6 +1,6 @@
 """Timing helpers the device scripts (scripts/time_vllm_*.py) share: a kernel's GPU time by
-triton.testing.do_bench, and one call's host time. Imported by those scripts as a sibling module (they run as
-`python3 scripts/<name>.py`, which puts scripts/ on the import path)."""
+triton.testing.do_bench, one call's host time, and a call captured in a CUDA graph. Imported by those scripts
+as a sibling module (they run as `python3 scripts/<name>.py`, which puts scripts/ on the import path)."""
 
 import time
 
@@ -29,3 +29,13 @@ def host_time(fn, calls: int = 30) -> tuple[float, float, float]:
     torch.cuda.synchronize()
     times.sort()
     return times[calls // 2], times[calls // 10], times[calls * 9 // 10]
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph, as vLLM's decode steps replay the layer: GPU time, no launch costs."""
+    fn()  # JIT-compiles and warms everything the capture will hit
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay

@@ -88,7 +88,7 @@ import torch.nn.functional as F
 try:  # --dry-run needs neither triton nor a GPU
     import triton
     import triton.language as tl
-    from kernel_timing import bench, host_time
+    from kernel_timing import bench, graphed, host_time
 except ImportError:
     triton = tl = None
 
@@ -468,16 +468,6 @@ class Run:
         out.copy_(self.fused_out)
         return out[:, :HIDDEN]
 
-    @staticmethod
-    def graphed(fn):
-        """fn captured in a CUDA graph, as vLLM's decode steps replay the layer: GPU time, no launch costs."""
-        fn()  # JIT-compiles and warms everything the capture will hit
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return graph.replay
-
     def check(self) -> tuple[float, str]:
         """Relative error of moe() against an fp32 product of the dequantised checkpoint-layout weights (the
         routing taken from topk_softmax, itself compared with torch), and what else was seen."""
@@ -513,7 +503,7 @@ def measure(run: Run, stage: str, warmup_ms: float) -> tuple[float, float, float
     if stage.endswith("_host"):
         return host_time(getattr(run, stage.removesuffix("_host")))
     name = stage.removesuffix("_graph")
-    fn = run.graphed(getattr(run, name)) if name != stage else getattr(run, stage)
+    fn = graphed(getattr(run, name)) if name != stage else getattr(run, stage)
     return bench(fn, warmup_ms)
 
 

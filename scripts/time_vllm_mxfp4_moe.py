@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import torch
 import triton
-from kernel_timing import bench, host_time
+from kernel_timing import bench, graphed, host_time
 
 # openai/gpt-oss-120b config.json: experts, top-k, hidden, moe intermediate before the TP split
 EXPERTS, TOPK, HIDDEN, INTER = 128, 4, 2880, 2880
@@ -179,16 +179,6 @@ class Run:
            gammas=rd.gate_scal, y=out3)  # fmt: skip
         return out3.view(m, k)
 
-    @staticmethod
-    def graphed(fn):
-        """fn captured in a CUDA graph, as vLLM's decode steps replay the layer: GPU time, no launch costs."""
-        fn()  # JIT-compiles and warms everything the capture will hit
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return graph.replay
-
     def check(self) -> float:
         """Relative error of moe() against a dequantised fp32 torch product (top-k of the same logits)."""
         out = self.moe().float()
@@ -259,7 +249,7 @@ def main() -> None:
                             lat, p10, p90 = host_time(getattr(run, stage.removesuffix("_host")))
                         else:
                             name = stage.removesuffix("_graph")
-                            fn = run.graphed(getattr(run, name)) if name != stage else getattr(run, stage)
+                            fn = graphed(getattr(run, name)) if name != stage else getattr(run, stage)
                             lat, p10, p90 = bench(fn, args.warmup_ms)
                     except Exception as exc:  # record and go on (e.g. a capture that syncs)
                         print(f"tp{tp} M={m} {stage}: FAILED {type(exc).__name__}: {exc}")
