@@ -3,7 +3,6 @@
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,7 +38,7 @@ class SystemSpec(BaseModel):
     measured: dict[str, Measured] = {}
     # roofline efficiencies that replace the shipped ones (perfdb/data/efficiencies.json) for a system fitted
     # elsewhere, a CPU say; {"tile_quantized": false} prices GEMMs without a GPU's 128-wide tiles
-    efficiencies: dict[str, Any] = {}
+    efficiencies: dict[str, bool | float | dict[str, float]] = {}
 
     def __hash__(self) -> int:
         return hash(self.name)
