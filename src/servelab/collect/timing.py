@@ -6,11 +6,14 @@ each replay, warm-up first, then the median, p10 and p90 over replays (each divi
 replay). Where capture fails (an op that syncs with the host) the same loop runs eagerly and the row says
 timing=eager.
 
-torch is imported inside the functions: the core install has no torch.
+torch is imported inside the functions: the core install has no torch. The device is behind a Clock: the CUDA
+one times GPU work with events and graphs; HostClock times host work with perf_counter (no graphs), so tests
+of the collector run this very loop on a machine without a GPU.
 """
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -28,6 +31,51 @@ MIN_REPS, MAX_REPS, MAX_SECONDS = 15, 100, 1.0  # replays per key: at least 15, 
 class Timing(dict):
     """latency_us (median), p10_us, p90_us, reps (replays), inner (op calls per replay), timing
     (graph|eager)."""
+
+
+class CudaClock:
+    """GPU time: CUDA events around each replay, CUDA graphs where the op can be captured."""
+
+    def sync(self) -> None:
+        import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
+
+        torch.cuda.synchronize()
+
+    def timed(self, samples: list):
+        return cuda_timed(samples)
+
+    def elapsed_us(self, samples: list) -> list[float]:
+        return elapsed_us(samples)
+
+    def capture(self, run, sets, inner):
+        return _capture(run, sets, inner)
+
+    def check_finite(self, out) -> None:
+        _check_finite(out)
+
+
+class HostClock:
+    """Host time (perf_counter), no graphs: the same loop for ops run on the CPU (the collector's tests)."""
+
+    def sync(self) -> None:
+        return None
+
+    @contextmanager
+    def timed(self, samples: list):
+        start = time.perf_counter()
+        yield
+        samples.append((start, time.perf_counter()))
+
+    def elapsed_us(self, samples: list) -> list[float]:
+        return [(end - start) * 1e6 for start, end in samples]
+
+    def capture(self, run, sets, inner):
+        return None
+
+    def check_finite(self, out) -> None:
+        values = out if isinstance(out, (tuple, list)) else (out,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise FloatingPointError("op output holds NaN or inf")
 
 
 @contextmanager
@@ -81,30 +129,31 @@ def time_op(
     graph: bool = True,
     agree: Callable | None = None,
     check_output: bool = True,
+    clock=None,
 ) -> Timing:
     """Time run(*inputs) over rotating input sets.
 
     make_inputs() builds one fresh random input set (a tuple of tensors); run(*inputs) launches the op and
     returns its output (checked for NaN/inf once, before timing). bytes_per_set sizes the rotation.
     agree(estimate_us) -> estimate_us makes ranks of a collective use one estimate (the same captured calls).
+    clock: CudaClock (the default) or HostClock.
     """
-    import torch  # noqa: PLC0415 - torch is an optional extra (the core install has none)
-
+    clock = clock or CudaClock()
     sets = [make_inputs() for _ in range(num_sets(bytes_per_set))]
     out = run(*sets[0])
-    torch.cuda.synchronize()
+    clock.sync()
     if check_output:
-        _check_finite(out)
+        clock.check_finite(out)
     del out
     # eager estimate of one call decides how many calls fit in one replay
-    est_us = _eager_estimate(run, sets)
+    est_us = _eager_estimate(run, sets, clock)
     if agree is not None:
         est_us = agree(est_us)
     inner = max(1, min(MAX_INNER, round(TARGET_REPLAY_MS * 1000 / max(est_us, 1.0))))
     replay = None
     mode = "eager"
     if graph:
-        replay = _capture(run, sets, inner)
+        replay = clock.capture(run, sets, inner)
         if replay is not None:
             mode = "graph"
     if replay is None:
@@ -115,25 +164,25 @@ def time_op(
 
     for _ in range(WARMUP_REPLAYS):
         replay()
-    torch.cuda.synchronize()
+    clock.sync()
     per_replay_ms = max(est_us * inner / 1000, 1e-3)
     reps = int(min(max_reps, max(min_reps, max_seconds * 1000 / per_replay_ms)))
     samples: list = []
     for _ in range(reps):
-        with cuda_timed(samples):
+        with clock.timed(samples):
             replay()
-    per_call = [us / inner for us in elapsed_us(samples)]
+    per_call = [us / inner for us in clock.elapsed_us(samples)]
     return summarize(per_call, inner, mode)
 
 
-def _eager_estimate(run, sets) -> float:
+def _eager_estimate(run, sets, clock) -> float:
     for i in range(2):
         run(*sets[i % len(sets)])
     n, samples = 5, []
-    with cuda_timed(samples):
+    with clock.timed(samples):
         for i in range(n):
             run(*sets[i % len(sets)])
-    return elapsed_us(samples)[0] / n
+    return clock.elapsed_us(samples)[0] / n
 
 
 def _capture(run, sets, inner):
