@@ -8,6 +8,8 @@ import typer
 
 from servelab.cli._common import JsonOpt, print_json
 from servelab.collect.campaign import CampaignConfig, cost, describe, plan_campaign, run
+from servelab.collect.cases import expand_ops
+from servelab.collect.engines import session
 from servelab.collect.executors import EXECUTORS
 from servelab.errors import ServelabError
 from servelab.specs import load_system
@@ -54,6 +56,23 @@ def collect(
     ),
     sample: int = typer.Option(300, "--sample", min=1, help="keys in the --repeat-of sample"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its cost, measure nothing"),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="time this engine's kernels (vllm, sglang, trtllm) instead of servelab's torch ops: one "
+        "campaign per table backend under --out (docs/collect.md, Engine kernels)",
+    ),
+    engine_files: Path = typer.Option(
+        None,
+        "--engine-files",
+        help="the engine's wheel, or a folder extracted from it (--extract-to) with its manifest.json",
+    ),
+    extract_to: Path = typer.Option(
+        None, "--extract-to", help="with --engine-files WHEEL: extract the files the entries need here"
+    ),
+    kernels: str = typer.Option(
+        "", "--kernels", help="with --engine: catalogue entries to run, comma separated (default: all)"
+    ),
     as_json: bool = JsonOpt,
 ) -> int:
     """Measure op latencies (GEMM, attention, MLA, DeepSeek-V4 modules, MoE, collectives) into
@@ -87,6 +106,12 @@ def collect(
         repeat_of=repeat_of,
         sample=sample,
     )
+    if engine is not None:
+        return _engine(
+            cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address
+        )
+    if engine_files is not None or extract_to is not None or kernels:
+        raise ServelabError("--engine-files, --extract-to and --kernels go with --engine", field="engine")
     if dry_run:
         plan = plan_campaign(cfg)
         if as_json:
@@ -111,6 +136,39 @@ def collect(
     this_run = report["this_run"]
     if this_run["errors"] and not this_run["rows"]:
         typer.echo(f"nothing was measured: all {this_run['errors']} keys of this run failed", err=True)
+        return 1
+    return 0
+
+
+def _engine(
+    cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address
+) -> int:
+    names = tuple(k.strip() for k in kernels.split(",") if k.strip())
+    ops = expand_ops(list(cfg.ops) or None)
+    found = session.prepare_files(engine, engine_files, extract_to, ops, names)
+    cfgs = session.configs(cfg, engine, found, names)
+    if dry_run:
+        plan = session.dry_run(cfgs, found)
+        if as_json:
+            print_json(plan)
+        else:
+            typer.echo(session.describe(plan))
+        return 0
+    if found is None:
+        raise ServelabError("--engine needs --engine-files (the wheel, or a folder extracted from it)")
+    if cfg.gpus < 1:
+        raise ServelabError("servelab collect needs a CUDA GPU; torch sees none here")
+    reports = session.run_all(
+        cfgs,
+        lambda: make_executor(cfg.gpus, ray_address),
+        progress=not as_json,
+        echo=lambda line: typer.echo(line, err=as_json),
+    )
+    if as_json:
+        print_json(reports)
+    runs = [r["this_run"] for r in reports]
+    if runs and all(r["errors"] and not r["rows"] for r in runs):
+        typer.echo("nothing was measured: every key of this run failed", err=True)
         return 1
     return 0
 

@@ -11,6 +11,8 @@ from typing import NamedTuple
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from servelab.collect import accept, cases, estimate, modelled, provenance
+from servelab.collect.engines import campaign as engine_campaign
+from servelab.collect.engines.campaign import EngineRun
 from servelab.collect.executors import Callbacks, LocalExecutor
 from servelab.collect.store import CampaignStore, key_from_row, key_id
 from servelab.collect.suite import OpSuite, gpu_suite
@@ -41,6 +43,7 @@ class CampaignConfig(NamedTuple):
     limit: int | None = None  # measure at most this many keys (of those not done)
     repeat_of: Path | None = None  # measure again a sample of this campaign's measured keys (repeatability)
     sample: int = 300
+    engine: EngineRun | None = None  # engine kernels (collect.engines) instead of servelab's torch ops
 
 
 class CampaignPlan(NamedTuple):
@@ -58,6 +61,9 @@ def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
     comm_gpus = cfg.comm_gpus or tuple(g for g in (2, 4, 8, 16) if g <= cfg.gpus)
     if cfg.repeat_of is not None:
         keys = repeat_sample(Path(cfg.repeat_of), cfg.sample, ops)
+    elif cfg.engine is not None:
+        keys = engine_campaign.plan_keys(cfg.engine, ops)
+        keys = cases._smoke(keys, per_op=2) if cfg.smoke else cases._interleave(keys)
     else:
         keys = cases.plan(models, system, ops, comm_gpus, smoke=cfg.smoke)
     store = CampaignStore(cfg.out)
@@ -66,7 +72,10 @@ def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
     finished = len(keys) - len(todo)
     if cfg.limit is not None:
         todo = todo[: cfg.limit]
-    single, comm = estimate.campaign_seconds(todo, Roofline(system))
+    if cfg.engine is not None:
+        single, comm = engine_campaign.seconds(cfg.engine, todo, Roofline(system)), 0.0
+    else:
+        single, comm = estimate.campaign_seconds(todo, Roofline(system))
     return CampaignPlan(keys, todo, single, comm, finished)
 
 
@@ -155,6 +164,8 @@ def run(
     """Run (or resume) a campaign; returns the acceptance report."""
     for var, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(var, value)
+    if cfg.engine is not None:
+        os.environ.update(engine_campaign.env(cfg.engine))  # what the spawned workers load and run
     suite = suite or gpu_suite()
     executor = executor or LocalExecutor(cfg.gpus)
     plan = plan_campaign(cfg)
@@ -167,6 +178,8 @@ def run(
     prov = _load_json(prov_path) or provenance.base(
         cfg.system, type(executor).__name__, {k: os.environ.get(k) for k in NCCL_SAFE_ENV}
     )
+    if cfg.engine is not None:
+        prov.update(engine_campaign.provenance(cfg.engine, cases.expand_ops(list(cfg.ops) or None)))
     runs = prov.setdefault("runs", [])
     this_run = {
         "command": provenance.command_line(),
@@ -217,9 +230,8 @@ def run(
     system = load_system(cfg.system)
     models = [cases.planning_model(m, system) for m in (cfg.models or cases.default_models())]
     # a smoke run measures a handful per op: only the full plan must cover every tp of every model
-    report = accept.check(
-        plan.keys, store.rows(), store.errors(), models, coverage=not cfg.smoke and cfg.repeat_of is None
-    )
+    coverage = not cfg.smoke and cfg.repeat_of is None and cfg.engine is None
+    report = accept.check(plan.keys, store.rows(), store.errors(), models, coverage=coverage)
     report["this_run"] = {"rows": counts["rows"], "errors": counts["errors"], "seconds": this_run["seconds"]}
     store.write_json("acceptance.json", report)
     echo(summary(report))

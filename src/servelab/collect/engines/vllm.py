@@ -1,0 +1,138 @@
+"""vLLM's kernels, as the collector times them without vLLM installed: its compiled libraries loaded from
+the wheel (torch.ops.load_library) and its Triton kernels compiled from the wheel's own source files.
+
+Which kernel vLLM runs for which key (its dispatch, by version) is each entry's `runs`; docs/collect.md,
+"Engine kernels", lists what vLLM 0.25.0 runs for DeepSeek-V4 on Hopper and what of it loads standalone.
+"""
+
+from servelab.collect.engines import Catalogue, KernelEntry
+from servelab.collect.engines import plans as p
+from servelab.engines import Engine
+from servelab.perfdb.keys import Moe, OpKey
+from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.specs import Parallel
+
+_K = "servelab.collect.engines."
+MOE_LIB = "vllm/_moe_C_stable_libtorch.abi3.so"
+FLASHMLA_LIB = "vllm/_flashmla_C.abi3.so"
+FUSED_MOE_SRC = "vllm/model_executor/layers/fused_moe/"
+FUSED_MOE_FILES = (
+    FUSED_MOE_SRC + "fused_moe.py",
+    FUSED_MOE_SRC + "utils.py",
+    FUSED_MOE_SRC + "configs/*device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[[]128,128].json",
+)
+TP_ONLY = tuple(Parallel(tp=tp) for tp in (1, 2, 4, 8))
+
+
+def _fp8_block(key: OpKey) -> bool:
+    return isinstance(key, Moe) and key.dtype == "fp8_block"
+
+
+def _mxfp4(key: OpKey) -> bool:
+    """MXFP4 experts (gpt-oss), and DeepSeek-V4's FP4 experts (e2m1 with e8m0 scales per 32: MXFP4 too): on
+    Hopper vLLM 0.25's MXFP4 oracle (fused_moe/oracle/mxfp4.py) falls through DeepGEMM's and TRT-LLM's
+    Blackwell kernels to Marlin (W4A16)."""
+    return isinstance(key, Moe) and key.dtype in ("mxfp4", "fp4")
+
+
+def _deepgemm(key: OpKey) -> bool:
+    return _fp8_block(key) and isinstance(key, Moe) and key.hidden % 128 == 0 and key.inter % 128 == 0
+
+
+def _any(key: OpKey) -> bool:
+    return True
+
+
+def fused_moe_plan() -> list[OpKey]:
+    """DeepSeek-V4-Flash-FP8's experts at the recipes' EP8, then DeepSeek-R1's at small M (TP8, and EP8)."""
+    keys = p.moe_keys(
+        ("sgl-project/DeepSeek-V4-Flash-FP8",), p.RECIPE_PARALLELS[:1], p.TOKENS, lambda d: True
+    )
+    keys += p.moe_keys(
+        ("deepseek-r1",), (Parallel(tp=8), Parallel(tp=8, ep=8)), p.SMALL_TOKENS, lambda d: True
+    )
+    return list(dict.fromkeys(k for k in keys if _fp8_block(k)))
+
+
+def marlin_plan() -> list[OpKey]:
+    """gpt-oss-120b at TP 1, 2, 4, 8 (the shipped vllm-marlin grid), then DeepSeek-V4-Flash's FP4 experts at
+    EP8."""
+    keys = p.moe_keys(("gpt-oss-120b",), TP_ONLY, p.TOKENS, lambda d: True)
+    keys += p.moe_keys(("deepseek-ai/DeepSeek-V4-Flash",), p.RECIPE_PARALLELS[:1], p.TOKENS, lambda d: True)
+    return [k for k in keys if _mxfp4(k)]
+
+
+def dsv4_plan() -> list[OpKey]:
+    return p.dsv4_context_keys() + p.dsv4_generation_keys()
+
+
+ENTRIES = (
+    KernelEntry(
+        name="dsv4_flashmla",
+        ops=DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS,
+        backend="vllm",
+        kernel="DeepSeek-V4 CSA / HCA attention as vLLM runs it on Hopper (DeepseekV4FlashMLAAttention): "
+        "FlashMLA's sparse_prefill_fwd over the gathered bf16 compressed + window KV (context) and "
+        "sparse_decode_fwd over the paged fp8_ds_mla caches (584 B a token: 448 fp8 + 64 bf16 rope + UE8M0 "
+        "scales), with the sink and heads padded to 64 / 128, from _flashmla_C of the vLLM wheel; prompts "
+        "longer than vLLM's 8,192-token chunk are prefilled in chunks",
+        bench=_K + "vllm_dsv4:bench",
+        runs=_any,
+        plan=dsv4_plan,
+        versions=("0.20", "9999"),
+        files=(FLASHMLA_LIB,),
+        libraries=(FLASHMLA_LIB,),
+        stand_ins="compressors, lightning indexer and top-k are servelab's Triton / torch kernels "
+        "(vLLM's are CuTe DSL, DeepGEMM fp8_fp4_mqa_logits and _C persistent_topk, not loadable "
+        "standalone); the q / KV RMSNorm + RoPE + cache insert (vLLM _C) is not timed",
+    ),
+    KernelEntry(
+        name="fused_moe",
+        ops=(OpName.moe,),
+        backend="vllm",
+        kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
+        "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
+        "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
+        bench=_K + "vllm_fused_moe:bench",
+        runs=_fp8_block,
+        plan=fused_moe_plan,
+        versions=("0.12", "9999"),
+        files=FUSED_MOE_FILES,
+        stand_ins="moe_align_block_size and the per-token-group FP8 quantisation of the activations are done "
+        "in torch outside the timed region; SiLU-and-mul and the top-k sum (vLLM _C) are not timed",
+    ),
+    KernelEntry(
+        name="marlin_moe",
+        ops=(OpName.moe,),
+        backend="vllm-marlin",
+        kernel="vLLM's Marlin MXFP4 MoE path (fused_marlin_moe; gpt-oss on Hopper with "
+        "VLLM_MXFP4_USE_MARLIN=1, DeepSeek-V4's FP4 experts on Hopper): moe_wna16_marlin_gemm for gate-up "
+        "and down, moe_align_block_size, from _moe_C of the vLLM wheel; latency: gate-up GEMM + activation + "
+        "down GEMM, each replayed from a CUDA graph",
+        bench=_K + "vllm_marlin:bench",
+        runs=_mxfp4,
+        plan=marlin_plan,
+        versions=("0.24", "9999"),
+        files=(MOE_LIB,),
+        libraries=(MOE_LIB,),
+        stand_ins="the activation between the GEMMs is one Triton kernel with swigluoai_and_mul's math "
+        "(vLLM's is in _C, not carried)",
+    ),
+    KernelEntry(
+        name="deepgemm_moe",
+        ops=(OpName.moe,),
+        backend="vllm-deepgemm",
+        kernel="DeepGemmExperts: DeepGEMM's m_grouped_fp8_gemm_nt_contiguous for both GEMMs with vLLM's "
+        "Triton ep_scatter / ep_gather (fused_moe/deep_gemm_utils.py)",
+        bench=_K + "runtime:pending",
+        runs=_deepgemm,
+        plan=lambda: [k for k in fused_moe_plan() if _deepgemm(k)],
+        versions=("0.12", "9999"),
+        files=(FUSED_MOE_SRC + "deep_gemm_utils.py",),
+        needs=("deep_gemm",),
+        pending="DeepGEMM is no wheel: it is built on the device (scripts/time_vllm_deepgemm_moe.py times "
+        "this path that way); not folded into the collector yet",
+    ),
+)
+
+CATALOGUE = Catalogue(Engine.VLLM, "vllm", ENTRIES)
