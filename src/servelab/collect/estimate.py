@@ -14,10 +14,14 @@ SETUP_S_BY_OP = {
 
 
 def key_seconds(key, roofline) -> float:
-    us = max(roofline.latency(key).us, 1.0)
-    replay_ms = max(timing.TARGET_REPLAY_MS, us / 1000)
+    return timed_seconds(roofline.latency(key).us, SETUP_S_BY_OP.get(key.op, SETUP_S))
+
+
+def timed_seconds(us: float, setup_s: float = SETUP_S) -> float:
+    """GPU-seconds of one time_op of an op that takes `us` microseconds."""
+    replay_ms = max(timing.TARGET_REPLAY_MS, max(us, 1.0) / 1000)
     reps = min(timing.MAX_REPS, max(timing.MIN_REPS, timing.MAX_SECONDS * 1000 / replay_ms))
-    return SETUP_S_BY_OP.get(key.op, SETUP_S) + (reps + timing.WARMUP_REPLAYS + 1) * replay_ms / 1000
+    return setup_s + (reps + timing.WARMUP_REPLAYS + 1) * replay_ms / 1000
 
 
 def campaign_seconds(keys, roofline) -> tuple[float, float]:

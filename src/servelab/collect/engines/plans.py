@@ -31,11 +31,16 @@ DSV4_CONTEXT = (
     (4, 2048),
 )
 # DeepSeek-V4 decode: sequences per attention rank x cached tokens (8K/1K ends at 9,216)
-DSV4_DECODE_BATCH = (1, 4, 16, 64, 128, 256)
-DSV4_DECODE_KV = (1024, 4096, 9216, 32768, 131072, 1 << 20)
+DSV4_DECODE_BATCH = (1, 4, 16, 64, 256)
+DSV4_DECODE_KV = (1024, 9216, 32768, 131072, 1 << 20)
 DSV4_DECODE_KV_BYTES = 24 << 30  # compressed + window cache a decode row may hold (fp8, 584 B an entry)
-DSV4_RECIPE_MODELS = ("sgl-project/DeepSeek-V4-Flash-FP8", "sgl-project/DeepSeek-V4-Pro-FP8")
 RECIPE_PARALLELS = (Parallel(tp=8, ep=8), Parallel(tp=8, ep=8, dp_attn=True))
+# (model, parallels, longest prompt, most cached tokens): V4-Flash as the H200 recipes run it; V4-Pro (no H200
+# recipe) at TP8 only, where its 16 heads per rank differ from Flash's 8, and to 64K / 128K tokens
+DSV4_MODELS = (
+    ("sgl-project/DeepSeek-V4-Flash-FP8", RECIPE_PARALLELS, 1 << 20, 1 << 20),
+    ("sgl-project/DeepSeek-V4-Pro-FP8", RECIPE_PARALLELS[:1], 65536, 131072),
+)
 
 
 def asked(
@@ -70,25 +75,29 @@ def moe_keys(
     return list(out)
 
 
-def dsv4_context_keys(models: Iterable[str] = DSV4_RECIPE_MODELS) -> list[OpKey]:
-    return [
-        k
-        for batch, seq in DSV4_CONTEXT
-        for k in asked(models, RECIPE_PARALLELS, [StepShape(prefill=((seq, 0),) * batch)], Dsv4Context)
-    ]
+def dsv4_context_keys() -> list[OpKey]:
+    keys = []
+    for batch, seq in DSV4_CONTEXT:
+        for model, pars, longest, _ in DSV4_MODELS:
+            if seq <= longest:
+                keys += asked([model], pars, [StepShape(prefill=((seq, 0),) * batch)], Dsv4Context)
+    return list(dict.fromkeys(keys))
 
 
-def dsv4_generation_keys(models: Iterable[str] = DSV4_RECIPE_MODELS) -> list[OpKey]:
+def dsv4_generation_keys() -> list[OpKey]:
     keys = []
     for kv in DSV4_DECODE_KV:
         for b in DSV4_DECODE_BATCH:
-            for par in RECIPE_PARALLELS:
-                shape = StepShape(decode_batch=b * par.attn_dp, decode_kv_len=kv)
-                keys += [
-                    k
-                    for k in asked(models, [par], [shape], Dsv4Generation)
-                    if dsv4_decode_bytes(k) <= DSV4_DECODE_KV_BYTES
-                ]
+            for model, pars, _, most in DSV4_MODELS:
+                for par in pars:
+                    if kv > most:
+                        continue
+                    shape = StepShape(decode_batch=b * par.attn_dp, decode_kv_len=kv)
+                    keys += [
+                        k
+                        for k in asked([model], [par], [shape], Dsv4Generation)
+                        if dsv4_decode_bytes(k) <= DSV4_DECODE_KV_BYTES
+                    ]
     return list(dict.fromkeys(keys))
 
 
@@ -97,3 +106,30 @@ def dsv4_decode_bytes(key: Dsv4Generation) -> int:
     584 B each (448 fp8 + 64 bf16 rope + 8 scale bytes)."""
     ratio = 4 if "_csa_" in key.op else 128
     return key.batch * (key.kv_len // ratio + 128) * 584
+
+
+# vLLM prefills a prompt in chunks of max_num_batched_tokens (8,192 in the shipped DeepSeek-V4 recipes)
+CHUNK = 8192
+
+
+def dsv4_pieces(key: Dsv4Context) -> list[tuple[int, int, float]]:
+    """How a context row is timed: (new tokens, cached tokens before them, weight) per measured chunk, the
+    row's latency being the weighted sum. Up to CHUNK tokens: one piece, the whole prompt. Longer: vLLM's
+    chunks of CHUNK tokens; with more than three, the first, middle and last are timed and the others
+    interpolated linearly in the chunk index (a chunk's cost grows about linearly with what it attends to:
+    HCA's compressed entries grow with the prefix, CSA's top-k set saturates once the prefix passes 4 x
+    top-k tokens)."""
+    if key.seq <= CHUNK:
+        return [(key.seq, 0, 1.0)]
+    n, rest = divmod(key.seq, CHUNK)
+    tail = [(rest, n * CHUNK, 1.0)] if rest else []
+    if n <= 3:
+        return [(CHUNK, i * CHUNK, 1.0) for i in range(n)] + tail
+    last = n - 1
+    mid = last // 2
+    # the sum over chunk i = 0..last of the piecewise-linear interpolation through (0, f0), (mid, fm),
+    # (last, fl): exact where the cost is linear in i on each side of the middle
+    w0 = (mid + 1) / 2
+    wm = (mid + 1) / 2 + (last - mid - 1) / 2
+    wl = (last - mid + 1) / 2
+    return [(CHUNK, 0, w0), (CHUNK, mid * CHUNK, wm), (CHUNK, last * CHUNK, wl)] + tail

@@ -5,10 +5,11 @@ Which kernel vLLM runs for which key (its dispatch, by version) is each entry's 
 "Engine kernels", lists what vLLM 0.25.0 runs for DeepSeek-V4 on Hopper and what of it loads standalone.
 """
 
+from servelab.collect import estimate
 from servelab.collect.engines import Catalogue, KernelEntry
 from servelab.collect.engines import plans as p
 from servelab.engines import Engine
-from servelab.perfdb.keys import Moe, OpKey
+from servelab.perfdb.keys import Dsv4Context, Moe, OpKey
 from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
 from servelab.specs import Parallel
 
@@ -66,6 +67,21 @@ def dsv4_plan() -> list[OpKey]:
     return p.dsv4_context_keys() + p.dsv4_generation_keys()
 
 
+def dsv4_cost(key: OpKey, roofline) -> float:
+    """GPU-seconds: each timed chunk of a context row (its roofline: F(past + new) - F(past)), and the
+    FlashMLA call alone where the row is timed in one piece (decode rows always)."""
+    setup = estimate.SETUP_S_BY_OP.get(key.op, estimate.SETUP_S)
+    if not isinstance(key, Dsv4Context):
+        return 2 * estimate.key_seconds(key, roofline)
+    pieces = p.dsv4_pieces(key)
+    total = 0.0
+    for new, past, _ in pieces:
+        whole = roofline.latency(key._replace(seq=past + new)).us
+        before = roofline.latency(key._replace(seq=past)).us if past else 0.0
+        total += estimate.timed_seconds(whole - before, setup)
+    return total * (2 if len(pieces) == 1 else 1)
+
+
 ENTRIES = (
     KernelEntry(
         name="dsv4_flashmla",
@@ -79,6 +95,7 @@ ENTRIES = (
         bench=_K + "vllm_dsv4:bench",
         runs=_any,
         plan=dsv4_plan,
+        cost=dsv4_cost,
         versions=("0.20", "9999"),
         files=(FLASHMLA_LIB,),
         libraries=(FLASHMLA_LIB,),

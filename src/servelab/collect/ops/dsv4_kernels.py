@@ -107,6 +107,7 @@ def _idx_prefill(
     NC,
     RATIO,
     NH,
+    OFF,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -131,7 +132,7 @@ def _idx_prefill(
     nmask = offs_n < NC
     # blocks wholly in the future of every query of this tile only write -inf
     first_visible_end = (pid_n * BN + 1) * RATIO - 1
-    heads = tl.where(first_visible_end <= pid_m * BM + BM - 1, NH, 0)
+    heads = tl.where(first_visible_end <= OFF + pid_m * BM + BM - 1, NH, 0)
     k = tl.load(
         KI + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0
     )
@@ -147,7 +148,7 @@ def _idx_prefill(
         acc += s * w[:, None]
     ks = tl.load(KS + b * stride_ksb + offs_n, mask=nmask, other=0.0)
     acc = acc * ks[None, :]
-    visible = ((offs_n[None, :] + 1) * RATIO - 1 <= offs_m[:, None]) & nmask[None, :]
+    visible = ((offs_n[None, :] + 1) * RATIO - 1 <= OFF + offs_m[:, None]) & nmask[None, :]
     acc = tl.where(visible, acc, float("-inf"))
     tl.store(
         OUT + b * stride_ob + offs_m[:, None] * stride_ot + offs_n[None, :],
@@ -156,8 +157,9 @@ def _idx_prefill(
     )
 
 
-def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
-    """qi [B, S, NH, DI], ki [B, NC, DI], ks [B, NC] fp32, w [B, S, NH] -> logits [B, S, NC] fp32."""
+def indexer_logits_prefill(qi, ki, ks, w, ratio: int, offset: int = 0):
+    """qi [B, S, NH, DI], ki [B, NC, DI], ks [B, NC] fp32, w [B, S, NH] -> logits [B, S, NC] fp32. The
+    queries sit at positions offset .. offset + S - 1 (a chunk after `offset` cached tokens)."""
     B, S, NH, DI = qi.shape
     NC = ki.shape[1]
     out = torch.empty(B, S, NC, device=qi.device, dtype=torch.float32)
@@ -173,6 +175,7 @@ def indexer_logits_prefill(qi, ki, ks, w, ratio: int):
         NC,
         ratio,
         NH,
+        offset,
         qi.stride(0),
         qi.stride(1),
         qi.stride(2),
