@@ -89,9 +89,9 @@ def collect(
         make_executor = EXECUTORS.get(executor)
     except ServelabError as e:
         raise ServelabError(f"--executor: {e}") from None
-    if not dry_run:
+    if not dry_run and engine is None:
         _require_torch()
-    n = gpus or (0 if dry_run else _visible_gpus())
+    n = gpus or (0 if dry_run or engine is not None else _visible_gpus())
     cfg = CampaignConfig(
         out=out,
         system=system,
@@ -108,7 +108,7 @@ def collect(
     )
     if engine is not None:
         return _engine(
-            cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address
+            cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address, gpus
         )
     if engine_files is not None or extract_to is not None or kernels:
         raise ServelabError("--engine-files, --extract-to and --kernels go with --engine", field="engine")
@@ -141,7 +141,7 @@ def collect(
 
 
 def _engine(
-    cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address
+    cfg, engine, engine_files, extract_to, kernels, dry_run, as_json, make_executor, ray_address, gpus_given
 ) -> int:
     names = tuple(k.strip() for k in kernels.split(",") if k.strip())
     ops = expand_ops(list(cfg.ops) or None)
@@ -156,11 +156,14 @@ def _engine(
         return 0
     if found is None:
         raise ServelabError("--engine needs --engine-files (the wheel, or a folder extracted from it)")
-    if cfg.gpus < 1:
+    _require_torch()
+    gpus = gpus_given or _visible_gpus()
+    if gpus < 1:
         raise ServelabError("servelab collect needs a CUDA GPU; torch sees none here")
+    cfgs = [c._replace(gpus=gpus) for c in cfgs]
     reports = session.run_all(
         cfgs,
-        lambda: make_executor(cfg.gpus, ray_address),
+        lambda: make_executor(gpus, ray_address),
         progress=not as_json,
         echo=lambda line: typer.echo(line, err=as_json),
     )

@@ -178,7 +178,8 @@ def time_op(
 def _eager_estimate(run, sets, clock) -> float:
     for i in range(2):
         run(*sets[i % len(sets)])
-    n, samples = 5, []
+    n = 5
+    samples: list = []
     with clock.timed(samples):
         for i in range(n):
             run(*sets[i % len(sets)])

@@ -71,10 +71,12 @@ def version_tuple(version: str) -> tuple[int, ...]:
     """'0.25.0' -> (0, 25, 0); local and pre-release parts ('+cu130', 'rc1') are dropped."""
     out = []
     for part in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        digits = part[: len(part) - len(part.lstrip("0123456789"))]  # the leading digits ("0rc1" -> "0")
         if not digits:
             break
         out.append(int(digits))
+        if len(digits) < len(part):
+            break
     return tuple(out)
 
 
@@ -89,10 +91,12 @@ def _load(engine: Engine) -> Catalogue:
     return module.CATALOGUE
 
 
+def _loader(engine: Engine) -> Callable[[], Catalogue]:
+    return lambda: _load(engine)
+
+
 # engine -> its catalogue, loaded when asked for
-CATALOGUES: Registry[Callable[[], Catalogue]] = Registry(
-    "engine", {e.value: (lambda e=e: _load(e)) for e in Engine}
-)
+CATALOGUES: Registry[Callable[[], Catalogue]] = Registry("engine", {e.value: _loader(e) for e in Engine})
 
 
 def catalogue(name: str) -> Catalogue:

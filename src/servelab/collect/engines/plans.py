@@ -70,7 +70,7 @@ def moe_keys(
     for t in tokens:
         for par in pars:
             for k in asked(models, [par], [StepShape(decode_batch=t * par.attn_dp)], Moe):
-                if dtype(k.dtype):
+                if isinstance(k, Moe) and dtype(k.dtype):
                     out.setdefault(k, None)
     return list(out)
 
@@ -96,7 +96,7 @@ def dsv4_generation_keys() -> list[OpKey]:
                     keys += [
                         k
                         for k in asked([model], [par], [shape], Dsv4Generation)
-                        if dsv4_decode_bytes(k) <= DSV4_DECODE_KV_BYTES
+                        if isinstance(k, Dsv4Generation) and dsv4_decode_bytes(k) <= DSV4_DECODE_KV_BYTES
                     ]
     return list(dict.fromkeys(keys))
 

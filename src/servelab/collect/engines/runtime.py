@@ -4,6 +4,7 @@ with the catalogue entry that runs it. The campaign tells its workers what to ru
 campaign, the device runtime (the GPU's, or the fake one in tests) and, in tests, another catalogue."""
 
 import os
+from pathlib import Path
 
 from servelab.collect.engines import Catalogue, KernelEntry, catalogue, loader
 from servelab.collect.suite import OpSuite, resolve
@@ -32,7 +33,7 @@ def active_catalogue() -> Catalogue:
 
 def files() -> loader.EngineFiles | None:
     folder = os.environ.get(ENV_FILES)
-    return loader.read_manifest(folder) if folder else None
+    return loader.read_manifest(Path(folder)) if folder else None
 
 
 def entry_for(op: str) -> KernelEntry:

@@ -52,7 +52,7 @@ def configs(base: CampaignConfig, engine: str, found, kernels: tuple[str, ...]) 
 def dry_run(cfgs: list[CampaignConfig], found) -> dict:
     """The plan of every backend: entries, keys, cost, and the files to carry."""
     out: dict = {
-        "engine": cfgs[0].engine.engine if cfgs else None,
+        "engine": cfgs[0].engine.engine if cfgs and cfgs[0].engine else None,
         "version": found.version if found else None,
         "files": _file_sizes(found),
         "backends": {},

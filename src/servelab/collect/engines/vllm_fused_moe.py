@@ -64,7 +64,7 @@ def load_parts(root: Path, capability: tuple[int, int]) -> SimpleNamespace:
     }
     for path, names in wanted.items():
         tree = ast.parse(path.read_text())
-        nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+        nodes: list[ast.stmt] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
         # compiled under the real file name with the original line numbers, so triton.jit reads the source
         exec(compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec"), ns)
     for name in ("fused_moe_kernel", "get_default_config"):
