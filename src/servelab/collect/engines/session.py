@@ -44,6 +44,10 @@ def configs(base: CampaignConfig, engine: str, found, kernels: tuple[str, ...]) 
         base._replace(
             out=Path(base.out) / backend,
             engine=EngineRun(cat.engine.value, backend, found.root if found else None, kernels),
+            # a repeat of an engine campaign samples the same backend's folder
+            repeat_of=Path(base.repeat_of) / backend
+            if base.repeat_of is not None and (Path(base.repeat_of) / backend).is_dir()
+            else base.repeat_of,
         )
         for backend in ec.backends(cat, ops, version, kernels)
     ]
