@@ -141,9 +141,10 @@ def bench(key, files=None) -> dict:
             "x": x,
             "route": (topk_w, sorted_ids, expert_ids, ntp),
             "workspace": torch.zeros(sms * 4, dtype=torch.int32, device=dev),
-            "cache1": torch.empty(m * topk, 2 * n, dtype=torch.bfloat16, device=dev),
-            "cache2": torch.empty(m * topk, n, dtype=torch.bfloat16, device=dev),
-            "cache3": torch.empty(m * topk, k, dtype=torch.bfloat16, device=dev),
+            # zeros: with EP the rows of other ranks' experts are never written (and must not read as NaN)
+            "cache1": torch.zeros(m * topk, 2 * n, dtype=torch.bfloat16, device=dev),
+            "cache2": torch.zeros(m * topk, n, dtype=torch.bfloat16, device=dev),
+            "cache3": torch.zeros(m * topk, k, dtype=torch.bfloat16, device=dev),
         }
         return ({**weights(), **buf},)
 
