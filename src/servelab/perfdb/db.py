@@ -21,6 +21,7 @@ roofline (docs/accuracy.md, section 4); that is why step 3 needs a fitted ratio 
 
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from servelab.engines import KernelChoice, engine_of, is_engine, kernel_choices
@@ -28,7 +29,7 @@ from servelab.engines.version import Version
 from servelab.perfdb.families import BY_OP
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
-from servelab.perfdb.ratios import read_ratios, scaled
+from servelab.perfdb.ratios import RatioFile, read_ratios, scaled
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.tables import DEFAULT_BACKEND, TableSet, table_dirs, tables_with_data
 from servelab.perfdb.transfer import read_transfer, transferred
@@ -45,7 +46,7 @@ V = TypeVar("V")
 
 
 class Tables(Protocol):
-    def lookup(self, key: OpKey) -> OpLatency | None: ...
+    def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None: ...
 
 
 class BoundedCache(Generic[K, V]):
@@ -76,8 +77,9 @@ class TableStack:
     """One backend's table directories on one system, newest release first: a key is answered by the first
     set that holds its shape, else by the first that can borrow another shape's utilisation."""
 
-    def __init__(self, sets: list[TableSet]):
+    def __init__(self, sets: list[TableSet], root: Path | None = None):
         self.sets = sets
+        self.root = root  # the search-path root they came from, which also holds the fits made from them
 
     def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None:
         fallback = None
@@ -101,7 +103,7 @@ def table_stack(system: SystemSpec, backend: str, version: Version | None = None
         for d in dirs
         if d.parents[2] == dirs[0].parents[2] and (version is None or Version(d.name) <= version)
     ]
-    return TableStack([TableSet(d, system) for d in dirs]) if dirs else None
+    return TableStack([TableSet(d, system) for d in dirs], dirs[0].parents[2]) if dirs else None
 
 
 class PerfDB:
@@ -135,15 +137,17 @@ class PerfDB:
         # the kernel tables, ratios and transfers come with the default tables only, not with named ones
         self.kernel_tables: list[tuple[TableStack, KernelChoice]] = []
         self.torch_tables: TableStack | None = None
-        self.ratios = read_ratios(backend) if defaults and engine is not None else None
+        self.ratios: RatioFile | None = None
         if defaults and engine is not None:
             for choice in kernel_choices(engine):
                 if choice.applies_at(self.version):
                     found = self._stack(system, choice.table)
                     if found is not None:
                         self.kernel_tables.append((found, choice))
-            if self.ratios is not None:
-                self.torch_tables = self._stack(system, DEFAULT_BACKEND)
+            # the ratios fitted on the tables of the root the torch tables come from
+            self.torch_tables = self._stack(system, DEFAULT_BACKEND)
+            if self.torch_tables is not None and self.torch_tables.root is not None:
+                self.ratios = read_ratios(backend, self.torch_tables.root / "ratios")
         self.transfer = defaults and transfer
         self._sources: list[PerfDB] | None = None
         self._cache: dict[OpKey, OpLatency] = {}
@@ -197,16 +201,33 @@ class PerfDB:
                 found = stack.lookup(key, borrow=False)
                 if found is not None and found.source in TABLE_SOURCES:
                     return found
-        found = self.tables.lookup(key) if self.tables is not None else None
-        if found is not None and found.source != "roofline":
-            return found
+        fallback = None
+        # a shape some table holds first, in the engine's tables or torch's; another shape's utilisation next
+        for borrow in (False, True):
+            found = self.tables.lookup(key, borrow=borrow) if self.tables is not None else None
+            if found is not None and found.source != "roofline":
+                return found
+            fallback = fallback or found
+            found = self._torch_scaled(key, compute_capability, borrow)
+            if found is not None:
+                return found
+        return fallback
+
+    def _torch_scaled(self, key: OpKey, compute_capability: int, borrow: bool) -> OpLatency | None:
+        """The torch tables' answer times the torch-to-engine ratio of the kernel running the key (step 3)."""
         fam = BY_OP.get(key.op)
-        fit = self.ratios.families.get(fam.name) if self.ratios is not None and fam is not None else None
-        if fit is not None and self.torch_tables is not None and fam is not None:
-            torch = self.torch_tables.lookup(key)
-            if torch is not None and torch.source in TABLE_SOURCES:
-                return scaled(torch, fam.name, fit, self.backend)
-        return found
+        if self.ratios is None or self.torch_tables is None or fam is None:
+            return None
+        # the kernel that runs the key: one the engine picks for it, else its default
+        kernel = next(
+            (c.table for _, c in self.kernel_tables if c.runs(key, self.version, compute_capability)),
+            self.backend,
+        )
+        fit = self.ratios.find(kernel, fam.name)
+        torch = self.torch_tables.lookup(key, borrow=borrow) if fit is not None else None
+        if fit is None or torch is None or torch.source not in TABLE_SOURCES:
+            return None
+        return scaled(torch, fam.name, fit, kernel)
 
     def _transferred(self, key: OpKey) -> OpLatency | None:
         """Another system's table answer, carried here (step 4), from the first source system that has one."""
@@ -215,7 +236,12 @@ class PerfDB:
             found = source.table_answer(key, self.system.compute_capability)
             if found is None or found.source == "roofline":
                 continue
-            fit = read_transfer().find(source.system.name, self.system.name, fam.name) if fam else None
+            root = source.tables.root if isinstance(source.tables, TableStack) else None
+            fit = (
+                read_transfer(root / "transfer.json").find(source.system.name, self.system.name, fam.name)
+                if (fam and root)
+                else None
+            )
             return transferred(
                 found,
                 source.system.name,

@@ -57,13 +57,9 @@ def fit_pairs(
     return fit_family(target_us, carried)
 
 
-def transfer_path() -> Path:
-    return Path(__file__).resolve().parent / "data" / "transfer.json"
-
-
 @cache
-def read_transfer(path: Path | None = None) -> TransferFile:
-    path = path or transfer_path()
+def read_transfer(path: Path) -> TransferFile:
+    """The transfer fits beside a root's tables (<root>/transfer.json); none where the file is absent."""
     if not path.is_file():
         return TransferFile(provenance="none fitted", fits=[])
     try:
