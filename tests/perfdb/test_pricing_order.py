@@ -8,7 +8,9 @@ import math
 
 import pytest
 import synth
+from typer.testing import CliRunner
 
+from servelab.cli.main import app
 from servelab.engines import KERNEL_CHOICES, Engine
 from servelab.engines.kernels import KernelChoice
 from servelab.engines.version import Version, version_of_image
@@ -186,3 +188,30 @@ def test_kernel_time_shares_add_up_and_warn_past_a_fifth_of_roofline():
     assert roofline_warning(shares) is not None and "30 %" in roofline_warning(shares)
     assert roofline_warning(time_shares({"roofline": 20.0, "measured": 80.0})) is None
     assert time_shares({}) == {}
+
+
+def test_estimate_plan_and_report_say_what_the_kernel_time_rests_on(tmp_path):
+    """SGLang has no table of its own and no fitted ratio here: its DeepSeek-R1 kernels are the roofline's,
+    which every answer says, with the warning."""
+    runner = CliRunner()
+    args = ["deepseek-ai/DeepSeek-R1", "--system", "h200_sxm", "--tp", "8", "--ep", "8", "--batch", "8"]
+    text = runner.invoke(app, ["estimate", *args, "--isl", "1024", "--osl", "64", "--backend", "sglang"])
+    assert text.exit_code == 0, text.output
+    assert (
+        "kernel time by source: roofline 100.0 %" in text.output
+        and "warning: 100 % of the kernel" in text.output
+    )
+    data = json.loads(runner.invoke(app, ["estimate", *args, "--backend", "torch", "--json"]).stdout)
+    shares = data["provenance"]["kernel_time_by_source"]
+    assert math.isclose(sum(shares.values()), 1.0, abs_tol=1e-3) and shares.get("roofline", 0) < 0.2
+    plan = tmp_path / "plan.json"
+    out = runner.invoke(
+        app,
+        ["plan", "deepseek-ai/DeepSeek-R1", "--gpus", "8", "--backend", "sglang", "--mode", "agg", "--json"],
+    )
+    plan.write_text(out.stdout)
+    best = json.loads(out.stdout)["candidates"][0]["kernel_time_by_source"]
+    assert best == {"roofline": 1.0}
+    page = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", "--predicted", str(plan), "-o", str(page)]).exit_code == 0
+    assert "predicted kernel time by source: roofline 100.0 %" in page.read_text()
