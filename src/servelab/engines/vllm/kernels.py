@@ -34,4 +34,17 @@ MARLIN_MXFP4_MOE = KernelChoice(
     ),
 )
 
-KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE)
+MARLIN_FP4_MOE = KernelChoice(
+    table="vllm-marlin",
+    op="moe",
+    dtypes=frozenset({"fp4"}),
+    compute_capabilities=frozenset({90}),
+    since="0.24.0",
+    why=(
+        "DeepSeek-V4's FP4 experts on Hopper: vLLM 0.25's select_deepseek_v4_mxfp4_moe_backend "
+        "(fused_moe/oracle/mxfp4.py) passes DeepGEMM-MXFP4 and TensorRT-LLM kernels (Blackwell) on SM90, "
+        "and runs moe_wna16_marlin_gemm, the MXFP4 entry's kernel (docs/collect.md, Engine kernels)."
+    ),
+)
+
+KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE, MARLIN_FP4_MOE)
