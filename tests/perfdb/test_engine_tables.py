@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.perfdb import db as db_mod
+from servelab.engines import KERNEL_CHOICES, Engine
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
 from servelab.perfdb.admin import accuracy_report, status_report
@@ -78,7 +78,7 @@ def engine_root(tmp_path, table_dir, monkeypatch, request) -> Path:
     merge([campaign], root / "h200_sxm" / "vllm" / "9.0")
     monkeypatch.setenv(tables_mod.ENV_PATH, str(root))
     # the engine's own table alone: the DeepGEMM kernel table beside it is tested in test_kernel_tables.py
-    monkeypatch.setattr(db_mod, "KERNEL_TABLES", {})
+    monkeypatch.setitem(KERNEL_CHOICES, Engine.VLLM, ())
     PerfDB.clear_shared()
     request.addfinalizer(PerfDB.clear_shared)
     return root

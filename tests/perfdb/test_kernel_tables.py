@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from servelab.engines.vllm.kernels import DEEPGEMM_MOE, MARLIN_MXFP4_MOE
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
-from servelab.perfdb.db import PerfDB, vllm_runs_deepgemm, vllm_runs_marlin
+from servelab.perfdb.db import PerfDB
 from servelab.perfdb.merge import merge
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.store import read_meta
@@ -185,8 +186,10 @@ def test_vllm_prices_deepgemm_where_it_runs_and_the_triton_kernel_elsewhere(kern
     # a width DeepGEMM runs but its table lacks (TP1's 1536): the Triton rows, not another shape's borrowed
     wide = db.query(moe(16, 1536))
     assert wide.source == "measured" and wide.us == pytest.approx(triton_us(16))
-    # an expert dtype DeepGEMM does not run: neither table has it, so the engine's roofline
-    assert db.query(moe(16, 768, "bf16")).source == "roofline"
+    # an expert dtype DeepGEMM does not run and neither table has: not a kernel table's answer (the torch
+    # rows times the engine's fitted ratio where the tables have them, else the roofline)
+    bf16 = db.query(moe(16, 768, "bf16"))
+    assert bf16.source in ("calibrated", "roofline") and "vllm-deepgemm" not in bf16.note
 
 
 def gpt_oss_moe(tokens: int, inter: int = 1440) -> keys.Moe:
@@ -229,10 +232,12 @@ def test_vllm_prices_mxfp4_moe_from_marlin_and_other_dtypes_elsewhere(kernel_roo
 
 
 def test_the_marlin_rule_is_mxfp4_experts():
-    assert vllm_runs_marlin(gpt_oss_moe(1)) and vllm_runs_marlin(gpt_oss_moe(8192, 360))
-    assert not vllm_runs_marlin(moe(1, 768))  # block-FP8: DeepGEMM's or Triton's
-    assert not vllm_runs_marlin(keys.Moe(1, 7168, 2048, 256, 8, 1, "fp4", "uniform"))  # DeepSeek-V4's FP4
-    assert not vllm_runs_marlin(keys.Gemm(512, 2880, 2880))
+    assert MARLIN_MXFP4_MOE.runs(gpt_oss_moe(1)) and MARLIN_MXFP4_MOE.runs(gpt_oss_moe(8192, 360))
+    assert not MARLIN_MXFP4_MOE.runs(moe(1, 768))  # block-FP8: DeepGEMM's or Triton's
+    assert not MARLIN_MXFP4_MOE.runs(
+        keys.Moe(1, 7168, 2048, 256, 8, 1, "fp4", "uniform")
+    )  # DeepSeek-V4's FP4
+    assert not MARLIN_MXFP4_MOE.runs(keys.Gemm(512, 2880, 2880))
 
 
 def test_the_converter_refuses_marlin_output_missing_a_stage(tmp_path):
@@ -254,11 +259,11 @@ def test_tables_the_caller_names_are_used_alone(kernel_root, h200):
 
 
 def test_the_deepgemm_rule_is_block_fp8_with_both_widths_multiples_of_128():
-    assert vllm_runs_deepgemm(moe(1, 768)) and vllm_runs_deepgemm(moe(8192, 384))
-    assert not vllm_runs_deepgemm(moe(1, 192))  # Qwen3-235B at TP8
-    assert not vllm_runs_deepgemm(moe(1, 768, "fp8"))  # per-tensor FP8: not DeepGEMM's block scales
-    assert not vllm_runs_deepgemm(keys.Moe(1, 2880, 768, 128, 8, 1, "fp8_block", "uniform"))
-    assert not vllm_runs_deepgemm(keys.Gemm(512, 4096, 4096))
+    assert DEEPGEMM_MOE.runs(moe(1, 768)) and DEEPGEMM_MOE.runs(moe(8192, 384))
+    assert not DEEPGEMM_MOE.runs(moe(1, 192))  # Qwen3-235B at TP8
+    assert not DEEPGEMM_MOE.runs(moe(1, 768, "fp8"))  # per-tensor FP8: not DeepGEMM's block scales
+    assert not DEEPGEMM_MOE.runs(keys.Moe(1, 2880, 768, 128, 8, 1, "fp8_block", "uniform"))
+    assert not DEEPGEMM_MOE.runs(keys.Gemm(512, 4096, 4096))
 
 
 def test_the_converter_refuses_deepgemm_output_missing_a_stage_or_the_commit(tmp_path):

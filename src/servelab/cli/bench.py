@@ -357,6 +357,7 @@ def _simulate(
     from servelab.bench import result as R  # noqa: PLC0415
     from servelab.bench.simulated import present_and_save, simulated_result  # noqa: PLC0415
     from servelab.cli._common import load_deployment  # noqa: PLC0415
+    from servelab.predict.provenance import describe_shares, roofline_warning  # noqa: PLC0415
     from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark  # noqa: PLC0415
 
     cfg0 = points[0]
@@ -398,4 +399,9 @@ def _simulate(
             cfg, cfg0.model, date, twin.summary, twin.client_latency_ms, twin.requests, twin.extra_fields()
         )
         present_and_save(cfg, result, cfg0.model, date)
+        shares = twin.provenance["kernel_time_by_source"]
+        print(f"kernel time by source: {describe_shares(shares)}")
+        warning = roofline_warning(shares)
+        if warning:
+            print(warning)
     return 0

@@ -246,6 +246,36 @@ def merge(
 
 
 @app.command()
+def fit(
+    into: Path = typer.Option(
+        ..., "--into", help="The tables' data root (src/servelab/perfdb/data in a checkout)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fit each engine's torch-to-engine ratios and the transfer efficiencies between systems from the
+    tables on the search path; write INTO/ratios/<engine>.json and INTO/transfer.json."""
+    from servelab.perfdb.fitting import fit_all  # noqa: PLC0415  (reads every table: only this command)
+
+    report = fit_all(into)
+    if as_json:
+        typer.echo(json.dumps(report, indent=1))
+        return
+    for kernels in report["ratios"].values():
+        for kernel, families in kernels.items():
+            for family, r in families.items():
+                typer.echo(
+                    f"{kernel:14} {family:18} ratio {r['ratio']:.3f} to torch on {r['rows']} rows, "
+                    f"leave-one-out band {100 * r['lo']:+.1f} %/{100 * r['hi']:+.1f} %"
+                )
+    for t in report["transfer"]:
+        typer.echo(
+            f"{t['source']} -> {t['target']} {t['family']:18} efficiency {t['efficiency']:.3f} on "
+            f"{t['rows']} keys, band {100 * t['lo']:+.1f} %/{100 * t['hi']:+.1f} %"
+        )
+    typer.echo(f"wrote {into}")
+
+
+@app.command()
 def validate(
     paths: list[Path] = typer.Argument(
         None,

@@ -24,6 +24,7 @@ from servelab.cli._common import (
 )
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
+from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 
@@ -107,7 +108,13 @@ def _print(data: dict[str, Any]) -> None:
         if pct:
             out.print(f"{key}: " + ", ".join(f"{k} {v:,.2f}" for k, v in pct.items()))
     provenance = data["provenance"]
-    out.print(f"[dim]ops by source: {provenance['ops_by_source']}; engine: {provenance['engine']}[/dim]")
+    shares = provenance["kernel_time_by_source"]
+    ops = ", ".join(f"{s} {n}" for s, n in provenance["ops_by_source"].items())
+    out.print(f"[dim]kernel time by source: {describe_shares(shares)} (ops: {ops})[/dim]")
+    out.print(f"[dim]engine: {provenance['engine']}[/dim]")
+    warning = roofline_warning(shares)
+    if warning:
+        out.print(f"[yellow]{warning}[/yellow]")
     if data.get("breakdown"):
         for phase in ("prefill_us", "decode_us"):
             bd = data["breakdown"][phase]

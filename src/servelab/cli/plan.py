@@ -19,6 +19,7 @@ from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
 from servelab.predict.plan.report import render_html
 from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_MS
+from servelab.predict.provenance import describe_shares, roofline_warning
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -233,6 +234,10 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
         out.print(f"[dim]{note}[/dim]")
     out.print(f"[dim]engine profile: {result.engine.source}[/dim]")
     best = result.candidates[0]
+    out.print(f"[dim]kernel time by source (rank 1): {describe_shares(best.kernel_time_by_source)}[/dim]")
+    warning = roofline_warning(best.kernel_time_by_source)
+    if warning:
+        out.print(f"[yellow]{warning}[/yellow]")
     out.print(
         f"best: {best.mode} {best.parallel['label']} at concurrency {best.concurrency}; "
         f"limits: {'; '.join(best.limits)}"

@@ -36,7 +36,8 @@ def engine_of(name: str, field: str | None = None) -> Engine:
     except ValueError:
         known = [e.value for e in Engine]
         raise ServelabError(
-            f"unknown engine {name!r}{closest(key, known + list(ENGINE_ALIASES))}; engines: {', '.join(known)}",
+            f"unknown engine {name!r}{closest(key, known + list(ENGINE_ALIASES))}; "
+            f"engines: {', '.join(known)}",
             field=field,
         ) from None
 

@@ -1,65 +1,52 @@
-"""PerfDB: answers op latency queries for one system and backend, from perf tables where they have data and
-from the roofline elsewhere. Answers are cached: the same key asked twice costs a dict lookup.
+"""PerfDB: answers op latency queries for one system and backend, each from the best evidence there is, and
+says which. Answers are cached: the same key asked twice costs a dict lookup.
 
-A backend is priced from tables collected with that backend only. The shipped H200 torch tables time torch's
-kernels (cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4 kernels), not the engines' (CUTLASS,
-FlashMLA, fused MoE, custom all-reduce): priced from them, engine TPOT was off by 35.6 % (median, leave one
-model out, 525 measured H200 rows), against 24.1 % from the roofline (docs/accuracy.md, section 4). An
-engine's own tables answer only the ops they hold (the shipped vllm table: its block-FP8 fused-MoE kernel);
-every other op of that engine is priced by its roofline, as without tables.
+The order, for a key of an engine backend (vllm, sglang, trtllm):
+1. the table of the kernel the engine runs for that key at its release on this GPU, where the engine picks its
+   kernel by shape, dtype, GPU or release (servelab.engines' KernelChoice: vLLM's DeepGEMM MoE for block-FP8
+   experts, its Marlin MoE for MXFP4 experts on Hopper), where that table holds the key's shape (measured, or
+   between or beyond collected token counts; not borrowed from another shape);
+2. the engine's own tables, newest release first (up to the release asked for);
+3. the torch tables times the engine's fitted torch-to-engine ratio of the op's family (perfdb.ratios; source
+   `calibrated`), where one was fitted;
+4. another system's answer from steps 1-3, carried over by the two systems' rooflines for the key and a fitted
+   efficiency (perfdb.transfer; source `transferred`), for a system whose own tables do not answer;
+5. the roofline.
+The torch backend (servelab's own kernels, no engine) takes steps 2 (its tables), 4 and 5.
 
-Where an engine picks its kernel by shape or expert dtype, each other kernel's tables sit under a backend
-directory of their own (KERNEL_TABLES) and answer first the keys that kernel runs, where they hold the shape
-(measured, or between or beyond collected token counts; not borrowed from another shape); the engine's tables
-answer the rest."""
+The shipped H200 torch tables time torch's kernels (cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4
+kernels), not the engines' (CUTLASS, FlashMLA, fused MoE, custom all-reduce): priced from them unscaled,
+engine TPOT was off by 35.6 % (median, leave one model out, 525 measured H200 rows), against 24.1 % from the
+roofline (docs/accuracy.md, section 4); that is why step 3 needs a fitted ratio and is skipped without one."""
 
 from collections import OrderedDict
 from collections.abc import Callable
-from functools import partial
+from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
-from servelab.perfdb.keys import Moe, OpKey
+from servelab.engines import KernelChoice, engine_of, is_engine, kernel_choices
+from servelab.engines.version import Version
+from servelab.perfdb.families import BY_OP
+from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
+from servelab.perfdb.ratios import RatioFile, read_ratios, scaled
 from servelab.perfdb.roofline import Roofline
-from servelab.perfdb.tables import TableSet, load_default_tables
-from servelab.specs import SystemSpec
+from servelab.perfdb.tables import DEFAULT_BACKEND, TableSet, table_dirs, tables_with_data
+from servelab.perfdb.transfer import read_transfer, transferred
+from servelab.specs import SystemSpec, load_system
 
-# a kernel table's answers taken; a borrowed one (another shape's utilisation) or its roofline is not
-KERNEL_TABLE_SOURCES = ("measured", "interpolated", "extrapolated")
-
-
-def vllm_runs_deepgemm(key: OpKey) -> bool:
-    """vLLM 0.12 with DeepGEMM installed (its docker images install it) runs block-FP8 (128 x 128) experts
-    through DeepGemmExperts wherever both GEMMs' N and K are multiples of 128, at every token count: its
-    VLLM_USE_DEEP_GEMM_E8M0 default skips the M >= 128 and N > 512 checks (fp8.py, fused_moe.py,
-    deep_gemm_moe.py of vLLM 0.12.0). It turns DeepGEMM off by default at TP >= 8, which the key cannot see;
-    Qwen3-235B's TP8 width (192) fails the multiple-of-128 rule anyway."""
-    if not isinstance(key, Moe):
-        return False
-    return key.dtype == "fp8_block" and key.hidden % 128 == 0 and key.inter % 128 == 0
-
-
-def vllm_runs_marlin(key: OpKey) -> bool:
-    """vLLM on Hopper runs MXFP4 experts (gpt-oss) through its Marlin W4A16 kernel when
-    VLLM_MXFP4_USE_MARLIN=1, which InferenceX's vLLM gpt-oss recipes for H100 and H200 set from vLLM 0.13 on
-    (InferenceX 4e52ed4c6, "Fix H100/H200 perf regression"), and before vLLM vendored triton_kernels whenever
-    that package was absent (mxfp4.py `get_mxfp4_backend`, vLLM 0.10.2 and 0.18.0); vLLM 0.12+ defaults to
-    triton_kernels otherwise. Only Hopper has this table: other systems keep the roofline (Blackwell runs
-    FlashInfer's MXFP4 kernels)."""
-    return isinstance(key, Moe) and key.dtype == "mxfp4"
-
-
-# engine backend -> the kernels it picks by shape or dtype: (their backend directory, which keys run them)
-KERNEL_TABLES: dict[str, tuple[tuple[str, Callable[[OpKey], bool]], ...]] = {
-    "vllm": (("vllm-deepgemm", vllm_runs_deepgemm), ("vllm-marlin", vllm_runs_marlin)),
-}
+# answers read from a table (a kernel table's are taken only when they hold the key's shape)
+TABLE_SOURCES = ("measured", "interpolated", "extrapolated")
+# systems other systems' answers are carried from, preferred in this order after those of the same GPU
+# generation (compute capability)
+TRANSFER_PREFERENCE = ("h200_sxm", "h100_sxm")
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
 class Tables(Protocol):
-    def lookup(self, key: OpKey) -> OpLatency | None: ...
+    def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None: ...
 
 
 class BoundedCache(Generic[K, V]):
@@ -86,43 +73,101 @@ class BoundedCache(Generic[K, V]):
         return len(self._items)
 
 
+class TableStack:
+    """One backend's table directories on one system, newest release first: a key is answered by the first
+    set that holds its shape, else by the first that can borrow another shape's utilisation."""
+
+    def __init__(self, sets: list[TableSet], root: Path | None = None):
+        self.sets = sets
+        self.root = root  # the search-path root they came from, which also holds the fits made from them
+
+    def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None:
+        fallback = None
+        for may_borrow in (False, True) if borrow else (False,):
+            for tables in self.sets:
+                found = tables.lookup(key, borrow=may_borrow)
+                if found is None:
+                    continue
+                if found.source != "roofline":
+                    return found
+                fallback = fallback or found
+        return fallback
+
+
+def table_stack(system: SystemSpec, backend: str, version: Version | None = None) -> TableStack | None:
+    """The tables collected with `backend` on this system, newest release first, up to `version`, from the
+    first search-path root that has any (SERVELAB_PERFDB_PATH's replace the embedded ones, as a whole)."""
+    dirs = table_dirs(system.name, backend=backend)
+    dirs = [
+        d
+        for d in dirs
+        if d.parents[2] == dirs[0].parents[2] and (version is None or Version(d.name) <= version)
+    ]
+    return TableStack([TableSet(d, system) for d in dirs], dirs[0].parents[2]) if dirs else None
+
+
 class PerfDB:
-    # per (system, backend): the default tables (a directory listing, files read on first query) and one
-    # shared PerfDB whose answer cache every estimate of the process reuses; a handful of systems at most
-    default_tables: ClassVar[BoundedCache[tuple[str, str], TableSet | None]] = BoundedCache(8)
-    shared_dbs: ClassVar[BoundedCache[tuple[str, str], "PerfDB"]] = BoundedCache(8)
+    # per (system, backend, version): the default tables (directory listings, files read on first query) and
+    # one shared PerfDB whose answer cache every estimate of the process reuses; a handful of systems at most
+    default_tables: ClassVar[BoundedCache[tuple, TableStack | None]] = BoundedCache(16)
+    shared_dbs: ClassVar[BoundedCache[tuple, "PerfDB"]] = BoundedCache(8)
 
     def __init__(
         self,
         system: SystemSpec,
         tables: Tables | None = None,
         use_tables: bool = True,
-        backend: str = "torch",
+        backend: str = DEFAULT_BACKEND,
+        version: str | None = None,
+        transfer: bool = True,
     ):
         """tables: an object with .lookup(key) -> OpLatency | None (servelab.perfdb.tables); by default the
-        tables collected for this system with this backend, if any."""
+        tables of this system collected with this backend up to engine release `version` (None: the newest),
+        with the kernel tables, torch-to-engine ratios and other systems' tables behind them (see the module
+        docstring). Tables the caller names answer alone, before the roofline."""
         self.system = system
+        self.backend = backend
+        self.version = Version(version) if version is not None else None
         self.roofline = Roofline(system, backend=backend)
         defaults = tables is None and use_tables
+        engine = engine_of(backend) if is_engine(backend) else None
         if defaults:
-            tables = self.default_tables.get(
-                (system.name, backend), lambda: load_default_tables(system, backend)
-            )
+            tables = self._stack(system, backend)
         self.tables = tables
-        # the kernel tables come with the engine's default tables only, not with tables the caller names
-        self.kernel_tables: list[tuple[Tables, Callable[[OpKey], bool]]] = []
-        for kernel_backend, runs in KERNEL_TABLES.get(backend, ()) if defaults else ():
-            found = self.default_tables.get(
-                (system.name, kernel_backend), partial(load_default_tables, system, kernel_backend)
-            )
-            if found is not None:
-                self.kernel_tables.append((found, runs))
+        # the kernel tables, ratios and transfers come with the default tables only, not with named ones
+        self.kernel_tables: list[tuple[TableStack, KernelChoice]] = []
+        self.torch_tables: TableStack | None = None
+        self.ratios: RatioFile | None = None
+        if defaults and engine is not None:
+            for choice in kernel_choices(engine):
+                if choice.applies_at(self.version):
+                    found = self._stack(system, choice.table)
+                    if found is not None:
+                        self.kernel_tables.append((found, choice))
+            # the ratios fitted on the tables of the root the torch tables come from
+            self.torch_tables = self._stack(system, DEFAULT_BACKEND)
+            if self.torch_tables is not None and self.torch_tables.root is not None:
+                self.ratios = read_ratios(backend, self.torch_tables.root / "ratios")
+        self.transfer = defaults and transfer
+        self._sources: list[PerfDB] | None = None
         self._cache: dict[OpKey, OpLatency] = {}
 
+    def _stack(self, system: SystemSpec, backend: str) -> TableStack | None:
+        """The default tables of a backend; an engine's are chosen by its release, torch's are not."""
+        version = self.version if is_engine(backend.split("-", 1)[0]) else None
+        return self.default_tables.get(
+            (system.name, backend, str(version)), lambda: table_stack(system, backend, version)
+        )
+
     @classmethod
-    def shared(cls, system: SystemSpec, backend: str = "torch") -> "PerfDB":
-        """One PerfDB per system and backend per process, so its answer cache is reused across estimates."""
-        return cls.shared_dbs.get((system.name, backend), lambda: cls(system, backend=backend))
+    def shared(
+        cls, system: SystemSpec, backend: str = DEFAULT_BACKEND, version: str | None = None
+    ) -> "PerfDB":
+        """One PerfDB per system, backend and release per process, so its answer cache is reused across
+        estimates."""
+        return cls.shared_dbs.get(
+            (system.name, backend, version), lambda: cls(system, backend=backend, version=version)
+        )
 
     @classmethod
     def clear_shared(cls) -> None:
@@ -138,18 +183,98 @@ class PerfDB:
         return hit
 
     def _resolve(self, key: OpKey) -> OpLatency:
-        for kernel_tables, runs in self.kernel_tables:
-            if runs(key):
-                found = kernel_tables.lookup(key)
-                if found is not None and found.source in KERNEL_TABLE_SOURCES:
+        found = self.table_answer(key, self.system.compute_capability)
+        if found is not None and found.source != "roofline":
+            return found
+        if self.transfer:
+            carried = self._transferred(key)
+            if carried is not None:
+                return carried
+        return found if found is not None else self.roofline.latency(key)
+
+    def table_answer(self, key: OpKey, compute_capability: int) -> OpLatency | None:
+        """This system's answer from tables (steps 1-3 of the module docstring) for a GPU of
+        `compute_capability` (the kernel an engine runs may depend on it), or a roofline answer whose note
+        says why no table held the key, or None."""
+        for stack, choice in self.kernel_tables:
+            if choice.runs(key, self.version, compute_capability):
+                found = stack.lookup(key, borrow=False)
+                if found is not None and found.source in TABLE_SOURCES:
                     return found
-        if self.tables is not None:
-            found = self.tables.lookup(key)
+        fallback = None
+        # a shape some table holds first, in the engine's tables or torch's; another shape's utilisation next
+        for borrow in (False, True):
+            found = self.tables.lookup(key, borrow=borrow) if self.tables is not None else None
+            if found is not None and found.source != "roofline":
+                return found
+            fallback = fallback or found
+            found = self._torch_scaled(key, compute_capability, borrow)
             if found is not None:
                 return found
-        return self.roofline.latency(key)
+        return fallback
+
+    def _torch_scaled(self, key: OpKey, compute_capability: int, borrow: bool) -> OpLatency | None:
+        """The torch tables' answer times the torch-to-engine ratio of the kernel running the key (step 3)."""
+        fam = BY_OP.get(key.op)
+        if self.ratios is None or self.torch_tables is None or fam is None:
+            return None
+        # the kernel that runs the key: one the engine picks for it, else its default
+        kernel = next(
+            (c.table for _, c in self.kernel_tables if c.runs(key, self.version, compute_capability)),
+            self.backend,
+        )
+        fit = self.ratios.find(kernel, fam.name)
+        torch = self.torch_tables.lookup(key, borrow=borrow) if fit is not None else None
+        if fit is None or torch is None or torch.source not in TABLE_SOURCES:
+            return None
+        return scaled(torch, fam.name, fit, kernel)
+
+    def _transferred(self, key: OpKey) -> OpLatency | None:
+        """Another system's table answer, carried here (step 4), from the first source system that has one."""
+        fam = BY_OP.get(key.op)
+        for source in self._transfer_sources():
+            found = source.table_answer(key, self.system.compute_capability)
+            if found is None or found.source == "roofline":
+                continue
+            root = source.tables.root if isinstance(source.tables, TableStack) else None
+            fit = (
+                read_transfer(root / "transfer.json").find(source.system.name, self.system.name, fam.name)
+                if (fam and root)
+                else None
+            )
+            return transferred(
+                found,
+                source.system.name,
+                source.roofline.latency(key).us,
+                self.roofline.latency(key).us,
+                fit,
+            )
+        return None
+
+    def _transfer_sources(self) -> list["PerfDB"]:
+        if self._sources is None:
+            names = [n for n in tables_with_data() if n != self.system.name]
+            specs = [load_system(n) for n in names]
+            rank = {n: i for i, n in enumerate(TRANSFER_PREFERENCE)}
+            specs.sort(
+                key=lambda s: (
+                    s.compute_capability != self.system.compute_capability,
+                    rank.get(s.name, len(rank)),
+                    s.name,
+                )
+            )
+            self._sources = [
+                PerfDB(
+                    s,
+                    backend=self.backend,
+                    version=str(self.version) if self.version else None,
+                    transfer=False,
+                )
+                for s in specs
+            ]
+        return self._sources
 
 
-def perfdb_for(system: SystemSpec, backend: str = "torch") -> PerfDB:
-    """The process's shared PerfDB for this system and backend (PerfDB.shared)."""
-    return PerfDB.shared(system, backend)
+def perfdb_for(system: SystemSpec, backend: str = DEFAULT_BACKEND, version: str | None = None) -> PerfDB:
+    """The process's shared PerfDB for this system, backend and engine release (PerfDB.shared)."""
+    return PerfDB.shared(system, backend, version)

@@ -2,7 +2,9 @@
 
 from typing import NamedTuple
 
-SOURCES = ("measured", "interpolated", "extrapolated", "roofline", "calibrated")
+# where an op's time came from, best evidence first: a table row, between rows, beyond rows, a torch row times
+# a fitted torch-to-engine ratio, another system's answer carried over (perfdb.transfer), the roofline
+SOURCES = ("measured", "interpolated", "extrapolated", "calibrated", "transferred", "roofline")
 
 
 class OpLatency(NamedTuple):

@@ -102,7 +102,10 @@ class TableSet:
         return idx
 
     # ---- queries -----------------------------------------------------------------------------------------
-    def lookup(self, key) -> OpLatency | None:
+    def lookup(self, key, borrow: bool = True) -> OpLatency | None:
+        """The table's answer for key; the roofline, with a note saying why, where the family's table has no
+        row of the key's exact group (and, with `borrow` off, where only another shape's rows could answer);
+        None where this set has no table of the key's family."""
         fam = BY_OP.get(key.op)
         if fam is None:
             return None
@@ -112,6 +115,8 @@ class TableSet:
                 return self._roofline(key, self.skipped[fam.name])
             return None
         ans = idx.answer(key)
+        if ans is not None and ans.borrowed_from is not None and not borrow:
+            return self._roofline(key, f"{fam.name} rows of {self.label} hold other shapes only")
         if ans is None:
             hard = [f for f in fam.group if f not in fam.soft]
             return self._roofline(
@@ -250,6 +255,14 @@ def table_dirs(system_name: str, roots: list[Path] | None = None, backend: str |
             reverse=True,
         )
     return found
+
+
+def tables_with_data(roots: list[Path] | None = None) -> list[str]:
+    """The systems that have at least one table directory, by name."""
+    if roots is None:
+        roots = [Path(p) for p in os.environ.get(ENV_PATH, "").split(os.pathsep) if p] + [data_root()]
+    names = {s.name for root in roots if root.is_dir() for s in root.iterdir() if s.is_dir()}
+    return sorted(n for n in names if table_dirs(n, roots))
 
 
 def load_default_tables(system, backend: str | None = None) -> TableSet | None:

@@ -11,7 +11,8 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, check_fits, kv_bytes_per_sequence_per_gpu
-from servelab.predict.step import breakdown, priced_step
+from servelab.predict.provenance import time_shares
+from servelab.predict.step import add_counts, breakdown, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec, check_precision
 
 
@@ -108,6 +109,8 @@ def estimate_static(
         )
         for s, n in decode[-1].sources.items():
             sources[s] = sources.get(s, 0) + n
+    # a request's kernel time: its prefill step, then osl - 1 decode steps (the middle one stands for them)
+    source_us = add_counts(ttft.source_us, decode[1].source_us, max(osl - 1, 0))
     simpson = lambda f: (f(decode[0]) + 4 * f(decode[1]) + f(decode[2])) / 6000.0  # noqa: E731  us -> ms
     tpot, tpot_low, tpot_high = (
         simpson(lambda s: s.us),
@@ -134,7 +137,11 @@ def estimate_static(
         output_tokens_per_s_per_gpu=batch * osl / total_s / parallel.gpus,
         tokens_per_s_per_user=1000.0 / tpot,
         memory=_memory_dict(mem),
-        provenance={"ops_by_source": sources, "engine": engine.source},
+        provenance={
+            "ops_by_source": sources,
+            "kernel_time_by_source": time_shares(source_us),
+            "engine": engine.source,
+        },
     )
     if with_breakdown:
         result.breakdown = {

@@ -19,6 +19,7 @@ class StepTime(NamedTuple):
     kernel_us: float
     overhead_us: float  # what the engine adds: launches and gaps, CPU time, MoE prompt-token cost
     sources: dict  # op count by provenance source
+    source_us: dict  # kernel time (us) by provenance source
 
 
 class KernelSum(NamedTuple):
@@ -27,19 +28,26 @@ class KernelSum(NamedTuple):
     high_us: float
     kernels: float
     sources: dict
+    source_us: dict
 
     # Element-wise sum of two kernel sums (tuple concatenation is of no use here)
     def __add__(self, other: "KernelSum") -> "KernelSum":  # type: ignore[override]
-        sources = dict(self.sources)
-        for s, n in other.sources.items():
-            sources[s] = sources.get(s, 0) + n
         return KernelSum(
             self.us + other.us,
             self.low_us + other.low_us,
             self.high_us + other.high_us,
             self.kernels + other.kernels,
-            sources,
+            add_counts(self.sources, other.sources),
+            add_counts(self.source_us, other.source_us),
         )
+
+
+def add_counts(a: dict, b: dict, weight: float = 1.0) -> dict:
+    """a + weight x b, key by key."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + (v if weight == 1 else weight * v)
+    return out
 
 
 PartPrice = Callable[[ModelSpec, Parallel, StepShape, str], KernelSum]
@@ -50,6 +58,7 @@ def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
     kernel = low = high = 0.0
     kernels = 0.0
     sources: dict = {}
+    source_us: dict = {}
     query = db.query
     for op in ops:
         lat = query(op.key)
@@ -59,7 +68,8 @@ def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
         high += lat.high_us * c
         kernels += abs(c)
         sources[lat.source] = sources.get(lat.source, 0) + 1
-    return KernelSum(kernel, low, high, kernels, sources)
+        source_us[lat.source] = source_us.get(lat.source, 0.0) + lat.us * c
+    return KernelSum(kernel, low, high, kernels, sources, source_us)
 
 
 def step_time(ops: list[Op], db: PerfDB, engine: EngineProfile, num_seqs: int, decode_only: bool) -> StepTime:
@@ -82,7 +92,7 @@ def with_engine(
     term is exactly its own and the kernel band does not scale it). moe_routes: the MoE layers the step runs
     times the experts each token is routed to, each paying moe_route_us of GPU time and, in an eager step,
     eager_moe_route_us of CPU time that the GPU waits for only when its own work is shorter."""
-    kernel, low, high, kernels, sources = k
+    kernel, low, high, kernels, sources, source_us = k
     gpu = kernel + moe_routes * engine.moe_route_us
     graphed = decode_only and num_seqs <= engine.cuda_graph_max_batch
     if graphed:
@@ -97,7 +107,7 @@ def with_engine(
         + moe_routes * engine.moe_route_us
     )
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
-    return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources)
+    return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources, source_us)
 
 
 def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
@@ -226,6 +236,7 @@ def _token_part(
         (at(p1, d1), wp * wd),
     ]
     us = low = high = kernels = 0.0
+    source_us: dict = {}
     for k, w in corners:
         us, low, high, kernels = (
             us + w * k.us,
@@ -233,4 +244,5 @@ def _token_part(
             high + w * k.high_us,
             kernels + w * k.kernels,
         )
-    return KernelSum(us, low, high, kernels, corners[0][0].sources)
+        source_us = add_counts(source_us, k.source_us, w)
+    return KernelSum(us, low, high, kernels, corners[0][0].sources, source_us)

@@ -30,13 +30,14 @@ from servelab.metrics import (
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.engines import engine_profile
 from servelab.predict.memory import GIB
+from servelab.predict.provenance import time_shares as shares_of
 from servelab.predict.serving.aggregated import lane_limits
 from servelab.predict.serving.engine import Lane, LaneLimits, Request
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import Replay, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import _memory_dict, prepare
-from servelab.predict.step import priced_step
+from servelab.predict.step import add_counts, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 from servelab.traffic.lengths import sample_lengths
 from servelab.traffic.schedule import arrival_offsets, split_limit
@@ -198,6 +199,7 @@ def simulate_benchmark(
         summary = replace(
             summary, latency_ms=dict(summary.latency_ms, itl=weighted_distribution_ms(itl, percentiles))
         )
+    op_counts, time_shares = op_sources(pricer, model, parallel, engine, db, lengths)
     return TwinRun(
         requests=reqs,
         summary=summary,
@@ -219,7 +221,8 @@ def simulate_benchmark(
         },
         provenance={
             "engine_profile": engine.source,
-            "ops_by_source": op_sources(pricer, model, parallel, engine, db, lengths),
+            "ops_by_source": op_counts,
+            "kernel_time_by_source": time_shares,
             "memory": _memory_dict(mem),
             "band": band(per_clock, closed, prompts),
             "lanes": parallel.attn_dp * parallel.pp,
@@ -340,15 +343,20 @@ def band(per_clock: dict[int, list[Request]], closed: bool, prompts: list[int]) 
     return out
 
 
-def op_sources(pricer, model, parallel, engine, db, lengths) -> dict[str, int]:
-    """Where the op latencies came from (measured / interpolated / extrapolated / roofline), counted over a
-    typical decode step and a typical prefill step of this run."""
+def op_sources(pricer, model, parallel, engine, db, lengths) -> tuple[dict[str, int], dict[str, float]]:
+    """Where the op latencies came from (measured / interpolated / ... / roofline): ops counted over a
+    typical decode step and a typical prefill step of this run, and the share of a typical request's kernel
+    time (its prompt's prefill steps and its output's decode steps) by source."""
     prompt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
-    out: dict[str, int] = {}
-    for shape in (
-        pricer.shape([], 1, prompt),
-        pricer.shape([(min(prompt, engine.max_num_batched_tokens), 0)], 0, 0),
+    output = max(1.0, sum(o for _, o in lengths) / len(lengths))
+    chunk = min(prompt, engine.max_num_batched_tokens)
+    counts: dict[str, int] = {}
+    source_us: dict[str, float] = {}
+    for shape, steps in (
+        (pricer.shape([], 1, prompt), output - 1),
+        (pricer.shape([(chunk, 0)], 0, 0), prompt / chunk),
     ):
-        for source, n in priced_step(model, parallel, shape, engine, db).sources.items():
-            out[source] = out.get(source, 0) + n
-    return out
+        step = priced_step(model, parallel, shape, engine, db)
+        counts = add_counts(counts, step.sources)
+        source_us = add_counts(source_us, step.source_us, steps)
+    return counts, shares_of(source_us)

@@ -82,6 +82,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
         "by": "servelab bench --simulate (serving simulator)",
         "engine_profile": twin.provenance["engine_profile"],
         "ops_by_source": twin.provenance["ops_by_source"],
+        "kernel_time_by_source": twin.provenance["kernel_time_by_source"],
         **twin.summary.fields(),
     }
 

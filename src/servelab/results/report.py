@@ -33,6 +33,7 @@ from servelab.errors import ServelabError
 from servelab.htmlpage import figure_div, page, plot_text
 from servelab.metrics import LATENCY_METRICS
 from servelab.predict.plan.pareto import pareto_mask
+from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.results.importers import read_file
 from servelab.results.store import Store
 
@@ -67,6 +68,8 @@ class Point:
     output_tok_s_per_gpu: float | None = None
     samples_ms: dict[str, list[float]] = field(default_factory=dict)  # per request; ITL: every gap
     samples_from: str = ""  # the records file the samples came from
+    # a prediction's share of kernel time by source (measured ... roofline): predict.provenance
+    kernel_time_by_source: dict[str, float] = field(default_factory=dict)
 
     def x(self, axis: Axis) -> float | None:
         return getattr(self, axis)
@@ -120,6 +123,7 @@ def _result_point(
     n = _gpus(fields, gpus)
     if per_gpu is None and output is not None and n:
         per_gpu = output / n
+    prediction = fields.get("prediction") if isinstance(fields.get("prediction"), dict) else {}
     return Point(
         source=source,
         origin=origin,
@@ -129,7 +133,15 @@ def _result_point(
         latency_ms=_latencies(fields),
         output_tok_s=output,
         output_tok_s_per_gpu=per_gpu,
+        kernel_time_by_source=_shares(prediction.get("kernel_time_by_source")),
     )
+
+
+def _shares(value: Any) -> dict[str, float]:
+    """A prediction's kernel time by source as written, its non-numbers left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): x for k, v in value.items() if (x := _number(v)) is not None}
 
 
 def _samples(records: Path) -> dict[str, list[float]]:
@@ -235,6 +247,7 @@ def _plan_points(data: dict[str, Any], path: Path) -> list[Point]:
                 latency_ms=_predicted_latencies(c["percentiles"]),
                 output_tok_s=c["tok_s_per_gpu"] * c["gpus"],
                 output_tok_s_per_gpu=c["tok_s_per_gpu"],
+                kernel_time_by_source=_shares(c.get("kernel_time_by_source")),
             )
         )
     return points
@@ -251,6 +264,7 @@ def _estimate_point(data: dict[str, Any], path: Path) -> Point:
         latency_ms=_predicted_latencies(data["percentiles"]),
         output_tok_s=per_gpu * data["gpus"] if per_gpu is not None else None,
         output_tok_s_per_gpu=per_gpu,
+        kernel_time_by_source=_shares((data.get("provenance") or {}).get("kernel_time_by_source")),
     )
 
 
@@ -310,6 +324,12 @@ def _origins(points: Sequence[Point]) -> str:
             if records:
                 text += f" (per-request records: {', '.join(records)})"
             parts.append(text)
+    shares = next((p.kernel_time_by_source for p in points if p.kernel_time_by_source), None)
+    if shares:
+        parts.append(f"predicted kernel time by source: {describe_shares(shares)}")
+        warning = roofline_warning(shares)
+        if warning:
+            parts.append(warning)
     return html.escape("; ".join(parts) or "no points")
 
 

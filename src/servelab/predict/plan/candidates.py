@@ -52,6 +52,8 @@ class Candidate(BaseModel):
     prefill: PoolConfig | None = None
     decode: PoolConfig | None = None
     kv_transfer_ms: float | None = None
+    # share of the simulated kernel time by source (measured, ..., roofline): predict.provenance
+    kernel_time_by_source: dict[str, float] = Field(default_factory=dict)
     point: Point = Field(exclude=True, repr=False)
 
 

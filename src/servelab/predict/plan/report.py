@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.htmlpage import figure_div, page, plot_text, safe_json
 from servelab.predict.plan.candidates import Plan
+from servelab.predict.provenance import describe_shares, roofline_warning
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -101,7 +102,12 @@ def render_html(plan: Plan) -> str:
         f"servelab plan: {data['model']} on {req['gpus']}x {data['system']} ({data['backend']}), "
         f"{req['isl']}/{req['osl']} tokens"
     )
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
+    best = plan.candidates[0].kernel_time_by_source if plan.candidates else {}
+    lines = [*data["notes"], f"kernel time by source (rank 1): {describe_shares(best)}"]
+    warning = roofline_warning(best)
+    if warning:
+        lines.append(warning)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in lines)
     return page(
         title,
         f"{chart}<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table><ul>{notes}</ul>"

@@ -13,6 +13,7 @@ import time
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import engine_profile
+from servelab.predict.graph import StepShape
 from servelab.predict.memory import memory_per_gpu
 from servelab.predict.plan.agg import search_agg
 from servelab.predict.plan.candidates import Candidate, Considered, Plan, PoolConfig
@@ -23,7 +24,9 @@ from servelab.predict.plan.explain import limits_of
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.plan.points import Point
 from servelab.predict.plan.request import PlanError, PlanRequest
+from servelab.predict.provenance import time_shares
 from servelab.predict.serving.workload import SpecDecoding
+from servelab.predict.step import add_counts, priced_step
 from servelab.specs import check_precision, load_model, load_system
 
 
@@ -105,6 +108,29 @@ def make_plan(req: PlanRequest) -> Plan:
     )
 
 
+def point_sources(ctx: SearchContext, p: Point) -> dict[str, float]:
+    """The share of a point's kernel time by source: a typical decode step and a typical prompt step of each
+    pool, weighted by the time its simulation spent in steps of that kind."""
+    req = ctx.req
+    decode = StepShape(decode_batch=max(p.c_lane, 1), decode_kv_len=req.isl + req.osl // 2)
+    prompt = StepShape(prefill=((min(req.isl, ctx.engine.max_num_batched_tokens), 0),))
+    if p.disagg is None:
+        steps = [(p.config.parallel, decode, p.sim.stats.busy_decode_s), (p.config.parallel, prompt,
+                 p.sim.stats.busy_mixed_s)]  # fmt: skip
+    else:
+        prefill = p.disagg.prefill_sim.stats
+        steps = [
+            (p.config.parallel, decode, p.sim.stats.busy_decode_s + p.sim.stats.busy_mixed_s),
+            (p.disagg.prefill.parallel, prompt, prefill.busy_mixed_s + prefill.busy_decode_s),
+        ]
+    source_us: dict[str, float] = {}
+    for parallel, shape, busy in steps:
+        step = priced_step(ctx.model, parallel, shape, ctx.engine, ctx.db)
+        if step.kernel_us > 0 and busy > 0:
+            source_us = add_counts(source_us, step.source_us, busy / step.kernel_us)
+    return time_shares(source_us)
+
+
 def to_candidate(ctx: SearchContext, p: Point, rank: int, pareto: bool) -> Candidate:
     out_tps, per_replica = p.out_tps, p.concurrency_per_replica
     prefill = decode = None
@@ -159,6 +185,7 @@ def to_candidate(ctx: SearchContext, p: Point, rank: int, pareto: bool) -> Candi
         prefill=prefill,
         decode=decode,
         kv_transfer_ms=None if p.disagg is None else p.disagg.kv_transfer_ms,
+        kernel_time_by_source=point_sources(ctx, p),
         point=p,
     )
 

@@ -15,12 +15,13 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
+from servelab.predict.provenance import time_shares
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
-from servelab.predict.step import breakdown, priced_step
+from servelab.predict.step import add_counts, breakdown, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 CLOCKS = ("nominal", "low", "high")
@@ -272,9 +273,13 @@ def to_estimate(
     st = sim.stats
     rep_decode, rep_mixed = representative_shapes(pricer, wl, sim)
     sources: dict = {}
-    for shape in (rep_decode, rep_mixed):
-        for s, n in priced_step(model, parallel, shape, pricer.engine, db).sources.items():
-            sources[s] = sources.get(s, 0) + n
+    source_us: dict = {}
+    # each representative step weighted by the time the simulation spent in steps of its kind
+    for shape, busy in ((rep_decode, st.busy_decode_s), (rep_mixed, st.busy_mixed_s)):
+        step = priced_step(model, parallel, shape, pricer.engine, db)
+        sources = add_counts(sources, step.sources)
+        if step.kernel_us > 0:
+            source_us = add_counts(source_us, step.source_us, busy / step.kernel_us)
     tpot = p["tpot_ms"]["mean"] if wl.osl > 1 else p["itl_ms"]["mean"]
     result = AggregatedEstimate(
         model=model.name,
@@ -301,6 +306,7 @@ def to_estimate(
         memory=_memory_dict(mem),
         provenance={
             "ops_by_source": sources,
+            "kernel_time_by_source": time_shares(source_us),
             "engine": engine.source,
             "simulation": {
                 "lanes": sim.lanes,

@@ -1,0 +1,61 @@
+"""Engine release versions, parsed once: `0.25.0`, `v0.25.0`, `1.2.0rc2`, `0.5.9.post1`, an image tag
+(`vllm/vllm-openai:v0.25.0`, `lmsysorg/sglang:v0.5.9-cu129`) or a table directory name."""
+
+from __future__ import annotations
+
+import re
+from functools import total_ordering
+
+from servelab.errors import ServelabError
+
+_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:\.?(rc|a|b|dev)(\d+))?(?:\.?post(\d+))?")
+# a pre-release sorts before its release, a post-release after it
+_PRE_RANK = {"dev": 0, "a": 1, "b": 2, "rc": 3, None: 4}
+
+
+@total_ordering
+class Version:
+    """A release number compared as releases are: 0.9 < 0.12.0 < 0.25.0rc1 < 0.25.0 < 0.25.0.post1."""
+
+    __slots__ = ("post", "pre", "pre_num", "release", "text")
+
+    def __init__(self, text: str):
+        found = _RELEASE.search(str(text).strip().lstrip("vV"))
+        if found is None:
+            raise ServelabError(f"version {text!r}: expected a release number such as 0.25.0 or 1.2.0rc2")
+        numbers = tuple(int(x) for x in found.group(1).split("."))
+        while len(numbers) > 1 and numbers[-1] == 0:  # 0.25 and 0.25.0 are one release
+            numbers = numbers[:-1]
+        self.release = numbers
+        self.pre = found.group(2)
+        self.pre_num = int(found.group(3) or 0)
+        self.post = int(found.group(4) or 0)
+        self.text = found.group(0)
+
+    def _order(self) -> tuple:
+        return (self.release, _PRE_RANK[self.pre], self.pre_num, self.post)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Version) and self._order() == other._order()
+
+    def __lt__(self, other: Version) -> bool:
+        return self._order() < other._order()
+
+    def __hash__(self) -> int:
+        return hash(self._order())
+
+    def __repr__(self) -> str:
+        return f"Version({self.text!r})"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def version_of_image(image: str) -> Version | None:
+    """The release an image tag names (`vllm/vllm-openai:v0.25.0` -> 0.25.0), or None for a tag that names no
+    release (`latest`, a digest only)."""
+    tag = image.rsplit("@", 1)[0]
+    tag = tag.rsplit(":", 1)[1] if ":" in tag.rsplit("/", 1)[-1] else ""
+    if not re.match(r"v?\d", tag):
+        return None
+    return Version(tag)

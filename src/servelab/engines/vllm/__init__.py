@@ -1,0 +1,1 @@
+"""vLLM: its kernels by shape, GPU and release (kernels.py)."""

@@ -1,0 +1,50 @@
+"""The kernels vLLM runs where it picks by shape, dtype, GPU and release, each timed in its own tables."""
+
+from servelab.engines.kernels import KernelChoice
+
+DEEPGEMM_MOE = KernelChoice(
+    table="vllm-deepgemm",
+    op="moe",
+    dtypes=frozenset({"fp8_block"}),
+    multiple_of=(("hidden", 128), ("inter", 128)),
+    since="0.12.0",
+    why=(
+        "vLLM 0.12 with DeepGEMM installed (its docker images install it) runs block-FP8 (128 x 128) "
+        "experts through DeepGemmExperts wherever both GEMMs' N and K are multiples of 128, at every token "
+        "count: its "
+        "VLLM_USE_DEEP_GEMM_E8M0 default skips the M >= 128 and N > 512 checks (fp8.py, fused_moe.py, "
+        "deep_gemm_moe.py of vLLM 0.12.0). It turns DeepGEMM off by default at TP >= 8, which the key cannot "
+        "see; Qwen3-235B's TP8 width (192) fails the multiple-of-128 rule anyway."
+    ),
+)
+
+MARLIN_MXFP4_MOE = KernelChoice(
+    table="vllm-marlin",
+    op="moe",
+    dtypes=frozenset({"mxfp4"}),
+    compute_capabilities=frozenset({90}),
+    why=(
+        "vLLM on Hopper runs MXFP4 experts (gpt-oss) through its Marlin W4A16 kernel when "
+        "VLLM_MXFP4_USE_MARLIN=1, which InferenceX's vLLM gpt-oss recipes for H100 and H200 set from vLLM "
+        "0.13 on (InferenceX 4e52ed4c6, 'Fix H100/H200 perf regression'), and before vLLM vendored "
+        "triton_kernels "
+        "whenever that package was absent (mxfp4.py `get_mxfp4_backend`, vLLM 0.10.2 and 0.18.0); vLLM 0.12+ "
+        "defaults to triton_kernels otherwise. Only Hopper has this table: other systems keep the roofline "
+        "(Blackwell runs FlashInfer's MXFP4 kernels)."
+    ),
+)
+
+MARLIN_FP4_MOE = KernelChoice(
+    table="vllm-marlin",
+    op="moe",
+    dtypes=frozenset({"fp4"}),
+    compute_capabilities=frozenset({90}),
+    since="0.24.0",
+    why=(
+        "DeepSeek-V4's FP4 experts on Hopper: vLLM 0.25's select_deepseek_v4_mxfp4_moe_backend "
+        "(fused_moe/oracle/mxfp4.py) passes DeepGEMM-MXFP4 and TensorRT-LLM kernels (Blackwell) on SM90, "
+        "and runs moe_wna16_marlin_gemm, the MXFP4 entry's kernel (docs/collect.md, Engine kernels)."
+    ),
+)
+
+KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE, MARLIN_FP4_MOE)
