@@ -77,10 +77,13 @@ def _launch_settings(recipe, engine: Engine, seq, arm) -> ServerSettings | None:
         return None
     grammar = grammar_of(engine)
     path = grammar.options_path(launch.argv)
-    options = None
-    if path is not None and path in launch.files:
-        options = load_yaml(launch.files[path], path) or {}
-    return grammar.parse(launch.argv, options)
+    try:
+        options = (
+            load_yaml(launch.files[path], path) or {} if path is not None and path in launch.files else None
+        )
+        return grammar.parse(launch.argv, options)
+    except ServelabError:
+        return None  # a launch its engine cannot read keeps the defaults; rendering it is checked per arm
 
 
 def _weight_only_fp4(recipe, engine: Engine) -> str | None:
