@@ -1,66 +1,95 @@
 """Launch profiles: servelab renders what InferenceX's launch script runs for each single-node key and job.
 
 The upstream side is the capture of the pinned scripts (tests/data/inferencex/launch/launches.json.gz, made by
-servelab.recipes.engines.upstream running each script under bash with stub servers); a sample is re-run here
-so the capture cannot drift from the scripts.
+scripts/ix_launch.py running each script under bash with stub servers); a sample is re-run here so the
+capture cannot drift from the scripts, and the profile table and the conformance table in docs/recipes.md are
+checked to be what the script derives today.
 """
 
+import gzip
 import json
 import shutil
-import tempfile
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from servelab.engines.command import grammar_of
+from servelab.engines.names import Engine
+from servelab.engines.trtllm.grammar import OPTIONS_FILE
 from servelab.errors import ServelabError
 from servelab.recipes.engines import JobPoint, render
-from servelab.recipes.engines import upstream as ix
-from servelab.recipes.engines.profiles import (
-    PROFILES_PATH,
-    When,
-    drop_flags,
-    flag_pairs,
-    hardware_of,
-    merge_args,
-)
+from servelab.recipes.engines.profiles import When, hardware_of
 from servelab.recipes.inferencex import SearchSpaceEntry
-from servelab.recipes.store import Store, open_store
+from servelab.recipes.store import Store, open_store, parse_recipe_file
 from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "ix_launch.py"
+IX = ROOT / "tests" / "data" / "inferencex"
+VLLM, SGLANG, TRTLLM = (grammar_of(e) for e in (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM))
+
+
+def ix_launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+def flags(grammar, argv: list[str]) -> dict[str, str | None]:
+    """Canonical flag -> value of a server command, as the engine's grammar reads it."""
+    return {a.name: a.value for a in grammar.args(grammar.split(argv)[1]) if a.name is not None}
 
 
 @pytest.fixture(scope="module")
 def capture():
-    return ix.read_capture()
+    with gzip.open(IX / "launch" / "launches.json.gz", "rt") as f:
+        return json.load(f)
 
 
 @pytest.fixture(scope="module")
 def upstream_recipes():
-    return ix.recipes()
-
-
-@pytest.fixture(scope="module")
-def verdicts(capture, upstream_recipes):
-    return ix.conformance(capture, upstream_recipes)
+    out = {}
+    for name in ("nvidia-master.yaml", "amd-master.yaml"):
+        out |= parse_recipe_file(yaml.safe_load((IX / "configs" / name).read_text()), name)
+    return out
 
 
 def arm(**kw):
     return SearchSpaceEntry(conc_list=[1], **kw)
 
 
-def test_capture_covers_every_single_node_fixed_seq_len_job(capture):
-    # 690 = the single-node fixed-seq-len rows of InferenceX's own full-sweep at the pinned commit.
-    assert len(capture) == len(list(ix.jobs())) == 690
+def arm_of(recipe, record):
+    """The arm of a recipe a captured job ran."""
+    for seq in recipe.scenarios.fixed_seq_len or []:
+        for a in seq.search_space:
+            layout = (seq.isl, seq.osl, a.tp_, a.ep_, a.dp_attn_, a.spec_)
+            want = (record["isl"], record["osl"], record["tp"], record["ep"], record["dp-attn"])
+            if layout == (*want, record["spec-decoding"]):
+                return a
+    raise KeyError(record["id"])
+
+
+def test_profile_table_is_derived_from_the_capture():
+    done = ix_launch("profiles", "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_conformance_table_in_docs_is_current():
+    done = ix_launch("docs", "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_key_with_an_adapter_matches_upstream_on_every_job(upstream_recipes, capture):
+    done = ix_launch("conformance")
+    assert done.returncode == 0, done.stderr
+    verdicts = json.loads(done.stdout)
+    # 690 = the single-node fixed-seq-len rows of InferenceX's own full-sweep at the pinned commit; the
+    # capture holds a launch for each.
+    assert sum(v["jobs"] for v in verdicts.values()) == len(capture) == 690
     assert all("argv" in r for r in capture)
-
-
-def test_profile_table_is_derived_from_the_capture(capture, upstream_recipes):
-    assert ix.derive(capture, upstream_recipes) == json.loads(PROFILES_PATH.read_text())
-
-
-def test_every_key_with_an_adapter_matches_upstream_on_every_job(verdicts, upstream_recipes):
     fixed = {k: v for k, v in verdicts.items() if v["jobs"]}
     differing = {k for k, v in fixed.items() if v["differences"]}
     no_adapter = {k for k in fixed if upstream_recipes[k].framework == "atom"}
@@ -70,33 +99,18 @@ def test_every_key_with_an_adapter_matches_upstream_on_every_job(verdicts, upstr
     assert all(upstream_recipes[k].scenarios.agentic_coding for k in agentic)
 
 
-def test_conformance_table_in_docs_is_current(verdicts):
-    text = ix.DOCS.read_text()
-    assert ix.docs_text(text, ix.table(verdicts)) == text
-
-
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the capture runs upstream's scripts under bash")
-def test_capture_reproduces_from_the_pinned_scripts(capture):
+def test_capture_reproduces_from_the_pinned_scripts():
     # One job per script (its highest concurrency): the committed capture is what the scripts run today.
-    available = {p.relative_to(ix.SCRIPTS).as_posix() for p in ix.SCRIPTS.rglob("*.sh")}
-    stored = {r["id"]: r for r in capture}
-    sample = {}
-    for key, entry, seq, a, conc in ix.jobs():
-        sample[ix.script_for(entry, a.spec_, available)] = (key, entry, seq, a, conc)
-    with tempfile.TemporaryDirectory() as name:
-        tmp = Path(name)
-        ix.sandbox(tmp)
-        for script, (key, entry, seq, a, conc) in sample.items():
-            got = ix.run_script(script, ix.job_env(entry, seq, a, conc), tmp)
-            want = stored[ix.job_id(key, seq, a, conc)]
-            assert {k: want[k] for k in ("argv", "env", "files")} == got, script
+    done = ix_launch("capture", "--check-sample")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_concurrency_reaches_the_launch(tmp_path):
     # dsv4_fp4_b200_vllm.sh: --max-num-batched-tokens is ISL (8192) up to concurrency 128, 2048 above.
     store = _store(tmp_path, "dsv4-fp4-b200-vllm")
     jobs = [j for j in expand(store) if j.row["isl"] == 8192 and j.row["dp-attn"]]
-    by_conc = {j.row["conc"]: dict(flag_pairs(j.launch.argv))["--max-num-batched-tokens"] for j in jobs}
+    by_conc = {j.row["conc"]: flags(VLLM, j.launch.argv)["--max-num-batched-tokens"] for j in jobs}
     assert by_conc[min(by_conc)] == "8192" and by_conc[max(by_conc)] == "2048"
     fingerprints = {j.fingerprint for j in jobs}
     assert len(fingerprints) == len(jobs)
@@ -106,7 +120,7 @@ def test_mtp_key_gets_upstreams_speculative_config(upstream_recipes):
     recipe = upstream_recipes["dsv4-fp4-b300-sglang-mtp"]
     _, seq, _, a = next(recipe.arms())
     assert a.spec_ == "mtp" and recipe.engine.speculative_config is None
-    pairs = dict(flag_pairs(render(recipe, a, 9472, job=JobPoint(seq.isl, seq.osl, 4)).argv))
+    pairs = flags(SGLANG, render(recipe, a, 9472, job=JobPoint(seq.isl, seq.osl, 4)).argv)
     assert pairs["--speculative-algorithm"] == "EAGLE"
     assert pairs["--speculative-num-steps"] == "3"
 
@@ -115,16 +129,19 @@ def test_trt_mtp_options_file_carries_upstreams_options(upstream_recipes):
     recipe = upstream_recipes["dsr1-fp4-b200-trt-mtp"]
     _, seq, _, a = next(recipe.arms())
     launch = render(recipe, a, 9472, job=JobPoint(seq.isl, seq.osl, 4))
-    options = yaml.safe_load(launch.files[ix.OPTIONS_FILE])
+    options = yaml.safe_load(launch.files[OPTIONS_FILE])
     assert options["speculative_config"]["decoding_type"] == "MTP"
-    assert "--pp-size" not in dict(flag_pairs(launch.argv))  # upstream passes no --pp_size
+    assert "--pp-size" not in flags(TRTLLM, launch.argv)  # upstream passes no --pp_size
+    settings = TRTLLM.parse(launch.argv, options)
+    assert settings.speculative_config == options["speculative_config"]
 
 
 def test_typed_field_wins_over_the_profile(upstream_recipes):
     recipe = upstream_recipes["dsv4-fp4-b200-vllm"].model_copy(deep=True)
     recipe.engine.max_num_batched_tokens = 4096
     argv = render(recipe, arm(tp=8), 9472, job=JobPoint(8192, 1024, 512)).argv
-    assert [v for k, v in flag_pairs(argv) if k == "--max-num-batched-tokens"] == ["4096"]
+    read = [a.value for a in VLLM.args(argv) if a.name == "--max-num-batched-tokens"]
+    assert read == ["4096"] and VLLM.parse(argv).max_num_batched_tokens == 4096
 
 
 def test_recipe_env_wins_over_the_profile_env(upstream_recipes):
@@ -149,8 +166,8 @@ def test_shipped_dsv4_pro_recipe_runs_upstreams_flags(shipped, capture):
     launch = render(
         shipped.get("dsv4-fp4-b200-vllm"), arm(tp=8, ep=8, dp_attn=True), 9472, job=JobPoint(8192, 1024, 512)
     )
-    ours = set(flag_pairs(ix.server_args(launch.argv))) - {("--port", "8000")}
-    theirs = set(flag_pairs(ix.server_args(want["argv"]))) - {("--port", "8888")}
+    ours = set(flags(VLLM, launch.argv).items()) - {("--port", "8000")}
+    theirs = set(flags(VLLM, want["argv"]).items()) - {("--port", "8888")}
     assert ours - theirs == {("--kernel-config", '{"enable_jit_warmup":false}')}
     assert theirs - ours == set()
     assert launch.env == want["env"] | {"CUDA_HOME": "/usr/local/cuda"}
@@ -163,14 +180,16 @@ def test_spec_decoding_without_profile_or_config_is_refused(upstream_recipes):
         render(recipe, a, 9472)
 
 
-def test_flag_reading_and_merging():
-    assert flag_pairs(["--tp=8", "--ep-size", "1", "--max_num_tokens", "-1", "--flag"]) == [
-        ("--tp", "8"),
-        ("--ep", "1"),
-        ("--max-num-tokens", "-1"),
-        ("--flag", None),
+def test_profile_flags_are_merged_and_dropped_by_the_engines_grammar():
+    # SGLang: --tp, --tp-size and --tensor-parallel-size are one flag; a negative number is a value.
+    assert [
+        (a.name, a.value) for a in SGLANG.args(["--tp=8", "--ep", "1", "--chunked-prefill-size", "-1"])
+    ] == [
+        ("--tp-size", "8"),
+        ("--ep-size", "1"),
+        ("--chunked-prefill-size", "-1"),
     ]
-    assert merge_args(["x", "--tp", "8"], ["--tensor-parallel-size=4", "--a", "1", "--b"]) == [
+    assert SGLANG.merged(["x", "--tp", "8"], ["--tensor-parallel-size=4", "--a", "1", "--b"]) == [
         "x",
         "--tp",
         "8",
@@ -178,9 +197,25 @@ def test_flag_reading_and_merging():
         "1",
         "--b",
     ]
-    assert drop_flags(["x", "--context-length", "9", "--b", "--c", "2"], ["--context-length", "--b"]) == [
-        "x",
-        "--c",
+    # a drop name matches any spelling of the flag (launch-profiles.json lists SGLang's --ep-size as --ep)
+    assert SGLANG.without(["x", "--ep-size", "8", "--b", "--c", "2"], ["--ep", "--b"]) == ["x", "--c", "2"]
+    # TensorRT-LLM writes underscores; its drop names are hyphenated
+    assert TRTLLM.without(
+        ["trtllm-serve", "m", "--pp_size", "1", "--max_num_tokens", "-1"], ["--pp-size"]
+    ) == [
+        "trtllm-serve",
+        "m",
+        "--max_num_tokens",
+        "-1",
+    ]
+    # vLLM: -tp is --tensor-parallel-size; SGLang's --tp is not a vLLM flag, so it is kept
+    assert VLLM.merged(["vllm", "serve", "m", "-tp", "8"], ["--tensor-parallel-size", "4", "--tp", "2"]) == [
+        "vllm",
+        "serve",
+        "m",
+        "-tp",
+        "8",
+        "--tp",
         "2",
     ]
 
@@ -195,10 +230,10 @@ def test_variant_conditions():
 
 def _store(tmp_path: Path, key: str) -> Store:
     """A store holding one upstream key as the master file has it, with upstream's runners.yaml."""
-    master = yaml.safe_load((ix.IX / "configs" / "nvidia-master.yaml").read_text())
+    master = yaml.safe_load((IX / "configs" / "nvidia-master.yaml").read_text())
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "one.yaml").write_text(yaml.safe_dump({key: master[key]}))
-    shutil.copyfile(ix.IX / "configs" / "runners.yaml", tmp_path / "runners.yaml")
+    shutil.copyfile(IX / "configs" / "runners.yaml", tmp_path / "runners.yaml")
     return open_store(tmp_path)
 
 
@@ -206,8 +241,8 @@ def test_files_a_flag_names_travel_with_the_launch(upstream_recipes, capture):
     # dsv4_fp4_mi355x_sglang.sh passes upstream's DeepSeek-V4 chat template by path: the launch carries it.
     recipe = upstream_recipes["dsv4-fp4-mi355x-sglang"]
     record = next(r for r in capture if r["key"] == "dsv4-fp4-mi355x-sglang")
-    launch = render(recipe, ix.arm_of(recipe, record), 9472, job=JobPoint(8192, 1024, record["conc"]))
-    path = dict(flag_pairs(launch.argv))["--chat-template"]
+    launch = render(recipe, arm_of(recipe, record), 9472, job=JobPoint(8192, 1024, record["conc"]))
+    path = flags(SGLANG, launch.argv)["--chat-template"]
     assert path == "benchmarks/single_node/chat_templates/deepseek_v4_thinking.jinja"
-    pinned = ix.SCRIPTS / "single_node" / "chat_templates" / "deepseek_v4_thinking.jinja"
+    pinned = IX / "benchmarks" / "single_node" / "chat_templates" / "deepseek_v4_thinking.jinja"
     assert launch.files[path] == pinned.read_text()

@@ -1,19 +1,53 @@
 """The one reader of server command lines: argv tokens into flags and positional words, and back.
 
-Every engine's grammar is this one: `--name value`, `--name=value` and bare `--switch`; underscores and
-hyphens in a flag's name are the same flag (vLLM, SGLang and trtllm-serve all accept both, or the project
-documents one and the scripts write the other); a negative number is a value, never a flag (`--seed -1`);
-a value may be JSON (`--compilation-config '{"level": 3}'`). What differs between engines is data: which
-other spellings name one flag (`aliases`), which flags never take a value (`switches`, so `--enable-x MODEL`
-keeps MODEL positional) and which always do (`valued`, so `--stop -x` keeps `-x` as the value).
+Every engine's grammar is this one: `--name value`, `--name=value` and bare `--switch`; a negative number is
+a value, never a flag (`--seed -1`); a value may be JSON (`--compilation-config '{"level": 3}'`). A flag's
+canonical name is hyphenated: vLLM accepts `--max_num_seqs` and `--max-num-seqs` alike, and SGLang (hyphens)
+and trtllm-serve (underscores) each take one spelling, which their grammar writes; reading both as one name
+lets servelab compare a command with upstream's whatever the spelling. What differs between engines is data:
+which other spellings name one flag (`aliases`), which flags never take a value (`switches`, so
+`--enable-x MODEL` keeps MODEL positional) and which always do (`valued`, so `--stop -x` keeps `-x` as the
+value). The per-engine tables live in servelab/engines/<engine>/grammar.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 NO_ALIASES: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """A set of canonical flag names given as names plus rules, for `parse`'s `switches` and `valued`: every
+    flag whose name starts with one of `prefixes` (SGLang's and vLLM's `--enable-*` / `--disable-*` are all
+    switches) except those in `exceptions`, and with `dotted`, every dotted flag (vLLM's
+    `--compilation-config.mode 3` always takes the next token)."""
+
+    names: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+    exceptions: frozenset[str] = frozenset()
+    dotted: bool = False
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name in self.names or (self.dotted and "." in name):
+            return True
+        return name.startswith(self.prefixes) and name not in self.exceptions if self.prefixes else False
+
+
+def flag_set(
+    *names: str, prefixes: tuple[str, ...] = (), exceptions: Iterable[str] = (), dotted: bool = False
+) -> FlagSet:
+    """A FlagSet of names, prefixes and exceptions as the engine spells them (read hyphenated)."""
+    return FlagSet(
+        frozenset(canonical(n) for n in names),
+        tuple(canonical(p) for p in prefixes),
+        frozenset(canonical(n) for n in exceptions),
+        dotted,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +92,8 @@ def parse(
     argv: Iterable[str],
     *,
     aliases: Mapping[str, str] = NO_ALIASES,
-    switches: Collection[str] = (),
-    valued: Collection[str] = (),
+    switches: Container[str] = (),
+    valued: Container[str] = (),
 ) -> list[Arg]:
     """The flags and positional words of a command line, in order. A flag takes the next token as its value
     unless it is written `--name=value`, it is one of `switches`, or the next token is itself a flag (and the

@@ -35,9 +35,9 @@ def engine_of(name: str, field: str | None = None) -> Engine:
         return Engine(key)
     except ValueError:
         known = [e.value for e in Engine]
+        hint = closest(key, known + list(ENGINE_ALIASES))
         raise ServelabError(
-            f"unknown engine {name!r}{closest(key, known + list(ENGINE_ALIASES))}; "
-            f"engines: {', '.join(known)}",
+            f"unknown engine {name!r}{hint}; engines: {', '.join(known)}",
             field=field,
         ) from None
 

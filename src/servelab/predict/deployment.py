@@ -1,10 +1,22 @@
 """A deployment read from what a run records about itself: the GPU's name (an nvidia-smi name or an
 InferenceX runner type) as a servelab system, an engine's name, and the engine's command line as the model,
 the parallel split and the settings that shape scheduling. The calibration's store rows, `sweep --predict` and
-`results compare --twin` all read deployments so."""
+`results compare --twin` all read deployments so.
+
+The command line is read by the engine's grammar (servelab.engines), the one reader of server commands. These
+functions raise ValueError for a command they cannot read: their callers record it as the reason a row or a
+twin is missing."""
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
+from servelab.engines import argv as argvlib
+from servelab.engines.command import engine_of_argv as _engine_of_argv
+from servelab.engines.command import grammar_of
+from servelab.engines.names import Engine, engine_of, is_engine
+from servelab.engines.settings import ServerSettings
+from servelab.errors import ServelabError
 from servelab.specs import Parallel
 
 # GPU names as nvidia-smi and InferenceX runner types write them -> servelab system; Grace-Blackwell first so
@@ -17,8 +29,9 @@ GPU_SYSTEMS = (
     ("h200", "h200_sxm"),
     ("h100", "h100_sxm"),
 )
-# InferenceX `framework` names of single-node aggregated engines -> servelab engine
-FRAMEWORKS = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm", "trtllm": "trtllm"}
+# `servelab run --docker` records `docker run ... --entrypoint PROGRAM IMAGE ARGS` (run/server.py)
+DOCKER = "docker"
+ENTRYPOINT = "--entrypoint"
 
 
 def system_of_gpu(text: str | None) -> str:
@@ -30,121 +43,84 @@ def system_of_gpu(text: str | None) -> str:
     raise ValueError(f"GPU {text or '(none recorded)'} has no servelab system")
 
 
-def engine_of_framework(framework: str) -> str:
-    engine = FRAMEWORKS.get(framework.strip().lower())
-    if engine is None:
+def engine_of_framework(framework: str) -> Engine:
+    """The engine of an InferenceX `framework` (vllm, sglang, trt) or any spelling servelab knows."""
+    if not is_engine(framework):
         raise ValueError(f"framework {framework} has no servelab engine (vllm, sglang, trt)")
-    return engine
+    return engine_of(framework)
 
 
 def argv_flags(argv: list[str]) -> dict[str, str]:
-    """`--name value`, `--name=value` and bare `--switch` (value "true") of a command line."""
-    out: dict[str, str] = {}
-    for i, arg in enumerate(argv):
-        if not arg.startswith("-"):
-            continue
-        if "=" in arg:
-            key, value = arg.split("=", 1)
-        else:
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            key, value = arg, nxt if nxt is not None and not nxt.startswith("-") else "true"
-        out[key.lstrip("-").replace("_", "-")] = value
-    return out
+    """`--name value`, `--name=value` and bare `--switch` (value "true") of a command line that is not a
+    server's (a `servelab bench` or `lm_eval` command), by name without dashes."""
+    return {
+        a.name.lstrip("-"): "true" if a.value is None else a.value
+        for a in argvlib.parse(argv)
+        if a.name is not None
+    }
 
 
-def _int(flags: dict[str, str], *names: str) -> int:
-    for name in names:
-        if name in flags:
-            try:
-                return int(flags[name])
-            except ValueError:
-                raise ValueError(f"--{name} {flags[name]} is not a number") from None
-    return 1
+def server_argv(argv: list[str]) -> list[str]:
+    """The server command of a recorded argv: the command itself, or the one `servelab run --docker` wrapped
+    in `docker run` (its entrypoint, then the arguments after the image)."""
+    if argv and argv[0] == DOCKER and ENTRYPOINT in argv:
+        at = argv.index(ENTRYPOINT)
+        return [argv[at + 1], *argv[at + 3 :]]
+    return list(argv)
 
 
-def _positional_after(argv: list[str], word: str) -> str | None:
-    for i, arg in enumerate(argv[:-1]):
-        if arg.endswith(word) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
-    return None
-
-
-def engine_of_argv(argv: list[str]) -> str:
+def engine_of_argv(argv: list[str]) -> Engine:
     """vllm (`vllm serve`), sglang (`python -m sglang.launch_server`, `sglang serve`) or trtllm
     (`trtllm-serve`); raise ValueError for any other command."""
-    words = [a.rsplit("/", 1)[-1] for a in argv if not a.startswith("-")]
-    if "trtllm-serve" in words:
-        return "trtllm"
-    if any(w.startswith("sglang") for w in words):
-        return "sglang"
-    if "vllm" in words and "serve" in words:
-        return "vllm"
-    raise ValueError("server command is not vllm serve, sglang or trtllm-serve")
+    try:
+        return _engine_of_argv(server_argv(argv))
+    except ServelabError as e:
+        raise ValueError(str(e)) from None
 
 
-def model_of_argv(argv: list[str], engine: str) -> str:
-    flags = argv_flags(argv)
-    if engine == "sglang":
-        model = flags.get("model-path") or flags.get("model")
-    else:
-        model = _positional_after(argv, "serve") or flags.get("model")
-    if not model or model == "true":
+def settings_of_argv(
+    argv: list[str], engine: Engine | str | None = None, options: Mapping[str, Any] | None = None
+) -> ServerSettings:
+    """The typed settings of a recorded server command (its engine found from the command if not given);
+    `options` is the content of the options file it names (TensorRT-LLM), when there is one."""
+    command = server_argv(argv)
+    try:
+        return grammar_of(engine or _engine_of_argv(command)).parse(command, options)
+    except ServelabError as e:
+        raise ValueError(str(e)) from None
+
+
+def model_of_argv(argv: list[str], engine: Engine | str) -> str:
+    model = settings_of_argv(argv, engine).model
+    if not model:
         raise ValueError("server command names no model")
     return model
 
 
-def parallel_of_argv(argv: list[str], engine: str, is_moe: bool) -> Parallel:
-    """The parallel split a server command asks for, in servelab's terms (tp = GPUs per pipeline stage).
-
-    vLLM: --tensor-parallel-size x --data-parallel-size GPUs; data parallel with --enable-expert-parallel is
-    attention DP with the experts spread over all of them. SGLang: --tp-size GPUs, --enable-dp-attention,
-    --ep-size. trtllm-serve: --tp_size, --ep_size (attention DP lives in its config file, not read here)."""
-    flags = argv_flags(argv)
-    if engine == "vllm":
-        tp = _int(flags, "tensor-parallel-size", "tp")
-        dp = _int(flags, "data-parallel-size", "dp")
-        pp = _int(flags, "pipeline-parallel-size", "pp")
-        expert_parallel = flags.get("enable-expert-parallel") == "true"
-        if dp > 1 and not (is_moe and expert_parallel):
-            raise ValueError(f"data parallel {dp} without expert parallelism (replicas, not one deployment)")
-        ep = tp * dp if is_moe and expert_parallel else 1
-        return Parallel(tp=tp * dp, ep=ep, dp_attn=dp > 1, pp=pp)
-    if engine == "sglang":
-        tp = _int(flags, "tp-size", "tp")
-        ep = _int(flags, "ep-size", "ep") if is_moe else 1
-        pp = _int(flags, "pp-size", "pp")
-        return Parallel(tp=tp, ep=ep, dp_attn=flags.get("enable-dp-attention") == "true", pp=pp)
-    tp = _int(flags, "tp-size")
-    return Parallel(tp=tp, ep=_int(flags, "ep-size") if is_moe else 1, pp=_int(flags, "pp-size"))
+def parallel_of_argv(
+    argv: list[str], engine: Engine | str, is_moe: bool, options: Mapping[str, Any] | None = None
+) -> Parallel:
+    """The parallel split a server command asks for, in servelab's terms (tp = GPUs per pipeline stage), by
+    the engine's rule (Grammar.parallel); TensorRT-LLM's attention DP lives in its options file."""
+    return grammar_of(engine).parallel(settings_of_argv(argv, engine, options), is_moe)
 
 
-# launch flags (vLLM, SGLang, TensorRT-LLM spellings) -> the twin's engine settings
-BUDGET_FLAGS = ("max-num-batched-tokens", "chunked-prefill-size", "max-num-tokens")
-SEQS_FLAGS = ("max-num-seqs", "max-running-requests", "max-batch-size")
-MEMORY_FLAGS = ("gpu-memory-utilization", "mem-fraction-static", "free-gpu-memory-fraction")
-
-
-def _first(flags: dict[str, str], names: tuple[str, ...], kind: type) -> object:
-    for name in names:
-        if name in flags:
-            try:
-                return kind(flags[name])
-            except ValueError:
-                raise ValueError(f"--{name} {flags[name]} is not a {kind.__name__}") from None
-    return None
-
-
-def engine_settings_of_argv(argv: list[str]) -> dict:
+def engine_settings_of_argv(
+    argv: list[str], engine: Engine | str | None = None, options: Mapping[str, Any] | None = None
+) -> dict:
     """The scheduling settings a server command sets (None where it keeps the engine's default), as
-    predict.twin.EngineSettings fields."""
-    flags = argv_flags(argv)
+    predict.twin.EngineSettings fields; the memory share keeps the engine's meaning (ServerSettings)."""
+    s = settings_of_argv(argv, engine, options)
     return {
-        "max_num_batched_tokens": _first(flags, BUDGET_FLAGS, int),
-        "max_num_seqs": _first(flags, SEQS_FLAGS, int),
-        "gpu_memory_utilization": _first(flags, MEMORY_FLAGS, float),
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "max_num_seqs": s.max_num_seqs,
+        "gpu_memory_utilization": s.memory_fraction,
     }
 
 
-def kv_dtype_of_argv(argv: list[str]) -> str | None:
+def kv_dtype_of_argv(
+    argv: list[str], engine: Engine | str | None = None, options: Mapping[str, Any] | None = None
+) -> str | None:
     """fp8 when the command stores the KV cache in an FP8 format; None keeps the checkpoint's."""
-    return "fp8" if argv_flags(argv).get("kv-cache-dtype", "auto").startswith("fp8") else None
+    dtype = settings_of_argv(argv, engine, options).kv_cache_dtype or "auto"
+    return "fp8" if dtype.startswith("fp8") else None

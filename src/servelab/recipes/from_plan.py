@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from servelab.engines.names import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.plan.candidates import Candidate, Plan
 from servelab.recipes.engines import ENGINES, Launch, engine_name, render
@@ -30,9 +31,9 @@ from servelab.recipes.yamlio import dump_yaml
 # The images the shipped recipes run; a saved recipe names one so it is complete (validation warns that a tag
 # without a digest can move).
 IMAGES = {
-    "vllm": "vllm/vllm-openai:v0.25.0",
-    "sglang": "lmsysorg/sglang:latest",
-    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest",
+    Engine.VLLM: "vllm/vllm-openai:v0.25.0",
+    Engine.SGLANG: "lmsysorg/sglang:latest",
+    Engine.TRTLLM: "nvcr.io/nvidia/tensorrt-llm/release:latest",
 }
 PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}
 FILES_DIR = "/servelab"  # where the Kubernetes pod mounts the launch's files, and runs from
@@ -142,7 +143,7 @@ def to_recipe(plan: Plan, cand: Candidate, runner: str, base: tuple[str, Recipe]
         arm["dp-attn"] = True
     if p["pp"] > 1:
         arm["pp"] = p["pp"]
-    data: dict[str, Any] = base[1].dump() if base else {"image": IMAGES[plan.backend]}
+    data: dict[str, Any] = base[1].dump() if base else {"image": IMAGES[engine_of(plan.backend)]}
     engine = data.setdefault("engine", {})
     engine["max-num-batched-tokens"] = plan.engine.max_num_batched_tokens
     engine["max-num-seqs"] = plan.engine.max_num_seqs

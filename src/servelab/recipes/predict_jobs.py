@@ -6,15 +6,12 @@ flags that shape scheduling (token budget, running-sequence limit, KV-cache dtyp
 
 from pathlib import Path
 
+from servelab.engines.command import grammar_of
 from servelab.errors import ServelabError
-from servelab.predict.deployment import (
-    argv_flags,
-    engine_of_framework,
-    engine_settings_of_argv,
-    kv_dtype_of_argv,
-)
+from servelab.predict.deployment import argv_flags, engine_of_framework, settings_of_argv
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.recipes.sweep import Job
+from servelab.recipes.yamlio import load_yaml
 from servelab.specs import Parallel, load_model, load_system
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
@@ -55,13 +52,19 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
             raise ServelabError(
                 f"speculative decoding {row['spec-decoding']} is not simulated (acceptance unknown)"
             )
-        argv = job.launch.argv
         try:
             engine = engine_of_framework(row["framework"])
-            settings = EngineSettings(engine=engine, **engine_settings_of_argv(argv))
+            server = settings_of_argv(job.launch.argv, engine, _options(job, engine))
+            settings = EngineSettings(
+                engine=engine,
+                max_num_batched_tokens=server.max_num_batched_tokens,
+                max_num_seqs=server.max_num_seqs,
+                gpu_memory_utilization=server.memory_fraction,
+            )
         except ValueError as e:
             raise ServelabError(str(e)) from None
-        model = load_model(row["model"], kv_dtype=kv_dtype_of_argv(argv))
+        kv = "fp8" if (server.kv_cache_dtype or "").startswith("fp8") else None
+        model = load_model(row["model"], kv_dtype=kv)
         system = load_system(store.registry.node_kind(row["runner"]).system)
         parallel = Parallel(tp=row["tp"], ep=row["ep"], dp_attn=row["dp-attn"], pp=row["pp"]).validate(model)
         twin = simulate_benchmark(
@@ -85,6 +88,14 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
         "kernel_time_by_source": twin.provenance["kernel_time_by_source"],
         **twin.summary.fields(),
     }
+
+
+def _options(job: Job, engine) -> dict | None:
+    """The options file a job's launch names (TensorRT-LLM's YAML), parsed; None when it names none."""
+    assert job.launch is not None
+    path = grammar_of(engine).options_path(job.launch.argv)
+    text = job.launch.files.get(path) if path else None
+    return (load_yaml(text, path) or {}) if text is not None and path else None
 
 
 def predict_jobs(store, jobs: list[Job], calibration: Path | None = None) -> list[dict]:

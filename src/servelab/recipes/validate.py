@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.engines.command import grammar_of
+from servelab.engines.names import Engine
+from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
 from servelab.predict.memory import (
     FRAMEWORK_RESERVE_GIB,
@@ -15,7 +18,6 @@ from servelab.predict.memory import (
     weight_bytes_per_gpu,
 )
 from servelab.recipes.engines import JobPoint, engine_name, render
-from servelab.recipes.engines.profiles import flag_pairs
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.yamlio import load_yaml
@@ -64,66 +66,67 @@ def _model_for(recipe):
         raise ServelabError(f"model: {err}{hint}") from None
 
 
-def _launch_settings(recipe, engine: str, seq, arm) -> tuple[dict, dict]:
-    """The flags (canonical name -> value) and TensorRT-LLM options of an arm's lowest-concurrency job, as
-    rendered (typed fields and InferenceX's launch profile): they say what quantization, MoE kernel and
-    memory budget the engine really runs with. Empty when the arm does not render (reported per arm)."""
+def _launch_settings(recipe, engine: Engine, seq, arm) -> ServerSettings | None:
+    """The server settings of an arm's lowest-concurrency job, as rendered (typed fields and InferenceX's
+    launch profile, TensorRT-LLM's options file included): they say what quantization, MoE kernel and memory
+    budget the engine really runs with. None when the arm does not render (reported per arm)."""
     job = JobPoint(isl=seq.isl, osl=seq.osl, conc=concurrencies(arm)[0])
     try:
         launch = render(recipe, arm, seq.isl + seq.osl + MODEL_LEN_MARGIN, job=job)
     except ServelabError:
-        return {}, {}
-    options = {}
-    if engine == "trtllm":
-        options = next((load_yaml(v, k) or {} for k, v in launch.files.items()), {})
-    return dict(flag_pairs(launch.argv)), options
+        return None
+    grammar = grammar_of(engine)
+    path = grammar.options_path(launch.argv)
+    try:
+        options = (
+            load_yaml(launch.files[path], path) or {} if path is not None and path in launch.files else None
+        )
+        return grammar.parse(launch.argv, options)
+    except ServelabError:
+        return None  # a launch its engine cannot read keeps the defaults; rendering it is checked per arm
 
 
-def _weight_only_fp4(recipe, engine: str) -> str | None:
+def _weight_only_fp4(recipe, engine: Engine) -> str | None:
     """The quantization or MoE kernel of the recipe's first single-node arm that runs FP4 experts without
     FP4 tensor cores, if any."""
     for scenario, seq, _, arm in recipe.arms():
         if scenario == "fixed-seq-len" and not arm.disagg:
-            flags, _ = _launch_settings(recipe, engine, seq, arm)
-            if flags.get("--quantization") in WEIGHT_ONLY_FP4_QUANTIZATIONS:
-                return f"quantization {flags['--quantization']}"
-            kernel = flags.get("--moe-runner-backend") or flags.get("--moe-backend")
+            launched = _launch_settings(recipe, engine, seq, arm)
+            if launched is None:
+                return None
+            if launched.quantization in WEIGHT_ONLY_FP4_QUANTIZATIONS:
+                return f"quantization {launched.quantization}"
+            kernel = launched.moe_backend
             return f"MoE kernel {kernel}" if kernel in WEIGHT_ONLY_FP4_MOE else None
     return None
 
 
-def _utilization(engine, flags, options, e, model, system, parallel, mbt) -> float:
+def _utilization(engine, launched: ServerSettings | None, e, model, system, parallel, mbt) -> float:
     """The share of HBM the engine may fill, counted the way the memory model counts it (vLLM's
     gpu-memory-utilization: weights, activations, the framework reserve and the KV cache together).
 
     SGLang's --mem-fraction-static budgets weights and the KV pool only; activations, CUDA graphs and the
     reserve live in the rest of the GPU. TensorRT-LLM loads the weights, profiles activations, then gives a
-    fraction of what is left to the KV cache."""
+    fraction of what is left to the KV cache (ServerSettings.memory_fraction says which is which)."""
+    fraction = launched.memory_fraction if launched else None
     outside = activation_bytes(model, parallel, mbt) / GIB + FRAMEWORK_RESERVE_GIB
-    if engine == "sglang" and "--mem-fraction-static" in flags:
-        return min(1.0, float(flags["--mem-fraction-static"]) + outside / system.hbm_gib)
-    if engine == "trtllm":
-        fraction = (options.get("kv_cache_config") or {}).get("free_gpu_memory_fraction") or float(
-            flags.get("--kv-cache-free-gpu-memory-fraction", TRTLLM_DEFAULT_KV_FRACTION)
-        )
+    if engine == Engine.SGLANG and fraction is not None:
+        return min(1.0, fraction + outside / system.hbm_gib)
+    if engine == Engine.TRTLLM:
         fixed = weight_bytes_per_gpu(model, parallel) / GIB + outside
         free = max(system.hbm_gib - fixed, 0.0)
-        return min(1.0, (fixed + fraction * free) / system.hbm_gib)
-    if "--gpu-memory-utilization" in flags:
-        return float(flags["--gpu-memory-utilization"])
+        share = fraction or TRTLLM_DEFAULT_KV_FRACTION
+        return min(1.0, (fixed + share * free) / system.hbm_gib)
+    if engine == Engine.VLLM and fraction is not None:
+        return fraction
     return e.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
 
 
-def _batched_tokens(engine: str, flags: dict, e) -> int:
-    name = {"sglang": "--chunked-prefill-size", "trtllm": "--max-num-tokens"}.get(
-        engine, "--max-num-batched-tokens"
-    )
-    value = flags.get(name)
-    return (
-        int(value)
-        if value and value.lstrip("-").isdigit() and int(value) > 0
-        else (e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS)
-    )
+def _batched_tokens(launched: ServerSettings | None, e) -> int:
+    """The step's token budget the engine runs with (vLLM max-num-batched-tokens, SGLang chunked-prefill-size,
+    TensorRT-LLM max_num_tokens); the recipe's or the default where the launch keeps the engine's."""
+    value = launched.max_num_batched_tokens if launched else None
+    return value or e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 
 def validate_recipe(key: str, recipe, registry) -> Report:
@@ -176,9 +179,9 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             )
             continue
         max_len = e.max_model_len or seq.isl + seq.osl + MODEL_LEN_MARGIN
-        flags, options = _launch_settings(recipe, engine, seq, arm)
-        mbt = _batched_tokens(engine, flags, e)
-        gmu = _utilization(engine, flags, options, e, model, system, parallel, mbt)
+        launched = _launch_settings(recipe, engine, seq, arm)
+        mbt = _batched_tokens(launched, e)
+        gmu = _utilization(engine, launched, e, model, system, parallel, mbt)
         try:
             mem = check_fits(model, system, parallel, max_num_batched_tokens=mbt, gpu_memory_utilization=gmu)
         except ServelabError as err:

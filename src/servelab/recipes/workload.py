@@ -12,8 +12,7 @@ from __future__ import annotations
 import io
 import json
 import shlex
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -25,9 +24,13 @@ from pydantic import (
     model_validator,
 )
 
+from servelab.engines.grammar import json_arg
+from servelab.engines.names import Engine, engine_of
+from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
-from servelab.recipes.engines.base import base_env, json_arg
-from servelab.recipes.engines.vllm import render
+from servelab.recipes.engines.base import base_env
+from servelab.recipes.engines.profiles import Extras
+from servelab.recipes.engines.vllm import settings as vllm_settings
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.tokens import EnvName, ImageRef, ModelId, Name, Text, check_text
@@ -243,52 +246,32 @@ def parse_workload(data: object, source: str) -> PerfEvalWorkload:
         raise ServelabError.from_validation(e, source) from None
 
 
-# flag -> (engine field, type); flags that set topology or pins are handled in parse_serve_args.
-_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--max-model-len": ("max-model-len", int),
-    "--kv-cache-dtype": ("kv-cache-dtype", str),
-    "--block-size": ("block-size", int),
-    "--moe-backend": ("moe-backend", str),
-    "--tokenizer-mode": ("tokenizer-mode", str),
-    "--tool-call-parser": ("tool-call-parser", str),
-    "--reasoning-parser": ("reasoning-parser", str),
-    "--max-num-batched-tokens": ("max-num-batched-tokens", int),
-    "--max-num-seqs": ("max-num-seqs", int),
-    "--gpu-memory-utilization": ("gpu-memory-utilization", float),
-    "--compilation-config": ("compilation-config", json.loads),
-    "--kernel-config": ("kernel-config", json.loads),
-    "--speculative-config": ("speculative-config", json.loads),
+# The recipe's engine fields that serve_args are read into (ServerSettings field -> recipe engine key);
+# flags of every other setting stay verbatim in engine.extra-args, in order.
+RECIPE_FIELDS = {
+    "max_model_len": "max-model-len",
+    "kv_cache_dtype": "kv-cache-dtype",
+    "block_size": "block-size",
+    "moe_backend": "moe-backend",
+    "attention_config": "attention-config",
+    "compilation_config": "compilation-config",
+    "kernel_config": "kernel-config",
+    "tokenizer_mode": "tokenizer-mode",
+    "tool_call_parser": "tool-call-parser",
+    "reasoning_parser": "reasoning-parser",
+    "max_num_batched_tokens": "max-num-batched-tokens",
+    "max_num_seqs": "max-num-seqs",
+    "memory_fraction": "gpu-memory-utilization",
+    "prefix_caching": "enable-prefix-caching",
+    "speculative_config": "speculative-config",
 }
-_BOOL_FLAGS = {
-    "--enable-prefix-caching": ("enable-prefix-caching", True),
-    "--no-enable-prefix-caching": ("enable-prefix-caching", False),
-    "--trust-remote-code": ("trust-remote-code", True),
-    "--enable-auto-tool-choice": ("enable-auto-tool-choice", True),
-}
-_TOPOLOGY = {
-    "--tensor-parallel-size": "tp",
-    "-tp": "tp",
-    "--pipeline-parallel-size": "pp",
-    "-pp": "pp",
-    "--data-parallel-size": "dp",
-    "-dp": "dp",
-}
-
-
-# Dotted forms of vLLM's JSON options (--speculative-config.method mtp) become keys of the typed config.
-_DOTTED = {"attention-config", "compilation-config", "speculative-config"}
+# Switches the recipe holds only when on.
+RECIPE_SWITCHES = {"trust_remote_code": "trust-remote-code", "auto_tool_choice": "enable-auto-tool-choice"}
+# What else serve_args are read for: the layout and the revision pin.
+LAYOUT_FIELDS = ("tp", "dp", "pp", "expert_parallel", "revision")
 SCENARIO = "fixed-seq-len"
 # Upstream's GPU profiles that pull ROCm images (vllm/vllm-openai-rocm).
 ROCM_GPUS = {"MI300X", "MI355X"}
-
-
-def _scalar(text: str):
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
 
 
 def split_serve_args(serve_args: str, source: str) -> list[str]:
@@ -324,55 +307,21 @@ def join_serve_args(args: list[str]) -> str:
 
 
 def _parse(serve_args: str, source: str) -> tuple[dict, dict, str | None]:
-    """vLLM serve args -> (engine fields, {tp, pp, dp, ep}, revision); flags with no typed field are kept."""
+    """vLLM serve args -> (engine fields, {tp, pp, dp, ep}, revision), read by vLLM's grammar; flags with no
+    recipe field are kept verbatim."""
     tokens = split_serve_args(serve_args, source)
-    engine: dict = {}
-    topo = {"tp": 1, "pp": 1, "dp": 1, "ep": False}
-    revision = None
-    extra: list[str] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        flag, eq, inline = tok.partition("=")
-        base, dot, key = flag.partition(".")
-        dotted = dot and base.replace("_", "-").removeprefix("--") in _DOTTED and flag.startswith("--")
-        takes_value = dotted or flag in _TOPOLOGY or flag in _VALUE_FLAGS or flag == "--revision"
-        if takes_value and not eq and i + 1 >= len(tokens):
-            raise ServelabError(f"{source}: serve_args {flag} needs a value")
-        value = inline if eq else (tokens[i + 1] if takes_value else "")
-        step = 1 if eq else 2
-        try:
-            if dotted:
-                *path, leaf = key.split(".")
-                node = engine.setdefault(base.replace("_", "-").removeprefix("--"), {})
-                for part in path:
-                    node = node.setdefault(part, {})
-                node[leaf] = _scalar(value)
-            elif flag in _TOPOLOGY:
-                topo[_TOPOLOGY[flag]] = int(value)
-            elif flag == "--revision":
-                revision = value
-            elif flag == "--max-model-len" and value == "auto":
-                extra += [flag, value] if not eq else [tok]  # no typed field for vLLM's "auto" yet
-            elif flag in _VALUE_FLAGS:
-                name, conv = _VALUE_FLAGS[flag]
-                engine[name] = conv(value)
-            elif flag in _BOOL_FLAGS and not eq:
-                name, v = _BOOL_FLAGS[flag]
-                engine[name] = v
-                step = 1
-            elif flag == "--enable-expert-parallel" and not eq:
-                topo["ep"] = True
-                step = 1
-            else:
-                extra.append(tok)  # no typed field yet: kept verbatim, still rendered and fingerprinted
-                step = 1
-        except (ValueError, json.JSONDecodeError) as e:
-            raise ServelabError(f"{source}: serve_args {flag}: bad value ({e})") from None
-        i += step
-    if extra:
-        engine["extra-args"] = extra
-    return engine, topo, revision
+    try:
+        s = VLLM.parse_args(tokens, fields={*RECIPE_FIELDS, *RECIPE_SWITCHES, *LAYOUT_FIELDS})
+    except ServelabError as e:
+        raise ServelabError(f"{source}: serve_args {e}") from None
+    engine: dict = {
+        key: getattr(s, name) for name, key in RECIPE_FIELDS.items() if getattr(s, name) is not None
+    }
+    engine |= {key: True for name, key in RECIPE_SWITCHES.items() if getattr(s, name)}
+    if s.extra_args:
+        engine["extra-args"] = s.extra_args
+    topo = {"tp": s.tp or 1, "pp": s.pp or 1, "dp": s.dp or 1, "ep": s.expert_parallel}
+    return engine, topo, s.revision
 
 
 def _layout_gap(topo: dict) -> str | None:
@@ -477,7 +426,7 @@ def workload_to_recipe(w: PerfEvalWorkload, runner: str, image: str, source: str
         "model-prefix": w.name.split("-")[0],
         "runner": runner,
         "precision": precision_of(w.vllm.model),
-        "framework": "vllm",
+        "framework": Engine.VLLM.value,
         "scenarios": {SCENARIO: seqs},
         "engine": engine,
         "env": env,
@@ -564,7 +513,7 @@ def import_workload(
 def recipe_to_workloads(key: str, recipe, gpu: str = "") -> list[dict]:
     """The perf-eval workload view of a vLLM recipe: one workload per server layout (a workload file holds one
     server), named KEY, or KEY-tpN-epN[-dpa][-ppN] when the recipe has several layouts."""
-    if recipe.framework != "vllm":
+    if engine_of(recipe.framework) != Engine.VLLM:
         raise ServelabError(
             f"{key}: perf-eval workload files describe vLLM servers; this recipe uses {recipe.framework}"
         )
@@ -596,16 +545,10 @@ def recipe_to_workload(key: str, recipe, gpu: str = "") -> dict:
 
 def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
     first_seq, arm = arms[0]
-    argv = render(
-        recipe, arm, recipe.engine.max_model_len or first_seq.isl + first_seq.osl + MODEL_LEN_MARGIN, 0
-    )
-    args = argv.argv[3:]
-    for flag in ("--host", "--port"):  # set by the runner, not part of the workload
-        j = args.index(flag)
-        del args[j : j + 2]
-    if not recipe.engine.max_model_len:
-        j = args.index("--max-model-len")
-        del args[j : j + 2]
+    server = vllm_settings(recipe, arm, first_seq.isl + first_seq.osl + MODEL_LEN_MARGIN, 0, Extras())
+    # host and port are set by the runner, and a max-model-len the recipe leaves unset by each job
+    unset = {"host": None, "port": None} | ({} if recipe.engine.max_model_len else {"max_model_len": None})
+    args = VLLM.split(VLLM.render(server.model_copy(update=unset)).argv)[1][1:]
     out: dict = {
         "name": name,
         "gpu": recipe.gpu_profile or gpu,

@@ -16,6 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pydantic import ValidationError
 
 from servelab.bench.config import BenchConfig, parse_goodput, parse_metadata
+from servelab.engines.command import engine_of_argv, parse
+from servelab.engines.settings import ServerSettings
+from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
 from servelab.predict.deployment import argv_flags
 from servelab.recipes.pipelines import arm_name
@@ -34,6 +37,7 @@ from servelab.run.assertions import Assertion, parse_all
 
 STAGES = ("bench", "gsm8k", "bfcl")
 DEFAULT_PORT = 8000
+LOCALHOST = "127.0.0.1"
 # vllm bench serve options whose CLI form is a string that BenchConfig holds parsed
 _LIST_ARGS = {"percentile_metrics", "metric_percentiles"}
 
@@ -169,13 +173,13 @@ def bench_fields(
     return out
 
 
-def _served_name(model: str, serve_args: list[str]) -> str:
-    for i, arg in enumerate(serve_args):
-        if arg == "--served-model-name" and i + 1 < len(serve_args):
-            return serve_args[i + 1]
-        if arg.startswith("--served-model-name="):
-            return arg.split("=", 1)[1]
-    return model
+def served_name(argv: list[str], model: str) -> str:
+    """The model name a server answers to: its --served-model-name (the first, where vLLM takes several),
+    else the checkpoint it serves, read by the server's grammar."""
+    try:
+        return parse(engine_of_argv(argv), argv, fields=("served_model_name",)).served_model_name or model
+    except ServelabError:
+        return model
 
 
 def _workload_points(cfg: WlBenchConfig, repetitions: int | None, where: str) -> list[BenchPoint]:
@@ -230,12 +234,13 @@ def from_workload(
     """The plan of a perf-eval workload: `vllm serve MODEL --port P SERVE_ARGS` with its env (as upstream's
     lib/server.sh), its bench configs, lm_eval tasks and bfcl; bench_only drops the evals."""
     serve_args = split_serve_args(w.vllm.serve_args, source)
-    argv = ["vllm", "serve", w.vllm.model, "--host", "127.0.0.1", "--port", str(port), *serve_args]
+    runner = ServerSettings(model=w.vllm.model, host=LOCALHOST, port=port)
+    argv = VLLM.render(runner).argv + serve_args
     server = ServerPlan(
         argv,
         dict(w.vllm.env),
         port,
-        _served_name(w.vllm.model, serve_args),
+        served_name(argv, w.vllm.model),
         image=image or w.vllm.image or default_image(w.gpu),
     )
     available = []
@@ -304,7 +309,7 @@ def from_job(
     row, bench, launch = job.row, job.benches[0], job.launch
     ds = bench.dataset
     image = row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
-    model = argv_flags(launch.argv).get("served-model-name") or row["model"]
+    model = served_name(launch.argv, row["model"])
     server = ServerPlan(
         launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
     )

@@ -1,1 +1,6 @@
-"""vLLM: its kernels by shape, GPU and release (kernels.py)."""
+"""vLLM: its server command's grammar (`grammar`) and the kernels it picks by shape, GPU and release
+(`kernels`)."""
+
+from servelab.engines.vllm.grammar import GRAMMAR
+
+__all__ = ["GRAMMAR"]

@@ -1,36 +1,37 @@
 """Engine adapters: render a recipe arm into the exact launch argv, environment and config files.
 
-One module per engine; each exposes `render(recipe, arm, max_model_len, port, extra) -> Launch`, where `extra`
-is what InferenceX's launch script for the recipe's key adds (profiles.py). The registry below picks the
-adapter from the recipe's `framework` (InferenceX's names included) and lists the choices when it is unknown.
+One module per engine; each turns the recipe's typed fields and the arm's layout into typed server settings
+(`servelab.engines.ServerSettings`), renders them through the engine's grammar and applies `extra`, what
+InferenceX's launch script for the recipe's key adds (profiles.py). The registry below picks the adapter from
+the recipe's `framework` (InferenceX's names included) and lists the choices when it is unknown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError, closest
 from servelab.recipes.engines import sglang, trtllm, vllm
 from servelab.recipes.engines.base import Launch
 from servelab.recipes.engines.profiles import Extras, JobPoint, profile_for
 
-ENGINES: dict[str, Callable[..., Launch]] = {
-    "vllm": vllm.render,
-    "sglang": sglang.render,
-    "trtllm": trtllm.render,
+ENGINES: dict[Engine, Callable[..., Launch]] = {
+    Engine.VLLM: vllm.render,
+    Engine.SGLANG: sglang.render,
+    Engine.TRTLLM: trtllm.render,
 }
-# InferenceX and users spell the frameworks several ways.
-ALIASES = {"trt": "trtllm", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "sgl": "sglang"}
 
 
-def engine_name(framework: str) -> str:
-    name = ALIASES.get(framework, framework)
-    if name not in ENGINES:
+def engine_name(framework: str) -> Engine:
+    """The engine a recipe's framework names (InferenceX's `trt` included)."""
+    if not is_engine(framework) or engine_of(framework) not in ENGINES:
+        known = [str(e) for e in ENGINES]
         raise ServelabError(
-            f"servelab has no launch adapter for framework {framework!r} yet; adapters: {', '.join(ENGINES)}"
-            + closest(framework, list(ENGINES) + list(ALIASES))
+            f"servelab has no launch adapter for framework {framework!r} yet; adapters: {', '.join(known)}"
+            + closest(framework, known + ["trt"])
         )
-    return name
+    return engine_of(framework)
 
 
 def render(recipe, arm, max_model_len: int, port: int | None = None, job: JobPoint | None = None) -> Launch:
@@ -41,10 +42,10 @@ def render(recipe, arm, max_model_len: int, port: int | None = None, job: JobPoi
             "disaggregated (prefill/decode) arms are expanded into sweep rows "
             "but their launch is not rendered yet"
         )
-    name = engine_name(recipe.framework)
-    profile = profile_for(recipe, arm, name)
+    engine = engine_name(recipe.framework)
+    profile = profile_for(recipe, arm, engine)
     extra = profile.resolve(arm, job or JobPoint(), recipe.model) if profile else Extras()
-    return ENGINES[name](recipe, arm, max_model_len, port or recipe.client.port, extra)
+    return ENGINES[engine](recipe, arm, max_model_len, port or recipe.client.port, extra)
 
 
-__all__ = ["ALIASES", "ENGINES", "JobPoint", "Launch", "engine_name", "render"]
+__all__ = ["ENGINES", "JobPoint", "Launch", "engine_name", "render"]

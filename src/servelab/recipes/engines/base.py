@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from pydantic import BaseModel, Field
 
+from servelab.engines.grammar import json_arg
+from servelab.engines.names import Engine
 from servelab.errors import ServelabError
 
 
@@ -28,7 +28,7 @@ def base_env(recipe, profile_env: dict[str, str] | None = None) -> dict[str, str
     return dict(sorted(env.items()))
 
 
-def refuse(engine: str, recipe, fields: list[str]) -> None:
+def refuse(engine: Engine, recipe, fields: list[str]) -> None:
     """Raise for typed engine fields this engine cannot express, rather than silently dropping them."""
     dumped = recipe.engine.dump()
     bad = [f for f in fields if dumped.get(f) not in (None, [], {})]
@@ -38,5 +38,4 @@ def refuse(engine: str, recipe, fields: list[str]) -> None:
         )
 
 
-def json_arg(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+__all__ = ["Launch", "base_env", "json_arg", "refuse"]

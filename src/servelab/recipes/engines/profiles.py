@@ -19,6 +19,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
+from servelab.engines.grammar import Grammar, merge_options
+from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError
 from servelab.recipes.inferencex import IxModel
 from servelab.recipes.tokens import EnvName, ModelId, Name, Text
@@ -27,20 +29,8 @@ PROFILES_PATH = Path(__file__).resolve().parents[1] / "data" / "launch-profiles.
 CLUSTER_PREFIX = "cluster:"
 MODEL_SLOT = "{model}"
 
-# Spellings of one flag (the canonical one first); the adapters use the first.
-FLAG_ALIASES: dict[str, tuple[str, ...]] = {
-    "--tp": ("--tp-size", "--tensor-parallel-size"),
-    "--dp": ("--dp-size", "--data-parallel-size"),
-    "--ep": ("--ep-size", "--expert-parallel-size"),
-    "--model-path": ("--model",),
-    "--tensor-parallel-size": ("-tp",),
-    "--data-parallel-size": ("-dp",),
-    "--pipeline-parallel-size": ("-pp",),
-}
-_CANONICAL = {alias: name for name, aliases in FLAG_ALIASES.items() for alias in aliases}
-
-
-# A flag's canonical name, as `drop` lists them.
+# A flag of the adapter's argv, as `drop` lists it (the adapter's spelling, hyphenated; read through the
+# engine's grammar, so any spelling of the flag matches).
 Flag = Annotated[str, Field(pattern=r"^--?[A-Za-z][A-Za-z0-9_.-]*$")]
 # A file the runner writes beside the server: relative, and no segment starts with a dot (so no `..`).
 RelativePath = Annotated[
@@ -60,42 +50,6 @@ class JobPoint:
 def hardware_of(runner: str) -> str:
     """The GPU part of a runner label, as InferenceX's launchers name their scripts: b200-dgxc -> b200."""
     return runner.removeprefix(CLUSTER_PREFIX).split("-", 1)[0]
-
-
-def flag_name(token: str) -> str:
-    """A flag's canonical name: `--max_num_tokens=8` -> `--max-num-tokens`; aliases folded."""
-    name = token.split("=", 1)[0].replace("_", "-")
-    return _CANONICAL.get(name, name)
-
-
-def flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(canonical flag, value or None) for every flag of an argv; `--a=b` and `--a b` read the same."""
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token.startswith("-") and len(token) > 1 and not _is_number(token):
-            if "=" in token and token.startswith("--"):
-                pairs.append((flag_name(token), token.split("=", 1)[1]))
-            elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
-                pairs.append((flag_name(token), argv[i + 1]))
-                i += 1
-            else:
-                pairs.append((flag_name(token), None))
-        i += 1
-    return pairs
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def is_flag(token: str) -> bool:
-    return token.startswith("-") and len(token) > 1 and not _is_number(token)
 
 
 class ProfileKey(IxModel):
@@ -193,14 +147,6 @@ class ProfileTable(IxModel):
     profiles: list[LaunchProfile]
 
 
-def merge_options(base: dict, extra: dict) -> dict:
-    """Nested merge of engine options; `extra` wins."""
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = merge_options(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def launch_profile_file(path: Path = PROFILES_PATH) -> ProfileTable:
     try:
         return ProfileTable.model_validate(json.loads(path.read_text()))
@@ -208,68 +154,25 @@ def launch_profile_file(path: Path = PROFILES_PATH) -> ProfileTable:
         raise ServelabError.from_validation(e, str(path)) from None
 
 
-# InferenceX's framework names -> servelab's adapter names (the rest are the same).
-UPSTREAM_ENGINES = {"trt": "trtllm"}
-
-
 @functools.cache
 def _by_key() -> dict[tuple[str, ...], LaunchProfile]:
+    """Profiles by (model prefix, precision, hardware, engine, speculative decoding); InferenceX's framework
+    names (`trt`) read as servelab's engines."""
     return {
-        (
-            p.model_prefix,
-            p.precision,
-            p.hardware,
-            UPSTREAM_ENGINES.get(p.framework, p.framework),
-            p.spec_decoding,
-        ): p
+        (p.model_prefix, p.precision, p.hardware, engine_of(p.framework), p.spec_decoding): p
         for p in launch_profile_file().profiles
+        if is_engine(p.framework)
     }
 
 
-def profile_for(recipe, arm, engine: str) -> LaunchProfile | None:
-    """The upstream launch profile for a recipe's arm on `engine` (servelab's adapter name), if InferenceX
-    runs that combination."""
+def profile_for(recipe, arm, engine: Engine) -> LaunchProfile | None:
+    """The upstream launch profile for a recipe's arm on `engine`, if InferenceX runs that combination."""
     key = (recipe.model_prefix, recipe.precision, hardware_of(recipe.runner), engine, arm.spec_)
     profile = _by_key().get(key)
     return profile if profile is not None and recipe.model in profile.models else None
 
 
-def merge_args(argv: list[str], extra: list[str]) -> list[str]:
-    """`argv` plus the flags of `extra` it does not already set (by canonical name, so `--tp` and
-    `--tensor-parallel-size` are one flag)."""
-    have = {name for name, _ in flag_pairs(argv)}
-    out = list(argv)
-    i = 0
-    while i < len(extra):
-        token = extra[i]
-        takes_value = "=" not in token and i + 1 < len(extra) and not is_flag(extra[i + 1])
-        group = extra[i : i + 2] if takes_value else [token]
-        if flag_name(token) not in have:
-            out += group
-        i += len(group)
-    return out
-
-
-def drop_flags(argv: list[str], names: list[str]) -> list[str]:
-    """`argv` without the flags (and their values) whose canonical name is in `names`."""
-    if not names:
-        return list(argv)
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if not is_flag(token):
-            out.append(token)
-            i += 1
-            continue
-        takes_value = "=" not in token and i + 1 < len(argv) and not is_flag(argv[i + 1])
-        group = argv[i : i + 2] if takes_value else [token]
-        if flag_name(token) not in names:
-            out += group
-        i += len(group)
-    return out
-
-
-def apply(argv: list[str], extra: Extras) -> list[str]:
-    """The adapter's argv with a profile applied: upstream's dropped flags out, its other flags in."""
-    return merge_args(drop_flags(argv, extra.drop), extra.args)
+def apply(grammar: Grammar, argv: list[str], extra: Extras) -> list[str]:
+    """The adapter's argv with a profile applied: upstream's dropped flags out, its other flags in (by
+    canonical name in the engine's grammar, so `--tp` and `--tp-size` are one SGLang flag)."""
+    return grammar.merged(grammar.without(argv, extra.drop), extra.args)

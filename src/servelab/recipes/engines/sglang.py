@@ -1,78 +1,68 @@
-"""SGLang adapter: `python3 -m sglang.launch_server ...`."""
+"""SGLang adapter: a recipe arm as typed server settings, rendered by SGLang's grammar
+(`python3 -m sglang.launch_server ...`)."""
 
 from __future__ import annotations
 
+from servelab.engines.names import Engine
+from servelab.engines.settings import ServerSettings
+from servelab.engines.sglang.grammar import GRAMMAR, KV_CACHE_DTYPES
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Launch, base_env, refuse
-from servelab.recipes.engines.profiles import Extras, apply, flag_name
+from servelab.recipes.engines.profiles import Extras, apply
 
-# SGLang names the FP8 KV cache by its exact format.
-KV_DTYPES = {
-    "fp8": "fp8_e4m3",
-    "fp8_e4m3": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2",
-    "auto": "auto",
-    "bf16": "bf16",
-}
+HOST = "0.0.0.0"
+
+
+def settings(recipe, arm, max_model_len: int, port: int, extra: Extras) -> ServerSettings:
+    """The server settings of one arm: the recipe's typed engine fields and the arm's layout."""
+    refuse(
+        Engine.SGLANG, recipe, ["attention-config", "compilation-config", "kernel-config", "extra-options"]
+    )
+    layout = GRAMMAR.layout(arm.tp_, arm.ep_, arm.pp_, arm.dp_attn_, arm.dcp_size or 1, arm.pcp_size or 1)
+    e = recipe.engine
+    kv = None
+    if e.kv_cache_dtype:
+        if e.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ServelabError(
+                f"engine.kv-cache-dtype {e.kv_cache_dtype!r}: SGLang takes {', '.join(KV_CACHE_DTYPES)}"
+            )
+        kv = KV_CACHE_DTYPES[e.kv_cache_dtype]
+    spec = None
+    if arm.spec_ != "none":
+        # {"algorithm": "EAGLE", "num_steps": 3} -> --speculative-algorithm EAGLE --speculative-num-steps 3
+        spec = e.speculative_config
+        upstream = GRAMMAR.parse_args(extra.args, fields=("speculative_config",)).speculative_config
+        if not spec and not (upstream or {}).get("algorithm"):
+            raise ServelabError(
+                f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)"
+            )
+    return ServerSettings(
+        model=recipe.model,
+        revision=recipe.revision,
+        host=HOST,
+        port=port,
+        **layout,
+        max_model_len=e.max_model_len or max_model_len,
+        kv_cache_dtype=kv,
+        block_size=e.block_size,
+        moe_backend=e.moe_backend,
+        tokenizer_mode=e.tokenizer_mode,
+        tool_call_parser=e.tool_call_parser,
+        reasoning_parser=e.reasoning_parser,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        max_num_seqs=e.max_num_seqs,
+        memory_fraction=e.gpu_memory_utilization,
+        # The radix cache is on unless turned off; SGLang has no flag that says on.
+        prefix_caching=False if e.enable_prefix_caching is False else None,
+        trust_remote_code=bool(e.trust_remote_code),
+        speculative_config=spec or None,
+        extra_args=e.extra_args,
+    )
 
 
 def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
     extra = extra or Extras()
-    refuse("sglang", recipe, ["attention-config", "compilation-config", "kernel-config", "extra-options"])
-    if (arm.dcp_size or 1) > 1 or (arm.pcp_size or 1) > 1:
-        raise ServelabError("dcp-size/pcp-size: the SGLang adapter does not render context parallelism")
-    e = recipe.engine
-    tp, ep = arm.tp_, arm.ep_
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", recipe.model]
-    if recipe.revision:
-        argv += ["--revision", recipe.revision]
-    argv += ["--host", "0.0.0.0", "--port", str(port), "--tp", str(tp)]
-    if ep > 1:
-        if ep != tp:
-            raise ServelabError(
-                f"ep={ep}: SGLang's expert parallel spans the {tp} TP ranks; set ep to {tp} or 1"
-            )
-        argv += ["--ep", str(ep)]
-    if arm.dp_attn_:
-        argv += ["--enable-dp-attention", "--dp", str(tp)]
-    if arm.pp_ > 1:
-        argv += ["--pp-size", str(arm.pp_)]
-    argv += ["--context-length", str(e.max_model_len or max_model_len)]
-    if e.kv_cache_dtype:
-        if e.kv_cache_dtype not in KV_DTYPES:
-            raise ServelabError(
-                f"engine.kv-cache-dtype {e.kv_cache_dtype!r}: SGLang takes {', '.join(KV_DTYPES)}"
-            )
-        argv += ["--kv-cache-dtype", KV_DTYPES[e.kv_cache_dtype]]
-    if e.block_size:
-        argv += ["--page-size", str(e.block_size)]
-    if e.moe_backend:
-        argv += ["--moe-runner-backend", e.moe_backend]
-    if e.tokenizer_mode:
-        argv += ["--tokenizer-mode", e.tokenizer_mode]
-    if e.tool_call_parser:
-        argv += ["--tool-call-parser", e.tool_call_parser]
-    if e.reasoning_parser:
-        argv += ["--reasoning-parser", e.reasoning_parser]
-    if e.max_num_batched_tokens:
-        argv += ["--chunked-prefill-size", str(e.max_num_batched_tokens)]
-    if e.max_num_seqs:
-        argv += ["--max-running-requests", str(e.max_num_seqs)]
-    if e.gpu_memory_utilization:
-        argv += ["--mem-fraction-static", str(e.gpu_memory_utilization)]
-    if e.enable_prefix_caching is False:
-        argv.append("--disable-radix-cache")
-    if e.trust_remote_code:
-        argv.append("--trust-remote-code")
-    if arm.spec_ != "none":
-        # {"algorithm": "EAGLE", "num_steps": 3} -> --speculative-algorithm EAGLE --speculative-num-steps 3
-        for k, v in (e.speculative_config or {}).items():
-            argv += [f"--speculative-{k.replace('_', '-')}", str(v)]
-        if not e.speculative_config and not any(
-            flag_name(a) == "--speculative-algorithm" for a in extra.args
-        ):
-            raise ServelabError(
-                f"spec-decoding {arm.spec_} needs engine.speculative-config (algorithm, num_steps, ...)"
-            )
-    argv += e.extra_args
-    return Launch(argv=apply(argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port)
+    argv = GRAMMAR.render(settings(recipe, arm, max_model_len, port, extra)).argv
+    return Launch(
+        argv=apply(GRAMMAR, argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port
+    )
