@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from servelab.collect import accept, cases, estimate, modelled, provenance
 from servelab.collect.engines import campaign as engine_campaign
+from servelab.collect.engines import runtime as engine_runtime
 from servelab.collect.engines.campaign import EngineRun
 from servelab.collect.executors import Callbacks, LocalExecutor
 from servelab.collect.store import CampaignStore, key_from_row, key_id
@@ -166,6 +167,9 @@ def run(
         os.environ.setdefault(var, value)
     if cfg.engine is not None:
         os.environ.update(engine_campaign.env(cfg.engine))  # what the spawned workers load and run
+        # the engine's kernels, never servelab's torch ops, measure an engine campaign's keys
+        ops = cases.expand_ops(list(cfg.ops) or None)
+        suite = suite or engine_runtime.suite(tuple(ops), device=cfg.engine.device)
     suite = suite or gpu_suite()
     executor = executor or LocalExecutor(cfg.gpus)
     plan = plan_campaign(cfg)
