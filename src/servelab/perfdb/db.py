@@ -236,10 +236,19 @@ class PerfDB:
             found = source.table_answer(key, self.system.compute_capability)
             if found is None or found.source == "roofline":
                 continue
-            root = source.tables.root if isinstance(source.tables, TableStack) else None
+            root = next(
+                (
+                    t.root
+                    for t in (source.tables, source.torch_tables)
+                    if isinstance(t, TableStack) and t.root
+                ),
+                None,
+            )
             fit = (
-                read_transfer(root / "transfer.json").find(source.system.name, self.system.name, fam.name)
-                if (fam and root)
+                read_transfer(root / "transfer.json").find(
+                    source.system.name, self.system.name, self.backend, fam.name
+                )
+                if fam and root
                 else None
             )
             return transferred(

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from servelab.engines import Engine, kernel_choices
-from servelab.perfdb.db import TABLE_SOURCES, TableStack, table_stack
+from servelab.perfdb.db import TableStack, table_stack
 from servelab.perfdb.families import BY_NAME
 from servelab.perfdb.ratios import FamilyRatio, RatioFile, fit_family
 from servelab.perfdb.roofline import Roofline
@@ -51,7 +51,7 @@ def fit_ratios(engine: Engine, systems: list[SystemSpec]) -> RatioFile:
         for kernel, stack in engine_stacks(system, engine).items():
             for family, key, us in _rows(stack):
                 found = torch.lookup(key, borrow=False)
-                if found is None or found.source not in TABLE_SOURCES:
+                if found is None or found.source != "measured":  # both measured the very key
                     continue
                 eng, tor, where = pairs.setdefault((kernel, family), ([], [], set()))
                 eng.append(us)
@@ -100,7 +100,7 @@ def _pair_fits(
     pairs: dict[str, tuple[list[float], ...]] = {}
     for family, key, us in _rows(target_stack):
         found = source_stack.lookup(key, borrow=False)
-        if found is None or found.source not in TABLE_SOURCES:
+        if found is None or found.source != "measured":  # both measured the very key
             continue
         cols = pairs.setdefault(family, ([], [], [], []))
         for col, value in zip(
@@ -116,6 +116,7 @@ def _pair_fits(
                 TransferFit(
                     source=source.name,
                     target=target.name,
+                    backend=backend,
                     family=family,
                     efficiency=eff,
                     lo=lo,

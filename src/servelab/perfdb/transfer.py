@@ -31,6 +31,7 @@ class TransferFit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     source: str
     target: str
+    backend: str  # the tables' backend on both systems
     family: str
     efficiency: float = Field(gt=0, description="measured / (source x roofline ratio), geometric median")
     lo: float
@@ -43,10 +44,11 @@ class TransferFile(BaseModel):
     provenance: str
     fits: list[TransferFit]
 
-    def find(self, source: str, target: str, family: str) -> TransferFit | None:
-        return next(
-            (f for f in self.fits if (f.source, f.target, f.family) == (source, target, family)), None
-        )
+    def find(self, source: str, target: str, backend: str, family: str) -> TransferFit | None:
+        """The fit for these systems and family with this backend, else with any backend (an efficiency
+        says how near a GPU's kernels get to its peak, which the torch tables measure for every backend)."""
+        same = [f for f in self.fits if (f.source, f.target, f.family) == (source, target, family)]
+        return next((f for f in same if f.backend == backend), same[0] if same else None)
 
 
 def fit_pairs(

@@ -110,7 +110,8 @@ def context_chunk(key, new: int, past: int):
     cb = max(1, -(-nct // PAGE))  # compressed cache blocks per prompt
     wp = min(past, WINDOW)  # window tokens cached before the chunk
     k = min(topk, nct) if csa else 0
-    width = _round_up((k if csa else nct) + WINDOW, 64)
+    # FlashMLA's SM90 sparse prefill reads the index lists in pairs of 64-entry blocks (params.topk % 128)
+    width = _round_up((k if csa else nct) + WINDOW, 128)
     window = 2 * ratio if csa else ratio
     bias, ibias = rand(window, D, scale=0.1), rand(window, INDEX_DIM, scale=0.1)
     sink = _sink(H, Hp)
