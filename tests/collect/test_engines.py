@@ -91,7 +91,9 @@ def test_the_dsv4_plan_holds_the_keys_the_recipes_ask_for():
             assert asked
             for k in asked:
                 if k not in planned:
-                    same = [p.seq for p in planned if isinstance(p, Dsv4Context) and p._replace(seq=k.seq) == k]
+                    same = [
+                        p.seq for p in planned if isinstance(p, Dsv4Context) and p._replace(seq=k.seq) == k
+                    ]
                     assert same and min(same) < k.seq < max(same), k
     heads = {(k.native_heads, k.heads) for k in planned}
     assert heads == {(64, 8), (64, 64), (128, 16)}  # Flash at TP8 and DP8, Pro at TP8

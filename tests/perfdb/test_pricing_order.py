@@ -154,13 +154,20 @@ def test_the_transfer_efficiency_is_fitted_where_two_systems_measured_the_same_k
     _merge(root, "h100_sxm", "torch", "2.11", rows, gpu="NVIDIA H100 80GB HBM3")
     PerfDB.clear_shared()
     fits = fit_transfers(["torch"], [h200, h100])
-    there = fits.find("h200_sxm", "h100_sxm", "gemm")
+    there = fits.find("h200_sxm", "h100_sxm", "torch", "gemm")
     assert there is not None and there.efficiency == pytest.approx(1.1) and there.rows == len(rows)
-    back = fits.find("h100_sxm", "h200_sxm", "gemm")
+    back = fits.find("h100_sxm", "h200_sxm", "torch", "gemm")
     assert back is not None and back.efficiency == pytest.approx(1 / 1.1)
     # a fitted efficiency is applied, with its own band
     fit = TransferFit(
-        source="h200_sxm", target="b200_sxm", family="gemm", efficiency=1.1, lo=-0.05, hi=0.1, rows=9
+        source="h200_sxm",
+        target="b200_sxm",
+        backend="torch",
+        family="gemm",
+        efficiency=1.1,
+        lo=-0.05,
+        hi=0.1,
+        rows=9,
     )
     monkeypatch.setattr(db_mod, "read_transfer", lambda _: TransferFile(provenance="test", fits=[fit]))
     b200 = load_system("b200_sxm")
