@@ -20,9 +20,8 @@ from servelab.engines.command import engine_of_argv, parse
 from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
-from servelab.predict.deployment import argv_flags
+from servelab.recipes.job import EvalSpec, Job
 from servelab.recipes.pipelines import arm_name
-from servelab.recipes.sweep import Job
 from servelab.recipes.workload import (
     PerfEvalWorkload,
     WlBenchConfig,
@@ -267,29 +266,13 @@ def from_workload(
     )
 
 
-def _lm_task(argv: list[str], source: str) -> WlTask:
-    """A sweep job's `lm_eval` argv (recipes/client.py lm_eval_argv) back as a task."""
-    flags = argv_flags(argv)
-    try:
-        model_args = dict(kv.split("=", 1) for kv in flags.get("model-args", "").split(",") if kv)
-        gen = dict(kv.split("=", 1) for kv in flags.get("gen-kwargs", "").split(",") if kv)
-        args = {
-            k: int(v)
-            for k, v in (
-                ("num_concurrent", model_args.get("num_concurrent")),
-                ("max_gen_toks", gen.get("max_gen_toks")),
-            )
-            if v is not None
-        }
-        return WlTask(
-            name=flags.get("tasks", ""),
-            num_fewshot=int(flags.get("num-fewshot", 0)),
-            model_args=WlModelArgs(**args) if args else None,
-        )
-    except (ValueError, ValidationError) as e:
-        raise ServelabError(
-            f"{source}: evals: {' '.join(argv)!r} is not an lm_eval command servelab wrote ({e})"
-        ) from None
+def _lm_task(ev: EvalSpec) -> WlTask:
+    """A sweep job's lm-eval spec as the workload task the gsm8k stage runs."""
+    args = {"num_concurrent": ev.num_concurrent, "max_gen_toks": ev.max_gen_toks}
+    model_args = WlModelArgs(**{k: v for k, v in args.items() if v is not None})
+    return WlTask(
+        name=ev.task, num_fewshot=ev.num_fewshot, model_args=model_args if model_args.dump() else None
+    )
 
 
 def from_job(
@@ -306,36 +289,29 @@ def from_job(
         raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
     if len(job.benches) > 1:
         raise ServelabError(f"{source}: {job.label()}: a job of several concurrencies; servelab runs one")
-    row, bench, launch = job.row, job.benches[0], job.launch
-    ds = bench.dataset
-    image = row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
-    model = served_name(launch.argv, row["model"])
+    row, bench, launch = job.point, job.benches[0], job.launch
+    image = row.image + (f"@{job.image_digest}" if job.image_digest else "")
+    model = served_name(launch.argv, row.model)
     server = ServerPlan(
         launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
     )
-    args: dict = {"random_range_ratio": ds.get("range-ratio")}
-    warm = argv_flags(bench.client).get("num-warmups")
-    if warm is not None:
-        args["num_warmups"] = int(warm)
     where = f"{source}: {job.label()}"
-    conc = bench.conc
-    fields = bench_fields(ds["input-len"], ds["output-len"], ds["num-prompts"], conc, args, where)
-    fields["ignore_eos"] = "--ignore-eos" in bench.client
-    point = BenchPoint(f"{row['exp-name']}-conc-{conc}", repetitions or 1, fields)
+    bench.config(f"{where}: bench")  # bad values are bad input now, before a server starts
+    point = BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, bench.options())
     texts = []
     for metric, bound in job.assertions.items():
-        if bound.get("min") is not None:
-            texts.append(f"bench.{metric} >= {bound['min']}")
-        if bound.get("max") is not None:
-            texts.append(f"bench.{metric} <= {bound['max']}")
-    tasks = [_lm_task(argv, source) for argv in job.evals]
+        if bound.min is not None:
+            texts.append(f"bench.{metric} >= {bound.min}")
+        if bound.max is not None:
+            texts.append(f"bench.{metric} <= {bound.max}")
+    tasks = [_lm_task(ev) for ev in job.evals]
     return RunPlan(
         name=job.key,
         source=source,
         server=server,
         # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
         stages=choose_stages(
-            ([] if row.get("eval-only") else ["bench"]) + (["gsm8k"] if tasks else []), stages, source
+            ([] if row.eval_only else ["bench"]) + (["gsm8k"] if tasks else []), stages, source
         ),
         bench=[point],
         lm_tasks=tasks,
@@ -349,13 +325,11 @@ def pick_job(jobs: list[Job], key: str, arm: str | None, seq: str | None) -> Job
     chosen = [
         j
         for j in jobs
-        if (arm is None or arm_name(j.row) == arm) and (seq is None or j.row["exp-name"].endswith("_" + seq))
+        if (arm is None or arm_name(j.point) == arm) and (seq is None or j.point.seq_len == seq)
     ]
     if len(chosen) == 1:
         return chosen[0]
-    names = sorted(
-        {f"--arm {arm_name(j.row)} --seq-len {j.row['exp-name'].rsplit('_', 1)[-1]}" for j in jobs}
-    )
+    names = sorted({f"--arm {arm_name(j.point)} --seq-len {j.point.seq_len}" for j in jobs})
     if not chosen:
         raise ServelabError(f"{key}: no arm matches; it has: {'; '.join(names)}", field="arm")
     raise ServelabError(f"{key}: {len(chosen)} arms match; choose one of: {'; '.join(names)}", field="arm")
