@@ -33,8 +33,9 @@ from servelab.recipes.workload import (
 )
 from servelab.results.provenance import redact_argv, redact_env
 from servelab.run.assertions import Assertion, parse_all
+from servelab.run.stage import StageName
 
-STAGES = ("bench", "gsm8k", "bfcl")
+STAGES = tuple(StageName)
 DEFAULT_PORT = 8000
 LOCALHOST = "127.0.0.1"
 # vllm bench serve options whose CLI form is a string that BenchConfig holds parsed
@@ -71,7 +72,7 @@ class RunPlan:
     name: str
     source: str
     server: ServerPlan
-    stages: list[str]
+    stages: list[StageName]
     bench: list[BenchPoint] = field(default_factory=list)
     lm_tasks: list[WlTask] = field(default_factory=list)
     lm_defaults: WlModelArgs | None = None
@@ -82,12 +83,12 @@ class RunPlan:
     def items(self) -> list[tuple[str, str, int]]:
         """(stage, config, repetition) of every stage row this plan writes, in run order."""
         out: list[tuple[str, str, int]] = []
-        if "bench" in self.stages:
-            out += [("bench", p.config, r) for p in self.bench for r in range(p.repetitions)]
-        if "gsm8k" in self.stages:
-            out += [("gsm8k", t.name, 0) for t in self.lm_tasks]
-        if "bfcl" in self.stages and self.bfcl:
-            out.append(("bfcl", "", 0))
+        if StageName.BENCH in self.stages:
+            out += [(StageName.BENCH, p.config, r) for p in self.bench for r in range(p.repetitions)]
+        if StageName.GSM8K in self.stages:
+            out += [(StageName.GSM8K, t.name, 0) for t in self.lm_tasks]
+        if StageName.BFCL in self.stages and self.bfcl:
+            out.append((StageName.BFCL, "", 0))
         return out
 
     def dump(self) -> dict:
@@ -107,15 +108,15 @@ class RunPlan:
                 "files": sorted(s.files),
                 "secret_env": s.secret_env,
             },
-            "stages": self.stages,
-            "bench": [asdict(p) for p in self.bench] if "bench" in self.stages else [],
+            "stages": [str(s) for s in self.stages],
+            "bench": [asdict(p) for p in self.bench] if StageName.BENCH in self.stages else [],
             "gsm8k": [
                 {"task": t.name, "num_fewshot": t.num_fewshot, "model_args": _lm_args(self.lm_defaults, t)}
                 for t in self.lm_tasks
             ]
-            if "gsm8k" in self.stages
+            if StageName.GSM8K in self.stages
             else [],
-            "bfcl": self.bfcl.dump() if self.bfcl and "bfcl" in self.stages else None,
+            "bfcl": self.bfcl.dump() if self.bfcl and StageName.BFCL in self.stages else None,
             "assertions": [a.text for a in self.assertions],
             "stage_rows": [list(i) for i in self.items()],
         }
@@ -125,15 +126,15 @@ def _lm_args(defaults: WlModelArgs | None, task: WlTask) -> dict:
     return (defaults.dump() if defaults else {}) | (task.model_args.dump() if task.model_args else {})
 
 
-def choose_stages(available: list[str], requested: list[str] | None, source: str) -> list[str]:
+def choose_stages(available: list[StageName], requested: list[str] | None, source: str) -> list[StageName]:
     """The stages to run: those requested (each must be one the source has), else all it has."""
     if requested is None:
         return available
     for s in requested:
-        if s not in STAGES:
+        if s not in StageName._value2member_map_:
             raise ServelabError(f"{s!r}: expected a comma list of {', '.join(STAGES)}", field="stages")
         if s not in available:
-            has = ", ".join(available) or "none"
+            has = ", ".join(map(str, available)) or "none"
             raise ServelabError(f"{source} has no {s} stage (it has {has})", field="stages")
     return [s for s in STAGES if s in requested]
 
@@ -245,11 +246,11 @@ def from_workload(
     available = []
     configs = w.vllm_bench.configs if w.vllm_bench else []
     if configs:
-        available.append("bench")
+        available.append(StageName.BENCH)
     if w.lm_eval and not w.bench_only:
-        available.append("gsm8k")
+        available.append(StageName.GSM8K)
     if w.bfcl and not w.bench_only:
-        available.append("bfcl")
+        available.append(StageName.BFCL)
     points = []
     for i, cfg in enumerate(configs):
         points += _workload_points(cfg, repetitions, f"{source}: vllm_bench.configs[{i}] ({cfg.name})")
@@ -311,7 +312,9 @@ def from_job(
         server=server,
         # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
         stages=choose_stages(
-            ([] if row.eval_only else ["bench"]) + (["gsm8k"] if tasks else []), stages, source
+            ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []),
+            stages,
+            source,
         ),
         bench=[point],
         lm_tasks=tasks,
