@@ -10,6 +10,7 @@ import pytest
 
 from servelab.calibrate import price as price_module
 from servelab.calibrate import recipes
+from servelab.calibrate.document import RecipeCounts
 from servelab.calibrate.engines import recipe_counts
 from servelab.calibrate.price import Pricer, defaults, lengths_up_to
 from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
@@ -150,7 +151,9 @@ def test_the_pricer_replays_a_case_with_its_settings():
 def test_the_summary_counts_rows_replayed_with_recipe_settings():
     dated = to_case(_row("silicon_concurrency=64; measured=2026-01-14T00:00:00Z"))
     undated = to_case(_row("silicon_concurrency=64"))
-    assert recipe_counts([dated, undated, dated]) == {"trtllm": {"with_recipe": 2, "engine_defaults": 1}}
+    assert recipe_counts([dated, undated, dated]) == {
+        "trtllm": RecipeCounts(with_recipe=2, engine_defaults=1)
+    }
 
 
 def test_sglang_deepseek_rows_get_the_launch_of_their_lengths():
