@@ -11,16 +11,17 @@ calibration's replay).
 """
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 
+from servelab.calibrate.calibration_file import CALIBRATED
+from servelab.calibrate.document import CalibrationDocument
 from servelab.calibrate.price import Pricer, defaults
 from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.calibrate.sources import Sources, gather
+from servelab.engines import Engine
 from servelab.specs import load_system
 
 REPLAYS = ("before", "lengths", "settings", "recipe")
@@ -54,12 +55,12 @@ def spread(errors: list[float]) -> str:
 def variants(engine: str) -> list[tuple[str, dict[str, float], bool]]:
     """(name, parameters, whether the shipped calibrated.json prices the engine so): the documented defaults
     and the engine's fit in the shipped calibrated.json (kept or not)."""
-    shipped = json.loads((resources.files("servelab.predict") / "data" / "calibrated.json").read_text())
-    kept = shipped["engines"].get(engine)
-    fit = kept or shipped.get("fitted_not_kept", {}).get(engine)
+    shipped = CalibrationDocument.read(CALIBRATED)
+    kept = shipped.engines.get(Engine(engine))
+    fit = kept or shipped.fitted_not_kept.get(Engine(engine))
     out = [("defaults", defaults()[engine], kept is None)]
     if fit:
-        out.append(("calibrated.json fit" + ("" if kept else " (not kept)"), fit["params"], kept is not None))
+        out.append(("calibrated.json fit" + ("" if kept else " (not kept)"), fit.params, kept is not None))
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servelab.calibrate.document import CalibrationDocument
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.fit import Linearized
 from servelab.calibrate.params import PARAMS
@@ -102,7 +103,7 @@ def test_linearization_in_workers_is_that_of_one_process(cases, price):
     assert np.count_nonzero(one.jac) > 0
 
 
-def calibrate(tmp_path: Path, jobs: int, lines: list[str]) -> tuple[dict, str]:
+def calibrate(tmp_path: Path, jobs: int, lines: list[str]) -> tuple[CalibrationDocument, str]:
     sample = tmp_path / "silicon_sample.csv"
     with open(sample, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(silicon_rows()[0]))
@@ -118,12 +119,12 @@ def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
     two_lines: list[str] = []
     one, one_report = calibrate(tmp_path, 1, one_lines)
     two, two_report = calibrate(tmp_path, 2, two_lines)
-    assert one["rows_used"] == 6 and one["rows_skipped"] == two["rows_skipped"]
-    assert any(reason.startswith("servelab refuses") for reason in one["rows_skipped"])
+    assert one.rows_used == 6 and one.rows_skipped == two.rows_skipped
+    assert any(reason.startswith("servelab refuses") for reason in one.rows_skipped)
     for key in ("errors", "cv_by_family", "engines", "fitted_not_kept", "verdicts", "defaults_vs_written"):
-        assert one[key] == two[key], key  # floats compared exactly
-    assert set(one["cv_by_family"]) == {"vllm/llama", "vllm/qwen"}
-    assert set(one["defaults_vs_written"]["as written"]) == {"vllm", "vllm/llama", "vllm/qwen"}
+        assert getattr(one, key) == getattr(two, key), key  # floats compared exactly
+    assert set(one.cv_by_family) == {"vllm/llama", "vllm/qwen"}
+    assert set(one.defaults_vs_written.as_written) == {"vllm", "vllm/llama", "vllm/qwen"}
     assert one_report == two_report  # every row's prediction at the fit
     # a progress line per phase: rows done / total, seconds, processes
     assert any(line.startswith("  cross-validation") and "6/6 rows" in line for line in two_lines)
@@ -161,13 +162,13 @@ def test_the_report_carries_each_rows_prediction_with_its_family_left_out(tmp_pa
     the cross-validation reports, family by family."""
     doc, report = calibrate(tmp_path, 1, [])
     rows = json.loads(report)
-    for key, errors in doc["cv_by_family"].items():
+    for key, errors in doc.cv_by_family.items():
         engine, family = key.split("/")
         mine = [r for r in rows if r["engine"] == engine and r["family"] == family]
         ttft = [abs(r["family_left_out_ttft_ms"] - r["ttft_ms"]) / r["ttft_ms"] for r in mine]
         tpot = [abs(r["family_left_out_tpot_ms"] - r["tpot_ms"]) / r["tpot_ms"] for r in mine]
-        assert float(np.median(ttft)) == pytest.approx(errors["ttft"]["median"], rel=1e-6)
-        assert float(np.median(tpot)) == pytest.approx(errors["tpot"]["median"], rel=1e-6)
+        assert float(np.median(ttft)) == pytest.approx(errors.ttft.median, rel=1e-6)
+        assert float(np.median(tpot)) == pytest.approx(errors.tpot.median, rel=1e-6)
 
 
 def test_the_reports_as_written_rows_are_the_as_written_errors(tmp_path):
@@ -175,11 +176,12 @@ def test_the_reports_as_written_rows_are_the_as_written_errors(tmp_path):
     and p90 errors are the summary's "as written, out of sample" line, kept fit or not."""
     doc, report = calibrate(tmp_path, 1, [])
     rows = json.loads(report)
-    written = doc["errors"]["as written, out of sample"]
+    written = doc.errors["as written, out of sample"]
     for metric in ("ttft", "tpot"):
         errors = [abs(r[f"as_written_{metric}_ms"] - r[f"{metric}_ms"]) / r[f"{metric}_ms"] for r in rows]
-        assert float(np.median(errors)) == pytest.approx(written[metric]["median"], rel=1e-6)
-        assert float(np.percentile(errors, 90)) == pytest.approx(written[metric]["p90"], rel=1e-6)
+        summary = getattr(written, metric)
+        assert float(np.median(errors)) == pytest.approx(summary.median, rel=1e-6)
+        assert float(np.percentile(errors, 90)) == pytest.approx(summary.p90, rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -63,20 +63,20 @@ def chosen():
 def test_a_term_that_does_not_transfer_is_left_at_its_default(chosen):
     cases, by_set, got = chosen
     v = got["trtllm"]
-    assert set(v["set_scores"]) == set(PARAM_SETS)
+    assert set(v.set_scores) == set(PARAM_SETS)
     # every term: the MoE layer cost fitted on DeepSeek sends gpt-oss left out far off
-    assert v["set_scores"]["all"] > 2 * min(v["set_scores"].values())
+    assert v.set_scores["all"] > 2 * min(v.set_scores.values())
     assert by_set["all"]["cv"]["by_family"]["trtllm/gpt-oss"]["ttft"]["median"] > 1.0
     # a smaller set transfers: it is chosen and kept, and its fit carries no MoE layer cost
-    assert v["param_set"] != "all" and v["kept"]
-    assert v["cv_score"] == min(v["set_scores"].values()) < v["defaults_score"]
-    fitted = by_set[v["param_set"]]["fitted"]["trtllm"]
+    assert v.param_set != "all" and v.kept
+    assert v.cv_score == min(v.set_scores.values()) < v.defaults_score
+    fitted = by_set[v.param_set]["fitted"]["trtllm"]
     assert "moe_route_us" not in fitted
     # the set's parameters that the rows price (the toy has no MoE prompt or eager CPU term, and a term no
     # row prices keeps its documented 0)
-    assert set(fitted) == set(PARAM_SETS[v["param_set"]]) - {"moe_prompt_token_us", "eager_moe_route_us"}
+    assert set(fitted) == set(PARAM_SETS[v.param_set]) - {"moe_prompt_token_us", "eager_moe_route_us"}
     assert fitted["step_overhead_us"] == pytest.approx(2000.0, rel=0.05)
-    assert by_set[v["param_set"]]["cv"]["by_family"]["trtllm/gpt-oss"]["ttft"]["median"] < 0.05
+    assert by_set[v.param_set]["cv"]["by_family"]["trtllm/gpt-oss"]["ttft"]["median"] < 0.05
 
 
 def test_a_term_that_transfers_keeps_the_full_set():
@@ -89,8 +89,8 @@ def test_a_term_that_transfers_keeps_the_full_set():
     by_set = fit_param_sets(cases, START, toy_price, iters=200)
     before = errors_of(cases, {}, lambda c, p: toy_price(c, DEFAULTS))
     v = verdicts(["trtllm"], cases, before, {n: s["cv"]["rows"] for n, s in by_set.items()})["trtllm"]
-    assert v["param_set"] == "all" and v["kept"]
-    assert v["set_scores"]["all"] < v["set_scores"]["no_moe_layer_gpu"]
+    assert v.param_set == "all" and v.kept
+    assert v.set_scores["all"] < v.set_scores["no_moe_layer_gpu"]
 
 
 def test_a_tie_goes_to_the_smaller_set():
@@ -98,23 +98,24 @@ def test_a_tie_goes_to_the_smaller_set():
     before = (np.array([0.5]), np.array([0.5]))
     same = {"r0": (0.1, 0.1)}
     v = verdicts(["vllm"], cases, before, {"all": same, "no_moe_layer_gpu": same})["vllm"]
-    assert v["param_set"] == "no_moe_layer_gpu"
+    assert v.param_set == "no_moe_layer_gpu"
 
 
 def test_the_file_records_the_chosen_set_and_reads_back(chosen, tmp_path):
     cases, by_set, got = chosen
-    name = got["trtllm"]["param_set"]
+    name = got["trtllm"].param_set
     fitted = {"trtllm": by_set[name]["fitted"]["trtllm"]}
     doc = {
         "calibration_format": FORMAT,
         "_provenance": "test",
-        "engines": engine_entries(fitted, cases, False, got),
-        "verdicts": got,
+        "engines": {e: fit.model_dump() for e, fit in engine_entries(fitted, cases, False, got).items()},
+        "verdicts": {e: v.model_dump() for e, v in got.items()},
     }
     path = tmp_path / "cal.json"
     path.write_text(json.dumps(doc))
     again = json.loads(path.read_text())["engines"]["trtllm"]
-    assert again["param_set"] == name and again["set_scores"] == got["trtllm"]["set_scores"]
+    assert again["param_set"] == name and again["set_scores"] == got["trtllm"].set_scores
+    assert "proposed_terms" not in again  # a fit without terms EngineProfile lacks writes none
     assert set(read_calibration(path).engines["trtllm"].params) == set(fitted["trtllm"])
     profile = engine_profile("trtllm", calibration=path)
     assert profile.step_overhead_us == pytest.approx(fitted["trtllm"]["step_overhead_us"], abs=1e-3)

@@ -2,18 +2,19 @@
 (calibrate/recipes.py, data/inferencex_recipes.json: TensorRT-LLM's, SGLang's DeepSeek-R1 and vLLM's
 gpt-oss-120b and Llama-3.1-70B H200 recipes), and the Pricer applying them."""
 
-import json
 from dataclasses import replace
-from importlib import resources
 
 import pytest
 
 from servelab.calibrate import price as price_module
 from servelab.calibrate import recipes
+from servelab.calibrate.document import RecipeCounts
 from servelab.calibrate.engines import recipe_counts
 from servelab.calibrate.price import Pricer, defaults, lengths_up_to
+from servelab.calibrate.recipe_table import Branch, RecipeTable, read_recipe_table
 from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
 from servelab.calibrate.rows import to_case
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, load_system
 from servelab.traffic.lengths import length_bounds
@@ -28,14 +29,20 @@ def _dsr1(date: str, **kw) -> RunSettings | None:
 
 
 def test_the_table_names_where_each_range_was_read():
-    doc = json.loads((resources.files("servelab.calibrate") / "data" / "inferencex_recipes.json").read_text())
-    assert "InferenceX" in doc["_provenance"] and len(doc["inferencex_head"]) == 40
-    for r in doc["recipes"]:
-        assert r["versions"] and all(len(v["commit"]) == 40 and v["file"] for v in r["versions"])
-        assert r["versions"][0]["date"] == r["from"] and all(
-            r["until"] is None or v["date"] <= r["until"] for v in r["versions"]
-        )
-        assert r["until"] is None or r["from"] < r["until"]
+    table = read_recipe_table()
+    assert "InferenceX" in table.provenance and len(table.inferencex_head) == 40
+    for r in table.recipes:
+        assert r.versions and all(len(v.commit) == 40 and v.file for v in r.versions)
+        assert r.versions[0].date == r.start and all(r.until is None or v.date <= r.until for v in r.versions)
+        assert r.until is None or r.start < r.until
+    # a setting chosen by the load is a typed branch; a recorded one keeps the script's own value
+    dsr1 = next(r for r in table.recipes if r.engine == Engine.SGLANG and r.until is None)
+    assert isinstance(dsr1.settings.max_running_requests, Branch)
+    assert dsr1.settings.recorded == {
+        "stream_interval": 10,
+        "attention_backend": "flashinfer",
+        "disable_radix_cache": True,
+    }
 
 
 def test_the_recipe_is_the_one_in_use_on_the_measured_date():
@@ -150,7 +157,9 @@ def test_the_pricer_replays_a_case_with_its_settings():
 def test_the_summary_counts_rows_replayed_with_recipe_settings():
     dated = to_case(_row("silicon_concurrency=64; measured=2026-01-14T00:00:00Z"))
     undated = to_case(_row("silicon_concurrency=64"))
-    assert recipe_counts([dated, undated, dated]) == {"trtllm": {"with_recipe": 2, "engine_defaults": 1}}
+    assert recipe_counts([dated, undated, dated]) == {
+        "trtllm": RecipeCounts(with_recipe=2, engine_defaults=1)
+    }
 
 
 def test_sglang_deepseek_rows_get_the_launch_of_their_lengths():
@@ -217,7 +226,10 @@ def test_a_kv_dtype_servelab_cannot_represent_leaves_the_row_out(monkeypatch):
         "versions": [{"commit": "0" * 40, "date": "2025-01-01", "file": "x.sh"}],
         "settings": {"kv_cache_dtype": "int4"},
     }
-    monkeypatch.setattr(recipes, "recipe_table", lambda: (entry,))
+    table = RecipeTable.model_validate(
+        {"_provenance": "test", "inferencex_head": "0" * 40, "recipes": [entry]}
+    )
+    monkeypatch.setattr(recipes, "recipe_table", lambda: table)
     with pytest.raises(ValueError, match="KV-cache dtype int4"):
         run_settings("vllm", "llama-3.1-70b", "h200_sxm", "2025-10-29", _load())
 

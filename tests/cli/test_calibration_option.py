@@ -104,7 +104,8 @@ def calibration_with(tmp_path, name, **extra):
     """A calibration file as `servelab calibrate engines` writes it: vLLM's documented parameters + extra."""
     path = tmp_path / name
     entries = engine_entries({"vllm": defaults()["vllm"] | extra}, [], with_proposed_terms=False)
-    path.write_text(json.dumps({"calibration_format": FORMAT, "_provenance": "test fit", "engines": entries}))
+    engines = {e: fit.model_dump() for e, fit in entries.items()}
+    path.write_text(json.dumps({"calibration_format": FORMAT, "_provenance": "test fit", "engines": engines}))
     return path
 
 

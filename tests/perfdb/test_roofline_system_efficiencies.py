@@ -42,7 +42,7 @@ def test_without_tiles_a_gemm_costs_its_own_rows():
 
 def test_an_attention_rate_of_the_systems_own():
     base = Roofline(FAST_MEMORY)
-    rate = 4 * base.eff["attention_compute"]
+    rate = 4 * base.eff.attention_compute
     faster = Roofline(FAST_MEMORY.model_copy(update={"efficiencies": {"attention_compute": rate}}))
     assert compute_us(faster, PROMPT) * 4 == pytest.approx(compute_us(base, PROMPT))
     assert compute_us(faster, Gemm(256, 4096, 4096)) == pytest.approx(compute_us(base, Gemm(256, 4096, 4096)))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import inferencex_rows
+from servelab.calibrate.document import CalibrationDocument
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.families import family_of
 from servelab.calibrate.price import Pricer
@@ -92,12 +93,12 @@ def test_gather_inferencex_folder_records_hash_and_skips(tmp_path):
     got = gather(Sources(inferencex=(tmp_path,)), "h200_sxm")
     assert sorted(c.concurrency for c in got.cases) == [4, 8]
     (record,) = got.sources
-    assert record["rows_read"] == 4 and record["rows_used"] == 2 and len(record["sha256"]) == 64
+    assert record.rows_read == 4 and record.rows_used == 2 and len(record.sha256) == 64
     assert got.skipped == {"GPU mi300x has no servelab system": 1, "measured on b200_sxm, not h200_sxm": 1}
     again = gather(Sources(inferencex=(tmp_path,)), "h200_sxm")
-    assert again.sources[0]["sha256"] == record["sha256"]
+    assert again.sources[0].sha256 == record.sha256
     (tmp_path / "agg_bmk.json").write_text(json.dumps(rows[:1]))
-    assert gather(Sources(inferencex=(tmp_path,)), "h200_sxm").sources[0]["sha256"] != record["sha256"]
+    assert gather(Sources(inferencex=(tmp_path,)), "h200_sxm").sources[0].sha256 != record.sha256
 
 
 def test_gather_refuses_a_missing_path(tmp_path):
@@ -230,12 +231,14 @@ def test_calibration_from_store_recovers_the_parameters(tmp_path):
     lines: list[str] = []
     doc = calibrate_engines(opts, echo=lines.append)
     assert any("nothing to ask AIConfigurator about" in line for line in lines)
-    assert doc["aiconfigurator_same_rows"] is None
-    fitted = (doc["engines"] | doc["fitted_not_kept"])["vllm"]["params"]
+    assert doc.aiconfigurator_same_rows is None
+    fitted = (doc.engines | doc.fitted_not_kept)["vllm"].params
     assert math.isclose(fitted["step_overhead_us"], TRUTH["step_overhead_us"], rel_tol=0.1)
-    assert doc["verdicts"]["vllm"]["kept"]  # both families share the engine: the fit transfers
-    assert set(doc["cv_by_family"]) == {"vllm/llama", "vllm/qwen"}
-    assert doc["errors"]["fitted, leave one family out"]["tpot"]["median"] < 0.05
+    assert doc.verdicts["vllm"].kept  # both families share the engine: the fit transfers
+    assert set(doc.cv_by_family) == {"vllm/llama", "vllm/qwen"}
+    assert doc.errors["fitted, leave one family out"].tpot.median < 0.05
+    assert out.read_text() == doc.text()  # the file is the document, and reads back as it
+    assert CalibrationDocument.read(out) == doc
     written = json.loads(out.read_text())
     assert written["calibration_format"] == 2
     (source,) = written["provenance"]["sources"]

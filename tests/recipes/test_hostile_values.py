@@ -219,7 +219,8 @@ def test_free_text_is_quoted_in_every_format(store_dir, tmp_path, fake_bin, fiel
         assert json.loads((work / JOB_FILE).read_text()) == json.loads(json.dumps(job.to_json()))
         plan = from_job(read_job(work / JOB_FILE, None), JOB_FILE)  # what `servelab run --job` starts
         assert plan.server.argv == job.launch.argv and plan.server.env == job.launch.env
-        assert [t.name for t in plan.lm_tasks] == [e[e.index("--tasks") + 1] for e in job.evals]
+        assert [t.name for t in plan.lm_tasks] == [e.task for e in job.evals]
+        assert [e.argv()[e.argv().index("--tasks") + 1] for e in job.evals] == [e.task for e in job.evals]
         if launcher == "docker":
             argv = docker_argv(plan.server, "c", work, work)
             assert argv[-len(job.launch.argv) + 1 :] == job.launch.argv[1:]

@@ -155,7 +155,8 @@ def test_eval_marking(shipped):
     # DP group: 64..1024: highest 1024, median 256.
     assert marked(jobs) == [(8, 1, False, 64), (8, 8, False, 256), (8, 8, True, 256), (8, 8, True, 1024)]
     ev = next(j for j in jobs if j.row["run-eval"])
-    assert ev.evals[0][:2] == ["lm_eval", "--model"] and "gsm8k" in ev.evals[0]
+    assert ev.evals[0].task == "gsm8k" and ev.evals[0].num_fewshot == 5
+    assert ev.evals[0].argv()[:2] == ["lm_eval", "--model"] and "gsm8k" in ev.evals[0].argv()
 
 
 def test_eval_marking_only_8k1k(shipped):

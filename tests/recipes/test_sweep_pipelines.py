@@ -41,14 +41,24 @@ def test_json_matrix(jobs):
     r = rows[0]
     assert r["config-key"] == "dsv4-fp4-b200-vllm" and r["fingerprint"] == jobs[0].fingerprint
     assert r["launch"]["argv"][:2] == ["vllm", "serve"] and r["not-renderable"] is None
-    assert r["benches"][0]["conc"] == r["conc"] and r["benches"][0]["client"][:2] == ["servelab", "bench"]
-    assert r["benches"][0]["dataset"] == {
-        "name": "random",
-        "input-len": 8192,
-        "output-len": 1024,
-        "range-ratio": 0.8,
-        "num-prompts": 10,
+    assert r["job-format"] == 2 and r["benches"][0]["max_concurrency"] == r["conc"] == 1
+    assert r["benches"][0] == {
+        "base_url": "http://localhost:8000",
+        "model": "deepseek-ai/DeepSeek-V4-Pro",
+        "dataset_name": "random",
+        "random_input_len": 8192,
+        "random_output_len": 1024,
+        "random_range_ratio": 0.8,
+        "num_prompts": 10,
+        "max_concurrency": 1,
+        "num_warmups": 2,
+        "ignore_eos": True,
+        "save_result": True,
+        "result_dir": "results",
+        "result_filename": "dsv4-fp4-b200-vllm_dsv4_8k1k_tp8-ep1-dpa0-pp1-conc1.json",
     }
+    # the `servelab bench` command of the point is rendered from it, never stored to be parsed back
+    assert jobs[0].benches[0].argv()[:4] == ["servelab", "bench", "--base-url", "http://localhost:8000"]
 
 
 def test_github_matrix(jobs):

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from servelab.bench.spec import BenchSpec
 from servelab.recipes.predict_jobs import bench_stream, predict_job
 from servelab.recipes.store import open_store
 from servelab.recipes.sweep import expand
@@ -29,7 +30,7 @@ def test_every_job_gets_its_twin():
     for job in jobs:
         p = job["predicted"]
         assert p["source"] == "predicted" and "calibrated.json" in p["engine_profile"]
-        stream = bench_stream(job["benches"][0]["client"])
+        stream = bench_stream(BenchSpec(**job["benches"][0]))
         assert p["completed"] == stream.num_prompts  # the twin replays every prompt of the job's client
         assert p["total_output_tokens"] > 0 and 0 < p["median_ttft_ms"] < p["p99_e2el_ms"]
         assert p["p50_tpot_ms"] == pytest.approx(p["median_tpot_ms"]) and p["p90_tpot_ms"] > 0
@@ -65,6 +66,6 @@ def test_jobs_that_cannot_be_simulated_say_why():
     mtp = job.model_copy(update={"row": {**job.row, "spec-decoding": "mtp"}})
     assert "speculative decoding mtp" in predict_job(store, mtp)["error"]
     bench = job.benches[0]
-    sharegpt = bench.model_copy(update={"client": [*bench.client, "--dataset-name", "sharegpt"]})
+    sharegpt = bench.model_copy(update={"dataset_name": "sharegpt"})
     other = job.model_copy(update={"benches": [sharegpt]})
     assert "dataset sharegpt" in predict_job(store, other)["error"]

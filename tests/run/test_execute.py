@@ -2,7 +2,6 @@
 metrics and repetitions in the store, assertions, outcome and exit codes, resume, baseline regression."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,8 @@ from servelab.recipes.yamlio import read_yaml
 from servelab.results.store import Store
 from servelab.run.execute import RunOptions, execute
 from servelab.run.plan import from_workload
-from servelab.run.stage import StageFailed, StageOutput
+from servelab.run.stage import Stage, StageCall, StageFailed, StageName, StageOutput
+from servelab.run.stages import stage_registry
 
 ATTACHED = RunOptions(base_url="http://127.0.0.1:9", model="m")  # no server: the fakes never call it
 
@@ -25,29 +25,43 @@ class Fakes:
         self.gsm8k, self.bfcl_fails = gsm8k, bfcl_fails
         self.calls: list[tuple] = []
 
-    def registry(self):
-        return {"bench": self.bench, "gsm8k": self.run_gsm8k, "bfcl": self.run_bfcl}
+    def registry(self, **replaced):
+        """Stand-in stage classes for this instance; `replaced` swaps a stage's run for a function of
+        (target, call)."""
+        runs = {"bench": self.bench, "gsm8k": self.run_gsm8k, "bfcl": self.run_bfcl} | replaced
+        return stage_registry(*(_stage(StageName(name), fn) for name, fn in runs.items()))
 
-    def bench(self, target, point, repetition, out_dir: Path):
-        self.calls.append(("bench", point.config, repetition))
-        path = out_dir / f"bench-{point.config}-rep{repetition}.json"
+    def bench(self, target, call: StageCall):
+        point = next(p for p in call.plan.bench if p.config == call.config)
+        self.calls.append(("bench", point.config, call.repetition))
+        path = call.run_dir / f"bench-{point.config}-rep{call.repetition}.json"
         path.write_text("{}")
-        tpot = self.tpot.get((point.config, repetition), 10.0)
+        tpot = self.tpot.get((point.config, call.repetition), 10.0)
         return StageOutput({"median_tpot_ms": tpot, "completed": 4.0}, {"median_tpot_ms": "ms"}, [path])
 
-    def run_gsm8k(self, target, task, defaults, out_dir, dataset_path):
-        self.calls.append(("gsm8k", task.name, 0))
-        assert target.model == "m" and defaults.num_concurrent == 8 and out_dir.is_dir()
+    def run_gsm8k(self, target, call: StageCall):
+        self.calls.append(("gsm8k", call.config, 0))
+        assert target.model == "m" and call.plan.lm_defaults.num_concurrent == 8 and call.run_dir.is_dir()
         if self.gsm8k is None:
             raise StageFailed("lm-eval crashed")
         return StageOutput({"exact_match": self.gsm8k})
 
-    def run_bfcl(self, target, spec, out_dir):
+    def run_bfcl(self, target, call: StageCall):
         self.calls.append(("bfcl", "", 0))
-        assert spec.test_categories == ["simple_python"]
+        assert call.plan.bfcl.test_categories == ["simple_python"]
         if self.bfcl_fails:
             raise StageFailed("bfcl-eval is not installed")
         return StageOutput({"accuracy": 0.5})
+
+
+def _stage(stage_name: StageName, fn) -> type[Stage]:
+    class Fake(Stage):
+        name = stage_name
+
+        def run(self, target, call):
+            return fn(target, call)
+
+    return Fake
 
 
 @pytest.fixture
@@ -167,30 +181,30 @@ def test_regression_against_a_baseline_run(plan_of, store):
 
 
 def test_bad_input_seen_by_a_stage_is_a_stage_error(plan_of, store):
-    def bad_task(target, task, defaults, out_dir, dataset_path):
+    def bad_task(target, call):
         raise ServelabError("lm-eval has no task 'gsm9k'")
 
-    result = execute(plan_of(), store, ATTACHED, Fakes().registry() | {"gsm8k": bad_task})
+    result = execute(plan_of(), store, ATTACHED, Fakes().registry(gsm8k=bad_task))
     row = next(r for r in result.rows if r.stage == "gsm8k")
     assert (row.status, row.detail) == ("error", "lm-eval has no task 'gsm9k'")
     assert result.exit_code == 3 and store.get_run(result.run_id).outcome == "error"
 
 
 def test_an_unforeseen_failure_still_ends_the_run(plan_of, store):
-    def broken(target, spec, out_dir):
+    def broken(target, call):
         raise RuntimeError("a bug")
 
     with pytest.raises(RuntimeError, match="a bug"):
-        execute(plan_of(), store, ATTACHED, Fakes().registry() | {"bfcl": broken})
+        execute(plan_of(), store, ATTACHED, Fakes().registry(bfcl=broken))
     [run] = store.list_runs()
     assert run.outcome == "error" and run.ended_at
     assert {s.stage for s in store.stages(run.id) if s.status == "pass"} == {"server", "bench", "gsm8k"}
 
 
 def test_dotted_metric_names_of_bfcl(plan_of, store):
-    def bfcl(target, spec, out_dir):
+    def bfcl(target, call):
         return StageOutput({"overall.accuracy": 0.8, "simple_python.accuracy": 0.9})
 
     plan = plan_of(assertions=["bfcl.overall.accuracy >= 0.75", "bfcl.simple_python.accuracy >= 0.95"])
-    result = execute(plan, store, ATTACHED, Fakes().registry() | {"bfcl": bfcl})
+    result = execute(plan, store, ATTACHED, Fakes().registry(bfcl=bfcl))
     assert [j.outcome for j in result.judged] == ["pass", "fail"] and result.exit_code == 1

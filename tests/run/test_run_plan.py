@@ -171,14 +171,11 @@ def test_plan_from_a_sweep_job(job_file):
     [point] = plan.bench
     conc = job.row["conc"]
     assert point.config == f"{job.row['exp-name']}-conc-{conc}"
-    assert (
-        point.fields["max_concurrency"] == conc
-        and point.fields["num_prompts"] == job.benches[0].dataset["num-prompts"]
-    )
+    bench = job.benches[0]
+    assert point.fields["max_concurrency"] == conc and point.fields["num_prompts"] == bench.num_prompts
     assert point.fields["random_input_len"] == 8192 and point.fields["random_range_ratio"] == 0.8
-    assert point.fields["num_warmups"] == int(
-        job.benches[0].client[job.benches[0].client.index("--num-warmups") + 1]
-    )
+    assert point.fields["num_warmups"] == bench.num_warmups == 2 * conc  # InferenceX: 2 per slot
+    assert point.fields["ignore_eos"] is True and "base_url" not in point.fields  # the run's target
     # --all-evals rows are InferenceX's eval-only jobs: the evals run without the throughput benchmark
     assert job.row["eval-only"] and plan.stages == ["gsm8k"]
     assert [t.name for t in plan.lm_tasks] == ["gsm8k"] and plan.lm_tasks[0].num_fewshot == 5

@@ -1,24 +1,28 @@
-"""The versioned calibration file (`calibration_format` 2; predict/data/calibrated.json is the shipped one):
-fitted engine parameters with their provenance (sources with hashes, servelab version and git sha, date,
-command, settings), the cross-validated errors they were judged by, and which engines' fits were kept.
-predict/engines.py reads it (`--calibration FILE`)."""
+"""The parts of the versioned calibration file (calibrate/document.py, `calibration_format` 2;
+predict/data/calibrated.json is the shipped one): fitted engine parameters with their provenance (sources
+with hashes, servelab version and git sha, date, command, settings), the cross-validated errors they were
+judged by, and which engines' fits were kept. predict/engines.py reads it (`--calibration FILE`)."""
 
 import datetime as dt
 import hashlib
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 import servelab
+from servelab.calibrate.document import FORMAT, EngineFit, Provenance, Settings, SourceRecord, Verdict
 from servelab.calibrate.params import PARAMS
 from servelab.calibrate.rows import Case
+from servelab.engines import Engine
 from servelab.results.provenance import git_sha
+
+__all__ = ["CALIBRATED", "FORMAT", "LOSS", "as_written_errors", "engine_entries", "provenance", "verdicts"]
 
 PACKAGE = Path(servelab.__file__).resolve().parent
 CALIBRATED = PACKAGE / "predict" / "data" / "calibrated.json"
 LOSS = "soft-L1 (scale 0.1) of log(pred/measured), TTFT and TPOT"
-FORMAT = 2  # 1: the first shipped file (a single `source`, no `calibration_format` key)
 
 
 def servelab_state() -> str:
@@ -51,32 +55,28 @@ def servelab_state() -> str:
 
 
 def engine_entries(
-    fitted: dict[str, dict[str, float]],
+    fitted: Mapping[Engine, dict[str, float]],
     cases: list[Case],
     with_proposed_terms: bool,
-    verdicts: dict[str, dict] | None = None,
-) -> dict[str, dict]:
+    verdicts: dict[Engine, Verdict] | None = None,
+) -> dict[Engine, EngineFit]:
     """Each engine's fitted parameters (the terms EngineProfile lacks listed apart), the parameter set they
     are (with every set's cross-validated score, from `verdicts`), rows and model families."""
-    return {
-        e: {
-            "params": {k: round(v, 3) for k, v in p.items() if k in PARAMS},
-            **(
-                {"proposed_terms": {k: round(v, 4) for k, v in p.items() if k not in PARAMS}}
-                if with_proposed_terms
-                else {}
-            ),
-            **(
-                {"param_set": verdicts[e]["param_set"], "set_scores": verdicts[e]["set_scores"]}
-                if verdicts and e in verdicts
-                else {}
-            ),
-            "rows": sum(c.engine == e for c in cases),
-            "families": sorted({c.family for c in cases if c.engine == e}),
-            "models": sorted({c.model_name for c in cases if c.engine == e}),
-        }
-        for e, p in fitted.items()
-    }
+    out = {}
+    for e, p in fitted.items():
+        verdict = (verdicts or {}).get(Engine(e))
+        out[Engine(e)] = EngineFit(
+            params={k: round(v, 3) for k, v in p.items() if k in PARAMS},
+            proposed_terms={k: round(v, 4) for k, v in p.items() if k not in PARAMS}
+            if with_proposed_terms
+            else None,
+            param_set=verdict.param_set if verdict else None,
+            set_scores=verdict.set_scores if verdict else None,
+            rows=sum(c.engine == e for c in cases),
+            families=sorted({c.family for c in cases if c.engine == e}),
+            models=sorted({c.model_name for c in cases if c.engine == e}),
+        )
+    return out
 
 
 def verdict_score(ttft: np.ndarray, tpot: np.ndarray) -> float:
@@ -87,8 +87,11 @@ def verdict_score(ttft: np.ndarray, tpot: np.ndarray) -> float:
 
 
 def verdicts(
-    engines: list[str], cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_by_set: dict[str, dict]
-) -> dict[str, dict]:
+    engines: Sequence[str],
+    cases: list[Case],
+    before: tuple[np.ndarray, np.ndarray],
+    cv_by_set: dict[str, dict],
+) -> dict[Engine, Verdict]:
     """Per engine, the parameter set whose fit predicts unseen model families best (verdict_score of its
     cross-validated errors; `cv_by_set`: set name -> row id -> (TTFT, TPOT) error, largest set first, a tie
     going to the smaller set), kept only when it beats the documented defaults on the same rows."""
@@ -102,49 +105,38 @@ def verdicts(
             scores[name] = verdict_score(cv_err[:, 0], cv_err[:, 1])
         order = list(scores)
         best = min(order, key=lambda n: (scores[n], -order.index(n)))
-        out[e] = {
-            "defaults_score": round(d_score, 4),
-            "param_set": best,
-            "cv_score": round(scores[best], 4),
-            "set_scores": {n: round(v, 4) for n, v in scores.items()},
-            "kept": scores[best] < d_score,
-        }
+        out[Engine(e)] = Verdict(
+            defaults_score=round(d_score, 4),
+            param_set=best,
+            cv_score=round(scores[best], 4),
+            set_scores={n: round(v, 4) for n, v in scores.items()},
+            kept=scores[best] < d_score,
+        )
     return out
 
 
 def as_written_errors(
-    cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict, verdicts: dict[str, dict]
+    cases: list[Case], before: tuple[np.ndarray, np.ndarray], cv_rows: dict, verdicts: dict[Engine, Verdict]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The out-of-sample error of what the file makes servelab predict: a kept engine's rows as its fit
     predicts each family left out of it, the other engines' rows at the documented defaults (fitted on none
     of them)."""
+    kept = {e for e, v in verdicts.items() if v.kept}
     rows = [
-        cv_rows[c.row_id] if verdicts.get(c.engine, {}).get("kept") else (before[0][i], before[1][i])
-        for i, c in enumerate(cases)
+        cv_rows[c.row_id] if c.engine in kept else (before[0][i], before[1][i]) for i, c in enumerate(cases)
     ]
     errors = np.array(rows, dtype=float).reshape(-1, 2)
     return errors[:, 0], errors[:, 1]
 
 
-def provenance(command: str, sources: list[dict], settings: dict) -> dict:
+def provenance(command: str, sources: list[SourceRecord], settings: Settings) -> Provenance:
     """Who made the calibration, from what, and how."""
-    return {
-        "servelab_version": servelab.__version__,
-        "git_sha": git_sha(),
-        "servelab_state": servelab_state(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": command,
-        "sources": sources,
-        "settings": settings,
-    }
-
-
-def provenance_line(made: dict, rows: int) -> str:
-    """One line for figures priced with this calibration to cite."""
-    kinds = ", ".join(
-        f"{s['kind']} ({s['rows_used']} rows, sha256 {s['sha256'][:12]})" for s in made["sources"]
-    )
-    return (
-        f"{made['servelab_state']}; {made['command']} fit on {rows} {made['settings']['system']} rows of "
-        f"{kinds}, {made['date'][:10]}"
+    return Provenance(
+        servelab_version=servelab.__version__,
+        git_sha=git_sha(),
+        servelab_state=servelab_state(),
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        command=command,
+        sources=sources,
+        settings=settings,
     )

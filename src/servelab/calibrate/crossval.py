@@ -1,12 +1,15 @@
 """Leave-one-family-out cross-validation: how well an engine's fit predicts a model family it never saw
 (families: servelab.calibrate.families)."""
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from servelab.calibrate.fit import Linearized, fit, fit_engine, rel_errors, summary
 from servelab.calibrate.params import FIT_START, PARAM_SETS, PARAMS
 from servelab.calibrate.pool import SERIAL, Echo, Jobs, Price, price_rows
 from servelab.calibrate.rows import ENGINES, Case
+from servelab.engines import Engine
 
 
 def leave_one_family_out(
@@ -14,7 +17,7 @@ def leave_one_family_out(
     start: dict[str, dict[str, float]],
     price: Price,
     iters: int,
-    lins: dict[str, tuple[list[Case], Linearized]] | None = None,
+    lins: Mapping[Engine, tuple[list[Case], Linearized]] | None = None,
     jobs: Jobs = SERIAL,
 ) -> dict:
     """For each engine and each model family: fit on the engine's other families, predict the left-out one

@@ -17,15 +17,24 @@ import numpy as np
 from servelab.calibrate import aic
 from servelab.calibrate.calibration_file import (
     CALIBRATED,
-    FORMAT,
     LOSS,
     as_written_errors,
     engine_entries,
     provenance,
-    provenance_line,
     verdicts,
 )
 from servelab.calibrate.crossval import fit_param_sets
+from servelab.calibrate.document import (
+    AicComparison,
+    CalibrationDocument,
+    DefaultsVsWritten,
+    Errors,
+    ErrorSummary,
+    FamilyErrors,
+    RecipeCounts,
+    Settings,
+    Verdict,
+)
 from servelab.calibrate.fit import errors_of, summary
 from servelab.calibrate.params import KERNEL_TERMS, PARAM_SETS, TTFT_START
 from servelab.calibrate.pool import Echo, Jobs, price_rows, workers_for
@@ -40,6 +49,7 @@ from servelab.calibrate.price import (
 )
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.calibrate.sources import Sources, gather
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.specs import load_system
@@ -75,15 +85,20 @@ class EngineFitOptions:
         return bool(self.ttft_terms) or self.kernel_terms
 
 
-def _cells(a: dict, b: dict) -> str:
-    return f"{a['median']:9.1%} {a['p90']:9.1%} {b['median']:9.1%} {b['p90']:9.1%}"
+def _cells(e: Errors) -> str:
+    a, b = e.ttft, e.tpot
+    return f"{a.median:9.1%} {a.p90:9.1%} {b.median:9.1%} {b.p90:9.1%}"
 
 
-def _row(name: str, a: dict, b: dict) -> str:
-    return f"{name:32s} {a['n']:5d} {_cells(a, b)}"
+def _row(name: str, e: Errors) -> str:
+    return f"{name:32s} {e.ttft.n:5d} {_cells(e)}"
 
 
-def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
+def _errors(ttft: np.ndarray, tpot: np.ndarray) -> Errors:
+    return Errors.model_validate({"ttft": summary(ttft), "tpot": summary(tpot)})
+
+
+def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> CalibrationDocument:
     """Fit, cross-validate, report through `echo`, write what was asked; returns the calibration document."""
     t0 = time.time()
     jobs = Jobs(workers_for(opts.jobs), echo, started=t0)
@@ -109,7 +124,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
     price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
     for src in got.sources:
-        echo(f"{src['kind']}: {src['path']}: {src['rows_read']} rows read, {src['rows_used']} usable")
+        echo(f"{src.kind}: {src.path}: {src.rows_read} rows read, {src.rows_used} usable")
     echo(
         f"{opts.system}: {len(cases)} rows priced with servelab ({mode} mode), "
         f"skipped: {sum(skipped.values())}"
@@ -119,15 +134,15 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     replayed = recipe_counts(cases)
     for engine, counts in replayed.items():
         echo(
-            f"  {engine}: {counts['with_recipe']} rows replayed with their InferenceX recipe's settings, "
-            f"{counts['engine_defaults']} with the engine's defaults (no recipe for their model and date)"
+            f"  {engine}: {counts.with_recipe} rows replayed with their InferenceX recipe's settings, "
+            f"{counts.engine_defaults} with the engine's defaults (no recipe for their model and date)"
         )
 
     before = errors_of(cases, {}, lambda c, p: price(c, documented[c.engine]), jobs, "defaults (in sample)")
     by_set = fit_param_sets(cases, start, price, opts.iters, jobs, echo=echo)
     engines = [e for e in ENGINES if any(c.engine == e for c in cases)]
     chosen = verdicts(engines, cases, before, {n: s["cv"]["rows"] for n, s in by_set.items()})
-    fitted = {e: by_set[chosen[e]["param_set"]]["fitted"][e] for e in engines}
+    fitted = {e: by_set[chosen[e].param_set]["fitted"][e] for e in engines}
     cv = _chosen_cv(cases, by_set, chosen)
     echo(f"fitted and cross-validated {len(by_set)} parameter sets ({time.time() - t0:.0f} s)")
     after = errors_of(
@@ -135,14 +150,14 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
     )
 
     table = {
-        "defaults (in sample)": (summary(before[0]), summary(before[1])),
-        "fitted (in sample)": (summary(after[0]), summary(after[1])),
-        "fitted, leave one family out": (summary(cv["ttft"]), summary(cv["tpot"])),
+        "defaults (in sample)": _errors(*before),
+        "fitted (in sample)": _errors(*after),
+        "fitted, leave one family out": _errors(cv["ttft"], cv["tpot"]),
     }
     heads = ("n", "TTFT med", "TTFT p90", "TPOT med", "TPOT p90")
     echo(f"\n{'servelab on ' + opts.system:32s} {heads[0]:>5s} " + " ".join(f"{h:>9s}" for h in heads[1:]))
-    for name, (a, b) in table.items():
-        echo(_row(name, a, b))
+    for name, errors in table.items():
+        echo(_row(name, errors))
     comparison = None
     if opts.aic and not got.silicon_rows:
         echo("--aic: no silicon_sample.csv rows among the sources: nothing to ask AIConfigurator about")
@@ -153,93 +168,95 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> dict:
             "AIConfigurator 0.12.0 (--aic to run it here): on the 307 of 480 H200 rows it answered, "
             "46.5% TTFT / 27.7% TPOT median error (docs/accuracy.md section 4, 2026-11-30)"
         )
+    cv_by_family = {k: FamilyErrors.model_validate(v) for k, v in cv["by_family"].items()}
+    cv_by_family_by_set = {
+        n: {k: FamilyErrors.model_validate(v) for k, v in s["cv"]["by_family"].items()}
+        for n, s in by_set.items()
+    }
     echo("\nleave-one-family-out by engine/family (median TTFT / TPOT error), per parameter set:")
-    for key in cv["by_family"]:
+    for key, family in cv_by_family.items():
         cells = "  ".join(
-            f"{by_set[n]['cv']['by_family'][key]['ttft']['median']:6.1%} "
-            f"{by_set[n]['cv']['by_family'][key]['tpot']['median']:6.1%}"
-            for n in by_set
+            f"{sets[key].ttft.median:6.1%} {sets[key].tpot.median:6.1%}"
+            for sets in cv_by_family_by_set.values()
         )
-        echo(f"  {key:32s} n={cv['by_family'][key]['ttft']['n']:4d}  {cells}  ({', '.join(by_set)})")
+        echo(f"  {key:32s} n={family.ttft.n:4d}  {cells}  ({', '.join(by_set)})")
     echo("\nfitted parameters:")
     for engine, params in fitted.items():
         echo(f"  {engine:7s} " + "  ".join(f"{k}={v:.2f}" for k, v in params.items()))
 
-    settings = {
-        "system": opts.system,
-        "mode": mode,
-        "tables": opts.tables,
-        "prompts_per_concurrency": opts.prompts_per_concurrency,
-        "length_spread": opts.length_spread,
-        "loss": LOSS,
-        "cross_validation": "leave one model family out (servelab.calibrate.families)",
-    }
+    settings = Settings(
+        system=opts.system,
+        mode=mode,
+        tables=opts.tables,
+        prompts_per_concurrency=opts.prompts_per_concurrency,
+        length_spread=opts.length_spread,
+        loss=LOSS,
+        cross_validation="leave one model family out (servelab.calibrate.families)",
+    )
     made = provenance(" ".join([opts.program, *opts.argv]).strip(), got.sources, settings)
-    doc = {
-        "calibration_format": FORMAT,
-        "_provenance": provenance_line(made, len(cases)),
-        "provenance": made,
-        "rows_used": len(cases),
-        "rows_skipped": skipped,
-        "recipe_settings": replayed,
-        "errors": {label: {"ttft": a, "tpot": b} for label, (a, b) in table.items()},
-        "cv_by_family": cv["by_family"],
-        "param_sets": {n: list(names) for n, names in PARAM_SETS.items()},
-        "cv_by_family_by_set": {n: s["cv"]["by_family"] for n, s in by_set.items()},
-        "aiconfigurator_same_rows": comparison,
-        "engines": engine_entries(fitted, cases, opts.proposes_terms, chosen),
-        "verdicts": chosen,
-    }
+    entries = engine_entries(fitted, cases, opts.proposes_terms, chosen)
     for e, v in chosen.items():
-        how = "kept" if v["kept"] else "not kept: no set's fit transfers to unseen model families"
-        sets = ", ".join(f"{n} {score:.1%}" for n, score in v["set_scores"].items())
+        how = "kept" if v.kept else "not kept: no set's fit transfers to unseen model families"
+        sets = ", ".join(f"{n} {score:.1%}" for n, score in v.set_scores.items())
         echo(
-            f"  {e:7s} defaults {v['defaults_score']:.1%} vs cross-validated fit "
-            f"{v['cv_score']:.1%} (set {v['param_set']}; TTFT + TPOT medians and p90s; {sets}): {how}"
+            f"  {e:7s} defaults {v.defaults_score:.1%} vs cross-validated fit "
+            f"{v.cv_score:.1%} (set {v.param_set}; TTFT + TPOT medians and p90s; {sets}): {how}"
         )
-    written = as_written_errors(cases, before, cv["rows"], doc["verdicts"])
+    written = as_written_errors(cases, before, cv["rows"], chosen)
     label = "as written, out of sample"  # kept fits left one family out, the defaults elsewhere
-    doc["errors"][label] = {"ttft": summary(written[0]), "tpot": summary(written[1])}
-    echo(_row(label, summary(written[0]), summary(written[1])))
-    doc["defaults_vs_written"] = {
-        "defaults": _by_group(cases, before),
-        "as written": _by_group(cases, written),
-    }
+    table[label] = _errors(*written)
+    echo(_row(label, table[label]))
+    defaults_vs_written = DefaultsVsWritten(
+        defaults=_by_group(cases, before), as_written=_by_group(cases, written)
+    )
     echo(
         f"\n{'defaults -> as written, by engine':32s} {heads[0]:>5s} "
         + " ".join(f"{h:>9s}" for h in heads[1:])
     )
-    for key, d in doc["defaults_vs_written"]["defaults"].items():
-        w = doc["defaults_vs_written"]["as written"][key]
-        echo(_row(key, d["ttft"], d["tpot"]) + "  ->  " + _cells(w["ttft"], w["tpot"]))
-    doc["fitted_not_kept"] = {e: doc["engines"][e] for e in doc["engines"] if not doc["verdicts"][e]["kept"]}
-    doc["engines"] = {e: doc["engines"][e] for e in doc["engines"] if doc["verdicts"][e]["kept"]}
+    for key, d in defaults_vs_written.defaults.items():
+        echo(_row(key, d) + "  ->  " + _cells(defaults_vs_written.as_written[key]))
+    doc = CalibrationDocument(
+        provenance_line=made.line(len(cases)),
+        provenance=made,
+        rows_used=len(cases),
+        rows_skipped=skipped,
+        recipe_settings=replayed,
+        errors=table,
+        cv_by_family=cv_by_family,
+        param_sets={n: list(names) for n, names in PARAM_SETS.items()},
+        cv_by_family_by_set=cv_by_family_by_set,
+        aiconfigurator_same_rows=comparison,
+        engines={e: fit for e, fit in entries.items() if chosen[e].kept},
+        verdicts=chosen,
+        defaults_vs_written=defaults_vs_written,
+        fitted_not_kept={e: fit for e, fit in entries.items() if not chosen[e].kept},
+    )
     if opts.report:
-        written = {e: fitted[e] if chosen[e]["kept"] else documented[e] for e in engines}
-        per_row = _per_row(cases, price, written, jobs, cv["predicted"], chosen)
+        written_params = {e: fitted[e] if chosen[Engine(e)].kept else documented[e] for e in engines}
+        per_row = _per_row(cases, price, written_params, jobs, cv["predicted"], chosen)
         opts.report.write_text(json.dumps(per_row, indent=1))
     if opts.summary:
-        opts.summary.write_text(json.dumps(doc, indent=1) + "\n")
+        doc.write(opts.summary)
     if not (opts.dry_run or opts.proposes_terms):
-        opts.out.write_text(json.dumps(doc, indent=1) + "\n")
+        doc.write(opts.out)
         echo(f"\nwrote {opts.out}")
     echo(f"took {time.time() - t0:.0f} s")
     return doc
 
 
-def _by_group(cases: list[Case], errors: tuple[np.ndarray, np.ndarray]) -> dict[str, dict]:
+def _by_group(cases: list[Case], errors: tuple[np.ndarray, np.ndarray]) -> dict[str, Errors]:
     """The errors' medians and p90s per engine and per engine/family."""
     keys = sorted({c.engine for c in cases} | {f"{c.engine}/{c.family}" for c in cases})
     out = {}
     for key in keys:
         idx = [i for i, c in enumerate(cases) if key in (c.engine, f"{c.engine}/{c.family}")]
-        out[key] = {"ttft": summary(errors[0][idx]), "tpot": summary(errors[1][idx])}
+        out[key] = _errors(errors[0][idx], errors[1][idx])
     return out
 
 
-def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[str, dict]) -> dict:
+def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[Engine, Verdict]) -> dict:
     """The cross-validation of each engine's chosen parameter set, as one leave_one_family_out result."""
-    sets = {e: by_set[v["param_set"]]["cv"] for e, v in chosen.items()}
+    sets = {e: by_set[v.param_set]["cv"] for e, v in chosen.items()}
     rows = {c.row_id: sets[c.engine]["rows"][c.row_id] for c in cases}
     errors = np.array([rows[c.row_id] for c in cases], dtype=float).reshape(-1, 2)
     return {
@@ -256,39 +273,50 @@ def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[str, dic
 
 def _compare_with_aic(
     opts: EngineFitOptions, rows: list[dict], cases: list[Case], cv: dict, echo: Echo
-) -> dict:
+) -> AicComparison:
     by_id = {r["id"]: r for r in rows}
     cases = [c for c in cases if c.row_id in by_id]  # AIConfigurator is asked about its own rows only
     answers = aic.aic_predictions(
         [by_id[c.row_id] for c in cases], opts.system, aic.CACHE / f"aic-predictions-{opts.system}.json"
     )
-    comparison = aic.compare_with_aic(cases, answers, cv["rows"])
-    a, s_ = comparison["aiconfigurator"], comparison["servelab_cv"]
-    echo(_row(f"AIConfigurator {aic.AIC_VERSION} (same rows)", a["ttft"], a["tpot"]))
-    echo(_row("servelab CV on those rows", s_["ttft"], s_["tpot"]))
+    comparison = AicComparison.model_validate(aic.compare_with_aic(cases, answers, cv["rows"]))
+    a, s_ = comparison.aiconfigurator, comparison.servelab_cv
+    echo(_row(f"AIConfigurator {aic.AIC_VERSION} (same rows)", a))
+    echo(_row("servelab CV on those rows", s_))
     echo(
-        f"  AIConfigurator answered {comparison['answered']} of {len(cases)} rows ({comparison['how']}); "
-        f"failures: {comparison['failures']}"
+        f"  AIConfigurator answered {comparison.answered} of {len(cases)} rows ({comparison.how}); "
+        f"failures: {comparison.failures}"
     )
     echo(
         f"  ratio servelab / AIConfigurator median error: "
-        f"TTFT {s_['ttft']['median'] / a['ttft']['median']:.2f}, "
-        f"TPOT {s_['tpot']['median'] / a['tpot']['median']:.2f}"
+        f"TTFT {_ratio(s_.ttft, a.ttft)}, TPOT {_ratio(s_.tpot, a.tpot)}"
     )
     return comparison
 
 
-def recipe_counts(cases: list[Case]) -> dict[str, dict[str, int]]:
+def _ratio(a: ErrorSummary, b: ErrorSummary) -> str:
+    return "n/a" if a.median is None or not b.median else f"{a.median / b.median:.2f}"
+
+
+def recipe_counts(cases: list[Case]) -> dict[Engine, RecipeCounts]:
     """Per engine, the rows replayed with recipe settings (calibrate.recipes) and those at the defaults."""
-    out: dict[str, dict[str, int]] = {}
+    out: dict[Engine, RecipeCounts] = {}
     for c in cases:
-        n = out.setdefault(c.engine, {"with_recipe": 0, "engine_defaults": 0})
-        n["with_recipe" if c.settings else "engine_defaults"] += 1
+        n = out.setdefault(Engine(c.engine), RecipeCounts())
+        if c.settings:
+            n.with_recipe += 1
+        else:
+            n.engine_defaults += 1
     return out
 
 
 def _per_row(
-    cases: list[Case], price: Pricer, written: dict, jobs: Jobs, cv_predicted: dict, chosen: dict
+    cases: list[Case],
+    price: Pricer,
+    written: dict,
+    jobs: Jobs,
+    cv_predicted: dict,
+    chosen: dict[Engine, Verdict],
 ) -> list[dict]:
     """Each row's measured and predicted TTFT / TPOT: at the parameters the file is written with (a kept
     engine's fit, in sample; the documented defaults for the others), with the row's model family left out of
@@ -298,7 +326,7 @@ def _per_row(
     rows = [(c, written[c.engine]) for c in cases]
     for c, (ttft, tpot) in zip(cases, price_rows(rows, price, jobs, "--report rows"), strict=True):
         cv_ttft, cv_tpot = cv_predicted[c.row_id]
-        kept = chosen[c.engine]["kept"]
+        kept = chosen[Engine(c.engine)].kept
         per_row.append(
             {
                 "id": c.row_id,

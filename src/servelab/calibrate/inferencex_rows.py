@@ -14,6 +14,7 @@ from pathlib import Path
 
 from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.deployment import engine_of_framework, system_of_gpu
 from servelab.specs import Parallel, load_model
@@ -97,7 +98,7 @@ def to_case(item: dict, row_id: str, source: str) -> Case:
     return Case(
         row_id=row_id,
         family=family_of(model.name),
-        engine=engine,
+        engine=Engine(engine),
         version=str(item.get("image") or "?"),
         model=model,
         parallel=parallel,

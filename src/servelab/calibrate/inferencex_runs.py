@@ -3,7 +3,8 @@
 InferenceX runs a sweep when a commit adds entries to its perf-changelog.yaml, and the `measured=` time of
 an InferenceX row in silicon_sample.csv is that commit's time plus a few seconds. data/inferencex_runs.json
 (made by scripts/inferencex_runs.py from InferenceX's history; its `_provenance` names the commit) lists those
-runs with, per config key, the deployment and whether the key decodes speculatively (MTP). A row is tied to a
+runs with, per config key, the deployment and whether the key decodes speculatively (MTP); it is read
+through its model (RunTable). A row is tied to a
 run by its deployment (engine, hardware, model, precision), its load (a run measured only the sequence lengths
 and concurrencies of its keys' search space) and its time:
 - an exact time names the run that started within a minute before it;
@@ -18,8 +19,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from servelab.errors import ServelabError
 from servelab.predict.deployment import engine_of_framework, system_of_gpu
+
+RUNS_FILE = Path(str(resources.files("servelab.calibrate") / "data" / "inferencex_runs.json"))
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 # the run starts at the commit; its rows carry a time a few seconds later
 WINDOW = timedelta(minutes=1)
@@ -85,26 +93,79 @@ def _precision(text: str) -> str:
     return _PRECISION.get(text, text)
 
 
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeyFacts(_Data):
+    """A config key as the run's master config had it (InferenceX's field values, servelab's names)."""
+
+    framework: str
+    runner: str
+    model: str
+    model_prefix: str
+    precision: str
+    spec_decoding: str
+    image: str
+    # (isl, osl, lowest conc, highest conc, spec decoding) per search-space entry
+    search_space: list[tuple[int, int, int, int, str]] | None = None
+
+
+class ChangelogRun(_Data):
+    commit: str
+    time: datetime
+    subject: str
+    keys: dict[str, KeyFacts]
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _utc(cls, v: object) -> object:
+        # the generator writes UTC as ...Z, to the second
+        return datetime.strptime(v, TIME_FORMAT).replace(tzinfo=UTC) if isinstance(v, str) else v
+
+
+class RunTableProvenance(_Data):
+    source: str
+    commit: str
+    since: str
+    until: str
+    runners: str
+
+
+class RunTable(_Data):
+    provenance: RunTableProvenance = Field(alias="_provenance")
+    runs: list[ChangelogRun]
+
+
+def read_run_table(path: Path = RUNS_FILE) -> RunTable:
+    """The pinned table of runs; one line naming the file and the field where it is not what
+    scripts/inferencex_runs.py writes."""
+    try:
+        return RunTable.model_validate(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ServelabError(f"{path}: cannot read the run table ({e})") from None
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, str(path)) from None
+
+
 @cache
 def run_table() -> tuple[tuple[tuple, Run], ...]:
     """((engine, system, model, precision), Run) for every key of every run in the pinned table; keys of
     frameworks or runners servelab has no engine or system for are left out."""
-    text = (resources.files("servelab.calibrate") / "data" / "inferencex_runs.json").read_text()
     table = []
-    for run in json.loads(text)["runs"]:
-        time = datetime.strptime(run["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        for key, facts in run["keys"].items():
+    for run in read_run_table().runs:
+        for key, facts in run.keys.items():
             try:
                 deployment = (
-                    engine_of_framework(facts["framework"]),
-                    system_of_gpu(facts["runner"]),
-                    model_key(facts["model"]),
-                    _precision(facts["precision"]),
+                    engine_of_framework(facts.framework),
+                    system_of_gpu(facts.runner),
+                    model_key(facts.model),
+                    _precision(facts.precision),
                 )
             except ValueError:
                 continue
-            points = tuple(tuple(p) for p in facts.get("search_space") or ())
-            table.append((deployment, Run(run["commit"], time, key, facts["spec_decoding"], points)))
+            points = tuple(facts.search_space or ())
+            table.append((deployment, Run(run.commit, run.time, key, facts.spec_decoding, points)))
     return tuple(table)
 
 

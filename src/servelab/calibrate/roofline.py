@@ -9,7 +9,6 @@ goes to perfdb/data/efficiencies.json under "systems": {<system>: ...} with its 
 and software, row counts, error before and after, date, command).
 """
 
-import json
 import math
 import random
 from collections.abc import Callable
@@ -20,7 +19,8 @@ import numpy as np
 
 import servelab
 from servelab.errors import ServelabError
-from servelab.perfdb.roofline import Roofline, efficiencies
+from servelab.perfdb.efficiencies import efficiencies, read_efficiencies
+from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.tables import TableSet, load_tables, table_dirs
 from servelab.specs import SystemSpec, load_system
 
@@ -59,12 +59,13 @@ def load_rows(tables: TableSet, families: tuple[str, ...] = FITTED_FAMILIES) -> 
 
 def make_roofline(system: SystemSpec, params: dict[str, float]) -> Roofline:
     r = Roofline(system)
-    r.eff = dict(
-        r.eff,
-        gemm_compute=dict(r.eff["gemm_compute"], bf16=params["gemm_bf16"], fp8=params["gemm_fp8"]),
-        attention_compute=params["attention"],
-        memory=params["memory"],
-        kernel_us=params["kernel_us"],
+    r.eff = r.eff.over(
+        {
+            "gemm_compute": dict(r.eff.gemm_compute, bf16=params["gemm_bf16"], fp8=params["gemm_fp8"]),
+            "attention_compute": params["attention"],
+            "memory": params["memory"],
+            "kernel_us": params["kernel_us"],
+        }
     )
     r.bw = system.hbm_bw_tbs * 1e12 * params["memory"]
     r.kernel_us = params["kernel_us"]
@@ -123,11 +124,11 @@ def fit_roofline(
         raise ServelabError(f"{directory}: no tables of the fitted families")
     eff = efficiencies(system.name)
     start = {
-        "gemm_bf16": eff["gemm_compute"]["bf16"],
-        "gemm_fp8": eff["gemm_compute"]["fp8"],
-        "attention": eff["attention_compute"],
-        "memory": eff["memory"],
-        "kernel_us": eff["kernel_us"],
+        "gemm_bf16": eff.gemm_compute["bf16"],
+        "gemm_fp8": eff.gemm_compute["fp8"],
+        "attention": eff.attention_compute,
+        "memory": eff.memory,
+        "kernel_us": eff.kernel_us,
     }
     before, per_before = objective(system, start, rows)
     params = fit(system, rows, start)
@@ -141,7 +142,7 @@ def fit_roofline(
     note(f"mean median |log error|: {before:.3f} -> {after:.3f}")
     return system.name, {
         "gemm_compute": dict(
-            eff["gemm_compute"], bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)
+            eff.gemm_compute, bf16=round(params["gemm_bf16"], 3), fp8=round(params["gemm_fp8"], 3)
         ),
         "attention_compute": round(params["attention"], 3),
         "memory": round(params["memory"], 3),
@@ -169,6 +170,4 @@ def fit_roofline(
 
 def write_efficiencies(system_name: str, entry: dict, path: Path = EFF_PATH) -> None:
     """Put one system's fitted entry into the shipped efficiencies file, keeping the other systems."""
-    data = json.loads(path.read_text())
-    data.setdefault("systems", {})[system_name] = entry
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    path.write_text(read_efficiencies(path).with_system(system_name, entry).text())

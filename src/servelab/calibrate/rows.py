@@ -10,10 +10,11 @@ from pathlib import Path
 from servelab.calibrate.families import family_of
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = tuple(Engine)
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8
@@ -25,7 +26,7 @@ class Case:
 
     row_id: str
     family: str  # the model family (calibrate.families): the unit left out in cross-validation
-    engine: str
+    engine: Engine
     version: str
     model: ModelSpec
     parallel: Parallel
@@ -179,7 +180,7 @@ def to_case(row: dict) -> Case:
     case = Case(
         row_id=row["id"],
         family=family_of(model.name),
-        engine=engine,
+        engine=Engine(engine),
         version=row.get("backend_version") or "?",
         model=model,
         parallel=parallel,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.calibrate import aic, inferencex_rows, store_rows
+from servelab.calibrate.document import SourceRecord
 from servelab.calibrate.rows import Case, build_cases, read_rows
 
 
@@ -30,7 +31,7 @@ class Sources:
 class Gathered:
     cases: list[Case]
     skipped: dict[str, int]
-    sources: list[dict]
+    sources: list[SourceRecord]
     silicon_rows: list[dict] = field(default_factory=list)  # the CSV's rows (AIConfigurator's own estimate)
     rows_read: int = 0
 
@@ -39,17 +40,19 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _record(kind: str, path: Path | str, sha256: str, read: int, cases: list[Case], skipped: dict) -> dict:
-    return {
-        "kind": kind,
-        "path": str(path),
-        "sha256": sha256,
-        "rows_read": read,
-        "rows_used": len(cases),
-        "rows_skipped": dict(sorted(skipped.items(), key=lambda kv: -kv[1])),
+def _record(
+    kind: str, path: Path | str, sha256: str, read: int, cases: list[Case], skipped: dict
+) -> SourceRecord:
+    return SourceRecord(
+        kind=kind,
+        path=str(path),
+        sha256=sha256,
+        rows_read=read,
+        rows_used=len(cases),
+        rows_skipped=dict(sorted(skipped.items(), key=lambda kv: -kv[1])),
         # the rows used, by their tie to an InferenceX run: identified, agreed, ambiguous, none
-        "inferencex_runs": dict(Counter(c.run.split(" ")[0] for c in cases if c.run)),
-    }
+        inferencex_runs=dict(Counter(c.run.split(" ")[0] for c in cases if c.run)),
+    )
 
 
 def _on_system(cases: list[Case], system: str, skipped: dict[str, int]) -> list[Case]:
@@ -63,7 +66,7 @@ def _on_system(cases: list[Case], system: str, skipped: dict[str, int]) -> list[
     return kept
 
 
-def _silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case], dict]:
+def _silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case], SourceRecord]:
     rows = read_rows(path)
     cases, skipped = build_cases(rows, system)
     others = sum(r.get("system") != system for r in rows)
@@ -72,7 +75,7 @@ def _silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case]
     return rows, cases, _record(kind, path, file_sha256(path), len(rows), cases, skipped)
 
 
-def _inferencex(path: Path, system: str) -> tuple[list[Case], dict]:
+def _inferencex(path: Path, system: str) -> tuple[list[Case], SourceRecord]:
     files = inferencex_rows.result_files(path)
     cases: list[Case] = []
     skipped: dict[str, int] = {}
@@ -92,7 +95,7 @@ def _inferencex(path: Path, system: str) -> tuple[list[Case], dict]:
     return cases, _record("InferenceX result files", path, digest.hexdigest(), read, cases, skipped)
 
 
-def _store(path: Path, system: str) -> tuple[list[Case], dict]:
+def _store(path: Path, system: str) -> tuple[list[Case], SourceRecord]:
     cases, skipped, sha = store_rows.store_cases(path)
     read = len(cases) + sum(skipped.values())
     cases = _on_system(cases, system, skipped)
@@ -103,7 +106,7 @@ def gather(sources: Sources, system: str) -> Gathered:
     """The rows of every source measured on `system`, a row seen in two sources counted once."""
     sources = sources.with_default()
     out = Gathered([], {}, [])
-    parts: list[tuple[list[Case], dict]] = []
+    parts: list[tuple[list[Case], SourceRecord]] = []
     if sources.csv or sources.aic_sample:
         path, version = (sources.csv, "local file") if sources.csv else aic.aic_csv()
         kind = f"AIConfigurator systems/silicon_sample.csv ({aic.AIC_PACKAGE} {version})"
@@ -115,9 +118,9 @@ def gather(sources: Sources, system: str) -> Gathered:
         parts.append(_store(sources.store, system))
     seen: set[tuple] = set()
     for cases, record in parts:
-        out.rows_read += record["rows_read"]
+        out.rows_read += record.rows_read
         out.sources.append(record)
-        for reason, n in record["rows_skipped"].items():
+        for reason, n in record.rows_skipped.items():
             out.skipped[reason] = out.skipped.get(reason, 0) + n
         for case in cases:
             same = case.measurement()

@@ -19,6 +19,7 @@ from pathlib import Path
 from servelab.calibrate import inferencex_rows
 from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.deployment import (
     engine_of_argv,
@@ -59,7 +60,7 @@ def _stage_case(run: Run, config: str, rep: int, values: dict[str, float]) -> Ca
     return Case(
         row_id=f"{run.id}/{config}/{rep}",
         family=family_of(model.name),
-        engine=engine,
+        engine=Engine(engine),
         version=run.provenance.servelab_version or "?",
         model=model,
         parallel=parallel_of_argv(argv, engine, model.is_moe),

@@ -167,7 +167,7 @@ def engines(
     )
     doc = calibrate_engines(opts, echo=_note if as_json else _echo)
     if as_json:
-        print_json(doc)
+        print_json(doc.dump())
 
 
 @app.command()

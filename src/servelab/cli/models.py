@@ -30,7 +30,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -
 
     ids_by_model: dict[str, list[str]] = {}
     for ckpt, entry in list_checkpoints().items():
-        ids_by_model.setdefault(entry["model"], []).append(ckpt)
+        ids_by_model.setdefault(entry.model, []).append(ckpt)
     rows: list[dict[str, Any]] = []
     for name in list_models():
         m = load_model(name)

@@ -71,7 +71,7 @@ ATTENTION_TYPES = (AttentionPrefill, AttentionDecode, MlaPrefill, MlaDecode, Dsv
 def default_models() -> list[str]:
     """Every embedded model, then every embedded checkpoint that overrides its model's precision."""
     names = list_models()
-    names += [ckpt for ckpt, entry in list_checkpoints().items() if entry.keys() & {"weights", "experts"}]
+    names += [ckpt for ckpt, entry in list_checkpoints().items() if entry.overrides_precision]
     return names
 
 

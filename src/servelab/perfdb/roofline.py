@@ -6,13 +6,11 @@ For an engine backend, an all-reduce inside an NVLink domain is priced as the en
 one-shot / two-shot kernels, PEER_BARRIER_US); for torch, as NCCL's ring, which the torch tables measure.
 """
 
-import json
 import math
 from collections.abc import Callable
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from servelab.perfdb.efficiencies import efficiencies
 from servelab.perfdb.keys import (
     DSV4_TOPK,
     AttentionDecode,
@@ -81,14 +79,6 @@ def dsv4_kernel_heads(heads: int) -> int:
     return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
 
 
-@lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")
-def efficiencies(system_name: str) -> dict[str, Any]:
-    data = json.loads((resources.files("servelab.perfdb") / "data" / "efficiencies.json").read_text())
-    merged = dict(data["default"])
-    merged.update(data["systems"].get(system_name, {}))
-    return merged
-
-
 def _dtype_bytes(name: str) -> float:
     try:
         return Dtype(name).bytes
@@ -114,12 +104,13 @@ class Roofline:
     def __init__(self, system: SystemSpec, fitted: bool = True, backend: str = "torch"):
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
-        eff = efficiencies(system.name) | system.efficiencies if fitted else efficiencies("")
+        where = f"system {system.name}: efficiencies"
+        eff = efficiencies(system.name).over(system.efficiencies, where) if fitted else efficiencies("")
         self.eff = eff
-        self.tile_quantized = self.tile_quantized and eff.get("tile_quantized", True)
-        self.bw = system.hbm_bw_tbs * 1e12 * eff["memory"]
-        self.kernel_us = eff["kernel_us"]
-        self.band = (eff["band_low"], eff["band_high"])
+        self.tile_quantized = self.tile_quantized and eff.tile_quantized
+        self.bw = system.hbm_bw_tbs * 1e12 * eff.memory
+        self.kernel_us = eff.kernel_us
+        self.band = (eff.band_low, eff.band_high)
         # bound methods, so a subclass's override of a term is the one called
         terms: dict[str, Callable[[Any], float]] = {
             OpName.gemm: self._gemm,
@@ -137,7 +128,7 @@ class Roofline:
 
     def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
         peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
-        eff = self.eff["gemm_compute"].get(compute, 0.6) if kind == "gemm" else self.eff["attention_compute"]
+        eff = self.eff.gemm_compute.get(compute, 0.6) if kind == "gemm" else self.eff.attention_compute
         return peak * 1e12 * eff
 
     def _time(self, flops: float, bytes_: float, rate: float, kernels: int = 1) -> float:
@@ -209,7 +200,7 @@ class Roofline:
         MQA logits, then a top-k per row over the logits it wrote to HBM."""
         tensor = 2.0 * logits * INDEXER_HEADS * INDEXER_DIM / self._flops_rate("fp8")
         # the CUDA cores at the fp8 GEMMs' fraction of peak (no measurement of their own)
-        cuda_cores = self.system.sm_count * FP32_LANES_PER_SM * SM_CLOCK_HZ * self.eff["gemm_compute"]["fp8"]
+        cuda_cores = self.system.sm_count * FP32_LANES_PER_SM * SM_CLOCK_HZ * self.eff.gemm_compute["fp8"]
         epilogue = logits * INDEXER_HEADS * EPILOGUE_INSTRUCTIONS_PER_HEAD / cuda_cores
         # Hopper's kernel waits for its WGMMAs before each epilogue (warpgroup_wait<0>), so the two add up;
         # Blackwell's accumulates in tensor memory while other warps run the epilogue, so they overlap

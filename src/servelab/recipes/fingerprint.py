@@ -4,6 +4,10 @@ Hashed: the rendered launch argv, environment (secret values never: only the nam
 config files written for the engine, image and image digest, the client argv and the dataset spec (one of each
 per concurrency when a job runs several). Change any
 flag and the fingerprint changes, which is what ties a recipe edit to a changelog entry.
+
+The payload's shape is frozen (its key names included): a fingerprint must not move when only servelab's
+job file changes shape, so the client is hashed as the `servelab bench` argv its typed spec renders, and the
+dataset as the mapping the first job files held (`dataset_of`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,17 @@ from servelab.recipes.schema import is_secret_name
 def public_env(env: dict[str, str]) -> dict[str, str | None]:
     """The environment as it may be stored: secret-looking names keep their name, never their value."""
     return {k: (None if is_secret_name(k) else v) for k, v in sorted(env.items())}
+
+
+def dataset_of(bench) -> dict:
+    """The dataset part of the fingerprint payload from a job's BenchSpec (the first job files' mapping)."""
+    return {
+        "name": bench.dataset_name,
+        "input-len": bench.random_input_len,
+        "output-len": bench.random_output_len,
+        "range-ratio": bench.random_range_ratio,
+        "num-prompts": bench.num_prompts,
+    }
 
 
 def canonical(obj) -> str:

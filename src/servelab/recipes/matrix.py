@@ -5,7 +5,8 @@ Row for row what SemiAnalysisAI/InferenceX `utils/matrix_logic/generate_sweep_co
 gives one row per concurrency; a multinode fixed-seq-len arm gives one row with its concurrency list; an
 agentic-coding arm gives one row per concurrency (a multinode one with a one-element list). The eval
 marking is upstream's: see `mark_evals` and `all_evals`. Rows are plain dicts with InferenceX's hyphenated
-field names; `sweep.py` turns them into jobs.
+field names, printed as upstream prints them; `MatrixRow` is the typed view the rest of servelab reads them
+through, and `sweep.py` turns them into jobs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import fnmatch
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.filters import Filters
@@ -45,6 +48,65 @@ FULL_SWEEP_ONLY = (
     "max_tp",
     "max_ep",
 )
+
+
+def _hyphen(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _RowModel(BaseModel):
+    # InferenceX's hyphenated names stay here: servelab reads a row through these fields.
+    model_config = ConfigDict(extra="ignore", alias_generator=_hyphen, populate_by_name=True, frozen=True)
+
+
+class PoolRow(_RowModel):
+    """A prefill or decode pool of a multinode row."""
+
+    num_worker: int
+    tp: int
+    ep: int
+    dp_attn: bool
+
+
+class MatrixRow(_RowModel):
+    """The typed view of a matrix row (the row itself stays the dict InferenceX's generator prints)."""
+
+    image: str
+    model: str
+    framework: str
+    runner: str
+    exp_name: str
+    conc: int | list[int]
+    isl: int | None = None
+    osl: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+    pp: int | None = None
+    dp_attn: bool = False
+    spec_decoding: str = "none"
+    max_model_len: int | None = None
+    disagg: bool = False
+    run_eval: bool = False
+    eval_only: bool = False
+    scenario_type: str = "fixed-seq-len"  # InferenceX writes it on agentic rows only
+    prefill: PoolRow | None = None
+    decode: PoolRow | None = None
+
+    @property
+    def multinode(self) -> bool:
+        return self.prefill is not None
+
+    @property
+    def concs(self) -> list[int]:
+        return list(self.conc) if isinstance(self.conc, list) else [self.conc]
+
+    @property
+    def seq_len(self) -> str:
+        """The seq-len name of a fixed-seq-len row (`8k1k`, or `ISL_OSL` for a pair InferenceX names not),
+        as its exp-name ends in it."""
+        if self.isl is None or self.osl is None:
+            return self.exp_name.rsplit("_", 1)[-1]
+        return seq_len_name(self.isl, self.osl)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import seq_len_name
+from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.yamlio import dump_yaml
 
 # GitHub Actions refuses a matrix with more than 256 jobs; larger families are split.
@@ -30,13 +31,13 @@ def github_family(job) -> str:
     process_changelog.py): single-node-1k1k, single-node-8k1k, multi-node-<seq-len>, agentic,
     multi-node-agentic, and for eval-only rows evals, agentic-evals, multi-node-evals,
     multi-node-agentic-evals."""
-    r = job.row
-    multi = "multi-node-" if "prefill" in r else ""
-    if r.get("scenario-type") == "agentic-coding":
-        return f"{multi}agentic" + ("-evals" if r.get("eval-only") else "")
-    if r.get("eval-only"):
+    r = job.point
+    multi = "multi-node-" if r.multinode else ""
+    if r.scenario_type == "agentic-coding":
+        return f"{multi}agentic" + ("-evals" if r.eval_only else "")
+    if r.eval_only:
         return f"{multi}evals"
-    return f"{multi or 'single-node-'}{seq_len_name(r['isl'], r['osl'])}"
+    return f"{multi or 'single-node-'}{seq_len_name(r.isl, r.osl)}"
 
 
 def to_github(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
@@ -81,26 +82,27 @@ def to_buildkite(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     return dump_yaml({"steps": steps})
 
 
-def arm_name(row: dict) -> str:
+def arm_name(row: MatrixRow) -> str:
     """How `servelab run --arm` names a recipe arm: tpN-epN[-dpa][-ppN]."""
     return (
-        f"tp{row['tp']}-ep{row['ep']}"
-        + ("-dpa" if row["dp-attn"] else "")
-        + (f"-pp{row['pp']}" if row["pp"] > 1 else "")
+        f"tp{row.tp}-ep{row.ep}"
+        + ("-dpa" if row.dp_attn else "")
+        + (f"-pp{row.pp}" if row.pp is not None and row.pp > 1 else "")
     )
 
 
 def recipe_run_argv(job, launcher: str = DEFAULT_LAUNCHER) -> list[str]:
     """`servelab run` of a job by its recipe key, arm, seq-len and concurrency."""
-    r = job.row
-    argv = ["servelab", "run", job.key, "--arm", arm_name(r), "--seq-len", r["exp-name"].rsplit("_", 1)[-1]]
-    argv += ["--conc", str(r["conc"]), "--store", f"{_result_dir(job)}/results.db"]
+    r = job.point
+    argv = ["servelab", "run", job.key, "--arm", arm_name(r), "--seq-len", r.seq_len]
+    argv += ["--conc", str(r.conc), "--store", f"{_result_dir(job)}/results.db"]
     return argv + (["--docker"] if launcher == "docker" else [])
 
 
 def _result_dir(job) -> str:
-    client = job.benches[0].client
-    return client[client.index("--result-dir") + 1]
+    if job.result_dir is None:
+        raise ServelabError(f"{job.label()}: no benchmark client, so no result folder: {job.not_renderable}")
+    return job.result_dir
 
 
 def _heredoc_end(content: str) -> str:
@@ -133,7 +135,7 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
         "#!/usr/bin/env bash",
         f"# servelab job: {job.label()}",
         f"# fingerprint: {job.fingerprint}",
-        f"# image: {job.row['image']}" + (f"@{job.image_digest}" if job.image_digest else ""),
+        f"# image: {job.point.image}" + (f"@{job.image_digest}" if job.image_digest else ""),
         "set -euo pipefail",
     ]
     for name in job.secret_env:
@@ -146,8 +148,8 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
 
 def script_name(job) -> str:
     concs = "-".join(map(str, job.concs()))
-    evals = "-evals" if job.row.get("eval-only") else ""  # beside the throughput job of the same point
-    return f"{job.key}_{job.row['exp-name']}_{job.topology()}-conc{concs}{evals}.sh"
+    evals = "-evals" if job.point.eval_only else ""  # beside the throughput job of the same point
+    return f"{job.key}_{job.point.exp_name}_{job.topology()}-conc{concs}{evals}.sh"
 
 
 def script_names(jobs) -> list[str]:
@@ -156,7 +158,7 @@ def script_names(jobs) -> list[str]:
     names = [script_name(j) for j in jobs]
     seen = Counter(names)
     names = [
-        n.removesuffix(".sh") + f"_{_file_safe(j.row['runner'])}.sh" if seen[n] > 1 else n
+        n.removesuffix(".sh") + f"_{_file_safe(j.point.runner)}.sh" if seen[n] > 1 else n
         for n, j in zip(names, jobs, strict=True)
     ]
     twice = sorted(n for n, count in Counter(names).items() if count > 1)

@@ -1,59 +1,58 @@
-"""`servelab sweep --predict`: each job's benchmark predicted before it runs. A job's client command is a
-`servelab bench` run; its prediction is that run's simulated twin (predict/twin.py): the same request stream
-(lengths, range ratio, prompts, concurrency, warm-ups, seed) replayed on the job's deployment, which is the
-job's model, the system of its runner's node kind, the parallel split of its row, its engine, and the launch
-flags that shape scheduling (token budget, running-sequence limit, KV-cache dtype, memory fraction)."""
+"""`servelab sweep --predict`: each job's benchmark predicted before it runs. A job's benchmark point is a
+typed `servelab bench` spec; its prediction is that run's simulated twin (predict/twin.py): the same request
+stream (lengths, range ratio, prompts, concurrency, warm-ups, seed) replayed on the job's deployment, which is
+the job's model, the system of its runner's node kind, the parallel split of its row, its engine, and the
+launch flags that shape scheduling (token budget, running-sequence limit, KV-cache dtype, memory fraction)."""
 
 from pathlib import Path
 
+from servelab.bench.spec import BenchSpec
 from servelab.engines.command import grammar_of
 from servelab.errors import ServelabError
-from servelab.predict.deployment import argv_flags, engine_of_framework, settings_of_argv
+from servelab.predict.deployment import engine_of_framework, settings_of_argv
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.recipes.sweep import Job
 from servelab.recipes.yamlio import load_yaml
 from servelab.specs import Parallel, load_model, load_system
-from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 PERCENTILE_METRICS = ["ttft", "tpot", "itl", "e2el"]
 PERCENTILES = [50.0, 90.0, 99.0]
 
 
-def bench_stream(client: list[str]) -> BenchStream:
-    """The request stream of a job's `servelab bench` command (bench's defaults where a flag is absent)."""
-    f = argv_flags(client)
-    if f.get("dataset-name", "random") != "random":
-        raise ServelabError(f"dataset {f['dataset-name']} is not simulated (the twin replays random)")
-    conc = f.get("max-concurrency")
+def bench_stream(bench: BenchSpec) -> BenchStream:
+    """The request stream of a job's benchmark point (bench's defaults where the spec sets nothing)."""
+    if bench.dataset_name != "random":
+        raise ServelabError(f"dataset {bench.dataset_name} is not simulated (the twin replays random)")
+    cfg = bench.config()
     return BenchStream(
-        random_input_len=int(f.get("random-input-len", 1024)),
-        random_output_len=int(f.get("random-output-len", 128)),
-        random_range_ratio=float(f.get("random-range-ratio", BENCH_RANGE_RATIO)),
-        random_prefix_len=int(f.get("random-prefix-len", 0)),
-        num_prompts=int(f.get("num-prompts", 1000)),
-        max_concurrency=int(conc) if conc else None,
-        request_rate=float(f.get("request-rate", "inf")),
-        burstiness=float(f.get("burstiness", 1.0)),
-        num_warmups=int(f.get("num-warmups", 0)),
-        seed=int(f.get("seed", 0)),
+        random_input_len=cfg.random_input_len,
+        random_output_len=cfg.random_output_len,
+        random_range_ratio=cfg.random_range_ratio,
+        random_prefix_len=cfg.random_prefix_len,
+        num_prompts=cfg.num_prompts,
+        max_concurrency=cfg.max_concurrency,
+        request_rate=cfg.request_rate,
+        burstiness=cfg.burstiness,
+        num_warmups=cfg.num_warmups,
+        seed=cfg.seed,
     )
 
 
 def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
     """The twin's result fields (named as `vllm bench serve` names them) for one job, with where they came
     from; a job that cannot be simulated gets its reason instead."""
-    row = job.row
+    row = job.point
     try:
-        if row.get("disagg"):
+        if row.disagg:
             raise ServelabError("disaggregated jobs are not simulated")
         if job.launch is None or len(job.benches) != 1:
             raise ServelabError(f"no launch to simulate: {job.not_renderable}")
-        if row["spec-decoding"] != "none":
+        if row.spec_decoding != "none":
             raise ServelabError(
-                f"speculative decoding {row['spec-decoding']} is not simulated (acceptance unknown)"
+                f"speculative decoding {row.spec_decoding} is not simulated (acceptance unknown)"
             )
         try:
-            engine = engine_of_framework(row["framework"])
+            engine = engine_of_framework(row.framework)
             server = settings_of_argv(job.launch.argv, engine, _options(job, engine))
             settings = EngineSettings(
                 engine=engine,
@@ -64,15 +63,15 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
         except ValueError as e:
             raise ServelabError(str(e)) from None
         kv = "fp8" if (server.kv_cache_dtype or "").startswith("fp8") else None
-        model = load_model(row["model"], kv_dtype=kv)
-        system = load_system(store.registry.node_kind(row["runner"]).system)
-        parallel = Parallel(tp=row["tp"], ep=row["ep"], dp_attn=row["dp-attn"], pp=row["pp"]).validate(model)
+        model = load_model(row.model, kv_dtype=kv)
+        system = load_system(store.registry.node_kind(row.runner).system)
+        parallel = Parallel(tp=row.tp, ep=row.ep, dp_attn=row.dp_attn, pp=row.pp).validate(model)
         twin = simulate_benchmark(
             model,
             system,
             parallel,
             settings,
-            bench_stream(job.benches[0].client),
+            bench_stream(job.benches[0]),
             PERCENTILE_METRICS,
             PERCENTILES,
             {},

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.results.provenance import Provenance
+from servelab.results.schema import StageStatus
 from servelab.results.store import Store
 
 EXPECTED = (
@@ -198,7 +199,7 @@ def record_bench(
         store.record_stage(
             run_id,
             "bench",
-            e.outcome,
+            StageStatus(e.outcome),
             config=e.config,
             repetition=repetition,
             started_at=e.started_at,
@@ -262,7 +263,7 @@ def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entr
             store.record_stage(
                 run_id,
                 "bench",
-                e.outcome,
+                StageStatus(e.outcome),
                 config=e.config,
                 repetition=rep,
                 started_at=e.started_at,

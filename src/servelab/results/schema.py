@@ -5,9 +5,33 @@ on open.
 """
 
 import sqlite3
+from enum import StrEnum
 
 from servelab.errors import ServelabError
 
+
+class RunOutcome(StrEnum):
+    """How a run ended (running until it does)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    RUNNING = "running"
+
+
+class StageStatus(StrEnum):
+    """How one stage row ended: pass, error, skipped (not run: an earlier failure or an interruption stopped
+    the run); fail and running as imported runs and a stage in progress have them."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    RUNNING = "running"
+    SKIPPED = "skipped"
+
+
+# The values as the migrations below wrote them into the tables' CHECKs: frozen, like the migrations (the
+# enums above must keep these values so that stores written before read; tests/results check they match).
 OUTCOMES = ("pass", "fail", "error", "running")
 STAGE_STATUSES = ("pass", "fail", "error", "running", "skipped")
 SOURCES = ("measured", "predicted", "imported")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.results.provenance import Provenance, redact_argv, redact_env
-from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, migrate
+from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, StageStatus, migrate
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -48,7 +48,7 @@ class Stage:
     stage: str
     config: str
     repetition: int
-    status: str
+    status: StageStatus
     started_at: str | None
     ended_at: str | None
     artifact: str | None
@@ -199,7 +199,7 @@ class Store:
         self,
         run_id: str,
         stage: str,
-        status: str,
+        status: StageStatus,
         *,
         config: str = "",
         repetition: int = 0,
@@ -280,7 +280,7 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM stages WHERE run_id = ? ORDER BY stage, config, repetition", (run_id,)
         )
-        return [Stage(**dict(row)) for row in rows]
+        return [Stage(**(dict(row) | {"status": StageStatus(row["status"])})) for row in rows]
 
     def metrics(self, run_id: str) -> list[Metric]:
         rows = self.conn.execute(

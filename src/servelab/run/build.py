@@ -35,22 +35,7 @@ def read_job(path: Path, index: int | None) -> Job:
         raise ServelabError(f"{path} holds one job; no index {index}", field="job_index")
     if not isinstance(data, dict):
         raise ServelabError(f"{path}: expected a job object of `servelab sweep --format json`", field="job")
-    fields = {k.replace("-", "_"): v for k, v in data.items() if k.replace("-", "_") in Job.model_fields}
-    fields["key"] = data.get("config-key")
-    # InferenceX writes scenario-type on agentic rows only
-    fields["scenario"] = data.get("scenario-type", "fixed-seq-len")
-    fields["row"] = {k: v for k, v in data.items() if k not in _NOT_ROW}
-    try:
-        return Job.model_validate(fields)
-    except ValidationError as e:
-        raise ServelabError.from_validation(e, str(path)) from None
-
-
-# the keys of Job.to_json that are not the row's own fields
-_NOT_ROW = {
-    "config-key", "fingerprint", "image-digest", "launch", "not-renderable", "secret-env", "benches", "evals",
-    "assertions", "queue", "agents",
-}  # fmt: skip
+    return Job.from_json(data, str(path))
 
 
 def plan_from(

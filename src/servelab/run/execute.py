@@ -24,12 +24,21 @@ from typing import IO
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
 from servelab.results import provenance
+from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
 from servelab.run.assertions import Judged, judge
 from servelab.run.plan import RunPlan
 from servelab.run.server import container_name, docker_argv, hf_cache_dir, serve
-from servelab.run.stage import StageFailed, StageOutput, Target
-from servelab.run.stages import StageRegistry, default_registry, preflight
+from servelab.run.stage import (
+    SERVER_STAGE,
+    StageCall,
+    StageFailed,
+    StageOptions,
+    StageOutput,
+    StageStatus,
+    Target,
+)
+from servelab.run.stages import STAGES, StageRegistry, preflight
 from servelab.run.stats import summarize
 from servelab.runner.server import ServerProcess, ServerStartError
 
@@ -57,19 +66,19 @@ class Row:
     stage: str
     config: str
     repetition: int
-    status: str  # pass | error | skipped (not run: an earlier failure or an interruption stopped the run)
+    status: StageStatus  # pass | error | skipped (not run: an earlier failure or an interruption stopped it)
     detail: str = ""
     artifact: str | None = None
 
     def dump(self) -> dict:
-        return dict(self.__dict__)
+        return dict(self.__dict__) | {"status": str(self.status)}
 
 
 @dataclass
 class RunResult:
     run_id: str
     run_dir: Path
-    outcome: str
+    outcome: RunOutcome
     exit_code: int
     rows: list[Row]
     metrics: dict[str, dict[str, dict[str, dict]]]  # stage -> config -> metric -> stats.Summary.dump()
@@ -80,7 +89,7 @@ class RunResult:
         return {
             "run_id": self.run_id,
             "run_dir": str(self.run_dir),
-            "outcome": self.outcome,
+            "outcome": str(self.outcome),
             "exit_code": self.exit_code,
             "errors": self.errors,
             "stages": [r.dump() for r in self.rows],
@@ -108,7 +117,7 @@ def stage_values(store: Store, run_id: str) -> dict[tuple[str, str], dict[str, l
     """(stage, config) -> metric -> the value of every repetition, as the store holds them."""
     out: dict[tuple[str, str], dict[str, list[float]]] = {}
     for m in store.metrics(run_id):
-        if m.value is not None and m.stage != "server":
+        if m.value is not None and m.stage != SERVER_STAGE:
             out.setdefault((m.stage, m.config), {}).setdefault(m.name, []).append(m.value)
     return out
 
@@ -144,7 +153,9 @@ class _Runner:
                 )
             self.run_id = run.id
             return {
-                (s.stage, s.config, s.repetition) for s in self.store.stages(run.id) if s.status == "pass"
+                (s.stage, s.config, s.repetition)
+                for s in self.store.stages(run.id)
+                if s.status == StageStatus.PASS
             }
         run_id = new_run_id()
         argv: list[str] = []
@@ -185,18 +196,8 @@ class _Runner:
 
     def call(self, item: tuple[str, str, int], target: Target, run_dir: Path) -> StageOutput:
         stage, config, rep = item
-        fn = self.registry[stage]
-        if stage == "bench":
-            point = next(p for p in self.plan.bench if p.config == config)
-            return fn(target, point, rep, run_dir)
-        if stage == "gsm8k":
-            task = next(t for t in self.plan.lm_tasks if t.name == config)
-            out = run_dir / f"gsm8k-{config}"
-            out.mkdir(exist_ok=True)
-            return fn(target, task, self.plan.lm_defaults, out, self.opts.gsm8k_path)
-        out = run_dir / "bfcl"
-        out.mkdir(exist_ok=True)
-        return fn(target, self.plan.bfcl, out)
+        options = StageOptions(gsm8k_path=self.opts.gsm8k_path, bfcl_python=self.opts.bfcl_python)
+        return self.registry.get(stage)().run(target, StageCall(self.plan, config, rep, run_dir, options))
 
     def run_items(self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path) -> None:
         for n, item in enumerate(todo):
@@ -209,23 +210,23 @@ class _Runner:
             )
             self.say(f"{name}: running")
             started = now()
-            row = Row(stage, config, rep, "pass")
+            row = Row(stage, config, rep, StageStatus.PASS)
             try:
                 output: StageOutput | None = self.call(item, target, run_dir)
             except StageFailed as e:
-                row.status, row.detail = "error", str(e)
+                row.status, row.detail = StageStatus.ERROR, str(e)
                 output = getattr(e, "output", None)
             except ServelabError as e:  # bad input the preflight could not see (a file gone since)
-                row.status, row.detail, output = "error", str(e), None
+                row.status, row.detail, output = StageStatus.ERROR, str(e), None
             except KeyboardInterrupt as e:
-                row.status, row.detail = "error", "interrupted"
+                row.status, row.detail = StageStatus.ERROR, "interrupted"
                 self.record(row, getattr(e, "output", None), started, run_dir)
                 self.skip(todo[n + 1 :], "not run: the run was interrupted")
                 raise
             self.record(row, output, started, run_dir)
             self.say(f"{name}: {row.status}" + (f" ({row.detail})" if row.detail else ""))
             if (
-                row.status == "error"
+                row.status == StageStatus.ERROR
                 and server is not None
                 and server.proc
                 and server.proc.poll() is not None
@@ -234,14 +235,16 @@ class _Runner:
                     f"the server exited with {server.proc.returncode} during {name}; log {server.log_path}:\n"
                     + server.log_tail()
                 )
-                self.store.record_stage(self.run_id, "server", "error", ended_at=now(), artifact="server.log")
+                self.store.record_stage(
+                    self.run_id, SERVER_STAGE, StageStatus.ERROR, ended_at=now(), artifact="server.log"
+                )
                 self.skip(todo[n + 1 :], "not run: the server had exited")
                 return
 
     def skip(self, items: list, why: str) -> None:
         for stage, config, rep in items:
-            self.store.record_stage(self.run_id, stage, "skipped", config=config, repetition=rep)
-            self.rows.append(Row(stage, config, rep, "skipped", why))
+            self.store.record_stage(self.run_id, stage, StageStatus.SKIPPED, config=config, repetition=rep)
+            self.rows.append(Row(stage, config, rep, StageStatus.SKIPPED, why))
 
 
 def _relative(path: Path, run_dir: Path) -> str:
@@ -279,13 +282,24 @@ def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: 
                 ) as (target, server):
                     artifact = None if server is None else "server.log"
                     store.record_stage(
-                        r.run_id, "server", "pass", started_at=started, ended_at=now(), artifact=artifact
+                        r.run_id,
+                        SERVER_STAGE,
+                        StageStatus.PASS,
+                        started_at=started,
+                        ended_at=now(),
+                        artifact=artifact,
                     )
                     r.say(f"server: ready at {target.base_url}, model {target.model}")
                     r.run_items(todo, target, server, run_dir)
             except ServerStartError as e:
-                store.record_stage(r.run_id, "server", "error", started_at=started, ended_at=now(),
-                                   artifact=None if opts.base_url else "server.log")  # fmt: skip
+                store.record_stage(
+                    r.run_id,
+                    SERVER_STAGE,
+                    StageStatus.ERROR,
+                    started_at=started,
+                    ended_at=now(),
+                    artifact=None if opts.base_url else "server.log",
+                )
                 r.errors.append(str(e))
                 r.say(f"server: {e}")
                 r.skip(todo, "not run: the server did not start")
@@ -302,12 +316,12 @@ def execute(
     registry: StageRegistry | None = None,
     log: IO[str] | None = None,
 ) -> RunResult:
-    """Run the plan and record it. With the real stages (no `registry` given), what they need is checked
-    first: a ServelabError then, before any run is recorded or server started."""
+    """Run the plan and record it, with the stages of `registry` (servelab's own by default). What the
+    plan's stages need is checked first (`Stage.preflight`): a ServelabError then, before any run is
+    recorded or server started."""
     opts = opts or RunOptions()
-    if registry is None:
-        preflight(plan, opts.bfcl_python, opts.gsm8k_path)
-        registry = default_registry(opts.bfcl_python)
+    registry = registry or STAGES
+    preflight(plan, StageOptions(gsm8k_path=opts.gsm8k_path, bfcl_python=opts.bfcl_python), registry)
     r = _Runner(plan, store, opts, registry, log or sys.stderr)
     baseline = None
     if opts.baseline:
@@ -320,7 +334,7 @@ def execute(
     try:
         _run_todo(r, plan, opts, todo, run_dir)
     except BaseException:  # an unforeseen failure: the run is recorded as ended before it propagates
-        store.finish_run(r.run_id, "error")
+        store.finish_run(r.run_id, RunOutcome.ERROR)
         raise
     values = stage_values(store, r.run_id)
     judged = judge(plan.assertions, values, baseline)
@@ -328,13 +342,13 @@ def execute(
         s.status for s in store.stages(r.run_id) if (s.stage, s.config, s.repetition) in set(plan.items())
     }
     if r.signum:
-        outcome, code = "error", 128 + r.signum
-    elif r.errors or statuses - {"pass"} or any(j.outcome == "error" for j in judged):
-        outcome, code = "error", EXIT_ERROR
+        outcome, code = RunOutcome.ERROR, 128 + r.signum
+    elif r.errors or statuses - {StageStatus.PASS} or any(j.outcome == "error" for j in judged):
+        outcome, code = RunOutcome.ERROR, EXIT_ERROR
     elif any(j.outcome == "fail" for j in judged):
-        outcome, code = "fail", EXIT_FAIL
+        outcome, code = RunOutcome.FAIL, EXIT_FAIL
     else:
-        outcome, code = "pass", EXIT_PASS
+        outcome, code = RunOutcome.PASS, EXIT_PASS
     store.finish_run(r.run_id, outcome)
     result = RunResult(r.run_id, run_dir, outcome, code, r.rows, _summaries(values), judged, r.errors)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(result.dump(), indent=1) + "\n")

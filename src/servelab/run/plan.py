@@ -20,9 +20,8 @@ from servelab.engines.command import engine_of_argv, parse
 from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
-from servelab.predict.deployment import argv_flags
+from servelab.recipes.job import EvalSpec, Job
 from servelab.recipes.pipelines import arm_name
-from servelab.recipes.sweep import Job
 from servelab.recipes.workload import (
     PerfEvalWorkload,
     WlBenchConfig,
@@ -34,8 +33,9 @@ from servelab.recipes.workload import (
 )
 from servelab.results.provenance import redact_argv, redact_env
 from servelab.run.assertions import Assertion, parse_all
+from servelab.run.stage import StageName
 
-STAGES = ("bench", "gsm8k", "bfcl")
+STAGES = tuple(StageName)
 DEFAULT_PORT = 8000
 LOCALHOST = "127.0.0.1"
 # vllm bench serve options whose CLI form is a string that BenchConfig holds parsed
@@ -72,7 +72,7 @@ class RunPlan:
     name: str
     source: str
     server: ServerPlan
-    stages: list[str]
+    stages: list[StageName]
     bench: list[BenchPoint] = field(default_factory=list)
     lm_tasks: list[WlTask] = field(default_factory=list)
     lm_defaults: WlModelArgs | None = None
@@ -83,12 +83,12 @@ class RunPlan:
     def items(self) -> list[tuple[str, str, int]]:
         """(stage, config, repetition) of every stage row this plan writes, in run order."""
         out: list[tuple[str, str, int]] = []
-        if "bench" in self.stages:
-            out += [("bench", p.config, r) for p in self.bench for r in range(p.repetitions)]
-        if "gsm8k" in self.stages:
-            out += [("gsm8k", t.name, 0) for t in self.lm_tasks]
-        if "bfcl" in self.stages and self.bfcl:
-            out.append(("bfcl", "", 0))
+        if StageName.BENCH in self.stages:
+            out += [(StageName.BENCH, p.config, r) for p in self.bench for r in range(p.repetitions)]
+        if StageName.GSM8K in self.stages:
+            out += [(StageName.GSM8K, t.name, 0) for t in self.lm_tasks]
+        if StageName.BFCL in self.stages and self.bfcl:
+            out.append((StageName.BFCL, "", 0))
         return out
 
     def dump(self) -> dict:
@@ -108,15 +108,15 @@ class RunPlan:
                 "files": sorted(s.files),
                 "secret_env": s.secret_env,
             },
-            "stages": self.stages,
-            "bench": [asdict(p) for p in self.bench] if "bench" in self.stages else [],
+            "stages": [str(s) for s in self.stages],
+            "bench": [asdict(p) for p in self.bench] if StageName.BENCH in self.stages else [],
             "gsm8k": [
                 {"task": t.name, "num_fewshot": t.num_fewshot, "model_args": _lm_args(self.lm_defaults, t)}
                 for t in self.lm_tasks
             ]
-            if "gsm8k" in self.stages
+            if StageName.GSM8K in self.stages
             else [],
-            "bfcl": self.bfcl.dump() if self.bfcl and "bfcl" in self.stages else None,
+            "bfcl": self.bfcl.dump() if self.bfcl and StageName.BFCL in self.stages else None,
             "assertions": [a.text for a in self.assertions],
             "stage_rows": [list(i) for i in self.items()],
         }
@@ -126,15 +126,15 @@ def _lm_args(defaults: WlModelArgs | None, task: WlTask) -> dict:
     return (defaults.dump() if defaults else {}) | (task.model_args.dump() if task.model_args else {})
 
 
-def choose_stages(available: list[str], requested: list[str] | None, source: str) -> list[str]:
+def choose_stages(available: list[StageName], requested: list[str] | None, source: str) -> list[StageName]:
     """The stages to run: those requested (each must be one the source has), else all it has."""
     if requested is None:
         return available
     for s in requested:
-        if s not in STAGES:
+        if s not in StageName._value2member_map_:
             raise ServelabError(f"{s!r}: expected a comma list of {', '.join(STAGES)}", field="stages")
         if s not in available:
-            has = ", ".join(available) or "none"
+            has = ", ".join(map(str, available)) or "none"
             raise ServelabError(f"{source} has no {s} stage (it has {has})", field="stages")
     return [s for s in STAGES if s in requested]
 
@@ -246,11 +246,11 @@ def from_workload(
     available = []
     configs = w.vllm_bench.configs if w.vllm_bench else []
     if configs:
-        available.append("bench")
+        available.append(StageName.BENCH)
     if w.lm_eval and not w.bench_only:
-        available.append("gsm8k")
+        available.append(StageName.GSM8K)
     if w.bfcl and not w.bench_only:
-        available.append("bfcl")
+        available.append(StageName.BFCL)
     points = []
     for i, cfg in enumerate(configs):
         points += _workload_points(cfg, repetitions, f"{source}: vllm_bench.configs[{i}] ({cfg.name})")
@@ -267,29 +267,13 @@ def from_workload(
     )
 
 
-def _lm_task(argv: list[str], source: str) -> WlTask:
-    """A sweep job's `lm_eval` argv (recipes/client.py lm_eval_argv) back as a task."""
-    flags = argv_flags(argv)
-    try:
-        model_args = dict(kv.split("=", 1) for kv in flags.get("model-args", "").split(",") if kv)
-        gen = dict(kv.split("=", 1) for kv in flags.get("gen-kwargs", "").split(",") if kv)
-        args = {
-            k: int(v)
-            for k, v in (
-                ("num_concurrent", model_args.get("num_concurrent")),
-                ("max_gen_toks", gen.get("max_gen_toks")),
-            )
-            if v is not None
-        }
-        return WlTask(
-            name=flags.get("tasks", ""),
-            num_fewshot=int(flags.get("num-fewshot", 0)),
-            model_args=WlModelArgs(**args) if args else None,
-        )
-    except (ValueError, ValidationError) as e:
-        raise ServelabError(
-            f"{source}: evals: {' '.join(argv)!r} is not an lm_eval command servelab wrote ({e})"
-        ) from None
+def _lm_task(ev: EvalSpec) -> WlTask:
+    """A sweep job's lm-eval spec as the workload task the gsm8k stage runs."""
+    args = {"num_concurrent": ev.num_concurrent, "max_gen_toks": ev.max_gen_toks}
+    model_args = WlModelArgs(**{k: v for k, v in args.items() if v is not None})
+    return WlTask(
+        name=ev.task, num_fewshot=ev.num_fewshot, model_args=model_args if model_args.dump() else None
+    )
 
 
 def from_job(
@@ -306,36 +290,31 @@ def from_job(
         raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
     if len(job.benches) > 1:
         raise ServelabError(f"{source}: {job.label()}: a job of several concurrencies; servelab runs one")
-    row, bench, launch = job.row, job.benches[0], job.launch
-    ds = bench.dataset
-    image = row["image"] + (f"@{job.image_digest}" if job.image_digest else "")
-    model = served_name(launch.argv, row["model"])
+    row, bench, launch = job.point, job.benches[0], job.launch
+    image = row.image + (f"@{job.image_digest}" if job.image_digest else "")
+    model = served_name(launch.argv, row.model)
     server = ServerPlan(
         launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
     )
-    args: dict = {"random_range_ratio": ds.get("range-ratio")}
-    warm = argv_flags(bench.client).get("num-warmups")
-    if warm is not None:
-        args["num_warmups"] = int(warm)
     where = f"{source}: {job.label()}"
-    conc = bench.conc
-    fields = bench_fields(ds["input-len"], ds["output-len"], ds["num-prompts"], conc, args, where)
-    fields["ignore_eos"] = "--ignore-eos" in bench.client
-    point = BenchPoint(f"{row['exp-name']}-conc-{conc}", repetitions or 1, fields)
+    bench.config(f"{where}: bench")  # bad values are bad input now, before a server starts
+    point = BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, bench.options())
     texts = []
     for metric, bound in job.assertions.items():
-        if bound.get("min") is not None:
-            texts.append(f"bench.{metric} >= {bound['min']}")
-        if bound.get("max") is not None:
-            texts.append(f"bench.{metric} <= {bound['max']}")
-    tasks = [_lm_task(argv, source) for argv in job.evals]
+        if bound.min is not None:
+            texts.append(f"bench.{metric} >= {bound.min}")
+        if bound.max is not None:
+            texts.append(f"bench.{metric} <= {bound.max}")
+    tasks = [_lm_task(ev) for ev in job.evals]
     return RunPlan(
         name=job.key,
         source=source,
         server=server,
         # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
         stages=choose_stages(
-            ([] if row.get("eval-only") else ["bench"]) + (["gsm8k"] if tasks else []), stages, source
+            ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []),
+            stages,
+            source,
         ),
         bench=[point],
         lm_tasks=tasks,
@@ -349,13 +328,11 @@ def pick_job(jobs: list[Job], key: str, arm: str | None, seq: str | None) -> Job
     chosen = [
         j
         for j in jobs
-        if (arm is None or arm_name(j.row) == arm) and (seq is None or j.row["exp-name"].endswith("_" + seq))
+        if (arm is None or arm_name(j.point) == arm) and (seq is None or j.point.seq_len == seq)
     ]
     if len(chosen) == 1:
         return chosen[0]
-    names = sorted(
-        {f"--arm {arm_name(j.row)} --seq-len {j.row['exp-name'].rsplit('_', 1)[-1]}" for j in jobs}
-    )
+    names = sorted({f"--arm {arm_name(j.point)} --seq-len {j.point.seq_len}" for j in jobs})
     if not chosen:
         raise ServelabError(f"{key}: no arm matches; it has: {'; '.join(names)}", field="arm")
     raise ServelabError(f"{key}: {len(chosen)} arms match; choose one of: {'; '.join(names)}", field="arm")

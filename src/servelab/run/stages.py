@@ -1,33 +1,38 @@
-"""The stages `servelab run` calls, looked up by name in a registry (tests put stand-ins in their own).
+"""The stages `servelab run` runs, as classes in a registry keyed by stage name (tests put stand-ins in their
+own registry). Each has the one signature of servelab.run.stage.Stage:
 
-    bench(target, point, repetition, out_dir)                one repetition of one bench point
-    gsm8k(target, task, defaults, out_dir, dataset_path)     one lm_eval task (servelab.run.gsm8k)
-    bfcl(target, spec, out_dir)                              the workload's BFCL (servelab.run.bfcl)
+    BenchStage   one repetition of one bench point (`servelab bench` in-process)
+    Gsm8kStage   one lm_eval task (servelab.run.gsm8k); preflight: lm-eval and its tasks, the JSONL file
+    BfclStage    the workload's BFCL (servelab.run.bfcl); preflight: the BFCL environment
 
-and `preflight` checks, before the server starts, that the eval stages can run (lm-eval and its tasks, the
-BFCL environment).
-each returning a StageOutput. The bench stage is `servelab bench` in-process; its result file is vllm bench
-serve's JSON. A point with failed or unsent requests raises `BenchIncomplete` (a StageFailed carrying what
-was measured); Ctrl-C or SIGTERM during the load raises `BenchInterrupted` (a KeyboardInterrupt carrying it),
-so the run can keep it.
+The bench stage's result file is vllm bench serve's JSON. A point with failed or unsent requests raises
+`BenchIncomplete` (a StageFailed carrying what was measured); Ctrl-C or SIGTERM during the load raises
+`BenchInterrupted` (a KeyboardInterrupt carrying it), so the run can keep it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.runner import run_point
 from servelab.errors import ServelabError
+from servelab.registry import Registry
 from servelab.results.importers import vllm_entry
 from servelab.run.bfcl import require_bfcl_python, run_bfcl
 from servelab.run.gsm8k import check_tasks, run_gsm8k
 from servelab.run.plan import BenchPoint, RunPlan
-from servelab.run.stage import StageFailed, StageOutput, Target
+from servelab.run.stage import (
+    Stage,
+    StageCall,
+    StageFailed,
+    StageName,
+    StageOptions,
+    StageOutput,
+    Target,
+)
 
-StageRegistry = dict[str, Callable[..., StageOutput]]
+StageRegistry = Registry[type[Stage]]
 
 
 class BenchIncomplete(StageFailed):
@@ -79,16 +84,59 @@ def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path)
     return output
 
 
-def default_registry(bfcl_python: Path | None = None) -> StageRegistry:
-    return {"bench": run_bench, "gsm8k": run_gsm8k, "bfcl": partial(run_bfcl, python=bfcl_python)}
+class BenchStage(Stage):
+    name = StageName.BENCH
+
+    def run(self, target: Target, call: StageCall) -> StageOutput:
+        point = next(p for p in call.plan.bench if p.config == call.config)
+        return run_bench(target, point, call.repetition, call.run_dir)
 
 
-def preflight(plan: RunPlan, bfcl_python: Path | None = None, gsm8k_path: Path | None = None) -> None:
-    """Before the server starts: the eval stages' tools and files are there and lm-eval knows every task.
-    A ServelabError (bad input) now saves starting a server that a stage could not use."""
-    if "gsm8k" in plan.stages:
-        if gsm8k_path is not None and not gsm8k_path.is_file():
-            raise ServelabError(f"{gsm8k_path}: no such file (a GSM8K JSONL file)", field="gsm8k_path")
+class Gsm8kStage(Stage):
+    name = StageName.GSM8K
+
+    def preflight(self, plan: RunPlan, options: StageOptions) -> None:
+        path = options.gsm8k_path
+        if path is not None and not path.is_file():
+            raise ServelabError(f"{path}: no such file (a GSM8K JSONL file)", field="gsm8k_path")
         check_tasks(plan.lm_tasks, plan.source)
-    if "bfcl" in plan.stages and plan.bfcl:
-        require_bfcl_python(bfcl_python)
+
+    def run(self, target: Target, call: StageCall) -> StageOutput:
+        task = next(t for t in call.plan.lm_tasks if t.name == call.config)
+        out = call.run_dir / f"gsm8k-{call.config}"
+        out.mkdir(exist_ok=True)
+        return run_gsm8k(target, task, call.plan.lm_defaults, out, call.options.gsm8k_path)
+
+
+class BfclStage(Stage):
+    name = StageName.BFCL
+
+    def preflight(self, plan: RunPlan, options: StageOptions) -> None:
+        if plan.bfcl:
+            require_bfcl_python(options.bfcl_python)
+
+    def run(self, target: Target, call: StageCall) -> StageOutput:
+        if call.plan.bfcl is None:
+            raise StageFailed("bfcl: the plan holds no BFCL spec")
+        out = call.run_dir / "bfcl"
+        out.mkdir(exist_ok=True)
+        return run_bfcl(target, call.plan.bfcl, out, python=call.options.bfcl_python)
+
+
+def stage_registry(*stages: type[Stage]) -> StageRegistry:
+    """A registry of these stage classes under their names."""
+    registry: StageRegistry = Registry("stage")
+    for stage in stages:
+        registry.register(stage.name.value, stage)
+    return registry
+
+
+STAGES = stage_registry(BenchStage, Gsm8kStage, BfclStage)
+
+
+def preflight(plan: RunPlan, options: StageOptions, registry: StageRegistry = STAGES) -> None:
+    """Before the server starts: every stage of the plan can run (the eval stages' tools and files are there,
+    lm-eval knows every task). A ServelabError (bad input) now saves starting a server that a stage could
+    not use."""
+    for name in plan.stages:
+        registry.get(name)().preflight(plan, options)

@@ -5,17 +5,47 @@ from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
 from servelab.errors import ServelabError, closest
 from servelab.specs.dtypes import Dtype, parse_dtype
 from servelab.specs.hf_config import model_from_hf_config
 from servelab.specs.model import ModelSpec
 
 DATA = resources.files("servelab.specs") / "data"
+CHECKPOINTS_FILE = Path(str(DATA / "checkpoints.json"))
+
+
+class Checkpoint(BaseModel):
+    """A checkpoint id's embedded model, and the precision it overrides (its weights, its experts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    weights: Dtype | None = None
+    experts: Dtype | None = None
+
+    @property
+    def overrides_precision(self) -> bool:
+        return self.weights is not None or self.experts is not None
+
+
+_CHECKPOINTS = TypeAdapter(dict[str, Checkpoint])
+
+
+def read_checkpoints(path: Path = CHECKPOINTS_FILE) -> dict[str, Checkpoint]:
+    """Checkpoint id -> Checkpoint; one line naming the file and the field where it is malformed."""
+    try:
+        return _CHECKPOINTS.validate_python(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ServelabError(f"{path}: cannot read the checkpoints ({e})") from None
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, str(path)) from None
 
 
 @cache
-def _checkpoints() -> dict[str, dict]:
-    return json.loads((DATA / "checkpoints.json").read_text())
+def _checkpoints() -> dict[str, Checkpoint]:
+    return read_checkpoints()
 
 
 def list_models() -> list[str]:
@@ -24,7 +54,7 @@ def list_models() -> list[str]:
     )
 
 
-def list_checkpoints() -> dict[str, dict]:
+def list_checkpoints() -> dict[str, Checkpoint]:
     return dict(_checkpoints())
 
 
@@ -59,19 +89,19 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _resolve(name_or_path: str) -> tuple[ModelSpec, dict]:
-    """The embedded or parsed spec, and the checkpoint entry it came through ({} for a name or a path)."""
+def _resolve(name_or_path: str) -> tuple[ModelSpec, Checkpoint | None]:
+    """The embedded or parsed spec, and the checkpoint entry it came through (None for a name or a path)."""
     key = name_or_path.strip()
     checkpoints = _checkpoints()
     lowered = {k.lower(): k for k in checkpoints}
     if key.lower() in lowered:
         entry = checkpoints[lowered[key.lower()]]
-        return _embedded(entry["model"]), entry
+        return _embedded(entry.model), entry
     if key.lower() in list_models():
-        return _embedded(key.lower()), {}
+        return _embedded(key.lower()), None
     path = Path(key).expanduser()
     if _exists(path) or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
-        return _from_path(path), {}
+        return _from_path(path), None
     choices = list_models() + list(checkpoints)
     raise ServelabError(
         f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them"
@@ -86,11 +116,10 @@ def load_model(
     indexer_dtype: str | None = None,
 ) -> ModelSpec:
     """A ModelSpec with the checkpoint's default precision, overridden where asked."""
-    model, overrides = _resolve(name_or_path)
+    model, checkpoint = _resolve(name_or_path)
     prec = model.precision.model_dump()
-    for part in ("weights", "experts"):
-        if overrides.get(part):
-            prec[part] = Dtype(overrides[part])
+    if checkpoint is not None:
+        prec.update({part: d for part in ("weights", "experts") if (d := getattr(checkpoint, part))})
     if weight_dtype is not None:  # an empty name is a mistake, not 'no override'
         prec["weights"] = parse_dtype(weight_dtype, "weight_dtype")
         if expert_dtype is None and not model.precision.experts.is_fp4:
@@ -113,7 +142,8 @@ def load_model(
         if idx not in (Dtype.fp8, Dtype.fp4):
             raise ServelabError("expected fp8 or fp4", field="indexer_dtype")
         prec["indexer_cache"] = idx
-    source = _canonical(name_or_path) if overrides else model.source  # a checkpoint id names its own source
+    # a checkpoint id names its own source
+    source = _canonical(name_or_path) if checkpoint is not None else model.source
     return model.model_copy(update={"precision": type(model.precision)(**prec), "source": source})
 
 
