@@ -14,6 +14,7 @@ from servelab.cli.main import app
 from servelab.engines import KERNEL_CHOICES, Engine
 from servelab.engines.kernels import KernelChoice
 from servelab.engines.version import Version, version_of_image
+from servelab.errors import ServelabError
 from servelab.perfdb import db as db_mod
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
@@ -222,3 +223,11 @@ def test_estimate_plan_and_report_say_what_the_kernel_time_rests_on(tmp_path):
     page = tmp_path / "r.html"
     assert runner.invoke(app, ["report", "--predicted", str(plan), "-o", str(page)]).exit_code == 0
     assert "predicted kernel time by source: roofline 100.0 %" in page.read_text()
+
+
+def test_merge_takes_only_the_ops_named(tmp_path):
+    camp = synth.write_campaign(tmp_path / "c", synth.gemm_rows() + synth.dsv4_rows())
+    report = merge([camp], tmp_path / "t" / "h200_sxm" / "torch" / "2.11", ops={"gemm"})
+    assert set(report["tables"]) == {"gemm"} and report["tables"]["gemm"]["rows"] == len(synth.gemm_rows())
+    with pytest.raises(ServelabError, match="unknown op 'gem'"):
+        merge([camp], tmp_path / "t2" / "h200_sxm" / "torch" / "2.11", ops={"gem"})

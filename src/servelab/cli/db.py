@@ -220,10 +220,16 @@ def merge(
     drop_bad: bool = typer.Option(
         False, "--drop-bad", help="Skip rows that break an invariant (listed) instead of stopping."
     ),
+    ops: str = typer.Option(
+        "", "--ops", help="Merge only these ops' rows, comma separated (default: every op of the campaigns)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Merge campaigns into Parquet tables (one per op family), newest measurement of a key winning."""
-    report = run_merge(dirs, into, drop_bad=drop_bad, command="servelab db " + " ".join(sys.argv[2:]))
+    only = {o.strip() for o in ops.split(",") if o.strip()} or None
+    report = run_merge(
+        dirs, into, drop_bad=drop_bad, command="servelab db " + " ".join(sys.argv[2:]), ops=only
+    )
     if as_json:
         typer.echo(json.dumps(report, indent=1))
         return

@@ -192,8 +192,15 @@ def _check_system(system, prov: dict, where: str) -> None:
         )
 
 
-def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | None = None) -> dict:
-    """Merge campaigns into the tables under `into` (<root>/<system>/<backend>/<version>/); a report."""
+def merge(
+    dirs: list[Path],
+    into: Path,
+    drop_bad: bool = False,
+    command: str | None = None,
+    ops: set[str] | None = None,
+) -> dict:
+    """Merge campaigns into the tables under `into` (<root>/<system>/<backend>/<version>/); a report. With
+    `ops`, only those ops' rows of the campaigns are merged (the rest stay in the campaign, unread)."""
     into = Path(into)
     parts = into.resolve().parts
     if len(parts) < 3:
@@ -211,11 +218,24 @@ def merge(dirs: list[Path], into: Path, drop_bad: bool = False, command: str | N
     }
 
     # campaigns are read and checked before the directory is touched; a bad one leaves it as it was
-    campaigns = [(d, read_campaign(Path(d))) for d in dirs]
+    if ops is not None:
+        unknown = sorted(op for op in ops if op not in BY_OP)
+        if unknown:
+            raise ServelabError(f"unknown op {unknown[0]!r}; ops: {', '.join(sorted(BY_OP))}", field="ops")
+    campaigns = [(d, _only(read_campaign(Path(d)), ops)) for d in dirs]
     for d, (prov, *_) in campaigns:
         _check_system(system, prov, str(Path(d) / "provenance.json"))
     with locked_dir(into):
         return _merge_locked(campaigns, into, system, drop_bad, command, report)
+
+
+def _only(campaign: tuple, ops: set[str] | None) -> tuple:
+    """A read campaign with only the rows of `ops` (all with None)."""
+    if ops is None:
+        return campaign
+    prov, rows, num_errors, problems = campaign
+    kept = {fam: [r for r in rs if r["op"] in ops] for fam, rs in rows.items()}
+    return prov, {fam: rs for fam, rs in kept.items() if rs}, num_errors, problems
 
 
 def _merge_locked(
