@@ -1,23 +1,27 @@
 """PerfDB: answers op latency queries for one system and backend, each from the best evidence there is, and
 says which. Answers are cached: the same key asked twice costs a dict lookup.
 
-The order, for a key of an engine backend (vllm, sglang, trtllm):
+The order, for a key of an engine backend (vllm, sglang, trtllm), exact shapes before borrowed ones:
 1. the table of the kernel the engine runs for that key at its release on this GPU, where the engine picks its
    kernel by shape, dtype, GPU or release (servelab.engines' KernelChoice: vLLM's DeepGEMM MoE for block-FP8
-   experts, its Marlin MoE for MXFP4 experts on Hopper), where that table holds the key's shape (measured, or
-   between or beyond collected token counts; not borrowed from another shape);
-2. the engine's own tables, newest release first (up to the release asked for);
-3. the torch tables times the engine's fitted torch-to-engine ratio of the op's family (perfdb.ratios; source
+   experts, its Marlin MoE for MXFP4 and FP4 experts on Hopper), where that table holds the key's shape
+   (measured, or between or beyond collected token counts; never borrowed from another shape);
+2. the engine's own tables on this system, newest release first (up to the release asked for);
+3. the same tables of another GPU of the same architecture (compute capability), carried over (source
+   `transferred`): the engine's kernels are the same binaries there, so the shape behaviour a ratio cannot
+   hold (FlashMLA pads 8 heads to 64) carries over;
+4. the torch tables times the engine's fitted torch-to-engine ratio of the op's family (perfdb.ratios; source
    `calibrated`), where one was fitted;
-4. another system's answer from steps 1-3, carried over by the two systems' rooflines for the key and a fitted
-   efficiency (perfdb.transfer; source `transferred`), for a system whose own tables do not answer;
-5. the roofline.
-The torch backend (servelab's own kernels, no engine) takes steps 2 (its tables), 4 and 5.
+5. another system's answer from its steps 1-4, carried over by the two systems' rooflines for the key and a
+   fitted efficiency (perfdb.transfer; source `transferred`);
+6. the roofline.
+Steps 1, 2 and 4 are tried with the key's shape first, then with another shape's utilisation (borrowed).
+The torch backend (servelab's own kernels, no engine) takes steps 2, 3, 5 and 6.
 
 The shipped H200 torch tables time torch's kernels (cuBLAS, SDPA, servelab's reference MoE / MLA / DeepSeek-V4
 kernels), not the engines' (CUTLASS, FlashMLA, fused MoE, custom all-reduce): priced from them unscaled,
 engine TPOT was off by 35.6 % (median, leave one model out, 525 measured H200 rows), against 24.1 % from the
-roofline (docs/accuracy.md, section 4); that is why step 3 needs a fitted ratio and is skipped without one."""
+roofline (docs/accuracy.md, section 4); that is why step 4 needs a fitted ratio and is skipped without one."""
 
 from collections import OrderedDict
 from collections.abc import Callable
@@ -183,38 +187,52 @@ class PerfDB:
         return hit
 
     def _resolve(self, key: OpKey) -> OpLatency:
-        found = self.table_answer(key, self.system.compute_capability)
-        if found is not None and found.source != "roofline":
-            return found
+        cc = self.system.compute_capability
+        fallback = None
+        # a shape a table holds first, best evidence first; another shape's utilisation only after that
+        for borrow in (False, True):
+            found = self.own_answer(key, cc, borrow)
+            if found is not None and found.source != "roofline":
+                return found
+            fallback = fallback or found
+            if not borrow and self.transfer:
+                # the engine's kernels timed on a GPU of the same architecture run the same binaries
+                found = self._transferred(key, siblings_only=True, with_ratios=False)
+                if found is not None:
+                    return found
+            found = self._torch_scaled(key, cc, borrow)
+            if found is not None:
+                return found
         if self.transfer:
-            carried = self._transferred(key)
-            if carried is not None:
-                return carried
-        return found if found is not None else self.roofline.latency(key)
+            found = self._transferred(key, siblings_only=False, with_ratios=True)
+            if found is not None:
+                return found
+        return fallback if fallback is not None else self.roofline.latency(key)
 
-    def table_answer(self, key: OpKey, compute_capability: int) -> OpLatency | None:
-        """This system's answer from tables (steps 1-3 of the module docstring) for a GPU of
-        `compute_capability` (the kernel an engine runs may depend on it), or a roofline answer whose note
-        says why no table held the key, or None."""
+    def own_answer(self, key: OpKey, compute_capability: int, borrow: bool = True) -> OpLatency | None:
+        """This system's answer from the kernel tables (which never lend another shape) and its own tables
+        of this backend (steps 1-2) for a GPU of `compute_capability` (the kernel an engine runs may depend on
+        it), or a roofline answer whose note says why no table held the key, or None."""
         for stack, choice in self.kernel_tables:
             if choice.runs(key, self.version, compute_capability):
                 found = stack.lookup(key, borrow=False)
                 if found is not None and found.source in TABLE_SOURCES:
                     return found
-        fallback = None
-        # a shape some table holds first, in the engine's tables or torch's; another shape's utilisation next
+        return self.tables.lookup(key, borrow=borrow) if self.tables is not None else None
+
+    def table_answer(self, key: OpKey, compute_capability: int, with_ratios: bool = True) -> OpLatency | None:
+        """This system's best answer from tables (steps 1, 2 and 4), or None."""
         for borrow in (False, True):
-            found = self.tables.lookup(key, borrow=borrow) if self.tables is not None else None
+            found = self.own_answer(key, compute_capability, borrow)
             if found is not None and found.source != "roofline":
                 return found
-            fallback = fallback or found
-            found = self._torch_scaled(key, compute_capability, borrow)
+            found = self._torch_scaled(key, compute_capability, borrow) if with_ratios else None
             if found is not None:
                 return found
-        return fallback
+        return None
 
     def _torch_scaled(self, key: OpKey, compute_capability: int, borrow: bool) -> OpLatency | None:
-        """The torch tables' answer times the torch-to-engine ratio of the kernel running the key (step 3)."""
+        """The torch tables' answer times the torch-to-engine ratio of the kernel running the key (step 4)."""
         fam = BY_OP.get(key.op)
         if self.ratios is None or self.torch_tables is None or fam is None:
             return None
@@ -229,12 +247,15 @@ class PerfDB:
             return None
         return scaled(torch, fam.name, fit, kernel)
 
-    def _transferred(self, key: OpKey) -> OpLatency | None:
-        """Another system's table answer, carried here (step 4), from the first source system that has one."""
+    def _transferred(self, key: OpKey, siblings_only: bool, with_ratios: bool) -> OpLatency | None:
+        """Another system's table answer, carried here (steps 3 and 5), from the first source system that has
+        one (with `siblings_only`, only systems of this GPU's compute capability)."""
         fam = BY_OP.get(key.op)
         for source in self._transfer_sources():
-            found = source.table_answer(key, self.system.compute_capability)
-            if found is None or found.source == "roofline":
+            if siblings_only and source.system.compute_capability != self.system.compute_capability:
+                continue
+            found = source.table_answer(key, self.system.compute_capability, with_ratios)
+            if found is None:
                 continue
             root = next(
                 (
