@@ -12,8 +12,8 @@ The order, for a key of an engine backend (vllm, sglang, trtllm), exact shapes b
    hold (FlashMLA pads 8 heads to 64) carries over;
 4. the torch tables times the engine's fitted torch-to-engine ratio of the op's family (perfdb.ratios; source
    `calibrated`), where one was fitted;
-5. another system's answer from its steps 1-4, carried over by the two systems' rooflines for the key and a
-   fitted efficiency (perfdb.transfer; source `transferred`);
+5. another system's answer from its steps 1-2, else from its steps 1-4, carried over by the two systems'
+   rooflines for the key and a fitted efficiency (perfdb.transfer; source `transferred`);
 6. the roofline.
 Steps 1, 2 and 4 are tried with the key's shape first, then with another shape's utilisation (borrowed).
 The torch backend (servelab's own kernels, no engine) takes steps 2, 3, 5 and 6.
@@ -204,9 +204,11 @@ class PerfDB:
             if found is not None:
                 return found
         if self.transfer:
-            found = self._transferred(key, siblings_only=False, with_ratios=True)
-            if found is not None:
-                return found
+            # another architecture's rows of the engine's own kernels first, its torch rows x ratio next
+            for with_ratios in (False, True):
+                found = self._transferred(key, siblings_only=False, with_ratios=with_ratios)
+                if found is not None:
+                    return found
         return fallback if fallback is not None else self.roofline.latency(key)
 
     def own_answer(self, key: OpKey, compute_capability: int, borrow: bool = True) -> OpLatency | None:
