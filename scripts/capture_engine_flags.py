@@ -59,10 +59,18 @@ def _value_kind(action) -> str:
 def walk(parser: argparse.ArgumentParser) -> dict:
     """Every optional action of a parser: canonical name -> what it accepts."""
     flags = {}
+    # the strings argparse matches, hidden ones included (vLLM 0.34 keeps `--no-enable-x` out of
+    # action.option_strings but registered with the parser)
+    registered: dict[int, list[str]] = {}
+    for option, owner in parser._option_string_actions.items():
+        registered.setdefault(id(owner), []).append(option)
+    deprecated: set = getattr(
+        parser, "_deprecated", set()
+    )  # vLLM's FlexibleArgumentParser before Python 3.13
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
             continue
-        options = [_hyphenated(o) for o in action.option_strings]
+        options = sorted({_hyphenated(o) for o in registered.get(id(action), action.option_strings)})
         own = "--" + action.dest.replace("_", "-")
         longs = [o for o in options if o.startswith("--") and not o.startswith("--no-")]
         name = own if own in options else (longs or options)[0]
@@ -75,7 +83,11 @@ def walk(parser: argparse.ArgumentParser) -> dict:
             entry["value"] = kind
         if action.choices is not None:
             entry["choices"] = [str(c) for c in action.choices]
-        if "Deprecated" in type(action).__name__:
+        if (
+            "Deprecated" in type(action).__name__
+            or action in deprecated
+            or getattr(action, "deprecated", False)
+        ):
             entry["deprecated"] = getattr(action, "new_flag", None) or True
         flags[name] = entry
     return dict(sorted(flags.items()))
