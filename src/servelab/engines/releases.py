@@ -367,8 +367,9 @@ def check_launch(
     tokens = server_args(argv)
     dotted = {canonical(t) for t in tokens if is_flag_token(t) and "." in t.split("=", 1)[0]}
     switches = {s for s, f in spellings.items() if specs[f].value == "none"}
-    valued = {s for s, f in spellings.items() if specs[f].value in ("one", "many")} | dotted
-    args = parse(tokens, switches=switches, valued=valued)
+    # argparse leaves a flag-like next token alone (`--max-model-len --enforce-eager` lacks a value); vLLM's
+    # dotted config flags take the next token whatever it is
+    args = parse(tokens, switches=switches, valued=dotted)
     previous: Arg | None = None
     for arg in args:
         if arg.name is None:
