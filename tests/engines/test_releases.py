@@ -157,6 +157,10 @@ def test_values_switches_and_choices():
     assert vllm("--enable-expert-parallel", "true").errors == [
         "--enable-expert-parallel: a switch in vllm 0.25.0; it takes no value (got 'true')"
     ]
+    assert vllm("--enforce_eager", "True").errors == [
+        "--enforce_eager: a switch in vllm 0.25.0; it takes no value (got 'True')"
+    ]
+    assert vllm("--enforce-eager", "deepseek-ai/DeepSeek-V4-Pro").problems == []  # vLLM's model, positional
     assert vllm("--async-scheduling=1").errors == [
         "--async-scheduling: a switch in vllm 0.25.0; it takes no value (got '1')"
     ]

@@ -34,6 +34,7 @@ from servelab.engines.names import Engine, engine_of
 from servelab.errors import ServelabError, closest
 
 LATEST_TAGS = {"", "latest"}
+BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 # A release's tag: a version at the start, then nothing or a '-' suffix (`v0.5.14-cu130`, `1.3.0rc23.post1`).
 _TAG_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:rc\d+)?)((?:\.post\d+)?)(?:$|-)")
 _KEY = re.compile(r"(\d+(?:\.\d+)+)(?:rc(\d+))?(?:\.post(\d+))?$")
@@ -370,18 +371,22 @@ def check_launch(
     # argparse leaves a flag-like next token alone (`--max-model-len --enforce-eager` lacks a value); vLLM's
     # dotted config flags take the next token whatever it is
     args = parse(tokens, switches=switches, valued=dotted)
-    previous: Arg | None = None
+    pending: tuple[str, str] | None = (
+        None  # a switch just read (name, as written): the next word may be a value
+    )
     for arg in args:
         if arg.name is None:
-            if previous is not None and previous.name in switches and previous.value is None:
-                flag = spellings[previous.name]
+            # a word after a switch may be a positional argument (vLLM's and trtllm-serve's model), but a
+            # boolean word there is a value the switch does not take (`--trust-remote-code true`)
+            if pending is not None and str(arg.value).lower() in BOOLEAN_WORDS:
+                name, written = pending
                 ck.add(
-                    flag,
-                    f"{previous.tokens[0]}: a switch in {r.label}; it takes no value (got {arg.value!r})",
+                    spellings[name],
+                    f"{written}: a switch in {r.label}; it takes no value (got {arg.value!r})",
                 )
-            previous = arg
+            pending = None
             continue
-        previous = arg
+        pending = (arg.name, arg.tokens[0]) if arg.name in switches and arg.value is None else None
         written = arg.tokens[0].split("=", 1)[0]
         head, dot, key = arg.name.partition(".")
         if not r.parser.underscores and "_" in written.split(".", 1)[0]:
