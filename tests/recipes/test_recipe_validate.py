@@ -11,14 +11,6 @@ from servelab.recipes.schema import Recipe
 from servelab.recipes.store import open_store
 from servelab.recipes.validate import validate_recipe, validate_store
 
-# A finding of the launch check (servelab.engines.releases), for the lead: the recipe pins
-# vllm/vllm-openai:v0.25.0 and sets --kernel-config {"enable_jit_warmup": false}; vLLM 0.25.0's KernelConfig
-# has no such key (first in 0.27.1) and its parser refuses it ("vllm serve: error: argument --kernel-config: 1
-# validation error for KernelConfig enable_jit_warmup Unexpected keyword argument").
-ENABLE_JIT_WARMUP_TOO_NEW = pytest.mark.xfail(
-    strict=True, reason="--kernel-config: key 'enable_jit_warmup' not in vllm 0.25.0 (first in 0.27.1)"
-)
-
 
 def recipe(model, runner="cluster:h200-nb", space=None, **extra):
     return Recipe.model_validate(
@@ -46,7 +38,7 @@ def recipe(model, runner="cluster:h200-nb", space=None, **extra):
 @pytest.mark.parametrize(
     "key",
     [
-        pytest.param("dsv4-fp4-b200-vllm", marks=ENABLE_JIT_WARMUP_TOO_NEW),
+        "dsv4-fp4-b200-vllm",
         "dsv4f-fp8-b200-vllm",
         "dsv4f-fp8-h200-vllm",
         "dsv4f-fp8-h200-sglang",

@@ -5,7 +5,6 @@ import shlex
 import subprocess
 import sys
 
-import pytest
 import yaml
 from test_recipe_formats import EXAMPLE_MASTER, WORKLOAD
 
@@ -30,11 +29,6 @@ def test_list_and_show():
     assert r.returncode == 2 and r.stderr.startswith("error: config key") and "did you mean" in r.stderr
 
 
-# the shipped dsv4-fp4-b200-vllm sets a --kernel-config key its vLLM release lacks (tests/recipes/
-# test_recipe_validate.py says more)
-@pytest.mark.xfail(
-    strict=True, reason="--kernel-config: key 'enable_jit_warmup' not in vllm 0.25.0 (first in 0.27.1)"
-)
 def test_list_and_validate_as_json():
     r = run("recipes", "list", "--json")
     assert r.returncode == 0, r.stderr
