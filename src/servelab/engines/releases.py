@@ -30,17 +30,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.engines.argv import Arg, canonical, is_flag_token, parse
+from servelab.engines.command import engine_of_argv, grammar_of
 from servelab.engines.names import Engine, engine_of
+from servelab.engines.version import Version, version_of_image
 from servelab.errors import ServelabError, closest
 
 LATEST_TAGS = {"", "latest"}
 BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
-# A release's tag: a version at the start, then nothing or a '-' suffix (`v0.5.14-cu130`, `1.3.0rc23.post1`).
-_TAG_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:rc\d+)?)((?:\.post\d+)?)(?:$|-)")
-_KEY = re.compile(r"(\d+(?:\.\d+)+)(?:rc(\d+))?(?:\.post(\d+))?$")
-# Programs that start a server, and the module `python -m` runs; the words after them up to the first flag
-# (subcommand, model) are positional.
-_PROGRAMS = {"vllm", "sglang", "trtllm-serve"}
+# A version string (not an image): a release number and nothing else (`0.25.0`, `v1.3.0rc23.post1`).
+_VERSION_TEXT = re.compile(r"v?\d+(\.\d+)+(rc\d+)?(\.post\d+)?")
 
 
 class FlagSpec(BaseModel):
@@ -103,33 +101,20 @@ class Release(BaseModel):
         return out
 
 
-def version_key(version: str) -> tuple:
-    """An order of release strings: 1.3.0rc14 < 1.3.0rc23 < 1.3.0rc23.post1 < 1.3.0 < 1.3.0.post1."""
-    m = _KEY.match(version)
-    if not m:
-        raise ServelabError(
-            f"{version!r} is not a release version (like 0.25.0 or 1.3.0rc14)", field="version"
-        )
-    release = tuple(int(x) for x in m.group(1).split("."))
-    release += (0,) * (4 - len(release))
-    pre = (0, int(m.group(2))) if m.group(2) is not None else (1, 0)
-    return (release, pre, int(m.group(3) or 0))
-
-
 def version_of(image_or_version: str | None) -> str | None:
     """The release an image tag or version string names (`vllm/vllm-openai:v0.25.0` -> 0.25.0,
     `lmsysorg/sglang:v0.5.9-cu129` -> 0.5.9); "latest" for `latest` or no tag; None when the tag names no
     release (a nightly or custom build)."""
-    text = (image_or_version or "").strip().split("@", 1)[0]
+    text = (image_or_version or "").strip()
     if "/" in text or ":" in text:  # an image reference: its tag, `latest` when it has none
-        tail = text.rsplit("/", 1)[-1]
-        tag = tail.split(":", 1)[1] if ":" in tail else ""
-    else:
-        tag = text
-    if tag in LATEST_TAGS:
+        tail = text.split("@", 1)[0].rsplit("/", 1)[-1]
+        if (tail.split(":", 1)[1] if ":" in tail else "") in LATEST_TAGS:
+            return "latest"
+        found = version_of_image(text)
+        return str(found) if found is not None else None
+    if text in LATEST_TAGS:
         return "latest"
-    m = _TAG_VERSION.match(tag)
-    return m.group(1) + m.group(2) + m.group(3) if m else None
+    return text.lstrip("vV") if _VERSION_TEXT.fullmatch(text) else None
 
 
 @cache
@@ -146,7 +131,7 @@ def releases(engine: Engine) -> tuple[Release, ...]:
             out.append(Release.model_validate(json.loads(entry.read_text())))
         except (ValueError, ValidationError) as e:
             raise ServelabError(f"{engine.value}/releases/{entry.name}: not a release file ({e})") from None
-    return tuple(sorted(out, key=lambda r: version_key(r.version)))
+    return tuple(sorted(out, key=lambda r: Version(r.version)))
 
 
 @dataclass(frozen=True)
@@ -179,19 +164,19 @@ def resolve(catalog: Sequence[Release], image_or_version: str | None) -> Resolve
             f"{image_or_version} names no release: checked against {newest.label} (the newest captured); "
             "problems are warnings",
         )
-    key = version_key(version)
+    key = Version(version)
     for r in catalog:
-        if version_key(r.version) == key:
+        if Version(r.version) == key:
             return Resolved(r, True)
-    if key > version_key(newest.version) or key < version_key(oldest.version):
-        near = newest if key > version_key(newest.version) else oldest
+    if key > Version(newest.version) or key < Version(oldest.version):
+        near = newest if key > Version(newest.version) else oldest
         return Resolved(
             near,
             False,
             f"{name} {version} is not captured: checked against {near.label}; problems are warnings",
         )
-    below = max((r for r in catalog if version_key(r.version) < key), key=lambda r: version_key(r.version))
-    above = min((r for r in catalog if version_key(r.version) > key), key=lambda r: version_key(r.version))
+    below = max((r for r in catalog if Version(r.version) < key), key=lambda r: Version(r.version))
+    above = min((r for r in catalog if Version(r.version) > key), key=lambda r: Version(r.version))
     return Resolved(
         below,
         True,
@@ -224,31 +209,10 @@ class LaunchCheck:
         return [p.message for p in self.problems if not p.error]
 
 
-def server_args(argv: Sequence[str]) -> list[str]:
-    """The server's own arguments: argv less the program (`vllm serve MODEL`, `python3 -m
-    sglang.launch_server`, `trtllm-serve [serve] MODEL`); an argv that starts with a flag is all arguments."""
-    tokens = list(argv)
-    i = 0
-    if tokens and tokens[0].rsplit("/", 1)[-1].startswith("python"):
-        i = 3 if len(tokens) > 1 and tokens[1] == "-m" else 2
-    elif tokens and tokens[0].rsplit("/", 1)[-1] not in _PROGRAMS:
-        return tokens
-    while i < len(tokens) and not is_flag_token(tokens[i]):
-        i += 1
-    return tokens[i:]
-
-
 def engine_of_command(argv: Sequence[str]) -> Engine | None:
-    """The engine a server command starts, from its program or `python -m` module; None when not known."""
-    if not argv:
-        return None
-    program = argv[0].rsplit("/", 1)[-1]
-    if program.startswith("python") and len(argv) > 2 and argv[1] == "-m":
-        program = argv[2].split(".", 1)[0]
-    if program == "trtllm-serve":
-        return Engine.TRTLLM
+    """The engine a server command starts; None when it is no engine's program (ATOM's, a stand-in)."""
     try:
-        return engine_of(program)
+        return engine_of_argv(list(argv))
     except ServelabError:
         return None
 
@@ -282,11 +246,11 @@ class _Checker:
     def elsewhere(self, has: Callable[[Release], bool]) -> str | None:
         """Where the captured releases around this one say a name went: removed after the last older
         release that has it, or new in the first newer one; None when no captured release has it."""
-        key = version_key(self.r.version)
-        older = [r for r in self.catalog if version_key(r.version) < key and has(r)]
+        key = Version(self.r.version)
+        older = [r for r in self.catalog if Version(r.version) < key and has(r)]
         if older:
             return f"removed from {self.r.label} (last in {older[-1].version})"
-        newer = [r for r in self.catalog if version_key(r.version) > key and has(r)]
+        newer = [r for r in self.catalog if Version(r.version) > key and has(r)]
         return f"not in {self.r.label} (first in {newer[0].version})" if newer else None
 
     def unknown(self, name: str, written: str) -> None:
@@ -355,9 +319,7 @@ def check_launch(
     paths of files the argv names (TensorRT-LLM's options YAML) to their parsed content. `catalog` stands
     in for the engine's captured releases (tests)."""
     eng = engine if isinstance(engine, Engine) else engine_of(engine)
-    cat = (
-        tuple(sorted(catalog, key=lambda r: version_key(r.version))) if catalog is not None else releases(eng)
-    )
+    cat = tuple(sorted(catalog, key=lambda r: Version(r.version))) if catalog is not None else releases(eng)
     resolved = resolve(cat, version)
     if resolved is None:
         return LaunchCheck(None, f"{eng.value}: no captured release; flags not checked")
@@ -365,7 +327,7 @@ def check_launch(
     r = resolved.release
     spellings = r.spellings() | (resolved.also.spellings() if resolved.also else {})
     specs = {**(resolved.also.flags if resolved.also else {}), **r.flags}
-    tokens = server_args(argv)
+    tokens = grammar_of(eng).split(list(argv))[1]
     dotted = {canonical(t) for t in tokens if is_flag_token(t) and "." in t.split("=", 1)[0]}
     switches = {s for s, f in spellings.items() if specs[f].value == "none"}
     # argparse leaves a flag-like next token alone (`--max-model-len --enforce-eager` lacks a value); vLLM's
