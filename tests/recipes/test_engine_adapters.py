@@ -104,8 +104,6 @@ def test_dsv4_pro_flags_and_pins(shipped):
         "--attention_config.use_fp4_indexer_cache=True",
         "--compilation-config",
         '{"cudagraph_mode":"FULL_AND_PIECEWISE","custom_ops":["all"]}',
-        "--kernel-config",
-        '{"enable_jit_warmup":false}',
         "--tokenizer-mode",
         "deepseek_v4",
         "--tool-call-parser",

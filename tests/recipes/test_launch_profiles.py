@@ -160,15 +160,15 @@ def test_another_checkpoint_under_the_prefix_gets_no_profile(upstream_recipes):
 
 
 def test_shipped_dsv4_pro_recipe_runs_upstreams_flags(shipped, capture):
-    # Every flag and env variable upstream runs for this key and job; servelab adds only its own two pins
-    # (kernel-config, CUDA_HOME).
+    # Every flag and env variable upstream runs for this key and job; servelab adds only its own pin,
+    # CUDA_HOME.
     want = next(r for r in capture if r["key"] == "dsv4-fp4-b200-vllm" and r["dp-attn"] and r["conc"] == 512)
     launch = render(
         shipped.get("dsv4-fp4-b200-vllm"), arm(tp=8, ep=8, dp_attn=True), 9472, job=JobPoint(8192, 1024, 512)
     )
     ours = set(flags(VLLM, launch.argv).items()) - {("--port", "8000")}
     theirs = set(flags(VLLM, want["argv"]).items()) - {("--port", "8888")}
-    assert ours - theirs == {("--kernel-config", '{"enable_jit_warmup":false}')}
+    assert ours - theirs == set()
     assert theirs - ours == set()
     assert launch.env == want["env"] | {"CUDA_HOME": "/usr/local/cuda"}
 

@@ -260,7 +260,8 @@ def test_export_writes_serve_args_as_upstream_splits_them(shipped):
     recipe = shipped.recipes["dsv4-fp4-b200-vllm"]
     for doc in recipe_to_workloads("dsv4-fp4-b200-vllm", recipe):
         words = doc["vllm"]["serve_args"].split()  # what `vllm serve MODEL $serve_args` passes on
-        assert words[words.index("--kernel-config") + 1] == '{"enable_jit_warmup":false}'
+        cc = '{"cudagraph_mode":"FULL_AND_PIECEWISE","custom_ops":["all"]}'
+        assert words[words.index("--compilation-config") + 1] == cc
 
 
 HOSTILE = [

@@ -24,13 +24,26 @@ from servelab.run.server import docker_argv
 
 WORKLOADS = sorted((Path(__file__).parents[1] / "data" / "perf-eval" / "workloads").glob("*.yaml"))
 runner = CliRunner()
+# A finding of the launch check (servelab.engines.releases), for the lead: this upstream workload names no
+# image, so it runs vllm/vllm-openai:latest, checked as the newest captured vLLM (0.34.0), whose
+# AttentionConfig no longer has use_fp4_indexer_cache (last in 0.27.1): `servelab run` refuses it.
+USE_FP4_INDEXER_GONE = pytest.mark.xfail(
+    strict=True, reason="--attention_config.use_fp4_indexer_cache: removed from vllm 0.34.0 (last in 0.27.1)"
+)
 
 
 def test_all_upstream_workloads_are_there():
     assert len(WORKLOADS) == 21
 
 
-@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=USE_FP4_INDEXER_GONE) if p.stem == "deepseek_v4_flash_b200" else p
+        for p in WORKLOADS
+    ],
+    ids=lambda p: p.stem,
+)
 def test_every_upstream_workload_dry_runs(path):
     raw = read_yaml(path)
     res = runner.invoke(app, ["run", str(path), "--dry-run", "--json"])
@@ -73,7 +86,7 @@ def test_every_upstream_workload_dry_runs(path):
 
 
 def test_dry_run_text_names_argv_stages_and_assertions(tmp_path):
-    path = WORKLOADS[0]
+    path = WORKLOADS[1]  # the first, deepseek_v4_flash_b200, is refused (USE_FP4_INDEXER_GONE)
     res = runner.invoke(app, ["run", str(path), "--dry-run", "--assert", "bench.p99_ttft_ms <= 3000"])
     assert res.exit_code == 0, res.output
     assert "server: vllm serve" in res.stdout and "bench.p99_ttft_ms <= 3000" in res.stdout

@@ -109,6 +109,7 @@ def run(
     """Run a workload end to end: start the server, benchmark and evaluate it, judge assertions, store it."""
     # the plan pulls in the recipe schema and the load generator (start-up time of every other command)
     from servelab.run import build  # noqa: PLC0415
+    from servelab.run.launch_check import check_server, check_summary  # noqa: PLC0415  # as build
 
     plan, gpu = build.plan_from(
         source,
@@ -124,11 +125,13 @@ def run(
         port=port,
         image=image,
     )
+    # refused before any server starts (an attached server was started by someone else)
+    check = None if base_url else check_summary(check_server(plan.server))
     if dry_run:
         if as_json:
-            print_json(plan.dump())
+            print_json(plan.dump() | {"launch_check": check})
         else:
-            _print_plan(plan.dump())
+            _print_plan(plan.dump() | {"launch_check": check})
         return 0
     from servelab.results.store import Store  # noqa: PLC0415  # start-up time
     from servelab.run.execute import RunOptions, execute  # noqa: PLC0415  # start-up time
@@ -166,6 +169,11 @@ def _print_plan(d: dict) -> None:
     for name in s["secret_env"]:
         print(f"  env {name} (from the caller's environment)")
     print(f"  image {s['image']}, port {s['port']}, model {s['model']}")
+    check = d.get("launch_check")
+    if check:
+        print(f"  flags accepted by {check['release']}" if check["release"] else "  flags not checked")
+        for line in ([check["note"]] if check["note"] else []) + check["warnings"]:
+            print(f"    {line}")
     print(f"stages: {', '.join(d['stages']) or 'none'}")
     for p in d["bench"]:
         f = p["fields"]

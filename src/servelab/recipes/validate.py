@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from servelab.engines.command import grammar_of
 from servelab.engines.names import Engine
+from servelab.engines.releases import check_launch
 from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
 from servelab.predict.memory import (
@@ -205,10 +206,22 @@ def validate_recipe(key: str, recipe, registry) -> Report:
             f"{mem.kv_gib:.1f} GiB KV per GPU, ~{seqs} sequences (memory model estimate)"
         )
         try:
-            render(recipe, arm, max_len, job=JobPoint(isl=seq.isl, osl=seq.osl, conc=top))
+            launch = render(recipe, arm, max_len, job=JobPoint(isl=seq.isl, osl=seq.osl, conc=top))
         except ServelabError as err:
             rep.errors.append(f"{where}: {err}")
+            continue
+        _check_flags(rep, where, engine, recipe.image, launch)
     return rep
+
+
+def _check_flags(rep: Report, where: str, engine: Engine, image: str, launch) -> None:
+    """The arm's launch against the flags its image's engine release accepts."""
+    files = {k: load_yaml(v, k) for k, v in launch.files.items() if k.endswith((".yml", ".yaml"))}
+    check = check_launch(engine, image, launch.argv, files)
+    rep.errors += [f"{where}: {e}" for e in check.errors]
+    rep.warnings += [f"{where}: {w}" for w in check.warnings]
+    if check.note and check.note not in rep.notes:
+        rep.notes.append(check.note)
 
 
 def validate_store(store) -> list[Report]:
