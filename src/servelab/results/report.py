@@ -123,7 +123,8 @@ def _result_point(
     n = _gpus(fields, gpus)
     if per_gpu is None and output is not None and n:
         per_gpu = output / n
-    prediction = fields.get("prediction") if isinstance(fields.get("prediction"), dict) else {}
+    found = fields.get("prediction")
+    prediction: dict[str, Any] = found if isinstance(found, dict) else {}
     return Point(
         source=source,
         origin=origin,
