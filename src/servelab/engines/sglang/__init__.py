@@ -1,0 +1,1 @@
+"""SGLang: its documented defaults (defaults.json) and its scheduler's policy (policy.py)."""

@@ -1,0 +1,1 @@
+"""TensorRT-LLM: its documented defaults (defaults.json) and its scheduler's policy (policy.py)."""
