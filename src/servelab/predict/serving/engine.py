@@ -42,7 +42,7 @@ class Request:
     ctx0: int = 0  # its KV tokens at that moment
     epoch: int = 0  # bumps on preemption, invalidating stale heap entries
     preemptions: int = 0
-    over_clip: bool = False  # counted in the lane's decodes with more output left than reserve_clip
+    over_clip: bool = False  # counted in the lane's decodes with more output left than the clip
 
     @property
     def target(self) -> float:
