@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         params.update(fit.params if fit is not None else {})
     update: dict = {k: v for k, v in params.items() if k in PARAMS}
     if args.mixed_chunk:
-        update["prefill_policy"] = "mixed"
+        update["mixed_chunk"] = True  # SglangPolicy.mixed_chunk
     engine = base_profiles()["sglang"].model_copy(update=update)
     ttft: dict[str, list[float]] = {}
     tpot: dict[str, list[float]] = {}

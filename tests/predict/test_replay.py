@@ -23,7 +23,7 @@ def _replay(requests, offsets, limit=None, drive=0) -> Replay:
     mem = prepare(MODEL, SYS, TP2, ENGINE.max_num_batched_tokens)
     pricer = StepPricer(MODEL, TP2, ENGINE, perfdb_for(SYS))
     wl = Workload(isl=max(p for p, _, _ in requests), osl=max(o for _, o, _ in requests), concurrency=1)
-    lane = Lane(lane_limits(MODEL, TP2, ENGINE, mem, wl), pricer.decode, pricer.mixed)
+    lane = Lane(lane_limits(MODEL, TP2, ENGINE, mem, wl), ENGINE.policy, pricer.decode, pricer.mixed)
     source = Replay(requests, offsets, limit, drive)
     run(lane, source)
     return source

@@ -6,6 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from servelab.engines.policy import SchedulingPolicy
+from servelab.engines.sglang.policy import SglangPolicy
+from servelab.engines.trtllm.policy import TrtllmPolicy
+from servelab.engines.vllm.policy import VllmPolicy
 from servelab.predict.engines import engine_profile
 from servelab.predict.serving.engine import Lane, LaneLimits, Request
 from servelab.predict.serving.simulator import Replay, run
@@ -34,10 +38,13 @@ def _limits(**kw) -> LaneLimits:
     return LaneLimits(**{**base, **kw})
 
 
-def _replay(limits, requests, offsets=None, limit=None) -> tuple[Replay, list]:
-    """Run the requests (prompt, output, cached) through one lane; returns the source and every step."""
+def _replay(
+    limits, requests, offsets=None, limit=None, policy: SchedulingPolicy | None = None
+) -> tuple[Replay, list]:
+    """Run the requests (prompt, output, cached) through one lane under `policy` (vLLM's unless given);
+    returns the source and every step."""
     steps: list = []
-    lane = Lane(limits, _decode, _mixed)
+    lane = Lane(limits, policy or VllmPolicy(), _decode, _mixed)
     schedule = lane.schedule
 
     def recording(horizon, drive):
@@ -72,8 +79,9 @@ def test_token_budget_is_never_exceeded():
 
 
 def test_sglang_runs_prompts_in_steps_of_their_own_before_decodes():
-    sep = _limits(separate_prefill=True)
-    source, steps = _replay(sep, [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01])
+    source, steps = _replay(
+        _limits(), [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01], policy=SglangPolicy()
+    )
     prompt_steps = [s for s in steps if s[1]]
     assert prompt_steps and all(decodes == 0 for decodes, _ in prompt_steps)
     # the prompt gets the whole budget: 2500 tokens in three steps of 1000, 1000, 500
@@ -115,17 +123,17 @@ def test_api_server_takes_requests_in_one_at_a_time_and_streaming_slows_it():
     busy = _limits(frontend_s=per_request, frontend_out_token_s=1e-4)
     assert busy.frontend_cost_s(0, 5000.0) == pytest.approx(per_request / (1 - 0.5))
     assert busy.frontend_cost_s(0, 1e9) == pytest.approx(per_request / 0.05)  # saturated: bounded
+    # a serial output stream is queued work of its own instead (stream_out): intake is not stretched
+    assert busy.frontend_cost_s(0, 5000.0, streamed=True) == pytest.approx(per_request)
 
 
 def test_reserving_engines_admit_fewer_requests_into_the_same_cache():
     """KV for 3,000 tokens; six prompts of 500 with 500 outputs each. vLLM admits by prompt (it preempts when
     the cache fills); a no-evict engine (TensorRT-LLM) admits only while every admitted output still fits."""
     running = {}
-    for name, reserve in (("vllm", 0.0), ("trtllm", 1.0)):
-        limits = _limits(
-            kv_capacity=3000.0, max_num_batched_tokens=10_000, reserve=reserve, reserve_min=reserve
-        )
-        lane = Lane(limits, _decode, _mixed)
+    for name, policy in (("vllm", VllmPolicy()), ("trtllm", TrtllmPolicy())):
+        limits = _limits(kv_capacity=3000.0, max_num_batched_tokens=10_000)
+        lane = Lane(limits, policy, _decode, _mixed)
         for i in range(6):
             lane.add(Request(i, 500, 500, 0, arrival=(0.0, 0.0, 0.0)))
         lane.schedule(float("inf"), 0)
@@ -140,30 +148,27 @@ def test_sglang_charges_the_requests_it_admits_their_whole_output():
     0.7 x their output would have let both in (100 + 100 + 0.7 x 800 = 760). While the first decodes, the room
     left shrinks (850 - (101 + k) - 0.7 x (399 - k) = 469.7 - 0.3 k after k steps), so the second's prefill
     waits for the first to finish."""
-    limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.7)
-    source, steps = _replay(limits, [(100, 400, 0), (100, 400, 0)])
+    policy = SglangPolicy(init_new_token_ratio=0.7, min_new_token_ratio=0.7)
+    source, steps = _replay(_limits(kv_capacity=850.0), [(100, 400, 0), (100, 400, 0)], policy=policy)
     assert steps[0] == (0, [100])
     first, second = source.requests
     assert second.first[0] - first.finish[0] == pytest.approx(100e-6)
 
 
 def test_sglang_new_token_ratio_falls_from_its_start_to_its_floor():
-    sglang = engine_profile("sglang")
-    limits = _limits(
-        reserve=sglang.admission_reserve,
-        reserve_min=sglang.admission_reserve_min,
-        reserve_decay_steps=sglang.admission_reserve_decay_steps,
-    )
-    assert limits.reserve_at(0) == pytest.approx(0.7)
-    assert 0.098 < limits.reserve_at(300) < 0.7
-    assert limits.reserve_at(10_000) == pytest.approx(0.098)
+    sglang = engine_profile("sglang").policy
+    assert isinstance(sglang, SglangPolicy)
+    assert sglang.new_token_ratio(0) == pytest.approx(0.7)
+    assert 0.098 < sglang.new_token_ratio(300) < 0.7
+    assert sglang.new_token_ratio(10_000) == pytest.approx(0.098)
 
 
 def _admitted_after_a_decodes(clip: int) -> bool:
     """KV for 1,200 tokens, new-token ratio 0.5. A (prompt 100, output 1,000) is admitted and prefilled; then
     B (prompt 100, output 1,000) arrives: is B admitted in the next step?"""
-    limits = _limits(kv_capacity=1200.0, max_num_batched_tokens=10_000, reserve=0.5, reserve_min=0.5)
-    lane = Lane(replace(limits, reserve_clip=clip), _decode, _mixed)
+    limits = _limits(kv_capacity=1200.0, max_num_batched_tokens=10_000)
+    policy = SglangPolicy(init_new_token_ratio=0.5, min_new_token_ratio=0.5, clip_max_new_tokens=clip)
+    lane = Lane(limits, policy, _decode, _mixed)
     lane.add(Request(0, 100, 1000, 0, arrival=(0.0, 0.0, 0.0)))
     prefill = lane.schedule(float("inf"), 0)
     assert prefill is not None and [take for _, take, _ in prefill.chunks] == [100]
@@ -187,16 +192,15 @@ def test_the_clipped_reserve_is_the_sum_over_requests_at_every_step():
     """The lane keeps the clipped reserve as running sums (a heap of the points where a request's remaining
     output falls to the clip); at every scheduling point of a KV-bound run with retractions it equals the sum
     of min(remaining output, clip) over the admitted requests, counted one by one."""
-    limits = _limits(
-        kv_capacity=6000.0,
-        reserve=0.7,
-        reserve_min=0.05,
-        reserve_decay_steps=50,
-        reserve_clip=60,
-        retract_ratio_steps=20,
+    policy = SglangPolicy(
+        init_new_token_ratio=0.7,
+        min_new_token_ratio=0.05,
+        new_token_ratio_decay_steps=50,
+        clip_max_new_tokens=60,
+        retract_decode_steps=20,
         admission_latch=True,
     )
-    lane = Lane(limits, _decode, _mixed)
+    lane = Lane(_limits(kv_capacity=6000.0), policy, _decode, _mixed)
     checked = []
     schedule = lane.schedule
 
@@ -224,16 +228,10 @@ def test_a_retraction_restarts_sglangs_new_token_ratio():
     retracted, and the ratio restarts at (10 + 20) / 101 = 0.297 instead of 0.7 - 0.009 = 0.691. C, which
     arrived meanwhile and does not fit either, keeps its place ahead of B (vLLM puts B first)."""
     ratios, queues = {}, {}
-    for steps in (20, 0):
-        limits = _limits(
-            kv_capacity=1e6,
-            max_num_batched_tokens=10_000,
-            reserve=0.7,
-            reserve_min=0.1,
-            reserve_decay_steps=600,
-            retract_ratio_steps=steps,
-        )
-        lane = Lane(limits, _decode, _mixed)
+    sglang = SglangPolicy(min_new_token_ratio=0.1, new_token_ratio_decay_steps=600, retract_decode_steps=20)
+    for name, policy in (("sglang", sglang), ("vllm", VllmPolicy())):
+        limits = _limits(kv_capacity=1e6, max_num_batched_tokens=10_000)
+        lane = Lane(limits, policy, _decode, _mixed)
         for i in range(2):
             lane.add(Request(i, 100, 100, 0, arrival=(0.0, 0.0, 0.0)))
         lane.complete(lane.schedule(float("inf"), 0))
@@ -241,13 +239,15 @@ def test_a_retraction_restarts_sglangs_new_token_ratio():
         assert stretch is not None and stretch.steps == 9
         lane.complete(stretch)
         lane.add(Request(2, 100, 100, 0, arrival=(0.0, 0.0, 0.0)))
+        before = policy.reserve_ratio(lane)
         lane.lim = replace(limits, kv_capacity=219.0)
         lane.schedule(float("inf"), 0)
-        assert [r.idx for r in lane.running] == [0]
-        ratios[steps], queues[steps] = lane.reserve_now(), [r.idx for r in lane.waiting]
-    assert ratios[20] == pytest.approx(30 / 101)
-    assert ratios[0] == pytest.approx(0.7 - 0.6 * 9 / 600)
-    assert queues == {20: [2, 1], 0: [1, 2]}
+        assert [r.idx for r in lane.running] == [0] and lane.stats.preemptions == 1
+        ratios[name] = (before, policy.reserve_ratio(lane))
+        queues[name] = [r.idx for r in lane.waiting]
+    assert ratios["sglang"] == pytest.approx((0.7 - 0.6 * 9 / 600, 30 / 101))
+    assert ratios["vllm"] == (0.0, 0.0)  # vLLM reserves nothing
+    assert queues == {"sglang": [2, 1], "vllm": [1, 2]}
 
 
 def test_sglang_stops_admitting_after_a_refusal_until_a_request_finishes():
@@ -258,11 +258,12 @@ def test_sglang_stops_admitting_after_a_refusal_until_a_request_finishes():
     admission shut until A finishes (400 steps of 1 ms)."""
     firsts = {}
     for latch in (False, True):
-        limits = _limits(kv_capacity=850.0, reserve=0.7, reserve_min=0.0, reserve_decay_steps=10)
+        policy = SglangPolicy(min_new_token_ratio=0.0, new_token_ratio_decay_steps=10, admission_latch=latch)
         source, _ = _replay(
-            replace(limits, admission_latch=latch),
+            _limits(kv_capacity=850.0),
             [(100, 400, 0), (100, 400, 0), (100, 10, 0)],
             offsets=[0.0, 0.0, 5e-3],
+            policy=policy,
         )
         a, b, _ = source.requests
         firsts[latch] = (b.first[0], a.finish[0])
@@ -272,22 +273,15 @@ def test_sglang_stops_admitting_after_a_refusal_until_a_request_finishes():
     assert b_first > a_finish
 
 
-def test_engine_profiles_carry_their_scheduler_policies():
-    assert engine_profile("vllm").prefill_policy == "mixed"
-    assert engine_profile("vllm").admission_reserve == 0.0
-    assert engine_profile("sglang").prefill_policy == "separate"
-    assert engine_profile("trtllm").admission_reserve == 1.0
-    assert engine_profile("sglang").api_output_serial and not engine_profile("vllm").api_output_serial
+def test_engine_profiles_carry_their_engines_policies():
+    assert type(engine_profile("vllm").policy) is VllmPolicy
+    assert type(engine_profile("sglang").policy) is SglangPolicy
+    assert type(engine_profile("trtllm").policy) is TrtllmPolicy
+    assert type(engine_profile("torch").policy) is SchedulingPolicy
     assert engine_profile("sglang").kv_static_fraction and not engine_profile("trtllm").kv_static_fraction
-    assert (
-        engine_profile("sglang").admission_output_clip == 4096
-        and engine_profile("vllm").admission_output_clip == 0
-    )
-    assert (
-        engine_profile("sglang").retract_ratio_steps == 20
-        and engine_profile("trtllm").retract_ratio_steps == 0
-    )
-    assert engine_profile("sglang").admission_latch and not engine_profile("vllm").admission_latch
+    assert engine_profile("trtllm").kv_of_free and not engine_profile("vllm").kv_of_free
+    # an engine setting given to the profile sets its policy's
+    assert engine_profile("sglang", mixed_chunk=True).policy == SglangPolicy(mixed_chunk=True)
 
 
 def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
@@ -304,8 +298,9 @@ def test_streaming_api_server_delays_what_the_client_sees_by_its_backlog():
     prefill step ends at 0.2 ms and its two first tokens are handled by 10.2 ms; the two decode steps end at
     2.2 ms, but their four tokens wait behind the first two and are handled by 30.2 ms. The client sees the
     server's pace: TPOT 10 ms (two tokens of 5 ms a step), not the engine's 1 ms."""
-    limits = _limits(frontend_streams=True, frontend_out_token_s=5e-3)
-    source, _ = _replay(limits, [(100, 3, 0), (100, 3, 0)])
+    limits = _limits(frontend_out_token_s=5e-3)
+    streamed = SchedulingPolicy(serial_output_stream=True)
+    source, _ = _replay(limits, [(100, 3, 0), (100, 3, 0)], policy=streamed)
     for req in source.requests:
         assert req.first[0] == pytest.approx(10.2e-3)
         assert req.finish[0] == pytest.approx(30.2e-3)
@@ -316,8 +311,9 @@ def test_streaming_api_server_delays_what_the_client_sees_by_its_backlog():
 def test_a_client_sends_its_next_request_when_it_sees_the_last_one_end():
     """One client (concurrency 1): its second request leaves when the streamed last token of the first has
     reached it, 10 ms after the engine's step (two tokens of 5 ms), not when the engine finished."""
-    limits = _limits(frontend_streams=True, frontend_out_token_s=5e-3)
-    source, _ = _replay(limits, [(100, 2, 0), (100, 2, 0)], limit=1)
+    limits = _limits(frontend_out_token_s=5e-3)
+    streamed = SchedulingPolicy(serial_output_stream=True)
+    source, _ = _replay(limits, [(100, 2, 0), (100, 2, 0)], limit=1, policy=streamed)
     first, second = source.requests
     assert first.finish[0] == pytest.approx(100e-6 + 5e-3 + 5e-3)
     assert second.arrival[0] == pytest.approx(first.finish[0])

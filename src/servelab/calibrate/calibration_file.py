@@ -45,7 +45,11 @@ def servelab_state() -> str:
         commit, dirty = "unknown", ""
     digest = hashlib.sha256()
     for path in sorted(
-        [*(PACKAGE / "perfdb" / "data").rglob("*.*"), PACKAGE / "predict" / "data" / "engines.json"]
+        [
+            *(PACKAGE / "perfdb" / "data").rglob("*.*"),
+            PACKAGE / "predict" / "data" / "engines.json",
+            *(PACKAGE / "engines").glob("*/defaults.json"),
+        ]
     ):
         if path.is_file() and path.suffix in (".parquet", ".json"):
             digest.update(path.name.encode() + path.read_bytes())

@@ -9,10 +9,8 @@ and TensorRT-LLM's hold rules its recipe set on its date) is priced with them ov
 with the request lengths InferenceX's client drew (uniform in [0.8 L, L]).
 """
 
-import json
 import re
 from functools import cache
-from importlib import resources
 from typing import cast
 
 from servelab.calibrate.params import FIT_START, KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
@@ -22,7 +20,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
-from servelab.predict.engines import ENGINE_NAMES, EngineProfile
+from servelab.predict.engines import EngineProfile, documented_profiles
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 from servelab.specs import Dtype, ModelSpec, SystemSpec
@@ -48,10 +46,9 @@ def pick_mode(mode: str) -> str:
 
 @cache
 def base_profiles() -> dict[str, EngineProfile]:
-    """Engine profiles from engines.json alone: fitting starts from the documented defaults, and an existing
+    """Engine profiles from the documented defaults alone: fitting starts from them, and an existing
     calibrated.json must not leak into the fit."""
-    data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
-    return {n: EngineProfile(name=n, source="documented defaults", **data[n]) for n in ENGINE_NAMES}
+    return documented_profiles()
 
 
 def defaults() -> dict[str, dict[str, float]]:

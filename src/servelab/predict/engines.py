@@ -1,20 +1,13 @@
 """Engine profiles: what an engine adds to the kernel time of a step (scheduling, sampling, launch gaps,
-CUDA graphs for decode), its API server's CPU costs, and how its scheduler forms batches, with the fitted
-overheads of a calibration file (`servelab calibrate engines`; the shipped predict/data/calibrated.json unless
-another is named).
+CUDA graphs for decode), its API server's CPU costs, its token budget and KV-cache rule, and its scheduling
+policy, with the fitted overheads of a calibration file (`servelab calibrate engines`; the shipped
+predict/data/calibrated.json unless another is named).
 
-The scheduler behaviour is data, read from each engine's scheduler code (engines.json says which file):
-- `prefill_policy` "mixed": decodes first, then prompt chunks in the same step under the token budget
-  (vLLM V1 `Scheduler.schedule`, TensorRT-LLM in-flight batching under max_num_tokens); "separate": a step
-  carries either prompt chunks or decodes, and waiting prompts go first (SGLang `get_next_batch_to_run`
-  without `--enable-mixed-chunk`), so decodes stall while prompts are pending.
-- `admission_reserve`: the share of every running request's remaining output tokens an engine holds free in
-  the KV cache before admitting another, which must fit with all of its own output (vLLM V1 0: it preempts
-  instead, and reserves nothing; TensorRT-LLM GUARANTEED_NO_EVICT 1: a request is admitted only if all of its
-  output fits; SGLang's new-token ratio, 0.7 at start, falling linearly to `admission_reserve_min` over
-  `admission_reserve_decay_steps` decode steps, the request it admits charged in full; at most
-  `admission_output_clip` tokens of any one request's output counted; restarted by a retraction,
-  `retract_ratio_steps`).
+Each engine's documented defaults come from its package (servelab/engines/<engine>/defaults.json, with where
+each value was read) and its scheduling rules from its policy (servelab/engines/<engine>/policy.py: what a
+step carries, the KV kept for admitted requests' future output, preemption, holds), which the simulator
+calls; the kernels-only `torch` backend's profile and the step-level structure band are predict's own
+(predict/data/engines.json). What the fields do to a prediction:
 - `kv_static_fraction`: SGLang's KV rule (memory.memory_per_gpu, static_fraction); `cuda_graph_by_split`:
   its CUDA-graph batch by GPU memory and tp (256 below tp 4 and 512 from tp 4 on an H100 or H200).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
@@ -23,9 +16,9 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
   scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
   takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
-  1 / (1 - r x api_output_token_us) slower. `api_output_serial` (SGLang): the streaming is queued work of
-  that one process instead, and a client sees a token, and sends its next request, when the queue has
-  handled it; past its capacity the backlog delays every first token alike and holds clients back.
+  1 / (1 - r x api_output_token_us) slower, unless the policy's API server streams serially (SGLang's
+  serial_output_stream): then the streaming is queued work of that one process, and a client sees a token,
+  and sends its next request, when the queue has handled it.
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
@@ -42,26 +35,28 @@ The scheduler behaviour is data, read from each engine's scheduler code (engines
 - `moe_route_us`: GPU time per MoE layer and per expert a token is routed to, per step, beyond the priced
   kernels (fitted; documented default 0): the fused-MoE path's fixed latency (routing, sort, gather, the
   expert GEMMs' and finalize kernels' floors), which the roofline prices as bytes alone.
-- `attention_dp_balance` (TensorRT-LLM `attention_dp_config.enable_balance`, off by default as there,
-  with its `timeout_iters` and `batching_wait_iters`) and `batch_wait_timeout_iters` /
-  `batch_wait_max_tokens_ratio` (TensorRT-LLM's context batching wait, 0: off): rules that hold new
-  prompts back while decodes run (predict/serving/engine.py says how they are simulated). The defaults
-  (50 and 10 iterations) are TensorRT-LLM's AttentionDpConfig recalled from memory: its source could not
-  be read here.
+- `policy`: the engine's scheduling policy (servelab.engines.policy); its settings (TensorRT-LLM's
+  attention_dp_balance, SGLang's mixed_chunk, ...) are set through the profile like its own fields
+  (`engine_profile(name, attention_dp_balance=True)`, `profile.model_copy(update=...)`).
 """
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
+from servelab.engines import Engine
+from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
+from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
+from servelab.engines.policy_registry import policy_for
 from servelab.errors import ServelabError, closest
 from servelab.specs import MlaFp8KvLayout, ModelSpec
 
-ENGINE_NAMES = ("torch", "vllm", "sglang", "trtllm")  # torch: kernels alone, no engine overhead
+ENGINE_NAMES = (KERNELS_ONLY, *(e.value for e in Engine))  # torch: kernels alone, no engine overhead
 
 
 class EngineProfile(BaseModel):
@@ -78,10 +73,6 @@ class EngineProfile(BaseModel):
     # the KV cache gets this share of the memory left after weights and activations (TensorRT-LLM's
     # free_gpu_memory_fraction), not the rest of a share of the whole GPU (vLLM's gpu_memory_utilization)
     kv_of_free: bool = False
-    prefill_policy: Literal["mixed", "separate"] = "mixed"
-    admission_reserve: float = 0.0  # share of admitted requests' remaining output tokens kept free in KV
-    admission_reserve_min: float = 0.0
-    admission_reserve_decay_steps: int = 0  # 0: the reserve stays at admission_reserve
     api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
     api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
@@ -91,16 +82,9 @@ class EngineProfile(BaseModel):
     kernel_band_low: float = 1.0  # step-level structure error of the kernel sum (measured, engines.json)
     kernel_band_high: float = 1.0
     source: str = "documented defaults"
-    attention_dp_balance: bool = False
-    attention_dp_timeout_iters: int = 50
-    attention_dp_batching_wait_iters: int = 10
-    batch_wait_timeout_iters: int = 0
-    batch_wait_max_tokens_ratio: float = 0.0
     # the KV cache is SGLang's mem_fraction_static of the GPU less the weights, the fraction derived from the
     # GPU's memory, the split and the chunked-prefill size (memory.sglang_mem_fraction_static)
     kv_static_fraction: bool = False
-    # streaming is queued work of the API server (LaneLimits.frontend_streams)
-    api_output_serial: bool = False
     # cuda_graph_max_batch is SGLang's default for the GPU's memory and tp (memory.sglang_cuda_graph_max_bs);
     # a cuda_graph_max_batch set over the profile must turn this off (engine_profile does)
     cuda_graph_by_split: bool = False
@@ -109,16 +93,29 @@ class EngineProfile(BaseModel):
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None
     eager_moe_route_us: float = 0.0  # CPU per MoE layer and routed expert of an eager step (see above)
     moe_route_us: float = 0.0  # GPU per MoE layer and routed expert per step beyond the kernels (ditto)
-    # SGLang's PrefillAdder counts at most this many of a request's remaining output tokens in the reserve
-    # (CLIP_MAX_NEW_TOKENS, 4096); 0: all of them
-    admission_output_clip: int = 0
-    # SGLang's retraction (0: vLLM's preemption): after retract_decode frees KV the reserve restarts counting
-    # this many more decode steps of every remaining request's output (SGLANG_RETRACT_DECODE_STEPS, 20), and
-    # the retracted request queues behind the waiting ones (Scheduler._add_request_to_queue appends)
-    retract_ratio_steps: int = 0
-    # a request refused for KV stops admission until a running request finishes or is retracted (SGLang's
-    # running_batch.batch_is_full, cleared by update_running_batch when the batch shrinks)
-    admission_latch: bool = False
+    # how the engine's scheduler forms steps, admits, reserves, preempts and holds (given: the engine's own
+    # policy with its documented defaults)
+    policy: SerializeAsAny[SchedulingPolicy]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_policy(cls, data: Any) -> Any:
+        """A profile without a policy follows its engine's (by name)."""
+        if isinstance(data, dict) and data.get("policy") is None and "name" in data:
+            data = {**data, "policy": policy_for(data["name"])}
+        return data
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """As BaseModel.model_copy; keys of `update` that are not the profile's fields set the policy's (one
+        line naming the key if the engine's policy has no such setting either)."""
+        if update:
+            own = {k: v for k, v in update.items() if k in type(self).model_fields}
+            settings = {k: v for k, v in update.items() if k not in own}
+            if settings:
+                policy = own.get("policy", self.policy)
+                own["policy"] = policy.with_settings(settings, self.name)
+            update = own
+        return super().model_copy(update=update, deep=deep)
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:
         """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""
@@ -198,23 +195,51 @@ def read_calibration(path: Path) -> Calibration:
 
 
 @cache
-def _profiles(calibration: Path) -> dict:
-    data = json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
-    shipped_missing = calibration == shipped_calibration() and not calibration.is_file()
-    fitted = None if shipped_missing else read_calibration(calibration)
+def _torch_and_band() -> dict:
+    """predict/data/engines.json: the kernels-only backend's profile and the step-level structure band."""
+    return json.loads((resources.files("servelab.predict") / "data" / "engines.json").read_text())
+
+
+def _from_defaults(d: EngineDefaults) -> dict[str, Any]:
+    """An engine's documented defaults as EngineProfile fields."""
+    fields = d.model_dump(exclude={"provenance", "kv_cache_rule"})
+    fields["kv_of_free"] = d.kv_cache_rule == KvCacheRule.free_share
+    fields["kv_static_fraction"] = d.kv_cache_rule == KvCacheRule.static_fraction
+    return fields
+
+
+@cache
+def documented_profiles() -> dict[str, EngineProfile]:
+    """Every backend's profile from its documented defaults alone (no calibration file)."""
+    data = _torch_and_band()
     band = data.get("step_structure_band", {})
     profiles = {}
     for name in ENGINE_NAMES:
-        fields = dict(
-            data[name], kernel_band_low=band.get("low", 1.0), kernel_band_high=band.get("high", 1.0)
+        fields = data[name] if name == KERNELS_ONLY else _from_defaults(engine_defaults(Engine(name)))
+        profiles[name] = EngineProfile(
+            name=name,
+            source="documented defaults",
+            kernel_band_low=band.get("low", 1.0),
+            kernel_band_high=band.get("high", 1.0),
+            **fields,
         )
-        source = "documented defaults"
+    return profiles
+
+
+@cache
+def _profiles(calibration: Path) -> dict:
+    shipped_missing = calibration == shipped_calibration() and not calibration.is_file()
+    fitted = None if shipped_missing else read_calibration(calibration)
+    profiles = {}
+    for name, documented in documented_profiles().items():
         if fitted is not None and name in fitted.engines:
-            fields.update(fitted.engines[name].params)
             source = f"calibrated ({calibration.name}: {fitted.provenance_line})"
+            profiles[name] = documented.model_copy(update={**fitted.engines[name].params, "source": source})
         elif fitted is not None:
             source = f"documented defaults ({calibration.name} keeps no {name} fit)"
-        profiles[name] = EngineProfile(name=name, source=source, **fields)
+            profiles[name] = documented.model_copy(update={"source": source})
+        else:
+            profiles[name] = documented
     return profiles
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.engines.policy import SchedulingPolicy
 from servelab.errors import ServelabError, closest
 from servelab.metrics import (
     Distribution,
@@ -190,7 +191,7 @@ def simulate_benchmark(
             field="random_input_len",
         )
     closed = all(t == 0.0 for t in offsets)
-    per_clock, itl, steps = replay(specs, offsets, lanes, limits, pricer, closed)
+    per_clock, itl, steps = replay(specs, offsets, lanes, limits, engine.policy, pricer, closed)
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
     duration = max(r.start_s + r.e2el_s for r in reqs)
@@ -237,6 +238,7 @@ def replay(
     offsets: list[float],
     lanes: list[tuple[list[int], int | None]],
     limits: LaneLimits,
+    policy: SchedulingPolicy,
     pricer: StepPricer,
     closed: bool,
 ) -> tuple[dict[int, list[Request]], list, int]:
@@ -249,7 +251,7 @@ def replay(
     for drive in (0,) if closed else (0, 1, 2):
         runs: list[Request] = [None] * len(specs)  # type: ignore[list-item]  # filled lane by lane
         for indices, limit in lanes:
-            lane = Lane(limits, pricer.decode, pricer.mixed)
+            lane = Lane(limits, policy, pricer.decode, pricer.mixed)
             source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
             run(lane, source)
             for i, req in zip(indices, source.requests, strict=True):

@@ -1,4 +1,5 @@
-"""SGLang: its server command's grammar (`grammar`)."""
+"""SGLang: its server command's grammar (`grammar`), the flags each release accepts (`releases/`), its
+documented defaults (defaults.json) and its scheduler's policy (`policy`)."""
 
 from servelab.engines.sglang.grammar import GRAMMAR
 

@@ -57,12 +57,11 @@ def lane_limits(
     """What one lane's scheduler works with. KV bytes per sequence are affine in its length (fixed windows and
     compressor state + per-token growth), fitted at the workload's full length. The replica's one API server
     serves every lane in turn: each lane sees it `lanes` times slower. `ranks`: the attention-DP ranks that
-    get requests (None: all); balancing new prompts needs two or more, and with idle ranks (a rank without
-    decodes releases them) it never holds."""
+    get requests (None: all); the lane steps together with them only when every rank has requests (an idle
+    rank has no decodes to protect, which is what a policy that holds new prompts for the others asks)."""
     length = wl.isl + wl.osl
     lanes = parallel.attn_dp * parallel.pp
     ranks = parallel.attn_dp if ranks is None else ranks
-    balance = engine.attention_dp_balance and ranks == parallel.attn_dp > 1
     per_token = mem.kv_bytes_per_token
     fixed = max(0.0, kv_bytes_per_sequence_per_gpu(model, parallel, length) - per_token * length)
     return LaneLimits(
@@ -74,22 +73,10 @@ def lane_limits(
         kv_per_token=per_token,
         tokens_per_step=wl.spec.tokens_per_step,
         verify_tokens=1 + wl.spec.draft_tokens,
-        separate_prefill=engine.prefill_policy == "separate",
-        reserve=engine.admission_reserve,
-        reserve_min=engine.admission_reserve_min,
-        reserve_decay_steps=engine.admission_reserve_decay_steps,
-        reserve_clip=engine.admission_output_clip,
-        retract_ratio_steps=engine.retract_ratio_steps,
-        admission_latch=engine.admission_latch,
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
-        balance_ranks=parallel.attn_dp if balance else 0,
-        balance_timeout_iters=engine.attention_dp_timeout_iters,
-        balance_wait_iters=engine.attention_dp_batching_wait_iters,
-        batch_wait_iters=engine.batch_wait_timeout_iters if engine.batch_wait_max_tokens_ratio > 0 else 0,
-        batch_wait_tokens=engine.batch_wait_max_tokens_ratio * engine.max_num_batched_tokens,
-        frontend_streams=engine.api_output_serial,
+        dp_ranks=parallel.attn_dp if ranks == parallel.attn_dp else 1,
     )
 
 
@@ -124,7 +111,7 @@ def simulate(
     src_kw = {"prompt": wl.isl, "cached": wl.isl} if prefilled else {}
     runs = []
     for drive in (0,) if wl.closed else (0, 1, 2):
-        lane = Lane(limits, pricer.decode, pricer.mixed)
+        lane = Lane(limits, engine.policy, pricer.decode, pricer.mixed)
         source = ClosedLoop(lw, **src_kw) if wl.closed else OpenLoop(lw, drive=drive, **src_kw)
         if prefilled:  # the prompt's KV arrived; the decode worker's first step samples the next token
             source.prompt = wl.isl + 1

@@ -38,7 +38,8 @@ class Arrival(NamedTuple):
         following = source.next_arrival()
         out = [] if following is None else [following]
         if lane.frontend:
-            cost = lane.lim.frontend_cost_s(req.prompt, lane.decode_rate if lane.num_decoding else 0.0)
+            rate = lane.decode_rate if lane.num_decoding else 0.0
+            cost = lane.lim.frontend_cost_s(req.prompt, rate, lane.streams)
             lane.frontend_free = max(self.time, lane.frontend_free) + cost
             out.append(Admit(lane.frontend_free, req))
             return out
@@ -65,7 +66,7 @@ class StepEnd(NamedTuple):
 
     def handle(self, lane: Lane, source, horizon: float) -> list:
         lane.busy = False
-        streams = lane.lim.frontend_streams
+        streams = lane.streams
         # the requests this step may give their first token (only a streaming API server needs them)
         starting = [req for req, _, _ in self.batch.chunks if req.first is None] if streams else []
         done = lane.complete(self.batch)

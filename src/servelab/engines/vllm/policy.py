@@ -1,0 +1,29 @@
+"""vLLM V1's scheduling policy (vllm/v1/core/sched/scheduler.py `Scheduler.schedule`, 0.11+)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from servelab.engines.policy import LaneView, R, SchedulingPolicy, StepPlan
+
+
+class VllmPolicy(SchedulingPolicy):
+    """Running requests are scheduled first, then waiting ones, under one token budget
+    (max_num_batched_tokens), max_num_seqs and the KV cache; nothing is reserved for future output: when the
+    cache fills, a running request is preempted instead."""
+
+    kind: Literal["vllm"] = "vllm"
+
+    def form_step(self, lane: LaneView[R]) -> StepPlan:
+        """Every decoding request gets its token(s); requests part-way through their prompt continue
+        (chunked prefill); then waiting requests are admitted in arrival order, all in one step."""
+        budget = lane.lim.max_num_batched_tokens - lane.num_decoding * lane.lim.verify_tokens
+        return lane.prompt_chunks(budget), True, 0
+
+    def victim(self, lane: LaneView[R]) -> R:
+        """The most recently admitted request; its KV cache is freed and recomputed later."""
+        return lane.running[-1]
+
+    def requeue(self, lane: LaneView[R], req: R) -> None:
+        """The preempted request goes first in the waiting queue (SGLang puts it last)."""
+        lane.waiting.appendleft(req)
