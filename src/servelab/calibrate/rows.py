@@ -162,7 +162,7 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     those engines' BF16 default (`--kv-cache-dtype auto`)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
-    if not ((engine == "trtllm" and fp8) or declared):
+    if not ((engine == Engine.TRTLLM and fp8) or declared):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
     return model.model_copy(update={"precision": precision})

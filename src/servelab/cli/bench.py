@@ -9,6 +9,7 @@ import typer
 from pydantic import ValidationError
 
 from servelab.bench import config as C
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
@@ -137,7 +138,7 @@ def bench(
     dp_attn: bool = typer.Option(False, "--dp-attn", help="Data-parallel attention.", rich_help_panel=_TWIN),
     pp: int = typer.Option(1, "--pp", help="Pipeline parallel stages.", rich_help_panel=_TWIN),
     engine: str = typer.Option(
-        "vllm",
+        Engine.VLLM.value,
         "--engine",
         help="vllm | sglang | trtllm (--backend stays the request API).",
         rich_help_panel=_TWIN,

@@ -22,6 +22,7 @@ from servelab.cli._common import (
     print_json,
     print_table,
 )
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
 from servelab.predict.provenance import describe_shares, roofline_warning
@@ -42,7 +43,7 @@ def estimate(
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request"),
     osl: int = typer.Option(1024, "--osl", help="Output tokens per request"),
     mode: str = typer.Option("static", "--mode", help="static | agg"),
-    backend: str = typer.Option("vllm", "--backend", help="torch | vllm | sglang | trtllm"),
+    backend: str = typer.Option(Engine.VLLM.value, "--backend", help="torch | vllm | sglang | trtllm"),
     weight_dtype: str = WeightDtypeOpt,
     kv_dtype: str = KvDtypeOpt,
     as_json: bool = JsonOpt,

@@ -22,6 +22,7 @@ from servelab.cli._common import (
     print_json,
     print_table,
 )
+from servelab.engines import Engine
 
 
 def memory(
@@ -45,7 +46,9 @@ def memory(
         "size); trtllm: the share of the memory left after weights and activations that goes to the KV "
         "cache (free_gpu_memory_fraction, default 0.9)",
     ),
-    backend: str = typer.Option("vllm", "--backend", help="vllm | sglang | trtllm: whose KV-cache rule"),
+    backend: str = typer.Option(
+        Engine.VLLM.value, "--backend", help="vllm | sglang | trtllm: whose KV-cache rule"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent

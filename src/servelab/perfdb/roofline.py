@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from servelab.engines import Engine
 from servelab.perfdb.efficiencies import efficiencies
 from servelab.perfdb.keys import (
     DSV4_TOPK,
@@ -71,7 +72,7 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # wider the TP (measured / predicted TPOT, TensorRT-LLM, median: 0.98, 0.85, 0.80, 0.77 at tp 1, 2, 4, 8;
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
-PEER_ALLREDUCE_BACKENDS = frozenset(("vllm", "sglang", "trtllm"))  # predict.engines.ENGINE_NAMES but torch
+PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in Engine)  # every engine, not torch
 
 
 def dsv4_kernel_heads(heads: int) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.engines import Engine
 from servelab.engines.policy import SchedulingPolicy
 from servelab.errors import ServelabError, closest
 from servelab.metrics import (
@@ -43,7 +44,7 @@ from servelab.specs import ModelSpec, Parallel, SystemSpec
 from servelab.traffic.lengths import sample_lengths
 from servelab.traffic.schedule import arrival_offsets, split_limit
 
-TWIN_ENGINES = ("vllm", "sglang", "trtllm")
+TWIN_ENGINES = tuple(e.value for e in Engine)
 CLOCKS = ("nominal", "low", "high")
 
 
@@ -51,7 +52,7 @@ class EngineSettings(BaseModel):
     """The engine flags that shape scheduling; None keeps the engine profile's documented default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    engine: str = "vllm"
+    engine: str = Engine.VLLM.value
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     chunked_prefill: bool | None = None

@@ -43,7 +43,7 @@ class KernelEntry(NamedTuple):
 
 class Catalogue(NamedTuple):
     engine: Engine
-    distribution: str  # the package whose wheel holds the kernels ("vllm")
+    distribution: str  # the package whose wheel holds the kernels (vLLM's is named as the engine)
     entries: tuple[KernelEntry, ...]
 
     def entry(self, name: str) -> KernelEntry:

@@ -92,7 +92,7 @@ def provenance(run: EngineRun, ops: set[str]) -> dict:
         }
     }
     if found:
-        out[run.engine] = found.version  # as the first engine tables named it ("vllm": "0.12.0")
+        out[run.engine] = found.version  # as the first engine tables named it (vllm: 0.12.0)
     return out
 
 

@@ -54,7 +54,7 @@ ENTRIES = (
     ),
 )
 
-CATALOGUE = Catalogue(Engine.VLLM, "vllm", ENTRIES)
+CATALOGUE = Catalogue(Engine.VLLM, Engine.VLLM.value, ENTRIES)
 
 
 def init_worker(device_index: int) -> None:

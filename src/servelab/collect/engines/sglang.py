@@ -13,7 +13,7 @@ ENTRIES = (
     KernelEntry(
         name="dsv4_flashmla",
         ops=DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS,
-        backend="sglang",
+        backend=Engine.SGLANG.value,
         kernel="DeepSeek-V4 CSA / HCA attention through FlashMLA's sparse kernels in sgl-kernel's common_ops",
         bench="servelab.collect.engines.runtime:pending",
         runs=lambda key: True,
@@ -27,7 +27,7 @@ ENTRIES = (
     KernelEntry(
         name="fused_moe",
         ops=(OpName.moe,),
-        backend="sglang",
+        backend=Engine.SGLANG.value,
         kernel="SGLang's fused_moe_kernel (Triton) from sglang/srt/layers/moe/fused_moe_triton",
         bench="servelab.collect.engines.runtime:pending",
         runs=v._fp8_block,
@@ -36,4 +36,4 @@ ENTRIES = (
     ),
 )
 
-CATALOGUE = Catalogue(Engine.SGLANG, "sglang", ENTRIES)
+CATALOGUE = Catalogue(Engine.SGLANG, Engine.SGLANG.value, ENTRIES)

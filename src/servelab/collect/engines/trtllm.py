@@ -13,7 +13,7 @@ ENTRIES = (
     KernelEntry(
         name="dsv4_attention",
         ops=DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS,
-        backend="trtllm",
+        backend=Engine.TRTLLM.value,
         kernel="TensorRT-LLM's DeepSeek-V4 attention (thop ops of libth_common.so)",
         bench="servelab.collect.engines.runtime:pending",
         runs=lambda key: True,

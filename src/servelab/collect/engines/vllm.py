@@ -86,7 +86,7 @@ ENTRIES = (
     KernelEntry(
         name="dsv4_flashmla",
         ops=DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS,
-        backend="vllm",
+        backend=Engine.VLLM.value,
         kernel="DeepSeek-V4 CSA / HCA attention as vLLM runs it on Hopper (DeepseekV4FlashMLAAttention): "
         "FlashMLA's sparse_prefill_fwd over the gathered bf16 compressed + window KV (context) and "
         "sparse_decode_fwd over the paged fp8_ds_mla caches (584 B a token: 448 fp8 + 64 bf16 rope + UE8M0 "
@@ -106,7 +106,7 @@ ENTRIES = (
     KernelEntry(
         name="fused_moe",
         ops=(OpName.moe,),
-        backend="vllm",
+        backend=Engine.VLLM.value,
         kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
         "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
         "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
@@ -152,4 +152,4 @@ ENTRIES = (
     ),
 )
 
-CATALOGUE = Catalogue(Engine.VLLM, "vllm", ENTRIES)
+CATALOGUE = Catalogue(Engine.VLLM, Engine.VLLM.value, ENTRIES)  # the wheel is vllm's

@@ -3,6 +3,7 @@ least one sequence of KV cache, each with its memoized step prices."""
 
 from __future__ import annotations
 
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.memory import GIB, kv_bytes_per_sequence_per_gpu
 from servelab.predict.plan.context import SearchContext
@@ -14,7 +15,7 @@ from servelab.specs import ModelSpec, Parallel
 MAX_LANE_CONCURRENCY = 1024
 # Engines whose expert parallel spans every GPU of a pipeline stage or none (vLLM's --enable-expert-parallel,
 # SGLang's --ep equal to --tp): a plan for them offers only those splits, so its picks can be launched.
-FULL_STAGE_EP_ENGINES = {"vllm", "sglang"}
+FULL_STAGE_EP_ENGINES = {Engine.VLLM, Engine.SGLANG}
 
 
 def enumerate_parallel(model: ModelSpec, max_gpus: int, divides: int | None = None) -> list[Parallel]:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 
 Mode = Literal["agg", "disagg", "both"]
@@ -48,7 +49,7 @@ class PlanRequest(BaseModel):
         None, gt=0, description="Requests/s the deployment must serve at least (within the latency limits)"
     )
     sla_stat: SlaStat = Field("mean", description="Statistic the limits apply to: mean, p50, p90, p99")
-    backend: str = Field("vllm", description="torch | vllm | sglang | trtllm")
+    backend: str = Field(Engine.VLLM.value, description="torch | vllm | sglang | trtllm")
     mode: Mode = Field("both", description="agg | disagg | both")
     top: int = Field(10, ge=1, description="Candidates to list (Pareto-front ones are always in the JSON)")
     weight_dtype: str | None = Field(None, description="Override weight dtype")
