@@ -7,7 +7,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.inferencex import dump_master, load_master
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.workload import parse_serve_args, parse_workload, recipe_to_workload, workload_to_recipe
 from servelab.recipes.yamlio import dump_yaml, load_yaml
 

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 import servelab.recipes.validate as validate_module
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.schema import Recipe
-from servelab.recipes.store import open_store
 from servelab.recipes.validate import validate_recipe, validate_store
 
 

@@ -9,7 +9,7 @@ import yaml
 from servelab.cli.main import main
 from servelab.recipes.engines.vllm import render as render_own_flags
 from servelab.recipes.ladder import concurrencies
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.workload import parse_workload, workload_to_recipe
 
 

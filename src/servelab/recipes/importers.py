@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.workload import import_workload, is_workload, parse_workload
 from servelab.recipes.yamlio import read_yaml
 

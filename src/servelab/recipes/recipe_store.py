@@ -146,7 +146,7 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
     return out
 
 
-class Store:
+class RecipeStore:
     def __init__(self, source):
         self.source = source
         self.recipes: dict[str, Recipe] = {}
@@ -186,13 +186,13 @@ class Store:
         return {str(k): v for k, v in data.items()}
 
 
-def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
+def open_store(directory: Path | None = None, ref: str | None = None) -> RecipeStore:
     root = resolve_dir(directory)
     if ref is None:
         if not root.is_dir():
             raise ServelabError(f"recipes dir {root} does not exist")
-        return Store(DirSource(root))
-    return Store(GitSource(ref, root))
+        return RecipeStore(DirSource(root))
+    return RecipeStore(GitSource(ref, root))
 
 
 def lock_text(fingerprints: dict[str, str]) -> str:
