@@ -22,7 +22,7 @@ from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Moe, key_from_dict
 from servelab.perfdb.merge import _rows_of, merge
-from servelab.perfdb.store import read_table
+from servelab.perfdb.table_files import read_table
 from servelab.perfdb.tables import data_root
 from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import Parallel, load_model
