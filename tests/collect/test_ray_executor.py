@@ -4,9 +4,9 @@ on a placement group of one bundle per rank. Skipped, with the reason, where ray
 import pytest
 
 from servelab.collect.campaign import CampaignConfig, plan_campaign, run
+from servelab.collect.campaign_dir import CampaignDir, key_from_row, key_id
 from servelab.collect.executors import RayExecutor
 from servelab.collect.fakeops import fake_suite
-from servelab.collect.store import CampaignStore, key_from_row, key_id
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servelab[ray]')")
 
@@ -22,7 +22,7 @@ def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
     cfg = CampaignConfig(out=tmp_path / "c", models=("llama-3.1-8b",), smoke=True, gpus=2)
     executor = RayExecutor(shard_size=3, gpu=False)
     report = run(cfg, executor=executor, suite=fake_suite(), progress=False, echo=lambda s: None)
-    rows = CampaignStore(cfg.out).rows()
+    rows = CampaignDir(cfg.out).rows()
     ids = [key_id(key_from_row(r)) for r in rows]
     assert len(ids) == len(set(ids)) == len(plan_campaign(cfg).keys)
     assert report["ok"]
