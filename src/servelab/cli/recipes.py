@@ -69,7 +69,7 @@ def show(
     elif as_ == "inferencex":
         typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
     elif as_ == "workload":
-        docs = recipe_to_workloads(key, recipe, store.registry.gpu_for_label(recipe.runner))
+        docs = recipe_to_workloads(key, recipe, store.runner_labels.gpu_for_label(recipe.runner))
         typer.echo("---\n".join(dump_yaml(d) for d in docs), nl=False)
     else:
         raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
@@ -97,10 +97,10 @@ def validate(
         reports = validate_store(store)
         stale = stale_keys(store)
     else:
-        recipes, notes = load_any(file, store.registry)
+        recipes, notes = load_any(file, store.runner_labels)
         for n in notes:
             typer.echo(f"note: {n}", err=as_json)
-        reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
+        reports = [validate_recipe(k, r, store.runner_labels) for k, r in recipes.items()]
     stale_error = "fingerprint differs from fingerprints.lock; run `servelab recipes lock` and add a "
     stale_error += "perf-changelog.yaml entry"
     if as_json:
@@ -238,7 +238,7 @@ def import_(
     from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
-    recipes, notes = load_any(file, store.registry, image=image)
+    recipes, notes = load_any(file, store.runner_labels, image=image)
     if as_json:
         print_json({"recipes": {k: r.dump() for k, r in recipes.items()}, "notes": notes})
         return

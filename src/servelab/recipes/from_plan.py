@@ -102,19 +102,20 @@ def dns_name(text: str) -> str:
 
 def _runner(plan: Plan, cand: Candidate, store: RecipeStore) -> str:
     gpus = cand.parallel["tp"] * cand.parallel["pp"]
-    for label, runner in store.registry.runners.items():
+    for label, runner in store.runner_labels.runners.items():
         node = runner.node
         if node is not None and node.system == plan.system and node.gpus_per_node >= gpus:
             return label
     raise ServelabError(
-        f"no runner in {store.registry.source} has {gpus} GPUs of {plan.system}; add one to save a recipe"
+        f"no runner in {store.runner_labels.source} has {gpus} GPUs of {plan.system}; "
+        "add one to save a recipe"
     )
 
 
 def _base(plan: Plan, store: RecipeStore) -> tuple[str, Recipe] | None:
     """The store's first recipe of the plan's checkpoint on the same engine and system."""
     for key, r in store.recipes.items():
-        node = store.registry.get(r.runner).node
+        node = store.runner_labels.get(r.runner).node
         if (
             r.model == checkpoint(plan)
             and engine_name(r.framework) == plan.backend

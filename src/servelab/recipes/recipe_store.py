@@ -163,7 +163,7 @@ class RecipeStore:
             raise ServelabError(
                 f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry"
             )
-        self.registry = parse_runners(
+        self.runner_labels = parse_runners(
             load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}"
         )
 
