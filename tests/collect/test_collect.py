@@ -1,6 +1,6 @@
 """CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
-crashes, acceptance checks, modelled collectives, the CLI. The fake suite (servelab.collect.fakeops) stands
-in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
+crashes, acceptance checks, modelled collectives, the CLI. The fake suite (fakeops.py, beside this file)
+stands in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
 import importlib.util
 import json
@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from typer.testing import CliRunner
 
 from servelab.cli import collect as collect_cli
@@ -17,7 +18,6 @@ from servelab.collect import accept, cases, modelled
 from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
 from servelab.collect.campaign_dir import CampaignDir, key_from_row, key_id
 from servelab.collect.executors import LocalExecutor, WorkersFailed
-from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from servelab.collect.repeat import compare
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
@@ -344,7 +344,7 @@ def test_cli_without_the_collect_extra_says_so_in_one_line(tmp_path, extra):
 @pytest.mark.parametrize(("ops", "hook"), [(("gemm",), "worker_init"), (("allreduce",), "comm_init")])
 def test_a_worker_that_cannot_start_fails_the_run_once(tmp_path, ops, hook, capfd):
     """A broken torch/CUDA/NCCL: one message naming the reason and exit code 1, not a traceback per key."""
-    suite = fake_suite()._replace(**{hook: "servelab.collect.fakeops:no_such_init"})
+    suite = fake_suite()._replace(**{hook: "fakeops:no_such_init"})
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), ops=ops, smoke=True, gpus=2)
     with pytest.raises(WorkersFailed, match="could not start, nothing measured: AttributeError") as e:
         run(cfg, executor=LocalExecutor(2), suite=suite, progress=False, echo=lambda s: None)

@@ -28,8 +28,8 @@ from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import Parallel, load_model
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE = "servelab.collect.engines.fake:CATALOGUE"
-FAKE_DEVICE = "servelab.collect.engines.fake:"
+FAKE = "fake_engine:CATALOGUE"  # tests/collect/fake_engine.py, by import path as workers find it
+FAKE_DEVICE = "fake_engine:"
 
 
 # ---- the catalogues ---------------------------------------------------------------------------------------
