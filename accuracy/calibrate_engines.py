@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aic", action="store_true", help="also run AIConfigurator on the same rows (cached)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows per engine (quick runs)")
     ap.add_argument("--csv", type=Path, help="a silicon_sample.csv instead of the pinned package's")
+    ap.add_argument(
+        "--aic-python",
+        type=Path,
+        help="an environment's python with AIConfigurator (default: the [aic] extra)",
+    )
     ap.add_argument("--from-store", type=Path, help="also the measured bench rows of this results store")
     ap.add_argument("--from-inferencex", type=Path, action="append", default=[], help="InferenceX results")
     ap.add_argument("--summary", type=Path, help="write the summary (errors, parameters) as JSON here")
@@ -31,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = Sources(
         aic_sample=not args.csv and bool(named),
         csv=args.csv,
+        aic_python=args.aic_python,
         store=args.from_store,
         inferencex=tuple(args.from_inferencex),
     )

@@ -55,7 +55,7 @@ from servelab.recipes.engines.profiles import (
 )
 from servelab.recipes.inferencex import load_master
 from servelab.recipes.ladder import concurrencies, seq_len_name
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 
 ROOT = Path(__file__).resolve().parents[1]
 IX = ROOT / "tests" / "data" / "inferencex"

@@ -10,7 +10,7 @@ import pytest
 from silicon_csv import silicon_row
 
 from servelab.calibrate import inferencex_runs
-from servelab.calibrate.inferencex_runs import Run, find_run, model_key, parse_measured, tie_rows
+from servelab.calibrate.inferencex_runs import KeyRun, find_run, model_key, parse_measured, tie_rows
 from servelab.calibrate.rows import build_cases
 
 R1 = "deepseek-ai/DeepSeek-R1"
@@ -61,8 +61,8 @@ def test_an_exact_time_names_the_changelog_run_of_the_pinned_table():
 def _day_table():
     """Two runs of one deployment on one day, one MTP and one not."""
     deployment = ("trtllm", "h200_sxm", "deepseek-r1", "fp8")
-    mtp = Run("aaaaaaaaa", datetime(2026, 2, 1, 10, 0, 0, tzinfo=UTC), "dsr1-fp8-h200-trt-mtp", "mtp")
-    plain = Run("bbbbbbbbb", datetime(2026, 2, 1, 15, 0, 0, tzinfo=UTC), "dsr1-fp8-h200-trt", "none")
+    mtp = KeyRun("aaaaaaaaa", datetime(2026, 2, 1, 10, 0, 0, tzinfo=UTC), "dsr1-fp8-h200-trt-mtp", "mtp")
+    plain = KeyRun("bbbbbbbbb", datetime(2026, 2, 1, 15, 0, 0, tzinfo=UTC), "dsr1-fp8-h200-trt", "none")
     return ((deployment, mtp), (deployment, plain))
 
 

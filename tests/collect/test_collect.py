@@ -1,6 +1,6 @@
 """CPU tests of the collector's plumbing: case generation, resume without duplicates, error capture, worker
-crashes, acceptance checks, modelled collectives, the CLI. The fake suite (servelab.collect.fakeops) stands
-in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
+crashes, acceptance checks, modelled collectives, the CLI. The fake suite (fakeops.py, beside this file)
+stands in for the GPU ops; GPU paths are exercised on the device (docs/collect.md)."""
 
 import importlib.util
 import json
@@ -9,16 +9,16 @@ import subprocess
 import sys
 
 import pytest
+from fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from typer.testing import CliRunner
 
 from servelab.cli import collect as collect_cli
 from servelab.cli.main import app
 from servelab.collect import accept, cases, modelled
 from servelab.collect.campaign import CampaignConfig, plan_campaign, repeat_sample, run
+from servelab.collect.campaign_dir import CampaignDir, key_from_row, key_id
 from servelab.collect.executors import LocalExecutor, WorkersFailed
-from servelab.collect.fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from servelab.collect.repeat import compare
-from servelab.collect.store import CampaignStore, key_from_row, key_id
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import AttentionDecode, Comm, Dsv4Generation, Gemm, MlaDecode, Moe
 from servelab.predict.graph import StepShape, step_ops
@@ -32,7 +32,7 @@ def _run(tmp_path, models=("qwen3-32b",), ops=(), smoke=True, workers=2, **kw):
     report = run(
         cfg, executor=LocalExecutor(workers), suite=fake_suite(), progress=False, echo=lambda s: None
     )
-    return cfg, report, CampaignStore(cfg.out)
+    return cfg, report, CampaignDir(cfg.out)
 
 
 def test_model_keys_are_what_the_predictor_asks_for():
@@ -243,7 +243,7 @@ def test_modelled_collectives_say_so_and_grow_with_group_size():
 def test_repeat_sample_spans_every_op(tmp_path):
     cfg, _, _ = _run(tmp_path)
     keys = repeat_sample(cfg.out, 20, cases.expand_ops(None))
-    assert {k.op for k in keys} == {r["op"] for r in CampaignStore(cfg.out).rows()}
+    assert {k.op for k in keys} == {r["op"] for r in CampaignDir(cfg.out).rows()}
 
 
 def test_cli_dry_run_prints_the_estimate_first(tmp_path):
@@ -290,7 +290,7 @@ def test_comm_keys_cover_every_collective():
 
 
 def test_store_key_roundtrip(tmp_path):
-    store = CampaignStore(tmp_path)
+    store = CampaignDir(tmp_path)
     store.ensure()
     key = Moe(64, 2048, 768, 128, 8, 1, "bf16", "power_law")
     store.add_row(key, {"latency_us": 5.0, "p10_us": 4.0, "p90_us": 6.0, "reps": 15})
@@ -344,13 +344,13 @@ def test_cli_without_the_collect_extra_says_so_in_one_line(tmp_path, extra):
 @pytest.mark.parametrize(("ops", "hook"), [(("gemm",), "worker_init"), (("allreduce",), "comm_init")])
 def test_a_worker_that_cannot_start_fails_the_run_once(tmp_path, ops, hook, capfd):
     """A broken torch/CUDA/NCCL: one message naming the reason and exit code 1, not a traceback per key."""
-    suite = fake_suite()._replace(**{hook: "servelab.collect.fakeops:no_such_init"})
+    suite = fake_suite()._replace(**{hook: "fakeops:no_such_init"})
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), ops=ops, smoke=True, gpus=2)
     with pytest.raises(WorkersFailed, match="could not start, nothing measured: AttributeError") as e:
         run(cfg, executor=LocalExecutor(2), suite=suite, progress=False, echo=lambda s: None)
     assert e.value.exit_code == 1
     assert "Traceback" not in capfd.readouterr().err
-    assert not CampaignStore(cfg.out).rows()
+    assert not CampaignDir(cfg.out).rows()
 
 
 def test_keys_that_broke_fail_acceptance_while_shape_errors_do_not(tmp_path, monkeypatch):
@@ -399,5 +399,5 @@ def test_cli_json_run_prints_the_acceptance_report_alone_on_stdout(tmp_path, mon
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report == json.loads((out / "acceptance.json").read_text())
-    assert report["this_run"]["rows"] == len(CampaignStore(out).rows()) > 0
+    assert report["this_run"]["rows"] == len(CampaignDir(out).rows()) > 0
     assert "to measure" in result.stderr and "acceptance: ok" in result.stderr

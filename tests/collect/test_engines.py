@@ -12,24 +12,24 @@ from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.collect.campaign import CampaignConfig, run
+from servelab.collect.campaign_dir import CampaignDir, key_from_row
 from servelab.collect.engines import CATALOGUES, catalogue, in_range, loader, plans, version_tuple
 from servelab.collect.engines import campaign as ec
 from servelab.collect.engines.campaign import EngineRun
 from servelab.collect.executors import LocalExecutor
-from servelab.collect.store import CampaignStore, key_from_row
 from servelab.collect.suite import OpSuite
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Moe, key_from_dict
 from servelab.perfdb.merge import _rows_of, merge
-from servelab.perfdb.store import read_table
+from servelab.perfdb.table_files import read_table
 from servelab.perfdb.tables import data_root
 from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import Parallel, load_model
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE = "servelab.collect.engines.fake:CATALOGUE"
-FAKE_DEVICE = "servelab.collect.engines.fake:"
+FAKE = "fake_engine:CATALOGUE"  # tests/collect/fake_engine.py, by import path as workers find it
+FAKE_DEVICE = "fake_engine:"
 
 
 # ---- the catalogues ---------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def test_a_fake_engine_kernel_makes_rows_with_full_provenance_that_merge_into_a_
     # no suite given, as the CLI runs it: the campaign times the engine's entries, never servelab's torch ops
     report = run(cfg, executor=LocalExecutor(1), progress=False, echo=lambda s: None)
     assert report["ok"], report
-    store = CampaignStore(cfg.out)
+    store = CampaignDir(cfg.out)
     rows = store.rows("gemm")
     assert sorted(r["m"] for r in rows) == [1, 2, 4, 8]
     for r in rows:

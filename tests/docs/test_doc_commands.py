@@ -276,7 +276,7 @@ def _queries(where: Path, env: Env) -> None:
 def _changelog_checkout(where: Path, env: Env) -> None:
     """docs/recipes.md: a git checkout holding a recipe store (the shipped one, in ./configs) at origin/main,
     and HEAD adding a changelog entry."""
-    from servelab.recipes.store import DATA_DIR  # noqa: PLC0415 (the installed package's store)
+    from servelab.recipes.recipe_store import DATA_DIR  # noqa: PLC0415 (the installed package's store)
 
     def git(*args: str) -> None:
         ident = ["-c", "user.name=doc test", "-c", "user.email=doc@test.invalid"]

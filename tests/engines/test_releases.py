@@ -17,7 +17,7 @@ from servelab.engines.releases import (
     releases,
     version_of,
 )
-from servelab.recipes.store import DATA_DIR, open_store
+from servelab.recipes.recipe_store import DATA_DIR, open_store
 from servelab.recipes.validate import validate_store
 
 IX = Path(__file__).parents[1] / "data" / "inferencex"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.perfdb.tables import data_root  # the shipped tables
-from servelab.recipes.store import DATA_DIR as STORE  # the shipped recipes
+from servelab.recipes.recipe_store import DATA_DIR as STORE  # the shipped recipes
 
 FUZZ = settings(
     max_examples=25,

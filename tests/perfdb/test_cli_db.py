@@ -9,7 +9,7 @@ import pytest
 import synth
 
 from servelab.cli.main import main
-from servelab.perfdb.store import read_meta, read_table
+from servelab.perfdb.table_files import read_meta, read_table
 
 
 def run(*args, env_extra=None):

@@ -18,7 +18,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb import keys
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.merge import merge
-from servelab.perfdb.store import read_table
+from servelab.perfdb.table_files import read_table
 from servelab.perfdb.tables import load_tables
 
 

@@ -16,7 +16,7 @@ from servelab.perfdb import tables as tables_mod
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.merge import merge
 from servelab.perfdb.roofline import Roofline
-from servelab.perfdb.store import read_meta
+from servelab.perfdb.table_files import read_meta
 from servelab.perfdb.tables import data_root, load_tables
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from servelab.perfdb import tables as tables_mod
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.families import ACCURACY_TARGETS, BY_NAME
 from servelab.perfdb.merge import merge
-from servelab.perfdb.store import read_meta, read_table, table_from_rows, write_table
+from servelab.perfdb.table_files import read_meta, read_table, table_from_rows, write_table
 from servelab.perfdb.tables import load_tables
 
 

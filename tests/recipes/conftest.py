@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from servelab.recipes.lock import compute_fingerprints
-from servelab.recipes.store import DATA_DIR, LOCK, lock_text, open_store
+from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, Entry
 from servelab.recipes.ledger import check_bytes, compare_entries, merge_rules, parse_file
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 
 PR = "https://github.com/SemiAnalysisAI/InferenceX/pull/"
 

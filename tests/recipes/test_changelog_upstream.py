@@ -16,7 +16,7 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, Entry, matrix
 from servelab.recipes.ledger import check_bytes, compare_entries, parse_file
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 
 DATA = Path(__file__).parents[1] / "data" / "inferencex"
 HISTORY = DATA / "changelog"

@@ -25,7 +25,7 @@ from servelab.recipes.pipelines import (
     to_github,
     to_json,
 )
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.run.build import read_job
 from servelab.run.plan import from_job

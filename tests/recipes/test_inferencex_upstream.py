@@ -15,8 +15,8 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes.engines import render
 from servelab.recipes.inferencex import MasterEntry, load_master
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.runners import parse_runners
-from servelab.recipes.store import parse_recipe_file
 from servelab.recipes.workload import recipe_to_workloads
 from servelab.recipes.yamlio import dump_yaml, read_yaml
 

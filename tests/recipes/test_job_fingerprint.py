@@ -3,7 +3,7 @@
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import job_fingerprint, public_env
 from servelab.recipes.lock import compute_fingerprints, stale_keys
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 
 

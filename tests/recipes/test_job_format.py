@@ -16,7 +16,7 @@ from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import dataset_of
 from servelab.recipes.job import JOB_FORMAT, Job
 from servelab.recipes.pipelines import to_json
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.run.build import read_job
 from servelab.run.plan import from_job

@@ -23,7 +23,7 @@ from servelab.errors import ServelabError
 from servelab.recipes.engines import JobPoint, render
 from servelab.recipes.engines.profiles import When, hardware_of
 from servelab.recipes.inferencex import SearchSpaceEntry
-from servelab.recipes.store import Store, open_store, parse_recipe_file
+from servelab.recipes.recipe_store import RecipeStore, open_store, parse_recipe_file
 from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_variant_conditions():
     assert hardware_of("cluster:mi325x-tw") == "mi325x" and hardware_of("h200-dgxc") == "h200"
 
 
-def _store(tmp_path: Path, key: str) -> Store:
+def _store(tmp_path: Path, key: str) -> RecipeStore:
     """A store holding one upstream key as the master file has it, with upstream's runners.yaml."""
     master = yaml.safe_load((IX / "configs" / "nvidia-master.yaml").read_text())
     (tmp_path / "recipes").mkdir()

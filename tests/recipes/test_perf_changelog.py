@@ -6,7 +6,7 @@ import pytest
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change
 from servelab.recipes.filters import Filters
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 
 GOOD = """

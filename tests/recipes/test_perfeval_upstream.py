@@ -94,7 +94,7 @@ def test_deepseek_v4_pro_h200_fields():
 
 
 def test_deepseek_v4_pro_h200_recipe(shipped):
-    recipes, said = load_any(WORKLOADS / "deepseek_v4_pro_5_h200.yaml", shipped.registry)
+    recipes, said = load_any(WORKLOADS / "deepseek_v4_pro_5_h200.yaml", shipped.runner_labels)
     recipe = recipes["deepseek_v4_pro-h200"]
     # inline JSON in serve_args arrives whole, as upstream's word-split passes it to vLLM
     assert recipe.engine.compilation_config == {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
@@ -119,7 +119,7 @@ def test_deepseek_v4_flash_has_no_recipe_but_loads_whole(shipped):
     assert w.vllm_bench is None and w.bfcl.max_test_cases is None
     assert w.vllm.env["CUDA_HOME"] == "/usr/local/cuda"
     assert "--data-parallel-size" in split_serve_args(w.vllm.serve_args, "w")
-    recipes, said = load_any(WORKLOADS / "deepseek_v4_flash_b200.yaml", shipped.registry)
+    recipes, said = load_any(WORKLOADS / "deepseek_v4_flash_b200.yaml", shipped.runner_labels)
     assert recipes == {}
     assert said[-1] == (
         "no recipe: data parallel 4 x tensor parallel 2 has no recipe topology; no vllm_bench config of the "
@@ -132,7 +132,7 @@ def test_list_valued_num_prompts_and_max_concurrency(shipped):
     (cfg,) = w.vllm_bench.configs
     assert cfg.runs() == [("8k-in-1k-out-conc-1", 10, 1), ("8k-in-1k-out-conc-128", 512, 128)]
     assert w.vllm.env == {"VLLM_ROCM_USE_AITER": "1"}  # an int in the file, a string as upstream exports it
-    recipes, said = load_any(WORKLOADS / "qwen3_5_mi355x.yaml", shipped.registry)
+    recipes, said = load_any(WORKLOADS / "qwen3_5_mi355x.yaml", shipped.runner_labels)
     seqs = recipes["qwen3_5-mi355x"].scenarios.fixed_seq_len
     # a seq-len block holds one num-prompts, so each concurrency gets its own
     assert [(s.num_prompts, s.search_space[0].conc_list) for s in seqs] == [(10, [1]), (512, [128])]
@@ -152,15 +152,15 @@ def test_speed_bench_fields():
 
 def test_workload_image_and_override(shipped):
     path = WORKLOADS / "minimax_m3_b200.yaml"
-    recipes, said = load_any(path, shipped.registry)
+    recipes, said = load_any(path, shipped.runner_labels)
     assert recipes["minimax_m3-b200"].image == "vllm/vllm-openai:minimax-m3"
     assert not any("names no image" in n for n in said)
-    recipes, _ = load_any(path, shipped.registry, image="vllm/vllm-openai:v0.30.0")
+    recipes, _ = load_any(path, shipped.runner_labels, image="vllm/vllm-openai:v0.30.0")
     assert recipes["minimax_m3-b200"].image == "vllm/vllm-openai:v0.30.0"  # --image wins, like VLLM_IMAGE
 
 
 def test_dotted_speculative_config_becomes_mtp(shipped):
-    recipes, _ = load_any(WORKLOADS / "glm_5_1_h200.yaml", shipped.registry)
+    recipes, _ = load_any(WORKLOADS / "glm_5_1_h200.yaml", shipped.runner_labels)
     recipe = recipes["glm_5_1-h200"]
     assert recipe.engine.speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
     (arm,) = [a for *_, a in recipe.arms()]
@@ -169,12 +169,12 @@ def test_dotted_speculative_config_becomes_mtp(shipped):
 
 
 def test_max_model_len_auto_is_kept(shipped):
-    recipes, _ = load_any(WORKLOADS / "qwen3_5_b200.yaml", shipped.registry)
+    recipes, _ = load_any(WORKLOADS / "qwen3_5_b200.yaml", shipped.runner_labels)
     assert recipes["qwen3_5-b200"].engine.extra_args == ["--language-model-only", "--max-model-len", "auto"]
 
 
 def test_reserved_gpus_beyond_the_server_are_noted(shipped):
-    _, said = load_any(WORKLOADS / "gemma_4_31b_it_h200.yaml", shipped.registry)
+    _, said = load_any(WORKLOADS / "gemma_4_31b_it_h200.yaml", shipped.runner_labels)
     assert "not carried into the recipe: num_gpus=8 (the server uses 1)" in said
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.inferencex import dump_master, load_master
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.workload import parse_serve_args, parse_workload, recipe_to_workload, workload_to_recipe
 from servelab.recipes.yamlio import dump_yaml, load_yaml
 
@@ -133,7 +133,7 @@ def test_workload_round_trip(shipped):
     data = yaml.safe_load(WORKLOAD)
     w = parse_workload(data, "w.yaml")
     assert w.dump() == data  # the workload schema itself holds everything
-    key, mapping = workload_to_recipe(w, shipped.registry.label_for_gpu(w.gpu), "img:1", "w.yaml")
+    key, mapping = workload_to_recipe(w, shipped.runner_labels.label_for_gpu(w.gpu), "img:1", "w.yaml")
     recipe = parse_recipe_file({key: mapping}, "w.yaml")[key]
     assert recipe.engine.cuda_home == "/usr/local/cuda"  # CUDA_HOME becomes the typed pin
     assert recipe.runner == "cluster:b200-nb"

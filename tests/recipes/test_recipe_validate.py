@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 import servelab.recipes.validate as validate_module
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.schema import Recipe
-from servelab.recipes.store import open_store
 from servelab.recipes.validate import validate_recipe, validate_store
 
 
@@ -47,18 +47,18 @@ def recipe(model, runner="cluster:h200-nb", space=None, **extra):
     ],
 )
 def test_shipped_recipes_validate(shipped, key):
-    rep = validate_recipe(key, shipped.get(key), shipped.registry)
+    rep = validate_recipe(key, shipped.get(key), shipped.runner_labels)
     assert rep.errors == []
     assert any("fits" in n for n in rep.notes)
 
 
 def test_gptoss_on_h200_validates(shipped):
-    rep = validate_recipe("gptoss-fp4-h200-vllm", shipped.get("gptoss-fp4-h200-vllm"), shipped.registry)
+    rep = validate_recipe("gptoss-fp4-h200-vllm", shipped.get("gptoss-fp4-h200-vllm"), shipped.runner_labels)
     assert rep.errors == []
 
 
 def test_runners_agree_with_system_specs(shipped):
-    assert shipped.registry.check_against_specs() == []
+    assert shipped.runner_labels.check_against_specs() == []
     reports = validate_store(shipped)
     assert reports[0].key != "runners.yaml"
 
@@ -67,7 +67,7 @@ def test_fp4_experts_on_hopper_point_to_fp8_conversion(shipped):
     rep = validate_recipe(
         "k",
         recipe("deepseek-ai/DeepSeek-V4-Pro", space=[{"tp": 8, "ep": 8, "conc-list": [4]}]),
-        shipped.registry,
+        shipped.runner_labels,
     )
     assert len(rep.errors) == 1
     assert "FP4" in rep.errors[0] and "sgl-project/DeepSeek-V4-Pro-FP8" in rep.errors[0]
@@ -78,7 +78,7 @@ def test_does_not_fit_in_memory(shipped):
     rep = validate_recipe(
         "k",
         recipe("meta-llama/Llama-3.1-70B-Instruct", space=[{"tp": 1, "conc-list": [4]}]),
-        shipped.registry,
+        shipped.runner_labels,
     )
     assert len(rep.errors) == 1 and "does not fit" in rep.errors[0]
 
@@ -89,7 +89,7 @@ def test_long_context_must_fit_kv(shipped):
         space=[{"tp": 2, "conc-list": [1]}],
         engine={"max-model-len": 4_000_000},
     )
-    rep = validate_recipe("k", r, shipped.registry)
+    rep = validate_recipe("k", r, shipped.runner_labels)
     assert len(rep.errors) == 1 and "4000000-token sequence does not fit the KV cache" in rep.errors[0]
 
 
@@ -109,13 +109,13 @@ def test_heads_must_divide(shipped, tmp_path):
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = recipe("org/odd-model", spec={"model": str(tmp_path / "config.json")})
-    rep = validate_recipe("k", r, shipped.registry)
+    rep = validate_recipe("k", r, shipped.runner_labels)
     assert len(rep.errors) == 1 and "20 attention heads do not divide over tp 8" in rep.errors[0]
 
 
 def test_more_gpus_than_a_node(shipped):
     rep = validate_recipe(
-        "k", recipe("deepseek-ai/DeepSeek-R1", space=[{"tp": 16, "conc-list": [4]}]), shipped.registry
+        "k", recipe("deepseek-ai/DeepSeek-R1", space=[{"tp": 16, "conc-list": [4]}]), shipped.runner_labels
     )
     assert rep.errors and "needs 16 GPUs" in rep.errors[0]
 
@@ -126,14 +126,16 @@ def test_megamoe_is_blackwell_only(shipped):
         space=[{"tp": 8, "ep": 8, "conc-list": [4]}],
         engine={"moe-backend": "deep_gemm_mega_moe"},
     )
-    rep = validate_recipe("k", r, shipped.registry)
+    rep = validate_recipe("k", r, shipped.runner_labels)
     assert any("Blackwell-only" in e for e in rep.errors)
 
 
 def test_unknown_model_and_runner(shipped):
-    rep = validate_recipe("k", recipe("org/unknown-model"), shipped.registry)
+    rep = validate_recipe("k", recipe("org/unknown-model"), shipped.runner_labels)
     assert rep.errors and "add spec: {model: NAME}" in rep.errors[0]
-    rep = validate_recipe("k", recipe("deepseek-ai/DeepSeek-R1", runner="cluster:h200-n"), shipped.registry)
+    rep = validate_recipe(
+        "k", recipe("deepseek-ai/DeepSeek-R1", runner="cluster:h200-n"), shipped.runner_labels
+    )
     assert rep.errors and "did you mean cluster:h200-nb" in rep.errors[0]
 
 
@@ -145,7 +147,7 @@ def test_wrong_gpus_per_node_is_caught(store_dir):
             "gpus-per-node: 4\n    cpu-dram-gib: 2048\n    queue: h200-nb",
         )
     )
-    problems = open_store(store_dir).registry.check_against_specs()
+    problems = open_store(store_dir).runner_labels.check_against_specs()
     assert problems == [
         f"{store_dir}/runners.yaml: node-kinds.h200-nb.gpus-per-node is 4 but system h200_sxm has 8 "
         "GPUs per node"
@@ -171,11 +173,11 @@ def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, ke
     # vLLM --quantization deepseek_v4_fp8 / SGLang's Marlin MoE (from upstream's launch profile) keep the
     # FP4 experts in memory and need no FP4 tensor cores; the same model without them is refused on Hopper.
     store = upstream_store(tmp_path, [key])
-    rep = validate_recipe(key, store.recipes[key], store.registry)
+    rep = validate_recipe(key, store.recipes[key], store.runner_labels)
     assert rep.errors == []
     assert any("runs the FP4 experts without FP4 tensor cores" in n for n in rep.notes)
     plain = store.recipes[key].model_copy(update={"model_prefix": "other"})
-    rep = validate_recipe(key, plain, store.registry)
+    rep = validate_recipe(key, plain, store.runner_labels)
     assert any("need FP4 tensor cores" in e for e in rep.errors)
 
 
@@ -185,10 +187,10 @@ def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     # the reserve outside it), TensorRT-LLM gives the KV cache a share of what is left; vLLM's 0.9 of
     # 180 GiB (162 GiB for everything) would not hold it.
     store = upstream_store(tmp_path, [key])
-    rep = validate_recipe(key, store.recipes[key], store.registry)
+    rep = validate_recipe(key, store.recipes[key], store.runner_labels)
     assert rep.errors == []
     tp4 = [n for n in rep.notes if ": tp4 fits" in n]
     assert tp4 and "159.4 GiB weights" in tp4[0]
     as_vllm = store.recipes[key].model_copy(update={"framework": "vllm", "model_prefix": "other"})
-    rep = validate_recipe(key, as_vllm, store.registry)
+    rep = validate_recipe(key, as_vllm, store.runner_labels)
     assert any("(tp4) does not fit" in e and "162.0 GiB usable" in e for e in rep.errors)

@@ -11,7 +11,7 @@ import pytest
 from conftest import git
 
 from servelab.recipes.lock import compute_fingerprints
-from servelab.recipes.store import DATA_DIR, LOCK, lock_text, open_store
+from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store
 
 ENTRY = '- config-keys:\n    - {key}\n  description:\n    - "{what}"\n  pr-link: XXX\n'
 

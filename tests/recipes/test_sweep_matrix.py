@@ -13,7 +13,7 @@ from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import all_evals, mark_evals, matrix
 from servelab.recipes.pipelines import emit, to_buildkite, to_github
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 
 RUNNERS = """\

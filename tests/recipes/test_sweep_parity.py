@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
-from servelab.recipes import store
+from servelab.recipes import recipe_store
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import matrix
 from servelab.recipes.sweep import SERVELAB_FIELDS
@@ -42,13 +42,13 @@ def test_case_names_cover_every_filter():
 
 @pytest.fixture(scope="module")
 def ix_store():
-    return store.open_store(IX / "configs")
+    return recipe_store.open_store(IX / "configs")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_rows_equal_inferencex(case, ix_store, monkeypatch):
     # The CLI reads the same pinned store for every case; parsing the master files once saves seconds each.
-    monkeypatch.setattr(store, "open_store", lambda directory=None, ref=None: ix_store)
+    monkeypatch.setattr(recipe_store, "open_store", lambda directory=None, ref=None: ix_store)
     record = upstream(case)
     assert record["exit_code"] == 0, record.get("stderr")
     argv = ["sweep", "--dir", str(IX / "configs"), "--format", "json", *servelab_args(record["args"])]

@@ -23,7 +23,7 @@ from servelab.recipes.pipelines import (
     to_github,
     to_json,
 )
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
 from servelab.run.build import plan_from

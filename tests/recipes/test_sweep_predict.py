@@ -9,7 +9,7 @@ import pytest
 
 from servelab.bench.spec import BenchSpec
 from servelab.recipes.predict_jobs import bench_stream, predict_job
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 
 

@@ -9,7 +9,7 @@ import yaml
 from servelab.cli.main import main
 from servelab.recipes.engines.vllm import render as render_own_flags
 from servelab.recipes.ladder import concurrencies
-from servelab.recipes.store import parse_recipe_file
+from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.workload import parse_workload, workload_to_recipe
 
 
@@ -64,7 +64,7 @@ def test_show_as_workload(monkeypatch, capsys, shipped, key):
     for doc, arm in zip(docs, layouts.values(), strict=True):
         w = parse_workload(doc, key)
         assert w.gpu and w.num_gpus == arm.tp_ * arm.pp_
-        name, mapping = workload_to_recipe(w, shipped.registry.label_for_gpu(w.gpu), recipe.image, key)
+        name, mapping = workload_to_recipe(w, shipped.runner_labels.label_for_gpu(w.gpu), recipe.image, key)
         back = parse_recipe_file({name: mapping}, key)[name]
         (back_arm,) = {layout(a): a for *_, a in back.arms()}.values()
         # A workload carries the recipe's own flags; InferenceX's launch profile (per concurrency) is not

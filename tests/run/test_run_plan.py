@@ -13,7 +13,7 @@ from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import to_json
-from servelab.recipes.store import DATA_DIR, open_store
+from servelab.recipes.recipe_store import DATA_DIR, open_store
 from servelab.recipes.sweep import expand
 from servelab.recipes.workload import parse_workload, split_serve_args
 from servelab.recipes.yamlio import read_yaml

@@ -1,11 +1,18 @@
 """AIConfigurator as a data source and a yardstick: its `systems/silicon_sample.csv` (PyPI
 `aiconfigurator-core`, pinned) holds the measured rows the engine calibration fits; its own agg-mode estimate
-of the same rows is the error to beat. Both run in a venv of their own (never the project's), created on first
-use."""
+of the same rows (PyPI `aiconfigurator`, same version) is the error to beat.
 
+servelab never installs them. They come from an environment that already has them: this one, with the
+`[aic]` extra (`pip install 'servelab[aic]'`), or another one named by its python (`--aic-python PATH`, say a
+venv kept apart from the project's). Both are asked through that python in a subprocess: one path for both.
+"""
+
+import importlib.util
 import json
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,48 +22,93 @@ from servelab.calibrate.rows import Case, concurrency_of
 from servelab.errors import ServelabError
 
 AIC_PACKAGE = "aiconfigurator-core"
+AIC_ESTIMATOR = "aiconfigurator"
 AIC_VERSION = "0.12.0"
-CACHE = Path(".cache")  # under the working directory, as the repository's .gitignore expects
-AIC_VENV = CACHE / "aic-venv"
+CACHE = Path(".cache")  # AIConfigurator's answers, under the working directory, as .gitignore expects
+HOW = "pip install 'servelab[aic]', or name the python of an environment that has it with --aic-python PATH"
+# The version and package folder of a distribution, printed by the python that would run it.
+_PROBE = (
+    "import importlib.metadata as m, importlib.util as u, pathlib, sys; "
+    "dist, module = sys.argv[1:3]; "
+    "print(m.version(dist)); "
+    "print(pathlib.Path(u.find_spec(module).origin).parent)"
+)
 
 
-def aic_csv(venv: Path = AIC_VENV) -> tuple[Path, str]:
-    """Install aiconfigurator-core into its own venv (once) and return the sample file and the package
-    version."""
-    py = venv / "bin" / "python"
-    if not py.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-        if made.returncode != 0:
-            raise ServelabError(
-                f"{venv}: cannot make a venv for {AIC_PACKAGE} ({made.stderr.strip()[-200:]})"
-            )
-    probe = [
-        "-c",
-        (
-            "import importlib.metadata as m, aiconfigurator_core, pathlib; "
-            "print(m.version('aiconfigurator-core')); "
-            "print(pathlib.Path(aiconfigurator_core.__file__).parent / 'systems' / 'silicon_sample.csv')"
-        ),
-    ]
-    got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
-    if got.returncode != 0 or got.stdout.split()[:1] != [AIC_VERSION]:
-        install = [str(py), "-m", "pip", "install", "--quiet", f"{AIC_PACKAGE}=={AIC_VERSION}"]
-        done = subprocess.run(install, capture_output=True, text=True, check=False)
-        got = subprocess.run([str(py), *probe], capture_output=True, text=True, check=False)
-        if done.returncode != 0 or got.returncode != 0:
-            why = (done.stderr or got.stderr).strip().splitlines()[-1:] or ["no message"]
-            raise ServelabError(
-                f"{AIC_PACKAGE}=={AIC_VERSION} could not be installed into {venv} ({why[0]}); "
-                "without network pass a local silicon_sample.csv with --csv FILE",
-                field="aic_sample",
-            )
-    version, path = got.stdout.split()[:2]
-    return Path(path), version
+@dataclass(frozen=True)
+class AicPython:
+    """The python that runs AIConfigurator, and how it was chosen (said in the run's log)."""
+
+    path: Path
+    origin: str
 
 
-# AIConfigurator's own agg-mode estimate of each row, run inside its venv (PyPI `aiconfigurator`, same
-# version). A row is asked as written; when AIConfigurator cannot load the model id or the engine version, it
-# is asked again with the id of its bundled config and its default version, and the answer says which.
+def aic_python(named: Path | None = None) -> AicPython:
+    """`--aic-python PATH` when given; else this python when the `[aic]` extra is installed here; else one
+    line saying how to get it."""
+    if named is not None:
+        if not (named.is_file() and os.access(named, os.X_OK)):
+            raise ServelabError(f"{named} is not an executable file (a python)", field="aic_python")
+        return AicPython(named, "--aic-python")
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        raise ServelabError(
+            f"AIConfigurator ({AIC_PACKAGE} {AIC_VERSION}) is not installed here: {HOW}; "
+            "or fit on a local silicon_sample.csv with --csv FILE",
+            field="aic_python",
+        )
+    return AicPython(Path(sys.executable), "this environment, the [aic] extra")
+
+
+def _installed(py: AicPython, dist: str, module: str) -> Path:
+    """The package folder of `dist` in that python's environment, at the pinned version; else one line."""
+    got = subprocess.run(
+        [str(py.path), "-c", _PROBE, dist, module], capture_output=True, text=True, check=False
+    )
+    lines = got.stdout.splitlines()
+    if got.returncode == 0 and len(lines) >= 2 and lines[0] == AIC_VERSION:
+        return Path(lines[1])
+    found = f"has {dist} {lines[0]}" if got.returncode == 0 and lines else f"has no {dist}"
+    raise ServelabError(
+        f"{py.path} ({py.origin}) {found}; servelab's calibration uses {dist} {AIC_VERSION}: {HOW}",
+        field="aic_python",
+    )
+
+
+def aic_csv(named: Path | None = None) -> tuple[Path, str, AicPython]:
+    """AIConfigurator's silicon_sample.csv in the environment chosen by `aic_python`, its version and that
+    python."""
+    py = aic_python(named)
+    path = _installed(py, AIC_PACKAGE, "aiconfigurator_core") / "systems" / "silicon_sample.csv"
+    if not path.is_file():
+        raise ServelabError(
+            f"{path}: not found in {AIC_PACKAGE} {AIC_VERSION} ({py.path})", field="aic_python"
+        )
+    return path, AIC_VERSION, py
+
+
+def predictions_cache(system: str) -> Path:
+    return CACHE / f"aic-predictions-{system}.json"
+
+
+def _cached(cache: Path) -> dict:
+    return json.loads(cache.read_text()) if cache.is_file() else {}
+
+
+def estimator_for(row_ids: list[str], system: str, named: Path | None = None) -> AicPython | None:
+    """The python that will run AIConfigurator's estimate of the rows its cache has not answered, checked
+    now (before the fit, not after it); None when the cache answers every row (nothing runs)."""
+    done = _cached(predictions_cache(system))
+    if all(i in done for i in row_ids):
+        return None
+    py = aic_python(named)
+    _installed(py, AIC_ESTIMATOR, "aiconfigurator")
+    return py
+
+
+# AIConfigurator's own agg-mode estimate of each row, run by the python `estimator_for` chose (PyPI
+# `aiconfigurator`, same version). A row is asked as written; when AIConfigurator cannot load the model id or
+# the engine version, it is asked again with the id of its bundled config and its default version, and the
+# answer says which.
 AIC_ID_ALIASES = {
     "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
@@ -101,18 +153,20 @@ json.dump(out, sys.stdout)
 """
 
 
-def aic_predictions(rows: list[dict], system: str, cache: Path) -> dict:
-    """AIConfigurator's estimate per row id (cached in `cache`, keyed by row id)."""
-    done = json.loads(cache.read_text()) if cache.is_file() else {}
+def aic_predictions(rows: list[dict], system: str, py: AicPython | None) -> dict:
+    """AIConfigurator's estimate per row id, cached in `predictions_cache(system)` by row id; `py` (from
+    `estimator_for`) runs the rows the cache lacks."""
+    cache = predictions_cache(system)
+    done = _cached(cache)
     todo = [r for r in rows if r["id"] not in done]
     if todo:
-        py = AIC_VENV / "bin" / "python"
-        subprocess.run(
-            [str(py), "-m", "pip", "install", "--quiet", f"aiconfigurator=={AIC_VERSION}"], check=True
-        )
+        if py is None:
+            raise ServelabError(
+                f"{len(todo)} rows are not in {cache} and no AIConfigurator python was chosen"
+            )
         payload = [dict(r, _concurrency=str(concurrency_of(r)), system=system) for r in todo]
         got = subprocess.run(
-            [str(py), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
+            [str(py.path), "-c", AIC_SCRIPT.replace('"h200_sxm"', repr(system))],
             input=json.dumps([payload, AIC_ID_ALIASES]),
             capture_output=True,
             text=True,

@@ -125,6 +125,9 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
     price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
     for src in got.sources:
         echo(f"{src.kind}: {src.path}: {src.rows_read} rows read, {src.rows_used} usable")
+    if got.aic_python:
+        echo(f"AIConfigurator's sample from {got.aic_python.path} ({got.aic_python.origin})")
+    estimator = _aic_estimator(opts, got.silicon_rows, cases, echo)
     echo(
         f"{opts.system}: {len(cases)} rows priced with servelab ({mode} mode), "
         f"skipped: {sum(skipped.values())}"
@@ -162,7 +165,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
     if opts.aic and not got.silicon_rows:
         echo("--aic: no silicon_sample.csv rows among the sources: nothing to ask AIConfigurator about")
     elif opts.aic:
-        comparison = _compare_with_aic(opts, got.silicon_rows, cases, cv, echo)
+        comparison = _compare_with_aic(opts, got.silicon_rows, cases, cv, estimator, echo)
     else:
         echo(
             "AIConfigurator 0.12.0 (--aic to run it here): on the 307 of 480 H200 rows it answered, "
@@ -271,14 +274,37 @@ def _chosen_cv(cases: list[Case], by_set: dict[str, dict], chosen: dict[Engine, 
     }
 
 
+def _aic_estimator(
+    opts: EngineFitOptions, rows: list[dict], cases: list[Case], echo: Echo
+) -> aic.AicPython | None:
+    """With --aic, the python that will ask AIConfigurator about the rows its cache lacks: found (or refused,
+    in one line) before the fit rather than after it, and said."""
+    if not (opts.aic and rows):
+        return None
+    ids = {r["id"] for r in rows}
+    asked = [c.row_id for c in cases if c.row_id in ids]
+    py = aic.estimator_for(asked, opts.system, opts.sources.aic_python)
+    cache = aic.predictions_cache(opts.system)
+    if py is None:
+        echo(f"--aic: AIConfigurator's answers to all {len(asked)} rows are in {cache}; nothing runs")
+    else:
+        echo(
+            f"--aic: AIConfigurator {aic.AIC_VERSION} run by {py.path} ({py.origin}); answers kept in {cache}"
+        )
+    return py
+
+
 def _compare_with_aic(
-    opts: EngineFitOptions, rows: list[dict], cases: list[Case], cv: dict, echo: Echo
+    opts: EngineFitOptions,
+    rows: list[dict],
+    cases: list[Case],
+    cv: dict,
+    estimator: aic.AicPython | None,
+    echo: Echo,
 ) -> AicComparison:
     by_id = {r["id"]: r for r in rows}
     cases = [c for c in cases if c.row_id in by_id]  # AIConfigurator is asked about its own rows only
-    answers = aic.aic_predictions(
-        [by_id[c.row_id] for c in cases], opts.system, aic.CACHE / f"aic-predictions-{opts.system}.json"
-    )
+    answers = aic.aic_predictions([by_id[c.row_id] for c in cases], opts.system, estimator)
     comparison = AicComparison.model_validate(aic.compare_with_aic(cases, answers, cv["rows"]))
     a, s_ = comparison.aiconfigurator, comparison.servelab_cv
     echo(_row(f"AIConfigurator {aic.AIC_VERSION} (same rows)", a))

@@ -39,7 +39,7 @@ _PRECISION = {"nvfp4": "fp4", "mxfp4": "fp4"}
 
 
 @dataclass(frozen=True)
-class Run:
+class KeyRun:
     """One config key one changelog commit ran."""
 
     commit: str
@@ -48,7 +48,7 @@ class Run:
     spec_decoding: str  # mtp, none, or mixed (the key's search space has both)
     search_space: tuple[tuple, ...] = ()  # (isl, osl, lowest conc, highest conc, spec decoding) per entry
 
-    def at_load(self, load: tuple[int, int, int] | None) -> "Run | None":
+    def at_load(self, load: tuple[int, int, int] | None) -> "KeyRun | None":
         """The run as it measured an (isl, osl, concurrency) point: its speculative decoding there, or None
         where its search space does not hold the point (no load: the run as a whole)."""
         if load is None or not self.search_space:
@@ -67,7 +67,7 @@ class Tie:
     row with no time)."""
 
     status: str
-    runs: tuple[Run, ...] = ()
+    runs: tuple[KeyRun, ...] = ()
 
     @property
     def spec_decoding(self) -> str | None:
@@ -149,9 +149,9 @@ def read_run_table(path: Path = RUNS_FILE) -> RunTable:
 
 
 @cache
-def run_table() -> tuple[tuple[tuple, Run], ...]:
-    """((engine, system, model, precision), Run) for every key of every run in the pinned table; keys of
-    frameworks or runners servelab has no engine or system for are left out."""
+def run_table() -> tuple[tuple[tuple, KeyRun], ...]:
+    """((engine, system, model, precision), KeyRun) for every key of every run in the pinned table;
+    keys of frameworks or runners servelab has no engine or system for are left out."""
     table = []
     for run in read_run_table().runs:
         for key, facts in run.keys.items():
@@ -165,7 +165,7 @@ def run_table() -> tuple[tuple[tuple, Run], ...]:
             except ValueError:
                 continue
             points = tuple(facts.search_space or ())
-            table.append((deployment, Run(run.commit, run.time, key, facts.spec_decoding, points)))
+            table.append((deployment, KeyRun(run.commit, run.time, key, facts.spec_decoding, points)))
     return tuple(table)
 
 
@@ -181,7 +181,7 @@ def parse_measured(text: str) -> tuple[datetime | None, str]:
     return datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}+00:00"), m.group(1)
 
 
-def _decided(runs: list[Run]) -> Tie:
+def _decided(runs: list[KeyRun]) -> Tie:
     if not runs:
         return Tie("none")
     if len({r.spec_decoding for r in runs}) > 1 or runs[0].spec_decoding == "mixed":

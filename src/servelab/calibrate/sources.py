@@ -18,13 +18,14 @@ class Sources:
 
     aic_sample: bool = False  # the silicon_sample.csv of the pinned aiconfigurator-core package
     csv: Path | None = None  # a local silicon_sample.csv instead of the package's
+    aic_python: Path | None = None  # the python of an environment with AIConfigurator (else the [aic] extra)
     store: Path | None = None
     inferencex: tuple[Path, ...] = ()
 
     def with_default(self) -> "Sources":
         if self.csv or self.store or self.inferencex:
             return self
-        return Sources(aic_sample=True)
+        return Sources(aic_sample=True, aic_python=self.aic_python)
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Gathered:
     skipped: dict[str, int]
     sources: list[SourceRecord]
     silicon_rows: list[dict] = field(default_factory=list)  # the CSV's rows (AIConfigurator's own estimate)
+    aic_python: aic.AicPython | None = None  # the python whose aiconfigurator-core gave the sample
     rows_read: int = 0
 
 
@@ -108,7 +110,10 @@ def gather(sources: Sources, system: str) -> Gathered:
     out = Gathered([], {}, [])
     parts: list[tuple[list[Case], SourceRecord]] = []
     if sources.csv or sources.aic_sample:
-        path, version = (sources.csv, "local file") if sources.csv else aic.aic_csv()
+        if sources.csv:
+            path, version = sources.csv, "local file"
+        else:
+            path, version, out.aic_python = aic.aic_csv(sources.aic_python)
         kind = f"AIConfigurator systems/silicon_sample.csv ({aic.AIC_PACKAGE} {version})"
         out.silicon_rows, cases, record = _silicon(path, kind, system)
         parts.append((cases, record))

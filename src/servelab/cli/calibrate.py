@@ -70,6 +70,13 @@ def engines(
         "--aic-sample",
         help="also fit on AIConfigurator's pinned silicon_sample.csv (the default with no source named)",
     ),
+    aic_python: Path | None = typer.Option(
+        None,
+        "--aic-python",
+        metavar="PATH",
+        help="the python of an environment that has AIConfigurator 0.12.0, for its sample and --aic "
+        "(default: this environment, with pip install 'servelab[aic]'); servelab installs nothing",
+    ),
     from_store: Path | None = typer.Option(
         None,
         "--from-store",
@@ -118,7 +125,9 @@ def engines(
     summary: Path | None = typer.Option(
         None, "--summary", help="write the summary (errors, parameters) as JSON here"
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="report, write nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="report, write nothing (it says which AIConfigurator it reads)"
+    ),
     out: Path = typer.Option(CALIBRATED, "--out", help="the calibration file to write"),
     report: Path | None = typer.Option(
         None, "--report", help="write the per-row predictions and errors as JSON here"
@@ -149,7 +158,11 @@ def engines(
         mode=mode,
         iters=iters,
         sources=Sources(
-            aic_sample=aic_sample, csv=csv, store=from_store, inferencex=tuple(from_inferencex or ())
+            aic_sample=aic_sample,
+            csv=csv,
+            aic_python=aic_python,
+            store=from_store,
+            inferencex=tuple(from_inferencex or ()),
         ),
         limit=limit,
         prompts_per_concurrency=prompts_per_concurrency,

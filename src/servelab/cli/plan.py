@@ -157,7 +157,7 @@ def plan(
 
 def _save(result: Plan, directory: Path, top: int) -> list[Any]:
     from servelab.recipes.from_plan import picks, save_picks  # noqa: PLC0415  # start-up (recipe schema)
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     try:
         return save_picks(result, directory, picks(result, top), open_store())

@@ -20,7 +20,7 @@ app = typer.Typer(
 @app.command("list")
 def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -> None:
     """List config keys with their model, runner, engine and job count."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     rows = []
@@ -57,7 +57,7 @@ def show(
 ) -> None:
     """Print one recipe: in servelab's format, as an InferenceX master entry, or as perf-eval workloads (one
     YAML document per server layout)."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.workload import recipe_to_workloads  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
@@ -69,7 +69,7 @@ def show(
     elif as_ == "inferencex":
         typer.echo(dump_yaml({key: recipe.to_master().dump()}), nl=False)
     elif as_ == "workload":
-        docs = recipe_to_workloads(key, recipe, store.registry.gpu_for_label(recipe.runner))
+        docs = recipe_to_workloads(key, recipe, store.runner_labels.gpu_for_label(recipe.runner))
         typer.echo("---\n".join(dump_yaml(d) for d in docs), nl=False)
     else:
         raise ServelabError(f"--as {as_!r}: expected servelab, inferencex, workload or json")
@@ -88,7 +88,7 @@ def validate(
     Exit 2 when any recipe has an error (with --json too, after the report)."""
     from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
     from servelab.recipes.lock import stale_keys  # noqa: PLC0415  # start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.validate import validate_recipe, validate_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
@@ -97,10 +97,10 @@ def validate(
         reports = validate_store(store)
         stale = stale_keys(store)
     else:
-        recipes, notes = load_any(file, store.registry)
+        recipes, notes = load_any(file, store.runner_labels)
         for n in notes:
             typer.echo(f"note: {n}", err=as_json)
-        reports = [validate_recipe(k, r, store.registry) for k, r in recipes.items()]
+        reports = [validate_recipe(k, r, store.runner_labels) for k, r in recipes.items()]
     stale_error = "fingerprint differs from fingerprints.lock; run `servelab recipes lock` and add a "
     stale_error += "perf-changelog.yaml entry"
     if as_json:
@@ -162,8 +162,8 @@ def render(
         SeqLenConfig,
     )
     from servelab.recipes.ladder import concurrencies  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.schema import ClientSpec  # noqa: PLC0415  # start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
 
     recipe = open_store(directory).get(key)
@@ -202,7 +202,7 @@ def lock(
 ) -> None:
     """Record each key's fingerprint in fingerprints.lock (compared by `servelab changelog validate`)."""
     from servelab.recipes.lock import compute_fingerprints, stale_keys  # noqa: PLC0415  # start-up time
-    from servelab.recipes.store import LOCK, lock_text, open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import LOCK, lock_text, open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
     if check:
@@ -235,10 +235,10 @@ def import_(
 ) -> None:
     """Convert an InferenceX master YAML or a perf-eval workload file to servelab recipes, printed as YAML."""
     from servelab.recipes.importers import load_any  # noqa: PLC0415  # start-up time
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
-    recipes, notes = load_any(file, store.registry, image=image)
+    recipes, notes = load_any(file, store.runner_labels, image=image)
     if as_json:
         print_json({"recipes": {k: r.dump() for k, r in recipes.items()}, "notes": notes})
         return

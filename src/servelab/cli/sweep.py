@@ -60,7 +60,7 @@ def sweep(
 ) -> None:
     """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
     fingerprint of what it runs."""
-    from servelab.recipes.store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import expand  # noqa: PLC0415  # start-up time
 
     try:

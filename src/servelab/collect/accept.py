@@ -4,7 +4,7 @@ shape itself (out of memory, no kernel for it)."""
 
 import math
 
-from servelab.collect.store import key_from_row, key_id
+from servelab.collect.campaign_dir import key_from_row, key_id
 from servelab.perfdb.ops import OpName
 from servelab.specs import AttentionKind
 

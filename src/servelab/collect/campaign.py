@@ -11,11 +11,11 @@ from typing import NamedTuple
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from servelab.collect import accept, cases, estimate, modelled, provenance
+from servelab.collect.campaign_dir import CampaignDir, key_from_row, key_id
 from servelab.collect.engines import campaign as engine_campaign
 from servelab.collect.engines import runtime as engine_runtime
 from servelab.collect.engines.campaign import EngineRun
 from servelab.collect.executors import Callbacks, LocalExecutor
-from servelab.collect.store import CampaignStore, key_from_row, key_id
 from servelab.collect.suite import OpSuite, gpu_suite
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import Comm
@@ -67,7 +67,7 @@ def plan_campaign(cfg: CampaignConfig) -> CampaignPlan:
         keys = cases._smoke(keys, per_op=2) if cfg.smoke else cases._interleave(keys)
     else:
         keys = cases.plan(models, system, ops, comm_gpus, smoke=cfg.smoke)
-    store = CampaignStore(cfg.out)
+    store = CampaignDir(cfg.out)
     done = store.done_ids(include_errors=not cfg.retry_errors) if store.rows_dir.exists() else set()
     todo = [k for k in keys if key_id(k) not in done]
     finished = len(keys) - len(todo)
@@ -84,9 +84,7 @@ def repeat_sample(source: Path, sample: int, ops: set[str]) -> list:
     """Every k-th measured key of each op of an earlier campaign (spread over its whole range), about
     `sample` in all, collectives included."""
     rows = [
-        r
-        for r in CampaignStore(source).rows()
-        if r.get("source", "measured") == "measured" and r["op"] in ops
+        r for r in CampaignDir(source).rows() if r.get("source", "measured") == "measured" and r["op"] in ops
     ]
     if not rows:
         raise ServelabError(f"{source}: no measured rows there", field="repeat_of")
@@ -174,7 +172,7 @@ def run(
     executor = executor or LocalExecutor(cfg.gpus)
     plan = plan_campaign(cfg)
     echo(describe(plan, cfg))
-    store = CampaignStore(cfg.out)
+    store = CampaignDir(cfg.out)
     store.ensure()
     if cfg.retry_errors:
         store.drop_errors({key_id(k) for k in plan.todo})
@@ -242,7 +240,7 @@ def run(
     return report
 
 
-def _add_modelled(store: CampaignStore, cfg: CampaignConfig) -> None:
+def _add_modelled(store: CampaignDir, cfg: CampaignConfig) -> None:
     rows = [r for op in COMM_OPS for r in store.rows(op)]
     if not rows:
         return

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import NamedTuple
 
-from servelab.collect.store import key_from_row
+from servelab.collect.campaign_dir import key_from_row
 from servelab.collect.suite import OpSuite, resolve
 from servelab.collect.worker import PipeOutbox, comm_worker, local_worker, measure
 from servelab.errors import ServelabError

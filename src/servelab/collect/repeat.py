@@ -4,17 +4,17 @@
 import statistics
 from pathlib import Path
 
-from servelab.collect.store import CampaignStore, key_from_row, key_id
+from servelab.collect.campaign_dir import CampaignDir, key_from_row, key_id
 
 
 def compare(first: Path, second: Path) -> dict:
     a = {
         key_id(key_from_row(r)): r
-        for r in CampaignStore(first).rows()
+        for r in CampaignDir(first).rows()
         if r.get("source", "measured") == "measured"
     }
     out: dict[str, list[float]] = {}
-    for r in CampaignStore(second).rows():
+    for r in CampaignDir(second).rows():
         k = key_id(key_from_row(r))
         if k in a and r.get("source", "measured") == "measured":
             out.setdefault(r["op"], []).append(r["latency_us"] / a[k]["latency_us"] - 1.0)

@@ -5,7 +5,7 @@ import os
 import traceback
 from typing import Any
 
-from servelab.collect.store import key_from_row
+from servelab.collect.campaign_dir import key_from_row
 from servelab.collect.suite import OpSuite, resolve
 
 

@@ -6,7 +6,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.accuracy import passes, table_accuracy
 from servelab.perfdb.families import ACCURACY_TARGETS, BY_NAME
 from servelab.perfdb.merge import build_table, read_campaign
-from servelab.perfdb.store import read_table, row_problems
+from servelab.perfdb.table_files import read_table, row_problems
 from servelab.perfdb.tables import TableSet, load_tables, table_dirs
 from servelab.specs import list_systems, load_system
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from servelab.perfdb.families import Space
-from servelab.perfdb.store import TableData
+from servelab.perfdb.table_files import TableData
 
 _SPACES: dict[Space, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
 

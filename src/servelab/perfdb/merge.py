@@ -20,7 +20,7 @@ from servelab.perfdb.accuracy import table_accuracy
 from servelab.perfdb.families import BY_OP, Family
 from servelab.perfdb.interpolate import Index
 from servelab.perfdb.reference import reference_fn
-from servelab.perfdb.store import (
+from servelab.perfdb.table_files import (
     PROVENANCE_FIELDS,
     STAT_COLUMNS,
     Provenance,

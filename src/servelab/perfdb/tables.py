@@ -25,7 +25,7 @@ from servelab.perfdb.interpolate import Index
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
-from servelab.perfdb.store import read_table
+from servelab.perfdb.table_files import read_table
 
 log = logging.getLogger("servelab.perfdb")
 

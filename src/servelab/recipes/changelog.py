@@ -29,7 +29,7 @@ from servelab.recipes.ledger import added_text, merge_rules
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.matrix import Point, trim_conc
 from servelab.recipes.matrix import matrix as matrix_points
-from servelab.recipes.store import CHANGELOG, LOCK, GitSource, committed, open_store, resolve_dir
+from servelab.recipes.recipe_store import CHANGELOG, LOCK, GitSource, committed, open_store, resolve_dir
 from servelab.recipes.sweep import Job, build_job
 from servelab.recipes.yamlio import load_yaml
 

@@ -69,6 +69,6 @@ def job_fingerprint(
     return "sha256:" + hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
-def recipe_fingerprint(job_fingerprints: list[str]) -> str:
+def sweep_fingerprint(job_fingerprints: list[str]) -> str:
     """One fingerprint per config key: over the sorted fingerprints of its full, unfiltered sweep."""
     return "sha256:" + hashlib.sha256(canonical(sorted(job_fingerprints)).encode()).hexdigest()

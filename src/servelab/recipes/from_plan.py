@@ -23,8 +23,8 @@ from servelab.engines.names import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.plan.candidates import Candidate, Plan
 from servelab.recipes.engines import ENGINES, Launch, engine_name, render
+from servelab.recipes.recipe_store import RecipeStore
 from servelab.recipes.schema import Recipe
-from servelab.recipes.store import Store
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.yamlio import dump_yaml
 
@@ -55,7 +55,7 @@ def picks(plan: Plan, count: int) -> list[int]:
     return sorted(seen.values())[:count]
 
 
-def save_picks(plan: Plan, directory: Path, ranks: list[int], store: Store) -> list[Saved]:
+def save_picks(plan: Plan, directory: Path, ranks: list[int], store: RecipeStore) -> list[Saved]:
     """Write recipe.yaml, launch.sh and k8s.yaml for each candidate of `ranks` under `directory`."""
     if plan.backend not in ENGINES:
         raise ServelabError(
@@ -100,21 +100,22 @@ def dns_name(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63].rstrip("-")
 
 
-def _runner(plan: Plan, cand: Candidate, store: Store) -> str:
+def _runner(plan: Plan, cand: Candidate, store: RecipeStore) -> str:
     gpus = cand.parallel["tp"] * cand.parallel["pp"]
-    for label, runner in store.registry.runners.items():
+    for label, runner in store.runner_labels.runners.items():
         node = runner.node
         if node is not None and node.system == plan.system and node.gpus_per_node >= gpus:
             return label
     raise ServelabError(
-        f"no runner in {store.registry.source} has {gpus} GPUs of {plan.system}; add one to save a recipe"
+        f"no runner in {store.runner_labels.source} has {gpus} GPUs of {plan.system}; "
+        "add one to save a recipe"
     )
 
 
-def _base(plan: Plan, store: Store) -> tuple[str, Recipe] | None:
+def _base(plan: Plan, store: RecipeStore) -> tuple[str, Recipe] | None:
     """The store's first recipe of the plan's checkpoint on the same engine and system."""
     for key, r in store.recipes.items():
-        node = store.registry.get(r.runner).node
+        node = store.runner_labels.get(r.runner).node
         if (
             r.model == checkpoint(plan)
             and engine_name(r.framework) == plan.backend

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servelab.recipes.filters import Filters
-from servelab.recipes.fingerprint import recipe_fingerprint
+from servelab.recipes.fingerprint import sweep_fingerprint
 from servelab.recipes.sweep import expand
 
 
@@ -11,7 +11,7 @@ def compute_fingerprints(store) -> dict[str, str]:
     out = {}
     for key in store.recipes:
         jobs = expand(store, [key], Filters(no_evals=True))
-        out[key] = recipe_fingerprint([j.fingerprint for j in jobs])
+        out[key] = sweep_fingerprint([j.fingerprint for j in jobs])
     return out
 
 

@@ -143,11 +143,12 @@ def _check(store, f: Filters) -> None:
                 "--runner-node-filter and the eval options",
                 field=given[0],
             )
-    labels = list(store.registry.runners)
+    labels = list(store.runner_labels.runners)
     for value in f.runner_type:
         if not any(fnmatch.fnmatchcase(label, value) for label in labels):
             raise ServelabError(
-                f"runner type {value!r} is not a label in {store.registry.source}" + closest(value, labels),
+                f"runner type {value!r} is not a label in {store.runner_labels.source}"
+                + closest(value, labels),
                 field="runner_type",
             )
 
@@ -169,7 +170,7 @@ def _runners(store, label: str, f: Filters) -> list[str]:
     name holds the filter (test-config also keeps the label itself when it holds it)."""
     if not f.runner_node_filter:
         return [label]
-    runner = store.registry.runners.get(label)
+    runner = store.runner_labels.runners.get(label)
     candidates = list(runner.nodes) if runner else []
     if f.mode == "test-config" and f.runner_node_filter in label:
         candidates = [label, *candidates]
@@ -313,14 +314,14 @@ def _fixed_rows(recipe, seq, arm, runners: list[str], f: Filters, step: int) -> 
 def _host(store, label: str) -> tuple[int, int]:
     """(available CPU DRAM in MiB, GPUs per node) of a runner label: runners.yaml `hardware:`, else the
     label's node kind."""
-    runner = store.registry.runners.get(label)
+    runner = store.runner_labels.runners.get(label)
     if runner is not None and runner.hardware is not None:
         return runner.hardware.available_cpu_dram_mib, runner.hardware.gpus_per_node
     if runner is not None and runner.node is not None and runner.node.cpu_dram_gib:
         return runner.node.cpu_dram_gib * 1024, runner.node.gpus_per_node
     raise ServelabError(
         f"runner {label!r}: DRAM KV offload is sized from the runner's CPU DRAM and GPUs per node; "
-        f"{store.registry.source} gives neither (hardware: available-cpu-dram-mib, gpus-per-node)"
+        f"{store.runner_labels.source} gives neither (hardware: available-cpu-dram-mib, gpus-per-node)"
     )
 
 

@@ -64,7 +64,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
             raise ServelabError(str(e)) from None
         kv = "fp8" if (server.kv_cache_dtype or "").startswith("fp8") else None
         model = load_model(row.model, kv_dtype=kv)
-        system = load_system(store.registry.node_kind(row.runner).system)
+        system = load_system(store.runner_labels.node_kind(row.runner).system)
         parallel = Parallel(tp=row.tp, ep=row.ep, dp_attn=row.dp_attn, pp=row.pp).validate(model)
         twin = simulate_benchmark(
             model,

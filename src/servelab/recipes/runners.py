@@ -1,5 +1,5 @@
-"""Runners registry: CI runner labels -> nodes, each node of a kind with known hardware (tied to system
-specs).
+"""Runner labels (runners.yaml): CI runner labels -> nodes, each node of a kind with known hardware (tied to
+system specs).
 
 InferenceX's runners.yaml is read as it is: `labels:` (a runner label -> the nodes that can take its jobs; a
 label may mix node kinds, e.g. h100 spans h100-cw and h100-dgxc-slurm nodes) and `hardware:` (host facts per
@@ -72,7 +72,7 @@ class Runner(IxModel):
         return dict(self.node.agents) if self.node else {}
 
 
-class Registry:
+class RunnerLabels:
     def __init__(self, file: RunnersFile, source: str):
         self.file = file
         self.source = source
@@ -152,8 +152,8 @@ class Registry:
         return problems
 
 
-def parse_runners(data: object, source: str) -> Registry:
+def parse_runners(data: object, source: str) -> RunnerLabels:
     try:
-        return Registry(RunnersFile.model_validate(data), source)
+        return RunnerLabels(RunnersFile.model_validate(data), source)
     except ValidationError as e:
         raise ServelabError.from_validation(e, source) from None

@@ -57,9 +57,9 @@ def build_job(store, point: Point) -> Job:
     typed = MatrixRow.model_validate(row)
     recipe = store.recipes[key]
     launch, why = _launch(recipe, point)
-    runner = store.registry.runners.get(recipe.runner)
+    runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
-        launch, why = None, f"runner label {recipe.runner!r} is not in {store.registry.source}"
+        launch, why = None, f"runner label {recipe.runner!r} is not in {store.runner_labels.source}"
     benches = _benches(key, recipe, point, typed.concs)
     one = len(benches) == 1
     fp = job_fingerprint(

@@ -130,10 +130,10 @@ def _batched_tokens(launched: ServerSettings | None, e) -> int:
     return value or e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 
-def validate_recipe(key: str, recipe, registry) -> Report:
+def validate_recipe(key: str, recipe, runner_labels) -> Report:
     rep = Report(key)
     try:
-        node = registry.node_kind(recipe.runner)
+        node = runner_labels.node_kind(recipe.runner)
         system = load_system(node.system)
         engine = engine_name(recipe.framework)
         model = _model_for(recipe)
@@ -225,8 +225,8 @@ def _check_flags(rep: Report, where: str, engine: Engine, image: str, launch) ->
 
 
 def validate_store(store) -> list[Report]:
-    reports = [validate_recipe(k, r, store.registry) for k, r in store.recipes.items()]
-    runner_problems = store.registry.check_against_specs()
+    reports = [validate_recipe(k, r, store.runner_labels) for k, r in store.recipes.items()]
+    runner_problems = store.runner_labels.check_against_specs()
     if runner_problems:
         reports.insert(0, Report("runners.yaml", errors=runner_problems))
     return reports

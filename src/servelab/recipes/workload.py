@@ -476,7 +476,7 @@ def not_carried(w: PerfEvalWorkload, width: int) -> list[str]:
 
 
 def import_workload(
-    w: PerfEvalWorkload, registry, image: str | None, source: str
+    w: PerfEvalWorkload, runner_labels, image: str | None, source: str
 ) -> tuple[dict[str, dict], list[str]]:
     """(recipe mappings by key, notes): the recipe as far as the schema holds the workload, and notes on the
     rest. A workload the schema cannot hold at all (no random-dataset benchmark, a tp x dp server) gives no
@@ -489,8 +489,8 @@ def import_workload(
     if gaps:
         notes.append("no recipe: " + "; ".join(gaps) + "; the workload file is what servelab run reads")
         return {}, notes
-    if w.gpu in registry.file.gpu_profiles:
-        runner = registry.label_for_gpu(w.gpu)
+    if w.gpu in runner_labels.file.gpu_profiles:
+        runner = runner_labels.label_for_gpu(w.gpu)
     else:
         runner = f"perf-eval:{w.gpu}"
         notes.append(

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
-from servelab.recipes.store import open_store
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import Job, expand
 from servelab.recipes.workload import is_workload, parse_workload
 from servelab.recipes.yamlio import read_text, read_yaml

@@ -78,7 +78,7 @@ def facts() -> dict:
 
 
 def fake_suite() -> OpSuite:
-    p = "servelab.collect.fakeops:"
+    p = "fakeops:"  # by import path: tests/collect is on the path of every test and worker process
     return OpSuite(
         bench={op: p + ("bench_comm" if op in COMM_OPS else "bench") for op in BENCH},
         worker_init=p + "init_worker",

@@ -20,7 +20,7 @@ def key_from_row(row: dict) -> OpKey:
     return cls(**{f: row[f] for f in cls._fields if f != "op"}, op=OpName(row["op"]))
 
 
-class CampaignStore:
+class CampaignDir:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.rows_dir = self.root / "rows"

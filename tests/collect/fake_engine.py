@@ -1,9 +1,11 @@
 """A fake engine for testing the engine collector without a GPU: a catalogue with one entry whose "kernel"
 is a Python loop over a list, timed by the collector's own timing loop (collect.timing.time_op) on the host
-clock, and the device runtime of the fake op suite (collect.fakeops) with facts that name an H200, so the
-campaign merges into an h200_sxm table. A campaign run with it is a test fixture, never a table."""
+clock, and the device runtime of the fake op suite (fakeops.py, beside this file) with facts that name an
+H200, so the campaign merges into an h200_sxm table. A campaign run with it is a test fixture, never a table.
+Workers find it by import path (fake_engine:...): tests/collect is on every test and worker process's path."""
 
-from servelab.collect import fakeops
+import fakeops
+
 from servelab.collect.engines import Catalogue, KernelEntry
 from servelab.collect.timing import HostClock, time_op
 from servelab.engines import Engine
@@ -35,7 +37,7 @@ ENTRIES = (
         ops=(OpName.gemm,),
         backend="fake-engine",
         kernel="a Python loop (test fixture)",
-        bench="servelab.collect.engines.fake:bench",
+        bench="fake_engine:bench",
         runs=lambda key: isinstance(key, Gemm),
         plan=plan,
         versions=("0.20", "9999"),

@@ -146,7 +146,7 @@ def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
     return out
 
 
-class Store:
+class RecipeStore:
     def __init__(self, source):
         self.source = source
         self.recipes: dict[str, Recipe] = {}
@@ -163,7 +163,7 @@ class Store:
             raise ServelabError(
                 f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry"
             )
-        self.registry = parse_runners(
+        self.runner_labels = parse_runners(
             load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}"
         )
 
@@ -186,13 +186,13 @@ class Store:
         return {str(k): v for k, v in data.items()}
 
 
-def open_store(directory: Path | None = None, ref: str | None = None) -> Store:
+def open_store(directory: Path | None = None, ref: str | None = None) -> RecipeStore:
     root = resolve_dir(directory)
     if ref is None:
         if not root.is_dir():
             raise ServelabError(f"recipes dir {root} does not exist")
-        return Store(DirSource(root))
-    return Store(GitSource(ref, root))
+        return RecipeStore(DirSource(root))
+    return RecipeStore(GitSource(ref, root))
 
 
 def lock_text(fingerprints: dict[str, str]) -> str:
