@@ -4,17 +4,17 @@ servelab was fitted on these rows: they are held out.
 
     python accuracy/dsv4_modules_vs_aic.py [--json OUT] [--every N]
 
-AIConfigurator times vLLM's whole DeepseekV4Attention forward of one layer (collector/vllm/collect_dsv4_attn.py:
-the q / kv / compressor / indexer projections, the compressors, the indexer and top-k, the sparse attention and
-the output projections; the pre-attention norm, mHC and the all-reduce are ops of their own in its model).
-servelab prices the same work as several ops of its step graph: the attention module key (compressors,
-indexer, sparse attention) and the projection GEMMs around it. Per AIConfigurator row (heads per rank,
-split, batch, new tokens, cached tokens; milliseconds per layer) the step graph of that shape is built at
-that split, and the ops of one CSA (or HCA) layer's attention block are summed, priced twice on the same
-system with the vllm backend: as servelab does now (tables, ratios, transfers) and by the roofline alone
-(how every DeepSeek-V4 op of an engine was priced before the engine-kernel tables). Errors are predicted /
-measured - 1; `in band` is the share of rows whose measurement lies inside the answer's band; the sources
-are those of the block's kernel time.
+AIConfigurator times vLLM's whole DeepseekV4Attention forward of one layer
+(collector/vllm/collect_dsv4_attn.py: the q / kv / compressor / indexer projections, the compressors, the
+indexer and top-k, the sparse attention and the output projections; the pre-attention norm, mHC and the
+all-reduce are ops of their own in its model). servelab prices the same work as several ops of its step
+graph: the attention module key (compressors, indexer, sparse attention) and the projection GEMMs around it.
+Per AIConfigurator row (heads per rank, split, batch, new tokens, cached tokens; milliseconds per layer) the
+step graph of that shape is built at that split, and the ops of one CSA (or HCA) layer's attention block are
+summed, priced twice on the same system with the vllm backend: as servelab does now (tables, ratios,
+transfers) and by the roofline alone (how every DeepSeek-V4 op of an engine was priced before the
+engine-kernel tables). Errors are predicted / measured - 1; `in band` is the share of rows whose measurement
+lies inside the answer's band; the sources are those of the block's kernel time.
 """
 
 import argparse
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{system_name:9} {op:15} {s['rows']:5d} "
                 f"{s['median_abs_pct']:>12.1f} / {s['p90_abs_pct']:6.1f} / {s['median_signed_pct']:+6.1f} "
                 f"{s['in_band_pct']:7.1f}% "
-                f"{rs['median_abs_pct']:>12.1f} / {rs['p90_abs_pct']:6.1f} / {rs['median_signed_pct']:+6.1f}  "
+                f"{rs['median_abs_pct']:>12.1f} / {rs['p90_abs_pct']:6.1f} / "
+                f"{rs['median_signed_pct']:+6.1f}  "
                 + ", ".join(f"{k} {100 * v:.0f} %" for k, v in shares.items())
             )
     if args.json:

@@ -40,14 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "LICENSE").write_bytes(git(args.repo, "show", "HEAD:LICENSE"))
     (OUT / "UPSTREAM.md").write_text(
         "# AIConfigurator's DeepSeek-V4 module tables (pinned)\n\n"
-        f"Copied unchanged from https://github.com/ai-dynamo/aiconfigurator at commit {commit} (Apache-2.0,\n"
-        "LICENSE beside this file) by `python scripts/refresh_aic_dsv4.py PATH`: "
+        f"Copied unchanged from https://github.com/ai-dynamo/aiconfigurator at commit {commit}\n"
+        "(Apache-2.0, LICENSE beside this file) by `python scripts/refresh_aic_dsv4.py PATH`:\n"
         f"{SOURCE.format(system='<system>', version=VERSION, name='dsv4_<op>_module_perf.parquet')}\n"
-        f"for {', '.join(SYSTEMS)}. AIConfigurator's collector timed vLLM {VERSION}'s DeepSeek-V4 attention modules\n"
-        "(FLASHMLA_SPARSE_DSV4) per layer: `num_heads` is the heads per rank, `tp_size` the split (native heads\n"
-        "= num_heads x tp_size), `isl` the new tokens per sequence, `step` the cached tokens before them,\n"
-        "`latency` milliseconds. servelab fits nothing on them: accuracy/dsv4_modules_vs_aic.py holds\n"
-        "servelab's prices against them (docs/accuracy.md).\n"
+        f"for {', '.join(SYSTEMS)}. AIConfigurator's collector timed vLLM {VERSION}'s DeepSeek-V4\n"
+        "attention modules (FLASHMLA_SPARSE_DSV4) per layer: `num_heads` is the heads per rank, `tp_size`\n"
+        "the split (native heads = num_heads x tp_size), `isl` the new tokens per sequence, `step` the\n"
+        "cached tokens before them, `latency` milliseconds. servelab fits nothing on them:\n"
+        "accuracy/dsv4_modules_vs_aic.py holds servelab's prices against them (docs/accuracy.md).\n"
     )
     print(f"pinned {len(SYSTEMS) * len(OPS)} tables of {commit[:12]} into {OUT}", file=sys.stderr)
     return 0
