@@ -268,14 +268,16 @@ class StreamConn(asyncio.Protocol):
 
     # -- used by the worker --------------------------------------------------------------------------------
     def start(self, st: RequestState) -> None:
+        """Send a request on this connection (the worker starts requests on connected ones only)."""
+        if self.transport is None:
+            raise RuntimeError("a request started on a connection that is not connected")
         self.st = st
         st.conn = self
         self.transport.write(st.payload)
 
     def timeout(self, t: float, limit_s: float) -> None:
-        self.finish(
-            t, f"timeout: no complete response after {limit_s:g} s ({len(self.st.chunks)} content events)"
-        )
+        events = len(self.st.chunks) if self.st is not None else 0
+        self.finish(t, f"timeout: no complete response after {limit_s:g} s ({events} content events)")
 
     def finish(self, t: float, error: str | None) -> None:
         st = self.st

@@ -143,13 +143,18 @@ class MockProtocol(asyncio.Protocol):
     def __init__(self, s: Settings) -> None:
         self.s = s
         self.buf = b""
-        self.transport = None
+        self.transport: asyncio.Transport | None = None
         self.handle_timer: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_event_loop()
         self.active = False
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+
+    def send(self, data: bytes) -> None:
+        """Write to the client; what is answered after it hung up goes nowhere."""
+        if self.transport is not None:
+            self.transport.write(data)
 
     def connection_lost(self, exc) -> None:
         if self.handle_timer is not None:
@@ -187,7 +192,7 @@ class MockProtocol(asyncio.Protocol):
         line = head.split(b"\r\n", 1)[0].split(b" ")
         path = line[1].decode() if len(line) > 1 else "/"
         if path.endswith("/models"):
-            self.transport.write(
+            self.send(
                 _json_response(
                     "200 OK",
                     {
@@ -198,23 +203,19 @@ class MockProtocol(asyncio.Protocol):
             )
             return
         if path.endswith("/health"):
-            self.transport.write(_json_response("200 OK", {}))
+            self.send(_json_response("200 OK", {}))
             return
         if path.endswith("/stats"):
             stats = {"requests": MockProtocol.count, "in_flight": MockProtocol.in_flight}
-            self.transport.write(
-                _json_response("200 OK", dict(stats, max_in_flight=MockProtocol.max_in_flight))
-            )
+            self.send(_json_response("200 OK", dict(stats, max_in_flight=MockProtocol.max_in_flight)))
             return
         if not path.endswith("completions"):
-            self.transport.write(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
+            self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
             return
         try:
             req = json.loads(body)
         except json.JSONDecodeError:
-            self.transport.write(
-                _json_response("400 Bad Request", {"error": {"message": "body is not JSON"}})
-            )
+            self.send(_json_response("400 Bad Request", {"error": {"message": "body is not JSON"}}))
             return
         MockProtocol.count += 1
         n_req = MockProtocol.count
@@ -230,7 +231,7 @@ class MockProtocol(asyncio.Protocol):
         if s.die_after and n_req >= s.die_after:
             mode = "die"
         if mode == "http500":
-            self.transport.write(
+            self.send(
                 _json_response(
                     "500 Internal Server Error",
                     {"error": {"message": "mock failure on purpose", "code": 500}},
@@ -264,9 +265,9 @@ class MockProtocol(asyncio.Protocol):
             self.handle_timer = self.loop.call_later(delay, self._write, resp)
             return
         include_usage = (req.get("stream_options") or {}).get("include_usage") and mode != "no-usage"
-        self.transport.write(s.sse_head)
+        self.send(s.sse_head)
         if chat:
-            self.transport.write(s.role_chat)
+            self.send(s.role_chat)
         if mode == "hang":
             return
         tok = s.tok_chat if chat else s.tok_completion
@@ -301,7 +302,7 @@ class MockProtocol(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         self.end_request()
         if self.transport is not None:
-            self.transport.write(data)
+            self.send(data)
 
     @staticmethod
     def _die() -> None:

@@ -257,15 +257,19 @@ class Worker:
         """Chained arrival timer: enqueue every item whose time has come, re-arm for the next one."""
         now = perf_counter()
         items, i = self.arrivals, self.next_arrival
-        while i < len(items) and self.t0 + items[i].offset <= now + 0.0002:
-            self.pending.append((items[i], self.t0 + items[i].offset))
+        while i < len(items) and self._due(items[i]) <= now + 0.0002:
+            self.pending.append((items[i], self._due(items[i])))
             i += 1
         self.next_arrival = i
         if self.abort_reason is None and not self.stopping():
             self.pump(now)
         if i < len(items):
-            when = self.t0 + items[i].offset - perf_counter()
+            when = self._due(items[i]) - perf_counter()
             self.arrival_handle = self.loop.call_later(max(0.0, when), self._arrive)
+
+    def _due(self, it: WorkItem) -> float:
+        """When an open-loop item is due (every one carries its offset)."""
+        return self.t0 + (it.offset or 0.0)
 
     def stopping(self) -> bool:
         return self.stopped or self.done is None or self.done.done()
@@ -396,7 +400,7 @@ class Worker:
         items = self.arrivals[self.next_arrival :]
         self.next_arrival = len(self.arrivals)
         for it in items:
-            self._not_sent(it, self.t0 + it.offset, reason)
+            self._not_sent(it, self._due(it), reason)
         while self.pending:
             it, sched = self.pending.popleft()
             self._not_sent(it, sched if sched is not None else now, reason)

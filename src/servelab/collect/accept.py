@@ -3,6 +3,7 @@ sane numbers (finite, positive, p10 <= median <= p90), and no key that failed fo
 shape itself (out of memory, no kernel for it)."""
 
 import math
+from typing import Any
 
 from servelab.collect.campaign_dir import key_from_row, key_id
 from servelab.perfdb.ops import OpName
@@ -61,10 +62,10 @@ def check(planned: list, rows: list[dict], errors: list[dict], models: list, cov
 
 
 def _number_problem(row: dict) -> str | None:
-    vals = [row.get("latency_us"), row.get("p10_us"), row.get("p90_us")]
+    vals: list[Any] = [row.get("latency_us"), row.get("p10_us"), row.get("p90_us")]
     if any(v is None or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 for v in vals):
         return f"{row['op']} {_short(row)}: latency not a positive finite number ({vals})"
-    med, p10, p90 = vals
+    med, p10, p90 = (float(v) for v in vals)  # checked above: numbers
     if not p10 <= med <= p90:
         return f"{row['op']} {_short(row)}: p10 {p10} <= median {med} <= p90 {p90} does not hold"
     return None

@@ -13,8 +13,8 @@ import queue
 import socket
 import time
 from collections.abc import Callable
-from multiprocessing.connection import wait
-from typing import NamedTuple
+from multiprocessing.connection import Connection, wait
+from typing import Any, NamedTuple
 
 from servelab.collect.campaign_dir import key_from_row
 from servelab.collect.suite import OpSuite, resolve
@@ -53,7 +53,7 @@ class LocalExecutor:
         self.case_timeout_s = case_timeout_s
         self.ctx = mp.get_context("spawn")
 
-    def _start(self, index, suite):
+    def _start(self, index: int, suite: OpSuite) -> tuple[Any, Any, Connection]:
         """A worker with its own inbox and its own pipe back: a worker that dies mid-send can garble only its
         own channel (a queue shared by all workers has one write lock, which a worker killed while holding it
         keeps for ever, and every other worker's results then stop arriving)."""
@@ -86,8 +86,8 @@ class LocalExecutor:
                 if out_of_time and not busy:
                     break
                 readers = {reader: i for i, (_, _, reader) in workers.items()}
-                ready = wait(list(readers), timeout=1.0)
-                for reader in ready:
+                ready = set(wait(list(readers), timeout=1.0))
+                for reader in (r for r in readers if r in ready):
                     try:
                         message = reader.recv()
                     except (EOFError, OSError):  # the worker died: replace it below
@@ -216,7 +216,7 @@ class LocalExecutor:
 def _ray_shard(suite: OpSuite, items: list[dict], want_facts: bool) -> list:
     """A Ray task: one GPU (Ray sets CUDA_VISIBLE_DEVICES, so it is device 0 here), a shard of keys."""
     resolve(suite.worker_init)(0)
-    out = []
+    out: list[tuple[str, Any, Any]] = []
     if want_facts:
         out.append(("facts", None, resolve(suite.facts)()))
     for item in items:

@@ -7,6 +7,7 @@ from typing import Any
 
 from servelab.collect.campaign_dir import key_from_row
 from servelab.collect.suite import OpSuite, resolve
+from servelab.perfdb.keys import Comm
 
 
 def measure(suite: OpSuite, key, rank: int | None = None, group=None) -> tuple[str, dict | tuple[str, str]]:
@@ -96,10 +97,18 @@ def local_worker(index: int, suite: OpSuite, inbox, outbox) -> None:
             os._exit(70)
 
 
+def comm_key(item: dict) -> Comm:
+    """A collective's key from its row (every item a comm worker is given is one)."""
+    key = key_from_row(item)
+    if not isinstance(key, Comm):
+        raise TypeError(f"{item.get('op')}: not a collective")
+    return key
+
+
 def comm_worker(rank: int, world: int, port: int, suite: OpSuite, items: list[dict], outbox) -> None:
     """One process per GPU; all ranks walk the same list of collectives, those outside a case's group skip
     it."""
-    keys = [key_from_row(i) for i in items]
+    keys = [comm_key(i) for i in items]
     started, groups = _init(
         suite.comm_init, (rank, world, port, sorted({k.gpus for k in keys})), rank, outbox
     )

@@ -6,6 +6,9 @@ all_to_all bytes sent, p2p message (rank 0 -> rank 1). Elements are bf16. Ranks 
 and the replays (the slowest rank's estimate), so every rank captures the same sequence of collectives.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -23,49 +26,60 @@ def bench(key, rank: int, group) -> dict:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return float(t.item())
 
+    run: Callable[..., Any]  # point-to-point and all-reduce work in place, the others into an output
     if key.op == OpName.allreduce:
 
         def make():
             return (rand(n),)
 
-        def run(x):
+        def run_allreduce(x):
             dist.all_reduce(x, group=group)
             return x
+
+        run = run_allreduce
     elif key.op == "allgather":
 
         def make():
             return rand(n // g), torch.empty(n, device="cuda", dtype=torch.bfloat16)
 
-        def run(x, out):
+        def run_allgather(x, out):
             dist.all_gather_into_tensor(out, x, group=group)
             return out
+
+        run = run_allgather
     elif key.op == "reducescatter":
 
         def make():
             return rand(n), torch.empty(n // g, device="cuda", dtype=torch.bfloat16)
 
-        def run(x, out):
+        def run_reducescatter(x, out):
             dist.reduce_scatter_tensor(out, x, group=group)
             return out
+
+        run = run_reducescatter
     elif key.op == "alltoall":
 
         def make():
             return rand(n), torch.empty(n, device="cuda", dtype=torch.bfloat16)
 
-        def run(x, out):
+        def run_alltoall(x, out):
             dist.all_to_all_single(out, x, group=group)
             return out
+
+        run = run_alltoall
     elif key.op == OpName.p2p:
 
         def make():
             return (rand(n),)
 
-        def run(x):
+        def run_p2p(x):
             if rank == 0:
                 dist.send(x, dst=1, group=group)
             elif rank == 1:
                 dist.recv(x, src=0, group=group)
             return x
+
+        run = run_p2p
     else:
         raise Unsupported(f"collective {key.op}")
     t = time_op(make, run, n * 2 * 2, agree=agree, check_output=False)

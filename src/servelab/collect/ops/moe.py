@@ -13,6 +13,9 @@ blocks have no grouped kernel in torch, so fp8_block is measured with that row-w
 so.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -76,9 +79,10 @@ def bench(key) -> dict:
         x = rand_fp8(A, H) if fp8 else rand(A, H)
         return (x, offs, rand_scale(A)) if fp8 else (x, offs)
 
+    run: Callable[..., Any]  # the variants take different inputs (fp8 adds the activations' scales)
     if fp8:
 
-        def run(x, offs, sx):
+        def run_fp8(x, offs, sx):
             h = torch._scaled_grouped_mm(
                 x, w1.transpose(-2, -1), sx, s1, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
             )
@@ -88,15 +92,18 @@ def bench(key) -> dict:
                 a, w2.transpose(-2, -1), sx, s2, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
             )
 
+        run = run_fp8
         backend = "scaled_grouped_mm_rowwise" + (
             "(stand-in for 128x128 blocks)" if key.dtype == "fp8_block" else ""
         )
     else:
 
-        def run(x, offs):
+        def run_bf16(x, offs):
             h = torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs)
             gate, up = h.chunk(2, dim=-1)
             return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
+
+        run = run_bf16
 
         backend = "grouped_mm"
     t = time_op(make, run, touched * wbytes + A * H * 4)
