@@ -40,6 +40,7 @@ from servelab.collect.ops.dsv4 import (
     _rms,
     _topk,
     compress,
+    indexer_decode_inputs,
 )
 from servelab.collect.ops.dsv4_kernels import indexer_logits_decode, indexer_logits_prefill
 from servelab.collect.timing import time_op
@@ -235,16 +236,7 @@ def generation_step(key):
             "sel": torch.randint(0, max(nc, 1), (B, max(k, 1)), device=dev),
         }
         if csa:
-            x.update(
-                iq=rand_fp8(B, INDEX_HEADS, INDEX_DIM),
-                iw=rand(B, INDEX_HEADS, scale=0.1),
-                iv=rand(B, INDEX_DIM),
-                ig=rand(B, INDEX_DIM),
-                istate_v=rand(B, window, INDEX_DIM),
-                istate_g=rand(B, window, INDEX_DIM),
-                ik=rand_fp8(B, nc + 1, INDEX_DIM),
-                iks=rand_scale(B, nc + 1),
-            )
+            x.update(indexer_decode_inputs(B, window, nc))
         return (x,)
 
     def decode(x, extra_idx):

@@ -145,6 +145,22 @@ def context_module(key):
     return make, run, per_set
 
 
+def indexer_decode_inputs(B: int, window: int, nc: int) -> dict:
+    """A decode step's lightning-indexer inputs for B sequences with nc compressed entries: the query and
+    weights, the new token's index-key inputs, the compressor's window state, and the FP8 index-key cache
+    with its scales (the new entry's slot included)."""
+    return {
+        "iq": rand_fp8(B, INDEX_HEADS, INDEX_DIM),
+        "iw": rand(B, INDEX_HEADS, scale=0.1),
+        "iv": rand(B, INDEX_DIM),
+        "ig": rand(B, INDEX_DIM),
+        "istate_v": rand(B, window, INDEX_DIM),
+        "istate_g": rand(B, window, INDEX_DIM),
+        "ik": rand_fp8(B, nc + 1, INDEX_DIM),
+        "iks": rand_scale(B, nc + 1),
+    }
+
+
 def generation_module(key):
     """(make_inputs, run, bytes_per_set) for one decode step of key.batch sequences with key.kv_len cached."""
     fam = _family(key.op)
@@ -175,16 +191,7 @@ def generation_module(key):
             "win": rand(B, WINDOW, D),
         }
         if overlap:
-            x.update(
-                iq=rand_fp8(B, INDEX_HEADS, INDEX_DIM),
-                iw=rand(B, INDEX_HEADS, scale=0.1),
-                iv=rand(B, INDEX_DIM),
-                ig=rand(B, INDEX_DIM),
-                istate_v=rand(B, window, INDEX_DIM),
-                istate_g=rand(B, window, INDEX_DIM),
-                ik=rand_fp8(B, nc + 1, INDEX_DIM),
-                iks=rand_scale(B, nc + 1),
-            )
+            x.update(indexer_decode_inputs(B, window, nc))
         return (x,)
 
     def run(x):
