@@ -29,12 +29,8 @@ KNOWN_STALE = {
     # compared with campaigns/h200_sxm before its MoE rows were measured again (uniform routing, ee8b674):
     # the repeatability measured then, against rows that have changed since
     "campaigns/h200_sxm_repeat/compare.json",
-    # fitted against perf data 277887162c5a; the tables, ratios and transfer fits added since (pricing, the
-    # H100 campaign) change the predictor it was fitted for: a refit takes about 45 minutes and moves every
-    # calibrated prediction
-    "src/servelab/predict/data/calibrated.json",
 }
-QUICK = {"campaigns/h200_sxm_repeat/compare.json", "src/servelab/predict/data/calibrated.json"}
+QUICK = {"campaigns/h200_sxm_repeat/compare.json"}
 
 
 def generated(*args: str) -> subprocess.CompletedProcess:
