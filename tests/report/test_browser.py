@@ -5,6 +5,7 @@ result file run no script. Also a report of real `servelab bench` runs against t
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import socket
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
 
-from servelab.results.report import predicted_points, render_html, result_points
+from servelab.results.report import latency_figure, predicted_points, render_html, result_points, store_points
+from servelab.results.store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -129,3 +131,54 @@ def test_report_of_real_bench_runs(tmp_path, mock_server):
     if CHROMIUM.exists():
         drawn = drawn_views(rendered_dom(tmp_path / "report.html"))
         assert list(drawn) == ["latency", "sweep", "pareto"] and all(drawn.values()), drawn
+
+
+WORKLOAD = """name: tiny
+gpu: H200
+vllm: {model: mock}
+vllm_bench:
+  configs:
+    - {name: s, input_len: 16, output_len: 4, num_prompts: [8, 8], max_concurrency: [1, 4]}
+"""
+
+
+def test_report_of_a_stored_run_draws_its_records_and_aggregates_repetitions(tmp_path, mock_server):
+    (tmp_path / "wl.yaml").write_text(WORKLOAD)
+    r = servelab("run", "wl.yaml", "--base-url", mock_server, "--repetitions", "3", "--store", "r.db",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = servelab("report", "--store", "r.db", "--run", "tiny", "-o", "report.html", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)["points"]
+    # one point per config, not per repetition: the median of three runs with the interval of that median
+    assert [(p["max_concurrency"], p["repetitions"]) for p in shown] == [(1.0, 3), (4.0, 3)]
+    for p in shown:
+        ttft = p["intervals"]["ttft"]
+        assert ttft["kind"] == "CI 75.0%" and ttft["low"] <= p["latency_ms"]["ttft"]["mean"] <= ttft["high"]
+    with Store.open(tmp_path / "r.db") as store:
+        points = store_points(store, "tiny")
+    # every panel from the records of the three repetitions pooled (E2EL too, which the run stored no
+    # percentile of), so each CDF has a step per request, not a line through two percentiles
+    for p in points:
+        assert {m: len(p.samples_ms[m]) for m in ("ttft", "tpot", "e2el")} == {
+            "ttft": 24,
+            "tpot": 24,
+            "e2el": 24,
+        }
+        assert len(p.samples_ms["itl"]) == 24 * 3 and "e2el" not in p.latency_ms
+    cdfs = latency_figure(points)
+    assert all(len(trace.x) == 24 for trace in cdfs.data if trace.xaxis in ("x", "x2", "x4"))
+    # series named by config and concurrency; the run id only in where the numbers came from
+    assert [trace.name for trace in cdfs.data if trace.showlegend] == [
+        "measured: tiny s conc 1 (median of 3)",
+        "measured: tiny s conc 4 (median of 3)",
+    ]
+    page = (tmp_path / "report.html").read_text()
+    if not CHROMIUM.exists():
+        pytest.skip(f"page checked in Python only: {CHROMIUM} is absent (Debian: apt-get install chromium)")
+    dom = rendered_dom(tmp_path / "report.html")
+    drawn = drawn_views(dom)
+    assert list(drawn) == ["latency", "sweep", "pareto"] and all(drawn.values()), drawn
+    assert "error bars: the interval of that median" in page
+    sweep = re.search(r'<section class="view" id="view-sweep">(.*?)</section>', dom, re.S)[1]
+    assert sweep.count('class="yerror"') == 3 * 2  # TTFT, TPOT and throughput at both concurrencies

@@ -7,6 +7,7 @@ Modules, one job each:
   percentiles  the one percentile rule (linear between ranks, numpy's default) and distributions built on it
   goodput      requests meeting every SLO
   summary      ServingSummary: vLLM's aggregate result fields (throughputs, peaks, latency distributions)
+  repeats      the median of repeated runs and its distribution-free confidence interval
 
 Units are in the names: `_s` seconds, `_ms` milliseconds.
 """

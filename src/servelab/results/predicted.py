@@ -110,7 +110,7 @@ def _stream(store: Store, run: Run, config: str, values: dict[str, tuple[float, 
     for stage in store.stages(run.id):
         if stage.stage == "bench" and stage.config == config and stage.artifact:
             try:
-                cfg = json.loads((store.path.parent / stage.artifact).read_text()).get("config")
+                cfg = json.loads(store.artifact_path(run.id, stage.artifact).read_text()).get("config")
             except (OSError, ValueError, AttributeError):
                 cfg = None
             if isinstance(cfg, dict) and cfg.get("dataset_name") == "random":

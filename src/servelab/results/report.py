@@ -4,8 +4,9 @@ Where the numbers come from:
 - result files as `servelab bench --save-result` and `vllm bench serve` write them (and InferenceX's), read by
   the importers' reader; a servelab result's per-request records (`<name>.requests.jsonl` next to it) give
   whole latency distributions, otherwise the result's percentiles stand for them;
-- runs of the results store, by id or name: one point per bench stage (config and repetition), from the
-  stored metrics, with the records when the stage's artifact still has them next to it;
+- runs of the results store, by id or name: one point per bench config, the median over its repetitions with
+  each plotted value's interval (error bars), from the stored metrics, with the records of every repetition
+  pooled when the stages' artifacts still have them next to them;
 - predictions: a `servelab plan --json` output (one point per candidate), `servelab estimate --mode agg
   --json` outputs (one point at their batch), or result files in the vLLM shape written by a simulator.
 
@@ -32,6 +33,8 @@ from servelab.bench.records import read_jsonl
 from servelab.errors import ServelabError
 from servelab.htmlpage import figure_div, page, plot_text
 from servelab.metrics import LATENCY_METRICS
+from servelab.metrics.repeats import median
+from servelab.metrics.repeats import summarize as summarize_repeats
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.results.importers import read_file
@@ -55,6 +58,16 @@ CDF_POINTS = 1000  # per line of a latency CDF; finer than a figure's width show
 
 
 @dataclass(frozen=True)
+class Interval:
+    """Where the median of repeated runs lies: the order-statistic CI of the median (servelab.metrics.repeats)
+    from 3 repetitions, the range of the values below that."""
+
+    low: float
+    high: float
+    kind: str  # 'CI 75.0%' or 'min-max'
+
+
+@dataclass(frozen=True)
 class Point:
     """One benchmark point, measured or predicted, with where it came from."""
 
@@ -70,6 +83,21 @@ class Point:
     samples_from: str = ""  # the records file the samples came from
     # a prediction's share of kernel time by source (measured ... roofline): predict.provenance
     kernel_time_by_source: dict[str, float] = field(default_factory=dict)
+    # a stored config run several times: the point holds the medians over its repetitions, the pooled
+    # per-request samples, and each plotted value's interval (`Interval`) for error bars
+    repetitions: int = 1
+    intervals: dict[str, Interval] = field(default_factory=dict)  # 'ttft', 'tpot', 'tok_s', 'tok_s_per_gpu'
+
+    @property
+    def label(self) -> str:
+        """The name of the point's own lines (a latency CDF): its series and where it sits on the sweep
+        axis; a result file's name when neither concurrency nor rate is known."""
+        where = [f"conc {_fmt(self.max_concurrency)}"] if self.max_concurrency is not None else []
+        where += [f"rate {_fmt(self.request_rate)}"] if self.request_rate is not None else []
+        reps = [f"median of {self.repetitions}"] if self.repetitions > 1 else []
+        if not where:
+            return f"{self.series} ({self.origin})"
+        return " ".join([self.series, *where]) + (f" ({reps[0]})" if reps else "")
 
     def x(self, axis: Axis) -> float | None:
         return getattr(self, axis)
@@ -199,8 +227,10 @@ CONFIG_X = re.compile(r"-(conc|rate)-([^-]+)$")
 
 
 def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]:
-    """One point per bench stage (config, repetition) of the runs `ref` names (an id, a prefix or a name);
-    concurrency or rate from the stage's config (`<label>-conc-<N>`, `<label>-rate-<R>`)."""
+    """One point per bench config of the runs `ref` names (an id, a prefix or a name): the median over its
+    repetitions, with each plotted value's interval, and the per-request samples of every repetition pooled
+    (read from the records `servelab run` keeps beside each stage's result); concurrency or rate from the
+    config's name (`<label>-conc-<N>`, `<label>-rate-<R>`)."""
     points = []
     for run in store.find_runs(ref):
         stages = {(s.config, s.repetition): s for s in store.stages(run.id) if s.stage == "bench"}
@@ -208,6 +238,7 @@ def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]
         for metric in store.metrics(run.id):
             if metric.stage == "bench" and metric.value is not None:
                 by_stage.setdefault((metric.config, metric.repetition), {})[metric.name] = metric.value
+        by_config: dict[str, list[Point]] = {}
         for (config, rep), fields in sorted(by_stage.items()):
             m = CONFIG_X.search(config)
             if m:
@@ -217,11 +248,63 @@ def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]
             point = _result_point(fields, "measured", origin, f"{run.name} {label}".strip(), gpus)
             stage = stages.get((config, rep))
             if stage and stage.artifact:
-                point = _with_records(point, store.path.parent / stage.artifact, {})
-            points.append(point)
+                point = _with_records(point, store.artifact_path(run.id, stage.artifact), {})
+            by_config.setdefault(config, []).append(point)
+        points += [_repeated(f"run {run.id} {config}", reps) for config, reps in by_config.items()]
     if not points:
         raise ServelabError(f"run {ref!r} in {store.path} has no bench results", field="run")
     return points
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
+
+
+def _interval(values: list[float | None]) -> Interval | None:
+    known = [v for v in values if v is not None]
+    if len(known) < 2:
+        return None
+    s = summarize_repeats(known)
+    if s.ci_low is not None and s.ci_high is not None and s.ci_level is not None:
+        return Interval(s.ci_low, s.ci_high, f"CI {s.ci_level:.1%}")
+    return Interval(min(known), max(known), "min-max")
+
+
+def _repeated(origin: str, reps: list[Point]) -> Point:
+    """One point for the repetitions of a config: every latency statistic and throughput their median, the
+    plotted values' intervals, the per-request samples pooled."""
+    if len(reps) == 1:
+        return replace(reps[0], origin=origin)
+    stats = {(m, k) for p in reps for m, by_stat in p.latency_ms.items() for k in by_stat}
+    latency: dict[str, dict[str, float]] = {}
+    for metric, stat in sorted(stats):
+        value = _median_or_none([p.stat(metric, stat) for p in reps])
+        if value is not None:
+            latency.setdefault(metric, {})[stat] = value
+    plotted = {
+        "ttft": [p.stat("ttft", "mean") for p in reps],
+        "tpot": [p.stat("tpot", "mean") for p in reps],
+        "tok_s": [p.output_tok_s for p in reps],
+        "tok_s_per_gpu": [p.output_tok_s_per_gpu for p in reps],
+    }
+    samples: dict[str, list[float]] = {}
+    for p in reps:
+        for metric, values in p.samples_ms.items():
+            samples.setdefault(metric, []).extend(values)
+    return replace(
+        reps[0],
+        origin=f"{origin} ({len(reps)} repetitions)",
+        latency_ms=latency,
+        output_tok_s=_median_or_none(plotted["tok_s"]),
+        output_tok_s_per_gpu=_median_or_none(plotted["tok_s_per_gpu"]),
+        samples_ms=samples if all(p.samples_ms for p in reps) else {},
+        samples_from=f"{reps[0].samples_from} and {len(reps) - 1} more"
+        if all(p.samples_ms for p in reps)
+        else "",
+        repetitions=len(reps),
+        intervals={k: i for k, vs in plotted.items() if (i := _interval(vs)) is not None},
+    )
 
 
 def _predicted_latencies(percentiles: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -361,7 +444,7 @@ def latency_figure(points: Sequence[Point]) -> go.Figure:
     fig = make_subplots(rows=2, cols=2, subplot_titles=[f"{METRIC_TITLES[m]} (ms)" for m in LATENCY_METRICS])
     from_percentiles = False
     for n, p in enumerate(points):
-        name = plot_text(f"{p.source}: {p.series} ({p.origin})")
+        name = plot_text(f"{p.source}: {p.label}")
         for k, metric in enumerate(LATENCY_METRICS):
             samples = p.samples_ms.get(metric)
             if samples:
@@ -376,6 +459,7 @@ def latency_figure(points: Sequence[Point]) -> go.Figure:
                     x=xs,
                     y=ys,
                     name=name,
+                    hovertext=plot_text(p.origin),
                     legendgroup=str(n),
                     showlegend=k == 0,
                     marker={"color": _color(n)},
@@ -421,11 +505,13 @@ def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str)
             [p.stat("tpot", "mean") for p in group],
             [_throughput(p, per_gpu) for p in group],
         )
+        keys = ("ttft", "tpot", "tok_s_per_gpu" if per_gpu else "tok_s")
         for k, ys in enumerate(values):
             fig.add_trace(
                 go.Scatter(
                     x=[p.x(axis) for p in group],
                     y=ys,
+                    error_y=_error_bars(group, keys[k], ys),
                     mode="lines+markers",
                     name=_name(source, series),
                     legendgroup=str(n),
@@ -437,8 +523,28 @@ def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str)
                 col=k + 1,
             )
     fig.update_xaxes(title_text=AXIS_TITLES[axis])
-    fig.update_layout(height=450, title=title)
+    kinds = sorted({i.kind for p in points for i in p.intervals.values()})
+    if kinds:
+        title += f"<br><sub>{ERROR_BARS_NOTE} ({', '.join(kinds)})</sub>"
+    fig.update_layout(height=450, margin={"t": 110} if kinds else None, title=title)
     return fig
+
+
+ERROR_BARS_NOTE = (
+    "a point run several times is the median of its repetitions; error bars: the interval of that median"
+)
+
+
+def _error_bars(group: Sequence[Point], key: str, ys: Sequence[float | None]) -> dict[str, Any] | None:
+    """Asymmetric error bars from each point's interval of `key` (none where a point ran once)."""
+    if not any(key in p.intervals for p in group):
+        return None
+    up, down = [], []
+    for p, y in zip(group, ys, strict=True):
+        i = p.intervals.get(key)
+        up.append(i.high - y if i and y is not None else 0.0)
+        down.append(y - i.low if i and y is not None else 0.0)
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
 
 
 def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
@@ -499,7 +605,9 @@ VIEW_TITLES = {
 
 def _table(points: Sequence[Point], per_gpu: bool) -> str:
     tput = "tok/s/GPU" if per_gpu else "tok/s"
-    head = ("source", "from", "series", "concurrency", "rate req/s", "mean TTFT ms", "mean TPOT ms", tput)
+    head = (
+        "source", "from", "series", "concurrency", "rate req/s", "runs", "mean TTFT ms", "mean TPOT ms", tput,
+    )  # fmt: skip
     rows = []
     for p in points:
         cells = (
@@ -508,6 +616,7 @@ def _table(points: Sequence[Point], per_gpu: bool) -> str:
             p.series,
             _fmt(p.max_concurrency),
             _fmt(p.request_rate),
+            str(p.repetitions),
             _fmt(p.stat("ttft", "mean")),
             _fmt(p.stat("tpot", "mean")),
             _fmt(_throughput(p, per_gpu)),

@@ -149,6 +149,15 @@ class Store:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def artifact_path(self, run_id: str, artifact: str) -> Path:
+        """Where a stage's artifact is: `servelab run` records it relative to the run's folder, an import
+        relative to the store's folder (`runs/<id>/<file>`); an absolute path is itself."""
+        path = Path(artifact)
+        if path.is_absolute():
+            return path
+        in_run = self.path.parent / "runs" / run_id / path
+        return in_run if in_run.exists() else self.path.parent / path
+
     # writers
 
     def start_run(

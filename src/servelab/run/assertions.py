@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
-from servelab.run.stats import median
+from servelab.metrics.repeats import median
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,

@@ -23,6 +23,7 @@ from typing import IO
 
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
+from servelab.metrics.repeats import summarize
 from servelab.results import provenance
 from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
@@ -39,7 +40,6 @@ from servelab.run.stage import (
     Target,
 )
 from servelab.run.stages import STAGES, StageRegistry, preflight
-from servelab.run.stats import summarize
 from servelab.runner.server import ServerProcess, ServerStartError
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 3

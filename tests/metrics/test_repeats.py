@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from servelab.run.stats import summarize
+from servelab.metrics.repeats import summarize
 
 
 def test_fewer_than_three_runs_give_no_interval():
