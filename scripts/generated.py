@@ -360,7 +360,7 @@ ENTRIES: tuple[Entry, ...] = (
             "src/servelab/calibrate/data/inferencex_recipes.json",
             "src/servelab/calibrate/data/inferencex_runs.json",
         ),
-        command="servelab calibrate engines --aic --jobs 2  (with the [aic] extra or --aic-python PATH)",
+        command="servelab calibrate engines --aic --jobs 2 --out src/servelab/predict/data/calibrated.json  (with the [aic] extra or --aic-python PATH)",
         recorded="about 45 minutes on 2 cores, and AIConfigurator's sample (the [aic] extra)",
         own_check=calibration_tables,
     ),

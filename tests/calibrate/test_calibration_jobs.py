@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servelab.calibrate import pool
 from servelab.calibrate.document import CalibrationDocument
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
 from servelab.calibrate.fit import Linearized
@@ -200,3 +201,45 @@ def test_the_parameter_probe_refuses_a_bad_override_in_one_line(param, message):
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr and r.stdout == ""
+
+
+def test_a_long_phase_says_how_far_it_is_and_the_time_left(monkeypatch):
+    """A progress line at most every PROGRESS_EVERY_S within a phase, with an estimate of the time left."""
+    now = [1000.0]
+
+    def clock() -> float:
+        now[0] += 4.0  # each row (a chunk of one here) takes 4 s of a stand-in clock
+        return now[0]
+
+    monkeypatch.setattr(pool.time, "time", clock)
+    lines: list[str] = []
+    rows = [(None, {}) for _ in range(20)]
+    got = pool.try_price_rows(rows, lambda case, params: (1.0, 2.0), pool.Jobs(1, lines.append, 1000.0), "fit")
+    assert got == [(1.0, 2.0)] * 20
+    assert len(lines) >= 3 and lines[-1].startswith("  fit: 20/20 rows, ")
+    first = lines[0]
+    assert first.startswith("  fit: ") and ", ETA " in first and "ETA" not in lines[-1]
+
+
+def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
+    """Without --out the fit is written to ./calibrated.json, and the command says where, before the long fit
+    (a written file inside the installed package would be lost on the next install and change every
+    prediction of the environment)."""
+    sample = tmp_path / "silicon_sample.csv"
+    with open(sample, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(silicon_rows()[0]))
+        writer.writeheader()
+        writer.writerows(silicon_rows())
+    shipped = ROOT / "src" / "servelab" / "predict" / "data" / "calibrated.json"
+    before = shipped.read_bytes()
+    r = subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--csv", str(sample), "--iters", "5"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"note: no --out: the fit goes to {tmp_path / 'calibrated.json'} (predict with " \
+        "--calibration calibrated.json)"  # fmt: skip
+    assert "wrote calibrated.json (predictions read it with --calibration calibrated.json)" in lines
+    assert CalibrationDocument.read(tmp_path / "calibrated.json").rows_used == 6
+    assert shipped.read_bytes() == before

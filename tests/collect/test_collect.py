@@ -401,3 +401,16 @@ def test_cli_json_run_prints_the_acceptance_report_alone_on_stdout(tmp_path, mon
     assert report == json.loads((out / "acceptance.json").read_text())
     assert report["this_run"]["rows"] == len(CampaignDir(out).rows()) > 0
     assert "to measure" in result.stderr and "acceptance: ok" in result.stderr
+
+
+def test_off_a_terminal_progress_is_plain_lines_and_each_stage_is_said(tmp_path, capsys):
+    cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
+    said: list[str] = []
+    report = run(cfg, executor=LocalExecutor(2), suite=fake_suite(), progress=True, echo=said.append)
+    keys = report["this_run"]["rows"] + report["this_run"]["errors"]
+    lines = capsys.readouterr().err.splitlines()  # pytest's stderr is not a terminal: no rich bar
+    assert lines[0] == f"collect: keys measured: {keys} to do"
+    assert lines[-1].startswith(f"collect: keys measured: {keys}/{keys} done, 0 errors, last ")
+    assert any(s.startswith("collect: collectives: ") for s in said)
+    assert any(s.startswith("collect: single-GPU ops: ") for s in said)
+    assert "collect: checking the tables (acceptance)" in said

@@ -37,6 +37,11 @@ def test_every_job_gets_its_twin():
     # more GPUs for the same model and load: a faster decode step
     by_tp = {j["tp"]: j["predicted"]["median_tpot_ms"] for j in jobs}
     assert by_tp[8] < by_tp[2]
+    # progress on stderr (a pipe here): the stage's first line, and the last with every job done
+    said = r.stderr.splitlines()
+    n = len(jobs)
+    assert f"sweep --predict: jobs simulated: {n} to do" in said
+    assert said[-1].startswith(f"sweep --predict: jobs simulated: {n}/{n} done, ")
 
 
 def test_predictions_follow_the_calibration(tmp_path):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from servelab.bench.payload import check_base_url, check_header, check_header_value, split_credentials
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
+from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench"]
@@ -115,6 +116,14 @@ class BenchConfig(BaseModel):
     )
     num_workers: int = Field(0, ge=0, le=1024, description="servelab: worker processes; 0 = one per core")
     live: bool | None = Field(None, description="servelab: live line; None = only on a terminal")
+    progress_interval_s: float = Field(
+        DEFAULT_INTERVAL_S,
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="servelab: without the live line (a pipe, a CI log), a progress line every this many "
+        "seconds; 0: only the last",
+    )
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
     ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
     _basic_auth: str | None = PrivateAttr(None)  # from user:password@ in base_url; never stored

@@ -2,7 +2,8 @@
 
 On a terminal the line is rewritten in place about ten times a second, cut to the terminal's width so it
 never wraps (a wrapped line scrolls: a carriage return only goes back to the start of its last row).
-Anywhere else (a pipe, a CI log) nothing is printed until the phase ends, then one final line."""
+Anywhere else (a pipe, a CI log) the line is written as a plain line when the phase starts, then once every
+`--progress-interval` seconds (10 by default; 0: none), and once more when the phase ends."""
 
 from __future__ import annotations
 
@@ -10,18 +11,32 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
+from time import monotonic
 
 from servelab.bench.accounting import PROGRESS_SLOTS
+from servelab.progress import DEFAULT_INTERVAL_S
 
 
 class LiveLine:
-    """One status line on `stream` (stderr by default). `live`: rewrite in place; otherwise only the final
-    line is written, by finish()."""
+    """One status line on `stream` (stderr by default). `live`: rewrite in place; otherwise a plain line the
+    first time (unless not `at_start`), then at most one per `interval_s` (0: none until finish()), and the final
+    one by finish()."""
 
-    def __init__(self, live: bool, stream=None) -> None:
+    def __init__(
+        self,
+        live: bool,
+        stream=None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        clock=monotonic,
+        at_start: bool = True,
+    ) -> None:
         self.stream = stream or sys.stderr
         self.live = live
         self.last = ""
+        self.interval_s = interval_s
+        self.clock = clock
+        # when the last plain line was written; None: the first line shown is written (`at_start`)
+        self.written: float | None = None if at_start else clock()
 
     def width(self) -> int:
         try:
@@ -34,6 +49,12 @@ class LiveLine:
         if self.live:
             self.stream.write("\r" + text[: self.width() - 1] + "\x1b[K")
             self.stream.flush()
+        elif self.interval_s > 0:
+            now = self.clock()
+            if self.written is None or now - self.written >= self.interval_s:
+                self.written = now
+                self.stream.write(text + "\n")
+                self.stream.flush()
 
     def finish(self, text: str | None = None) -> None:
         """End the line: the given text, or the last one shown, stays as a plain line."""

@@ -199,10 +199,12 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
     summaries: list[dict] = []
     infos: list[dict] = []
     live = cfg.live if cfg.live is not None else sys.stderr.isatty()
-    run_progress = RunProgress(LiveLine(live), len(items))
+    run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), len(items))
     t0 = 0.0
     try:
-        infos = _wait_ready(cfg, pipes, procs, progress, LiveLine(live))
+        # the warm-up's start is said by its own line (warmup_start_line)
+        warm_line = LiveLine(live, interval_s=cfg.progress_interval_s, at_start=False)
+        infos = _wait_ready(cfg, pipes, procs, progress, warm_line)
         ready_error = next((i["ready_error"] for i in infos if i.get("ready_error")), None)
         if ready_error:
             for pipe in pipes:

@@ -84,7 +84,7 @@ def fit_param_sets(
     (and any terms EngineProfile lacks that `start` carries); the others stay out of the parameter dicts, so
     the pricer takes their documented defaults."""
     out = {}
-    for name, names in sets.items():
+    for k, (name, names) in enumerate(sets.items()):
         own = {e: {k: v for k, v in p.items() if k in names or k not in PARAMS} for e, p in start.items()}
         fitted, lins = {}, {}
         for engine in ENGINES:
@@ -93,6 +93,6 @@ def fit_param_sets(
                 fitted[engine], lin = fit_engine(mine, own[engine], price, iters, jobs)
                 lins[engine] = (mine, lin)
                 if echo:
-                    echo(f"fitted {engine} on {len(mine)} rows, parameter set {name}")
+                    echo(f"fitted {engine} on {len(mine)} rows, parameter set {name} ({k + 1} of {len(sets)})")
         out[name] = {"fitted": fitted, "cv": leave_one_family_out(cases, own, price, iters, lins, jobs)}
     return out

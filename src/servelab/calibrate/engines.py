@@ -1,7 +1,8 @@
 """The engine calibration end to end: fit each engine's overhead parameters (per step, per sequence, kernel
 gaps, eager launch cost, MoE prompt tokens) on measured end-to-end TTFT / TPOT, cross-validate leaving one
 model family out, and write the fits that transfer to unseen families to a versioned calibration file with its
-provenance (by default predict/data/calibrated.json, the one servelab ships).
+provenance (by default ./calibrated.json, in the working directory: never the one servelab ships, which a
+checkout refreshes by naming it, `--out src/servelab/predict/data/calibrated.json`).
 
 The measurements come from servelab.calibrate.sources (AIConfigurator's silicon_sample.csv, InferenceX result
 files, the results store); nothing of them is kept but the fitted numbers and the errors.
@@ -16,7 +17,6 @@ import numpy as np
 
 from servelab.calibrate import aic
 from servelab.calibrate.calibration_file import (
-    CALIBRATED,
     LOSS,
     as_written_errors,
     engine_entries,
@@ -54,6 +54,8 @@ from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.specs import load_system
 
+DEFAULT_OUT = "calibrated.json"  # in the working directory
+
 
 @dataclass
 class EngineFitOptions:
@@ -71,7 +73,7 @@ class EngineFitOptions:
     tables: str = "own"  # own: each engine's tables (roofline where none); torch: the torch tables for all
     summary: Path | None = None
     dry_run: bool = False
-    out: Path = CALIBRATED
+    out: Path = Path(DEFAULT_OUT)  # relative: in the working directory, never into the installed package
     report: Path | None = None
     aic: bool = False  # also run AIConfigurator's own estimate of the same rows (cached)
     jobs: int = 1  # processes that price rows (0: one per core); the numbers do not depend on it
@@ -242,7 +244,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
         doc.write(opts.summary)
     if not (opts.dry_run or opts.proposes_terms):
         doc.write(opts.out)
-        echo(f"\nwrote {opts.out}")
+        echo(f"\nwrote {opts.out} (predictions read it with --calibration {opts.out})")
     echo(f"took {time.time() - t0:.0f} s")
     return doc
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from servelab.calibrate.rows import Case
 from servelab.errors import ServelabError
+from servelab.progress import DEFAULT_INTERVAL_S, duration, eta
 
 Price = Callable[[Case, dict[str, float]], tuple[float, float]]
 Echo = Callable[[str], None]
@@ -25,7 +26,7 @@ Priced = tuple[float, float] | ServelabError  # a row servelab refuses keeps its
 
 # small chunks: rows differ in cost by 100x, and a worker left with a big chunk keeps the others waiting
 CHUNKS_PER_WORKER = 16
-PROGRESS_EVERY_S = 60.0  # within a long phase, a progress line at most this often
+PROGRESS_EVERY_S = DEFAULT_INTERVAL_S  # within a long phase, a progress line at most this often
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,10 @@ def try_price_rows(
         done += len(got)
         now = time.time()
         if jobs.echo and (done == len(rows) or now - said >= PROGRESS_EVERY_S):
+            left = "" if done == len(rows) else f", {eta(now - t0, done, len(rows))}"
             jobs.echo(
-                f"  {phase}: {done}/{len(rows)} rows, {now - t0:.0f} s "
-                f"({now - jobs.started:.0f} s in all, {processes} process{'es' * (processes > 1)})"
+                f"  {phase}: {done}/{len(rows)} rows, {duration(now - t0)}{left} "
+                f"({duration(now - jobs.started)} in all, {processes} process{'es' * (processes > 1)})"
             )
             said = now
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from servelab.bench import config as C
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
@@ -119,6 +120,12 @@ def bench(
     num_workers: int = typer.Option(0, "--num-workers", help="Client processes; 0 = one per core."),
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's flag; same as --no-live."),
+    progress_interval: float = typer.Option(
+        DEFAULT_INTERVAL_S,
+        "--progress-interval",
+        help="Without the live line (stderr not a terminal: a pipe, a CI log), a plain progress line every "
+        "this many seconds; 0: only the last.",
+    ),
     uvloop: bool = typer.Option(True, "--uvloop/--no-uvloop", help="Use uvloop when installed."),
     ready_check: bool = typer.Option(True, "--ready-check/--no-ready-check"),
     extra: list[str] | None = typer.Argument(
@@ -299,6 +306,7 @@ def bench(
             max_response_mib=max_response_mib,
             num_workers=num_workers,
             live=False if disable_tqdm else live,
+            progress_interval_s=progress_interval,
             use_uvloop=uvloop,
             ready_check=ready_check,
         )

@@ -1,4 +1,4 @@
-"""`servelab calibrate`: fit engine profiles (a calibration file; predict/data/calibrated.json by default) and
+"""`servelab calibrate`: fit engine profiles (a calibration file; ./calibrated.json by default) and
 a system's roofline efficiencies (perfdb/data/efficiencies.json). Thin: parse flags into options, call
 servelab.calibrate."""
 
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from servelab.calibrate.calibration_file import CALIBRATED
-from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
+from servelab.calibrate.engines import DEFAULT_OUT, EngineFitOptions, calibrate_engines
 from servelab.calibrate.params import TTFT_TERMS
 from servelab.calibrate.price import LENGTH_SPREAD, MODES, PROMPTS_PER_CONCURRENCY
 from servelab.calibrate.roofline import fit_roofline, write_efficiencies
@@ -128,7 +127,13 @@ def engines(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="report, write nothing (it says which AIConfigurator it reads)"
     ),
-    out: Path = typer.Option(CALIBRATED, "--out", help="the calibration file to write"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help=f"the calibration file to write (default: {DEFAULT_OUT} in the working directory, never the "
+        "installed package's; predictions read it with --calibration FILE)",
+        show_default=False,
+    ),
     report: Path | None = typer.Option(
         None, "--report", help="write the per-row predictions and errors as JSON here"
     ),
@@ -153,6 +158,10 @@ def engines(
         raise ServelabError(f"--tables: {tables}; expected own or torch")
     if not 0 <= length_spread < 1:  # also refuses nan
         raise ServelabError(f"--length-spread: {length_spread}; expected a fraction in [0, 1)")
+    echo = _note if as_json else _echo
+    if out is None and not dry_run:
+        out = Path(DEFAULT_OUT)
+        echo(f"note: no --out: the fit goes to {out.resolve()} (predict with --calibration {out})")
     opts = EngineFitOptions(
         system=system,
         mode=mode,
@@ -172,13 +181,13 @@ def engines(
         tables=tables,
         summary=summary,
         dry_run=dry_run,
-        out=out,
+        out=out or Path(DEFAULT_OUT),
         report=report,
         aic=aic,
         jobs=jobs,
         argv=_argv("engines"),
     )
-    doc = calibrate_engines(opts, echo=_note if as_json else _echo)
+    doc = calibrate_engines(opts, echo=echo)
     if as_json:
         print_json(doc.dump())
 

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from servelab.cli._common import CalibrationOpt, StoreDirOpt, field_option, print_json
 from servelab.errors import ServelabError
+from servelab.progress import Steps
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import DEFAULT_LAUNCHER, emit
 
@@ -108,6 +109,9 @@ def sweep(
 
         if fmt != "json" or out is not None:
             raise ServelabError("--predict: prints the jobs as JSON on stdout (no --format or --out)")
-        print_json(predict_jobs(store, jobs, calibration))
+        steps = Steps("sweep --predict: jobs simulated", len(jobs))
+        predicted = predict_jobs(store, jobs, calibration, done=steps.advance)
+        steps.finish()
+        print_json(predicted)
         return
     typer.echo(emit(jobs, fmt, out, launcher), nl=False)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from servelab.collect import accept, cases, estimate, modelled, provenance
@@ -21,6 +22,7 @@ from servelab.errors import ServelabError
 from servelab.perfdb.keys import Comm
 from servelab.perfdb.ops import COMM_OPS
 from servelab.perfdb.roofline import Roofline
+from servelab.progress import DEFAULT_INTERVAL_S, Steps, is_terminal
 from servelab.specs import load_system
 
 NCCL_SAFE_ENV = {
@@ -130,11 +132,13 @@ def describe(plan: CampaignPlan, cfg: CampaignConfig) -> str:
 
 
 class _Progress:
-    """The rich progress bar, or nothing (tests, non-terminals)."""
+    """The keys measured so far: rich's bar on a terminal; elsewhere (a pipe, a CI log) a plain line every
+    `interval_s` with the time left (servelab.progress.Steps); nothing when not `enabled` (tests, --json)."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.bar = None
-        if enabled and total:
+    def __init__(self, total: int, enabled: bool, interval_s: float = DEFAULT_INTERVAL_S):
+        self.bar: Progress | None = None
+        self.steps: Steps | None = None
+        if enabled and total and is_terminal():
             self.bar = Progress(
                 TextColumn("[bold]collect"),
                 BarColumn(),
@@ -142,19 +146,26 @@ class _Progress:
                 TextColumn("{task.fields[op]}"),
                 TextColumn("errors {task.fields[errors]}"),
                 TimeRemainingColumn(),
+                console=Console(stderr=True),
             )
             self.task = self.bar.add_task("collect", total=total, op="", errors=0)
             self.bar.start()
+        elif enabled and total:
+            self.steps = Steps("collect: keys measured", total, interval_s)
         self.errors = 0
 
     def advance(self, op: str, error: bool) -> None:
         self.errors += error
         if self.bar:
             self.bar.update(self.task, advance=1, op=op, errors=self.errors)
+        if self.steps:
+            self.steps.advance(notes=f"{self.errors} errors, last {op}")
 
     def stop(self) -> None:
         if self.bar:
             self.bar.stop()
+        if self.steps:
+            self.steps.finish()
 
 
 def run(
@@ -216,7 +227,10 @@ def run(
     start = time.monotonic()
     try:
         if comm:  # first: they hold every GPU, and the modelled larger groups need them
+            echo(f"collect: collectives: {len(comm)} keys on up to {max(k.gpus for k in comm)} GPUs")
             executor.run_comm(comm, suite, max(k.gpus for k in comm), cb, deadline)
+        if single:
+            echo(f"collect: single-GPU ops: {len(single)} keys on {cfg.gpus} GPU(s)")
         executor.run_single(single, suite, cb, deadline)
     finally:
         bar.stop()
@@ -228,6 +242,7 @@ def run(
             errors=counts["errors"],
         )
         store.write_json("provenance.json", prov)
+    echo("collect: checking the tables (acceptance)")
     _add_modelled(store, cfg)
     system = load_system(cfg.system)
     models = [cases.planning_model(m, system) for m in (cfg.models or cases.default_models())]

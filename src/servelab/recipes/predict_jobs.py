@@ -4,6 +4,7 @@ stream (lengths, range ratio, prompts, concurrency, warm-ups, seed) replayed on 
 the job's model, the system of its runner's node kind, the parallel split of its row, its engine, and the
 launch flags that shape scheduling (token budget, running-sequence limit, KV-cache dtype, memory fraction)."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 from servelab.bench.spec import BenchSpec
@@ -97,6 +98,14 @@ def _options(job: Job, engine) -> dict | None:
     return (load_yaml(text, path) or {}) if text is not None and path else None
 
 
-def predict_jobs(store, jobs: list[Job], calibration: Path | None = None) -> list[dict]:
-    """Every job's JSON entry with its prediction under `predicted`."""
-    return [{**job.to_json(), "predicted": predict_job(store, job, calibration)} for job in jobs]
+def predict_jobs(
+    store, jobs: list[Job], calibration: Path | None = None, done: Callable[[], None] | None = None
+) -> list[dict]:
+    """Every job's JSON entry with its prediction under `predicted`; `done` is called after each job (a
+    progress line's count)."""
+    out = []
+    for job in jobs:
+        out.append({**job.to_json(), "predicted": predict_job(store, job, calibration)})
+        if done is not None:
+            done()
+    return out
