@@ -214,7 +214,8 @@ def test_a_long_phase_says_how_far_it_is_and_the_time_left(monkeypatch):
     monkeypatch.setattr(pool.time, "time", clock)
     lines: list[str] = []
     rows = [(None, {}) for _ in range(20)]
-    got = pool.try_price_rows(rows, lambda case, params: (1.0, 2.0), pool.Jobs(1, lines.append, 1000.0), "fit")
+    jobs = pool.Jobs(1, lines.append, 1000.0)
+    got = pool.try_price_rows(rows, lambda case, params: (1.0, 2.0), jobs, "fit")
     assert got == [(1.0, 2.0)] * 20
     assert len(lines) >= 3 and lines[-1].startswith("  fit: 20/20 rows, ")
     first = lines[0]
@@ -233,7 +234,8 @@ def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
     shipped = ROOT / "src" / "servelab" / "predict" / "data" / "calibrated.json"
     before = shipped.read_bytes()
     r = subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--csv", str(sample), "--iters", "5"],
+        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--csv", str(sample),
+         "--iters", "5"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -126,10 +126,21 @@ def test_a_stage_error_exits_3_and_keeps_the_rest(plan_of, store):
     assert any(m.stage == "bench" for m in store.metrics(result.run_id))  # what was measured is kept
 
 
-def test_an_assertion_on_a_stage_not_run_is_an_error(plan_of, store):
+def test_assertions_on_stages_left_out_are_skipped_not_errors(plan_of, store):
+    """`--stages bench,gsm8k` of a workload that also asserts on BFCL: what ran passed, so the run passes."""
+    plan = plan_of(assertions=["gsm8k.exact_match >= 0.9", "bfcl.accuracy >= 0.1", "bench.completed >= 4"])
+    plan.stages = [StageName.BENCH, StageName.GSM8K]
+    fakes = Fakes()
+    result = execute(plan, store, ATTACHED, fakes.registry())
+    assert (result.outcome, result.exit_code) == ("pass", 0)
+    assert [j.outcome for j in result.judged] == ["pass", "skipped", "pass"]
+    assert result.judged[1].detail == "stage bfcl is not run in this run"
+    assert "bfcl" not in {stage for stage, _, _ in fakes.calls}
+
+
+def test_an_assertion_on_a_stage_that_ran_and_produced_nothing_is_an_error(plan_of, store):
     plan = plan_of(assertions=["gsm8k.exact_match >= 0.9"])
-    plan.stages = ["bench"]
-    result = execute(plan, store, ATTACHED, Fakes().registry())
+    result = execute(plan, store, ATTACHED, Fakes(gsm8k=None).registry())
     assert result.exit_code == 3 and "stage gsm8k produced no metrics" in result.judged[0].detail
 
 
@@ -162,6 +173,17 @@ def test_resume_reruns_only_what_did_not_pass(plan_of, store):
     assert again.calls == [("gsm8k", "gsm8k", 0)]
     assert second.run_id == first.run_id and (second.outcome, second.exit_code) == ("pass", 0)
     assert {s.status for s in store.stages(first.run_id)} == {"pass"}
+    # the rows passed before are in the result too, in the plan's order: the whole run's table
+    assert [(r.stage, r.config, r.repetition, r.status) for r in second.rows] == [
+        (*item, "pass") for item in plan.items()
+    ]
+    finished = Fakes()
+    third = execute(
+        plan, store, RunOptions(**ATTACHED.__dict__ | {"resume": first.run_id}), finished.registry()
+    )
+    assert finished.calls == [] and (third.outcome, third.exit_code) == ("pass", 0)
+    assert [(r.stage, r.config, r.repetition) for r in third.rows] == plan.items()
+    assert third.metrics == second.metrics and [j.outcome for j in third.judged] == ["pass"]
     other = plan_of(name="other")
     with pytest.raises(ServelabError, match="resume it with its own source"):
         execute(other, store, RunOptions(**ATTACHED.__dict__ | {"resume": first.run_id}), Fakes().registry())

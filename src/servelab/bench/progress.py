@@ -19,8 +19,8 @@ from servelab.progress import DEFAULT_INTERVAL_S
 
 class LiveLine:
     """One status line on `stream` (stderr by default). `live`: rewrite in place; otherwise a plain line the
-    first time (unless not `at_start`), then at most one per `interval_s` (0: none until finish()), and the final
-    one by finish()."""
+    first time (unless not `at_start`), then at most one per `interval_s` (0: none until finish()), and the
+    final one by finish()."""
 
     def __init__(
         self,

@@ -93,6 +93,7 @@ def fit_param_sets(
                 fitted[engine], lin = fit_engine(mine, own[engine], price, iters, jobs)
                 lins[engine] = (mine, lin)
                 if echo:
-                    echo(f"fitted {engine} on {len(mine)} rows, parameter set {name} ({k + 1} of {len(sets)})")
+                    which = f"parameter set {name} ({k + 1} of {len(sets)})"
+                    echo(f"fitted {engine} on {len(mine)} rows, {which}")
         out[name] = {"fitted": fitted, "cv": leave_one_family_out(cases, own, price, iters, lins, jobs)}
     return out

@@ -14,7 +14,8 @@ of the baseline's median: an increase for latencies and counts of failures (see 
 for everything else (throughputs, accuracies); an improvement is a negative regression.
 
 Each assertion ends as pass, fail, or error (the stage did not run, or did not produce the metric, or the
-baseline lacks it).
+baseline lacks it); one on a stage this run leaves out (`--stages`) is skipped, and does not count against
+the run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
@@ -65,7 +66,7 @@ class Assertion:
 @dataclass
 class Judged:
     assertion: Assertion
-    outcome: str  # pass | fail | error
+    outcome: str  # pass | fail | error | skipped (its stage is not run)
     detail: str
     observed: dict[str, float] = field(default_factory=dict)  # config -> median (or % regression)
 
@@ -111,10 +112,22 @@ def medians(values: Values) -> dict[tuple[str, str], dict[str, float]]:
     return {key: {name: median(vs) for name, vs in metrics.items() if vs} for key, metrics in values.items()}
 
 
-def judge(assertions: list[Assertion], values: Values, baseline: Values | None = None) -> list[Judged]:
+def judge(
+    assertions: list[Assertion],
+    values: Values,
+    baseline: Values | None = None,
+    not_run: Collection[str] = (),
+) -> list[Judged]:
+    """Each assertion judged on the medians of `values`; one on a stage of `not_run` (a stage the run leaves
+    out, as `--stages bench,gsm8k` leaves out bfcl) is skipped, not an error."""
     current = medians(values)
     base = medians(baseline) if baseline is not None else None
-    return [_judge(a, current, base) for a in assertions]
+    return [
+        Judged(a, "skipped", f"stage {a.stage} is not run in this run")
+        if a.stage in not_run
+        else _judge(a, current, base)
+        for a in assertions
+    ]
 
 
 def _judge(a: Assertion, current: dict, base: dict | None) -> Judged:

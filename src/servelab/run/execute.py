@@ -34,6 +34,7 @@ from servelab.run.stage import (
     SERVER_STAGE,
     StageCall,
     StageFailed,
+    StageName,
     StageOptions,
     StageOutput,
     StageStatus,
@@ -309,6 +310,19 @@ def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: 
             r.say(f"interrupted by {signal.Signals(r.signum).name}; server down, what was measured kept")
 
 
+def _in_plan_order(plan: RunPlan, rows: list[Row], done: set[tuple[str, str, int]]) -> list[Row]:
+    """The rows of the whole run in the plan's order: those run now, and those a resumed run passed before
+    (so resuming a finished run shows its whole table)."""
+    by_item = {(r.stage, r.config, r.repetition): r for r in rows}
+    out = []
+    for item in plan.items():
+        if item in by_item:
+            out.append(by_item[item])
+        elif item in done:
+            out.append(Row(*item, StageStatus.PASS))
+    return out
+
+
 def execute(
     plan: RunPlan,
     store: Store,
@@ -329,7 +343,11 @@ def execute(
     done = r.begin()
     run_dir = store.run_dir(r.run_id)
     todo = [i for i in plan.items() if i not in done]
-    if done:
+    if done and not todo:
+        r.say(
+            f"resuming: all {len(done)} stage rows passed before; nothing to run, the stored results follow"
+        )
+    elif done:
         r.say(f"resuming: {len(done)} stage rows passed before, {len(todo)} to run")
     try:
         _run_todo(r, plan, opts, todo, run_dir)
@@ -337,7 +355,7 @@ def execute(
         store.finish_run(r.run_id, RunOutcome.ERROR)
         raise
     values = stage_values(store, r.run_id)
-    judged = judge(plan.assertions, values, baseline)
+    judged = judge(plan.assertions, values, baseline, not_run={str(s) for s in StageName} - set(plan.stages))
     statuses = {
         s.status for s in store.stages(r.run_id) if (s.stage, s.config, s.repetition) in set(plan.items())
     }
@@ -350,7 +368,8 @@ def execute(
     else:
         outcome, code = RunOutcome.PASS, EXIT_PASS
     store.finish_run(r.run_id, outcome)
-    result = RunResult(r.run_id, run_dir, outcome, code, r.rows, _summaries(values), judged, r.errors)
+    rows = _in_plan_order(plan, r.rows, done)
+    result = RunResult(r.run_id, run_dir, outcome, code, rows, _summaries(values), judged, r.errors)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(result.dump(), indent=1) + "\n")
     r.say(f"{outcome} (store {store.path}, folder {run_dir})")
     return result

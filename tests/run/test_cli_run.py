@@ -1,0 +1,82 @@
+"""`servelab run` as users type it, attached to the mock server, its stderr a pipe (as in CI): a line at each
+stage boundary, assertions on stages left out by --stages skipped (exit 0), and --resume of a finished run
+printing its stored table."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+pytestmark = pytest.mark.timeout(300)  # hang guard only
+
+
+@pytest.fixture
+def mock_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--model", "mock-model"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert proc.stdout is not None and "listening" in proc.stdout.readline()
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"},
+    )
+
+
+def test_stages_left_out_skip_their_assertions_and_resume_prints_the_table(tmp_path, mock_url):
+    workload = {
+        "name": "tiny",
+        "gpu": "H200",
+        "vllm": {"model": "mock-model"},
+        "vllm_bench": {
+            "configs": [
+                {
+                    "name": "s",
+                    "input_len": 16,
+                    "output_len": 4,
+                    "num_prompts": [4, 6],
+                    "max_concurrency": [1, 2],
+                }
+            ]
+        },  # fmt: skip
+        "bfcl": {"test_categories": ["simple_python"]},
+        "assertions": ["bench.completed >= 4", "bfcl.overall.accuracy >= 0.5"],
+    }
+    (tmp_path / "wl.yaml").write_text(yaml.safe_dump(workload))
+    r = servelab(
+        "run", "wl.yaml", "--base-url", mock_url, "--stages", "bench", "--store", "r.db", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = [line.split(": ", 1)[1] for line in r.stderr.splitlines() if line.startswith("run ")]
+    # each stage's start and end said as it happens (stderr is a pipe here, as in a CI log)
+    assert said[:2] == [f"server: attaching to {mock_url}", f"server: ready at {mock_url}, model mock-model"]
+    assert said[2:6] == ["bench s-conc-1: running", "bench s-conc-1: pass", "bench s-conc-2: running",
+                         "bench s-conc-2: pass"]  # fmt: skip
+    assert "bfcl.overall.accuracy >= 0.5" in r.stdout and "skipped" in r.stdout
+    run_id = r.stdout.strip().splitlines()[-1].split()[2]
+    first_table = r.stdout[: r.stdout.index("pass: run")]
+    again = servelab("run", "wl.yaml", "--base-url", mock_url, "--stages", "bench", "--store", "r.db",
+                     "--resume", run_id, cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "nothing to run, the stored results follow" in again.stderr
+    assert again.stdout[: again.stdout.index("pass: run")] == first_table  # the same stored table
