@@ -14,6 +14,7 @@ import pytest
 
 from servelab.cli.main import main
 from servelab.recipes.changelog import matrix, open_change
+from servelab.recipes.recipe_store import DATA_DIR  # the running servelab's own store
 
 DATA = Path(__file__).parents[1] / "data" / "inferencex"
 PROBE = json.loads(gzip.decompress((DATA / "changelog" / "probe.json.gz").read_bytes()))
@@ -153,3 +154,34 @@ def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkey
         == ("error: --format buildkite: no job has a launch to script; --format json lists them")
     )
     assert "Traceback" not in err
+
+
+def test_a_servelab_checkout_finds_its_own_changelog_from_any_folder_of_it(tmp_path, monkeypatch, capsys):
+    """A servelab checkout keeps its store in src/servelab/recipes/data; the servelab that runs is another one
+    (an installed package, whose recipes this checkout does not track): the change read is this checkout's."""
+    root = tmp_path / "servelab"
+    store = root / "src" / "servelab" / "recipes" / "data"
+    shutil.copytree(DATA_DIR, store)
+    (root / "docs").mkdir()
+    (root / "docs" / "run.md").write_text("# run\n")
+    git(root, "init", "-q")
+    for opt in ("user.email=t@example.com", "user.name=t", "commit.gpgsign=false"):
+        git(root, "config", *opt.split("="))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    entry = '\n- config-keys:\n    - "*-h200-*"\n  description:\n    - "Run the H200 recipes again"\n'
+    entry += "  pr-link: XXX\n"
+    with (store / "perf-changelog.yaml").open("a") as f:
+        f.write(entry)
+    git(root, "commit", "-qam", "an entry")
+    for where in (root, root / "docs"):
+        monkeypatch.chdir(where)
+        code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--json")
+        assert code in (0, None), err
+        assert json.loads(out)["new_entries"] == 1
+
+
+def test_an_inferencex_checkout_from_a_subfolder(checkout, monkeypatch):
+    monkeypatch.chdir(checkout / "configs")
+    change = open_change(None, "HEAD^", "HEAD")
+    assert change.problems == [] and len(change.added) == 1

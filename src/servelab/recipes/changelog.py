@@ -29,7 +29,7 @@ from servelab.recipes.ledger import added_text, merge_rules
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.matrix import Point, trim_conc
 from servelab.recipes.matrix import matrix as matrix_points
-from servelab.recipes.recipe_store import CHANGELOG, LOCK, GitSource, committed, open_store, resolve_dir
+from servelab.recipes.recipe_store import CHANGELOG, LOCK, GitSource, checkout_dir, committed, open_store
 from servelab.recipes.sweep import Job, build_job
 from servelab.recipes.yamlio import load_yaml
 
@@ -492,14 +492,16 @@ def open_change(
 ) -> Change:
     """The change between two git refs of the checkout around the current directory.
 
-    The recipes are found as every command finds them (store.resolve_dir) and read at the refs when they are
-    committed in this checkout; recipes outside it (those shipped in an installed package) are the same at
-    both refs. The changelog is `changelog` when given, else the store's own when the store is committed and
-    has one at the head, else the one beside the store (an InferenceX checkout keeps perf-changelog.yaml at
-    its root, beside configs/), else ./perf-changelog.yaml; it is always read at the refs. `rules` go to
-    Change (strict, all_evals, evals_only, max_jobs).
+    The recipes are found as every command finds them (store.resolve_dir), or, when those are not committed
+    in this checkout (an installed servelab's own), the checkout's own store (store.checkout_dir: an
+    InferenceX checkout's configs/, a servelab checkout's src/servelab/recipes/data), and read at the refs
+    when they are committed in this checkout; recipes outside it are the same at both refs. The changelog
+    is `changelog` when given, else the store's own when the store is committed and has one at the head,
+    else the one beside the store (an InferenceX checkout keeps perf-changelog.yaml at its root, beside
+    configs/), else ./perf-changelog.yaml; it is always read at the refs. `rules` go to Change (strict,
+    all_evals, evals_only, max_jobs).
     """
-    root = resolve_dir(directory)
+    root = checkout_dir(directory)
     at_refs = committed(root)
     if at_refs:
         base, head = open_store(root, ref=base_ref), open_store(root, ref=head_ref)

@@ -55,6 +55,34 @@ def _git(*args: str) -> subprocess.CompletedProcess:
         raise ServelabError("git is not installed; the changelog commands read files at git refs") from None
 
 
+def git_toplevel() -> Path | None:
+    """The top of the git checkout around the current directory, or None outside one."""
+    r = _git("rev-parse", "--show-toplevel")
+    return Path(r.stdout.decode().strip()) if r.returncode == 0 and r.stdout.strip() else None
+
+
+# Where a checkout keeps its own store: InferenceX's configs/, and servelab's shipped recipes in its sources.
+CHECKOUT_STORES = (Path("configs"), Path("src") / "servelab" / "recipes" / "data")
+
+
+def checkout_dir(directory: Path | None = None) -> Path:
+    """The store the changelog commands read: as every command finds it (resolve_dir), unless that is not
+    committed in the checkout around the current directory (an installed servelab's own recipes) while the
+    checkout keeps a store of its own (CHECKOUT_STORES, from its top, wherever in it the command runs): an
+    InferenceX checkout's or a servelab checkout's, whose changelog is the one a change there edits."""
+    root = resolve_dir(directory)
+    if directory is not None or os.environ.get("SERVELAB_RECIPES_DIR") or committed(root):
+        return root
+    top = git_toplevel()
+    if top is None:
+        return root
+    for rel in CHECKOUT_STORES:
+        candidate = top / rel
+        if (candidate / RUNNERS).is_file() and committed(candidate):
+            return candidate
+    return root
+
+
 def committed(root: Path) -> bool:
     """Whether `root` holds files tracked by the git checkout around the current directory (an installed
     package's data, even in a virtual environment inside the checkout, is not)."""
@@ -91,16 +119,18 @@ class DirSource:
 
 
 class GitSource:
-    """The store as committed at `ref`; paths are given relative to the current directory (git's ./ form)."""
+    """The store as committed at `ref` in the git checkout around the current directory; `root` anywhere in
+    that checkout (the command may run in a subdirectory of it)."""
 
     def __init__(self, ref: str, root: Path):
-        rel = os.path.relpath(Path(root).resolve(), Path.cwd().resolve())
-        if rel.startswith(".."):
-            raise ServelabError(f"{root}: outside the current directory, where files at git refs are read")
         self.ref = ref
+        self._check_ref()
+        self.top = git_toplevel() or Path.cwd()
+        rel = os.path.relpath(Path(root).resolve(), self.top.resolve())
+        if rel.startswith(".."):
+            raise ServelabError(f"{root}: outside the git checkout {self.top}, whose files are read at refs")
         self.rel = Path(rel)
         self.label = f"{ref}:{rel}"
-        self._check_ref()
 
     def _check_ref(self) -> None:
         if not self.ref or self.ref.startswith("-") or not self.ref.isprintable():
@@ -115,7 +145,7 @@ class GitSource:
             raise ServelabError(f"git ref {self.ref!r} does not name a commit in this repository")
 
     def read_bytes(self, rel: str) -> bytes | None:
-        r = _git("show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
+        r = _git("-C", str(self.top), "show", f"{self.ref}:./{(self.rel / rel).as_posix()}")
         return r.stdout if r.returncode == 0 else None
 
     def read(self, rel: str) -> str | None:
@@ -128,7 +158,9 @@ class GitSource:
             raise ServelabError(f"{self.label}/{rel}: not UTF-8") from None
 
     def list_yaml(self, rel: str) -> list[str]:
-        r = _git("ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/")
+        r = _git(
+            "-C", str(self.top), "ls-tree", "--name-only", self.ref, "--", f"{(self.rel / rel).as_posix()}/"
+        )
         names = [Path(line).name for line in r.stdout.decode().splitlines()]
         return sorted(_join(rel, n) for n in names if n.endswith((".yaml", ".yml")))
 
