@@ -133,6 +133,28 @@ def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monke
     assert "sk-secret-123" not in everything
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+def test_ttft_at_first_content(mock_server, tmp_path, endpoint):
+    """--ttft-at first-content (GuideLLM's rule): on the chat API the role event, sent at once, is left out and
+    TTFT is the first token's, no sooner than the mock's 60 ms; the completions API has no such event."""
+    s = mock_server("--first-token-delay-ms", "60", "--token-delay-ms", "2")
+    load = ("--endpoint", endpoint, "--random-output-len", "8", "--num-prompts", "6", "--save-detailed")
+    (tmp_path / "event").mkdir()
+    (tmp_path / "content").mkdir()
+    rc, _, err, first_event = bench(s, tmp_path / "event", *load)
+    assert rc == 0, err
+    rc, _, err, first_content = bench(s, tmp_path / "content", *load, "--ttft-at", "first-content")
+    assert rc == 0, err
+    assert first_content["config"]["ttft_at"] == "first-content"
+    chat = endpoint.endswith("chat/completions")
+    records = [json.loads(x) for x in Path(first_content["records_file"]).read_text().splitlines()]
+    assert {r["lead"] for r in records} == {1 if chat else 0}
+    assert {len(r["chunks"]) for r in records} == {8}  # one event per token
+    assert all(len(x) == 7 for x in first_content["itls"])
+    assert min(first_content["ttfts"]) >= 0.059  # a lower bound only: a loaded machine delays, never hastens
+    assert all(len(x) == (8 if chat else 7) for x in first_event["itls"])  # the role event counted
+
+
 def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path):
     """Every other response arrives as one burst: those requests read TPOT 0, and the result says how many."""
     s = mock_server("--token-delay-ms", "2", "--mode", "burst", "--fail-every", "2")

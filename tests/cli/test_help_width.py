@@ -41,3 +41,14 @@ def test_command_lists_show_each_first_sentence_whole():
         for name, sub in subs.items():
             sentence = "".join(sub.get_short_help_str(limit=10_000).split())
             assert name + sentence in text, (path, name)
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`--help` documents every option (issue 31: `bench --help` had 38 of 88 without a word)."""
+    bare = [
+        (" ".join(path), param.opts[0])
+        for path, cmd in _commands(ROOT)
+        for param in cmd.params
+        if getattr(param, "param_type_name", "") == "option" and not param.hidden and not param.help
+    ]
+    assert bare == []

@@ -111,6 +111,20 @@ class RequestState:
             return _choice_text(_json_object(body), "message")
         return "".join(_choice_text(_json_object(data), "delta") for data in sse.event_data(body))
 
+    def leading_events_without_text(self) -> int:
+        """How many content events (an event with a choice, as the hot path counts them) come before the
+        first whose choice carries text: completion text, chat content, reasoning or a tool call. Parsed
+        after the request (--ttft-at first-content), never in the hot path."""
+        n = 0
+        for data in sse.event_data(self.body_bytes()):
+            obj = _json_object(data)
+            if obj.get("error") or not obj.get("choices"):
+                continue  # the usage event, [DONE], an error: not content events
+            if _has_text(obj):
+                return n
+            n += 1
+        return n
+
 
 def _json_object(data: bytes) -> dict:
     try:
@@ -130,6 +144,20 @@ def _choice_text(obj: dict, message_key: str) -> str:
     message = c.get(message_key)
     text = c.get("text") or (message.get("content") if isinstance(message, dict) else None)
     return text if isinstance(text, str) else ""
+
+
+# what a streamed chat delta may carry that is generated output (vLLM and SGLang name reasoning either way)
+DELTA_OUTPUT = ("content", "reasoning_content", "reasoning", "tool_calls")
+
+
+def _has_text(obj: dict) -> bool:
+    """Whether an event's first choice carries generated output: completion text, or a chat delta's content,
+    reasoning or tool call."""
+    c = obj["choices"][0] if isinstance(obj["choices"], list) else None
+    if not isinstance(c, dict):
+        return False
+    delta = c.get("delta")
+    return bool(c.get("text")) or (isinstance(delta, dict) and any(delta.get(k) for k in DELTA_OUTPUT))
 
 
 def dechunk(raw: bytes) -> bytes:

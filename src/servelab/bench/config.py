@@ -12,6 +12,7 @@ from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
+TtftAt = Literal["first-event", "first-content"]
 DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench"]
 # Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
 # length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
@@ -82,9 +83,19 @@ class BenchConfig(BaseModel):
     max_seconds: float | None = Field(
         None, gt=0, description="stop sending after this long; requests in flight finish"
     )
+    cool_down_s: float = Field(
+        0.0,
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="servelab (GuideLLM's cool-down): successful requests ending in the run's last this many "
+        "seconds are left out of the metrics, and the duration ends where the cool-down starts",
+    )
     max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     request_rate: float = Field(math.inf, gt=0)
-    burstiness: float = Field(1.0, gt=0)
+    burstiness: float = Field(
+        1.0, gt=0, description="gamma shape of the arrival gaps: 1 = Poisson, inf = evenly spaced (constant)"
+    )
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
     ramp_up_start_rps: float | None = Field(None, gt=0)
     ramp_up_end_rps: float | None = Field(None, gt=0)
@@ -97,6 +108,11 @@ class BenchConfig(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=MAX_TOKENS, description="-1 or 0: every token (vLLM)")
     stream: bool = True
+    ttft_at: TtftAt = Field(
+        "first-event",
+        description="where TTFT is taken: first-event, the first streamed event with a choice (vLLM's rule; "
+        "on the chat API the role event); first-content, the first whose choice carries text (GuideLLM's)",
+    )
     goodput: dict[str, float] = Field(default_factory=dict, description="SLOs in ms: ttft, tpot, e2el")
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl"])
     metric_percentiles: list[float] = Field(default_factory=lambda: [99.0])
@@ -212,8 +228,9 @@ class BenchConfig(BaseModel):
         """The full config for result files; request_rate inf is written as the string 'inf' like vLLM."""
         d = self.model_dump(mode="json")
         d["headers"] = {name: "(not stored)" for name in self.headers}
-        if math.isinf(self.request_rate):
-            d["request_rate"] = "inf"
+        for name in ("request_rate", "burstiness"):
+            if math.isinf(getattr(self, name)):
+                d[name] = "inf"
         return d
 
 
@@ -231,6 +248,17 @@ def parse_goodput(pairs: list[str]) -> dict[str, float]:
                 f"goodput {pair!r} must be KEY:VALUE with a number in ms, e.g. ttft:500"
             ) from None
     return out
+
+
+OUTPUT_FORMATS = ("json", "yaml", "csv", "html")
+
+
+def parse_outputs(text: str) -> tuple[str, ...]:
+    """--outputs 'json,csv' -> ('json', 'csv'); json is always among them (the others are made from it)."""
+    asked = [f.strip().lower() for f in text.split(",") if f.strip()]
+    if not asked or any(f not in OUTPUT_FORMATS for f in asked):
+        raise ValueError(f"--outputs {text!r}: expected a comma list of {', '.join(OUTPUT_FORMATS)}")
+    return tuple(f for f in OUTPUT_FORMATS if f in asked or f == "json")
 
 
 def parse_metadata(items: list[str]) -> dict[str, str]:

@@ -42,6 +42,11 @@ def compute_result(
 ) -> R.BenchResult:
     """The result of one point from its records and the workers' own summaries and ready infos."""
     sent = [r for r in records if r.get("sent") is not None]
+    not_sent = len(records) - len(sent)
+    duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
+    cool_down = None
+    if cfg.cool_down_s:
+        sent, duration, cool_down = _cooled(sent, duration, cfg.cool_down_s)
     reqs: list[MeasuredRequest] = []
     sources: Counter[str] = Counter()
     out_lens = []
@@ -52,14 +57,13 @@ def compute_result(
             sources[src] += 1
         out_lens.append(n)
         reqs.append(derive(r, n))
-    duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
     client = client_report(summaries, infos)
     one_read, one_read_msg = one_read_warning(reqs, cfg)
     return R.BenchResult(
         header=R.header_fields(cfg, model_id, date),
         summary=summarize(reqs, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput),
         client_latency_ms=client_latency_ms(reqs, cfg.metric_percentiles),
-        not_sent=len(records) - len(sent),
+        not_sent=not_sent,
         failure_reasons=dict(Counter(_reason_key(r["err"]) for r in records if not r["ok"]).most_common()),
         token_count_source=_token_count_source(sources),
         prompt_len_source=_prompt_len_source(sent, data),
@@ -70,7 +74,19 @@ def compute_result(
         provenance=R.provenance(),
         config=cfg.public_dump(),
         details=_details(sent, reqs, out_lens),
+        cool_down=cool_down,
     )
+
+
+def _cooled(sent: list[dict], end: float, seconds: float) -> tuple[list[dict], float, dict]:
+    """--cool-down: the requests measured (every failure, and the successes that ended before the last
+    `seconds` of the run), where the measured span ends, and what the result says of it. As the run drains,
+    fewer requests share the server: their latencies and the throughput of that tail describe a lighter
+    load than the one asked for (GuideLLM's cool-down). Failures always count."""
+    until = max(0.0, end - seconds)
+    kept = [r for r in sent if not r["ok"] or r["end"] <= until]
+    info = {"seconds": seconds, "excluded_requests": len(sent) - len(kept), "measured_until_s": until}
+    return kept, until, info
 
 
 def _details(sent: list[dict], reqs: list[MeasuredRequest], out_lens: list[int]) -> R.RequestDetails:

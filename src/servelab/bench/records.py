@@ -12,7 +12,11 @@ Keys:
   sched    scheduled send time: arrival time (open loop) or the moment the slot became free (closed loop)
   slot     when a concurrency slot was available (>= sched; queueing = slot - sched)
   sent     right before the request was written (vLLM's start time; connects count after it)
-  chunks   arrival of each content event, us after sent (first = TTFT); events read together share a time
+  chunks   arrival of each content event, us after sent (first = TTFT); events read together share a time.
+           A content event is one with a choice (vLLM's rule: the chat API's first, the role, counts); with
+           --ttft-at first-content, one whose choice carries text (content, reasoning or a tool call):
+  lead     (--ttft-at first-content only) the events with a choice but no text before the first with
+           text (the chat API's role event), left out of chunks
   in       prompt tokens (usage when the server sent it, else the dataset's count); in_src says which
   out      completion tokens from usage, or None (the parent tokenizes `text` then)
   out_src  'usage' | None
@@ -61,10 +65,11 @@ class RecordWriter:
     """Writes one worker's records to its open JSONL file (buffered; flushed by the worker's tick and at the
     end). Times are given on the worker's perf_counter clock and written relative to T0."""
 
-    def __init__(self, out: IO[str], worker: int, keep_text: bool) -> None:
+    def __init__(self, out: IO[str], worker: int, keep_text: bool, first_content: bool = False) -> None:
         self.out = out
         self.worker = worker
         self.keep_text = keep_text
+        self.first_content = first_content  # --ttft-at first-content: chunks start at the first text
         self.t0 = 0.0
 
     def request(self, st: RequestState) -> dict:
@@ -72,22 +77,31 @@ class RecordWriter:
         item = st.item
         usage = st.usage or {}
         ok = st.error is None
+        error = st.error
+        chunks, lead = st.chunks, None
+        if self.first_content and ok and st.sse:
+            lead = st.leading_events_without_text()
+            chunks = chunks[lead:]
+            if not chunks:
+                ok, error = False, "no event with text (--ttft-at first-content cannot take TTFT)"
         out_tokens = usage.get("completion_tokens") if ok else None
         rec = {
             "i": item.key,
             "w": self.worker,
             "ok": ok,
-            "err": st.error,
+            "err": error,
             "sched": st.sched - self.t0,
             "slot": st.slot - self.t0,
             "sent": st.sent - self.t0,
             "end": st.end - self.t0,
-            "chunks": st.chunks,
+            "chunks": chunks,
             "in": usage.get("prompt_tokens") or item.prompt_len,
             "in_src": "usage" if usage.get("prompt_tokens") else "dataset",
             "out": out_tokens,
             "conn": st.new_conn,
         }
+        if lead is not None:
+            rec["lead"] = lead
         if ok and (out_tokens is None or self.keep_text):
             rec["text"] = st.generated_text()
         self._write(rec)

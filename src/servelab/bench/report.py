@@ -43,6 +43,11 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
     line("Failed requests:", r["failed"])
     if r.get("not_sent"):
         line("Not sent (run stopped):", r["not_sent"])
+    if r.get("cool_down"):
+        line(
+            f"Left out (cool-down, last {r['cool_down']['seconds']:g} s):",
+            r["cool_down"]["excluded_requests"],
+        )
     if r.get("max_concurrency") is not None:
         line("Maximum request concurrency:", r["max_concurrency"])
     if r.get("request_rate") != "inf":

@@ -75,6 +75,8 @@ class BenchResult:
     details: RequestDetails
     interrupted: bool = False
     records_file: str | None = None  # set when the per-request records were saved
+    # --cool-down: {"seconds", "excluded_requests", "measured_until_s"}; None (not written) without one
+    cool_down: dict | None = None
 
     @property
     def failed(self) -> int:
@@ -95,6 +97,8 @@ class BenchResult:
             one_read_requests=self.one_read_requests,
             one_read_warning=self.one_read_warning,
         )
+        if self.cool_down is not None:
+            out["cool_down"] = self.cool_down
         out.update(self.provenance)
         out["config"] = self.config
         out.update(asdict(self.details))
@@ -117,7 +121,7 @@ def header_fields(cfg, model_id: str, date: str) -> dict:
     }
     out.update(cfg.metadata)
     out["request_rate"] = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
-    out["burstiness"] = cfg.burstiness
+    out["burstiness"] = "inf" if math.isinf(cfg.burstiness) else cfg.burstiness
     out["max_concurrency"] = cfg.max_concurrency
     if cfg.ramp_up_strategy is not None:
         out["ramp_up_strategy"] = cfg.ramp_up_strategy

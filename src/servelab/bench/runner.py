@@ -174,6 +174,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
                 warmups=warm[k::n_workers],
                 ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
                 keep_text=keep_text,
+                ttft_at_first_content=cfg.ttft_at == "first-content",
                 use_uvloop=cfg.use_uvloop,
                 preconnect=pre,
                 max_seconds=cfg.max_seconds,
@@ -374,12 +375,15 @@ def _terminate(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
-def run(cfg_points: list[BenchConfig], out=None, as_json: bool = False) -> int:
+def run(
+    cfg_points: list[BenchConfig], out=None, as_json: bool = False, saved: list[Path] | None = None
+) -> int:
     """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
     sweeps. With `as_json` the summaries go to stderr and stdout gets the results as JSON (one object, or a
-    list for a sweep), measured parts of an interrupted run included. Returns the exit code."""
+    list for a sweep), measured parts of an interrupted run included. The result files written are added to
+    `saved`. Returns the exit code."""
     text = out or (sys.stderr if as_json else sys.stdout)
-    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, as_json))
+    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, as_json, saved))
 
 
 def _with_signals(cfg_points: list[BenchConfig], body) -> int:
@@ -399,7 +403,9 @@ def _with_signals(cfg_points: list[BenchConfig], body) -> int:
             signal.signal(s, handler)
 
 
-def _run_points(cfg_points: list[BenchConfig], out, as_json: bool = False) -> int:
+def _run_points(
+    cfg_points: list[BenchConfig], out, as_json: bool = False, saved: list[Path] | None = None
+) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
@@ -410,6 +416,8 @@ def _run_points(cfg_points: list[BenchConfig], out, as_json: bool = False) -> in
                 print(f"\n### point {point}", file=out)
             result, path, c = run_point(cfg, tok, out)
             results.append((point, result.dump(), str(path) if path else None))
+            if path is not None and saved is not None:
+                saved.append(path)
             code = max(code, c)
             if result.interrupted:
                 break
@@ -424,12 +432,13 @@ def _run_points(cfg_points: list[BenchConfig], out, as_json: bool = False) -> in
     return code
 
 
-def run_rate_sweep(base: BenchConfig, num_rates: int, out=None) -> int:
-    """`--request-rate sweep`: each step of rate_sweep is a normal point (its own result), then a table."""
-    return _with_signals([base], lambda: _run_rate_sweep(base, num_rates, out or sys.stdout))
+def run_rate_sweep(base: BenchConfig, num_rates: int, out=None, saved: list[Path] | None = None) -> int:
+    """`--request-rate sweep`: each step of rate_sweep is a normal point (its own result, added to `saved`),
+    then a table."""
+    return _with_signals([base], lambda: _run_rate_sweep(base, num_rates, out or sys.stdout, saved))
 
 
-def _run_rate_sweep(base: BenchConfig, num_rates: int, out) -> int:
+def _run_rate_sweep(base: BenchConfig, num_rates: int, out, saved: list[Path] | None = None) -> int:
     tok = load_tokenizer(base.tokenizer, base.trust_remote_code)
     steps = rate_sweep(num_rates, base.max_concurrency)
     step = next(steps)
@@ -439,6 +448,8 @@ def _run_rate_sweep(base: BenchConfig, num_rates: int, out) -> int:
         print(f"\n### sweep step {step.name}", file=out)
         result, path, c = run_point(_step_config(base, step), tok, out)
         results.append((step.name, result.dump(), str(path) if path else None))
+        if path is not None and saved is not None:
+            saved.append(path)
         code = max(code, c)
         if result.interrupted:
             break

@@ -65,6 +65,7 @@ class WorkerSpec:
     warmups: list[bytes] = field(default_factory=list)
     ready_check: bytes | None = None
     keep_text: bool = False
+    ttft_at_first_content: bool = False  # --ttft-at first-content: records start at the first text
     use_uvloop: bool = True
     preconnect: int = 0
     max_seconds: float | None = None  # stop sending this long after the start; in-flight requests finish
@@ -109,7 +110,7 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     asyncio.set_event_loop(loop)
     out = open(spec.out_path, "w", buffering=1 << 16)
     tls = ssl.create_default_context() if spec.template.target.tls else None
-    records = RecordWriter(out, spec.index, spec.keep_text)
+    records = RecordWriter(out, spec.index, spec.keep_text, spec.ttft_at_first_content)
     w = Worker(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls)
     w.parent_pid = parent_pid
     try:
@@ -327,7 +328,7 @@ class Worker:
         item: WorkItem = st.item
         if self.recording:
             rec = self.records.request(st)
-            self.stats.request_done(rec["ok"], rec["out"], st.chunks)
+            self.stats.request_done(rec["ok"], rec["out"], rec["chunks"])
         else:
             self.stats.warmup_done()
             if st.error:

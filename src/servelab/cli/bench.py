@@ -9,12 +9,20 @@ import typer
 from pydantic import ValidationError
 
 from servelab.bench import config as C
+from servelab.bench.profiles import Load, apply_profile
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 _GOODPUT_KEYS = ("ttft:", "tpot:", "e2el:")
+# BenchConfig fields whose option is not the field's name hyphenated
+_FLAGS = {
+    "headers": "--header",
+    "request_timeout_s": "--request-timeout",
+    "progress_interval_s": "--progress-interval",
+    "use_uvloop": "--uvloop",
+}
 _TWIN = "Simulated twin (--simulate)"
 
 
@@ -22,8 +30,8 @@ def bench(
     base_url: str | None = typer.Option(
         None, "--base-url", help="Server base URL (default http://HOST:PORT)."
     ),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8000, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host", help="Server host, when --base-url is not given."),
+    port: int = typer.Option(8000, "--port", help="Server port, when --base-url is not given."),
     endpoint: str = typer.Option(
         "/v1/completions", "--endpoint", help="/v1/completions or /v1/chat/completions."
     ),
@@ -34,7 +42,9 @@ def bench(
         None, "--backend", "--endpoint-type", help="openai | openai-chat | vllm (default: from --endpoint)."
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
-    served_model_name: str | None = typer.Option(None, "--served-model-name"),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="The model name sent in requests (default: --model)."
+    ),
     tokenizer: str | None = typer.Option(
         None,
         "--tokenizer",
@@ -43,35 +53,69 @@ def bench(
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="Let transformers run the tokenizer's own code."
     ),
-    label: str | None = typer.Option(None, "--label"),
+    label: str | None = typer.Option(
+        None, "--label", help="A name for this run, saved in the result (default: the request API)."
+    ),
     dataset_name: str = typer.Option(
         "random",
         "--dataset-name",
         help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom | "
         "speed_bench.",
     ),
-    dataset_path: str | None = typer.Option(None, "--dataset-path"),
-    random_input_len: int = typer.Option(1024, "--random-input-len", "--input-len"),
-    random_output_len: int = typer.Option(128, "--random-output-len", "--output-len"),
-    random_range_ratio: float = typer.Option(BENCH_RANGE_RATIO, "--random-range-ratio"),
-    random_prefix_len: int = typer.Option(0, "--random-prefix-len"),
-    prefix_repetition_prefix_len: int = typer.Option(256, "--prefix-repetition-prefix-len"),
-    prefix_repetition_suffix_len: int = typer.Option(256, "--prefix-repetition-suffix-len"),
-    prefix_repetition_num_prefixes: int = typer.Option(10, "--prefix-repetition-num-prefixes"),
-    prefix_repetition_output_len: int = typer.Option(128, "--prefix-repetition-output-len"),
+    dataset_path: str | None = typer.Option(
+        None,
+        "--dataset-path",
+        help="The dataset's file or folder (sharegpt, sonnet, hf, custom, speed_bench need one).",
+    ),
+    random_input_len: int = typer.Option(
+        1024, "--random-input-len", "--input-len", help="random: prompt tokens per request."
+    ),
+    random_output_len: int = typer.Option(
+        128, "--random-output-len", "--output-len", help="random: output tokens per request."
+    ),
+    random_range_ratio: float = typer.Option(
+        BENCH_RANGE_RATIO,
+        "--random-range-ratio",
+        help="random: lengths drawn from [len x (1 - r), len x (1 + r)].",
+    ),
+    random_prefix_len: int = typer.Option(
+        0, "--random-prefix-len", help="random: tokens of a prefix every prompt shares."
+    ),
+    prefix_repetition_prefix_len: int = typer.Option(
+        256, "--prefix-repetition-prefix-len", help="prefix: tokens of each shared prefix."
+    ),
+    prefix_repetition_suffix_len: int = typer.Option(
+        256, "--prefix-repetition-suffix-len", help="prefix: tokens after the prefix, each prompt its own."
+    ),
+    prefix_repetition_num_prefixes: int = typer.Option(
+        10, "--prefix-repetition-num-prefixes", help="prefix: how many distinct prefixes."
+    ),
+    prefix_repetition_output_len: int = typer.Option(
+        128, "--prefix-repetition-output-len", help="prefix: output tokens per request."
+    ),
     multiturn_turns: int = typer.Option(4, "--multiturn-turns", help="Turns per conversation (multiturn)."),
-    sharegpt_output_len: int | None = typer.Option(None, "--sharegpt-output-len"),
-    custom_output_len: int = typer.Option(256, "--custom-output-len"),
-    sonnet_input_len: int = typer.Option(550, "--sonnet-input-len"),
-    sonnet_output_len: int = typer.Option(150, "--sonnet-output-len"),
-    sonnet_prefix_len: int = typer.Option(200, "--sonnet-prefix-len"),
+    sharegpt_output_len: int | None = typer.Option(
+        None, "--sharegpt-output-len", help="sharegpt: output tokens (default: each answer's length)."
+    ),
+    custom_output_len: int = typer.Option(256, "--custom-output-len", help="custom: output tokens."),
+    sonnet_input_len: int = typer.Option(550, "--sonnet-input-len", help="sonnet: prompt tokens."),
+    sonnet_output_len: int = typer.Option(150, "--sonnet-output-len", help="sonnet: output tokens."),
+    sonnet_prefix_len: int = typer.Option(
+        200, "--sonnet-prefix-len", help="sonnet: tokens of the prefix every prompt shares."
+    ),
     hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
-    hf_output_len: int | None = typer.Option(None, "--hf-output-len"),
+    hf_output_len: int | None = typer.Option(
+        None, "--hf-output-len", help="hf: output tokens (default: each answer's length)."
+    ),
     speed_bench_dataset_subset: str = typer.Option(
         "qualitative", "--speed-bench-dataset-subset", help="SPEED-Bench: reads DATASET_PATH/SUBSET.jsonl."
     ),
-    speed_bench_category: str | None = typer.Option(None, "--speed-bench-category"),
-    speed_bench_output_len: int = typer.Option(4096, "--speed-bench-output-len"),
+    speed_bench_category: str | None = typer.Option(
+        None, "--speed-bench-category", help="SPEED-Bench: only this category (default: all)."
+    ),
+    speed_bench_output_len: int = typer.Option(
+        4096, "--speed-bench-output-len", help="SPEED-Bench: output tokens per request."
+    ),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
@@ -89,29 +133,80 @@ def bench(
         max=100,
         help="--request-rate sweep: rates between the synchronous and the peak rate.",
     ),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson)."),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Gamma shape of arrival gaps (1 = Poisson; inf = evenly spaced)."
+    ),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        help="GuideLLM's profiles: synchronous | throughput | concurrent (--max-concurrency N) | constant "
+        "or poisson (--request-rate R) | sweep; each sets the load flags it names (docs/bench.md).",
+    ),
+    cool_down: float = typer.Option(
+        0.0,
+        "--cool-down",
+        help="Seconds at the end of the run whose successful requests are left out of the metrics "
+        "(GuideLLM's cool-down: the tail where the load drains).",
+    ),
     ramp_up_strategy: str | None = typer.Option(None, "--ramp-up-strategy", help="linear | exponential."),
-    ramp_up_start_rps: float | None = typer.Option(None, "--ramp-up-start-rps"),
-    ramp_up_end_rps: float | None = typer.Option(None, "--ramp-up-end-rps"),
+    ramp_up_start_rps: float | None = typer.Option(
+        None, "--ramp-up-start-rps", help="--ramp-up-strategy: the rate at the start (req/s)."
+    ),
+    ramp_up_end_rps: float | None = typer.Option(
+        None, "--ramp-up-end-rps", help="--ramp-up-strategy: the rate at the end (req/s)."
+    ),
     ignore_eos: bool | None = typer.Option(
         None, "--ignore-eos/--no-ignore-eos", help="Default: on for random, prefix and multiturn datasets."
     ),
-    temperature: float | None = typer.Option(0.0, "--temperature"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    top_k: int | None = typer.Option(None, "--top-k"),
-    stream: bool = typer.Option(True, "--stream/--no-stream"),
+    temperature: float | None = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="Nucleus sampling (default: the server's)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Top-k sampling (default: the server's)."),
+    stream: bool = typer.Option(
+        True, "--stream/--no-stream", help="Streamed responses (TTFT and ITL need a stream)."
+    ),
+    ttft_at: str = typer.Option(
+        "first-event",
+        "--ttft-at",
+        help="Where TTFT is taken: first-event, the first streamed event with a choice (vLLM's rule; on the "
+        "chat API its role event); first-content, the first carrying text (GuideLLM's).",
+    ),
     goodput: list[str] | None = typer.Option(None, "--goodput", help="SLOs in ms: ttft:X tpot:Y e2el:Z."),
-    percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics"),
-    metric_percentiles: str = typer.Option("99", "--metric-percentiles"),
-    num_warmups: int = typer.Option(0, "--num-warmups"),
-    seed: int = typer.Option(0, "--seed"),
-    save_result: bool = typer.Option(False, "--save-result"),
+    percentile_metrics: str = typer.Option(
+        "ttft,tpot,itl",
+        "--percentile-metrics",
+        help="Metrics whose percentiles are shown: ttft,tpot,itl,e2el.",
+    ),
+    metric_percentiles: str = typer.Option(
+        "99", "--metric-percentiles", help="Percentiles shown, a comma list, e.g. 50,90,99."
+    ),
+    num_warmups: int = typer.Option(
+        0, "--num-warmups", help="Requests sent before the run at its concurrency, not recorded."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the dataset and the arrival times."),
+    outputs: str | None = typer.Option(
+        None,
+        "--outputs",
+        help="Also write these formats of the run, a comma list of json, yaml, csv, html (GuideLLM's "
+        "--outputs): YAML beside each result, one CSV (a row per point) and one HTML report; implies "
+        "--save-result.",
+    ),
+    save_result: bool = typer.Option(
+        False, "--save-result", help="Write the result file (and its per-request records beside it)."
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the result as JSON on stdout (the summary goes to stderr)."
     ),
-    save_detailed: bool = typer.Option(False, "--save-detailed"),
-    result_dir: str | None = typer.Option(None, "--result-dir"),
-    result_filename: str | None = typer.Option(None, "--result-filename"),
+    save_detailed: bool = typer.Option(
+        False, "--save-detailed", help="Also save per-request lists (lengths, TTFTs, ITLs, texts, errors)."
+    ),
+    result_dir: str | None = typer.Option(
+        None, "--result-dir", help="Folder of the result file (default: the working directory)."
+    ),
+    result_filename: str | None = typer.Option(
+        None,
+        "--result-filename",
+        help="Result file name (default: vLLM's, from the backend, rate and model).",
+    ),
     metadata: list[str] | None = typer.Option(None, "--metadata", help="KEY=VALUE, saved in the result."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request limit in seconds."),
     max_response_mib: float = typer.Option(
@@ -127,7 +222,9 @@ def bench(
         "this many seconds; 0: only the last.",
     ),
     uvloop: bool = typer.Option(True, "--uvloop/--no-uvloop", help="Use uvloop when installed."),
-    ready_check: bool = typer.Option(True, "--ready-check/--no-ready-check"),
+    ready_check: bool = typer.Option(
+        True, "--ready-check/--no-ready-check", help="Send one test request before the run (as vLLM does)."
+    ),
     extra: list[str] | None = typer.Argument(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
@@ -160,7 +257,9 @@ def bench(
         help="Override KV-cache dtype: bf16 or fp8.",
         rich_help_panel=_TWIN,
     ),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", rich_help_panel=_TWIN),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Sequences per step (default: the engine's).", rich_help_panel=_TWIN
+    ),
     max_num_batched_tokens: int | None = typer.Option(
         None,
         "--max-num-batched-tokens",
@@ -175,7 +274,9 @@ def bench(
     block_size: int = typer.Option(
         16, "--block-size", help="KV block (page) size in tokens.", rich_help_panel=_TWIN
     ),
-    enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", rich_help_panel=_TWIN),
+    enable_prefix_caching: bool = typer.Option(
+        False, "--enable-prefix-caching", help="Reuse the KV cache of shared prefixes.", rich_help_panel=_TWIN
+    ),
     num_speculative_tokens: int = typer.Option(
         0, "--num-speculative-tokens", help="MTP draft tokens per step.", rich_help_panel=_TWIN
     ),
@@ -244,6 +345,15 @@ def bench(
             )
     if not 1 <= port <= 65535:
         raise ServelabError(f"--port {port} is not in 1-65535")
+    try:
+        load = apply_profile(profile, Load(max_concurrency, request_rate, burstiness))
+    except ValueError as e:
+        raise ServelabError(str(e)) from None
+    max_concurrency, request_rate, burstiness = load.max_concurrency, load.request_rate, load.burstiness
+    try:
+        formats = C.parse_outputs(outputs) if outputs else ()
+    except ValueError as e:
+        raise ServelabError(str(e)) from None
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int", "--max-concurrency")
@@ -284,6 +394,7 @@ def bench(
             speed_bench_output_len=speed_bench_output_len,
             num_prompts=num_prompts,
             max_seconds=max_seconds,
+            cool_down_s=cool_down,
             burstiness=burstiness,
             ramp_up_strategy=ramp_up_strategy,
             ramp_up_start_rps=ramp_up_start_rps,
@@ -293,12 +404,13 @@ def bench(
             top_p=top_p,
             top_k=top_k,
             stream=stream,
+            ttft_at=ttft_at,
             goodput=C.parse_goodput(goodput_items),
             percentile_metrics=[m.strip() for m in percentile_metrics.split(",") if m.strip()],
             metric_percentiles=[float(p) for p in metric_percentiles.split(",") if p.strip()],
             num_warmups=num_warmups,
             seed=seed,
-            save_result=save_result or save_detailed,
+            save_result=save_result or save_detailed or bool(formats),
             save_detailed=save_detailed,
             result_dir=result_dir,
             metadata=C.parse_metadata(metadata_items),
@@ -327,7 +439,7 @@ def bench(
                     fields["result_filename"] = name
                 points.append(C.BenchConfig(**fields))
     except ValidationError as e:
-        raise ServelabError.from_validation(e, as_options=True, flags={"headers": "--header"}) from None
+        raise ServelabError.from_validation(e, as_options=True, flags=_FLAGS) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
     if simulate and as_json:
@@ -347,18 +459,51 @@ def bench(
             batch_wait_timeout_iters=batch_wait_timeout_iters,
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
-        return _simulate(points, auto_sweep, deployment, settings, calibration)
+        saved: list[Path] = []
+        code = _simulate(points, auto_sweep, deployment, settings, calibration, saved)
+        _write_outputs(result_filename, result_dir, saved, formats, as_json)
+        return code
     if auto_sweep:
         if as_json:
             raise ServelabError(
                 "--json is for one point or a list sweep; --request-rate sweep prints a table"
             )
-        return run_rate_sweep(points[0], sweep_rates)
-    return run(points, as_json=as_json)
+        saved = []
+        code = run_rate_sweep(points[0], sweep_rates, saved=saved)
+    else:
+        saved = []
+        code = run(points, as_json=as_json, saved=saved)
+    _write_outputs(result_filename, result_dir, saved, formats, as_json)
+    return code
+
+
+def _write_outputs(
+    result_filename: str | None,
+    result_dir: str | None,
+    saved: list[Path],
+    formats: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """--outputs: the formats beyond the JSON result files, named after --result-filename (else the first
+    result), beside them; a line naming what was written (stderr under --json)."""
+    if not formats or not saved:
+        return
+    # the report page and its plotting load only when asked for
+    from servelab.results.outputs import write_outputs  # noqa: PLC0415
+
+    name = result_filename.removesuffix(".json") if result_filename else saved[0].stem
+    stem = Path(result_dir or ".") / name
+    written = write_outputs(saved, formats, stem, title=f"servelab bench: {name}")
+    typer.echo("wrote: " + ", ".join(str(p) for p in [*saved, *written]), err=as_json)
 
 
 def _simulate(
-    points: list, auto_sweep: bool, deployment: dict, settings: dict, calibration: Path | None
+    points: list,
+    auto_sweep: bool,
+    deployment: dict,
+    settings: dict,
+    calibration: Path | None,
+    saved: list[Path] | None = None,
 ) -> int:
     """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py) and
     written as a result file with the measured run's fields."""
@@ -407,7 +552,9 @@ def _simulate(
         result = simulated_result(
             cfg, cfg0.model, date, twin.summary, twin.client_latency_ms, twin.requests, twin.extra_fields()
         )
-        present_and_save(cfg, result, cfg0.model, date)
+        path = present_and_save(cfg, result, cfg0.model, date)
+        if path is not None and saved is not None:
+            saved.append(path)
         shares = twin.provenance["kernel_time_by_source"]
         print(f"kernel time by source: {describe_shares(shares)}")
         warning = roofline_warning(shares)

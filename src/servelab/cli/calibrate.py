@@ -48,7 +48,7 @@ def _argv(group: str) -> tuple[str, ...]:
 
 @app.command()
 def engines(
-    system: str = typer.Option("h200_sxm", "--system"),
+    system: str = typer.Option("h200_sxm", "--system", help="System whose measurements are fitted."),
     mode: str = typer.Option(
         "auto", "--mode", help=f"{', '.join(MODES)}: auto prices rows with the aggregated simulator."
     ),
@@ -194,7 +194,7 @@ def engines(
 
 @app.command()
 def roofline(
-    system: str = typer.Option("h200_sxm", "--system"),
+    system: str = typer.Option("h200_sxm", "--system", help="System whose measurements are fitted."),
     tables: Path | None = typer.Option(
         None, "--tables", help="table directory (default: the one servelab uses for the system)"
     ),

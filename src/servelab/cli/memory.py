@@ -37,7 +37,9 @@ def memory(
     context: int = typer.Option(
         None, "--context", help="Context length for max sequences (default isl+osl 9216)"
     ),
-    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+    max_num_batched_tokens: int = typer.Option(
+        8192, "--max-num-batched-tokens", help="Token budget per step (sizes the activation workspace)."
+    ),
     gpu_memory_utilization: float | None = typer.Option(
         None,
         "--gpu-memory-utilization",

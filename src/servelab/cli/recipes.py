@@ -139,17 +139,17 @@ def validate(
 def render(
     key: str,
     tp: int = typer.Option(None, "--tp", help="Tensor parallel size (default: the recipe's first arm)."),
-    ep: int = typer.Option(1, "--ep"),
+    ep: int = typer.Option(1, "--ep", help="Expert parallel size."),
     dp_attn: bool = typer.Option(
         False, "--dp-attn", help="Attention data parallel (tp replicas of one TP rank)."
     ),
-    pp: int = typer.Option(1, "--pp"),
+    pp: int = typer.Option(1, "--pp", help="Pipeline parallel stages."),
     isl: int = typer.Option(None, "--isl", help="Input length (default: the recipe's first seq-len)."),
-    osl: int = typer.Option(None, "--osl"),
+    osl: int = typer.Option(None, "--osl", help="Output length (default: the recipe's first seq-len)."),
     conc: int = typer.Option(
         None, "--conc", help="Job concurrency, for flags that depend on it (default: the arm's lowest)."
     ),
-    port: int = typer.Option(None, "--port"),
+    port: int = typer.Option(None, "--port", help="Server port in the command (default: the recipe's)."),
     as_json: bool = typer.Option(False, "--json", help="Print {argv, env, files} as JSON."),
     directory: Path = StoreDirOpt,
 ) -> None:

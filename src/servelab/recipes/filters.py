@@ -25,8 +25,10 @@ class Filters(BaseModel):
     model_prefix: list[str] = Field(
         default_factory=list, description="Config keys starting with this (InferenceX matches the key)."
     )
-    precision: list[str] = Field(default_factory=list)
-    framework: list[str] = Field(default_factory=list)
+    precision: list[str] = Field(default_factory=list, description="Precisions, e.g. fp8, fp4.")
+    framework: list[str] = Field(
+        default_factory=list, description="Frameworks as recipes name them, e.g. vllm, sglang, trt."
+    )
     runner_type: list[str] = Field(
         default_factory=list, description="Runner labels (globs allowed); each must name a label."
     )
@@ -36,7 +38,9 @@ class Filters(BaseModel):
         "node).",
     )
     seq_lens: list[str] = Field(default_factory=list, description="Seq-len names such as 1k1k, 8k1k.")
-    scenario_type: list[ScenarioType] = Field(default_factory=list)
+    scenario_type: list[ScenarioType] = Field(
+        default_factory=list, description="fixed-seq-len | agentic-coding (InferenceX's scenario-type)."
+    )
     node_type: Literal["single-node", "multi-node"] | None = Field(
         None, description="single-node | multi-node"
     )
