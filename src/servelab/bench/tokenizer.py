@@ -10,19 +10,10 @@ import re
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.hfhub import hub_cache_dir, snapshots
 
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-
-
-def hub_cache_dir() -> Path:
-    """Where huggingface_hub keeps downloaded repos (its own order of environment variables)."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "huggingface" / "hub"
 
 
 def resolve_tokenizer_path(name: str) -> str:
@@ -33,15 +24,7 @@ def resolve_tokenizer_path(name: str) -> str:
     if not HUB_ID.fullmatch(name):
         raise ServelabError(f"--tokenizer {name}: no such file or directory")
     cache = hub_cache_dir()
-    repo = cache / ("models--" + name.replace("/", "--"))
-    snapshots = repo / "snapshots"
-    candidates = []
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        candidates.append(snapshots / ref.read_text().strip())
-    if snapshots.is_dir():
-        candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-    for snap in candidates:
+    for snap in snapshots(name, cache):
         if any((snap / f).exists() for f in TOKENIZER_FILES):
             return str(snap)
     raise ServelabError(

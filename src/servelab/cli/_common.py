@@ -107,7 +107,9 @@ def field_option(model: type[BaseModel], name: str, *param_decls: str, help: str
 
 
 ModelArg = typer.Argument(
-    ..., help="Embedded name (servelab models), checkpoint id, or path to a config.json"
+    ...,
+    help="Embedded name (servelab models), checkpoint id, path to a config.json, or a Hugging Face id (the "
+    "local hub cache, else the hub)",
 )
 SystemOpt = typer.Option("h200_sxm", "--system", "-s", help="System name (servelab systems)")
 TpOpt = typer.Option(1, "--tp", help="Tensor parallel size (GPUs per pipeline stage)")

@@ -1,4 +1,5 @@
-"""Load models by embedded name, checkpoint id or config.json path; load systems by name."""
+"""Load models by embedded name, checkpoint id, config.json path or Hugging Face id (from the local hub cache,
+else the hub: servelab.hfhub); load systems by name."""
 
 import json
 from functools import cache, lru_cache
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from servelab import hfhub
 from servelab.errors import ServelabError, closest
 from servelab.specs.dtypes import Dtype, parse_dtype
 from servelab.specs.hf_config import model_from_hf_config
@@ -74,12 +76,39 @@ def _from_path(path: Path) -> ModelSpec:
         raw = file.read_bytes()
     except OSError as e:
         raise ServelabError(f"{path}: cannot read ({e.strerror})") from None
+    name = path.name if path.is_dir() else path.parent.name or file.stem
+    return _from_config(raw, name, str(file), str(file))
+
+
+def _from_config(raw: bytes, name: str, source: str, where: str) -> ModelSpec:
     try:
         cfg = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ServelabError(f"{file}: not valid JSON ({e})") from None
-    name = path.name if path.is_dir() else path.parent.name or file.stem
-    return model_from_hf_config(cfg, name=name, source=str(file), where=str(file))
+        raise ServelabError(f"{where}: not valid JSON ({e})") from None
+    return model_from_hf_config(cfg, name=name, source=source, where=where)
+
+
+def _from_hub(repo_id: str, choices: list[str]) -> ModelSpec:
+    """A Hugging Face model id's config.json: from the local hub cache, else (online) from the hub; one line
+    saying where it looked when neither has it."""
+    found = hfhub.cached_file(repo_id, "config.json")
+    if found is not None:
+        return _from_config(found.read_bytes(), repo_id, repo_id, str(found))
+    cache = hfhub.hub_cache_dir()
+    known = f"{closest(repo_id, choices)}; `servelab models` lists the embedded ones"
+    if hfhub.offline():
+        raise ServelabError(
+            f"unknown model {repo_id!r}: not embedded, and no config.json of it in the Hugging Face cache "
+            f"{cache} (HF_HUB_OFFLINE is set: the hub was not asked){known}"
+        )
+    try:
+        fetched = hfhub.fetch_file(repo_id, "config.json")
+    except hfhub.HubError as e:
+        raise ServelabError(
+            f"unknown model {repo_id!r}: not embedded, no config.json of it in the Hugging Face cache "
+            f"{cache}, and the hub did not give one ({e}){known}"
+        ) from None
+    return _from_config(fetched.data, repo_id, repo_id, str(fetched.path or f"{repo_id}: config.json"))
 
 
 def _exists(path: Path) -> bool:
@@ -103,6 +132,8 @@ def _resolve(name_or_path: str) -> tuple[ModelSpec, Checkpoint | None]:
     if _exists(path) or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
         return _from_path(path), None
     choices = list_models() + list(checkpoints)
+    if hfhub.is_repo_id(key):
+        return _from_hub(key, choices), None
     raise ServelabError(
         f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them"
     )
