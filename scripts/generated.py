@@ -104,7 +104,9 @@ def vllm_moe_campaign(name: str, csv: str, kernel: str) -> Callable[[Path], Made
 def compare_repeat(first: str, second: str) -> Callable[[Path], Made]:
     def make(tmp: Path) -> Made:
         out = tmp / "compare.json"
-        out.write_text(run(servelab("db", "compare-repeat", first, second)))
+        answer = json.loads(run(servelab("db", "compare-repeat", first, second, "--json")))
+        spread = {k: v for k, v in answer.items() if k not in ("schema", "schema_version")}
+        out.write_text(json.dumps(spread, indent=1) + "\n")
         return {f"{second}/compare.json": out}
 
     return make
@@ -128,7 +130,8 @@ def db_fit(tmp: Path) -> Made:
 
 def roofline_fit(tmp: Path) -> Made:
     out = tmp / "h200_sxm.json"
-    out.write_text(run(servelab("calibrate", "roofline", "--system", "h200_sxm", "--dry-run", "--json")))
+    answer = json.loads(run(servelab("calibrate", "roofline", "--system", "h200_sxm", "--dry-run", "--json")))
+    out.write_text(json.dumps(answer["fit"]))  # the fitted entry of its --json answer (docs/output.md)
     return {"src/servelab/perfdb/data/efficiencies.json": out}
 
 
@@ -225,7 +228,7 @@ def _repeat(second: str) -> Entry:
     return Entry(
         outputs=(f"{second}/compare.json",),
         inputs=("campaigns/h200_sxm/rows/*.jsonl", f"{second}/rows/*.jsonl"),
-        command=f"servelab db compare-repeat campaigns/h200_sxm {second} > {second}/compare.json",
+        command=f"servelab db compare-repeat campaigns/h200_sxm {second} --json  (its per_op and all)",
         make=compare_repeat("campaigns/h200_sxm", second),
         same=same_bytes,
     )
@@ -360,7 +363,8 @@ ENTRIES: tuple[Entry, ...] = (
             "src/servelab/calibrate/data/inferencex_recipes.json",
             "src/servelab/calibrate/data/inferencex_runs.json",
         ),
-        command="servelab calibrate engines --aic --jobs 2 --out src/servelab/predict/data/calibrated.json  (with the [aic] extra or --aic-python PATH)",
+        command="servelab calibrate engines --aic --jobs 2 --out src/servelab/predict/data/calibrated.json"
+        "  (with the [aic] extra or --aic-python PATH)",
         recorded="about 45 minutes on 2 cores, and AIConfigurator's sample (the [aic] extra)",
         own_check=calibration_tables,
     ),

@@ -135,8 +135,8 @@ def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monke
 
 @pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
 def test_ttft_at_first_content(mock_server, tmp_path, endpoint):
-    """--ttft-at first-content (GuideLLM's rule): on the chat API the role event, sent at once, is left out and
-    TTFT is the first token's, no sooner than the mock's 60 ms; the completions API has no such event."""
+    """--ttft-at first-content (GuideLLM's rule): on the chat API the role event, sent at once, is left out
+    and TTFT is the first token's, no sooner than the mock's 60 ms; the completions API has no such event."""
     s = mock_server("--first-token-delay-ms", "60", "--token-delay-ms", "2")
     load = ("--endpoint", endpoint, "--random-output-len", "8", "--num-prompts", "6", "--save-detailed")
     (tmp_path / "event").mkdir()
@@ -429,9 +429,12 @@ def test_json_puts_the_result_on_stdout_and_the_summary_on_stderr(mock_server, t
     s = mock_server("--token-delay-ms", "1")
     code, out, err, saved = bench(s, tmp_path, "--num-prompts", "6", "--random-output-len", "4", "--json")
     assert code == 0, err
-    printed = json.loads(out)
-    assert printed["completed"] == 6 and printed["completed"] == saved["completed"]
+    printed = json.loads(out)  # one answer (docs/output.md): its schema, and the results in a list
+    assert (printed["schema"], printed["schema_version"]) == ("servelab.bench", 1)
+    assert list(printed) == ["schema", "schema_version", "results"]
+    (result,) = printed["results"]
+    assert result["completed"] == 6 == saved["completed"] and result["date"] == saved["date"]
     assert "Serving Benchmark Result" in err or "Successful requests" in err
     code, out, err, _ = bench(s, tmp_path, "--num-prompts", "4", "--max-concurrency", "1,2", "--json")
     assert code == 0, err
-    assert [point["completed"] for point in json.loads(out)] == [4, 4]
+    assert [point["completed"] for point in json.loads(out)["results"]] == [4, 4]

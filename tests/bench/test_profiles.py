@@ -62,9 +62,9 @@ def test_constant_arrivals_are_evenly_spaced():
 def test_one_run_as_json_yaml_csv_and_html_with_a_cool_down(mock_server, tmp_path):
     server = mock_server("--first-token-delay-ms", "10", "--token-delay-ms", "2")
     cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", server.url, "--model", "mock",
-           "--random-input-len", "8", "--random-output-len", "8", "--num-prompts", "20", "--profile", "constant",
-           "--request-rate", "40,80", "--cool-down", "0.1", "--outputs", "yaml,csv,html",
-           "--result-filename", "run.json"]  # fmt: skip
+           "--random-input-len", "8", "--random-output-len", "8", "--num-prompts", "20",
+           "--profile", "constant", "--request-rate", "40,80", "--cool-down", "0.1",
+           "--outputs", "yaml,csv,html", "--result-filename", "run.json"]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     results = sorted(tmp_path.glob("run-*.json"))
@@ -73,7 +73,9 @@ def test_one_run_as_json_yaml_csv_and_html_with_a_cool_down(mock_server, tmp_pat
         data = json.loads(path.read_text())
         assert data["burstiness"] == "inf" and data["config"]["cool_down_s"] == 0.1
         # arrivals evenly spaced at the rate: the schedule, not a timing
-        records = [json.loads(x) for x in path.with_name(path.stem + ".requests.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(x) for x in path.with_name(path.stem + ".requests.jsonl").read_text().splitlines()
+        ]
         scheduled = sorted(x["sched"] for x in records)
         gaps = [b - a for a, b in pairwise(scheduled)]
         assert gaps == pytest.approx([1 / data["request_rate"]] * 19)
@@ -85,12 +87,20 @@ def test_one_run_as_json_yaml_csv_and_html_with_a_cool_down(mock_server, tmp_pat
         assert yaml.safe_load(path.with_suffix(".yaml").read_text()) == data
     rows = list(csv.DictReader((tmp_path / "run.csv").open()))
     assert [float(row["request_rate"]) for row in rows] == [40.0, 80.0]
-    assert [int(row["completed"]) for row in rows] == [json.loads(p.read_text())["completed"] for p in results]
+    assert [int(row["completed"]) for row in rows] == [
+        json.loads(p.read_text())["completed"] for p in results
+    ]
     assert rows[0]["config.seed"] == "0" and "ttfts" not in rows[0]
     page = (tmp_path / "run.html").read_text()
     assert page.count('class="view"') == 3 and "run-cNone-r40.0.requests.jsonl" in page
     assert [p.samples_from for p in result_points(results[0])] == ["run-cNone-r40.0.requests.jsonl"]
     assert r.stdout.strip().splitlines()[-1] == "wrote: " + ", ".join(
-        ["run-cNone-r40.0.json", "run-cNone-r80.0.json", "run-cNone-r40.0.yaml", "run-cNone-r80.0.yaml",
-         "run.csv", "run.html"]  # fmt: skip
+        [
+            "run-cNone-r40.0.json",
+            "run-cNone-r80.0.json",
+            "run-cNone-r40.0.yaml",
+            "run-cNone-r80.0.yaml",
+            "run.csv",
+            "run.html",
+        ]  # fmt: skip
     )

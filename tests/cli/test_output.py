@@ -21,8 +21,9 @@ PLAN = ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run_piped(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "80"}
+def run_piped(*args: str, columns: str | None = "80") -> subprocess.CompletedProcess:
+    """Run with stdout a pipe, COLUMNS set to `columns` (None: not set)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
     return subprocess.run(
         [sys.executable, "-m", "servelab.cli.main", *args],
         capture_output=True,
@@ -65,12 +66,27 @@ def plan_labels() -> list[str]:
 
 def test_plan_in_a_pipe_shows_every_parallel_split_whole():
     labels = plan_labels()
-    r = run_piped(*PLAN)
+    r = run_piped(*PLAN, columns=None)
     assert r.returncode == 0, r.stderr
     assert "…" not in r.stdout
     for label in labels:
         assert f" {label} " in r.stdout
     assert "tok/s/user" in r.stdout and "band tok/s/GPU" in r.stdout  # every column, at natural width
+    assert max(len(line) for line in r.stdout.splitlines()) > 120
+
+
+def test_a_piped_table_fits_the_columns_it_is_given():
+    """A CI log that sets COLUMNS gets tables of that width, keys whole, the columns that left named."""
+    labels = plan_labels()
+    for width in (80, 120):
+        r = run_piped(*PLAN, columns=str(width))
+        assert r.returncode == 0, r.stderr
+        table = [line for line in r.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+        assert table and max(len(line) for line in table) <= width, width
+        assert "…" not in r.stdout
+        for label in labels:
+            assert f" {label} " in r.stdout
+    assert "not shown at this width" in run_piped(*PLAN, columns="80").stdout
 
 
 def test_plan_and_recipes_as_csv_carry_the_json_numbers():
@@ -92,7 +108,7 @@ def test_plan_and_recipes_as_csv_carry_the_json_numbers():
 
 def test_models_and_systems_as_csv_name_every_entry():
     models = list(csv.DictReader(io.StringIO(run_piped("models", "--csv").stdout)))
-    as_json = json.loads(run_piped("models", "--json").stdout)
+    as_json = json.loads(run_piped("models", "--json").stdout)["models"]
     assert [row["name"] for row in models] == [m["name"] for m in as_json]
     systems = list(csv.DictReader(io.StringIO(run_piped("systems", "--csv").stdout)))
     assert {"h200_sxm", "b200_sxm"} <= {row["name"] for row in systems}
@@ -110,7 +126,7 @@ def test_plan_on_an_80_column_terminal_keeps_keys_and_fits():
 
 def test_systems_names_are_whole_in_a_pipe_and_on_a_terminal():
     r = run_piped("systems", "--json")
-    names = [s["name"] for s in json.loads(r.stdout)]
+    names = [s["name"] for s in json.loads(r.stdout)["systems"]]
     assert "h200_sxm" in names
     for out in (run_piped("systems").stdout, run_on_terminal("systems")):
         assert "…" not in out
@@ -120,7 +136,7 @@ def test_systems_names_are_whole_in_a_pipe_and_on_a_terminal():
 
 def test_models_names_and_checkpoint_ids_are_whole_at_80_columns():
     r = run_piped("models", "--json")
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["models"]
     out = run_on_terminal("models")
     assert "…" not in out
     for row in rows:

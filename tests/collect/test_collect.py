@@ -310,9 +310,19 @@ def test_repeat_campaign_compares_key_by_key(tmp_path):
     again = compare(cfg.out, cfg.out)
     assert again["all"]["n"] == len(store.rows()) and again["all"]["abs_median_pct"] == 0.0
     assert set(again["per_op"]) == {r["op"] for r in store.rows()}
-    result = CliRunner().invoke(app, ["db", "compare-repeat", str(cfg.out), str(cfg.out)])
+    result = CliRunner().invoke(app, ["db", "compare-repeat", str(cfg.out), str(cfg.out), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == again
+    answer = json.loads(result.output)
+    assert answer == {"schema": "servelab.db.compare_repeat", "schema_version": 1} | again
+    # for people, a table: an op a row, and the whole
+    table = CliRunner().invoke(
+        app, ["db", "compare-repeat", str(cfg.out), str(cfg.out)], env={"COLUMNS": "200"}
+    )
+    assert table.exit_code == 0, table.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in table.output.splitlines() if "│" in line]
+    assert [row[:2] for row in rows] == [[op, str(s["n"])] for op, s in again["per_op"].items()] + [
+        ["all", str(again["all"]["n"])]
+    ]
 
 
 def _no_torch_collect(tmp_path, *extra):
@@ -398,7 +408,8 @@ def test_cli_json_run_prints_the_acceptance_report_alone_on_stdout(tmp_path, mon
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report == json.loads((out / "acceptance.json").read_text())
+    stamp = {"schema": "servelab.collect.report", "schema_version": 1}
+    assert report == stamp | json.loads((out / "acceptance.json").read_text())
     assert report["this_run"]["rows"] == len(CampaignDir(out).rows()) > 0
     assert "to measure" in result.stderr and "acceptance: ok" in result.stderr
 

@@ -132,7 +132,8 @@ def test_every_bad_batch_line_gets_its_own_record_and_the_rest_are_answered(tabl
     for n, (record, (_, field, expected)) in enumerate(zip(out[1:], bad, strict=False), 2):
         assert record["line"] == n and record["field"] == field, record
         assert f"line {n}: {field}: " in record["error"] and expected in record["error"], record
-    assert out[-2] == {"line": len(lines) - 1, "error": f"{f} line {len(lines) - 1}: not valid JSON"}
+    stamp = {"schema": "servelab.db.query", "schema_version": 1}
+    assert out[-2] == stamp | {"line": len(lines) - 1, "error": f"{f} line {len(lines) - 1}: not valid JSON"}
     assert r.stderr.startswith(f"error: {len(bad) + 1} line(s)")
 
 
@@ -172,7 +173,7 @@ def test_status_accuracy_and_validate(table_dir, tmp_path):
     assert r.returncode == 0 and "(in use)" in r.stdout and "gemm" in r.stdout and "NVIDIA H200" in r.stdout
     r = run("accuracy", "--tables", str(table_dir), "--check", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads(r.stdout)
+    report = json.loads(r.stdout)["tables"]
     assert report[0]["tables"]["gemm"]["passes"] is True
     r = run("validate", str(table_dir))
     assert r.returncode == 0 and r.stdout.count("ok ") == 5
@@ -180,7 +181,7 @@ def test_status_accuracy_and_validate(table_dir, tmp_path):
     r = run("validate", str(tmp_path))
     assert r.returncode == 2 and "FAIL" in r.stdout and "not a readable Parquet file" in r.stdout
     r = run("validate", str(tmp_path), "--json")
-    (checked,) = json.loads(r.stdout)
+    (checked,) = json.loads(r.stdout)["files"]
     assert r.returncode == 2 and checked["ok"] is False
     assert "not a readable Parquet file" in checked["problem"]
 

@@ -27,7 +27,9 @@ def test_fit_improves_the_roofline_and_records_provenance(table_dir):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    entry = json.loads(r.stdout)
+    answer = json.loads(r.stdout)
+    assert (answer["schema"], answer["system"]) == ("servelab.roofline", "h200_sxm")
+    entry = answer["fit"]
     prov = entry["_provenance"]
     before, after = prov["median_abs_log_error_before"], prov["median_abs_log_error_after"]
     assert sum(after.values()) < sum(before.values())

@@ -261,7 +261,9 @@ def test_calibrate_cli_json_and_out(tmp_path):
     args = ("calibrate", "engines", "--from-store", str(tmp_path / "results.db"), "--mode", "static")
     r = cli(*args, "--iters", "40", "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)  # stdout is the document alone; progress went to stderr
+    answer = json.loads(r.stdout)  # stdout is the answer alone; progress went to stderr
+    assert list(answer) == ["schema", "schema_version", "calibration"]
+    doc = answer["calibration"]  # the document --out wrote
     assert doc["calibration_format"] == 2 and "fitted vllm on 16 rows" in r.stderr
     assert json.loads(out.read_text())["provenance"]["command"].endswith("--json")
     assert "--from-store" in doc["provenance"]["command"]

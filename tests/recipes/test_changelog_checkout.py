@@ -73,6 +73,7 @@ def test_cli_finds_everything_in_the_checkout(checkout, monkeypatch, capsys):
     monkeypatch.chdir(checkout)
     code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--json")
     assert code in (0, None) and json.loads(out)["new_entries"] == 1
+    assert json.loads(out)["schema"] == "servelab.changelog.validate"
     assert "the fingerprint rule does not apply" in json.loads(out)["notes"][0]
     code, out, err = cli(monkeypatch, capsys, "changelog", "validate", "--base-ref", "HEAD^", "--strict")
     assert code in (0, None) and out.startswith("ok: 1 new entry (merge rules)"), err
@@ -117,6 +118,13 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
     )
     code, out, err = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "json")
     jobs = json.loads(out)
+    code, out, _ = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--json")
+    assert code in (0, None) and json.loads(out) == {
+        "schema": "servelab.jobs",
+        "schema_version": 2,
+        "jobs": jobs,
+    }
+    code, out, err = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "json")
     missing = [j for j in jobs if j["launch"] is None]
     assert code in (0, None) and missing and all(j["scenario-type"] == "agentic-coding" for j in missing)
     assert err.count("\n") == 1 and f"note: {len(missing)} of {len(jobs)} jobs have no launch" in err

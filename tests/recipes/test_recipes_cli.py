@@ -32,18 +32,19 @@ def test_list_and_show():
 def test_list_and_validate_as_json():
     r = run("recipes", "list", "--json")
     assert r.returncode == 0, r.stderr
-    listed = {row["key"]: row for row in json.loads(r.stdout)}
+    listed = {row["key"]: row for row in json.loads(r.stdout)["recipes"]}
     assert (
         listed["dsv4f-fp8-b200-vllm"]["runner"] == "cluster:b200-nb"
         and listed["dsv4f-fp8-b200-vllm"]["jobs"] > 0
     )
     r = run("recipes", "validate", "--json")
     assert r.returncode == 0, r.stderr
-    reports = json.loads(r.stdout)
+    reports = json.loads(r.stdout)["recipes"]
     assert {rep["key"] for rep in reports} == set(listed) and all(rep["ok"] for rep in reports)
     r = run("recipes", "lock", "--check", "--json")
     assert r.returncode == 0
-    assert json.loads(r.stdout) == {"up_to_date": True, "keys": len(listed), "stale": []}
+    stamp = {"schema": "servelab.recipes.lock", "schema_version": 1}
+    assert json.loads(r.stdout) == stamp | {"up_to_date": True, "keys": len(listed), "stale": []}
 
 
 def test_render_prints_exact_argv_and_env():
@@ -142,6 +143,8 @@ def test_changelog_commands(repo):
     assert r.returncode == 0 and "ok: 1 new entry" in r.stdout
     r = run("changelog", "validate", "--base-ref", base, "--dir", "data", "--json", cwd=repo.root)
     assert r.returncode == 0 and json.loads(r.stdout) == {
+        "schema": "servelab.changelog.validate",
+        "schema_version": 1,
         "ok": True,
         "rules": "gate",
         "new_entries": 1,

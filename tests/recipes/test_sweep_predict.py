@@ -25,7 +25,9 @@ SWEEP = ("sweep", "llama70b-*", "--lowest-conc", "--seq-lens", "1k1k", "--predic
 def test_every_job_gets_its_twin():
     r = run(*SWEEP)
     assert r.returncode == 0, r.stderr
-    jobs = json.loads(r.stdout)
+    answer = json.loads(r.stdout)
+    assert (answer["schema"], answer["schema_version"]) == ("servelab.jobs", 2)
+    jobs = answer["jobs"]
     assert jobs
     for job in jobs:
         p = job["predicted"]
@@ -48,8 +50,8 @@ def test_predictions_follow_the_calibration(tmp_path):
     slow = tmp_path / "slow.json"
     params = {"step_overhead_us": 20000.0, "per_seq_overhead_us": 1.0, "kernel_gap_us": 1.0}
     slow.write_text(json.dumps({"engines": {"vllm": {"params": params | {"eager_launch_us": 5.0}}}}))
-    shipped = json.loads(run(*SWEEP).stdout)
-    slowed = json.loads(run(*SWEEP, "--calibration", str(slow)).stdout)
+    shipped = json.loads(run(*SWEEP).stdout)["jobs"]
+    slowed = json.loads(run(*SWEEP, "--calibration", str(slow)).stdout)["jobs"]
     for a, b in zip(shipped, slowed, strict=True):
         assert b["predicted"]["median_tpot_ms"] > a["predicted"]["median_tpot_ms"] + 15.0
         assert "slow.json" in b["predicted"]["engine_profile"]

@@ -39,11 +39,11 @@ def test_import_list_show_compare_export(tmp_path, write_json, vllm_result):
         for i in range(3)
     ]
     assert "imported" in ok(servelab("import", *base, "--name", "base", store=store))
-    imported = json.loads(ok(servelab("import", *new, "--name", "new", "--json", store=store)))
+    imported = json.loads(ok(servelab("import", *new, "--name", "new", "--json", store=store)))["imported"]
     assert [i["new"] for i in imported] == [True] * 3
     assert "skipped" in ok(servelab("import", base[0], store=store))
 
-    runs = json.loads(ok(servelab("list", "--json", store=store)))
+    runs = json.loads(ok(servelab("list", "--json", store=store)))["runs"]
     assert len(runs) == 6 and {r["name"] for r in runs} == {"base", "new"} and runs[0]["num_metrics"] == 14
     assert "base" in ok(servelab("list", "--name", "base", store=store))
     listed = list(csv.DictReader(io.StringIO(ok(servelab("list", "--csv", store=store)))))
@@ -68,7 +68,8 @@ def test_import_list_show_compare_export(tmp_path, write_json, vllm_result):
     assert len(records) == 3 and {"provenance", "stages", "metrics"} <= records[0].keys()
     out = tmp_path / "all.parquet"
     summary = json.loads(ok(servelab("export", "-f", "parquet", "-o", str(out), "--json", store=store)))
-    assert summary == {"output": str(out), "format": "parquet", "runs": 6, "rows": 6 * 14}
+    stamp = {"schema": "servelab.results.export", "schema_version": 1}
+    assert summary == stamp | {"output": str(out), "format": "parquet", "runs": 6, "rows": 6 * 14}
     pq = pytest.importorskip("pyarrow.parquet")
     assert pq.read_table(out).num_rows == 6 * 14
 

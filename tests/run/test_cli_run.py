@@ -2,6 +2,7 @@
 stage boundary, assertions on stages left out by --stages skipped (exit 0), and --resume of a finished run
 printing its stored table."""
 
+import json
 import os
 import socket
 import subprocess
@@ -80,3 +81,9 @@ def test_stages_left_out_skip_their_assertions_and_resume_prints_the_table(tmp_p
     assert again.returncode == 0, again.stderr
     assert "nothing to run, the stored results follow" in again.stderr
     assert again.stdout[: again.stdout.index("pass: run")] == first_table  # the same stored table
+    # the answer for programs: schema servelab.run (docs/output.md), the skipped assertion in it
+    as_json = servelab("run", "wl.yaml", "--base-url", mock_url, "--stages", "bench", "--store", "r.db",
+                       "--resume", run_id, "--json", cwd=tmp_path)  # fmt: skip
+    data = json.loads(as_json.stdout)
+    assert (data["schema"], data["schema_version"], data["run_id"]) == ("servelab.run", 1, run_id)
+    assert [a["outcome"] for a in data["assertions"]] == ["pass", "skipped"]

@@ -25,6 +25,7 @@ import json
 from time import perf_counter
 
 from servelab.bench import sse
+from servelab.readable import typed
 
 _TERMINATOR = b"\r\n0\r\n\r\n"
 MAX_HEAD_BYTES = 64 << 10
@@ -221,7 +222,8 @@ class StreamConn(asyncio.Protocol):
         st.size += len(data)
         if st.size > self.max_body_bytes:
             self.finish(
-                t, f"response larger than {self.max_body_bytes / (1 << 20):g} MiB (--max-response-mib)"
+                t,
+                f"response larger than {typed(self.max_body_bytes / (1 << 20))} MiB (--max-response-mib)",
             )
             return
         if st.sse:
@@ -305,7 +307,10 @@ class StreamConn(asyncio.Protocol):
 
     def timeout(self, t: float, limit_s: float) -> None:
         events = len(self.st.chunks) if self.st is not None else 0
-        self.finish(t, f"timeout: no complete response after {limit_s:g} s ({events} content events)")
+        self.finish(
+            t,
+            f"timeout: no complete response after {typed(limit_s)} s ({events} content events)",
+        )
 
     def finish(self, t: float, error: str | None) -> None:
         st = self.st

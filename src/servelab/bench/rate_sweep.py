@@ -13,6 +13,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from servelab.bench.result import BenchResult
+from servelab.readable import number, typed
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def rate_sweep(num_rates: int, max_concurrency: int | None) -> Generator[SweepSt
     peak = yield SweepStep("throughput", max_concurrency, math.inf)
     low, high = sync.summary.request_throughput, peak.summary.request_throughput
     if not 0 < low < high:
-        return f"no rates to sweep: synchronous {low:.3g} req/s, saturation {high:.3g} req/s"
+        return f"no rates to sweep: synchronous {number(low, 3)} req/s, saturation {number(high, 3)} req/s"
     for rate in between(low, high, num_rates):
-        yield SweepStep(f"rate {rate:.4g}", max_concurrency, rate)
+        yield SweepStep(f"rate {typed(rate)}", max_concurrency, rate)
     return None

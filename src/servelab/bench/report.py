@@ -11,6 +11,7 @@ from rich.table import Table
 
 from servelab.bench.result import BenchResult
 from servelab.metrics import LATENCY_METRICS
+from servelab.readable import given_width, typed
 
 
 def present(result: BenchResult, percentile_metrics: list[str], file=None) -> None:
@@ -45,7 +46,7 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
         line("Not sent (run stopped):", r["not_sent"])
     if r.get("cool_down"):
         line(
-            f"Left out (cool-down, last {r['cool_down']['seconds']:g} s):",
+            f"Left out (cool-down, last {typed(r['cool_down']['seconds'])} s):",
             r["cool_down"]["excluded_requests"],
         )
     if r.get("max_concurrency") is not None:
@@ -138,4 +139,6 @@ def print_sweep_table(results: list[tuple[str, dict, str | None]], file=None) ->
         table.add_column(h)
     for row in summary_rows(results):
         table.add_row(*row)
-    Console(file=file or sys.stdout, width=200).print(table)
+    out = Console(file=file or sys.stdout)
+    # on a terminal its width; in a pipe COLUMNS when set (a CI log's), else wide enough for every cell
+    (out if out.is_terminal else Console(file=file or sys.stdout, width=given_width() or 200)).print(table)

@@ -11,7 +11,6 @@ Workers die with the parent however it ends (worker.py).
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing as mp
 import os
 import shutil
@@ -20,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -44,6 +44,7 @@ from servelab.bench.report import present, print_sweep_table
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
 from servelab.errors import ServelabError
+from servelab.readable import typed
 from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
 
 
@@ -376,14 +377,17 @@ def _terminate(signum: int, frame) -> None:
 
 
 def run(
-    cfg_points: list[BenchConfig], out=None, as_json: bool = False, saved: list[Path] | None = None
+    cfg_points: list[BenchConfig],
+    out=None,
+    json_out: Callable[[list[dict]], None] | None = None,
+    saved: list[Path] | None = None,
 ) -> int:
     """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
-    sweeps. With `as_json` the summaries go to stderr and stdout gets the results as JSON (one object, or a
-    list for a sweep), measured parts of an interrupted run included. The result files written are added to
-    `saved`. Returns the exit code."""
-    text = out or (sys.stderr if as_json else sys.stdout)
-    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, as_json, saved))
+    sweeps. With `json_out` the summaries go to stderr and `json_out` is given the results (one per point,
+    measured parts of an interrupted run included) at the end. The result files written are added to `saved`.
+    Returns the exit code."""
+    text = out or (sys.stderr if json_out else sys.stdout)
+    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, json_out, saved))
 
 
 def _with_signals(cfg_points: list[BenchConfig], body) -> int:
@@ -404,7 +408,10 @@ def _with_signals(cfg_points: list[BenchConfig], body) -> int:
 
 
 def _run_points(
-    cfg_points: list[BenchConfig], out, as_json: bool = False, saved: list[Path] | None = None
+    cfg_points: list[BenchConfig],
+    out,
+    json_out: Callable[[list[dict]], None] | None = None,
+    saved: list[Path] | None = None,
 ) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
@@ -424,11 +431,8 @@ def _run_points(
         if len(cfg_points) > 1:
             print_sweep_table(results, file=out)
     finally:
-        if as_json:
-            dumps = [dump for _, dump, _ in results]
-            sys.stdout.write(
-                json.dumps(dumps[0] if len(cfg_points) == 1 and dumps else dumps, indent=1) + "\n"
-            )
+        if json_out is not None:
+            json_out([dump for _, dump, _ in results])
     return code
 
 
@@ -472,5 +476,5 @@ def _step_config(base: BenchConfig, step: SweepStep) -> BenchConfig:
 
 
 def _point_name(cfg: BenchConfig) -> str:
-    rate = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}"
+    rate = typed(cfg.request_rate)
     return f"concurrency={cfg.max_concurrency} rate={rate}"

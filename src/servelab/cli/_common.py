@@ -14,10 +14,70 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.errors import ServelabError
+from servelab.readable import given_width
 
 
-def print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+@dataclass(frozen=True)
+class Schema:
+    """One kind of --json answer: its version (raised when a key changes meaning or goes) and the command that
+    answers with it. docs/output.md lists every one with its keys (tests/cli/test_json_contract.py)."""
+
+    version: int
+    command: str
+
+
+# Every --json answer is one JSON object (one per line for `db query --batch`) whose first two keys are
+# "schema" (a name below) and "schema_version"; a list is under a named key of it.
+SCHEMAS: dict[str, Schema] = {
+    "servelab.models": Schema(1, "servelab models"),
+    "servelab.model": Schema(1, "servelab models show"),
+    "servelab.systems": Schema(1, "servelab systems"),
+    "servelab.system": Schema(1, "servelab systems show"),
+    "servelab.memory": Schema(1, "servelab memory"),
+    "servelab.estimate": Schema(1, "servelab estimate"),
+    "servelab.plan": Schema(1, "servelab plan"),
+    "servelab.db.query": Schema(1, "servelab db query"),
+    "servelab.db.status": Schema(1, "servelab db status"),
+    "servelab.db.accuracy": Schema(1, "servelab db accuracy"),
+    "servelab.db.merge": Schema(1, "servelab db merge"),
+    "servelab.db.fit": Schema(1, "servelab db fit"),
+    "servelab.db.validate": Schema(1, "servelab db validate"),
+    "servelab.db.compare_repeat": Schema(1, "servelab db compare-repeat"),
+    "servelab.collect.plan": Schema(1, "servelab collect --dry-run"),
+    "servelab.collect.report": Schema(1, "servelab collect"),
+    "servelab.collect.engine_plan": Schema(1, "servelab collect --engine ... --dry-run"),
+    "servelab.collect.engine_reports": Schema(1, "servelab collect --engine ..."),
+    "servelab.bench": Schema(1, "servelab bench"),
+    "servelab.recipes": Schema(1, "servelab recipes list"),
+    "servelab.recipe": Schema(1, "servelab recipes show"),
+    "servelab.recipes.validate": Schema(1, "servelab recipes validate"),
+    "servelab.launch": Schema(1, "servelab recipes render"),
+    "servelab.recipes.lock": Schema(1, "servelab recipes lock"),
+    "servelab.recipes.import": Schema(1, "servelab recipes import"),
+    "servelab.jobs": Schema(2, "servelab sweep, servelab changelog jobs"),
+    "servelab.changelog.validate": Schema(1, "servelab changelog validate"),
+    "servelab.results.runs": Schema(1, "servelab results list"),
+    "servelab.results.run": Schema(1, "servelab results show"),
+    "servelab.results.compare": Schema(1, "servelab results compare A B"),
+    "servelab.results.predicted": Schema(1, "servelab results compare A --predicted / --twin"),
+    "servelab.results.export": Schema(1, "servelab results export --output"),
+    "servelab.results.import": Schema(1, "servelab results import"),
+    "servelab.report": Schema(1, "servelab report"),
+    "servelab.run.plan": Schema(1, "servelab run --dry-run"),
+    "servelab.run": Schema(1, "servelab run"),
+    "servelab.calibration": Schema(1, "servelab calibrate engines"),
+    "servelab.roofline": Schema(1, "servelab calibrate roofline"),
+}
+
+
+def json_answer(schema: str, data: dict) -> dict:
+    """A --json answer: the schema's name and version first, then `data`'s keys."""
+    return {"schema": schema, "schema_version": SCHEMAS[schema].version, **data}
+
+
+def print_json(schema: str, data: dict, *, indent: int | None = 2) -> None:
+    """Print one --json answer (`indent` None: on one line, as `db query --batch` prints each)."""
+    sys.stdout.write(json.dumps(json_answer(schema, data), indent=indent, default=str) + "\n")
 
 
 def console() -> Console:
@@ -49,8 +109,9 @@ def print_table(
     file: IO[str] | None = None,
     as_csv: bool = False,
 ) -> None:
-    """Print a table that fits: on a terminal, secondary columns leave (named in a footnote) before any key
-    is cut; in a pipe or a file, at the table's natural width, every cell whole, whatever COLUMNS says.
+    """Print a table that fits the width it is given: a terminal's, or in a pipe or a file COLUMNS when set
+    (a CI log's); secondary columns leave (named in a footnote) before any key is cut, and the other cells
+    wrap. A pipe without COLUMNS gets the table at its natural width, every cell whole.
     `as_csv`: every column as CSV (a header row, then the rows), for spreadsheets and scripts."""
     cells = [list(r) for r in rows]
     if as_csv:
@@ -63,8 +124,7 @@ def print_table(
     table = _table(columns, cells, shown, title, show_header)
     natural = _natural_width(out, table)
     if not out.is_terminal:
-        Console(file=file, width=natural).print(table)
-        return
+        out = Console(file=file, width=given_width() or natural)
     by_rank = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: -columns[i].drop)
     hidden = []
     while natural > out.width and by_rank:
@@ -75,7 +135,7 @@ def print_table(
         natural = _natural_width(out, table)
     out.print(table)
     if hidden:
-        out.print(f"[dim]not shown at this width: {', '.join(hidden)} (a pipe or --json shows all)[/dim]")
+        out.print(f"[dim]not shown at this width: {', '.join(hidden)} (--json shows all)[/dim]")
 
 
 def _table(

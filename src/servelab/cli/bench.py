@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from servelab.bench import config as C
 from servelab.bench.profiles import Load, apply_profile
+from servelab.cli._common import print_json
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.progress import DEFAULT_INTERVAL_S
@@ -194,7 +195,10 @@ def bench(
         False, "--save-result", help="Write the result file (and its per-request records beside it)."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print the result as JSON on stdout (the summary goes to stderr)."
+        False,
+        "--json",
+        help="Print the results as one JSON answer on stdout (schema servelab.bench; the summary goes to "
+        "stderr).",
     ),
     save_detailed: bool = typer.Option(
         False, "--save-detailed", help="Also save per-request lists (lengths, TTFTs, ITLs, texts, errors)."
@@ -472,7 +476,8 @@ def bench(
         code = run_rate_sweep(points[0], sweep_rates, saved=saved)
     else:
         saved = []
-        code = run(points, as_json=as_json, saved=saved)
+        json_out = (lambda dumps: print_json("servelab.bench", {"results": dumps})) if as_json else None
+        code = run(points, json_out=json_out, saved=saved)
     _write_outputs(result_filename, result_dir, saved, formats, as_json)
     return code
 

@@ -189,7 +189,7 @@ def engines(
     )
     doc = calibrate_engines(opts, echo=echo)
     if as_json:
-        print_json(doc.dump())
+        print_json("servelab.calibration", {"calibration": doc.dump()})
 
 
 @app.command()
@@ -207,7 +207,7 @@ def roofline(
         system, tables, argv=_argv("roofline"), note=lambda line: print(line, file=sys.stderr)
     )
     if as_json:
-        print_json(entry)
+        print_json("servelab.roofline", {"system": name, "fit": entry})
     else:
         _print_roofline(name, entry)
     if not dry_run:

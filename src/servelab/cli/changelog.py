@@ -82,7 +82,8 @@ def validate(
     n = len(change.added)
     if as_json:
         print_json(
-            {"ok": True, "rules": "merge" if strict else "gate", "new_entries": n, "notes": change.notes}
+            "servelab.changelog.validate",
+            {"ok": True, "rules": "merge" if strict else "gate", "new_entries": n, "notes": change.notes},
         )
         return
     for note in change.notes:
@@ -114,6 +115,9 @@ def jobs(
     ),
     directory: Path = DirOpt,
     changelog: Path = ChangelogOpt,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the jobs as one JSON answer (schema servelab.jobs) on stdout."
+    ),
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first): throughput
     jobs without evals, then eval-only jobs (their scripts run the evals, not the throughput bench). sh and
@@ -124,6 +128,8 @@ def jobs(
         raise ServelabError(f"--max-jobs {max_jobs}: expected at least 1")
     if fmt not in (*FORMATS, INFERENCEX):
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
+    if as_json and (fmt != "json" or out is not None):
+        raise ServelabError("--json: prints the jobs as JSON on stdout (no --format or --out)")
     rules = {"all_evals": all_evals, "evals_only": evals_only, "trim_conc": trim, "max_jobs": max_jobs}
     change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
     if fmt == INFERENCEX:
@@ -138,6 +144,9 @@ def jobs(
         typer.echo(f"wrote the job matrix to {out}")
         return
     found = change.jobs.all()
+    if as_json:
+        print_json("servelab.jobs", {"jobs": [j.to_json() for j in found]})
+        return
     reasons = Counter(j.not_renderable for j in found if j.not_renderable)
     for why, n in reasons.most_common():
         what = "are left out, having no launch" if fmt in SCRIPTED else "have no launch"

@@ -115,7 +115,7 @@ def collect(
     if dry_run:
         plan = plan_campaign(cfg)
         if as_json:
-            print_json(cost(plan, cfg))
+            print_json("servelab.collect.plan", cost(plan, cfg))
         else:
             typer.echo(describe(plan, cfg))
         return 0
@@ -130,7 +130,7 @@ def collect(
         echo=lambda line: typer.echo(line, err=as_json),
     )
     if as_json:
-        print_json(report)
+        print_json("servelab.collect.report", report)
     elif not report["ok"]:
         typer.echo(f"see {out / 'acceptance.json'} and {out / 'errors.jsonl'}")
     this_run = report["this_run"]
@@ -150,7 +150,7 @@ def _engine(
     if dry_run:
         plan = session.dry_run(cfgs, found)
         if as_json:
-            print_json(plan)
+            print_json("servelab.collect.engine_plan", plan)
         else:
             typer.echo(session.describe(plan))
         return 0
@@ -168,7 +168,7 @@ def _engine(
         echo=lambda line: typer.echo(line, err=as_json),
     )
     if as_json:
-        print_json(reports)
+        print_json("servelab.collect.engine_reports", {"reports": reports})
     runs = [r["this_run"] for r in reports]
     if runs and all(r["errors"] and not r["rows"] for r in runs):
         typer.echo("nothing was measured: every key of this run failed", err=True)

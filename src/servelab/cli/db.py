@@ -1,11 +1,11 @@
 """`servelab db`: query the perf tables, and merge, check and describe them."""
 
-import json
 import sys
 from pathlib import Path
 
 import typer
 
+from servelab.cli._common import Col, print_json, print_table
 from servelab.collect.repeat import compare
 from servelab.errors import ServelabError
 from servelab.perfdb.admin import accuracy_report, status_report, validate_paths
@@ -80,7 +80,10 @@ def query(
         failed = 0
         for result in answer_lines(db, Path(batch)):
             failed += "error" in result
-            typer.echo(json.dumps(result) if as_json else _line(result))
+            if as_json:
+                print_json("servelab.db.query", result, indent=None)
+            else:
+                typer.echo(_line(result))
         if failed:
             raise ServelabError(
                 f"{failed} line(s) of {batch} could not be answered (see their error objects)"
@@ -123,7 +126,10 @@ def query(
             )
         fields["batch"] = int(batch)
     result = answer(db, op, fields)
-    typer.echo(json.dumps(result) if as_json else _line(result))
+    if as_json:
+        print_json("servelab.db.query", result, indent=None)
+    else:
+        typer.echo(_line(result))
 
 
 def _line(r: dict) -> str:
@@ -150,7 +156,7 @@ def status(
     """The table directories servelab would use, with rows, provenance and stored leave-one-out accuracy."""
     report = status_report(system)
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
+        print_json("servelab.db.status", {"tables": report})
         return
     if not report:
         typer.echo("no perf tables found; every op answers from the roofline")
@@ -189,7 +195,7 @@ def accuracy(
     """Leave-one-out error per table, recomputed now: interpolated, extrapolated and borrowed points."""
     report = accuracy_report(system, tables)
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
+        print_json("servelab.db.accuracy", {"tables": report})
     else:
         if not report:
             typer.echo("no perf tables found")
@@ -231,7 +237,7 @@ def merge(
         dirs, into, drop_bad=drop_bad, command="servelab db " + " ".join(sys.argv[2:]), ops=only
     )
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
+        print_json("servelab.db.merge", report)
         return
     for c in report["campaigns"]:
         typer.echo(f"campaign {c['dir']}: {c['rows']} rows, {c['errors']} collector errors, date {c['date']}")
@@ -264,7 +270,7 @@ def fit(
 
     report = fit_all(into)
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
+        print_json("servelab.db.fit", report)
         return
     for kernels in report["ratios"].values():
         for kernel, families in kernels.items():
@@ -288,16 +294,13 @@ def validate(
         help="Table files, table directories or campaign directories; "
         "default: every table servelab can find.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per file checked."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: an object per file checked."),
 ) -> None:
     """Strictly check tables (and campaigns before a merge); exit 2 naming each file that fails."""
     results = validate_paths(paths or None)
     if as_json:
-        print(
-            json.dumps(
-                [{"path": str(p), "ok": problem is None, "problem": problem} for p, problem in results]
-            )
-        )
+        checked = [{"path": str(p), "ok": problem is None, "problem": problem} for p, problem in results]
+        print_json("servelab.db.validate", {"files": checked})
     else:
         for path, problem in results:
             status = "ok  " if problem is None else "FAIL"
@@ -315,9 +318,24 @@ def compare_repeat(
     second: Path = typer.Argument(
         ..., help="A campaign that measured a sample of its keys again (servelab collect --repeat-of)."
     ),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Repeatability: the spread of (second / first - 1) per op and overall, over the keys both measured."""
     for campaign in (first, second):
         if not any(campaign.glob("rows/*.jsonl")):
             raise ServelabError(f"{campaign}: not a collector campaign directory (no rows/*.jsonl)")
-    typer.echo(json.dumps(compare(first, second), indent=1))
+    spread = compare(first, second)
+    if as_json:
+        print_json("servelab.db.compare_repeat", spread)
+        return
+    columns = [Col("op", key=True), Col("keys", "right", key=True)]
+    columns += [Col(h, "right") for h in ("median %", "p5 %", "p95 %", "|median| %", "within 5 %")]
+    rows = [_spread_row(op, s) for op, s in spread["per_op"].items()] + [_spread_row("all", spread["all"])]
+    print_table(columns, rows, title=f"second / first - 1, key by key, in % ({second} against {first})")
+
+
+def _spread_row(op: str, s: dict) -> list[str]:
+    if not s["n"]:
+        return [op, "0", "-", "-", "-", "-", "-"]
+    cells = [f"{s[k]:+.2f}" for k in ("median_pct", "p5_pct", "p95_pct")] + [f"{s['abs_median_pct']:.2f}"]
+    return [op, str(s["n"]), *cells, f"{100 * s['within_5pct']:.1f} %"]

@@ -28,6 +28,7 @@ from servelab.predict.engines import engine_profile
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
+from servelab.readable import value as value_text
 
 MAX_BATCH = 1 << 16
 
@@ -79,7 +80,7 @@ def estimate(
         raise ServelabError(f"--mode: expected static or agg, got {mode!r}")
     data = result.model_dump(mode="json", exclude_none=True)
     if as_json:
-        print_json(data)
+        print_json("servelab.estimate", data)
         return
     _print(data)
 
@@ -125,4 +126,4 @@ def _print(data: dict[str, Any]) -> None:
                 ((name, f"{us / 1000:,.3f}", f"{100 * us / total:.1f}") for name, us in bd.items()),
                 f"{phase.removesuffix('_us')} step: kernel time per op",
             )
-        out.print(f"engine overhead us: {data['breakdown']['engine_overhead_us']}")
+        out.print(f"engine overhead us: {value_text(data['breakdown']['engine_overhead_us'])}")

@@ -87,7 +87,7 @@ def memory(
         "source": mem.source,
     }
     if as_json:
-        print_json(result)
+        print_json("servelab.memory", result)
     else:
         rows = [
             (key.removesuffix("_gib"), f"{result[key]:,.2f}")

@@ -17,6 +17,7 @@ from servelab.cli._common import (
     print_json,
     print_table,
 )
+from servelab.readable import value as value_text
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show model specs.")
 
@@ -46,7 +47,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) -
             }
         )
     if as_json:
-        print_json(rows)
+        print_json("servelab.models", {"models": rows})
         return
     columns = (
         Col("name", key=True),
@@ -84,10 +85,10 @@ def show(
 
     summary = load_model(name, weight_dtype=weight_dtype, kv_dtype=kv_dtype).summary()
     if as_json:
-        print_json(summary)
+        print_json("servelab.model", summary)
         return
     rows = [
-        (key, f"{value:,}" if isinstance(value, int) and key.endswith(("params", "bytes")) else str(value))
+        (key, value_text(value) if isinstance(value, int | float | dict | list | None) else str(value))
         for key, value in summary.items()
     ]
     print_table((Col("key", key=True), Col("value")), rows, summary["name"], show_header=False)

@@ -14,12 +14,14 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from servelab import readable
 from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
 from servelab.predict.plan.report import render_html
 from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_MS
 from servelab.predict.provenance import describe_shares, roofline_warning
+from servelab.readable import typed
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -42,10 +44,14 @@ def plan(
     isl: int = _option("isl"),
     osl: int = _option("osl"),
     ttft_ms: float | None = typer.Option(
-        None, "--ttft-ms", help=f"TTFT limit in ms (default {INTERACTIVE_TTFT_MS:g}: interactive serving)"
+        None,
+        "--ttft-ms",
+        help=f"TTFT limit in ms (default {typed(INTERACTIVE_TTFT_MS)}: interactive serving)",
     ),
     tpot_ms: float | None = typer.Option(
-        None, "--tpot-ms", help=f"TPOT limit in ms (default {INTERACTIVE_TPOT_MS:g}: interactive serving)"
+        None,
+        "--tpot-ms",
+        help=f"TPOT limit in ms (default {typed(INTERACTIVE_TPOT_MS)}: interactive serving)",
     ),
     no_sla: bool = typer.Option(False, "--no-sla", help="No TTFT / TPOT limits: rank by throughput alone"),
     e2e_ms: float | None = _option("e2e_ms"),
@@ -142,7 +148,7 @@ def plan(
                 {"rank": p.rank, "directory": str(p.directory) if p.directory else None, "note": p.note}
                 for p in saved
             ]
-        print_json(data)
+        print_json("servelab.plan", data)
         return
     if as_csv:
         _print_csv(result)
@@ -249,14 +255,14 @@ def _print(result: Plan, explained: dict[str, Any] | None, report: str | None) -
 
 
 def _sla_line(req: PlanRequest) -> str:
-    rate = f"; at least {req.request_rate:g} requests/s" if req.request_rate else ""
+    rate = f"; at least {typed(req.request_rate)} requests/s" if req.request_rate else ""
     if req.default_sla:
         return (
             f"SLA (default, interactive): {req.sla_text()} at the {req.sla_stat}{rate}; "
             "--ttft-ms / --tpot-ms to change, --no-sla for throughput only"
         )
     limits = [
-        f"{name} <= {value:g} ms" + ("" if field in req.model_fields_set else " (default)")
+        f"{name} <= {typed(value)} ms" + ("" if field in req.model_fields_set else " (default)")
         for name, field, value in (
             ("TTFT", "ttft_ms", req.ttft_ms),
             ("TPOT", "tpot_ms", req.tpot_ms),
@@ -285,7 +291,7 @@ def _print_explain(out: Console, ex: dict[str, Any]) -> None:
                 key.removesuffix("_us").replace("_", " ") + " (time per part)",
             )
         else:
-            out.print(f"{key.replace('_', ' ')}: {value}")
+            out.print(f"{key.replace('_', ' ')}: {readable.value(value)}")
     out.print("limits: " + "; ".join(ex["limits"]))
     for line in ex["versus"]:
         out.print(f"- {line}")

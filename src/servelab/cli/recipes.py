@@ -30,12 +30,11 @@ def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt, as_csv: bool =
         rows.append((key, r.model, r.runner, r.framework, r.precision, str(len(arms)), str(jobs)))
     if as_json:
         names = ("key", "model", "runner", "framework", "precision", "arms", "jobs")
-        print_json(
-            [
-                {n: int(v) if n in ("arms", "jobs") else v for n, v in zip(names, row, strict=True)}
-                for row in rows
-            ]
-        )
+        listed = [
+            {n: int(v) if n in ("arms", "jobs") else v for n, v in zip(names, row, strict=True)}
+            for row in rows
+        ]
+        print_json("servelab.recipes", {"recipes": listed})
         return
     columns = (
         Col("key", key=True),
@@ -54,6 +53,9 @@ def show(
     key: str,
     as_: str = typer.Option("servelab", "--as", help="servelab | inferencex | workload | json"),
     directory: Path = StoreDirOpt,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the recipe as one JSON answer (schema servelab.recipe)."
+    ),
 ) -> None:
     """Print one recipe: in servelab's format, as an InferenceX master entry, or as perf-eval workloads (one
     YAML document per server layout)."""
@@ -62,6 +64,9 @@ def show(
 
     store = open_store(directory)
     recipe = store.get(key)
+    if as_json:
+        print_json("servelab.recipe", {"key": key, "recipe": recipe.dump(), "source": store.files[key]})
+        return
     if as_ == "servelab":
         typer.echo(dump_yaml({key: recipe.dump()}), nl=False)
     elif as_ == "json":
@@ -111,7 +116,7 @@ def validate(
         found += [
             {"key": k, "ok": False, "errors": [stale_error], "warnings": [], "notes": []} for k in stale
         ]
-        print_json(found)
+        print_json("servelab.recipes.validate", {"recipes": found})
         n_bad = sum(not r["ok"] for r in found)
         if n_bad:
             raise ServelabError(f"{n_bad} recipe(s) with errors")
@@ -183,7 +188,7 @@ def render(
     job = JobPoint(isl=isl, osl=osl, conc=concurrencies(chosen)[0] if conc is None else conc)
     launch = render_launch(recipe, chosen, isl + osl + MODEL_LEN_MARGIN, port, job=job)
     if as_json:
-        typer.echo(json.dumps(launch.model_dump(), indent=2))
+        print_json("servelab.launch", launch.model_dump())
         return
     for k, v in launch.env.items():
         typer.echo(f"export {k}={shlex.quote(v)}")
@@ -208,7 +213,9 @@ def lock(
     if check:
         stale = stale_keys(store)
         if as_json:
-            print_json({"up_to_date": not stale, "keys": len(store.recipes), "stale": stale})
+            print_json(
+                "servelab.recipes.lock", {"up_to_date": not stale, "keys": len(store.recipes), "stale": stale}
+            )
         if stale:
             raise ServelabError(f"{LOCK} is stale for {', '.join(stale)}; run `servelab recipes lock`")
         if not as_json:
@@ -221,7 +228,7 @@ def lock(
     except OSError as e:
         raise ServelabError(f"{path}: cannot write ({e.strerror or e})") from None
     if as_json:
-        print_json({"written": str(path), "keys": len(fps)})
+        print_json("servelab.recipes.lock", {"written": str(path), "keys": len(fps)})
         return
     typer.echo(f"wrote {len(fps)} fingerprints to {path}")
 
@@ -240,7 +247,9 @@ def import_(
     store = open_store(directory)
     recipes, notes = load_any(file, store.runner_labels, image=image)
     if as_json:
-        print_json({"recipes": {k: r.dump() for k, r in recipes.items()}, "notes": notes})
+        print_json(
+            "servelab.recipes.import", {"recipes": {k: r.dump() for k, r in recipes.items()}, "notes": notes}
+        )
         return
     for n in notes:
         typer.echo(f"# note: {n}")

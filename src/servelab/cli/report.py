@@ -56,6 +56,6 @@ def report(
         raise ServelabError(f"{output}: cannot write ({e.strerror})", field="output") from e
     if as_json:  # the points the page shows, without their per-request samples
         rows = [{k: v for k, v in dataclasses.asdict(p).items() if k != "samples_ms"} for p in points]
-        print_json({"report": str(output), "points": rows})
+        print_json("servelab.report", {"report": str(output), "points": rows})
         return
     typer.echo(f"report: {output} ({len(points)} points)")

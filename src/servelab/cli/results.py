@@ -13,6 +13,7 @@ from rich.table import Table
 
 from servelab.cli._common import CalibrationOpt, Col, CsvOpt, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
+from servelab.readable import given_width, number
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
 from servelab.results.importers import import_files
@@ -26,14 +27,15 @@ StoreOpt = typer.Option(
 
 
 def _console() -> Console:
-    """Piped output keeps whole cells (rich would cut a table to 80 columns when stdout is not a terminal)."""
-    return Console() if sys.stdout.isatty() else Console(width=400)
+    """Piped output fits COLUMNS when it is set, else keeps whole cells (rich would cut a table to 80 columns
+    when stdout is not a terminal)."""
+    return Console() if sys.stdout.isatty() else Console(width=given_width() or 400)
 
 
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return number(value)
 
 
 @app.command("list")
@@ -51,7 +53,8 @@ def list_runs(
         runs = store.list_runs(name=name, limit=limit or None)
         counts = store.metric_counts()
     if as_json:
-        print_json([dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs])
+        runs_out = [dataclasses.asdict(r) | {"num_metrics": counts.get(r.id, 0)} for r in runs]
+        print_json("servelab.results.runs", {"runs": runs_out})
         return
     if not runs and not as_csv:
         typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
@@ -83,7 +86,7 @@ def show(
     with Store.open(store_path) as store:
         record = run_record(store, store.get_run(run))
     if as_json:
-        print_json(record)
+        print_json("servelab.results.run", record)
         return
     console = _console()
     fields = {k: v for k, v in record.items() if k not in ("provenance", "stages", "metrics")}
@@ -152,13 +155,14 @@ def compare(
         result = comparing.compare(store, a, b, metric or [])
     if as_json:
         print_json(
+            "servelab.results.compare",
             {
                 "a": [r.id for r in result.runs_a],
                 "b": [r.id for r in result.runs_b],
                 "rows": [dataclasses.asdict(row) for row in result.rows],
                 "only_a": result.only_a,
                 "only_b": result.only_b,
-            }
+            },
         )
         return
     table = Table("stage", "config", "metric", "unit", f"A ({a})", "n", f"B ({b})", "n", "change %", "p")
@@ -173,7 +177,7 @@ def compare(
             _fmt(row.median_b),
             str(len(row.b)),
             "-" if row.change_pct is None else f"{row.change_pct:+.1f}",
-            "-" if row.p_value is None else f"{row.p_value:.3g}",
+            "-" if row.p_value is None else "<0.001" if row.p_value < 0.001 else number(row.p_value, 3),
         )
     console = _console()
     console.print(table)
@@ -197,7 +201,7 @@ def _compare_predicted(
         else:
             result = against.against_twin(store, measured, patterns, calibration)
     if as_json:
-        print_json(dataclasses.asdict(result))
+        print_json("servelab.results.predicted", dataclasses.asdict(result))
         return
     table = Table(
         "config",
@@ -251,7 +255,7 @@ def export(
         output.write_text(text.getvalue())
     summary = {"output": str(output), "format": fmt, "runs": len(selected), "rows": len(rows)}
     if as_json:
-        print_json(summary)
+        print_json("servelab.results.export", summary)
     else:
         typer.echo(f"wrote {len(rows)} metric values of {len(selected)} runs to {output} ({fmt})")
 
@@ -274,7 +278,7 @@ def import_(
     with Store.open(store_path) as store:
         imported = import_files(store, files, name)
     if as_json:
-        print_json([dataclasses.asdict(i) for i in imported])
+        print_json("servelab.results.import", {"imported": [dataclasses.asdict(i) for i in imported]})
         return
     for i in imported:
         if i.new:

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
+from servelab.readable import number
 
 _SERVER = "Server"
 MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run
@@ -129,7 +130,7 @@ def run(
     check = None if base_url else check_summary(check_server(plan.server))
     if dry_run:
         if as_json:
-            print_json(plan.dump() | {"launch_check": check})
+            print_json("servelab.run.plan", plan.dump() | {"launch_check": check})
         else:
             _print_plan(plan.dump() | {"launch_check": check})
         return 0
@@ -152,7 +153,7 @@ def run(
     with Store.open(store_path) as store:
         result = execute(plan, store, opts)
     if as_json:
-        print_json(result.dump())
+        print_json("servelab.run", result.dump())
     else:
         _print_result(result)
     return result.exit_code
@@ -213,7 +214,7 @@ def _print_result(result) -> None:
         metrics = result.metrics.get(stage, {}).get(config, {})
         keys = _KEY_METRICS.get(stage)
         names = [m for m in keys if m in metrics] if keys else sorted(metrics)[:4]
-        shown = ", ".join(f"{m} {metrics[m]['median']:.4g}" for m in names)
+        shown = ", ".join(f"{m} {number(metrics[m]['median'])}" for m in names)
         ci = _ci(names[0], metrics[names[0]]) if names else ""
         status = ", ".join(sorted({m.status for m in members}))
         detail = "; ".join(sorted({m.detail for m in members if m.detail}))
@@ -256,4 +257,4 @@ def _ci(name: str, m: dict) -> str:
         return ""
     if m.get("ci_level") is None:
         return f"{name}: {m['ci']}"
-    return f"{name}: [{m['ci_low']:.4g}, {m['ci_high']:.4g}] at {m['ci_level']:.1%}"
+    return f"{name}: [{number(m['ci_low'])}, {number(m['ci_high'])}] at {m['ci_level']:.1%}"

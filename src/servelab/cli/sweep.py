@@ -55,9 +55,12 @@ def sweep(
     launcher: str = LauncherOpt,
     directory: Path = StoreDirOpt,
     predict: bool = typer.Option(
-        False, "--predict", help="json: add each job's simulated twin as `predicted`."
+        False, "--predict", help="Add each job's simulated twin as `predicted` (prints --json)."
     ),
     calibration: Path = CalibrationOpt,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the jobs as one JSON answer (schema servelab.jobs) on stdout."
+    ),
 ) -> None:
     """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
     fingerprint of what it runs."""
@@ -104,14 +107,18 @@ def sweep(
     reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
     for why, n in reasons.most_common():
         typer.echo(f"note: {n} of {len(jobs)} jobs have no launch: {why}", err=True)
+    if (predict or as_json) and (fmt != "json" or out is not None):
+        flag = "--predict" if predict else "--json"
+        raise ServelabError(f"{flag}: prints the jobs as JSON on stdout (no --format or --out)")
     if predict:
         from servelab.recipes.predict_jobs import predict_jobs  # noqa: PLC0415  # start-up time
 
-        if fmt != "json" or out is not None:
-            raise ServelabError("--predict: prints the jobs as JSON on stdout (no --format or --out)")
         steps = Steps("sweep --predict: jobs simulated", len(jobs))
         predicted = predict_jobs(store, jobs, calibration, done=steps.advance)
         steps.finish()
-        print_json(predicted)
+        print_json("servelab.jobs", {"jobs": predicted})
+        return
+    if as_json:
+        print_json("servelab.jobs", {"jobs": [j.to_json() for j in jobs]})
         return
     typer.echo(emit(jobs, fmt, out, launcher), nl=False)

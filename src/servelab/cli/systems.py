@@ -7,6 +7,8 @@ module whatever the command.
 import typer
 
 from servelab.cli._common import Col, CsvOpt, JsonOpt, print_json, print_table
+from servelab.readable import number
+from servelab.readable import value as value_text
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="List and show GPU systems.")
 
@@ -20,7 +22,7 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) 
 
     specs = [load_system(n) for n in list_systems()]
     if as_json:
-        print_json([s.summary() for s in specs])
+        print_json("servelab.systems", {"systems": [s.summary() for s in specs]})
         return
     columns = (
         Col("name", key=True),
@@ -38,11 +40,11 @@ def systems(ctx: typer.Context, as_json: bool = JsonOpt, as_csv: bool = CsvOpt) 
         (
             s.name,
             s.gpu_name,
-            f"{s.hbm_gib:g}",
-            f"{s.hbm_bw_tbs:g}",
-            f"{s.peak_tflops['bf16']:g}",
-            f"{s.peak_tflops['fp8']:g}",
-            f"{s.peak_tflops['fp4']:g}" if s.supports_fp4 else "-",
+            number(s.hbm_gib, 6),
+            number(s.hbm_bw_tbs, 6),
+            number(s.peak_tflops["bf16"], 6),
+            number(s.peak_tflops["fp8"], 6),
+            number(s.peak_tflops["fp4"], 6) if s.supports_fp4 else "-",
             str(s.gpus_per_node),
             str(s.nvlink_domain),
             str(len(s.measured)) if s.measured else "-",
@@ -59,13 +61,13 @@ def show(name: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
 
     summary = load_system(name).summary()
     if as_json:
-        print_json(summary)
+        print_json("servelab.system", summary)
         return
     rows = []
     for key, value in summary.items():
         if key == "measured":
             for mkey, m in value.items():
-                rows.append((f"measured.{mkey}", f"{m['value']:g}  ({m['what']}; {m['source']})"))
+                rows.append((f"measured.{mkey}", f"{number(m['value'], 6)}  ({m['what']}; {m['source']})"))
         else:
-            rows.append((key, str(value)))
+            rows.append((key, value_text(value)))
     print_table((Col("key", key=True), Col("value")), rows, summary["name"], show_header=False)

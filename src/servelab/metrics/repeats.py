@@ -12,6 +12,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from servelab.readable import number
+
 MIN_RUNS = 3
 METHOD = "order-statistic CI of the median"
 
@@ -37,9 +39,9 @@ class Summary:
         return out
 
     def ci_text(self) -> str:
-        if self.ci_level is None:
+        if self.ci_level is None or self.ci_low is None or self.ci_high is None:
             return "n too small"
-        return f"[{self.ci_low:.4g}, {self.ci_high:.4g}] ({self.ci_level:.1%})"
+        return f"[{number(self.ci_low)}, {number(self.ci_high)}] ({self.ci_level:.1%})"
 
 
 def _binom_cdf_half(k: int, n: int) -> float:

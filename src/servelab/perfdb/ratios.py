@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
 from servelab.perfdb.latency import OpLatency
+from servelab.readable import factor
 
 MIN_ROWS = 5
 TABLE_ANSWERS = ("measured", "interpolated", "extrapolated")
@@ -83,7 +84,7 @@ def scaled(torch: OpLatency, family: str, fit: FamilyRatio, kernel: str) -> OpLa
     low = torch.low_us * fit.ratio * (1.0 + fit.lo)
     high = torch.high_us * fit.ratio * (1.0 + fit.hi)
     note = (
-        f"torch {torch.source} x {fit.ratio:.3g} ({kernel}/torch ratio of {family}, fitted on "
+        f"torch {torch.source} x {factor(fit.ratio)} ({kernel}/torch ratio of {family}, fitted on "
         f"{fit.rows} rows of {', '.join(fit.systems)}; band: torch's widened by the ratio's leave-one-out "
         f"{100 * fit.lo:+.0f} %/{100 * fit.hi:+.0f} %); {torch.note}"
     )

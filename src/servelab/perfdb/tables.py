@@ -26,6 +26,7 @@ from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.table_files import read_table
+from servelab.readable import factor
 
 log = logging.getLogger("servelab.perfdb")
 
@@ -171,7 +172,7 @@ class TableSet:
                 lo, hi = min(lo, lo2), max(hi, hi2)
             scale = max(1.0, math.log2(ans.beyond))
             lo, hi = lo * scale, hi * scale
-            note += f"; utilisation held from the table boundary ({ans.beyond:.3g}x beyond the data)"
+            note += f"; utilisation held from the table boundary ({factor(ans.beyond)}x beyond the data)"
         # the table's own values carry run-to-run noise, so no band is narrower than the repeatability
         lo, hi = max(min(lo, REPEAT_LO), -0.9), max(hi, REPEAT_HI)
         return OpLatency(ans.us, ans.us * (1 + lo), ans.us * (1 + hi), ans.kind, f"{note}; {band_note}")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servelab.errors import ServelabError
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.ratios import fit_family
+from servelab.readable import factor
 
 # how far a transferred time may be off where no fit says (an assumption, not a measurement): the H200
 # tables' own roofline fit leaves 20-40 % per op family at p10/p90, and the datasheet ratio of two GPUs
@@ -83,7 +84,7 @@ def transferred(
     ratio = target_roof_us / source_roof_us if source_roof_us > 0 else 1.0
     if fit is not None:
         eff, lo, hi = fit.efficiency, fit.lo, fit.hi
-        how = f"efficiency {eff:.3g} fitted on {fit.rows} keys measured on both, leave-one-out band"
+        how = f"efficiency {factor(eff)} fitted on {fit.rows} keys measured on both, leave-one-out band"
     else:
         eff, (lo, hi) = 1.0, DEFAULT_BAND
         how = (
@@ -91,7 +92,9 @@ def transferred(
             f"{100 * lo:+.0f} %/{100 * hi:+.0f} %"
         )
     scale = ratio * eff
-    note = f"transferred from {source} ({answer.source}, x{ratio:.3g} roofline ratio; {how}); {answer.note}"
+    note = (
+        f"transferred from {source} ({answer.source}, x{factor(ratio)} roofline ratio; {how}); {answer.note}"
+    )
     return OpLatency(
         answer.us * scale,
         answer.low_us * scale * (1 + lo),

@@ -5,6 +5,7 @@ from functools import lru_cache
 from pydantic import BaseModel
 
 from servelab.errors import ServelabError
+from servelab.readable import typed
 from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 GIB = float(1 << 30)
@@ -167,7 +168,9 @@ def memory_per_gpu(
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
     source = MemoryBreakdown.model_fields["source"].default
     if static_fraction:
-        source += f"; KV cache = mem_fraction_static {gpu_memory_utilization:g} x the GPU - weights (SGLang)"
+        source += (
+            f"; KV cache = mem_fraction_static {typed(gpu_memory_utilization)} x the GPU - weights (SGLang)"
+        )
     return MemoryBreakdown(
         weights_gib=weights,
         activations_gib=acts,

@@ -37,6 +37,7 @@ from servelab.metrics.repeats import median
 from servelab.metrics.repeats import summarize as summarize_repeats
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.provenance import describe_shares, roofline_warning
+from servelab.readable import number
 from servelab.results.importers import read_file
 from servelab.results.store import Store
 
@@ -627,7 +628,7 @@ def _table(points: Sequence[Point], per_gpu: bool) -> str:
 
 
 def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return "-" if x is None else number(x)
 
 
 def figures(

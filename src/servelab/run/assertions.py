@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import median
+from servelab.readable import number
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -166,4 +167,4 @@ def _judge(a: Assertion, current: dict, base: dict | None) -> Judged:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+    return number(x)

@@ -17,13 +17,18 @@ from servelab.recipes.workload import is_workload, parse_workload
 from servelab.recipes.yamlio import read_text, read_yaml
 from servelab.run.plan import RunPlan, from_job, from_workload, pick_job
 
+JOBS_SCHEMA = "servelab.jobs"  # the --json answer of `servelab sweep` and `servelab changelog jobs`
+
 
 def read_job(path: Path, index: int | None) -> Job:
-    """One job of a `servelab sweep --format json` file (a list of jobs, or one job object)."""
+    """One job of a `servelab sweep --format json` file (a list of jobs, or one job object), or of a
+    `servelab sweep --json` answer (its `jobs`)."""
     try:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise ServelabError(f"{path}: not JSON ({e.msg}, line {e.lineno})", field="job") from None
+    if isinstance(data, dict) and data.get("schema") == JOBS_SCHEMA and isinstance(data.get("jobs"), list):
+        data = data["jobs"]
     if isinstance(data, list):
         if index is None and len(data) != 1:
             raise ServelabError(f"{path} holds {len(data)} jobs; choose one with --job-index", field="job")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.readable import typed
 
 Mode = Literal["agg", "disagg", "both"]
 SlaStat = Literal["mean", "p50", "p90", "p99"]
@@ -69,7 +70,7 @@ class PlanRequest(BaseModel):
     def sla_text(self) -> str:
         """The latency limits in words, or "no SLA"."""
         limits = [
-            f"{name} <= {value:g} ms"
+            f"{name} <= {typed(value)} ms"
             for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
             if value is not None
         ]

@@ -27,6 +27,7 @@ from servelab.predict.plan.request import PlanError, PlanRequest
 from servelab.predict.provenance import time_shares
 from servelab.predict.serving.workload import SpecDecoding
 from servelab.predict.step import add_counts, priced_step
+from servelab.readable import typed
 from servelab.specs import check_precision, load_model, load_system
 
 
@@ -263,7 +264,8 @@ def _binding_reason(ctx: SearchContext, p: Point, binding: str) -> str:
 def _rate_miss(req: PlanRequest, most: Point) -> PlanError:
     return PlanError(
         lambda name: (
-            f"no configuration serves {name('request_rate')} {req.request_rate:g} requests/s within "
+            f"no configuration serves {name('request_rate')} {typed(req.request_rate or 0.0)} requests/s "
+            f"within "
             f"{req.sla_text()} ({req.sla_stat}); the most is {most.request_rate:,.2f} requests/s "
             f"({most.mode} {most.label()} at concurrency {most.concurrency})"
         )
