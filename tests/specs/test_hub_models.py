@@ -5,6 +5,7 @@ when neither has it. No test touches the network."""
 
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -164,3 +165,21 @@ def test_the_cli_names_the_model_by_its_id(tmp_path):
     r = subprocess.run([*run, "memory", "acme/missing"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert r.stderr.startswith("error: unknown model 'acme/missing': not embedded")
+
+
+def test_a_hub_out_of_reach_is_one_line_after_one_try(tmp_path):
+    """No network (a closed port here): one line on stderr, not huggingface_hub's retries and their logs."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HF_HUB_CACHE": str(tmp_path / "hub")}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{closed}"
+    r = subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "memory", "acme/unreachable"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "and the hub did not give one (" in r.stderr and "Retry" not in r.stderr

