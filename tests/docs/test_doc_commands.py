@@ -398,8 +398,11 @@ def _run_session(cmds: list[DocCommand], where: Path, env: Env):
     home = os.environ | {"HOME": str(where), "SHELL": "/bin/bash", "PATH": path}
     home.pop("COLUMNS", None)
     for cmd in cmds:
+        # bash reading the line from stdin forks the command (`bash -c` would exec it): its parent is the
+        # shell, as when a user types it (`--install-completion` asks the parent which shell it is)
         r = subprocess.run(
-            ["bash", "-c", _shell_line(cmd.line, env)],
+            ["bash"],
+            input=_shell_line(cmd.line, env) + "\n",
             cwd=where,
             env=home,
             capture_output=True,
