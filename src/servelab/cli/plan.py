@@ -14,7 +14,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from servelab import readable
 from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.predict.plan import Plan, PlanError, PlanRequest, explain, make_plan
@@ -22,6 +21,7 @@ from servelab.predict.plan.report import render_html
 from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_MS
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.readable import typed
+from servelab.readable import value as value_text
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -291,7 +291,7 @@ def _print_explain(out: Console, ex: dict[str, Any]) -> None:
                 key.removesuffix("_us").replace("_", " ") + " (time per part)",
             )
         else:
-            out.print(f"{key.replace('_', ' ')}: {readable.value(value)}")
+            out.print(f"{key.replace('_', ' ')}: {value_text(value)}")
     out.print("limits: " + "; ".join(ex["limits"]))
     for line in ex["versus"]:
         out.print(f"- {line}")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from servelab import hfhub
 from servelab.errors import ServelabError, closest
+from servelab.hfhub import HubError, cached_file, fetch_file, hub_cache_dir, is_repo_id, offline
 from servelab.specs.dtypes import Dtype, parse_dtype
 from servelab.specs.hf_config import model_from_hf_config
 from servelab.specs.model import ModelSpec
@@ -91,19 +91,19 @@ def _from_config(raw: bytes, name: str, source: str, where: str) -> ModelSpec:
 def _from_hub(repo_id: str, choices: list[str]) -> ModelSpec:
     """A Hugging Face model id's config.json: from the local hub cache, else (online) from the hub; one line
     saying where it looked when neither has it."""
-    found = hfhub.cached_file(repo_id, "config.json")
+    found = cached_file(repo_id, "config.json")
     if found is not None:
         return _from_config(found.read_bytes(), repo_id, repo_id, str(found))
-    cache = hfhub.hub_cache_dir()
+    cache = hub_cache_dir()
     known = f"{closest(repo_id, choices)}; `servelab models` lists the embedded ones"
-    if hfhub.offline():
+    if offline():
         raise ServelabError(
             f"unknown model {repo_id!r}: not embedded, and no config.json of it in the Hugging Face cache "
             f"{cache} (HF_HUB_OFFLINE is set: the hub was not asked){known}"
         )
     try:
-        fetched = hfhub.fetch_file(repo_id, "config.json")
-    except hfhub.HubError as e:
+        fetched = fetch_file(repo_id, "config.json")
+    except HubError as e:
         raise ServelabError(
             f"unknown model {repo_id!r}: not embedded, no config.json of it in the Hugging Face cache "
             f"{cache}, and the hub did not give one ({e}){known}"
@@ -132,7 +132,7 @@ def _resolve(name_or_path: str) -> tuple[ModelSpec, Checkpoint | None]:
     if _exists(path) or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
         return _from_path(path), None
     choices = list_models() + list(checkpoints)
-    if hfhub.is_repo_id(key):
+    if is_repo_id(key):
         return _from_hub(key, choices), None
     raise ServelabError(
         f"unknown model {name_or_path!r}{closest(key, choices)}; `servelab models` lists them"
