@@ -225,8 +225,12 @@ def _bin_dir(where: Path) -> Path:
     where it is not installed as a console script)."""
     bin_dir = where / ".bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "python").unlink(missing_ok=True)
-    (bin_dir / "python").symlink_to(sys.executable)
+    # a script, not a symlink: a link to a virtual environment's python runs the base python (no pyvenv.cfg
+    # beside the link), which does not have servelab
+    python = bin_dir / "python"
+    python.unlink(missing_ok=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     script = Path(sys.executable).with_name("servelab")
     shim = bin_dir / "servelab"
     shim.unlink(missing_ok=True)
@@ -368,8 +372,8 @@ def _checkout_files(where: Path, env: Env) -> None:
 
 
 def _cpu_vllm_checkout(where: Path, env: Env) -> None:
-    """docs/run.md's CPU flow runs in a checkout: its scripts, docs/examples and .venv-vllm."""
-    for name in ("scripts", "docs", ".venv-vllm"):
+    """docs/run.md's CPU flow runs in a checkout: its scripts, docs/examples, .venv-vllm and .venv-bfcl."""
+    for name in ("scripts", "docs", ".venv-vllm", ".venv-bfcl"):
         (where / name).symlink_to(ROOT / name)
 
 
