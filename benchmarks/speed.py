@@ -3,13 +3,18 @@
     python benchmarks/speed.py [--repeats 5]
 
 Targets (the design's): a thousand simulated requests in a few milliseconds (target 10 ms), a perf-table
-lookup in under 20 us, a whole default plan in about a second. Run it on a quiet machine: these are
+lookup in under 20 us, a whole default plan in about a second; the issue "fast at every size": `servelab
+--version` and `--help` in under 0.1 s as fresh processes. Run it on a quiet machine: these are
 wall-clock figures, which is why they live here and not in the tests.
 """
 
 import argparse
 import random
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from servelab.perfdb import keys
 from servelab.perfdb.db import perfdb_for
@@ -22,6 +27,7 @@ from servelab.specs import Parallel, load_model, load_system
 SIM_TARGET_MS = 10.0
 LOOKUP_TARGET_US = 20.0
 PLAN_TARGET_S = 1.0
+CLI_START_TARGET_S = 0.1
 
 
 def best_of(repeats: int, fn) -> float:
@@ -67,6 +73,13 @@ def plan_s(repeats: int) -> float:
     return best_of(repeats, lambda: make_plan(PlanRequest()))
 
 
+def cli_start_s(repeats: int, *args: str) -> float:
+    """Wall time of `servelab ARGS` as a fresh process (the console script beside this python, else -m)."""
+    script = shutil.which("servelab", path=str(Path(sys.executable).parent))
+    argv = [script] if script else [sys.executable, "-m", "servelab.cli.main"]
+    return best_of(repeats, lambda: subprocess.run(argv + list(args), capture_output=True, check=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -75,6 +88,8 @@ def main() -> None:
         ("simulate 1,000 requests (ms)", simulate_thousand(args.repeats), SIM_TARGET_MS),
         ("perf-table lookup (us)", lookup_us(args.repeats), LOOKUP_TARGET_US),
         ("default plan, in-process (s)", plan_s(max(1, args.repeats // 2)), PLAN_TARGET_S),
+        ("servelab --version (s)", cli_start_s(args.repeats, "--version"), CLI_START_TARGET_S),
+        ("servelab --help (s)", cli_start_s(args.repeats, "--help"), CLI_START_TARGET_S),
     ]
     for name, value, target in rows:
         print(f"{name:32s} {value:10.3f}   target {target:g}   ratio {value / target:.2f}")

@@ -1,9 +1,10 @@
-"""The `servelab` command: one thin module per command group, wired here.
+"""The `servelab` command: one thin module per command group (servelab.cli.commands says where each is).
 
-Every command module is imported at start-up (even `--help` needs their options), so each keeps at its top
-only what is cheap: typer, rich, the standard library and light helpers. Modules that build many pydantic
-models or load specs at import (the recipe store and schema, model specs, the predictor) cost about 0.3 s
-together; a command imports those when it runs (`# noqa: PLC0415` marks each such import).
+The root imports no command module: `servelab --version` and `--help` pay only for Python and typer, and a
+command imports its own module when it runs. `app` (every command registered, for tests and typer's tools)
+is built on first use. Each command module keeps at its top only what is cheap: typer, rich, the standard
+library and light helpers; modules that build many pydantic models or load specs at import (the recipe
+store and schema, model specs, the predictor) are imported when a command runs (`# noqa: PLC0415`).
 """
 
 import contextlib
@@ -11,76 +12,22 @@ import errno
 import os
 import sys
 import traceback
-from importlib import metadata
+from functools import cache
 from typing import NoReturn
 
 import typer
-from typer.core import TyperGroup
 
-from servelab import __version__
-from servelab.cli import (
-    bench,
-    calibrate,
-    changelog,
-    collect,
-    db,
-    estimate,
-    memory,
-    models,
-    plan,
-    recipes,
-    report,
-    results,
-    run,
-    sweep,
-    systems,
-)
+from servelab.cli.commands import COMMANDS, LazyRoot, new_app, register
+from servelab.cli.entry import version_line
 from servelab.errors import ServelabError
-
-
-class WholeHelpGroup(TyperGroup):
-    """A group whose command list shows each command's first sentence whole, wrapped to the terminal: click
-    cuts it with '...' where it passes the terminal's width (80 columns cut most of them)."""
-
-    def format_commands(self, ctx, formatter) -> None:
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=10_000)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-
-app = typer.Typer(
-    cls=WholeHelpGroup,
-    name="servelab",
-    help="LLM-serving performance: predict, collect per-op tables, benchmark servers, keep recipes.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    # click's plain help: option names are never cut (rich's boxed panels cut them at 80 columns) and flags
-    # show no value type (rich's show `--json <bool>`)
-    rich_markup_mode=None,
-)
-
-
-def version() -> str:
-    """The installed distribution's version; the source tree's when it runs uninstalled (PYTHONPATH)."""
-    try:
-        return metadata.version("servelab")
-    except metadata.PackageNotFoundError:
-        return __version__
 
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"servelab {version()}")
+        typer.echo(version_line())
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     _: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
@@ -89,21 +36,26 @@ def _root(
     """Options of `servelab` itself (the help text is the app's)."""
 
 
-app.add_typer(models.app, name="models", cls=WholeHelpGroup)
-app.add_typer(systems.app, name="systems", cls=WholeHelpGroup)
-app.command("memory")(memory.memory)
-app.command("estimate")(estimate.estimate)
-app.command("plan")(plan.plan)
-app.add_typer(db.app, name="db", cls=WholeHelpGroup)
-app.command("collect")(collect.collect)
-app.command("bench", context_settings={"allow_interspersed_args": True})(bench.bench)
-app.add_typer(recipes.app, name="recipes", cls=WholeHelpGroup)
-app.command("sweep")(sweep.sweep)
-app.add_typer(changelog.app, name="changelog", cls=WholeHelpGroup)
-app.add_typer(results.app, name="results", cls=WholeHelpGroup)
-app.command("report")(report.report)
-app.command("run")(run.run)
-app.add_typer(calibrate.app, name="calibrate", cls=WholeHelpGroup)
+def root_app() -> typer.Typer:
+    """The root command with no command module imported: each is built when it runs."""
+    root = new_app(LazyRoot)
+    root.callback()(_root)
+    return root
+
+
+@cache
+def full_app() -> typer.Typer:
+    """The root command with every command registered (each module imported)."""
+    full = root_app()
+    for name in COMMANDS:
+        register(full, name)
+    return full
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # a path the user gave that cannot be used: bad input (exit 2), not a run that failed
@@ -145,7 +97,7 @@ def main() -> None:
     that is missing, a directory or unreadable) exits 2, a run that failed exits 1, Ctrl-C exits 130; an
     unexpected exception is one line naming it, exit 1 (SERVELAB_DEBUG=1 shows the traceback)."""
     try:
-        result = app(standalone_mode=False)
+        result = root_app()(standalone_mode=False)
     except ServelabError as e:
         fail(e.flag_message(), e.exit_code)
     except KeyboardInterrupt:
