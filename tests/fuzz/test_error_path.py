@@ -16,8 +16,8 @@ from fuzzkit import COUNTS, TRACEBACK
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-# A command that raises what the test asks for, registered on the real app before main() runs: the error
-# path is main()'s, whatever the command.
+# A command that raises what the test asks for, registered on the real app, which main() then runs: the
+# error path is main()'s, whatever the command.
 RAISER = """
 import os, sys
 from servelab.cli import main as m
@@ -43,7 +43,7 @@ def boom(kind: str) -> None:
     if kind == "pipe":
         for _ in range(100_000):
             print("x" * 100)
-m.main()
+m.main(m.app)
 """
 
 

@@ -92,12 +92,13 @@ def quiet_broken_pipe() -> NoReturn:
     sys.exit(1)
 
 
-def main() -> None:
-    """Run the CLI. Every failure is one `error:` line: bad input (a ServelabError, a usage error, a path
-    that is missing, a directory or unreadable) exits 2, a run that failed exits 1, Ctrl-C exits 130; an
-    unexpected exception is one line naming it, exit 1 (SERVELAB_DEBUG=1 shows the traceback)."""
+def main(app: typer.Typer | None = None) -> None:
+    """Run the CLI (`app`; by default the lazy root). Every failure is one `error:` line: bad input (a
+    ServelabError, a usage error, a path that is missing, a directory or unreadable) exits 2, a run that
+    failed exits 1, Ctrl-C exits 130; an unexpected exception is one line naming it, exit 1
+    (SERVELAB_DEBUG=1 shows the traceback)."""
     try:
-        result = root_app()(standalone_mode=False)
+        result = (app or root_app())(standalone_mode=False)
     except ServelabError as e:
         fail(e.flag_message(), e.exit_code)
     except KeyboardInterrupt:
