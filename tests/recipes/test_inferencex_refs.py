@@ -112,7 +112,7 @@ def entry(**kw) -> str:
     [
         ("router", "brand-new-router", "router"),
         ("transfer", "brand-new-engine", "KV transfer engine"),
-        ("framework", "brand-new-framework", "framework InferenceX runs"),
+        ("framework", "brand-new-framework", "framework"),
     ],
 )
 def test_an_unknown_name_is_kept_with_a_note_and_refused_strictly(field, value, what):

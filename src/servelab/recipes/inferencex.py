@@ -121,7 +121,8 @@ def _known(what: str, names: tuple[str, ...]) -> Callable[[Any, ValidationInfo],
             return value
         notes = notes_of(info)
         if notes is not None and isinstance(value, str) and value.isprintable() and value.strip():
-            notes.add(f"{what.removeprefix('a ')} {value!r} is not one servelab knows; kept as written")
+            noun = what.removeprefix("a ").removesuffix(" InferenceX runs")
+            notes.add(f"{noun} {value!r} is not one servelab knows; kept as written")
             return value
         hint = closest(value, list(names)) if isinstance(value, str) and value.isprintable() else ""
         raise ValueError(f"{value!r} is not {what} ({', '.join(names)}){hint}")
