@@ -52,6 +52,7 @@ from servelab.recipes.engines.profiles import (
     Extras,
     hardware_of,
     launch_profile_file,
+    script_sha256,
 )
 from servelab.recipes.inferencex import load_master
 from servelab.recipes.ladder import concurrencies, seq_len_name
@@ -444,6 +445,8 @@ def derive(records: list[dict], recs: dict) -> dict:
             "framework": framework,
             "spec-decoding": spec,
             "script": script,
+            # what a checkout's script is compared with at sweep time (recipes/engines/profiles.py)
+            "script-sha256": script_sha256((SCRIPTS / script).read_bytes()),
             "models": sorted({job["model"] for job, _ in rows}),
             **{k: v for k, v in shared.items() if v},
             "variants": variants(rest),

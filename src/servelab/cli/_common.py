@@ -75,6 +75,13 @@ def json_answer(schema: str, data: dict) -> dict:
     return {"schema": schema, "schema_version": SCHEMAS[schema].version, **data}
 
 
+def echo_notes(store: Any) -> None:
+    """One `note:` line on stderr for each thing a tolerant read of the store kept without a meaning for
+    servelab (an InferenceX checkout's new names and fields, duplicate keys; recipe_store.RecipeStore)."""
+    for line in getattr(store, "notes", None) or ():
+        typer.echo(f"note: {line}", err=True)
+
+
 def print_json(schema: str, data: dict, *, indent: int | None = 2) -> None:
     """Print one --json answer (`indent` None: on one line, as `db query --batch` prints each)."""
     sys.stdout.write(json.dumps(json_answer(schema, data), indent=indent, default=str) + "\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import Col, CsvOpt, JsonOpt, StoreDirOpt, print_json, print_table
+from servelab.cli._common import Col, CsvOpt, JsonOpt, StoreDirOpt, echo_notes, print_json, print_table
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.yamlio import dump_yaml
@@ -23,6 +23,7 @@ def list_(directory: Path = StoreDirOpt, as_json: bool = JsonOpt, as_csv: bool =
     from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    echo_notes(store)
     rows = []
     for key, r in store.recipes.items():
         arms = list(r.arms())
@@ -63,6 +64,7 @@ def show(
     from servelab.recipes.workload import recipe_to_workloads  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    echo_notes(store)
     recipe = store.get(key)
     if as_json:
         print_json("servelab.recipe", {"key": key, "recipe": recipe.dump(), "source": store.files[key]})
@@ -97,6 +99,7 @@ def validate(
     from servelab.recipes.validate import validate_recipe, validate_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    echo_notes(store)
     stale: list[str] = []
     if file is None:
         reports = validate_store(store)
@@ -171,7 +174,9 @@ def render(
     from servelab.recipes.schema import ClientSpec  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import MODEL_LEN_MARGIN  # noqa: PLC0415  # start-up time
 
-    recipe = open_store(directory).get(key)
+    store = open_store(directory)
+    echo_notes(store)
+    recipe = store.get(key)
     _, seq, _, first = next(recipe.arms())
     isl = seq.isl if isl is None else isl
     osl = seq.osl if osl is None else osl
@@ -210,6 +215,7 @@ def lock(
     from servelab.recipes.recipe_store import LOCK, lock_text, open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    echo_notes(store)
     if check:
         stale = stale_keys(store)
         if as_json:
@@ -245,6 +251,7 @@ def import_(
     from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
 
     store = open_store(directory)
+    echo_notes(store)
     recipes, notes = load_any(file, store.runner_labels, image=image)
     if as_json:
         print_json(

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from servelab.cli._common import CalibrationOpt, StoreDirOpt, field_option, print_json
+from servelab.cli._common import CalibrationOpt, StoreDirOpt, echo_notes, field_option, print_json
 from servelab.errors import ServelabError
 from servelab.progress import Steps
 from servelab.recipes.filters import Filters
@@ -101,9 +101,15 @@ def sweep(
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
     store = open_store(directory)
+    echo_notes(store)
     jobs = expand(store, [*(keys or []), *_split(config_keys)], filters)
     if not jobs:
-        raise ServelabError("no jobs match these keys and filters")
+        # as InferenceX's generator: an empty matrix is an answer ([]), not an error; a script needs a job
+        if fmt == "sh" and not (predict or as_json):
+            raise ServelabError("no jobs match these keys and filters")
+        typer.echo("note: no jobs match these keys and filters", err=True)
+    for line in store.script_warnings:
+        typer.echo(f"warning: {line}", err=True)
     reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
     for why, n in reasons.most_common():
         typer.echo(f"note: {n} of {len(jobs)} jobs have no launch: {why}", err=True)

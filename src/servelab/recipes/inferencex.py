@@ -4,6 +4,13 @@ These models describe exactly what an InferenceX master YAML may hold (upstream'
 SemiAnalysisAI/InferenceX utils/matrix_logic/validation.py and configs/CONFIGS.md), so that importing and
 exporting a file loses nothing: `dump_master(load_master(text))` gives back the same mapping. Defaults are
 upstream's. servelab's own `Recipe` extends the entry with what InferenceX keeps in shell scripts (schema.py).
+
+Read strictly (the default), a name outside the known sets or an unknown field is refused, which catches
+typos in files servelab's users write. An InferenceX checkout is read tolerantly (validation context
+`{"notes": Notes()}`, as the recipe store reads `*-master.yaml`): upstream types those names as free strings
+and adds fields as it goes, so a name servelab does not know is kept as written and an unknown field is kept
+beside the model (written back by `dump`), each reported once in the notes; the rows are upstream's either
+way, and a job that would need servelab to act on such a value says `not-renderable` with the reason.
 """
 
 from __future__ import annotations
@@ -17,7 +24,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
+    model_serializer,
     model_validator,
 )
 
@@ -30,21 +42,87 @@ def _hyphen(name: str) -> str:
     return name.replace("_", "-")
 
 
+class Notes:
+    """What a tolerant read kept without a meaning for servelab: one line per distinct thing, in order."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, None] = {}
+
+    def add(self, line: str) -> None:
+        self._lines.setdefault(line, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+
+TOLERANT = "notes"  # the validation-context key that makes a read tolerant
+
+
+def notes_of(info: ValidationInfo | None) -> Notes | None:
+    """The notes of a tolerant read, or None when the read is strict."""
+    context = info.context if info is not None else None
+    found = context.get(TOLERANT) if isinstance(context, dict) else None
+    return found if isinstance(found, Notes) else None
+
+
 class IxModel(BaseModel):
-    """Base for user-written files: hyphenated keys, unknown fields rejected."""
+    """Base for user-written files: hyphenated keys, unknown fields rejected (kept and noted when read
+    tolerantly)."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=_hyphen, populate_by_name=True)
+    _passthrough: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _pass_through(cls, data: Any, handler: ModelWrapValidatorHandler, info: ValidationInfo) -> Any:
+        notes = notes_of(info)
+        if notes is None:
+            return handler(data)
+        data, kept = cls.read_older(data, notes)
+        if not isinstance(data, dict):
+            return handler(data)
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        unknown = {k: v for k, v in data.items() if k not in known}
+        if not unknown and not kept:
+            return handler(data)
+        for name in unknown:
+            notes.add(f"field {name!r} is not one servelab knows; kept as written")
+        model = handler({k: v for k, v in data.items() if k in known})
+        model._passthrough = kept | unknown
+        return model
+
+    @classmethod
+    def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
+        """The data in the current schema when it is in an older one InferenceX used (tolerant reads), and
+        what is kept as written beside the model because servelab cannot read it."""
+        return data, {}
+
+    @model_serializer(mode="wrap")
+    def _with_passthrough(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if self._passthrough and isinstance(out, dict):
+            out.update(self._passthrough)
+        return out
 
     def dump(self) -> dict:
         """The mapping as a user would write it: hyphenated keys, only what was set."""
         return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
-def _known(what: str, names: tuple[str, ...]) -> Callable[[Any], Any]:
-    """A check that a value is one of `names`; the message says so on one line and suggests the closest."""
+def _known(what: str, names: tuple[str, ...]) -> Callable[[Any, ValidationInfo], Any]:
+    """A check that a value is one of `names`; the message says so on one line and suggests the closest.
+    Read tolerantly, another printable name is kept as written, with a note."""
 
-    def check(value: Any) -> Any:
+    def check(value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str) and value in names:
+            return value
+        notes = notes_of(info)
+        if notes is not None and isinstance(value, str) and value.isprintable() and value.strip():
+            noun = what.removeprefix("a ").removesuffix(" InferenceX runs")
+            notes.add(f"{noun} {value!r} is not one servelab knows; kept as written")
             return value
         hint = closest(value, list(names)) if isinstance(value, str) and value.isprintable() else ""
         raise ValueError(f"{value!r} is not {what} ({', '.join(names)}){hint}")
@@ -53,7 +131,8 @@ def _known(what: str, names: tuple[str, ...]) -> Callable[[Any], Any]:
 
 
 # The names InferenceX's master files and benchmark scripts use (upstream types them as free strings; a
-# closed set catches typos). `trtllm` is servelab's adapter name for InferenceX's `trt`.
+# closed set catches typos in strict reads, a tolerant read keeps any other name with a note). `trtllm` is
+# servelab's adapter name for InferenceX's `trt`.
 FrameworkName = Literal[
     "vllm",
     "sglang",
@@ -69,22 +148,21 @@ FrameworkName = Literal[
     "atom-disagg",
 ]
 RouterName = Literal[
-    "dynamo-router", "sglang-router", "vllm-router", "llm-d-router", "tilert-pd-router", "atomesh"
+    "dynamo-router", "sglang-router", "vllm-router", "llm-d-router", "tilert-pd-router", "atomesh", "infera"
 ]
-TransferName = Literal["nixl", "mooncake", "ucx", "mori"]
-OffloadBackendName = Literal["native", "vllm-simple", "hicache", "lmcache", "mooncake"]
+TransferName = Literal["nixl", "mooncake", "ucx", "mori", "moriio"]
+OffloadBackendName = Literal["native", "vllm-simple", "vllm-native", "hicache", "lmcache", "mooncake", "umbp"]
 ScenarioType = Literal["fixed-seq-len", "agentic-coding"]
 SpecDecoding = Literal["mtp", "draft_model", "none"]
 KvOffloading = Literal["none", "dram"]
 
 FRAMEWORKS: tuple[str, ...] = get_args(FrameworkName)
 SCENARIO_TYPES: tuple[str, ...] = get_args(ScenarioType)
-Framework = Annotated[FrameworkName, BeforeValidator(_known("a framework InferenceX runs", FRAMEWORKS))]
-Router = Annotated[RouterName, BeforeValidator(_known("a router", get_args(RouterName)))]
-Transfer = Annotated[TransferName, BeforeValidator(_known("a KV transfer engine", get_args(TransferName)))]
-OffloadBackend = Annotated[
-    OffloadBackendName, BeforeValidator(_known("a KV offload backend", get_args(OffloadBackendName)))
-]
+# Typed as str: a tolerant read keeps names outside the sets (the checks refuse them in strict reads).
+Framework = Annotated[str, BeforeValidator(_known("a framework InferenceX runs", FRAMEWORKS))]
+Router = Annotated[str, BeforeValidator(_known("a router", get_args(RouterName)))]
+Transfer = Annotated[str, BeforeValidator(_known("a KV transfer engine", get_args(TransferName)))]
+OffloadBackend = Annotated[str, BeforeValidator(_known("a KV offload backend", get_args(OffloadBackendName)))]
 
 # Agentic configs run on one exact fleet (InferenceX refuses broad SKU labels for them).
 CLUSTER_PREFIX = "cluster:"
@@ -122,6 +200,17 @@ class OffloadBackendSpec(IxModel):
 
     name: OffloadBackend
     version: Version | None = None
+
+    @classmethod
+    def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
+        if isinstance(data, str):
+            # InferenceX's schema until July 2026 named the backend alone (kv-offload-backend: native)
+            notes.add(
+                "kv-offload-backend given as a bare name (InferenceX's form before July 2026): "
+                "read as {name: ...}"
+            )
+            return {"name": data}, {}
+        return data, {}
 
 
 def _check_dcp(tp: int | None, dcp_size: int) -> None:
@@ -272,17 +361,32 @@ class Scenarios(IxModel):
     fixed_seq_len: list[SeqLenConfig] | None = None
     agentic_coding: list[AgenticConfig] | None = None
 
+    @classmethod
+    def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
+        blocks = data.get("agentic-coding") if isinstance(data, dict) else None
+        arms = [a for b in blocks or [] if isinstance(b, dict) for a in b.get("search-space") or []]
+        if any(isinstance(a, dict) and "offloading" in a and "kv-offloading" not in a for a in arms):
+            # InferenceX's agentic schema until June 2026 (offloading: none|cpu|ssd|lmcache|hicache per arm,
+            # duration: per block) has no faithful reading in today's (kv-offloading, kv-offload-backend)
+            notes.add(
+                "agentic-coding blocks in InferenceX's form before June 2026 (offloading:, duration:): "
+                "kept as written, no rows generated for them"
+            )
+            return {k: v for k, v in data.items() if k != "agentic-coding"}, {"agentic-coding": blocks}
+        return data, {}
+
     @model_validator(mode="before")
     @classmethod
-    def _keys(cls, data: Any) -> Any:
+    def _keys(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict):
             for name in data:
-                _known("a scenario type", SCENARIO_TYPES)(name)
+                _known("a scenario type", SCENARIO_TYPES)(name, info)
         return data
 
     @model_validator(mode="after")
-    def _one(self) -> Scenarios:
-        if not self.fixed_seq_len and not self.agentic_coding:
+    def _one(self, info: ValidationInfo) -> Scenarios:
+        # a tolerant read may have kept every block as written (read_older): the key then has no rows
+        if not self.fixed_seq_len and not self.agentic_coding and notes_of(info) is None:
             raise ValueError("scenarios: needs at least one fixed-seq-len or agentic-coding block")
         return self
 
@@ -309,6 +413,17 @@ class MasterEntry(IxModel):
     kv_p2p_transfer: Transfer | None = None
     scenarios: Scenarios
 
+    @classmethod
+    def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
+        if isinstance(data, dict) and "scenarios" not in data and "seq-len-configs" in data:
+            # InferenceX's schema until April 2026: the fixed-seq-len blocks at the top level
+            notes.add(
+                "seq-len-configs (InferenceX's form before April 2026): read as scenarios.fixed-seq-len"
+            )
+            rest = {k: v for k, v in data.items() if k != "seq-len-configs"}
+            return {**rest, "scenarios": {"fixed-seq-len": data["seq-len-configs"]}}, {}
+        return data, {}
+
     def arms(self) -> Iterator[tuple[str, Any, int, SearchSpaceEntry]]:
         """(scenario type, block, arm index, arm) for every search-space entry, in file order."""
         for kind, blocks in self.scenarios.items():
@@ -317,15 +432,18 @@ class MasterEntry(IxModel):
                     yield kind, block, i, arm
 
     @model_validator(mode="after")
-    def _check_entry(self) -> MasterEntry:
+    def _check_entry(self, info: ValidationInfo) -> MasterEntry:
         if self.disagg and not self.multinode:
             raise ValueError("disagg: true needs multinode: true")
         if self.kv_p2p_transfer is not None and not self.multinode:
             raise ValueError("kv-p2p-transfer needs multinode: true")
         if self.scenarios.agentic_coding and not self.runner.startswith(CLUSTER_PREFIX):
-            raise ValueError(
-                f"agentic-coding runs on one exact fleet: runner must be a {CLUSTER_PREFIX}<name> label"
-            )
+            why = f"agentic-coding runs on one exact fleet: runner must be a {CLUSTER_PREFIX}<name> label"
+            notes = notes_of(info)
+            if notes is None:
+                raise ValueError(why)
+            # InferenceX's validator added this rule in mid-2026
+            notes.add(f"{why} (InferenceX's validator before mid-2026 did not ask for it); kept as written")
         arms = list(self.arms())
         for kind, _, i, arm in arms:
             if arm.disagg and not self.multinode:
@@ -340,20 +458,25 @@ class MasterEntry(IxModel):
                     f"{_hyphen(name)} is declared at the top level or in search-space entries, not both"
                 )
         if self.disagg and self.kv_p2p_transfer is None and any(a.kv_p2p_transfer is None for *_, a in arms):
-            raise ValueError(
-                "disagg: true needs kv-p2p-transfer at the top level or in every search-space entry"
-            )
+            why = "disagg: true needs kv-p2p-transfer at the top level or in every search-space entry"
+            notes = notes_of(info)
+            if notes is None:
+                raise ValueError(why)
+            # InferenceX's validator added this rule in mid-2026; checkouts from before it omit the engine.
+            notes.add(f"{why} (InferenceX's validator before mid-2026 did not ask for it); kept as written")
         return self
 
 
-def parse_master(data: object, source: str) -> dict[str, MasterEntry]:
+def parse_master(data: object, source: str, notes: Notes | None = None) -> dict[str, MasterEntry]:
+    """The entries of a master file; with `notes`, read tolerantly (module docstring)."""
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to entries")
     out = {}
+    context = None if notes is None else {TOLERANT: notes}
     for raw_key, entry in data.items():
         key = config_key(raw_key, source)
         try:
-            out[key] = MasterEntry.model_validate(entry)
+            out[key] = MasterEntry.model_validate(entry, context=context)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out

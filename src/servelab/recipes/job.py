@@ -41,6 +41,7 @@ SERVELAB_FIELDS = (
     "assertions",
     "queue",
     "agents",
+    "launch-script-changed",
 )
 
 
@@ -85,6 +86,11 @@ class Job(BaseModel):
     queue: str
     agents: dict[str, str] = Field(default_factory=dict)
     fingerprint: str
+    launch_script_changed: dict | None = Field(
+        None,
+        description="the checkout's launch script for this job differs from the one its launch flags were "
+        "captured from: {script, captured-sha256, checkout-sha256}; in the JSON only when set",
+    )
 
     @property
     def point(self) -> MatrixRow:
@@ -130,7 +136,7 @@ class Job(BaseModel):
             "assertions": {k: v.dump() for k, v in self.assertions.items()},
             "queue": self.queue,
             "agents": self.agents,
-        }
+        } | ({"launch-script-changed": self.launch_script_changed} if self.launch_script_changed else {})
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> Job:

@@ -19,6 +19,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError, closest
+from servelab.recipes.engines.profiles import script_sha256
+from servelab.recipes.inferencex import TOLERANT, Notes
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
 from servelab.recipes.tokens import config_key
@@ -165,27 +167,51 @@ class GitSource:
         return sorted(_join(rel, n) for n in names if n.endswith((".yaml", ".yml")))
 
 
-def parse_recipe_file(data: object, source: str) -> dict[str, Recipe]:
+def _benchmarks_of(source) -> Path | None:
+    """The benchmarks/ directory of the InferenceX checkout a configs/ directory belongs to (configs/ at its
+    top, or .github/configs/ before mid-2026), or None."""
+    root = getattr(source, "root", None)
+    if root is None:
+        return None
+    for top in (root.parent, root.parent.parent):
+        if (top / "benchmarks").is_dir():
+            return top / "benchmarks"
+    return None
+
+
+def parse_recipe_file(data: object, source: str, notes: Notes | None = None) -> dict[str, Recipe]:
+    """The recipes of a file; with `notes`, read tolerantly (inferencex.py: names and fields servelab does
+    not know are kept as written and noted)."""
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: expected a mapping of config keys to recipes")
     out = {}
+    context = None if notes is None else {TOLERANT: notes}
     for raw_key, entry in data.items():
         key = config_key(raw_key, source)
         try:
-            out[key] = Recipe.model_validate(entry)
+            out[key] = Recipe.model_validate(entry, context=context)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
 
 
 class RecipeStore:
+    """The recipes and runners of a store. An InferenceX checkout's configs/ (master files, no recipes/) is
+    read with InferenceX's own strictness, no more: names and fields servelab does not know are kept as
+    written and duplicate YAML keys resolved as its loader does (the last wins), each said once in
+    `notes`; servelab's own recipes/ and the shipped store are read strictly."""
+
     def __init__(self, source):
         self.source = source
         self.recipes: dict[str, Recipe] = {}
         self.files: dict[str, str] = {}
-        for rel in recipe_files(source):
+        files = recipe_files(source)
+        self.notes: Notes | None = None if source.list_yaml(RECIPES) else Notes()
+        duplicates: list[str] | None = None if self.notes is None else []
+        for rel in files:
             where = f"{source.label}/{rel}"
-            for key, recipe in parse_recipe_file(load_yaml(source.read(rel), where), where).items():
+            data = load_yaml(source.read(rel), where, duplicates)
+            for key, recipe in parse_recipe_file(data, where, self.notes).items():
                 if key in self.recipes:
                     raise ServelabError(f"{where}: config key {key} is also defined in {self.files[key]}")
                 self.recipes[key] = recipe
@@ -195,9 +221,38 @@ class RecipeStore:
             raise ServelabError(
                 f"{source.label}/{RUNNERS}: not found; a recipe store needs a runners registry"
             )
-        self.runner_labels = parse_runners(
-            load_yaml(runners_text, f"{source.label}/{RUNNERS}"), f"{source.label}/{RUNNERS}"
-        )
+        where = f"{source.label}/{RUNNERS}"
+        self.runner_labels = parse_runners(load_yaml(runners_text, where, duplicates), where, self.notes)
+        if self.notes is not None and duplicates:
+            for line in duplicates:
+                self.notes.add(line)
+        self.benchmarks = _benchmarks_of(source) if self.notes is not None else None
+        self.script_warnings = Notes()
+        self._scripts: dict[str, dict | None] = {}
+
+    def script_change(self, script: str, captured: str, source: str) -> dict | None:
+        """How the checkout's launch script `script` (relative to benchmarks/) differs from the one a launch
+        profile was captured from (`captured`, its sha256; `source`, the commit): None when it is the same
+        or there is no checkout. A changed script is warned about once (script_warnings)."""
+        if self.benchmarks is None:
+            return None
+        if script not in self._scripts:
+            path = self.benchmarks / script
+            found = script_sha256(path.read_bytes()) if path.is_file() else None
+            change = None
+            if found != captured:
+                change = {
+                    "script": f"benchmarks/{script}",
+                    "captured-sha256": captured,
+                    "checkout-sha256": found,
+                }
+                what = "is not in the checkout" if found is None else "differs from"
+                self.script_warnings.add(
+                    f"{path} {what} the script servelab's launch flags for it were captured from ({source}): "
+                    "its jobs keep the captured flags, which may be stale (launch-script-changed in each job)"
+                )
+            self._scripts[script] = change
+        return self._scripts[script]
 
     def get(self, key: str) -> Recipe:
         if key not in self.recipes:

@@ -12,11 +12,12 @@ described kind has no system spec; its CI queue is the label itself, as Inferenc
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
 from servelab.errors import ServelabError, closest
-from servelab.recipes.inferencex import IxModel
+from servelab.recipes.inferencex import TOLERANT, IxModel, Notes
 from servelab.recipes.tokens import Label, Name
 from servelab.specs import load_system
 
@@ -44,6 +45,22 @@ class RunnersFile(IxModel):
     hardware: dict[Label, RunnerHardware] = Field(default_factory=dict)
     node_kinds: dict[Label, NodeKind] = Field(default_factory=dict)
     gpu_profiles: dict[Name, Label] = Field(default_factory=dict)
+
+    @classmethod
+    def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        if (
+            isinstance(data, dict)
+            and data
+            and not set(data) & known
+            and all(isinstance(v, list) for v in data.values())
+        ):
+            # InferenceX's runners.yaml until mid-2026: the label map itself, with no labels: / hardware:
+            notes.add(
+                "runners.yaml holds the label map alone (InferenceX's form before mid-2026): read as labels:"
+            )
+            return {"labels": data}, {}
+        return data, {}
 
     @model_validator(mode="after")
     def _one_map(self) -> RunnersFile:
@@ -152,8 +169,10 @@ class RunnerLabels:
         return problems
 
 
-def parse_runners(data: object, source: str) -> RunnerLabels:
+def parse_runners(data: object, source: str, notes: Notes | None = None) -> RunnerLabels:
+    """The runner labels of a runners file; with `notes`, read tolerantly (inferencex.py)."""
+    context = None if notes is None else {TOLERANT: notes}
     try:
-        return RunnerLabels(RunnersFile.model_validate(data), source)
+        return RunnerLabels(RunnersFile.model_validate(data, context=context), source)
     except ValidationError as e:
         raise ServelabError.from_validation(e, source) from None

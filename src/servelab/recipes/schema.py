@@ -14,7 +14,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servelab.recipes.inferencex import IxModel, MasterEntry, Scenarios, SearchSpaceEntry, SeqLenConfig
+from servelab.recipes.inferencex import (
+    TOLERANT,
+    IxModel,
+    MasterEntry,
+    Notes,
+    Scenarios,
+    SearchSpaceEntry,
+    SeqLenConfig,
+)
 from servelab.recipes.tokens import EnvName, ModelId, Name, PathStr, Revision, Text, check_text
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
@@ -200,11 +208,13 @@ class Recipe(MasterEntry):
         """The InferenceX view: only the fields InferenceX has (servelab extras cannot be expressed there)."""
         data = self.dump()
         keep = set(MasterEntry.model_fields)
-        ix = {k: v for k, v in data.items() if k.replace("-", "_") in keep}
+        # fields kept from a tolerant read (inferencex.py) are InferenceX's too: they go back as written
+        ix = {k: v for k, v in data.items() if k.replace("-", "_") in keep or k in self._passthrough}
         for seq in ix["scenarios"].get("fixed-seq-len") or []:
             seq.pop("name", None)
             seq.pop("num-prompts", None)
-        return MasterEntry.model_validate(ix)
+        # validated already, strictly or tolerantly as its file was read: what was kept stays, unnoted here
+        return MasterEntry.model_validate(ix, context={TOLERANT: Notes()})
 
 
 def is_secret_name(name: str) -> bool:

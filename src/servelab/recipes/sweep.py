@@ -12,7 +12,8 @@ from __future__ import annotations
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
 from servelab.recipes.client import bench_spec, eval_spec, result_filename
-from servelab.recipes.engines import JobPoint, Launch, render
+from servelab.recipes.engines import JobPoint, Launch, engine_name, render
+from servelab.recipes.engines.profiles import profile_for, profiles_source
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import dataset_of, job_fingerprint
 from servelab.recipes.job import SERVELAB_FIELDS, Job
@@ -34,6 +35,16 @@ def _launch(recipe, point: Point) -> tuple[Launch | None, str | None]:
         return render(recipe, point.arm, row.max_model_len, job=job), None
     except ServelabError as e:
         return None, str(e)
+
+
+def _script_change(store, recipe, point: Point, launch: Launch | None) -> dict | None:
+    """How the checkout's launch script for this job differs from the one its flags were captured from."""
+    if launch is None or getattr(store, "benchmarks", None) is None:
+        return None
+    profile = profile_for(recipe, point.arm, engine_name(recipe.framework))
+    if profile is None or profile.script_sha256 is None:
+        return None
+    return store.script_change(profile.script, profile.script_sha256, profiles_source())
 
 
 def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[BenchSpec]:
@@ -94,6 +105,7 @@ def build_job(store, point: Point) -> Job:
         queue=queue,
         agents=agents,
         fingerprint=fp,
+        launch_script_changed=_script_change(store, recipe, point, launch),
     )
 
 

@@ -29,10 +29,12 @@ class _Limit(Exception):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    def __init__(self, stream):
+    def __init__(self, stream, duplicates: list[str] | None = None):
         super().__init__(stream)
         self._depth = 0
         self._aliases = 0
+        # None: a duplicate key is refused; a list: it is kept as PyYAML keeps it (the last wins), and noted
+        self.duplicates = duplicates
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -86,7 +88,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         if not isinstance(key, Hashable):
             break  # construct_mapping below refuses it with the line number
         if key in seen:
-            raise _DuplicateKey(key, seen[key] + 1, key_node.start_mark.line + 1)
+            duplicate = _DuplicateKey(key, seen[key] + 1, key_node.start_mark.line + 1)
+            if loader.duplicates is None:
+                raise duplicate
+            loader.duplicates.append(f"{duplicate}; the last one is used, as InferenceX's loader does")
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -99,18 +104,24 @@ class _DuplicateKey(Exception):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def load_yaml(text: str, source: str) -> Any:
-    """Parse YAML text; `source` names the file in error messages."""
+def load_yaml(text: str, source: str, duplicates: list[str] | None = None) -> Any:
+    """Parse YAML text; `source` names the file in error messages. Given a `duplicates` list, a duplicate
+    key is kept as InferenceX's own loader (yaml.safe_load) keeps it, the last one winning, and a line
+    saying so is appended to the list; without one it is refused."""
     if len(text) > MAX_BYTES:
         raise ServelabError(f"{source}: {len(text)} characters; a YAML file may hold at most {MAX_BYTES}")
     loader = None
     try:
-        loader = _StrictLoader(text)
+        found: list[str] | None = None if duplicates is None else []
+        loader = _StrictLoader(text, found)
         node = loader.get_single_node()
         if node is None:
             return None
         _check_expanded(node)
-        return loader.construct_document(node)
+        data = loader.construct_document(node)
+        if duplicates is not None and found:
+            duplicates += [f"{source}: {line}" for line in found]
+        return data
     except (_DuplicateKey, _Limit) as e:
         raise ServelabError(f"{source}: {e}") from None
     except yaml.YAMLError as e:

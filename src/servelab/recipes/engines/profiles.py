@@ -12,6 +12,7 @@ profile's flag of the same name; everything rendered is fingerprinted.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,9 @@ class LaunchProfile(ProfileKey, Extras):
     """One upstream script: what all its jobs share (args, env, options) and what varies (variants)."""
 
     script: Text = Field(description="The upstream script, relative to InferenceX's benchmarks/.")
+    script_sha256: Text | None = Field(
+        None, description="sha256 of the script the profile was captured from (script_sha256)."
+    )
     models: list[ModelId] = Field(
         min_length=1,
         description="The checkpoints InferenceX runs the script for; another checkpoint under the same model "
@@ -147,11 +151,23 @@ class ProfileTable(IxModel):
     profiles: list[LaunchProfile]
 
 
+def script_sha256(content: bytes) -> str:
+    """A launch script's hash, as profiles record it: CRLF read as LF (a checkout on Windows), so only a
+    change a shell would see counts."""
+    return hashlib.sha256(content.replace(b"\r\n", b"\n")).hexdigest()
+
+
 def launch_profile_file(path: Path = PROFILES_PATH) -> ProfileTable:
     try:
         return ProfileTable.model_validate(json.loads(path.read_text()))
     except ValidationError as e:
         raise ServelabError.from_validation(e, str(path)) from None
+
+
+@functools.cache
+def profiles_source() -> str:
+    """Where the shipped profiles were captured: upstream repository and commit."""
+    return launch_profile_file().source
 
 
 @functools.cache
