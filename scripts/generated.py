@@ -250,6 +250,12 @@ ENTRIES: tuple[Entry, ...] = (
         recorded="made from checkouts of InferenceX and perf-eval (the network)",
     ),
     Entry(
+        outputs=("tests/data/inferencex_refs/**/*",),
+        inputs=("scripts/refresh_inferencex_refs.py",),
+        command="python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR",
+        recorded="made from a clone of InferenceX with its pull-request refs, and each ref's own generator",
+    ),
+    Entry(
         outputs=(f"{IX}/results/agg_benchmark_result.json",),
         inputs=(f"{IX}/results/README.md",),
         command=f"InferenceX's utils/process_result.py, as {IX}/results/README.md says",

@@ -2,6 +2,7 @@
 
     python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR [--list]  # choose the refs, pin them
     PYTHONPATH=src python scripts/refresh_inferencex_refs.py table [--check]  # the table in the docs
+    PYTHONPATH=src python scripts/refresh_inferencex_refs.py compare  # every comparison, as JSON
 
 GIT_DIR is a clone (bare is fine) of github.com/SemiAnalysisAI/InferenceX with its pull-request refs
 (`refs/pull/N/head`). The corpus is chosen by a fixed rule, written before any result was looked at, so
@@ -336,12 +337,19 @@ def main() -> None:
         "--mirror", type=Path, required=True, help="git dir of an InferenceX clone with PR refs"
     )
     pin_cmd.add_argument("--list", action="store_true", help="print the chosen refs and stop")
+    sub.add_parser("compare", help="print as JSON each ref's comparison, the known differences and the table")
     table_cmd = sub.add_parser("table", help="write the conformance table into docs/recipes.md")
     table_cmd.add_argument(
         "--check", action="store_true", help="fail when the table in the docs is not current"
     )
     parser.add_argument("--dest", type=Path, default=DEST)
     args = parser.parse_args()
+    if args.command == "compare":  # what tests/recipes/test_inferencex_refs.py checks
+        index = json.loads((args.dest / "index.json").read_text())
+        results = {e["short"]: compare(args.dest / e["short"]) for e in index}
+        answer = {"pinned": PINNED, "known": KNOWN, "results": results, "table": table(args.dest, results)}
+        print(json.dumps(answer))
+        return
     if args.command == "table":
         text = DOCS.read_text()
         start, end = text.index(BEGIN), text.index(END) + len(END)
