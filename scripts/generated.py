@@ -326,6 +326,7 @@ ENTRIES: tuple[Entry, ...] = (
         "campaigns/h100_sxm_torch_at_engine_keys",
         "campaigns/h100_sxm_torch_at_vllm",
         "campaigns/h100_sxm_torch_sample",
+        "campaigns/h100_sxm_vllm_0.25.0_fp8gemm/torch",
     ),
     _tables(
         f"{TABLES}/h100_sxm/vllm/0.25.0",
@@ -334,6 +335,7 @@ ENTRIES: tuple[Entry, ...] = (
         options=("--ops", "dsv4_csa_context_module,dsv4_hca_context_module,moe"),
     ),
     _tables(f"{TABLES}/h100_sxm/vllm-marlin/0.25.0", "campaigns/h100_sxm_vllm_0.25.0/vllm-marlin"),
+    _tables(f"{TABLES}/h100_sxm/vllm-cutlass/0.25.0", "campaigns/h100_sxm_vllm_0.25.0_fp8gemm/vllm-cutlass"),
     Entry(
         outputs=(f"{TABLES}/ratios/*.json", f"{TABLES}/transfer.json"),
         inputs=(f"{TABLES}/*/*/*/*.parquet",),

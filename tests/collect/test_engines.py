@@ -20,7 +20,7 @@ from servelab.collect.executors import LocalExecutor
 from servelab.collect.suite import OpSuite
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Moe, key_from_dict
+from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Gemm, Moe, key_from_dict
 from servelab.perfdb.merge import _rows_of, merge
 from servelab.perfdb.table_files import read_table
 from servelab.perfdb.tables import data_root
@@ -122,6 +122,31 @@ def test_the_marlin_entry_plans_the_shipped_table_and_deepseek_v4s_fp4_experts()
     assert dsv4 and {(k.dtype, k.experts, k.topk, k.ep) for k in dsv4} == {("fp4", 256, 6, 8)}
 
 
+def test_the_cutlass_entry_plans_deepseek_v4s_block_fp8_linears_and_the_kernel_choice_prices_them():
+    from servelab.engines import kernel_choices  # noqa: PLC0415 - beside the catalogue it mirrors
+    from servelab.engines.version import Version  # noqa: PLC0415
+
+    e = catalogue("vllm").entry("cutlass_block_fp8")
+    planned = e.plan()
+    model = load_model("sgl-project/DeepSeek-V4-Flash-FP8")
+    asked = {
+        op.key
+        for par in plans.RECIPE_PARALLELS
+        for op in step_ops(model, par, StepShape(decode_batch=64 * par.attn_dp))
+        if getattr(op.key, "dtype", None) == "fp8_block" and op.key.op == "gemm"
+    }
+    assert asked and asked <= set(planned)  # every block-FP8 linear of a 64-token step, both recipes
+    assert sorted({k.m for k in planned}) == list(plans.TOKENS)
+    assert catalogue("vllm").for_key(Gemm(64, 4096, 1024, "fp8_block"), "0.25.0") is e
+    assert catalogue("vllm").for_key(Gemm(64, 4096, 1024, "bf16"), "0.25.0") is None
+    choice = next(c for c in kernel_choices(Engine.VLLM) if c.table == e.backend)
+    assert choice.runs(Gemm(64, 4096, 1024, "fp8_block"), Version("0.25.0"), 90)
+    assert not choice.runs(Gemm(64, 4096, 1024, "fp8"), Version("0.25.0"), 90)  # row-wise: another kernel
+    assert not choice.runs(Gemm(64, 24, 1024, "fp8_block"), Version("0.25.0"), 90)  # N % 16: Triton
+    assert not choice.runs(Gemm(64, 4096, 1024, "fp8_block"), Version("0.24.0"), 90)  # not read there
+    assert not choice.runs(Gemm(64, 4096, 1024, "fp8_block"), Version("0.25.0"), 80)  # no CUTLASS blocks
+
+
 def test_the_fused_moe_entry_plans_deepseek_v4_at_ep8_and_r1_at_small_m():
     planned = catalogue("vllm").entry("fused_moe").plan()
     assert Moe(64, 4096, 2048, 256, 6, 8, "fp8_block") in planned
@@ -157,7 +182,15 @@ def test_dry_run_of_one_op_family_plans_only_its_backends(tmp_path):
         "dsv4_csa_generation_module",
         "dsv4_hca_generation_module",
     }
-    res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--ops", "gemm", "--dry-run"])
+    res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--ops", "gemm", "--dry-run", "--json"])
+    plan = json.loads(res.output)
+    assert list(plan["backends"]) == ["vllm-cutlass"]
+    keys = plan["backends"]["vllm-cutlass"]["plan"]
+    assert {(k["op"], k["dtype"]) for k in keys} == {("gemm", "fp8_block")}
+    # DeepSeek-V4-Flash's q-b projection at DP attention (64 heads x 512) and Pro's, decode to prefill M
+    assert {"m": 1, "n": 32768, "k": 1024, "dtype": "fp8_block", "op": "gemm"} in keys
+    assert {"m": 16384, "n": 65536, "k": 1536, "dtype": "fp8_block", "op": "gemm"} in keys
+    res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--ops", "elementwise", "--dry-run"])
     assert isinstance(res.exception, ServelabError) and "no kernel entry" in str(res.exception)
     res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--kernels", "marlin", "--dry-run"])
     assert isinstance(res.exception, ServelabError) and "marlin_moe" in str(res.exception)
@@ -360,6 +393,7 @@ def test_dry_run_with_a_wheel_extracts_the_files_and_lists_their_sizes(tmp_path)
         {
             "vllm/_moe_C_stable_libtorch.abi3.so": b"\x7fELF moe",
             "vllm/_flashmla_C.abi3.so": b"\x7fELF flashmla",
+            "vllm/_C_stable_libtorch.abi3.so": b"\x7fELF C",
             "vllm/model_executor/layers/fused_moe/fused_moe.py": b"# fused moe\n",
             "vllm/model_executor/layers/fused_moe/utils.py": b"# utils\n",
             "vllm/model_executor/layers/fused_moe/configs/"
@@ -376,6 +410,7 @@ def test_dry_run_with_a_wheel_extracts_the_files_and_lists_their_sizes(tmp_path)
     plan = json.loads(res.output)
     assert plan["version"] == "0.25.0"
     assert set(plan["files"]) == {
+        "vllm/_C_stable_libtorch.abi3.so",
         "vllm/_moe_C_stable_libtorch.abi3.so",
         "vllm/_flashmla_C.abi3.so",
         "vllm/model_executor/layers/fused_moe/fused_moe.py",

@@ -12,7 +12,7 @@ at the EP8 split, tokens 1..16384 per rank's step.
 
 from collections.abc import Callable, Iterable
 
-from servelab.perfdb.keys import Dsv4Context, Dsv4Generation, Moe, OpKey
+from servelab.perfdb.keys import Dsv4Context, Dsv4Generation, Gemm, Moe, OpKey
 from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import Parallel, load_model
 
@@ -72,6 +72,17 @@ def moe_keys(
             for k in asked(models, [par], [StepShape(decode_batch=t * par.attn_dp)], Moe):
                 if isinstance(k, Moe) and dtype(k.dtype):
                     out.setdefault(k, None)
+    return list(out)
+
+
+def gemm_keys(models: Iterable[str], parallels: Iterable[Parallel], tokens: Iterable[int]) -> list[OpKey]:
+    """GEMM keys (linear layers) of decode steps of `tokens` tokens per attention rank, every dtype."""
+    pars = list(parallels)
+    out: dict[OpKey, None] = {}
+    for t in tokens:
+        for par in pars:
+            for k in asked(models, [par], [StepShape(decode_batch=t * par.attn_dp)], Gemm):
+                out.setdefault(k, None)
     return list(out)
 
 

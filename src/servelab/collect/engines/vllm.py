@@ -9,12 +9,13 @@ from servelab.collect import estimate
 from servelab.collect.engines import Catalogue, KernelEntry
 from servelab.collect.engines import plans as p
 from servelab.engines import Engine
-from servelab.perfdb.keys import Dsv4Context, Moe, OpKey
+from servelab.perfdb.keys import Dsv4Context, Gemm, Moe, OpKey
 from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
 from servelab.specs import Parallel
 
 _K = "servelab.collect.engines."
 MOE_LIB = "vllm/_moe_C_stable_libtorch.abi3.so"
+C_LIB = "vllm/_C_stable_libtorch.abi3.so"
 FLASHMLA_LIB = "vllm/_flashmla_C.abi3.so"
 FUSED_MOE_SRC = "vllm/model_executor/layers/fused_moe/"
 FUSED_MOE_FILES = (
@@ -23,6 +24,9 @@ FUSED_MOE_FILES = (
     FUSED_MOE_SRC + "configs/*device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[[]128,128].json",
 )
 TP_ONLY = tuple(Parallel(tp=tp) for tp in (1, 2, 4, 8))
+# DeepSeek-V4's block-FP8 linear layers: V4-Flash first (the H200 recipes), then V4-Pro, at the recipes'
+# TP8 + EP8 with and without DP attention
+DSV4_FP8 = ("sgl-project/DeepSeek-V4-Flash-FP8", "sgl-project/DeepSeek-V4-Pro-FP8")
 
 
 def _fp8_block(key: OpKey) -> bool:
@@ -38,6 +42,10 @@ def _mxfp4(key: OpKey) -> bool:
 
 def _deepgemm(key: OpKey) -> bool:
     return _fp8_block(key) and isinstance(key, Moe) and key.hidden % 128 == 0 and key.inter % 128 == 0
+
+
+def _block_gemm(key: OpKey) -> bool:
+    return isinstance(key, Gemm) and key.dtype == "fp8_block"
 
 
 def _any(key: OpKey) -> bool:
@@ -61,6 +69,15 @@ def marlin_plan() -> list[OpKey]:
     keys = p.moe_keys(("gpt-oss-120b",), TP_ONLY, p.TOKENS, lambda d: True)
     keys += p.moe_keys(("deepseek-ai/DeepSeek-V4-Flash",), p.RECIPE_PARALLELS[:1], p.TOKENS, lambda d: True)
     return [k for k in keys if _mxfp4(k)]
+
+
+def block_gemm_plan() -> list[OpKey]:
+    """The block-FP8 GEMM keys DeepSeek-V4's linear layers ask for, at M = 1..16384 tokens per attention
+    rank."""
+    keys = [
+        k for model in DSV4_FP8 for k in p.gemm_keys((model,), p.RECIPE_PARALLELS, p.TOKENS) if _block_gemm(k)
+    ]
+    return list(dict.fromkeys(keys))
 
 
 def dsv4_plan() -> list[OpKey]:
@@ -134,6 +151,22 @@ ENTRIES = (
         libraries=(MOE_LIB,),
         stand_ins="the activation between the GEMMs is one Triton kernel with swigluoai_and_mul's math "
         "(vLLM's is in _C, not carried)",
+    ),
+    KernelEntry(
+        name="cutlass_block_fp8",
+        ops=(OpName.gemm,),
+        backend="vllm-cutlass",
+        kernel="vLLM's W8A8 block-FP8 linear GEMM on Hopper without DeepGEMM (CutlassFp8BlockScaledMMKernel, "
+        "model_executor/kernels/linear/scaled_mm/cutlass.py): cutlass_scaled_mm with 1x128 activation "
+        "scales (M-major) and 128x128 weight scales, bf16 out, from _C of the vLLM wheel",
+        bench=_K + "vllm_cutlass_gemm:bench",
+        runs=_block_gemm,
+        plan=block_gemm_plan,
+        versions=("0.25", "9999"),
+        files=(C_LIB,),
+        libraries=(C_LIB,),
+        stand_ins="the activations' per-token-group FP8 quantisation (vLLM's QuantFP8) is not timed, as in "
+        "torch's fp8_block rows",
     ),
     KernelEntry(
         name="deepgemm_moe",
