@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
 
@@ -127,6 +129,7 @@ def wait_gone(pids: set[int], timeout: float = 30) -> dict[int, str]:
     return {x: Path(f"/proc/{x}/cmdline").read_bytes().decode(errors="replace") for x in pids if alive(x)}
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_partial_result_and_stops_the_workers(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5")
     p, workers = start_long_run(s.url, tmp_path)
@@ -139,6 +142,7 @@ def test_sigterm_saves_the_partial_result_and_stops_the_workers(mock_server, tmp
     assert r["completed"] + r["failed"] + r["not_sent"] == 100000
 
 
+@pytest.mark.slow
 def test_sigkill_takes_the_workers_along(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5")
     p, workers = start_long_run(s.url, tmp_path)

@@ -115,6 +115,7 @@ def calibrate(tmp_path: Path, jobs: int, lines: list[str]) -> tuple[CalibrationD
     return calibrate_engines(opts, echo=lines.append), report.read_text()
 
 
+@pytest.mark.slow
 def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
     one_lines: list[str] = []
     two_lines: list[str] = []

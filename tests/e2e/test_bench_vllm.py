@@ -9,7 +9,7 @@ import pytest
 
 from servelab.runner.server_metrics import metric_sums
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
 

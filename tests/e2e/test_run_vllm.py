@@ -26,7 +26,7 @@ from servelab.runner.server_metrics import metric_sums
 from servelab.runner.vllm_cpu import VllmCpuServer
 
 # hang guard: a CPU vLLM starts in minutes, and the run also asks GSM8K and BFCL questions
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 VLLM = """#!{python}
 import os, sys

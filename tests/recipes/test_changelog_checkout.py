@@ -110,6 +110,7 @@ def with_entry(checkout: Path, tmp_path: Path, keys: list[str]) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeypatch, capsys):
     """sh and buildkite script the jobs that have a launch and say in one line per reason which they leave
     out; eval-only jobs get scripts of their own beside the throughput job of the same point."""

@@ -93,6 +93,7 @@ def test_the_master_files_use_every_part_of_the_schema(recipes):
     assert any(arm.router for _, arm in arms) and any(r.kv_p2p_transfer for r, _ in recipes.values())
 
 
+@pytest.mark.slow
 def test_show_as_inferencex_from_a_store_of_upstream_files(store, recipes):
     """A multinode key, a key of a framework with no adapter, and single- and multinode agentic keys."""
     agentic = [

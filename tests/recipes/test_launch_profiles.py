@@ -72,6 +72,7 @@ def arm_of(recipe, record):
     raise KeyError(record["id"])
 
 
+@pytest.mark.slow
 def test_profile_table_is_derived_from_the_capture():
     done = ix_launch("profiles", "--check")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -99,6 +100,7 @@ def test_every_key_with_an_adapter_matches_upstream_on_every_job(upstream_recipe
     assert all(upstream_recipes[k].scenarios.agentic_coding for k in agentic)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the capture runs upstream's scripts under bash")
 def test_capture_reproduces_from_the_pinned_scripts():
     # One job per script (its highest concurrency): the committed capture is what the scripts run today.

@@ -112,6 +112,7 @@ def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_report_of_real_bench_runs(tmp_path, mock_server):
     for conc in (1, 4):
         load = ["--random-input-len", "16", "--random-output-len", "8", "--num-prompts", "8"]
@@ -142,6 +143,7 @@ vllm_bench:
 """
 
 
+@pytest.mark.slow
 def test_report_of_a_stored_run_draws_its_records_and_aggregates_repetitions(tmp_path, mock_server):
     (tmp_path / "wl.yaml").write_text(WORKLOAD)
     r = servelab("run", "wl.yaml", "--base-url", mock_server, "--repetitions", "3", "--store", "r.db",

@@ -38,6 +38,7 @@ def cases():
     return load_bfcl_cases(bfcl_data_dir(PYTHON), CASE_IDS)
 
 
+@pytest.mark.slow
 @needs_bfcl
 def test_ground_truth_calls_score_one(cases, tmp_path):
     assert {c.id for c in cases} == CASE_IDS
@@ -53,6 +54,7 @@ def test_ground_truth_calls_score_one(cases, tmp_path):
     assert (tmp_path / bfcl.SCORES_FILE).is_file() and (tmp_path / "score").is_dir()
 
 
+@pytest.mark.slow
 @needs_bfcl
 def test_no_calls_score_zero(cases, tmp_path):
     with AnswerServer(correct=False, bfcl_cases=cases) as server:
@@ -62,6 +64,7 @@ def test_no_calls_score_zero(cases, tmp_path):
     assert out.metrics["overall.inference_errors"] == 0  # answered, wrongly
 
 
+@pytest.mark.slow
 @needs_bfcl
 def test_server_down_is_a_stage_failure(tmp_path):
     spec = WlBfcl(test_categories=["simple_python"], max_test_cases=1, num_threads=1)

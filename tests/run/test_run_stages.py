@@ -100,6 +100,7 @@ def run_args(tmp_path: Path, server: AnswerServer, gsm8k_file: Path) -> list:
     return args + ["--bfcl-python", BFCL_PYTHON]
 
 
+@pytest.mark.slow
 @needs_bfcl
 def test_right_answers_pass_every_assertion_and_land_in_the_store(tmp_path, gsm8k_file, cases):
     assert {c.id for c in cases} == CASE_IDS
@@ -140,6 +141,7 @@ def test_right_answers_pass_every_assertion_and_land_in_the_store(tmp_path, gsm8
     assert (run_dir / "bfcl" / bfcl.SCORES_FILE).is_file()
 
 
+@pytest.mark.slow
 @needs_bfcl
 def test_wrong_answers_fail_the_accuracy_assertions_by_name(tmp_path, gsm8k_file, cases):
     with AnswerServer(correct=False, gsm8k=gsm8k_file, bfcl_cases=cases) as server:
@@ -200,6 +202,7 @@ GSM8K_ONLY = {"name": "gsm8k", "num_fewshot": 2}
     ],
     ids=["unknown-task", "no-gsm8k-file", "bad-bfcl-python", "no-bfcl-env"],
 )
+@pytest.mark.slow
 def test_what_the_eval_stages_need_is_bad_input_before_the_server_starts(
     tmp_path, monkeypatch, workload_changes, options, env, message
 ):
