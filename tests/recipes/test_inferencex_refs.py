@@ -48,6 +48,7 @@ def results(compared) -> dict[str, dict]:
     return compared["results"]
 
 
+@pytest.mark.slow  # the corpus comparison: 25 sweeps (about 40 s)
 def test_corpus_follows_its_rule(compared):
     kinds = [e["chosen-as"].split()[-1] for e in INDEX]
     assert len(INDEX) == 25 and kinds.count("parent)") == 12 and kinds.count("head)") == 13
@@ -60,6 +61,7 @@ def test_corpus_follows_its_rule(compared):
         }
 
 
+@pytest.mark.slow  # the corpus comparison: 25 sweeps (about 40 s)
 @pytest.mark.parametrize("short", [e["short"] for e in INDEX])
 def test_sweep_equals_upstream_or_the_difference_is_known(short, results, compared):
     result = results[short]
@@ -71,12 +73,14 @@ def test_sweep_equals_upstream_or_the_difference_is_known(short, results, compar
         assert result["equal"] == result["upstream"]
 
 
+@pytest.mark.slow  # the corpus comparison: 25 sweeps (about 40 s)
 def test_every_ref_reads(results):
     """Tolerant reading: no ref of the corpus is refused where upstream's generator accepts it."""
     refused = {s: r["verdict"] for s, r in results.items() if r["verdict"].startswith("servelab refuses")}
     assert refused == {}
 
 
+@pytest.mark.slow  # the corpus comparison: 25 sweeps (about 40 s)
 def test_docs_table_is_current(compared):
     text = (ROOT / "docs" / "recipes.md").read_text()
     table = compared["table"]
