@@ -11,7 +11,10 @@ facts = json.loads((got / "facts.json").read_text())
 end = json.loads((got / "end.json").read_text())
 manifest = json.loads((device / "call5" / "manifest.json").read_text())
 when = datetime.datetime.fromtimestamp(facts["started"], datetime.UTC).isoformat(timespec="seconds")
-cmd = "BUDGET=290 bash .ek/fp8gemm/campaign5.sh (campaigns/h100_sxm_vllm_0.25.0/device/campaign5.sh, fp8gemm.py)"
+cmd = (
+    "BUDGET=290 bash .ek/fp8gemm/campaign5.sh "
+    "(campaigns/h100_sxm_vllm_0.25.0/device/campaign5.sh, fp8gemm.py)"
+)
 common = {
     "system": "h100_sxm",
     "servelab": "0.1.0",
@@ -19,9 +22,9 @@ common = {
     "command": cmd,
     "executor": "fp8gemm.py (one process, key by key)",
     "env": {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"},
-    "timing_method": "random inputs; rotating input sets >= 256 MiB per replay; op captured N times in one CUDA "
-    "graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over 15-100 replays, "
-    "per op call",
+    "timing_method": "random inputs; rotating input sets >= 256 MiB per replay; op captured N times in one "
+    "CUDA graph (~2 ms replay); CUDA events per replay; 3 warm-up replays; median, p10, p90 over 15-100 "
+    "replays, per op call",
     "driver": facts["clocks_start"][0]["driver_version"],
     "clocks": {"start": facts["clocks_start"], "end": end["clocks_end"]},
     **{

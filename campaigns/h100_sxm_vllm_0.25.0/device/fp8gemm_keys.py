@@ -11,7 +11,7 @@ M_ORDER = (4096, 64, 16384, 1, 512, 8, 1024, 128, 16, 2048, 256, 32, 8192, 4, 2)
 FLASH_NK = set()
 
 keys = catalogue("vllm").entry("cutlass_block_fp8").plan()
-from servelab.collect.engines.plans import gemm_keys, RECIPE_PARALLELS, TOKENS  # noqa: E402
+from servelab.collect.engines.plans import RECIPE_PARALLELS, TOKENS, gemm_keys  # noqa: E402
 
 flash = {(k.n, k.k) for k in gemm_keys(("sgl-project/DeepSeek-V4-Flash-FP8",), RECIPE_PARALLELS, TOKENS)}
 keys.sort(key=lambda k: ((k.n, k.k) not in flash, M_ORDER.index(k.m), k.n, k.k))

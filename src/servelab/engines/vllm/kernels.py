@@ -57,12 +57,12 @@ CUTLASS_BLOCK_FP8_GEMM = KernelChoice(
     why=(
         "vLLM 0.25's W8A8 block-FP8 linear layers (128 x 128 weight blocks, 1 x 128 activation groups) pick "
         "the first supported of _POSSIBLE_FP8_BLOCK_KERNELS (model_executor/kernels/linear/__init__.py): the "
-        "FlashInfer + DeepGEMM and DeepGEMM kernels need DeepGEMM, so without it CutlassFp8BlockScaledMMKernel "
-        "runs _C's cutlass_scaled_mm wherever _C is built for block FP8 (SM90 and up) and N and K are multiples "
-        "of 16 (_custom_ops.py; other shapes take its Triton scaled-mm). Timed on SM90; carried to Blackwell "
-        "by the rooflines. DeepSeek-V4 itself needs DeepGEMM in 0.25 (fp8_einsum for wo_a), with which its "
-        "linear layers run FlashInfer's SM90 block-scale GEMM below 32 tokens and DeepGEMM above: the CUTLASS "
-        "rows stand in for those."
+        "FlashInfer + DeepGEMM and DeepGEMM kernels need DeepGEMM, so without it "
+        "CutlassFp8BlockScaledMMKernel runs _C's cutlass_scaled_mm wherever _C is built for block FP8 (SM90 "
+        "and up) and N and K are multiples of 16 (_custom_ops.py; other shapes take its Triton scaled-mm). "
+        "Timed on SM90; carried to Blackwell by the rooflines. DeepSeek-V4 itself needs DeepGEMM in 0.25 "
+        "(fp8_einsum for wo_a), with which its linear layers run FlashInfer's SM90 block-scale GEMM below 32 "
+        "tokens and DeepGEMM above: the CUTLASS rows stand in for those."
     ),
 )
 
