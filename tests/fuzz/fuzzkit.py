@@ -118,3 +118,8 @@ def hostile(
 def pending(reason: str):
     """An input that fails today in code another helper is fixing: strict, so it shows when it is fixed."""
     return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def tried(n: int = 1) -> None:
+    """Count hostile inputs a test tries without the CLI (a redaction rule over a corpus, a store's rows)."""
+    COUNTS["tried"] += n

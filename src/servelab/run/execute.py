@@ -24,6 +24,7 @@ from typing import IO
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import summarize
+from servelab.redact import redact_text
 from servelab.results import provenance
 from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
@@ -72,7 +73,7 @@ class Row:
     artifact: str | None = None
 
     def dump(self) -> dict:
-        return dict(self.__dict__) | {"status": str(self.status)}
+        return dict(self.__dict__) | {"status": str(self.status), "detail": redact_text(self.detail)}
 
 
 @dataclass
@@ -92,7 +93,7 @@ class RunResult:
             "run_dir": str(self.run_dir),
             "outcome": str(self.outcome),
             "exit_code": self.exit_code,
-            "errors": self.errors,
+            "errors": [redact_text(e) for e in self.errors],
             "stages": [r.dump() for r in self.rows],
             "metrics": self.metrics,
             "assertions": [j.dump() for j in self.judged],
@@ -140,7 +141,7 @@ class _Runner:
         self.signum = 0
 
     def say(self, text: str) -> None:
-        print(f"run {self.run_id}: {text}", file=self.log, flush=True)
+        print(f"run {self.run_id}: {redact_text(text)}", file=self.log, flush=True)
 
     def begin(self) -> set[tuple[str, str, int]]:
         """The run row (new, or the one resumed) and the stage rows already passed."""

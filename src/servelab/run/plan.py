@@ -31,7 +31,7 @@ from servelab.recipes.workload import (
     default_image,
     split_serve_args,
 )
-from servelab.results.provenance import redact_argv, redact_env
+from servelab.redact import redact_argv, redact_env, redact_headers
 from servelab.run.assertions import Assertion, parse_all
 from servelab.run.stage import StageName
 
@@ -109,7 +109,7 @@ class RunPlan:
                 "secret_env": s.secret_env,
             },
             "stages": [str(s) for s in self.stages],
-            "bench": [asdict(p) for p in self.bench] if StageName.BENCH in self.stages else [],
+            "bench": [_public(p) for p in self.bench] if StageName.BENCH in self.stages else [],
             "gsm8k": [
                 {"task": t.name, "num_fewshot": t.num_fewshot, "model_args": _lm_args(self.lm_defaults, t)}
                 for t in self.lm_tasks
@@ -120,6 +120,18 @@ class RunPlan:
             "assertions": [a.text for a in self.assertions],
             "stage_rows": [list(i) for i in self.items()],
         }
+
+
+def _public(point: BenchPoint) -> dict:
+    """A bench point as it may be printed: header values (Authorization, API keys) and secret metadata
+    redacted, as the bench result file keeps them."""
+    d = asdict(point)
+    fields = dict(d["fields"])
+    if fields.get("headers"):
+        fields["headers"] = redact_headers(fields["headers"])
+    if fields.get("metadata"):
+        fields["metadata"] = redact_env(fields["metadata"])
+    return d | {"fields": fields}
 
 
 def _lm_args(defaults: WlModelArgs | None, task: WlTask) -> dict:

@@ -15,11 +15,13 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from servelab.bench.payload import api_key_from_env, auth_headers
+from servelab.bench.payload import api_key_from_env, auth_headers, split_credentials
 from servelab.bench.runner import fetch_model_id
 from servelab.errors import ServelabError
 from servelab.recipes.workload import ROCM_GPUS
+from servelab.redact import redact_text
 from servelab.run.plan import ServerPlan
 from servelab.run.stage import Target
 from servelab.runner.server import ServerProcess, ServerStartError
@@ -103,12 +105,16 @@ def serve(
     key every stage sends is the caller's OPENAI_API_KEY, as `servelab bench` sends it."""
     api_key = api_key_from_env()
     if base_url:
-        url = base_url.rstrip("/")
+        url, basic_auth = split_credentials(base_url.rstrip("/"))
+        userinfo = urlsplit(base_url).netloc.rpartition("@")[0] or None
         try:
-            name = model or fetch_model_id(url, auth_headers(api_key, None, {}))
+            name = model or fetch_model_id(url, auth_headers(api_key, basic_auth, {}))
         except ServelabError as e:
-            raise ServerStartError(f"{url}: not answering as an OpenAI-compatible server ({e})") from None
-        yield Target(url, name, api_key=api_key, tokenizer=tokenizer), None
+            reason = redact_text(str(e))
+            raise ServerStartError(
+                f"{url}: not answering as an OpenAI-compatible server ({reason})"
+            ) from None
+        yield Target(url, name, api_key=api_key, tokenizer=tokenizer, userinfo=userinfo), None
         return
     for rel, content in plan.files.items():
         path = run_dir / rel
