@@ -18,6 +18,7 @@ from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
 from servelab.results.importers import import_files
 from servelab.results.store import Store, default_path
+from servelab.userfiles import refuse_overwriting_inputs
 
 app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
 
@@ -237,6 +238,7 @@ def export(
         raise ServelabError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise ServelabError("--format parquet writes a file: give --output FILE.parquet")
+    refuse_overwriting_inputs({"--output": output}, {}, stores={"--store": store_path or default_path()})
     with Store.open(store_path) as store:
         selected = [r for ref in runs for r in store.find_runs(ref)] if runs else store.list_runs()
         rows = metric_rows(store, selected)

@@ -13,7 +13,6 @@ upgrade), and the busy timeout makes a second writer wait for the lock instead o
 
 import json
 import os
-import re
 import secrets
 import sqlite3
 import time
@@ -24,12 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.redact import redact_argv, redact_env, redact_url
+from servelab.redact import redact_argv, redact_env
 from servelab.results.provenance import Provenance
 from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, StageStatus, migrate
+from servelab.userfiles import refuse_url
 
 BUSY_TIMEOUT_S = 60.0
-URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")  # scheme:/ or scheme:// (a one-letter scheme is a drive)
 
 
 @dataclass(frozen=True)
@@ -111,14 +110,8 @@ class Store:
     @classmethod
     def open(cls, path: Path | str | None = None) -> "Store":
         """Open (creating it and its folder if needed) and bring the schema up to date."""
-        if path is not None and URL_LIKE.match(str(path)):
-            # Path() has already folded postgresql://h/db into postgresql:/h/db: open it and it becomes a
-            # directory tree and an SQLite file named after the URL
-            raise ServelabError(
-                f"{redact_url(str(path))}: a URL; the results store is an SQLite file on this machine "
-                "(servelab has no database servers)",
-                field="store",
-            )
+        # postgresql://h/db would become a directory tree and an SQLite file named after the URL
+        refuse_url(path, "store", "the path of an SQLite file (servelab has no database servers)")
         path = Path(path) if path is not None else default_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
