@@ -13,6 +13,7 @@ from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
+from servelab.userfiles import check_regular
 
 ENGINES = tuple(Engine)
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
@@ -63,6 +64,7 @@ class Case:
 
 
 def read_rows(path: Path) -> list[dict]:
+    check_regular(path, "csv")  # a FIFO would be waited on forever
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 

@@ -12,6 +12,7 @@ upgrade), and the busy timeout makes a second writer wait for the lock instead o
 """
 
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -97,6 +98,16 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+def utf8(value: str, what: str) -> str:
+    """A string SQLite can store: a command-line argument that was not UTF-8 reaches Python as surrogates,
+    which no text column takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ServelabError(f"{what} {value!r}: not valid UTF-8") from None
+    return value
+
+
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise ServelabError(f"{what} {value!r}: expected one of {', '.join(allowed)}")
@@ -179,6 +190,7 @@ class Store:
         """A new run; `started_at` defaults to now for a run measured here, while an imported run (with a
         `source_sha256`) keeps what its file says, or nothing, and comes with its outcome and end."""
         _check(outcome, OUTCOMES, "run outcome")
+        utf8(name, "run name")
         p = provenance or Provenance()
         run_id = run_id or new_run_id()
         with self.transaction():
@@ -261,12 +273,15 @@ class Store:
 
     def list_runs(self, name: str | None = None, limit: int | None = None) -> list[Run]:
         """Newest first; only those called `name` when given."""
+        if name is not None:
+            utf8(name, "run name")
         sql = "SELECT * FROM runs" + (" WHERE name = ?" if name is not None else "")
         sql += " ORDER BY created_at DESC, rowid DESC" + (f" LIMIT {int(limit)}" if limit else "")
         return [_run(row) for row in self.conn.execute(sql, (name,) if name is not None else ())]
 
     def get_run(self, ref: str) -> Run:
         """A run by its id or a unique prefix of it."""
+        utf8(ref, "run")
         rows = self.conn.execute(
             "SELECT * FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
             (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
@@ -293,38 +308,95 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM stages WHERE run_id = ? ORDER BY stage, config, repetition", (run_id,)
         )
-        return [Stage(**(dict(row) | {"status": StageStatus(row["status"])})) for row in rows]
+        return [
+            Stage(
+                run_id=row["run_id"],
+                stage=_text(row["stage"]),
+                config=_text(row["config"]),
+                repetition=_integer(row["repetition"]),
+                status=StageStatus(row["status"]),
+                started_at=_text_or_none(row["started_at"]),
+                ended_at=_text_or_none(row["ended_at"]),
+                artifact=_text_or_none(row["artifact"]),
+            )
+            for row in rows
+        ]
 
     def metrics(self, run_id: str) -> list[Metric]:
         rows = self.conn.execute(
             "SELECT * FROM metrics WHERE run_id = ? ORDER BY stage, config, name, repetition", (run_id,)
         )
-        return [Metric(**dict(row)) for row in rows]
+        return [
+            Metric(
+                run_id=row["run_id"],
+                stage=_text(row["stage"]),
+                config=_text(row["config"]),
+                repetition=_integer(row["repetition"]),
+                name=_text(row["name"]),
+                value=_number(row["value"]),
+                unit=_text(row["unit"]),
+                source=row["source"],
+            )
+            for row in rows
+        ]
 
     def metric_counts(self) -> dict[str, int]:
         rows = self.conn.execute("SELECT run_id, count(*) FROM metrics GROUP BY run_id")
         return {run_id: n for run_id, n in rows}
 
 
+# Readers take a row as SQLite gives it: a column's type is only an affinity, so a row another tool (or a
+# hand with sqlite3) wrote can hold text in a REAL column, a number in a TEXT one, or JSON that is not.
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _integer(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _number(value: object) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None  # type: ignore[arg-type]
+
+
+def _json(value: object, kind: type[list] | type[dict]) -> list | dict:
+    """A JSON column as a list or dict; anything else (not JSON, another shape, nested too deep) as empty."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str | bytes) else None
+    except (ValueError, RecursionError):
+        parsed = None
+    return parsed if isinstance(parsed, kind) else kind()
+
+
 def _run(row: sqlite3.Row) -> Run:
+    env = _json(row["env"], dict)
     return Run(
-        id=row["id"],
-        name=row["name"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
+        id=_text(row["id"]),
+        name=_text(row["name"]),
+        created_at=_text(row["created_at"]),
+        started_at=_text_or_none(row["started_at"]),
+        ended_at=_text_or_none(row["ended_at"]),
         outcome=row["outcome"],
         provenance=Provenance(
-            servelab_version=row["servelab_version"],
-            git_sha=row["git_sha"],
-            recipe_fingerprint=row["recipe_fingerprint"],
-            image_digest=row["image_digest"],
-            server_argv=json.loads(row["server_argv"]),
-            env=json.loads(row["env"]),
-            gpu=row["gpu"],
-            driver=row["driver"],
-            host=row["host"],
+            servelab_version=_text_or_none(row["servelab_version"]),
+            git_sha=_text_or_none(row["git_sha"]),
+            recipe_fingerprint=_text_or_none(row["recipe_fingerprint"]),
+            image_digest=_text_or_none(row["image_digest"]),
+            server_argv=[_text(a) for a in _json(row["server_argv"], list)],
+            env={_text(k): _text(v) for k, v in env.items()},  # type: ignore[union-attr]
+            gpu=_text_or_none(row["gpu"]),
+            driver=_text_or_none(row["driver"]),
+            host=_text_or_none(row["host"]),
         ),
-        source_path=row["source_path"],
-        source_sha256=row["source_sha256"],
+        source_path=_text_or_none(row["source_path"]),
+        source_sha256=_text_or_none(row["source_sha256"]),
     )
