@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fuzzkit import hostile
+from fuzzkit import hostile, tiny_workload
 
 from servelab.recipes.recipe_store import DATA_DIR as RECIPES  # the shipped recipe store
 
@@ -176,11 +176,7 @@ STORE_COMMANDS = {
 @pytest.mark.parametrize("name", list(STORE_COMMANDS))
 def test_a_store_given_as_a_url_is_refused(name, url, tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(RESULT))
-    wl = tmp_path / "wl.yaml"
-    wl.write_text(
-        json.dumps({"name": "w", "gpu": "H200", "vllm": {"model": "m"}, "vllm_bench": {"configs": [
-            {"name": "s", "input_len": 8, "output_len": 2, "num_prompts": 2, "max_concurrency": 1}]}})
-    )  # fmt: skip
+    wl = tiny_workload(tmp_path / "wl.yaml")
     before = set(tmp_path.rglob("*"))
     values = {"url": url, "result": str(tmp_path / "r.json"), "wl": str(wl)}
     r = hostile(*[a.format(**values) for a in STORE_COMMANDS[name]], cwd=tmp_path, keep=[tmp_path])

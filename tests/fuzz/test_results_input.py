@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fuzzkit import COUNTS, TRACEBACK, hostile
+from fuzzkit import COUNTS, TRACEBACK, hostile, tiny_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -149,7 +149,8 @@ def test_bad_store_rows(row, tmp_path):
     for args in (
         ("results", "list"), ("results", "list", "--json"), ("results", "show", run_id),
         ("results", "show", run_id, "--json"), ("results", "compare", run_id, run_id), ("results", "export"),
-        ("results", "export", "--format", "json"), ("report", "--run", run_id, "-o", str(tmp_path / "p.html")),
+        ("results", "export", "--format", "json"),
+        ("report", "--run", run_id, "-o", str(tmp_path / "p.html")),
         ("calibrate", "engines", "--from-store", str(db), "--dry-run"),
     ):  # fmt: skip
         hostile(*args, *([] if args[0] == "calibrate" else ["--store", str(db)]), codes=(0, 1, 2))
@@ -226,9 +227,7 @@ def test_arguments_that_are_not_utf8(name, tmp_path):
     """Linux passes any bytes: Python hands them on as surrogates, which SQLite, HTTP and stdout refuse."""
     (tmp_path / "r.json").write_text(json.dumps(GOOD))
     (tmp_path / "r2.json").write_text(json.dumps(GOOD | {"duration": 3.0}))  # not imported before
-    wl = tmp_path / "wl.yaml"
-    wl.write_text(json.dumps({"name": "w", "gpu": "H200", "vllm": {"model": "m"}, "vllm_bench": {"configs": [
-        {"name": "s", "input_len": 8, "output_len": 2, "num_prompts": 2, "max_concurrency": 1}]}}))  # fmt: skip
+    wl = tiny_workload(tmp_path / "wl.yaml")
     _servelab(["results", "import", "r.json", "--store", "s.db"], tmp_path)
     args = [a.replace(b"{wl}", str(wl).encode()) for a in NOT_UTF8[name]]
     _one_line(_servelab(args, tmp_path), codes=(1, 2))

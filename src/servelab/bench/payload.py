@@ -32,7 +32,7 @@ def check_header_value(value: str) -> str:
 
 
 def _check_utf8(value: str) -> None:
-    """Bytes that were not UTF-8 on the command line reach Python as surrogates, which no request can carry."""
+    """Bytes that were not UTF-8 on the command line reach Python as surrogates: no request carries them."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
