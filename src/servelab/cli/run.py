@@ -12,7 +12,7 @@ from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_ta
 from servelab.readable import number
 
 _SERVER = "Server"
-MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run
+MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run (as recipes.workload's)
 _STAGES = "Stages and assertions"
 
 

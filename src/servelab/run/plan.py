@@ -142,6 +142,8 @@ def choose_stages(available: list[StageName], requested: list[str] | None, sourc
     """The stages to run: those requested (each must be one the source has), else all it has."""
     if requested is None:
         return available
+    if not requested:  # `--stages ,` would run nothing and pass
+        raise ServelabError(f"no stage named; expected a comma list of {', '.join(STAGES)}", field="stages")
     for s in requested:
         if s not in StageName._value2member_map_:
             raise ServelabError(f"{s!r}: expected a comma list of {', '.join(STAGES)}", field="stages")

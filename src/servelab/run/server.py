@@ -118,6 +118,8 @@ def serve(
         return
     for rel, content in plan.files.items():
         path = run_dir / rel
+        if not path.resolve().is_relative_to(run_dir.resolve()):  # the plan's files were checked; again here
+            raise ServelabError(f"launch.files: {rel!r} would be written outside the run folder", field="job")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
     env = dict(os.environ) | plan.env
