@@ -97,6 +97,14 @@ def run(
     server_timeout: float = typer.Option(
         3600.0, "--server-timeout", min=1, help="Seconds to wait for /health.", rich_help_panel=_SERVER
     ),
+    server_stop_timeout: float = typer.Option(
+        30.0,
+        "--server-stop-timeout",
+        min=0,
+        max=3600,
+        help="Seconds from SIGTERM to SIGKILL when the server is stopped.",
+        rich_help_panel=_SERVER,
+    ),
     store_path: Path | None = typer.Option(
         None, "--store", help="Results store (default: the user data dir)."
     ),
@@ -144,6 +152,7 @@ def run(
         gpu=gpu,
         hf_cache=hf_cache,
         server_timeout_s=server_timeout,
+        server_stop_timeout_s=server_stop_timeout,
         gsm8k_path=gsm8k_path,
         bfcl_python=bfcl_python,
         resume=resume,

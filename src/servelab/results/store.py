@@ -2,7 +2,10 @@
 
 Writers are safe across processes: WAL lets readers go on while one writer writes, every write is a
 `BEGIN IMMEDIATE` transaction (it takes the write lock up front, so two writers never deadlock on a lock
-upgrade), and the busy timeout makes a second writer wait for the lock instead of failing.
+upgrade), and the busy timeout makes a second writer wait for the lock instead of failing. A store that
+still cannot be written (busy past the timeout, a full disk, read-only) raises StoreUnavailable (one line,
+exit 1). Opening a store settles runs whose process ended without recording how (results/runlock.py): their
+journal (results/journal.py) is written and they end as error, never `running` forever.
 
     store = Store.open(path)            # None: the default location in the user's data dir
     run_id = store.start_run("dsv4-h200", provenance.collect(server_argv=argv, env=env))
@@ -25,7 +28,10 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.redact import redact_argv, redact_env
+from servelab.results.faults import StoreUnavailable, unavailable
+from servelab.results.journal import JOURNAL_FILE, replay
 from servelab.results.provenance import Provenance
+from servelab.results.runlock import abandoned
 from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, StageStatus, migrate
 from servelab.userfiles import refuse_url
 
@@ -129,11 +135,49 @@ class Store:
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             _use_wal(conn)
         except (OSError, sqlite3.DatabaseError) as e:
-            raise ServelabError(f"{path}: cannot open as a results store (an SQLite file): {e}") from e
+            busy = unavailable(e, path) if "locked" in str(e) else None
+            raise busy or ServelabError(
+                f"{path}: cannot open as a results store (an SQLite file): {e}"
+            ) from e
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn, str(path))
-        return cls(conn, path)
+        try:
+            migrate(conn, str(path))
+        except sqlite3.OperationalError as e:
+            conn.close()
+            busy = unavailable(e, path)
+            if busy is None:
+                raise
+            raise busy from e
+        store = cls(conn, path)
+        store.settle_abandoned()
+        return store
+
+    def settle_abandoned(self) -> list[str]:
+        """End the runs still `running` whose process is gone (nobody holds their run lock): what their
+        journal kept is written, and a run it does not say the end of ends as error. Left for the next open
+        when the store cannot be written now. Returns the runs settled."""
+        rows = self.conn.execute(
+            "SELECT id FROM runs WHERE outcome = 'running' AND source_sha256 IS NULL"
+        ).fetchall()
+        settled = []
+        for (run_id,) in rows:
+            run_dir = self.path.parent / "runs" / str(run_id)
+            if not abandoned(run_dir):
+                continue
+            try:
+                with self.transaction():
+                    if (run_dir / JOURNAL_FILE).exists():
+                        replay(self, run_dir / JOURNAL_FILE)
+                    self.conn.execute(
+                        "UPDATE runs SET outcome = 'error', ended_at = ? "
+                        "WHERE id = ? AND outcome = 'running'",
+                        (now(), run_id),
+                    )
+            except StoreUnavailable:
+                break  # read-only or busy: the next open settles them
+            settled.append(str(run_id))
+        return settled
 
     def close(self) -> None:
         self.conn.close()
@@ -150,13 +194,22 @@ class Store:
         if self.conn.in_transaction:
             yield
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except (sqlite3.OperationalError, OSError) as e:
+            if self.conn.in_transaction:  # a COMMIT that failed (a full disk) leaves the transaction open
+                self.conn.execute("ROLLBACK")
+            busy = unavailable(e, self.path)
+            if busy is None:
+                raise
+            raise busy from e
 
     def run_dir(self, run_id: str) -> Path:
         """The folder for a run's raw artifacts (bench JSON, eval outputs, server log), created on demand."""
