@@ -77,8 +77,9 @@ class Setup:
 
     def start(self, *extra: str) -> subprocess.Popen:
         COUNTS["tried"] += 1
-        argv = [sys.executable, "-m", "servelab.cli.main", "run", str(self.workload), "--port", str(self.port),
-                "--store", str(self.db), "--server-stop-timeout", "5", "--json", *extra]  # fmt: skip
+        argv = [sys.executable, "-m", "servelab.cli.main", "run", str(self.workload), "--port",
+                str(self.port), "--store", str(self.db), "--server-stop-timeout", "5", "--json",
+                *extra]  # fmt: skip
         return subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def server_groups(self) -> list[int]:
@@ -178,7 +179,8 @@ SEQUENCES = {
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_signals_during_teardown_leave_no_server(name, tmp_path, cleanup):
     """The first signal interrupts the benchmark; the others arrive while the server (which ignores SIGTERM)
-    is being stopped: the teardown still ends with the server's whole group gone, the run recorded as error."""
+    is being stopped: the teardown still ends with the server's whole group gone, the run recorded as
+    error."""
     first, *more = SEQUENCES[name]
     s = Setup(tmp_path, FAKE_VLLM_IGNORE_TERM="1")
     proc = s.start()
