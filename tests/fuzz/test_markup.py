@@ -48,7 +48,7 @@ def store(tmp_path, request) -> tuple[str, str, str]:
         f = tmp_path / f"r{i}.json"
         f.write_text(json.dumps(_result(name, name) | {"duration": 2.0 + i}))
         r = hostile("results", "import", str(f), "--store", str(tmp_path / "s.db"), "--json", codes=(0,))
-        ids.append(json.loads(r.out)[0]["run_id"])
+        ids.append(json.loads(r.out)["imported"][0]["run_id"])
     return str(tmp_path / "s.db"), name, ids[0]
 
 

@@ -52,7 +52,7 @@ def _readers(f: Path, tmp_path: Path, codes=(0, 2)) -> None:
     db = str(tmp_path / "s.db")
     r = hostile("results", "import", str(f), "--store", db, "--json", codes=codes, keep=[f])
     if r.code == 0:
-        [entry] = json.loads(r.out)
+        [entry] = json.loads(r.out)["imported"]
         for args in (("list",), ("show", entry["run_id"]), ("export", "--format", "json")):
             hostile("results", *args, "--store", db, codes=(0,))
     hostile("report", str(f), "-o", str(tmp_path / "f.html"), codes=(0, 2), keep=[f])
@@ -143,7 +143,7 @@ def test_bad_store_rows(row, tmp_path):
     f.write_text(json.dumps(GOOD))
     db = tmp_path / "s.db"
     r = hostile("results", "import", str(f), "--store", str(db), "--json", codes=(0,))
-    run_id = json.loads(r.out)[0]["run_id"]
+    run_id = json.loads(r.out)["imported"][0]["run_id"]
     with sqlite3.connect(db) as conn:
         conn.executescript(BAD_ROWS[row] + ";")
     for args in (
