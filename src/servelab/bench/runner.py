@@ -54,9 +54,16 @@ def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read(MAX_MODELS_BYTES))
-        return data["data"][0]["id"]
+        model = data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
+    if not isinstance(model, str) or not model:
+        # the id is sent back in every request and names the result file: refused before any is sent
+        raise ServelabError(
+            f"--model not given and {base_url}/v1/models names the model {json.dumps(model)[:80]}, not a "
+            "name; give --model"
+        )
+    return model
 
 
 MAX_MODELS_BYTES = 1 << 20  # a model list is a few KB; a server sending more is not one
@@ -250,6 +257,10 @@ def run_point(
     prep = prepare(cfg, tok)
     date = R.now_stamp()
     result_dir = Path(cfg.result_dir or ".")  # made by R.check_path before the run
+    name = None
+    if cfg.save_result:  # a name the file system refuses is refused now, not after the benchmark
+        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+        R.check_name(result_dir / name, "--result-filename" if cfg.result_filename else "--label/--model")
     # a folder of this run's own: concurrent runs never share (or delete) each other's records
     records_dir = Path(
         tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
@@ -262,8 +273,7 @@ def run_point(
     result.interrupted = load.interrupted
     present(result, cfg.percentile_metrics, file=out)
     result_path = None
-    if cfg.save_result:
-        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+    if name is not None:
         result_path = _save(cfg, result, result_dir / name, records_dir / "requests.jsonl")
         print(f"result: {result_path}", file=out)
     shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
