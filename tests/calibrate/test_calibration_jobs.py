@@ -139,9 +139,24 @@ def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
 
 
 def test_jobs_zero_is_one_process_per_core():
-    assert workers_for(0) == os.cpu_count() and workers_for(3) == 3
+    cores = os.cpu_count() or 1
+    assert workers_for(0) == cores and workers_for(3) == min(3, cores)
     with pytest.raises(ServelabError, match="jobs: -2; expected 0"):
         workers_for(-2)
+
+
+def test_jobs_are_capped_by_the_cores_and_the_rows(tmp_path):
+    """--jobs 100000 on 7 rows: never more processes than cores or rows (it forked 65 for 8 rows), said."""
+    cores = os.cpu_count() or 1
+    assert workers_for(100_000) == cores and workers_for(100_000, 3) == min(3, cores)
+    lines: list[str] = []
+    calibrate(tmp_path, 100_000, lines)
+    cap = min(cores, len(DEPLOYMENTS))
+    assert any(line.startswith(f"note: --jobs 100000: {cap} process") for line in lines), lines
+    counts = [
+        int(line.rsplit(", ", 1)[1].split()[0]) for line in lines if line.endswith(("process)", "processes)"))
+    ]
+    assert counts and max(counts) <= cap, counts
 
 
 @pytest.mark.parametrize(
