@@ -3,6 +3,7 @@
 modules), and the reading of silicon_sample.csv."""
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,13 @@ class Case:
     measured: str = ""  # the date it was measured (YYYY-MM-DD), where the source says
     settings: RunSettings | None = None  # the engine settings its recipe set (None: the engine's defaults)
     run: str = ""  # the InferenceX run it is tied to: `identified|agreed|ambiguous COMMITS` or `none`
+
+    def __post_init__(self) -> None:
+        # every source makes its rows here: a NaN, an infinity or a time <= 0 would reach a fit (and a
+        # calibration file) as a measurement; each source counts the row skipped with this reason
+        for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"measured {name} (ms) is not a positive finite number")
 
     @property
     def model_name(self) -> str:
