@@ -245,7 +245,7 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
             if p.is_alive():
                 p.terminate()
     kept = [r for s in summaries for r in s.pop("records_kept", ())]
-    errors = sorted({e for s in summaries if (e := s.pop("records_error", None))})
+    errors = sorted({why for s in summaries if (why := s.pop("records_error", None))})
     records = merge_records([Path(s.out_path) for s in specs], kept)
     try:
         write_jsonl(records, merged_path)

@@ -95,7 +95,7 @@ class JournaledWriter:
         self._write({"op": "stage", "run_id": run_id, "stage": stage, "status": str(status), **fields})
 
     def record_metrics(self, run_id: str, stage: str, values: Mapping[str, float | None], **kw: Any) -> None:
-        fields = {"config": "", "repetition": 0, "units": {}, "source": "measured"} | kw
+        fields: dict[str, Any] = {"config": "", "repetition": 0, "units": {}, "source": "measured"} | kw
         fields["units"] = dict(fields["units"] or {})
         self._write({"op": "metrics", "run_id": run_id, "stage": stage, "values": dict(values), **fields})
 

@@ -70,7 +70,8 @@ class DockerServer(ServerProcess):
 
     def __init__(self, container: str, *args, **kwargs) -> None:
         # servelab killed: the watchdog stops the client's group, then removes the container by name
-        super().__init__(*args, orphan_cleanup=["docker", "rm", "-f", container], **kwargs)
+        kwargs["orphan_cleanup"] = ["docker", "rm", "-f", container]
+        super().__init__(*args, **kwargs)
         self.container = container
 
     def stop(self) -> None:
