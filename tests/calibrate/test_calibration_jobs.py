@@ -139,9 +139,24 @@ def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
 
 
 def test_jobs_zero_is_one_process_per_core():
-    assert workers_for(0) == os.cpu_count() and workers_for(3) == 3
+    cores = os.cpu_count() or 1
+    assert workers_for(0) == cores and workers_for(3) == min(3, cores)
     with pytest.raises(ServelabError, match="jobs: -2; expected 0"):
         workers_for(-2)
+
+
+def test_jobs_are_capped_by_the_cores_and_the_rows(tmp_path):
+    """--jobs 100000 on 7 rows: never more processes than cores or rows (it forked 65 for 8 rows), said."""
+    cores = os.cpu_count() or 1
+    assert workers_for(100_000) == cores and workers_for(100_000, 3) == min(3, cores)
+    lines: list[str] = []
+    calibrate(tmp_path, 100_000, lines)
+    cap = min(cores, len(DEPLOYMENTS))
+    assert any(line.startswith(f"note: --jobs 100000: {cap} process") for line in lines), lines
+    counts = [
+        int(line.rsplit(", ", 1)[1].split()[0]) for line in lines if line.endswith(("process)", "processes)"))
+    ]
+    assert counts and max(counts) <= cap, counts
 
 
 @pytest.mark.parametrize(
@@ -246,3 +261,35 @@ def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
     assert "wrote calibrated.json (predictions read it with --calibration calibrated.json)" in lines
     assert CalibrationDocument.read(tmp_path / "calibrated.json").rows_used == 6
     assert shipped.read_bytes() == before
+
+
+BAD_MEASUREMENTS = {"nan": "nan", "negative": "-5", "zero": "0", "infinite": "inf", "huge": "1e400"}
+
+
+def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibration(tmp_path):
+    """NaN, negative, zero and infinite TTFT / TPOT rows are dropped with a note naming the field; the fit is
+    that of the good rows alone."""
+    good = silicon_rows()
+    bad = []
+    for i, value in enumerate(BAD_MEASUREMENTS.values()):
+        for key in ("silicon_ttft_ms", "silicon_tpot_ms"):
+            bad.append(good[i % 6] | {"id": f"bad-{key}-{i}", key: value})
+    sample = tmp_path / "silicon_sample.csv"
+    with open(sample, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(good[0]))
+        writer.writeheader()
+        writer.writerows(good + bad)
+    out = tmp_path / "calibrated.json"
+    lines: list[str] = []
+    opts = EngineFitOptions(sources=Sources(csv=sample), iters=30, out=out, jobs=1)
+    doc = calibrate_engines(opts, echo=lines.append)
+    assert doc.rows_used == 6
+    reasons = {r: n for r, n in doc.rows_skipped.items() if "positive finite" in r}
+    assert reasons == {
+        "measured TTFT (ms) is not a positive finite number": len(BAD_MEASUREMENTS),
+        "measured TPOT (ms) is not a positive finite number": len(BAD_MEASUREMENTS),
+    }, doc.rows_skipped
+    written = out.read_text()
+    assert "NaN" not in written and "Infinity" not in written
+    clean, _ = calibrate(tmp_path, 1, [])
+    assert doc.errors == clean.errors and doc.engines == clean.engines

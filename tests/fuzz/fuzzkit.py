@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -118,3 +119,16 @@ def hostile(
 def pending(reason: str):
     """An input that fails today in code another helper is fixing: strict, so it shows when it is fixed."""
     return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def tried(n: int = 1) -> None:
+    """Count hostile inputs a test tries without the CLI (a redaction rule over a corpus, a store's rows)."""
+    COUNTS["tried"] += n
+
+
+def tiny_workload(path: Path, **extra) -> Path:
+    """A perf-eval workload file of one small bench point (model `m`), for commands that take one."""
+    config = {"name": "s", "input_len": 8, "output_len": 2, "num_prompts": 2, "max_concurrency": 1}
+    data = {"name": "w", "gpu": "H200", "vllm": {"model": "m"}, "vllm_bench": {"configs": [config]}} | extra
+    path.write_text(json.dumps(data))
+    return path

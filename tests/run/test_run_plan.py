@@ -250,3 +250,10 @@ def test_docker_argv_amd_and_no_image(tmp_path):
     )
     with pytest.raises(ServelabError, match="needs an image"):
         docker_argv(_server(), "c", tmp_path, tmp_path)
+
+
+def test_the_cli_and_the_workload_bound_repetitions_alike():
+    from servelab.cli import run as cli_run  # noqa: PLC0415
+    from servelab.recipes import workload  # noqa: PLC0415
+
+    assert cli_run.MAX_REPETITIONS == workload.MAX_REPETITIONS

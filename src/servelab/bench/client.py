@@ -130,7 +130,7 @@ class RequestState:
 def _json_object(data: bytes) -> dict:
     try:
         obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -346,6 +346,9 @@ class StreamConn(asyncio.Protocol):
                 obj = json.loads(data)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 obj = None
+            except RecursionError:  # a server's event nested past the parser: a failed request, not a crash
+                st.event_error = f"SSE event nested too deeply to parse ({len(data)} bytes)"
+                continue
             if not isinstance(obj, dict):
                 st.n_bad += 1
                 continue
@@ -412,6 +415,8 @@ def _verdict(st: RequestState) -> str | None:
         obj = json.loads(st.body_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return "malformed JSON response body"
+    except RecursionError:
+        return "JSON response body nested too deeply to parse"
     if not isinstance(obj, dict) or not obj.get("choices"):
         return "response has no choices"
     st.usage = _usage(obj.get("usage"))

@@ -20,6 +20,7 @@ from servelab.bench.hf_local import PROMPT_COLUMNS, prompt_and_answer, read_rows
 from servelab.bench.tokenizer import LocalTokenizer
 from servelab.errors import ServelabError
 from servelab.traffic.lengths import sample_lengths
+from servelab.userfiles import check_regular
 
 # Words that are one token in common BPE vocabularies when preceded by a space (GPT-2, Llama, Qwen).
 WORDS = [
@@ -269,6 +270,8 @@ class _TextMaker:
 
 
 def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
+    if cfg.dataset_path:
+        check_regular(Path(cfg.dataset_path), "dataset_path")  # a FIFO would be waited on forever
     rng = np.random.default_rng(cfg.seed)
     maker = _TextMaker(tok, rng)
     source = f"tokenizer {tok.path} ({tok.kind}), exact" if tok else APPROX_SOURCE
@@ -364,7 +367,7 @@ def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     path = Path(cfg.dataset_path or "")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ServelabError(f"--dataset-path {path}: cannot read ShareGPT JSON ({e})") from None
     if not isinstance(data, list):
         raise ServelabError(f"--dataset-path {path}: expected a JSON list of conversations")
@@ -415,6 +418,8 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ServelabError(f"--dataset-path {path}:{n}: not JSON ({e.msg})") from None
+        except RecursionError:
+            raise ServelabError(f"--dataset-path {path}:{n}: nested too deeply") from None
         prompt = row.get("prompt") if isinstance(row, dict) else None
         if not isinstance(prompt, str):
             raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}')
@@ -454,7 +459,7 @@ def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         try:
             row = json.loads(line)
             first = row["messages"][0]["content"]
-        except (json.JSONDecodeError, TypeError, KeyError, IndexError):
+        except (json.JSONDecodeError, RecursionError, TypeError, KeyError, IndexError):
             raise ServelabError(
                 f'--dataset-path {path}:{n}: expected {{"category": ..., "messages": [{{"content": "..."}}]}}'
             ) from None

@@ -27,7 +27,16 @@ def check_header_value(value: str) -> str:
     """`value`, or a ValueError when it holds a control character (the caller names the source)."""
     if _CONTROL.search(value):
         raise ValueError("contains a control character (CR, LF or another), which would inject HTTP headers")
+    _check_utf8(value)
     return value
+
+
+def _check_utf8(value: str) -> None:
+    """Bytes that were not UTF-8 on the command line reach Python as surrogates: no request carries them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid UTF-8") from None
 
 
 def check_header(name: str, value: str) -> tuple[str, str]:
@@ -46,6 +55,7 @@ def check_base_url(url: str) -> str:
     """A base URL that can be connected to and put in a request head; the message never echoes credentials."""
     if _CONTROL.search(url) or " " in url:
         raise ValueError("contains a space or a control character")
+    _check_utf8(url)
     u = urlsplit(url)
     if u.scheme not in ("http", "https"):
         raise ValueError("must start with http:// or https://")

@@ -28,7 +28,7 @@ Keys:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -50,15 +50,21 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 continue
 
 
-def merge_jsonl(paths: list[Path], out: Path) -> list[dict]:
-    """All workers' records in request order, written to one JSONL file; returns them."""
-    records = [r for p in paths if p.exists() for r in read_jsonl(p)]
+def merge_records(paths: list[Path], kept: Iterable[dict] = ()) -> list[dict]:
+    """All workers' records in request order: those of their files and those a worker kept in memory when
+    its file could not be written (a record both hold, written in part before the disk filled, is one)."""
+    by_key = {(r.get("w"), r["i"]): r for p in paths if p.exists() for r in read_jsonl(p)}
+    by_key.update({(r.get("w"), r["i"]): r for r in kept})
+    records = list(by_key.values())
     records.sort(key=lambda r: (r.get("sent") if r.get("sent") is not None else float("inf"), r["i"]))
+    return records
+
+
+def write_jsonl(records: list[dict], out: Path) -> None:
     with open(out, "w") as f:
         for r in records:
             f.write(json.dumps(r, separators=(",", ":")))
             f.write("\n")
-    return records
 
 
 class RecordWriter:
@@ -71,6 +77,11 @@ class RecordWriter:
         self.keep_text = keep_text
         self.first_content = first_content  # --ttft-at first-content: chunks start at the first text
         self.t0 = 0.0
+        self.unflushed: list[dict] = []  # written since the last flush that reached the file
+        # once the file cannot be written (a full disk): every record since the last good flush, kept here
+        # and sent to the parent with the worker's summary, so the run neither stalls nor loses them
+        self.kept: list[dict] | None = None
+        self.error: str | None = None
 
     def request(self, st: RequestState) -> dict:
         """The record of a finished (or failed) request; returns it."""
@@ -127,8 +138,32 @@ class RecordWriter:
         )
 
     def _write(self, rec: dict) -> None:
-        self.out.write(json.dumps(rec, separators=(",", ":")))
-        self.out.write("\n")
+        if self.kept is not None:
+            self.kept.append(rec)
+            return
+        self.unflushed.append(rec)
+        try:
+            self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        except OSError as e:
+            self._failed(e)
 
     def flush(self) -> None:
-        self.out.flush()
+        if self.kept is not None:
+            return
+        try:
+            self.out.flush()
+        except OSError as e:
+            self._failed(e)
+            return
+        self.unflushed.clear()
+
+    def _failed(self, e: OSError) -> None:
+        self.error = f"{getattr(self.out, 'name', 'records file')}: {e.strerror or e}"
+        self.kept, self.unflushed = self.unflushed, []
+
+    def leftover(self) -> dict:
+        """What the worker's summary carries when its file could not be written: the records kept in memory
+        and why."""
+        if self.kept is None:
+            return {}
+        return {"records_kept": self.kept, "records_error": self.error}

@@ -4,6 +4,7 @@ file describes itself)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -146,15 +147,44 @@ def provenance() -> dict:
 
 
 def default_filename(cfg, model_id: str, date: str) -> str:
-    """vLLM's compute_result_filename."""
-    base = model_id.split("/")[-1]
+    """vLLM's compute_result_filename, made a name every file system takes: the label and the model's last
+    path part with separators, NUL and control characters replaced, and each shortened (with a digest of
+    what it was, so two long names stay apart) when the whole name would pass NAME_MAX."""
+    base = str(model_id).split("/")[-1]
     conc = f"-concurrency{cfg.max_concurrency}" if cfg.max_concurrency is not None else ""
     label = cfg.label or cfg.backend
     if cfg.ramp_up_strategy is not None:
         ramp = f"{cfg.ramp_up_strategy}-{cfg.ramp_up_start_rps}qps-{cfg.ramp_up_end_rps}qps"
-        return f"{label}-ramp-up-{ramp}{conc}-{base}-{date}.json"
-    rate = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
-    return f"{label}-{rate}qps{conc}-{base}-{date}.json"
+        middle = f"-ramp-up-{ramp}{conc}-"
+    else:
+        rate = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
+        middle = f"-{rate}qps{conc}-"
+    label, base = _name_part(label), _name_part(base)
+    name = f"{label}{middle}{base}-{date}.json"
+    if len(name.encode()) > NAME_MAX - NAME_RESERVE:
+        label, base = _shortened(label), _shortened(base)
+        name = f"{label}{middle}{base}-{date}.json"
+    return name
+
+
+NAME_MAX = 255  # bytes in one file name on Linux and macOS file systems
+# what a suffix (-1 .. -999) and the records file beside the result add to a name
+NAME_RESERVE = len("-999") + len(".requests.jsonl") - len(".json")
+PART_MAX = 64  # bytes of a label or model name kept in a file name that would be too long
+
+
+def _name_part(text: str) -> str:
+    """A label or model name as one file-name part: path separators, NUL and other unprintable characters
+    become `_` (the result file keeps the name as it was)."""
+    return "".join(c if c.isprintable() and c not in "/\\" else "_" for c in text) or "_"
+
+
+def _shortened(part: str) -> str:
+    raw = part.encode()
+    if len(raw) <= PART_MAX:
+        return part
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    return raw[: PART_MAX - 9].decode(errors="ignore") + "-" + digest
 
 
 def now_stamp() -> str:
@@ -181,6 +211,29 @@ def check_path(result_dir: Path, filename: str | None) -> None:
         raise ServelabError(
             f"--result-filename {path} exists; servelab never overwrites a result (remove it or pick another)"
         )
+    check_name(path, "--result-filename")
+
+
+def check_name(path: Path, flag: str) -> None:
+    """Refuse, before any request is sent, a result path the file system would refuse after the benchmark
+    (a NUL, a name past NAME_MAX with the room a suffix and the records file need, a missing folder): the
+    file is created and removed again."""
+    if "\x00" in str(path):
+        raise ServelabError(f"{flag} {str(path)!r}: a file name holds no NUL character")
+    if len(path.name.encode()) > NAME_MAX - NAME_RESERVE:
+        raise ServelabError(
+            f"{flag} {path.name[:40]}...: {len(path.name.encode())} bytes; a result file name takes at most "
+            f"{NAME_MAX - NAME_RESERVE} (room for a suffix and the .requests.jsonl file beside it)"
+        )
+    if path.exists():
+        return  # claim picks a free name beside it
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise ServelabError(f"{flag} {path}: cannot be written ({e.strerror})") from None
+    path.unlink()
 
 
 def claim(path: Path, taken: Callable[[Path], Path]) -> Path:

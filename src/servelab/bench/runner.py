@@ -39,7 +39,7 @@ from servelab.bench.progress import (
     warmup_start_line,
 )
 from servelab.bench.rate_sweep import SweepStep, rate_sweep
-from servelab.bench.records import NOT_SENT, merge_jsonl
+from servelab.bench.records import NOT_SENT, merge_records, write_jsonl
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
@@ -54,9 +54,16 @@ def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read(MAX_MODELS_BYTES))
-        return data["data"][0]["id"]
+        model = data["data"][0]["id"]
     except Exception as e:  # network errors come in many types; the user needs one line
         raise ServelabError(f"--model not given and {base_url}/v1/models did not name one ({e})") from None
+    if not isinstance(model, str) or not model:
+        # the id is sent back in every request and names the result file: refused before any is sent
+        raise ServelabError(
+            f"--model not given and {base_url}/v1/models names the model {json.dumps(model)[:80]}, not a "
+            "name; give --model"
+        )
+    return model
 
 
 MAX_MODELS_BYTES = 1 << 20  # a model list is a few KB; a server sending more is not one
@@ -125,6 +132,7 @@ class LoadRun:
     infos: list[dict]
     interrupted: bool
     signum: int = 0  # the signal that interrupted the run
+    records_unwritten: bool = False  # a records file could not be written (a full disk): `records` has them
 
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
@@ -236,8 +244,16 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-    records = merge_jsonl([Path(s.out_path) for s in specs], merged_path)
-    return LoadRun(records, summaries, infos, interrupted, signum)
+    kept = [r for s in summaries for r in s.pop("records_kept", ())]
+    errors = sorted({why for s in summaries if (why := s.pop("records_error", None))})
+    records = merge_records([Path(s.out_path) for s in specs], kept)
+    try:
+        write_jsonl(records, merged_path)
+    except OSError as e:
+        errors.append(f"{merged_path}: {e.strerror or e}")
+    for error in errors:  # the records are in memory: the result is computed, and saved where it can be
+        print(f"warning: the request records could not be written ({error}); kept in memory", file=sys.stderr)
+    return LoadRun(records, summaries, infos, interrupted, signum, bool(errors))
 
 
 def run_point(
@@ -250,10 +266,17 @@ def run_point(
     prep = prepare(cfg, tok)
     date = R.now_stamp()
     result_dir = Path(cfg.result_dir or ".")  # made by R.check_path before the run
+    name = None
+    if cfg.save_result:  # a name the file system refuses is refused now, not after the benchmark
+        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
+        R.check_name(result_dir / name, "--result-filename" if cfg.result_filename else "--label/--model")
     # a folder of this run's own: concurrent runs never share (or delete) each other's records
-    records_dir = Path(
-        tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
-    )
+    try:
+        records_dir = Path(
+            tempfile.mkdtemp(prefix=".servelab-bench-", dir=result_dir if cfg.save_result else None)
+        )
+    except OSError as e:
+        raise ServelabError(f"--result-dir {result_dir}: cannot be written ({e.strerror or e})") from None
     specs = worker_specs(cfg, prep.items, prep.template, records_dir)
     load = run_load(cfg, prep.items, specs, records_dir / "requests.jsonl")
     result = compute_result(
@@ -262,12 +285,15 @@ def run_point(
     result.interrupted = load.interrupted
     present(result, cfg.percentile_metrics, file=out)
     result_path = None
-    if cfg.save_result:
-        name = cfg.result_filename or R.default_filename(cfg, prep.model_id, date)
-        result_path = _save(cfg, result, result_dir / name, records_dir / "requests.jsonl")
-        print(f"result: {result_path}", file=out)
+    code = exit_code(cfg, result, load.signum)
+    if name is not None:
+        result_path = _save_somewhere(cfg, result, result_dir / name, records_dir / "requests.jsonl", load)
+        if result_path is None or result_path.parent != result_dir:
+            code = code or 1  # not where it was asked: CI must not read the run as passed
+        if result_path is not None:
+            print(f"result: {result_path}", file=out)
     shutil.rmtree(records_dir, ignore_errors=True)  # merged; unsaved runs keep nothing
-    return result, result_path, exit_code(cfg, result, load.signum)
+    return result, result_path, code
 
 
 def exit_code(cfg: BenchConfig, result: R.BenchResult, signum: int = signal.SIGINT) -> int:
@@ -281,20 +307,52 @@ def exit_code(cfg: BenchConfig, result: R.BenchResult, signum: int = signal.SIGI
     return 1 if (result.failed or result.not_sent - left_by_limit) else 0
 
 
-def _save(cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path) -> Path:
-    """Claim a free result name (`path` or a suffixed one), move the records next to it, write the result;
-    an interruption in between removes the still empty claimed file. Returns the result's path."""
+def _save_somewhere(
+    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, load: LoadRun
+) -> Path | None:
+    """Save the result in --result-dir; when that cannot be written (a full disk, measured after the whole
+    benchmark), in the temporary folder instead, saying so. None when neither takes it: the table printed
+    is then what was measured."""
+    try:
+        return _save(cfg, result, path, records, load.records if load.records_unwritten else None)
+    except OSError as e:
+        why = f"{path.parent}: {e.strerror or e}"
+    fallback = Path(tempfile.gettempdir()) / "servelab-results"
+    try:
+        fallback.mkdir(exist_ok=True)
+        saved = _save(cfg, result, fallback / path.name, records, load.records)
+    except OSError as e:
+        print(
+            f"error: the result could not be saved ({why}; {fallback}: {e.strerror or e}); the table above "
+            "is what was measured",
+            file=sys.stderr,
+        )
+        return None
+    print(f"error: the result could not be saved in {why}; saved in {saved} instead", file=sys.stderr)
+    return saved
+
+
+def _save(
+    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, in_memory: list[dict] | None
+) -> Path:
+    """Claim a free result name (`path` or a suffixed one), move the records next to it (or write them from
+    `in_memory` when their file could not be written), write the result; an interruption or a failure in
+    between removes the still empty claimed file. Returns the result's path."""
     result_path = R.claim(path, taken=_records_path)
     try:
         if result_path != path:
             print(f"note: {path} exists; the result goes to {result_path}", file=sys.stderr)
         records_path = _records_path(result_path)
-        os.replace(records, records_path)
+        if in_memory is None:
+            os.replace(records, records_path)
+        else:
+            write_jsonl(in_memory, records_path)
         result.records_file = str(records_path)
         R.save(result, result_path, cfg.save_detailed)
     except BaseException:
         if result_path.stat().st_size == 0:
             result_path.unlink()
+            _records_path(result_path).unlink(missing_ok=True)  # the records are in memory as well
         raise
     return result_path
 

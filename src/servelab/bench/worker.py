@@ -127,7 +127,7 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
                 loop.run_until_complete(w.run(msg[1]))
         else:
             w.cancel(INTERRUPTED)
-        pipe.send(("done", w.stats.summary(w.abort_reason)))
+        pipe.send(("done", w.stats.summary(w.abort_reason) | records.leftover()))
     except BaseException as e:  # report, never hang the parent
         try:
             pipe.send(("error", f"worker {spec.index}: {type(e).__name__}: {e}"))

@@ -27,6 +27,7 @@ from pydantic import (
 
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.userfiles import check_regular
 
 FORMAT = 2  # 1: the first shipped file (a single `source`, no `calibration_format` key)
 
@@ -183,11 +184,12 @@ class CalibrationDocument(_Part):
         """A calibration file written by `servelab calibrate engines`; one line naming the file and the field
         otherwise."""
         where = f"calibration file {path}"
+        check_regular(path, "calibration")  # a FIFO would be waited on forever
         try:
             data = json.loads(path.read_text())
         except OSError as e:
             raise ServelabError(f"{where}: cannot read ({e.strerror})", field="calibration") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise ServelabError(f"{where}: not JSON ({e})", field="calibration") from None
         if isinstance(data, dict) and data.get("calibration_format") != FORMAT:
             raise ServelabError(

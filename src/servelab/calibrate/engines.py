@@ -9,6 +9,7 @@ files, the results store); nothing of them is kept but the fitted numbers and th
 """
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def _errors(ttft: np.ndarray, tpot: np.ndarray) -> Errors:
 def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> CalibrationDocument:
     """Fit, cross-validate, report through `echo`, write what was asked; returns the calibration document."""
     t0 = time.time()
-    jobs = Jobs(workers_for(opts.jobs), echo, started=t0)
+    workers_for(opts.jobs)  # a bad --jobs refused before the sources are read
     got = gather(opts.sources, opts.system)
     mode = pick_mode(opts.mode)
     system = load_system(opts.system)
@@ -121,6 +122,10 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
             f"no usable {opts.system} rows in the sources ({got.rows_read} read; skipped: {skipped})",
             field="system",
         )
+    workers = workers_for(opts.jobs, len(cases))
+    if opts.jobs > workers:
+        echo(f"note: --jobs {opts.jobs}: {workers} processes ({os.cpu_count()} cores, {len(cases)} rows)")
+    jobs = Jobs(workers, echo, started=t0)
     cases = usable(cases, Pricer(system, mode, tables=tables), skipped, jobs)
     if opts.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]

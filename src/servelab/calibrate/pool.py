@@ -42,13 +42,16 @@ class Jobs:
 SERIAL = Jobs()  # in this process, no progress lines
 
 
-def workers_for(jobs: int) -> int:
-    """The --jobs option as a number of processes: 0 is one per core."""
+def workers_for(jobs: int, rows: int | None = None) -> int:
+    """The --jobs option as a number of processes: 0 is one per core; never more than the cores (more
+    processes only share them) nor than `rows`, the rows to price (a process without a row is a fork for
+    nothing)."""
     if jobs < 0:
         raise ServelabError(
             f"{jobs}; expected 0 (one process per core) or a number of processes", field="jobs"
         )
-    return jobs or os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    return max(1, min(jobs or cores, cores, cores if rows is None else rows))
 
 
 def price_rows(rows: Sequence[Row], price: Price, jobs: Jobs = SERIAL, phase: str = "pricing") -> np.ndarray:

@@ -3,6 +3,7 @@
 modules), and the reading of silicon_sample.csv."""
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
+from servelab.userfiles import check_regular
 
 ENGINES = tuple(Engine)
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
@@ -42,6 +44,13 @@ class Case:
     settings: RunSettings | None = None  # the engine settings its recipe set (None: the engine's defaults)
     run: str = ""  # the InferenceX run it is tied to: `identified|agreed|ambiguous COMMITS` or `none`
 
+    def __post_init__(self) -> None:
+        # every source makes its rows here: a NaN, an infinity or a time <= 0 would reach a fit (and a
+        # calibration file) as a measurement; each source counts the row skipped with this reason
+        for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"measured {name} (ms) is not a positive finite number")
+
     @property
     def model_name(self) -> str:
         return self.model.name
@@ -63,6 +72,7 @@ class Case:
 
 
 def read_rows(path: Path) -> list[dict]:
+    check_regular(path, "csv")  # a FIFO would be waited on forever
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from servelab.calibrate import aic, inferencex_rows, store_rows
 from servelab.calibrate.document import SourceRecord
 from servelab.calibrate.rows import Case, build_cases, read_rows
+from servelab.userfiles import check_regular
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Gathered:
 
 
 def file_sha256(path: Path) -> str:
+    check_regular(path)  # a FIFO would be waited on forever
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

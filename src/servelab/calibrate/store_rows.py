@@ -29,6 +29,7 @@ from servelab.predict.deployment import (
 )
 from servelab.results.store import Metric, Run, Store
 from servelab.specs import load_model
+from servelab.userfiles import refuse_url
 
 REQUIRED = ("median_ttft_ms", "median_tpot_ms", "completed", "total_input_tokens", "total_output_tokens")
 
@@ -114,6 +115,7 @@ def store_cases(path: Path) -> tuple[list[Case], dict[str, int], str]:
     """Every usable bench row of the store at `path`, the rows left out by reason, and a SHA-256 of the rows
     used (row id and the two measured values), which names this input in a calibration's provenance however
     the store grows afterwards."""
+    refuse_url(path, "from_store", "the path of an SQLite file (servelab has no database servers)")
     if not path.is_file():
         raise ServelabError(f"{path}: no such results store", field="from_store")
     cases: list[Case] = []

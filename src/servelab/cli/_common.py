@@ -12,6 +12,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from servelab.errors import ServelabError
 from servelab.readable import given_width
@@ -91,6 +92,22 @@ def console() -> Console:
     return Console()
 
 
+def printable(text: object, newlines: bool = False) -> str:
+    """Control characters (an escape sequence, a carriage return, a bidi override, NUL) shown escaped, so
+    what a user or a file named cannot rewrite the terminal; line breaks kept with `newlines`."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() or (newlines and c == "\n") else repr(c)[1:-1] for c in s)
+
+
+def plain(text: object) -> Text:
+    """Text for rich that is shown as written: never read as markup (`x[/]y`) or emoji codes, control
+    characters escaped (a cell may hold several lines). Every user-supplied string that reaches rich goes
+    through here."""
+    return Text(printable(text, newlines=True))
+
+
 def gib(x: float) -> str:
     return f"{x:,.1f}"
 
@@ -148,12 +165,12 @@ def print_table(
 def _table(
     columns: Sequence[Col], rows: list[list[str]], shown: list[int], title: str | None, show_header: bool
 ) -> Table:
-    table = Table(title=title, show_header=show_header)
+    table = Table(title=plain(title) if title is not None else None, show_header=show_header)
     for i in shown:
         c = columns[i]
-        table.add_column(c.header, justify=c.justify, no_wrap=c.key, overflow="fold")
-    for r in rows:
-        table.add_row(*(r[i] for i in shown))
+        table.add_column(plain(c.header), justify=c.justify, no_wrap=c.key, overflow="fold")
+    for r in rows:  # cells hold names users and files gave: plain text, never markup
+        table.add_row(*(plain(r[i]) for i in shown))
     return table
 
 

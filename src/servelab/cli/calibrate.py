@@ -14,6 +14,7 @@ from servelab.calibrate.roofline import fit_roofline, write_efficiencies
 from servelab.calibrate.sources import Sources
 from servelab.cli._common import Col, JsonOpt, print_json, print_table
 from servelab.errors import ServelabError
+from servelab.userfiles import refuse_overwriting_inputs
 
 app = typer.Typer(no_args_is_help=True, help="Fit engine profiles and roofline efficiencies to measurements.")
 
@@ -152,6 +153,11 @@ def engines(
     """Fit each engine's overhead parameters on measured end-to-end TTFT / TPOT (AIConfigurator's
     silicon_sample.csv, InferenceX results, the results store, or any mix), cross-validated leaving one model
     family out; write the fits that transfer to a versioned calibration file."""
+    refuse_overwriting_inputs(
+        {"--out": None if dry_run else out, "--summary": summary, "--report": report},
+        {"--csv": csv, "--from-inferencex": from_inferencex, "--aic-python": aic_python},
+        stores={"--from-store": from_store},
+    )
     if mode not in MODES:
         raise ServelabError(f"--mode: {mode}; expected one of {', '.join(MODES)}")
     if tables not in ("own", "torch"):

@@ -12,6 +12,7 @@ from servelab.cli.sweep import LauncherOpt, OutOpt
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import FORMATS, emit
+from servelab.userfiles import refuse_overwriting_inputs
 
 app = typer.Typer(
     no_args_is_help=True, help="The append-only performance changelog that triggers benchmark runs."
@@ -130,6 +131,9 @@ def jobs(
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
     if as_json and (fmt != "json" or out is not None):
         raise ServelabError("--json: prints the jobs as JSON on stdout (no --format or --out)")
+    from servelab.recipes.recipe_store import resolve_dir  # noqa: PLC0415  # start-up time
+
+    refuse_overwriting_inputs({"--out": out}, {"--dir": resolve_dir(directory), "--changelog": changelog})
     rules = {"all_evals": all_evals, "evals_only": evals_only, "trim_conc": trim, "max_jobs": max_jobs}
     change = _checked_change(base_ref, head_ref, directory, changelog, "; no jobs emitted", **rules)
     if fmt == INFERENCEX:

@@ -116,6 +116,9 @@ def main(app: typer.Typer | None = None) -> None:
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             sys.exit(e.exit_code)
+        if isinstance(e, UnicodeEncodeError) and e.reason == "surrogates not allowed":
+            # bytes of another encoding in an argument or a file name, reaching what takes only UTF-8
+            fail(f"{e.object[:200]!r}: not valid UTF-8", 2)
         if isinstance(e, OSError) and e.errno in USER_PATH_ERRNOS:
             fail(os_error_message(e), 2)
         if isinstance(e, OSError) and e.filename is not None:  # the disk is full, a file system is read-only

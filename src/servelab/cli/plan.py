@@ -22,6 +22,7 @@ from servelab.predict.plan.request import INTERACTIVE_TPOT_MS, INTERACTIVE_TTFT_
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.readable import typed
 from servelab.readable import value as value_text
+from servelab.userfiles import refuse_overwriting_inputs
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -92,6 +93,8 @@ def plan(
 ) -> None:
     """Search parallel configs, replicas, concurrency and prefill/decode splits; rank by output tok/s per
     GPU."""
+    model_file = model if Path(model).exists() else None
+    refuse_overwriting_inputs({"--report": report}, {"MODEL": model_file, "--calibration": calibration})
     engine = {
         k: v
         for k, v in {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}.items()

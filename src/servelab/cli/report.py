@@ -7,6 +7,7 @@ import typer
 
 from servelab.cli._common import JsonOpt, print_json
 from servelab.errors import ServelabError
+from servelab.userfiles import refuse_overwriting_inputs
 
 
 def report(
@@ -42,8 +43,13 @@ def report(
     predicted against measured. plotly.js is inlined: the page opens offline."""
     # the library (plotly, the store, the predictor's Pareto rule) loads only when the command runs
     from servelab.results.report import predicted_points, render_html, result_points, store_points  # noqa: PLC0415
-    from servelab.results.store import Store  # noqa: PLC0415 - as above
+    from servelab.results.store import Store, default_path  # noqa: PLC0415 - as above
 
+    refuse_overwriting_inputs(
+        {"--output": output},
+        {"FILES": files, "--predicted": predicted},
+        stores={"--store": (store_path or default_path()) if runs else None},
+    )
     points = [p for f in files or [] for p in result_points(f, gpus=gpus)]
     if runs:
         with Store.open(store_path) as store:

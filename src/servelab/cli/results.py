@@ -11,13 +11,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.cli._common import CalibrationOpt, Col, CsvOpt, JsonOpt, print_json, print_table
+from servelab.cli._common import (
+    CalibrationOpt,
+    Col,
+    CsvOpt,
+    JsonOpt,
+    plain,
+    print_json,
+    print_table,
+    printable,
+)
 from servelab.errors import ServelabError
 from servelab.readable import given_width, number
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
 from servelab.results.importers import import_files
 from servelab.results.store import Store, default_path
+from servelab.userfiles import refuse_overwriting_inputs
 
 app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
 
@@ -57,7 +67,7 @@ def list_runs(
         print_json("servelab.results.runs", {"runs": runs_out})
         return
     if not runs and not as_csv:
-        typer.echo(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else ""))
+        typer.echo(printable(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else "")))
         return
     columns = (
         Col("run", key=True),
@@ -93,17 +103,22 @@ def show(
     fields |= {k: v for k, v in record["provenance"].items() if v not in (None, [], {})}
     for k, v in fields.items():
         if v is not None:
-            console.print(f"{k:<20} {json.dumps(v) if isinstance(v, list | dict) else v}", highlight=False)
+            console.print(plain(f"{k:<20} {json.dumps(v) if isinstance(v, list | dict) else v}"))
     stages = Table("stage", "config", "rep", "status", "started", "ended", "artifact", title="stages")
     for s in record["stages"]:
         stages.add_row(
-            s["stage"],
-            s["config"],
-            str(s["repetition"]),
-            s["status"],
-            s["started_at"] or "",
-            s["ended_at"] or "",
-            s["artifact"] or "",
+            *map(
+                plain,
+                (
+                    s["stage"],
+                    s["config"],
+                    str(s["repetition"]),
+                    s["status"],
+                    s["started_at"] or "",
+                    s["ended_at"] or "",
+                    s["artifact"] or "",
+                ),
+            )
         )
     console.print(stages)
     values: dict[tuple[str, str, str, str], list[float]] = {}
@@ -113,7 +128,7 @@ def show(
     for (stage, config, name, unit), vals in values.items():
         numbers = [v for v in vals if v is not None]
         median = statistics.median(numbers) if numbers else None
-        metrics.add_row(stage, config, name, _fmt(median), unit, str(len(vals)))
+        metrics.add_row(*map(plain, (stage, config, name, _fmt(median), unit, str(len(vals)))))
     console.print(metrics)
 
 
@@ -165,9 +180,11 @@ def compare(
             },
         )
         return
-    table = Table("stage", "config", "metric", "unit", f"A ({a})", "n", f"B ({b})", "n", "change %", "p")
+    table = Table()
+    for header in ("stage", "config", "metric", "unit", f"A ({a})", "n", f"B ({b})", "n", "change %", "p"):
+        table.add_column(plain(header))  # A and B are what the user named
     for row in result.rows:
-        table.add_row(
+        cells = (
             row.stage,
             row.config,
             row.metric,
@@ -179,10 +196,11 @@ def compare(
             "-" if row.change_pct is None else f"{row.change_pct:+.1f}",
             "-" if row.p_value is None else "<0.001" if row.p_value < 0.001 else number(row.p_value, 3),
         )
+        table.add_row(*map(plain, cells))
     console = _console()
     console.print(table)
     if result.only_a or result.only_b:
-        console.print(f"not compared: {result.only_a} metrics only in A, {result.only_b} only in B")
+        console.print(plain(f"not compared: {result.only_a} metrics only in A, {result.only_b} only in B"))
 
 
 def _compare_predicted(
@@ -210,11 +228,12 @@ def _compare_predicted(
         "predicted",
         "measured",
         "error %",
-        title=f"run {result.measured} (measured) against {result.predicted_by} (predicted)",
+        title=plain(f"run {result.measured} (measured) against {result.predicted_by} (predicted)"),
     )
     for row in result.rows:
         error = "-" if row.error_pct is None else f"{row.error_pct:+.1f}"
-        table.add_row(row.config, row.metric, row.unit, _fmt(row.predicted), _fmt(row.measured), error)
+        cells = (row.config, row.metric, row.unit, _fmt(row.predicted), _fmt(row.measured), error)
+        table.add_row(*map(plain, cells))
     _console().print(table)
 
 
@@ -237,6 +256,7 @@ def export(
         raise ServelabError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise ServelabError("--format parquet writes a file: give --output FILE.parquet")
+    refuse_overwriting_inputs({"--output": output}, {}, stores={"--store": store_path or default_path()})
     with Store.open(store_path) as store:
         selected = [r for ref in runs for r in store.find_runs(ref)] if runs else store.list_runs()
         rows = metric_rows(store, selected)
@@ -257,7 +277,7 @@ def export(
     if as_json:
         print_json("servelab.results.export", summary)
     else:
-        typer.echo(f"wrote {len(rows)} metric values of {len(selected)} runs to {output} ({fmt})")
+        typer.echo(printable(f"wrote {len(rows)} metric values of {len(selected)} runs to {output} ({fmt})"))
 
 
 @app.command("import")
@@ -282,6 +302,6 @@ def import_(
         return
     for i in imported:
         if i.new:
-            typer.echo(f"imported {i.path} as run {i.run_id} ({i.name}, {i.num_metrics} metrics)")
+            typer.echo(printable(f"imported {i.path} as run {i.run_id} ({i.name}, {i.num_metrics} metrics)"))
         else:
-            typer.echo(f"skipped {i.path}: already imported as run {i.run_id} ({i.name})")
+            typer.echo(printable(f"skipped {i.path}: already imported as run {i.run_id} ({i.name})"))

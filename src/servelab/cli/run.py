@@ -7,13 +7,12 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table
+from servelab.cli._common import Col, JsonOpt, StoreDirOpt, print_json, print_table, printable
 from servelab.readable import number
 
 _SERVER = "Server"
-MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run
+MAX_REPETITIONS = 1000  # a typo's bound: every repetition is a whole benchmark run (as recipes.workload's)
 _STAGES = "Stages and assertions"
 
 
@@ -98,6 +97,14 @@ def run(
     server_timeout: float = typer.Option(
         3600.0, "--server-timeout", min=1, help="Seconds to wait for /health.", rich_help_panel=_SERVER
     ),
+    server_stop_timeout: float = typer.Option(
+        30.0,
+        "--server-stop-timeout",
+        min=0,
+        max=3600,
+        help="Seconds from SIGTERM to SIGKILL when the server is stopped.",
+        rich_help_panel=_SERVER,
+    ),
     store_path: Path | None = typer.Option(
         None, "--store", help="Results store (default: the user data dir)."
     ),
@@ -145,6 +152,7 @@ def run(
         gpu=gpu,
         hf_cache=hf_cache,
         server_timeout_s=server_timeout,
+        server_stop_timeout_s=server_stop_timeout,
         gsm8k_path=gsm8k_path,
         bfcl_python=bfcl_python,
         resume=resume,
@@ -160,37 +168,42 @@ def run(
 
 
 def _print_plan(d: dict) -> None:
+    """The plan as lines of text; names from the workload shown with their control characters escaped."""
     s = d["server"]
-    print(f"run {d['name']} (from {d['source']})")
+    _line(f"run {d['name']} (from {d['source']})")
     if d["fingerprint"]:
-        print(f"fingerprint: {d['fingerprint']}")
-    print(f"server: {shlex.join(s['argv'])}")
+        _line(f"fingerprint: {d['fingerprint']}")
+    _line(f"server: {shlex.join(s['argv'])}")
     for k, v in s["env"].items():
-        print(f"  env {k}={v}")
+        _line(f"  env {k}={v}")
     for name in s["secret_env"]:
-        print(f"  env {name} (from the caller's environment)")
-    print(f"  image {s['image']}, port {s['port']}, model {s['model']}")
+        _line(f"  env {name} (from the caller's environment)")
+    _line(f"  image {s['image']}, port {s['port']}, model {s['model']}")
     check = d.get("launch_check")
     if check:
-        print(f"  flags accepted by {check['release']}" if check["release"] else "  flags not checked")
+        _line(f"  flags accepted by {check['release']}" if check["release"] else "  flags not checked")
         for line in ([check["note"]] if check["note"] else []) + check["warnings"]:
-            print(f"    {line}")
-    print(f"stages: {', '.join(d['stages']) or 'none'}")
+            _line(f"    {line}")
+    _line(f"stages: {', '.join(d['stages']) or 'none'}")
     for p in d["bench"]:
         f = p["fields"]
         extra = {k: v for k, v in f.items() if k not in _SHOWN}
-        print(
+        _line(
             f"  bench {p['config']}: in {f['random_input_len']} out {f['random_output_len']} prompts "
             f"{f['num_prompts']} conc {f['max_concurrency']} warm-ups {f['num_warmups']} x{p['repetitions']}"
             + (f" {json.dumps(extra)}" if extra else "")
         )
     for t in d["gsm8k"]:
-        print(f"  gsm8k {t['task']}: {t['num_fewshot']}-shot {json.dumps(t['model_args'])}")
+        _line(f"  gsm8k {t['task']}: {t['num_fewshot']}-shot {json.dumps(t['model_args'])}")
     if d["bfcl"]:
-        print(f"  bfcl: {json.dumps(d['bfcl'])}")
-    print("assertions:" + ("" if d["assertions"] else " none"))
+        _line(f"  bfcl: {json.dumps(d['bfcl'])}")
+    _line("assertions:" + ("" if d["assertions"] else " none"))
     for a in d["assertions"]:
-        print(f"  {a}")
+        _line(f"  {a}")
+
+
+def _line(text: str) -> None:
+    print(printable(text))
 
 
 _SHOWN = {
@@ -220,12 +233,12 @@ def _print_result(result) -> None:
         detail = "; ".join(sorted({m.detail for m in members if m.detail}))
         rows.append(
             [
-                escape(f"{stage} {config}".strip()),
+                f"{stage} {config}".strip(),
                 str(len(members)),
                 status,
                 shown,
                 ci,
-                escape(detail),
+                detail,
             ]
         )
     print_table(
@@ -243,12 +256,12 @@ def _print_result(result) -> None:
     if result.judged:
         print_table(
             [Col("assertion", key=True), Col("outcome", key=True), Col("observed")],
-            [[escape(j.assertion.text), j.outcome, escape(j.detail)] for j in result.judged],
+            [[j.assertion.text, j.outcome, j.detail] for j in result.judged],
             title="assertions",
         )
     for e in result.errors:
-        print(f"error: {e}", file=sys.stderr)
-    print(f"{result.outcome}: run {result.run_id} ({result.run_dir})")
+        print(f"error: {printable(e)}", file=sys.stderr)
+    print(f"{result.outcome}: run {result.run_id} ({printable(result.run_dir)})")
 
 
 def _ci(name: str, m: dict) -> str:

@@ -11,6 +11,7 @@ from servelab.errors import ServelabError
 from servelab.progress import Steps
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import DEFAULT_LAUNCHER, emit
+from servelab.userfiles import refuse_overwriting_inputs
 
 # The output options of every command that emits jobs (sweep, changelog jobs).
 FormatOpt = typer.Option("json", "--format", help="json | github | buildkite | sh")
@@ -64,9 +65,10 @@ def sweep(
 ) -> None:
     """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
     fingerprint of what it runs."""
-    from servelab.recipes.recipe_store import open_store  # noqa: PLC0415  # start-up time
+    from servelab.recipes.recipe_store import open_store, resolve_dir  # noqa: PLC0415  # start-up time
     from servelab.recipes.sweep import expand  # noqa: PLC0415  # start-up time
 
+    refuse_overwriting_inputs({"--out": out}, {"--dir": resolve_dir(directory), "--calibration": calibration})
     try:
         concs = [int(c) for c in _split(conc)]
     except ValueError:

@@ -10,6 +10,7 @@ from servelab.perfdb.keys import key_from_dict
 from servelab.perfdb.shapes import check_key
 from servelab.perfdb.tables import load_tables
 from servelab.specs import load_system
+from servelab.userfiles import check_regular
 
 
 def make_db(system_name: str, tables_dir: Path | None = None, roofline_only: bool = False):
@@ -39,6 +40,7 @@ def answer(db, op: str, fields: dict) -> dict:
 def answer_lines(db, path: Path) -> Iterator[dict]:
     """One result per non-empty input line; a bad line yields {"line", "field", "error"} (the field where one
     is to blame) and the rest still answer."""
+    check_regular(Path(path), "batch")  # a FIFO would be waited on forever
     try:
         text = Path(path).read_text()
     except OSError as e:

@@ -55,6 +55,7 @@ from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
 from servelab.errors import ServelabError, closest
 from servelab.specs import MlaFp8KvLayout, ModelSpec
+from servelab.userfiles import check_regular
 
 ENGINE_NAMES = (KERNELS_ONLY, *(e.value for e in Engine))  # torch: kernels alone, no engine overhead
 
@@ -162,11 +163,12 @@ def shipped_calibration() -> Path:
 def read_calibration(path: Path) -> Calibration:
     """A calibration file, checked; one line naming the file and what is wrong otherwise."""
     where = f"calibration file {path}"
+    check_regular(path, "calibration")  # a FIFO would be waited on forever
     try:
         data = json.loads(path.read_text())
     except OSError as e:
         raise ServelabError(f"{where}: cannot read ({e.strerror})", field="calibration") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ServelabError(f"{where}: not JSON ({e})", field="calibration") from None
     try:
         cal = Calibration.model_validate(data)

@@ -157,7 +157,9 @@ class Job(BaseModel):
             if fmt == 1:
                 fields["benches"] = [_bench_v1(b) for b in fields.get("benches") or []]
                 fields["evals"] = [_eval_v1(e) for e in fields.get("evals") or []]
-            return cls.model_validate(fields)
+            job = cls.model_validate(fields)
+            _ = job.point  # the row typed now: a hand-edited row is refused here, naming its field
+            return job
         except ValidationError as e:
             raise ServelabError.from_validation(e, where) from None
         except (TypeError, ValueError) as e:

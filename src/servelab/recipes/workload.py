@@ -46,6 +46,9 @@ class _W(BaseModel):
 # Upstream exports env values with str(); YAML ints and bools (VLLM_ROCM_USE_AITER: 1) are common.
 EnvValue = Annotated[Text, BeforeValidator(lambda v: str(v) if isinstance(v, (bool, int, float)) else v)]
 Positive = Annotated[StrictInt, Field(ge=1)]
+# a typo's bound, as `servelab run --repetitions` has it: every repetition is a whole benchmark run (and a
+# billion of them filled memory before the first ran)
+MAX_REPETITIONS = 1000
 
 # BFCL categories and groups upstream's parser accepts (bfcl_eval names).
 BfclCategory = Literal[
@@ -129,7 +132,9 @@ class WlBenchConfig(_W):
     output_len: Positive
     num_prompts: Positive | list[Positive]
     max_concurrency: Positive | list[Positive]
-    repetitions: Positive = Field(1, description="Odd; every raw run kept, the median reported.")
+    repetitions: Positive = Field(
+        1, le=MAX_REPETITIONS, description="Odd; every raw run kept, the median reported."
+    )
     args: dict[str, BenchArg] = Field(default_factory=dict, description="Extra vllm bench serve options.")
     speed_bench_dataset_subset: Name | None = Field(
         None, description="speed_bench only; default qualitative."

@@ -26,6 +26,7 @@ from servelab.errors import ServelabError
 from servelab.results.provenance import Provenance
 from servelab.results.schema import StageStatus
 from servelab.results.store import Store
+from servelab.userfiles import parse_json, read_bytes
 
 EXPECTED = (
     "a `vllm bench serve` result JSON (with completed, duration) or an InferenceX result JSON (with hw, conc)"
@@ -93,6 +94,50 @@ def _numbers(data: dict, skip: set[str]) -> dict[str, float]:
     }
 
 
+MAX_CONCURRENCY = 10_000_000  # more than any server takes (servelab bench's bound is 1 M)
+
+
+class BadField(ValueError):
+    """A field of a result that cannot be what it names; the message names the field."""
+
+
+def _count(data: dict, key: str) -> int:
+    """A positive whole number of requests (a float such as 16.0 counts)."""
+    value = data[key]
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value != int(value) or not 1 <= value <= MAX_CONCURRENCY:
+        raise BadField(f"{key}: {value!r} is not a whole number in 1..{MAX_CONCURRENCY}")
+    return int(value)
+
+
+def _name(data: dict, key: str, default: str | None = None) -> str | None:
+    """A text field (a number is taken as its text); a list, a dict or a boolean is refused."""
+    value = data.get(key)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise BadField(f"{key}: {json.dumps(value)[:80]} is not text")
+    return str(value)
+
+
+def _part(data: dict, key: str) -> str:
+    """A field as a part of a config name, as written (None when absent); a list or dict is refused."""
+    value = data.get(key)
+    if isinstance(value, list | dict):
+        raise BadField(f"{key}: {json.dumps(value)[:80]} is not a single value")
+    return str(value)
+
+
+def _rate(data: dict) -> str:
+    value = data.get("request_rate", "inf")
+    if value in ("inf", None) or (isinstance(value, float) and value == math.inf):
+        return "inf"
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok:
+        raise BadField(f"request_rate: {json.dumps(value)[:80]} is not a positive number or inf")
+    return str(value)
+
+
 def vllm_unit(name: str) -> str:
     if name.endswith("_ms"):
         return "ms"
@@ -133,7 +178,7 @@ def _vllm_date(data: dict, here: bool) -> tuple[str | None, str | None]:
     try:
         end = datetime.strptime(str(data["date"]), "%Y%m%d-%H%M%S")
         start = end - timedelta(seconds=float(data.get("duration", 0)))
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, OverflowError):
         return None, None
     if here:
         start, end = start.astimezone(UTC), end.astimezone(UTC)
@@ -142,49 +187,48 @@ def _vllm_date(data: dict, here: bool) -> tuple[str | None, str | None]:
 
 def vllm_entry(data: dict, here: bool = False) -> Entry:
     metrics = _numbers(data, VLLM_SETTINGS)
-    label = data.get("label") or data.get("backend") or "bench"
+    label = _name(data, "label") or _name(data, "backend") or "bench"
     if data.get("max_concurrency") is not None:
-        config = f"{label}-conc-{int(data['max_concurrency'])}"
+        config = f"{label}-conc-{_count(data, 'max_concurrency')}"
     else:
-        config = f"{label}-rate-{data.get('request_rate', 'inf')}"
+        config = f"{label}-rate-{_rate(data)}"
     started, ended = _vllm_date(data, here)
     return Entry(
-        name=str(data.get("model_id") or "imported"),
+        name=_name(data, "model_id", "imported") or "imported",
         config=config,
         metrics=metrics,
         units={k: vllm_unit(k) for k in metrics},
         outcome="pass" if data.get("completed") else "error",
         started_at=started,
         ended_at=ended,
-        provenance=Provenance(servelab_version=data.get("servelab_version")),
+        provenance=Provenance(servelab_version=_name(data, "servelab_version")),
         source="predicted" if data.get("source") == "simulated" else "imported",
     )
 
 
 def inferencex_entry(data: dict) -> Entry:
     metrics = _numbers(data, INFERENCEX_SETTINGS)
-    name = "-".join(
-        str(data.get(k, "")) for k in ("infmax_model_prefix", "hw", "framework", "precision") if data.get(k)
-    )
+    parts = ("infmax_model_prefix", "hw", "framework", "precision")
+    name = "-".join(p for k in parts if (p := _name(data, k)))
     if data.get("is_multinode"):
-        shape = f"p{data.get('num_prefill_gpu')}-d{data.get('num_decode_gpu')}"
+        shape = f"p{_part(data, 'num_prefill_gpu')}-d{_part(data, 'num_decode_gpu')}"
     else:
-        shape = f"tp{data.get('tp')}-ep{data.get('ep')}"
+        shape = f"tp{_part(data, 'tp')}-ep{_part(data, 'ep')}"
     if str(data.get("dp_attention", data.get("decode_dp_attention", ""))).lower() == "true":
         shape += "-dpa"
-    spec = str(data.get("spec_decoding", "none"))
+    spec = _part(data, "spec_decoding") if data.get("spec_decoding") is not None else "none"
     spec = "" if spec in ("none", "") else f"-{spec}"
     return Entry(
-        name=name or str(data.get("model", "imported")),
-        config=f"{shape}-isl{data.get('isl')}-osl{data.get('osl')}{spec}-conc-{int(data['conc'])}",
+        name=name or _name(data, "model", "imported") or "imported",
+        config=f"{shape}-isl{_part(data, 'isl')}-osl{_part(data, 'osl')}{spec}-conc-{_count(data, 'conc')}",
         metrics=metrics,
         units={k: inferencex_unit(k) for k in metrics},
         outcome="pass",
         provenance=Provenance(
             servelab_version=None,
-            recipe_fingerprint=data.get("recipe_fingerprint") or None,
-            image_digest=data.get("image") or None,
-            gpu=data.get("hw"),
+            recipe_fingerprint=_name(data, "recipe_fingerprint"),
+            image_digest=_name(data, "image"),
+            gpu=_name(data, "hw"),
         ),
     )
 
@@ -221,20 +265,14 @@ def _entry(data, path: Path) -> Entry:
         raise ServelabError(f"{path}: not a known result file; expected {EXPECTED}")
     try:
         return reader(data)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ServelabError(f"{path}: malformed result ({e}); expected {EXPECTED}") from e
 
 
 def read_file(path: Path) -> tuple[bytes, list[Entry]]:
     """The file's bytes and its entries; a ServelabError naming the file when it is not a known result."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ServelabError(f"{path}: cannot read ({e.strerror})") from e
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ServelabError(f"{path}: not JSON ({e}); expected {EXPECTED}") from e
+    raw = read_bytes(path)  # a FIFO or a device is refused: it would never end
+    data = parse_json(raw, str(path), EXPECTED)
     items = data if isinstance(data, list) else [data]
     if not items:
         raise ServelabError(f"{path}: an empty list; expected {EXPECTED}")

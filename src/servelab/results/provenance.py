@@ -1,12 +1,9 @@
 """Where a run came from: servelab version and git sha, host, GPU and driver, the server's argv and env.
 
-Secrets never reach the store: env values whose key contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL
-are replaced, `user:pass@` is stripped from every URL, and argv values of flags named like a secret
-(`--api-key X`, `--hf-token=X`) are replaced too. Flags match by whole word, so
-`--max-num-batched-tokens 8192` is kept.
+Secrets never reach the store: env values and argv values are redacted by servelab.redact's one rule
+(secret names such as HF_TOKEN, DB_PASS or --api-key, URL user info, bearer tokens, token shapes).
 """
 
-import re
 import shutil
 import socket
 import subprocess
@@ -15,10 +12,19 @@ from pathlib import Path
 
 import servelab
 from servelab.gpuinfo import nvidia_smi
+from servelab.redact import REDACTED, is_secret_name, redact_argv, redact_env, redact_url
 
-REDACTED = "<redacted>"
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+__all__ = [
+    "REDACTED",
+    "Provenance",
+    "collect",
+    "git_sha",
+    "gpu_and_driver",
+    "is_secret_name",
+    "redact_argv",
+    "redact_env",
+    "redact_url",
+]
 
 
 @dataclass(frozen=True)
@@ -32,39 +38,6 @@ class Provenance:
     gpu: str | None = None
     driver: str | None = None
     host: str | None = None
-
-
-def redact_url(text: str) -> str:
-    """Drop the `user:pass@` part of every URL in text."""
-    return _URL_USERINFO.sub(r"\1", text)
-
-
-def is_secret_key(key: str) -> bool:
-    upper = key.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: REDACTED if is_secret_key(k) else redact_url(str(v)) for k, v in env.items()}
-
-
-def _is_secret_flag(flag: str) -> bool:
-    words = re.split(r"[-_]+", flag.lstrip("-").upper())
-    return any(word in SECRET_WORDS for word in words) or "APIKEY" in words
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("-"):
-            out.append(REDACTED)
-        elif arg.startswith("-") and "=" in arg and _is_secret_flag(arg.split("=", 1)[0]):
-            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-        else:
-            out.append(redact_url(arg))
-        hide_next = arg.startswith("-") and "=" not in arg and _is_secret_flag(arg)
-    return out
 
 
 def gpu_and_driver() -> tuple[str | None, str | None]:

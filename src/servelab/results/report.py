@@ -19,7 +19,6 @@ predicted.
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.readable import number
 from servelab.results.importers import read_file
 from servelab.results.store import Store
+from servelab.userfiles import parse_json, read_bytes
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -214,7 +214,7 @@ def _series(data: dict[str, Any], name: str) -> str:
 def result_points(path: Path, source: Source = "measured", gpus: int | None = None) -> list[Point]:
     """The points of a result file (a list of results gives one each); a ServelabError names a bad file."""
     raw, entries = read_file(path)
-    items = json.loads(raw)
+    items = parse_json(raw, str(path))
     items = items if isinstance(items, list) else [items]
     points = []
     for i, (item, entry) in enumerate(zip(items, entries, strict=True)):
@@ -355,12 +355,7 @@ def _estimate_point(data: dict[str, Any], path: Path) -> Point:
 
 def predicted_points(path: Path, gpus: int | None = None) -> list[Point]:
     """Predicted points from a plan, an agg estimate or a (simulated) result file."""
-    try:
-        data = json.loads(path.read_bytes())
-    except OSError as e:
-        raise ServelabError(f"{path}: cannot read ({e.strerror})") from e
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ServelabError(f"{path}: not JSON ({e}); expected {PREDICTED_EXPECTED}") from e
+    data = parse_json(read_bytes(path), str(path), PREDICTED_EXPECTED)  # a FIFO is refused, not waited on
     try:
         if isinstance(data, dict) and {"candidates", "request"} <= data.keys():
             return _plan_points(data, path)

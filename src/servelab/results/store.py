@@ -2,7 +2,10 @@
 
 Writers are safe across processes: WAL lets readers go on while one writer writes, every write is a
 `BEGIN IMMEDIATE` transaction (it takes the write lock up front, so two writers never deadlock on a lock
-upgrade), and the busy timeout makes a second writer wait for the lock instead of failing.
+upgrade), and the busy timeout makes a second writer wait for the lock instead of failing. A store that
+still cannot be written (busy past the timeout, a full disk, read-only) raises StoreUnavailable (one line,
+exit 1). Opening a store settles runs whose process ended without recording how (results/runlock.py): their
+journal (results/journal.py) is written and they end as error, never `running` forever.
 
     store = Store.open(path)            # None: the default location in the user's data dir
     run_id = store.start_run("dsv4-h200", provenance.collect(server_argv=argv, env=env))
@@ -12,6 +15,7 @@ upgrade), and the busy timeout makes a second writer wait for the lock instead o
 """
 
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -23,8 +27,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.results.provenance import Provenance, redact_argv, redact_env
+from servelab.redact import redact_argv, redact_env
+from servelab.results.faults import StoreUnavailable, unavailable
+from servelab.results.journal import JOURNAL_FILE, replay
+from servelab.results.provenance import Provenance
+from servelab.results.runlock import abandoned
 from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, StageStatus, migrate
+from servelab.userfiles import refuse_url
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -95,6 +104,16 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+def utf8(value: str, what: str) -> str:
+    """A string SQLite can store: a command-line argument that was not UTF-8 reaches Python as surrogates,
+    which no text column takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ServelabError(f"{what} {value!r}: not valid UTF-8") from None
+    return value
+
+
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise ServelabError(f"{what} {value!r}: expected one of {', '.join(allowed)}")
@@ -108,17 +127,57 @@ class Store:
     @classmethod
     def open(cls, path: Path | str | None = None) -> "Store":
         """Open (creating it and its folder if needed) and bring the schema up to date."""
+        # postgresql://h/db would become a directory tree and an SQLite file named after the URL
+        refuse_url(path, "store", "the path of an SQLite file (servelab has no database servers)")
         path = Path(path) if path is not None else default_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             _use_wal(conn)
         except (OSError, sqlite3.DatabaseError) as e:
-            raise ServelabError(f"{path}: cannot open as a results store (an SQLite file): {e}") from e
+            busy = unavailable(e, path) if "locked" in str(e) else None
+            raise busy or ServelabError(
+                f"{path}: cannot open as a results store (an SQLite file): {e}"
+            ) from e
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn, str(path))
-        return cls(conn, path)
+        try:
+            migrate(conn, str(path))
+        except sqlite3.OperationalError as e:
+            conn.close()
+            busy = unavailable(e, path)
+            if busy is None:
+                raise
+            raise busy from e
+        store = cls(conn, path)
+        store.settle_abandoned()
+        return store
+
+    def settle_abandoned(self) -> list[str]:
+        """End the runs still `running` whose process is gone (nobody holds their run lock): what their
+        journal kept is written, and a run it does not say the end of ends as error. Left for the next open
+        when the store cannot be written now. Returns the runs settled."""
+        rows = self.conn.execute(
+            "SELECT id FROM runs WHERE outcome = 'running' AND source_sha256 IS NULL"
+        ).fetchall()
+        settled = []
+        for (run_id,) in rows:
+            run_dir = self.path.parent / "runs" / str(run_id)
+            if not abandoned(run_dir):
+                continue
+            try:
+                with self.transaction():
+                    if (run_dir / JOURNAL_FILE).exists():
+                        replay(self, run_dir / JOURNAL_FILE)
+                    self.conn.execute(
+                        "UPDATE runs SET outcome = 'error', ended_at = ? "
+                        "WHERE id = ? AND outcome = 'running'",
+                        (now(), run_id),
+                    )
+            except StoreUnavailable:
+                break  # read-only or busy: the next open settles them
+            settled.append(str(run_id))
+        return settled
 
     def close(self) -> None:
         self.conn.close()
@@ -135,13 +194,22 @@ class Store:
         if self.conn.in_transaction:
             yield
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except (sqlite3.OperationalError, OSError) as e:
+            if self.conn.in_transaction:  # a COMMIT that failed (a full disk) leaves the transaction open
+                self.conn.execute("ROLLBACK")
+            busy = unavailable(e, self.path)
+            if busy is None:
+                raise
+            raise busy from e
 
     def run_dir(self, run_id: str) -> Path:
         """The folder for a run's raw artifacts (bench JSON, eval outputs, server log), created on demand."""
@@ -175,6 +243,7 @@ class Store:
         """A new run; `started_at` defaults to now for a run measured here, while an imported run (with a
         `source_sha256`) keeps what its file says, or nothing, and comes with its outcome and end."""
         _check(outcome, OUTCOMES, "run outcome")
+        utf8(name, "run name")
         p = provenance or Provenance()
         run_id = run_id or new_run_id()
         with self.transaction():
@@ -257,12 +326,15 @@ class Store:
 
     def list_runs(self, name: str | None = None, limit: int | None = None) -> list[Run]:
         """Newest first; only those called `name` when given."""
+        if name is not None:
+            utf8(name, "run name")
         sql = "SELECT * FROM runs" + (" WHERE name = ?" if name is not None else "")
         sql += " ORDER BY created_at DESC, rowid DESC" + (f" LIMIT {int(limit)}" if limit else "")
         return [_run(row) for row in self.conn.execute(sql, (name,) if name is not None else ())]
 
     def get_run(self, ref: str) -> Run:
         """A run by its id or a unique prefix of it."""
+        utf8(ref, "run")
         rows = self.conn.execute(
             "SELECT * FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
             (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
@@ -289,38 +361,95 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM stages WHERE run_id = ? ORDER BY stage, config, repetition", (run_id,)
         )
-        return [Stage(**(dict(row) | {"status": StageStatus(row["status"])})) for row in rows]
+        return [
+            Stage(
+                run_id=row["run_id"],
+                stage=_text(row["stage"]),
+                config=_text(row["config"]),
+                repetition=_integer(row["repetition"]),
+                status=StageStatus(row["status"]),
+                started_at=_text_or_none(row["started_at"]),
+                ended_at=_text_or_none(row["ended_at"]),
+                artifact=_text_or_none(row["artifact"]),
+            )
+            for row in rows
+        ]
 
     def metrics(self, run_id: str) -> list[Metric]:
         rows = self.conn.execute(
             "SELECT * FROM metrics WHERE run_id = ? ORDER BY stage, config, name, repetition", (run_id,)
         )
-        return [Metric(**dict(row)) for row in rows]
+        return [
+            Metric(
+                run_id=row["run_id"],
+                stage=_text(row["stage"]),
+                config=_text(row["config"]),
+                repetition=_integer(row["repetition"]),
+                name=_text(row["name"]),
+                value=_number(row["value"]),
+                unit=_text(row["unit"]),
+                source=row["source"],
+            )
+            for row in rows
+        ]
 
     def metric_counts(self) -> dict[str, int]:
         rows = self.conn.execute("SELECT run_id, count(*) FROM metrics GROUP BY run_id")
         return {run_id: n for run_id, n in rows}
 
 
+# Readers take a row as SQLite gives it: a column's type is only an affinity, so a row another tool (or a
+# hand with sqlite3) wrote can hold text in a REAL column, a number in a TEXT one, or JSON that is not.
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _integer(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _number(value: object) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None  # type: ignore[arg-type]
+
+
+def _json(value: object, kind: type[list] | type[dict]) -> list | dict:
+    """A JSON column as a list or dict; anything else (not JSON, another shape, nested too deep) as empty."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str | bytes) else None
+    except (ValueError, RecursionError):
+        parsed = None
+    return parsed if isinstance(parsed, kind) else kind()
+
+
 def _run(row: sqlite3.Row) -> Run:
+    env = _json(row["env"], dict)
     return Run(
-        id=row["id"],
-        name=row["name"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
+        id=_text(row["id"]),
+        name=_text(row["name"]),
+        created_at=_text(row["created_at"]),
+        started_at=_text_or_none(row["started_at"]),
+        ended_at=_text_or_none(row["ended_at"]),
         outcome=row["outcome"],
         provenance=Provenance(
-            servelab_version=row["servelab_version"],
-            git_sha=row["git_sha"],
-            recipe_fingerprint=row["recipe_fingerprint"],
-            image_digest=row["image_digest"],
-            server_argv=json.loads(row["server_argv"]),
-            env=json.loads(row["env"]),
-            gpu=row["gpu"],
-            driver=row["driver"],
-            host=row["host"],
+            servelab_version=_text_or_none(row["servelab_version"]),
+            git_sha=_text_or_none(row["git_sha"]),
+            recipe_fingerprint=_text_or_none(row["recipe_fingerprint"]),
+            image_digest=_text_or_none(row["image_digest"]),
+            server_argv=[_text(a) for a in _json(row["server_argv"], list)],
+            env={_text(k): _text(v) for k, v in env.items()},  # type: ignore[union-attr]
+            gpu=_text_or_none(row["gpu"]),
+            driver=_text_or_none(row["driver"]),
+            host=_text_or_none(row["host"]),
         ),
-        source_path=row["source_path"],
-        source_sha256=row["source_sha256"],
+        source_path=_text_or_none(row["source_path"]),
+        source_sha256=_text_or_none(row["source_sha256"]),
     )

@@ -141,7 +141,7 @@ def run_bfcl(target: Target, spec: WlBfcl, out_dir: Path, *, python: Path | None
     ]  # fmt: skip
     env = os.environ | {
         "BFCL_PROJECT_ROOT": str(out_dir),  # bfcl-eval's results, scores and id file
-        "OPENAI_BASE_URL": target.base_url.rstrip("/") + "/v1",
+        "OPENAI_BASE_URL": target.request_url().rstrip("/") + "/v1",
         "OPENAI_API_KEY": target.api_key or "EMPTY",  # the OpenAI client refuses to start without one
     }
     with log_path.open("w") as log:

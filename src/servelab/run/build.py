@@ -27,6 +27,8 @@ def read_job(path: Path, index: int | None) -> Job:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise ServelabError(f"{path}: not JSON ({e.msg}, line {e.lineno})", field="job") from None
+    except RecursionError:
+        raise ServelabError(f"{path}: nested too deeply for a job file", field="job") from None
     if isinstance(data, dict) and data.get("schema") == JOBS_SCHEMA and isinstance(data.get("jobs"), list):
         data = data["jobs"]
     if isinstance(data, list):

@@ -24,7 +24,10 @@ from typing import IO
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import summarize
+from servelab.redact import redact_text
 from servelab.results import provenance
+from servelab.results.journal import JournaledWriter
+from servelab.results.runlock import RunLock
 from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
 from servelab.run.assertions import Judged, judge
@@ -60,6 +63,7 @@ class RunOptions:
     bfcl_python: Path | None = None  # the BFCL environment's python (default: servelab.run.bfcl finds one)
     resume: str | None = None  # run id (or unique prefix) to continue
     baseline: str | None = None  # run id (or unique prefix) regression assertions compare with
+    server_stop_timeout_s: float = 30.0  # SIGTERM to SIGKILL when the server is stopped
 
 
 @dataclass
@@ -72,7 +76,7 @@ class Row:
     artifact: str | None = None
 
     def dump(self) -> dict:
-        return dict(self.__dict__) | {"status": str(self.status)}
+        return dict(self.__dict__) | {"status": str(self.status), "detail": redact_text(self.detail)}
 
 
 @dataclass
@@ -92,7 +96,7 @@ class RunResult:
             "run_dir": str(self.run_dir),
             "outcome": str(self.outcome),
             "exit_code": self.exit_code,
-            "errors": self.errors,
+            "errors": [redact_text(e) for e in self.errors],
             "stages": [r.dump() for r in self.rows],
             "metrics": self.metrics,
             "assertions": [j.dump() for j in self.judged],
@@ -138,9 +142,11 @@ class _Runner:
         self.rows: list[Row] = []
         self.errors: list[str] = []
         self.signum = 0
+        self.lock: RunLock | None = None
+        self.writer: JournaledWriter
 
     def say(self, text: str) -> None:
-        print(f"run {self.run_id}: {text}", file=self.log, flush=True)
+        print(f"run {self.run_id}: {redact_text(text)}", file=self.log, flush=True)
 
     def begin(self) -> set[tuple[str, str, int]]:
         """The run row (new, or the one resumed) and the stage rows already passed."""
@@ -153,12 +159,17 @@ class _Runner:
                     field="resume",
                 )
             self.run_id = run.id
+            self.lock = RunLock.take(self.store.run_dir(run.id), run.id)  # one process runs a run at a time
+            self.writer = JournaledWriter(self.store, self.store.run_dir(run.id))
             return {
                 (s.stage, s.config, s.repetition)
                 for s in self.store.stages(run.id)
                 if s.status == StageStatus.PASS
             }
         run_id = new_run_id()
+        # held before the run row exists: a run `running` in the store whose lock nobody holds is abandoned
+        self.lock = RunLock.take(self.store.run_dir(run_id), run_id)
+        self.writer = JournaledWriter(self.store, self.store.run_dir(run_id))
         argv: list[str] = []
         if not opts.base_url:
             argv = (
@@ -185,11 +196,11 @@ class _Runner:
         if output is not None:
             if output.artifacts:
                 row.artifact = _relative(output.artifacts[0], run_dir)
-            self.store.record_metrics(
+            self.writer.record_metrics(
                 self.run_id, row.stage, output.metrics, config=row.config, repetition=row.repetition,
                 units=output.units,
             )  # fmt: skip
-        self.store.record_stage(
+        self.writer.record_stage(
             self.run_id, row.stage, row.status, config=row.config, repetition=row.repetition,
             started_at=started, ended_at=now(), artifact=row.artifact,
         )  # fmt: skip
@@ -236,15 +247,19 @@ class _Runner:
                     f"the server exited with {server.proc.returncode} during {name}; log {server.log_path}:\n"
                     + server.log_tail()
                 )
-                self.store.record_stage(
-                    self.run_id, SERVER_STAGE, StageStatus.ERROR, ended_at=now(), artifact="server.log"
+                self.writer.record_stage(
+                    self.run_id,
+                    SERVER_STAGE,
+                    StageStatus.ERROR,
+                    ended_at=now(),
+                    artifact=server.log_path.name,
                 )
                 self.skip(todo[n + 1 :], "not run: the server had exited")
                 return
 
     def skip(self, items: list, why: str) -> None:
         for stage, config, rep in items:
-            self.store.record_stage(self.run_id, stage, StageStatus.SKIPPED, config=config, repetition=rep)
+            self.writer.record_stage(self.run_id, stage, StageStatus.SKIPPED, config=config, repetition=rep)
             self.rows.append(Row(stage, config, rep, StageStatus.SKIPPED, why))
 
 
@@ -255,18 +270,27 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(path)
 
 
+def server_log_name(run_dir: Path) -> str:
+    """server.log, or server.2.log, server.3.log, ... for the attempts that resume the run."""
+    n = 1
+    while (run_dir / (name := "server.log" if n == 1 else f"server.{n}.log")).exists():
+        n += 1
+    return name
+
+
 def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: Path) -> None:
     """Start (or attach to) the server and run the rows; a start failure or an interruption is recorded in
     `r`, and the server is down when this returns."""
     if not todo:
         return
-    store = r.store
+    writer = r.writer
+    log_name = server_log_name(run_dir)  # a resume keeps the first attempt's log
     with _termination_as_interrupt():
         try:
             r.say(
                 f"server: attaching to {opts.base_url}"
                 if opts.base_url
-                else f"server: starting {plan.server.argv[0]} (log {run_dir / 'server.log'})"
+                else f"server: starting {plan.server.argv[0]} (log {run_dir / log_name})"
             )
             started = now()
             try:
@@ -280,9 +304,12 @@ def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: 
                     hf_cache=opts.hf_cache,
                     timeout_s=opts.server_timeout_s,
                     tokenizer=opts.tokenizer,
+                    stop_timeout_s=opts.server_stop_timeout_s,
+                    log_name=log_name,
+                    say=r.say,
                 ) as (target, server):
-                    artifact = None if server is None else "server.log"
-                    store.record_stage(
+                    artifact = None if server is None else log_name
+                    writer.record_stage(
                         r.run_id,
                         SERVER_STAGE,
                         StageStatus.PASS,
@@ -293,13 +320,13 @@ def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: 
                     r.say(f"server: ready at {target.base_url}, model {target.model}")
                     r.run_items(todo, target, server, run_dir)
             except ServerStartError as e:
-                store.record_stage(
+                writer.record_stage(
                     r.run_id,
                     SERVER_STAGE,
                     StageStatus.ERROR,
                     started_at=started,
                     ended_at=now(),
-                    artifact=None if opts.base_url else "server.log",
+                    artifact=None if opts.base_url or not (run_dir / log_name).exists() else log_name,
                 )
                 r.errors.append(str(e))
                 r.say(f"server: {e}")
@@ -340,7 +367,38 @@ def execute(
     baseline = None
     if opts.baseline:
         baseline = stage_values(store, store.get_run(opts.baseline).id)
-    done = r.begin()
+    try:
+        done = r.begin()
+        return _carry_out(r, done, baseline)
+    finally:
+        if r.lock is not None:
+            r.lock.release()
+
+
+def _values(r: _Runner) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """stage_values of the store, with the records only the journal holds (a store that could not be
+    written)."""
+    out = stage_values(r.store, r.run_id)
+    for rec in r.writer.pending_values():
+        if rec["stage"] != SERVER_STAGE:
+            metrics = out.setdefault((rec["stage"], rec["config"]), {})
+            for name, v in rec["values"].items():
+                if v is not None:
+                    metrics.setdefault(name, []).append(v)
+    return out
+
+
+def _statuses(r: _Runner) -> set[StageStatus]:
+    rows = {(s.stage, s.config, s.repetition): s.status for s in r.store.stages(r.run_id)}
+    rows |= {
+        (x["stage"], x["config"], x["repetition"]): StageStatus(x["status"])
+        for x in r.writer.pending_stages()
+    }
+    return {status for key, status in rows.items() if key in set(r.plan.items())}
+
+
+def _carry_out(r: _Runner, done: set[tuple[str, str, int]], baseline) -> RunResult:
+    plan, store, writer = r.plan, r.store, r.writer
     run_dir = store.run_dir(r.run_id)
     todo = [i for i in plan.items() if i not in done]
     if done and not todo:
@@ -350,15 +408,19 @@ def execute(
     elif done:
         r.say(f"resuming: {len(done)} stage rows passed before, {len(todo)} to run")
     try:
-        _run_todo(r, plan, opts, todo, run_dir)
+        _run_todo(r, plan, r.opts, todo, run_dir)
     except BaseException:  # an unforeseen failure: the run is recorded as ended before it propagates
-        store.finish_run(r.run_id, RunOutcome.ERROR)
+        writer.finish_run(r.run_id, RunOutcome.ERROR)
+        writer.flush()
         raise
-    values = stage_values(store, r.run_id)
+    if not writer.flush():
+        r.errors.append(
+            f"{writer.error}: what the run measured is kept in {writer.path} and reaches the store the next "
+            "time it is opened"
+        )
+    values = _values(r)
     judged = judge(plan.assertions, values, baseline, not_run={str(s) for s in StageName} - set(plan.stages))
-    statuses = {
-        s.status for s in store.stages(r.run_id) if (s.stage, s.config, s.repetition) in set(plan.items())
-    }
+    statuses = _statuses(r)
     if r.signum:
         outcome, code = RunOutcome.ERROR, 128 + r.signum
     elif r.errors or statuses - {StageStatus.PASS} or any(j.outcome == "error" for j in judged):
@@ -367,7 +429,8 @@ def execute(
         outcome, code = RunOutcome.FAIL, EXIT_FAIL
     else:
         outcome, code = RunOutcome.PASS, EXIT_PASS
-    store.finish_run(r.run_id, outcome)
+    writer.finish_run(r.run_id, outcome)
+    writer.flush()
     rows = _in_plan_order(plan, r.rows, done)
     result = RunResult(r.run_id, run_dir, outcome, code, rows, _summaries(values), judged, r.errors)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(result.dump(), indent=1) + "\n")

@@ -42,6 +42,7 @@ def lm_eval_model_args(
 ) -> dict[str, Any]:
     """The model_args lm-eval gets: the server, then the workload's defaults, then the task's own."""
     endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    # without the attached URL's user:password: lm-eval writes its model args into its results file
     args: dict[str, Any] = {"model": target.model, "base_url": target.base_url.rstrip("/") + endpoint}
     if target.tokenizer:
         args["tokenizer"] = target.tokenizer

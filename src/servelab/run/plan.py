@@ -31,7 +31,7 @@ from servelab.recipes.workload import (
     default_image,
     split_serve_args,
 )
-from servelab.results.provenance import redact_argv, redact_env
+from servelab.redact import redact_argv, redact_env, redact_headers
 from servelab.run.assertions import Assertion, parse_all
 from servelab.run.stage import StageName
 
@@ -109,7 +109,7 @@ class RunPlan:
                 "secret_env": s.secret_env,
             },
             "stages": [str(s) for s in self.stages],
-            "bench": [asdict(p) for p in self.bench] if StageName.BENCH in self.stages else [],
+            "bench": [_public(p) for p in self.bench] if StageName.BENCH in self.stages else [],
             "gsm8k": [
                 {"task": t.name, "num_fewshot": t.num_fewshot, "model_args": _lm_args(self.lm_defaults, t)}
                 for t in self.lm_tasks
@@ -122,6 +122,18 @@ class RunPlan:
         }
 
 
+def _public(point: BenchPoint) -> dict:
+    """A bench point as it may be printed: header values (Authorization, API keys) and secret metadata
+    redacted, as the bench result file keeps them."""
+    d = asdict(point)
+    fields = dict(d["fields"])
+    if fields.get("headers"):
+        fields["headers"] = redact_headers(fields["headers"])
+    if fields.get("metadata"):
+        fields["metadata"] = redact_env(fields["metadata"])
+    return d | {"fields": fields}
+
+
 def _lm_args(defaults: WlModelArgs | None, task: WlTask) -> dict:
     return (defaults.dump() if defaults else {}) | (task.model_args.dump() if task.model_args else {})
 
@@ -130,6 +142,8 @@ def choose_stages(available: list[StageName], requested: list[str] | None, sourc
     """The stages to run: those requested (each must be one the source has), else all it has."""
     if requested is None:
         return available
+    if not requested:  # `--stages ,` would run nothing and pass
+        raise ServelabError(f"no stage named; expected a comma list of {', '.join(STAGES)}", field="stages")
     for s in requested:
         if s not in StageName._value2member_map_:
             raise ServelabError(f"{s!r}: expected a comma list of {', '.join(STAGES)}", field="stages")

@@ -12,14 +12,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from servelab.bench.payload import api_key_from_env, auth_headers
-from servelab.bench.runner import fetch_model_id
+from servelab.bench.payload import api_key_from_env, auth_headers, split_credentials
+from servelab.bench.runner import Terminated, fetch_model_id
 from servelab.errors import ServelabError
 from servelab.recipes.workload import ROCM_GPUS
+from servelab.redact import redact_text
 from servelab.run.plan import ServerPlan
 from servelab.run.stage import Target
 from servelab.runner.server import ServerProcess, ServerStartError
@@ -66,6 +69,8 @@ class DockerServer(ServerProcess):
     client's death alone does not."""
 
     def __init__(self, container: str, *args, **kwargs) -> None:
+        # servelab killed: the watchdog stops the client's group, then removes the container by name
+        kwargs["orphan_cleanup"] = ["docker", "rm", "-f", container]
         super().__init__(*args, **kwargs)
         self.container = container
 
@@ -97,31 +102,48 @@ def serve(
     timeout_s: float = 3600.0,
     tokenizer: str | None = None,
     on_start=None,
+    stop_timeout_s: float = 30.0,
+    log_name: str = "server.log",
+    say: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[Target, ServerProcess | None]]:
     """The target to test and the process serving it (None when attached). Starting raises
-    runner.server.ServerStartError with the log's last lines; the server is gone on every way out. The API
-    key every stage sends is the caller's OPENAI_API_KEY, as `servelab bench` sends it."""
+    runner.server.ServerStartError with the log's last lines; the server is gone on every way out, whatever
+    signals arrive while it is being stopped. The API key every stage sends is the caller's OPENAI_API_KEY,
+    as `servelab bench` sends it. The server's output goes to `log_name` in the run folder."""
     api_key = api_key_from_env()
     if base_url:
-        url = base_url.rstrip("/")
+        url, basic_auth = split_credentials(base_url.rstrip("/"))
+        userinfo = urlsplit(base_url).netloc.rpartition("@")[0] or None
         try:
-            name = model or fetch_model_id(url, auth_headers(api_key, None, {}))
+            name = model or fetch_model_id(url, auth_headers(api_key, basic_auth, {}))
         except ServelabError as e:
-            raise ServerStartError(f"{url}: not answering as an OpenAI-compatible server ({e})") from None
-        yield Target(url, name, api_key=api_key, tokenizer=tokenizer), None
+            reason = redact_text(str(e))
+            raise ServerStartError(
+                f"{url}: not answering as an OpenAI-compatible server ({reason})"
+            ) from None
+        yield Target(url, name, api_key=api_key, tokenizer=tokenizer, userinfo=userinfo), None
         return
     for rel, content in plan.files.items():
         path = run_dir / rel
+        if not path.resolve().is_relative_to(run_dir.resolve()):  # the plan's files were checked; again here
+            raise ServelabError(f"launch.files: {rel!r} would be written outside the run folder", field="job")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
     env = dict(os.environ) | plan.env
-    log = run_dir / "server.log"
+    log = run_dir / log_name
     server: ServerProcess
     if docker:
         container = container_name(run_dir.name)
         argv = docker_argv(plan, container, hf_cache or hf_cache_dir(), run_dir, gpu)
         server = DockerServer(
-            container, argv, plan.url, log, env=env, health_path=plan.health_path, start_timeout_s=timeout_s
+            container,
+            argv,
+            plan.url,
+            log,
+            env=env,
+            health_path=plan.health_path,
+            start_timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
         )
     else:
         server = ServerProcess(
@@ -131,6 +153,7 @@ def serve(
             env=env,
             health_path=plan.health_path,
             start_timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
             cwd=run_dir,
         )
     if on_start:
@@ -138,16 +161,38 @@ def serve(
     server.start()  # on failure it has stopped the server before it raises
     try:
         yield Target(plan.url, model or plan.model, api_key=api_key, tokenizer=tokenizer), server
-    finally:
-        with signals_blocked():  # a second Ctrl-C must not cut the teardown short; it is delivered after
-            server.stop()
+    except BaseException:  # interrupted: a signal arriving during the teardown adds nothing to say
+        _stop(server, say, reraise=False)
+        raise
+    _stop(server, say, reraise=True)
+
+
+def _stop(server: ServerProcess, say: Callable[[str], None] | None, reraise: bool) -> None:
+    with signals_deferred(reraise):  # a second Ctrl-C must not cut the teardown short
+        if say:
+            say(f"server: stopping (process group {server.pid})")
+        server.stop()
+
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextmanager
-def signals_blocked() -> Iterator[None]:
-    blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+def signals_deferred(reraise: bool = True) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP noted, not raised, while the body runs; the first noted is raised after it
+    (as Ctrl-C or Terminated) when `reraise`. A handler, not a signal mask: a mask holds only in the thread
+    that sets it, and a signal delivered to another thread would still interrupt this one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can be set only from the main thread; ServerProcess.stop still ends with SIGKILL
+        return
+    noted: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in DEFERRED}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if noted and reraise:
+        if noted[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(noted[0])

@@ -54,6 +54,14 @@ class Target:
     model: str  # the served model name, as /v1/models lists it
     api_key: str | None = field(default=None, repr=False)  # never logged or stored
     tokenizer: str | None = None  # local path or hub id for client-side token counting
+    userinfo: str | None = field(default=None, repr=False)  # `user:password` of an attached URL; a secret
+
+    def request_url(self) -> str:
+        """The base URL with its credentials, for the clients that send them (never printed or stored)."""
+        if not self.userinfo:
+            return self.base_url
+        scheme, sep, rest = self.base_url.partition("://")
+        return f"{scheme}{sep}{self.userinfo}@{rest}"
 
 
 @dataclass

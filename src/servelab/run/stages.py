@@ -53,7 +53,7 @@ def result_name(config: str, repetition: int) -> str:
 
 def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path) -> StageOutput:
     cfg = BenchConfig(
-        base_url=target.base_url,
+        base_url=target.request_url(),  # the client sends the credentials and stores the URL without them
         model=target.model,
         tokenizer=target.tokenizer,
         label=point.config.rsplit("-conc-", 1)[0],

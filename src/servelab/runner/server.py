@@ -1,21 +1,39 @@
 """A server started as an argv list in its own process group, waited on until healthy, torn down as a group.
 
 The group matters: engines fork workers (vLLM's engine core is a child of its API server), and killing the
-leader alone leaves them holding the port and the memory."""
+leader alone leaves them holding the port and the memory. The port must be free before the server starts:
+a server that dies on bind while another process answers on its port would otherwise be benchmarked as that
+other one. A watchdog process (runner/watchdog.py) tears the group down if servelab itself is killed."""
 
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import IO, Self
+from urllib.parse import urlsplit
 
 
 class ServerStartError(RuntimeError):
     """The server exited or never became healthy; the message ends with the last lines of its log."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a process already accepts connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _package_root() -> str:
+    """The folder holding the servelab package, for a child python that must import it."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def free_port(lo: int, hi: int) -> int:
@@ -44,14 +62,17 @@ class ServerProcess:
         start_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
         cwd: Path | None = None,
+        orphan_cleanup: list[str] | None = None,
     ) -> None:
         self.argv, self.url, self.log_path = list(argv), url, Path(log_path)
         self.env = env
         self.cwd = cwd  # where the engine finds files it was given by relative path
         self.health_path = health_path
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.orphan_cleanup = orphan_cleanup  # what the watchdog runs after the group when servelab is gone
         self.proc: subprocess.Popen | None = None
         self._log: IO[str] | None = None
+        self._watchdog: subprocess.Popen | None = None
 
     @property
     def pid(self) -> int | None:
@@ -59,7 +80,15 @@ class ServerProcess:
         return self.proc.pid if self.proc else None
 
     def start(self) -> Self:
-        """Start the process and wait until healthy; on any failure the group is gone before the raise."""
+        """Start the process and wait until healthy; on any failure the group is gone before the raise. A
+        port another process already answers on is refused before anything starts."""
+        u = urlsplit(self.url)
+        host, port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
+        if port_in_use(host, port):
+            raise ServerStartError(
+                f"port {port} on {host} is already in use by another process: servelab benchmarks only the "
+                "server it starts (stop the other one or choose another --port)"
+            )
         self._log = open(self.log_path, "w")  # held for the server's lifetime, closed in stop()
         try:
             self.proc = subprocess.Popen(
@@ -70,11 +99,43 @@ class ServerProcess:
                 cwd=self.cwd,
                 start_new_session=True,
             )
+            self._watchdog = self._start_watchdog(self.proc.pid)
             self._wait_healthy(self.proc)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_watchdog(self, pgid: int) -> subprocess.Popen | None:
+        """The process that stops the group if this one dies without doing it (runner/watchdog.py)."""
+        argv = [sys.executable, "-m", "servelab.runner.watchdog", str(pgid), str(self.stop_timeout_s)]
+        argv += ["--", *self.orphan_cleanup] if self.orphan_cleanup else []
+        path = os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH")) if p)
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": path},
+                start_new_session=True,
+            )
+        except OSError:
+            return None  # no watchdog: servelab's own teardown still runs on every path it survives
+
+    def _release_watchdog(self) -> None:
+        """Tell the watchdog the group is down, so it leaves without signalling anything."""
+        dog, self._watchdog = self._watchdog, None
+        if dog is None:
+            return
+        try:
+            if dog.stdin is not None:
+                dog.stdin.write(b"done")
+                dog.stdin.close()
+            dog.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            dog.kill()
+            dog.wait()
 
     def _wait_healthy(self, proc: subprocess.Popen) -> None:
         deadline = time.monotonic() + self.start_timeout_s
@@ -84,7 +145,7 @@ class ServerProcess:
                     f"{self.argv[0]} exited with {proc.returncode} before it was healthy; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if self.healthy():
+            if self.healthy() and proc.poll() is None:  # and still ours: not another process's answer
                 return
             time.sleep(0.5)
         raise ServerStartError(
@@ -107,16 +168,20 @@ class ServerProcess:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM to the whole group, SIGKILL to what is left after stop_timeout_s; safe to call twice."""
+        """SIGTERM to the whole group, SIGKILL to what is left after stop_timeout_s; safe to call twice. An
+        interruption while waiting (a second Ctrl-C) still ends with the SIGKILL."""
         if self.proc is not None:
             pgid = self.proc.pid
-            deadline = time.monotonic() + self.stop_timeout_s
-            _signal_group(pgid, signal.SIGTERM)
-            while group_members(pgid) and time.monotonic() < deadline:
-                self.proc.poll()  # reap the leader as soon as it exits
-                time.sleep(0.1)
-            _signal_group(pgid, signal.SIGKILL)
-            self.proc.wait()
+            try:
+                deadline = time.monotonic() + self.stop_timeout_s
+                signal_group(pgid, signal.SIGTERM)
+                while group_members(pgid) and time.monotonic() < deadline:
+                    self.proc.poll()  # reap the leader as soon as it exits
+                    time.sleep(0.1)
+            finally:
+                signal_group(pgid, signal.SIGKILL)
+                self.proc.wait()
+                self._release_watchdog()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -128,7 +193,7 @@ class ServerProcess:
         self.stop()
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:

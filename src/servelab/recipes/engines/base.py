@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import re
+
+from pydantic import BaseModel, Field, field_validator
 
 from servelab.engines.grammar import json_arg
 from servelab.engines.names import Engine
@@ -12,11 +14,35 @@ from servelab.errors import ServelabError
 class Launch(BaseModel):
     """What starts one server: argv (never a shell string), environment, and files written next to it."""
 
-    argv: list[str]
+    argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict, description="relative path -> content")
     port: int
     health_path: str = "/health"
+
+    @field_validator("files")
+    @classmethod
+    def _files_stay_in_the_run_folder(cls, v: dict[str, str]) -> dict[str, str]:
+        for path in v:
+            check_launch_file(path)
+        return v
+
+
+# a segment of a launch file's path: a plain name (no `..`, no `~`, no backslash, no control character)
+_SEGMENT = re.compile(r"[A-Za-z0-9_+=@,-][A-Za-z0-9._+=@,-]*")
+MAX_PATH = 1024
+
+
+def check_launch_file(path: str) -> str:
+    """A file a launch writes is a relative path of plain names, so it lands in the run folder (or the
+    container's working directory) whatever writes it: never absolute, never `..`, `~` or a backslash."""
+    segments = path.split("/")
+    if len(path) > MAX_PATH or not all(_SEGMENT.fullmatch(s) for s in segments):
+        raise ValueError(
+            f"{path!r} is not a relative path of plain names inside the run folder "
+            "(no leading /, no .. or ~, letters, digits and ._+=@,- only)"
+        )
+    return path
 
 
 def base_env(recipe, profile_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -38,4 +64,4 @@ def refuse(engine: Engine, recipe, fields: list[str]) -> None:
         )
 
 
-__all__ = ["Launch", "base_env", "json_arg", "refuse"]
+__all__ = ["Launch", "base_env", "check_launch_file", "json_arg", "refuse"]
