@@ -123,8 +123,9 @@ def test_test_config_mode(shipped):
         ("dsv4f-fp8-b200-vllm", 8, 8, False, 4),
         ("dsv4f-fp8-b200-vllm", 8, 8, False, 32),
     ]
-    # full-sweep mode silently ignores keys that match nothing, and refuses explicit concurrencies
-    assert expand(shipped, ["nothing-*"]) == []
+    # full-sweep mode refuses keys that match nothing too, and explicit concurrencies
+    with pytest.raises(ServelabError, match="matches nothing"):
+        expand(shipped, ["nothing-*"])
     with pytest.raises(ValueError, match="explicit concurrencies"):
         Filters(conc=[4])
 

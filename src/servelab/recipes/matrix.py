@@ -120,15 +120,17 @@ class Point:
     row: dict
 
 
-def select_keys(all_keys: list[str], patterns: list[str], strict: bool) -> list[str]:
+def select_keys(all_keys: list[str], patterns: list[str]) -> list[str]:
     """Keys matching the patterns (exact keys or globs), in pattern order then store order, each once, as
-    InferenceX's test-config expands them. With `strict` every pattern must match a key."""
+    InferenceX's test-config expands them. Every pattern must match a key, as upstream's expand_config_keys
+    refuses a key or glob that matches nothing (a typo); filters that leave no row are an empty sweep
+    instead."""
     if not patterns:
         return list(all_keys)
     chosen: dict[str, None] = {}
     for pat in patterns:
         hits = [k for k in all_keys if fnmatch.fnmatchcase(k, pat)]
-        if not hits and strict:
+        if not hits:
             raise ServelabError(f"config key {pat!r} matches nothing" + closest(pat, all_keys))
         chosen.update(dict.fromkeys(hits))
     return list(chosen)
@@ -437,7 +439,7 @@ def matrix_points(store, patterns: list[str] | None = None, filters: Filters | N
     step = f.step_size
     seq_lens = {parse_seq_len(name) for name in f.seq_lens}
     points: list[Point] = []
-    for key in select_keys(list(store.recipes), patterns or [], strict=test_config):
+    for key in select_keys(list(store.recipes), patterns or []):
         recipe = store.recipes[key]
         if not test_config and not _keep_key(key, recipe, f):
             continue
