@@ -16,7 +16,7 @@ way, and a job that would need servelab to act on such a value says `not-rendera
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -467,19 +467,30 @@ class MasterEntry(IxModel):
         return self
 
 
-def parse_master(data: object, source: str, notes: Notes | None = None) -> dict[str, MasterEntry]:
-    """The entries of a master file; with `notes`, read tolerantly (module docstring)."""
+Entry = TypeVar("Entry", bound=BaseModel)
+
+
+def validate_entries(
+    data: object, source: str, model: type[Entry], what: str, notes: Notes | None = None
+) -> dict[str, Entry]:
+    """A file's mapping of config keys to `what` (entries, recipes), each validated as `model`; with `notes`,
+    read tolerantly (module docstring)."""
     if not isinstance(data, dict):
-        raise ServelabError(f"{source}: expected a mapping of config keys to entries")
+        raise ServelabError(f"{source}: expected a mapping of config keys to {what}")
     out = {}
     context = None if notes is None else {TOLERANT: notes}
     for raw_key, entry in data.items():
         key = config_key(raw_key, source)
         try:
-            out[key] = MasterEntry.model_validate(entry, context=context)
+            out[key] = model.model_validate(entry, context=context)
         except ValidationError as e:
             raise ServelabError.from_validation(e, f"{source}: {key}") from None
     return out
+
+
+def parse_master(data: object, source: str, notes: Notes | None = None) -> dict[str, MasterEntry]:
+    """The entries of a master file; with `notes`, read tolerantly (module docstring)."""
+    return validate_entries(data, source, MasterEntry, "entries", notes)
 
 
 def load_master(text: str, source: str = "<master yaml>") -> dict[str, MasterEntry]:

@@ -16,14 +16,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from servelab.errors import ServelabError, closest
 from servelab.recipes.engines.profiles import script_sha256
-from servelab.recipes.inferencex import TOLERANT, Notes
+from servelab.recipes.inferencex import Notes, validate_entries
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
-from servelab.recipes.tokens import config_key
 from servelab.recipes.yamlio import load_yaml, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -182,17 +179,7 @@ def _benchmarks_of(source) -> Path | None:
 def parse_recipe_file(data: object, source: str, notes: Notes | None = None) -> dict[str, Recipe]:
     """The recipes of a file; with `notes`, read tolerantly (inferencex.py: names and fields servelab does
     not know are kept as written and noted)."""
-    if not isinstance(data, dict):
-        raise ServelabError(f"{source}: expected a mapping of config keys to recipes")
-    out = {}
-    context = None if notes is None else {TOLERANT: notes}
-    for raw_key, entry in data.items():
-        key = config_key(raw_key, source)
-        try:
-            out[key] = Recipe.model_validate(entry, context=context)
-        except ValidationError as e:
-            raise ServelabError.from_validation(e, f"{source}: {key}") from None
-    return out
+    return validate_entries(data, source, Recipe, "recipes", notes)
 
 
 class RecipeStore:
