@@ -7,12 +7,15 @@ among the documented ones, a message naming the problem, and the files named unt
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import io
 import json
 import os
+import socket
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,3 +135,50 @@ def tiny_workload(path: Path, **extra) -> Path:
     data = {"name": "w", "gpu": "H200", "vllm": {"model": "m"}, "vllm_bench": {"configs": [config]}} | extra
     path.write_text(json.dumps(data))
     return path
+
+
+def models_body(model_id: object) -> bytes:
+    """The body of /v1/models naming one model."""
+    return json.dumps({"object": "list", "data": [{"id": model_id}]}).encode()
+
+
+class RawServer:
+    """A raw asyncio HTTP server in a daemon thread of the test process, on a free local port: each
+    connection's request is read whole, /v1/models answers `models`, and `completion` writes whatever the
+    test wants a completion request to get before the connection closes."""
+
+    def __init__(self, models: bytes) -> None:
+        self.models = models
+        self.loop = asyncio.new_event_loop()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(asyncio.start_server(self._client, sock=self.sock))
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def completion(self, w: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def _client(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lengths = (
+                int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(next(lengths, 0))
+            if b"/models" in head.split(b"\r\n", 1)[0]:
+                w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                        % (len(self.models), self.models))  # fmt: skip
+            else:
+                await self.completion(w)
+            await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            w.close()

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fuzzkit import hostile
+from fuzzkit import RawServer, hostile, models_body
 
 from servelab.bench import result as R
 
@@ -27,43 +25,17 @@ GOOD_STREAM = (
 )
 
 
-class Server:
-    """A tiny OpenAI-like server in a thread: /v1/models names `model_id`; completions stream `stream`."""
+class Server(RawServer):
+    """A tiny OpenAI-like server: /v1/models names `model_id`; completions stream `stream`."""
 
     def __init__(self, model_id: object, stream: bytes = GOOD_STREAM) -> None:
-        self.models = json.dumps({"object": "list", "data": [{"id": model_id}]}).encode()
         self.stream = stream
         self.completions = 0
-        self.loop = asyncio.new_event_loop()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(models_body(model_id))
 
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(asyncio.start_server(self._client, sock=self.sock))
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    async def _client(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n")
-                           if x.lower().startswith(b"content-length")), 0)  # fmt: skip
-            await reader.readexactly(length)
-            if b"/models" in head.split(b"\r\n", 1)[0]:
-                w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                        % (len(self.models), self.models))  # fmt: skip
-            else:
-                self.completions += 1
-                w.write(self.stream)
-            await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            w.close()
+    async def completion(self, w: asyncio.StreamWriter) -> None:
+        self.completions += 1
+        w.write(self.stream)
 
 
 @pytest.fixture

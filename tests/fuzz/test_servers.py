@@ -9,15 +9,14 @@ import json
 import os
 import socket
 import struct
-import threading
 from pathlib import Path
 
 import pytest
-from fuzzkit import hostile
+from fuzzkit import RawServer, hostile, models_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-MODELS = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
+MODELS = models_body("m")
 TOKEN = b"data: " + json.dumps({"choices": [{"index": 0, "text": " t", "finish_reason": None}]}).encode()
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 
@@ -40,59 +39,29 @@ RESPONSES: dict[str, bytes | None] = {
 }
 
 
-class Server:
+class Server(RawServer):
+    """Completions get what RESPONSES holds for `mode` ("reset": a reset after the status line; "endless":
+    tokens without end)."""
+
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.loop = asyncio.new_event_loop()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(MODELS)
 
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(asyncio.start_server(self._client, sock=self.sock))
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    async def _client(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                (
-                    int(x.split(b":")[1])
-                    for x in head.split(b"\r\n")
-                    if x.lower().startswith(b"content-length")
-                ),
-                0,
-            )
-            await reader.readexactly(length)
-            if b"/models" in head.split(b"\r\n", 1)[0]:
-                w.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                    % (len(MODELS), MODELS)
-                )
-            elif self.mode == "reset":
-                w.write(b"HTTP/1.1 200 OK\r\n")
-                await w.drain()
-                w.get_extra_info("socket").setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                )
-                w.transport.abort()
-                return
-            elif self.mode == "endless":
-                w.write(STREAM_HEAD)
-                while True:
-                    w.write((TOKEN + b"\n\n") * 256)
-                    await w.drain()
-            else:
-                w.write(RESPONSES[self.mode] or b"")
+    async def completion(self, w: asyncio.StreamWriter) -> None:
+        if self.mode == "reset":
+            w.write(b"HTTP/1.1 200 OK\r\n")
             await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            w.close()
+            w.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            w.transport.abort()
+        elif self.mode == "endless":
+            w.write(STREAM_HEAD)
+            while True:
+                w.write((TOKEN + b"\n\n") * 256)
+                await w.drain()
+        else:
+            w.write(RESPONSES[self.mode] or b"")
 
 
 @pytest.fixture
