@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 pytestmark = pytest.mark.timeout(300)  # hang guard only
@@ -44,26 +43,14 @@ def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_stages_left_out_skip_their_assertions_and_resume_prints_the_table(tmp_path, mock_url):
-    workload = {
-        "name": "tiny",
-        "gpu": "H200",
-        "vllm": {"model": "mock-model"},
-        "vllm_bench": {
-            "configs": [
-                {
-                    "name": "s",
-                    "input_len": 16,
-                    "output_len": 4,
-                    "num_prompts": [4, 6],
-                    "max_concurrency": [1, 2],
-                }
-            ]
-        },  # fmt: skip
-        "bfcl": {"test_categories": ["simple_python"]},
-        "assertions": ["bench.completed >= 4", "bfcl.overall.accuracy >= 0.5"],
-    }
-    (tmp_path / "wl.yaml").write_text(yaml.safe_dump(workload))
+def test_stages_left_out_skip_their_assertions_and_resume_prints_the_table(
+    tmp_path, mock_url, write_workload
+):
+    write_workload(
+        tmp_path / "wl.yaml",
+        bfcl={"test_categories": ["simple_python"]},
+        assertions=["bench.completed >= 4", "bfcl.overall.accuracy >= 0.5"],
+    )
     r = servelab(
         "run", "wl.yaml", "--base-url", mock_url, "--stages", "bench", "--store", "r.db", cwd=tmp_path
     )
