@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -76,28 +74,6 @@ def full_disk(tmp_path):
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=True)
-
-
-@pytest.fixture
-def mock_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    argv = [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--token-delay-ms", "1"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2):
-                break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the mock server did not start"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(60)
 
 
 def _bench(url: str, result_dir: Path, spare: Path, prompts: int) -> subprocess.Popen:

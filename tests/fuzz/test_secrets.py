@@ -6,12 +6,6 @@ stdout, stderr, the run folder or the store's bytes."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,7 +15,6 @@ from fuzzkit import hostile, tried
 from servelab.redact import REDACTED, redact_argv, redact_env, redact_text
 
 SECRET = "Zq9sEcReT7x"  # what must never be seen
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 SECRET_NAMES = [
     "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "aws_secret_access_key", "AWS_ACCESS_KEY_ID",
@@ -145,29 +138,6 @@ def test_dry_run_prints_no_secret(as_json, tmp_path):
     wl = _workload(tmp_path / "wl.yaml", env={"DB_PASS": SECRET, "PROXY": f"http://u:{SECRET}@p:1"})
     r = hostile("run", str(wl), "--dry-run", *(["--json"] if as_json else []), codes=(0,))
     assert SECRET not in r.out + r.err, r.out
-
-
-@pytest.fixture
-def mock_server(tmp_path):
-    """servelab's mock OpenAI server in a process of its own, on a free port; its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    argv = [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--token-delay-ms", "1"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120  # hang guard only: it is up as soon as it answers
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2):
-                break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the mock server did not start"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(60)
 
 
 def test_run_attached_with_credentials_stores_and_prints_no_secret(mock_server, tmp_path):
