@@ -152,11 +152,15 @@ class RawServer:
         self.loop = asyncio.new_event_loop()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        # listening before the constructor returns: a stop() during start-up would break the loop's start
+        self.listening = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
+        self.listening.wait(30)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(asyncio.start_server(self._client, sock=self.sock))
+        self.listening.set()
         self.loop.run_forever()
 
     def stop(self) -> None:
