@@ -148,7 +148,10 @@ def test_each_task_runs_the_sh_scripts_launch(ix_jobs, stubs, tmp_path):
     text = slurm_scripts(jobs, SlurmOptions())["array.sbatch"]
     names = [n.removesuffix(".sh") for n in script_names(jobs)]
     log = _log(stubs)
-    for i, job in enumerate(jobs):
+    first, last = directives(text)[1].removeprefix("--array=").split("-")
+    tasks = range(int(first), int(last) + 1)  # the task ids sbatch gives the array
+    assert len(tasks) == len(jobs)
+    for i, job in zip(tasks, jobs, strict=True):
         r = _bash(text, tmp_path / "submit", stubs, SLURM_ARRAY_TASK_ID=str(i))
         assert r.returncode == 0, r.stderr
         [srun] = log.glob("srun-*.argv")
