@@ -45,6 +45,19 @@ BAD = [
     (["sweep", "--launcher", "podman"], "launcher 'podman': expected direct or docker"),
     (["sweep", "--format", ""], "output format '': expected json, github, buildkite, sh"),
     (["sweep", "--mode", ""], "--mode: Input should be 'full-sweep' or 'test-config'"),
+    *[
+        (["sweep", KEY, "--format", "slurm", opt, value], f"{opt}: {value!r} ")
+        for opt, value in (
+            ("--partition", "gpu long"),
+            ("--partition", "gpu\n#SBATCH --x"),
+            ("--account", "a;id"),
+            ("--time", "3:00:00\ntouch x"),
+            ("--sbatch-arg", "-p gpu"),
+            ("--sbatch-arg", "--qos=a\nb"),
+        )
+    ],
+    (["sweep", KEY, "--format", "slurm", "--sbatch-arg", "--array=1"], "servelab writes --array itself"),
+    (["sweep", KEY, "--format", "sh", "--partition", "gpu"], "--partition: only --format slurm writes"),
     (["changelog", "validate", "--base-ref", "--output=/tmp/x", "--dir", "."], "git ref '--output=/tmp/x'"),
     (["changelog", "jobs", "--base-ref", "", "--dir", "."], "git ref ''"),
 ]

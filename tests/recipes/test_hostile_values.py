@@ -14,11 +14,11 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, jobs_for
+from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import (
     HEREDOC,
     JOB_FILE,
-    emit,
     run_argv,
     script,
     to_buildkite,

@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.errors import ServelabError
+from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import all_evals, mark_evals, matrix
-from servelab.recipes.pipelines import emit, to_buildkite, to_github
+from servelab.recipes.pipelines import to_buildkite, to_github
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 

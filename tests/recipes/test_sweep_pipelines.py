@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import (
     JOB_FILE,
-    emit,
     recipe_run_argv,
     run_argv,
     script,

@@ -8,10 +8,18 @@ from pathlib import Path
 import typer
 
 from servelab.cli._common import JsonOpt, field_option, print_json
-from servelab.cli.sweep import LauncherOpt, OutOpt
+from servelab.cli.sweep import (
+    AccountOpt,
+    LauncherOpt,
+    OutOpt,
+    PartitionOpt,
+    SbatchArgOpt,
+    TimeOpt,
+    slurm_options,
+)
 from servelab.errors import ServelabError
+from servelab.recipes.emit import FORMATS, emit
 from servelab.recipes.filters import Filters
-from servelab.recipes.pipelines import FORMATS, emit
 from servelab.userfiles import refuse_overwriting_inputs
 
 app = typer.Typer(
@@ -20,7 +28,7 @@ app = typer.Typer(
 
 INFERENCEX = "inferencex"
 # Formats that write a script per job: a job without a launch (not-renderable) cannot be one.
-SCRIPTED = ("sh", "buildkite")
+SCRIPTED = ("sh", "buildkite", "slurm")
 DirOpt = typer.Option(
     None,
     "--dir",
@@ -99,11 +107,15 @@ def jobs(
     fmt: str = typer.Option(
         "json",
         "--format",
-        help="json | github | buildkite | sh, or inferencex (process_changelog.py's structure: throughput "
-        "rows by node kind and seq-len, eval rows apart).",
+        help="json | github | buildkite | sh | slurm, or inferencex (process_changelog.py's structure: "
+        "throughput rows by node kind and seq-len, eval rows apart).",
     ),
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
+    partition: str = PartitionOpt,
+    account: str = AccountOpt,
+    time: str = TimeOpt,
+    sbatch_arg: list[str] = SbatchArgOpt,
     all_evals: bool = AllEvalsOpt,
     evals_only: bool = EvalsOnlyOpt,
     trim: bool = typer.Option(
@@ -121,8 +133,8 @@ def jobs(
     ),
 ) -> None:
     """Expand the entries the change added into the jobs to run (validates the change first): throughput
-    jobs without evals, then eval-only jobs (their scripts run the evals, not the throughput bench). sh and
-    buildkite leave out jobs without a launch, with a note per reason."""
+    jobs without evals, then eval-only jobs (their scripts run the evals, not the throughput bench). sh,
+    buildkite and slurm leave out jobs without a launch, with a note per reason."""
     from servelab.recipes.changelog import matrix  # noqa: PLC0415  # start-up time
 
     if max_jobs < 1:
@@ -131,6 +143,7 @@ def jobs(
         raise ServelabError(f"--format {fmt!r}: expected {', '.join((*FORMATS, INFERENCEX))}")
     if as_json and (fmt != "json" or out is not None):
         raise ServelabError("--json: prints the jobs as JSON on stdout (no --format or --out)")
+    slurm = slurm_options(fmt, partition, account, time, sbatch_arg)
     from servelab.recipes.recipe_store import resolve_dir  # noqa: PLC0415  # start-up time
 
     refuse_overwriting_inputs({"--out": out}, {"--dir": resolve_dir(directory), "--changelog": changelog})
@@ -162,4 +175,4 @@ def jobs(
     if not found:
         typer.echo("[]" if fmt == "json" else "", nl=fmt == "json")
         return
-    typer.echo(emit(found, fmt, out, launcher), nl=False)
+    typer.echo(emit(found, fmt, out, launcher, slurm), nl=False)

@@ -1,4 +1,5 @@
-"""`servelab sweep`: expand recipes into benchmark jobs; emit a JSON matrix, CI pipeline or shell scripts."""
+"""`servelab sweep`: expand recipes into benchmark jobs; emit a JSON matrix, CI pipeline, shell or sbatch
+scripts."""
 
 from collections import Counter
 from pathlib import Path
@@ -9,16 +10,46 @@ from pydantic import ValidationError
 from servelab.cli._common import CalibrationOpt, StoreDirOpt, echo_notes, field_option, print_json
 from servelab.errors import ServelabError
 from servelab.progress import Steps
+from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
-from servelab.recipes.pipelines import DEFAULT_LAUNCHER, emit
+from servelab.recipes.pipelines import DEFAULT_LAUNCHER
+from servelab.recipes.slurm import SlurmOptions
 from servelab.userfiles import refuse_overwriting_inputs
 
 # The output options of every command that emits jobs (sweep, changelog jobs).
-FormatOpt = typer.Option("json", "--format", help="json | github | buildkite | sh")
-OutOpt = typer.Option(None, "--out", help="Output file (json/github/buildkite) or directory (sh).")
+FormatOpt = typer.Option("json", "--format", help="json | github | buildkite | sh | slurm")
+OutOpt = typer.Option(None, "--out", help="Output file (json/github/buildkite) or directory (sh/slurm).")
 LauncherOpt = typer.Option(
-    DEFAULT_LAUNCHER, "--launcher", help="sh/buildkite: direct (engine on the host) | docker"
+    DEFAULT_LAUNCHER, "--launcher", help="sh/buildkite/slurm: direct (engine on the host) | docker"
 )
+PartitionOpt = field_option(SlurmOptions, "partition")
+AccountOpt = field_option(SlurmOptions, "account")
+TimeOpt = field_option(SlurmOptions, "time")
+SbatchArgOpt = field_option(SlurmOptions, "sbatch_arg")
+
+
+def slurm_options(
+    fmt: str, partition: str | None, account: str | None, time: str, sbatch_arg: list[str] | None
+) -> SlurmOptions | None:
+    """The --format slurm options, checked (one line naming the option); refused with another format."""
+    given = [
+        flag
+        for flag, value in (
+            ("--partition", partition),
+            ("--account", account),
+            ("--time", time != SlurmOptions().time),
+            ("--sbatch-arg", sbatch_arg),
+        )
+        if value
+    ]
+    if fmt != "slurm":
+        if given:
+            raise ServelabError(f"{given[0]}: only --format slurm writes sbatch scripts")
+        return None
+    try:
+        return SlurmOptions(partition=partition, account=account, time=time, sbatch_arg=sbatch_arg or [])
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, as_options=True) from None
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -54,6 +85,10 @@ def sweep(
     fmt: str = FormatOpt,
     out: Path = OutOpt,
     launcher: str = LauncherOpt,
+    partition: str = PartitionOpt,
+    account: str = AccountOpt,
+    time: str = TimeOpt,
+    sbatch_arg: list[str] = SbatchArgOpt,
     directory: Path = StoreDirOpt,
     predict: bool = typer.Option(
         False, "--predict", help="Add each job's simulated twin as `predicted` (prints --json)."
@@ -69,6 +104,7 @@ def sweep(
     from servelab.recipes.sweep import expand  # noqa: PLC0415  # start-up time
 
     refuse_overwriting_inputs({"--out": out}, {"--dir": resolve_dir(directory), "--calibration": calibration})
+    slurm = slurm_options(fmt, partition, account, time, sbatch_arg)
     try:
         concs = [int(c) for c in _split(conc)]
     except ValueError:
@@ -107,7 +143,7 @@ def sweep(
     jobs = expand(store, [*(keys or []), *_split(config_keys)], filters)
     if not jobs:
         # as InferenceX's generator: an empty matrix is an answer ([]), not an error; a script needs a job
-        if fmt == "sh" and not (predict or as_json):
+        if fmt in ("sh", "slurm") and not (predict or as_json):
             raise ServelabError("no jobs match these keys and filters")
         typer.echo("note: no jobs match these keys and filters", err=True)
     for line in store.script_warnings:
@@ -129,4 +165,4 @@ def sweep(
     if as_json:
         print_json("servelab.jobs", {"jobs": [j.to_json() for j in jobs]})
         return
-    typer.echo(emit(jobs, fmt, out, launcher), nl=False)
+    typer.echo(emit(jobs, fmt, out, launcher, slurm), nl=False)

@@ -6,7 +6,6 @@ import json
 import re
 import shlex
 from collections import Counter
-from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.recipes.ladder import seq_len_name
@@ -127,23 +126,35 @@ def script(job, launcher: str = DEFAULT_LAUNCHER) -> str:
     """A bash script for one job: write the job (as `servelab sweep --format json` has it) and run it with
     `servelab run --job`, which starts the server, waits for it, benchmarks, evaluates, judges the recipe's
     assertions and tears down on every exit path."""
+    lines = ["#!/usr/bin/env bash", *job_comments(job), "set -euo pipefail"]
+    return "\n".join(lines + job_lines(job, launcher)) + "\n"
+
+
+def job_comments(job) -> list[str]:
+    """The comment lines that say which job a script (or a part of one) runs."""
+    return [
+        f"# servelab job: {job.label()}",
+        f"# fingerprint: {job.fingerprint}",
+        f"# image: {job.point.image}" + (f"@{job.image_digest}" if job.image_digest else ""),
+    ]
+
+
+def job_lines(job, launcher: str = DEFAULT_LAUNCHER, prefix: list[str] | None = None) -> list[str]:
+    """The commands of a job script: check its secrets are set, write the job file, run `servelab run --job`
+    on it (after `prefix`, e.g. srun's argv, each element quoted)."""
     if job.launch is None:
         raise ServelabError(f"{job.label()}: no script can be written: {job.not_renderable}")
     if launcher not in LAUNCHERS:
         raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# servelab job: {job.label()}",
-        f"# fingerprint: {job.fingerprint}",
-        f"# image: {job.point.image}" + (f"@{job.image_digest}" if job.image_digest else ""),
-        "set -euo pipefail",
-    ]
-    for name in job.secret_env:
-        lines.append(f': "${{{name}:?{name} must be set in the runner environment}}"')
+    return job_file_lines(job) + [shlex.join([*(prefix or []), *run_argv(job, launcher)])]
+
+
+def job_file_lines(job) -> list[str]:
+    """Check the job's secrets are set in the environment, then write the job file (a here-document)."""
+    lines = [f': "${{{name}:?{name} must be set in the runner environment}}"' for name in job.secret_env]
     content = json.dumps(job.to_json(), indent=2)
     end = _heredoc_end(content)
-    lines += [f"cat > {JOB_FILE} <<'{end}'", content, end, shlex.join(run_argv(job, launcher))]
-    return "\n".join(lines) + "\n"
+    return lines + [f"cat > {JOB_FILE} <<'{end}'", content, end]
 
 
 def script_name(job) -> str:
@@ -171,50 +182,3 @@ def script_names(jobs) -> list[str]:
 
 def _file_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", text)
-
-
-FORMATS = ("json", "github", "buildkite", "sh")
-
-
-def emit(jobs, fmt: str, out=None, launcher: str = DEFAULT_LAUNCHER) -> str:
-    """Jobs in `fmt`; for `sh` with several jobs, write one script per job under `out` and list them."""
-    if fmt not in FORMATS:
-        raise ServelabError(f"output format {fmt!r}: expected {', '.join(FORMATS)}")
-    if launcher not in LAUNCHERS:
-        raise ServelabError(f"launcher {launcher!r}: expected {' or '.join(LAUNCHERS)}")
-    if fmt == "sh":
-        if out is None:
-            if len(jobs) != 1:
-                raise ServelabError(
-                    f"sh scripts: {len(jobs)} jobs need an output directory (one script per job)"
-                )
-            return script(jobs[0], launcher)
-        if Path(out).exists() and not Path(out).is_dir():
-            raise ServelabError(f"{out}: not a directory (sh output is one script per job in a directory)")
-        scripts = {
-            Path(out) / name: script(j, launcher) for name, j in zip(script_names(jobs), jobs, strict=True)
-        }
-        for path, text in scripts.items():
-            _write(path, text, executable=True)
-        return "".join(f"{p}\n" for p in scripts)
-    if fmt == "json":
-        text = to_json(jobs)
-    elif fmt == "github":
-        text = to_github(jobs, launcher)
-    else:
-        text = to_buildkite(jobs, launcher)
-    if out is None:
-        return text
-    _write(Path(out), text)
-    return f"wrote {len(jobs)} jobs to {out}\n"
-
-
-def _write(path: Path, text: str, executable: bool = False) -> None:
-    """Write one output file (creating its directory); one line naming the path when that fails."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if executable:
-            path.chmod(0o755)
-    except OSError as e:
-        raise ServelabError(f"{path}: cannot write ({e.strerror or e})") from None
