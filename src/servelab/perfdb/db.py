@@ -154,6 +154,7 @@ class PerfDB:
                 self.ratios = read_ratios(backend, self.torch_tables.root / "ratios")
         self.transfer = defaults and transfer
         self._sources: list[PerfDB] | None = None
+        self._carrying: dict[str, Roofline] = {}
         self._cache: dict[OpKey, OpLatency] = {}
 
     def _stack(self, system: SystemSpec, backend: str) -> TableStack | None:
@@ -278,10 +279,21 @@ class PerfDB:
                 found,
                 source.system.name,
                 source.roofline.latency(key).us,
-                self.roofline.latency(key).us,
+                self._carrying_roofline(source).latency(key).us,
                 fit,
             )
         return None
+
+    def _carrying_roofline(self, source: "PerfDB") -> Roofline:
+        """This system's roofline with the source system's efficiencies: the ratio of the two rooflines is
+        then the datasheets' alone (peaks, bandwidth, SMs), not also the difference between one system's
+        fitted efficiencies (launch floor included) and another's defaults."""
+        roof = self._carrying.get(source.system.name)
+        if roof is None:
+            roof = self._carrying[source.system.name] = Roofline(
+                self.system, backend=self.backend, efficiencies_of=source.roofline.eff
+            )
+        return roof
 
     def _transfer_sources(self) -> list["PerfDB"]:
         if self._sources is None:

@@ -96,7 +96,9 @@ def fit_transfers(backends: list[str], systems: list[SystemSpec]) -> TransferFil
 def _pair_fits(
     source: SystemSpec, source_stack: TableStack, target: SystemSpec, target_stack: TableStack, backend: str
 ) -> list[TransferFit]:
-    src_roof, dst_roof = Roofline(source, backend=backend), Roofline(target, backend=backend)
+    # both rooflines with the source's efficiencies, as PerfDB carries rows (db.PerfDB._carrying_roofline)
+    src_roof = Roofline(source, backend=backend)
+    dst_roof = Roofline(target, backend=backend, efficiencies_of=src_roof.eff)
     pairs: dict[str, tuple[list[float], ...]] = {}
     for family, key, us in _rows(target_stack):
         found = source_stack.lookup(key, borrow=False)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servelab.engines import Engine
-from servelab.perfdb.efficiencies import efficiencies
+from servelab.perfdb.efficiencies import Efficiencies, efficiencies
 from servelab.perfdb.keys import (
     DSV4_TOPK,
     AttentionDecode,
@@ -102,11 +102,22 @@ class Roofline:
 
     tile_quantized = True
 
-    def __init__(self, system: SystemSpec, fitted: bool = True, backend: str = "torch"):
+    def __init__(
+        self,
+        system: SystemSpec,
+        fitted: bool = True,
+        backend: str = "torch",
+        efficiencies_of: Efficiencies | None = None,
+    ):
+        """efficiencies_of: another system's efficiencies instead of this one's (a transfer's target priced
+        as its source's kernels would run on its datasheet)."""
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
         where = f"system {system.name}: efficiencies"
-        eff = efficiencies(system.name).over(system.efficiencies, where) if fitted else efficiencies("")
+        if efficiencies_of is not None:
+            eff = efficiencies_of
+        else:
+            eff = efficiencies(system.name).over(system.efficiencies, where) if fitted else efficiencies("")
         self.eff = eff
         self.tile_quantized = self.tile_quantized and eff.tile_quantized
         self.bw = system.hbm_bw_tbs * 1e12 * eff.memory

@@ -2,7 +2,9 @@
 systems' rooflines for that very key (flops, bytes, the tile shapes each GPU runs), times a per-family
 efficiency fitted where both systems were measured on the same keys.
 
-The roofline ratio carries what the datasheets know (B200's FP8 rate, H200's bandwidth); the fitted
+The roofline ratio carries what the datasheets know (B200's FP8 rate, H200's bandwidth): both rooflines are
+priced with the source system's efficiencies (its fitted fractions of peak and launch floor), so a target
+without fitted efficiencies of its own does not move the ratio with its defaults; the fitted
 efficiency carries what they do not (how close each GPU's kernels get to their peak), as the geometric median
 of measured / transferred over the shared keys, with its leave-one-out error as the band. Where no two
 systems share measured keys of a family the efficiency is 1 and the band is DEFAULT_BAND, an assumption the
