@@ -32,7 +32,11 @@ from servelab.userfiles import refuse_overwriting_inputs
 app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
 
 StoreOpt = typer.Option(
-    None, "--store", help=f"The results store (an SQLite file); default {default_path()}.", show_default=False
+    None,
+    "--store",
+    help=f"The results store: an SQLite file (default {default_path()}) or a PostgreSQL URL "
+    "(postgresql://user@host:port/db, with pip install 'servelab[postgres]').",
+    show_default=False,
 )
 
 
@@ -54,7 +58,7 @@ def list_runs(
     limit: int = typer.Option(
         50, "--limit", min=0, max=1_000_000, help="At most this many, newest first (0: all)."
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
     as_csv: bool = CsvOpt,
 ) -> None:
@@ -67,7 +71,9 @@ def list_runs(
         print_json("servelab.results.runs", {"runs": runs_out})
         return
     if not runs and not as_csv:
-        typer.echo(printable(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else "")))
+        typer.echo(
+            printable(f"no runs in {store.location}" + (f" named {name!r}" if name is not None else ""))
+        )
         return
     columns = (
         Col("run", key=True),
@@ -89,7 +95,7 @@ def list_runs(
 @app.command()
 def show(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of it."),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """One run: provenance, stages, and its metrics (the median over repetitions, with their count)."""
@@ -154,7 +160,7 @@ def compare(
     metric: list[str] = typer.Option(
         None, "--metric", "-m", help="Only metrics matching this glob (repeatable), e.g. '*ttft*'."
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions). With
@@ -208,7 +214,7 @@ def _compare_predicted(
     predicted: str | None,
     calibration: Path | None,
     patterns: list[str],
-    store_path: Path | None,
+    store_path: str | None,
     as_json: bool,
 ) -> None:
     from servelab.results import predicted as against  # noqa: PLC0415  # start-up time: loads the simulator
@@ -248,7 +254,7 @@ def export(
         help="File to write (default: stdout; parquet needs a file).",
         show_default=False,
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = typer.Option(False, "--json", help="Report what was written as JSON (with --output)."),
 ) -> None:
     """CSV or Parquet: one row per metric value with its run; JSON: whole runs with provenance and stages."""
@@ -291,7 +297,7 @@ def import_(
         help="Run name (default: the model id, or InferenceX's model-hw-framework-precision).",
         show_default=False,
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Import result files, one run per file (per name in a list file); a file imported before is skipped."""
