@@ -1,4 +1,4 @@
-"""`servelab results`: list, show, compare, export and import the runs kept in the results store."""
+"""`servelab results`: list, show, compare, export, import and push the runs kept in the results store."""
 
 import dataclasses
 import io
@@ -26,10 +26,14 @@ from servelab.readable import given_width, number
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
 from servelab.results.importers import import_files
+from servelab.results.location import server_url, shown
+from servelab.results.push import push as push_runs
 from servelab.results.store import Store, default_path
 from servelab.userfiles import refuse_overwriting_inputs
 
-app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
+app = typer.Typer(
+    no_args_is_help=True, help="The results store: list, show, compare, export, import, push runs."
+)
 
 StoreOpt = typer.Option(
     None,
@@ -311,3 +315,32 @@ def import_(
             typer.echo(printable(f"imported {i.path} as run {i.run_id} ({i.name}, {i.num_metrics} metrics)"))
         else:
             typer.echo(printable(f"skipped {i.path}: already imported as run {i.run_id} ({i.name})"))
+
+
+@app.command()
+def push(
+    runs: list[str] = typer.Argument(None, help="Run ids or names (default: every run).", show_default=False),
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="The store to copy into: a PostgreSQL URL (postgresql://user@host:port/db) or an SQLite file.",
+        show_default=False,
+    ),
+    store_path: str | None = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Copy runs of this store into another (a team's shared PostgreSQL store): each run whole, those the
+    target has already left as they are (pushing twice copies nothing), runs still running left for later."""
+    target_url = server_url(to, "to")
+    target_name = shown(target_url) if target_url else to
+    with Store.open(store_path) as source:
+        selected = [r for ref in runs for r in source.find_runs(ref)] if runs else source.list_runs()
+        with Store.open(to) as target:
+            pushed = push_runs(source, target, selected)
+    if as_json:
+        print_json("servelab.results.push", {"to": target_name, **dataclasses.asdict(pushed)})
+        return
+    line = f"pushed to {target_name}: {len(pushed.copied)} copied, {len(pushed.present)} already there"
+    if pushed.running:
+        line += f", {len(pushed.running)} still running (push them when they end)"
+    typer.echo(printable(line))
