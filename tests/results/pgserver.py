@@ -69,7 +69,8 @@ class Server:
     @classmethod
     def start(cls, bin: Path) -> Server:
         prefix, user = _as_user()
-        folder = Path(tempfile.mkdtemp(prefix="servelab-pg-"))  # short: a socket path has ~100 bytes
+        # under /tmp, whatever TMPDIR says: the server's user must reach it, and a socket path has ~100 bytes
+        folder = Path(tempfile.mkdtemp(prefix="servelab-pg-", dir="/tmp" if Path("/tmp").is_dir() else None))
         if user:
             pw = pwd.getpwnam(user)
             os.chown(folder, pw.pw_uid, pw.pw_gid)
