@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.redact import redact_url
+from servelab.redact import redact_text
 
 # scheme:// or scheme:/ (pathlib folds the double slash); a one-letter scheme would be a drive letter
 URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
@@ -26,7 +26,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024  # a result or job file is KB to MB; a larger
 def refuse_url(path: Path | str | None, field: str, what: str = "a file on this machine") -> None:
     """A URL given where a local path is expected would become a directory tree named after it."""
     if path is not None and URL_LIKE.match(str(path)):
-        raise ServelabError(f"{redact_url(str(path))}: a URL; expected {what}", field=field)
+        raise ServelabError(f"{redact_text(str(path))}: a URL; expected {what}", field=field)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -85,7 +85,7 @@ def refuse_overwriting_inputs(
     given = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != "-"}
     files: list[tuple[str, Path]] = [(name, p) for name, v in inputs.items() for p in _paths(v)]
     for name, store in (stores or {}).items():
-        if store is not None:
+        if store is not None and not URL_LIKE.match(str(store)):  # a database server's store is no file
             files += [(name, Path(f"{store}{side}")) for side in ("", *SQLITE_SIDE_FILES)]
     for out_name, out in given.items():
         for in_name, src in files:

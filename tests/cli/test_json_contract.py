@@ -95,6 +95,7 @@ CASES = [
     (["results", "show", "{run}", "--store", "s.db"], "servelab.results.run"),
     (["results", "compare", "{run}", "{run}", "--store", "s.db"], "servelab.results.compare"),
     (["results", "export", "--store", "s.db", "-o", "x.csv"], "servelab.results.export"),
+    (["results", "push", "--to", "t.db", "--store", "s.db"], "servelab.results.push"),
     (["report", "r.json", "-o", "r.html"], "servelab.report"),
 ]
 

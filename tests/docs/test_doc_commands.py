@@ -68,6 +68,10 @@ SKIP = {
     "servelab run workloads/gpt_oss_120b_h200.yaml --resume": "resumes a run id of an earlier GPU run "
     "(tests/run/test_cli_run.py resumes one)",
     "servelab run --job jobs.json --job-index 0 --docker": "runs the job's pinned image with docker on GPUs",
+    "servelab results push --to postgresql://": "needs a PostgreSQL server (tests/results/test_postgres.py "
+    "pushes into a real one it starts)",
+    "servelab results list --store postgresql://": "needs a PostgreSQL server "
+    "(tests/results/test_postgres.py runs the results commands on a real one)",
     "servelab bench --simulate --model sgl-project/DeepSeek-V4-Flash-FP8 --system b200_sxm": "simulates 8 "
     "prompts of a million tokens (minutes); the same twin runs small in tests/bench/test_twin.py",
 }

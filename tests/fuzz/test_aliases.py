@@ -6,6 +6,7 @@ Each ends in one line naming the option (exit 2) and leaves every input byte for
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -151,9 +152,7 @@ def test_a_sweep_into_the_recipe_store_itself_is_refused(inputs, tmp_path):
     )  # fmt: skip
 
 
-URLS = [
-    "postgresql://admin:pw@db.internal:5432/results",
-    "postgres://db/results",
+URLS = [  # schemes servelab has no store for (postgresql:// and postgres:// it has: below)
     "sqlite:///tmp/results.db",
     "mysql+pymysql://u@h/db",
     "https://example.com/results.db",
@@ -181,4 +180,27 @@ def test_a_store_given_as_a_url_is_refused(name, url, tmp_path):
     values = {"url": url, "result": str(tmp_path / "r.json"), "wl": str(wl)}
     r = hostile(*[a.format(**values) for a in STORE_COMMANDS[name]], cwd=tmp_path, keep=[tmp_path])
     assert "URL" in r.err, r.err
+    assert set(tmp_path.rglob("*")) == before, "a URL became files on disk"
+
+
+# a PostgreSQL store whose server is not there (nothing listens on port 9): one line, nothing on disk
+POSTGRES_URLS = ["postgresql://admin:pw@127.0.0.1:9/results", "postgres://127.0.0.1:9/results"]
+HAVE_PSYCOPG = importlib.util.find_spec("psycopg") is not None
+# without the [postgres] extra the store says what to install (exit 2); with it, that it cannot be reached
+UNREACHABLE = (1, "cannot be reached now") if HAVE_PSYCOPG else (2, "pip install 'servelab[postgres]'")
+
+
+@pytest.mark.parametrize("url", POSTGRES_URLS, ids=lambda u: u.split(":")[0])
+@pytest.mark.parametrize("name", list(STORE_COMMANDS))
+def test_a_postgres_store_not_there_is_one_line_and_never_files(name, url, tmp_path):
+    (tmp_path / "r.json").write_text(json.dumps(RESULT))
+    wl = tiny_workload(tmp_path / "wl.yaml")
+    before = set(tmp_path.rglob("*"))
+    values = {"url": url, "result": str(tmp_path / "r.json"), "wl": str(wl)}
+    code, says = UNREACHABLE
+    r = hostile(
+        *[a.format(**values) for a in STORE_COMMANDS[name]], codes=(code,), cwd=tmp_path, keep=[tmp_path],
+        env={"XDG_DATA_HOME": str(tmp_path / "xdg")},
+    )  # fmt: skip
+    assert says in r.err and "127.0.0.1:9" in r.err and "admin:pw" not in r.err, r.err
     assert set(tmp_path.rglob("*")) == before, "a URL became files on disk"

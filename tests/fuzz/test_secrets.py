@@ -161,6 +161,15 @@ def test_run_attached_to_nothing_with_credentials_prints_no_secret(tmp_path):
 
 
 def test_a_store_given_as_a_url_is_refused_without_its_password(tmp_path):
-    r = hostile("results", "list", "--store", f"postgresql://admin:{SECRET}@db/results", cwd=tmp_path)
+    r = hostile(
+        "results", "list", "--store", f"mysql://admin:{SECRET}@db/results?password={SECRET}", cwd=tmp_path
+    )
     assert "URL" in r.err and SECRET not in r.err
     assert list(tmp_path.iterdir()) == []  # no directory tree named after the URL
+
+
+def test_a_postgres_store_not_there_is_named_without_its_password(tmp_path):
+    url = f"postgresql://admin:{SECRET}@127.0.0.1:9/results?password={SECRET}"
+    r = hostile("results", "list", "--store", url, codes=(1, 2), cwd=tmp_path)  # 2: without psycopg
+    assert "postgresql://127.0.0.1:9/results" in r.err and SECRET not in r.out + r.err
+    assert list(tmp_path.iterdir()) == []

@@ -1,8 +1,12 @@
-"""Result files as `vllm bench serve` and InferenceX write them, for the results-store tests."""
+"""Result files as `vllm bench serve` and InferenceX write them, and a real PostgreSQL server, for the
+results-store tests."""
 
 import json
+import secrets
+from collections.abc import Iterator
 
 import pytest
+from pgserver import Server, binaries
 
 
 def _vllm_result(max_concurrency=16, median_ttft_ms=110.0, output_throughput=400.0, **extra) -> dict:
@@ -87,3 +91,32 @@ def vllm_result():
 @pytest.fixture
 def inferencex_result():
     return _inferencex_result
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """One PostgreSQL server for the session (tests/results/pgserver.py); skipped, saying why, without
+    PostgreSQL's binaries or psycopg."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'servelab[postgres]')")
+    folder = binaries()
+    if folder is None:
+        pytest.skip(
+            "PostgreSQL is not installed (no initdb on PATH or under /usr/lib/postgresql/*/bin): "
+            "apt-get install postgresql"
+        )
+    server = Server.start(folder)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_server: Server) -> Iterator[str]:
+    """The URL of a fresh, empty database on the test server (dropped after the test)."""
+    import psycopg  # noqa: PLC0415  # the [postgres] extra: the fixture above skips without it
+
+    name = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_server.url(name)
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

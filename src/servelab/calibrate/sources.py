@@ -10,6 +10,7 @@ from pathlib import Path
 from servelab.calibrate import aic, inferencex_rows, store_rows
 from servelab.calibrate.document import SourceRecord
 from servelab.calibrate.rows import Case, build_cases, read_rows
+from servelab.results.location import server_url, shown
 from servelab.userfiles import check_regular
 
 
@@ -20,7 +21,7 @@ class Sources:
     aic_sample: bool = False  # the silicon_sample.csv of the pinned aiconfigurator-core package
     csv: Path | None = None  # a local silicon_sample.csv instead of the package's
     aic_python: Path | None = None  # the python of an environment with AIConfigurator (else the [aic] extra)
-    store: Path | None = None
+    store: Path | str | None = None  # an SQLite file, or a PostgreSQL store's URL
     inferencex: tuple[Path, ...] = ()
 
     def with_default(self) -> "Sources":
@@ -99,11 +100,13 @@ def _inferencex(path: Path, system: str) -> tuple[list[Case], SourceRecord]:
     return cases, _record("InferenceX result files", path, digest.hexdigest(), read, cases, skipped)
 
 
-def _store(path: Path, system: str) -> tuple[list[Case], SourceRecord]:
+def _store(path: Path | str, system: str) -> tuple[list[Case], SourceRecord]:
     cases, skipped, sha = store_rows.store_cases(path)
     read = len(cases) + sum(skipped.values())
     cases = _on_system(cases, system, skipped)
-    return cases, _record("results store (rows used)", path, sha, read, cases, skipped)
+    url = server_url(path, "from_store")
+    where = shown(url) if url else path  # a URL's credentials never reach the calibration file
+    return cases, _record("results store (rows used)", where, sha, read, cases, skipped)
 
 
 def gather(sources: Sources, system: str) -> Gathered:

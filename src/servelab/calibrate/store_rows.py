@@ -27,9 +27,9 @@ from servelab.predict.deployment import (
     parallel_of_argv,
     system_of_gpu,
 )
+from servelab.results.location import server_url
 from servelab.results.store import Metric, Run, Store
 from servelab.specs import load_model
-from servelab.userfiles import refuse_url
 
 REQUIRED = ("median_ttft_ms", "median_tpot_ms", "completed", "total_input_tokens", "total_output_tokens")
 
@@ -91,7 +91,7 @@ def _inferencex_items(store: Store, run: Run) -> list[dict] | None:
     if run.provenance.server_argv or not run.source_sha256:
         return None
     for artifact in sorted({s.artifact for s in store.stages(run.id) if s.stage == "bench" and s.artifact}):
-        path = store.path.parent / artifact
+        path = store.root / artifact
         try:
             items = inferencex_rows.read_items(path)
         except ServelabError:
@@ -111,12 +111,11 @@ def _add(cases: list[Case], skipped: dict[str, int], digest, make, *args) -> Non
     cases.append(case)
 
 
-def store_cases(path: Path) -> tuple[list[Case], dict[str, int], str]:
-    """Every usable bench row of the store at `path`, the rows left out by reason, and a SHA-256 of the rows
-    used (row id and the two measured values), which names this input in a calibration's provenance however
-    the store grows afterwards."""
-    refuse_url(path, "from_store", "the path of an SQLite file (servelab has no database servers)")
-    if not path.is_file():
+def store_cases(path: Path | str) -> tuple[list[Case], dict[str, int], str]:
+    """Every usable bench row of the store at `path` (an SQLite file, or a PostgreSQL store's URL), the rows
+    left out by reason, and a SHA-256 of the rows used (row id and the two measured values), which names this
+    input in a calibration's provenance however the store grows afterwards."""
+    if server_url(path, "from_store") is None and not Path(path).is_file():
         raise ServelabError(f"{path}: no such results store", field="from_store")
     cases: list[Case] = []
     skipped: dict[str, int] = {}

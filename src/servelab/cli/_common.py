@@ -63,6 +63,7 @@ SCHEMAS: dict[str, Schema] = {
     "servelab.results.predicted": Schema(1, "servelab results compare A --predicted / --twin"),
     "servelab.results.export": Schema(1, "servelab results export --output"),
     "servelab.results.import": Schema(1, "servelab results import"),
+    "servelab.results.push": Schema(1, "servelab results push"),
     "servelab.report": Schema(1, "servelab report"),
     "servelab.run.plan": Schema(1, "servelab run --dry-run"),
     "servelab.run": Schema(1, "servelab run"),

@@ -77,10 +77,11 @@ def engines(
         help="the python of an environment that has AIConfigurator 0.12.0, for its sample and --aic "
         "(default: this environment, with pip install 'servelab[aic]'); servelab installs nothing",
     ),
-    from_store: Path | None = typer.Option(
+    from_store: str | None = typer.Option(
         None,
         "--from-store",
-        help="fit on the measured bench rows of this results store (rows naming their deployment)",
+        help="fit on the measured bench rows of this results store (rows naming their deployment): an "
+        "SQLite file or a postgresql:// URL",
     ),
     from_inferencex: list[Path] = typer.Option(
         None,

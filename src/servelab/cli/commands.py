@@ -86,7 +86,9 @@ COMMANDS: dict[str, Command] = {
     "changelog": Command(
         "changelog", "app", "The append-only performance changelog that triggers benchmark runs."
     ),
-    "results": Command("results", "app", "The results store: list, show, compare, export, import runs."),
+    "results": Command(
+        "results", "app", "The results store: list, show, compare, export, import, push runs."
+    ),
     "calibrate": Command(
         "calibrate", "app", "Fit engine profiles and roofline efficiencies to measurements."
     ),

@@ -20,8 +20,11 @@ def report(
     runs: list[str] = typer.Option(
         None, "--run", help="A stored run by id, id prefix or name (repeatable).", show_default=False
     ),
-    store_path: Path = typer.Option(
-        None, "--store", help="The results store for --run; default the user's.", show_default=False
+    store_path: str | None = typer.Option(
+        None,
+        "--store",
+        help="The results store for --run (an SQLite file or a postgresql:// URL); default the user's.",
+        show_default=False,
     ),
     predicted: list[Path] = typer.Option(
         None,

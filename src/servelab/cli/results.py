@@ -1,4 +1,4 @@
-"""`servelab results`: list, show, compare, export and import the runs kept in the results store."""
+"""`servelab results`: list, show, compare, export, import and push the runs kept in the results store."""
 
 import dataclasses
 import io
@@ -26,13 +26,21 @@ from servelab.readable import given_width, number
 from servelab.results import compare as comparing
 from servelab.results.export import FORMATS, metric_rows, run_record, write_csv, write_parquet
 from servelab.results.importers import import_files
+from servelab.results.location import server_url, shown
+from servelab.results.push import push as push_runs
 from servelab.results.store import Store, default_path
 from servelab.userfiles import refuse_overwriting_inputs
 
-app = typer.Typer(no_args_is_help=True, help="The results store: list, show, compare, export, import runs.")
+app = typer.Typer(
+    no_args_is_help=True, help="The results store: list, show, compare, export, import, push runs."
+)
 
 StoreOpt = typer.Option(
-    None, "--store", help=f"The results store (an SQLite file); default {default_path()}.", show_default=False
+    None,
+    "--store",
+    help=f"The results store: an SQLite file (default {default_path()}) or a PostgreSQL URL "
+    "(postgresql://user@host:port/db, with pip install 'servelab[postgres]').",
+    show_default=False,
 )
 
 
@@ -54,7 +62,7 @@ def list_runs(
     limit: int = typer.Option(
         50, "--limit", min=0, max=1_000_000, help="At most this many, newest first (0: all)."
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
     as_csv: bool = CsvOpt,
 ) -> None:
@@ -67,7 +75,9 @@ def list_runs(
         print_json("servelab.results.runs", {"runs": runs_out})
         return
     if not runs and not as_csv:
-        typer.echo(printable(f"no runs in {store.path}" + (f" named {name!r}" if name is not None else "")))
+        typer.echo(
+            printable(f"no runs in {store.location}" + (f" named {name!r}" if name is not None else ""))
+        )
         return
     columns = (
         Col("run", key=True),
@@ -89,7 +99,7 @@ def list_runs(
 @app.command()
 def show(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of it."),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """One run: provenance, stages, and its metrics (the median over repetitions, with their count)."""
@@ -154,7 +164,7 @@ def compare(
     metric: list[str] = typer.Option(
         None, "--metric", "-m", help="Only metrics matching this glob (repeatable), e.g. '*ttft*'."
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Metrics of A and B side by side: medians, change in %, Welch's t-test p-value (with repetitions). With
@@ -208,7 +218,7 @@ def _compare_predicted(
     predicted: str | None,
     calibration: Path | None,
     patterns: list[str],
-    store_path: Path | None,
+    store_path: str | None,
     as_json: bool,
 ) -> None:
     from servelab.results import predicted as against  # noqa: PLC0415  # start-up time: loads the simulator
@@ -248,7 +258,7 @@ def export(
         help="File to write (default: stdout; parquet needs a file).",
         show_default=False,
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = typer.Option(False, "--json", help="Report what was written as JSON (with --output)."),
 ) -> None:
     """CSV or Parquet: one row per metric value with its run; JSON: whole runs with provenance and stages."""
@@ -291,7 +301,7 @@ def import_(
         help="Run name (default: the model id, or InferenceX's model-hw-framework-precision).",
         show_default=False,
     ),
-    store_path: Path = StoreOpt,
+    store_path: str | None = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Import result files, one run per file (per name in a list file); a file imported before is skipped."""
@@ -305,3 +315,32 @@ def import_(
             typer.echo(printable(f"imported {i.path} as run {i.run_id} ({i.name}, {i.num_metrics} metrics)"))
         else:
             typer.echo(printable(f"skipped {i.path}: already imported as run {i.run_id} ({i.name})"))
+
+
+@app.command()
+def push(
+    runs: list[str] = typer.Argument(None, help="Run ids or names (default: every run).", show_default=False),
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="The store to copy into: a PostgreSQL URL (postgresql://user@host:port/db) or an SQLite file.",
+        show_default=False,
+    ),
+    store_path: str | None = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Copy runs of this store into another (a team's shared PostgreSQL store): each run whole, those the
+    target has already left as they are (pushing twice copies nothing), runs still running left for later."""
+    target_url = server_url(to, "to")
+    target_name = shown(target_url) if target_url else to
+    with Store.open(store_path) as source:
+        selected = [r for ref in runs for r in source.find_runs(ref)] if runs else source.list_runs()
+        with Store.open(to) as target:
+            pushed = push_runs(source, target, selected)
+    if as_json:
+        print_json("servelab.results.push", {"to": target_name, **dataclasses.asdict(pushed)})
+        return
+    line = f"pushed to {target_name}: {len(pushed.copied)} copied, {len(pushed.present)} already there"
+    if pushed.running:
+        line += f", {len(pushed.running)} still running (push them when they end)"
+    typer.echo(printable(line))

@@ -105,8 +105,10 @@ def run(
         help="Seconds from SIGTERM to SIGKILL when the server is stopped.",
         rich_help_panel=_SERVER,
     ),
-    store_path: Path | None = typer.Option(
-        None, "--store", help="Results store (default: the user data dir)."
+    store_path: str | None = typer.Option(
+        None,
+        "--store",
+        help="Results store: an SQLite file (default: the user data dir) or a postgresql:// URL.",
     ),
     resume: str | None = typer.Option(
         None, "--resume", help="Run id: rerun only its stage rows that did not pass."

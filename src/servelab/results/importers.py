@@ -293,7 +293,7 @@ def _write_run(store: Store, path: Path, key: str, name: str, entries: list[Entr
         )
         run_dir = store.run_dir(run_id)
         shutil.copyfile(path, run_dir / path.name)
-        artifact = str((run_dir / path.name).relative_to(store.path.parent))
+        artifact = str((run_dir / path.name).relative_to(store.root))
         repetitions: Counter[str] = Counter()
         for e in entries:
             rep = repetitions[e.config]

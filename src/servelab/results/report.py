@@ -253,7 +253,7 @@ def store_points(store: Store, ref: str, gpus: int | None = None) -> list[Point]
             by_config.setdefault(config, []).append(point)
         points += [_repeated(f"run {run.id} {config}", reps) for config, reps in by_config.items()]
     if not points:
-        raise ServelabError(f"run {ref!r} in {store.path} has no bench results", field="run")
+        raise ServelabError(f"run {ref!r} in {store.location} has no bench results", field="run")
     return points
 
 

@@ -1,13 +1,15 @@
-"""The store's SQL schema as an ordered list of migrations; `PRAGMA user_version` is how many have run.
+"""The store's SQL schema as an ordered list of migrations, one text for SQLite and PostgreSQL; the store's
+schema version (SQLite's `PRAGMA user_version`, a one-row table in PostgreSQL: results/dialect.py) is how
+many have run.
 
 A migration is only ever appended, never edited: a store written by an older servelab is brought forward
 on open.
 """
 
-import sqlite3
 from enum import StrEnum
 
 from servelab.errors import ServelabError
+from servelab.results.dialect import SQLITE, Connection, Dialect
 
 
 class RunOutcome(StrEnum):
@@ -93,20 +95,33 @@ MIGRATIONS = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# the tables' columns in their order, and their keys, as the migrations above made them
+STAGE_COLUMNS = ("run_id", "stage", "config", "repetition", "status", "started_at", "ended_at", "artifact")
+STAGE_KEY = ("run_id", "stage", "config", "repetition")
+METRIC_COLUMNS = ("run_id", "stage", "config", "repetition", "name", "value", "unit", "source")
+METRIC_KEY = ("run_id", "stage", "config", "repetition", "name")
+RUN_COLUMNS = (
+    "id", "name", "created_at", "started_at", "ended_at", "outcome", "servelab_version", "git_sha",
+    "recipe_fingerprint", "image_digest", "server_argv", "env", "gpu", "driver", "host", "source_path",
+    "source_sha256",
+)  # fmt: skip
 
 
-def migrate(conn: sqlite3.Connection, path: str, target: int = SCHEMA_VERSION) -> None:
+def migrate(conn: Connection, path: str, target: int = SCHEMA_VERSION, dialect: Dialect = SQLITE) -> None:
     """Apply the migrations the store lacks, each in its own write transaction.
 
-    The version is read again inside the transaction, so two processes opening a fresh store at once apply
-    each migration exactly once. `conn` must be in autocommit mode (isolation_level=None).
+    The version is read again inside the transaction (which holds the store's write lock), so two processes
+    opening a fresh store at once apply each migration exactly once. `conn` must be in autocommit mode
+    (sqlite3's isolation_level=None).
     """
-    if conn.execute("PRAGMA user_version").fetchone()[0] == target:
+    if dialect.version(conn) == target:
         return  # up to date: readers never take the write lock
     while True:
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            for statement in dialect.begin:  # PostgreSQL's BEGIN, then its lock: a busy lock leaves it open
+                conn.execute(statement)
+            dialect.prepare_version(conn)
+            version = dialect.version(conn)
             if version > SCHEMA_VERSION:
                 raise ServelabError(
                     f"{path}: results store schema version {version} is newer than this servelab knows "
@@ -115,11 +130,11 @@ def migrate(conn: sqlite3.Connection, path: str, target: int = SCHEMA_VERSION) -
             if version >= target:
                 conn.execute("COMMIT")
                 return
-            for statement in MIGRATIONS[version].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
+            for statement in dialect.statements(MIGRATIONS[version], version):
+                conn.execute(statement)
+            dialect.set_version(conn, version + 1)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a PostgreSQL connection that broke has none left to roll back
+                conn.execute("ROLLBACK")
             raise

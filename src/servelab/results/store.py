@@ -1,11 +1,16 @@
-"""The results store: an SQLite file of runs, their stages and metrics; raw artifacts in runs/<id>/ by it.
+"""The results store: runs, their stages and metrics, in an SQLite file (the embedded default; raw artifacts
+in runs/<id>/ beside it) or in a PostgreSQL database that many machines share (`postgresql://user@host/db`;
+raw artifacts stay in the run folder of the machine that ran it, under the user's data dir). One layer for
+both: the same schema, migrations and queries (results/dialect.py says where the two differ).
 
 Writers are safe across processes: WAL lets readers go on while one writer writes, every write is a
 `BEGIN IMMEDIATE` transaction (it takes the write lock up front, so two writers never deadlock on a lock
-upgrade), and the busy timeout makes a second writer wait for the lock instead of failing. A store that
-still cannot be written (busy past the timeout, a full disk, read-only) raises StoreUnavailable (one line,
-exit 1). Opening a store settles runs whose process ended without recording how (results/runlock.py): their
-journal (results/journal.py) is written and they end as error, never `running` forever.
+upgrade), and the busy timeout makes a second writer wait for the lock instead of failing; a PostgreSQL
+store's writers take one such lock too (an advisory lock), with the same timeout. A store that still cannot
+be written (busy past the timeout, a full disk, read-only, a server that cannot be reached) raises
+StoreUnavailable (one line, exit 1). Opening a store settles runs whose process ended without recording how
+(results/runlock.py): their journal (results/journal.py) is written and they end as error, never `running`
+forever.
 
     store = Store.open(path)            # None: the default location in the user's data dir
     run_id = store.start_run("dsv4-h200", provenance.collect(server_argv=argv, env=env))
@@ -20,20 +25,33 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.redact import redact_argv, redact_env
+from servelab.results.dialect import POSTGRES, SQLITE, Connection, Dialect
 from servelab.results.faults import StoreUnavailable, unavailable
 from servelab.results.journal import JOURNAL_FILE, replay
+from servelab.results.location import server_url, shown
 from servelab.results.provenance import Provenance
 from servelab.results.runlock import abandoned
-from servelab.results.schema import OUTCOMES, SOURCES, STAGE_STATUSES, StageStatus, migrate
-from servelab.userfiles import refuse_url
+from servelab.results.schema import (
+    METRIC_COLUMNS,
+    METRIC_KEY,
+    OUTCOMES,
+    RUN_COLUMNS,
+    SOURCES,
+    STAGE_COLUMNS,
+    STAGE_KEY,
+    STAGE_STATUSES,
+    StageStatus,
+    migrate,
+)
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -120,15 +138,30 @@ def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
 
 
 class Store:
-    def __init__(self, conn: sqlite3.Connection, path: Path):
+    def __init__(
+        self,
+        conn: Connection,
+        path: Path | None,
+        *,
+        dialect: Dialect = SQLITE,
+        root: Path | None = None,
+        location: str | None = None,
+    ):
         self.conn = conn
-        self.path = path
+        self.path = path  # the SQLite file; None for a PostgreSQL store
+        self.dialect = dialect
+        # the folder of the run folders (runs/<id>/): beside an SQLite file, else the user's data dir
+        self.root = root if root is not None else (path or default_path()).parent
+        self.location = location or str(path)  # what messages name: the file, or the URL without credentials
 
     @classmethod
     def open(cls, path: Path | str | None = None) -> "Store":
-        """Open (creating it and its folder if needed) and bring the schema up to date."""
-        # postgresql://h/db would become a directory tree and an SQLite file named after the URL
-        refuse_url(path, "store", "the path of an SQLite file (servelab has no database servers)")
+        """Open (creating it and its folder if needed) and bring the schema up to date: the SQLite file at
+        `path`, or the PostgreSQL store `path` is the URL of (another URL is refused in one line: it would
+        become a directory tree and an SQLite file named after it)."""
+        url = server_url(path)
+        if url is not None:
+            return cls._open_server(url)
         path = Path(path) if path is not None else default_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +186,28 @@ class Store:
         store.settle_abandoned()
         return store
 
+    @classmethod
+    def _open_server(cls, url: str) -> "Store":
+        where = shown(url)
+        try:
+            # the [postgres] extra: psycopg loads for a PostgreSQL store only (start-up time of the rest)
+            from servelab.results import postgres  # noqa: PLC0415
+        except ImportError as e:
+            if "psycopg" not in f"{e.name} {e}":
+                raise
+            raise ServelabError(
+                f"{where}: a PostgreSQL store needs psycopg: pip install 'servelab[postgres]'", field="store"
+            ) from None
+        conn = postgres.connect(url, where, BUSY_TIMEOUT_S)
+        try:
+            migrate(conn, where, dialect=POSTGRES)
+        except BaseException:
+            conn.close()
+            raise
+        store = cls(conn, None, dialect=POSTGRES, root=default_path().parent, location=where)
+        store.settle_abandoned()
+        return store
+
     def settle_abandoned(self) -> list[str]:
         """End the runs still `running` whose process is gone (nobody holds their run lock): what their
         journal kept is written, and a run it does not say the end of ends as error. Left for the next open
@@ -162,7 +217,7 @@ class Store:
         ).fetchall()
         settled = []
         for (run_id,) in rows:
-            run_dir = self.path.parent / "runs" / str(run_id)
+            run_dir = self.root / "runs" / str(run_id)
             if not abandoned(run_dir):
                 continue
             try:
@@ -195,7 +250,8 @@ class Store:
             yield
             return
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
+            for statement in self.dialect.begin:
+                self.conn.execute(statement)
             try:
                 yield
             except BaseException:
@@ -206,25 +262,30 @@ class Store:
         except (sqlite3.OperationalError, OSError) as e:
             if self.conn.in_transaction:  # a COMMIT that failed (a full disk) leaves the transaction open
                 self.conn.execute("ROLLBACK")
-            busy = unavailable(e, self.path)
+            busy = unavailable(e, self.location)
             if busy is None:
                 raise
             raise busy from e
+        except ServelabError:  # PostgreSQL's errors, as its connection says them: busy taking the lock too
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
 
     def run_dir(self, run_id: str) -> Path:
         """The folder for a run's raw artifacts (bench JSON, eval outputs, server log), created on demand."""
-        path = self.path.parent / "runs" / run_id
+        path = self.root / "runs" / run_id
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def artifact_path(self, run_id: str, artifact: str) -> Path:
         """Where a stage's artifact is: `servelab run` records it relative to the run's folder, an import
-        relative to the store's folder (`runs/<id>/<file>`); an absolute path is itself."""
+        relative to the store's folder (`runs/<id>/<file>`); an absolute path is itself. A PostgreSQL store's
+        artifacts are on the machine that wrote them: elsewhere the path names no file."""
         path = Path(artifact)
         if path.is_absolute():
             return path
-        in_run = self.path.parent / "runs" / run_id / path
-        return in_run if in_run.exists() else self.path.parent / path
+        in_run = self.root / "runs" / run_id / path
+        return in_run if in_run.exists() else self.root / path
 
     # writers
 
@@ -289,7 +350,7 @@ class Store:
         _check(status, STAGE_STATUSES, "stage status")
         with self.transaction():
             self.conn.execute(
-                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self.dialect.upsert("stages", STAGE_COLUMNS, STAGE_KEY),
                 (run_id, stage, config, repetition, status, started_at, ended_at, artifact),
             )
 
@@ -308,9 +369,18 @@ class Store:
         units = units or {}
         with self.transaction():
             self.conn.executemany(
-                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self.dialect.upsert("metrics", METRIC_COLUMNS, METRIC_KEY),
                 [
-                    (run_id, stage, config, repetition, name, value, units.get(name, ""), source)
+                    (
+                        run_id,
+                        stage,
+                        config,
+                        repetition,
+                        name,
+                        _nan_as_null(value),
+                        units.get(name, ""),
+                        source,
+                    )
                     for name, value in values.items()
                 ],
             )
@@ -336,7 +406,7 @@ class Store:
         """A run by its id or a unique prefix of it."""
         utf8(ref, "run")
         rows = self.conn.execute(
-            "SELECT * FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
+            f"SELECT * FROM runs WHERE id = ? OR id {self.dialect.like} ? ESCAPE '\\' ORDER BY id",
             (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
         ).fetchall()
         exact = [r for r in rows if r["id"] == ref]
@@ -344,7 +414,7 @@ class Store:
             return _run((exact or rows)[0])
         if rows:
             raise ServelabError(f"run {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
-        raise ServelabError(f"no run {ref!r} in {self.path} (servelab results list shows them)")
+        raise ServelabError(f"no run {ref!r} in {self.location} (servelab results list shows them)")
 
     def find_runs(self, ref: str) -> list[Run]:
         """A run id (or unique prefix), else every run with that name: one side of a comparison."""
@@ -397,6 +467,42 @@ class Store:
         rows = self.conn.execute("SELECT run_id, count(*) FROM metrics GROUP BY run_id")
         return {run_id: n for run_id, n in rows}
 
+    # copying between stores
+
+    def copy_run(self, run: Run, stages: Sequence[Stage], metrics: Sequence[Metric]) -> bool:
+        """Write a run of another store with its stages and metrics, as that store has them, all or nothing;
+        False (nothing written) when this store has it already: its id, or an import of the same file."""
+        _check(run.outcome, OUTCOMES, "run outcome")
+        p = run.provenance
+        row = (
+            run.id, utf8(run.name, "run name"), run.created_at, run.started_at, run.ended_at, run.outcome,
+            p.servelab_version, p.git_sha, p.recipe_fingerprint, p.image_digest,
+            json.dumps(redact_argv(p.server_argv)), json.dumps(redact_env(p.env)), p.gpu, p.driver, p.host,
+            run.source_path, run.source_sha256,
+        )  # fmt: skip
+        groups: dict[tuple[str, str, int, str], list[Metric]] = {}
+        for m in metrics:  # one write per stage row and source
+            groups.setdefault((m.stage, m.config, m.repetition, m.source), []).append(m)
+        with self.transaction():
+            inserted = self.conn.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})"
+                " ON CONFLICT DO NOTHING",
+                row,
+            ).rowcount
+            if not inserted:
+                return False
+            for s in stages:
+                self.record_stage(
+                    run.id, s.stage, s.status, config=s.config, repetition=s.repetition,
+                    started_at=s.started_at, ended_at=s.ended_at, artifact=s.artifact,
+                )  # fmt: skip
+            for (stage, config, repetition, source), group in groups.items():
+                self.record_metrics(
+                    run.id, stage, {m.name: m.value for m in group}, config=config, repetition=repetition,
+                    units={m.name: m.unit for m in group}, source=source,
+                )  # fmt: skip
+        return True
+
 
 # Readers take a row as SQLite gives it: a column's type is only an affinity, so a row another tool (or a
 # hand with sqlite3) wrote can hold text in a REAL column, a number in a TEXT one, or JSON that is not.
@@ -416,6 +522,11 @@ def _integer(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
+def _nan_as_null(value: float | None) -> float | None:
+    """A NaN as NULL, as SQLite stores it (PostgreSQL would keep it)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _number(value: object) -> float | None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None  # type: ignore[arg-type]
@@ -430,7 +541,7 @@ def _json(value: object, kind: type[list] | type[dict]) -> list | dict:
     return parsed if isinstance(parsed, kind) else kind()
 
 
-def _run(row: sqlite3.Row) -> Run:
+def _run(row: Any) -> Run:  # sqlite3.Row, or results/postgres.py's Row
     env = _json(row["env"], dict)
     return Run(
         id=_text(row["id"]),

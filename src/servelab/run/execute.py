@@ -177,7 +177,7 @@ class _Runner:
                     plan.server,
                     container_name(run_id),
                     opts.hf_cache or hf_cache_dir(),
-                    self.store.path.parent / "runs" / run_id,
+                    self.store.root / "runs" / run_id,
                     opts.gpu,
                 )
                 if opts.docker
@@ -434,5 +434,5 @@ def _carry_out(r: _Runner, done: set[tuple[str, str, int]], baseline) -> RunResu
     rows = _in_plan_order(plan, r.rows, done)
     result = RunResult(r.run_id, run_dir, outcome, code, rows, _summaries(values), judged, r.errors)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(result.dump(), indent=1) + "\n")
-    r.say(f"{outcome} (store {store.path}, folder {run_dir})")
+    r.say(f"{outcome} (store {store.location}, folder {run_dir})")
     return result
