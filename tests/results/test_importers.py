@@ -74,6 +74,39 @@ def test_inferencex_result_and_collected_list(tmp_path, write_json, inferencex_r
         assert all(not i.new for i in import_files(store, [Path(collected)]))
 
 
+def test_multinode_layouts_with_equal_gpu_counts_stay_apart(tmp_path, write_json, inferencex_result):
+    """Fields as upstream's utils/process_result.py writes them for a disaggregated result: two layouts of
+    8 prefill + 16 decode GPUs are two configs; the same layout twice is two repetitions of one."""
+
+    def disagg(prefill_workers, prefill_tp, decode_tp, decode_dpa, **more):
+        row = inferencex_result(conc=256)
+        for key in ("tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attention"):
+            row.pop(key)
+        return row | more | {
+            "is_multinode": True, "disagg": True, "num_prefill_gpu": 8, "num_decode_gpu": 16,
+            "prefill_num_workers": prefill_workers, "prefill_tp": prefill_tp, "prefill_ep": prefill_tp,
+            "prefill_pp": 1, "prefill_dcp_size": 1, "prefill_pcp_size": 1, "prefill_dp_attention": "false",
+            "decode_num_workers": 16 // decode_tp, "decode_tp": decode_tp, "decode_ep": decode_tp,
+            "decode_pp": 1, "decode_dcp_size": 1, "decode_pcp_size": 1, "decode_dp_attention": decode_dpa,
+        }  # fmt: skip
+
+    rows = [disagg(2, 4, 16, "true"), disagg(1, 8, 8, "false"), disagg(2, 4, 16, "true")]
+    rows.append(disagg(2, 4, 16, "true", prefill_hw="gb200", decode_hw="gb300"))
+    path = write_json("disagg.json", rows)
+    with Store.open(tmp_path / "r.db") as store:
+        [imp] = import_files(store, [Path(path)])
+        got = sorted((s.config, s.repetition) for s in store.stages(imp.run_id))
+    base = "isl1024-osl1024-conc-256"
+    assert got == sorted(
+        [
+            (f"p8-2x-tp4-ep4-d16-1x-tp16-ep16-dpa-{base}", 0),
+            (f"p8-1x-tp8-ep8-d16-2x-tp8-ep8-{base}", 0),
+            (f"p8-2x-tp4-ep4-d16-1x-tp16-ep16-dpa-{base}", 1),
+            (f"p8-2x-tp4-ep4-gb200-d16-1x-tp16-ep16-dpa-gb300-{base}", 0),
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

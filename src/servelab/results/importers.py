@@ -206,16 +206,42 @@ def vllm_entry(data: dict, here: bool = False) -> Entry:
     )
 
 
+def _true(data: dict, key: str) -> bool:
+    return str(data.get(key, "")).lower() == "true"
+
+
+def _split(data: dict, side: str) -> str:
+    """Pipeline, decode-context and prefill-context parallel sizes, where not 1 (absent in older results)."""
+    parts = (("pp", "pp"), ("dcp", "dcp_size"), ("pcp", "pcp_size"))
+    return "".join(
+        f"-{short}{_part(data, side + key)}" for short, key in parts if data.get(side + key, 1) != 1
+    )
+
+
+def _side(data: dict, side: str) -> str:
+    """One side of a disaggregated deployment: workers x (TP, EP, the other splits), DP attention, hardware
+    (empty where the result predates these fields)."""
+    if data.get(side + "tp") is None:
+        return "-dpa" if _true(data, side + "dp_attention") else ""
+    out = f"-{_part(data, side + 'num_workers')}x-tp{_part(data, side + 'tp')}-ep{_part(data, side + 'ep')}"
+    out += _split(data, side) + ("-dpa" if _true(data, side + "dp_attention") else "")
+    hw = _name(data, side + "hw")
+    return out + (f"-{hw}" if hw else "")
+
+
 def inferencex_entry(data: dict) -> Entry:
     metrics = _numbers(data, INFERENCEX_SETTINGS)
     parts = ("infmax_model_prefix", "hw", "framework", "precision")
     name = "-".join(p for k in parts if (p := _name(data, k)))
     if data.get("is_multinode"):
-        shape = f"p{_part(data, 'num_prefill_gpu')}-d{_part(data, 'num_decode_gpu')}"
+        # layouts of equal GPU counts differ in workers, parallelism and hardware per side (process_result.py
+        # writes each), so each side's layout names the config, not only its GPU count
+        shape = f"p{_part(data, 'num_prefill_gpu')}{_side(data, 'prefill_')}"
+        shape += f"-d{_part(data, 'num_decode_gpu')}{_side(data, 'decode_')}"
     else:
-        shape = f"tp{_part(data, 'tp')}-ep{_part(data, 'ep')}"
-    if str(data.get("dp_attention", data.get("decode_dp_attention", ""))).lower() == "true":
-        shape += "-dpa"
+        shape = f"tp{_part(data, 'tp')}-ep{_part(data, 'ep')}{_split(data, '')}"
+        if _true(data, "dp_attention"):
+            shape += "-dpa"
     spec = _part(data, "spec_decoding") if data.get("spec_decoding") is not None else "none"
     spec = "" if spec in ("none", "") else f"-{spec}"
     return Entry(
