@@ -4,6 +4,7 @@ import whole, every key round-trips through `show --as inferencex`, runners.yaml
 
 import copy
 import functools
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines import render
-from servelab.recipes.inferencex import MasterEntry, load_master
+from servelab.recipes.inferencex import MasterEntry, Notes, load_master
 from servelab.recipes.recipe_store import parse_recipe_file
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.workload import recipe_to_workloads
@@ -121,6 +122,44 @@ def test_upstream_runners_yaml_loads():
     assert b300.hardware and b300.hardware.available_cpu_dram_mib == 2_964_436
     with pytest.raises(ServelabError, match="no one node kind .* add node-kinds"):
         registry.node_kind("h100")
+
+
+def test_a_checkout_without_node_kinds_takes_each_labels_system_from_its_node_names():
+    notes = Notes()
+    registry = parse_runners(read_yaml(UPSTREAM / "runners.yaml"), "runners.yaml", notes)
+    h100 = registry.node_kind("h100")  # h100-cw and h100-dgxc-slurm nodes: both H100s
+    assert (h100.system, h100.gpus_per_node, h100.queue) == ("h100_sxm", 8, "h100")
+    b300 = registry.node_kind("cluster:b300-nv")  # its hardware facts, where the label has them
+    assert (b300.system, b300.gpus_per_node, b300.cpu_dram_gib) == ("b300_sxm", 8, 2_964_436 // 1024)
+    assert registry.node_kind("mi355x").system == "mi355x"
+    assert registry.node_kind("rtx6000pro-lat").system == "rtx_pro_6000"
+    # a runner naming a node kind rather than a label (InferenceX runs jobs on gb300-nv): its nodes, noted
+    gb300 = registry.get("gb300-nv")
+    assert gb300.nodes == ["gb300-nv_0", "gb300-nv_1", "gb300-nv_2"] and gb300.node.system == "gb300"
+    assert any("'gb300-nv' is not a label" in n for n in notes)
+    with pytest.raises(ServelabError, match="'cluster:mi325x-tw' is not a label"):
+        registry.get("cluster:mi325x-tw")  # neither a label nor a node kind of this file
+    strict = parse_runners(read_yaml(UPSTREAM / "runners.yaml"), "runners.yaml")  # servelab's own reading
+    with pytest.raises(ServelabError, match="no one node kind"):
+        strict.node_kind("h100")
+
+
+@pytest.mark.parametrize(
+    "name, undefined", [("nvidia-master.yaml", "h200-dgxc"), ("amd-master.yaml", "cluster:mi325x-tw")]
+)
+def test_validate_judges_a_master_file_against_the_runners_yaml_beside_it(name, undefined):
+    r = run("recipes", "validate", str(UPSTREAM / name), "--json")
+    found = json.loads(r.stdout)["recipes"]
+    assert len(found) == KEYS[name] and r.returncode == 2
+    failed = [f for f in found if not f["ok"]]
+    # the two keys that run on a label upstream's runners.yaml does not define, and nothing else
+    assert len(failed) == 2
+    assert all(f["errors"] == [f["errors"][0]] and f"runner {undefined!r} is not a label" in f["errors"][0]
+               for f in failed)  # fmt: skip
+    # what servelab cannot judge (frameworks without a launch adapter) is said, not held against the key
+    unjudged = [w for f in found for w in f["warnings"] if w.startswith("not checked: ")]
+    assert any("no launch adapter for framework" in w for w in unjudged)
+    assert "describes no node kinds" in r.stderr
 
 
 def test_runners_yaml_refuses_both_label_maps():

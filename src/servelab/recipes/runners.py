@@ -22,6 +22,20 @@ from servelab.recipes.tokens import Label, Name
 from servelab.specs import load_system
 
 _SUFFIX = re.compile(r"_\d+$")
+# InferenceX names its nodes <gpu>-<site>[-<scheduler>]_<n> (b200-dgxc-slurm_0, mi355x-amds_3): the GPU of a
+# node kind, and with it the system spec, where the runners file describes no node kinds
+GPU_SYSTEMS = {
+    "h100": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "mi300x": "mi300x",
+    "mi325x": "mi325x",
+    "mi355x": "mi355x",
+    "rtx6000pro": "rtx_pro_6000",
+}
 
 
 class NodeKind(IxModel):
@@ -89,10 +103,30 @@ class Runner(IxModel):
         return dict(self.node.agents) if self.node else {}
 
 
+def gpu_of(kind: str) -> str | None:
+    """The system spec of an InferenceX node kind, from the GPU its name starts with (None: unknown)."""
+    return GPU_SYSTEMS.get(kind.split("-", 1)[0])
+
+
+def inferred_kind(label: str, kinds: list[str], hardware: RunnerHardware | None) -> NodeKind | None:
+    """The node kind of a label whose nodes all carry one known GPU, for a runners file without node-kinds
+    (InferenceX's): its system, GPUs per node and CPU DRAM from the label's hardware facts where it has them
+    (else the system spec's), and the label itself as the CI queue, as InferenceX's workflows run on it."""
+    systems = {gpu_of(k) for k in kinds}
+    if len(systems) != 1 or None in systems:
+        return None
+    (system,) = systems
+    assert system is not None
+    gpus = hardware.gpus_per_node if hardware else load_system(system).gpus_per_node
+    dram = hardware.available_cpu_dram_mib // 1024 if hardware else None
+    return NodeKind(system=system, gpus_per_node=gpus, cpu_dram_gib=dram or None, queue=label)
+
+
 class RunnerLabels:
-    def __init__(self, file: RunnersFile, source: str):
+    def __init__(self, file: RunnersFile, source: str, notes: Notes | None = None):
         self.file = file
         self.source = source
+        self.notes = notes
         self.runners: dict[str, Runner] = {}
         section = "labels" if file.labels is not None else "runners"
         for label, nodes in file.label_map.items():
@@ -107,24 +141,44 @@ class RunnerLabels:
                             + closest(kind, list(file.node_kinds))
                         )
             described = [file.node_kinds[k] for k in kinds if k in file.node_kinds]
-            one_kind = len(kinds) == 1 and len(described) == 1
+            node = described[0] if len(kinds) == 1 and len(described) == 1 else None
+            if not file.node_kinds and notes is not None:
+                node = inferred_kind(label, kinds, file.hardware.get(label))
+                if node is not None:
+                    notes.add(
+                        f"{source}: describes no node kinds; each label's system is read from its nodes' "
+                        "names (b200-cw_0 -> b200_sxm) where they all name one GPU"
+                    )
             self.runners[label] = Runner(
-                label=label,
-                nodes=nodes,
-                kinds=kinds,
-                node=described[0] if one_kind else None,
-                hardware=file.hardware.get(label),
+                label=label, nodes=nodes, kinds=kinds, node=node, hardware=file.hardware.get(label)
             )
         for gpu, label in file.gpu_profiles.items():
             if label not in self.runners:
                 raise ServelabError(f"{source}: gpu-profiles.{gpu}: runner {label!r} is not defined")
 
     def get(self, label: str) -> Runner:
+        if label not in self.runners and self.notes is not None:
+            found = self._node_kind_as_label(label)
+            if found is not None:
+                return found
         if label not in self.runners:
             raise ServelabError(
                 f"runner {label!r} is not a label in {self.source}" + closest(label, list(self.runners))
             )
         return self.runners[label]
+
+    def _node_kind_as_label(self, label: str) -> Runner | None:
+        """A runner that names a node kind rather than a label (InferenceX jobs on `gb300-nv`, whose
+        nodes are gb300-nv_0, ...): read tolerantly as that kind's nodes, with a note."""
+        nodes = sorted({n for ns in self.file.label_map.values() for n in ns if _SUFFIX.sub("", n) == label})
+        if not nodes:
+            return None
+        assert self.notes is not None
+        self.notes.add(
+            f"runner {label!r} is not a label in {self.source}: read as the {len(nodes)} node(s) of that kind"
+        )
+        node = self.file.node_kinds.get(label) or inferred_kind(label, [label], None)
+        return self.runners.setdefault(label, Runner(label=label, nodes=nodes, kinds=[label], node=node))
 
     def node_kind(self, label: str) -> NodeKind:
         """The node kind behind a label, which ties it to a system spec; InferenceX's file has none."""
@@ -173,6 +227,6 @@ def parse_runners(data: object, source: str, notes: Notes | None = None) -> Runn
     """The runner labels of a runners file; with `notes`, read tolerantly (inferencex.py)."""
     context = None if notes is None else {TOLERANT: notes}
     try:
-        return RunnerLabels(RunnersFile.model_validate(data, context=context), source)
+        return RunnerLabels(RunnersFile.model_validate(data, context=context), source, notes)
     except ValidationError as e:
         raise ServelabError.from_validation(e, source) from None

@@ -130,13 +130,26 @@ def _batched_tokens(launched: ServerSettings | None, e) -> int:
     return value or e.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 
-def validate_recipe(key: str, recipe, runner_labels) -> Report:
+def validate_recipe(key: str, recipe, runner_labels, tolerant: bool = False) -> Report:
+    """What is wrong with one recipe. `tolerant` (an InferenceX checkout): what servelab cannot judge (a
+    framework without a launch adapter, a model without a config) is a warning, not the recipe's error."""
     rep = Report(key)
     try:
         node = runner_labels.node_kind(recipe.runner)
         system = load_system(node.system)
+    except ServelabError as err:
+        rep.errors.append(str(err))
+        return rep
+    try:
         engine = engine_name(recipe.framework)
         model = _model_for(recipe)
+    except ServelabError as err:
+        if not tolerant:
+            rep.errors.append(str(err))
+        else:
+            rep.warnings.append(f"not checked: {err}")
+        return rep
+    try:
         weight_only = None if system.supports_fp4 else _weight_only_fp4(recipe, engine)
         if weight_only:
             rep.notes.append(
@@ -224,8 +237,11 @@ def _check_flags(rep: Report, where: str, engine: Engine, image: str, launch) ->
         rep.notes.append(check.note)
 
 
-def validate_store(store) -> list[Report]:
-    reports = [validate_recipe(k, r, store.runner_labels) for k, r in store.recipes.items()]
+def validate_store(store, keys: list[str] | None = None) -> list[Report]:
+    """Every recipe of the store (or of `keys`); an InferenceX checkout tolerantly (see validate_recipe)."""
+    tolerant = store.notes is not None
+    chosen = store.recipes if keys is None else {k: store.recipes[k] for k in keys}
+    reports = [validate_recipe(k, r, store.runner_labels, tolerant) for k, r in chosen.items()]
     runner_problems = store.runner_labels.check_against_specs()
     if runner_problems:
         reports.insert(0, Report("runners.yaml", errors=runner_problems))
