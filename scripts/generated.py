@@ -327,12 +327,15 @@ ENTRIES: tuple[Entry, ...] = (
         "campaigns/h100_sxm_torch_at_vllm",
         "campaigns/h100_sxm_torch_sample",
         "campaigns/h100_sxm_vllm_0.25.0_fp8gemm/torch",
+        "campaigns/h100_sxm_torch_elementwise",
+        "campaigns/h100_sxm_torch_elementwise_base",
     ),
     _tables(
         f"{TABLES}/h100_sxm/vllm/0.25.0",
         "campaigns/h100_sxm_vllm_0.25.0/vllm",
+        "campaigns/h100_sxm_vllm_0.25.0_elementwise/vllm",
         # the DeepSeek-V4 decode rows are left out: their time is servelab's stand-ins (docs/accuracy.md)
-        options=("--ops", "dsv4_csa_context_module,dsv4_hca_context_module,moe"),
+        options=("--ops", "dsv4_csa_context_module,dsv4_hca_context_module,moe,elementwise"),
     ),
     _tables(f"{TABLES}/h100_sxm/vllm-marlin/0.25.0", "campaigns/h100_sxm_vllm_0.25.0/vllm-marlin"),
     _tables(f"{TABLES}/h100_sxm/vllm-cutlass/0.25.0", "campaigns/h100_sxm_vllm_0.25.0_fp8gemm/vllm-cutlass"),

@@ -20,7 +20,7 @@ from servelab.collect.executors import LocalExecutor
 from servelab.collect.suite import OpSuite
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Gemm, Moe, key_from_dict
+from servelab.perfdb.keys import KEY_TYPES, Dsv4Context, Dsv4Generation, Gemm, Memory, Moe, key_from_dict
 from servelab.perfdb.merge import _rows_of, merge
 from servelab.perfdb.table_files import read_table
 from servelab.perfdb.tables import data_root
@@ -147,6 +147,37 @@ def test_the_cutlass_entry_plans_deepseek_v4s_block_fp8_linears_and_the_kernel_c
     assert not choice.runs(Gemm(64, 4096, 1024, "fp8_block"), Version("0.25.0"), 80)  # no CUTLASS blocks
 
 
+def test_the_rms_norm_entry_plans_every_bandwidth_bound_key_of_deepseek_v4s_steps():
+    e = catalogue("vllm").entry("rms_norm")
+    planned = set(e.plan())
+    for name in ("sgl-project/DeepSeek-V4-Flash-FP8", "sgl-project/DeepSeek-V4-Pro-FP8"):
+        model = load_model(name)
+        for par in plans.RECIPE_PARALLELS:
+            for shape in (StepShape(decode_batch=64, decode_kv_len=1024), StepShape(prefill=((8192, 0),))):
+                asked = {op.key for op in step_ops(model, par, shape) if isinstance(op.key, Memory)}
+                assert asked and asked <= planned  # norms, mHC mixing, MoE route / permute / combine
+    assert {k.kernels for k in planned} == {1, 2}  # the MoE top-k is two launches
+    assert catalogue("vllm").for_key(Memory(1 << 20), "0.25.0") is e
+
+
+def test_a_worker_loads_only_the_entries_kernels_names(monkeypatch):
+    from servelab.collect.engines import runtime  # noqa: PLC0415 - the worker side
+
+    monkeypatch.setenv(runtime.ENV_ENGINE, "vllm")
+    monkeypatch.setenv(runtime.ENV_BACKEND, "vllm")
+    monkeypatch.delenv(runtime.ENV_CATALOGUE, raising=False)
+    monkeypatch.delenv(runtime.ENV_KERNELS, raising=False)
+    every = [e.name for e in runtime.campaign_entries()]
+    assert every == ["dsv4_flashmla", "fused_moe", "rms_norm"]
+    run_env = ec.env(EngineRun("vllm", "vllm", None, ("rms_norm",)))
+    monkeypatch.setenv(runtime.ENV_KERNELS, run_env[runtime.ENV_KERNELS])
+    # the campaign passes --kernels to its workers, which then need (and load) only _C, not FlashMLA
+    assert [e.name for e in runtime.campaign_entries()] == ["rms_norm"]
+    assert runtime.entry_for("elementwise").name == "rms_norm"
+    with pytest.raises(ServelabError):
+        runtime.entry_for("dsv4_csa_context_module")
+
+
 def test_the_fused_moe_entry_plans_deepseek_v4_at_ep8_and_r1_at_small_m():
     planned = catalogue("vllm").entry("fused_moe").plan()
     assert Moe(64, 4096, 2048, 256, 6, 8, "fp8_block") in planned
@@ -190,7 +221,7 @@ def test_dry_run_of_one_op_family_plans_only_its_backends(tmp_path):
     # DeepSeek-V4-Flash's q-b projection at DP attention (64 heads x 512) and Pro's, decode to prefill M
     assert {"m": 1, "n": 32768, "k": 1024, "dtype": "fp8_block", "op": "gemm"} in keys
     assert {"m": 16384, "n": 65536, "k": 1536, "dtype": "fp8_block", "op": "gemm"} in keys
-    res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--ops", "elementwise", "--dry-run"])
+    res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--ops", "comm", "--dry-run"])
     assert isinstance(res.exception, ServelabError) and "no kernel entry" in str(res.exception)
     res = CliRunner().invoke(app, ["collect", "--engine", "vllm", "--kernels", "marlin", "--dry-run"])
     assert isinstance(res.exception, ServelabError) and "marlin_moe" in str(res.exception)

@@ -18,6 +18,7 @@ from servelab.perfdb.merge import merge
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.table_files import read_meta
 from servelab.perfdb.tables import data_root, load_tables
+from servelab.specs import load_system
 
 REPO = Path(__file__).resolve().parents[2]
 CONVERTER = REPO / "scripts" / "vllm_moe_campaign.py"
@@ -315,3 +316,24 @@ def test_shipped_marlin_table_covers_gpt_oss_120b_at_every_tp_and_costs_past_the
         got = PerfDB(h200, backend="vllm").query(key)
         assert got.source == "measured" and "vllm-marlin/0.24.0" in got.note
         assert got.us > 2 * roofline.latency(key).us
+
+
+def test_vllm_prices_bf16_linears_from_torchs_rows_and_bandwidth_bound_ops_from_its_rms_norm(h200):
+    """The shipped tables: vLLM's bf16 linear layers are torch's cuBLAS (TORCH_LINEAR), so torch's rows answer
+    them on a system that has them and carry them to one that has none; its bandwidth-bound ops are priced
+    from its own RMSNorm rows (H100), carried to H200 and B200 by the rooflines."""
+    router = keys.Gemm(8, 256, 4096, "bf16")  # DeepSeek-V4-Flash's MoE router at an 8-token step
+    vllm, torch = PerfDB(h200, backend="vllm").query(router), PerfDB(h200, backend="torch").query(router)
+    assert vllm == torch and vllm.source in ("measured", "interpolated") and "h200_sxm/torch/" in vllm.note
+    b200 = load_system("b200_sxm")
+    carried = PerfDB(b200, backend="vllm").query(router)
+    assert carried.source == "transferred" and "from h200_sxm" in carried.note
+    norm = keys.Memory(8 * 4096 * 4)  # an RMSNorm of 8 tokens of DeepSeek-V4-Flash's width
+    h100 = PerfDB(load_system("h100_sxm"), backend="vllm").query(norm)
+    assert h100.source == "measured" and "h100_sxm/vllm/0.25.0" in h100.note
+    for system in (h200, b200):
+        got = PerfDB(system, backend="vllm").query(norm)
+        assert got.source == "transferred" and "transferred from h100_sxm" in got.note
+    # fp8 linears keep their own kernels' rows: CUTLASS block-FP8 on Hopper
+    block = PerfDB(load_system("h100_sxm"), backend="vllm").query(keys.Gemm(64, 4096, 1024, "fp8_block"))
+    assert "vllm-cutlass" in block.note

@@ -172,17 +172,19 @@ def test_default_tables_come_from_the_search_path(table_dir, h200, monkeypatch):
 
 
 def test_a_backend_is_priced_from_its_own_tables_only(table_dir, h200, monkeypatch, tmp_path, request):
-    """The synthetic tables sit under torch/: the torch backend reads them, an engine backend never does (the
-    engines run other kernels than the ones torch's tables time): its GEMMs stay on the roofline (the shipped
-    vLLM table times only its fused MoE) until GEMM tables collected with it exist."""
+    """The synthetic tables sit under torch/: the torch backend reads them, an engine backend only where it
+    runs torch's own kernel (vLLM's bf16 linear layers call F.linear, cuBLAS: its TORCH_LINEAR kernel choice);
+    SGLang's GEMMs stay on the roofline until GEMM tables collected with it exist."""
     key = keys.Gemm(512, 4096, 4096)
     PerfDB.clear_shared()  # the per-process cache; this test changes the search path
     request.addfinalizer(PerfDB.clear_shared)
     monkeypatch.setenv(tables_mod.ENV_PATH, str(table_dir.parents[2]))
     assert tables_mod.load_default_tables(h200, "torch").dir == table_dir
     assert PerfDB(h200, backend="torch").query(key).source == "measured"
-    assert PerfDB(h200, backend="vllm").query(key).source == "roofline"
-    assert PerfDB(h200, backend="sglang").tables is None
+    vllm = PerfDB(h200, backend="vllm").query(key)
+    assert vllm.source == "measured" and "h200_sxm/torch/" in vllm.note  # the kernel vLLM calls
+    sglang = PerfDB(h200, backend="sglang")
+    assert sglang.tables is None and sglang.query(key).source == "roofline"
 
     engine_dir = tmp_path / h200.name / "vllm" / "0.11"
     engine_dir.mkdir(parents=True)

@@ -106,6 +106,8 @@ def env(run: EngineRun) -> dict[str, str]:
         out[runtime.ENV_FILES] = str(Path(run.files).resolve())
     if run.catalogue_path:
         out[runtime.ENV_CATALOGUE] = run.catalogue_path
+    if run.kernels:
+        out[runtime.ENV_KERNELS] = ",".join(run.kernels)
     return out
 
 

@@ -17,6 +17,7 @@ ENV_DEVICE = (
     "SERVELAB_ENGINE_DEVICE"  # "module:" prefix of init_worker / facts (servelab.collect.ops.runtime:)
 )
 ENV_CATALOGUE = "SERVELAB_ENGINE_CATALOGUE"  # "module:ATTR" of a Catalogue, instead of the engine's own
+ENV_KERNELS = "SERVELAB_ENGINE_KERNELS"  # the entries --kernels named, comma separated (absent: all)
 GPU_DEVICE = "servelab.collect.ops.runtime:"
 
 _state: dict = {}
@@ -36,24 +37,30 @@ def files() -> loader.EngineFiles | None:
     return loader.read_manifest(Path(folder)) if folder else None
 
 
-def entry_for(op: str) -> KernelEntry:
-    """The entry of this campaign's backend that measures `op`."""
+def campaign_entries() -> list[KernelEntry]:
+    """The entries of this campaign's backend that --kernels named (all when it named none)."""
     backend = os.environ[ENV_BACKEND]
-    for e in active_catalogue().entries:
-        if e.backend == backend and op in e.ops:
+    named = [n for n in os.environ.get(ENV_KERNELS, "").split(",") if n]
+    return [e for e in active_catalogue().entries if e.backend == backend and (not named or e.name in named)]
+
+
+def entry_for(op: str) -> KernelEntry:
+    """The entry of this campaign that measures `op`."""
+    backend = os.environ[ENV_BACKEND]
+    for e in campaign_entries():
+        if op in e.ops:
             return e
     raise ServelabError(f"no {os.environ.get(ENV_ENGINE)} entry writes {op} rows to {backend}")
 
 
 def init_worker(device_index: int) -> None:
-    """The device first, then every library of this backend's entries (a library that cannot load stops
+    """The device first, then every library of this campaign's entries (a library that cannot load stops
     the worker, and with it the run, in one line)."""
     resolve(os.environ.get(ENV_DEVICE, GPU_DEVICE) + "init_worker")(device_index)
     found = files()
     loaded = {}
-    backend = os.environ[ENV_BACKEND]
-    for e in active_catalogue().entries:
-        if e.backend != backend or e.pending:
+    for e in campaign_entries():
+        if e.pending:
             continue
         if e.files and found is None:
             raise ServelabError(f"{e.name} needs the engine's files ({', '.join(e.files)}): --engine-files")

@@ -9,8 +9,9 @@ from servelab.collect import estimate
 from servelab.collect.engines import Catalogue, KernelEntry
 from servelab.collect.engines import plans as p
 from servelab.engines import Engine
-from servelab.perfdb.keys import Dsv4Context, Gemm, Moe, OpKey
+from servelab.perfdb.keys import Dsv4Context, Gemm, Memory, Moe, OpKey
 from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
+from servelab.predict.graph import StepShape
 from servelab.specs import Parallel
 
 _K = "servelab.collect.engines."
@@ -78,6 +79,22 @@ def block_gemm_plan() -> list[OpKey]:
         k for model in DSV4_FP8 for k in p.gemm_keys((model,), p.RECIPE_PARALLELS, p.TOKENS) if _block_gemm(k)
     ]
     return list(dict.fromkeys(keys))
+
+
+def _memory(key: OpKey) -> bool:
+    return isinstance(key, Memory)
+
+
+def memory_plan() -> list[OpKey]:
+    """The bandwidth-bound keys of DeepSeek-V4-Flash's and -Pro's steps at the recipes' parallels: decode
+    steps of 1..16384 tokens per attention rank and single-prompt prefill chunks of 128..16384 tokens."""
+    shapes = [StepShape(decode_batch=t, decode_kv_len=p.DSV4_DECODE_KV[0]) for t in p.TOKENS]
+    shapes += [StepShape(prefill=((t, 0),)) for t in p.TOKENS if t >= 128]
+    keys: list[Memory] = [
+        k for k in p.asked(DSV4_FP8, p.RECIPE_PARALLELS, shapes, Memory) if isinstance(k, Memory)
+    ]
+    keys.sort(key=lambda k: (k.kernels, k.bytes))  # asked() already dropped repeats
+    return list(keys)
 
 
 def dsv4_plan() -> list[OpKey]:
@@ -167,6 +184,22 @@ ENTRIES = (
         libraries=(C_LIB,),
         stand_ins="the activations' per-token-group FP8 quantisation (vLLM's QuantFP8) is not timed, as in "
         "torch's fp8_block rows",
+    ),
+    KernelEntry(
+        name="rms_norm",
+        ops=(OpName.elementwise,),
+        backend=Engine.VLLM.value,
+        kernel="vLLM's RMSNorm (_C rms_norm, bf16 rows of up to 4,096 values), one launch per kernel the key "
+        "counts, each moving its share of the key's bytes",
+        bench=_K + "vllm_rms_norm:bench",
+        runs=_memory,
+        plan=memory_plan,
+        versions=("0.20", "9999"),
+        files=(C_LIB,),
+        libraries=(C_LIB,),
+        stand_ins="stands in for every bandwidth-bound kernel of the step: DeepSeek-V4's TileLang mHC pre / "
+        "post (RMSNorm fused in; TileLang is not in the image), the MoE top-k, permute and combine (_moe_C), "
+        "the embedding gather",
     ),
     KernelEntry(
         name="deepgemm_moe",

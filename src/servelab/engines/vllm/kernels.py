@@ -66,4 +66,20 @@ CUTLASS_BLOCK_FP8_GEMM = KernelChoice(
     ),
 )
 
-KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE, MARLIN_FP4_MOE, CUTLASS_BLOCK_FP8_GEMM)
+TORCH_LINEAR = KernelChoice(
+    table="torch",
+    op="gemm",
+    dtypes=frozenset({"bf16"}),
+    why=(
+        "vLLM's unquantized (bf16) linear layers call torch: UnquantizedLinearMethod's "
+        "dispatch_unquantized_gemm returns default_unquantized_gemm, torch.nn.functional.linear, on CUDA "
+        "(model_executor/layers/utils.py), the LM head included (UnquantizedEmbeddingMethod); the MoE "
+        "router's GateLinear runs torch.mm with an fp32 output or F.linear (fused_moe/router/gate_linear.py) "
+        "unless a specialised router GEMM fits its exact width. All are cuBLAS, the kernel torch's bf16 rows "
+        "time, so those rows answer for vLLM as they are. DeepSeek-V4's mHC weights GEMM runs inside vLLM's "
+        "fused TileLang mHC kernel (kernels/mhc/tilelang.py, vLLM 0.25) and DeepGEMM's tf32_hc_prenorm_gemm: "
+        "cuBLAS at its key stands in for it."
+    ),
+)
+
+KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE, MARLIN_FP4_MOE, CUTLASS_BLOCK_FP8_GEMM, TORCH_LINEAR)
