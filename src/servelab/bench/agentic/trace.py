@@ -150,25 +150,43 @@ def read_trace_file(path: str, max_gap_s: float = math.inf) -> TraceFile:
 
 
 def _documents(f: Path, digest) -> Iterator[tuple[str, object]]:
-    """(where, parsed JSON) of each trace in the file: a line of JSONL, or the whole file's object or list."""
+    """(where, parsed JSON) of each trace in the file: a line of JSON Lines (read line by line: a corpus of
+    gigabytes is never held whole), or the whole file's object or list."""
     try:
-        data = f.read_bytes()
+        with f.open("rb") as stream:
+            first = _first_object(stream)
+            stream.seek(0)
+            if first is None:  # not JSON Lines: one JSON document
+                data = stream.read()
+                digest.update(data)
+                yield from _whole(f, data)
+                return
+            for n, line in enumerate(stream, 1):
+                digest.update(line)
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{f}:{n}", json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise ServelabError(f"trace {f}:{n}: not JSON ({e})", field=FIELD) from None
     except OSError as e:
         raise ServelabError(f"trace {f}: {e.strerror or e}", field=FIELD) from None
-    digest.update(data)
-    lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
-    if not lines:
-        return
-    try:
-        first = json.loads(lines[0][1])
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        first = None
-    if isinstance(first, dict):  # JSON Lines: one trace per line
-        for n, line in lines:
+
+
+def _first_object(stream) -> dict | None:
+    """The first non-empty line as a JSON object, or None when it is not one (a pretty-printed document)."""
+    for line in stream:
+        if line.strip():
             try:
-                yield f"{f}:{n}", json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ServelabError(f"trace {f}:{n}: not JSON ({e})", field=FIELD) from None
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None
+            return obj if isinstance(obj, dict) else None
+    return None
+
+
+def _whole(f: Path, data: bytes) -> Iterator[tuple[str, object]]:
+    if not data.strip():
         return
     try:
         whole = json.loads(data)
