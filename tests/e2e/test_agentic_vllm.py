@@ -25,7 +25,16 @@ def caching_server(vllm_venv_python, tiny_llama):
 
 def test_multi_turn_sessions_hit_the_prefix_cache(caching_server, tiny_llama, tmp_path):
     server = caching_server
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", server.url, "--model", server.model]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servelab.cli.main",
+        "bench",
+        "--base-url",
+        server.url,
+        "--model",
+        server.model,
+    ]
     cmd += ["--endpoint", "/v1/chat/completions", "--trace", str(SAMPLE), "--trace-max-gap", "0.2"]
     cmd += ["--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json"]
     before = metric_sums(server.url)

@@ -157,9 +157,9 @@ class TraceWorker(Worker):
         if self.stopping() or replay.sent[req.index]:
             return
         replay.sent[req.index] = 1
+        # one user message on the chat API (the template wraps it), the prompt itself on the completions API
         text = replay.prompts[req.stream].text(req)
-        prompt = [{"role": "user", "content": text}] if self.spec.template.chat else text
-        payload = self.spec.template.encode(prompt, max(1, req.output_tokens))
+        payload = self.spec.template.encode(text, max(1, req.output_tokens))
         item = TraceItem(replay.number * KEY_STRIDE + req.index, payload, req.input_tokens)
         st = RequestState(item, payload, due, perf_counter())
         self.in_flight += 1
