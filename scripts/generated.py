@@ -250,6 +250,12 @@ ENTRIES: tuple[Entry, ...] = (
         recorded="made from checkouts of InferenceX and perf-eval (the network)",
     ),
     Entry(
+        outputs=(f"{IX}/agentic/traces.jsonl",),
+        inputs=("scripts/agentic_sample.py",),
+        command="python scripts/agentic_sample.py pin --inferencex PATH",
+        recorded="made by InferenceX's trace converter in its checkout",
+    ),
+    Entry(
         outputs=("tests/data/inferencex_refs/**/*",),
         inputs=("scripts/refresh_inferencex_refs.py",),
         command="python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR",

@@ -10,7 +10,8 @@ strict merge rules on the same commits and the master-file keys each commit's jo
 code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exception
 is the single-node launch scripts the master files select (benchmarks/, Apache-2.0 like the rest): they are
 pinned, run under bash with stub servers, and turned into servelab's launch profiles and the conformance
-table by scripts/ix_launch.py (pin, capture, profiles, docs).
+table by scripts/ix_launch.py (pin, capture, profiles, docs). The agentic sample trace is what the checkout's
+trace converter writes for proxy rows of our own (scripts/agentic_sample.py).
 """
 
 import argparse
@@ -75,6 +76,11 @@ LAUNCH_NOTE = """
 benchmarks/: the single-node fixed-seq-len launch scripts the master files select (and the chat template
 they pass), copied unchanged; launch/launches.json.gz: what each ran per job under bash with stub servers.
 Both from scripts/ix_launch.py (pin, capture), run by scripts/refresh_upstream_data.py.
+"""
+AGENTIC_NOTE = """
+agentic/traces.jsonl: two small agentic sessions in InferenceX's trace format (the corpus it replays lives in
+Hugging Face datasets, not in the repository): proxy rows of our own run through the checkout's
+utils/agentic/datasets/proxy_to_weka.py, one trace a line, by scripts/agentic_sample.py.
 """
 # name -> extra arguments of `generate_sweep_configs.py full-sweep`; every filter InferenceX offers, once.
 SWEEP_CASES = {
@@ -344,6 +350,19 @@ def launch_profiles(repo: Path) -> list[str]:
     return out
 
 
+def agentic_sample(repo: Path) -> list[str]:
+    """Write the sample trace with the checkout's own converter (scripts/agentic_sample.py)."""
+    tool = [
+        sys.executable,
+        str(Path(__file__).with_name("agentic_sample.py")),
+        "pin",
+        "--inferencex",
+        str(repo),
+    ]
+    run = subprocess.run(tool, check=True, capture_output=True, text=True)
+    return [line for line in run.stdout.splitlines() if line != "no changes"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -361,9 +380,11 @@ def main() -> int:
             ix, "https://github.com/SemiAnalysisAI/InferenceX", "Apache-2.0 (LICENSE beside this file)"
         )
         + LAUNCH_NOTE
+        + AGENTIC_NOTE
     )
     changes += sweep_outputs(ix, ix_dest / "sweep")
     changes += launch_profiles(ix)
+    changes += agentic_sample(ix)
     changes += changelog_history(ix, ix_dest / "changelog", args.changelog_commits)
     changes += changelog_probe(ix, ix_dest / "changelog")
     changes += gate_cases(ix, ix_dest / "changelog")

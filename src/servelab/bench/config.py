@@ -13,7 +13,9 @@ from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO
 
 TtftAt = Literal["first-event", "first-content"]
-DatasetName = Literal["random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench"]
+DatasetName = Literal[
+    "random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench", "trace"
+]
 # Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
 # length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
 MAX_TOKENS = 1 << 24
@@ -25,7 +27,10 @@ DATASET_ALIASES = {
     "multi_turn": "multiturn",
     "multi-turn": "multiturn",
     "speed-bench": "speed_bench",
+    "agentic": "trace",
 }
+# InferenceX's replay caps a trajectory's idle gaps at 300 s (AIPERF_TRACE_IDLE_GAP_CAP_SECONDS)
+TRACE_MAX_GAP_S = 300.0
 
 
 class BenchConfig(BaseModel):
@@ -78,7 +83,22 @@ class BenchConfig(BaseModel):
     speed_bench_category: str | None = Field(None, description="SPEED-Bench: only this category")
     speed_bench_output_len: int = Field(4096, ge=1, le=MAX_TOKENS)
     num_prompts: int = Field(
-        1000, ge=1, le=MAX_REQUESTS, description="requests (conversations for multiturn)"
+        1000,
+        ge=1,
+        le=MAX_REQUESTS,
+        description="requests (conversations for multiturn, sessions for trace; trace's default: each trace "
+        "once, or traces again and again until --max-seconds)",
+    )
+    trace_max_gap_s: float = Field(
+        TRACE_MAX_GAP_S,
+        ge=0,
+        allow_inf_nan=True,
+        description="trace: a recorded wait between requests is cut to this many seconds (inf: none)",
+    )
+    server_metrics_url: list[str] = Field(
+        default_factory=list,
+        description="trace: the Prometheus pages read before and after the run for the prefix-cache hit rate "
+        "(default: BASE_URL/metrics)",
     )
     max_seconds: float | None = Field(
         None, gt=0, description="stop sending after this long; requests in flight finish"
@@ -161,6 +181,14 @@ class BenchConfig(BaseModel):
     def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
         return dict(check_header(name, value) for name, value in v.items())
 
+    @field_validator("server_metrics_url")
+    @classmethod
+    def _check_metrics_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return v
+
     @field_validator("dataset_name", mode="before")
     @classmethod
     def _alias_dataset(cls, v: object) -> object:
@@ -203,12 +231,17 @@ class BenchConfig(BaseModel):
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
         if (
-            self.dataset_name in ("sharegpt", "sonnet", "hf", "custom", "speed_bench")
+            self.dataset_name in ("sharegpt", "sonnet", "hf", "custom", "speed_bench", "trace")
             and not self.dataset_path
         ):
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
+        if self.dataset_name == "trace" and not self.closed_loop:
+            # sessions start as lanes free up (--max-concurrency), as InferenceX's replay runs its lanes
+            raise ValueError(
+                "a trace replays sessions at --max-concurrency; it takes no request_rate or ramp-up"
+            )
         if self.ignore_eos is None:
-            self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn")
+            self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn", "trace")
         return self
 
     @property

@@ -16,7 +16,9 @@ Misbehaviour on purpose (--mode, applied to every --fail-every-th request):
   die         the whole process exits (os._exit) halfway through the --die-after-requests-th request
 
 GET /stats answers {"requests": N, "in_flight": N, "max_in_flight": N}: tests read from it how many requests
-the client really had in flight at once, independent of timing.
+the client really had in flight at once, independent of timing. GET /metrics answers vLLM's prefix-cache
+counters (vllm:prefix_cache_queries / _hits, in prompt words) of an unbounded prefix cache of 16-word blocks,
+each block's key chained to the blocks before it as vLLM chains its block hashes.
 
     python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
 """
@@ -135,8 +137,46 @@ class _Stream:
             proto.transport.write(self.tok + self.final)
 
 
+PREFIX_BLOCK_WORDS = 16
+
+
+class PrefixCache:
+    """An unbounded prefix cache of the prompts seen: blocks of whole PREFIX_BLOCK_WORDS words, each keyed by
+    its words and the key of the block before it; a prompt's hits are the words of its leading cached
+    blocks."""
+
+    def __init__(self) -> None:
+        self.blocks: set[int] = set()
+        self.queries = 0
+        self.hits = 0
+
+    def lookup(self, prompt: str) -> None:
+        words = prompt.split()
+        self.queries += len(words)
+        key, cached = 0, True
+        for k in range(0, len(words) - PREFIX_BLOCK_WORDS + 1, PREFIX_BLOCK_WORDS):
+            key = hash((key, tuple(words[k : k + PREFIX_BLOCK_WORDS])))
+            if cached and key in self.blocks:
+                self.hits += PREFIX_BLOCK_WORDS
+            else:
+                cached = False
+                self.blocks.add(key)
+
+    def metrics(self, model: str) -> bytes:
+        labels = f'{{engine="0",model_name="{model}"}}'
+        lines = []
+        for name, value in (("prefix_cache_queries", self.queries), ("prefix_cache_hits", self.hits)):
+            lines += [f"# TYPE vllm:{name} counter", f"vllm:{name}_total{labels} {float(value)}"]
+        body = ("\n".join(lines) + "\n").encode()
+        return (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: %d\r\n"
+            b"connection: keep-alive\r\n\r\n" % len(body)
+        ) + body
+
+
 class MockProtocol(asyncio.Protocol):
     count = 0  # requests seen by this process (all connections)
+    cache = PrefixCache()
     in_flight = 0  # completion requests accepted and not yet answered in full
     max_in_flight = 0
 
@@ -209,6 +249,9 @@ class MockProtocol(asyncio.Protocol):
             stats = {"requests": MockProtocol.count, "in_flight": MockProtocol.in_flight}
             self.send(_json_response("200 OK", dict(stats, max_in_flight=MockProtocol.max_in_flight)))
             return
+        if path.endswith("/metrics"):
+            self.send(MockProtocol.cache.metrics(self.s.model))
+            return
         if not path.endswith("completions"):
             self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
             return
@@ -226,6 +269,7 @@ class MockProtocol(asyncio.Protocol):
             req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
         )
         prompt_tokens = len(str(prompt).split())
+        MockProtocol.cache.lookup(str(prompt))
         misbehave = s.mode != "ok" and n_req % s.fail_every == 0
         mode = s.mode if misbehave else "ok"
         if s.die_after and n_req >= s.die_after:

@@ -99,9 +99,9 @@ class Totals:
 class RunProgress:
     """The run phase: requests done, failures, in flight, and rates over the last second."""
 
-    def __init__(self, line: LiveLine, total: int) -> None:
+    def __init__(self, line: LiveLine, total: int | None) -> None:
         self.line = line
-        self.total = total
+        self.total = "" if total is None else f"/{total}"  # None: a run without a fixed number of requests
         self.hist: list[tuple[float, float, float]] = []
 
     def update(self, elapsed: float, t: Totals) -> None:
@@ -112,7 +112,7 @@ class RunProgress:
         rps, tps = (t.done - d0) / span, (t.tokens - k0) / span
         ttft = f"{t.ttft_p50_ms:.1f} ms" if t.ttft_p50_ms > 0 else "-"
         self.line.show(
-            f"[{elapsed:6.1f}s] {int(t.done)}/{self.total} done  {int(t.failed)} failed  "
+            f"[{elapsed:6.1f}s] {int(t.done)}{self.total} done  {int(t.failed)} failed  "
             f"{int(t.in_flight)} in flight  {rps:.1f} req/s  {tps:.0f} tok/s  TTFT p50 {ttft}  "
             f"client CPU {t.cpu_pct:.0f}%"
         )
@@ -122,7 +122,7 @@ class RunProgress:
             self.line.finish()
             return
         self.line.finish(
-            f"[{elapsed:6.1f}s] {int(t.done)}/{self.total} done  {int(t.failed)} failed  "
+            f"[{elapsed:6.1f}s] {int(t.done)}{self.total} done  {int(t.failed)} failed  "
             f"{t.done / max(elapsed, 1e-9):.1f} req/s  {t.tokens / max(elapsed, 1e-9):.0f} tok/s"
         )
 

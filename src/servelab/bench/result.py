@@ -78,6 +78,8 @@ class BenchResult:
     records_file: str | None = None  # set when the per-request records were saved
     # --cool-down: {"seconds", "excluded_requests", "measured_until_s"}; None (not written) without one
     cool_down: dict | None = None
+    # a trace replay's sessions, turns and prefix cache (servelab.bench.agentic.report); None: not written
+    agentic: dict | None = None
 
     @property
     def failed(self) -> int:
@@ -100,6 +102,8 @@ class BenchResult:
         )
         if self.cool_down is not None:
             out["cool_down"] = self.cool_down
+        if self.agentic is not None:
+            out["agentic"] = self.agentic
         out.update(self.provenance)
         out["config"] = self.config
         out.update(asdict(self.details))

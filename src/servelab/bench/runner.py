@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -192,16 +192,28 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
     return specs
 
 
-def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], merged_path: Path) -> LoadRun:
+def run_load(
+    cfg: BenchConfig,
+    items: list[WorkItem] | None,
+    specs: Sequence[WorkerSpec],
+    merged_path: Path,
+    *,
+    total: int | None = None,
+    target: Callable = worker_main,
+    before_start: Callable[[], None] | None = None,
+) -> LoadRun:
     """Start the worker processes, start them together at T0, wait (live line; Ctrl-C stops them and keeps
-    what was measured), and merge their records into `merged_path`."""
+    what was measured), and merge their records into `merged_path`. A trace replay passes no items (its
+    workers make their own requests), its process entry (`target`), how many requests it plans (`total`;
+    None: no fixed number) and `before_start`, called once every worker is ready (its ready check and
+    warm-ups done) and before the run starts."""
     ctx = mp.get_context("spawn")
     progress = ctx.Array("d", len(specs) * PROGRESS_SLOTS, lock=False)
     stop = ctx.Event()
     procs, pipes = [], []
     for spec in specs:
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(spec, progress, stop, child_end), daemon=True)
+        p = ctx.Process(target=target, args=(spec, progress, stop, child_end), daemon=True)
         p.start()
         procs.append(p)
         pipes.append(parent_end)
@@ -209,7 +221,8 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
     summaries: list[dict] = []
     infos: list[dict] = []
     live = cfg.live if cfg.live is not None else sys.stderr.isatty()
-    run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), len(items))
+    planned = len(items) if items is not None else total
+    run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), planned)
     t0 = 0.0
     try:
         # the warm-up's start is said by its own line (warmup_start_line)
@@ -220,6 +233,8 @@ def run_load(cfg: BenchConfig, items: list[WorkItem], specs: list[WorkerSpec], m
             for pipe in pipes:
                 pipe.send(("stop",))
             raise ServelabError(f"initial test request to {cfg.base_url}{cfg.endpoint} failed: {ready_error}")
+        if before_start is not None:
+            before_start()
         t0 = perf_counter() + 0.05
         for pipe in pipes:
             pipe.send(("start", t0))
@@ -439,13 +454,14 @@ def run(
     out=None,
     json_out: Callable[[list[dict]], None] | None = None,
     saved: list[Path] | None = None,
+    point: Callable = run_point,
 ) -> int:
     """Run one point or a sweep (a termination signal is handled like Ctrl-C); print a summary table for
     sweeps. With `json_out` the summaries go to stderr and `json_out` is given the results (one per point,
     measured parts of an interrupted run included) at the end. The result files written are added to `saved`.
-    Returns the exit code."""
+    `point` runs one point (run_point, or a trace replay's). Returns the exit code."""
     text = out or (sys.stderr if json_out else sys.stdout)
-    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, json_out, saved))
+    return _with_signals(cfg_points, lambda: _run_points(cfg_points, text, json_out, saved, point))
 
 
 def _with_signals(cfg_points: list[BenchConfig], body) -> int:
@@ -470,17 +486,18 @@ def _run_points(
     out,
     json_out: Callable[[list[dict]], None] | None = None,
     saved: list[Path] | None = None,
+    point: Callable = run_point,
 ) -> int:
     tok = load_tokenizer(cfg_points[0].tokenizer, cfg_points[0].trust_remote_code)
     results = []
     code = 0
     try:
         for cfg in cfg_points:
-            point = _point_name(cfg)
+            name = _point_name(cfg)
             if len(cfg_points) > 1:
-                print(f"\n### point {point}", file=out)
-            result, path, c = run_point(cfg, tok, out)
-            results.append((point, result.dump(), str(path) if path else None))
+                print(f"\n### point {name}", file=out)
+            result, path, c = point(cfg, tok, out)
+            results.append((name, result.dump(), str(path) if path else None))
             if path is not None and saved is not None:
                 saved.append(path)
             code = max(code, c)

@@ -101,9 +101,10 @@ def _die_with_parent() -> int:
     return parent_pid
 
 
-def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
+def worker_main(spec: WorkerSpec, progress, stop_event, pipe, worker_cls: type[Worker] | None = None) -> None:
     """Process entry point (spawned). Protocol with the parent over `pipe`:
-    -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary)."""
+    -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary).
+    `worker_cls` replaces the request loop (a trace replay's sessions: servelab.bench.agentic.replay)."""
     parent_pid = _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
     loop, loop_kind = _new_loop(spec.use_uvloop)
@@ -111,7 +112,9 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe) -> None:
     out = open(spec.out_path, "w", buffering=1 << 16)
     tls = ssl.create_default_context() if spec.template.target.tls else None
     records = RecordWriter(out, spec.index, spec.keep_text, spec.ttft_at_first_content)
-    w = Worker(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls)
+    w = (worker_cls or Worker)(
+        spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls
+    )
     w.parent_pid = parent_pid
     try:
         info = loop.run_until_complete(w.prepare())

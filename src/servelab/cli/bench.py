@@ -23,6 +23,7 @@ _FLAGS = {
     "request_timeout_s": "--request-timeout",
     "progress_interval_s": "--progress-interval",
     "use_uvloop": "--uvloop",
+    "trace_max_gap_s": "--trace-max-gap",
 }
 _TWIN = "Simulated twin (--simulate)"
 
@@ -61,12 +62,30 @@ def bench(
         "random",
         "--dataset-name",
         help="random | sharegpt | sonnet | hf | prefix (prefix_repetition) | multiturn | custom | "
-        "speed_bench.",
+        "speed_bench | trace (the same as --trace).",
     ),
     dataset_path: str | None = typer.Option(
         None,
         "--dataset-path",
         help="The dataset's file or folder (sharegpt, sonnet, hf, custom, speed_bench need one).",
+    ),
+    trace: str | None = typer.Option(
+        None,
+        "--trace",
+        help="Replay an agentic trace (InferenceX's format: a JSON Lines file, one session a line, or a JSON "
+        "file or a folder of them): its sessions' requests with their recorded waits and growing prompts; "
+        "--max-concurrency counts sessions. The same as --dataset-name trace --dataset-path FILE.",
+    ),
+    trace_max_gap: float = typer.Option(
+        300.0,
+        "--trace-max-gap",
+        help="trace: a recorded wait between a session's requests is cut to this many seconds (inf: none).",
+    ),
+    server_metrics_url: list[str] | None = typer.Option(
+        None,
+        "--server-metrics-url",
+        help="trace: a Prometheus /metrics page read before and after the run for the prefix-cache hit rate "
+        "(repeat, or a comma list, for every server of a deployment; default BASE_URL/metrics).",
     ),
     random_input_len: int = typer.Option(
         1024, "--random-input-len", "--input-len", help="random: prompt tokens per request."
@@ -117,7 +136,12 @@ def bench(
     speed_bench_output_len: int = typer.Option(
         4096, "--speed-bench-output-len", help="SPEED-Bench: output tokens per request."
     ),
-    num_prompts: int = typer.Option(1000, "--num-prompts", help="Requests (conversations for multiturn)."),
+    num_prompts: int | None = typer.Option(
+        None,
+        "--num-prompts",
+        help="Requests (default 1000; conversations for multiturn; sessions for a trace, by default each "
+        "trace once, or again and again until --max-seconds).",
+    ),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop sending after this long; requests in flight finish."
     ),
@@ -359,6 +383,11 @@ def bench(
     except ValueError as e:
         raise ServelabError(str(e)) from None
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
+    if trace is not None:
+        if dataset_path is not None or dataset_name not in ("random", "trace"):
+            raise ServelabError("--trace FILE is the dataset: no --dataset-name or --dataset-path with it")
+        dataset_name, dataset_path = "trace", trace
+
     try:
         concurrencies = C.parse_sweep(max_concurrency, "int", "--max-concurrency")
         rates = C.parse_sweep(None if auto_sweep else request_rate, "rate", "--request-rate")
@@ -396,7 +425,10 @@ def bench(
             speed_bench_dataset_subset=speed_bench_dataset_subset,
             speed_bench_category=speed_bench_category,
             speed_bench_output_len=speed_bench_output_len,
-            num_prompts=num_prompts,
+            trace_max_gap_s=trace_max_gap,
+            server_metrics_url=[
+                u.strip() for item in server_metrics_url or [] for u in item.split(",") if u.strip()
+            ],
             max_seconds=max_seconds,
             cool_down_s=cool_down,
             burstiness=burstiness,
@@ -428,6 +460,8 @@ def bench(
         )
         if backend is not None:
             base["backend"] = backend
+        if num_prompts is not None:  # unset: a trace replays each of its sessions once (BenchConfig: 1000)
+            base["num_prompts"] = num_prompts
         sweep = len(concurrencies) * len(rates) > 1
         points = []
         for conc in concurrencies:
@@ -468,6 +502,10 @@ def bench(
         _write_outputs(result_filename, result_dir, saved, formats, as_json)
         return code
     if auto_sweep:
+        if points[0].dataset_name == "trace":
+            raise ServelabError(
+                "--request-rate sweep: a trace replays sessions at --max-concurrency, not a rate"
+            )
         if as_json:
             raise ServelabError(
                 "--json is for one point or a list sweep; --request-rate sweep prints a table"
@@ -477,7 +515,12 @@ def bench(
     else:
         saved = []
         json_out = (lambda dumps: print_json("servelab.bench", {"results": dumps})) if as_json else None
-        code = run(points, json_out=json_out, saved=saved)
+        if points[0].dataset_name == "trace":
+            from servelab.bench.agentic.run import run_trace_point  # noqa: PLC0415 (start-up time, as above)
+
+            code = run(points, json_out=json_out, saved=saved, point=run_trace_point)
+        else:
+            code = run(points, json_out=json_out, saved=saved)
     _write_outputs(result_filename, result_dir, saved, formats, as_json)
     return code
 

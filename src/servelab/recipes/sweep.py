@@ -27,7 +27,9 @@ def _launch(recipe, point: Point) -> tuple[Launch | None, str | None]:
     """The rendered launch, or why there is none."""
     row = MatrixRow.model_validate(point.row)
     if point.scenario == "agentic-coding" or row.max_model_len is None:
-        return None, "agentic-coding (trace replay) has no servelab launch or client yet"
+        # the client exists (`servelab bench --trace`); the server launches of upstream's agentic scripts
+        # (their KV-offload backends and side processes) are not captured or rendered yet
+        return None, "agentic-coding (trace replay) has no servelab launch yet"
     try:
         # flags that depend on concurrency need it; a multinode row holds a list and renders no launch
         conc = row.conc if isinstance(row.conc, int) else None

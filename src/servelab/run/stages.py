@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servelab.bench.agentic.run import run_trace_point
 from servelab.bench.config import BenchConfig
 from servelab.bench.runner import run_point
 from servelab.errors import ServelabError
@@ -66,7 +67,8 @@ def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path)
     report = out_dir / result_name(point.config, repetition).replace(".json", ".txt")
     try:
         with open(report, "w") as text:  # the summary `servelab bench` prints, kept beside the result
-            result, path, code = run_point(cfg, out=text)
+            run_one = run_trace_point if cfg.dataset_name == "trace" else run_point
+            result, path, code = run_one(cfg, out=text)
     except ServelabError as e:  # the ready check failed, the model list could not be read
         raise StageFailed(str(e)) from None
     entry = vllm_entry(result.dump(), here=True)
