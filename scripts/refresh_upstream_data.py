@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -201,7 +202,10 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
         try:
             for sha in commits:
                 git(work, "checkout", "-q", "--detach", sha)
-                entry = {"commit": sha, "subject": git(repo, "log", "-1", "--format=%s", sha).strip()}
+                entry: dict[str, Any] = {
+                    "commit": sha,
+                    "subject": git(repo, "log", "-1", "--format=%s", sha).strip(),
+                }
                 for side, ref in (("base", f"{sha}^"), ("head", sha)):
                     entry[side] = _blob(repo, ref, blobs)
                 refs = ["--base-ref", f"{sha}^", "--head-ref", sha]
@@ -327,14 +331,14 @@ def commit_configs(repo: Path, sha: str, matrix: dict, dest: Path, ix_configs: P
     where it differs from the pinned one."""
     base, head = _masters(repo, f"{sha}^"), _masters(repo, sha)
     all_keys = [k for f in head.values() for k in f]
-    keys = set()
+    keys: set[str] = set()
     for entry in matrix["changelog_metadata"]["entries"]:
         for pat in entry["config-keys"]:
             keys.update(k for k in all_keys if re.fullmatch(re.escape(pat).replace(r"\*", ".*"), k))
     for name in head.keys() | base.keys():
         old, new = base.get(name, {}), head.get(name, {})
         keys.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    data = {}
+    data: dict[str, Any] = {}
     for side, ref, files in (("base", f"{sha}^", base), ("head", sha, head)):
         data[side] = {name: [[k, v] for k, v in f.items() if k in keys] for name, f in files.items()}
         runners = git(repo, "show", f"{ref}:configs/runners.yaml")

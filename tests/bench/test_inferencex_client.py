@@ -20,7 +20,8 @@ from servelab.traffic.lengths import sample_lengths
 
 # a Llama-like template: the special tokens come from tokenizer_config.json, as transformers passes them
 TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 
@@ -31,7 +32,11 @@ def chat_tokenizer(tmp_path, tiny_tokenizer):
     d = tmp_path / "chat-tok"
     d.mkdir()
     shutil.copy(tiny_tokenizer / "tokenizer.json", d / "tokenizer.json")
-    config = {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": {"content": "</s>", "special": True}}
+    config = {
+        "chat_template": TEMPLATE,
+        "bos_token": "<s>",
+        "eos_token": {"content": "</s>", "special": True},
+    }
     (d / "tokenizer_config.json").write_text(json.dumps(config))
     return d
 
