@@ -240,7 +240,9 @@ def run_script(script: str, env: dict[str, str], tmp: Path) -> dict:
     argv = [_upstream_path(a, tmp) for a in got["argv"]]
     out = {"argv": argv, "env": dict(sorted(added.items())), "files": files}
     if bench_capture.exists():  # run_benchmark_serving's arguments (benchmark_lib.sh), NUL-separated
-        out["bench"] = [_upstream_path(a, tmp) for a in bench_capture.read_text().split("\0")[:-1]]
+        args = [_upstream_path(a, tmp) for a in bench_capture.read_text().split("\0")[:-1]]
+        # the stub server's process id differs run to run: recorded as the variable upstream passes
+        out["bench"] = ["$SERVER_PID" if prev == "--server-pid" else a for prev, a in zip(["", *args], args)]
     return out
 
 
