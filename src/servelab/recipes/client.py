@@ -57,7 +57,8 @@ def bench_spec(recipe, seq, conc: int, filename: str, script: ClientOptions | No
         random_output_len=seq.osl,
         random_range_ratio=c.random_range_ratio,
         random_range_rule=c.random_range_rule,
-        use_chat_template=bool(chosen("use_chat_template")),
+        # DeepSeek-V4's framing is a chat template: on with --dsv4, as InferenceX's wrapper turns it on
+        use_chat_template=bool(chosen("use_chat_template") or chosen("dsv4")),
         dsv4=bool(chosen("dsv4")),
         num_prompts=num_prompts(recipe, seq, conc),
         max_concurrency=conc,
