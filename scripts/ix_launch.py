@@ -242,7 +242,10 @@ def run_script(script: str, env: dict[str, str], tmp: Path) -> dict:
     if bench_capture.exists():  # run_benchmark_serving's arguments (benchmark_lib.sh), NUL-separated
         args = [_upstream_path(a, tmp) for a in bench_capture.read_text().split("\0")[:-1]]
         # the stub server's process id differs run to run: recorded as the variable upstream passes
-        out["bench"] = ["$SERVER_PID" if prev == "--server-pid" else a for prev, a in zip(["", *args], args)]
+        before = ["", *args[:-1]] if args else []
+        out["bench"] = [
+            "$SERVER_PID" if b == "--server-pid" else a for b, a in zip(before, args, strict=True)
+        ]
     return out
 
 
