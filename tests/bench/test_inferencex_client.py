@@ -101,7 +101,7 @@ def test_inferencex_rule_draws_lengths_up_to_the_set_ones():
     assert set(ins.tolist()) == {1000} and set(outs.tolist()) == {100}  # r = 1: exactly L
 
 
-def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+def cli(monkeypatch, capsys, *args: str) -> tuple[int | str | None, str]:
     monkeypatch.setattr(sys, "argv", ["servelab", "bench", "--model", "m", "--num-prompts", "2", *args])
     with pytest.raises(SystemExit) as e:
         main()
