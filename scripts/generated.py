@@ -243,6 +243,7 @@ ENTRIES: tuple[Entry, ...] = (
             f"{IX}/perf-changelog.yaml",
             f"{IX}/sweep/*",
             f"{IX}/changelog/*",
+            f"{IX}/utils/*.py",
             "tests/data/perf-eval/**/*",
         ),
         inputs=("scripts/refresh_upstream_data.py",),

@@ -15,13 +15,14 @@ framework-tagged name first, the historical name second) and runs it with the jo
 CONC, ISL, OSL, MAX_MODEL_LEN... in the environment. Those scripts are shell, with branches on concurrency and
 layout, so the capture does not parse them: it runs each pinned copy under bash with stub commands in place
 of the servers (vllm, sglang, trtllm-serve, python3 -m ..., mpirun, GPU tools) and a stub benchmark_lib.sh,
-and records the server argv, the environment the script added and the config files the argv names. Every
-job of every single-node fixed-seq-len key of both master files is captured this way.
+and records the server argv, the environment the script added, the config files the argv names and the
+arguments it gives the benchmark client (`run_benchmark_serving`, whose stub records them). Every job of
+every single-node fixed-seq-len key of both master files is captured this way.
 
-`profiles` turns the capture into servelab's launch-profile table (per script: the flags and env every job
-shares, plus the ones that depend on the layout and concurrency), and `docs` compares, key by key, what
-servelab renders for each job with what upstream's script ran. Both read a command's flags through the
-engine's grammar (servelab.engines), as the adapters write them.
+`profiles` turns the capture into servelab's launch-profile table (per script: the flags, env and client
+options every job shares, plus the ones that depend on the layout and concurrency), and `docs` compares, key
+by key, what servelab renders for each job with what upstream's script ran. Both read a command's flags
+through the engine's grammar (servelab.engines), as the adapters write them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from servelab.recipes.engines.profiles import (
     script_sha256,
 )
 from servelab.recipes.inferencex import load_master
+from servelab.recipes.ix_client import client_options
 from servelab.recipes.ladder import concurrencies, seq_len_name
 from servelab.recipes.recipe_store import parse_recipe_file
 
@@ -158,7 +160,7 @@ check_env_vars() {
 wait_for_server_ready() { wait; }
 start_gpu_monitor() { :; }
 stop_gpu_monitor() { :; }
-run_benchmark_serving() { :; }
+run_benchmark_serving() { printf '%s\\0' "$@" > "$SERVELAB_BENCH_CAPTURE"; }
 run_eval() { :; }
 append_lm_eval_summary() { :; }
 setup_eval_context() { :; }
@@ -215,9 +217,16 @@ def run_script(script: str, env: dict[str, str], tmp: Path) -> dict:
     work.mkdir()
     text = (SCRIPTS / script).read_text().replace(WORKSPACE, str(tmp / "workspace"))
     (bench / script).write_text(text)
-    capture = tmp / "capture.jsonl"
+    capture, bench_capture = tmp / "capture.jsonl", tmp / "bench.args"
     capture.unlink(missing_ok=True)
-    base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp), "SERVELAB_CAPTURE": str(capture), **env}
+    bench_capture.unlink(missing_ok=True)
+    base = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp),
+        "SERVELAB_CAPTURE": str(capture),
+        "SERVELAB_BENCH_CAPTURE": str(bench_capture),
+        **env,
+    }
     run = subprocess.run(
         ["bash", str(bench / script)], cwd=work, env=base, capture_output=True, text=True, timeout=60
     )
@@ -229,7 +238,15 @@ def run_script(script: str, env: dict[str, str], tmp: Path) -> dict:
     added = {k: _upstream_path(v, tmp) for k, v in got["env"].items() if k not in skip}
     files = {Path(p).name: c for p, c in got["files"].items()}
     argv = [_upstream_path(a, tmp) for a in got["argv"]]
-    return {"argv": argv, "env": dict(sorted(added.items())), "files": files}
+    out = {"argv": argv, "env": dict(sorted(added.items())), "files": files}
+    if bench_capture.exists():  # run_benchmark_serving's arguments (benchmark_lib.sh), NUL-separated
+        args = [_upstream_path(a, tmp) for a in bench_capture.read_text().split("\0")[:-1]]
+        # the stub server's process id differs run to run: recorded as the variable upstream passes
+        before = ["", *args[:-1]] if args else []
+        out["bench"] = [
+            "$SERVER_PID" if b == "--server-pid" else a for b, a in zip(before, args, strict=True)
+        ]
+    return out
 
 
 def _upstream_path(value: str, tmp: Path) -> str:
@@ -388,6 +405,7 @@ def residual(record: dict, recipe, arm) -> dict:
         "options": upstream_options(grammar, record),
         "files": files,
         "drop": drop,
+        "client": client_options(record.get("bench", [])),
     }
 
 
@@ -436,6 +454,7 @@ def derive(records: list[dict], recs: dict) -> dict:
             "options": _shared([x["options"] for x in res]),
             "files": _shared([x["files"] for x in res]),
             "drop": [n for n in res[0]["drop"] if all(n in x["drop"] for x in res)],
+            "client": _shared([x["client"] for x in res]),
         }
         rest = [(job, _minus(grammar, x, shared)) for job, x in rows]
         profile = {
@@ -474,6 +493,7 @@ def _minus(grammar: Grammar, x: dict, shared: dict) -> dict:
         "options": {k: v for k, v in x["options"].items() if k not in shared["options"]},
         "files": {k: v for k, v in x["files"].items() if k not in shared["files"]},
         "drop": [n for n in x["drop"] if n not in shared["drop"]],
+        "client": {k: v for k, v in x["client"].items() if shared["client"].get(k) != v},
     }
 
 
@@ -656,7 +676,7 @@ def check_sample() -> list[str]:
         for script, (key, entry, seq, arm, conc) in sample.items():
             got = run_script(script, job_env(entry, seq, arm, conc), tmp)
             want = stored[job_id(key, seq, arm, conc)]
-            if {k: want.get(k) for k in ("argv", "env", "files")} != got:
+            if {k: want[k] for k in ("argv", "env", "files", "bench") if k in want} != got:
                 stale.append(script)
     return stale
 

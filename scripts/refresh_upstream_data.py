@@ -7,11 +7,13 @@ Only data is copied (config YAMLs, workload files, the changelog) plus what Infe
 them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
 `utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits, plus its
 strict merge rules on the same commits and the master-file keys each commit's jobs depend on). No upstream
-code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exception
-is the single-node launch scripts the master files select (benchmarks/, Apache-2.0 like the rest): they are
+code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exceptions
+(Apache-2.0 like the rest) are the single-node launch scripts the master files select (benchmarks/): they are
 pinned, run under bash with stub servers, and turned into servelab's launch profiles and the conformance
-table by scripts/ix_launch.py (pin, capture, profiles, docs). The agentic sample trace is what the checkout's
-trace converter writes for proxy rows of our own (scripts/agentic_sample.py).
+table by scripts/ix_launch.py (pin, capture, profiles, docs); and InferenceX's result processing
+(IX_RESULT_TOOLS: utils/process_result.py and the power validation it imports), which
+tests/bench/test_inferencex_results.py runs unchanged on servelab result files. The agentic sample trace is
+what the checkout's trace converter writes for proxy rows of our own (scripts/agentic_sample.py).
 """
 
 import argparse
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,6 +39,9 @@ IX_FILES = (
     "configs/runners.yaml",
     "perf-changelog.yaml",
 )
+# InferenceX's result processing, pinned as it is and run by the tests on servelab's result files: the script
+# and the module it imports for single-node power validation.
+IX_RESULT_TOOLS = ("utils/process_result.py", "utils/aggregate_power.py")
 # The master files in the order InferenceX's own tools merge them (utils/constants.py MASTER_CONFIGS, which
 # process_changelog.py uses): the order of the rows follows it.
 MASTER = ["configs/amd-master.yaml", "configs/nvidia-master.yaml"]
@@ -76,6 +82,8 @@ LAUNCH_NOTE = """
 benchmarks/: the single-node fixed-seq-len launch scripts the master files select (and the chat template
 they pass), copied unchanged; launch/launches.json.gz: what each ran per job under bash with stub servers.
 Both from scripts/ix_launch.py (pin, capture), run by scripts/refresh_upstream_data.py.
+utils/: utils/process_result.py and utils/aggregate_power.py (which it imports), copied unchanged by
+scripts/refresh_upstream_data.py; tests/bench/test_inferencex_results.py runs them on servelab results.
 """
 AGENTIC_NOTE = """
 agentic/traces.jsonl: two small agentic sessions in InferenceX's trace format (the corpus it replays lives in
@@ -194,7 +202,10 @@ def changelog_history(repo: Path, dest: Path, count: int) -> list[str]:
         try:
             for sha in commits:
                 git(work, "checkout", "-q", "--detach", sha)
-                entry = {"commit": sha, "subject": git(repo, "log", "-1", "--format=%s", sha).strip()}
+                entry: dict[str, Any] = {
+                    "commit": sha,
+                    "subject": git(repo, "log", "-1", "--format=%s", sha).strip(),
+                }
                 for side, ref in (("base", f"{sha}^"), ("head", sha)):
                     entry[side] = _blob(repo, ref, blobs)
                 refs = ["--base-ref", f"{sha}^", "--head-ref", sha]
@@ -320,14 +331,14 @@ def commit_configs(repo: Path, sha: str, matrix: dict, dest: Path, ix_configs: P
     where it differs from the pinned one."""
     base, head = _masters(repo, f"{sha}^"), _masters(repo, sha)
     all_keys = [k for f in head.values() for k in f]
-    keys = set()
+    keys: set[str] = set()
     for entry in matrix["changelog_metadata"]["entries"]:
         for pat in entry["config-keys"]:
             keys.update(k for k in all_keys if re.fullmatch(re.escape(pat).replace(r"\*", ".*"), k))
     for name in head.keys() | base.keys():
         old, new = base.get(name, {}), head.get(name, {})
         keys.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    data = {}
+    data: dict[str, Any] = {}
     for side, ref, files in (("base", f"{sha}^", base), ("head", sha, head)):
         data[side] = {name: [[k, v] for k, v in f.items() if k in keys] for name, f in files.items()}
         runners = git(repo, "show", f"{ref}:configs/runners.yaml")
@@ -374,7 +385,7 @@ def main() -> int:
 
     ix, pe = args.inferencex.resolve(), args.perf_eval.resolve()
     ix_dest, pe_dest = DATA / "inferencex", DATA / "perf-eval"
-    changes = [f"inferencex/{n}" for n in copy_files(ix, IX_FILES + ("LICENSE",), ix_dest)]
+    changes = [f"inferencex/{n}" for n in copy_files(ix, IX_FILES + IX_RESULT_TOOLS + ("LICENSE",), ix_dest)]
     (ix_dest / "UPSTREAM.md").write_text(
         provenance(
             ix, "https://github.com/SemiAnalysisAI/InferenceX", "Apache-2.0 (LICENSE beside this file)"

@@ -108,11 +108,11 @@ def test_bench_spec_config_checks_values_on_one_line():
         model="m",
         random_input_len=8,
         random_output_len=8,
-        random_range_ratio=1.0,  # vLLM's random dataset takes [0, 1)
+        random_range_ratio=1.0,  # vLLM's rule (the spec's default) takes [0, 1)
         num_prompts=4,
         max_concurrency=2,
     )
-    with pytest.raises(ServelabError, match=r"^job: random_range_ratio: Input should be less than 1"):
+    with pytest.raises(ServelabError, match=r"^job: random_range_ratio must be below 1 by the vllm rule"):
         spec.config("job")
     ok = spec.model_copy(update={"random_range_ratio": 0.5, "request_rate": float("inf")})
     assert ok.config().num_prompts == 4 and ok.config().ignore_eos  # bench's default for random

@@ -45,7 +45,7 @@ def test_shipped_store_passes_from_empty_history(repo):
     repo.relock()
     repo.commit("seed")
     c = change(repo, empty)
-    assert c.problems == [] and len(c.added) == 4
+    assert c.problems == [] and len(c.added) == 5
     assert change(repo, empty, pr_link=OWN, strict=True).problems == []
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from servelab.bench.payload import check_base_url, check_header, check_header_value, split_credentials
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.progress import DEFAULT_INTERVAL_S
-from servelab.traffic.lengths import BENCH_RANGE_RATIO
+from servelab.traffic.lengths import BENCH_RANGE_RATIO, RangeRule
 
 TtftAt = Literal["first-event", "first-content"]
 DatasetName = Literal[
@@ -22,6 +22,15 @@ MAX_TOKENS = 1 << 24
 MAX_REQUESTS = 10_000_000
 MAX_CONCURRENCY = 1_000_000
 MAX_RESPONSE_MIB = 1 << 20
+# vLLM's --tokenizer-mode values and why servelab cannot take the ones it refuses: servelab loads a
+# checkpoint's tokenizer.json (`tokenizers`, else transformers' AutoTokenizer), as auto and deepseek_v4 do
+TOKENIZER_MODES = ("auto", "deepseek_v4")
+REFUSED_TOKENIZER_MODES = {
+    "slow": "servelab loads the fast tokenizer (tokenizer.json) only",
+    "hf": "servelab picks the tokenizer loader itself (tokenizer.json, else transformers); leave it at auto",
+    "mistral": "vLLM's mistral_common tokenizer is not loaded by servelab",
+    "custom": "vLLM's registered custom tokenizers are not loaded by servelab",
+}
 DATASET_ALIASES = {
     "prefix_repetition": "prefix",
     "multi_turn": "multiturn",
@@ -58,12 +67,32 @@ class BenchConfig(BaseModel):
         None, description="tokenizer for exact lengths: a local path or a hub id in the local HF cache"
     )
     trust_remote_code: bool = Field(False, description="let transformers run the tokenizer's own code")
+    tokenizer_mode: str = Field(
+        "auto",
+        description="vLLM's --tokenizer-mode: auto or deepseek_v4 (both load the checkpoint's "
+        "tokenizer.json; DeepSeek-V4's chat framing is --dsv4); the others are refused with the reason",
+    )
     label: str | None = None
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
     random_input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     random_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
-    random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, lt=1.0)
+    random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, le=1.0)
+    random_range_rule: RangeRule = Field(
+        "vllm",
+        description="servelab: how --random-range-ratio r spreads a length L: vllm, uniform in "
+        "[L(1-r), L(1+r)] (r < 1); inferencex, uniform in [int(L r), L] (InferenceX's benchmark_serving.py)",
+    )
+    use_chat_template: bool = Field(
+        False,
+        description="random dataset: each prompt is a user message in the tokenizer's chat template, the "
+        "template's tokens taken off the input length (InferenceX's client)",
+    )
+    dsv4: bool = Field(
+        False,
+        description="random dataset: DeepSeek-V4's chat framing instead of the tokenizer's template; implies "
+        "use_chat_template (as InferenceX's run_benchmark_serving)",
+    )
     random_prefix_len: int = Field(0, ge=0, le=MAX_TOKENS)
     prefix_repetition_prefix_len: int = Field(256, ge=1, le=MAX_TOKENS)
     prefix_repetition_suffix_len: int = Field(256, ge=1, le=MAX_TOKENS)
@@ -189,6 +218,15 @@ class BenchConfig(BaseModel):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return v
 
+    @field_validator("tokenizer_mode")
+    @classmethod
+    def _check_tokenizer_mode(cls, v: str) -> str:
+        if v in REFUSED_TOKENIZER_MODES:
+            raise ValueError(f"tokenizer mode {v} is not supported: {REFUSED_TOKENIZER_MODES[v]}")
+        if v not in TOKENIZER_MODES:
+            raise ValueError(f"tokenizer mode {v!r} is not one of {', '.join(TOKENIZER_MODES)}")
+        return v
+
     @field_validator("dataset_name", mode="before")
     @classmethod
     def _alias_dataset(cls, v: object) -> object:
@@ -242,6 +280,16 @@ class BenchConfig(BaseModel):
             )
         if self.ignore_eos is None:
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn", "trace")
+        if self.random_range_rule == "vllm" and self.random_range_ratio >= 1:
+            raise ValueError("random_range_ratio must be below 1 by the vllm rule ([L(1-r), L(1+r)])")
+        if self.dsv4:
+            self.use_chat_template = True
+        if self.use_chat_template:
+            if self.dataset_name != "random":
+                raise ValueError("use_chat_template (and dsv4) apply to the random dataset, as in InferenceX")
+            # InferenceX's client takes its tokenizer from --model when none is given; servelab looks that id
+            # up in the local Hugging Face cache (never downloads)
+            self.tokenizer = self.tokenizer or self.model
         return self
 
     @property

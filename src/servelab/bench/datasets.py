@@ -302,8 +302,24 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
 
 def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None) -> list[BenchItem]:
     special = tok.num_special_to_add if tok else 0
+    frame = None
+    if cfg.use_chat_template:
+        if tok is None:
+            raise ServelabError(
+                "--use-chat-template needs the model's tokenizer: --tokenizer, or --model naming a "
+                "checkpoint in the local Hugging Face cache"
+            )
+        frame = tok.chat_framing(cfg.dsv4)
+        # InferenceX's rule: the template's tokens (those around a one-token message) come off the length
+        special = len(tok.encode(frame("a"))) - 1
     in_lens, out_lens = sample_lengths(
-        rng, cfg.num_prompts, cfg.random_input_len, cfg.random_output_len, cfg.random_range_ratio, special
+        rng,
+        cfg.num_prompts,
+        cfg.random_input_len,
+        cfg.random_output_len,
+        cfg.random_range_ratio,
+        special,
+        cfg.random_range_rule,
     )
     if cfg.random_prefix_len + int(in_lens.min()) < 1:
         raise ServelabError("--random-input-len is too small: a prompt would have no tokens")
@@ -312,7 +328,7 @@ def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None
     items = []
     for i in range(cfg.num_prompts):
         body, body_len = maker.random(int(in_lens[i]), offset=int(offsets[i]) + i)
-        text = prefix + body
+        text = prefix + body if frame is None else frame(prefix + body)
         n = maker.count(text) if tok else prefix_len + body_len
         items.append(BenchItem(i, text, n, int(out_lens[i])))
     return items
@@ -348,6 +364,7 @@ def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> list[BenchItem]:
         cfg.random_output_len,
         cfg.random_range_ratio,
         0,
+        cfg.random_range_rule,
     )
     items = []
     for c in range(cfg.num_prompts):

@@ -74,8 +74,13 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
             continue
         short, title = names[m]
         print("{s:{c}^{n}}".format(s=title, n=50, c="-"), file=file)
-        num(f"Mean {short} (ms):", r[f"mean_{m}_ms"])
-        num(f"Median {short} (ms):", r[f"median_{m}_ms"])
+        for stat, label in (("mean", "Mean"), ("median", "Median")):
+            key = f"{stat}_{m}_ms"
+            # a TPOT statistic of 0 is not in the result (metrics.summary): shown as "-"
+            if key in r:
+                num(f"{label} {short} (ms):", r[key])
+            else:
+                line(f"{label} {short} (ms):", "-")
         for k, v in r.items():
             if k.startswith("p") and k.endswith(f"_{m}_ms") and k[1].isdigit():
                 num(f"P{k[1 : -len(m) - 4]} {short} (ms):", v)

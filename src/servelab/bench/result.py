@@ -80,6 +80,9 @@ class BenchResult:
     cool_down: dict | None = None
     # a trace replay's sessions, turns and prefix cache (servelab.bench.agentic.report); None: not written
     agentic: dict | None = None
+    # wall-clock time (Unix seconds) of the run's start; None (not written) for a run that never started or
+    # was simulated
+    start_unix: float | None = None
 
     @property
     def failed(self) -> int:
@@ -87,7 +90,13 @@ class BenchResult:
 
     def dump(self) -> dict:
         out = dict(self.header)
-        out.update(self.summary.fields())
+        for name, value in self.summary.fields().items():
+            out[name] = value
+            if name == "duration" and self.start_unix is not None:
+                # the measured window on the wall clock, named as InferenceX's client names it (its power
+                # validation, utils/aggregate_power.py, integrates GPU power over it)
+                out["benchmark_start_time_unix"] = self.start_unix
+                out["benchmark_end_time_unix"] = self.start_unix + self.summary.duration
         for name, d in self.client_latency_ms.items():
             out.update(distribution_fields(name, d, with_max=True))
         out.update(

@@ -133,6 +133,7 @@ class LoadRun:
     interrupted: bool
     signum: int = 0  # the signal that interrupted the run
     records_unwritten: bool = False  # a records file could not be written (a full disk): `records` has them
+    t0_unix: float | None = None  # wall-clock time of T0 (the run's start); None when it never started
 
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
@@ -224,6 +225,7 @@ def run_load(
     planned = len(items) if items is not None else total
     run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), planned)
     t0 = 0.0
+    t0_unix: float | None = None
     try:
         # the warm-up's start is said by its own line (warmup_start_line)
         warm_line = LiveLine(live, interval_s=cfg.progress_interval_s, at_start=False)
@@ -236,6 +238,7 @@ def run_load(
         if before_start is not None:
             before_start()
         t0 = perf_counter() + 0.05
+        t0_unix = time.time() + 0.05  # T0 on the wall clock (the result's benchmark_start_time_unix)
         for pipe in pipes:
             pipe.send(("start", t0))
         summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop)
@@ -268,7 +271,7 @@ def run_load(
         errors.append(f"{merged_path}: {e.strerror or e}")
     for error in errors:  # the records are in memory: the result is computed, and saved where it can be
         print(f"warning: the request records could not be written ({error}); kept in memory", file=sys.stderr)
-    return LoadRun(records, summaries, infos, interrupted, signum, bool(errors))
+    return LoadRun(records, summaries, infos, interrupted, signum, bool(errors), t0_unix)
 
 
 def run_point(
@@ -298,6 +301,7 @@ def run_point(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
     )
     result.interrupted = load.interrupted
+    result.start_unix = load.t0_unix
     present(result, cfg.percentile_metrics, file=out)
     result_path = None
     code = exit_code(cfg, result, load.signum)

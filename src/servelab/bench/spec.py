@@ -12,11 +12,13 @@ both), so the spec is a view of the load generator's own model, not a second voc
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from servelab.bench.config import BenchConfig, DatasetName
 from servelab.errors import ServelabError
+from servelab.traffic.lengths import RangeRule
 
 # Flags that have a `--no-` form in `servelab bench`: False is written as that form, so the command line
 # says what the job runs (ignore_eos: None means "on for the random dataset" in BenchConfig).
@@ -32,16 +34,24 @@ class BenchSpec(BaseModel):
 
     base_url: str
     model: str
+    backend: Literal["openai", "openai-chat", "vllm"] | None = None
+    tokenizer_mode: str | None = None
+    trust_remote_code: bool = False
     dataset_name: DatasetName = "random"
     random_input_len: int
     random_output_len: int
     random_range_ratio: float
+    random_range_rule: RangeRule | None = None
+    use_chat_template: bool = False
+    dsv4: bool = False
     num_prompts: int
     max_concurrency: int
     request_rate: float | None = None
     endpoint: str | None = None
     num_warmups: int = 0
     ignore_eos: bool | None = None
+    percentile_metrics: tuple[str, ...] | None = None
+    metric_percentiles: tuple[float, ...] | None = None
     save_result: bool = False
     result_dir: str | None = None
     result_filename: str | None = None
@@ -63,6 +73,9 @@ class BenchSpec(BaseModel):
                     argv.append(flag)
                 elif name in NEGATABLE:
                     argv.append("--no-" + name.replace("_", "-"))
+                continue
+            if isinstance(value, tuple):  # bench's comma lists: --percentile-metrics ttft,tpot
+                argv += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)]
                 continue
             argv += [flag, "inf" if isinstance(value, float) and math.isinf(value) else str(value)]
         return argv

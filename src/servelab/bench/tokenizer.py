@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from servelab.bench.chat_template import Framing, dsv4_prompt, template_framing
 from servelab.errors import ServelabError
 from servelab.hfhub import hub_cache_dir, snapshots
 
@@ -49,6 +50,7 @@ class LocalTokenizer:
     def __init__(self, path: str, trust_remote_code: bool = False) -> None:
         self.path = path
         p = Path(resolve_tokenizer_path(path))
+        self.dir = p if p.is_dir() else p.parent  # where a chat template sits beside the tokenizer
         file = p / "tokenizer.json" if p.is_dir() else p
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         tokenizers = _tokenizers() if file.is_file() and file.suffix == ".json" else None
@@ -90,6 +92,18 @@ class LocalTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def chat_framing(self, dsv4: bool) -> Framing:
+        """One user turn framed for the model (servelab.bench.chat_template): DeepSeek-V4's framing, else the
+        tokenizer's chat template (transformers' own rendering when transformers loaded the tokenizer)."""
+        if dsv4:
+            return dsv4_prompt
+        if self.kind == "transformers" and getattr(self._hf, "chat_template", None):
+            hf = self._hf
+            return lambda text: hf.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+        return template_framing(self.dir, self.path)
 
 
 def load_tokenizer(path: str | None, trust_remote_code: bool = False) -> LocalTokenizer | None:

@@ -55,6 +55,11 @@ def bench(
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="Let transformers run the tokenizer's own code."
     ),
+    tokenizer_mode: str = typer.Option(
+        "auto",
+        "--tokenizer-mode",
+        help="auto | deepseek_v4: both load the checkpoint's tokenizer.json (vLLM's others are refused).",
+    ),
     label: str | None = typer.Option(
         None, "--label", help="A name for this run, saved in the result (default: the request API)."
     ),
@@ -96,7 +101,24 @@ def bench(
     random_range_ratio: float = typer.Option(
         BENCH_RANGE_RATIO,
         "--random-range-ratio",
-        help="random: lengths drawn from [len x (1 - r), len x (1 + r)].",
+        help="random: the spread r of lengths around the set ones (--random-range-rule says how).",
+    ),
+    random_range_rule: str = typer.Option(
+        "vllm",
+        "--random-range-rule",
+        help="random: how the range ratio r spreads a length L: vllm, [L(1 - r), L(1 + r)]; inferencex, "
+        "[int(L r), L] (InferenceX's client).",
+    ),
+    use_chat_template: bool = typer.Option(
+        False,
+        "--use-chat-template",
+        help="random: prompts in the tokenizer's chat template, its tokens off the input length "
+        "(InferenceX).",
+    ),
+    dsv4: bool = typer.Option(
+        False,
+        "--dsv4",
+        help="random: DeepSeek-V4's chat framing instead of the template; implies --use-chat-template.",
     ),
     random_prefix_len: int = typer.Option(
         0, "--random-prefix-len", help="random: tokens of a prefix every prompt shares."
@@ -403,12 +425,16 @@ def bench(
             served_model_name=served_model_name,
             tokenizer=tokenizer,
             trust_remote_code=trust_remote_code,
+            tokenizer_mode=tokenizer_mode,
             label=label,
             dataset_name=dataset_name,
             dataset_path=dataset_path,
             random_input_len=random_input_len,
             random_output_len=random_output_len,
             random_range_ratio=random_range_ratio,
+            random_range_rule=random_range_rule,
+            use_chat_template=use_chat_template,
+            dsv4=dsv4,
             random_prefix_len=random_prefix_len,
             prefix_repetition_prefix_len=prefix_repetition_prefix_len,
             prefix_repetition_suffix_len=prefix_repetition_suffix_len,

@@ -3,7 +3,8 @@
 Duration runs from the run start until the last request ends; throughputs are over that duration (vLLM writes
 NaN for a zero duration, and so do we). `max_output_tokens_per_s` and `max_concurrent_requests` come from
 1-second buckets from the first request's start; like vLLM, a bucket counts content events, not tokens.
-Only the selected latency metrics (`--percentile-metrics`) get their mean, median, std and percentiles.
+Only the selected latency metrics (`--percentile-metrics`) get their mean, median, std and percentiles; a TPOT
+statistic of 0 is left out (see `ServingSummary.fields`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ class ServingSummary:
             "max_concurrent_requests": self.max_concurrent_requests,
         }
         for name, d in self.latency_ms.items():
-            out.update(distribution_fields(name, d))
+            fields = distribution_fields(name, d)
+            if name == "tpot":
+                # InferenceX's utils/process_result.py divides 1000 by every TPOT field (its interactivity),
+                # so a TPOT statistic of 0 is left out rather than written: vLLM writes 0 when no request had
+                # more than one output token, and one TPOT's std, or tokens all arriving in one read, are 0
+                fields = {k: v for k, v in fields.items() if v != 0}
+            out.update(fields)
         return out
 
 

@@ -41,7 +41,7 @@ from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import _memory_dict, prepare
 from servelab.predict.step import add_counts, priced_step
 from servelab.specs import ModelSpec, Parallel, SystemSpec
-from servelab.traffic.lengths import sample_lengths
+from servelab.traffic.lengths import RangeRule, sample_lengths
 from servelab.traffic.schedule import arrival_offsets, split_limit
 
 TWIN_ENGINES = tuple(e.value for e in Engine)
@@ -87,6 +87,7 @@ class BenchStream:
     ramp_up_end_rps: float | None = None
     num_warmups: int = 0
     seed: int = 0
+    random_range_rule: RangeRule = "vllm"  # InferenceX's client: "inferencex" (traffic.lengths)
 
     def lengths(self) -> list[tuple[int, int]]:
         """(prompt tokens, output tokens) per request: the real run's dataset draws these first from its
@@ -97,6 +98,7 @@ class BenchStream:
             self.random_input_len,
             self.random_output_len,
             self.random_range_ratio,
+            rule=self.random_range_rule,
         )
         return [(max(1, self.random_prefix_len + int(i)), int(o)) for i, o in zip(ins, outs, strict=True)]
 

@@ -29,6 +29,7 @@ def bench_stream(bench: BenchSpec) -> BenchStream:
         random_input_len=cfg.random_input_len,
         random_output_len=cfg.random_output_len,
         random_range_ratio=cfg.random_range_ratio,
+        random_range_rule=cfg.random_range_rule,
         random_prefix_len=cfg.random_prefix_len,
         num_prompts=cfg.num_prompts,
         max_concurrency=cfg.max_concurrency,

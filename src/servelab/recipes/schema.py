@@ -26,6 +26,8 @@ from servelab.recipes.inferencex import (
 from servelab.recipes.tokens import EnvName, ModelId, Name, PathStr, Revision, Text, check_text
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+LatencyMetric = Literal["ttft", "tpot", "itl", "e2el"]  # vLLM's --percentile-metrics names
+LATENCY_METRICS: tuple[LatencyMetric, ...] = ("ttft", "tpot", "itl", "e2el")
 
 
 class KernelConfig(IxModel):
@@ -134,15 +136,47 @@ class Bound(IxModel):
 
 
 class ClientSpec(IxModel):
-    """How `servelab bench` drives each job. Defaults are InferenceX's benchmark script defaults."""
+    """How `servelab bench` drives each job. Defaults are InferenceX's benchmark script defaults
+    (benchmarks/benchmark_lib.sh run_benchmark_serving, utils/bench_serving/benchmark_serving.py); the options
+    a launch script chooses (request API, chat template, ...) come from its launch profile where these are
+    None (recipes/engines/profiles.py; servelab.recipes.ix_client says which)."""
 
     num_prompts: int | None = Field(
         None, ge=1, description="Fixed prompt count; default conc x prompts-per-conc."
     )
     prompts_per_conc: int = Field(10, ge=1, description="InferenceX runs 10 prompts per unit of concurrency.")
     random_range_ratio: float = Field(0.8, ge=0, le=1, description="InferenceX's random-range-ratio.")
+    random_range_rule: Literal["vllm", "inferencex"] = Field(
+        "inferencex",
+        description="How the range ratio r spreads a length L: inferencex, [int(L r), L] (InferenceX's "
+        "client); vllm, [L(1 - r), L(1 + r)].",
+    )
     warmups_per_conc: int = Field(2, ge=0, description="InferenceX warms up with 2 x concurrency requests.")
     ignore_eos: bool = True
+    percentile_metrics: list[LatencyMetric] = Field(
+        default_factory=lambda: list(LATENCY_METRICS),
+        description="InferenceX passes ttft,tpot,itl,e2el.",
+    )
+    metric_percentiles: list[float] = Field(
+        default_factory=lambda: [90.0, 99.0, 99.9],
+        description="InferenceX's client default (it passes none): 90, 99, 99.9.",
+    )
+    backend: Literal["openai", "openai-chat", "vllm"] | None = Field(
+        None, description="The request API; default: the launch script's, else servelab bench's."
+    )
+    endpoint: Text | None = Field(
+        None, description="The API path; default: the launch script's, else bench's."
+    )
+    use_chat_template: bool | None = Field(
+        None, description="Prompts in the tokenizer's chat template; default: as the launch script asks."
+    )
+    dsv4: bool | None = Field(
+        None, description="DeepSeek-V4's chat framing; default: as the launch script asks."
+    )
+    trust_remote_code: bool | None = Field(
+        None, description="Let the client's tokenizer run its own code; default: as the launch script asks."
+    )
+    tokenizer_mode: Name | None = Field(None, description="vLLM's --tokenizer-mode; default: the script's.")
     port: int = Field(8000, ge=1, le=65535)
     result_dir: PathStr = "results"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
-from servelab.recipes.client import bench_spec, eval_spec, result_filename
+from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client
 from servelab.recipes.engines import JobPoint, Launch, engine_name, render
 from servelab.recipes.engines.profiles import profile_for, profiles_source
 from servelab.recipes.filters import Filters
@@ -61,7 +61,8 @@ def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[BenchSpec
             p, d = row.prefill, row.decode
             pools = f"p{p.num_worker}x{p.tp}ep{p.ep}-d{d.num_worker}x{d.tp}ep{d.ep}"
             name = f"{key}_{row.exp_name}_{pools}-conc{conc}.json"
-        out.append(bench_spec(recipe, point.block, conc, name))
+        script = script_client(recipe, point.arm, point.block, conc)
+        out.append(bench_spec(recipe, point.block, conc, name, script))
     return out
 
 

@@ -5,8 +5,10 @@ prefix, precision, GPU, framework and speculative decoding, some of whose flags 
 job's concurrency. servelab keeps that knowledge as data: `data/launch-profiles.json`, one profile per script,
 generated from the pinned scripts by `scripts/ix_launch.py profiles` (never edited by hand). A profile holds
 what every job of the script shares and, per variant, what depends on tp / ep / dp-attn / isl / osl /
-concurrency. An adapter's own flags (from the recipe's typed fields and the arm's layout) win over a
-profile's flag of the same name; everything rendered is fingerprinted.
+concurrency: server flags, environment, engine options, and the benchmark client's options (`client`: the
+chat template, DeepSeek-V4 framing, request API... the script asks of InferenceX's client). An adapter's own
+flags (from the recipe's typed fields and the arm's layout) win over a profile's flag of the same name;
+everything rendered is fingerprinted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -93,10 +95,26 @@ class When(IxModel):
         )
 
 
+class ClientOptions(IxModel):
+    """The benchmark client options an upstream script chooses (its run_benchmark_serving arguments, read by
+    servelab.recipes.ix_client), named as `servelab bench` names them; None: the script passes none."""
+
+    backend: Literal["openai", "openai-chat", "vllm"] | None = None
+    endpoint: Text | None = None
+    use_chat_template: bool | None = None
+    dsv4: bool | None = None
+    trust_remote_code: bool | None = None
+    tokenizer_mode: Name | None = None
+
+    def merged(self, other: ClientOptions) -> ClientOptions:
+        """These options with `other`'s set ones over them."""
+        return ClientOptions.model_validate(self.dump() | other.dump())
+
+
 class Extras(IxModel):
     """Flags (argv tokens), environment and engine options (TensorRT-LLM's YAML) added to a launch, and the
     adapter's own flags that upstream does not pass (or passes with another value: then `args` has
-    upstream's). `{model}` in a value stands for the recipe's model."""
+    upstream's), and the benchmark client's options. `{model}` in a value stands for the recipe's model."""
 
     args: list[Text] = Field(default_factory=list)
     env: dict[EnvName, Text] = Field(default_factory=dict)
@@ -105,6 +123,7 @@ class Extras(IxModel):
         default_factory=dict, description="Files a flag names (chat templates): relative path -> content."
     )
     drop: list[Flag] = Field(default_factory=list)
+    client: ClientOptions = Field(default_factory=ClientOptions)
 
 
 class Variant(Extras):
@@ -128,7 +147,7 @@ class LaunchProfile(ProfileKey, Extras):
     def resolve(self, arm, job: JobPoint, model: str) -> Extras:
         """The shared extras plus those of the first variant that matches the arm and job."""
         args, env, options, drop = list(self.args), dict(self.env), dict(self.options), list(self.drop)
-        files = dict(self.files)
+        files, client = dict(self.files), self.client
         for variant in self.variants:
             if variant.when.matches(arm, job):
                 args += variant.args
@@ -136,6 +155,7 @@ class LaunchProfile(ProfileKey, Extras):
                 options = merge_options(options, variant.options)
                 files |= variant.files
                 drop += variant.drop
+                client = client.merged(variant.client)
                 break
         return Extras(
             args=[a.replace(MODEL_SLOT, model) for a in args],
@@ -143,6 +163,7 @@ class LaunchProfile(ProfileKey, Extras):
             options=options,
             files=files,
             drop=drop,
+            client=client,
         )
 
 
