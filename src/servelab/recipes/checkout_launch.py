@@ -142,11 +142,14 @@ class CheckoutScripts:
     def failed(self, origin: LaunchOrigin, reason: str) -> LaunchOrigin:
         """`origin` left on its fallback launch because of `reason`, warned about once per script."""
         path = self.benchmarks / origin.script
-        keeps = "the captured flags" if origin.fallback == SHIPPED else "servelab's adapter flags alone"
+        keeps = (
+            f"the flags captured from {profiles_source()}, which may be stale"
+            if origin.fallback == SHIPPED
+            else "servelab's adapter flags alone, without what the script adds"
+        )
         self.warnings.setdefault(
             origin.script,
             f"{path}: servelab could not derive its jobs' launch from it ({reason}); they keep {keeps} "
-            f"({origin.fallback}, captured from {profiles_source()}), which may be stale "
             "(launch-derive-failed in each job)",
         )
         return LaunchOrigin(
