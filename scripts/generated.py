@@ -48,6 +48,7 @@ TABLES = "src/servelab/perfdb/data"
 IX = "tests/data/inferencex"
 MASTERS = (f"{IX}/configs/nvidia-master.yaml", f"{IX}/configs/amd-master.yaml")
 IX_LAUNCH = "scripts/ix_launch.py"
+CAPTURE = "src/servelab/recipes/capture/*"  # the sandbox, stubs and residual ix_launch.py runs
 
 Made = dict[str, Path]  # output (repository-relative) -> the file made now, in a temporary directory
 
@@ -276,14 +277,14 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=(f"{IX}/launch/launches.json.gz",),
-        inputs=(f"{IX}/benchmarks/**/*", *MASTERS, IX_LAUNCH),
+        inputs=(f"{IX}/benchmarks/**/*", *MASTERS, IX_LAUNCH, CAPTURE),
         command=f"python {IX_LAUNCH} capture",
         self_check=(IX_LAUNCH, "capture", "--check-sample"),  # one job per script, not all 690
         quick=False,
     ),
     Entry(
         outputs=("src/servelab/recipes/data/launch-profiles.json",),
-        inputs=(f"{IX}/launch/launches.json.gz", *MASTERS, IX_LAUNCH),
+        inputs=(f"{IX}/launch/launches.json.gz", *MASTERS, IX_LAUNCH, CAPTURE),
         command=f"python {IX_LAUNCH} profiles",
         self_check=(IX_LAUNCH, "profiles", "--check"),
         quick=False,

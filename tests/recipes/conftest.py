@@ -1,4 +1,5 @@
-"""Shared fixtures: a copy of the shipped recipe store, and temporary git repositories holding one."""
+"""Shared fixtures: a copy of the shipped recipe store, temporary git repositories holding one, and a cache
+folder of each test's own."""
 
 import shutil
 import subprocess
@@ -8,6 +9,15 @@ import pytest
 
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store
+
+
+@pytest.fixture(autouse=True)
+def _capture_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Launch captures a sweep caches (a checkout whose script changed) go to a folder of the test's own,
+    never to the user's cache."""
+    folder = tmp_path_factory.mktemp("servelab-cache")
+    monkeypatch.setenv("SERVELAB_CACHE_DIR", str(folder))
+    return folder
 
 
 @pytest.fixture

@@ -146,8 +146,11 @@ def sweep(
         if fmt in ("sh", "slurm") and not (predict or as_json):
             raise ServelabError("no jobs match these keys and filters")
         typer.echo("note: no jobs match these keys and filters", err=True)
-    for line in store.script_warnings:
-        typer.echo(f"warning: {line}", err=True)
+    if store.checkout is not None:  # one line per launch script of the checkout that changed
+        for line in store.checkout.notes.values():
+            typer.echo(f"note: {line}", err=True)
+        for line in store.checkout.warnings.values():
+            typer.echo(f"warning: {line}", err=True)
     reasons = Counter(j.not_renderable for j in jobs if j.not_renderable)
     for why, n in reasons.most_common():
         typer.echo(f"note: {n} of {len(jobs)} jobs have no launch: {why}", err=True)

@@ -42,6 +42,8 @@ SERVELAB_FIELDS = (
     "queue",
     "agents",
     "launch-script-changed",
+    "launch-source",
+    "launch-derive-failed",
 )
 
 
@@ -91,6 +93,16 @@ class Job(BaseModel):
         description="the checkout's launch script for this job differs from the one its launch flags were "
         "captured from: {script, captured-sha256, checkout-sha256}; in the JSON only when set",
     )
+    launch_source: str | None = Field(
+        None,
+        description="where the launch comes from when the checkout's script is not the one its flags were "
+        "captured from: `checkout <sha256>` (derived from that script), `shipped profile` or `servelab "
+        "adapter (no launch profile)` (it could not be: launch-derive-failed says why); in the JSON only "
+        "when set, absent meaning the shipped profile",
+    )
+    launch_derive_failed: str | None = Field(
+        None, description="why the launch could not be derived from the checkout's script"
+    )
 
     @property
     def point(self) -> MatrixRow:
@@ -136,7 +148,15 @@ class Job(BaseModel):
             "assertions": {k: v.dump() for k, v in self.assertions.items()},
             "queue": self.queue,
             "agents": self.agents,
-        } | ({"launch-script-changed": self.launch_script_changed} if self.launch_script_changed else {})
+        } | {
+            name: value
+            for name, value in (
+                ("launch-script-changed", self.launch_script_changed),
+                ("launch-source", self.launch_source),
+                ("launch-derive-failed", self.launch_derive_failed),
+            )
+            if value
+        }
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> Job:

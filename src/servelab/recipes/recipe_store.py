@@ -12,12 +12,13 @@ runners.yaml instead of under recipes/, and its perf-changelog.yaml one level up
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
 
 from servelab.errors import ServelabError, closest
-from servelab.recipes.engines.profiles import script_sha256
+from servelab.recipes.checkout_launch import CheckoutScripts
 from servelab.recipes.inferencex import Notes, validate_entries
 from servelab.recipes.runners import parse_runners
 from servelab.recipes.schema import Recipe
@@ -214,32 +215,13 @@ class RecipeStore:
             for line in duplicates:
                 self.notes.add(line)
         self.benchmarks = _benchmarks_of(source) if self.notes is not None else None
-        self.script_warnings = Notes()
-        self._scripts: dict[str, dict | None] = {}
 
-    def script_change(self, script: str, captured: str, source: str) -> dict | None:
-        """How the checkout's launch script `script` (relative to benchmarks/) differs from the one a launch
-        profile was captured from (`captured`, its sha256; `source`, the commit): None when it is the same
-        or there is no checkout. A changed script is warned about once (script_warnings)."""
-        if self.benchmarks is None:
-            return None
-        if script not in self._scripts:
-            path = self.benchmarks / script
-            found = script_sha256(path.read_bytes()) if path.is_file() else None
-            change = None
-            if found != captured:
-                change = {
-                    "script": f"benchmarks/{script}",
-                    "captured-sha256": captured,
-                    "checkout-sha256": found,
-                }
-                what = "is not in the checkout" if found is None else "differs from"
-                self.script_warnings.add(
-                    f"{path} {what} the script servelab's launch flags for it were captured from ({source}): "
-                    "its jobs keep the captured flags, which may be stale (launch-script-changed in each job)"
-                )
-            self._scripts[script] = change
-        return self._scripts[script]
+    @functools.cached_property
+    def checkout(self) -> CheckoutScripts | None:
+        """The launch scripts of the InferenceX checkout the store is the configs/ of (None for another
+        store): the sweep derives a job's launch from its script when that is not the one the job's launch
+        profile was captured from (checkout_launch.py)."""
+        return None if self.benchmarks is None else CheckoutScripts(self.benchmarks)
 
     def get(self, key: str) -> Recipe:
         if key not in self.recipes:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
+from servelab.recipes.checkout_launch import LaunchOrigin
 from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client
-from servelab.recipes.engines import JobPoint, Launch, engine_name, render
-from servelab.recipes.engines.profiles import profile_for, profiles_source
+from servelab.recipes.engines import JobPoint, Launch, render
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import dataset_of, job_fingerprint
 from servelab.recipes.job import SERVELAB_FIELDS, Job
@@ -23,30 +23,41 @@ from servelab.recipes.schema import LmEval
 __all__ = ["MODEL_LEN_MARGIN", "SERVELAB_FIELDS", "Job", "build_job", "expand", "select_keys"]
 
 
-def _launch(recipe, point: Point) -> tuple[Launch | None, str | None]:
-    """The rendered launch, or why there is none."""
+def _launch(store, recipe, point: Point) -> tuple[Launch | None, str | None, LaunchOrigin | None]:
+    """The rendered launch, or why there is none, and where it comes from when the store's checkout holds
+    another script than the one its launch flags were captured from (checkout_launch.py)."""
     row = MatrixRow.model_validate(point.row)
     if point.scenario == "agentic-coding" or row.max_model_len is None:
         # the client exists (`servelab bench --trace`); the server launches of upstream's agentic scripts
         # (their KV-offload backends and side processes) are not captured or rendered yet
-        return None, "agentic-coding (trace replay) has no servelab launch yet"
+        return None, "agentic-coding (trace replay) has no servelab launch yet", None
+    # flags that depend on concurrency need it; a multinode row holds a list and renders no launch
+    conc = row.conc if isinstance(row.conc, int) else None
+    job = None if conc is None else JobPoint(isl=row.isl, osl=row.osl, conc=conc)
+    origin = None
     try:
-        # flags that depend on concurrency need it; a multinode row holds a list and renders no launch
-        conc = row.conc if isinstance(row.conc, int) else None
-        job = None if conc is None else JobPoint(isl=row.isl, osl=row.osl, conc=conc)
-        return render(recipe, point.arm, row.max_model_len, job=job), None
+        origin = _origin(store, recipe, point, row)
+        if origin is not None and origin.extras is not None:
+            try:
+                return (
+                    render(recipe, point.arm, row.max_model_len, job=job, extra=origin.extras),
+                    None,
+                    origin,
+                )
+            except ServelabError as e:
+                origin = store.checkout.failed(origin, f"what it launched cannot be rendered: {e}")
+        return render(recipe, point.arm, row.max_model_len, job=job), None, origin
     except ServelabError as e:
-        return None, str(e)
+        return None, str(e), origin
 
 
-def _script_change(store, recipe, point: Point, launch: Launch | None) -> dict | None:
-    """How the checkout's launch script for this job differs from the one its flags were captured from."""
-    if launch is None or getattr(store, "benchmarks", None) is None:
+def _origin(store, recipe, point: Point, row: MatrixRow) -> LaunchOrigin | None:
+    """A single-node job's launch as the checkout's script gives it, where that differs from the shipped
+    one."""
+    checkout = getattr(store, "checkout", None)
+    if checkout is None or point.arm.disagg or not isinstance(row.conc, int) or row.multinode:
         return None
-    profile = profile_for(recipe, point.arm, engine_name(recipe.framework))
-    if profile is None or profile.script_sha256 is None:
-        return None
-    return store.script_change(profile.script, profile.script_sha256, profiles_source())
+    return checkout.origin(recipe, point.arm, row)
 
 
 def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[BenchSpec]:
@@ -70,7 +81,7 @@ def build_job(store, point: Point) -> Job:
     key, row = point.key, point.row
     typed = MatrixRow.model_validate(row)
     recipe = store.recipes[key]
-    launch, why = _launch(recipe, point)
+    launch, why, origin = _launch(store, recipe, point)
     runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
         launch, why = None, f"runner label {recipe.runner!r} is not in {store.runner_labels.source}"
@@ -108,7 +119,9 @@ def build_job(store, point: Point) -> Job:
         queue=queue,
         agents=agents,
         fingerprint=fp,
-        launch_script_changed=_script_change(store, recipe, point, launch),
+        launch_script_changed=origin.change if origin else None,
+        launch_source=origin.source if origin else None,
+        launch_derive_failed=origin.failed if origin else None,
     )
 
 
@@ -127,4 +140,8 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
             f"{biggest}: the sweep expands to {len(points)} jobs ({per_key[biggest]} from this recipe), "
             f"above the limit of {f.max_jobs}; narrow it with filters or raise --max-jobs"
         )
-    return [build_job(store, p) for p in points]
+    try:
+        return [build_job(store, p) for p in points]
+    finally:
+        if getattr(store, "checkout", None) is not None:
+            store.checkout.close()

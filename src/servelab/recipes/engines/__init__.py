@@ -34,18 +34,27 @@ def engine_name(framework: str) -> Engine:
     return engine_of(framework)
 
 
-def render(recipe, arm, max_model_len: int, port: int | None = None, job: JobPoint | None = None) -> Launch:
+def render(
+    recipe,
+    arm,
+    max_model_len: int,
+    port: int | None = None,
+    job: JobPoint | None = None,
+    extra: Extras | None = None,
+) -> Launch:
     """The launch of one arm of `recipe` (a servelab Recipe) at the given max model length, for one job
-    (sequence lengths and concurrency, on which upstream's launch flags may depend)."""
+    (sequence lengths and concurrency, on which upstream's launch flags may depend). `extra`: what upstream's
+    launch script adds, when it does not come from the shipped profile (a script of the user's checkout)."""
     if arm.disagg:
         raise ServelabError(
             "disaggregated (prefill/decode) arms are expanded into sweep rows "
             "but their launch is not rendered yet"
         )
     engine = engine_name(recipe.framework)
-    profile = profile_for(recipe, arm, engine)
-    extra = profile.resolve(arm, job or JobPoint(), recipe.model) if profile else Extras()
+    if extra is None:
+        profile = profile_for(recipe, arm, engine)
+        extra = profile.resolve(arm, job or JobPoint(), recipe.model) if profile else Extras()
     return ENGINES[engine](recipe, arm, max_model_len, port or recipe.client.port, extra)
 
 
-__all__ = ["ENGINES", "JobPoint", "Launch", "engine_name", "render"]
+__all__ = ["ENGINES", "Extras", "JobPoint", "Launch", "engine_name", "render"]

@@ -1,0 +1,38 @@
+"""A stub of the commands that start servers, run in the capture sandbox as bin/<command> (never imported).
+
+    python -I stub_server.py CONFIG COMMAND_PATH ARGS...
+
+CONFIG is the sandbox's JSON file: `servers` (commands that start servers), `modules` (the `python -m`
+modules that do) and `capture` (the file each launch is appended to, one JSON line: argv, environment and the
+content of the files its arguments name). Anything else (`python3 -c ...`, a helper script) exits 0 and does
+nothing. Standard library only: the sandbox runs it with a clean environment.
+"""
+
+import json
+import os
+import sys
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        config = json.load(f)
+    name, args = os.path.basename(argv[2]), argv[3:]
+    if name == "mpirun":  # mpirun -n 1 --flags... SERVER ARGS: record the server part
+        while args and os.path.basename(args[0]) not in config["servers"]:
+            args = args[1:]
+        name, args = (args[0], args[1:]) if args else (name, [])
+    if name.startswith("python") and not (len(args) > 1 and args[0] == "-m" and args[1] in config["modules"]):
+        return 0
+    files = {}
+    for token in args:
+        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+        if os.path.isfile(value) and not value.endswith((".log", ".csv")):
+            with open(value) as f:
+                files[value] = f.read()
+    with open(config["capture"], "a") as out:
+        out.write(json.dumps({"argv": [name, *args], "env": dict(os.environ), "files": files}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
