@@ -27,7 +27,7 @@ from servelab.perfdb.interpolate import Index
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
-from servelab.perfdb.table_files import read_table
+from servelab.perfdb.table_cache import cached_read
 from servelab.readable import factor
 
 log = logging.getLogger("servelab.perfdb")
@@ -101,7 +101,7 @@ class TableSet:
         path = self.files.get(family)
         if path is not None:
             try:
-                data = read_table(path)
+                data = cached_read(path)
             except ServelabError as e:
                 if self.strict:
                     raise
