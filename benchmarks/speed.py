@@ -69,10 +69,12 @@ def lookup_us(repeats: int) -> float:
     tables = perfdb_for(
         load_system("h200_sxm")
     ).tables  # the shipped tables, without the PerfDB's answer cache
+    if tables is None:
+        raise SystemExit("no perf tables for h200_sxm")
     rng = random.Random(1)
 
-    def new_queries() -> list:
-        queries = [
+    def new_queries() -> list[keys.OpKey]:
+        queries: list[keys.OpKey] = [
             keys.Gemm(rng.randint(1, 30000), rng.choice([4096, 8192, 5000]), 4096) for _ in range(3000)
         ]
         queries += [
