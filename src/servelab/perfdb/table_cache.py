@@ -8,8 +8,8 @@ and checked anew, never answered from the cache. Only tables that passed the
 strict reader are kept; a cache entry that cannot be read is read again from its table. Where the cache
 directory cannot be written the tables are read as they were, every time.
 
-Where: $SERVELAB_CACHE_DIR/tables, else $XDG_CACHE_HOME/servelab/tables, else ~/.cache/servelab/tables;
-SERVELAB_CACHE_DIR set but empty turns the cache off.
+Where: tables/ in servelab's cache directory: $SERVELAB_CACHE_DIR, else $XDG_CACHE_HOME/servelab, else
+~/.cache/servelab (as servelab.recipes.capture.cache finds it for launch captures).
 """
 
 import hashlib
@@ -31,19 +31,15 @@ ENV_DIR = "SERVELAB_CACHE_DIR"
 STATS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
 
 
-def cache_dir() -> Path | None:
-    """Where read tables are kept, or None when the cache is off."""
-    root = os.environ.get(ENV_DIR)
-    if root is None:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servelab")
-    return Path(root) / "tables" if root else None
+def cache_dir() -> Path:
+    """Where read tables are kept."""
+    root = os.environ.get(ENV_DIR) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "servelab"
+    return Path(root).expanduser() / "tables"
 
 
 def cached_read(path: Path) -> TableData:
     """read_table(path), from the cache when this file's bytes were read and checked before."""
     where = cache_dir()
-    if where is None:
-        return read_table(path)
     try:
         raw = Path(path).read_bytes()
     except OSError:
