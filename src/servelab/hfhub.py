@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +114,11 @@ def _fetch_plain(endpoint: str, repo_id: str, filename: str) -> bytes:
     headers = {"User-Agent": "servelab"}
     if os.environ.get("HF_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
+    # imported here: urllib.request loads http.client and ssl, start-up time every command that reads a
+    # model config would pay, where most name an embedded one
+    import urllib.error  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as r:
             data = r.read(MAX_FILE_BYTES + 1)

@@ -152,6 +152,10 @@ class PerfDB:
             self.torch_tables = self._stack(system, DEFAULT_BACKEND)
             if self.torch_tables is not None and self.torch_tables.root is not None:
                 self.ratios = read_ratios(backend, self.torch_tables.root / "ratios")
+        # the kernel tables by the op their choice is for (a choice runs no key of another op), in order
+        self._kernels_by_op: dict[str, list[tuple[TableStack, KernelChoice]]] = {}
+        for stack, choice in self.kernel_tables:
+            self._kernels_by_op.setdefault(choice.op, []).append((stack, choice))
         self.transfer = defaults and transfer
         self._sources: list[PerfDB] | None = None
         self._carrying: dict[str, Roofline] = {}
@@ -198,16 +202,17 @@ class PerfDB:
             fallback = fallback or found
             if not borrow and self.transfer:
                 # the engine's kernels timed on a GPU of the same architecture run the same binaries
-                found = self._transferred(key, siblings_only=True, with_ratios=False)
+                found = self._transferred(key, siblings=True, others=False, with_ratios=False)
                 if found is not None:
                     return found
             found = self._torch_scaled(key, cc, borrow)
             if found is not None:
                 return found
         if self.transfer:
-            # another architecture's rows of the engine's own kernels first, its torch rows x ratio next
+            # another architecture's rows of the engine's own kernels first (this architecture's answered
+            # nothing above), any system's torch rows x ratio next
             for with_ratios in (False, True):
-                found = self._transferred(key, siblings_only=False, with_ratios=with_ratios)
+                found = self._transferred(key, siblings=with_ratios, others=True, with_ratios=with_ratios)
                 if found is not None:
                     return found
         return fallback if fallback is not None else self.roofline.latency(key)
@@ -216,7 +221,7 @@ class PerfDB:
         """This system's answer from the kernel tables (which never lend another shape) and its own tables
         of this backend (steps 1-2) for a GPU of `compute_capability` (the kernel an engine runs may depend on
         it), or a roofline answer whose note says why no table held the key, or None."""
-        for stack, choice in self.kernel_tables:
+        for stack, choice in self._kernels_by_op.get(key.op, ()):
             if choice.runs(key, self.version, compute_capability):
                 found = stack.lookup(key, borrow=False)
                 if found is not None and found.source in TABLE_SOURCES:
@@ -241,7 +246,11 @@ class PerfDB:
             return None
         # the kernel that runs the key: one the engine picks for it, else its default
         kernel = next(
-            (c.table for _, c in self.kernel_tables if c.runs(key, self.version, compute_capability)),
+            (
+                c.table
+                for _, c in self._kernels_by_op.get(key.op, ())
+                if c.runs(key, self.version, compute_capability)
+            ),
             self.backend,
         )
         fit = self.ratios.find(kernel, fam.name)
@@ -250,12 +259,13 @@ class PerfDB:
             return None
         return scaled(torch, fam.name, fit, kernel)
 
-    def _transferred(self, key: OpKey, siblings_only: bool, with_ratios: bool) -> OpLatency | None:
+    def _transferred(self, key: OpKey, siblings: bool, others: bool, with_ratios: bool) -> OpLatency | None:
         """Another system's table answer, carried here (steps 3 and 5), from the first source system that has
-        one (with `siblings_only`, only systems of this GPU's compute capability)."""
+        one, among `siblings` (systems of this GPU's compute capability) and `others`."""
         fam = BY_OP.get(key.op)
         for source in self._transfer_sources():
-            if siblings_only and source.system.compute_capability != self.system.compute_capability:
+            sibling = source.system.compute_capability == self.system.compute_capability
+            if not (siblings if sibling else others):
                 continue
             found = source.table_answer(key, self.system.compute_capability, with_ratios)
             if found is None:

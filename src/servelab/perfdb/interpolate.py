@@ -19,6 +19,7 @@ from servelab.perfdb.families import Space
 from servelab.perfdb.table_files import TableData
 
 _SPACES: dict[Space, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
+MEMO_ENTRIES = 1 << 16  # answers an index keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 
 class Answer(NamedTuple):
@@ -133,6 +134,7 @@ class Index:
             tuple, list[tuple]
         ] = {}  # non-soft group fields -> groups with soft fields varied
         self._borrow: dict[tuple, tuple | None] = {}
+        self._answers: dict = {}  # key -> answer
         self._build_groups()
 
     # ---- construction ------------------------------------------------------------------------------------
@@ -210,6 +212,16 @@ class Index:
         return ref_us * math.exp(y), beyond
 
     def answer(self, key) -> Answer | None:
+        """The table's answer for key (memoized: a key is asked with and without borrowing, and again for
+        every system its answer is carried to); None where no collected group can answer it."""
+        if key in self._answers:
+            return self._answers[key]
+        if len(self._answers) >= MEMO_ENTRIES:
+            self._answers.clear()
+        found = self._answers[key] = self._answer(key)
+        return found
+
+    def _answer(self, key) -> Answer | None:
         gkey = self._group_of(key)
         if not isinstance(gkey, tuple):
             gkey = (gkey,)

@@ -73,6 +73,7 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
 PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in Engine)  # every engine, not torch
+MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 
 def dsv4_kernel_heads(heads: int) -> int:
@@ -137,6 +138,9 @@ class Roofline:
             OpName.elementwise: self._elementwise,
         }
         self.terms: Registry[Callable[[Any], float]] = Registry("op", terms)
+        # answers by key: the perf tables ask for the same key's roofline many times (notes, fallbacks,
+        # transfer ratios, interpolation references); so set any attribute before the first query
+        self._answers: dict[OpKey, OpLatency] = {}
 
     def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
         peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
@@ -147,9 +151,15 @@ class Roofline:
         return max(flops / rate, bytes_ / self.bw) * 1e6 + self.kernel_us * kernels
 
     def latency(self, key: OpKey) -> OpLatency:
-        us = self.terms.get(key.op)(key)
-        low, high = self.band
-        return OpLatency(us, us * low, us * high, "roofline", f"roofline on {self.system.name}")
+        hit = self._answers.get(key)
+        if hit is None:
+            if len(self._answers) >= MEMO_ENTRIES:
+                self._answers.clear()
+            us = self.terms.get(key.op)(key)
+            low, high = self.band
+            hit = OpLatency(us, us * low, us * high, "roofline", f"roofline on {self.system.name}")
+            self._answers[key] = hit
+        return hit
 
     # ---- per op kind -------------------------------------------------------------------------------------
     def _gemm(self, k: Gemm) -> float:

@@ -16,6 +16,8 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from servelab.perfdb.interpolate import Index
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.reference import reference_fn
 from servelab.perfdb.roofline import Roofline
-from servelab.perfdb.table_files import read_table
+from servelab.perfdb.table_cache import cached_read
 from servelab.readable import factor
 
 log = logging.getLogger("servelab.perfdb")
@@ -41,8 +43,17 @@ DEFAULT_BANDS = {"interpolated": (-0.10, 0.10), "extrapolated": (-0.30, 0.30), "
 # leave-one-out truth exists for them, so a fixed wide band, and the source says extrapolated
 MODELLED_BAND = (-0.25, 0.25)
 MIN_LOO_POINTS = 5
+MEMO_ENTRIES = 1 << 16  # answers a table set keeps (a plan asks for ~20,000 keys); all dropped beyond
 ENV_PATH = "SERVELAB_PERFDB_PATH"
 DEFAULT_BACKEND = "torch"  # the backend whose tables time servelab's own kernels
+
+
+@lru_cache(maxsize=32)
+def system_rooflines(system) -> tuple[Roofline, Callable]:
+    """The roofline and the interpolation reference of a system (frozen: equal specs price alike), one pair
+    shared by all its table sets, so that each key's roofline is computed once (Roofline keeps its
+    answers)."""
+    return Roofline(system), reference_fn(system)
 
 
 def data_root() -> Path:
@@ -56,12 +67,13 @@ class TableSet:
         self.dir = Path(directory)
         self.system = system
         self.strict = strict
-        self.roofline = Roofline(system)
+        self.roofline, self._ref = system_rooflines(system)
         parts = self.dir.resolve().parts
         self.label = "/".join(parts[-3:]) if len(parts) >= 3 else str(self.dir)
         self.files: dict[str, Path] = {}
         self.skipped: dict[str, str] = {}  # family -> why its file was skipped
         self._indexes: dict[str, Index | None] = {}
+        self._answers: dict[tuple, OpLatency | None] = {}  # (key, borrow) -> lookup's answer
         if not self.dir.is_dir():
             raise ServelabError(f"{self.dir}: no such table directory")
         for path in sorted(self.dir.glob("*.parquet")):
@@ -69,7 +81,6 @@ class TableSet:
                 self.files[path.stem] = path
             else:
                 self._skip(path.stem, path, f"unknown table name; expected one of {', '.join(BY_NAME)}")
-        self._ref = reference_fn(system)
 
     def _skip(self, name: str, path: Path, why: str) -> None:
         if self.strict:
@@ -90,7 +101,7 @@ class TableSet:
         path = self.files.get(family)
         if path is not None:
             try:
-                data = read_table(path)
+                data = cached_read(path)
             except ServelabError as e:
                 if self.strict:
                     raise
@@ -106,7 +117,17 @@ class TableSet:
     def lookup(self, key, borrow: bool = True) -> OpLatency | None:
         """The table's answer for key; the roofline, with a note saying why, where the family's table has no
         row of the key's exact group (and, with `borrow` off, where only another shape's rows could answer);
-        None where this set has no table of the key's family."""
+        None where this set has no table of the key's family. Memoized: a PerfDB asks a set for the same key
+        several times (with and without borrowing, for itself and for systems it transfers to)."""
+        memo = (key, borrow)
+        if memo in self._answers:
+            return self._answers[memo]
+        if len(self._answers) >= MEMO_ENTRIES:
+            self._answers.clear()
+        found = self._answers[memo] = self._lookup(key, borrow)
+        return found
+
+    def _lookup(self, key, borrow: bool) -> OpLatency | None:
         fam = BY_OP.get(key.op)
         if fam is None:
             return None

@@ -5,7 +5,6 @@ and the step time is the time of one (balanced) rank. Layers of the same kind ar
 graph has tens of ops whatever the depth.
 """
 
-from collections import Counter
 from collections.abc import Callable
 from enum import StrEnum
 from math import ceil
@@ -122,7 +121,9 @@ class _Tokens(NamedTuple):
 def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     """The tokens one attention rank works on in this step (sequences spread evenly over attn_dp ranks)."""
     dp = parallel.attn_dp
-    groups = Counter(shape.prefill)
+    groups: dict[tuple[int, int], int] = {}
+    for chunk in shape.prefill:
+        groups[chunk] = groups.get(chunk, 0) + 1
     prefill = tuple((ceil(c / dp), n, p) for (n, p), c in sorted(groups.items()))
     decode = ceil(shape.decode_batch / dp) if shape.decode_batch else 0
     decode_tokens = decode * (1 + shape.spec_tokens)
@@ -220,7 +221,9 @@ def _layer_ops(
             ops.append(Op("ffn_down", Gemm(T, h, inter, wdt), 1))
         if parallel.attn_tp > 1 and not (moe is not None and parallel.dp_attn):
             ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, OpName.allreduce), 1))
-    return [Op(op.name, op.key, op.count * count) for op in ops]
+    if count == 1 and type(count) is int:  # op.count * 1 is op.count, of its own type
+        return ops
+    return [Op(name, key, c * count) for name, key, c in ops]
 
 
 def _prefill_attention(name: str, t: _Tokens, make: Callable[[int, int], OpKey]) -> list[Op]:

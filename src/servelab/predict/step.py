@@ -45,9 +45,18 @@ class KernelSum(NamedTuple):
 def add_counts(a: dict, b: dict, weight: float = 1.0) -> dict:
     """a + weight x b, key by key."""
     out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + (v if weight == 1 else weight * v)
+    _add_into(out, b, weight)
     return out
+
+
+def _add_into(out: dict, b: dict, weight: float) -> None:
+    """out += weight x b, key by key, in place (add_counts without the copy)."""
+    if weight == 1:
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + v
+    else:
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + weight * v
 
 
 PartPrice = Callable[[ModelSpec, Parallel, StepShape, str], KernelSum]
@@ -60,15 +69,14 @@ def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
     sources: dict = {}
     source_us: dict = {}
     query = db.query
-    for op in ops:
-        lat = query(op.key)
-        c = op.count
-        kernel += lat.us * c
-        low += lat.low_us * c
-        high += lat.high_us * c
+    for _, key, c in ops:
+        us, low_us, high_us, source, _ = query(key)
+        kernel += us * c
+        low += low_us * c
+        high += high_us * c
         kernels += abs(c)
-        sources[lat.source] = sources.get(lat.source, 0) + 1
-        source_us[lat.source] = source_us.get(lat.source, 0.0) + lat.us * c
+        sources[source] = sources.get(source, 0) + 1
+        source_us[source] = source_us.get(source, 0.0) + us * c
     return KernelSum(kernel, low, high, kernels, sources, source_us)
 
 
@@ -244,5 +252,5 @@ def _token_part(
             high + w * k.high_us,
             kernels + w * k.kernels,
         )
-        source_us = add_counts(source_us, k.source_us, w)
+        _add_into(source_us, k.source_us, w)
     return KernelSum(us, low, high, kernels, corners[0][0].sources, source_us)

@@ -1,7 +1,3 @@
 """vLLM: its server command's grammar (`grammar`), the kernels it picks by shape, GPU and release
 (`kernels`), the flags each release accepts (`releases/`), its documented defaults (defaults.json) and its
 scheduler's policy (`policy`)."""
-
-from servelab.engines.vllm.grammar import GRAMMAR
-
-__all__ = ["GRAMMAR"]

@@ -8,7 +8,10 @@ the searches (agg.py, disagg.py) skip hopeless loads on a static bound.
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
@@ -33,6 +36,25 @@ from servelab.specs import check_precision, load_model, load_system
 
 def make_plan(req: PlanRequest) -> Plan:
     """Search, rank and mark the Pareto front; PlanError (or ServelabError) when nothing can be planned."""
+    with paused_gc():
+        return _make_plan(req)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a while. A plan allocates hundreds of thousands of objects that
+    live to its end (op keys, priced steps, simulated requests) and makes almost no reference cycles: each
+    full collection walks all of them for nothing, a sixth of a DeepSeek-V3 plan's time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _make_plan(req: PlanRequest) -> Plan:
     t0 = time.perf_counter()
     model = load_model(req.model, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype)
     if req.isl + req.osl > model.max_context:

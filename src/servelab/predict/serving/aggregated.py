@@ -7,7 +7,7 @@ wraps it into the same JSON as static mode plus percentiles, for `servelab estim
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
@@ -26,13 +26,13 @@ from servelab.specs import ModelSpec, Parallel, SystemSpec
 
 CLOCKS = ("nominal", "low", "high")
 PERCENTILES = (50, 90, 99)  # reported by estimate and read by the planner's SLA statistics
+METRICS = ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")  # the distributions a simulation reports, in order
 
 
 @dataclass
 class SimResult:
     """Metrics of one simulated load on one replica; tuples are per clock (nominal, low, high)."""
 
-    percentiles: tuple  # per clock: {ttft_ms: {mean, p50, p90, p99}, tpot_ms: ..., itl_ms: ..., e2el_ms: ...}
     output_tps: tuple  # output tokens/s of the replica
     request_tps: tuple  # requests/s of the replica
     lanes: int
@@ -41,9 +41,33 @@ class SimResult:
     requests: int
     wall_ms: float
     kv_max_sequences: int  # sequences of isl + osl tokens the replica's KV cache holds
+    # per clock: the measured requests' latencies in seconds by metric (ttft, tpot, e2el) and the lane's ITL
+    # runs, from which each distribution is made when first asked: a plan reads one or two statistics of most
+    # of its simulations and the whole percentiles of a few
+    samples: tuple = ()
+    _distributions: dict = field(default_factory=dict, repr=False)
+
+    def distribution(self, name: str, clock: int = 0) -> dict[str, float]:
+        """{mean, p50, p90, p99} of one metric (ttft_ms, tpot_ms, e2el_ms, itl_ms) at one clock."""
+        got = self._distributions.get((name, clock))
+        if got is None:
+            latencies_s, itl = self.samples[clock]
+            if name == "itl_ms":
+                dist = weighted_distribution_ms([(d[clock], w) for d, w in itl], PERCENTILES)
+            else:
+                dist = distribution_ms(latencies_s[name.removesuffix("_ms")], PERCENTILES)
+            got = self._distributions[(name, clock)] = _stats(dist)
+        return got
+
+    @property
+    def percentiles(self) -> tuple:
+        """Per clock: {ttft_ms: {mean, p50, p90, p99}, tpot_ms: ..., e2el_ms: ..., itl_ms: ...}."""
+        return tuple(
+            {name: self.distribution(name, clock) for name in METRICS} for clock in range(len(self.samples))
+        )
 
     def metric(self, name: str, stat: str = "mean", clock: int = 0) -> float:
-        return self.percentiles[clock][name][stat]
+        return self.distribution(name, clock)[stat]
 
 
 def lane_limits(
@@ -117,7 +141,7 @@ def simulate(
             source.prompt = wl.isl + 1
         run(lane, source)
         runs.append((lane, source))
-    percentiles, out_tps, req_tps = [], [], []
+    samples, out_tps, req_tps = [], [], []
     scale = (wl.clients / lw.clients) if wl.closed else lanes  # lanes x the busiest lane's share
     per_run = []
     for _lane, source in runs:
@@ -126,11 +150,7 @@ def simulate(
     for clock in range(3):
         lane, source = runs[0] if wl.closed else runs[clock]
         latencies_s = per_run[0][clock] if wl.closed else per_run[clock][clock]
-        pct = {f"{name}_ms": _stats(distribution_ms(v, PERCENTILES)) for name, v in latencies_s.items()}
-        pct["itl_ms"] = _stats(
-            weighted_distribution_ms([(d[clock], w) for d, w in lane.stats.itl], PERCENTILES)
-        )
-        percentiles.append(pct)
+        samples.append((latencies_s, lane.stats.itl))
         # throughput over the window: everything emitted and completed in it, measured or not (Little's law
         # holds)
         (c_start, e_start, n_start), (c_end, e_end, n_end) = source.window
@@ -139,7 +159,6 @@ def simulate(
         req_tps.append((n_end - n_start) / span * scale)
     lane0 = runs[0][0]
     return SimResult(
-        tuple(percentiles),
         tuple(out_tps),
         tuple(req_tps),
         lanes,
@@ -148,6 +167,7 @@ def simulate(
         len(runs[0][1].requests),
         (time.perf_counter() - t0) * 1000.0,
         kv_seqs,
+        tuple(samples),
     )
 
 
