@@ -2,7 +2,7 @@
 
 import pytest
 
-from servelab.perfdb.table_cache import ENV_DIR
+from servelab.cachedir import ENV_DIR
 
 
 @pytest.fixture(scope="session", autouse=True)

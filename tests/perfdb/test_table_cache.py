@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
+from servelab import cachedir
 from servelab.errors import ServelabError
 from servelab.perfdb import table_cache
 from servelab.perfdb.table_files import read_table
@@ -17,7 +18,7 @@ SHIPPED = data_root() / "h200_sxm" / "torch" / "2.11.0"
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
     where = tmp_path / "cache"
-    monkeypatch.setenv(table_cache.ENV_DIR, str(where))
+    monkeypatch.setenv(cachedir.ENV_DIR, str(where))
     return where / "tables"
 
 
@@ -85,7 +86,7 @@ def test_an_unreadable_cache_entry_is_replaced_from_the_table(cache, tmp_path):
 
 
 def test_without_a_cache_dir_setting_the_tables_go_under_the_users_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(table_cache.ENV_DIR, "")  # empty: as if unset
+    monkeypatch.setenv(cachedir.ENV_DIR, "")  # empty: as if unset
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     path = tmp_path / "gemm.parquet"
     shutil.copy(SHIPPED / "gemm.parquet", path)
@@ -96,7 +97,7 @@ def test_without_a_cache_dir_setting_the_tables_go_under_the_users_cache(tmp_pat
 def test_a_cache_dir_that_cannot_be_written_leaves_tables_read_from_their_files(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setenv(table_cache.ENV_DIR, str(blocker / "below"))  # a directory under a file
+    monkeypatch.setenv(cachedir.ENV_DIR, str(blocker / "below"))  # a directory under a file
     path = tmp_path / "gemm.parquet"
     shutil.copy(SHIPPED / "gemm.parquet", path)
     assert_same(table_cache.cached_read(path), read_table(path))

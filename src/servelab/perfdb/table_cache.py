@@ -22,19 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.cachedir import cache_root
 from servelab.perfdb import families, keys, table_files
 from servelab.perfdb.families import BY_NAME
 from servelab.perfdb.table_files import TableData, read_table
 
 CACHE_FORMAT = 1  # bump when TableData or the checks read_table makes change
-ENV_DIR = "SERVELAB_CACHE_DIR"
 STATS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")
 
 
 def cache_dir() -> Path:
     """Where read tables are kept."""
-    root = os.environ.get(ENV_DIR) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "servelab"
-    return Path(root).expanduser() / "tables"
+    return cache_root() / "tables"
 
 
 def cached_read(path: Path) -> TableData:

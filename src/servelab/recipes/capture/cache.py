@@ -21,16 +21,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from servelab.cachedir import cache_root
+
 FORMAT = 1
 FOLDER = "launch-captures"
-
-
-def cache_root() -> Path:
-    """servelab's cache directory of this user."""
-    if os.environ.get("SERVELAB_CACHE_DIR"):
-        return Path(os.environ["SERVELAB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(base).expanduser() / "servelab"
 
 
 def digest(*parts: bytes) -> str:
