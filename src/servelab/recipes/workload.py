@@ -417,6 +417,9 @@ def _evals(w: PerfEvalWorkload) -> list[dict]:
             args = w.lm_eval.args_for(t)
             ev = {"kind": "lm-eval", "task": t.name, "num-fewshot": t.num_fewshot}
             ev |= {k.replace("_", "-"): args[k] for k in _LM_CARRIED if args.get(k) is not None}
+            rest = {k: v for k, v in args.items() if k not in _LM_CARRIED}
+            if rest:
+                ev["model-args"] = rest
             evals.append(ev)
     if w.bfcl:
         evals.append(
@@ -477,13 +480,6 @@ def not_carried(w: PerfEvalWorkload, width: int) -> list[str]:
             out.append(f"{field}={top[field]}")
     if w.num_gpus != width:
         out.append(f"num_gpus={w.num_gpus} (the server uses {width})")
-    if w.lm_eval:
-        for t in w.lm_eval.tasks:
-            rest = {k: v for k, v in w.lm_eval.args_for(t).items() if k not in _LM_CARRIED}
-            if rest:
-                out.append(
-                    f"lm_eval model_args of {t.name}: " + ", ".join(f"{k}={v}" for k, v in rest.items())
-                )
     if w.bfcl:
         rest = {k: v for k, v in w.bfcl.dump().items() if k not in ("test_categories", "num_threads")}
         out += [f"bfcl.{k}={v}" for k, v in rest.items()]
@@ -591,7 +587,7 @@ def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
             task = {"name": e.task, "num_fewshot": e.num_fewshot}
             margs = {
                 k: v for k, v in (("num_concurrent", e.num_concurrent), ("max_gen_toks", e.max_gen_toks)) if v
-            }
+            } | (e.model_args or {})
             if margs:
                 task["model_args"] = margs
             out["lm_eval"]["tasks"].append(task)
