@@ -2,16 +2,16 @@
 
     python scripts/refresh_upstream_data.py --inferencex PATH --perf-eval PATH [--changelog-commits 25]
 
-Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.com/vllm-project/perf-eval.
-Only data is copied (config YAMLs, workload files, the changelog) plus what InferenceX's own tools print for
-them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each filter in SWEEP_CASES, and
-`utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last changelog commits, plus its
-strict merge rules on the same commits and the master-file keys each commit's jobs depend on). No upstream
-code is copied: the tools run in the checkout, with this Python (it needs pyyaml and pydantic). The exceptions
-(Apache-2.0 like the rest) are the single-node launch scripts the master files select (benchmarks/): they are
-pinned, run under bash with stub servers, and turned into servelab's launch profiles and the conformance
-table by scripts/ix_launch.py (pin, capture, profiles, docs); and InferenceX's result processing
-(IX_RESULT_TOOLS: utils/process_result.py and the power validation it imports), which
+Each PATH is a git checkout of github.com/SemiAnalysisAI/InferenceX or github.com/vllm-project/perf-eval. Only
+data is copied (config YAMLs, workload files and perf-eval's GPU profiles, the changelog) plus what
+InferenceX's own tools print for them (`utils/matrix_logic/generate_sweep_configs.py full-sweep` with each
+filter in SWEEP_CASES, and `utils/validate_perf_changelog.py` / `utils/process_changelog.py` on the last
+changelog commits, plus its strict merge rules on the same commits and the master-file keys each commit's jobs
+depend on). No upstream code is copied: the tools run in the checkout, with this Python (it needs pyyaml and
+pydantic). The exceptions (Apache-2.0 like the rest) are the single-node launch scripts the master files
+select (benchmarks/): they are pinned, run under bash with stub servers, and turned into servelab's launch
+profiles and the conformance table by scripts/ix_launch.py (pin, capture, profiles, docs); and InferenceX's
+result processing (IX_RESULT_TOOLS: utils/process_result.py and the power validation it imports), which
 tests/bench/test_inferencex_results.py runs unchanged on servelab result files. The agentic sample trace is
 what the checkout's trace converter writes for proxy rows of our own (scripts/agentic_sample.py).
 """
@@ -42,6 +42,11 @@ IX_FILES = (
 # InferenceX's result processing, pinned as it is and run by the tests on servelab's result files: the script
 # and the module it imports for single-node power validation.
 IX_RESULT_TOOLS = ("utils/process_result.py", "utils/aggregate_power.py")
+PE_GPU_PROFILES = "lib/gpu_profiles.yaml"
+PE_NOTE = """
+workloads/*.yaml and lib/gpu_profiles.yaml (the GPU profiles upstream's lib/parse_workload.py reads from
+../lib beside the workload directory), copied unchanged by scripts/refresh_upstream_data.py.
+"""
 # The master files in the order InferenceX's own tools merge them (utils/constants.py MASTER_CONFIGS, which
 # process_changelog.py uses): the order of the rows follows it.
 MASTER = ["configs/amd-master.yaml", "configs/nvidia-master.yaml"]
@@ -404,7 +409,9 @@ def main() -> int:
     stale = {p.name for p in (pe_dest / "workloads").glob("*.yaml")} - {Path(w).name for w in workloads}
     for name in stale:
         (pe_dest / "workloads" / name).unlink()
-    changes += [f"perf-eval/{n}" for n in copy_files(pe, workloads, pe_dest)]
+    # lib/gpu_profiles.yaml: the env, HF cache and image repo upstream's runner adds per GPU, kept where a
+    # checkout has it, since servelab looks for it beside the workload directory as upstream's parser does
+    changes += [f"perf-eval/{n}" for n in copy_files(pe, [*workloads, PE_GPU_PROFILES], pe_dest)]
     changes += [f"perf-eval/workloads/{n} (removed upstream)" for n in sorted(stale)]
     has_licence = any((pe / n).exists() for n in ("LICENSE", "LICENSE.md", "LICENSE.txt"))
     licence = (
@@ -412,7 +419,9 @@ def main() -> int:
         if has_licence
         else "the repository has no licence file at this commit"
     )
-    (pe_dest / "UPSTREAM.md").write_text(provenance(pe, "https://github.com/vllm-project/perf-eval", licence))
+    (pe_dest / "UPSTREAM.md").write_text(
+        provenance(pe, "https://github.com/vllm-project/perf-eval", licence) + PE_NOTE
+    )
 
     print("\n".join(changes) if changes else "no changes")
     return 0

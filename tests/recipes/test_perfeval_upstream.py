@@ -10,12 +10,22 @@ import pytest
 import yaml
 
 from servelab.cli.main import main
+from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
 from servelab.recipes.engines import render
+from servelab.recipes.gpu_profiles import PERF_EVAL_PROFILES
 from servelab.recipes.importers import load_any
-from servelab.recipes.workload import PerfEvalWorkload, parse_workload, recipe_to_workloads, split_serve_args
+from servelab.recipes.recipe_store import parse_recipe_file
+from servelab.recipes.workload import (
+    PerfEvalWorkload,
+    parse_workload,
+    recipe_to_workload,
+    recipe_to_workloads,
+    split_serve_args,
+)
 
 WORKLOADS = Path(__file__).parent.parent / "data" / "perf-eval" / "workloads"
+GPU_PROFILES = WORKLOADS.parent / "lib" / "gpu_profiles.yaml"
 FILES = sorted(WORKLOADS.glob("*.yaml"))
 
 
@@ -104,10 +114,14 @@ def test_deepseek_v4_pro_h200_recipe(shipped):
     assert (lm.num_concurrent, lm.max_gen_toks, bfcl.num_threads) == (64, 8192, 16)
     assert "not carried into the recipe: timeout_in_minutes=180" in said
     assert "not carried into the recipe: bfcl.max_test_cases={'multi_turn': 240}" in said
-    assert (
-        "not carried into the recipe: lm_eval model_args of gsm8k: tokenized_requests=False, "
-        "tokenizer_backend=None, timeout=6000, max_length=32768" in said
-    )
+    # lm_eval's further model_args are carried, the workload's defaults merged under the task's as upstream
+    assert lm.model_args == {
+        "tokenized_requests": False,
+        "tokenizer_backend": None,
+        "timeout": 6000,
+        "max_length": 32768,
+    }
+    assert not any("lm_eval model_args" in n for n in said)
     assert (
         "not carried into the recipe: vllm_bench.configs[0] (8k-in-1k-out): backend=openai, repetitions=3, "
         "args={'num_warmups': 128}" in said
@@ -136,8 +150,9 @@ def test_list_valued_num_prompts_and_max_concurrency(shipped):
     seqs = recipes["qwen3_5-mi355x"].scenarios.fixed_seq_len
     # a seq-len block holds one num-prompts, so each concurrency gets its own
     assert [(s.num_prompts, s.search_space[0].conc_list) for s in seqs] == [(10, [1]), (512, [128])]
-    assert recipes["qwen3_5-mi355x"].image == "vllm/vllm-openai-rocm:latest"
-    assert any("runner set to perf-eval:MI355X" in n for n in said)
+    # upstream's default for a workload naming no image: the profile's ROCm repository, nightly tag
+    assert recipes["qwen3_5-mi355x"].image == "vllm/vllm-openai-rocm:nightly"
+    assert recipes["qwen3_5-mi355x"].runner == shipped.runner_labels.label_for_gpu("MI355X")
 
 
 def test_speed_bench_fields():
@@ -280,3 +295,52 @@ def test_values_that_reach_names_and_argv_are_checked(mutate, message):
     with pytest.raises(ServelabError) as info:
         parse_workload(data, "w.yaml")
     assert message in str(info.value) and "\n" not in str(info.value).replace("\\n", "")
+
+
+def test_servelabs_record_of_the_gpu_profiles_is_upstreams():
+    """Workloads outside a perf-eval checkout get PERF_EVAL_PROFILES; it says what the pinned file says."""
+    assert PERF_EVAL_PROFILES == yaml.safe_load(GPU_PROFILES.read_text())
+
+
+def test_an_unknown_gpu_in_a_checkout_is_refused_as_upstream_refuses_it(monkeypatch, capsys, tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "gpu_profiles.yaml").write_text(GPU_PROFILES.read_text())
+    (tmp_path / "workloads").mkdir()
+    data = raw("qwen3_5_h200") | {"gpu": "H100"}
+    path = tmp_path / "workloads" / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, err = cli(monkeypatch, capsys, "run", str(path), "--dry-run")
+    assert code == 2 and err.count("\n") == 1
+    assert "unknown gpu 'H100'" in err and "(have H200, B200, MI300X, MI355X)" in err
+
+
+AMD = [p for p in FILES if "_mi3" in p.stem]
+
+
+def test_the_amd_workloads_are_there():
+    assert len(AMD) == 9
+
+
+@pytest.mark.parametrize("path", AMD, ids=lambda p: p.stem)
+def test_amd_workloads_round_trip_through_export(shipped, path):
+    """import -> recipe -> `--as workload`: the same GPU, server, env, benchmark shapes and lm_eval settings
+    (each task's model_args as upstream merges them); what a recipe does not hold (bench backend, speed_bench
+    fields, timeouts) is what import notes say it drops."""
+    w = load(path.stem)
+    recipes, said = load_any(path, shipped.runner_labels)
+    (key,) = recipes
+    recipe = parse_recipe_file({key: recipes[key].model_dump(by_alias=True, exclude_unset=True)}, key)[key]
+    back = parse_workload(recipe_to_workload(key, recipe), key)
+    assert (back.name, back.gpu, back.nightly) == (w.name, w.gpu, w.nightly)
+    # GPUs reserved beyond the server's are not a recipe's (import says so); the server's width is kept
+    reserved = f"not carried into the recipe: num_gpus={w.num_gpus} (the server uses {back.num_gpus})"
+    assert back.num_gpus == w.num_gpus or reserved in said
+    assert back.vllm.model == w.vllm.model and back.vllm.env == w.vllm.env
+    # the same server settings as vLLM's grammar reads them (--kv-cache-dtype=fp8 comes back as two words)
+    server = lambda x: VLLM.parse_args(split_serve_args(x.vllm.serve_args, key))  # noqa: E731
+    assert server(back) == server(w)
+    runs = lambda x: sorted((r, c.input_len, c.output_len) for c in x.vllm_bench.configs for r in c.runs())  # noqa: E731
+    assert runs(back) == runs(w)
+    assert [(t.name, t.num_fewshot, back.lm_eval.args_for(t)) for t in back.lm_eval.tasks] == [
+        (t.name, t.num_fewshot, w.lm_eval.args_for(t)) for t in w.lm_eval.tasks
+    ]

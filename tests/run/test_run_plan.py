@@ -22,26 +22,52 @@ from servelab.run.build import plan_from, read_job
 from servelab.run.plan import ServerPlan, from_workload, speed_bench_dir
 from servelab.run.server import docker_argv
 
-WORKLOADS = sorted((Path(__file__).parents[1] / "data" / "perf-eval" / "workloads").glob("*.yaml"))
+PERF_EVAL = Path(__file__).parents[1] / "data" / "perf-eval"
+WORKLOADS = sorted((PERF_EVAL / "workloads").glob("*.yaml"))
+# upstream's GPU profiles at the workloads' commit, where its parser finds them (../lib beside workloads/)
+PROFILES = yaml.safe_load((PERF_EVAL / "lib" / "gpu_profiles.yaml").read_text())
 runner = CliRunner()
-# A finding of the launch check (servelab.engines.releases), for the lead: this upstream workload names no
-# image, so it runs vllm/vllm-openai:latest, checked as the newest captured vLLM (0.34.0), whose
-# AttentionConfig no longer has use_fp4_indexer_cache (last in 0.27.1): `servelab run` refuses it.
-USE_FP4_INDEXER_GONE = pytest.mark.xfail(
-    strict=True, reason="--attention_config.use_fp4_indexer_cache: removed from vllm 0.34.0 (last in 0.27.1)"
-)
 
 
 def test_all_upstream_workloads_are_there():
     assert len(WORKLOADS) == 21
 
 
+def upstream_value(v) -> str:
+    """A value as upstream's parser writes it into WORKLOAD_ENV (its fmt())."""
+    return "True" if v is True else "False" if v is False else "None" if v is None else str(v)
+
+
+def upstream_server(raw: dict) -> tuple[dict, str, bool]:
+    """(env, image, trust_remote_code of the client) as perf-eval's lib/parse_workload.py and run.sh compute
+    them with neither VLLM_IMAGE nor VLLM_COMMIT set: the profile's env with the workload's over it, HF_HOME
+    from the profile's hf_home unless set, the workload's image else `<image_repo or vllm/vllm-
+    openai>:nightly`, and --trust-remote-code for the client when serve_args has it bare or
+    =true/True/1/yes/Yes."""
+    profile = PROFILES[raw["gpu"]]
+    vllm = raw["vllm"]
+    env = {**(profile.get("env") or {}), **(vllm.get("env") or {})}
+    if "HF_HOME" not in env and profile.get("hf_home"):
+        env["HF_HOME"] = profile["hf_home"]
+    repo = (profile.get("image_repo") or "").strip() or "vllm/vllm-openai"
+    image = vllm.get("image", f"{repo}:nightly")
+    words = (vllm.get("serve_args") or "").split()
+    trust = any(
+        w == "--trust-remote-code"
+        or w in {f"--trust-remote-code={v}" for v in ("true", "True", "1", "yes", "Yes")}
+        for w in words
+    )
+    return {k: upstream_value(v) for k, v in env.items()}, image, trust
+
+
+def test_the_profiles_upstream_has_are_the_pinned_ones():
+    assert set(PROFILES) == {"H200", "B200", "MI300X", "MI355X"}
+    assert PROFILES["B200"]["env"] == {"VLLM_DEEP_GEMM_WARMUP": "skip", "NCCL_CUMEM_HOST_ENABLE": 0}
+
+
 @pytest.mark.parametrize(
     "path",
-    [
-        pytest.param(p, marks=USE_FP4_INDEXER_GONE) if p.stem == "deepseek_v4_flash_b200" else p
-        for p in WORKLOADS
-    ],
+    WORKLOADS,
     ids=lambda p: p.stem,
 )
 def test_every_upstream_workload_dry_runs(path):
@@ -53,7 +79,9 @@ def test_every_upstream_workload_dry_runs(path):
     s = plan["server"]
     assert s["argv"][:3] == ["vllm", "serve", raw["vllm"]["model"]]
     assert s["argv"][7:] == split_serve_args(raw["vllm"]["serve_args"], str(path))
-    assert s["env"] == {k: str(v) for k, v in raw["vllm"].get("env", {}).items()}
+    env, image, trust = upstream_server(raw)
+    assert list(s["env"].items()) == list(env.items())  # the same order too: docker's -e list follows it
+    assert s["image"] == image
     expected_stages = [
         s
         for s, there in (
@@ -72,7 +100,9 @@ def test_every_upstream_workload_dry_runs(path):
         assert (f["num_prompts"], f["max_concurrency"], f["random_input_len"], f["random_output_len"]) == (
             n, c, cfg.input_len, cfg.output_len,
         )  # fmt: skip
-        assert f["num_warmups"] == cfg.args.get("num_warmups", c)
+        # upstream sends --num-warmups only from args; vllm bench serve's own default is 0
+        assert f["num_warmups"] == cfg.args.get("num_warmups", 0)
+        assert f.get("trust_remote_code", False) is trust
         assert p["repetitions"] == cfg.repetitions
         assert f["dataset_name"] == cfg.dataset and f["ignore_eos"] is (cfg.dataset == "random")
         if cfg.dataset == "speed_bench":  # perf-eval's prepared subset, output_len tokens per request
@@ -86,7 +116,7 @@ def test_every_upstream_workload_dry_runs(path):
 
 
 def test_dry_run_text_names_argv_stages_and_assertions(tmp_path):
-    path = WORKLOADS[1]  # the first, deepseek_v4_flash_b200, is refused (USE_FP4_INDEXER_GONE)
+    path = WORKLOADS[1]
     res = runner.invoke(app, ["run", str(path), "--dry-run", "--assert", "bench.p99_ttft_ms <= 3000"])
     assert res.exit_code == 0, res.output
     assert "server: vllm serve" in res.stdout and "bench.p99_ttft_ms <= 3000" in res.stdout
@@ -112,7 +142,13 @@ def test_dry_run_redacts_secrets(tmp_path):
     assert res.exit_code == 0, res.output
     assert "hf_secret" not in res.stdout and "sk-1" not in res.stdout
     plan = json.loads(res.stdout)
-    assert plan["server"]["env"] == {"HF_TOKEN": REDACTED, "A": "1"}
+    # H200's profile (servelab's record of it, the workload being outside a perf-eval checkout) under it
+    assert plan["server"]["env"] == {
+        "VLLM_DEEP_GEMM_WARMUP": "skip",
+        "HF_TOKEN": REDACTED,
+        "A": "1",
+        "HF_HOME": "/mnt/shared/hf-models",
+    }
     assert plan["server"]["argv"][-2:] == ["--api-key", REDACTED]
     assert plan["bench"][0]["fields"]["temperature"] == 0.5
 
@@ -240,6 +276,21 @@ def test_docker_argv(tmp_path):
         "--port",
         "8000",
     ]
+
+
+def test_docker_argv_mounts_the_plans_hf_home_at_its_own_path(tmp_path):
+    """perf-eval's lib/server.sh: HF_HOME from the env is passed with -e and bind-mounted at the same path;
+    its VLLM_ENGINE_READY_TIMEOUT_S comes before the env, which may override it."""
+    server = ServerPlan(
+        ["vllm", "serve", "org/m"], {"HF_HOME": "/mnt/shared/hf-models"}, 8000, "org/m", "i:1"
+    )
+    argv = docker_argv(server, "c", None, tmp_path)
+    assert argv[argv.index("-v") + 1] == "/mnt/shared/hf-models:/mnt/shared/hf-models"
+    assert "HF_HOME=/mnt/shared/hf-models" in argv and not any("/root/.cache" in a for a in argv)
+    assert argv.index("VLLM_ENGINE_READY_TIMEOUT_S=3600") < argv.index("HF_HOME=/mnt/shared/hf-models")
+    # --hf-cache names the host's copy; the container still sees it where HF_HOME says
+    argv = docker_argv(server, "c", tmp_path / "hf", tmp_path)
+    assert argv[argv.index("-v") + 1] == f"{tmp_path / 'hf'}:/mnt/shared/hf-models"
 
 
 def test_docker_argv_amd_and_no_image(tmp_path):

@@ -39,7 +39,13 @@ def test_a_started_server_is_benchmarked_stored_and_torn_down(tmp_path, fake_vll
         assert (result.outcome, result.exit_code) == ("pass", 0), result.errors
         run = store.get_run(result.run_id)
         assert run.provenance.server_argv[:3] == ["vllm", "serve", "mock-model"]
-        assert run.provenance.env == {"HF_TOKEN": "<redacted>"} and run.provenance.host
+        # the H200 profile's env and HF_HOME under the workload's, as perf-eval's runner sets them
+        assert run.provenance.env == {
+            "VLLM_DEEP_GEMM_WARMUP": "skip",
+            "HF_TOKEN": "<redacted>",
+            "HF_HOME": "/mnt/shared/hf-models",
+        }
+        assert run.provenance.host
         stages = {(s.stage, s.config): s for s in store.stages(run.id)}
         assert stages[("server", "")].status == "pass" and stages[("server", "")].artifact == "server.log"
         bench = stages[("bench", "s-conc-2")]

@@ -101,6 +101,11 @@ class LmEval(IxModel):
     num_fewshot: int = Field(ge=0)
     num_concurrent: int | None = Field(None, ge=1)
     max_gen_toks: int | None = Field(None, ge=1)
+    model_args: dict[Name, bool | int | float | Text | None] | None = Field(
+        None,
+        description="Further lm-eval local-completions model_args, as a perf-eval workload gives them "
+        "(max_length, timeout, tokenized_requests, tokenizer_backend); written back by `--as workload`.",
+    )
     metric: Text | None = Field(None, description="lm-eval metric key; default is the task's first metric.")
     threshold: float | None = Field(
         None,

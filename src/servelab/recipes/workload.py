@@ -31,6 +31,7 @@ from servelab.errors import ServelabError
 from servelab.recipes.engines.base import base_env
 from servelab.recipes.engines.profiles import Extras
 from servelab.recipes.engines.vllm import settings as vllm_settings
+from servelab.recipes.gpu_profiles import DEFAULT_TAG, GpuProfile, profile_for
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.tokens import EnvName, ImageRef, ModelId, Name, Text, check_text
@@ -357,9 +358,31 @@ def precision_of(model_id: str) -> str:
     return next((m for m in ("fp4", "fp8", "int4", "int8", "bf16", "fp16") if m in low), "bf16")
 
 
-def default_image(gpu: str) -> str:
-    """The image when neither --image nor the workload's vllm.image names one."""
-    return "vllm/vllm-openai-rocm:latest" if gpu.upper() in ROCM_GPUS else "vllm/vllm-openai:latest"
+def default_image(profile: GpuProfile) -> str:
+    """The image when neither --image nor the workload's vllm.image names one: upstream's nightly tag of the
+    GPU profile's image repository (vllm/vllm-openai-rocm for the AMD profiles)."""
+    return f"{profile.repo}:{DEFAULT_TAG}"
+
+
+def server_env(w: PerfEvalWorkload, profile: GpuProfile) -> dict[str, str]:
+    """The server's env as upstream's runner builds it: the GPU profile's env, the workload's over it, and
+    HF_HOME set to the profile's hf_home unless either sets it."""
+    env = dict(profile.env or {}) | dict(w.vllm.env)
+    if "HF_HOME" not in env and profile.hf_home:
+        env["HF_HOME"] = profile.hf_home
+    return env
+
+
+# serve_args words after which upstream's runner passes --trust-remote-code to vllm bench serve as well
+_TRUST_WORDS = {"--trust-remote-code"} | {
+    f"--trust-remote-code={v}" for v in ("true", "True", "1", "yes", "Yes")
+}
+
+
+def bench_trusts_remote_code(serve_args: str) -> bool:
+    """Whether upstream's run.sh sends --trust-remote-code to the benchmark client: the server is started
+    with it (bare, or =true/True/1/yes/Yes), read from serve_args split at whitespace as run.sh matches it."""
+    return any(word in _TRUST_WORDS for word in serve_args.split())
 
 
 def _seqs(w: PerfEvalWorkload, space: dict) -> list[dict]:
@@ -394,6 +417,9 @@ def _evals(w: PerfEvalWorkload) -> list[dict]:
             args = w.lm_eval.args_for(t)
             ev = {"kind": "lm-eval", "task": t.name, "num-fewshot": t.num_fewshot}
             ev |= {k.replace("_", "-"): args[k] for k in _LM_CARRIED if args.get(k) is not None}
+            rest = {k: v for k, v in args.items() if k not in _LM_CARRIED}
+            if rest:
+                ev["model-args"] = rest
             evals.append(ev)
     if w.bfcl:
         evals.append(
@@ -454,13 +480,6 @@ def not_carried(w: PerfEvalWorkload, width: int) -> list[str]:
             out.append(f"{field}={top[field]}")
     if w.num_gpus != width:
         out.append(f"num_gpus={w.num_gpus} (the server uses {width})")
-    if w.lm_eval:
-        for t in w.lm_eval.tasks:
-            rest = {k: v for k, v in w.lm_eval.args_for(t).items() if k not in _LM_CARRIED}
-            if rest:
-                out.append(
-                    f"lm_eval model_args of {t.name}: " + ", ".join(f"{k}={v}" for k, v in rest.items())
-                )
     if w.bfcl:
         rest = {k: v for k, v in w.bfcl.dump().items() if k not in ("test_categories", "num_threads")}
         out += [f"bfcl.{k}={v}" for k, v in rest.items()]
@@ -502,7 +521,7 @@ def import_workload(
             f"gpu {w.gpu} has no gpu-profiles entry in the runners registry; runner set to {runner} "
             "(add the GPU's runners and a gpu-profiles entry to run it)"
         )
-    chosen = image or w.vllm.image or default_image(w.gpu)
+    chosen = image or w.vllm.image or default_image(profile_for(w.gpu, source)[0])
     if not (image or w.vllm.image):
         notes.append(f"the workload names no image and none was given; using {chosen}")
     key, mapping = workload_to_recipe(w, runner, chosen, source)
@@ -568,7 +587,7 @@ def _workload(name: str, recipe, arms: list, gpu: str) -> dict:
             task = {"name": e.task, "num_fewshot": e.num_fewshot}
             margs = {
                 k: v for k, v in (("num_concurrent", e.num_concurrent), ("max_gen_toks", e.max_gen_toks)) if v
-            }
+            } | (e.model_args or {})
             if margs:
                 task["model_args"] = margs
             out["lm_eval"]["tasks"].append(task)

@@ -32,7 +32,7 @@ from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
 from servelab.run.assertions import Judged, judge
 from servelab.run.plan import RunPlan
-from servelab.run.server import container_name, docker_argv, hf_cache_dir, serve
+from servelab.run.server import container_name, docker_argv, serve
 from servelab.run.stage import (
     SERVER_STAGE,
     StageCall,
@@ -176,7 +176,7 @@ class _Runner:
                 docker_argv(
                     plan.server,
                     container_name(run_id),
-                    opts.hf_cache or hf_cache_dir(),
+                    opts.hf_cache,
                     self.store.root / "runs" / run_id,
                     opts.gpu,
                 )

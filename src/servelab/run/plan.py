@@ -4,7 +4,10 @@ prints it).
 
 Bench configs follow perf-eval (lib/run_vllm_bench.sh): each config x (num_prompts, max_concurrency) pair is
 one point named `<name>-conc-<value>`, the random dataset with --ignore-eos, the config's `args` as bench
-options; every point is warmed up first (the args' num_warmups, else one request per concurrency slot).
+options, and --trust-remote-code when the server has it. Warm-ups are the args' num_warmups, else none:
+upstream sends no --num-warmups, and vllm bench serve's default is 0. The server gets the GPU profile's env
+under the workload's and HF_HOME, and the profile's default image, as lib/parse_workload.py and lib/server.sh
+give them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from servelab.engines.command import engine_of_argv, parse
 from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
+from servelab.recipes.gpu_profiles import profile_for
 from servelab.recipes.job import EvalSpec, Job
 from servelab.recipes.pipelines import arm_name
 from servelab.recipes.workload import (
@@ -28,7 +32,9 @@ from servelab.recipes.workload import (
     WlBfcl,
     WlModelArgs,
     WlTask,
+    bench_trusts_remote_code,
     default_image,
+    server_env,
     split_serve_args,
 )
 from servelab.redact import redact_argv, redact_env, redact_headers
@@ -164,7 +170,7 @@ def bench_fields(
         "num_prompts": num_prompts,
         "max_concurrency": conc,
         "ignore_eos": True,
-        "num_warmups": conc,
+        "num_warmups": 0,  # vllm bench serve's default, which upstream's runner leaves as it is
     }
     for key, value in args.items():
         name = key.lstrip("-").replace("-", "_")
@@ -196,10 +202,14 @@ def served_name(argv: list[str], model: str) -> str:
         return model
 
 
-def _workload_points(cfg: WlBenchConfig, repetitions: int | None, where: str) -> list[BenchPoint]:
+def _workload_points(
+    cfg: WlBenchConfig, repetitions: int | None, trust_remote_code: bool, where: str
+) -> list[BenchPoint]:
     points = []
     for run, num_prompts, conc in cfg.runs():
         fields = bench_fields(cfg.input_len, cfg.output_len, num_prompts, conc, cfg.args, where)
+        if trust_remote_code:
+            fields["trust_remote_code"] = True
         if cfg.backend:
             fields["backend"] = cfg.backend
             if cfg.backend == "openai-chat":
@@ -245,17 +255,20 @@ def from_workload(
     port: int = DEFAULT_PORT,
     image: str | None = None,
 ) -> RunPlan:
-    """The plan of a perf-eval workload: `vllm serve MODEL --port P SERVE_ARGS` with its env (as upstream's
-    lib/server.sh), its bench configs, lm_eval tasks and bfcl; bench_only drops the evals."""
+    """The plan of a perf-eval workload: `vllm serve MODEL --port P SERVE_ARGS` with the env upstream's
+    runner gives it (the GPU profile's under the workload's, and HF_HOME), its bench configs, lm_eval tasks
+    and bfcl; bench_only drops the evals. `source` is the workload's path, beside which a perf-eval checkout
+    keeps its GPU profiles."""
     serve_args = split_serve_args(w.vllm.serve_args, source)
     runner = ServerSettings(model=w.vllm.model, host=LOCALHOST, port=port)
     argv = VLLM.render(runner).argv + serve_args
+    profile, _ = profile_for(w.gpu, source)
     server = ServerPlan(
         argv,
-        dict(w.vllm.env),
+        server_env(w, profile),
         port,
         served_name(argv, w.vllm.model),
-        image=image or w.vllm.image or default_image(w.gpu),
+        image=image or w.vllm.image or default_image(profile),
     )
     available = []
     configs = w.vllm_bench.configs if w.vllm_bench else []
@@ -267,7 +280,8 @@ def from_workload(
         available.append(StageName.BFCL)
     points = []
     for i, cfg in enumerate(configs):
-        points += _workload_points(cfg, repetitions, f"{source}: vllm_bench.configs[{i}] ({cfg.name})")
+        where = f"{source}: vllm_bench.configs[{i}] ({cfg.name})"
+        points += _workload_points(cfg, repetitions, bench_trusts_remote_code(w.vllm.serve_args), where)
     return RunPlan(
         name=w.name,
         source=source,

@@ -30,6 +30,7 @@ from servelab.runner.server import ServerProcess, ServerStartError
 CONTAINER_CACHE = "/root/.cache/huggingface"
 SHM_SIZE = "16g"
 DOCKER_STOP_TIMEOUT_S = 60
+ENGINE_READY_TIMEOUT_S = 3600  # what perf-eval's lib/server.sh gives every container
 
 
 def hf_cache_dir() -> Path:
@@ -38,10 +39,11 @@ def hf_cache_dir() -> Path:
 
 
 def docker_argv(
-    plan: ServerPlan, container: str, hf_cache: Path, run_dir: Path, gpu: str | None = None
+    plan: ServerPlan, container: str, hf_cache: Path | None, run_dir: Path, gpu: str | None = None
 ) -> list[str]:
     """`docker run` for the plan's server; the plan's argv[0] becomes the entrypoint, and the run folder
-    (where the plan's files are written) its working directory."""
+    (where the plan's files are written) its working directory. `hf_cache` is the host's Hugging Face cache
+    (--hf-cache; None: the plan's HF_HOME where it sets one, else the caller's, hf_cache_dir())."""
     if not plan.image:
         raise ServelabError("--docker needs an image (the workload's vllm.image or --image)", field="image")
     argv = ["docker", "run", "--rm", "--name", container]
@@ -50,7 +52,15 @@ def docker_argv(
     else:
         argv += ["--gpus", "all"]
     argv += ["--ipc", "host", "--network", "host", "--shm-size", SHM_SIZE]
-    argv += ["-v", f"{hf_cache}:{CONTAINER_CACHE}", "-e", f"HF_HOME={CONTAINER_CACHE}"]
+    # lib/server.sh's own, set before the env so that the workload's may override it
+    argv += ["-e", f"VLLM_ENGINE_READY_TIMEOUT_S={ENGINE_READY_TIMEOUT_S}"]
+    if plan.env.get("HF_HOME"):
+        # HF_HOME from the plan (a perf-eval GPU profile's hf_home): mounted at the same path, as
+        # lib/server.sh mounts it, from the host cache given (else that path on the host too)
+        cache = plan.env["HF_HOME"]
+        argv += ["-v", f"{hf_cache or cache}:{cache}"]
+    else:
+        argv += ["-v", f"{hf_cache or hf_cache_dir()}:{CONTAINER_CACHE}", "-e", f"HF_HOME={CONTAINER_CACHE}"]
     for k, v in plan.env.items():
         argv += ["-e", f"{k}={v}"]
     for name in plan.secret_env:
@@ -134,7 +144,7 @@ def serve(
     server: ServerProcess
     if docker:
         container = container_name(run_dir.name)
-        argv = docker_argv(plan, container, hf_cache or hf_cache_dir(), run_dir, gpu)
+        argv = docker_argv(plan, container, hf_cache, run_dir, gpu)
         server = DockerServer(
             container,
             argv,
