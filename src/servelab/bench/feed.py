@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 BATCH = 32  # requests a message carries
-READ_BYTES = 1 << 16
+READ_BYTES = 1 << 14  # a read takes at most this (a few dozen requests over the window)
 _LENGTH = struct.Struct("!I")
 
 

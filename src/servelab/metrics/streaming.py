@@ -26,7 +26,7 @@ from servelab.metrics.latency import RequestTimes
 from servelab.metrics.percentiles import Distribution, distribution_ms, percentile, percentile_word
 from servelab.metrics.summary import LATENCY_METRICS, ServingSummary
 
-FOLD = 1 << 20  # values buffered before they are folded into the counts (8 MB)
+FOLD = 1 << 16  # values buffered before a fold (512 KB; the fold's temporaries are a few times that)
 
 
 class _Ranks(Sequence[float]):
