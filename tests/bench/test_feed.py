@@ -173,6 +173,17 @@ def test_a_whole_run_makes_requests_only_as_they_are_sent(mock_server, tmp_path,
     assert max(ahead) <= bound < num / 4
 
 
+def test_a_failed_ready_check_ends_a_long_run_of_several_workers(mock_server, tmp_path):
+    """Every worker reads its first window, the one whose ready check failed too: a worker that did not would
+    leave its pipe full, the feeder waiting on it and the others waiting for their windows (a hang)."""
+    server = mock_server("--mode", "http500")
+    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", server.url, "--model", "mock",
+           "--num-prompts", "20000", "--random-input-len", "64", "--max-concurrency", "64",
+           "--num-workers", "2"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert p.returncode == 2 and "initial test request" in p.stderr, p.stderr
+
+
 def test_ctrl_c_records_every_request_even_those_not_made_yet(mock_server, tmp_path):
     """Interrupted early, a run has made a few hundred of its requests: the rest are still walked, and each
     is recorded as not sent with its own length from the dataset, in the saved records file."""

@@ -197,18 +197,20 @@ class Worker:
 
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
-        """Open the connection pool, send the ready-check request, run this worker's warm-ups."""
+        """Open the connection pool, send the ready-check request, run this worker's warm-ups, read the first
+        window of requests."""
         await self.pool.preconnect(self.spec.preconnect)
         info: dict = {"ready_error": None, "warmup_failed": 0, "loop": self.stats.loop_kind}
         if self.spec.ready_check is not None:
             errors = await self._batch([self.spec.ready_check], 1)
             if errors:
                 info["ready_error"] = errors[0]
-                return info
-        if self.spec.warmups:  # at the run's own limit (the ready check left self.limit at 1)
+        if self.spec.warmups and not info["ready_error"]:  # at the run's own limit (the check used 1)
             errors = await self._batch(self.spec.warmups, self.spec.max_in_flight)
             info["warmup_failed"] = len(errors)
             info["warmup_errors"] = errors[:3]
+        # even after a failed check: a worker that left its pipe unread would hold the feeder, and with it the
+        # other workers' first windows, so they would never be ready
         self._read_first()
         return info
 
