@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import random
-import resource
 import shutil
 import socket
 import subprocess

@@ -4,8 +4,9 @@ One thread of the parent walks the dataset in its order (so a seed gives the pro
 always gave), renders each request and sends it, in batches, to worker n % W (the round-robin share) over that
 worker's own pipe. A worker reads its pipe only while it holds fewer unsent requests than its window
 (worker.py), so a full pipe holds the thread back: what is made ahead of sending stays within the windows and
-what the pipes buffer, whatever the number of requests. Workers take their first window before they say they
-are ready, so the run starts with its requests at hand.
+what the pipes buffer, whatever the number of requests. Workers take their first requests (first_items: a
+window, or a few MB of them) before they say they are ready: the run starts with its requests at hand, and a
+short run's are all made before it starts.
 
 Once the run stops (Ctrl-C, a signal, --max-seconds, a stop before the start) the rest are still walked and
 sent, without their request bytes, for each to be recorded as not sent: every request of a run has a record.
@@ -27,8 +28,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 BATCH = 32  # requests a message carries
+# about how many bytes of requests a worker reads before the start, when more than its window: a short run's
+# requests are all made before it starts, so making them costs the run nothing (8 MB: some 20,000 requests of
+# a few hundred tokens); a long run holds this much more, whatever its length
+PREFILL_BYTES = 8 << 20
 READ_BYTES = 1 << 14  # a read takes at most this (a few dozen requests over the window)
-_LENGTH = struct.Struct("!I")
+FRAME_LENGTH = struct.Struct("!I")  # a frame: this length, then a pickled batch of packed WorkItems
 
 
 @dataclass
@@ -50,6 +55,15 @@ def window_for(limit: int | None) -> int:
     """How many unsent requests a worker holds at most: twice its concurrency limit, so every slot that
     frees finds the next request at hand, and a few batches more (1,024 without a limit)."""
     return 2 * limit + 4 * BATCH if limit is not None else 1024
+
+
+def first_items(share: int, window: int, request_bytes: int) -> int:
+    """How many requests a worker reads before the start: its window, or about PREFILL_BYTES of requests of
+    `request_bytes` (the first request's size), whichever is more, and no more than its share. Counted, not
+    weighed: when no worker's count exceeds an earlier worker's (shares and windows never grow with the
+    index), every one gets its count while the feeder goes round them, so none waits on one that has stopped
+    reading."""
+    return min(share, max(window, PREFILL_BYTES // max(1, request_bytes)))
 
 
 class Feeder:
@@ -104,7 +118,7 @@ class Feeder:
         """Send one batch to worker k (waits while its pipe is full); False when that worker is gone (its
         share is dropped, as its process's would have been)."""
         body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = memoryview(_LENGTH.pack(len(body)) + body)
+        frame = memoryview(FRAME_LENGTH.pack(len(body)) + body)
         fd = self.conns[k].fileno()
         try:
             while frame:
@@ -155,11 +169,11 @@ class FeedReader:
         items: list[WorkItem] = []
         buf = self.buffer
         at = 0
-        while len(buf) - at >= _LENGTH.size:
-            (n,) = _LENGTH.unpack_from(buf, at)
-            if len(buf) - at - _LENGTH.size < n:
+        while len(buf) - at >= FRAME_LENGTH.size:
+            (n,) = FRAME_LENGTH.unpack_from(buf, at)
+            if len(buf) - at - FRAME_LENGTH.size < n:
                 break
-            start = at + _LENGTH.size
+            start = at + FRAME_LENGTH.size
             items.extend(WorkItem(*packed) for packed in pickle.loads(buf[start : start + n]))
             at = start + n
         if at:

@@ -32,7 +32,7 @@ from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
-from servelab.bench.feed import Feeder, WorkItem, window_for
+from servelab.bench.feed import Feeder, WorkItem, first_items, window_for
 from servelab.bench.merge import RecordSet
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
 from servelab.bench.progress import (
@@ -202,6 +202,7 @@ def worker_specs(cfg: BenchConfig, prep: Prepared, records_dir: Path) -> list[Wo
                 max_seconds=cfg.max_seconds,
                 open_loop=first is not None and first.offset is not None,
                 window=window_for(limit),
+                first_items=first_items(share, window_for(limit), len(first_payload)),
             )
         )
     return specs

@@ -10,7 +10,8 @@ a 10 ms sampler measures event-loop lag.
 
 Requests come from the parent over the feed pipe (feed.py), a batch at a time: the worker reads it while it
 holds fewer unsent requests (pending, plus arrivals not yet due) than its window and stops reading above it,
-so its memory follows its concurrency, not the run's length. It takes its first window before it is ready.
+so its memory follows its concurrency, not the run's length. Before it is ready it takes its first requests,
+a window or a few MB of them, so a short run's requests are all made before it starts, as they always were.
 
 A worker dies with its parent, whatever killed the parent: on Linux the kernel sends it SIGKILL
 (PR_SET_PDEATHSIG); elsewhere, and as a fallback, the tick stops the run when the parent pid changes and the
@@ -64,7 +65,8 @@ class WorkerSpec:
     preconnect: int = 0
     max_seconds: float | None = None  # stop sending this long after the start; in-flight requests finish
     open_loop: bool = False  # requests carry arrival offsets (a request rate), else a closed loop
-    window: int = 1024  # unsent requests held at most (feed.window_for)
+    window: int = 1024  # unsent requests held at most (feed.window_for), once the first ones are sent
+    first_items: int = 0  # requests read before the start (feed.first_items)
 
 
 def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
@@ -215,9 +217,9 @@ class Worker:
         return info
 
     def _read_first(self) -> None:
-        """Read the first window from the feed (waiting for it): the run starts with its requests at hand."""
-        want = min(self.spec.window, self.spec.num_items)
-        while self.feed is not None and not self.feed.ended and len(self.first) < want:
+        """Read the first `first_items` requests from the feed (waiting for them): the run starts with its
+        requests at hand, and a short run's are all made before it starts."""
+        while self.feed is not None and not self.feed.ended and len(self.first) < self.spec.first_items:
             self.first.extend(self.feed.read())
 
     async def _batch(self, payloads: list[bytes], limit: int | None) -> list[str]:
