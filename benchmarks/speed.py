@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import subprocess
