@@ -1,22 +1,30 @@
 """servelab's own speed claims, measured in one run and printed as a ratio against each target.
 
-    python benchmarks/speed.py [--repeats 5]
+    python benchmarks/speed.py [--repeats 5] [--bench-prompts 300000]
 
 Targets (the design's): a thousand simulated requests in a few milliseconds (target 10 ms), a perf-table
 lookup in under 20 us, a whole default plan in about a second; the issue "fast at every size": `servelab
 --version` and `--help` in under 0.1 s as fresh processes, `servelab plan` as a fresh process in under 0.5 s
 for DeepSeek-V3 on 8 H200s and under 1 s for the default question and up to 72 GPUs (DeepSeek-V4-Pro on 72
-GB200s, aggregated and disaggregated). Run it on a quiet machine: these are wall-clock figures, which is why
-they live here and not in the tests; the plan rows also print the process's CPU time (user + system), which
-other work on the machine moves less.
+GB200s, aggregated and disaggregated), and a 300,000-request `servelab bench` against the mock server under
+300 MB in all its processes together (--bench-prompts N for a quicker check, 0 to skip it; it takes a minute
+or two). Run it on a quiet machine: these are wall-clock figures, which is why they live here and not in the
+tests; the plan rows also print the process's CPU time (user + system), which other work on the machine
+moves less.
 """
 
 import argparse
+import contextlib
+import json
+import os
 import random
 import resource
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +40,8 @@ SIM_TARGET_MS = 10.0
 LOOKUP_TARGET_US = 20.0
 PLAN_TARGET_S = 1.0
 CLI_START_TARGET_S = 0.1
+BENCH_MEMORY_TARGET_MB = 300.0
+MOCK_PORT = 18655
 # `servelab plan` questions timed as fresh processes: (row, arguments, target in s)
 PLAN_QUESTIONS = (
     (
@@ -127,9 +137,142 @@ def fresh_plan_s(repeats: int, question: str) -> tuple[float, float]:
     return wall, cpu
 
 
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process under it (Linux /proc: each thread's children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass  # gone meanwhile
+    return out
+
+
+def _peak_kib(pid: int) -> tuple[bytes, int] | None:
+    """The program a process runs (its command line) and its peak resident set (VmHWM, KiB); None when it
+    is gone or a zombie. A child between fork and exec still shows its parent's memory and command line: its
+    peak counts from the program it then runs (exec starts a new VmHWM)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            program = f.read()
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:") and program:
+                    return program, int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def mock_server(token_ms: float):
+    """The mock server in its own process; yields its URL."""
+    mock = subprocess.Popen(
+        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(MOCK_PORT), "--token-delay-ms",
+         str(token_ms)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", MOCK_PORT), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{MOCK_PORT}"
+    finally:
+        mock.terminate()
+        mock.wait()
+
+
+# Runs a module as `python -m` would, then writes its own peak resident set to the file named by
+# SPEED_PEAK_FILE: VmHWM, the peak of this program since exec (getrusage's ru_maxrss would not do: Linux keeps
+# across exec the peak of the forked copy of the process that launched it). Sampling from outside may miss the
+# last milliseconds of a busy process; this may not.
+PEAK_WRAPPER = """
+import json, os, runpy, sys
+module, sys.argv = sys.argv[1], sys.argv[1:]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+finally:
+    with open("/proc/self/status") as status:
+        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["SPEED_PEAK_FILE"], "w") as f:
+        json.dump({"self_kib": kib}, f)
+"""
+
+
+def peak_memory(argv: list[str]) -> dict[int, int]:
+    """Run `python -m MODULE ARGS` (argv); the peak resident set (KiB) of it (written by itself at exit) and
+    of each process under it (VmHWM, read from /proc every 10 ms while each lives), by process id (0: it)."""
+    assert argv[1] == "-m"
+    with tempfile.NamedTemporaryFile(suffix=".json") as peak_file:
+        env = dict(os.environ, SPEED_PEAK_FILE=peak_file.name)
+        peaks = _sampled([argv[0], "-c", PEAK_WRAPPER, *argv[2:]], env)
+        return peaks | {0: json.loads(Path(peak_file.name).read_text())["self_kib"]}
+
+
+def _sampled(argv: list[str], env: dict[str, str]) -> dict[int, int]:
+    """Run `argv`; the peak resident set of each process under it (not its own)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    seen: dict[int, tuple[bytes, int]] = {}  # pid -> (program, its peak)
+    done = threading.Event()
+    first = _peak_kib(proc.pid)  # Popen returns once the child has exec'd
+    own = first[0] if first is not None else b""  # the parent's command line
+
+    def sample() -> None:
+        while not done.is_set():
+            for pid in _descendants(proc.pid):
+                now = _peak_kib(pid)
+                if now is None or pid == proc.pid:
+                    continue
+                program, kib = now
+                if program == own:
+                    continue  # forked, not yet exec'd: it shows the parent's memory, not its own
+                before = seen.get(pid)
+                if before is not None and before[0] == program:
+                    kib = max(kib, before[1])
+                seen[pid] = (program, kib)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[3:5]} failed ({proc.returncode}): {err[-2000:]}")
+    return {pid: kib for pid, (_, kib) in seen.items()}
+
+
+def bench_memory(num_prompts: int) -> dict:
+    """A `servelab bench` of `num_prompts` requests against the mock server (its own process, 1 ms a token,
+    16 tokens, concurrency 256, 32-word prompts), as a fresh process: the sum over its processes (the
+    parent, its workers and multiprocessing's resource tracker) of each one's peak resident set, and its
+    rate."""
+    with mock_server(1.0) as url, tempfile.TemporaryDirectory() as out:
+        argv = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", url, "--model", "mock",
+                "--random-input-len", "32", "--random-output-len", "16", "--num-prompts", str(num_prompts),
+                "--max-concurrency", "256", "--no-live", "--save-result", "--result-dir", out,
+                "--result-filename", "r.json"]  # fmt: skip
+        peaks = peak_memory(argv)
+        result = json.loads((Path(out) / "r.json").read_text())
+    return {
+        "peak_mb": sum(peaks.values()) / 1024,
+        "processes_mb": sorted((kib / 1024 for kib in peaks.values()), reverse=True),
+        "req_s": result["request_throughput"],
+        "completed": result["completed"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--bench-prompts", type=int, default=300_000, help="0 skips the bench memory row")
     args = parser.parse_args()
     rows = [
         ("simulate 1,000 requests (ms)", simulate_thousand(args.repeats), SIM_TARGET_MS),
@@ -143,6 +286,16 @@ def main() -> None:
     for name, question, target in PLAN_QUESTIONS:
         wall, cpu = fresh_plan_s(max(1, args.repeats // 2 + 1), question)
         print(f"{name:32s} {wall:10.3f}   target {target:g}   ratio {wall / target:.2f}   cpu {cpu:.3f} s")
+    if args.bench_prompts:
+        mem = bench_memory(args.bench_prompts)
+        name = f"bench {args.bench_prompts:,} requests (MB)"
+        value, target = mem["peak_mb"], BENCH_MEMORY_TARGET_MB
+        print(f"{name:32s} {value:10.3f}   target {target:g}   ratio {value / target:.2f}")
+        per_process = " + ".join(f"{mb:.0f}" for mb in mem["processes_mb"])
+        print(
+            f"  bench: peak resident sets {per_process} MB (the parent first), {mem['completed']:,} "
+            f"completed at {mem['req_s']:,.0f} req/s"
+        )
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def test_an_open_loop_uses_the_real_runs_arrival_offsets(tmp_path):
         burstiness=0.5,
         seed=3,
     )
-    offsets = [it.offset for it in prepare(cfg, None).items]
+    offsets = [it.offset for it in prepare(cfg, None).work_items(cfg)]
     assert sim["start_times"] == pytest.approx(offsets)
     assert sim["request_rate"] == 20
 

@@ -20,7 +20,8 @@ import pytest
 from fuzzkit import TRACEBACK, tried
 
 from servelab.bench.client import RequestState
-from servelab.bench.records import RecordWriter, merge_records
+from servelab.bench.merge import merge_records
+from servelab.bench.records import RecordWriter
 from servelab.bench.worker import WorkItem
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -1,5 +1,10 @@
-"""Datasets -> BenchItem lists (vLLM's random, sharegpt, sonnet, hf, prefix_repetition and custom, plus
-multiturn).
+"""Datasets -> BenchItems (vLLM's random, sharegpt, sonnet, hf, prefix_repetition and custom, plus
+multiturn, speed_bench).
+
+The generated datasets (random, prefix, multiturn, speed_bench) make each prompt as it is read (LazyItems):
+a run of millions never holds its prompts. Their lengths and other per-request draws come first, as before
+(a few bytes a request), then the prompts in order from the same random state, so a seed gives the prompts it
+always gave, every time they are read. The datasets read from a file are lists, bounded by the file.
 
 With a tokenizer, prompts have exact token lengths (vLLM's decode / re-encode / adjust loop). Without one,
 prompts are made of common English words and each word is counted as one token: that is an approximation,
@@ -8,8 +13,10 @@ stated in the result file (`prompt_len_source`); the server's usage.prompt_token
 
 from __future__ import annotations
 
+import copy
 import json
 import random
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,9 +209,24 @@ class BenchItem:
     )  # later user turns: (text, len, output_len)
 
 
+class LazyItems(Iterable[BenchItem]):
+    """The items of a generated dataset, made one at a time as they are read; `len` is known up front and
+    each reading starts again from the same state, so it gives the same items."""
+
+    def __init__(self, count: int, make: Callable[[], Iterator[BenchItem]]) -> None:
+        self.count = count
+        self.make = make
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[BenchItem]:
+        return self.make()
+
+
 @dataclass
 class Dataset:
-    items: list[BenchItem]
+    items: list[BenchItem] | LazyItems
     prompt_len_source: str
 
 
@@ -216,7 +238,7 @@ class _Words:
 
     def text(self, n: int) -> str:
         idx = self.rng.integers(0, len(WORDS), size=n)
-        return " " + " ".join(WORDS[i] for i in idx) if n > 0 else ""
+        return " " + " ".join([WORDS[i] for i in idx.tolist()]) if n > 0 else ""  # tolist: 4x faster
 
 
 def _exact_text(
@@ -248,10 +270,17 @@ def _allowed(tok: LocalTokenizer) -> np.ndarray:
 class _TextMaker:
     """Makes prompt text of a target length with the tokenizer (exact) or words (approximate)."""
 
-    def __init__(self, tok: LocalTokenizer | None, rng: np.random.Generator) -> None:
+    def __init__(
+        self, tok: LocalTokenizer | None, rng: np.random.Generator, allowed: np.ndarray | None = None
+    ) -> None:
         self.tok, self.rng = tok, rng
-        self.allowed = _allowed(tok) if tok else None
+        self.allowed = allowed if allowed is not None or not tok else _allowed(tok)
         self.words = _Words(rng)
+
+    def lazy(self, count: int, items: Callable[[_TextMaker], Iterator[BenchItem]]) -> LazyItems:
+        """`items(maker)` made lazily: each reading gets a maker whose random state is this one's now."""
+        state = copy.deepcopy(self.rng)
+        return LazyItems(count, lambda: items(_TextMaker(self.tok, copy.deepcopy(state), self.allowed)))
 
     def random(self, n: int, offset: int | None = None) -> tuple[str, int]:
         if n <= 0:
@@ -276,6 +305,7 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
     maker = _TextMaker(tok, rng)
     source = f"tokenizer {tok.path} ({tok.kind}), exact" if tok else APPROX_SOURCE
     name = cfg.dataset_name
+    items: list[BenchItem] | LazyItems
     if name == "random":
         items = _random(cfg, maker, rng, tok)
     elif name == "prefix":
@@ -300,7 +330,7 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
     return Dataset(items=items, prompt_len_source=source)
 
 
-def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None) -> list[BenchItem]:
+def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None) -> LazyItems:
     special = tok.num_special_to_add if tok else 0
     frame = None
     if cfg.use_chat_template:
@@ -325,16 +355,18 @@ def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None
         raise ServelabError("--random-input-len is too small: a prompt would have no tokens")
     offsets = rng.integers(0, tok.vocab_size if tok else len(WORDS), size=cfg.num_prompts)
     prefix, prefix_len = maker.random(cfg.random_prefix_len)
-    items = []
-    for i in range(cfg.num_prompts):
-        body, body_len = maker.random(int(in_lens[i]), offset=int(offsets[i]) + i)
-        text = prefix + body if frame is None else frame(prefix + body)
-        n = maker.count(text) if tok else prefix_len + body_len
-        items.append(BenchItem(i, text, n, int(out_lens[i])))
-    return items
+
+    def items(m: _TextMaker) -> Iterator[BenchItem]:
+        for i in range(cfg.num_prompts):
+            body, body_len = m.random(int(in_lens[i]), offset=int(offsets[i]) + i)
+            text = prefix + body if frame is None else frame(prefix + body)
+            n = m.count(text) if tok else prefix_len + body_len
+            yield BenchItem(i, text, n, int(out_lens[i]))
+
+    return maker.lazy(cfg.num_prompts, items)
 
 
-def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+def _prefix(cfg: BenchConfig, maker: _TextMaker) -> LazyItems:
     """vLLM's prefix_repetition: num_prefixes shared prefixes, each followed by distinct suffixes."""
     k = cfg.prefix_repetition_num_prefixes
     if cfg.num_prompts < k:
@@ -342,18 +374,22 @@ def _prefix(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
             f"--num-prompts ({cfg.num_prompts}) must be >= --prefix-repetition-num-prefixes ({k})"
         )
     per = cfg.num_prompts // k
-    items: list[BenchItem] = []
-    for _ in range(k):
-        prefix, _n = maker.random(cfg.prefix_repetition_prefix_len)
-        for _ in range(per):
-            suffix, _m = maker.random(cfg.prefix_repetition_suffix_len)
-            text = prefix + suffix
-            n = maker.count(text) if maker.tok else len(text.split())
-            items.append(BenchItem(len(items), text, n, cfg.prefix_repetition_output_len))
-    return items
+
+    def items(m: _TextMaker) -> Iterator[BenchItem]:
+        index = 0
+        for _ in range(k):
+            prefix, _n = m.random(cfg.prefix_repetition_prefix_len)
+            for _ in range(per):
+                suffix, _m = m.random(cfg.prefix_repetition_suffix_len)
+                text = prefix + suffix
+                n = m.count(text) if m.tok else len(text.split())
+                yield BenchItem(index, text, n, cfg.prefix_repetition_output_len)
+                index += 1
+
+    return maker.lazy(k * per, items)
 
 
-def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> list[BenchItem]:
+def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> LazyItems:
     """Conversations of --multiturn-turns turns: a shared system prefix (--random-prefix-len) and a history
     that grows turn by turn (each later request carries every earlier user turn and the server's answers)."""
     prefix, _n = maker.random(cfg.random_prefix_len)
@@ -366,16 +402,18 @@ def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> list[BenchItem]:
         0,
         cfg.random_range_rule,
     )
-    items = []
-    for c in range(cfg.num_prompts):
-        turns = []
-        for t in range(cfg.multiturn_turns):
-            k = c * cfg.multiturn_turns + t
-            text, n = maker.random(int(in_lens[k]))
-            turns.append((text, n, int(out_lens[k])))
-        first_text = prefix + turns[0][0]
-        items.append(BenchItem(c, first_text, maker.count(first_text), turns[0][2], turns=turns[1:]))
-    return items
+
+    def items(m: _TextMaker) -> Iterator[BenchItem]:
+        for c in range(cfg.num_prompts):
+            turns = []
+            for t in range(cfg.multiturn_turns):
+                k = c * cfg.multiturn_turns + t
+                text, n = m.random(int(in_lens[k]))
+                turns.append((text, n, int(out_lens[k])))
+            first_text = prefix + turns[0][0]
+            yield BenchItem(c, first_text, m.count(first_text), turns[0][2], turns=turns[1:])
+
+    return maker.lazy(cfg.num_prompts, items)
 
 
 def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
@@ -454,7 +492,7 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     return items
 
 
-def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> LazyItems:
     """SPEED-Bench (nvidia/SPEED-Bench) as vLLM's SpeedBench reads it: DIR/SUBSET.jsonl as NeMo-Skills'
     speed-bench prepare.py writes it, one {"category": ..., "messages": [{"role", "content"}, ...]} per line;
     the prompt is the first message, rows kept by --speed-bench-category, shuffled by the seed, every request
@@ -488,12 +526,13 @@ def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         what = f" in category {cfg.speed_bench_category!r}" if cfg.speed_bench_category else ""
         raise ServelabError(f"--dataset-path {path}: no prompts{what}")
     random.Random(cfg.seed).shuffle(prompts)
-    return [
-        BenchItem(
-            i, prompts[i % len(prompts)], maker.count(prompts[i % len(prompts)]), cfg.speed_bench_output_len
-        )
-        for i in range(cfg.num_prompts)
-    ]
+
+    def items(m: _TextMaker) -> Iterator[BenchItem]:
+        for i in range(cfg.num_prompts):
+            prompt = prompts[i % len(prompts)]
+            yield BenchItem(i, prompt, m.count(prompt), cfg.speed_bench_output_len)
+
+    return maker.lazy(cfg.num_prompts, items)
 
 
 def _sonnet(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:

@@ -4,15 +4,18 @@ and where the token counts came from."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
 
 from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset
-from servelab.bench.measured import MeasuredRequest, client_latency_ms, derive
+from servelab.bench.tally import Tally
 from servelab.bench.tokenizer import LocalTokenizer
-from servelab.metrics import percentile, summarize
+from servelab.metrics import percentile
+from servelab.metrics.streaming import sorted_percentile
 
 # Thresholds for the client-bottleneck warning (why: above these the client, not the server, shapes latency).
 CPU_BUSY_PCT = 90.0  # a worker busy >= 90 % of a core has no headroom left for timely reads
@@ -21,86 +24,49 @@ SEND_LAG_P99_MS = 5.0  # requests leaving later than scheduled (after the first 
 LOOP_LAG_NOTE = "sampled every 10 ms; asyncio/uvloop timers round up to 1 ms, so ~0.5-1 ms is the floor"
 
 
-def resolve_output_len(rec: dict, tok: LocalTokenizer | None) -> tuple[int, str]:
-    """A successful request's output tokens and where the count came from."""
-    if rec.get("out") is not None:
-        return int(rec["out"]), "usage"
-    if tok is not None:
-        return tok.count(rec.get("text") or ""), "tokenizer"
-    return len(rec.get("chunks") or []), "content events (approximate: no usage, no tokenizer)"
-
-
 def compute_result(
     cfg: BenchConfig,
-    records: list[dict],
+    records: Iterable[dict],
     summaries: list[dict],
     infos: list[dict],
     data: Dataset,
     tok: LocalTokenizer | None,
     model_id: str,
     date: str,
+    details: bool = False,
 ) -> R.BenchResult:
-    """The result of one point from its records and the workers' own summaries and ready infos."""
-    sent = [r for r in records if r.get("sent") is not None]
-    not_sent = len(records) - len(sent)
-    duration = max((r["end"] for r in sent), default=0.0)  # from T0 (the first dispatch) to the last end
-    cool_down = None
+    """The result of one point from its records (in merged order: by send time, the never-sent last; read
+    once, or twice with --cool-down, never held) and the workers' own summaries and ready infos. The
+    per-request detail lists are kept only with --save-detailed or `details` (they grow with the run)."""
+    until = None
     if cfg.cool_down_s:
-        sent, duration, cool_down = _cooled(sent, duration, cfg.cool_down_s)
-    reqs: list[MeasuredRequest] = []
-    sources: Counter[str] = Counter()
-    out_lens = []
-    for r in sent:
-        n = 0
-        if r["ok"]:
-            n, src = resolve_output_len(r, tok)
-            sources[src] += 1
-        out_lens.append(n)
-        reqs.append(derive(r, n))
+        end = max((r["end"] for r in records if r.get("sent") is not None), default=0.0)
+        until = max(0.0, end - cfg.cool_down_s)
+    tally = Tally(cfg, tok, until, details or cfg.save_detailed)
+    for r in records:
+        tally.add(r)
+    duration = tally.last_end if until is None else until  # from T0 (the first dispatch) to the last end
+    cool_down = None
+    if until is not None:
+        cool_down = {"seconds": cfg.cool_down_s, "excluded_requests": tally.cooled, "measured_until_s": until}
     client = client_report(summaries, infos)
-    one_read, one_read_msg = one_read_warning(reqs, cfg)
+    one_read_msg = one_read_warning(tally.one_read, tally.streamed_multi, cfg)
     return R.BenchResult(
         header=R.header_fields(cfg, model_id, date),
-        summary=summarize(reqs, duration, cfg.percentile_metrics, cfg.metric_percentiles, cfg.goodput),
-        client_latency_ms=client_latency_ms(reqs, cfg.metric_percentiles),
-        not_sent=not_sent,
-        failure_reasons=dict(Counter(_reason_key(r["err"]) for r in records if not r["ok"]).most_common()),
-        token_count_source=_token_count_source(sources),
-        prompt_len_source=_prompt_len_source(sent, data),
+        summary=tally.summary.summary(duration),
+        client_latency_ms=tally.client.distributions_ms(cfg.metric_percentiles),
+        not_sent=tally.not_sent,
+        failure_reasons=dict(tally.reasons.most_common()),
+        token_count_source=_token_count_source(tally.sources),
+        prompt_len_source=_prompt_len_source(tally.in_sources, data),
         client=client,
-        client_bottleneck_warning=bottleneck_warning(client, reqs, cfg),
-        one_read_requests=one_read,
+        client_bottleneck_warning=bottleneck_warning(client, tally.client.send_lags_s(), cfg),
+        one_read_requests=tally.one_read if one_read_msg else 0,
         one_read_warning=one_read_msg,
         provenance=R.provenance(),
         config=cfg.public_dump(),
-        details=_details(sent, reqs, out_lens),
+        details=tally.details.result() if tally.details is not None else None,
         cool_down=cool_down,
-    )
-
-
-def _cooled(sent: list[dict], end: float, seconds: float) -> tuple[list[dict], float, dict]:
-    """--cool-down: the requests measured (every failure, and the successes that ended before the last
-    `seconds` of the run), where the measured span ends, and what the result says of it. As the run drains,
-    fewer requests share the server: their latencies and the throughput of that tail describe a lighter
-    load than the one asked for (GuideLLM's cool-down). Failures always count."""
-    until = max(0.0, end - seconds)
-    kept = [r for r in sent if not r["ok"] or r["end"] <= until]
-    info = {"seconds": seconds, "excluded_requests": len(sent) - len(kept), "measured_until_s": until}
-    return kept, until, info
-
-
-def _details(sent: list[dict], reqs: list[MeasuredRequest], out_lens: list[int]) -> R.RequestDetails:
-    """The detail lists in request order, like vLLM."""
-    order = sorted(range(len(sent)), key=lambda i: sent[i]["i"])
-    return R.RequestDetails(
-        input_lens=[reqs[i].prompt_len for i in order],
-        output_lens=[out_lens[i] for i in order],
-        ttfts=[reqs[i].ttft_s for i in order],
-        itls=[reqs[i].itl_s for i in order],
-        latencies=[reqs[i].e2el_s for i in order],
-        start_times=[reqs[i].start_s for i in order],
-        generated_texts=[sent[i].get("text", "") for i in order],
-        errors=[sent[i]["err"] or "" for i in order],
     )
 
 
@@ -112,20 +78,12 @@ def _token_count_source(sources: Counter[str]) -> str:
     return "mixed: " + ", ".join(f"{k} x{v}" for k, v in sources.items())
 
 
-def _prompt_len_source(sent: list[dict], data: Dataset) -> str:
-    in_src = Counter(r.get("in_src") for r in sent if r["ok"])
+def _prompt_len_source(in_src: Counter, data: Dataset) -> str:
     if in_src and set(in_src) == {"usage"}:
         return "server usage.prompt_tokens"
     if not in_src.get("usage"):
         return f"dataset ({data.prompt_len_source})"
     return f"mixed: usage x{in_src['usage']}, dataset ({data.prompt_len_source}) x{in_src.get('dataset', 0)}"
-
-
-def _reason_key(err: str | None) -> str:
-    """Group failure reasons: drop the per-request numbers so identical causes count together."""
-    return re.sub(
-        r"after \d+ content events|\(\d+ content events\)", "after N content events", err or "unknown"
-    )
 
 
 def client_report(summaries: list[dict], infos: list[dict]) -> R.ClientReport:
@@ -149,8 +107,9 @@ def client_report(summaries: list[dict], infos: list[dict]) -> R.ClientReport:
     )
 
 
-def bottleneck_warning(client: R.ClientReport, reqs: list[MeasuredRequest], cfg: BenchConfig) -> str | None:
-    """Why the client may have been the bottleneck, or None."""
+def bottleneck_warning(client: R.ClientReport, send_lags_s: np.ndarray, cfg: BenchConfig) -> str | None:
+    """Why the client may have been the bottleneck, or None. `send_lags_s`: the client's own lag of each
+    successful request, in order of their start."""
     why = []
     busy = [u for u in client.cpu_util_per_worker_pct if u >= CPU_BUSY_PCT]
     if busy:
@@ -159,10 +118,9 @@ def bottleneck_warning(client: R.ClientReport, reqs: list[MeasuredRequest], cfg:
         why.append(f"event-loop lag p99 {client.event_loop_lag_p99_ms:.1f} ms > {LOOP_LAG_P99_MS} ms")
     # send lag after the first cohort: the opening burst of a closed loop is expected to queue briefly
     first = cfg.max_concurrency or 0
-    by_start = sorted((r for r in reqs if r.ok), key=lambda r: r.start_s)
-    lags = sorted(r.client_lag_s for r in by_start[first:])
-    if lags:
-        p99 = percentile(lags, 99) * 1000
+    lags = np.sort(send_lags_s[first:])
+    if len(lags):
+        p99 = sorted_percentile(lags, 99) * 1000
         if p99 > SEND_LAG_P99_MS:
             why.append(
                 f"send lag p99 {p99:.1f} ms > {SEND_LAG_P99_MS} ms (requests left later than scheduled)"
@@ -170,18 +128,14 @@ def bottleneck_warning(client: R.ClientReport, reqs: list[MeasuredRequest], cfg:
     return "; ".join(why) or None
 
 
-def one_read_warning(reqs: list[MeasuredRequest], cfg: BenchConfig) -> tuple[int, str | None]:
-    """Streamed requests whose every token came in one socket read, so their TPOT and ITL read 0. Seen
-    against vLLM on a 2-core machine whose API process was starved by the engine: it sent the whole answer at
-    the end."""
-    if not cfg.stream:
-        return 0, None
-    streamed = [r for r in reqs if r.ok and r.output_len > 1]
-    one_read = sum(1 for r in streamed if not any(r.itl_s))
-    if not one_read:
-        return 0, None
-    return one_read, (
-        f"{one_read} of {len(streamed)} streamed requests received all their tokens in one socket read "
+def one_read_warning(one_read: int, streamed: int, cfg: BenchConfig) -> str | None:
+    """Streamed requests whose every token came in one socket read (`one_read` of the `streamed` successful
+    ones with more than one token), so their TPOT and ITL read 0. Seen against vLLM on a 2-core machine whose
+    API process was starved by the engine: it sent the whole answer at the end."""
+    if not cfg.stream or not one_read:
+        return None
+    return (
+        f"{one_read} of {streamed} streamed requests received all their tokens in one socket read "
         "(the server sent them as one burst, or this client read late: see the client fields); "
         "their TPOT and ITL read 0"
     )

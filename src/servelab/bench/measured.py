@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servelab.metrics import Distribution, RequestTimes, distribution_ms, e2el, itl, tpot, ttft
+import numpy as np
+
+from servelab.metrics import Distribution, RequestTimes, e2el, itl, tpot, ttft
+from servelab.metrics.streaming import Series
 
 US = 1e6  # microseconds per second
 
@@ -56,16 +59,30 @@ def derive(record: dict, output_len: int) -> MeasuredRequest:
     )
 
 
-def client_latency_ms(
-    reqs: Sequence[MeasuredRequest], percentiles: Sequence[float]
-) -> dict[str, Distribution]:
+CLIENT_SERIES = ("ttft_from_scheduled", "e2el_from_scheduled", "client_send_lag", "client_queue_time")
+
+
+class ClientLatency:
     """servelab extras: latency from the scheduled time, the client's own lag, client-side queueing; each a
-    distribution in ms over the successful requests, with the chosen percentiles and always p99."""
-    ok = [r for r in reqs if r.ok]
-    pcts = sorted(set(percentiles) | {99.0})
-    return {
-        "ttft_from_scheduled": distribution_ms([r.ttft_from_sched_s for r in ok], pcts),
-        "e2el_from_scheduled": distribution_ms([r.e2el_from_sched_s for r in ok], pcts),
-        "client_send_lag": distribution_ms([r.client_lag_s for r in ok], pcts),
-        "client_queue_time": distribution_ms([r.queue_wait_s for r in ok], pcts),
-    }
+    distribution in ms over the successful requests, with the chosen percentiles and always p99. Requests are
+    added one at a time (8 bytes a request per series)."""
+
+    def __init__(self) -> None:
+        self.series = {name: Series() for name in CLIENT_SERIES}
+
+    def add(self, r: MeasuredRequest) -> None:
+        if not r.ok:
+            return
+        s = self.series
+        s["ttft_from_scheduled"].add(r.ttft_from_sched_s)
+        s["e2el_from_scheduled"].add(r.e2el_from_sched_s)
+        s["client_send_lag"].add(r.client_lag_s)
+        s["client_queue_time"].add(r.queue_wait_s)
+
+    def send_lags_s(self) -> np.ndarray:
+        """The client's own lag of each successful request, in the order they were added."""
+        return self.series["client_send_lag"].array()
+
+    def distributions_ms(self, percentiles: Sequence[float]) -> dict[str, Distribution]:
+        pcts = sorted(set(percentiles) | {99.0})
+        return {name: series.distribution_ms(pcts) for name, series in self.series.items()}

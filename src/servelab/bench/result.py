@@ -44,7 +44,8 @@ class ClientReport:
 
 @dataclass
 class RequestDetails:
-    """Per-request lists in request order, saved only with --save-detailed (vLLM's detail fields; seconds)."""
+    """Per-request lists in request order, saved only with --save-detailed (vLLM's detail fields; seconds).
+    A measured run keeps them only when they will be written (--save-detailed, --json): they grow with it."""
 
     input_lens: list[int]
     output_lens: list[int]
@@ -73,7 +74,7 @@ class BenchResult:
     one_read_warning: str | None
     provenance: dict  # provenance(): schema version, package / python / platform versions
     config: dict  # every flag (BenchConfig.public_dump: no secrets)
-    details: RequestDetails
+    details: RequestDetails | None  # None when not kept (see RequestDetails)
     interrupted: bool = False
     records_file: str | None = None  # set when the per-request records were saved
     # --cool-down: {"seconds", "excluded_requests", "measured_until_s"}; None (not written) without one
@@ -115,7 +116,8 @@ class BenchResult:
             out["agentic"] = self.agentic
         out.update(self.provenance)
         out["config"] = self.config
-        out.update(asdict(self.details))
+        if self.details is not None:
+            out.update(asdict(self.details))
         out["interrupted"] = self.interrupted
         if self.records_file is not None:
             out["records_file"] = self.records_file

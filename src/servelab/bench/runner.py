@@ -1,4 +1,6 @@
-"""Orchestration: dataset -> pre-serialized requests -> worker processes -> merged records -> result.
+"""Orchestration: dataset -> pre-serialized requests, fed to worker processes as they go -> merged records
+-> result. Nothing here holds a run's requests or records: they are made as the workers take them (feed.py)
+and read back from the workers' files (merge.py, tally.py).
 
 One worker process per core (each its own event loop and schedule share, round-robin), started with
 'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them. Workers get ready
@@ -19,8 +21,9 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import wait
 from pathlib import Path
 from time import perf_counter
@@ -29,6 +32,8 @@ from servelab.bench import result as R
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
+from servelab.bench.feed import Feeder, WorkItem, first_items, window_for
+from servelab.bench.merge import RecordSet
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
 from servelab.bench.progress import (
     LiveLine,
@@ -39,13 +44,13 @@ from servelab.bench.progress import (
     warmup_start_line,
 )
 from servelab.bench.rate_sweep import SweepStep, rate_sweep
-from servelab.bench.records import NOT_SENT, merge_records, write_jsonl
+from servelab.bench.records import NOT_SENT
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, WorkItem, worker_main
+from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, worker_main
 from servelab.errors import ServelabError
 from servelab.readable import typed
-from servelab.traffic.schedule import arrival_offsets, split_limit, split_round_robin
+from servelab.traffic.schedule import arrival_offset_array, split_limit
 
 
 def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
@@ -69,8 +74,13 @@ def fetch_model_id(base_url: str, headers: tuple, timeout: float = 10.0) -> str:
 MAX_MODELS_BYTES = 1 << 20  # a model list is a few KB; a server sending more is not one
 
 
-def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> list[WorkItem]:
-    offsets = arrival_offsets(
+def iter_work_items(
+    cfg: BenchConfig, data: Dataset, template: RequestTemplate, bare: Callable[[], bool] | None = None
+) -> Iterator[WorkItem]:
+    """The run's requests in dataset order, each made and rendered as it is taken (the arrival offsets, 8
+    bytes a request, are drawn first: they are rescaled on the whole schedule). Once `bare()` is true the
+    requests come without their bytes (a stopped run only records them as not sent)."""
+    offsets = arrival_offset_array(
         cfg.num_prompts if cfg.dataset_name == "multiturn" else len(data.items),
         cfg.request_rate,
         cfg.burstiness,
@@ -79,24 +89,16 @@ def build_items(cfg: BenchConfig, data: Dataset, template: RequestTemplate) -> l
         cfg.ramp_up_start_rps,
         cfg.ramp_up_end_rps,
     )
-    items = []
     for n, it in enumerate(data.items):
-        off = offsets[n] if offsets is not None else None
+        off = float(offsets[n]) if offsets is not None else None
+        render = bare is None or not bare()
         if it.turns:
             messages = [{"role": "user", "content": it.prompt}]
-            items.append(
-                WorkItem(
-                    it.index * 1000,
-                    template.encode(messages, it.output_len),
-                    it.prompt_len,
-                    off,
-                    messages,
-                    it.turns,
-                )
-            )
+            payload = template.encode(messages, it.output_len) if render else b""
+            yield WorkItem(it.index * 1000, payload, it.prompt_len, off, messages, it.turns)
         else:
-            items.append(WorkItem(it.index, template.encode(it.prompt, it.output_len), it.prompt_len, off))
-    return items
+            payload = template.encode(it.prompt, it.output_len) if render else b""
+            yield WorkItem(it.index, payload, it.prompt_len, off)
 
 
 def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
@@ -115,29 +117,37 @@ def num_workers_for(cfg: BenchConfig, num_items: int) -> int:
 
 @dataclass
 class Prepared:
-    """What a point sends, built before any process starts: the model name, the dataset and the requests."""
+    """What a point sends, settled before any process starts: the model name, the dataset (its requests are
+    made as they are sent) and the request template."""
 
     model_id: str
     data: Dataset
     template: RequestTemplate
-    items: list[WorkItem]
+
+    @property
+    def num_items(self) -> int:
+        return len(self.data.items)
+
+    def work_items(self, cfg: BenchConfig, bare: Callable[[], bool] | None = None) -> Iterator[WorkItem]:
+        return iter_work_items(cfg, self.data, self.template, bare)
 
 
 @dataclass
 class LoadRun:
     """What running the load left: the merged records, each worker's summary and ready info."""
 
-    records: list[dict]
+    records: RecordSet
     summaries: list[dict]
     infos: list[dict]
     interrupted: bool
     signum: int = 0  # the signal that interrupted the run
-    records_unwritten: bool = False  # a records file could not be written (a full disk): `records` has them
+    records_unwritten: bool = False  # the merged file could not be written (a full disk): `records` has them
     t0_unix: float | None = None  # wall-clock time of T0 (the run's start); None when it never started
 
 
 def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
-    """Resolve the model name, build the dataset and pre-serialize every request."""
+    """Resolve the model name, settle the dataset (its requests are made as they are sent) and the
+    request template."""
     headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
     model_id = cfg.model or fetch_model_id(cfg.base_url, headers)
     data = build_dataset(cfg, tok)
@@ -156,38 +166,43 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
         sampling,
         headers,
     )
-    return Prepared(model_id, data, template, build_items(cfg, data, template))
+    return Prepared(model_id, data, template)
 
 
-def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTemplate, records_dir: Path):
-    """One WorkerSpec per worker process: its round-robin share of the requests, of the concurrency limit and
-    of the warm-ups, and its own records file."""
-    n_workers = num_workers_for(cfg, len(items))
-    shares = split_round_robin(list(range(len(items))), n_workers)
+def worker_specs(cfg: BenchConfig, prep: Prepared, records_dir: Path) -> list[WorkerSpec]:
+    """One WorkerSpec per worker process: its round-robin share of the requests (fed as they go), of the
+    concurrency limit and of the warm-ups, and its own records file."""
+    num_items = prep.num_items
+    n_workers = num_workers_for(cfg, num_items)
     limits = split_limit(cfg.max_concurrency, n_workers)
-    warm = [items[0].payload] * cfg.num_warmups
+    first = next(prep.work_items(cfg), None)  # the warm-ups and the ready check send the first request
+    first_payload = first.payload if first is not None else b""
+    warm = [first_payload] * cfg.num_warmups
     keep_text = cfg.save_detailed or cfg.dataset_name == "multiturn"
     specs = []
     for k in range(n_workers):
-        share = [items[i] for i in shares[k]]
+        share = len(range(k, num_items, n_workers))
         limit = limits[k]
-        pre = min(len(share), limit if limit is not None else 64)
+        pre = min(share, limit if limit is not None else 64)
         specs.append(
             WorkerSpec(
                 k,
-                template,
+                prep.template,
                 share,
                 limits[k],
                 cfg.request_timeout_s,
                 str(records_dir / f"worker-{k}.jsonl"),
                 max_body_bytes=int(cfg.max_response_mib * (1 << 20)),
                 warmups=warm[k::n_workers],
-                ready_check=items[0].payload if (k == 0 and cfg.ready_check) else None,
+                ready_check=first_payload if (k == 0 and cfg.ready_check) else None,
                 keep_text=keep_text,
                 ttft_at_first_content=cfg.ttft_at == "first-content",
                 use_uvloop=cfg.use_uvloop,
                 preconnect=pre,
                 max_seconds=cfg.max_seconds,
+                open_loop=first is not None and first.offset is not None,
+                window=window_for(limit),
+                first_items=first_items(share, window_for(limit), len(first_payload)),
             )
         )
     return specs
@@ -195,7 +210,7 @@ def worker_specs(cfg: BenchConfig, items: list[WorkItem], template: RequestTempl
 
 def run_load(
     cfg: BenchConfig,
-    items: list[WorkItem] | None,
+    items: Callable[[Callable[[], bool]], Iterator[WorkItem]] | None,
     specs: Sequence[WorkerSpec],
     merged_path: Path,
     *,
@@ -203,27 +218,37 @@ def run_load(
     target: Callable = worker_main,
     before_start: Callable[[], None] | None = None,
 ) -> LoadRun:
-    """Start the worker processes, start them together at T0, wait (live line; Ctrl-C stops them and keeps
-    what was measured), and merge their records into `merged_path`. A trace replay passes no items (its
-    workers make their own requests), its process entry (`target`), how many requests it plans (`total`;
-    None: no fixed number) and `before_start`, called once every worker is ready (its ready check and
-    warm-ups done) and before the run starts."""
+    """Start the worker processes and feed them the requests `items(bare)` gives (made as the workers take
+    them: feed.py; once `bare()` is true, the run stopping, without their bytes), start them together at T0,
+    wait (live line; Ctrl-C stops them and keeps what was measured), and merge their records into
+    `merged_path`. `total`: how many requests the run plans (None: no fixed number). A trace replay passes no
+    items (its workers make their own requests), its process entry (`target`) and `before_start`, called once
+    every worker is ready (its ready check and warm-ups done) and before the run starts."""
     ctx = mp.get_context("spawn")
     progress = ctx.Array("d", len(specs) * PROGRESS_SLOTS, lock=False)
     stop = ctx.Event()
-    procs, pipes = [], []
+    procs, pipes, feeds = [], [], []
     for spec in specs:
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=target, args=(spec, progress, stop, child_end), daemon=True)
+        args: tuple = (spec, progress, stop, child_end)
+        if items is not None:
+            feed_out, feed_in = ctx.Pipe(duplex=False)
+            args += (feed_out,)
+            feeds.append(feed_in)
+        p = ctx.Process(target=target, args=args, daemon=True)
         p.start()
+        if items is not None:
+            feed_out.close()  # the worker's copy is the only one: its death breaks the pipe for the feeder
         procs.append(p)
         pipes.append(parent_end)
+    feeder = Feeder(items(stop.is_set), feeds) if items is not None else None
+    if feeder is not None:
+        feeder.start()
     interrupted, signum = False, 0
     summaries: list[dict] = []
     infos: list[dict] = []
     live = cfg.live if cfg.live is not None else sys.stderr.isatty()
-    planned = len(items) if items is not None else total
-    run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), planned)
+    run_progress = RunProgress(LiveLine(live, interval_s=cfg.progress_interval_s), total)
     t0 = 0.0
     t0_unix: float | None = None
     try:
@@ -232,6 +257,8 @@ def run_load(
         infos = _wait_ready(cfg, pipes, procs, progress, warm_line)
         ready_error = next((i["ready_error"] for i in infos if i.get("ready_error")), None)
         if ready_error:
+            if feeder is not None:
+                feeder.abandon()
             for pipe in pipes:
                 pipe.send(("stop",))
             raise ServelabError(f"initial test request to {cfg.base_url}{cfg.endpoint} failed: {ready_error}")
@@ -251,11 +278,14 @@ def run_load(
                     pipe.send(("stop",))
                 except OSError:
                     pass  # that worker is gone
-        try:
-            summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop, grace=10.0)
+        try:  # the workers record the rest as not sent as the feeder walks it; a second Ctrl-C stops waiting
+            busy = feeder.alive if feeder is not None else None
+            summaries = _wait_done(pipes, procs, progress, run_progress, t0, stop, grace=10.0, busy=busy)
         except KeyboardInterrupt:
             pass
     finally:
+        if feeder is not None:
+            feeder.abandon()  # done by now, unless the run failed or was given up on
         if t0:
             run_progress.finish(perf_counter() - t0, Totals.read(progress, len(specs)))
         for p in procs:
@@ -264,9 +294,11 @@ def run_load(
                 p.terminate()
     kept = [r for s in summaries for r in s.pop("records_kept", ())]
     errors = sorted({why for s in summaries if (why := s.pop("records_error", None))})
-    records = merge_records([Path(s.out_path) for s in specs], kept)
+    if feeder is not None and feeder.error:
+        print(f"warning: the requests could not all be made ({feeder.error})", file=sys.stderr)
+    records = RecordSet([Path(s.out_path) for s in specs], kept)
     try:
-        write_jsonl(records, merged_path)
+        records.write(merged_path)
     except OSError as e:
         errors.append(f"{merged_path}: {e.strerror or e}")
     for error in errors:  # the records are in memory: the result is computed, and saved where it can be
@@ -275,9 +307,10 @@ def run_load(
 
 
 def run_point(
-    cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None
+    cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None, details: bool = False
 ) -> tuple[R.BenchResult, Path | None, int]:
-    """Run one benchmark point: prepare, run the load, compute the result, present it, save it.
+    """Run one benchmark point: prepare, run the load, compute the result, present it, save it. The result
+    keeps the per-request detail lists with --save-detailed or `details` (for --json).
     Returns (result, saved path or None, exit code)."""
     out = out or sys.stdout
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer, cfg.trust_remote_code)
@@ -295,10 +328,11 @@ def run_point(
         )
     except OSError as e:
         raise ServelabError(f"--result-dir {result_dir}: cannot be written ({e.strerror or e})") from None
-    specs = worker_specs(cfg, prep.items, prep.template, records_dir)
-    load = run_load(cfg, prep.items, specs, records_dir / "requests.jsonl")
+    specs = worker_specs(cfg, prep, records_dir)
+    items = partial(prep.work_items, cfg)
+    load = run_load(cfg, items, specs, records_dir / "requests.jsonl", total=prep.num_items)
     result = compute_result(
-        cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date
+        cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date, details
     )
     result.interrupted = load.interrupted
     result.start_unix = load.t0_unix
@@ -352,26 +386,27 @@ def _save_somewhere(
 
 
 def _save(
-    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, in_memory: list[dict] | None
+    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, rewrite: RecordSet | None
 ) -> Path:
     """Claim a free result name (`path` or a suffixed one), move the records next to it (or write them from
-    `in_memory` when their file could not be written), write the result; an interruption or a failure in
-    between removes the still empty claimed file. Returns the result's path."""
+    `rewrite`, the workers' files and memory, when the merged file could not be written), write the result;
+    an interruption or a failure in between removes the still empty claimed file. Returns the result's
+    path."""
     result_path = R.claim(path, taken=_records_path)
     try:
         if result_path != path:
             print(f"note: {path} exists; the result goes to {result_path}", file=sys.stderr)
         records_path = _records_path(result_path)
-        if in_memory is None:
+        if rewrite is None:
             os.replace(records, records_path)
         else:
-            write_jsonl(in_memory, records_path)
+            rewrite.write(records_path)
         result.records_file = str(records_path)
         R.save(result, result_path, cfg.save_detailed)
     except BaseException:
         if result_path.stat().st_size == 0:
             result_path.unlink()
-            _records_path(result_path).unlink(missing_ok=True)  # the records are in memory as well
+            _records_path(result_path).unlink(missing_ok=True)  # the workers' files still hold them
         raise
     return result_path
 
@@ -413,12 +448,23 @@ def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> lis
 
 
 def _wait_done(
-    pipes, procs, progress, run_progress: RunProgress, t0, stop, grace: float | None = None
+    pipes,
+    procs,
+    progress,
+    run_progress: RunProgress,
+    t0,
+    stop,
+    grace: float | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> list[dict]:
+    """Each worker's summary, waiting for every one (or `grace` seconds once `busy()`, the feeder still
+    walking the requests, is false)."""
     summaries: dict[int, dict] = {}
     waiting = {id(p): (k, p) for k, p in enumerate(pipes)}
     deadline = time.monotonic() + grace if grace else None
     while waiting:
+        if grace and busy is not None and busy():
+            deadline = time.monotonic() + grace
         ready = wait([p for _, p in waiting.values()], timeout=0.1)
         for conn in ready:
             k, pipe = waiting.pop(id(conn))
@@ -500,7 +546,7 @@ def _run_points(
             name = _point_name(cfg)
             if len(cfg_points) > 1:
                 print(f"\n### point {name}", file=out)
-            result, path, c = point(cfg, tok, out)
+            result, path, c = point(cfg, tok, out, details=json_out is not None)
             results.append((name, result.dump(), str(path) if path else None))
             if path is not None and saved is not None:
                 saved.append(path)

@@ -8,6 +8,11 @@ semaphore hop. Closed loop: a finished request frees its slot and the next reque
 callback; its scheduled time is that moment. A 100 ms tick handles timeouts, progress, stopping and flushing;
 a 10 ms sampler measures event-loop lag.
 
+Requests come from the parent over the feed pipe (feed.py), a batch at a time: the worker reads it while it
+holds fewer unsent requests (pending, plus arrivals not yet due) than its window and stops reading above it,
+so its memory follows its concurrency, not the run's length. Before it is ready it takes its first requests,
+a window or a few MB of them, so a short run's requests are all made before it starts, as they always were.
+
 A worker dies with its parent, whatever killed the parent: on Linux the kernel sends it SIGKILL
 (PR_SET_PDEATHSIG); elsewhere, and as a fallback, the tick stops the run when the parent pid changes and the
 closed pipe ends the process.
@@ -26,10 +31,12 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from time import perf_counter
 
 from servelab.bench.accounting import PROGRESS_SLOTS, Accounting
 from servelab.bench.client import MAX_BODY_BYTES, RequestState, StreamConn
+from servelab.bench.feed import FeedReader, WorkItem
 from servelab.bench.payload import RequestTemplate
 from servelab.bench.pool import ConnectionPool
 from servelab.bench.records import RecordWriter
@@ -42,22 +49,10 @@ MAX_SECONDS_REASON = (
 
 
 @dataclass
-class WorkItem:
-    """What a worker sends: the pre-serialized request plus what it needs to record and to continue."""
-
-    key: int
-    payload: bytes
-    prompt_len: int
-    offset: float | None = None  # arrival offset (open loop); None = closed loop
-    messages: list[dict] | None = None  # multiturn: history so far (user/assistant)
-    turns: list[tuple[str, int, int]] = field(default_factory=list)  # later turns: (text, len, max_tokens)
-
-
-@dataclass
 class WorkerSpec:
     index: int
     template: RequestTemplate
-    items: list[WorkItem]
+    num_items: int  # this worker's share of the requests, fed over its feed pipe
     max_in_flight: int | None
     timeout_s: float
     out_path: str
@@ -69,6 +64,9 @@ class WorkerSpec:
     use_uvloop: bool = True
     preconnect: int = 0
     max_seconds: float | None = None  # stop sending this long after the start; in-flight requests finish
+    open_loop: bool = False  # requests carry arrival offsets (a request rate), else a closed loop
+    window: int = 1024  # unsent requests held at most (feed.window_for), once the first ones are sent
+    first_items: int = 0  # requests read before the start (feed.first_items)
 
 
 def _new_loop(use_uvloop: bool) -> tuple[asyncio.AbstractEventLoop, str]:
@@ -101,10 +99,18 @@ def _die_with_parent() -> int:
     return parent_pid
 
 
-def worker_main(spec: WorkerSpec, progress, stop_event, pipe, worker_cls: type[Worker] | None = None) -> None:
+def worker_main(
+    spec: WorkerSpec,
+    progress,
+    stop_event,
+    pipe,
+    feed: Connection | None = None,
+    worker_cls: type[Worker] | None = None,
+) -> None:
     """Process entry point (spawned). Protocol with the parent over `pipe`:
     -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary).
-    `worker_cls` replaces the request loop (a trace replay's sessions: servelab.bench.agentic.replay)."""
+    The requests come over `feed` (feed.py). `worker_cls` replaces the request loop (a trace replay's
+    sessions, which make their own requests: servelab.bench.agentic.replay)."""
     parent_pid = _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
     loop, loop_kind = _new_loop(spec.use_uvloop)
@@ -113,7 +119,13 @@ def worker_main(spec: WorkerSpec, progress, stop_event, pipe, worker_cls: type[W
     tls = ssl.create_default_context() if spec.template.target.tls else None
     records = RecordWriter(out, spec.index, spec.keep_text, spec.ttft_at_first_content)
     w = (worker_cls or Worker)(
-        spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls
+        spec,
+        records,
+        Accounting(spec.index, loop_kind, progress),
+        stop_event,
+        loop,
+        tls,
+        FeedReader(feed) if feed is not None else None,
     )
     w.parent_pid = parent_pid
     try:
@@ -156,8 +168,13 @@ class Worker:
         stop_event,
         loop,
         tls: ssl.SSLContext | None = None,
+        feed: FeedReader | None = None,
     ) -> None:
         self.spec = spec
+        self.feed = feed
+        self.feed_open = False  # more requests may come from the feed (the run's drive only)
+        self.reading = False  # the feed's pipe is watched by the loop
+        self.first: list[WorkItem] = []  # the first window, read before the start
         self.records = records
         self.stats = stats
         self.stop_event = stop_event
@@ -174,26 +191,36 @@ class Worker:
         self.connect_failed_streak = 0
         self.abort_reason: str | None = None
         self.arrival_handle: asyncio.TimerHandle | None = None
-        self.next_arrival = 0
-        self.arrivals: list[WorkItem] = []
+        self.arrivals: deque[WorkItem] = deque()  # open loop: requests whose time has not come yet
+        self.closed = True  # closed loop: requests go as slots free
         self.stopped = False
+        self.stop_reason = ""
         self.parent_pid: int | None = None  # stop when the parent process is gone
 
     # -- phases --------------------------------------------------------------------------------------------
     async def prepare(self) -> dict:
-        """Open the connection pool, send the ready-check request, run this worker's warm-ups."""
+        """Open the connection pool, send the ready-check request, run this worker's warm-ups, read the first
+        window of requests."""
         await self.pool.preconnect(self.spec.preconnect)
         info: dict = {"ready_error": None, "warmup_failed": 0, "loop": self.stats.loop_kind}
         if self.spec.ready_check is not None:
             errors = await self._batch([self.spec.ready_check], 1)
             if errors:
                 info["ready_error"] = errors[0]
-                return info
-        if self.spec.warmups:  # at the run's own limit (the ready check left self.limit at 1)
+        if self.spec.warmups and not info["ready_error"]:  # at the run's own limit (the check used 1)
             errors = await self._batch(self.spec.warmups, self.spec.max_in_flight)
             info["warmup_failed"] = len(errors)
             info["warmup_errors"] = errors[:3]
+        # even after a failed check: a worker that left its pipe unread would hold the feeder, and with it the
+        # other workers' first windows, so they would never be ready
+        self._read_first()
         return info
+
+    def _read_first(self) -> None:
+        """Read the first `first_items` requests from the feed (waiting for them): the run starts with its
+        requests at hand, and a short run's are all made before it starts."""
+        while self.feed is not None and not self.feed.ended and len(self.first) < self.spec.first_items:
+            self.first.extend(self.feed.read())
 
     async def _batch(self, payloads: list[bytes], limit: int | None) -> list[str]:
         """Send unrecorded requests (ready check, warm-ups); return their errors."""
@@ -216,9 +243,9 @@ class Worker:
             reason = MAX_SECONDS_REASON.format(self.spec.max_seconds)
             when = t0 + self.spec.max_seconds - perf_counter()
             deadline = self.loop.call_later(when, self._stop, reason, False)
-        closed = not self.spec.items or self.spec.items[0].offset is None
+        first, self.first = self.first, []
         try:
-            await self._drive(self.spec.items, self.spec.max_in_flight, closed=closed)
+            await self._drive(first, self.spec.max_in_flight, not self.spec.open_loop, self.feed)
         finally:
             sampler.cancel()
             if deadline is not None:
@@ -229,47 +256,104 @@ class Worker:
             self.records.flush()
 
     def cancel(self, reason: str) -> None:
-        """The run was stopped before it started: every request is recorded as never sent."""
+        """The run was stopped before it started: every request is recorded as never sent (the rest of the
+        feed read to its end)."""
         self.recording = True
         self.t0 = self.records.t0 = perf_counter()
-        for it in self.spec.items:
-            self._not_sent(it, self.t0 + (it.offset or 0.0), reason)
+        items, self.first = self.first, []
+        while True:
+            for it in items:
+                self._not_sent(it, self.t0 + (it.offset or 0.0), reason)
+            if self.feed is None or self.feed.ended:
+                break
+            items = self.feed.read()
         self.records.flush()
 
-    async def _drive(self, items: list[WorkItem], limit: int | None, closed: bool) -> None:
+    async def _drive(
+        self, items: list[WorkItem], limit: int | None, closed: bool, feed: FeedReader | None = None
+    ) -> None:
+        """Send `items`, and what `feed` brings after them, until every one has ended."""
         self.limit = limit
-        self.remaining = len(items) + sum(len(it.turns) for it in items)
-        if self.remaining == 0:
-            return
+        self.closed = closed
+        self.remaining = 0
         self.done = self.loop.create_future()
-        now = perf_counter()
-        if closed:
-            self.pending.extend((it, None) for it in items)
-            self.pump(now)
-        else:
-            self.arrivals = items
-            self.next_arrival = 0
-            self._arrive()
+        self.feed_open = feed is not None and not feed.ended
+        self._take(items, perf_counter())
+        self._read_more()
         ticker = self.loop.create_task(self._tick())
         try:
             await self.done
         finally:
             ticker.cancel()
+            self._unwatch_feed()
+
+    # -- the feed -----------------------------------------------------------------------------------------
+    def _take(self, items: list[WorkItem], now: float) -> None:
+        """Requests come in: queued (closed loop), timed (open loop), or recorded as not sent (stopped)."""
+        for it in items:
+            self.remaining += 1 + len(it.turns)
+        if self.stopped:
+            for it in items:
+                self._not_sent(it, now if self.closed else self._due(it), self.stop_reason)
+        elif self.closed:
+            self.pending.extend((it, None) for it in items)
+            self.pump(now)
+        elif items:
+            self.arrivals.extend(items)
+            if self.arrival_handle is None:
+                self._arrive()
+        self._check_done()
+
+    def _on_feed(self) -> None:
+        """The feed's pipe is readable: take one batch; stop watching at the end or with a full window."""
+        assert self.feed is not None  # watched only with a feed
+        items = self.feed.read(block=False)
+        if self.feed.ended:
+            self.feed_open = False
+            self._unwatch_feed()
+        self._take(items, perf_counter())
+        if self.feed_open and not self.stopped and self.buffered() >= self.spec.window:
+            self._unwatch_feed()
+
+    def buffered(self) -> int:
+        """Requests held and not sent yet."""
+        return len(self.pending) + len(self.arrivals)
+
+    def _read_more(self) -> None:
+        """Watch the feed again once the requests held fall below half the window."""
+        if not self.reading and self.feed_open and self.buffered() < self.spec.window // 2:
+            self._watch_feed()
+
+    def _watch_feed(self) -> None:
+        if self.feed_open and not self.reading and self.feed is not None:
+            self.loop.add_reader(self.feed.fileno(), self._on_feed)
+            self.reading = True
+
+    def _unwatch_feed(self) -> None:
+        if self.reading and self.feed is not None:
+            self.loop.remove_reader(self.feed.fileno())
+            self.reading = False
+
+    def _check_done(self) -> None:
+        """Every request taken has ended and none is to come: the drive is over."""
+        if self.remaining <= 0 and not self.feed_open and self.done is not None and not self.done.done():
+            self.done.set_result(None)
 
     # -- dispatch -----------------------------------------------------------------------------------------
     def _arrive(self) -> None:
-        """Chained arrival timer: enqueue every item whose time has come, re-arm for the next one."""
+        """Chained arrival timer: enqueue every request whose time has come, re-arm for the next one."""
+        self.arrival_handle = None
         now = perf_counter()
-        items, i = self.arrivals, self.next_arrival
-        while i < len(items) and self._due(items[i]) <= now + 0.0002:
-            self.pending.append((items[i], self._due(items[i])))
-            i += 1
-        self.next_arrival = i
+        arrivals = self.arrivals
+        while arrivals and self._due(arrivals[0]) <= now + 0.0002:
+            it = arrivals.popleft()
+            self.pending.append((it, self._due(it)))
         if self.abort_reason is None and not self.stopping():
             self.pump(now)
-        if i < len(items):
-            when = self._due(items[i]) - perf_counter()
+        if arrivals:
+            when = self._due(arrivals[0]) - perf_counter()
             self.arrival_handle = self.loop.call_later(max(0.0, when), self._arrive)
+        self._read_more()
 
     def _due(self, it: WorkItem) -> float:
         """When an open-loop item is due (every one carries its offset)."""
@@ -295,9 +379,9 @@ class Worker:
                 conn.start(st)
             else:
                 self.loop.create_task(self._connect_and_start(st))
+        self._read_more()
         # an aborted run drains pending into not-sent records: when that was the last, the run is over
-        if self.remaining <= 0 and self.done is not None and not self.done.done():
-            self.done.set_result(None)
+        self._check_done()
 
     async def _connect_and_start(self, st: RequestState) -> None:
         st.new_conn = True
@@ -346,9 +430,8 @@ class Worker:
                     self._not_sent(
                         WorkItem(item.key + k + 1, b"", item.turns[k][1]), st.end, reason, count=True
                     )
-        if self.remaining <= 0:
-            if self.done is not None and not self.done.done():
-                self.done.set_result(None)
+        if self.remaining <= 0 and not self.feed_open:
+            self._check_done()
             return
         if not self.stopping():
             self.pump(st.end)
@@ -398,20 +481,21 @@ class Worker:
                 self.pool.finish_all(perf_counter(), reason)
             return
         self.stopped = True
+        self.stop_reason = reason
         if self.arrival_handle is not None:
             self.arrival_handle.cancel()
+            self.arrival_handle = None
         now = perf_counter()
-        items = self.arrivals[self.next_arrival :]
-        self.next_arrival = len(self.arrivals)
-        for it in items:
+        while self.arrivals:
+            it = self.arrivals.popleft()
             self._not_sent(it, self._due(it), reason)
         while self.pending:
             it, sched = self.pending.popleft()
             self._not_sent(it, sched if sched is not None else now, reason)
         if cancel_in_flight:
             self.pool.finish_all(now, reason)
-        if self.remaining <= 0 and self.done is not None and not self.done.done():
-            self.done.set_result(None)
+        self._watch_feed()  # the rest of the feed, each recorded as not sent as it comes
+        self._check_done()
 
     async def _sample_lag(self) -> None:
         while True:

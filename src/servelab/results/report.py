@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from servelab.bench.evaluate import resolve_output_len
 from servelab.bench.measured import derive
 from servelab.bench.records import read_jsonl
+from servelab.bench.tally import resolve_output_len
 from servelab.errors import ServelabError
 from servelab.htmlpage import figure_div, page, plot_text
 from servelab.metrics import LATENCY_METRICS

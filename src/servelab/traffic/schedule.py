@@ -37,8 +37,24 @@ def arrival_offsets(
     ramp_up_end_rps: float | None = None,
 ) -> list[float] | None:
     """Offsets in seconds for `num` arrivals, or None for a closed loop (rate inf, no ramp-up)."""
+    offsets = arrival_offset_array(
+        num, rate, burstiness, seed, ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps
+    )
+    return offsets.tolist() if offsets is not None else None
+
+
+def arrival_offset_array(
+    num: int,
+    rate: float,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    ramp_up_strategy: str | None = None,
+    ramp_up_start_rps: float | None = None,
+    ramp_up_end_rps: float | None = None,
+) -> np.ndarray | None:
+    """`arrival_offsets` as a float64 array (8 bytes an arrival, for schedules of millions)."""
     if num <= 0:
-        return []
+        return np.empty(0)
     if math.isinf(rate) and ramp_up_strategy is None:
         return None
     rng = np.random.default_rng(seed)
@@ -54,7 +70,7 @@ def arrival_offsets(
     offsets = np.cumsum(gaps)
     if ramp_up_strategy is None and offsets[-1] > 0:
         offsets *= (num / rate) / offsets[-1]
-    return offsets.tolist()
+    return offsets
 
 
 def split_round_robin(indices: list[int], num_workers: int) -> list[list[int]]:

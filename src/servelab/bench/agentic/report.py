@@ -16,6 +16,7 @@ Latencies are the records' own (servelab.bench.measured), in ms, over the succes
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict
 
 from servelab.bench.agentic.replay import KEY_STRIDE
@@ -35,7 +36,7 @@ def _mean_ms(values_s: list[float]) -> float | None:
 
 
 def agentic_section(
-    records: list[dict],
+    records: Iterable[dict],
     traces: TraceFile,
     replay: dict,
     server: dict,

@@ -95,7 +95,7 @@ def worker_specs(
             TraceWorkerSpec(
                 index=k,
                 template=template,
-                items=[],
+                num_items=0,  # its sessions make their own requests: nothing is fed
                 max_in_flight=limit,  # the warm-ups' concurrency; the run counts sessions (lanes)
                 timeout_s=cfg.request_timeout_s,
                 out_path=str(records_dir / f"worker-{k}.jsonl"),
