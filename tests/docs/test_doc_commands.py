@@ -52,6 +52,12 @@ SKIP = {
     "servelab bench --max-concurrency 1,2,4": "a concurrency sweep of 7 x 640 requests (minutes)",
     "servelab bench --request-rate 1,5,10,inf": "1000 requests at 1 request/s first (17 minutes)",
     "servelab bench --request-rate sweep": "an automatic rate sweep of 10 x 500 requests (minutes)",
+    "servelab bench --base-url http://127.0.0.1:8000 --endpoint /v1/chat/completions  --trace": (
+        "replays a user's trace file; tests/bench/test_agentic_replay.py replays the pinned sample against "
+        "the mock server, tests/e2e/test_agentic_vllm.py against the CPU vLLM"
+    ),
+    "servelab bench --trace traces.jsonl --max-concurrency 64 --max-seconds 3600": "an hour of trace replay "
+    "(tests/bench/test_agentic_replay.py runs --max-seconds on the pinned sample)",
     "servelab results show 20261130-": "shows a run of the doc's Python API session; run ids are new",
     "servelab collect --system h200_sxm --out": "measures on 8 GPUs (tests/collect runs campaigns on a "
     "fake suite)",

@@ -116,10 +116,13 @@ class Lines:
         threading.Thread(target=self._read, args=(stream,), daemon=True).start()
 
     def _read(self, stream) -> None:
-        for line in stream:
-            with self.cond:
-                self.lines.append(line)
-                self.cond.notify_all()
+        try:
+            for line in stream:
+                with self.cond:
+                    self.lines.append(line)
+                    self.cond.notify_all()
+        except ValueError:  # the test closed the stream (its process is done) while this thread read it
+            pass
         with self.cond:
             self.lines.append("")  # end of stream
             self.cond.notify_all()
