@@ -151,12 +151,17 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
     headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
     model_id = cfg.model or fetch_model_id(cfg.base_url, headers)
     data = build_dataset(cfg, tok)
+    return Prepared(model_id, data, template_of(cfg, model_id, headers))
+
+
+def template_of(cfg: BenchConfig, model_id: str, headers: tuple) -> RequestTemplate:
+    """The request every worker sends, but for its prompt and output length."""
     sampling = {
         k: v
         for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
         if v is not None
     }
-    template = RequestTemplate(
+    return RequestTemplate(
         Target.from_url(cfg.base_url),
         cfg.endpoint,
         cfg.served_model_name or model_id,
@@ -166,7 +171,6 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
         sampling,
         headers,
     )
-    return Prepared(model_id, data, template)
 
 
 def worker_specs(cfg: BenchConfig, prep: Prepared, records_dir: Path) -> list[WorkerSpec]:

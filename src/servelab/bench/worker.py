@@ -362,6 +362,18 @@ class Worker:
     def stopping(self) -> bool:
         return self.stopped or self.done is None or self.done.done()
 
+    def _start(self, st: RequestState) -> None:
+        """Send one request: on an idle connection when there is one, else on a new one."""
+        self.in_flight += 1
+        conn = self.pool.take_idle()
+        st.sent = perf_counter()
+        if conn is not None:
+            st.reused = True
+            self.pool.activate(conn)
+            conn.start(st)
+        else:
+            self.loop.create_task(self._connect_and_start(st))
+
     def pump(self, now: float) -> None:
         limit = self.limit
         while self.pending and (limit is None or self.in_flight < limit):
@@ -369,16 +381,7 @@ class Worker:
             if self.abort_reason is not None:
                 self._not_sent(item, sched if sched is not None else now, self.abort_reason)
                 continue
-            st = RequestState(item, item.payload, now if sched is None else sched, now)
-            self.in_flight += 1
-            conn = self.pool.take_idle()
-            st.sent = perf_counter()
-            if conn is not None:
-                st.reused = True
-                self.pool.activate(conn)
-                conn.start(st)
-            else:
-                self.loop.create_task(self._connect_and_start(st))
+            self._start(RequestState(item, item.payload, now if sched is None else sched, now))
         self._read_more()
         # an aborted run drains pending into not-sent records: when that was the last, the run is over
         self._check_done()

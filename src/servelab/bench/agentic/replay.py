@@ -161,16 +161,7 @@ class TraceWorker(Worker):
         text = replay.prompts[req.stream].text(req)
         payload = self.spec.template.encode(text, max(1, req.output_tokens))
         item = TraceItem(replay.number * KEY_STRIDE + req.index, payload, req.input_tokens)
-        st = RequestState(item, payload, due, perf_counter())
-        self.in_flight += 1
-        conn = self.pool.take_idle()
-        st.sent = perf_counter()
-        if conn is not None:
-            st.reused = True
-            self.pool.activate(conn)
-            conn.start(st)
-        else:
-            self.loop.create_task(self._connect_and_start(st))
+        self._start(RequestState(item, payload, due, perf_counter()))
 
     def on_done(self, conn, st: RequestState, reusable: bool) -> None:
         if not self.recording:

@@ -25,9 +25,16 @@ from servelab.bench.agentic.trace import TraceFile, read_trace_file
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset
 from servelab.bench.evaluate import compute_result
-from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
+from servelab.bench.payload import RequestTemplate, api_key_from_env, auth_headers
 from servelab.bench.report import present
-from servelab.bench.runner import _save_somewhere, exit_code, fetch_model_id, num_workers_for, run_load
+from servelab.bench.runner import (
+    _save_somewhere,
+    exit_code,
+    fetch_model_id,
+    num_workers_for,
+    run_load,
+    template_of,
+)
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
 from servelab.bench.worker import worker_main
 from servelab.errors import ServelabError
@@ -49,25 +56,6 @@ def sessions_of(cfg: BenchConfig, traces: TraceFile) -> int | None:
             )
         return None
     return len(traces.traces)
-
-
-def template_of(cfg: BenchConfig, model_id: str) -> RequestTemplate:
-    headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
-    sampling = {
-        k: v
-        for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
-        if v is not None
-    }
-    return RequestTemplate(
-        Target.from_url(cfg.base_url),
-        cfg.endpoint,
-        cfg.served_model_name or model_id,
-        cfg.is_chat,
-        cfg.stream,
-        bool(cfg.ignore_eos),
-        sampling,
-        headers,
-    )
 
 
 def worker_specs(
@@ -137,7 +125,7 @@ def run_trace_point(
     sessions = sessions_of(cfg, traces)
     headers = auth_headers(api_key_from_env(), cfg.basic_auth, cfg.headers)
     model_id = cfg.model or fetch_model_id(cfg.base_url, headers)
-    template = template_of(cfg, model_id)
+    template = template_of(cfg, model_id, headers)
     date = R.now_stamp()
     result_dir = Path(cfg.result_dir or ".")
     name = None
