@@ -12,3 +12,47 @@ def table_cache_of_the_session(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV_DIR, str(tmp_path_factory.mktemp("servelab-cache")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def no_inherited_columns(monkeypatch):
+    """Piped tables fit COLUMNS when it is set (a CI log's width); a test that wants a width sets it. Without
+    this, a developer's exported COLUMNS, or pytest-xdist's workers (COLUMNS=80), cut the tables tests read."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+# Tests that share one session's real server or built model run on one pytest-xdist worker (`--dist
+# loadgroup`, as .ci/run runs them): a parallel run starts one CPU vLLM and one PostgreSQL, not one a worker,
+# and never builds the tiny model's cache folder twice at once.
+SHARED_BY_FIXTURE = {
+    "vllm_server": "vllm-cpu",
+    "tiny_llama": "vllm-cpu",
+    "vllm_venv_python": "vllm-cpu",
+    "postgres_server": "postgres",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = next((g for f, g in SHARED_BY_FIXTURE.items() if f in getattr(item, "fixturenames", ())), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A pytest-xdist worker is done: add the hostile inputs it tried (tests/fuzz/conftest.py)."""
+    config = node.config
+    config.fuzz_tried = getattr(config, "fuzz_tried", 0) + getattr(node, "workeroutput", {}).get("fuzz_tried", 0)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    tried = getattr(config, "fuzz_tried", 0)
+    if not tried:
+        return
+    stats = terminalreporter.stats
+    xfailed = len(stats.get("xfailed", []))
+    failed = len([r for r in stats.get("failed", []) if "tests/fuzz" in r.nodeid])
+    terminalreporter.write_line(
+        f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); {failed} failed"
+    )

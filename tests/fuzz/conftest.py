@@ -1,5 +1,5 @@
-"""Print how many hostile inputs the fuzz suite tried (fuzzkit.COUNTS) at the end of the session; the
-mock_server fixture.
+"""Count the hostile inputs the fuzz suite tried (fuzzkit.COUNTS) for the session's summary; the mock_server
+fixture.
 
 The harness lives in fuzzkit.py: a test module's `from conftest import ...` could find another folder's
 conftest, since the tests folders are not packages."""
@@ -18,16 +18,13 @@ from fuzzkit import COUNTS
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    if not COUNTS["tried"]:
-        return
-    stats = terminalreporter.stats
-    xfailed = len(stats.get("xfailed", []))
-    failed = len([r for r in stats.get("failed", []) if "tests/fuzz" in r.nodeid])
-    terminalreporter.write_line(
-        f"fuzz: {COUNTS['tried']} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
-        f"{failed} failed"
-    )
+def pytest_sessionfinish(session) -> None:
+    """The count for the session's summary (tests/conftest.py prints it); a pytest-xdist worker hands it to
+    the controller, which adds the workers' counts."""
+    session.config.fuzz_tried = getattr(session.config, "fuzz_tried", 0) + COUNTS["tried"]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fuzz_tried"] = COUNTS["tried"]
 
 
 @pytest.fixture
