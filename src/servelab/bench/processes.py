@@ -55,6 +55,8 @@ class WorkerPool:
     def take(self, n: int) -> list[WorkerProcess]:
         """The first n processes, ready for a bench: started where missing, their progress slots zeroed and
         the stop event cleared."""
+        if not all(w.proc.is_alive() for w in self.workers):
+            self.shutdown()  # one died between benches (killed from outside): all start afresh
         while len(self.workers) < n:
             self.workers.append(self._start())
         self.stop.clear()
