@@ -3,8 +3,9 @@
 and read back from the workers' files (merge.py, tally.py).
 
 One worker process per core (each its own event loop and schedule share, round-robin), started with
-'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them. Workers get ready
-(connection pool, ready check, warm-ups), then all start at one shared monotonic time T0.
+'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them, and kept for the next
+point of a sweep or bench of a `servelab run` (processes.py). Workers get ready (connection pool, ready check,
+warm-ups), then all start at one shared monotonic time T0.
 Ctrl-C, SIGTERM or SIGHUP: the parent tells workers to stop; what was measured is merged and saved; the exit
 code is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), as shells report them.
 Workers die with the parent however it ends (worker.py).

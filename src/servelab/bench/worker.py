@@ -1,6 +1,7 @@
-"""One load-generating process: its own event loop, its share of the schedule, its own JSONL file.
-Worker runs the request loop; its RecordWriter (records.py) writes the records and its Accounting
-(accounting.py) counts, publishes progress and summarizes; worker_main opens the file and wires them.
+"""One load-generating process: for each bench it is given (one after another: processes.py keeps it for the
+next), its own event loop, its share of the schedule, its own JSONL file. Worker runs the request loop; its
+RecordWriter (records.py) writes the records and its Accounting (accounting.py) counts, publishes progress
+and summarizes; run_bench opens the file and wires them.
 
 Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
 which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
