@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,35 @@ def _stats(port: int) -> dict:
         return {}
 
 
+def _spawned(pid: int) -> list[int]:
+    """The processes multiprocessing spawned under `pid` (its direct children, from /proc)."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(c) for c in (task / "children").read_text().split()]
+    return [k for k in kids if b"spawn_main" in _cmdline(k)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    """Alive and not a zombie (a hang guard waits for the end of a dying one)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_mid_benchmark_tears_down_and_keeps_what_was_measured(tmp_path, fake_vllm, write_workload,
                                                                         monkeypatch, sig):  # fmt: skip
@@ -126,9 +156,12 @@ def test_a_signal_mid_benchmark_tears_down_and_keeps_what_was_measured(tmp_path,
     while _stats(port).get("requests", 0) < 7:
         assert proc.poll() is None, "servelab run ended before the benchmark ran"
         time.sleep(0.1)
+    workers = _spawned(proc.pid)  # the bench's load worker processes
+    assert workers
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + sig
+    assert not [p for p in workers if _alive(p)]
     result = json.loads(out)
     assert result["outcome"] == "error" and result["errors"] == [f"interrupted by {sig.name}"]
     [row] = result["stages"]

@@ -1,7 +1,7 @@
 """A worker's accounting: what it completed, how busy it was, and what it tells the parent.
 
-The counters feed the parent's live line through shared progress slots (PROGRESS_SLOTS doubles per worker) and
-end in the worker's summary, from which the parent builds the result's client section."""
+The counters feed the parent's live line through the worker's shared progress slots (PROGRESS_SLOTS doubles)
+and end in the worker's summary, from which the parent builds the result's client section."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ PROGRESS_SLOTS = 8
 
 
 class Accounting:
-    """Counters of one worker process. `progress` is the shared array (None: nobody watches)."""
+    """Counters of one worker process. `progress` is its shared slots (None: nobody watches)."""
 
     def __init__(self, index: int, loop_kind: str, progress=None) -> None:
         self.index = index
@@ -47,25 +47,19 @@ class Accounting:
         self.warmups_done += 1
 
     def publish(self, in_flight: int, cpu_pct: float | None = None) -> None:
-        """Write this worker's slots of the shared progress array."""
+        """Write this worker's shared progress slots."""
         if self.progress is None:
             return
         if self.recent_ttft_us:
             self.ttft_p50_ms = percentile(sorted(self.recent_ttft_us), 50) / 1000.0
             self.recent_ttft_us = []
-        base = self.index * PROGRESS_SLOTS
         p = self.progress
-        p[base], p[base + 1], p[base + 2], p[base + 3] = (
-            self.completed,
-            self.failed,
-            self.output_tokens,
-            in_flight,
-        )
-        p[base + 4] = self.ttft_p50_ms
+        p[0], p[1], p[2], p[3] = self.completed, self.failed, self.output_tokens, in_flight
+        p[4] = self.ttft_p50_ms
         if cpu_pct is not None:
-            p[base + 5] = cpu_pct
-        p[base + 6] = max(self.loop_lags_s[-10:], default=0.0) * 1000.0
-        p[base + 7] = self.warmups_done
+            p[5] = cpu_pct
+        p[6] = max(self.loop_lags_s[-10:], default=0.0) * 1000.0
+        p[7] = self.warmups_done
 
     def summary(self, abort_reason: str | None) -> dict:
         """What the worker sends the parent when it is done."""

@@ -327,6 +327,12 @@ class StreamConn(asyncio.Protocol):
             self._drop()
         self.owner.on_done(self, st, reusable)
 
+    def close(self) -> None:
+        """Close the connection (its requests have all ended)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
     # -- helpers ---------------------------------------------------------------------------------------------
     def _drop(self) -> None:
         self.closed = True

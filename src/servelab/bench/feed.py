@@ -11,9 +11,10 @@ short run's are all made before it starts.
 Once the run stops (Ctrl-C, a signal, --max-seconds, a stop before the start) the rest are still walked and
 sent, without their request bytes, for each to be recorded as not sent: every request of a run has a record.
 
-On the pipe: frames of a 4-byte length and a pickled batch; the feed ends when the parent closes its end.
-The worker reads the raw bytes itself, because the event loop makes a watched pipe non-blocking and a
-message can arrive in parts.
+On the pipe: frames of a 4-byte length and a pickled batch; a bench's feed ends with an empty frame (the
+next bench's follows: a worker process serves every bench of a `servelab run`, processes.py), or when the
+parent closes its end. The worker reads the raw bytes itself, because the event loop makes a watched pipe
+non-blocking and a message can arrive in parts.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ BATCH = 32  # requests a message carries
 PREFILL_BYTES = 8 << 20
 READ_BYTES = 1 << 14  # a read takes at most this (a few dozen requests over the window)
 FRAME_LENGTH = struct.Struct("!I")  # a frame: this length, then a pickled batch of packed WorkItems
+END = FRAME_LENGTH.pack(0)  # the frame that ends a bench's feed
 
 
 @dataclass
@@ -84,7 +86,7 @@ class Feeder:
 
     def abandon(self) -> None:
         """Send nothing more (the run failed before its start, or the parent gives up waiting): the thread
-        ends at its next request and closes the pipes, which the workers read as the end."""
+        ends at its next request and ends the feeds."""
         self.abandoned = True
 
     def join(self, timeout: float | None = None) -> None:
@@ -111,19 +113,23 @@ class Feeder:
         except Exception as e:  # a dataset that fails mid-walk: the workers see the end, the runner says why
             self.error = f"{type(e).__name__}: {e}"
         finally:
-            for conn in self.conns:
-                conn.close()
+            for k in range(n_workers):
+                if live[k]:
+                    self._write(k, END)
 
     def _send(self, k: int, batch: list[tuple]) -> bool:
         """Send one batch to worker k (waits while its pipe is full); False when that worker is gone (its
         share is dropped, as its process's would have been)."""
         body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = memoryview(FRAME_LENGTH.pack(len(body)) + body)
-        fd = self.conns[k].fileno()
+        return self._write(k, FRAME_LENGTH.pack(len(body)) + body)
+
+    def _write(self, k: int, data: bytes) -> bool:
+        frame = memoryview(data)
         try:
+            fd = self.conns[k].fileno()
             while frame:
                 frame = frame[os.write(fd, frame) :]
-        except OSError:  # BrokenPipeError: the worker died
+        except OSError:  # BrokenPipeError: the worker died (or the pool was shut down)
             return False
         return True
 
@@ -136,13 +142,18 @@ class FeedReader:
         self.fd = conn.fileno()
         self.buffer = bytearray()
         self.ended = False
+        self.closed = False  # the parent closed its end: no bench's feed comes any more
+
+    def next_feed(self) -> None:
+        """Read the next bench's feed (what follows the last one's end)."""
+        self.ended = self.closed
 
     def fileno(self) -> int:
         return self.fd
 
     def read(self, block: bool = True) -> list[WorkItem]:
         """The requests of the batches that have come whole, waiting for one when `block`; [] with `ended`
-        set once the parent closed the pipe."""
+        set once the feed ended (its end frame, or the parent closed the pipe)."""
         while True:
             items = self._whole()
             if items or self.ended or not self._fill(block):
@@ -159,21 +170,25 @@ class FeedReader:
         except OSError:
             data = b""
         if not data:
-            self.ended = True
+            self.ended = self.closed = True
             return False
         self.buffer += data
         return True
 
     def _whole(self) -> list[WorkItem]:
-        """The requests of every whole batch in the buffer, taken out of it."""
+        """The requests of every whole batch in the buffer up to the feed's end, taken out of it."""
         items: list[WorkItem] = []
         buf = self.buffer
         at = 0
-        while len(buf) - at >= FRAME_LENGTH.size:
+        while not self.ended and len(buf) - at >= FRAME_LENGTH.size:
             (n,) = FRAME_LENGTH.unpack_from(buf, at)
             if len(buf) - at - FRAME_LENGTH.size < n:
                 break
             start = at + FRAME_LENGTH.size
+            if n == 0:
+                self.ended = True
+                at = start
+                break
             items.extend(WorkItem(*packed) for packed in pickle.loads(buf[start : start + n]))
             at = start + n
         if at:

@@ -74,3 +74,10 @@ class ConnectionPool:
         for conn in list(self.active):
             if conn.st is not None:
                 conn.finish(now, reason)
+
+    def close(self) -> None:
+        """Close every connection: the bench is over (the process runs the next one with connections of its
+        own, as a new process would)."""
+        for conn in self.idle + list(self.active):
+            conn.close()
+        self.idle, self.active = [], set()

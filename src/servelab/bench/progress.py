@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic
 
@@ -81,8 +82,9 @@ class Totals:
     warmups_done: float
 
     @classmethod
-    def read(cls, progress, num_workers: int) -> Totals:
-        rows = [progress[k * PROGRESS_SLOTS : (k + 1) * PROGRESS_SLOTS] for k in range(num_workers)]
+    def read(cls, progress: Sequence) -> Totals:
+        """The sum of the workers' slots (`progress`: each worker's PROGRESS_SLOTS shared doubles)."""
+        rows = [slots[:PROGRESS_SLOTS] for slots in progress]
         done, failed, tokens, in_flight = (sum(r[i] for r in rows) for i in range(4))
         ttfts = [r[4] for r in rows if r[4] > 0]
         return cls(

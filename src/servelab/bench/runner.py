@@ -3,8 +3,9 @@
 and read back from the workers' files (merge.py, tally.py).
 
 One worker process per core (each its own event loop and schedule share, round-robin), started with
-'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them. Workers get ready
-(connection pool, ready check, warm-ups), then all start at one shared monotonic time T0.
+'spawn' so no parent state (tokenizer thread pools, rich consoles) leaks into them, and kept for the next
+point of a sweep or bench of a `servelab run` (processes.py). Workers get ready (connection pool, ready check,
+warm-ups), then all start at one shared monotonic time T0.
 Ctrl-C, SIGTERM or SIGHUP: the parent tells workers to stop; what was measured is merged and saved; the exit
 code is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), as shells report them.
 Workers die with the parent however it ends (worker.py).
@@ -13,7 +14,6 @@ Workers die with the parent however it ends (worker.py).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -35,6 +35,7 @@ from servelab.bench.evaluate import compute_result
 from servelab.bench.feed import Feeder, WorkItem, first_items, window_for
 from servelab.bench.merge import RecordSet
 from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
+from servelab.bench.processes import WorkerPool
 from servelab.bench.progress import (
     LiveLine,
     RunProgress,
@@ -47,7 +48,7 @@ from servelab.bench.rate_sweep import SweepStep, rate_sweep
 from servelab.bench.records import NOT_SENT
 from servelab.bench.report import present, print_sweep_table
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import MAX_SECONDS_REASON, PROGRESS_SLOTS, WorkerSpec, worker_main
+from servelab.bench.worker import MAX_SECONDS_REASON, Worker, WorkerSpec
 from servelab.errors import ServelabError
 from servelab.readable import typed
 from servelab.traffic.schedule import arrival_offset_array, split_limit
@@ -219,35 +220,73 @@ def run_load(
     merged_path: Path,
     *,
     total: int | None = None,
-    target: Callable = worker_main,
+    worker_cls: type[Worker] | None = None,
     before_start: Callable[[], None] | None = None,
+    pool: WorkerPool | None = None,
 ) -> LoadRun:
-    """Start the worker processes and feed them the requests `items(bare)` gives (made as the workers take
-    them: feed.py; once `bare()` is true, the run stopping, without their bytes), start them together at T0,
-    wait (live line; Ctrl-C stops them and keeps what was measured), and merge their records into
-    `merged_path`. `total`: how many requests the run plans (None: no fixed number). A trace replay passes no
-    items (its workers make their own requests), its process entry (`target`) and `before_start`, called once
-    every worker is ready (its ready check and warm-ups done) and before the run starts."""
-    ctx = mp.get_context("spawn")
-    progress = ctx.Array("d", len(specs) * PROGRESS_SLOTS, lock=False)
-    stop = ctx.Event()
-    procs, pipes, feeds = [], [], []
-    for spec in specs:
-        parent_end, child_end = ctx.Pipe()
-        args: tuple = (spec, progress, stop, child_end)
-        if items is not None:
-            feed_out, feed_in = ctx.Pipe(duplex=False)
-            args += (feed_out,)
-            feeds.append(feed_in)
-        p = ctx.Process(target=target, args=args, daemon=True)
-        p.start()
-        if items is not None:
-            feed_out.close()  # the worker's copy is the only one: its death breaks the pipe for the feeder
-        procs.append(p)
-        pipes.append(parent_end)
-    feeder = Feeder(items(stop.is_set), feeds) if items is not None else None
-    if feeder is not None:
-        feeder.start()
+    """Give the worker processes their specs and feed them the requests `items(bare)` gives (made as the
+    workers take them: feed.py; once `bare()` is true, the run stopping, without their bytes), start them
+    together at T0, wait (live line; Ctrl-C stops them and keeps what was measured), and merge their records
+    into `merged_path`. `total`: how many requests the run plans (None: no fixed number). The processes come
+    from `pool` (a run's, kept for its next bench; shut down when this bench did not end cleanly), else from
+    a pool of this bench's own. A trace replay passes no items (its workers make their own requests), its
+    request loop (`worker_cls`) and `before_start`, called once every worker is ready (its ready check and
+    warm-ups done) and before the run starts."""
+    own = pool is None
+    pool = pool if pool is not None else WorkerPool()
+    stop = pool.stop
+    clean = False
+    try:
+        workers = pool.take(len(specs))
+        procs = [w.proc for w in workers]
+        pipes = [w.pipe for w in workers]
+        progress = [w.progress for w in workers]
+        for w, spec in zip(workers, specs, strict=True):
+            w.pipe.send(("bench", spec, worker_cls, items is not None))
+        feeder = Feeder(items(stop.is_set), [w.feed for w in workers]) if items is not None else None
+        if feeder is not None:
+            feeder.start()
+        load = _load(cfg, pipes, procs, progress, stop, feeder, total, before_start)
+        clean = len(load.summaries) == len(specs) and not load.interrupted
+    finally:
+        if own or not clean:
+            pool.shutdown()
+    kept = [r for s in load.summaries for r in s.pop("records_kept", ())]
+    errors = sorted({why for s in load.summaries if (why := s.pop("records_error", None))})
+    if feeder is not None and feeder.error:
+        print(f"warning: the requests could not all be made ({feeder.error})", file=sys.stderr)
+    records = RecordSet([Path(s.out_path) for s in specs], kept)
+    try:
+        records.write(merged_path)
+    except OSError as e:
+        errors.append(f"{merged_path}: {e.strerror or e}")
+    for error in errors:  # the records are in memory: the result is computed, and saved where it can be
+        print(f"warning: the request records could not be written ({error}); kept in memory", file=sys.stderr)
+    return LoadRun(
+        records, load.summaries, load.infos, load.interrupted, load.signum, bool(errors), load.t0_unix
+    )
+
+
+@dataclass
+class _Load:
+    summaries: list[dict]
+    infos: list[dict]
+    interrupted: bool
+    signum: int
+    t0_unix: float | None
+
+
+def _load(
+    cfg: BenchConfig,
+    pipes,
+    procs,
+    progress,
+    stop,
+    feeder: Feeder | None,
+    total: int | None,
+    before_start: Callable[[], None] | None,
+) -> _Load:
+    """The bench's ready, start and run phases with the workers given their specs."""
     interrupted, signum = False, 0
     summaries: list[dict] = []
     infos: list[dict] = []
@@ -291,31 +330,20 @@ def run_load(
         if feeder is not None:
             feeder.abandon()  # done by now, unless the run failed or was given up on
         if t0:
-            run_progress.finish(perf_counter() - t0, Totals.read(progress, len(specs)))
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-    kept = [r for s in summaries for r in s.pop("records_kept", ())]
-    errors = sorted({why for s in summaries if (why := s.pop("records_error", None))})
-    if feeder is not None and feeder.error:
-        print(f"warning: the requests could not all be made ({feeder.error})", file=sys.stderr)
-    records = RecordSet([Path(s.out_path) for s in specs], kept)
-    try:
-        records.write(merged_path)
-    except OSError as e:
-        errors.append(f"{merged_path}: {e.strerror or e}")
-    for error in errors:  # the records are in memory: the result is computed, and saved where it can be
-        print(f"warning: the request records could not be written ({error}); kept in memory", file=sys.stderr)
-    return LoadRun(records, summaries, infos, interrupted, signum, bool(errors), t0_unix)
+            run_progress.finish(perf_counter() - t0, Totals.read(progress))
+    return _Load(summaries, infos, interrupted, signum, t0_unix)
 
 
 def run_point(
-    cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None, details: bool = False
+    cfg: BenchConfig,
+    tok: LocalTokenizer | None = None,
+    out=None,
+    details: bool = False,
+    pool: WorkerPool | None = None,
 ) -> tuple[R.BenchResult, Path | None, int]:
-    """Run one benchmark point: prepare, run the load, compute the result, present it, save it. The result
-    keeps the per-request detail lists with --save-detailed or `details` (for --json).
-    Returns (result, saved path or None, exit code)."""
+    """Run one benchmark point: prepare, run the load (on the processes of `pool`, else of its own), compute
+    the result, present it, save it. The result keeps the per-request detail lists with --save-detailed or
+    `details` (for --json). Returns (result, saved path or None, exit code)."""
     out = out or sys.stdout
     tok = tok if tok is not None else load_tokenizer(cfg.tokenizer, cfg.trust_remote_code)
     prep = prepare(cfg, tok)
@@ -334,7 +362,7 @@ def run_point(
         raise ServelabError(f"--result-dir {result_dir}: cannot be written ({e.strerror or e})") from None
     specs = worker_specs(cfg, prep, records_dir)
     items = partial(prep.work_items, cfg)
-    load = run_load(cfg, items, specs, records_dir / "requests.jsonl", total=prep.num_items)
+    load = run_load(cfg, items, specs, records_dir / "requests.jsonl", total=prep.num_items, pool=pool)
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date, details
     )
@@ -440,7 +468,7 @@ def _wait_ready(cfg: BenchConfig, pipes, procs, progress, line: LiveLine) -> lis
         if len(infos) == len(pipes):
             break
         if warm:
-            totals = Totals.read(progress, len(pipes))
+            totals = Totals.read(progress)
             line.show(warmup_line(perf_counter() - start, totals, warm, cfg.ready_check))
         wait([p for k, p in enumerate(pipes) if k not in infos], timeout=0.1)
     if warm and any(i.get("ready_error") for i in infos.values()):
@@ -482,7 +510,7 @@ def _wait_done(
                 waiting[id(conn)] = (k, conn)
             else:
                 print(f"warning: {payload}", file=sys.stderr)
-        run_progress.update(perf_counter() - t0, Totals.read(progress, len(pipes)))
+        run_progress.update(perf_counter() - t0, Totals.read(progress))
         for k, p in list(waiting.values()):
             if not procs[k].is_alive() and not p.poll():
                 waiting.pop(id(p))  # died without a summary: its JSONL file still holds what it did
@@ -546,17 +574,18 @@ def _run_points(
     results = []
     code = 0
     try:
-        for cfg in cfg_points:
-            name = _point_name(cfg)
-            if len(cfg_points) > 1:
-                print(f"\n### point {name}", file=out)
-            result, path, c = point(cfg, tok, out, details=json_out is not None)
-            results.append((name, result.dump(), str(path) if path else None))
-            if path is not None and saved is not None:
-                saved.append(path)
-            code = max(code, c)
-            if result.interrupted:
-                break
+        with WorkerPool() as pool:  # the points of a sweep share the worker processes
+            for cfg in cfg_points:
+                name = _point_name(cfg)
+                if len(cfg_points) > 1:
+                    print(f"\n### point {name}", file=out)
+                result, path, c = point(cfg, tok, out, details=json_out is not None, pool=pool)
+                results.append((name, result.dump(), str(path) if path else None))
+                if path is not None and saved is not None:
+                    saved.append(path)
+                code = max(code, c)
+                if result.interrupted:
+                    break
         if len(cfg_points) > 1:
             print_sweep_table(results, file=out)
     finally:
@@ -577,21 +606,22 @@ def _run_rate_sweep(base: BenchConfig, num_rates: int, out, saved: list[Path] | 
     step = next(steps)
     results = []
     code = 0
-    while True:
-        print(f"\n### sweep step {step.name}", file=out)
-        result, path, c = run_point(_step_config(base, step), tok, out)
-        results.append((step.name, result.dump(), str(path) if path else None))
-        if path is not None and saved is not None:
-            saved.append(path)
-        code = max(code, c)
-        if result.interrupted:
-            break
-        try:
-            step = steps.send(result)
-        except StopIteration as stop:
-            if stop.value:
-                print(f"sweep: {stop.value}", file=out)
-            break
+    with WorkerPool() as pool:  # the steps share the worker processes
+        while True:
+            print(f"\n### sweep step {step.name}", file=out)
+            result, path, c = run_point(_step_config(base, step), tok, out, pool=pool)
+            results.append((step.name, result.dump(), str(path) if path else None))
+            if path is not None and saved is not None:
+                saved.append(path)
+            code = max(code, c)
+            if result.interrupted:
+                break
+            try:
+                step = steps.send(result)
+            except StopIteration as stop:
+                if stop.value:
+                    print(f"sweep: {stop.value}", file=out)
+                break
     print_sweep_table(results, file=out)
     return code
 

@@ -1,6 +1,7 @@
-"""One load-generating process: its own event loop, its share of the schedule, its own JSONL file.
-Worker runs the request loop; its RecordWriter (records.py) writes the records and its Accounting
-(accounting.py) counts, publishes progress and summarizes; worker_main opens the file and wires them.
+"""One load-generating process: for each bench it is given (one after another: processes.py keeps it for the
+next), its own event loop, its share of the schedule, its own JSONL file. Worker runs the request loop; its
+RecordWriter (records.py) writes the records and its Accounting (accounting.py) counts, publishes progress
+and summarizes; run_bench opens the file and wires them.
 
 Dispatch is callback-driven: arrivals (one chained timer at start + offset[i]) and completions call pump(),
 which writes pre-serialized requests on idle keep-alive connections at once. No task per request, no
@@ -99,34 +100,46 @@ def _die_with_parent() -> int:
     return parent_pid
 
 
-def worker_main(
+def worker_main(progress, stop_event, pipe, feed: Connection) -> None:
+    """Process entry point (spawned): runs benches, one at a time, until told to exit or the parent goes (a
+    pool of processes serves every bench of a run: processes.py). Protocol with the parent over `pipe`, for
+    each bench: <- ("bench", spec, worker_cls, fed); -> ("ready", info) | ("error", msg);
+    <- ("start", t0) | ("stop",); -> ("done", summary). <- ("exit",) ends the process. `progress` is this
+    process's slots of the live line. The requests come over `feed` (feed.py) when `fed`; `worker_cls`
+    replaces the request loop (a trace replay's sessions, which make their own requests:
+    servelab.bench.agentic.replay)."""
+    parent_pid = _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
+    reader = FeedReader(feed)
+    while True:
+        try:
+            msg = pipe.recv()
+        except EOFError:
+            return
+        if msg[0] != "bench":
+            return
+        _, spec, worker_cls, fed = msg
+        reader.next_feed()
+        run_bench(spec, worker_cls or Worker, reader if fed else None, progress, stop_event, pipe, parent_pid)
+
+
+def run_bench(
     spec: WorkerSpec,
+    worker_cls: type[Worker],
+    feed: FeedReader | None,
     progress,
     stop_event,
     pipe,
-    feed: Connection | None = None,
-    worker_cls: type[Worker] | None = None,
+    parent_pid: int,
 ) -> None:
-    """Process entry point (spawned). Protocol with the parent over `pipe`:
-    -> ("ready", info) | ("error", msg);  <- ("start", t0) | ("stop",);  -> ("done", summary).
-    The requests come over `feed` (feed.py). `worker_cls` replaces the request loop (a trace replay's
-    sessions, which make their own requests: servelab.bench.agentic.replay)."""
-    parent_pid = _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_event
+    """One bench in this process, on an event loop of its own: get ready, wait for the word, run, report.
+    Its connections are closed at the end: the next bench opens its own."""
     loop, loop_kind = _new_loop(spec.use_uvloop)
     asyncio.set_event_loop(loop)
     out = open(spec.out_path, "w", buffering=1 << 16)
     tls = ssl.create_default_context() if spec.template.target.tls else None
     records = RecordWriter(out, spec.index, spec.keep_text, spec.ttft_at_first_content)
-    w = (worker_cls or Worker)(
-        spec,
-        records,
-        Accounting(spec.index, loop_kind, progress),
-        stop_event,
-        loop,
-        tls,
-        FeedReader(feed) if feed is not None else None,
-    )
+    w = worker_cls(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls, feed)
     w.parent_pid = parent_pid
     try:
         info = loop.run_until_complete(w.prepare())
@@ -153,7 +166,17 @@ def worker_main(
             out.close()
         except OSError:
             pass
-        loop.close()
+        w.pool.close()
+        _close_loop(loop)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on the loop (a connect under way), let the closed connections go, close it."""
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, asyncio.sleep(0), return_exceptions=True))
+    loop.close()
 
 
 class Worker:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from servelab.bench.processes import WorkerPool
 from servelab.bench.runner import Terminated
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import summarize
@@ -206,12 +207,23 @@ class _Runner:
         )  # fmt: skip
         self.rows.append(row)
 
-    def call(self, item: tuple[str, str, int], target: Target, run_dir: Path) -> StageOutput:
+    def call(
+        self, item: tuple[str, str, int], target: Target, run_dir: Path, workers: WorkerPool
+    ) -> StageOutput:
         stage, config, rep = item
         options = StageOptions(gsm8k_path=self.opts.gsm8k_path, bfcl_python=self.opts.bfcl_python)
-        return self.registry.get(stage)().run(target, StageCall(self.plan, config, rep, run_dir, options))
+        call = StageCall(self.plan, config, rep, run_dir, options, workers)
+        return self.registry.get(stage)().run(target, call)
 
     def run_items(self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path) -> None:
+        """Run the rows in order; the benches among them share one pool of load worker processes, ended
+        with the last row (or the first failure or interruption that stops the rows)."""
+        with WorkerPool() as workers:
+            self._run_items(todo, target, server, run_dir, workers)
+
+    def _run_items(
+        self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path, workers: WorkerPool
+    ) -> None:
         for n, item in enumerate(todo):
             stage, config, rep = item
             reps = sum(1 for s, c, _ in self.plan.items() if (s, c) == (stage, config))
@@ -224,7 +236,7 @@ class _Runner:
             started = now()
             row = Row(stage, config, rep, StageStatus.PASS)
             try:
-                output: StageOutput | None = self.call(item, target, run_dir)
+                output: StageOutput | None = self.call(item, target, run_dir, workers)
             except StageFailed as e:
                 row.status, row.detail = StageStatus.ERROR, str(e)
                 output = getattr(e, "output", None)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from servelab.results.schema import StageStatus
 
 if TYPE_CHECKING:
+    from servelab.bench.processes import WorkerPool
     from servelab.run.plan import RunPlan
 
 __all__ = [
@@ -85,13 +86,15 @@ class StageOptions:
 
 @dataclass(frozen=True)
 class StageCall:
-    """One stage row to run: the plan it belongs to, its config and repetition, the run's folder."""
+    """One stage row to run: the plan it belongs to, its config and repetition, the run's folder, and the
+    load worker processes the run's benches share (None: a bench starts its own)."""
 
     plan: RunPlan
     config: str
     repetition: int
     run_dir: Path
     options: StageOptions = StageOptions()
+    workers: WorkerPool | None = None
 
 
 class Stage(ABC):

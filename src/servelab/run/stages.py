@@ -16,6 +16,7 @@ from pathlib import Path
 
 from servelab.bench.agentic.run import run_trace_point
 from servelab.bench.config import BenchConfig
+from servelab.bench.processes import WorkerPool
 from servelab.bench.runner import run_point
 from servelab.errors import ServelabError
 from servelab.registry import Registry
@@ -52,7 +53,10 @@ def result_name(config: str, repetition: int) -> str:
     return f"bench-{config}-rep{repetition}.json"
 
 
-def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path) -> StageOutput:
+def run_bench(
+    target: Target, point: BenchPoint, repetition: int, out_dir: Path, workers: WorkerPool | None = None
+) -> StageOutput:
+    """One repetition of a bench point, on the run's worker processes (`workers`) or its own."""
     cfg = BenchConfig(
         base_url=target.request_url(),  # the client sends the credentials and stores the URL without them
         model=target.model,
@@ -68,7 +72,7 @@ def run_bench(target: Target, point: BenchPoint, repetition: int, out_dir: Path)
     try:
         with open(report, "w") as text:  # the summary `servelab bench` prints, kept beside the result
             run_one = run_trace_point if cfg.dataset_name == "trace" else run_point
-            result, path, code = run_one(cfg, out=text)
+            result, path, code = run_one(cfg, out=text, pool=workers)
     except ServelabError as e:  # the ready check failed, the model list could not be read
         raise StageFailed(str(e)) from None
     entry = vllm_entry(result.dump(), here=True)
@@ -91,7 +95,7 @@ class BenchStage(Stage):
 
     def run(self, target: Target, call: StageCall) -> StageOutput:
         point = next(p for p in call.plan.bench if p.config == call.config)
-        return run_bench(target, point, call.repetition, call.run_dir)
+        return run_bench(target, point, call.repetition, call.run_dir, call.workers)
 
 
 class Gsm8kStage(Stage):

@@ -13,7 +13,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-from functools import partial
 from pathlib import Path
 
 from servelab.bench import result as R
@@ -26,6 +25,7 @@ from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.payload import RequestTemplate, api_key_from_env, auth_headers
+from servelab.bench.processes import WorkerPool
 from servelab.bench.report import present
 from servelab.bench.runner import (
     _save_somewhere,
@@ -36,7 +36,6 @@ from servelab.bench.runner import (
     template_of,
 )
 from servelab.bench.tokenizer import LocalTokenizer, load_tokenizer
-from servelab.bench.worker import worker_main
 from servelab.errors import ServelabError
 from servelab.traffic.schedule import split_limit
 
@@ -115,7 +114,11 @@ def _warmup_payload(template: RequestTemplate, trace, nonce: int) -> bytes:
 
 
 def run_trace_point(
-    cfg: BenchConfig, tok: LocalTokenizer | None = None, out=None, details: bool = False
+    cfg: BenchConfig,
+    tok: LocalTokenizer | None = None,
+    out=None,
+    details: bool = False,
+    pool: WorkerPool | None = None,
 ) -> tuple[R.BenchResult, Path | None, int]:
     """Run one trace-replay point: the same steps and guarantees as runner.run_point (records written as
     requests end, kept on interrupt; the result saved or said why not). Returns (result, path, exit code)."""
@@ -155,8 +158,9 @@ def run_trace_point(
         specs,
         records_dir / "requests.jsonl",
         total=planned,
-        target=partial(worker_main, worker_cls=TraceWorker),
+        worker_cls=TraceWorker,
         before_start=snapshot,
+        pool=pool,
     )
     after, after_error = scrape(urls)
     server = _server_cache(before, after, after_error, urls)
