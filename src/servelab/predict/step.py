@@ -2,7 +2,7 @@
 
 import weakref
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import lru_cache
 from math import ceil, log
 from typing import NamedTuple
 
@@ -59,7 +59,7 @@ def _add_into(out: dict, b: dict, weight: float) -> None:
             out[k] = out.get(k, 0) + weight * v
 
 
-PartPrice = Callable[[ModelSpec, Parallel, StepShape, str], KernelSum]
+PartPrice = Callable[[StepShape, str], KernelSum]  # one (model, parallel)'s parts, by shape and part
 
 
 def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
@@ -127,21 +127,38 @@ def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
 
 
 MEMO_ENTRIES = 1 << 16  # priced steps (and as many step parts) kept per PerfDB; a plan prices ~20,000
+MEMO_PAIRS = 1024  # (model, parallel) pairs whose parts are kept; a plan of 72 GPUs asks about a hundred
 
 
 class _Prices:
     """The step and part prices of one PerfDB, which owns them through _PRICES: planners and simulators ask
     for the same shapes many times. Bounded (least recently used first out); gone with the PerfDB, which it
-    references only weakly."""
+    references only weakly. Parts are kept per (model, parallel), so that pricing a step hashes those two
+    once rather than once for each of its parts."""
 
     def __init__(self, db: PerfDB):
         db_proxy = weakref.proxy(db)
+        parts: dict = {}  # (model, parallel) -> that pair's part prices by (shape, which)
 
-        def part(model: ModelSpec, parallel: Parallel, shape: StepShape, which: str) -> KernelSum:
-            return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db_proxy)
+        def step(model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile) -> StepTime:
+            part = parts.get((model, parallel))
+            if part is None:
+                if len(parts) >= MEMO_PAIRS:
+                    parts.clear()
+                part = parts[(model, parallel)] = _part_prices(model, parallel, db_proxy)
+            return _price_step(part, model, parallel, shape, engine)
 
-        self.part = lru_cache(maxsize=MEMO_ENTRIES)(part)
-        self.step = lru_cache(maxsize=MEMO_ENTRIES)(partial(_price_step, self.part))
+        self.parts = parts
+        self.step = lru_cache(maxsize=MEMO_ENTRIES)(step)
+
+
+def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
+    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part)."""
+
+    def part(shape: StepShape, which: str) -> KernelSum:
+        return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db)
+
+    return lru_cache(maxsize=MEMO_ENTRIES)(part)
 
 
 _PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
@@ -184,13 +201,13 @@ def _price_step(
         )
     else:  # token ops see only the tokens a rank has
         tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0, shape.ranks)
-    tokens = tokens + part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
+    tokens = tokens + part(StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
     total = tokens
     if shape.prefill:
-        total = total + part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN)
+        total = total + part(StepShape(shape.prefill), PREFILL_ATTN)
     if shape.decode_batch:
         decode = StepShape((), shape.decode_batch, shape.decode_kv_len, shape.spec_tokens)
-        total = total + part(model, parallel, decode, DECODE_ATTN)
+        total = total + part(decode, DECODE_ATTN)
     num_seqs = ceil(
         (len(shape.prefill) + shape.decode_batch) / min(shape.ranks or parallel.attn_dp, parallel.attn_dp)
     )
@@ -235,7 +252,7 @@ def _token_part(
 
     def at(p: int, d: int) -> KernelSum:
         shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec, ranks)
-        return part(model, parallel, shape, TOKENS)
+        return part(shape, TOKENS)
 
     corners = [
         (at(p0, d0), (1 - wp) * (1 - wd)),
