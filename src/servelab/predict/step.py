@@ -254,11 +254,16 @@ def _token_part(
         shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec, ranks)
         return part(shape, TOKENS)
 
+    # a count on a grid point has one neighbour: its corners are the same part, priced (looked up) once
+    k00 = at(p0, d0)
+    k10 = at(p1, d0) if p1 != p0 else k00
+    k01 = at(p0, d1) if d1 != d0 else k00
+    k11 = k10 if d1 == d0 else (k01 if p1 == p0 else at(p1, d1))
     corners = [
-        (at(p0, d0), (1 - wp) * (1 - wd)),
-        (at(p1, d0), wp * (1 - wd)),
-        (at(p0, d1), (1 - wp) * wd),
-        (at(p1, d1), wp * wd),
+        (k00, (1 - wp) * (1 - wd)),
+        (k10, wp * (1 - wd)),
+        (k01, (1 - wp) * wd),
+        (k11, wp * wd),
     ]
     us = low = high = kernels = 0.0
     source_us: dict = {}
