@@ -1,6 +1,7 @@
 """Step prices keep their parts per (model, parallel): a step priced through what was kept is the step
 priced from parts computed afresh, and two parallel layouts (or two models) never share a part."""
 
+import servelab.predict.step as step_mod
 from servelab.engines import Engine
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import engine_profile
@@ -20,7 +21,7 @@ def _afresh(model, parallel, shape, engine, db):
     return _price_step(part, model, parallel, shape, engine)
 
 
-def test_kept_parts_price_steps_as_fresh_parts_do():
+def test_kept_parts_price_steps_as_fresh_parts_do(monkeypatch):
     db = perfdb_for(SYS)
     engine = engine_profile(Engine.VLLM)
     shapes = [
@@ -36,12 +37,16 @@ def test_kept_parts_price_steps_as_fresh_parts_do():
         (load_model("deepseek-v3"), Parallel(tp=8, ep=8)),
         (load_model("deepseek-v3"), Parallel(tp=8, ep=8, dp_attn=True)),
     ]
-    # twice round: the second pass is answered from what the first kept, pairs interleaved
-    for _ in range(2):
+    # twice round: the second pass is answered from what the first kept, pairs interleaved; then, with room
+    # for two pairs only, steps not priced before (their parts partly kept by pairs dropped since)
+    for memo_pairs, more_kv in ((64, 0), (64, 0), (2, 1), (2, 2)):
+        monkeypatch.setattr(step_mod, "MEMO_PAIRS", memo_pairs)
         for shape in shapes:
-            for model, parallel in pairs:
+            shape = shape._replace(decode_kv_len=shape.decode_kv_len + more_kv)
+            for model, parallel in pairs if memo_pairs > 2 else [*pairs, (pairs[0][0], Parallel(tp=1))]:
                 got = priced_step(model, parallel, shape, engine, db)
                 assert got == _afresh(model, parallel, shape, engine, db), (model.name, parallel, shape)
+        assert len(step_mod._prices(db).parts) <= memo_pairs
     # the layouts differ where the pricing says they should (no pair reads another's parts)
     one, other = (priced_step(m, p, StepShape((), 64, 3000), engine, db).us for m, p in pairs[:2])
     assert one != other

@@ -126,15 +126,19 @@ def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
     return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
-MEMO_ENTRIES = 1 << 16  # priced steps (and as many step parts) kept per PerfDB; a plan prices ~20,000
-MEMO_PAIRS = 1024  # (model, parallel) pairs whose parts are kept; a plan of 72 GPUs asks about a hundred
+MEMO_ENTRIES = 1 << 16  # priced steps kept per PerfDB; a plan prices ~20,000
+# (model, parallel) pairs whose parts are kept, and parts kept per pair: the default plan and the 72-GPU ones
+# price 22-25 pairs, at most 800 parts each
+MEMO_PAIRS = 64
+MEMO_PARTS = 1 << 12
 
 
 class _Prices:
     """The step and part prices of one PerfDB, which owns them through _PRICES: planners and simulators ask
-    for the same shapes many times. Bounded (least recently used first out); gone with the PerfDB, which it
-    references only weakly. Parts are kept per (model, parallel), so that pricing a step hashes those two
-    once rather than once for each of its parts."""
+    for the same shapes many times. Bounded (steps and each pair's parts: least recently used first out;
+    pairs: first kept, first out); gone with the PerfDB, which it references only weakly. Parts are kept per
+    (model, parallel), so that pricing a step hashes those two once rather than once for each of its
+    parts."""
 
     def __init__(self, db: PerfDB):
         db_proxy = weakref.proxy(db)
@@ -143,8 +147,8 @@ class _Prices:
         def step(model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile) -> StepTime:
             part = parts.get((model, parallel))
             if part is None:
-                if len(parts) >= MEMO_PAIRS:
-                    parts.clear()
+                while len(parts) >= MEMO_PAIRS:  # the pair kept longest goes (a search moves on pair by pair)
+                    del parts[next(iter(parts))]
                 part = parts[(model, parallel)] = _part_prices(model, parallel, db_proxy)
             return _price_step(part, model, parallel, shape, engine)
 
@@ -158,7 +162,7 @@ def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
     def part(shape: StepShape, which: str) -> KernelSum:
         return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db)
 
-    return lru_cache(maxsize=MEMO_ENTRIES)(part)
+    return lru_cache(maxsize=MEMO_PARTS)(part)
 
 
 _PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
