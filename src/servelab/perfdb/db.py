@@ -36,7 +36,7 @@ from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.ratios import RatioFile, read_ratios, scaled
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.tables import DEFAULT_BACKEND, TableSet, table_dirs, tables_with_data
-from servelab.perfdb.transfer import read_transfer, transferred
+from servelab.perfdb.transfer import TransferFit, read_transfer, transferred
 from servelab.specs import SystemSpec, load_system
 
 # answers read from a table (a kernel table's are taken only when they hold the key's shape)
@@ -159,6 +159,7 @@ class PerfDB:
         self.transfer = defaults and transfer
         self._sources: list[PerfDB] | None = None
         self._carrying: dict[str, Roofline] = {}
+        self._fits: dict[tuple[str, str], TransferFit | None] = {}  # (source system, family) -> transfer fit
         self._cache: dict[OpKey, OpLatency] = {}
 
     def _stack(self, system: SystemSpec, backend: str) -> TableStack | None:
@@ -270,29 +271,34 @@ class PerfDB:
             found = source.table_answer(key, self.system.compute_capability, with_ratios)
             if found is None:
                 continue
-            root = next(
-                (
-                    t.root
-                    for t in (source.tables, source.torch_tables)
-                    if isinstance(t, TableStack) and t.root
-                ),
-                None,
-            )
-            fit = (
-                read_transfer(root / "transfer.json").find(
-                    source.system.name, self.system.name, self.backend, fam.name
-                )
-                if fam and root
-                else None
-            )
             return transferred(
                 found,
                 source.system.name,
                 source.roofline.latency(key).us,
                 self._carrying_roofline(source).latency(key).us,
-                fit,
+                self._transfer_fit(source, fam.name) if fam else None,
             )
         return None
+
+    def _transfer_fit(self, source: "PerfDB", family: str) -> TransferFit | None:
+        """The fit that carries a family's answers from `source` to this system; kept per source and family
+        (it was looked up again for every key carried)."""
+        fit_key = (source.system.name, family)
+        if fit_key in self._fits:
+            return self._fits[fit_key]
+        root = next(
+            (t.root for t in (source.tables, source.torch_tables) if isinstance(t, TableStack) and t.root),
+            None,
+        )
+        fit = (
+            read_transfer(root / "transfer.json").find(
+                source.system.name, self.system.name, self.backend, family
+            )
+            if root
+            else None
+        )
+        self._fits[fit_key] = fit
+        return fit
 
     def _carrying_roofline(self, source: "PerfDB") -> Roofline:
         """This system's roofline with the source system's efficiencies: the ratio of the two rooflines is

@@ -2,7 +2,7 @@
 
 import weakref
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import lru_cache
 from math import ceil, log
 from typing import NamedTuple
 
@@ -59,7 +59,7 @@ def _add_into(out: dict, b: dict, weight: float) -> None:
             out[k] = out.get(k, 0) + weight * v
 
 
-PartPrice = Callable[[ModelSpec, Parallel, StepShape, str], KernelSum]
+PartPrice = Callable[[StepShape, str], KernelSum]  # one (model, parallel)'s parts, by shape and part
 
 
 def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
@@ -126,22 +126,43 @@ def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
     return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
-MEMO_ENTRIES = 1 << 16  # priced steps (and as many step parts) kept per PerfDB; a plan prices ~20,000
+MEMO_ENTRIES = 1 << 16  # priced steps kept per PerfDB; a plan prices ~20,000
+# (model, parallel) pairs whose parts are kept, and parts kept per pair: the default plan and the 72-GPU ones
+# price 22-25 pairs, at most 800 parts each
+MEMO_PAIRS = 64
+MEMO_PARTS = 1 << 12
 
 
 class _Prices:
     """The step and part prices of one PerfDB, which owns them through _PRICES: planners and simulators ask
-    for the same shapes many times. Bounded (least recently used first out); gone with the PerfDB, which it
-    references only weakly."""
+    for the same shapes many times. Bounded (steps and each pair's parts: least recently used first out;
+    pairs: first kept, first out); gone with the PerfDB, which it references only weakly. Parts are kept per
+    (model, parallel), so that pricing a step hashes those two once rather than once for each of its
+    parts."""
 
     def __init__(self, db: PerfDB):
         db_proxy = weakref.proxy(db)
+        parts: dict = {}  # (model, parallel) -> that pair's part prices by (shape, which)
 
-        def part(model: ModelSpec, parallel: Parallel, shape: StepShape, which: str) -> KernelSum:
-            return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db_proxy)
+        def step(model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile) -> StepTime:
+            part = parts.get((model, parallel))
+            if part is None:
+                while len(parts) >= MEMO_PAIRS:  # the pair kept longest goes (a search moves on pair by pair)
+                    del parts[next(iter(parts))]
+                part = parts[(model, parallel)] = _part_prices(model, parallel, db_proxy)
+            return _price_step(part, model, parallel, shape, engine)
 
-        self.part = lru_cache(maxsize=MEMO_ENTRIES)(part)
-        self.step = lru_cache(maxsize=MEMO_ENTRIES)(partial(_price_step, self.part))
+        self.parts = parts
+        self.step = lru_cache(maxsize=MEMO_ENTRIES)(step)
+
+
+def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
+    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part)."""
+
+    def part(shape: StepShape, which: str) -> KernelSum:
+        return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db)
+
+    return lru_cache(maxsize=MEMO_PARTS)(part)
 
 
 _PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
@@ -184,13 +205,13 @@ def _price_step(
         )
     else:  # token ops see only the tokens a rank has
         tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0, shape.ranks)
-    tokens = tokens + part(model, parallel, StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
+    tokens = tokens + part(StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
     total = tokens
     if shape.prefill:
-        total = total + part(model, parallel, StepShape(shape.prefill), PREFILL_ATTN)
+        total = total + part(StepShape(shape.prefill), PREFILL_ATTN)
     if shape.decode_batch:
         decode = StepShape((), shape.decode_batch, shape.decode_kv_len, shape.spec_tokens)
-        total = total + part(model, parallel, decode, DECODE_ATTN)
+        total = total + part(decode, DECODE_ATTN)
     num_seqs = ceil(
         (len(shape.prefill) + shape.decode_batch) / min(shape.ranks or parallel.attn_dp, parallel.attn_dp)
     )
@@ -235,13 +256,18 @@ def _token_part(
 
     def at(p: int, d: int) -> KernelSum:
         shape = StepShape(((p, 0),) * dp if p else (), d * dp, kv, spec, ranks)
-        return part(model, parallel, shape, TOKENS)
+        return part(shape, TOKENS)
 
+    # a count on a grid point has one neighbour: its corners are the same part, priced (looked up) once
+    k00 = at(p0, d0)
+    k10 = at(p1, d0) if p1 != p0 else k00
+    k01 = at(p0, d1) if d1 != d0 else k00
+    k11 = k10 if d1 == d0 else (k01 if p1 == p0 else at(p1, d1))
     corners = [
-        (at(p0, d0), (1 - wp) * (1 - wd)),
-        (at(p1, d0), wp * (1 - wd)),
-        (at(p0, d1), (1 - wp) * wd),
-        (at(p1, d1), wp * wd),
+        (k00, (1 - wp) * (1 - wd)),
+        (k10, wp * (1 - wd)),
+        (k01, (1 - wp) * wd),
+        (k11, wp * wd),
     ]
     us = low = high = kernels = 0.0
     source_us: dict = {}

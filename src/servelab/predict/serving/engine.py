@@ -196,9 +196,13 @@ class Lane:
     def schedule(self, horizon_s: float, drive: int) -> Batch | None:
         """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
         lim = self.lim
-        grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token  # the decodes' next tokens
-        kv_bytes = self.kv_bytes()
-        if self.num_decoding and kv_bytes + grow > lim.kv_capacity:
+        n = self.num_decoding
+        grow = n * lim.tokens_per_step * lim.kv_per_token  # the decodes' next tokens
+        kv_bytes = (
+            len(self.running) * lim.kv_fixed
+            + (self.sum_ctx0 + n * self.G + self.prefill_tokens) * lim.kv_per_token
+        )  # self.kv_bytes() inline: this runs on every step
+        if n and kv_bytes + grow > lim.kv_capacity:
             self._make_room()
             grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()

@@ -107,6 +107,7 @@ class StepPricer:
         self.graph_limit = engine.cuda_graph_max_batch // parallel.attn_dp
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
+        self._mixed: dict = {}  # (new tokens, snapped past, decodes, kv) -> price of a one-chunk step
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
 
     def _price(self, prefill: tuple, n: int, kv: int) -> tuple[float, float, float]:
@@ -156,15 +157,24 @@ class StepPricer:
         step's time: it is interpolated linearly between its two grid neighbours. The other chunks and the
         decode batch snap to a coarser grid, which keeps the distinct shapes (each a step-model call) in the
         tens."""
-        rest: tuple[tuple[int, int], ...] = ()
         if len(chunks) == 1:  # the common case: one prompt chunk, nothing to snap or sort
             new, past = chunks[0]
-        else:
-            big = max(range(len(chunks)), key=lambda i: chunks[i][0])
-            rest = tuple((snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big)
-            new, past = chunks[big]
-        past_q = snap(past)
-        n_q, kv_q = snap_coarse(n), (snap(kv) if n else 0)
+            # its price depends on the snapped counts alone: kept, a repeated key skips the interpolation
+            key = (new, snap(past), snap_coarse(n), snap(kv) if n else 0)
+            hit = self._mixed.get(key)
+            if hit is None:
+                hit = self._mixed[key] = self._mixed_price(new, (), key[1], key[2], key[3])
+            return hit
+        big = max(range(len(chunks)), key=lambda i: chunks[i][0])
+        rest = tuple((snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big)
+        new, past = chunks[big]
+        return self._mixed_price(new, rest, snap(past), snap_coarse(n), snap(kv) if n else 0)
+
+    def _mixed_price(
+        self, new: int, rest: tuple, past_q: int, n_q: int, kv_q: int
+    ) -> tuple[float, float, float]:
+        """The largest chunk (new tokens, its snapped past) interpolated between its grid neighbours, beside
+        the snapped other chunks and decodes."""
         size = new if new > 1 else 1
         lo, hi = grid_below(size), grid_above(size)
         a = self._price(tuple(sorted(rest + ((lo, past_q),))) if rest else ((lo, past_q),), n_q, kv_q)

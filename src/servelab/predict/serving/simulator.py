@@ -145,6 +145,7 @@ class Source:
         self.wl = wl
         self.prompt = wl.isl if prompt is None else prompt
         self.cached = wl.cached_tokens if cached is None else cached
+        self.osl, self.range_ratio = wl.osl, wl.range_ratio  # read for every request
         self.requests: list[Request] = []
         self.lengths: LengthStream | None = None  # drawn at the first request: `prompt` may be set until then
         self.pending_measured = 0
@@ -155,8 +156,8 @@ class Source:
         ]  # (clocks, tokens emitted, requests completed) at the window's start and end
 
     def _new(self) -> Request:
-        idx, r = len(self.requests), self.wl.range_ratio
-        prompt, osl, cached = self.prompt, self.wl.osl, self.cached
+        idx, r = len(self.requests), self.range_ratio
+        prompt, osl, cached = self.prompt, self.osl, self.cached
         if r:  # per-request lengths by the load generator's rule, reproducible from the seed
             if self.lengths is None:
                 rng = np.random.default_rng(self.wl.seed)
@@ -199,16 +200,15 @@ class ClosedLoop(Source):
             lane.stats.itl.clear()
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> list:
-        out = []
-        if self.is_measured(req):
+        if self.warmup <= req.idx < self.warmup + self.num_measured:  # is_measured(req)
             self.pending_measured -= 1
             if self.pending_measured == 0:
                 self.window[1] = (req.finish, lane.emitted, lane.completed)
                 self.done = True
                 return []
         if len(self.requests) < self.warmup + self.num_measured + self.c:
-            out.append(Arrival(t, self._new()))
-        return out
+            return [Arrival(t, self._new())]
+        return []
 
 
 class OpenLoop(Source):
