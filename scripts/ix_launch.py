@@ -544,7 +544,8 @@ def checkout_conformance(configs: Path) -> dict:
     with stub servers, one run per job) with the shipped profile (before) and with the sweep's launch, derived
     from the checkout (after)."""
     store = open_store(configs)
-    single = Filters(node_type="single-node")  # only single-node jobs have launch scripts
+    # only single-node jobs have launch scripts; the fixed-seq-len ones are measured here
+    single = Filters(node_type="single-node", scenario_type=["fixed-seq-len"])
     points = matrix(store, None, single)
     jobs = [(p.arm, j) for p, j in zip(points, expand(store, None, single), strict=True)]
     jobs = [(arm, j) for arm, j in jobs if j.launch_script_changed and j.launch is not None]

@@ -15,12 +15,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.recipes.capture.sandbox import Sandbox
 from servelab.recipes.checkout_launch import row_env
+from servelab.recipes.engines.profiles import Extras
 from servelab.recipes.job import NO_AGENTIC_CLIENT
 from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.pipelines import script
@@ -178,3 +180,12 @@ def test_a_changed_agentic_script_gives_its_jobs_the_changed_launch(tmp_path):
     assert rows and all(r["launch"] is not None for r in rows)
     assert all("--new-flag" in r["launch"]["argv"] for r in rows)
     assert all(r["launch-source"].startswith("checkout ") for r in rows)
+
+
+def test_a_profile_argument_may_hold_newlines_and_no_other_control_character():
+    # upstream's agentic vLLM scripts pass --kv-transfer-config as indented JSON: one argv element, kept as is
+    config = '{\n  "kv_connector": "SimpleCPUOffloadConnector"\n}'
+    assert Extras(args=["--kv-transfer-config", config]).args[1] == config
+    for bad in ("a\rb", "a\x1bb", "a\x00b"):
+        with pytest.raises(ValidationError, match="control character"):
+            Extras(args=["--flag", bad])

@@ -170,7 +170,7 @@ class CheckoutScripts:
         keeps = (
             f"the flags captured from {profiles_source()}, which may be stale"
             if origin.fallback == SHIPPED
-            else "servelab's adapter flags alone, without what the script adds"
+            else "servelab's adapter flags alone, without what the script adds (an agentic job: no launch)"
         )
         self.warnings.setdefault(
             origin.script,
