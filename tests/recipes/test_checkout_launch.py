@@ -157,7 +157,8 @@ def test_a_script_gone_from_the_checkout_keeps_the_shipped_launch(tmp_path, base
 def test_a_script_that_runs_out_of_time_is_stopped_once(tmp_path, monkeypatch, baseline, _capture_cache):
     monkeypatch.setattr(sandbox_module, "TIMEOUT_S", 1.0)
     root = checkout(tmp_path)
-    edit(root, SGLANG, "set -x\n", "sleep 600 &\nsleep 600\nset -x\n")
+    # (sleep is one of the sandbox's inert commands; a script that waits on anything else hangs)
+    edit(root, SGLANG, "set -x\n", "tail -f /dev/null &\ntail -f /dev/null\nset -x\n")
     runs = []
     real_run = Sandbox.run
     monkeypatch.setattr(Sandbox, "run", lambda self, s, env: runs.append(s) or real_run(self, s, env))

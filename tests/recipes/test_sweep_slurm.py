@@ -59,10 +59,11 @@ wait
 
 @pytest.fixture(scope="module")
 def ix_jobs():
-    """Single-node jobs of the pinned InferenceX sweep that servelab launches: three engines, 2-8 GPUs."""
+    """Single-node jobs of the pinned InferenceX sweep that servelab runs: three engines, 2-8 GPUs (agentic
+    jobs have a launch but no client yet: `unrunnable`)."""
     store = open_store(IX)
     jobs = expand(store, [], Filters(node_type="single-node", seq_lens=["8k1k"], lowest_conc=True))
-    return [j for j in jobs if j.launch is not None]
+    return [j for j in jobs if j.unrunnable is None]
 
 
 @pytest.fixture

@@ -164,12 +164,12 @@ def jobs(
     if as_json:
         print_json("servelab.jobs", {"jobs": [j.to_json() for j in found]})
         return
-    reasons = Counter(j.not_renderable for j in found if j.not_renderable)
+    reasons = Counter(j.unrunnable for j in found if j.unrunnable and (j.not_renderable or fmt in SCRIPTED))
     for why, n in reasons.most_common():
         what = "are left out, having no launch" if fmt in SCRIPTED else "have no launch"
         typer.echo(f"note: {n} of {len(found)} jobs {what}: {why}", err=True)
     if fmt in SCRIPTED:
-        found = [j for j in found if j.launch is not None]
+        found = [j for j in found if j.unrunnable is None]
         if reasons and not found:
             raise ServelabError(f"--format {fmt}: no job has a launch to script; --format json lists them")
     if not found:

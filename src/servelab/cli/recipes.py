@@ -182,7 +182,13 @@ def render(
     store = open_store(directory)
     echo_notes(store)
     recipe = store.get(key)
-    _, seq, _, first = next(recipe.arms())
+    scenario, seq, _, first = next(recipe.arms())
+    if scenario == "agentic-coding":
+        # an agentic job's launch follows its row (KV offload tier, DRAM budget from runners.yaml)
+        raise ServelabError(
+            f"{key}: an agentic-coding key; its launches depend on each job's KV offload settings: "
+            f"`servelab sweep {key} --format json` prints them (launch)"
+        )
     isl = seq.isl if isl is None else isl
     osl = seq.osl if osl is None else osl
     try:  # the options are checked by the models whose fields they set, with the same bounds

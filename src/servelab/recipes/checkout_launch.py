@@ -26,20 +26,23 @@ from servelab.errors import ServelabError
 from servelab.recipes.capture.cache import CaptureCache, digest, job_key
 from servelab.recipes.capture.extras import launch_extras
 from servelab.recipes.capture.sandbox import (
+    AGENTIC_BASE_ENV,
     BASE_ENV,
     INERT_COMMANDS,
     SERVER_COMMANDS,
     SERVER_MODULES,
+    SIDE_SERVICES,
     TEMPLATES,
     CaptureError,
     Sandbox,
+    agentic_job_env,
     job_env,
     script_for,
     scripts_in,
     stub_sources,
 )
 from servelab.recipes.engines import engine_name
-from servelab.recipes.engines.profiles import Extras, profile_for, profiles_source, script_sha256
+from servelab.recipes.engines.profiles import AGENTIC, Extras, profile_for, profiles_source, script_sha256
 
 SHIPPED = "shipped profile"
 ADAPTER = "servelab adapter (no launch profile)"
@@ -64,6 +67,27 @@ class LaunchOrigin:
 
 def row_env(recipe, arm, row) -> dict[str, str]:
     """The environment InferenceX gives the launch script of a sweep job (`row`, a single-node MatrixRow)."""
+    if row.scenario_type == AGENTIC:  # no lengths; the KV offload settings
+        return agentic_job_env(
+            model=recipe.model,
+            model_prefix=recipe.model_prefix,
+            precision=recipe.precision,
+            framework=recipe.framework,
+            image=recipe.image,
+            tp=arm.tp_,
+            pp=arm.pp_,
+            dcp=arm.dcp_size,
+            pcp=arm.pcp_size,
+            ep=arm.ep_,
+            dp_attn=arm.dp_attn_,
+            conc=row.conc,
+            spec=arm.spec_,
+            exp_name=row.exp_name,
+            kv_offloading=row.kv_offloading or "none",
+            kv_offload_backend=row.kv_offload_backend,
+            total_cpu_dram_gb=row.total_cpu_dram_gb or 0,
+            duration=row.duration or 0,
+        )
     return job_env(
         model=recipe.model,
         model_prefix=recipe.model_prefix,
@@ -109,8 +133,9 @@ class CheckoutScripts:
     def origin(self, recipe, arm, row) -> LaunchOrigin | None:
         """How the job's launch follows the checkout: None when its script is the one the shipped profile was
         captured from (or the checkout has no script for it and servelab no profile)."""
-        profile = profile_for(recipe, arm, engine_name(recipe.framework))
-        script = script_for(recipe, arm.spec_, self.available)
+        scenario = row.scenario_type
+        profile = profile_for(recipe, arm, engine_name(recipe.framework), scenario)
+        script = script_for(recipe, arm.spec_, self.available, scenario)
         change = None
         if profile is not None:
             if profile.script_sha256 is None:
@@ -133,7 +158,7 @@ class CheckoutScripts:
             why = "; ".join(record.get("refused") or []) or "it launched no server"
             return self.failed(origin, f"under servelab's stub servers it launched no server: {why}")
         try:
-            extras = launch_extras(record, recipe, arm, row.max_model_len)
+            extras = launch_extras(record, recipe, arm, row.max_model_len)  # None: an agentic job
         except (ServelabError, ValidationError, KeyError, ValueError) as e:
             return self.failed(origin, f"what it launched cannot be read: {e}")
         self.notes.setdefault(script, self._note(script, profile is not None))
@@ -145,7 +170,7 @@ class CheckoutScripts:
         keeps = (
             f"the flags captured from {profiles_source()}, which may be stale"
             if origin.fallback == SHIPPED
-            else "servelab's adapter flags alone, without what the script adds"
+            else "servelab's adapter flags alone, without what the script adds (an agentic job: no launch)"
         )
         self.warnings.setdefault(
             origin.script,
@@ -193,7 +218,14 @@ class CheckoutScripts:
         """What a capture depends on besides the script: servelab's stubs and sandbox, the chat templates."""
         if self._context is None:
             parts = [data for _, data in sorted(stub_sources().items())]
-            setup = (BASE_ENV, SERVER_COMMANDS, SERVER_MODULES, INERT_COMMANDS)
+            setup = (
+                BASE_ENV,
+                AGENTIC_BASE_ENV,
+                SERVER_COMMANDS,
+                SERVER_MODULES,
+                INERT_COMMANDS,
+                SIDE_SERVICES,
+            )
             parts.append(repr(setup).encode())
             templates = self.benchmarks / TEMPLATES
             for p in sorted(templates.rglob("*")) if templates.is_dir() else []:

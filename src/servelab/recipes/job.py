@@ -24,6 +24,11 @@ from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.schema import Bound
 
 JOB_FORMAT = 2
+AGENTIC_CODING = "agentic-coding"
+NO_AGENTIC_CLIENT = (
+    "agentic-coding: the server launch is rendered, but a sweep job has no trace replay client yet "
+    "(servelab bench --trace)"
+)
 JOB_FORMATS = (1, 2)
 COMPLETIONS = "/v1/completions"
 
@@ -103,6 +108,17 @@ class Job(BaseModel):
     launch_derive_failed: str | None = Field(
         None, description="why the launch could not be derived from the checkout's script"
     )
+
+    @property
+    def unrunnable(self) -> str | None:
+        """Why `servelab run` cannot run the job (None: it can): no launch, or an agentic-coding job, whose
+        server launch is rendered but whose trace replay client (`servelab bench --trace`, fed the trace
+        upstream's job downloads) is not part of a sweep job yet."""
+        if self.launch is None:
+            return self.not_renderable
+        if not self.benches and self.scenario == AGENTIC_CODING:
+            return NO_AGENTIC_CLIENT
+        return None
 
     @property
     def point(self) -> MatrixRow:

@@ -89,6 +89,11 @@ class MatrixRow(_RowModel):
     run_eval: bool = False
     eval_only: bool = False
     scenario_type: str = "fixed-seq-len"  # InferenceX writes it on agentic rows only
+    # agentic rows: KV offload tier and backend ({name, version?}), DRAM budget, replay duration
+    kv_offloading: str | None = None
+    kv_offload_backend: dict | None = None
+    total_cpu_dram_gb: int | None = None
+    duration: int | None = None
     prefill: PoolRow | None = None
     decode: PoolRow | None = None
 

@@ -47,7 +47,7 @@ def to_github(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     families: dict[str, list[dict]] = {}
     for j in jobs:
         row = {**j.matrix_entry(), "queue": j.queue}
-        if j.launch is not None:
+        if j.unrunnable is None:
             row["run"] = shlex.join(recipe_run_argv(j, launcher))
         families.setdefault(github_family(j), []).append(row)
     out = {}
@@ -100,7 +100,7 @@ def recipe_run_argv(job, launcher: str = DEFAULT_LAUNCHER) -> list[str]:
 
 def _result_dir(job) -> str:
     if job.result_dir is None:
-        raise ServelabError(f"{job.label()}: no benchmark client, so no result folder: {job.not_renderable}")
+        raise ServelabError(f"{job.label()}: no benchmark client, so no result folder: {job.unrunnable}")
     return job.result_dir
 
 
@@ -142,8 +142,8 @@ def job_comments(job) -> list[str]:
 def job_lines(job, launcher: str = DEFAULT_LAUNCHER, prefix: list[str] | None = None) -> list[str]:
     """The commands of a job script: check its secrets are set, write the job file, run `servelab run --job`
     on it (after `prefix`, e.g. srun's argv, each element quoted)."""
-    if job.launch is None:
-        raise ServelabError(f"{job.label()}: no script can be written: {job.not_renderable}")
+    if job.unrunnable is not None:
+        raise ServelabError(f"{job.label()}: no script can be written: {job.unrunnable}")
     if launcher not in LAUNCHERS:
         raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
     return job_file_lines(job) + [shlex.join([*(prefix or []), *run_argv(job, launcher)])]

@@ -181,8 +181,8 @@ def slurm_scripts(jobs, opts: SlurmOptions, launcher: str = DEFAULT_LAUNCHER) ->
     (array.sbatch, or array-1.sbatch, array-2.sbatch, ...). A multinode job has no per-node launch yet, so it
     is refused as the sh format refuses a job without a launch."""
     for j in jobs:
-        if j.launch is None or j.point.multinode:
-            why = j.not_renderable or "a multinode job has no per-node launch yet"
+        if j.unrunnable is not None or j.point.multinode:
+            why = j.unrunnable or "a multinode job has no per-node launch yet"
             raise ServelabError(f"{j.label()}: no script can be written: {why}")
     names = [n.removesuffix(".sh") for n in script_names(jobs)]
     parts = [range(i, min(i + MAX_ARRAY_TASKS, len(jobs))) for i in range(0, len(jobs), MAX_ARRAY_TASKS)]

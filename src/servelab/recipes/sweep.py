@@ -14,6 +14,7 @@ from servelab.errors import ServelabError
 from servelab.recipes.checkout_launch import LaunchOrigin
 from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client
 from servelab.recipes.engines import JobPoint, Launch, render
+from servelab.recipes.engines.profiles import AGENTIC
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import dataset_of, job_fingerprint
 from servelab.recipes.job import SERVELAB_FIELDS, Job
@@ -27,13 +28,25 @@ def _launch(store, recipe, point: Point) -> tuple[Launch | None, str | None, Lau
     """The rendered launch, or why there is none, and where it comes from when the store's checkout holds
     another script than the one its launch flags were captured from (checkout_launch.py)."""
     row = MatrixRow.model_validate(point.row)
-    if point.scenario == "agentic-coding" or row.max_model_len is None:
-        # the client exists (`servelab bench --trace`); the server launches of upstream's agentic scripts
-        # (their KV-offload backends and side processes) are not captured or rendered yet
-        return None, "agentic-coding (trace replay) has no servelab launch yet", None
+    agentic = point.scenario == AGENTIC
+    if agentic and (row.multinode or not isinstance(row.conc, int)):
+        return None, "agentic-coding: a multinode agentic deployment has no servelab launch yet", None
+    if not agentic and row.max_model_len is None:
+        return None, "the row has no max-model-len", None
     # flags that depend on concurrency need it; a multinode row holds a list and renders no launch
     conc = row.conc if isinstance(row.conc, int) else None
-    job = None if conc is None else JobPoint(isl=row.isl, osl=row.osl, conc=conc)
+    job = None
+    if agentic:
+        # upstream's agentic scripts run the model at its native context (no max model length) and size
+        # DRAM KV offload from the row's tier and budget
+        job = JobPoint(
+            conc=conc,
+            scenario=AGENTIC,
+            kv_offloading=row.kv_offloading,
+            total_cpu_dram_gb=row.total_cpu_dram_gb,
+        )
+    elif conc is not None:
+        job = JobPoint(isl=row.isl, osl=row.osl, conc=conc)
     origin = None
     try:
         origin = _origin(store, recipe, point, row)

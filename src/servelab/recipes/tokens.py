@@ -112,3 +112,14 @@ Setting = Annotated[
 ]
 # Free text that is quoted wherever it is emitted (engine flags, env values): no control characters.
 Text = Annotated[str, AfterValidator(_no_control)]
+
+
+def _no_control_but_newline(value: str) -> str:
+    _no_control(value.replace("\n", " "))
+    return value
+
+
+# A server argument as an upstream script passes it, quoted wherever it is emitted: free text in which a
+# newline is allowed (a JSON value the script writes indented, as InferenceX's agentic vLLM scripts do), no
+# other control character.
+ArgText = Annotated[str, AfterValidator(_no_control_but_newline)]

@@ -66,7 +66,7 @@ def upstream_files(grammar: Grammar, record: dict) -> dict[str, str]:
     }
 
 
-def residual(record: dict, recipe, arm, max_model_len: int, slot: bool = True) -> dict:
+def residual(record: dict, recipe, arm, max_model_len: int | None, slot: bool = True) -> dict:
     """What upstream runs for this job beyond what servelab's adapter renders for the bare imported key:
     flags to add (upstream's tokens), adapter flags to drop (as the adapter spells them, hyphenated), env and
     engine options. With `slot`, the model id becomes `{model}` so keys of one script with different
@@ -99,6 +99,6 @@ def residual(record: dict, recipe, arm, max_model_len: int, slot: bool = True) -
     }
 
 
-def launch_extras(record: dict, recipe, arm, max_model_len: int) -> Extras:
+def launch_extras(record: dict, recipe, arm, max_model_len: int | None) -> Extras:
     """The extras that make the adapter render exactly the launch of `record` for this job."""
     return Extras.model_validate(residual(record, recipe, arm, max_model_len, slot=False))

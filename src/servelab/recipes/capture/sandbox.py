@@ -2,9 +2,10 @@
 
 InferenceX starts a single-node job with `runners/launch_<machine>.sh`, which picks
 `benchmarks/single_node/<scenario>/<model-prefix>_<precision>_<gpu>[_<framework>][_mtp].sh` (a
-framework-tagged name first, the historical name second: `script_for`) and runs it with the job's TP, EP,
-DP_ATTENTION, CONC, ISL, OSL, MAX_MODEL_LEN... in the environment (`job_env`). A `Sandbox` runs such a script
-as that would, except that:
+framework-tagged name first, the historical name second: `script_for`; the scenario directory is
+`fixed_seq_len/` or, for agentic-coding jobs, `agentic/`) and runs it with the job's TP, EP, DP_ATTENTION,
+CONC, ISL, OSL, MAX_MODEL_LEN... in the environment (`job_env`; an agentic job has no lengths but its KV
+offload settings: `agentic_job_env`). A `Sandbox` runs such a script as that would, except that:
 
 - the environment is clean: only the job's variables, PATH (the stubs first, then /usr/bin:/bin) and HOME (the
   sandbox), nothing of the caller's;
@@ -37,6 +38,8 @@ from importlib import resources
 from pathlib import Path
 
 SCENARIO_DIR = "single_node/fixed_seq_len"
+AGENTIC_DIR = "single_node/agentic"
+SCENARIO_DIRS = {"fixed-seq-len": SCENARIO_DIR, "agentic-coding": AGENTIC_DIR}
 TEMPLATES = "single_node/chat_templates"
 # InferenceX's benchmark template sets these for every job (.github/workflows/benchmark-tmpl.yml), and the
 # launchers pass PORT=8888.
@@ -58,7 +61,14 @@ SERVER_MODULES = (
 INERT_COMMANDS = (
     *("nvidia-smi", "rocm-smi", "amd-smi", "hf", "huggingface-cli", "pip", "pip3", "uv", "docker", "apt"),
     *("apt-get", "curl", "wget", "git", "ssh", "scp", "rsync", "nc", "sudo"),
+    # waits (for a download retry, a GPU's memory, a side service): nothing to wait for under the stubs;
+    # the machine's name and free space (a script's message may hold the one, a guard reads the other: the
+    # capture stays the same on every machine, the guard passing as on upstream's nodes)
+    *("sleep", "flock", "hostname", "df"),
 )
+# Side services the agentic scripts start beside the server (KV-offload stores): stubs that stay up a moment,
+# as the scripts check they did not die at once (`kill -0`), and start nothing.
+SIDE_SERVICES = ("mooncake_master",)
 WORKSPACE = "/workspace"
 TIMEOUT_S = 60.0
 # Variables the sandbox sets, and those bash sets: not what the script added.
@@ -69,12 +79,13 @@ class CaptureError(Exception):
     """The sandbox could not run a script at all (no bash on this machine)."""
 
 
-def script_for(entry, spec: str, available: set[str]) -> str | None:
+def script_for(entry, spec: str, available: set[str], scenario: str = "fixed-seq-len") -> str | None:
     """The script InferenceX's launchers run for a key (an InferenceX master entry or a servelab recipe:
-    model prefix, precision, runner, framework): the framework-tagged name if it exists, else the historical
-    one (`_trt` / `_atom` suffix for those frameworks, none for the others)."""
+    model prefix, precision, runner, framework) in a scenario (`fixed-seq-len`, `agentic-coding`): the
+    framework-tagged name if it exists, else the historical one (`_trt` / `_atom` suffix for those
+    frameworks, none for the others)."""
     gpu = entry.runner.removeprefix("cluster:").split("-", 1)[0]
-    base = f"{SCENARIO_DIR}/{entry.model_prefix}_{entry.precision}_{gpu}"
+    base = f"{SCENARIO_DIRS[scenario]}/{entry.model_prefix}_{entry.precision}_{gpu}"
     mtp = "_mtp" if spec == "mtp" else ""
     legacy = {"trt": "_trt", "atom": "_atom"}.get(entry.framework, "")
     for name in (f"{base}_{entry.framework}{mtp}.sh", f"{base}{legacy}{mtp}.sh"):
@@ -84,9 +95,9 @@ def script_for(entry, spec: str, available: set[str]) -> str | None:
 
 
 def scripts_in(benchmarks: Path) -> set[str]:
-    """The launch scripts of a benchmarks/ directory, relative to it."""
-    root = benchmarks / SCENARIO_DIR
-    return {p.relative_to(benchmarks).as_posix() for p in root.rglob("*.sh")} if root.is_dir() else set()
+    """The launch scripts of a benchmarks/ directory (both scenarios), relative to it."""
+    roots = [benchmarks / d for d in SCENARIO_DIRS.values() if (benchmarks / d).is_dir()]
+    return {p.relative_to(benchmarks).as_posix() for root in roots for p in root.rglob("*.sh")}
 
 
 def job_env(
@@ -132,6 +143,67 @@ def job_env(
     }
 
 
+# InferenceX's benchmark template gives agentic jobs these (.github/workflows/benchmark-tmpl.yml): the
+# results under /workspace, the scenario, and the replay's duration from the row.
+AGENTIC_BASE_ENV = {
+    "RESULT_DIR": f"{WORKSPACE}/results",
+    "SCENARIO_TYPE": "agentic-coding",
+    "SCENARIO_SUBDIR": "agentic/",
+    "IS_AGENTIC": "1",
+    "EVAL_ONLY": "false",
+}
+
+
+def agentic_job_env(
+    *,
+    model: str,
+    model_prefix: str,
+    precision: str,
+    framework: str,
+    image: str,
+    tp: int,
+    pp: int,
+    dcp: int,
+    pcp: int,
+    ep: int,
+    dp_attn: bool,
+    conc: int,
+    spec: str,
+    exp_name: str,
+    kv_offloading: str,
+    kv_offload_backend: dict | None,
+    total_cpu_dram_gb: int,
+    duration: int,
+) -> dict[str, str]:
+    """The environment InferenceX's benchmark template gives a single-node agentic-coding job's script: the
+    layout, no sequence lengths (trace replay), and the row's KV offload settings: KV_OFFLOADING,
+    KV_OFFLOAD_BACKEND (the backend's name, empty without offload), TOTAL_CPU_DRAM_GB (the DRAM budget,
+    matrix.py `dram_offload_gb`) and DURATION. (The template's KV_OFFLOAD_BACKEND_METADATA, the backend as
+    JSON, is read by no script nor by benchmark_lib.sh.)"""
+    return {
+        **BASE_ENV,
+        **AGENTIC_BASE_ENV,
+        "MODEL": model,
+        "MODEL_PREFIX": model_prefix,
+        "PRECISION": precision,
+        "FRAMEWORK": framework,
+        "IMAGE": image,
+        "TP": str(tp),
+        "PP_SIZE": str(pp),
+        "DCP_SIZE": str(dcp),
+        "PCP_SIZE": str(pcp),
+        "EP_SIZE": str(ep),
+        "DP_ATTENTION": "true" if dp_attn else "false",
+        "CONC": str(conc),
+        "SPEC_DECODING": spec,
+        "EXP_NAME": exp_name,
+        "KV_OFFLOADING": kv_offloading,
+        "KV_OFFLOAD_BACKEND": kv_offload_backend["name"] if kv_offload_backend else "",
+        "TOTAL_CPU_DRAM_GB": str(total_cpu_dram_gb),
+        "DURATION": str(duration),
+    }
+
+
 def stub_sources() -> dict[str, bytes]:
     """The stubs the sandbox installs, by name (their content is part of what a cached capture depends on)."""
     package = resources.files(__package__)
@@ -169,6 +241,8 @@ class Sandbox:
             _executable(bin_dir / name, server)
         for name in INERT_COMMANDS:
             _executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+        for name in SIDE_SERVICES:
+            _executable(bin_dir / name, "#!/bin/sh\nexec /bin/sleep 1\n")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -205,7 +279,8 @@ class Sandbox:
             "PATH": f"{tmp / 'bin'}:/usr/bin:/bin",
             "HOME": str(tmp),
             "SERVELAB_BENCH_CAPTURE": str(bench_args),
-            **env,
+            # the job's /workspace (an agentic job's RESULT_DIR) is the sandbox's, as in the script's text
+            **{k: v.replace(WORKSPACE, str(tmp / "workspace")) for k, v in env.items()},
         }
         done = _run(["bash", str(bench / script)], work, base, self.timeout_s)
         if done is None:
@@ -213,7 +288,7 @@ class Sandbox:
         out, err, code = done
         lines = self.capture.read_text().splitlines() if self.capture.exists() else []
         if not lines:
-            return {"refused": (out + err).strip().splitlines()[-1:] or [f"exit {code}"]}
+            return {"refused": [_last_words(out + err, code)]}
         got = json.loads(lines[0])
         skip = set(base) | set(SHELL_VARS)
         added = {k: _upstream_path(v, tmp) for k, v in got["env"].items() if k not in skip}
@@ -229,6 +304,17 @@ class Sandbox:
                 "$SERVER_PID" if b == "--server-pid" else a for b, a in zip(before, args, strict=True)
             ]
         return found
+
+
+def _last_words(output: str, code: int) -> str:
+    """Why a script launched no server: the last line it said, not bash's trace of a command (`set -x`
+    lines start with +); with none, the last command it traced (the stub library's exit `wait` aside)."""
+    said = output.strip().splitlines()
+    plain = [line for line in said if not line.startswith("+")]
+    if plain:
+        return plain[-1]
+    traced = [line.lstrip("+ ") for line in said if line.lstrip("+ ") != "wait"]
+    return f"exit {code} after `{traced[-1]}`" if traced else f"exit {code}"
 
 
 def _executable(path: Path, text: str) -> None:

@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
@@ -26,10 +26,12 @@ from servelab.engines.grammar import Grammar, merge_options
 from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError
 from servelab.recipes.inferencex import IxModel
-from servelab.recipes.tokens import EnvName, ModelId, Name, Text
+from servelab.recipes.tokens import ArgText, EnvName, ModelId, Name, Text
 
 PROFILES_PATH = Path(__file__).resolve().parents[1] / "data" / "launch-profiles.json"
 CLUSTER_PREFIX = "cluster:"
+FIXED_SEQ_LEN: Final = "fixed-seq-len"
+AGENTIC: Final = "agentic-coding"
 MODEL_SLOT = "{model}"
 
 # A flag of the adapter's argv, as `drop` lists it (the adapter's spelling, hyphenated; read through the
@@ -43,11 +45,15 @@ RelativePath = Annotated[
 
 @dataclass(frozen=True)
 class JobPoint:
-    """What a launch may depend on beyond the arm: the job's sequence lengths and concurrency."""
+    """What a launch may depend on beyond the arm: the job's scenario (whose scripts upstream runs), its
+    sequence lengths and concurrency, and an agentic job's KV offload tier and DRAM budget."""
 
     isl: int | None = None
     osl: int | None = None
     conc: int | None = None
+    scenario: str = FIXED_SEQ_LEN
+    kv_offloading: str | None = None
+    total_cpu_dram_gb: int | None = None
 
 
 def hardware_of(runner: str) -> str:
@@ -63,6 +69,7 @@ class ProfileKey(IxModel):
     hardware: Name
     framework: Name
     spec_decoding: Name
+    scenario: Literal["fixed-seq-len", "agentic-coding"] = FIXED_SEQ_LEN
 
 
 class When(IxModel):
@@ -75,6 +82,8 @@ class When(IxModel):
     osl: int | None = None
     conc_min: int | None = None
     conc_max: int | None = None
+    kv_offloading: Literal["none", "dram"] | None = None
+    total_cpu_dram_gb: int | None = None
 
     def matches(self, arm, job: JobPoint) -> bool:
         layout = (
@@ -83,6 +92,8 @@ class When(IxModel):
             ("dp_attn", arm.dp_attn_),
             ("isl", job.isl),
             ("osl", job.osl),
+            ("kv_offloading", job.kv_offloading),
+            ("total_cpu_dram_gb", job.total_cpu_dram_gb),
         )
         for name, value in layout:
             want = getattr(self, name)
@@ -116,7 +127,7 @@ class Extras(IxModel):
     adapter's own flags that upstream does not pass (or passes with another value: then `args` has
     upstream's), and the benchmark client's options. `{model}` in a value stands for the recipe's model."""
 
-    args: list[Text] = Field(default_factory=list)
+    args: list[ArgText] = Field(default_factory=list)
     env: dict[EnvName, Text] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
     files: dict[RelativePath, str] = Field(
@@ -124,6 +135,11 @@ class Extras(IxModel):
     )
     drop: list[Flag] = Field(default_factory=list)
     client: ClientOptions = Field(default_factory=ClientOptions)
+    refused: Text | None = Field(
+        None,
+        description="Why upstream's script launches no server for these jobs under servelab's stub "
+        "servers (its last line of output): such a job has no launch.",
+    )
 
 
 class Variant(Extras):
@@ -147,7 +163,7 @@ class LaunchProfile(ProfileKey, Extras):
     def resolve(self, arm, job: JobPoint, model: str) -> Extras:
         """The shared extras plus those of the first variant that matches the arm and job."""
         args, env, options, drop = list(self.args), dict(self.env), dict(self.options), list(self.drop)
-        files, client = dict(self.files), self.client
+        files, client, refused = dict(self.files), self.client, self.refused
         for variant in self.variants:
             if variant.when.matches(arm, job):
                 args += variant.args
@@ -156,6 +172,7 @@ class LaunchProfile(ProfileKey, Extras):
                 files |= variant.files
                 drop += variant.drop
                 client = client.merged(variant.client)
+                refused = variant.refused or refused
                 break
         return Extras(
             args=[a.replace(MODEL_SLOT, model) for a in args],
@@ -164,6 +181,7 @@ class LaunchProfile(ProfileKey, Extras):
             files=files,
             drop=drop,
             client=client,
+            refused=refused,
         )
 
 
@@ -193,18 +211,19 @@ def profiles_source() -> str:
 
 @functools.cache
 def _by_key() -> dict[tuple[str, ...], LaunchProfile]:
-    """Profiles by (model prefix, precision, hardware, engine, speculative decoding); InferenceX's framework
-    names (`trt`) read as servelab's engines."""
+    """Profiles by (model prefix, precision, hardware, engine, speculative decoding, scenario); InferenceX's
+    framework names (`trt`) read as servelab's engines."""
     return {
-        (p.model_prefix, p.precision, p.hardware, engine_of(p.framework), p.spec_decoding): p
+        (p.model_prefix, p.precision, p.hardware, engine_of(p.framework), p.spec_decoding, p.scenario): p
         for p in launch_profile_file().profiles
         if is_engine(p.framework)
     }
 
 
-def profile_for(recipe, arm, engine: Engine) -> LaunchProfile | None:
-    """The upstream launch profile for a recipe's arm on `engine`, if InferenceX runs that combination."""
-    key = (recipe.model_prefix, recipe.precision, hardware_of(recipe.runner), engine, arm.spec_)
+def profile_for(recipe, arm, engine: Engine, scenario: str = FIXED_SEQ_LEN) -> LaunchProfile | None:
+    """The upstream launch profile for a recipe's arm on `engine` in a scenario (the agentic scripts are
+    others than the fixed-seq-len ones), if InferenceX runs that combination."""
+    key = (recipe.model_prefix, recipe.precision, hardware_of(recipe.runner), engine, arm.spec_, scenario)
     profile = _by_key().get(key)
     return profile if profile is not None and recipe.model in profile.models else None
 

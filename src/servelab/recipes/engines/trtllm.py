@@ -18,7 +18,7 @@ RUNTIME = "pytorch"
 __all__ = ["OPTIONS_FILE", "render", "settings"]
 
 
-def settings(recipe, arm, max_model_len: int, port: int, extra: Extras) -> ServerSettings:
+def settings(recipe, arm, max_model_len: int | None, port: int, extra: Extras) -> ServerSettings:
     """The server settings of one arm, with upstream's options file (the profile's), the typed fields and the
     recipe's extra-options merged in that order of precedence."""
     refuse(
@@ -63,7 +63,7 @@ def settings(recipe, arm, max_model_len: int, port: int, extra: Extras) -> Serve
     return GRAMMAR.with_options(typed, options)
 
 
-def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
+def render(recipe, arm, max_model_len: int | None, port: int, extra: Extras | None = None) -> Launch:
     extra = extra or Extras()
     command = GRAMMAR.render(settings(recipe, arm, max_model_len, port, extra))
     files = {**extra.files, OPTIONS_FILE: dump_yaml(command.options or {})}

@@ -14,7 +14,7 @@ EP_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
 HOST = "0.0.0.0"
 
 
-def settings(recipe, arm, max_model_len: int, port: int, extra: Extras) -> ServerSettings:
+def settings(recipe, arm, max_model_len: int | None, port: int, extra: Extras) -> ServerSettings:
     """The server settings of one arm: the recipe's typed engine fields and the arm's layout."""
     refuse(Engine.VLLM, recipe, ["extra-options"])
     e = recipe.engine
@@ -59,7 +59,7 @@ def settings(recipe, arm, max_model_len: int, port: int, extra: Extras) -> Serve
     )
 
 
-def render(recipe, arm, max_model_len: int, port: int, extra: Extras | None = None) -> Launch:
+def render(recipe, arm, max_model_len: int | None, port: int, extra: Extras | None = None) -> Launch:
     extra = extra or Extras()
     argv = GRAMMAR.render(settings(recipe, arm, max_model_len, port, extra)).argv
     return Launch(
