@@ -46,6 +46,7 @@ from servelab.engines.grammar import Grammar
 from servelab.engines.trtllm.grammar import OPTIONS_FILE
 from servelab.errors import ServelabError
 from servelab.recipes.capture import sandbox
+from servelab.recipes.capture.agentic import agentic_job_id, agentic_points
 from servelab.recipes.capture.extras import (
     OPTIONS_FLAGS,
     RUNNER_FLAGS,
@@ -74,7 +75,7 @@ from servelab.recipes.engines.profiles import (
 from servelab.recipes.filters import Filters
 from servelab.recipes.inferencex import load_master
 from servelab.recipes.ladder import concurrencies, seq_len_name
-from servelab.recipes.matrix import MatrixRow, matrix
+from servelab.recipes.matrix import matrix
 from servelab.recipes.recipe_store import open_store, parse_recipe_file
 from servelab.recipes.sweep import expand
 
@@ -111,23 +112,6 @@ def job_id(key, seq, arm, conc) -> str:
     return f"{key} {seq_len_name(seq.isl, seq.osl)} tp{arm.tp_}-ep{arm.ep_}{dpa}-{arm.spec_} conc{conc}"
 
 
-def agentic_points():
-    """(point, recipe, typed row) for every single-node agentic-coding job, in sweep order."""
-    store = open_store(IX / "configs")
-    for point in matrix(store, None, Filters(scenario_type=["agentic-coding"])):
-        row = MatrixRow.model_validate(point.row)
-        if not row.multinode:
-            yield point, store.recipes[point.key], row
-
-
-def agentic_job_id(point, row) -> str:
-    dpa = "-dpa" if point.arm.dp_attn_ else ""
-    backend = (row.kv_offload_backend or {}).get("name")
-    kv = row.kv_offloading + (f"-{backend}" if backend else "")
-    layout = f"tp{point.arm.tp_}-ep{point.arm.ep_}{dpa}-{point.arm.spec_}"
-    return f"{point.key} agentic {layout} kv{kv} dram{row.total_cpu_dram_gb} conc{row.conc}"
-
-
 def pin(repo: Path) -> list[str]:
     """Copy the scripts the master files select (their benchmark_lib.sh is replaced by a stub, so not
     copied)."""
@@ -141,7 +125,9 @@ def pin(repo: Path) -> list[str]:
     available = {p.removeprefix("benchmarks/") for p in listing}
     wanted = {s for _, e, _, a, _ in jobs() if (s := script_for(e, a.spec_, available))}
     wanted |= {
-        s for p, r, _ in agentic_points() if (s := script_for(r, p.arm.spec_, available, "agentic-coding"))
+        s
+        for p, r, _ in agentic_points(IX / "configs")
+        if (s := script_for(r, p.arm.spec_, available, "agentic-coding"))
     }
     # Files the scripts hand to the servers from upstream's tree (chat templates).
     wanted |= {p.removeprefix("benchmarks/") for p in listing if p.startswith(f"benchmarks/{TEMPLATES}/")}
@@ -212,7 +198,7 @@ def agentic_capture() -> list[dict]:
     available = scripts_in(SCRIPTS)
     out, seen = [], set()
     with Sandbox(SCRIPTS) as box:
-        for point, recipe, row in agentic_points():
+        for point, recipe, row in agentic_points(IX / "configs"):
             job = agentic_job_id(point, row)
             if job in seen:  # a row upstream lists twice
                 continue
@@ -280,7 +266,7 @@ def derive(records: list[dict], recs: dict) -> dict:
 def _agentic_jobs(records: list[dict]) -> dict[tuple, list[tuple[dict, dict]]]:
     """Agentic captures by profile: (job layout, residual); a job the script launched no server for has
     its reason (`refused`) as its residual."""
-    points = {agentic_job_id(p, row): (p, recipe, row) for p, recipe, row in agentic_points()}
+    points = {agentic_job_id(p, row): (p, recipe, row) for p, recipe, row in agentic_points(IX / "configs")}
     by_profile: dict[tuple, list[tuple[dict, dict]]] = defaultdict(list)
     for r in records:
         point, recipe, row = points[r["id"]]
@@ -511,7 +497,7 @@ def agentic_conformance(records: list[dict]) -> dict[str, dict]:
     """The same for the single-node agentic-coding jobs (`scenario` says so): the sweep's launch of each job
     (rendered from the shipped profiles with the row's KV offload tier and DRAM budget) against what its
     script ran. A job whose script launched no server under the stubs has no launch in servelab either."""
-    points = {agentic_job_id(p, row): (p, recipe, row) for p, recipe, row in agentic_points()}
+    points = {agentic_job_id(p, row): (p, recipe, row) for p, recipe, row in agentic_points(IX / "configs")}
     out: dict[str, dict] = {}
     for r in records:
         point, recipe, row = points[r["id"]]

@@ -16,8 +16,9 @@ def table_cache_of_the_session(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def no_inherited_columns(monkeypatch):
-    """Piped tables fit COLUMNS when it is set (a CI log's width); a test that wants a width sets it. Without
-    this, a developer's exported COLUMNS, or pytest-xdist's workers (COLUMNS=80), cut the tables tests read."""
+    """Piped tables fit COLUMNS when it is set (a CI log's width); a test that wants a width sets it.
+    Without this, a developer's exported COLUMNS, or pytest-xdist's workers (COLUMNS=80), cut the tables
+    tests read."""
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
@@ -34,7 +35,8 @@ SHARED_BY_FIXTURE = {
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        group = next((g for f, g in SHARED_BY_FIXTURE.items() if f in getattr(item, "fixturenames", ())), None)
+        uses = set(getattr(item, "fixturenames", ()))
+        group = next((g for fixture, g in SHARED_BY_FIXTURE.items() if fixture in uses), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
@@ -42,8 +44,8 @@ def pytest_collection_modifyitems(items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """A pytest-xdist worker is done: add the hostile inputs it tried (tests/fuzz/conftest.py)."""
-    config = node.config
-    config.fuzz_tried = getattr(config, "fuzz_tried", 0) + getattr(node, "workeroutput", {}).get("fuzz_tried", 0)
+    config, tried = node.config, getattr(node, "workeroutput", {}).get("fuzz_tried", 0)
+    config.fuzz_tried = getattr(config, "fuzz_tried", 0) + tried
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -54,5 +56,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     xfailed = len(stats.get("xfailed", []))
     failed = len([r for r in stats.get("failed", []) if "tests/fuzz" in r.nodeid])
     terminalreporter.write_line(
-        f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); {failed} failed"
+        f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
+        f"{failed} failed"
     )
