@@ -1,8 +1,18 @@
 """Settings for the whole test session."""
 
+import signal
+
 import pytest
 
 from servelab.cachedir import ENV_DIR
+
+
+def pytest_configure(config):
+    """The Ctrl-C tests send SIGINT to the processes they start. A shell without job control starts a
+    background command (`pytest ... &`) with SIGINT ignored, which its children would inherit across exec
+    (Python then installs no KeyboardInterrupt handler): a handler here gives them the default again."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

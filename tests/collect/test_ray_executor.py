@@ -29,6 +29,7 @@ def cluster():
     ray.shutdown()
 
 
+@pytest.mark.slow  # starts a local Ray cluster: 10-15 s
 def test_ray_campaign_measures_every_key_once(tmp_path, cluster):
     cfg = CampaignConfig(out=tmp_path / "c", models=("llama-3.1-8b",), smoke=True, gpus=2)
     executor = RayExecutor(shard_size=3, gpu=False)

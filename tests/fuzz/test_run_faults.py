@@ -178,6 +178,7 @@ SEQUENCES = {
 }
 
 
+@pytest.mark.slow  # 6-7 s each: a servelab run, a server and two signals
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_signals_during_teardown_leave_no_server(name, tmp_path, cleanup):
@@ -204,6 +205,7 @@ def test_signals_during_teardown_leave_no_server(name, tmp_path, cleanup):
     assert [r["outcome"] for r in s.runs()] == ["error"]
 
 
+@pytest.mark.slow  # up to 7 s each: a servelab run killed, then resumed
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("when", ["benchmarking", "stopping"])
 def test_sigkill_of_servelab_leaves_no_server_and_no_running_run(when, tmp_path, cleanup):

@@ -142,6 +142,7 @@ def test_array_script_directives(ix_jobs):
     ]
 
 
+@pytest.mark.slow  # every array task under bash: about 7 s
 def test_each_task_runs_the_sh_scripts_launch(ix_jobs, stubs, tmp_path):
     """Every array task runs, under srun, the `servelab run --job` the job's sh script runs, on the same job
     file and environment, in a folder of its own."""
