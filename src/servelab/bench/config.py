@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+import uuid
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from servelab.bench.payload import check_base_url, check_header, check_header_value, split_credentials
+from servelab.bench.vllm_compat import REFUSED_DATASETS, backend_reason
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO, RangeRule
 
 TtftAt = Literal["first-event", "first-content"]
 DatasetName = Literal[
-    "random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench", "trace"
+    "random",
+    "sharegpt",
+    "sonnet",
+    "hf",
+    "prefix",
+    "multiturn",
+    "custom",
+    "speed_bench",
+    "spec_bench",
+    "burstgpt",
+    "trace",
 ]
+# the datasets read from --dataset-path
+FILE_DATASETS = ("sharegpt", "sonnet", "hf", "custom", "speed_bench", "spec_bench", "burstgpt", "trace")
 # Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
 # length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
 MAX_TOKENS = 1 << 24
@@ -36,8 +50,26 @@ DATASET_ALIASES = {
     "multi_turn": "multiturn",
     "multi-turn": "multiturn",
     "speed-bench": "speed_bench",
+    "spec-bench": "spec_bench",
     "agentic": "trace",
 }
+# vLLM's sampling options, sent only when given (vLLM sends them in this order, then --extra-body over them)
+SAMPLING_FIELDS = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "temperature",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+)
+
+
+def _request_id_prefix() -> str:
+    """vLLM's default --request-id-prefix: bench-, 8 hex digits of a fresh UUID, -."""
+    return f"bench-{uuid.uuid4().hex[:8]}-"
+
+
 # InferenceX's replay caps a trajectory's idle gaps at 300 s (AIPERF_TRACE_IDLE_GAP_CAP_SECONDS)
 TRACE_MAX_GAP_S = 300.0
 
@@ -156,6 +188,55 @@ class BenchConfig(BaseModel):
     )
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=MAX_TOKENS, description="-1 or 0: every token (vLLM)")
+    min_p: float | None = Field(None, ge=0, le=1)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False)
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="logprobs per token: the completions API's logprobs; on the chat API logprobs and "
+        "top_logprobs",
+    )
+    extra_body: dict[str, Any] | None = Field(
+        None, description="vLLM's --extra-body: JSON merged into every request body, over the sampling keys"
+    )
+    request_id_prefix: str = Field(
+        default_factory=_request_id_prefix,
+        description="each request's X-Request-Id is this prefix and its index (vLLM's x-request-id)",
+    )
+    skip_chat_template: bool = Field(
+        False,
+        description="vLLM: no client-side chat template on custom, spec_bench and hf prompts; servelab never "
+        "applies one to them, so this changes nothing",
+    )
+    disable_shuffle: bool = Field(
+        False, description="keep the file's order (custom, spec_bench, sharegpt, speed_bench)"
+    )
+    no_oversample: bool = Field(
+        False,
+        description="a file with fewer prompts than --num-prompts sends each once (vLLM oversamples by "
+        "default: custom, spec_bench, speed_bench)",
+    )
+    spec_bench_output_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    spec_bench_category: str | None = Field(None, description="spec_bench: only this category")
+    skip_tokenizer_init: bool = Field(
+        False, description="vLLM: load no tokenizer (lengths are approximate, or the server's usage)"
+    )
+    insecure: bool = Field(False, description="https: do not verify the server's certificate")
+    append_result: bool = Field(
+        False,
+        description="vLLM's --append-result: add the result to an existing result file as one more JSON "
+        "line (the file is made when missing)",
+    )
+    ready_check_timeout_sec: int | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="vLLM: wait up to this many seconds for the server before the ready check; 0: no "
+        "ready check (vLLM 0.32's default; servelab's, unset, is one ready request)",
+    )
     stream: bool = True
     ttft_at: TtftAt = Field(
         "first-event",
@@ -230,7 +311,22 @@ class BenchConfig(BaseModel):
     @field_validator("dataset_name", mode="before")
     @classmethod
     def _alias_dataset(cls, v: object) -> object:
+        if isinstance(v, str) and v in REFUSED_DATASETS:
+            raise ValueError(f"vLLM's {v} is not supported: {REFUSED_DATASETS[v]}")
         return DATASET_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _refuse_backend(cls, v: object) -> object:
+        reason = backend_reason(v) if isinstance(v, str) else None
+        if reason:
+            raise ValueError(f"vLLM's {v} is not supported: {reason}")
+        return v
+
+    @field_validator("request_id_prefix")
+    @classmethod
+    def _check_request_id_prefix(cls, v: str) -> str:
+        return check_header_value(v)
 
     @field_validator("percentile_metrics")
     @classmethod
@@ -268,10 +364,7 @@ class BenchConfig(BaseModel):
                 raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
-        if (
-            self.dataset_name in ("sharegpt", "sonnet", "hf", "custom", "speed_bench", "trace")
-            and not self.dataset_path
-        ):
+        if self.dataset_name in FILE_DATASETS and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
         if self.dataset_name == "trace" and not self.closed_loop:
             # sessions start as lanes free up (--max-concurrency), as InferenceX's replay runs its lanes
@@ -282,6 +375,8 @@ class BenchConfig(BaseModel):
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn", "trace")
         if self.random_range_rule == "vllm" and self.random_range_ratio >= 1:
             raise ValueError("random_range_ratio must be below 1 by the vllm rule ([L(1-r), L(1+r)])")
+        if self.skip_tokenizer_init:
+            self.tokenizer = None
         if self.dsv4:
             self.use_chat_template = True
         if self.use_chat_template:
@@ -291,6 +386,18 @@ class BenchConfig(BaseModel):
             # up in the local Hugging Face cache (never downloads)
             self.tokenizer = self.tokenizer or self.model
         return self
+
+    def body_extras(self) -> dict[str, Any]:
+        """What every request body carries beyond servelab's own keys: the sampling options given, logprobs,
+        then --extra-body over them (vLLM's order)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in SAMPLING_FIELDS if getattr(self, k) is not None}
+        if self.logprobs is not None:
+            if self.is_chat:
+                out.update(logprobs=True, top_logprobs=self.logprobs)
+            else:
+                out["logprobs"] = self.logprobs
+        out.update(self.extra_body or {})
+        return out
 
     @property
     def basic_auth(self) -> str | None:

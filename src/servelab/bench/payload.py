@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -91,12 +92,24 @@ class Target:
     port: int
     tls: bool
     path_prefix: str
+    verify: bool = True  # https: check the server's certificate (vLLM's --insecure turns it off)
 
     @classmethod
-    def from_url(cls, base_url: str) -> Target:
+    def from_url(cls, base_url: str, verify: bool = True) -> Target:
         u = urlsplit(base_url)
         tls = u.scheme == "https"
-        return cls(u.hostname or "127.0.0.1", u.port or (443 if tls else 80), tls, u.path.rstrip("/"))
+        port = u.port or (443 if tls else 80)
+        return cls(u.hostname or "127.0.0.1", port, tls, u.path.rstrip("/"), verify)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context of an https target (None for http); without `verify`, one that checks nothing."""
+        if not self.tls:
+            return None
+        ctx = ssl.create_default_context()
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
 
     @property
     def host_header(self) -> str:

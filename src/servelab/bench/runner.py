@@ -90,15 +90,16 @@ def iter_work_items(
         cfg.ramp_up_start_rps,
         cfg.ramp_up_end_rps,
     )
+    rid = cfg.request_id_prefix  # X-Request-Id: the prefix and the request's index, as vLLM's x-request-id
     for n, it in enumerate(data.items):
         off = float(offsets[n]) if offsets is not None else None
         render = bare is None or not bare()
         if it.turns:
             messages = [{"role": "user", "content": it.prompt}]
-            payload = template.encode(messages, it.output_len) if render else b""
+            payload = template.encode(messages, it.output_len, rid + str(it.index)) if render else b""
             yield WorkItem(it.index * 1000, payload, it.prompt_len, off, messages, it.turns)
         else:
-            payload = template.encode(it.prompt, it.output_len) if render else b""
+            payload = template.encode(it.prompt, it.output_len, rid + str(it.index)) if render else b""
             yield WorkItem(it.index, payload, it.prompt_len, off)
 
 
@@ -157,13 +158,9 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
 
 def template_of(cfg: BenchConfig, model_id: str, headers: tuple) -> RequestTemplate:
     """The request every worker sends, but for its prompt and output length."""
-    sampling = {
-        k: v
-        for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
-        if v is not None
-    }
+    sampling = cfg.body_extras()
     return RequestTemplate(
-        Target.from_url(cfg.base_url),
+        Target.from_url(cfg.base_url, verify=not cfg.insecure),
         cfg.endpoint,
         cfg.served_model_name or model_id,
         cfg.is_chat,
@@ -424,6 +421,8 @@ def _save(
     `rewrite`, the workers' files and memory, when the merged file could not be written), write the result;
     an interruption or a failure in between removes the still empty claimed file. Returns the result's
     path."""
+    if cfg.append_result:
+        return _append(cfg, result, path, records, rewrite)
     result_path = R.claim(path, taken=_records_path)
     try:
         if result_path != path:
@@ -441,6 +440,21 @@ def _save(
             _records_path(result_path).unlink(missing_ok=True)  # the workers' files still hold them
         raise
     return result_path
+
+
+def _append(
+    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, rewrite: RecordSet | None
+) -> Path:
+    """--append-result: the result is one more line of `path`; its records go to a free name beside it
+    (X.requests.jsonl, then X.requests-1.jsonl, ...), which the line names."""
+    records_path = R.claim(_records_path(path), taken=lambda p: p)
+    if rewrite is None:
+        os.replace(records, records_path)
+    else:
+        rewrite.write(records_path)
+    result.records_file = str(records_path)
+    R.append(result, path, cfg.save_detailed)
+    return path
 
 
 def _records_path(result_path: Path) -> Path:
@@ -551,7 +565,7 @@ def _with_signals(cfg_points: list[BenchConfig], body) -> int:
     `Terminated` (a KeyboardInterrupt), so what was measured is saved as for Ctrl-C."""
     for cfg in cfg_points:
         if cfg.save_result:
-            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
+            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename, cfg.append_result)
     previous = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return body()

@@ -2,14 +2,18 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import typer
 from pydantic import ValidationError
+from typer.core import TyperCommand
 
 from servelab.bench import config as C
 from servelab.bench.profiles import Load, apply_profile
+from servelab.bench.ready import wait_for_server
+from servelab.bench.vllm_compat import refuse_vllm_only
 from servelab.cli._common import print_json
 from servelab.engines import Engine
 from servelab.errors import ServelabError
@@ -26,6 +30,31 @@ _FLAGS = {
     "trace_max_gap_s": "--trace-max-gap",
 }
 _TWIN = "Simulated twin (--simulate)"
+
+
+class BenchCommand(TyperCommand):
+    """`servelab bench`: vLLM's options that servelab cannot apply are refused in one line naming the option
+    and why (servelab.bench.vllm_compat), before the parser would call them unknown."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        refuse_vllm_only(args)
+        return super().parse_args(ctx, args)
+
+
+COMMAND_CLASS = BenchCommand  # servelab.cli.commands builds `servelab bench` with it
+
+
+def _json_object(text: str | None, flag: str) -> dict | None:
+    """A JSON object given on the command line (vLLM's --extra-body), or None when not given."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ServelabError(f"{flag}: not JSON ({getattr(e, 'msg', e)})") from None
+    if not isinstance(value, dict):
+        raise ServelabError(f"{flag}: expected a JSON object, e.g. '{{\"key\": 1}}'")
+    return value
 
 
 def bench(
@@ -96,7 +125,12 @@ def bench(
         1024, "--random-input-len", "--input-len", help="random: prompt tokens per request."
     ),
     random_output_len: int = typer.Option(
-        128, "--random-output-len", "--output-len", help="random: output tokens per request."
+        128, "--random-output-len", help="random: output tokens per request."
+    ),
+    output_len: int | None = typer.Option(
+        None,
+        "--output-len",
+        help="vLLM's: output tokens of every dataset (random, sharegpt, custom, hf, spec_bench, prefix).",
     ),
     random_range_ratio: float = typer.Option(
         BENCH_RANGE_RATIO,
@@ -148,6 +182,28 @@ def bench(
     hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
     hf_output_len: int | None = typer.Option(
         None, "--hf-output-len", help="hf: output tokens (default: each answer's length)."
+    ),
+    spec_bench_output_len: int = typer.Option(
+        256, "--spec-bench-output-len", help="spec_bench: output tokens per request."
+    ),
+    spec_bench_category: str | None = typer.Option(
+        None, "--spec-bench-category", help="spec_bench: only this category (default: all)."
+    ),
+    disable_shuffle: bool = typer.Option(
+        False, "--disable-shuffle", help="Keep the dataset file's order (custom, spec_bench, sharegpt, ...)."
+    ),
+    no_oversample: bool = typer.Option(
+        False,
+        "--no-oversample",
+        help="A file with fewer prompts than --num-prompts sends each once (default: drawn again).",
+    ),
+    skip_chat_template: bool = typer.Option(
+        False,
+        "--skip-chat-template",
+        help="vLLM's: no client-side chat template on dataset prompts; servelab never applies one to them.",
+    ),
+    skip_tokenizer_init: bool = typer.Option(
+        False, "--skip-tokenizer-init", help="Load no tokenizer (lengths approximate or from the server)."
     ),
     speed_bench_dataset_subset: str = typer.Option(
         "qualitative", "--speed-bench-dataset-subset", help="SPEED-Bench: reads DATASET_PATH/SUBSET.jsonl."
@@ -208,6 +264,30 @@ def bench(
     temperature: float | None = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
     top_p: float | None = typer.Option(None, "--top-p", help="Nucleus sampling (default: the server's)."),
     top_k: int | None = typer.Option(None, "--top-k", help="Top-k sampling (default: the server's)."),
+    min_p: float | None = typer.Option(None, "--min-p", help="Min-p sampling (default: the server's)."),
+    frequency_penalty: float | None = typer.Option(
+        None, "--frequency-penalty", help="Frequency penalty (default: the server's)."
+    ),
+    presence_penalty: float | None = typer.Option(
+        None, "--presence-penalty", help="Presence penalty (default: the server's)."
+    ),
+    repetition_penalty: float | None = typer.Option(
+        None, "--repetition-penalty", help="Repetition penalty (default: the server's)."
+    ),
+    logprobs: int | None = typer.Option(
+        None, "--logprobs", help="Logprobs per token (chat API: logprobs and top_logprobs)."
+    ),
+    extra_body: str | None = typer.Option(
+        None,
+        "--extra-body",
+        help="A JSON object merged into every request body, over the sampling keys, e.g. "
+        '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
+    ),
+    request_id_prefix: str | None = typer.Option(
+        None,
+        "--request-id-prefix",
+        help="Each request's X-Request-Id is this and its index (default: bench-, a random id, -).",
+    ),
     stream: bool = typer.Option(
         True, "--stream/--no-stream", help="Streamed responses (TTFT and ITL need a stream)."
     ),
@@ -246,6 +326,11 @@ def bench(
         help="Print the results as one JSON answer on stdout (schema servelab.bench; the summary goes to "
         "stderr).",
     ),
+    append_result: bool = typer.Option(
+        False,
+        "--append-result",
+        help="Add the result to the result file as one more JSON line (made when missing).",
+    ),
     save_detailed: bool = typer.Option(
         False, "--save-detailed", help="Also save per-request lists (lengths, TTFTs, ITLs, texts, errors)."
     ),
@@ -275,6 +360,13 @@ def bench(
     ready_check: bool = typer.Option(
         True, "--ready-check/--no-ready-check", help="Send one test request before the run (as vLLM does)."
     ),
+    ready_check_timeout_sec: int | None = typer.Option(
+        None,
+        "--ready-check-timeout-sec",
+        help="vLLM's: wait up to this many seconds for the server to answer before the run; 0: no ready "
+        "check (unset: one ready request, no waiting).",
+    ),
+    insecure: bool = typer.Option(False, "--insecure", help="https: do not verify the server's certificate."),
     extra: list[str] | None = typer.Argument(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
@@ -426,11 +518,12 @@ def bench(
             tokenizer=tokenizer,
             trust_remote_code=trust_remote_code,
             tokenizer_mode=tokenizer_mode,
+            skip_tokenizer_init=skip_tokenizer_init,
             label=label,
             dataset_name=dataset_name,
             dataset_path=dataset_path,
             random_input_len=random_input_len,
-            random_output_len=random_output_len,
+            random_output_len=random_output_len if output_len is None else output_len,
             random_range_ratio=random_range_ratio,
             random_range_rule=random_range_rule,
             use_chat_template=use_chat_template,
@@ -439,15 +532,20 @@ def bench(
             prefix_repetition_prefix_len=prefix_repetition_prefix_len,
             prefix_repetition_suffix_len=prefix_repetition_suffix_len,
             prefix_repetition_num_prefixes=prefix_repetition_num_prefixes,
-            prefix_repetition_output_len=prefix_repetition_output_len,
+            prefix_repetition_output_len=(prefix_repetition_output_len if output_len is None else output_len),
             multiturn_turns=multiturn_turns,
-            sharegpt_output_len=sharegpt_output_len,
-            custom_output_len=custom_output_len,
+            sharegpt_output_len=sharegpt_output_len if output_len is None else output_len,
+            custom_output_len=custom_output_len if output_len is None else output_len,
+            spec_bench_output_len=spec_bench_output_len if output_len is None else output_len,
+            spec_bench_category=spec_bench_category,
+            disable_shuffle=disable_shuffle,
+            no_oversample=no_oversample,
+            skip_chat_template=skip_chat_template,
             sonnet_input_len=sonnet_input_len,
             sonnet_output_len=sonnet_output_len,
             sonnet_prefix_len=sonnet_prefix_len,
             hf_split=hf_split,
-            hf_output_len=hf_output_len,
+            hf_output_len=hf_output_len if output_len is None else output_len,
             speed_bench_dataset_subset=speed_bench_dataset_subset,
             speed_bench_category=speed_bench_category,
             speed_bench_output_len=speed_bench_output_len,
@@ -465,6 +563,12 @@ def bench(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
+            min_p=min_p,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            repetition_penalty=repetition_penalty,
+            logprobs=logprobs,
+            extra_body=_json_object(extra_body, "--extra-body"),
             stream=stream,
             ttft_at=ttft_at,
             goodput=C.parse_goodput(goodput_items),
@@ -472,7 +576,8 @@ def bench(
             metric_percentiles=[float(p) for p in metric_percentiles.split(",") if p.strip()],
             num_warmups=num_warmups,
             seed=seed,
-            save_result=save_result or save_detailed or bool(formats),
+            save_result=save_result or save_detailed or append_result or bool(formats),
+            append_result=append_result,
             save_detailed=save_detailed,
             result_dir=result_dir,
             metadata=C.parse_metadata(metadata_items),
@@ -482,8 +587,12 @@ def bench(
             live=False if disable_tqdm else live,
             progress_interval_s=progress_interval,
             use_uvloop=uvloop,
-            ready_check=ready_check,
+            ready_check=ready_check and ready_check_timeout_sec != 0,
+            ready_check_timeout_sec=ready_check_timeout_sec,
+            insecure=insecure,
         )
+        if request_id_prefix is not None:  # unset: vLLM's, a fresh random one (BenchConfig's default)
+            base["request_id_prefix"] = request_id_prefix
         if backend is not None:
             base["backend"] = backend
         if num_prompts is not None:  # unset: a trace replays each of its sessions once (BenchConfig: 1000)
@@ -506,6 +615,10 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags=_FLAGS) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if simulate and append_result:
+        raise ServelabError(
+            "--append-result: not with --simulate, whose result is the file --save-result writes"
+        )
     if simulate and as_json:
         raise ServelabError("--json: not with --simulate, whose result is the file --save-result writes")
     if simulate:
@@ -527,6 +640,7 @@ def bench(
         code = _simulate(points, auto_sweep, deployment, settings, calibration, saved)
         _write_outputs(result_filename, result_dir, saved, formats, as_json)
         return code
+    wait_for_server(points[0])
     if auto_sweep:
         if points[0].dataset_name == "trace":
             raise ServelabError(
