@@ -558,7 +558,12 @@ def _spec_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     prompts: list[str] = []
     for n, row in _jsonl(path):
         turns = row.get("turns") if isinstance(row, dict) else None
-        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(turns, list)
+            or not turns
+            or not isinstance(turns[0], str)
+        ):
             raise ServelabError(f'--dataset-path {path}:{n}: expected {{"category": ..., "turns": ["..."]}}')
         if cfg.spec_bench_category is None or row.get("category") == cfg.spec_bench_category:
             prompts.append(turns[0])

@@ -12,7 +12,7 @@ import platform
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
@@ -84,6 +84,7 @@ class BenchResult:
     # wall-clock time (Unix seconds) of the run's start; None (not written) for a run that never started or
     # was simulated
     start_unix: float | None = None
+    spec_decode: dict = field(default_factory=dict)  # vLLM's spec_decode_* fields, when the server has them
 
     @property
     def failed(self) -> int:
@@ -98,6 +99,7 @@ class BenchResult:
                 # validation, utils/aggregate_power.py, integrates GPU power over it)
                 out["benchmark_start_time_unix"] = self.start_unix
                 out["benchmark_end_time_unix"] = self.start_unix + self.summary.duration
+        out.update(self.spec_decode)  # where vLLM writes them: after its metrics
         for name, d in self.client_latency_ms.items():
             out.update(distribution_fields(name, d, with_max=True))
         out.update(

@@ -29,6 +29,7 @@ from pathlib import Path
 from time import perf_counter
 
 from servelab.bench import result as R
+from servelab.bench import spec_decode
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
@@ -359,9 +360,23 @@ def run_point(
         raise ServelabError(f"--result-dir {result_dir}: cannot be written ({e.strerror or e})") from None
     specs = worker_specs(cfg, prep, records_dir)
     items = partial(prep.work_items, cfg)
-    load = run_load(cfg, items, specs, records_dir / "requests.jsonl", total=prep.num_items, pool=pool)
+    urls = cfg.server_metrics_url or [cfg.base_url + "/metrics"]
+    auth = dict(prep.template.headers)
+    spec_before: list[spec_decode.SpecCounters | None] = []
+    load = run_load(
+        cfg,
+        items,
+        specs,
+        records_dir / "requests.jsonl",
+        total=prep.num_items,
+        pool=pool,
+        before_start=lambda: spec_before.append(spec_decode.read(urls, auth)),  # after the warm-ups, as vLLM
+    )
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date, details
+    )
+    result.spec_decode = spec_decode.result_fields(
+        spec_before[0] if spec_before else None, spec_decode.read(urls, auth)
     )
     result.interrupted = load.interrupted
     result.start_unix = load.t0_unix

@@ -1,0 +1,207 @@
+"""What vLLM's `bench serve` options servelab honours really do, against the mock server (its own process;
+--log-requests shows what each request carried, --spec-decode gives vLLM's speculative-decoding counters)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.bench import runner
+from servelab.bench.config import BenchConfig
+from servelab.bench.datasets import build_dataset
+from servelab.bench.spec_decode import parse, result_fields
+from servelab.cli.main import main
+from servelab.errors import ServelabError
+
+CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+
+
+def bench(server, tmp_path: Path, *args: str) -> tuple[int, str]:
+    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--random-input-len", "8"]
+    cmd += ["--random-output-len", "4", "--num-prompts", "4", "--num-workers", "1", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    return p.returncode, p.stderr
+
+
+def logged(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sampling_logprobs_extra_body_and_request_ids_reach_every_request(mock_server, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    extra = '{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 3}'
+    rc, err = bench(
+        s, tmp_path, "--min-p", "0.1", "--frequency-penalty", "0.5", "--presence-penalty", "0.25",
+        "--repetition-penalty", "1.1", "--top-k", "9", "--logprobs", "2", "--extra-body", extra,
+        "--request-id-prefix", "run7-", "--no-ready-check",
+    )  # fmt: skip
+    assert rc == 0, err
+    reqs = logged(log)
+    assert len(reqs) == 4
+    for r in reqs:
+        body = r["body"]
+        assert (body["min_p"], body["frequency_penalty"], body["presence_penalty"]) == (0.1, 0.5, 0.25)
+        assert body["repetition_penalty"] == 1.1 and body["logprobs"] == 2
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}
+        assert body["top_k"] == 3  # --extra-body over the sampling options, as vLLM merges them
+    assert sorted(r["request_id"] for r in reqs) == ["run7-0", "run7-1", "run7-2", "run7-3"]
+
+
+def test_without_the_options_the_body_has_none_of_them_and_ids_are_vllms_form(mock_server, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    rc, err = bench(s, tmp_path, "--no-ready-check")
+    assert rc == 0, err
+    reqs = logged(log)
+    for r in reqs:
+        assert not {"min_p", "logprobs", "repetition_penalty", "chat_template_kwargs"} & set(r["body"])
+        assert r["request_id"].startswith("bench-") and len(r["request_id"].split("-")[1]) == 8
+    assert len({r["request_id"].rsplit("-", 1)[0] for r in reqs}) == 1  # one prefix a run
+
+
+def test_logprobs_on_the_chat_api_asks_for_top_logprobs(mock_server, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    rc, err = bench(s, tmp_path, "--endpoint", "/v1/chat/completions", "--logprobs", "3", "--no-ready-check")
+    assert rc == 0, err
+    assert all(r["body"]["logprobs"] is True and r["body"]["top_logprobs"] == 3 for r in logged(log))
+
+
+def test_append_result_adds_one_json_line_a_run(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1")
+    for _ in range(2):
+        rc, err = bench(s, tmp_path, "--append-result", "--result-filename", "all.json", "--label", "x")
+        assert rc == 0, err
+    lines = (tmp_path / "all.json").read_text().splitlines()
+    results = [json.loads(line) for line in lines]
+    assert len(results) == 2 and all(r["completed"] == 4 for r in results)
+    assert results[0]["records_file"] != results[1]["records_file"]  # each run's records kept
+    assert all((tmp_path / r["records_file"]).exists() for r in results)
+    # without it, an existing result file is still refused before the run
+    rc, err = bench(s, tmp_path, "--save-result", "--result-filename", "all.json")
+    assert rc == 2 and "exists" in err
+
+
+def test_spec_decode_acceptance_fields_when_the_server_reports_them(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1", "--spec-decode", "2")
+    rc, err = bench(s, tmp_path, "--save-result", "--result-filename", "r.json", "--no-ready-check")
+    assert rc == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    # 4 requests of 4 tokens: 3 drafts each of 2 tokens; position 0 always accepted, position 1 every 2nd
+    assert r["spec_decode_num_drafts"] == 12 and r["spec_decode_draft_tokens"] == 24
+    assert r["spec_decode_accepted_tokens"] == 18
+    assert r["spec_decode_acceptance_rate"] == pytest.approx(75.0)
+    assert r["spec_decode_acceptance_length"] == pytest.approx(2.5)
+    assert r["spec_decode_per_position_acceptance_rates"] == pytest.approx([1.0, 0.5])
+    plain = mock_server("--token-delay-ms", "1")
+    rc, err = bench(plain, tmp_path, "--save-result", "--result-filename", "p.json")
+    assert rc == 0 and not [k for k in json.loads((tmp_path / "p.json").read_text()) if "spec_decode" in k]
+
+
+def test_spec_decode_counters_are_read_as_vllm_reads_them():
+    page = "\n".join(
+        [
+            "# TYPE vllm:spec_decode_num_drafts counter",
+            'vllm:spec_decode_num_drafts_total{engine="0"} 10.0',
+            'vllm:spec_decode_num_drafts_total{engine="1"} 5.0',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"} 45.0',
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 30.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 14.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 9.0',
+            'vllm:spec_decode_num_drafts_created{engine="0"} 99.0',  # not a _total sample: skipped
+        ]
+    )
+    after = parse(page)
+    assert after is not None and after.num_drafts == 15 and after.accepted_per_pos == {0: 14, 1: 9}
+    before = parse("vllm:spec_decode_num_drafts_total 5.0\nvllm:spec_decode_num_draft_tokens_total 15.0")
+    fields = result_fields(before, after)
+    assert fields["spec_decode_num_drafts"] == 10 and fields["spec_decode_draft_tokens"] == 30
+    assert fields["spec_decode_acceptance_rate"] == pytest.approx(100.0)
+    assert parse("vllm:prefix_cache_hits_total 3.0") is None and result_fields(None, after) == {}
+
+
+def test_ready_check_timeout_waits_then_fails_in_one_line(tmp_path):
+    p = subprocess.run(
+        [*CLI, "--base-url", "http://127.0.0.1:9", "--model", "m", "--ready-check-timeout-sec", "1"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("error: --ready-check-timeout-sec: the server at http://127.0.0.1:9 did not")
+
+
+def test_ready_check_timeout_passes_against_a_live_server(mock_server, tmp_path):
+    s = mock_server("--token-delay-ms", "1")
+    rc, err = bench(s, tmp_path, "--ready-check-timeout-sec", "5")
+    assert rc == 0, err
+
+
+def test_spec_bench_reads_first_turns_by_category_and_oversamples(tmp_path):
+    path = tmp_path / "question.jsonl"
+    rows = [
+        {"category": "coding" if i % 2 else "math", "turns": [f"q{i} please", "follow"]} for i in range(6)
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    cfg = BenchConfig(dataset_name="spec_bench", dataset_path=str(path), num_prompts=5, disable_shuffle=True)
+    items = list(build_dataset(cfg, None).items)
+    assert [it.prompt for it in items] == ["q0 please", "q1 please", "q2 please", "q3 please", "q4 please"]
+    assert {it.output_len for it in items} == {256}
+    cfg = BenchConfig(
+        dataset_name="spec_bench", dataset_path=str(path), num_prompts=7, spec_bench_category="coding"
+    )
+    items = list(build_dataset(cfg, None).items)
+    assert len(items) == 7 and {it.prompt for it in items} == {"q1 please", "q3 please", "q5 please"}
+    cfg = cfg.model_copy(update={"no_oversample": True})
+    assert len(list(build_dataset(cfg, None).items)) == 3
+    path.write_text('{"category": "x"}\n')
+    with pytest.raises(ServelabError, match=r"question.jsonl:1: expected"):
+        build_dataset(BenchConfig(dataset_name="spec_bench", dataset_path=str(path)), None)
+
+
+def test_burstgpt_keeps_gpt4_rows_and_their_lengths(tmp_path):
+    path = tmp_path / "burst.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "1,GPT-4,12,30,42,Conversation log\n"
+        "2,ChatGPT,50,60,110,Conversation log\n"
+        "3,GPT-4,20,0,20,Conversation log\n"
+        "4,GPT-4,7,9,16,API log\n"
+    )
+    cfg = BenchConfig(dataset_name="burstgpt", dataset_path=str(path), num_prompts=2)
+    items = list(build_dataset(cfg, None).items)
+    assert sorted((it.prompt_len, it.output_len) for it in items) == [(7, 9), (12, 30)]
+    more = list(build_dataset(cfg.model_copy(update={"num_prompts": 5}), None).items)
+    assert len(more) == 5 and {(it.prompt_len, it.output_len) for it in more} <= {(7, 9), (12, 30)}
+
+
+def test_custom_is_shuffled_and_oversampled_as_vllms_unless_asked_not_to(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"p{i}", "output_tokens": 3}) for i in range(8)))
+    base = dict(dataset_name="custom", dataset_path=str(path), num_prompts=8)
+    kept = [it.prompt for it in build_dataset(BenchConfig(**base, disable_shuffle=True), None).items]
+    shuffled = [it.prompt for it in build_dataset(BenchConfig(**base), None).items]
+    assert kept == [f"p{i}" for i in range(8)] and shuffled != kept and sorted(shuffled) == kept
+    more = BenchConfig(**dict(base, num_prompts=12))
+    assert len(build_dataset(more, None).items) == 12
+    assert len(build_dataset(more.model_copy(update={"no_oversample": True}), None).items) == 8
+
+
+def test_output_len_sets_every_datasets_output_length(monkeypatch, capsys):
+    """vLLM's --output-len is the output length of every dataset, not only random's."""
+    seen: list = []
+    monkeypatch.setattr(runner, "run", lambda points, **kw: seen.extend(points) or 0)
+    monkeypatch.setattr(sys, "argv", ["servelab", "bench", "--output-len", "5"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0, capsys.readouterr().err
+    cfg = seen[0]
+    lens = [cfg.random_output_len, cfg.sharegpt_output_len, cfg.custom_output_len, cfg.hf_output_len]
+    assert lens + [cfg.spec_bench_output_len, cfg.prefix_repetition_output_len] == [5] * 6
+
+
+def test_skip_tokenizer_init_loads_no_tokenizer():
+    assert BenchConfig(tokenizer="/some/tok", skip_tokenizer_init=True).tokenizer is None
