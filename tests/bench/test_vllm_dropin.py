@@ -205,3 +205,41 @@ def test_output_len_sets_every_datasets_output_length(monkeypatch, capsys):
 
 def test_skip_tokenizer_init_loads_no_tokenizer():
     assert BenchConfig(tokenizer="/some/tok", skip_tokenizer_init=True).tokenizer is None
+
+
+def test_lora_modules_name_each_requests_model(mock_server, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    args = ["--lora-modules", "ad-a", "ad-b", "--lora-assignment", "round-robin", "--no-ready-check"]
+    rc, err = bench(s, tmp_path, *args)
+    assert rc == 0, err
+    by_id = {r["request_id"].rsplit("-", 1)[1]: r["body"]["model"] for r in logged(log)}
+    assert by_id == {"0": "ad-a", "1": "ad-b", "2": "ad-a", "3": "ad-b"}
+    log.unlink()
+    rc, err = bench(s, tmp_path, "--lora-modules", "ad-a", "ad-b", "--num-prompts", "40", "--no-ready-check")
+    assert rc == 0, err
+    assert {r["body"]["model"] for r in logged(log)} == {"ad-a", "ad-b"}  # random: drawn, both appear
+
+
+def test_bare_profile_starts_and_stops_the_servers_profiler_around_the_run(mock_server, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    rc, err = bench(s, tmp_path, "--num-warmups", "2", "--no-ready-check", "--profile")
+    assert rc == 0, err
+    paths = [r["path"] for r in logged(log)]
+    assert paths[2] == "/start_profile" and paths[-1] == "/stop_profile"  # after the 2 warm-ups
+    assert paths.count("/v1/completions") == 6
+
+
+def test_range_ratio_apart_for_inputs_and_outputs():
+    cfg = BenchConfig(
+        random_input_len=100,
+        random_output_len=100,
+        random_range_ratio=0.0,
+        random_output_range_ratio=0.5,
+        num_prompts=200,
+    )
+    items = list(build_dataset(cfg, None).items)
+    assert {it.prompt_len for it in items} == {100}
+    outs = [it.output_len for it in items]
+    assert min(outs) >= 50 and max(outs) <= 150 and len(set(outs)) > 20

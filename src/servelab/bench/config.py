@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+import random
 import uuid
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -95,6 +99,12 @@ class BenchConfig(BaseModel):
     )
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
+    lora_modules: list[str] | None = Field(
+        None, description="vLLM's --lora-modules: each request names one of these as its model"
+    )
+    lora_assignment: Literal["random", "round-robin"] = Field(
+        "random", description="which adapter a request names: random (drawn by the seed) or round-robin"
+    )
     tokenizer: str | None = Field(
         None, description="tokenizer for exact lengths: a local path or a hub id in the local HF cache"
     )
@@ -110,6 +120,13 @@ class BenchConfig(BaseModel):
     random_input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     random_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, le=1.0)
+    random_output_range_ratio: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="the output lengths' own range ratio (vLLM's --random-range-ratio "
+        '\'{"input": r1, "output": r2}\'); None: random_range_ratio',
+    )
     random_range_rule: RangeRule = Field(
         "vllm",
         description="servelab: how --random-range-ratio r spreads a length L: vllm, uniform in "
@@ -225,6 +242,11 @@ class BenchConfig(BaseModel):
         False, description="vLLM: load no tokenizer (lengths are approximate, or the server's usage)"
     )
     insecure: bool = Field(False, description="https: do not verify the server's certificate")
+    server_profile: bool = Field(
+        False,
+        description="vLLM's bare --profile: POST /start_profile after the warm-ups and /stop_profile after "
+        "the run",
+    )
     append_result: bool = Field(
         False,
         description="vLLM's --append-result: add the result to an existing result file as one more JSON "
@@ -373,7 +395,10 @@ class BenchConfig(BaseModel):
             )
         if self.ignore_eos is None:
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn", "trace")
-        if self.random_range_rule == "vllm" and self.random_range_ratio >= 1:
+        if (
+            self.random_range_rule == "vllm"
+            and max(self.random_range_ratio, self.random_output_range_ratio or 0.0) >= 1
+        ):
             raise ValueError("random_range_ratio must be below 1 by the vllm rule ([L(1-r), L(1+r)])")
         if self.skip_tokenizer_init:
             self.tokenizer = None
@@ -386,6 +411,17 @@ class BenchConfig(BaseModel):
             # up in the local Hugging Face cache (never downloads)
             self.tokenizer = self.tokenizer or self.model
         return self
+
+    def request_models(self) -> Iterator[str | None]:
+        """The model name of each request in order: None (the run's model) without --lora-modules, else
+        one of them, round-robin or drawn by the seed, as vLLM assigns them."""
+        loras = self.lora_modules
+        if not loras:
+            return itertools.repeat(None)
+        if self.lora_assignment == "round-robin":
+            return itertools.cycle(loras)
+        rng = random.Random(self.seed)
+        return (rng.choice(loras) for _ in itertools.count())
 
     def body_extras(self) -> dict[str, Any]:
         """What every request body carries beyond servelab's own keys: the sampling options given, logprobs,
@@ -420,6 +456,29 @@ class BenchConfig(BaseModel):
             if math.isinf(getattr(self, name)):
                 d[name] = "inf"
         return d
+
+
+def parse_range_ratio(text: str) -> tuple[float, float | None]:
+    """vLLM's --random-range-ratio: one number for input and output lengths, or a JSON object
+    {"input": r1, "output": r2} (either key may be left out: 0) -> (input ratio, output ratio or None)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        if set(value) - {"input", "output"} or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        ):
+            raise ValueError(
+                f"--random-range-ratio {text!r}: a JSON object takes numbers under input and output only"
+            )
+        return float(value.get("input", 0.0)), float(value.get("output", 0.0))
+    try:
+        return float(text), None
+    except ValueError:
+        raise ValueError(
+            f'--random-range-ratio {text!r}: expected a number or a JSON object {{"input": r, "output": r}}'
+        ) from None
 
 
 def parse_goodput(pairs: list[str]) -> dict[str, float]:

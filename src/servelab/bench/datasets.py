@@ -356,6 +356,7 @@ def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None
         cfg.random_range_ratio,
         special,
         cfg.random_range_rule,
+        cfg.random_output_range_ratio,
     )
     if cfg.random_prefix_len + int(in_lens.min()) < 1:
         raise ServelabError("--random-input-len is too small: a prompt would have no tokens")
@@ -407,6 +408,7 @@ def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> LazyItems:
         cfg.random_range_ratio,
         0,
         cfg.random_range_rule,
+        cfg.random_output_range_ratio,
     )
 
     def items(m: _TextMaker) -> Iterator[BenchItem]:

@@ -21,8 +21,9 @@ counters (vllm:prefix_cache_queries / _hits, in prompt words) of an unbounded pr
 each block's key chained to the blocks before it as vLLM chains its block hashes; with --spec-decode K, also
 vLLM's speculative-decoding counters (vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens,
 _num_accepted_tokens_per_pos{position}) of a drafter proposing K tokens a step, of which position p is
-accepted on every (p+1)-th draft. --log-requests FILE appends each completion request (its X-Request-Id and
-JSON body) to FILE as a JSON line, for tests of what the client sends.
+accepted on every (p+1)-th draft. POST /start_profile and /stop_profile answer 200. --log-requests FILE
+appends each completion request (its X-Request-Id and JSON body) and profiler call to FILE as a JSON line, for
+tests of what the client sends.
 
     python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
 """
@@ -287,6 +288,11 @@ class MockProtocol(asyncio.Protocol):
             return
         if path.endswith("/metrics"):
             self.send(MockProtocol.cache.metrics(self.s.model, MockProtocol.spec))
+            return
+        if path.endswith(("/start_profile", "/stop_profile")):  # vLLM's profiler switches: logged, 200
+            if self.s.log_path:
+                _log_request(self.s.log_path, head, path, None)
+            self.send(_json_response("200 OK", {}))
             return
         if not path.endswith("completions"):
             self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))

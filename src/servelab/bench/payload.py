@@ -131,8 +131,8 @@ class RequestTemplate:
     sampling: dict = field(default_factory=dict)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # auth and --header; secrets
 
-    def body(self, prompt: str | list[dict], max_tokens: int) -> dict:
-        body: dict = {"model": self.model}
+    def body(self, prompt: str | list[dict], max_tokens: int, model: str | None = None) -> dict:
+        body: dict = {"model": model or self.model}
         if self.chat:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             body["messages"] = messages
@@ -148,8 +148,11 @@ class RequestTemplate:
         body.update(self.sampling)
         return body
 
-    def encode(self, prompt: str | list[dict], max_tokens: int, request_id: str = "") -> bytes:
-        payload = json.dumps(self.body(prompt, max_tokens), separators=(",", ":")).encode()
+    def encode(
+        self, prompt: str | list[dict], max_tokens: int, request_id: str = "", model: str | None = None
+    ) -> bytes:
+        """One request's bytes; `model` names another model than the template's (a LoRA adapter)."""
+        payload = json.dumps(self.body(prompt, max_tokens, model), separators=(",", ":")).encode()
         head = [
             f"POST {self.target.path_prefix}{self.endpoint} HTTP/1.1",
             f"Host: {self.target.host_header}",

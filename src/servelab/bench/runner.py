@@ -29,7 +29,7 @@ from pathlib import Path
 from time import perf_counter
 
 from servelab.bench import result as R
-from servelab.bench import spec_decode
+from servelab.bench import server_profile, spec_decode
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
@@ -92,15 +92,18 @@ def iter_work_items(
         cfg.ramp_up_end_rps,
     )
     rid = cfg.request_id_prefix  # X-Request-Id: the prefix and the request's index, as vLLM's x-request-id
+    models = cfg.request_models()  # --lora-modules: each request's adapter
     for n, it in enumerate(data.items):
         off = float(offsets[n]) if offsets is not None else None
         render = bare is None or not bare()
         if it.turns:
             messages = [{"role": "user", "content": it.prompt}]
-            payload = template.encode(messages, it.output_len, rid + str(it.index)) if render else b""
+            model = next(models)
+            payload = template.encode(messages, it.output_len, rid + str(it.index), model) if render else b""
             yield WorkItem(it.index * 1000, payload, it.prompt_len, off, messages, it.turns)
         else:
-            payload = template.encode(it.prompt, it.output_len, rid + str(it.index)) if render else b""
+            model = next(models)
+            payload = template.encode(it.prompt, it.output_len, rid + str(it.index), model) if render else b""
             yield WorkItem(it.index, payload, it.prompt_len, off)
 
 
@@ -363,6 +366,12 @@ def run_point(
     urls = cfg.server_metrics_url or [cfg.base_url + "/metrics"]
     auth = dict(prep.template.headers)
     spec_before: list[spec_decode.SpecCounters | None] = []
+
+    def before_start() -> None:  # after the warm-ups, as vLLM reads the counters and starts the profiler
+        spec_before.append(spec_decode.read(urls, auth))
+        if cfg.server_profile:
+            server_profile.post(cfg.base_url, "start_profile", auth)
+
     load = run_load(
         cfg,
         items,
@@ -370,8 +379,10 @@ def run_point(
         records_dir / "requests.jsonl",
         total=prep.num_items,
         pool=pool,
-        before_start=lambda: spec_before.append(spec_decode.read(urls, auth)),  # after the warm-ups, as vLLM
+        before_start=before_start,
     )
+    if cfg.server_profile:
+        server_profile.post(cfg.base_url, "stop_profile", auth)
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date, details
     )

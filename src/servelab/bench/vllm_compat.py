@@ -55,10 +55,6 @@ REFUSED_OPTIONS: dict[str, str] = {
     "servelab has nothing to match",
     "--probe-request-rate": "servelab sends no probe requests beside the workload; measure a second stream "
     "with a second servelab bench",
-    "--lora-modules": "servelab renders every request with one model name before the run; benchmark one LoRA "
-    "adapter with --model NAME",
-    "--lora-assignment": "servelab renders every request with one model name before the run; benchmark one "
-    "LoRA adapter with --model NAME",
     "--chat-template-kwargs": "servelab applies no chat template to dataset prompts on the client (vLLM's "
     "custom and spec_bench do); to pass them to the server's template use --extra-body "
     "'{\"chat_template_kwargs\": {...}}'",
@@ -67,12 +63,8 @@ REFUSED_OPTIONS: dict[str, str] = {
     "--plot-dataset-stats": _PLOTS,
 }
 # vLLM's bare --profile (no value) starts and stops the server's torch profiler; servelab's --profile NAME is
-# GuideLLM's load profile
-BARE_PROFILE = (
-    "--profile without a value is vLLM's switch for the server's torch profiler (/start_profile, "
-    "/stop_profile), which servelab does not drive; servelab's --profile NAME is GuideLLM's load profile"
-)
-PROFILE_NAMES = ("synchronous", "throughput", "concurrent", "constant", "poisson", "sweep")
+# GuideLLM's load profile: a bare one is read as --server-profile
+SERVER_PROFILE = "--server-profile"
 
 REFUSED_BACKENDS: dict[str, str] = {
     "openai-responses": "the Responses API",
@@ -95,19 +87,47 @@ REFUSED_DATASETS: dict[str, str] = {
 }
 
 
+# vLLM's options that take several values after one flag (nargs * or +)
+MANY_VALUED = ("--header", "--metadata", "--goodput", "--lora-modules")
+
+
+def spread_values(args: list[str]) -> list[str]:
+    """`--lora-modules a b` as `--lora-modules a --lora-modules b` (and the other MANY_VALUED options): the
+    command-line parser takes one value a flag."""
+    out: list[str] = []
+    flag = None
+    for arg in args:
+        if arg == "--":
+            flag = None
+        elif arg.startswith("-"):
+            flag = arg if arg in MANY_VALUED else None
+        elif flag is not None and out[-1] != flag:
+            out.append(flag)
+        out.append(arg)
+    return out
+
+
 def refuse_vllm_only(args: list[str]) -> None:
     """Refuse, in one line naming it, the first vLLM option of `args` that servelab cannot apply (given
-    alone or as --opt=value), and a bare --profile; other arguments are left to the parser."""
-    for k, arg in enumerate(args):
+    alone or as --opt=value); other arguments are left to the parser."""
+    for arg in args:
         if arg == "--":
             return
         name = arg.split("=", 1)[0]
         if name in REFUSED_OPTIONS:
             raise ServelabError(f"{name}: not supported by servelab bench: {REFUSED_OPTIONS[name]}")
-        if arg == "--profile":
-            nxt = args[k + 1] if k + 1 < len(args) else None
-            if nxt is None or nxt.startswith("-"):
-                raise ServelabError(BARE_PROFILE)
+
+
+def bare_profile(args: list[str]) -> list[str]:
+    """vLLM's --profile given without a value (last, or before another option) as --server-profile; a
+    --profile NAME stays GuideLLM's."""
+    out = list(args)
+    for k, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--profile" and (k + 1 == len(out) or out[k + 1].startswith("-")):
+            out[k] = SERVER_PROFILE
+    return out
 
 
 def backend_reason(value: str) -> str | None:

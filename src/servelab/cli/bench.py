@@ -13,7 +13,7 @@ from typer.core import TyperCommand
 from servelab.bench import config as C
 from servelab.bench.profiles import Load, apply_profile
 from servelab.bench.ready import wait_for_server
-from servelab.bench.vllm_compat import refuse_vllm_only
+from servelab.bench.vllm_compat import bare_profile, refuse_vllm_only, spread_values
 from servelab.cli._common import print_json
 from servelab.engines import Engine
 from servelab.errors import ServelabError
@@ -38,7 +38,7 @@ class BenchCommand(TyperCommand):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         refuse_vllm_only(args)
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, spread_values(bare_profile(args)))
 
 
 COMMAND_CLASS = BenchCommand  # servelab.cli.commands builds `servelab bench` with it
@@ -75,6 +75,14 @@ def bench(
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="The model name sent in requests (default: --model)."
+    ),
+    lora_modules: list[str] | None = typer.Option(
+        None,
+        "--lora-modules",
+        help="LoRA adapters (names the server serves): each request names one as its model.",
+    ),
+    lora_assignment: str = typer.Option(
+        "random", "--lora-assignment", help="random (drawn by the seed) | round-robin."
     ),
     tokenizer: str | None = typer.Option(
         None,
@@ -132,10 +140,11 @@ def bench(
         "--output-len",
         help="vLLM's: output tokens of every dataset (random, sharegpt, custom, hf, spec_bench, prefix).",
     ),
-    random_range_ratio: float = typer.Option(
-        BENCH_RANGE_RATIO,
+    random_range_ratio: str = typer.Option(
+        str(BENCH_RANGE_RATIO),
         "--random-range-ratio",
-        help="random: the spread r of lengths around the set ones (--random-range-rule says how).",
+        help="random: the spread r of lengths around the set ones (--random-range-rule says how); or "
+        '\'{"input": r1, "output": r2}\' for each its own (vLLM\'s JSON form).',
     ),
     random_range_rule: str = typer.Option(
         "vllm",
@@ -244,6 +253,12 @@ def bench(
         "--profile",
         help="GuideLLM's profiles: synchronous | throughput | concurrent (--max-concurrency N) | constant "
         "or poisson (--request-rate R) | sweep; each sets the load flags it names (docs/bench.md).",
+    ),
+    server_profile: bool = typer.Option(
+        False,
+        "--server-profile",
+        help="vLLM's bare --profile: POST /start_profile after the warm-ups and /stop_profile after the run "
+        "(the server's torch profiler; its --profiler-config must be set).",
     ),
     cool_down: float = typer.Option(
         0.0,
@@ -494,6 +509,7 @@ def bench(
     max_concurrency, request_rate, burstiness = load.max_concurrency, load.request_rate, load.burstiness
     try:
         formats = C.parse_outputs(outputs) if outputs else ()
+        in_ratio, out_ratio = C.parse_range_ratio(random_range_ratio)
     except ValueError as e:
         raise ServelabError(str(e)) from None
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
@@ -515,6 +531,8 @@ def bench(
             headers=C.parse_headers(list(header or [])),
             model=model,
             served_model_name=served_model_name,
+            lora_modules=lora_modules or None,
+            lora_assignment=lora_assignment,
             tokenizer=tokenizer,
             trust_remote_code=trust_remote_code,
             tokenizer_mode=tokenizer_mode,
@@ -524,7 +542,8 @@ def bench(
             dataset_path=dataset_path,
             random_input_len=random_input_len,
             random_output_len=random_output_len if output_len is None else output_len,
-            random_range_ratio=random_range_ratio,
+            random_range_ratio=in_ratio,
+            random_output_range_ratio=out_ratio,
             random_range_rule=random_range_rule,
             use_chat_template=use_chat_template,
             dsv4=dsv4,
@@ -590,6 +609,7 @@ def bench(
             ready_check=ready_check and ready_check_timeout_sec != 0,
             ready_check_timeout_sec=ready_check_timeout_sec,
             insecure=insecure,
+            server_profile=server_profile,
         )
         if request_id_prefix is not None:  # unset: vLLM's, a fresh random one (BenchConfig's default)
             base["request_id_prefix"] = request_id_prefix
@@ -615,9 +635,15 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags=_FLAGS) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if simulate and server_profile:
+        raise ServelabError("--profile (the server's profiler): not with --simulate, which sends nothing")
     if simulate and append_result:
         raise ServelabError(
             "--append-result: not with --simulate, whose result is the file --save-result writes"
+        )
+    if simulate and out_ratio is not None and out_ratio != in_ratio:
+        raise ServelabError(
+            "not simulated: the twin draws both lengths with one ratio", field="random_range_ratio"
         )
     if simulate and as_json:
         raise ServelabError("--json: not with --simulate, whose result is the file --save-result writes")
