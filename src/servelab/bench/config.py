@@ -219,9 +219,10 @@ class BenchConfig(BaseModel):
     extra_body: dict[str, Any] | None = Field(
         None, description="vLLM's --extra-body: JSON merged into every request body, over the sampling keys"
     )
-    request_id_prefix: str = Field(
-        default_factory=_request_id_prefix,
-        description="each request's X-Request-Id is this prefix and its index (vLLM's x-request-id)",
+    request_id_prefix: str | None = Field(
+        None,
+        description="each request's X-Request-Id is this prefix and its index (vLLM's x-request-id); None: "
+        "vLLM's default, bench-, 8 random hex digits, - (made afresh for each point, not stored)",
     )
     skip_chat_template: bool = Field(
         False,
@@ -295,6 +296,7 @@ class BenchConfig(BaseModel):
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
     ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
     _basic_auth: str | None = PrivateAttr(None)  # from user:password@ in base_url; never stored
+    _rid_prefix: str = PrivateAttr("")  # the request-id prefix sent: request_id_prefix or a random one
 
     @field_validator("base_url")
     @classmethod
@@ -347,8 +349,8 @@ class BenchConfig(BaseModel):
 
     @field_validator("request_id_prefix")
     @classmethod
-    def _check_request_id_prefix(cls, v: str) -> str:
-        return check_header_value(v)
+    def _check_request_id_prefix(cls, v: str | None) -> str | None:
+        return None if v is None else check_header_value(v)
 
     @field_validator("percentile_metrics")
     @classmethod
@@ -379,6 +381,7 @@ class BenchConfig(BaseModel):
     @model_validator(mode="after")
     def _derive(self) -> BenchConfig:
         self.base_url, self._basic_auth = split_credentials(self.base_url)
+        self._rid_prefix = self.request_id_prefix or _request_id_prefix()
         if "backend" not in self.model_fields_set:
             self.backend = "openai-chat" if self.endpoint.endswith("chat/completions") else "openai"
         if self.ramp_up_strategy is not None:
@@ -434,6 +437,11 @@ class BenchConfig(BaseModel):
                 out["logprobs"] = self.logprobs
         out.update(self.extra_body or {})
         return out
+
+    @property
+    def rid_prefix(self) -> str:
+        """The X-Request-Id prefix this point sends: --request-id-prefix, or vLLM's random default."""
+        return self._rid_prefix
 
     @property
     def basic_auth(self) -> str | None:

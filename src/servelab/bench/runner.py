@@ -91,7 +91,7 @@ def iter_work_items(
         cfg.ramp_up_start_rps,
         cfg.ramp_up_end_rps,
     )
-    rid = cfg.request_id_prefix  # X-Request-Id: the prefix and the request's index, as vLLM's x-request-id
+    rid = cfg.rid_prefix  # X-Request-Id: the prefix and the request's index, as vLLM's x-request-id
     models = cfg.request_models()  # --lora-modules: each request's adapter
     for n, it in enumerate(data.items):
         off = float(offsets[n]) if offsets is not None else None
