@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from servelab.bench import runner
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import build_dataset
 from servelab.bench.spec_decode import parse, result_fields
+from servelab.bench.tokenizer import load_tokenizer
 from servelab.cli.main import main
 from servelab.errors import ServelabError
 
@@ -243,3 +245,53 @@ def test_range_ratio_apart_for_inputs_and_outputs():
     assert {it.prompt_len for it in items} == {100}
     outs = [it.output_len for it in items]
     assert min(outs) >= 50 and max(outs) <= 150 and len(set(outs)) > 20
+
+
+# a template that shows a --chat-template-kwargs variable when it is set
+KW_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+    "<nothink>{% endif %}{% endif %}"
+)
+
+
+@pytest.fixture
+def kw_tokenizer(tmp_path, tiny_tokenizer):
+    d = tmp_path / "kw-tok"
+    d.mkdir()
+    shutil.copy(tiny_tokenizer / "tokenizer.json", d / "tokenizer.json")
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": KW_TEMPLATE}))
+    return d
+
+
+def test_custom_and_spec_bench_prompts_take_the_chat_template_as_vllms_client(tmp_path, kw_tokenizer):
+    tok = load_tokenizer(str(kw_tokenizer))
+    custom = tmp_path / "c.jsonl"
+    custom.write_text(json.dumps({"prompt": "the cat sat", "output_tokens": 3}))
+    spec = tmp_path / "q.jsonl"
+    spec.write_text(json.dumps({"category": "x", "turns": ["the cat sat"]}))
+    for name, path in (("custom", custom), ("spec_bench", spec)):
+        base = dict(dataset_name=name, dataset_path=str(path), num_prompts=1, tokenizer=str(kw_tokenizer))
+        (it,) = build_dataset(BenchConfig(**base), tok).items
+        assert it.prompt == "<|user|>the cat sat</s><|assistant|>" and it.prompt_len == tok.count(it.prompt)
+        kw = BenchConfig(**base, chat_template_kwargs={"enable_thinking": False})
+        assert next(iter(build_dataset(kw, tok).items)).prompt.endswith("<|assistant|><nothink>")
+        raw = BenchConfig(**base, skip_chat_template=True)
+        assert next(iter(build_dataset(raw, tok).items)).prompt == "the cat sat"
+    # without a template to apply: one line that says how to send prompts as written
+    (kw_tokenizer / "tokenizer_config.json").write_text("{}")
+    plain = load_tokenizer(str(kw_tokenizer))
+    with pytest.raises(ServelabError, match="--skip-chat-template"):
+        build_dataset(BenchConfig(dataset_name="custom", dataset_path=str(custom)), plain)
+
+
+def test_custom_output_len_minus_one_takes_each_rows_own(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"prompt": "a b", "output_tokens": 7}) + "\n" + json.dumps({"prompt": "c"}))
+    cfg = BenchConfig(dataset_name="custom", dataset_path=str(path), custom_output_len=-1, num_prompts=1)
+    with pytest.raises(ServelabError, match=r"c.jsonl:2: no output_tokens"):
+        build_dataset(cfg, None)
+    path.write_text(json.dumps({"prompt": "a b", "output_tokens": 7}))
+    assert [it.output_len for it in build_dataset(cfg, None).items] == [7]
+    with pytest.raises(ValueError, match="or -1"):
+        BenchConfig(custom_output_len=0)

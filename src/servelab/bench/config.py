@@ -149,7 +149,12 @@ class BenchConfig(BaseModel):
     prefix_repetition_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     multiturn_turns: int = Field(4, ge=1, le=10_000, description="turns per conversation (dataset multiturn)")
     sharegpt_output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    custom_output_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    custom_output_len: int = Field(
+        256,
+        ge=-1,
+        le=MAX_TOKENS,
+        description="custom: output tokens of rows that name none; -1 (vLLM's): every row names its own",
+    )
     sonnet_input_len: int = Field(550, ge=1, le=MAX_TOKENS)
     sonnet_output_len: int = Field(150, ge=1, le=MAX_TOKENS)
     sonnet_prefix_len: int = Field(200, ge=0, le=MAX_TOKENS)
@@ -226,8 +231,11 @@ class BenchConfig(BaseModel):
     )
     skip_chat_template: bool = Field(
         False,
-        description="vLLM: no client-side chat template on custom, spec_bench and hf prompts; servelab never "
-        "applies one to them, so this changes nothing",
+        description="vLLM's: custom and spec_bench prompts are sent as written; else, with a tokenizer, each "
+        "is one user turn in its chat template (vLLM's client-side template)",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="vLLM's: more variables for that client-side chat template"
     )
     disable_shuffle: bool = Field(
         False, description="keep the file's order (custom, spec_bench, sharegpt, speed_bench)"
@@ -389,6 +397,8 @@ class BenchConfig(BaseModel):
                 raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
+        if self.custom_output_len == 0:
+            raise ValueError("custom_output_len must be >= 1, or -1 (each row's own output_tokens)")
         if self.dataset_name in FILE_DATASETS and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
         if self.dataset_name == "trace" and not self.closed_loop:

@@ -491,6 +491,10 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         if not isinstance(prompt, str):
             raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}')
         out_len = next((row[k] for k in ("output_len", "output_tokens") if row.get(k) is not None), None)
+        if out_len is None and cfg.custom_output_len == -1:
+            raise ServelabError(
+                f"--dataset-path {path}:{n}: no output_tokens, which --custom-output-len -1 asks of every row"
+            )
         out_len = cfg.custom_output_len if out_len is None else out_len
         if type(out_len) is not int or out_len < 1:
             raise ServelabError(
@@ -501,8 +505,10 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         raise ServelabError(f"--dataset-path {path}: no prompts")
     if not cfg.disable_shuffle:  # vLLM's custom dataset shuffles its rows by the seed
         random.Random(cfg.seed).shuffle(rows)
+    frame = _client_template(cfg, maker.tok)
     for prompt, out_len in rows[: cfg.num_prompts]:
-        items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
+        text = frame(prompt) if frame else prompt
+        items.append(BenchItem(len(items), text, maker.count(text), out_len))
     return _oversampled(cfg, items)
 
 
@@ -574,11 +580,24 @@ def _spec_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         raise ServelabError(f"--dataset-path {path}: no prompts{what}")
     if not cfg.disable_shuffle:
         random.Random(cfg.seed).shuffle(prompts)
-    items = [
-        BenchItem(i, p, maker.count(p), cfg.spec_bench_output_len)
-        for i, p in enumerate(prompts[: cfg.num_prompts])
-    ]
+    frame = _client_template(cfg, maker.tok)
+    items = []
+    for i, p in enumerate(prompts[: cfg.num_prompts]):
+        text = frame(p) if frame else p
+        items.append(BenchItem(i, text, maker.count(text), cfg.spec_bench_output_len))
     return _oversampled(cfg, items)
+
+
+TEMPLATE_PURPOSE = "the custom and spec_bench datasets (or give --skip-chat-template)"
+
+
+def _client_template(cfg: BenchConfig, tok: LocalTokenizer | None) -> Callable[[str], str] | None:
+    """vLLM's client-side chat template of the custom and spec_bench datasets: with a tokenizer and without
+    --skip-chat-template, each prompt becomes one user turn in the tokenizer's template (with the generation
+    prompt and --chat-template-kwargs), counted as sent."""
+    if tok is None or cfg.skip_chat_template:
+        return None
+    return tok.chat_framing(False, cfg.chat_template_kwargs, TEMPLATE_PURPOSE)
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, object]]:
@@ -702,7 +721,8 @@ def _hf(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         if pair is None:
             continue
         prompt, answer = pair
-        out_len = cfg.hf_output_len or (maker.count(answer) if answer else 0) or cfg.custom_output_len
+        fallback = cfg.custom_output_len if cfg.custom_output_len > 0 else 256  # -1 is custom's own
+        out_len = cfg.hf_output_len or (maker.count(answer) if answer else 0) or fallback
         items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
         if len(items) >= cfg.num_prompts:
             break

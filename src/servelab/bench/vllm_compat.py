@@ -55,9 +55,6 @@ REFUSED_OPTIONS: dict[str, str] = {
     "servelab has nothing to match",
     "--probe-request-rate": "servelab sends no probe requests beside the workload; measure a second stream "
     "with a second servelab bench",
-    "--chat-template-kwargs": "servelab applies no chat template to dataset prompts on the client (vLLM's "
-    "custom and spec_bench do); to pass them to the server's template use --extra-body "
-    "'{\"chat_template_kwargs\": {...}}'",
     "--plot-timeline": _PLOTS,
     "--timeline-itl-thresholds": _PLOTS,
     "--plot-dataset-stats": _PLOTS,

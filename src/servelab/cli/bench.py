@@ -182,7 +182,11 @@ def bench(
     sharegpt_output_len: int | None = typer.Option(
         None, "--sharegpt-output-len", help="sharegpt: output tokens (default: each answer's length)."
     ),
-    custom_output_len: int = typer.Option(256, "--custom-output-len", help="custom: output tokens."),
+    custom_output_len: int = typer.Option(
+        256,
+        "--custom-output-len",
+        help="custom: output tokens of rows naming none (-1: every row names its own).",
+    ),
     sonnet_input_len: int = typer.Option(550, "--sonnet-input-len", help="sonnet: prompt tokens."),
     sonnet_output_len: int = typer.Option(150, "--sonnet-output-len", help="sonnet: output tokens."),
     sonnet_prefix_len: int = typer.Option(
@@ -209,7 +213,12 @@ def bench(
     skip_chat_template: bool = typer.Option(
         False,
         "--skip-chat-template",
-        help="vLLM's: no client-side chat template on dataset prompts; servelab never applies one to them.",
+        help="custom, spec_bench: send prompts as written (default, with a tokenizer: in its chat template).",
+    ),
+    chat_template_kwargs: str | None = typer.Option(
+        None,
+        "--chat-template-kwargs",
+        help="custom, spec_bench: a JSON object of more variables for that chat template.",
     ),
     skip_tokenizer_init: bool = typer.Option(
         False, "--skip-tokenizer-init", help="Load no tokenizer (lengths approximate or from the server)."
@@ -560,6 +569,7 @@ def bench(
             disable_shuffle=disable_shuffle,
             no_oversample=no_oversample,
             skip_chat_template=skip_chat_template,
+            chat_template_kwargs=_json_object(chat_template_kwargs, "--chat-template-kwargs"),
             sonnet_input_len=sonnet_input_len,
             sonnet_output_len=sonnet_output_len,
             sonnet_prefix_len=sonnet_prefix_len,
