@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from servelab.bench import runner
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import build_dataset
+from servelab.bench.payload import Target
 from servelab.bench.spec_decode import parse, result_fields
 from servelab.bench.tokenizer import load_tokenizer
 from servelab.cli.main import main
@@ -295,3 +297,13 @@ def test_custom_output_len_minus_one_takes_each_rows_own(tmp_path):
     assert [it.output_len for it in build_dataset(cfg, None).items] == [7]
     with pytest.raises(ValueError, match="or -1"):
         BenchConfig(custom_output_len=0)
+
+
+def test_insecure_turns_certificate_checks_off_for_https_only():
+    checked = Target.from_url("https://example.test").tls_context()
+    unchecked = Target.from_url("https://example.test", verify=False).tls_context()
+    assert checked is not None and checked.verify_mode == ssl.CERT_REQUIRED and checked.check_hostname
+    assert unchecked is not None and unchecked.verify_mode == ssl.CERT_NONE and not unchecked.check_hostname
+    assert Target.from_url("http://example.test", verify=False).tls_context() is None
+    template = runner.template_of(BenchConfig(base_url="https://example.test", insecure=True), "m", ())
+    assert template.target.verify is False
