@@ -307,3 +307,14 @@ def test_insecure_turns_certificate_checks_off_for_https_only():
     assert Target.from_url("http://example.test", verify=False).tls_context() is None
     template = runner.template_of(BenchConfig(base_url="https://example.test", insecure=True), "m", ())
     assert template.target.verify is False
+
+
+def test_warm_ups_and_the_ready_check_carry_no_request_id(mock_server, tmp_path):
+    """They repeat the first request, at once: one id in flight several times would collide at the server
+    (vLLM's own warm-ups and test request send none)."""
+    log = tmp_path / "requests.jsonl"
+    s = mock_server("--token-delay-ms", "1", "--log-requests", str(log))
+    rc, err = bench(s, tmp_path, "--num-warmups", "3", "--request-id-prefix", "r-")
+    assert rc == 0, err
+    ids = [r["request_id"] for r in logged(log)]
+    assert ids[:4] == [None] * 4 and sorted(ids[4:]) == ["r-0", "r-1", "r-2", "r-3"]

@@ -167,6 +167,13 @@ class RequestTemplate:
         return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
 
+def without_request_id(payload: bytes) -> bytes:
+    """A request's bytes (RequestTemplate.encode) without its X-Request-Id header."""
+    head, sep, body = payload.partition(b"\r\n\r\n")
+    lines = [line for line in head.split(b"\r\n") if not line.startswith(b"X-Request-Id: ")]
+    return b"\r\n".join(lines) + sep + body
+
+
 def _flatten(messages: list[dict]) -> str:
     """A conversation as one completions prompt (the /v1/completions form of a multiturn request)."""
     return "".join(m["content"] for m in messages)

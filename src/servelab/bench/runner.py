@@ -35,7 +35,13 @@ from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.feed import Feeder, WorkItem, first_items, window_for
 from servelab.bench.merge import RecordSet
-from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
+from servelab.bench.payload import (
+    RequestTemplate,
+    Target,
+    api_key_from_env,
+    auth_headers,
+    without_request_id,
+)
 from servelab.bench.processes import WorkerPool
 from servelab.bench.progress import (
     LiveLine,
@@ -182,7 +188,8 @@ def worker_specs(cfg: BenchConfig, prep: Prepared, records_dir: Path) -> list[Wo
     n_workers = num_workers_for(cfg, num_items)
     limits = split_limit(cfg.max_concurrency, n_workers)
     first = next(prep.work_items(cfg), None)  # the warm-ups and the ready check send the first request
-    first_payload = first.payload if first is not None else b""
+    # without the first request's X-Request-Id: warm-ups run at once, and vLLM sends none with them either
+    first_payload = without_request_id(first.payload) if first is not None else b""
     warm = [first_payload] * cfg.num_warmups
     keep_text = cfg.save_detailed or cfg.dataset_name == "multiturn"
     specs = []
