@@ -252,6 +252,12 @@ ENTRIES: tuple[Entry, ...] = (
         recorded="made from checkouts of InferenceX and perf-eval (the network)",
     ),
     Entry(
+        outputs=("tests/data/vllm_bench_serve/*.json",),
+        inputs=("scripts/vllm_bench_options.py",),
+        command="VLLM_VENV/bin/python scripts/vllm_bench_options.py",
+        recorded="made from vLLM's own `bench serve` parser in an environment where vLLM is installed",
+    ),
+    Entry(
         outputs=(f"{IX}/agentic/traces.jsonl",),
         inputs=("scripts/agentic_sample.py",),
         command="python scripts/agentic_sample.py pin --inferencex PATH",

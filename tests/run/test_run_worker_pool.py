@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from servelab.bench import config as bench_config
 from servelab.bench import runner
 from servelab.bench.processes import WorkerPool
 from servelab.recipes.workload import parse_workload
@@ -117,6 +118,8 @@ def test_the_benches_of_a_run_share_one_pool_and_measure_what_fresh_processes_do
 ):
     plan = _plan(tmp_path, write_workload)
     seen = Seen(monkeypatch)
+    # each bench's own random X-Request-Id prefix (vLLM's default) would be the one difference in the bytes
+    monkeypatch.setattr(bench_config, "_request_id_prefix", lambda: "bench-fixed-")
     before = _requests(mock_url)
     with Store.open(tmp_path / "results.db") as store:
         result = execute(plan, store, RunOptions(base_url=mock_url, model="mock-model"))

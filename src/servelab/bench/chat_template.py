@@ -35,14 +35,17 @@ def dsv4_prompt(text: str) -> str:
     return f"{DSV4_BOS}{DSV4_USER}{text}{DSV4_ASSISTANT}{DSV4_THINK}"
 
 
-def template_framing(tokenizer_dir: Path, what: str) -> Framing:
-    """The tokenizer's chat template as a function of the user text; one line naming `what` (the
-    --tokenizer value) when the folder has no template or Jinja is missing."""
+def template_framing(
+    tokenizer_dir: Path, what: str, kwargs: dict | None = None, purpose: str = "--use-chat-template"
+) -> Framing:
+    """The tokenizer's chat template as a function of the user text, rendered with `kwargs` as more template
+    variables (vLLM's --chat-template-kwargs); one line naming `what` (the --tokenizer value) and `purpose`
+    (the option that asked for it) when the folder has no template or Jinja is missing."""
     config = _read_json(tokenizer_dir / "tokenizer_config.json")
     source = _template_source(tokenizer_dir, config)
     if source is None:
         raise ServelabError(
-            f"--tokenizer {what}: no chat template for --use-chat-template (tokenizer_config.json "
+            f"--tokenizer {what}: no chat template for {purpose} (tokenizer_config.json "
             "chat_template or chat_template.jinja)"
         )
     try:
@@ -50,7 +53,7 @@ def template_framing(tokenizer_dir: Path, what: str) -> Framing:
         from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
     except ImportError:
         raise ServelabError(
-            "--use-chat-template renders the tokenizer's Jinja chat template: pip install jinja2"
+            f"{purpose} renders the tokenizer's Jinja chat template: pip install jinja2"
         ) from None
 
     def raise_exception(message: str) -> None:
@@ -68,8 +71,9 @@ def template_framing(tokenizer_dir: Path, what: str) -> Framing:
 
     def frame(text: str) -> str:
         try:
+            variables = {**(kwargs or {}), **tokens}
             return template.render(
-                messages=[{"role": "user", "content": text}], add_generation_prompt=True, **tokens
+                messages=[{"role": "user", "content": text}], add_generation_prompt=True, **variables
             )
         except TemplateError as e:
             raise ServelabError(f"--tokenizer {what}: its chat template failed on a prompt ({e})") from None

@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
-from typing import Literal
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from servelab.bench.payload import check_base_url, check_header, check_header_value, split_credentials
+from servelab.bench.vllm_compat import REFUSED_DATASETS, backend_reason
 from servelab.metrics import LATENCY_METRICS, SLO_METRICS
 from servelab.progress import DEFAULT_INTERVAL_S
 from servelab.traffic.lengths import BENCH_RANGE_RATIO, RangeRule
 
 TtftAt = Literal["first-event", "first-content"]
 DatasetName = Literal[
-    "random", "sharegpt", "sonnet", "hf", "prefix", "multiturn", "custom", "speed_bench", "trace"
+    "random",
+    "sharegpt",
+    "sonnet",
+    "hf",
+    "prefix",
+    "multiturn",
+    "custom",
+    "speed_bench",
+    "spec_bench",
+    "burstgpt",
+    "trace",
 ]
+# the datasets read from --dataset-path
+FILE_DATASETS = ("sharegpt", "sonnet", "hf", "custom", "speed_bench", "spec_bench", "burstgpt", "trace")
 # Bounds that keep a typo from asking for more than any server or this machine can hold: 16 Mi tokens per
 # length (past every model's context), 10 M requests, 1 M concurrent requests, 1 TiB per response.
 MAX_TOKENS = 1 << 24
@@ -36,8 +54,26 @@ DATASET_ALIASES = {
     "multi_turn": "multiturn",
     "multi-turn": "multiturn",
     "speed-bench": "speed_bench",
+    "spec-bench": "spec_bench",
     "agentic": "trace",
 }
+# vLLM's sampling options, sent only when given (vLLM sends them in this order, then --extra-body over them)
+SAMPLING_FIELDS = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "temperature",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+)
+
+
+def _request_id_prefix() -> str:
+    """vLLM's default --request-id-prefix: bench-, 8 hex digits of a fresh UUID, -."""
+    return f"bench-{uuid.uuid4().hex[:8]}-"
+
+
 # InferenceX's replay caps a trajectory's idle gaps at 300 s (AIPERF_TRACE_IDLE_GAP_CAP_SECONDS)
 TRACE_MAX_GAP_S = 300.0
 
@@ -63,6 +99,12 @@ class BenchConfig(BaseModel):
     )
     model: str | None = Field(None, description="model name sent to the server; None asks /v1/models")
     served_model_name: str | None = None
+    lora_modules: list[str] | None = Field(
+        None, description="vLLM's --lora-modules: each request names one of these as its model"
+    )
+    lora_assignment: Literal["random", "round-robin"] = Field(
+        "random", description="which adapter a request names: random (drawn by the seed) or round-robin"
+    )
     tokenizer: str | None = Field(
         None, description="tokenizer for exact lengths: a local path or a hub id in the local HF cache"
     )
@@ -78,6 +120,13 @@ class BenchConfig(BaseModel):
     random_input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     random_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     random_range_ratio: float = Field(BENCH_RANGE_RATIO, ge=0.0, le=1.0)
+    random_output_range_ratio: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="the output lengths' own range ratio (vLLM's --random-range-ratio "
+        '\'{"input": r1, "output": r2}\'); None: random_range_ratio',
+    )
     random_range_rule: RangeRule = Field(
         "vllm",
         description="servelab: how --random-range-ratio r spreads a length L: vllm, uniform in "
@@ -100,7 +149,12 @@ class BenchConfig(BaseModel):
     prefix_repetition_output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     multiturn_turns: int = Field(4, ge=1, le=10_000, description="turns per conversation (dataset multiturn)")
     sharegpt_output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    custom_output_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    custom_output_len: int = Field(
+        256,
+        ge=-1,
+        le=MAX_TOKENS,
+        description="custom: output tokens of rows that name none; -1 (vLLM's): every row names its own",
+    )
     sonnet_input_len: int = Field(550, ge=1, le=MAX_TOKENS)
     sonnet_output_len: int = Field(150, ge=1, le=MAX_TOKENS)
     sonnet_prefix_len: int = Field(200, ge=0, le=MAX_TOKENS)
@@ -156,6 +210,64 @@ class BenchConfig(BaseModel):
     )
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=MAX_TOKENS, description="-1 or 0: every token (vLLM)")
+    min_p: float | None = Field(None, ge=0, le=1)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False)
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="logprobs per token: the completions API's logprobs; on the chat API logprobs and "
+        "top_logprobs",
+    )
+    extra_body: dict[str, Any] | None = Field(
+        None, description="vLLM's --extra-body: JSON merged into every request body, over the sampling keys"
+    )
+    request_id_prefix: str | None = Field(
+        None,
+        description="each request's X-Request-Id is this prefix and its index (vLLM's x-request-id); None: "
+        "vLLM's default, bench-, 8 random hex digits, - (made afresh for each point, not stored)",
+    )
+    skip_chat_template: bool = Field(
+        False,
+        description="vLLM's: custom and spec_bench prompts are sent as written; else, with a tokenizer, each "
+        "is one user turn in its chat template (vLLM's client-side template)",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="vLLM's: more variables for that client-side chat template"
+    )
+    disable_shuffle: bool = Field(
+        False, description="keep the file's order (custom, spec_bench, sharegpt, speed_bench)"
+    )
+    no_oversample: bool = Field(
+        False,
+        description="a file with fewer prompts than --num-prompts sends each once (vLLM oversamples by "
+        "default: custom, spec_bench, speed_bench)",
+    )
+    spec_bench_output_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    spec_bench_category: str | None = Field(None, description="spec_bench: only this category")
+    skip_tokenizer_init: bool = Field(
+        False, description="vLLM: load no tokenizer (lengths are approximate, or the server's usage)"
+    )
+    insecure: bool = Field(False, description="https: do not verify the server's certificate")
+    server_profile: bool = Field(
+        False,
+        description="vLLM's bare --profile: POST /start_profile after the warm-ups and /stop_profile after "
+        "the run",
+    )
+    append_result: bool = Field(
+        False,
+        description="vLLM's --append-result: add the result to an existing result file as one more JSON "
+        "line (the file is made when missing)",
+    )
+    ready_check_timeout_sec: int | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="vLLM: wait up to this many seconds for the server before the ready check; 0: no "
+        "ready check (vLLM 0.32's default; servelab's, unset, is one ready request)",
+    )
     stream: bool = True
     ttft_at: TtftAt = Field(
         "first-event",
@@ -192,6 +304,7 @@ class BenchConfig(BaseModel):
     use_uvloop: bool = Field(True, description="servelab: use uvloop when it is installed")
     ready_check: bool = Field(True, description="send one test request before the run (vLLM does too)")
     _basic_auth: str | None = PrivateAttr(None)  # from user:password@ in base_url; never stored
+    _rid_prefix: str = PrivateAttr("")  # the request-id prefix sent: request_id_prefix or a random one
 
     @field_validator("base_url")
     @classmethod
@@ -230,7 +343,22 @@ class BenchConfig(BaseModel):
     @field_validator("dataset_name", mode="before")
     @classmethod
     def _alias_dataset(cls, v: object) -> object:
+        if isinstance(v, str) and v in REFUSED_DATASETS:
+            raise ValueError(f"vLLM's {v} is not supported: {REFUSED_DATASETS[v]}")
         return DATASET_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _refuse_backend(cls, v: object) -> object:
+        reason = backend_reason(v) if isinstance(v, str) else None
+        if reason:
+            raise ValueError(f"vLLM's {v} is not supported: {reason}")
+        return v
+
+    @field_validator("request_id_prefix")
+    @classmethod
+    def _check_request_id_prefix(cls, v: str | None) -> str | None:
+        return None if v is None else check_header_value(v)
 
     @field_validator("percentile_metrics")
     @classmethod
@@ -261,6 +389,7 @@ class BenchConfig(BaseModel):
     @model_validator(mode="after")
     def _derive(self) -> BenchConfig:
         self.base_url, self._basic_auth = split_credentials(self.base_url)
+        self._rid_prefix = self.request_id_prefix or _request_id_prefix()
         if "backend" not in self.model_fields_set:
             self.backend = "openai-chat" if self.endpoint.endswith("chat/completions") else "openai"
         if self.ramp_up_strategy is not None:
@@ -268,10 +397,9 @@ class BenchConfig(BaseModel):
                 raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
             if not math.isinf(self.request_rate):
                 raise ValueError("ramp_up_strategy replaces request_rate; leave request_rate at inf")
-        if (
-            self.dataset_name in ("sharegpt", "sonnet", "hf", "custom", "speed_bench", "trace")
-            and not self.dataset_path
-        ):
+        if self.custom_output_len == 0:
+            raise ValueError("custom_output_len must be >= 1, or -1 (each row's own output_tokens)")
+        if self.dataset_name in FILE_DATASETS and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset_name} needs dataset_path")
         if self.dataset_name == "trace" and not self.closed_loop:
             # sessions start as lanes free up (--max-concurrency), as InferenceX's replay runs its lanes
@@ -280,8 +408,13 @@ class BenchConfig(BaseModel):
             )
         if self.ignore_eos is None:
             self.ignore_eos = self.dataset_name in ("random", "prefix", "multiturn", "trace")
-        if self.random_range_rule == "vllm" and self.random_range_ratio >= 1:
+        if (
+            self.random_range_rule == "vllm"
+            and max(self.random_range_ratio, self.random_output_range_ratio or 0.0) >= 1
+        ):
             raise ValueError("random_range_ratio must be below 1 by the vllm rule ([L(1-r), L(1+r)])")
+        if self.skip_tokenizer_init:
+            self.tokenizer = None
         if self.dsv4:
             self.use_chat_template = True
         if self.use_chat_template:
@@ -291,6 +424,34 @@ class BenchConfig(BaseModel):
             # up in the local Hugging Face cache (never downloads)
             self.tokenizer = self.tokenizer or self.model
         return self
+
+    def request_models(self) -> Iterator[str | None]:
+        """The model name of each request in order: None (the run's model) without --lora-modules, else
+        one of them, round-robin or drawn by the seed, as vLLM assigns them."""
+        loras = self.lora_modules
+        if not loras:
+            return itertools.repeat(None)
+        if self.lora_assignment == "round-robin":
+            return itertools.cycle(loras)
+        rng = random.Random(self.seed)
+        return (rng.choice(loras) for _ in itertools.count())
+
+    def body_extras(self) -> dict[str, Any]:
+        """What every request body carries beyond servelab's own keys: the sampling options given, logprobs,
+        then --extra-body over them (vLLM's order)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in SAMPLING_FIELDS if getattr(self, k) is not None}
+        if self.logprobs is not None:
+            if self.is_chat:
+                out.update(logprobs=True, top_logprobs=self.logprobs)
+            else:
+                out["logprobs"] = self.logprobs
+        out.update(self.extra_body or {})
+        return out
+
+    @property
+    def rid_prefix(self) -> str:
+        """The X-Request-Id prefix this point sends: --request-id-prefix, or vLLM's random default."""
+        return self._rid_prefix
 
     @property
     def basic_auth(self) -> str | None:
@@ -313,6 +474,29 @@ class BenchConfig(BaseModel):
             if math.isinf(getattr(self, name)):
                 d[name] = "inf"
         return d
+
+
+def parse_range_ratio(text: str) -> tuple[float, float | None]:
+    """vLLM's --random-range-ratio: one number for input and output lengths, or a JSON object
+    {"input": r1, "output": r2} (either key may be left out: 0) -> (input ratio, output ratio or None)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        if set(value) - {"input", "output"} or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        ):
+            raise ValueError(
+                f"--random-range-ratio {text!r}: a JSON object takes numbers under input and output only"
+            )
+        return float(value.get("input", 0.0)), float(value.get("output", 0.0))
+    try:
+        return float(text), None
+    except ValueError:
+        raise ValueError(
+            f'--random-range-ratio {text!r}: expected a number or a JSON object {{"input": r, "output": r}}'
+        ) from None
 
 
 def parse_goodput(pairs: list[str]) -> dict[str, float]:

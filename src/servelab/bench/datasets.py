@@ -1,5 +1,5 @@
-"""Datasets -> BenchItems (vLLM's random, sharegpt, sonnet, hf, prefix_repetition and custom, plus
-multiturn, speed_bench).
+"""Datasets -> BenchItems (vLLM's random, sharegpt, sonnet, hf, prefix_repetition, custom, spec_bench,
+burstgpt and speed_bench, plus multiturn).
 
 The generated datasets (random, prefix, multiturn, speed_bench) make each prompt as it is read (LazyItems):
 a run of millions never holds its prompts. Their lengths and other per-request draws come first, as before
@@ -14,6 +14,7 @@ stated in the result file (`prompt_len_source`); the server's usage.prompt_token
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -321,6 +322,11 @@ def build_dataset(cfg: BenchConfig, tok: LocalTokenizer | None) -> Dataset:
     elif name == "speed_bench":
         items = _speed_bench(cfg, maker)
         source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
+    elif name == "spec_bench":
+        items = _spec_bench(cfg, maker)
+        source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
+    elif name == "burstgpt":
+        items = _burstgpt(cfg, maker)
     elif name == "sharegpt":
         items = _sharegpt(cfg, maker)
         source = f"tokenizer {tok.path} ({tok.kind})" if tok else APPROX_WHITESPACE
@@ -350,6 +356,7 @@ def _random(cfg: BenchConfig, maker: _TextMaker, rng, tok: LocalTokenizer | None
         cfg.random_range_ratio,
         special,
         cfg.random_range_rule,
+        cfg.random_output_range_ratio,
     )
     if cfg.random_prefix_len + int(in_lens.min()) < 1:
         raise ServelabError("--random-input-len is too small: a prompt would have no tokens")
@@ -401,6 +408,7 @@ def _multiturn(cfg: BenchConfig, maker: _TextMaker, rng) -> LazyItems:
         cfg.random_range_ratio,
         0,
         cfg.random_range_rule,
+        cfg.random_output_range_ratio,
     )
 
     def items(m: _TextMaker) -> Iterator[BenchItem]:
@@ -429,7 +437,8 @@ def _sharegpt(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     convs = [
         d["conversations"] for d in data if isinstance(d, dict) and _usable_turns(d.get("conversations"))
     ]
-    random.Random(cfg.seed).shuffle(convs)
+    if not cfg.disable_shuffle:
+        random.Random(cfg.seed).shuffle(convs)
     items: list[BenchItem] = []
     for conv in convs:
         if len(items) >= cfg.num_prompts:
@@ -457,9 +466,12 @@ def _usable_turns(conv: object) -> bool:
 
 
 def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
-    """JSONL, one {"prompt": str, "output_len"?: int} per line (vLLM's custom dataset format)."""
+    """JSONL, one {"prompt": str, "output_len"?: int} per line (vLLM's custom dataset format), shuffled by the
+    seed (not with --disable-shuffle) and drawn again up to --num-prompts (not with --no-oversample), as vLLM
+    does."""
     path = Path(cfg.dataset_path or "")
     items: list[BenchItem] = []
+    rows: list[tuple[str, int]] = []
     try:
         lines = path.read_text().splitlines()
     except OSError as e:
@@ -479,17 +491,25 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         if not isinstance(prompt, str):
             raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}')
         out_len = next((row[k] for k in ("output_len", "output_tokens") if row.get(k) is not None), None)
+        if out_len is None and cfg.custom_output_len == -1:
+            raise ServelabError(
+                f"--dataset-path {path}:{n}: no output_tokens, which --custom-output-len -1 asks of every row"
+            )
         out_len = cfg.custom_output_len if out_len is None else out_len
         if type(out_len) is not int or out_len < 1:
             raise ServelabError(
                 f"--dataset-path {path}:{n}: output_len must be a positive integer, not {str(out_len)[:40]}"
             )
-        items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
-        if len(items) >= cfg.num_prompts:
-            break
-    if not items:
+        rows.append((prompt, out_len))
+    if not rows:
         raise ServelabError(f"--dataset-path {path}: no prompts")
-    return items
+    if not cfg.disable_shuffle:  # vLLM's custom dataset shuffles its rows by the seed
+        random.Random(cfg.seed).shuffle(rows)
+    frame = _client_template(cfg, maker.tok)
+    for prompt, out_len in rows[: cfg.num_prompts]:
+        text = frame(prompt) if frame else prompt
+        items.append(BenchItem(len(items), text, maker.count(text), out_len))
+    return _oversampled(cfg, items)
 
 
 def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> LazyItems:
@@ -525,14 +545,134 @@ def _speed_bench(cfg: BenchConfig, maker: _TextMaker) -> LazyItems:
     if not prompts:
         what = f" in category {cfg.speed_bench_category!r}" if cfg.speed_bench_category else ""
         raise ServelabError(f"--dataset-path {path}: no prompts{what}")
-    random.Random(cfg.seed).shuffle(prompts)
+    if not cfg.disable_shuffle:
+        random.Random(cfg.seed).shuffle(prompts)
+    count = min(cfg.num_prompts, len(prompts)) if cfg.no_oversample else cfg.num_prompts
 
     def items(m: _TextMaker) -> Iterator[BenchItem]:
-        for i in range(cfg.num_prompts):
+        for i in range(count):
             prompt = prompts[i % len(prompts)]
             yield BenchItem(i, prompt, m.count(prompt), cfg.speed_bench_output_len)
 
-    return maker.lazy(cfg.num_prompts, items)
+    return maker.lazy(count, items)
+
+
+def _spec_bench(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
+    """Spec-Bench (hemingkx/Spec-Bench's question.jsonl) as vLLM's SpecBench reads it: one {"category": ...,
+    "turns": [first, ...]} per line, the prompt the first turn, rows kept by --spec-bench-category, shuffled
+    by the seed (not with --disable-shuffle), --spec-bench-output-len tokens each; drawn again up to
+    --num-prompts unless --no-oversample, as vLLM's custom dataset does."""
+    path = Path(cfg.dataset_path or "")
+    prompts: list[str] = []
+    for n, row in _jsonl(path):
+        turns = row.get("turns") if isinstance(row, dict) else None
+        if (
+            not isinstance(row, dict)
+            or not isinstance(turns, list)
+            or not turns
+            or not isinstance(turns[0], str)
+        ):
+            raise ServelabError(f'--dataset-path {path}:{n}: expected {{"category": ..., "turns": ["..."]}}')
+        if cfg.spec_bench_category is None or row.get("category") == cfg.spec_bench_category:
+            prompts.append(turns[0])
+    if not prompts:
+        what = f" in category {cfg.spec_bench_category!r}" if cfg.spec_bench_category else ""
+        raise ServelabError(f"--dataset-path {path}: no prompts{what}")
+    if not cfg.disable_shuffle:
+        random.Random(cfg.seed).shuffle(prompts)
+    frame = _client_template(cfg, maker.tok)
+    items = []
+    for i, p in enumerate(prompts[: cfg.num_prompts]):
+        text = frame(p) if frame else p
+        items.append(BenchItem(i, text, maker.count(text), cfg.spec_bench_output_len))
+    return _oversampled(cfg, items)
+
+
+TEMPLATE_PURPOSE = "the custom and spec_bench datasets (or give --skip-chat-template)"
+
+
+def _client_template(cfg: BenchConfig, tok: LocalTokenizer | None) -> Callable[[str], str] | None:
+    """vLLM's client-side chat template of the custom and spec_bench datasets: with a tokenizer and without
+    --skip-chat-template, each prompt becomes one user turn in the tokenizer's template (with the generation
+    prompt and --chat-template-kwargs), counted as sent."""
+    if tok is None or cfg.skip_chat_template:
+        return None
+    return tok.chat_framing(False, cfg.chat_template_kwargs, TEMPLATE_PURPOSE)
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, value) of each non-blank line of a JSON Lines file; a bad line is one error naming it."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"--dataset-path {path}: not UTF-8 text") from None
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ServelabError(f"--dataset-path {path}:{n}: not JSON ({e.msg})") from None
+            except RecursionError:
+                raise ServelabError(f"--dataset-path {path}:{n}: nested too deeply") from None
+
+
+def _oversampled(cfg: BenchConfig, items: list[BenchItem]) -> list[BenchItem]:
+    """vLLM's oversampling: fewer items than --num-prompts are topped up with items drawn again at random
+    (seeded), unless --no-oversample."""
+    if cfg.no_oversample or len(items) >= cfg.num_prompts:
+        return items
+    rng = random.Random(cfg.seed)
+    extra = [rng.choice(items) for _ in range(cfg.num_prompts - len(items))]
+    return items + [
+        BenchItem(len(items) + k, it.prompt, it.prompt_len, it.output_len) for k, it in enumerate(extra)
+    ]
+
+
+BURSTGPT_MODEL = "GPT-4"  # vLLM keeps the GPT-4 rows of the trace
+
+
+def _burstgpt(cfg: BenchConfig, maker: _TextMaker) -> LazyItems:
+    """BurstGPT (HPMLL/BurstGPT's CSV) as vLLM reads it: the rows of model GPT-4 with a positive "Response
+    tokens", --num-prompts of them drawn by the seed (with replacement when there are fewer); each request a
+    synthetic prompt of the row's "Request tokens" (vLLM's token ids (i + j) mod vocab, exact with a
+    tokenizer) asking for its "Response tokens"."""
+    path = Path(cfg.dataset_path or "")
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ServelabError(f"--dataset-path {path}: not a CSV file ({e})") from None
+    pairs: list[tuple[int, int]] = []
+    for n, row in enumerate(rows, 2):
+        if row.get("Model") != BURSTGPT_MODEL:
+            continue
+        try:
+            req, resp = int(float(row["Request tokens"])), int(float(row["Response tokens"]))
+        except (KeyError, TypeError, ValueError):
+            raise ServelabError(
+                f'--dataset-path {path}:{n}: expected BurstGPT\'s columns "Model", "Request tokens", '
+                '"Response tokens" with numbers'
+            ) from None
+        if resp > 0:
+            pairs.append((max(1, req), resp))
+    if not pairs:
+        raise ServelabError(f"--dataset-path {path}: no {BURSTGPT_MODEL} rows with response tokens")
+    rng = random.Random(cfg.seed)
+    if cfg.num_prompts <= len(pairs):
+        chosen = rng.sample(pairs, cfg.num_prompts)
+    else:
+        chosen = [rng.choice(pairs) for _ in range(cfg.num_prompts)]
+
+    def items(m: _TextMaker) -> Iterator[BenchItem]:
+        for i, (in_len, out_len) in enumerate(chosen):
+            text, n = m.random(in_len, offset=i)
+            yield BenchItem(i, text, n, out_len)
+
+    return maker.lazy(len(chosen), items)
 
 
 def _sonnet(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
@@ -581,7 +721,8 @@ def _hf(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
         if pair is None:
             continue
         prompt, answer = pair
-        out_len = cfg.hf_output_len or (maker.count(answer) if answer else 0) or cfg.custom_output_len
+        fallback = cfg.custom_output_len if cfg.custom_output_len > 0 else 256  # -1 is custom's own
+        out_len = cfg.hf_output_len or (maker.count(answer) if answer else 0) or fallback
         items.append(BenchItem(len(items), prompt, maker.count(prompt), out_len))
         if len(items) >= cfg.num_prompts:
             break

@@ -18,7 +18,12 @@ Misbehaviour on purpose (--mode, applied to every --fail-every-th request):
 GET /stats answers {"requests": N, "in_flight": N, "max_in_flight": N}: tests read from it how many requests
 the client really had in flight at once, independent of timing. GET /metrics answers vLLM's prefix-cache
 counters (vllm:prefix_cache_queries / _hits, in prompt words) of an unbounded prefix cache of 16-word blocks,
-each block's key chained to the blocks before it as vLLM chains its block hashes.
+each block's key chained to the blocks before it as vLLM chains its block hashes; with --spec-decode K, also
+vLLM's speculative-decoding counters (vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens,
+_num_accepted_tokens_per_pos{position}) of a drafter proposing K tokens a step, of which position p is
+accepted on every (p+1)-th draft. POST /start_profile and /stop_profile answer 200. --log-requests FILE
+appends each completion request (its X-Request-Id and JSON body) and profiler call to FILE as a JSON line, for
+tests of what the client sends.
 
     python -m servelab.bench.mock_server --port 18000 --token-delay-ms 10 --output-tokens 128
 """
@@ -54,6 +59,8 @@ class Settings:
         self.fail_every = max(1, a.fail_every)
         self.die_after = a.die_after_requests
         self.model = a.model
+        self.spec_k = a.spec_decode
+        self.log_path = a.log_requests
         created = int(time.time())
         # pre-built chunks: the same token text every time (" tok"), completions and chat forms
         self.tok_completion = _event(
@@ -162,11 +169,13 @@ class PrefixCache:
                 cached = False
                 self.blocks.add(key)
 
-    def metrics(self, model: str) -> bytes:
+    def metrics(self, model: str, spec: SpecCounters | None = None) -> bytes:
         labels = f'{{engine="0",model_name="{model}"}}'
         lines = []
         for name, value in (("prefix_cache_queries", self.queries), ("prefix_cache_hits", self.hits)):
             lines += [f"# TYPE vllm:{name} counter", f"vllm:{name}_total{labels} {float(value)}"]
+        if spec is not None:
+            lines += spec.lines(labels)
         body = ("\n".join(lines) + "\n").encode()
         return (
             b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: %d\r\n"
@@ -174,10 +183,38 @@ class PrefixCache:
         ) + body
 
 
+class SpecCounters:
+    """vLLM's spec-decode counters of a drafter of K tokens a step: one draft per output token after the
+    first; position p accepted on every (p+1)-th draft."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.drafts = 0
+        self.accepted = [0] * k
+
+    def add(self, output_tokens: int) -> None:
+        for _ in range(max(0, output_tokens - 1)):
+            self.drafts += 1
+            for p in range(self.k):
+                if self.drafts % (p + 1) == 0:
+                    self.accepted[p] += 1
+
+    def lines(self, labels: str) -> list[str]:
+        out = ["# TYPE vllm:spec_decode_num_drafts counter"]
+        out.append(f"vllm:spec_decode_num_drafts_total{labels} {float(self.drafts)}")
+        out.append(f"vllm:spec_decode_num_draft_tokens_total{labels} {float(self.drafts * self.k)}")
+        out.append(f"vllm:spec_decode_num_accepted_tokens_total{labels} {float(sum(self.accepted))}")
+        for p, n in enumerate(self.accepted):
+            pos = labels[:-1] + f',position="{p}"}}'
+            out.append(f"vllm:spec_decode_num_accepted_tokens_per_pos_total{pos} {float(n)}")
+        return out
+
+
 class MockProtocol(asyncio.Protocol):
     count = 0  # requests seen by this process (all connections)
     cache = PrefixCache()
     in_flight = 0  # completion requests accepted and not yet answered in full
+    spec: SpecCounters | None = None  # with --spec-decode
     max_in_flight = 0
 
     def __init__(self, s: Settings) -> None:
@@ -250,7 +287,12 @@ class MockProtocol(asyncio.Protocol):
             self.send(_json_response("200 OK", dict(stats, max_in_flight=MockProtocol.max_in_flight)))
             return
         if path.endswith("/metrics"):
-            self.send(MockProtocol.cache.metrics(self.s.model))
+            self.send(MockProtocol.cache.metrics(self.s.model, MockProtocol.spec))
+            return
+        if path.endswith(("/start_profile", "/stop_profile")):  # vLLM's profiler switches: logged, 200
+            if self.s.log_path:
+                _log_request(self.s.log_path, head, path, None)
+            self.send(_json_response("200 OK", {}))
             return
         if not path.endswith("completions"):
             self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
@@ -265,6 +307,10 @@ class MockProtocol(asyncio.Protocol):
         s = self.s
         chat = path.endswith("chat/completions")
         n_tokens = s.output_tokens or req.get("max_completion_tokens") or req.get("max_tokens") or 16
+        if s.log_path:
+            _log_request(s.log_path, head, path, req)
+        if MockProtocol.spec is not None:
+            MockProtocol.spec.add(n_tokens)
         prompt = (
             req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
         )
@@ -355,6 +401,17 @@ class MockProtocol(asyncio.Protocol):
         os._exit(3)
 
 
+def _log_request(log_path: str, head: bytes, path: str, req: object) -> None:
+    """One JSON line: the path, the X-Request-Id header (or null) and the body."""
+    rid = None
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"x-request-id":
+            rid = value.strip().decode()
+    with open(log_path, "a") as f:
+        f.write(json.dumps({"path": path, "request_id": rid, "body": req}) + "\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m servelab.bench.mock_server", description=__doc__.split("\n\n")[0]
@@ -370,11 +427,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail-every", type=int, default=1, help="misbehave on every N-th request only")
     p.add_argument("--die-after-requests", type=int, default=0, help="exit halfway through this request")
     p.add_argument("--model", default="mock-model")
+    p.add_argument("--spec-decode", type=int, default=0, help="report spec-decode counters of K draft tokens")
+    p.add_argument("--log-requests", default=None, help="append each completion request to this file")
     return p.parse_args(argv)
 
 
 async def serve(a: argparse.Namespace) -> None:
     s = Settings(a)
+    if s.spec_k > 0:
+        MockProtocol.spec = SpecCounters(s.spec_k)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: MockProtocol(s), a.host, a.port, backlog=4096, reuse_address=True

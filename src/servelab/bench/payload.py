@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -91,12 +92,24 @@ class Target:
     port: int
     tls: bool
     path_prefix: str
+    verify: bool = True  # https: check the server's certificate (vLLM's --insecure turns it off)
 
     @classmethod
-    def from_url(cls, base_url: str) -> Target:
+    def from_url(cls, base_url: str, verify: bool = True) -> Target:
         u = urlsplit(base_url)
         tls = u.scheme == "https"
-        return cls(u.hostname or "127.0.0.1", u.port or (443 if tls else 80), tls, u.path.rstrip("/"))
+        port = u.port or (443 if tls else 80)
+        return cls(u.hostname or "127.0.0.1", port, tls, u.path.rstrip("/"), verify)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context of an https target (None for http); without `verify`, one that checks nothing."""
+        if not self.tls:
+            return None
+        ctx = ssl.create_default_context()
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
 
     @property
     def host_header(self) -> str:
@@ -118,8 +131,8 @@ class RequestTemplate:
     sampling: dict = field(default_factory=dict)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # auth and --header; secrets
 
-    def body(self, prompt: str | list[dict], max_tokens: int) -> dict:
-        body: dict = {"model": self.model}
+    def body(self, prompt: str | list[dict], max_tokens: int, model: str | None = None) -> dict:
+        body: dict = {"model": model or self.model}
         if self.chat:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             body["messages"] = messages
@@ -135,8 +148,11 @@ class RequestTemplate:
         body.update(self.sampling)
         return body
 
-    def encode(self, prompt: str | list[dict], max_tokens: int, request_id: str = "") -> bytes:
-        payload = json.dumps(self.body(prompt, max_tokens), separators=(",", ":")).encode()
+    def encode(
+        self, prompt: str | list[dict], max_tokens: int, request_id: str = "", model: str | None = None
+    ) -> bytes:
+        """One request's bytes; `model` names another model than the template's (a LoRA adapter)."""
+        payload = json.dumps(self.body(prompt, max_tokens, model), separators=(",", ":")).encode()
         head = [
             f"POST {self.target.path_prefix}{self.endpoint} HTTP/1.1",
             f"Host: {self.target.host_header}",
@@ -149,6 +165,13 @@ class RequestTemplate:
             head.append(f"X-Request-Id: {request_id}")
         head.extend(f"{name}: {value}" for name, value in self.headers)
         return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+def without_request_id(payload: bytes) -> bytes:
+    """A request's bytes (RequestTemplate.encode) without its X-Request-Id header."""
+    head, sep, body = payload.partition(b"\r\n\r\n")
+    lines = [line for line in head.split(b"\r\n") if not line.startswith(b"X-Request-Id: ")]
+    return b"\r\n".join(lines) + sep + body
 
 
 def _flatten(messages: list[dict]) -> str:

@@ -84,6 +84,16 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
         for k, v in r.items():
             if k.startswith("p") and k.endswith(f"_{m}_ms") and k[1].isdigit():
                 num(f"P{k[1 : -len(m) - 4]} {short} (ms):", v)
+    if "spec_decode_acceptance_rate" in r:  # vLLM's speculative-decoding block, when the server reports it
+        print("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"), file=file)
+        num("Acceptance rate (%):", r["spec_decode_acceptance_rate"])
+        num("Acceptance length:", r["spec_decode_acceptance_length"])
+        line("Drafts:", r["spec_decode_num_drafts"])
+        line("Draft tokens:", r["spec_decode_draft_tokens"])
+        line("Accepted tokens:", r["spec_decode_accepted_tokens"])
+        rates = r.get("spec_decode_per_position_acceptance_rates") or []
+        if rates:
+            line("Per-position acceptance (%):", ", ".join(f"{100 * x:.2f}" for x in rates))
     c = r["client"]
     print("{s:{c}^{n}}".format(s=" Client (servelab) ", n=50, c="-"), file=file)
     line("Worker processes / event loop:", f"{c['num_workers']} / {c['event_loop']}")

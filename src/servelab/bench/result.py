@@ -12,7 +12,7 @@ import platform
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
@@ -84,6 +84,7 @@ class BenchResult:
     # wall-clock time (Unix seconds) of the run's start; None (not written) for a run that never started or
     # was simulated
     start_unix: float | None = None
+    spec_decode: dict = field(default_factory=dict)  # vLLM's spec_decode_* fields, when the server has them
 
     @property
     def failed(self) -> int:
@@ -98,6 +99,7 @@ class BenchResult:
                 # validation, utils/aggregate_power.py, integrates GPU power over it)
                 out["benchmark_start_time_unix"] = self.start_unix
                 out["benchmark_end_time_unix"] = self.start_unix + self.summary.duration
+        out.update(self.spec_decode)  # where vLLM writes them: after its metrics
         for name, d in self.client_latency_ms.items():
             out.update(distribution_fields(name, d, with_max=True))
         out.update(
@@ -206,9 +208,9 @@ def now_stamp() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def check_path(result_dir: Path, filename: str | None) -> None:
+def check_path(result_dir: Path, filename: str | None, append: bool = False) -> None:
     """Make the result folder, and refuse before a run a result path that cannot take its result: servelab
-    never overwrites one."""
+    never overwrites one (with `append`, vLLM's --append-result, an existing file takes one more line)."""
     if result_dir.exists() and not result_dir.is_dir():
         raise ServelabError(f"--result-dir {result_dir} is not a directory")
     try:
@@ -222,7 +224,7 @@ def check_path(result_dir: Path, filename: str | None) -> None:
     path = result_dir / filename
     if path.is_dir():
         raise ServelabError(f"--result-filename {path} is a directory; give a file name")
-    if path.exists():
+    if path.exists() and not (append and path.is_file()):
         raise ServelabError(
             f"--result-filename {path} exists; servelab never overwrites a result (remove it or pick another)"
         )
@@ -282,6 +284,17 @@ def save(result: BenchResult, path: Path, detailed: bool) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append(result: BenchResult, path: Path, detailed: bool) -> None:
+    """vLLM's --append-result: the result as one JSON line added to `path` (made when missing), after a
+    newline when the file is not empty; earlier results in it are kept as they are."""
+    detail_fields = {f.name for f in fields(RequestDetails)}
+    data = {k: v for k, v in result.dump().items() if detailed or k not in detail_fields}
+    line = json.dumps(data, default=_jsonable)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(("\n" if f.tell() else "") + line)
 
 
 def _jsonable(v):

@@ -29,12 +29,19 @@ from pathlib import Path
 from time import perf_counter
 
 from servelab.bench import result as R
+from servelab.bench import server_profile, spec_decode
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset, build_dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.feed import Feeder, WorkItem, first_items, window_for
 from servelab.bench.merge import RecordSet
-from servelab.bench.payload import RequestTemplate, Target, api_key_from_env, auth_headers
+from servelab.bench.payload import (
+    RequestTemplate,
+    Target,
+    api_key_from_env,
+    auth_headers,
+    without_request_id,
+)
 from servelab.bench.processes import WorkerPool
 from servelab.bench.progress import (
     LiveLine,
@@ -90,15 +97,19 @@ def iter_work_items(
         cfg.ramp_up_start_rps,
         cfg.ramp_up_end_rps,
     )
+    rid = cfg.rid_prefix  # X-Request-Id: the prefix and the request's index, as vLLM's x-request-id
+    models = cfg.request_models()  # --lora-modules: each request's adapter
     for n, it in enumerate(data.items):
         off = float(offsets[n]) if offsets is not None else None
         render = bare is None or not bare()
         if it.turns:
             messages = [{"role": "user", "content": it.prompt}]
-            payload = template.encode(messages, it.output_len) if render else b""
+            model = next(models)
+            payload = template.encode(messages, it.output_len, rid + str(it.index), model) if render else b""
             yield WorkItem(it.index * 1000, payload, it.prompt_len, off, messages, it.turns)
         else:
-            payload = template.encode(it.prompt, it.output_len) if render else b""
+            model = next(models)
+            payload = template.encode(it.prompt, it.output_len, rid + str(it.index), model) if render else b""
             yield WorkItem(it.index, payload, it.prompt_len, off)
 
 
@@ -157,13 +168,9 @@ def prepare(cfg: BenchConfig, tok: LocalTokenizer | None) -> Prepared:
 
 def template_of(cfg: BenchConfig, model_id: str, headers: tuple) -> RequestTemplate:
     """The request every worker sends, but for its prompt and output length."""
-    sampling = {
-        k: v
-        for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
-        if v is not None
-    }
+    sampling = cfg.body_extras()
     return RequestTemplate(
-        Target.from_url(cfg.base_url),
+        Target.from_url(cfg.base_url, verify=not cfg.insecure),
         cfg.endpoint,
         cfg.served_model_name or model_id,
         cfg.is_chat,
@@ -181,7 +188,8 @@ def worker_specs(cfg: BenchConfig, prep: Prepared, records_dir: Path) -> list[Wo
     n_workers = num_workers_for(cfg, num_items)
     limits = split_limit(cfg.max_concurrency, n_workers)
     first = next(prep.work_items(cfg), None)  # the warm-ups and the ready check send the first request
-    first_payload = first.payload if first is not None else b""
+    # without the first request's X-Request-Id: warm-ups run at once, and vLLM sends none with them either
+    first_payload = without_request_id(first.payload) if first is not None else b""
     warm = [first_payload] * cfg.num_warmups
     keep_text = cfg.save_detailed or cfg.dataset_name == "multiturn"
     specs = []
@@ -362,9 +370,31 @@ def run_point(
         raise ServelabError(f"--result-dir {result_dir}: cannot be written ({e.strerror or e})") from None
     specs = worker_specs(cfg, prep, records_dir)
     items = partial(prep.work_items, cfg)
-    load = run_load(cfg, items, specs, records_dir / "requests.jsonl", total=prep.num_items, pool=pool)
+    urls = cfg.server_metrics_url or [cfg.base_url + "/metrics"]
+    auth = dict(prep.template.headers)
+    spec_before: list[spec_decode.SpecCounters | None] = []
+
+    def before_start() -> None:  # after the warm-ups, as vLLM reads the counters and starts the profiler
+        spec_before.append(spec_decode.read(urls, auth))
+        if cfg.server_profile:
+            server_profile.post(cfg.base_url, "start_profile", auth)
+
+    load = run_load(
+        cfg,
+        items,
+        specs,
+        records_dir / "requests.jsonl",
+        total=prep.num_items,
+        pool=pool,
+        before_start=before_start,
+    )
+    if cfg.server_profile:
+        server_profile.post(cfg.base_url, "stop_profile", auth)
     result = compute_result(
         cfg, load.records, load.summaries, load.infos, prep.data, tok, prep.model_id, date, details
+    )
+    result.spec_decode = spec_decode.result_fields(
+        spec_before[0] if spec_before else None, spec_decode.read(urls, auth)
     )
     result.interrupted = load.interrupted
     result.start_unix = load.t0_unix
@@ -424,6 +454,8 @@ def _save(
     `rewrite`, the workers' files and memory, when the merged file could not be written), write the result;
     an interruption or a failure in between removes the still empty claimed file. Returns the result's
     path."""
+    if cfg.append_result:
+        return _append(cfg, result, path, records, rewrite)
     result_path = R.claim(path, taken=_records_path)
     try:
         if result_path != path:
@@ -441,6 +473,21 @@ def _save(
             _records_path(result_path).unlink(missing_ok=True)  # the workers' files still hold them
         raise
     return result_path
+
+
+def _append(
+    cfg: BenchConfig, result: R.BenchResult, path: Path, records: Path, rewrite: RecordSet | None
+) -> Path:
+    """--append-result: the result is one more line of `path`; its records go to a free name beside it
+    (X.requests.jsonl, then X.requests-1.jsonl, ...), which the line names."""
+    records_path = R.claim(_records_path(path), taken=lambda p: p)
+    if rewrite is None:
+        os.replace(records, records_path)
+    else:
+        rewrite.write(records_path)
+    result.records_file = str(records_path)
+    R.append(result, path, cfg.save_detailed)
+    return path
 
 
 def _records_path(result_path: Path) -> Path:
@@ -551,7 +598,7 @@ def _with_signals(cfg_points: list[BenchConfig], body) -> int:
     `Terminated` (a KeyboardInterrupt), so what was measured is saved as for Ctrl-C."""
     for cfg in cfg_points:
         if cfg.save_result:
-            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
+            R.check_path(Path(cfg.result_dir or "."), cfg.result_filename, cfg.append_result)
     previous = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return body()

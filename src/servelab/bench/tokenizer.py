@@ -93,17 +93,21 @@ class LocalTokenizer:
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
-    def chat_framing(self, dsv4: bool) -> Framing:
+    def chat_framing(
+        self, dsv4: bool, kwargs: dict | None = None, purpose: str = "--use-chat-template"
+    ) -> Framing:
         """One user turn framed for the model (servelab.bench.chat_template): DeepSeek-V4's framing, else the
-        tokenizer's chat template (transformers' own rendering when transformers loaded the tokenizer)."""
+        tokenizer's chat template (transformers' own rendering when transformers loaded the tokenizer), with
+        `kwargs` as more template variables (vLLM's --chat-template-kwargs)."""
         if dsv4:
             return dsv4_prompt
+        extra = kwargs or {}
         if self.kind == "transformers" and getattr(self._hf, "chat_template", None):
             hf = self._hf
             return lambda text: hf.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False, **extra
             )
-        return template_framing(self.dir, self.path)
+        return template_framing(self.dir, self.path, extra, purpose)
 
 
 def load_tokenizer(path: str | None, trust_remote_code: bool = False) -> LocalTokenizer | None:

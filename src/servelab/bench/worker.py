@@ -137,7 +137,7 @@ def run_bench(
     loop, loop_kind = _new_loop(spec.use_uvloop)
     asyncio.set_event_loop(loop)
     out = open(spec.out_path, "w", buffering=1 << 16)
-    tls = ssl.create_default_context() if spec.template.target.tls else None
+    tls = spec.template.target.tls_context()
     records = RecordWriter(out, spec.index, spec.keep_text, spec.ttft_at_first_content)
     w = worker_cls(spec, records, Accounting(spec.index, loop_kind, progress), stop_event, loop, tls, feed)
     w.parent_pid = parent_pid

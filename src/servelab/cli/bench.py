@@ -2,14 +2,18 @@
 the bottleneck. Thin: parse flags into BenchConfig points, call the library. Sweeps: comma lists in
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import typer
 from pydantic import ValidationError
+from typer.core import TyperCommand
 
 from servelab.bench import config as C
 from servelab.bench.profiles import Load, apply_profile
+from servelab.bench.ready import wait_for_server
+from servelab.bench.vllm_compat import bare_profile, refuse_vllm_only, spread_values
 from servelab.cli._common import print_json
 from servelab.engines import Engine
 from servelab.errors import ServelabError
@@ -26,6 +30,31 @@ _FLAGS = {
     "trace_max_gap_s": "--trace-max-gap",
 }
 _TWIN = "Simulated twin (--simulate)"
+
+
+class BenchCommand(TyperCommand):
+    """`servelab bench`: vLLM's options that servelab cannot apply are refused in one line naming the option
+    and why (servelab.bench.vllm_compat), before the parser would call them unknown."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        refuse_vllm_only(args)
+        return super().parse_args(ctx, spread_values(bare_profile(args)))
+
+
+COMMAND_CLASS = BenchCommand  # servelab.cli.commands builds `servelab bench` with it
+
+
+def _json_object(text: str | None, flag: str) -> dict | None:
+    """A JSON object given on the command line (vLLM's --extra-body), or None when not given."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ServelabError(f"{flag}: not JSON ({getattr(e, 'msg', e)})") from None
+    if not isinstance(value, dict):
+        raise ServelabError(f"{flag}: expected a JSON object, e.g. '{{\"key\": 1}}'")
+    return value
 
 
 def bench(
@@ -46,6 +75,14 @@ def bench(
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of /v1/models."),
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="The model name sent in requests (default: --model)."
+    ),
+    lora_modules: list[str] | None = typer.Option(
+        None,
+        "--lora-modules",
+        help="LoRA adapters (names the server serves): each request names one as its model.",
+    ),
+    lora_assignment: str = typer.Option(
+        "random", "--lora-assignment", help="random (drawn by the seed) | round-robin."
     ),
     tokenizer: str | None = typer.Option(
         None,
@@ -96,12 +133,18 @@ def bench(
         1024, "--random-input-len", "--input-len", help="random: prompt tokens per request."
     ),
     random_output_len: int = typer.Option(
-        128, "--random-output-len", "--output-len", help="random: output tokens per request."
+        128, "--random-output-len", help="random: output tokens per request."
     ),
-    random_range_ratio: float = typer.Option(
-        BENCH_RANGE_RATIO,
+    output_len: int | None = typer.Option(
+        None,
+        "--output-len",
+        help="vLLM's: output tokens of every dataset (random, sharegpt, custom, hf, spec_bench, prefix).",
+    ),
+    random_range_ratio: str = typer.Option(
+        str(BENCH_RANGE_RATIO),
         "--random-range-ratio",
-        help="random: the spread r of lengths around the set ones (--random-range-rule says how).",
+        help="random: the spread r of lengths around the set ones (--random-range-rule says how); or "
+        '\'{"input": r1, "output": r2}\' for each its own (vLLM\'s JSON form).',
     ),
     random_range_rule: str = typer.Option(
         "vllm",
@@ -139,7 +182,11 @@ def bench(
     sharegpt_output_len: int | None = typer.Option(
         None, "--sharegpt-output-len", help="sharegpt: output tokens (default: each answer's length)."
     ),
-    custom_output_len: int = typer.Option(256, "--custom-output-len", help="custom: output tokens."),
+    custom_output_len: int = typer.Option(
+        256,
+        "--custom-output-len",
+        help="custom: output tokens of rows naming none (-1: every row names its own).",
+    ),
     sonnet_input_len: int = typer.Option(550, "--sonnet-input-len", help="sonnet: prompt tokens."),
     sonnet_output_len: int = typer.Option(150, "--sonnet-output-len", help="sonnet: output tokens."),
     sonnet_prefix_len: int = typer.Option(
@@ -148,6 +195,33 @@ def bench(
     hf_split: str | None = typer.Option(None, "--hf-split", help="Split of a saved datasets folder."),
     hf_output_len: int | None = typer.Option(
         None, "--hf-output-len", help="hf: output tokens (default: each answer's length)."
+    ),
+    spec_bench_output_len: int = typer.Option(
+        256, "--spec-bench-output-len", help="spec_bench: output tokens per request."
+    ),
+    spec_bench_category: str | None = typer.Option(
+        None, "--spec-bench-category", help="spec_bench: only this category (default: all)."
+    ),
+    disable_shuffle: bool = typer.Option(
+        False, "--disable-shuffle", help="Keep the dataset file's order (custom, spec_bench, sharegpt, ...)."
+    ),
+    no_oversample: bool = typer.Option(
+        False,
+        "--no-oversample",
+        help="A file with fewer prompts than --num-prompts sends each once (default: drawn again).",
+    ),
+    skip_chat_template: bool = typer.Option(
+        False,
+        "--skip-chat-template",
+        help="custom, spec_bench: send prompts as written (default, with a tokenizer: in its chat template).",
+    ),
+    chat_template_kwargs: str | None = typer.Option(
+        None,
+        "--chat-template-kwargs",
+        help="custom, spec_bench: a JSON object of more variables for that chat template.",
+    ),
+    skip_tokenizer_init: bool = typer.Option(
+        False, "--skip-tokenizer-init", help="Load no tokenizer (lengths approximate or from the server)."
     ),
     speed_bench_dataset_subset: str = typer.Option(
         "qualitative", "--speed-bench-dataset-subset", help="SPEED-Bench: reads DATASET_PATH/SUBSET.jsonl."
@@ -189,6 +263,12 @@ def bench(
         help="GuideLLM's profiles: synchronous | throughput | concurrent (--max-concurrency N) | constant "
         "or poisson (--request-rate R) | sweep; each sets the load flags it names (docs/bench.md).",
     ),
+    server_profile: bool = typer.Option(
+        False,
+        "--server-profile",
+        help="vLLM's bare --profile: POST /start_profile after the warm-ups and /stop_profile after the run "
+        "(the server's torch profiler; its --profiler-config must be set).",
+    ),
     cool_down: float = typer.Option(
         0.0,
         "--cool-down",
@@ -208,6 +288,30 @@ def bench(
     temperature: float | None = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
     top_p: float | None = typer.Option(None, "--top-p", help="Nucleus sampling (default: the server's)."),
     top_k: int | None = typer.Option(None, "--top-k", help="Top-k sampling (default: the server's)."),
+    min_p: float | None = typer.Option(None, "--min-p", help="Min-p sampling (default: the server's)."),
+    frequency_penalty: float | None = typer.Option(
+        None, "--frequency-penalty", help="Frequency penalty (default: the server's)."
+    ),
+    presence_penalty: float | None = typer.Option(
+        None, "--presence-penalty", help="Presence penalty (default: the server's)."
+    ),
+    repetition_penalty: float | None = typer.Option(
+        None, "--repetition-penalty", help="Repetition penalty (default: the server's)."
+    ),
+    logprobs: int | None = typer.Option(
+        None, "--logprobs", help="Logprobs per token (chat API: logprobs and top_logprobs)."
+    ),
+    extra_body: str | None = typer.Option(
+        None,
+        "--extra-body",
+        help="A JSON object merged into every request body, over the sampling keys, e.g. "
+        '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
+    ),
+    request_id_prefix: str | None = typer.Option(
+        None,
+        "--request-id-prefix",
+        help="Each request's X-Request-Id is this and its index (default: bench-, a random id, -).",
+    ),
     stream: bool = typer.Option(
         True, "--stream/--no-stream", help="Streamed responses (TTFT and ITL need a stream)."
     ),
@@ -246,6 +350,11 @@ def bench(
         help="Print the results as one JSON answer on stdout (schema servelab.bench; the summary goes to "
         "stderr).",
     ),
+    append_result: bool = typer.Option(
+        False,
+        "--append-result",
+        help="Add the result to the result file as one more JSON line (made when missing).",
+    ),
     save_detailed: bool = typer.Option(
         False, "--save-detailed", help="Also save per-request lists (lengths, TTFTs, ITLs, texts, errors)."
     ),
@@ -275,6 +384,13 @@ def bench(
     ready_check: bool = typer.Option(
         True, "--ready-check/--no-ready-check", help="Send one test request before the run (as vLLM does)."
     ),
+    ready_check_timeout_sec: int | None = typer.Option(
+        None,
+        "--ready-check-timeout-sec",
+        help="vLLM's: wait up to this many seconds for the server to answer before the run; 0: no ready "
+        "check (unset: one ready request, no waiting).",
+    ),
+    insecure: bool = typer.Option(False, "--insecure", help="https: do not verify the server's certificate."),
     extra: list[str] | None = typer.Argument(
         None, hidden=True, help="More --goodput KEY:VALUE or --metadata KEY=VALUE values."
     ),
@@ -402,6 +518,7 @@ def bench(
     max_concurrency, request_rate, burstiness = load.max_concurrency, load.request_rate, load.burstiness
     try:
         formats = C.parse_outputs(outputs) if outputs else ()
+        in_ratio, out_ratio = C.parse_range_ratio(random_range_ratio)
     except ValueError as e:
         raise ServelabError(str(e)) from None
     auto_sweep = (request_rate or "").strip().lower() == "sweep"
@@ -423,15 +540,19 @@ def bench(
             headers=C.parse_headers(list(header or [])),
             model=model,
             served_model_name=served_model_name,
+            lora_modules=lora_modules or None,
+            lora_assignment=lora_assignment,
             tokenizer=tokenizer,
             trust_remote_code=trust_remote_code,
             tokenizer_mode=tokenizer_mode,
+            skip_tokenizer_init=skip_tokenizer_init,
             label=label,
             dataset_name=dataset_name,
             dataset_path=dataset_path,
             random_input_len=random_input_len,
-            random_output_len=random_output_len,
-            random_range_ratio=random_range_ratio,
+            random_output_len=random_output_len if output_len is None else output_len,
+            random_range_ratio=in_ratio,
+            random_output_range_ratio=out_ratio,
             random_range_rule=random_range_rule,
             use_chat_template=use_chat_template,
             dsv4=dsv4,
@@ -439,15 +560,21 @@ def bench(
             prefix_repetition_prefix_len=prefix_repetition_prefix_len,
             prefix_repetition_suffix_len=prefix_repetition_suffix_len,
             prefix_repetition_num_prefixes=prefix_repetition_num_prefixes,
-            prefix_repetition_output_len=prefix_repetition_output_len,
+            prefix_repetition_output_len=(prefix_repetition_output_len if output_len is None else output_len),
             multiturn_turns=multiturn_turns,
-            sharegpt_output_len=sharegpt_output_len,
-            custom_output_len=custom_output_len,
+            sharegpt_output_len=sharegpt_output_len if output_len is None else output_len,
+            custom_output_len=custom_output_len if output_len is None else output_len,
+            spec_bench_output_len=spec_bench_output_len if output_len is None else output_len,
+            spec_bench_category=spec_bench_category,
+            disable_shuffle=disable_shuffle,
+            no_oversample=no_oversample,
+            skip_chat_template=skip_chat_template,
+            chat_template_kwargs=_json_object(chat_template_kwargs, "--chat-template-kwargs"),
             sonnet_input_len=sonnet_input_len,
             sonnet_output_len=sonnet_output_len,
             sonnet_prefix_len=sonnet_prefix_len,
             hf_split=hf_split,
-            hf_output_len=hf_output_len,
+            hf_output_len=hf_output_len if output_len is None else output_len,
             speed_bench_dataset_subset=speed_bench_dataset_subset,
             speed_bench_category=speed_bench_category,
             speed_bench_output_len=speed_bench_output_len,
@@ -465,6 +592,12 @@ def bench(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
+            min_p=min_p,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            repetition_penalty=repetition_penalty,
+            logprobs=logprobs,
+            extra_body=_json_object(extra_body, "--extra-body"),
             stream=stream,
             ttft_at=ttft_at,
             goodput=C.parse_goodput(goodput_items),
@@ -472,7 +605,8 @@ def bench(
             metric_percentiles=[float(p) for p in metric_percentiles.split(",") if p.strip()],
             num_warmups=num_warmups,
             seed=seed,
-            save_result=save_result or save_detailed or bool(formats),
+            save_result=save_result or save_detailed or append_result or bool(formats),
+            append_result=append_result,
             save_detailed=save_detailed,
             result_dir=result_dir,
             metadata=C.parse_metadata(metadata_items),
@@ -482,8 +616,13 @@ def bench(
             live=False if disable_tqdm else live,
             progress_interval_s=progress_interval,
             use_uvloop=uvloop,
-            ready_check=ready_check,
+            ready_check=ready_check and ready_check_timeout_sec != 0,
+            ready_check_timeout_sec=ready_check_timeout_sec,
+            insecure=insecure,
+            server_profile=server_profile,
         )
+        if request_id_prefix is not None:  # unset: vLLM's, a fresh random one (BenchConfig's default)
+            base["request_id_prefix"] = request_id_prefix
         if backend is not None:
             base["backend"] = backend
         if num_prompts is not None:  # unset: a trace replays each of its sessions once (BenchConfig: 1000)
@@ -506,6 +645,16 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags=_FLAGS) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if simulate and server_profile:
+        raise ServelabError("--profile (the server's profiler): not with --simulate, which sends nothing")
+    if simulate and append_result:
+        raise ServelabError(
+            "--append-result: not with --simulate, whose result is the file --save-result writes"
+        )
+    if simulate and out_ratio is not None and out_ratio != in_ratio:
+        raise ServelabError(
+            "not simulated: the twin draws both lengths with one ratio", field="random_range_ratio"
+        )
     if simulate and as_json:
         raise ServelabError("--json: not with --simulate, whose result is the file --save-result writes")
     if simulate:
@@ -527,6 +676,7 @@ def bench(
         code = _simulate(points, auto_sweep, deployment, settings, calibration, saved)
         _write_outputs(result_filename, result_dir, saved, formats, as_json)
         return code
+    wait_for_server(points[0])
     if auto_sweep:
         if points[0].dataset_name == "trace":
             raise ServelabError(

@@ -113,11 +113,14 @@ def new_app(cls: type[TyperGroup]) -> typer.Typer:
 def register(app: typer.Typer, name: str) -> None:
     """Add command `name` to `app`, importing its module."""
     entry = COMMANDS[name]
-    target = getattr(import_module(f"servelab.cli.{entry.module}"), entry.attr)
+    module = import_module(f"servelab.cli.{entry.module}")
+    target = getattr(module, entry.attr)
     if isinstance(target, typer.Typer):
         app.add_typer(target, name=name, cls=WholeHelpGroup)
     else:
-        app.command(name, context_settings=entry.context_settings)(target)
+        # a command module may name its own click command class (bench: vLLM's options it refuses)
+        cls = getattr(module, "COMMAND_CLASS", None)
+        app.command(name, cls=cls, context_settings=entry.context_settings)(target)
 
 
 class LazyRoot(WholeHelpGroup):

@@ -47,11 +47,14 @@ def sample_lengths(
     ratio: float,
     special: int = 0,
     rule: RangeRule = "vllm",
+    out_ratio: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """n input lengths, then n output lengths, by vLLM's random-dataset rule or InferenceX's (see the module
-    docstring); outputs are at least 1 token by either."""
+    docstring); outputs are at least 1 token by either. `out_ratio`: the outputs' own ratio (vLLM's
+    --random-range-ratio '{"input": r1, "output": r2}'); None: `ratio`."""
     in_lo, in_hi = length_bounds(max(0, input_len - special), ratio, rule=rule)
-    out_lo, out_hi = length_bounds(output_len, ratio, minimum=1, rule=rule)
+    out_r = ratio if out_ratio is None else out_ratio
+    out_lo, out_hi = length_bounds(output_len, out_r, minimum=1, rule=rule)
     return rng.integers(in_lo, in_hi + 1, size=n), rng.integers(out_lo, out_hi + 1, size=n)
 
 
