@@ -20,14 +20,11 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
-from servelab.errors import ServelabError
 from servelab.recipes.capture.agentic import agentic_job_id, agentic_points
 from servelab.recipes.capture.sandbox import Sandbox
 from servelab.recipes.checkout_launch import row_env
 from servelab.recipes.engines.profiles import Extras
-from servelab.recipes.job import NO_AGENTIC_CLIENT
 from servelab.recipes.matrix import MatrixRow
-from servelab.recipes.pipelines import script
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 
@@ -161,13 +158,6 @@ def test_the_capture_reproduces_from_the_pinned_scripts(store, capture):
         for point, recipe, row, record in sample.values():
             got = box.run(record["script"], row_env(recipe, point.arm, row))
             assert got == {k: record[k] for k in ("argv", "env", "files", "bench") if k in record}
-
-
-def test_a_launched_agentic_job_has_no_runnable_script_yet(store, jobs):
-    job = next(j for j, *_ in _single_agentic(store, jobs) if j.launch is not None)
-    assert job.unrunnable == NO_AGENTIC_CLIENT
-    with pytest.raises(ServelabError, match="no trace replay client"):
-        script(job)
 
 
 def test_a_changed_agentic_script_gives_its_jobs_the_changed_launch(tmp_path):

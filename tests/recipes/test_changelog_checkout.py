@@ -115,7 +115,12 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
     """sh and buildkite script the jobs that have a launch and say in one line per reason which they leave
     out; eval-only jobs get scripts of their own beside the throughput job of the same point."""
     monkeypatch.chdir(
-        with_entry(checkout, tmp_path, ["dsv4-fp4-b200-vllm-agentic-mtp", "dsr1-fp8-h200-sglang"])
+        # the atom key's agentic rows have no launch (no servelab adapter); the vLLM key's replay a trace
+        with_entry(
+            checkout,
+            tmp_path,
+            ["dsv4-fp4-mi355x-atom-agentic-mtp", "dsv4-fp4-b200-vllm-agentic-mtp", "dsr1-fp8-h200-sglang"],
+        )
     )
     code, out, err = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "json")
     jobs = json.loads(out)
@@ -152,7 +157,8 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
 
 
 def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(with_entry(checkout, tmp_path, ["dsv4-fp4-b200-vllm-agentic-mtp"]))
+    # atom has no servelab adapter: none of the key's rows has a launch
+    monkeypatch.chdir(with_entry(checkout, tmp_path, ["dsv4-fp4-mi355x-atom-agentic-mtp"]))
     code, out, err = cli(
         monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "buildkite"
     )

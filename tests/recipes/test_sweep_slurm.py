@@ -24,6 +24,7 @@ from servelab.recipes.slurm import NodeProcess, SlurmOptions, multinode_script, 
 from servelab.recipes.sweep import expand
 
 IX = Path(__file__).parents[1] / "data" / "inferencex" / "configs"
+TRACE = IX.parent / "agentic" / "traces.jsonl"  # the trace an agentic job's script checks for
 MARKER = "PWNED"
 HOSTILE = [
     f"x; touch {MARKER}",
@@ -59,8 +60,8 @@ wait
 
 @pytest.fixture(scope="module")
 def ix_jobs():
-    """Single-node jobs of the pinned InferenceX sweep that servelab runs: three engines, 2-8 GPUs (agentic
-    jobs have a launch but no client yet: `unrunnable`)."""
+    """Single-node jobs of the pinned InferenceX sweep that servelab runs: three engines, 2-8 GPUs, agentic
+    trace replays among them."""
     store = open_store(IX)
     jobs = expand(store, [], Filters(node_type="single-node", seq_lens=["8k1k"], lowest_conc=True))
     return [j for j in jobs if j.unrunnable is None]
@@ -80,7 +81,12 @@ def stubs(tmp_path) -> dict:
     ):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STUB_LOG": str(log)}
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(log),
+        "SERVELAB_AGENTIC_TRACE": str(TRACE),
+    }
+    return {**os.environ, **env}
 
 
 def _log(env: dict) -> Path:
@@ -153,6 +159,7 @@ def test_each_task_runs_the_sh_scripts_launch(ix_jobs, stubs, tmp_path):
     first, last = directives(text)[1].removeprefix("--array=").split("-")
     tasks = range(int(first), int(last) + 1)  # the task ids sbatch gives the array
     assert len(tasks) == len(jobs)
+    assert any(j.scenario == "agentic-coding" for j in jobs)
     for i, job in zip(tasks, jobs, strict=True):
         r = _bash(text, tmp_path / "submit", stubs, SLURM_ARRAY_TASK_ID=str(i))
         assert r.returncode == 0, r.stderr
@@ -232,16 +239,16 @@ def test_cli_writes_the_array_to_a_directory(tmp_path):
 def test_a_large_sweep_is_split_into_arrays(ix_jobs, tmp_path, monkeypatch):
     monkeypatch.setattr(slurm, "MAX_ARRAY_TASKS", 50)
     listing = emit(ix_jobs, "slurm", tmp_path).split()
-    assert [Path(p).name for p in listing] == ["array-1.sbatch", "array-2.sbatch", "array-3.sbatch"]
+    parts = -(-len(ix_jobs) // 50)
+    assert parts >= 3
+    assert [Path(p).name for p in listing] == [f"array-{n}.sbatch" for n in range(1, parts + 1)]
     texts = [Path(p).read_text() for p in listing]
-    assert [directives(t)[1] for t in texts] == [
-        "--array=0-49",
-        "--array=0-49",
-        f"--array=0-{len(ix_jobs) - 101}",
+    assert [directives(t)[1] for t in texts] == ["--array=0-49"] * (parts - 1) + [
+        f"--array=0-{len(ix_jobs) - 50 * (parts - 1) - 1}"
     ]
     # job 50 is the second array's task 0
     assert f"cd -- {script_names(ix_jobs)[50].removesuffix('.sh')}\n" in texts[1].split("\n1)\n")[0]
-    with pytest.raises(ServelabError, match="3 scripts need an output directory"):
+    with pytest.raises(ServelabError, match=f"{parts} scripts need an output directory"):
         emit(ix_jobs, "slurm")
 
 

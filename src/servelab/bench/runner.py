@@ -416,10 +416,16 @@ def exit_code(cfg: BenchConfig, result: R.BenchResult, signum: int = signal.SIGI
     those --max-seconds left); else 0."""
     if result.interrupted:
         return 128 + signum
+    return 1 if lost(cfg, result) else 0
+
+
+def lost(cfg: BenchConfig, result: R.BenchResult) -> int:
+    """Requests that failed or were not sent, less those --max-seconds left unsent (a timed run, as
+    InferenceX's agentic replay, ends with sessions cut short)."""
     left_by_limit = 0
     if cfg.max_seconds is not None:
         left_by_limit = result.failure_reasons.get(NOT_SENT + MAX_SECONDS_REASON.format(cfg.max_seconds), 0)
-    return 1 if (result.failed or result.not_sent - left_by_limit) else 0
+    return result.failed + result.not_sent - left_by_limit
 
 
 def _save_somewhere(

@@ -38,15 +38,18 @@ class BenchSpec(BaseModel):
     tokenizer_mode: str | None = None
     trust_remote_code: bool = False
     dataset_name: DatasetName = "random"
-    random_input_len: int
-    random_output_len: int
-    random_range_ratio: float
+    # dataset trace (an agentic-coding job): its file is the user's, given at run time
+    # (SERVELAB_AGENTIC_TRACE), so the spec has no dataset_path; random lengths and num_prompts are unset
+    random_input_len: int | None = None
+    random_output_len: int | None = None
+    random_range_ratio: float | None = None
     random_range_rule: RangeRule | None = None
     use_chat_template: bool = False
     dsv4: bool = False
-    num_prompts: int
+    num_prompts: int | None = None
     max_concurrency: int
     request_rate: float | None = None
+    max_seconds: float | None = None
     endpoint: str | None = None
     num_warmups: int = 0
     ignore_eos: bool | None = None
@@ -84,10 +87,11 @@ class BenchSpec(BaseModel):
         """The point's BenchConfig fields less where results go and whom it asks (the run supplies those)."""
         return {k: v for k, v in self.model_dump(exclude_none=True).items() if k not in TARGET_FIELDS}
 
-    def config(self, where: str = "bench") -> BenchConfig:
-        """The load generator's config of this point, validated (bench's defaults where the spec is silent);
-        one line naming the field otherwise."""
+    def config(self, where: str = "bench", **extra) -> BenchConfig:
+        """The load generator's config of this point (and `extra` fields: a trace's dataset_path, given at
+        run time), validated (bench's defaults where the spec is silent); one line naming the field
+        otherwise."""
         try:
-            return BenchConfig(**self.model_dump(exclude_none=True))
+            return BenchConfig(**self.model_dump(exclude_none=True), **extra)
         except ValidationError as e:
             raise ServelabError.from_validation(e, where) from None

@@ -190,10 +190,13 @@ def _print_plan(d: dict) -> None:
     for p in d["bench"]:
         f = p["fields"]
         extra = {k: v for k, v in f.items() if k not in _SHOWN}
+        if f.get("dataset_name") == "trace":
+            what = f"trace {f['dataset_path']}"
+        else:
+            what = f"in {f['random_input_len']} out {f['random_output_len']} prompts {f['num_prompts']}"
         _line(
-            f"  bench {p['config']}: in {f['random_input_len']} out {f['random_output_len']} prompts "
-            f"{f['num_prompts']} conc {f['max_concurrency']} warm-ups {f['num_warmups']} x{p['repetitions']}"
-            + (f" {json.dumps(extra)}" if extra else "")
+            f"  bench {p['config']}: {what} conc {f['max_concurrency']} warm-ups {f.get('num_warmups', 0)} "
+            f"x{p['repetitions']}" + (f" {json.dumps(extra)}" if extra else "")
         )
     for t in d["gsm8k"]:
         _line(f"  gsm8k {t['task']}: {t['num_fewshot']}-shot {json.dumps(t['model_args'])}")
@@ -209,8 +212,8 @@ def _line(text: str) -> None:
 
 
 _SHOWN = {
-    "dataset_name", "random_input_len", "random_output_len", "num_prompts", "max_concurrency", "num_warmups",
-    "ignore_eos",
+    "dataset_name", "dataset_path", "random_input_len", "random_output_len", "num_prompts", "max_concurrency",
+    "num_warmups", "ignore_eos",
 }  # fmt: skip
 # what the summary shows of each stage (--json and `servelab results show` have every metric)
 _KEY_METRICS = {

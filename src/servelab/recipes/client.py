@@ -73,6 +73,28 @@ def bench_spec(recipe, seq, conc: int, filename: str, script: ClientOptions | No
     )
 
 
+def trace_spec(recipe, conc: int, duration: int, filename: str) -> BenchSpec:
+    """An agentic-coding job's benchmark point: the trace replay InferenceX's agentic job runs (its AIPerf
+    replay, benchmark_lib.sh's build_replay_cmd): `conc` sessions at a time on the chat API, streamed, the
+    traces replayed again and again for the row's `duration` seconds, the tokenizer's own code trusted.
+    The trace file is not part of the job: `servelab run` takes it from SERVELAB_AGENTIC_TRACE (servelab
+    never downloads at run time)."""
+    c = recipe.client
+    return BenchSpec(
+        base_url=server_url(recipe),
+        model=recipe.model,
+        backend="openai-chat",
+        trust_remote_code=True,
+        dataset_name="trace",  # idle gaps cut at 300 s: bench's default, InferenceX's cap
+        max_concurrency=conc,
+        max_seconds=duration,
+        endpoint="/v1/chat/completions",
+        save_result=True,
+        result_dir=c.result_dir,
+        result_filename=filename,
+    )
+
+
 def eval_spec(recipe, ev) -> EvalSpec:
     """An lm-eval entry of the recipe against the job's server (perf-eval's flow)."""
     return EvalSpec(

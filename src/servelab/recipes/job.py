@@ -26,9 +26,10 @@ from servelab.recipes.schema import Bound
 JOB_FORMAT = 2
 AGENTIC_CODING = "agentic-coding"
 NO_AGENTIC_CLIENT = (
-    "agentic-coding: the server launch is rendered, but a sweep job has no trace replay client yet "
-    "(servelab bench --trace)"
+    "agentic-coding: the job has no trace replay point (its row gives no single concurrency and duration)"
 )
+# Where `servelab run` (and a job's script) finds the trace an agentic-coding job replays
+AGENTIC_TRACE_ENV = "SERVELAB_AGENTIC_TRACE"
 JOB_FORMATS = (1, 2)
 COMPLETIONS = "/v1/completions"
 
@@ -111,9 +112,9 @@ class Job(BaseModel):
 
     @property
     def unrunnable(self) -> str | None:
-        """Why `servelab run` cannot run the job (None: it can): no launch, or an agentic-coding job, whose
-        server launch is rendered but whose trace replay client (`servelab bench --trace`, fed the trace
-        upstream's job downloads) is not part of a sweep job yet."""
+        """Why `servelab run` cannot run the job (None: it can): no launch, or an agentic-coding job without
+        a trace replay point (a job file written before sweep jobs had one). An agentic job's trace file is
+        given at run time (AGENTIC_TRACE_ENV), so it does not decide whether the job can run."""
         if self.launch is None:
             return self.not_renderable
         if not self.benches and self.scenario == AGENTIC_CODING:

@@ -8,6 +8,7 @@ import shlex
 from collections import Counter
 
 from servelab.errors import ServelabError
+from servelab.recipes.job import AGENTIC_CODING, AGENTIC_TRACE_ENV
 from servelab.recipes.ladder import seq_len_name
 from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.yamlio import dump_yaml
@@ -47,7 +48,9 @@ def to_github(jobs, launcher: str = DEFAULT_LAUNCHER) -> str:
     families: dict[str, list[dict]] = {}
     for j in jobs:
         row = {**j.matrix_entry(), "queue": j.queue}
-        if j.unrunnable is None:
+        # an agentic job is run from its job file (sh, buildkite, slurm): a recipe key, arm and concurrency
+        # do not name it
+        if j.unrunnable is None and j.scenario != AGENTIC_CODING:
             row["run"] = shlex.join(recipe_run_argv(j, launcher))
         families.setdefault(github_family(j), []).append(row)
     out = {}
@@ -146,7 +149,17 @@ def job_lines(job, launcher: str = DEFAULT_LAUNCHER, prefix: list[str] | None = 
         raise ServelabError(f"{job.label()}: no script can be written: {job.unrunnable}")
     if launcher not in LAUNCHERS:
         raise ServelabError(f"launcher {launcher!r}: expected direct or docker")
-    return job_file_lines(job) + [shlex.join([*(prefix or []), *run_argv(job, launcher)])]
+    return trace_lines(job) + job_file_lines(job) + [shlex.join([*(prefix or []), *run_argv(job, launcher)])]
+
+
+def trace_lines(job) -> list[str]:
+    """An agentic job replays the trace file SERVELAB_AGENTIC_TRACE names (`servelab run` reads it there);
+    without one the script stops in one line, exit 2, before any server starts."""
+    if job.point.eval_only or not any(b.dataset_name == "trace" for b in job.benches):
+        return []  # an eval-only job runs no benchmark
+    var = AGENTIC_TRACE_ENV
+    why = f"{var}: set it to the trace file this agentic-coding job replays (InferenceX's trace format)"
+    return [f'[ -f "${{{var}:-}}" ] || {{ echo {shlex.quote(why)} >&2; exit 2; }}']
 
 
 def job_file_lines(job) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
 from servelab.recipes.checkout_launch import LaunchOrigin
-from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client
+from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client, trace_spec
 from servelab.recipes.engines import JobPoint, Launch, render
 from servelab.recipes.engines.profiles import AGENTIC
 from servelab.recipes.filters import Filters
@@ -74,9 +74,13 @@ def _origin(store, recipe, point: Point, row: MatrixRow) -> LaunchOrigin | None:
 
 
 def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[BenchSpec]:
-    if point.scenario == "agentic-coding":
-        return []
     row = MatrixRow.model_validate(point.row)
+    if point.scenario == AGENTIC:
+        # a multinode agentic row (several concurrencies on one deployment) has no servelab launch yet
+        if row.multinode or len(concs) != 1 or row.duration is None:
+            return []
+        name = result_filename(key, row.exp_name, point.arm, concs[0])
+        return [trace_spec(recipe, concs[0], row.duration, name)]
     out = []
     for conc in concs:
         if row.prefill is None or row.decode is None:

@@ -4,6 +4,7 @@ concurrency) and build its plan."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
+from servelab.recipes.job import AGENTIC_TRACE_ENV
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import Job, expand
 from servelab.recipes.workload import is_workload, parse_workload
@@ -62,10 +64,12 @@ def plan_from(
 ) -> tuple[RunPlan, str | None]:
     """The plan, and the perf-eval GPU profile where the source names one."""
     kw = {"stages": stages, "repetitions": repetitions, "assertions": assertions}
+    # an agentic-coding job's trace: the user's file (the job's script checks it first)
+    trace = os.environ.get(AGENTIC_TRACE_ENV)
     if job is not None:
         if source is not None:
             raise ServelabError("give a workload file, a recipe key or --job, not two of them", field="job")
-        return from_job(read_job(job, job_index), str(job), **kw), None  # type: ignore[arg-type]
+        return from_job(read_job(job, job_index), str(job), trace=trace, **kw), None  # type: ignore[arg-type]
     if source is None:
         raise ServelabError(
             "nothing to run: give a workload file, a recipe key, or --job FILE", field="source"
@@ -88,4 +92,4 @@ def plan_from(
         raise ServelabError(f"{source}: no arm runs at concurrency {conc}", field="conc")
     picked = pick_job(jobs, source, arm, seq_len)
     recipe = store.recipes[picked.key]
-    return from_job(picked, f"recipe {picked.key}", **kw), recipe.gpu_profile  # type: ignore[arg-type]
+    return from_job(picked, f"recipe {picked.key}", trace=trace, **kw), recipe.gpu_profile  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -24,7 +25,7 @@ from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
 from servelab.recipes.gpu_profiles import profile_for
-from servelab.recipes.job import EvalSpec, Job
+from servelab.recipes.job import AGENTIC_TRACE_ENV, EvalSpec, Job
 from servelab.recipes.pipelines import arm_name
 from servelab.recipes.workload import (
     PerfEvalWorkload,
@@ -311,9 +312,11 @@ def from_job(
     stages: list[str] | None = None,
     repetitions: int | None = None,
     assertions: Sequence[str] = (),
+    trace: str | None = None,
 ) -> RunPlan:
     """The plan of one sweep job: its rendered launch, its client point, its evals (when the row runs them)
-    and the recipe's assertions."""
+    and the recipe's assertions. An agentic-coding job's point replays `trace` (the user's file: servelab
+    never downloads at run time)."""
     if job.launch is None or not job.benches:
         raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
     if len(job.benches) > 1:
@@ -325,30 +328,49 @@ def from_job(
         launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
     )
     where = f"{source}: {job.label()}"
-    bench.config(f"{where}: bench")  # bad values are bad input now, before a server starts
-    point = BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, bench.options())
+    tasks = [_lm_task(ev) for ev in job.evals]
+    # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
+    chosen = choose_stages(
+        ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []), stages, source
+    )
+    fields = bench.options()
+    if bench.dataset_name == "trace" and StageName.BENCH in chosen:
+        fields["dataset_path"] = trace_file(trace, where)
+    if bench.dataset_name != "trace" or "dataset_path" in fields:
+        # bad values are bad input now, before a server starts
+        bench.config(f"{where}: bench", **{k: v for k, v in fields.items() if k == "dataset_path"})
+    point = BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, fields)
     texts = []
     for metric, bound in job.assertions.items():
         if bound.min is not None:
             texts.append(f"bench.{metric} >= {bound.min}")
         if bound.max is not None:
             texts.append(f"bench.{metric} <= {bound.max}")
-    tasks = [_lm_task(ev) for ev in job.evals]
     return RunPlan(
         name=job.key,
         source=source,
         server=server,
-        # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
-        stages=choose_stages(
-            ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []),
-            stages,
-            source,
-        ),
+        stages=chosen,
         bench=[point],
         lm_tasks=tasks,
         assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
         fingerprint=job.fingerprint,
     )
+
+
+def trace_file(trace: str | None, where: str) -> str:
+    """The trace file an agentic-coding job replays, as an absolute path; one line when there is none."""
+    if not trace:
+        raise ServelabError(
+            f"{where}: an agentic-coding job replays a trace file: set {AGENTIC_TRACE_ENV} to one "
+            "(InferenceX's trace format, docs/bench.md)"
+        )
+    path = Path(trace)
+    if not path.is_file():
+        raise ServelabError(
+            f"{trace}: no such file ({AGENTIC_TRACE_ENV}: the trace an agentic-coding job replays)"
+        )
+    return str(path.resolve())
 
 
 def pick_job(jobs: list[Job], key: str, arm: str | None, seq: str | None) -> Job:

@@ -17,7 +17,7 @@ from pathlib import Path
 from servelab.bench.agentic.run import run_trace_point
 from servelab.bench.config import BenchConfig
 from servelab.bench.processes import WorkerPool
-from servelab.bench.runner import run_point
+from servelab.bench.runner import lost, run_point
 from servelab.errors import ServelabError
 from servelab.registry import Registry
 from servelab.results.importers import vllm_entry
@@ -81,12 +81,12 @@ def run_bench(
         output.artifacts.append(Path(result.records_file))
     if result.interrupted:
         raise BenchInterrupted(code - 128, output)  # run_point's code is 128 + the signal
-    lost = result.failed + result.not_sent
-    if lost:
+    missing = lost(cfg, result)
+    if missing:
         reasons = "; ".join(f"{n}x {r}" for r, n in list(result.failure_reasons.items())[:3])
-        raise BenchIncomplete(
-            f"{lost} of {cfg.num_prompts} requests failed or were not sent ({reasons})", output
-        )
+        # a trace replay's requests are its sessions' turns: no request count was asked for
+        of = "" if cfg.dataset_name == "trace" else f" of {cfg.num_prompts}"
+        raise BenchIncomplete(f"{missing}{of} requests failed or were not sent ({reasons})", output)
     return output
 
 
