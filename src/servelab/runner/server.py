@@ -6,7 +6,7 @@ a server that dies on bind while another process answers on its port would other
 other one. A watchdog process (runner/watchdog.py) tears the group down if servelab itself is killed."""
 
 import os
-import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -41,7 +41,7 @@ def free_port(lo: int, hi: int) -> int:
     """A port in [lo, hi) that 127.0.0.1 can bind now, tried from a random one onwards: two processes that ask
     at once (parallel test workers, two runs on one machine) would both get the first free one, and one of
     their servers would fail to bind it."""
-    start = random.randrange(hi - lo)
+    start = secrets.randbelow(hi - lo)  # the OS's randomness: a seeded `random` repeats in every process
     for port in (lo + (start + i) % (hi - lo) for i in range(hi - lo)):
         with socket.socket() as s:
             try:
