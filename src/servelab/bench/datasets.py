@@ -472,23 +472,9 @@ def _custom(cfg: BenchConfig, maker: _TextMaker) -> list[BenchItem]:
     path = Path(cfg.dataset_path or "")
     items: list[BenchItem] = []
     rows: list[tuple[str, int]] = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise ServelabError(f"--dataset-path {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ServelabError(f"--dataset-path {path}: not UTF-8 text") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ServelabError(f"--dataset-path {path}:{n}: not JSON ({e.msg})") from None
-        except RecursionError:
-            raise ServelabError(f"--dataset-path {path}:{n}: nested too deeply") from None
+    for n, row in _jsonl(path):
         prompt = row.get("prompt") if isinstance(row, dict) else None
-        if not isinstance(prompt, str):
+        if not isinstance(row, dict) or not isinstance(prompt, str):
             raise ServelabError(f'--dataset-path {path}:{n}: expected {{"prompt": "...", "output_len": N}}')
         out_len = next((row[k] for k in ("output_len", "output_tokens") if row.get(k) is not None), None)
         if out_len is None and cfg.custom_output_len == -1:

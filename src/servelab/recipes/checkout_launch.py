@@ -67,46 +67,31 @@ class LaunchOrigin:
 
 def row_env(recipe, arm, row) -> dict[str, str]:
     """The environment InferenceX gives the launch script of a sweep job (`row`, a single-node MatrixRow)."""
+    layout = {
+        "model": recipe.model,
+        "model_prefix": recipe.model_prefix,
+        "precision": recipe.precision,
+        "framework": recipe.framework,
+        "image": recipe.image,
+        "tp": arm.tp_,
+        "pp": arm.pp_,
+        "dcp": arm.dcp_size,
+        "pcp": arm.pcp_size,
+        "ep": arm.ep_,
+        "dp_attn": arm.dp_attn_,
+        "conc": row.conc,
+        "spec": arm.spec_,
+        "exp_name": row.exp_name,
+    }
     if row.scenario_type == AGENTIC:  # no lengths; the KV offload settings
         return agentic_job_env(
-            model=recipe.model,
-            model_prefix=recipe.model_prefix,
-            precision=recipe.precision,
-            framework=recipe.framework,
-            image=recipe.image,
-            tp=arm.tp_,
-            pp=arm.pp_,
-            dcp=arm.dcp_size,
-            pcp=arm.pcp_size,
-            ep=arm.ep_,
-            dp_attn=arm.dp_attn_,
-            conc=row.conc,
-            spec=arm.spec_,
-            exp_name=row.exp_name,
             kv_offloading=row.kv_offloading or "none",
             kv_offload_backend=row.kv_offload_backend,
             total_cpu_dram_gb=row.total_cpu_dram_gb or 0,
             duration=row.duration or 0,
+            **layout,
         )
-    return job_env(
-        model=recipe.model,
-        model_prefix=recipe.model_prefix,
-        precision=recipe.precision,
-        framework=recipe.framework,
-        image=recipe.image,
-        isl=row.isl,
-        osl=row.osl,
-        max_model_len=row.max_model_len,
-        tp=arm.tp_,
-        pp=arm.pp_,
-        dcp=arm.dcp_size,
-        pcp=arm.pcp_size,
-        ep=arm.ep_,
-        dp_attn=arm.dp_attn_,
-        conc=row.conc,
-        spec=arm.spec_,
-        exp_name=row.exp_name,
-    )
+    return job_env(isl=row.isl, osl=row.osl, max_model_len=row.max_model_len, **layout)
 
 
 class CheckoutScripts:

@@ -100,16 +100,13 @@ def scripts_in(benchmarks: Path) -> set[str]:
     return {p.relative_to(benchmarks).as_posix() for root in roots for p in root.rglob("*.sh")}
 
 
-def job_env(
+def _layout_env(
     *,
     model: str,
     model_prefix: str,
     precision: str,
     framework: str,
     image: str,
-    isl: int,
-    osl: int,
-    max_model_len: int,
     tp: int,
     pp: int,
     dcp: int,
@@ -120,7 +117,8 @@ def job_env(
     spec: str,
     exp_name: str,
 ) -> dict[str, str]:
-    """The environment InferenceX's benchmark template gives a single-node job's launch script."""
+    """What InferenceX's benchmark template gives every single-node job's script: the model, the image and
+    the parallel layout at one concurrency."""
     return {
         **BASE_ENV,
         "MODEL": model,
@@ -128,9 +126,6 @@ def job_env(
         "PRECISION": precision,
         "FRAMEWORK": framework,
         "IMAGE": image,
-        "ISL": str(isl),
-        "OSL": str(osl),
-        "MAX_MODEL_LEN": str(max_model_len),
         "TP": str(tp),
         "PP_SIZE": str(pp),
         "DCP_SIZE": str(dcp),
@@ -141,6 +136,12 @@ def job_env(
         "SPEC_DECODING": spec,
         "EXP_NAME": exp_name,
     }
+
+
+def job_env(*, isl: int, osl: int, max_model_len: int, **layout) -> dict[str, str]:
+    """The environment InferenceX's benchmark template gives a single-node job's launch script: the layout
+    (`_layout_env`'s keywords) and the sequence lengths."""
+    return {**_layout_env(**layout), "ISL": str(isl), "OSL": str(osl), "MAX_MODEL_LEN": str(max_model_len)}
 
 
 # InferenceX's benchmark template gives agentic jobs these (.github/workflows/benchmark-tmpl.yml): the
@@ -156,47 +157,20 @@ AGENTIC_BASE_ENV = {
 
 def agentic_job_env(
     *,
-    model: str,
-    model_prefix: str,
-    precision: str,
-    framework: str,
-    image: str,
-    tp: int,
-    pp: int,
-    dcp: int,
-    pcp: int,
-    ep: int,
-    dp_attn: bool,
-    conc: int,
-    spec: str,
-    exp_name: str,
     kv_offloading: str,
     kv_offload_backend: dict | None,
     total_cpu_dram_gb: int,
     duration: int,
+    **layout,
 ) -> dict[str, str]:
     """The environment InferenceX's benchmark template gives a single-node agentic-coding job's script: the
-    layout, no sequence lengths (trace replay), and the row's KV offload settings: KV_OFFLOADING,
-    KV_OFFLOAD_BACKEND (the backend's name, empty without offload), TOTAL_CPU_DRAM_GB (the DRAM budget,
-    matrix.py `dram_offload_gb`) and DURATION. (The template's KV_OFFLOAD_BACKEND_METADATA, the backend as
-    JSON, is read by no script nor by benchmark_lib.sh.)"""
+    layout (`_layout_env`'s keywords), no sequence lengths (trace replay), and the row's KV offload settings:
+    KV_OFFLOADING, KV_OFFLOAD_BACKEND (the backend's name, empty without offload), TOTAL_CPU_DRAM_GB (the DRAM
+    budget, matrix.py `dram_offload_gb`) and DURATION. (The template's KV_OFFLOAD_BACKEND_METADATA, the
+    backend as JSON, is read by no script nor by benchmark_lib.sh.)"""
     return {
-        **BASE_ENV,
+        **_layout_env(**layout),
         **AGENTIC_BASE_ENV,
-        "MODEL": model,
-        "MODEL_PREFIX": model_prefix,
-        "PRECISION": precision,
-        "FRAMEWORK": framework,
-        "IMAGE": image,
-        "TP": str(tp),
-        "PP_SIZE": str(pp),
-        "DCP_SIZE": str(dcp),
-        "PCP_SIZE": str(pcp),
-        "EP_SIZE": str(ep),
-        "DP_ATTENTION": "true" if dp_attn else "false",
-        "CONC": str(conc),
-        "SPEC_DECODING": spec,
-        "EXP_NAME": exp_name,
         "KV_OFFLOADING": kv_offloading,
         "KV_OFFLOAD_BACKEND": kv_offload_backend["name"] if kv_offload_backend else "",
         "TOTAL_CPU_DRAM_GB": str(total_cpu_dram_gb),
