@@ -1,10 +1,17 @@
 """Settings for the whole test session."""
 
+import os
 import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from servelab.cachedir import ENV_DIR
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def pytest_configure(config):
@@ -69,3 +76,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
         f"{failed} failed"
     )
+
+
+@pytest.fixture
+def mock_url():
+    """servelab's mock OpenAI server (model `mock-model`) in a process of its own, on a free port; its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--model", "mock-model"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert proc.stdout is not None and "listening" in proc.stdout.readline()
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)

@@ -2,10 +2,10 @@
 folder of each test's own."""
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitkit import git
 
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store
@@ -31,11 +31,6 @@ def store_dir(tmp_path) -> Path:
 @pytest.fixture
 def shipped():
     return open_store(DATA_DIR)
-
-
-def git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
-    return r.stdout.strip()
 
 
 class Repo:

@@ -6,7 +6,6 @@ replays it against servelab's mock server, keeping the per-turn results."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -102,23 +101,6 @@ def _servelab(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": SRC, **env},
     )
-
-
-@pytest.fixture
-def mock_url():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--model", "mock-model"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
-    assert proc.stdout is not None and "listening" in proc.stdout.readline()
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
 
 
 def test_servelab_run_replays_the_trace_and_keeps_per_turn_results(job, tmp_path, mock_url):

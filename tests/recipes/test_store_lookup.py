@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import git
+from gitkit import git
 
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store

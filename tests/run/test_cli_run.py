@@ -4,7 +4,6 @@ printing its stored table."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,23 +12,6 @@ import pytest
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 pytestmark = pytest.mark.timeout(300)  # hang guard only
-
-
-@pytest.fixture
-def mock_url():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servelab.bench.mock_server", "--port", str(port), "--model", "mock-model"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
-    assert proc.stdout is not None and "listening" in proc.stdout.readline()
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
 
 
 def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
