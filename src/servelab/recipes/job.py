@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servelab.bench.spec import BenchSpec
 from servelab.engines import argv as argv_reader
 from servelab.errors import ServelabError
-from servelab.recipes.engines import Launch
+from servelab.recipes.engines import Deployment, Launch
 from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.schema import Bound
 
@@ -50,6 +50,7 @@ SERVELAB_FIELDS = (
     "launch-script-changed",
     "launch-source",
     "launch-derive-failed",
+    "deployment",
 )
 
 
@@ -86,6 +87,11 @@ class Job(BaseModel):
     row: dict = Field(description="InferenceX's matrix row, as its generator prints it")
     image_digest: str | None = None
     launch: Launch | None
+    deployment: Deployment | None = Field(
+        None,
+        description="a multinode or disaggregated job's processes (prefill, decode, router, ...) in place of "
+        "one server's launch; in the JSON only when set",
+    )
     not_renderable: str | None = Field(None, description="why there is no launch (or no client)")
     secret_env: list[str] = Field(default_factory=list)
     benches: list[BenchSpec] = Field(default_factory=list, description="one per concurrency of the row")
@@ -115,7 +121,7 @@ class Job(BaseModel):
         """Why `servelab run` cannot run the job (None: it can): no launch, or an agentic-coding job without
         a trace replay point (a job file written before sweep jobs had one). An agentic job's trace file is
         given at run time (AGENTIC_TRACE_ENV), so it does not decide whether the job can run."""
-        if self.launch is None:
+        if self.launch is None and self.deployment is None:
             return self.not_renderable
         if not self.benches and self.scenario == AGENTIC_CODING:
             return NO_AGENTIC_CLIENT
@@ -171,6 +177,7 @@ class Job(BaseModel):
                 ("launch-script-changed", self.launch_script_changed),
                 ("launch-source", self.launch_source),
                 ("launch-derive-failed", self.launch_derive_failed),
+                ("deployment", None if self.deployment is None else self.deployment.model_dump()),
             )
             if value
         }

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError, closest
 from servelab.recipes.engines import sglang, trtllm, vllm
-from servelab.recipes.engines.base import Launch
+from servelab.recipes.engines.base import Deployment, Launch, NodeProcess, Role
 from servelab.recipes.engines.profiles import AGENTIC, Extras, JobPoint, hardware_of, profile_for
 
 ENGINES: dict[Engine, Callable[..., Launch]] = {
@@ -74,4 +74,14 @@ def render(
     return ENGINES[engine](recipe, arm, max_model_len, port or recipe.client.port, extra)
 
 
-__all__ = ["ENGINES", "Extras", "JobPoint", "Launch", "engine_name", "render"]
+__all__ = [
+    "ENGINES",
+    "Deployment",
+    "Extras",
+    "JobPoint",
+    "Launch",
+    "NodeProcess",
+    "Role",
+    "engine_name",
+    "render",
+]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from servelab.engines.grammar import json_arg
 from servelab.engines.names import Engine
@@ -26,6 +27,54 @@ class Launch(BaseModel):
         for path in v:
             check_launch_file(path)
         return v
+
+
+class Role(StrEnum):
+    """What one process of a deployment is."""
+
+    PREFILL = "prefill"  # a prefill server of a disaggregated deployment
+    DECODE = "decode"  # a decode server of a disaggregated deployment
+    WORKER = "worker"  # an aggregated server (prefill and decode), one of several behind a router
+    ROUTER = "router"  # the front the benchmark sends to (a router, a frontend, a proxy)
+    SIDE = "side"  # a process the others need and the benchmark never talks to (etcd, NATS, a KV store)
+
+
+class NodeProcess(BaseModel):
+    """One process of a deployment: what it runs, on which node, and how to know it is up."""
+
+    role: Role
+    node: int = Field(0, ge=0, description="index of the node it runs on, 0 first")
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = Field(None, description="the port it serves on; None: no HTTP endpoint")
+    health_path: str | None = Field("/health", description="GET path that answers 200 once it is up")
+    gpus: int = Field(0, ge=0, description="GPUs it uses on its node")
+
+
+class Deployment(BaseModel):
+    """Several processes over one or more nodes that serve as one endpoint (disaggregated prefill/decode,
+    replicas behind a router): what a multinode job launches in place of one server."""
+
+    nodes: int = Field(ge=1)
+    processes: list[NodeProcess] = Field(min_length=1)
+    endpoint: int = Field(ge=0, description="index in processes of the one the benchmark sends to")
+    files: dict[str, str] = Field(default_factory=dict, description="relative path -> content")
+
+    @field_validator("files")
+    @classmethod
+    def _files_stay_in_the_run_folder(cls, v: dict[str, str]) -> dict[str, str]:
+        for path in v:
+            check_launch_file(path)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Deployment:
+        if self.endpoint >= len(self.processes) or self.processes[self.endpoint].port is None:
+            raise ValueError(f"endpoint {self.endpoint} is not a process with a port")
+        for p in self.processes:
+            if p.node >= self.nodes:
+                raise ValueError(f"a {p.role} process is on node {p.node}; the deployment has {self.nodes}")
+        return self
 
 
 # a segment of a launch file's path: a plain name (no `..`, no `~`, no backslash, no control character)
@@ -64,4 +113,13 @@ def refuse(engine: Engine, recipe, fields: list[str]) -> None:
         )
 
 
-__all__ = ["Launch", "base_env", "check_launch_file", "json_arg", "refuse"]
+__all__ = [
+    "Deployment",
+    "Launch",
+    "NodeProcess",
+    "Role",
+    "base_env",
+    "check_launch_file",
+    "json_arg",
+    "refuse",
+]
