@@ -35,7 +35,7 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def deployment(tmp_path: Path, die: bool = False) -> Deployment:
+def deployment(tmp_path: Path, die: bool = False, more: tuple[str, ...] = ()) -> Deployment:
     """Two mock workers (each logging its completion requests) and the proxy in front; listed router first,
     so the start order is the runner's, not the list's."""
     w0, w1, front = free_ports(3)
@@ -51,6 +51,7 @@ def deployment(tmp_path: Path, die: bool = False) -> Deployment:
             "mock-model",
         ]
         argv += ["--token-delay-ms", "1", "--log-requests", str(tmp_path / f"requests-{n}.jsonl")]
+        argv += list(more) if n == 1 else []
         if die and n == 1:
             argv = [sys.executable, "-c", "import sys; print('worker: out of memory'); sys.exit(7)"]
         return NodeProcess(role=Role.WORKER, argv=argv, port=port, env={"HF_TOKEN": SECRET})
@@ -164,6 +165,16 @@ def test_a_worker_dying_before_the_gate_fails_the_run_naming_it(tmp_path):
     assert error.startswith(f"worker 1 ({sys.executable}) exited with 7 before the deployment was healthy")
     assert "worker: out of memory" in error
     assert not (tmp_path / "requests-0.jsonl").exists() or not (tmp_path / "requests-0.jsonl").read_text()
+
+
+def test_a_worker_dying_mid_benchmark_ends_the_run_as_error_naming_it(tmp_path):
+    path = job_file(tmp_path, deployment(tmp_path, more=("--die-after-requests", "2")))
+    r = servelab("run", "--job", str(path), "--store", "r.db", "--json", cwd=tmp_path)
+    assert r.returncode == 3, r.stdout + r.stderr
+    [error] = json.loads(r.stdout)["errors"]
+    assert error.startswith(f"worker 1 ({sys.executable}) exited with ") and " during bench " in error
+    pgids = [int(g) for g in r.stderr.split("process groups ")[1].split(")")[0].split(", ")]
+    assert not any(group_members(g) for g in pgids)
 
 
 def test_a_process_on_another_node_is_refused_before_anything_starts(tmp_path):

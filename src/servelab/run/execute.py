@@ -265,11 +265,9 @@ class _Runner:
                 raise
             self.record(row, output, started, run_dir)
             self.say(f"{name}: {row.status}" + (f" ({row.detail})" if row.detail else ""))
-            exited = (
-                None
-                if row.status != StageStatus.ERROR or server is None
-                else server.exit_note(f"during {name}")
-            )
+            # a deployment is looked at after every row: its router may have hidden a worker's death
+            look = row.status == StageStatus.ERROR or isinstance(server, LocalDeployment)
+            exited = server.exit_note(f"during {name}") if look and server is not None else None
             if exited:
                 self.errors.append(exited)
                 self.writer.record_stage(
