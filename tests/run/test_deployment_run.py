@@ -1,12 +1,15 @@
 """`servelab run --job` on a job with a deployment (no launch): two mock OpenAI servers as workers behind a
 round-robin proxy as the router (tests/run/rr_proxy.py). The plan view shows every process; the run starts
 them in order, benchmarks the router's port, records the processes (secrets redacted) and tears everything
-down; a worker that dies before the gate fails the run in one line naming it."""
+down; a worker that dies (before the gate or mid-benchmark) fails the run in one line naming it; SIGINT
+and SIGTERM mid-benchmark leave nothing running."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +38,9 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def deployment(tmp_path: Path, die: bool = False, more: tuple[str, ...] = ()) -> Deployment:
+def deployment(
+    tmp_path: Path, die: bool = False, more: tuple[str, ...] = (), delay_ms: int = 1
+) -> Deployment:
     """Two mock workers (each logging its completion requests) and the proxy in front; listed router first,
     so the start order is the runner's, not the list's."""
     w0, w1, front = free_ports(3)
@@ -50,7 +55,7 @@ def deployment(tmp_path: Path, die: bool = False, more: tuple[str, ...] = ()) ->
             "--model",
             "mock-model",
         ]
-        argv += ["--token-delay-ms", "1", "--log-requests", str(tmp_path / f"requests-{n}.jsonl")]
+        argv += ["--token-delay-ms", str(delay_ms), "--log-requests", str(tmp_path / f"requests-{n}.jsonl")]
         argv += list(more) if n == 1 else []
         if die and n == 1:
             argv = [sys.executable, "-c", "import sys; print('worker: out of memory'); sys.exit(7)"]
@@ -64,7 +69,7 @@ def deployment(tmp_path: Path, die: bool = False, more: tuple[str, ...] = ()) ->
     return Deployment(nodes=1, processes=[router, worker(w0, 0), worker(w1, 1)], endpoint=0)
 
 
-def job_file(tmp_path: Path, dep: Deployment) -> Path:
+def job_file(tmp_path: Path, dep: Deployment, prompts: int = 8) -> Path:
     """A sweep job of a shipped recipe, its launch replaced by the deployment and its point made small."""
     [job] = [
         j
@@ -72,7 +77,7 @@ def job_file(tmp_path: Path, dep: Deployment) -> Path:
         if not j.evals
     ][:1]
     bench = job.benches[0].model_copy(
-        update={"random_input_len": 16, "random_output_len": 4, "num_prompts": 8, "num_warmups": 0}
+        update={"random_input_len": 16, "random_output_len": 4, "num_prompts": prompts, "num_warmups": 0}
     )
     row = job.row | {"model": "mock-model"}
     job = job.model_copy(update={"launch": None, "deployment": dep, "benches": [bench], "row": row})
@@ -175,6 +180,29 @@ def test_a_worker_dying_mid_benchmark_ends_the_run_as_error_naming_it(tmp_path):
     assert error.startswith(f"worker 1 ({sys.executable}) exited with ") and " during bench " in error
     pgids = [int(g) for g in r.stderr.split("process groups ")[1].split(")")[0].split(", ")]
     assert not any(group_members(g) for g in pgids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_benchmark_tears_every_process_down(tmp_path, sig):
+    path = job_file(tmp_path, deployment(tmp_path, delay_ms=50), prompts=400)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab.cli.main", "run", "--job", str(path), "--store", "r.db", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    logged = [tmp_path / f"requests-{n}.jsonl" for n in (0, 1)]
+    while not all(p.exists() and p.read_text() for p in logged):  # both workers are answering
+        assert proc.poll() is None, "servelab run ended before the benchmark ran"
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert json.loads(out)["errors"] == [f"interrupted by {sig.name}"]
+    pgids = [int(g) for g in err.split("process groups ")[1].split(")")[0].split(", ")]
+    assert len(pgids) == 3 and not any(group_members(g) for g in pgids)
 
 
 def test_a_process_on_another_node_is_refused_before_anything_starts(tmp_path):
