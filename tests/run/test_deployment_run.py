@@ -21,6 +21,7 @@ from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
 from servelab.run.deployment import start_order
+from servelab.run.execute import server_log_name
 from servelab.runner.server import free_port, group_members
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
@@ -66,7 +67,8 @@ def deployment(
         argv=[sys.executable, str(PROXY), str(front), f"http://127.0.0.1:{w0}", f"http://127.0.0.1:{w1}"],
         port=front,
     )
-    return Deployment(nodes=1, processes=[router, worker(w0, 0), worker(w1, 1)], endpoint=0)
+    files = {"conf/router.json": '{"policy": "round_robin"}'}  # as a launch's files: into the run folder
+    return Deployment(nodes=1, processes=[router, worker(w0, 0), worker(w1, 1)], endpoint=0, files=files)
 
 
 def job_file(tmp_path: Path, dep: Deployment, prompts: int = 8) -> Path:
@@ -147,6 +149,7 @@ def test_a_deployment_is_benchmarked_through_its_router_and_torn_down(tmp_path):
         "worker-0.log",
         "worker-1.log",
     ]
+    assert json.loads((run_dir / "conf" / "router.json").read_text()) == {"policy": "round_robin"}
     record = json.loads((run_dir / "deployment.json").read_text())["processes"]
     assert [p["role"] for p in record] == ["worker", "worker", "router"]
     assert SECRET not in (run_dir / "deployment.json").read_text()
@@ -212,3 +215,10 @@ def test_a_process_on_another_node_is_refused_before_anything_starts(tmp_path):
     r = servelab("run", "--job", str(job_file(tmp_path, dep)), "--store", "r.db", cwd=tmp_path)
     assert r.returncode == 2 and "worker 0 runs on node 1" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "r.db").exists() or not Store.open(str(tmp_path / "r.db")).list_runs()
+
+
+def test_a_resumed_deployment_logs_to_a_folder_of_its_own(tmp_path):
+    assert server_log_name(tmp_path, deployment=True) == "deployment"
+    (tmp_path / "deployment").mkdir()
+    assert server_log_name(tmp_path, deployment=True) == "deployment.2"
+    assert server_log_name(tmp_path) == "server.log"
