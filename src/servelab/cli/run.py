@@ -175,12 +175,17 @@ def _print_plan(d: dict) -> None:
     _line(f"run {d['name']} (from {d['source']})")
     if d["fingerprint"]:
         _line(f"fingerprint: {d['fingerprint']}")
-    _line(f"server: {shlex.join(s['argv'])}")
+    _line(("endpoint: " if s.get("deployment") else "server: ") + shlex.join(s["argv"]))
     for k, v in s["env"].items():
         _line(f"  env {k}={v}")
     for name in s["secret_env"]:
         _line(f"  env {name} (from the caller's environment)")
     _line(f"  image {s['image']}, port {s['port']}, model {s['model']}")
+    for p in s.get("deployment", []):
+        where = f"node {p['node']}, " + (f"port {p['port']}" if p["port"] is not None else "no port")
+        _line(f"  {p['role']} {p['index']} ({where}, log {p['log']}): {shlex.join(p['argv'])}")
+        for k, v in p["env"].items():
+            _line(f"    env {k}={v}")
     check = d.get("launch_check")
     if check:
         _line(f"  flags accepted by {check['release']}" if check["release"] else "  flags not checked")

@@ -32,6 +32,7 @@ from servelab.results.runlock import RunLock
 from servelab.results.schema import RunOutcome
 from servelab.results.store import Store, new_run_id, now
 from servelab.run.assertions import Judged, judge
+from servelab.run.deployment import LOG_DIR, engine_process, record_deployment, refuse_unstartable
 from servelab.run.plan import RunPlan
 from servelab.run.server import container_name, docker_argv, serve
 from servelab.run.stage import (
@@ -45,6 +46,7 @@ from servelab.run.stage import (
     Target,
 )
 from servelab.run.stages import STAGES, StageRegistry, preflight
+from servelab.runner.deployment import LocalDeployment
 from servelab.runner.server import ServerProcess, ServerStartError
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 3
@@ -172,7 +174,14 @@ class _Runner:
         self.lock = RunLock.take(self.store.run_dir(run_id), run_id)
         self.writer = JournaledWriter(self.store, self.store.run_dir(run_id))
         argv: list[str] = []
-        if not opts.base_url:
+        env = plan.server.env
+        if plan.server.processes and not opts.base_url:
+            # the store keeps one server's argv (its engine and flags, which results read back): the
+            # deployment's first server; every process is in deployment.json in the run folder
+            recorded = engine_process(plan.server.processes)
+            argv, env = recorded.argv, recorded.env or {}
+            record_deployment(self.store.run_dir(run_id), plan.server.processes)
+        elif not opts.base_url:
             argv = (
                 docker_argv(
                     plan.server,
@@ -186,7 +195,7 @@ class _Runner:
             )
         prov = provenance.collect(
             server_argv=argv,
-            env=plan.server.env,
+            env=env,
             recipe_fingerprint=plan.fingerprint,
             image_digest=plan.server.image if opts.docker else None,
         )
@@ -215,14 +224,21 @@ class _Runner:
         call = StageCall(self.plan, config, rep, run_dir, options, workers)
         return self.registry.get(stage)().run(target, call)
 
-    def run_items(self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path) -> None:
+    def run_items(
+        self, todo: list, target: Target, server: ServerProcess | LocalDeployment | None, run_dir: Path
+    ) -> None:
         """Run the rows in order; the benches among them share one pool of load worker processes, ended
         with the last row (or the first failure or interruption that stops the rows)."""
         with WorkerPool() as workers:
             self._run_items(todo, target, server, run_dir, workers)
 
     def _run_items(
-        self, todo: list, target: Target, server: ServerProcess | None, run_dir: Path, workers: WorkerPool
+        self,
+        todo: list,
+        target: Target,
+        server: ServerProcess | LocalDeployment | None,
+        run_dir: Path,
+        workers: WorkerPool,
     ) -> None:
         for n, item in enumerate(todo):
             stage, config, rep = item
@@ -249,22 +265,17 @@ class _Runner:
                 raise
             self.record(row, output, started, run_dir)
             self.say(f"{name}: {row.status}" + (f" ({row.detail})" if row.detail else ""))
-            if (
-                row.status == StageStatus.ERROR
-                and server is not None
-                and server.proc
-                and server.proc.poll() is not None
-            ):
-                self.errors.append(
-                    f"the server exited with {server.proc.returncode} during {name}; log {server.log_path}:\n"
-                    + server.log_tail()
-                )
+            # a deployment is looked at after every row: its router may have hidden a worker's death
+            look = row.status == StageStatus.ERROR or isinstance(server, LocalDeployment)
+            exited = server.exit_note(f"during {name}") if look and server is not None else None
+            if exited:
+                self.errors.append(exited)
                 self.writer.record_stage(
                     self.run_id,
                     SERVER_STAGE,
                     StageStatus.ERROR,
                     ended_at=now(),
-                    artifact=server.log_path.name,
+                    artifact=_relative(server.log_path, run_dir) if server else None,
                 )
                 self.skip(todo[n + 1 :], "not run: the server had exited")
                 return
@@ -282,10 +293,12 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(path)
 
 
-def server_log_name(run_dir: Path) -> str:
-    """server.log, or server.2.log, server.3.log, ... for the attempts that resume the run."""
+def server_log_name(run_dir: Path, deployment: bool = False) -> str:
+    """server.log, or server.2.log, server.3.log, ... for the attempts that resume the run; for a
+    deployment, the folder of its logs: deployment, deployment.2, ..."""
+    stem, suffix = (LOG_DIR, "") if deployment else ("server", ".log")
     n = 1
-    while (run_dir / (name := "server.log" if n == 1 else f"server.{n}.log")).exists():
+    while (run_dir / (name := f"{stem}{suffix}" if n == 1 else f"{stem}.{n}{suffix}")).exists():
         n += 1
     return name
 
@@ -296,14 +309,19 @@ def _run_todo(r: _Runner, plan: RunPlan, opts: RunOptions, todo: list, run_dir: 
     if not todo:
         return
     writer = r.writer
-    log_name = server_log_name(run_dir)  # a resume keeps the first attempt's log
+    deployment = bool(plan.server.processes) and not opts.base_url
+    log_name = server_log_name(run_dir, deployment)  # a resume keeps the first attempt's log
     with _termination_as_interrupt():
         try:
-            r.say(
-                f"server: attaching to {opts.base_url}"
-                if opts.base_url
-                else f"server: starting {plan.server.argv[0]} (log {run_dir / log_name})"
-            )
+            if opts.base_url:
+                r.say(f"server: attaching to {opts.base_url}")
+            elif deployment:
+                r.say(
+                    f"server: starting a deployment of {len(plan.server.processes)} processes "
+                    f"(logs in {run_dir / log_name})"
+                )
+            else:
+                r.say(f"server: starting {plan.server.argv[0]} (log {run_dir / log_name})")
             started = now()
             try:
                 with serve(
@@ -375,6 +393,8 @@ def execute(
     opts = opts or RunOptions()
     registry = registry or STAGES
     preflight(plan, StageOptions(gsm8k_path=opts.gsm8k_path, bfcl_python=opts.bfcl_python), registry)
+    if plan.server.processes and not opts.base_url:
+        refuse_unstartable(plan.server.processes, opts.docker)
     r = _Runner(plan, store, opts, registry, log or sys.stderr)
     baseline = None
     if opts.baseline:

@@ -13,15 +13,20 @@ OPTIONS_SUFFIXES = (".yml", ".yaml")
 
 def check_server(server: ServerPlan) -> LaunchCheck | None:
     """The check's result (None when the command starts no engine servelab knows); raises one line naming
-    each flag the release refuses."""
-    engine = engine_of_command(server.argv)
-    if engine is None:
-        return None
+    each flag the release refuses. A deployment has every process checked (a router's command is no
+    engine's); the first engine server's check is returned."""
     files = {k: load_yaml(v, k) for k, v in server.files.items() if k.endswith(OPTIONS_SUFFIXES)}
-    check = check_launch(engine, server.image, server.argv, files)
-    if check.errors:
-        raise ServelabError(f"the server launch would not start: {'; '.join(check.errors)}")
-    return check
+    first = None
+    for name, argv in [(p.name, p.argv) for p in server.processes] or [("server", server.argv)]:
+        engine = engine_of_command(argv)
+        if engine is None:
+            continue
+        check = check_launch(engine, server.image, argv, files)
+        if check.errors:
+            where = "the server launch" if name == "server" else f"{name} of the deployment"
+            raise ServelabError(f"{where} would not start: {'; '.join(check.errors)}")
+        first = first or check
+    return first
 
 
 def check_summary(check: LaunchCheck | None) -> dict | None:

@@ -40,7 +40,9 @@ from servelab.recipes.workload import (
 )
 from servelab.redact import redact_argv, redact_env, redact_headers
 from servelab.run.assertions import Assertion, parse_all
+from servelab.run.deployment import engine_process, public, start_order
 from servelab.run.stage import StageName
+from servelab.runner.deployment import DeployedProcess
 
 STAGES = tuple(StageName)
 DEFAULT_PORT = 8000
@@ -59,6 +61,9 @@ class ServerPlan:
     health_path: str = "/health"
     files: dict[str, str] = field(default_factory=dict)  # relative path -> content, written in the run folder
     secret_env: list[str] = field(default_factory=list)  # names passed through from the caller's environment
+    # a deployment's processes in start order (argv, port and health_path above are its endpoint's); empty:
+    # one server, argv
+    processes: tuple[DeployedProcess, ...] = ()
 
     @property
     def url(self) -> str:
@@ -114,7 +119,8 @@ class RunPlan:
                 "health_path": s.health_path,
                 "files": sorted(s.files),
                 "secret_env": s.secret_env,
-            },
+            }
+            | ({"deployment": public(s.processes)} if s.processes else {}),
             "stages": [str(s) for s in self.stages],
             "bench": [_public(p) for p in self.bench] if StageName.BENCH in self.stages else [],
             "gsm8k": [
@@ -317,16 +323,13 @@ def from_job(
     """The plan of one sweep job: its rendered launch, its client point, its evals (when the row runs them)
     and the recipe's assertions. An agentic-coding job's point replays `trace` (the user's file: servelab
     never downloads at run time)."""
-    if job.launch is None or not job.benches:
+    if (job.launch is None and job.deployment is None) or not job.benches:
         raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
     if len(job.benches) > 1:
         raise ServelabError(f"{source}: {job.label()}: a job of several concurrencies; servelab runs one")
-    row, bench, launch = job.point, job.benches[0], job.launch
+    row, bench = job.point, job.benches[0]
     image = row.image + (f"@{job.image_digest}" if job.image_digest else "")
-    model = served_name(launch.argv, row.model)
-    server = ServerPlan(
-        launch.argv, launch.env, launch.port, model, image, launch.health_path, launch.files, job.secret_env
-    )
+    server = _job_server(job, image)
     where = f"{source}: {job.label()}"
     tasks = [_lm_task(ev) for ev in job.evals]
     # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
@@ -355,6 +358,41 @@ def from_job(
         lm_tasks=tasks,
         assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
         fingerprint=job.fingerprint,
+    )
+
+
+def _job_server(job: Job, image: str) -> ServerPlan:
+    """The server of a job: its launch, or its deployment (started whole; the benchmark sends to its
+    endpoint, with the model name its first server answers to)."""
+    model = job.point.model
+    if job.launch is not None:
+        launch = job.launch
+        model = served_name(launch.argv, model)
+        return ServerPlan(
+            launch.argv,
+            launch.env,
+            launch.port,
+            model,
+            image,
+            launch.health_path,
+            launch.files,
+            job.secret_env,
+        )
+    deployment = job.deployment
+    if deployment is None:
+        raise ServelabError(f"{job.label()}: neither a launch nor a deployment", field="job")
+    procs, endpoint = start_order(deployment)
+    front = procs[endpoint]
+    return ServerPlan(
+        front.argv,
+        front.env or {},
+        front.port or 0,  # Deployment's validator: the endpoint has a port
+        served_name(engine_process(procs).argv, model),
+        image,
+        front.health_path or "/health",
+        deployment.files,
+        job.secret_env,
+        processes=procs,
     )
 
 

@@ -23,8 +23,10 @@ from servelab.bench.runner import Terminated, fetch_model_id
 from servelab.errors import ServelabError
 from servelab.recipes.workload import ROCM_GPUS
 from servelab.redact import redact_text
+from servelab.run.deployment import with_environment
 from servelab.run.plan import ServerPlan
 from servelab.run.stage import Target
+from servelab.runner.deployment import LocalDeployment
 from servelab.runner.server import ServerProcess, ServerStartError
 
 CONTAINER_CACHE = "/root/.cache/huggingface"
@@ -115,11 +117,12 @@ def serve(
     stop_timeout_s: float = 30.0,
     log_name: str = "server.log",
     say: Callable[[str], None] | None = None,
-) -> Iterator[tuple[Target, ServerProcess | None]]:
+) -> Iterator[tuple[Target, ServerProcess | LocalDeployment | None]]:
     """The target to test and the process serving it (None when attached). Starting raises
     runner.server.ServerStartError with the log's last lines; the server is gone on every way out, whatever
     signals arrive while it is being stopped. The API key every stage sends is the caller's OPENAI_API_KEY,
-    as `servelab bench` sends it. The server's output goes to `log_name` in the run folder."""
+    as `servelab bench` sends it. The server's output goes to `log_name` in the run folder; a deployment's
+    (plan.processes) to one log per process in the folder `log_name`, the benchmark sent to its endpoint."""
     api_key = api_key_from_env()
     if base_url:
         url, basic_auth = split_credentials(base_url.rstrip("/"))
@@ -141,8 +144,17 @@ def serve(
         path.write_text(content)
     env = dict(os.environ) | plan.env
     log = run_dir / log_name
-    server: ServerProcess
-    if docker:
+    server: ServerProcess | LocalDeployment
+    if plan.processes:  # execute() refused --docker and other nodes for it
+        server = LocalDeployment(
+            with_environment(plan.processes),
+            log,
+            cwd=run_dir,
+            start_timeout_s=timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            say=(lambda text: say(f"deployment: {text}")) if say else None,
+        )
+    elif docker:
         container = container_name(run_dir.name)
         argv = docker_argv(plan, container, hf_cache, run_dir, gpu)
         server = DockerServer(
@@ -177,10 +189,12 @@ def serve(
     _stop(server, say, reraise=True)
 
 
-def _stop(server: ServerProcess, say: Callable[[str], None] | None, reraise: bool) -> None:
+def _stop(server: ServerProcess | LocalDeployment, say: Callable[[str], None] | None, reraise: bool) -> None:
     with signals_deferred(reraise):  # a second Ctrl-C must not cut the teardown short
         if say:
-            say(f"server: stopping (process group {server.pid})")
+            groups = server.pids if isinstance(server, LocalDeployment) else [server.pid]
+            plural = "s" if len(groups) > 1 else ""
+            say(f"server: stopping (process group{plural} {', '.join(map(str, groups))})")
         server.stop()
 
 

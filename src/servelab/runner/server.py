@@ -54,15 +54,16 @@ def free_port(lo: int, hi: int) -> int:
 
 class ServerProcess:
     """`argv` run with `env` (the whole environment), stdout and stderr to `log_path`; healthy when
-    `url + health_path` answers 200. A context manager: started on enter, stopped on exit."""
+    `url + health_path` answers 200 (no url or no health_path: while it runs). A context manager: started
+    on enter, stopped on exit."""
 
     def __init__(
         self,
         argv: list[str],
-        url: str,
+        url: str | None,
         log_path: Path,
         env: dict[str, str] | None = None,
-        health_path: str = "/health",
+        health_path: str | None = "/health",
         start_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
         cwd: Path | None = None,
@@ -86,13 +87,26 @@ class ServerProcess:
     def start(self) -> Self:
         """Start the process and wait until healthy; on any failure the group is gone before the raise. A
         port another process already answers on is refused before anything starts."""
-        u = urlsplit(self.url)
-        host, port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
-        if port_in_use(host, port):
-            raise ServerStartError(
-                f"port {port} on {host} is already in use by another process: servelab benchmarks only the "
-                "server it starts (stop the other one or choose another --port)"
-            )
+        self.spawn()
+        try:
+            if self.proc is not None:  # spawn() set it, or raised
+                self._wait_healthy(self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def spawn(self) -> Self:
+        """Start the process (and its watchdog) without waiting for it to be healthy: a deployment starts
+        several, then waits for all of them at once. On failure nothing is left running."""
+        if self.url is not None:
+            u = urlsplit(self.url)
+            host, port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
+            if port_in_use(host, port):
+                raise ServerStartError(
+                    f"port {port} on {host} is already in use by another process: servelab benchmarks only "
+                    "the server it starts (stop the other one or choose another --port)"
+                )
         self._log = open(self.log_path, "w")  # held for the server's lifetime, closed in stop()
         try:
             self.proc = subprocess.Popen(
@@ -104,11 +118,23 @@ class ServerProcess:
                 start_new_session=True,
             )
             self._watchdog = self._start_watchdog(self.proc.pid)
-            self._wait_healthy(self.proc)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def exit_code(self) -> int | None:
+        """The leader's exit status once it has exited; None while it runs (or before it started)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def exit_note(self, when: str = "") -> str | None:
+        """One line saying the server has exited (`when`: during what) and its log's tail; None while it
+        runs."""
+        code = self.exit_code()
+        if code is None:
+            return None
+        during = f" {when}" if when else ""
+        return f"the server exited with {code}{during}; log {self.log_path}:\n{self.log_tail()}"
 
     def _start_watchdog(self, pgid: int) -> subprocess.Popen | None:
         """The process that stops the group if this one dies without doing it (runner/watchdog.py)."""
@@ -158,6 +184,8 @@ class ServerProcess:
         )
 
     def healthy(self) -> bool:
+        if self.url is None or self.health_path is None:
+            return self.exit_code() is None and self.proc is not None  # nothing to ask: up while it runs
         try:
             with urllib.request.urlopen(self.url + self.health_path, timeout=2) as r:
                 return r.status == 200
@@ -174,17 +202,34 @@ class ServerProcess:
     def stop(self) -> None:
         """SIGTERM to the whole group, SIGKILL to what is left after stop_timeout_s; safe to call twice. An
         interruption while waiting (a second Ctrl-C) still ends with the SIGKILL."""
+        try:
+            self.terminate()
+            deadline = time.monotonic() + self.stop_timeout_s
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            self.kill()
+
+    def terminate(self) -> None:
+        """SIGTERM to the group (the first half of stop())."""
         if self.proc is not None:
-            pgid = self.proc.pid
+            signal_group(self.proc.pid, signal.SIGTERM)
+
+    def running(self) -> bool:
+        """Whether any process of the group still runs; reaps the leader once it has exited."""
+        if self.proc is None:
+            return False
+        self.proc.poll()
+        return bool(group_members(self.proc.pid))
+
+    def kill(self) -> None:
+        """SIGKILL to what is left of the group, the leader reaped, the watchdog released, the log closed (the
+        second half of stop()); safe to call twice."""
+        if self.proc is not None:
             try:
-                deadline = time.monotonic() + self.stop_timeout_s
-                signal_group(pgid, signal.SIGTERM)
-                while group_members(pgid) and time.monotonic() < deadline:
-                    self.proc.poll()  # reap the leader as soon as it exits
-                    time.sleep(0.1)
-            finally:
-                signal_group(pgid, signal.SIGKILL)
+                signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+            finally:
                 self._release_watchdog()
         if self._log is not None:
             self._log.close()

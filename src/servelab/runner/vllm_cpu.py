@@ -17,9 +17,49 @@ def vllm_python(default_venv: Path) -> Path | None:
     return py if py.exists() else None
 
 
-class VllmCpuServer(ServerProcess):
+# what the CPU server is run with, over the caller's environment
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}
+
+
+def cpu_server_argv(
+    python: Path,
+    model_dir: Path,
+    port: int,
+    served_model_name: str = MODEL_NAME,
+    extra_args: list[str] | None = None,
+) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1:port, sized for a small model on a few
-    cores (bf16, 4096-token context, 16 sequences, 2 GiB of KV cache); `extra_args` and `env` add to that."""
+    cores (bf16, 4096-token context, 16 sequences); `extra_args` add to that."""
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_model_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "16",
+        *(extra_args or []),
+    ]
+
+
+class VllmCpuServer(ServerProcess):
+    """cpu_server_argv() run with CPU_ENV (2 GiB of KV cache) over this process's environment; `extra_args`
+    and `env` add to that."""
 
     def __init__(
         self,
@@ -35,34 +75,8 @@ class VllmCpuServer(ServerProcess):
         self.model_dir = Path(model_dir)
         self.port = port or free_port(18900, 19000)
         self.model = served_model_name
-        argv = [
-            str(python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(self.model_dir),
-            "--served-model-name",
-            served_model_name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--dtype",
-            "bfloat16",
-            "--max-model-len",
-            "4096",
-            "--max-num-seqs",
-            "16",
-            *(extra_args or []),
-        ]
-        full_env = dict(
-            os.environ,
-            VLLM_CPU_KVCACHE_SPACE="2",
-            HF_HUB_OFFLINE="1",
-            TOKENIZERS_PARALLELISM="false",
-            VLLM_LOGGING_LEVEL="WARNING",
-            **(env or {}),
-        )
+        argv = cpu_server_argv(python, self.model_dir, self.port, served_model_name, extra_args)
+        full_env = dict(os.environ) | CPU_ENV | (env or {})
         super().__init__(
             argv,
             f"http://127.0.0.1:{self.port}",
