@@ -52,13 +52,13 @@ dsr1-fp8-h200-vllm:
         osl: 1024
         search-space:
           - {tp: 8, conc-start: 4, conc-end: 8}
-gptoss-fp4-h200-atom:
-  image: rocm/atom:v1
+gptoss-fp4-h200-tilert:
+  image: tilert:v1
   model: openai/gpt-oss-120b
   model-prefix: dsr1x
   runner: h200
   precision: fp4
-  framework: atom
+  framework: tilert
   scenarios:
     fixed-seq-len:
       - isl: 8192
@@ -173,7 +173,7 @@ def test_max_ep_clamps_and_max_tp_drops(ix):
 
 
 def test_model_prefix_matches_the_key(ix):
-    # gptoss-fp4-h200-atom has model-prefix dsr1x, but InferenceX matches the config key's prefix
+    # gptoss-fp4-h200-tilert has model-prefix dsr1x, but InferenceX matches the config key's prefix
     assert {r["model"] for r in rows(ix, model_prefix=["gptoss"])} == {"openai/gpt-oss-120b"}
     assert "openai/gpt-oss-120b" not in {r["model"] for r in rows(ix, model_prefix=["dsr1"])}
 
@@ -277,7 +277,7 @@ def test_all_evals_merges_multinode_rows_of_one_topology(ix):
 def test_rows_without_a_launch_are_kept_with_the_reason(ix):
     jobs = expand(ix)
     why = {j.key: j.not_renderable for j in jobs if j.launch is None}
-    assert "no launch adapter for framework 'atom'" in why["gptoss-fp4-h200-atom"]
+    assert "no launch adapter for framework 'tilert'" in why["gptoss-fp4-h200-tilert"]
     assert "disaggregated" in why["dsr1-fp4-b200-dynamo-trt"]
     assert "agentic-coding" in why["dsv4-fp4-b200-vllm-agentic"]
     multi = next(j for j in jobs if j.key == "dsr1-fp4-b200-dynamo-trt")

@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+# python's options that take no value (python3 --help), as the launch scripts may put them before -m
+PYTHON_SWITCHES = ("-u", "-B", "-E", "-I", "-O", "-OO", "-P", "-q", "-s", "-S", "-v")
+
 
 def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
@@ -21,8 +24,14 @@ def main(argv: list[str]) -> int:
         while args and os.path.basename(args[0]) not in config["servers"]:
             args = args[1:]
         name, args = (args[0], args[1:]) if args else (name, [])
-    if name.startswith("python") and not (len(args) > 1 and args[0] == "-m" and args[1] in config["modules"]):
-        return 0
+    if name.startswith("python"):
+        # python's own switches before -m (`python3 -u -m atom.entrypoints.openai_server`) are the
+        # interpreter's: the server is the module
+        at = 0
+        while at < len(args) and args[at] in PYTHON_SWITCHES:
+            at += 1
+        if not (len(args) > at + 1 and args[at] == "-m" and args[at + 1] in config["modules"]):
+            return 0
     files = {}
     for token in args:
         value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
