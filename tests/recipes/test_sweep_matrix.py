@@ -289,11 +289,27 @@ def test_rows_without_a_launch_are_kept_with_the_reason(ix):
 
 def test_unknown_runner_label_keeps_the_row(ix, tmp_path):
     d = tmp_path / "configs"
-    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-dgxc"))
+    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-xyz"))
     jobs = expand(open_store(d), ["dsr1-fp8-h200-vllm"], Filters(seq_lens=["1k1k"]))
-    assert [j.row["runner"] for j in jobs] == ["h200-dgxc", "h200-dgxc"]
-    assert all("runner label 'h200-dgxc' is not in" in j.not_renderable for j in jobs)
+    assert [j.row["runner"] for j in jobs] == ["h200-xyz", "h200-xyz"]
+    assert all(j.launch is None and "runner label 'h200-xyz' is not in" in j.not_renderable for j in jobs)
+    assert {j.queue for j in jobs} == {"h200-xyz"}
+
+
+def test_a_label_upstream_runs_on_beyond_its_runners_yaml_is_described(ix, tmp_path):
+    # InferenceX runs jobs on h200-dgxc, which its runners.yaml does not list: servelab's runners.yaml
+    # describes it (upstream's launch_h200-dgxc-slurm.sh nodes), so the jobs launch, with a note
+    d = tmp_path / "configs"
+    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-dgxc"))
+    store = open_store(d)
+    jobs = expand(store, ["dsr1-fp8-h200-vllm"], Filters(seq_lens=["1k1k"]))
+    assert jobs and all(j.launch is not None and j.not_renderable is None for j in jobs)
     assert {j.queue for j in jobs} == {"h200-dgxc"}
+    node = store.runner_labels.node_kind("h200-dgxc")
+    assert (node.system, node.gpus_per_node) == ("h200_sxm", 8)
+    assert any(
+        "runner label 'h200-dgxc' is not in" in n and "servelab's runners.yaml" in n for n in store.notes
+    )
 
 
 def test_test_config_keeps_requested_concurrencies_in_order(ix):
