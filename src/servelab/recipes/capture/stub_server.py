@@ -4,8 +4,9 @@
 
 CONFIG is the sandbox's JSON file: `servers` (commands that start servers), `modules` (the `python -m`
 modules that do) and `capture` (the file each launch is appended to, one JSON line: argv, environment and the
-content of the files its arguments name). Anything else (`python3 -c ...`, a helper script) exits 0 and does
-nothing. Standard library only: the sandbox runs it with a clean environment.
+content of the files its arguments name). A python program read from stdin (`python3 - <<EOF`) runs; anything
+else (`python3 -c ...`, a helper script) exits 0 and does nothing. Standard library only: the sandbox runs it
+with a clean environment.
 """
 
 import json
@@ -24,6 +25,10 @@ def main(argv: list[str]) -> int:
         while args and os.path.basename(args[0]) not in config["servers"]:
             args = args[1:]
         name, args = (args[0], args[1:]) if args else (name, [])
+    if name.startswith("python") and args[:1] == ["-"]:
+        # a program on stdin (`python3 - DIR <<'PY'`): the scripts' checks of the checkpoint the hf stub laid
+        # out, standard library only; run by this interpreter, isolated, as the script's own code
+        os.execv(sys.executable, [sys.executable, "-I", *args])
     if name.startswith("python"):
         # python's own switches before -m (`python3 -u -m atom.entrypoints.openai_server`) are the
         # interpreter's: the server is the module
