@@ -92,6 +92,29 @@ CASES = {
         served=MODEL,
         batched=8192,
     ),
+    Engine.ATOM: SimpleNamespace(
+        # python's own -u before -m; --port is ATOM's internal engine port (its HTTP one is --server-port)
+        argv=[
+            "python3",
+            "-u",
+            "-m",
+            "atom.entrypoints.openai_server",
+            "--trust-remote-code",
+            "--model",
+            MODEL,
+        ]
+        + ["-tp", "8", "--enable-expert-parallel", "--enable-dp-attention", "--port", "8006"]
+        + ["--max_num_seqs", "64", "--max-num-batched-tokens=8192", "--gpu-memory-utilization", "0.9"]
+        + ["--kv-cache-dtype", "fp8", "--method", "mtp", "--num-speculative-tokens", "3"]
+        + ["--state-checkpoint-interval-tokens", "-1", "--served-model-name", "at"]
+        + ["--no-enable_prefix_caching", "--server-port", "8888"],
+        options=None,
+        parallel=Parallel(tp=8, ep=8, dp_attn=True),
+        scheduling={"max_num_batched_tokens": 8192, "max_num_seqs": 64, "gpu_memory_utilization": 0.9},
+        kv="fp8",
+        served="at",
+        batched=8192,
+    ),
 }
 
 
@@ -166,6 +189,7 @@ EXTRA = {
     Engine.VLLM: (["--tensor-parallel-size", "4", "--new-flag", "-2"], ["--max-num-seqs"]),
     Engine.SGLANG: (["--tp-size", "4", "--new-flag", "-2"], ["--max-running-requests"]),
     Engine.TRTLLM: (["--tp_size", "4", "--new-flag", "-2"], ["--max-batch-size"]),
+    Engine.ATOM: (["-tp", "4", "--new-flag", "-2"], ["--max-num-seqs"]),
 }
 
 

@@ -4,7 +4,7 @@ and steps priced by hand (1 us per prompt token, 1 ms per decode step)."""
 
 import pytest
 
-from servelab.engines import Engine
+from servelab.engines import MODELLED, Engine
 from servelab.engines.defaults import KvCacheRule, engine_defaults
 from servelab.engines.policy import SchedulingPolicy
 from servelab.engines.policy_registry import POLICIES, policy_for
@@ -202,7 +202,7 @@ def test_trtllm_does_not_balance_a_lane_whose_ranks_are_not_all_busy():
 # ---- the registry and the engine packages ------------------------------------------------------------------
 def test_every_engine_has_a_policy_and_documented_defaults():
     expected = {Engine.VLLM: VllmPolicy, Engine.SGLANG: SglangPolicy, Engine.TRTLLM: TrtllmPolicy}
-    for engine in Engine:
+    for engine in MODELLED:
         assert type(policy_for(engine)) is expected[engine] and policy_for(engine).kind == engine.value
         assert engine_defaults(engine).provenance
         profile = documented_profiles()[engine.value]
@@ -210,11 +210,11 @@ def test_every_engine_has_a_policy_and_documented_defaults():
         assert type(profile.policy) is expected[engine]
     assert type(policy_for("torch")) is SchedulingPolicy and policy_for("torch").kind == "torch"
     assert type(policy_for("trt")) is TrtllmPolicy  # any spelling of an engine's name
-    assert set(POLICIES) == {*(e.value for e in Engine), "torch"}
+    assert set(POLICIES) == {*(e.value for e in MODELLED), "torch"}
 
 
 def test_each_engine_sizes_its_kv_cache_by_its_own_rule():
-    rules = {e: engine_defaults(e).kv_cache_rule for e in Engine}
+    rules = {e: engine_defaults(e).kv_cache_rule for e in MODELLED}
     assert rules == {
         Engine.VLLM: KvCacheRule.gpu_share,
         Engine.TRTLLM: KvCacheRule.free_share,

@@ -78,7 +78,8 @@ def test_the_engine_of_a_command():
     assert engine_of_command(["python3", "-m", "sglang.launch_server"]) is Engine.SGLANG
     assert engine_of_command(["trtllm-serve", "m"]) is Engine.TRTLLM
     assert engine_of_command(["vllm", "serve", "m"]) is Engine.VLLM
-    assert engine_of_command(["python3", "-m", "atom.entrypoints.openai_server"]) is None
+    assert engine_of_command(["python3", "-m", "atom.entrypoints.openai_server"]) is Engine.ATOM
+    assert engine_of_command(["python3", "-m", "http.server"]) is None
 
 
 def test_a_launch_the_release_takes_has_no_problem():

@@ -71,6 +71,16 @@ ROUND_TRIP = {
         speculative_config={"decoding_type": "MTP", "num_nextn_predict_layers": 3},
         engine_options={"cuda_graph_config": {"max_batch_size": 256}, "kv_cache_config": {"x": 1}},
     ),
+    Engine.ATOM: ServerSettings(
+        **COMMON | {"reasoning_parser": None, "moe_backend": "mega"},
+        tp=8,
+        pp=2,
+        dcp=2,
+        expert_parallel=True,
+        attention_dp=True,
+        chunked_prefill=False,
+        prefix_caching=False,
+    ),
 }
 
 
@@ -201,3 +211,23 @@ def test_parallel_layouts_round_trip_through_each_engine():
         grammar_of(Engine.VLLM).layout(8, 4, 1, False)
     with pytest.raises(ValueError, match="replicas"):
         grammar_of(Engine.VLLM).parallel(ServerSettings(model="m", dp=2), is_moe=False)
+
+
+def test_atom_reads_both_spellings_and_its_own_port():
+    # ATOM's FlexibleArgumentParser takes `_` and `-` alike; -tp is --tensor-parallel-size; the server
+    # listens on --server-port (its --port is the engine's internal one, kept as written)
+    argv = ["python3", "-u", "-m", "atom.entrypoints.openai_server", "--model", "m", "-tp", "4"]
+    argv += ["--kv-cache-dtype", "fp8", "--port", "8006", "--server-port", "8888", "--enable_prefix_caching"]
+    argv += ["--enable-tbo", "--max-num-seqs", "8"]
+    s = parse(Engine.ATOM, argv)
+    assert (s.tp, s.kv_cache_dtype, s.port, s.prefix_caching, s.max_num_seqs) == (4, "fp8", 8888, True, 8)
+    assert s.extra_args == ["--port", "8006", "--enable-tbo"]
+    assert engine_of_argv(argv) == Engine.ATOM
+    assert parse(Engine.ATOM, [argv[0], *argv[2:]]) == s  # without python's -u
+    rendered = render(Engine.ATOM, s).argv
+    assert rendered[:5] == ["python3", "-m", "atom.entrypoints.openai_server", "--model", "m"]
+    assert "--kv_cache_dtype" in rendered and "--enable_prefix_caching" in rendered
+    with pytest.raises(ServelabError, match="atom has no flag for revision"):
+        render(Engine.ATOM, s.model_copy(update={"revision": "abc"}))
+    with pytest.raises(ServelabError, match="ATOM's --enable-expert-parallel spans the 8 TP ranks"):
+        grammar_of(Engine.ATOM).layout(8, 4, 1, False)

@@ -115,11 +115,12 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
     """sh and buildkite script the jobs that have a launch and say in one line per reason which they leave
     out; eval-only jobs get scripts of their own beside the throughput job of the same point."""
     monkeypatch.chdir(
-        # the atom key's agentic rows have no launch (no servelab adapter); the vLLM key's replay a trace
+        # the H100 key's agentic rows have no launch (upstream has no script for it); the vLLM key's replay a
+        # trace
         with_entry(
             checkout,
             tmp_path,
-            ["dsv4-fp4-mi355x-atom-agentic-mtp", "dsv4-fp4-b200-vllm-agentic-mtp", "dsr1-fp8-h200-sglang"],
+            ["qwen3.5-fp8-h100-sglang-agentic", "dsv4-fp4-b200-vllm-agentic-mtp", "dsr1-fp8-h200-sglang"],
         )
     )
     code, out, err = cli(monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "json")
@@ -157,8 +158,8 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
 
 
 def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkeypatch, capsys):
-    # atom has no servelab adapter: none of the key's rows has a launch
-    monkeypatch.chdir(with_entry(checkout, tmp_path, ["dsv4-fp4-mi355x-atom-agentic-mtp"]))
+    # upstream has no agentic script for this key: none of its rows has a launch
+    monkeypatch.chdir(with_entry(checkout, tmp_path, ["qwen3.5-fp8-h100-sglang-agentic"]))
     code, out, err = cli(
         monkeypatch, capsys, "changelog", "jobs", "--base-ref", "HEAD^", "--format", "buildkite"
     )

@@ -102,6 +102,27 @@ def test_a_changed_script_gives_its_jobs_the_changed_launch(tmp_path, baseline, 
     assert len(captures(_capture_cache)) == 1
 
 
+def test_a_changed_atom_script_gives_its_jobs_the_changed_launch(tmp_path, _capture_cache):
+    # ATOM's scripts are derived as the other engines' are: the edited flag, upstream's others, same env
+    key, script = "dsr1-fp4-mi355x-atom-mtp", "dsr1_fp4_mi355x_atom_mtp.sh"
+    before, _ = sweep(IX / "configs", key)
+    root = checkout(tmp_path)
+    content = edit(root, script, "--method mtp", "--method mtp --num-speculative-tokens 2")
+    jobs, stderr = sweep(root / "configs", key)
+    assert jobs and len(jobs) == len(before) and "warning:" not in stderr
+    for job, old in zip(jobs, before, strict=True):
+        argv = job["launch"]["argv"]
+        assert argv[:3] == ["python3", "-m", "atom.entrypoints.openai_server"]
+        assert argv[argv.index("--num-speculative-tokens") + 1] == "2"
+        assert [t for t in argv if t not in ("--num-speculative-tokens", "2")] == old["launch"]["argv"]
+        assert (
+            job["launch"]["env"]
+            == old["launch"]["env"]
+            == {"AMDGCN_USE_BUFFER_OPS": "1", "OMP_NUM_THREADS": "1"}
+        )
+        assert job["launch-source"] == f"checkout {script_sha256(content)}"
+
+
 def test_a_second_sweep_takes_the_captures_from_the_cache(tmp_path, monkeypatch, _capture_cache):
     root = checkout(tmp_path)
     edit(root, SGLANG, "--trust-remote-code", "--trust-remote-code --new-flag")

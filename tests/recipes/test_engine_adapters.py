@@ -1,12 +1,17 @@
 """Engine adapters: the shipped seed recipes render exactly their upstream launch flags; typed refusals."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines import JobPoint, render
 from servelab.recipes.inferencex import SearchSpaceEntry
+from servelab.recipes.recipe_store import open_store
 from servelab.recipes.schema import Recipe
+
+IX_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "configs"
 
 # dsv4f-fp8-b200-vllm as its upstream request launches it: every flag, pin and both arms.
 DSV4F_FLAGS = [
@@ -280,3 +285,41 @@ def test_recipe_schema_rejects_unknown_and_secret_fields(shipped):
                 "engine": {**data["engine"], "cuda-home": "/usr/local/cuda"},
             }
         )
+
+
+def atom_recipe(**engine):
+    return trt_recipe(**engine).model_copy(
+        update={"framework": "atom", "image": "rocm/atom:v1", "runner": "cluster:mi355x-pe"}
+    )
+
+
+def test_atom_renders_its_own_server_command():
+    r = atom_recipe(**{"kv-cache-dtype": "fp8", "max-num-seqs": 64, "enable-prefix-caching": False})
+    launch = render(r, arm(tp=8, ep=8, dp_attn=True), 2304)
+    assert launch.argv == [
+        *("python3", "-m", "atom.entrypoints.openai_server", "--model", "deepseek-ai/DeepSeek-R1"),
+        *("--host", "0.0.0.0", "--server-port", "8000", "--tensor-parallel-size", "8"),
+        *("--enable-expert-parallel", "--enable-dp-attention", "--max-model-len", "2304"),
+        *("--kv_cache_dtype", "fp8", "--max-num-seqs", "64", "--no-enable_prefix_caching"),
+    ]
+    assert launch.port == 8000 and launch.env == {} and launch.files == {}
+
+
+def test_atom_refuses_what_it_has_no_flag_for():
+    with pytest.raises(ServelabError, match="ATOM has no --revision flag"):
+        render(atom_recipe().model_copy(update={"revision": "abc"}), arm(tp=8), 2304)
+    with pytest.raises(ServelabError, match="engine.tokenizer-mode: not supported by the atom adapter"):
+        render(atom_recipe(**{"tokenizer-mode": "slow"}), arm(tp=8), 2304)
+    with pytest.raises(ServelabError, match="ATOM takes fp8, fp8_e4m3, bf16, auto"):
+        render(atom_recipe(**{"kv-cache-dtype": "fp8_e5m2"}), arm(tp=8), 2304)
+    # speculative decoding comes from upstream's launch script (its profile), never invented
+    with pytest.raises(ServelabError, match="spec-decoding mtp: ATOM's speculative flags"):
+        render(atom_recipe(), arm(tp=8, spec_decoding="mtp"), 2304)
+
+
+def test_atom_mtp_key_renders_upstreams_speculative_flags():
+    recipe = open_store(IX_CONFIGS).recipes["dsr1-fp4-mi355x-atom-mtp"]
+    _, seq, _, a = next(recipe.arms())
+    launch = render(recipe, a, seq.isl + seq.osl + 256, 8888, job=JobPoint(isl=seq.isl, osl=seq.osl, conc=4))
+    assert launch.argv[:3] == ["python3", "-m", "atom.entrypoints.openai_server"]
+    assert launch.argv[launch.argv.index("--method") + 1] == "mtp"

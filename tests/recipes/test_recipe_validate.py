@@ -2,14 +2,18 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 import servelab.recipes.validate as validate_module
+from servelab.engines.names import Engine
+from servelab.engines.settings import ServerSettings
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.schema import Recipe
 from servelab.recipes.validate import validate_recipe, validate_store
+from servelab.specs import Parallel, load_model, load_system
 
 
 def recipe(model, runner="cluster:h200-nb", space=None, **extra):
@@ -194,3 +198,13 @@ def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     as_vllm = store.recipes[key].model_copy(update={"framework": "vllm", "model_prefix": "other"})
     rep = validate_recipe(key, as_vllm, store.runner_labels)
     assert any("(tp4) does not fit" in e and "162.0 GiB usable" in e for e in rep.errors)
+
+
+def test_atom_counts_its_memory_share_as_vllm_does():
+    # ATOM's --gpu-memory-utilization is a share of the whole GPU (its model runner: utilization x total),
+    # as vLLM's: validate takes the launch's value as it is, not the recipe's default
+    launched = ServerSettings(memory_fraction=0.75)
+    e = SimpleNamespace(gpu_memory_utilization=None)
+    model, system = load_model("Qwen/Qwen3-30B-A3B"), load_system("mi355x")
+    for engine in (Engine.VLLM, Engine.ATOM):
+        assert validate_module._utilization(engine, launched, e, model, system, Parallel(tp=8), 8192) == 0.75

@@ -52,13 +52,13 @@ dsr1-fp8-h200-vllm:
         osl: 1024
         search-space:
           - {tp: 8, conc-start: 4, conc-end: 8}
-gptoss-fp4-h200-atom:
-  image: rocm/atom:v1
+gptoss-fp4-h200-tilert:
+  image: tilert:v1
   model: openai/gpt-oss-120b
   model-prefix: dsr1x
   runner: h200
   precision: fp4
-  framework: atom
+  framework: tilert
   scenarios:
     fixed-seq-len:
       - isl: 8192
@@ -173,7 +173,7 @@ def test_max_ep_clamps_and_max_tp_drops(ix):
 
 
 def test_model_prefix_matches_the_key(ix):
-    # gptoss-fp4-h200-atom has model-prefix dsr1x, but InferenceX matches the config key's prefix
+    # gptoss-fp4-h200-tilert has model-prefix dsr1x, but InferenceX matches the config key's prefix
     assert {r["model"] for r in rows(ix, model_prefix=["gptoss"])} == {"openai/gpt-oss-120b"}
     assert "openai/gpt-oss-120b" not in {r["model"] for r in rows(ix, model_prefix=["dsr1"])}
 
@@ -277,7 +277,7 @@ def test_all_evals_merges_multinode_rows_of_one_topology(ix):
 def test_rows_without_a_launch_are_kept_with_the_reason(ix):
     jobs = expand(ix)
     why = {j.key: j.not_renderable for j in jobs if j.launch is None}
-    assert "no launch adapter for framework 'atom'" in why["gptoss-fp4-h200-atom"]
+    assert "no launch adapter for framework 'tilert'" in why["gptoss-fp4-h200-tilert"]
     assert "disaggregated" in why["dsr1-fp4-b200-dynamo-trt"]
     assert "agentic-coding" in why["dsv4-fp4-b200-vllm-agentic"]
     multi = next(j for j in jobs if j.key == "dsr1-fp4-b200-dynamo-trt")
@@ -289,11 +289,27 @@ def test_rows_without_a_launch_are_kept_with_the_reason(ix):
 
 def test_unknown_runner_label_keeps_the_row(ix, tmp_path):
     d = tmp_path / "configs"
-    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-dgxc"))
+    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-xyz"))
     jobs = expand(open_store(d), ["dsr1-fp8-h200-vllm"], Filters(seq_lens=["1k1k"]))
-    assert [j.row["runner"] for j in jobs] == ["h200-dgxc", "h200-dgxc"]
-    assert all("runner label 'h200-dgxc' is not in" in j.not_renderable for j in jobs)
+    assert [j.row["runner"] for j in jobs] == ["h200-xyz", "h200-xyz"]
+    assert all(j.launch is None and "runner label 'h200-xyz' is not in" in j.not_renderable for j in jobs)
+    assert {j.queue for j in jobs} == {"h200-xyz"}
+
+
+def test_a_label_upstream_runs_on_beyond_its_runners_yaml_is_described(ix, tmp_path):
+    # InferenceX runs jobs on h200-dgxc, which its runners.yaml does not list: servelab's runners.yaml
+    # describes it (upstream's launch_h200-dgxc-slurm.sh nodes), so the jobs launch, with a note
+    d = tmp_path / "configs"
+    (d / "a-master.yaml").write_text(SINGLE.replace("runner: h200", "runner: h200-dgxc"))
+    store = open_store(d)
+    jobs = expand(store, ["dsr1-fp8-h200-vllm"], Filters(seq_lens=["1k1k"]))
+    assert jobs and all(j.launch is not None and j.not_renderable is None for j in jobs)
     assert {j.queue for j in jobs} == {"h200-dgxc"}
+    node = store.runner_labels.node_kind("h200-dgxc")
+    assert (node.system, node.gpus_per_node) == ("h200_sxm", 8)
+    assert any(
+        "runner label 'h200-dgxc' is not in" in n and "servelab's runners.yaml" in n for n in store.notes
+    )
 
 
 def test_test_config_keeps_requested_concurrencies_in_order(ix):

@@ -134,7 +134,7 @@ def test_array_script_directives(ix_jobs):
     [(name, text)] = slurm_scripts(ix_jobs, SlurmOptions()).items()
     _syntax(text)
     assert name == "array.sbatch" and len(ix_jobs) > 100
-    assert {j.point.framework for j in ix_jobs} == {"vllm", "sglang", "trt"}
+    assert {j.point.framework for j in ix_jobs} == {"vllm", "sglang", "trt", "atom"}
     assert directives(text) == [
         "--job-name=servelab-sweep",
         f"--array=0-{len(ix_jobs) - 1}",

@@ -11,12 +11,12 @@ from pathlib import Path
 from servelab.calibrate.families import family_of
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
-from servelab.engines import Engine
+from servelab.engines import MODELLED, Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 from servelab.userfiles import check_regular
 
-ENGINES = tuple(Engine)
+ENGINES = MODELLED  # the engines the performance model prices
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8

@@ -1,4 +1,4 @@
-"""Engines: everything servelab knows about vLLM, SGLang and TensorRT-LLM, one package per engine.
+"""Engines: everything servelab knows about vLLM, SGLang, TensorRT-LLM and ATOM, one package per engine.
 
 `Engine` names them; `servelab.engines.argv` is the one command-line tokenizer every reader of a server
 command goes through. Each engine's package owns its flag grammar, defaults, the kernels it runs by version
@@ -6,7 +6,7 @@ and its scheduling policy; the rest of servelab asks these packages and never sp
 """
 
 from servelab.engines.kernels import KernelChoice
-from servelab.engines.names import ENGINE_ALIASES, Engine, engine_of, is_engine
+from servelab.engines.names import ENGINE_ALIASES, MODELLED, Engine, engine_of, is_engine
 from servelab.engines.vllm.kernels import KERNELS as VLLM_KERNELS
 
 # the kernels each engine picks by key, GPU and release, each timed in its own perf tables
@@ -23,6 +23,7 @@ __all__ = [
     "KERNEL_CHOICES",
     "Engine",
     "KernelChoice",
+    "MODELLED",
     "engine_of",
     "is_engine",
     "kernel_choices",

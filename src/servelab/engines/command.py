@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from servelab.engines.atom.grammar import GRAMMAR as ATOM
 from servelab.engines.grammar import Grammar, ServerCommand
 from servelab.engines.names import Engine, engine_of
 from servelab.engines.settings import ServerSettings
@@ -21,7 +22,12 @@ from servelab.engines.trtllm.grammar import GRAMMAR as TRTLLM
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
 from servelab.errors import ServelabError
 
-GRAMMARS: dict[Engine, Grammar] = {Engine.VLLM: VLLM, Engine.SGLANG: SGLANG, Engine.TRTLLM: TRTLLM}
+GRAMMARS: dict[Engine, Grammar] = {
+    Engine.VLLM: VLLM,
+    Engine.SGLANG: SGLANG,
+    Engine.TRTLLM: TRTLLM,
+    Engine.ATOM: ATOM,
+}
 
 
 def grammar_of(engine: Engine | str) -> Grammar:

@@ -14,6 +14,12 @@ class Engine(StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+    ATOM = "atom"  # AMD's ROCm engine: launched (grammar, recipe adapter), not priced (see MODELLED)
+
+
+# The engines servelab's performance model prices (defaults, scheduling policy, kernels, collect catalogues,
+# calibration, the twin). The others are launched only: recipes render and validate their launches.
+MODELLED: tuple[Engine, ...] = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
 
 
 # Other spellings of an engine's name: InferenceX's `framework` values (`trt`), the projects' own names and

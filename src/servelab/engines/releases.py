@@ -210,7 +210,7 @@ class LaunchCheck:
 
 
 def engine_of_command(argv: Sequence[str]) -> Engine | None:
-    """The engine a server command starts; None when it is no engine's program (ATOM's, a stand-in)."""
+    """The engine a server command starts; None when it is no engine's program (a stand-in)."""
     try:
         return engine_of_argv(list(argv))
     except ServelabError:

@@ -11,8 +11,8 @@ vLLM's attention data parallel is `tp=1, dp=N, expert_parallel=True`; SGLang's i
 attention_dp=True`; TensorRT-LLM's is `tp=N, attention_dp=True` (in its YAML).
 
 `memory_fraction` is one knob with three meanings, as the engines define it:
-- vLLM `--gpu-memory-utilization`: the share of the whole GPU the engine may fill (weights, activations and KV
-  cache together);
+- vLLM `--gpu-memory-utilization` (and ATOM's, which budgets the same way): the share of the whole GPU the
+  engine may fill (weights, activations and KV cache together);
 - SGLang `--mem-fraction-static`: the share of the GPU for weights and the KV pool; activations and CUDA
   graphs live in the rest;
 - TensorRT-LLM `--kv_cache_free_gpu_memory_fraction`, or `kv_cache_config.free_gpu_memory_fraction` in its

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servelab.engines import Engine, kernel_choices
+from servelab.engines import MODELLED, Engine, kernel_choices
 from servelab.perfdb.db import TableStack, table_stack
 from servelab.perfdb.families import BY_NAME
 from servelab.perfdb.ratios import FamilyRatio, RatioFile, fit_family
@@ -134,7 +134,7 @@ def fit_all(into: Path) -> dict:
     systems = [load_system(n) for n in tables_with_data()]
     (into / "ratios").mkdir(parents=True, exist_ok=True)
     report: dict = {"ratios": {}, "transfer": []}
-    for engine in Engine:
+    for engine in MODELLED:
         ratios = fit_ratios(engine, systems)
         path = into / "ratios" / f"{engine.value}.json"
         if ratios.kernels:
@@ -144,7 +144,7 @@ def fit_all(into: Path) -> dict:
         report["ratios"][engine.value] = {
             kernel: {f: r.model_dump() for f, r in fams.items()} for kernel, fams in ratios.kernels.items()
         }
-    backends = [DEFAULT_BACKEND, *(e.value for e in Engine)]
+    backends = [DEFAULT_BACKEND, *(e.value for e in MODELLED)]
     transfer = fit_transfers(backends, systems)
     (into / "transfer.json").write_text(
         json.dumps(transfer.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from servelab.engines import Engine
+from servelab.engines import MODELLED
 from servelab.perfdb.efficiencies import Efficiencies, efficiencies
 from servelab.perfdb.keys import (
     DSV4_TOPK,
@@ -72,7 +72,7 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # wider the TP (measured / predicted TPOT, TensorRT-LLM, median: 0.98, 0.85, 0.80, 0.77 at tp 1, 2, 4, 8;
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
-PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in Engine)  # every engine, not torch
+PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in MODELLED)  # every priced engine, not torch
 MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from servelab.engines import argv as argvlib
 from servelab.engines.command import engine_of_argv as _engine_of_argv
 from servelab.engines.command import grammar_of
-from servelab.engines.names import Engine, engine_of, is_engine
+from servelab.engines.names import MODELLED, Engine, engine_of, is_engine
 from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
 from servelab.specs import Parallel
@@ -45,8 +45,8 @@ def system_of_gpu(text: str | None) -> str:
 
 def engine_of_framework(framework: str) -> Engine:
     """The engine of an InferenceX `framework` (vllm, sglang, trt) or any spelling servelab knows."""
-    if not is_engine(framework):
-        raise ValueError(f"framework {framework} has no servelab engine (vllm, sglang, trt)")
+    if not is_engine(framework) or engine_of(framework) not in MODELLED:
+        raise ValueError(f"framework {framework} has no servelab engine model (vllm, sglang, trt)")
     return engine_of(framework)
 
 

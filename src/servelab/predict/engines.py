@@ -49,7 +49,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from servelab.engines import Engine
+from servelab.engines import MODELLED, Engine
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
@@ -57,7 +57,7 @@ from servelab.errors import ServelabError, closest
 from servelab.specs import MlaFp8KvLayout, ModelSpec
 from servelab.userfiles import check_regular
 
-ENGINE_NAMES = (KERNELS_ONLY, *(e.value for e in Engine))  # torch: kernels alone, no engine overhead
+ENGINE_NAMES = (KERNELS_ONLY, *(e.value for e in MODELLED))  # torch: kernels alone, no engine overhead
 
 
 class EngineProfile(BaseModel):

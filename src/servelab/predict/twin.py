@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servelab.engines import Engine
+from servelab.engines import MODELLED, Engine
 from servelab.engines.policy import SchedulingPolicy
 from servelab.errors import ServelabError, closest
 from servelab.metrics import (
@@ -44,7 +44,7 @@ from servelab.specs import ModelSpec, Parallel, SystemSpec
 from servelab.traffic.lengths import RangeRule, sample_lengths
 from servelab.traffic.schedule import arrival_offsets, split_limit
 
-TWIN_ENGINES = tuple(e.value for e in Engine)
+TWIN_ENGINES = tuple(e.value for e in MODELLED)
 CLOCKS = ("nominal", "low", "high")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from servelab.errors import ServelabError, closest
 from servelab.recipes.checkout_launch import CheckoutScripts
 from servelab.recipes.inferencex import Notes, validate_entries
-from servelab.recipes.runners import parse_runners
+from servelab.recipes.runners import RunnerLabels, parse_runners
 from servelab.recipes.schema import Recipe
 from servelab.recipes.yamlio import load_yaml, read_text
 
@@ -32,6 +32,13 @@ RUNNERS = "runners.yaml"
 CHANGELOG = "perf-changelog.yaml"
 LOCK = "fingerprints.lock"
 MASTER_SUFFIX = "-master.yaml"  # InferenceX's recipe files, e.g. configs/nvidia-master.yaml
+
+
+@functools.cache
+def shipped_runner_labels() -> RunnerLabels:
+    """servelab's own runners.yaml (recipes/data), read strictly."""
+    where = f"servelab's {RUNNERS}"
+    return parse_runners(load_yaml(read_text(DATA_DIR / RUNNERS), where), where)
 
 
 def resolve_dir(directory: Path | None = None) -> Path:
@@ -211,6 +218,8 @@ class RecipeStore:
             )
         where = f"{source.label}/{RUNNERS}"
         self.runner_labels = parse_runners(load_yaml(runners_text, where, duplicates), where, self.notes)
+        if self.notes is not None:  # an InferenceX checkout: the labels upstream runs on beyond its file
+            self.runner_labels.fill_from(shipped_runner_labels(), (r.runner for r in self.recipes.values()))
         if self.notes is not None and duplicates:
             for line in duplicates:
                 self.notes.add(line)

@@ -12,6 +12,7 @@ described kind has no system spec; its CI queue is the label itself, as Inferenc
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
@@ -155,6 +156,24 @@ class RunnerLabels:
         for gpu, label in file.gpu_profiles.items():
             if label not in self.runners:
                 raise ServelabError(f"{source}: gpu-profiles.{gpu}: runner {label!r} is not defined")
+
+    def fill_from(self, other: RunnerLabels, labels: Iterable[str]) -> list[str]:
+        """Add the labels of `labels` this file lacks and `other` describes, as `other` describes them; the
+        labels added. servelab's runners.yaml describes the labels InferenceX's master files run on that
+        its runners.yaml does not list (GitHub runner labels of its self-hosted nodes; see that file)."""
+        added = [lab for lab in sorted(set(labels)) if lab not in self.runners and lab in other.runners]
+        for label in added:
+            self.runners[label] = other.runners[label]
+            if self.notes is not None:
+                runner = other.runners[label]
+                kind = (
+                    f"{runner.node.system}, {runner.node.gpus_per_node} GPUs per node" if runner.node else ""
+                )
+                self.notes.add(
+                    f"runner label {label!r} is not in {self.source}: read as {other.source} describes it "
+                    f"({len(runner.nodes)} {'/'.join(runner.kinds)} node(s){': ' + kind if kind else ''})"
+                )
+        return added
 
     def get(self, label: str) -> Runner:
         if label not in self.runners and self.notes is not None:

@@ -118,8 +118,8 @@ def _utilization(engine, launched: ServerSettings | None, e, model, system, para
         free = max(system.hbm_gib - fixed, 0.0)
         share = fraction or TRTLLM_DEFAULT_KV_FRACTION
         return min(1.0, (fixed + share * free) / system.hbm_gib)
-    if engine == Engine.VLLM and fraction is not None:
-        return fraction
+    if engine in (Engine.VLLM, Engine.ATOM) and fraction is not None:
+        return fraction  # ATOM budgets the same share of the whole GPU (model_runner.py: util x total)
     return e.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
 
 

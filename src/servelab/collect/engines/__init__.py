@@ -14,7 +14,7 @@ entries here are data, the kernels live in one module per engine path (engines/v
 from collections.abc import Callable
 from typing import NamedTuple
 
-from servelab.engines import Engine, engine_of
+from servelab.engines import MODELLED, Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.ops import OpName
@@ -96,7 +96,7 @@ def _loader(engine: Engine) -> Callable[[], Catalogue]:
 
 
 # engine -> its catalogue, loaded when asked for
-CATALOGUES: Registry[Callable[[], Catalogue]] = Registry("engine", {e.value: _loader(e) for e in Engine})
+CATALOGUES: Registry[Callable[[], Catalogue]] = Registry("engine", {e.value: _loader(e) for e in MODELLED})
 
 
 def catalogue(name: str) -> Catalogue:

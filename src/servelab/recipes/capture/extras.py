@@ -22,8 +22,9 @@ from servelab.recipes.engines import ENGINES, engine_name
 from servelab.recipes.engines.profiles import MODEL_SLOT, Extras
 from servelab.recipes.ix_client import client_options
 
-# Flags the runner owns (where the server listens): never compared, never dropped.
-RUNNER_FLAGS = {"--host", "--port"}
+# Flags the runner owns (where the server listens): never compared, never dropped. ATOM's HTTP port is
+# --server-port (its --port is the engine's internal one, which upstream's scripts do set).
+RUNNER_FLAGS = {"--host", "--port", "--server-port"}
 # TensorRT-LLM's options file: its content is compared, not its name.
 OPTIONS_FLAGS = {"--extra-llm-api-options", "--config"}
 # The port the capture's jobs run with (InferenceX's launchers pass PORT=8888).

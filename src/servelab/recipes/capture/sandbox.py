@@ -59,13 +59,37 @@ SERVER_MODULES = (
 )
 # Commands that must not touch this machine, its packages or the network: stubs that do nothing.
 INERT_COMMANDS = (
-    *("nvidia-smi", "rocm-smi", "amd-smi", "hf", "huggingface-cli", "pip", "pip3", "uv", "docker", "apt"),
+    *("nvidia-smi", "amd-smi", "pip", "pip3", "uv", "docker", "apt"),
     *("apt-get", "curl", "wget", "git", "ssh", "scp", "rsync", "nc", "sudo"),
     # waits (for a download retry, a GPU's memory, a side service): nothing to wait for under the stubs;
     # the machine's name and free space (a script's message may hold the one, a guard reads the other: the
     # capture stays the same on every machine, the guard passing as on upstream's nodes)
     *("sleep", "flock", "hostname", "df"),
 )
+# Machine tools whose answers the scripts act on (machine.sh): rocm-smi reports an idle AMD node (the scripts
+# wait for the GPUs' memory to drain and read the firmware), hf "downloads" a complete checkpoint (the scripts
+# check the shards are there). They reach nothing outside the sandbox.
+MACHINE_COMMANDS = ("rocm-smi", "hf", "huggingface-cli")
+# Paths of the machine and the image the scripts read or edit, rewritten into the sandbox's machine/ (as
+# /workspace is into its workspace/), with the files an upstream node has there: an active RDMA port (the
+# Mooncake scripts pick the first rail whose port is ACTIVE) and SGLang's multi-tokenizer source (which the
+# SGLang scripts patch with sed), a stand-in holding the lines the patch looks for.
+MACHINE_ROOTS = ("/sys/class/infiniband", "/sgl-workspace")
+MACHINE_FILES = {
+    "sys/class/infiniband/mlx5_0/ports/1/state": "4: ACTIVE\n",
+    "sgl-workspace/sglang/python/sglang/srt/managers/multi_tokenizer_mixin.py": (
+        "# servelab's stand-in for SGLang's multi_tokenizer_mixin.py: the lines the scripts' sed reads\n"
+        "def _handle_output_by_index(output, i):\n"
+        "    if False:\n"
+        "        pass\n"
+        "    elif isinstance(output, BatchStrOutput):\n"
+        "        return BatchStrOutput(\n"
+        '            cached_tokens=_extract_field_by_index(output, "cached_tokens", i),\n'
+        '            input_token_logprobs_val=_extract_field_by_index(output, "logprobs", i),\n'
+        "        )\n"
+    ),
+}
+MACHINE = "machine"
 # Side services the agentic scripts start beside the server (KV-offload stores): stubs that stay up a moment,
 # as the scripts check they did not die at once (`kill -0`), and start nothing.
 SIDE_SERVICES = ("mooncake_master",)
@@ -181,7 +205,8 @@ def agentic_job_env(
 def stub_sources() -> dict[str, bytes]:
     """The stubs the sandbox installs, by name (their content is part of what a cached capture depends on)."""
     package = resources.files(__package__)
-    return {name: (package / name).read_bytes() for name in ("benchmark_lib.sh", "stub_server.py")}
+    names = ("benchmark_lib.sh", "stub_server.py", "machine.sh")
+    return {name: (package / name).read_bytes() for name in names}
 
 
 class Sandbox:
@@ -215,6 +240,11 @@ class Sandbox:
             _executable(bin_dir / name, server)
         for name in INERT_COMMANDS:
             _executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+        for name in MACHINE_COMMANDS:
+            _executable(bin_dir / name, "#!/bin/sh\n" + stubs["machine.sh"].decode())
+        for rel, content in MACHINE_FILES.items():
+            (tmp / MACHINE / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / MACHINE / rel).write_text(content)
         for name in SIDE_SERVICES:
             _executable(bin_dir / name, "#!/bin/sh\nexec /bin/sleep 1\n")
         return self
@@ -244,6 +274,8 @@ class Sandbox:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         text = (self.benchmarks / script).read_text().replace(WORKSPACE, str(tmp / "workspace"))
+        for root in MACHINE_ROOTS:
+            text = text.replace(root, str(tmp / MACHINE) + root)
         (bench / script).parent.mkdir(parents=True, exist_ok=True)
         (bench / script).write_text(text)
         self.capture.unlink(missing_ok=True)
@@ -262,7 +294,7 @@ class Sandbox:
         out, err, code = done
         lines = self.capture.read_text().splitlines() if self.capture.exists() else []
         if not lines:
-            return {"refused": [_last_words(out + err, code)]}
+            return {"refused": [_upstream_path(_last_words(out + err, code), tmp)]}
         got = json.loads(lines[0])
         skip = set(base) | set(SHELL_VARS)
         added = {k: _upstream_path(v, tmp) for k, v in got["env"].items() if k not in skip}
@@ -337,6 +369,8 @@ def _upstream_path(value: str, tmp: Path) -> str:
         rel = os.path.relpath(os.path.normpath(match.group(0)), tmp)
         if rel == "workspace" or rel.startswith("workspace/"):
             return "/" + rel
+        if rel.startswith(MACHINE + "/"):
+            return rel.removeprefix(MACHINE)
         return rel.removeprefix("work/")
 
     return re.sub(re.escape(str(tmp)) + r"[^\s\"',=:]*", upstream, value)

@@ -4,13 +4,17 @@
 
 CONFIG is the sandbox's JSON file: `servers` (commands that start servers), `modules` (the `python -m`
 modules that do) and `capture` (the file each launch is appended to, one JSON line: argv, environment and the
-content of the files its arguments name). Anything else (`python3 -c ...`, a helper script) exits 0 and does
-nothing. Standard library only: the sandbox runs it with a clean environment.
+content of the files its arguments name). A python program read from stdin (`python3 - <<EOF`) runs; anything
+else (`python3 -c ...`, a helper script) exits 0 and does nothing. Standard library only: the sandbox runs it
+with a clean environment.
 """
 
 import json
 import os
 import sys
+
+# python's options that take no value (python3 --help), as the launch scripts may put them before -m
+PYTHON_SWITCHES = ("-u", "-B", "-E", "-I", "-O", "-OO", "-P", "-q", "-s", "-S", "-v")
 
 
 def main(argv: list[str]) -> int:
@@ -21,8 +25,18 @@ def main(argv: list[str]) -> int:
         while args and os.path.basename(args[0]) not in config["servers"]:
             args = args[1:]
         name, args = (args[0], args[1:]) if args else (name, [])
-    if name.startswith("python") and not (len(args) > 1 and args[0] == "-m" and args[1] in config["modules"]):
-        return 0
+    if name.startswith("python") and args[:1] == ["-"]:
+        # a program on stdin (`python3 - DIR <<'PY'`): the scripts' checks of the checkpoint the hf stub laid
+        # out, standard library only; run by this interpreter, isolated, as the script's own code
+        os.execv(sys.executable, [sys.executable, "-I", *args])
+    if name.startswith("python"):
+        # python's own switches before -m (`python3 -u -m atom.entrypoints.openai_server`) are the
+        # interpreter's: the server is the module
+        at = 0
+        while at < len(args) and args[at] in PYTHON_SWITCHES:
+            at += 1
+        if not (len(args) > at + 1 and args[at] == "-m" and args[at + 1] in config["modules"]):
+            return 0
     files = {}
     for token in args:
         value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError, closest
-from servelab.recipes.engines import sglang, trtllm, vllm
+from servelab.recipes.engines import atom, sglang, trtllm, vllm
 from servelab.recipes.engines.base import Deployment, Launch, NodeProcess, Role
 from servelab.recipes.engines.profiles import AGENTIC, Extras, JobPoint, hardware_of, profile_for
 
@@ -20,6 +20,7 @@ ENGINES: dict[Engine, Callable[..., Launch]] = {
     Engine.VLLM: vllm.render,
     Engine.SGLANG: sglang.render,
     Engine.TRTLLM: trtllm.render,
+    Engine.ATOM: atom.render,
 }
 
 

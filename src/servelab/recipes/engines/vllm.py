@@ -27,7 +27,9 @@ def settings(recipe, arm, max_model_len: int | None, port: int, extra: Extras) -
     if arm.spec_ != "none":
         spec = e.speculative_config
         upstream = GRAMMAR.parse_args(extra.args, fields=("speculative_config",)).speculative_config
-        if not spec and upstream is None:
+        # upstream's script may launch a spec-decoding arm without a draft at some concurrencies (Kimi-K3's
+        # DSpark script from 24 up): its profile says so; without a profile the recipe must say how
+        if not spec and upstream is None and extra == Extras():
             raise ServelabError(f"spec-decoding {arm.spec_} needs engine.speculative-config (method, tokens)")
     return ServerSettings(
         model=recipe.model,
