@@ -265,9 +265,14 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=("tests/data/inferencex_refs/**/*",),
-        inputs=("scripts/refresh_inferencex_refs.py",),
-        command="python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR",
-        recorded="made from a clone of InferenceX with its pull-request refs, and each ref's own generator",
+        inputs=(
+            "scripts/refresh_inferencex_refs.py",
+            "src/servelab/recipes/ix_generator.py",
+            "src/servelab/recipes/ix_generator_fields.py",
+        ),
+        command="PYTHONPATH=src python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR",
+        recorded="made from a clone of InferenceX with its pull-request refs: each ref's own generator run,"
+        " and its source parsed by servelab's ix_generator.py into generator-facts.json",
     ),
     Entry(
         outputs=(f"{IX}/results/agg_benchmark_result.json",),

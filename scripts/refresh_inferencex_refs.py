@@ -1,6 +1,7 @@
 """Pin a corpus of InferenceX refs servelab was not built on, with InferenceX's own full sweep of each.
 
-    python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR [--list]  # choose the refs, pin them
+    PYTHONPATH=src python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR [--list]  # choose, pin
+    PYTHONPATH=src python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR --generator-only [--check]
     PYTHONPATH=src python scripts/refresh_inferencex_refs.py table [--check]  # the table in the docs
     PYTHONPATH=src python scripts/refresh_inferencex_refs.py compare  # every comparison, as JSON
 
@@ -20,10 +21,15 @@ For each ref, only what servelab's sweep reads is pinned, gzip'd, under DEST/<sh
 master files InferenceX's tools merge and its runners.yaml (that ref's `utils/constants.py` MASTER_CONFIGS,
 in its order, and RUNNER_CONFIG; before mid-2026 they lived in `.github/configs/`); beside them
 `sweep.json.gz`, what that ref's own `utils/matrix_logic/generate_sweep_configs.py full-sweep` printed (its
-rows, or its exit status and stderr when it refused), and UPSTREAM.md (commit, date, licence). The generator
-runs in a `git archive` of the ref with this Python (it needs pyyaml and pydantic, as upstream's
-requirements say). DEST/index.json lists the refs in corpus order with how each was chosen. No upstream code
-is copied.
+rows, or its exit status and stderr when it refused), `generator-facts.json`, the facts servelab reads from
+that generator's source (recipes/ix_generator.py's `parse_generator` run on it, written by
+`generator_to_json`, with the source's sha256 and the commit; a checkout's generator is read, never run, by
+servelab), and UPSTREAM.md (commit, date, licence). `pin --generator-only` writes just the facts of the refs
+already in DEST/index.json; with `--check` it writes nothing and fails when parsing the mirror's generators
+again gives facts other than those pinned (a parser change is noticed when re-pinning). The generator runs in
+a `git archive` of the ref with this Python (it needs pyyaml and pydantic, as upstream's requirements say).
+DEST/index.json lists the refs in corpus order with how each was chosen. No upstream code is copied: only
+its data files (configs, its sweep's output) and facts servelab derived from its generator.
 
 `table` runs servelab's sweep (`servelab sweep --dir CONFIGS --format json`, through the library) on each
 pinned ref and compares it with upstream's rows, row for row, field for field, in order ("jobs equal":
@@ -35,6 +41,7 @@ tests/recipes/test_inferencex_refs.py holds the same comparison as a test.
 
 import argparse
 import gzip
+import hashlib
 import io
 import json
 import shutil
@@ -57,34 +64,13 @@ BEGIN, END = (
 )
 URL = "https://github.com/SemiAnalysisAI/InferenceX"
 MAIN_STEP, MAIN_COUNT, PR_COUNT = 90, 12, 13
+GENERATOR = "utils/matrix_logic/generate_sweep_configs.py"
+FACTS = "generator-facts.json"
 # Why a ref's sweep differs from upstream's, by short sha: written by hand after reading the difference.
-# servelab follows today's generator (the pinned commit's); these are that ref's generator, not its configs.
-_FIELDS = "its generator printed no pp, dcp-size, pcp-size (servelab adds today's defaults)"
-_OLD_AGENTIC = (
-    "agentic blocks in InferenceX's schema before June 2026 (offloading:, duration:) are kept without rows "
-    "(upstream printed them as ..._offload<X> rows); " + _FIELDS
-)
-_MULTINODE_AGENTIC = (
-    "its generator named multinode agentic rows without ep/dpa (dsv4_p1x4_d6x4) and grouped their "
-    "concurrencies into fewer rows (9 upstream, 23 servelab)"
-)
-KNOWN: dict[str, str] = {
-    "f559835ae": "its generator named 82 multinode agentic rows without ep/dpa (kimik3_p2x16_d0x16_conc1)",
-    "d536e0eeb": _MULTINODE_AGENTIC + "; it printed no run-eval on agentic rows",
-    "458a8ec29": _MULTINODE_AGENTIC + "; " + _FIELDS + ", and kv-offload-backend as a bare name",
-    "e788604cb": _OLD_AGENTIC,
-    "42831b980": _OLD_AGENTIC,
-    "e0cd8f7dd": _OLD_AGENTIC,
-    "cc018847d": _OLD_AGENTIC,
-    "400790603": _OLD_AGENTIC,
-    "00fe30d47": "layout before April 2026 (seq-len-configs), read; "
-    + _FIELDS
-    + "; its eval marking (run-eval, eval-conc) differs on 120 multinode rows",
-    "20073bafd": "layout before April 2026, read; its generator sized max-model-len as isl + osl + 200 "
-    "(today + 256); " + _FIELDS,
-    "41aff0afc": "layout before April 2026, read; its generator sized max-model-len as isl + osl + 200 "
-    "(today + 256) and named 8k rows 1024_8192; " + _FIELDS,
-}
+# servelab follows the checkout's own generator (recipes/ix_generator.py reads what it prints from its
+# utils/matrix_logic/generate_sweep_configs.py; here: the facts pinned in generator-facts.json), so a listed
+# difference is one servelab does not follow yet. Empty: every ref of the corpus gives upstream's sweep.
+KNOWN: dict[str, str] = {}
 
 
 def git(gitdir: Path, *args: str) -> str:
@@ -181,6 +167,18 @@ def upstream_sweep(gitdir: Path, sha: str, masters: list[str], runners: str) -> 
     return record
 
 
+def write_upstream_md(out: Path, sha: str, date: str, chosen_as: str) -> None:
+    (out / "UPSTREAM.md").write_text(
+        f"# Pinned upstream data\n\nsource: {URL}\ncommit: {sha}\ncommit date: {date}\n"
+        f"chosen as: {chosen_as}\nlicence: Apache-2.0 (LICENSE in tests/data/inferencex/)\n\n"
+        "configs/: the master files InferenceX merges (its utils/constants.py, in that order) and\n"
+        "runners.yaml, gzip'd; sweep.json.gz: what its utils/matrix_logic/generate_sweep_configs.py\n"
+        "full-sweep printed; generator-facts.json: the facts servelab reads from that generator's source\n"
+        "(src/servelab/recipes/ix_generator.py), with the source's sha256; the source itself is not pinned.\n"
+        "From scripts/refresh_inferencex_refs.py.\n"
+    )
+
+
 def pin(gitdir: Path, entry: dict, dest: Path) -> dict:
     sha = entry["commit"]
     short = sha[:9]
@@ -194,14 +192,8 @@ def pin(gitdir: Path, entry: dict, dest: Path) -> dict:
     record = upstream_sweep(gitdir, sha, masters, runners)
     write_gz(out / "sweep.json.gz", (json.dumps(record, sort_keys=True) + "\n").encode())
     date = git(gitdir, "log", "-1", "--format=%cI", sha).strip()
-    (out / "UPSTREAM.md").write_text(
-        f"# Pinned upstream data\n\nsource: {URL}\ncommit: {sha}\ncommit date: {date}\n"
-        f"chosen as: {entry['chosen-as']}\nlicence: Apache-2.0 (LICENSE in tests/data/inferencex/)\n\n"
-        "configs/: the master files InferenceX merges (its utils/constants.py, in that order) and\n"
-        "runners.yaml, gzip'd; sweep.json.gz: what its utils/matrix_logic/generate_sweep_configs.py\n"
-        "full-sweep printed.\n"
-        "From scripts/refresh_inferencex_refs.py.\n"
-    )
+    write_upstream_md(out, sha, date, entry["chosen-as"])
+    (out / FACTS).write_text(generator_facts(gitdir, sha))
     rows = len(record.get("rows", []))
     return {
         **entry,
@@ -211,6 +203,31 @@ def pin(gitdir: Path, entry: dict, dest: Path) -> dict:
         "exit_code": record["exit_code"],
         "rows": rows,
     }
+
+
+def generator_facts(gitdir: Path, sha: str) -> str:
+    """The text of generator-facts.json for that ref: what servelab's parser reads from its generator."""
+    from servelab.recipes.ix_generator import generator_to_json, parse_generator  # noqa: PLC0415
+
+    source = subprocess.run(
+        ["git", f"--git-dir={gitdir}", "show", f"{sha}:{GENERATOR}"], capture_output=True, check=True
+    ).stdout
+    facts = parse_generator(source.decode("utf-8", errors="replace"), f"{URL}/blob/{sha}/{GENERATOR}")
+    record = {
+        "commit": sha,
+        "source": GENERATOR,
+        "source-sha256": hashlib.sha256(source).hexdigest(),
+        "facts": generator_to_json(facts),
+    }
+    return json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def pinned_generator(ref_dir: Path):
+    """The SweepGenerator pinned for a ref (its generator-facts.json)."""
+    from servelab.recipes.ix_generator import generator_from_json  # noqa: PLC0415
+
+    path = ref_dir / FACTS
+    return generator_from_json(json.loads(path.read_text())["facts"], str(path))
 
 
 @contextmanager
@@ -226,7 +243,7 @@ def checkout(ref_dir: Path) -> Iterator[Path]:
 
 def compare(ref_dir: Path) -> dict:
     """servelab's sweep of a pinned ref against upstream's: counts and a verdict."""
-    from servelab.errors import ServelabError  # noqa: PLC0415  # the pin step runs without servelab
+    from servelab.errors import ServelabError  # noqa: PLC0415  # `pin --list` runs without servelab
     from servelab.recipes.recipe_store import open_store  # noqa: PLC0415
     from servelab.recipes.sweep import SERVELAB_FIELDS, expand  # noqa: PLC0415
 
@@ -234,6 +251,8 @@ def compare(ref_dir: Path) -> dict:
     with checkout(ref_dir) as configs:
         try:
             store = open_store(configs)
+            # the ref's generator, from its pinned facts (a checkout's own would be parsed from its source)
+            store.generator = pinned_generator(ref_dir)
             rows = [{k: v for k, v in j.to_json().items() if k not in SERVELAB_FIELDS} for j in expand(store)]
             error, notes = None, list(store.notes or ())
         except ServelabError as e:
@@ -337,6 +356,16 @@ def main() -> None:
         "--mirror", type=Path, required=True, help="git dir of an InferenceX clone with PR refs"
     )
     pin_cmd.add_argument("--list", action="store_true", help="print the chosen refs and stop")
+    pin_cmd.add_argument(
+        "--generator-only",
+        action="store_true",
+        help="write only the generator facts of the refs in index.json",
+    )
+    pin_cmd.add_argument(
+        "--check",
+        action="store_true",
+        help="with --generator-only: write nothing, fail when the mirror's generators parse to other facts",
+    )
     sub.add_parser("compare", help="print as JSON each ref's comparison, the known differences and the table")
     table_cmd = sub.add_parser("table", help="write the conformance table into docs/recipes.md")
     table_cmd.add_argument(
@@ -362,6 +391,23 @@ def main() -> None:
             return
         DOCS.write_text(new)
         return
+    if args.generator_only:
+        stale = []
+        for entry in json.loads((args.dest / "index.json").read_text()):
+            out = args.dest / entry["short"]
+            facts = generator_facts(args.mirror, entry["commit"])
+            if args.check:
+                path = out / FACTS
+                if not path.is_file() or path.read_text() != facts:
+                    stale.append(entry["short"])
+                continue
+            (out / FACTS).write_text(facts)
+            write_upstream_md(out, entry["commit"], entry["date"], entry["chosen-as"])
+        if stale:
+            sys.exit(f"generator facts not those the parser reads from the mirror now: {', '.join(stale)}")
+        return
+    if args.check:
+        parser.error("--check goes with --generator-only")
     corpus = select(args.mirror)
     if args.list:
         for entry in corpus:

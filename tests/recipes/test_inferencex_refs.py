@@ -1,8 +1,9 @@
 """servelab on InferenceX checkouts it was not built on.
 
 The corpus (tests/data/inferencex_refs, chosen by the rule in scripts/refresh_inferencex_refs.py): 25 refs,
-each with its configs and what its own `generate_sweep_configs.py full-sweep` printed. On each, servelab's
-sweep must equal upstream's row for row, field for field, in order (or refuse where upstream refuses),
+each with its configs, what its own `generate_sweep_configs.py full-sweep` printed and the facts servelab
+reads from that generator (generator-facts.json; the sweep's store follows them). On each, servelab's sweep
+must equal upstream's row for row, field for field, in order (or refuse where upstream refuses),
 unless the ref is listed in the script's KNOWN with the reason; a listed ref that starts to match fails too,
 so the list stays honest. Beside it: tolerant reading (names and fields servelab does not know, duplicate
 keys, an empty match), and a checkout whose launch scripts are unchanged says nothing about them.
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.recipes.inferencex import TOLERANT, MasterEntry, Notes, load_master
+from servelab.recipes.ix_generator import generator_from_json, generator_to_json
 from servelab.recipes.recipe_store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +60,12 @@ def test_corpus_follows_its_rule(compared):
         assert {p.name for p in (REFS / e["short"] / "configs").iterdir()} == {
             *(Path(m).name + ".gz" for m in e["masters"]),
             "runners.yaml.gz",
+        }
+        assert {p.name for p in (REFS / e["short"]).iterdir()} == {
+            "UPSTREAM.md",
+            "configs",
+            "sweep.json.gz",
+            "generator-facts.json",
         }
 
 
@@ -239,6 +247,21 @@ def test_unchanged_scripts_say_nothing(tmp_path):
     assert result.exit_code == 0 and "warning:" not in result.stderr
     jobs = json.loads(result.stdout)
     assert not any(k in j for j in jobs for k in ("launch-script-changed", "launch-source"))
+
+
+def test_each_ref_pins_its_generators_facts_not_its_source():
+    """Upstream code is not committed: a ref's generator is pinned as the facts servelab reads from it, which
+    load as a SweepGenerator and are written back as pinned."""
+    assert not [p for p in REFS.rglob("*") if ".py" in p.suffixes]
+    for e in INDEX:
+        path = REFS / e["short"] / "generator-facts.json"
+        record = json.loads(path.read_text())
+        assert record["commit"] == e["commit"] and len(record["source-sha256"]) == 64
+        gen = generator_from_json(record["facts"], str(path))
+        assert generator_to_json(gen) == record["facts"] and e["commit"] in (gen.source or "")
+    # the corpus spans generators that print differently (else following them would test nothing)
+    facts = [json.loads((REFS / e["short"] / "generator-facts.json").read_text())["facts"] for e in INDEX]
+    assert len({json.dumps({k: v for k, v in f.items() if k != "source"}, sort_keys=True) for f in facts}) > 5
 
 
 def test_pinned_data_is_small():

@@ -3,6 +3,8 @@ upstream writes them, every field lands where upstream's parser puts it, and `se
 each one, saying what the recipe does not carry."""
 
 import copy
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from servelab.errors import ServelabError
 from servelab.recipes.engines import render
 from servelab.recipes.gpu_profiles import PERF_EVAL_PROFILES
 from servelab.recipes.importers import load_any
-from servelab.recipes.recipe_store import parse_recipe_file
+from servelab.recipes.job import EvalSpec, Job
+from servelab.recipes.recipe_store import DATA_DIR, open_store, parse_recipe_file
+from servelab.recipes.sweep import expand
 from servelab.recipes.workload import (
     PerfEvalWorkload,
     parse_workload,
@@ -23,6 +27,7 @@ from servelab.recipes.workload import (
     recipe_to_workloads,
     split_serve_args,
 )
+from servelab.run.plan import from_job
 
 WORKLOADS = Path(__file__).parent.parent / "data" / "perf-eval" / "workloads"
 GPU_PROFILES = WORKLOADS.parent / "lib" / "gpu_profiles.yaml"
@@ -344,3 +349,49 @@ def test_amd_workloads_round_trip_through_export(shipped, path):
     assert [(t.name, t.num_fewshot, back.lm_eval.args_for(t)) for t in back.lm_eval.tasks] == [
         (t.name, t.num_fewshot, w.lm_eval.args_for(t)) for t in w.lm_eval.tasks
     ]
+
+
+def test_a_sweep_jobs_eval_carries_the_workloads_lm_eval_settings(shipped, tmp_path):
+    """The lm_eval model_args of a pinned workload (its defaults under the task's own) reach the lm_eval
+    command of the sweep job made from it, as perf-eval's lib/run_lm_eval.sh passes them after the server's;
+    and `servelab run --job` hands them to the eval stage."""
+    recipes, _ = load_any(WORKLOADS / "deepseek_v4_pro_5_h200.yaml", shipped.runner_labels)
+    store = tmp_path / "store"
+    (store / "recipes").mkdir(parents=True)
+    (store / "recipes" / "pe.yaml").write_text(yaml.safe_dump({k: r.dump() for k, r in recipes.items()}))
+    shutil.copy(DATA_DIR / "runners.yaml", store / "runners.yaml")
+    (job,) = [j for j in expand(open_store(store)) if j.evals]
+    (ev,) = job.evals
+    argv = ev.argv()
+    pairs = [kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(",")]
+    assert [k for k, _ in pairs[:2]] == ["model", "base_url"]  # the server's first, then the workload's
+    assert dict(pairs[2:]) == {
+        "num_concurrent": "64",
+        "tokenized_requests": "False",
+        "tokenizer_backend": "None",
+        "timeout": "6000",
+        "max_length": "32768",
+    }
+    assert argv[argv.index("--gen_kwargs") + 1] == "max_gen_toks=8192"
+    again = Job.from_json(json.loads(json.dumps(job.to_json())), "job.json")
+    assert again.evals == job.evals
+    (task,) = from_job(again, "job.json", stages=["gsm8k"]).lm_tasks
+    assert task.model_args.dump() == {
+        "num_concurrent": 64,
+        "max_gen_toks": 8192,
+        "tokenized_requests": False,
+        "tokenizer_backend": None,
+        "timeout": 6000,
+        "max_length": 32768,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [({"base_url": "http://x"}, "set by servelab"), ({"tokenizer": "a,b"}, "cannot read a ','")],
+)
+def test_model_args_lm_eval_could_not_read_are_refused(args, message):
+    with pytest.raises(ValueError, match=message):
+        EvalSpec(
+            model="m", base_url="http://s", task="gsm8k", num_fewshot=5, model_args=args, output_path="o"
+        )

@@ -104,5 +104,6 @@ def eval_spec(recipe, ev) -> EvalSpec:
         num_fewshot=ev.num_fewshot,
         num_concurrent=ev.num_concurrent,
         max_gen_toks=ev.max_gen_toks,
+        model_args=dict(ev.model_args) if ev.model_args else None,
         output_path=f"{recipe.client.result_dir}/lm_eval",
     )

@@ -201,6 +201,8 @@ class OffloadBackendSpec(IxModel):
     name: OffloadBackend
     version: Version | None = None
 
+    _bare: bool = PrivateAttr(default=False)  # written as a bare name: printed and written back so
+
     @classmethod
     def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
         if isinstance(data, str):
@@ -211,6 +213,18 @@ class OffloadBackendSpec(IxModel):
             )
             return {"name": data}, {}
         return data, {}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_bare(cls, data: Any, handler: ModelWrapValidatorHandler, info: ValidationInfo) -> Any:
+        model = handler(data)
+        if isinstance(data, str) and isinstance(model, OffloadBackendSpec):
+            model._bare = True  # upstream's generator prints the value as written, a name alone then
+        return model
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return self.name if self._bare else self._with_passthrough(handler)
 
 
 def _check_dcp(tp: int | None, dcp_size: int) -> None:
@@ -355,24 +369,52 @@ class AgenticConfig(IxModel):
         return self
 
 
+class OlderAgenticArm(SearchSpaceEntry):
+    """An arm of an agentic-coding block in InferenceX's form before June 2026: a search-space entry and the
+    tier KV is offloaded to (`offloading:` none, cpu, ssd, lmcache, hicache; upstream kept it a free string),
+    which today's form splits into kv-offloading and kv-offload-backend."""
+
+    SINGLE_NODE_ONLY: ClassVar[tuple[str, ...]] = AgenticSearchSpaceEntry.SINGLE_NODE_ONLY
+
+    offloading: Name = "none"
+
+
+class OlderAgenticConfig(IxModel):
+    """An agentic-coding block in InferenceX's form before June 2026: its arms and how long each replay ran
+    (`duration:` seconds, 1800 when not given, as that form's generator read it)."""
+
+    search_space: list[OlderAgenticArm] = Field(min_length=1)
+    duration: Annotated[int, Field(ge=1)] = 1800
+
+
+# The key a tolerant read files older agentic blocks under (read_older); never one a file may hold.
+OLDER_AGENTIC = "agentic-coding (before June 2026)"
+
+
 class Scenarios(IxModel):
     """The benchmark scenarios of a config key; at least one."""
 
     fixed_seq_len: list[SeqLenConfig] | None = None
     agentic_coding: list[AgenticConfig] | None = None
+    # agentic-coding blocks in InferenceX's form before June 2026 (read tolerantly; written back as they were)
+    older_agentic: list[OlderAgenticConfig] | None = Field(None, alias=OLDER_AGENTIC, exclude=True)
 
     @classmethod
     def read_older(cls, data: Any, notes: Notes) -> tuple[Any, dict[str, Any]]:
         blocks = data.get("agentic-coding") if isinstance(data, dict) else None
-        arms = [a for b in blocks or [] if isinstance(b, dict) for a in b.get("search-space") or []]
-        if any(isinstance(a, dict) and "offloading" in a and "kv-offloading" not in a for a in arms):
-            # InferenceX's agentic schema until June 2026 (offloading: none|cpu|ssd|lmcache|hicache per arm,
-            # duration: per block) has no faithful reading in today's (kv-offloading, kv-offload-backend)
+        blocks_ = [b for b in blocks or [] if isinstance(b, dict)]
+        arms = [a for b in blocks_ for a in b.get("search-space") or [] if isinstance(a, dict)]
+        today = any("kv-offloading" in a for a in arms) or any("dram-utilization" in b for b in blocks_)
+        older = any("offloading" in a for a in arms) or any("duration" in b for b in blocks_)
+        if older and not today:
+            # InferenceX's agentic schema until June 2026 (offloading: per arm, duration: per block): read in
+            # that form, printed as its generator printed it (matrix.py), written back as it was
             notes.add(
                 "agentic-coding blocks in InferenceX's form before June 2026 (offloading:, duration:): "
-                "kept as written, no rows generated for them"
+                "read in that form"
             )
-            return {k: v for k, v in data.items() if k != "agentic-coding"}, {"agentic-coding": blocks}
+            rest = {k: v for k, v in data.items() if k != "agentic-coding"}
+            return {**rest, OLDER_AGENTIC: blocks}, {"agentic-coding": blocks}
         return data, {}
 
     @model_validator(mode="before")
@@ -380,13 +422,15 @@ class Scenarios(IxModel):
     def _keys(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict):
             for name in data:
-                _known("a scenario type", SCENARIO_TYPES)(name, info)
+                if name != OLDER_AGENTIC or notes_of(info) is None:
+                    _known("a scenario type", SCENARIO_TYPES)(name, info)
         return data
 
     @model_validator(mode="after")
     def _one(self, info: ValidationInfo) -> Scenarios:
-        # a tolerant read may have kept every block as written (read_older): the key then has no rows
-        if not self.fixed_seq_len and not self.agentic_coding and notes_of(info) is None:
+        # a tolerant read may hold no block servelab reads (upstream's validator refuses that, not its reader)
+        has_blocks = self.fixed_seq_len or self.agentic_coding or self.older_agentic
+        if not has_blocks and notes_of(info) is None:
             raise ValueError("scenarios: needs at least one fixed-seq-len or agentic-coding block")
         return self
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servelab.bench.spec import BenchSpec
 from servelab.engines import argv as argv_reader
@@ -54,6 +54,10 @@ SERVELAB_FIELDS = (
 )
 
 
+# model_args servelab sets itself: the server, and those EvalSpec has fields for.
+RESERVED_MODEL_ARGS = frozenset({"model", "base_url", "num_concurrent", "max_gen_toks"})
+
+
 class EvalSpec(BaseModel):
     """One accuracy eval of a job: lm-eval's task against the server's completions endpoint (perf-eval's
     flow), and where lm-eval writes its output."""
@@ -67,13 +71,32 @@ class EvalSpec(BaseModel):
     num_fewshot: int = Field(ge=0)
     num_concurrent: int | None = Field(None, ge=1)
     max_gen_toks: int | None = Field(None, ge=1)
+    model_args: dict[str, bool | int | float | str | None] | None = Field(
+        None,
+        description="further lm-eval model_args (a perf-eval workload's max_length, timeout, "
+        "tokenized_requests, tokenizer_backend, ...), passed after the server's as perf-eval's "
+        "lib/run_lm_eval.sh passes them",
+    )
     output_path: str
+
+    @field_validator("model_args")
+    @classmethod
+    def _one_list(cls, args: dict | None) -> dict | None:
+        for name, value in (args or {}).items():
+            if name in RESERVED_MODEL_ARGS:
+                raise ValueError(f"model_args: {name} is set by servelab (the server, or its own field)")
+            if "," in str(value) or "=" in name:
+                # lm-eval splits --model_args at commas and each pair at its first '='
+                raise ValueError(f"model_args: {name}={value!r}: lm-eval cannot read a ',' here")
+        return args
 
     def argv(self) -> list[str]:
         """The `lm_eval` command of this eval."""
         model_args = [f"model={self.model}", f"base_url={self.base_url}{COMPLETIONS}"]
         if self.num_concurrent:
             model_args.append(f"num_concurrent={self.num_concurrent}")
+        # str(): True, False and None as lm-eval reads them back (perf-eval's parse_workload.fmt writes so)
+        model_args += [f"{k}={v}" for k, v in (self.model_args or {}).items()]
         argv = ["lm_eval", "--model", "local-completions", "--model_args", ",".join(model_args)]
         argv += ["--tasks", self.task, "--num_fewshot", str(self.num_fewshot)]
         if self.max_gen_toks:

@@ -14,26 +14,28 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from servelab.errors import ServelabError, closest
 from servelab.recipes.filters import Filters
+from servelab.recipes.inferencex import OlderAgenticArm, OlderAgenticConfig
+from servelab.recipes.ix_generator import TODAY, SweepGenerator
 from servelab.recipes.ladder import ladder, parse_seq_len, seq_len_name
 
-EVAL_ISL, EVAL_OSL = 8192, 1024
-MIN_EVAL_CONC = 16
-# InferenceX sizes max-model-len as isl + osl + this margin.
-MODEL_LEN_MARGIN = 256
+# Today's generator's eval seq-len and lowest eval concurrency (a checkout's may say others: ix_generator.py).
+EVAL_ISL, EVAL_OSL = TODAY.eval_seq_len
+MIN_EVAL_CONC = TODAY.min_eval_conc
+# InferenceX sizes max-model-len as isl + osl + this margin (today's; a checkout's generator may say another:
+# ix_generator.py).
+MODEL_LEN_MARGIN = TODAY.model_len_margin
 # An agentic (trace replay) job runs for this long.
 AGENTIC_DURATION_S = 3600
 # Agentic DRAM KV offload: the runner's CPU DRAM is capped at 3 TB (decimal), written in MiB.
 MAX_AGENTIC_CPU_DRAM_MIB = 2_861_022
 BYTES_PER_MIB = 1024 * 1024
 BYTES_PER_GB = 1_000_000_000
-# A multinode agentic job holds one server allocation per concurrency.
-AGENTIC_CONCS_PER_ALLOCATION = 1
 # Fields that say which rows run evals, at what concurrency; rows of one topology differ only in these.
 POINT_FIELDS = frozenset({"conc", "run-eval", "eval-only", "eval-conc", "eval-all-concs", "exp-name"})
 # Filters that exist for full sweeps only (InferenceX's test-config takes keys, --conc and --seq-lens).
@@ -57,6 +59,10 @@ def _hyphen(name: str) -> str:
 class _RowModel(BaseModel):
     # InferenceX's hyphenated names stay here: servelab reads a row through these fields.
     model_config = ConfigDict(extra="ignore", alias_generator=_hyphen, populate_by_name=True, frozen=True)
+
+
+def _backend(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
 
 
 class PoolRow(_RowModel):
@@ -91,7 +97,8 @@ class MatrixRow(_RowModel):
     scenario_type: str = "fixed-seq-len"  # InferenceX writes it on agentic rows only
     # agentic rows: KV offload tier and backend ({name, version?}), DRAM budget, replay duration
     kv_offloading: str | None = None
-    kv_offload_backend: dict | None = None
+    # a mapping ({name, version?}); InferenceX's schema before July 2026 printed the bare name
+    kv_offload_backend: Annotated[dict | None, BeforeValidator(_backend)] = None
     total_cpu_dram_gb: int | None = None
     duration: int | None = None
     prefill: PoolRow | None = None
@@ -243,9 +250,11 @@ def _finish(values: list[int], f: Filters) -> list[int]:
     return values
 
 
-def worker_row(worker) -> dict:
-    """A prefill/decode pool as InferenceX writes it in a row: as given, with pp, dcp-size and pcp-size."""
-    return {**worker.dump(), "pp": worker.pp, "dcp-size": worker.dcp_size, "pcp-size": worker.pcp_size}
+def worker_row(worker, gen: SweepGenerator = TODAY) -> dict:
+    """A prefill/decode pool as InferenceX writes it in a row: as given, with pp, dcp-size and pcp-size
+    where the generator prints them."""
+    sizes = {"pp": worker.pp, "dcp-size": worker.dcp_size, "pcp-size": worker.pcp_size}
+    return gen.trim("pool", {**worker.dump(), **sizes})
 
 
 def _components(recipe, arm) -> dict:
@@ -269,12 +278,14 @@ def _common(recipe, runner: str) -> dict:
     }
 
 
-def _fixed_rows(recipe, seq, arm, runners: list[str], f: Filters, step: int) -> list[dict]:
+def _fixed_rows(
+    recipe, seq, arm, runners: list[str], f: Filters, step: int, gen: SweepGenerator
+) -> list[dict]:
     isl, osl = seq.isl, seq.osl
     base = {"isl": isl, "osl": osl}
     tail = {
-        "max-model-len": isl + osl + MODEL_LEN_MARGIN,
-        "exp-name": f"{recipe.model_prefix}_{seq_len_name(isl, osl)}",
+        "max-model-len": isl + osl + gen.model_len_margin,
+        "exp-name": f"{recipe.model_prefix}_{gen.seq_len_name(isl, osl)}",
         "disagg": recipe.disagg,
         "run-eval": False,
     }
@@ -283,16 +294,19 @@ def _fixed_rows(recipe, seq, arm, runners: list[str], f: Filters, step: int) -> 
         if not concs:
             return []
         return [
-            {
-                **_common(recipe, runner),
-                **base,
-                "spec-decoding": arm.spec_decoding,
-                "prefill": worker_row(arm.prefill),
-                "decode": worker_row(arm.decode),
-                "conc": concs,
-                **tail,
-                **_components(recipe, arm),
-            }
+            gen.trim(
+                "fixed-multinode",
+                {
+                    **_common(recipe, runner),
+                    **base,
+                    "spec-decoding": arm.spec_decoding,
+                    "prefill": worker_row(arm.prefill, gen),
+                    "decode": worker_row(arm.decode, gen),
+                    "conc": concs,
+                    **tail,
+                    **_components(recipe, arm),
+                },
+            )
             for runner in runners
         ]
     if f.max_tp is not None and arm.tp > f.max_tp:
@@ -302,17 +316,20 @@ def _fixed_rows(recipe, seq, arm, runners: list[str], f: Filters, step: int) -> 
         ep = f.max_ep  # InferenceX clamps ep to the cap instead of dropping the arm
     layout = {"tp": arm.tp, "pp": arm.pp, "dcp-size": arm.dcp_size, "pcp-size": arm.pcp_size}
     return [
-        {
-            **_common(recipe, runner),
-            **base,
-            **layout,
-            "conc": conc,
-            "ep": 1 if ep is None else ep,
-            "dp-attn": bool(arm.dp_attn),
-            "spec-decoding": arm.spec_decoding,
-            **tail,
-            **_components(recipe, arm),
-        }
+        gen.trim(
+            "fixed",
+            {
+                **_common(recipe, runner),
+                **base,
+                **layout,
+                "conc": conc,
+                "ep": 1 if ep is None else ep,
+                "dp-attn": bool(arm.dp_attn),
+                "spec-decoding": arm.spec_decoding,
+                **tail,
+                **_components(recipe, arm),
+            },
+        )
         for conc in _finish(_single_node_concs(arm, f, step), f)
         for runner in runners
     ]
@@ -372,14 +389,18 @@ def _offload_suffix(arm) -> str:
     return "kvnone" if offloading == "none" else f"kv{offloading}-{arm.kv_offload_backend.name}"
 
 
-def _worker_tag(worker, role: str) -> str:
+def _worker_tag(worker, role: str, gen: SweepGenerator) -> str:
     tag = f"{role}{worker.num_worker}x{worker.tp}"
+    if not gen.agentic_worker_tags:
+        return tag
     if worker.ep != 1:
         tag += f"ep{worker.ep}"
     return tag + ("dpa" if worker.dp_attn else "")
 
 
-def _agentic_rows(store, recipe, block, arm, runners: list[str], f: Filters, step: int) -> list[dict]:
+def _agentic_rows(
+    store, recipe, block, arm, runners: list[str], f: Filters, step: int, gen: SweepGenerator
+) -> list[dict]:
     concs = _finish(_agentic_concs(arm, f, step), f)
     if not concs:
         return []
@@ -392,43 +413,89 @@ def _agentic_rows(store, recipe, block, arm, runners: list[str], f: Filters, ste
     shared = {"kv-offloading": offloading, "total-cpu-dram-gb": dram, "duration": AGENTIC_DURATION_S}
     if recipe.multinode:
         suffix = "" if offloading == "none" else f"_{_offload_suffix(arm)}"
-        topology = f"{recipe.model_prefix}_{_worker_tag(arm.prefill, 'p')}_{_worker_tag(arm.decode, 'd')}"
-        batches = [
-            concs[i : i + AGENTIC_CONCS_PER_ALLOCATION]
-            for i in range(0, len(concs), AGENTIC_CONCS_PER_ALLOCATION)
-        ]
+        tags = f"{_worker_tag(arm.prefill, 'p', gen)}_{_worker_tag(arm.decode, 'd', gen)}"
+        topology = f"{recipe.model_prefix}_{tags}"
+        size = gen.agentic_concs_per_allocation
+        batches = [concs[i : i + size] for i in range(0, len(concs), size)]
         return [
-            {
-                **_common(recipe, runner),
-                "spec-decoding": arm.spec_decoding,
-                "prefill": worker_row(arm.prefill),
-                "decode": worker_row(arm.decode),
-                "conc": batch,
-                **shared,
-                "exp-name": f"{topology}_conc{'x'.join(map(str, batch))}{suffix}",
-                "disagg": recipe.disagg,
-                "scenario-type": "agentic-coding",
-                **extra,
-            }
+            gen.trim(
+                "agentic-multinode",
+                {
+                    **_common(recipe, runner),
+                    "spec-decoding": arm.spec_decoding,
+                    "prefill": worker_row(arm.prefill, gen),
+                    "decode": worker_row(arm.decode, gen),
+                    "conc": batch,
+                    **shared,
+                    "exp-name": f"{topology}_conc{'x'.join(map(str, batch))}{suffix}",
+                    "disagg": recipe.disagg,
+                    "scenario-type": "agentic-coding",
+                    **extra,
+                },
+            )
             for runner in runners
             for batch in batches
         ]
     spec = "" if arm.spec_decoding == "none" else f"_spec-{arm.spec_decoding}"
     return [
+        gen.trim(
+            "agentic",
+            {
+                **_common(recipe, runner),
+                "tp": arm.tp,
+                "pp": arm.pp,
+                "dcp-size": arm.dcp_size,
+                "pcp-size": arm.pcp_size,
+                "ep": 1 if arm.ep is None else arm.ep,
+                "dp-attn": bool(arm.dp_attn),
+                "spec-decoding": arm.spec_decoding,
+                "conc": conc,
+                **shared,
+                "exp-name": f"{recipe.model_prefix}_tp{arm.tp}_conc{conc}_{_offload_suffix(arm)}{spec}",
+                "scenario-type": "agentic-coding",
+                **extra,
+            },
+        )
+        for conc in concs
+        for runner in runners
+    ]
+
+
+def _older_agentic_rows(
+    recipe, block: OlderAgenticConfig, arm: OlderAgenticArm, runners: list[str], f: Filters, step: int
+) -> list[dict]:
+    """An agentic-coding arm in InferenceX's form before June 2026, as that form's generator printed it: one
+    row per concurrency (a multinode one too), the arm's offloading and the block's duration, the pools as
+    written and named by worker count and tp."""
+    concs = _finish(_agentic_concs(arm, f, step), f)
+    p, d = arm.prefill, arm.decode
+    if p is not None and d is not None:
+        return [
+            {
+                **_common(recipe, runner),
+                "spec-decoding": arm.spec_decoding,
+                "prefill": p.dump(),
+                "decode": d.dump(),
+                "conc": conc,
+                "duration": block.duration,
+                "exp-name": f"{recipe.model_prefix}_p{p.num_worker}x{p.tp}_d{d.num_worker}x{d.tp}_conc{conc}",
+                "disagg": recipe.disagg,
+                "scenario-type": "agentic-coding",
+            }
+            for conc in concs
+            for runner in runners
+        ]
+    return [
         {
             **_common(recipe, runner),
             "tp": arm.tp,
-            "pp": arm.pp,
-            "dcp-size": arm.dcp_size,
-            "pcp-size": arm.pcp_size,
             "ep": 1 if arm.ep is None else arm.ep,
             "dp-attn": bool(arm.dp_attn),
-            "spec-decoding": arm.spec_decoding,
             "conc": conc,
-            **shared,
-            "exp-name": f"{recipe.model_prefix}_tp{arm.tp}_conc{conc}_{_offload_suffix(arm)}{spec}",
+            "offloading": arm.offloading,
+            "duration": block.duration,
+            "exp-name": f"{recipe.model_prefix}_tp{arm.tp}_conc{conc}_offload{arm.offloading}",
             "scenario-type": "agentic-coding",
-            **extra,
         }
         for conc in concs
         for runner in runners
@@ -443,6 +510,7 @@ def matrix_points(store, patterns: list[str] | None = None, filters: Filters | N
     test_config = f.mode == "test-config"
     step = f.step_size
     seq_lens = {parse_seq_len(name) for name in f.seq_lens}
+    gen = getattr(store, "generator", TODAY)
     points: list[Point] = []
     for key in select_keys(list(store.recipes), patterns or []):
         recipe = store.recipes[key]
@@ -457,10 +525,16 @@ def matrix_points(store, patterns: list[str] | None = None, filters: Filters | N
             if scenario == "fixed-seq-len":
                 if seq_lens and (block.isl, block.osl) not in seq_lens:
                     continue
-                rows = _fixed_rows(recipe, block, arm, runners, f, step)
+                rows = _fixed_rows(recipe, block, arm, runners, f, step, gen)
             else:
-                rows = _agentic_rows(store, recipe, block, arm, runners, f, step)
+                rows = _agentic_rows(store, recipe, block, arm, runners, f, step, gen)
             points += [Point(key, scenario, block, arm, row) for row in rows]
+        if f.scenario_type and "agentic-coding" not in f.scenario_type:
+            continue
+        for older in recipe.scenarios.older_agentic or []:
+            for arm in older.search_space:
+                rows = _older_agentic_rows(recipe, older, arm, runners, f, step)
+                points += [Point(key, "agentic-coding", older, arm, row) for row in rows]
     return points
 
 
@@ -481,11 +555,36 @@ def _concs(row: dict) -> list[int]:
     return row["conc"] if isinstance(row["conc"], list) else [row["conc"]]
 
 
-def _eval_concs(row: dict) -> list[int]:
-    return sorted(c for c in _concs(row) if c >= MIN_EVAL_CONC)
+def _eval_concs(row: dict, min_conc: int = MIN_EVAL_CONC) -> list[int]:
+    return sorted(c for c in _concs(row) if c >= min_conc)
 
 
-def mark_evals(rows: list[dict], include_agentic: bool = False) -> None:
+def _single_node_marks(rows: list[dict], members: list[int], policy: str) -> set[int]:
+    """The rows of one single-node group that run evals: those at the highest and at the median
+    concurrency, or (generators before March 2026, "tp-extremes") those at the highest concurrency of the
+    highest tp and of the lowest."""
+    if policy == "tp-extremes":
+        out: set[int] = set()
+        for tp in {max(rows[i]["tp"] for i in members), min(rows[i]["tp"] for i in members)}:
+            at_tp = [i for i in members if rows[i]["tp"] == tp]
+            top = max(rows[i]["conc"] for i in at_tp)
+            out.update(i for i in at_tp if rows[i]["conc"] == top)
+        return out
+    concs = sorted({rows[i]["conc"] for i in members})
+    targets = {concs[-1], concs[len(concs) // 2]}
+    return {i for i in members if rows[i]["conc"] in targets}
+
+
+def _multinode_group(row: dict, policy: str) -> tuple:
+    """What a multinode row's eval is chosen within: its topology, or (generators from April to June 2026,
+    "group-median") its model, runner, framework, precision, spec-decoding and the pools' dp-attn."""
+    if policy == "group-median":
+        what = (row["model"], row["runner"], row["framework"], row["precision"], row["spec-decoding"])
+        return (*what, row["prefill"].get("dp-attn"), row["decode"].get("dp-attn"))
+    return topology_key(row)
+
+
+def mark_evals(rows: list[dict], include_agentic: bool = False, gen: SweepGenerator = TODAY) -> None:
     """InferenceX's eval policy, marking `run-eval` (and `eval-conc`) on the rows in place:
 
     - single-node 8k1k rows with conc >= 16: in each (model, runner, framework, precision, isl, osl,
@@ -494,23 +593,25 @@ def mark_evals(rows: list[dict], include_agentic: bool = False) -> None:
       `eval-conc`;
     - agentic rows only with `include_agentic` (evals-only, all-evals): single-node, the highest-concurrency
       row per (model, runner, framework, precision); multinode, per topology as above (SWE-bench upstream).
+
+    That is today's generator; `gen` is the checkout's (ix_generator.py), whose seq-len pair, lowest
+    concurrency and picking rules are followed, and which may leave agentic rows without `run-eval`.
     """
     marked: set[int] = set()
     eval_conc: dict[int, int] = {}
     single: dict[tuple, list[int]] = {}
-    multi: dict[tuple, list[tuple[int, int]]] = {}
+    multi: dict[tuple, list[tuple[int, list[int]]]] = {}
     for i, r in enumerate(rows):
-        if (r.get("isl"), r.get("osl")) != (EVAL_ISL, EVAL_OSL) or not _eval_concs(r):
+        eligible = _eval_concs(r, gen.min_eval_conc)
+        if (r.get("isl"), r.get("osl")) != gen.eval_seq_len or not eligible:
             continue
         if "tp" in r:
             group = (r["model"], r["runner"], r["framework"], r["precision"], r["isl"], r["osl"])
             single.setdefault((*group, r["spec-decoding"], r["dp-attn"]), []).append(i)
-        elif "prefill" in r:
-            multi.setdefault(topology_key(r), []).append((i, _eval_concs(r)[-1]))
+        elif "prefill" in r and gen.multinode_evals != "none":
+            multi.setdefault(_multinode_group(r, gen.multinode_evals), []).append((i, eligible))
     for members in single.values():
-        concs = sorted({rows[i]["conc"] for i in members})
-        targets = {concs[-1], concs[len(concs) // 2]}
-        marked.update(i for i in members if rows[i]["conc"] in targets)
+        marked |= _single_node_marks(rows, members, gen.single_node_evals)
     if include_agentic:
         agentic: dict[tuple, list[tuple[int, int]]] = {}
         for i, r in enumerate(rows):
@@ -518,17 +619,22 @@ def mark_evals(rows: list[dict], include_agentic: bool = False) -> None:
                 continue
             if "prefill" in r:
                 if _eval_concs(r):
-                    multi.setdefault(topology_key(r), []).append((i, _eval_concs(r)[-1]))
+                    multi.setdefault(topology_key(r), []).append((i, _eval_concs(r)))
                 continue
             by = (r["model"], r["runner"], r["framework"], r["precision"])
             agentic.setdefault(by, []).append((i, max(_concs(r))))
-        for entries in agentic.values():
-            marked.add(max(entries, key=lambda e: e[1])[0])
+        for agentic_entries in agentic.values():
+            marked.add(max(agentic_entries, key=lambda e: e[1])[0])
     for entries in multi.values():
-        best, conc = max(entries, key=lambda e: e[1])
+        best, eligible = max(entries, key=lambda e: e[1][-1])
         marked.add(best)
-        eval_conc[best] = conc
+        # the highest eligible concurrency; the median of them under "group-median" (to avoid OOM in evals)
+        eval_conc[best] = (
+            eligible[len(eligible) // 2] if gen.multinode_evals == "group-median" else eligible[-1]
+        )
     for i, r in enumerate(rows):
+        if not gen.agentic_run_eval and r.get("scenario-type") == "agentic-coding":
+            continue
         r["run-eval"] = i in marked
         if i in eval_conc:
             r["eval-conc"] = eval_conc[i]
@@ -568,11 +674,13 @@ def all_evals(rows: list[dict]) -> list[tuple[int, dict]]:
     return out
 
 
-def apply_evals(points: list[Point], f: Filters) -> list[Point]:
+def apply_evals(points: list[Point], f: Filters, gen: SweepGenerator = TODAY) -> list[Point]:
     """Eval marks as InferenceX's generator sets them after expansion: the policy (unless --no-evals),
     widened by --all-evals; --evals-only and --all-evals keep only the marked rows, flagged `eval-only`."""
-    if not f.no_evals:
-        mark_evals([p.row for p in points], include_agentic=f.evals_only or f.all_evals)
+    include_agentic = f.evals_only or f.all_evals
+    # a generator whose evals are opt-in (ix_generator.py) marks them only for --evals-only / --all-evals
+    if not f.no_evals and (gen.evals_by_default or include_agentic):
+        mark_evals([p.row for p in points], include_agentic, gen)
         if f.all_evals:
             points = [replace(points[i], row=row) for i, row in all_evals([p.row for p in points])]
     if f.evals_only or f.all_evals:
@@ -603,4 +711,5 @@ def matrix(store, patterns: list[str] | None = None, filters: Filters | None = N
     (--lowest-conc trims them first, as InferenceX's changelog does with --trim-conc)."""
     f = filters or Filters()
     points = matrix_points(store, patterns, f)
-    return apply_evals(trim_conc(points) if f.lowest_conc else points, f)
+    gen = getattr(store, "generator", TODAY)
+    return apply_evals(trim_conc(points) if f.lowest_conc else points, f, gen)

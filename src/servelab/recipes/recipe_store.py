@@ -20,6 +20,7 @@ from pathlib import Path
 from servelab.errors import ServelabError, closest
 from servelab.recipes.checkout_launch import CheckoutScripts
 from servelab.recipes.inferencex import Notes, validate_entries
+from servelab.recipes.ix_generator import TODAY, find_generator
 from servelab.recipes.runners import RunnerLabels, parse_runners
 from servelab.recipes.schema import Recipe
 from servelab.recipes.yamlio import load_yaml, read_text
@@ -224,6 +225,8 @@ class RecipeStore:
             for line in duplicates:
                 self.notes.add(line)
         self.benchmarks = _benchmarks_of(source) if self.notes is not None else None
+        # what the checkout's own sweep generator prints (ix_generator.py); today's for any other store
+        self.generator = find_generator(getattr(source, "root", None)) if self.notes is not None else TODAY
 
     @functools.cached_property
     def checkout(self) -> CheckoutScripts | None:

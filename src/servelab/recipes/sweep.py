@@ -17,6 +17,7 @@ from servelab.recipes.engines import JobPoint, Launch, render
 from servelab.recipes.engines.profiles import AGENTIC
 from servelab.recipes.filters import Filters
 from servelab.recipes.fingerprint import dataset_of, job_fingerprint
+from servelab.recipes.inferencex import OlderAgenticArm
 from servelab.recipes.job import SERVELAB_FIELDS, Job
 from servelab.recipes.matrix import MODEL_LEN_MARGIN, POINT_FIELDS, MatrixRow, Point, matrix, select_keys
 from servelab.recipes.schema import LmEval
@@ -31,6 +32,11 @@ def _launch(store, recipe, point: Point) -> tuple[Launch | None, str | None, Lau
     agentic = point.scenario == AGENTIC
     if agentic and (row.multinode or not isinstance(row.conc, int)):
         return None, "agentic-coding: a multinode agentic deployment has no servelab launch yet", None
+    if isinstance(point.arm, OlderAgenticArm) and point.arm.offloading != "none":
+        why = (
+            f"agentic-coding offloading: {point.arm.offloading} (InferenceX's form before June 2026) has no "
+        )
+        return None, why + "servelab launch; today's form says kv-offloading and kv-offload-backend", None
     if not agentic and row.max_model_len is None:
         return None, "the row has no max-model-len", None
     # flags that depend on concurrency need it; a multinode row holds a list and renders no launch

@@ -302,10 +302,15 @@ def from_workload(
     )
 
 
-def _lm_task(ev: EvalSpec) -> WlTask:
-    """A sweep job's lm-eval spec as the workload task the gsm8k stage runs."""
-    args = {"num_concurrent": ev.num_concurrent, "max_gen_toks": ev.max_gen_toks}
-    model_args = WlModelArgs(**{k: v for k, v in args.items() if v is not None})
+def _lm_task(ev: EvalSpec, where: str) -> WlTask:
+    """A sweep job's lm-eval spec as the workload task the gsm8k stage runs (its further model_args too, as
+    a perf-eval workload gives them)."""
+    typed = {"num_concurrent": ev.num_concurrent, "max_gen_toks": ev.max_gen_toks}
+    args = {k: v for k, v in typed.items() if v is not None} | (ev.model_args or {})
+    try:
+        model_args = WlModelArgs.model_validate(args)
+    except ValidationError as e:
+        raise ServelabError.from_validation(e, f"{where}: evals {ev.task} model_args") from None
     return WlTask(
         name=ev.task, num_fewshot=ev.num_fewshot, model_args=model_args if model_args.dump() else None
     )
@@ -331,7 +336,7 @@ def from_job(
     image = row.image + (f"@{job.image_digest}" if job.image_digest else "")
     server = _job_server(job, image)
     where = f"{source}: {job.label()}"
-    tasks = [_lm_task(ev) for ev in job.evals]
+    tasks = [_lm_task(ev, where) for ev in job.evals]
     # an eval-only row (InferenceX's separate eval job) runs the evals without the throughput benchmark
     chosen = choose_stages(
         ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []), stages, source
