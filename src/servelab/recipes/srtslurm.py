@@ -46,17 +46,30 @@ class Rules:
     sglang_drops_served_name: bool = True  # the role's served-model-name is not repeated among its flags
     sglang_bootstrap_flag: bool = True  # a prefill worker is given its --disaggregation-bootstrap-port
     request_plane_flag: bool = True  # SGLang and vLLM workers are given --request-plane
+    vllm_device_ids: bool = (
+        True  # vLLM workers name their GPUs (--device-ids) unless set_cuda_visible_devices
+    )
     sglang_nccl_base: int | None = None  # SGLang workers get --nccl-port base + their DYN_SYSTEM_PORT offset
 
 
 # before srt-slurm's ports module (topology.py's NodePortAllocator) / after it (srtctl/ports.py, v1.0.x)
 ALLOCATOR = Rules(
-    30000, 1, 31000, 8081, 29500, "nats", sglang_drops_served_name=False, sglang_bootstrap_flag=False
+    30000,
+    1,
+    31000,
+    8081,
+    29500,
+    "nats",
+    sglang_drops_served_name=False,
+    sglang_bootstrap_flag=False,
+    vllm_device_ids=False,
 )
-ALLOCATOR_NO_PLANE = Rules(30000, 1, 31000, 8081, 29500, "nats", False, False, request_plane_flag=False)
-ALLOCATOR_DROPS = Rules(30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False)
+ALLOCATOR_NO_PLANE = Rules(30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False)
+ALLOCATOR_DROPS = Rules(30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False)
 PORTS_MODULE = Rules(6100, 32, 7200, 7500, 8300, "tcp")
-PORTS_MODULE_NO_PLANE = Rules(6100, 32, 7200, 7500, 8300, "nats", request_plane_flag=False)
+PORTS_MODULE_NO_PLANE = Rules(
+    6100, 32, 7200, 7500, 8300, "nats", request_plane_flag=False, vllm_device_ids=False
+)
 PORTS_MODULE_NCCL = Rules(6100, 32, 7200, 7500, 8300, "tcp", sglang_nccl_base=17500)
 # revision -> its rules and the backends whose rendering equals srtctl's for every captured recipe
 # (tests/recipes/test_srtslurm.py); another backend at that revision is refused, not guessed
@@ -76,16 +89,16 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
     ),  # v1.0.6 line
     "3435776cd6db4c14f8b771ff7a3976deb62fe133": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.25
     "c1b6b5c97f323baefad577d70c4e8392b6f537d9": (PORTS_MODULE, frozenset({Engine.TRTLLM})),  # v1.0.29
-    "0f31474a9b3831af28b5f44c95913776daed9f38": (PORTS_MODULE, frozenset()),  # v1.0.31
-    "cb651682117df129162cd276cf567ec70dc57b36": (PORTS_MODULE, frozenset()),  # v1.0.36
+    "0f31474a9b3831af28b5f44c95913776daed9f38": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.31
+    "cb651682117df129162cd276cf567ec70dc57b36": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.36
     "c180328b98c3793ca84a1e24a030f90545eb7d5d": (
         PORTS_MODULE,
         frozenset({Engine.SGLANG, Engine.TRTLLM}),
     ),  # v1.0.38
     "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
-    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset()),  # v1.0.45
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
     "e4019633c9e2bc25f38c44b81edf52bb0504d937": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.50
-    "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset()),  # v1.0.53
+    "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.53
     "c88ef731636890ff6385a783e152c1790e15b194": (
         PORTS_MODULE_NCCL,
         frozenset({Engine.SGLANG}),
@@ -160,6 +173,7 @@ class Backend(_Open):
     trtllm_config: dict[str, dict[str, Any] | None] | None = None
     connector: str | None = "nixl"
     kv_events_config: bool | dict[str, Any] | None = None
+    set_cuda_visible_devices: bool = False
 
     def config(self, mode: str) -> dict[str, Any]:
         table = {
@@ -303,6 +317,17 @@ def _flags(config: dict[str, Any]) -> list[str]:
     return args
 
 
+# srt-slurm's connector shorthands, as the JSON vLLM's --kv-transfer-config takes (anything else: as written)
+CONNECTORS = {
+    "nixl": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+    "lmcache": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+    "kvbm": {
+        "kv_connector": "DynamoConnector",
+        "kv_connector_module_path": "kvbm.vllm_integration.connector",
+        "kv_role": "kv_both",
+    },
+}
+
 ROLE = {"prefill": Role.PREFILL, "decode": Role.DECODE, "agg": Role.WORKER}
 
 
@@ -319,6 +344,10 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             f"servelab's rendering of srt-slurm {revision[:12]}'s {recipe.backend.type} workers is not "
             "verified against srtctl yet",
             field="backend.type",
+        )
+    if recipe.backend.kv_events_config:
+        raise ServelabError(
+            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
         )
     plane = recipe.dynamo.request_plane or rules.request_plane
     if recipe.frontend.type != "dynamo":
@@ -446,12 +475,10 @@ def _worker_argv(
     connector = config.pop("connector", None)
     connector = connector if connector is not None else b.connector
     if connector and connector not in ("null", "none"):
-        argv += [
-            "--kv-transfer-config",
-            json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
-            if connector == "nixl"
-            else connector,
-        ]
+        preset = CONNECTORS.get(connector.lower())
+        argv += ["--kv-transfer-config", json.dumps(preset) if preset else connector]
+    if rules.vllm_device_ids and not b.set_cuda_visible_devices:
+        argv += ["--device-ids", ",".join(map(str, ep.gpus))]
     if config.get("data-parallel-size") is not None or config.get("data_parallel_size") is not None:
         raise ServelabError(
             "vLLM's data-parallel mode (a process per GPU) is not rendered yet",
