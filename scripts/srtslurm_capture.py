@@ -317,7 +317,8 @@ def index(args) -> None:
         rev = r.get("rev") or ""
         if "recipe" not in r or ":" in rev or not rev:
             entry["unavailable"] = (
-                r.get("error") or f"srt-slurm {rev} is not in the mirror servelab's rules are read from"
+                "InferenceX's launcher stops before srtctl apply under servelab's stubs (it reads the cluster's "
+                "file system), so which revision and recipe it runs is not recorded"
             )
             if ":" in rev:
                 entry["unavailable"] = f"srt-slurm {rev.split(':', 1)[1]} is a fork servelab has no copy of"

@@ -144,7 +144,7 @@ def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
     assert sources == {"checkout", "srt-slurm"}  # InferenceX's recipes from the checkout, srt-slurm's pinned
     # a job without one says why, naming the recipe
     forks = [j for j in jobs if "is a fork servelab has no copy of" in (j.get("not-renderable") or "")]
-    assert forks and all("srt-slurm recipe recipes/" in j["not-renderable"] for j in forks)
+    assert forks and all(j["not-renderable"].startswith("srt-slurm: srt-slurm https://") for j in forks)
 
 
 def test_each_choice_names_a_revision_with_rules_or_why_not():

@@ -55,16 +55,20 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
         return None, None, None
     entry = index().get(choice_key(row, config))
     if entry is None:
-        return None, f"srt-slurm recipe {config}: no record of the revision the launcher runs it with", None
+        return (
+            None,
+            "srt-slurm: servelab has no record of the revision the launcher runs this recipe with",
+            None,
+        )
     if "unavailable" in entry:
-        return None, f"srt-slurm recipe {config}: {entry['unavailable']}", None
+        return None, f"srt-slurm: {entry['unavailable']}", None
     revision = entry["revision"]
     if "inferencex" in entry:
         rel = f"{IX_RECIPES}/{entry['inferencex']}"
         path = None if benchmarks is None else benchmarks / rel
         if path is None or not path.is_file():
             where = "no InferenceX checkout" if benchmarks is None else f"{benchmarks}/{rel} is missing"
-            return None, f"srt-slurm recipe {config}: {where}", None
+            return None, f"srt-slurm recipe {rel}: {where}", None
         text, source = path.read_text(), f"checkout benchmarks/{rel}"
     else:
         pinned = (
@@ -76,5 +80,5 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
         recipe = read_recipe(text, source)
         deployment = render(recipe, source, entry["model-path"], revision)
     except ServelabError as e:
-        return None, f"srt-slurm recipe {config}: {e}", source
+        return None, f"srt-slurm: {e}", source
     return deployment, None, f"srt-slurm {revision[:12]}: {source}"
