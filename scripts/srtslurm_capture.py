@@ -317,8 +317,8 @@ def index(args) -> None:
         rev = r.get("rev") or ""
         if "recipe" not in r or ":" in rev or not rev:
             entry["unavailable"] = (
-                "InferenceX's launcher stops before srtctl apply under servelab's stubs (it reads the cluster's "
-                "file system), so which revision and recipe it runs is not recorded"
+                "InferenceX's launcher stops before srtctl apply under servelab's stubs (it reads the "
+                "cluster's file system), so which revision and recipe it runs is not recorded"
             )
             if ":" in rev:
                 entry["unavailable"] = f"srt-slurm {rev.split(':', 1)[1]} is a fork servelab has no copy of"
@@ -356,7 +356,7 @@ def index(args) -> None:
             )
         if ":" in r["config"]:
             entry["unavailable"] = (
-                f"CONFIG_FILE selects an override ({r['config'].split(':', 1)[1]}), not rendered yet"
+                "CONFIG_FILE selects an override of the recipe (after its `:`), not rendered yet"
             )
         out[key] = entry
     PACKAGE.mkdir(parents=True, exist_ok=True)
