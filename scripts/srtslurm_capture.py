@@ -32,6 +32,9 @@ from pathlib import Path
 
 import yaml
 
+from servelab.errors import ServelabError
+from servelab.recipes.srtslurm import with_synthetic_acceptance
+
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = Path(__file__).resolve().parent / "srtslurm_stubs"
 IX_MIRROR = Path("/work/.mirror/SemiAnalysisAI+InferenceX/repo")
@@ -300,6 +303,18 @@ def _git_show(git_dir: Path, rev: str, path: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
+def _synthetic(text: str, length: float | None) -> object:
+    """`text` as the launcher rewrites it for synthetic acceptance (servelab's rewrite), normalised."""
+    data = _normal(text)
+    if length is None or not isinstance(data, dict):
+        return data
+    try:
+        with_synthetic_acceptance(data, length, "recipe")
+    except (ServelabError, ValueError):
+        return None
+    return data
+
+
 def index(args) -> None:
     """servelab's package data: per launcher choice, the srt-slurm revision, where the recipe is (InferenceX's
     checkout or pinned here) and the model path; the InferenceX recipes pinned under tests/data/inferencex."""
@@ -312,6 +327,11 @@ def index(args) -> None:
     ).stdout.split()
     ix_text: dict[str, str] = {}
     out: dict[str, dict] = {}
+    lengths: dict[str, float | None] = {}
+    for job in multinode_jobs():
+        env = settings(job)
+        on = env.get("SYNTHETIC_ACCEPTANCE", "").lower() == "true" and env.get("SYNTHETIC_ACCEPTANCE_LENGTH")
+        lengths[resolve_key(job)] = float(env["SYNTHETIC_ACCEPTANCE_LENGTH"]) if on else None
     for key, r in sorted(resolved.items()):
         entry: dict = {"config": r.get("config"), "launcher": r.get("launcher")}
         rev = r.get("rev") or ""
@@ -337,7 +357,7 @@ def index(args) -> None:
                 continue
             if f not in ix_text:
                 ix_text[f] = _git_show(IX_MIRROR, IX_COMMIT, f) or ""
-            if _normal(ix_text[f]) == want:
+            if _synthetic(ix_text[f], lengths.get(key)) == want:
                 source = f
                 break
         if source is not None:
@@ -345,7 +365,9 @@ def index(args) -> None:
             dest = IX_PINNED / entry["inferencex"]
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(ix_text[source])
-        elif (text := _git_show(SRT_MIRROR, rev, config)) is not None and _normal(text) == want:
+        elif (text := _git_show(SRT_MIRROR, rev, config)) is not None and _synthetic(
+            text, lengths.get(key)
+        ) == want:
             entry["srt-slurm"] = config
             dest = PACKAGE / "recipes" / rev[:12] / config
             dest.parent.mkdir(parents=True, exist_ok=True)

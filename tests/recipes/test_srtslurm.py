@@ -150,3 +150,55 @@ def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
 def test_each_choice_names_a_revision_with_rules_or_why_not():
     for key, entry in index().items():
         assert "unavailable" in entry or entry["revision"] in srtslurm.REVISIONS, key
+
+
+def _without_launcher_edits(text: str) -> dict:
+    data = yaml.safe_load(text)
+    data.pop("name", None)
+    data.pop("health_check", None)
+    return data
+
+
+def _source_text(entry: dict) -> str:
+    if "inferencex" in entry:
+        return (
+            ROOT / "tests/data/inferencex/benchmarks/multi_node/srt-slurm-recipes" / entry["inferencex"]
+        ).read_text()
+    pinned = ROOT / "src/servelab/recipes/data/srtslurm/recipes" / entry["revision"][:12] / entry["srt-slurm"]
+    return pinned.read_text()
+
+
+def _synthetic_length(backend: dict) -> float | None:
+    """The acceptance length a recipe srtctl was given carries, if any."""
+    for key in srtslurm.SGLANG_ROLE_ENVIRONMENTS:
+        if "SGLANG_SIMULATE_ACC_LEN" in (backend.get(key) or {}):
+            return float(backend[key]["SGLANG_SIMULATE_ACC_LEN"])
+    for cfg in (backend.get("vllm_config") or {}).values():
+        spec = (cfg or {}).get("speculative-config")
+        if isinstance(spec, str) and "synthetic_acceptance_length" in spec:
+            return float(json.loads(spec)["synthetic_acceptance_length"])
+    return None
+
+
+def test_synthetic_acceptance_is_rewritten_as_the_launcher_rewrites_it():
+    # the recipe srtctl was given (the launcher's rewrite of it) against servelab's rewrite of the source
+    resolved, _ = data()
+    checked = Counter()
+    for key, entry in sorted(index().items()):
+        if "unavailable" in entry:
+            continue
+        given = resolved[key]["recipe"]
+        length = _synthetic_length(yaml.safe_load(given).get("backend") or {})
+        if length is None:
+            continue
+        source = yaml.safe_load(_source_text(entry))
+        if _synthetic_length(source.get("backend") or {}) is not None:
+            continue  # the recipe itself asks for synthetic acceptance: nothing was rewritten
+        srtslurm.with_synthetic_acceptance(source, length, key)
+        source.pop("name", None)
+        source.pop("health_check", None)
+        assert source == _without_launcher_edits(given), key
+        checked[(source.get("backend") or {}).get("type", "sglang")] += 1
+    assert checked["vllm"] >= 20 and checked["sglang"] >= 3, checked
+    with pytest.raises(ServelabError, match="nothing it rewrites"):
+        srtslurm.with_synthetic_acceptance({"backend": {"type": "vllm", "vllm_config": {}}}, 2.5, "r.yaml")

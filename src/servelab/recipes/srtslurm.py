@@ -230,20 +230,59 @@ class SrtRecipe(_Open):
     infra: Infra = Field(default_factory=Infra)
 
 
-def read_recipe(text: str, source: str) -> SrtRecipe:
-    """The recipe, typed: a ServelabError naming `source` and the field when it is not one srtctl reads."""
+def read_recipe(text: str, source: str, synthetic_acceptance: float | None = None) -> SrtRecipe:
+    """The recipe, typed: a ServelabError naming `source` and the field when it is not one srtctl reads.
+    `synthetic_acceptance`: the mean acceptance length InferenceX's launcher writes into the recipe before
+    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ServelabError(f"{source}: not YAML ({e})".splitlines()[0]) from e
     if not isinstance(data, dict):
         raise ServelabError(f"{source}: an srt-slurm recipe is a mapping")
+    if synthetic_acceptance is not None:
+        with_synthetic_acceptance(data, synthetic_acceptance, source)
     try:
         return SrtRecipe.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ServelabError(f"{source}: {where}: {err['msg']}") from e
+
+
+SGLANG_ROLE_ENVIRONMENTS = ("aggregated_environment", "prefill_environment", "decode_environment")
+
+
+def with_synthetic_acceptance(data: dict, length: float, source: str) -> None:
+    """The recipe as InferenceX's launcher rewrites it for a throughput run with synthetic acceptance
+    (runners/inject_synthetic_acceptance.py): vLLM's speculative-config JSON of each role gets
+    rejection_sample_method=synthetic and the length; SGLang's workers get SGLANG_SIMULATE_ACC_* in each role
+    environment the recipe has. Nothing to rewrite is an error, as it is for the launcher."""
+    found = data.get("backend")
+    backend: dict = found if isinstance(found, dict) else {}
+    count = 0
+    if backend.get("type") == Engine.VLLM:
+        for cfg in (backend.get("vllm_config") or {}).values():
+            spec = cfg.get("speculative-config") if isinstance(cfg, dict) else None
+            if isinstance(spec, str):
+                parsed = json.loads(spec)
+                parsed["rejection_sample_method"] = "synthetic"
+                parsed["synthetic_acceptance_length"] = length
+                cfg["speculative-config"] = json.dumps(parsed, separators=(",", ":"))
+                count += 1
+    elif backend.get("type", Engine.SGLANG) == Engine.SGLANG:
+        if any("SGLANG_SIMULATE_ACC_LEN" in (backend.get(k) or {}) for k in SGLANG_ROLE_ENVIRONMENTS):
+            raise ServelabError(f"{source}: SYNTHETIC_ACCEPTANCE is set but the recipe already simulates it")
+        for key in SGLANG_ROLE_ENVIRONMENTS:
+            if isinstance(backend.get(key), dict):
+                backend[key].update(
+                    SGLANG_SIMULATE_ACC_LEN=f"{length:g}",
+                    SGLANG_SIMULATE_ACC_METHOD="match-expected",
+                    SGLANG_SIMULATE_ACC_TOKEN_MODE="real-draft-token",
+                )
+                count += 1
+    if not count:
+        raise ServelabError(f"{source}: SYNTHETIC_ACCEPTANCE is set but the recipe has nothing it rewrites")
 
 
 @dataclass
@@ -339,21 +378,27 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
         raise ServelabError(
             f"srt-slurm {revision} is not a revision servelab knows the rules of", field="revision"
         )
+    if recipe.frontend.type != "dynamo":
+        raise ServelabError(
+            f"{recipe.frontend.type!r}: only Dynamo's frontend is rendered yet", field="frontend.type"
+        )
+    if recipe.backend.kv_events_config:
+        raise ServelabError(
+            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
+        )
+    if recipe.backend.type == Engine.VLLM and any(
+        recipe.backend.config(m).keys() & {"data-parallel-size", "data_parallel_size"} for m in ROLE
+    ):
+        raise ServelabError(
+            "vLLM's data-parallel mode (a process per GPU) is not rendered yet", field="backend.vllm_config"
+        )
     if recipe.backend.type not in verified:
         raise ServelabError(
             f"servelab's rendering of srt-slurm {revision[:12]}'s {recipe.backend.type} workers is not "
             "verified against srtctl yet",
             field="backend.type",
         )
-    if recipe.backend.kv_events_config:
-        raise ServelabError(
-            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
-        )
     plane = recipe.dynamo.request_plane or rules.request_plane
-    if recipe.frontend.type != "dynamo":
-        raise ServelabError(
-            f"{recipe.frontend.type!r}: only Dynamo's frontend is rendered yet", field="frontend.type"
-        )
     r, b = recipe.resources, recipe.backend
     # the infra node (NATS, etcd) is node 0; with a dedicated one the workers (and the head) start at node 1
     first = 1 if recipe.infra.etcd_nats_dedicated_node else 0

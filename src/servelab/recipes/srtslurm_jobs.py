@@ -76,8 +76,18 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
             / f"data/srtslurm/recipes/{revision[:12]}/{entry['srt-slurm']}"
         )
         text, source = pinned.read_text(), f"srt-slurm {revision[:12]} {entry['srt-slurm']} (pinned)"
+    synthetic = None
+    if settings(row).get("SYNTHETIC_ACCEPTANCE", "").strip().lower() == "true":
+        length = settings(row).get("SYNTHETIC_ACCEPTANCE_LENGTH", "").strip()
+        if not length:
+            why = "SYNTHETIC_ACCEPTANCE without its length (a reference-table lookup) is not rendered yet"
+            return None, f"srt-slurm: {why}", None
+        try:
+            synthetic = float(length)
+        except ValueError:
+            return None, f"srt-slurm: SYNTHETIC_ACCEPTANCE_LENGTH {length!r} is not a number", None
     try:
-        recipe = read_recipe(text, source)
+        recipe = read_recipe(text, source, synthetic)
         deployment = render(recipe, source, entry["model-path"], revision)
     except ServelabError as e:
         return None, f"srt-slurm: {e}", source
