@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -97,7 +97,10 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
     ),  # v1.0.38
     "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
     "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
-    "e4019633c9e2bc25f38c44b81edf52bb0504d937": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.50
+    "e4019633c9e2bc25f38c44b81edf52bb0504d937": (
+        PORTS_MODULE,
+        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+    ),  # v1.0.50
     "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.53
     "c88ef731636890ff6385a783e152c1790e15b194": (
         PORTS_MODULE_NCCL,
@@ -205,6 +208,9 @@ class Frontend(_Open):
     num_additional_frontends: int = 9
     args: dict[str, Any] | None = None
     env: dict[str, str] | None = None
+    orchestrator_placement: Literal["head", "first_decode", "last_decode"] = (
+        "head"  # the single frontend's node
+    )
 
 
 class Dynamo(_Open):
@@ -456,7 +462,8 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                 )
             )
             sys_port += 1
-    processes += _frontends(recipe, first, nodes, plane)
+    decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
+    processes += _frontends(recipe, first, nodes, plane, decode_leaders)
     endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
     files = {}
     if b.type == Engine.TRTLLM:
@@ -539,7 +546,9 @@ def _worker_argv(
     return argv + _flags(config)
 
 
-def _frontends(recipe: SrtRecipe, head: int, nodes: int, plane: str) -> list[NodeProcess]:
+def _frontends(
+    recipe: SrtRecipe, head: int, nodes: int, plane: str, decode_leaders: list[int]
+) -> list[NodeProcess]:
     """One Dynamo frontend on the head node; or, with several worker nodes and multiple frontends on,
     nginx there in front of frontends on the other worker nodes."""
     fe = recipe.frontend
@@ -557,9 +566,17 @@ def _frontends(recipe: SrtRecipe, head: int, nodes: int, plane: str) -> list[Nod
     }
     if nodes - head == 1 or not fe.enable_multiple_frontends:
         argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_PORT}", *args]
+        at = head
+        if fe.orchestrator_placement != "head":  # on a decode worker's leader node
+            if not decode_leaders:
+                raise ServelabError(
+                    f"{fe.orchestrator_placement!r} but the recipe has no decode workers",
+                    field="frontend.orchestrator_placement",
+                )
+            at = decode_leaders[0 if fe.orchestrator_placement == "first_decode" else -1]
         return [
             NodeProcess(
-                role=Role.ROUTER, node=head, argv=argv, env=env, port=FRONTEND_PORT, health_path="/health"
+                role=Role.ROUTER, node=at, argv=argv, env=env, port=FRONTEND_PORT, health_path="/health"
             )
         ]
     count = min(fe.num_additional_frontends + 1, nodes - head - 1)
