@@ -202,3 +202,16 @@ def test_synthetic_acceptance_is_rewritten_as_the_launcher_rewrites_it():
     assert checked["vllm"] >= 20 and checked["sglang"] >= 3, checked
     with pytest.raises(ServelabError, match="nothing it rewrites"):
         srtslurm.with_synthetic_acceptance({"backend": {"type": "vllm", "vllm_config": {}}}, 2.5, "r.yaml")
+
+
+def test_nginx_spreads_over_the_frontends_it_fronts():
+    key = next(
+        k
+        for k, c in sorted(data()[1].items())
+        if "error" not in c and any(a["command"][0] == "bash" for a in c["stages"]["start_frontend"])
+    )
+    d = _render(key)
+    behind = [p for p in d.processes if p.role == Role.ROUTER and p.port == srtslurm.FRONTEND_BEHIND_NGINX]
+    assert behind and d.processes[d.endpoint].argv[0] == "bash"
+    conf = d.files["nginx.conf"]
+    assert all(f"server {srtslurm.node(p.node)}:8180;" in conf for p in behind) and "listen 8000;" in conf

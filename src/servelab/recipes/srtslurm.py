@@ -465,10 +465,14 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
     processes += _frontends(recipe, first, nodes, plane, decode_leaders)
     endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
+    # the files the argv name under /logs (srtctl's log directory, mounted there in every container)
     files = {}
     if b.type == Engine.TRTLLM:
         for mode in sorted({ep.mode for ep in endpoints}):
             files[f"trtllm_config_{mode}.yaml"] = yaml.safe_dump(b.config(mode))
+    behind = [p.node for p in processes if p.role == Role.ROUTER and p.port == FRONTEND_BEHIND_NGINX]
+    if behind:
+        files["nginx.conf"] = _nginx_conf(behind)
     return Deployment(nodes=nodes, processes=processes, endpoint=endpoint, files=files)
 
 
@@ -544,6 +548,29 @@ def _worker_argv(
         argv += ["--request-plane", plane]
     argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
     return argv + _flags(config)
+
+
+def _nginx_conf(frontend_nodes: list[int]) -> str:
+    """nginx on the head node spreading requests over the frontends (round robin), unbuffered and without a
+    timeout a long generation could hit."""
+    upstream = "".join(f"        server {node(n)}:{FRONTEND_BEHIND_NGINX};\n" for n in frontend_nodes)
+    return (
+        "worker_processes auto;\n"
+        "events { worker_connections 65535; multi_accept on; }\n"
+        "http {\n"
+        "    access_log off;\n"
+        f"    upstream frontends {{\n{upstream}    }}\n"
+        "    server {\n"
+        f"        listen {FRONTEND_PORT};\n"
+        "        location / {\n"
+        "            proxy_pass http://frontends;\n"
+        "            proxy_buffering off;\n"
+        "            proxy_read_timeout 24h;\n"
+        "            proxy_send_timeout 24h;\n"
+        "        }\n"
+        "    }\n"
+        "}\n"
+    )
 
 
 def _frontends(
