@@ -141,7 +141,10 @@ def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
     assert {j["framework"] for j in deployed} >= {"dynamo-sglang", "dynamo-trt"}
     assert all(j["launch-source"].startswith("srt-slurm ") for j in deployed)
     sources = {j["launch-source"].split(": ", 1)[1].split(" ")[0] for j in deployed}
-    assert sources == {"checkout", "srt-slurm"}  # InferenceX's recipes from the checkout, srt-slurm's pinned
+    assert sources == {
+        "checkout",
+        "srt-slurm's",
+    }  # InferenceX's recipes from the checkout, srt-slurm's pinned
     # a job without one says why, naming the recipe
     forks = [j for j in jobs if "is a fork servelab has no copy of" in (j.get("not-renderable") or "")]
     assert forks and all(j["not-renderable"].startswith("srt-slurm: srt-slurm https://") for j in forks)

@@ -75,7 +75,7 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
             resources.files("servelab.recipes")
             / f"data/srtslurm/recipes/{revision[:12]}/{entry['srt-slurm']}"
         )
-        text, source = pinned.read_text(), f"srt-slurm {revision[:12]} {entry['srt-slurm']} (pinned)"
+        text, source = pinned.read_text(), f"srt-slurm's {entry['srt-slurm']} (pinned)"
     synthetic = None
     if settings(row).get("SYNTHETIC_ACCEPTANCE", "").strip().lower() == "true":
         length = settings(row).get("SYNTHETIC_ACCEPTANCE_LENGTH", "").strip()
