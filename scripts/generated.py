@@ -281,14 +281,29 @@ ENTRIES: tuple[Entry, ...] = (
         recorded="made by InferenceX's code in its checkout",
     ),
     Entry(
-        outputs=(f"{IX}/benchmarks/**/*",),
+        outputs=(f"{IX}/benchmarks/single_node/**/*",),
         inputs=(*MASTERS, IX_LAUNCH),
         command=f"python {IX_LAUNCH} pin --inferencex PATH",
         recorded="copied from a checkout of InferenceX",
     ),
     Entry(
+        outputs=(
+            "tests/data/srtslurm/*",
+            f"{IX}/benchmarks/multi_node/**/*",
+            "src/servelab/recipes/data/srtslurm/**/*",
+        ),
+        inputs=(
+            *MASTERS,
+            "scripts/srtslurm_capture.py",
+            "scripts/srtslurm_probe.py",
+            "scripts/srtslurm_stubs/*",
+        ),
+        command="python scripts/srtslurm_capture.py resolve; ... capture; ... index",
+        recorded="made from mirrors of InferenceX and srt-slurm, srtctl run from each revision in a venv",
+    ),
+    Entry(
         outputs=(f"{IX}/launch/launches.json.gz",),
-        inputs=(f"{IX}/benchmarks/**/*", *MASTERS, IX_LAUNCH, CAPTURE),
+        inputs=(f"{IX}/benchmarks/single_node/**/*", *MASTERS, IX_LAUNCH, CAPTURE),
         command=f"python {IX_LAUNCH} capture",
         self_check=(IX_LAUNCH, "capture", "--check-sample"),  # one job per script, not all 690
         quick=False,

@@ -42,6 +42,7 @@ def canonical(obj) -> str:
 def job_fingerprint(
     *,
     launch,
+    deployment=None,
     image: str,
     image_digest: str | None,
     client_argv: list,
@@ -63,7 +64,13 @@ def job_fingerprint(
         "client": client_argv,
         "dataset": dataset,
     }
-    if launch is None:
+    if deployment is not None:
+        # every process's argv, env (secret values never) and port, per role and node, and the files
+        payload["deployment"] = {
+            **deployment.model_dump(exclude={"processes"}),
+            "processes": [{**p.model_dump(), "env": public_env(p.env)} for p in deployment.processes],
+        }
+    if launch is None and deployment is None:
         # Disaggregated rows have no rendered launch yet; their topology row stands in for it.
         payload["row"] = row
     return "sha256:" + hashlib.sha256(canonical(payload).encode()).hexdigest()

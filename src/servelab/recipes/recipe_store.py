@@ -173,7 +173,7 @@ class GitSource:
         return sorted(_join(rel, n) for n in names if n.endswith((".yaml", ".yml")))
 
 
-def _benchmarks_of(source) -> Path | None:
+def benchmarks_of(source) -> Path | None:
     """The benchmarks/ directory of the InferenceX checkout a configs/ directory belongs to (configs/ at its
     top, or .github/configs/ before mid-2026), or None."""
     root = getattr(source, "root", None)
@@ -224,7 +224,7 @@ class RecipeStore:
         if self.notes is not None and duplicates:
             for line in duplicates:
                 self.notes.add(line)
-        self.benchmarks = _benchmarks_of(source) if self.notes is not None else None
+        self.benchmarks = benchmarks_of(source) if self.notes is not None else None
         # what the checkout's own sweep generator prints (ix_generator.py); today's for any other store
         self.generator = find_generator(getattr(source, "root", None)) if self.notes is not None else TODAY
 

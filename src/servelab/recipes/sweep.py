@@ -20,7 +20,9 @@ from servelab.recipes.fingerprint import dataset_of, job_fingerprint
 from servelab.recipes.inferencex import OlderAgenticArm
 from servelab.recipes.job import SERVELAB_FIELDS, Job
 from servelab.recipes.matrix import MODEL_LEN_MARGIN, POINT_FIELDS, MatrixRow, Point, matrix, select_keys
+from servelab.recipes.recipe_store import benchmarks_of
 from servelab.recipes.schema import LmEval
+from servelab.recipes.srtslurm_jobs import deployment_for
 
 __all__ = ["MODEL_LEN_MARGIN", "SERVELAB_FIELDS", "Job", "build_job", "expand", "select_keys"]
 
@@ -105,13 +107,19 @@ def build_job(store, point: Point) -> Job:
     typed = MatrixRow.model_validate(row)
     recipe = store.recipes[key]
     launch, why, origin = _launch(store, recipe, point)
+    deployment, source = None, origin.source if origin else None
+    if launch is None:  # a multinode job srt-slurm deploys (srtslurm_jobs.py)
+        deployment, srt_why, srt_source = deployment_for(row, benchmarks_of(store.source))
+        why, source = (None, srt_source) if deployment else (srt_why or why, source)
     runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
-        launch, why = None, f"runner label {recipe.runner!r} is not in {store.runner_labels.source}"
+        launch, deployment = None, None
+        why = f"runner label {recipe.runner!r} is not in {store.runner_labels.source}"
     benches = _benches(key, recipe, point, typed.concs)
     one = len(benches) == 1
     fp = job_fingerprint(
         launch=launch,
+        deployment=deployment,
         image=recipe.image,
         image_digest=recipe.image_digest,
         client_argv=benches[0].argv() if one else [b.argv() for b in benches],
@@ -134,6 +142,7 @@ def build_job(store, point: Point) -> Job:
         row=row,
         image_digest=recipe.image_digest,
         launch=launch,
+        deployment=deployment,
         not_renderable=why,
         secret_env=recipe.secret_env,
         benches=benches,
@@ -143,7 +152,7 @@ def build_job(store, point: Point) -> Job:
         agents=agents,
         fingerprint=fp,
         launch_script_changed=origin.change if origin else None,
-        launch_source=origin.source if origin else None,
+        launch_source=source,
         launch_derive_failed=origin.failed if origin else None,
     )
 

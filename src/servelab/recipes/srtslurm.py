@@ -1,0 +1,631 @@
+"""A multinode job's Deployment from its srt-slurm recipe (InferenceX's dynamo-* jobs, issue #32).
+
+InferenceX launches a disaggregated or multinode job by cloning NVIDIA/srt-slurm at a revision its launcher
+picks, copying its own benchmarks/multi_node/srt-slurm-recipes into it and running `srtctl apply -f
+$CONFIG_FILE`. srtctl reads the recipe YAML (resources, backend config per role, frontend) and starts, per
+node: NATS and etcd on the infra node, the workers (prefill / decode / aggregated: the engine's Dynamo worker
+with the recipe's flags for that role), and the frontend (Dynamo's, behind nginx when several). This module
+reads the recipe (typed, one-line errors naming the file and field) and renders the same processes as a
+Deployment.
+
+Node addresses are not known before the job runs: argv and env name them `{{node:N}}` (N: the node's index in
+the deployment, 0 first), which the runner replaces with node N's address. The reference is srtctl itself
+(scripts/srtslurm_capture.py records what its own code starts for every recipe; tests/recipes/test_srtslurm.py
+compares).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servelab.engines.names import Engine
+from servelab.errors import ServelabError
+from servelab.recipes.engines.base import Deployment, NodeProcess, Role
+
+FRONTEND_PORT = 8000  # the one the benchmark sends to (nginx's when several frontends, else the frontend's)
+FRONTEND_BEHIND_NGINX = 8180
+NATS_PORT = 4222
+ETCD_PORT = 2379
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What differs between the srt-slurm revisions InferenceX's launchers pin: the port plan and defaults."""
+
+    http_base: int  # per node
+    http_stride: int
+    bootstrap_base: int  # per node, one per prefill endpoint
+    sys_base: int  # DYN_SYSTEM_PORT, one per worker process
+    dist_init: int  # SGLang's --dist-init-addr port
+    request_plane: str  # dynamo.request_plane's default
+    sglang_drops_served_name: bool = True  # the role's served-model-name is not repeated among its flags
+    sglang_bootstrap_flag: bool = True  # a prefill worker is given its --disaggregation-bootstrap-port
+    request_plane_flag: bool = True  # SGLang and vLLM workers are given --request-plane
+    vllm_device_ids: bool = (
+        True  # vLLM workers name their GPUs (--device-ids) unless set_cuda_visible_devices
+    )
+    sglang_nccl_base: int | None = None  # SGLang workers get --nccl-port base + their DYN_SYSTEM_PORT offset
+
+
+# before srt-slurm's ports module (topology.py's NodePortAllocator) / after it (srtctl/ports.py, v1.0.x)
+ALLOCATOR = Rules(
+    30000,
+    1,
+    31000,
+    8081,
+    29500,
+    "nats",
+    sglang_drops_served_name=False,
+    sglang_bootstrap_flag=False,
+    vllm_device_ids=False,
+)
+ALLOCATOR_NO_PLANE = Rules(30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False)
+ALLOCATOR_DROPS = Rules(30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False)
+PORTS_MODULE = Rules(6100, 32, 7200, 7500, 8300, "tcp")
+PORTS_MODULE_NO_PLANE = Rules(
+    6100, 32, 7200, 7500, 8300, "nats", request_plane_flag=False, vllm_device_ids=False
+)
+PORTS_MODULE_NCCL = Rules(6100, 32, 7200, 7500, 8300, "tcp", sglang_nccl_base=17500)
+# revision -> its rules and the backends whose rendering equals srtctl's for every captured recipe
+# (tests/recipes/test_srtslurm.py); another backend at that revision is refused, not guessed
+REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
+    "deb1dfd9934398664f92d194169c183e009da83b": (
+        ALLOCATOR,
+        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+    ),  # sa-submission-q2-2026
+    "517d3c37afeff9c50cb56c38145c38e24135924e": (ALLOCATOR_DROPS, frozenset()),  # aflowers/vllm-gb200-v0.20.0
+    "758becd9d18dcab1fb722abc1875d73ee81a20cb": (
+        ALLOCATOR_NO_PLANE,
+        frozenset({Engine.VLLM}),
+    ),  # aflowers/gb200-dsv4-recipes
+    "a98738de9b2233459b5456e9ed71af09ce893f92": (
+        PORTS_MODULE_NO_PLANE,
+        frozenset({Engine.SGLANG}),
+    ),  # v1.0.6 line
+    "3435776cd6db4c14f8b771ff7a3976deb62fe133": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.25
+    "c1b6b5c97f323baefad577d70c4e8392b6f537d9": (PORTS_MODULE, frozenset({Engine.TRTLLM})),  # v1.0.29
+    "0f31474a9b3831af28b5f44c95913776daed9f38": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.31
+    "cb651682117df129162cd276cf567ec70dc57b36": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.36
+    "c180328b98c3793ca84a1e24a030f90545eb7d5d": (
+        PORTS_MODULE,
+        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+    ),  # v1.0.38
+    "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
+    "e4019633c9e2bc25f38c44b81edf52bb0504d937": (
+        PORTS_MODULE,
+        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+    ),  # v1.0.50
+    "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.53
+    "c88ef731636890ff6385a783e152c1790e15b194": (
+        PORTS_MODULE_NCCL,
+        frozenset({Engine.SGLANG}),
+    ),  # main (v1.0.68)
+}
+
+
+def node(i: int) -> str:
+    """The placeholder the runner replaces with node i's address."""
+    return f"{{{{node:{i}}}}}"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Resources(_Open):
+    gpu_type: str
+    gpus_per_node: int = 4
+    prefill_nodes: int | None = None
+    decode_nodes: int | None = None
+    prefill_workers: int | None = None
+    decode_workers: int | None = None
+    agg_nodes: int | None = None
+    agg_workers: int | None = None
+    spread_workers: bool = False
+    gpus_per_prefill: int | None = None
+    gpus_per_decode: int | None = None
+    gpus_per_agg: int | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_nodes is not None or self.decode_nodes is not None
+
+    @property
+    def total_nodes(self) -> int:
+        if self.disaggregated:
+            return (self.prefill_nodes or 0) + (self.decode_nodes or 0)
+        return self.agg_nodes or 1
+
+    def gpus_per(self, mode: str) -> int:
+        explicit = {
+            "prefill": self.gpus_per_prefill,
+            "decode": self.gpus_per_decode,
+            "agg": self.gpus_per_agg,
+        }
+        nodes = {"prefill": self.prefill_nodes, "decode": self.decode_nodes, "agg": self.agg_nodes}[mode]
+        workers = self.workers(mode)
+        if explicit[mode] is not None:
+            return explicit[mode]  # type: ignore[return-value]
+        if nodes and workers:
+            return nodes * self.gpus_per_node // workers
+        if mode == "decode" and self.decode_nodes == 0 and workers:
+            return self.gpus_per("prefill")  # decode shares prefill's nodes
+        return self.gpus_per_node
+
+    def workers(self, mode: str) -> int:
+        return {"prefill": self.prefill_workers, "decode": self.decode_workers, "agg": self.agg_workers}[
+            mode
+        ] or 0
+
+
+class Backend(_Open):
+    """The recipe's `backend:` block: engine, its config and environment per role."""
+
+    type: Engine = Engine.SGLANG  # srtctl's default backend (its names are servelab's engine names)
+    prefill_environment: dict[str, str] = Field(default_factory=dict)
+    decode_environment: dict[str, str] = Field(default_factory=dict)
+    aggregated_environment: dict[str, str] = Field(default_factory=dict)
+    sglang_config: dict[str, dict[str, Any] | None] | None = None
+    vllm_config: dict[str, dict[str, Any] | None] | None = None
+    trtllm_config: dict[str, dict[str, Any] | None] | None = None
+    connector: str | None = "nixl"
+    kv_events_config: bool | dict[str, Any] | None = None
+    set_cuda_visible_devices: bool = False
+
+    def config(self, mode: str) -> dict[str, Any]:
+        table = {
+            Engine.SGLANG: self.sglang_config,
+            Engine.VLLM: self.vllm_config,
+            Engine.TRTLLM: self.trtllm_config,
+        }[self.type]
+        return dict((table or {}).get("aggregated" if mode == "agg" else mode) or {})
+
+    def environment(self, mode: str) -> dict[str, str]:
+        return dict(
+            {"prefill": self.prefill_environment, "decode": self.decode_environment}.get(
+                mode, self.aggregated_environment
+            )
+        )
+
+    def served_model_name(self, default: str) -> str:
+        for mode in ("prefill", "agg", "decode"):
+            cfg = self.config(mode)
+            name = cfg.get("served-model-name") or cfg.get("served_model_name")
+            if name:
+                return str(name)
+        return default
+
+
+class Frontend(_Open):
+    type: str = "dynamo"
+    enable_multiple_frontends: bool = True
+    num_additional_frontends: int = 9
+    args: dict[str, Any] | None = None
+    env: dict[str, str] | None = None
+    orchestrator_placement: Literal["head", "first_decode", "last_decode"] = (
+        "head"  # the single frontend's node
+    )
+
+
+class Dynamo(_Open):
+    request_plane: str | None = None  # the revision's default
+
+
+class Infra(_Open):
+    etcd_nats_dedicated_node: bool = False  # NATS and etcd alone on the first node, the workers after it
+
+
+class Model(_Open):
+    path: str
+
+
+class SrtRecipe(_Open):
+    name: str = "srt"
+    model: Model
+    resources: Resources
+    backend: Backend
+    frontend: Frontend = Field(default_factory=Frontend)
+    dynamo: Dynamo = Field(default_factory=Dynamo)
+    environment: dict[str, str] = Field(default_factory=dict)
+    infra: Infra = Field(default_factory=Infra)
+
+
+def read_recipe(text: str, source: str, synthetic_acceptance: float | None = None) -> SrtRecipe:
+    """The recipe, typed: a ServelabError naming `source` and the field when it is not one srtctl reads.
+    `synthetic_acceptance`: the mean acceptance length InferenceX's launcher writes into the recipe before
+    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ServelabError(f"{source}: not YAML ({e})".splitlines()[0]) from e
+    if not isinstance(data, dict):
+        raise ServelabError(f"{source}: an srt-slurm recipe is a mapping")
+    if synthetic_acceptance is not None:
+        with_synthetic_acceptance(data, synthetic_acceptance, source)
+    try:
+        return SrtRecipe.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ServelabError(f"{source}: {where}: {err['msg']}") from e
+
+
+SGLANG_ROLE_ENVIRONMENTS = ("aggregated_environment", "prefill_environment", "decode_environment")
+
+
+def with_synthetic_acceptance(data: dict, length: float, source: str) -> None:
+    """The recipe as InferenceX's launcher rewrites it for a throughput run with synthetic acceptance
+    (runners/inject_synthetic_acceptance.py): vLLM's speculative-config JSON of each role gets
+    rejection_sample_method=synthetic and the length; SGLang's workers get SGLANG_SIMULATE_ACC_* in each role
+    environment the recipe has. Nothing to rewrite is an error, as it is for the launcher."""
+    found = data.get("backend")
+    backend: dict = found if isinstance(found, dict) else {}
+    count = 0
+    if backend.get("type") == Engine.VLLM:
+        for cfg in (backend.get("vllm_config") or {}).values():
+            spec = cfg.get("speculative-config") if isinstance(cfg, dict) else None
+            if isinstance(spec, str):
+                parsed = json.loads(spec)
+                parsed["rejection_sample_method"] = "synthetic"
+                parsed["synthetic_acceptance_length"] = length
+                cfg["speculative-config"] = json.dumps(parsed, separators=(",", ":"))
+                count += 1
+    elif backend.get("type", Engine.SGLANG) == Engine.SGLANG:
+        if any("SGLANG_SIMULATE_ACC_LEN" in (backend.get(k) or {}) for k in SGLANG_ROLE_ENVIRONMENTS):
+            raise ServelabError(f"{source}: SYNTHETIC_ACCEPTANCE is set but the recipe already simulates it")
+        for key in SGLANG_ROLE_ENVIRONMENTS:
+            if isinstance(backend.get(key), dict):
+                backend[key].update(
+                    SGLANG_SIMULATE_ACC_LEN=f"{length:g}",
+                    SGLANG_SIMULATE_ACC_METHOD="match-expected",
+                    SGLANG_SIMULATE_ACC_TOKEN_MODE="real-draft-token",
+                )
+                count += 1
+    if not count:
+        raise ServelabError(f"{source}: SYNTHETIC_ACCEPTANCE is set but the recipe has nothing it rewrites")
+
+
+@dataclass
+class _Endpoint:
+    mode: str
+    index: int
+    nodes: list[int]
+    gpus: list[int]
+
+
+@dataclass
+class _Ports:
+    rules: Rules
+    http: dict[int, int] = field(default_factory=dict)
+    bootstrap: dict[int, int] = field(default_factory=dict)
+
+    def next_http(self, n: int) -> int:
+        port = self.http.get(n, self.rules.http_base)
+        self.http[n] = port + self.rules.http_stride
+        return port
+
+    def next_bootstrap(self, n: int) -> int:
+        port = self.bootstrap.get(n, self.rules.bootstrap_base)
+        self.bootstrap[n] = port + 1
+        return port
+
+
+def allocate(r: Resources) -> list[_Endpoint]:
+    """Workers onto nodes as srtctl packs them: prefill, then decode (on a fresh node when prefill left one
+    partly used), then aggregated; a worker of a node or more takes whole nodes, smaller ones fill a node's
+    GPUs in order (one per node with spread_workers)."""
+    out: list[_Endpoint] = []
+    per_node, total = r.gpus_per_node, r.total_nodes
+    at, offset = 0, 0
+    for mode in ("prefill", "decode", "agg"):
+        gpus, count = r.gpus_per(mode), r.workers(mode)
+        if mode == "decode" and count and offset and at + 1 < total:
+            at, offset = at + 1, 0
+        for i in range(count):
+            if gpus >= per_node:
+                span = -(-gpus // per_node)
+                out.append(_Endpoint(mode, i, list(range(at, at + span)), list(range(per_node))))
+                at += span
+                continue
+            if offset + gpus > per_node:
+                at, offset = at + 1, 0
+            out.append(_Endpoint(mode, i, [at], list(range(offset, offset + gpus))))
+            offset += gpus
+            if offset >= per_node or r.spread_workers:
+                at, offset = at + 1, 0
+    used = max((n for ep in out for n in ep.nodes), default=0) + 1
+    if used > total:
+        raise ServelabError(f"the workers need {used} nodes, the recipe has {total}", field="resources")
+    return out
+
+
+def _flags(config: dict[str, Any]) -> list[str]:
+    """A backend config mapping as srtctl writes it on the command line: sorted keys, `_` -> `-`, a true
+    boolean a bare flag, a list its values after the flag."""
+    args: list[str] = []
+    for key, value in sorted(config.items()):
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+        elif isinstance(value, list):
+            args.append(flag)
+            args.extend(str(v) for v in value)
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+# srt-slurm's connector shorthands, as the JSON vLLM's --kv-transfer-config takes (anything else: as written)
+CONNECTORS = {
+    "nixl": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+    "lmcache": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+    "kvbm": {
+        "kv_connector": "DynamoConnector",
+        "kv_connector_module_path": "kvbm.vllm_integration.connector",
+        "kv_role": "kv_both",
+    },
+}
+
+ROLE = {"prefill": Role.PREFILL, "decode": Role.DECODE, "agg": Role.WORKER}
+
+
+def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> Deployment:
+    """The deployment srtctl at `revision` starts for `recipe` (`model_path`: what its model alias resolves
+    to)."""
+    rules, verified = REVISIONS.get(revision, (None, frozenset()))
+    if rules is None:
+        raise ServelabError(
+            f"srt-slurm {revision} is not a revision servelab knows the rules of", field="revision"
+        )
+    if recipe.frontend.type != "dynamo":
+        raise ServelabError(
+            f"{recipe.frontend.type!r}: only Dynamo's frontend is rendered yet", field="frontend.type"
+        )
+    if recipe.backend.kv_events_config:
+        raise ServelabError(
+            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
+        )
+    if recipe.backend.type == Engine.VLLM and any(
+        recipe.backend.config(m).keys() & {"data-parallel-size", "data_parallel_size"} for m in ROLE
+    ):
+        raise ServelabError(
+            "vLLM's data-parallel mode (a process per GPU) is not rendered yet", field="backend.vllm_config"
+        )
+    if recipe.backend.type not in verified:
+        raise ServelabError(
+            f"servelab's rendering of srt-slurm {revision[:12]}'s {recipe.backend.type} workers is not "
+            "verified against srtctl yet",
+            field="backend.type",
+        )
+    plane = recipe.dynamo.request_plane or rules.request_plane
+    r, b = recipe.resources, recipe.backend
+    # the infra node (NATS, etcd) is node 0; with a dedicated one the workers (and the head) start at node 1
+    first = 1 if recipe.infra.etcd_nats_dedicated_node else 0
+    endpoints = allocate(r)
+    for ep in endpoints:
+        ep.nodes = [n + first for n in ep.nodes]
+    nodes = r.total_nodes + first
+    model_name = model_path.removeprefix("hf:").rstrip("/").rsplit("/", 1)[-1]
+    served = b.served_model_name(model_name)
+    processes: list[NodeProcess] = [
+        NodeProcess(role=Role.SIDE, node=0, argv=["nats-server", "-js"], port=NATS_PORT, health_path=None),
+        NodeProcess(
+            role=Role.SIDE,
+            node=0,
+            argv=[
+                "etcd",
+                "--listen-client-urls",
+                f"http://0.0.0.0:{ETCD_PORT}",
+                "--advertise-client-urls",
+                f"http://{node(0)}:{ETCD_PORT}",
+            ],
+            port=ETCD_PORT,
+            health_path="/health",
+        ),
+    ]
+    ports = _Ports(rules)
+    sys_port = rules.sys_base
+    for ep in endpoints:
+        mode = ep.mode
+        boot = ports.next_bootstrap(ep.nodes[0]) if mode == "prefill" else None
+        for rank, n in enumerate(ep.nodes):
+            leader = rank == 0
+            http = ports.next_http(n) if leader else 0
+            argv = _worker_argv(recipe, rules, plane, mode, ep, rank, (http, boot, sys_port), served)
+            env = {
+                "HEAD_NODE_IP": node(first),
+                "ETCD_ENDPOINTS": f"http://{node(0)}:{ETCD_PORT}",
+                "NATS_SERVER": f"nats://{node(0)}:{NATS_PORT}",
+                "DYN_SYSTEM_PORT": str(sys_port),
+                "DYN_REQUEST_PLANE": plane,
+                **b.environment(mode),
+                **recipe.environment,
+            }
+            if len(ep.gpus) < r.gpus_per_node:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+            processes.append(
+                NodeProcess(
+                    role=ROLE[mode],
+                    node=n,
+                    argv=argv,
+                    env=env,
+                    port=http if leader and b.type != Engine.TRTLLM else None,
+                    health_path=None,
+                    gpus=len(ep.gpus),
+                )
+            )
+            sys_port += 1
+    decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
+    processes += _frontends(recipe, first, nodes, plane, decode_leaders)
+    endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
+    # the files the argv name under /logs (srtctl's log directory, mounted there in every container)
+    files = {}
+    if b.type == Engine.TRTLLM:
+        for mode in sorted({ep.mode for ep in endpoints}):
+            files[f"trtllm_config_{mode}.yaml"] = yaml.safe_dump(b.config(mode))
+    behind = [p.node for p in processes if p.role == Role.ROUTER and p.port == FRONTEND_BEHIND_NGINX]
+    if behind:
+        files["nginx.conf"] = _nginx_conf(behind)
+    return Deployment(nodes=nodes, processes=processes, endpoint=endpoint, files=files)
+
+
+def _worker_argv(
+    recipe: SrtRecipe,
+    rules: Rules,
+    plane: str,
+    mode: str,
+    ep: _Endpoint,
+    rank: int,
+    ports: tuple[int, int | None, int],
+    served: str,
+) -> list[str]:
+    """One worker process's argv (`ports`: its HTTP, bootstrap and DYN_SYSTEM_PORT)."""
+    http, boot, sys_port = ports
+    b = recipe.backend
+    # a Hugging Face model (`hf:org/name`) is fetched by the engine, a local one is mounted at /model
+    path = recipe.model.path
+    model = path.removeprefix("hf:") if path.startswith("hf:") else "/model"
+    config = b.config(mode)
+    if b.type == Engine.TRTLLM:
+        argv = (
+            ["numactl", "-m", "0,1"]
+            if recipe.resources.gpu_type in ("gb200", "gb300") and mode != "agg"
+            else []
+        )
+        argv += ["trtllm-llmapi-launch", "python3", "-m", f"dynamo.{b.type}", "--model-path", "/model"]
+        argv += ["--served-model-name", served]
+        if mode != "agg":
+            argv += ["--disaggregation-mode", mode]
+        return argv + ["--extra-engine-args", f"/logs/trtllm_config_{mode}.yaml", "--request-plane", plane]
+    leader = node(ep.nodes[0])
+    if b.type == Engine.SGLANG:
+        if rules.sglang_drops_served_name:  # the flags srtctl writes itself
+            for k in ("model-path", "model_path", "served-model-name", "served_model_name"):
+                config.pop(k, None)
+        argv = ["python3", "-m", f"dynamo.{b.type}", "--model-path", model, "--served-model-name", served]
+        argv += ["--host", "0.0.0.0", "--port", str(http)]
+        if rules.sglang_nccl_base is not None:
+            config.pop("nccl-port", None)
+            config.pop("nccl_port", None)
+            argv += ["--nccl-port", str(rules.sglang_nccl_base + sys_port - rules.sys_base)]
+        if mode != "agg":
+            argv += ["--disaggregation-mode", mode]
+            if boot is not None and rules.sglang_bootstrap_flag:
+                argv += ["--disaggregation-bootstrap-port", str(boot)]
+        if len(ep.nodes) > 1:
+            argv += ["--dist-init-addr", f"{leader}:{rules.dist_init}", "--nnodes", str(len(ep.nodes))]
+            argv += ["--node-rank", str(rank)]
+        argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+        return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
+    # vllm
+    argv = ["python3", "-m", f"dynamo.{b.type}", "--model", model, "--served-model-name", served]
+    if mode != "agg":
+        argv += ["--disaggregation-mode", mode]
+    connector = config.pop("connector", None)
+    connector = connector if connector is not None else b.connector
+    if connector and connector not in ("null", "none"):
+        preset = CONNECTORS.get(connector.lower())
+        argv += ["--kv-transfer-config", json.dumps(preset) if preset else connector]
+    if rules.vllm_device_ids and not b.set_cuda_visible_devices:
+        argv += ["--device-ids", ",".join(map(str, ep.gpus))]
+    if config.get("data-parallel-size") is not None or config.get("data_parallel_size") is not None:
+        raise ServelabError(
+            "vLLM's data-parallel mode (a process per GPU) is not rendered yet",
+            field="backend.vllm_config",
+        )
+    if len(ep.nodes) > 1:
+        argv += ["--master-addr", leader, "--nnodes", str(len(ep.nodes)), "--node-rank", str(rank)]
+        if rank:
+            argv.append("--headless")
+    if rules.request_plane_flag:
+        argv += ["--request-plane", plane]
+    argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+    return argv + _flags(config)
+
+
+def _nginx_conf(frontend_nodes: list[int]) -> str:
+    """nginx on the head node spreading requests over the frontends (round robin), unbuffered and without a
+    timeout a long generation could hit."""
+    upstream = "".join(f"        server {node(n)}:{FRONTEND_BEHIND_NGINX};\n" for n in frontend_nodes)
+    return (
+        "worker_processes auto;\n"
+        "events { worker_connections 65535; multi_accept on; }\n"
+        "http {\n"
+        "    access_log off;\n"
+        f"    upstream frontends {{\n{upstream}    }}\n"
+        "    server {\n"
+        f"        listen {FRONTEND_PORT};\n"
+        "        location / {\n"
+        "            proxy_pass http://frontends;\n"
+        "            proxy_buffering off;\n"
+        "            proxy_read_timeout 24h;\n"
+        "            proxy_send_timeout 24h;\n"
+        "        }\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def _frontends(
+    recipe: SrtRecipe, head: int, nodes: int, plane: str, decode_leaders: list[int]
+) -> list[NodeProcess]:
+    """One Dynamo frontend on the head node; or, with several worker nodes and multiple frontends on,
+    nginx there in front of frontends on the other worker nodes."""
+    fe = recipe.frontend
+    args: list[str] = []
+    for key, value in (fe.args or {}).items():
+        if value is True:
+            args.append(f"--{key}")
+        elif value is not False and value is not None:
+            args += [f"--{key}", str(value)]
+    env = {
+        "ETCD_ENDPOINTS": f"http://{node(0)}:{ETCD_PORT}",
+        "NATS_SERVER": f"nats://{node(0)}:{NATS_PORT}",
+        "DYN_REQUEST_PLANE": plane,
+        **(fe.env or {}),
+    }
+    if nodes - head == 1 or not fe.enable_multiple_frontends:
+        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_PORT}", *args]
+        at = head
+        if fe.orchestrator_placement != "head":  # on a decode worker's leader node
+            if not decode_leaders:
+                raise ServelabError(
+                    f"{fe.orchestrator_placement!r} but the recipe has no decode workers",
+                    field="frontend.orchestrator_placement",
+                )
+            at = decode_leaders[0 if fe.orchestrator_placement == "first_decode" else -1]
+        return [
+            NodeProcess(
+                role=Role.ROUTER, node=at, argv=argv, env=env, port=FRONTEND_PORT, health_path="/health"
+            )
+        ]
+    count = min(fe.num_additional_frontends + 1, nodes - head - 1)
+    out = [
+        NodeProcess(
+            role=Role.ROUTER,
+            node=head,
+            argv=["bash", "-c", "nginx -c /logs/nginx.conf -g 'daemon off;'"],
+            port=FRONTEND_PORT,
+            health_path="/health",
+        )
+    ]
+    for n in range(head + 1, head + count + 1):
+        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_BEHIND_NGINX}", *args]
+        out.append(
+            NodeProcess(
+                role=Role.ROUTER,
+                node=n,
+                argv=argv,
+                env=env,
+                port=FRONTEND_BEHIND_NGINX,
+                health_path="/health",
+            )
+        )
+    return out

@@ -1,0 +1,220 @@
+"""srt-slurm deployments (servelab.recipes.srtslurm) against srtctl itself.
+
+tests/data/srtslurm/captures.json.gz holds what srtctl's own orchestrator started, at the revision
+InferenceX's launcher pins, for every recipe of the pinned sweep's multinode jobs
+(scripts/srtslurm_capture.py): per worker, frontend and nginx its argv and node. servelab renders each from
+the recipe alone; the two must be equal, recipe by recipe, as multisets of (role, node, argv).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servelab.errors import ServelabError
+from servelab.recipes import srtslurm
+from servelab.recipes.engines.base import Role
+from servelab.recipes.srtslurm_jobs import index
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "srtslurm"
+
+
+@cache
+def data() -> tuple[dict, dict]:
+    return json.load(gzip.open(DATA / "resolved.json.gz")), json.load(gzip.open(DATA / "captures.json.gz"))
+
+
+def _normal(s: str, log_dir: str | None) -> str:
+    """A captured string with the fake allocation's names (node07, 10.0.0.7) as servelab's placeholders."""
+    if log_dir:
+        s = s.replace(log_dir, "/logs")
+    s = re.sub(r"\bnode(\d\d)(?!\d)", lambda m: srtslurm.node(int(m.group(1))), s)
+    return re.sub(r"\b10\.0\.0\.(\d+)\b", lambda m: srtslurm.node(int(m.group(1))), s)
+
+
+def captured(capture: dict) -> Counter:
+    out: Counter = Counter()
+    log_dir = None
+    for call in capture["stages"]["start_head_infrastructure"]:
+        log_dir = call["command"][call["command"].index("--log-dir") + 1]
+    for stage in ("start_all_workers", "start_frontend"):
+        for call in capture["stages"][stage]:
+            argv = tuple(_normal(a, log_dir) for a in call["command"])
+            if stage == "start_frontend":
+                role = Role.ROUTER
+            elif "--disaggregation-mode" in argv:
+                role = Role(argv[argv.index("--disaggregation-mode") + 1])
+            else:
+                role = Role.WORKER
+            for n in call["nodelist"]:
+                out[(role.value, int(n[4:]), argv)] += 1
+    return out
+
+
+def rendered(deployment) -> Counter:
+    return Counter((p.role.value, p.node, tuple(p.argv)) for p in deployment.processes if p.role != Role.SIDE)
+
+
+def _render(key: str):
+    resolved, captures = data()
+    record = resolved[key]
+    recipe = srtslurm.read_recipe(record["recipe"], key)
+    cluster = yaml.safe_load(record.get("srtslurm_yaml") or "") or {}
+    model = (cluster.get("model_paths") or {}).get(recipe.model.path, recipe.model.path)
+    return srtslurm.render(recipe, key, model, captures[key]["rev"])
+
+
+def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
+    _, captures = data()
+    equal, refused, differ = 0, Counter(), []
+    for key, capture in sorted(captures.items()):
+        if "error" in capture:  # srtctl itself refused the recipe at that revision
+            continue
+        try:
+            deployment = _render(key)
+        except ServelabError as e:
+            refused[str(e).split(":")[0]] += 1
+            continue
+        if captured(capture) == rendered(deployment):
+            equal += 1
+        else:
+            differ.append(key)
+    assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
+    # what is refused is refused with a reason naming the recipe field; most are rendered
+    assert equal >= 300, (equal, refused)
+
+
+def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
+    key = next(k for k, c in sorted(data()[1].items()) if "error" not in c and "dynamo-sglang" in k)
+    d = _render(key)
+    endpoint = d.processes[d.endpoint]
+    assert endpoint.role == Role.ROUTER and endpoint.port == srtslurm.FRONTEND_PORT
+    sides = {p.argv[0]: p for p in d.processes if p.role == Role.SIDE}
+    assert set(sides) == {"nats-server", "etcd"} and {p.node for p in sides.values()} == {0}
+    workers = [p for p in d.processes if p.role in (Role.PREFILL, Role.DECODE, Role.WORKER)]
+    assert all(p.env["NATS_SERVER"] == f"nats://{srtslurm.node(0)}:4222" for p in workers)
+    assert all(p.env["ETCD_ENDPOINTS"] == f"http://{srtslurm.node(0)}:2379" for p in workers)
+
+
+def test_a_bad_recipe_is_one_line_naming_the_file_and_field():
+    with pytest.raises(ServelabError) as e:
+        srtslurm.read_recipe("model: {path: m}\nresources: {gpus_per_node: four}\nbackend: {}\n", "r.yaml")
+    assert (
+        "\n" not in str(e.value)
+        and str(e.value).startswith("r.yaml: resources.")
+        and "gpu_type" in str(e.value)
+    )
+    with pytest.raises(ServelabError, match=r"^r\.yaml: an srt-slurm recipe is a mapping"):
+        srtslurm.read_recipe("- 1\n", "r.yaml")
+
+
+def test_an_unknown_revision_is_refused():
+    recipe = srtslurm.read_recipe(
+        "model: {path: m}\nresources: {gpu_type: b200}\nbackend: {type: sglang}\n", "r.yaml"
+    )
+    with pytest.raises(ServelabError, match="not a revision servelab knows"):
+        srtslurm.render(recipe, "r.yaml", "m", "0" * 40)
+
+
+def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
+    out = subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "sweep", "--dir", "tests/data/inferencex/configs"]
+        + ["--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    jobs = json.loads(out.stdout)
+    deployed = [j for j in jobs if j.get("deployment")]
+    assert len(deployed) >= 250
+    assert {j["framework"] for j in deployed} >= {"dynamo-sglang", "dynamo-trt"}
+    assert all(j["launch-source"].startswith("srt-slurm ") for j in deployed)
+    sources = {j["launch-source"].split(": ", 1)[1].split(" ")[0] for j in deployed}
+    assert sources == {
+        "checkout",
+        "srt-slurm's",
+    }  # InferenceX's recipes from the checkout, srt-slurm's pinned
+    # a job without one says why, naming the recipe
+    forks = [j for j in jobs if "is a fork servelab has no copy of" in (j.get("not-renderable") or "")]
+    assert forks and all(j["not-renderable"].startswith("srt-slurm: srt-slurm https://") for j in forks)
+
+
+def test_each_choice_names_a_revision_with_rules_or_why_not():
+    for key, entry in index().items():
+        assert "unavailable" in entry or entry["revision"] in srtslurm.REVISIONS, key
+
+
+def _without_launcher_edits(text: str) -> dict:
+    data = yaml.safe_load(text)
+    data.pop("name", None)
+    data.pop("health_check", None)
+    return data
+
+
+def _source_text(entry: dict) -> str:
+    if "inferencex" in entry:
+        return (
+            ROOT / "tests/data/inferencex/benchmarks/multi_node/srt-slurm-recipes" / entry["inferencex"]
+        ).read_text()
+    pinned = ROOT / "src/servelab/recipes/data/srtslurm/recipes" / entry["revision"][:12] / entry["srt-slurm"]
+    return pinned.read_text()
+
+
+def _synthetic_length(backend: dict) -> float | None:
+    """The acceptance length a recipe srtctl was given carries, if any."""
+    for key in srtslurm.SGLANG_ROLE_ENVIRONMENTS:
+        if "SGLANG_SIMULATE_ACC_LEN" in (backend.get(key) or {}):
+            return float(backend[key]["SGLANG_SIMULATE_ACC_LEN"])
+    for cfg in (backend.get("vllm_config") or {}).values():
+        spec = (cfg or {}).get("speculative-config")
+        if isinstance(spec, str) and "synthetic_acceptance_length" in spec:
+            return float(json.loads(spec)["synthetic_acceptance_length"])
+    return None
+
+
+def test_synthetic_acceptance_is_rewritten_as_the_launcher_rewrites_it():
+    # the recipe srtctl was given (the launcher's rewrite of it) against servelab's rewrite of the source
+    resolved, _ = data()
+    checked = Counter()
+    for key, entry in sorted(index().items()):
+        if "unavailable" in entry:
+            continue
+        given = resolved[key]["recipe"]
+        length = _synthetic_length(yaml.safe_load(given).get("backend") or {})
+        if length is None:
+            continue
+        source = yaml.safe_load(_source_text(entry))
+        if _synthetic_length(source.get("backend") or {}) is not None:
+            continue  # the recipe itself asks for synthetic acceptance: nothing was rewritten
+        srtslurm.with_synthetic_acceptance(source, length, key)
+        source.pop("name", None)
+        source.pop("health_check", None)
+        assert source == _without_launcher_edits(given), key
+        checked[(source.get("backend") or {}).get("type", "sglang")] += 1
+    assert checked["vllm"] >= 20 and checked["sglang"] >= 3, checked
+    with pytest.raises(ServelabError, match="nothing it rewrites"):
+        srtslurm.with_synthetic_acceptance({"backend": {"type": "vllm", "vllm_config": {}}}, 2.5, "r.yaml")
+
+
+def test_nginx_spreads_over_the_frontends_it_fronts():
+    key = next(
+        k
+        for k, c in sorted(data()[1].items())
+        if "error" not in c and any(a["command"][0] == "bash" for a in c["stages"]["start_frontend"])
+    )
+    d = _render(key)
+    behind = [p for p in d.processes if p.role == Role.ROUTER and p.port == srtslurm.FRONTEND_BEHIND_NGINX]
+    assert behind and d.processes[d.endpoint].argv[0] == "bash"
+    conf = d.files["nginx.conf"]
+    assert all(f"server {srtslurm.node(p.node)}:8180;" in conf for p in behind) and "listen 8000;" in conf
