@@ -16,6 +16,8 @@ compares).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -241,7 +243,7 @@ def read_recipe(text: str, source: str, synthetic_acceptance: float | None = Non
     `synthetic_acceptance`: the mean acceptance length InferenceX's launcher writes into the recipe before
     srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`."""
     try:
-        data = yaml.safe_load(text)
+        data = copy.deepcopy(_parsed(text))  # a copy: the synthetic acceptance edits it
     except yaml.YAMLError as e:
         raise ServelabError(f"{source}: not YAML ({e})".splitlines()[0]) from e
     if not isinstance(data, dict):
@@ -254,6 +256,16 @@ def read_recipe(text: str, source: str, synthetic_acceptance: float | None = Non
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ServelabError(f"{source}: {where}: {err['msg']}") from e
+
+
+# libyaml's loader where PyYAML has it: a sweep reads several hundred recipes (the pure-Python one took 8 s)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Any:
+    """The YAML of a recipe, parsed once per text (rows of one recipe share it)."""
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
 
 
 SGLANG_ROLE_ENVIRONMENTS = ("aggregated_environment", "prefill_environment", "decode_environment")
