@@ -1,8 +1,10 @@
 """`servelab sweep --format slurm`: single-node jobs as one array job whose task N runs job N exactly as the
-sh format's script runs it (under a stub srun that records its argv and environment), multinode deployments
-as one sbatch script with an srun per process, every value quoted and every option checked."""
+sh format's script runs it (under a stub srun that records its argv and environment), a job's deployment as
+one sbatch script with an srun per process on its node (under stub srun, scontrol and curl), every value
+quoted and every option checked."""
 
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -20,7 +22,7 @@ from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
 from servelab.recipes.pipelines import JOB_FILE, run_argv, script, script_names
 from servelab.recipes.recipe_store import open_store
-from servelab.recipes.slurm import NodeProcess, SlurmOptions, multinode_script, slurm_scripts
+from servelab.recipes.slurm import SlurmOptions, deployment_refusal, multinode_script, slurm_scripts
 from servelab.recipes.sweep import expand
 
 IX = Path(__file__).parents[1] / "data" / "inferencex" / "configs"
@@ -282,75 +284,245 @@ def test_hostile_recipe_values_arrive_as_written(store_dir, stubs, tmp_path):
     assert not list(tmp_path.rglob(MARKER))
 
 
+# Stand-ins for a deployment's script: scontrol lists $STUB_NODES (a name a line); srun records its argv
+# and runs (as the process it starts) until stopped, recording that; srun of a program named in $STUB_DIE
+# exits at once; curl records the URL and answers as $STUB_CURL says (0: healthy).
+DEPLOY_SRUN = """#!/usr/bin/env bash
+log="$STUB_LOG/srun-$$"
+printf '%s\\0' "$@" > "$log.argv"; pwd > "$log.cwd"
+for a in "$@"; do [[ -n ${STUB_DIE:-} && $a == "$STUB_DIE" ]] && exit 9; done
+trap 'kill $! 2>/dev/null; touch "$log.stopped"; exit 0' TERM
+sleep 120 &
+wait
+"""
+SCONTROL = """#!/usr/bin/env bash
+printf '%s\\0' "$@" > "$STUB_LOG/scontrol.argv"
+printf '%s\\n' "$STUB_NODES"
+"""
+CURL = """#!/usr/bin/env bash
+printf '%s\\n' "${@: -1}" >> "$STUB_LOG/curl.urls"
+exit "${STUB_CURL:-0}"
+"""
+NODES = ["gpu-a01", "gpu-a02", "gpu-b17"]
+ROLE_ORDER = ["side", "prefill", "decode", "worker", "router"]
+
+
 @pytest.fixture(scope="module")
-def disagg_job():
-    """A pinned multinode row (SGLang prefill on one node, decode on another)."""
+def deployment_jobs():
+    """The pinned sweep's runnable jobs that carry a deployment."""
     store = open_store(IX)
-    return next(j for j in expand(store, [], Filters(node_type="multi-node")) if j.point.disagg)
+    jobs = expand(store, [], Filters(max_jobs=100_000))
+    return [j for j in jobs if j.deployment is not None and j.unrunnable is None]
 
 
-def test_multinode_script_sruns_each_process_on_its_node(disagg_job, stubs, tmp_path):
-    # What the deployment launches will give per node (a stand-in: no multinode job has one yet).
-    processes = [
-        NodeProcess(
-            node=0, argv=["prefill", "--model", disagg_job.point.model, *HOSTILE], env={"A": HOSTILE[3]}
-        ),
-        NodeProcess(node=1, argv=["decode", "--model", HOSTILE[1]]),
-        NodeProcess(node=0, argv=["router", "--policy", HOSTILE[0]], env={"B": HOSTILE[5]}),
-        NodeProcess(
-            node=0,
-            argv=["servelab", "run", "--job", JOB_FILE],
-            env={"STUB_NAME": "driver", "STUB_WAIT": "prefill.ready decode.ready router.ready"},
-        ),
+@pytest.fixture
+def dstubs(stubs) -> dict:
+    bindir = Path(stubs["PATH"].split(":")[0])
+    for name, body in (("srun", DEPLOY_SRUN), ("scontrol", SCONTROL), ("curl", CURL)):
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    return {**stubs, "SLURM_JOB_NODELIST": "gpu-a[01-02],gpu-b17", "STUB_NODES": "\n".join(NODES)}
+
+
+def test_every_deployment_of_the_pinned_sweep_gets_a_script_or_one_line(deployment_jobs):
+    """bash -n on every script; the jobs without one are TensorRT-LLM's (MPI workers), refused in one line."""
+    written, refused = 0, 0
+    for job in deployment_jobs:
+        why = deployment_refusal(job)
+        if why is not None:
+            refused += 1
+            assert "TensorRT-LLM" in why and job.point.framework == "dynamo-trt"
+            with pytest.raises(ServelabError, match="no script can be written: its TensorRT-LLM") as info:
+                multinode_script(job, "x", SlurmOptions())
+            assert "\n" not in str(info.value)
+            continue
+        text = multinode_script(job, "x", SlurmOptions())
+        _syntax(text)
+        assert directives(text)[1] == f"--nodes={job.deployment.nodes}"
+        assert text.count("srun ") == len(job.deployment.processes)
+        written += 1
+    assert (written, refused) == (107, 145)
+
+
+def _two_node_job(deployment_jobs):
+    """A pinned dynamo-sglang job over two nodes with nginx in front of two frontends (its nginx.conf names
+    node 1's frontend)."""
+    return next(
+        j
+        for j in deployment_jobs
+        if j.deployment.nodes == 2 and "nginx.conf" in j.deployment.files and deployment_refusal(j) is None
+    )
+
+
+def _expected_sruns(dep, nodes: list[str]) -> list[list[str]]:
+    """What each srun is asked, in start order, the placeholders replaced by the node names."""
+
+    def sub(text: str) -> str:
+        for n, name in enumerate(nodes):
+            text = text.replace(f"{{{{node:{n}}}}}", name)
+        return text
+
+    procs = sorted(dep.processes, key=lambda p: ROLE_ORDER.index(p.role))  # stable: list order within a role
+    out = []
+    for p in procs:
+        env = ["env", *(sub(f"{k}={v}") for k, v in p.env.items())] if p.env else []
+        argv = [*slurm.SRUN_ONE, "--overlap", f"--nodelist={nodes[p.node]}", *env, *map(sub, p.argv)]
+        out.append(argv)
+    return out
+
+
+def _sruns(log: Path) -> list[list[str]]:
+    """The sruns the stub recorded (started in the background: in no particular order)."""
+    return [["srun", *_argv(p)] for p in log.glob("srun-*.argv")]
+
+
+def _script_sruns(text: str, nodes: list[str]) -> list[list[str]]:
+    """The srun lines of a script in the order it starts them, as bash would split them given `nodes`."""
+    lines = [line.split(" < /dev/null")[0] for line in text.splitlines() if line.startswith("srun ")]
+    return [
+        [re.sub(r"\$\{nodes\[(\d+)\]\}", lambda m: nodes[int(m[1])], w) for w in shlex.split(line)]
+        for line in lines
     ]
-    text = multinode_script(disagg_job, "deploy", processes, 8, SlurmOptions(partition="gpu"))
-    _syntax(text)
+
+
+def _all_stopped(log: Path, but: str = "") -> bool:
+    """Every process the stub srun ran (but the one named `but`, which ended itself) was stopped."""
+    argvs = [p for p in log.glob("srun-*.argv") if not but or but not in _argv(p)]
+    for _ in range(100):
+        if all(p.with_suffix(".stopped").exists() for p in argvs):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_deployment_script_starts_each_process_on_its_node(deployment_jobs, dstubs, tmp_path):
+    job = _two_node_job(deployment_jobs)
+    dep = job.deployment
+    text = slurm_scripts([job], SlurmOptions(partition="gpu"))
+    [(file, text)] = text.items()
+    name = script_names([job])[0].removesuffix(".sh")
+    assert file == f"{name}.sbatch"
     args = directives(text)
     assert args[:5] == [
-        f"--job-name=servelab-{disagg_job.key}",
+        f"--job-name=servelab-{job.key}",
         "--nodes=2",
         "--ntasks-per-node=1",
-        "--gpus-per-node=8",
+        f"--gpus-per-node={max(sum(p.gpus for p in dep.processes if p.node == n) for n in (0, 1))}",
         "--exclusive",
     ]
-    assert args[-3:] == ["--partition=gpu", "--output=%x-%j.out", "--error=%x-%j.err"]
-    r = _bash(text, tmp_path / "submit", stubs)
+    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver")
     assert r.returncode == 0, r.stderr
-    log = _log(stubs)
-    sruns = sorted(["srun", *_argv(p)] for p in log.glob("srun-*.argv"))
-    expected = []
-    for p in processes:
-        env = ["env", *(f"{k}={v}" for k, v in p.env.items())] if p.env else []
-        expected.append([*slurm.SRUN_ONE, f"--relative={p.node}", *env, *p.argv])
-    assert sruns == sorted(expected)
-    for p in processes[:3]:
-        name = p.argv[0]
-        assert _argv(log / f"{name}.argv") == p.argv[1:]
-        assert {k: v for k, v in _env(log / f"{name}.env").items() if k in p.env} == p.env
+    log, folder = _log(dstubs), tmp_path / "submit" / name
+    assert _argv(log / "scontrol.argv") == ["show", "hostnames", "gpu-a[01-02],gpu-b17"]
+    sruns = _sruns(log)
+    expected = _expected_sruns(dep, NODES)
+    assert sorted(sruns) == sorted(expected)
+    # side processes first, then prefill and decode, the frontends last
+    assert _script_sruns(text, NODES) == expected
+    assert expected[0][5:] == ["nats-server", "-js"] and expected[1][5] == "etcd"
+    assert all(
+        Path(p.with_suffix(".cwd")).read_text().strip() == str(folder) for p in log.glob("srun-*.argv")
+    )
+    assert not any("{{node" in a for s in sruns for a in s)
+    # the files, node 1's name in nginx.conf; the logs beside them
+    conf = (folder / "nginx.conf").read_text()
+    assert conf == dep.files["nginx.conf"].replace("{{node:1}}", NODES[1]) and NODES[1] in conf
+    assert (folder / slurm.LOG_DIR).is_dir()
+    # etcd's health, then the endpoint's (nginx on node 0), then the job's servelab run attached to it
+    front = dep.processes[dep.endpoint]
+    urls = (log / "curl.urls").read_text().split()
+    assert urls == [f"http://{NODES[0]}:2379/health", f"http://{NODES[front.node]}:{front.port}/health"]
     driver = log / "servelab-driver"
-    assert Path(f"{driver}.json").read_text() == (tmp_path / "submit" / "deploy" / JOB_FILE).read_text()
-    # the servers are stopped when the driver ends (the signal reaches them a moment later)
-    stopped = [log / f"{p.argv[0]}.stopped" for p in processes[:3]]
-    for _ in range(100):
-        if all(f.exists() for f in stopped):
-            break
-        time.sleep(0.1)
-    assert all(f.exists() for f in stopped)
+    assert ["servelab", *_argv(Path(f"{driver}.argv"))] == [
+        *run_argv(job),
+        "--base-url",
+        f"http://{NODES[front.node]}:{front.port}",
+    ]
+    assert Path(f"{driver}.json").read_text() == (folder / JOB_FILE).read_text()
+    assert Path(f"{driver}.cwd").read_text().strip() == str(folder)
+    assert _all_stopped(log), "a process was left running after the script ended"
+
+
+def test_a_process_that_dies_before_the_endpoint_is_up_ends_the_job(
+    deployment_jobs, dstubs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(slurm, "HEALTH_POLL_S", 0.1)
+    job = _two_node_job(deployment_jobs)
+    text = multinode_script(job, "d", SlurmOptions())
+    r = _bash(text, tmp_path / "submit", dstubs, STUB_DIE="nats-server", STUB_CURL="7", STUB_NAME="driver")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        "servelab: side-0 ended before side-1 was healthy (its log: deployment/side-0.log)"
+    )
+    log = _log(dstubs)
+    assert not list(log.glob("servelab-*"))  # no benchmark
+    # no server was started before etcd answered (etcd's srun may be stopped before it records itself)
+    assert {s[5] for s in _sruns(log)} <= {"nats-server", "etcd"}
+    assert _all_stopped(log, but="nats-server")
+
+
+def test_hostile_deployment_values_arrive_as_written(deployment_jobs, dstubs, tmp_path):
+    job = _two_node_job(deployment_jobs)
+    dep = job.deployment
+    procs = list(dep.processes)
+    procs[2] = procs[2].model_copy(
+        update={
+            "argv": [*procs[2].argv, *HOSTILE, "{{node:1}}" + HOSTILE[0]],
+            "env": {**procs[2].env, **{f"HOSTILE_{i}": v + "{{node:0}}" for i, v in enumerate(HOSTILE)}},
+        }
+    )
+    files = {**dep.files, "conf/x.txt": "\n".join(HOSTILE) + "\n{{node:1}}\nSERVELAB_EOF\n"}
+    job = job.model_copy(update={"deployment": dep.model_copy(update={"processes": procs, "files": files})})
+    text = multinode_script(job, "h", SlurmOptions())
+    _syntax(text)
+    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver")
+    assert r.returncode == 0, r.stderr
+    assert sorted(_sruns(_log(dstubs))) == sorted(_expected_sruns(job.deployment, NODES))
+    written = (tmp_path / "submit" / "h" / "conf" / "x.txt").read_text()
+    assert written == files["conf/x.txt"].replace("{{node:1}}", NODES[1])
     assert not list(tmp_path.rglob(MARKER))
+    assert _all_stopped(_log(dstubs))
+
+
+@pytest.mark.parametrize("node", ["gpu-a01;touch PWNED", "$(touch PWNED)", "a b"])
+def test_a_node_name_that_is_no_host_name_starts_nothing(deployment_jobs, dstubs, tmp_path, node):
+    text = multinode_script(_two_node_job(deployment_jobs), "n", SlurmOptions())
+    r = _bash(text, tmp_path / "submit", {**dstubs, "STUB_NODES": f"gpu-a01\n{node}"})
+    assert r.returncode == 2 and r.stderr.strip().endswith("is not a host name"), r.stderr
+    assert not list(_log(dstubs).glob("srun-*")) and not list(tmp_path.rglob(MARKER))
+
+
+def test_too_few_nodes_start_nothing(deployment_jobs, dstubs, tmp_path):
+    text = multinode_script(_two_node_job(deployment_jobs), "n", SlurmOptions())
+    r = _bash(text, tmp_path / "submit", {**dstubs, "STUB_NODES": "gpu-a01"})
+    assert r.returncode == 2 and "the deployment needs 2 nodes, the allocation has 1" in r.stderr
+    assert not list(_log(dstubs).glob("srun-*"))
 
 
 @pytest.mark.parametrize(
-    "fields",
+    "change, message",
     [
-        {"node": -1, "argv": ["x"]},
-        {"node": 0, "argv": []},
-        {"node": 0, "argv": ["-x"]},
-        {"node": 0, "argv": ["A=b", "x"]},
-        {"node": 0, "argv": ["x", "a\nb"]},
-        {"node": 0, "argv": ["x"], "env": {"A B": "1"}},
-        {"node": 0, "argv": ["x"], "env": {"A": "1\n2"}},
+        ({"argv": ["-x"]}, "would read as an option"),
+        ({"argv": ["A=b", "x"]}, "would read as an option or NAME=value"),
+        ({"argv": ["x", "a\nb"]}, "control character"),
+        ({"env": {"A B": "1"}}, "not an environment variable name"),
+        ({"env": {"A": "1\r2"}}, "control character"),
+        ({"argv": ["x", "{{node:2}}"]}, "names {{node:2}}; it has 2 node(s)"),
     ],
 )
-def test_node_processes_are_checked(fields):
-    with pytest.raises(ValidationError):
-        NodeProcess(**fields)
+def test_bad_deployment_values_are_refused_in_one_line(deployment_jobs, change, message):
+    job = _two_node_job(deployment_jobs)
+    procs = [job.deployment.processes[0].model_copy(update=change), *job.deployment.processes[1:]]
+    job = job.model_copy(update={"deployment": job.deployment.model_copy(update={"processes": procs})})
+    with pytest.raises(ServelabError) as info:
+        multinode_script(job, "x", SlurmOptions())
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_single_node_jobs_stay_in_the_array_beside_deployment_scripts(ix_jobs, deployment_jobs):
+    deploy = _two_node_job(deployment_jobs)
+    out = slurm_scripts([ix_jobs[0], deploy, ix_jobs[1]], SlurmOptions())
+    names = script_names([ix_jobs[0], deploy, ix_jobs[1]])
+    assert sorted(out) == sorted(["array.sbatch", names[1].removesuffix(".sh") + ".sbatch"])
+    assert directives(out["array.sbatch"])[1] == "--array=0-1"
+    assert f"cd -- {names[2].removesuffix('.sh')}\n" in out["array.sbatch"].split("\n1)\n")[1]

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from servelab.errors import ServelabError
 from servelab.recipes.engines import Deployment, NodeProcess, Role
 from servelab.recipes.filters import Filters
 from servelab.recipes.job import Job
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
-from servelab.run.deployment import start_order
+from servelab.run.deployment import on_this_machine, start_order
 from servelab.run.execute import server_log_name
 from servelab.runner.server import free_port, group_members
 
@@ -40,10 +41,15 @@ def free_ports(n: int) -> list[int]:
 
 
 def deployment(
-    tmp_path: Path, die: bool = False, more: tuple[str, ...] = (), delay_ms: int = 1
+    tmp_path: Path,
+    die: bool = False,
+    more: tuple[str, ...] = (),
+    delay_ms: int = 1,
+    host: str = "127.0.0.1",
 ) -> Deployment:
     """Two mock workers (each logging its completion requests) and the proxy in front; listed router first,
-    so the start order is the runner's, not the list's."""
+    so the start order is the runner's, not the list's. `host`: the workers' address in the router's argv,
+    env and file (a srt-slurm deployment names it `{{node:0}}`)."""
     w0, w1, front = free_ports(3)
 
     def worker(port: int, n: int) -> NodeProcess:
@@ -64,10 +70,13 @@ def deployment(
 
     router = NodeProcess(
         role=Role.ROUTER,
-        argv=[sys.executable, str(PROXY), str(front), f"http://127.0.0.1:{w0}", f"http://127.0.0.1:{w1}"],
+        argv=[sys.executable, str(PROXY), str(front), f"http://{host}:{w0}", f"http://{host}:{w1}"],
+        env={"WORKERS_AT": f"{host}:{w0},{host}:{w1}"},
         port=front,
     )
-    files = {"conf/router.json": '{"policy": "round_robin"}'}  # as a launch's files: into the run folder
+    files = {
+        "conf/router.json": f'{{"policy": "round_robin", "host": "{host}"}}'
+    }  # as a launch's files: into the run folder
     return Deployment(nodes=1, processes=[router, worker(w0, 0), worker(w1, 1)], endpoint=0, files=files)
 
 
@@ -149,7 +158,10 @@ def test_a_deployment_is_benchmarked_through_its_router_and_torn_down(tmp_path):
         "worker-0.log",
         "worker-1.log",
     ]
-    assert json.loads((run_dir / "conf" / "router.json").read_text()) == {"policy": "round_robin"}
+    assert json.loads((run_dir / "conf" / "router.json").read_text()) == {
+        "policy": "round_robin",
+        "host": "127.0.0.1",
+    }
     record = json.loads((run_dir / "deployment.json").read_text())["processes"]
     assert [p["role"] for p in record] == ["worker", "worker", "router"]
     assert SECRET not in (run_dir / "deployment.json").read_text()
@@ -163,6 +175,37 @@ def test_a_deployment_is_benchmarked_through_its_router_and_torn_down(tmp_path):
     assert "server: stopping (process groups " in r.stderr
     pgids = [int(g) for g in r.stderr.split("process groups ")[1].split(")")[0].split(", ")]
     assert len(pgids) == 3 and not any(group_members(g) for g in pgids)
+
+
+def test_node_0_is_this_machine_when_every_process_runs_on_it(tmp_path):
+    """A deployment rendered for a cluster names node 0's address `{{node:0}}`; run here, it is 127.0.0.1
+    in argv, env and files, and the router reaches its workers there."""
+    dep = deployment(tmp_path, host="{{node:0}}")
+    assert "{{node:0}}" in dep.processes[0].argv[-1] and "{{node:0}}" in dep.files["conf/router.json"]
+    path = job_file(tmp_path, dep)
+    plan = json.loads(servelab("run", "--job", str(path), "--dry-run", "--json", cwd=tmp_path).stdout)
+    router = plan["server"]["deployment"][2]
+    assert router["argv"][-2:] == [
+        f"http://127.0.0.1:{p}" for p in (dep.processes[1].port, dep.processes[2].port)
+    ]
+    assert router["env"] == {
+        "WORKERS_AT": f"127.0.0.1:{dep.processes[1].port},127.0.0.1:{dep.processes[2].port}"
+    }
+    r = servelab("run", "--job", str(path), "--store", "r.db", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / json.loads(r.stdout)["run_dir"]
+    assert json.loads((run_dir / "conf" / "router.json").read_text())["host"] == "127.0.0.1"
+    counts = [len((tmp_path / f"requests-{n}.jsonl").read_text().splitlines()) for n in (0, 1)]
+    assert min(counts) >= 4, counts
+    assert "{{node" not in (run_dir / "deployment.json").read_text()
+
+
+def test_a_placeholder_for_another_node_is_refused_in_one_line():
+    dep = Deployment(
+        nodes=1, processes=[NodeProcess(role=Role.ROUTER, argv=["r", "{{node:1}}"], port=1)], endpoint=0
+    )
+    with pytest.raises(ServelabError, match=r"^\{\{node:1\}\}: the deployment has 1 node\(s\) here$"):
+        on_this_machine(dep)
 
 
 def test_a_worker_dying_before_the_gate_fails_the_run_naming_it(tmp_path):

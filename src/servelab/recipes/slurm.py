@@ -1,11 +1,13 @@
-"""SLURM batch scripts for a sweep: its single-node jobs as array jobs (task N runs job N), a multinode
+"""SLURM batch scripts for a sweep: its single-node jobs as array jobs (task N runs job N), a job with a
 deployment as one sbatch script that starts each of its processes on its node with srun.
 
 Each array task runs its job exactly as the `sh` format's script does (pipelines.job_lines), under srun, in a
 folder of its own (the tasks share the submit directory, and each writes servelab-job.json and results/).
 Directive values are checked when the options are read and shell-quoted where they are written: sbatch reads
 `#SBATCH` lines with shell-like quoting, and bash reads them as comments, so only a line break could turn a
-value into a command, and none gets through.
+value into a command, and none gets through. A deployment's values (argv, env, files) are quoted piece by
+piece, each `{{node:N}}` between them becoming `"${nodes[N]}"`: node N's name as scontrol lists the
+allocation, checked to be a host name before anything starts.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from servelab.engines.names import Engine
 from servelab.errors import ServelabError
+from servelab.recipes.engines.base import Role, node_parts
 from servelab.recipes.pipelines import (
     DEFAULT_LAUNCHER,
     job_comments,
     job_file_lines,
     job_lines,
+    run_argv,
     script_names,
+    trace_lines,
 )
-from servelab.recipes.tokens import EnvName, Text, check_text
+from servelab.recipes.tokens import check_text
 
 # SLURM's default MaxArraySize is 1001 (task ids 0-1000); a larger sweep is split into several arrays, which
 # also keeps each script well under its default 4 MB batch-script limit (a job is about 3 KB of script).
@@ -31,6 +37,15 @@ MAX_ARRAY_TASKS = 1000
 ARRAY_LOGS = "%x-%A_%a"  # job name, array job id, task id
 JOB_LOGS = "%x-%j"
 SRUN_ONE = ["srun", "--nodes=1", "--ntasks=1"]
+# a deployment's processes: their logs in the job's folder (as `servelab run` names them), the endpoint's
+# health waited for as long as `servelab run --server-timeout` waits by default
+LOG_DIR = "deployment"
+HEALTH_TIMEOUT_S = 3600
+HEALTH_POLL_S = 5
+# TensorRT-LLM's launcher: its workers are MPI ranks (srtctl starts one srun of a task per GPU per endpoint)
+MPI_LAUNCHER = f"{Engine.TRTLLM}-llmapi-launch"
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOST = "^[A-Za-z0-9._-]+$"  # what a node name from scontrol may be before it reaches an argv or a file
 
 _NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 # SLURM's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -99,24 +114,6 @@ class SlurmOptions(BaseModel):
         return [f"#SBATCH {shlex.quote(a)}" for a in args + self.sbatch_arg]
 
 
-class NodeProcess(BaseModel):
-    """One process of a multinode deployment: the node of the allocation it runs on (0-based), its argv and
-    its environment (set with `env NAME=value`, so argv[0] may not start with - or hold =)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    node: int = Field(ge=0)
-    argv: list[Text] = Field(min_length=1)
-    env: dict[EnvName, Text] = Field(default_factory=dict)
-
-    @field_validator("argv")
-    @classmethod
-    def _program(cls, v: list[str]) -> list[str]:
-        if v[0].startswith("-") or "=" in v[0]:
-            raise ValueError(f"{v[0]!r} is not a program (it would read as an option or a NAME=value)")
-        return v
-
-
 def job_gpus(job) -> int:
     """GPUs one single-node job uses (a row's tp counts attention data-parallel ranks too)."""
     r = job.point
@@ -148,32 +145,152 @@ def array_script(jobs, names: list[str], opts: SlurmOptions, launcher: str = DEF
     return "\n".join(lines + ["esac"]) + "\n"
 
 
-def multinode_script(
-    job,
-    name: str,
-    processes: list[NodeProcess],
-    gpus_per_node: int,
-    opts: SlurmOptions,
-) -> str:
-    """One sbatch script for a multinode deployment: each process but the last started on its node with
-    srun in the background, the last (the one that benchmarks) in the foreground; the others are stopped
-    when it ends, whichever way. The job file is written first, as the sh format writes it. Nothing calls
-    this yet: a multinode job gets its per-node processes from the deployment launches (issue 32)."""
-    if not processes:
-        raise ServelabError(f"{job.label()}: a multinode script needs at least one process")
-    nodes = max(p.node for p in processes) + 1
-    own = [f"--nodes={nodes}", "--ntasks-per-node=1", f"--gpus-per-node={gpus_per_node}", "--exclusive"]
-    lines = _header(f"servelab-{job.key}", own, opts, JOB_LOGS)
+def deployment_refusal(job) -> str | None:
+    """Why a job's deployment gets no script (None: it gets one)."""
+    dep = job.deployment
+    if any(MPI_LAUNCHER in p.argv for p in dep.processes):
+        return (
+            "its TensorRT-LLM workers start as one MPI srun per endpoint (a task per GPU, --mpi=pmix, across "
+            "the endpoint's nodes), which the deployment does not group yet"
+        )
+    return None
+
+
+def _checked(job) -> None:
+    """Every value that reaches a deployment script: argv and env values free of control characters (files:
+    of all but newline and tab), env names as the shell names variables, no program read as an option or a
+    NAME=value by srun and env, each `{{node:N}}` a node of the deployment."""
+    dep = job.deployment
+    where = f"{job.label()}: deployment"
+    try:
+        for i, p in enumerate(dep.processes):
+            check_text(p.argv, f"processes[{i}].argv")
+            check_text(p.env, f"processes[{i}].env")
+            bad = next((k for k in p.env if not _ENV.fullmatch(k)), None)
+            if bad is not None:
+                raise ValueError(f"processes[{i}].env: {bad!r} is not an environment variable name")
+            if p.argv[0].startswith("-") or "=" in p.argv[0]:
+                raise ValueError(f"processes[{i}].argv: {p.argv[0]!r} would read as an option or NAME=value")
+        for path, content in dep.files.items():
+            check_text(content.replace("\n", " ").replace("\t", " "), f"files[{path}]")
+    except ValueError as e:
+        raise ServelabError(f"{where}.{e}") from None
+    texts = [a for p in dep.processes for a in [*p.argv, *p.env.values()]] + list(dep.files.values())
+    far = max((n for t in texts for n in node_parts(t) if isinstance(n, int)), default=-1)
+    if far >= dep.nodes:
+        raise ServelabError(f"{where}: names {{{{node:{far}}}}}; it has {dep.nodes} node(s)")
+
+
+def _word(text: str) -> str:
+    """One shell word for `text`: its literal pieces quoted, each `{{node:N}}` node N's name at run time."""
+    parts = node_parts(text)
+    return "".join(f'"${{nodes[{p}]}}"' if isinstance(p, int) else shlex.quote(p) for p in parts) or "''"
+
+
+def _wait_function() -> str:
+    """wait_healthy URL WHAT: poll URL until it answers 200; exit 1 in one line naming the process when a
+    started one has ended first, or when the deadline passes."""
+    return f"""wait_healthy() {{  # URL WHAT: poll URL until it answers 200
+  local deadline=$((SECONDS + {HEALTH_TIMEOUT_S})) i
+  until curl -sf -o /dev/null --max-time 10 "$1"; do
+    for i in "${{!steps[@]}}"; do
+      kill -0 "${{steps[i]}}" 2>/dev/null || {{
+        echo "servelab: ${{names[i]}} ended before $2 was healthy (its log: {LOG_DIR}/${{names[i]}}.log)" >&2
+        exit 1
+      }}
+    done
+    ((SECONDS < deadline)) || {{
+      echo "servelab: $2 did not answer $1 within {HEALTH_TIMEOUT_S} s" >&2
+      exit 1
+    }}
+    sleep {HEALTH_POLL_S}
+  done
+}}"""
+
+
+_STOP_FUNCTION = """stop() {  # every process started, on every exit path
+  if ((${#steps[@]})); then
+    kill "${steps[@]}" 2>/dev/null || true
+    wait "${steps[@]}" 2>/dev/null || true
+  fi
+}"""
+
+
+def multinode_script(job, name: str, opts: SlurmOptions, launcher: str = DEFAULT_LAUNCHER) -> str:
+    """One sbatch script for a job's deployment: the job file and the deployment's files written in the
+    folder `name`, the allocation's node names read into `nodes` (each `{{node:N}}` becomes node N's), each
+    process started on its node with srun in the background (side processes first, their health waited
+    for), then the endpoint's health waited for and the job's `servelab run` attached to it; every process
+    is stopped when the script ends, whichever way."""
+    dep = job.deployment
+    if dep is None:
+        raise ServelabError(f"{job.label()}: a multinode script needs the job's deployment")
+    why = job.unrunnable or deployment_refusal(job)
+    if why is not None:
+        raise ServelabError(f"{job.label()}: no script can be written: {why}")
+    _checked(job)
+    if launcher != DEFAULT_LAUNCHER:
+        raise ServelabError(
+            f"{job.label()}: launcher {launcher!r}: a deployment's processes start on the nodes themselves "
+            "(a container per process is not there yet)"
+        )
+    per_node = [sum(p.gpus for p in dep.processes if p.node == n) for n in range(dep.nodes)]
+    own = [f"--nodes={dep.nodes}", "--ntasks-per-node=1"]
+    own += [f"--gpus-per-node={max(per_node)}"] if max(per_node) else []
+    lines = _header(f"servelab-{job.key}", [*own, "--exclusive"], opts, JOB_LOGS)
     folder = shlex.quote(name)
-    lines += [*job_comments(job), "set -euo pipefail", f"mkdir -p -- {folder}", f"cd -- {folder}"]
-    lines += job_file_lines(job)
-    if len(processes) > 1:
-        lines += ["steps=()", """trap 'kill "${steps[@]}" 2>/dev/null || true' EXIT"""]
-    for i, p in enumerate(processes):
-        env = ["env", *(f"{k}={v}" for k, v in p.env.items())] if p.env else []
-        argv = shlex.join([*SRUN_ONE, f"--relative={p.node}", *env, *p.argv])
-        lines += [argv] if i == len(processes) - 1 else [f"{argv} &", "steps+=($!)"]
+    lines += [*job_comments(job), "set -euo pipefail", f"mkdir -p -- {folder} {folder}/{LOG_DIR}"]
+    lines += [f"cd -- {folder}", *trace_lines(job), *job_file_lines(job)]
+    lines += [
+        "# the allocation's nodes: nodes[N] is the deployment's node N",
+        'hosts=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?set by sbatch}")',
+        'mapfile -t nodes <<< "$hosts"',
+        f"if ((${{#nodes[@]}} < {dep.nodes})); then",
+        f'  echo "servelab: the deployment needs {dep.nodes} nodes, the allocation has ${{#nodes[@]}}" >&2',
+        "  exit 2",
+        "fi",
+        'for node in "${nodes[@]}"; do',
+        f"  [[ $node =~ {_HOST} ]] || {{",
+        '    echo "servelab: node name ${node@Q} is not a host name" >&2',
+        "    exit 2",
+        "  }",
+        "done",
+    ]
+    for path, content in dep.files.items():
+        if "/" in path:
+            lines.append(f"mkdir -p -- {shlex.quote(path.rsplit('/', 1)[0])}")
+        lines.append(f"printf '%s' {_word(content)} > {shlex.quote(path)}")
+    lines += ["steps=() names=()", _STOP_FUNCTION, "trap stop EXIT", _wait_function()]
+    order = dep.start_order()
+    sides_up = False
+    for position, index in order:
+        p = dep.processes[position]
+        if p.role != Role.SIDE and not sides_up:
+            sides_up = True
+            lines += _side_waits(dep)
+        log = f"{p.role}-{index}"
+        env = ["env", *(_word(f"{k}={v}") for k, v in p.env.items())] if p.env else []
+        srun = [*SRUN_ONE, "--overlap", f'--nodelist="${{nodes[{p.node}]}}"']
+        cmd = " ".join([*srun, *env, *map(_word, p.argv)])
+        lines += [f"{cmd} < /dev/null > {LOG_DIR}/{log}.log 2>&1 &", f"steps+=($!) names+=({log})"]
+    if not sides_up:
+        lines += _side_waits(dep)
+    front = dep.processes[dep.endpoint]
+    url = f'"http://${{nodes[{front.node}]}}:{front.port}"'
+    lines += [f"endpoint={url}", f'wait_healthy "$endpoint"{shlex.quote(front.health_path or "/")} endpoint']
+    lines.append(shlex.join(run_argv(job)) + ' --base-url "$endpoint"')
     return "\n".join(lines) + "\n"
+
+
+def _side_waits(dep) -> list[str]:
+    """Wait for the side processes that answer HTTP (etcd's /health) before any server starts."""
+    out = []
+    for position, index in dep.start_order():
+        p = dep.processes[position]
+        if p.role == Role.SIDE and p.port is not None and p.health_path:
+            url = f'"http://${{nodes[{p.node}]}}:{p.port}"{shlex.quote(p.health_path)}'
+            out.append(f"wait_healthy {url} {p.role}-{index}")
+    return out
 
 
 def slurm_scripts(jobs, opts: SlurmOptions, launcher: str = DEFAULT_LAUNCHER) -> dict[str, str]:
@@ -181,12 +298,17 @@ def slurm_scripts(jobs, opts: SlurmOptions, launcher: str = DEFAULT_LAUNCHER) ->
     (array.sbatch, or array-1.sbatch, array-2.sbatch, ...). A multinode job has no per-node launch yet, so it
     is refused as the sh format refuses a job without a launch."""
     for j in jobs:
-        if j.unrunnable is not None or j.point.multinode:
-            why = j.unrunnable or "a multinode job has no per-node launch yet"
+        if j.unrunnable is not None or (j.point.multinode and j.deployment is None):
+            why = j.unrunnable or "a multinode job has no deployment to launch"
             raise ServelabError(f"{j.label()}: no script can be written: {why}")
     names = [n.removesuffix(".sh") for n in script_names(jobs)]
-    parts = [range(i, min(i + MAX_ARRAY_TASKS, len(jobs))) for i in range(0, len(jobs), MAX_ARRAY_TASKS)]
-    out = {}
+    out = {
+        f"{name}.sbatch": multinode_script(j, name, opts, launcher)
+        for j, name in zip(jobs, names, strict=True)
+        if j.deployment is not None
+    }
+    single = [i for i, j in enumerate(jobs) if j.deployment is None]
+    parts = [single[i : i + MAX_ARRAY_TASKS] for i in range(0, len(single), MAX_ARRAY_TASKS)]
     for n, part in enumerate(parts, 1):
         file = "array.sbatch" if len(parts) == 1 else f"array-{n}.sbatch"
         out[file] = array_script([jobs[i] for i in part], [names[i] for i in part], opts, launcher)

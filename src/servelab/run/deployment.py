@@ -10,30 +10,28 @@ from dataclasses import replace
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.recipes.engines import Deployment, NodeProcess, Role
+from servelab.recipes.engines import Deployment, Role
 from servelab.redact import redact_argv, redact_env
 from servelab.runner.deployment import DeployedProcess
 
-# what must be up before what: a router finds its workers at start, servers find their side processes
-START_ORDER = (Role.SIDE, Role.PREFILL, Role.DECODE, Role.WORKER, Role.ROUTER)
 SERVER_ROLES = (Role.PREFILL, Role.DECODE, Role.WORKER)
 LOG_DIR = "deployment"
+LOCAL = "127.0.0.1"  # node 0's address when servelab run starts a deployment on this machine
 
 
-def _numbered(dep: Deployment) -> list[tuple[NodeProcess, int, int]]:
-    """(process, index within its role, position in the deployment's list) for every process."""
-    counts: dict[Role, int] = {}
-    out = []
-    for position, p in enumerate(dep.processes):
-        out.append((p, counts.get(p.role, 0), position))
-        counts[p.role] = counts.get(p.role, 0) + 1
-    return out
+def on_this_machine(dep: Deployment) -> Deployment:
+    """A deployment whose processes are all on node 0 as this machine runs it: `{{node:0}}` becomes
+    127.0.0.1 in argv, env and files. One with processes on other nodes is left as it is (refused before
+    anything starts: refuse_unstartable)."""
+    if any(p.node > 0 for p in dep.processes):
+        return dep
+    return dep.at_addresses([LOCAL])
 
 
 def start_order(dep: Deployment) -> tuple[tuple[DeployedProcess, ...], int]:
-    """The processes in start order, and the index in that order of the endpoint (the one the benchmark
-    sends to). Env is what each sets over the caller's environment."""
-    numbered = sorted(_numbered(dep), key=lambda t: (START_ORDER.index(t[0].role), t[2]))
+    """The processes in start order (Deployment.start_order), and the index in that order of the endpoint
+    (the one the benchmark sends to). Env is what each sets over the caller's environment."""
+    order = dep.start_order()
     procs = tuple(
         DeployedProcess(
             role=str(p.role),
@@ -45,9 +43,9 @@ def start_order(dep: Deployment) -> tuple[tuple[DeployedProcess, ...], int]:
             node=p.node,
             gpus=p.gpus,
         )
-        for p, index, _ in numbered
+        for p, index in ((dep.processes[position], index) for position, index in order)
     )
-    endpoint = next(i for i, (_, _, position) in enumerate(numbered) if position == dep.endpoint)
+    endpoint = next(i for i, (position, _) in enumerate(order) if position == dep.endpoint)
     return procs, endpoint
 
 

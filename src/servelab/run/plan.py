@@ -40,7 +40,7 @@ from servelab.recipes.workload import (
 )
 from servelab.redact import redact_argv, redact_env, redact_headers
 from servelab.run.assertions import Assertion, parse_all
-from servelab.run.deployment import engine_process, public, start_order
+from servelab.run.deployment import engine_process, on_this_machine, public, start_order
 from servelab.run.stage import StageName
 from servelab.runner.deployment import DeployedProcess
 
@@ -383,9 +383,9 @@ def _job_server(job: Job, image: str) -> ServerPlan:
             launch.files,
             job.secret_env,
         )
-    deployment = job.deployment
-    if deployment is None:
+    if job.deployment is None:
         raise ServelabError(f"{job.label()}: neither a launch nor a deployment", field="job")
+    deployment = on_this_machine(job.deployment)
     procs, endpoint = start_order(deployment)
     front = procs[endpoint]
     return ServerPlan(

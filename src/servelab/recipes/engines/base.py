@@ -39,6 +39,33 @@ class Role(StrEnum):
     SIDE = "side"  # a process the others need and the benchmark never talks to (etcd, NATS, a KV store)
 
 
+# what must be up before what: a router finds its workers at start, servers find their side processes
+START_ORDER = (Role.SIDE, Role.PREFILL, Role.DECODE, Role.WORKER, Role.ROUTER)
+# a node's address in a deployment's argv, env and files, known only where it runs: `{{node:N}}`
+NODE_PLACEHOLDER = re.compile(r"\{\{node:(\d+)\}\}")
+
+
+def node_parts(text: str) -> list[str | int]:
+    """`text` split into its literal pieces (str) and the nodes whose address goes between them (int)."""
+    parts: list[str | int] = []
+    for i, piece in enumerate(NODE_PLACEHOLDER.split(text)):
+        if i % 2:
+            parts.append(int(piece))
+        elif piece:
+            parts.append(piece)
+    return parts
+
+
+def with_addresses(text: str, addresses: list[str]) -> str:
+    """`text` with each `{{node:N}}` replaced by addresses[N]; one line naming N when there is none."""
+    out = []
+    for part in node_parts(text):
+        if isinstance(part, int) and part >= len(addresses):
+            raise ServelabError(f"{{{{node:{part}}}}}: the deployment has {len(addresses)} node(s) here")
+        out.append(addresses[part] if isinstance(part, int) else part)
+    return "".join(out)
+
+
 class NodeProcess(BaseModel):
     """One process of a deployment: what it runs, on which node, and how to know it is up."""
 
@@ -75,6 +102,32 @@ class Deployment(BaseModel):
             if p.node >= self.nodes:
                 raise ValueError(f"a {p.role} process is on node {p.node}; the deployment has {self.nodes}")
         return self
+
+    def start_order(self) -> list[tuple[int, int]]:
+        """(position in processes, index within its role) of every process, in the order they start: side
+        processes first, then prefill, decode and aggregated servers, the routers last (list order within
+        a role)."""
+        counts: dict[Role, int] = {}
+        numbered = []
+        for position, p in enumerate(self.processes):
+            numbered.append((position, counts.get(p.role, 0)))
+            counts[p.role] = counts.get(p.role, 0) + 1
+        return sorted(numbered, key=lambda t: (START_ORDER.index(self.processes[t[0]].role), t[0]))
+
+    def at_addresses(self, addresses: list[str]) -> Deployment:
+        """The deployment with `{{node:N}}` replaced by addresses[N] in every argv, env value and file."""
+
+        def sub(text: str) -> str:
+            return with_addresses(text, addresses)
+
+        processes = [
+            p.model_copy(
+                update={"argv": [sub(a) for a in p.argv], "env": {k: sub(v) for k, v in p.env.items()}}
+            )
+            for p in self.processes
+        ]
+        files = {path: sub(content) for path, content in self.files.items()}
+        return self.model_copy(update={"processes": processes, "files": files})
 
 
 # a segment of a launch file's path: a plain name (no `..`, no `~`, no backslash, no control character)
@@ -116,10 +169,14 @@ def refuse(engine: Engine, recipe, fields: list[str]) -> None:
 __all__ = [
     "Deployment",
     "Launch",
+    "NODE_PLACEHOLDER",
     "NodeProcess",
     "Role",
+    "START_ORDER",
     "base_env",
     "check_launch_file",
     "json_arg",
+    "node_parts",
     "refuse",
+    "with_addresses",
 ]
