@@ -308,3 +308,19 @@ def test_the_cli_and_the_workload_bound_repetitions_alike():
     from servelab.recipes import workload  # noqa: PLC0415
 
     assert cli_run.MAX_REPETITIONS == workload.MAX_REPETITIONS
+
+
+def test_a_multinode_job_benchmarks_each_of_its_concurrencies_against_one_deployment(tmp_path):
+    """InferenceX's multinode rows hold several concurrencies for one deployment: the plan has a bench point
+    for each, in the row's order, and one server (the deployment's endpoint)."""
+    store = open_store(Path(__file__).parents[1] / "data" / "inferencex" / "configs")
+    jobs = expand(store, ["dsr1-fp8-gb300-dynamo-sglang"], Filters(seq_lens=["8k1k"]))
+    job = next(j for j in jobs if j.deployment is not None and len(j.benches) > 1)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job.to_json()))
+    plan, _ = plan_from(None, job=path)
+    concs = job.row["conc"]
+    assert [p.config for p in plan.bench] == [f"{job.row['exp-name']}-conc-{c}" for c in concs]
+    assert [p.fields["max_concurrency"] for p in plan.bench] == concs
+    assert plan.server.port == job.deployment.processes[job.deployment.endpoint].port
+    assert len(plan.server.processes) == len(job.deployment.processes)

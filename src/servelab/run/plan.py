@@ -330,9 +330,7 @@ def from_job(
     never downloads at run time)."""
     if (job.launch is None and job.deployment is None) or not job.benches:
         raise ServelabError(f"{source}: {job.label()}: nothing servelab can start: {job.not_renderable}")
-    if len(job.benches) > 1:
-        raise ServelabError(f"{source}: {job.label()}: a job of several concurrencies; servelab runs one")
-    row, bench = job.point, job.benches[0]
+    row = job.point
     image = row.image + (f"@{job.image_digest}" if job.image_digest else "")
     server = _job_server(job, image)
     where = f"{source}: {job.label()}"
@@ -341,13 +339,16 @@ def from_job(
     chosen = choose_stages(
         ([] if row.eval_only else [StageName.BENCH]) + ([StageName.GSM8K] if tasks else []), stages, source
     )
-    fields = bench.options()
-    if bench.dataset_name == "trace" and StageName.BENCH in chosen:
-        fields["dataset_path"] = trace_file(trace, where)
-    if bench.dataset_name != "trace" or "dataset_path" in fields:
-        # bad values are bad input now, before a server starts
-        bench.config(f"{where}: bench", **{k: v for k, v in fields.items() if k == "dataset_path"})
-    point = BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, fields)
+    # a multinode row holds several concurrencies, benchmarked one after another against one deployment
+    points = []
+    for bench in job.benches:
+        fields = bench.options()
+        if bench.dataset_name == "trace" and StageName.BENCH in chosen:
+            fields["dataset_path"] = trace_file(trace, where)
+        if bench.dataset_name != "trace" or "dataset_path" in fields:
+            # bad values are bad input now, before a server starts
+            bench.config(f"{where}: bench", **{k: v for k, v in fields.items() if k == "dataset_path"})
+        points.append(BenchPoint(f"{row.exp_name}-conc-{bench.conc}", repetitions or 1, fields))
     texts = []
     for metric, bound in job.assertions.items():
         if bound.min is not None:
@@ -359,7 +360,7 @@ def from_job(
         source=source,
         server=server,
         stages=chosen,
-        bench=[point],
+        bench=points,
         lm_tasks=tasks,
         assertions=parse_all(texts, f"{source}: assertions") + parse_all(list(assertions)),
         fingerprint=job.fingerprint,
