@@ -65,6 +65,24 @@ def rendered(deployment) -> Counter:
     return Counter((p.role.value, p.node, tuple(p.argv)) for p in deployment.processes if p.role != Role.SIDE)
 
 
+WORKERS = (Role.PREFILL, Role.DECODE, Role.WORKER)
+
+
+def captured_devices(capture: dict) -> Counter:
+    """Per worker process: its node and the CUDA_VISIBLE_DEVICES srtctl sets (None: not set)."""
+    out: Counter = Counter()
+    for call in capture["stages"]["start_all_workers"]:
+        for n in call["nodelist"]:
+            out[(int(n[4:]), call["env"].get("CUDA_VISIBLE_DEVICES"))] += 1
+    return out
+
+
+def rendered_devices(deployment) -> Counter:
+    return Counter(
+        (p.node, p.env.get("CUDA_VISIBLE_DEVICES")) for p in deployment.processes if p.role in WORKERS
+    )
+
+
 def _render(key: str):
     resolved, captures = data()
     record = resolved[key]
@@ -85,13 +103,15 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
         except ServelabError as e:
             refused[str(e).split(":")[0]] += 1
             continue
-        if captured(capture) == rendered(deployment):
+        if captured(capture) == rendered(deployment) and captured_devices(capture) == rendered_devices(
+            deployment
+        ):
             equal += 1
         else:
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 300, (equal, refused)
+    assert equal >= 347, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -218,3 +238,51 @@ def test_nginx_spreads_over_the_frontends_it_fronts():
     assert behind and d.processes[d.endpoint].argv[0] == "bash"
     conf = d.files["nginx.conf"]
     assert all(f"server {srtslurm.node(p.node)}:8180;" in conf for p in behind) and "listen 8000;" in conf
+
+
+def _rendered_with(flag: str) -> list:
+    _, captures = data()
+    out = []
+    for key, capture in sorted(captures.items()):
+        if "error" in capture or "dynamo-vllm" not in key:
+            continue
+        try:
+            deployment = _render(key)
+        except ServelabError:
+            continue
+        if any(flag in p.argv for p in deployment.processes):
+            out.append(deployment)
+    return out
+
+
+def _flag(p, flag: str) -> str:
+    return p.argv[p.argv.index(flag) + 1]
+
+
+def _endpoints(d, flag: str) -> dict:
+    """A deployment's data-parallel processes by endpoint (role, leader address, RPC port)."""
+    out: dict = {}
+    for p in d.processes:
+        if flag in p.argv:
+            key = (p.role, _flag(p, "--data-parallel-address"), _flag(p, "--data-parallel-rpc-port"))
+            out.setdefault(key, []).append(p)
+    return out
+
+
+def test_vllm_data_parallel_runs_a_process_per_gpu_or_per_node():
+    # per_gpu (the default): one process per GPU of the endpoint, each rank 0..size-1 once; per_node: one
+    # process per node owning its GPUs' ranks, the start ranks 0, local size, 2 x local size ...
+    per_gpu, per_node = _rendered_with("--data-parallel-rank"), _rendered_with("--data-parallel-size-local")
+    assert len(per_gpu) >= 20 and len(per_node) >= 10, (len(per_gpu), len(per_node))
+    for d in per_gpu:
+        for procs in _endpoints(d, "--data-parallel-rank").values():
+            assert all(p.gpus == 1 for p in procs)
+            ranks = sorted(int(_flag(p, "--data-parallel-rank")) for p in procs)
+            assert ranks == list(range(int(_flag(procs[0], "--data-parallel-size"))))
+    for d in per_node:
+        for procs in _endpoints(d, "--data-parallel-size-local").values():
+            local = int(_flag(procs[0], "--data-parallel-size-local"))
+            assert all(p.gpus == local for p in procs)
+            starts = sorted(int(_flag(p, "--data-parallel-start-rank")) for p in procs)
+            assert starts == list(range(0, local * len(procs), local))
+            assert local * len(procs) == int(_flag(procs[0], "--data-parallel-size"))

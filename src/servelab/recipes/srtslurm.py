@@ -33,6 +33,8 @@ FRONTEND_PORT = 8000  # the one the benchmark sends to (nginx's when several fro
 FRONTEND_BEHIND_NGINX = 8180
 NATS_PORT = 4222
 ETCD_PORT = 2379
+DP_RPC_BASE = 8400  # vLLM's data-parallel RPC port, per leader node, where the revision allocates it
+DP_RPC_DEFAULT = 13345  # where the recipe names none and the revision does not allocate it
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class Rules:
         True  # vLLM workers name their GPUs (--device-ids) unless set_cuda_visible_devices
     )
     sglang_nccl_base: int | None = None  # SGLang workers get --nccl-port base + their DYN_SYSTEM_PORT offset
+    # vLLM's data-parallel mode: "config" (a process per GPU, the RPC port the recipe's or 13345), "headless"
+    # (the RPC port allocated per leader node from 8400; dp_launch_mode per_node: one process per node, the
+    # non-first headless unless the recipe asks for hybrid load balancing) or "hybrid" (per_node always
+    # with --data-parallel-hybrid-lb)
+    vllm_dp: Literal["config", "headless", "hybrid"] = "hybrid"
 
 
 # before srt-slurm's ports module (topology.py's NodePortAllocator) / after it (srtctl/ports.py, v1.0.x)
@@ -66,9 +73,14 @@ ALLOCATOR = Rules(
     sglang_bootstrap_flag=False,
     vllm_device_ids=False,
 )
-ALLOCATOR_NO_PLANE = Rules(30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False)
-ALLOCATOR_DROPS = Rules(30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False)
+ALLOCATOR_NO_PLANE = Rules(
+    30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False, vllm_dp="config"
+)
+ALLOCATOR_DROPS = Rules(
+    30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False, vllm_dp="config"
+)
 PORTS_MODULE = Rules(6100, 32, 7200, 7500, 8300, "tcp")
+PORTS_MODULE_DP_HEADLESS = Rules(6100, 32, 7200, 7500, 8300, "tcp", vllm_dp="headless")
 PORTS_MODULE_NO_PLANE = Rules(
     6100, 32, 7200, 7500, 8300, "nats", request_plane_flag=False, vllm_device_ids=False
 )
@@ -80,7 +92,10 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
         ALLOCATOR,
         frozenset({Engine.SGLANG, Engine.TRTLLM}),
     ),  # sa-submission-q2-2026
-    "517d3c37afeff9c50cb56c38145c38e24135924e": (ALLOCATOR_DROPS, frozenset()),  # aflowers/vllm-gb200-v0.20.0
+    "517d3c37afeff9c50cb56c38145c38e24135924e": (
+        ALLOCATOR_DROPS,
+        frozenset({Engine.VLLM}),
+    ),  # aflowers/vllm-gb200-v0.20.0
     "758becd9d18dcab1fb722abc1875d73ee81a20cb": (
         ALLOCATOR_NO_PLANE,
         frozenset({Engine.VLLM}),
@@ -91,11 +106,14 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
     ),  # v1.0.6 line
     "3435776cd6db4c14f8b771ff7a3976deb62fe133": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.25
     "c1b6b5c97f323baefad577d70c4e8392b6f537d9": (PORTS_MODULE, frozenset({Engine.TRTLLM})),  # v1.0.29
-    "0f31474a9b3831af28b5f44c95913776daed9f38": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.31
+    "0f31474a9b3831af28b5f44c95913776daed9f38": (
+        PORTS_MODULE_DP_HEADLESS,
+        frozenset({Engine.VLLM}),
+    ),  # v1.0.31
     "cb651682117df129162cd276cf567ec70dc57b36": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.36
     "c180328b98c3793ca84a1e24a030f90545eb7d5d": (
         PORTS_MODULE,
-        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+        frozenset({Engine.SGLANG, Engine.TRTLLM, Engine.VLLM}),
     ),  # v1.0.38
     "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
     "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
@@ -179,6 +197,7 @@ class Backend(_Open):
     connector: str | None = "nixl"
     kv_events_config: bool | dict[str, Any] | None = None
     set_cuda_visible_devices: bool = False
+    dp_launch_mode: Literal["per_gpu", "per_node"] = "per_gpu"
 
     def config(self, mode: str) -> dict[str, Any]:
         table = {
@@ -312,10 +331,28 @@ class _Endpoint:
 
 
 @dataclass
+class _Proc:
+    """One worker process of an endpoint: its node, its rank among the endpoint's nodes, its GPUs and, in
+    vLLM's data-parallel mode, its first data-parallel rank and the endpoint's RPC port."""
+
+    node: int
+    rank: int
+    gpus: list[int]
+    dp_rank: int | None = None
+    dp_rpc: int | None = None
+
+
+@dataclass
 class _Ports:
     rules: Rules
     http: dict[int, int] = field(default_factory=dict)
     bootstrap: dict[int, int] = field(default_factory=dict)
+    dp_rpc: dict[int, int] = field(default_factory=dict)
+
+    def next_dp_rpc(self, n: int) -> int:
+        port = self.dp_rpc.get(n, DP_RPC_BASE)
+        self.dp_rpc[n] = port + 1
+        return port
 
     def next_http(self, n: int) -> int:
         port = self.http.get(n, self.rules.http_base)
@@ -404,11 +441,9 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
         raise ServelabError(
             "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
         )
-    if recipe.backend.type == Engine.VLLM and any(
-        recipe.backend.config(m).keys() & {"data-parallel-size", "data_parallel_size"} for m in ROLE
-    ):
+    if recipe.backend.dp_launch_mode == "per_node" and rules.vllm_dp == "config":
         raise ServelabError(
-            "vLLM's data-parallel mode (a process per GPU) is not rendered yet", field="backend.vllm_config"
+            f"srt-slurm {revision[:12]} has no dp_launch_mode per_node", field="backend.dp_launch_mode"
         )
     if recipe.backend.type not in verified:
         raise ServelabError(
@@ -447,10 +482,14 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     for ep in endpoints:
         mode = ep.mode
         boot = ports.next_bootstrap(ep.nodes[0]) if mode == "prefill" else None
-        for rank, n in enumerate(ep.nodes):
-            leader = rank == 0
-            http = ports.next_http(n) if leader else 0
-            argv = _worker_argv(recipe, rules, plane, mode, ep, rank, (http, boot, sys_port), served)
+        procs = _layout(recipe, rules, ep, ports)
+        for proc in procs:
+            n = proc.node
+            leader = proc is procs[0]
+            # a process per node of vLLM's per-node data-parallel mode serves HTTP on each
+            per_node = proc.dp_rank is not None and b.dp_launch_mode == "per_node"
+            http = ports.next_http(n) if leader or per_node else 0
+            argv = _worker_argv(recipe, rules, plane, mode, ep, proc, (http, boot, sys_port), served)
             env = {
                 "HEAD_NODE_IP": node(first),
                 "ETCD_ENDPOINTS": f"http://{node(0)}:{ETCD_PORT}",
@@ -460,8 +499,10 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                 **b.environment(mode),
                 **recipe.environment,
             }
-            if len(ep.gpus) < r.gpus_per_node:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+            # vLLM where it takes --device-ids names its GPUs itself (CUDA_VISIBLE_DEVICES only if asked)
+            names_gpus = b.type == Engine.VLLM and rules.vllm_device_ids and not b.set_cuda_visible_devices
+            if len(proc.gpus) < r.gpus_per_node and not names_gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.gpus))
             processes.append(
                 NodeProcess(
                     role=ROLE[mode],
@@ -470,7 +511,7 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                     env=env,
                     port=http if leader and b.type != Engine.TRTLLM else None,
                     health_path=None,
-                    gpus=len(ep.gpus),
+                    gpus=len(proc.gpus),
                 )
             )
             sys_port += 1
@@ -488,18 +529,82 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     return Deployment(nodes=nodes, processes=processes, endpoint=endpoint, files=files)
 
 
+def _data_parallel_size(recipe: SrtRecipe, mode: str) -> Any:
+    """vLLM's data-parallel size for the role (None: not in data-parallel mode)."""
+    if recipe.backend.type != Engine.VLLM:
+        return None
+    config = recipe.backend.config(mode)
+    size = config.get("data-parallel-size")
+    return size if size is not None else config.get("data_parallel_size")
+
+
+def _layout(recipe: SrtRecipe, rules: Rules, ep: _Endpoint, ports: _Ports) -> list[_Proc]:
+    """The endpoint's worker processes: one per node; in vLLM's data-parallel mode one per GPU (per_gpu, the
+    default) or one per node owning its GPUs' ranks (per_node)."""
+    size = _data_parallel_size(recipe, ep.mode)
+    if size is None:
+        return [_Proc(n, rank, ep.gpus) for rank, n in enumerate(ep.nodes)]
+    rpc = None if rules.vllm_dp == "config" else ports.next_dp_rpc(ep.nodes[0])
+    if recipe.backend.dp_launch_mode == "per_node":
+        total = len(ep.nodes) * len(ep.gpus)
+        if size != total:
+            raise ServelabError(
+                f"{ep.mode} data-parallel-size {size} is not the endpoint's {total} GPUs",
+                field="backend.vllm_config",
+            )
+        return [_Proc(n, i, ep.gpus, i * len(ep.gpus), rpc) for i, n in enumerate(ep.nodes)]
+    pairs = [(i, n, g) for i, n in enumerate(ep.nodes) for g in sorted(ep.gpus)]
+    return [_Proc(n, i, [g], dp_rank, rpc) for dp_rank, (i, n, g) in enumerate(pairs)]
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"})
+
+
+def _data_parallel_flags(rules: Rules, per_node: bool, proc: _Proc, leader: str, config: dict) -> list[str]:
+    """vLLM's data-parallel flags of one process (the keys they replace taken out of `config`)."""
+    kebab, snake = "data-parallel-rpc-port", "data_parallel_rpc_port"
+    if not per_node:
+        rpc = proc.dp_rpc or config.pop(kebab, None) or config.pop(snake, DP_RPC_DEFAULT)
+        if proc.dp_rpc:  # the recipe's port is dropped for the allocated one
+            config.pop(kebab, None)
+            config.pop(snake, None)
+        address = ["--data-parallel-address", leader, "--data-parallel-rpc-port", str(rpc)]
+        return ["--data-parallel-rank", str(proc.dp_rank), *address]
+    config.pop(kebab, None)
+    config.pop(snake, None)
+    for key in ("data-parallel-size-local", "data-parallel-start-rank"):
+        config.pop(key, None)
+        config.pop(key.replace("-", "_"), None)
+    flags = ["--data-parallel-size-local", str(len(proc.gpus)), "--data-parallel-start-rank"]
+    flags += [
+        str(proc.dp_rank),
+        "--data-parallel-address",
+        leader,
+        "--data-parallel-rpc-port",
+        str(proc.dp_rpc),
+    ]
+    if rules.vllm_dp == "hybrid":  # every node's process registers with the frontend
+        for key in ("data-parallel-hybrid-lb", "data_parallel_hybrid_lb", "headless"):
+            config.pop(key, None)
+        return [*flags, "--data-parallel-hybrid-lb"]
+    hybrid = config.get("data-parallel-hybrid-lb", config.get("data_parallel_hybrid_lb", False))
+    return flags + (["--headless"] if proc.dp_rank and not _truthy(hybrid) else [])
+
+
 def _worker_argv(
     recipe: SrtRecipe,
     rules: Rules,
     plane: str,
     mode: str,
     ep: _Endpoint,
-    rank: int,
+    proc: _Proc,
     ports: tuple[int, int | None, int],
     served: str,
 ) -> list[str]:
     """One worker process's argv (`ports`: its HTTP, bootstrap and DYN_SYSTEM_PORT)."""
     http, boot, sys_port = ports
+    rank = proc.rank
     b = recipe.backend
     # a Hugging Face model (`hf:org/name`) is fetched by the engine, a local one is mounted at /model
     path = recipe.model.path
@@ -534,7 +639,7 @@ def _worker_argv(
         if len(ep.nodes) > 1:
             argv += ["--dist-init-addr", f"{leader}:{rules.dist_init}", "--nnodes", str(len(ep.nodes))]
             argv += ["--node-rank", str(rank)]
-        argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+        argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json"]
         return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
     # vllm
     argv = ["python3", "-m", f"dynamo.{b.type}", "--model", model, "--served-model-name", served]
@@ -546,19 +651,16 @@ def _worker_argv(
         preset = CONNECTORS.get(connector.lower())
         argv += ["--kv-transfer-config", json.dumps(preset) if preset else connector]
     if rules.vllm_device_ids and not b.set_cuda_visible_devices:
-        argv += ["--device-ids", ",".join(map(str, ep.gpus))]
-    if config.get("data-parallel-size") is not None or config.get("data_parallel_size") is not None:
-        raise ServelabError(
-            "vLLM's data-parallel mode (a process per GPU) is not rendered yet",
-            field="backend.vllm_config",
-        )
-    if len(ep.nodes) > 1:
+        argv += ["--device-ids", ",".join(map(str, proc.gpus))]
+    if proc.dp_rank is not None:
+        argv += _data_parallel_flags(rules, b.dp_launch_mode == "per_node", proc, leader, config)
+    elif len(ep.nodes) > 1:
         argv += ["--master-addr", leader, "--nnodes", str(len(ep.nodes)), "--node-rank", str(rank)]
         if rank:
             argv.append("--headless")
     if rules.request_plane_flag:
         argv += ["--request-plane", plane]
-    argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+    argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json"]
     return argv + _flags(config)
 
 
