@@ -111,7 +111,7 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 347, (equal, refused)
+    assert equal >= 357, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -286,3 +286,22 @@ def test_vllm_data_parallel_runs_a_process_per_gpu_or_per_node():
             starts = sorted(int(_flag(p, "--data-parallel-start-rank")) for p in procs)
             assert starts == list(range(0, local * len(procs), local))
             assert local * len(procs) == int(_flag(procs[0], "--data-parallel-size"))
+
+
+def test_sglang_s_own_router_fronts_sglang_s_own_servers():
+    # frontend.type sglang: the workers are sglang.launch_server (no Dynamo flags), the endpoint SGLang's
+    # router naming each worker's URL, its environment the recipe's frontend env alone
+    keys = [
+        k for k, c in sorted(data()[1].items()) if "error" not in c and "sglang_router" in str(c["stages"])
+    ]
+    assert len(keys) >= 10
+    for key in keys:
+        d = _render(key)
+        router = d.processes[d.endpoint]
+        workers = [p for p in d.processes if p.role in WORKERS]
+        assert router.argv[:3] == ["python", "-m", "sglang_router.launch_router"]
+        assert all(p.argv[:3] == ["python3", "-m", "sglang.launch_server"] for p in workers)
+        assert not any("--request-plane" in p.argv or "--dump-config-to" in p.argv for p in workers)
+        urls = [f"http://{srtslurm.node(p.node)}:{p.port}" for p in workers if p.port]
+        assert router.argv[router.argv.index("--worker-urls") + 1 : router.argv.index("--host")] == urls
+        assert "ETCD_ENDPOINTS" not in router.env

@@ -116,7 +116,10 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
         frozenset({Engine.SGLANG, Engine.TRTLLM, Engine.VLLM}),
     ),  # v1.0.38
     "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
-    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (
+        PORTS_MODULE,
+        frozenset({Engine.VLLM, Engine.SGLANG}),
+    ),  # v1.0.45
     "e4019633c9e2bc25f38c44b81edf52bb0504d937": (
         PORTS_MODULE,
         frozenset({Engine.SGLANG, Engine.TRTLLM}),
@@ -126,6 +129,13 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
         PORTS_MODULE_NCCL,
         frozenset({Engine.SGLANG}),
     ),  # main (v1.0.68)
+}
+
+# revision -> the frontends other than Dynamo's whose rendering equals srtctl's for every captured recipe
+# (SGLang's router in front of sglang.launch_server workers); another is refused, not guessed
+OTHER_FRONTENDS: dict[str, frozenset[str]] = {
+    "c180328b98c3793ca84a1e24a030f90545eb7d5d": frozenset({Engine.SGLANG}),  # v1.0.38
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": frozenset({Engine.SGLANG}),  # v1.0.45
 }
 
 
@@ -433,9 +443,23 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
         raise ServelabError(
             f"srt-slurm {revision} is not a revision servelab knows the rules of", field="revision"
         )
-    if recipe.frontend.type != "dynamo":
+    frontend = recipe.frontend.type
+    if frontend != "dynamo" and frontend not in OTHER_FRONTENDS.get(revision, frozenset()):
         raise ServelabError(
-            f"{recipe.frontend.type!r}: only Dynamo's frontend is rendered yet", field="frontend.type"
+            f"{frontend!r}: only Dynamo's frontend is rendered yet at srt-slurm {revision[:12]}",
+            field="frontend.type",
+        )
+    # SGLang's router as captured: alone, before aggregated SGLang HTTP workers (disaggregated workers, gRPC
+    # ones or several routers behind nginx are not among InferenceX's recipes, so not checked: refused)
+    if frontend == Engine.SGLANG and (
+        recipe.backend.type != Engine.SGLANG
+        or recipe.resources.disaggregated
+        or any(recipe.backend.config(m).get("grpc-mode") for m in ROLE)
+        or (recipe.frontend.enable_multiple_frontends and recipe.resources.total_nodes > 1)
+    ):
+        raise ServelabError(
+            "SGLang's router is rendered alone in front of aggregated SGLang HTTP workers only",
+            field="frontend.type",
         )
     if recipe.backend.kv_events_config:
         raise ServelabError(
@@ -479,6 +503,7 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     ]
     ports = _Ports(rules)
     sys_port = rules.sys_base
+    leaders: list[tuple[str, int, int, int | None]] = []  # (mode, node, HTTP port, bootstrap port)
     for ep in endpoints:
         mode = ep.mode
         boot = ports.next_bootstrap(ep.nodes[0]) if mode == "prefill" else None
@@ -514,9 +539,11 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                     gpus=len(proc.gpus),
                 )
             )
+            if leader:
+                leaders.append((mode, n, http, boot))
             sys_port += 1
     decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
-    processes += _frontends(recipe, first, nodes, plane, decode_leaders)
+    processes += _frontends(recipe, first, nodes, plane, decode_leaders, leaders)
     endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
     # the files the argv name under /logs (srtctl's log directory, mounted there in every container)
     files = {}
@@ -626,7 +653,10 @@ def _worker_argv(
         if rules.sglang_drops_served_name:  # the flags srtctl writes itself
             for k in ("model-path", "model_path", "served-model-name", "served_model_name"):
                 config.pop(k, None)
-        argv = ["python3", "-m", f"dynamo.{b.type}", "--model-path", model, "--served-model-name", served]
+        # with SGLang's own router the workers are SGLang's server, not Dynamo's (no dump, no request plane)
+        own = recipe.frontend.type == Engine.SGLANG
+        module = "sglang.launch_server" if own else f"dynamo.{b.type}"
+        argv = ["python3", "-m", module, "--model-path", model, "--served-model-name", served]
         argv += ["--host", "0.0.0.0", "--port", str(http)]
         if rules.sglang_nccl_base is not None:
             config.pop("nccl-port", None)
@@ -639,6 +669,8 @@ def _worker_argv(
         if len(ep.nodes) > 1:
             argv += ["--dist-init-addr", f"{leader}:{rules.dist_init}", "--nnodes", str(len(ep.nodes))]
             argv += ["--node-rank", str(rank)]
+        if own:
+            return argv + _flags(config)
         argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json"]
         return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
     # vllm
@@ -687,11 +719,23 @@ def _nginx_conf(frontend_nodes: list[int]) -> str:
     )
 
 
+def _router_argv(port: int, leaders: list[tuple[str, int, int, int | None]]) -> list[str]:
+    """SGLang's router in front of the aggregated workers' leaders (their URLs)."""
+    urls = [f"http://{node(n)}:{http}" for _, n, http, _ in leaders]
+    argv = ["python", "-m", "sglang_router.launch_router", "--worker-urls", *urls]
+    return [*argv, "--host", "0.0.0.0", "--port", str(port)]
+
+
 def _frontends(
-    recipe: SrtRecipe, head: int, nodes: int, plane: str, decode_leaders: list[int]
+    recipe: SrtRecipe,
+    head: int,
+    nodes: int,
+    plane: str,
+    decode_leaders: list[int],
+    leaders: list[tuple[str, int, int, int | None]],
 ) -> list[NodeProcess]:
-    """One Dynamo frontend on the head node; or, with several worker nodes and multiple frontends on,
-    nginx there in front of frontends on the other worker nodes."""
+    """One frontend (Dynamo's, or SGLang's router) on the head node; or, with several worker nodes and
+    multiple frontends on, nginx there in front of frontends on the other worker nodes."""
     fe = recipe.frontend
     args: list[str] = []
     for key, value in (fe.args or {}).items():
@@ -705,8 +749,16 @@ def _frontends(
         "DYN_REQUEST_PLANE": plane,
         **(fe.env or {}),
     }
+
+    def frontend(port: int) -> list[str]:
+        if fe.type == Engine.SGLANG:
+            return [*_router_argv(port, leaders), *args]
+        return ["python3", "-m", "dynamo.frontend", f"--http-port={port}", *args]
+
+    if fe.type == Engine.SGLANG:  # the router talks to the workers directly: no etcd, NATS or plane
+        env = dict(fe.env or {})
     if nodes - head == 1 or not fe.enable_multiple_frontends:
-        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_PORT}", *args]
+        argv = frontend(FRONTEND_PORT)
         at = head
         if fe.orchestrator_placement != "head":  # on a decode worker's leader node
             if not decode_leaders:
@@ -731,7 +783,7 @@ def _frontends(
         )
     ]
     for n in range(head + 1, head + count + 1):
-        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_BEHIND_NGINX}", *args]
+        argv = frontend(FRONTEND_BEHIND_NGINX)
         out.append(
             NodeProcess(
                 role=Role.ROUTER,
