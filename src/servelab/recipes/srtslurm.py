@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -267,10 +268,13 @@ class SrtRecipe(_Open):
     infra: Infra = Field(default_factory=Infra)
 
 
-def read_recipe(text: str, source: str, synthetic_acceptance: float | None = None) -> SrtRecipe:
+def read_recipe(
+    text: str, source: str, synthetic_acceptance: float | None = None, selector: str | None = None
+) -> SrtRecipe:
     """The recipe, typed: a ServelabError naming `source` and the field when it is not one srtctl reads.
     `synthetic_acceptance`: the mean acceptance length InferenceX's launcher writes into the recipe before
-    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`."""
+    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`. `selector`: the
+    variant of an override file CONFIG_FILE names after its `:` (`select_variant`)."""
     try:
         data = copy.deepcopy(_parsed(text))  # a copy: the synthetic acceptance edits it
     except yaml.YAMLError as e:
@@ -279,6 +283,8 @@ def read_recipe(text: str, source: str, synthetic_acceptance: float | None = Non
         raise ServelabError(f"{source}: an srt-slurm recipe is a mapping")
     if synthetic_acceptance is not None:
         with_synthetic_acceptance(data, synthetic_acceptance, source)
+    if selector is not None:
+        data = select_variant(data, selector, source)
     try:
         return SrtRecipe.model_validate(data)
     except ValidationError as e:
@@ -295,6 +301,71 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _parsed(text: str) -> Any:
     """The YAML of a recipe, parsed once per text (rows of one recipe share it)."""
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+
+
+def _merged(base: Any, override: Any) -> Any:
+    """`override` over `base` as srtctl merges a variant: mappings key by key, a null removing the key,
+    anything else (lists included) replacing the base's value."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return copy.deepcopy(override)
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = (
+                _merged(out.get(key), value) if isinstance(out.get(key), dict) else copy.deepcopy(value)
+            )
+    return out
+
+
+def _list_lengths(group: dict) -> list[int]:
+    out: list[int] = []
+    for value in group.values():
+        if isinstance(value, list):
+            out.append(len(value))
+        elif isinstance(value, dict):
+            out += _list_lengths(value)
+    return out
+
+
+def _zip_slice(group: dict, i: int) -> dict:
+    """Variant i of a zip group: each list its i-th value (a one-value list the same for every variant)."""
+    return {
+        k: v[0 if len(v) == 1 else i]
+        if isinstance(v, list)
+        else _zip_slice(v, i)
+        if isinstance(v, dict)
+        else v
+        for k, v in group.items()
+    }
+
+
+def select_variant(data: dict, selector: str, source: str) -> dict:
+    """The one variant `selector` picks from an override file (`base` plus `override_<name>` sections, each
+    merged over base, and `zip_override_<name>` sections whose lists give one variant per index):
+    `base`, `override_<name>` or `zip_override_<name>[N]`. A selector of several variants (a whole zip
+    group, a pattern) names no one recipe, so it is refused."""
+    base = data.get("base")
+    if not isinstance(base, dict):
+        raise ServelabError(f"{source}: CONFIG_FILE selects {selector!r} but the recipe has no base mapping")
+    if selector == "base":
+        return copy.deepcopy(base)
+    zipped = re.fullmatch(r"(zip_override_[\w-]+)\[(\d+)\]", selector)
+    key = zipped.group(1) if zipped else selector
+    if not (zipped or re.fullmatch(r"override_\S+", selector)) or "*" in key or "?" in key:
+        raise ServelabError(f"{source}: selector {selector!r} does not name one variant")
+    section = data.get(key)
+    if not isinstance(section, dict):
+        raise ServelabError(f"{source}: the recipe has no {key!r} section")
+    if not zipped:
+        return _merged(base, section)
+    every = _list_lengths(section)  # a zip group of no list, or of an empty one, has no variant
+    lengths = {n for n in every if n != 1} or {1}
+    index = int(zipped.group(2))
+    if not every or 0 in every or len(lengths) > 1 or index >= lengths.pop():
+        raise ServelabError(f"{source}: {key} has no variant {index}")
+    return _merged(base, _zip_slice(section, index))
 
 
 SGLANG_ROLE_ENVIRONMENTS = ("aggregated_environment", "prefill_environment", "decode_environment")
