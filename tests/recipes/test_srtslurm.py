@@ -114,7 +114,7 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 367, (equal, refused)
+    assert equal >= 376, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -353,3 +353,21 @@ def test_override_selectors_are_rendered_as_srtctl_resolves_them():
         except ServelabError:
             continue  # refused for another reason (KV events), as the first test counts
         assert captured(captures[key]) == rendered(d), key
+
+
+def test_kv_events_are_published_on_a_port_per_rank_over_the_deployment():
+    # backend.kv_events_config: each worker publishing gets --kv-events-config with its own ZMQ endpoint,
+    # 5200 on, one port per process (per data-parallel rank of a per-node process), never two alike
+    found = 0
+    for key, capture in sorted(data()[1].items()):
+        if "error" in capture or "kv_events_config" not in data()[0][key]["recipe"]:
+            continue
+        d = _render(key)
+        events = [
+            json.loads(_flag(p, "--kv-events-config")) for p in d.processes if "--kv-events-config" in p.argv
+        ]
+        ports = [int(e["endpoint"].rsplit(":", 1)[1]) for e in events]
+        assert events and all(e["publisher"] == "zmq" and e["topic"] == "kv-events" for e in events), key
+        assert len(set(ports)) == len(ports) and min(ports) >= srtslurm.KV_EVENTS_BASE, key
+        found += 1
+    assert found >= 9

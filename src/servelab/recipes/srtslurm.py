@@ -36,6 +36,14 @@ NATS_PORT = 4222
 ETCD_PORT = 2379
 DP_RPC_BASE = 8400  # vLLM's data-parallel RPC port, per leader node, where the revision allocates it
 DP_RPC_DEFAULT = 13345  # where the recipe names none and the revision does not allocate it
+KV_EVENTS_BASE = 5200  # the ZMQ port KV events are published on: one per worker process over the deployment
+# the revisions whose KV-event publishing (backend.kv_events_config) equals srtctl's for every captured recipe
+KV_EVENTS_REVISIONS = frozenset(
+    {
+        "cb651682117df129162cd276cf567ec70dc57b36",  # v1.0.36
+        "e4019633c9e2bc25f38c44b81edf52bb0504d937",  # v1.0.50
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
     ),  # v1.0.45
     "e4019633c9e2bc25f38c44b81edf52bb0504d937": (
         PORTS_MODULE,
-        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+        frozenset({Engine.SGLANG, Engine.TRTLLM, Engine.VLLM}),
     ),  # v1.0.50
     "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.53
     "c88ef731636890ff6385a783e152c1790e15b194": (
@@ -429,6 +437,13 @@ class _Ports:
     http: dict[int, int] = field(default_factory=dict)
     bootstrap: dict[int, int] = field(default_factory=dict)
     dp_rpc: dict[int, int] = field(default_factory=dict)
+    kv_events: int = KV_EVENTS_BASE
+
+    def next_kv_events(self, count: int) -> int:
+        """The first of `count` KV-event ports (one per data-parallel rank a process owns)."""
+        port = self.kv_events
+        self.kv_events += count
+        return port
 
     def next_dp_rpc(self, n: int) -> int:
         port = self.dp_rpc.get(n, DP_RPC_BASE)
@@ -532,9 +547,10 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             "SGLang's router is rendered alone in front of aggregated SGLang HTTP workers only",
             field="frontend.type",
         )
-    if recipe.backend.kv_events_config:
+    if recipe.backend.kv_events_config and revision not in KV_EVENTS_REVISIONS:
         raise ServelabError(
-            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
+            f"KV-event publishing (its ports) is not rendered yet at srt-slurm {revision[:12]}",
+            field="backend.kv_events_config",
         )
     if recipe.backend.dp_launch_mode == "per_node" and rules.vllm_dp == "config":
         raise ServelabError(
@@ -585,7 +601,8 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             # a process per node of vLLM's per-node data-parallel mode serves HTTP on each
             per_node = proc.dp_rank is not None and b.dp_launch_mode == "per_node"
             http = ports.next_http(n) if leader or per_node else 0
-            argv = _worker_argv(recipe, rules, plane, mode, ep, proc, (http, boot, sys_port), served)
+            kv_port = ports.next_kv_events(len(proc.gpus) if per_node else 1)
+            argv = _worker_argv(recipe, rules, plane, mode, ep, proc, (http, boot, sys_port, kv_port), served)
             env = {
                 "HEAD_NODE_IP": node(first),
                 "ETCD_ENDPOINTS": f"http://{node(0)}:{ETCD_PORT}",
@@ -655,6 +672,25 @@ def _layout(recipe: SrtRecipe, rules: Rules, ep: _Endpoint, ports: _Ports) -> li
     return [_Proc(n, i, [g], dp_rank, rpc) for dp_rank, (i, n, g) in enumerate(pairs)]
 
 
+def _kv_events(recipe: SrtRecipe, mode: str, port: int) -> list[str]:
+    """--kv-events-config for a worker of `mode`: ZMQ publishing on `port` where kv_events_config turns it
+    on (true: prefill and decode; per role: true, or a mapping over the defaults)."""
+    b = recipe.backend
+    setting: Any = b.kv_events_config
+    if isinstance(setting, dict):
+        setting = setting.get("aggregated" if mode == "agg" else mode)
+    elif setting is True and mode == "agg":
+        setting = None
+    if setting is not True and not isinstance(setting, dict):
+        return []
+    events: dict[str, Any] = {"publisher": "zmq", "topic": "kv-events"}
+    if b.type == Engine.VLLM:
+        events["enable_kv_cache_events"] = True
+    events.update(setting if isinstance(setting, dict) else {})
+    events["endpoint"] = f"tcp://*:{port}"
+    return ["--kv-events-config", json.dumps(events)]
+
+
 def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"})
 
@@ -697,11 +733,12 @@ def _worker_argv(
     mode: str,
     ep: _Endpoint,
     proc: _Proc,
-    ports: tuple[int, int | None, int],
+    ports: tuple[int, int | None, int, int],
     served: str,
 ) -> list[str]:
-    """One worker process's argv (`ports`: its HTTP, bootstrap and DYN_SYSTEM_PORT)."""
-    http, boot, sys_port = ports
+    """One worker process's argv (`ports`: its HTTP, bootstrap, DYN_SYSTEM_PORT and KV-event ports)."""
+    http, boot, sys_port, kv_port = ports
+    events = _kv_events(recipe, mode, kv_port)
     rank = proc.rank
     b = recipe.backend
     # a Hugging Face model (`hf:org/name`) is fetched by the engine, a local one is mounted at /model
@@ -741,8 +778,8 @@ def _worker_argv(
             argv += ["--dist-init-addr", f"{leader}:{rules.dist_init}", "--nnodes", str(len(ep.nodes))]
             argv += ["--node-rank", str(rank)]
         if own:
-            return argv + _flags(config)
-        argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json"]
+            return argv + events + _flags(config)
+        argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
         return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
     # vllm
     argv = ["python3", "-m", f"dynamo.{b.type}", "--model", model, "--served-model-name", served]
@@ -763,7 +800,7 @@ def _worker_argv(
             argv.append("--headless")
     if rules.request_plane_flag:
         argv += ["--request-plane", plane]
-    argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json"]
+    argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
     return argv + _flags(config)
 
 
