@@ -249,7 +249,7 @@ def capture(args) -> None:
     resolved = json.load(gzip.open(DATA / "resolved.json.gz"))
     by_rev: dict[str, list[dict]] = {}
     for key, r in sorted(resolved.items()):
-        if args.only and args.only not in key:
+        if args.only and args.only not in key and args.only not in r.get("recipe", ""):
             continue
         if "recipe" in r and ":" not in r["rev"]:  # a fork's revision is not in the mirror
             by_rev.setdefault(r["rev"], []).append({"id": key, **r})
@@ -408,7 +408,7 @@ def main() -> None:
     r.set_defaults(func=resolve)
     c = sub.add_parser("capture")
     c.add_argument("-v", "--verbose", action="store_true")
-    c.add_argument("--only", help="recapture the choices whose key contains this, keep the rest")
+    c.add_argument("--only", help="recapture the choices whose key or recipe contains this, keep the rest")
     c.set_defaults(func=capture)
     i = sub.add_parser("index")
     i.set_defaults(func=index)

@@ -134,14 +134,23 @@ def probe(req: dict, tmp: Path) -> dict:
             if extra == 2:
                 raise
     out: dict = {"nodes": count[0], "stages": {}}
-    for stage in ("start_head_infrastructure", "start_all_workers", "start_frontend"):
+    # start_mooncake_master (revisions with a Mooncake KV store): the master on the infra node and the store
+    # config it writes into the log directory
+    stages = ["start_head_infrastructure", "start_mooncake_master", "start_all_workers", "start_frontend"]
+    log_dir = Path(runtime.log_dir)
+    for old in log_dir.glob("*.json"):  # a previous recipe's, in the revision's one job directory
+        old.unlink()
+    for stage in stages:
         before = len(calls)
-        fn = getattr(orch, stage)
+        fn = getattr(orch, stage, None)
+        if fn is None:
+            continue
         try:
             fn(_Registry()) if stage != "start_all_workers" else fn()
         except TypeError:
             fn()
         out["stages"][stage] = calls[before:]
+    out["files"] = {f.name: f.read_text() for f in sorted(log_dir.glob("*.json")) if f.is_file()}
     out["infra"] = runtime.nodes.infra
     out["head"] = runtime.nodes.head
     return json.loads(json.dumps(out).replace(str(real), ""))

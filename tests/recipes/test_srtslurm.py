@@ -77,6 +77,37 @@ def captured_devices(capture: dict) -> Counter:
     return out
 
 
+def captured_mooncake(capture: dict) -> tuple:
+    """The Mooncake master srtctl starts (node, argv), the store config it writes and the workers'
+    MOONCAKE_* environment, addresses as servelab's placeholders."""
+    master = Counter(
+        (int(n[4:]), tuple(call["command"]))
+        for call in capture["stages"].get("start_mooncake_master", [])
+        for n in call["nodelist"]
+    )
+    files = {k: _normal(v, None) for k, v in (capture.get("files") or {}).items() if "mooncake" in k}
+    env = Counter(
+        tuple(sorted((k, _normal(v, None)) for k, v in call["env"].items() if k.startswith("MOONCAKE_")))
+        for call in capture["stages"]["start_all_workers"]
+        for _ in call["nodelist"]
+    )
+    return master, files, env
+
+
+def rendered_mooncake(deployment) -> tuple:
+    procs = deployment.processes
+    master = Counter(
+        (p.node, tuple(p.argv)) for p in procs if p.role == Role.SIDE and "mooncake" in p.argv[0]
+    )
+    files = {k: v for k, v in deployment.files.items() if "mooncake" in k}
+    env = Counter(
+        tuple(sorted((k, v) for k, v in p.env.items() if k.startswith("MOONCAKE_")))
+        for p in procs
+        if p.role in WORKERS
+    )
+    return master, files, env
+
+
 def rendered_devices(deployment) -> Counter:
     return Counter(
         (p.node, p.env.get("CUDA_VISIBLE_DEVICES")) for p in deployment.processes if p.role in WORKERS
@@ -106,15 +137,17 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
         except ServelabError as e:
             refused[str(e).split(":")[0]] += 1
             continue
-        if captured(capture) == rendered(deployment) and captured_devices(capture) == rendered_devices(
-            deployment
+        if (
+            captured(capture) == rendered(deployment)
+            and captured_devices(capture) == rendered_devices(deployment)
+            and captured_mooncake(capture) == rendered_mooncake(deployment)
         ):
             equal += 1
         else:
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 376, (equal, refused)
+    assert equal >= 390, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -371,3 +404,24 @@ def test_kv_events_are_published_on_a_port_per_rank_over_the_deployment():
         assert len(set(ports)) == len(ports) and min(ports) >= srtslurm.KV_EVENTS_BASE, key
         found += 1
     assert found >= 9
+
+
+def test_a_mooncake_kv_store_gets_its_master_config_and_worker_environment():
+    # backend.mooncake_kv_store: mooncake_master on the infra node, the store config (its address filled in)
+    # in /logs, each worker pointed at both; vLLM's own frontend: `vllm serve`, the leader the endpoint
+    found = own = 0
+    for key, capture in sorted(data()[1].items()):
+        if "error" in capture or not capture["stages"].get("start_mooncake_master"):
+            continue
+        d = _render(key)
+        master, files, env = rendered_mooncake(d)
+        assert sum(master.values()) == 1 and next(iter(master))[0] == 0, key
+        store = json.loads(files[srtslurm.MOONCAKE_STORE_CONFIG])
+        assert store["master_server_address"] == f"{srtslurm.node(0)}:{srtslurm.MOONCAKE_MASTER_PORT}"
+        assert all(dict(e)["MOONCAKE_CONFIG_PATH"] == "/logs/mooncake_store_config.json" for e in env)
+        if d.processes[d.endpoint].argv[:2] == ["vllm", "serve"]:
+            own += 1
+            assert d.processes[d.endpoint].port == srtslurm.FRONTEND_PORT
+            assert not [p for p in d.processes if p.role == Role.ROUTER]
+        found += 1
+    assert found >= 30 and own >= 14, (found, own)

@@ -37,6 +37,20 @@ ETCD_PORT = 2379
 DP_RPC_BASE = 8400  # vLLM's data-parallel RPC port, per leader node, where the revision allocates it
 DP_RPC_DEFAULT = 13345  # where the recipe names none and the revision does not allocate it
 KV_EVENTS_BASE = 5200  # the ZMQ port KV events are published on: one per worker process over the deployment
+MOONCAKE_MASTER_PORT = 8700  # its HTTP metadata server one above, its metrics two above
+MOONCAKE_STORE_CONFIG = "mooncake_store_config.json"  # in /logs, where vLLM's Mooncake connector reads it
+# the revisions whose Mooncake KV store (backend.mooncake_kv_store: a mooncake_master on the infra node, the
+# store config it reads, the workers' MOONCAKE_* environment) equals srtctl's for every captured recipe
+MOONCAKE_REVISIONS = frozenset(
+    {
+        "cb651682117df129162cd276cf567ec70dc57b36",  # v1.0.36
+        "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33",  # v1.0.45
+        "217f94387abeddfed7149a71955dc523e07cd765",  # v1.0.53
+    }
+)
+# the revisions whose vLLM frontend (frontend.type vllm: `vllm serve` workers, the leader serving the
+# endpoint) equals srtctl's for every captured recipe
+VLLM_FRONTEND_REVISIONS = frozenset({"217f94387abeddfed7149a71955dc523e07cd765"})  # v1.0.53
 # the revisions whose KV-event publishing (backend.kv_events_config) equals srtctl's for every captured recipe
 KV_EVENTS_REVISIONS = frozenset(
     {
@@ -203,6 +217,15 @@ class Resources(_Open):
         ] or 0
 
 
+class MooncakeStore(_Open):
+    """backend.mooncake_kv_store: the store config vLLM's connector reads, extra environment for the
+    workers and extra flags for the master."""
+
+    store_config: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    master_extra_args: list[str] = Field(default_factory=list)
+
+
 class Backend(_Open):
     """The recipe's `backend:` block: engine, its config and environment per role."""
 
@@ -217,6 +240,7 @@ class Backend(_Open):
     kv_events_config: bool | dict[str, Any] | None = None
     set_cuda_visible_devices: bool = False
     dp_launch_mode: Literal["per_gpu", "per_node"] = "per_gpu"
+    mooncake_kv_store: MooncakeStore | None = None
 
     def config(self, mode: str) -> dict[str, Any]:
         table = {
@@ -530,7 +554,18 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             f"srt-slurm {revision} is not a revision servelab knows the rules of", field="revision"
         )
     frontend = recipe.frontend.type
-    if frontend != "dynamo" and frontend not in OTHER_FRONTENDS.get(revision, frozenset()):
+    if frontend == Engine.VLLM and (
+        revision not in VLLM_FRONTEND_REVISIONS
+        or recipe.backend.type != Engine.VLLM
+        or recipe.resources.disaggregated
+        or recipe.resources.workers("agg") != 1
+    ):
+        raise ServelabError(
+            f"vLLM's own frontend is rendered for one aggregated vLLM worker at srt-slurm "
+            f"{', '.join(sorted(r[:12] for r in VLLM_FRONTEND_REVISIONS))} only",
+            field="frontend.type",
+        )
+    if frontend not in ("dynamo", Engine.VLLM) and frontend not in OTHER_FRONTENDS.get(revision, frozenset()):
         raise ServelabError(
             f"{frontend!r}: only Dynamo's frontend is rendered yet at srt-slurm {revision[:12]}",
             field="frontend.type",
@@ -546,6 +581,14 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
         raise ServelabError(
             "SGLang's router is rendered alone in front of aggregated SGLang HTTP workers only",
             field="frontend.type",
+        )
+    if recipe.backend.mooncake_kv_store is not None and (
+        revision not in MOONCAKE_REVISIONS or recipe.backend.type != Engine.VLLM
+    ):
+        raise ServelabError(
+            "a Mooncake KV store is rendered for vLLM workers at srt-slurm "
+            f"{', '.join(sorted(r[:12] for r in MOONCAKE_REVISIONS))} only",
+            field="backend.mooncake_kv_store",
         )
     if recipe.backend.kv_events_config and revision not in KV_EVENTS_REVISIONS:
         raise ServelabError(
@@ -588,8 +631,21 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             health_path="/health",
         ),
     ]
+    store = b.mooncake_kv_store
+    if store is not None:  # its RPC port, HTTP metadata server (one above) and metrics (two above)
+        master = ["mooncake_master", f"--port={MOONCAKE_MASTER_PORT}", "--enable_http_metadata_server=true"]
+        master += [
+            f"--http_metadata_server_port={MOONCAKE_MASTER_PORT + 1}",
+            "--eviction_high_watermark_ratio=0.9",
+        ]
+        master += ["--default_kv_lease_ttl=10000", "--rpc_thread_num=16", "--enable_metric_reporting=true"]
+        master += [f"--metrics_port={MOONCAKE_MASTER_PORT + 2}", *store.master_extra_args]
+        processes.append(
+            NodeProcess(role=Role.SIDE, node=0, argv=master, port=MOONCAKE_MASTER_PORT, health_path=None)
+        )
     ports = _Ports(rules)
     sys_port = rules.sys_base
+    own_frontend = recipe.frontend.type == Engine.VLLM  # `vllm serve` serves the endpoint itself
     leaders: list[tuple[str, int, int, int | None]] = []  # (mode, node, HTTP port, bootstrap port)
     for ep in endpoints:
         mode = ep.mode
@@ -612,6 +668,12 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                 **b.environment(mode),
                 **recipe.environment,
             }
+            if store is not None:  # the worker's own address unless the store's env names one
+                env["MOONCAKE_LOCAL_HOSTNAME"] = node(n)
+                env.update(store.env)
+                env["MOONCAKE_MASTER"] = f"{node(0)}:{MOONCAKE_MASTER_PORT}"
+                env["MOONCAKE_TE_META_DATA_SERVER"] = f"http://{node(0)}:{MOONCAKE_MASTER_PORT + 1}/metadata"
+                env["MOONCAKE_CONFIG_PATH"] = f"/logs/{MOONCAKE_STORE_CONFIG}"
             # vLLM where it takes --device-ids names its GPUs itself (CUDA_VISIBLE_DEVICES only if asked)
             names_gpus = b.type == Engine.VLLM and rules.vllm_device_ids and not b.set_cuda_visible_devices
             if len(proc.gpus) < r.gpus_per_node and not names_gpus:
@@ -622,8 +684,10 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                     node=n,
                     argv=argv,
                     env=env,
-                    port=http if leader and b.type != Engine.TRTLLM else None,
-                    health_path=None,
+                    port=(FRONTEND_PORT if own_frontend else http)
+                    if leader and b.type != Engine.TRTLLM
+                    else None,
+                    health_path="/health" if own_frontend and leader else None,
                     gpus=len(proc.gpus),
                 )
             )
@@ -631,8 +695,14 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                 leaders.append((mode, n, http, boot))
             sys_port += 1
     decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
-    processes += _frontends(recipe, first, nodes, plane, decode_leaders, leaders)
-    endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
+    if not own_frontend:
+        processes += _frontends(recipe, first, nodes, plane, decode_leaders, leaders)
+    # the endpoint: the frontend (nginx before several); with vLLM's own, the worker's leader serving it
+    endpoint = next(
+        i
+        for i, p in enumerate(processes)
+        if p.role in (Role.ROUTER, Role.WORKER) and p.port == FRONTEND_PORT and p.health_path
+    )
     # the files the argv name under /logs (srtctl's log directory, mounted there in every container)
     files = {}
     if b.type == Engine.TRTLLM:
@@ -641,6 +711,9 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     behind = [p.node for p in processes if p.role == Role.ROUTER and p.port == FRONTEND_BEHIND_NGINX]
     if behind:
         files["nginx.conf"] = _nginx_conf(behind)
+    if store is not None:  # its master's address filled in, as the workers' connector reads it
+        config = {**store.store_config, "master_server_address": f"{node(0)}:{MOONCAKE_MASTER_PORT}"}
+        files[MOONCAKE_STORE_CONFIG] = json.dumps(config, indent=2)
     return Deployment(nodes=nodes, processes=processes, endpoint=endpoint, files=files)
 
 
@@ -657,7 +730,7 @@ def _layout(recipe: SrtRecipe, rules: Rules, ep: _Endpoint, ports: _Ports) -> li
     """The endpoint's worker processes: one per node; in vLLM's data-parallel mode one per GPU (per_gpu, the
     default) or one per node owning its GPUs' ranks (per_node)."""
     size = _data_parallel_size(recipe, ep.mode)
-    if size is None:
+    if size is None or recipe.frontend.type == Engine.VLLM:  # `vllm serve` runs its ranks itself
         return [_Proc(n, rank, ep.gpus) for rank, n in enumerate(ep.nodes)]
     rpc = None if rules.vllm_dp == "config" else ports.next_dp_rpc(ep.nodes[0])
     if recipe.backend.dp_launch_mode == "per_node":
@@ -781,6 +854,8 @@ def _worker_argv(
             return argv + events + _flags(config)
         argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
         return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
+    if recipe.frontend.type == Engine.VLLM:
+        return _vllm_serve_argv(recipe, ep, proc, model, served, config)
     # vllm
     argv = ["python3", "-m", f"dynamo.{b.type}", "--model", model, "--served-model-name", served]
     if mode != "agg":
@@ -801,6 +876,41 @@ def _worker_argv(
     if rules.request_plane_flag:
         argv += ["--request-plane", plane]
     argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
+    return argv + _flags(config)
+
+
+# what srt-slurm sets itself for `vllm serve` (a recipe's value dropped), and what a headless rank refuses
+VLLM_SERVE_OWNED = frozenset({"headless", "host", "port", "master-addr", "nnodes", "node-rank"})
+VLLM_API_SERVER_ONLY = frozenset({"api-server-count"})
+
+
+def _vllm_serve_argv(
+    recipe: SrtRecipe, ep: _Endpoint, proc: _Proc, model: str, served: str, config: dict[str, Any]
+) -> list[str]:
+    """A worker of vLLM's own frontend: `vllm serve`, the first node serving the endpoint, the others
+    headless ranks of it."""
+    for key in [k for k in config if k.replace("_", "-") in VLLM_SERVE_OWNED]:
+        del config[key]
+    config.pop("connector", None)
+    config.setdefault("served-model-name", served)
+    argv = ["vllm", "serve", model]
+    if proc.rank == 0:
+        argv += ["--host", "0.0.0.0", "--port", str(FRONTEND_PORT)]
+    if len(ep.nodes) > 1:
+        argv += [
+            "--master-addr",
+            node(ep.nodes[0]),
+            "--nnodes",
+            str(len(ep.nodes)),
+            "--node-rank",
+            str(proc.rank),
+        ]
+        if proc.rank:
+            argv.append("--headless")
+            for key in [k for k in config if k.replace("_", "-") in VLLM_API_SERVER_ONLY]:
+                del config[key]
+    if not recipe.backend.set_cuda_visible_devices:
+        argv += ["--device-ids", ",".join(map(str, proc.gpus))]
     return argv + _flags(config)
 
 
