@@ -25,6 +25,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -322,6 +323,10 @@ def index(args) -> None:
     """servelab's package data: per launcher choice, the srt-slurm revision, where the recipe is (InferenceX's
     checkout or pinned here) and the model path; the InferenceX recipes pinned under tests/data/inferencex."""
     resolved = json.load(gzip.open(DATA / "resolved.json.gz"))
+    # a recipe srtctl itself refuses at its revision (capture's error) is not rendered: nothing to equal
+    captures = (
+        json.load(gzip.open(DATA / "captures.json.gz")) if (DATA / "captures.json.gz").is_file() else {}
+    )
     ix_files = subprocess.run(
         ["git", "--git-dir", str(IX_MIRROR), "ls-tree", "-r", "--name-only", IX_COMMIT, IX_RECIPES],
         capture_output=True,
@@ -384,6 +389,9 @@ def index(args) -> None:
             entry["unavailable"] = (
                 "the launcher edits the recipe before srtctl reads it (synthetic acceptance)"
             )
+        if "error" in captures.get(key, {}):
+            why = re.sub(r" in /\S+", "", captures[key]["error"]).splitlines()[0]
+            entry["unavailable"] = f"srtctl at {rev[:12]} refuses the recipe ({why})"
         out[key] = entry
     PACKAGE.mkdir(parents=True, exist_ok=True)
     (PACKAGE / "index.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

@@ -425,3 +425,10 @@ def test_a_mooncake_kv_store_gets_its_master_config_and_worker_environment():
             assert not [p for p in d.processes if p.role == Role.ROUTER]
         found += 1
     assert found >= 30 and own >= 14, (found, own)
+
+
+def test_a_recipe_srtctl_itself_refuses_is_not_rendered():
+    # nothing to be equal to: the job keeps srtctl's reason
+    _, captures = data()
+    refused = [k for k, c in captures.items() if "error" in c]
+    assert refused and all(index()[k]["unavailable"].startswith("srtctl at ") for k in refused)
