@@ -238,7 +238,8 @@ def resolve(args) -> None:
         json.dump(out, f, indent=1, sort_keys=True)
     revs: dict[str, int] = {}
     for r in out.values():
-        revs[r.get("rev") or r.get("error")] = revs.get(r.get("rev") or r.get("error"), 0) + 1
+        what = str(r.get("rev") or r.get("error"))
+        revs[what] = revs.get(what, 0) + 1
     print(json.dumps(revs, indent=1))
 
 

@@ -893,7 +893,7 @@ def _vllm_serve_argv(
         del config[key]
     config.pop("connector", None)
     config.setdefault("served-model-name", served)
-    argv = ["vllm", "serve", model]
+    argv = [str(recipe.backend.type), "serve", model]  # vLLM's own CLI
     if proc.rank == 0:
         argv += ["--host", "0.0.0.0", "--port", str(FRONTEND_PORT)]
     if len(ep.nodes) > 1:
