@@ -79,7 +79,7 @@ def captured_devices(capture: dict) -> Counter:
 
 def captured_mooncake(capture: dict) -> tuple:
     """The Mooncake master srtctl starts (node, argv), the store config it writes and the workers'
-    MOONCAKE_* environment, addresses as servelab's placeholders."""
+    MOONCAKE_* and MC_* environment, addresses as servelab's placeholders."""
     master = Counter(
         (int(n[4:]), tuple(call["command"]))
         for call in capture["stages"].get("start_mooncake_master", [])
@@ -87,7 +87,11 @@ def captured_mooncake(capture: dict) -> tuple:
     )
     files = {k: _normal(v, None) for k, v in (capture.get("files") or {}).items() if "mooncake" in k}
     env = Counter(
-        tuple(sorted((k, _normal(v, None)) for k, v in call["env"].items() if k.startswith("MOONCAKE_")))
+        tuple(
+            sorted(
+                (k, _normal(v, None)) for k, v in call["env"].items() if k.startswith(("MOONCAKE_", "MC_"))
+            )
+        )
         for call in capture["stages"]["start_all_workers"]
         for _ in call["nodelist"]
     )
@@ -101,7 +105,7 @@ def rendered_mooncake(deployment) -> tuple:
     )
     files = {k: v for k, v in deployment.files.items() if "mooncake" in k}
     env = Counter(
-        tuple(sorted((k, v) for k, v in p.env.items() if k.startswith("MOONCAKE_")))
+        tuple(sorted((k, v) for k, v in p.env.items() if k.startswith(("MOONCAKE_", "MC_"))))
         for p in procs
         if p.role in WORKERS
     )
