@@ -25,6 +25,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from servelab.errors import ServelabError
-from servelab.recipes.srtslurm import with_synthetic_acceptance
+from servelab.recipes.srtslurm import select_variant, with_synthetic_acceptance
 
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = Path(__file__).resolve().parent / "srtslurm_stubs"
@@ -237,7 +238,8 @@ def resolve(args) -> None:
         json.dump(out, f, indent=1, sort_keys=True)
     revs: dict[str, int] = {}
     for r in out.values():
-        revs[r.get("rev") or r.get("error")] = revs.get(r.get("rev") or r.get("error"), 0) + 1
+        what = str(r.get("rev") or r.get("error"))
+        revs[what] = revs.get(what, 0) + 1
     print(json.dumps(revs, indent=1))
 
 
@@ -249,9 +251,12 @@ def capture(args) -> None:
     resolved = json.load(gzip.open(DATA / "resolved.json.gz"))
     by_rev: dict[str, list[dict]] = {}
     for key, r in sorted(resolved.items()):
+        if args.only and args.only not in key and args.only not in r.get("recipe", ""):
+            continue
         if "recipe" in r and ":" not in r["rev"]:  # a fork's revision is not in the mirror
             by_rev.setdefault(r["rev"], []).append({"id": key, **r})
-    out: dict = {}
+    # --only: those recaptured, the others kept as they were
+    out: dict = json.load(gzip.open(DATA / "captures.json.gz")) if args.only else {}
     with tempfile.TemporaryDirectory() as t:
         for rev, reqs in sorted(by_rev.items()):
             tree = Path(t) / rev
@@ -319,6 +324,10 @@ def index(args) -> None:
     """servelab's package data: per launcher choice, the srt-slurm revision, where the recipe is (InferenceX's
     checkout or pinned here) and the model path; the InferenceX recipes pinned under tests/data/inferencex."""
     resolved = json.load(gzip.open(DATA / "resolved.json.gz"))
+    # a recipe srtctl itself refuses at its revision (capture's error) is not rendered: nothing to equal
+    captures = (
+        json.load(gzip.open(DATA / "captures.json.gz")) if (DATA / "captures.json.gz").is_file() else {}
+    )
     ix_files = subprocess.run(
         ["git", "--git-dir", str(IX_MIRROR), "ls-tree", "-r", "--name-only", IX_COMMIT, IX_RECIPES],
         capture_output=True,
@@ -346,7 +355,12 @@ def index(args) -> None:
             continue
         entry["revision"] = rev
         cluster = yaml.safe_load(r.get("srtslurm_yaml") or "") or {}
-        alias = (yaml.safe_load(r["recipe"]) or {}).get("model", {}).get("path")
+        recipe_data = yaml.safe_load(r["recipe"]) or {}
+        path, _, selector = r["config"].rpartition(":")
+        if path:  # an override file's variant (srtctl's path:selector)
+            entry["selector"] = selector
+            recipe_data = select_variant(recipe_data, selector, r["config"])
+        alias = recipe_data.get("model", {}).get("path")
         entry["model-path"] = (cluster.get("model_paths") or {}).get(alias, alias)
         config = r["config"].split(":", 1)[0]
         want = _normal(r["recipe"])
@@ -376,10 +390,9 @@ def index(args) -> None:
             entry["unavailable"] = (
                 "the launcher edits the recipe before srtctl reads it (synthetic acceptance)"
             )
-        if ":" in r["config"]:
-            entry["unavailable"] = (
-                "CONFIG_FILE selects an override of the recipe (after its `:`), not rendered yet"
-            )
+        if "error" in captures.get(key, {}):
+            why = re.sub(r" in /\S+", "", captures[key]["error"]).splitlines()[0]
+            entry["unavailable"] = f"srtctl at {rev[:12]} refuses the recipe ({why})"
         out[key] = entry
     PACKAGE.mkdir(parents=True, exist_ok=True)
     (PACKAGE / "index.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
@@ -404,6 +417,7 @@ def main() -> None:
     r.set_defaults(func=resolve)
     c = sub.add_parser("capture")
     c.add_argument("-v", "--verbose", action="store_true")
+    c.add_argument("--only", help="recapture the choices whose key or recipe contains this, keep the rest")
     c.set_defaults(func=capture)
     i = sub.add_parser("index")
     i.set_defaults(func=index)

@@ -3,10 +3,14 @@ servelab's venv): asks srtctl's own orchestrator what it starts for each recipe 
 
     python srtslurm_probe.py REQUESTS.json OUT.json
 
-REQUESTS: [{"id", "recipe" (text), "srtslurm_yaml" (text or null)}]. The working directory is the srt-slurm
-checkout of that revision. For each recipe: srtctl's load_config, its RuntimeContext on nodes node00..nodeNN
-(IP 10.0.0.N), then the orchestrator's start_head_infrastructure, start_all_workers and start_frontend with
-`start_srun_process` replaced by a recorder: each call's command, node list and environment is the capture.
+REQUESTS: [{"id", "recipe" (text), "srtslurm_yaml" (text or null), "config"}]. The working directory is the
+srt-slurm checkout of that revision. A config `recipe.yaml:selector` (an override file: `base` plus
+`override_*` / `zip_override_*` sections) is resolved to its one variant by srtctl's own
+resolve_override_yaml (the text its submit_override writes for the job, key order kept) before it is
+loaded, as `srtctl apply -f recipe.yaml:selector` does. For each recipe: srtctl's load_config, its
+RuntimeContext on nodes node00..nodeNN (IP 10.0.0.N), then the orchestrator's start_head_infrastructure,
+start_all_workers and start_frontend with `start_srun_process` replaced by a recorder: each call's command,
+node list and environment is the capture.
 Part of scripts/srtslurm_capture.py (capture); it imports nothing of servelab.
 """
 
@@ -102,6 +106,17 @@ def probe(req: dict, tmp: Path) -> dict:
     Path("srtslurm.yaml").write_text(yaml.safe_dump(cluster))
     recipe = tmp / "recipe.yaml"
     recipe.write_text(req["recipe"])
+    path, _, selector = (req.get("config") or "").rpartition(":")
+    if path:  # srtctl apply's path:selector form: the variant's text as submit_override writes it
+        # modules of the revisions that have override files (imported here: older ones lack them)
+        resolve_override_yaml = importlib.import_module("srtctl.core.config").resolve_override_yaml
+        dump_yaml_with_comments = importlib.import_module("srtctl.core.yaml_utils").dump_yaml_with_comments
+        variants = resolve_override_yaml(recipe, selector=selector)
+        if len(variants) != 1:
+            raise ValueError(f"{selector} selects {len(variants)} variants")
+        if "sweep" in variants[0][1]:
+            raise ValueError(f"{selector} is a sweep (submit_sweep), not probed")
+        recipe.write_text(dump_yaml_with_comments(variants[0][1]))
     config = load_config(recipe)
     total = getattr(config, "total_nodes", None) or config.resources.total_nodes
     calls: list[dict] = []
@@ -110,23 +125,32 @@ def probe(req: dict, tmp: Path) -> dict:
     # the job's allocation: the worker nodes, plus the ones a recipe dedicates to etcd/NATS or the benchmark
     for extra in range(3):
         count[0] = int(total) + extra
-        runtime = RuntimeContext.from_config(config, "1")
-        orch = SweepOrchestrator(config, runtime)
-        try:
+        try:  # a dedicated infra node is refused by the runtime itself on too small an allocation
+            runtime = RuntimeContext.from_config(config, "1")
+            orch = SweepOrchestrator(config, runtime)
             orch.backend_processes  # noqa: B018 - allocates the endpoints
             break
         except (ValueError, IndexError):
             if extra == 2:
                 raise
     out: dict = {"nodes": count[0], "stages": {}}
-    for stage in ("start_head_infrastructure", "start_all_workers", "start_frontend"):
+    # start_mooncake_master (revisions with a Mooncake KV store): the master on the infra node and the store
+    # config it writes into the log directory
+    stages = ["start_head_infrastructure", "start_mooncake_master", "start_all_workers", "start_frontend"]
+    log_dir = Path(runtime.log_dir)
+    for old in log_dir.glob("*.json"):  # a previous recipe's, in the revision's one job directory
+        old.unlink()
+    for stage in stages:
         before = len(calls)
-        fn = getattr(orch, stage)
+        fn = getattr(orch, stage, None)
+        if fn is None:
+            continue
         try:
             fn(_Registry()) if stage != "start_all_workers" else fn()
         except TypeError:
             fn()
         out["stages"][stage] = calls[before:]
+    out["files"] = {f.name: f.read_text() for f in sorted(log_dir.glob("*.json")) if f.is_file()}
     out["infra"] = runtime.nodes.infra
     out["head"] = runtime.nodes.head
     return json.loads(json.dumps(out).replace(str(real), ""))

@@ -65,10 +65,66 @@ def rendered(deployment) -> Counter:
     return Counter((p.role.value, p.node, tuple(p.argv)) for p in deployment.processes if p.role != Role.SIDE)
 
 
+WORKERS = (Role.PREFILL, Role.DECODE, Role.WORKER)
+
+
+def captured_devices(capture: dict) -> Counter:
+    """Per worker process: its node and the CUDA_VISIBLE_DEVICES srtctl sets (None: not set)."""
+    out: Counter = Counter()
+    for call in capture["stages"]["start_all_workers"]:
+        for n in call["nodelist"]:
+            out[(int(n[4:]), call["env"].get("CUDA_VISIBLE_DEVICES"))] += 1
+    return out
+
+
+def captured_mooncake(capture: dict) -> tuple:
+    """The Mooncake master srtctl starts (node, argv), the store config it writes and the workers'
+    MOONCAKE_* and MC_* environment, addresses as servelab's placeholders."""
+    master = Counter(
+        (int(n[4:]), tuple(call["command"]))
+        for call in capture["stages"].get("start_mooncake_master", [])
+        for n in call["nodelist"]
+    )
+    files = {k: _normal(v, None) for k, v in (capture.get("files") or {}).items() if "mooncake" in k}
+    env = Counter(
+        tuple(
+            sorted(
+                (k, _normal(v, None)) for k, v in call["env"].items() if k.startswith(("MOONCAKE_", "MC_"))
+            )
+        )
+        for call in capture["stages"]["start_all_workers"]
+        for _ in call["nodelist"]
+    )
+    return master, files, env
+
+
+def rendered_mooncake(deployment) -> tuple:
+    procs = deployment.processes
+    master = Counter(
+        (p.node, tuple(p.argv)) for p in procs if p.role == Role.SIDE and "mooncake" in p.argv[0]
+    )
+    files = {k: v for k, v in deployment.files.items() if "mooncake" in k}
+    env = Counter(
+        tuple(sorted((k, v) for k, v in p.env.items() if k.startswith(("MOONCAKE_", "MC_"))))
+        for p in procs
+        if p.role in WORKERS
+    )
+    return master, files, env
+
+
+def rendered_devices(deployment) -> Counter:
+    return Counter(
+        (p.node, p.env.get("CUDA_VISIBLE_DEVICES")) for p in deployment.processes if p.role in WORKERS
+    )
+
+
 def _render(key: str):
     resolved, captures = data()
     record = resolved[key]
-    recipe = srtslurm.read_recipe(record["recipe"], key)
+    path, _, selector = record["config"].rpartition(
+        ":"
+    )  # an override file's variant (srtctl's path:selector)
+    recipe = srtslurm.read_recipe(record["recipe"], key, selector=selector if path else None)
     cluster = yaml.safe_load(record.get("srtslurm_yaml") or "") or {}
     model = (cluster.get("model_paths") or {}).get(recipe.model.path, recipe.model.path)
     return srtslurm.render(recipe, key, model, captures[key]["rev"])
@@ -85,13 +141,17 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
         except ServelabError as e:
             refused[str(e).split(":")[0]] += 1
             continue
-        if captured(capture) == rendered(deployment):
+        if (
+            captured(capture) == rendered(deployment)
+            and captured_devices(capture) == rendered_devices(deployment)
+            and captured_mooncake(capture) == rendered_mooncake(deployment)
+        ):
             equal += 1
         else:
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 300, (equal, refused)
+    assert equal >= 390, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -218,3 +278,161 @@ def test_nginx_spreads_over_the_frontends_it_fronts():
     assert behind and d.processes[d.endpoint].argv[0] == "bash"
     conf = d.files["nginx.conf"]
     assert all(f"server {srtslurm.node(p.node)}:8180;" in conf for p in behind) and "listen 8000;" in conf
+
+
+def _rendered_with(flag: str) -> list:
+    _, captures = data()
+    out = []
+    for key, capture in sorted(captures.items()):
+        if "error" in capture or "dynamo-vllm" not in key:
+            continue
+        try:
+            deployment = _render(key)
+        except ServelabError:
+            continue
+        if any(flag in p.argv for p in deployment.processes):
+            out.append(deployment)
+    return out
+
+
+def _flag(p, flag: str) -> str:
+    return p.argv[p.argv.index(flag) + 1]
+
+
+def _endpoints(d, flag: str) -> dict:
+    """A deployment's data-parallel processes by endpoint (role, leader address, RPC port)."""
+    out: dict = {}
+    for p in d.processes:
+        if flag in p.argv:
+            key = (p.role, _flag(p, "--data-parallel-address"), _flag(p, "--data-parallel-rpc-port"))
+            out.setdefault(key, []).append(p)
+    return out
+
+
+def test_vllm_data_parallel_runs_a_process_per_gpu_or_per_node():
+    # per_gpu (the default): one process per GPU of the endpoint, each rank 0..size-1 once; per_node: one
+    # process per node owning its GPUs' ranks, the start ranks 0, local size, 2 x local size ...
+    per_gpu, per_node = _rendered_with("--data-parallel-rank"), _rendered_with("--data-parallel-size-local")
+    assert len(per_gpu) >= 20 and len(per_node) >= 10, (len(per_gpu), len(per_node))
+    for d in per_gpu:
+        for procs in _endpoints(d, "--data-parallel-rank").values():
+            assert all(p.gpus == 1 for p in procs)
+            ranks = sorted(int(_flag(p, "--data-parallel-rank")) for p in procs)
+            assert ranks == list(range(int(_flag(procs[0], "--data-parallel-size"))))
+    for d in per_node:
+        for procs in _endpoints(d, "--data-parallel-size-local").values():
+            local = int(_flag(procs[0], "--data-parallel-size-local"))
+            assert all(p.gpus == local for p in procs)
+            starts = sorted(int(_flag(p, "--data-parallel-start-rank")) for p in procs)
+            assert starts == list(range(0, local * len(procs), local))
+            assert local * len(procs) == int(_flag(procs[0], "--data-parallel-size"))
+
+
+def test_sglang_s_own_router_fronts_sglang_s_own_servers():
+    # frontend.type sglang: the workers are sglang.launch_server (no Dynamo flags), the endpoint SGLang's
+    # router naming each worker's URL, its environment the recipe's frontend env alone
+    keys = [
+        k for k, c in sorted(data()[1].items()) if "error" not in c and "sglang_router" in str(c["stages"])
+    ]
+    assert len(keys) >= 10
+    for key in keys:
+        d = _render(key)
+        router = d.processes[d.endpoint]
+        workers = [p for p in d.processes if p.role in WORKERS]
+        assert router.argv[:3] == ["python", "-m", "sglang_router.launch_router"]
+        assert all(p.argv[:3] == ["python3", "-m", "sglang.launch_server"] for p in workers)
+        assert not any("--request-plane" in p.argv or "--dump-config-to" in p.argv for p in workers)
+        urls = [f"http://{srtslurm.node(p.node)}:{p.port}" for p in workers if p.port]
+        assert router.argv[router.argv.index("--worker-urls") + 1 : router.argv.index("--host")] == urls
+        assert "ETCD_ENDPOINTS" not in router.env
+
+
+def test_an_override_file_s_variant_is_base_with_its_section_merged():
+    data = {
+        "base": {
+            "name": "b",
+            "resources": {"gpu_type": "b200", "agg_nodes": 1},
+            "frontend": {"args": {"x": 1}},
+        },
+        "override_small": {"resources": {"agg_nodes": 2}, "frontend": None},
+        "zip_override_sweep": {"resources": {"agg_nodes": [1, 2, 4], "gpu_type": ["gb200"]}},
+        "zip_override_empty": {"resources": {"agg_nodes": 3}},
+    }
+    small = srtslurm.select_variant(data, "override_small", "r.yaml")
+    assert (
+        small["resources"] == {"gpu_type": "b200", "agg_nodes": 2} and "frontend" not in small
+    )  # null removes
+    assert data["base"]["resources"]["agg_nodes"] == 1  # the file itself is not edited
+    third = srtslurm.select_variant(data, "zip_override_sweep[2]", "r.yaml")
+    assert third["resources"] == {"gpu_type": "gb200", "agg_nodes": 4}  # a one-value list is every variant's
+    assert srtslurm.select_variant(data, "base", "r.yaml") == data["base"]
+    for bad in (
+        "zip_override_sweep[3]",
+        "zip_override_sweep",
+        "override_*",
+        "override_none",
+        "zip_override_empty[0]",
+    ):
+        with pytest.raises(ServelabError, match=r"^r\.yaml: "):
+            srtslurm.select_variant(data, bad, "r.yaml")
+
+
+def test_override_selectors_are_rendered_as_srtctl_resolves_them():
+    # CONFIG_FILE `recipe.yaml:selector`: srtctl's own resolve_override_yaml made the recipe it was probed
+    # with
+    resolved, captures = data()
+    keys = [k for k, c in captures.items() if "error" not in c and ":" in resolved[k]["config"]]
+    rendered_ = [k for k in keys if k in index() and "unavailable" not in index()[k]]
+    assert len(rendered_) >= 10
+    for key in rendered_:
+        try:
+            d = _render(key)
+        except ServelabError:
+            continue  # refused for another reason (KV events), as the first test counts
+        assert captured(captures[key]) == rendered(d), key
+
+
+def test_kv_events_are_published_on_a_port_per_rank_over_the_deployment():
+    # backend.kv_events_config: each worker publishing gets --kv-events-config with its own ZMQ endpoint,
+    # 5200 on, one port per process (per data-parallel rank of a per-node process), never two alike
+    found = 0
+    for key, capture in sorted(data()[1].items()):
+        if "error" in capture or "kv_events_config" not in data()[0][key]["recipe"]:
+            continue
+        d = _render(key)
+        events = [
+            json.loads(_flag(p, "--kv-events-config")) for p in d.processes if "--kv-events-config" in p.argv
+        ]
+        ports = [int(e["endpoint"].rsplit(":", 1)[1]) for e in events]
+        assert events and all(e["publisher"] == "zmq" and e["topic"] == "kv-events" for e in events), key
+        assert len(set(ports)) == len(ports) and min(ports) >= srtslurm.KV_EVENTS_BASE, key
+        found += 1
+    assert found >= 9
+
+
+def test_a_mooncake_kv_store_gets_its_master_config_and_worker_environment():
+    # backend.mooncake_kv_store: mooncake_master on the infra node, the store config (its address filled in)
+    # in /logs, each worker pointed at both; vLLM's own frontend: `vllm serve`, the leader the endpoint
+    found = own = 0
+    for key, capture in sorted(data()[1].items()):
+        if "error" in capture or not capture["stages"].get("start_mooncake_master"):
+            continue
+        d = _render(key)
+        master, files, env = rendered_mooncake(d)
+        assert sum(master.values()) == 1 and next(iter(master))[0] == 0, key
+        store = json.loads(files[srtslurm.MOONCAKE_STORE_CONFIG])
+        assert store["master_server_address"] == f"{srtslurm.node(0)}:{srtslurm.MOONCAKE_MASTER_PORT}"
+        assert all(dict(e)["MOONCAKE_CONFIG_PATH"] == "/logs/mooncake_store_config.json" for e in env)
+        if d.processes[d.endpoint].argv[:2] == ["vllm", "serve"]:
+            own += 1
+            assert d.processes[d.endpoint].port == srtslurm.FRONTEND_PORT
+            assert not [p for p in d.processes if p.role == Role.ROUTER]
+        found += 1
+    assert found >= 30 and own >= 14, (found, own)
+
+
+def test_a_recipe_srtctl_itself_refuses_is_not_rendered():
+    # nothing to be equal to: the job keeps srtctl's reason
+    _, captures = data()
+    refused = [k for k, c in captures.items() if "error" in c]
+    assert refused and all(index()[k]["unavailable"].startswith("srtctl at ") for k in refused)

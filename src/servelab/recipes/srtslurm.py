@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +34,30 @@ FRONTEND_PORT = 8000  # the one the benchmark sends to (nginx's when several fro
 FRONTEND_BEHIND_NGINX = 8180
 NATS_PORT = 4222
 ETCD_PORT = 2379
+DP_RPC_BASE = 8400  # vLLM's data-parallel RPC port, per leader node, where the revision allocates it
+DP_RPC_DEFAULT = 13345  # where the recipe names none and the revision does not allocate it
+KV_EVENTS_BASE = 5200  # the ZMQ port KV events are published on: one per worker process over the deployment
+MOONCAKE_MASTER_PORT = 8700  # its HTTP metadata server one above, its metrics two above
+MOONCAKE_STORE_CONFIG = "mooncake_store_config.json"  # in /logs, where vLLM's Mooncake connector reads it
+# the revisions whose Mooncake KV store (backend.mooncake_kv_store: a mooncake_master on the infra node, the
+# store config it reads, the workers' MOONCAKE_* environment) equals srtctl's for every captured recipe
+MOONCAKE_REVISIONS = frozenset(
+    {
+        "cb651682117df129162cd276cf567ec70dc57b36",  # v1.0.36
+        "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33",  # v1.0.45
+        "217f94387abeddfed7149a71955dc523e07cd765",  # v1.0.53
+    }
+)
+# the revisions whose vLLM frontend (frontend.type vllm: `vllm serve` workers, the leader serving the
+# endpoint) equals srtctl's for every captured recipe
+VLLM_FRONTEND_REVISIONS = frozenset({"217f94387abeddfed7149a71955dc523e07cd765"})  # v1.0.53
+# the revisions whose KV-event publishing (backend.kv_events_config) equals srtctl's for every captured recipe
+KV_EVENTS_REVISIONS = frozenset(
+    {
+        "cb651682117df129162cd276cf567ec70dc57b36",  # v1.0.36
+        "e4019633c9e2bc25f38c44b81edf52bb0504d937",  # v1.0.50
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,11 @@ class Rules:
         True  # vLLM workers name their GPUs (--device-ids) unless set_cuda_visible_devices
     )
     sglang_nccl_base: int | None = None  # SGLang workers get --nccl-port base + their DYN_SYSTEM_PORT offset
+    # vLLM's data-parallel mode: "config" (a process per GPU, the RPC port the recipe's or 13345), "headless"
+    # (the RPC port allocated per leader node from 8400; dp_launch_mode per_node: one process per node, the
+    # non-first headless unless the recipe asks for hybrid load balancing) or "hybrid" (per_node always
+    # with --data-parallel-hybrid-lb)
+    vllm_dp: Literal["config", "headless", "hybrid"] = "hybrid"
 
 
 # before srt-slurm's ports module (topology.py's NodePortAllocator) / after it (srtctl/ports.py, v1.0.x)
@@ -66,9 +96,14 @@ ALLOCATOR = Rules(
     sglang_bootstrap_flag=False,
     vllm_device_ids=False,
 )
-ALLOCATOR_NO_PLANE = Rules(30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False)
-ALLOCATOR_DROPS = Rules(30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False)
+ALLOCATOR_NO_PLANE = Rules(
+    30000, 1, 31000, 8081, 29500, "nats", False, False, False, vllm_device_ids=False, vllm_dp="config"
+)
+ALLOCATOR_DROPS = Rules(
+    30000, 1, 31000, 8081, 29500, "nats", request_plane_flag=False, vllm_device_ids=False, vllm_dp="config"
+)
 PORTS_MODULE = Rules(6100, 32, 7200, 7500, 8300, "tcp")
+PORTS_MODULE_DP_HEADLESS = Rules(6100, 32, 7200, 7500, 8300, "tcp", vllm_dp="headless")
 PORTS_MODULE_NO_PLANE = Rules(
     6100, 32, 7200, 7500, 8300, "nats", request_plane_flag=False, vllm_device_ids=False
 )
@@ -80,7 +115,10 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
         ALLOCATOR,
         frozenset({Engine.SGLANG, Engine.TRTLLM}),
     ),  # sa-submission-q2-2026
-    "517d3c37afeff9c50cb56c38145c38e24135924e": (ALLOCATOR_DROPS, frozenset()),  # aflowers/vllm-gb200-v0.20.0
+    "517d3c37afeff9c50cb56c38145c38e24135924e": (
+        ALLOCATOR_DROPS,
+        frozenset({Engine.VLLM}),
+    ),  # aflowers/vllm-gb200-v0.20.0
     "758becd9d18dcab1fb722abc1875d73ee81a20cb": (
         ALLOCATOR_NO_PLANE,
         frozenset({Engine.VLLM}),
@@ -91,23 +129,36 @@ REVISIONS: dict[str, tuple[Rules, frozenset[str]]] = {
     ),  # v1.0.6 line
     "3435776cd6db4c14f8b771ff7a3976deb62fe133": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.25
     "c1b6b5c97f323baefad577d70c4e8392b6f537d9": (PORTS_MODULE, frozenset({Engine.TRTLLM})),  # v1.0.29
-    "0f31474a9b3831af28b5f44c95913776daed9f38": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.31
+    "0f31474a9b3831af28b5f44c95913776daed9f38": (
+        PORTS_MODULE_DP_HEADLESS,
+        frozenset({Engine.VLLM}),
+    ),  # v1.0.31
     "cb651682117df129162cd276cf567ec70dc57b36": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.36
     "c180328b98c3793ca84a1e24a030f90545eb7d5d": (
         PORTS_MODULE,
-        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+        frozenset({Engine.SGLANG, Engine.TRTLLM, Engine.VLLM}),
     ),  # v1.0.38
     "04e87fcc505d6d851451781a5499ca19a02ec2b4": (PORTS_MODULE, frozenset({Engine.SGLANG})),  # v1.0.44
-    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.45
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": (
+        PORTS_MODULE,
+        frozenset({Engine.VLLM, Engine.SGLANG}),
+    ),  # v1.0.45
     "e4019633c9e2bc25f38c44b81edf52bb0504d937": (
         PORTS_MODULE,
-        frozenset({Engine.SGLANG, Engine.TRTLLM}),
+        frozenset({Engine.SGLANG, Engine.TRTLLM, Engine.VLLM}),
     ),  # v1.0.50
     "217f94387abeddfed7149a71955dc523e07cd765": (PORTS_MODULE, frozenset({Engine.VLLM})),  # v1.0.53
     "c88ef731636890ff6385a783e152c1790e15b194": (
         PORTS_MODULE_NCCL,
         frozenset({Engine.SGLANG}),
     ),  # main (v1.0.68)
+}
+
+# revision -> the frontends other than Dynamo's whose rendering equals srtctl's for every captured recipe
+# (SGLang's router in front of sglang.launch_server workers); another is refused, not guessed
+OTHER_FRONTENDS: dict[str, frozenset[str]] = {
+    "c180328b98c3793ca84a1e24a030f90545eb7d5d": frozenset({Engine.SGLANG}),  # v1.0.38
+    "9d8d92b20c350a5d42f0709f5a0b64e30eb37d33": frozenset({Engine.SGLANG}),  # v1.0.45
 }
 
 
@@ -166,6 +217,15 @@ class Resources(_Open):
         ] or 0
 
 
+class MooncakeStore(_Open):
+    """backend.mooncake_kv_store: the store config vLLM's connector reads, extra environment for the
+    workers and extra flags for the master."""
+
+    store_config: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    master_extra_args: list[str] = Field(default_factory=list)
+
+
 class Backend(_Open):
     """The recipe's `backend:` block: engine, its config and environment per role."""
 
@@ -179,6 +239,8 @@ class Backend(_Open):
     connector: str | None = "nixl"
     kv_events_config: bool | dict[str, Any] | None = None
     set_cuda_visible_devices: bool = False
+    dp_launch_mode: Literal["per_gpu", "per_node"] = "per_gpu"
+    mooncake_kv_store: MooncakeStore | None = None
 
     def config(self, mode: str) -> dict[str, Any]:
         table = {
@@ -238,10 +300,13 @@ class SrtRecipe(_Open):
     infra: Infra = Field(default_factory=Infra)
 
 
-def read_recipe(text: str, source: str, synthetic_acceptance: float | None = None) -> SrtRecipe:
+def read_recipe(
+    text: str, source: str, synthetic_acceptance: float | None = None, selector: str | None = None
+) -> SrtRecipe:
     """The recipe, typed: a ServelabError naming `source` and the field when it is not one srtctl reads.
     `synthetic_acceptance`: the mean acceptance length InferenceX's launcher writes into the recipe before
-    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`."""
+    srtctl reads it (a row with SYNTHETIC_ACCEPTANCE=true), see `with_synthetic_acceptance`. `selector`: the
+    variant of an override file CONFIG_FILE names after its `:` (`select_variant`)."""
     try:
         data = copy.deepcopy(_parsed(text))  # a copy: the synthetic acceptance edits it
     except yaml.YAMLError as e:
@@ -250,6 +315,8 @@ def read_recipe(text: str, source: str, synthetic_acceptance: float | None = Non
         raise ServelabError(f"{source}: an srt-slurm recipe is a mapping")
     if synthetic_acceptance is not None:
         with_synthetic_acceptance(data, synthetic_acceptance, source)
+    if selector is not None:
+        data = select_variant(data, selector, source)
     try:
         return SrtRecipe.model_validate(data)
     except ValidationError as e:
@@ -266,6 +333,71 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _parsed(text: str) -> Any:
     """The YAML of a recipe, parsed once per text (rows of one recipe share it)."""
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+
+
+def _merged(base: Any, override: Any) -> Any:
+    """`override` over `base` as srtctl merges a variant: mappings key by key, a null removing the key,
+    anything else (lists included) replacing the base's value."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return copy.deepcopy(override)
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = (
+                _merged(out.get(key), value) if isinstance(out.get(key), dict) else copy.deepcopy(value)
+            )
+    return out
+
+
+def _list_lengths(group: dict) -> list[int]:
+    out: list[int] = []
+    for value in group.values():
+        if isinstance(value, list):
+            out.append(len(value))
+        elif isinstance(value, dict):
+            out += _list_lengths(value)
+    return out
+
+
+def _zip_slice(group: dict, i: int) -> dict:
+    """Variant i of a zip group: each list its i-th value (a one-value list the same for every variant)."""
+    return {
+        k: v[0 if len(v) == 1 else i]
+        if isinstance(v, list)
+        else _zip_slice(v, i)
+        if isinstance(v, dict)
+        else v
+        for k, v in group.items()
+    }
+
+
+def select_variant(data: dict, selector: str, source: str) -> dict:
+    """The one variant `selector` picks from an override file (`base` plus `override_<name>` sections, each
+    merged over base, and `zip_override_<name>` sections whose lists give one variant per index):
+    `base`, `override_<name>` or `zip_override_<name>[N]`. A selector of several variants (a whole zip
+    group, a pattern) names no one recipe, so it is refused."""
+    base = data.get("base")
+    if not isinstance(base, dict):
+        raise ServelabError(f"{source}: CONFIG_FILE selects {selector!r} but the recipe has no base mapping")
+    if selector == "base":
+        return copy.deepcopy(base)
+    zipped = re.fullmatch(r"(zip_override_[\w-]+)\[(\d+)\]", selector)
+    key = zipped.group(1) if zipped else selector
+    if not (zipped or re.fullmatch(r"override_\S+", selector)) or "*" in key or "?" in key:
+        raise ServelabError(f"{source}: selector {selector!r} does not name one variant")
+    section = data.get(key)
+    if not isinstance(section, dict):
+        raise ServelabError(f"{source}: the recipe has no {key!r} section")
+    if not zipped:
+        return _merged(base, section)
+    every = _list_lengths(section)  # a zip group of no list, or of an empty one, has no variant
+    lengths = {n for n in every if n != 1} or {1}
+    index = int(zipped.group(2))
+    if not every or 0 in every or len(lengths) > 1 or index >= lengths.pop():
+        raise ServelabError(f"{source}: {key} has no variant {index}")
+    return _merged(base, _zip_slice(section, index))
 
 
 SGLANG_ROLE_ENVIRONMENTS = ("aggregated_environment", "prefill_environment", "decode_environment")
@@ -312,10 +444,35 @@ class _Endpoint:
 
 
 @dataclass
+class _Proc:
+    """One worker process of an endpoint: its node, its rank among the endpoint's nodes, its GPUs and, in
+    vLLM's data-parallel mode, its first data-parallel rank and the endpoint's RPC port."""
+
+    node: int
+    rank: int
+    gpus: list[int]
+    dp_rank: int | None = None
+    dp_rpc: int | None = None
+
+
+@dataclass
 class _Ports:
     rules: Rules
     http: dict[int, int] = field(default_factory=dict)
     bootstrap: dict[int, int] = field(default_factory=dict)
+    dp_rpc: dict[int, int] = field(default_factory=dict)
+    kv_events: int = KV_EVENTS_BASE
+
+    def next_kv_events(self, count: int) -> int:
+        """The first of `count` KV-event ports (one per data-parallel rank a process owns)."""
+        port = self.kv_events
+        self.kv_events += count
+        return port
+
+    def next_dp_rpc(self, n: int) -> int:
+        port = self.dp_rpc.get(n, DP_RPC_BASE)
+        self.dp_rpc[n] = port + 1
+        return port
 
     def next_http(self, n: int) -> int:
         port = self.http.get(n, self.rules.http_base)
@@ -396,19 +553,51 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
         raise ServelabError(
             f"srt-slurm {revision} is not a revision servelab knows the rules of", field="revision"
         )
-    if recipe.frontend.type != "dynamo":
-        raise ServelabError(
-            f"{recipe.frontend.type!r}: only Dynamo's frontend is rendered yet", field="frontend.type"
-        )
-    if recipe.backend.kv_events_config:
-        raise ServelabError(
-            "KV-event publishing (its ports) is not rendered yet", field="backend.kv_events_config"
-        )
-    if recipe.backend.type == Engine.VLLM and any(
-        recipe.backend.config(m).keys() & {"data-parallel-size", "data_parallel_size"} for m in ROLE
+    frontend = recipe.frontend.type
+    if frontend == Engine.VLLM and (
+        revision not in VLLM_FRONTEND_REVISIONS
+        or recipe.backend.type != Engine.VLLM
+        or recipe.resources.disaggregated
+        or recipe.resources.workers("agg") != 1
     ):
         raise ServelabError(
-            "vLLM's data-parallel mode (a process per GPU) is not rendered yet", field="backend.vllm_config"
+            f"vLLM's own frontend is rendered for one aggregated vLLM worker at srt-slurm "
+            f"{', '.join(sorted(r[:12] for r in VLLM_FRONTEND_REVISIONS))} only",
+            field="frontend.type",
+        )
+    if frontend not in ("dynamo", Engine.VLLM) and frontend not in OTHER_FRONTENDS.get(revision, frozenset()):
+        raise ServelabError(
+            f"{frontend!r}: only Dynamo's frontend is rendered yet at srt-slurm {revision[:12]}",
+            field="frontend.type",
+        )
+    # SGLang's router as captured: alone, before aggregated SGLang HTTP workers (disaggregated workers, gRPC
+    # ones or several routers behind nginx are not among InferenceX's recipes, so not checked: refused)
+    if frontend == Engine.SGLANG and (
+        recipe.backend.type != Engine.SGLANG
+        or recipe.resources.disaggregated
+        or any(recipe.backend.config(m).get("grpc-mode") for m in ROLE)
+        or (recipe.frontend.enable_multiple_frontends and recipe.resources.total_nodes > 1)
+    ):
+        raise ServelabError(
+            "SGLang's router is rendered alone in front of aggregated SGLang HTTP workers only",
+            field="frontend.type",
+        )
+    if recipe.backend.mooncake_kv_store is not None and (
+        revision not in MOONCAKE_REVISIONS or recipe.backend.type != Engine.VLLM
+    ):
+        raise ServelabError(
+            "a Mooncake KV store is rendered for vLLM workers at srt-slurm "
+            f"{', '.join(sorted(r[:12] for r in MOONCAKE_REVISIONS))} only",
+            field="backend.mooncake_kv_store",
+        )
+    if recipe.backend.kv_events_config and revision not in KV_EVENTS_REVISIONS:
+        raise ServelabError(
+            f"KV-event publishing (its ports) is not rendered yet at srt-slurm {revision[:12]}",
+            field="backend.kv_events_config",
+        )
+    if recipe.backend.dp_launch_mode == "per_node" and rules.vllm_dp == "config":
+        raise ServelabError(
+            f"srt-slurm {revision[:12]} has no dp_launch_mode per_node", field="backend.dp_launch_mode"
         )
     if recipe.backend.type not in verified:
         raise ServelabError(
@@ -442,15 +631,34 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             health_path="/health",
         ),
     ]
+    store = b.mooncake_kv_store
+    if store is not None:  # its RPC port, HTTP metadata server (one above) and metrics (two above)
+        master = ["mooncake_master", f"--port={MOONCAKE_MASTER_PORT}", "--enable_http_metadata_server=true"]
+        master += [
+            f"--http_metadata_server_port={MOONCAKE_MASTER_PORT + 1}",
+            "--eviction_high_watermark_ratio=0.9",
+        ]
+        master += ["--default_kv_lease_ttl=10000", "--rpc_thread_num=16", "--enable_metric_reporting=true"]
+        master += [f"--metrics_port={MOONCAKE_MASTER_PORT + 2}", *store.master_extra_args]
+        processes.append(
+            NodeProcess(role=Role.SIDE, node=0, argv=master, port=MOONCAKE_MASTER_PORT, health_path=None)
+        )
     ports = _Ports(rules)
     sys_port = rules.sys_base
+    own_frontend = recipe.frontend.type == Engine.VLLM  # `vllm serve` serves the endpoint itself
+    leaders: list[tuple[str, int, int, int | None]] = []  # (mode, node, HTTP port, bootstrap port)
     for ep in endpoints:
         mode = ep.mode
         boot = ports.next_bootstrap(ep.nodes[0]) if mode == "prefill" else None
-        for rank, n in enumerate(ep.nodes):
-            leader = rank == 0
-            http = ports.next_http(n) if leader else 0
-            argv = _worker_argv(recipe, rules, plane, mode, ep, rank, (http, boot, sys_port), served)
+        procs = _layout(recipe, rules, ep, ports)
+        for proc in procs:
+            n = proc.node
+            leader = proc is procs[0]
+            # a process per node of vLLM's per-node data-parallel mode serves HTTP on each
+            per_node = proc.dp_rank is not None and b.dp_launch_mode == "per_node"
+            http = ports.next_http(n) if leader or per_node else 0
+            kv_port = ports.next_kv_events(len(proc.gpus) if per_node else 1)
+            argv = _worker_argv(recipe, rules, plane, mode, ep, proc, (http, boot, sys_port, kv_port), served)
             env = {
                 "HEAD_NODE_IP": node(first),
                 "ETCD_ENDPOINTS": f"http://{node(0)}:{ETCD_PORT}",
@@ -460,23 +668,41 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                 **b.environment(mode),
                 **recipe.environment,
             }
-            if len(ep.gpus) < r.gpus_per_node:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+            if store is not None:  # the worker's own address unless the store's env names one
+                env["MOONCAKE_LOCAL_HOSTNAME"] = node(n)
+                env.update(store.env)
+                env["MOONCAKE_MASTER"] = f"{node(0)}:{MOONCAKE_MASTER_PORT}"
+                env["MOONCAKE_TE_META_DATA_SERVER"] = f"http://{node(0)}:{MOONCAKE_MASTER_PORT + 1}/metadata"
+                env["MOONCAKE_CONFIG_PATH"] = f"/logs/{MOONCAKE_STORE_CONFIG}"
+            # vLLM where it takes --device-ids names its GPUs itself (CUDA_VISIBLE_DEVICES only if asked)
+            names_gpus = b.type == Engine.VLLM and rules.vllm_device_ids and not b.set_cuda_visible_devices
+            if len(proc.gpus) < r.gpus_per_node and not names_gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.gpus))
             processes.append(
                 NodeProcess(
                     role=ROLE[mode],
                     node=n,
                     argv=argv,
                     env=env,
-                    port=http if leader and b.type != Engine.TRTLLM else None,
-                    health_path=None,
-                    gpus=len(ep.gpus),
+                    port=(FRONTEND_PORT if own_frontend else http)
+                    if leader and b.type != Engine.TRTLLM
+                    else None,
+                    health_path="/health" if own_frontend and leader else None,
+                    gpus=len(proc.gpus),
                 )
             )
+            if leader:
+                leaders.append((mode, n, http, boot))
             sys_port += 1
     decode_leaders = [ep.nodes[0] for ep in endpoints if ep.mode == "decode"]
-    processes += _frontends(recipe, first, nodes, plane, decode_leaders)
-    endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER and p.port == FRONTEND_PORT)
+    if not own_frontend:
+        processes += _frontends(recipe, first, nodes, plane, decode_leaders, leaders)
+    # the endpoint: the frontend (nginx before several); with vLLM's own, the worker's leader serving it
+    endpoint = next(
+        i
+        for i, p in enumerate(processes)
+        if p.role in (Role.ROUTER, Role.WORKER) and p.port == FRONTEND_PORT and p.health_path
+    )
     # the files the argv name under /logs (srtctl's log directory, mounted there in every container)
     files = {}
     if b.type == Engine.TRTLLM:
@@ -485,7 +711,92 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     behind = [p.node for p in processes if p.role == Role.ROUTER and p.port == FRONTEND_BEHIND_NGINX]
     if behind:
         files["nginx.conf"] = _nginx_conf(behind)
+    if store is not None:  # its master's address filled in, as the workers' connector reads it
+        config = {**store.store_config, "master_server_address": f"{node(0)}:{MOONCAKE_MASTER_PORT}"}
+        files[MOONCAKE_STORE_CONFIG] = json.dumps(config, indent=2)
     return Deployment(nodes=nodes, processes=processes, endpoint=endpoint, files=files)
+
+
+def _data_parallel_size(recipe: SrtRecipe, mode: str) -> Any:
+    """vLLM's data-parallel size for the role (None: not in data-parallel mode)."""
+    if recipe.backend.type != Engine.VLLM:
+        return None
+    config = recipe.backend.config(mode)
+    size = config.get("data-parallel-size")
+    return size if size is not None else config.get("data_parallel_size")
+
+
+def _layout(recipe: SrtRecipe, rules: Rules, ep: _Endpoint, ports: _Ports) -> list[_Proc]:
+    """The endpoint's worker processes: one per node; in vLLM's data-parallel mode one per GPU (per_gpu, the
+    default) or one per node owning its GPUs' ranks (per_node)."""
+    size = _data_parallel_size(recipe, ep.mode)
+    if size is None or recipe.frontend.type == Engine.VLLM:  # `vllm serve` runs its ranks itself
+        return [_Proc(n, rank, ep.gpus) for rank, n in enumerate(ep.nodes)]
+    rpc = None if rules.vllm_dp == "config" else ports.next_dp_rpc(ep.nodes[0])
+    if recipe.backend.dp_launch_mode == "per_node":
+        total = len(ep.nodes) * len(ep.gpus)
+        if size != total:
+            raise ServelabError(
+                f"{ep.mode} data-parallel-size {size} is not the endpoint's {total} GPUs",
+                field="backend.vllm_config",
+            )
+        return [_Proc(n, i, ep.gpus, i * len(ep.gpus), rpc) for i, n in enumerate(ep.nodes)]
+    pairs = [(i, n, g) for i, n in enumerate(ep.nodes) for g in sorted(ep.gpus)]
+    return [_Proc(n, i, [g], dp_rank, rpc) for dp_rank, (i, n, g) in enumerate(pairs)]
+
+
+def _kv_events(recipe: SrtRecipe, mode: str, port: int) -> list[str]:
+    """--kv-events-config for a worker of `mode`: ZMQ publishing on `port` where kv_events_config turns it
+    on (true: prefill and decode; per role: true, or a mapping over the defaults)."""
+    b = recipe.backend
+    setting: Any = b.kv_events_config
+    if isinstance(setting, dict):
+        setting = setting.get("aggregated" if mode == "agg" else mode)
+    elif setting is True and mode == "agg":
+        setting = None
+    if setting is not True and not isinstance(setting, dict):
+        return []
+    events: dict[str, Any] = {"publisher": "zmq", "topic": "kv-events"}
+    if b.type == Engine.VLLM:
+        events["enable_kv_cache_events"] = True
+    events.update(setting if isinstance(setting, dict) else {})
+    events["endpoint"] = f"tcp://*:{port}"
+    return ["--kv-events-config", json.dumps(events)]
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"})
+
+
+def _data_parallel_flags(rules: Rules, per_node: bool, proc: _Proc, leader: str, config: dict) -> list[str]:
+    """vLLM's data-parallel flags of one process (the keys they replace taken out of `config`)."""
+    kebab, snake = "data-parallel-rpc-port", "data_parallel_rpc_port"
+    if not per_node:
+        rpc = proc.dp_rpc or config.pop(kebab, None) or config.pop(snake, DP_RPC_DEFAULT)
+        if proc.dp_rpc:  # the recipe's port is dropped for the allocated one
+            config.pop(kebab, None)
+            config.pop(snake, None)
+        address = ["--data-parallel-address", leader, "--data-parallel-rpc-port", str(rpc)]
+        return ["--data-parallel-rank", str(proc.dp_rank), *address]
+    config.pop(kebab, None)
+    config.pop(snake, None)
+    for key in ("data-parallel-size-local", "data-parallel-start-rank"):
+        config.pop(key, None)
+        config.pop(key.replace("-", "_"), None)
+    flags = ["--data-parallel-size-local", str(len(proc.gpus)), "--data-parallel-start-rank"]
+    flags += [
+        str(proc.dp_rank),
+        "--data-parallel-address",
+        leader,
+        "--data-parallel-rpc-port",
+        str(proc.dp_rpc),
+    ]
+    if rules.vllm_dp == "hybrid":  # every node's process registers with the frontend
+        for key in ("data-parallel-hybrid-lb", "data_parallel_hybrid_lb", "headless"):
+            config.pop(key, None)
+        return [*flags, "--data-parallel-hybrid-lb"]
+    hybrid = config.get("data-parallel-hybrid-lb", config.get("data_parallel_hybrid_lb", False))
+    return flags + (["--headless"] if proc.dp_rank and not _truthy(hybrid) else [])
 
 
 def _worker_argv(
@@ -494,12 +805,14 @@ def _worker_argv(
     plane: str,
     mode: str,
     ep: _Endpoint,
-    rank: int,
-    ports: tuple[int, int | None, int],
+    proc: _Proc,
+    ports: tuple[int, int | None, int, int],
     served: str,
 ) -> list[str]:
-    """One worker process's argv (`ports`: its HTTP, bootstrap and DYN_SYSTEM_PORT)."""
-    http, boot, sys_port = ports
+    """One worker process's argv (`ports`: its HTTP, bootstrap, DYN_SYSTEM_PORT and KV-event ports)."""
+    http, boot, sys_port, kv_port = ports
+    events = _kv_events(recipe, mode, kv_port)
+    rank = proc.rank
     b = recipe.backend
     # a Hugging Face model (`hf:org/name`) is fetched by the engine, a local one is mounted at /model
     path = recipe.model.path
@@ -521,7 +834,10 @@ def _worker_argv(
         if rules.sglang_drops_served_name:  # the flags srtctl writes itself
             for k in ("model-path", "model_path", "served-model-name", "served_model_name"):
                 config.pop(k, None)
-        argv = ["python3", "-m", f"dynamo.{b.type}", "--model-path", model, "--served-model-name", served]
+        # with SGLang's own router the workers are SGLang's server, not Dynamo's (no dump, no request plane)
+        own = recipe.frontend.type == Engine.SGLANG
+        module = "sglang.launch_server" if own else f"dynamo.{b.type}"
+        argv = ["python3", "-m", module, "--model-path", model, "--served-model-name", served]
         argv += ["--host", "0.0.0.0", "--port", str(http)]
         if rules.sglang_nccl_base is not None:
             config.pop("nccl-port", None)
@@ -534,8 +850,12 @@ def _worker_argv(
         if len(ep.nodes) > 1:
             argv += ["--dist-init-addr", f"{leader}:{rules.dist_init}", "--nnodes", str(len(ep.nodes))]
             argv += ["--node-rank", str(rank)]
-        argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+        if own:
+            return argv + events + _flags(config)
+        argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
         return argv + (["--request-plane", plane] if rules.request_plane_flag else []) + _flags(config)
+    if recipe.frontend.type == Engine.VLLM:
+        return _vllm_serve_argv(recipe, ep, proc, model, served, config)
     # vllm
     argv = ["python3", "-m", f"dynamo.{b.type}", "--model", model, "--served-model-name", served]
     if mode != "agg":
@@ -546,19 +866,51 @@ def _worker_argv(
         preset = CONNECTORS.get(connector.lower())
         argv += ["--kv-transfer-config", json.dumps(preset) if preset else connector]
     if rules.vllm_device_ids and not b.set_cuda_visible_devices:
-        argv += ["--device-ids", ",".join(map(str, ep.gpus))]
-    if config.get("data-parallel-size") is not None or config.get("data_parallel_size") is not None:
-        raise ServelabError(
-            "vLLM's data-parallel mode (a process per GPU) is not rendered yet",
-            field="backend.vllm_config",
-        )
-    if len(ep.nodes) > 1:
+        argv += ["--device-ids", ",".join(map(str, proc.gpus))]
+    if proc.dp_rank is not None:
+        argv += _data_parallel_flags(rules, b.dp_launch_mode == "per_node", proc, leader, config)
+    elif len(ep.nodes) > 1:
         argv += ["--master-addr", leader, "--nnodes", str(len(ep.nodes)), "--node-rank", str(rank)]
         if rank:
             argv.append("--headless")
     if rules.request_plane_flag:
         argv += ["--request-plane", plane]
-    argv += ["--dump-config-to", f"/logs/{node(ep.nodes[rank])}_config.json"]
+    argv += ["--dump-config-to", f"/logs/{node(proc.node)}_config.json", *events]
+    return argv + _flags(config)
+
+
+# what srt-slurm sets itself for `vllm serve` (a recipe's value dropped), and what a headless rank refuses
+VLLM_SERVE_OWNED = frozenset({"headless", "host", "port", "master-addr", "nnodes", "node-rank"})
+VLLM_API_SERVER_ONLY = frozenset({"api-server-count"})
+
+
+def _vllm_serve_argv(
+    recipe: SrtRecipe, ep: _Endpoint, proc: _Proc, model: str, served: str, config: dict[str, Any]
+) -> list[str]:
+    """A worker of vLLM's own frontend: `vllm serve`, the first node serving the endpoint, the others
+    headless ranks of it."""
+    for key in [k for k in config if k.replace("_", "-") in VLLM_SERVE_OWNED]:
+        del config[key]
+    config.pop("connector", None)
+    config.setdefault("served-model-name", served)
+    argv = [str(recipe.backend.type), "serve", model]  # vLLM's own CLI
+    if proc.rank == 0:
+        argv += ["--host", "0.0.0.0", "--port", str(FRONTEND_PORT)]
+    if len(ep.nodes) > 1:
+        argv += [
+            "--master-addr",
+            node(ep.nodes[0]),
+            "--nnodes",
+            str(len(ep.nodes)),
+            "--node-rank",
+            str(proc.rank),
+        ]
+        if proc.rank:
+            argv.append("--headless")
+            for key in [k for k in config if k.replace("_", "-") in VLLM_API_SERVER_ONLY]:
+                del config[key]
+    if not recipe.backend.set_cuda_visible_devices:
+        argv += ["--device-ids", ",".join(map(str, proc.gpus))]
     return argv + _flags(config)
 
 
@@ -585,11 +937,23 @@ def _nginx_conf(frontend_nodes: list[int]) -> str:
     )
 
 
+def _router_argv(port: int, leaders: list[tuple[str, int, int, int | None]]) -> list[str]:
+    """SGLang's router in front of the aggregated workers' leaders (their URLs)."""
+    urls = [f"http://{node(n)}:{http}" for _, n, http, _ in leaders]
+    argv = ["python", "-m", "sglang_router.launch_router", "--worker-urls", *urls]
+    return [*argv, "--host", "0.0.0.0", "--port", str(port)]
+
+
 def _frontends(
-    recipe: SrtRecipe, head: int, nodes: int, plane: str, decode_leaders: list[int]
+    recipe: SrtRecipe,
+    head: int,
+    nodes: int,
+    plane: str,
+    decode_leaders: list[int],
+    leaders: list[tuple[str, int, int, int | None]],
 ) -> list[NodeProcess]:
-    """One Dynamo frontend on the head node; or, with several worker nodes and multiple frontends on,
-    nginx there in front of frontends on the other worker nodes."""
+    """One frontend (Dynamo's, or SGLang's router) on the head node; or, with several worker nodes and
+    multiple frontends on, nginx there in front of frontends on the other worker nodes."""
     fe = recipe.frontend
     args: list[str] = []
     for key, value in (fe.args or {}).items():
@@ -603,8 +967,16 @@ def _frontends(
         "DYN_REQUEST_PLANE": plane,
         **(fe.env or {}),
     }
+
+    def frontend(port: int) -> list[str]:
+        if fe.type == Engine.SGLANG:
+            return [*_router_argv(port, leaders), *args]
+        return ["python3", "-m", "dynamo.frontend", f"--http-port={port}", *args]
+
+    if fe.type == Engine.SGLANG:  # the router talks to the workers directly: no etcd, NATS or plane
+        env = dict(fe.env or {})
     if nodes - head == 1 or not fe.enable_multiple_frontends:
-        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_PORT}", *args]
+        argv = frontend(FRONTEND_PORT)
         at = head
         if fe.orchestrator_placement != "head":  # on a decode worker's leader node
             if not decode_leaders:
@@ -629,7 +1001,7 @@ def _frontends(
         )
     ]
     for n in range(head + 1, head + count + 1):
-        argv = ["python3", "-m", "dynamo.frontend", f"--http-port={FRONTEND_BEHIND_NGINX}", *args]
+        argv = frontend(FRONTEND_BEHIND_NGINX)
         out.append(
             NodeProcess(
                 role=Role.ROUTER,

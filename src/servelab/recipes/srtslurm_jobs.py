@@ -6,7 +6,8 @@ the launchers of the pinned InferenceX commit under stubs (scripts/srtslurm_capt
 data/srtslurm/index.json, one entry per choice, saying the revision, the model path the launcher's
 srtslurm.yaml gives the recipe's model alias, and where the recipe is read from: InferenceX's own
 benchmarks/multi_node/srt-slurm-recipes (read from the sweep's checkout, beside its configs/) or srt-slurm's
-repository (pinned under data/srtslurm/recipes/<revision>/). A choice servelab has no copy of (a fork of
+repository (pinned under data/srtslurm/recipes/<revision>/), and for an override file the variant CONFIG_FILE
+selects after its `:` (`selector`). A choice servelab has no copy of (a fork of
 srt-slurm, a recipe the launcher edits before srtctl reads it) keeps a precise not-renderable reason.
 """
 
@@ -76,6 +77,8 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
             / f"data/srtslurm/recipes/{revision[:12]}/{entry['srt-slurm']}"
         )
         text, source = pinned.read_text(), f"srt-slurm's {entry['srt-slurm']} (pinned)"
+    if "selector" in entry:  # the variant of an override file (CONFIG_FILE's `path:selector`)
+        source += f" variant {entry['selector']}"
     synthetic = None
     if settings(row).get("SYNTHETIC_ACCEPTANCE", "").strip().lower() == "true":
         length = settings(row).get("SYNTHETIC_ACCEPTANCE_LENGTH", "").strip()
@@ -87,7 +90,7 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
         except ValueError:
             return None, f"srt-slurm: SYNTHETIC_ACCEPTANCE_LENGTH {length!r} is not a number", None
     try:
-        recipe = read_recipe(text, source, synthetic)
+        recipe = read_recipe(text, source, synthetic, entry.get("selector"))
         deployment = render(recipe, source, entry["model-path"], revision)
     except ServelabError as e:
         return None, f"srt-slurm: {e}", source
