@@ -18,6 +18,7 @@ import yaml
 from kubernetes_validate.utils import schema_contents
 from referencing import Registry, Resource
 
+from servelab.errors import ServelabError
 from servelab.recipes.emit import emit
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 from servelab.recipes.k8s import Refused, base_name, k8s_manifests, manifest
@@ -264,3 +265,10 @@ def test_the_sweep_format_writes_a_file_per_deployment_and_notes_the_rest(tmp_pa
     assert "note: 1 of 4 jobs have no deployment" in capsys.readouterr().err
     for name, text in files.items():
         assert (tmp_path / "out" / name).read_text() == text
+
+
+def test_one_manifest_goes_to_stdout_several_need_a_directory():
+    job = _multinode()
+    assert list(yaml.load_all(emit([job], "k8s"), Loader=LOADER)) == manifest(job)
+    with pytest.raises(ServelabError, match=r"k8s: 2 manifests \(one per job\) need an output directory"):
+        emit(deployed()[:2], "k8s")

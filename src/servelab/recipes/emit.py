@@ -45,6 +45,10 @@ def emit(
             print(f"note: {line}", file=sys.stderr)
         if not manifests:
             raise ServelabError(f"none of the {len(jobs)} jobs has a deployment that maps to Kubernetes")
+        if out is None and len(manifests) != 1:
+            raise ServelabError(
+                f"k8s: {len(manifests)} manifests (one per job) need an output directory (--out)"
+            )
         return _scripts(manifests, fmt, out, executable=False)
     if fmt == "json":
         text = to_json(jobs)
