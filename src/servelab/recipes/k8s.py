@@ -29,6 +29,7 @@ from servelab.engines.argv import parse
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 from servelab.recipes.from_plan import dns_name
 from servelab.recipes.pipelines import script_name
+from servelab.recipes.slurm import MPI_LAUNCHER
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
@@ -38,8 +39,6 @@ HEAD_ENV = "HEAD_NODE_IP"  # srtctl's head node: where it starts the frontend
 LOGS = "/logs"
 GPU = "nvidia.com/gpu"
 WORKER_ROLES = (Role.PREFILL, Role.DECODE, Role.WORKER)
-# processes srtctl starts with srun, one MPI rank per GPU over the worker's nodes
-MPI_LAUNCHERS = ("trtllm-llmapi-launch",)
 
 _PLACEHOLDER = re.compile(r"\{\{node:(\d+)\}\}(:\d+)?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # what kubectl and every shell accept
@@ -127,12 +126,6 @@ def _pools(job, dep: Deployment, base: str) -> list[_Pool]:
         for g in groups:
             if len(g) != size or len({p.node for p in g}) != size:
                 raise Refused(f"a {role} worker's processes are not one per node of {size} nodes")
-            mpi = next((t for t in g[0].argv if t in MPI_LAUNCHERS), None)
-            if size > 1 and mpi:
-                raise Refused(
-                    f"a {role} worker spans {size} nodes through {mpi} (MPI ranks started by srun); "
-                    "a LeaderWorkerSet's pods start no MPI world"
-                )
         pools.append(_Pool(role, f"{base}-{role}", groups))
     return pools
 
@@ -171,6 +164,11 @@ def _side_names(dep: Deployment, base: str) -> tuple[dict[int, str], str]:
 def manifest(job) -> list[dict[str, Any]]:
     """The Kubernetes objects of a job's deployment (raises Refused when it does not map cleanly)."""
     dep: Deployment = job.deployment
+    if any(MPI_LAUNCHER in p.argv for p in dep.processes):
+        raise Refused(
+            f"its TensorRT-LLM workers start as MPI ranks, a task per GPU under srun --mpi=pmix "
+            f"({MPI_LAUNCHER}), and the deployment names one process per node: a pod would start one rank"
+        )
     base = base_name(job)
     image = job.row["image"]
     names, endpoint = _side_names(dep, base)
