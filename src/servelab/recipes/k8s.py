@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from servelab.recipes.pipelines import script_name
 from servelab.recipes.slurm import MPI_LAUNCHER
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_LABELS = "leaderworkerset.sigs.k8s.io"  # the labels LWS puts on its pods
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 POD_IP = "SERVELAB_POD_IP"  # the pod's own IP, from the downward API
@@ -40,6 +42,7 @@ LOGS = "/logs"
 GPU = "nvidia.com/gpu"
 WORKER_ROLES = (Role.PREFILL, Role.DECODE, Role.WORKER)
 
+_DP_RANK = {"--data-parallel-rank", "--data-parallel-start-rank"}
 _PLACEHOLDER = re.compile(r"\{\{node:(\d+)\}\}(:\d+)?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # what kubectl and every shell accept
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -63,8 +66,9 @@ class _Where:
 
 @dataclass
 class _Addresses:
-    services: dict[tuple[int, str], str]  # (node, ":port") -> the Service of the process serving it
+    services: dict[tuple[int, str], str]  # (node, ":port") -> Service:port of the process serving it
     endpoint: str  # the endpoint's Service
+    leaders: dict[tuple[int, str], str]  # (node, ":port") -> pod address:port of the worker leader serving it
 
     def resolve(self, text: str, where: _Where, *, expand: bool = True) -> str:
         """`text` with each `{{node:N}}` replaced (see the module docstring), `$` escaped when kubelet
@@ -80,13 +84,15 @@ class _Addresses:
     def _one(self, m: re.Match[str], where: _Where, expand: bool) -> str:
         n, port = int(m.group(1)), m.group(2) or ""
         if port and (n, port) in self.services:
-            return self.services[n, port] + port
+            return self.services[n, port]
         if where.env == HEAD_ENV and m.group(0) == m.string:
             return self.endpoint
         if expand and where.leader is not None and n == where.leader:
             return LEADER_ADDRESS + port
         if expand and where.node is not None and n == where.node:
             return f"$({POD_IP}){port}"
+        if port and (n, port) in self.leaders:  # another worker's leader, by its pod's DNS name
+            return self.leaders[n, port]
         raise Refused(
             f"{m.group(0)} in {where.what}: node {n}'s address is neither a Service nor this worker's own pod"
         )
@@ -120,8 +126,13 @@ def _pools(job, dep: Deployment, base: str) -> list[_Pool]:
             if len(procs) % row.num_worker:
                 raise Refused(f"{len(procs)} {role} processes for {row.num_worker} workers")
             size = len(procs) // row.num_worker
-        else:
+        elif _flag(procs[0].argv, "--nnodes"):
             size = int(_flag(procs[0].argv, "--nnodes") or 1)
+        else:  # the processes of one data-parallel worker name one address, its first's
+            address = _flag(procs[0].argv, "--data-parallel-address")
+            size = (
+                sum(1 for p in procs if address and _flag(p.argv, "--data-parallel-address") == address) or 1
+            )
         groups = [procs[i : i + size] for i in range(0, len(procs), size)]
         for g in groups:
             if len(g) != size or len({p.node for p in g}) != size:
@@ -139,6 +150,8 @@ def _side_names(dep: Deployment, base: str) -> tuple[dict[int, str], str]:
     replicas of one Deployment) and the endpoint's."""
     names: dict[int, str] = {}
     seen: dict[tuple, str] = {}
+    if dep.processes[dep.endpoint].role in WORKER_ROLES:  # the name of the Service in front of it
+        seen[()] = f"{base}-frontend"
     # the endpoint first, so it is the one named <base>-frontend
     for i in sorted(range(len(dep.processes)), key=lambda i: i != dep.endpoint):
         p = dep.processes[i]
@@ -158,7 +171,7 @@ def _side_names(dep: Deployment, base: str) -> tuple[dict[int, str], str]:
                 raise Refused(f"two {p.role} processes on port {p.port} differ in argv or env")
             seen[key] = name
         names[i] = seen[key]
-    return dict(sorted(names.items())), names[dep.endpoint]
+    return dict(sorted(names.items())), names.get(dep.endpoint, f"{base}-frontend")
 
 
 def manifest(job) -> list[dict[str, Any]]:
@@ -169,16 +182,29 @@ def manifest(job) -> list[dict[str, Any]]:
             f"its TensorRT-LLM workers start as MPI ranks, a task per GPU under srun --mpi=pmix "
             f"({MPI_LAUNCHER}), and the deployment names one process per node: a pod would start one rank"
         )
+    _refuse_data_parallel(dep)
     base = base_name(job)
     image = job.row["image"]
     names, endpoint = _side_names(dep, base)
-    services = {(dep.processes[i].node, f":{dep.processes[i].port}"): n for i, n in names.items()}
-    addresses = _Addresses(services, endpoint)
+    services = {
+        (dep.processes[i].node, f":{port}"): f"{name}:{port}"
+        for i, name in names.items()
+        for port in _ports(dep.processes[i])
+    }
+    pools = _pools(job, dep, base)
+    leaders = {}
+    for pool in pools:
+        port = pool.groups[0][0].port  # every group's leader serves its template's
+        for g, group in enumerate(pool.groups):
+            if group[0].port is not None and port is not None:
+                leaders[group[0].node, f":{group[0].port}"] = f"{pool.name}-{g}.{pool.name}:{port}"
+    addresses = _Addresses(services, endpoint, leaders)
     files = _files(dep, base, addresses)
     docs: list[dict[str, Any]] = [files] if files else []
-    pools = _pools(job, dep, base)
     for pool in pools:
         docs.append(_leader_worker_set(pool, image, addresses, base, bool(files), dep.files))
+    if dep.endpoint not in names:
+        docs.append(_leader_service(dep, pools, endpoint, base))
     done: set[str] = set()
     for i, name in names.items():
         if name in done:
@@ -189,6 +215,48 @@ def manifest(job) -> list[dict[str, Any]]:
         container = _container(p, _Where(f"{name}'s {{}}"), image, addresses, dep.files)
         docs += _deployment(name, base, replicas, container, bool(files)), _service(name, base, p)
     return docs
+
+
+def _refuse_data_parallel(dep: Deployment) -> None:
+    """vLLM's data-parallel mode starts a process per rank (--data-parallel-rank): ranks sharing a node
+    would be containers of one pod. (One rank group per node, --data-parallel-start-rank, maps as any
+    multinode worker: the leader's and the others' templates; more than two nodes numbered apart are
+    refused where the pool's pods are compared.)"""
+    ranks: dict[tuple[Role, int], int] = Counter()
+    for p in dep.processes:
+        ranks[p.role, p.node] += any(arg.name in _DP_RANK for arg in parse(p.argv))
+    for (role, node), n in ranks.items():
+        if n > 1:
+            raise Refused(
+                f"its {role} workers run in vLLM's data-parallel mode, {n} processes on node {node} (one per "
+                "rank) sharing its address: they would be containers of one pod, not written yet"
+            )
+
+
+def _ports(p: NodeProcess) -> list[int]:
+    """The ports a process serves: its own, and for a side process every port its argv names with a
+    `--...-port` flag (mooncake_master's metadata and metrics servers)."""
+    ports = [] if p.port is None else [p.port]
+    if p.role == Role.SIDE:
+        for arg in parse(p.argv):
+            if arg.name and arg.name.endswith("port") and arg.value and arg.value.isdigit():
+                ports += [] if int(arg.value) in ports else [int(arg.value)]
+    return ports
+
+
+def _leader_service(dep: Deployment, pools: list[_Pool], name: str, base: str) -> dict[str, Any]:
+    """The endpoint's Service when the endpoint is a worker: in front of its group's leader pod."""
+    p = dep.processes[dep.endpoint]
+    for pool in pools:
+        for g, group in enumerate(pool.groups):
+            if group[0] is p:
+                selector = {f"{LWS_LABELS}/name": pool.name, f"{LWS_LABELS}/group-index": str(g)}
+                selector[f"{LWS_LABELS}/worker-index"] = "0"
+                port = {"name": "main", "port": p.port, "targetPort": pool.groups[0][0].port}
+                return _object("v1", "Service", name, base) | {
+                    "spec": {"selector": selector, "ports": [port]}
+                }
+    raise Refused(f"the endpoint ({p.argv[0]} on node {p.node}) is a worker's process but not its leader")
 
 
 def _files(dep: Deployment, base: str, addresses: _Addresses) -> dict[str, Any] | None:
@@ -256,6 +324,7 @@ def _container(
     c: dict[str, Any] = {"name": "main", "image": image, "command": argv[:1], "args": argv[1:], "env": env}
     if p.port is not None:
         c["ports"] = [{"name": "main", "containerPort": p.port}]
+        c["ports"] += [{"name": f"p{port}", "containerPort": port} for port in _ports(p)[1:]]
         probe = (
             {"httpGet": {"path": p.health_path, "port": "main"}}
             if p.health_path
@@ -313,7 +382,8 @@ def _service(name: str, base: str, p: NodeProcess) -> dict[str, Any]:
     return _object("v1", "Service", name, base) | {
         "spec": {
             "selector": {"app": base, "servelab/part": name},
-            "ports": [{"name": "main", "port": p.port, "targetPort": "main"}],
+            "ports": [{"name": "main", "port": p.port, "targetPort": "main"}]
+            + [{"name": f"p{port}", "port": port, "targetPort": f"p{port}"} for port in _ports(p)[1:]],
         }
     }
 
@@ -367,9 +437,12 @@ def _difference(c: dict[str, Any], want: dict[str, Any]) -> str | None:
             if a["env"].get(k) != b["env"].get(k)
         )
     if a["argv"] != b["argv"]:
-        return next(
-            (f"argv {x!r}" for x, y in zip(a["argv"], b["argv"], strict=False) if x != y), "argv length"
-        )
+        pairs = zip(a["argv"], b["argv"], strict=False)
+        at = next((i for i, (x, y) in enumerate(pairs) if x != y), None)
+        if at is None:
+            return "its argv's length"
+        after = f" after {a['argv'][at - 1]}" if at else ""
+        return f"argv {a['argv'][at]!r}{after} (the template's: {b['argv'][at]!r})"
     if a["rest"] != b["rest"]:
         return "its GPUs, port or mounts"
     return None
