@@ -7,8 +7,11 @@ the object that plays that node's part:
   of that worker (the leader runs the worker's first-node argv, the other pods its next-node argv); the
   worker's own first node is `$(LWS_LEADER_ADDRESS)`, its own other nodes the pod's IP, and `--node-rank R`
   the pod's LWS_WORKER_INDEX (R is the pod's index in its group);
-- a side process (NATS, etcd) or a router (the frontend, nginx in front of several) is a Deployment and a
-  Service of the same name; `{{node:N}}:PORT` where such a process serves PORT on node N is that Service;
+- a side process (NATS, etcd, Mooncake's master) or a router (the frontend, nginx in front of several) is a
+  Deployment and a Service of the same name; `{{node:N}}:PORT` where such a process serves PORT on node N is
+  that Service (a side process serves its own port and those its argv names with a `--...-port` flag);
+- `{{node:N}}:PORT` of another worker's leader is that leader pod's DNS name (`<pool>-<group>.<pool>`);
+- the endpoint's Service is `<base>-frontend`, on its group's leader pod when the endpoint is a worker;
 - srtctl's HEAD_NODE_IP (the head node, where it starts the frontend) is the endpoint's Service;
 - `files` are a ConfigMap, each file mounted under /logs (an emptyDir, so processes can still write their
   logs and configs there).
@@ -28,7 +31,6 @@ import yaml
 
 from servelab.engines.argv import parse
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
-from servelab.recipes.from_plan import dns_name
 from servelab.recipes.pipelines import script_name
 from servelab.recipes.slurm import MPI_LAUNCHER
 
@@ -47,6 +49,13 @@ _PLACEHOLDER = re.compile(r"\{\{node:(\d+)\}\}(:\d+)?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # what kubectl and every shell accept
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _MAX_BASE = 40  # leaves room for "-prefill-<group>-<index>" in a 63-character pod name
+
+
+def dns_name(text: str) -> str:
+    """A Kubernetes object name: lowercase letters, digits and '-', at most 63 characters (as from_plan's,
+    which this module does not import: it would load the whole predict package at `servelab sweep`'s
+    start)."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63].rstrip("-")
 
 
 class Refused(Exception):
@@ -113,8 +122,9 @@ def base_name(job) -> str:
 
 
 def _pools(job, dep: Deployment, base: str) -> list[_Pool]:
-    """The worker processes cut into workers: a pool's processes are its workers' in turn, each worker the
-    number of nodes its `--nnodes` says (the row's worker count decides for a prefill or decode pool)."""
+    """The worker processes cut into workers: a pool's processes are its workers' in turn, as many per worker
+    as the row's worker count leaves (a prefill or decode pool), else as its `--nnodes` says, else as name
+    the first's `--data-parallel-address`."""
     point = job.point
     pools = []
     for role in WORKER_ROLES:
