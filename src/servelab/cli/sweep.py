@@ -17,8 +17,8 @@ from servelab.recipes.slurm import SlurmOptions
 from servelab.userfiles import refuse_overwriting_inputs
 
 # The output options of every command that emits jobs (sweep, changelog jobs).
-FormatOpt = typer.Option("json", "--format", help="json | github | buildkite | sh | slurm")
-OutOpt = typer.Option(None, "--out", help="Output file (json/github/buildkite) or directory (sh/slurm).")
+FormatOpt = typer.Option("json", "--format", help="json | github | buildkite | sh | slurm | k8s")
+OutOpt = typer.Option(None, "--out", help="Output file (json/github/buildkite) or directory (sh/slurm/k8s).")
 LauncherOpt = typer.Option(
     DEFAULT_LAUNCHER, "--launcher", help="sh/buildkite/slurm: direct (engine on the host) | docker"
 )

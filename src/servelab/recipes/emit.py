@@ -1,11 +1,13 @@
 """Write a list of jobs in one output format: a file (json, github, buildkite), or scripts (sh: one per job;
-slurm: array jobs) on stdout when there is one, else in a directory."""
+slurm: array jobs; k8s: one manifest per deployment) on stdout when there is one, else in a directory."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.recipes.k8s import k8s_manifests
 from servelab.recipes.pipelines import (
     DEFAULT_LAUNCHER,
     LAUNCHERS,
@@ -17,8 +19,8 @@ from servelab.recipes.pipelines import (
 )
 from servelab.recipes.slurm import SlurmOptions, slurm_scripts
 
-FORMATS = ("json", "github", "buildkite", "sh", "slurm")
-_SCRIPTS = {"sh": "one script per job", "slurm": "sbatch scripts"}
+FORMATS = ("json", "github", "buildkite", "sh", "slurm", "k8s")
+_SCRIPTS = {"sh": "one script per job", "slurm": "sbatch scripts", "k8s": "Kubernetes manifests"}
 
 
 def emit(
@@ -37,6 +39,17 @@ def emit(
         return _scripts(scripts, fmt, out)
     if fmt == "slurm":
         return _scripts(slurm_scripts(jobs, slurm or SlurmOptions(), launcher), fmt, out)
+    if fmt == "k8s":
+        manifests, notes = k8s_manifests(jobs)
+        for line in notes:
+            print(f"note: {line}", file=sys.stderr)
+        if not manifests:
+            raise ServelabError(f"none of the {len(jobs)} jobs has a deployment that maps to Kubernetes")
+        if out is None and len(manifests) != 1:
+            raise ServelabError(
+                f"k8s: {len(manifests)} manifests (one per job) need an output directory (--out)"
+            )
+        return _scripts(manifests, fmt, out, executable=False)
     if fmt == "json":
         text = to_json(jobs)
     elif fmt == "github":
@@ -49,7 +62,7 @@ def emit(
     return f"wrote {len(jobs)} jobs to {out}\n"
 
 
-def _scripts(scripts: dict[str, str], fmt: str, out) -> str:
+def _scripts(scripts: dict[str, str], fmt: str, out, executable: bool = True) -> str:
     """The one script on stdout, or every script written (executable) under the directory `out`, listed."""
     if out is None:
         if len(scripts) != 1:
@@ -59,7 +72,7 @@ def _scripts(scripts: dict[str, str], fmt: str, out) -> str:
         raise ServelabError(f"{out}: not a directory ({fmt} output is {_SCRIPTS[fmt]} in a directory)")
     paths = {Path(out) / name: text for name, text in scripts.items()}
     for path, text in paths.items():
-        _write(path, text, executable=True)
+        _write(path, text, executable=executable)
     return "".join(f"{p}\n" for p in paths)
 
 
