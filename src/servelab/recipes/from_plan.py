@@ -11,7 +11,6 @@ Disaggregated picks are not written: the engine adapters do not render prefill/d
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from servelab.engines.names import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.plan.candidates import Candidate, Plan
 from servelab.recipes.engines import ENGINES, Launch, engine_name, render
+from servelab.recipes.k8s import dns_name
 from servelab.recipes.recipe_store import RecipeStore
 from servelab.recipes.schema import Recipe
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
@@ -93,11 +93,6 @@ def save_picks(plan: Plan, directory: Path, ranks: list[int], store: RecipeStore
 
 def recipe_key(plan: Plan, cand: Candidate) -> str:
     return dns_name(f"{plan.model}-{cand.parallel['label']}-{plan.system}-{plan.backend}")
-
-
-def dns_name(text: str) -> str:
-    """A Kubernetes object name: lowercase letters, digits and '-', at most 63 characters."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63].rstrip("-")
 
 
 def _runner(plan: Plan, cand: Candidate, store: RecipeStore) -> str:

@@ -52,9 +52,8 @@ _MAX_BASE = 40  # leaves room for "-prefill-<group>-<index>" in a 63-character p
 
 
 def dns_name(text: str) -> str:
-    """A Kubernetes object name: lowercase letters, digits and '-', at most 63 characters (as from_plan's,
-    which this module does not import: it would load the whole predict package at `servelab sweep`'s
-    start)."""
+    """A Kubernetes object name: lowercase letters, digits and '-', at most 63 characters (from_plan's
+    manifests use it too)."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63].rstrip("-")
 
 
