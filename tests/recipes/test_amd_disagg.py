@@ -20,8 +20,6 @@ from servelab.recipes.sweep import expand
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex"
 CAPTURE = IX / "launch" / "amd-disagg-launches.json.gz"
-# what a deployment is made of: the servers and the router; the scripts' barriers and benchmark are not
-KINDS = ("sglang.launch_server", "sglang_router.launch_router")
 
 
 def records() -> list[dict]:
@@ -33,7 +31,9 @@ def _started(record: dict) -> list[tuple]:
     out = []
     for node in record["nodes"]:
         for c in node["commands"]:
-            if any(k in c["argv"] for k in KINDS):
+            # what a deployment is made of: the servers and the router; the scripts' barriers, waits and
+            # benchmark are not
+            if amd_disagg._server_role(c["argv"]) or amd_disagg._is_router(c["argv"]):
                 env = dict(sorted({**node["exported"], **c["env"]}.items()))
                 out.append((node["rank"], c["argv"], env))
     return sorted(out, key=repr)
@@ -52,7 +52,8 @@ def jobs() -> dict[str, object]:
 
 def test_every_amd_disagg_job_deploys_what_upstreams_scripts_start_on_each_node(jobs):
     recs = records()
-    assert len(recs) == 34 and set(jobs) == {r["id"] for r in recs}
+    assert len(recs) == 36 and set(jobs) == {r["id"] for r in recs}
+    assert {r["row"]["framework"] for r in recs} == {"sglang-disagg", "atom-disagg"}
     for record in recs:
         job = jobs[record["id"]]
         assert job.deployment is not None, (record["id"], job.not_renderable)
@@ -69,7 +70,8 @@ def test_roles_nodes_and_the_router_as_endpoint(jobs):
         assert roles == [*want, (Role.ROUTER, 0)]
         router = d.processes[d.endpoint]
         assert router.role == Role.ROUTER and router.port == amd_disagg.ROUTER_PORT
-        assert f"http://{{{{node:{xp + yd - 1}}}}}:8000" in router.argv
+        port = d.processes[xp + yd - 1].port
+        assert f"http://{{{{node:{xp + yd - 1}}}}}:{port}" in router.argv
 
 
 def test_the_profiles_are_what_the_capture_gives():

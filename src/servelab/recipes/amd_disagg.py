@@ -25,9 +25,12 @@ from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "amd_disagg.json"))
 RUNNER_PREFIX = "mi355x"
-FRAMEWORKS = (f"{Engine.SGLANG}-disagg",)
-SERVER_PORT = 8000
+FRAMEWORKS = (f"{Engine.SGLANG}-disagg", f"{Engine.ATOM}-disagg")
 ROUTER_PORT = 30000
+# in a stored command: the node it runs on (a server names its own address: ATOM's KV proxy_ip), and where
+# the router's worker list goes
+SELF = "{{node:self}}"
+WORKERS = "{{workers}}"
 GPUS_PER_NODE = 8
 AGENTIC = "agentic-coding"
 # the addresses the capture gave the nodes (capture/amd_disagg.py NODE_IPS): 10.0.0.10 is node 0
@@ -117,21 +120,35 @@ def _placeholders(value: str) -> str:
 
 
 def _is_router(argv: list[str]) -> bool:
-    return any(a.endswith(".launch_router") for a in argv)
+    """SGLang's router (sglang_router.launch_router) or ATOM's (atomesh launch)."""
+    return any(a.endswith(".launch_router") for a in argv) or argv[0].rsplit("/", 1)[-1] == "atomesh"
+
+
+KV_ROLES = {"kv_producer": Role.PREFILL, "kv_consumer": Role.DECODE}
 
 
 def _server_role(argv: list[str]) -> Role | None:
-    if "--disaggregation-mode" not in argv:
-        return None
-    return Role(argv[argv.index("--disaggregation-mode") + 1])
+    """prefill or decode: SGLang's --disaggregation-mode, ATOM's kv_role in --kv-transfer-config."""
+    if "--disaggregation-mode" in argv:
+        return Role(argv[argv.index("--disaggregation-mode") + 1])
+    if "--kv-transfer-config" in argv:
+        return KV_ROLES.get(json.loads(argv[argv.index("--kv-transfer-config") + 1]).get("kv_role"))
+    return None
+
+
+def _port(argv: list[str]) -> int:
+    flag = next(f for f in ("--port", "--server-port") if f in argv)
+    return int(argv[argv.index(flag) + 1])
 
 
 def _router_flags(argv: list[str]) -> list[str]:
-    """The router's command without the worker list (--prefill URL / --decode URL pairs), which the layout
-    gives."""
+    """The router's command with its worker list (--prefill URL / --decode URL pairs, which the layout
+    gives) as one WORKERS word."""
     out, i = [], 0
     while i < len(argv):
         if argv[i] in ("--prefill", "--decode"):
+            if WORKERS not in out:
+                out.append(WORKERS)
             i += 2
             continue
         out.append(argv[i])
@@ -139,12 +156,18 @@ def _router_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def _worker_urls(row: dict) -> list[str]:
+def _worker_urls(row: dict, ports: dict[str, int]) -> list[str]:
     xp, yd = _nodes(row)
     urls = []
     for i in range(xp + yd):
-        urls += ["--prefill" if i < xp else "--decode", f"http://{{{{node:{i}}}}}:{SERVER_PORT}"]
+        role = Role.PREFILL if i < xp else Role.DECODE
+        urls += [f"--{role}", f"http://{{{{node:{i}}}}}:{ports[role.value]}"]
     return urls
+
+
+def _with_workers(flags: list[str], urls: list[str]) -> list[str]:
+    at = flags.index(WORKERS)
+    return [*flags[:at], *urls, *flags[at + 1 :]]
 
 
 def profiles_from(records: list[dict]) -> dict:
@@ -152,23 +175,36 @@ def profiles_from(records: list[dict]) -> dict:
     and per role the layout dimensions its commands depend on (`dims`) and the command of each layout; one
     line naming the job when one layout gives two commands."""
     found: dict[str, dict[str, list[tuple[dict[str, str], dict]]]] = {}
+    ports: dict[str, dict[str, int]] = {}
     for record in records:
         row, key = record["row"], record["key"]
+        servers = [
+            (node, c, role)
+            for node in record["nodes"]
+            for c in node["commands"]
+            if (role := _server_role(c["argv"])) is not None
+        ]
+        for _, c, role in servers:
+            if ports.setdefault(key, {}).setdefault(role.value, _port(c["argv"])) != _port(c["argv"]):
+                raise ValueError(f"{record['id']}: the {role} servers serve on two ports")
         for node in record["nodes"]:
+            me = f"{{{{node:{node['rank']}}}}}"
             for command in node["commands"]:
-                argv = [_placeholders(a) for a in command["argv"]]
+                argv = [_placeholders(a).replace(me, SELF) for a in command["argv"]]
                 env = {k: _placeholders(v) for k, v in {**node["exported"], **command["env"]}.items()}
-                role = _server_role(argv)
+                role = _server_role(command["argv"])
                 if role is not None:
                     dims = layout(row, role, node["rank"] == 0)
-                elif _is_router(argv):
+                elif _is_router(command["argv"]):
                     # node 0's scripts export what its layout gives (the router inherits it, as node 0's
                     # prefill server does)
-                    role, dims, argv = Role.ROUTER, layout(row, Role.PREFILL, True), _router_flags(argv)
-                    if argv + _worker_urls(row) != [_placeholders(a) for a in command["argv"]]:
+                    argv = _router_flags([_placeholders(a) for a in command["argv"]])
+                    role, dims = Role.ROUTER, layout(row, Role.PREFILL, True)
+                    whole = _with_workers(argv, _worker_urls(row, ports[key]))
+                    if whole != [_placeholders(a) for a in command["argv"]]:
                         raise ValueError(f"{record['id']}: the router's workers are not the layout's")
                 else:
-                    continue  # the scripts' barriers and the benchmark: not processes of the deployment
+                    continue  # the scripts' barriers, waits and benchmark: not processes of the deployment
                 entry = {"argv": argv, "env": dict(sorted(env.items()))}
                 found.setdefault(key, {}).setdefault(role.value, []).append((dims, entry))
     out = {}
@@ -181,7 +217,7 @@ def profiles_from(records: list[dict]) -> dict:
                 if named.setdefault(_name(dims, keep), entry) != entry:
                     raise ValueError(f"{key}: {role_name} {_name(dims, keep)!r} has two commands")
             variants[role_name] = (keep, named)
-        out[key] = _compact(variants)
+        out[key] = {**_compact(variants), "ports": ports[key]}
     return out
 
 
@@ -224,7 +260,7 @@ def deployment_for(key: str, row: dict) -> tuple[Deployment | None, str | None]:
     if not is_amd_disagg(row):
         return None, None
     by_role = profiles().get(key)
-    if by_role is None:
+    if by_role is None or "ports" not in by_role:
         return None, f"{row['framework']} on {row['runner']}: servelab has no capture of {key}'s scripts"
     xp, yd = _nodes(row)
     processes = []
@@ -235,13 +271,14 @@ def deployment_for(key: str, row: dict) -> tuple[Deployment | None, str | None]:
         if entry is None:
             return None, f"{row['framework']}: no captured {role} server of {key} for the layout {dims}"
         tp = int(row[role.value]["tp"])
+        here = f"{{{{node:{i}}}}}"
         processes.append(
             NodeProcess(
                 role=role,
                 node=i,
-                argv=entry[0],
+                argv=[a.replace(SELF, here) for a in entry[0]],
                 env=entry[1],
-                port=SERVER_PORT,
+                port=by_role["ports"][role.value],
                 gpus=min(tp, GPUS_PER_NODE),
             )
         )
@@ -252,7 +289,7 @@ def deployment_for(key: str, row: dict) -> tuple[Deployment | None, str | None]:
         NodeProcess(
             role=Role.ROUTER,
             node=0,
-            argv=router[0] + _worker_urls(row),
+            argv=_with_workers(router[0], _worker_urls(row, by_role["ports"])),
             env=router[1],
             port=ROUTER_PORT,
         )

@@ -43,6 +43,23 @@ _INERT = ("apt-get", "apt", "pip", "pip3", "git", "curl", "sleep", "sudo", "dock
 # before they start (every node is up at once here)
 _PYTHON = '#!/bin/sh\ncase "$1" in *sync.py) exit 0 ;; esac\nexec {} "$@"\n'
 DRY = "DRY RUN: "
+ATOM_DISAGG = "atom-disagg"
+# what job.slurm's docker run adds for atom-disagg (its defaults; the runner's IBDEVICES, which it passes on)
+ATOM_ENV = {
+    "ATOM_WS_PATH": DOCKER_WS,
+    "PREFILL_PORT": "8010",
+    "DECODE_PORT": "8020",
+    "ROUTER_PORT": "30000",
+    "HANDSHAKE_PORT": "6301",
+    "MEM_FRAC_STATIC": "0.85",
+    "KV_CACHE_DTYPE": "fp8",
+    "BLOCK_SIZE": "16",
+    "MAX_NUM_SEQS": "256",
+    "MAX_MODEL_LEN": "",
+    "MAX_NUM_BATCHED_TOKENS": "",
+    "EXTRA_SERVER_ARGS": "",
+    "IBDEVICES": ",".join(RAILS),
+}
 
 
 def model_name(row: dict) -> str:
@@ -125,6 +142,7 @@ def node_env(row: dict, rank: int) -> dict[str, str]:
         "DURATION": "1800",
         "ENABLE_METRICS": "0",
         "DRY_RUN": "1",
+        **(ATOM_ENV if framework == ATOM_DISAGG else {}),
     }
 
 
