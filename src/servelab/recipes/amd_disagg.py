@@ -3,7 +3,8 @@ profiles of what upstream's scripts start on each node.
 
 InferenceX runs these jobs with benchmarks/multi_node/amd_utils: job.slurm starts server.sh on every node of
 the allocation, one node per worker: nodes 0 .. xP-1 are the prefill servers, the next yD the decode servers,
-and node 0 also runs the router (sglang_router's launch_router, port 30000: the endpoint) in front of them.
+and node 0 also runs the router (SGLang's sglang_router or ATOM's atomesh, port 30000: the endpoint) in front
+of them.
 What each node runs was recorded by running those scripts per node, in their dry-run mode
 (scripts/amd_disagg_capture.py, capture/amd_disagg.py); `profiles_from` keeps, per config key and role, the
 server command and its environment for each layout of that role (its TP, EP, DP attention, MTP, the job's
@@ -21,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from servelab.engines import Engine
+from servelab.recipes.capture.amd_disagg import NODE_IPS
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "amd_disagg.json"))
@@ -33,8 +35,8 @@ SELF = "{{node:self}}"
 WORKERS = "{{workers}}"
 GPUS_PER_NODE = 8
 AGENTIC = "agentic-coding"
-# the addresses the capture gave the nodes (capture/amd_disagg.py NODE_IPS): 10.0.0.10 is node 0
-_CAPTURED_IP = re.compile(r"\b10\.0\.0\.(\d+)\b")
+# the addresses the capture gave the nodes, node 0 first
+_CAPTURED_IP = re.compile(r"(?<![\d.])(" + "|".join(map(re.escape, NODE_IPS)) + r")(?![\d])")
 
 
 def is_amd_disagg(row: dict) -> bool:
@@ -116,7 +118,7 @@ def _nodes(row: dict) -> tuple[int, int]:
 
 
 def _placeholders(value: str) -> str:
-    return _CAPTURED_IP.sub(lambda m: f"{{{{node:{int(m.group(1)) - 10}}}}}", value)
+    return _CAPTURED_IP.sub(lambda m: f"{{{{node:{NODE_IPS.index(m.group(1))}}}}}", value)
 
 
 def _is_router(argv: list[str]) -> bool:

@@ -33,8 +33,8 @@ RAILS = [f"rdma{i}" for i in range(8)]
 TIMEOUT_S = float(os.environ.get("SERVELAB_AMD_TIMEOUT", "60"))
 
 _IP = """#!/bin/sh
-if [ "$1" = route ] && [ "$2" = get ]; then echo "1.1.1.1 via 10.0.0.1 dev eth0 src $SERVELAB_NODE_IP uid 0"
-elif [ "$1" = route ]; then echo "default via 10.0.0.1 dev eth0 proto static"; fi
+if [ "$1" = route ] && [ "$2" = get ]; then echo "1.1.1.1 via 10.255.0.1 dev eth0 src $SERVELAB_NODE_IP uid 0"
+elif [ "$1" = route ]; then echo "default via 10.255.0.1 dev eth0 proto static"; fi
 """
 _IBV = "#!/bin/sh\n" + "".join(f'echo "hca_id:\t{r}"\n' for r in RAILS)
 _HOSTNAME = '#!/bin/sh\necho "mia1-node$SERVELAB_NODE_RANK"\n'
