@@ -34,7 +34,7 @@ def _started(record: dict) -> list[tuple]:
             # what a deployment is made of: the servers and the router; the scripts' barriers, waits and
             # benchmark are not
             if amd_disagg._server_role(c["argv"]) or amd_disagg._is_router(c["argv"]):
-                env = dict(sorted({**node["exported"], **c["env"]}.items()))
+                env = dict(sorted({**c["exported"], **c["env"]}.items()))
                 out.append((node["rank"], c["argv"], env))
     return sorted(out, key=repr)
 

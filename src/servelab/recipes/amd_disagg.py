@@ -7,9 +7,9 @@ and node 0 also runs the router (SGLang's sglang_router or ATOM's atomesh, port 
 of them.
 What each node runs was recorded by running those scripts per node, in their dry-run mode
 (scripts/amd_disagg_capture.py, capture/amd_disagg.py); `profiles_from` keeps, per config key and role, the
-server command and its environment for each layout of that role (its TP, EP, DP attention, MTP, the job's
-largest concurrency, and whether it runs on node 0, whose scripts export a few more variables): a job is
-rendered by placing its workers on their nodes and listing them in the router's command.
+server command and the environment it inherits for each layout of that role (its TP, EP, DP attention, MTP,
+and the job's largest concurrency where the commands differ with it): a job is rendered by placing its
+workers on their nodes and listing them in the router's command.
 """
 
 from __future__ import annotations
@@ -193,13 +193,12 @@ def profiles_from(records: list[dict]) -> dict:
             me = f"{{{{node:{node['rank']}}}}}"
             for command in node["commands"]:
                 argv = [_placeholders(a).replace(me, SELF) for a in command["argv"]]
-                env = {k: _placeholders(v) for k, v in {**node["exported"], **command["env"]}.items()}
+                env = {k: _placeholders(v) for k, v in {**command["exported"], **command["env"]}.items()}
                 role = _server_role(command["argv"])
                 if role is not None:
                     dims = layout(row, role, node["rank"] == 0)
                 elif _is_router(command["argv"]):
-                    # node 0's scripts export what its layout gives (the router inherits it, as node 0's
-                    # prefill server does)
+                    # the router inherits what node 0's scripts exported for the prefill layout
                     argv = _router_flags([_placeholders(a) for a in command["argv"]])
                     role, dims = Role.ROUTER, layout(row, Role.PREFILL, True)
                     whole = _with_workers(argv, _worker_urls(row, ports[key]))

@@ -6,8 +6,8 @@ prefill/decode layout into submit.sh's arguments; submit.sh exports the pool siz
 PREFILL_NODES * PREFILL_TP / PREFILL_WORKERS ...) and sbatch's job.slurm; job.slurm runs server.sh in one
 container per node with the `-e` list of its docker run (`node_env`: NODE_RANK, NODE0_ADDR, IPADDRS, the
 pools, the benchmark's lengths and concurrencies). server.sh with DRY_RUN=1 prints each command it would
-start (`DRY RUN: <command>`) and starts nothing: the sandbox records those lines, and the variables the
-scripts exported (env.sh's MoRI/NCCL settings) that the server processes inherit.
+start (`DRY RUN: <command>`) and starts nothing: the sandbox records those lines, and with each the variables
+the scripts have exported when they print it (env.sh's MoRI/NCCL settings), which that process inherits.
 
 The node's machine answers as upstream's mia1 nodes do: `ip route get` gives the node's address, `ip route`
 a default route on eth0, ibv_devinfo the eight rails the runner names (rdma0..rdma7: the container does not
@@ -179,10 +179,21 @@ def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
             "SERVELAB_NODE_IP": NODE_IPS[rank],
             "SERVELAB_NODE_RANK": str(rank),
         }
-        dump = tmp / "env.out"
+        dumps = tmp / "env"
+        dumps.mkdir()
         (tmp / "run_logs").mkdir()
+        # each printed command's environment is what the scripts have exported when they print it (what
+        # the process would inherit): an `echo` that records it before each DRY RUN line
         wrapper = (
-            f"trap 'env -0 > {shlex.quote(str(dump))}' EXIT\nsource {shlex.quote(str(ws / 'server.sh'))}\n"
+            "__servelab_n=0\n"
+            "echo() {\n"
+            f'  if [[ "${{1:-}}" == "{DRY}"* ]]; then\n'
+            "    __servelab_n=$((__servelab_n + 1))\n"
+            f'    env -0 > {shlex.quote(str(dumps))}/"$__servelab_n"\n'
+            "  fi\n"
+            '  builtin echo "$@"\n'
+            "}\n"
+            f"source {shlex.quote(str(ws / 'server.sh'))}\n"
         )
         for name in ("server_sglang.sh", "server_atom.sh", "server.sh", "env.sh", "setup_deps.sh"):
             path = ws / name
@@ -198,20 +209,17 @@ def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
             timeout=TIMEOUT_S,
             check=False,
         )
-        text = _upstream(done.stdout + done.stderr, tmp)
-        commands = [split_command(line[len(DRY) :]) for line in text.splitlines() if line.startswith(DRY)]
-        exported: dict[str, str] = {}
-        if dump.exists():
-            for item in dump.read_text().split("\0"):
+        printed = [line for line in done.stdout.splitlines() if line.startswith(DRY)]
+        commands = []
+        for i, line in enumerate(printed, 1):
+            command = split_command(_upstream(line[len(DRY) :], tmp))
+            exported: dict[str, str] = {}
+            for item in (dumps / str(i)).read_text().split("\0"):
                 k, sep, v = item.partition("=")
                 if sep and k not in given and k not in env and k not in ("PWD", "OLDPWD", "SHLVL", "_"):
                     exported[k] = _upstream(v, tmp)
-        return {
-            "rank": rank,
-            "commands": commands,
-            "exported": dict(sorted(exported.items())),
-            "status": done.returncode,
-        }
+            commands.append({**command, "exported": dict(sorted(exported.items()))})
+        return {"rank": rank, "commands": commands, "status": done.returncode}
 
 
 def _upstream(text: str, tmp: Path) -> str:
