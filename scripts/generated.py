@@ -47,6 +47,7 @@ RECORD = REPO / "scripts" / "generated.json"
 TABLES = "src/servelab/perfdb/data"
 IX = "tests/data/inferencex"
 MASTERS = (f"{IX}/configs/nvidia-master.yaml", f"{IX}/configs/amd-master.yaml")
+AMD_DISAGG = "scripts/amd_disagg_capture.py"
 IX_LAUNCH = "scripts/ix_launch.py"
 CAPTURE = "src/servelab/recipes/capture/*"  # the sandbox, stubs and residual ix_launch.py runs
 
@@ -321,6 +322,18 @@ ENTRIES: tuple[Entry, ...] = (
         command=f"python {IX_LAUNCH} docs",
         self_check=(IX_LAUNCH, "docs", "--check"),
         quick=False,
+    ),
+    Entry(
+        outputs=(f"{IX}/launch/amd-disagg-launches.json.gz",),
+        inputs=(*MASTERS, AMD_DISAGG, "src/servelab/recipes/capture/amd_disagg.py"),
+        command=f"python {AMD_DISAGG} capture --inferencex PATH/TO/InferenceX  (the pinned commit)",
+        recorded="InferenceX's benchmarks/multi_node/amd_utils scripts run per node under bash (a checkout)",
+    ),
+    Entry(
+        outputs=("src/servelab/recipes/data/amd_disagg.json",),
+        inputs=(f"{IX}/launch/amd-disagg-launches.json.gz", AMD_DISAGG, "src/servelab/recipes/amd_disagg.py"),
+        command=f"python {AMD_DISAGG} profiles",
+        self_check=(AMD_DISAGG, "profiles", "--check"),
     ),
     Entry(
         outputs=("tests/data/aiconfigurator/**/*",),

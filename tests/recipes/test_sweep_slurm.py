@@ -256,7 +256,8 @@ def test_a_large_sweep_is_split_into_arrays(ix_jobs, tmp_path, monkeypatch):
 
 def test_jobs_without_a_launch_are_refused_in_one_line():
     store = open_store(IX)
-    multi = expand(store, [], Filters(node_type="multi-node", max_jobs=10_000))[:1]
+    multi = expand(store, [], Filters(node_type="multi-node", max_jobs=10_000))
+    multi = [j for j in multi if (j.not_renderable or "").startswith("disaggregated")][:1]
     with pytest.raises(ServelabError) as info:
         emit(multi, "slurm")
     assert "no script can be written: disaggregated" in str(info.value) and "\n" not in str(info.value)
@@ -341,7 +342,7 @@ def test_every_deployment_of_the_pinned_sweep_gets_a_script_or_one_line(deployme
         assert directives(text)[1] == f"--nodes={job.deployment.nodes}"
         assert text.count("srun ") == len(job.deployment.processes)
         written += 1
-    assert (written, refused) == (147, 145)
+    assert (written, refused) == (147 + 36, 145)  # 36: InferenceX's AMD sglang-disagg and atom-disagg jobs
 
 
 def _two_node_job(deployment_jobs):

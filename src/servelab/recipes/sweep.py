@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
+from servelab.recipes import amd_disagg
 from servelab.recipes.checkout_launch import LaunchOrigin
 from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client, trace_spec
 from servelab.recipes.engines import JobPoint, Launch, render
@@ -111,6 +112,9 @@ def build_job(store, point: Point) -> Job:
     if launch is None:  # a multinode job srt-slurm deploys (srtslurm_jobs.py)
         deployment, srt_why, srt_source = deployment_for(row, benchmarks_of(store.source))
         why, source = (None, srt_source) if deployment else (srt_why or why, source)
+    if launch is None and deployment is None:  # one InferenceX's AMD scripts deploy (amd_disagg.py)
+        deployment, amd_why = amd_disagg.deployment_for(key, row)
+        why = None if deployment else (amd_why or why)
     runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
         launch, deployment = None, None
