@@ -47,6 +47,11 @@ exec "$@"
 """
 SERVELAB = """#!/usr/bin/env bash
 for f in $STUB_WAIT; do while [[ ! -e $STUB_LOG/$f ]]; do sleep 0.05; done; done  # a health gate
+# a deployment's sruns all up (their stop trap set) before the job's script goes on to stop them
+for ((i = 0; i < 600; i++)); do
+  (($(compgen -G "$STUB_LOG/srun-*.ready" | wc -l) >= ${STUB_READY:-0})) && break
+  sleep 0.05
+done
 log="$STUB_LOG/servelab-${STUB_NAME:-$SLURM_ARRAY_TASK_ID}"
 printf '%s\\0' "$@" > "$log.argv"; pwd > "$log.cwd"; env -0 > "$log.env"; cp servelab-job.json "$log.json"
 """
@@ -290,10 +295,11 @@ def test_hostile_recipe_values_arrive_as_written(store_dir, stubs, tmp_path):
 # exits at once; curl records the URL and answers as $STUB_CURL says (0: healthy).
 DEPLOY_SRUN = """#!/usr/bin/env bash
 log="$STUB_LOG/srun-$$"
+trap 'kill $! 2>/dev/null; touch "$log.stopped"; exit 0' TERM
 printf '%s\\0' "$@" > "$log.argv"; pwd > "$log.cwd"
 for a in "$@"; do [[ -n ${STUB_DIE:-} && $a == "$STUB_DIE" ]] && exit 9; done
-trap 'kill $! 2>/dev/null; touch "$log.stopped"; exit 0' TERM
 sleep 120 &
+touch "$log.ready"
 wait
 """
 SCONTROL = """#!/usr/bin/env bash
@@ -411,7 +417,8 @@ def test_a_deployment_script_starts_each_process_on_its_node(deployment_jobs, ds
         f"--gpus-per-node={max(sum(p.gpus for p in dep.processes if p.node == n) for n in (0, 1))}",
         "--exclusive",
     ]
-    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver")
+    ready = str(len(dep.processes))
+    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver", STUB_READY=ready)
     assert r.returncode == 0, r.stderr
     log, folder = _log(dstubs), tmp_path / "submit" / name
     assert _argv(log / "scontrol.argv") == ["show", "hostnames", "gpu-a[01-02],gpu-b17"]
@@ -476,7 +483,8 @@ def test_hostile_deployment_values_arrive_as_written(deployment_jobs, dstubs, tm
     job = job.model_copy(update={"deployment": dep.model_copy(update={"processes": procs, "files": files})})
     text = multinode_script(job, "h", SlurmOptions())
     _syntax(text)
-    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver")
+    ready = str(len(job.deployment.processes))
+    r = _bash(text, tmp_path / "submit", dstubs, STUB_NAME="driver", STUB_READY=ready)
     assert r.returncode == 0, r.stderr
     assert sorted(_sruns(_log(dstubs))) == sorted(_expected_sruns(job.deployment, NODES))
     written = (tmp_path / "submit" / "h" / "conf" / "x.txt").read_text()
