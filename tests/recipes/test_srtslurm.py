@@ -151,7 +151,7 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 390, (equal, refused)
+    assert equal >= 404, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
