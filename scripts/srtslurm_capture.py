@@ -36,6 +36,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.srtslurm import select_variant, with_synthetic_acceptance
+from servelab.recipes.srtslurm_jobs import launcher_edit
 
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = Path(__file__).resolve().parent / "srtslurm_stubs"
@@ -338,9 +339,9 @@ def _git_show(git_dir: Path, rev: str, path: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def _synthetic(text: str, length: float | None) -> object:
-    """`text` as the launcher rewrites it for synthetic acceptance (servelab's rewrite), normalised."""
-    data = _normal(text)
+def _synthetic(text: str, length: float | None, launcher: str | None) -> object:
+    """`text` as the launcher edits it (its sed, synthetic acceptance: servelab's rewrites), normalised."""
+    data = _normal(launcher_edit(text, launcher))
     if length is None or not isinstance(data, dict):
         return data
     try:
@@ -411,7 +412,7 @@ def index(args) -> None:
                 continue
             if f not in ix_text:
                 ix_text[f] = _git_show(IX_MIRROR, IX_COMMIT, f) or ""
-            if _synthetic(ix_text[f], lengths.get(key)) == want:
+            if _synthetic(ix_text[f], lengths.get(key), r.get("launcher")) == want:
                 source = f
                 break
         if source is not None:
@@ -420,7 +421,7 @@ def index(args) -> None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(ix_text[source])
         elif (text := _git_show(SRT_MIRROR, rev, config)) is not None and _synthetic(
-            text, lengths.get(key)
+            text, lengths.get(key), r.get("launcher")
         ) == want:
             entry["srt-slurm"] = config
             dest = PACKAGE / "recipes" / rev[:12] / config

@@ -23,7 +23,7 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes import srtslurm
 from servelab.recipes.engines.base import Role
-from servelab.recipes.srtslurm_jobs import index
+from servelab.recipes.srtslurm_jobs import LAUNCHER_EDITS, index, launcher_edit
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "srtslurm"
@@ -265,6 +265,27 @@ def test_synthetic_acceptance_is_rewritten_as_the_launcher_rewrites_it():
     assert checked["vllm"] >= 20 and checked["sglang"] >= 3, checked
     with pytest.raises(ServelabError, match="nothing it rewrites"):
         srtslurm.with_synthetic_acceptance({"backend": {"type": "vllm", "vllm_config": {}}}, 2.5, "r.yaml")
+
+
+def test_the_recipe_is_read_as_the_launcher_s_own_sed_leaves_it():
+    # launch_h100-dgxc-slurm.sh adds `dist-timeout: 1800` after each `watchdog-timeout:` of the recipe
+    # (SGLang's): servelab's edit of the source equals the recipe srtctl was given, for each of its choices
+    resolved, _ = data()
+    checked, edited = 0, 0
+    for key, entry in sorted(index().items()):
+        if "unavailable" in entry or entry.get("launcher") not in LAUNCHER_EDITS:
+            continue
+        source = _source_text(entry)
+        mine = launcher_edit(source, entry["launcher"])
+        assert _without_launcher_edits(mine) == _without_launcher_edits(resolved[key]["recipe"]), key
+        checked += 1
+        edited += mine != source
+    assert (checked, edited) == (12, 2)
+    text = "a:\n      watchdog-timeout: 5\n      x: 1\n"
+    assert launcher_edit(text, "launch_h100-dgxc-slurm.sh") == (
+        "a:\n      watchdog-timeout: 5\n      dist-timeout: 1800\n      x: 1\n"
+    )
+    assert launcher_edit(text, "launch_gb200-nv.sh") == text
 
 
 def test_nginx_spreads_over_the_frontends_it_fronts():
