@@ -22,6 +22,7 @@ rendering (servelab.recipes.srtslurm) with.
 from __future__ import annotations
 
 import argparse
+import difflib
 import gzip
 import json
 import os
@@ -35,6 +36,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.srtslurm import select_variant, with_synthetic_acceptance
+from servelab.recipes.srtslurm_jobs import launcher_edit
 
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = Path(__file__).resolve().parent / "srtslurm_stubs"
@@ -44,7 +46,6 @@ SRT_MIRROR = Path("/work/.mirror/NVIDIA+srt-slurm/repo")
 DATA = ROOT / "tests" / "data" / "srtslurm"
 NOOP = [
     "srun",
-    "sbatch",
     "salloc",
     "squeue",
     "scontrol",
@@ -66,6 +67,17 @@ NOOP += [
     "huggingface-cli",
     "sacct",
     "pip",
+]
+
+# What the clusters' file systems hold that a launcher reads before srtctl (the stand-ins are empty files):
+# uv's env script on the shared uv install (h100-dgxc-slurm sources it; uv itself is the stub) and the DCGM
+# exporter's squash file the dcgm-power lanes `test -r`. Each mount point is a tmpfs of the launcher's own.
+CLUSTER_MOUNTS = ["/mnt", "/data/home"]
+DCGM_SQSH = "nvcr.io_nvidia_k8s_dcgm-exporter_4.6.0-4.8.3-distroless.sqsh"
+CLUSTER_FILES = [
+    "/mnt/nfs/sa-shared/.uv/bin/env",
+    f"/mnt/lustre01/users-public/sa-shared/{DCGM_SQSH}",
+    f"/data/home/sa-shared/gharunners/squash/{DCGM_SQSH}",
 ]
 
 
@@ -156,6 +168,7 @@ def launcher_env(job: dict, node: str, workspace: Path, record: Path) -> dict[st
         "RESULT_FILENAME": f"{job['exp-name']}_{job['precision']}_{job['framework']}",
         "GITHUB_RUN_ID": "1",
         "GITHUB_RUN_ATTEMPT": "1",
+        "RANDOM_RANGE_RATIO": "0.8",  # benchmark-multinode-tmpl.yml's job environment
         **settings(job),
     }
     return env
@@ -167,20 +180,32 @@ def run_launcher(job: dict, workspace: Path, tmp: Path) -> dict:
     if not launcher.is_file():
         return {"error": f"no launcher {launcher.name}"}
     record = tmp / "record"
-    for f in (record, Path(f"{record}.yaml"), Path(f"{record}.cluster")):
+    for f in (record, Path(f"{record}.yaml"), Path(f"{record}.cluster"), Path(f"{record}.sbatch")):
         f.unlink(missing_ok=True)
     env = launcher_env(job, node, workspace, record)
     cwd = tmp / "cwd"
     subprocess.run(["rm", "-rf", str(cwd)], check=True)
     cwd.mkdir()
-    # $$ of the wrapper is the launcher's pid once it execs: the srtctl stub stops it there
+    # as on the runner, InferenceX's benchmarks/ beside the job (the llm-d launcher runs a wrapper from it)
+    (cwd / "benchmarks").symlink_to(workspace / "benchmarks")
+    # the cluster's file systems are a private tmpfs holding only CLUSTER_FILES (mount namespace: the
+    # launchers' mkdir -p /mnt/... and lock files never reach this machine's); $$ of the wrapper is the
+    # launcher's pid once it execs: the srtctl stub stops it there
+    stand_ins = " ".join(f'"{f}"' for f in CLUSTER_FILES)
     cmd = (
+        " && ".join(f"mount -t tmpfs servelab-stub {m}" for m in CLUSTER_MOUNTS)
+        + f' && for f in {stand_ins}; do mkdir -p "${{f%/*}}" && : > "$f"; done && '
         "export LAUNCHER_PID=$$; command_not_found_handle() { return 0; }; "
         f'export -f command_not_found_handle; exec bash "{launcher}"'
     )
     try:
         run = subprocess.run(
-            ["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, timeout=60, text=True
+            ["unshare", "--mount", "--propagation", "private", "bash", "-c", cmd],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            timeout=60,
+            text=True,
         )
     except subprocess.TimeoutExpired:
         return {"error": "launcher ran out of time"}
@@ -190,6 +215,9 @@ def run_launcher(job: dict, workspace: Path, tmp: Path) -> dict:
         for r in revs:  # the launcher's clone is removed for the next job
             subprocess.run(["rm", "-rf", str(r.parent)], check=True)
         why = "the launcher did not reach srtctl apply"
+        if (sbatch := Path(f"{record}.sbatch")).is_file():  # a SLURM job of its own (llm-d's)
+            script = (sbatch.read_text().split() or ["?"])[-1].rsplit("/", 1)[-1]
+            why = f"the launcher submits a SLURM job of its own (sbatch {script}), not srtctl apply"
         if rev and not rev[0].isalnum() or (rev or "").startswith(("repo:", "unknown:")):
             why = f"srt-slurm {rev} is not in the local mirror"
         return {"error": why, "rev": rev, "tail": run.stderr[-1500:]}
@@ -208,12 +236,16 @@ def run_launcher(job: dict, workspace: Path, tmp: Path) -> dict:
 def resolve(args) -> None:
     jobs = multinode_jobs()
     keys = sorted({resolve_key(j): j for j in jobs}.items())
+    # --only: those resolved again, the others kept as they were
+    out: dict = json.load(gzip.open(DATA / "resolved.json.gz")) if args.only else {}
+    keys = [(k, j) for k, j in keys if not args.only or args.only in k]
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         workspace = tmp / "ix"
         workspace.mkdir()
         archive = subprocess.run(
-            ["git", "--git-dir", str(IX_MIRROR), "archive", IX_COMMIT, "runners", "benchmarks/multi_node"],
+            ["git", "--git-dir", str(IX_MIRROR), "archive", IX_COMMIT, "runners", "benchmarks/multi_node"]
+            + ["benchmarks/benchmark_lib.sh"],
             capture_output=True,
             check=True,
         ).stdout
@@ -223,11 +255,10 @@ def resolve(args) -> None:
         (workspace / ".local" / "bin" / "env").write_text("")
         bin_ = tmp / "bin"
         bin_.mkdir()
-        for name in ("git", "srtctl"):
+        for name in ("git", "srtctl", "sbatch"):
             (bin_ / name).symlink_to(STUBS / name)
         for name in NOOP:
             (bin_ / name).symlink_to(STUBS / "_noop")
-        out = {}
         for i, (key, job) in enumerate(keys):
             # the launcher edits files in $GITHUB_WORKSPACE only under the clone; a fresh clone each run
             out[key] = run_launcher(job, workspace, tmp)
@@ -308,9 +339,9 @@ def _git_show(git_dir: Path, rev: str, path: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def _synthetic(text: str, length: float | None) -> object:
-    """`text` as the launcher rewrites it for synthetic acceptance (servelab's rewrite), normalised."""
-    data = _normal(text)
+def _synthetic(text: str, length: float | None, launcher: str | None) -> object:
+    """`text` as the launcher edits it (its sed, synthetic acceptance: servelab's rewrites), normalised."""
+    data = _normal(launcher_edit(text, launcher))
     if length is None or not isinstance(data, dict):
         return data
     try:
@@ -346,9 +377,19 @@ def index(args) -> None:
         rev = r.get("rev") or ""
         if "recipe" not in r or ":" in rev or not rev:
             entry["unavailable"] = (
-                "InferenceX's launcher stops before srtctl apply under servelab's stubs (it reads the "
-                "cluster's file system), so which revision and recipe it runs is not recorded"
+                "InferenceX's launcher stops before srtctl apply under servelab's stubs, so which "
+                "revision and recipe it runs is not recorded"
             )
+            wanted = key.rsplit("|", 1)[-1]
+            if "sbatch" in r.get("error", ""):
+                entry["unavailable"] = f"not srt-slurm: {r['error']}"
+            elif rev and ":" not in rev and _git_show(SRT_MIRROR, rev, wanted) is None:
+                name = wanted.rsplit("/", 1)[-1]
+                if not any(f.rsplit("/", 1)[-1] == name for f in ix_files):
+                    entry["unavailable"] = (
+                        f"the recipe CONFIG_FILE names ({wanted}) is in neither InferenceX's checkout "
+                        "nor srt-slurm: the launcher stops there (sed: no such file)"
+                    )
             if ":" in rev:
                 entry["unavailable"] = f"srt-slurm {rev.split(':', 1)[1]} is a fork servelab has no copy of"
             out[key] = entry
@@ -371,7 +412,7 @@ def index(args) -> None:
                 continue
             if f not in ix_text:
                 ix_text[f] = _git_show(IX_MIRROR, IX_COMMIT, f) or ""
-            if _synthetic(ix_text[f], lengths.get(key)) == want:
+            if _synthetic(ix_text[f], lengths.get(key), r.get("launcher")) == want:
                 source = f
                 break
         if source is not None:
@@ -380,16 +421,27 @@ def index(args) -> None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(ix_text[source])
         elif (text := _git_show(SRT_MIRROR, rev, config)) is not None and _synthetic(
-            text, lengths.get(key)
+            text, lengths.get(key), r.get("launcher")
         ) == want:
             entry["srt-slurm"] = config
             dest = PACKAGE / "recipes" / rev[:12] / config
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
         else:
-            entry["unavailable"] = (
-                "the launcher edits the recipe before srtctl reads it (synthetic acceptance)"
-            )
+            what = "synthetic acceptance"
+            if lengths.get(key) is None:  # name what the launcher's own edit adds (sed on the recipe)
+                base = _git_show(SRT_MIRROR, rev, config) or next(
+                    (ix_text.get(f, "") for f in ix_files if f.rsplit("/", 1)[-1] == name), ""
+                )
+                added = sorted(
+                    {
+                        line[2:].strip()
+                        for line in difflib.ndiff(base.splitlines(), r["recipe"].splitlines())
+                        if line.startswith("+ ") and not line[2:].startswith("name:")
+                    }
+                )
+                what = "it adds " + ", ".join(f"`{a}`" for a in added) if added else "not described"
+            entry["unavailable"] = f"the launcher edits the recipe before srtctl reads it ({what})"
         if "error" in captures.get(key, {}):
             why = re.sub(r" in /\S+", "", captures[key]["error"]).splitlines()[0]
             entry["unavailable"] = f"srtctl at {rev[:12]} refuses the recipe ({why})"
@@ -414,6 +466,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("resolve")
     r.add_argument("-v", "--verbose", action="store_true")
+    r.add_argument("--only", help="resolve again the choices whose key contains this, keep the rest")
     r.set_defaults(func=resolve)
     c = sub.add_parser("capture")
     c.add_argument("-v", "--verbose", action="store_true")

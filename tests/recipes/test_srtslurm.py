@@ -23,7 +23,7 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.recipes import srtslurm
 from servelab.recipes.engines.base import Role
-from servelab.recipes.srtslurm_jobs import index
+from servelab.recipes.srtslurm_jobs import LAUNCHER_EDITS, index, launcher_edit
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "srtslurm"
@@ -151,7 +151,7 @@ def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
             differ.append(key)
     assert differ == [], f"{len(differ)} recipes render differently from srtctl, first {differ[:3]}"
     # what is refused is refused with a reason naming the recipe field; most are rendered
-    assert equal >= 390, (equal, refused)
+    assert equal >= 404, (equal, refused)
 
 
 def test_the_endpoint_is_the_frontend_and_nats_etcd_run_on_the_infra_node():
@@ -196,7 +196,12 @@ def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
         check=True,
     )
     jobs = json.loads(out.stdout)
-    deployed = [j for j in jobs if j.get("deployment")]
+    # the other deployments are InferenceX's AMD disaggregated jobs (amd_disagg.py: no srt-slurm recipe)
+    others = {
+        j["framework"] for j in jobs if j.get("deployment") and not j["framework"].startswith("dynamo-")
+    }
+    assert others == {"sglang-disagg", "atom-disagg"}
+    deployed = [j for j in jobs if j.get("deployment") and j["framework"].startswith("dynamo-")]
     assert len(deployed) >= 250
     assert {j["framework"] for j in deployed} >= {"dynamo-sglang", "dynamo-trt"}
     assert all(j["launch-source"].startswith("srt-slurm ") for j in deployed)
@@ -265,6 +270,27 @@ def test_synthetic_acceptance_is_rewritten_as_the_launcher_rewrites_it():
     assert checked["vllm"] >= 20 and checked["sglang"] >= 3, checked
     with pytest.raises(ServelabError, match="nothing it rewrites"):
         srtslurm.with_synthetic_acceptance({"backend": {"type": "vllm", "vllm_config": {}}}, 2.5, "r.yaml")
+
+
+def test_the_recipe_is_read_as_the_launcher_s_own_sed_leaves_it():
+    # launch_h100-dgxc-slurm.sh adds `dist-timeout: 1800` after each `watchdog-timeout:` of the recipe
+    # (SGLang's): servelab's edit of the source equals the recipe srtctl was given, for each of its choices
+    resolved, _ = data()
+    checked, edited = 0, 0
+    for key, entry in sorted(index().items()):
+        if "unavailable" in entry or entry.get("launcher") not in LAUNCHER_EDITS:
+            continue
+        source = _source_text(entry)
+        mine = launcher_edit(source, entry["launcher"])
+        assert _without_launcher_edits(mine) == _without_launcher_edits(resolved[key]["recipe"]), key
+        checked += 1
+        edited += mine != source
+    assert (checked, edited) == (12, 2)
+    text = "a:\n      watchdog-timeout: 5\n      x: 1\n"
+    assert launcher_edit(text, "launch_h100-dgxc-slurm.sh") == (
+        "a:\n      watchdog-timeout: 5\n      dist-timeout: 1800\n      x: 1\n"
+    )
+    assert launcher_edit(text, "launch_gb200-nv.sh") == text
 
 
 def test_nginx_spreads_over_the_frontends_it_fronts():

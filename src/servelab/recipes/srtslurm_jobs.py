@@ -7,8 +7,9 @@ data/srtslurm/index.json, one entry per choice, saying the revision, the model p
 srtslurm.yaml gives the recipe's model alias, and where the recipe is read from: InferenceX's own
 benchmarks/multi_node/srt-slurm-recipes (read from the sweep's checkout, beside its configs/) or srt-slurm's
 repository (pinned under data/srtslurm/recipes/<revision>/), and for an override file the variant CONFIG_FILE
-selects after its `:` (`selector`). A choice servelab has no copy of (a fork of
-srt-slurm, a recipe the launcher edits before srtctl reads it) keeps a precise not-renderable reason.
+selects after its `:` (`selector`); the recipe is read as the launcher's own sed leaves it (LAUNCHER_EDITS). A
+choice servelab has no copy of (a fork of srt-slurm, a recipe the launcher edits otherwise) keeps a precise
+not-renderable reason.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from servelab.recipes.srtslurm import read_recipe, render
 
 IX_RECIPES = "multi_node/srt-slurm-recipes"
 AGENTIC = "agentic-coding"
+# A launcher's own `sed -i '/^ANCHOR/a\\LINE'` on the recipe before srtctl reads it: (anchor, line added after
+# each line starting with it). launch_h100-dgxc-slurm.sh raises SGLang's torch-distributed store timeout.
+LAUNCHER_EDITS: dict[str, tuple[tuple[str, str], ...]] = {
+    "launch_h100-dgxc-slurm.sh": (("      watchdog-timeout:", "      dist-timeout: 1800"),),
+}
 
 
 @cache
@@ -39,6 +45,18 @@ def settings(row: dict) -> dict[str, str]:
             k, _, v = str(s).partition("=")
             out[k] = v
     return out
+
+
+def launcher_edit(text: str, launcher: str | None) -> str:
+    """The recipe text as the launcher's own sed leaves it (LAUNCHER_EDITS); unchanged for other launchers."""
+    for anchor, line in LAUNCHER_EDITS.get(launcher or "", ()):
+        out: list[str] = []
+        for have in text.splitlines(keepends=True):
+            out.append(have)
+            if have.startswith(anchor):
+                out.append(line + "\n")
+        text = "".join(out)
+    return text
 
 
 def choice_key(row: dict, config: str) -> str:
@@ -77,6 +95,7 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
             / f"data/srtslurm/recipes/{revision[:12]}/{entry['srt-slurm']}"
         )
         text, source = pinned.read_text(), f"srt-slurm's {entry['srt-slurm']} (pinned)"
+    text = launcher_edit(text, entry.get("launcher"))
     if "selector" in entry:  # the variant of an override file (CONFIG_FILE's `path:selector`)
         source += f" variant {entry['selector']}"
     synthetic = None
