@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.recipes.matrix import arm_settings
 from servelab.recipes.srtslurm import select_variant, with_synthetic_acceptance
 from servelab.recipes.srtslurm_jobs import launcher_edit
 
@@ -94,17 +95,8 @@ def multinode_jobs() -> list[dict]:
     return [j for j in json.loads(out.stdout) if config_file(j)]
 
 
-def settings(job: dict) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for side in ("prefill", "decode"):
-        for s in (job.get(side) or {}).get("additional-settings") or []:
-            k, _, v = s.partition("=")
-            env[k] = v
-    return env
-
-
 def config_file(job: dict) -> str | None:
-    return settings(job).get("CONFIG_FILE")
+    return arm_settings(job).get("CONFIG_FILE")
 
 
 def resolve_key(job: dict) -> str:
@@ -169,7 +161,7 @@ def launcher_env(job: dict, node: str, workspace: Path, record: Path) -> dict[st
         "GITHUB_RUN_ID": "1",
         "GITHUB_RUN_ATTEMPT": "1",
         "RANDOM_RANGE_RATIO": "0.8",  # benchmark-multinode-tmpl.yml's job environment
-        **settings(job),
+        **arm_settings(job),
     }
     return env
 
@@ -369,7 +361,7 @@ def index(args) -> None:
     out: dict[str, dict] = {}
     lengths: dict[str, float | None] = {}
     for job in multinode_jobs():
-        env = settings(job)
+        env = arm_settings(job)
         on = env.get("SYNTHETIC_ACCEPTANCE", "").lower() == "true" and env.get("SYNTHETIC_ACCEPTANCE_LENGTH")
         lengths[resolve_key(job)] = float(env["SYNTHETIC_ACCEPTANCE_LENGTH"]) if on else None
     for key, r in sorted(resolved.items()):

@@ -24,6 +24,7 @@ from pathlib import Path
 from servelab.engines import Engine
 from servelab.recipes.capture.amd_disagg import NODE_IPS
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
+from servelab.recipes.matrix import arm_settings
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "amd_disagg.json"))
 RUNNER_PREFIX = "mi355x"
@@ -50,15 +51,6 @@ def is_amd_disagg(row: dict) -> bool:
     )
 
 
-def _settings(row: dict) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for side in ("prefill", "decode"):
-        for s in (row.get(side) or {}).get("additional-settings") or []:
-            k, _, v = str(s).partition("=")
-            out[k] = v
-    return out
-
-
 def _concs(row: dict) -> list[int]:
     return row["conc"] if isinstance(row["conc"], list) else [row["conc"]]
 
@@ -67,7 +59,7 @@ def job_id(key: str, row: dict) -> str:
     p, d = row["prefill"], row["decode"]
     pools = f"p{p['num-worker']}x{p['tp']}ep{p['ep']}{'dpa' if p['dp-attn'] else ''}"
     pools += f"-d{d['num-worker']}x{d['tp']}ep{d['ep']}{'dpa' if d['dp-attn'] else ''}"
-    mtp = _settings(row).get("DECODE_MTP_SIZE", "")
+    mtp = arm_settings(row).get("DECODE_MTP_SIZE", "")
     scenario = row.get("scenario-type", "fixed-seq-len")
     concs = "x".join(map(str, _concs(row)))
     return f"{key} {scenario} {row.get('exp-name')} {pools} mtp{mtp} conc{concs}"
@@ -83,7 +75,7 @@ def layout(row: dict, role: Role, head: bool) -> dict[str, str]:
         "tp": str(pool["tp"]),
         "ep": str(pool["ep"]),
         "dpa": str(bool(pool["dp-attn"])).lower(),
-        "mtp": _settings(row).get("DECODE_MTP_SIZE", ""),
+        "mtp": arm_settings(row).get("DECODE_MTP_SIZE", ""),
         "maxconc": str(max(_concs(row))),
         "isl": str(row.get("isl")),
         "osl": str(row.get("osl")),

@@ -713,3 +713,14 @@ def matrix(store, patterns: list[str] | None = None, filters: Filters | None = N
     points = matrix_points(store, patterns, f)
     gen = getattr(store, "generator", TODAY)
     return apply_evals(trim_conc(points) if f.lowest_conc else points, f, gen)
+
+
+def arm_settings(row: dict) -> dict[str, str]:
+    """The additional-settings (KEY=VALUE) of a multinode row's prefill and decode arms, as InferenceX's
+    workflow exports them (decode's over prefill's)."""
+    out: dict[str, str] = {}
+    for side in ("prefill", "decode"):
+        for s in (row.get(side) or {}).get("additional-settings") or []:
+            k, _, v = str(s).partition("=")
+            out[k] = v
+    return out

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Deployment
+from servelab.recipes.matrix import arm_settings
 from servelab.recipes.srtslurm import read_recipe, render
 
 IX_RECIPES = "multi_node/srt-slurm-recipes"
@@ -35,16 +36,6 @@ LAUNCHER_EDITS: dict[str, tuple[tuple[str, str], ...]] = {
 @cache
 def index() -> dict[str, dict]:
     return json.loads((resources.files("servelab.recipes") / "data/srtslurm/index.json").read_text())
-
-
-def settings(row: dict) -> dict[str, str]:
-    """The additional-settings of the row's prefill and decode arms, as the workflow exports them."""
-    out: dict[str, str] = {}
-    for side in ("prefill", "decode"):
-        for s in (row.get(side) or {}).get("additional-settings") or []:
-            k, _, v = str(s).partition("=")
-            out[k] = v
-    return out
 
 
 def launcher_edit(text: str, launcher: str | None) -> str:
@@ -69,7 +60,7 @@ def choice_key(row: dict, config: str) -> str:
 def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | None, str | None, str | None]:
     """(deployment, why not, where its recipe was read from) for a row whose arms name a CONFIG_FILE;
     (None, None, None) for any other row. `benchmarks`: the checkout's benchmarks/ directory, if any."""
-    config = settings(row).get("CONFIG_FILE")
+    config = arm_settings(row).get("CONFIG_FILE")
     if not config:
         return None, None, None
     entry = index().get(choice_key(row, config))
@@ -99,8 +90,8 @@ def deployment_for(row: dict, benchmarks: Path | None) -> tuple[Deployment | Non
     if "selector" in entry:  # the variant of an override file (CONFIG_FILE's `path:selector`)
         source += f" variant {entry['selector']}"
     synthetic = None
-    if settings(row).get("SYNTHETIC_ACCEPTANCE", "").strip().lower() == "true":
-        length = settings(row).get("SYNTHETIC_ACCEPTANCE_LENGTH", "").strip()
+    if arm_settings(row).get("SYNTHETIC_ACCEPTANCE", "").strip().lower() == "true":
+        length = arm_settings(row).get("SYNTHETIC_ACCEPTANCE_LENGTH", "").strip()
         if not length:
             why = "SYNTHETIC_ACCEPTANCE without its length (a reference-table lookup) is not rendered yet"
             return None, f"srt-slurm: {why}", None

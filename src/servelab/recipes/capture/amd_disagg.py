@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servelab.recipes.matrix import arm_settings
+
 AMD_UTILS = "multi_node/amd_utils"
 DOCKER_WS = "/workspace/benchmarks/multi_node/amd_utils"
 # the addresses the capture gives the nodes; rendered back to `{{node:N}}`
@@ -66,15 +68,6 @@ def model_name(row: dict) -> str:
     return str(row["model"]).rsplit("/", 1)[-1]
 
 
-def settings(row: dict) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for side in ("prefill", "decode"):
-        for s in (row.get(side) or {}).get("additional-settings") or []:
-            k, _, v = str(s).partition("=")
-            out[k] = v
-    return out
-
-
 def node_count(row: dict) -> int:
     """job.slurm runs one node per worker: NUM_NODES = xP + yD."""
     return int(row["prefill"]["num-worker"]) + int(row["decode"]["num-worker"])
@@ -82,7 +75,7 @@ def node_count(row: dict) -> int:
 
 def node_env(row: dict, rank: int) -> dict[str, str]:
     """What job.slurm's docker run gives server.sh on node `rank` of the row's job (sglang-disagg)."""
-    p, d, s = row["prefill"], row["decode"], settings(row)
+    p, d, s = row["prefill"], row["decode"], arm_settings(row)
     framework = row["framework"]
     nodes = node_count(row)
     concs = row["conc"] if isinstance(row["conc"], list) else [row["conc"]]
