@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import random
 import socket
 import subprocess
 import sys
@@ -12,22 +11,9 @@ from pathlib import Path
 
 import pytest
 from hostile_server import HostileServer
+from portpick import free_port
 
 from servelab.bench.datasets import WORDS
-
-PORT_RANGE = range(18100, 18900)
-
-
-def free_port() -> int:
-    """A free port of the range, tried in random order: test sessions running at once rarely pick the same."""
-    for port in random.sample(PORT_RANGE, len(PORT_RANGE)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 18100-18899")
 
 
 class MockServer:

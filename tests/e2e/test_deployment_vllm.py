@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from portpick import free_port
 
 from servelab.recipes.engines import Deployment, NodeProcess, Role
 from servelab.recipes.filters import Filters
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
-from servelab.runner.server import free_port, group_members
+from servelab.runner.server import group_members
 from servelab.runner.vllm_cpu import CPU_ENV, MODEL_NAME, cpu_server_argv
 
 # hang guard: two CPU vLLMs start in a minute or two on a few cores

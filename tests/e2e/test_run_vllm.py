@@ -18,10 +18,11 @@ import time
 
 import pytest
 import yaml
+from portpick import free_port
 
 from servelab.results.store import Store
 from servelab.run.bfcl import PYTHON_ENV, bfcl_python
-from servelab.runner.server import free_port, group_members
+from servelab.runner.server import group_members
 from servelab.runner.server_metrics import metric_sums
 from servelab.runner.vllm_cpu import VllmCpuServer
 

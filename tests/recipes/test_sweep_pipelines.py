@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from portpick import free_port
 
 from servelab.errors import ServelabError
 from servelab.recipes.emit import emit
@@ -27,7 +28,6 @@ from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
 from servelab.run.build import plan_from
-from servelab.runner.server import free_port
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from portpick import free_port
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines import Deployment, NodeProcess, Role
@@ -23,7 +24,7 @@ from servelab.recipes.sweep import expand
 from servelab.results.store import Store
 from servelab.run.deployment import on_this_machine, start_order
 from servelab.run.execute import server_log_name
-from servelab.runner.server import free_port, group_members
+from servelab.runner.server import group_members
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 SRC = Path(__file__).resolve().parents[2] / "src"

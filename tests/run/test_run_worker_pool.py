@@ -11,6 +11,7 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
+from portpick import free_port
 
 from servelab.bench import config as bench_config
 from servelab.bench import runner
@@ -22,7 +23,6 @@ from servelab.run.execute import RunOptions, execute
 from servelab.run.plan import from_workload
 from servelab.run.stage import StageName, Target
 from servelab.run.stages import BenchStage, run_bench, stage_registry
-from servelab.runner.server import free_port
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 

@@ -12,13 +12,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from portpick import free_port
 
 from servelab.recipes.workload import parse_workload
 from servelab.recipes.yamlio import read_yaml
 from servelab.results.store import Store
 from servelab.run.execute import RunOptions, execute
 from servelab.run.plan import from_workload
-from servelab.runner.server import free_port, group_members
+from servelab.runner.server import group_members
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 

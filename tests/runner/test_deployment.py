@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from portpick import free_port
 from test_server import ENGINE, running
 
 from servelab.runner.deployment import DeployedProcess, DeploymentStartError, LocalDeployment
-from servelab.runner.server import free_port, group_members
+from servelab.runner.server import group_members
 
 pytestmark = pytest.mark.timeout(120)  # hang guard only
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from portpick import free_port
 
-from servelab.runner.server import ServerProcess, ServerStartError, free_port, group_members
+from servelab.runner.server import ServerProcess, ServerStartError, group_members
 
 # The stand-in engine: `mode` says how it behaves. Like vLLM's API server it forks a worker (the "engine
 # core") that shares its process group, and writes the worker's pid where the test can find it.
