@@ -7,8 +7,8 @@ from servelab.engines.atom.grammar import GRAMMAR, KV_CACHE_DTYPES
 from servelab.engines.names import Engine
 from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
-from servelab.recipes.engines.base import Launch, base_env, refuse
-from servelab.recipes.engines.profiles import Extras, apply
+from servelab.recipes.engines.base import Launch, refuse
+from servelab.recipes.engines.profiles import Extras, launch_of
 
 HOST = "0.0.0.0"
 # the flag that turns ATOM's speculative decoding on (with --num-speculative-tokens and --draft-model)
@@ -70,7 +70,4 @@ def settings(recipe, arm, max_model_len: int | None, port: int, extra: Extras) -
 
 def render(recipe, arm, max_model_len: int | None, port: int, extra: Extras | None = None) -> Launch:
     extra = extra or Extras()
-    argv = GRAMMAR.render(settings(recipe, arm, max_model_len, port, extra)).argv
-    return Launch(
-        argv=apply(GRAMMAR, argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port
-    )
+    return launch_of(GRAMMAR, settings(recipe, arm, max_model_len, port, extra), recipe, port, extra)

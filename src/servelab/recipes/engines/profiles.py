@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError
 from servelab.engines.grammar import Grammar, merge_options
 from servelab.engines.names import Engine, engine_of, is_engine
 from servelab.errors import ServelabError
+from servelab.recipes.engines.base import Launch, base_env
 from servelab.recipes.inferencex import IxModel
 from servelab.recipes.tokens import ArgText, EnvName, ModelId, Name, Text
 
@@ -226,6 +227,13 @@ def profile_for(recipe, arm, engine: Engine, scenario: str = FIXED_SEQ_LEN) -> L
     key = (recipe.model_prefix, recipe.precision, hardware_of(recipe.runner), engine, arm.spec_, scenario)
     profile = _by_key().get(key)
     return profile if profile is not None and recipe.model in profile.models else None
+
+
+def launch_of(grammar: Grammar, settings, recipe, port: int, extra: Extras) -> Launch:
+    """The Launch of an adapter whose server is its grammar's command alone: the typed settings rendered,
+    the profile's extras applied, the env and files beside them."""
+    argv = apply(grammar, grammar.render(settings).argv, extra)
+    return Launch(argv=argv, env=base_env(recipe, extra.env), files=extra.files, port=port)
 
 
 def apply(grammar: Grammar, argv: list[str], extra: Extras) -> list[str]:

@@ -6,8 +6,8 @@ from servelab.engines.names import Engine
 from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR
 from servelab.errors import ServelabError
-from servelab.recipes.engines.base import Launch, base_env, refuse
-from servelab.recipes.engines.profiles import Extras, apply
+from servelab.recipes.engines.base import Launch, refuse
+from servelab.recipes.engines.profiles import Extras, launch_of
 
 # MoE backends that only run with expert parallelism: vLLM's MegaMoE refuses to start without it.
 EP_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
@@ -63,7 +63,4 @@ def settings(recipe, arm, max_model_len: int | None, port: int, extra: Extras) -
 
 def render(recipe, arm, max_model_len: int | None, port: int, extra: Extras | None = None) -> Launch:
     extra = extra or Extras()
-    argv = GRAMMAR.render(settings(recipe, arm, max_model_len, port, extra)).argv
-    return Launch(
-        argv=apply(GRAMMAR, argv, extra), env=base_env(recipe, extra.env), files=extra.files, port=port
-    )
+    return launch_of(GRAMMAR, settings(recipe, arm, max_model_len, port, extra), recipe, port, extra)
