@@ -276,6 +276,17 @@ ENTRIES: tuple[Entry, ...] = (
         " and its source parsed by servelab's ix_generator.py into generator-facts.json",
     ),
     Entry(
+        outputs=("tests/data/inferencex_refs_heldout/**/*",),
+        inputs=(
+            "scripts/refresh_inferencex_refs.py",
+            "src/servelab/recipes/ix_generator.py",
+            "src/servelab/recipes/ix_generator_fields.py",
+        ),
+        command="PYTHONPATH=src python scripts/refresh_inferencex_refs.py --set heldout pin --mirror GIT_DIR",
+        recorded="held-out set 2, made as the corpus above: each ref's own generator run, and its source"
+        " parsed by servelab's ix_generator.py into generator-facts.json",
+    ),
+    Entry(
         outputs=(f"{IX}/results/agg_benchmark_result.json",),
         inputs=(f"{IX}/results/README.md",),
         command=f"InferenceX's utils/process_result.py, as {IX}/results/README.md says",
