@@ -41,11 +41,12 @@ master files InferenceX's tools merge and its runners.yaml (that ref's `utils/co
 in its order, and RUNNER_CONFIG; before mid-2026 they lived in `.github/configs/`); beside them
 `sweep.json.gz`, what that ref's own `utils/matrix_logic/generate_sweep_configs.py full-sweep` printed (its
 rows, or its exit status and stderr when it refused), `generator-facts.json`, the facts servelab reads from
-that generator's source (recipes/ix_generator.py's `parse_generator` run on it, written by
-`generator_to_json`, with the source's sha256 and the commit; a checkout's generator is read, never run, by
-servelab), and UPSTREAM.md (commit, date, licence). `pin --generator-only` writes just the facts of the refs
-already in DEST/index.json; with `--check` it writes nothing and fails when parsing the mirror's generators
-again gives facts other than those pinned (a parser change is noticed when re-pinning). The generator runs in
+that generator's source and its validator's beside it (recipes/ix_generator.py's `parse_generator` run on
+them, written by `generator_to_json`, with the sources' sha256 and the commit; a checkout's generator is
+read, never run, by servelab), and UPSTREAM.md (commit, date, licence). `pin --generator-only` writes just
+the facts of the refs already in DEST/index.json; with `--check` it writes nothing and fails when parsing
+the mirror's generators again gives facts other than those pinned (a parser change is noticed when
+re-pinning). The generator runs in
 a `git archive` of the ref with this Python (it needs pyyaml and pydantic, as upstream's requirements say).
 DEST/index.json lists the refs in corpus order with how each was chosen. No upstream code is copied: only
 its data files (configs, its sweep's output) and facts servelab derived from its generator.
@@ -119,6 +120,7 @@ SETS = {
 }
 BEGIN, END = CORPUS.begin, CORPUS.end
 GENERATOR = "utils/matrix_logic/generate_sweep_configs.py"
+VALIDATOR = "utils/matrix_logic/validation.py"
 FACTS = "generator-facts.json"
 # Why a ref's sweep differs from upstream's, by short sha (of either set): written by hand after reading the
 # difference.
@@ -279,11 +281,19 @@ def generator_facts(gitdir: Path, sha: str) -> str:
     source = subprocess.run(
         ["git", f"--git-dir={gitdir}", "show", f"{sha}:{GENERATOR}"], capture_output=True, check=True
     ).stdout
-    facts = parse_generator(source.decode("utf-8", errors="replace"), f"{URL}/blob/{sha}/{GENERATOR}")
+    # its validator beside it, when that ref has one (the fields each kind of master entry may carry)
+    checks = subprocess.run(["git", f"--git-dir={gitdir}", "show", f"{sha}:{VALIDATOR}"], capture_output=True)
+    validator = checks.stdout if checks.returncode == 0 else None
+    facts = parse_generator(
+        source.decode("utf-8", errors="replace"),
+        f"{URL}/blob/{sha}/{GENERATOR}",
+        None if validator is None else validator.decode("utf-8", errors="replace"),
+    )
     record = {
         "commit": sha,
         "source": GENERATOR,
         "source-sha256": hashlib.sha256(source).hexdigest(),
+        "validator-sha256": None if validator is None else hashlib.sha256(validator).hexdigest(),
         "facts": generator_to_json(facts),
     }
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
