@@ -270,10 +270,23 @@ ENTRIES: tuple[Entry, ...] = (
             "scripts/refresh_inferencex_refs.py",
             "src/servelab/recipes/ix_generator.py",
             "src/servelab/recipes/ix_generator_fields.py",
+            "src/servelab/recipes/ix_validator.py",
         ),
         command="PYTHONPATH=src python scripts/refresh_inferencex_refs.py pin --mirror GIT_DIR",
         recorded="made from a clone of InferenceX with its pull-request refs: each ref's own generator run,"
         " and its source parsed by servelab's ix_generator.py into generator-facts.json",
+    ),
+    Entry(
+        outputs=("tests/data/inferencex_refs_heldout/**/*",),
+        inputs=(
+            "scripts/refresh_inferencex_refs.py",
+            "src/servelab/recipes/ix_generator.py",
+            "src/servelab/recipes/ix_generator_fields.py",
+            "src/servelab/recipes/ix_validator.py",
+        ),
+        command="PYTHONPATH=src python scripts/refresh_inferencex_refs.py --set heldout pin --mirror GIT_DIR",
+        recorded="held-out set 2, made as the corpus above: each ref's own generator run, and its source"
+        " parsed by servelab's ix_generator.py into generator-facts.json",
     ),
     Entry(
         outputs=(f"{IX}/results/agg_benchmark_result.json",),

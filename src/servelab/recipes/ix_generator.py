@@ -17,7 +17,9 @@ on a commit or a date):
   concurrency of the highest and of the lowest tp), how multinode rows are (per topology at the highest
   concurrency; from April to June 2026 one per model, runner, framework, precision, spec-decoding and the
   pools' dp-attn, at the median; none before), and whether agentic rows carry `run-eval` (not until July
-  2026).
+  2026);
+- the top-level fields its validator (`validation.py` beside it; ix_validator.py) lets each kind of master
+  entry carry: a field it forbids makes that generator refuse the checkout, and servelab too.
 
 A fact the file does not show keeps today's value; a store that is no checkout (no generator beside it) is
 today's. The facts are also written and read as JSON (`generator_to_json`, `generator_from_json`): the refs
@@ -35,6 +37,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from servelab.errors import ServelabError
 from servelab.recipes.ix_generator_fields import printed_fields
+from servelab.recipes.ix_validator import VALIDATOR, entry_fields
 from servelab.recipes.ladder import SEQ_LEN_NAMES
 
 # Where the generator sits in a checkout, from its top.
@@ -76,6 +79,8 @@ class SweepGenerator:
     min_eval_conc: int = 16  # 1: every concurrency may run an eval
     single_node_evals: Literal["high-median", "tp-extremes"] = "high-median"
     multinode_evals: Literal["topology", "group-median", "none"] = "topology"
+    # kind of master entry -> the top-level fields its validator accepts; None (or a kind left out): any
+    entry_fields: dict[str, frozenset[str]] | None = None
     source: str | None = None  # the file read, None for today's
 
     def seq_len_name(self, isl: int, osl: int) -> str:
@@ -127,8 +132,9 @@ def _eval_marking(text: str, seq_names: dict[tuple[int, int], str]) -> dict:
     }
 
 
-def parse_generator(text: str, source: str) -> SweepGenerator:
-    """The facts of a generator's source text; what it does not show stays today's."""
+def parse_generator(text: str, source: str, validator: str | None = None) -> SweepGenerator:
+    """The facts of a generator's source text (and of its validator's, when given); what they do not show
+    stays today's."""
     margins = {int(m) for m in _MARGIN.findall(text)}
     names = _SEQ_NAMES.search(text)
     pairs = _SEQ_PAIR.findall(names.group(1)) if names else []
@@ -143,6 +149,7 @@ def parse_generator(text: str, source: str) -> SweepGenerator:
         model_len_margin=margins.pop() if len(margins) == 1 else TODAY.model_len_margin,
         seq_len_names=seq_names,
         source=source,
+        entry_fields=entry_fields(validator) if validator is not None else None,
         **_eval_marking(text, seq_names),
     )
 
@@ -155,7 +162,9 @@ def find_generator(configs: Path | None) -> SweepGenerator:
     for top in (configs.parent, configs.parent.parent):
         path = top / GENERATOR
         if path.is_file():
-            return parse_generator(path.read_text(encoding="utf-8", errors="replace"), str(path))
+            checks = top / VALIDATOR
+            validator = checks.read_text(encoding="utf-8", errors="replace") if checks.is_file() else None
+            return parse_generator(path.read_text(encoding="utf-8", errors="replace"), str(path), validator)
     return TODAY
 
 
@@ -164,8 +173,16 @@ def generator_to_json(gen: SweepGenerator) -> dict[str, Any]:
     by "isl,osl"."""
     row_fields = None if gen.row_fields is None else {k: sorted(v) for k, v in sorted(gen.row_fields.items())}
     names = {f"{isl},{osl}": name for (isl, osl), name in sorted(gen.seq_len_names.items())}
+    entries = (
+        None if gen.entry_fields is None else {k: sorted(v) for k, v in sorted(gen.entry_fields.items())}
+    )
     out = {f.name: getattr(gen, f.name) for f in fields(SweepGenerator)}
-    return out | {"row_fields": row_fields, "seq_len_names": names, "eval_seq_len": list(gen.eval_seq_len)}
+    return out | {
+        "row_fields": row_fields,
+        "entry_fields": entries,
+        "seq_len_names": names,
+        "eval_seq_len": list(gen.eval_seq_len),
+    }
 
 
 _FACTS = TypeAdapter(SweepGenerator)

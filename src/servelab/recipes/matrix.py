@@ -157,6 +157,7 @@ def _check(store, f: Filters) -> None:
                 "--runner-node-filter and the eval options",
                 field=given[0],
             )
+    _check_entry_fields(store)
     labels = list(store.runner_labels.runners)
     for value in f.runner_type:
         if not any(fnmatch.fnmatchcase(label, value) for label in labels):
@@ -164,6 +165,24 @@ def _check(store, f: Filters) -> None:
                 f"runner type {value!r} is not a label in {store.runner_labels.source}"
                 + closest(value, labels),
                 field="runner_type",
+            )
+
+
+def _check_entry_fields(store) -> None:
+    """Refuse, as the checkout's own generator does, any entry with a top-level field its validator does
+    not accept (ix_validator.py): it validates every entry before it prints a row, whatever the filters."""
+    accepted = getattr(getattr(store, "generator", TODAY), "entry_fields", None)
+    if accepted is None:
+        return
+    for key, written in getattr(store, "entry_keys", {}).items():
+        kind = "multinode" if store.recipes[key].multinode else "single-node"
+        allowed = accepted.get(kind)
+        extra = [name for name in written if allowed is not None and name not in allowed]
+        if extra:
+            raise ServelabError(
+                f"{store.files[key]}: {key}: field {extra[0]!r} is not one this checkout's validator "
+                f"(utils/matrix_logic/validation.py) accepts in a {kind} entry; its generator refuses the "
+                f"checkout (accepted: {', '.join(sorted(a for a in allowed if '_' not in a))})"
             )
 
 

@@ -201,6 +201,8 @@ class RecipeStore:
         self.source = source
         self.recipes: dict[str, Recipe] = {}
         self.files: dict[str, str] = {}
+        # each key's top-level fields as written (a checkout's validator may forbid some: matrix.py)
+        self.entry_keys: dict[str, list[str]] = {}
         files = recipe_files(source)
         self.notes: Notes | None = None if source.list_yaml(RECIPES) else Notes()
         duplicates: list[str] | None = None if self.notes is None else []
@@ -212,6 +214,8 @@ class RecipeStore:
                     raise ServelabError(f"{where}: config key {key} is also defined in {self.files[key]}")
                 self.recipes[key] = recipe
                 self.files[key] = where
+                raw = next((v for k, v in data.items() if str(k) == key), None)
+                self.entry_keys[key] = [str(k) for k in raw] if isinstance(raw, dict) else []
         runners_text = source.read(RUNNERS)
         if runners_text is None:
             raise ServelabError(
