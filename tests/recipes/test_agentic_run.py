@@ -47,7 +47,7 @@ def job():
 def test_every_launched_single_node_agentic_job_replays_a_trace():
     jobs = expand(open_store(IX / "configs"))
     agentic = [j for j in jobs if j.scenario == "agentic-coding" and j.launch is not None]
-    assert len(agentic) == 463
+    assert len(agentic) == 467
     for j in agentic:
         assert j.unrunnable is None
         [bench] = j.benches
