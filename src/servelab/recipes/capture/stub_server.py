@@ -33,9 +33,10 @@ def main(argv: list[str]) -> int:
         os.execv(sys.executable, [sys.executable, "-I", *args])
     if name.startswith("python") and args[:1] == ["-c"] and "find_spec(" in (args[1:2] or [""])[0]:
         # where the image has a package installed (`python -c '...find_spec("vllm")...'`): answered from the
-        # sandbox's stand-ins of the image's packages, isolated from this machine's (no site-packages)
-        boot = "import sys; sys.path.insert(0, sys.argv.pop(1)); exec(sys.argv.pop(1))"
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", boot, config["packages"], *args[1:]])
+        # sandbox's stand-ins of the image's packages (the only path added), isolated from this machine's (no
+        # site-packages, no user site)
+        env = {**os.environ, "PYTHONPATH": config["packages"]}
+        os.execve(sys.executable, [sys.executable, "-S", "-s", *args], env)
     if name.startswith("python"):
         # python's own switches before -m (`python3 -u -m atom.entrypoints.openai_server`) are the
         # interpreter's: the server is the module
