@@ -37,6 +37,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from servelab.engines import Engine
+
 SCENARIO_DIR = "single_node/fixed_seq_len"
 AGENTIC_DIR = "single_node/agentic"
 SCENARIO_DIRS = {"fixed-seq-len": SCENARIO_DIR, "agentic-coding": AGENTIC_DIR}
@@ -81,7 +83,8 @@ MACHINE_ROOTS = ("/sys/class/infiniband", "/sgl-workspace", "/tmp/k3_embed")
 PACKAGES = "usr/local/lib/python3/dist-packages"
 MACHINE_FILES = {
     "sys/class/infiniband/mlx5_0/ports/1/state": "4: ACTIVE\n",
-    **{f"{PACKAGES}/{name}/__init__.py": "" for name in ("vllm", "aiter")},
+    # vLLM's Python package is named as the engine; AITER is AMD's kernel library
+    **{f"{PACKAGES}/{name}/__init__.py": "" for name in (Engine.VLLM.value, "aiter")},
     "sgl-workspace/sglang/python/sglang/srt/managers/multi_tokenizer_mixin.py": (
         "# servelab's stand-in for SGLang's multi_tokenizer_mixin.py: the lines the scripts' sed reads\n"
         "def _handle_output_by_index(output, i):\n"
