@@ -338,9 +338,14 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=(f"{IX}/launch/amd-disagg-launches.json.gz",),
-        inputs=(*MASTERS, AMD_DISAGG, "src/servelab/recipes/capture/amd_disagg.py"),
+        inputs=(
+            *MASTERS,
+            AMD_DISAGG,
+            "src/servelab/recipes/capture/amd_disagg.py",
+            "src/servelab/recipes/capture/amd_agentic.py",
+        ),
         command=f"python {AMD_DISAGG} capture --inferencex PATH/TO/InferenceX  (the pinned commit)",
-        recorded="InferenceX's benchmarks/multi_node/amd_utils scripts run per node under bash (a checkout)",
+        recorded="InferenceX's amd_utils scripts (and agentic recipe script) run under bash (a checkout)",
     ),
     Entry(
         outputs=("src/servelab/recipes/data/amd_disagg.json",),

@@ -129,6 +129,8 @@ def pin(repo: Path) -> list[str]:
         for p, r, _ in agentic_points(IX / "configs")
         if (s := script_for(r, p.arm.spec_, available, "agentic-coding"))
     }
+    # The scripts they run from beside them (kimik3's apply_k3_container_patches.sh).
+    wanted |= {s for name in list(wanted) for s in sandbox.siblings(repo / "benchmarks", name)}
     # Files the scripts hand to the servers from upstream's tree (chat templates).
     wanted |= {p.removeprefix("benchmarks/") for p in listing if p.startswith(f"benchmarks/{TEMPLATES}/")}
     changed = []

@@ -47,7 +47,7 @@ def job():
 def test_every_launched_single_node_agentic_job_replays_a_trace():
     jobs = expand(open_store(IX / "configs"))
     agentic = [j for j in jobs if j.scenario == "agentic-coding" and j.launch is not None]
-    assert len(agentic) == 463
+    assert len(agentic) == 467
     for j in agentic:
         assert j.unrunnable is None
         [bench] = j.benches
@@ -141,3 +141,47 @@ def test_servelab_run_without_the_trace_says_so_in_one_line(job, tmp_path):
         assert r.returncode == 2
         [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
         assert AGENTIC_TRACE_ENV in line and "Traceback" not in r.stderr
+
+
+def test_every_deployed_multinode_agentic_job_replays_a_trace_at_each_concurrency():
+    """Upstream's multinode agentic client (amd_utils/trace_replay.sh, agentic_srt.sh) replays the trace at
+    each concurrency of the row in turn against the one deployment, saving `<result name>_conc<N>.json`."""
+    jobs = expand(open_store(IX / "configs"))
+    multinode = [j for j in jobs if j.scenario == "agentic-coding" and j.deployment is not None]
+    assert len(multinode) >= 190
+    for j in multinode:
+        assert j.unrunnable is None
+        row = j.point
+        assert [b.max_concurrency for b in j.benches] == row.concs
+        for bench, conc in zip(j.benches, row.concs, strict=True):
+            assert (bench.dataset_name, bench.max_seconds, bench.endpoint) == (
+                "trace",
+                row.duration,
+                "/v1/chat/completions",
+            )
+            assert bench.result_filename.startswith(f"{j.key}_{row.exp_name}_")
+            assert bench.result_filename.endswith(f"_conc{conc}.json")
+
+
+def test_servelab_run_replays_each_concurrency_of_a_multinode_agentic_job(tmp_path, mock_url):
+    jobs = expand(open_store(IX / "configs"), ["dsv4-fp8-h200-dynamo-sglang-agentic*"])
+    job = next(j for j in jobs if j.deployment is not None and j.benches)
+    data = job.to_json()
+    # a second concurrency on the same deployment, as a row of several gives (the pinned rows hold one each)
+    second = {**data["benches"][0], "max_concurrency": 2, "result_filename": "second_conc2.json"}
+    data["benches"] = [{**data["benches"][0], "max_seconds": 2}, {**second, "max_seconds": 2}]
+    (tmp_path / JOB_FILE).write_text(json.dumps(data))
+    args = ("run", "--job", JOB_FILE, "--base-url", mock_url, "--store", "r.db")
+    r = _servelab(*args, cwd=tmp_path, env={AGENTIC_TRACE_ENV: str(TRACE)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store.open(str(tmp_path / "r.db")) as store:
+        [run] = store.list_runs()
+        assert run.outcome == "pass"
+        stages = [s for s in store.stages(run.id) if s.stage == "bench"]
+        assert len(stages) == 2
+        concs = []
+        for stage in stages:
+            result = json.loads(store.artifact_path(run.id, stage.artifact).read_text())
+            concs.append(result["agentic"]["replay"]["max_concurrency"])
+            assert sum(t["completed"] for t in result["agentic"]["per_turn"]) > 0
+        assert sorted(concs) == [1, 2]

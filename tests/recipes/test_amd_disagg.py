@@ -52,8 +52,9 @@ def jobs() -> dict[str, object]:
 
 def test_every_amd_disagg_job_deploys_what_upstreams_scripts_start_on_each_node(jobs):
     recs = records()
-    assert len(recs) == 36 and set(jobs) == {r["id"] for r in recs}
+    assert len(recs) == 36 + 12 and set(jobs) == {r["id"] for r in recs}
     assert {r["row"]["framework"] for r in recs} == {"sglang-disagg", "atom-disagg"}
+    assert sum(r["row"].get("scenario-type") == "agentic-coding" for r in recs) == 12
     for record in recs:
         job = jobs[record["id"]]
         assert job.deployment is not None, (record["id"], job.not_renderable)
@@ -88,8 +89,41 @@ def test_a_layout_the_capture_lacks_is_refused_with_its_dimensions(jobs):
 
 def test_other_rows_are_not_amd_disagg_jobs(jobs):
     row = next(iter(jobs.values())).row
-    assert amd_disagg.deployment_for("k", {**row, "scenario-type": "agentic-coding"}) == (None, None)
     assert amd_disagg.deployment_for("k", {**row, "runner": "b200-dgxc"}) == (None, None)
+    assert amd_disagg.deployment_for("k", {**row, "runner": "cluster:b200-nv"}) == (None, None)
+    assert amd_disagg.deployment_for("k", {**row, "framework": "dynamo-sglang"}) == (None, None)
+
+
+def _agentic(jobs) -> list:
+    return [j for j in jobs.values() if j.scenario == "agentic-coding"]
+
+
+def test_agentic_jobs_carry_their_recipe_scripts_hicache_settings(jobs):
+    """The agentic recipe script's HiCache settings reach the servers through job.slurm's config file (env.sh
+    sources it): the prefill offloads KV to CPU DRAM at the recipe's ratio and page size, the decode mirrors
+    the page size; the router routes by consistent hashing, and the decode simulates DSV4's golden MTP
+    acceptance (upstream's agentic fairness rule)."""
+    agentic = _agentic(jobs)
+    assert len(agentic) == 12
+    for job in agentic:
+        d = job.deployment
+        prefill = next(p for p in d.processes if p.role == Role.PREFILL)
+        decode = next(p for p in d.processes if p.role == Role.DECODE)
+        router = d.processes[d.endpoint]
+        hicache = prefill.argv[prefill.argv.index("--enable-hierarchical-cache") :]
+        assert hicache[1:3] == ["--hicache-ratio", "3"] and "--enable-hierarchical-cache" not in decode.argv
+        assert prefill.argv[-2 - len(hicache) :][:2] == ["--page-size", "256"] == decode.argv[-2:]
+        assert prefill.env["HICACHE_PAGE_SIZE"] == "256" and prefill.env["FORCE_HICACHE_RATIO"] == "1"
+        assert "--disable-radix-cache" not in prefill.argv + decode.argv  # HiCache needs the radix cache
+        assert "--enable-metrics" in prefill.argv and "--enable-metrics" in decode.argv
+        assert router.argv[router.argv.index("--policy") + 1] == "consistent_hashing"
+        assert decode.env["SGLANG_SIMULATE_ACC_LEN"] == "2.49"  # MTP 3's golden acceptance length
+
+
+def test_each_agentic_concurrency_replays_the_trace_against_the_router(jobs):
+    for job in _agentic(jobs):
+        assert [b.max_concurrency for b in job.benches] == job.point.concs
+        assert all(b.dataset_name == "trace" and b.max_seconds == job.point.duration for b in job.benches)
 
 
 INFERENCEX = os.environ.get("SERVELAB_INFERENCEX")
@@ -101,6 +135,6 @@ INFERENCEX = os.environ.get("SERVELAB_INFERENCEX")
 )
 def test_the_capture_is_what_upstreams_scripts_print_now():
     benchmarks = Path(str(INFERENCEX)) / "benchmarks"
-    sample = {r["key"]: r for r in records()}  # one job per key
+    sample = {r["key"]: r for r in records()}  # one job per key (the agentic key's through its recipe script)
     for record in sample.values():
         assert capture_row(benchmarks, record["row"]) == record["nodes"], record["id"]

@@ -50,3 +50,42 @@ def test_a_script_reading_the_machine_reaches_its_server(tmp_path):
             box.root / "machine" / "sgl-workspace/sglang/python/sglang/srt/managers/multi_tokenizer_mixin.py"
         )
         assert "patched=True" in src.read_text()
+
+
+# What apply_k3_container_patches.sh does before it patches (a script beside the launch script it runs): find
+# the image's vLLM and AITER, write its diffs to a scratch folder, apply them there.
+PATCHER = r"""#!/usr/bin/env bash
+set -uo pipefail
+ROOT="$(python -c 'import importlib.util as u, os
+print(os.path.dirname(os.path.dirname(u.find_spec("vllm").origin)))')"
+if [ -z "$ROOT" ] || [ ! -d "$ROOT/vllm" ] || [ ! -d "$ROOT/aiter" ]; then
+  echo "ERROR: ROOT='$ROOT'"; exit 1
+fi
+WS="${WS:-/tmp/k3_embed}"; mkdir -p "$WS"
+echo "diff" > "$WS/one.diff"
+echo "# patched" >> "$ROOT/vllm/__init__.py"
+echo "$ROOT" > "$WS/root"
+"""
+LAUNCHER = r"""#!/usr/bin/env bash
+set -euo pipefail
+bash "$(dirname "$0")/patch_image.sh"
+vllm serve org/model &
+"""
+
+
+def test_a_script_patching_the_image_patches_the_sandboxs_stand_ins(tmp_path):
+    bench = tmp_path / "benchmarks"
+    (bench / "single_node" / "agentic").mkdir(parents=True)
+    (bench / "single_node" / "agentic" / "launch.sh").write_text(LAUNCHER)
+    (bench / "single_node" / "agentic" / "patch_image.sh").write_text(PATCHER)
+    with Sandbox(bench) as box:
+        got = box.run("single_node/agentic/launch.sh", {"PORT": "8888"})
+        assert got.get("refused") is None, got
+        assert got["argv"][:3] == ["vllm", "serve", "org/model"]
+        # the image's packages are the sandbox's stand-ins (this machine's are out of reach), and the
+        # scratch folder is the sandbox's
+        packages = box.root / "machine" / "usr/local/lib/python3/dist-packages"
+        assert (packages / "vllm" / "__init__.py").read_text() == "# patched\n"
+        scratch = box.root / "machine" / "tmp" / "k3_embed"
+        assert (scratch / "root").read_text().strip() == str(packages)
+        assert (scratch / "one.diff").is_file()

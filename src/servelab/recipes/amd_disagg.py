@@ -28,6 +28,7 @@ from servelab.recipes.matrix import arm_settings
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "amd_disagg.json"))
 RUNNER_PREFIX = "mi355x"
+CLUSTER = "cluster:"  # a runner label naming a cluster of nodes (InferenceX's runners.yaml)
 FRAMEWORKS = (f"{Engine.SGLANG}-disagg", f"{Engine.ATOM}-disagg")
 ROUTER_PORT = 30000
 # in a stored command: the node it runs on (a server names its own address: ATOM's KV proxy_ip), and where
@@ -35,20 +36,16 @@ ROUTER_PORT = 30000
 SELF = "{{node:self}}"
 WORKERS = "{{workers}}"
 GPUS_PER_NODE = 8
-AGENTIC = "agentic-coding"
 # the addresses the capture gave the nodes, node 0 first
 _CAPTURED_IP = re.compile(r"(?<![\d.])(" + "|".join(map(re.escape, NODE_IPS)) + r")(?![\d])")
 
 
 def is_amd_disagg(row: dict) -> bool:
-    """A fixed-seq-len disaggregated job InferenceX runs with benchmarks/multi_node/amd_utils. (An agentic
-    one runs several concurrencies on one deployment with HiCache settings its recipe script exports
-    through job.slurm's config file: not captured yet, it keeps the sweep's reason.)"""
-    return (
-        str(row.get("runner", "")).startswith(RUNNER_PREFIX)
-        and row.get("framework") in FRAMEWORKS
-        and row.get("scenario-type", "fixed-seq-len") != AGENTIC
-    )
+    """A disaggregated job InferenceX runs with benchmarks/multi_node/amd_utils: a fixed-seq-len one (runner
+    mi355x-disagg), or an agentic one (runner cluster:mi355x-amds; its recipe script's HiCache settings reach
+    the nodes through job.slurm, capture/amd_agentic.py)."""
+    runner = str(row.get("runner", "")).removeprefix(CLUSTER)
+    return runner.startswith(RUNNER_PREFIX) and row.get("framework") in FRAMEWORKS
 
 
 def _concs(row: dict) -> list[int]:

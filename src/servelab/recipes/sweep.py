@@ -85,22 +85,35 @@ def _origin(store, recipe, point: Point, row: MatrixRow) -> LaunchOrigin | None:
 def _benches(key: str, recipe, point: Point, concs: list[int]) -> list[BenchSpec]:
     row = MatrixRow.model_validate(point.row)
     if point.scenario == AGENTIC:
-        # a multinode agentic row (several concurrencies on one deployment) has no servelab launch yet
-        if row.multinode or len(concs) != 1 or row.duration is None:
+        if row.duration is None:
             return []
-        name = result_filename(key, row.exp_name, point.arm, concs[0])
-        return [trace_spec(recipe, concs[0], row.duration, name)]
+        if row.prefill is None or row.decode is None:
+            if len(concs) != 1:
+                return []
+            name = result_filename(key, row.exp_name, point.arm, concs[0])
+            return [trace_spec(recipe, concs[0], row.duration, name)]
+        pools = _pools(row.prefill, row.decode)
+        # a multinode row's concurrencies replay one after another against its one deployment, each saved
+        # as upstream's multinode agentic client names it: the job's result name with `_conc<N>`
+        # (amd_utils/trace_replay.sh, agentic_srt.sh)
+        return [
+            trace_spec(recipe, conc, row.duration, f"{key}_{row.exp_name}_{pools}_conc{conc}.json")
+            for conc in concs
+        ]
     out = []
     for conc in concs:
         if row.prefill is None or row.decode is None:
             name = result_filename(key, row.exp_name, point.arm, conc)
         else:
-            p, d = row.prefill, row.decode
-            pools = f"p{p.num_worker}x{p.tp}ep{p.ep}-d{d.num_worker}x{d.tp}ep{d.ep}"
-            name = f"{key}_{row.exp_name}_{pools}-conc{conc}.json"
+            name = f"{key}_{row.exp_name}_{_pools(row.prefill, row.decode)}-conc{conc}.json"
         script = script_client(recipe, point.arm, point.block, conc)
         out.append(bench_spec(recipe, point.block, conc, name, script))
     return out
+
+
+def _pools(p, d) -> str:
+    """A disaggregated row's pools in its result names: workers x TP and EP of prefill and decode."""
+    return f"p{p.num_worker}x{p.tp}ep{p.ep}-d{d.num_worker}x{d.tp}ep{d.ep}"
 
 
 def build_job(store, point: Point) -> Job:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servelab.recipes.capture import amd_agentic
 from servelab.recipes.matrix import arm_settings
 
 AMD_UTILS = "multi_node/amd_utils"
@@ -149,8 +150,10 @@ def split_command(line: str) -> dict:
     return {"argv": words, "env": env}
 
 
-def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
-    """The commands server.sh prints for node `rank` (dry run), and the variables its scripts exported."""
+def run_node(benchmarks: Path, row: dict, rank: int, submitted: dict[str, str] | None = None) -> dict:
+    """The commands server.sh prints for node `rank` (dry run), and the variables its scripts exported. An
+    agentic job's container also gets what its recipe script `submitted` (capture/amd_agentic.py): job.slurm's
+    variables from it, and its HiCache/Mooncake config file."""
     with tempfile.TemporaryDirectory(prefix="servelab-amd-") as tmp_name:
         tmp = Path(tmp_name)
         ws = tmp / "workspace" / "benchmarks" / AMD_UTILS
@@ -164,7 +167,13 @@ def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
         for name, text in scripts.items():
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
-        env = {k: v.replace("/workspace", str(tmp / "workspace")) for k, v in node_env(row, rank).items()}
+        given_env = node_env(row, rank)
+        config = tmp / "config" / "hicache_mc.env"
+        if submitted is not None:
+            given_env |= amd_agentic.node_overrides(submitted)
+            config.parent.mkdir()
+            config.write_text(amd_agentic.config_file(submitted))
+        env = {k: v.replace("/workspace", str(tmp / "workspace")) for k, v in given_env.items()}
         given = dict(env)
         env |= {
             "PATH": f"{bin_dir}:/usr/bin:/bin",
@@ -191,7 +200,8 @@ def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
         for name in ("server_sglang.sh", "server_atom.sh", "server.sh", "env.sh", "setup_deps.sh"):
             path = ws / name
             if path.exists():
-                path.write_text(path.read_text().replace("/run_logs", str(tmp / "run_logs")))
+                text = path.read_text().replace("/run_logs", str(tmp / "run_logs"))
+                path.write_text(text.replace(amd_agentic.CONFIG_PATH, str(config)))
         done = subprocess.run(
             ["bash", "-c", wrapper],
             cwd=tmp,
@@ -217,8 +227,10 @@ def run_node(benchmarks: Path, row: dict, rank: int) -> dict:
 
 def _upstream(text: str, tmp: Path) -> str:
     """The sandbox's paths in `text` as the container has them."""
+    text = text.replace(str(tmp / "config" / "hicache_mc.env"), amd_agentic.CONFIG_PATH)
     return text.replace(str(tmp / "workspace"), "/workspace").replace(str(tmp / "run_logs"), "/run_logs")
 
 
 def capture_row(benchmarks: Path, row: dict) -> list[dict]:
-    return [run_node(benchmarks, row, rank) for rank in range(node_count(row))]
+    submitted = amd_agentic.submitted(benchmarks, row) if amd_agentic.is_agentic(row) else None
+    return [run_node(benchmarks, row, rank, submitted) for rank in range(node_count(row))]

@@ -37,6 +37,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from servelab.engines import Engine
+
 SCENARIO_DIR = "single_node/fixed_seq_len"
 AGENTIC_DIR = "single_node/agentic"
 SCENARIO_DIRS = {"fixed-seq-len": SCENARIO_DIR, "agentic-coding": AGENTIC_DIR}
@@ -74,9 +76,15 @@ MACHINE_COMMANDS = ("rocm-smi", "hf", "huggingface-cli")
 # /workspace is into its workspace/), with the files an upstream node has there: an active RDMA port (the
 # Mooncake scripts pick the first rail whose port is ACTIVE) and SGLang's multi-tokenizer source (which the
 # SGLang scripts patch with sed), a stand-in holding the lines the patch looks for.
-MACHINE_ROOTS = ("/sys/class/infiniband", "/sgl-workspace")
+MACHINE_ROOTS = ("/sys/class/infiniband", "/sgl-workspace", "/tmp/k3_embed")
+# The image's Python packages, as a script that asks where one is installed sees them (`python -c` with
+# importlib's find_spec: apply_k3_container_patches.sh patches vLLM's and AITER's files there): empty
+# stand-ins in the sandbox, never this machine's packages.
+PACKAGES = "usr/local/lib/python3/dist-packages"
 MACHINE_FILES = {
     "sys/class/infiniband/mlx5_0/ports/1/state": "4: ACTIVE\n",
+    # vLLM's Python package is named as the engine; AITER is AMD's kernel library
+    **{f"{PACKAGES}/{name}/__init__.py": "" for name in (Engine.VLLM.value, "aiter")},
     "sgl-workspace/sglang/python/sglang/srt/managers/multi_tokenizer_mixin.py": (
         "# servelab's stand-in for SGLang's multi_tokenizer_mixin.py: the lines the scripts' sed reads\n"
         "def _handle_output_by_index(output, i):\n"
@@ -231,7 +239,12 @@ class Sandbox:
         if (self.benchmarks / TEMPLATES).is_dir():
             shutil.copytree(self.benchmarks / TEMPLATES, bench / TEMPLATES)
         (tmp / "stub_server.py").write_bytes(stubs["stub_server.py"])
-        config = {"servers": SERVER_COMMANDS, "modules": SERVER_MODULES, "capture": str(self.capture)}
+        config = {
+            "servers": SERVER_COMMANDS,
+            "modules": SERVER_MODULES,
+            "capture": str(self.capture),
+            "packages": str(tmp / MACHINE / PACKAGES),
+        }
         (tmp / "stub.json").write_text(json.dumps(config))
         server = '#!/bin/sh\nexec {} -I {} {} "$0" "$@"\n'.format(
             *map(shlex.quote, (sys.executable, str(tmp / "stub_server.py"), str(tmp / "stub.json")))
@@ -273,11 +286,12 @@ class Sandbox:
         bench, work = tmp / "benchmarks", tmp / "work"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
-        text = (self.benchmarks / script).read_text().replace(WORKSPACE, str(tmp / "workspace"))
-        for root in MACHINE_ROOTS:
-            text = text.replace(root, str(tmp / MACHINE) + root)
-        (bench / script).parent.mkdir(parents=True, exist_ok=True)
-        (bench / script).write_text(text)
+        for name in (script, *siblings(self.benchmarks, script)):
+            text = (self.benchmarks / name).read_text().replace(WORKSPACE, str(tmp / "workspace"))
+            for root in MACHINE_ROOTS:
+                text = text.replace(root, str(tmp / MACHINE) + root)
+            (bench / name).parent.mkdir(parents=True, exist_ok=True)
+            (bench / name).write_text(text)
         self.capture.unlink(missing_ok=True)
         bench_args = tmp / "bench.args"
         bench_args.unlink(missing_ok=True)
@@ -310,6 +324,18 @@ class Sandbox:
                 "$SERVER_PID" if b == "--server-pid" else a for b, a in zip(before, args, strict=True)
             ]
         return found
+
+
+def siblings(benchmarks: Path, script: str) -> list[str]:
+    """The scripts beside `script` (relative to benchmarks/) that it names, which it runs
+    (`bash "$(dirname "$0")/apply_k3_container_patches.sh"`)."""
+    path = benchmarks / script
+    text = path.read_text()
+    return sorted(
+        (path.parent / p.name).relative_to(benchmarks).as_posix()
+        for p in path.parent.glob("*.sh")
+        if p.name != path.name and f"/{p.name}" in text
+    )
 
 
 def _last_words(output: str, code: int) -> str:

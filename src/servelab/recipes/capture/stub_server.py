@@ -3,9 +3,11 @@
     python -I stub_server.py CONFIG COMMAND_PATH ARGS...
 
 CONFIG is the sandbox's JSON file: `servers` (commands that start servers), `modules` (the `python -m`
-modules that do) and `capture` (the file each launch is appended to, one JSON line: argv, environment and the
-content of the files its arguments name). A python program read from stdin (`python3 - <<EOF`) runs; anything
-else (`python3 -c ...`, a helper script) exits 0 and does nothing. Standard library only: the sandbox runs it
+modules that do), `capture` (the file each launch is appended to, one JSON line: argv, environment and the
+content of the files its arguments name) and `packages` (the stand-ins of the image's Python packages). A
+python program read from stdin (`python3 - <<EOF`) runs, and so does a `-c` program asking where a package is
+installed (against the stand-ins only); anything else (`python3 -c ...`, a helper script) exits 0 and does
+nothing. Standard library only: the sandbox runs it
 with a clean environment.
 """
 
@@ -29,6 +31,12 @@ def main(argv: list[str]) -> int:
         # a program on stdin (`python3 - DIR <<'PY'`): the scripts' checks of the checkpoint the hf stub laid
         # out, standard library only; run by this interpreter, isolated, as the script's own code
         os.execv(sys.executable, [sys.executable, "-I", *args])
+    if name.startswith("python") and args[:1] == ["-c"] and "find_spec(" in (args[1:2] or [""])[0]:
+        # where the image has a package installed (`python -c '...find_spec("vllm")...'`): answered from the
+        # sandbox's stand-ins of the image's packages (the only path added), isolated from this machine's (no
+        # site-packages, no user site)
+        env = {**os.environ, "PYTHONPATH": config["packages"]}
+        os.execve(sys.executable, [sys.executable, "-S", "-s", *args], env)
     if name.startswith("python"):
         # python's own switches before -m (`python3 -u -m atom.entrypoints.openai_server`) are the
         # interpreter's: the server is the module
