@@ -134,7 +134,15 @@ def pin(repo: Path) -> list[str]:
     # Files the scripts hand to the servers from upstream's tree (chat templates).
     wanted |= {p.removeprefix("benchmarks/") for p in listing if p.startswith(f"benchmarks/{TEMPLATES}/")}
     changed = []
-    old = {p.relative_to(SCRIPTS).as_posix() for p in SCRIPTS.rglob("*") if p.is_file()}
+    # Only the directories this pins are its own: other tools pin beside them (srtslurm_capture.py's
+    # multi_node/srt-slurm-recipes), and a file there is never "no longer selected" here.
+    mine = (SCENARIO_DIR, AGENTIC_DIR, TEMPLATES)
+    old = {
+        name
+        for p in SCRIPTS.rglob("*")
+        if p.is_file()
+        and (name := p.relative_to(SCRIPTS).as_posix()).startswith(tuple(d + "/" for d in mine))
+    }
     for name in sorted(wanted):
         src, dest = repo / "benchmarks" / name, SCRIPTS / name
         dest.parent.mkdir(parents=True, exist_ok=True)
