@@ -59,6 +59,7 @@ class Batch:
 
 
 FRONTEND_MAX_BUSY = 0.95
+INF = float("inf")
 
 
 @dataclass(slots=True)
@@ -204,9 +205,9 @@ class Lane:
         )  # self.kv_bytes() inline: this runs on every step
         if n and kv_bytes + grow > lim.kv_capacity:
             self._make_room()
-            grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+            n = self.num_decoding
+            grow = n * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()
-        n = self.num_decoding
         hold = 0
         if self.prefilling or self.waiting:
             chunks, decodes, hold = self.policy.form_step(self)
@@ -219,8 +220,33 @@ class Lane:
             self.holding = False  # nothing to hold
         if not n:
             return None
+        return self._stretch(n, horizon_s, drive, grow, kv_bytes, hold)
+
+    def _stretch(self, n: int, horizon_s: float, drive: int, grow: float, kv_bytes: float, cap: int) -> Batch:
+        """Decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills
+        or (cap) held prompts are released. (Bounds by comparisons, not min and max: this runs on every
+        stretch.)"""
+        tps = self.lim.tokens_per_step
         kv_mean = self.G + self.sum_ctx0 / n
-        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes, hold)
+        steps = int(-(-(self.heap[0][0] - self.G) // tps))  # ceil: steps until the first finish
+        if steps < 1:
+            steps = 1
+        if cap and cap < steps:
+            steps = cap
+        if grow > 0:
+            room = int((self.lim.kv_capacity - kv_bytes) // grow)  # steps until the KV cache is full
+            if room < steps:
+                steps = room if room > 1 else 1
+        one = self.price_decode(n, kv_mean)
+        if horizon_s != INF:
+            before = int((horizon_s - self.clock[drive]) / (one[drive] * 1e-6)) + 1  # steps to the horizon
+            if before < steps:
+                steps = before if before > 1 else 1
+        if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
+            one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
+        return Batch(
+            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
+        )
 
     def _make_room(self) -> None:
         """Preempt the policy's victims until the decodes' next tokens fit the KV cache."""
@@ -252,7 +278,12 @@ class Lane:
         for req in self.prefilling:
             if budget <= 0:
                 break
-            take = min(req.prompt - req.computed, budget, int(free // per_token))
+            take = req.prompt - req.computed  # the rest of its prompt, within the budget and the free cache
+            if budget < take:
+                take = budget
+            fits = int(free // per_token)
+            if fits < take:
+                take = fits
             if take <= 0:
                 break
             chunks.append((req, take, req.computed))
@@ -271,7 +302,7 @@ class Lane:
                 break
             req = waiting[0]
             todo = req.prompt - req.cached
-            take = min(todo, budget)
+            take = todo if todo <= budget else budget
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
@@ -293,27 +324,6 @@ class Lane:
             budget -= take
             free -= lim.kv_fixed + (req.cached + take) * per_token
         return chunks
-
-    def _stretch(
-        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float, cap: int = 0
-    ) -> Batch:
-        """Decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills
-        or (cap) held prompts are released."""
-        tps = self.lim.tokens_per_step
-        steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
-        if cap:
-            steps = min(steps, cap)
-        if grow > 0:
-            steps = min(steps, max(1, int((self.lim.kv_capacity - kv_bytes) // grow)))
-        one = self.price_decode(n, kv_mean)
-        if horizon_s != float("inf"):
-            gap = horizon_s - self.clock[drive]
-            steps = min(steps, max(1, int(gap / (one[drive] * 1e-6)) + 1))
-        if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
-            one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
-        return Batch(
-            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
-        )
 
     def _preempt(self, req: Request) -> None:
         """Take a running request out: its KV cache is freed, and its prompt and output so far are to be
@@ -389,13 +399,14 @@ class Lane:
         else:
             st.busy_decode_s += batch.duration[0]
         heap = self.heap
-        while heap and heap[0][0] <= self.G + 1e-9:
-            _, _, epoch, req = heapq.heappop(heap)
+        reached = self.G + 1e-9
+        while heap and heap[0][0] <= reached:
+            target, _, epoch, req = heapq.heappop(heap)
             if epoch != req.epoch or req.finish is not None:
                 continue
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
-            self.sum_target -= req.target
+            self.sum_target -= target  # req.target: it has not moved since it was queued
             self._finish(req, now, done)
         kv_bytes = (
             len(self.running) * lim.kv_fixed
@@ -416,14 +427,16 @@ class Lane:
         if req.out >= req.osl:
             self._finish(req, now, done)
             return
-        req.ctx0, req.g0 = req.computed, self.G
+        G = self.G
+        req.ctx0, req.g0 = req.computed, G
+        target = G + req.osl - req.out  # req.target
         self.num_decoding += 1
-        self.sum_ctx0 += req.ctx0 - req.g0
-        self.sum_target += req.target
-        heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
+        self.sum_ctx0 += req.ctx0 - G
+        self.sum_target += target
+        heapq.heappush(self.heap, (target, req.idx, req.epoch, req))
         clip = self.clip
-        if clip and req.target - self.G > clip:
-            cross = req.target - clip
+        if clip and target - G > clip:
+            cross = target - clip
             req.over_clip = True
             self.over_sum += cross
             self.over_n += 1

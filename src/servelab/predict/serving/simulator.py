@@ -160,8 +160,10 @@ class Source:
                 rng = np.random.default_rng(self.wl.seed)
                 self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
             prompt, osl = self.lengths[idx]
-            prompt = max(1, prompt)  # an engine request has at least one prompt token
-            cached = min(cached, prompt - 1)
+            if prompt < 1:  # an engine request has at least one prompt token
+                prompt = 1
+            if cached > prompt - 1:
+                cached = prompt - 1
         req = Request(idx, prompt, osl, cached)
         self.requests.append(req)
         return req
@@ -182,6 +184,12 @@ class ClosedLoop(Source):
 
     def is_measured(self, req: Request) -> bool:
         return self.warmup <= req.idx < self.warmup + self.num_measured
+
+    def measured_requests(self) -> list[Request]:
+        """The measured requests that finished, in index order."""
+        return [
+            r for r in self.requests[self.warmup : self.warmup + self.num_measured] if r.finish is not None
+        ]
 
     def start(self) -> list[Sent]:
         return [(0.0, self._new()) for _ in range(self.c)]
@@ -214,6 +222,10 @@ class OpenLoop(Source):
 
     def is_measured(self, req: Request) -> bool:
         return True
+
+    def measured_requests(self) -> list[Request]:
+        """The requests that finished, in index order."""
+        return [r for r in self.requests if r.finish is not None]
 
     def start(self) -> list[Sent]:
         return [(self.offsets[0], self._new())] if self.offsets else []
