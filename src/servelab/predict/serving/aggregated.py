@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from operator import sub
+from operator import sub, truediv
 
 from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, weighted_distribution_ms
@@ -182,15 +182,14 @@ def request_latencies_s(requests) -> list[dict[str, list[float]]]:
     firsts = zip(*[r.first for r in requests], strict=True)
     finishes = zip(*[r.finish for r in requests], strict=True)
     tokens = [r.osl - 1 for r in requests]  # tpot's divisor; no TPOT for a single output token
+    every = min(tokens) > 0
     out = []
     for start, first, last in zip(arrivals, firsts, finishes, strict=True):
-        out.append(
-            {
-                "ttft": list(map(sub, first, start)),
-                "tpot": [(b - a) / n for a, b, n in zip(first, last, tokens, strict=True) if n > 0],
-                "e2el": list(map(sub, last, start)),
-            }
-        )
+        if every:
+            tpots = list(map(truediv, map(sub, last, first), tokens))
+        else:
+            tpots = [(b - a) / n for a, b, n in zip(first, last, tokens, strict=True) if n > 0]
+        out.append({"ttft": list(map(sub, first, start)), "tpot": tpots, "e2el": list(map(sub, last, start))})
     return out
 
 

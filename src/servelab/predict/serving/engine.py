@@ -368,11 +368,11 @@ class Lane:
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim
-        c, d = self.clock, batch.duration
-        c[0] += d[0]
-        c[1] += d[1]
-        c[2] += d[2]
-        now = (c[0], c[1], c[2])
+        c = self.clock
+        d = batch.duration
+        d0, d1, d2 = d
+        now = (c[0] + d0, c[1] + d1, c[2] + d2)
+        c[0], c[1], c[2] = now
         k = batch.steps
         st.steps += k
         if self.holds:
@@ -383,21 +383,23 @@ class Lane:
             adv = k * lim.tokens_per_step
             self.G += adv
             self.emitted += n * adv
-            st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
+            # the gap between tokens, per clock, and how many tokens saw it (one step: its own duration)
+            st.itl.append((d, n) if k == 1 else ((d0 / k, d1 / k, d2 / k), n * k))
             st.decode_token_steps += n * k
             st.decode_steps += k
-            if lim.frontend_out_token_s and d[0] > 0:
-                self.decode_rate = n * adv / d[0]
-        if batch.chunks:
-            st.busy_mixed_s += batch.duration[0]
-            for req, take, _ in batch.chunks:
+            if lim.frontend_out_token_s and d0 > 0:
+                self.decode_rate = n * adv / d0
+        chunks = batch.chunks
+        if chunks:
+            st.busy_mixed_s += d0
+            for req, take, _ in chunks:
                 req.computed += take
                 self.prefill_tokens += take
                 st.prefill_tokens += take
                 if req.computed >= req.prompt:
                     self._start_decoding(req, now, done)
         else:
-            st.busy_decode_s += batch.duration[0]
+            st.busy_decode_s += d0
         heap = self.heap
         reached = self.G + 1e-9
         while heap and heap[0][0] <= reached:
