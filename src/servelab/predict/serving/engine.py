@@ -123,7 +123,7 @@ class Lane:
         self.sum_ctx0 = 0.0  # sum of ctx0 - g0 over decoding requests: their KV tokens = sum + n * G
         self.sum_target = 0.0  # sum of target G over decoding requests: their remaining output = sum - n * G
         self.prefill_tokens = 0  # KV tokens held by requests still in prefill
-        self.clock = [0.0, 0.0, 0.0]
+        self.clock = (0.0, 0.0, 0.0)  # the lane's time, per clock (a tuple: requests keep it as theirs)
         self.emitted = 0.0  # output tokens emitted, all requests
         self.completed = 0  # requests finished, all of them
         self.busy = False
@@ -149,6 +149,8 @@ class Lane:
         self.over_sum = 0.0
         self.over_n = 0
         self.stats = LaneStats()
+        self.peak_kv_bytes = -INF  # the most KV bytes held after a step ...
+        self.peak_capacity = -INF  # ... since the KV capacity was this
 
     # ---- KV ----------------------------------------------------------------------------------------------
     def kv_tokens(self) -> float:
@@ -195,14 +197,15 @@ class Lane:
 
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, horizon_s: float, drive: int) -> Batch | None:
-        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
+        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle.
+        (Written for speed, this runs on every step: KV bytes inline, bounds by comparisons, not min/max.)"""
         lim = self.lim
         n = self.num_decoding
         grow = n * lim.tokens_per_step * lim.kv_per_token  # the decodes' next tokens
         kv_bytes = (
             len(self.running) * lim.kv_fixed
             + (self.sum_ctx0 + n * self.G + self.prefill_tokens) * lim.kv_per_token
-        )  # self.kv_bytes() inline: this runs on every step
+        )  # self.kv_bytes()
         if n and kv_bytes + grow > lim.kv_capacity:
             self._make_room()
             n = self.num_decoding
@@ -214,27 +217,27 @@ class Lane:
             if chunks:
                 m = n if decodes else 0
                 kv_mean = self.G + self.sum_ctx0 / m if m else 0.0
-                us = self.price_mixed([(t, p) for _, t, p in chunks], m, kv_mean)
+                if len(chunks) == 1:
+                    _, new, past = chunks[0]
+                    us = self.price_mixed([(new, past)], m, kv_mean)
+                else:
+                    us = self.price_mixed([(t, p) for _, t, p in chunks], m, kv_mean)
                 return Batch(1, m, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
         else:
             self.holding = False  # nothing to hold
         if not n:
             return None
-        return self._stretch(n, horizon_s, drive, grow, kv_bytes, hold)
-
-    def _stretch(self, n: int, horizon_s: float, drive: int, grow: float, kv_bytes: float, cap: int) -> Batch:
-        """Decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills
-        or (cap) held prompts are released. (Bounds by comparisons, not min and max: this runs on every
-        stretch.)"""
-        tps = self.lim.tokens_per_step
-        kv_mean = self.G + self.sum_ctx0 / n
-        steps = int(-(-(self.heap[0][0] - self.G) // tps))  # ceil: steps until the first finish
+        # decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills or
+        # held prompts are released (the hold)
+        G, tps = self.G, lim.tokens_per_step
+        kv_mean = G + self.sum_ctx0 / n
+        steps = int(-(-(self.heap[0][0] - G) // tps))  # ceil: steps until the first finish
         if steps < 1:
             steps = 1
-        if cap and cap < steps:
-            steps = cap
+        if hold and hold < steps:
+            steps = hold
         if grow > 0:
-            room = int((self.lim.kv_capacity - kv_bytes) // grow)  # steps until the KV cache is full
+            room = int((lim.kv_capacity - kv_bytes) // grow)  # steps until the KV cache is full
             if room < steps:
                 steps = room if room > 1 else 1
         one = self.price_decode(n, kv_mean)
@@ -368,11 +371,10 @@ class Lane:
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim
-        c = self.clock
+        c0, c1, c2 = self.clock
         d = batch.duration
         d0, d1, d2 = d
-        now = (c[0] + d0, c[1] + d1, c[2] + d2)
-        c[0], c[1], c[2] = now
+        now = self.clock = (c0 + d0, c1 + d1, c2 + d2)
         k = batch.steps
         st.steps += k
         if self.holds:
@@ -414,9 +416,14 @@ class Lane:
             len(self.running) * lim.kv_fixed
             + (self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens) * lim.kv_per_token
         )  # self.kv_bytes() inline: this runs on every step
-        frac = kv_bytes / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
-        if frac > st.peak_kv_frac:
-            st.peak_kv_frac = frac
+        # the peak share is the share of the peak (dividing by one capacity keeps the order): a division for
+        # each new peak, not one a step
+        cap = lim.kv_capacity
+        if kv_bytes > self.peak_kv_bytes or cap != self.peak_capacity:
+            self.peak_kv_bytes, self.peak_capacity = kv_bytes, cap
+            frac = kv_bytes / cap if cap > 0 else 1.0
+            if frac > st.peak_kv_frac:
+                st.peak_kv_frac = frac
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:

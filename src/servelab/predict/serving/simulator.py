@@ -101,7 +101,7 @@ def _loop(lane: Lane, source) -> None:
             c = lane.clock
             if c[drive] < t:  # idle until now: every clock moves on by the same gap
                 gap = t - c[drive]
-                lane.clock = c = [c[0] + gap, c[1] + gap, c[2] + gap]
+                lane.clock = (c[0] + gap, c[1] + gap, c[2] + gap)
             batch = schedule(queue[0][0] if queue else INF, drive)
             if batch is None:
                 continue
