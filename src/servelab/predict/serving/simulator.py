@@ -2,10 +2,10 @@
 
 Four kinds of event: a request arrives, the API server hands it to the scheduler, a step ends, the lane
 schedules its next step. At one instant arrivals and hand-overs come first, then the step end, then
-scheduling; events of one kind at one instant keep the order they were made in. Clocks: the lane carries
-three clocks (step times priced nominal, low and high). Closed-loop schedules do not depend on time (a client
-sends when its last request ends, which is a step end), so one run prices the same schedule three ways;
-open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
+scheduling; events of the same rank at one instant are handled in the order they were made. Clocks: the lane
+carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not depend on time (a
+client sends when its last request ends, which is a step end), so one run prices the same schedule three
+ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
 
 The loop is one function over plain tuples, the lane's own state and the source's three calls: events are
 (time, order at an instant, sequence number, kind, request or batch). A step's end and the scheduling that
@@ -36,7 +36,7 @@ def run(lane: Lane, source) -> None:
     """Simulate until the source is done; requests keep their times (Request.arrival, first, finish).
 
     The cyclic garbage collector is paused meanwhile: the loop makes tens of thousands of small tuples and no
-    reference cycles, so its passes over them find nothing (they cost 3 % of a simulation)."""
+    reference cycles, so its passes over them find nothing (they cost a few per cent of a simulation)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -146,9 +146,9 @@ Sent = tuple[float, Request]
 
 
 class Source:
-    """Makes the requests and decides when to stop; `measured` are the requests the statistics use. The loop
-    calls `start` once, `on_arrival` as each request arrives and `on_finish` as each ends; each returns the
-    request(s) it sends then."""
+    """Makes the requests and decides when to stop; `measured_requests` are those the statistics use. The loop
+    calls `start` once (the first requests sent), `on_arrival` as each request arrives and `on_finish` as each
+    ends (the request sent then, if any)."""
 
     drive = 0
 
@@ -196,9 +196,6 @@ class ClosedLoop(Source):
         self.pending_measured = self.num_measured
         self.last = self.warmup + self.num_measured + self.c  # requests made in all
 
-    def is_measured(self, req: Request) -> bool:
-        return self.warmup <= req.idx < self.warmup + self.num_measured
-
     def measured_requests(self) -> list[Request]:
         """The measured requests that finished, in index order."""
         return [
@@ -214,7 +211,7 @@ class ClosedLoop(Source):
             lane.stats.itl.clear()
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> Sent | None:
-        if self.warmup <= req.idx < self.warmup + self.num_measured:  # is_measured(req)
+        if self.warmup <= req.idx < self.warmup + self.num_measured:  # a measured request
             self.pending_measured -= 1
             if self.pending_measured == 0:
                 self.window[1] = (req.finish, lane.emitted, lane.completed)
@@ -233,9 +230,6 @@ class OpenLoop(Source):
         self.drive = drive
         self.offsets = wl.offsets()
         self.pending_measured = len(self.offsets)
-
-    def is_measured(self, req: Request) -> bool:
-        return True
 
     def measured_requests(self) -> list[Request]:
         """The requests that finished, in index order."""
