@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from operator import sub, truediv
 
 from servelab.errors import ServelabError
-from servelab.metrics import Distribution, distribution_ms, e2el, tpot, ttft, weighted_distribution_ms
+from servelab.metrics import Distribution, distribution_ms, weighted_distribution_ms
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import step_ops
@@ -145,8 +146,7 @@ def simulate(
     scale = (wl.clients / lw.clients) if wl.closed else lanes  # lanes x the busiest lane's share
     per_run = []
     for _lane, source in runs:
-        measured = [r for r in source.requests if r.finish is not None and source.is_measured(r)]
-        per_run.append(request_latencies_s(measured))
+        per_run.append(request_latencies_s(source.measured_requests()))
     for clock in range(3):
         lane, source = runs[0] if wl.closed else runs[clock]
         latencies_s = per_run[0][clock] if wl.closed else per_run[clock][clock]
@@ -172,16 +172,24 @@ def simulate(
 
 
 def request_latencies_s(requests) -> list[dict[str, list[float]]]:
-    """Per-request TTFT, TPOT and E2EL in seconds, one dict per clock (0 nominal, 1 low, 2 high)."""
+    """Per-request TTFT, TPOT and E2EL in seconds, one dict per clock (0 nominal, 1 low, 2 high).
+
+    servelab.metrics' ttft, tpot and e2el, a column at a time: the same subtractions and divisions, without
+    a call per value (nine thousand of them for a thousand requests, 4 % of the simulation)."""
+    if not requests:
+        return [{"ttft": [], "tpot": [], "e2el": []} for _ in range(3)]
+    arrivals = zip(*[r.arrival for r in requests], strict=True)  # per clock: every request's time
+    firsts = zip(*[r.first for r in requests], strict=True)
+    finishes = zip(*[r.finish for r in requests], strict=True)
+    tokens = [r.osl - 1 for r in requests]  # tpot's divisor; no TPOT for a single output token
+    every = min(tokens) > 0
     out = []
-    for k in range(3):
-        out.append(
-            {
-                "ttft": [ttft(r.arrival[k], r.first[k]) for r in requests],
-                "tpot": [t for r in requests if (t := tpot(r.first[k], r.finish[k], r.osl)) is not None],
-                "e2el": [e2el(r.arrival[k], r.finish[k]) for r in requests],
-            }
-        )
+    for start, first, last in zip(arrivals, firsts, finishes, strict=True):
+        if every:
+            tpots = list(map(truediv, map(sub, last, first), tokens))
+        else:
+            tpots = [(b - a) / n for a, b, n in zip(first, last, tokens, strict=True) if n > 0]
+        out.append({"ttft": list(map(sub, first, start)), "tpot": tpots, "e2el": list(map(sub, last, start))})
     return out
 
 

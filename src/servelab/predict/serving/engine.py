@@ -59,6 +59,7 @@ class Batch:
 
 
 FRONTEND_MAX_BUSY = 0.95
+INF = float("inf")
 
 
 @dataclass(slots=True)
@@ -122,7 +123,7 @@ class Lane:
         self.sum_ctx0 = 0.0  # sum of ctx0 - g0 over decoding requests: their KV tokens = sum + n * G
         self.sum_target = 0.0  # sum of target G over decoding requests: their remaining output = sum - n * G
         self.prefill_tokens = 0  # KV tokens held by requests still in prefill
-        self.clock = [0.0, 0.0, 0.0]
+        self.clock = (0.0, 0.0, 0.0)  # the lane's time, per clock (a tuple: requests keep it as theirs)
         self.emitted = 0.0  # output tokens emitted, all requests
         self.completed = 0  # requests finished, all of them
         self.busy = False
@@ -148,6 +149,8 @@ class Lane:
         self.over_sum = 0.0
         self.over_n = 0
         self.stats = LaneStats()
+        self.peak_kv_bytes = -INF  # the most KV bytes held after a step ...
+        self.peak_capacity = -INF  # ... since the KV capacity was this
 
     # ---- KV ----------------------------------------------------------------------------------------------
     def kv_tokens(self) -> float:
@@ -194,33 +197,59 @@ class Lane:
 
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, horizon_s: float, drive: int) -> Batch | None:
-        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle."""
+        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle.
+        (Written for speed, this runs on every step: KV bytes inline, bounds by comparisons, not min/max.)"""
         lim = self.lim
         n = self.num_decoding
         grow = n * lim.tokens_per_step * lim.kv_per_token  # the decodes' next tokens
         kv_bytes = (
             len(self.running) * lim.kv_fixed
             + (self.sum_ctx0 + n * self.G + self.prefill_tokens) * lim.kv_per_token
-        )  # self.kv_bytes() inline: this runs on every step
+        )  # self.kv_bytes()
         if n and kv_bytes + grow > lim.kv_capacity:
             self._make_room()
-            grow = self.num_decoding * lim.tokens_per_step * lim.kv_per_token
+            n = self.num_decoding
+            grow = n * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()
-        n = self.num_decoding
         hold = 0
         if self.prefilling or self.waiting:
             chunks, decodes, hold = self.policy.form_step(self)
             if chunks:
                 m = n if decodes else 0
                 kv_mean = self.G + self.sum_ctx0 / m if m else 0.0
-                us = self.price_mixed([(t, p) for _, t, p in chunks], m, kv_mean)
+                if len(chunks) == 1:
+                    _, new, past = chunks[0]
+                    us = self.price_mixed([(new, past)], m, kv_mean)
+                else:
+                    us = self.price_mixed([(t, p) for _, t, p in chunks], m, kv_mean)
                 return Batch(1, m, kv_mean, chunks, (us[0] * 1e-6, us[1] * 1e-6, us[2] * 1e-6))
         else:
             self.holding = False  # nothing to hold
         if not n:
             return None
-        kv_mean = self.G + self.sum_ctx0 / n
-        return self._stretch(n, kv_mean, horizon_s, drive, grow, kv_bytes, hold)
+        # decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills or
+        # held prompts are released (the hold)
+        G, tps = self.G, lim.tokens_per_step
+        kv_mean = G + self.sum_ctx0 / n
+        steps = int(-(-(self.heap[0][0] - G) // tps))  # ceil: steps until the first finish
+        if steps < 1:
+            steps = 1
+        if hold and hold < steps:
+            steps = hold
+        if grow > 0:
+            room = int((lim.kv_capacity - kv_bytes) // grow)  # steps until the KV cache is full
+            if room < steps:
+                steps = room if room > 1 else 1
+        one = self.price_decode(n, kv_mean)
+        if horizon_s != INF:
+            before = int((horizon_s - self.clock[drive]) / (one[drive] * 1e-6)) + 1  # steps to the horizon
+            if before < steps:
+                steps = before if before > 1 else 1
+        if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
+            one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
+        return Batch(
+            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
+        )
 
     def _make_room(self) -> None:
         """Preempt the policy's victims until the decodes' next tokens fit the KV cache."""
@@ -252,7 +281,12 @@ class Lane:
         for req in self.prefilling:
             if budget <= 0:
                 break
-            take = min(req.prompt - req.computed, budget, int(free // per_token))
+            take = req.prompt - req.computed  # the rest of its prompt, within the budget and the free cache
+            if budget < take:
+                take = budget
+            fits = int(free // per_token)
+            if fits < take:
+                take = fits
             if take <= 0:
                 break
             chunks.append((req, take, req.computed))
@@ -271,7 +305,7 @@ class Lane:
                 break
             req = waiting[0]
             todo = req.prompt - req.cached
-            take = min(todo, budget)
+            take = todo if todo <= budget else budget
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
             need = lim.kv_fixed + (req.cached + take) * per_token
@@ -293,27 +327,6 @@ class Lane:
             budget -= take
             free -= lim.kv_fixed + (req.cached + take) * per_token
         return chunks
-
-    def _stretch(
-        self, n: int, kv_mean: float, horizon_s: float, drive: int, grow: float, kv_bytes: float, cap: int = 0
-    ) -> Batch:
-        """Decode-only steps repeat unchanged until a request finishes, the next arrival, the KV cache fills
-        or (cap) held prompts are released."""
-        tps = self.lim.tokens_per_step
-        steps = max(1, int(-(-(self.heap[0][0] - self.G) // tps)))  # ceil: steps until the first finish
-        if cap:
-            steps = min(steps, cap)
-        if grow > 0:
-            steps = min(steps, max(1, int((self.lim.kv_capacity - kv_bytes) // grow)))
-        one = self.price_decode(n, kv_mean)
-        if horizon_s != float("inf"):
-            gap = horizon_s - self.clock[drive]
-            steps = min(steps, max(1, int(gap / (one[drive] * 1e-6)) + 1))
-        if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
-            one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
-        return Batch(
-            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
-        )
 
     def _preempt(self, req: Request) -> None:
         """Take a running request out: its KV cache is freed, and its prompt and output so far are to be
@@ -358,11 +371,10 @@ class Lane:
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""
         st, lim = self.stats, self.lim
-        c, d = self.clock, batch.duration
-        c[0] += d[0]
-        c[1] += d[1]
-        c[2] += d[2]
-        now = (c[0], c[1], c[2])
+        c0, c1, c2 = self.clock
+        d = batch.duration
+        d0, d1, d2 = d
+        now = self.clock = (c0 + d0, c1 + d1, c2 + d2)
         k = batch.steps
         st.steps += k
         if self.holds:
@@ -373,37 +385,45 @@ class Lane:
             adv = k * lim.tokens_per_step
             self.G += adv
             self.emitted += n * adv
-            st.itl.append(((d[0] / k, d[1] / k, d[2] / k), n * k))
+            # the gap between tokens, per clock, and how many tokens saw it (one step: its own duration)
+            st.itl.append((d, n) if k == 1 else ((d0 / k, d1 / k, d2 / k), n * k))
             st.decode_token_steps += n * k
             st.decode_steps += k
-            if lim.frontend_out_token_s and d[0] > 0:
-                self.decode_rate = n * adv / d[0]
-        if batch.chunks:
-            st.busy_mixed_s += batch.duration[0]
-            for req, take, _ in batch.chunks:
+            if lim.frontend_out_token_s and d0 > 0:
+                self.decode_rate = n * adv / d0
+        chunks = batch.chunks
+        if chunks:
+            st.busy_mixed_s += d0
+            for req, take, _ in chunks:
                 req.computed += take
                 self.prefill_tokens += take
                 st.prefill_tokens += take
                 if req.computed >= req.prompt:
                     self._start_decoding(req, now, done)
         else:
-            st.busy_decode_s += batch.duration[0]
+            st.busy_decode_s += d0
         heap = self.heap
-        while heap and heap[0][0] <= self.G + 1e-9:
-            _, _, epoch, req = heapq.heappop(heap)
+        reached = self.G + 1e-9
+        while heap and heap[0][0] <= reached:
+            target, _, epoch, req = heapq.heappop(heap)
             if epoch != req.epoch or req.finish is not None:
                 continue
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
-            self.sum_target -= req.target
+            self.sum_target -= target  # req.target: it has not moved since it was queued
             self._finish(req, now, done)
         kv_bytes = (
             len(self.running) * lim.kv_fixed
             + (self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens) * lim.kv_per_token
         )  # self.kv_bytes() inline: this runs on every step
-        frac = kv_bytes / lim.kv_capacity if lim.kv_capacity > 0 else 1.0
-        if frac > st.peak_kv_frac:
-            st.peak_kv_frac = frac
+        # the peak share is the share of the peak (dividing by one capacity keeps the order): a division for
+        # each new peak, not one a step
+        cap = lim.kv_capacity
+        if kv_bytes > self.peak_kv_bytes or cap != self.peak_capacity:
+            self.peak_kv_bytes, self.peak_capacity = kv_bytes, cap
+            frac = kv_bytes / cap if cap > 0 else 1.0
+            if frac > st.peak_kv_frac:
+                st.peak_kv_frac = frac
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:
@@ -416,14 +436,16 @@ class Lane:
         if req.out >= req.osl:
             self._finish(req, now, done)
             return
-        req.ctx0, req.g0 = req.computed, self.G
+        G = self.G
+        req.ctx0, req.g0 = req.computed, G
+        target = G + req.osl - req.out  # req.target
         self.num_decoding += 1
-        self.sum_ctx0 += req.ctx0 - req.g0
-        self.sum_target += req.target
-        heapq.heappush(self.heap, (req.target, req.idx, req.epoch, req))
+        self.sum_ctx0 += req.ctx0 - G
+        self.sum_target += target
+        heapq.heappush(self.heap, (target, req.idx, req.epoch, req))
         clip = self.clip
-        if clip and req.target - self.G > clip:
-            cross = req.target - clip
+        if clip and target - G > clip:
+            cross = target - clip
             req.over_clip = True
             self.over_sum += cross
             self.over_n += 1

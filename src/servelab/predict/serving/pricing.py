@@ -128,7 +128,9 @@ class StepPricer:
 
     def decode(self, n: int, kv: float) -> tuple[float, float, float]:
         """A decode-only step of n sequences at mean context kv, bilinear between grid points."""
-        kv = max(int(kv), 1)
+        kv = int(kv)
+        if kv < 1:
+            kv = 1
         hit = self._decode.get((n, kv))
         if hit is None:
             hit = self._decode[(n, kv)] = self._interpolate(n, kv)
@@ -159,8 +161,22 @@ class StepPricer:
         tens."""
         if len(chunks) == 1:  # the common case: one prompt chunk, nothing to snap or sort
             new, past = chunks[0]
-            # its price depends on the snapped counts alone: kept, a repeated key skips the interpolation
-            key = (new, snap(past), snap_coarse(n), snap(kv) if n else 0)
+            # its price depends on the snapped counts alone: kept, a repeated key skips the interpolation.
+            # The snaps' memos are read here first (whole numbers are their own memo keys): one call less
+            # each on a step the simulator prices hundreds of times a run
+            past_q = _SNAPPED.get(past)
+            if past_q is None:
+                past_q = snap(past)
+            n_q = _COARSE.get(n)
+            if n_q is None:
+                n_q = snap_coarse(n)
+            if n:
+                kv_q = _SNAPPED.get(int(kv + 0.5))
+                if kv_q is None:
+                    kv_q = snap(kv)
+            else:
+                kv_q = 0
+            key = (new, past_q, n_q, kv_q)
             hit = self._mixed.get(key)
             if hit is None:
                 hit = self._mixed[key] = self._mixed_price(new, (), key[1], key[2], key[3])

@@ -1,143 +1,154 @@
-"""The discrete-event loop: pop an event, handle it, push what the handler returns.
+"""The discrete-event loop: pop the earliest event, handle it, queue what it makes.
 
-Four events: a request arrives, the API server hands it to the scheduler, a step ends, the lane schedules its
-next step. Entities never touch the
-queue. Clocks: the lane carries three clocks (step times priced nominal, low and high). Closed-loop schedules
-do not depend on time (a client sends when its last request ends, which is a step end), so one run prices the
-same schedule three ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the
-caller.
+Four kinds of event: a request arrives, the API server hands it to the scheduler, a step ends, the lane
+schedules its next step. At one instant arrivals and hand-overs come first, then the step end, then
+scheduling; events of the same rank at one instant are handled in the order they were made. Clocks: the lane
+carries three clocks (step times priced nominal, low and high). Closed-loop schedules do not depend on time (a
+client sends when its last request ends, which is a step end), so one run prices the same schedule three
+ways; open-loop runs are driven by one clock (`drive`) and repeated per clock by the caller.
+
+The loop is one function over plain tuples, the lane's own state and the source's three calls: events are
+(time, order at an instant, sequence number, kind, request or batch). A step's end and the scheduling that
+follows it, most of a run's events, are handled at once, without the queue, when nothing queued comes first
+(what the queue would have given next; the time and the order of every event are those it would have had).
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
-from typing import NamedTuple
 
 import numpy as np
 
 from servelab.errors import ServelabError
-from servelab.predict.serving.engine import Batch, Lane, Request
+from servelab.predict.serving.engine import Lane, Request
 from servelab.predict.serving.workload import Workload
 from servelab.traffic.lengths import LengthStream
 
 INF = float("inf")
 
-
-class Arrival(NamedTuple):
-    """A client sends a request. The API server handles requests one at a time (HTTP, tokenizing) before the
-    scheduler sees them, so a request sent while it is busy waits its turn: `Admit` hands it over."""
-
-    time: float
-    req: Request
-
-    def handle(self, lane: Lane, source, horizon: float) -> list:
-        req = self.req
-        req.arrival = _at(lane, self.time, source.drive)
-        source.on_arrival(req, lane)
-        following = source.next_arrival()
-        out = [] if following is None else [following]
-        if lane.frontend:
-            rate = lane.decode_rate if lane.num_decoding else 0.0
-            cost = lane.lim.frontend_cost_s(req.prompt, rate, lane.streams)
-            lane.frontend_free = max(self.time, lane.frontend_free) + cost
-            out.append(Admit(lane.frontend_free, req))
-            return out
-        lane.add(req)
-        if not lane.busy:
-            out.append(Schedule(self.time))
-        return out
+# event kinds; an event's order at an instant: arrivals and hand-overs, then step ends, then scheduling
+ARRIVAL, ADMIT, STEP_END, SCHEDULE = 0, 1, 2, 3
 
 
-class Admit(NamedTuple):
-    """The API server hands a request to the scheduler."""
+def run(lane: Lane, source) -> None:
+    """Simulate until the source is done; requests keep their times (Request.arrival, first, finish).
 
-    time: float
-    req: Request
+    The cyclic garbage collector is paused meanwhile: the loop makes tens of thousands of small tuples and no
+    reference cycles, so its passes over them find nothing (they cost a few per cent of a simulation)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _loop(lane, source)
+    finally:
+        if collecting:
+            gc.enable()
 
-    def handle(self, lane: Lane, source, horizon: float) -> list:
-        lane.add(self.req)
-        return [] if lane.busy else [Schedule(self.time)]
 
+def _loop(lane: Lane, source) -> None:
+    queue: list = []
+    seq = itertools.count()
+    push, pop = heapq.heappush, heapq.heappop
+    drive = source.drive
+    lim = lane.lim
+    schedule, complete = lane.schedule, lane.complete  # looked up once (a test may wrap lane.schedule)
+    arrived, finished = source.on_arrival, source.on_finish
+    frontend, streams = lane.frontend, lane.streams
+    for t, req in source.start():
+        push(queue, (t, 0, next(seq), ARRIVAL, req))
+    kind = -1  # the event in hand (-1: none, pop the next)
+    while not source.done:
+        if kind < 0:
+            if not queue:
+                raise ServelabError(
+                    "simulation stalled: a waiting request can never be admitted (KV cache too small "
+                    "for one sequence, or a prompt longer than the token budget without chunked prefill)"
+                )
+            t, _, _, kind, obj = pop(queue)
 
-class StepEnd(NamedTuple):
-    time: float
-    batch: Batch
-
-    def handle(self, lane: Lane, source, horizon: float) -> list:
-        lane.busy = False
-        streams = lane.streams
-        # the requests this step may give their first token (only a streaming API server needs them)
-        starting = [req for req, _, _ in self.batch.chunks if req.first is None] if streams else []
-        done = lane.complete(self.batch)
-        out = [Schedule(self.time)]
-        seen = self.time  # when the client sees this step's tokens
-        if streams:
-            firsts = [req for req in starting if req.first is not None]
-            delay = lane.stream_out(self.batch, len(firsts), self.time, source.drive)
-            seen += delay
-            for req in firsts:
-                req.first = _later(req.first, delay)
+        if kind == STEP_END:
+            lane.busy = False
+            # the requests this step may give their first token (only a streaming API server needs them)
+            starting = [req for req, _, _ in obj.chunks if req.first is None] if streams else None
+            done = complete(obj)
+            seen = t  # when the client sees this step's tokens
+            if starting is not None:
+                firsts = [req for req in starting if req.first is not None]
+                delay = lane.stream_out(obj, len(firsts), t, drive)
+                seen += delay
+                for req in firsts:
+                    req.first = _later(req.first, delay)
+                for req in done:
+                    req.finish = _later(req.finish, delay)
             for req in done:
-                req.finish = _later(req.finish, delay)
-        for req in done:
-            out.extend(source.on_finish(req, seen, lane))
-        return out
+                new = finished(req, seen, lane)
+                if new is not None:
+                    push(queue, (new[0], 0, next(seq), ARRIVAL, new[1]))
+            if source.done:
+                break
+            if queue and queue[0][0] <= t:  # something queued comes first
+                push(queue, (t, 2, next(seq), SCHEDULE, None))
+                kind = -1
+            else:
+                kind = SCHEDULE
+            continue
 
+        if kind == SCHEDULE:
+            kind = -1
+            if lane.busy:
+                continue
+            c = lane.clock
+            if c[drive] < t:  # idle until now: every clock moves on by the same gap
+                gap = t - c[drive]
+                lane.clock = (c[0] + gap, c[1] + gap, c[2] + gap)
+            batch = schedule(queue[0][0] if queue else INF, drive)
+            if batch is None:
+                continue
+            lane.busy = True
+            t = lane.clock[drive] + batch.duration[drive]
+            if queue and queue[0][0] <= t:  # something queued comes first
+                push(queue, (t, 1, next(seq), STEP_END, batch))
+            else:
+                kind, obj = STEP_END, batch
+            continue
 
-class Schedule(NamedTuple):
-    time: float
-
-    def handle(self, lane: Lane, source, horizon: float) -> list:
-        if lane.busy:
-            return []
-        drive = source.drive
-        if lane.clock[drive] < self.time:  # idle until now: every clock moves on by the same gap
-            gap = self.time - lane.clock[drive]
-            lane.clock = [c + gap for c in lane.clock]
-        batch = lane.schedule(horizon, drive)
-        if batch is None:
-            return []
-        lane.busy = True
-        return [StepEnd(lane.clock[drive] + batch.duration[drive], batch)]
-
-
-# at one instant: arrivals and hand-overs, then step ends, then scheduling
-_ORDER = {Arrival: 0, Admit: 0, StepEnd: 1, Schedule: 2}
+        if kind == ARRIVAL:
+            # a client sends a request; the API server handles requests one at a time (HTTP, tokenizing)
+            # before the scheduler sees them, so one sent while it is busy waits its turn (ADMIT)
+            c = lane.clock
+            d = t - c[drive]
+            # all clocks at instant t of the drive clock: each keeps its offset from the drive clock at the
+            # last step boundary (inside a step, or across an idle gap that every clock crosses alike)
+            obj.arrival = (c[0] + d, c[1] + d, c[2] + d)
+            new = arrived(obj, lane)  # the next request the source sends
+            if new is not None:
+                push(queue, (new[0], 0, next(seq), ARRIVAL, new[1]))
+            kind = -1
+            if frontend:
+                rate = lane.decode_rate if lane.num_decoding else 0.0
+                cost = lim.frontend_cost_s(obj.prompt, rate, streams)
+                lane.frontend_free = max(t, lane.frontend_free) + cost
+                push(queue, (lane.frontend_free, 0, next(seq), ADMIT, obj))
+                continue
+        kind = -1  # a hand-over (or an arrival without an API server): the scheduler has the request
+        lane.add(obj)
+        if not lane.busy:
+            push(queue, (t, 2, next(seq), SCHEDULE, None))
 
 
 def _later(clocks, delay: float) -> tuple:
     return (clocks[0] + delay, clocks[1] + delay, clocks[2] + delay)
 
 
-def _at(lane: Lane, t: float, drive: int) -> tuple:
-    """All clocks at instant t of the drive clock: each keeps its offset from the drive clock at the last step
-    boundary (inside a step, or across an idle gap that every clock crosses alike)."""
-    c = lane.clock
-    d = t - c[drive]
-    return (c[0] + d, c[1] + d, c[2] + d)
-
-
-def run(lane: Lane, source) -> None:
-    queue: list = []
-    seq = itertools.count()
-    push, pop = heapq.heappush, heapq.heappop
-    for event in source.start():
-        push(queue, (event.time, _ORDER[event.__class__], next(seq), event))
-    while queue and not source.done:
-        event = pop(queue)[3]
-        horizon = queue[0][0] if queue else INF
-        for new in event.handle(lane, source, horizon):
-            push(queue, (new.time, _ORDER[new.__class__], next(seq), new))
-    if not source.done:
-        raise ServelabError(
-            "simulation stalled: a waiting request can never be admitted (KV cache too small "
-            "for one sequence, or a prompt longer than the token budget without chunked prefill)"
-        )
+# what a source makes: a request and the time (drive clock) its client sends it
+Sent = tuple[float, Request]
 
 
 class Source:
-    """Makes the requests and decides when to stop; `measured` are the requests the statistics use."""
+    """Makes the requests and decides when to stop; `measured_requests` are those the statistics use. The loop
+    calls `start` once (the first requests sent), `on_arrival` as each request arrives and `on_finish` as each
+    ends (the request sent then, if any)."""
 
     drive = 0
 
@@ -163,17 +174,13 @@ class Source:
                 rng = np.random.default_rng(self.wl.seed)
                 self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
             prompt, osl = self.lengths[idx]
-            prompt = max(1, prompt)  # an engine request has at least one prompt token
-            cached = min(cached, prompt - 1)
+            if prompt < 1:  # an engine request has at least one prompt token
+                prompt = 1
+            if cached > prompt - 1:
+                cached = prompt - 1
         req = Request(idx, prompt, osl, cached)
         self.requests.append(req)
         return req
-
-    def on_arrival(self, req: Request, lane: Lane) -> None:
-        pass
-
-    def next_arrival(self):
-        return None
 
 
 class ClosedLoop(Source):
@@ -187,28 +194,32 @@ class ClosedLoop(Source):
         self.warmup = wl.clients if wl.warmup is None else wl.warmup
         self.num_measured = wl.measured()
         self.pending_measured = self.num_measured
+        self.last = self.warmup + self.num_measured + self.c  # requests made in all
 
-    def is_measured(self, req: Request) -> bool:
-        return self.warmup <= req.idx < self.warmup + self.num_measured
+    def measured_requests(self) -> list[Request]:
+        """The measured requests that finished, in index order."""
+        return [
+            r for r in self.requests[self.warmup : self.warmup + self.num_measured] if r.finish is not None
+        ]
 
-    def start(self) -> list:
-        return [Arrival(0.0, self._new()) for _ in range(self.c)]
+    def start(self) -> list[Sent]:
+        return [(0.0, self._new()) for _ in range(self.c)]
 
     def on_arrival(self, req: Request, lane: Lane) -> None:
         if req.idx == self.warmup:  # the measuring window opens; ITL samples before it belong to the warm-up
             self.window[0] = (req.arrival, lane.emitted, lane.completed)
             lane.stats.itl.clear()
 
-    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
-        if self.warmup <= req.idx < self.warmup + self.num_measured:  # is_measured(req)
+    def on_finish(self, req: Request, t: float, lane: Lane) -> Sent | None:
+        if self.warmup <= req.idx < self.warmup + self.num_measured:  # a measured request
             self.pending_measured -= 1
             if self.pending_measured == 0:
                 self.window[1] = (req.finish, lane.emitted, lane.completed)
                 self.done = True
-                return []
-        if len(self.requests) < self.warmup + self.num_measured + self.c:
-            return [Arrival(t, self._new())]
-        return []
+                return None
+        if len(self.requests) < self.last:
+            return (t, self._new())
+        return None
 
 
 class OpenLoop(Source):
@@ -220,28 +231,24 @@ class OpenLoop(Source):
         self.offsets = wl.offsets()
         self.pending_measured = len(self.offsets)
 
-    def is_measured(self, req: Request) -> bool:
-        return True
+    def measured_requests(self) -> list[Request]:
+        """The requests that finished, in index order."""
+        return [r for r in self.requests if r.finish is not None]
 
-    def start(self) -> list:
-        return [self.next_arrival()] if self.offsets else []
+    def start(self) -> list[Sent]:
+        return [(self.offsets[0], self._new())] if self.offsets else []
 
-    def next_arrival(self):
-        i = len(self.requests)
-        if i >= len(self.offsets):
-            return None
-        return Arrival(self.offsets[i], self._new())
-
-    def on_arrival(self, req: Request, lane: Lane) -> None:
+    def on_arrival(self, req: Request, lane: Lane) -> Sent | None:
         if req.idx == 0:
             self.window[0] = (req.arrival, 0.0, 0)
+        i = len(self.requests)  # the next request, at its own offset
+        return (self.offsets[i], self._new()) if i < len(self.offsets) else None
 
-    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
+    def on_finish(self, req: Request, t: float, lane: Lane) -> None:
         self.pending_measured -= 1
         if self.pending_measured == 0:
             self.window[1] = (req.finish, lane.emitted, lane.completed)
             self.done = True
-        return []
 
 
 class Replay:
@@ -263,11 +270,10 @@ class Replay:
         self.requests: list[Request] = []
         self.in_flight = 0
         self.blocked = False  # the next request waits for a free slot
-        self.last_sent = 0.0
         self.pending = len(requests)
         self.done = not requests
 
-    def _send(self, t: float) -> Arrival | None:
+    def _send(self, t: float) -> Sent | None:
         i = len(self.requests)
         if i >= len(self.specs):
             return None
@@ -278,25 +284,23 @@ class Replay:
         self.in_flight += 1
         req = Request(i, prompt, osl, cached)
         self.requests.append(req)
-        return Arrival(max(t, self.offsets[i]), req)
+        return (max(t, self.offsets[i]), req)
 
-    def start(self) -> list:
-        return [e for e in (self._send(0.0),) if e is not None]
+    def start(self) -> list[Sent]:
+        first = self._send(0.0)
+        return [] if first is None else [first]
 
-    def on_arrival(self, req: Request, lane: Lane) -> None:
-        self.last_sent = req.arrival[self.drive]
+    def on_arrival(self, req: Request, lane: Lane) -> Sent | None:
+        # the arrival took its slot; the next is sent at its own offset, never before this one
+        return self._send(req.arrival[self.drive])
 
-    def next_arrival(self):
-        # the arrival just handled took its slot; the next is sent at its own offset, never before this one
-        return self._send(self.last_sent)
-
-    def on_finish(self, req: Request, t: float, lane: Lane) -> list:
+    def on_finish(self, req: Request, t: float, lane: Lane) -> Sent | None:
         self.in_flight -= 1
         self.pending -= 1
         if self.pending == 0:
             self.done = True
-            return []
+            return None
         if self.blocked:
             self.blocked = False
-            return [e for e in (self._send(t),) if e is not None]
-        return []
+            return self._send(t)
+        return None
