@@ -48,6 +48,9 @@ REFUSALS = (  # why a deployment of the pinned sweep gets no manifest, each prec
     # tilert.py), and the decode server's Service is its HTTP port's: node 0's address maps to nothing
     r"\{\{node:0\}\} in \S+-tilert-\S+-prefill worker 0 node 0's argv: node 0's address is neither a Service "
     r"nor this worker's own pod",
+    # llm-d's decode nodes run vLLM and its pd-sidecar side by side (llmd.py): two containers of one pod,
+    # which the writer does not make
+    r"a decode worker's processes are not one per node of \d+ nodes",
 )
 
 

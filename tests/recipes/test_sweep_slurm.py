@@ -352,10 +352,10 @@ def test_every_deployment_of_the_pinned_sweep_gets_a_script_or_one_line(deployme
         assert directives(text)[1] == f"--nodes={job.deployment.nodes}"
         assert text.count("srun ") == len(job.deployment.processes)
         written += 1
-    # 48: InferenceX's AMD sglang-disagg and atom-disagg jobs (12 of them agentic), 2: its TileRT ones; 171
-    # and 19: srt-slurm's multinode agentic jobs, which replay their trace at each concurrency (dynamo-trt's
-    # refused as others)
-    assert (written, refused) == (149 + 48 + 2 + 171, 155 + 19)
+    # 48: InferenceX's AMD sglang-disagg and atom-disagg jobs (12 of them agentic), 2: its TileRT ones, 3: its
+    # llm-d ones; 171 and 19: srt-slurm's multinode agentic jobs, which replay their trace at each concurrency
+    # (dynamo-trt's refused as others)
+    assert (written, refused) == (149 + 48 + 2 + 3 + 171, 155 + 19)
 
 
 def _two_node_job(deployment_jobs):

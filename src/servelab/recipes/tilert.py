@@ -17,13 +17,14 @@ the images (the prefill node runs the arm's PREFILL_IMAGE, vLLM's, the decode no
 from __future__ import annotations
 
 import json
-import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from servelab.engines import Engine
 from servelab.recipes.capture.tilert import NODE_IPS
-from servelab.recipes.engines.base import Deployment, NodeProcess, Role
+from servelab.recipes.captured import deployment_from, placeholder
+from servelab.recipes.engines.base import Deployment, Role
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "tilert.json"))
 FRAMEWORK = "tilert"
@@ -31,7 +32,7 @@ GPUS_PER_NODE = 8
 # each recorded command's role, by the module or program it runs
 ROLES = {
     "tilert.pd_vllm.decode_server": Role.DECODE,
-    "vllm": Role.PREFILL,
+    Engine.VLLM.value: Role.PREFILL,
     "tilert.pd_vllm.pd_router": Role.ROUTER,
 }
 SETUP = "tilert.models.preprocess.weight_converter"
@@ -39,7 +40,7 @@ SETUP = "tilert.models.preprocess.weight_converter"
 # while it runs, as run_node.sh watches it), vLLM's and the router's answer /health
 PORT_FLAG = {Role.DECODE: "--http-port", Role.PREFILL: "--port", Role.ROUTER: "--port"}
 HEALTH = {Role.DECODE: None, Role.PREFILL: "/health", Role.ROUTER: "/health"}
-_CAPTURED_IP = re.compile(r"(?<![\d.])(" + "|".join(map(re.escape, NODE_IPS)) + r")(?![\d])")
+_placeholders = placeholder(NODE_IPS)
 
 
 def is_tilert(row: dict) -> bool:
@@ -48,10 +49,6 @@ def is_tilert(row: dict) -> bool:
 
 def job_id(key: str, row: dict) -> str:
     return f"{key} isl={row.get('isl')} osl={row.get('osl')}"
-
-
-def _placeholders(value: str) -> str:
-    return _CAPTURED_IP.sub(lambda m: f"{{{{node:{NODE_IPS.index(m.group(1))}}}}}", value)
 
 
 def _what(argv: list[str]) -> str:
@@ -107,6 +104,4 @@ def deployment_for(key: str, row: dict) -> tuple[Deployment | None, str | None]:
     profile = profiles().get(job_id(key, row))
     if profile is None:
         return None, f"{FRAMEWORK}: servelab has no capture of upstream's scripts for {job_id(key, row)}"
-    processes = [NodeProcess.model_validate(p) for p in profile["processes"]]
-    endpoint = next(i for i, p in enumerate(processes) if p.role == Role.ROUTER)
-    return Deployment(nodes=profile["nodes"], processes=processes, endpoint=endpoint), None
+    return deployment_from(profile), None

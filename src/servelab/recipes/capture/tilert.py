@@ -31,16 +31,18 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from servelab.recipes.matrix import arm_settings
+from servelab.engines import Engine
+from servelab.recipes.capture.workflow import workflow_env
 
 LAUNCHER = "runners/launch_b200-dgxc.sh"
+RUNNER_NAME = "b200-dgxc-slurm_7"  # a node of the b200-multinode label (its launcher links to LAUNCHER)
 UTILS = "benchmarks/multi_node/tilert_utils"
 # the nodes' addresses, decode host first (submit.sh: HOSTS[0] decode, HOSTS[1] prefill)
 NODE_IPS = ["127.0.0.2", "127.0.0.3"]
 SLURM_JOB_ID = "4242"
 # what the prefill node waits for before it goes on (run_node.sh's defaults: the decode server's control port,
 # vLLM's port), each open once the server that serves it has started (a recorded command naming it)
-LISTEN = [((NODE_IPS[0], 5556), "tilert.pd_vllm.decode_server"), ((NODE_IPS[1], 8000), "vllm")]
+LISTEN = [((NODE_IPS[0], 5556), "tilert.pd_vllm.decode_server"), ((NODE_IPS[1], 8000), Engine.VLLM.value)]
 # the clusters' file systems the scripts name, as folders of the sandbox
 CLUSTER_ROOTS = ("/lustre", "/home/sa-shared")
 # the files run_node.sh stages from the model's folder (it checks the tokenizer and chat template are there)
@@ -48,7 +50,7 @@ MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_t
 INERT: tuple[str, ...] = ("salloc", "pip", "pip3", "sleep", "flock", "hostname", "unsquashfs", "enroot")
 INERT += ("ibv_devices", "curl", "git", "nvidia-smi")
 # what the installs setup_deps.sh checks for answer (the versions it pins are installed)
-VERSIONS = {"tilert": "0.1.5.post2", "vllm": "0.26.0", "transformers": "5.4.0", "nixl": "1.3.1"}
+VERSIONS = {"tilert": "0.1.5.post2", Engine.VLLM.value: "0.26.0", "transformers": "5.4.0", "nixl": "1.3.1"}
 # variables the stubs and bash set: not what the scripts give a process
 OWN_VARS = ("PATH", "HOME", "PWD", "OLDPWD", "SHLVL", "_", "SLURM_JOB_ID", "SERVELAB_RECORD", "SERVELAB_NODE")
 TIMEOUT_S = float(os.environ.get("SERVELAB_TILERT_TIMEOUT", "60"))
@@ -57,47 +59,6 @@ _SQUEUE = f"""#!/bin/sh
 case " $* " in *" -j "*) echo "node[7-8]" ;; *) echo {SLURM_JOB_ID} ;; esac
 """
 _SCONTROL = "#!/bin/sh\n" + "".join(f"echo {ip}\n" for ip in NODE_IPS)
-
-
-def job_env(row: dict, workspace: Path) -> dict[str, str]:
-    """What benchmark-multinode-tmpl.yml gives the launcher for this row (its job env, the runner's name and
-    type, and the arm's additional-settings), as servelab's srt-slurm capture gives it."""
-    p, d = row["prefill"], row["decode"]
-    concs = row["conc"] if isinstance(row["conc"], list) else [row["conc"]]
-    return {
-        "GITHUB_WORKSPACE": str(workspace),
-        "RUNNER_NAME": "b200-dgxc-slurm_7",
-        "RUNNER_TYPE": row["runner"],
-        "EXP_NAME": row["exp-name"],
-        "IMAGE": row["image"],
-        "MODEL_PREFIX": row["model-prefix"],
-        "MODEL": row["model"],
-        "FRAMEWORK": row["framework"],
-        "PRECISION": row["precision"],
-        "ISL": str(row.get("isl") or ""),
-        "OSL": str(row.get("osl") or ""),
-        "MAX_MODEL_LEN": str(row.get("max-model-len") or ""),
-        "CONC_LIST": " ".join(map(str, concs)),
-        "CONC": str(concs[0]),
-        "SPEC_DECODING": row["spec-decoding"],
-        "DISAGG": str(row.get("disagg", False)).lower(),
-        "RUN_EVAL": "false",
-        "EVAL_ONLY": "false",
-        "SCENARIO_TYPE": "fixed-seq-len",
-        "IS_AGENTIC": "0",
-        "IS_MULTINODE": "true",
-        "RANDOM_RANGE_RATIO": "0.8",
-        "RESULT_FILENAME": f"{row['exp-name']}_{row['precision']}_{row['framework']}",
-        "PREFILL_NUM_WORKERS": str(p["num-worker"]),
-        "PREFILL_TP": str(p["tp"]),
-        "PREFILL_EP": str(p["ep"]),
-        "PREFILL_DP_ATTN": str(p["dp-attn"]).lower(),
-        "DECODE_NUM_WORKERS": str(d["num-worker"]),
-        "DECODE_TP": str(d["tp"]),
-        "DECODE_EP": str(d["ep"]),
-        "DECODE_DP_ATTN": str(d["dp-attn"]).lower(),
-        **arm_settings(row),
-    }
 
 
 class _Listeners:
@@ -173,7 +134,7 @@ def capture_row(inferencex: Path, row: dict) -> dict:
             _copy(inferencex / rel, ws / rel, rewrite)
         lib = resources.files("servelab.recipes.capture") / "benchmark_lib.sh"
         (ws / "benchmarks/benchmark_lib.sh").write_bytes(lib.read_bytes())
-        env = job_env(row, ws)
+        env = workflow_env(row, ws, RUNNER_NAME)
         for name in INERT:
             _stub(bin_dir / name, "#!/bin/sh\nexit 0\n")
         _stub(bin_dir / "squeue", _SQUEUE)
@@ -183,7 +144,7 @@ def capture_row(inferencex: Path, row: dict) -> dict:
             (tmp / stub).write_bytes((package / stub).read_bytes())
         python = shlex.quote(sys.executable)
         _stub(bin_dir / "srun", f'#!/bin/sh\nexec {python} -I {tmp / "tilert_srun.py"} "$@"\n')
-        for name in ("python", "python3", "vllm"):
+        for name in ("python", "python3", Engine.VLLM.value):
             _stub(bin_dir / name, f'#!/bin/sh\nexec {python} -I {tmp / "tilert_recorder.py"} "$0" "$@"\n')
         model = Path(f"{machine}{_model_path(inferencex)}")
         model.mkdir(parents=True)
