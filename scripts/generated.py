@@ -48,6 +48,8 @@ TABLES = "src/servelab/perfdb/data"
 IX = "tests/data/inferencex"
 MASTERS = (f"{IX}/configs/nvidia-master.yaml", f"{IX}/configs/amd-master.yaml")
 AMD_DISAGG = "scripts/amd_disagg_capture.py"
+TILERT = "scripts/tilert_capture.py"
+LLMD = "scripts/llmd_capture.py"
 IX_LAUNCH = "scripts/ix_launch.py"
 CAPTURE = "src/servelab/recipes/capture/*"  # the sandbox, stubs and residual ix_launch.py runs
 
@@ -352,6 +354,40 @@ ENTRIES: tuple[Entry, ...] = (
         inputs=(f"{IX}/launch/amd-disagg-launches.json.gz", AMD_DISAGG, "src/servelab/recipes/amd_disagg.py"),
         command=f"python {AMD_DISAGG} profiles",
         self_check=(AMD_DISAGG, "profiles", "--check"),
+    ),
+    Entry(
+        outputs=(f"{IX}/launch/tilert-launches.json.gz",),
+        inputs=(
+            *MASTERS,
+            TILERT,
+            "src/servelab/recipes/capture/tilert*.py",
+            "src/servelab/recipes/capture/workflow.py",
+        ),
+        command=f"python {TILERT} capture --inferencex PATH/TO/InferenceX  (the pinned commit)",
+        recorded="InferenceX's launcher, tilert disagg script and tilert_utils run under bash (a checkout)",
+    ),
+    Entry(
+        outputs=("src/servelab/recipes/data/tilert.json",),
+        inputs=(f"{IX}/launch/tilert-launches.json.gz", TILERT, "src/servelab/recipes/tilert.py"),
+        command=f"python {TILERT} profiles",
+        self_check=(TILERT, "profiles", "--check"),
+    ),
+    Entry(
+        outputs=(f"{IX}/launch/llmd-launches.json.gz",),
+        inputs=(
+            *MASTERS,
+            LLMD,
+            "src/servelab/recipes/capture/llmd*.py",
+            "src/servelab/recipes/capture/workflow.py",
+        ),
+        command=f"python {LLMD} capture --inferencex PATH/TO/InferenceX  (the pinned commit; as root)",
+        recorded="InferenceX's launcher, llm-d scripts and job.slurm run under bash (a checkout)",
+    ),
+    Entry(
+        outputs=("src/servelab/recipes/data/llmd.json",),
+        inputs=(f"{IX}/launch/llmd-launches.json.gz", LLMD, "src/servelab/recipes/llmd.py"),
+        command=f"python {LLMD} profiles",
+        self_check=(LLMD, "profiles", "--check"),
     ),
     Entry(
         outputs=("tests/data/aiconfigurator/**/*",),

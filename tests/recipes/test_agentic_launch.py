@@ -96,16 +96,17 @@ def test_every_agentic_launch_equals_upstreams_script(store, jobs, capture, conf
     assert launched == 467
 
 
-def test_the_sweep_launches_1699_of_the_1820_jobs(jobs):
+def test_the_sweep_launches_1704_of_the_1820_jobs(jobs):
     # servelab sweep --dir tests/data/inferencex/configs --format json: 690 fixed-seq-len jobs and 467
     # single-node agentic jobs launch, 494 multinode jobs deploy from their srt-slurm recipe (304
-    # fixed-seq-len, 190 agentic) and 48 from InferenceX's AMD scripts (sglang-disagg and atom-disagg, 12 of
-    # them agentic: amd_disagg.py); each other row keeps its reason.
+    # fixed-seq-len, 190 agentic), 48 from InferenceX's AMD scripts (sglang-disagg and atom-disagg, 12 of
+    # them agentic: amd_disagg.py), 2 from its TileRT scripts (tilert.py) and 3 from its llm-d scripts
+    # (llmd.py); each other row keeps its reason.
     assert len(jobs) == 1820
     launched = Counter(j.scenario for j in jobs if j.launch is not None)
     assert launched == {"fixed-seq-len": 690, AGENTIC: 467}
     deployed = Counter(j.scenario for j in jobs if j.deployment is not None)
-    assert deployed == {"fixed-seq-len": 304 + 36, AGENTIC: 190 + 12}
+    assert deployed == {"fixed-seq-len": 304 + 36 + 2 + 3, AGENTIC: 190 + 12}
 
     def kind(why: str) -> str:
         if why.startswith("runner label"):
@@ -119,12 +120,11 @@ def test_the_sweep_launches_1699_of_the_1820_jobs(jobs):
     rest = Counter(kind(j.not_renderable) for j in jobs if j.unrunnable and j.not_renderable)
     assert rest == {
         # an srt-slurm recipe servelab does not render (tests/recipes/test_srtslurm.py: forks of srt-slurm,
-        # recipes missing or srtctl refuses) and llm-d's own SLURM job
-        "srt-slurm": 104,
-        "disaggregated": 2,  # tilert: no srt-slurm recipe
+        # recipes missing or srtctl refuses)
+        "srt-slurm": 101,
         "agentic key without an upstream script": 15,
     }
-    assert sum(rest.values()) == 1820 - 1699
+    assert sum(rest.values()) == 1820 - 1704
 
 
 def test_dram_offload_reaches_the_launch_from_the_rows_budget(store, jobs):

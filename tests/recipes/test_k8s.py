@@ -44,6 +44,13 @@ REFUSALS = (  # why a deployment of the pinned sweep gets no manifest, each prec
     # though their HiCache tier starts no master), which no Service gives a pod on another node
     r"\{\{node:0\}\}:58137 in dsv4-fp4-mi355x-sglang-disagg-a-[0-9a-f]{8}-decode worker 0 node 0's env "
     r"MC_MASTER_ADDR: node 0's address is neither a Service nor this worker's own pod",
+    # TileRT's prefill connector names the decode node's address and its control port apart (JSON fields,
+    # tilert.py), and the decode server's Service is its HTTP port's: node 0's address maps to nothing
+    r"\{\{node:0\}\} in \S+-tilert-\S+-prefill worker 0 node 0's argv: node 0's address is neither a Service "
+    r"nor this worker's own pod",
+    # llm-d's decode nodes run vLLM and its pd-sidecar side by side (llmd.py): two containers of one pod,
+    # which the writer does not make
+    r"a decode worker's processes are not one per node of \d+ nodes",
 )
 
 

@@ -196,11 +196,12 @@ def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
         check=True,
     )
     jobs = json.loads(out.stdout)
-    # the other deployments are InferenceX's AMD disaggregated jobs (amd_disagg.py: no srt-slurm recipe)
+    # the other deployments are InferenceX's AMD disaggregated jobs (amd_disagg.py), its TileRT ones
+    # (tilert.py) and its llm-d ones (llmd.py): no srt-slurm recipe
     others = {
         j["framework"] for j in jobs if j.get("deployment") and not j["framework"].startswith("dynamo-")
     }
-    assert others == {"sglang-disagg", "atom-disagg"}
+    assert others == {"sglang-disagg", "atom-disagg", "tilert", "llmd-vllm"}
     deployed = [j for j in jobs if j.get("deployment") and j["framework"].startswith("dynamo-")]
     assert len(deployed) >= 250
     assert {j["framework"] for j in deployed} >= {"dynamo-sglang", "dynamo-trt"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from servelab.bench.spec import BenchSpec
 from servelab.errors import ServelabError
-from servelab.recipes import amd_disagg
+from servelab.recipes import amd_disagg, llmd, tilert
 from servelab.recipes.checkout_launch import LaunchOrigin
 from servelab.recipes.client import bench_spec, eval_spec, result_filename, script_client, trace_spec
 from servelab.recipes.engines import JobPoint, Launch, render
@@ -128,6 +128,12 @@ def build_job(store, point: Point) -> Job:
     if launch is None and deployment is None:  # one InferenceX's AMD scripts deploy (amd_disagg.py)
         deployment, amd_why = amd_disagg.deployment_for(key, row)
         why = None if deployment else (amd_why or why)
+    if launch is None and deployment is None:  # a TileRT one (tilert.py)
+        deployment, tilert_why = tilert.deployment_for(key, row)
+        why = None if deployment else (tilert_why or why)
+    if launch is None and deployment is None:  # an llm-d one (llmd.py)
+        deployment, llmd_why = llmd.deployment_for(key, row)
+        why = None if deployment else (llmd_why or why)
     runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
         launch, deployment = None, None
