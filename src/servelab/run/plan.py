@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servelab.bench.config import BenchConfig, parse_goodput, parse_metadata
+from servelab.engines.argv import parse as parse_flags
 from servelab.engines.command import engine_of_argv, parse
 from servelab.engines.settings import ServerSettings
 from servelab.engines.vllm.grammar import GRAMMAR as VLLM
@@ -40,7 +41,7 @@ from servelab.recipes.workload import (
 )
 from servelab.redact import redact_argv, redact_env, redact_headers
 from servelab.run.assertions import Assertion, parse_all
-from servelab.run.deployment import engine_process, on_this_machine, public, start_order
+from servelab.run.deployment import SERVER_ROLES, engine_process, on_this_machine, public, start_order
 from servelab.run.stage import StageName
 from servelab.runner.deployment import DeployedProcess
 
@@ -202,11 +203,26 @@ def bench_fields(
 
 def served_name(argv: list[str], model: str) -> str:
     """The model name a server answers to: its --served-model-name (the first, where vLLM takes several),
-    else the checkpoint it serves, read by the server's grammar."""
+    else the checkpoint it serves, read by the server's grammar. A server no grammar reads (Dynamo's
+    workers, TileRT's) is read for the flag itself, as those servers spell it."""
     try:
-        return parse(engine_of_argv(argv), argv, fields=("served_model_name",)).served_model_name or model
+        named = parse(engine_of_argv(argv), argv, fields=("served_model_name",)).served_model_name
     except ServelabError:
-        return model
+        named = None
+    return named or _served_flag(argv) or model
+
+
+def _served_flag(argv: list[str]) -> str | None:
+    return next((a.value for a in parse_flags(argv) if a.name == "--served-model-name" and a.value), None)
+
+
+def deployment_served_name(procs: Sequence[DeployedProcess], model: str) -> str:
+    """The model name a deployment's endpoint answers to: the first name a server of it is given (a router
+    passes requests on under the name its servers serve; the first server's argv may name none, as a
+    TileRT decode server's does when its prefill vLLM names it)."""
+    servers = [p for p in procs if p.role in SERVER_ROLES] or list(procs)
+    names = (served_name(p.argv, "") for p in servers)
+    return next((n for n in names if n), served_name(engine_process(tuple(procs)).argv, model))
 
 
 def _workload_points(
@@ -393,7 +409,7 @@ def _job_server(job: Job, image: str) -> ServerPlan:
         front.argv,
         front.env or {},
         front.port or 0,  # Deployment's validator: the endpoint has a port
-        served_name(engine_process(procs).argv, model),
+        deployment_served_name(procs, model),
         image,
         front.health_path or "/health",
         deployment.files,
