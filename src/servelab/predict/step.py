@@ -7,6 +7,7 @@ from math import ceil, log
 from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
+from servelab.perfdb.price_cache import pair_digest
 from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
 from servelab.specs import ModelSpec, Parallel
@@ -157,12 +158,36 @@ class _Prices:
 
 
 def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
-    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part)."""
+    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part), and kept across
+    processes with the PerfDB's answers where it keeps them (servelab.perfdb.price_cache: a part priced by an
+    earlier process is read, not built from its ops again)."""
+    keeper = getattr(db, "store", None)  # a stand-in for a PerfDB (calibrate's ScaledDB) keeps nothing
+    store = keeper() if keeper is not None else None
 
     def part(shape: StepShape, which: str) -> KernelSum:
         return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db)
 
-    return lru_cache(maxsize=MEMO_PARTS)(part)
+    if store is None:
+        return lru_cache(maxsize=MEMO_PARTS)(part)
+    pair = pair_digest(model.model_dump_json(), parallel.model_dump_json())
+    kept = store.parts(pair)
+
+    def kept_part(shape: StepShape, which: str) -> KernelSum:
+        tag = f"{which}{shape!r}"
+        found = kept.get(tag)
+        if found is not None:
+            try:
+                us, low, high, kernels, sources, source_us = found
+                return KernelSum(us, low, high, kernels, dict(sources), dict(source_us))
+            except (TypeError, ValueError):
+                pass  # another layout: priced again
+        k = part(shape, which)
+        store.add_part(
+            pair, tag, [k.us, k.low_us, k.high_us, k.kernels, [*k.sources.items()], [*k.source_us.items()]]
+        )
+        return k
+
+    return lru_cache(maxsize=MEMO_PARTS)(kept_part)
 
 
 _PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
