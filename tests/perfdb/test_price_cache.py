@@ -1,8 +1,9 @@
 """Prices kept across processes (servelab.perfdb.price_cache): a plan answered from them is the plan computed
-afresh, byte for byte; they are keyed by their inputs (a table's bytes), a corrupt file is ignored and
-rewritten, two processes writing at once lose nothing, and the cache is bounded and can be turned off."""
+afresh, its JSON byte for byte; they are keyed by their inputs (a table's bytes), a corrupt file is ignored
+and rewritten, two processes writing at once lose nothing, and the cache is bounded and can be turned off."""
 
 import json
+import marshal
 import multiprocessing
 import shutil
 
@@ -47,16 +48,17 @@ def test_a_plan_from_kept_prices_is_the_plan_computed_afresh(prices, monkeypatch
     monkeypatch.setenv(price_cache.ENV_SWITCH, "1")
     assert plan_json() == afresh  # cold: prices computed, then kept
     price_cache.save_all()
-    (kept,) = prices.glob("*.json")
-    content = json.loads(kept.read_text())
-    assert content["ops"] and content["parts"]
+    (kept,) = prices.glob("*.prices")
+    content = marshal.loads(kept.read_bytes())
+    assert content["ops"] and {pair.split()[0] for pair in content["parts"]} == {"part", "step"}
 
     def fail(*args):
         raise AssertionError("computed again")
 
-    # warm: no key resolved and no step part built from its ops, and the same plan
+    # warm: no key resolved, no step part built from its ops, no step assembled, and the same plan
     monkeypatch.setattr(PerfDB, "_resolve", fail)
     monkeypatch.setattr(step_mod, "step_ops", fail)
+    monkeypatch.setattr(step_mod, "_price_step", fail)
     assert plan_json() == afresh
 
 
@@ -66,11 +68,11 @@ def test_an_answer_comes_back_with_its_types(prices):
         Moe(64, 7168, 2048, 256, 8, 32, "fp8_block", "power_law"),
         Comm(1 << 20, 4, OpName.allgather),
     ]
-    store = price_cache.PriceStore(prices / "some.json")
+    store = price_cache.PriceStore(prices / "some.prices")
     for i, key in enumerate(keys):
         store.add_op(key, OpLatency(1.5 + i, 1.25, 2.0e-3, "interpolated", f"note {i}"))
     store.save()
-    back = price_cache.PriceStore(prices / "some.json").ops()
+    back = price_cache.PriceStore(prices / "some.prices").ops()
     assert list(back) == keys
     for key, got in zip(keys, back, strict=True):
         assert [type(f) for f in got] == [type(f) for f in key]  # the op an OpName again
@@ -94,15 +96,20 @@ def test_the_key_changes_with_a_tables_bytes(prices, tmp_path, monkeypatch):
 def test_a_corrupt_file_is_ignored_and_written_anew(prices):
     afresh = plan_json()
     price_cache.save_all()
-    (kept,) = prices.glob("*.json")
-    kept.write_bytes(kept.read_bytes()[:1000])  # cut short
+    (kept,) = prices.glob("*.prices")
+    whole = kept.read_bytes()
+    kept.write_bytes(whole[: len(whole) // 2])  # cut short
     assert plan_json() == afresh
     price_cache.save_all()
-    assert json.loads(kept.read_text())["ops"]
-    kept.write_text(json.dumps({"format": price_cache.FORMAT, "ops": [[["gemm"], 1], "x"], "parts": []}))
-    assert plan_json() == afresh  # entries of another layout left out
-    price_cache.save_all()
-    assert len(json.loads(kept.read_text())["ops"]) > 100
+    assert marshal.loads(kept.read_bytes()) == marshal.loads(whole)  # written anew, as it was
+    # entries of another layout are left out (and priced again)
+    content = marshal.loads(whole)
+    content["ops"] = {("gemm",): (1.0,), (1, 2, 3, "bf16", "nosuchop"): (1.0, 1.0, 1.0, "measured", "")}
+    content["parts"] = {pair: {tag: ("x",) for tag in tags} for pair, tags in content["parts"].items()}
+    kept.write_bytes(marshal.dumps(content))
+    assert plan_json() == afresh
+    kept.write_bytes(marshal.dumps(["not", "a", "dict"]))
+    assert plan_json() == afresh
 
 
 def _write_many(path, first: int, count: int, rounds: int) -> None:
@@ -114,7 +121,7 @@ def _write_many(path, first: int, count: int, rounds: int) -> None:
 
 
 def test_two_processes_writing_at_once_lose_nothing(prices):
-    path = prices / "shared.json"
+    path = prices / "shared.prices"
     spawn = multiprocessing.get_context("spawn")
     writers = [spawn.Process(target=_write_many, args=(path, first, 50, 20)) for first in (0, 100_000)]
     for w in writers:
@@ -129,11 +136,11 @@ def test_two_processes_writing_at_once_lose_nothing(prices):
 def test_bounded_in_entries_and_files(prices, monkeypatch):
     monkeypatch.setattr(price_cache, "MAX_ENTRIES", 30)
     monkeypatch.setattr(price_cache, "MAX_FILES", 3)
-    _write_many(prices / "a.json", 0, 20, 3)
-    assert len(price_cache.PriceStore(prices / "a.json").ops()) == 30
+    _write_many(prices / "a.prices", 0, 20, 3)
+    assert len(price_cache.PriceStore(prices / "a.prices").ops()) == 30
     for name in "bcd":
-        _write_many(prices / f"{name}.json", 0, 5, 1)
-    assert sorted(p.name for p in prices.glob("*.json")) == ["b.json", "c.json", "d.json"]
+        _write_many(prices / f"{name}.prices", 0, 5, 1)
+    assert sorted(p.name for p in prices.glob("*.prices")) == ["b.prices", "c.prices", "d.prices"]
 
 
 def test_turned_off_nothing_is_kept(prices, monkeypatch):
