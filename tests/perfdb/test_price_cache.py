@@ -5,7 +5,9 @@ and rewritten, two processes writing at once lose nothing, and the cache is boun
 import json
 import marshal
 import multiprocessing
+import os
 import shutil
+import time
 
 import pytest
 
@@ -135,11 +137,12 @@ def test_two_processes_writing_at_once_lose_nothing(prices):
 
 def test_bounded_in_entries_and_files(prices, monkeypatch):
     monkeypatch.setattr(price_cache, "MAX_ENTRIES", 30)
-    monkeypatch.setattr(price_cache, "MAX_FILES", 3)
     _write_many(prices / "a.prices", 0, 20, 3)
     assert len(price_cache.PriceStore(prices / "a.prices").ops()) == 30
+    monkeypatch.setattr(price_cache, "MAX_BYTES", 3 * (prices / "a.prices").stat().st_size)
     for name in "bcd":
-        _write_many(prices / f"{name}.prices", 0, 5, 1)
+        _write_many(prices / f"{name}.prices", 0, 30, 1)  # as large as a (30 answers of the same shapes)
+        os.utime(prices / f"{name}.prices", ns=(time.time_ns(), time.time_ns() + 1_000_000))  # newer
     assert sorted(p.name for p in prices.glob("*.prices")) == ["b.prices", "c.prices", "d.prices"]
 
 

@@ -15,9 +15,9 @@ ints and strs go and come back exactly, float bits and dict order included, 2-3x
 code runs on reading (unlike pickle); what is read is checked before use. Where: prices/ in servelab's cache
 directory (servelab.cachedir). A file is written whole under a temporary name and renamed; writers take the
 directory's .lock and merge the file as it is with what they add, so two processes writing at once lose
-nothing. Bounded: at most MAX_ENTRIES prices a file (beyond them new ones are not kept) and MAX_FILES files
-(the least recently written go first). A file that cannot be read is ignored (the prices are computed again
-and the file rewritten). SERVELAB_PRICE_CACHE=0 turns it off.
+nothing. Bounded: at most MAX_ENTRIES prices a file (beyond them new ones are not kept) and MAX_BYTES in
+all (the least recently written files go first). A file that cannot be read is ignored (the prices are
+computed again and the file rewritten). SERVELAB_PRICE_CACHE=0 turns it off.
 """
 
 import atexit
@@ -46,8 +46,8 @@ except ImportError:  # not on Windows: writes there are atomic but not merged un
 
 FORMAT = 1  # bump when the file's layout changes
 ENV_SWITCH = "SERVELAB_PRICE_CACHE"  # "0", "off", "no" or "false": no prices kept across processes
-MAX_ENTRIES = 1_000_000  # prices kept in one file (the default plan keeps 21,000: 4 MB)
-MAX_FILES = 32  # files kept in the directory, the most recently written
+MAX_ENTRIES = 250_000  # prices kept in one file (the default plan keeps 21,000: 4 MB)
+MAX_BYTES = 256 << 20  # the directory's files together: the least recently written go first beyond
 # the packages (source and data files) and modules that compute a price
 PRICED_PACKAGES = ("perfdb", "engines", "specs")
 PRICED_MODULES = (
@@ -263,7 +263,10 @@ def _locked(lock: Path) -> Iterator[None]:
 
 
 def _prune(directory: Path) -> None:
-    """Keep the MAX_FILES most recently written files."""
-    files = sorted(directory.glob("*.prices"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for old in files[MAX_FILES:]:
-        old.unlink(missing_ok=True)
+    """Keep the most recently written files, MAX_BYTES of them at most (the newest always)."""
+    sizes = [(s.st_mtime_ns, s.st_size, p) for p in directory.glob("*.prices") if (s := p.stat())]
+    total = 0
+    for _, size, path in sorted(sizes, reverse=True):
+        total += size
+        if total > MAX_BYTES and total > size:
+            path.unlink(missing_ok=True)
