@@ -50,9 +50,10 @@ def test_a_plan_from_kept_prices_is_the_plan_computed_afresh(prices, monkeypatch
     monkeypatch.setenv(price_cache.ENV_SWITCH, "1")
     assert plan_json() == afresh  # cold: prices computed, then kept
     price_cache.save_all()
-    (kept,) = prices.glob("*.prices")
-    content = marshal.loads(kept.read_bytes())
-    assert content["ops"] and {pair.split()[0] for pair in content["parts"]} == {"part", "step"}
+    (store,) = [p for p in prices.iterdir() if p.is_dir()]  # one PerfDB: one store
+    names = {p.stem.split("-")[0] for p in store.glob("*.prices")}
+    assert names == {"ops", "part", "step"}
+    assert all(marshal.loads(p.read_bytes())["entries"] for p in store.glob("*.prices"))
 
     def fail(*args):
         raise AssertionError("computed again")
@@ -70,11 +71,11 @@ def test_an_answer_comes_back_with_its_types(prices):
         Moe(64, 7168, 2048, 256, 8, 32, "fp8_block", "power_law"),
         Comm(1 << 20, 4, OpName.allgather),
     ]
-    store = price_cache.PriceStore(prices / "some.prices")
+    store = price_cache.PriceStore(prices / "some")
     for i, key in enumerate(keys):
         store.add_op(key, OpLatency(1.5 + i, 1.25, 2.0e-3, "interpolated", f"note {i}"))
     store.save()
-    back = price_cache.PriceStore(prices / "some.prices").ops()
+    back = price_cache.PriceStore(prices / "some").ops()
     assert list(back) == keys
     for key, got in zip(keys, back, strict=True):
         assert [type(f) for f in got] == [type(f) for f in key]  # the op an OpName again
@@ -98,19 +99,25 @@ def test_the_key_changes_with_a_tables_bytes(prices, tmp_path, monkeypatch):
 def test_a_corrupt_file_is_ignored_and_written_anew(prices):
     afresh = plan_json()
     price_cache.save_all()
-    (kept,) = prices.glob("*.prices")
-    whole = kept.read_bytes()
-    kept.write_bytes(whole[: len(whole) // 2])  # cut short
+    files = sorted(prices.rglob("*.prices"))
+    whole = {p: p.read_bytes() for p in files}
+    for p in files:
+        p.write_bytes(whole[p][: len(whole[p]) // 2])  # cut short
     assert plan_json() == afresh
     price_cache.save_all()
-    assert marshal.loads(kept.read_bytes()) == marshal.loads(whole)  # written anew, as it was
-    # entries of another layout are left out (and priced again)
-    content = marshal.loads(whole)
-    content["ops"] = {("gemm",): (1.0,), (1, 2, 3, "bf16", "nosuchop"): (1.0, 1.0, 1.0, "measured", "")}
-    content["parts"] = {pair: {tag: ("x",) for tag in tags} for pair, tags in content["parts"].items()}
-    kept.write_bytes(marshal.dumps(content))
+    for p in files:  # written anew, as they were
+        assert marshal.loads(p.read_bytes()) == marshal.loads(whole[p])
+    # entries of another layout are left out (and priced again), and so is a file of another layout
+    for p in files:
+        entries = marshal.loads(whole[p])["entries"]
+        if p.stem == "ops":
+            entries = {("gemm",): (1.0,), (1, 2, 3, "bf16", "nosuchop"): (1.0, 1.0, 1.0, "measured", "")}
+        else:
+            entries = {tag: ("x",) for tag in entries}
+        p.write_bytes(marshal.dumps({"format": price_cache.FORMAT, "entries": entries}))
     assert plan_json() == afresh
-    kept.write_bytes(marshal.dumps(["not", "a", "dict"]))
+    for p in files:
+        p.write_bytes(marshal.dumps(["not", "a", "dict"]))
     assert plan_json() == afresh
 
 
@@ -123,7 +130,7 @@ def _write_many(path, first: int, count: int, rounds: int) -> None:
 
 
 def test_two_processes_writing_at_once_lose_nothing(prices):
-    path = prices / "shared.prices"
+    path = prices / "shared"
     spawn = multiprocessing.get_context("spawn")
     writers = [spawn.Process(target=_write_many, args=(path, first, 50, 20)) for first in (0, 100_000)]
     for w in writers:
@@ -137,13 +144,14 @@ def test_two_processes_writing_at_once_lose_nothing(prices):
 
 def test_bounded_in_entries_and_files(prices, monkeypatch):
     monkeypatch.setattr(price_cache, "MAX_ENTRIES", 30)
-    _write_many(prices / "a.prices", 0, 20, 3)
-    assert len(price_cache.PriceStore(prices / "a.prices").ops()) == 30
-    monkeypatch.setattr(price_cache, "MAX_BYTES", 3 * (prices / "a.prices").stat().st_size)
+    _write_many(prices / "a", 0, 20, 3)
+    assert len(price_cache.PriceStore(prices / "a").ops()) == 30
+    monkeypatch.setattr(price_cache, "MAX_BYTES", 3 * (prices / "a" / "ops.prices").stat().st_size)
     for name in "bcd":
-        _write_many(prices / f"{name}.prices", 0, 30, 1)  # as large as a (30 answers of the same shapes)
-        os.utime(prices / f"{name}.prices", ns=(time.time_ns(), time.time_ns() + 1_000_000))  # newer
-    assert sorted(p.name for p in prices.glob("*.prices")) == ["b.prices", "c.prices", "d.prices"]
+        _write_many(prices / name, 0, 30, 1)  # as large as a's (30 answers of the same shapes)
+        newer = time.time_ns() + 1_000_000
+        os.utime(prices / name / "ops.prices", ns=(newer, newer))
+    assert sorted(p.parent.name for p in prices.rglob("*.prices")) == ["b", "c", "d"]
 
 
 def test_turned_off_nothing_is_kept(prices, monkeypatch):

@@ -1,23 +1,24 @@
 """Prices kept across processes: a PerfDB's resolved op-key answers, and the step parts and steps priced
-from them, stored in a file under the user's cache directory, so that a later process asking the same
+from them, stored in files under the user's cache directory, so that a later process asking the same
 questions of the same inputs reads the answers rather than computing them again (a fresh `servelab plan`
 spent 0.26-0.39 s resolving 6,600 keys and more again building, summing and assembling step parts).
 
-The file's name is a digest of everything the answers depend on: the bytes of every file under the perf-table
-search path (tables, ratios, transfer fits, efficiencies), the source and data files of the packages that
-compute a price (perfdb, engines, specs: the system and model specs among them) and of predict's step
-pricing, servelab's version, and the PerfDB's system spec, backend, release and transfer setting. Change any
-of them and the prices are computed (and kept) anew, never answered from the old file. Parts and steps are
-kept under the digest of their model spec, parallel layout (and engine profile, for a step).
+The store's name is a digest of everything the answers depend on: the bytes of every file under the
+perf-table search path (tables, ratios, transfer fits, efficiencies), the source and data files of the
+packages that compute a price (perfdb, engines, specs: the system and model specs among them) and of
+predict's step pricing, servelab's version, and the PerfDB's system spec, backend, release and transfer
+setting. Change any of them and the prices are computed (and kept) anew, never answered from the old store.
+A store is a directory: its op answers in one file, and the parts and steps of each (model spec, parallel
+layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced.
 
-The file is written with marshal (the standard library's format for .pyc files): plain tuples, dicts, floats,
-ints and strs go and come back exactly, float bits and dict order included, 2-3x faster than JSON, and no
-code runs on reading (unlike pickle); what is read is checked before use. Where: prices/ in servelab's cache
-directory (servelab.cachedir). A file is written whole under a temporary name and renamed; writers take the
-directory's .lock and merge the file as it is with what they add, so two processes writing at once lose
-nothing. Bounded: at most MAX_ENTRIES prices a file (beyond them new ones are not kept) and MAX_BYTES in
-all (the least recently written files go first). A file that cannot be read is ignored (the prices are
-computed again and the file rewritten). SERVELAB_PRICE_CACHE=0 turns it off.
+The files are written with marshal (the standard library's format for .pyc files): plain tuples, dicts,
+floats, ints and strs go and come back exactly, float bits and dict order included, 2-3x faster than JSON,
+and no code runs on reading (unlike pickle); what is read is checked before use. Where: prices/ in
+servelab's cache directory (servelab.cachedir). A file is written whole under a temporary name and renamed;
+writers take the directory's .lock and merge the file as it is with what they add, so two processes writing
+at once lose nothing. Bounded: at most MAX_ENTRIES prices a file (beyond them new ones are not kept) and
+MAX_BYTES in all (the least recently written files go first). A file that cannot be read is ignored (the
+prices are computed again and the file rewritten). SERVELAB_PRICE_CACHE=0 turns it off.
 """
 
 import atexit
@@ -44,7 +45,8 @@ try:
 except ImportError:  # not on Windows: writes there are atomic but not merged under a lock
     fcntl = None  # type: ignore[assignment]
 
-FORMAT = 1  # bump when the file's layout changes
+FORMAT = 1  # bump when the files' layout changes
+OPS = "ops"  # the file of a store's op answers (its pairs' files are named by the pair)
 ENV_SWITCH = "SERVELAB_PRICE_CACHE"  # "0", "off", "no" or "false": no prices kept across processes
 MAX_ENTRIES = 250_000  # prices kept in one file (the default plan keeps 21,000: 4 MB)
 MAX_BYTES = 256 << 20  # the directory's files together: the least recently written go first beyond
@@ -52,6 +54,7 @@ MAX_BYTES = 256 << 20  # the directory's files together: the least recently writ
 PRICED_PACKAGES = ("perfdb", "engines", "specs")
 PRICED_MODULES = (
     "__init__.py",
+    "predict/engines.py",  # an engine profile's methods (the profile's values are in a step's key)
     "predict/graph.py",
     "predict/step.py",
     "readable.py",
@@ -70,27 +73,29 @@ def cache_dir() -> Path:
 
 
 class PriceStore:
-    """The kept prices of one PerfDB: what an earlier process stored (read on first use) and what this one
-    adds (written at exit). Part tags and values are tuples of plain values (a NamedTuple key asks for the
-    tuple stored: they compare and hash alike)."""
+    """The kept prices of one PerfDB, a directory: its op answers in ops.prices and each pair's parts (or
+    steps) in a file of their own, so that a process reads only the pairs it prices (a 72-GPU plan's
+    aggregated and disaggregated pairs are 18 MB together). What an earlier process stored is read on first
+    use, what this one adds is written at exit. Tags and values are tuples of plain values (a NamedTuple tag
+    asks for the plain tuple stored: they compare and hash alike)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._loaded: dict | None = None
-        self._new_ops: dict[tuple, tuple] = {}
-        self._new_parts: dict[str, dict[tuple, tuple]] = {}
+        self._loaded: dict[str, dict] = {}  # section (ops or a pair) -> its entries as read
+        self._new: dict[str, dict[tuple, tuple]] = {}  # section -> entries this process added
 
     # ---- reading ------------------------------------------------------------------------------------------
-    def _file(self) -> dict:
-        if self._loaded is None:
-            self._loaded = _read(self.path)
-        return self._loaded
+    def _section(self, name: str) -> dict:
+        found = self._loaded.get(name)
+        if found is None:
+            found = self._loaded[name] = _read(self.path / f"{name}.prices")
+        return found
 
     def ops(self) -> dict[OpKey, OpLatency]:
         """The op answers kept by earlier processes (none where the file is missing or unreadable; an entry
         of another layout is left out, its key resolved again)."""
         out: dict[OpKey, OpLatency] = {}
-        for fields, answer in self._file()["ops"].items():
+        for fields, answer in self._section(OPS).items():
             key = decode_key(fields)
             if key is not None and type(answer) is tuple and len(answer) == len(OpLatency._fields):
                 out[key] = OpLatency._make(answer)
@@ -98,56 +103,56 @@ class PriceStore:
 
     def parts(self, pair: str) -> dict[tuple, tuple]:
         """The parts of a pair (servelab.predict.step's parts and steps) kept by earlier processes, by tag."""
-        return self._file()["parts"].get(pair, {})
+        return self._section(pair)
 
     # ---- adding -------------------------------------------------------------------------------------------
     def add_op(self, key: OpKey, answer: OpLatency) -> None:
-        self._new_ops[encode_key(key)] = tuple(answer)
-        self._at_exit()
+        self._add(OPS, encode_key(key), tuple(answer))
 
     def add_part(self, pair: str, tag: tuple, value: tuple) -> None:
         """Keep a part: tag and value plain tuples (not NamedTuples: marshal writes exact types only) of
-        ints, floats, strs, tuples and dicts of them; a value of another type leaves the file unwritten."""
-        self._new_parts.setdefault(pair, {})[tag] = value
-        self._at_exit()
+        ints, floats, strs, tuples and dicts of them; a value of another type leaves its file unwritten."""
+        self._add(pair, tag, value)
 
-    def _at_exit(self) -> None:
-        if not _PENDING:
-            atexit.register(save_all)
-        _PENDING[self.path] = self
+    def _add(self, section: str, tag: tuple, value: tuple) -> None:
+        new = self._new.get(section)
+        if new is None:
+            new = self._new[section] = {}
+            if not _PENDING:
+                atexit.register(save_all)
+            _PENDING[self.path] = self
+        new[tag] = value
 
     def save(self) -> None:
-        """Merge what this process added into the file (under the directory's lock), then keep the directory
-        bounded."""
-        if not self._new_ops and not self._new_parts:
+        """Merge what this process added into the files (under the cache directory's lock), then keep the
+        directory bounded."""
+        if not self._new:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(parents=True, exist_ok=True)
             with _locked(self.path.parent / ".lock"):
-                kept = _read(self.path)  # with what other processes wrote since this one read it
-                ops, parts = kept["ops"], kept["parts"]
-                room = MAX_ENTRIES - len(ops) - sum(len(p) for p in parts.values())
-                if room >= len(self._new_ops) + sum(len(t) for t in self._new_parts.values()):
-                    ops.update(self._new_ops)  # all fit (one priced again replaces an unreadable entry)
-                    for pair, tags in self._new_parts.items():
-                        parts.setdefault(pair, {}).update(tags)
-                else:
-                    for key, answer in self._new_ops.items():
-                        if key in ops or room > 0:
-                            room -= key not in ops
-                            ops[key] = answer
-                    for pair, tags in self._new_parts.items():
-                        mine = parts.setdefault(pair, {})
-                        for tag, value in tags.items():
-                            if tag in mine or room > 0:
-                                room -= tag not in mine
-                                mine[tag] = value
-                _write(self.path, {"format": FORMAT, "ops": ops, "parts": parts})
+                for section, new in self._new.items():
+                    path = self.path / f"{section}.prices"
+                    with contextlib.suppress(ValueError):  # a value marshal cannot write: this file unwritten
+                        _write(path, _merged(_read(path), new))  # with what others wrote since
                 _prune(self.path.parent)
-            self._new_ops.clear()
-            self._new_parts.clear()
-        except (OSError, ValueError):
-            pass  # no cache here (or a value marshal cannot write): the prices are computed every time
+            self._new.clear()
+        except OSError:
+            pass  # no cache here: the prices are computed every time
+
+
+def _merged(kept: dict, new: dict) -> dict:
+    """The entries kept with the new ones (a new one replaces an entry of the same tag, which was unreadable),
+    MAX_ENTRIES at most."""
+    if len(kept) + len(new) <= MAX_ENTRIES:
+        kept.update(new)
+        return kept
+    room = MAX_ENTRIES - len(kept)
+    for tag, value in new.items():
+        if tag in kept or room > 0:
+            room -= tag not in kept
+            kept[tag] = value
+    return kept
 
 
 _PENDING: dict[Path, PriceStore] = {}  # the stores with answers to write at exit
@@ -191,7 +196,7 @@ def store_for(identity: str) -> PriceStore | None:
     if not enabled():
         return None
     h = hashlib.sha256(f"{FORMAT}\0{__version__}\0{inputs_digest()}\0{identity}".encode())
-    return PriceStore(cache_dir() / f"{h.hexdigest()[:40]}.prices")
+    return PriceStore(cache_dir() / h.hexdigest()[:40])
 
 
 def pair_digest(*parts: str) -> str:
@@ -229,22 +234,19 @@ def _kept(path: Path) -> bool:
 
 
 def _read(path: Path) -> dict:
-    """The file's content, as empty where it is missing, unreadable, corrupt or of another layout."""
-    empty: dict = {"format": FORMAT, "ops": {}, "parts": {}}
+    """A file's entries, none where it is missing, unreadable, corrupt or of another layout."""
     try:
         found = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
-        return empty  # the prices are computed again
+        return {}  # the prices are computed again
     if not (isinstance(found, dict) and found.get("format") == FORMAT):
-        return empty
-    ops, parts = found.get("ops"), found.get("parts")
-    if not (isinstance(ops, dict) and isinstance(parts, dict)):
-        return empty
-    return {"format": FORMAT, "ops": ops, "parts": {k: v for k, v in parts.items() if isinstance(v, dict)}}
+        return {}
+    entries = found.get("entries")
+    return entries if isinstance(entries, dict) else {}
 
 
-def _write(path: Path, content: dict) -> None:
-    data = marshal.dumps(content)  # ValueError for a value it cannot write: nothing written then
+def _write(path: Path, entries: dict) -> None:
+    data = marshal.dumps({"format": FORMAT, "entries": entries})  # ValueError: a value it cannot write
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -264,7 +266,11 @@ def _locked(lock: Path) -> Iterator[None]:
 
 def _prune(directory: Path) -> None:
     """Keep the most recently written files, MAX_BYTES of them at most (the newest always)."""
-    sizes = [(s.st_mtime_ns, s.st_size, p) for p in directory.glob("*.prices") if (s := p.stat())]
+    sizes = []
+    for path in directory.rglob("*.prices"):
+        with contextlib.suppress(OSError):  # gone meanwhile (another process pruned it)
+            stat = path.stat()
+            sizes.append((stat.st_mtime_ns, stat.st_size, path))
     total = 0
     for _, size, path in sorted(sizes, reverse=True):
         total += size

@@ -177,7 +177,7 @@ def _kept_steps(
     store = _store(db)
     if store is None:
         return lambda part, shape: _price_step(part, model, parallel, shape, engine)
-    pair = "step " + pair_digest(
+    pair = "step-" + pair_digest(
         model.model_dump_json(), parallel.model_dump_json(), engine.model_dump_json()
     )
     kept = store.parts(pair)
@@ -204,7 +204,7 @@ def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
 
     if store is None:
         return lru_cache(maxsize=MEMO_PARTS)(part)
-    pair = "part " + pair_digest(model.model_dump_json(), parallel.model_dump_json())
+    pair = "part-" + pair_digest(model.model_dump_json(), parallel.model_dump_json())
     kept = store.parts(pair)
 
     def kept_part(shape: StepShape, which: str) -> KernelSum:
