@@ -33,7 +33,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from servelab import __version__
 from servelab.cachedir import cache_root
 from servelab.perfdb.keys import KEY_TYPES, OpKey
 from servelab.perfdb.latency import OpLatency
@@ -53,7 +52,7 @@ MAX_BYTES = 256 << 20  # the directory's files together: the least recently writ
 # the packages (source and data files) and modules that compute a price
 PRICED_PACKAGES = ("perfdb", "engines", "specs")
 PRICED_MODULES = (
-    "__init__.py",
+    "__init__.py",  # servelab's version
     "predict/engines.py",  # an engine profile's methods (the profile's values are in a step's key)
     "predict/graph.py",
     "predict/step.py",
@@ -195,7 +194,7 @@ def store_for(identity: str) -> PriceStore | None:
     or None where the cache is turned off."""
     if not enabled():
         return None
-    h = hashlib.sha256(f"{FORMAT}\0{__version__}\0{inputs_digest()}\0{identity}".encode())
+    h = hashlib.sha256(f"{FORMAT}\0{inputs_digest()}\0{identity}".encode())
     return PriceStore(cache_dir() / h.hexdigest()[:40])
 
 
