@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from servelab.cachedir import ENV_DIR
+from servelab.perfdb.price_cache import ENV_SWITCH as PRICE_CACHE_SWITCH
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -25,9 +26,12 @@ def pytest_configure(config):
 @pytest.fixture(scope="session", autouse=True)
 def table_cache_of_the_session(tmp_path_factory):
     """Read tables are cached in the session's temporary directory, not the user's cache (the variable is
-    inherited by the CLI processes tests start)."""
+    inherited by the CLI processes tests start). Prices are not kept across processes: a test that patches how
+    a price is computed must see its patch, not an answer an earlier process kept (tests/perfdb/
+    test_price_cache.py turns them on)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV_DIR, str(tmp_path_factory.mktemp("servelab-cache")))
+        mp.setenv(PRICE_CACHE_SWITCH, "0")
         yield
 
 

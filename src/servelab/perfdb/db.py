@@ -30,9 +30,11 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 from servelab.engines import KernelChoice, engine_of, is_engine, kernel_choices
 from servelab.engines.version import Version
+from servelab.perfdb import price_cache
 from servelab.perfdb.families import BY_OP
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
+from servelab.perfdb.price_cache import PriceStore, store_for
 from servelab.perfdb.ratios import RatioFile, read_ratios, scaled
 from servelab.perfdb.roofline import Roofline
 from servelab.perfdb.tables import DEFAULT_BACKEND, TableSet, table_dirs, tables_with_data
@@ -161,6 +163,11 @@ class PerfDB:
         self._carrying: dict[str, Roofline] = {}
         self._fits: dict[tuple[str, str], TransferFit | None] = {}  # (source system, family) -> transfer fit
         self._cache: dict[OpKey, OpLatency] = {}
+        # answers kept across processes, for the default tables only (a directory the caller names is not
+        # among the inputs the kept answers are keyed by); made on the first key this process had not answered
+        self._keeps = self.transfer  # the sources it transfers from answer only what its own file lacks
+        self._store: PriceStore | None = None
+        self._store_read = False
 
     def _stack(self, system: SystemSpec, backend: str) -> TableStack | None:
         """The default tables of a backend; an engine's are chosen by its release, torch's are not."""
@@ -184,13 +191,35 @@ class PerfDB:
         """Forget the shared PerfDBs and default tables (after the table search path changed)."""
         cls.shared_dbs.clear()
         cls.default_tables.clear()
+        price_cache.forget()
 
     def query(self, key: OpKey) -> OpLatency:
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._resolve(key)
-            self._cache[key] = hit
+            hit = self._answer(key)
         return hit
+
+    def _answer(self, key: OpKey) -> OpLatency:
+        """A key this process had not answered: an earlier process's answer, else resolved (and kept)."""
+        store = self.store()
+        if store is not None and not self._store_read:
+            self._store_read = True
+            self._cache.update(store.ops())
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+        hit = self._cache[key] = self._resolve(key)
+        if store is not None:
+            store.add_op(key, hit)
+        return hit
+
+    def store(self) -> PriceStore | None:
+        """The prices this PerfDB keeps across processes (servelab.perfdb.price_cache), or None."""
+        if self._keeps and self._store is None:
+            self._keeps = False  # made once: None where the cache is off
+            identity = f"{self.system.model_dump_json()}\0{self.backend}\0{self.version}\0{self.transfer}"
+            self._store = store_for(identity)
+        return self._store
 
     def _resolve(self, key: OpKey) -> OpLatency:
         cc = self.system.compute_capability

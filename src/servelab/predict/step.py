@@ -7,6 +7,7 @@ from math import ceil, log
 from typing import NamedTuple
 
 from servelab.perfdb.db import PerfDB
+from servelab.perfdb.price_cache import PriceStore, pair_digest
 from servelab.predict.engines import EngineProfile
 from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
 from servelab.specs import ModelSpec, Parallel
@@ -143,6 +144,7 @@ class _Prices:
     def __init__(self, db: PerfDB):
         db_proxy = weakref.proxy(db)
         parts: dict = {}  # (model, parallel) -> that pair's part prices by (shape, which)
+        kept: dict = {}  # (model, parallel, engine) -> its steps kept across processes, if the db keeps any
 
         def step(model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile) -> StepTime:
             part = parts.get((model, parallel))
@@ -150,19 +152,70 @@ class _Prices:
                 while len(parts) >= MEMO_PAIRS:  # the pair kept longest goes (a search moves on pair by pair)
                     del parts[next(iter(parts))]
                 part = parts[(model, parallel)] = _part_prices(model, parallel, db_proxy)
-            return _price_step(part, model, parallel, shape, engine)
+            price = kept.get((model, parallel, engine))
+            if price is None:
+                while len(kept) >= MEMO_PAIRS:
+                    del kept[next(iter(kept))]
+                price = kept[(model, parallel, engine)] = _kept_steps(model, parallel, engine, db_proxy)
+            return price(part, shape)
 
         self.parts = parts
         self.step = lru_cache(maxsize=MEMO_ENTRIES)(step)
 
 
+def _store(db: PerfDB) -> PriceStore | None:
+    """The PerfDB's prices kept across processes (servelab.perfdb.price_cache), or None."""
+    keeper = getattr(db, "store", None)  # a stand-in for a PerfDB (calibrate's ScaledDB) keeps nothing
+    return keeper() if keeper is not None else None
+
+
+def _kept_steps(
+    model: ModelSpec, parallel: Parallel, engine: EngineProfile, db: PerfDB
+) -> Callable[[PartPrice, StepShape], StepTime]:
+    """Step prices of one (model, parallel, engine) from its parts, kept across processes with the PerfDB's
+    answers where it keeps them: a step an earlier process priced is read, not assembled again."""
+    store = _store(db)
+    if store is None:
+        return lambda part, shape: _price_step(part, model, parallel, shape, engine)
+    pair = "step-" + pair_digest(
+        model.model_dump_json(), parallel.model_dump_json(), engine.model_dump_json()
+    )
+    kept = store.parts(pair)
+
+    def price(part: PartPrice, shape: StepShape) -> StepTime:
+        found = kept.get(shape)  # kept under the plain tuple, which the shape equals
+        if type(found) is tuple and len(found) == len(StepTime._fields):
+            return StepTime._make(found)
+        st = _price_step(part, model, parallel, shape, engine)
+        store.add_part(pair, tuple(shape), tuple(st))
+        return st
+
+    return price
+
+
 def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
-    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part)."""
+    """The kernel sums of one (model, parallel)'s step parts, memoized by (shape, part), and kept across
+    processes with the PerfDB's answers where it keeps them (servelab.perfdb.price_cache: a part priced by an
+    earlier process is read, not built from its ops again)."""
+    store = _store(db)
 
     def part(shape: StepShape, which: str) -> KernelSum:
         return kernel_sum(step_ops(model, parallel, shape, frozenset((which,))), db)
 
-    return lru_cache(maxsize=MEMO_PARTS)(part)
+    if store is None:
+        return lru_cache(maxsize=MEMO_PARTS)(part)
+    pair = "part-" + pair_digest(model.model_dump_json(), parallel.model_dump_json())
+    kept = store.parts(pair)
+
+    def kept_part(shape: StepShape, which: str) -> KernelSum:
+        found = kept.get((which, shape))  # kept under plain tuples, which these equal
+        if type(found) is tuple and len(found) == len(KernelSum._fields):
+            return KernelSum._make(found)
+        k = part(shape, which)
+        store.add_part(pair, (which, tuple(shape)), tuple(k))
+        return k
+
+    return lru_cache(maxsize=MEMO_PARTS)(kept_part)
 
 
 _PRICES: "weakref.WeakKeyDictionary[PerfDB, _Prices]" = weakref.WeakKeyDictionary()
