@@ -5,8 +5,8 @@ spent 0.26-0.39 s resolving 6,600 keys and more again building, summing and asse
 
 The store's name is a digest of everything the answers depend on: the bytes of every file under the
 perf-table search path (tables, ratios, transfer fits, efficiencies), the source and data files of the
-packages that compute a price (perfdb, engines, specs: the system and model specs among them) and of
-predict's step pricing, servelab's version, and the PerfDB's system spec, backend, release and transfer
+packages that compute a price (perfdb, engines, specs: the system and model specs among them, and
+predict), servelab's version, and the PerfDB's system spec, backend, release and transfer
 setting. Change any of them and the prices are computed (and kept) anew, never answered from the old store.
 A store is a directory: its op answers in one file, and the parts and steps of each (model spec, parallel
 layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced.
@@ -49,13 +49,12 @@ OPS = "ops"  # the file of a store's op answers (its pairs' files are named by t
 ENV_SWITCH = "SERVELAB_PRICE_CACHE"  # "0", "off", "no" or "false": no prices kept across processes
 MAX_ENTRIES = 250_000  # prices kept in one file (the default plan keeps 21,000: 4 MB)
 MAX_BYTES = 256 << 20  # the directory's files together: the least recently written go first beyond
-# the packages (source and data files) and modules that compute a price
-PRICED_PACKAGES = ("perfdb", "engines", "specs")
+# the packages (source and data files) and modules that compute a price: the whole of predict, not only its
+# step pricing, so that no change to what feeds a step (graphs, memory, engine terms) is answered from an old
+# store (a few hundred KB more to digest)
+PRICED_PACKAGES = ("perfdb", "engines", "specs", "predict")
 PRICED_MODULES = (
     "__init__.py",  # servelab's version
-    "predict/engines.py",  # an engine profile's methods (the profile's values are in a step's key)
-    "predict/graph.py",
-    "predict/step.py",
     "readable.py",
     "registry.py",
     "errors.py",
