@@ -50,6 +50,7 @@ MASTERS = (f"{IX}/configs/nvidia-master.yaml", f"{IX}/configs/amd-master.yaml")
 AMD_DISAGG = "scripts/amd_disagg_capture.py"
 TILERT = "scripts/tilert_capture.py"
 LLMD = "scripts/llmd_capture.py"
+NODE_CAPTURE = "scripts/node_capture.py"  # the command line the three share
 IX_LAUNCH = "scripts/ix_launch.py"
 CAPTURE = "src/servelab/recipes/capture/*"  # the sandbox, stubs and residual ix_launch.py runs
 
@@ -343,6 +344,7 @@ ENTRIES: tuple[Entry, ...] = (
         inputs=(
             *MASTERS,
             AMD_DISAGG,
+            NODE_CAPTURE,
             "src/servelab/recipes/capture/amd_disagg.py",
             "src/servelab/recipes/capture/amd_agentic.py",
         ),
@@ -351,7 +353,12 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=("src/servelab/recipes/data/amd_disagg.json",),
-        inputs=(f"{IX}/launch/amd-disagg-launches.json.gz", AMD_DISAGG, "src/servelab/recipes/amd_disagg.py"),
+        inputs=(
+            f"{IX}/launch/amd-disagg-launches.json.gz",
+            AMD_DISAGG,
+            NODE_CAPTURE,
+            "src/servelab/recipes/amd_disagg.py",
+        ),
         command=f"python {AMD_DISAGG} profiles",
         self_check=(AMD_DISAGG, "profiles", "--check"),
     ),
@@ -360,6 +367,7 @@ ENTRIES: tuple[Entry, ...] = (
         inputs=(
             *MASTERS,
             TILERT,
+            NODE_CAPTURE,
             "src/servelab/recipes/capture/tilert*.py",
             "src/servelab/recipes/capture/workflow.py",
         ),
@@ -368,7 +376,12 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=("src/servelab/recipes/data/tilert.json",),
-        inputs=(f"{IX}/launch/tilert-launches.json.gz", TILERT, "src/servelab/recipes/tilert.py"),
+        inputs=(
+            f"{IX}/launch/tilert-launches.json.gz",
+            TILERT,
+            NODE_CAPTURE,
+            "src/servelab/recipes/tilert.py",
+        ),
         command=f"python {TILERT} profiles",
         self_check=(TILERT, "profiles", "--check"),
     ),
@@ -377,6 +390,7 @@ ENTRIES: tuple[Entry, ...] = (
         inputs=(
             *MASTERS,
             LLMD,
+            NODE_CAPTURE,
             "src/servelab/recipes/capture/llmd*.py",
             "src/servelab/recipes/capture/workflow.py",
         ),
@@ -385,7 +399,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         outputs=("src/servelab/recipes/data/llmd.json",),
-        inputs=(f"{IX}/launch/llmd-launches.json.gz", LLMD, "src/servelab/recipes/llmd.py"),
+        inputs=(f"{IX}/launch/llmd-launches.json.gz", LLMD, NODE_CAPTURE, "src/servelab/recipes/llmd.py"),
         command=f"python {LLMD} profiles",
         self_check=(LLMD, "profiles", "--check"),
     ),
