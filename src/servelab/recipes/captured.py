@@ -3,7 +3,10 @@ node addresses written back as `{{node:N}}`, and a stored profile (processes, fi
 
 from __future__ import annotations
 
+import json
 import re
+from functools import cache
+from pathlib import Path
 
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 
@@ -26,3 +29,16 @@ def deployment_from(profile: dict) -> Deployment:
     return Deployment(
         nodes=profile["nodes"], processes=processes, endpoint=endpoint, files=profile.get("files", {})
     )
+
+
+@cache
+def _profiles(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def captured_deployment(path: Path, framework: str, job: str) -> tuple[Deployment | None, str | None]:
+    """(deployment, why not) of a job from the stored profiles at `path` (by the job's id)."""
+    profile = _profiles(path).get(job)
+    if profile is None:
+        return None, f"{framework}: servelab has no capture of upstream's scripts for {job}"
+    return deployment_from(profile), None

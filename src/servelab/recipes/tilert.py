@@ -16,14 +16,12 @@ the images (the prefill node runs the arm's PREFILL_IMAGE, vLLM's, the decode no
 
 from __future__ import annotations
 
-import json
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from servelab.engines import Engine
 from servelab.recipes.capture.tilert import NODE_IPS
-from servelab.recipes.captured import deployment_from, placeholder
+from servelab.recipes.captured import captured_deployment, placeholder
 from servelab.recipes.engines.base import Deployment, Role
 
 PROFILES_PATH = Path(str(resources.files("servelab.recipes") / "data" / "tilert.json"))
@@ -92,16 +90,8 @@ def profiles_from(records: list[dict]) -> dict:
     return out
 
 
-@cache
-def profiles() -> dict:
-    return json.loads(PROFILES_PATH.read_text()) if PROFILES_PATH.is_file() else {}
-
-
 def deployment_for(key: str, row: dict) -> tuple[Deployment | None, str | None]:
     """(deployment, why not) of a TileRT disaggregated job; (None, None) for any other row."""
     if not is_tilert(row):
         return None, None
-    profile = profiles().get(job_id(key, row))
-    if profile is None:
-        return None, f"{FRAMEWORK}: servelab has no capture of upstream's scripts for {job_id(key, row)}"
-    return deployment_from(profile), None
+    return captured_deployment(PROFILES_PATH, FRAMEWORK, job_id(key, row))
