@@ -10,8 +10,6 @@ servelab side is `servelab sweep`'s launch of each job, rendered from the shippe
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -36,14 +34,9 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="launch scr
 
 
 @pytest.fixture(scope="module")
-def conformance() -> dict[str, dict]:
+def conformance(ix_conformance) -> dict[str, dict]:
     """scripts/ix_launch.py conformance: per key, how servelab's launches differ from the capture's."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "ix_launch.py"), "conformance"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return ix_conformance
 
 
 @pytest.fixture(scope="module")
