@@ -143,6 +143,7 @@ def test_dram_offload_reaches_the_launch_from_the_rows_budget(store, jobs):
     assert seen == {"none", "dram"}
 
 
+@pytest.mark.slow  # 20-odd upstream scripts under bash with stub servers: 10-12 s, as the single-node sample
 def test_the_capture_reproduces_from_the_pinned_scripts(store, capture):
     # One job per agentic script and offload tier, run again under bash: the committed capture is what the
     # pinned scripts run today.
