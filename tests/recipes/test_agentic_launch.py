@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pinned import pinned_jobs
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -24,7 +25,6 @@ from servelab.recipes.checkout_launch import row_env
 from servelab.recipes.engines.profiles import Extras
 from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.recipe_store import open_store
-from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex"
@@ -51,8 +51,8 @@ def store():
 
 
 @pytest.fixture(scope="module")
-def jobs(store):
-    return expand(store)
+def jobs():
+    return list(pinned_jobs())
 
 
 def _single_agentic(store, jobs):

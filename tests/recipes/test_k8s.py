@@ -16,15 +16,14 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import schema_contents
+from pinned import pinned_jobs
 from referencing import Registry, Resource
 
 from servelab.errors import ServelabError
 from servelab.recipes.emit import emit
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 from servelab.recipes.k8s import Refused, base_name, k8s_manifests, manifest
-from servelab.recipes.recipe_store import open_store
 from servelab.recipes.slurm import MPI_LAUNCHER
-from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex" / "configs"
@@ -54,9 +53,8 @@ REFUSALS = (  # why a deployment of the pinned sweep gets no manifest, each prec
 )
 
 
-@cache
 def every_job() -> tuple:
-    return tuple(expand(open_store(IX), []))
+    return pinned_jobs()
 
 
 def deployed() -> list:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pinned import pinned_jobs
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -334,9 +335,7 @@ ROLE_ORDER = ["side", "prefill", "decode", "worker", "router"]
 @pytest.fixture(scope="module")
 def deployment_jobs():
     """The pinned sweep's runnable jobs that carry a deployment."""
-    store = open_store(IX)
-    jobs = expand(store, [], Filters(max_jobs=100_000))
-    return [j for j in jobs if j.deployment is not None and j.unrunnable is None]
+    return [j for j in pinned_jobs() if j.deployment is not None and j.unrunnable is None]
 
 
 @pytest.fixture
