@@ -14,6 +14,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
@@ -411,17 +412,12 @@ def test_multiturn_conversations_grow(mock_server, tmp_path):
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
-    p = subprocess.run(
-        CLI + ["--dataset-name", "bogus", "--model", "m"], capture_output=True, text=True, timeout=60
-    )
+    # refused before any request: the command in-process (tests/clirun.py)
+    p = servelab("bench", "--dataset-name", "bogus", "--model", "m")
     assert p.returncode == 2 and p.stderr.startswith("error: --dataset-name")
-    p = subprocess.run(
-        CLI + ["--max-concurrency", "1,x", "--model", "m"], capture_output=True, text=True, timeout=60
-    )
+    p = servelab("bench", "--max-concurrency", "1,x", "--model", "m")
     assert p.returncode == 2 and "'x'" in p.stderr
-    p = subprocess.run(
-        CLI + ["--goodput", "ttft=5", "--model", "m"], capture_output=True, text=True, timeout=60
-    )
+    p = servelab("bench", "--goodput", "ttft=5", "--model", "m")
     assert p.returncode == 2 and "goodput" in p.stderr
 
 

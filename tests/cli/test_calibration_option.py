@@ -2,10 +2,9 @@
 answer, the answer names the file, and a bad file is one line with exit code 2."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import servelab
 
 from servelab.calibrate.calibration_file import FORMAT, engine_entries
 from servelab.calibrate.price import defaults
@@ -16,13 +15,7 @@ SLOW_STEP_US = 20000.0  # a step overhead far above the shipped fit: TPOT must g
 
 
 def run(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+    return servelab(*args, cwd=cwd)
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 """The CLI as a user runs it: JSON fields, and bad input as one line with exit code 2."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import servelab
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
@@ -13,9 +12,7 @@ from servelab.specs import Dtype, load_model
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
+    return servelab(*args)
 
 
 def test_models_show_json():

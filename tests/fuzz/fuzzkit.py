@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
 import json
 import os
 import socket
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from clirun import Captured
 
 from servelab.cli import main as cli_main
 
@@ -33,20 +33,6 @@ class Outcome:
     code: int
     out: str
     err: str
-
-
-class Captured(io.TextIOWrapper):
-    """A text stream with a binary buffer underneath (some writers use sys.stdout.buffer), read back after."""
-
-    def __init__(self) -> None:
-        super().__init__(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
-
-    def text(self) -> str:
-        self.flush()
-        return self.buffer.getvalue().decode("utf-8", "backslashreplace")  # type: ignore[attr-defined]
-
-    def isatty(self) -> bool:
-        return False
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fuzzkit import COUNTS, TRACEBACK, hostile, tiny_workload
+from fuzzkit import COUNTS, TRACEBACK, hostile, run_cli, tiny_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -228,6 +228,7 @@ def test_arguments_that_are_not_utf8(name, tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(GOOD))
     (tmp_path / "r2.json").write_text(json.dumps(GOOD | {"duration": 3.0}))  # not imported before
     wl = tiny_workload(tmp_path / "wl.yaml")
-    _servelab(["results", "import", "r.json", "--store", "s.db"], tmp_path)
+    # the store the results commands read, written in-process: only the hostile call needs the OS's argv
+    assert run_cli("results", "import", "r.json", "--store", "s.db", cwd=tmp_path).code == 0
     args = [a.replace(b"{wl}", str(wl).encode()) for a in NOT_UTF8[name]]
     _one_line(_servelab(args, tmp_path), codes=(1, 2))

@@ -7,20 +7,14 @@ import sys
 
 import pytest
 import synth
+from clirun import servelab as run_cli
 
 from servelab.cli.main import main
 from servelab.perfdb.table_files import read_meta, read_table
 
 
 def run(*args, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "db", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    return run_cli("db", *args, env=dict(os.environ, **(env_extra or {})))
 
 
 def test_query_one_op_as_json(table_dir):

@@ -1,7 +1,10 @@
 """Shared fixtures: a copy of the shipped recipe store, temporary git repositories holding one, and a cache
 folder of each test's own."""
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,17 @@ def repo(tmp_path, monkeypatch) -> Repo:
     r = Repo(tmp_path / "repo")
     monkeypatch.chdir(r.root)
     return r
+
+
+@pytest.fixture(scope="session")
+def ix_conformance() -> dict[str, dict]:
+    """`scripts/ix_launch.py conformance`, run once a session: per key of the pinned InferenceX store, how
+    servelab's launches differ from the capture of upstream's scripts (a few seconds: it renders every job).
+    The launch-profile and agentic-launch tests both read it."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "ix_launch.py"), "conformance"],
+        cwd=root, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

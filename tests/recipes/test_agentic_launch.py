@@ -10,12 +10,11 @@ servelab side is `servelab sweep`'s launch of each job, rendered from the shippe
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from pinned import pinned_jobs
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -26,7 +25,6 @@ from servelab.recipes.checkout_launch import row_env
 from servelab.recipes.engines.profiles import Extras
 from servelab.recipes.matrix import MatrixRow
 from servelab.recipes.recipe_store import open_store
-from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex"
@@ -36,14 +34,9 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="launch scr
 
 
 @pytest.fixture(scope="module")
-def conformance() -> dict[str, dict]:
+def conformance(ix_conformance) -> dict[str, dict]:
     """scripts/ix_launch.py conformance: per key, how servelab's launches differ from the capture's."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "ix_launch.py"), "conformance"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return ix_conformance
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +51,8 @@ def store():
 
 
 @pytest.fixture(scope="module")
-def jobs(store):
-    return expand(store)
+def jobs():
+    return list(pinned_jobs())
 
 
 def _single_agentic(store, jobs):
@@ -150,6 +143,7 @@ def test_dram_offload_reaches_the_launch_from_the_rows_budget(store, jobs):
     assert seen == {"none", "dram"}
 
 
+@pytest.mark.slow  # 20-odd upstream scripts under bash with stub servers: 10-12 s, as the single-node sample
 def test_the_capture_reproduces_from_the_pinned_scripts(store, capture):
     # One job per agentic script and offload tier, run again under bash: the committed capture is what the
     # pinned scripts run today.

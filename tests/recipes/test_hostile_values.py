@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clirun import servelab
 
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, jobs_for
@@ -134,12 +135,7 @@ def test_patterned_fields_refuse_hostile_values(store_dir, field, value):
 def test_validate_command_refuses_newline_image_and_shell_secret_name(store_dir):
     for change in (_set("image", f"vllm/vllm-openai:v1\ntouch {MARKER}"), _set("secret-env[]", "X;touch Y")):
         _edit(store_dir, change)
-        r = subprocess.run(
-            [sys.executable, "-m", "servelab.cli.main", "recipes", "validate", "--dir", str(store_dir)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        r = servelab("recipes", "validate", "--dir", str(store_dir))
         assert r.returncode == 2, r.stdout + r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
         assert "image" in r.stderr or "secret-env" in r.stderr

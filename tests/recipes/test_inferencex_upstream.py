@@ -6,12 +6,11 @@ import copy
 import functools
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from clirun import servelab
 
 from servelab.errors import ServelabError
 from servelab.recipes.engines import render
@@ -59,9 +58,7 @@ def store(tmp_path_factory) -> Path:
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
+    return servelab(*args)
 
 
 @pytest.mark.parametrize("name", MASTERS)

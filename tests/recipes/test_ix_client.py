@@ -15,10 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
+from pinned import pinned_jobs
 
 from servelab.engines import argv as argvlib
-from servelab.recipes import recipe_store
-from servelab.recipes.filters import Filters
 from servelab.recipes.ix_client import (
     PER_JOB,
     PER_SCRIPT,
@@ -27,7 +26,6 @@ from servelab.recipes.ix_client import (
     client_options,
     unknown_options,
 )
-from servelab.recipes.sweep import expand
 
 IX = Path(__file__).resolve().parents[1] / "data" / "inferencex"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
@@ -43,9 +41,8 @@ def capture() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def jobs_by_row():
-    store = recipe_store.open_store(IX / "configs")
     out = {}
-    for job in expand(store, filters=Filters(max_jobs=100_000)):
+    for job in pinned_jobs():
         r = job.row
         if job.scenario == "fixed-seq-len" and not r.get("prefill"):
             key = (job.key, r["isl"], r["osl"], r["tp"], r["ep"], r["dp-attn"], r["spec-decoding"], r["conc"])

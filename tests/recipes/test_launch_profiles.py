@@ -83,10 +83,8 @@ def test_conformance_table_in_docs_is_current():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_every_key_with_an_adapter_matches_upstream_on_every_job(upstream_recipes, capture):
-    done = ix_launch("conformance")
-    assert done.returncode == 0, done.stderr
-    verdicts = json.loads(done.stdout)
+def test_every_key_with_an_adapter_matches_upstream_on_every_job(upstream_recipes, capture, ix_conformance):
+    verdicts = ix_conformance
     fixed = {k: v for k, v in verdicts.items() if "scenario" not in v}
     # 690 = the single-node fixed-seq-len rows of InferenceX's own full-sweep at the pinned commit; the
     # capture holds a launch for each.

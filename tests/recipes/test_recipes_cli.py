@@ -1,27 +1,12 @@
-"""The commands, run as users run them (`python -m servelab.cli.main ...`): output and exit codes."""
+"""The commands as users run them, through the console script's `main()` (in the test's process,
+tests/clirun.py): output and exit codes."""
 
 import json
-import os
 import shlex
-import subprocess
-import sys
 
 import yaml
+from clirun import servelab as run
 from test_recipe_formats import EXAMPLE_MASTER, WORKLOAD
-
-
-def run(*args, cwd=None):
-    # the environment passed explicitly: readline, loaded under pytest on a terminal, sets COLUMNS in the C
-    # environment a child inherits (not in os.environ), and a piped table fits COLUMNS
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        env=env,
-    )
 
 
 def test_list_and_show():

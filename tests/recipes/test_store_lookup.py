@@ -4,10 +4,9 @@ shipped recipes; the same for sweep and changelog, also when servelab is install
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from clirun import servelab
 from gitkit import git
 
 from servelab.recipes.lock import compute_fingerprints
@@ -17,14 +16,7 @@ ENTRY = '- config-keys:\n    - {key}\n  description:\n    - "{what}"\n  pr-link:
 
 
 def run(*args, cwd, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return servelab(*args, cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
-from servelab.recipes import recipe_store
+from servelab.recipes import recipe_store, sweep
 from servelab.recipes.filters import Filters
 from servelab.recipes.matrix import matrix
 from servelab.recipes.sweep import SERVELAB_FIELDS
@@ -45,10 +45,26 @@ def ix_store():
     return recipe_store.open_store(IX / "configs")
 
 
+@pytest.fixture(scope="module")
+def built_jobs() -> dict:
+    """The jobs the cases' sweeps built, by point: a job's row is its point's row, so a point two cases share
+    (most of them) is built once; each case still compares every row its own sweep printed."""
+    return {}
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_rows_equal_inferencex(case, ix_store, monkeypatch):
+def test_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
     # The CLI reads the same pinned store for every case; parsing the master files once saves seconds each.
     monkeypatch.setattr(recipe_store, "open_store", lambda directory=None, ref=None: ix_store)
+    build_job = sweep.build_job
+
+    def built(store, point):
+        key = (point.key, point.scenario, json.dumps(point.row, sort_keys=True))
+        if key not in built_jobs:
+            built_jobs[key] = build_job(store, point)
+        return built_jobs[key]
+
+    monkeypatch.setattr(sweep, "build_job", built)
     record = upstream(case)
     assert record["exit_code"] == 0, record.get("stderr")
     argv = ["sweep", "--dir", str(IX / "configs"), "--format", "json", *servelab_args(record["args"])]

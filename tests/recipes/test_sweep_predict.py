@@ -2,10 +2,9 @@
 asked for; jobs that cannot be simulated say why."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import servelab
 
 from servelab.bench.spec import BenchSpec
 from servelab.recipes.predict_jobs import bench_stream, predict_job
@@ -14,9 +13,7 @@ from servelab.recipes.sweep import expand
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=300
-    )
+    return servelab(*args)
 
 
 SWEEP = ("sweep", "llama70b-*", "--lowest-conc", "--seq-lens", "1k1k", "--predict")

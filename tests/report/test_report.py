@@ -4,13 +4,12 @@ every figure with its sources, everything embedded escaped; bad files are one li
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab as run_cli
 from report_inputs import HOSTILE, estimate_json, plan_json, vllm_result
 
 from servelab.errors import ServelabError
@@ -27,18 +26,9 @@ from servelab.results.report import (
 )
 from servelab.results.store import Store
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
 
 def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "report", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
+    return run_cli("report", *args, cwd=cwd)
 
 
 def views(page: str) -> list[str]:

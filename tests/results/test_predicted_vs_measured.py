@@ -3,11 +3,10 @@ twin of a measured run found in the store or simulated from its recorded deploym
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.results.importers import import_files, record_bench
 from servelab.results.provenance import Provenance
@@ -17,9 +16,7 @@ ARGV = ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=300
-    )
+    return servelab(*args)
 
 
 @pytest.fixture(scope="module")

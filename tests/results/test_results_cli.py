@@ -3,27 +3,17 @@
 import csv
 import io
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from clirun import servelab as run_cli
 
 from servelab.errors import ServelabError
 from servelab.results import export
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
 
 def servelab(*args, store):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "results", *args, "--store", str(store)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
+    return run_cli("results", *args, "--store", str(store))
 
 
 def ok(r):
