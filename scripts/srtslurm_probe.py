@@ -10,7 +10,7 @@ resolve_override_yaml (the text its submit_override writes for the job, key orde
 loaded, as `srtctl apply -f recipe.yaml:selector` does. For each recipe: srtctl's load_config, its
 RuntimeContext on nodes node00..nodeNN (IP 10.0.0.N), then the orchestrator's start_head_infrastructure,
 start_all_workers and start_frontend with `start_srun_process` replaced by a recorder: each call's command,
-node list and environment is the capture.
+node list, environment, node and task counts and MPI options is the capture.
 Part of scripts/srtslurm_capture.py (capture); it imports nothing of servelab.
 """
 
@@ -60,6 +60,8 @@ def patch_everything(calls: list[dict], count: list[int]) -> None:
                 "env": {k: str(v) for k, v in (kwargs.get("env_to_set") or {}).items()},
                 "ntasks": kwargs.get("ntasks"),
                 "nodes": kwargs.get("nodes"),
+                # an MPI launch's options (TensorRT-LLM's endpoints): only where srtctl passes them
+                **{k: kwargs[k] for k in ("mpi", "oversubscribe", "cpu_bind") if kwargs.get(k)},
             }
         )
         return FakePopen()

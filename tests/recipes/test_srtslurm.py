@@ -21,7 +21,7 @@ from clirun import servelab
 
 from servelab.errors import ServelabError
 from servelab.recipes import srtslurm
-from servelab.recipes.engines.base import Role
+from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 from servelab.recipes.srtslurm_jobs import LAUNCHER_EDITS, index, launcher_edit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -465,3 +465,79 @@ def test_a_recipe_srtctl_itself_refuses_is_not_rendered():
     _, captures = data()
     refused = [k for k, c in captures.items() if "error" in c]
     assert refused and all(index()[k]["unavailable"].startswith("srtctl at ") for k in refused)
+
+
+def _groups(deployment) -> Counter:
+    """Per MPI group: its role, nodes, GPUs per node, the DYN_SYSTEM_PORT its ranks share and argv."""
+    out: Counter = Counter()
+    for members in deployment.mpi_groups().values():
+        ranks = [deployment.processes[i] for i in members]
+        first = ranks[0]
+        nodes = tuple(p.node for p in ranks)
+        out[(first.role.value, nodes, first.gpus, first.env["DYN_SYSTEM_PORT"], tuple(first.argv))] += 1
+    return out
+
+
+def _captured_groups(capture: dict) -> Counter:
+    """What srtctl started per TensorRT-LLM endpoint: one srun over the endpoint's nodes, a task per GPU."""
+    log_dir = _log_dir(capture)
+    out: Counter = Counter()
+    for call in capture["stages"]["start_all_workers"]:
+        argv = tuple(_normal(a, log_dir) for a in call["command"])
+        mode = argv[argv.index("--disaggregation-mode") + 1] if "--disaggregation-mode" in argv else "worker"
+        nodes = tuple(int(n[4:]) for n in call["nodelist"])
+        assert call["nodes"] == len(nodes) and call["ntasks"] % len(nodes) == 0
+        per_node = call["ntasks"] // len(nodes)
+        out[(Role(mode).value, nodes, per_node, call["env"]["DYN_SYSTEM_PORT"], argv)] += 1
+    return out
+
+
+def _log_dir(capture: dict) -> str | None:
+    for call in capture["stages"]["start_head_infrastructure"]:
+        return call["command"][call["command"].index("--log-dir") + 1]
+    return None
+
+
+def test_tensorrt_llm_workers_are_grouped_as_srtctl_starts_each_endpoint():
+    """Every TensorRT-LLM worker process belongs to an MPI group, one per endpoint: the group's nodes, GPUs
+    per node (its tasks per node), shared environment and argv are those of srtctl's one srun for it."""
+    _, captures = data()
+    keys = [k for k, c in sorted(captures.items()) if "error" not in c and "|dynamo-trt|" in k]
+    assert len(keys) >= 170
+    spans = Counter()
+    for key in keys:
+        d = _render(key)
+        workers = [p for p in d.processes if p.role in WORKERS]
+        assert all(p.mpi_group is not None for p in workers)
+        assert not any(p.mpi_group is not None for p in d.processes if p.role not in WORKERS)
+        assert _groups(d) == _captured_groups(captures[key]), key
+        spans.update(len(m) for m in d.mpi_groups().values())
+    assert spans[1] and max(spans) >= 4  # endpoints of one node and of several among them
+
+
+def _rank(node: int, **change) -> NodeProcess:
+    fields = {
+        "role": Role.DECODE,
+        "node": node,
+        "argv": ["trtllm-llmapi-launch", "x"],
+        "gpus": 4,
+        "mpi_group": 0,
+    }
+    return NodeProcess.model_validate({**fields, **change})
+
+
+def test_a_process_of_its_own_dumps_as_before_and_a_group_must_be_one_command():
+    front = NodeProcess(role=Role.ROUTER, argv=["frontend"], port=8000)
+    d = Deployment(nodes=2, processes=[_rank(0), _rank(1), front], endpoint=2)
+    dumped = d.model_dump()
+    # the key only where set: a job file of processes of their own reads and fingerprints as before
+    assert [p.get("mpi_group", "unset") for p in dumped["processes"]] == [0, 0, "unset"]
+    assert Deployment.model_validate(dumped) == d and d.mpi_groups() == {0: [0, 1]}
+    for ranks, message in [
+        ([_rank(0), _rank(1, env={"DYN_SYSTEM_PORT": "1"})], "its processes differ"),
+        ([_rank(0), _rank(1, gpus=8)], "its processes differ"),
+        ([_rank(0), _rank(0)], "names node 0 twice"),
+        ([_rank(0, gpus=0), _rank(1, gpus=0)], r"gpus >= 1"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Deployment(nodes=2, processes=[*ranks, front], endpoint=2)

@@ -3,11 +3,14 @@ sh format's script runs it (under a stub srun that records its argv and environm
 one sbatch script with an srun per process on its node (under stub srun, scontrol and curl), every value
 quoted and every option checked."""
 
+import gzip
+import json
 import os
 import re
 import shlex
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,9 +24,11 @@ from servelab.errors import ServelabError
 from servelab.recipes import slurm
 from servelab.recipes.emit import emit
 from servelab.recipes.filters import Filters
+from servelab.recipes.matrix import arm_settings
 from servelab.recipes.pipelines import JOB_FILE, run_argv, script, script_names
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.slurm import SlurmOptions, deployment_refusal, multinode_script, slurm_scripts
+from servelab.recipes.srtslurm_jobs import choice_key
 from servelab.recipes.sweep import expand
 
 IX = Path(__file__).parents[1] / "data" / "inferencex" / "configs"
@@ -118,7 +123,7 @@ def _syntax(text: str) -> None:
 
 def _syntax_all(texts: list[str], folder: Path) -> None:
     """`bash -n` on each script, started from one bash (a Python subprocess a script costs 10 ms, 4 s for the
-    pinned sweep's 373)."""
+    pinned sweep's 547)."""
     folder.mkdir()
     paths = []
     for i, text in enumerate(texts):
@@ -347,28 +352,34 @@ def dstubs(stubs) -> dict:
     return {**stubs, "SLURM_JOB_NODELIST": "gpu-a[01-02],gpu-b17", "STUB_NODES": "\n".join(NODES)}
 
 
-def test_every_deployment_of_the_pinned_sweep_gets_a_script_or_one_line(deployment_jobs, tmp_path):
-    """bash -n on every script; the jobs without one are TensorRT-LLM's (MPI workers), refused in one line."""
-    written, refused, texts = 0, 0, []
+def test_every_deployment_of_the_pinned_sweep_gets_a_script(deployment_jobs, tmp_path):
+    """bash -n on every script; an srun per process, but one per MPI group (TensorRT-LLM's endpoints)."""
+    written, mpi, texts = 0, 0, []
     for job in deployment_jobs:
-        why = deployment_refusal(job)
-        if why is not None:
-            refused += 1
-            assert "TensorRT-LLM" in why and job.point.framework == "dynamo-trt"
-            with pytest.raises(ServelabError, match="no script can be written: its TensorRT-LLM") as info:
-                multinode_script(job, "x", SlurmOptions())
-            assert "\n" not in str(info.value)
-            continue
+        assert deployment_refusal(job) is None
+        dep = job.deployment
         text = multinode_script(job, "x", SlurmOptions())
         texts.append(text)
-        assert directives(text)[1] == f"--nodes={job.deployment.nodes}"
-        assert text.count("srun ") == len(job.deployment.processes)
+        assert directives(text)[1] == f"--nodes={dep.nodes}"
+        ranks = sum(len(m) - 1 for m in dep.mpi_groups().values())  # started by their group's srun
+        assert text.count("srun ") == len(dep.processes) - ranks
+        assert text.count("--mpi=pmix") == len(dep.mpi_groups())
         written += 1
+        mpi += bool(dep.mpi_groups())
     _syntax_all(texts, tmp_path / "scripts")
     # 48: InferenceX's AMD sglang-disagg and atom-disagg jobs (12 of them agentic), 2: its TileRT ones, 3: its
-    # llm-d ones; 171 and 19: srt-slurm's multinode agentic jobs, which replay their trace at each concurrency
-    # (dynamo-trt's refused as others)
-    assert (written, refused) == (149 + 48 + 2 + 3 + 171, 155 + 19)
+    # llm-d ones; 171 and 19: srt-slurm's multinode agentic jobs, which replay their trace at each
+    # concurrency; 155 + 19: dynamo-trt's, their workers MPI groups
+    assert (written, mpi) == (149 + 48 + 2 + 3 + 171 + 155 + 19, 155 + 19)
+
+
+def test_a_tensorrt_llm_process_outside_an_mpi_group_is_refused_in_one_line(deployment_jobs):
+    job = next(j for j in deployment_jobs if j.deployment.mpi_groups())
+    procs = [p.model_copy(update={"mpi_group": None}) for p in job.deployment.processes]
+    job = job.model_copy(update={"deployment": job.deployment.model_copy(update={"processes": procs})})
+    with pytest.raises(ServelabError, match="no script can be written: its TensorRT-LLM") as info:
+        multinode_script(job, "x", SlurmOptions())
+    assert "mpi_group" in str(info.value) and "\n" not in str(info.value)
 
 
 def _two_node_job(deployment_jobs):
@@ -377,7 +388,7 @@ def _two_node_job(deployment_jobs):
     return next(
         j
         for j in deployment_jobs
-        if j.deployment.nodes == 2 and "nginx.conf" in j.deployment.files and deployment_refusal(j) is None
+        if j.deployment.nodes == 2 and "nginx.conf" in j.deployment.files and not j.deployment.mpi_groups()
     )
 
 
@@ -469,6 +480,87 @@ def test_a_deployment_script_starts_each_process_on_its_node(deployment_jobs, ds
     assert Path(f"{driver}.json").read_text() == (folder / JOB_FILE).read_text()
     assert Path(f"{driver}.cwd").read_text().strip() == str(folder)
     assert _all_stopped(log), "a process was left running after the script ended"
+
+
+def _mpi_job(deployment_jobs):
+    """The pinned dynamo-trt job on the fewest nodes with a TensorRT-LLM endpoint over several nodes."""
+    jobs = [j for j in deployment_jobs if any(len(m) > 1 for m in j.deployment.mpi_groups().values())]
+    return min(jobs, key=lambda j: j.deployment.nodes)
+
+
+def _srun_words(line: str, nodes: list[str]) -> list[str]:
+    """An srun line of a script as bash splits it, node N's name for each `${nodes[N]}`."""
+    line = line.split(" < /dev/null")[0]
+    return [re.sub(r"\$\{nodes\[(\d+)\]\}", lambda m: nodes[int(m[1])], w) for w in shlex.split(line)]
+
+
+def test_tensorrt_llm_ranks_start_as_one_mpi_srun_per_endpoint(deployment_jobs, dstubs, tmp_path):
+    job = _mpi_job(deployment_jobs)
+    dep = job.deployment
+    groups = list(dep.mpi_groups().values())
+    names = [f"gpu-c{i:02d}" for i in range(dep.nodes)]
+    env = {**dstubs, "STUB_NODES": "\n".join(names), "SLURM_JOB_NODELIST": f"gpu-c[00-{dep.nodes - 1:02d}]"}
+    text = multinode_script(job, "m", SlurmOptions())
+    # the job's tasks per node: a rank per GPU, as srtctl's own job script asks for TensorRT-LLM
+    per_node = max(dep.processes[m[0]].gpus for m in groups)
+    assert directives(text)[1:3] == [f"--nodes={dep.nodes}", f"--ntasks-per-node={per_node}"]
+    singles = [p for p in dep.processes if p.mpi_group is None]
+    r = _bash(text, tmp_path / "submit", env, STUB_NAME="driver", STUB_READY=str(len(singles) + len(groups)))
+    assert r.returncode == 0, r.stderr
+
+    def sub(value: str) -> str:
+        return re.sub(r"\{\{node:(\d+)\}\}", lambda m: names[int(m[1])], value)
+
+    expected = []
+    for members in groups:
+        ranks = [dep.processes[i] for i in members]
+        k, g = len(ranks), ranks[0].gpus
+        srun = ["srun", f"--nodes={k}", f"--ntasks={k * g}", f"--ntasks-per-node={g}", "--overlap"]
+        srun += ["--mpi=pmix", "--oversubscribe", "--cpu-bind=verbose,none"]
+        srun.append("--nodelist=" + ",".join(names[p.node] for p in ranks))
+        expected.append([*srun, "env", *(sub(f"{n}={v}") for n, v in ranks[0].env.items()), *ranks[0].argv])
+    sruns = _sruns(_log(env))
+    assert sorted(s for s in sruns if "--mpi=pmix" in s) == sorted(expected)
+    assert any(len(m) > 1 for m in groups) and len(sruns) == len(singles) + len(groups)
+    assert all(s[1:3] == ["--nodes=1", "--ntasks=1"] for s in sruns if "--mpi=pmix" not in s)
+    # each group's log named once, numbered within its role
+    logs = re.findall(r"names\+=\((\S+)\)", text)
+    roles = [dep.processes[m[0]].role for m in groups]
+    assert [x for x in logs if x.startswith(("prefill", "decode", "worker"))] == [
+        f"{role}-{sum(r == role for r in roles[:i])}" for i, role in enumerate(roles)
+    ]
+    assert _all_stopped(_log(env))
+
+
+def test_tensorrt_llm_sruns_are_those_srtctl_starts_for_each_job(deployment_jobs):
+    """For each dynamo-trt job, its script's worker sruns (nodes, tasks, tasks per node, MPI options, node
+    list, argv) are those srtctl's own orchestrator started for its recipe (tests/data/srtslurm)."""
+    captures = json.load(gzip.open(IX.parents[1] / "srtslurm" / "captures.json.gz"))
+    jobs = [j for j in deployment_jobs if j.deployment.mpi_groups()]
+    for job in jobs:
+        capture = captures[choice_key(job.row, arm_settings(job.row)["CONFIG_FILE"])]
+        log_dir = next(
+            c["command"][c["command"].index("--log-dir") + 1]
+            for c in capture["stages"]["start_head_infrastructure"]
+        )
+        names = [f"node{i:02d}" for i in range(capture["nodes"])]
+        started = Counter()
+        for call in capture["stages"]["start_all_workers"]:
+            n, tasks = call["nodes"], call["ntasks"]
+            options = (f"--nodes={n}", f"--ntasks={tasks}", f"--ntasks-per-node={tasks // n}")
+            options += (f"--mpi={call['mpi']}", "--oversubscribe" * call["oversubscribe"])
+            options += (f"--cpu-bind={call['cpu_bind']}", "--nodelist=" + ",".join(call["nodelist"]))
+            started[(options, tuple(a.replace(log_dir, "/logs") for a in call["command"]))] += 1
+        written = Counter()
+        for line in multinode_script(job, "x", SlurmOptions()).splitlines():
+            if line.startswith("srun ") and "--mpi=" in line:
+                words = _srun_words(line, names)
+                options = tuple(w for w in words[1 : words.index("env")] if w != "--overlap")
+                argv = words[words.index("env") + 1 :]
+                argv = argv[next(i for i, w in enumerate(argv) if "=" not in w) :]
+                written[(options, tuple(argv))] += 1
+        assert written == started, job.label()
+    assert len(jobs) == 174
 
 
 def test_a_process_that_dies_before_the_endpoint_is_up_ends_the_job(

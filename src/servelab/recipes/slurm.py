@@ -7,7 +7,9 @@ Directive values are checked when the options are read and shell-quoted where th
 `#SBATCH` lines with shell-like quoting, and bash reads them as comments, so only a line break could turn a
 value into a command, and none gets through. A deployment's values (argv, env, files) are quoted piece by
 piece, each `{{node:N}}` between them becoming `"${nodes[N]}"`: node N's name as scontrol lists the
-allocation, checked to be a host name before anything starts.
+allocation, checked to be a host name before anything starts. The ranks of an MPI group (TensorRT-LLM's
+workers: a process per node, `mpi_group` set) start as one srun over their nodes, a task per GPU under
+`--mpi=pmix`, as srtctl starts a TensorRT-LLM endpoint.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ HEALTH_TIMEOUT_S = 3600
 HEALTH_POLL_S = 5
 # TensorRT-LLM's launcher: its workers are MPI ranks (srtctl starts one srun of a task per GPU per endpoint)
 MPI_LAUNCHER = f"{Engine.TRTLLM}-llmapi-launch"
+# an MPI group's srun as srtctl's for a TensorRT-LLM endpoint (its backend's SrunConfig): PMIx wires the MPI
+# world, tasks may share CPUs, none is bound to one; the tasks per node said too (the job's own
+# --ntasks-per-node is srun's default otherwise)
+MPI_SRUN = ["--mpi=pmix", "--oversubscribe", "--cpu-bind=verbose,none"]
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOST = "^[A-Za-z0-9._-]+$"  # what a node name from scontrol may be before it reaches an argv or a file
 
@@ -148,12 +154,30 @@ def array_script(jobs, names: list[str], opts: SlurmOptions, launcher: str = DEF
 def deployment_refusal(job) -> str | None:
     """Why a job's deployment gets no script (None: it gets one)."""
     dep = job.deployment
-    if any(MPI_LAUNCHER in p.argv for p in dep.processes):
+    if any(MPI_LAUNCHER in p.argv and p.mpi_group is None for p in dep.processes):
         return (
             "its TensorRT-LLM workers start as one MPI srun per endpoint (a task per GPU, --mpi=pmix, across "
-            "the endpoint's nodes), which the deployment does not group yet"
+            "the endpoint's nodes), and a process of them names no mpi_group"
         )
     return None
+
+
+def _srun(dep, members: list[int]) -> list[str]:
+    """srun and its options for one process (`members`: its position), or for the ranks of an MPI group
+    (the positions of its processes, one per node): K nodes, a task per GPU on each."""
+    procs = [dep.processes[i] for i in members]
+    nodelist = "--nodelist=" + ",".join(f'"${{nodes[{p.node}]}}"' for p in procs)
+    if procs[0].mpi_group is None:
+        return [*SRUN_ONE, "--overlap", nodelist]
+    k, g = len(procs), procs[0].gpus
+    tasks = [f"--nodes={k}", f"--ntasks={k * g}", f"--ntasks-per-node={g}"]
+    return ["srun", *tasks, "--overlap", *MPI_SRUN, nodelist]
+
+
+def tasks_per_node(dep) -> int:
+    """The most tasks one srun of the deployment starts on a node: a rank per GPU in an MPI group, else 1
+    (srtctl's own job script asks for as many per node for TensorRT-LLM)."""
+    return max((p.gpus for p in dep.processes if p.mpi_group is not None), default=1)
 
 
 def _checked(job) -> None:
@@ -220,8 +244,9 @@ def multinode_script(job, name: str, opts: SlurmOptions, launcher: str = DEFAULT
     """One sbatch script for a job's deployment: the job file and the deployment's files written in the
     folder `name`, the allocation's node names read into `nodes` (each `{{node:N}}` becomes node N's), each
     process started on its node with srun in the background (side processes first, their health waited
-    for), then the endpoint's health waited for and the job's `servelab run` attached to it; every process
-    is stopped when the script ends, whichever way."""
+    for; an MPI group's ranks by one srun over their nodes, its log numbered as one process), then the
+    endpoint's health waited for and the job's `servelab run` attached to it; every process is stopped when
+    the script ends, whichever way."""
     dep = job.deployment
     if dep is None:
         raise ServelabError(f"{job.label()}: a multinode script needs the job's deployment")
@@ -235,7 +260,7 @@ def multinode_script(job, name: str, opts: SlurmOptions, launcher: str = DEFAULT
             "(a container per process is not there yet)"
         )
     per_node = [sum(p.gpus for p in dep.processes if p.node == n) for n in range(dep.nodes)]
-    own = [f"--nodes={dep.nodes}", "--ntasks-per-node=1"]
+    own = [f"--nodes={dep.nodes}", f"--ntasks-per-node={tasks_per_node(dep)}"]
     own += [f"--gpus-per-node={max(per_node)}"] if max(per_node) else []
     lines = _header(f"servelab-{job.key}", [*own, "--exclusive"], opts, JOB_LOGS)
     folder = shlex.quote(name)
@@ -262,16 +287,21 @@ def multinode_script(job, name: str, opts: SlurmOptions, launcher: str = DEFAULT
         lines.append(f"printf '%s' {_word(content)} > {shlex.quote(path)}")
     lines += ["steps=() names=()", _STOP_FUNCTION, "trap stop EXIT", _wait_function()]
     order = dep.start_order()
+    groups = dep.mpi_groups()
+    started: dict[Role, int] = {}  # sruns per role so far: a log's number (an MPI group counts once)
     sides_up = False
-    for position, index in order:
+    for position, _ in order:
         p = dep.processes[position]
+        members = [position] if p.mpi_group is None else groups[p.mpi_group]
+        if members[0] != position:  # a rank its group's srun (at the group's first process) started
+            continue
         if p.role != Role.SIDE and not sides_up:
             sides_up = True
             lines += _side_waits(dep)
+        index = started[p.role] = started.get(p.role, -1) + 1
         log = f"{p.role}-{index}"
         env = ["env", *(_word(f"{k}={v}") for k, v in p.env.items())] if p.env else []
-        srun = [*SRUN_ONE, "--overlap", f'--nodelist="${{nodes[{p.node}]}}"']
-        cmd = " ".join([*srun, *env, *map(_word, p.argv)])
+        cmd = " ".join([*_srun(dep, members), *env, *map(_word, p.argv)])
         lines += [f"{cmd} < /dev/null > {LOG_DIR}/{log}.log 2>&1 &", f"steps+=($!) names+=({log})"]
     if not sides_up:
         lines += _side_waits(dep)

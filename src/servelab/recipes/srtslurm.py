@@ -647,10 +647,14 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     sys_port = rules.sys_base
     own_frontend = recipe.frontend.type == Engine.VLLM  # `vllm serve` serves the endpoint itself
     leaders: list[tuple[str, int, int, int | None]] = []  # (mode, node, HTTP port, bootstrap port)
-    for ep in endpoints:
+    # TensorRT-LLM's workers are MPI ranks: srtctl starts each endpoint as one srun over its nodes (a task
+    # per GPU, --mpi=pmix), every rank with the endpoint's first process's environment
+    mpi = b.type == Engine.TRTLLM
+    for group, ep in enumerate(endpoints):
         mode = ep.mode
         boot = ports.next_bootstrap(ep.nodes[0]) if mode == "prefill" else None
         procs = _layout(recipe, rules, ep, ports)
+        leader_env: dict[str, str] | None = None
         for proc in procs:
             n = proc.node
             leader = proc is procs[0]
@@ -678,6 +682,9 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
             names_gpus = b.type == Engine.VLLM and rules.vllm_device_ids and not b.set_cuda_visible_devices
             if len(proc.gpus) < r.gpus_per_node and not names_gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.gpus))
+            if mpi:  # the ranks share the srun's environment: the leader's DYN_SYSTEM_PORT on every node
+                leader_env = env if leader_env is None else leader_env
+                env = dict(leader_env)
             processes.append(
                 NodeProcess(
                     role=ROLE[mode],
@@ -689,6 +696,7 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
                     else None,
                     health_path="/health" if own_frontend and leader else None,
                     gpus=len(proc.gpus),
+                    mpi_group=group if mpi else None,
                 )
             )
             if leader:

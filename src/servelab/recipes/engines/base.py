@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from servelab.engines.grammar import json_arg
 from servelab.engines.names import Engine
@@ -76,6 +83,21 @@ class NodeProcess(BaseModel):
     port: int | None = Field(None, description="the port it serves on; None: no HTTP endpoint")
     health_path: str | None = Field("/health", description="GET path that answers 200 once it is up")
     gpus: int = Field(0, ge=0, description="GPUs it uses on its node")
+    mpi_group: int | None = Field(
+        None,
+        ge=0,
+        description="the MPI job it is part of: the processes of one group are its ranks on their nodes, "
+        "started together by one launcher (srun --mpi=pmix), a task per GPU; None: a process of its own. In "
+        "the JSON only when set",
+    )
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # a job file written before MPI groups reads and fingerprints the same: the key only when set
+        out = handler(self)
+        if out.get("mpi_group") is None:
+            out.pop("mpi_group", None)
+        return out
 
 
 class Deployment(BaseModel):
@@ -101,7 +123,17 @@ class Deployment(BaseModel):
         for p in self.processes:
             if p.node >= self.nodes:
                 raise ValueError(f"a {p.role} process is on node {p.node}; the deployment has {self.nodes}")
+        for group, members in self.mpi_groups().items():
+            _check_group(group, [self.processes[i] for i in members])
         return self
+
+    def mpi_groups(self) -> dict[int, list[int]]:
+        """MPI group -> the positions in processes of its ranks' processes (one per node), in list order."""
+        out: dict[int, list[int]] = {}
+        for position, p in enumerate(self.processes):
+            if p.mpi_group is not None:
+                out.setdefault(p.mpi_group, []).append(position)
+        return out
 
     def start_order(self) -> list[tuple[int, int]]:
         """(position in processes, index within its role) of every process, in the order they start: side
@@ -128,6 +160,30 @@ class Deployment(BaseModel):
         ]
         files = {path: sub(content) for path, content in self.files.items()}
         return self.model_copy(update={"processes": processes, "files": files})
+
+
+def _check_group(group: int, members: list[NodeProcess]) -> None:
+    """The processes of one MPI group are one command over its nodes: one launcher starts the same argv and
+    environment on each, a task per GPU, the same number of GPUs on every node, each node once, no HTTP
+    port of a rank's own."""
+    first = members[0]
+    nodes = [p.node for p in members]
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"MPI group {group} names node {nodes[0]} twice (one process per node of a group)")
+    for p in members:
+        if (p.role, p.argv, p.env, p.gpus, p.port) != (
+            first.role,
+            first.argv,
+            first.env,
+            first.gpus,
+            first.port,
+        ):
+            raise ValueError(
+                f"MPI group {group}: its processes differ (one launcher starts one role, argv, env, GPU "
+                "count and port on every node)"
+            )
+    if first.gpus < 1:
+        raise ValueError(f"MPI group {group}: a rank per GPU needs the GPUs of each node (gpus >= 1)")
 
 
 # a segment of a launch file's path: a plain name (no `..`, no `~`, no backslash, no control character)
