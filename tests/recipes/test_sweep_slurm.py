@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clirun import servelab
 from pinned import pinned_jobs
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -647,3 +648,32 @@ def test_single_node_jobs_stay_in_the_array_beside_deployment_scripts(ix_jobs, d
     assert sorted(out) == sorted(["array.sbatch", names[1].removesuffix(".sh") + ".sbatch"])
     assert directives(out["array.sbatch"])[1] == "--array=0-1"
     assert f"cd -- {names[2].removesuffix('.sh')}\n" in out["array.sbatch"].split("\n1)\n")[1]
+
+
+def test_skip_unrunnable_writes_the_jobs_that_can_run_and_says_how_many_it_left(tmp_path):
+    # qwen3.5-fp8-gb200-dynamo-sglang: two deployments, and one on an srt-slurm fork servelab has no copy of
+    args = ["sweep", "--dir", IX, "qwen3.5-fp8-gb200-dynamo-sglang", "--format", "slurm"]
+    refused = servelab(*args, "--out", tmp_path / "all")
+    assert refused.returncode == 2 and "no script can be written" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()[-1]) > 0 and "Traceback" not in refused.stderr
+    assert not (tmp_path / "all").exists()
+    r = servelab(*args, "--out", tmp_path / "some", "--skip-unrunnable")
+    assert r.returncode == 0, r.stderr
+    assert "note: --skip-unrunnable: 1 of 3 jobs left out" in r.stderr
+    assert sorted(p.suffix for p in (tmp_path / "some").iterdir()) == [".sbatch", ".sbatch"]
+    json_only = servelab("sweep", "--dir", IX, "qwen3.5-fp8-gb200-dynamo-sglang", "--skip-unrunnable")
+    assert json_only.returncode == 2 and "applies to the sh and slurm formats" in json_only.stderr
+
+
+def test_jobs_that_share_a_name_take_what_tells_them_apart():
+    # a multinode row's MTP and plain arms share its layout: their scripts take the spec-decoding
+    jobs = [j for j in pinned_jobs() if j.key == "dsr1-fp4-b200-dynamo-trt"]
+    names = script_names(jobs)
+    assert len(set(names)) == len(names)
+    pair = [n for n in names if n.startswith("dsr1-fp4-b200-dynamo-trt_dsr1_8k1k_p1x4ep4dpa_d5x8ep8-conc6_")]
+    assert sorted(pair) == [
+        "dsr1-fp4-b200-dynamo-trt_dsr1_8k1k_p1x4ep4dpa_d5x8ep8-conc6_b200-multinode_mtp.sh",
+        "dsr1-fp4-b200-dynamo-trt_dsr1_8k1k_p1x4ep4dpa_d5x8ep8-conc6_b200-multinode_none.sh",
+    ]
+    with pytest.raises(ServelabError, match="the same point twice"):
+        script_names([jobs[0], jobs[0]])

@@ -97,6 +97,12 @@ def sweep(
     as_json: bool = typer.Option(
         False, "--json", help="Print the jobs as one JSON answer (schema servelab.jobs) on stdout."
     ),
+    skip_unrunnable: bool = typer.Option(
+        False,
+        "--skip-unrunnable",
+        help="sh/slurm: write the jobs that can run and leave out those with no launch (the notes say why), "
+        "rather than refusing the whole sweep.",
+    ),
 ) -> None:
     """Expand recipes into jobs, row for row as InferenceX's generate_sweep_configs.py, each with a
     fingerprint of what it runs."""
@@ -168,4 +174,24 @@ def sweep(
     if as_json:
         print_json("servelab.jobs", {"jobs": [j.to_json() for j in jobs]})
         return
+    if skip_unrunnable:
+        jobs = _runnable(jobs, fmt)
     typer.echo(emit(jobs, fmt, out, launcher, slurm), nl=False)
+
+
+def _runnable(jobs: list, fmt: str) -> list:
+    """The jobs `servelab run` can run; how many were left out is said in one line."""
+    if fmt not in ("sh", "slurm"):
+        raise ServelabError(f"--skip-unrunnable: applies to the sh and slurm formats, not {fmt}")
+    kept = [j for j in jobs if j.unrunnable is None]
+    if not kept:
+        raise ServelabError(
+            f"--skip-unrunnable: none of the {len(jobs)} jobs can run (the notes above say why)"
+        )
+    if len(kept) < len(jobs):
+        left = len(jobs) - len(kept)
+        typer.echo(
+            f"note: --skip-unrunnable: {left} of {len(jobs)} jobs left out (the notes above say why)",
+            err=True,
+        )
+    return kept

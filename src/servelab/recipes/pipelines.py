@@ -177,14 +177,21 @@ def script_name(job) -> str:
 
 
 def script_names(jobs) -> list[str]:
-    """One file name per job; jobs that differ only by the runner node they were pinned to
-    (`--runner-node-filter`) take the node's name too, so no script overwrites another."""
+    """One file name per job. Jobs whose names repeat take what tells them apart, in turn: the runner node
+    they were pinned to (`--runner-node-filter`), their spec-decoding (a multinode row's MTP and plain arms
+    share its layout and name), and last the start of their fingerprint; only the same job twice is
+    refused."""
     names = [script_name(j) for j in jobs]
-    seen = Counter(names)
-    names = [
-        n.removesuffix(".sh") + f"_{_file_safe(j.point.runner)}.sh" if seen[n] > 1 else n
-        for n, j in zip(names, jobs, strict=True)
-    ]
+    for tell in (
+        lambda j: _file_safe(j.point.runner),
+        lambda j: _file_safe(str(j.point.spec_decoding)),
+        lambda j: j.fingerprint.removeprefix("sha256:")[:8],
+    ):
+        seen = Counter(names)
+        names = [
+            n.removesuffix(".sh") + f"_{tell(j)}.sh" if seen[n] > 1 else n
+            for n, j in zip(names, jobs, strict=True)
+        ]
     twice = sorted(n for n, count in Counter(names).items() if count > 1)
     if twice:
         raise ServelabError(
