@@ -364,7 +364,8 @@ def test_every_deployment_of_the_pinned_sweep_gets_a_script(deployment_jobs, tmp
         assert directives(text)[1] == f"--nodes={dep.nodes}"
         ranks = sum(len(m) - 1 for m in dep.mpi_groups().values())  # started by their group's srun
         assert text.count("srun ") == len(dep.processes) - ranks
-        assert text.count("--mpi=pmix") == len(dep.mpi_groups())
+        frontends = sum(" ".join(p.argv).count("-m dynamo.frontend") for p in dep.processes)
+        assert text.count("--mpi=pmix") == len(dep.mpi_groups()) + frontends
         written += 1
         mpi += bool(dep.mpi_groups())
     _syntax_all(texts, tmp_path / "scripts")
@@ -405,7 +406,8 @@ def _expected_sruns(dep, nodes: list[str]) -> list[list[str]]:
     out = []
     for p in procs:
         env = ["env", *(sub(f"{k}={v}") for k, v in p.env.items())] if p.env else []
-        argv = [*slurm.SRUN_ONE, "--overlap", f"--nodelist={nodes[p.node]}", *env, *map(sub, p.argv)]
+        mpi = ["--mpi=pmix"] if "dynamo.frontend" in p.argv else []  # as srtctl starts Dynamo's frontend
+        argv = [*slurm.SRUN_ONE, "--overlap", *mpi, f"--nodelist={nodes[p.node]}", *env, *map(sub, p.argv)]
         out.append(argv)
     return out
 
@@ -521,9 +523,9 @@ def test_tensorrt_llm_ranks_start_as_one_mpi_srun_per_endpoint(deployment_jobs, 
         srun.append("--nodelist=" + ",".join(names[p.node] for p in ranks))
         expected.append([*srun, "env", *(sub(f"{n}={v}") for n, v in ranks[0].env.items()), *ranks[0].argv])
     sruns = _sruns(_log(env))
-    assert sorted(s for s in sruns if "--mpi=pmix" in s) == sorted(expected)
+    assert sorted(s for s in sruns if "--oversubscribe" in s) == sorted(expected)
     assert any(len(m) > 1 for m in groups) and len(sruns) == len(singles) + len(groups)
-    assert all(s[1:3] == ["--nodes=1", "--ntasks=1"] for s in sruns if "--mpi=pmix" not in s)
+    assert all(s[1:3] == ["--nodes=1", "--ntasks=1"] for s in sruns if "--oversubscribe" not in s)
     # each group's log named once, numbered within its role
     logs = re.findall(r"names\+=\((\S+)\)", text)
     roles = [dep.processes[m[0]].role for m in groups]
@@ -554,7 +556,7 @@ def test_tensorrt_llm_sruns_are_those_srtctl_starts_for_each_job(deployment_jobs
             started[(options, tuple(a.replace(log_dir, "/logs") for a in call["command"]))] += 1
         written = Counter()
         for line in multinode_script(job, "x", SlurmOptions()).splitlines():
-            if line.startswith("srun ") and "--mpi=" in line:
+            if line.startswith("srun ") and "--ntasks-per-node=" in line:
                 words = _srun_words(line, names)
                 options = tuple(w for w in words[1 : words.index("env")] if w != "--overlap")
                 argv = words[words.index("env") + 1 :]
@@ -562,6 +564,31 @@ def test_tensorrt_llm_sruns_are_those_srtctl_starts_for_each_job(deployment_jobs
                 written[(options, tuple(argv))] += 1
         assert written == started, job.label()
     assert len(jobs) == 174
+
+
+def test_dynamos_frontend_starts_under_pmix_as_srtctl_starts_it(deployment_jobs):
+    """Each job's Dynamo frontends: one srun each, under --mpi=pmix, on the nodes srtctl's orchestrator
+    started them on for the job's recipe (tests/data/srtslurm: every dynamo.frontend it started ran so)."""
+    captures = json.load(gzip.open(IX.parents[1] / "srtslurm" / "captures.json.gz"))
+    jobs = [j for j in deployment_jobs if j.point.framework.startswith("dynamo-")]
+    for job in jobs:
+        capture = captures[choice_key(job.row, arm_settings(job.row)["CONFIG_FILE"])]
+        names = [f"node{i:02d}" for i in range(capture["nodes"])]
+        started = Counter(
+            (call.get("mpi"), tuple(call["nodelist"]))
+            for call in capture["stages"].get("start_frontend", [])
+            if "dynamo.frontend" in call["command"]
+        )
+        written = Counter()
+        for line in multinode_script(job, "x", SlurmOptions()).splitlines():
+            words = _srun_words(line, names) if line.startswith("srun ") else []
+            if "dynamo.frontend" in words:
+                mpi = next((w.removeprefix("--mpi=") for w in words if w.startswith("--mpi=")), None)
+                node = next(w.removeprefix("--nodelist=") for w in words if w.startswith("--nodelist="))
+                written[(mpi, (node,))] += 1
+        assert written == started, job.label()
+        assert set(started) <= {("pmix", n) for _, n in started}
+    assert len(jobs) > 400
 
 
 def test_a_process_that_dies_before_the_endpoint_is_up_ends_the_job(

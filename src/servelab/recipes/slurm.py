@@ -50,6 +50,9 @@ MPI_LAUNCHER = f"{Engine.TRTLLM}-llmapi-launch"
 # world, tasks may share CPUs, none is bound to one; the tasks per node said too (the job's own
 # --ntasks-per-node is srun's default otherwise)
 MPI_SRUN = ["--mpi=pmix", "--oversubscribe", "--cpu-bind=verbose,none"]
+# srtctl starts Dynamo's own frontend under PMIx too (one task; "needed in later versions of Dynamo", its
+# source says): every dynamo.frontend its orchestrator started in the capture (tests/data/srtslurm) was
+DYNAMO_FRONTEND = ("-m", "dynamo.frontend")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOST = "^[A-Za-z0-9._-]+$"  # what a node name from scontrol may be before it reaches an argv or a file
 
@@ -168,10 +171,15 @@ def _srun(dep, members: list[int]) -> list[str]:
     procs = [dep.processes[i] for i in members]
     nodelist = "--nodelist=" + ",".join(f'"${{nodes[{p.node}]}}"' for p in procs)
     if procs[0].mpi_group is None:
-        return [*SRUN_ONE, "--overlap", nodelist]
+        return [*SRUN_ONE, "--overlap", *_frontend_mpi(procs[0].argv), nodelist]
     k, g = len(procs), procs[0].gpus
     tasks = [f"--nodes={k}", f"--ntasks={k * g}", f"--ntasks-per-node={g}"]
     return ["srun", *tasks, "--overlap", *MPI_SRUN, nodelist]
+
+
+def _frontend_mpi(argv: list[str]) -> list[str]:
+    runs = any(tuple(argv[i : i + 2]) == DYNAMO_FRONTEND for i in range(len(argv) - 1))
+    return [MPI_SRUN[0]] if runs else []
 
 
 def tasks_per_node(dep) -> int:
