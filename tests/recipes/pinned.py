@@ -1,9 +1,10 @@
 """The pinned InferenceX store's whole sweep (tests/data/inferencex/configs, 1,820 jobs), expanded once in a
-test process: four test modules read it, and each expansion renders every launch and deployment (2-4 s).
-The jobs are only read, never changed."""
+test process for every module that reads it (an expansion renders every launch and deployment: 2-4 s). The
+jobs are only read, never changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -18,3 +19,14 @@ CONFIGS = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "configs
 @cache
 def pinned_jobs() -> tuple[Job, ...]:
     return tuple(expand(open_store(CONFIGS), [], Filters(max_jobs=100_000)))
+
+
+def jobs_by_id(selected: Callable[[dict], bool], job_id: Callable[[str, dict], str]) -> dict[str, Job]:
+    """The pinned sweep's selected jobs, by the id a capture records them under."""
+    return {job_id(j.key, j.row): j for j in pinned_jobs() if selected(j.row)}
+
+
+def rendered(deployment, node_ips: list[str]) -> list[tuple]:
+    """(node, argv, env) of every process of a deployment at the capture's node addresses, sorted."""
+    at = deployment.at_addresses(node_ips[: deployment.nodes])
+    return sorted(((p.node, p.argv, dict(sorted(p.env.items()))) for p in at.processes), key=repr)

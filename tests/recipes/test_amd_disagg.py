@@ -10,12 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pinned import jobs_by_id, rendered
 
 from servelab.recipes import amd_disagg
 from servelab.recipes.capture.amd_disagg import NODE_IPS, capture_row
 from servelab.recipes.engines.base import Role
-from servelab.recipes.recipe_store import open_store
-from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex"
@@ -40,14 +39,12 @@ def _started(record: dict) -> list[tuple]:
 
 
 def _rendered(deployment) -> list[tuple]:
-    at = deployment.at_addresses(NODE_IPS[: deployment.nodes])
-    return sorted(((p.node, p.argv, dict(sorted(p.env.items()))) for p in at.processes), key=repr)
+    return rendered(deployment, NODE_IPS)
 
 
 @pytest.fixture(scope="module")
 def jobs() -> dict[str, object]:
-    store = open_store(IX / "configs")
-    return {amd_disagg.job_id(j.key, j.row): j for j in expand(store) if amd_disagg.is_amd_disagg(j.row)}
+    return jobs_by_id(amd_disagg.is_amd_disagg, amd_disagg.job_id)
 
 
 def test_every_amd_disagg_job_deploys_what_upstreams_scripts_start_on_each_node(jobs):

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pinned import jobs_by_id, rendered
 
 from servelab.recipes import llmd
 from servelab.recipes.capture.llmd import NODE_IPS, capture_row
 from servelab.recipes.engines.base import Role
-from servelab.recipes.recipe_store import open_store
-from servelab.recipes.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 IX = ROOT / "tests" / "data" / "inferencex"
@@ -35,14 +34,12 @@ def _started(record: dict) -> list[tuple]:
 
 
 def _rendered(deployment) -> list[tuple]:
-    at = deployment.at_addresses(NODE_IPS[: deployment.nodes])
-    return sorted(((p.node, p.argv, dict(sorted(p.env.items()))) for p in at.processes), key=repr)
+    return rendered(deployment, NODE_IPS)
 
 
 @pytest.fixture(scope="module")
 def jobs() -> dict[str, object]:
-    store = open_store(IX / "configs")
-    return {llmd.job_id(j.key, j.row): j for j in expand(store) if llmd.is_llmd(j.row)}
+    return jobs_by_id(llmd.is_llmd, llmd.job_id)
 
 
 def test_every_llmd_job_deploys_what_upstreams_scripts_start_on_each_node(jobs):
