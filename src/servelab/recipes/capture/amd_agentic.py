@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from servelab.recipes.capture.sandbox import executable
 from servelab.recipes.matrix import arm_settings
 
 AGENTIC = "agentic-coding"
@@ -153,8 +154,7 @@ def submitted(benchmarks: Path, row: dict) -> dict[str, str]:
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         for name in _INERT:
-            (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
-            (bin_dir / name).chmod(0o755)
+            executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
         out = tmp / "submitted"
         env = {
             **workflow_env(row),

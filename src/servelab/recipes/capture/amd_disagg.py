@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from servelab.recipes.capture import amd_agentic
+from servelab.recipes.capture.sandbox import executable
 from servelab.recipes.matrix import arm_settings
 
 AMD_UTILS = "multi_node/amd_utils"
@@ -165,8 +166,7 @@ def run_node(benchmarks: Path, row: dict, rank: int, submitted: dict[str, str] |
         # models.yaml is read by an inline python3 with PyYAML, as in upstream's container
         scripts |= {n: _PYTHON.format(shlex.quote(sys.executable)) for n in ("python3", "python")}
         for name, text in scripts.items():
-            (bin_dir / name).write_text(text)
-            (bin_dir / name).chmod(0o755)
+            executable(bin_dir / name, text)
         given_env = node_env(row, rank)
         config = tmp / "config" / "hicache_mc.env"
         if submitted is not None:

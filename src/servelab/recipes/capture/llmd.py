@@ -36,6 +36,7 @@ from importlib import resources
 from pathlib import Path
 
 from servelab.engines import Engine
+from servelab.recipes.capture.sandbox import executable
 from servelab.recipes.capture.workflow import workflow_env
 
 LAUNCHER = "runners/launch_gb200-nv.sh"
@@ -108,11 +109,6 @@ exec PYTHON "$@"
 """
 
 
-def _stub(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)
-
-
 def _copy_tree(src: Path, dst: Path, rewrite: dict[str, str]) -> None:
     """src's files into dst (their modes too), each path of `rewrite` (at the start of a path) replaced."""
     if not src.is_dir():
@@ -149,16 +145,16 @@ def capture_row(inferencex: Path, row: dict) -> dict:
             (tmp / stub).write_bytes((lib / stub).read_bytes())
         python = shlex.quote(sys.executable)
         for name in INERT:
-            _stub(bin_dir / name, "#!/bin/sh\nexit 0\n")
-        _stub(bin_dir / "squeue", "#!/bin/sh\nexit 0\n")
-        _stub(bin_dir / "sbatch", _SBATCH)
-        _stub(bin_dir / "scontrol", _SCONTROL)
-        _stub(bin_dir / "curl", _CURL)
-        _stub(bin_dir / "uname", _UNAME)
-        _stub(bin_dir / "python3", _PYTHON.replace("PYTHON", python))
-        _stub(bin_dir / "srun", f'#!/bin/sh\nexec {python} -I {tmp / "llmd_srun.py"} "$@"\n')
+            executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+        executable(bin_dir / "squeue", "#!/bin/sh\nexit 0\n")
+        executable(bin_dir / "sbatch", _SBATCH)
+        executable(bin_dir / "scontrol", _SCONTROL)
+        executable(bin_dir / "curl", _CURL)
+        executable(bin_dir / "uname", _UNAME)
+        executable(bin_dir / "python3", _PYTHON.replace("PYTHON", python))
+        executable(bin_dir / "srun", f'#!/bin/sh\nexec {python} -I {tmp / "llmd_srun.py"} "$@"\n')
         for name in RECORDED:
-            _stub(bin_dir / name, f'#!/bin/sh\nexec {python} -I {tmp / "llmd_recorder.py"} "$0" "$@"\n')
+            executable(bin_dir / name, f'#!/bin/sh\nexec {python} -I {tmp / "llmd_recorder.py"} "$0" "$@"\n')
         record, bench = tmp / "record.jsonl", tmp / "bench.args"
         base = {
             "PATH": f"{bin_dir}:/usr/bin:/bin",

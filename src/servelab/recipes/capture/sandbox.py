@@ -250,16 +250,16 @@ class Sandbox:
             *map(shlex.quote, (sys.executable, str(tmp / "stub_server.py"), str(tmp / "stub.json")))
         )
         for name in (*SERVER_COMMANDS, "mpirun"):
-            _executable(bin_dir / name, server)
+            executable(bin_dir / name, server)
         for name in INERT_COMMANDS:
-            _executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+            executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
         for name in MACHINE_COMMANDS:
-            _executable(bin_dir / name, "#!/bin/sh\n" + stubs["machine.sh"].decode())
+            executable(bin_dir / name, "#!/bin/sh\n" + stubs["machine.sh"].decode())
         for rel, content in MACHINE_FILES.items():
             (tmp / MACHINE / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / MACHINE / rel).write_text(content)
         for name in SIDE_SERVICES:
-            _executable(bin_dir / name, "#!/bin/sh\nexec /bin/sleep 1\n")
+            executable(bin_dir / name, "#!/bin/sh\nexec /bin/sleep 1\n")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -349,7 +349,8 @@ def _last_words(output: str, code: int) -> str:
     return f"exit {code} after `{traced[-1]}`" if traced else f"exit {code}"
 
 
-def _executable(path: Path, text: str) -> None:
+def executable(path: Path, text: str) -> None:
+    """A script written at `path`, executable (a stub of a command the scripts call)."""
     path.write_text(text)
     path.chmod(0o755)
 

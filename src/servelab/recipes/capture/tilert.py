@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 from servelab.engines import Engine
+from servelab.recipes.capture.sandbox import executable
 from servelab.recipes.capture.workflow import workflow_env
 
 LAUNCHER = "runners/launch_b200-dgxc.sh"
@@ -105,11 +106,6 @@ class _Listeners:
             s.close()
 
 
-def _stub(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)
-
-
 def _copy(src: Path, dst: Path, rewrite: dict[str, str]) -> None:
     text = src.read_text()
     for old, new in rewrite.items():
@@ -136,16 +132,18 @@ def capture_row(inferencex: Path, row: dict) -> dict:
         (ws / "benchmarks/benchmark_lib.sh").write_bytes(lib.read_bytes())
         env = workflow_env(row, ws, RUNNER_NAME)
         for name in INERT:
-            _stub(bin_dir / name, "#!/bin/sh\nexit 0\n")
-        _stub(bin_dir / "squeue", _SQUEUE)
-        _stub(bin_dir / "scontrol", _SCONTROL)
+            executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+        executable(bin_dir / "squeue", _SQUEUE)
+        executable(bin_dir / "scontrol", _SCONTROL)
         package = resources.files("servelab.recipes.capture")
         for stub in ("tilert_srun.py", "tilert_recorder.py"):
             (tmp / stub).write_bytes((package / stub).read_bytes())
         python = shlex.quote(sys.executable)
-        _stub(bin_dir / "srun", f'#!/bin/sh\nexec {python} -I {tmp / "tilert_srun.py"} "$@"\n')
+        executable(bin_dir / "srun", f'#!/bin/sh\nexec {python} -I {tmp / "tilert_srun.py"} "$@"\n')
         for name in ("python", "python3", Engine.VLLM.value):
-            _stub(bin_dir / name, f'#!/bin/sh\nexec {python} -I {tmp / "tilert_recorder.py"} "$0" "$@"\n')
+            executable(
+                bin_dir / name, f'#!/bin/sh\nexec {python} -I {tmp / "tilert_recorder.py"} "$0" "$@"\n'
+            )
         model = Path(f"{machine}{_model_path(inferencex)}")
         model.mkdir(parents=True)
         for name in MODEL_FILES:
