@@ -125,15 +125,11 @@ def build_job(store, point: Point) -> Job:
     if launch is None:  # a multinode job srt-slurm deploys (srtslurm_jobs.py)
         deployment, srt_why, srt_source = deployment_for(row, benchmarks_of(store.source))
         why, source = (None, srt_source) if deployment else (srt_why or why, source)
-    if launch is None and deployment is None:  # one InferenceX's AMD scripts deploy (amd_disagg.py)
-        deployment, amd_why = amd_disagg.deployment_for(key, row)
-        why = None if deployment else (amd_why or why)
-    if launch is None and deployment is None:  # a TileRT one (tilert.py)
-        deployment, tilert_why = tilert.deployment_for(key, row)
-        why = None if deployment else (tilert_why or why)
-    if launch is None and deployment is None:  # an llm-d one (llmd.py)
-        deployment, llmd_why = llmd.deployment_for(key, row)
-        why = None if deployment else (llmd_why or why)
+    # one deployed by InferenceX's AMD scripts, TileRT's or llm-d's (each rendered from a capture of them)
+    for captured in (amd_disagg, tilert, llmd):
+        if launch is None and deployment is None:
+            deployment, captured_why = captured.deployment_for(key, row)
+            why = None if deployment else (captured_why or why)
     runner = store.runner_labels.runners.get(recipe.runner)
     if runner is None:
         launch, deployment = None, None
