@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clirun import Captured
+from clirun import Captured, environment
 
 from servelab.cli import main as cli_main
 
@@ -37,18 +37,10 @@ class Outcome:
 
 @contextlib.contextmanager
 def patched_env(env: dict[str, str] | None, cwd: Path | None) -> Iterator[None]:
-    saved_env = dict(os.environ)
-    saved_cwd = Path.cwd()
-    try:
-        os.environ.update(env or {})
-        os.environ.setdefault("COLUMNS", "200")
-        if cwd is not None:
-            os.chdir(cwd)
+    """The environment with `env` added (COLUMNS 200 unless set) and the working directory `cwd`, both put
+    back after (clirun.environment)."""
+    with environment({"COLUMNS": "200", **os.environ, **(env or {})}, cwd):
         yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        os.chdir(saved_cwd)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Outcome:
