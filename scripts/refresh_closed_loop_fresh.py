@@ -23,8 +23,9 @@ Searched (2026-12-06, read only; nothing was priced or compared):
   multi-turn trace replays (experimental/multiturn, agentic sweeps: no fixed lengths to replay); runners/
   mock_results (mock); TRT_BENCH_NOTES (offline LLM.generate, not a server).
 - github.com/vllm-project/perf-eval, every ref: workload definitions only; results go to a dashboard.
-- github.com/ROCm/ATOM (ATOM-engine results: an engine servelab does not model), NVIDIA/srt-slurm and
-  ai-dynamo/aiperf: no serving results with TTFT. github.com/sgl-project/sglang is too large to fetch here.
+- github.com/ROCm/ATOM: its results are ATOM-engine runs (servelab launches ATOM but does not price it).
+  NVIDIA/srt-slurm and ai-dynamo/aiperf: no serving results with TTFT. github.com/sgl-project/sglang is too
+  large to fetch here.
 
 Kept (closed loop: a fixed number of clients, each sending its next request when its last one finished):
 - together_runner/baselines (InferenceX pull request 1713): one B200 node, aggregated; SGLang
@@ -140,7 +141,7 @@ MULTI_NODE_COMMON = {
     "source": "inferencex-pr1208-mi355x-disagg",
     "mode": "disagg",
     "system": "mi355x",
-    "engine": str(Engine.vllm),
+    "engine": str(Engine.VLLM),
     "engine_version": "nightly-100c7b65e7579c8caf4ee0b04a6410b2796b905c",
     "image": "vllm/vllm-openai-rocm:nightly-100c7b65e7579c8caf4ee0b04a6410b2796b905c-bnxt",
     "kv_cache_dtype": "auto",
@@ -240,6 +241,11 @@ def fmt(value: float | int | None) -> str:
     return "" if value is None else repr(value)
 
 
+def tokens(value: float) -> str:
+    """A mean length derived from throughputs, to a hundredth of a token (no float noise)."""
+    return f"{value:.2f}"
+
+
 def together_row(data: dict) -> dict[str, str]:
     """A together_runner result: the JSON names its deployment; lengths follow from the throughputs."""
     m = data["metrics"]
@@ -267,8 +273,8 @@ def together_row(data: dict) -> dict[str, str]:
         "num_prompts": str(10 * conc),
         "num_warmups": str(2 * conc),
         "completed": str(m["successful_requests"]),
-        "mean_input_tokens": fmt((m["total_token_throughput"] - m["output_token_throughput"]) / requests),
-        "mean_output_tokens": fmt(m["output_token_throughput"] / requests),
+        "mean_input_tokens": tokens((m["total_token_throughput"] - m["output_token_throughput"]) / requests),
+        "mean_output_tokens": tokens(m["output_token_throughput"] / requests),
         "ttft_median_ms": fmt(m["median_ttft_ms"]),
         "tpot_median_ms": fmt(m["median_tpot_ms"]),
         "ttft_mean_ms": "",
@@ -287,8 +293,8 @@ def bench_serving_row(data: dict) -> dict[str, str]:
         "num_prompts": str(data["num_prompts"]),
         "num_warmups": str(2 * conc),
         "completed": str(done),
-        "mean_input_tokens": fmt(data["total_input_tokens"] / done),
-        "mean_output_tokens": fmt(data["total_output_tokens"] / done),
+        "mean_input_tokens": tokens(data["total_input_tokens"] / done),
+        "mean_output_tokens": tokens(data["total_output_tokens"] / done),
         "ttft_median_ms": fmt(data["median_ttft_ms"]),
         "tpot_median_ms": fmt(data["median_tpot_ms"]),
         "ttft_mean_ms": fmt(data["mean_ttft_ms"]),
