@@ -156,8 +156,14 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
         # an NVFP4 run of an 8- or 16-bit checkpoint (NVIDIA's FP4 releases of it, on Blackwell): the row
         # names the GEMMs' and the experts' formats; a checkpoint with FP4 experts of its own (gpt-oss's
         # MXFP4) keeps them
+        # NVIDIA's NVFP4 releases declare an FP8 KV cache (their hf_quant_config.json kv_cache_quant_algo, as
+        # AIConfigurator bundles them: 20 of its 23 at 095f58a5; the three without one, DeepSeek-V4 Flash and
+        # Pro and MiniMax-M3, have no pinned row), which every engine takes as its `auto`
+        # (specs.ENGINE_KV_CACHE_DTYPES)
         moe = (row.get("moe_quant_mode") or "").strip()
-        model = load_model(checkpoint, weight_dtype="nvfp4", expert_dtype="nvfp4" if moe == "nvfp4" else None)
+        model = load_model(
+            checkpoint, weight_dtype="nvfp4", expert_dtype="nvfp4" if moe == "nvfp4" else None, kv_dtype="fp8"
+        )
     elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
         raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
     return model
