@@ -68,3 +68,6 @@ def test_points_carry_the_protocol_their_client_ran():
     aic = by_source["aiconfigurator"].case.settings
     assert aic is None or aic.client_range_ratio is None
     assert any("not embedded" in why for why in skipped)
+    # MiniMax-M2.5 is not embedded: its silicon rows are read from the pinned config.json, as one family
+    minimax = [p for p in points if p.source != "inferencex-token-position" and p.case.family == "minimax"]
+    assert minimax and all(p.case.model.name == "minimax-m2.5" for p in minimax)
