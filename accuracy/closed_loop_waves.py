@@ -22,6 +22,7 @@ from pathlib import Path
 from servelab.calibrate.closed_loop import read_points
 from servelab.calibrate.params import KERNEL_TERMS
 from servelab.calibrate.price import Pricer
+from servelab.engines import Engine
 from servelab.predict.engines import read_calibration, shipped_calibration
 from servelab.specs import load_system
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         and (args.isl is None or p.case.isl == args.isl)
     ]
     mine.sort(key=lambda p: (p.case.isl, p.case.concurrency))
-    fitted = read_calibration(shipped_calibration()).engines.get("vllm")
+    fitted = read_calibration(shipped_calibration()).engines.get(Engine.VLLM)
     params = dict(fitted.params) if fitted is not None else {}
     if args.what_if != 1.0:
         params.update({name: args.what_if for name in KERNEL_TERMS})
