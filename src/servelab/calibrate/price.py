@@ -21,7 +21,7 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.predict.engines import EngineProfile, documented_profiles
-from servelab.predict.serving import Workload, estimate_aggregated
+from servelab.predict.serving import AggregatedEstimate, Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 from servelab.specs import Dtype, ModelSpec, SystemSpec
 
@@ -108,6 +108,47 @@ class Pricer:
         self._scaled: dict[tuple, ScaledDB] = {}
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
+        extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
+        if self.mode == "aggregated":
+            agg = self.estimate(case, params)
+            return agg.ttft_ms + extra, agg.tpot_ms
+        model, isl, osl, _, engine, _ = self._setup(case, params)
+        db = self._db(params, case.engine)
+        static = estimate_static(model, self.system, case.parallel, engine, case.concurrency, isl, osl, db=db)
+        return static.ttft_ms + extra, static.tpot_ms
+
+    def estimate(self, case: Case, params: dict[str, float]) -> AggregatedEstimate:
+        """The aggregated simulator's whole answer for a case (its percentiles as well as its means; the
+        fitted TTFT_TERMS are not in it)."""
+        model, isl, osl, spread, engine, memory_share = self._setup(case, params)
+        k = self.prompts_per_concurrency
+        wl = None
+        if k:
+            wl = Workload(
+                isl=isl,
+                osl=osl,
+                concurrency=case.concurrency,
+                warmup=0,
+                num_requests=k * case.concurrency,
+                range_ratio=spread,
+            )
+        return estimate_aggregated(
+            model,
+            self.system,
+            case.parallel,
+            engine,
+            case.concurrency,
+            isl,
+            osl,
+            db=self._db(params, case.engine),
+            workload=wl,
+            gpu_memory_utilization=memory_share,
+        )
+
+    def _setup(
+        self, case: Case, params: dict[str, float]
+    ) -> tuple[ModelSpec, int, int, float, EngineProfile, float | None]:
+        """The model, mean lengths, length spread, engine profile and memory share a case is priced with."""
         update = {k: v for k, v in params.items() if k in PARAMS}
         memory_share = None  # the engine's own default (SGLang's is derived from the GPU and split)
         model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
@@ -120,35 +161,7 @@ class Pricer:
             if case.settings.client_range_ratio is not None:
                 (isl, osl), spread = lengths_up_to(case.isl, case.osl, case.settings.client_range_ratio)
         engine = base_profiles()[case.engine].model_copy(update=update)
-        extra = sum(params[name] * term(case) for name, term in TTFT_TERMS.items() if name in params)
-        db = self._db(params, case.engine)
-        if self.mode == "aggregated":
-            k = self.prompts_per_concurrency
-            wl = None
-            if k:
-                wl = Workload(
-                    isl=isl,
-                    osl=osl,
-                    concurrency=case.concurrency,
-                    warmup=0,
-                    num_requests=k * case.concurrency,
-                    range_ratio=spread,
-                )
-            agg = estimate_aggregated(
-                model,
-                self.system,
-                case.parallel,
-                engine,
-                case.concurrency,
-                isl,
-                osl,
-                db=db,
-                workload=wl,
-                gpu_memory_utilization=memory_share,
-            )
-            return agg.ttft_ms + extra, agg.tpot_ms
-        static = estimate_static(model, self.system, case.parallel, engine, case.concurrency, isl, osl, db=db)
-        return static.ttft_ms + extra, static.tpot_ms
+        return model, isl, osl, spread, engine, memory_share
 
     def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:
         scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)

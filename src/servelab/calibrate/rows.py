@@ -5,6 +5,7 @@ modules), and the reading of silicon_sample.csv."""
 import csv
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,10 +136,13 @@ def parallel_of(row: dict, is_moe: bool = True) -> tuple[Parallel, str]:
     return Parallel(tp=attn_gpus, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
 
 
-def model_of(row: dict) -> ModelSpec:
-    """The ModelSpec of a row at the precision it was measured with, or raise ValueError (not embedded)."""
+def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
+    """The ModelSpec of a row at the precision it was measured with, or raise ValueError (not embedded).
+    `configs`: config.json files of checkpoints servelab does not embed, by lower-case checkpoint id."""
     path = row["model_path"].strip()
     checkpoint, weights = ALIASES.get(path.lower(), (path, None))
+    if configs and path.lower() in configs:
+        checkpoint = str(configs[path.lower()])
     try:
         model = load_model(checkpoint)
     except ServelabError:
@@ -148,6 +152,18 @@ def model_of(row: dict) -> ModelSpec:
     # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
     if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
         model = load_model(checkpoint, weight_dtype=gemm)
+    elif gemm == "nvfp4" and not model.precision.experts.is_fp4:
+        # an NVFP4 run of an 8- or 16-bit checkpoint (NVIDIA's FP4 releases of it, on Blackwell): the row
+        # names the GEMMs' and the experts' formats; a checkpoint with FP4 experts of its own (gpt-oss's
+        # MXFP4) keeps them
+        # NVIDIA's NVFP4 releases declare an FP8 KV cache (their hf_quant_config.json kv_cache_quant_algo, as
+        # AIConfigurator bundles them: 20 of its 23 at 095f58a5; the three without one, DeepSeek-V4 Flash and
+        # Pro and MiniMax-M3, have no pinned row), which every engine takes as its `auto`
+        # (specs.ENGINE_KV_CACHE_DTYPES)
+        moe = (row.get("moe_quant_mode") or "").strip()
+        model = load_model(
+            checkpoint, weight_dtype="nvfp4", expert_dtype="nvfp4" if moe == "nvfp4" else None, kv_dtype="fp8"
+        )
     elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
         raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
     return model
@@ -178,13 +194,13 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     return model.model_copy(update={"precision": precision})
 
 
-def to_case(row: dict) -> Case:
+def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
     if row.get("mode", "agg") != "agg":
         raise ValueError(f"mode {row.get('mode')} (only aggregated rows are fitted)")
     engine = row["backend"].strip()  # the CSV names the engine "backend"
     if engine not in ENGINES:
         raise ValueError(f"backend {engine}")
-    model = fp8_kv_if_unmarked(engine, row, model_of(row))
+    model = fp8_kv_if_unmarked(engine, row, model_of(row, configs))
     parallel, note = parallel_of(row, model.is_moe)
     load_system(row["system"])
     case = Case(
@@ -206,8 +222,10 @@ def to_case(row: dict) -> Case:
     return with_recipe(case)
 
 
-def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, int]]:
-    """Map the rows of one system; count the rows left out by reason."""
+def build_cases(
+    rows: list[dict], system: str, configs: Mapping[str, Path] | None = None
+) -> tuple[list[Case], dict[str, int]]:
+    """Map the rows of one system; count the rows left out by reason. `configs`: as model_of's."""
     cases: list[Case] = []
     skipped: dict[str, int] = {}
     seen = set()
@@ -215,7 +233,7 @@ def build_cases(rows: list[dict], system: str) -> tuple[list[Case], dict[str, in
     ties = tie_rows(rows)
     for row in rows:
         try:
-            case = to_case(row)
+            case = to_case(row, configs)
         except ValueError as e:
             reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
             skipped[reason] = skipped.get(reason, 0) + 1

@@ -14,7 +14,7 @@ from servelab.predict.deployment import engine_of_framework, settings_of_argv
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.recipes.sweep import Job
 from servelab.recipes.yamlio import load_yaml
-from servelab.specs import Parallel, load_model, load_system
+from servelab.specs import ENGINE_KV_CACHE_DTYPES, Parallel, load_model, load_system
 
 PERCENTILE_METRICS = ["ttft", "tpot", "itl", "e2el"]
 PERCENTILES = [50.0, 90.0, 99.0]
@@ -64,8 +64,9 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
             )
         except ValueError as e:
             raise ServelabError(str(e)) from None
-        kv = "fp8" if (server.kv_cache_dtype or "").startswith("fp8") else None
-        model = load_model(row.model, kv_dtype=kv)
+        # the server's --kv-cache-dtype; auto (or none) keeps the checkpoint's declared format or its dtype
+        kv = ENGINE_KV_CACHE_DTYPES.get((server.kv_cache_dtype or "auto").lower())
+        model = load_model(row.model, kv_dtype=kv.value if kv is not None else None)
         system = load_system(store.runner_labels.node_kind(row.runner).system)
         parallel = Parallel(tp=row.tp, ep=row.ep, dp_attn=row.dp_attn, pp=row.pp).validate(model)
         twin = simulate_benchmark(

@@ -48,13 +48,23 @@ _BYTES = {
 
 
 # KV-cache dtypes as the engines' --kv-cache-dtype flags (and TensorRT-LLM's kv_cache_config.dtype) write
-# them; "auto" keeps the checkpoint's own (None)
+# them. "auto" keeps the model spec's own (None), which is what every engine runs by default: the format the
+# checkpoint's quantization config declares (ModelOpt's kv_cache_quant_algo, FP8 in NVIDIA's FP8 and NVFP4
+# releases; the spec records it, hf_config and registry.Checkpoint), else the model dtype. Read in vLLM
+# 0.25.0 (utils/torch_utils.py resolve_kv_cache_dtype_string; vLLM 0.12 had none: `auto` was the model
+# dtype) and SGLang 0.5.23 (srt/mem_cache/kv_cache_dtype.py configure_kv_cache_dtype); TensorRT-LLM's
+# KvCacheConfig.dtype `auto` does the same (recalled, its source was not read).
 ENGINE_KV_CACHE_DTYPES: dict[str, Dtype | None] = {
     "fp8": Dtype.fp8,
     "fp8_e4m3": Dtype.fp8,
     "fp8_e5m2": Dtype.fp8,
+    "fp8_inc": Dtype.fp8,
+    "fp8_ds_mla": Dtype.fp8,
     "bf16": Dtype.bf16,
     "bfloat16": Dtype.bf16,
+    "fp16": Dtype.fp16,
+    "float16": Dtype.fp16,
+    "half": Dtype.fp16,
     "auto": None,
 }
 

@@ -113,6 +113,12 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
         experts = Dtype.mxfp4 if method == "mxfp4" else Dtype.nvfp4
         if method != "mxfp4":
             weights = experts
+    elif method == "modelopt":  # a ModelOpt config names its format in quant_algo (hf_quant_config.json)
+        algo = str(quant.get("quant_algo", "")).upper()
+        if algo == "FP8":
+            weights = experts = Dtype.fp8
+        elif algo == "NVFP4":
+            weights = experts = Dtype.nvfp4
     if quant.get("expert_dtype"):
         value = quant["expert_dtype"]
         if not isinstance(value, str):
@@ -123,12 +129,32 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
             experts = parse_dtype(value, "expert_dtype")
         except ServelabError as e:
             raise c.error("quantization_config.expert_dtype", e.message) from None
+    kv = attention.default_kv_cache
+    if method.startswith("modelopt") and _declares_fp8_kv(quant):
+        kv = Dtype.fp8  # the engines' `auto` KV cache is the declared one (servelab.engines.kv_cache)
     return Precision(
         weights=weights,
         experts=experts,
-        kv_cache=attention.default_kv_cache,
+        kv_cache=kv,
         indexer_cache=attention.default_indexer_cache,
     )
+
+
+def _declares_fp8_kv(quant: dict) -> bool:
+    """Whether a ModelOpt quantization config declares an FP8 KV cache, read as vLLM 0.25 reads it
+    (utils/torch_utils.py get_kv_cache_quant_algo_string): kv_cache_scheme or kv_cache_quant_algo, at the
+    top or under `quantization`, either the name FP8 or {num_bits: 8, type: float, dynamic: false}."""
+    inner = quant.get("quantization")
+    inner = inner if isinstance(inner, dict) else quant
+    algo = (
+        inner.get("kv_cache_scheme")
+        or quant.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or quant.get("kv_cache_quant_algo")
+    )
+    if isinstance(algo, dict):
+        return algo.get("num_bits") == 8 and algo.get("type") == "float" and algo.get("dynamic") is False
+    return isinstance(algo, str) and algo.strip().lower() in ("fp8", "fp8_e4m3")
 
 
 def model_from_hf_config(cfg: dict, name: str, source: str, where: str = "config.json") -> ModelSpec:

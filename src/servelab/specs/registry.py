@@ -19,17 +19,20 @@ CHECKPOINTS_FILE = Path(str(DATA / "checkpoints.json"))
 
 
 class Checkpoint(BaseModel):
-    """A checkpoint id's embedded model, and the precision it overrides (its weights, its experts)."""
+    """A checkpoint id's embedded model, and the precision it overrides (its weights, its experts, and the
+    KV-cache format its quantization config declares: ModelOpt's kv_cache_quant_algo, which the engines take
+    as their `auto` KV cache, servelab.engines.kv_cache)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
     weights: Dtype | None = None
     experts: Dtype | None = None
+    kv_cache: Dtype | None = None
 
     @property
     def overrides_precision(self) -> bool:
-        return self.weights is not None or self.experts is not None
+        return self.weights is not None or self.experts is not None or self.kv_cache is not None
 
 
 _CHECKPOINTS = TypeAdapter(dict[str, Checkpoint])
@@ -77,14 +80,18 @@ def _from_path(path: Path) -> ModelSpec:
     except OSError as e:
         raise ServelabError(f"{path}: cannot read ({e.strerror})") from None
     name = path.name if path.is_dir() else path.parent.name or file.stem
-    return _from_config(raw, name, str(file), str(file))
+    return _from_config(raw, name, str(file), str(file), file.parent / "hf_quant_config.json")
 
 
-def _from_config(raw: bytes, name: str, source: str, where: str) -> ModelSpec:
+def _from_config(raw: bytes, name: str, source: str, where: str, quant: Path | None = None) -> ModelSpec:
+    """A config.json's model; a ModelOpt hf_quant_config.json at `quant` (beside a local config.json) supplies
+    the quantization config when config.json has none."""
     try:
         cfg = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ServelabError(f"{where}: not valid JSON ({e})") from None
+    if isinstance(cfg, dict) and "quantization_config" not in cfg and quant is not None and _exists(quant):
+        cfg = {**cfg, "quantization_config": _modelopt_config(quant)}
     return model_from_hf_config(cfg, name=name, source=source, where=where)
 
 
@@ -93,7 +100,9 @@ def _from_hub(repo_id: str, choices: list[str]) -> ModelSpec:
     saying where it looked when neither has it."""
     found = cached_file(repo_id, "config.json")
     if found is not None:
-        return _from_config(found.read_bytes(), repo_id, repo_id, str(found))
+        return _from_config(
+            found.read_bytes(), repo_id, repo_id, str(found), found.parent / "hf_quant_config.json"
+        )
     cache = hub_cache_dir()
     known = f"{closest(repo_id, choices)}; `servelab models` lists the embedded ones"
     if offline():
@@ -109,6 +118,19 @@ def _from_hub(repo_id: str, choices: list[str]) -> ModelSpec:
             f"{cache}, and the hub did not give one ({e}){known}"
         ) from None
     return _from_config(fetched.data, repo_id, repo_id, str(fetched.path or f"{repo_id}: config.json"))
+
+
+def _modelopt_config(path: Path) -> dict:
+    """A ModelOpt checkpoint's hf_quant_config.json (beside config.json) as a quantization_config, as vLLM
+    reads one: quant_method modelopt with its `quantization` section (quant_algo, kv_cache_quant_algo)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ServelabError(f"{path}: not valid JSON ({e})") from None
+    section = data.get("quantization") if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise ServelabError(f"{path}: expected an object with a 'quantization' object (ModelOpt's format)")
+    return {"quant_method": "modelopt", **section}
 
 
 def _exists(path: Path) -> bool:
@@ -150,7 +172,9 @@ def load_model(
     model, checkpoint = _resolve(name_or_path)
     prec = model.precision.model_dump()
     if checkpoint is not None:
-        prec.update({part: d for part in ("weights", "experts") if (d := getattr(checkpoint, part))})
+        prec.update(
+            {part: d for part in ("weights", "experts", "kv_cache") if (d := getattr(checkpoint, part))}
+        )
     if weight_dtype is not None:  # an empty name is a mistake, not 'no override'
         prec["weights"] = parse_dtype(weight_dtype, "weight_dtype")
         if expert_dtype is None and not model.precision.experts.is_fp4:

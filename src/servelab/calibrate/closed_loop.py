@@ -1,0 +1,142 @@
+"""Public closed-loop benchmark points, read as the twin replays them (accuracy/closed_loop.py prices them;
+docs/accuracy.md, "main's twin against the pinned closed-loop results").
+
+Two sources, pinned in one folder by scripts/refresh_closed_loop.py (its docstring has the split rule):
+- InferenceX's token-position sweeps of MiniMax-M2.5 (`inferencex/results/*.json`): vLLM on 8 H200s, every
+  request of the nominal lengths, 2 x C warm-up requests of one prompt and then 10 x C measured ones at
+  concurrency C; the files hold the median and p99 of TTFT, TPOT and E2EL.
+- AIConfigurator's silicon_sample.csv rows that the calibration never reads
+  (`aiconfigurator/silicon_sample_rows.csv`), aggregated ones: one TTFT and one TPOT each, the medians of a
+  run. Rows InferenceX measured (the source note has a measured time and an image or a database dump) are
+  replayed with InferenceX's client (lengths uniform in [0.8 L, L], 10 x C requests after the warm-up);
+  AIConfigurator's own rows as the calibration replays them (calibrate/price.py).
+
+Every point is a calibrate Case (deployment, load, measured medians and the settings it ran with) plus its
+protocol and what else was measured; `heldout` says which part of the split it is in.
+"""
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO, RunSettings
+from servelab.calibrate.rows import Case, build_cases
+from servelab.engines import Engine
+from servelab.errors import ServelabError
+from servelab.specs import Parallel, load_model
+
+MINIMAX = "minimaxai/minimax-m2.5"
+# InferenceX's token-position client sends every request at the nominal lengths (benchmark_serving_random.py
+# `sample_random_requests`: "fixed lengths (no range variation)"): the [r L, L] rule at r = 1
+FIXED_LENGTHS = 1.0
+_IX_NAME = re.compile(
+    r"minimax_m25_vllm_(?P<split>tep8|dep8)_isl(?P<isl>\d+)_osl(?P<osl>\d+)_conc(?P<c>\d+)\.json"
+)
+# the silicon rows' sources that are InferenceX runs (a measured time and an image, or a database dump)
+_INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
+
+
+@dataclass
+class Point:
+    """One measured closed-loop point: the case the twin prices, and what else the source measured."""
+
+    case: Case
+    heldout: bool
+    source: str  # inferencex-token-position, inferencex (a silicon row InferenceX measured), aiconfigurator
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+
+    @property
+    def key(self) -> str:
+        return self.case.row_id
+
+
+def heldout_ids(folder: Path) -> frozenset[str]:
+    """The upstream ids the split holds out (heldout.txt, one a line, # comments)."""
+    path = folder / "heldout.txt"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ServelabError(f"{path}: cannot read ({e.strerror})", field="closed_loop") from None
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def inferencex_points(folder: Path, heldout: frozenset[str]) -> Iterator[Point]:
+    """InferenceX's MiniMax-M2.5 token-position results: TP8 + EP ('tep8') or DP8 attention + EP ('dep8')."""
+    model = load_model(str(folder / "aiconfigurator" / "minimax-m2.5" / "config.json"))
+    for path in sorted((folder / "inferencex" / "results").glob("*.json")):
+        m = _IX_NAME.fullmatch(path.name)
+        if m is None:
+            continue
+        data = json.loads(path.read_text())
+        if data.get("completed") != data.get("num_prompts"):
+            continue  # the sweep script deletes such a run, but say nothing of one that slipped through
+        c = int(m["c"])
+        parallel = Parallel(tp=8, ep=8, dp_attn=m["split"] == "dep8")
+        date = data["date"]
+        case = Case(
+            row_id=path.name,
+            family="minimax",
+            engine=Engine.VLLM,
+            version="nightly 2026-02-14",
+            model=model,
+            parallel=parallel,
+            concurrency=c,
+            isl=int(m["isl"]),
+            osl=int(m["osl"]),
+            ttft_ms=data["median_ttft"] * 1e3,
+            tpot_ms=data["median_tpot"] * 1e3,
+            source="inferencex token-position",
+            system="h200_sxm",
+            measured=f"{date[:4]}-{date[4:6]}-{date[6:8]}",
+            settings=RunSettings(recipe="InferenceX token-position sweep", client_range_ratio=FIXED_LENGTHS),
+        )
+        yield Point(
+            case,
+            path.name in heldout,
+            "inferencex-token-position",
+            ttft_p99_ms=data["p99_ttft"] * 1e3,
+            tpot_p99_ms=data["p99_tpot"] * 1e3,
+        )
+
+
+def silicon_points(
+    folder: Path, heldout: frozenset[str], systems: tuple[str, ...]
+) -> tuple[list[Point], dict]:
+    """The aggregated silicon rows of `systems` servelab can map, and the others counted by reason."""
+    path = folder / "aiconfigurator" / "silicon_sample_rows.csv"
+    with open(path, newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("mode") == "agg"]
+    configs = {MINIMAX: folder / "aiconfigurator" / "minimax-m2.5" / "config.json"}
+    source_of = {row["id"]: row["silicon_data_source"] for row in rows}
+    points: list[Point] = []
+    skipped: dict[str, int] = {}
+    for system in systems:
+        cases, left = build_cases(rows, system, configs)
+        for reason, n in left.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+        for case in cases:
+            ix = bool(_INFERENCEX_SOURCE.match(source_of[case.row_id]))
+            if ix and case.settings is None:  # no recipe of that system: its client's lengths all the same
+                case = replace(
+                    case,
+                    settings=RunSettings(
+                        recipe="InferenceX client", client_range_ratio=INFERENCEX_RANGE_RATIO
+                    ),
+                )
+            if case.model.name.startswith("minimax"):
+                case = replace(case, family="minimax")
+            points.append(Point(case, case.row_id in heldout, "inferencex" if ix else "aiconfigurator"))
+    return points, skipped
+
+
+def read_points(folder: Path, systems: tuple[str, ...]) -> tuple[list[Point], dict]:
+    """Every point of the pinned closed-loop data on `systems`, and the rows left out by reason."""
+    heldout = heldout_ids(folder)
+    points, skipped = silicon_points(folder, heldout, systems)
+    if "h200_sxm" in systems:
+        points = list(inferencex_points(folder, heldout)) + points
+    return points, skipped

@@ -1,0 +1,73 @@
+"""The pinned public closed-loop results (tests/data/closed_loop) and their held-out split: the split file is
+the rule's (a hash of each deployment group, scripts/refresh_closed_loop.py), and each point is read with the
+protocol its client ran."""
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+from servelab.calibrate.closed_loop import FIXED_LENGTHS, heldout_ids, read_points
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
+from servelab.engines import Engine
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "closed_loop"
+
+
+def _refresh_script():
+    spec = importlib.util.spec_from_file_location(
+        "refresh_closed_loop", ROOT / "scripts" / "refresh_closed_loop.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_heldout_file_is_the_hash_rule_applied_to_the_pinned_rows():
+    script = _refresh_script()
+    with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    names = sorted(p.name for p in (DATA / "inferencex" / "results").glob("*.json"))
+    expected = {r["id"] for r in rows if script.held_out(script.silicon_key(r))}
+    expected |= {n for n in names if script.held_out(script.ix_key(n))}
+    assert heldout_ids(DATA) == expected
+    # a sweep's concurrencies fall on one side together, and the share is near the rule's
+    assert 0.3 < len(expected) / (len(rows) + len(names)) < 0.5
+    sweeps = {}
+    for n in names:
+        sweeps.setdefault(script.ix_key(n), set()).add(n in expected)
+    assert all(len(sides) == 1 for sides in sweeps.values())
+
+
+def test_no_row_the_calibration_fits_is_pinned():
+    with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    script = _refresh_script()
+    assert all(script.keep_silicon(r) for r in rows)
+    assert not any(
+        r["system"] == "h200_sxm" and r["mode"] == "agg" and r["model_path"].lower() == "openai/gpt-oss-120b"
+        for r in rows
+    )
+
+
+def test_points_carry_the_protocol_their_client_ran():
+    points, skipped = read_points(DATA, ("h200_sxm", "h100_sxm"))
+    token_position = [p for p in points if p.source == "inferencex-token-position"]
+    assert len(token_position) == len(list((DATA / "inferencex" / "results").glob("*.json")))
+    one = next(p for p in token_position if p.key == "minimax_m25_vllm_dep8_isl1024_osl128_conc16.json")
+    raw = json.loads((DATA / "inferencex" / "results" / one.key).read_text())
+    assert one.case.engine == Engine.VLLM and one.case.parallel.dp_attn and one.case.parallel.ep == 8
+    assert one.case.ttft_ms == raw["median_ttft"] * 1e3 and one.ttft_p99_ms == raw["p99_ttft"] * 1e3
+    assert one.case.settings is not None and one.case.settings.client_range_ratio == FIXED_LENGTHS
+    # a silicon row InferenceX measured runs its client's lengths; AIConfigurator's own keep the replay's
+    by_source = {p.source: p for p in points}
+    ix = by_source["inferencex"].case.settings
+    assert ix is not None and ix.client_range_ratio == INFERENCEX_RANGE_RATIO
+    aic = by_source["aiconfigurator"].case.settings
+    assert aic is None or aic.client_range_ratio is None
+    assert any("not embedded" in why for why in skipped)
+    # MiniMax-M2.5 is not embedded: its silicon rows are read from the pinned config.json, as one family
+    minimax = [p for p in points if p.source != "inferencex-token-position" and p.case.family == "minimax"]
+    assert minimax and all(p.case.model.name == "minimax-m2.5" for p in minimax)
