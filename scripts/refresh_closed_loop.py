@@ -20,8 +20,8 @@ The split is made here, from the rows' deployments alone, before any prediction 
 deployment group (source, system, engine, model, precision, parallel split, ISL / OSL; every concurrency of a
 sweep in one group) is held out when the first 8 hex digits of the SHA-256 of its key, as an integer, are
 below 40 % of 2**32. `heldout.txt` lists the upstream ids of the held-out rows (silicon_sample.csv's `id`, the
-InferenceX file name). Nothing is fitted or decided on those rows; docs/accuracy.md section 7 reports both
-parts.
+InferenceX file name). Nothing is fitted or decided on those rows; docs/accuracy.md ("main's twin against the
+pinned closed-loop results") reports both parts.
 """
 
 import argparse
