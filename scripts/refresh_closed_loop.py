@@ -26,11 +26,12 @@ pinned closed-loop results") reports both parts.
 
 import argparse
 import csv
-import hashlib
 import io
 import subprocess
 import sys
 from pathlib import Path
+
+from servelab.calibrate.closed_loop_split import HELD_OUT_SHARE, held_out, ix_key, silicon_key
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "closed_loop"
 IX_DIR = "experimental/token_position_decode_slo/minimax-m2.5"
@@ -51,52 +52,10 @@ CALIBRATION_MODELS = frozenset(
         "qwen/qwen3-32b",
     }
 )
-HELD_OUT_SHARE = 0.4
-SPLIT_FIELDS = (
-    "system",
-    "mode",
-    "backend",
-    "model_path",
-    "precision",
-    "gemm_quant_mode",
-    "moe_quant_mode",
-    "tp_size",
-    "pp_size",
-    "attention_dp_size",
-    "moe_tp_size",
-    "moe_ep_size",
-    "prefill_num_workers",
-    "prefill_tp_size",
-    "prefill_attention_dp_size",
-    "prefill_moe_ep_size",
-    "decode_num_workers",
-    "decode_tp_size",
-    "decode_attention_dp_size",
-    "decode_moe_ep_size",
-    "isl",
-    "osl",
-)
 
 
 def git(repo: Path, *args: str) -> bytes:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True).stdout
-
-
-def held_out(key: str) -> bool:
-    """The split rule: a fixed share of deployment groups by the hash of their key."""
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) < HELD_OUT_SHARE * 2**32
-
-
-def silicon_key(row: dict) -> str:
-    source = row["silicon_data_source"].split(";")[0].strip()
-    if source.startswith("source_file=/"):  # a path on someone's laptop: AIConfigurator's own runs
-        source = "source_file=aiconfigurator-local"
-    return "|".join([source, *(row.get(f, "").strip() for f in SPLIT_FIELDS)])
-
-
-def ix_key(name: str) -> str:
-    """minimax_m25_vllm_tep8_isl1024_osl128_conc4.json -> its sweep without the concurrency."""
-    return "inferencex-token-position|" + name.rsplit("_conc", 1)[0]
 
 
 def keep_silicon(row: dict) -> bool:

@@ -48,14 +48,14 @@ The split is made here, from the deployments alone, before any prediction is com
 deployment group is the row's source, mode, system, engine, engine version, model, precision, parallel layout
 (tp, ep, DP attention, pp; for disaggregated rows both pools and their worker counts) and ISL / OSL; every
 concurrency of a sweep falls in one group. A group is held out when the first 8 hex digits of the SHA-256 of
-SALT followed by its key (the GROUP_FIELDS joined by "|"), read as an integer, are below 50 % of 2**32. The
-salt makes the split independent of scripts/refresh_closed_loop.py's. Nothing is fitted or decided on the
+a salt followed by its key (servelab.calibrate.closed_loop_split: FRESH_SALT, FRESH_GROUP_FIELDS joined
+by "|"), read as an integer, are below 50 % of 2**32. The salt makes the split independent of
+scripts/refresh_closed_loop.py's. Nothing is fitted or decided on the
 held-out rows.
 """
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import subprocess
@@ -63,33 +63,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab.calibrate.closed_loop_split import FRESH_GROUP_FIELDS, FRESH_HELD_OUT_SHARE, fresh_held_out
 from servelab.engines import Engine, engine_of
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "closed_loop_fresh"
 REPO = "https://github.com/SemiAnalysisAI/InferenceX"
-SALT = "servelab closed-loop fresh split 2026-12-06|"
-HELD_OUT_SHARE = 0.5
-GROUP_FIELDS = (
-    "source",
-    "mode",
-    "system",
-    "engine",
-    "engine_version",
-    "model",
-    "precision",
-    "tp",
-    "ep",
-    "dp_attention",
-    "pp",
-    "prefill_workers",
-    "prefill_tp",
-    "prefill_ep",
-    "decode_workers",
-    "decode_tp",
-    "decode_ep",
-    "isl",
-    "osl",
-)
+GROUP_FIELDS = FRESH_GROUP_FIELDS
 COLUMNS = (
     "id",
     *GROUP_FIELDS,
@@ -227,16 +206,6 @@ def git(repo: Path, *args: str) -> bytes:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True).stdout
 
 
-def group_key(row: dict[str, str]) -> str:
-    return "|".join(row[f] for f in GROUP_FIELDS)
-
-
-def held_out(row: dict[str, str]) -> bool:
-    """The split rule: a fixed share of deployment groups by the salted hash of their key."""
-    digest = hashlib.sha256((SALT + group_key(row)).encode()).hexdigest()
-    return int(digest[:8], 16) < HELD_OUT_SHARE * 2**32
-
-
 def fmt(value: float | int | None) -> str:
     return "" if value is None else repr(value)
 
@@ -340,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     writer.writeheader()
     writer.writerows(rows)
     (OUT / "points.csv").write_text(text.getvalue())
-    heldout = sorted(row["id"] for row in rows if held_out(row))
+    heldout = sorted(row["id"] for row in rows if fresh_held_out(row))
     (OUT / "heldout.txt").write_text(
         "# Held-out rows of closed_loop_fresh/points.csv (scripts/refresh_closed_loop_fresh.py): their ids.\n"
-        f"# Rule: deployment groups whose salted key's SHA-256 starts below {HELD_OUT_SHARE:.0%} of 2**32.\n"
-        + "".join(f"{i}\n" for i in heldout)
+        f"# Rule: deployment groups whose salted key's SHA-256 starts below "
+        f"{FRESH_HELD_OUT_SHARE:.0%} of 2**32.\n" + "".join(f"{i}\n" for i in heldout)
     )
     commits = "\n".join(
         f"- {r.commit} ({r.source}): {len(r.paths)} files, {REPO}/tree/{r.commit}" for r in RESULT_SETS

@@ -3,53 +3,46 @@ the rule's (a hash of each deployment group, scripts/refresh_closed_loop.py), an
 protocol its client ran."""
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+from servelab.calibrate import closed_loop_split as split
 from servelab.calibrate.closed_loop import FIXED_LENGTHS, heldout_ids, read_points
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
+from servelab.calibrate.rows import model_of
 from servelab.engines import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "closed_loop"
 
 
-def _refresh_script():
-    spec = importlib.util.spec_from_file_location(
-        "refresh_closed_loop", ROOT / "scripts" / "refresh_closed_loop.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_heldout_file_is_the_hash_rule_applied_to_the_pinned_rows():
-    script = _refresh_script()
     with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     names = sorted(p.name for p in (DATA / "inferencex" / "results").glob("*.json"))
-    expected = {r["id"] for r in rows if script.held_out(script.silicon_key(r))}
-    expected |= {n for n in names if script.held_out(script.ix_key(n))}
+    expected = {r["id"] for r in rows if split.held_out(split.silicon_key(r))}
+    expected |= {n for n in names if split.held_out(split.ix_key(n))}
     assert heldout_ids(DATA) == expected
     # a sweep's concurrencies fall on one side together, and the share is near the rule's
     assert 0.3 < len(expected) / (len(rows) + len(names)) < 0.5
     sweeps = {}
     for n in names:
-        sweeps.setdefault(script.ix_key(n), set()).add(n in expected)
+        sweeps.setdefault(split.ix_key(n), set()).add(n in expected)
     assert all(len(sides) == 1 for sides in sweeps.values())
 
 
 def test_no_row_the_calibration_fits_is_pinned():
+    # `servelab calibrate engines` fits the H200 aggregated rows of the checkpoints calibrate/rows.py maps to
+    # an embedded model without a config.json: none of them may be pinned here
     with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    script = _refresh_script()
-    assert all(script.keep_silicon(r) for r in rows)
-    assert not any(
-        r["system"] == "h200_sxm" and r["mode"] == "agg" and r["model_path"].lower() == "openai/gpt-oss-120b"
-        for r in rows
-    )
+    fitted = [r for r in rows if r["system"] == "h200_sxm" and r["mode"] == "agg"]
+    assert fitted, "the pin holds H200 aggregated rows of models the calibration does not embed"
+    for r in fitted:
+        with pytest.raises(ValueError, match="not embedded"):
+            model_of(r)
 
 
 def test_points_carry_the_protocol_their_client_ran():

@@ -5,12 +5,12 @@ prices a row: the held-out part stays unseen until the next attempt at issue 30 
 
 import csv
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from servelab.calibrate import closed_loop_split as split
 from servelab.engines import MODELLED, engine_of
 from servelab.specs.system import list_systems
 
@@ -145,16 +145,17 @@ def test_the_split_file_is_what_the_rule_gives():
     assert 0 < len(expected) < len(rows)
 
 
-def test_the_script_states_the_rule_this_test_checks():
-    spec = importlib.util.spec_from_file_location("refresh_closed_loop_fresh", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert (script.SALT, script.GROUP_FIELDS, script.HELD_OUT_SHARE) == (SALT, GROUP_FIELDS, 0.5)
+def test_the_package_states_the_rule_this_test_checks():
+    assert (split.FRESH_SALT, split.FRESH_GROUP_FIELDS, split.FRESH_HELD_OUT_SHARE) == (
+        SALT,
+        GROUP_FIELDS,
+        0.5,
+    )
     old_salt = (Path(__file__).resolve().parents[2] / "scripts" / "refresh_closed_loop.py").read_text()
     assert SALT not in old_salt, "the fresh split must not reuse the old split's hash"
+    assert "servelab.calibrate.closed_loop_split import FRESH_GROUP_FIELDS" in SCRIPT.read_text()
     for row in _rows():
-        assert script.held_out(row) == _held_out_by_rule(row)
+        assert split.fresh_held_out(row) == _held_out_by_rule(row)
 
 
 @pytest.mark.parametrize("name", ["UPSTREAM.md", "heldout.txt", "inferencex/LICENSE"])
