@@ -44,7 +44,7 @@ KERNELS = {
     "triton": {
         "dtype": "fp8_block",
         "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM {v} "
-        "wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; moe_align_block_size "
+        "wheel (PyPI), with that wheel's tuned {gpu} configs and default-config rule; moe_align_block_size "
         "and the activation quantisation done in torch outside the timed region",
         "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
     },
@@ -253,13 +253,18 @@ def main() -> None:
         rows = marlin_rows(args.csv, args.vllm_version)
     else:
         rows = campaign_rows(args.csv, args.vllm_version)
+    env = read_env(args.env)
+    # the tuned config files are the GPU's own (vLLM picks them by device name; H200 variants share one)
+    gpu = "H200" if "H200" in env["gpu_name"] else env["gpu_name"]
     prov = {
-        **read_env(args.env),
+        **env,
         "date": args.date,
         "command": args.command,
         "gpu_count": 1,
         "vllm": args.vllm_version,
-        **{k: v.format(v=args.vllm_version) for k, v in KERNELS[args.kernel].items() if k != "dtype"},
+        **{
+            k: v.format(v=args.vllm_version, gpu=gpu) for k, v in KERNELS[args.kernel].items() if k != "dtype"
+        },
     }
     if args.deepgemm_commit:
         prov["deepgemm_commit"] = args.deepgemm_commit
