@@ -429,3 +429,23 @@ def test_the_timing_script_lays_out_tep_ranks_as_vllm_does(capsys):
     grid = list(ep.rank_grid(shapes, ["m"], [4, 8], [2, 8]))
     assert grid == [("m", 4, 2, 128, 768), ("m", 8, 2, 128, 384), ("m", 8, 8, 32, 1536)]
     assert "skipped m tp4 ep8" in capsys.readouterr().out
+
+
+def test_shipped_tep_rows_price_minimax_tep8_past_the_roofline_on_h100_and_carried_to_h200(h200):
+    """The shipped H100 rows of vLLM 0.12.0's fused-MoE kernel under expert parallelism (rank 0 of TEP) were
+    timed (p10 <= median <= p90) and keep all experts with ep > 1; MiniMax-M2.5's TEP8 experts at an 8K
+    prefill cost about 3x the roofline there, and the H200, which has no such rows, carries them over
+    instead of falling to its roofline."""
+    h100 = load_system("h100_sxm")
+    data = load_tables(data_root() / "h100_sxm" / "vllm" / "0.12.0", h100, strict=True).index("moe")
+    assert data is not None
+    assert "expert map" in data.data.meta["provenance"][0]["expert_parallel"]
+    for i in range(len(data.data)):
+        assert data.data.p10_us[i] <= data.data.latency_us[i] <= data.data.p90_us[i]
+    tep8 = keys.Moe(8192, 3072, 1536, 256, 8, 8, "fp8_block", "uniform")
+    got = PerfDB(h100, backend="vllm").query(tep8)
+    assert got.source == "measured" and "h100_sxm/vllm/0.12.0" in got.note
+    assert got.us > 2.5 * Roofline(h100, backend="vllm").latency(tep8).us
+    carried = PerfDB(h200, backend="vllm").query(tep8)
+    assert carried.source == "transferred" and "from h100_sxm" in carried.note
+    assert carried.us > 2.5 * Roofline(h200, backend="vllm").latency(tep8).us
