@@ -88,14 +88,15 @@ def servelab(*args: str) -> list[str]:
 # --- generators, each writing into a temporary directory -------------------------------------------------
 
 
-def vllm_moe_campaign(name: str, csv: str, kernel: str) -> Callable[[Path], Made]:
+def vllm_moe_campaign(name: str, csvs: tuple[str, ...], kernel: str) -> Callable[[Path], Made]:
     """scripts/vllm_moe_campaign.py into tmp, with the device run's date and command (and DeepGEMM commit)
     taken from the campaign's provenance: facts of the measurement, not of the conversion."""
 
     def make(tmp: Path) -> Made:
         prov = json.loads((REPO / "campaigns" / name / "provenance.json").read_text())
         argv = [sys.executable, "scripts/vllm_moe_campaign.py", "--kernel", kernel]
-        argv += ["--csv", f"campaigns/{name}/device/{csv}", "--env", f"campaigns/{name}/device/env.txt"]
+        argv += ["--csv", *(f"campaigns/{name}/device/{c}" for c in csvs)]
+        argv += ["--env", f"campaigns/{name}/device/env.txt"]
         argv += ["--vllm-version", prov["vllm"], "--date", prov["date"], "--command", prov["command"]]
         argv += ["--out", str(tmp / name)]
         if "deepgemm_commit" in prov:
@@ -201,18 +202,16 @@ def calibration_tables() -> str | None:
 # --- the manifest, in the order the files are made -------------------------------------------------------
 
 
-def _campaign(name: str, csv: str, kernel: str, version: str) -> Entry:
+def _campaign(name: str, csv: str | tuple[str, ...], kernel: str, version: str) -> Entry:
+    csvs = (csv,) if isinstance(csv, str) else csv
+    paths = tuple(f"campaigns/{name}/device/{c}" for c in csvs)
     return Entry(
         outputs=(f"campaigns/{name}/rows/moe.jsonl", f"campaigns/{name}/provenance.json"),
-        inputs=(
-            f"campaigns/{name}/device/{csv}",
-            f"campaigns/{name}/device/env.txt",
-            "scripts/vllm_moe_campaign.py",
-        ),
-        command=f"python scripts/vllm_moe_campaign.py --kernel {kernel} --csv campaigns/{name}/device/{csv} "
+        inputs=(*paths, f"campaigns/{name}/device/env.txt", "scripts/vllm_moe_campaign.py"),
+        command=f"python scripts/vllm_moe_campaign.py --kernel {kernel} --csv {' '.join(paths)} "
         f"--env campaigns/{name}/device/env.txt --vllm-version {version} --date DATE --command COMMAND "
         f"--out campaigns/{name}  (DATE, COMMAND and DeepGEMM's commit: the device run's, in its provenance)",
-        make=vllm_moe_campaign(name, csv, kernel),
+        make=vllm_moe_campaign(name, csvs, kernel),
         same=same_bytes,
     )
 
@@ -430,6 +429,9 @@ ENTRIES: tuple[Entry, ...] = (
     _campaign("h200_sxm_vllm_moe_0.12.0", "moe_vllm.csv", "triton", "0.12.0"),
     _campaign("h200_sxm_vllm_deepgemm_moe_0.12.0", "moe_deepgemm.csv", "deepgemm", "0.12.0"),
     _campaign("h200_sxm_vllm_marlin_moe_0.24.0", "h200_sxm_vllm_marlin_moe.csv", "marlin", "0.24.0"),
+    # expert parallelism (TEP), asked of an H200, timed on the H100 that came; the ep=1 check CSV beside
+    # them is raw only (docs/accuracy.md)
+    _campaign("h100_sxm_vllm_moe_ep_0.12.0", ("moe_vllm_ep.csv", "moe_vllm_ep_tp24.csv"), "triton", "0.12.0"),
     _repeat("campaigns/h200_sxm_repeat"),
     _repeat("campaigns/h200_sxm_repeat_fp8"),
     _tables(f"{TABLES}/h200_sxm/torch/2.11.0", "campaigns/h200_sxm"),
@@ -452,6 +454,7 @@ ENTRIES: tuple[Entry, ...] = (
         # the DeepSeek-V4 decode rows are left out: their time is servelab's stand-ins (docs/accuracy.md)
         options=("--ops", "dsv4_csa_context_module,dsv4_hca_context_module,moe,elementwise"),
     ),
+    _tables(f"{TABLES}/h100_sxm/vllm/0.12.0", "campaigns/h100_sxm_vllm_moe_ep_0.12.0"),
     _tables(f"{TABLES}/h100_sxm/vllm-marlin/0.25.0", "campaigns/h100_sxm_vllm_0.25.0/vllm-marlin"),
     _tables(f"{TABLES}/h100_sxm/vllm-cutlass/0.25.0", "campaigns/h100_sxm_vllm_0.25.0_fp8gemm/vllm-cutlass"),
     Entry(

@@ -13,11 +13,30 @@ every launch, as a multi-layer decode step finds its weights in HBM), median and
 each token picks top-k distinct experts at random. The activation between the GEMMs (SiLU-and-mul with its FP8
 quantisation) and the top-k sum are vLLM C++ kernels and are not timed.
 
+Expert parallelism (--ep, vLLM's --enable-expert-parallel at TP x DP ranks with no DP attention, "TEP"): each
+rank holds experts / ep of the experts, each split by tp / ep (at ep = tp: the full intermediate width), and
+sees every token of the batch. vLLM 0.12.0 runs rank 0 of such a layer as follows, and this script times the
+same launches:
+- the expert map: `determine_expert_map` (model_executor/layers/fused_moe/layer.py, "linear" placement) gives
+  rank r the global experts [r x E/ep, (r+1) x E/ep) and maps every other expert to -1;
+- the config: `fused_experts_impl` / `TritonExperts.apply` (fused_moe.py) call `try_get_optimal_moe_config`
+  with the local weights' shapes, so the tuned file is `E=<local experts>,N=<local width>,...` and
+  `get_default_config` sees the local E;
+- the alignment: `moe_align_block_size` (moe_align_block_size.py) is called with the GLOBAL expert count and
+  the expert map: it pads every global expert's picks to BLOCK_SIZE_M and only then maps the block's expert
+  id through the map (`expert_ids = expert_map[expert_ids]`), so blocks of other ranks' experts stay in the
+  grid with expert id -1;
+- the kernel: `fused_moe_kernel` (fused_moe.py) sees expert id -1, calls `write_zeros_to_output` for the
+  block's rows and returns, for both GEMMs.
+Routing is uniform top-k over all E experts (every token picks top-k distinct global experts at random); rank
+0 computes its local picks. --ep 1 is the old run: no map, the same launches and random draws.
+
 Needs only torch and triton (run it where the GPU is). vLLM's code is not part of servelab: point --vllm at an
 unpacked vLLM package (the `vllm/` directory of its wheel) at run time.
 
     python scripts/time_vllm_fused_moe.py --vllm DIR/vllm --label 0.12.0 --out moe_vllm.csv \
-        [--shapes qwen3-235b] [--tp 1 2 4 8] [--tokens 1 2 4 ...] [--budget-s 400] [--check] [--warmup-ms 100]
+        [--shapes qwen3-235b] [--tp 1 2 4 8] [--ep 1] [--tokens 1 2 4 ...] [--budget-s 400] [--check] \
+        [--warmup-ms 100]
 """
 
 import argparse
@@ -35,6 +54,7 @@ import torch
 import triton
 import triton.language as tl
 from kernel_timing import bench
+from moe_ep import expert_map, rank_grid
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -131,8 +151,10 @@ def random_weights(experts: int, n: int, k: int, dev) -> tuple[torch.Tensor, tor
     return w, scale
 
 
-def align(topk_ids: torch.Tensor, block_m: int, experts: int):
-    """moe_align_block_size's outputs: token slots grouped by expert, each expert padded to block_m."""
+def align(topk_ids: torch.Tensor, block_m: int, experts: int, emap: list[int] | None = None):
+    """moe_align_block_size's outputs: token slots grouped by expert, each expert padded to block_m. With an
+    expert map (EP), `experts` is the global count and each block's expert id goes through the map after the
+    padding, as moe_align_block_size does it: other ranks' blocks stay, with expert id -1."""
     flat = topk_ids.flatten().cpu()
     numel = flat.numel()
     max_padded = numel + experts * (block_m - 1)
@@ -149,15 +171,18 @@ def align(topk_ids: torch.Tensor, block_m: int, experts: int):
             continue
         sorted_ids[pos : pos + c] = order[start : start + c].int()
         blocks = triton.cdiv(c, block_m)
-        expert_ids[pos // block_m : pos // block_m + blocks] = e
+        expert_ids[pos // block_m : pos // block_m + blocks] = e if emap is None else emap[e]
         pos += blocks * block_m
         start += c
     dev = topk_ids.device
     return sorted_ids.to(dev), expert_ids.to(dev), torch.tensor([pos], dtype=torch.int32, device=dev)
 
 
-def launcher(parts, a, a_scale, w, w_scale, c, topk_ids, topk_weights, top_k, mul_routed, config, experts):
-    """One fused_moe_kernel launch as vLLM's invoke function makes it; returns a no-argument callable."""
+def launcher(
+    parts, a, a_scale, w, w_scale, c, topk_ids, topk_weights, top_k, mul_routed, config, experts, emap=None
+):
+    """One fused_moe_kernel launch as vLLM's invoke function makes it; returns a no-argument callable.
+    `experts` is the global count; `emap` the rank's expert map under EP (None: every expert is local)."""
     config = dict(config)
     config["SPLIT_K"] = 1  # as vLLM sets it
     block_m = config["BLOCK_SIZE_M"]
@@ -166,10 +191,12 @@ def launcher(parts, a, a_scale, w, w_scale, c, topk_ids, topk_weights, top_k, mu
     naive = "naive_block_assignment" in parts.args and topk_ids.numel() * 4 <= experts
     if naive:
         sorted_ids, expert_ids = None, topk_ids.flatten().int()
+        if emap is not None:
+            expert_ids = torch.tensor(emap, dtype=torch.int32, device=a.device)[expert_ids.long()]
         padded = torch.tensor([topk_ids.numel() * block_m], dtype=torch.int32, device=a.device)
         em = num_tokens * block_m
     else:
-        sorted_ids, expert_ids, padded = align(topk_ids, block_m, experts)
+        sorted_ids, expert_ids, padded = align(topk_ids, block_m, experts, emap)
         em = sorted_ids.size(0)
         if a.size(0) < block_m:
             em = min(em, a.size(0) * top_k * block_m)
@@ -197,8 +224,9 @@ def launcher(parts, a, a_scale, w, w_scale, c, topk_ids, topk_weights, top_k, mu
     return run, ("naive" if naive else "aligned") + (",swap_ab" if extra.get("SWAP_AB") else "")
 
 
-def reference(a, a_scale, w, w_scale, topk_ids, top_k, routed):
-    """Dequantised torch product of the same launch (rows = token x top-k slot)."""
+def reference(a, a_scale, w, w_scale, topk_ids, top_k, routed, emap=None):
+    """Dequantised torch product of the same launch (rows = token x top-k slot; under EP, zeros where the
+    slot's expert is another rank's)."""
     k = a.size(1)
     deq_a = a.float().view(a.size(0), -1, BLOCK[1]) if k % BLOCK[1] == 0 else None
     if deq_a is None:
@@ -206,6 +234,11 @@ def reference(a, a_scale, w, w_scale, topk_ids, top_k, routed):
     deq_a = (deq_a * a_scale[..., None]).view(a.size(0), k)
     out = []
     for slot, e in enumerate(topk_ids.flatten().tolist()):
+        if emap is not None:
+            e = emap[e]
+            if e < 0:
+                out.append(torch.zeros(w.size(1), device=a.device))
+                continue
         we = (
             w[e].float()
             * w_scale[e].repeat_interleave(BLOCK[0], 0)[: w.size(1)].repeat_interleave(BLOCK[1], 1)[:, :k]
@@ -222,6 +255,9 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--tp", nargs="+", type=int, default=[1, 2, 4, 8])
+    ap.add_argument(
+        "--ep", nargs="+", type=int, default=[1], help="expert-parallel sizes inside each tp (must divide it)"
+    )
     ap.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     ap.add_argument("--check", action="store_true", help="compare two launches per shape with torch")
@@ -237,62 +273,64 @@ def main() -> None:
     gpu = torch.cuda.get_device_name()
     print(f"device {gpu} cap {cap} torch {torch.__version__} triton {triton.__version__}")
     fields = [
-        "vllm", "model", "tp", "experts", "topk", "hidden", "inter", "tokens", "gemm", "latency_us", "p10_us",
-        "p90_us", "config_file", "config", "path", "check_rel_err",
+        "vllm", "model", "tp", "ep", "experts", "local_experts", "topk", "hidden", "inter", "tokens", "gemm",
+        "latency_us", "p10_us", "p90_us", "config_file", "config", "path", "check_rel_err",
     ]  # fmt: skip
     torch.manual_seed(0)
     with args.out.open("w", newline="") as fh:
         out = csv.DictWriter(fh, fields)
         out.writeheader()
-        for model in args.shapes:
-            experts, topk, hidden, inter_full = SHAPES[model]
-            for tp in args.tp:
-                if time.time() - t0 > args.budget_s:
-                    print(f"budget spent: stopped before {model} tp{tp}")
-                    return
-                n = inter_full // tp
-                w1, w1s = random_weights(experts, 2 * n, hidden, dev)
-                w2, w2s = random_weights(experts, hidden, n, dev)
-                for label, parts in versions:
-                    tuned, cfg_name = tuned_configs(parts, experts, n, device_name)
-                    for m in args.tokens:
-                        x = torch.randn(m, hidden, device=dev, dtype=torch.bfloat16)
-                        topk_ids = torch.rand(m, experts, device=dev).topk(topk, dim=1).indices.int()
-                        routed = torch.softmax(torch.randn(m, topk, device=dev), -1).float().contiguous()
-                        cfg = pick_config(parts, tuned, m, experts, n, hidden, topk)
-                        a1, a1s = quantize_groups(x)
-                        c1 = torch.empty(m, topk, 2 * n, device=dev, dtype=torch.bfloat16)
-                        g1, path1 = launcher(
-                            parts, a1, a1s, w1, w1s, c1, topk_ids, None, topk, False, cfg, experts
-                        )
-                        act = torch.randn(m * topk, n, device=dev, dtype=torch.bfloat16)
-                        a2, a2s = quantize_groups(act)
-                        c2 = torch.empty(m * topk, 1, hidden, device=dev, dtype=torch.bfloat16)
-                        g2, path2 = launcher(
-                            parts, a2, a2s, w2, w2s, c2, topk_ids, routed, 1, True, cfg, experts
-                        )
-                        for gemm, fn, path, c, a, s, w, ws, tk, rw in (
-                            ("gate_up", g1, path1, c1, a1, a1s, w1, w1s, topk, None),
-                            ("down", g2, path2, c2, a2, a2s, w2, w2s, 1, routed),
-                        ):
-                            fn()
-                            err = ""
-                            if args.check and m in (4, 64):
-                                ref = reference(a, s, w, ws, topk_ids, tk, rw)
-                                if ref is not None:
-                                    got = c.float().view(ref.shape)
-                                    err = f"{((got - ref).norm() / ref.norm()).item():.4f}"
-                            lat, p10, p90 = bench(fn, args.warmup_ms)
-                            out.writerow(dict(
-                                vllm=label, model=model, tp=tp, experts=experts, topk=topk, hidden=hidden,
-                                inter=n, tokens=m, gemm=gemm, latency_us=round(lat, 3), p10_us=round(p10, 3),
-                                p90_us=round(p90, 3), config_file=cfg_name, path=path, check_rel_err=err,
-                                config=json.dumps(cfg, sort_keys=True),
-                            ))  # fmt: skip
-                            fh.flush()
-                            print(f"{label} {model} tp{tp} N={n} M={m} {gemm}: {lat:.1f} us {path} {err}")
-                del w1, w1s, w2, w2s
-                torch.cuda.empty_cache()
+        for model, tp, ep, local, n in rank_grid(SHAPES, args.shapes, args.tp, args.ep):
+            if time.time() - t0 > args.budget_s:
+                print(f"budget spent: stopped before {model} tp{tp} ep{ep}")
+                return
+            experts, topk, hidden, _ = SHAPES[model]
+            emap = expert_map(experts, ep) if ep > 1 else None
+            w1, w1s = random_weights(local, 2 * n, hidden, dev)
+            w2, w2s = random_weights(local, hidden, n, dev)
+            for label, parts in versions:
+                tuned, cfg_name = tuned_configs(parts, local, n, device_name)
+                for m in args.tokens:
+                    x = torch.randn(m, hidden, device=dev, dtype=torch.bfloat16)
+                    topk_ids = torch.rand(m, experts, device=dev).topk(topk, dim=1).indices.int()
+                    routed = torch.softmax(torch.randn(m, topk, device=dev), -1).float().contiguous()
+                    cfg = pick_config(parts, tuned, m, local, n, hidden, topk)
+                    a1, a1s = quantize_groups(x)
+                    c1 = torch.empty(m, topk, 2 * n, device=dev, dtype=torch.bfloat16)
+                    g1, path1 = launcher(
+                        parts, a1, a1s, w1, w1s, c1, topk_ids, None, topk, False, cfg, experts, emap
+                    )
+                    act = torch.randn(m * topk, n, device=dev, dtype=torch.bfloat16)
+                    a2, a2s = quantize_groups(act)
+                    c2 = torch.empty(m * topk, 1, hidden, device=dev, dtype=torch.bfloat16)
+                    g2, path2 = launcher(
+                        parts, a2, a2s, w2, w2s, c2, topk_ids, routed, 1, True, cfg, experts, emap
+                    )
+                    for gemm, fn, path, c, a, s, w, ws, tk, rw in (
+                        ("gate_up", g1, path1, c1, a1, a1s, w1, w1s, topk, None),
+                        ("down", g2, path2, c2, a2, a2s, w2, w2s, 1, routed),
+                    ):
+                        fn()
+                        err = ""
+                        if args.check and m in (4, 64):
+                            ref = reference(a, s, w, ws, topk_ids, tk, rw, emap)
+                            if ref is not None:
+                                got = c.float().view(ref.shape)
+                                # under EP a rank may hold none of a few tokens' picks: zeros expected
+                                scale = ref.norm() if ref.norm() > 0 else 1.0
+                                err = f"{((got - ref).norm() / scale).item():.4f}"
+                        lat, p10, p90 = bench(fn, args.warmup_ms)
+                        out.writerow(dict(
+                            vllm=label, model=model, tp=tp, ep=ep, experts=experts, local_experts=local,
+                            topk=topk, hidden=hidden, inter=n, tokens=m, gemm=gemm,
+                            latency_us=round(lat, 3), p10_us=round(p10, 3), p90_us=round(p90, 3),
+                            config_file=cfg_name, path=path, check_rel_err=err,
+                            config=json.dumps(cfg, sort_keys=True),
+                        ))  # fmt: skip
+                        fh.flush()
+                        print(f"{label} {model} tp{tp} ep{ep} N={n} M={m} {gemm}: {lat:.1f} us {path} {err}")
+            del w1, w1s, w2, w2s
+            torch.cuda.empty_cache()
     print(f"done in {time.time() - t0:.0f} s")
 
 

@@ -6,7 +6,10 @@ version, ready for `servelab db merge CAMPAIGN --into <root>/<system>/vllm/<vers
 Each table row is one `moe` op (perfdb.keys.Moe: expert compute of one rank, no routing or communication):
 latency_us is the gate-up GEMM's median plus the down GEMM's, p10/p90 likewise summed; the two GEMMs, the
 kernel config and the launch path ride along in the row's extra. Routing in the timing is uniform, so the rows
-are `distribution=uniform`; the shapes are rank-local (inter already split by TP), ep=1.
+are `distribution=uniform`; the shapes are rank-local (inter already split by TP / EP). Rows timed under
+expert parallelism (the CSV's `ep` column > 1; a CSV without the column is ep=1) are keyed as perfdb.keys.Moe
+reads them: tokens = the EP group's tokens (at TEP every token of the batch), experts = all experts (the rank
+holds experts / ep), inter = the rank's width; the local expert count rides along.
 
 With --kernel deepgemm, latency_us is the whole DeepGEMM path (permute, both grouped GEMMs, SiLU-and-mul with
 its quantisation, unpermute) replayed from a CUDA graph, as vLLM's decode steps run it; each stage's own
@@ -18,8 +21,9 @@ likewise). The path's routing (top-k softmax, block alignment), the activations'
 are left out: the step's graph prices them as moe_route, moe_permute and moe_combine. Each stage's median,
 the whole layer from one CUDA graph (moe_graph_us) and its host time ride along in the row's extra.
 
-    python scripts/vllm_moe_campaign.py --csv moe_vllm.csv --env env.txt --vllm-version 0.12.0 \
-        --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0 [--kernel deepgemm|marlin]
+    python scripts/vllm_moe_campaign.py --csv moe_vllm.csv [more.csv ...] --env env.txt \
+        --vllm-version 0.12.0 --date 2026-12-01 --command "..." --out campaigns/h200_sxm_vllm_moe_0.12.0 \
+        [--kernel deepgemm|marlin]
 """
 
 import argparse
@@ -40,7 +44,7 @@ KERNELS = {
     "triton": {
         "dtype": "fp8_block",
         "kernel": "fused_moe_kernel from vllm/model_executor/layers/fused_moe/fused_moe.py of the vLLM {v} "
-        "wheel (PyPI), with that wheel's tuned H200 configs and default-config rule; moe_align_block_size "
+        "wheel (PyPI), with that wheel's tuned {gpu} configs and default-config rule; moe_align_block_size "
         "and the activation quantisation done in torch outside the timed region",
         "not_timed": "SiLU-and-mul, its FP8 quantisation and the top-k sum (vLLM C++ kernels)",
     },
@@ -65,6 +69,14 @@ KERNELS = {
         "one Triton kernel with the same math",
     },
 }
+
+# how the Triton rows at ep > 1 were timed (scripts/time_vllm_fused_moe.py --ep): vLLM's TEP, rank 0
+TRITON_EP = (
+    "rank 0 of vLLM's --enable-expert-parallel without DP attention: experts / ep local experts split "
+    "tp / ep ways, every token of the batch, uniform top-k over all experts; moe_align_block_size over the "
+    "global experts with the linear expert map (other ranks' blocks: expert id -1, fused_moe_kernel writes "
+    "their rows zero); tuned config file and default config by the local E and N"
+)
 
 
 def read_env(path: Path) -> dict:
@@ -103,32 +115,43 @@ def moe_row(tokens: int, hidden: int, inter: int, experts: int, topk: int, ep: i
     }
 
 
-def grouped(csv_path: Path, version: str, key: Callable[[dict], tuple], part: str) -> dict[tuple, dict]:
-    """The CSV's rows of one vLLM version, grouped by key(row), each group's rows by their `part` column."""
+def grouped(
+    csv_paths: list[Path], version: str, key: Callable[[dict], tuple], part: str
+) -> dict[tuple, dict]:
+    """The CSVs' rows of one vLLM version, grouped by key(row), each group's rows by their `part` column."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    with csv_path.open() as fh:
-        for r in csv.DictReader(fh):
-            if r["vllm"] == version:
-                groups[key(r)][r[part]] = r
+    for csv_path in csv_paths:
+        with csv_path.open() as fh:
+            for r in csv.DictReader(fh):
+                if r["vllm"] == version:
+                    groups[key(r)][r[part]] = r
     return groups
+
+
+def _names(paths: list[Path]) -> str:
+    return ", ".join(str(p) for p in paths)
+
+
+def _ep(r: dict) -> int:
+    return int(r.get("ep") or 1)
 
 
 def _shape(r: dict) -> tuple[int, ...]:
     return tuple(int(r[c]) for c in ("experts", "topk", "hidden", "inter", "tokens"))
 
 
-def campaign_rows(csv_path: Path, version: str) -> list[dict]:
-    gemms = grouped(csv_path, version, lambda r: (r["model"], int(r["tp"]), *_shape(r)), "gemm")
+def campaign_rows(csv_paths: list[Path], version: str) -> list[dict]:
+    gemms = grouped(csv_paths, version, lambda r: (r["model"], int(r["tp"]), _ep(r), *_shape(r)), "gemm")
     rows = []
-    for (model, tp, experts, topk, hidden, inter, tokens), g in sorted(gemms.items()):
+    for (model, tp, ep, experts, topk, hidden, inter, tokens), g in sorted(gemms.items()):
         if set(g) != {"gate_up", "down"}:
-            sys.exit(f"{csv_path}: {model} tp{tp} tokens={tokens} lacks one of the two GEMMs")
+            sys.exit(f"{_names(csv_paths)}: {model} tp{tp} ep{ep} tokens={tokens} lacks one of the two GEMMs")
         up, down = g["gate_up"], g["down"]
         total = {c: round(float(up[c]) + float(down[c]), 3) for c in ("latency_us", "p10_us", "p90_us")}
 
         rows.append(
             {
-                **moe_row(tokens, hidden, inter, experts, topk, 1, KERNELS["triton"]["dtype"]),
+                **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS["triton"]["dtype"]),
                 **total,
                 "backend": "vllm fused_moe_kernel (Triton, block-FP8 w8a8)",
                 "model": model,
@@ -140,26 +163,28 @@ def campaign_rows(csv_path: Path, version: str) -> list[dict]:
                 "path": up["path"],
                 "routing": "uniform",
                 "timing": "triton.testing.do_bench, L2 flushed",
+                **({"local_experts": int(up["local_experts"])} if ep > 1 else {}),
             }
         )
     if not rows:
-        sys.exit(f"{csv_path}: no rows for vLLM {version}")
+        sys.exit(f"{_names(csv_paths)}: no rows for vLLM {version}")
     return rows
 
 
 def staged_rows(
-    csv_path: Path, version: str, kernel: str, stages: tuple[str, ...], summed: tuple[str, ...], extra
+    csv_paths: list[Path], version: str, kernel: str, stages: tuple[str, ...], summed: tuple[str, ...], extra
 ) -> list[dict]:
     """The table rows of a collector that times a path stage by stage (one CSV row per TP x EP x tokens x
     stage): a row's latency_us is the sum of the `summed` stages' medians (p10 / p90 likewise), every stage's
     median rides along (but a lone summed stage, which is latency_us itself), and extra(the whole path's CSV
     row) adds the collector's own columns."""
-    groups = grouped(csv_path, version, lambda r: (int(r["tp"]), int(r.get("ep") or 1), *_shape(r)), "stage")
+    groups = grouped(csv_paths, version, lambda r: (int(r["tp"]), _ep(r), *_shape(r)), "stage")
     rows = []
     for (tp, ep, experts, topk, hidden, inter, tokens), st in sorted(groups.items()):
         missing = set(stages) - set(st)
         if missing:
-            sys.exit(f"{csv_path}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {', '.join(sorted(missing))}")
+            lacking = ", ".join(sorted(missing))
+            sys.exit(f"{_names(csv_paths)}: tp{tp} ep{ep} tokens={tokens} lacks stage(s) {lacking}")
         rows.append(
             {
                 **moe_row(tokens, hidden, inter, experts, topk, ep, KERNELS[kernel]["dtype"]),
@@ -175,13 +200,13 @@ def staged_rows(
             }
         )
     if not rows:
-        sys.exit(f"{csv_path}: no rows for vLLM {version}")
+        sys.exit(f"{_names(csv_paths)}: no rows for vLLM {version}")
     return rows
 
 
-def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
+def deepgemm_rows(csv_paths: list[Path], version: str) -> list[dict]:
     return staged_rows(
-        csv_path,
+        csv_paths,
         version,
         "deepgemm",
         DEEPGEMM_STAGES,
@@ -194,9 +219,9 @@ def deepgemm_rows(csv_path: Path, version: str) -> list[dict]:
     )
 
 
-def marlin_rows(csv_path: Path, version: str) -> list[dict]:
+def marlin_rows(csv_paths: list[Path], version: str) -> list[dict]:
     return staged_rows(
-        csv_path,
+        csv_paths,
         version,
         "marlin",
         MARLIN_EXPERT_STAGES + MARLIN_OTHER_STAGES,
@@ -211,7 +236,7 @@ def marlin_rows(csv_path: Path, version: str) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--csv", required=True, type=Path)
+    ap.add_argument("--csv", required=True, type=Path, nargs="+", help="one or more CSVs of one collector")
     ap.add_argument("--env", required=True, type=Path)
     ap.add_argument("--vllm-version", required=True)
     ap.add_argument("--date", required=True, help="the day the device run was made (ISO)")
@@ -228,16 +253,23 @@ def main() -> None:
         rows = marlin_rows(args.csv, args.vllm_version)
     else:
         rows = campaign_rows(args.csv, args.vllm_version)
+    env = read_env(args.env)
+    # the tuned config files are the GPU's own (vLLM picks them by device name; H200 variants share one)
+    gpu = "H200" if "H200" in env["gpu_name"] else env["gpu_name"]
     prov = {
-        **read_env(args.env),
+        **env,
         "date": args.date,
         "command": args.command,
         "gpu_count": 1,
         "vllm": args.vllm_version,
-        **{k: v.format(v=args.vllm_version) for k, v in KERNELS[args.kernel].items() if k != "dtype"},
+        **{
+            k: v.format(v=args.vllm_version, gpu=gpu) for k, v in KERNELS[args.kernel].items() if k != "dtype"
+        },
     }
     if args.deepgemm_commit:
         prov["deepgemm_commit"] = args.deepgemm_commit
+    if args.kernel == "triton" and any(r["ep"] > 1 for r in rows):
+        prov["expert_parallel"] = TRITON_EP
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "provenance.json").write_text(json.dumps(prov, indent=1, sort_keys=True) + "\n")
     (args.out / "rows").mkdir(exist_ok=True)

@@ -3,6 +3,7 @@ multiples of 128) and the table holds the shape, and from its Triton fused-MoE t
 MoE (gpt-oss) from its Marlin table."""
 
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -69,6 +70,31 @@ def write_triton_csv(path: Path) -> Path:
     return path
 
 
+def triton_ep_us(tokens: int) -> float:
+    """A made-up Triton time of rank 0 under EP8 (whole experts, an eighth of them): unlike triton_us."""
+    return 11.0 + 3.0 * tokens
+
+
+def write_triton_ep_csv(path: Path) -> Path:
+    """Triton rows at TP8 EP8 (16 of 128 experts each rank, the full 1536 width), as scripts/
+    time_vllm_fused_moe.py --ep 8 writes them: experts is the global count, local_experts the rank's."""
+    fields = ["vllm", "model", "tp", "ep", "experts", "local_experts", "topk", "hidden", "inter", "tokens"]
+    fields += ["gemm", "latency_us", "p10_us", "p90_us", "config_file", "config", "path", "check_rel_err"]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fields)
+        w.writeheader()
+        for t in TOKENS:
+            for gemm in ("gate_up", "down"):
+                us = triton_ep_us(t) / 2
+                w.writerow(
+                    dict(vllm="0.12.0", model="qwen3-235b", tp=8, ep=8, experts=128, local_experts=16, topk=8,
+                         hidden=4096, inter=1536, tokens=t, gemm=gemm, latency_us=us, p10_us=0.98 * us,
+                         p90_us=1.03 * us, config_file="default", config="{}", path="aligned",
+                         check_rel_err="0.0017" if t == 4 else "")
+                )  # fmt: skip
+    return path
+
+
 def marlin_us(tokens: int, stage: str) -> float:
     """Made-up Marlin stage times, each stage distinct."""
     return 40.0 + 2.0 * tokens + 3.0 * MARLIN_STAGES.index(stage)
@@ -116,9 +142,12 @@ def write_deepgemm_csv(path: Path, drop_stage: str | None = None) -> Path:
     return path
 
 
-def convert(csv_path: Path, env: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def convert(csv_path: Path, env: Path, out: Path, *extra: str | Path) -> subprocess.CompletedProcess:
+    """The converter on csv_path; Path arguments in extra are further CSVs, the rest its options."""
+    more = [str(p) for p in extra if isinstance(p, Path)]
+    extra = tuple(str(e) for e in extra if not isinstance(e, Path))
     return subprocess.run(
-        [sys.executable, str(CONVERTER), "--csv", str(csv_path), "--env", str(env),
+        [sys.executable, str(CONVERTER), "--csv", str(csv_path), *more, "--env", str(env),
          "--vllm-version", "0.12.0", "--date", "2026-12-01", "--command", "python3 ...", "--out", str(out),
          *extra],
         capture_output=True, text=True,
@@ -132,7 +161,12 @@ def kernel_root(tmp_path, monkeypatch, request) -> Path:
     env = write_env(tmp_path / "env.txt")
     root = tmp_path / "root" / "h200_sxm"
     assert convert(write_triton_csv(tmp_path / "triton.csv"), env, tmp_path / "c_triton").returncode == 0
-    merge([tmp_path / "c_triton"], root / "vllm" / "9.0")
+    # the EP rows come from a second device CSV, converted with the first into one campaign
+    done = convert(
+        tmp_path / "triton.csv", env, tmp_path / "c_triton_ep", write_triton_ep_csv(tmp_path / "ep.csv")
+    )
+    assert done.returncode == 0, done.stderr
+    merge([tmp_path / "c_triton_ep"], root / "vllm" / "9.0")
     done = convert(
         write_deepgemm_csv(tmp_path / "dg.csv"), env, tmp_path / "c_dg", "--kernel", "deepgemm",
         "--deepgemm-commit", COMMIT,
@@ -152,6 +186,37 @@ def kernel_root(tmp_path, monkeypatch, request) -> Path:
 
 def moe(tokens: int, inter: int, dtype: str = "fp8_block") -> keys.Moe:
     return keys.Moe(tokens, BASE["hidden"], inter, BASE["experts"], BASE["topk"], 1, dtype, "uniform")
+
+
+def test_ep_rows_are_keyed_by_ep_with_all_experts_and_the_ranks_width(kernel_root, tmp_path):
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "c_triton_ep" / "rows" / "moe.jsonl").read_text().splitlines()
+    ]
+    ep_rows = [r for r in rows if r["ep"] > 1]
+    assert len(rows) == 4 * len(TOKENS) and len(ep_rows) == len(TOKENS)
+    for r in ep_rows:
+        assert (r["ep"], r["experts"], r["inter"], r["local_experts"], r["tp"]) == (8, 128, 1536, 16, 8)
+        assert r["latency_us"] == pytest.approx(triton_ep_us(r["tokens"]))
+    # rows of a CSV without the ep column are ep=1 and carry no local expert count
+    assert all(r["ep"] == 1 and "local_experts" not in r for r in rows if r not in ep_rows)
+    prov = json.loads((tmp_path / "c_triton_ep" / "provenance.json").read_text())
+    assert "expert map" in prov["expert_parallel"]
+    assert "expert_parallel" not in json.loads((tmp_path / "c_triton" / "provenance.json").read_text())
+
+
+def test_vllm_prices_tep_experts_from_the_ep_rows_never_from_the_same_width_at_ep1(kernel_root, h200):
+    db = PerfDB(h200, backend="vllm")
+    for t in TOKENS:
+        # EP8 at 1536 wide: DeepGEMM would run the width, but its table lacks the split; the Triton EP rows
+        tep = db.query(keys.Moe(t, 4096, 1536, 128, 8, 8, "fp8_block", "uniform"))
+        assert tep.source == "measured" and "vllm/9.0 moe table" in tep.note
+        assert tep.us == pytest.approx(triton_ep_us(t))
+        # TP1 (ep=1) has the same width and expert count: its own rows, not the EP ones
+        assert db.query(moe(t, 1536)).us == pytest.approx(triton_us(t))
+    # an ep the table lacks (EP4 at 1536 would be TP4 EP4) is not borrowed from EP8's rows
+    ep4 = db.query(keys.Moe(16, 4096, 1536, 128, 8, 4, "fp8_block", "uniform"))
+    assert ep4.us != pytest.approx(triton_ep_us(16)) and "vllm/9.0 moe table" not in ep4.note
 
 
 def test_deepgemm_rows_are_the_graph_replayed_whole_path_with_the_stages_alongside(kernel_root, tmp_path):
@@ -337,3 +402,50 @@ def test_vllm_prices_bf16_linears_from_torchs_rows_and_bandwidth_bound_ops_from_
     # fp8 linears keep their own kernels' rows: CUTLASS block-FP8 on Hopper
     block = PerfDB(load_system("h100_sxm"), backend="vllm").query(keys.Gemm(64, 4096, 1024, "fp8_block"))
     assert "vllm-cutlass" in block.note
+
+
+def load_moe_ep():
+    """scripts/moe_ep.py, the torch-free part of the fused-MoE timing script."""
+    spec = importlib.util.spec_from_file_location("moe_ep", REPO / "scripts" / "moe_ep.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_timing_script_lays_out_tep_ranks_as_vllm_does(capsys):
+    ep = load_moe_ep()
+    # MiniMax-M2.5 (256 experts, 1536 wide) at TP8: EP8 holds 32 whole experts, EP2 128 experts split 4 ways
+    assert ep.rank_shape(256, 1536, 8, 8) == (32, 1536)
+    assert ep.rank_shape(256, 1536, 8, 2) == (128, 384)
+    assert ep.rank_shape(256, 1536, 8, 1) == (256, 192)
+    assert ep.rank_shape(256, 1536, 4, 8) is None  # ep larger than tp: not TEP
+    assert ep.rank_shape(96, 1536, 8, 8) == (12, 1536) and ep.rank_shape(100, 1536, 8, 8) is None
+    # the linear placement: rank 0 holds the first experts / ep, every other expert maps to -1
+    emap = ep.expert_map(16, 4)
+    assert emap[:4] == [0, 1, 2, 3] and set(emap[4:]) == {-1}
+    assert ep.expert_map(16, 4, rank=2)[8:12] == [0, 1, 2, 3] and ep.expert_map(16, 4, rank=2).count(-1) == 12
+    shapes = {"m": (256, 8, 3072, 1536)}
+    grid = list(ep.rank_grid(shapes, ["m"], [4, 8], [2, 8]))
+    assert grid == [("m", 4, 2, 128, 768), ("m", 8, 2, 128, 384), ("m", 8, 8, 32, 1536)]
+    assert "skipped m tp4 ep8" in capsys.readouterr().out
+
+
+def test_shipped_tep_rows_price_minimax_tep8_past_the_roofline_on_h100_and_carried_to_h200(h200):
+    """The shipped H100 rows of vLLM 0.12.0's fused-MoE kernel under expert parallelism (rank 0 of TEP) were
+    timed (p10 <= median <= p90) and keep all experts with ep > 1; MiniMax-M2.5's TEP8 experts at an 8K
+    prefill cost about 3x the roofline there, and the H200, which has no such rows, carries them over
+    instead of falling to its roofline."""
+    h100 = load_system("h100_sxm")
+    data = load_tables(data_root() / "h100_sxm" / "vllm" / "0.12.0", h100, strict=True).index("moe")
+    assert data is not None
+    assert "expert map" in data.data.meta["provenance"][0]["expert_parallel"]
+    for i in range(len(data.data)):
+        assert data.data.p10_us[i] <= data.data.latency_us[i] <= data.data.p90_us[i]
+    tep8 = keys.Moe(8192, 3072, 1536, 256, 8, 8, "fp8_block", "uniform")
+    got = PerfDB(h100, backend="vllm").query(tep8)
+    assert got.source == "measured" and "h100_sxm/vllm/0.12.0" in got.note
+    assert got.us > 2.5 * Roofline(h100, backend="vllm").latency(tep8).us
+    carried = PerfDB(h200, backend="vllm").query(tep8)
+    assert carried.source == "transferred" and "from h100_sxm" in carried.note
+    assert carried.us > 2.5 * Roofline(h200, backend="vllm").latency(tep8).us
