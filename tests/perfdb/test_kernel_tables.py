@@ -3,7 +3,6 @@ multiples of 128) and the table holds the shape, and from its Triton fused-MoE t
 MoE (gpt-oss) from its Marlin table."""
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.collect import moe_ep
 from servelab.engines.vllm.kernels import DEEPGEMM_MOE, MARLIN_MXFP4_MOE
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
@@ -404,17 +404,8 @@ def test_vllm_prices_bf16_linears_from_torchs_rows_and_bandwidth_bound_ops_from_
     assert "vllm-cutlass" in block.note
 
 
-def load_moe_ep():
-    """scripts/moe_ep.py, the torch-free part of the fused-MoE timing script."""
-    spec = importlib.util.spec_from_file_location("moe_ep", REPO / "scripts" / "moe_ep.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_timing_script_lays_out_tep_ranks_as_vllm_does(capsys):
-    ep = load_moe_ep()
+    ep = moe_ep
     # MiniMax-M2.5 (256 experts, 1536 wide) at TP8: EP8 holds 32 whole experts, EP2 128 experts split 4 ways
     assert ep.rank_shape(256, 1536, 8, 8) == (32, 1536)
     assert ep.rank_shape(256, 1536, 8, 2) == (128, 384)

@@ -1,6 +1,7 @@
 """Expert parallelism as vLLM lays it out on one rank (no torch here, so tests read it without a GPU):
 which experts a rank holds, how wide they are, and the expert map that sends other ranks' experts to -1.
-Imported by scripts/time_vllm_fused_moe.py as a sibling module."""
+scripts/time_vllm_fused_moe.py times the ranks it lays out; this module imports only the standard library, so
+the script runs on a GPU machine with servelab's source tree on the path and nothing of servelab installed."""
 
 from collections.abc import Iterator, Mapping
 
