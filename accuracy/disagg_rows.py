@@ -1,16 +1,7 @@
 """servelab's twin of one given disaggregated split against AIConfigurator's measured disagg rows
 (tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv, `mode == disagg`), with AIConfigurator's own
-estimate of the same rows beside it.
-
-Each row names its prefill pool and decode pool (tp / attention-dp / moe-tp / moe-ep and worker count),
-ISL, OSL and the deployment's concurrency (`silicon_concurrency=N`). The row is mapped onto servelab's specs
-the way the calibration maps aggregated rows (servelab.calibrate.rows: embedded model ids, the row's GEMM
-precision, FP8 KV on TensorRT-LLM FP8 rows, attention x MoE layouts; FP4 rows of FP8 checkpoints as NVIDIA's
-FP4 release, see _fp4) and priced by predict.plan.split, the function behind `servelab estimate --mode
-disagg`. Rows it cannot price are counted by reason.
-
-Throughput is the deployment's output tokens/s per GPU by Little's law, the same formula for the measurement
-and both estimates: concurrency x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the rows give only TTFT and TPOT).
+disaggregated estimate of the same rows beside it. The rows, their mapping and the errors:
+servelab.calibrate.disagg_rows; the pricing: servelab.predict.plan.split (`servelab estimate --mode disagg`).
 
     PYTHONPATH=src python accuracy/disagg_rows.py [--part dev|heldout] [--out accuracy/results/X.json]
         [--aic-python /path/to/python]   # run AIConfigurator on the rows its cache (.cache/) lacks
@@ -24,180 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.calibrate.rows import (
-    ENGINES,
-    concurrency_of,
-    fp8_kv_if_unmarked,
-    model_of,
-    parallel_of,
-    read_rows,
-)
-from servelab.engines import Engine
-from servelab.errors import ServelabError
-from servelab.predict.engines import EngineProfile, engine_profile
-from servelab.predict.plan.split import Split, price_given_split, split_context
-from servelab.specs import Dtype, ModelSpec, load_model, load_system
+from servelab.calibrate.disagg_rows import compare, disagg_rows, price_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
 HELDOUT = ROOT / "tests/data/closed_loop/heldout.txt"
 WORKER = Path(__file__).resolve().parent / "aic_disagg_worker.py"
-WITHIN = 1.5  # the share of rows whose TTFT is within this factor of the measurement
-
-
-@dataclass(frozen=True)
-class Row:
-    """One measured disagg row mapped onto servelab's specs."""
-
-    row_id: str
-    engine: str
-    system: str
-    split: Split
-    concurrency: int
-    isl: int
-    osl: int
-    ttft_ms: float
-    tpot_ms: float
-    raw: dict
-
-
-def heldout_ids(path: Path = HELDOUT) -> set[str]:
-    return {
-        line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
-    }
-
-
-def disagg_rows(part: str, path: Path = CSV, heldout: Path = HELDOUT) -> list[dict]:
-    """The disagg rows of the development part (ids not held out) or the held-out part, as written."""
-    held = heldout_ids(heldout)
-    keep = (lambda i: i in held) if part == "heldout" else (lambda i: i not in held)
-    return [r for r in read_rows(path) if r.get("mode") == "disagg" and keep(r["id"])]
-
-
-def _pool(row: dict, side: str) -> dict:
-    return {k.removeprefix(f"{side}_"): v for k, v in row.items() if k.startswith(f"{side}_")}
-
-
-def _workers(row: dict, side: str) -> int:
-    text = (row.get(f"{side}_num_workers") or "").strip()
-    if not text or text.lower() == "nan" or float(text) < 1:
-        raise ValueError(f"no {side}_num_workers")
-    return int(float(text))
-
-
-def _fp4(raw: dict, model: ModelSpec) -> ModelSpec:
-    """An FP4 row (`precision == fp4`, GEMMs nvfp4) of an FP8 checkpoint ran NVIDIA's FP4 release of it
-    (nvidia/DeepSeek-R1-FP4: NVFP4 weights and experts, whose hf_quant_config declares an FP8 KV cache);
-    calibrate.rows.model_of keeps the checkpoint's own FP8, which prices these rows' weights at twice their
-    bytes (their TPOT came out about twice the measured one on the development rows)."""
-    gemm = (raw.get("gemm_quant_mode") or "").strip()
-    if (
-        raw.get("precision") == "fp4"
-        and gemm == "nvfp4"
-        and model.precision.weights
-        in (
-            Dtype.fp8,
-            Dtype.fp8_block,
-        )
-    ):
-        return load_model(raw["model_path"].strip(), weight_dtype="nvfp4")
-    return model
-
-
-def to_row(raw: dict) -> tuple[Row, ModelSpec]:
-    """The mapped row and its ModelSpec, or ValueError naming why it cannot be priced."""
-    engine = raw["backend"].strip()
-    if engine not in ENGINES:
-        raise ValueError(f"backend {engine}")
-    model = fp8_kv_if_unmarked(engine, raw, _fp4(raw, model_of(raw)))
-    if engine == Engine.TRTLLM and model.precision.weights == Dtype.nvfp4:
-        model = model.model_copy(  # see _fp4: NVIDIA's FP4 checkpoints declare an FP8 KV cache too
-            update={"precision": model.precision.model_copy(update={"kv_cache": Dtype.fp8})}
-        )
-    try:
-        load_system(raw["system"])
-    except ServelabError:
-        raise ValueError(f"system {raw['system']} is not embedded") from None
-    pools = {}
-    for side in ("prefill", "decode"):
-        try:
-            parallel, _ = parallel_of(_pool(raw, side), model.is_moe)
-        except ValueError as e:
-            raise ValueError(f"{side} pool: {e}") from None
-        pools[side] = parallel
-    split = Split(pools["prefill"], _workers(raw, "prefill"), pools["decode"], _workers(raw, "decode"))
-    row = Row(
-        row_id=raw["id"],
-        engine=engine,
-        system=raw["system"],
-        split=split,
-        concurrency=concurrency_of(raw),
-        isl=int(float(raw["isl"])),
-        osl=int(float(raw["osl"])),
-        ttft_ms=float(raw["silicon_ttft_ms"]),
-        tpot_ms=float(raw["silicon_tpot_ms"]),
-        raw=raw,
-    )
-    return row, model
-
-
-def throughput(row: Row, ttft_ms: float, tpot_ms: float) -> float:
-    """Output tokens/s per GPU of the deployment at the row's concurrency (Little's law)."""
-    e2e_s = (ttft_ms + (row.osl - 1) * tpot_ms) / 1000.0
-    return row.concurrency * row.osl / e2e_s / row.split.gpus
-
-
-def price_rows(
-    raws: list[dict], echo: Callable[[str], None]
-) -> tuple[list[tuple[Row, dict]], dict[str, int]]:
-    """servelab's estimate of every row it can price, and the rows it cannot, counted by reason."""
-    profiles: dict[tuple[str, str], EngineProfile] = {}
-    priced: list[tuple[Row, dict]] = []
-    skipped: dict[str, int] = {}
-    for i, raw in enumerate(raws):
-        try:
-            row, model = to_row(raw)
-            system = load_system(row.system)
-            key = (row.engine, row.system)
-            if key not in profiles:
-                profiles[key] = engine_profile(row.engine, system.hbm_gib)
-            engine = profiles[key]
-            served = engine.model_as_served(model)
-            if row.isl + row.osl > served.max_context:
-                raise ValueError(f"ISL + OSL exceeds {served.name}'s context")
-            ctx = split_context(served, system, engine, row.split, row.isl, row.osl)
-            got = price_given_split(ctx, row.split, row.concurrency)
-        except (ValueError, ServelabError) as e:
-            reason = re.sub(r"\d+(\.\d+)?", "N", str(e))[:140]
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        p = got.point
-        priced.append(
-            (
-                row,
-                {
-                    "ttft_ms": p.ttft[0],
-                    "tpot_ms": p.tpot[0],
-                    "bound": got.bound,
-                    "request_rate": got.request_rate,
-                    "prefill_capacity": got.prefill_capacity,
-                    "prefill_ms": got.prefill_ms,
-                    "transfer_ms": got.transfer_ms,
-                    "first_step_ms": got.first_step_ms,
-                    "link": p.disagg.link if p.disagg else "",
-                },
-            )
-        )
-        if (i + 1) % 100 == 0:
-            echo(f"  {i + 1}/{len(raws)} rows")
-    return priced, skipped
 
 
 def aic_answers(raws: list[dict], part: str, aic_python: Path | None) -> dict[str, dict]:
@@ -214,48 +41,6 @@ def aic_answers(raws: list[dict], part: str, aic_python: Path | None) -> dict[st
             [str(aic_python), str(WORKER)], input=json.dumps([raws, str(cache)]), text=True, check=True
         )
     return json.loads(cache.read_text()) if cache.is_file() else {}
-
-
-def _rel(pred: float, meas: float) -> float:
-    return abs(pred - meas) / meas
-
-
-def errors(row: Row, pred: dict) -> dict[str, float]:
-    return {
-        "ttft": _rel(pred["ttft_ms"], row.ttft_ms),
-        "tpot": _rel(pred["tpot_ms"], row.tpot_ms),
-        "throughput": _rel(
-            throughput(row, pred["ttft_ms"], pred["tpot_ms"]), throughput(row, row.ttft_ms, row.tpot_ms)
-        ),
-        "ttft_within": float(1 / WITHIN <= pred["ttft_ms"] / row.ttft_ms <= WITHIN),
-    }
-
-
-def summarize(errs: list[dict[str, float]]) -> dict[str, float]:
-    if not errs:
-        return {"n": 0}
-    out: dict[str, float] = {"n": len(errs)}
-    for key in ("ttft", "tpot", "throughput"):
-        out[f"median_{key}"] = statistics.median(e[key] for e in errs)
-    out["ttft_within_1.5x"] = sum(e["ttft_within"] for e in errs) / len(errs)
-    return out
-
-
-def compare(priced: list[tuple[Row, dict]], aic: dict[str, dict]) -> dict:
-    """Per engine / system and overall: servelab on every row it priced; servelab and AIConfigurator on the
-    rows both answered."""
-    groups: dict[str, list[tuple[Row, dict]]] = {"all": priced}
-    for row, pred in priced:
-        groups.setdefault(f"{row.engine} {row.system}", []).append((row, pred))
-    out = {}
-    for name, items in groups.items():
-        both = [(r, p) for r, p in items if "ttft_ms" in aic.get(r.row_id, {})]
-        out[name] = {
-            "servelab": summarize([errors(r, p) for r, p in items]),
-            "servelab_on_aic_rows": summarize([errors(r, p) for r, p in both]),
-            "aiconfigurator": summarize([errors(r, aic[r.row_id]) for r, _ in both]),
-        }
-    return out
 
 
 def aic_failures(raws: list[dict], aic: dict[str, dict]) -> dict[str, int]:
@@ -290,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--limit", type=int, help="only the first N rows (a quick look)")
     args = ap.parse_args(argv)
-    raws = disagg_rows(args.part)[: args.limit]
+    raws = disagg_rows(args.part, CSV, HELDOUT)[: args.limit]
     echo = lambda s: print(s, file=sys.stderr)  # noqa: E731
     echo(f"{len(raws)} disagg rows ({args.part})")
     priced, skipped = price_rows(raws, echo)

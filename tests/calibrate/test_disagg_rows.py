@@ -1,23 +1,16 @@
-"""accuracy/disagg_rows.py: AIConfigurator's measured disagg rows read, split into development and held-out
-parts, mapped onto servelab's specs (or counted by why not) and priced."""
+"""calibrate.disagg_rows (read by accuracy/disagg_rows.py): AIConfigurator's measured disagg rows read, split
+into development and held-out parts, mapped onto servelab's specs (or counted by why not) and priced."""
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from servelab.calibrate import disagg_rows as rows_mod
 from servelab.specs import Dtype
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("disagg_rows", ROOT / "accuracy" / "disagg_rows.py")
-assert _spec and _spec.loader
-rows_mod = importlib.util.module_from_spec(_spec)
-sys.modules["disagg_rows"] = rows_mod  # its dataclasses look their module up there
-_spec.loader.exec_module(rows_mod)
-
-HEADER = next(csv.reader(open(rows_mod.CSV)))
+CSV = Path(__file__).resolve().parents[2] / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
+HEADER = next(csv.reader(open(CSV)))
 R1 = {
     "backend": "trtllm", "backend_version": "1.0.0", "model_path": "deepseek-ai/DeepSeek-R1",
     "system": "h200_sxm", "precision": "fp8", "mode": "disagg", "isl": "1024", "osl": "1024",
