@@ -76,6 +76,7 @@ def test_throughput_is_littles_law_per_gpu(files):
 
 
 def test_an_fp4_row_of_an_fp8_checkpoint_prices_nvfp4_weights_and_fp8_kv():
+    # calibrate.rows.model_of's rule, which the disagg rows share
     raw = _row("fp4", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
     _, model = rows_mod.to_row(raw)
     assert model.precision.weights == Dtype.nvfp4 and model.precision.kv_cache == Dtype.fp8

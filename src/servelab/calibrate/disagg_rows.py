@@ -5,8 +5,8 @@ split and priced by predict.plan.split, the function behind `servelab estimate -
 Each row names its prefill pool and decode pool (tp / attention-dp / moe-tp / moe-ep and worker count), ISL,
 OSL and the deployment's concurrency (`silicon_concurrency=N`). It is mapped the way calibrate.rows maps
 aggregated rows (embedded model ids, the row's GEMM precision, FP8 KV on TensorRT-LLM FP8 rows, attention x
-MoE layouts), FP4 rows of FP8 checkpoints as NVIDIA's FP4 release (_fp4). Rows it cannot price are counted by
-reason.
+MoE layouts, NVFP4 rows of FP8 checkpoints as NVIDIA's FP4 releases with their FP8 KV cache). Rows it cannot
+price are counted by reason.
 
 Throughput is the deployment's output tokens/s per GPU by Little's law, one formula for a measurement and an
 estimate alike: concurrency x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the rows give only TTFT and TPOT).
@@ -28,11 +28,10 @@ from servelab.calibrate.rows import (
     parallel_of,
     read_rows,
 )
-from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.engines import EngineProfile, engine_profile
 from servelab.predict.plan.split import Split, price_given_split, split_context
-from servelab.specs import Dtype, ModelSpec, load_model, load_system
+from servelab.specs import ModelSpec, load_system
 
 WITHIN = 1.5  # the share of rows whose TTFT is within this factor of the measurement
 
@@ -77,35 +76,12 @@ def _workers(row: dict, side: str) -> int:
     return int(float(text))
 
 
-def _fp4(raw: dict, model: ModelSpec) -> ModelSpec:
-    """An FP4 row (`precision == fp4`, GEMMs nvfp4) of an FP8 checkpoint ran NVIDIA's FP4 release of it
-    (nvidia/DeepSeek-R1-FP4: NVFP4 weights and experts, whose hf_quant_config declares an FP8 KV cache);
-    calibrate.rows.model_of keeps the checkpoint's own FP8, which prices these rows' weights at twice their
-    bytes (their TPOT came out about twice the measured one on the development rows)."""
-    gemm = (raw.get("gemm_quant_mode") or "").strip()
-    if (
-        raw.get("precision") == "fp4"
-        and gemm == "nvfp4"
-        and model.precision.weights
-        in (
-            Dtype.fp8,
-            Dtype.fp8_block,
-        )
-    ):
-        return load_model(raw["model_path"].strip(), weight_dtype="nvfp4")
-    return model
-
-
 def to_row(raw: dict) -> tuple[Row, ModelSpec]:
     """The mapped row and its ModelSpec, or ValueError naming why it cannot be priced."""
     engine = raw["backend"].strip()
     if engine not in ENGINES:
         raise ValueError(f"backend {engine}")
-    model = fp8_kv_if_unmarked(engine, raw, _fp4(raw, model_of(raw)))
-    if engine == Engine.TRTLLM and model.precision.weights == Dtype.nvfp4:
-        model = model.model_copy(  # see _fp4: NVIDIA's FP4 checkpoints declare an FP8 KV cache too
-            update={"precision": model.precision.model_copy(update={"kv_cache": Dtype.fp8})}
-        )
+    model = fp8_kv_if_unmarked(engine, raw, model_of(raw))
     try:
         load_system(raw["system"])
     except ServelabError:
