@@ -22,6 +22,7 @@ from servelab.cli._common import (
     print_json,
     print_table,
 )
+from servelab.cli.estimate_disagg import PoolOptions, estimate_disagg, print_disagg
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
@@ -43,7 +44,7 @@ def estimate(
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences (static) or concurrency (agg)"),
     isl: int = typer.Option(1024, "--isl", help="Input tokens per request"),
     osl: int = typer.Option(1024, "--osl", help="Output tokens per request"),
-    mode: str = typer.Option("static", "--mode", help="static | agg"),
+    mode: str = typer.Option("static", "--mode", help="static | agg | disagg"),
     backend: str = typer.Option(Engine.VLLM.value, "--backend", help="torch | vllm | sglang | trtllm"),
     weight_dtype: str = WeightDtypeOpt,
     kv_dtype: str = KvDtypeOpt,
@@ -57,12 +58,46 @@ def estimate(
         help="agg: simulate a benchmark of this many prompts (every client starts at t=0, all counted) "
         "instead of the steady state",
     ),
+    prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="disagg: GPUs per prefill worker (tp)"),
+    prefill_ep: int | None = typer.Option(
+        None, "--prefill-ep", help="disagg: prefill worker's expert parallel"
+    ),
+    prefill_dp_attn: bool = typer.Option(False, "--prefill-dp-attn", help="disagg: prefill attention DP"),
+    prefill_workers: int | None = typer.Option(None, "--prefill-workers", help="disagg: prefill workers (1)"),
+    decode_tp: int | None = typer.Option(None, "--decode-tp", help="disagg: GPUs per decode worker (tp)"),
+    decode_ep: int | None = typer.Option(None, "--decode-ep", help="disagg: decode worker's expert parallel"),
+    decode_dp_attn: bool = typer.Option(False, "--decode-dp-attn", help="disagg: decode attention DP"),
+    decode_workers: int | None = typer.Option(None, "--decode-workers", help="disagg: decode workers (1)"),
 ) -> None:
-    """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step."""
+    """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step. Disagg
+    mode: a prefill pool and a decode pool (--prefill-* / --decode-*) at concurrency --batch."""
+    prefill = PoolOptions(prefill_tp, prefill_ep, prefill_dp_attn, prefill_workers)
+    decode = PoolOptions(decode_tp, decode_ep, decode_dp_attn, decode_workers)
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
     if num_prompts is not None and mode != "agg":
         raise ServelabError("--num-prompts: only with --mode agg", field="num_prompts")
+    if mode == "disagg":
+        if (tp, ep, dp_attn, pp) != (1, 1, False, 1):
+            raise ServelabError(
+                "--tp / --ep / --dp-attn / --pp: with --mode disagg, each pool has its own "
+                "(--prefill-tp ..., --decode-tp ...)",
+                field="tp",
+            )
+        if show_breakdown:
+            raise ServelabError("--breakdown: only with --mode static or agg", field="breakdown")
+        data = estimate_disagg(
+            model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl
+        )
+        if as_json:
+            print_json("servelab.estimate", data)
+        else:
+            print_disagg(data)
+        return
+    for name, pool in (("prefill", prefill), ("decode", decode)):
+        given = pool.given()
+        if given:
+            raise ServelabError("only with --mode disagg", field=f"{name}_{given}")
     spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
     engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration)
     if mode == "static":
@@ -77,7 +112,7 @@ def estimate(
             spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown, workload=bench
         )
     else:
-        raise ServelabError(f"--mode: expected static or agg, got {mode!r}")
+        raise ServelabError(f"--mode: expected static, agg or disagg, got {mode!r}")
     data = result.model_dump(mode="json", exclude_none=True)
     if as_json:
         print_json("servelab.estimate", data)

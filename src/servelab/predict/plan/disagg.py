@@ -64,6 +64,7 @@ class PrefillPool:
         wl = ctx.workload(per_lane * cfg.lanes, cfg.lanes, osl=1)
         sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
         ctx.sims += 1
+        self.saturated = sim  # the worker saturated (a given split whose prefill pool cannot keep up runs so)
         self.capacity: float = sim.request_tps[0]  # requests/s one worker sustains saturated
 
     def ttft(self, rate: float) -> PrefillTTFT | None:
@@ -95,6 +96,14 @@ class DecodeLoad:
     tpot: Clocks
 
 
+def decode_load(ctx: SearchContext, cfg: EngineConfig, concurrency: int) -> DecodeLoad:
+    """A decode worker simulated closed loop with `concurrency` requests in flight (spread over its lanes)."""
+    wl = ctx.workload(concurrency, cfg.lanes)
+    sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
+    ctx.sims += 1
+    return DecodeLoad(math.ceil(concurrency / cfg.lanes), sim, ctx.sla_clocks(sim, "tpot_ms"))
+
+
 def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
     """A decode worker at lane concurrency 1, 4, 16, ... until TPOT misses its limit or the worker is full."""
     loads, c = [], 1
@@ -103,12 +112,9 @@ def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
             bound = cfg.pricer.decode(c, ctx.req.isl)[0] / 1000.0 / ctx.spec.tokens_per_step
             if bound > ctx.req.tpot_ms:
                 break
-        wl = ctx.workload(c * cfg.lanes, cfg.lanes)
-        sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
-        ctx.sims += 1
-        tpot = ctx.sla_clocks(sim, "tpot_ms")
-        loads.append(DecodeLoad(c, sim, tpot))
-        if (ctx.req.tpot_ms is not None and tpot[0] > ctx.req.tpot_ms) or c >= cfg.cap_lane:
+        load = decode_load(ctx, cfg, c * cfg.lanes)
+        loads.append(load)
+        if (ctx.req.tpot_ms is not None and load.tpot[0] > ctx.req.tpot_ms) or c >= cfg.cap_lane:
             break
         c = min(c * 4, cfg.cap_lane)
     return loads
@@ -145,12 +151,10 @@ def search_disagg(ctx: SearchContext) -> tuple[list[Point], str | None]:
         gp, gd = pcfg.parallel.gpus, dcfg.parallel.gpus
         for x in range(1, n // gp + 1):
             for y in range(1, (n - x * gp) // gd + 1):
-                used = x * gp + y * gd
-                if n - used >= min(gp, gd):  # another worker would fit: a larger split covers this one
+                if n - (x * gp + y * gd) >= min(gp, gd):  # another worker would fit: a larger split does
                     continue
-                transfer, link = kv_transfer_s(ctx, pcfg, dcfg, used)
                 for load in curves[id(dcfg)]:
-                    pt = _combine(ctx, prefill_pools[id(pcfg)], x, dcfg, y, load, transfer, link, used)
+                    pt = price_split(ctx, prefill_pools[id(pcfg)], x, dcfg, y, load)
                     if pt is not None:
                         out.append(pt)
     return out, None
@@ -167,6 +171,17 @@ def _best_prefill(pools: Iterable[PrefillPool], per_size: int = 2) -> set[int]:
         group.sort(key=lambda p: -p.capacity)
         keep.update(id(p.cfg) for p in group[:per_size])
     return keep
+
+
+def price_split(
+    ctx: SearchContext, pool: PrefillPool, x: int, dcfg: EngineConfig, y: int, load: DecodeLoad
+) -> Point | None:
+    """One given split: x prefill workers of `pool` feeding y decode workers of `dcfg`, each decode worker at
+    `load`; None when the prefill pool cannot keep up with the decode pool (the planner drops that point; a
+    given split runs prefill-bound, predict.plan.split)."""
+    used = x * pool.cfg.parallel.gpus + y * dcfg.parallel.gpus
+    transfer, link = kv_transfer_s(ctx, pool.cfg, dcfg, used)
+    return _combine(ctx, pool, x, dcfg, y, load, transfer, link, used)
 
 
 def _combine(

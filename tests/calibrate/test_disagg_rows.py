@@ -1,0 +1,91 @@
+"""calibrate.disagg_rows (read by accuracy/disagg_rows.py): AIConfigurator's measured disagg rows read, split
+into development and held-out parts, mapped onto servelab's specs (or counted by why not) and priced."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from servelab.calibrate import disagg_rows as rows_mod
+from servelab.specs import Dtype
+
+CSV = Path(__file__).resolve().parents[2] / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
+HEADER = next(csv.reader(open(CSV)))
+R1 = {
+    "backend": "trtllm", "backend_version": "1.0.0", "model_path": "deepseek-ai/DeepSeek-R1",
+    "system": "h200_sxm", "precision": "fp8", "mode": "disagg", "isl": "1024", "osl": "1024",
+    "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block",
+    "silicon_ttft_ms": "500", "silicon_tpot_ms": "20",
+    # prefill: 1 worker of attention DP 8 x MoE EP 8; decode: 2 workers of TP 8 x EP 8
+    "prefill_batch_size": "1", "prefill_num_workers": "1", "prefill_tp_size": "1", "prefill_pp_size": "1",
+    "prefill_attention_dp_size": "8", "prefill_moe_tp_size": "1", "prefill_moe_ep_size": "8",
+    "decode_batch_size": "16", "decode_num_workers": "2", "decode_tp_size": "8", "decode_pp_size": "1",
+    "decode_attention_dp_size": "1", "decode_moe_tp_size": "1", "decode_moe_ep_size": "8",
+}  # fmt: skip
+
+
+def _row(row_id: str, concurrency: int = 64, **changes) -> dict:
+    src = f"db-dump; silicon_concurrency={concurrency}"
+    return {key: "" for key in HEADER} | R1 | {"id": row_id, "silicon_data_source": src} | changes
+
+
+@pytest.fixture
+def files(tmp_path):
+    rows = [
+        _row("dev-r1"),
+        _row("held-r1", 128),
+        _row("no-workers", prefill_num_workers="", decode_num_workers=""),
+        _row("kimi", model_path="moonshotai/Kimi-K2.5"),
+        _row("agg-row", mode="agg"),
+    ]
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HEADER)
+        writer.writeheader()
+        writer.writerows(rows)
+    held = tmp_path / "heldout.txt"
+    held.write_text("# held out\nheld-r1\n")
+    return path, held
+
+
+def test_parts_are_disjoint_and_disagg_only(files):
+    path, held = files
+    dev = [r["id"] for r in rows_mod.disagg_rows("dev", path, held)]
+    out = [r["id"] for r in rows_mod.disagg_rows("heldout", path, held)]
+    assert dev == ["dev-r1", "no-workers", "kimi"] and out == ["held-r1"]
+
+
+def test_rows_map_onto_pools_and_unpriceable_ones_are_counted(files):
+    path, held = files
+    priced, skipped = rows_mod.price_rows(rows_mod.disagg_rows("dev", path, held), lambda s: None)
+    assert skipped == {"no prefill_num_workers": 1, "model moonshotai/Kimi-KN is not embedded": 1}
+    ((row, pred),) = priced
+    # attention DP 8 x MoE EP 8 reads as tp8 ep8 with attention data parallel
+    assert row.split.label() == "1x tp8-ep8-dpattn | 2x tp8-ep8" and row.split.gpus == 24
+    assert row.concurrency == 64
+    assert pred["ttft_ms"] > 0 and pred["tpot_ms"] > 0 and pred["bound"] in ("decode", "prefill")
+    errs = rows_mod.errors(row, pred)
+    assert errs["ttft"] == pytest.approx(abs(pred["ttft_ms"] - 500) / 500)
+
+
+def test_throughput_is_littles_law_per_gpu(files):
+    path, held = files
+    row, _ = rows_mod.to_row(rows_mod.disagg_rows("dev", path, held)[0])
+    # 64 clients, each request 500 ms + 1023 x 20 ms; 1024 tokens each over 24 GPUs
+    assert rows_mod.throughput(row, 500.0, 20.0) == pytest.approx(64 * 1024 / 20.96 / 24)
+
+
+def test_an_fp4_row_of_an_fp8_checkpoint_prices_nvfp4_weights_and_fp8_kv():
+    # calibrate.rows.model_of's rule, which the disagg rows share
+    raw = _row("fp4", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+    _, model = rows_mod.to_row(raw)
+    assert model.precision.weights == Dtype.nvfp4 and model.precision.kv_cache == Dtype.fp8
+    _, fp8 = rows_mod.to_row(_row("fp8"))
+    assert fp8.precision.weights == Dtype.fp8_block
+
+
+def test_summary_counts_ttft_within_one_and_a_half_times():
+    errs = [{"ttft": 0.1, "tpot": 0.2, "throughput": 0.3, "ttft_within": 1.0},
+            {"ttft": 0.9, "tpot": 0.4, "throughput": 0.5, "ttft_within": 0.0}]  # fmt: skip
+    s = rows_mod.summarize(errs)
+    assert s["n"] == 2 and s["median_ttft"] == pytest.approx(0.5) and s["ttft_within_1.5x"] == 0.5

@@ -1,0 +1,83 @@
+"""One given disaggregated split (predict.plan.split): the planner's own pricing for a split whose prefill
+pool keeps up, Little's law for one whose prefill pool binds."""
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.predict.engines import engine_profile
+from servelab.predict.plan import PlanRequest, make_plan
+from servelab.predict.plan.split import Split, price_given_split, split_context
+from servelab.specs import Parallel, load_model, load_system
+
+MODEL, SYSTEM, ISL, OSL = "llama-3.1-8b", "h200_sxm", 2048, 256
+
+
+def _price(split: Split, concurrency: int, backend: str = "vllm"):
+    system = load_system(SYSTEM)
+    engine = engine_profile(backend, system.hbm_gib)
+    model = engine.model_as_served(load_model(MODEL))
+    ctx = split_context(model, system, engine, split, ISL, OSL)
+    return ctx, price_given_split(ctx, split, concurrency)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan(
+        PlanRequest(model=MODEL, system=SYSTEM, gpus=4, isl=ISL, osl=OSL, ttft_ms=None, tpot_ms=None,
+                    mode="disagg", top=50)
+    )  # fmt: skip
+
+
+def test_a_planned_split_prices_as_the_planner_priced_it(plan):
+    checked = 0
+    for c in plan.candidates[:4]:
+        d = c.point.disagg
+        split = Split(d.prefill.parallel, d.prefill_workers, c.point.config.parallel, c.replicas)
+        _, got = _price(split, c.concurrency)
+        assert got.bound == "decode"
+        assert got.point.ttft == c.point.ttft and got.point.tpot == c.point.tpot
+        assert got.request_rate == pytest.approx(c.request_rate, rel=1e-12)
+        assert got.prefill_ms == pytest.approx(d.prefill_ttft_ms)
+        assert got.transfer_ms == pytest.approx(d.kv_transfer_ms)
+        # the TTFT is its three parts
+        assert got.prefill_ms + got.transfer_ms + got.first_step_ms == pytest.approx(got.point.ttft[0])
+        checked += 1
+    assert checked >= 2
+
+
+def test_a_prefill_bound_split_runs_at_the_prefill_pools_rate():
+    # one single-GPU prefill worker for three decode workers, long prompts, many clients
+    split = Split(Parallel(tp=1), 1, Parallel(tp=1), 3)
+    ctx, got = _price(split, 384)
+    assert got.bound == "prefill"
+    assert got.request_rate == pytest.approx(got.prefill_capacity)
+    # Little's law: every client spends clients / rate seconds per request, TTFT is that less the decode
+    p = got.point
+    in_system_ms = 384 / got.request_rate * 1000.0
+    assert p.ttft[0] == pytest.approx(in_system_ms - (OSL - 1) * p.tpot[0])
+    assert got.prefill_ms > 10 * got.first_step_ms  # the queue waits at the prefill pool
+    # the decode workers hold only what the prefill pool feeds them, fewer than the clients
+    assert p.concurrency < 384
+    # the same split with few clients keeps up
+    _, light = _price(split, 6)
+    assert light.bound == "decode" and light.point.ttft[0] < p.ttft[0]
+
+
+def test_kv_crosses_the_network_when_the_pools_outgrow_the_node():
+    inside = _price(Split(Parallel(tp=2), 2, Parallel(tp=2), 2), 16)[1]
+    across = _price(Split(Parallel(tp=4), 2, Parallel(tp=4), 2), 16)[1]
+    assert inside.point.disagg.link == "nvlink" and across.point.disagg.link == "network"
+
+
+@pytest.mark.parametrize(
+    ("split", "clients", "field", "says"),
+    [
+        (Split(Parallel(tp=1), 1, Parallel(tp=1), 1), 0, "batch", "at least 1"),
+        (Split(Parallel(tp=1, ep=2), 1, Parallel(tp=1), 1), 4, "prefill_tp", "prefill pool"),
+        (Split(Parallel(tp=1), 1, Parallel(tp=64), 1), 4, "decode_tp", "decode pool"),
+    ],
+)
+def test_a_split_that_cannot_serve_names_its_pool(split, clients, field, says):
+    with pytest.raises(ServelabError) as err:
+        _price(split, clients)
+    assert err.value.field == field and says in err.value.message
