@@ -79,6 +79,7 @@ def test_a_kept_simulation_is_the_simulation_run_afresh(prices, monkeypatch, wl)
     no_simulation(monkeypatch)
     model, parallel, engine, mem, pricer = lane_inputs()
     warm = simulate(model, parallel, engine, mem, wl, pricer)
+    assert len(warm._distributions) == 12  # what the keeping process had made: every metric, every clock
     assert fields_of(warm) == fields_of(afresh)
     assert warm.lane_workload == afresh.lane_workload == wl
 

@@ -137,9 +137,11 @@ def _from_kept(value: tuple | None, parallel: Parallel, wl: Workload, t0: float)
     """The SimResult kept as `value` (KeptSims.add's tuple); None where there is none or it is malformed."""
     if value is None:
         return None
-    output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples = value
+    output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, distributions = value
     lane_stats = stats_of(stats)
     if lane_stats is None or lanes != parallel.attn_dp * parallel.pp or type(samples) is not tuple:
+        return None
+    if type(distributions) is not dict:
         return None
     return SimResult(
         output_tps,
@@ -151,6 +153,7 @@ def _from_kept(value: tuple | None, parallel: Parallel, wl: Workload, t0: float)
         (time.perf_counter() - t0) * 1000.0,
         kv_max_sequences,
         samples,
+        distributions,
     )
 
 

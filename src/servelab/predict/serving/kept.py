@@ -10,8 +10,10 @@ digest of the tables, the source of the packages that compute (the whole of pred
 included) and servelab's version. The first four and the pricer's make a file's name, the rest the entry's
 tag; a result is kept as plain values (floats, ints, lists, tuples and dicts, which marshal writes exactly:
 float bits and order included) and read back into the same SimResult, its run time aside (`wall_ms` is the
-time of the call that read it). A pricer whose PerfDB keeps nothing (the cache is off, or calibrate's stand-in
-for a PerfDB) keeps no simulations either.
+time of the call that read it), with the latency distributions the keeping process made from its samples (a
+plan reads a statistic or two of each simulation: 1,600 distributions of a 72-GPU plan, 0.05 s made
+again). A pricer whose PerfDB keeps nothing (the cache is off, or calibrate's stand-in for a PerfDB) keeps no
+simulations either.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ if TYPE_CHECKING:  # the results are made by servelab.predict.serving.aggregated
     from servelab.predict.serving.aggregated import SimResult
 
 STATS = tuple(f.name for f in fields(LaneStats))
-VALUE_FIELDS = 7  # output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples
+# output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, and the distributions made from
+# the samples by the end of the process that kept it
+VALUE_FIELDS = 8
 
 
 class KeptSims:
@@ -58,6 +62,7 @@ class KeptSims:
             sim.requests,
             sim.kv_max_sequences,
             sim.samples,
+            sim._distributions,  # written at exit: with those the process asked for by then
         )
         self.store.add_part(self.pair, tag, value)
 
