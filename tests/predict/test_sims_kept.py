@@ -73,6 +73,8 @@ def test_a_kept_simulation_is_the_simulation_run_afresh(prices, monkeypatch, wl)
     model, parallel, engine, mem, pricer = lane_inputs()
     cold = simulate(model, parallel, engine, mem, wl, pricer)  # simulated, then kept
     assert fields_of(cold) == fields_of(afresh)
+    shapes = pricer.priced  # what `servelab estimate` reports as shapes_priced
+    assert shapes > 0
     price_cache.save_all()
     assert [p.stem.split("-")[0] for p in prices.rglob("sim-*.prices")] == ["sim"]
 
@@ -80,6 +82,7 @@ def test_a_kept_simulation_is_the_simulation_run_afresh(prices, monkeypatch, wl)
     model, parallel, engine, mem, pricer = lane_inputs()
     warm = simulate(model, parallel, engine, mem, wl, pricer)
     assert len(warm._distributions) == 12  # what the keeping process had made: every metric, every clock
+    assert pricer.priced == shapes  # counted as the simulation counted them, though none was priced now
     assert fields_of(warm) == fields_of(afresh)
     assert warm.lane_workload == afresh.lane_workload == wl
 

@@ -125,24 +125,29 @@ def simulate(
     if kept is None:
         return _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
     tag = kept.tag(wl, prefilled, osl_override, pricer)
-    found = _from_kept(kept.get(tag), parallel, wl, t0)
+    found = _from_kept(kept.get(tag), parallel, wl, pricer, t0)
     if found is not None:
         return found
+    priced = pricer.priced
     sim = _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
-    kept.add(tag, sim)
+    kept.add(tag, sim, pricer.priced - priced)
     return sim
 
 
-def _from_kept(value: tuple | None, parallel: Parallel, wl: Workload, t0: float) -> SimResult | None:
-    """The SimResult kept as `value` (KeptSims.add's tuple); None where there is none or it is malformed."""
+def _from_kept(
+    value: tuple | None, parallel: Parallel, wl: Workload, pricer: StepPricer, t0: float
+) -> SimResult | None:
+    """The SimResult kept as `value` (KeptSims.add's tuple), the shapes its simulation priced counted on
+    `pricer` as the simulation counted them; None where there is none or it is malformed."""
     if value is None:
         return None
-    output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, distributions = value
+    output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, distributions, priced = value
     lane_stats = stats_of(stats)
     if lane_stats is None or lanes != parallel.attn_dp * parallel.pp or type(samples) is not tuple:
         return None
-    if type(distributions) is not dict:
+    if type(distributions) is not dict or type(priced) is not int:
         return None
+    pricer.priced += priced
     return SimResult(
         output_tps,
         request_tps,

@@ -12,7 +12,10 @@ tag; a result is kept as plain values (floats, ints, lists, tuples and dicts, wh
 float bits and order included) and read back into the same SimResult, its run time aside (`wall_ms` is the
 time of the call that read it), with the latency distributions the keeping process made from its samples (a
 plan reads a statistic or two of each simulation: 1,600 distributions of a 72-GPU plan, 0.05 s made
-again). A pricer whose PerfDB keeps nothing (the cache is off, or calibrate's stand-in for a PerfDB) keeps no
+again). A simulation read back adds to its pricer's count of shapes priced what it added when it ran
+(`servelab estimate` reports that count; a pricer shared by several simulations, a plan's, counts each shape
+once when they run, so its count read back can differ from that, and nothing reports it). A pricer whose
+PerfDB keeps nothing (the cache is off, or calibrate's stand-in for a PerfDB) keeps no
 simulations either.
 """
 
@@ -31,9 +34,9 @@ if TYPE_CHECKING:  # the results are made by servelab.predict.serving.aggregated
     from servelab.predict.serving.aggregated import SimResult
 
 STATS = tuple(f.name for f in fields(LaneStats))
-# output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, and the distributions made from
-# the samples by the end of the process that kept it
-VALUE_FIELDS = 8
+# output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, the distributions made from the
+# samples by the end of the process that kept it, and the shapes the simulation priced (StepPricer.priced)
+VALUE_FIELDS = 9
 
 
 class KeptSims:
@@ -52,7 +55,8 @@ class KeptSims:
         found = self.kept.get(tag)
         return found if type(found) is tuple and len(found) == VALUE_FIELDS else None
 
-    def add(self, tag: tuple, sim: SimResult) -> None:
+    def add(self, tag: tuple, sim: SimResult, priced: int) -> None:
+        """Keep `sim`; `priced`: the step shapes its pricer priced for it (servelab estimate reports them)."""
         st = sim.stats
         value = (
             sim.output_tps,
@@ -63,6 +67,7 @@ class KeptSims:
             sim.kv_max_sequences,
             sim.samples,
             sim._distributions,  # written at exit: with those the process asked for by then
+            priced,
         )
         self.store.add_part(self.pair, tag, value)
 
