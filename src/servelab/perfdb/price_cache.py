@@ -9,7 +9,8 @@ packages that compute a price (perfdb, engines, specs: the system and model spec
 predict), servelab's version, and the PerfDB's system spec, backend, release and transfer
 setting. Change any of them and the prices are computed (and kept) anew, never answered from the old store.
 A store is a directory: its op answers in one file, and the parts and steps of each (model spec, parallel
-layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced.
+layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced
+(and the simulations of servelab.predict.serving.kept, in files of their own).
 
 The files are written with marshal (the standard library's format for .pyc files): plain tuples, dicts,
 floats, ints and strs go and come back exactly, float bits and dict order included, 2-3x faster than JSON,
