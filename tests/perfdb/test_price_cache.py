@@ -52,7 +52,7 @@ def test_a_plan_from_kept_prices_is_the_plan_computed_afresh(prices, monkeypatch
     price_cache.save_all()
     (store,) = [p for p in prices.iterdir() if p.is_dir()]  # one PerfDB: one store
     names = {p.stem.split("-")[0] for p in store.glob("*.prices")}
-    assert names == {"ops", "part", "step"}
+    assert names == {"ops", "part", "step", "sim"}
     assert all(marshal.loads(p.read_bytes())["entries"] for p in store.glob("*.prices"))
 
     def fail(*args):

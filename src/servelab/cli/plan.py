@@ -134,8 +134,10 @@ def plan(
         if value < 1:
             raise ServelabError(f"{flag(key)}: must be at least 1, got {value}")
     # The plan's objects (op keys, priced steps, simulated requests: hundreds of thousands of plain data)
-    # live to the end of the process, whose last garbage collection would walk them all (0.1-0.3 s); frozen
-    # at exit, they are freed without that walk.
+    # live to the end of the process. The collector stays off from here (make_plan pauses it and would turn
+    # it back on; the first allocation after that walked them all, 0.1 s of a default plan): this process
+    # only prints the plan and ends. Frozen at exit, they are freed without the last collection's walk.
+    gc.disable()
     atexit.register(gc.freeze)
     try:
         result = make_plan(req)

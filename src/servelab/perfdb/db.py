@@ -167,7 +167,6 @@ class PerfDB:
         # among the inputs the kept answers are keyed by); made on the first key this process had not answered
         self._keeps = self.transfer  # the sources it transfers from answer only what its own file lacks
         self._store: PriceStore | None = None
-        self._store_read = False
 
     def _stack(self, system: SystemSpec, backend: str) -> TableStack | None:
         """The default tables of a backend; an engine's are chosen by its release, torch's are not."""
@@ -202,11 +201,10 @@ class PerfDB:
     def _answer(self, key: OpKey) -> OpLatency:
         """A key this process had not answered: an earlier process's answer, else resolved (and kept)."""
         store = self.store()
-        if store is not None and not self._store_read:
-            self._store_read = True
-            self._cache.update(store.ops())
-            hit = self._cache.get(key)
+        if store is not None:
+            hit = store.op(key)
             if hit is not None:
+                self._cache[key] = hit
                 return hit
         hit = self._cache[key] = self._resolve(key)
         if store is not None:

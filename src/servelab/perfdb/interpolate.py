@@ -7,16 +7,21 @@ carried across brackets. Rows are grouped once by the fields that must match (nu
 Python), and a group's points are built on its first query, so loading a large table costs little.
 """
 
+from __future__ import annotations
+
 import math
 from bisect import bisect_left
 from collections.abc import Callable
 from operator import itemgetter
-from typing import NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, NamedTuple
 
 from servelab.perfdb.families import Space
 from servelab.perfdb.table_files import TableData
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 _SPACES: dict[Space, Callable[[float], float]] = {"log": math.log, "sqrt": math.sqrt, "lin": float}
 MEMO_ENTRIES = 1 << 16  # answers an index keeps (a plan asks for ~20,000 keys); all dropped beyond

@@ -9,7 +9,8 @@ packages that compute a price (perfdb, engines, specs: the system and model spec
 predict), servelab's version, and the PerfDB's system spec, backend, release and transfer
 setting. Change any of them and the prices are computed (and kept) anew, never answered from the old store.
 A store is a directory: its op answers in one file, and the parts and steps of each (model spec, parallel
-layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced.
+layout[, engine profile]) pair, named by their digest, in a file each, read only when that pair is priced
+(and the simulations of servelab.predict.serving.kept, in files of their own).
 
 The files are written with marshal (the standard library's format for .pyc files): plain tuples, dicts,
 floats, ints and strs go and come back exactly, float bits and dict order included, 2-3x faster than JSON,
@@ -98,6 +99,15 @@ class PriceStore:
             if key is not None and type(answer) is tuple and len(answer) == len(OpLatency._fields):
                 out[key] = OpLatency._make(answer)
         return out
+
+    def op(self, key: OpKey) -> OpLatency | None:
+        """The answer an earlier process kept for one key, or None (none kept, or of another layout). Looked
+        up by the key as the file keeps it: a warm plan asks for a few hundred of the thousands kept, which
+        `ops` would all make into keys and answers (0.03-0.05 s)."""
+        answer = self._section(OPS).get(encode_key(key))
+        if type(answer) is tuple and len(answer) == len(OpLatency._fields):
+            return OpLatency._make(answer)
+        return None
 
     def parts(self, pair: str) -> dict[tuple, tuple]:
         """The parts of a pair (servelab.predict.step's parts and steps) kept by earlier processes, by tag."""

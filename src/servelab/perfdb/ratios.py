@@ -19,13 +19,18 @@ import json
 import math
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
 from servelab.perfdb.latency import OpLatency
 from servelab.readable import factor
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 MIN_ROWS = 5
 TABLE_ANSWERS = ("measured", "interpolated", "extrapolated")

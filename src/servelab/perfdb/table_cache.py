@@ -12,6 +12,8 @@ Where: tables/ in servelab's cache directory: $SERVELAB_CACHE_DIR, else $XDG_CAC
 ~/.cache/servelab (as servelab.recipes.capture.cache finds it for launch captures).
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -19,13 +21,17 @@ import tempfile
 import zipfile
 from functools import cache
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from servelab.cachedir import cache_root
 from servelab.perfdb import families, keys, table_files
 from servelab.perfdb.families import BY_NAME
 from servelab.perfdb.table_files import TableData, read_table
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 CACHE_FORMAT = 1  # bump when TableData or the checks read_table makes change
 STATS = ("latency_us", "p10_us", "p90_us", "reps", "campaign")

@@ -11,6 +11,8 @@ count that does not divide, p10 above the median, a duplicate key, ...) rejects 
 naming the file and the field, row or rule.
 """
 
+from __future__ import annotations
+
 import fcntl
 import json
 import math
@@ -20,9 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -37,6 +38,11 @@ from pydantic import (
 from servelab.errors import ServelabError
 from servelab.perfdb.families import BY_NAME, Family
 from servelab.perfdb.keys import ZERO_OK
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 FORMAT_VERSION = 1
 META_KEY = b"servelab"

@@ -205,10 +205,10 @@ def _part_prices(model: ModelSpec, parallel: Parallel, db: PerfDB) -> PartPrice:
     if store is None:
         return lru_cache(maxsize=MEMO_PARTS)(part)
     pair = "part-" + pair_digest(model.model_dump_json(), parallel.model_dump_json())
-    kept = store.parts(pair)
 
     def kept_part(shape: StepShape, which: str) -> KernelSum:
-        found = kept.get((which, shape))  # kept under plain tuples, which these equal
+        # the pair's file read on the first part asked for: a process whose steps were all kept asks for none
+        found = store.parts(pair).get((which, shape))  # kept under plain tuples, which these equal
         if type(found) is tuple and len(found) == len(KernelSum._fields):
             return KernelSum._make(found)
         k = part(shape, which)

@@ -9,8 +9,12 @@ slows. Closed loop (rate inf): no offsets; concurrency slots pace the requests.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 
 def rate_at(

@@ -18,8 +18,8 @@ from servelab.predict.graph import step_ops
 from servelab.predict.memory import GIB, MemoryBreakdown, kv_bytes_per_sequence_per_gpu
 from servelab.predict.provenance import time_shares
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
+from servelab.predict.serving.kept import kept_sims, stats_of
 from servelab.predict.serving.pricing import StepPricer
-from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
 from servelab.predict.step import add_counts, breakdown, priced_step
@@ -116,10 +116,66 @@ def simulate(
     prefilled: bool = False,
     osl_override: int | None = None,
 ) -> SimResult:
-    """Simulate one lane under its share of the load and scale to the replica.
+    """Simulate one lane under its share of the load and scale to the replica; an earlier process's answer
+    to the same question where the pricer's PerfDB keeps one (servelab.predict.serving.kept).
 
     prefilled: requests arrive with their prompt already in the KV cache (a disaggregated decode worker)."""
     t0 = time.perf_counter()
+    kept = kept_sims(model, parallel, engine, mem, pricer)
+    if kept is None:
+        return _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
+    tag = kept.tag(wl, prefilled, osl_override, pricer)
+    found = _from_kept(kept.get(tag), parallel, wl, pricer, t0)
+    if found is not None:
+        return found
+    priced = pricer.priced
+    sim = _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
+    kept.add(tag, sim, pricer.priced - priced)
+    return sim
+
+
+def _from_kept(
+    value: tuple | None, parallel: Parallel, wl: Workload, pricer: StepPricer, t0: float
+) -> SimResult | None:
+    """The SimResult kept as `value` (KeptSims.add's tuple), the shapes its simulation priced counted on
+    `pricer` as the simulation counted them; None where there is none or it is malformed."""
+    if value is None:
+        return None
+    output_tps, request_tps, lanes, stats, requests, kv_max_sequences, samples, distributions, priced = value
+    lane_stats = stats_of(stats)
+    if lane_stats is None or lanes != parallel.attn_dp * parallel.pp or type(samples) is not tuple:
+        return None
+    if type(distributions) is not dict or type(priced) is not int:
+        return None
+    pricer.priced += priced
+    return SimResult(
+        output_tps,
+        request_tps,
+        lanes,
+        wl.per_lane(lanes),
+        lane_stats,
+        requests,
+        (time.perf_counter() - t0) * 1000.0,
+        kv_max_sequences,
+        samples,
+        distributions,
+    )
+
+
+def _simulate(
+    model: ModelSpec,
+    parallel: Parallel,
+    engine: EngineProfile,
+    mem: MemoryBreakdown,
+    wl: Workload,
+    pricer: StepPricer,
+    prefilled: bool,
+    t0: float,
+) -> SimResult:
+    # the simulator imports numpy (0.13 s) for its length draws: imported when a simulation runs, which a
+    # plan whose simulations were all kept (servelab.predict.serving.kept) never does
+    from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run  # noqa: PLC0415
+
     lanes = parallel.attn_dp * parallel.pp
     lw = wl.per_lane(lanes)
     ranks = min(wl.clients, parallel.attn_dp) if wl.closed else None  # fewer clients leave ranks idle
