@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from servelab.cachedir import ENV_DIR
-from servelab.perfdb import keys
+from servelab.perfdb import keys, price_cache
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan import PlanRequest, make_plan
@@ -69,6 +69,11 @@ def best_of(repeats: int, fn) -> float:
 
 
 def simulate_thousand(repeats: int) -> float:
+    with price_cache_off():  # a simulation run, not one read back from servelab.predict.serving.kept
+        return _simulate_thousand(repeats)
+
+
+def _simulate_thousand(repeats: int) -> float:
     system, model, parallel = load_system("h200_sxm"), load_model("qwen3-32b"), Parallel(tp=2)
     engine = engine_profile("vllm")
     mem = prepare(model, system, parallel, engine.max_num_batched_tokens)
@@ -109,8 +114,24 @@ def lookup_us(repeats: int) -> float:
 
 
 def plan_s(repeats: int) -> float:
-    make_plan(PlanRequest())  # warm imports and tables
-    return best_of(repeats, lambda: make_plan(PlanRequest()))
+    """The search itself: nothing read back from the prices and simulations an earlier run kept (those are
+    the fresh-process rows' warm figures)."""
+    with price_cache_off():
+        make_plan(PlanRequest())  # warm imports and tables
+        return best_of(repeats, lambda: make_plan(PlanRequest()))
+
+
+@contextlib.contextmanager
+def price_cache_off():
+    before = os.environ.get(price_cache.ENV_SWITCH)
+    os.environ[price_cache.ENV_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[price_cache.ENV_SWITCH]
+        else:
+            os.environ[price_cache.ENV_SWITCH] = before
 
 
 def servelab_argv() -> list[str]:
