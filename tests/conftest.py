@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from servelab.cachedir import ENV_DIR
+from servelab.perfdb import price_cache
+from servelab.perfdb.db import PerfDB
 from servelab.perfdb.price_cache import ENV_SWITCH as PRICE_CACHE_SWITCH
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -80,6 +82,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
         f"{failed} failed"
     )
+
+
+@pytest.fixture()
+def prices(tmp_path, monkeypatch, request):
+    """The price cache on, in a directory of the test's own (tests/conftest turns it off for every other
+    test); every PerfDB made anew before and after. Its value is the directory the prices are kept in."""
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv(PRICE_CACHE_SWITCH, "1")
+    PerfDB.clear_shared()
+    request.addfinalizer(PerfDB.clear_shared)
+    request.addfinalizer(price_cache._PENDING.clear)  # nothing of the test's written at the session's exit
+    return tmp_path / "cache" / "prices"
 
 
 @pytest.fixture

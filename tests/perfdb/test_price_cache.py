@@ -9,10 +9,7 @@ import os
 import shutil
 import time
 
-import pytest
-
 import servelab.predict.step as step_mod
-from servelab import cachedir
 from servelab.perfdb import price_cache
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.keys import Comm, Gemm, Moe
@@ -22,17 +19,6 @@ from servelab.perfdb.tables import ENV_PATH, data_root
 from servelab.predict.plan import PlanRequest, make_plan
 
 QUESTION = PlanRequest(model="qwen3-32b", system="h100_sxm", gpus=4, mode="agg")
-
-
-@pytest.fixture()
-def prices(tmp_path, monkeypatch, request):
-    """The cache on, in a directory of the test's own; every PerfDB made anew before and after."""
-    monkeypatch.setenv(cachedir.ENV_DIR, str(tmp_path / "cache"))
-    monkeypatch.setenv(price_cache.ENV_SWITCH, "1")
-    PerfDB.clear_shared()
-    request.addfinalizer(PerfDB.clear_shared)
-    request.addfinalizer(price_cache._PENDING.clear)  # nothing of the test's written at the session's exit
-    return tmp_path / "cache" / "prices"
 
 
 def plan_json() -> str:

@@ -27,17 +27,6 @@ SRC = Path(servelab.__file__).resolve().parents[1]
 FIELDS = [f for f in SimResult.__dataclass_fields__ if f not in ("wall_ms", "_distributions")]
 
 
-@pytest.fixture()
-def prices(tmp_path, monkeypatch, request):
-    """The cache on, in a directory of the test's own; every PerfDB made anew before and after."""
-    monkeypatch.setenv(cachedir.ENV_DIR, str(tmp_path / "cache"))
-    monkeypatch.setenv(price_cache.ENV_SWITCH, "1")
-    PerfDB.clear_shared()
-    request.addfinalizer(PerfDB.clear_shared)
-    request.addfinalizer(price_cache._PENDING.clear)  # nothing of the test's written at the session's exit
-    return tmp_path / "cache" / "prices"
-
-
 def no_simulation(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("simulated again")
