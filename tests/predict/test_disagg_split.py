@@ -81,3 +81,25 @@ def test_a_split_that_cannot_serve_names_its_pool(split, clients, field, says):
     with pytest.raises(ServelabError) as err:
         _price(split, clients)
     assert err.value.field == field and says in err.value.message
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm", "vllm"])
+def test_the_decode_workers_part_of_ttft_is_its_take_up_or_a_prompt_step_by_engine(backend):
+    """SGLang's and TensorRT-LLM's decode workers take the prefill worker's first token and join the decode
+    batch: their part of TTFT is the wait for the decode step in progress (half a step on the mean), and no
+    step of theirs carries a prompt token. vLLM's computes the last prompt token again in a prompt step."""
+    split = Split(Parallel(tp=1), 1, Parallel(tp=1), 1)
+    ctx, got = _price(split, 8, backend)
+    assert got.bound == "decode"
+    sim = got.point.sim
+    step_ms = sim.metric("itl_ms")
+    eager_ms = got.point.config.pricer.mixed([(1, ISL)], 0, 0.0)[0] / 1000.0  # a one-token prompt step
+    if backend == "vllm":
+        assert sim.stats.prefill_tokens > 0 and sim.stats.busy_mixed_s > 0
+        assert got.first_step_ms == pytest.approx(sim.metric("ttft_ms"))
+        assert got.first_step_ms >= eager_ms
+    else:
+        assert sim.stats.prefill_tokens == 0 and sim.stats.busy_mixed_s == 0
+        assert sim.metric("ttft_ms") == 0.0  # a closed loop: the arrival joins at a step's end
+        assert got.first_step_ms == pytest.approx(0.5 * step_ms)
+        assert got.first_step_ms < eager_ms

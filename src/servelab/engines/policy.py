@@ -136,6 +136,15 @@ class SchedulingPolicy(BaseModel):
         budget = lane.lim.max_num_batched_tokens - lane.num_decoding * lane.lim.verify_tokens
         return lane.prompt_chunks(budget, admit), True, 0
 
+    # ---- a disaggregated decode worker ---------------------------------------------------------------
+    def joins_arrived_requests(self) -> bool:
+        """Whether a request that reaches a disaggregated decode worker with its prompt's KV cache and the
+        first token the prefill worker sampled joins the decoding batch as it is (its first step there is a
+        decode step, which samples its second token), or has its last prompt token computed again, a
+        one-token prompt chunk whose step samples the first token (False, kept where nothing says
+        otherwise)."""
+        return False
+
     # ---- admission ---------------------------------------------------------------------------------------
     def reserves(self) -> bool:
         """Whether admission keeps KV room for future output at all (asked once per lane; False: the lane

@@ -52,6 +52,12 @@ class SglangPolicy(SchedulingPolicy):
         chunks = lane.prompt_chunks(lane.lim.max_num_batched_tokens)
         return (chunks, False, 0) if chunks else ([], True, 0)
 
+    def joins_arrived_requests(self) -> bool:
+        """disaggregation/decode.py: a transferred request takes the first output id the prefill side put in
+        its metadata buffer, a prebuilt batch that runs no forward pass streams it, and the request is
+        merged into the running decode batch (recalled: the source is too large to fetch here)."""
+        return True
+
     def reserves(self) -> bool:
         return self.init_new_token_ratio > 0
 

@@ -51,6 +51,12 @@ class TrtllmPolicy(SchedulingPolicy):
         budget = lane.lim.max_num_batched_tokens - n * lane.lim.verify_tokens
         return lane.prompt_chunks(budget, not hold), True, hold
 
+    def joins_arrived_requests(self) -> bool:
+        """A generation-only request (trtllm-serve disaggregated, Dynamo's decode workers) carries the context
+        phase's first token in its disaggregated parameters (first_gen_tokens) and goes on from it in the
+        generation batch (recalled from TensorRT-LLM's disaggregated-service documentation, not read here)."""
+        return True
+
     def reserves(self) -> bool:
         return self.reserve > 0
 

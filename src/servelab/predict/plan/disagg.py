@@ -1,8 +1,9 @@
 """Disaggregated serving: x prefill workers and y decode workers, each with its own parallel config.
 
-- Decode pool: a decode worker is simulated closed loop at concurrency c with requests whose prompt KV has
-  arrived (its first step samples the first token); it gives TPOT and the request rate r_d one worker
-  sustains.
+- Decode pool: a decode worker is simulated closed loop at concurrency c with requests whose prompt KV and
+  first token have arrived: on SGLang and TensorRT-LLM each joins the running decode batch, whose next
+  decode step samples its second token (decode_load says why; vLLM computes the last prompt token again);
+  it gives TPOT and the request rate r_d one worker sustains.
 - Rate matching: the deployment's request rate is R = y * r_d, so each prefill worker sees R / x requests/s.
   The prefill worker is simulated open loop (Poisson) at that rate with one output token per request, so
   queueing in the prefill pool shows up in TTFT instead of in a fixed efficiency factor. A rate above what a
@@ -10,8 +11,9 @@
 - KV transfer: the prompt's whole KV cache moves once, over NVLink when both pools sit in one NVLink domain
   (an HGX node, or an NVL72 rack), else over the network; streams run in parallel over min(prefill, decode)
   GPUs.
-- TTFT = prefill TTFT (queue + prefill) + KV transfer + the decode worker's first step (with its own
-  queueing).
+- TTFT = prefill TTFT (queue + prefill, which samples the first token) + KV transfer + the decode worker's
+  part: its wait for a seat and KV room, and for the decode step in progress to end (SGLang, TensorRT-LLM), or
+  the step that computes the last prompt token again (vLLM).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from servelab.predict.serving.workload import Workload
 LINK_EFFICIENCY = 0.73
 TRANSFER_FLOOR_S = 30e-6
 RATE_GRID = 1.08  # prefill rates are snapped to this geometric grid so the prefill simulations are reused
+# The KV cache arrives at a moment unrelated to the decode worker's steps, and the request joins when the step
+# in progress ends: a wait uniform over one decode step, of which each SLA statistic is this share.
+STEP_IN_PROGRESS = {"mean": 0.5, "p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
 def kv_transfer_s(
@@ -94,14 +99,32 @@ class DecodeLoad:
     c_lane: int
     sim: SimResult
     tpot: Clocks
+    first: Clocks  # ms from the KV's arrival to the first token's delivery by the decode worker
 
 
 def decode_load(ctx: SearchContext, cfg: EngineConfig, concurrency: int) -> DecodeLoad:
-    """A decode worker simulated closed loop with `concurrency` requests in flight (spread over its lanes)."""
+    """A decode worker simulated closed loop with `concurrency` requests in flight (spread over its lanes).
+
+    The prefill worker samples the first token and the decode worker delivers it: SGLang's decode side
+    (python/sglang/srt/disaggregation/decode.py) takes a transferred request's first output id from the
+    metadata buffer the prefill side filled, streams it through a prebuilt batch that runs no forward
+    pass, and merges the request into the running decode batch; TensorRT-LLM's generation-only requests
+    (trtllm-serve disaggregated, Dynamo's decode workers) carry the context phase's first token in their
+    disaggregated parameters and go on from it; AIConfigurator prices a disaggregated TTFT as the prefill
+    worker's alone. So the arrived request is no prompt step at the decode worker (an eager step, outside
+    the CUDA graphs, of 190-250 ms for DeepSeek-R1 on TensorRT-LLM and SGLang): it joins the batch between
+    steps, and its first step there is a decode step of that batch, which samples its second token
+    (SchedulingPolicy.joins_arrived_requests). vLLM's decode worker is left as it was: its scheduler is
+    recalled to compute the last prompt token again once the remote KV has arrived (a one-token prompt
+    chunk beside the decodes, whose step samples the first token), which this keeps."""
     wl = ctx.workload(concurrency, cfg.lanes)
     sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
     ctx.sims += 1
-    return DecodeLoad(math.ceil(concurrency / cfg.lanes), sim, ctx.sla_clocks(sim, "tpot_ms"))
+    first = ctx.sla_clocks(sim, "ttft_ms")
+    if ctx.engine.policy.joins_arrived_requests():
+        share = STEP_IN_PROGRESS[ctx.req.sla_stat]
+        first = clocks(lambda k: first[k] + share * sim.metric("itl_ms", "mean", k))
+    return DecodeLoad(math.ceil(concurrency / cfg.lanes), sim, ctx.sla_clocks(sim, "tpot_ms"), first)
 
 
 def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
@@ -202,7 +225,7 @@ def _combine(
     pre = pool.ttft(rate / x)
     if pre is None:
         return None
-    dec_ttft = ctx.sla_clocks(sim, "ttft_ms")
+    dec_ttft = load.first
     ttft = clocks(lambda k: pre.ttft_ms[k] + transfer * 1000.0 + dec_ttft[k])
     out_tps = clocks(lambda k: y * sim.output_tps[k])
     return Point(

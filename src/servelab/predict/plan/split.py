@@ -119,7 +119,7 @@ def price_given_split(ctx: SearchContext, split: Split, concurrency: int) -> Spl
     load = decode_load(ctx, dcfg, per_worker)
     pt = price_split(ctx, pool, x, dcfg, y, load)
     if pt is not None and pt.disagg is not None:
-        first = ctx.sla_clocks(load.sim, "ttft_ms")[0]
+        first = load.first[0]
         d = pt.disagg
         cap = split.prefill_workers * pool.capacity
         return SplitPoint(
@@ -135,7 +135,7 @@ def _prefill_bound(
     rate = x * pool.capacity  # requests/s the saturated prefill pool passes on
     per_worker = max(1, round(clients / y))
     for _ in range(FIXED_POINT_STEPS):
-        in_decode_s = (ctx.sla_clocks(load.sim, "ttft_ms")[0] + (osl - 1) * load.tpot[0]) / 1000.0
+        in_decode_s = (load.first[0] + (osl - 1) * load.tpot[0]) / 1000.0
         held = max(1, min(round(clients / y), math.ceil(rate / y * in_decode_s)))
         if held == per_worker:
             break
@@ -143,7 +143,7 @@ def _prefill_bound(
         load = decode_load(ctx, dcfg, per_worker)
     sim = load.sim
     transfer, link = kv_transfer_s(ctx, pool.cfg, dcfg, split.gpus)
-    first = ctx.sla_clocks(sim, "ttft_ms")
+    first = load.first
     # Little's law over the whole deployment: C clients, R requests/s, C / R seconds per request (per clock:
     # the prefill pool's rate and the decode pool's TPOT under the same step-time band)
     rates = clocks(lambda k: x * pool.saturated.request_tps[k])

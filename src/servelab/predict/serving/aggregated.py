@@ -119,7 +119,9 @@ def simulate(
     """Simulate one lane under its share of the load and scale to the replica; an earlier process's answer
     to the same question where the pricer's PerfDB keeps one (servelab.predict.serving.kept).
 
-    prefilled: requests arrive with their prompt already in the KV cache (a disaggregated decode worker)."""
+    prefilled: requests arrive with their prompt already in the KV cache and their first token sampled (a
+    disaggregated decode worker): where the engine's policy says so they join the decoding batch, whose next
+    step samples their second token; otherwise a one-token prompt chunk samples the first."""
     t0 = time.perf_counter()
     kept = kept_sims(model, parallel, engine, mem, pricer)
     if kept is None:
@@ -189,13 +191,18 @@ def _simulate(
             f"{one_seq / GIB:.2f} GiB of KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free"
         )
     kv_seqs = int(limits.kv_capacity // one_seq) * lanes
-    src_kw = {"prompt": wl.isl, "cached": wl.isl} if prefilled else {}
+    # prefilled: the prompt's KV and its first token arrived and the request joins the decoding batch, or (an
+    # engine that computes the last prompt token again) its step samples the first token
+    joins = prefilled and engine.policy.joins_arrived_requests()
+    src_kw: dict = {}
+    if joins:
+        src_kw = {"prompt": wl.isl, "cached": wl.isl, "arrived": True}
+    elif prefilled:
+        src_kw = {"prompt": wl.isl + 1, "cached": wl.isl}
     runs = []
     for drive in (0,) if wl.closed else (0, 1, 2):
-        lane = Lane(limits, engine.policy, pricer.decode, pricer.mixed)
+        lane = Lane(limits, engine.policy, pricer.decode, pricer.mixed, joins=joins)
         source = ClosedLoop(lw, **src_kw) if wl.closed else OpenLoop(lw, drive=drive, **src_kw)
-        if prefilled:  # the prompt's KV arrived; the decode worker's first step samples the next token
-            source.prompt = wl.isl + 1
         run(lane, source)
         runs.append((lane, source))
     samples, out_tps, req_tps = [], [], []

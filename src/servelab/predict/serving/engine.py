@@ -110,8 +110,14 @@ class Lane:
     """One scheduler over one lane's requests, following `policy`. `price_decode(n, kv)` and
     `price_mixed(chunks, n, kv)` give step times in us per clock (nominal, low, high)."""
 
-    def __init__(self, limits: LaneLimits, policy: SchedulingPolicy, price_decode, price_mixed):
+    def __init__(
+        self, limits: LaneLimits, policy: SchedulingPolicy, price_decode, price_mixed, joins: bool = False
+    ):
+        """joins: requests arrive with their prompt's KV and first token (a disaggregated decode worker,
+        servelab.predict.plan.disagg): they join the decoding batch (`_join`) instead of being admitted as
+        prompts."""
         self.lim = limits
+        self.joins = joins
         self.policy = policy
         self.price_decode, self.price_mixed = price_decode, price_mixed
         self.waiting: deque[Request] = deque()
@@ -212,7 +218,14 @@ class Lane:
             grow = n * lim.tokens_per_step * lim.kv_per_token
             kv_bytes = self.kv_bytes()
         hold = 0
-        if self.prefilling or self.waiting:
+        waiting = self.waiting
+        if self.joins and waiting and self._joinable(waiting[0]):
+            self._join()
+            n = self.num_decoding
+            grow = n * lim.tokens_per_step * lim.kv_per_token
+            kv_bytes = self.kv_bytes()
+        # in a joining lane only a request to recompute (preempted) or without a token to decode is a prompt
+        if self.prefilling or (waiting and not (self.joins and self._joinable(waiting[0]))):
             chunks, decodes, hold = self.policy.form_step(self)
             if chunks:
                 m = n if decodes else 0
@@ -250,6 +263,38 @@ class Lane:
         return Batch(
             steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
         )
+
+    @staticmethod
+    def _joinable(req: Request) -> bool:
+        """A request whose whole prompt is in the KV cache and which has tokens left to decode."""
+        return req.computed == 0 and req.cached >= req.prompt and req.osl > 1
+
+    def _join(self) -> None:
+        """Arrived requests join the decoding batch at this scheduling point, in queue order, while
+        max_num_seqs and the KV cache (their prompt beside the decodes' next tokens) allow. Each came with the
+        first token the prefill worker sampled, delivered now; the batch's next decode step samples its
+        second. (SGLang's decode side, disaggregation/decode.py: a transferred request takes its first
+        output id from the metadata buffer, is streamed by a prebuilt batch that runs no forward, and is
+        merged into the running decode batch.)"""
+        lim, st, waiting = self.lim, self.stats, self.waiting
+        per_token = lim.kv_per_token
+        while waiting and self._joinable(waiting[0]):
+            if len(self.running) >= lim.max_num_seqs:
+                st.blocked_seqs += 1
+                break
+            req = waiting[0]
+            free = (
+                lim.kv_capacity - self.kv_bytes() - (self.num_decoding + 1) * lim.tokens_per_step * per_token
+            )
+            if lim.kv_fixed + req.prompt * per_token > free:
+                st.blocked_kv += 1
+                break
+            waiting.popleft()
+            req.computed = req.prompt
+            self.prefill_tokens += req.computed  # counted as prefilling for the moment _start_decoding takes
+            self.prefilling.append(req)
+            self.running.append(req)
+            self._start_decoding(req, self.clock, [])  # osl > 1: it does not finish here
 
     def _make_room(self) -> None:
         """Preempt the policy's victims until the decodes' next tokens fit the KV cache."""

@@ -152,8 +152,12 @@ class Source:
 
     drive = 0
 
-    def __init__(self, wl: Workload, prompt: int | None = None, cached: int | None = None):
+    def __init__(
+        self, wl: Workload, prompt: int | None = None, cached: int | None = None, arrived: bool = False
+    ):
+        """arrived: every request's whole prompt is in the KV cache (a disaggregated decode worker)."""
         self.wl = wl
+        self.arrived = arrived
         self.prompt = wl.isl if prompt is None else prompt
         self.cached = wl.cached_tokens if cached is None else cached
         self.osl, self.range_ratio = wl.osl, wl.range_ratio  # read for every request
@@ -176,7 +180,9 @@ class Source:
             prompt, osl = self.lengths[idx]
             if prompt < 1:  # an engine request has at least one prompt token
                 prompt = 1
-            if cached > prompt - 1:
+            if self.arrived:
+                cached = prompt
+            elif cached > prompt - 1:
                 cached = prompt - 1
         req = Request(idx, prompt, osl, cached)
         self.requests.append(req)
