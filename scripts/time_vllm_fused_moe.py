@@ -31,11 +31,11 @@ same launches:
 Routing is uniform top-k over all E experts (every token picks top-k distinct global experts at random); rank
 0 computes its local picks. --ep 1 is the old run: no map, the same launches and random draws.
 
-Needs only torch, triton and servelab's source tree on the path for servelab.collect.moe_ep, which imports
-nothing else (run it where the GPU is). vLLM's code is not part of servelab: point --vllm at an unpacked vLLM
-package (the `vllm/` directory of its wheel) at run time.
+Needs only torch and triton, and its sibling modules kernel_timing.py and moe_ep.py (run it where the GPU
+is; nothing of servelab). vLLM's code is not part of servelab: point --vllm at an unpacked vLLM package (the
+`vllm/` directory of its wheel) at run time.
 
-    PYTHONPATH=src python scripts/time_vllm_fused_moe.py --vllm DIR/vllm --label 0.12.0 --out moe_vllm.csv \
+    python scripts/time_vllm_fused_moe.py --vllm DIR/vllm --label 0.12.0 --out moe_vllm.csv \
         [--shapes qwen3-235b] [--tp 1 2 4 8] [--ep 1] [--tokens 1 2 4 ...] [--budget-s 400] [--check] \
         [--warmup-ms 100]
 """
@@ -55,8 +55,7 @@ import torch
 import triton
 import triton.language as tl
 from kernel_timing import bench
-
-from servelab.collect.moe_ep import expert_map, rank_grid
+from moe_ep import expert_map, rank_grid
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0

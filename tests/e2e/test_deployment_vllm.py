@@ -114,12 +114,13 @@ def test_two_cpu_vllms_behind_vllm_router_run_a_benchmark(tmp_path, router_pytho
     assert data["completed"] == PROMPTS and data["failed"] == 0
     assert data["total_output_tokens"] == PROMPTS * OUTPUT_LEN  # --ignore-eos: every request ran to its end
     assert data["output_throughput"] > 0 and 0 < data["median_ttft_ms"] < 60_000
-    # a TPOT statistic of 0 is left out of a result (InferenceX divides 1000 by it): absent means every
-    # request's tokens came in one socket read (the CPU servers, starved on two cores, sent whole answers)
+    # a TPOT statistic of 0 is left out of a result (InferenceX divides 1000 by it): an absent median means
+    # more than half of the requests got their tokens in one socket read (the CPU servers, starved on two
+    # cores, sent whole answers; CI's run of 0570b07 had 10 of 12)
     if "median_tpot_ms" in data:
         assert 0 < data["median_tpot_ms"] < 10_000
     else:
-        assert data["one_read_requests"] == data["completed"]
+        assert 2 * data["one_read_requests"] > data["completed"]
     with Store.open(str(tmp_path / "r.db")) as store:
         [run] = store.list_runs()
         assert run.outcome == "pass" and "vllm.entrypoints.openai.api_server" in run.provenance.server_argv

@@ -4,13 +4,13 @@ MoE (gpt-oss) from its Marlin table."""
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from servelab.collect import moe_ep
 from servelab.engines.vllm.kernels import DEEPGEMM_MOE, MARLIN_MXFP4_MOE
 from servelab.perfdb import keys
 from servelab.perfdb import tables as tables_mod
@@ -404,22 +404,39 @@ def test_vllm_prices_bf16_linears_from_torchs_rows_and_bandwidth_bound_ops_from_
     assert "vllm-cutlass" in block.note
 
 
-def test_the_timing_script_lays_out_tep_ranks_as_vllm_does(capsys):
-    ep = moe_ep
-    # MiniMax-M2.5 (256 experts, 1536 wide) at TP8: EP8 holds 32 whole experts, EP2 128 experts split 4 ways
-    assert ep.rank_shape(256, 1536, 8, 8) == (32, 1536)
-    assert ep.rank_shape(256, 1536, 8, 2) == (128, 384)
-    assert ep.rank_shape(256, 1536, 8, 1) == (256, 192)
-    assert ep.rank_shape(256, 1536, 4, 8) is None  # ep larger than tp: not TEP
-    assert ep.rank_shape(96, 1536, 8, 8) == (12, 1536) and ep.rank_shape(100, 1536, 8, 8) is None
+LAYOUT_PROBE = """
+import json
+import moe_ep as ep
+print(json.dumps({
+    "shapes": [ep.rank_shape(*a) for a in ((256, 1536, 8, 8), (256, 1536, 8, 2), (256, 1536, 8, 1),
+                                            (256, 1536, 4, 8), (96, 1536, 8, 8), (100, 1536, 8, 8))],
+    "map": ep.expert_map(16, 4),
+    "map2": ep.expert_map(16, 4, rank=2),
+    "grid": list(ep.rank_grid({"m": (256, 8, 3072, 1536)}, ["m"], [4, 8], [2, 8])),
+}))
+"""
+
+
+def test_the_timing_script_lays_out_tep_ranks_as_vllm_does():
+    # scripts/moe_ep.py as the timing script finds it: a sibling module on a python path holding scripts/
+    done = subprocess.run(
+        [sys.executable, "-c", LAYOUT_PROBE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        timeout=60,
+        check=True,
+    )
+    *said, answer = done.stdout.strip().splitlines()
+    got = json.loads(answer)
+    # MiniMax-M2.5 (256 experts, 1536 wide) at TP8: EP8 holds 32 whole experts, EP2 128 experts split 4 ways;
+    # ep larger than tp is not TEP; the experts must split evenly
+    assert got["shapes"] == [[32, 1536], [128, 384], [256, 192], None, [12, 1536], None]
     # the linear placement: rank 0 holds the first experts / ep, every other expert maps to -1
-    emap = ep.expert_map(16, 4)
-    assert emap[:4] == [0, 1, 2, 3] and set(emap[4:]) == {-1}
-    assert ep.expert_map(16, 4, rank=2)[8:12] == [0, 1, 2, 3] and ep.expert_map(16, 4, rank=2).count(-1) == 12
-    shapes = {"m": (256, 8, 3072, 1536)}
-    grid = list(ep.rank_grid(shapes, ["m"], [4, 8], [2, 8]))
-    assert grid == [("m", 4, 2, 128, 768), ("m", 8, 2, 128, 384), ("m", 8, 8, 32, 1536)]
-    assert "skipped m tp4 ep8" in capsys.readouterr().out
+    assert got["map"][:4] == [0, 1, 2, 3] and set(got["map"][4:]) == {-1}
+    assert got["map2"][8:12] == [0, 1, 2, 3] and got["map2"].count(-1) == 12
+    assert got["grid"] == [["m", 4, 2, 128, 768], ["m", 8, 2, 128, 384], ["m", 8, 8, 32, 1536]]
+    assert said == ["skipped m tp4 ep8: ep must divide tp, the experts and the width"]
 
 
 def test_shipped_tep_rows_price_minimax_tep8_past_the_roofline_on_h100_and_carried_to_h200(h200):

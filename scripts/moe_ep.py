@@ -1,7 +1,8 @@
 """Expert parallelism as vLLM lays it out on one rank (no torch here, so tests read it without a GPU):
 which experts a rank holds, how wide they are, and the expert map that sends other ranks' experts to -1.
-scripts/time_vllm_fused_moe.py times the ranks it lays out; this module imports only the standard library, so
-the script runs on a GPU machine with servelab's source tree on the path and nothing of servelab installed."""
+Imported by scripts/time_vllm_fused_moe.py as a sibling module (it runs on a GPU machine with nothing of
+servelab installed); tests/perfdb/test_kernel_tables.py imports it the same way, in a python whose path holds
+scripts/."""
 
 from collections.abc import Iterator, Mapping
 
