@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TOKENIZER = Path(os.environ.get("SERVELAB_TINY_LLAMA", "/work/main/.cache/e2e/tiny-llama-850d7242d313"))
+# the tiny Llama that benchmarks/loadgen_vs_vllm.py builds (its tokenizer only), or $SERVELAB_TINY_LLAMA
+TINY = sorted((REPO / ".cache" / "e2e").glob("tiny-llama-*"))
+TOKENIZER = Path(os.environ.get("SERVELAB_TINY_LLAMA") or (TINY[0] if TINY else "tiny-llama-not-built"))
 
 
 def run_mock(port: int, token_ms: float, log_path: str) -> None:
