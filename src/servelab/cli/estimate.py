@@ -85,7 +85,7 @@ def estimate(
                 field="tp",
             )
         if show_breakdown:
-            raise ServelabError("--breakdown: only with --mode static or agg", field="breakdown")
+            raise ServelabError("only with --mode static or agg", field="breakdown")
         data = estimate_disagg(
             model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl
         )
