@@ -55,8 +55,12 @@ class Point:
 
 
 def heldout_ids(folder: Path) -> frozenset[str]:
-    """The upstream ids the split holds out (heldout.txt, one a line, # comments)."""
-    path = folder / "heldout.txt"
+    """The upstream ids the split holds out (the folder's heldout.txt)."""
+    return read_heldout(folder / "heldout.txt")
+
+
+def read_heldout(path: Path) -> frozenset[str]:
+    """The ids of a heldout.txt: one a line, # comments."""
     try:
         lines = path.read_text().splitlines()
     except OSError as e:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.calibrate.closed_loop import read_heldout
 from servelab.calibrate.rows import (
     ENGINES,
     concurrency_of,
@@ -52,15 +53,9 @@ class Row:
     raw: dict
 
 
-def heldout_ids(path: Path) -> set[str]:
-    return {
-        line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
-    }
-
-
 def disagg_rows(part: str, path: Path, heldout: Path) -> list[dict]:
     """The disagg rows of the development part (ids not held out) or the held-out part, as written."""
-    held = heldout_ids(heldout)
+    held = read_heldout(heldout)
     keep = (lambda i: i in held) if part == "heldout" else (lambda i: i not in held)
     return [r for r in read_rows(path) if r.get("mode") == "disagg" and keep(r["id"])]
 
