@@ -20,6 +20,7 @@ from servelab.predict.provenance import time_shares
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.kept import kept_sims, stats_of
 from servelab.predict.serving.pricing import StepPricer
+from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
 from servelab.predict.step import add_counts, breakdown, priced_step
@@ -174,10 +175,6 @@ def _simulate(
     prefilled: bool,
     t0: float,
 ) -> SimResult:
-    # the simulator imports numpy (0.13 s) for its length draws: imported when a simulation runs, which a
-    # plan whose simulations were all kept (servelab.predict.serving.kept) never does
-    from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run  # noqa: PLC0415
-
     lanes = parallel.attn_dp * parallel.pp
     lw = wl.per_lane(lanes)
     ranks = min(wl.clients, parallel.attn_dp) if wl.closed else None  # fewer clients leave ranks idle

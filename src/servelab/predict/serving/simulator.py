@@ -18,13 +18,17 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from servelab.errors import ServelabError
 from servelab.predict.serving.engine import Lane, Request
 from servelab.predict.serving.workload import Workload
 from servelab.traffic.lengths import LengthStream
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why): a plan whose
+    import numpy as np  # simulations were all kept (servelab.predict.serving.kept) draws no lengths
+else:
+    from servelab.lazy_numpy import np
 
 INF = float("inf")
 
