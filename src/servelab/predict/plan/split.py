@@ -119,24 +119,37 @@ def price_given_split(ctx: SearchContext, split: Split, concurrency: int) -> Spl
     load = decode_load(ctx, dcfg, per_worker)
     pt = price_split(ctx, pool, x, dcfg, y, load)
     if pt is not None and pt.disagg is not None:
-        first = load.first[0]
         d = pt.disagg
-        cap = split.prefill_workers * pool.capacity
         return SplitPoint(
-            pt, "decode", concurrency, pt.request_rate, cap, d.prefill_ttft_ms, d.kv_transfer_ms, first
+            pt,
+            "decode",
+            concurrency,
+            pt.request_rate,
+            x * pool.capacity,
+            d.prefill_ttft_ms,
+            d.kv_transfer_ms,
+            load.first[0],
         )
-    return _prefill_bound(ctx, pool, split, dcfg, concurrency, load)
+    return _prefill_bound(ctx, pool, split, dcfg, concurrency, per_worker, load)
 
 
 def _prefill_bound(
-    ctx: SearchContext, pool: PrefillPool, split: Split, dcfg: EngineConfig, clients: int, load: DecodeLoad
+    ctx: SearchContext,
+    pool: PrefillPool,
+    split: Split,
+    dcfg: EngineConfig,
+    clients: int,
+    per_worker: int,
+    load: DecodeLoad,
 ) -> SplitPoint:
+    """`load`: a decode worker holding `per_worker` clients, every client's even share; it holds fewer when
+    the prefill pool binds."""
     x, y, osl = split.prefill_workers, split.decode_workers, ctx.req.osl
     rate = x * pool.capacity  # requests/s the saturated prefill pool passes on
-    per_worker = max(1, round(clients / y))
+    share = per_worker
     for _ in range(FIXED_POINT_STEPS):
         in_decode_s = (load.first[0] + (osl - 1) * load.tpot[0]) / 1000.0
-        held = max(1, min(round(clients / y), math.ceil(rate / y * in_decode_s)))
+        held = max(1, min(share, math.ceil(rate / y * in_decode_s)))
         if held == per_worker:
             break
         per_worker = held
