@@ -158,6 +158,7 @@ class RankShard:
         self.theta = cfg.get("rope_theta", 1e6)
         self.attention_fn, self.ffn_fn = self.attention, self.ffn
         self.pairs = None  # a list while local_pairs counts the pairs each layer routes here
+        self.lean = False  # moe_lean in place of moe (gpu_shard_profile.py --lean)
 
     def route(self, x, L):
         """Top-k of all experts for every token: (weights [T, k] float32, expert ids [T, k])."""
@@ -173,28 +174,43 @@ class RankShard:
         return weights / weights.sum(-1, keepdim=True), ids
 
     def moe(self, x, L):
-        """This rank's experts on the (token, pick) pairs routed to them. Static shapes (a CUDA graph and
-        torch.compile take them): every pair is sorted, the local ones first by expert, the grouped GEMMs run
-        the local rows only, and the other pairs' rows land in a spare row; their share of the output is
-        zero, as in vLLM's fused MoE with an expert map (it zero-fills, then sums the top-k rows)."""
+        """This rank's experts on the (token, pick) pairs routed to them, in static shapes (a CUDA graph and
+        torch.compile take them), as vLLM's fused MoE with an expert map runs them: every pair is sorted, the
+        local ones first by expert; the grouped GEMMs run the local rows only, but the activation and the
+        weighted top-k sum pass over all T x topk rows, the other ranks' pairs masked to zero."""
         d = self.d
         weights, ids = self.route(x, L)
         local = ids - d.first_expert
-        mine = ((local >= 0) & (local < d.experts)).flatten()
-        flat = torch.where(mine, local.flatten(), d.experts)
+        mine = (local >= 0) & (local < d.experts)
+        flat = torch.where(mine, local, d.experts).flatten()
         order = torch.argsort(flat)
         counts = torch.zeros(d.experts + 1, device=x.device, dtype=torch.int64)
         counts = counts.scatter_add_(0, flat, torch.ones_like(flat))[: d.experts]
         if self.pairs is not None:  # the counting pass (eager, untimed)
             self.pairs.append(counts.sum())
         offs = torch.cumsum(counts, 0).to(torch.int32)
-        xs = x[order // d.topk]
-        h13 = torch._grouped_mm(xs, L["w13"], offs=offs)
+        h13 = torch._grouped_mm(x[order // d.topk], L["w13"], offs=offs)
         out = torch._grouped_mm(F.silu(h13[:, : d.inter]) * h13[:, d.inter :], L["w2"], offs=offs)
-        pairs = flat.numel()
-        y = torch.zeros(pairs + 1, self.h, device=x.device, dtype=x.dtype)
-        y[torch.where(mine[order], order, pairs)] = out  # rows past the local ones were never written
-        return (y[:pairs].view(-1, d.topk, self.h) * weights.unsqueeze(-1).to(y.dtype)).sum(1)
+        # back to (token, pick) order; rows past the local ones were never written, and where() drops them
+        y = out[torch.argsort(order)].view(-1, d.topk, self.h)
+        y = torch.where(mine.unsqueeze(-1), y, 0)
+        return (y * weights.unsqueeze(-1).to(y.dtype)).sum(1)
+
+    def moe_lean(self, x, L):
+        """The same experts on the local pairs alone (found with a host sync, so eager prefill only): the
+        gather, GEMMs and weighted sum touch about T rows, not T x topk; a floor for the glue around them."""
+        d = self.d
+        weights, ids = self.route(x, L)
+        local = ids - d.first_expert
+        t, j = torch.nonzero((local >= 0) & (local < d.experts), as_tuple=True)
+        e = local[t, j]
+        order = torch.argsort(e)
+        t, j, e = t[order], j[order], e[order]
+        offs = torch.cumsum(torch.bincount(e, minlength=d.experts), 0).to(torch.int32)
+        h13 = torch._grouped_mm(x[t], L["w13"], offs=offs)
+        out = torch._grouped_mm(F.silu(h13[:, : d.inter]) * h13[:, d.inter :], L["w2"], offs=offs)
+        y = torch.zeros_like(x)
+        return y.index_add_(0, t, out * weights[t, j].unsqueeze(-1).to(out.dtype))
 
     def attention(self, x, L, cos, sin, kc, vc, B, S):
         d = self.d
@@ -218,7 +234,7 @@ class RankShard:
         return a.transpose(1, 2).reshape(B * S, -1) @ L["o"].t()
 
     def ffn(self, x, L):
-        return self.moe(rms_norm(x, L["n2"]), L)
+        return (self.moe_lean if self.lean else self.moe)(rms_norm(x, L["n2"]), L)
 
     def forward(self, tokens, positions, cache=None):
         B, S = tokens.shape
@@ -314,7 +330,7 @@ def check_moe(stack, tokens=512):
     row must give every local pair its expert's output and the other pairs nothing (bf16: about 1e-2)."""
     d, L = stack.d, stack.layers[0]
     x = torch.randn(tokens, d.hidden, device="cuda", dtype=torch.bfloat16)
-    got = stack.moe(x, L).float()
+    got = (stack.moe_lean if stack.lean else stack.moe)(x, L).float()
     weights, ids = stack.route(x, L)
     ref = torch.zeros(tokens, d.hidden, device="cuda")
     for e in range(d.experts):
@@ -323,7 +339,10 @@ def check_moe(stack, tokens=512):
         out = (F.silu(h13[:, : d.inter]) * h13[:, d.inter :]) @ L["w2"][e].float()
         ref.index_add_(0, t, out * weights[t, j].unsqueeze(-1))
     err = ((got - ref).norm() / ref.norm()).item()
-    print(f"MoE check: relative error {err:.2e} over {tokens} tokens", flush=True)
+    print(
+        f"MoE check{' (lean)' if stack.lean else ''}: relative error {err:.2e} over {tokens} tokens",
+        flush=True,
+    )
     if not err < 2e-2:  # NaN fails too
         raise SystemExit(f"the rank's MoE is wrong: relative error {err}")
 
