@@ -20,7 +20,7 @@ from servelab.predict.provenance import time_shares
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.kept import kept_sims, stats_of
 from servelab.predict.serving.pricing import StepPricer
-from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run
+from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run, without_gc
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
 from servelab.predict.step import add_counts, breakdown, priced_step
@@ -126,13 +126,13 @@ def simulate(
     t0 = time.perf_counter()
     kept = kept_sims(model, parallel, engine, mem, pricer)
     if kept is None:
-        return _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
+        return without_gc(_simulate, model, parallel, engine, mem, wl, pricer, prefilled, t0)
     tag = kept.tag(wl, prefilled, osl_override, pricer)
     found = _from_kept(kept.get(tag), parallel, wl, pricer, t0)
     if found is not None:
         return found
     priced = pricer.priced
-    sim = _simulate(model, parallel, engine, mem, wl, pricer, prefilled, t0)
+    sim = without_gc(_simulate, model, parallel, engine, mem, wl, pricer, prefilled, t0)
     kept.add(tag, sim, pricer.priced - priced)
     return sim
 

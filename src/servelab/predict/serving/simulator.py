@@ -21,7 +21,7 @@ import itertools
 from typing import TYPE_CHECKING
 
 from servelab.errors import ServelabError
-from servelab.predict.serving.engine import Lane, Request
+from servelab.predict.serving.engine import FRONTEND_MAX_BUSY, Lane, Request
 from servelab.predict.serving.workload import Workload
 from servelab.traffic.lengths import LengthStream
 
@@ -37,14 +37,19 @@ ARRIVAL, ADMIT, STEP_END, SCHEDULE = 0, 1, 2, 3
 
 
 def run(lane: Lane, source) -> None:
-    """Simulate until the source is done; requests keep their times (Request.arrival, first, finish).
+    """Simulate until the source is done; requests keep their times (Request.arrival, first, finish)."""
+    without_gc(_loop, lane, source)
 
-    The cyclic garbage collector is paused meanwhile: the loop makes tens of thousands of small tuples and no
-    reference cycles, so its passes over them find nothing (they cost a few per cent of a simulation)."""
+
+def without_gc(fn, *args):
+    """fn(*args) with the cyclic garbage collector paused. A simulation makes tens of thousands of small
+    tuples and objects and no reference cycles, so the collector's passes over them find nothing (they cost
+    a few per cent of a simulation); what fn made and dropped is freed by its reference counts before the
+    collector runs again, so no later pass looks at it either."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _loop(lane, source)
+        return fn(*args)
     finally:
         if collecting:
             gc.enable()
@@ -59,6 +64,8 @@ def _loop(lane: Lane, source) -> None:
     schedule, complete = lane.schedule, lane.complete  # looked up once (a test may wrap lane.schedule)
     arrived, finished = source.on_arrival, source.on_finish
     frontend, streams = lane.frontend, lane.streams
+    front_s, front_token_s, front_out_s = lim.frontend_s, lim.frontend_token_s, lim.frontend_out_token_s
+    waiting = lane.waiting
     for t, req in source.start():
         push(queue, (t, 0, next(seq), ARRIVAL, req))
     kind = -1  # the event in hand (-1: none, pop the next)
@@ -129,14 +136,20 @@ def _loop(lane: Lane, source) -> None:
             if new is not None:
                 push(queue, (new[0], 0, next(seq), ARRIVAL, new[1]))
             kind = -1
-            if frontend:
-                rate = lane.decode_rate if lane.num_decoding else 0.0
-                cost = lim.frontend_cost_s(obj.prompt, rate, streams)
-                lane.frontend_free = max(t, lane.frontend_free) + cost
-                push(queue, (lane.frontend_free, 0, next(seq), ADMIT, obj))
+            if frontend:  # LaneLimits.frontend_cost_s inline (the same operations, without a call)
+                cost = front_s + front_token_s * obj.prompt
+                if not streams:
+                    busy = front_out_s * lane.decode_rate if lane.num_decoding else front_out_s * 0.0
+                    if busy > FRONTEND_MAX_BUSY:
+                        busy = FRONTEND_MAX_BUSY
+                    cost = cost / (1.0 - busy)
+                free = lane.frontend_free
+                lane.frontend_free = free = (t if t > free else free) + cost
+                push(queue, (free, 0, next(seq), ADMIT, obj))
                 continue
         kind = -1  # a hand-over (or an arrival without an API server): the scheduler has the request
-        lane.add(obj)
+        lane.arrived += 1  # Lane.add inline
+        waiting.append(obj)
         if not lane.busy:
             push(queue, (t, 2, next(seq), SCHEDULE, None))
 
