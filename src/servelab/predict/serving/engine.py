@@ -20,9 +20,9 @@ or is admitted) is one update however long it is. This is what makes 1,000 reque
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from servelab.engines.policy import SchedulingPolicy
 
@@ -174,7 +174,7 @@ class Lane:
         if self.over_n:
             heap, G = self.over_heap, self.G
             while heap and heap[0][0] <= G:  # these are down to the clip now
-                cross, _, epoch, req = heapq.heappop(heap)
+                cross, _, epoch, req = heappop(heap)
                 if epoch == req.epoch and req.over_clip:
                     self._drop_over(req, cross)
             decoding -= self.over_sum - self.over_n * G
@@ -450,13 +450,20 @@ class Lane:
         heap = self.heap
         reached = self.G + 1e-9
         while heap and heap[0][0] <= reached:
-            target, _, epoch, req = heapq.heappop(heap)
+            target, _, epoch, req = heappop(heap)
             if epoch != req.epoch or req.finish is not None:
                 continue
             self.num_decoding -= 1
             self.sum_ctx0 -= req.ctx0 - req.g0
             self.sum_target -= target  # req.target: it has not moved since it was queued
-            self._finish(req, now, done)
+            # self._finish(req, now, done) inline: a call less for every request
+            req.finish = now
+            self.completed += 1
+            self.running.remove(req)
+            if req.over_clip:  # finished before reserved_tokens looked again
+                self._drop_over(req, req.target - self.clip)
+            self.admission_closed = False
+            done.append(req)
         kv_bytes = (
             len(self.running) * lim.kv_fixed
             + (self.sum_ctx0 + self.num_decoding * self.G + self.prefill_tokens) * lim.kv_per_token
@@ -487,14 +494,14 @@ class Lane:
         self.num_decoding += 1
         self.sum_ctx0 += req.ctx0 - G
         self.sum_target += target
-        heapq.heappush(self.heap, (target, req.idx, req.epoch, req))
+        heappush(self.heap, (target, req.idx, req.epoch, req))
         clip = self.clip
         if clip and target - G > clip:
             cross = target - clip
             req.over_clip = True
             self.over_sum += cross
             self.over_n += 1
-            heapq.heappush(self.over_heap, (cross, req.idx, req.epoch, req))
+            heappush(self.over_heap, (cross, req.idx, req.epoch, req))
 
     def _finish(self, req: Request, now: tuple, done: list) -> None:
         req.finish = now

@@ -108,6 +108,7 @@ class StepPricer:
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
         self._mixed: dict = {}  # (new tokens, snapped past, decodes, kv) -> price of a one-chunk step
+        self._mixed_many: dict = {}  # (new tokens of the largest chunk, the others snapped, ...) -> price
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
 
     def _price(self, prefill: tuple, n: int, kv: int) -> tuple[float, float, float]:
@@ -182,9 +183,15 @@ class StepPricer:
                 hit = self._mixed[key] = self._mixed_price(new, (), key[1], key[2], key[3])
             return hit
         big = max(range(len(chunks)), key=lambda i: chunks[i][0])
-        rest = tuple((snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big)
+        rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big])
         new, past = chunks[big]
-        return self._mixed_price(new, rest, snap(past), snap_coarse(n), snap(kv) if n else 0)
+        # kept by its snapped counts as the one-chunk price is (the interpolation and the sorted grid keys of
+        # its two prices are a third of a simulation's pricing)
+        key = (new, rest, snap(past), snap_coarse(n), snap(kv) if n else 0)
+        hit = self._mixed_many.get(key)
+        if hit is None:
+            hit = self._mixed_many[key] = self._mixed_price(*key)
+        return hit
 
     def _mixed_price(
         self, new: int, rest: tuple, past_q: int, n_q: int, kv_q: int
