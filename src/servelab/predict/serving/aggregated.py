@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from operator import sub, truediv
+from operator import attrgetter, sub, truediv
 
 from servelab.errors import ServelabError
 from servelab.metrics import Distribution, distribution_ms, weighted_distribution_ms
@@ -238,9 +238,10 @@ def request_latencies_s(requests) -> list[dict[str, list[float]]]:
     a call per value (nine thousand of them for a thousand requests, 4 % of the simulation)."""
     if not requests:
         return [{"ttft": [], "tpot": [], "e2el": []} for _ in range(3)]
-    arrivals = zip(*[r.arrival for r in requests], strict=True)  # per clock: every request's time
-    firsts = zip(*[r.first for r in requests], strict=True)
-    finishes = zip(*[r.finish for r in requests], strict=True)
+    # per clock: every request's time (attrgetter: the loops over the requests run in C)
+    arrivals = zip(*map(attrgetter("arrival"), requests), strict=True)
+    firsts = zip(*map(attrgetter("first"), requests), strict=True)
+    finishes = zip(*map(attrgetter("finish"), requests), strict=True)
     tokens = [r.osl - 1 for r in requests]  # tpot's divisor; no TPOT for a single output token
     every = min(tokens) > 0
     out = []

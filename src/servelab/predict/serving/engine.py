@@ -353,10 +353,10 @@ class Lane:
             take = todo if todo <= budget else budget
             if not lim.chunked_prefill and take < todo and (chunks or self.num_decoding):
                 break
-            need = lim.kv_fixed + (req.cached + take) * per_token
-            left = req.osl - req.out
+            need = held = lim.kv_fixed + (req.cached + take) * per_token  # what the chunk holds
             # the whole prompt and all of its output (to the clip) must fit beside the others' reserve
             if ratio:
+                left = req.osl - req.out
                 reserved += (min(left, clip) if clip else left) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
             if need > free:
@@ -370,7 +370,7 @@ class Lane:
             self.running.append(req)
             chunks.append((req, take, req.cached))
             budget -= take
-            free -= lim.kv_fixed + (req.cached + take) * per_token
+            free -= held
         return chunks
 
     def _preempt(self, req: Request) -> None:
