@@ -440,10 +440,10 @@ class Lane:
         if chunks:
             st.busy_mixed_s += d0
             for req, take, _ in chunks:
-                req.computed += take
+                computed = req.computed = req.computed + take
                 self.prefill_tokens += take
                 st.prefill_tokens += take
-                if req.computed >= req.prompt:
+                if computed >= req.prompt:
                     self._start_decoding(req, now, done)
         else:
             st.busy_decode_s += d0
@@ -479,18 +479,21 @@ class Lane:
         return done
 
     def _start_decoding(self, req: Request, now: tuple, done: list) -> None:
+        computed = req.computed
         self.prefilling.remove(req)
-        self.prefill_tokens -= req.computed
+        self.prefill_tokens -= computed
         if req.first is None:
             req.first = now
-        req.out += 1  # the prefill step samples a token
+        out = req.out = req.out + 1  # the prefill step samples a token
         self.emitted += 1
-        if req.out >= req.osl:
+        osl = req.osl
+        if out >= osl:
             self._finish(req, now, done)
             return
         G = self.G
-        req.ctx0, req.g0 = req.computed, G
-        target = G + req.osl - req.out  # req.target
+        req.ctx0 = computed
+        req.g0 = G
+        target = G + osl - out  # req.target
         self.num_decoding += 1
         self.sum_ctx0 += req.ctx0 - G
         self.sum_target += target
