@@ -101,9 +101,8 @@ def _loop(lane: Lane, source) -> None:
             if queue and queue[0][0] <= t:  # something queued comes first
                 push(queue, (t, 2, next(seq), SCHEDULE, None))
                 kind = -1
-            else:
-                kind = SCHEDULE
-            continue
+                continue
+            kind = SCHEDULE  # handled next, below
 
         if kind == SCHEDULE:
             kind = -1
