@@ -185,12 +185,13 @@ class StepPricer:
         big = max(range(len(chunks)), key=lambda i: chunks[i][0])
         rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big])
         new, past = chunks[big]
-        # kept by its snapped counts as the one-chunk price is (the interpolation and the sorted grid keys of
-        # its two prices are a third of a simulation's pricing)
-        key = (new, rest, snap(past), snap_coarse(n), snap(kv) if n else 0)
-        hit = self._mixed_many.get(key)
+        # kept by its snapped counts, as the one-chunk price is (the interpolation, the sorted grid keys and
+        # the two lookups ran again for every such step)
+        past_q, n_q, kv_q = snap(past), snap_coarse(n), snap(kv) if n else 0
+        many = (new, rest, past_q, n_q, kv_q)
+        hit = self._mixed_many.get(many)
         if hit is None:
-            hit = self._mixed_many[key] = self._mixed_price(*key)
+            hit = self._mixed_many[many] = self._mixed_price(new, rest, past_q, n_q, kv_q)
         return hit
 
     def _mixed_price(
