@@ -130,7 +130,8 @@ def _loop(lane: Lane, source) -> None:
             d = t - c[drive]
             # all clocks at instant t of the drive clock: each keeps its offset from the drive clock at the
             # last step boundary (inside a step, or across an idle gap that every clock crosses alike)
-            obj.arrival = (c[0] + d, c[1] + d, c[2] + d)
+            # (at a step boundary d is 0 and the clocks are the lane's: x + 0.0 is x for x >= 0)
+            obj.arrival = c if d == 0.0 else (c[0] + d, c[1] + d, c[2] + d)
             new = arrived(obj, lane)  # the next request the source sends
             if new is not None:
                 push(queue, (new[0], 0, next(seq), ARRIVAL, new[1]))
