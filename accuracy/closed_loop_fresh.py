@@ -10,7 +10,8 @@ as its client ran it (calibrate.closed_loop_fresh) and priced as servelab prices
 Output per part: median |pred / meas - 1| of TTFT and TPOT together and each, the share of TTFTs within 1.5x,
 and the share of measurements inside the band each estimate states; by deployment group; then every point.
 `--settings-only` prices the part's replays and says which it refuses, reading and printing no measurement
-and no prediction.
+and no prediction. `--what-if-max-num-seqs N` (development part only) is a probe that writes nothing: the
+replays whose run left the engine's sequence limit at its default run with N instead.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -134,10 +136,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="price the part's settings and list refusals; no measurement is read, no prediction printed",
     )
+    ap.add_argument(
+        "--what-if-max-num-seqs",
+        type=int,
+        help="probe (development part only): this sequence limit where the run left the engine's default",
+    )
     args = ap.parse_args(argv)
     t0 = time.time()
     heldout = args.part == "heldout"
+    if heldout and args.what_if_max_num_seqs:
+        ap.error("--what-if-max-num-seqs: a probe of the development part only")
     replays = [r for r in read_replays(args.data, CONFIGS) if r.heldout == heldout]
+    if args.what_if_max_num_seqs:
+        replays = [
+            r
+            if r.settings.max_num_seqs
+            else replace(r, settings=replace(r.settings, max_num_seqs=args.what_if_max_num_seqs))
+            for r in replays
+        ]
     priced, refused = price_part(replays, args.calibration)
     if args.settings_only:
         print(f"{args.part}: {len(replays)} replays, {len(priced)} priceable, {len(refused)} refused")
