@@ -8,7 +8,8 @@ as its client ran it (calibrate.closed_loop_fresh) and priced as servelab prices
     python accuracy/closed_loop_fresh.py --part heldout --settings-only      # priceable? reads no result
 
 Output per part: median |pred / meas - 1| of TTFT and TPOT together and each, the share of TTFTs within 1.5x,
-and the share of measurements inside the band each estimate states; by deployment group; then every point.
+the share of measurements inside the band each estimate states, and the p99 TTFT's median |error| where the
+estimate has a p99 (the aggregated twin); by deployment group; then every point.
 `--settings-only` prices the part's replays and says which it refuses, reading and printing no measurement
 and no prediction. `--what-if-max-num-seqs N` (development part only) is a probe that writes nothing: the
 replays whose run left the engine's sequence limit at its default run with N instead.
@@ -65,11 +66,14 @@ def summary(rows: list[dict]) -> str:
     for name in ("ttft", "tpot"):
         hits = [r[f"{name}_in_band"] for r in rows if r[f"{name}_in_band"] is not None]
         cover.append(f"{np.mean(hits):4.0%} of {len(hits)}" if hits else "no band")
+    # the TTFT distribution's tail where the estimate states one (the aggregated twin's p99)
+    tail = [abs(r["ttft_p99_ratio"] - 1) for r in rows if r["ttft_p99_ratio"] is not None]
+    p99 = f"{np.median(tail):6.1%} of {len(tail)}" if tail else "not estimated"
     return (
         f"{len(rows):3d} points: both {np.median(both):6.1%}  TTFT {np.median(np.abs(t - 1)):6.1%}  "
         f"TPOT {np.median(np.abs(d - 1)):6.1%}  TTFT within {WITHIN}x {within:4.0%}  "
         f"pred/meas TTFT {np.median(t):5.2f} TPOT {np.median(d):5.2f}  "
-        f"in band: TTFT {cover[0]}, TPOT {cover[1]}"
+        f"in band: TTFT {cover[0]}, TPOT {cover[1]}  p99 TTFT {p99}"
     )
 
 
@@ -89,6 +93,7 @@ def compare(replays: list[FreshReplay], priced: dict[str, dict], measured: dict)
                 "predicted": {k: v for k, v in p.items() if k != "estimate"},
                 "ttft_ratio": p["ttft_ms"] / m.ttft_ms,
                 "tpot_ratio": p["tpot_ms"] / m.tpot_ms,
+                "ttft_p99_ratio": p["ttft_p99_ms"] / m.ttft_p99_ms if p["ttft_p99_ms"] else None,
                 "ttft_in_band": inside(m.ttft_ms, p["ttft_band"]),
                 "tpot_in_band": inside(m.tpot_ms, p["tpot_band"]),
             }
