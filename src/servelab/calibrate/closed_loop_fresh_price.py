@@ -14,17 +14,28 @@ from servelab.predict.engines import EngineProfile, engine_profile
 from servelab.predict.plan.search import point_sources
 from servelab.predict.plan.split import price_given_split, split_context
 from servelab.predict.serving import Workload, estimate_aggregated
-from servelab.specs import check_precision, load_system
+from servelab.specs import SystemSpec, check_precision, load_system
 
 # the estimate's percentile key for each statistic a replay is compared at
 STAT_KEY = {"median": "p50", "mean": "mean"}
 
 
-def engine_for(replay: FreshReplay, hbm_gib: float, calibration: Path | None) -> EngineProfile:
-    """The engine profile under the calibration, with the flags the run's launch scripts set."""
-    base = engine_profile(replay.engine.value, hbm_gib, calibration=calibration)
+def engine_for(replay: FreshReplay, system: SystemSpec, calibration: Path | None) -> EngineProfile:
+    """The engine profile under the calibration, on the run's GPU and engine release, with the flags the
+    run's launch scripts set."""
+    gpu, version = system.gpu_name, replay.version or None
+    base = engine_profile(
+        replay.engine.value, system.hbm_gib, calibration=calibration, gpu_name=gpu, engine_version=version
+    )
     overrides = replay.settings.engine_overrides(base.max_num_batched_tokens)
-    return engine_profile(replay.engine.value, hbm_gib, calibration=calibration, **overrides)
+    return engine_profile(
+        replay.engine.value,
+        system.hbm_gib,
+        calibration=calibration,
+        gpu_name=gpu,
+        engine_version=version,
+        **overrides,
+    )
 
 
 def band(data: dict, metric: str, stat: str) -> tuple[float, float] | None:
@@ -49,7 +60,7 @@ def price_agg(replay: FreshReplay, calibration: Path | None) -> dict:
     if replay.parallel is None:
         raise ServelabError(f"{replay.row_id}: an aggregated replay without its layout", field="tp")
     system = load_system(replay.system)
-    engine = engine_for(replay, system.hbm_gib, calibration)
+    engine = engine_for(replay, system, calibration)
     check_precision(engine.model_as_served(replay.model), system)
     workload = Workload(
         isl=replay.isl,
@@ -79,7 +90,7 @@ def price_disagg(replay: FreshReplay, calibration: Path | None) -> dict:
     if replay.split is None:
         raise ServelabError(f"{replay.row_id}: a disaggregated replay without its pools", field="prefill_tp")
     system = load_system(replay.system)
-    engine = engine_for(replay, system.hbm_gib, calibration)
+    engine = engine_for(replay, system, calibration)
     model = engine.model_as_served(replay.model)
     check_precision(model, system)
     ctx = split_context(model, system, engine, replay.split, replay.isl, replay.osl)

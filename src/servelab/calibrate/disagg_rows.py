@@ -123,7 +123,7 @@ def price_rows(
             system = load_system(row.system)
             key = (row.engine, row.system)
             if key not in profiles:
-                profiles[key] = engine_profile(row.engine, system.hbm_gib)
+                profiles[key] = engine_profile(row.engine, system.hbm_gib, gpu_name=system.gpu_name)
             engine = profiles[key]
             served = engine.model_as_served(model)
             if row.isl + row.osl > served.max_context:

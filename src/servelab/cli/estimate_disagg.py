@@ -77,7 +77,7 @@ def estimate_disagg(
             field="isl",
         )
     sys_spec = load_system(system)
-    engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration)
+    engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration, gpu_name=sys_spec.gpu_name)
     spec = engine.model_as_served(spec)
     check_precision(spec, sys_spec)
     ctx = split_context(spec, sys_spec, engine, split, isl, osl)

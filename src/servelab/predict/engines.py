@@ -53,6 +53,7 @@ from servelab.engines import MODELLED, Engine
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
+from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError, closest
 from servelab.specs import MlaFp8KvLayout, ModelSpec
 from servelab.userfiles import check_regular
@@ -246,11 +247,21 @@ def _profiles(calibration: Path) -> dict:
 
 
 def engine_profile(
-    name: str, gpu_gib: float | None = None, calibration: Path | str | None = None, **overrides
+    name: str,
+    gpu_gib: float | None = None,
+    calibration: Path | str | None = None,
+    *,
+    gpu_name: str = "",
+    engine_version: str | None = None,
+    **overrides,
 ) -> EngineProfile:
-    """The engine's profile under a calibration file (None: the shipped one), with `overrides` applied;
-    gpu_gib (memory per GPU) picks its default token budget where that depends on the GPU (SGLang's
-    chunked_prefill_size), unless max_num_batched_tokens is given."""
+    """The engine's profile under a calibration file (None: the shipped one), with `overrides` applied.
+
+    gpu_gib (memory per GPU) picks the default token budget where that depends on the GPU, unless
+    max_num_batched_tokens is given: SGLang's chunked_prefill_size, and vLLM's max_num_batched_tokens and
+    max_num_seqs, which its release `engine_version` (None: not known, the newest rule) derives from the
+    memory and the GPU's name `gpu_name` (servelab.engines.vllm.batch); the profile's source says which rule
+    applied. Without gpu_gib the documented defaults stand."""
     path = Path(calibration).resolve() if calibration is not None else shipped_calibration()
     profiles = _profiles(path)
     if name not in profiles:
@@ -268,4 +279,25 @@ def engine_profile(
             if below is None or gpu_gib < below:
                 overrides["max_num_batched_tokens"] = tokens
                 break
+    if gpu_gib is not None and name == Engine.VLLM:
+        overrides.update(_vllm_batch(profile, gpu_gib, gpu_name, engine_version, overrides))
     return profile.model_copy(update=overrides) if overrides else profile
+
+
+def _vllm_batch(
+    profile: EngineProfile, gpu_gib: float, gpu_name: str, version: str | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """vLLM's batch defaults for the GPU and release where the launch set none, with the profile's source
+    saying which rule gave them (nothing where both are set). A default max_num_seqs is at most the token
+    budget, as vLLM caps it."""
+    if "max_num_batched_tokens" in given and "max_num_seqs" in given:
+        return {}
+    rule = vllm_batch_defaults(gpu_gib, gpu_name, version)
+    tokens = given.get("max_num_batched_tokens", rule.max_num_batched_tokens)
+    update: dict[str, Any] = {"max_num_batched_tokens": tokens}
+    if "max_num_seqs" not in given:
+        update["max_num_seqs"] = min(rule.max_num_seqs, tokens)
+    kept = [k for k in ("max_num_batched_tokens", "max_num_seqs") if k in given]
+    note = f" ({' and '.join(kept)} as given)" if kept else ""
+    update["source"] = f"{given.get('source', profile.source)}; batch defaults: {rule.why}{note}"
+    return update

@@ -155,6 +155,7 @@ def simulate_benchmark(
         settings.engine,
         system.hbm_gib,
         calibration=calibration,
+        gpu_name=system.gpu_name,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         chunked_prefill=settings.chunked_prefill,

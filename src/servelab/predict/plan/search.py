@@ -12,6 +12,7 @@ import gc
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
@@ -65,7 +66,10 @@ def _make_plan(req: PlanRequest) -> Plan:
             )
         )
     system = load_system(req.system)
-    engine = engine_profile(req.backend, system.hbm_gib, calibration=req.calibration, **req.engine)
+    settings: dict[str, Any] = dict(req.engine)  # the engine flags given (not the GPU's keywords)
+    engine = engine_profile(
+        req.backend, system.hbm_gib, calibration=req.calibration, gpu_name=system.gpu_name, **settings
+    )
     model = engine.model_as_served(model)
     check_precision(model, system)
     ctx = SearchContext(
