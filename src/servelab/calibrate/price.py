@@ -16,11 +16,12 @@ from typing import cast
 from servelab.calibrate.params import FIT_START, KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
 from servelab.calibrate.pool import SERIAL, Jobs, try_price_rows
 from servelab.calibrate.rows import ENGINES, Case
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
-from servelab.predict.engines import EngineProfile, documented_profiles
+from servelab.predict.engines import EngineProfile, documented_profiles, vllm_batch
 from servelab.predict.serving import AggregatedEstimate, Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 from servelab.specs import Dtype, ModelSpec, SystemSpec
@@ -160,7 +161,11 @@ class Pricer:
             model = with_kv_dtype(model, case.settings.kv_cache_dtype)
             if case.settings.client_range_ratio is not None:
                 (isl, osl), spread = lengths_up_to(case.isl, case.osl, case.settings.client_range_ratio)
-        engine = base_profiles()[case.engine].model_copy(update=update)
+        base = base_profiles()[case.engine]
+        if case.engine == Engine.VLLM:  # its batch defaults by the GPU and release, where the recipe set none
+            gpu = self.system
+            update.update(vllm_batch(base, gpu.hbm_gib, gpu.gpu_name, case.version or None, update))
+        engine = base.model_copy(update=update)
         return model, isl, osl, spread, engine, memory_share
 
     def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:

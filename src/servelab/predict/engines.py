@@ -12,6 +12,9 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   its CUDA-graph batch by GPU memory and tp (256 below tp 4 and 512 from tp 4 on an H100 or H200).
 - `budget_by_gpu_gib`: a token budget that defaults by GPU memory (SGLang `server_args.py`:
   chunked_prefill_size 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), 16384 above (B200)).
+  vLLM's max_num_batched_tokens and max_num_seqs follow its release's rule by GPU memory and name instead
+  (servelab.engines.vllm.batch: 8192 tokens and 1024 sequences on an H100 or H200, 16384 and 1024 from 160
+  GiB in 0.28.0 on, 2048 and 256 on an A100 or a smaller GPU).
 - `api_request_us`, `api_prompt_token_us`: the API server's own serial work before a request reaches the
   scheduler (HTTP, validation, tokenizing the prompt), shared by every lane of a replica;
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
@@ -280,11 +283,11 @@ def engine_profile(
                 overrides["max_num_batched_tokens"] = tokens
                 break
     if gpu_gib is not None and name == Engine.VLLM:
-        overrides.update(_vllm_batch(profile, gpu_gib, gpu_name, engine_version, overrides))
+        overrides.update(vllm_batch(profile, gpu_gib, gpu_name, engine_version, overrides))
     return profile.model_copy(update=overrides) if overrides else profile
 
 
-def _vllm_batch(
+def vllm_batch(
     profile: EngineProfile, gpu_gib: float, gpu_name: str, version: str | None, given: dict[str, Any]
 ) -> dict[str, Any]:
     """vLLM's batch defaults for the GPU and release where the launch set none, with the profile's source
