@@ -16,6 +16,7 @@ class Dtype(StrEnum):
     fp4 = "fp4"  # DeepSeek-V4 native FP4 experts (e2m1, one e8m0 scale per 32 values)
     mxfp4 = "mxfp4"  # OCP microscaling FP4 (one e8m0 scale per 32 values), gpt-oss experts
     nvfp4 = "nvfp4"  # NVIDIA FP4 (one fp8 scale per 16 values)
+    fp32 = "fp32"  # IEEE single precision: a GEMM in it runs on the CUDA cores (no tensor cores)
 
     @property
     def bytes(self) -> float:
@@ -24,7 +25,10 @@ class Dtype(StrEnum):
 
     @property
     def compute(self) -> str:
-        """The tensor-core rate a GEMM with these weights runs at: 'bf16', 'fp8' or 'fp4'."""
+        """The rate a GEMM with these weights runs at: the tensor cores' 'bf16', 'fp8' or 'fp4', or 'fp32'
+        (the CUDA cores' single-precision rate)."""
+        if self == Dtype.fp32:
+            return "fp32"
         if self in (Dtype.bf16, Dtype.fp16):
             return "bf16"
         if self in (Dtype.fp8, Dtype.fp8_block):
@@ -44,6 +48,7 @@ _BYTES = {
     Dtype.fp4: 0.5 + 1 / 32,
     Dtype.mxfp4: 0.5 + 1 / 32,
     Dtype.nvfp4: 0.5 + 1 / 16,
+    Dtype.fp32: 4.0,
 }
 
 

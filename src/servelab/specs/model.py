@@ -11,7 +11,7 @@ from functools import cached_property
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
 
 from servelab.specs.attention import Attention, LayerAttention, MlaAttention, MlaFp8KvLayout
-from servelab.specs.dtypes import Precision
+from servelab.specs.dtypes import Dtype, Precision
 
 
 class MoE(BaseModel):
@@ -24,6 +24,9 @@ class MoE(BaseModel):
     intermediate_size: PositiveInt  # width of one expert
     layers: tuple[bool, ...]  # per decoder layer: routes to experts
     num_hash_layers: NonNegativeInt = 0  # the first layers route by token hash (no router GEMM)
+    # the format the router GEMM runs in: the checkpoint's bf16, unless the engine serving the model keeps the
+    # gate in float32 (EngineProfile.model_as_served sets it from the engine's rule)
+    router_dtype: Dtype = Dtype.bf16
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> "MoE":
@@ -234,6 +237,13 @@ class ModelSpec(BaseModel):
         if layout is None or not isinstance(att, MlaAttention) or att.fp8_kv_layout == layout:
             return self
         return self.model_copy(update={"attention": att.model_copy(update={"fp8_kv_layout": layout})})
+
+    def with_router_dtype(self, dtype: Dtype) -> "ModelSpec":
+        """This model with its router GEMM run in `dtype` (a model without experts: unchanged)."""
+        moe = self.moe
+        if moe is None or moe.router_dtype == dtype:
+            return self
+        return self.model_copy(update={"moe": moe.model_copy(update={"router_dtype": dtype})})
 
     def kv_bytes_per_sequence(self, seq_len: int, kv_heads_local: int | None = None) -> float:
         """KV bytes of one sequence over all layers, plus the per-sequence state some layers keep."""
