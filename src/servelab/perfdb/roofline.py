@@ -76,6 +76,13 @@ PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in MODELLED)  # every priced e
 MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 
+def fp32_peak_tflops(system: SystemSpec) -> float:
+    """The single-precision rate on the CUDA cores (no tensor cores), TFLOPS: the spec's `fp32` figure where
+    it has one, else its SMs x FP32_LANES_PER_SM x 2 flops x SM_CLOCK_HZ (the NVIDIA datasheets' rule: 67 on
+    an H100 or H200, 75 on a B200; an AMD CU's 128 lanes run at other clocks, so there it is approximate)."""
+    return system.peak_tflops.get("fp32") or system.sm_count * FP32_LANES_PER_SM * 2 * SM_CLOCK_HZ / 1e12
+
+
 def dsv4_kernel_heads(heads: int) -> int:
     """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
     return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
@@ -143,7 +150,10 @@ class Roofline:
         self._answers: dict[OpKey, OpLatency] = {}
 
     def _flops_rate(self, compute: str, kind: str = "gemm") -> float:
-        peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
+        if compute == Dtype.fp32.compute:
+            peak = fp32_peak_tflops(self.system)
+        else:
+            peak = self.system.peak_tflops.get(compute) or self.system.peak_tflops["bf16"]
         eff = self.eff.gemm_compute.get(compute, 0.6) if kind == "gemm" else self.eff.attention_compute
         return peak * 1e12 * eff
 
@@ -157,19 +167,26 @@ class Roofline:
                 self._answers.clear()
             us = self.terms.get(key.op)(key)
             low, high = self.band
-            hit = OpLatency(us, us * low, us * high, "roofline", f"roofline on {self.system.name}")
+            note = f"roofline on {self.system.name}"
+            if key.op == OpName.gemm and _compute_class(getattr(key, "dtype", "")) == Dtype.fp32.compute:
+                peak = fp32_peak_tflops(self.system)
+                note += f", float32 on the CUDA cores at {peak:.0f} TFLOPS (no tensor cores)"
+            hit = OpLatency(us, us * low, us * high, "roofline", note)
             self._answers[key] = hit
         return hit
 
     # ---- per op kind -------------------------------------------------------------------------------------
     def _gemm(self, k: Gemm) -> float:
         wb = _dtype_bytes(k.dtype)
-        act = 1.0 if _compute_class(k.dtype) == "fp8" else 2.0
+        compute = _compute_class(k.dtype)
+        # a float32 GEMM reads its input cast to float32 and writes float32 (vLLM's float32 router gates)
+        act = 1.0 if compute == "fp8" else wb if compute == Dtype.fp32.compute else 2.0
+        out = wb if compute == Dtype.fp32.compute else 2.0
         flops = 2.0 * k.m * k.n * k.k
         # tile quantization: Hopper GEMMs run in 128-wide tiles, a partial tile costs a whole one
         tiles = math.ceil(k.m / 128) * 128 * math.ceil(k.n / 128) * 128
         tile_eff = max(k.m * k.n / tiles, 1 / 16) if self.tile_quantized else 1.0
-        bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * 2
+        bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * out
         return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff)
 
     def _attention_prefill(self, k: AttentionPrefill) -> float:
