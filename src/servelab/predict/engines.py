@@ -52,7 +52,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from servelab.engines import MODELLED, Engine
+from servelab.engines import MODELLED, Engine, router_dtype
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
@@ -123,8 +123,13 @@ class EngineProfile(BaseModel):
         return super().model_copy(update=update, deep=deep)
 
     def model_as_served(self, model: ModelSpec) -> ModelSpec:
-        """The model with its KV cache laid out as this engine lays it out (every KV count reads this)."""
-        return model.with_mla_fp8_kv_layout(self.mla_fp8_kv_layout)
+        """The model with its KV cache laid out as this engine lays it out (every KV count reads this), and
+        its router GEMM in the format the engine runs it in (servelab.engines.router_dtype; the kernels-only
+        torch backend keeps the model's)."""
+        served = model.with_mla_fp8_kv_layout(self.mla_fp8_kv_layout)
+        if self.name in MODELLED:
+            served = served.with_router_dtype(router_dtype(Engine(self.name), model.architecture))
+        return served
 
     @property
     def kv_rule(self) -> dict[str, bool]:

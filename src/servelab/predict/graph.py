@@ -409,7 +409,8 @@ def _moe_ops(model: ModelSpec, moe: MoE, parallel: Parallel, t: _Tokens, hashed:
     ops: list[Op] = []
     topk = moe.experts_per_token
     if not hashed:
-        ops.append(Op("router", Gemm(T, moe.num_experts, h, "bf16"), 1))
+        # bf16, or float32 where the engine keeps the gate so (EngineProfile.model_as_served)
+        ops.append(Op("router", Gemm(T, moe.num_experts, h, moe.router_dtype.value), 1))
     # top-k softmax and block alignment, then the gather of tokens into expert order and the weighted combine
     ops.append(Op("moe_route", Memory(T * moe.num_experts * 4 + T * topk * 16, kernels=2), 1))
     ops.append(Op("moe_permute", Memory(T * topk * h * 4, kernels=1), 1))
