@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpu_shard_shapes import shard_dims
 
+from servelab.engines import Engine, router_dtype
 from servelab.perfdb.db import PerfDB
 from servelab.predict.engines import engine_profile
 from servelab.predict.graph import OpCategory, StepShape, op_category, step_ops
@@ -38,14 +39,16 @@ def config_of(row: dict) -> dict:
 
 
 def model_with_layers(cfg: dict, name: str, layers: int):
-    """The model at `layers` layers, in bf16 as the GPU scripts run it (no checkpoint quantization)."""
+    """The model at `layers` layers, in bf16 as the GPU scripts run it (no checkpoint quantization), with its
+    router in the format vLLM runs it in, as the scripts build it (float32 for MiniMax-M2)."""
     cfg = dict(cfg, num_hidden_layers=layers)
     cfg.pop("layer_types", None)
     cfg.pop("quantization_config", None)
     path = Path(tempfile.mkdtemp()) / name
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))
-    return load_model(str(path))
+    model = load_model(str(path))
+    return model.with_router_dtype(router_dtype(Engine.VLLM, model.architecture))
 
 
 def system_of(results: dict) -> str:
@@ -109,6 +112,7 @@ def compare(results: dict, system: str = "h200_sxm", use_tables: bool = True) ->
                 error_pct=100 * (pred_ms / row["ms"] - 1),
                 sources=pred.sources,
                 top_ops={k: round(v / 1000, 3) for k, v in list(breakdown(ops, db).items())[:3]},
+                router_ms=breakdown(ops, db).get("router", 0.0) / 1000,
             )
         )
         if shard and row["phase"] == "prefill":
@@ -138,13 +142,15 @@ def main():
     system = args.system or system_of(results)
     rows = compare(results, system, use_tables=not args.roofline_only)
     print(f"{results['provenance']['gpu']}, priced with {system} tables")
-    print("| model | case | measured ms | predicted ms (band) | error | op sources | top ops (ms) |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| model | case | measured ms | predicted ms (band) | error | op sources | top ops (ms) | router ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['model']} | {r['case']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} "
             f"({r['low_ms']:.3f}-{r['high_ms']:.3f}) | {r['error_pct']:+.1f} % | {r['sources']} "
-            f"| {r['top_ops']} |"
+            f"| {r['top_ops']} | {r['router_ms']:.3f} |"
         )
     errs = [abs(r["error_pct"]) for r in rows]
     inside = sum(r["low_ms"] <= r["measured_ms"] <= r["high_ms"] for r in rows)
