@@ -1,7 +1,8 @@
 """The fresh closed-loop points read as replays (calibrate.closed_loop_fresh) and priced
 (calibrate.closed_loop_fresh_price): every row parses into a replay without its measurement, one row of each
 deployment group replays with its client's lengths, its pools and its KV-cache dtype, the measurements are
-read one part at a time, and a development point is priced end to end. No held-out measurement is read here."""
+read one part at a time, and a development point is priced end to end. No held-out measurement is
+read here."""
 
 import csv
 import shutil
