@@ -8,6 +8,7 @@ one-shot / two-shot kernels, PEER_BARRIER_US); for torch, as NCCL's ring, which 
 
 import math
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from servelab.engines import MODELLED
@@ -88,6 +89,7 @@ def dsv4_kernel_heads(heads: int) -> int:
     return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
 
 
+@cache  # a handful of dtype names, asked for every key priced: the enum lookup once per name
 def _dtype_bytes(name: str) -> float:
     try:
         return Dtype(name).bytes
@@ -95,6 +97,7 @@ def _dtype_bytes(name: str) -> float:
         return 2.0
 
 
+@cache
 def _compute_class(name: str) -> str:
     try:
         return Dtype(name).compute
@@ -145,6 +148,7 @@ class Roofline:
             OpName.elementwise: self._elementwise,
         }
         self.terms: Registry[Callable[[Any], float]] = Registry("op", terms)
+        self._terms = terms  # read first: the registry is asked only for an op it cannot find (its error)
         # answers by key: the perf tables ask for the same key's roofline many times (notes, fallbacks,
         # transfer ratios, interpolation references); so set any attribute before the first query
         self._answers: dict[OpKey, OpLatency] = {}
@@ -165,7 +169,8 @@ class Roofline:
         if hit is None:
             if len(self._answers) >= MEMO_ENTRIES:
                 self._answers.clear()
-            us = self.terms.get(key.op)(key)
+            term = self._terms.get(key.op)
+            us = (term if term is not None else self.terms.get(key.op))(key)
             low, high = self.band
             note = f"roofline on {self.system.name}"
             if key.op == OpName.gemm and _compute_class(getattr(key, "dtype", "")) == Dtype.fp32.compute:
