@@ -121,10 +121,15 @@ class _Tokens(NamedTuple):
 def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     """The tokens one attention rank works on in this step (sequences spread evenly over attn_dp ranks)."""
     dp = parallel.attn_dp
-    groups: dict[tuple[int, int], int] = {}
-    for chunk in shape.prefill:
-        groups[chunk] = groups.get(chunk, 0) + 1
-    prefill = tuple((ceil(c / dp), n, p) for (n, p), c in sorted(groups.items()))
+    chunks = shape.prefill
+    prefill: tuple[tuple[int, int, int], ...]
+    if len(chunks) < 2:  # most steps: no chunk, or one (a chunk alone is one per rank: ceil(1 / dp) = 1)
+        prefill = ((1, *chunks[0]),) if chunks else ()
+    else:
+        groups: dict[tuple[int, int], int] = {}
+        for chunk in chunks:
+            groups[chunk] = groups.get(chunk, 0) + 1
+        prefill = tuple((ceil(c / dp), n, p) for (n, p), c in sorted(groups.items()))
     decode = ceil(shape.decode_batch / dp) if shape.decode_batch else 0
     decode_tokens = decode * (1 + shape.spec_tokens)
     total = sum(c * n for c, n, _ in prefill) + decode_tokens
