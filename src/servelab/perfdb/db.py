@@ -55,6 +55,15 @@ class Tables(Protocol):
     def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None: ...
 
 
+def _lookup(tables: Tables, key: OpKey, borrow: bool, roofline: bool) -> OpLatency | None:
+    """tables.lookup(key, borrow); with `roofline` off, None for a roofline answer, which the default tables
+    (TableStack, TableSet) then do not make (tables a caller names are asked as before)."""
+    if isinstance(tables, (TableStack, TableSet)):
+        return tables.lookup(key, borrow=borrow, roofline=roofline)
+    found = tables.lookup(key, borrow=borrow)
+    return None if not roofline and found is not None and found.source == "roofline" else found
+
+
 class BoundedCache(Generic[K, V]):
     """A least-recently-used map of at most `maxsize` entries."""
 
@@ -87,11 +96,13 @@ class TableStack:
         self.sets = sets
         self.root = root  # the search-path root they came from, which also holds the fits made from them
 
-    def lookup(self, key: OpKey, borrow: bool = True) -> OpLatency | None:
+    def lookup(self, key: OpKey, borrow: bool = True, roofline: bool = True) -> OpLatency | None:
+        """roofline: off, None rather than a roofline answer (TableSet.lookup's)."""
         fallback = None
         for may_borrow in (False, True) if borrow else (False,):
             for tables in self.sets:
-                found = tables.lookup(key, borrow=may_borrow)
+                # a roofline answer is kept only while none is (the first one found is the answer's)
+                found = tables.lookup(key, borrow=may_borrow, roofline=roofline and fallback is None)
                 if found is None:
                     continue
                 if found.source != "roofline":
@@ -224,7 +235,8 @@ class PerfDB:
         fallback = None
         # a shape a table holds first, best evidence first; another shape's utilisation only after that
         for borrow in (False, True):
-            found = self.own_answer(key, cc, borrow)
+            # a roofline answer is kept only while none is (the first one found is the fallback)
+            found = self.own_answer(key, cc, borrow, roofline=fallback is None)
             if found is not None and found.source != "roofline":
                 return found
             fallback = fallback or found
@@ -245,21 +257,24 @@ class PerfDB:
                     return found
         return fallback if fallback is not None else self.roofline.latency(key)
 
-    def own_answer(self, key: OpKey, compute_capability: int, borrow: bool = True) -> OpLatency | None:
+    def own_answer(
+        self, key: OpKey, compute_capability: int, borrow: bool = True, roofline: bool = True
+    ) -> OpLatency | None:
         """This system's answer from the kernel tables (which never lend another shape) and its own tables
         of this backend (steps 1-2) for a GPU of `compute_capability` (the kernel an engine runs may depend on
-        it), or a roofline answer whose note says why no table held the key, or None."""
+        it), or a roofline answer whose note says why no table held the key (None instead with `roofline`
+        off), or None."""
         for stack, choice in self._kernels_by_op.get(key.op, ()):
             if choice.runs(key, self.version, compute_capability):
-                found = stack.lookup(key, borrow=False)
+                found = stack.lookup(key, borrow=False, roofline=False)
                 if found is not None and found.source in TABLE_SOURCES:
                     return found
-        return self.tables.lookup(key, borrow=borrow) if self.tables is not None else None
+        return _lookup(self.tables, key, borrow, roofline) if self.tables is not None else None
 
     def table_answer(self, key: OpKey, compute_capability: int, with_ratios: bool = True) -> OpLatency | None:
         """This system's best answer from tables (steps 1, 2 and 4), or None."""
         for borrow in (False, True):
-            found = self.own_answer(key, compute_capability, borrow)
+            found = self.own_answer(key, compute_capability, borrow, roofline=False)
             if found is not None and found.source != "roofline":
                 return found
             found = self._torch_scaled(key, compute_capability, borrow) if with_ratios else None
@@ -282,7 +297,7 @@ class PerfDB:
             self.backend,
         )
         fit = self.ratios.find(kernel, fam.name)
-        torch = self.torch_tables.lookup(key, borrow=borrow) if fit is not None else None
+        torch = self.torch_tables.lookup(key, borrow=borrow, roofline=False) if fit is not None else None
         if fit is None or torch is None or torch.source not in TABLE_SOURCES:
             return None
         return scaled(torch, fam.name, fit, kernel)

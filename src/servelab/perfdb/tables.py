@@ -20,6 +20,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from servelab.errors import ServelabError
 from servelab.perfdb.families import BY_NAME, BY_OP
@@ -73,7 +74,8 @@ class TableSet:
         self.files: dict[str, Path] = {}
         self.skipped: dict[str, str] = {}  # family -> why its file was skipped
         self._indexes: dict[str, Index | None] = {}
-        self._answers: dict[tuple, OpLatency | None] = {}  # (key, borrow) -> lookup's answer
+        # (key, borrow) -> lookup's answer (a roofline answer: _NoRow until a caller takes it)
+        self._answers: dict[tuple, Any] = {}
         if not self.dir.is_dir():
             raise ServelabError(f"{self.dir}: no such table directory")
         for path in sorted(self.dir.glob("*.parquet")):
@@ -114,38 +116,40 @@ class TableSet:
         return idx
 
     # ---- queries -----------------------------------------------------------------------------------------
-    def lookup(self, key, borrow: bool = True) -> OpLatency | None:
+    def lookup(self, key, borrow: bool = True, roofline: bool = True) -> OpLatency | None:
         """The table's answer for key; the roofline, with a note saying why, where the family's table has no
         row of the key's exact group (and, with `borrow` off, where only another shape's rows could answer);
         None where this set has no table of the key's family. Memoized: a PerfDB asks a set for the same key
-        several times (with and without borrowing, for itself and for systems it transfers to)."""
+        several times (with and without borrowing, for itself and for systems it transfers to). With
+        `roofline` off, None in place of a roofline answer not yet made: a caller that takes table answers
+        only (another system's tables carried over, the torch tables scaled) does not pay for the roofline
+        and its note."""
         memo = (key, borrow)
-        if memo in self._answers:
-            return self._answers[memo]
-        if len(self._answers) >= MEMO_ENTRIES:
-            self._answers.clear()
-        found = self._answers[memo] = self._lookup(key, borrow)
+        found = self._answers.get(memo, _UNASKED)
+        if found is _UNASKED:
+            if len(self._answers) >= MEMO_ENTRIES:
+                self._answers.clear()
+            found = self._answers[memo] = self._lookup(key, borrow)
+        if type(found) is _NoRow:
+            if not roofline:
+                return None
+            found = self._answers[memo] = self._roofline(key, found.reason(self, key))
         return found
 
-    def _lookup(self, key, borrow: bool) -> OpLatency | None:
+    def _lookup(self, key, borrow: bool) -> "OpLatency | _NoRow | None":
         fam = BY_OP.get(key.op)
         if fam is None:
             return None
         idx = self.index(fam.name)
         if idx is None:
             if fam.name in self.skipped:
-                return self._roofline(key, self.skipped[fam.name])
+                return _NoRow(_skipped_why, fam)
             return None
         ans = idx.answer(key)
         if ans is not None and ans.borrowed_from is not None and not borrow:
-            return self._roofline(key, f"{fam.name} rows of {self.label} hold other shapes only")
+            return _NoRow(_other_shapes_why, fam)
         if ans is None:
-            hard = [f for f in fam.group if f not in fam.soft]
-            return self._roofline(
-                key,
-                f"no {fam.name} rows in {self.label} for "
-                + ", ".join(f"{f}={getattr(key, f)}" for f in hard),
-            )
+            return _NoRow(_no_rows_why, fam)
         where = f"{self.label} {fam.name} table"
         acc = idx.data.meta.get("accuracy") or {}
         if ans.kind == "measured":
@@ -222,6 +226,33 @@ class TableSet:
             }
         out["skipped"] = dict(self.skipped)
         return out
+
+
+_UNASKED = object()  # a key not yet asked of a table set (None is an answer: no table of its family)
+
+
+class _NoRow(NamedTuple):
+    """No row of the set answers the key: the roofline does, with a note saying why, made only when a caller
+    takes a roofline answer (lookup's `roofline`)."""
+
+    why: Callable[[Any, Any, Any], str]  # (table set, key, family) -> the note's reason
+    family: Any
+
+    def reason(self, tables: "TableSet", key) -> str:
+        return self.why(tables, key, self.family)
+
+
+def _skipped_why(tables: "TableSet", key, fam) -> str:
+    return tables.skipped[fam.name]
+
+
+def _other_shapes_why(tables: "TableSet", key, fam) -> str:
+    return f"{fam.name} rows of {tables.label} hold other shapes only"
+
+
+def _no_rows_why(tables: "TableSet", key, fam) -> str:
+    hard = [f for f in fam.group if f not in fam.soft]
+    return f"no {fam.name} rows in {tables.label} for " + ", ".join(f"{f}={getattr(key, f)}" for f in hard)
 
 
 def _modelled_from(idx, row: int) -> str:
