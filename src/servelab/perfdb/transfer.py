@@ -84,15 +84,7 @@ def transferred(
 ) -> OpLatency:
     """`answer` (from `source`'s tables) carried to a system whose roofline prices the key target_roof_us."""
     ratio = target_roof_us / source_roof_us if source_roof_us > 0 else 1.0
-    if fit is not None:
-        eff, lo, hi = fit.efficiency, fit.lo, fit.hi
-        how = f"efficiency {factor(eff)} fitted on {fit.rows} keys measured on both, leave-one-out band"
-    else:
-        eff, (lo, hi) = 1.0, DEFAULT_BAND
-        how = (
-            "no keys measured on both systems: efficiency 1, assumed band "
-            f"{100 * lo:+.0f} %/{100 * hi:+.0f} %"
-        )
+    eff, lo, hi, how = _carried_by(fit)
     scale = ratio * eff
     note = (
         f"transferred from {source} ({answer.source}, x{factor(ratio)} roofline ratio; {how}); {answer.note}"
@@ -104,3 +96,16 @@ def transferred(
         "transferred",
         note,
     )
+
+
+@cache
+def _carried_by(fit: TransferFit | None) -> tuple[float, float, float, str]:
+    """(efficiency, lo, hi, how the note says it) of a fit, or of none: the same for every key a fit
+    carries, so worded once (a cold plan carries thousands of keys)."""
+    if fit is not None:
+        eff = factor(fit.efficiency)
+        how = f"efficiency {eff} fitted on {fit.rows} keys measured on both, leave-one-out band"
+        return fit.efficiency, fit.lo, fit.hi, how
+    lo, hi = DEFAULT_BAND
+    how = f"no keys measured on both systems: efficiency 1, assumed band {100 * lo:+.0f} %/{100 * hi:+.0f} %"
+    return 1.0, lo, hi, how
