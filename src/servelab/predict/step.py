@@ -267,13 +267,13 @@ def _price_step(
         )
     else:  # token ops see only the tokens a rank has
         tokens = _token_part(part, model, parallel, rank.total, 0, kv, 0, shape.ranks)
-    tokens = tokens + part(StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)
-    total = tokens
+    parts = [part(StepShape((), max(rank.sampled, 1) * parallel.attn_dp, 1), HEAD)]
     if shape.prefill:
-        total = total + part(StepShape(shape.prefill), PREFILL_ATTN)
+        parts.append(part(StepShape(shape.prefill), PREFILL_ATTN))
     if shape.decode_batch:
         decode = StepShape((), shape.decode_batch, shape.decode_kv_len, shape.spec_tokens)
-        total = total + part(decode, DECODE_ATTN)
+        parts.append(part(decode, DECODE_ATTN))
+    total = _summed(tokens, parts)
     num_seqs = ceil(
         (len(shape.prefill) + shape.decode_batch) / min(shape.ranks or parallel.attn_dp, parallel.attn_dp)
     )
@@ -282,6 +282,18 @@ def _price_step(
     decode_only = not shape.prefill and decode_tokens > 0
     moe_routes = model.num_moe_layers * model.moe.experts_per_token if model.moe else 0
     return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+
+
+def _summed(first: KernelSum, rest: list[KernelSum]) -> KernelSum:
+    """first + rest[0] + rest[1] + ..., added in that order as KernelSum's + adds them (the same sums, bit
+    for bit), into one pair of new dicts rather than a copy of both for each +."""
+    us, low, high, kernels, sources, source_us = first
+    sources, source_us = dict(sources), dict(source_us)
+    for k in rest:
+        us, low, high, kernels = us + k.us, low + k.low_us, high + k.high_us, kernels + k.kernels
+        _add_into(sources, k.sources, 1)
+        _add_into(source_us, k.source_us, 1)
+    return KernelSum(us, low, high, kernels, sources, source_us)
 
 
 GRID_EXACT = 16  # token counts up to here are priced exactly
