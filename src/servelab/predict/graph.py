@@ -125,6 +125,8 @@ def per_rank(shape: StepShape, parallel: Parallel) -> _Tokens:
     prefill: tuple[tuple[int, int, int], ...]
     if len(chunks) < 2:  # most steps: no chunk, or one (a chunk alone is one per rank: ceil(1 / dp) = 1)
         prefill = ((1, *chunks[0]),) if chunks else ()
+    elif chunks.count(chunks[0]) == len(chunks):  # one chunk on each attention-DP rank: one group
+        prefill = ((ceil(len(chunks) / dp), *chunks[0]),)
     else:
         groups: dict[tuple[int, int], int] = {}
         for chunk in chunks:
@@ -228,7 +230,12 @@ def _layer_ops(
             ops.append(Op("ffn_allreduce", Comm(T * h * 2, parallel.tp, OpName.allreduce), 1))
     if count == 1 and type(count) is int:  # op.count * 1 is op.count, of its own type
         return ops
-    return [Op(name, key, c * count) for name, key, c in ops]
+    # the Ops made by tuple's own constructor, as Op(...) makes them without its Python-level __new__ (a
+    # cold plan scales hundreds of thousands)
+    return [_new_tuple(Op, (name, key, c * count)) for name, key, c in ops]
+
+
+_new_tuple = tuple.__new__
 
 
 def _prefill_attention(name: str, t: _Tokens, make: Callable[[int, int], OpKey]) -> list[Op]:
