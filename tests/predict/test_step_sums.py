@@ -4,6 +4,7 @@ of dicts, kernel_sum reading a PerfDB's answer cache directly (a stand-in for a 
 query())."""
 
 import itertools
+import weakref
 from math import ceil
 
 import pytest
@@ -73,3 +74,25 @@ def test_kernel_sum_asks_a_stand_in_through_query():
     assert half.us == pytest.approx(full.us / 2)
     assert full.us == pytest.approx(sum(db.query(op.key).us * op.count for op in ops))
     assert full.sources == half.sources
+
+
+@pytest.mark.parametrize("proxied", [False, True])
+def test_kernel_sum_reads_a_perfdbs_answers_without_asking_again(proxied):
+    """Answers already in a PerfDB's cache are read, not asked for again through query(), also through the
+    weak proxy the step prices hold their PerfDB by; a key not answered yet is asked for once."""
+    db = PerfDB(load_system("h200_sxm"))
+    known, new = Gemm(100, 4096, 4096), Memory(1 << 20)
+    db.query(known)
+    asked: list = []
+    resolve = db.query
+
+    def counted(key):
+        asked.append(key)
+        return resolve(key)
+
+    db.query = counted  # type: ignore[method-assign]
+    held = weakref.proxy(db) if proxied else db
+    ops = [Op("a", known, 2), Op("b", new, 1), Op("a", known, -1)]
+    k = kernel_sum(ops, held)  # type: ignore[arg-type]
+    assert asked == [new]
+    assert k.us == sum(resolve(op.key).us * op.count for op in ops)

@@ -76,8 +76,9 @@ def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
     source_us: dict = {}
     query = db.query
     # a PerfDB's answers read from its cache here, not through query() (a call per op, 180,000 a plan); a
-    # stand-in for a PerfDB (calibrate's ScaledDB) is asked through query() alone
-    answered = (db._cache if type(db) is PerfDB else _NO_ANSWERS).get
+    # stand-in for a PerfDB (calibrate's ScaledDB) is asked through query() alone. __class__, not type(): the
+    # step prices hold their PerfDB through a weak proxy, which answers its referent's class
+    answered = (db._cache if db.__class__ is PerfDB else _NO_ANSWERS).get
     for _, key, c in ops:
         hit = answered(key)
         us, low_us, high_us, source, _ = hit if hit is not None else query(key)
