@@ -3,11 +3,13 @@ each model at tp 1, 2, 4, 8 with and without ep / dp_attn where valid, over a gr
 grid.
 
 Models run at the precision the system can serve: a checkpoint whose FP4 experts the GPU cannot run is planned
-with its FP8 conversion (check_precision's advice), other FP4 experts with bf16. By default a campaign plans
-every embedded model and every embedded checkpoint that sets its own precision (Qwen/Qwen3-235B-A22B-FP8 runs
-its GEMMs and experts in FP8 blocks, so it asks for other keys than the bf16 model of the same architecture).
-FP8 GEMMs also get a dense grid of M up to 512: cuBLAS switches tile shapes there, so latency steps (up to
-1.8x) between the TOKENS points, and interpolating across a step missed by up to 75 % on the H200.
+with its FP8 conversion (check_precision's advice), a checkpoint of another model with that model's own
+precision where the GPU runs it (NVIDIA's NVFP4 DeepSeek-R1: DeepSeek-R1's FP8), else with bf16 experts. By
+default a campaign plans every embedded model and every embedded checkpoint that sets its own precision
+(Qwen/Qwen3-235B-A22B-FP8 runs its GEMMs and experts in FP8 blocks, so it asks for other keys than the bf16
+model of the same architecture). FP8 GEMMs also get a dense grid of M up to 512: cuBLAS switches tile shapes
+there, so latency steps (up to 1.8x) between the TOKENS points, and interpolating across a step missed by up
+to 75 % on the H200.
 """
 
 from servelab.collect.ops import BENCH, OP_GROUPS
@@ -80,12 +82,17 @@ def planning_model(name: str, system):
     model = load_model(name)
     try:
         check_precision(model, system)
+        return model
     except ServelabError:
-        model = load_model(
-            FP8_CONVERSIONS.get(model.name, name),
-            expert_dtype="fp8_block" if model.name in FP8_CONVERSIONS else "bf16",
-        )
-    return model
+        pass
+    if model.name in FP8_CONVERSIONS:
+        return load_model(FP8_CONVERSIONS[model.name], expert_dtype="fp8_block")
+    base = load_model(model.name)  # the checkpoint's model at the model's own precision
+    try:
+        check_precision(base, system)
+        return base
+    except ServelabError:
+        return load_model(name, expert_dtype="bf16")
 
 
 def parallels(model, max_gpus: int = 8):
