@@ -48,6 +48,7 @@ from servelab.calibrate.price import (
     pick_mode,
     usable,
 )
+from servelab.calibrate.residuals import out_of_sample_rows, residuals_path, write_residuals
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.calibrate.sources import Sources, gather
 from servelab.engines import Engine
@@ -248,8 +249,12 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
     if opts.summary:
         doc.write(opts.summary)
     if not (opts.dry_run or opts.proposes_terms):
+        # the out-of-sample residuals the serving-level bands are built from (calibrate/residuals.py)
+        oos = out_of_sample_rows(cases, price, jobs, documented, cv["params"], chosen)
         doc.write(opts.out)
+        write_residuals(residuals_path(opts.out), made, opts.out, oos)
         echo(f"\nwrote {opts.out} (predictions read it with --calibration {opts.out})")
+        echo(f"wrote {residuals_path(opts.out)} ({len(oos)} rows' out-of-sample residuals)")
     echo(f"took {time.time() - t0:.0f} s")
     return doc
 
