@@ -22,19 +22,16 @@ from servelab.calibrate.price import Pricer
 from servelab.calibrate.rows import Case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.predict.bands import residuals_path
+
+__all__ = ["Banded", "out_of_sample_rows", "residuals_path", "write_residuals"]
 
 FORMAT = 1
-SUFFIX = ".residuals.json"
 WHAT = (
     "per measured row: the measured TTFT and TPOT (ms) and the calibration's out-of-sample prediction of "
     "them (a kept engine's fit with the row's model family left out; the documented defaults for an "
     "engine whose fit was not kept), with that prediction's kernel-source band (low, high)"
 )
-
-
-def residuals_path(calibration: Path) -> Path:
-    """The residuals file that belongs to a calibration file."""
-    return calibration.with_name(calibration.name.removesuffix(".json") + SUFFIX)
 
 
 @dataclass

@@ -1,0 +1,278 @@
+"""Serving-level prediction bands with a stated claim: "80 % band" means that the measured value fell inside
+the band of 80 % of the calibration's out-of-sample predictions.
+
+A band is the empirical distribution of the residuals r = log(measured / predicted) of the calibration's
+leave-one-family-out predictions (calibrate/residuals.py writes them beside the calibration file), per engine
+and metric (TTFT, TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_hi the
+residuals' (1 - claim) / 2 and (1 + claim) / 2 quantiles. An engine with fewer than MIN_ROWS rows takes every
+engine's residuals together, and says so. In-sample residuals never enter: they would be narrower by what the
+fit learned from the rows it is judged on.
+
+The kernel-source band (the step model's low and high op times carried through the simulation) is kept
+apart, as where the kernel times came from; it does not widen or narrow the serving band, because on the
+calibration rows its width does not tell the large residuals from the small ones (accuracy/bands.py measures
+that, docs/accuracy.md section 7): the error that dominates is the engine and scheduling model's, not the
+op tables'.
+
+The residuals are of the simulated closed loop (`estimate --mode agg`, `plan`'s aggregated candidates, the
+twin) on aggregated H200 rows; a prediction of another kind (static mode, disaggregated candidates, the
+kernels-only torch backend) keeps its kernel-source band and claims no coverage.
+"""
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from servelab.engines import Engine, engine_of
+from servelab.errors import ServelabError
+from servelab.predict.engines import shipped_calibration
+from servelab.userfiles import check_regular
+
+CLAIM = 0.8  # the share of measured values a band claims to contain
+MIN_ROWS = 30  # an engine with fewer residual rows than this takes every engine's (pooled)
+METRICS = ("ttft", "tpot")
+SUFFIX = ".residuals.json"
+POOLED = "all engines"
+NO_CLAIM = "kernel-source band (the step model's low and high op times), no measured coverage"
+
+
+def residuals_path(calibration: Path) -> Path:
+    """The residuals file beside a calibration file (calibrated.json -> calibrated.residuals.json)."""
+    return calibration.with_name(calibration.name.removesuffix(".json") + SUFFIX)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One measured row's out-of-sample log residuals, log(measured / predicted), per metric."""
+
+    engine: str
+    family: str
+    ttft: float
+    tpot: float
+
+    def of(self, metric: str) -> float:
+        return self.ttft if metric == "ttft" else self.tpot
+
+
+@dataclass(frozen=True)
+class ServingBand:
+    """The band of one engine's predictions of one metric, as log-residual quantiles."""
+
+    metric: str
+    engine: str  # the engine whose residuals built it, or POOLED
+    claim: float
+    low: float  # log(measured / predicted) quantile at (1 - claim) / 2
+    high: float  # ... at (1 + claim) / 2
+    rows: int
+    pooled_because: str = ""  # why an engine's own residuals were not used
+
+    def around(self, value: float) -> tuple[float, float]:
+        return value * math.exp(self.low), value * math.exp(self.high)
+
+    def contains(self, residual: float) -> bool:
+        return self.low <= residual <= self.high
+
+    def describe(self) -> str:
+        pooled = f" ({self.pooled_because})" if self.pooled_because else ""
+        return f"{self.claim:.0%} band, LOFO residuals of {self.rows} rows, {self.engine}{pooled}"
+
+    def as_dict(self, value: float) -> dict:
+        low, high = self.around(value)
+        return {
+            "claim": self.claim,
+            "low": low,
+            "high": high,
+            "log_residual_quantiles": [round(self.low, 4), round(self.high, 4)],
+            "rows": self.rows,
+            "residuals_of": self.engine,
+            "source": self.describe(),
+        }
+
+
+def quantiles(values: Iterable[float], claim: float) -> tuple[float, float]:
+    """The (1 - claim) / 2 and (1 + claim) / 2 empirical quantiles (linear interpolation)."""
+    v = np.asarray(list(values), dtype=float)
+    if v.size == 0:
+        raise ValueError("no residuals")
+    tail = (1 - claim) / 2
+    return float(np.quantile(v, tail)), float(np.quantile(v, 1 - tail))
+
+
+def build_bands(
+    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS
+) -> dict[tuple[str, str], ServingBand]:
+    """(engine, metric) -> band, for every engine among the rows and for POOLED: an engine's own residuals
+    where it has min_rows of them, every engine's otherwise."""
+    if not 0 < claim < 1:
+        raise ValueError(f"a band's claim is a share in (0, 1), got {claim}")
+    out: dict[tuple[str, str], ServingBand] = {}
+    for metric in METRICS:
+        everyone = [r.of(metric) for r in rows]
+        if not everyone:
+            continue
+        lo, hi = quantiles(everyone, claim)
+        out[(POOLED, metric)] = ServingBand(metric, POOLED, claim, lo, hi, len(everyone))
+        for engine in sorted({r.engine for r in rows}):
+            mine = [r.of(metric) for r in rows if r.engine == engine]
+            if len(mine) >= min_rows:
+                lo, hi = quantiles(mine, claim)
+                out[(engine, metric)] = ServingBand(metric, engine, claim, lo, hi, len(mine))
+            else:
+                why = f"{engine} has {len(mine)} rows, fewer than {min_rows}"
+                pooled = out[(POOLED, metric)]
+                out[(engine, metric)] = ServingBand(
+                    metric, POOLED, claim, pooled.low, pooled.high, pooled.rows, why
+                )
+    return out
+
+
+def band_for(
+    bands: dict[tuple[str, str], ServingBand], engine: str, metric: str, min_rows: int = MIN_ROWS
+) -> ServingBand | None:
+    """The band of an engine's predictions of a metric: its own, or the pooled one (saying why) for an
+    engine the residuals have no row of; None where there are no residuals at all."""
+    if (engine, metric) in bands:
+        return bands[(engine, metric)]
+    pooled = bands.get((POOLED, metric))
+    if pooled is None:
+        return None
+    why = f"{engine} has 0 rows, fewer than {min_rows}"
+    return ServingBand(metric, POOLED, pooled.claim, pooled.low, pooled.high, pooled.rows, why)
+
+
+def coverage(
+    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS
+) -> list[tuple[Residual, dict[str, bool]]]:
+    """Nested leave-one-family-out coverage: for each model family, bands built from the other families'
+    residuals only (every engine's rows of the family left out), then whether each of the family's rows lies
+    inside its engine's band, per metric."""
+    out = []
+    for family in sorted({r.family for r in rows}):
+        train = [r for r in rows if r.family != family]
+        bands = build_bands(train, claim, min_rows)
+        for r in (r for r in rows if r.family == family):
+            inside = {}
+            for metric in METRICS:
+                band = band_for(bands, r.engine, metric, min_rows)
+                if band is not None:
+                    inside[metric] = band.contains(r.of(metric))
+            out.append((r, inside))
+    return out
+
+
+def read_residuals(path: Path) -> list[Residual]:
+    """A residuals file written by `servelab calibrate engines`; one line naming the file and the field
+    otherwise."""
+    where = f"band data {path}"
+    check_regular(path, "calibration")
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ServelabError(f"{where}: cannot read ({e.strerror})", field="calibration") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ServelabError(f"{where}: not JSON ({e})", field="calibration") from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ServelabError(
+            f"{where}: expected a JSON object with a non-empty list 'rows'", field="calibration"
+        )
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            values = {k: float(row[k]) for k in ("ttft_ms", "tpot_ms", "pred_ttft_ms", "pred_tpot_ms")}
+            if not all(math.isfinite(v) and v > 0 for v in values.values()):
+                raise ValueError("a time that is not a positive finite number")
+            engine = engine_of(str(row["engine"])).value
+            family = str(row["family"])
+        except (KeyError, TypeError, ValueError, ServelabError) as e:
+            raise ServelabError(
+                f"{where}: rows[{i}]: expected engine, family and positive finite ttft_ms, tpot_ms, "
+                f"pred_ttft_ms, pred_tpot_ms ({e})",
+                field="calibration",
+            ) from None
+        out.append(
+            Residual(
+                engine,
+                family,
+                math.log(values["ttft_ms"] / values["pred_ttft_ms"]),
+                math.log(values["tpot_ms"] / values["pred_tpot_ms"]),
+            )
+        )
+    return out
+
+
+@cache
+def serving_bands(calibration: Path) -> dict[tuple[str, str], ServingBand]:
+    """The bands of predictions made with a calibration file, from the residuals file beside it (none there:
+    no bands, and predictions keep their kernel-source band with no claim)."""
+    path = residuals_path(calibration)
+    if not path.exists():
+        return {}
+    return build_bands(read_residuals(path))
+
+
+def engine_band(calibration: Path, backend: str, metric: str) -> ServingBand | None:
+    """The band of a backend's predictions, or None for a backend no residual describes (torch: the
+    kernels-only backend is no engine the calibration measured)."""
+    try:
+        engine = Engine(backend).value
+    except ValueError:
+        return None
+    return band_for(serving_bands(calibration), engine, metric)
+
+
+def calibration_path(calibration: Path | str | None) -> Path:
+    """The calibration file a prediction was made with (None: the shipped one)."""
+    return Path(calibration).resolve() if calibration is not None else shipped_calibration()
+
+
+def attach_band(data: dict, backend: str, calibration: Path | str | None, why_no_claim: str = "") -> dict:
+    """An estimate's JSON with its serving band: `ttft_ms_low` / `_high` and `tpot_ms_low` / `_high` become
+    the claimed band where the residuals describe the prediction, and `band` says its claim and where it came
+    from; the kernel-source band moves to `kernel_band`. `why_no_claim` (static mode, ...): the prediction is
+    of another kind than the residuals', so the kernel-source band stays, claiming nothing."""
+    data["kernel_band"] = {
+        f"{m}_ms": [data[f"{m}_ms_low"], data[f"{m}_ms_high"]] for m in METRICS if f"{m}_ms_low" in data
+    }
+    cal = calibration_path(calibration)
+    bands: dict[str, ServingBand] = {}
+    for m in METRICS if not why_no_claim else ():
+        band = engine_band(cal, backend, m)
+        if band is not None:
+            bands[m] = band
+    if not why_no_claim and len(bands) < len(METRICS):
+        why_no_claim = f"no residuals describe {backend}'s predictions ({residuals_path(cal).name})"
+    if why_no_claim:
+        data["band"] = {"claim": None, "source": f"{NO_CLAIM}: {why_no_claim}"}
+        return data
+    out: dict = {"claim": CLAIM}
+    for m, band in bands.items():
+        entry = band.as_dict(data[f"{m}_ms"])
+        data[f"{m}_ms_low"], data[f"{m}_ms_high"] = entry["low"], entry["high"]
+        out[f"{m}_ms"] = entry
+    out["source"] = "; ".join(f"{m.upper()}: {out[f'{m}_ms']['source']}" for m in METRICS)
+    data["band"] = out
+    return data
+
+
+def band_line(data: dict) -> str:
+    """One line for a table's foot: what the band column claims and where it came from."""
+    band = data.get("band") or {}
+    return f"band: {band.get('source', NO_CLAIM)}"
+
+
+def twin_band_line(band: dict) -> str:
+    """The twin's band in one line under its result table."""
+    if band.get("claim") is None:
+        return f"band: {band.get('source', NO_CLAIM)}"
+    t, d = band["ttft_ms"], band["tpot_ms"]
+    return (
+        f"band ({band['claim']:.0%}) of the {band.get('of', 'figures')}: "
+        f"TTFT {t['low']:,.2f}-{t['high']:,.2f} ms, TPOT {d['low']:,.2f}-{d['high']:,.2f} ms "
+        f"({band['source']})"
+    )

@@ -1,0 +1,113 @@
+"""The serving-level bands (predict/bands.py): quantiles of out-of-sample residuals per engine and metric,
+pooled where an engine has too few rows, the nested leave-one-family-out coverage counter, and the residuals
+file's one-line refusals."""
+
+import json
+import math
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.predict.bands import (
+    POOLED,
+    Residual,
+    band_for,
+    build_bands,
+    coverage,
+    quantiles,
+    read_residuals,
+    residuals_path,
+)
+
+
+def rows_of(engine: str, family: str, values: list[float]) -> list[Residual]:
+    return [Residual(engine, family, v, -v) for v in values]
+
+
+def test_a_band_is_the_residuals_central_quantiles():
+    # 101 residuals 0.00 .. 1.00: the 80 % band runs from the 10th to the 90th percentile
+    rows = rows_of("vllm", "llama", [k / 100 for k in range(101)])
+    bands = build_bands(rows, claim=0.8, min_rows=30)
+    ttft, tpot = bands[("vllm", "ttft")], bands[("vllm", "tpot")]
+    assert (ttft.low, ttft.high) == pytest.approx((0.10, 0.90))
+    assert (tpot.low, tpot.high) == pytest.approx((-0.90, -0.10))
+    assert ttft.rows == 101 and ttft.engine == "vllm" and not ttft.pooled_because
+    assert ttft.around(100.0) == pytest.approx((100 * math.exp(0.1), 100 * math.exp(0.9)))
+    assert ttft.describe() == "80% band, LOFO residuals of 101 rows, vllm"
+    assert quantiles([0.0, 1.0], 0.5) == pytest.approx((0.25, 0.75))
+
+
+def test_an_engine_with_too_few_rows_takes_every_engines_residuals_and_says_so():
+    rows = rows_of("vllm", "llama", [0.0] * 40) + rows_of("sglang", "qwen", [1.0] * 10)
+    bands = build_bands(rows, claim=0.8, min_rows=30)
+    own, pooled = bands[("vllm", "ttft")], bands[("sglang", "ttft")]
+    assert (own.low, own.high, own.rows) == (0.0, 0.0, 40)
+    assert pooled.engine == POOLED and pooled.rows == 50
+    assert pooled.low == pytest.approx(0.0) and pooled.high == pytest.approx(1.0)
+    assert "sglang has 10 rows, fewer than 30" in pooled.describe()
+    # an engine with no row at all gets the pooled band too, saying so
+    none = band_for(bands, "trtllm", "ttft", min_rows=30)
+    assert none is not None and none.engine == POOLED and "trtllm has 0 rows" in none.describe()
+    assert band_for({}, "vllm", "ttft") is None
+
+
+def test_a_claim_outside_zero_and_one_is_refused():
+    with pytest.raises(ValueError, match="claim"):
+        build_bands(rows_of("vllm", "llama", [0.0]), claim=1.0)
+
+
+def test_coverage_holds_each_family_out_of_the_bands_that_judge_it():
+    # two families close to 0 and one far off: held out, the far family lies outside the others' band,
+    # and each near family is judged by a band that includes the far family's rows
+    near_a = rows_of("vllm", "a", [-0.01, 0.0, 0.01] * 10)
+    near_b = rows_of("vllm", "b", [-0.02, 0.0, 0.02] * 10)
+    far = rows_of("vllm", "c", [2.0] * 30)
+    checked = coverage(near_a + near_b + far, claim=0.8, min_rows=10)
+    by_family: dict[str, list[bool]] = {}
+    for r, inside in checked:
+        by_family.setdefault(r.family, []).append(inside["ttft"])
+    assert len(checked) == 90
+    assert not any(by_family["c"])  # bands of a and b alone: within +-0.02
+    # family a judged by b + c: 10th-90th percentile of {-0.02, 0, 0.02} x10 and {2.0} x30 spans a
+    assert all(by_family["a"])
+    # family b judged by a + c: [-0.01 .. 2.0]; b's -0.02 falls below
+    assert sum(by_family["b"]) == 20
+
+
+def residual_file(tmp_path, rows) -> tuple:
+    calibration = tmp_path / "cal.json"
+    path = residuals_path(calibration)
+    path.write_text(json.dumps({"residuals_format": 1, "rows": rows}))
+    return calibration, path
+
+
+GOOD = {"engine": "vllm", "family": "llama", "ttft_ms": 200.0, "tpot_ms": 10.0}
+GOOD |= {"pred_ttft_ms": 100.0, "pred_tpot_ms": 20.0}
+
+
+def test_the_residuals_file_is_read_as_log_ratios(tmp_path):
+    calibration, path = residual_file(tmp_path, [GOOD, GOOD | {"engine": "trt"}])
+    assert path.name == "cal.residuals.json"
+    rows = read_residuals(path)
+    assert rows[0].ttft == pytest.approx(math.log(2)) and rows[0].tpot == pytest.approx(math.log(0.5))
+    assert rows[1].engine == "trtllm"  # an alias is the engine's name
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "not JSON"),
+        ('{"rows": []}', "non-empty list 'rows'"),
+        ("[1, 2]", "non-empty list 'rows'"),
+        (json.dumps({"rows": [GOOD | {"ttft_ms": -1}]}), "rows[0]"),
+        (json.dumps({"rows": [GOOD, {"engine": "vllm"}]}), "rows[1]"),
+        (json.dumps({"rows": [GOOD | {"engine": "nope"}]}), "rows[0]"),
+    ],
+)
+def test_a_bad_residuals_file_is_one_line_naming_it(tmp_path, content, message):
+    path = tmp_path / "bad.residuals.json"
+    path.write_text(content)
+    with pytest.raises(ServelabError) as e:
+        read_residuals(path)
+    text = str(e.value)
+    assert "\n" not in text and str(path) in text and message in text
