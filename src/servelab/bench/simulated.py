@@ -84,6 +84,9 @@ def present_and_save(
     out = out or sys.stdout
     print("(simulated: predicted by servelab's serving simulator, not measured)", file=out)
     present(result, cfg.percentile_metrics, file=out)
+    band = result.simulation.get("prediction", {}).get("serving_band")
+    if band:  # the twin's own line: what its band claims and where it came from
+        print(band["line"], file=out)
     if not cfg.save_result:
         return None
     result_dir = Path(cfg.result_dir or ".")

@@ -25,6 +25,7 @@ from servelab.cli._common import (
 from servelab.cli.estimate_disagg import PoolOptions, estimate_disagg, print_disagg
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.predict.bands import attach_band, band_line
 from servelab.predict.engines import engine_profile
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated
@@ -32,6 +33,9 @@ from servelab.predict.static import estimate_static
 from servelab.readable import value as value_text
 
 MAX_BATCH = 1 << 16
+# predictions the calibration's residuals (of the simulated closed loop on aggregated rows) do not describe
+STATIC_NO_CLAIM = "static mode (the measured bands are of the simulated closed loop: --mode agg)"
+DISAGG_NO_CLAIM = "disaggregated (the measured bands are of aggregated deployments)"
 
 
 def estimate(
@@ -89,6 +93,7 @@ def estimate(
         data = estimate_disagg(
             model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl
         )
+        attach_band(data, backend, calibration, DISAGG_NO_CLAIM)
         if as_json:
             print_json("servelab.estimate", data)
         else:
@@ -114,6 +119,7 @@ def estimate(
     else:
         raise ServelabError(f"--mode: expected static, agg or disagg, got {mode!r}")
     data = result.model_dump(mode="json", exclude_none=True)
+    attach_band(data, backend, calibration, STATIC_NO_CLAIM if mode == "static" else "")
     if as_json:
         print_json("servelab.estimate", data)
         return
@@ -140,6 +146,7 @@ def _print(data: dict[str, Any]) -> None:
         Col("band (low - high)", "right", key=True),
     )
     print_table(columns, rows, title)
+    out.print(f"[dim]{band_line(data)}[/dim]")
     for key in ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms"):
         pct = data.get("percentiles", {}).get(key)
         if pct:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from servelab.cli._common import Col, console, print_table
 from servelab.errors import ServelabError
+from servelab.predict.bands import band_line
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.disagg import LINK_EFFICIENCY, TRANSFER_FLOOR_S
@@ -187,6 +188,7 @@ def print_disagg(data: dict[str, Any]) -> None:
         Col("from", "left", drop=1),
     )
     print_table(columns, rows, title)
+    out.print(f"[dim]{band_line(data)}[/dim]")
     bound = (
         "decode pool"
         if data["bound"] == "decode"

@@ -30,6 +30,7 @@ from servelab.metrics import (
     weighted_distribution_ms,
 )
 from servelab.perfdb.db import PerfDB, perfdb_for
+from servelab.predict.bands import attach_band, twin_band_line
 from servelab.predict.engines import engine_profile
 from servelab.predict.memory import GIB
 from servelab.predict.provenance import time_shares as shares_of
@@ -205,6 +206,7 @@ def simulate_benchmark(
             summary, latency_ms=dict(summary.latency_ms, itl=weighted_distribution_ms(itl, percentiles))
         )
     op_counts, time_shares = op_sources(pricer, model, parallel, engine, db, lengths)
+    clocks = band(per_clock, closed, prompts)
     return TwinRun(
         requests=reqs,
         summary=summary,
@@ -229,7 +231,8 @@ def simulate_benchmark(
             "ops_by_source": op_counts,
             "kernel_time_by_source": time_shares,
             "memory": _memory_dict(mem),
-            "band": band(per_clock, closed, prompts),
+            "band": clocks,
+            "serving_band": serving_band(clocks, engine.name, calibration, closed),
             "lanes": parallel.attn_dp * parallel.pp,
             "steps": steps,
             "shapes_priced": pricer.priced,
@@ -347,6 +350,20 @@ def band(per_clock: dict[int, list[Request]], closed: bool, prompts: list[int]) 
             "duration": max(r.start_s + r.e2el_s for r in reqs),
         }
     return out
+
+
+def serving_band(clocks: dict, backend: str, calibration: Path | None, closed: bool) -> dict:
+    """The claimed band (predict/bands.py) of the median TTFT and TPOT, the kernel-source band being the
+    medians at the low and high clocks; the residuals are of simulated closed loops, so an open loop (a
+    request rate) claims none."""
+    data = {
+        f"{m}{end}": clocks[clock][f"median_{m}"]
+        for m in ("ttft_ms", "tpot_ms")
+        for end, clock in (("", "nominal"), ("_low", "low"), ("_high", "high"))
+    }
+    why = "" if closed else "an open loop (the measured bands are of closed loops)"
+    out = {"of": "median TTFT and TPOT", **attach_band(data, backend, calibration, why)["band"]}
+    return out | {"line": twin_band_line(out)}
 
 
 def op_sources(pricer, model, parallel, engine, db, lengths) -> tuple[dict[str, int], dict[str, float]]:

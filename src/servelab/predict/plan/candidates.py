@@ -54,6 +54,10 @@ class Candidate(BaseModel):
     kv_transfer_ms: float | None = None
     # share of the simulated kernel time by source (measured, ..., roofline): predict.provenance
     kernel_time_by_source: dict[str, float] = Field(default_factory=dict)
+    # what the low / high fields claim and where they came from (predict/plan/bands.py), and the
+    # kernel-source band (the step model's low and high op times through the simulation)
+    band: dict[str, Any] | None = None
+    kernel_band: dict[str, list[float]] | None = None
     point: Point = Field(exclude=True, repr=False)
 
 

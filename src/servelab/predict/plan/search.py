@@ -20,6 +20,7 @@ from servelab.predict.engines import engine_profile
 from servelab.predict.graph import StepShape
 from servelab.predict.memory import memory_per_gpu
 from servelab.predict.plan.agg import search_agg
+from servelab.predict.plan.bands import band_candidates
 from servelab.predict.plan.candidates import Candidate, Considered, Plan, PoolConfig
 from servelab.predict.plan.configs import enumerate_parallel
 from servelab.predict.plan.context import SearchContext
@@ -114,10 +115,8 @@ def _make_plan(req: PlanRequest) -> Plan:
         meeting_sla=len(good),
         pareto=sum(mask),
     )
-    notes.append(
-        f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; bands carry the step "
-        "model's error band through the simulation"
-    )
+    band_note = band_candidates(candidates, engine.name, req.calibration)
+    notes.append(f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; {band_note}")
     if req.default_sla:
         notes.append(f"SLA: the interactive default ({req.sla_text()}); give TTFT / TPOT limits to change it")
     return Plan(
