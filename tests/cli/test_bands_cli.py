@@ -41,7 +41,7 @@ def test_estimate_json_carries_the_claimed_band(calibration):
     assert data["ttft_ms_low"] == pytest.approx(data["ttft_ms"] * math.exp(TTFT_Q[0]))
     assert data["ttft_ms_high"] == pytest.approx(data["ttft_ms"] * math.exp(TTFT_Q[1]))
     assert data["tpot_ms_low"] == pytest.approx(data["tpot_ms"] * math.exp(TPOT_Q[0]))
-    assert band["ttft_ms"]["source"] == "80% band, LOFO residuals of 41 rows, vllm"
+    assert band["ttft_ms"]["source"] == "80 % band, LOFO residuals of 41 rows, vllm"
     lo, hi = data["kernel_band"]["ttft_ms"]
     assert lo <= data["ttft_ms"] <= hi  # the kernel-source band is kept apart
 
@@ -49,7 +49,7 @@ def test_estimate_json_carries_the_claimed_band(calibration):
 def test_estimate_table_says_the_claim_and_its_source(calibration):
     r = servelab(*AGG, "--calibration", str(calibration))
     assert r.returncode == 0, r.stderr
-    assert "80% band, LOFO residuals of 41 rows, vllm" in " ".join(r.stdout.split())
+    assert "80 % band, LOFO residuals of 41 rows, vllm" in " ".join(r.stdout.split())
 
 
 def test_static_mode_and_torch_claim_nothing(calibration):
@@ -70,7 +70,7 @@ def test_plan_candidates_carry_the_claim(calibration):
     assert c["ttft_ms_low"] == pytest.approx(c["ttft_ms"] * math.exp(TTFT_Q[0]))
     # the output rate goes as 1 / TPOT: the TPOT band's high end is the throughput's low end
     assert c["tok_s_per_gpu_low"] == pytest.approx(c["tok_s_per_gpu"] * math.exp(-TPOT_Q[1]))
-    assert any("TTFT 80% band, LOFO residuals of 41 rows, vllm" in n for n in data["notes"])
+    assert any("TTFT 80 % band, LOFO residuals of 41 rows, vllm" in n for n in data["notes"])
 
 
 def test_the_twin_says_its_band(calibration, tmp_path):
@@ -79,7 +79,7 @@ def test_the_twin_says_its_band(calibration, tmp_path):
     args += ["--max-concurrency", "4", "--calibration", str(calibration)]
     r = servelab(*args)
     assert r.returncode == 0, r.stderr
-    assert "band (80%) of the median TTFT and TPOT" in r.stdout
+    assert "band (80 %) of the median TTFT and TPOT" in r.stdout
     assert "LOFO residuals of 41 rows, vllm" in r.stdout
 
 

@@ -33,7 +33,7 @@ def test_a_band_is_the_residuals_central_quantiles():
     assert (tpot.low, tpot.high) == pytest.approx((-0.90, -0.10))
     assert ttft.rows == 101 and ttft.engine == "vllm" and not ttft.pooled_because
     assert ttft.around(100.0) == pytest.approx((100 * math.exp(0.1), 100 * math.exp(0.9)))
-    assert ttft.describe() == "80% band, LOFO residuals of 101 rows, vllm"
+    assert ttft.describe() == "80 % band, LOFO residuals of 101 rows, vllm"
     assert quantiles([0.0, 1.0], 0.5) == pytest.approx((0.25, 0.75))
 
 

@@ -41,6 +41,10 @@ POOLED = "all engines"
 NO_CLAIM = "kernel-source band (the step model's low and high op times), no measured coverage"
 
 
+def share(claim: float) -> str:
+    return f"{100 * claim:.0f} %"
+
+
 def residuals_path(calibration: Path) -> Path:
     """The residuals file beside a calibration file (calibrated.json -> calibrated.residuals.json)."""
     return calibration.with_name(calibration.name.removesuffix(".json") + SUFFIX)
@@ -79,7 +83,7 @@ class ServingBand:
 
     def describe(self) -> str:
         pooled = f" ({self.pooled_because})" if self.pooled_because else ""
-        return f"{self.claim:.0%} band, LOFO residuals of {self.rows} rows, {self.engine}{pooled}"
+        return f"{share(self.claim)} band, LOFO residuals of {self.rows} rows, {self.engine}{pooled}"
 
     def as_dict(self, value: float) -> dict:
         low, high = self.around(value)
@@ -255,7 +259,21 @@ def attach_band(data: dict, backend: str, calibration: Path | str | None, why_no
         entry = band.as_dict(data[f"{m}_ms"])
         data[f"{m}_ms_low"], data[f"{m}_ms_high"] = entry["low"], entry["high"]
         out[f"{m}_ms"] = entry
-    out["source"] = "; ".join(f"{m.upper()}: {out[f'{m}_ms']['source']}" for m in METRICS)
+    if "output_tokens_per_s_per_gpu_low" in data:  # the output rate goes as 1 / TPOT at a fixed concurrency
+        rate, tpot = data["output_tokens_per_s_per_gpu"], bands["tpot"]
+        data["kernel_band"]["output_tokens_per_s_per_gpu"] = [
+            data["output_tokens_per_s_per_gpu_low"],
+            data["output_tokens_per_s_per_gpu_high"],
+        ]
+        data["output_tokens_per_s_per_gpu_low"] = rate * math.exp(-tpot.high)
+        data["output_tokens_per_s_per_gpu_high"] = rate * math.exp(-tpot.low)
+        out["output_tokens_per_s_per_gpu"] = "TPOT's band turned over (no measured throughput row checks it)"
+    sources = {b.describe() for b in bands.values()}
+    out["source"] = (
+        f"{sources.pop()} (TTFT and TPOT)"
+        if len(sources) == 1
+        else "; ".join(f"{m.upper()}: {b.describe()}" for m, b in bands.items())
+    )
     data["band"] = out
     return data
 
@@ -272,7 +290,7 @@ def twin_band_line(band: dict) -> str:
         return f"band: {band.get('source', NO_CLAIM)}"
     t, d = band["ttft_ms"], band["tpot_ms"]
     return (
-        f"band ({band['claim']:.0%}) of the {band.get('of', 'figures')}: "
+        f"band ({share(band['claim'])}) of the {band.get('of', 'figures')}: "
         f"TTFT {t['low']:,.2f}-{t['high']:,.2f} ms, TPOT {d['low']:,.2f}-{d['high']:,.2f} ms "
         f"({band['source']})"
     )
