@@ -484,7 +484,11 @@ ENTRIES: tuple[Entry, ...] = (
         same=same_bytes,
     ),
     Entry(
-        outputs=("src/servelab/predict/data/calibrated.json",),
+        # the calibration and its rows' out-of-sample residuals (the prediction bands': predict/bands.py)
+        outputs=(
+            "src/servelab/predict/data/calibrated.json",
+            "src/servelab/predict/data/calibrated.residuals.json",
+        ),
         inputs=(
             f"{TABLES}/**/*.parquet",
             f"{TABLES}/**/*.json",  # efficiencies, ratios, transfer
