@@ -9,11 +9,16 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.predict.bands import (
+    LEVELS,
     POOLED,
+    WIDEN,
     Residual,
     band_for,
     build_bands,
+    claimed_bands,
     coverage,
+    covered,
+    pick_level,
     quantiles,
     read_residuals,
     residuals_path,
@@ -111,3 +116,46 @@ def test_a_bad_residuals_file_is_one_line_naming_it(tmp_path, content, message):
         read_residuals(path)
     text = str(e.value)
     assert "\n" not in text and str(path) in text and message in text
+
+
+def shifted_families(n_families: int = 5, rows: int = 40) -> list[Residual]:
+    """Residuals alike within a family, each family off by its own amount (as a fit's unseen families are)."""
+    out = []
+    for f in range(n_families):
+        shift = (f - (n_families - 1) / 2) * 0.15
+        out += rows_of("vllm", f"family{f}", [shift + (k / (rows - 1) - 0.5) * 0.4 for k in range(rows)])
+    return out
+
+
+def test_a_band_widens_until_unseen_families_are_covered_as_claimed():
+    rows = shifted_families()
+    # at the claim's own quantiles a held-out family falls outside the others' band far more than 20 %
+    assert covered(coverage(rows, 0.8, min_rows=10)) < 0.7
+    level = pick_level(rows, 0.8, min_rows=10)
+    assert 0.8 < level < 1.0
+    assert covered(coverage(rows, 0.8, min_rows=10, level=level)) >= 0.8
+    # the smallest such level: one step narrower falls short
+    narrower = max(x for x in LEVELS if x < level)
+    assert narrower < 0.8 or covered(coverage(rows, 0.8, min_rows=10, level=narrower)) < 0.8
+    band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
+    assert band.claim == 0.8 and band.level == level
+    assert band.describe().endswith(f"(their central {100 * level:.0f} %)")
+
+
+def test_one_family_keeps_the_claims_own_quantiles():
+    rows = rows_of("vllm", "llama", [k / 100 for k in range(101)])
+    assert pick_level(rows, 0.8) == 0.8
+    assert claimed_bands(rows, 0.8)[("vllm", "ttft")].level == 0.0  # spans its claim: nothing to say
+
+
+def test_widened_coverage_holds_the_family_out_of_the_level_choice_too():
+    rows = shifted_families()
+    checked = coverage(rows, 0.8, min_rows=10, level=WIDEN)
+    assert len(checked) == len(rows)
+    # the outermost families reach past every band the others build: about half of their rows outside
+    # (counted: 23 of 40); the middle families lie inside the others' spread
+    by_family = {
+        f"family{f}": sum(i["ttft"] for r, i in checked if r.family == f"family{f}") for f in range(5)
+    }
+    assert by_family == {"family0": 23, "family1": 40, "family2": 40, "family3": 40, "family4": 23}
+    assert covered(checked) == pytest.approx((3 * 40 + 2 * 23) / 200)
