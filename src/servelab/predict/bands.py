@@ -311,7 +311,7 @@ def attach_band(data: dict, backend: str, calibration: Path | str | None, why_no
         out["output_tokens_per_s_per_gpu"] = "TPOT's band turned over (no measured throughput row checks it)"
     sources = {b.describe() for b in bands.values()}
     out["source"] = (
-        f"{sources.pop()} (TTFT and TPOT)"
+        f"TTFT and TPOT: {sources.pop()}"
         if len(sources) == 1
         else "; ".join(f"{m.upper()}: {b.describe()}" for m, b in bands.items())
     )
