@@ -294,3 +294,11 @@ def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibrati
     assert "NaN" not in written and "Infinity" not in written
     clean, _ = calibrate(tmp_path, 1, [])
     assert doc.errors == clean.errors and doc.engines == clean.engines
+    # beside the calibration, its rows' out-of-sample residuals: the rows of "as written, out of sample"
+    residuals = json.loads((tmp_path / "calibrated.residuals.json").read_text())
+    rows = residuals["rows"]
+    assert len(rows) == 6 and residuals["provenance"]["command"] == doc.provenance.command
+    errors = sorted(abs(r["pred_ttft_ms"] / r["ttft_ms"] - 1) for r in rows)
+    written = doc.errors["as written, out of sample"].ttft
+    assert written.median == pytest.approx((errors[2] + errors[3]) / 2, rel=1e-4)
+    assert all(lo <= hi for r in rows for lo, hi in (r["kernel_band_ttft_ms"], r["kernel_band_tpot_ms"]))
