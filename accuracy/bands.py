@@ -23,12 +23,12 @@ the twin's median where the point measured one (its mean for silicon rows), as c
 import argparse
 import json
 import math
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from closed_loop import DATA, SYSTEMS, priced_rows, ttft_pred  # the sibling script (run from accuracy/)
 
 from servelab.calibrate.closed_loop import read_points
 from servelab.predict.bands import (
@@ -46,9 +46,6 @@ from servelab.predict.bands import (
     share,
 )
 from servelab.predict.engines import shipped_calibration
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from closed_loop import DATA, SYSTEMS, priced_rows, ttft_pred  # noqa: E402  # the sibling script
 
 CLAIMS = (0.5, CLAIM, 0.9)
 Group = Callable[[Residual], str]
