@@ -29,8 +29,6 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-import numpy as np
-
 from servelab.engines import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.engines import shipped_calibration
@@ -109,11 +107,23 @@ class ServingBand:
 
 def quantiles(values: Iterable[float], claim: float) -> tuple[float, float]:
     """The (1 - claim) / 2 and (1 + claim) / 2 empirical quantiles (linear interpolation)."""
-    v = np.asarray(list(values), dtype=float)
-    if v.size == 0:
+    v = sorted(map(float, values))
+    if not v:
         raise ValueError("no residuals")
     tail = (1 - claim) / 2
-    return float(np.quantile(v, tail)), float(np.quantile(v, 1 - tail))
+    return _quantile(v, tail), _quantile(v, 1 - tail)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """numpy.quantile's default (linear) of sorted values, the same arithmetic: a plan that shows bands
+    imports no numpy (servelab.lazy_numpy says why)."""
+    h = (len(ordered) - 1) * q
+    i = math.floor(h)
+    t = h - i
+    a = ordered[i]
+    b = ordered[min(i + 1, len(ordered) - 1)]
+    # numpy's lerp: from the nearer end, so that t = 1 gives b exactly
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 def build_bands(
@@ -186,7 +196,7 @@ def coverage(
 def covered(checked: list[tuple[Residual, dict[str, bool]]]) -> float:
     """The share of (row, metric) pairs inside their band."""
     flags = [v for _, inside in checked for v in inside.values()]
-    return float(np.mean(flags)) if flags else 0.0
+    return sum(flags) / len(flags) if flags else 0.0
 
 
 def pick_level(rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS) -> float:
