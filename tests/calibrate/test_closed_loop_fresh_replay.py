@@ -5,6 +5,7 @@ read one part at a time, and a development point is priced end to end. No held-o
 read here."""
 
 import csv
+import math
 import shutil
 from pathlib import Path
 
@@ -174,8 +175,41 @@ def test_band_reads_the_percentile_band_where_the_estimate_has_one():
     assert band({"ttft_ms": 10.0}, "ttft_ms", "mean") is None
 
 
+def test_band_places_the_claimed_serving_band_around_the_compared_statistic():
+    # an aggregated estimate's claimed band (predict.bands) is a pair of log-residual quantiles: at the
+    # median it lies around p50, not around the headline mean, and it wins over the kernel-source bands
+    data = {
+        "ttft_ms": 20.0,
+        "ttft_ms_low": 10.0,
+        "ttft_ms_high": 30.0,
+        "percentiles": {"ttft_ms": {"p50": 10.0, "mean": 20.0}},
+        "percentiles_low": {"ttft_ms": {"p50": 9.0}},
+        "percentiles_high": {"ttft_ms": {"p50": 11.0}},
+        "band": {"claim": 0.8, "ttft_ms": {"claim": 0.8, "log_residual_quantiles": [-0.5, 0.25]}},
+    }
+    low, high = band(data, "ttft_ms", "median")
+    assert low == pytest.approx(10.0 * math.exp(-0.5)) and high == pytest.approx(10.0 * math.exp(0.25))
+    low, high = band(data, "ttft_ms", "mean")
+    assert low == pytest.approx(20.0 * math.exp(-0.5)) and high == pytest.approx(20.0 * math.exp(0.25))
+
+
 def test_a_row_with_an_unknown_kv_cache_dtype_is_one_line_naming_the_field():
     row = next(row for row in _rows() if row["id"] == MI355X_GPTOSS)
     with pytest.raises(ServelabError) as e:
         to_replay({**row, "kv_cache_dtype": "int3"}, frozenset(), CONFIGS)
     assert e.value.field == "kv_cache_dtype" and "int3" in str(e.value)
+
+
+def test_an_aggregated_point_states_the_claimed_serving_band_of_its_engine(replays):
+    # priced from the replay's settings alone (no measurement is read): the band compared is the one
+    # `servelab estimate --mode agg` states, its engine's claimed serving band placed around the median
+    r = replays[VLLM_GPTOSS]
+    got = price(r)
+    assert got["statistic"] == "median"
+    claimed = got["estimate"]["band"]
+    assert claimed["claim"] == 0.8 and "vllm" in claimed["source"]
+    for name in ("ttft", "tpot"):
+        q_low, q_high = claimed[f"{name}_ms"]["log_residual_quantiles"]
+        low, high = got[f"{name}_band"]
+        assert low == pytest.approx(got[f"{name}_ms"] * math.exp(q_low))
+        assert high == pytest.approx(got[f"{name}_ms"] * math.exp(q_high))

@@ -6,10 +6,12 @@ carries the figure compared with the measurement, its p99, and the band the esti
 Pricing reads no measurement: it is given the replay alone.
 """
 
+import math
 from pathlib import Path
 
 from servelab.calibrate.closed_loop_fresh import FreshReplay
 from servelab.errors import ServelabError
+from servelab.predict.bands import attach_band
 from servelab.predict.engines import EngineProfile, engine_profile
 from servelab.predict.plan.search import point_sources
 from servelab.predict.plan.split import price_given_split, split_context
@@ -39,9 +41,16 @@ def engine_for(replay: FreshReplay, system: SystemSpec, calibration: Path | None
 
 
 def band(data: dict, metric: str, stat: str) -> tuple[float, float] | None:
-    """The (low, high) band an estimate states for `metric` at `stat`: its percentile bands where it has
-    them, else the band of its headline figure; None where it states none."""
+    """The (low, high) band an estimate states for `metric` at `stat`: its claimed serving band
+    (predict.bands: log-residual quantiles, placed around the figure at that statistic) where it has one,
+    else its percentile kernel-source band, else the band of its headline figure; None where it states
+    none."""
     key = STAT_KEY[stat]
+    claimed = (data.get("band") or {}).get(metric) or {}
+    quantiles = claimed.get("log_residual_quantiles")
+    value = data.get("percentiles", {}).get(metric, {}).get(key)
+    if quantiles is not None and value is not None:
+        return value * math.exp(quantiles[0]), value * math.exp(quantiles[1])
     lows, highs = (
         data.get("percentiles_low", {}).get(metric, {}),
         data.get("percentiles_high", {}).get(metric, {}),
@@ -81,7 +90,8 @@ def price_agg(replay: FreshReplay, calibration: Path | None) -> dict:
         workload=workload,
         gpu_memory_utilization=replay.settings.memory_share,
     )
-    return est.model_dump(mode="json", exclude_none=True)
+    # the band `servelab estimate --mode agg` states: the claimed serving band (predict.bands)
+    return attach_band(est.model_dump(mode="json", exclude_none=True), replay.engine.value, calibration)
 
 
 def price_disagg(replay: FreshReplay, calibration: Path | None) -> dict:
