@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from _pytest.nodeid import NodeId  # pytest 9.2 and later: a node's id (tests share a server below)
+except ImportError:
+    NodeId = None
+
 from servelab.cachedir import ENV_DIR
 from servelab.perfdb import price_cache
 from servelab.perfdb.db import PerfDB
@@ -56,12 +61,35 @@ SHARED_BY_FIXTURE = {
 }
 
 
-def pytest_collection_modifyitems(items):
+def _group_of(item) -> str | None:
+    uses = set(getattr(item, "fixturenames", ()))
+    return next((g for fixture, g in SHARED_BY_FIXTURE.items() if fixture in uses), None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a fixture's server get its xdist_group (before every other hook, pytest-xdist's
+    included). pytest-xdist's worker puts the group in each node id ("...@group", what its loadgroup scheduler
+    reads) by setting `item._nodeid`, which pytest 9.2 no longer reads (a node's id is its `_id`): every
+    group was split over the workers, each starting its own CPU vLLM and PostgreSQL and computing each
+    module fixture again. After the other hooks, an id without its group gets it here."""
     for item in items:
-        uses = set(getattr(item, "fixturenames", ()))
-        group = next((g for fixture, g in SHARED_BY_FIXTURE.items() if fixture in uses), None)
+        group = _group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker of a --dist loadgroup run
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})  # fmt: skip
+            suffix = "@" + "_".join(names)
+            if names and not item.nodeid.endswith(suffix):
+                grouped = item.nodeid + suffix
+                if NodeId is not None and isinstance(getattr(item, "_id", None), NodeId):
+                    item._id = NodeId.parse(grouped)
+                else:
+                    item._nodeid = grouped
+    return result
 
 
 @pytest.hookimpl(optionalhook=True)

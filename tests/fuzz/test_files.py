@@ -62,6 +62,8 @@ yaml_values = st.recursive(
 )
 
 
+# 30 generated recipe files: quick, test_recipe_yaml (every hostile YAML shape, both commands)
+@pytest.mark.slow
 @FUZZ
 @given(doc=st.dictionaries(st.text(min_size=1, max_size=12), yaml_values, max_size=4))
 def test_recipe_yaml_generated(doc, tmp_path_factory):
@@ -116,6 +118,7 @@ def test_model_config_not_a_config(text, tmp_path):
     hostile("memory", str(f), keep=[f])
 
 
+@pytest.mark.slow  # 30 generated model configs; quick: test_model_config (each hostile edit of every field)
 @FUZZ
 @given(edits=st.dictionaries(st.sampled_from(sorted(GOOD_CONFIG)), yaml_values, min_size=1, max_size=3))
 def test_model_config_generated(edits, tmp_path_factory):

@@ -106,6 +106,8 @@ json_values = st.recursive(
 )
 
 
+# 30 generated files through every reader: quick, test_vllm_result_fields and test_inferencex_result_fields
+@pytest.mark.slow
 @FUZZ
 @given(edits=st.dictionaries(st.sampled_from(sorted(GOOD)), json_values, min_size=1, max_size=4))
 def test_result_files_generated(edits, tmp_path_factory):

@@ -252,7 +252,12 @@ def _close_each_connection(listener: socket.socket) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("kind", FOREIGN)
+# the listeners that answer no HTTP in the slow tier (a whole servelab run each, 5-12 s): the OpenAI server's
+# case keeps the refusal quick, with tests/runner/test_deployment.py's
+# test_a_port_in_use_is_refused_before_anything_starts
+@pytest.mark.parametrize(
+    "kind", [k if k == "openai-server" else pytest.param(k, marks=pytest.mark.slow) for k in FOREIGN]
+)
 def test_a_foreign_server_on_the_port_is_not_benchmarked(kind, tmp_path, cleanup):
     """Another process already listens on the run's port: the run refuses to start rather than measuring it
     (the stand-in vllm would fail to bind and exit while the other one answered /health)."""
@@ -300,6 +305,9 @@ def test_two_resumes_of_one_run_do_not_both_run(tmp_path, cleanup):
     assert gone(s.server_groups())
 
 
+# two whole servelab runs: quick, tests/run/test_deployment_run.py::
+# test_a_resumed_deployment_logs_to_a_folder_of_its_own
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_resume_keeps_the_first_attempts_server_log(tmp_path, cleanup):
     """The first attempt's server dies mid-benchmark; its log says why, and a resume must not overwrite it."""

@@ -190,6 +190,7 @@ def test_merge_command(tmp_path):
     assert r.returncode == 0 and "ok" in r.stdout
 
 
+@pytest.mark.slow  # two CLI processes merging at once (5-25 s); quick: test_merge_command (the merge itself)
 def test_merges_into_one_directory_at_once_keep_every_campaign(tmp_path):
     """Four `db merge` processes started together into one table directory, each with its own campaign of the
     same families: the directory lock serialises their read-merge-write, so none overwrites another's rows."""

@@ -2,30 +2,15 @@
 start."""
 
 import json
-import subprocess
-import sys
+
+from clirun import servelab
 
 from servelab.calibrate.roofline import EFF_PATH
 
 
 def test_fit_improves_the_roofline_and_records_provenance(table_dir):
     eff_before = EFF_PATH.read_text()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "servelab.cli.main",
-            "calibrate",
-            "roofline",
-            "--tables",
-            str(table_dir),
-            "--dry-run",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = servelab("calibrate", "roofline", "--tables", str(table_dir), "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     answer = json.loads(r.stdout)
     assert (answer["schema"], answer["system"]) == ("servelab.roofline", "h200_sxm")
@@ -38,21 +23,7 @@ def test_fit_improves_the_roofline_and_records_provenance(table_dir):
     # --dry-run leaves the shipped file alone
     assert EFF_PATH.read_text() == eff_before
     # without --json: the same fit as two tables
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "servelab.cli.main",
-            "calibrate",
-            "roofline",
-            "--tables",
-            str(table_dir),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = servelab("calibrate", "roofline", "--tables", str(table_dir), "--dry-run")
     assert r.returncode == 0, r.stderr
     assert f"{entry['gemm_compute']['bf16']:.3f}" in r.stdout and f"{entry['kernel_us']:.2f}" in r.stdout
     rows = [line.replace("│", " ").split() for line in r.stdout.splitlines()]

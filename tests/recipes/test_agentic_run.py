@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pinned import pinned_jobs
 
 from servelab.recipes.job import AGENTIC_TRACE_ENV
 from servelab.recipes.pipelines import JOB_FILE, run_argv, script
@@ -45,7 +46,7 @@ def job():
 
 
 def test_every_launched_single_node_agentic_job_replays_a_trace():
-    jobs = expand(open_store(IX / "configs"))
+    jobs = pinned_jobs()  # the pinned store's whole sweep, expanded once a test process
     agentic = [j for j in jobs if j.scenario == "agentic-coding" and j.launch is not None]
     assert len(agentic) == 467
     for j in agentic:
@@ -103,6 +104,9 @@ def _servelab(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     )
 
 
+# a whole servelab run replaying the trace against the mock (5-15 s): quick, the job's trace bench above and
+# tests/bench/test_agentic_replay.py's replays against the mock server
+@pytest.mark.slow
 def test_servelab_run_replays_the_trace_and_keeps_per_turn_results(job, tmp_path, mock_url):
     data = job.to_json()
     data["benches"][0]["max_seconds"] = 2  # the row's hour, shortened
@@ -146,7 +150,7 @@ def test_servelab_run_without_the_trace_says_so_in_one_line(job, tmp_path):
 def test_every_deployed_multinode_agentic_job_replays_a_trace_at_each_concurrency():
     """Upstream's multinode agentic client (amd_utils/trace_replay.sh, agentic_srt.sh) replays the trace at
     each concurrency of the row in turn against the one deployment, saving `<result name>_conc<N>.json`."""
-    jobs = expand(open_store(IX / "configs"))
+    jobs = pinned_jobs()
     multinode = [j for j in jobs if j.scenario == "agentic-coding" and j.deployment is not None]
     assert len(multinode) >= 190
     for j in multinode:
@@ -163,6 +167,10 @@ def test_every_deployed_multinode_agentic_job_replays_a_trace_at_each_concurrenc
             assert bench.result_filename.endswith(f"_conc{conc}.json")
 
 
+# a whole servelab run, two replays against the mock (5-19 s): quick, each concurrency's bench in
+# test_every_deployed_multinode_agentic_job_replays_a_trace_at_each_concurrency and
+# tests/bench/test_agentic_replay.py::test_concurrency_counts_sessions
+@pytest.mark.slow
 def test_servelab_run_replays_each_concurrency_of_a_multinode_agentic_job(tmp_path, mock_url):
     jobs = expand(open_store(IX / "configs"), ["dsv4-fp8-h200-dynamo-sglang-agentic*"])
     job = next(j for j in jobs if j.deployment is not None and j.benches)

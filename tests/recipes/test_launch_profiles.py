@@ -78,6 +78,9 @@ def test_profile_table_is_derived_from_the_capture():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+# scripts/ix_launch.py's conformance again in a process of its own (5-26 s): quick, the verdicts themselves
+# (test_every_key_with_an_adapter_matches_upstream_on_every_job)
+@pytest.mark.slow
 def test_conformance_table_in_docs_is_current():
     done = ix_launch("docs", "--check")
     assert done.returncode == 0, done.stdout + done.stderr

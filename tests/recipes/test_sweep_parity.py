@@ -17,6 +17,14 @@ from servelab.recipes.sweep import SERVELAB_FIELDS
 
 IX = Path(__file__).parents[1] / "data" / "inferencex"
 CASES = sorted(p.name.removesuffix(".json.gz") for p in (IX / "sweep").glob("*.json.gz"))
+# Cases whose sweep prints most of the pinned store (1,167-4,116 rows, 2-12 s each): the slow tier. The quick
+# tier keeps the narrower cases (69-1,819 rows, each filter kind: runner, model, precision, scenario, nodes,
+# framework, sequence lengths, step size) and tests/recipes/test_sweep_filters.py::test_filters, which checks
+# each of these filters' rows against the store.
+WIDE = {
+    "all-evals", "evals-only", "full", "max-conc-64", "max-ep-4", "max-tp-4", "min-conc-16",
+    "min-max-conc-8-128", "no-evals", "runner-node-filter-amd",
+}  # fmt: skip
 
 
 def upstream(case: str) -> dict:
@@ -52,8 +60,9 @@ def built_jobs() -> dict:
     return {}
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
+def sweep_rows(args: list[str], ix_store, built_jobs, monkeypatch) -> list[dict]:
+    """The rows `servelab sweep ARGS --format json` prints for the pinned store, servelab's own fields left
+    out."""
     # The CLI reads the same pinned store for every case; parsing the master files once saves seconds each.
     monkeypatch.setattr(recipe_store, "open_store", lambda directory=None, ref=None: ix_store)
     build_job = sweep.build_job
@@ -65,19 +74,43 @@ def test_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
         return built_jobs[key]
 
     monkeypatch.setattr(sweep, "build_job", built)
-    record = upstream(case)
-    assert record["exit_code"] == 0, record.get("stderr")
-    argv = ["sweep", "--dir", str(IX / "configs"), "--format", "json", *servelab_args(record["args"])]
+    argv = ["sweep", "--dir", str(IX / "configs"), "--format", "json", *args]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
-    jobs = json.loads(result.stdout)
-    rows = [{k: v for k, v in job.items() if k not in SERVELAB_FIELDS} for job in jobs]
-    expected = record["rows"]
+    return [{k: v for k, v in job.items() if k not in SERVELAB_FIELDS} for job in json.loads(result.stdout)]
+
+
+def assert_same_rows(rows: list[dict], expected: list[dict]) -> None:
     assert len(rows) == len(expected)
     differing = [i for i, (a, b) in enumerate(zip(rows, expected, strict=True)) if a != b]
     if differing:
         first = differing[0]
         pytest.fail(f"{len(differing)} rows differ, first at {first}: {rows[first]} != {expected[first]}")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in WIDE else c for c in CASES])
+def test_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
+    record = upstream(case)
+    assert record["exit_code"] == 0, record.get("stderr")
+    assert_same_rows(
+        sweep_rows(servelab_args(record["args"]), ix_store, built_jobs, monkeypatch), record["rows"]
+    )
+
+
+# One model of the pinned store, whose rows span both scenarios, single- and multinode arms and runners of
+# both vendors; a row's model-prefix is its key's, so narrowing the sweep to it keeps exactly those rows.
+SAMPLE_MODEL = "kimik3"
+
+
+@pytest.mark.parametrize("case", sorted(WIDE))
+def test_one_models_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
+    """The wide cases in the quick tier: the case's filters on one model's recipes print upstream's rows of
+    that model, in the same order (test_rows_equal_inferencex compares every row, in the slow tier)."""
+    record = upstream(case)
+    expected = [row for row in record["rows"] if row["model-prefix"] == SAMPLE_MODEL]
+    assert expected, f"{case}: no {SAMPLE_MODEL} row upstream"
+    args = [*servelab_args(record["args"]), "--model-prefix", SAMPLE_MODEL]
+    assert_same_rows(sweep_rows(args, ix_store, built_jobs, monkeypatch), expected)
 
 
 def test_found_in_an_inferencex_checkout(tmp_path, monkeypatch):

@@ -280,8 +280,8 @@ def test_a_large_sweep_is_split_into_arrays(ix_jobs, tmp_path, monkeypatch):
 
 
 def test_jobs_without_a_launch_are_refused_in_one_line():
-    store = open_store(IX)
-    multi = expand(store, [], Filters(node_type="multi-node", max_jobs=10_000))
+    # the pinned sweep, expanded once a test process
+    multi = [j for j in pinned_jobs() if j.point.multinode]
     # a multinode job on a fork of srt-slurm servelab has no copy of (no pinned job keeps the "disaggregated
     # arms ... not rendered yet" reason any more: TileRT's and llm-d's deploy too)
     multi = [j for j in multi if (j.not_renderable or "").startswith("srt-slurm: srt-slurm https://")][:1]

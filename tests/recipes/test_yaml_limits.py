@@ -126,6 +126,7 @@ def test_job_cap_names_the_recipe_and_count(shipped):
     assert len(expand(shipped, filters=Filters(max_jobs=len(full)))) == len(full)
 
 
+@pytest.mark.slow  # 600 arms counted through the CLI (4-20 s); quick: test_job_cap_names_the_recipe_and_count
 def test_job_cap_from_the_command_line(store_dir):
     arms = "\n".join(f"      - {{tp: 8, conc-start: 1, conc-end: {2**19 + i}}}" for i in range(600))
     (store_dir / "recipes" / "wide.yaml").write_text(
