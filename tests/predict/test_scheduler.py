@@ -289,7 +289,9 @@ def test_sglang_token_budget_defaults_by_gpu_memory_unless_given():
     assert engine_profile("sglang", 180.0).max_num_batched_tokens == 16384  # B200
     assert engine_profile("sglang", 40.0).max_num_batched_tokens == 4096
     assert engine_profile("sglang", 180.0, max_num_batched_tokens=2048).max_num_batched_tokens == 2048
-    assert engine_profile("vllm", 180.0).max_num_batched_tokens == 8192  # vLLM's does not depend on the GPU
+    # vLLM's depends on the GPU from release 0.28.0 on (servelab.engines.vllm.batch), not before
+    assert engine_profile("vllm", 180.0, engine_version="0.27.1").max_num_batched_tokens == 8192
+    assert engine_profile("vllm", 180.0, engine_version="0.28.0").max_num_batched_tokens == 16384
 
 
 def test_streaming_api_server_delays_what_the_client_sees_by_its_backlog():
