@@ -22,7 +22,6 @@ twin) on aggregated H200 rows; a prediction of another kind (static mode, disagg
 loop, the kernels-only torch backend) keeps its kernel-source band and claims no coverage.
 """
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -32,7 +31,7 @@ from pathlib import Path
 from servelab.engines import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.engines import shipped_calibration
-from servelab.userfiles import check_regular
+from servelab.userfiles import read_json
 
 CLAIM = 0.8  # the share of measured values a band claims to contain
 MIN_ROWS = 30  # an engine with fewer residual rows than this takes every engine's (pooled)
@@ -224,13 +223,7 @@ def read_residuals(path: Path) -> list[Residual]:
     """A residuals file written by `servelab calibrate engines`; one line naming the file and the field
     otherwise."""
     where = f"band data {path}"
-    check_regular(path, "calibration")
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise ServelabError(f"{where}: cannot read ({e.strerror})", field="calibration") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ServelabError(f"{where}: not JSON ({e})", field="calibration") from None
+    data = read_json(path, "the residuals `servelab calibrate engines` writes", field="calibration")
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ServelabError(
