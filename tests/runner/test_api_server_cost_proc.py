@@ -2,20 +2,15 @@
 command name with spaces and parentheses in it), the listening sockets of a port from /proc/net/tcp, and the
 process that holds one. The measurement itself starts vLLM, run by hand (docs/accuracy.md, section 7)."""
 
-import importlib.util
+import json
 import os
-import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "accuracy" / "api_server_cost.py"
-_spec = importlib.util.spec_from_file_location("api_server_cost", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-cost = importlib.util.module_from_spec(_spec)
-sys.modules["api_server_cost"] = cost  # its dataclass looks its module up while the module runs
-_spec.loader.exec_module(cost)
+ACCURACY = Path(__file__).resolve().parents[2] / "accuracy"
 
 # a real stat line's shape, its command name made hostile: a space and a ')' inside the parentheses
 STAT = (
@@ -31,42 +26,6 @@ NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when 
 """
 
 
-def test_utime_plus_stime_are_counted_after_the_command_name():
-    assert cost.stat_cpu_ticks(STAT) == 5321 + 187
-    assert cost.stat_ppid(STAT) == 16164
-    assert cost.stat_comm(STAT) == "VLLM::Engine) x"
-
-
-def test_only_the_listening_socket_of_the_port_is_taken():
-    assert cost.listening_inodes(NET_TCP, 19035) == {77001}
-    assert cost.listening_inodes(NET_TCP, 8080) == {77003}
-    assert cost.listening_inodes(NET_TCP, 19036) == set()
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_the_process_that_listens_is_found_among_candidates():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        assert cost.listener_pid(port, [os.getppid(), os.getpid()]) == os.getpid()
-    with pytest.raises(RuntimeError, match="expected one process listening"):
-        cost.listener_pid(port, [os.getpid()])
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_own_stat_line_reads_as_this_process():
-    line = Path(f"/proc/{os.getpid()}/stat").read_text()
-    assert cost.stat_ppid(line) == os.getppid()
-    assert cost.process_cpu_s(os.getpid()) > 0
-
-
-def test_a_run_is_two_waves_and_enough_tokens():
-    assert cost.requests_for(1, 256, 4096) == 16
-    assert cost.requests_for(64, 256, 4096) == 128
-    assert cost.requests_for(4, 512, 1000) == 8
-
-
 def _run(steps, chunks, tokens, requests):
     # a load whose API CPU is 200 us a step, 40 a chunk, 5 a token and 2 ms a request
     cpu_us = 200 * steps + 40 * chunks + 5 * tokens + 2000 * requests
@@ -79,16 +38,98 @@ def _run(steps, chunks, tokens, requests):
     }
 
 
-def test_the_fit_takes_a_load_apart_into_steps_chunks_tokens_and_requests():
-    runs = [
-        _run(256, 4096, 4096, 16),
-        _run(80, 3000, 4096, 16),
-        _run(400, 410, 4096, 16),
-        _run(64, 1024, 1024, 32),
-        _run(40, 160, 1024, 32),
-        _run(300, 2048, 2048, 64),
-    ]
-    fit = cost.fit_costs(runs)
+FIT_RUNS = [
+    _run(256, 4096, 4096, 16),
+    _run(80, 3000, 4096, 16),
+    _run(400, 410, 4096, 16),
+    _run(64, 1024, 1024, 32),
+    _run(40, 160, 1024, 32),
+    _run(300, 2048, 2048, 64),
+]
+# one chunk per token everywhere: chunks and tokens cannot be told apart
+ONE_CHUNK_RUNS = [
+    _run(s, t, t, r)
+    for s, t, r in ((256, 4096, 16), (80, 4096, 16), (64, 1024, 32), (300, 2048, 64), (9, 99, 3))
+]
+
+# What the script answers, asked in a python of its own: the script is not a package, so it runs as
+# `python accuracy/api_server_cost.py` would, with accuracy/ on PYTHONPATH (tests/architecture/test_scripts.py
+# does the same). The listener and this process's own stat line are read there too.
+ASK = """
+import json, os, socket, sys
+import api_server_cost as cost
+given = json.load(sys.stdin)
+out = {}
+stat = given["stat"]
+out["ticks"], out["ppid"], out["comm"] = cost.stat_cpu_ticks(stat), cost.stat_ppid(stat), cost.stat_comm(stat)
+out["inodes"] = {str(p): sorted(cost.listening_inodes(given["net_tcp"], p)) for p in (19035, 8080, 19036)}
+if sys.platform.startswith("linux"):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out["listener"] = cost.listener_pid(port, [os.getppid(), os.getpid()]) == os.getpid()
+    try:  # closed now: nobody listens
+        cost.listener_pid(port, [os.getpid()])
+        out["refused"] = ""
+    except RuntimeError as e:
+        out["refused"] = str(e)
+    own = open(f"/proc/{os.getpid()}/stat").read()
+    out["own_ppid_ok"] = cost.stat_ppid(own) == os.getppid()
+    out["own_cpu_s"] = cost.process_cpu_s(os.getpid())
+loads = ((1, 256, 4096), (64, 256, 4096), (4, 512, 1000))
+out["requests_for"] = [cost.requests_for(c, n, t) for c, n, t in loads]
+out["fit"] = cost.fit_costs(given["fit_runs"])
+out["one_chunk_fit"] = cost.fit_costs(given["one_chunk_runs"])
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict:
+    path = os.pathsep.join(filter(None, [str(ACCURACY), os.environ.get("PYTHONPATH")]))
+    given = {"stat": STAT, "net_tcp": NET_TCP, "fit_runs": FIT_RUNS, "one_chunk_runs": ONE_CHUNK_RUNS}
+    done = subprocess.run(
+        [sys.executable, "-c", ASK],
+        input=json.dumps(given),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_utime_plus_stime_are_counted_after_the_command_name(answers):
+    assert answers["ticks"] == 5321 + 187
+    assert answers["ppid"] == 16164
+    assert answers["comm"] == "VLLM::Engine) x"
+
+
+def test_only_the_listening_socket_of_the_port_is_taken(answers):
+    assert answers["inodes"] == {"19035": [77001], "8080": [77003], "19036": []}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_process_that_listens_is_found_among_candidates(answers):
+    assert answers["listener"] is True
+    assert "expected one process listening" in answers["refused"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_own_stat_line_reads_as_this_process(answers):
+    assert answers["own_ppid_ok"] is True
+    assert answers["own_cpu_s"] > 0
+
+
+def test_a_run_is_two_waves_and_enough_tokens(answers):
+    assert answers["requests_for"] == [16, 128, 8]
+
+
+def test_the_fit_takes_a_load_apart_into_steps_chunks_tokens_and_requests(answers):
+    fit = answers["fit"]
     assert fit is not None
     assert (fit["per_step_us"], fit["per_chunk_us"], fit["per_token_us"], fit["per_request_us"]) == (
         pytest.approx(200, abs=0.1),
@@ -99,9 +140,5 @@ def test_the_fit_takes_a_load_apart_into_steps_chunks_tokens_and_requests():
     assert fit["median_abs_residual_pct"] == 0
 
 
-def test_runs_of_one_chunk_per_token_cannot_tell_chunks_from_tokens():
-    runs = [
-        _run(s, t, t, r)
-        for s, t, r in ((256, 4096, 16), (80, 4096, 16), (64, 1024, 32), (300, 2048, 64), (9, 99, 3))
-    ]
-    assert cost.fit_costs(runs) is None
+def test_runs_of_one_chunk_per_token_cannot_tell_chunks_from_tokens(answers):
+    assert answers["one_chunk_fit"] is None
