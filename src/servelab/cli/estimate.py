@@ -25,7 +25,7 @@ from servelab.cli._common import (
 from servelab.cli.estimate_disagg import PoolOptions, estimate_disagg, print_disagg
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.predict.bands import attach_band, band_line
+from servelab.predict.bands import DISAGG_NO_CLAIM, attach_band, band_line
 from servelab.predict.engines import engine_profile
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated
@@ -35,7 +35,6 @@ from servelab.readable import value as value_text
 MAX_BATCH = 1 << 16
 # predictions the calibration's residuals (of the simulated closed loop on aggregated rows) do not describe
 STATIC_NO_CLAIM = "static mode (the measured bands are of the simulated closed loop: --mode agg)"
-DISAGG_NO_CLAIM = "disaggregated (the measured bands are of aggregated deployments)"
 
 
 def estimate(

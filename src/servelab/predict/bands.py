@@ -41,6 +41,8 @@ LEVELS = (*(round(0.5 + 0.01 * k, 2) for k in range(50)), 0.995, 1.0)  # central
 WIDEN = -1.0  # coverage(level=WIDEN): each training set picks its own level
 POOLED = "all engines"
 NO_CLAIM = "kernel-source band (the step model's low and high op times), no measured coverage"
+# why a disaggregated prediction (estimate --mode disagg, a plan's disaggregated candidates) claims none
+DISAGG_NO_CLAIM = "disaggregated (the measured bands are of aggregated deployments)"
 
 
 def share(claim: float) -> str:

@@ -7,10 +7,8 @@ deployments."""
 import math
 from pathlib import Path
 
-from servelab.predict.bands import METRICS, NO_CLAIM, calibration_path, engine_band
+from servelab.predict.bands import DISAGG_NO_CLAIM, METRICS, NO_CLAIM, calibration_path, engine_band
 from servelab.predict.plan.candidates import Candidate
-
-DISAGG = "disaggregated (the measured bands are of aggregated deployments)"
 
 
 def band_candidates(candidates: list[Candidate], backend: str, calibration: Path | str | None) -> str:
@@ -26,7 +24,7 @@ def band_candidates(candidates: list[Candidate], backend: str, calibration: Path
             "tok_s_per_gpu": [c.tok_s_per_gpu_low, c.tok_s_per_gpu_high],
         }
         if c.mode != "agg" or len(claimed) < len(METRICS):
-            why = DISAGG if c.mode != "agg" else f"no residuals describe {backend}'s predictions"
+            why = DISAGG_NO_CLAIM if c.mode != "agg" else f"no residuals describe {backend}'s predictions"
             c.band = {"claim": None, "source": f"{NO_CLAIM}: {why}"}
             continue
         ttft, tpot = claimed["ttft"].as_dict(c.ttft_ms), claimed["tpot"].as_dict(c.tpot_ms)
