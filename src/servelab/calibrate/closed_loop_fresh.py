@@ -20,7 +20,6 @@ Warm-ups (2 x C where the client sent them) finish before the measured run start
 first: InferenceX's utils/bench_serving/benchmark_serving.py), so every replay starts from an idle engine.
 """
 
-import csv
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from servelab.calibrate.closed_loop import read_heldout
 from servelab.calibrate.closed_loop_split import fresh_group_key
 from servelab.calibrate.recipes import RunSettings
+from servelab.calibrate.rows import read_rows as rows_of
 from servelab.engines import Engine, engine_of
 from servelab.errors import ServelabError
 from servelab.predict.plan.split import Split
@@ -132,8 +132,7 @@ class FreshMeasured:
 def read_rows(folder: Path) -> list[dict[str, str]]:
     path = folder / POINTS
     try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+        return rows_of(path)
     except OSError as e:
         raise ServelabError(f"{path}: cannot read ({e.strerror})", field="closed_loop_fresh") from None
 
