@@ -2,33 +2,12 @@
 and accuracy/compare_step_check.py prices such a file with no communication: the pure-Python parts, on the
 CPU.
 
-The scripts are not a package; each runs as `python accuracy/<script>.py` would, in a fresh python whose
-PYTHONPATH holds accuracy/ (tests/architecture/test_scripts.py does the same).
+The scripts are not a package; each runs as `python accuracy/<script>.py` would (tests/accuracy_python.py).
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-ACCURACY = REPO / "accuracy"
-
-
-def run_python(code_or_args: list[str], cwd: Path) -> str:
-    path = os.pathsep.join(filter(None, [str(ACCURACY), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, *code_or_args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from accuracy_python import ACCURACY, run_accuracy_python
 
 
 SHAPES = """
@@ -50,7 +29,7 @@ def test_the_ranks_hold_what_vllm_gives_them(tmp_path):
     """MiniMax-M2.5 TP8: 48 / 8 query heads, its 8 KV heads one a rank, 256 / 8 experts of 1,536 (its config
     calls them num_local_experts and intermediate_size), rotary on 64 of 128 dims; Qwen3-235B's 4 KV heads
     replicated at TP8; the last rank holds the last block of experts; 5 ranks divide nothing."""
-    out = json.loads(run_python(["-c", SHAPES], tmp_path))
+    out = json.loads(run_accuracy_python(["-c", SHAPES], tmp_path))
     mm8, mm2 = out["minimax-m2.5"]["8"], out["minimax-m2.5"]["2"]
     assert (mm8["heads"], mm8["kv_heads"], mm8["experts"], mm8["inter"]) == (6, 1, 32, 1536)
     assert (mm8["first_expert"], mm8["rotary_dim"], mm8["scoring"], mm8["qk_norm"]) == (
@@ -83,12 +62,12 @@ def test_a_shard_file_is_priced_without_communication(tmp_path):
         rows.append(row)
     shard = tmp_path / "shard.json"
     shard.write_text(json.dumps(dict(provenance=dict(gpu="NVIDIA H100 80GB HBM3"), rows=rows)))
-    out = run_python([str(ACCURACY / "compare_step_check.py"), str(shard)], tmp_path)
+    out = run_accuracy_python([str(ACCURACY / "compare_step_check.py"), str(shard)], tmp_path)
     assert "priced with h100_sxm tables" in out
     assert "prefill b1 s8192 rank 0 of tp8 ep8" in out and "decode b16 kv8192 rank 0 of tp8 ep8" in out
     assert "allreduce" not in out  # with them, the all-reduces would be among the decode step's top ops
     assert "all 62 layers: measured x layers 155.0 ms" in out  # 10 ms for 4 layers
-    whole = run_python(
+    whole = run_accuracy_python(
         [str(ACCURACY / "compare_step_check.py"), str(ACCURACY / "results" / "tp_step_check_h200.json")],
         tmp_path,
     )

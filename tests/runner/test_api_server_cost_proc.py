@@ -3,14 +3,10 @@ command name with spaces and parentheses in it), the listening sockets of a port
 process that holds one. The measurement itself starts vLLM, run by hand (docs/accuracy.md, section 7)."""
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ACCURACY = Path(__file__).resolve().parents[2] / "accuracy"
+from accuracy_python import run_accuracy_python
 
 # a real stat line's shape, its command name made hostile: a space and a ')' inside the parentheses
 STAT = (
@@ -87,19 +83,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def answers() -> dict:
-    path = os.pathsep.join(filter(None, [str(ACCURACY), os.environ.get("PYTHONPATH")]))
     given = {"stat": STAT, "net_tcp": NET_TCP, "fit_runs": FIT_RUNS, "one_chunk_runs": ONE_CHUNK_RUNS}
-    done = subprocess.run(
-        [sys.executable, "-c", ASK],
-        input=json.dumps(given),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(run_accuracy_python(["-c", ASK], stdin=json.dumps(given)))
 
 
 def test_utime_plus_stime_are_counted_after_the_command_name(answers):
