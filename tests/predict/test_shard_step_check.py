@@ -9,7 +9,6 @@ import json
 
 from accuracy_python import ACCURACY, run_accuracy_python
 
-
 SHAPES = """
 import json
 from gpu_shard_shapes import read_config, shard_dims
