@@ -119,8 +119,7 @@ def test_each_logged_step_is_split_into_terms_that_add_up_to_its_price():
     steps = {id(b): b for log in logs for some in log.steps.values() for _, b in some}
     assert len(steps) > 10
     for batch in steps.values():
-        split = terms.mixed([(t, p) for _, t, p in batch.chunks], batch.decodes, batch.kv_mean)[0]
-        assert sum(split.values()) == pytest.approx(batch.duration[0] * 1e6, rel=1e-9)
+        assert sum(terms.split_of(batch).values()) == pytest.approx(batch.duration[0] * 1e6, rel=1e-9)
 
 
 @pytest.mark.parametrize(

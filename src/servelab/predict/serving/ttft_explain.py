@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from servelab.metrics.percentiles import percentile
 from servelab.predict.engines import EngineProfile
@@ -64,6 +64,11 @@ class TermPricer(StepPricer):
 
     def _priced(self, shape: StepShape) -> tuple:
         return (Terms(step_terms(self._parts, self.model, self.parallel, shape, self.engine)), 0.0, 0.0)
+
+    def split_of(self, batch: Batch) -> Terms:
+        """A logged step's price split by term (us), looked up as the lane priced it (StepPricer.mixed)."""
+        split = self.mixed([(t, p) for _, t, p in batch.chunks], batch.decodes, batch.kv_mean)[0]
+        return cast(Terms, split)  # StepPricer's nominal price, a Terms here
 
 
 class StepLog:
@@ -125,8 +130,7 @@ def request_split(req: Request, log: StepLog, pricer: TermPricer) -> dict[Key, f
     own = 0.0
     for _, batch in steps:
         own += batch.duration[0]
-        terms = pricer.mixed([(t, p) for _, t, p in batch.chunks], batch.decodes, batch.kv_mean)[0]
-        for key, us in terms.items():
+        for key, us in pricer.split_of(batch).items():
             split[key] = split.get(key, 0.0) + us * 1e-6
     split["queue", "between"] = sampled - start - own
     split["first", "stream"] = first - sampled
@@ -237,4 +241,4 @@ def _describe(
         ("queue", "before"): ("before its first prompt chunk", None, SIMULATED),
         ("queue", "between"): ("others' steps between its chunks", None, SIMULATED),
         ("first", "stream"): ("in the API server's serial output stream", None, SIMULATED),
-    }[row]
+    }[kind, name]
