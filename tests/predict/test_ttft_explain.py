@@ -158,22 +158,12 @@ def test_explaining_changes_no_other_answer():
     assert explained == plain
 
 
-def _stream(clients: int, prompts: int) -> BenchStream:
-    return BenchStream(
-        random_input_len=2048,
-        random_output_len=64,
-        random_range_ratio=0.5,
-        random_prefix_len=0,
-        num_prompts=prompts,
-        max_concurrency=clients,
-        request_rate=float("inf"),
-    )
-
-
 @pytest.mark.parametrize("parallel", [Parallel(), Parallel(tp=2, dp_attn=True)])
 def test_the_twins_split_adds_up_to_its_mean_and_median_ttft(parallel):
     model = DENSE if parallel.attn_dp == 1 else MOE
-    args = (model, H200, parallel, EngineSettings(engine="vllm"), _stream(16, 64), ["ttft"], [50.0], {})
+    # 64 prompts of 2048 / 64 tokens (range ratio 0.5, no prefix), 16 clients, all sent at once
+    stream = BenchStream(2048, 64, 0.5, 0, num_prompts=64, max_concurrency=16, request_rate=float("inf"))
+    args = (model, H200, parallel, EngineSettings(engine="vllm"), stream, ["ttft"], [50.0], {})
     twin = simulate_benchmark(*args, explain=True)
     ttft = twin.summary.latency_ms["ttft"]
     assert twin.explain["requests"] == 64
