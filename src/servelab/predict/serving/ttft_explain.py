@@ -167,8 +167,14 @@ def explain_ttft(
 
 
 # the parts of a request's life, in order, and the row kinds in each
-PARTS = {"api": "API server", "queue": "queue", "kernel": "prefill steps", "engine": "prefill steps"}
-PARTS["first"] = "first token"
+PARTS = {
+    "api": "API server",
+    "queue": "queue",
+    "kernel": "prefill steps",
+    "engine": "prefill steps",
+    "first": "first token",
+}
+STEPS = ("kernel", "engine")
 
 ENGINE_TERMS = {  # profile field: (what it is, its unit)
     "step_overhead_us": ("per step", "us/step"),
@@ -197,7 +203,11 @@ def _rows(
     total_median = sum(median.values())
     rows = []
     kinds = list(PARTS)
-    for row, (m, med, sources) in sorted(by_row.items(), key=lambda kv: kinds.index(kv[0][0])):
+    # in the order of a request's life; within its steps, kernels then engine terms, each largest first
+    ordered = sorted(
+        by_row.items(), key=lambda kv: (kinds.index(kv[0][0]), -kv[1][0] if kv[0][0] in STEPS else 0)
+    )
+    for row, (m, med, sources) in ordered:
         if abs(m) * 1000.0 < NEGLIGIBLE_MS and abs(med) * 1000.0 < NEGLIGIBLE_MS:
             continue
         term, value, source = _describe(row, sources, engine, fitted, lanes)
