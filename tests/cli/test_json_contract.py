@@ -80,6 +80,7 @@ CASES = [
     (["memory", "qwen3-32b"], "servelab.memory"),
     (["estimate", "qwen3-32b", "--batch", "8"], "servelab.estimate"),
     (["estimate", "qwen3-32b", "--batch", "8", "--mode", "agg", "--breakdown"], "servelab.estimate"),
+    (["estimate", "qwen3-32b", "--batch", "8", "--mode", "agg", "--explain"], "servelab.estimate"),
     (["plan", "qwen3-32b", "--gpus", "2", "--top", "2"], "servelab.plan"),
     (["db", "query", "gemm", "--m", "128", "--n", "4096", "--k", "4096"], "servelab.db.query"),
     (["db", "status"], "servelab.db.status"),

@@ -400,6 +400,12 @@ def bench(
         help="Predict this run on a deployment instead of sending it.",
         rich_help_panel=_TWIN,
     ),
+    explain: bool = typer.Option(
+        False,
+        "--explain",
+        help="Also print where the predicted TTFT goes, term by term (the result file: explain).",
+        rich_help_panel=_TWIN,
+    ),
     system: str | None = typer.Option(
         None, "--system", help="System name (servelab systems).", rich_help_panel=_TWIN
     ),
@@ -645,6 +651,8 @@ def bench(
         raise ServelabError.from_validation(e, as_options=True, flags=_FLAGS) from None
     except ValueError as e:
         raise ServelabError(str(e)) from None
+    if explain and not simulate:
+        raise ServelabError("only with --simulate: it explains the twin's predicted TTFT", field="explain")
     if simulate and server_profile:
         raise ServelabError("--profile (the server's profiler): not with --simulate, which sends nothing")
     if simulate and append_result:
@@ -673,7 +681,7 @@ def bench(
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         saved: list[Path] = []
-        code = _simulate(points, auto_sweep, deployment, settings, calibration, saved)
+        code = _simulate(points, auto_sweep, deployment, settings, calibration, saved, explain)
         _write_outputs(result_filename, result_dir, saved, formats, as_json)
         return code
     wait_for_server(points[0])
@@ -728,6 +736,7 @@ def _simulate(
     settings: dict,
     calibration: Path | None,
     saved: list[Path] | None = None,
+    explain: bool = False,
 ) -> int:
     """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py) and
     written as a result file with the measured run's fields."""
@@ -735,6 +744,7 @@ def _simulate(
     from servelab.bench import result as R  # noqa: PLC0415
     from servelab.bench.simulated import present_and_save, simulated_result  # noqa: PLC0415
     from servelab.cli._common import load_deployment  # noqa: PLC0415
+    from servelab.cli.explain_table import print_explain  # noqa: PLC0415
     from servelab.predict.provenance import describe_shares, roofline_warning  # noqa: PLC0415
     from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark  # noqa: PLC0415
 
@@ -771,6 +781,7 @@ def _simulate(
             cfg.metric_percentiles,
             cfg.goodput,
             calibration=calibration,
+            explain=explain,
         )
         date = R.now_stamp()
         result = simulated_result(
@@ -779,6 +790,8 @@ def _simulate(
         path = present_and_save(cfg, result, cfg0.model, date)
         if path is not None and saved is not None:
             saved.append(path)
+        if twin.explain is not None:
+            print_explain(twin.explain)
         shares = twin.provenance["kernel_time_by_source"]
         print(f"kernel time by source: {describe_shares(shares)}")
         warning = roofline_warning(shares)

@@ -23,10 +23,11 @@ from servelab.cli._common import (
     print_table,
 )
 from servelab.cli.estimate_disagg import PoolOptions, estimate_disagg, print_disagg
+from servelab.cli.explain_table import EXPLAINS_TWIN_ONLY, print_explain
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.bands import DISAGG_NO_CLAIM, attach_band, band_line
-from servelab.predict.engines import engine_profile
+from servelab.predict.engines import engine_profile, fitted_params
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
@@ -53,6 +54,9 @@ def estimate(
     kv_dtype: str = KvDtypeOpt,
     as_json: bool = JsonOpt,
     show_breakdown: bool = typer.Option(False, "--breakdown", help="Time per op kind"),
+    explain: bool = typer.Option(
+        False, "--explain", help="agg: where the predicted TTFT goes, term by term (JSON: explain)"
+    ),
     calibration: Path | None = CalibrationOpt,
     num_prompts: int | None = typer.Option(
         None,
@@ -80,6 +84,8 @@ def estimate(
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
     if num_prompts is not None and mode != "agg":
         raise ServelabError("--num-prompts: only with --mode agg", field="num_prompts")
+    if explain and mode != "agg":
+        raise ServelabError(EXPLAINS_TWIN_ONLY, field="explain")
     if mode == "disagg":
         if (tp, ep, dp_attn, pp) != (1, 1, False, 1):
             raise ServelabError(
@@ -113,7 +119,16 @@ def estimate(
         if num_prompts is not None:
             bench = Workload(isl=isl, osl=osl, concurrency=batch, warmup=0, num_requests=num_prompts)
         result = estimate_aggregated(
-            spec, sys_spec, parallel, engine, batch, isl, osl, with_breakdown=show_breakdown, workload=bench
+            spec,
+            sys_spec,
+            parallel,
+            engine,
+            batch,
+            isl,
+            osl,
+            with_breakdown=show_breakdown,
+            workload=bench,
+            explain=fitted_params(backend, calibration) if explain else None,
         )
     else:
         raise ServelabError(f"--mode: expected static, agg or disagg, got {mode!r}")
@@ -168,3 +183,5 @@ def _print(data: dict[str, Any]) -> None:
                 f"{phase.removesuffix('_us')} step: kernel time per op",
             )
         out.print(f"engine overhead us: {value_text(data['breakdown']['engine_overhead_us'])}")
+    if data.get("explain"):
+        print_explain(data["explain"])

@@ -270,8 +270,7 @@ def engine_profile(
     max_num_seqs, which its release `engine_version` (None: not known, the newest rule) derives from the
     memory and the GPU's name `gpu_name` (servelab.engines.vllm.batch); the profile's source says which rule
     applied. Without gpu_gib the documented defaults stand."""
-    path = Path(calibration).resolve() if calibration is not None else shipped_calibration()
-    profiles = _profiles(path)
+    profiles = _profiles(_calibration_path(calibration))
     if name not in profiles:
         raise ServelabError(
             f"unknown engine {name!r}{closest(name, list(profiles))}; "
@@ -290,6 +289,20 @@ def engine_profile(
     if gpu_gib is not None and name == Engine.VLLM:
         overrides.update(vllm_batch(profile, gpu_gib, gpu_name, engine_version, overrides))
     return profile.model_copy(update=overrides) if overrides else profile
+
+
+def _calibration_path(calibration: Path | str | None) -> Path:
+    return Path(calibration).resolve() if calibration is not None else shipped_calibration()
+
+
+def fitted_params(name: str, calibration: Path | str | None = None) -> dict[str, float]:
+    """The engine's terms a calibration file (None: the shipped one) fits, by profile field; the others are
+    its documented defaults."""
+    path = _calibration_path(calibration)
+    if path == shipped_calibration() and not path.is_file():
+        return {}
+    fit = read_calibration(path).engines.get(name)
+    return dict(fit.params) if fit is not None else {}
 
 
 def vllm_batch(

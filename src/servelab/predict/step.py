@@ -11,7 +11,17 @@ from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.perfdb.price_cache import PriceStore, pair_digest
 from servelab.predict.engines import EngineProfile
-from servelab.predict.graph import DECODE_ATTN, HEAD, PREFILL_ATTN, TOKENS, Op, StepShape, per_rank, step_ops
+from servelab.predict.graph import (
+    DECODE_ATTN,
+    HEAD,
+    PREFILL_ATTN,
+    TOKENS,
+    Op,
+    StepShape,
+    op_category,
+    per_rank,
+    step_ops,
+)
 from servelab.specs import ModelSpec, Parallel
 
 
@@ -91,6 +101,20 @@ def kernel_sum(ops: list[Op], db: PerfDB) -> KernelSum:
     return KernelSum(kernel, low, high, kernels, sources, source_us)
 
 
+def kernel_sum_by_category(ops: list[Op], db: PerfDB) -> KernelSum:
+    """kernel_sum of the ops, category by category (graph.OpCategory), with the kernel time keyed by
+    (category, source) rather than by source: the parts step_terms splits a step's kernel time from."""
+    by_category: dict[str, list[Op]] = {}
+    for op in ops:
+        by_category.setdefault(op_category(op.name).value, []).append(op)
+    sums = {category: kernel_sum(some, db) for category, some in by_category.items()}
+    keyed = [
+        k._replace(source_us={(category, s): us for s, us in k.source_us.items()})
+        for category, k in sums.items()
+    ]
+    return _summed(keyed[0], keyed[1:]) if keyed else kernel_sum([], db)
+
+
 def step_time(ops: list[Op], db: PerfDB, engine: EngineProfile, num_seqs: int, decode_only: bool) -> StepTime:
     """Kernel time of the ops, then the engine (num_seqs: sequences this rank's scheduler runs)."""
     return with_engine(kernel_sum(ops, db), engine, num_seqs, decode_only)
@@ -112,21 +136,53 @@ def with_engine(
     times the experts each token is routed to, each paying moe_route_us of GPU time and, in an eager step,
     eager_moe_route_us of CPU time that the GPU waits for only when its own work is shorter."""
     kernel, low, high, kernels, sources, source_us = k
-    gpu = kernel + moe_routes * engine.moe_route_us
-    graphed = decode_only and num_seqs <= engine.cuda_graph_max_batch
-    if graphed:
-        launch = kernels * engine.kernel_gap_us
-    else:
-        cpu = kernels * engine.eager_launch_us + moe_routes * engine.eager_moe_route_us
-        launch = max(0.0, cpu - gpu) + kernels * engine.kernel_gap_us
-    overhead = (
-        launch
-        + engine.overhead_us(num_seqs)
-        + moe_prompt_tokens * engine.moe_prompt_token_us
-        + moe_routes * engine.moe_route_us
-    )
+    t = engine_terms(kernel, kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    # summed in this order since before the terms were named (the same sums, bit for bit)
+    overhead = (t.exposed_cpu_us + t.gaps_us) + (t.step_us + t.per_seq_us) + t.moe_prompt_us + t.moe_route_us
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
     return StepTime(kernel + overhead, low + overhead, high + overhead, kernel, overhead, sources, source_us)
+
+
+class EngineTerms(NamedTuple):
+    """What an engine adds to a step's kernel time, term by term (us); with_engine's overhead is their sum."""
+
+    exposed_cpu_us: float  # eager CPU work (launches, MoE routing) the GPU waits for: max(0, cpu - gpu)
+    launch_cpu_us: float  # of the CPU work: kernels x eager_launch_us (0 in a CUDA graph)
+    route_cpu_us: float  # ... and MoE layers x routed experts x eager_moe_route_us (0 in a CUDA graph)
+    gaps_us: float  # kernels x kernel_gap_us
+    step_us: float  # step_overhead_us
+    per_seq_us: float  # per_seq_overhead_us x sequences
+    moe_prompt_us: float  # prompt tokens x MoE layers x moe_prompt_token_us
+    moe_route_us: float  # MoE layers x routed experts x moe_route_us (GPU)
+
+
+def engine_terms(
+    kernel_us: float,
+    kernels: float,
+    engine: EngineProfile,
+    num_seqs: int,
+    decode_only: bool,
+    moe_prompt_tokens: float,
+    moe_routes: float,
+) -> EngineTerms:
+    """The engine's additions to a step of kernel_us over `kernels` kernels (see with_engine)."""
+    route_gpu = moe_routes * engine.moe_route_us
+    gpu = kernel_us + route_gpu
+    if decode_only and num_seqs <= engine.cuda_graph_max_batch:  # a CUDA graph replays: no launches
+        launch_cpu = route_cpu = exposed = 0.0
+    else:
+        launch_cpu, route_cpu = kernels * engine.eager_launch_us, moe_routes * engine.eager_moe_route_us
+        exposed = max(0.0, launch_cpu + route_cpu - gpu)
+    return EngineTerms(
+        exposed,
+        launch_cpu,
+        route_cpu,
+        kernels * engine.kernel_gap_us,
+        engine.step_overhead_us,
+        engine.per_seq_overhead_us * num_seqs,
+        moe_prompt_tokens * engine.moe_prompt_token_us,
+        route_gpu,
+    )
 
 
 def breakdown(ops: list[Op], db: PerfDB) -> dict[str, float]:
@@ -253,6 +309,40 @@ def _price_step(
     decoding sequences, and everything else, which depends only on token counts; a new shape mostly reuses
     parts already priced. Engine costs are per rank: each attention-DP rank is its own scheduler with its own
     CUDA graphs."""
+    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes = step_parts(part, model, parallel, shape)
+    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+
+
+def step_terms(
+    part: PartPrice, model: ModelSpec, parallel: Parallel, shape: StepShape, engine: EngineProfile
+) -> dict[tuple[str, ...], float]:
+    """The price of a step shape split by term (us): ("kernel", op category, source) from parts whose
+    source_us is keyed so (kernel_sum_by_category), and ("engine", profile field) for each engine term of
+    with_engine (the CPU work the GPU waits for shared between launches and MoE routing by their CPU time).
+    The terms are _price_step's own, so they add up to its price (to float rounding)."""
+    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes = step_parts(part, model, parallel, shape)
+    t = engine_terms(total.us, total.kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    cpu = t.launch_cpu_us + t.route_cpu_us
+    launch_share = t.launch_cpu_us / cpu if cpu > 0 else 0.0
+    terms: dict[tuple[str, ...], float] = {("kernel", *key): us for key, us in total.source_us.items()}
+    for name, us in (
+        ("eager_launch_us", t.exposed_cpu_us * launch_share),
+        ("eager_moe_route_us", t.exposed_cpu_us * (1.0 - launch_share)),
+        ("kernel_gap_us", t.gaps_us),
+        ("step_overhead_us", t.step_us),
+        ("per_seq_overhead_us", t.per_seq_us),
+        ("moe_prompt_token_us", t.moe_prompt_us),
+        ("moe_route_us", t.moe_route_us),
+    ):
+        terms["engine", name] = us
+    return terms
+
+
+def step_parts(
+    part: PartPrice, model: ModelSpec, parallel: Parallel, shape: StepShape
+) -> tuple[KernelSum, int, bool, float, float]:
+    """What with_engine prices a step shape from: its kernel sum, the sequences a rank's scheduler runs,
+    whether it is decode-only, its prompt tokens x MoE layers and its MoE layers x routed experts."""
     decode_tokens = shape.decode_batch * (1 + shape.spec_tokens)
     kv = shape.decode_kv_len if shape.spec_tokens else 1  # only the MTP draft layer reads the KV length
     # Token ops see how many tokens a rank has and how many of its sequences sample (LM head), not how the
@@ -282,7 +372,7 @@ def _price_step(
     moe_prompt_tokens = (rank.total - rank.decode_tokens) * model.num_moe_layers
     decode_only = not shape.prefill and decode_tokens > 0
     moe_routes = model.num_moe_layers * model.moe.experts_per_token if model.moe else 0
-    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    return total, num_seqs, decode_only, moe_prompt_tokens, moe_routes
 
 
 def _summed(first: KernelSum, rest: list[KernelSum]) -> KernelSum:

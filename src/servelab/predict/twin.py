@@ -12,6 +12,7 @@ warm. What is modelled and what is not is listed in docs/bench.md, "Simulated tw
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,13 +32,14 @@ from servelab.metrics import (
 )
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.bands import attach_band, twin_band_line
-from servelab.predict.engines import engine_profile
+from servelab.predict.engines import engine_profile, fitted_params
 from servelab.predict.memory import GIB
 from servelab.predict.provenance import time_shares as shares_of
 from servelab.predict.serving.aggregated import lane_limits
 from servelab.predict.serving.engine import Lane, LaneLimits, Request
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.simulator import Replay, run
+from servelab.predict.serving.ttft_explain import StepLog, explain_ttft, watcher
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import _memory_dict, prepare
 from servelab.predict.step import add_counts, priced_step
@@ -126,10 +128,12 @@ class TwinRun:
     client_latency_ms: dict[str, Distribution]
     deployment: dict
     provenance: dict
+    explain: dict | None = None  # the predicted TTFT split by term (`--explain`, ttft_explain)
 
     def extra_fields(self) -> dict:
         """What a simulated result adds to the real run's fields."""
-        return {"source": "simulated", "deployment": self.deployment, "prediction": self.provenance}
+        extra = {"source": "simulated", "deployment": self.deployment, "prediction": self.provenance}
+        return extra if self.explain is None else {**extra, "explain": self.explain}
 
 
 def simulate_benchmark(
@@ -143,9 +147,11 @@ def simulate_benchmark(
     goodput_ms: dict[str, float],
     db: PerfDB | None = None,
     calibration: Path | None = None,
+    explain: bool = False,
 ) -> TwinRun:
     """Replay `stream` on the deployment and summarise it as `servelab bench` summarises a measured run;
-    `calibration` names the engine calibration file (None: the shipped one)."""
+    `calibration` names the engine calibration file (None: the shipped one); `explain`: split the predicted
+    TTFT by term (TwinRun.explain, ttft_explain)."""
     if settings.engine not in TWIN_ENGINES:
         raise ServelabError(
             f"unknown engine {settings.engine!r}{closest(settings.engine, list(TWIN_ENGINES))}; "
@@ -196,7 +202,9 @@ def simulate_benchmark(
             field="random_input_len",
         )
     closed = all(t == 0.0 for t in offsets)
-    per_clock, itl, steps = replay(specs, offsets, lanes, limits, engine.policy, pricer, closed)
+    logs: list[StepLog] = []
+    watch = watcher(logs) if explain else None
+    per_clock, itl, steps = replay(specs, offsets, lanes, limits, engine.policy, pricer, closed, watch)
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
     duration = max(r.start_s + r.e2el_s for r in reqs)
@@ -207,6 +215,9 @@ def simulate_benchmark(
         )
     op_counts, time_shares = op_sources(pricer, model, parallel, engine, db, lengths)
     clocks = band(per_clock, closed, prompts)
+    split = (
+        explain_ttft(logs, per_clock[0], pricer, fitted_params(engine.name, calibration)) if explain else None
+    )
     return TwinRun(
         requests=reqs,
         summary=summary,
@@ -237,6 +248,7 @@ def simulate_benchmark(
             "steps": steps,
             "shapes_priced": pricer.priced,
         },
+        explain=split,
     )
 
 
@@ -248,10 +260,12 @@ def replay(
     policy: SchedulingPolicy,
     pricer: StepPricer,
     closed: bool,
+    watch: Callable[[Lane, Replay], None] | None = None,
 ) -> tuple[dict[int, list[Request]], list, int]:
     """Every lane's share of the requests through its own scheduler. Returns the requests in index order per
     clock (a closed loop's one schedule carries all three clocks; an open loop is re-run per clock), the
-    pooled ITL samples (seconds, weight) and the number of engine steps, both of the nominal run."""
+    pooled ITL samples (seconds, weight) and the number of engine steps, both of the nominal run. `watch`
+    is called with each nominal run's lane and source before it runs (ttft_explain.StepLog)."""
     per_clock: dict[int, list[Request]] = {}
     itl: list = []
     steps = 0
@@ -260,6 +274,8 @@ def replay(
         for indices, limit in lanes:
             lane = Lane(limits, policy, pricer.decode, pricer.mixed)
             source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
+            if watch is not None and drive == 0:
+                watch(lane, source)
             run(lane, source)
             for i, req in zip(indices, source.requests, strict=True):
                 runs[i] = req

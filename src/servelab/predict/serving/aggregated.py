@@ -7,6 +7,7 @@ wraps it into the same JSON as static mode plus percentiles, for `servelab estim
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter, sub, truediv
 
@@ -20,7 +21,8 @@ from servelab.predict.provenance import time_shares
 from servelab.predict.serving.engine import Lane, LaneLimits, LaneStats
 from servelab.predict.serving.kept import kept_sims, stats_of
 from servelab.predict.serving.pricing import StepPricer
-from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, run, without_gc
+from servelab.predict.serving.simulator import ClosedLoop, OpenLoop, Source, run, without_gc
+from servelab.predict.serving.ttft_explain import StepLog, explain_ttft, watcher
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.predict.static import StaticEstimate, _memory_dict, prepare
 from servelab.predict.step import add_counts, breakdown, priced_step
@@ -116,17 +118,21 @@ def simulate(
     *,
     prefilled: bool = False,
     osl_override: int | None = None,
+    watch: Callable[[Lane, Source], None] | None = None,
 ) -> SimResult:
     """Simulate one lane under its share of the load and scale to the replica; an earlier process's answer
     to the same question where the pricer's PerfDB keeps one (servelab.predict.serving.kept).
 
     prefilled: requests arrive with their prompt already in the KV cache and their first token sampled (a
     disaggregated decode worker): where the engine's policy says so they join the decoding batch, whose next
-    step samples their second token; otherwise a one-token prompt chunk samples the first."""
+    step samples their second token; otherwise a one-token prompt chunk samples the first.
+
+    watch: called with the nominal run's lane and source before it runs (ttft_explain.StepLog); a watched
+    simulation is run, never read from the kept ones."""
     t0 = time.perf_counter()
-    kept = kept_sims(model, parallel, engine, mem, pricer)
+    kept = None if watch else kept_sims(model, parallel, engine, mem, pricer)
     if kept is None:
-        return without_gc(_simulate, model, parallel, engine, mem, wl, pricer, prefilled, t0)
+        return without_gc(_simulate, model, parallel, engine, mem, wl, pricer, prefilled, t0, watch)
     tag = kept.tag(wl, prefilled, osl_override, pricer)
     found = _from_kept(kept.get(tag), parallel, wl, pricer, t0)
     if found is not None:
@@ -174,6 +180,7 @@ def _simulate(
     pricer: StepPricer,
     prefilled: bool,
     t0: float,
+    watch: Callable[[Lane, Source], None] | None = None,
 ) -> SimResult:
     lanes = parallel.attn_dp * parallel.pp
     lw = wl.per_lane(lanes)
@@ -200,6 +207,8 @@ def _simulate(
     for drive in (0,) if wl.closed else (0, 1, 2):
         lane = Lane(limits, engine.policy, pricer.decode, pricer.mixed, joins=joins)
         source = ClosedLoop(lw, **src_kw) if wl.closed else OpenLoop(lw, drive=drive, **src_kw)
+        if watch is not None and drive == 0:
+            watch(lane, source)
         run(lane, source)
         runs.append((lane, source))
     samples, out_tps, req_tps = [], [], []
@@ -273,6 +282,7 @@ class AggregatedEstimate(StaticEstimate):
     request_throughput: float
     scheduler: dict
     workload: dict
+    explain: dict | None = None  # the predicted TTFT split by term (`--explain`, ttft_explain)
 
 
 def estimate_aggregated(
@@ -295,10 +305,12 @@ def estimate_aggregated(
     seed: int = 0,
     workload: Workload | None = None,
     gpu_memory_utilization: float | None = None,
+    explain: dict[str, float] | None = None,
 ) -> AggregatedEstimate:
     """Steady state of one replica at closed-loop concurrency `batch` (or open-loop `rate` requests/s).
     gpu_memory_utilization: the engine's memory share (TensorRT-LLM: the share of free memory for KV; SGLang:
-    mem_fraction_static); None: the engine's own default."""
+    mem_fraction_static); None: the engine's own default. explain: the engine terms its calibration fits
+    (engines.fitted_params), to split the predicted TTFT by term (`explain`, ttft_explain); None: no split."""
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     model = engine.model_as_served(model)
@@ -328,8 +340,13 @@ def estimate_aggregated(
     # a closed loop of fewer clients than attention-DP ranks leaves ranks idle
     ranks = min(workload.clients, parallel.attn_dp) if workload.closed else 0
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=workload.spec.draft_tokens, ranks=ranks)
-    sim = simulate(model, parallel, engine, mem, workload, pricer)
-    return to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
+    logs: list[StepLog] = []
+    watch = None if explain is None else watcher(logs)
+    sim = simulate(model, parallel, engine, mem, workload, pricer, watch=watch)
+    result = to_estimate(model, system, parallel, engine, mem, workload, sim, pricer, db, with_breakdown)
+    if explain is not None:
+        result.explain = explain_ttft(logs, logs[0].source.measured_requests(), pricer, explain)
+    return result
 
 
 def to_estimate(

@@ -122,10 +122,14 @@ class StepPricer:
                 spec_tokens=self.spec_tokens if n else 0,
                 ranks=self.ranks,
             )
-            st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
-            hit = self._cache[key] = (st.us, st.low_us, st.high_us)
+            hit = self._cache[key] = self._priced(shape)
             self.priced += 1
         return hit
+
+    def _priced(self, shape: StepShape) -> tuple:
+        """One grid shape's price per clock (nominal, low, high), in us."""
+        st = priced_step(self.model, self.parallel, shape, self.engine, self.db)
+        return (st.us, st.low_us, st.high_us)
 
     def decode(self, n: int, kv: float) -> tuple[float, float, float]:
         """A decode-only step of n sequences at mean context kv, bilinear between grid points."""
