@@ -8,6 +8,13 @@ aggregated rows (embedded model ids, the row's GEMM precision, FP8 KV on TensorR
 MoE layouts, NVFP4 rows of FP8 checkpoints as NVIDIA's FP4 releases with their FP8 KV cache). Rows it cannot
 price are counted by reason.
 
+The rows were measured by srt-slurm's sa-bench (the multinode disaggregated runs InferenceX records; srt-slurm
+src/srtctl/benchmarks/scripts/sa-bench/bench.sh): a closed loop of C clients at `--request-rate inf`, started
+after a warm-up that ran in a process of its own, over C x `num_prompts_mult` prompts (10 unless the recipe
+says otherwise, src/srtctl/benchmarks/sa_bench.py; the pinned recipes that set it set 10), every one counted.
+Each row is priced so: PROMPTS_PER_CONCURRENCY x C prompts from an idle deployment (price_given_split's
+num_prompts), the convention the aggregated rows are replayed with (calibrate.price).
+
 Throughput is the deployment's output tokens/s per GPU by Little's law, one formula for a measurement and an
 estimate alike: concurrency x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the rows give only TTFT and TPOT).
 """
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.closed_loop import read_heldout
+from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY
 from servelab.calibrate.rows import (
     ENGINES,
     concurrency_of,
@@ -129,7 +137,9 @@ def price_rows(
             if row.isl + row.osl > served.max_context:
                 raise ValueError(f"ISL + OSL exceeds {served.name}'s context")
             ctx = split_context(served, system, engine, row.split, row.isl, row.osl)
-            got = price_given_split(ctx, row.split, row.concurrency)
+            got = price_given_split(
+                ctx, row.split, row.concurrency, PROMPTS_PER_CONCURRENCY * row.concurrency
+            )
         except (ValueError, ServelabError) as e:
             reason = re.sub(r"\d+(\.\d+)?", "N", str(e))[:140]
             skipped[reason] = skipped.get(reason, 0) + 1
