@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.closed_loop import read_heldout
-from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY
+from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY, lengths_up_to
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import (
     ENGINES,
     concurrency_of,
@@ -136,7 +137,8 @@ def price_rows(
             served = engine.model_as_served(model)
             if row.isl + row.osl > served.max_context:
                 raise ValueError(f"ISL + OSL exceeds {served.name}'s context")
-            ctx = split_context(served, system, engine, row.split, row.isl, row.osl)
+            (isl, osl), _ = lengths_up_to(row.isl, row.osl, INFERENCEX_RANGE_RATIO)
+            ctx = split_context(served, system, engine, row.split, isl, osl)
             got = price_given_split(
                 ctx, row.split, row.concurrency, PROMPTS_PER_CONCURRENCY * row.concurrency
             )
