@@ -173,12 +173,15 @@ def _rel(pred: float, meas: float) -> float:
 
 
 def errors(row: Row, pred: dict) -> dict[str, float]:
+    """Relative errors; `throughput_by_ttft` / `_by_tpot`: the throughput's error were the other figure the
+    measured one (which of the two the throughput misses by)."""
+    measured = throughput(row, row.ttft_ms, row.tpot_ms)
     return {
         "ttft": _rel(pred["ttft_ms"], row.ttft_ms),
         "tpot": _rel(pred["tpot_ms"], row.tpot_ms),
-        "throughput": _rel(
-            throughput(row, pred["ttft_ms"], pred["tpot_ms"]), throughput(row, row.ttft_ms, row.tpot_ms)
-        ),
+        "throughput": _rel(throughput(row, pred["ttft_ms"], pred["tpot_ms"]), measured),
+        "throughput_by_ttft": _rel(throughput(row, pred["ttft_ms"], row.tpot_ms), measured),
+        "throughput_by_tpot": _rel(throughput(row, row.ttft_ms, pred["tpot_ms"]), measured),
         "ttft_within": float(1 / WITHIN <= pred["ttft_ms"] / row.ttft_ms <= WITHIN),
     }
 
@@ -187,7 +190,7 @@ def summarize(errs: list[dict[str, float]]) -> dict[str, float]:
     if not errs:
         return {"n": 0}
     out: dict[str, float] = {"n": len(errs)}
-    for key in ("ttft", "tpot", "throughput"):
+    for key in ("ttft", "tpot", "throughput", "throughput_by_ttft", "throughput_by_tpot"):
         out[f"median_{key}"] = statistics.median(e[key] for e in errs)
     out["ttft_within_1.5x"] = sum(e["ttft_within"] for e in errs) / len(errs)
     return out
@@ -208,3 +211,11 @@ def compare(priced: list[tuple[Row, dict]], aic: dict[str, dict]) -> dict:
             "aiconfigurator": summarize([errors(r, aic[r.row_id]) for r, _ in both]),
         }
     return out
+
+
+def by_bound(priced: list[tuple[Row, dict]]) -> dict[str, dict[str, float]]:
+    """servelab's errors per engine, system and the pool servelab says binds the rate."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for row, pred in priced:
+        groups.setdefault(f"{row.engine} {row.system} {pred['bound']}-bound", []).append(errors(row, pred))
+    return {name: summarize(errs) for name, errs in sorted(groups.items())}
