@@ -99,10 +99,11 @@ def decode_worker(ctx: SearchContext, cfg: EngineConfig) -> EngineConfig:
 
     The disaggregated deployments benchmarked (NVIDIA srt-slurm's recipes, which InferenceX runs; pinned under
     src/servelab/recipes/data/srtslurm/recipes/) size each decode worker's CUDA graphs to its batch limit:
-    TensorRT-LLM's decode `cuda_graph_config.batch_sizes` end at its per-rank `max_batch_size` (e.g.
-    trtllm/h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml: 256 and [1, ..., 256]), SGLang's
-    `cuda-graph-max-bs` is its `max-running-requests` per DP rank, and vLLM's `max-cudagraph-capture-size`
-    its `max-num-seqs`. A decode worker never runs a prompt step, so every step it takes replays a graph."""
+    TensorRT-LLM's decode `cuda_graph_config.batch_sizes` reach its per-rank `max_batch_size` in every one
+    (e.g. trtllm/h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml: 256 and [1, ..., 256]), SGLang's
+    `cuda-graph-max-bs` covers its `max-running-requests` per DP rank in all but two, and vLLM's
+    `max-cudagraph-capture-size` is its `max-num-seqs`. A decode worker runs no prompt step, so every step it
+    takes replays a graph."""
     graphs = cfg.cap_lane * cfg.parallel.attn_dp
     if graphs <= cfg.pricer.engine.cuda_graph_max_batch:
         return cfg
