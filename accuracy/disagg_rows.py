@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servelab.calibrate.disagg_rows import compare, disagg_rows, price_rows
+from servelab.calibrate.disagg_rows import by_bound, compare, disagg_rows, price_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
@@ -97,6 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     for _, pred in priced:
         bound[pred["bound"]] = bound.get(pred["bound"], 0) + 1
     print(f"servelab's binding pool: {bound}")
+    both = [(r, p) for r, p in priced if "ttft_ms" in aic.get(r.row_id, {})]
+    groups = {"every row priced": by_bound(priced), "rows both answer": by_bound(both)}
+    print(
+        "throughput's error by what it misses: as predicted, with the measured TPOT, with the measured TTFT"
+    )
+    for part, table in groups.items():
+        print(f"  {part}:")
+        for name, t in table.items():
+            print(
+                f"    {name:32s} {int(t['n']):4d} {100 * t['median_throughput']:6.1f}% "
+                f"{100 * t['median_throughput_by_ttft']:6.1f}% {100 * t['median_throughput_by_tpot']:6.1f}%"
+            )
     if args.out:
         report = {
             "part": args.part,
@@ -106,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "aic_unanswered": failures,
             "bound": bound,
             "errors": table,
+            "by_bound": groups,
             "per_row": [
                 {
                     "id": r.row_id,

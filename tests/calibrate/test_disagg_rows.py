@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import disagg_rows as rows_mod
-from servelab.specs import Dtype
+from servelab.predict.engines import engine_profile
+from servelab.predict.plan.split import price_given_split, split_context
+from servelab.specs import Dtype, load_system
 
 CSV = Path(__file__).resolve().parents[2] / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
 HEADER = next(csv.reader(open(CSV)))
@@ -85,7 +87,36 @@ def test_an_fp4_row_of_an_fp8_checkpoint_prices_nvfp4_weights_and_fp8_kv():
 
 
 def test_summary_counts_ttft_within_one_and_a_half_times():
-    errs = [{"ttft": 0.1, "tpot": 0.2, "throughput": 0.3, "ttft_within": 1.0},
-            {"ttft": 0.9, "tpot": 0.4, "throughput": 0.5, "ttft_within": 0.0}]  # fmt: skip
+    by = {"throughput_by_ttft": 0.0, "throughput_by_tpot": 0.3}
+    errs = [{"ttft": 0.1, "tpot": 0.2, "throughput": 0.3, "ttft_within": 1.0} | by,
+            {"ttft": 0.9, "tpot": 0.4, "throughput": 0.5, "ttft_within": 0.0} | by]  # fmt: skip
     s = rows_mod.summarize(errs)
     assert s["n"] == 2 and s["median_ttft"] == pytest.approx(0.5) and s["ttft_within_1.5x"] == 0.5
+
+
+def test_the_throughput_error_is_split_by_the_figure_it_misses_by(files):
+    path, held = files
+    row, _ = rows_mod.to_row(rows_mod.disagg_rows("dev", path, held)[0])
+    # TTFT right, TPOT 25 % slow: the whole throughput error is TPOT's
+    errs = rows_mod.errors(row, {"ttft_ms": 500.0, "tpot_ms": 25.0})
+    assert errs["throughput_by_ttft"] == 0.0
+    assert errs["throughput_by_tpot"] == errs["throughput"] == pytest.approx(1 - 20.96 / (0.5 + 1023 * 0.025))
+    # TPOT right, TTFT twice the measured: TTFT's
+    errs = rows_mod.errors(row, {"ttft_ms": 1000.0, "tpot_ms": 20.0})
+    assert errs["throughput_by_tpot"] == 0.0 and errs["throughput_by_ttft"] == errs["throughput"] > 0
+
+
+def test_a_row_is_priced_as_sa_bench_measured_it(files):
+    """srt-slurm's sa-bench drew lengths uniform in [0.8 L, L] (mean 922 of 1024) and ran 10 x C prompts,
+    the clients starting together on an idle deployment."""
+    path, held = files
+    raw = rows_mod.disagg_rows("dev", path, held)[0]
+    ((_, pred),), _ = rows_mod.price_rows([raw], lambda s: None)
+    row, model = rows_mod.to_row(raw)
+    system = load_system(row.system)
+    engine = engine_profile(row.engine, system.hbm_gib, gpu_name=system.gpu_name)
+    ctx = split_context(engine.model_as_served(model), system, engine, row.split, 922, 922)
+    got = price_given_split(ctx, row.split, 64, num_prompts=640)
+    assert (pred["ttft_ms"], pred["tpot_ms"]) == (got.point.ttft[0], got.point.tpot[0])
+    steady = price_given_split(ctx, row.split, 64)
+    assert pred["tpot_ms"] == steady.point.tpot[0] and pred["ttft_ms"] >= steady.point.ttft[0]

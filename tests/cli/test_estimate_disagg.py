@@ -61,3 +61,14 @@ def test_bad_disagg_input_is_one_line(args, says):
 def test_pool_options_belong_to_disagg_mode():
     r = servelab("estimate", "llama-3.1-8b", "--mode", "agg", "--decode-workers", "2")
     assert r.returncode == 2 and "--decode-workers: only with --mode disagg" in r.stderr
+
+
+def test_num_prompts_prices_a_benchmark_from_idle():
+    steady = json.loads(servelab(*BASE, *SPLIT, "--json").stdout)
+    r = servelab(*BASE, *SPLIT, "--num-prompts", "320", "--json")
+    assert r.returncode == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert run["num_prompts"] == 320 and "num_prompts" not in steady
+    assert run["tpot_ms"] == steady["tpot_ms"] and run["ttft_ms"] > steady["ttft_ms"]
+    assert sum(run["ttft_parts_ms"].values()) == pytest.approx(run["ttft_ms"])
+    assert "first wave" in run["provenance"]["figures"]["prefill_queue_and_prefill"]

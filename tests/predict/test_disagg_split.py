@@ -1,12 +1,16 @@
 """One given disaggregated split (predict.plan.split): the planner's own pricing for a split whose prefill
 pool keeps up, Little's law for one whose prefill pool binds."""
 
+from dataclasses import replace
+
 import pytest
 
 from servelab.errors import ServelabError
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan import PlanRequest, make_plan
-from servelab.predict.plan.split import Split, price_given_split, split_context
+from servelab.predict.plan.configs import make_config
+from servelab.predict.plan.disagg import decode_worker
+from servelab.predict.plan.split import Split, first_wave_ms, price_given_split, split_context
 from servelab.specs import Parallel, load_model, load_system
 
 MODEL, SYSTEM, ISL, OSL = "llama-3.1-8b", "h200_sxm", 2048, 256
@@ -103,3 +107,55 @@ def test_the_decode_workers_part_of_ttft_is_its_take_up_or_a_prompt_step_by_engi
         assert sim.metric("ttft_ms") == 0.0  # a closed loop: the arrival joins at a step's end
         assert got.first_step_ms == pytest.approx(0.5 * step_ms)
         assert got.first_step_ms < eager_ms
+
+
+def test_a_decode_workers_cuda_graphs_cover_every_batch_it_holds():
+    """The benchmarked decode workers capture graphs up to their batch limit (srt-slurm's recipes), so a
+    batch past the engine's aggregated default replays a graph there and launches eagerly elsewhere."""
+    system = load_system(SYSTEM)
+    engine = engine_profile("trtllm", system.hbm_gib).model_copy(update={"cuda_graph_max_batch": 16})
+    split = Split(Parallel(tp=1), 1, Parallel(tp=1), 1)
+    ctx = split_context(load_model(MODEL), system, engine, split, ISL, OSL)
+    cfg = make_config(ctx, Parallel(tp=1))
+    worker = decode_worker(ctx, cfg)
+    default = cfg.pricer.engine.cuda_graph_max_batch
+    assert cfg.cap_lane > default  # the aggregated default does not cover this worker's batch
+    assert worker.pricer.engine.cuda_graph_max_batch == cfg.cap_lane
+    assert worker.parallel == cfg.parallel and worker.cap_lane == cfg.cap_lane
+    past = default * 4
+    assert worker.pricer.decode(past, ISL)[0] < cfg.pricer.decode(past, ISL)[0]  # graphed vs eager
+    assert worker.pricer.decode(default, ISL) == cfg.pricer.decode(default, ISL)  # both graphed
+    # a worker whose engine already covers its batch is kept as it is
+    small = replace(cfg, cap_lane=default // 2)
+    assert decode_worker(ctx, small) is small
+
+
+def test_first_wave_prefills_the_clients_one_after_another():
+    # 4 clients on 2 workers at 10 requests/s each: each worker's prompts finish at 100 and 200 ms
+    assert first_wave_ms(4, 2, 10.0, 50.0) == pytest.approx(150.0)
+    # none faster than the steady state
+    assert first_wave_ms(4, 2, 10.0, 150.0) == pytest.approx((150.0 + 200.0) / 2)
+    assert first_wave_ms(4, 2, 10.0, 500.0) == pytest.approx(500.0)
+    # an odd share rounds up: 3 prompts on one worker of the two
+    assert first_wave_ms(5, 2, 10.0, 0.0) == pytest.approx(200.0)
+
+
+def test_a_benchmark_from_idle_adds_its_first_waves_share_to_ttft_only():
+    split = Split(Parallel(tp=1), 2, Parallel(tp=1), 1)
+    ctx, steady = _price(split, 32)
+    assert steady.bound == "decode"
+    once = price_given_split(ctx, split, 32, num_prompts=32)
+    tenfold = price_given_split(ctx, split, 32, num_prompts=320)
+    assert once.point.tpot == steady.point.tpot and tenfold.point.tpot == steady.point.tpot
+    wave = first_wave_ms(32, 2, once.prefill_capacity / 2, steady.prefill_ms)  # 16 prompts on each worker
+    assert wave > 2 * steady.prefill_ms  # the first wave queues
+    assert once.prefill_ms == pytest.approx(wave)
+    assert once.point.ttft[0] - steady.point.ttft[0] == pytest.approx(wave - steady.prefill_ms)
+    assert tenfold.point.ttft[0] - steady.point.ttft[0] == pytest.approx((wave - steady.prefill_ms) / 10)
+    # TTFT is still its three parts
+    assert tenfold.prefill_ms + tenfold.transfer_ms + tenfold.first_step_ms == pytest.approx(
+        tenfold.point.ttft[0]
+    )
+    with pytest.raises(ServelabError) as err:
+        price_given_split(ctx, split, 32, num_prompts=0)
+    assert err.value.field == "num_prompts"

@@ -8,6 +8,13 @@ aggregated rows (embedded model ids, the row's GEMM precision, FP8 KV on TensorR
 MoE layouts, NVFP4 rows of FP8 checkpoints as NVIDIA's FP4 releases with their FP8 KV cache). Rows it cannot
 price are counted by reason.
 
+The rows were measured by srt-slurm's sa-bench (the multinode disaggregated runs InferenceX records; srt-slurm
+src/srtctl/benchmarks/scripts/sa-bench/bench.sh): a closed loop of C clients at `--request-rate inf`, started
+after a warm-up that ran in a process of its own, over C x `num_prompts_mult` prompts (10 unless the recipe
+says otherwise, src/srtctl/benchmarks/sa_bench.py; the pinned recipes that set it set 10), every one counted.
+Each row is priced so: PROMPTS_PER_CONCURRENCY x C prompts from an idle deployment (price_given_split's
+num_prompts), the convention the aggregated rows are replayed with (calibrate.price).
+
 Throughput is the deployment's output tokens/s per GPU by Little's law, one formula for a measurement and an
 estimate alike: concurrency x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the rows give only TTFT and TPOT).
 """
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.calibrate.closed_loop import read_heldout
+from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY, lengths_up_to
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import (
     ENGINES,
     concurrency_of,
@@ -128,8 +137,11 @@ def price_rows(
             served = engine.model_as_served(model)
             if row.isl + row.osl > served.max_context:
                 raise ValueError(f"ISL + OSL exceeds {served.name}'s context")
-            ctx = split_context(served, system, engine, row.split, row.isl, row.osl)
-            got = price_given_split(ctx, row.split, row.concurrency)
+            (isl, osl), _ = lengths_up_to(row.isl, row.osl, INFERENCEX_RANGE_RATIO)
+            ctx = split_context(served, system, engine, row.split, isl, osl)
+            got = price_given_split(
+                ctx, row.split, row.concurrency, PROMPTS_PER_CONCURRENCY * row.concurrency
+            )
         except (ValueError, ServelabError) as e:
             reason = re.sub(r"\d+(\.\d+)?", "N", str(e))[:140]
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -161,12 +173,15 @@ def _rel(pred: float, meas: float) -> float:
 
 
 def errors(row: Row, pred: dict) -> dict[str, float]:
+    """Relative errors; `throughput_by_ttft` / `_by_tpot`: the throughput's error were the other figure the
+    measured one (which of the two the throughput misses by)."""
+    measured = throughput(row, row.ttft_ms, row.tpot_ms)
     return {
         "ttft": _rel(pred["ttft_ms"], row.ttft_ms),
         "tpot": _rel(pred["tpot_ms"], row.tpot_ms),
-        "throughput": _rel(
-            throughput(row, pred["ttft_ms"], pred["tpot_ms"]), throughput(row, row.ttft_ms, row.tpot_ms)
-        ),
+        "throughput": _rel(throughput(row, pred["ttft_ms"], pred["tpot_ms"]), measured),
+        "throughput_by_ttft": _rel(throughput(row, pred["ttft_ms"], row.tpot_ms), measured),
+        "throughput_by_tpot": _rel(throughput(row, row.ttft_ms, pred["tpot_ms"]), measured),
         "ttft_within": float(1 / WITHIN <= pred["ttft_ms"] / row.ttft_ms <= WITHIN),
     }
 
@@ -175,7 +190,7 @@ def summarize(errs: list[dict[str, float]]) -> dict[str, float]:
     if not errs:
         return {"n": 0}
     out: dict[str, float] = {"n": len(errs)}
-    for key in ("ttft", "tpot", "throughput"):
+    for key in ("ttft", "tpot", "throughput", "throughput_by_ttft", "throughput_by_tpot"):
         out[f"median_{key}"] = statistics.median(e[key] for e in errs)
     out["ttft_within_1.5x"] = sum(e["ttft_within"] for e in errs) / len(errs)
     return out
@@ -196,3 +211,11 @@ def compare(priced: list[tuple[Row, dict]], aic: dict[str, dict]) -> dict:
             "aiconfigurator": summarize([errors(r, aic[r.row_id]) for r, _ in both]),
         }
     return out
+
+
+def by_bound(priced: list[tuple[Row, dict]]) -> dict[str, dict[str, float]]:
+    """servelab's errors per engine, system and the pool servelab says binds the rate."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for row, pred in priced:
+        groups.setdefault(f"{row.engine} {row.system} {pred['bound']}-bound", []).append(errors(row, pred))
+    return {name: summarize(errs) for name, errs in sorted(groups.items())}

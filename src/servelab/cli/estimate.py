@@ -62,8 +62,8 @@ def estimate(
         None,
         "--num-prompts",
         min=1,
-        help="agg: simulate a benchmark of this many prompts (every client starts at t=0, all counted) "
-        "instead of the steady state",
+        help="agg, disagg: simulate a benchmark of this many prompts (every client starts at t=0, all "
+        "counted) instead of the steady state",
     ),
     prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="disagg: GPUs per prefill worker (tp)"),
     prefill_ep: int | None = typer.Option(
@@ -82,8 +82,8 @@ def estimate(
     decode = PoolOptions(decode_tp, decode_ep, decode_dp_attn, decode_workers)
     if batch > MAX_BATCH:  # the aggregated simulator runs every sequence; beyond this it takes minutes
         raise ServelabError(f"at most {MAX_BATCH} sequences, got {batch}", field="batch")
-    if num_prompts is not None and mode != "agg":
-        raise ServelabError("--num-prompts: only with --mode agg", field="num_prompts")
+    if num_prompts is not None and mode not in ("agg", "disagg"):
+        raise ServelabError("--num-prompts: only with --mode agg or disagg", field="num_prompts")
     if explain and mode != "agg":
         raise ServelabError(EXPLAINS_TWIN_ONLY, field="explain")
     if mode == "disagg":
@@ -96,8 +96,9 @@ def estimate(
         if show_breakdown:
             raise ServelabError("only with --mode static or agg", field="breakdown")
         data = estimate_disagg(
-            model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl
-        )
+            model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl,
+            num_prompts,
+        )  # fmt: skip
         attach_band(data, backend, calibration, DISAGG_NO_CLAIM)
         if as_json:
             print_json("servelab.estimate", data)

@@ -66,8 +66,10 @@ def estimate_disagg(
     concurrency: int,
     isl: int,
     osl: int,
+    num_prompts: int | None = None,
 ) -> dict[str, Any]:
-    """The estimate's answer (the --json data)."""
+    """The estimate's answer (the --json data); with `num_prompts`, a benchmark of that many prompts from an
+    idle deployment (price_given_split)."""
     p_parallel, p_workers = pool_parallel("prefill", prefill)
     d_parallel, d_workers = pool_parallel("decode", decode)
     split = Split(p_parallel, p_workers, d_parallel, d_workers)
@@ -82,11 +84,13 @@ def estimate_disagg(
     spec = engine.model_as_served(spec)
     check_precision(spec, sys_spec)
     ctx = split_context(spec, sys_spec, engine, split, isl, osl)
-    got = price_given_split(ctx, split, concurrency)
-    return answer(ctx, split, got)
+    got = price_given_split(ctx, split, concurrency, num_prompts)
+    return answer(ctx, split, got, num_prompts)
 
 
-def answer(ctx: SearchContext, split: Split, got: SplitPoint) -> dict[str, Any]:
+def answer(
+    ctx: SearchContext, split: Split, got: SplitPoint, num_prompts: int | None = None
+) -> dict[str, Any]:
     """The figures of a priced split, each with where it comes from."""
     p, d = got.point, got.point.disagg
     if d is None:  # a split point always carries its prefill side
@@ -98,6 +102,11 @@ def answer(ctx: SearchContext, split: Split, got: SplitPoint) -> dict[str, Any]:
             f"prefill worker simulated open loop at {d.prefill_rate:,.2f} req/s (decode rate / workers)"
         )
         rate_how = "decode workers' simulated rate (the prefill pool keeps up)"
+        if num_prompts is not None:
+            prefill_how += (
+                f", plus the first wave's queue (the {got.clients} clients send at once to an idle "
+                f"deployment) averaged over {num_prompts} prompts"
+            )
     else:
         prefill_how = "prefill-bound: clients / rate (Little's law) less the time in decode"
         rate_how = "prefill workers' simulated saturated rate (the decode pool could serve more)"
@@ -106,6 +115,7 @@ def answer(ctx: SearchContext, split: Split, got: SplitPoint) -> dict[str, Any]:
         f"+ {TRANSFER_FLOOR_S * 1e6:.0f} us"
     )
     gpus = split.gpus
+    benchmark = {} if num_prompts is None else {"num_prompts": num_prompts}
     return {
         "model": ctx.model.name,
         "system": ctx.system.name,
@@ -114,6 +124,7 @@ def answer(ctx: SearchContext, split: Split, got: SplitPoint) -> dict[str, Any]:
         "batch": got.clients,
         "isl": ctx.req.isl,
         "osl": osl,
+        **benchmark,
         "gpus": gpus,
         "parallel": split.label(),
         "prefill": {

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servelab.predict.plan.configs import enumerate_parallel, make_config
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.points import Clocks, DisaggDetail, EngineConfig, Link, Point, clocks
 from servelab.predict.serving.aggregated import SimResult, simulate
+from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.workload import Workload
 
 # NCCL all_reduce on H200 NVLink reached 327 of 450 GB/s bus bandwidth; the same fraction is used for KV
@@ -90,6 +91,25 @@ class PrefillPool:
             ctx.sims += 1
             self._ttft[key] = PrefillTTFT(ctx.sla_clocks(sim, "ttft_ms"), sim)
         return self._ttft[key]
+
+
+def decode_worker(ctx: SearchContext, cfg: EngineConfig) -> EngineConfig:
+    """`cfg` as a disaggregated decode worker: its CUDA graphs cover every batch it may hold (cap_lane per
+    attention-DP rank), not the engine's aggregated default.
+
+    The disaggregated deployments benchmarked (NVIDIA srt-slurm's recipes, which InferenceX runs; pinned under
+    src/servelab/recipes/data/srtslurm/recipes/) size each decode worker's CUDA graphs to its batch limit:
+    TensorRT-LLM's decode `cuda_graph_config.batch_sizes` reach its per-rank `max_batch_size` in every one
+    (e.g. trtllm/h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml: 256 and [1, ..., 256]), SGLang's
+    `cuda-graph-max-bs` covers its `max-running-requests` per DP rank in all but two, and vLLM's
+    `max-cudagraph-capture-size` is its `max-num-seqs`. A decode worker runs no prompt step, so every step it
+    takes replays a graph."""
+    graphs = cfg.cap_lane * cfg.parallel.attn_dp
+    if graphs <= cfg.pricer.engine.cuda_graph_max_batch:
+        return cfg
+    engine = ctx.engine.model_copy(update={"cuda_graph_max_batch": graphs, "cuda_graph_by_split": False})
+    pricer = StepPricer(ctx.model, cfg.parallel, engine, ctx.db, spec_tokens=ctx.spec.draft_tokens)
+    return replace(cfg, pricer=pricer, tried={})
 
 
 @dataclass(frozen=True)
@@ -168,7 +188,8 @@ def search_disagg(ctx: SearchContext) -> tuple[list[Point], str | None]:
     prefill_pools = {id(p): PrefillPool(ctx, p) for p in {id(p): p for p, _ in pairs}.values()}
     keep = _best_prefill(prefill_pools.values())
     pairs = [(p, d) for p, d in pairs if id(p) in keep]
-    curves = {id(d): decode_curve(ctx, d) for d in {id(d): d for _, d in pairs}.values()}
+    workers = {id(d): decode_worker(ctx, d) for _, d in pairs}
+    curves = {key: decode_curve(ctx, d) for key, d in workers.items()}
     out: list[Point] = []
     for pcfg, dcfg in pairs:
         gp, gd = pcfg.parallel.gpus, dcfg.parallel.gpus
@@ -177,7 +198,7 @@ def search_disagg(ctx: SearchContext) -> tuple[list[Point], str | None]:
                 if n - (x * gp + y * gd) >= min(gp, gd):  # another worker would fit: a larger split does
                     continue
                 for load in curves[id(dcfg)]:
-                    pt = price_split(ctx, prefill_pools[id(pcfg)], x, dcfg, y, load)
+                    pt = price_split(ctx, prefill_pools[id(pcfg)], x, workers[id(dcfg)], y, load)
                     if pt is not None:
                         out.append(pt)
     return out, None

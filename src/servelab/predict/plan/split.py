@@ -8,12 +8,16 @@ way:
   The decode workers then hold only what that rate feeds them (R / y times a request's time in decode,
   found by a few fixed-point steps, never more than the clients), and the other clients wait in the prefill
   queue: by Little's law every request spends C / R in the system, so TTFT = C / R - (OSL - 1) x TPOT.
+
+Both are the steady state. A benchmark of N prompts started on an idle deployment (`num_prompts`) also
+counts its first wave: the C clients send together, so the prefill pool takes C prompts at once
+(first_wave_ms).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from servelab.errors import ServelabError
@@ -25,6 +29,7 @@ from servelab.predict.plan.disagg import (
     DecodeLoad,
     PrefillPool,
     decode_load,
+    decode_worker,
     kv_transfer_s,
     price_split,
 )
@@ -107,12 +112,17 @@ def _config(ctx: SearchContext, parallel: Parallel, pool: str) -> EngineConfig:
     return cfg
 
 
-def price_given_split(ctx: SearchContext, split: Split, concurrency: int) -> SplitPoint:
-    """`concurrency` clients on the split (spread evenly over the decode workers)."""
+def price_given_split(
+    ctx: SearchContext, split: Split, concurrency: int, num_prompts: int | None = None
+) -> SplitPoint:
+    """`concurrency` clients on the split (spread evenly over the decode workers): the steady state, or with
+    `num_prompts` a benchmark of that many prompts from an idle deployment, every one counted."""
     if concurrency < 1:
         raise ServelabError(f"concurrency must be at least 1, got {concurrency}", field="batch")
+    if num_prompts is not None and num_prompts < 1:
+        raise ServelabError(f"num_prompts must be at least 1, got {num_prompts}", field="num_prompts")
     pcfg = _config(ctx, split.prefill, "prefill")
-    dcfg = _config(ctx, split.decode, "decode")
+    dcfg = decode_worker(ctx, _config(ctx, split.decode, "decode"))
     pool = PrefillPool(ctx, pcfg)
     x, y = split.prefill_workers, split.decode_workers
     per_worker = max(1, round(concurrency / y))
@@ -120,6 +130,8 @@ def price_given_split(ctx: SearchContext, split: Split, concurrency: int) -> Spl
     pt = price_split(ctx, pool, x, dcfg, y, load)
     if pt is not None and pt.disagg is not None:
         d = pt.disagg
+        if num_prompts is not None:
+            pt, d = _from_idle(pt, d, pool, x, load, min(concurrency, num_prompts), num_prompts)
         return SplitPoint(
             pt,
             "decode",
@@ -131,6 +143,31 @@ def price_given_split(ctx: SearchContext, split: Split, concurrency: int) -> Spl
             load.first[0],
         )
     return _prefill_bound(ctx, pool, split, dcfg, concurrency, per_worker, load)
+
+
+def _from_idle(
+    pt: Point, d: DisaggDetail, pool: PrefillPool, x: int, load: DecodeLoad, first: int, counted: int
+) -> tuple[Point, DisaggDetail]:
+    """The decode-bound point as a benchmark from an idle deployment measures it: the first `first` prompts
+    arrive together, and their excess prefill time over the steady state is averaged over all `counted`."""
+    ttft, transfer, rates = pt.ttft, d.kv_transfer_ms, pool.saturated.request_tps
+    steady = clocks(lambda k: ttft[k] - transfer - load.first[k])  # the steady state's prefill part
+    extra = clocks(lambda k: (first_wave_ms(first, x, rates[k], steady[k]) - steady[k]) * first / counted)
+    detail = replace(d, prefill_ttft_ms=d.prefill_ttft_ms + extra[0])
+    return replace(pt, ttft=clocks(lambda k: ttft[k] + extra[k]), disagg=detail), detail
+
+
+def first_wave_ms(clients: int, workers: int, worker_rate: float, steady_ms: float) -> float:
+    """Mean prefill time (queue + prefill, ms) of the first `clients` requests of a benchmark started on an
+    idle deployment. A closed-loop client (vLLM's and SGLang's `bench serve`, srt-slurm's sa-bench at
+    `--request-rate inf --max-concurrency C`) sends its first request at once, so all C reach the prefill
+    pool together: each of the `workers` takes its even share and, saturated at `worker_rate` requests/s,
+    finishes its j-th prompt at j / worker_rate s; none is faster than the steady state's `steady_ms`. The
+    later waves arrive spread out, as fast as the prefill pool let the first one through."""
+    share = math.ceil(clients / workers)
+    floor = min(share, int(steady_ms / 1000.0 * worker_rate))  # prompts done within the steady time
+    paced = sum(range(floor + 1, share + 1)) / worker_rate * 1000.0
+    return (floor * steady_ms + paced) / share
 
 
 def _prefill_bound(
