@@ -188,7 +188,7 @@ def search_disagg(ctx: SearchContext) -> tuple[list[Point], str | None]:
     prefill_pools = {id(p): PrefillPool(ctx, p) for p in {id(p): p for p, _ in pairs}.values()}
     keep = _best_prefill(prefill_pools.values())
     pairs = [(p, d) for p, d in pairs if id(p) in keep]
-    workers = {id(d): decode_worker(ctx, d) for _, d in pairs}
+    workers = {key: decode_worker(ctx, d) for key, d in {id(d): d for _, d in pairs}.items()}
     curves = {key: decode_curve(ctx, d) for key, d in workers.items()}
     out: list[Point] = []
     for pcfg, dcfg in pairs:
