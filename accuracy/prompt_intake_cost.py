@@ -13,7 +13,10 @@ prompts carry. Four measurements, one command each:
   client     InferenceX's benchmark_serving_random.py (a copy outside the repo: --client FILE) against
              servelab's mock server: the client's CPU from its "Starting main benchmark run" line to its
              result line (/proc), per request, and its TTFTs against the mock's set first-token delay.
-  lengths    the pinned token-position results' total_input_tokens against nominal length x requests.
+  lengths    the development token-position results' total_input_tokens against nominal length x requests.
+  hashing    what the engine core does per prompt token before scheduling it, in the vLLM venv: the prefix
+             cache's block hashes (sha256 and sha256_cbor over 16-token blocks, chained) and the msgpack
+             encode / decode of the prompt ids between the API server and the engine core.
   tails      the development token-position points' p99 TPOT x (OSL - 1) against their p99 TTFT: whether the
              requests that wait longest for a first token are matched by decodes that stall as long (the
              prompts' time spent in engine steps that decoding requests wait for) or not (a queue in front of
@@ -23,6 +26,7 @@ prompts carry. Four measurements, one command each:
     .venv/bin/python accuracy/prompt_intake_cost.py server [--json OUT]
     .venv/bin/python accuracy/prompt_intake_cost.py client --client COPY.py --tokenizer DIR [--json OUT]
     .venv/bin/python accuracy/prompt_intake_cost.py lengths
+    .venv/bin/python accuracy/prompt_intake_cost.py hashing
     .venv/bin/python accuracy/prompt_intake_cost.py tails
 
 server and client need the vLLM CPU venv ($SERVELAB_VLLM_VENV or .venv-vllm: vLLM itself, and transformers for
@@ -153,15 +157,62 @@ def client_window(lines: list[str]) -> tuple[int, int]:
     return start, end
 
 
+# ---- the engine core's per-prompt-token intake (run by the vLLM venv's python) ----
+
+_HASHING = r"""
+import json, random, time
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.core.kv_cache_utils import hash_block_tokens, init_none_hash
+from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+n, block, reps = 8192, 16, 20
+ids = [random.Random(0).randrange(200000) for _ in range(n)]
+out = {"prompt_tokens": n, "block_size": block}
+for algo in ("sha256", "sha256_cbor"):
+    fn = get_hash_fn_by_name(algo)
+    init_none_hash(fn)
+    t0 = time.process_time()
+    for _ in range(reps):
+        parent = None
+        for i in range(0, n, block):
+            parent = hash_block_tokens(fn, parent, ids[i : i + block], None)
+    out[f"hash_{algo}_us_per_token"] = (time.process_time() - t0) / reps / n * 1e6
+enc, dec = MsgpackEncoder(), MsgpackDecoder(list)
+t0 = time.process_time()
+for _ in range(10 * reps):
+    bufs = enc.encode(ids)
+out["msgpack_encode_us_per_token"] = (time.process_time() - t0) / (10 * reps) / n * 1e6
+t0 = time.process_time()
+for _ in range(10 * reps):
+    dec.decode(bufs)
+out["msgpack_decode_us_per_token"] = (time.process_time() - t0) / (10 * reps) / n * 1e6
+print(json.dumps(out))
+"""
+
+
+def measure_hashing(python: Path) -> dict:
+    done = subprocess.run(
+        [str(python), "-c", _HASHING], capture_output=True, text=True, check=True, timeout=600
+    )
+    return {k: round(v, 4) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
 # ---- tails (development points only) ----
 
 
-def development_tails(log) -> list[dict]:
+def development_points() -> list:
+    """The token-position points of the development part (the held-out part is never read here)."""
     points, _ = read_points(RESULTS.parents[1], ("h200_sxm",))
+    mine = [p for p in points if p.source == "inferencex-token-position" and not p.heldout]
+    return sorted(mine, key=lambda p: p.key)
+
+
+def development_keys() -> list[str]:
+    return [p.key for p in development_points()]
+
+
+def development_tails(log) -> list[dict]:
     rows = []
-    for p in sorted(points, key=lambda p: p.key):
-        if p.source != "inferencex-token-position" or p.heldout:
-            continue  # the development part only
+    for p in development_points():
         res = json.loads((RESULTS / p.key).read_text())
         row = {"file": p.key, "isl": p.case.isl, "concurrency": p.case.concurrency}
         rows.append(row | decode_stall(res, p.case.osl))
@@ -428,11 +479,12 @@ def measure_client(python: Path, args, log) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("tokenizer", "server", "client", "lengths", "tails"))
+    ap.add_argument("what", choices=("tokenizer", "server", "client", "lengths", "hashing", "tails"))
     ap.add_argument(
         "--tokenizer",
         type=Path,
-        help="a tokenizer folder (server: the tiny Llama rebuilt with its vocabulary; tokenizer: a tokenizer.json too)",
+        help="a tokenizer folder (server: the tiny Llama rebuilt with its vocabulary; tokenizer: or a "
+        "tokenizer.json)",
     )
     ap.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     ap.add_argument("--prompts", type=int, default=16, help="tokenizer: prompts per length")
@@ -452,10 +504,10 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     if args.what == "lengths":
-        files = {p.name: json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))}
+        files = {key: json.loads((RESULTS / key).read_text()) for key in development_keys()}
         out: dict = {"points": length_check(files)}
         ratios = [r["ratio"] for r in out["points"]]
-        log(f"{len(ratios)} files: total_input_tokens / (nominal x completed) in [{min(ratios)}, {max(ratios)}]")
+        log(f"{len(ratios)} files: total_input_tokens / (nominal x completed): {min(ratios)}-{max(ratios)}")
     elif args.what == "tails":
         out = {"points": development_tails(log)}
     elif args.what == "tokenizer":
@@ -468,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
         if python is None:
             print(f"no vLLM CPU venv (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr)
             return 2
-        if args.what == "server":
+        if args.what == "hashing":
+            out = measure_hashing(python)
+            log(json.dumps(out))
+        elif args.what == "server":
             args.cache_dir.mkdir(parents=True, exist_ok=True)
             model_dir = build_tiny_llama(python, args.cache_dir)
             if args.tokenizer is not None:
@@ -477,7 +532,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fit: {out['fit']}")
         else:
             if args.client is None or not args.client.is_file() or args.tokenizer is None:
-                print("--client: expected a copy of benchmark_serving_random.py (and --tokenizer DIR)", file=sys.stderr)
+                print(
+                    "--client: expected a copy of benchmark_serving_random.py (and --tokenizer DIR)",
+                    file=sys.stderr,
+                )
                 return 2
             out = measure_client(python, args, log)
     out = {"what": args.what, "machine": machine(), "load_average": os.getloadavg()} | out

@@ -4,9 +4,8 @@ fit, the result files' length check, the client's timed window, and prompts buil
 import json
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
 from accuracy_python import run_accuracy_python
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 # runs of the server measurement: CPU per request = 2 ms + 1.5 us x prompt tokens, one run 10 % off
 FIT_RUNS = [
@@ -16,7 +15,7 @@ RESULT_FILES = {
     "minimax_m25_vllm_tep8_isl8192_osl128_conc16.json": {"completed": 160, "total_input_tokens": 1310720},
     "minimax_m25_vllm_dep8_isl1024_osl128_conc4.json": {"completed": 40, "total_input_tokens": 41000},
 }
-# a queued point: the slowest decode (127 gaps of 0.1 s) stalls 12.7 s, against a 15 s longest first-token wait
+# a queued point: the slowest decode (127 gaps of 0.1 s) stalls 12.7 s, against a 15 s longest first token
 RESULT = {"median_ttft": 6.0, "p99_ttft": 15.0, "median_tpot": 0.025, "p99_tpot": 0.1}
 CLIENT_LINES = [
     "Warming up with 8 requests...\n",
@@ -91,7 +90,7 @@ def test_the_client_window_lies_between_its_start_and_result_lines(answers):
 
 
 def test_prompts_built_the_clients_way_re_encode_to_the_nominal_length(answers):
-    # the client's ten rounds of cut-or-pad need not converge (its printed avg_token_mismatch): close, mostly exact
+    # the client's ten rounds of cut-or-pad need not converge (it prints avg_token_mismatch)
     assert all(abs(n - 200) <= 4 for n in answers["prompt_lengths"])
     assert answers["prompt_lengths"].count(200) >= 3
     assert answers["distinct"] == 4
