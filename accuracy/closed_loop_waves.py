@@ -11,7 +11,9 @@ prefill (static, batch 1), its median and p99 TTFT, median TPOT and throughput a
 accuracy/closed_loop.py prices them. --what-if K prices every kernel family K times slower
 (calibrate.price.ScaledDB): whether a slower prefill alone makes the twin's first-token queue; --budget N
 replays with N tokens a step (vLLM's max_num_batched_tokens; its default is 8192): whether a smaller
-prefill chunk a step makes it. Both are probes of the twin's structure, never written into a profile.
+prefill chunk a step makes it; --api-prompt-token-us U replays with the API server's serial CPU per prompt
+token set to U (vLLM's profile says 1; accuracy/prompt_intake_cost.py measures it): whether a serial prompt
+intake makes it. All are probes of the twin's structure, never written into a profile.
 """
 
 import argparse
@@ -30,6 +32,19 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "closed_loop"
 
 
+class IntakeProbe(Pricer):
+    """A Pricer whose engine profiles carry another API-server CPU per prompt token (a probe)."""
+
+    def __init__(self, system, mode: str, api_prompt_token_us: float):
+        super().__init__(system, mode)
+        self.api_prompt_token_us = api_prompt_token_us
+
+    def _setup(self, case, params):
+        model, isl, osl, spread, engine, share = super()._setup(case, params)
+        engine = engine.model_copy(update={"api_prompt_token_us": self.api_prompt_token_us})
+        return model, isl, osl, spread, engine, share
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--split", default="tep8", choices=("tep8", "dep8"))
@@ -37,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isl", type=int, help="only this prompt length")
     ap.add_argument(
         "--budget", type=int, help="a probe: the twin's step token budget (max_num_batched_tokens)"
+    )
+    ap.add_argument(
+        "--api-prompt-token-us", type=float, help="a probe: the API server's serial CPU per prompt token (us)"
     )
     args = ap.parse_args(argv)
     points, _ = read_points(DATA, ("h200_sxm",))
@@ -54,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.what_if != 1.0:
         params.update({name: args.what_if for name in KERNEL_TERMS})
     system = load_system("h200_sxm")
-    closed = Pricer(system, "aggregated")
+    closed = (
+        Pricer(system, "aggregated")
+        if args.api_prompt_token_us is None
+        else IntakeProbe(system, "aggregated", args.api_prompt_token_us)
+    )
     single = Pricer(system, "static")
     print(
         f"{'isl':>6s} {'C':>3s} | measured: {'p50':>6s} {'p99':>6s} {'p99/50':>6s} {'slot':>5s} {'TPOT':>5s}"
