@@ -74,3 +74,13 @@ def test_the_version_printed_is_the_distributions():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
     assert project["scripts"]["servelab"] == "servelab.cli.entry:main"
+
+
+def test_plan_imports_neither_rich_nor_the_engines_flag_grammars():
+    # a `servelab plan --json` prints no table, and prices with no engine's flag grammar or release catalogue
+    probe = "import json, sys, servelab.cli.plan; print(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    modules = set(json.loads(r.stdout))
+    assert "servelab.predict.plan.search" in modules
+    assert not {m for m in modules if m == "rich" or m.startswith("rich.")}
+    assert not {"servelab.engines.releases", "servelab.engines.command", "servelab.engines.grammar"} & modules

@@ -15,8 +15,8 @@ from servelab.engines.releases import (
     check_launch,
     engine_of_command,
     releases,
-    version_of,
 )
+from servelab.engines.version import version_of
 from servelab.recipes.recipe_store import DATA_DIR, open_store
 from servelab.recipes.validate import validate_store
 

@@ -1,21 +1,25 @@
 """Shared CLI helpers: JSON output, tables that never cut their key columns, options derived from model
 fields, and the common model/system/parallel options."""
 
+from __future__ import annotations
+
 import csv
 import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import typer
 from pydantic import BaseModel, ValidationError
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from servelab.errors import ServelabError
 from servelab.readable import given_width
+
+if TYPE_CHECKING:  # rich imported where a table or console is made: a --json answer shows none (0.03 s)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ def print_json(schema: str, data: dict, *, indent: int | None = 2) -> None:
 
 
 def console() -> Console:
+    from rich.console import Console  # noqa: PLC0415  (lazy: see the imports)
+
     return Console()
 
 
@@ -106,6 +112,8 @@ def plain(text: object) -> Text:
     """Text for rich that is shown as written: never read as markup (`x[/]y`) or emoji codes, control
     characters escaped (a cell may hold several lines). Every user-supplied string that reaches rich goes
     through here."""
+    from rich.text import Text  # noqa: PLC0415  (lazy: see the imports)
+
     return Text(printable(text, newlines=True))
 
 
@@ -144,6 +152,8 @@ def print_table(
         writer.writerow([c.header for c in columns])
         writer.writerows(cells)
         return
+    from rich.console import Console  # noqa: PLC0415  (lazy: see the imports)
+
     out = Console(file=file)
     shown = list(range(len(columns)))
     table = _table(columns, cells, shown, title, show_header)
@@ -166,6 +176,8 @@ def print_table(
 def _table(
     columns: Sequence[Col], rows: list[list[str]], shown: list[int], title: str | None, show_header: bool
 ) -> Table:
+    from rich.table import Table  # noqa: PLC0415  (lazy: see the imports)
+
     table = Table(title=plain(title) if title is not None else None, show_header=show_header)
     for i in shown:
         c = columns[i]

@@ -2,9 +2,11 @@
 
 The root imports no command module: `servelab --version` and `--help` pay only for Python and typer, and a
 command imports its own module when it runs. `app` (every command registered, for tests and typer's tools)
-is built on first use. Each command module keeps at its top only what is cheap: typer, rich, the standard
-library and light helpers; modules that build many pydantic models or load specs at import (the recipe
-store and schema, model specs, the predictor) are imported when a command runs (`# noqa: PLC0415`).
+is built on first use. Each command module keeps at its top only what is cheap: typer, the standard library
+and light helpers (rich only where the command always prints with it; the shared helpers import it when they
+print, so a --json answer pays nothing for it); modules that build many pydantic models or load specs at
+import (the recipe store and schema, model specs, the predictor) are imported when a command runs
+(`# noqa: PLC0415`).
 """
 
 import contextlib

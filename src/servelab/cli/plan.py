@@ -10,11 +10,10 @@ import csv
 import gc
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
 from servelab.cli._common import Col, console, print_json, print_table
 from servelab.errors import ServelabError
@@ -25,6 +24,9 @@ from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.readable import typed
 from servelab.readable import value as value_text
 from servelab.userfiles import refuse_overwriting_inputs
+
+if TYPE_CHECKING:  # rich imported by the helpers that print (servelab.cli._common says why)
+    from rich.console import Console
 
 FLAGS = {"rank": "--explain"}  # names whose flag is not the field name hyphenated
 
@@ -288,7 +290,7 @@ def _sla_line(req: PlanRequest) -> str:
     return f"SLA: {' and '.join(limits)} at the {req.sla_stat}{rate}"
 
 
-def _print_explain(out: Console, ex: dict[str, Any]) -> None:
+def _print_explain(out: "Console", ex: dict[str, Any]) -> None:
     out.print(
         f"\n[bold]why rank {ex['rank']} ({ex['mode']} {ex['parallel']}, "
         f"concurrency {ex['concurrency']})[/bold]"

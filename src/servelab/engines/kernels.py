@@ -10,6 +10,7 @@ NamedTuples), so this module needs nothing of perfdb.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from servelab.engines.version import Version
 
@@ -45,6 +46,13 @@ class KernelChoice:
     def applies_at(self, version: Version | None) -> bool:
         if version is None:
             return self.until is None
-        if self.since is not None and version < Version(self.since):
+        if self.since is not None and version < _release(self.since):
             return False
-        return self.until is None or version < Version(self.until)
+        return self.until is None or version < _release(self.until)
+
+
+@cache
+def _release(text: str) -> Version:
+    """A choice's release bound, parsed once: a PerfDB asks `runs` several times for every key it resolves
+    (tens of thousands a plan), and parsing a release took most of each call."""
+    return Version(text)

@@ -20,7 +20,6 @@ Which release an image runs (`resolve`):
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
@@ -32,13 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servelab.engines.argv import Arg, canonical, is_flag_token, parse
 from servelab.engines.command import engine_of_argv, grammar_of
 from servelab.engines.names import Engine, engine_of
-from servelab.engines.version import Version, version_of_image
+from servelab.engines.version import Version, version_of
 from servelab.errors import ServelabError, closest
 
-LATEST_TAGS = {"", "latest"}
 BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
-# A version string (not an image): a release number and nothing else (`0.25.0`, `v1.3.0rc23.post1`).
-_VERSION_TEXT = re.compile(r"v?\d+(\.\d+)+(rc\d+)?(\.post\d+)?")
 
 
 class FlagSpec(BaseModel):
@@ -99,22 +95,6 @@ class Release(BaseModel):
         for name, spec in self.flags.items():
             out.update((a, name) for a in spec.aliases)
         return out
-
-
-def version_of(image_or_version: str | None) -> str | None:
-    """The release an image tag or version string names (`vllm/vllm-openai:v0.25.0` -> 0.25.0,
-    `lmsysorg/sglang:v0.5.9-cu129` -> 0.5.9); "latest" for `latest` or no tag; None when the tag names no
-    release (a nightly or custom build)."""
-    text = (image_or_version or "").strip()
-    if "/" in text or ":" in text:  # an image reference: its tag, `latest` when it has none
-        tail = text.split("@", 1)[0].rsplit("/", 1)[-1]
-        if (tail.split(":", 1)[1] if ":" in tail else "") in LATEST_TAGS:
-            return "latest"
-        found = version_of_image(text)
-        return str(found) if found is not None else None
-    if text in LATEST_TAGS:
-        return "latest"
-    return text.lstrip("vV") if _VERSION_TEXT.fullmatch(text) else None
 
 
 @cache

@@ -9,6 +9,9 @@ from functools import total_ordering
 from servelab.errors import ServelabError
 
 _RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:\.?(rc|a|b|dev)(\d+))?(?:\.?post(\d+))?")
+LATEST_TAGS = {"", "latest"}
+# A version string (not an image): a release number and nothing else (`0.25.0`, `v1.3.0rc23.post1`).
+_VERSION_TEXT = re.compile(r"v?\d+(\.\d+)+(rc\d+)?(\.post\d+)?")
 # a pre-release sorts before its release, a post-release after it
 _PRE_RANK = {"dev": 0, "a": 1, "b": 2, "rc": 3, None: 4}
 
@@ -59,3 +62,19 @@ def version_of_image(image: str) -> Version | None:
     if not re.match(r"v?\d", tag):
         return None
     return Version(tag)
+
+
+def version_of(image_or_version: str | None) -> str | None:
+    """The release an image tag or version string names (`vllm/vllm-openai:v0.25.0` -> 0.25.0,
+    `lmsysorg/sglang:v0.5.9-cu129` -> 0.5.9); "latest" for `latest` or no tag; None when the tag names no
+    release (a nightly or custom build)."""
+    text = (image_or_version or "").strip()
+    if "/" in text or ":" in text:  # an image reference: its tag, `latest` when it has none
+        tail = text.split("@", 1)[0].rsplit("/", 1)[-1]
+        if (tail.split(":", 1)[1] if ":" in tail else "") in LATEST_TAGS:
+            return "latest"
+        found = version_of_image(text)
+        return str(found) if found is not None else None
+    if text in LATEST_TAGS:
+        return "latest"
+    return text.lstrip("vV") if _VERSION_TEXT.fullmatch(text) else None

@@ -9,8 +9,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servelab.engines.releases import version_of
-from servelab.engines.version import Version
+from servelab.engines.version import Version, version_of
 
 
 class Tier(BaseModel):
