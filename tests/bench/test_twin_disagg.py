@@ -86,6 +86,7 @@ def test_one_prefill_worker_past_its_capacity_queues(tmp_path):
         ((*SPLIT, "--tp", "2"), "--tp / --ep / --dp-attn / --pp"),
         ((*SPLIT, "--router", "random"), "--router: expected one of round-robin, least-loaded"),
         ((*SPLIT, "--enable-prefix-caching"), "--enable-prefix-caching: not simulated for a disaggregated"),
+        ((*SPLIT, "--explain"), "--explain: not with a disaggregated deployment"),
         (("--prefill-tp", "1", "--decode-tp", "3"), "--decode-tp: decode pool"),
     ],
 )
