@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servelab.calibrate.disagg_rows import by_bound, compare, disagg_rows, price_rows
+from servelab.calibrate.disagg_rows import by_bound, compare, disagg_rows, price_rows, summary_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
@@ -57,15 +57,6 @@ def aic_failures(raws: list[dict], aic: dict[str, dict]) -> dict[str, int]:
     return failures
 
 
-def _fmt(s: dict) -> str:
-    if not s.get("n"):
-        return f"{'-':>5}"
-    return (
-        f"{int(s['n']):5d} {100 * s['median_ttft']:6.1f}% {100 * s['median_tpot']:6.1f}% "
-        f"{100 * s['median_throughput']:6.1f}% {100 * s['ttft_within_1.5x']:5.0f}%"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=("dev", "heldout"), default="dev")
@@ -85,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     head = "  n   TTFT    TPOT    tput  TTFT<1.5x"
     print(f"{'rows':22s} | servelab (all priced): {head} | servelab on AIC's rows: {head} | AIC: {head}")
     for name, t in table.items():
-        cells = (_fmt(t["servelab"]), _fmt(t["servelab_on_aic_rows"]), _fmt(t["aiconfigurator"]))
+        cells = (
+            summary_cells(t["servelab"]),
+            summary_cells(t["servelab_on_aic_rows"]),
+            summary_cells(t["aiconfigurator"]),
+        )
         print(f"{name:22s} | " + " | ".join(cells))
     print(f"rows: {len(raws)}; servelab priced {len(priced)}; unpriceable by reason:")
     for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
@@ -121,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             "by_bound": groups,
             "per_row": [
                 {
-                    "id": r.row_id,
-                    "split": r.split.label(),
-                    "concurrency": r.concurrency,
-                    "measured": {"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms},
+                    **r.record(),
                     "servelab": p,
                     "aiconfigurator": {k: aic[r.row_id].get(k) for k in ("ttft_ms", "tpot_ms")}
                     if "ttft_ms" in aic.get(r.row_id, {})

@@ -61,6 +61,15 @@ class Row:
     tpot_ms: float
     raw: dict
 
+    def record(self) -> dict:
+        """The row as a report lists it, before what was predicted for it."""
+        return {
+            "id": self.row_id,
+            "split": self.split.label(),
+            "concurrency": self.concurrency,
+            "measured": {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms},
+        }
+
 
 def disagg_rows(part: str, path: Path, heldout: Path) -> list[dict]:
     """The disagg rows of the development part (ids not held out) or the held-out part, as written."""
@@ -219,3 +228,13 @@ def by_bound(priced: list[tuple[Row, dict]]) -> dict[str, dict[str, float]]:
     for row, pred in priced:
         groups.setdefault(f"{row.engine} {row.system} {pred['bound']}-bound", []).append(errors(row, pred))
     return {name: summarize(errs) for name, errs in sorted(groups.items())}
+
+
+def summary_cells(s: dict) -> str:
+    """A summary as table cells: rows, median TTFT / TPOT / throughput error, share of TTFT within 1.5x."""
+    if not s.get("n"):
+        return f"{'-':>5}"
+    return (
+        f"{int(s['n']):5d} {100 * s['median_ttft']:6.1f}% {100 * s['median_tpot']:6.1f}% "
+        f"{100 * s['median_throughput']:6.1f}% {100 * s['ttft_within_1.5x']:5.0f}%"
+    )

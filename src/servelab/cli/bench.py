@@ -3,6 +3,7 @@ the bottleneck. Thin: parse flags into BenchConfig points, call the library. Swe
 --max-concurrency / --request-rate give one result file per point and a summary table."""
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from servelab.bench.profiles import Load, apply_profile
 from servelab.bench.ready import wait_for_server
 from servelab.bench.vllm_compat import bare_profile, refuse_vllm_only, spread_values
 from servelab.cli._common import print_json
+from servelab.cli.pools import PoolOptions, Pools, pool_option
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.progress import DEFAULT_INTERVAL_S
@@ -30,6 +32,7 @@ _FLAGS = {
     "trace_max_gap_s": "--trace-max-gap",
 }
 _TWIN = "Simulated twin (--simulate)"
+_DISAGG = "Disaggregated"  # the pools' help: a disaggregated deployment
 
 
 class BenchCommand(TyperCommand):
@@ -499,6 +502,21 @@ def bench(
         rich_help_panel=_TWIN,
         show_default=False,
     ),
+    prefill_tp: int | None = pool_option("prefill", "tp", _TWIN, _DISAGG),
+    prefill_ep: int | None = pool_option("prefill", "ep", _TWIN, _DISAGG),
+    prefill_dp_attn: bool = pool_option("prefill", "dp_attn", _TWIN, _DISAGG),
+    prefill_workers: int | None = pool_option("prefill", "workers", _TWIN, _DISAGG),
+    decode_tp: int | None = pool_option("decode", "tp", _TWIN, _DISAGG),
+    decode_ep: int | None = pool_option("decode", "ep", _TWIN, _DISAGG),
+    decode_dp_attn: bool = pool_option("decode", "dp_attn", _TWIN, _DISAGG),
+    decode_workers: int | None = pool_option("decode", "workers", _TWIN, _DISAGG),
+    router: str | None = typer.Option(
+        None,
+        "--router",
+        help="Disaggregated: how the router picks a worker of each pool: round-robin (default) | "
+        "least-loaded.",
+        rich_help_panel=_TWIN,
+    ),
 ) -> int:
     """Benchmark an OpenAI-compatible server like `vllm bench serve`, with a client that is never the
     bottleneck."""
@@ -665,6 +683,13 @@ def bench(
         )
     if simulate and as_json:
         raise ServelabError("--json: not with --simulate, whose result is the file --save-result writes")
+    pools = Pools(
+        PoolOptions(prefill_tp, prefill_ep, prefill_dp_attn, prefill_workers),
+        PoolOptions(decode_tp, decode_ep, decode_dp_attn, decode_workers),
+        router,
+    )
+    if not simulate and pools.given():
+        raise ServelabError("only with --simulate", field=pools.given())
     if simulate:
         deployment: dict[str, Any] = dict(system=system, tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
         deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
@@ -681,7 +706,7 @@ def bench(
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         saved: list[Path] = []
-        code = _simulate(points, auto_sweep, deployment, settings, calibration, saved, explain)
+        code = _simulate(points, auto_sweep, deployment, settings, calibration, saved, explain, pools)
         _write_outputs(result_filename, result_dir, saved, formats, as_json)
         return code
     wait_for_server(points[0])
@@ -737,9 +762,11 @@ def _simulate(
     calibration: Path | None,
     saved: list[Path] | None = None,
     explain: bool = False,
+    pools: Pools | None = None,
 ) -> int:
-    """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py) and
-    written as a result file with the measured run's fields."""
+    """`--simulate`: each point's request stream replayed by the serving simulator (predict/twin.py; a
+    disaggregated deployment, `pools` given: predict/twin_disagg.py) and written as a result file with the
+    measured run's fields."""
     # the simulator and the result writer load only when a twin is asked for (start-up time)
     from servelab.bench import result as R  # noqa: PLC0415
     from servelab.bench.simulated import present_and_save, simulated_result  # noqa: PLC0415
@@ -759,11 +786,20 @@ def _simulate(
         )
     if not cfg0.model or not deployment["system"]:
         raise ServelabError("--simulate needs --model (a checkpoint or model name) and --system")
+    disagg = pools if pools is not None and pools.given() else None
+    split = disagg.split(deployment) if disagg is not None else None
     spec, sys_spec, parallel = load_deployment(cfg0.model, **deployment)
     try:
         engine = EngineSettings(**settings)
     except ValidationError as e:
         raise ServelabError.from_validation(e, as_options=True) from None
+    twin_of = partial(simulate_benchmark, spec, sys_spec, parallel, engine, explain=explain)
+    if disagg is not None and split is not None:
+        from servelab.predict.twin_disagg import simulate_disagg_benchmark  # noqa: PLC0415
+
+        if explain:
+            raise ServelabError("not with a disaggregated deployment", field="explain")
+        twin_of = partial(simulate_disagg_benchmark, spec, sys_spec, split, engine, router=disagg.policy())
     for cfg in points:
         if cfg.save_result:
             R.check_path(Path(cfg.result_dir or "."), cfg.result_filename)
@@ -771,17 +807,12 @@ def _simulate(
         stream = BenchStream(
             **{name: getattr(cfg, name) for name in BenchStream.__dataclass_fields__}  # the same flags
         )
-        twin = simulate_benchmark(
-            spec,
-            sys_spec,
-            parallel,
-            engine,
-            stream,
-            cfg.percentile_metrics,
-            cfg.metric_percentiles,
-            cfg.goodput,
+        twin = twin_of(
+            stream=stream,
+            percentile_metrics=cfg.percentile_metrics,
+            percentiles=cfg.metric_percentiles,
+            goodput_ms=cfg.goodput,
             calibration=calibration,
-            explain=explain,
         )
         date = R.now_stamp()
         result = simulated_result(
@@ -792,9 +823,10 @@ def _simulate(
             saved.append(path)
         if twin.explain is not None:
             print_explain(twin.explain)
-        shares = twin.provenance["kernel_time_by_source"]
-        print(f"kernel time by source: {describe_shares(shares)}")
-        warning = roofline_warning(shares)
-        if warning:
-            print(warning)
+        for pool in ("prefill", "decode") if split is not None else ("",):
+            shares = (twin.provenance[pool] if pool else twin.provenance)["kernel_time_by_source"]
+            print(f"{pool + ' pool ' if pool else ''}kernel time by source: {describe_shares(shares)}")
+            warning = roofline_warning(shares)
+            if warning:
+                print(warning)
     return 0

@@ -22,8 +22,9 @@ from servelab.cli._common import (
     print_json,
     print_table,
 )
-from servelab.cli.estimate_disagg import PoolOptions, estimate_disagg, print_disagg
+from servelab.cli.estimate_disagg import estimate_disagg, print_disagg
 from servelab.cli.explain_table import EXPLAINS_TWIN_ONLY, print_explain
+from servelab.cli.pools import PoolOptions, pool_option
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.bands import DISAGG_NO_CLAIM, attach_band, band_line
@@ -65,16 +66,14 @@ def estimate(
         help="agg, disagg: simulate a benchmark of this many prompts (every client starts at t=0, all "
         "counted) instead of the steady state",
     ),
-    prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="disagg: GPUs per prefill worker (tp)"),
-    prefill_ep: int | None = typer.Option(
-        None, "--prefill-ep", help="disagg: prefill worker's expert parallel"
-    ),
-    prefill_dp_attn: bool = typer.Option(False, "--prefill-dp-attn", help="disagg: prefill attention DP"),
-    prefill_workers: int | None = typer.Option(None, "--prefill-workers", help="disagg: prefill workers (1)"),
-    decode_tp: int | None = typer.Option(None, "--decode-tp", help="disagg: GPUs per decode worker (tp)"),
-    decode_ep: int | None = typer.Option(None, "--decode-ep", help="disagg: decode worker's expert parallel"),
-    decode_dp_attn: bool = typer.Option(False, "--decode-dp-attn", help="disagg: decode attention DP"),
-    decode_workers: int | None = typer.Option(None, "--decode-workers", help="disagg: decode workers (1)"),
+    prefill_tp: int | None = pool_option("prefill", "tp"),
+    prefill_ep: int | None = pool_option("prefill", "ep"),
+    prefill_dp_attn: bool = pool_option("prefill", "dp_attn"),
+    prefill_workers: int | None = pool_option("prefill", "workers"),
+    decode_tp: int | None = pool_option("decode", "tp"),
+    decode_ep: int | None = pool_option("decode", "ep"),
+    decode_dp_attn: bool = pool_option("decode", "dp_attn"),
+    decode_workers: int | None = pool_option("decode", "workers"),
 ) -> None:
     """Predict one deployment. Static mode: TTFT = one prefill of the batch, TPOT = mean decode step. Disagg
     mode: a prefill pool and a decode pool (--prefill-* / --decode-*) at concurrency --batch."""

@@ -4,13 +4,11 @@ points (predict.plan.split), each figure with where it comes from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from servelab.cli._common import Col, console, print_table
+from servelab.cli.pools import PoolOptions, pool_parallel
 from servelab.errors import ServelabError
 from servelab.predict.bands import band_line
 from servelab.predict.engines import engine_profile
@@ -19,39 +17,7 @@ from servelab.predict.plan.disagg import LINK_EFFICIENCY, TRANSFER_FLOOR_S
 from servelab.predict.plan.search import point_sources
 from servelab.predict.plan.split import Split, SplitPoint, price_given_split, split_context
 from servelab.predict.provenance import describe_shares, roofline_warning
-from servelab.specs import Parallel, check_precision, load_model, load_system
-
-
-@dataclass(frozen=True)
-class PoolOptions:
-    """One pool's options as given (None: not given)."""
-
-    tp: int | None
-    ep: int | None
-    dp_attn: bool
-    workers: int | None
-
-    def given(self) -> str | None:
-        """The first option given (its field name), or None."""
-        values = {"tp": self.tp, "ep": self.ep, "dp_attn": self.dp_attn or None, "workers": self.workers}
-        return next((name for name, value in values.items() if value is not None), None)
-
-
-def pool_parallel(name: str, opts: PoolOptions) -> tuple[Parallel, int]:
-    """The pool's worker layout and worker count; --NAME-tp is required, the rest default to 1 / off."""
-    if opts.tp is None:
-        raise ServelabError(
-            "--mode disagg needs each pool's layout: give --prefill-tp and --decode-tp", field=f"{name}_tp"
-        )
-    workers = 1 if opts.workers is None else opts.workers
-    if workers < 1:
-        raise ServelabError(f"expected at least 1 worker, got {workers}", field=f"{name}_workers")
-    try:
-        parallel = Parallel(tp=opts.tp, ep=1 if opts.ep is None else opts.ep, dp_attn=opts.dp_attn)
-    except ValidationError as e:
-        flags = {key: f"--{name}-{key.replace('_', '-')}" for key in ("tp", "ep", "dp_attn")}
-        raise ServelabError.from_validation(e, as_options=True, flags=flags) from None
-    return parallel, workers
+from servelab.specs import check_precision, load_model, load_system
 
 
 def estimate_disagg(

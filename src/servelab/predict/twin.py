@@ -32,7 +32,7 @@ from servelab.metrics import (
 )
 from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.predict.bands import attach_band, twin_band_line
-from servelab.predict.engines import engine_profile, fitted_params
+from servelab.predict.engines import EngineProfile, engine_profile, fitted_params
 from servelab.predict.memory import GIB
 from servelab.predict.provenance import time_shares as shares_of
 from servelab.predict.serving.aggregated import lane_limits
@@ -152,26 +152,7 @@ def simulate_benchmark(
     """Replay `stream` on the deployment and summarise it as `servelab bench` summarises a measured run;
     `calibration` names the engine calibration file (None: the shipped one); `explain`: split the predicted
     TTFT by term (TwinRun.explain, ttft_explain)."""
-    if settings.engine not in TWIN_ENGINES:
-        raise ServelabError(
-            f"unknown engine {settings.engine!r}{closest(settings.engine, list(TWIN_ENGINES))}; "
-            f"expected one of {', '.join(TWIN_ENGINES)}",
-            field="engine",
-        )
-    engine = engine_profile(
-        settings.engine,
-        system.hbm_gib,
-        calibration=calibration,
-        gpu_name=system.gpu_name,
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        chunked_prefill=settings.chunked_prefill,
-        attention_dp_balance=settings.attention_dp_balance,
-        attention_dp_timeout_iters=settings.attention_dp_timeout_iters,
-        attention_dp_batching_wait_iters=settings.attention_dp_batching_wait_iters,
-        batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
-        batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
-    )
+    engine = twin_engine(settings, system, calibration)
     model = engine.model_as_served(model)
     mem = prepare(
         model,
@@ -194,30 +175,20 @@ def simulate_benchmark(
     # KV per sequence is fitted at the longest request, so the one that must fit does
     wl = Workload(isl=max(p for p, _ in lengths), osl=max(o for _, o in lengths), concurrency=1, spec=spec)
     limits = lane_limits(model, parallel, engine, mem, wl, ranks)
-    need = limits.kv_fixed + longest * limits.kv_per_token
-    if need > limits.kv_capacity:
-        raise ServelabError(
-            f"{model.name} ({parallel.label()}): a request of {longest} tokens needs {need / GIB:.2f} GiB of "
-            f"KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free",
-            field="random_input_len",
-        )
+    check_fits(model, parallel.label(), limits, longest)
     closed = all(t == 0.0 for t in offsets)
     logs: list[StepLog] = []
     watch = watcher(logs) if explain else None
     per_clock, itl, steps = replay(specs, offsets, lanes, limits, engine.policy, pricer, closed, watch)
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
-    duration = max(r.start_s + r.e2el_s for r in reqs)
-    summary = summarize(reqs, duration, percentile_metrics, percentiles, goodput_ms)
-    if "itl" in summary.latency_ms:  # decode stretches are runs of identical gaps, never expanded
-        summary = replace(
-            summary, latency_ms=dict(summary.latency_ms, itl=weighted_distribution_ms(itl, percentiles))
-        )
+    summary = summary_of(reqs, itl, percentile_metrics, percentiles, goodput_ms)
     op_counts, time_shares = op_sources(pricer, model, parallel, engine, db, lengths)
     clocks = band(per_clock, closed, prompts)
     split = (
         explain_ttft(logs, per_clock[0], pricer, fitted_params(engine.name, calibration)) if explain else None
     )
+    why = "" if closed else "an open loop (the measured bands are of closed loops)"
     return TwinRun(
         requests=reqs,
         summary=summary,
@@ -233,9 +204,7 @@ def simulate_benchmark(
             "pp": parallel.pp,
             "precision": model.precision.model_dump(mode="json"),
             **settings.model_dump(),
-            "max_num_seqs": engine.max_num_seqs,
-            "max_num_batched_tokens": engine.max_num_batched_tokens,
-            "chunked_prefill": engine.chunked_prefill,
+            **engine_limits(engine),
         },
         provenance={
             "engine_profile": engine.source,
@@ -243,13 +212,75 @@ def simulate_benchmark(
             "kernel_time_by_source": time_shares,
             "memory": _memory_dict(mem),
             "band": clocks,
-            "serving_band": serving_band(clocks, engine.name, calibration, closed),
+            "serving_band": serving_band(clocks, engine.name, calibration, why),
             "lanes": parallel.attn_dp * parallel.pp,
             "steps": steps,
             "shapes_priced": pricer.priced,
         },
         explain=split,
     )
+
+
+def twin_engine(settings: EngineSettings, system: SystemSpec, calibration: Path | None) -> EngineProfile:
+    """The engine profile the settings ask for on `system` (a one-line error for an engine not modelled)."""
+    if settings.engine not in TWIN_ENGINES:
+        raise ServelabError(
+            f"unknown engine {settings.engine!r}{closest(settings.engine, list(TWIN_ENGINES))}; "
+            f"expected one of {', '.join(TWIN_ENGINES)}",
+            field="engine",
+        )
+    return engine_profile(
+        settings.engine,
+        system.hbm_gib,
+        calibration=calibration,
+        gpu_name=system.gpu_name,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        chunked_prefill=settings.chunked_prefill,
+        attention_dp_balance=settings.attention_dp_balance,
+        attention_dp_timeout_iters=settings.attention_dp_timeout_iters,
+        attention_dp_batching_wait_iters=settings.attention_dp_batching_wait_iters,
+        batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
+        batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
+    )
+
+
+def engine_limits(engine: EngineProfile) -> dict:
+    """The scheduling limits in force (the settings' None replaced by the engine's defaults)."""
+    return {
+        "max_num_seqs": engine.max_num_seqs,
+        "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "chunked_prefill": engine.chunked_prefill,
+    }
+
+
+def check_fits(model: ModelSpec, label: str, limits: LaneLimits, longest: int) -> None:
+    """A one-line error when the longest request's KV cache does not fit one lane."""
+    need = limits.kv_fixed + longest * limits.kv_per_token
+    if need > limits.kv_capacity:
+        raise ServelabError(
+            f"{model.name} ({label}): a request of {longest} tokens needs {need / GIB:.2f} GiB of "
+            f"KV cache per GPU, {limits.kv_capacity / GIB:.2f} GiB is free",
+            field="random_input_len",
+        )
+
+
+def summary_of(
+    reqs: list[RequestTimes],
+    itl: list,
+    percentile_metrics: list[str],
+    percentiles: list[float],
+    goodput_ms: dict[str, float],
+) -> ServingSummary:
+    """The summary a real run writes, of simulated requests; ITL from the pooled (seconds, weight) step gaps:
+    decode stretches are runs of identical gaps, never expanded."""
+    duration = max(r.start_s + r.e2el_s for r in reqs)
+    summary = summarize(reqs, duration, percentile_metrics, percentiles, goodput_ms)
+    if "itl" in summary.latency_ms:
+        summary = replace(
+            summary, latency_ms=dict(summary.latency_ms, itl=weighted_distribution_ms(itl, percentiles))
+        )
+    return summary
 
 
 def replay(
@@ -368,33 +399,37 @@ def band(per_clock: dict[int, list[Request]], closed: bool, prompts: list[int]) 
     return out
 
 
-def serving_band(clocks: dict, backend: str, calibration: Path | None, closed: bool) -> dict:
+def serving_band(clocks: dict, backend: str, calibration: Path | None, why_no_claim: str) -> dict:
     """The claimed band (predict/bands.py) of the median TTFT and TPOT, the kernel-source band being the
-    medians at the low and high clocks; the residuals are of simulated closed loops, so an open loop (a
-    request rate) claims none."""
+    medians at the low and high clocks; the residuals are of simulated aggregated closed loops, so a
+    prediction of another kind (an open loop, a disaggregated deployment: `why_no_claim`) claims none."""
     data = {
         f"{m}{end}": clocks[clock][f"median_{m}"]
         for m in ("ttft_ms", "tpot_ms")
         for end, clock in (("", "nominal"), ("_low", "low"), ("_high", "high"))
     }
-    why = "" if closed else "an open loop (the measured bands are of closed loops)"
+    why = why_no_claim
     out = {"of": "median TTFT and TPOT", **attach_band(data, backend, calibration, why)["band"]}
     return out | {"line": twin_band_line(out)}
 
 
-def op_sources(pricer, model, parallel, engine, db, lengths) -> tuple[dict[str, int], dict[str, float]]:
+def op_sources(
+    pricer, model, parallel, engine, db, lengths, phases: tuple[str, ...] = ("decode", "prefill")
+) -> tuple[dict[str, int], dict[str, float]]:
     """Where the op latencies came from (measured / interpolated / ... / roofline): ops counted over a
     typical decode step and a typical prefill step of this run, and the share of a typical request's kernel
-    time (its prompt's prefill steps and its output's decode steps) by source."""
+    time (its prompt's prefill steps and its output's decode steps) by source; `phases`: the steps this
+    engine runs (a disaggregated pool runs one of them)."""
     prompt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
     output = max(1.0, sum(o for _, o in lengths) / len(lengths))
     chunk = min(prompt, engine.max_num_batched_tokens)
     counts: dict[str, int] = {}
     source_us: dict[str, float] = {}
-    for shape, steps in (
-        (pricer.shape([], 1, prompt), output - 1),
-        (pricer.shape([(chunk, 0)], 0, 0), prompt / chunk),
-    ):
+    typical = {
+        "decode": (pricer.shape([], 1, prompt), output - 1),
+        "prefill": (pricer.shape([(chunk, 0)], 0, 0), prompt / chunk),
+    }
+    for shape, steps in (typical[phase] for phase in phases):
         step = priced_step(model, parallel, shape, engine, db)
         counts = add_counts(counts, step.sources)
         source_us = add_counts(source_us, step.source_us, steps)

@@ -28,6 +28,7 @@ from servelab.predict.plan.points import Clocks, DisaggDetail, EngineConfig, Lin
 from servelab.predict.serving.aggregated import SimResult, simulate
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.workload import Workload
+from servelab.specs import ModelSpec, SystemSpec
 
 # NCCL all_reduce on H200 NVLink reached 327 of 450 GB/s bus bandwidth; the same fraction is used for KV
 # transfers until transfer tables are collected. The fixed cost is the roofline's small-message floor.
@@ -44,11 +45,21 @@ def kv_transfer_s(
 ) -> tuple[float, Link]:
     """Seconds to move one prompt's KV cache (all layers, all KV heads) from prefill to decode, and the
     link."""
-    system = ctx.system
-    nbytes = ctx.model.kv_bytes_per_sequence(ctx.req.isl)
+    return kv_transfer_tokens_s(
+        ctx.model, ctx.system, ctx.req.isl, prefill.parallel.gpus, decode.parallel.gpus, total_gpus
+    )
+
+
+def kv_transfer_tokens_s(
+    model: ModelSpec, system: SystemSpec, prompt: int, prefill_gpus: int, decode_gpus: int, total_gpus: int
+) -> tuple[float, Link]:
+    """Seconds to move the KV cache of a `prompt`-token prompt from a prefill worker of `prefill_gpus` to a
+    decode worker of `decode_gpus` in a deployment of `total_gpus`, and the link: over NVLink within one
+    NVLink domain, else the network; min(prefill, decode GPUs) streams, each at the link's efficiency."""
+    nbytes = model.kv_bytes_per_sequence(prompt)
     in_domain = total_gpus <= system.nvlink_domain
     link_gbs = system.nvlink_gbs if in_domain else system.network_gbs
-    streams = min(prefill.parallel.gpus, decode.parallel.gpus)
+    streams = min(prefill_gpus, decode_gpus)
     seconds = TRANSFER_FLOOR_S + nbytes / (link_gbs * 1e9 * LINK_EFFICIENCY * streams)
     return seconds, "nvlink" if in_domain else "network"
 

@@ -99,7 +99,7 @@ def split_context(
     return SearchContext(req, model, system, engine, perfdb_for(system, engine.name), SpecDecoding())
 
 
-def _config(ctx: SearchContext, parallel: Parallel, pool: str) -> EngineConfig:
+def pool_config(ctx: SearchContext, parallel: Parallel, pool: str) -> EngineConfig:
     """The engine config of one pool's worker; a one-line error naming the pool when it cannot serve."""
     try:
         parallel.validate(ctx.model)
@@ -121,8 +121,8 @@ def price_given_split(
         raise ServelabError(f"concurrency must be at least 1, got {concurrency}", field="batch")
     if num_prompts is not None and num_prompts < 1:
         raise ServelabError(f"num_prompts must be at least 1, got {num_prompts}", field="num_prompts")
-    pcfg = _config(ctx, split.prefill, "prefill")
-    dcfg = decode_worker(ctx, _config(ctx, split.decode, "decode"))
+    pcfg = pool_config(ctx, split.prefill, "prefill")
+    dcfg = decode_worker(ctx, pool_config(ctx, split.decode, "decode"))
     pool = PrefillPool(ctx, pcfg)
     x, y = split.prefill_workers, split.decode_workers
     per_worker = max(1, round(concurrency / y))

@@ -197,6 +197,14 @@ class Lane:
         return len(decoding), emitted, sum(r.osl for r in decoding)
 
     # ---- arrivals ----------------------------------------------------------------------------------------
+    def idle_until(self, t: float, drive: int) -> None:
+        """An idle lane's clocks move on to `t` (drive clock), each by the same gap (simulator._loop does this
+        inline)."""
+        c = self.clock
+        if c[drive] < t:
+            gap = t - c[drive]
+            self.clock = (c[0] + gap, c[1] + gap, c[2] + gap)
+
     def add(self, req: Request) -> None:
         self.arrived += 1
         self.waiting.append(req)
