@@ -1,14 +1,25 @@
 """perfdb/data/efficiencies.json is read through its model: it writes back byte for byte, a fitted entry
-replaces the defaults key by key, and a malformed file or system override is one line naming the field."""
+replaces the defaults key by key, a system without a fit or shipped tables borrows the reference system's fit,
+and a malformed file or system override is one line naming the field."""
 
 import json
 
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.perfdb.efficiencies import EFFICIENCIES_FILE, efficiencies, read_efficiencies
+from servelab.perfdb.efficiencies import (
+    EFFICIENCIES_FILE,
+    REFERENCE_SYSTEM,
+    efficiencies,
+    fit_for,
+    has_shipped_tables,
+    read_efficiencies,
+)
+from servelab.perfdb.keys import Gemm
 from servelab.perfdb.roofline import Roofline
 from servelab.specs import load_system
+
+GEMM = Gemm(64, 4096, 4096)
 
 
 def test_the_shipped_file_reads_and_writes_back_unchanged():
@@ -19,6 +30,22 @@ def test_the_shipped_file_reads_and_writes_back_unchanged():
     h200 = efficiencies("h200_sxm")
     assert h200.memory == fit.memory != f.default.memory and h200.tile_quantized  # the default's
     assert efficiencies("no_such_system") == f.default
+
+
+def test_an_nvidia_gpu_without_a_fit_or_tables_borrows_the_reference_fit():
+    f = read_efficiencies()
+    reference = efficiencies(REFERENCE_SYSTEM)
+    assert reference.kernel_us < f.default.kernel_us  # what the borrowers gain: half the launch floor
+    for name in ("b200_sxm", "gb300"):
+        system = load_system(name)
+        assert name not in f.systems and not has_shipped_tables(name) and system.compute_capability
+        assert fit_for(system) == REFERENCE_SYSTEM
+        roof = Roofline(system)
+        assert roof.eff == reference and "with h200_sxm's fitted efficiencies" in roof.latency(GEMM).note
+    # shipped tables without a fit, and an AMD GPU: the defaults, their answers unchanged
+    for name in ("h100_sxm", "mi355x"):
+        assert fit_for(load_system(name)) == name and Roofline(load_system(name)).eff == f.default
+    assert fit_for(load_system("h200_sxm")) == "h200_sxm"
 
 
 def test_a_malformed_file_is_one_line(tmp_path):

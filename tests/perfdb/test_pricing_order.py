@@ -130,11 +130,12 @@ def test_an_engine_release_reads_its_own_tables_and_older_ones(root, h200):
 
 
 def test_a_system_without_tables_takes_another_systems_rows_over_their_rooflines(root, h200):
-    b200 = load_system("b200_sxm")
+    # efficiencies of the target's own (B200 otherwise borrows the H200's fit), which a transfer must not use
+    b200 = load_system("b200_sxm").model_copy(update={"efficiencies": {"memory": 0.5, "kernel_us": 9.0}})
     key = keys.Gemm(4096, 4096, 4096)
     here = PerfDB(h200).query(key)
     got = PerfDB(b200).query(key)
-    # the datasheets' ratio: both rooflines with the H200's fitted efficiencies, not B200's defaults
+    # the datasheets' ratio: both rooflines with the H200's fitted efficiencies, not B200's own
     h200_roof = Roofline(h200)
     ratio = Roofline(b200, efficiencies_of=h200_roof.eff).latency(key).us / h200_roof.latency(key).us
     assert ratio != pytest.approx(Roofline(b200).latency(key).us / h200_roof.latency(key).us)

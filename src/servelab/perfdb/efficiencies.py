@@ -4,6 +4,16 @@ reaches, by default and per fitted system (`servelab calibrate roofline` writes 
 A system's entry replaces the defaults key by key (a whole `gemm_compute` at once), and a system spec's own
 `efficiencies` (a system fitted outside this file) replace those in turn. A malformed file is one line
 naming the file and the field.
+
+Which entry a system prices with (`fit_for`): its own; else, for an NVIDIA GPU with no shipped tables (B200,
+B300, GB200, GB300, RTX PRO 6000), REFERENCE_SYSTEM's, as the file's provenance says ("other systems reuse the
+H200 fractions until they have tables of their own"). That fit's launch floor and fractions of peak were
+fitted to kernels timed on a CUDA GPU; the defaults are the datasheet-derived start of that fit, kept as such
+for the interpolation reference (perfdb.reference). With the defaults a B200 decode step of DeepSeek-R1
+(about 1,000 small kernels) paid a 4 us floor a kernel against the H200's fitted 2 us, and its kernels cost
+more than the same step's on an H200, whose HBM is 1.6x slower. A system with shipped tables but no fit
+(h100_sxm) keeps the defaults until `servelab calibrate roofline` fits it, and so does an AMD GPU (HIP
+kernels: no measurement says their floor is a CUDA one).
 """
 
 from __future__ import annotations
@@ -18,8 +28,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
+from servelab.specs import SystemSpec
 
-EFFICIENCIES_FILE = Path(str(resources.files("servelab.perfdb") / "data" / "efficiencies.json"))
+DATA = Path(str(resources.files("servelab.perfdb") / "data"))
+EFFICIENCIES_FILE = DATA / "efficiencies.json"
+# the system whose fit a system without tables of its own borrows: the one fitted to shipped tables
+REFERENCE_SYSTEM = "h200_sxm"
 
 
 class Efficiencies(BaseModel):
@@ -94,6 +108,24 @@ def read_efficiencies(path: Path = EFFICIENCIES_FILE) -> EfficienciesFile:
     except (OSError, json.JSONDecodeError) as e:
         raise ServelabError(f"{path}: cannot read the efficiencies ({e})") from None
     return _validated(data, str(path))
+
+
+@lru_cache(maxsize=1)
+def _fitted() -> frozenset[str]:
+    return frozenset(read_efficiencies().systems)
+
+
+def has_shipped_tables(system_name: str) -> bool:
+    """Whether servelab ships perf tables of the system (perfdb/data/<system>/)."""
+    return (DATA / system_name).is_dir()
+
+
+def fit_for(system: SystemSpec) -> str:
+    """The system whose shipped entry `system` prices with: its own, or REFERENCE_SYSTEM's for an NVIDIA GPU
+    (one with a CUDA compute capability) without a fit or shipped tables (the module docstring says why)."""
+    if system.name in _fitted() or has_shipped_tables(system.name) or not system.compute_capability:
+        return system.name
+    return REFERENCE_SYSTEM
 
 
 @lru_cache(maxsize=16)  # one entry per system asked for, plus the defaults ("")

@@ -12,7 +12,7 @@ from functools import cache
 from typing import Any
 
 from servelab.engines import MODELLED
-from servelab.perfdb.efficiencies import Efficiencies, efficiencies
+from servelab.perfdb.efficiencies import Efficiencies, efficiencies, fit_for
 from servelab.perfdb.keys import (
     DSV4_TOPK,
     AttentionDecode,
@@ -125,10 +125,16 @@ class Roofline:
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
         where = f"system {system.name}: efficiencies"
+        self.note = f"roofline on {system.name}"
         if efficiencies_of is not None:
             eff = efficiencies_of
+        elif fitted:
+            fit = fit_for(system)
+            eff = efficiencies(fit).over(system.efficiencies, where)
+            if fit != system.name:
+                self.note += f" with {fit}'s fitted efficiencies"
         else:
-            eff = efficiencies(system.name).over(system.efficiencies, where) if fitted else efficiencies("")
+            eff = efficiencies("")
         self.eff = eff
         self.tile_quantized = self.tile_quantized and eff.tile_quantized
         self.bw = system.hbm_bw_tbs * 1e12 * eff.memory
@@ -172,7 +178,7 @@ class Roofline:
             term = self._terms.get(key.op)
             us = (term if term is not None else self.terms.get(key.op))(key)
             low, high = self.band
-            note = f"roofline on {self.system.name}"
+            note = self.note
             if key.op == OpName.gemm and _compute_class(getattr(key, "dtype", "")) == Dtype.fp32.compute:
                 peak = fp32_peak_tflops(self.system)
                 note += f", float32 on the CUDA cores at {peak:.0f} TFLOPS (no tensor cores)"
