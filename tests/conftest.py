@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from once_a_run import share_between_workers
 
 try:
     from _pytest.nodeid import NodeId  # pytest 9.2 and later: a node's id (tests share a server below)
@@ -40,6 +41,13 @@ def table_cache_of_the_session(tmp_path_factory):
         mp.setenv(ENV_DIR, str(tmp_path_factory.mktemp("servelab-cache")))
         mp.setenv(PRICE_CACHE_SWITCH, "0")
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def values_shared_by_the_workers(tmp_path_factory):
+    """pytest-xdist's workers of one run share the values tests/once_a_run.py keeps, in the run's temporary
+    folder (each worker's own is a folder under it)."""
+    share_between_workers(tmp_path_factory.getbasetemp().parent)
 
 
 @pytest.fixture(autouse=True)

@@ -115,6 +115,13 @@ def calibrate(tmp_path: Path, jobs: int, lines: list[str]) -> tuple[CalibrationD
     return calibrate_engines(opts, echo=lines.append), report.read_text()
 
 
+@pytest.fixture(scope="module")
+def in_one_process(tmp_path_factory) -> tuple[CalibrationDocument, str]:
+    """The calibration of the good rows in one process and its --report, fitted once for the tests that read
+    them (a fit is seconds of CPU; the tests only read it)."""
+    return calibrate(tmp_path_factory.mktemp("one"), 1, [])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="--jobs is capped at the cores: 1 core, 1 process")
 def test_calibration_in_two_processes_gives_the_numbers_of_one(tmp_path):
@@ -175,10 +182,10 @@ def test_negative_jobs_is_one_line(command):
     assert r.stdout == ""
 
 
-def test_the_report_carries_each_rows_prediction_with_its_family_left_out(tmp_path):
+def test_the_report_carries_each_rows_prediction_with_its_family_left_out(in_one_process):
     """--report: every row's prediction by the fit that never saw its model family; its errors are the ones
     the cross-validation reports, family by family."""
-    doc, report = calibrate(tmp_path, 1, [])
+    doc, report = in_one_process
     rows = json.loads(report)
     for key, errors in doc.cv_by_family.items():
         engine, family = key.split("/")
@@ -189,10 +196,10 @@ def test_the_report_carries_each_rows_prediction_with_its_family_left_out(tmp_pa
         assert float(np.median(tpot)) == pytest.approx(errors.tpot.median, rel=1e-6)
 
 
-def test_the_reports_as_written_rows_are_the_as_written_errors(tmp_path):
+def test_the_reports_as_written_rows_are_the_as_written_errors(in_one_process):
     """--report's as_written_* fields are what the written file predicts for rows it never saw: their median
     and p90 errors are the summary's "as written, out of sample" line, kept fit or not."""
-    doc, report = calibrate(tmp_path, 1, [])
+    doc, report = in_one_process
     rows = json.loads(report)
     written = doc.errors["as written, out of sample"]
     for metric in ("ttft", "tpot"):
@@ -267,7 +274,7 @@ def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
 BAD_MEASUREMENTS = {"nan": "nan", "negative": "-5", "zero": "0", "infinite": "inf", "huge": "1e400"}
 
 
-def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibration(tmp_path):
+def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibration(tmp_path, in_one_process):
     """NaN, negative, zero and infinite TTFT / TPOT rows are dropped with a note naming the field; the fit is
     that of the good rows alone."""
     good = silicon_rows()
@@ -292,7 +299,7 @@ def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibrati
     }, doc.rows_skipped
     written = out.read_text()
     assert "NaN" not in written and "Infinity" not in written
-    clean, _ = calibrate(tmp_path, 1, [])
+    clean, _ = in_one_process
     assert doc.errors == clean.errors and doc.engines == clean.engines
     # beside the calibration, its rows' out-of-sample residuals: the rows of "as written, out of sample"
     residuals = json.loads((tmp_path / "calibrated.residuals.json").read_text())

@@ -5,11 +5,10 @@ fitted on store rows recovers the parameters that made them."""
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.calibrate import inferencex_rows
 from servelab.calibrate.document import CalibrationDocument
@@ -250,17 +249,11 @@ def test_calibration_from_store_recovers_the_parameters(tmp_path):
     assert "cal.json" in profile.source and "results store" in profile.source
 
 
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args], capture_output=True, text=True, timeout=300
-    )
-
-
 def test_calibrate_cli_json_and_out(tmp_path):
     synthetic_store(tmp_path / "results.db")
     out = tmp_path / "cal.json"
     args = ("calibrate", "engines", "--from-store", str(tmp_path / "results.db"), "--mode", "static")
-    r = cli(*args, "--iters", "40", "--out", str(out), "--json")
+    r = servelab(*args, "--iters", "40", "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     answer = json.loads(r.stdout)  # stdout is the answer alone; progress went to stderr
     assert list(answer) == ["schema", "schema_version", "calibration"]
@@ -271,6 +264,6 @@ def test_calibrate_cli_json_and_out(tmp_path):
 
 
 def test_calibrate_cli_without_usable_rows_is_one_line():
-    r = cli("calibrate", "engines", "--from-inferencex", str(SAMPLE), "--dry-run")
+    r = servelab("calibrate", "engines", "--from-inferencex", str(SAMPLE), "--dry-run")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "no usable h200_sxm rows" in r.stderr and "mi300x" in r.stderr

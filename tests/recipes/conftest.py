@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from gitkit import git
+from once_a_run import once_a_run
 
 from servelab.recipes.lock import compute_fingerprints
 from servelab.recipes.recipe_store import DATA_DIR, LOCK, lock_text, open_store
@@ -75,9 +76,13 @@ def repo(tmp_path, monkeypatch) -> Repo:
 
 @pytest.fixture(scope="session")
 def ix_conformance() -> dict[str, dict]:
-    """`scripts/ix_launch.py conformance`, run once a session: per key of the pinned InferenceX store, how
-    servelab's launches differ from the capture of upstream's scripts (a few seconds: it renders every job).
-    The launch-profile and agentic-launch tests both read it."""
+    """`scripts/ix_launch.py conformance`, run once a test run (tests/once_a_run.py): per key of the pinned
+    InferenceX store, how servelab's launches differ from the capture of upstream's scripts (a few seconds: it
+    renders every job). The launch-profile and agentic-launch tests both read it."""
+    return once_a_run("ix_conformance", _conformance)
+
+
+def _conformance() -> dict[str, dict]:
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, str(root / "scripts" / "ix_launch.py"), "conformance"],

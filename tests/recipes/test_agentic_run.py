@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 from pinned import pinned_jobs
 
 from servelab.recipes.job import AGENTIC_TRACE_ENV
@@ -134,14 +135,7 @@ def test_servelab_run_without_the_trace_says_so_in_one_line(job, tmp_path):
     (tmp_path / JOB_FILE).write_text(json.dumps(job.to_json()))
     env = {k: v for k, v in os.environ.items() if k != AGENTIC_TRACE_ENV}
     for given in ({}, {AGENTIC_TRACE_ENV: str(tmp_path / "nope.jsonl")}):
-        r = subprocess.run(
-            [sys.executable, "-m", "servelab.cli.main", "run", "--job", JOB_FILE, "--dry-run"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-            env={**env, "PYTHONPATH": SRC, **given},
-        )
+        r = servelab("run", "--job", JOB_FILE, "--dry-run", cwd=tmp_path, env={**env, **given})
         assert r.returncode == 2
         [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
         assert AGENTIC_TRACE_ENV in line and "Traceback" not in r.stderr

@@ -5,8 +5,10 @@ argv element, never through a shell)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from servelab.recipes.pipelines import (
     to_github,
     to_json,
 )
-from servelab.recipes.recipe_store import open_store
+from servelab.recipes.recipe_store import DATA_DIR, open_store
 from servelab.recipes.sweep import expand
 from servelab.run.build import read_job
 from servelab.run.plan import from_job
@@ -63,6 +65,24 @@ def _edit(store_dir: Path, change) -> None:
     data = yaml.safe_load(p.read_text())
     change(data)
     p.write_text(yaml.safe_dump(data, sort_keys=False))  # escapes: every character arrives as written
+
+
+@pytest.fixture(scope="module")
+def module_store(tmp_path_factory) -> Path:
+    """One copy of the shipped store for the module's tests that edit only the recipes file (a copy is about
+    40 ms of CPU, mostly the srt-slurm recipes; over 200 tests here edit the file once each)."""
+    d = tmp_path_factory.mktemp("store") / "store"
+    shutil.copytree(DATA_DIR, d)
+    return d
+
+
+@pytest.fixture
+def edited_store(module_store: Path) -> Iterator[Path]:
+    """The module's copy of the store; the recipes file the test edits is put back as shipped after it."""
+    p = _recipes_file(module_store)
+    shipped = p.read_bytes()
+    yield module_store
+    p.write_bytes(shipped)
 
 
 def _set(path: str, value):
@@ -123,10 +143,10 @@ PATTERN_FIELDS = {
 
 @pytest.mark.parametrize("field", list(PATTERN_FIELDS))
 @pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
-def test_patterned_fields_refuse_hostile_values(store_dir, field, value):
-    _edit(store_dir, PATTERN_FIELDS[field](value))
+def test_patterned_fields_refuse_hostile_values(edited_store, field, value):
+    _edit(edited_store, PATTERN_FIELDS[field](value))
     with pytest.raises(ServelabError) as info:
-        open_store(store_dir)
+        open_store(edited_store)
     msg = str(info.value)
     # (YAML itself reads U+0085 as a line break, so the value may arrive folded: match the message, not it)
     assert "\n" not in msg and "b200.yaml" in msg and " is not " in msg
@@ -151,10 +171,10 @@ FREE_TEXT_FIELDS = {
 
 @pytest.mark.parametrize("field", list(FREE_TEXT_FIELDS))
 @pytest.mark.parametrize("value", [v for v in HOSTILE if not v.isprintable()], ids=lambda v: repr(v)[:12])
-def test_free_text_refuses_control_characters(store_dir, field, value):
-    _edit(store_dir, FREE_TEXT_FIELDS[field](value))
+def test_free_text_refuses_control_characters(edited_store, field, value):
+    _edit(edited_store, FREE_TEXT_FIELDS[field](value))
     with pytest.raises(ServelabError) as info:
-        open_store(store_dir)
+        open_store(edited_store)
     assert "control character" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -200,9 +220,9 @@ def _calls(work: Path, name: str) -> list[dict]:
 
 @pytest.mark.parametrize("field", list(FREE_TEXT_FIELDS))
 @pytest.mark.parametrize("value", SHELL_HOSTILE, ids=range(len(SHELL_HOSTILE)))
-def test_free_text_is_quoted_in_every_format(store_dir, tmp_path, fake_bin, field, value):
-    _edit(store_dir, FREE_TEXT_FIELDS[field](value))
-    jobs = expand(open_store(store_dir), [KEY], Filters(mode="test-config", conc=[16], all_evals=True))
+def test_free_text_is_quoted_in_every_format(edited_store, tmp_path, fake_bin, field, value):
+    _edit(edited_store, FREE_TEXT_FIELDS[field](value))
+    jobs = expand(open_store(edited_store), [KEY], Filters(mode="test-config", conc=[16], all_evals=True))
     job = jobs[0]
     in_json = json.dumps(value)[1:-1]  # inside a JSON config flag
     assert any(value in a or in_json in a for a in job.launch.argv) or job.launch.env["VLLM_HOSTILE"] == value
