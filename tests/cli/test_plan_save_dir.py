@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clirun import servelab
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -120,3 +121,20 @@ def test_a_store_recipe_of_the_same_checkpoint_lends_its_engine_flags(tmp_path):
 def test_save_dir_needs_an_engine_with_a_launch_command(tmp_path):
     r = CliRunner().invoke(app, [*QWEN, "--backend", "torch", "--save-dir", str(tmp_path)])
     assert "--save-dir: the torch backend has no launch command" in str(r.exception)
+
+
+def test_a_save_dir_that_is_a_file_is_refused_before_the_search(tmp_path, monkeypatch):
+    kept = tmp_path / "file.txt"
+    kept.write_text("keep me")
+
+    def no_search(req):
+        raise AssertionError("the plan ran before --save-dir was checked")
+
+    monkeypatch.setattr("servelab.cli.plan.make_plan", no_search)
+    r = servelab(*QWEN, "--save-dir", str(kept))
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        == f"error: --save-dir: {kept} is not a directory (give a directory, new or existing)"
+    )
+    assert kept.read_text() == "keep me"

@@ -135,6 +135,9 @@ def plan(
     for key, value in engine.items():
         if value < 1:
             raise ServelabError(f"{flag(key)}: must be at least 1, got {value}")
+    if save_dir is not None and save_dir.exists() and not save_dir.is_dir():
+        # refused before the search, not after it: the plan takes seconds and could not be saved
+        raise ServelabError(f"--save-dir: {save_dir} is not a directory (give a directory, new or existing)")
     # The plan's objects (op keys, priced steps, simulated requests: hundreds of thousands of plain data)
     # live to the end of the process. The collector stays off from here (make_plan pauses it and would turn
     # it back on; the first allocation after that walked them all, 0.1 s of a default plan): this process
