@@ -381,6 +381,12 @@ def _checkout_files(where: Path, env: Env) -> None:
         (where / name).symlink_to(ROOT / name)
 
 
+def _pinned_test_data(where: Path, env: Env) -> None:
+    """docs/estimate.md, docs/accuracy.md: estimates of the pinned MiniMax-M2.5 config.json under tests/data
+    (read only)."""
+    (where / "tests").symlink_to(ROOT / "tests")
+
+
 def _cpu_vllm_checkout(where: Path, env: Env) -> None:
     """docs/run.md's CPU flow runs in a checkout: its scripts, docs/examples, .venv-vllm and .venv-bfcl."""
     for name in ("scripts", "docs", ".venv-vllm", ".venv-bfcl"):
@@ -396,6 +402,7 @@ SETUP: dict[str, Callable[[Path, Env], None]] = {
     "servelab db compare-repeat campaigns/": _checkout_files,
     "servelab db validate src/": _checkout_files,
     "bash scripts/setup_vllm_cpu.sh": _cpu_vllm_checkout,
+    "servelab estimate tests/data/": _pinned_test_data,
 }
 
 
