@@ -116,6 +116,12 @@ def start_long_run(url: str, tmp_path: Path) -> tuple[subprocess.Popen, set[int]
     while time.monotonic() < deadline and not list(tmp_path.glob(".servelab-bench-*/worker-1.jsonl")):
         time.sleep(0.2)
     time.sleep(2)  # both workers are sending
+    # and a request has completed (a worker flushes its records every 100 ms): on a loaded machine two
+    # seconds were not always enough, and the partial result then had nothing to keep
+    while time.monotonic() < deadline and not any(
+        f.stat().st_size > 0 for f in tmp_path.glob(".servelab-bench-*/worker-*.jsonl")
+    ):
+        time.sleep(0.2)
     workers = descendants(p.pid)
     assert len(workers) >= 2, workers
     return p, workers
