@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from disagg_rows import CSV, HELDOUT
+
 from servelab.calibrate.disagg_rows import (
     disagg_rows,
     errors,
@@ -32,11 +34,7 @@ from servelab.errors import ServelabError
 from servelab.predict.twin import BenchStream, EngineSettings
 from servelab.predict.twin_disagg import simulate_disagg_benchmark
 from servelab.specs import load_system
-
-ROOT = Path(__file__).resolve().parent.parent
-CSV = ROOT / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
-HELDOUT = ROOT / "tests/data/closed_loop/heldout.txt"
-RANGE_RATIO = 0.2  # the estimate's simulated spread (servelab.traffic.lengths.SIMULATOR_RANGE_RATIO)
+from servelab.traffic.lengths import SIMULATOR_RANGE_RATIO
 
 
 def twin_of(raw: dict, per_client: int) -> dict:
@@ -46,7 +44,7 @@ def twin_of(raw: dict, per_client: int) -> dict:
     stream = BenchStream(
         random_input_len=row.isl,
         random_output_len=row.osl,
-        random_range_ratio=RANGE_RATIO,
+        random_range_ratio=SIMULATOR_RANGE_RATIO,  # the estimate's spread
         random_prefix_len=0,
         num_prompts=max(32, per_client * c),
         max_concurrency=c,
