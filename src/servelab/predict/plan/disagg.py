@@ -151,11 +151,28 @@ def decode_load(ctx: SearchContext, cfg: EngineConfig, concurrency: int) -> Deco
     wl = ctx.workload(concurrency, cfg.lanes)
     sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=True)
     ctx.sims += 1
+    sim = steady_rates(sim, concurrency, ctx.req.osl)
     first = ctx.sla_clocks(sim, "ttft_ms")
     if ctx.engine.policy.joins_arrived_requests():
         share = STEP_IN_PROGRESS[ctx.req.sla_stat]
         first = clocks(lambda k: first[k] + share * sim.metric("itl_ms", "mean", k))
     return DecodeLoad(math.ceil(concurrency / cfg.lanes), sim, ctx.sla_clocks(sim, "tpot_ms"), first)
+
+
+def steady_rates(sim: SimResult, clients: int, osl: int) -> SimResult:
+    """`sim` (a closed loop of `clients`) with its request and output rates by Little's law on its own
+    latencies: `clients` requests always in flight, each for the mean E2EL, so clients / E2EL requests/s, each
+    of `osl` output tokens (the prefill-bound split's rule, split._prefill_bound).
+
+    Not the simulation's window: it opens when the first warm-up request finishes and closes when the last
+    measured one does, and counts every completion between, so the rest of the first wave, whose decoding was
+    mostly done before the window opened, counts in it. A decode worker's requests arrive together and
+    decode in step, so that short window (24 requests a lane after C of warm-up) overstated the rate by Little's
+    law by 6-31 % (Qwen3-32B and DeepSeek-R1, 4-512 clients); this rate is within 3 % of a window of 30 x C
+    requests after 3 x C of warm-up, at no cost (docs/accuracy.md, "The decode worker's rate by Little's
+    law")."""
+    request_tps = clocks(lambda k: clients / (sim.metric("e2el_ms", "mean", k) / 1000.0))
+    return replace(sim, request_tps=request_tps, output_tps=clocks(lambda k: request_tps[k] * osl))
 
 
 def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
