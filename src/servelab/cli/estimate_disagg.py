@@ -67,7 +67,9 @@ def answer(
         prefill_how = (
             f"prefill worker simulated open loop at {d.prefill_rate:,.2f} req/s (decode rate / workers)"
         )
-        rate_how = "decode workers' simulated rate (the prefill pool keeps up)"
+        rate_how = (
+            "decode workers' simulated rate by Little's law: clients / mean E2EL (the prefill pool keeps up)"
+        )
         if num_prompts is not None:
             prefill_how += (
                 f", plus the first wave's queue (the {got.clients} clients send at once to an idle "
