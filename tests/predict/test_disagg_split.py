@@ -172,7 +172,8 @@ def test_a_benchmark_from_idle_adds_its_first_waves_share_to_ttft_only():
 def test_a_decode_workers_rate_is_its_steady_state_by_littles_law(backend, clients):
     """The rate decode_load gives a decode worker holds Little's law on the simulation's own latencies
     (clients in flight = rate x mean E2EL) and is the steady state's: a window of 30 x C requests after 3 x C
-    of warm-up measures it within 5 % (the short window it was read from overstated it by 13-29 % here)."""
+    of warm-up measures it within 5 % (the short window it was read from was 16-29 % above Little's law
+    here)."""
     split = Split(Parallel(tp=1), 1, Parallel(tp=1), 1)
     system = load_system(SYSTEM)
     engine = engine_profile(backend, system.hbm_gib)

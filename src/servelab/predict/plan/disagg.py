@@ -3,7 +3,7 @@
 - Decode pool: a decode worker is simulated closed loop at concurrency c with requests whose prompt KV and
   first token have arrived: on SGLang and TensorRT-LLM each joins the running decode batch, whose next
   decode step samples its second token (decode_load says why; vLLM computes the last prompt token again);
-  it gives TPOT and the request rate r_d one worker sustains.
+  it gives TPOT and, by Little's law on its latencies, the request rate r_d one worker sustains.
 - Rate matching: the deployment's request rate is R = y * r_d, so each prefill worker sees R / x requests/s.
   The prefill worker is simulated open loop (Poisson) at that rate with one output token per request, so
   queueing in the prefill pool shows up in TTFT instead of in a fixed efficiency factor. A rate above what a
@@ -164,13 +164,12 @@ def steady_rates(sim: SimResult, clients: int, osl: int) -> SimResult:
     latencies: `clients` requests always in flight, each for the mean E2EL, so clients / E2EL requests/s, each
     of `osl` output tokens (the prefill-bound split's rule, split._prefill_bound).
 
-    Not the simulation's window: it opens when the first warm-up request finishes and closes when the last
+    Not the simulation's window: it opens when the first warm-up request finishes, closes when the last
     measured one does, and counts every completion between, so the rest of the first wave, whose decoding was
-    mostly done before the window opened, counts in it. A decode worker's requests arrive together and
-    decode in step, so that short window (24 requests a lane after C of warm-up) overstated the rate by Little's
-    law by 6-31 % (Qwen3-32B and DeepSeek-R1, 4-512 clients); this rate is within 3 % of a window of 30 x C
-    requests after 3 x C of warm-up, at no cost (docs/accuracy.md, "The decode worker's rate by Little's
-    law")."""
+    mostly done before the window opened, counts in it. A decode worker's requests arrive together and decode
+    in step, so that short window (a lane's C, at least 24, after C of warm-up) was 9-31 % above a window of
+    30 x C requests after 3 x C of warm-up (Qwen3-32B and DeepSeek-R1, 4-256 clients); this rate is within
+    3 % of it, at no cost (docs/accuracy.md, "The decode worker's rate by Little's law")."""
     request_tps = clocks(lambda k: clients / (sim.metric("e2el_ms", "mean", k) / 1000.0))
     return replace(sim, request_tps=request_tps, output_tps=clocks(lambda k: request_tps[k] * osl))
 
