@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "throughput's error by what it misses: as predicted, with the measured TPOT, with the measured TTFT"
     )
-    for part, table in groups.items():
+    for part, groups_by_bound in groups.items():  # not `table`: the report's "errors" below is that one
         print(f"  {part}:")
-        for name, t in table.items():
+        for name, t in groups_by_bound.items():
             print(
                 f"    {name:32s} {int(t['n']):4d} {100 * t['median_throughput']:6.1f}% "
                 f"{100 * t['median_throughput_by_ttft']:6.1f}% {100 * t['median_throughput_by_tpot']:6.1f}%"
