@@ -33,6 +33,9 @@ def test_pools_fit_the_gpus_and_rate_match(flash_disagg):
         assert c.concurrency == c.decode.workers * c.decode.concurrency_per_worker
         # the prefill pool keeps up: its workers see a rate below their saturated capacity
         assert c.point.disagg.prefill_rate > 0
+        # every request served delivers its OSL tokens: the output rate is the request rate's (the decode
+        # workers' short measuring window had counted more requests than their tokens made)
+        assert c.tok_s_per_gpu * c.gpus == pytest.approx(c.request_rate * 1024)
 
 
 def test_kv_transfer_uses_nvlink_inside_the_node_and_network_across(flash_disagg):
