@@ -91,6 +91,18 @@ def snap_coarse(x: float) -> int:
     return hit
 
 
+def _coarse_pair(new: int, past: int) -> tuple[int, int]:
+    """A minor prompt chunk (new, past tokens) on the coarse grid, at least one new token; the memo read
+    first (whole numbers are their own keys), as StepPricer.mixed reads the snaps'."""
+    new_q = _COARSE.get(new)
+    if new_q is None:
+        new_q = snap_coarse(new)
+    past_q = _COARSE.get(past)
+    if past_q is None:
+        past_q = snap_coarse(past)
+    return (new_q or 1, past_q)
+
+
 class StepPricer:
     """Prices lane steps for one (model, parallel, engine, perfdb); results are memoized per grid key."""
 
@@ -186,9 +198,11 @@ class StepPricer:
             if hit is None:
                 hit = self._mixed[key] = self._mixed_price(new, (), key[1], key[2], key[3])
             return hit
-        big = max(range(len(chunks)), key=lambda i: chunks[i][0])
-        rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big])
+        # the first largest chunk, as max(range(len(chunks)), key=...) picks it, without a call per chunk
+        news = [t for t, _ in chunks]
+        big = news.index(max(news))
         new, past = chunks[big]
+        rest = tuple([_coarse_pair(t, p) for t, p in chunks[:big] + chunks[big + 1 :]])
         # kept by its snapped counts, as the one-chunk price is (the interpolation, the sorted grid keys and
         # the two lookups ran again for every such step)
         past_q, n_q, kv_q = snap(past), snap_coarse(n), snap(kv) if n else 0
