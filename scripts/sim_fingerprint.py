@@ -35,6 +35,7 @@ from servelab.specs import Parallel, load_model, load_system
 
 QWEN, DSV3 = "qwen3-32b", "deepseek-v3"
 TP2, TP8, DP8 = Parallel(tp=2), Parallel(tp=8, ep=8), Parallel(tp=8, ep=8, dp_attn=True)
+ONE_DRAFT = SpecDecoding(draft_tokens=1, acceptance=0.8)
 
 
 def cases() -> list[tuple[str, str, str, Parallel, str, Workload, dict]]:
@@ -168,13 +169,7 @@ def cases() -> list[tuple[str, str, str, Parallel, str, Workload, dict]]:
                 "h200_sxm",
                 DP8,
                 eng,
-                Workload(
-                    isl=1000,
-                    osl=400,
-                    rate=20,
-                    num_requests=300,
-                    spec=SpecDecoding(draft_tokens=1, acceptance=0.8),
-                ),
+                Workload(isl=1000, osl=400, rate=20, num_requests=300, spec=ONE_DRAFT),
                 {},
             ),
         ]

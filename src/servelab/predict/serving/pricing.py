@@ -91,18 +91,6 @@ def snap_coarse(x: float) -> int:
     return hit
 
 
-def _coarse_pair(new: int, past: int) -> tuple[int, int]:
-    """A minor prompt chunk (new, past tokens) on the coarse grid, at least one new token; the memo read
-    first (whole numbers are their own keys), as StepPricer.mixed reads the snaps'."""
-    new_q = _COARSE.get(new)
-    if new_q is None:
-        new_q = snap_coarse(new)
-    past_q = _COARSE.get(past)
-    if past_q is None:
-        past_q = snap_coarse(past)
-    return (new_q or 1, past_q)
-
-
 class StepPricer:
     """Prices lane steps for one (model, parallel, engine, perfdb); results are memoized per grid key."""
 
@@ -184,7 +172,7 @@ class StepPricer:
             news = [t for t, _ in chunks]
             big = news.index(max(news))
             new, past = chunks[big]
-            rest = tuple([_coarse_pair(t, p) for t, p in chunks[:big] + chunks[big + 1 :]])
+            rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for t, p in chunks[:big] + chunks[big + 1 :]])
         # the price depends on the snapped counts alone: kept, a repeated key skips the interpolation. The
         # snaps' memos are read here first (whole numbers are their own memo keys): one call less each on a
         # step the simulator prices hundreds of times a run
