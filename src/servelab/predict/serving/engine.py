@@ -268,9 +268,10 @@ class Lane:
                 steps = before if before > 1 else 1
         if steps > 1:  # step time is near-linear in kv: price the stretch at its middle
             one = self.price_decode(n, kv_mean + (steps - 1) * tps / 2)
-        return Batch(
-            steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
-        )
+            return Batch(
+                steps, n, kv_mean, [], (one[0] * steps * 1e-6, one[1] * steps * 1e-6, one[2] * steps * 1e-6)
+            )
+        return Batch(1, n, kv_mean, [], (one[0] * 1e-6, one[1] * 1e-6, one[2] * 1e-6))  # x * 1 is x
 
     @staticmethod
     def _joinable(req: Request) -> bool:

@@ -107,8 +107,8 @@ class StepPricer:
         self.graph_limit = engine.cuda_graph_max_batch // parallel.attn_dp
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
-        self._mixed: dict = {}  # (new tokens, snapped past, decodes, kv) -> price of a one-chunk step
-        self._mixed_many: dict = {}  # (new tokens of the largest chunk, the others snapped, ...) -> price
+        # (new tokens of the largest chunk, the other chunks snapped, its snapped past, decodes, kv) -> price
+        self._mixed: dict = {}
         self.priced = 0  # distinct shapes sent to the step model (a cost the planner watches)
 
     def _price(self, prefill: tuple, n: int, kv: int) -> tuple[float, float, float]:
@@ -166,36 +166,32 @@ class StepPricer:
         tens."""
         if len(chunks) == 1:  # the common case: one prompt chunk, nothing to snap or sort
             new, past = chunks[0]
-            # its price depends on the snapped counts alone: kept, a repeated key skips the interpolation.
-            # The snaps' memos are read here first (whole numbers are their own memo keys): one call less
-            # each on a step the simulator prices hundreds of times a run
-            past_q = _SNAPPED.get(past)
-            if past_q is None:
-                past_q = snap(past)
-            n_q = _COARSE.get(n)
-            if n_q is None:
-                n_q = snap_coarse(n)
-            if n:
-                kv_q = _SNAPPED.get(int(kv + 0.5))
-                if kv_q is None:
-                    kv_q = snap(kv)
-            else:
-                kv_q = 0
-            key = (new, past_q, n_q, kv_q)
-            hit = self._mixed.get(key)
-            if hit is None:
-                hit = self._mixed[key] = self._mixed_price(new, (), key[1], key[2], key[3])
-            return hit
-        big = max(range(len(chunks)), key=lambda i: chunks[i][0])
-        rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for i, (t, p) in enumerate(chunks) if i != big])
-        new, past = chunks[big]
-        # kept by its snapped counts, as the one-chunk price is (the interpolation, the sorted grid keys and
-        # the two lookups ran again for every such step)
-        past_q, n_q, kv_q = snap(past), snap_coarse(n), snap(kv) if n else 0
-        many = (new, rest, past_q, n_q, kv_q)
-        hit = self._mixed_many.get(many)
+            rest: tuple = ()
+        else:
+            # the first largest chunk, as max(range(len(chunks)), key=...) picks it, without a call per chunk
+            news = [t for t, _ in chunks]
+            big = news.index(max(news))
+            new, past = chunks[big]
+            rest = tuple([(snap_coarse(t) or 1, snap_coarse(p)) for t, p in chunks[:big] + chunks[big + 1 :]])
+        # the price depends on the snapped counts alone: kept, a repeated key skips the interpolation. The
+        # snaps' memos are read here first (whole numbers are their own memo keys): one call less each on a
+        # step the simulator prices hundreds of times a run
+        past_q = _SNAPPED.get(past)
+        if past_q is None:
+            past_q = snap(past)
+        n_q = _COARSE.get(n)
+        if n_q is None:
+            n_q = snap_coarse(n)
+        if n:
+            kv_q = _SNAPPED.get(int(kv + 0.5))
+            if kv_q is None:
+                kv_q = snap(kv)
+        else:
+            kv_q = 0
+        key = (new, rest, past_q, n_q, kv_q)
+        hit = self._mixed.get(key)
         if hit is None:
-            hit = self._mixed_many[many] = self._mixed_price(new, rest, past_q, n_q, kv_q)
+            hit = self._mixed[key] = self._mixed_price(new, rest, past_q, n_q, kv_q)
         return hit
 
     def _mixed_price(

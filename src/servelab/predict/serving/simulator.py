@@ -191,10 +191,14 @@ class Source:
         idx, r = len(self.requests), self.range_ratio
         prompt, osl, cached = self.prompt, self.osl, self.cached
         if r:  # per-request lengths by the load generator's rule, reproducible from the seed
-            if self.lengths is None:
+            lengths = self.lengths
+            if lengths is None:
                 rng = np.random.default_rng(self.wl.seed)
-                self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
-            prompt, osl = self.lengths[idx]
+                lengths = self.lengths = LengthStream(prompt, osl, r, rng, self.wl.measured())
+            if idx < len(lengths.inputs):  # drawn already: read without a call (LengthStream.__getitem__)
+                prompt, osl = lengths.inputs[idx], lengths.outputs[idx]
+            else:
+                prompt, osl = lengths[idx]
             if prompt < 1:  # an engine request has at least one prompt token
                 prompt = 1
             if self.arrived:
@@ -217,13 +221,12 @@ class ClosedLoop(Source):
         self.warmup = wl.clients if wl.warmup is None else wl.warmup
         self.num_measured = wl.measured()
         self.pending_measured = self.num_measured
-        self.last = self.warmup + self.num_measured + self.c  # requests made in all
+        self.measured_end = self.warmup + self.num_measured  # the first request after the measured ones
+        self.last = self.measured_end + self.c  # requests made in all
 
     def measured_requests(self) -> list[Request]:
         """The measured requests that finished, in index order."""
-        return [
-            r for r in self.requests[self.warmup : self.warmup + self.num_measured] if r.finish is not None
-        ]
+        return [r for r in self.requests[self.warmup : self.measured_end] if r.finish is not None]
 
     def start(self) -> list[Sent]:
         return [(0.0, self._new()) for _ in range(self.c)]
@@ -234,7 +237,7 @@ class ClosedLoop(Source):
             lane.stats.itl.clear()
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> Sent | None:
-        if self.warmup <= req.idx < self.warmup + self.num_measured:  # a measured request
+        if self.warmup <= req.idx < self.measured_end:  # a measured request
             self.pending_measured -= 1
             if self.pending_measured == 0:
                 self.window[1] = (req.finish, lane.emitted, lane.completed)
