@@ -10,8 +10,11 @@ from pathlib import Path
 ACCURACY = Path(__file__).resolve().parents[1] / "accuracy"
 
 
-def run_accuracy_python(args: list[str], cwd: Path | None = None, stdin: str | None = None) -> str:
-    """`python ARGS` with accuracy/ on PYTHONPATH; its stdout (a non-zero exit fails the test with stderr)."""
+def run_accuracy_python(
+    args: list[str], cwd: Path | None = None, stdin: str | None = None, returncode: int = 0
+) -> str:
+    """`python ARGS` with accuracy/ on PYTHONPATH; its stdout, or its stderr where `returncode` (the exit
+    status expected) is not 0 (another exit fails the test with stderr)."""
     path = os.pathsep.join(filter(None, [str(ACCURACY), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, *args],
@@ -23,5 +26,5 @@ def run_accuracy_python(args: list[str], cwd: Path | None = None, stdin: str | N
         timeout=300,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    assert done.returncode == returncode, done.stderr
+    return done.stdout if returncode == 0 else done.stderr
