@@ -1,9 +1,10 @@
-"""Where the aggregated twin's TPOT goes under load: its decode steps, or the steps carrying prefill that stall
-them. For the development points of one engine (tests/data/closed_loop, part == dev; a held-out point is never
-read), each replayed as accuracy/closed_loop.py replays it: the measured TPOT and TTFT beside the twin's median
-TPOT, its median gap between tokens (ITL: one decode step, prefill steps in between excluded), the share of the
-run spent in steps that carry prefill, and its TTFT. `--what-if NAME=VALUE` prices every point again with one of
-the engine's calibrated parameters set to VALUE (a probe: it writes nothing and changes no default).
+"""Where the aggregated twin's TPOT goes under load: its decode steps, or the steps carrying prefill that
+stall them. For the development points of one engine (tests/data/closed_loop, part == dev; a held-out point
+is never read), each replayed as accuracy/closed_loop.py replays it: the measured TPOT and TTFT beside the
+twin's median TPOT, its median gap between tokens (ITL: one decode step, prefill steps in between excluded),
+the share of the run spent in steps that carry prefill, and its TTFT. `--what-if NAME=VALUE` prices every
+point again with one of the engine's calibrated parameters set to VALUE (a probe: it writes nothing and
+changes no default).
 
     python accuracy/prefill_stall.py --engine sglang --systems b200_sxm,b300_sxm [--isl 1024 --osl 1024] \\
         [--only TEXT] [--what-if eager_moe_route_us=0] [--json rows.json]
@@ -31,7 +32,8 @@ from servelab.specs import load_system
 
 
 def what_if(text: str | None) -> tuple[str, float] | None:
-    """NAME=VALUE as (name, value); a ServelabError naming --what-if when it is not a fitted parameter >= 0."""
+    """NAME=VALUE as (name, value); a ServelabError naming --what-if unless NAME is a fitted parameter and
+    VALUE a number >= 0."""
     if text is None:
         return None
     name, _, value = text.partition("=")
@@ -41,7 +43,7 @@ def what_if(text: str | None) -> tuple[str, float] | None:
         number = -1.0
     if name not in FITTED or number < 0:
         raise ServelabError(
-            f"--what-if: expected NAME=VALUE with NAME one of {', '.join(FITTED)} and VALUE >= 0, got {text!r}",
+            f"--what-if: expected NAME=VALUE, NAME one of {', '.join(FITTED)} and VALUE >= 0, got {text!r}",
             field="what-if",
         )
     return name, number
@@ -92,7 +94,9 @@ def point_line(row: dict, got: dict, alt: dict | None) -> str:
         f"twin {got['ttft_mean']:7,.0f}"
     )
     if alt is not None:
-        line += f" | what-if TPOT {alt['tpot']:6.1f} ({alt['prefill_share']:4.0%}), TTFT {alt['ttft_mean']:7,.0f}"
+        line += (
+            f" | what-if TPOT {alt['tpot']:6.1f} ({alt['prefill_share']:4.0%}), TTFT {alt['ttft_mean']:7,.0f}"
+        )
     return line
 
 
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         engines = read_calibration(args.calibration).engines
         if args.engine not in engines:
             raise ServelabError(
-                f"--engine: expected one the calibration fits ({', '.join(sorted(engines))}), got {args.engine!r}",
+                f"--engine: expected one the calibration fits ({', '.join(sorted(engines))}), "
+                f"got {args.engine!r}",
                 field="engine",
             )
         params = dict(engines[args.engine].params)

@@ -1,5 +1,5 @@
-"""accuracy/prefill_stall.py: the twin's TPOT split into decode steps and the prefill steps that stall them, on
-development closed-loop points (SGLang DeepSeek-R1 NVFP4 tp8-ep8 on B200, 1,024 + 1,024 tokens, 4 to 128
+"""accuracy/prefill_stall.py: the twin's TPOT split into decode steps and the prefill steps that stall them,
+on development closed-loop points (SGLang DeepSeek-R1 NVFP4 tp8-ep8 on B200, 1,024 + 1,024 tokens, 4 to 128
 clients), as shipped and with one calibrated parameter changed."""
 
 import json
