@@ -170,6 +170,9 @@ def _print(data: dict[str, Any]) -> None:
     ops = ", ".join(f"{s} {n}" for s, n in provenance["ops_by_source"].items())
     out.print(f"[dim]kernel time by source: {describe_shares(shares)} (ops: {ops})[/dim]")
     out.print(f"[dim]engine: {provenance['engine']}[/dim]")
+    rates = provenance.get("simulation", {}).get("rates")
+    if rates:
+        out.print(f"[dim]throughput: {rates}[/dim]")
     warning = roofline_warning(shares)
     if warning:
         out.print(f"[yellow]{warning}[/yellow]")

@@ -15,7 +15,7 @@ from servelab.predict.plan.configs import enumerate_parallel, make_config
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.plan.points import EngineConfig, Point, clocks
-from servelab.predict.serving.aggregated import simulate
+from servelab.predict.serving.aggregated import simulate, steady_rates
 
 
 def agg_point(ctx: SearchContext, cfg: EngineConfig, c_lane: int, replicas: int) -> Point | str:
@@ -32,6 +32,8 @@ def agg_point(ctx: SearchContext, cfg: EngineConfig, c_lane: int, replicas: int)
     wl = ctx.workload(c_lane * cfg.lanes, cfg.lanes)
     sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
     ctx.sims += 1
+    # the steady state's rates, as a decode worker's: the short window overstates them (steady_rates)
+    sim = steady_rates(sim, wl.clients, ctx.req.osl)
     ttft = ctx.sla_clocks(sim, "ttft_ms")
     tpot = ctx.sla_clocks(sim, "tpot_ms") if ctx.req.osl > 1 else (0.0, 0.0, 0.0)
     pt = Point(

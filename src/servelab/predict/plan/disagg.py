@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from servelab.predict.plan.configs import enumerate_parallel, make_config
 from servelab.predict.plan.context import SearchContext
 from servelab.predict.plan.points import Clocks, DisaggDetail, EngineConfig, Link, Point, clocks
-from servelab.predict.serving.aggregated import SimResult, simulate
+from servelab.predict.serving.aggregated import SimResult, simulate, steady_rates
 from servelab.predict.serving.pricing import StepPricer
 from servelab.predict.serving.workload import Workload
 from servelab.specs import ModelSpec, SystemSpec
@@ -157,21 +157,6 @@ def decode_load(ctx: SearchContext, cfg: EngineConfig, concurrency: int) -> Deco
         share = STEP_IN_PROGRESS[ctx.req.sla_stat]
         first = clocks(lambda k: first[k] + share * sim.metric("itl_ms", "mean", k))
     return DecodeLoad(math.ceil(concurrency / cfg.lanes), sim, ctx.sla_clocks(sim, "tpot_ms"), first)
-
-
-def steady_rates(sim: SimResult, clients: int, osl: int) -> SimResult:
-    """`sim` (a closed loop of `clients`) with its request and output rates by Little's law on its own
-    latencies: `clients` requests always in flight, each for the mean E2EL, so clients / E2EL requests/s, each
-    of `osl` output tokens (the prefill-bound split's rule, split._prefill_bound).
-
-    Not the simulation's window: it opens when the first warm-up request finishes, closes when the last
-    measured one does, and counts every completion between, so the rest of the first wave, whose decoding was
-    mostly done before the window opened, counts in it. A decode worker's requests arrive together and decode
-    in step, so that short window (a lane's C, at least 24, after C of warm-up) was 9-31 % above a window of
-    30 x C requests after 3 x C of warm-up (Qwen3-32B and DeepSeek-R1, 4-256 clients); this rate is within
-    3 % of it, at no cost (docs/accuracy.md, "The decode worker's rate by Little's law")."""
-    request_tps = clocks(lambda k: clients / (sim.metric("e2el_ms", "mean", k) / 1000.0))
-    return replace(sim, request_tps=request_tps, output_tps=clocks(lambda k: request_tps[k] * osl))
 
 
 def decode_curve(ctx: SearchContext, cfg: EngineConfig) -> list[DecodeLoad]:
