@@ -51,6 +51,18 @@ def test_search_is_fast_and_reports_its_work(dsv3_plan):
     assert any("disagg" in n for n in dsv3_plan.notes)  # one DeepSeek-V3 replica needs all 8 GPUs
 
 
+def test_aggregated_points_take_their_rates_by_littles_law(dsv3_plan):
+    """Every aggregated point's output rate is its request rate x OSL and holds its concurrency in flight for
+    the mean E2EL (Little's law), as a decode worker's does: not the short measuring window's rates, which
+    counted more requests than their tokens (predict.serving.aggregated.steady_rates)."""
+    cands = dsv3_plan.candidates
+    assert cands and all(c.mode == "agg" for c in cands)
+    for c in cands:
+        assert c.tok_s_per_gpu * c.gpus == pytest.approx(c.request_rate * DSV3["osl"], rel=1e-9)
+        in_flight = c.request_rate * c.percentiles["e2el_ms"]["mean"] / 1000.0
+        assert in_flight == pytest.approx(c.concurrency, rel=1e-9)
+
+
 def test_tighter_tpot_means_lower_concurrency(dsv3_plan):
     tight = make_plan(PlanRequest(**DSV3, ttft_ms=2000, tpot_ms=15))
     assert tight.candidates[0].tpot_ms <= 15

@@ -62,6 +62,26 @@ def test_closed_loop_obeys_littles_law():
     assert sim.output_tps[0] == pytest.approx(sim.request_tps[0] * 300, rel=0.08)
 
 
+def test_estimates_steady_state_rates_are_littles_law_and_a_benchmarks_its_window():
+    """`estimate --mode agg`'s steady state gives clients / mean E2EL requests/s and that x OSL tokens/s, which a
+    window of 30 x C requests after 3 x C of warm-up measures within 5 %; a benchmark from idle (a given
+    workload) keeps the rates its window counts, and says which it is."""
+    engine = engine_profile("vllm")
+    steady = estimate_aggregated(QWEN, SYS, TP2, engine, 64, 2048, 256, db=DB)
+    rate = steady.request_throughput
+    assert rate * steady.percentiles["e2el_ms"]["mean"] / 1000.0 == pytest.approx(64, rel=1e-9)
+    assert steady.output_tokens_per_s_per_gpu * 2 == pytest.approx(rate * 256, rel=1e-9)
+    assert steady.provenance["simulation"]["rates"].startswith("Little's law")
+    long_run = _sim(Workload(isl=2048, osl=256, concurrency=64, warmup=3 * 64, num_requests=30 * 64))
+    assert rate == pytest.approx(long_run.request_tps[0], rel=0.05)
+    assert steady.output_tokens_per_s_per_gpu * 2 == pytest.approx(long_run.output_tps[0], rel=0.05)
+    bench_wl = Workload(isl=2048, osl=256, concurrency=64, warmup=0, num_requests=128)
+    bench = estimate_aggregated(QWEN, SYS, TP2, engine, 64, 2048, 256, db=DB, workload=bench_wl)
+    window = _sim(bench_wl)
+    assert bench.request_throughput == pytest.approx(window.request_tps[0], rel=1e-9)
+    assert bench.provenance["simulation"]["rates"] == "counted over the measuring window"
+
+
 def test_chunked_prefill_splits_long_prompts_over_the_token_budget():
     small = engine_profile("vllm", max_num_batched_tokens=1024)
     # fixed lengths: a 4096-token prompt is exactly four 1024-token chunks
