@@ -12,17 +12,38 @@ from decode_rate_window import DECODE, LONG, LONG_WARMUP, context
 
 from servelab.predict.plan.split import pool_config
 from servelab.predict.serving.aggregated import simulate, steady_rates
+from servelab.specs import Parallel
+
+# the top aggregated candidates of `servelab plan` (its default question) and of `servelab plan qwen3-32b --gpus 8
+# --isl 2048 --osl 256 --mode both`, at the replica's concurrency: (model, system, engine, layout, ISL, OSL, clients)
+PLAN = [
+    (
+        "sgl-project/DeepSeek-V4-Flash-FP8",
+        "h200_sxm",
+        "vllm",
+        Parallel(tp=8, ep=8, dp_attn=True),
+        8192,
+        1024,
+        (256,),
+    ),
+    ("sgl-project/DeepSeek-V4-Flash-FP8", "h200_sxm", "vllm", Parallel(tp=8, ep=8), 8192, 1024, (128,)),
+    ("Qwen/Qwen3-32B", "h200_sxm", "vllm", Parallel(tp=2, pp=4), 2048, 256, (304,)),
+]
 
 
 def main() -> int:
-    print("requests/s and output tok/s: planner window | Little's law on it | estimate's window | 30 x C window")
-    for model, system, backend, parallel, isl, osl, loads in DECODE:
+    print(
+        "requests/s and output tok/s: planner window | Little's law on it | estimate's window | 30 x C window"
+    )
+    for model, system, backend, parallel, isl, osl, loads in DECODE + PLAN:
         ctx = context(model, system, backend, parallel, isl, osl)
         cfg = pool_config(ctx, parallel, "aggregated")
         for clients in loads:
             planner = ctx.workload(clients, cfg.lanes)
             estimate = planner.model_copy(update={"num_requests": None})  # estimate's default sizing
-            long = planner.model_copy(update={"num_requests": LONG * clients, "warmup": LONG_WARMUP * clients})
+            long = planner.model_copy(
+                update={"num_requests": LONG * clients, "warmup": LONG_WARMUP * clients}
+            )
             short, est, steady = (
                 simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
                 for wl in (planner, estimate, long)

@@ -3,7 +3,8 @@ loads.
 
 Coarse to fine: each config runs a x4 concurrency ladder that stops at the first SLA miss (a static lower
 bound on TPOT skips hopeless points without simulating), the boundary is bisected, and only configs that reach
-the Pareto front get the x2 points in between.
+the Pareto front get the x2 points in between. A point's request and output rates are the steady state's, by
+Little's law on its simulated latencies (steady_rates), as a disaggregated decode worker's are.
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ from servelab.specs import ModelSpec, Parallel, SystemSpec
 CLOCKS = ("nominal", "low", "high")
 PERCENTILES = (50, 90, 99)  # reported by estimate and read by the planner's SLA statistics
 METRICS = ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")  # the distributions a simulation reports, in order
-STEADY_RATES = "Little's law on the simulated latencies: clients / mean E2EL requests/s, x OSL output tokens/s"
+STEADY_RATES = (
+    "Little's law on the simulated latencies: clients / mean E2EL requests/s, x OSL output tokens/s"
+)
 WINDOW_RATES = "counted over the measuring window"
 
 
