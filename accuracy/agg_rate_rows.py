@@ -45,7 +45,8 @@ def main() -> int:
     for way, errs in errors.items():
         print(
             f"{way}: {len(errs)} rows, median error {100 * statistics.median(errs):+.1f} %, median |error| "
-            f"{100 * statistics.median(map(abs, errs)):.1f} %, range {100 * min(errs):+.1f} to {100 * max(errs):+.1f} %"
+            f"{100 * statistics.median(map(abs, errs)):.1f} %, "
+            f"range {100 * min(errs):+.1f} to {100 * max(errs):+.1f} %"
         )
     return 0
 

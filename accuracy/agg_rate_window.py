@@ -1,6 +1,6 @@
 """An aggregated replica's closed-loop rates four ways: the planner's short window (a lane's C, at least 24,
-after C of warm-up), Little's law on that same run (C / mean E2EL, what the planner now reports), the window of
-`servelab estimate --mode agg` (max(2C, 64) after C of warm-up), and a long window (30 x C after 3 x C of
+after C of warm-up), Little's law on that same run (C / mean E2EL, what the planner now reports), the window
+of `servelab estimate --mode agg` (max(2C, 64) after C of warm-up), and a long window (30 x C after 3 x C of
 warm-up); requests/s and output tokens/s. Writes nothing.
 
     PYTHONPATH=src python accuracy/agg_rate_window.py   # about 3 s of CPU
@@ -14,8 +14,8 @@ from servelab.predict.plan.split import pool_config
 from servelab.predict.serving.aggregated import simulate, steady_rates
 from servelab.specs import Parallel
 
-# the top aggregated candidates of `servelab plan` (its default question) and of `servelab plan qwen3-32b --gpus 8
-# --isl 2048 --osl 256 --mode both`, at the replica's concurrency: (model, system, engine, layout, ISL, OSL, clients)
+# the top aggregated candidates of `servelab plan` (its default question) and of `servelab plan qwen3-32b
+# --gpus 8 --isl 2048 --osl 256 --mode both`, at the replica's concurrency (as DECODE's fields)
 PLAN = [
     (
         "sgl-project/DeepSeek-V4-Flash-FP8",

@@ -5,7 +5,8 @@ aggregated, and prefill workers saturated (one output token). Writes nothing.
 
     PYTHONPATH=src python accuracy/decode_rate_window.py   # about 3 s of CPU
 
-The figures of docs/accuracy.md, "The decode worker's rate by Little's law" (predict.serving.aggregated.steady_rates).
+The figures of docs/accuracy.md, "The decode worker's rate by Little's law"
+(predict.serving.aggregated.steady_rates).
 """
 
 from servelab.predict.engines import engine_profile

@@ -63,9 +63,9 @@ def test_closed_loop_obeys_littles_law():
 
 
 def test_estimates_steady_state_rates_are_littles_law_and_a_benchmarks_its_window():
-    """`estimate --mode agg`'s steady state gives clients / mean E2EL requests/s and that x OSL tokens/s, which a
-    window of 30 x C requests after 3 x C of warm-up measures within 5 %; a benchmark from idle (a given
-    workload) keeps the rates its window counts, and says which it is."""
+    """`estimate --mode agg`'s steady state gives clients / mean E2EL requests/s and that x OSL tokens/s,
+    which a window of 30 x C requests after 3 x C of warm-up measures within 5 %; a benchmark from idle (a
+    given workload) keeps the rates its window counts, and says which it is."""
     engine = engine_profile("vllm")
     steady = estimate_aggregated(QWEN, SYS, TP2, engine, 64, 2048, 256, db=DB)
     rate = steady.request_throughput
