@@ -3,13 +3,14 @@ report."""
 
 import json
 
+import plotly.graph_objects as go
 import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.errors import ServelabError
 from servelab.predict.plan import PlanRequest, explain, make_plan
-from servelab.predict.plan.report import render_html, safe_json
+from servelab.predict.plan.report import pareto_chart, render_html, safe_json
 
 DSV3 = {"model": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "gpus": 8, "isl": 4000, "osl": 1000}
 
@@ -100,6 +101,13 @@ def test_html_report_escapes_everything(dsv3_plan):
     assert data["candidates"][0]["rank"] == 1
     nasty = {"x": "</script><script>alert(1)</script>&"}
     assert "</script>" not in safe_json(nasty) and json.loads(safe_json(nasty)) == nasty
+
+
+def test_html_reports_chart_is_what_plotly_builds_from_it(dsv3_plan):
+    # built as plain JSON (servelab.plotjson): plotly's validators accept it and change nothing in it
+    chart = pareto_chart(dsv3_plan.model_dump(mode="json"))
+    assert go.Figure(chart).to_plotly_json() == chart
+    assert [t["name"] for t in chart["data"]][-1] == "Pareto front" and len(chart["data"][0]["x"]) > 1
 
 
 def test_cli_json_and_bad_input(tmp_path):

@@ -169,9 +169,9 @@ def test_report_of_a_stored_run_draws_its_records_and_aggregates_repetitions(tmp
         }
         assert len(p.samples_ms["itl"]) == 24 * 3 and "e2el" not in p.latency_ms
     cdfs = latency_figure(points)
-    assert all(len(trace.x) == 24 for trace in cdfs.data if trace.xaxis in ("x", "x2", "x4"))
+    assert all(len(trace["x"]) == 24 for trace in cdfs["data"] if trace["xaxis"] in ("x", "x2", "x4"))
     # series named by config and concurrency; the run id only in where the numbers came from
-    assert [trace.name for trace in cdfs.data if trace.showlegend] == [
+    assert [trace["name"] for trace in cdfs["data"] if trace["showlegend"]] == [
         "measured: tiny s conc 1 (median of 3)",
         "measured: tiny s conc 4 (median of 3)",
     ]

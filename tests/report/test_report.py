@@ -55,7 +55,7 @@ def test_latencies_from_records_else_percentiles(sweep):
     assert first.samples_ms["itl"] == pytest.approx([10] * 8)
     assert not second.samples_ms and second.latency_ms["ttft"] == {"mean": 54, "p50": 52, "p99": 94}
     fig = figures([first, second], "max_concurrency", per_gpu=False)[0][1]
-    assert "percentiles" in fig.layout.title.text
+    assert "percentiles" in fig["layout"]["title"]["text"]
 
 
 def test_a_long_run_cdf_keeps_its_shape_in_few_points():
@@ -87,7 +87,7 @@ def test_predicted_against_measured(sweep, write_json):
     assert views(page) == ["latency", "sweep", "pareto", "predicted"]
     assert page.count('class="plotly-graph-div"') == 4
     fig = figures(measured + predicted, "max_concurrency", per_gpu=False)[-1][1]
-    names = {t.name for t in fig.data}
+    names = {t["name"] for t in fig["data"]}
     assert {
         "measured: Qwen/Qwen3-0.6B",
         "predicted: Qwen/Qwen3-0.6B agg tp1",
@@ -103,8 +103,8 @@ def test_pareto_front_marks_the_frontier(write_json):
     points = [p for c in (1, 4, 8) for p in result_points(write_json(f"c{c}.json", vllm_result(c)))]
     points += result_points(write_json("bad.json", vllm_result(8, mean_tpot_ms=40.0, output_throughput=10.0)))
     pareto = figures(points, "max_concurrency", per_gpu=False)[2][1]
-    front = next(t for t in pareto.data if t.name == "measured Pareto front")
-    assert list(front.y) == [800.0, 400.0, 100.0]
+    front = next(t for t in pareto["data"] if t["name"] == "measured Pareto front")
+    assert list(front["y"]) == [800.0, 400.0, 100.0]
 
 
 def test_gpus_give_throughput_per_gpu(write_json):
@@ -120,7 +120,7 @@ def test_hostile_names_are_escaped(tmp_path, write_json):
     assert "&lt;script&gt;" in page and "a&lt;b&gt;.json" in page
     # inside a figure too: plotly reads some tags in its text (<a href>, <b>), so names are escaped for it
     sweep = figures(result_points(path), "max_concurrency", per_gpu=False)[1][1]
-    assert sweep.data[0].name.startswith("measured: &lt;/script&gt;&lt;script&gt;")
+    assert sweep["data"][0]["name"].startswith("measured: &lt;/script&gt;&lt;script&gt;")
 
 
 def test_runs_from_the_store(tmp_path, write_json):

@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from servelab.bench.measured import derive
 from servelab.bench.records import read_jsonl
@@ -34,15 +34,13 @@ from servelab.htmlpage import figure_div, page, plot_text
 from servelab.metrics import LATENCY_METRICS
 from servelab.metrics.repeats import median
 from servelab.metrics.repeats import summarize as summarize_repeats
+from servelab.plotjson import Figure, add_trace, axes, figure, scatter, subplot_grid
 from servelab.predict.plan.pareto import pareto_mask
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.readable import number
 from servelab.results.importers import read_file
 from servelab.results.store import Store
 from servelab.userfiles import parse_json, read_bytes
-
-if TYPE_CHECKING:
-    import plotly.graph_objects as go
 
 Source = Literal["measured", "predicted"]
 Axis = Literal["max_concurrency", "request_rate"]
@@ -431,13 +429,10 @@ def _percentile_cdf(stats: dict[str, float]) -> tuple[list[float], list[float]]:
     return [v for v, _ in pts], [q for _, q in pts]
 
 
-def latency_figure(points: Sequence[Point]) -> go.Figure:
+def latency_figure(points: Sequence[Point]) -> Figure:
     """CDFs of TTFT, TPOT, ITL and E2EL per point: from per-request records when present (solid), else the
     percentiles the result holds (markers, dotted), which the figure says."""
-    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
-    from plotly.subplots import make_subplots  # noqa: PLC0415 - as above
-
-    fig = make_subplots(rows=2, cols=2, subplot_titles=[f"{METRIC_TITLES[m]} (ms)" for m in LATENCY_METRICS])
+    fig = figure(subplot_grid(2, 2, [f"{METRIC_TITLES[m]} (ms)" for m in LATENCY_METRICS]))
     from_percentiles = False
     for n, p in enumerate(points):
         name = plot_text(f"{p.source}: {p.label}")
@@ -450,27 +445,22 @@ def latency_figure(points: Sequence[Point]) -> go.Figure:
                 xs, ys = _percentile_cdf(p.latency_ms.get(metric, {}))
                 style = {"mode": "lines+markers", "line": {"dash": "dot"}}
                 from_percentiles |= bool(xs)
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    name=name,
-                    hovertext=plot_text(p.origin),
-                    legendgroup=str(n),
-                    showlegend=k == 0,
-                    marker={"color": _color(n)},
-                    **style,
-                ),
-                row=k // 2 + 1,
-                col=k % 2 + 1,
+            trace = scatter(
+                x=xs,
+                y=ys,
+                name=name,
+                hovertext=plot_text(p.origin),
+                legendgroup=str(n),
+                showlegend=k == 0,
+                marker={"color": _color(n)},
+                **style,
             )
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02])
+            add_trace(fig, trace, row=k // 2 + 1, col=k % 2 + 1, cols=2)
+    for axis in axes(fig["layout"], "y"):
+        axis.update(title={"text": "fraction of requests"}, range=[0, 1.02])
     note = "dotted with markers: from the result's percentiles (no per-request records)"
-    fig.update_layout(
-        height=750,
-        margin={"t": 110},
-        title="Latency distributions (CDF)" + (f"<br><sub>{note}</sub>" if from_percentiles else ""),
-    )
+    title = "Latency distributions (CDF)" + (f"<br><sub>{note}</sub>" if from_percentiles else "")
+    fig["layout"].update(height=750, margin={"t": 110}, title={"text": title})
     return fig
 
 
@@ -485,15 +475,10 @@ def _throughput(p: Point, per_gpu: bool) -> float | None:
     return p.output_tok_s_per_gpu if per_gpu else p.output_tok_s
 
 
-def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str) -> go.Figure:
+def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str) -> Figure:
     """Mean TTFT, mean TPOT and output throughput against the sweep's axis, one line per series."""
-    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
-    from plotly.subplots import make_subplots  # noqa: PLC0415 - as above
-
     tput = "output tok/s per GPU" if per_gpu else "output tok/s"
-    fig = make_subplots(
-        rows=1, cols=3, subplot_titles=["mean TTFT (ms)", "mean TPOT (ms)", tput], horizontal_spacing=0.07
-    )
+    fig = figure(subplot_grid(1, 3, ["mean TTFT (ms)", "mean TPOT (ms)", tput], horizontal_spacing=0.07))
     for n, ((source, series), group) in enumerate(_groups(points).items()):
         group = sorted((p for p in group if p.x(axis) is not None), key=lambda p: p.x(axis) or 0.0)
         values = (
@@ -503,26 +488,25 @@ def sweep_figure(points: Sequence[Point], axis: Axis, per_gpu: bool, title: str)
         )
         keys = ("ttft", "tpot", "tok_s_per_gpu" if per_gpu else "tok_s")
         for k, ys in enumerate(values):
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.x(axis) for p in group],
-                    y=ys,
-                    error_y=_error_bars(group, keys[k], ys),
-                    mode="lines+markers",
-                    name=_name(source, series),
-                    legendgroup=str(n),
-                    showlegend=k == 0,
-                    text=[plot_text(p.origin) for p in group],
-                    line={"dash": DASH[source], "color": _color(n)},
-                ),
-                row=1,
-                col=k + 1,
+            trace = scatter(
+                x=[p.x(axis) for p in group],
+                y=ys,
+                error_y=_error_bars(group, keys[k], ys),
+                mode="lines+markers",
+                name=_name(source, series),
+                legendgroup=str(n),
+                showlegend=k == 0,
+                text=[plot_text(p.origin) for p in group],
+                line={"dash": DASH[source], "color": _color(n)},
             )
-    fig.update_xaxes(title_text=AXIS_TITLES[axis])
+            add_trace(fig, trace, row=1, col=k + 1, cols=3)
+    for x_axis in axes(fig["layout"], "x"):
+        x_axis["title"] = {"text": AXIS_TITLES[axis]}
     kinds = sorted({i.kind for p in points for i in p.intervals.values()})
     if kinds:
         title += f"<br><sub>{ERROR_BARS_NOTE} ({', '.join(kinds)})</sub>"
-    fig.update_layout(height=450, margin={"t": 110} if kinds else None, title=title)
+        fig["layout"]["margin"] = {"t": 110}  # room for the note's second line
+    fig["layout"].update(height=450, title={"text": title})
     return fig
 
 
@@ -543,16 +527,14 @@ def _error_bars(group: Sequence[Point], key: str, ys: Sequence[float | None]) ->
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
 
 
-def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
+def pareto_figure(points: Sequence[Point], per_gpu: bool) -> Figure:
     """Output throughput against interactivity (1000 / mean TPOT), every point, and the frontier of the
     measured and of the predicted points (no other point is better on both axes)."""
-    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is slow to import and only reports need it
-
-    fig = go.Figure()
+    fig = figure()
     for n, ((source, series), group) in enumerate(_groups(points).items()):
         group = [p for p in group if p.interactivity and _throughput(p, per_gpu) is not None]
-        fig.add_trace(
-            go.Scatter(
+        fig["data"].append(
+            scatter(
                 x=[p.interactivity for p in group],
                 y=[_throughput(p, per_gpu) for p in group],
                 mode="markers",
@@ -571,8 +553,8 @@ def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
         ]
         front = sorted(xy for xy, on in zip(pts, pareto_mask(pts), strict=True) if on)
         if front:
-            fig.add_trace(
-                go.Scatter(
+            fig["data"].append(
+                scatter(
                     x=[x for x, _ in front],
                     y=[y for _, y in front],
                     mode="lines+markers",  # a front of one point is still seen
@@ -580,11 +562,11 @@ def pareto_figure(points: Sequence[Point], per_gpu: bool) -> go.Figure:
                     line={"dash": DASH[source], "color": "black"},
                 )
             )
-    fig.update_layout(
+    fig["layout"].update(
         height=500,
-        title="Throughput against interactivity (Pareto front)",
-        xaxis_title="interactivity: tok/s per user (1000 / mean TPOT)",
-        yaxis_title="output tok/s per GPU" if per_gpu else "output tok/s (whole deployment)",
+        title={"text": "Throughput against interactivity (Pareto front)"},
+        xaxis={"title": {"text": "interactivity: tok/s per user (1000 / mean TPOT)"}},
+        yaxis={"title": {"text": "output tok/s per GPU" if per_gpu else "output tok/s (whole deployment)"}},
     )
     return fig
 
@@ -626,15 +608,13 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else number(x)
 
 
-def figures(
-    points: Sequence[Point], axis: Axis, per_gpu: bool
-) -> list[tuple[str, go.Figure, Sequence[Point]]]:
+def figures(points: Sequence[Point], axis: Axis, per_gpu: bool) -> list[tuple[str, Figure, Sequence[Point]]]:
     """The page's views in order: (view, figure, the points it shows). The sweep shows the measured points
     (the predicted ones when nothing was measured); predicted against measured comes only with both."""
     measured = [p for p in points if p.source == "measured"]
     predicted = [p for p in points if p.source == "predicted"]
     swept = measured or predicted
-    out: list[tuple[str, go.Figure, Sequence[Point]]] = [
+    out: list[tuple[str, Figure, Sequence[Point]]] = [
         ("latency", latency_figure(points), points),
         ("sweep", sweep_figure(swept, axis, per_gpu, f"{swept[0].source.capitalize()} sweep"), swept),
         ("pareto", pareto_figure(points, per_gpu), points),

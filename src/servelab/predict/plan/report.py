@@ -7,14 +7,12 @@ plan JSON safe inside its <script> element, plotly.js inlined so the file opens 
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servelab.htmlpage import figure_div, page, plot_text, safe_json
+from servelab.plotjson import Figure, figure, scatter
 from servelab.predict.plan.candidates import Plan
 from servelab.predict.provenance import describe_shares, roofline_warning
-
-if TYPE_CHECKING:
-    import plotly.graph_objects as go
 
 COLUMNS = (
     ("rank", "#"),
@@ -48,16 +46,14 @@ def _cell(c: dict[str, Any], key: str) -> str:
     return html.escape(str(v))
 
 
-def figure(plan_data: dict[str, Any]) -> go.Figure:
+def pareto_chart(plan_data: dict[str, Any]) -> Figure:
     """The Pareto chart of a plan's JSON: tok/s/GPU (with its band) against tok/s/user, per mode."""
-    import plotly.graph_objects as go  # noqa: PLC0415 - plotly is heavy and only reports need it
-
-    fig = go.Figure()
+    fig = figure()
     cands = plan_data["candidates"]
     for mode in sorted({c["mode"] for c in cands}):
         pts = [c for c in cands if c["mode"] == mode]
-        fig.add_trace(
-            go.Scatter(
+        fig["data"].append(
+            scatter(
                 x=[c["tok_s_per_user"] for c in pts],
                 y=[c["tok_s_per_gpu"] for c in pts],
                 mode="markers",
@@ -72,8 +68,8 @@ def figure(plan_data: dict[str, Any]) -> go.Figure:
             )
         )
     front = sorted((c for c in cands if c["pareto"]), key=lambda c: c["tok_s_per_user"])
-    fig.add_trace(
-        go.Scatter(
+    fig["data"].append(
+        scatter(
             x=[c["tok_s_per_user"] for c in front],
             y=[c["tok_s_per_gpu"] for c in front],
             mode="lines",
@@ -81,17 +77,18 @@ def figure(plan_data: dict[str, Any]) -> go.Figure:
             line={"dash": "dash"},
         )
     )
-    fig.update_layout(
-        xaxis_title="interactivity (tok/s/user)",
-        yaxis_title="output tok/s/GPU",
-        title=plot_text(f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}"),
+    title = plot_text(f"{plan_data['model']} on {plan_data['request']['gpus']}x {plan_data['system']}")
+    fig["layout"].update(
+        xaxis={"title": {"text": "interactivity (tok/s/user)"}},
+        yaxis={"title": {"text": "output tok/s/GPU"}},
+        title={"text": title},
     )
     return fig
 
 
 def render_html(plan: Plan) -> str:
     data = plan.model_dump(mode="json")
-    chart = figure_div(figure(data), with_plotlyjs=True)
+    chart = figure_div(pareto_chart(data), with_plotlyjs=True)
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
     rows = "".join(
         "<tr>" + "".join(f"<td>{_cell(c, key)}</td>" for key, _ in COLUMNS) + "</tr>"
