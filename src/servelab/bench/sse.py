@@ -33,6 +33,19 @@ CRLF = LineStyle(b"\r\n\r\n", b"}\r\n\r\n", b"\ndata:", b"")
 CR = LineStyle(b"\r\r", b"}\r\r", b"\ndata:", b"\rdata:")
 
 
+def plain_content(data: bytes) -> bool:
+    """Whether an event's data reads as a content event without parsing: one JSON object (braces at both
+    ends, as the hot path takes it) with a non-empty `choices` list written compactly, and no usage or error
+    key, whose values the client must read (an escaped quote inside a string cannot form these patterns)."""
+    return (
+        data[:1] == b"{"
+        and data[-1:] == b"}"
+        and b'"choices":[{' in data
+        and b'"usage"' not in data
+        and b'"error"' not in data
+    )
+
+
 def line_style(buf: bytes) -> LineStyle | None:
     """The style of the first data line's end, or None while no data line has ended yet."""
     j = buf.find(b"data:")
