@@ -97,6 +97,32 @@ def test_generated_text_containing_data_colon_is_not_an_event():
     assert st.error is None and len(st.chunks) == 2
 
 
+def compact_event(obj) -> bytes:
+    return chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+LAST_READS = {
+    "token, usage, done": [{"choices": [{"text": "a", "finish_reason": None}]}, {"choices": [], "usage": {"completion_tokens": 2}}],
+    "finish reason, no done": [{"choices": [{"text": "a", "finish_reason": "length"}]}],
+    "no choice, no usage": [{"choices": [{"text": "a"}]}, {"choices": []}, {"id": "x"}],
+    "error in a choice": [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}], "error": {"message": "bad"}}],
+    "usage in a choice": [{"choices": [{"text": "a", "finish_reason": "stop"}], "usage": {"completion_tokens": 2}}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(LAST_READS))
+def test_compact_content_events_counted_unparsed_give_what_parsing_gives(name):
+    """The last read of a compact stream (as servers write it: its content events are counted, not parsed)
+    ends the request as the same events written with spaces (each parsed) do."""
+    outcomes = []
+    for write in (compact_event, event):
+        last = b"".join(write(obj) for obj in LAST_READS[name])
+        done = DONE if name != "finish reason, no done" else b"0\r\n\r\n"
+        st, reusable = run([HEAD + write({"choices": [{"text": "x"}]}), last + done])
+        outcomes.append((st.error, reusable, len(st.chunks), st.usage, st.finish_seen, st.n_done))
+    assert outcomes[0] == outcomes[1]
+
+
 def test_http_error_status_fails_with_body():
     body = b'{"error": "overloaded"}'
     resp = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
