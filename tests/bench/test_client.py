@@ -101,13 +101,13 @@ def compact_event(obj) -> bytes:
     return chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-USAGE2 = {"completion_tokens": 2}
+U = {"completion_tokens": 2}
 LAST_READS = {
-    "token, usage, done": [{"choices": [{"text": "a", "finish_reason": None}]}, {"choices": [], "usage": USAGE2}],
+    "token, usage, done": [{"choices": [{"text": "a", "finish_reason": None}]}, {"choices": [], "usage": U}],
     "finish reason, no done": [{"choices": [{"text": "a", "finish_reason": "length"}]}],
     "no choice, no usage": [{"choices": [{"text": "a"}]}, {"choices": []}, {"id": "x"}],
-    "error in a choice": [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}], "error": {"message": "x"}}],
-    "usage in a choice": [{"choices": [{"text": "a", "finish_reason": "stop"}], "usage": USAGE2}],
+    "error in a choice": [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}], "error": {"a": 1}}],
+    "usage in a choice": [{"choices": [{"text": "a", "finish_reason": "stop"}], "usage": U}],
 }  # fmt: skip
 
 
