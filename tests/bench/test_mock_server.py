@@ -1,0 +1,22 @@
+"""The mock server's pieces made per request without json (mock_server.py): the same bytes as json writes."""
+
+import json
+
+import pytest
+
+from servelab.bench import mock_server as m
+
+
+@pytest.mark.parametrize("model", ["mock-model", 'a "quoted" 100% ü model'])
+@pytest.mark.parametrize("obj", ["text_completion", "chat.completion.chunk"])
+@pytest.mark.parametrize(("prompt_tokens", "completion_tokens"), [(0, 1), (32, 128), (123_456, 7)])
+def test_the_usage_event_is_the_json_one(model, obj, prompt_tokens, completion_tokens):
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    expected = m._event({"id": "x", "object": obj, "model": model, "choices": [], "usage": usage})
+    made = m._usage_event(m._usage_template(obj, model), prompt_tokens, completion_tokens)
+    assert made == expected
+    assert json.loads(made.split(b"\r\n")[1].removeprefix(b"data: "))["usage"] == usage
