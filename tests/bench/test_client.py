@@ -163,6 +163,33 @@ def test_non_streaming_json_body():
     assert st.generated_text() == "abc"
 
 
+def test_responses_on_one_connection_read_as_on_fresh_ones():
+    """A connection answers a repeated head from the last response's framing: each response still reads
+    as it does alone, whatever came before it on the connection."""
+    body = json.dumps({"choices": [{"text": "abc"}], "usage": {"completion_tokens": 4}}).encode()
+    whole = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    responses = [
+        HEAD + TOK + TOK + USAGE + DONE,
+        HEAD + TOK + USAGE + DONE,  # the same head again
+        whole + body,
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\noops",
+        whole + body,
+        HEAD + TOK + USAGE + DONE,
+    ]
+    owner = Owner()
+    conn = StreamConn(owner)
+    conn.connection_made(Transport())
+    for raw in responses:
+        conn.start(RequestState(None, b"REQ", 0.0, 0.0))
+        conn.data_received(raw)
+    alone = [run([raw])[0] for raw in responses]
+    fields = ("error", "status", "sse", "chunked", "remaining", "close_after", "usage")
+    assert [[getattr(st, f) for f in fields] + [len(st.chunks)] for st, _ in owner.done] == [
+        [getattr(st, f) for f in fields] + [len(st.chunks)] for st in alone
+    ]
+    assert [st.error for st in alone] == [None, None, None, "HTTP 500: oops", None, None]
+
+
 def test_stale_keepalive_connection_is_retried_once():
     owner = Owner()
     conn = StreamConn(owner)
