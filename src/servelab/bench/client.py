@@ -5,7 +5,8 @@ Hot path (data_received of a 200 text/event-stream response), per socket read:
   one perf_counter() read; bytes.rfind of the last event end; bytes.count of data lines and of JSON-object
   ends (patterns of the stream's line ends, sse.py); three `in` tests. Content events are counted, never
   parsed, when every data line is one JSON object ending its event; reads holding anything else (the usage,
-  [DONE] or error events, multi-line data, a malformed event) are parsed exactly (sse.event_data). Events that
+  [DONE] or error events, multi-line data, a malformed event) are parsed (sse.event_data), each event
+  exactly but plain content events (sse.plain_content), which are counted as here. Events that
   arrive in one read share a timestamp (their ITL gaps are 0), as with any client that reads the socket.
 Framing: chunked transfer (the usual), Content-Length, or close-delimited bodies. The SSE patterns are matched
 on the raw chunked bytes, which assumes chunk boundaries between lines (each event written at once, as

@@ -4,7 +4,7 @@ One JSON object per line, written by each worker as requests finish, so a crash 
 Times are seconds from the run start (T0, perf_counter on the shared monotonic clock); chunk arrival
 times are integer microseconds after `sent` (1 us resolution is plenty for ms metrics), written as the base64
 of their little-endian int64 bytes (`chunks_b64`): a record is written as its request ends, when the next
-request goes out, and a JSON list of 128 integers cost 4x the rest of the line to write (issue 33). Readers
+request goes out, and a JSON list of 128 integers cost 3.5x the rest of the line to write (issue 33). Readers
 take records through `read_jsonl` / `decoded`, which give `chunks` as a list of integers, from files of
 either form (files written before had the list itself under `chunks`).
 
