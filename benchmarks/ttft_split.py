@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from servelab.bench.records import read_jsonl
+
 REPO = Path(__file__).resolve().parents[1]
 # the tiny Llama that benchmarks/loadgen_vs_vllm.py builds (its tokenizer only), or $SERVELAB_TINY_LLAMA
 TINY = sorted((REPO / ".cache" / "e2e").glob("tiny-llama-*"))
@@ -178,8 +180,7 @@ def main() -> None:
     t0 = r["benchmark_start_time_unix"] if "benchmark_start_time_unix" in r else r["start_unix"]
     first = a.token_ms / 1000.0
     rows = []
-    for line in open(r["records_file"]):
-        rec = json.loads(line)
+    for rec in read_jsonl(Path(r["records_file"])):  # either form of the records (records.py)
         if not rec.get("ok"):
             continue
         s = srv.get(f"d-{rec['i']}")

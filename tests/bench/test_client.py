@@ -97,6 +97,33 @@ def test_generated_text_containing_data_colon_is_not_an_event():
     assert st.error is None and len(st.chunks) == 2
 
 
+def compact_event(obj) -> bytes:
+    return chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+U = {"completion_tokens": 2}
+LAST_READS = {
+    "token, usage, done": [{"choices": [{"text": "a", "finish_reason": None}]}, {"choices": [], "usage": U}],
+    "finish reason, no done": [{"choices": [{"text": "a", "finish_reason": "length"}]}],
+    "no choice, no usage": [{"choices": [{"text": "a"}]}, {"choices": []}, {"id": "x"}],
+    "error in a choice": [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}], "error": {"a": 1}}],
+    "usage in a choice": [{"choices": [{"text": "a", "finish_reason": "stop"}], "usage": U}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(LAST_READS))
+def test_compact_content_events_counted_unparsed_give_what_parsing_gives(name):
+    """The last read of a compact stream (as servers write it: its content events are counted, not parsed)
+    ends the request as the same events written with spaces (each parsed) do."""
+    outcomes = []
+    for write in (compact_event, event):
+        last = b"".join(write(obj) for obj in LAST_READS[name])
+        done = DONE if name != "finish reason, no done" else b"0\r\n\r\n"
+        st, reusable = run([HEAD + write({"choices": [{"text": "x"}]}), last + done])
+        outcomes.append((st.error, reusable, len(st.chunks), st.usage, st.finish_seen, st.n_done))
+    assert outcomes[0] == outcomes[1]
+
+
 def test_http_error_status_fails_with_body():
     body = b'{"error": "overloaded"}'
     resp = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
@@ -134,6 +161,33 @@ def test_non_streaming_json_body():
     st, reusable = run([resp[:30], resp[30:]])
     assert st.error is None and reusable and st.usage["completion_tokens"] == 4 and len(st.chunks) == 1
     assert st.generated_text() == "abc"
+
+
+def test_responses_on_one_connection_read_as_on_fresh_ones():
+    """A connection answers a repeated head from the last response's framing: each response still reads
+    as it does alone, whatever came before it on the connection."""
+    body = json.dumps({"choices": [{"text": "abc"}], "usage": {"completion_tokens": 4}}).encode()
+    whole = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    responses = [
+        HEAD + TOK + TOK + USAGE + DONE,
+        HEAD + TOK + USAGE + DONE,  # the same head again
+        whole + body,
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\noops",
+        whole + body,
+        HEAD + TOK + USAGE + DONE,
+    ]
+    owner = Owner()
+    conn = StreamConn(owner)
+    conn.connection_made(Transport())
+    for raw in responses:
+        conn.start(RequestState(None, b"REQ", 0.0, 0.0))
+        conn.data_received(raw)
+    alone = [run([raw])[0] for raw in responses]
+    fields = ("error", "status", "sse", "chunked", "remaining", "close_after", "usage")
+    assert [[getattr(st, f) for f in fields] + [len(st.chunks)] for st, _ in owner.done] == [
+        [getattr(st, f) for f in fields] + [len(st.chunks)] for st in alone
+    ]
+    assert [st.error for st in alone] == [None, None, None, "HTTP 500: oops", None, None]
 
 
 def test_stale_keepalive_connection_is_retried_once():

@@ -18,7 +18,7 @@ from servelab.bench.datasets import Dataset
 from servelab.bench.evaluate import compute_result
 from servelab.bench.measured import derive
 from servelab.bench.merge import RecordSet
-from servelab.bench.records import read_jsonl
+from servelab.bench.records import CHUNKS_KEY, decoded, encode_chunks, read_jsonl, record_line
 from servelab.bench.tally import reason_key, resolve_output_len
 from servelab.metrics import distribution_ms, summarize
 
@@ -59,25 +59,37 @@ def record(i: int, rng: random.Random) -> dict:
     return rec
 
 
-@pytest.fixture
-def run(tmp_path: Path) -> tuple[list[Path], list[dict]]:
+def file_form(rec: dict, encoded: bool) -> dict:
+    """A record as a worker writes it: its chunk times encoded (records.py), or as the list itself (files
+    written before that, which are read the same)."""
+    if not encoded:
+        return rec
+    return {
+        (CHUNKS_KEY if k == "chunks" else k): (encode_chunks(v) if k == "chunks" else v)
+        for k, v in rec.items()
+    }
+
+
+@pytest.fixture(params=["encoded", "list"])
+def run(tmp_path: Path, request) -> tuple[list[Path], list[dict]]:
+    encoded = request.param == "encoded"
     rng = random.Random(3)
     records = [record(i, rng) for i in range(NUM)]
     paths = [tmp_path / f"worker-{w}.jsonl" for w in range(3)]
     for w, path in enumerate(paths):  # each file in the order its requests ended
         mine = sorted((r for r in records if r["w"] == w), key=lambda r: r["end"] or 1e9)
-        path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in mine))
+        path.write_text("".join(record_line(file_form(r, encoded)) for r in mine))
     with open(paths[1], "a") as f:
         f.write('{"i": 901, "w": 1, "ok": tr')  # a worker killed mid-write
     kept = dict(records[302], end=records[302]["end"] + 1.0)  # the whole copy a full disk left in memory
     with open(paths[2], "a") as f:
-        f.write(json.dumps(dict(records[302], end=0.0), separators=(",", ":")) + "\n")  # its part copy
-    return paths, [kept]
+        f.write(record_line(file_form(dict(records[302], end=0.0), encoded)))  # its part copy
+    return paths, [file_form(kept, encoded)]
 
 
 def in_memory_merge(paths: list[Path], kept: list[dict]) -> list[dict]:
     by_key = {(r.get("w"), r["i"]): r for p in paths if p.exists() for r in read_jsonl(p)}
-    by_key.update({(r.get("w"), r["i"]): r for r in kept})
+    by_key.update({(r.get("w"), r["i"]): decoded(dict(r)) for r in kept})
     records = list(by_key.values())
     records.sort(key=lambda r: (r.get("sent") if r.get("sent") is not None else float("inf"), r["i"]))
     return records
@@ -90,10 +102,12 @@ def test_the_merged_records_are_the_in_memory_merge(run, tmp_path):
     assert len(merged) == len(expected) == NUM
     assert list(merged) == expected
     assert list(merged) == expected  # read again, the same
-    assert [r for r in merged if r["i"] == 302] == kept  # the memory's whole copy, not the file's part
+    assert [r for r in merged if r["i"] == 302] == [decoded(dict(kept[0]))]  # the memory's whole copy
     merged.write(tmp_path / "merged.jsonl")
-    written = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in expected)
-    assert (tmp_path / "merged.jsonl").read_text() == written
+    assert list(read_jsonl(tmp_path / "merged.jsonl")) == expected
+    encoded = CHUNKS_KEY in kept[0]
+    lines = (tmp_path / "merged.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [file_form(r, encoded) for r in expected]  # in their form
 
 
 @pytest.mark.parametrize("cool_down", [0.0, 0.5])

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from clirun import servelab
 
+from servelab.bench.records import read_jsonl
+
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
 
@@ -148,7 +150,7 @@ def test_ttft_at_first_content(mock_server, tmp_path, endpoint):
     assert rc == 0, err
     assert first_content["config"]["ttft_at"] == "first-content"
     chat = endpoint.endswith("chat/completions")
-    records = [json.loads(x) for x in Path(first_content["records_file"]).read_text().splitlines()]
+    records = list(read_jsonl(Path(first_content["records_file"])))
     assert {r["lead"] for r in records} == {1 if chat else 0}
     assert {len(r["chunks"]) for r in records} == {8}  # one event per token
     assert all(len(x) == 7 for x in first_content["itls"])

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.bench.records import decoded, record_line
+
 
 class RecordSet:
     """The merged records of one run: iterable (again and again) in merged order, and writable as one
@@ -55,16 +57,16 @@ class RecordSet:
         return len(self.src)
 
     def __iter__(self) -> Iterator[dict]:
+        """Each record in merged order, decoded (records.decoded: `chunks` a list)."""
         for line in self._lines():
-            yield line if isinstance(line, dict) else json.loads(line)
+            yield decoded(dict(line) if isinstance(line, dict) else json.loads(line))
 
     def write(self, out: Path) -> None:
         """Write the merged records to `out`, one JSON object a line (the lines the workers wrote, copied)."""
         with open(out, "wb") as f:
             for line in self._lines():
                 if isinstance(line, dict):
-                    f.write(json.dumps(line, separators=(",", ":")).encode())
-                    f.write(b"\n")
+                    f.write(record_line(line).encode())
                 else:
                     f.write(line if line.endswith(b"\n") else line + b"\n")
 

@@ -90,11 +90,27 @@ class Settings:
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
             }
         )
+        # the usage event, made per request from a template (json.dumps a request was a fifth of its parse)
+        self.usage_completion = _usage_template("text_completion", self.model)
+        self.usage_chat = _usage_template("chat.completion.chunk", self.model)
         self.done = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.sse_head = (
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
             b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
         )
+        self.sse_head_chat = self.sse_head + self.role_chat  # one write
+
+
+def _usage_template(obj: str, model: str) -> bytes:
+    """The usage event's data (as `_event` writes it) as a %-template of its three counts."""
+    head = json.dumps({"id": "x", "object": obj, "model": model, "choices": []}, separators=(",", ":"))
+    usage = ',"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}'
+    return (head[:-1].replace("%", "%%") + usage).encode()
+
+
+def _usage_event(template: bytes, prompt_tokens: int, completion_tokens: int) -> bytes:
+    data = template % (prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+    return _chunk(b"data: " + data + b"\n\n")
 
 
 def _json_response(status: str, obj: dict, close: bool = False) -> bytes:
@@ -268,6 +284,9 @@ class MockProtocol(asyncio.Protocol):
     def handle(self, head: bytes, body: bytes) -> None:
         line = head.split(b"\r\n", 1)[0].split(b" ")
         path = line[1].decode() if len(line) > 1 else "/"
+        if path.endswith("completions"):  # first: the requests a benchmark sends
+            self.complete(head, path, body)
+            return
         if path.endswith("/models"):
             self.send(
                 _json_response(
@@ -294,12 +313,13 @@ class MockProtocol(asyncio.Protocol):
                 _log_request(self.s.log_path, head, path, None)
             self.send(_json_response("200 OK", {}))
             return
-        if not path.endswith("completions"):
-            self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
-            return
+        self.send(_json_response("404 Not Found", {"error": {"message": f"no route {path}"}}))
+
+    def complete(self, head: bytes, path: str, body: bytes) -> None:
+        """A completions or chat completions request: answered streamed or whole, as --mode says."""
         try:
-            req = json.loads(body)
-        except json.JSONDecodeError:
+            req = json.loads(body.decode())  # decoded here: json's own encoding detection costs more
+        except (json.JSONDecodeError, UnicodeDecodeError):
             self.send(_json_response("400 Bad Request", {"error": {"message": "body is not JSON"}}))
             return
         MockProtocol.count += 1
@@ -329,12 +349,12 @@ class MockProtocol(asyncio.Protocol):
             )
             return
         self.begin_request()
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n_tokens,
-            "total_tokens": prompt_tokens + n_tokens,
-        }
         if not req.get("stream"):
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n_tokens,
+                "total_tokens": prompt_tokens + n_tokens,
+            }
             delay = s.first_delay + (n_tokens - 1) * s.token_delay
             text = " tok" * n_tokens
             choice = (
@@ -355,9 +375,7 @@ class MockProtocol(asyncio.Protocol):
             self.handle_timer = self.loop.call_later(delay, self._write, resp)
             return
         include_usage = (req.get("stream_options") or {}).get("include_usage") and mode != "no-usage"
-        self.send(s.sse_head)
-        if chat:
-            self.send(s.role_chat)
+        self.send(s.sse_head_chat if chat else s.sse_head)
         if mode == "hang":
             return
         tok = s.tok_chat if chat else s.tok_completion
@@ -367,19 +385,8 @@ class MockProtocol(asyncio.Protocol):
         if mode == "error-event":
             final = _event({"error": {"message": "mock error event on purpose", "code": 500}}) + s.done
         else:
-            use = (
-                _event(
-                    {
-                        "id": "x",
-                        "object": "chat.completion.chunk" if chat else "text_completion",
-                        "model": s.model,
-                        "choices": [],
-                        "usage": usage,
-                    }
-                )
-                if include_usage
-                else b""
-            )
+            template = s.usage_chat if chat else s.usage_completion
+            use = _usage_event(template, prompt_tokens, n_tokens) if include_usage else b""
             final = use + s.done
         if mode == "burst":
             due = s.first_delay + (n_tokens - 1) * s.token_delay

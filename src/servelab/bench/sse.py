@@ -5,8 +5,8 @@ Lines end in LF, CRLF or CR (sse-starlette, used by many servers, writes CRLF); 
 and the other fields (`event:`, `id:`, `retry:`) carry nothing a benchmark needs.
 
 Two readers: `LineStyle` gives the client's hot path the byte patterns of one stream's line ends, so it can
-count events without parsing them; `event_data` parses a block of complete events exactly (the slow path,
-and the text of a finished response).
+count events without parsing them; `event_data` splits a block of complete events (the slow path, and the
+text of a finished response), where `plain_content` tells the content events that need no parse.
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ class LineStyle(NamedTuple):
 LF = LineStyle(b"\n\n", b"}\n\n", b"\ndata:", b"")
 CRLF = LineStyle(b"\r\n\r\n", b"}\r\n\r\n", b"\ndata:", b"")
 CR = LineStyle(b"\r\r", b"}\r\r", b"\ndata:", b"\rdata:")
+
+
+def plain_content(data: bytes) -> bool:
+    """Whether an event's data reads as a content event without parsing: one JSON object (braces at both
+    ends, as the hot path takes it) with a non-empty `choices` list written compactly, and no usage or error
+    key, whose values the client must read. Text cannot form these patterns (its quotes are escaped); a nested
+    object's `choices` key could, which no server writes."""
+    return (
+        data[:1] == b"{"
+        and data[-1:] == b"}"
+        and b'"choices":[{' in data
+        and b'"usage"' not in data
+        and b'"error"' not in data
+    )
 
 
 def line_style(buf: bytes) -> LineStyle | None:

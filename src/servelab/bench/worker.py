@@ -440,8 +440,8 @@ class Worker:
             self.pool.release(conn, reusable)
         item: WorkItem = st.item
         if self.recording:
-            rec = self.records.request(st)
-            self.stats.request_done(rec["ok"], rec["out"], rec["chunks"])
+            rec, chunks = self.records.request(st)
+            self.stats.request_done(rec["ok"], rec["out"], chunks)
         else:
             self.stats.warmup_done()
             if st.error:

@@ -170,8 +170,8 @@ class TraceWorker(Worker):
         self.in_flight -= 1
         if conn is not None:
             self.pool.release(conn, reusable)
-        rec = self.records.request(st)
-        self.stats.request_done(rec["ok"], rec["out"], rec["chunks"])
+        rec, chunks = self.records.request(st)
+        self.stats.request_done(rec["ok"], rec["out"], chunks)
         number, index = divmod(st.item.key, KEY_STRIDE)
         replay = self.active[number]
         replay.ended += 1
