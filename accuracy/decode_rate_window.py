@@ -12,7 +12,7 @@ The figures of docs/accuracy.md, "The decode worker's rate by Little's law"
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan.disagg import PrefillPool, decode_worker
 from servelab.predict.plan.split import Split, pool_config, split_context
-from servelab.predict.serving.aggregated import SimResult, simulate
+from servelab.predict.serving.aggregated import simulate, steady_rates
 from servelab.specs import Parallel, load_model, load_system
 
 LONG, LONG_WARMUP = 30, 3  # the long window: measured and warm-up requests per client
@@ -37,10 +37,6 @@ def context(model: str, system: str, backend: str, parallel: Parallel, isl: int,
     return split_context(engine.model_as_served(load_model(model)), spec, engine, split, isl, osl)
 
 
-def little(sim: SimResult, clients: int) -> float:
-    return clients / (sim.metric("e2el_ms") / 1000.0)
-
-
 def three_ways(ctx, cfg, clients: int, prefilled: bool, osl: int | None = None) -> str:
     """The short window, Little's law on it, the long window, and short / long."""
     short_wl = ctx.workload(clients, cfg.lanes, osl=osl)
@@ -49,7 +45,8 @@ def three_ways(ctx, cfg, clients: int, prefilled: bool, osl: int | None = None) 
         simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer, prefilled=prefilled)
         for wl in (short_wl, long_wl)
     )
-    rates = (short.request_tps[0], little(short, clients), long.request_tps[0])
+    little = steady_rates(short, clients, short_wl.osl).request_tps[0]
+    rates = (short.request_tps[0], little, long.request_tps[0])
     return " | ".join(f"{r:9.3f}" for r in rates) + f" | {rates[0] / rates[2]:5.2f}"
 
 
