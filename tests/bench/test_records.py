@@ -68,6 +68,14 @@ def test_the_writer_writes_json_lines_that_read_back_as_the_records(tmp_path):
     assert unsent["sent"] is None and unsent["chunks"] == [] and unsent["err"] == "not sent: interrupted"
 
 
+def test_a_line_whose_chunk_times_do_not_decode_is_skipped_as_a_torn_line_is(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = {"i": 0, "ok": True, CHUNKS_KEY: encode_chunks([7, 8])}
+    lines = [good, {"i": 1, "ok": True, CHUNKS_KEY: "!!not base64"}, {"i": 2, "ok": True, CHUNKS_KEY: "AAAA"}]
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines) + '{"i": 3, "ok": tr')
+    assert list(read_jsonl(path)) == [{"i": 0, "ok": True, "chunks": [7, 8]}]
+
+
 def earlier_form(line: str) -> str:
     """A record line as servelab wrote it before: the chunk times as a JSON list under `chunks`."""
     rec = json.loads(line)

@@ -83,17 +83,19 @@ def record_line(rec: dict, chunks_b64: str | None = None) -> str:
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
-    """Records of one file, decoded; a torn last line (a worker killed mid-write) is skipped, not fatal."""
+    """Records of one file, decoded; a line that does not read as a record (a torn last line of a worker
+    killed mid-write, chunk times that are not base64 of int64) is skipped, not fatal."""
     with open(path, "rb") as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            try:
+            try:  # json's and base64's errors, and a byte count that is no whole int64, are ValueErrors
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+                rec = decoded(rec) if isinstance(rec, dict) else rec
+            except ValueError:
                 continue
-            yield decoded(rec) if isinstance(rec, dict) else rec
+            yield rec
 
 
 def merge_records(paths: list[Path], kept: Iterable[dict] = ()) -> list[dict]:
