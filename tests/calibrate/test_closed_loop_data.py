@@ -4,15 +4,18 @@ protocol its client ran."""
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from servelab.calibrate import closed_loop_split as split
 from servelab.calibrate.closed_loop import FIXED_LENGTHS, heldout_ids, read_points
+from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import model_of
 from servelab.engines import Engine
+from servelab.specs import load_system
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "closed_loop"
@@ -54,13 +57,31 @@ def test_points_carry_the_protocol_their_client_ran():
     assert one.case.engine == Engine.VLLM and one.case.parallel.dp_attn and one.case.parallel.ep == 8
     assert one.case.ttft_ms == raw["median_ttft"] * 1e3 and one.ttft_p99_ms == raw["p99_ttft"] * 1e3
     assert one.case.settings is not None and one.case.settings.client_range_ratio == FIXED_LENGTHS
-    # a silicon row InferenceX measured runs its client's lengths; AIConfigurator's own keep the replay's
+    # a silicon row InferenceX measured runs its client's lengths, AIConfigurator's own rows its client's
+    # (every request at the nominal lengths)
     by_source = {p.source: p for p in points}
     ix = by_source["inferencex"].case.settings
     assert ix is not None and ix.client_range_ratio == INFERENCEX_RANGE_RATIO
-    aic = by_source["aiconfigurator"].case.settings
-    assert aic is None or aic.client_range_ratio is None
+    aic = [p.case.settings for p in points if p.source == "aiconfigurator"]
+    assert aic and all(s is not None and s.client_range_ratio == FIXED_LENGTHS for s in aic)
     assert any("not embedded" in why for why in skipped)
     # MiniMax-M2.5 is not embedded: its silicon rows are read from the pinned config.json, as one family
     minimax = [p for p in points if p.source != "inferencex-token-position" and p.case.family == "minimax"]
     assert minimax and all(p.case.model.name == "minimax-m2.5" for p in minimax)
+
+
+def test_sglang_keeps_a_wave_of_identical_requests_together_and_its_first_tokens_wait_for_it():
+    # AIConfigurator's client sends identical requests. SGLang runs waiting prompts before the decodes
+    # (prefill first), so the clients that a wave releases together are prefilled back to back, decode as one
+    # batch and finish together: every decode step carries all of them, the prefill of the wave lands on the
+    # first tokens, and less of it between tokens than when the clients' lengths differ (calibrate's spread)
+    points, _ = read_points(DATA, ("h100_sxm",))
+    point = next(p for p in points if p.key.endswith("sglang_agg_1024x128_c16_tp8_epnone_3"))
+    assert not point.heldout and point.case.engine == Engine.SGLANG
+    pricer = Pricer(load_system("h100_sxm"), "aggregated")
+    waves = pricer.estimate(point.case, {})
+    spread = pricer.estimate(replace(point.case, settings=None), {})
+    assert waves.scheduler["mean_decode_batch_per_lane"] == point.case.concurrency
+    assert spread.scheduler["mean_decode_batch_per_lane"] < point.case.concurrency
+    assert waves.ttft_ms > 2 * spread.ttft_ms
+    assert waves.tpot_ms < spread.tpot_ms

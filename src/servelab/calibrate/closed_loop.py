@@ -9,7 +9,8 @@ Two sources, pinned in one folder by scripts/refresh_closed_loop.py (its docstri
   (`aiconfigurator/silicon_sample_rows.csv`), aggregated ones: one TTFT and one TPOT each, the medians of a
   run. Rows InferenceX measured (the source note has a measured time and an image or a database dump) are
   replayed with InferenceX's client (lengths uniform in [0.8 L, L], 10 x C requests after the warm-up);
-  AIConfigurator's own rows as the calibration replays them (calibrate/price.py).
+  AIConfigurator's own rows with AIConfigurator's client (every request at the nominal lengths), otherwise
+  as the calibration replays its rows (calibrate/price.py: 10 x C requests from an idle engine).
 
 Every point is a calibrate Case (deployment, load, measured medians and the settings it ran with) plus its
 protocol and what else was measured; `heldout` says which part of the split it is in.
@@ -35,6 +36,13 @@ FIXED_LENGTHS = 1.0
 _IX_NAME = re.compile(
     r"minimax_m25_vllm_(?P<split>tep8|dep8)_isl(?P<isl>\d+)_osl(?P<osl>\d+)_conc(?P<c>\d+)\.json"
 )
+# AIConfigurator's benchmark sends every request at the nominal lengths: its eval harness of August 2025
+# (ai-dynamo/aiconfigurator 9610283, src/aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf with
+# --synthetic-input-tokens-stddev 0, --output-tokens-stddev 0, min_tokens = max_tokens = osl and ignore_eos,
+# 10 x C requests after 2 x C warm-up) and its generator's aiperf benchmark since February 2026
+# (generator/config/backend_templates/benchmark/bench_run.sh.j2: --isl-stddev and --osl-stddev, 0 by default
+# in generator/config/deployment_config.yaml)
+AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
 # the silicon rows' sources that are InferenceX runs (a measured time and an image, or a database dump)
 _INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
 
@@ -124,13 +132,15 @@ def silicon_points(
             skipped[reason] = skipped.get(reason, 0) + n
         for case in cases:
             ix = bool(_INFERENCEX_SOURCE.match(source_of[case.row_id]))
-            if ix and case.settings is None:  # no recipe of that system: its client's lengths all the same
-                case = replace(
-                    case,
-                    settings=RunSettings(
-                        recipe="InferenceX client", client_range_ratio=INFERENCEX_RANGE_RATIO
-                    ),
+            if case.settings is None:  # no recipe of that system: its client's lengths all the same
+                client = (
+                    RunSettings(recipe="InferenceX client", client_range_ratio=INFERENCEX_RANGE_RATIO)
+                    if ix
+                    else RunSettings(
+                        recipe="AIConfigurator's benchmark", client_range_ratio=AICONFIGURATOR_LENGTHS
+                    )
                 )
+                case = replace(case, settings=client)
             if case.model.name.startswith("minimax"):
                 case = replace(case, family="minimax")
             points.append(Point(case, case.row_id in heldout, "inferencex" if ix else "aiconfigurator"))
