@@ -280,10 +280,13 @@ def dev_coverage(points: list[dict], rows: list[Residual]) -> list[str]:
         assert ttft is not None and tpot is not None and ttft.domain is not None
         asked = Asked(p["system"], p["family"], p["concurrency"], p["isl"], p["osl"])
         outside = ttft.domain.outside(asked)
-        for why in outside:
-            reasons[why.split(" ")[0] if not why.startswith("model") else "model family"] += 1
+        kinds = sorted({why.split(",")[0].rsplit(" ", 1)[0] for why in outside})  # "model family", "isl"
+        for kind in kinds:
+            reasons[kind] += 1
         got = (not outside, ttft.contains(p["ttft"]), tpot.contains(p["tpot"]))
         keys = (p["system"], p["engine"], p["source"], f"{p['engine']}/{p['family']}")
+        # what each reason alone says: the points outside by it and by nothing else
+        keys += (f"outside by {kinds[0]} alone",) if len(kinds) == 1 else ()
         for key in ("all", *keys):
             groups[key].append(got)
     for key in ["all", *sorted(k for k in groups if k != "all")]:
