@@ -21,6 +21,7 @@ from servelab.predict.bands import (
     claimed_bands,
     coverage,
     covered,
+    lofo_share,
     pick_level,
     quantiles,
     read_residuals,
@@ -245,3 +246,18 @@ def test_a_prediction_outside_the_rows_claims_nothing_and_says_why(tmp_path):
     assert (outside["ttft_ms_low"], outside["ttft_ms_high"]) == (90.0, 120.0)  # the kernel-source band stays
     unplaced = attach_band(dict(estimate), "vllm", calibration, None)
     assert unplaced["band"]["claim"] is None and "not known" in unplaced["band"]["source"]
+
+
+def test_a_band_that_no_share_makes_good_says_how_short_it_falls():
+    # a third family far from the other two: no share of two families' residuals reaches the third's, so the
+    # band spans them all and says what it held, leaving one family out: a's 0.1s (within b and c), all of
+    # b (within a and c), none of c (beyond a and b): 60 of 120
+    rows = rows_of("vllm", "a", [0.0, 0.1] * 20) + rows_of("vllm", "b", [0.05] * 40)
+    rows += rows_of("vllm", "c", [3.0] * 40)
+    band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
+    assert band.level == 1.0 and (band.low, band.high) == (0.0, 3.0)
+    assert band.short == pytest.approx(lofo_share(rows, "ttft", 1.0)) == pytest.approx(60 / 120)
+    assert band.describe().endswith("(their central 100 %, holding only 50 % of left-out families' rows)")
+    assert band.as_dict(1.0)["held_out"] == 0.5
+    # where a share reaches the claim, nothing is said
+    assert claimed_bands(shifted_families(), 0.8, min_rows=10)[("vllm", "ttft")].short == 0.0

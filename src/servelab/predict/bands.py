@@ -159,6 +159,7 @@ class ServingBand:
     pooled_because: str = ""  # why an engine's own residuals were not used
     level: float = 0.0  # the central share of the residuals the band spans (0: the claim itself)
     domain: Domain | None = field(default=None, compare=False)  # where its rows lie
+    short: float = 0.0  # where even the widest share held less than the claim, leaving one family out: that
 
     def around(self, value: float) -> tuple[float, float]:
         return value * math.exp(self.low), value * math.exp(self.high)
@@ -167,14 +168,15 @@ class ServingBand:
         return self.low <= residual <= self.high
 
     def describe(self) -> str:
-        notes = [f"their central {share(self.level)}"] if self.level else []
+        short = f", holding only {share(self.short)} of left-out families' rows" if self.short else ""
+        notes = [f"their central {share(self.level)}{short}"] if self.level else []
         notes += [self.pooled_because] if self.pooled_because else []
         said = f" ({'; '.join(notes)})" if notes else ""
         return f"{share(self.claim)} band, LOFO residuals of {self.rows} rows, {self.engine}{said}"
 
     def as_dict(self, value: float) -> dict:
         low, high = self.around(value)
-        out = {
+        out: dict = {
             "claim": self.claim,
             "low": low,
             "high": high,
@@ -184,6 +186,7 @@ class ServingBand:
             "residuals_of": self.engine,
             "source": self.describe(),
         }
+        out |= {"held_out": round(self.short, 4)} if self.short else {}
         return out | ({"rows_lie": self.domain.as_dict()} if self.domain else {})
 
 
@@ -236,7 +239,11 @@ def _band(rows: list[Residual], metric: str, name: str, claim: float, level: flo
     spans = pick_level(rows, metric, claim) if level == WIDEN else (claim if level is None else level)
     low, high = quantiles((r.of(metric) for r in rows), spans)
     kept = 0.0 if spans == claim else spans
-    return ServingBand(metric, name, claim, low, high, len(rows), level=kept, domain=Domain.of(rows))
+    held = lofo_share(rows, metric, spans) if level == WIDEN and spans == LEVELS[-1] else 1.0
+    short = held if held < claim else 0.0
+    return ServingBand(
+        metric, name, claim, low, high, len(rows), level=kept, domain=Domain.of(rows), short=short
+    )
 
 
 def build_bands(
