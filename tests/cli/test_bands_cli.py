@@ -94,6 +94,12 @@ def test_the_twin_says_its_band(calibration, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "band (80 %) of the median TTFT and TPOT" in r.stdout
     assert "LOFO residuals of 41 rows, vllm" in r.stdout
+    # 2,048 in flight: more than the rows' 1,024, so the twin claims nothing and says why
+    longer = [*args[:-4], "--max-concurrency", "2048", "--num-prompts", "2048", *args[-2:]]
+    r = servelab(*longer)
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "band: kernel-source band" in said and "concurrency 2048, the rows' 1-1024" in said
 
 
 def test_outside_the_rows_no_claim_and_why(calibration):
