@@ -40,12 +40,12 @@ from closed_loop import DATA, SYSTEMS, priced_rows, ttft_pred  # the sibling scr
 
 from servelab.calibrate.closed_loop import read_points
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import Asked
 from servelab.predict.bands import (
     CLAIM,
     METRICS,
     MIN_ROWS,
     WIDEN,
-    Asked,
     Residual,
     band_for,
     build_bands,

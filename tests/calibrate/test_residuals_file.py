@@ -7,7 +7,8 @@ import math
 
 from servelab.calibrate.document import Provenance
 from servelab.calibrate.residuals import residuals_path, write_residuals
-from servelab.predict.bands import Domain, read_residuals
+from servelab.predict.band_domain import Domain
+from servelab.predict.bands import read_residuals
 from servelab.predict.engines import shipped_calibration
 
 

@@ -8,12 +8,11 @@ import math
 import pytest
 
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import Asked, Domain
 from servelab.predict.bands import (
     LEVELS,
     POOLED,
     WIDEN,
-    Asked,
-    Domain,
     Residual,
     attach_band,
     band_for,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from servelab.calibrate.closed_loop_fresh import FreshReplay
 from servelab.errors import ServelabError
-from servelab.predict.bands import Asked, attach_band
+from servelab.predict.band_domain import Asked
+from servelab.predict.bands import attach_band
 from servelab.predict.engines import EngineProfile, engine_profile
 from servelab.predict.plan.search import point_sources
 from servelab.predict.plan.split import price_given_split, split_context

@@ -27,7 +27,8 @@ from servelab.cli.explain_table import EXPLAINS_TWIN_ONLY, print_explain
 from servelab.cli.pools import PoolOptions, pool_option
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.predict.bands import DISAGG_NO_CLAIM, Asked, attach_band, band_line
+from servelab.predict.band_domain import Asked
+from servelab.predict.bands import DISAGG_NO_CLAIM, attach_band, band_line
 from servelab.predict.engines import engine_profile, fitted_params
 from servelab.predict.provenance import describe_shares, roofline_warning
 from servelab.predict.serving import Workload, estimate_aggregated

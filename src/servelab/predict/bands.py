@@ -15,7 +15,8 @@ narrower by what the fit learned from the rows it is judged on. No narrower grou
 concurrency, the lengths, TP) builds a band: none held its coverage on families left out (accuracy/bands.py).
 
 A band claims only what its rows measured: a prediction outside them (another system than the rows', a model
-family the engine's rows lack, a concurrency or a length outside their range: Domain.outside) claims nothing
+family the engine's rows lack, a concurrency or a length outside their range: predict/band_domain.py) claims
+nothing
 and says why. Every closed-loop development point lies outside by one of these; as if claimed, the bands
 held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %), and
 bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
@@ -41,8 +42,8 @@ from pathlib import Path
 
 from servelab.engines import Engine, engine_of
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import SPANS, Asked, Domain
 from servelab.predict.engines import shipped_calibration
-from servelab.specs.families import family_of
 from servelab.userfiles import read_json
 
 CLAIM = 0.8  # the share of measured values a band claims to contain
@@ -56,7 +57,6 @@ NO_CLAIM = "kernel-source band (the step model's low and high op times), no meas
 # why a disaggregated prediction (estimate --mode disagg, a plan's disaggregated candidates) claims none
 DISAGG_NO_CLAIM = "disaggregated (the measured bands are of aggregated deployments)"
 OUTSIDE = "outside the residual rows' distribution"
-SPANS = ("concurrency", "isl", "osl")  # a prediction's numbers that must lie within the rows' range
 
 
 def share(claim: float) -> str:
@@ -71,7 +71,7 @@ def residuals_path(calibration: Path) -> Path:
 @dataclass(frozen=True)
 class Residual:
     """One measured row's out-of-sample log residuals, log(measured / predicted), per metric, and where the
-    row lies: its system, concurrency and nominal lengths (0: not known, for rows made up in tests)."""
+    row lies: its system, concurrency and nominal lengths (empty and 0 where not given)."""
 
     engine: str
     family: str
@@ -84,66 +84,6 @@ class Residual:
 
     def of(self, metric: str) -> float:
         return self.ttft if metric == "ttft" else self.tpot
-
-
-@dataclass(frozen=True)
-class Asked:
-    """What a prediction is of, to place it against the residual rows: the system, the model's family, the
-    concurrency per replica and the nominal prompt and output lengths."""
-
-    system: str
-    family: str
-    concurrency: int
-    isl: int
-    osl: int
-
-    @classmethod
-    def of(cls, model: str, system: str, concurrency: int, isl: int, osl: int) -> "Asked":
-        return cls(system, family_of(model), concurrency, isl, osl)
-
-
-@dataclass(frozen=True)
-class Domain:
-    """Where the residual rows behind a band lie: a prediction outside them is of something they did not
-    measure, and its band claims nothing."""
-
-    systems: tuple[str, ...]
-    families: tuple[str, ...]
-    concurrency: tuple[int, int]
-    isl: tuple[int, int]
-    osl: tuple[int, int]
-
-    @classmethod
-    def of(cls, rows: list[Residual]) -> "Domain":
-        def span(name: str) -> tuple[int, int]:
-            values = [getattr(r, name) for r in rows]
-            return min(values), max(values)
-
-        return cls(
-            tuple(sorted({r.system for r in rows})),
-            tuple(sorted({r.family for r in rows})),
-            span("concurrency"),
-            span("isl"),
-            span("osl"),
-        )
-
-    def outside(self, asked: Asked) -> list[str]:
-        """Why a prediction lies outside the rows (none: inside)."""
-        why = []
-        if asked.system not in self.systems:
-            why.append(f"system {asked.system}, the rows' {', '.join(self.systems)}")
-        if asked.family not in self.families:
-            why.append(f"model family {asked.family}, the rows' {', '.join(self.families)}")
-        for name in SPANS:
-            value, (low, high) = getattr(asked, name), getattr(self, name)
-            if not low <= value <= high:
-                why.append(f"{name} {value}, the rows' {low}-{high}")
-        return why
-
-    def as_dict(self) -> dict:
-        return {"systems": list(self.systems), "families": list(self.families)} | {
-            name: list(getattr(self, name)) for name in SPANS
-        }
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from servelab.metrics import (
     weighted_distribution_ms,
 )
 from servelab.perfdb.db import PerfDB, perfdb_for
-from servelab.predict.bands import Asked, attach_band, twin_band_line
+from servelab.predict.band_domain import Asked
+from servelab.predict.bands import attach_band, twin_band_line
 from servelab.predict.engines import EngineProfile, engine_profile, fitted_params
 from servelab.predict.memory import GIB
 from servelab.predict.provenance import time_shares as shares_of

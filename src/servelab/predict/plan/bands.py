@@ -9,7 +9,8 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from servelab.predict.bands import DISAGG_NO_CLAIM, NO_CLAIM, Asked, calibration_path, claimed, no_claim
+from servelab.predict.band_domain import Asked
+from servelab.predict.bands import DISAGG_NO_CLAIM, NO_CLAIM, calibration_path, claimed, no_claim
 from servelab.predict.plan.candidates import Candidate
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
-from servelab.predict.bands import Asked
+from servelab.predict.band_domain import Asked
 from servelab.predict.engines import engine_profile
 from servelab.predict.graph import StepShape
 from servelab.predict.memory import memory_per_gpu
