@@ -16,10 +16,9 @@ concurrency, the lengths, TP) builds a band: none held its coverage on families 
 
 A band claims only what its rows measured: a prediction outside them (another system than the rows', a model
 family the engine's rows lack, a concurrency or a length outside their range: predict/band_domain.py) claims
-nothing
-and says why. Every closed-loop development point lies outside by one of these; as if claimed, the bands
-held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %), and
-bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
+nothing and says why. Every closed-loop development point lies outside by one of these; as if claimed, the
+bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %),
+and bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
 (TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine, and out of
 distribution").
 
