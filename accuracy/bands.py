@@ -18,10 +18,10 @@ which predictions are worse (a band scaled by it, coverage and width beside the 
 
 --dev FILE: the closed-loop development points (tests/data/closed_loop, not the held-out ones) priced by
 `accuracy/closed_loop.py --part dev --out FILE`, checked against the bands built from every calibration row:
-which of them the bands claim (a point outside the residual rows, predict.bands.Domain, claims none), how
-often the claimed ones and all of them (as if claimed) are covered; then bands widened from the development
-points' own residuals, counted leaving one GPU kind and one source out at a time. TTFT is the twin's median
-where the point measured one (its mean for silicon rows), as closed_loop.py compares it.
+which of them the bands claim (a point outside the residual rows, predict.band_domain.Domain, claims none),
+how often the claimed ones and all of them (as if claimed) are covered; then bands widened from the
+development points' own residuals, counted leaving one GPU kind and one source out at a time. TTFT is the
+twin's median where the point measured one (its mean for silicon rows), as closed_loop.py compares it.
 
 Bad input (a residuals or priced file that is missing or not what is expected): one line, exit 2.
 """
@@ -269,8 +269,8 @@ def dev_coverage(points: list[dict], rows: list[Residual]) -> list[str]:
     bands = claimed_bands(rows)
     out = [
         f"closed-loop development points ({len(points)} priced), claim {share(CLAIM)}: claimed where the "
-        "point lies inside its engine's residual rows (predict.bands.Domain); coverage (%) of the claimed "
-        "ones, and of all (as if every one were claimed)",
+        "point lies inside its engine's residual rows (predict.band_domain.Domain); coverage (%) of the "
+        "claimed ones, and of all (as if every one were claimed)",
         f"  {'group':36s} {'n':>5s} {'claimed':>7s} {'TTFT':>6s} {'TPOT':>6s} {'all: TTFT':>9s} {'TPOT':>6s}",
     ]
     groups: dict[str, list[tuple[bool, bool, bool]]] = defaultdict(list)
