@@ -14,6 +14,7 @@ from servelab.predict.engines import shipped_calibration
 
 AGG = ("estimate", "llama-3.1-8b", "--batch", "4", "--isl", "512", "--osl", "64", "--mode", "agg")
 TTFT_Q, TPOT_Q = (-0.5, 0.25), (-0.1, 0.2)  # the synthetic residuals' 10th and 90th percentiles
+SPAN = (1, 1024)  # the rows' concurrency, and their lengths 256 and 32 times it: llama on h200_sxm
 
 
 @pytest.fixture
@@ -29,8 +30,10 @@ def calibration(tmp_path):
         rows.append(
             {"engine": "vllm", "family": "llama", "ttft_ms": 100 * math.exp(t), "tpot_ms": 10 * math.exp(d)}
             | {"pred_ttft_ms": 100.0, "pred_tpot_ms": 10.0}
+            | {"concurrency": SPAN[k % 2], "isl": 256 * SPAN[k % 2], "osl": 32 * SPAN[k % 2]}
         )
-    residuals_path(path).write_text(json.dumps({"residuals_format": 1, "rows": rows}))
+    doc = {"residuals_format": 1, "provenance": {"settings": {"system": "h200_sxm"}}, "rows": rows}
+    residuals_path(path).write_text(json.dumps(doc))
     return path
 
 
@@ -73,6 +76,16 @@ def test_plan_candidates_carry_the_claim(calibration):
     assert any("TTFT 80 % band, LOFO residuals of 41 rows, vllm" in n for n in data["notes"])
 
 
+def test_plan_candidates_outside_the_rows_claim_nothing(calibration):
+    args = ("plan", "llama-3.1-8b", "--gpus", "1", "--mode", "agg", "--isl", "1024", "--osl", "128")
+    args += ("--system", "b200_sxm", "--no-sla", "--json", "--calibration", str(calibration))
+    data = json.loads(servelab(*args).stdout)
+    c = data["candidates"][0]
+    assert c["band"]["claim"] is None and "system b200_sxm, the rows' h200_sxm" in c["band"]["source"]
+    assert [c["ttft_ms_low"], c["ttft_ms_high"]] == c["kernel_band"]["ttft_ms"]
+    assert any(f"for candidates {c['rank']}" in n and "system b200_sxm" in n for n in data["notes"])
+
+
 def test_the_twin_says_its_band(calibration, tmp_path):
     args = ["bench", "--simulate", "--model", "llama-3.1-8b", "--system", "h200_sxm", "--dataset-name"]
     args += ["random", "--random-input-len", "256", "--random-output-len", "32", "--num-prompts", "8"]
@@ -81,10 +94,32 @@ def test_the_twin_says_its_band(calibration, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "band (80 %) of the median TTFT and TPOT" in r.stdout
     assert "LOFO residuals of 41 rows, vllm" in r.stdout
+    # 2,048 in flight: more than the rows' 1,024, so the twin claims nothing and says why
+    longer = [*args[:-4], "--max-concurrency", "2048", "--num-prompts", "2048", *args[-2:]]
+    r = servelab(*longer)
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "band: kernel-source band" in said and "concurrency 2048, the rows' 1-1024" in said
+
+
+def test_outside_the_rows_no_claim_and_why(calibration):
+    other_gpu = json.loads(
+        servelab(*AGG, "--system", "b200_sxm", "--json", "--calibration", str(calibration)).stdout
+    )
+    assert other_gpu["band"]["claim"] is None
+    assert (
+        "outside the residual rows' distribution: system b200_sxm, the rows' h200_sxm"
+        in other_gpu["band"]["source"]
+    )
+    assert [other_gpu["ttft_ms_low"], other_gpu["ttft_ms_high"]] == other_gpu["kernel_band"]["ttft_ms"]
+    other_family = servelab("estimate", "qwen3-32b", *AGG[2:], "--calibration", str(calibration))
+    assert other_family.returncode == 0, other_family.stderr
+    assert "model family qwen, the rows' llama" in " ".join(other_family.stdout.split())
 
 
 def test_a_bad_residuals_file_is_one_line(calibration):
-    residuals_path(calibration).write_text('{"rows": [{"engine": "vllm"}]}')
+    doc = {"provenance": {"settings": {"system": "h200_sxm"}}, "rows": [{"engine": "vllm"}]}
+    residuals_path(calibration).write_text(json.dumps(doc))
     r = servelab(*AGG, "--calibration", str(calibration))
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "cal.residuals.json" in r.stderr and "rows[0]" in r.stderr

@@ -13,7 +13,6 @@ from clirun import servelab
 from servelab.calibrate import inferencex_rows
 from servelab.calibrate.document import CalibrationDocument
 from servelab.calibrate.engines import EngineFitOptions, calibrate_engines
-from servelab.calibrate.families import family_of
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.rows import Case
 from servelab.calibrate.sources import Sources, gather
@@ -29,6 +28,7 @@ from servelab.results.importers import import_files
 from servelab.results.provenance import Provenance
 from servelab.results.store import Store
 from servelab.specs import Parallel, load_model, load_system
+from servelab.specs.families import family_of
 
 SAMPLE = Path(__file__).parents[1] / "data" / "inferencex" / "results" / "agg_benchmark_result.json"
 

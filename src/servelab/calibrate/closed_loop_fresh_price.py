@@ -11,6 +11,7 @@ from pathlib import Path
 
 from servelab.calibrate.closed_loop_fresh import FreshReplay
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import Asked
 from servelab.predict.bands import attach_band
 from servelab.predict.engines import EngineProfile, engine_profile
 from servelab.predict.plan.search import point_sources
@@ -91,7 +92,9 @@ def price_agg(replay: FreshReplay, calibration: Path | None) -> dict:
         gpu_memory_utilization=replay.settings.memory_share,
     )
     # the band `servelab estimate --mode agg` states: the claimed serving band (predict.bands)
-    return attach_band(est.model_dump(mode="json", exclude_none=True), replay.engine.value, calibration)
+    asked = Asked.of(replay.model.name, replay.system, replay.concurrency, replay.isl, replay.osl)
+    data = est.model_dump(mode="json", exclude_none=True)
+    return attach_band(data, replay.engine.value, calibration, asked)
 
 
 def price_disagg(replay: FreshReplay, calibration: Path | None) -> dict:

@@ -1,5 +1,5 @@
 """Leave-one-family-out cross-validation: how well an engine's fit predicts a model family it never saw
-(families: servelab.calibrate.families)."""
+(families: servelab.specs.families)."""
 
 from collections.abc import Mapping
 

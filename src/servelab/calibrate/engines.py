@@ -202,7 +202,7 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
         prompts_per_concurrency=opts.prompts_per_concurrency,
         length_spread=opts.length_spread,
         loss=LOSS,
-        cross_validation="leave one model family out (servelab.calibrate.families)",
+        cross_validation="leave one model family out (servelab.specs.families)",
     )
     made = provenance(" ".join([opts.program, *opts.argv]).strip(), got.sources, settings)
     entries = engine_entries(fitted, cases, opts.proposes_terms, chosen)

@@ -12,12 +12,12 @@ from clients that name percentiles so). utils/collect_results.py gathers them in
 import json
 from pathlib import Path
 
-from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.deployment import engine_of_framework, system_of_gpu
 from servelab.specs import Parallel, load_model
+from servelab.specs.families import family_of
 
 FIELD = "from_inferencex"
 # A row names its checkpoint in `model`; one that carries only the model prefix is read with the checkpoint

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.calibrate.families import family_of
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import MODELLED, Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
+from servelab.specs.families import family_of
 from servelab.userfiles import check_regular
 
 ENGINES = MODELLED  # the engines the performance model prices
@@ -28,7 +28,7 @@ class Case:
     """One measured point, mapped onto servelab's specs."""
 
     row_id: str
-    family: str  # the model family (calibrate.families): the unit left out in cross-validation
+    family: str  # the model family (specs.families): the unit left out in cross-validation
     engine: Engine
     version: str
     model: ModelSpec

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 
 from servelab.calibrate import inferencex_rows
-from servelab.calibrate.families import family_of
 from servelab.calibrate.rows import Case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
@@ -30,6 +29,7 @@ from servelab.predict.deployment import (
 from servelab.results.location import server_url
 from servelab.results.store import Metric, Run, Store
 from servelab.specs import load_model
+from servelab.specs.families import family_of
 
 REQUIRED = ("median_ttft_ms", "median_tpot_ms", "completed", "total_input_tokens", "total_output_tokens")
 

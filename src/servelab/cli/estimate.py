@@ -27,6 +27,7 @@ from servelab.cli.explain_table import EXPLAINS_TWIN_ONLY, print_explain
 from servelab.cli.pools import PoolOptions, pool_option
 from servelab.engines import Engine
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import Asked
 from servelab.predict.bands import DISAGG_NO_CLAIM, attach_band, band_line
 from servelab.predict.engines import engine_profile, fitted_params
 from servelab.predict.provenance import describe_shares, roofline_warning
@@ -98,7 +99,7 @@ def estimate(
             model, system, backend, weight_dtype, kv_dtype, calibration, prefill, decode, batch, isl, osl,
             num_prompts,
         )  # fmt: skip
-        attach_band(data, backend, calibration, DISAGG_NO_CLAIM)
+        attach_band(data, backend, calibration, None, DISAGG_NO_CLAIM)
         if as_json:
             print_json("servelab.estimate", data)
         else:
@@ -133,7 +134,8 @@ def estimate(
     else:
         raise ServelabError(f"--mode: expected static, agg or disagg, got {mode!r}")
     data = result.model_dump(mode="json", exclude_none=True)
-    attach_band(data, backend, calibration, STATIC_NO_CLAIM if mode == "static" else "")
+    asked = Asked.of(data["model"], data["system"], batch, isl, osl)
+    attach_band(data, backend, calibration, asked, STATIC_NO_CLAIM if mode == "static" else "")
     if as_json:
         print_json("servelab.estimate", data)
         return

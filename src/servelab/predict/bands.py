@@ -1,15 +1,26 @@
 """Serving-level prediction bands with a stated claim: an "80 % band" is one that held the measured value of
-80 % of the calibration rows of model families it had not seen (docs/accuracy.md section 7).
+80 % of the calibration rows of model families left out of it, claimed only for a prediction that lies
+within its rows (docs/accuracy.md section 7).
 
 A band is built from the residuals r = log(measured / predicted) of the calibration's leave-one-family-out
 predictions (calibrate/residuals.py writes them beside the calibration file), per engine and metric (TTFT,
 TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_hi the ends of the residuals'
 central `level`. The residuals are alike within a model family (a family the fit never saw is off by its own
 amount), so the claim's own quantiles (level = claim) cover an unseen family less often than they claim (65 %
-for 80 % on the shipped rows): pick_level widens the level until, leaving one family out at a time, the
-left-out families are covered as claimed. An engine with fewer than MIN_ROWS rows takes every engine's
-residuals, and says so. In-sample residuals never enter: they would be narrower by what the fit learned from
-the rows it is judged on.
+for 80 % on the shipped rows): pick_level widens each engine's level, per metric and on that engine's rows
+alone, until, leaving one family out at a time, the left-out families are covered as claimed (one share for
+every engine made TensorRT-LLM's bands over-cover because vLLM's needed it). An engine with fewer than
+MIN_ROWS rows takes every engine's residuals, and says so. In-sample residuals never enter: they would be
+narrower by what the fit learned from the rows it is judged on. No narrower group (dense or MoE, the
+concurrency, the lengths, TP) builds a band: none held its coverage on families left out (accuracy/bands.py).
+
+A band claims only what its rows measured: a prediction outside them (another system than the rows', a model
+family the engine's rows lack, a concurrency or a length outside their range: predict/band_domain.py) claims
+nothing and says why. Every closed-loop development point lies outside by one of these; as if claimed, the
+bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %),
+and bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
+(TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine, and out of
+distribution").
 
 The kernel-source band (the step model's low and high op times carried through the simulation) is kept apart,
 as `kernel_band`; it neither widens nor narrows the serving band, because on the calibration rows its width
@@ -24,12 +35,13 @@ loop, the kernels-only torch backend) keeps its kernel-source band and claims no
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
 from servelab.engines import Engine, engine_of
 from servelab.errors import ServelabError
+from servelab.predict.band_domain import SPANS, Asked, Domain
 from servelab.predict.engines import shipped_calibration
 from servelab.userfiles import read_json
 
@@ -38,11 +50,12 @@ MIN_ROWS = 30  # an engine with fewer residual rows than this takes every engine
 METRICS = ("ttft", "tpot")
 SUFFIX = ".residuals.json"
 LEVELS = (*(round(0.5 + 0.01 * k, 2) for k in range(50)), 0.995, 1.0)  # central shares pick_level tries
-WIDEN = -1.0  # coverage(level=WIDEN): each training set picks its own level
+WIDEN = -1.0  # build_bands(level=WIDEN): each engine and metric picks its own level (pick_level)
 POOLED = "all engines"
 NO_CLAIM = "kernel-source band (the step model's low and high op times), no measured coverage"
 # why a disaggregated prediction (estimate --mode disagg, a plan's disaggregated candidates) claims none
 DISAGG_NO_CLAIM = "disaggregated (the measured bands are of aggregated deployments)"
+OUTSIDE = "outside the residual rows' distribution"
 
 
 def share(claim: float) -> str:
@@ -56,12 +69,17 @@ def residuals_path(calibration: Path) -> Path:
 
 @dataclass(frozen=True)
 class Residual:
-    """One measured row's out-of-sample log residuals, log(measured / predicted), per metric."""
+    """One measured row's out-of-sample log residuals, log(measured / predicted), per metric, and where the
+    row lies: its system, concurrency and nominal lengths (empty and 0 where not given)."""
 
     engine: str
     family: str
     ttft: float
     tpot: float
+    system: str = ""
+    concurrency: int = 0
+    isl: int = 0
+    osl: int = 0
 
     def of(self, metric: str) -> float:
         return self.ttft if metric == "ttft" else self.tpot
@@ -79,6 +97,8 @@ class ServingBand:
     rows: int
     pooled_because: str = ""  # why an engine's own residuals were not used
     level: float = 0.0  # the central share of the residuals the band spans (0: the claim itself)
+    domain: Domain | None = field(default=None, compare=False)  # where its rows lie
+    short: float = 0.0  # where even the widest share held less than the claim, leaving one family out: that
 
     def around(self, value: float) -> tuple[float, float]:
         return value * math.exp(self.low), value * math.exp(self.high)
@@ -87,14 +107,15 @@ class ServingBand:
         return self.low <= residual <= self.high
 
     def describe(self) -> str:
-        notes = [f"their central {share(self.level)}"] if self.level else []
+        short = f", holding only {share(self.short)} of left-out families' rows" if self.short else ""
+        notes = [f"their central {share(self.level)}{short}"] if self.level else []
         notes += [self.pooled_because] if self.pooled_because else []
         said = f" ({'; '.join(notes)})" if notes else ""
         return f"{share(self.claim)} band, LOFO residuals of {self.rows} rows, {self.engine}{said}"
 
     def as_dict(self, value: float) -> dict:
         low, high = self.around(value)
-        return {
+        out: dict = {
             "claim": self.claim,
             "low": low,
             "high": high,
@@ -104,6 +125,8 @@ class ServingBand:
             "residuals_of": self.engine,
             "source": self.describe(),
         }
+        out |= {"held_out": round(self.short, 4)} if self.short else {}
+        return out | ({"rows_lie": self.domain.as_dict()} if self.domain else {})
 
 
 def quantiles(values: Iterable[float], claim: float) -> tuple[float, float]:
@@ -127,31 +150,61 @@ def _quantile(ordered: list[float], q: float) -> float:
     return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
+def lofo_share(rows: list[Residual], metric: str, level: float) -> float:
+    """Leaving one model family out at a time: the share of the left-out family's rows inside the central
+    `level` of the other families' residuals."""
+    inside = []
+    for family in sorted({r.family for r in rows}):
+        low, high = quantiles((r.of(metric) for r in rows if r.family != family), level)
+        inside += [low <= r.of(metric) <= high for r in rows if r.family == family]
+    return sum(inside) / len(inside)
+
+
+def pick_level(rows: list[Residual], metric: str, claim: float = CLAIM) -> float:
+    """The central share of one group's residuals (an engine's, or every engine's) a band of `metric` must
+    span so that, leaving one model family out at a time, the left-out families' rows are inside it `claim`
+    of the time: residuals are alike within a family, so a band at the claim's own quantiles covers unseen
+    families less often than it claims. The smallest of LEVELS that reaches the claim (the widest if none
+    does); the claim itself where the rows are of one family."""
+    if len({r.family for r in rows}) < 2:
+        return claim
+    for level in (x for x in LEVELS if x >= claim):
+        if lofo_share(rows, metric, level) >= claim:
+            return level
+    return LEVELS[-1]
+
+
+def _band(rows: list[Residual], metric: str, name: str, claim: float, level: float | None) -> ServingBand:
+    spans = pick_level(rows, metric, claim) if level == WIDEN else (claim if level is None else level)
+    low, high = quantiles((r.of(metric) for r in rows), spans)
+    kept = 0.0 if spans == claim else spans
+    held = lofo_share(rows, metric, spans) if level == WIDEN and spans == LEVELS[-1] else 1.0
+    short = held if held < claim else 0.0
+    return ServingBand(
+        metric, name, claim, low, high, len(rows), level=kept, domain=Domain.of(rows), short=short
+    )
+
+
 def build_bands(
     rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS, level: float | None = None
 ) -> dict[tuple[str, str], ServingBand]:
-    """(engine, metric) -> band spanning the residuals' central `level` (None: the claim), claiming `claim`,
-    for every engine among the rows and for POOLED: an engine's own residuals where it has min_rows of them,
-    every engine's otherwise."""
+    """(engine, metric) -> band claiming `claim`, for every engine among the rows and for POOLED: an engine's
+    own residuals where it has min_rows of them, every engine's otherwise. The band spans the residuals'
+    central `level`: None the claim itself, WIDEN the share pick_level finds for that engine and metric."""
     if not 0 < claim < 1:
         raise ValueError(f"a band's claim is a share in (0, 1), got {claim}")
-    spans = claim if level is None else level
-    kept = 0.0 if level is None or level == claim else level
     out: dict[tuple[str, str], ServingBand] = {}
+    if not rows:
+        return out
     for metric in METRICS:
-        everyone = [r.of(metric) for r in rows]
-        if not everyone:
-            continue
-        lo, hi = quantiles(everyone, spans)
-        out[(POOLED, metric)] = ServingBand(metric, POOLED, claim, lo, hi, len(everyone), level=kept)
+        pooled = out[(POOLED, metric)] = _band(rows, metric, POOLED, claim, level)
         for engine in sorted({r.engine for r in rows}):
-            mine = [r.of(metric) for r in rows if r.engine == engine]
+            mine = [r for r in rows if r.engine == engine]
             if len(mine) >= min_rows:
-                lo, hi = quantiles(mine, spans)
-                out[(engine, metric)] = ServingBand(metric, engine, claim, lo, hi, len(mine), level=kept)
+                out[(engine, metric)] = _band(mine, metric, engine, claim, level)
             else:
                 why = f"{engine} has {len(mine)} rows, fewer than {min_rows}"
-                out[(engine, metric)] = replace(out[(POOLED, metric)], pooled_because=why)
+                out[(engine, metric)] = replace(pooled, pooled_because=why)
     return out
 
 
@@ -173,17 +226,11 @@ def coverage(
 ) -> list[tuple[Residual, dict[str, bool]]]:
     """Nested leave-one-family-out coverage: for each model family, bands built from the other families'
     residuals only (every engine's rows of the family left out), then whether each of the family's rows lies
-    inside its engine's band, per metric. `level`: the bands span this central share (None: the claim);
-    "widen": the level each training set picks for itself (pick_level), so that the choice of the level is
-    held out too."""
+    inside its engine's band, per metric. `level` as build_bands': with WIDEN each training set picks its
+    own levels, so that the choice of the level is held out too."""
     out = []
     for family in sorted({r.family for r in rows}):
-        train = [r for r in rows if r.family != family]
-        bands = (
-            claimed_bands(train, claim, min_rows)
-            if level == WIDEN
-            else build_bands(train, claim, min_rows, level)
-        )
+        bands = build_bands([r for r in rows if r.family != family], claim, min_rows, level)
         for r in (r for r in rows if r.family == family):
             inside = {}
             for metric in METRICS:
@@ -200,30 +247,17 @@ def covered(checked: list[tuple[Residual, dict[str, bool]]]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-def pick_level(rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS) -> float:
-    """The central share of the residuals a band must span so that, leaving one model family out at a time,
-    the left-out families' rows are inside it `claim` of the time: residuals are alike within a family (a
-    family the fit never saw is off by its own amount), so a band at the claim's own quantiles covers unseen
-    families less often than it claims. The smallest of LEVELS that reaches the claim (the widest if none
-    does); the claim itself where the rows are of one family."""
-    if len({r.family for r in rows}) < 2:
-        return claim
-    for level in (x for x in LEVELS if x >= claim):
-        if covered(coverage(rows, claim, min_rows, level)) >= claim:
-            return level
-    return LEVELS[-1]
-
-
 def claimed_bands(
     rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS
 ) -> dict[tuple[str, str], ServingBand]:
-    """The bands that claim `claim`: spanning the central share pick_level finds for these rows."""
-    return build_bands(rows, claim, min_rows, pick_level(rows, claim, min_rows))
+    """The bands that claim `claim`: each engine's and metric's spanning the central share pick_level finds
+    on its own rows."""
+    return build_bands(rows, claim, min_rows, WIDEN)
 
 
 def read_residuals(path: Path) -> list[Residual]:
     """A residuals file written by `servelab calibrate engines`; one line naming the file and the field
-    otherwise."""
+    otherwise. The rows' system is the calibration's (provenance.settings.system)."""
     where = f"band data {path}"
     data = read_json(path, "the residuals `servelab calibrate engines` writes", field="calibration")
     rows = data.get("rows") if isinstance(data, dict) else None
@@ -231,28 +265,32 @@ def read_residuals(path: Path) -> list[Residual]:
         raise ServelabError(
             f"{where}: expected a JSON object with a non-empty list 'rows'", field="calibration"
         )
+    system = ((data.get("provenance") or {}).get("settings") or {}).get("system")
+    if not isinstance(system, str) or not system:
+        raise ServelabError(
+            f"{where}: expected provenance.settings.system, the system the rows were measured on",
+            field="calibration",
+        )
     out = []
     for i, row in enumerate(rows):
         try:
             values = {k: float(row[k]) for k in ("ttft_ms", "tpot_ms", "pred_ttft_ms", "pred_tpot_ms")}
             if not all(math.isfinite(v) and v > 0 for v in values.values()):
                 raise ValueError("a time that is not a positive finite number")
+            spans = {k: int(row[k]) for k in SPANS}
+            if not all(v > 0 for v in spans.values()):
+                raise ValueError("a concurrency or length that is not a positive integer")
             engine = engine_of(str(row["engine"])).value
             family = str(row["family"])
         except (KeyError, TypeError, ValueError, ServelabError) as e:
             raise ServelabError(
-                f"{where}: rows[{i}]: expected engine, family and positive finite ttft_ms, tpot_ms, "
-                f"pred_ttft_ms, pred_tpot_ms ({e})",
+                f"{where}: rows[{i}]: expected engine, family, positive concurrency, isl and osl, and "
+                f"positive finite ttft_ms, tpot_ms, pred_ttft_ms, pred_tpot_ms ({e})",
                 field="calibration",
             ) from None
-        out.append(
-            Residual(
-                engine,
-                family,
-                math.log(values["ttft_ms"] / values["pred_ttft_ms"]),
-                math.log(values["tpot_ms"] / values["pred_tpot_ms"]),
-            )
-        )
+        ttft = math.log(values["ttft_ms"] / values["pred_ttft_ms"])
+        tpot = math.log(values["tpot_ms"] / values["pred_tpot_ms"])
+        out.append(Residual(engine, family, ttft, tpot, system, **spans))
     return out
 
 
@@ -281,24 +319,39 @@ def calibration_path(calibration: Path | str | None) -> Path:
     return Path(calibration).resolve() if calibration is not None else shipped_calibration()
 
 
-def attach_band(data: dict, backend: str, calibration: Path | str | None, why_no_claim: str = "") -> dict:
+def claimed(calibration: Path, backend: str, asked: Asked | None) -> tuple[dict[str, ServingBand], str]:
+    """A backend's bands of TTFT and TPOT for the prediction `asked`, or none and why: no residuals describe
+    the backend, or the prediction lies outside their rows (None: not placed, so not claimed)."""
+    bands = {m: b for m in METRICS if (b := engine_band(calibration, backend, m)) is not None}
+    if len(bands) < len(METRICS):
+        return {}, f"no residuals describe {backend}'s predictions ({residuals_path(calibration).name})"
+    domain = bands["ttft"].domain
+    if asked is None or domain is None:
+        return {}, f"{OUTSIDE}: where the prediction lies is not known"
+    outside = domain.outside(asked)
+    return ({}, f"{OUTSIDE}: {'; '.join(outside)}") if outside else (bands, "")
+
+
+def no_claim(why: str) -> dict:
+    return {"claim": None, "source": f"{NO_CLAIM}: {why}"}
+
+
+def attach_band(
+    data: dict, backend: str, calibration: Path | str | None, asked: Asked | None, why_no_claim: str = ""
+) -> dict:
     """An estimate's JSON with its serving band: `ttft_ms_low` / `_high` and `tpot_ms_low` / `_high` become
-    the claimed band where the residuals describe the prediction, and `band` says its claim and where it came
-    from; the kernel-source band moves to `kernel_band`. `why_no_claim` (static mode, ...): the prediction is
-    of another kind than the residuals', so the kernel-source band stays, claiming nothing."""
+    the claimed band where the residuals describe the prediction (`asked`: what it is of), and `band` says
+    its claim and where it came from; the kernel-source band moves to `kernel_band`. `why_no_claim` (static
+    mode, ...): the prediction is of another kind than the residuals', so the kernel-source band stays,
+    claiming nothing; so it does where `asked` lies outside the residuals' rows, saying why."""
     data["kernel_band"] = {
         f"{m}_ms": [data[f"{m}_ms_low"], data[f"{m}_ms_high"]] for m in METRICS if f"{m}_ms_low" in data
     }
-    cal = calibration_path(calibration)
     bands: dict[str, ServingBand] = {}
-    for m in METRICS if not why_no_claim else ():
-        band = engine_band(cal, backend, m)
-        if band is not None:
-            bands[m] = band
-    if not why_no_claim and len(bands) < len(METRICS):
-        why_no_claim = f"no residuals describe {backend}'s predictions ({residuals_path(cal).name})"
+    if not why_no_claim:
+        bands, why_no_claim = claimed(calibration_path(calibration), backend, asked)
     if why_no_claim:
-        data["band"] = {"claim": None, "source": f"{NO_CLAIM}: {why_no_claim}"}
+        data["band"] = no_claim(why_no_claim)
         return data
     out: dict = {"claim": CLAIM}
     for m, band in bands.items():

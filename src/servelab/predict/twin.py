@@ -31,6 +31,7 @@ from servelab.metrics import (
     weighted_distribution_ms,
 )
 from servelab.perfdb.db import PerfDB, perfdb_for
+from servelab.predict.band_domain import Asked
 from servelab.predict.bands import attach_band, twin_band_line
 from servelab.predict.engines import EngineProfile, engine_profile, fitted_params
 from servelab.predict.memory import GIB
@@ -189,6 +190,8 @@ def simulate_benchmark(
         explain_ttft(logs, per_clock[0], pricer, fitted_params(engine.name, calibration)) if explain else None
     )
     why = "" if closed else "an open loop (the measured bands are of closed loops)"
+    # placed against the residuals' rows at its client's concurrency and its longest prompt and output
+    asked = Asked.of(model.name, system.name, stream.max_concurrency or len(lengths), wl.isl, wl.osl)
     return TwinRun(
         requests=reqs,
         summary=summary,
@@ -212,7 +215,7 @@ def simulate_benchmark(
             "kernel_time_by_source": time_shares,
             "memory": _memory_dict(mem),
             "band": clocks,
-            "serving_band": serving_band(clocks, engine.name, calibration, why),
+            "serving_band": serving_band(clocks, engine.name, calibration, why, asked),
             "lanes": parallel.attn_dp * parallel.pp,
             "steps": steps,
             "shapes_priced": pricer.priced,
@@ -399,17 +402,20 @@ def band(per_clock: dict[int, list[Request]], closed: bool, prompts: list[int]) 
     return out
 
 
-def serving_band(clocks: dict, backend: str, calibration: Path | None, why_no_claim: str) -> dict:
+def serving_band(
+    clocks: dict, backend: str, calibration: Path | None, why_no_claim: str, asked: Asked | None = None
+) -> dict:
     """The claimed band (predict/bands.py) of the median TTFT and TPOT, the kernel-source band being the
     medians at the low and high clocks; the residuals are of simulated aggregated closed loops, so a
-    prediction of another kind (an open loop, a disaggregated deployment: `why_no_claim`) claims none."""
+    prediction of another kind (an open loop, a disaggregated deployment: `why_no_claim`) claims none, and
+    so does one outside the residuals' rows (`asked`: what the run is of)."""
     data = {
         f"{m}{end}": clocks[clock][f"median_{m}"]
         for m in ("ttft_ms", "tpot_ms")
         for end, clock in (("", "nominal"), ("_low", "low"), ("_high", "high"))
     }
     why = why_no_claim
-    out = {"of": "median TTFT and TPOT", **attach_band(data, backend, calibration, why)["band"]}
+    out = {"of": "median TTFT and TPOT", **attach_band(data, backend, calibration, asked, why)["band"]}
     return out | {"line": twin_band_line(out)}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
+from servelab.predict.band_domain import Asked
 from servelab.predict.engines import engine_profile
 from servelab.predict.graph import StepShape
 from servelab.predict.memory import memory_per_gpu
@@ -115,7 +116,8 @@ def _make_plan(req: PlanRequest) -> Plan:
         meeting_sla=len(good),
         pareto=sum(mask),
     )
-    band_note = band_candidates(candidates, engine.name, req.calibration)
+    asked = Asked.of(model.name, system.name, 0, req.isl, req.osl)  # each candidate's concurrency
+    band_note = band_candidates(candidates, engine.name, req.calibration, asked)
     notes.append(f"SLA on the {req.sla_stat} TTFT and TPOT; tok/s/GPU counts output tokens; {band_note}")
     if req.default_sla:
         notes.append(f"SLA: the interactive default ({req.sla_text()}); give TTFT / TPOT limits to change it")
