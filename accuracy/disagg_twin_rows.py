@@ -6,10 +6,11 @@ servelab.calibrate.disagg_rows). Development rows only: the held-out part is nev
     PYTHONPATH=src python accuracy/disagg_twin_rows.py [--max-concurrency 1024] [--prompts-per-client 4]
         [--out FILE.json]
 
-Each row's twin replays a closed loop at the row's concurrency: 4 x C prompts (at least 32; the rows do not
-say how many their runs sent) of the row's ISL and OSL with the estimate's own length spread (range ratio
-0.2), round-robin routing; compared at the mean, the statistic the estimate states. Rows above
---max-concurrency are left out (their twin takes minutes here).
+Each row's twin replays a closed loop at the row's concurrency: 4 x C prompts (at least 32; their client
+sent 10 x C, fewer here for time) of the lengths the row's client sent (InferenceX's sa-bench: uniform in
+[0.8 L, L] by InferenceX's rule; AIConfigurator's own client: L; calibrate.disagg_rows.client_range_ratio,
+as the estimate replays them), round-robin routing; compared at the mean, the statistic the estimate
+states. Rows above --max-concurrency are left out (their twin takes minutes here).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from servelab.errors import ServelabError
 from servelab.predict.twin import BenchStream, EngineSettings
 from servelab.predict.twin_disagg import simulate_disagg_benchmark
 from servelab.specs import load_system
-from servelab.traffic.lengths import SIMULATOR_RANGE_RATIO
 
 
 def twin_of(raw: dict, per_client: int) -> dict:
@@ -44,11 +44,12 @@ def twin_of(raw: dict, per_client: int) -> dict:
     stream = BenchStream(
         random_input_len=row.isl,
         random_output_len=row.osl,
-        random_range_ratio=SIMULATOR_RANGE_RATIO,  # the estimate's spread
+        random_range_ratio=row.client_range_ratio,
         random_prefix_len=0,
         num_prompts=max(32, per_client * c),
         max_concurrency=c,
         request_rate=float("inf"),
+        random_range_rule="inferencex",  # [r L, L]: sa-bench's rule, and L alone at r = 1
     )
     run = simulate_disagg_benchmark(
         model, load_system(row.system), row.split, EngineSettings(engine=row.engine), stream, "round-robin",

@@ -7,11 +7,14 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import disagg_rows as rows_mod
+from servelab.calibrate.closed_loop import AICONFIGURATOR_LENGTHS
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan.split import price_given_split, split_context
 from servelab.specs import Dtype, load_system
 
-CSV = Path(__file__).resolve().parents[2] / "tests/data/closed_loop/aiconfigurator/silicon_sample_rows.csv"
+DATA = Path(__file__).resolve().parents[2] / "tests/data/closed_loop"
+CSV = DATA / "aiconfigurator/silicon_sample_rows.csv"
 HEADER = next(csv.reader(open(CSV)))
 R1 = {
     "backend": "trtllm", "backend_version": "1.0.0", "model_path": "deepseek-ai/DeepSeek-R1",
@@ -27,7 +30,7 @@ R1 = {
 
 
 def _row(row_id: str, concurrency: int = 64, **changes) -> dict:
-    src = f"db-dump; silicon_concurrency={concurrency}"
+    src = f"db-dump/2026-04-27; silicon_concurrency={concurrency}"  # a row of InferenceX's database
     return {key: "" for key in HEADER} | R1 | {"id": row_id, "silicon_data_source": src} | changes
 
 
@@ -107,16 +110,51 @@ def test_the_throughput_error_is_split_by_the_figure_it_misses_by(files):
 
 
 def test_a_row_is_priced_as_sa_bench_measured_it(files):
-    """srt-slurm's sa-bench drew lengths uniform in [0.8 L, L] (mean 922 of 1024) and ran 10 x C prompts,
-    the clients starting together on an idle deployment."""
+    """srt-slurm's sa-bench drew lengths uniform in [0.8 L, L] (mean 922 of 1024, spread 1/9 of it either
+    way) and ran 10 x C prompts, the clients starting together on an idle deployment."""
     path, held = files
     raw = rows_mod.disagg_rows("dev", path, held)[0]
     ((_, pred),), _ = rows_mod.price_rows([raw], lambda s: None)
     row, model = rows_mod.to_row(raw)
+    assert row.client_range_ratio == INFERENCEX_RANGE_RATIO
     system = load_system(row.system)
     engine = engine_profile(row.engine, system.hbm_gib, gpu_name=system.gpu_name)
-    ctx = split_context(engine.model_as_served(model), system, engine, row.split, 922, 922)
+    ctx = split_context(engine.model_as_served(model), system, engine, row.split, 922, 922, 1 / 9)
+    wl = ctx.workload(64, 1)
+    low, high = wl.isl * (1 - wl.range_ratio), wl.isl * (1 + wl.range_ratio)  # the simulator's length range
+    assert low == pytest.approx(0.8 * 1024, abs=1) and high == pytest.approx(1024, abs=1)
     got = price_given_split(ctx, row.split, 64, num_prompts=640)
     assert (pred["ttft_ms"], pred["tpot_ms"]) == (got.point.ttft[0], got.point.tpot[0])
     steady = price_given_split(ctx, row.split, 64)
     assert pred["tpot_ms"] == steady.point.tpot[0] and pred["ttft_ms"] >= steady.point.ttft[0]
+
+
+def test_each_development_row_replays_the_client_that_measured_it():
+    # InferenceX's rows (its database dump, its dated exports) ran sa-bench's [0.8 L, L]; AIConfigurator's own
+    # campaign (aic-auto-gap-analysis) its client's nominal lengths, as its aggregated rows do
+    raws = rows_mod.disagg_rows("dev", CSV, DATA / "heldout.txt")
+    by_client: dict[float, set[str]] = {}
+    for raw in raws:
+        campaign = "aiconfigurator" if "aic-auto-gap-analysis" in raw["silicon_data_source"] else "inferencex"
+        by_client.setdefault(rows_mod.client_range_ratio(raw), set()).add(campaign)
+    assert by_client == {INFERENCEX_RANGE_RATIO: {"inferencex"}, AICONFIGURATOR_LENGTHS: {"aiconfigurator"}}
+
+
+def test_a_development_row_of_aiconfigurators_own_campaign_sends_every_prompt_whole():
+    # one client, 4,000-token prompts on SGLang (H100, Qwen3-32B): at the nominal lengths the prefill of every
+    # prompt is that of 4,000 tokens, where sa-bench's spread would average 3,600 and take less
+    raw = next(
+        r
+        for r in rows_mod.disagg_rows("dev", CSV, DATA / "heldout.txt")
+        if r["id"] == "qwen3_32b_qwen3_32b_h100_sxm_sglang_disagg_4000x1000_c_tpnone_epnone_1"
+    )
+    ((row, pred),), _ = rows_mod.price_rows([raw], lambda s: None)
+    assert row.client_range_ratio == AICONFIGURATOR_LENGTHS and row.concurrency == 1
+    _, model = rows_mod.to_row(raw)
+    system = load_system(row.system)
+    engine = engine_profile(row.engine, system.hbm_gib, gpu_name=system.gpu_name)
+    served = engine.model_as_served(model)
+    whole = split_context(served, system, engine, row.split, 4000, 1000, 0.0)
+    assert pred["ttft_ms"] == price_given_split(whole, row.split, 1, num_prompts=10).point.ttft[0]
+    spread = split_context(served, system, engine, row.split, 3600, 900, 1 / 9)
+    assert pred["ttft_ms"] > 1.05 * price_given_split(spread, row.split, 1, num_prompts=10).point.ttft[0]

@@ -47,6 +47,11 @@ AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
 _INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
 
 
+def measured_by_inferencex(source: str) -> bool:
+    """Whether a silicon row's `silicon_data_source` is an InferenceX run, else AIConfigurator's own."""
+    return bool(_INFERENCEX_SOURCE.match(source))
+
+
 @dataclass
 class Point:
     """One measured closed-loop point: the case the twin prices, and what else the source measured."""
@@ -131,7 +136,7 @@ def silicon_points(
         for reason, n in left.items():
             skipped[reason] = skipped.get(reason, 0) + n
         for case in cases:
-            ix = bool(_INFERENCEX_SOURCE.match(source_of[case.row_id]))
+            ix = measured_by_inferencex(source_of[case.row_id])
             if case.settings is None:  # no recipe of that system: its client's lengths all the same
                 client = (
                     RunSettings(recipe="InferenceX client", client_range_ratio=INFERENCEX_RANGE_RATIO)

@@ -8,12 +8,18 @@ aggregated rows (embedded model ids, the row's GEMM precision, FP8 KV on TensorR
 MoE layouts, NVFP4 rows of FP8 checkpoints as NVIDIA's FP4 releases with their FP8 KV cache). Rows it cannot
 price are counted by reason.
 
-The rows were measured by srt-slurm's sa-bench (the multinode disaggregated runs InferenceX records; srt-slurm
-src/srtctl/benchmarks/scripts/sa-bench/bench.sh): a closed loop of C clients at `--request-rate inf`, started
-after a warm-up that ran in a process of its own, over C x `num_prompts_mult` prompts (10 unless the recipe
-says otherwise, src/srtctl/benchmarks/sa_bench.py; the pinned recipes that set it set 10), every one counted.
-Each row is priced so: PROMPTS_PER_CONCURRENCY x C prompts from an idle deployment (price_given_split's
-num_prompts), the convention the aggregated rows are replayed with (calibrate.price).
+Each row is replayed with the client that measured it (client_range_ratio), as the aggregated closed-loop
+points are (calibrate.closed_loop). The rows of InferenceX's database (`db-dump/`, nearly all) were measured
+by srt-slurm's sa-bench (the multinode disaggregated runs InferenceX records; NVIDIA/srt-slurm c88ef731
+src/srtctl/benchmarks/scripts/sa-bench/bench.sh and benchmark_serving.py `sample_random_requests`): lengths
+uniform in [0.8 L, L] (`random_range_ratio` 0.8, hard-wired before 43a2e448 of 2026-02-24, its default
+since; no DeepSeek recipe sets another), a closed loop of C clients at `--request-rate inf`, started after
+a warm-up that ran in a process of its own, over C x `num_prompts_mult` prompts (10 unless the recipe says
+otherwise, src/srtctl/benchmarks/sa_bench.py; 10 since 88ff268d of 2026-01-23, 8 before), every one counted.
+AIConfigurator's own rows (its gap-analysis campaign) ran its client, every request at the nominal lengths
+(closed_loop.AICONFIGURATOR_LENGTHS). Each row is priced as PROMPTS_PER_CONCURRENCY x C prompts from an idle
+deployment (price_given_split's num_prompts), the convention the aggregated rows are replayed with
+(calibrate.price).
 
 Throughput is the deployment's output tokens/s per GPU by Little's law, one formula for a measurement and an
 estimate alike: concurrency x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the rows give only TTFT and TPOT).
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.calibrate.closed_loop import read_heldout
+from servelab.calibrate.closed_loop import AICONFIGURATOR_LENGTHS, measured_by_inferencex, read_heldout
 from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY, lengths_up_to
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import (
@@ -59,6 +65,7 @@ class Row:
     osl: int
     ttft_ms: float
     tpot_ms: float
+    client_range_ratio: float  # the client's lengths: uniform in [ratio x L, L]
     raw: dict
 
     def record(self) -> dict:
@@ -67,6 +74,7 @@ class Row:
             "id": self.row_id,
             "split": self.split.label(),
             "concurrency": self.concurrency,
+            "client_range_ratio": self.client_range_ratio,
             "measured": {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms},
         }
 
@@ -76,6 +84,14 @@ def disagg_rows(part: str, path: Path, heldout: Path) -> list[dict]:
     held = read_heldout(heldout)
     keep = (lambda i: i in held) if part == "heldout" else (lambda i: i not in held)
     return [r for r in read_rows(path) if r.get("mode") == "disagg" and keep(r["id"])]
+
+
+def client_range_ratio(raw: dict) -> float:
+    """The lengths the row's client sent, as the r of [r L, L]: sa-bench's for InferenceX's runs, the nominal
+    ones for AIConfigurator's own (the module's docstring)."""
+    if measured_by_inferencex(raw["silicon_data_source"]):
+        return INFERENCEX_RANGE_RATIO
+    return AICONFIGURATOR_LENGTHS
 
 
 def _pool(row: dict, side: str) -> dict:
@@ -117,6 +133,7 @@ def to_row(raw: dict) -> tuple[Row, ModelSpec]:
         osl=int(float(raw["osl"])),
         ttft_ms=float(raw["silicon_ttft_ms"]),
         tpot_ms=float(raw["silicon_tpot_ms"]),
+        client_range_ratio=client_range_ratio(raw),
         raw=raw,
     )
     return row, model
@@ -146,8 +163,8 @@ def price_rows(
             served = engine.model_as_served(model)
             if row.isl + row.osl > served.max_context:
                 raise ValueError(f"ISL + OSL exceeds {served.name}'s context")
-            (isl, osl), _ = lengths_up_to(row.isl, row.osl, INFERENCEX_RANGE_RATIO)
-            ctx = split_context(served, system, engine, row.split, isl, osl)
+            (isl, osl), spread = lengths_up_to(row.isl, row.osl, row.client_range_ratio)
+            ctx = split_context(served, system, engine, row.split, isl, osl, spread)
             got = price_given_split(
                 ctx, row.split, row.concurrency, PROMPTS_PER_CONCURRENCY * row.concurrency
             )

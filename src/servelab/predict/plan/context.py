@@ -13,6 +13,7 @@ from servelab.predict.plan.request import PlanRequest
 from servelab.predict.serving.aggregated import SimResult
 from servelab.predict.serving.workload import SpecDecoding, Workload
 from servelab.specs import ModelSpec, SystemSpec
+from servelab.traffic.lengths import SIMULATOR_RANGE_RATIO
 
 
 @dataclass
@@ -23,6 +24,8 @@ class SearchContext:
     engine: EngineProfile
     db: PerfDB
     spec: SpecDecoding
+    # the clients' length spread (Workload.range_ratio); a replay of a measured run sets its client's spread
+    range_ratio: float = SIMULATOR_RANGE_RATIO
     dropped: list[str] = field(default_factory=list)  # configs left out, each with why
     sims: int = 0  # simulations run
 
@@ -36,6 +39,7 @@ class SearchContext:
             num_requests=lanes * max(c_lane, 24),  # short runs: a warm-up of C, then max(C, 24) per lane
             prefix_hit_rate=self.req.prefix_hit_rate,
             spec=self.spec,
+            range_ratio=self.range_ratio,
         )
 
     def sla_clocks(self, sim: SimResult, metric: str) -> Clocks:

@@ -97,6 +97,7 @@ class PrefillPool:
                 rate=RATE_GRID**key,
                 num_requests=max(32, 8 * cfg.lanes),
                 prefix_hit_rate=ctx.req.prefix_hit_rate,
+                range_ratio=ctx.range_ratio,
             )
             sim = simulate(ctx.model, cfg.parallel, ctx.engine, cfg.mem, wl, cfg.pricer)
             ctx.sims += 1

@@ -37,6 +37,7 @@ from servelab.predict.plan.points import DisaggDetail, EngineConfig, Point, cloc
 from servelab.predict.plan.request import PlanRequest
 from servelab.predict.serving.workload import SpecDecoding
 from servelab.specs import ModelSpec, Parallel, SystemSpec
+from servelab.traffic.lengths import SIMULATOR_RANGE_RATIO
 
 Bound = Literal["decode", "prefill"]
 FIXED_POINT_STEPS = 4  # decode in-flight count under a prefill-bound rate: settles within a few steps
@@ -83,8 +84,10 @@ def split_context(
     split: Split,
     isl: int,
     osl: int,
+    range_ratio: float = SIMULATOR_RANGE_RATIO,
 ) -> SearchContext:
-    """The planner's search context for one split, without latency limits (an estimate, not a search)."""
+    """The planner's search context for one split, without latency limits (an estimate, not a search);
+    `range_ratio`: the clients' length spread around `isl` and `osl` (Workload.range_ratio)."""
     req = PlanRequest(
         model=model.name,
         system=system.name,
@@ -96,7 +99,8 @@ def split_context(
         backend=engine.name,
         mode="disagg",
     )
-    return SearchContext(req, model, system, engine, perfdb_for(system, engine.name), SpecDecoding())
+    db = perfdb_for(system, engine.name)
+    return SearchContext(req, model, system, engine, db, SpecDecoding(), range_ratio=range_ratio)
 
 
 def pool_config(ctx: SearchContext, parallel: Parallel, pool: str) -> EngineConfig:
