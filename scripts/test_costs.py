@@ -38,7 +38,8 @@ class Costs:
         self.start_cpu, self.start_children = time.process_time(), children_cpu()
 
     def write(self, nodeid: str, cpu: float, children: float, wall: float) -> None:
-        line = {"nodeid": nodeid, "cpu": round(cpu, 4), "children": round(children, 4), "wall": round(wall, 4)}
+        seconds = {"cpu": cpu, "children": children, "wall": wall}
+        line = {"nodeid": nodeid} | {k: round(v, 4) for k, v in seconds.items()}
         self.out.write(json.dumps(line) + "\n")
         self.out.flush()
 
@@ -108,10 +109,9 @@ def summary(rows: list[dict], top: int) -> str:
     lines += [f"{t:8.1f} {o:8.1f} {c:8.1f} {int(n):5d}  {m}" for m, (t, o, c, n) in ranked[:top]]
     lines += ["", f"top {top} tests by CPU (s): total  own  children  wall"]
     ranked_tests = sorted(tests, key=lambda r: -(r["cpu"] + r["children"]))
-    lines += [
-        f"{r['cpu'] + r['children']:8.2f} {r['cpu']:8.2f} {r['children']:8.2f} {r['wall']:8.2f}  {r['nodeid']}"
-        for r in ranked_tests[:top]
-    ]
+    for r in ranked_tests[:top]:
+        total = r["cpu"] + r["children"]
+        lines.append(f"{total:8.2f} {r['cpu']:8.2f} {r['children']:8.2f} {r['wall']:8.2f}  {r['nodeid']}")
     return "\n".join(lines)
 
 
