@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clirun import servelab
 
 from servelab.calibrate import pool
 from servelab.calibrate.document import CalibrationDocument
@@ -258,8 +257,11 @@ def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
         writer.writerows(silicon_rows())
     shipped = ROOT / "src" / "servelab" / "predict" / "data" / "calibrated.json"
     before = shipped.read_bytes()
-    # in-process (tests/clirun.py): the fit's worker processes are started as a user's are
-    r = servelab("calibrate", "engines", "--csv", sample, "--iters", "5", cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--csv", str(sample),
+         "--iters", "5"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == f"note: no --out: the fit goes to {tmp_path / 'calibrated.json'} (predict with " \
