@@ -29,6 +29,11 @@ def pytest_configure(config):
     (Python then installs no KeyboardInterrupt handler): a handler here gives them the default again."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # No test asks the Hugging Face hub, as in CI (.ci/run sets it too): a test of an unknown model then gets
+    # the offline answer at once, where each ask built an HTTPS context (70 ms of CPU) and waited on the
+    # network; tests/specs/test_hub_models.py sets its own stand-in hub. Set here, before any import of
+    # huggingface_hub (which reads it once) and inherited by the processes tests start.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,5 @@
-"""`servelab bench --trace` against the mock server (a subprocess each, as users run it): sessions replayed
+"""`servelab bench --trace` against the mock server (its own process; the command in the test's process,
+tests/clirun.py, its load workers processes as a user's are; a real process for Ctrl-C): sessions replayed
 with their waits and growing prompts, concurrency counted in sessions, per-turn and per-session metrics, the
 server's prefix-cache hit rate from its counters, and every planned request ending as a record whatever stops
 the run. Times are only checked as lower bounds: a busy machine can make a request later, never earlier."""
@@ -12,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.bench.agentic.replay import KEY_STRIDE
 from servelab.bench.agentic.trace import read_trace_file
@@ -24,9 +26,9 @@ EARLY_S = 0.005  # asyncio may run a timer up to its clock's resolution early
 def bench(
     server, tmp_path: Path, *args: str, trace: Path = SAMPLE
 ) -> tuple[int, str, dict | None, list[dict]]:
-    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--trace", str(trace), "--save-result"]
+    cmd = ["bench", "--base-url", server.url, "--model", "mock", "--trace", str(trace), "--save-result"]
     cmd += ["--result-dir", str(tmp_path), "--result-filename", "r.json", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = servelab(*cmd)
     path = tmp_path / "r.json"
     result = json.loads(path.read_text()) if path.exists() else None
     records = (

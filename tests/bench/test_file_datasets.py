@@ -1,10 +1,9 @@
 """The sonnet and hf datasets as `vllm bench serve` has them, read from local files only (issue 15)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import servelab
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import SONNET_BASE_PROMPT, build_dataset
@@ -114,11 +113,11 @@ def test_sonnet_and_hf_runs_against_the_mock(mock_server, tmp_path, sonnet_file)
     rows.write_text("\n".join(json.dumps(r) for r in ROWS))
     for name, path, extra in (("sonnet", sonnet_file, ["--sonnet-output-len", "3"]), ("hf", rows, [])):
         out = tmp_path / f"{name}.json"
-        cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", s.url, "--model", "mock"]
+        cmd = ["bench", "--base-url", s.url, "--model", "mock"]
         cmd += ["--dataset-name", name, "--dataset-path", str(path), "--num-prompts", "4", *extra]
         cmd += ["--hf-output-len", "2", "--save-result", "--result-dir", str(tmp_path)]
         cmd += ["--result-filename", out.name]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+        p = servelab(*cmd)
         assert p.returncode == 0, p.stderr
         r = json.loads(out.read_text())
         assert r["completed"] == 4 and r["total_output_tokens"] == 4 * (3 if name == "sonnet" else 2)
@@ -170,12 +169,12 @@ def test_speed_bench_missing_or_malformed_is_one_line(tmp_path):
 def test_speed_bench_runs_against_the_mock(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1")
     d = _speed_bench_dir(tmp_path)
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", s.url, "--model", "mock"]
+    cmd = ["bench", "--base-url", s.url, "--model", "mock"]
     cmd += ["--dataset-name", "speed_bench", "--dataset-path", str(d), "--num-prompts", "5"]
     cmd += ["--speed-bench-dataset-subset", "throughput_8k", "--speed-bench-category", "low_entropy"]
     cmd += ["--speed-bench-output-len", "3", "--save-result", "--result-dir", str(tmp_path)]
     cmd += ["--result-filename", "sb.json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    p = servelab(*cmd)
     assert p.returncode == 0, p.stderr
     r = json.loads((tmp_path / "sb.json").read_text())
     assert r["completed"] == 5 and r["total_output_tokens"] == 5 * 3

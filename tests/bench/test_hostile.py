@@ -1,18 +1,18 @@
-"""Whole `servelab bench` runs (a subprocess) against a misbehaving server (hostile_server.py): every fault is
-a counted failure with its reason, the run goes on and saves its result, and nothing raises."""
+"""Whole `servelab bench` runs (in the test's process, tests/clirun.py; the load worker a process) against a
+misbehaving server (hostile_server.py): every fault is a counted failure with its reason, the run goes on and
+saves its result, and nothing raises."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+from clirun import servelab
 
 
 def bench(url: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
-    cmd = CLI + [
+    cmd = [
+        "bench",
         "--base-url",
         url,
         "--model",
@@ -35,7 +35,7 @@ def bench(url: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedPro
         "r.json",
         *args,
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = servelab(*cmd)
     path = tmp_path / "r.json"
     return p, json.loads(path.read_text()) if path.exists() else None
 

@@ -1,4 +1,5 @@
-"""Whole runs of `servelab bench` (a subprocess, as users run it) against the mock server (its own process).
+"""Whole runs of `servelab bench` against the mock server (its own process): the command in the test's process
+(tests/clirun.py: its load workers are processes as a user's are), a real process for Ctrl-C.
 
 The measured values must match what the mock was set to, and every misbehaviour must end as
 counted failures with reasons, partial results saved and a non-zero exit code.
@@ -21,8 +22,9 @@ from servelab.bench.records import read_jsonl
 CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
 
 
-def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int, str, str, dict | None]:
-    cmd = CLI + [
+def bench(server, tmp_path: Path, *args: str) -> tuple[int, str, str, dict | None]:
+    cmd = [
+        "bench",
         "--base-url",
         server.url,
         "--model",
@@ -36,7 +38,7 @@ def bench(server, tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int,
         "r.json",
         *args,
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = servelab(*cmd)
     path = tmp_path / "r.json"
     return p.returncode, p.stdout, p.stderr, json.loads(path.read_text()) if path.exists() else None
 
@@ -243,7 +245,6 @@ def test_server_dying_mid_run_keeps_partial_results(mock_server, tmp_path):
         "--no-ready-check",
         "--num-workers",
         "2",
-        timeout=60,
     )
     assert rc == 1
     assert 8 <= r["completed"] < 12
@@ -260,7 +261,7 @@ def test_server_dying_at_concurrency_one_ends_the_run(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2", "--die-after-requests", "3")
     rc, out, err, r = bench(
         s, tmp_path, "--random-output-len", "4", "--num-prompts", "20", "--max-concurrency", "1",
-        "--num-workers", "1", "--no-ready-check", timeout=60,
+        "--num-workers", "1", "--no-ready-check",
     )  # fmt: skip
     assert rc == 1
     assert r["completed"] == 2 and r["completed"] + r["failed"] + r["not_sent"] == 20
@@ -331,7 +332,8 @@ def test_no_usage_falls_back_to_the_tokenizer(mock_server, tmp_path, tiny_tokeni
 
 def test_sweep_writes_one_file_per_point_and_a_table(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
-    cmd = CLI + [
+    cmd = [
+        "bench",
         "--base-url",
         s.url,
         "--model",
@@ -348,7 +350,7 @@ def test_sweep_writes_one_file_per_point_and_a_table(mock_server, tmp_path):
         "--result-dir",
         str(tmp_path),
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    p = servelab(*cmd)
     assert p.returncode == 0, p.stderr
     files = sorted(f.name for f in tmp_path.glob("*.json"))
     assert len(files) == 2 and "concurrency1" in files[0] and "concurrency3" in files[1]

@@ -5,12 +5,11 @@ metrics, and the files against the mock server."""
 import csv
 import json
 import math
-import subprocess
-import sys
 from itertools import pairwise
 
 import pytest
 import yaml
+from clirun import servelab
 
 from servelab.bench.profiles import Load, apply_profile
 from servelab.results.report import result_points
@@ -61,11 +60,11 @@ def test_constant_arrivals_are_evenly_spaced():
 
 def test_one_run_as_json_yaml_csv_and_html_with_a_cool_down(mock_server, tmp_path):
     server = mock_server("--first-token-delay-ms", "10", "--token-delay-ms", "2")
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", server.url, "--model", "mock",
+    cmd = ["bench", "--base-url", server.url, "--model", "mock",
            "--random-input-len", "8", "--random-output-len", "8", "--num-prompts", "20",
            "--profile", "constant", "--request-rate", "40,80", "--cool-down", "0.1",
            "--outputs", "yaml,csv,html", "--result-filename", "run.json"]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    r = servelab(*cmd, cwd=tmp_path)  # in-process (tests/clirun.py); its load worker is a process
     assert r.returncode == 0, r.stderr
     results = sorted(tmp_path.glob("run-*.json"))
     assert [p.name for p in results] == ["run-cNone-r40.0.json", "run-cNone-r80.0.json"]

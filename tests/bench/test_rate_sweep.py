@@ -2,11 +2,10 @@
 
 import json
 import math
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+from clirun import servelab
 
 from servelab.bench.rate_sweep import SweepStep, between, rate_sweep
 
@@ -42,11 +41,11 @@ def test_between_is_strict_and_even():
 
 def test_cli_sweep_writes_a_result_per_step(mock_server, tmp_path):
     s = mock_server("--first-token-delay-ms", "20", "--token-delay-ms", "10")  # 50 ms a request
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", s.url, "--model", "mock"]
+    cmd = ["bench", "--base-url", s.url, "--model", "mock"]
     cmd += ["--random-input-len", "8", "--random-output-len", "4", "--num-prompts", "16"]
     cmd += ["--request-rate", "sweep", "--sweep-rates", "2", "--max-concurrency", "8"]
     cmd += ["--save-result", "--result-dir", str(tmp_path), "--result-filename", "s.json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    p = servelab(*cmd)
     assert p.returncode == 0, p.stderr
     assert "servelab bench sweep" in p.stdout
     r = {f.stem[2:]: json.loads(f.read_text()) for f in tmp_path.glob("s-*.json")}
@@ -60,6 +59,6 @@ def test_cli_sweep_writes_a_result_per_step(mock_server, tmp_path):
 
 
 def test_sweep_with_a_concurrency_list_is_bad_input():
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--model", "m", "--request-rate", "sweep"]
-    p = subprocess.run(cmd + ["--max-concurrency", "1,2"], capture_output=True, text=True, timeout=60)
+    cmd = ["bench", "--model", "m", "--request-rate", "sweep"]
+    p = servelab(*cmd + ["--max-concurrency", "1,2"])
     assert p.returncode == 2 and p.stderr.startswith("error: --request-rate sweep")

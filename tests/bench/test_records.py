@@ -8,12 +8,11 @@ lean on the code under test."""
 import base64
 import json
 import struct
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset
@@ -87,12 +86,12 @@ def earlier_form(line: str) -> str:
 def test_a_run_reads_the_same_from_either_form_of_its_records(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
     name = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "servelab.cli.main", "bench", "--base-url", s.url, "--model", "mock",
+    cmd = ["bench", "--base-url", s.url, "--model", "mock",
            "--random-input-len", "16", "--random-output-len", "12", "--num-prompts", "24",
            "--max-concurrency", "6", "--save-result", "--save-detailed", "--result-dir", str(tmp_path),
            "--result-filename", name.name, "--percentile-metrics", "ttft,tpot,itl,e2el", "--num-workers",
            "2"]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    p = servelab(*cmd)  # in-process (tests/clirun.py); its load workers are processes
     assert p.returncode == 0, p.stderr
     saved = json.loads(name.read_text())
     new = Path(saved["records_file"])

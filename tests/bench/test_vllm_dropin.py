@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.bench import runner
 from servelab.bench.config import BenchConfig
@@ -21,13 +21,11 @@ from servelab.bench.tokenizer import load_tokenizer
 from servelab.cli.main import main
 from servelab.errors import ServelabError
 
-CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
-
 
 def bench(server, tmp_path: Path, *args: str) -> tuple[int, str]:
-    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--random-input-len", "8"]
+    cmd = ["bench", "--base-url", server.url, "--model", "mock", "--random-input-len", "8"]
     cmd += ["--random-output-len", "4", "--num-prompts", "4", "--num-workers", "1", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    p = servelab(*cmd, cwd=tmp_path)  # in-process (tests/clirun.py); its load worker is a process
     return p.returncode, p.stderr
 
 
@@ -130,10 +128,16 @@ def test_spec_decode_counters_are_read_as_vllm_reads_them():
 
 
 def test_ready_check_timeout_waits_then_fails_in_one_line(tmp_path):
-    p = subprocess.run(
-        [*CLI, "--base-url", "http://127.0.0.1:9", "--model", "m", "--ready-check-timeout-sec", "1"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+    p = servelab(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--ready-check-timeout-sec",
+        "1",
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert p.stderr.startswith("error: --ready-check-timeout-sec: the server at http://127.0.0.1:9 did not")
 

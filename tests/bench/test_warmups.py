@@ -4,11 +4,10 @@ The mock server counts how many requests it had in flight at once (GET /stats), 
 overlap from the server itself rather than from timings."""
 
 import json
-import subprocess
-import sys
 import urllib.request
+from subprocess import CompletedProcess
 
-CLI = [sys.executable, "-m", "servelab.cli.main", "bench"]
+from clirun import servelab
 
 
 def server_stats(server) -> dict:
@@ -16,11 +15,11 @@ def server_stats(server) -> dict:
         return json.loads(resp.read())
 
 
-def run_warmups(server, *args: str) -> subprocess.CompletedProcess:
+def run_warmups(server, *args: str) -> CompletedProcess:
     # one benchmark request and a ready check: each alone, so any overlap the server saw came from warm-ups
-    cmd = CLI + ["--base-url", server.url, "--model", "mock", "--random-input-len", "8"]
+    cmd = ["bench", "--base-url", server.url, "--model", "mock", "--random-input-len", "8"]
     cmd += ["--random-output-len", "4", "--num-prompts", "1", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return servelab(*cmd)  # in-process (tests/clirun.py); its load worker is a process
 
 
 def test_warmups_overlap_up_to_max_concurrency(mock_server):

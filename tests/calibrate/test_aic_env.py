@@ -6,10 +6,10 @@ it was called, so the tests also see that nothing asks it to install anything.""
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import servelab
 
 from servelab.calibrate import aic
 from servelab.errors import ServelabError
@@ -82,13 +82,7 @@ def test_with_every_answer_cached_nothing_runs_and_nothing_is_needed(tmp_path, m
 
 
 def calibrate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "calibrate", "engines", "--dry-run", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
+    return servelab("calibrate", "engines", "--dry-run", *args, cwd=tmp_path)  # in-process (tests/clirun.py)
 
 
 @pytest.mark.skipif(

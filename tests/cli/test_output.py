@@ -12,6 +12,7 @@ import sys
 from functools import cache
 
 import typer
+from clirun import servelab
 from typer.testing import CliRunner
 
 from servelab import __version__
@@ -23,15 +24,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def run_piped(*args: str, columns: str | None = "80") -> subprocess.CompletedProcess:
-    """Run with stdout a pipe, COLUMNS set to `columns` (None: not set)."""
+    """Run with stdout not a terminal, as a pipe is, COLUMNS set to `columns` (None: not set): in the test's
+    process (tests/clirun.py); the terminal's case below is a real process on a pseudo-terminal."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    return servelab(*args, env=env)
 
 
 def run_on_terminal(*args: str, columns: int = 80) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from clirun import servelab
 from fakeops import CRASH_ENV, FAIL_ENV, fake_suite
 from typer.testing import CliRunner
 
@@ -326,14 +327,19 @@ def test_repeat_campaign_compares_key_by_key(tmp_path):
 
 
 def _no_torch_collect(tmp_path, *extra):
-    return subprocess.run(
-        [sys.executable, "-m", "servelab.cli.main", "collect", "--system", "h200_sxm", "--ops", "gemm"]
-        + ["--limit", "2", "--out", str(tmp_path / "c"), *extra],
-        capture_output=True,
-        text=True,
-        env=_no_torch_env(),
-        check=False,
-    )
+    args = [
+        "collect",
+        "--system",
+        "h200_sxm",
+        "--ops",
+        "gemm",
+        "--limit",
+        "2",
+        "--out",
+        tmp_path / "c",
+        *extra,
+    ]
+    return servelab(*args, env=_no_torch_env())  # in-process (tests/clirun.py)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")

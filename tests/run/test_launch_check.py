@@ -2,11 +2,10 @@
 server starts (servelab.engines.releases): a misspelt flag is one line and exit 2, not a failed start-up."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
+from clirun import servelab
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -37,8 +36,7 @@ def _workload(tmp_path, serve_args: str, image: str | None = "vllm/vllm-openai:v
 
 
 def _servelab(*args, cwd):
-    argv = [sys.executable, "-m", "servelab.cli.main", *map(str, args)]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
+    return servelab(*args, cwd=cwd)  # in-process (tests/clirun.py)
 
 
 def test_dry_run_of_a_misspelt_serve_args_flag_exits_2_in_one_line(tmp_path):

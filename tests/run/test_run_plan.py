@@ -1,12 +1,11 @@
 """Run plans from the 21 upstream perf-eval workloads, sweep jobs and recipe arms; --dry-run; docker argv."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from clirun import servelab
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -195,9 +194,8 @@ def test_bad_bench_args_are_refused_before_anything_runs(tmp_path):
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
-    argv = [sys.executable, "-m", "servelab.cli.main", "run"]
-    argv += ([] if "--job" in args else [str(_workload(tmp_path))]) + args + ["--dry-run"]
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    argv = ["run"] + ([] if "--job" in args else [str(_workload(tmp_path))]) + args + ["--dry-run"]
+    r = servelab(*argv, cwd=tmp_path)  # in-process (tests/clirun.py)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
 
 
