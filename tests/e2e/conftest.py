@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from once_a_run import once_a_run
 
 from servelab.runner.tiny_llama import build_tiny_llama
 from servelab.runner.vllm_cpu import VENV_ENV, VllmCpuServer, vllm_python
@@ -52,10 +53,13 @@ def vllm_venv_python() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_llama(vllm_venv_python, e2e_cache_dir) -> Path:
-    return build_tiny_llama(vllm_venv_python, e2e_cache_dir)
+    """Built once a run, however many pytest-xdist workers ask (never twice into one folder at once)."""
+    return once_a_run("tiny-llama", lambda: build_tiny_llama(vllm_venv_python, e2e_cache_dir))
 
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_venv_python, tiny_llama):
-    with VllmCpuServer(vllm_venv_python, tiny_llama) as server:
+    """Prefix caching on (vLLM's default on the CPU, named so the agentic test's cache hits do not rest on a
+    default): one server for the bench, agentic and simulator tests, not one more start for the agentic."""
+    with VllmCpuServer(vllm_venv_python, tiny_llama, extra_args=["--enable-prefix-caching"]) as server:
         yield server

@@ -11,20 +11,13 @@ import pytest
 
 from servelab.bench.agentic.trace import read_trace_file
 from servelab.runner.server_metrics import metric_sums
-from servelab.runner.vllm_cpu import VllmCpuServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "agentic" / "traces.jsonl"
 
 
-@pytest.fixture(scope="module")
-def caching_server(vllm_venv_python, tiny_llama):
-    with VllmCpuServer(vllm_venv_python, tiny_llama, extra_args=["--enable-prefix-caching"]) as server:
-        yield server
-
-
-def test_multi_turn_sessions_hit_the_prefix_cache(caching_server, tiny_llama, tmp_path):
-    server = caching_server
+def test_multi_turn_sessions_hit_the_prefix_cache(vllm_server, tiny_llama, tmp_path):
+    server = vllm_server  # the session's, prefix caching on (tests/e2e/conftest.py)
     cmd = [
         sys.executable,
         "-m",

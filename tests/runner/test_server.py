@@ -3,6 +3,7 @@ never healthy, and a teardown that leaves no process of the group behind on any 
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from portpick import free_port
 
-from servelab.runner.server import ServerProcess, ServerStartError, group_members
+from servelab.runner.server import ServerProcess, ServerStartError, group_members, wait_group_gone
 
 # The stand-in engine: `mode` says how it behaves. Like vLLM's API server it forks a worker (the "engine
 # core") that shares its process group, and writes the worker's pid where the test can find it.
@@ -43,13 +44,20 @@ ENGINE = textwrap.dedent(
 
 
 def running(pid: int) -> bool:
-    """The process exists and has not exited (an exited child of a killed parent can linger as a zombie)."""
+    """The process exists and has not exited (an exited child of a killed parent lingers as a zombie until
+    init reaps it). One read of its stat: init may reap it between any two looks, and a look that finds it
+    gone after one that found it must not count it as running."""
+    if not os.path.isdir("/proc"):  # not Linux: a zombie counts as running
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):  # reaped, before or while it was read
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def engine(tmp_path: Path, mode: str, **kw) -> tuple[ServerProcess, Path]:
@@ -115,3 +123,24 @@ def test_an_error_inside_the_block_still_tears_down(tmp_path):
     with pytest.raises(RuntimeError, match="test failed"), server:
         raise RuntimeError("test failed")
     assert_all_gone(server, pid_file)
+
+
+# A leader that leaves a member behind in its group and exits: the member runs until its stdin (the test's
+# pipe) closes.
+LEAVES_A_MEMBER = (
+    "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'])"
+)
+
+
+@pytest.mark.timeout(120)  # a hang guard, not a speed check
+def test_a_wait_on_a_group_ends_when_its_last_member_has_exited_not_its_leader():
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEAVES_A_MEMBER], stdin=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdin is not None
+    leader.wait()
+    assert group_members(leader.pid)  # the member, still reading
+    assert not wait_group_gone(leader.pid, 0.2)
+    leader.stdin.close()  # the member reads the end of its input and exits
+    assert wait_group_gone(leader.pid, 60)
+    assert not group_members(leader.pid)

@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import IO, Self
 from urllib.parse import urlsplit
 
+# SIGKILL cannot be caught or ignored: only a process stuck in the kernel (uninterruptible I/O, a GPU driver)
+# outlives it by more than a moment, and teardown does not wait on such a one for longer than this.
+KILLED_GONE_WITHIN_S = 10.0
+GROUP_POLL_S = 0.05  # how often a wait on a process group reads /proc (each scan costs milliseconds of CPU)
+
 
 class ServerStartError(RuntimeError):
     """The server exited or never became healthy; the message ends with the last lines of its log."""
@@ -223,12 +228,15 @@ class ServerProcess:
         return bool(group_members(self.proc.pid))
 
     def kill(self) -> None:
-        """SIGKILL to what is left of the group, the leader reaped, the watchdog released, the log closed (the
-        second half of stop()); safe to call twice."""
+        """SIGKILL to what is left of the group, the leader reaped, the group gone, the watchdog released, the
+        log closed (the second half of stop()); safe to call twice."""
         if self.proc is not None:
             try:
                 signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+                # The leader's exit says nothing of its group: a forked worker sent the same SIGKILL may not
+                # have run yet to die (a loaded machine), and would still hold the port and the memory.
+                wait_group_gone(self.proc.pid, KILLED_GONE_WITHIN_S)
             finally:
                 self._release_watchdog()
         if self._log is not None:
@@ -247,6 +255,16 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass  # nothing left in the group
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until no process of the group runs (zombies have exited); whether it was gone by the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(GROUP_POLL_S)
+    return True
 
 
 def group_members(pgid: int) -> list[int]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
-from servelab.runner.server import group_members, signal_group
+from servelab.runner.server import signal_group, wait_group_gone
 
 DONE = b"done"
 CLEANUP_TIMEOUT_S = 60
@@ -32,9 +31,7 @@ def main(argv: list[str]) -> int:
     if said.strip() == DONE:
         return 0
     signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + stop_timeout_s
-    while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_group_gone(pgid, stop_timeout_s)
     signal_group(pgid, signal.SIGKILL)
     if cleanup:
         try:
