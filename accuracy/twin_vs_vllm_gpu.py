@@ -1,0 +1,177 @@
+"""The twin against a real vLLM on a GPU: closed-loop `servelab bench` runs that no fit or design decision has
+seen, each priced again by `servelab bench --simulate` with the run's own settings (lengths, their rule and
+spread, clients, prompts, seed) and the server's batch limits, and compared statistic by statistic.
+
+    PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py accuracy/data/vllm_h100_llama8b [--system h100_sxm]
+        [--registered DIR]     # also compare with the predictions saved before the runs (same file names)
+
+The folder holds the measured result files (`servelab bench --save-result --save-detailed`, per-request
+inter-token gaps dropped to keep them small) and, for each, vLLM's /metrics read before and after the run
+(`metrics_<name>_before.txt` / `_after.txt`), and a README.md saying how they were made. vLLM's own histograms
+split the measured first token into its queue and its prefill, which the twin's `--explain` splits too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics as st
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SETTINGS = {  # result config field -> bench flag
+    "random_input_len": "--random-input-len",
+    "random_output_len": "--random-output-len",
+    "random_range_ratio": "--random-range-ratio",
+    "random_range_rule": "--random-range-rule",
+    "max_concurrency": "--max-concurrency",
+    "num_prompts": "--num-prompts",
+    "seed": "--seed",
+}
+HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def histogram_means(before: Path, after: Path) -> dict[str, float]:
+    """Mean of each histogram over the run, ms: (sum after - sum before) / (count after - count before)."""
+
+    def read(path: Path) -> dict[str, float]:
+        found = {}
+        for line in path.read_text().splitlines():
+            m = re.match(r"vllm:(\w+?)_(sum|count)\{[^}]*\} ([0-9.e+-]+)$", line)
+            if m and m.group(1) in HISTOGRAMS:
+                found[f"{m.group(1)}_{m.group(2)}"] = float(m.group(3))
+        return found
+
+    if not (before.exists() and after.exists()):
+        return {}
+    a, b = read(before), read(after)
+    means = {}
+    for name in HISTOGRAMS:
+        count = b.get(f"{name}_count", 0.0) - a.get(f"{name}_count", 0.0)
+        if count > 0:
+            means[name] = (b[f"{name}_sum"] - a[f"{name}_sum"]) / count * 1e3
+    return means
+
+
+def simulate(measured: dict, system: str, limits: dict[str, int], out: Path) -> dict:
+    cfg = measured["config"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servelab.cli.main",
+        "bench",
+        "--simulate",
+        "--system",
+        system,
+        "--engine",
+        "vllm",
+    ]
+    cmd += [
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--dataset-name",
+        "random",
+        "--no-live",
+        "--explain",
+    ]
+    for field, flag in SETTINGS.items():
+        cmd += [flag, str(cfg[field])]
+    for flag, value in limits.items():
+        cmd += [flag, str(value)]
+    cmd += [
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.read_text())
+
+
+def stats(result: dict) -> dict[str, float]:
+    ttfts = [t * 1e3 for t in result["ttfts"] if t]
+    return {
+        "ttft_p50": st.median(ttfts),
+        "ttft_p90": quantile(ttfts, 0.9),
+        "ttft_p99": quantile(ttfts, 0.99),
+        "tpot_p50": result["median_tpot_ms"],
+        "tok_s": result["output_throughput"],
+    }
+
+
+def explain_split(predicted: dict) -> tuple[float, float]:
+    """The twin's mean queue and mean prefill of a first token, ms (its --explain)."""
+    queue = prefill = 0.0
+    for row in (predicted.get("explain") or {}).get("rows", []):
+        if row.get("part") == "queue":
+            queue += row["mean_ms"]
+        elif row.get("part") == "prefill steps":
+            prefill += row["mean_ms"]
+    return queue, prefill
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--system", default="h100_sxm")
+    ap.add_argument("--max-num-seqs", type=int, default=1024, help="the server's (its log says)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="the server's (its log says)")
+    ap.add_argument("--registered", type=Path, help="predictions saved before the runs, same file names")
+    args = ap.parse_args(argv)
+    runs = sorted(p for p in args.folder.glob("*_c*.json") if not p.name.startswith("metrics"))
+    if not runs:
+        print(f"error: {args.folder}: no result files (*_cN.json)", file=sys.stderr)
+        return 2
+    limits = {"--max-num-seqs": args.max_num_seqs, "--max-num-batched-tokens": args.max_num_batched_tokens}
+    print(
+        "run        C  ISL   TTFT p50 meas/pred  ratio   TTFT p90 ratio  TPOT meas/pred  ratio  tok/s ratio"
+        "  queue meas/pred  prefill meas/pred"
+    )
+    errors = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in runs:
+            measured = json.loads(path.read_text())
+            predicted = simulate(measured, args.system, limits, Path(tmp) / path.name)
+            m, p = stats(measured), stats(predicted)
+            name = path.stem
+            hist = histogram_means(
+                args.folder / f"metrics_{name}_before.txt", args.folder / f"metrics_{name}_after.txt"
+            )
+            q_pred, pre_pred = explain_split(predicted)
+            cfg = measured["config"]
+            r = {k: p[k] / m[k] for k in m}
+            errors.append((abs(r["ttft_p50"] - 1), abs(r["tpot_p50"] - 1), r["ttft_p50"]))
+            print(
+                f"{name:9s} {cfg['max_concurrency']:4d} {cfg['random_input_len']:5d}"
+                f"  {m['ttft_p50']:8.1f} / {p['ttft_p50']:8.1f}  {r['ttft_p50']:5.2f}   {r['ttft_p90']:5.2f}"
+                f"  {m['tpot_p50']:6.2f} / {p['tpot_p50']:6.2f}  {r['tpot_p50']:5.2f}  {r['tok_s']:5.2f}"
+                f"  {hist.get('request_queue_time_seconds', float('nan')):7.1f} / {q_pred:7.1f}"
+                f"  {hist.get('request_prefill_time_seconds', float('nan')):7.1f} / {pre_pred:7.1f}"
+            )
+            if args.registered and (args.registered / path.name).exists():
+                reg = stats(json.loads((args.registered / path.name).read_text()))
+                ratios = ", ".join(f"{k} {reg[k] / m[k]:.2f}" for k in ("ttft_p50", "tpot_p50", "tok_s"))
+                print(f"{'':15s}registered before the run, predicted / measured: {ratios}")
+    both = [e for row in errors for e in row[:2]]
+    ttft, tpot = (100 * st.median(e[k] for e in errors) for k in (0, 1))
+    within = sum(1 / 1.5 <= e[2] <= 1.5 for e in errors)
+    print(
+        f"\nmedian |error|: TTFT {ttft:.1f} %, TPOT {tpot:.1f} %, both {100 * st.median(both):.1f} %;",
+        end=" ",
+    )
+    print(f"TTFT within 1.5x: {within} of {len(errors)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

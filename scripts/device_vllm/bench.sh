@@ -1,0 +1,19 @@
+#!/bin/bash
+# bench.sh TAG ISL OSL C...: servelab bench closed loop at each concurrency, 5 x C prompts (at least 16),
+# InferenceX's length rule (ratio 0.8), vLLM's /metrics read before and after each run.
+set -u
+source .gpu/s/env.sh
+tag=$1 isl=$2 osl=$3; shift 3
+mkdir -p /tmp/gres
+for c in "$@"; do
+  n=$(( 5 * c )); [ $n -lt 16 ] && n=16
+  get http://127.0.0.1:8000/metrics > /tmp/gres/metrics_${tag}_c${c}_before.txt
+  PYTHONPATH=$PWD/src:/tmp/gsite python3 -m servelab.cli.main bench --base-url http://127.0.0.1:8000 \
+    --model llama-8b-dummy --tokenizer /tmp/gm/model --dataset-name random --random-input-len $isl \
+    --random-output-len $osl --random-range-ratio 0.8 --random-range-rule inferencex --max-concurrency $c \
+    --num-prompts $n --seed $(( c * 10 + isl )) --save-result --save-detailed --result-dir /tmp/gres \
+    --result-filename ${tag}_c${c}.json --no-live 2>&1 | tail -22
+  get http://127.0.0.1:8000/metrics > /tmp/gres/metrics_${tag}_c${c}_after.txt
+  tar -C /tmp -cf $OUT/res.tar gres
+done
+grep -v "GET /metrics\|POST /v1\|GET /health" /tmp/server.log > $OUT/server.log

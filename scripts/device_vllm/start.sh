@@ -1,0 +1,18 @@
+#!/bin/bash
+# Call 2: the rest of vLLM's Python dependencies, then vLLM's OpenAI server on a Llama-3.1-8B-shaped model with
+# random weights (--load-format dummy), left running in a session of its own for the next call.
+set -u
+source .gpu/s/env.sh
+mkdir -p /tmp/gsite && tar -C /tmp/gsite -xJf .gpu/p2/deps.tar.xz && mkdir -p /tmp/gm && tar -C /tmp/gm -xJf .gpu/p2/model.tar.xz || exit 1
+python3 -c "import vllm, vllm.entrypoints.openai.api_server; from vllm.platforms import current_platform as p; print('import ok', vllm.__version__, p.device_type, type(p).__name__)" 2>&1 | tail -15
+setsid nohup python3 -m vllm.entrypoints.openai.api_server --model /tmp/gm/model \
+  --served-model-name llama-8b-dummy --load-format dummy --port 8000 > /tmp/server.log 2>&1 < /dev/null &
+pid=$!
+for i in $(seq 1 480); do
+  if get http://127.0.0.1:8000/health >/dev/null 2>&1; then echo "server up after $i s"; break; fi
+  if ! kill -0 $pid 2>/dev/null; then echo "server died"; break; fi
+  sleep 1
+done
+grep -v "GET /metrics\|POST /v1" /tmp/server.log | tail -60
+cp /tmp/server.log $OUT/server_start.log
+get http://127.0.0.1:8000/health > /dev/null 2>&1 || exit 1
