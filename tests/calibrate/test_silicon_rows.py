@@ -44,3 +44,11 @@ def test_a_checkpoint_that_declares_an_fp8_kv_cache_runs_one_on_every_engine():
     declared = {e: kv(e, "nvidia/Llama-3.1-8B-Instruct-FP8") for e in ENGINES}
     assert declared == dict.fromkeys(ENGINES, Dtype.fp8)
     assert kv("vllm", "meta-llama/Llama-3.1-8B-Instruct") == Dtype.bf16
+
+
+def test_a_row_whose_layout_does_not_validate_is_left_out_with_a_one_line_reason():
+    row = dict(_row(0, "meta-llama/Llama-3.1-70B", "1", "1", "vllm"), tp_size="0", moe_tp_size="0")
+    cases, skipped = build_cases([row], "h200_sxm")
+    assert cases == []
+    (reason,) = skipped
+    assert "\n" not in reason and "tp" in reason and "greater than or equal to 1" in reason, reason

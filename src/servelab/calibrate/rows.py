@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import MODELLED, Engine
@@ -222,6 +224,17 @@ def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
     return with_recipe(case)
 
 
+def skip_reason(e: ValueError) -> str:
+    """Why a row is left out, in one line: a validation error's fields and messages (pydantic's own text runs
+    over several lines, with a link), GPU counts as N so that one reason counts every such row."""
+    if isinstance(e, ValidationError):
+        said = "; ".join(
+            f"{'.'.join(map(str, err['loc']))}: {err['msg']} (got {err['input']!r})" for err in e.errors()
+        )
+        return f"{e.title}: {said}"
+    return re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
+
+
 def build_cases(
     rows: list[dict], system: str, configs: Mapping[str, Path] | None = None
 ) -> tuple[list[Case], dict[str, int]]:
@@ -235,7 +248,7 @@ def build_cases(
         try:
             case = to_case(row, configs)
         except ValueError as e:
-            reason = re.sub(r"\d+", "N", str(e)) if "GPUs" in str(e) else str(e)
+            reason = skip_reason(e)
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         tie = ties[row["id"]]
