@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics as st
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from servelab.metrics.percentiles import percentile
+from servelab.runner.server_metrics import sums_of
 
 SETTINGS = {  # result config field -> bench flag
     "random_input_len": "--random-input-len",
@@ -34,30 +36,16 @@ SETTINGS = {  # result config field -> bench flag
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def histogram_means(before: Path, after: Path) -> dict[str, float]:
     """Mean of each histogram over the run, ms: (sum after - sum before) / (count after - count before)."""
-
-    def read(path: Path) -> dict[str, float]:
-        found = {}
-        for line in path.read_text().splitlines():
-            m = re.match(r"vllm:(\w+?)_(sum|count)\{[^}]*\} ([0-9.e+-]+)$", line)
-            if m and m.group(1) in HISTOGRAMS:
-                found[f"{m.group(1)}_{m.group(2)}"] = float(m.group(3))
-        return found
-
     if not (before.exists() and after.exists()):
         return {}
-    a, b = read(before), read(after)
+    a, b = sums_of(before.read_text()), sums_of(after.read_text())
     means = {}
     for name in HISTOGRAMS:
-        count = b.get(f"{name}_count", 0.0) - a.get(f"{name}_count", 0.0)
+        count = b.get(f"vllm:{name}_count", 0.0) - a.get(f"vllm:{name}_count", 0.0)
         if count > 0:
-            means[name] = (b[f"{name}_sum"] - a[f"{name}_sum"]) / count * 1e3
+            means[name] = (b[f"vllm:{name}_sum"] - a[f"vllm:{name}_sum"]) / count * 1e3
     return means
 
 
@@ -99,11 +87,11 @@ def simulate(measured: dict, system: str, limits: dict[str, int], out: Path) -> 
 
 
 def stats(result: dict) -> dict[str, float]:
-    ttfts = [t * 1e3 for t in result["ttfts"] if t]
+    ttfts = sorted(t * 1e3 for t in result["ttfts"] if t)
     return {
-        "ttft_p50": st.median(ttfts),
-        "ttft_p90": quantile(ttfts, 0.9),
-        "ttft_p99": quantile(ttfts, 0.99),
+        "ttft_p50": percentile(ttfts, 50),
+        "ttft_p90": percentile(ttfts, 90),
+        "ttft_p99": percentile(ttfts, 99),
         "tpot_p50": result["median_tpot_ms"],
         "tok_s": result["output_throughput"],
     }

@@ -8,7 +8,11 @@ def metric_sums(base_url: str, prefix: str = "vllm:") -> dict[str, float]:
     """Every `prefix`* sample on the server's /metrics, summed over its labels (histograms as name_sum and
     name_count)."""
     with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+        return sums_of(r.read().decode(), prefix)
+
+
+def sums_of(text: str, prefix: str = "vllm:") -> dict[str, float]:
+    """metric_sums of a /metrics page already read (a saved copy, say)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(prefix):
