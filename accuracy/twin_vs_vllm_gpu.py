@@ -128,7 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     errors = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in runs:
-            measured = json.loads(path.read_text())
+            try:
+                measured = json.loads(path.read_text())
+                missing = [f for f in SETTINGS if f not in measured["config"]]
+                missing += [
+                    f for f in ("ttfts", "median_tpot_ms", "output_throughput") if not measured.get(f)
+                ]
+                if missing:
+                    raise ValueError(f"no {', '.join(missing)}")
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                what = "a `servelab bench --save-result --save-detailed` result file"
+                print(f"error: {path}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
+                return 2
             predicted = simulate(measured, args.system, limits, Path(tmp) / path.name)
             m, p = stats(measured), stats(predicted)
             name = path.stem

@@ -63,8 +63,23 @@ def strip(path: str, keep: int) -> tuple[int, int]:
     return zeroed, total
 
 
-if __name__ == "__main__":
-    keep = int(sys.argv[1])
-    for path in sys.argv[2:]:
-        zeroed, total = strip(path, keep)
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or not argv[0].isdigit():
+        print(
+            "usage: strip_fatbin.py KEEP_SM FILE...  (KEEP_SM: an architecture number, e.g. 90)",
+            file=sys.stderr,
+        )
+        return 2
+    keep = int(argv[0])
+    for path in argv[1:]:
+        try:
+            zeroed, total = strip(path, keep)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"error: {path}: expected a readable, writable ELF file ({e})", file=sys.stderr)
+            return 2
         print(f"{path}: zeroed {zeroed / 1e6:.1f} of {total / 1e6:.1f} MB of fatbin")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -64,3 +64,12 @@ def test_only_what_the_kept_architecture_can_load_stays(tmp_path):
         assert got == (bytes([fill]) * 96 if fill else bytes(96))
     assert after[:start] == before[:start] and after[start + len(blob) :] == before[start + len(blob) :]
     assert "zeroed" in done.stdout
+
+
+def test_a_file_that_is_not_an_elf_library_is_refused_in_one_line(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a library")
+    done = subprocess.run([sys.executable, str(SCRIPT), "90", str(text)], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {text}: expected a readable, writable ELF file")
+    assert text.read_text() == "not a library"
