@@ -44,11 +44,9 @@ LAUNCHES = ("aiconfigurator",)
 AIC_BUDGET_SPARE = 1500
 
 
-def what_if(text: str | None) -> tuple[str, float] | None:
+def what_if(text: str) -> tuple[str, float]:
     """NAME=VALUE as (name, value); a ServelabError naming --what-if unless NAME is a fitted parameter and
     VALUE a number >= 0."""
-    if text is None:
-        return None
     name, _, value = text.partition("=")
     try:
         number = float(value)
@@ -199,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     try:
-        changes = dict(filter(None, (what_if(text) for text in args.what_if)))
+        changes = dict(what_if(text) for text in args.what_if)
         launch = launch_rule(args.launch, args.engine)
         engines = read_calibration(args.calibration).engines
         if args.engine not in engines:
@@ -230,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shipped: {by_concurrency(rows, 'shipped')}")
     print(f"shipped: {errors(rows, 'shipped')}")
     if probe:
-        label = ", ".join(
-            [f"{k}={v:g}" for k, v in changes.items()] + [f"{args.launch}'s launch"] * bool(launch)
-        )
+        parts = [f"{k}={v:g}" for k, v in changes.items()]
+        if launch:
+            parts.append(f"{args.launch}'s launch")
+        label = ", ".join(parts)
         print(f"{label}: {by_concurrency(rows, 'what_if')}")
         print(f"{label}: {errors(rows, 'what_if')}")
     if args.json:
