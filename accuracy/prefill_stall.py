@@ -42,6 +42,7 @@ LAUNCHES = ("aiconfigurator",)
 # AIConfigurator's generator sizes an aggregated TensorRT-LLM worker's token budget for whole prompts: its
 # batch, one prompt and this many tokens more
 AIC_BUDGET_SPARE = 1500
+AIC_KV_SHARE = 0.80  # its templates' kv_cache_config.free_gpu_memory_fraction
 
 
 def what_if(text: str) -> tuple[str, float]:
@@ -65,9 +66,9 @@ def aiconfigurator_launch(case: Case) -> Case:
     chunked prefill off, max_batch_size the batch, max_num_tokens the batch + ISL + 1,500 ("we're assuming no
     chunked prefill"; ai-dynamo/aiconfigurator 9610283, the August 2025 generator its eval ran,
     src/aiconfigurator/cli/backends/trtllm.py and templates/trtllm/dynamo/extra_engine_args.1.0.0rc3.yaml.j2,
-    where enable_chunked_prefill defaults to false; the same rules in generator/rule_plugin/trtllm.rule of
-    January 2026), CUDA graphs for every batch up to it. The batch is the row's concurrency: every
-    AIConfigurator TensorRT-LLM row on H100 has batch_size equal to it."""
+    where enable_chunked_prefill defaults to false and free_gpu_memory_fraction to 0.80; the same rules in
+    generator/rule_plugin/trtllm.rule of January 2026), CUDA graphs for every batch up to it. The batch is
+    the row's concurrency: every AIConfigurator TensorRT-LLM row on H100 has batch_size equal to it."""
     batch = case.concurrency
     settings = case.settings or RunSettings(recipe="AIConfigurator's benchmark")
     launched = replace(
@@ -77,6 +78,7 @@ def aiconfigurator_launch(case: Case) -> Case:
         max_num_batched_tokens=batch + case.isl + AIC_BUDGET_SPARE,
         max_num_seqs=batch,
         cuda_graph_max_batch=batch,
+        memory_share=AIC_KV_SHARE,
     )
     return replace(case, settings=launched)
 
