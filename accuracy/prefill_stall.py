@@ -2,40 +2,52 @@
 stall them. For the development points of one engine (tests/data/closed_loop, part == dev; a held-out point
 is never read), each replayed as accuracy/closed_loop.py replays it: the measured TPOT and TTFT beside the
 twin's median TPOT, its median gap between tokens (ITL: one decode step, prefill steps in between excluded),
-the share of the run spent in steps that carry prefill, and its TTFT. `--what-if NAME=VALUE` prices every
-point again with one of the engine's calibrated parameters set to VALUE (a probe: it writes nothing and
-changes no default).
+the share of the run spent in steps that carry prefill, and its TTFT. `--what-if NAME=VALUE` (repeatable)
+prices every point again with the engine's calibrated parameters NAME set to VALUE; `--launch aiconfigurator`
+prices AIConfigurator's own TensorRT-LLM rows (only those) again as its config generator launched the engine
+(`aiconfigurator_launch`). Both are probes: they write nothing and change no default.
 
     python accuracy/prefill_stall.py --engine sglang --systems b200_sxm,b300_sxm [--isl 1024 --osl 1024] \\
-        [--only TEXT] [--what-if eager_moe_route_us=0] [--json rows.json]
+        [--only TEXT] [--what-if eager_moe_route_us=0 ...] [--json rows.json]
+    python accuracy/prefill_stall.py --engine trtllm --systems h100_sxm --only qwen3_32b \\
+        --launch aiconfigurator
 
 Output: a line per point (system, layout, lengths, concurrency), then predicted / measured TPOT and TTFT by
-concurrency (medians), as shipped and with the what-if; --json writes the rows (the point's settings and
-measurements, and the twin's split under "shipped" and "what_if").
+concurrency (medians) and the median |error| of TTFT, TPOT and both with the share of TTFTs within 1.5x, as
+shipped and with the probe; --json writes the rows (the point's settings and measurements, and the twin's
+split under "shipped" and "what_if").
 """
 
 import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from closed_loop import DATA, SYSTEMS, describe
+from closed_loop import DATA, SYSTEMS, WITHIN, describe
 
 from servelab.calibrate.closed_loop import Point, read_points
 from servelab.calibrate.price import Pricer
+from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import Case
+from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.predict.engines import FITTED, read_calibration, shipped_calibration
 from servelab.specs import load_system
 
+LAUNCHES = ("aiconfigurator",)
+# AIConfigurator's generator sizes an aggregated TensorRT-LLM worker's token budget for whole prompts: its
+# batch, one prompt and this many tokens more
+AIC_BUDGET_SPARE = 1500
+AIC_KV_SHARE = 0.80  # its templates' kv_cache_config.free_gpu_memory_fraction
 
-def what_if(text: str | None) -> tuple[str, float] | None:
+
+def what_if(text: str) -> tuple[str, float]:
     """NAME=VALUE as (name, value); a ServelabError naming --what-if unless NAME is a fitted parameter and
     VALUE a number >= 0."""
-    if text is None:
-        return None
     name, _, value = text.partition("=")
     try:
         number = float(value)
@@ -49,15 +61,53 @@ def what_if(text: str | None) -> tuple[str, float] | None:
     return name, number
 
 
+def aiconfigurator_launch(case: Case) -> Case:
+    """The case launched as AIConfigurator's config generator launches an aggregated TensorRT-LLM worker:
+    chunked prefill off, max_batch_size the batch, max_num_tokens the batch + ISL + 1,500 ("we're assuming no
+    chunked prefill"; ai-dynamo/aiconfigurator 9610283, the August 2025 generator its eval ran,
+    src/aiconfigurator/cli/backends/trtllm.py and templates/trtllm/dynamo/extra_engine_args.1.0.0rc3.yaml.j2,
+    where enable_chunked_prefill defaults to false and free_gpu_memory_fraction to 0.80; the same rules in
+    generator/rule_plugin/trtllm.rule of January 2026), CUDA graphs for every batch up to it. The batch is
+    the row's concurrency: every AIConfigurator TensorRT-LLM row on H100 has batch_size equal to it."""
+    batch = case.concurrency
+    settings = case.settings or RunSettings(recipe="AIConfigurator's benchmark")
+    launched = replace(
+        settings,
+        recipe=f"{settings.recipe}, AIConfigurator's generator launch",
+        chunked_prefill=False,
+        max_num_batched_tokens=batch + case.isl + AIC_BUDGET_SPARE,
+        max_num_seqs=batch,
+        cuda_graph_max_batch=batch,
+        memory_share=AIC_KV_SHARE,
+    )
+    return replace(case, settings=launched)
+
+
+def launch_rule(name: str | None, engine: str) -> Callable[[Case], Case] | None:
+    """The launch --launch names (None: none); a ServelabError naming --launch for another name, or for an
+    engine other than TensorRT-LLM."""
+    if name is None:
+        return None
+    if name not in LAUNCHES or engine != Engine.TRTLLM.value:
+        raise ServelabError(
+            f"--launch: expected one of {', '.join(LAUNCHES)} with --engine trtllm, got {name!r} with "
+            f"--engine {engine}",
+            field="launch",
+        )
+    return aiconfigurator_launch
+
+
 class TwinSplit:
     """The twin's answer for a point, split: median TPOT, median ITL, prefill share of the run, mean and
-    median TTFT (ms)."""
+    median TTFT (ms); `launch` (if any) changes each case's settings before it is priced."""
 
-    def __init__(self, params: dict[str, float]):
-        self.params = params
+    def __init__(self, params: dict[str, float], launch: Callable[[Case], Case] | None = None):
+        self.params, self.launch = params, launch
         self.pricers: dict[str, Pricer] = {}
 
     def __call__(self, case: Case) -> dict[str, float]:
+        if self.launch is not None:
+            case = self.launch(case)
         pricer = self.pricers.get(case.system)
         if pricer is None:
             pricer = self.pricers[case.system] = Pricer(load_system(case.system), "aggregated")
@@ -83,6 +133,7 @@ def development_points(engine: str, systems: tuple[str, ...], args: argparse.Nam
         and (args.isl is None or p.case.isl == args.isl)
         and (args.osl is None or p.case.osl == args.osl)
         and (not args.only or args.only in p.key)
+        and (not args.launch or p.source == args.launch)
     ]
 
 
@@ -115,6 +166,19 @@ def by_concurrency(rows: list[dict], key: str) -> str:
     return "; ".join(parts)
 
 
+def errors(rows: list[dict], key: str) -> str:
+    """Median |predicted / measured - 1| of TTFT (the twin's mean), TPOT and the two together, and the share
+    of TTFTs within 1.5x either way, for the answers under `key`."""
+    ttft = np.array([r[key]["ttft_mean"] / r["ttft_ms"] for r in rows])
+    tpot = np.array([r[key]["tpot"] / r["tpot_ms"] for r in rows])
+    both = np.concatenate([ttft, tpot])
+    within = np.mean((ttft <= WITHIN) & (ttft >= 1 / WITHIN))
+    return (
+        f"median |error| both {np.median(np.abs(both - 1)):.1%}, TTFT {np.median(np.abs(ttft - 1)):.1%}, "
+        f"TPOT {np.median(np.abs(tpot - 1)):.1%}; TTFT within {WITHIN}x on {within:.0%}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--engine", default="sglang")
@@ -123,11 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--osl", type=int)
     ap.add_argument("--calibration", type=Path, default=shipped_calibration())
     ap.add_argument("--only", help="only points whose id contains this text")
-    ap.add_argument("--what-if", help="NAME=VALUE: one calibrated parameter of the engine set to VALUE")
+    ap.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        help="NAME=VALUE: a calibrated parameter of the engine set to VALUE (repeatable)",
+    )
+    ap.add_argument(
+        "--launch", help="aiconfigurator: its own rows only, the probe launched as its generator launches"
+    )
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     try:
-        change = what_if(args.what_if)
+        changes = dict(what_if(text) for text in args.what_if)
+        launch = launch_rule(args.launch, args.engine)
         engines = read_calibration(args.calibration).engines
         if args.engine not in engines:
             raise ServelabError(
@@ -141,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     shipped = TwinSplit(params)
-    probe = TwinSplit({**params, change[0]: change[1]}) if change else None
+    probe = TwinSplit({**params, **changes}, launch) if changes or launch else None
     rows = []
     for p in sorted(points, key=lambda p: (p.case.system, p.case.parallel.label(), p.case.isl, p.case.osl)):
         try:
@@ -152,9 +225,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(point_line(row, row["shipped"], row["what_if"]))
     print(f"\n{len(rows)} development points, {args.engine}; predicted / measured by concurrency (medians)")
+    if not rows:
+        return 0
     print(f"shipped: {by_concurrency(rows, 'shipped')}")
-    if change:
-        print(f"{change[0]}={change[1]:g}: {by_concurrency(rows, 'what_if')}")
+    print(f"shipped: {errors(rows, 'shipped')}")
+    if probe:
+        parts = [f"{k}={v:g}" for k, v in changes.items()]
+        if launch:
+            parts.append(f"{args.launch}'s launch")
+        label = ", ".join(parts)
+        print(f"{label}: {by_concurrency(rows, 'what_if')}")
+        print(f"{label}: {errors(rows, 'what_if')}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -45,3 +45,50 @@ def test_a_what_if_that_is_not_a_calibrated_parameter_is_refused_in_one_line(tmp
     assert "--what-if" in err and "Traceback" not in err
     err = run_accuracy_python([SCRIPT, "--engine", "vllm"], returncode=2)
     assert err.count("\n") == 1 and "--engine" in err and "'vllm'" in err
+
+
+# TensorRT-LLM Qwen3-32B on H100, 4,096 + 128 tokens, tp1-tp8 at 8 to 128 clients: AIConfigurator's own rows
+QWEN_4K = ["--engine", "trtllm", "--systems", "h100_sxm", "--only", "qwen3_32b_h100_sxm_trtllm_agg_4096x128"]
+
+
+def test_aiconfigurator_launch_takes_each_prompt_whole_as_it_arrives(tmp_path):
+    """With its generator's launch (no chunked prefill, max_num_tokens = batch + ISL + 1,500) a step holds one
+    4,096-token prompt, so prompts are prefilled one a step as they arrive: the median first token stays one
+    such step from 8 clients up, where the shipped 8,192-token chunks prefill two a step and keep a wave
+    together, its median first token growing with the clients."""
+    out = tmp_path / "rows.json"
+    run_accuracy_python([SCRIPT, *QWEN_4K, "--launch", "aiconfigurator", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert len(rows) >= 16 and all(r["source"] == "aiconfigurator" and not r["heldout"] for r in rows)
+    by_split: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        by_split.setdefault(r["parallel"], {})[r["concurrency"]] = r
+    for split in by_split.values():
+        low, high = split[8], split[max(split)]
+        assert high["what_if"]["ttft_p50"] < 1.15 * low["what_if"]["ttft_p50"]
+        assert high["shipped"]["ttft_p50"] > 1.5 * low["shipped"]["ttft_p50"]
+
+
+def test_several_what_ifs_apply_together(tmp_path):
+    """Both of TensorRT-LLM's fitted MoE terms at 0 on a Qwen3-235B point: the decode step loses the GPU time
+    per routed expert and the prefill steps the CPU time, so TPOT and TTFT both fall."""
+    out = tmp_path / "rows.json"
+    point = "qwen3_235b_a22b_fp8_h100_sxm_trtllm_agg_512x512_c4_tp8"
+    args = ["--engine", "trtllm", "--systems", "h100_sxm", "--only", point]
+    run_accuracy_python([SCRIPT, *args, "--what-if", "moe_route_us=0", "--json", str(out)])
+    (one,) = json.loads(out.read_text())
+    both = ["--what-if", "moe_route_us=0", "--what-if", "eager_moe_route_us=0"]
+    run_accuracy_python([SCRIPT, *args, *both, "--json", str(out)])
+    (two,) = json.loads(out.read_text())
+    assert one["shipped"] == two["shipped"]
+    # the CPU term is paid in eager steps only: the four prompts' one prefill step, not the decode steps
+    assert two["what_if"]["tpot"] == pytest.approx(one["what_if"]["tpot"], rel=0.01)
+    assert one["what_if"]["tpot"] < 0.8 * one["shipped"]["tpot"]
+    assert two["what_if"]["ttft_mean"] < one["what_if"]["ttft_mean"] <= one["shipped"]["ttft_mean"]
+
+
+def test_a_launch_other_than_aiconfigurator_or_for_another_engine_is_refused_in_one_line():
+    err = run_accuracy_python([SCRIPT, *QWEN_4K, "--launch", "inferencex"], returncode=2)
+    assert err.count("\n") == 1 and "--launch" in err and "'inferencex'" in err
+    err = run_accuracy_python([SCRIPT, *SWEEP, "--launch", "aiconfigurator"], returncode=2)
+    assert err.count("\n") == 1 and "--launch" in err and "sglang" in err

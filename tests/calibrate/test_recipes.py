@@ -16,7 +16,7 @@ from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_setti
 from servelab.calibrate.rows import to_case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.specs import Dtype, load_system
+from servelab.specs import Dtype, Parallel, load_system
 from servelab.traffic.lengths import length_bounds
 
 
@@ -152,6 +152,19 @@ def test_the_pricer_replays_a_case_with_its_settings():
     # the KV memory share reaches the memory model: too little for one sequence is refused
     with pytest.raises(ServelabError, match="KV cache"):
         price(replace(base, settings=RunSettings(recipe="test", memory_share=0.0001)), params)
+
+
+def test_a_recipe_without_chunked_prefill_takes_each_prompt_whole():
+    """TensorRT-LLM's enable_chunked_prefill off: a prompt joins a step only whole, so a 1,536-token budget
+    carries one ~1,024-token prompt a step where chunking packs one and a half; first tokens come later."""
+    whole = RunSettings(recipe="test", max_num_batched_tokens=1536, chunked_prefill=False)
+    assert whole.engine_overrides(8192)["chunked_prefill"] is False
+    assert "chunked_prefill" not in RunSettings(recipe="test").engine_overrides(8192)  # the engine's default
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2)
+    params = defaults()["trtllm"]
+    base = replace(to_case(_row("silicon_concurrency=16")), concurrency=16, parallel=Parallel(tp=8, ep=8))
+    chunked = replace(base, settings=RunSettings(recipe="test", max_num_batched_tokens=1536))
+    assert price(replace(base, settings=whole), params)[0] > 1.05 * price(chunked, params)[0]
 
 
 def test_the_summary_counts_rows_replayed_with_recipe_settings():

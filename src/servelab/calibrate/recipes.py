@@ -35,6 +35,9 @@ class RunSettings:
     max_prefill_tokens: int | None = None
     # TensorRT-LLM max_batch_size, SGLang max_running_requests, vLLM's own name
     max_num_seqs: int | None = None
+    # TensorRT-LLM enable_chunked_prefill, vLLM's own name (None: the engine's default): without it a prompt
+    # joins a step only whole, within the token budget
+    chunked_prefill: bool | None = None
     cuda_graph_max_batch: int | None = None
     # TensorRT-LLM free_gpu_memory_fraction (of the memory left free), vLLM gpu_memory_utilization, SGLang
     # mem_fraction_static (each priced by its engine's KV rule, predict.memory.memory_per_gpu)
@@ -64,6 +67,7 @@ class RunSettings:
         fields = {
             "max_num_batched_tokens": budget,
             "max_num_seqs": self.max_num_seqs,
+            "chunked_prefill": self.chunked_prefill,
             "cuda_graph_max_batch": self.cuda_graph_max_batch,
             "attention_dp_balance": self.attention_dp_balance or None,
             "attention_dp_timeout_iters": self.attention_dp_timeout_iters,
