@@ -2,7 +2,7 @@
 seen, each priced again by `servelab bench --simulate` with the run's own settings (lengths, their rule and
 spread, clients, prompts, seed) and the server's batch limits, and compared statistic by statistic.
 
-    PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py accuracy/data/vllm_h100_llama8b [--system h100_sxm]
+    PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py tests/data/vllm_gpu [--system h100_sxm]
         [--registered DIR]     # also compare with the predictions saved before the runs (same file names)
 
 The folder holds the measured result files (`servelab bench --save-result --save-detailed`, per-request

@@ -2,5 +2,7 @@
 # packages from /tmp/gsite, and `get URL` (the image has python, so no curl is relied on).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
+# vLLM 0.25.0's V2 model runner imports FlashInfer for its sampler unless told not to; FlashInfer is left out
+export VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONPATH=/tmp/gsite
 get() { python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$1"; }

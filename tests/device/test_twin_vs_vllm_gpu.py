@@ -1,0 +1,72 @@
+"""accuracy/twin_vs_vllm_gpu.py on the runs of a real vLLM on an H100 (tests/data/vllm_gpu): the files carry
+what the twin needs to replay each run, and the comparison reads the measured run and vLLM's own histograms
+as they are, then prices the run with the twin."""
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.accuracy_python import ACCURACY, run_accuracy_python
+
+SCRIPT = str(ACCURACY / "twin_vs_vllm_gpu.py")
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gpu"
+RUNS = sorted(DATA.glob("*_c*.json"))
+
+
+def histogram_mean_ms(run: str, name: str) -> float:
+    """vLLM's histogram mean over the run, read here from the saved /metrics pages line by line."""
+
+    def sums(path: Path) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in path.read_text().splitlines():
+            series, value = line.rsplit(" ", 1)
+            key = series.split("{")[0]
+            if key in (f"vllm:{name}_sum", f"vllm:{name}_count"):
+                out[key] = out.get(key, 0.0) + float(value)
+        return out
+
+    a, b = (sums(DATA / f"metrics_{run}_{when}.txt") for when in ("before", "after"))
+    count = b[f"vllm:{name}_count"] - a[f"vllm:{name}_count"]
+    return (b[f"vllm:{name}_sum"] - a[f"vllm:{name}_sum"]) / count * 1e3
+
+
+def test_every_run_carries_its_settings_its_first_tokens_and_the_servers_metrics_around_it():
+    assert len(RUNS) == 13
+    seeds = set()
+    for path in RUNS:
+        run = json.loads(path.read_text())
+        cfg = run["config"]
+        assert run["completed"] == cfg["num_prompts"] >= 16 and run["failed"] == 0
+        assert cfg["random_range_rule"] == "inferencex" and cfg["random_range_ratio"] == 0.8
+        assert len(run["ttfts"]) == cfg["num_prompts"] and all(t > 0 for t in run["ttfts"])
+        seeds.add(cfg["seed"])
+        for when in ("before", "after"):
+            assert (DATA / f"metrics_{path.stem}_{when}.txt").is_file()
+    assert len(seeds) == len(RUNS)  # no run's prompts sit in another's prefix cache
+
+
+@pytest.mark.slow  # two processes: the script and the twin it starts
+def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vllms_histograms(tmp_path):
+    for name in ("A_c8.json", "metrics_A_c8_before.txt", "metrics_A_c8_after.txt"):
+        shutil.copy(DATA / name, tmp_path / name)
+    out = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm"])
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("A_c8 ")]
+    measured = json.loads((DATA / "A_c8.json").read_text())
+    ttft_p50 = statistics.median(t * 1e3 for t in measured["ttfts"])
+    assert row[1:3] == ["8", "1024"]
+    # TTFT p50 measured / predicted, then their ratio
+    assert abs(float(row[3]) - ttft_p50) < 0.06 and row[4] == "/"
+    assert float(row[6]) == pytest.approx(float(row[5]) / float(row[3]), abs=0.006)
+    # the last six fields: vLLM's mean queue / the twin's, vLLM's mean prefill / the twin's
+    queue, prefill = row[-6], row[-3]
+    assert float(queue) == round(histogram_mean_ms("A_c8", "request_queue_time_seconds"), 1)
+    assert float(prefill) == round(histogram_mean_ms("A_c8", "request_prefill_time_seconds"), 1)
+    assert float(row[-1]) > 0  # the twin's prefill of a first token, from its --explain
+
+
+def test_a_folder_without_runs_is_refused_in_one_line(tmp_path):
+    err = run_accuracy_python([SCRIPT, str(tmp_path / "missing")], returncode=2)
+    assert err.count("\n") == 1 and "no result files" in err
