@@ -73,6 +73,9 @@ class Settings(_Part):
     tables: str
     prompts_per_concurrency: int
     length_spread: float
+    # silicon rows without a recipe replayed as their client sent them (calibrate.clients); older files: no
+    as_sent: bool = False
+    aic_mixed_chunk: bool = False
     loss: str
     cross_validation: str
 
