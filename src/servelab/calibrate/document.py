@@ -79,6 +79,16 @@ class Settings(_Part):
     loss: str
     cross_validation: str
 
+    @model_serializer(mode="wrap")
+    def _replay_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The replay's switches are written only when on, so a file made without them (every file before
+        them) writes back byte for byte."""
+        out = handler(self)
+        for name in ("as_sent", "aic_mixed_chunk"):
+            if not out.get(name):
+                out.pop(name, None)
+        return out
+
 
 class Provenance(_Part):
     """Who made the calibration, from what, and how."""
