@@ -45,3 +45,14 @@ def test_a_malformed_calibration_is_one_line(tmp_path, edit, says):
     with pytest.raises(ServelabError) as e:
         CalibrationDocument.read(path)
     assert str(path) in str(e.value) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_calibration_replayed_as_sent_says_so_and_one_without_writes_no_such_key(tmp_path):
+    doc = CalibrationDocument.read(CALIBRATED)
+    assert "as_sent" not in doc.provenance.settings.model_dump() and not doc.provenance.settings.as_sent
+    sent = doc.model_copy(deep=True)
+    sent.provenance.settings.as_sent = True
+    sent.write(tmp_path / "sent.json")
+    again = CalibrationDocument.read(tmp_path / "sent.json")
+    assert again.provenance.settings.as_sent and not again.provenance.settings.aic_mixed_chunk
+    assert '"as_sent": true' in (tmp_path / "sent.json").read_text()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import closed_loop_split as split
-from servelab.calibrate.closed_loop import FIXED_LENGTHS, heldout_ids, read_points
+from servelab.calibrate.clients import FIXED_LENGTHS
+from servelab.calibrate.closed_loop import heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import model_of

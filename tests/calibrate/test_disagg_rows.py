@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from servelab.calibrate import disagg_rows as rows_mod
-from servelab.calibrate.closed_loop import AICONFIGURATOR_LENGTHS
+from servelab.calibrate.clients import AICONFIGURATOR_LENGTHS
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.predict.engines import engine_profile
 from servelab.predict.plan.split import price_given_split, split_context

@@ -23,33 +23,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO, RunSettings
+from servelab.calibrate.clients import FIXED_LENGTHS, client_settings, measured_by_inferencex
+from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import Case, build_cases
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import Parallel, load_model
 
 MINIMAX = "minimaxai/minimax-m2.5"
-# InferenceX's token-position client sends every request at the nominal lengths (benchmark_serving_random.py
-# `sample_random_requests`: "fixed lengths (no range variation)"): the [r L, L] rule at r = 1
-FIXED_LENGTHS = 1.0
 _IX_NAME = re.compile(
     r"minimax_m25_vllm_(?P<split>tep8|dep8)_isl(?P<isl>\d+)_osl(?P<osl>\d+)_conc(?P<c>\d+)\.json"
 )
-# AIConfigurator's benchmark sends every request at the nominal lengths: its eval harness of August 2025
-# (ai-dynamo/aiconfigurator 9610283, src/aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf with
-# --synthetic-input-tokens-stddev 0, --output-tokens-stddev 0, min_tokens = max_tokens = osl and ignore_eos,
-# 10 x C requests after 2 x C warm-up) and its generator's aiperf benchmark since February 2026
-# (generator/config/backend_templates/benchmark/bench_run.sh.j2: --isl-stddev and --osl-stddev, 0 by default
-# in generator/config/deployment_config.yaml)
-AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
-# the silicon rows' sources that are InferenceX runs (a measured time and an image, or a database dump)
-_INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
-
-
-def measured_by_inferencex(source: str) -> bool:
-    """Whether a silicon row's `silicon_data_source` is an InferenceX run, else AIConfigurator's own."""
-    return bool(_INFERENCEX_SOURCE.match(source))
 
 
 @dataclass
@@ -137,15 +121,8 @@ def silicon_points(
             skipped[reason] = skipped.get(reason, 0) + n
         for case in cases:
             ix = measured_by_inferencex(source_of[case.row_id])
-            if case.settings is None:  # no recipe of that system: its client's lengths all the same
-                client = (
-                    RunSettings(recipe="InferenceX client", client_range_ratio=INFERENCEX_RANGE_RATIO)
-                    if ix
-                    else RunSettings(
-                        recipe="AIConfigurator's benchmark", client_range_ratio=AICONFIGURATOR_LENGTHS
-                    )
-                )
-                case = replace(case, settings=client)
+            if case.settings is None:  # no recipe of that system: the client its campaign ran
+                case = replace(case, settings=client_settings(case.silicon_source, case.engine))
             if case.model.name.startswith("minimax"):
                 case = replace(case, family="minimax")
             points.append(Point(case, case.row_id in heldout, "inferencex" if ix else "aiconfigurator"))

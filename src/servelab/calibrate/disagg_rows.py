@@ -17,7 +17,7 @@ since; no DeepSeek recipe sets another), a closed loop of C clients at `--reques
 a warm-up that ran in a process of its own, over C x `num_prompts_mult` prompts (10 unless the recipe says
 otherwise, src/srtctl/benchmarks/sa_bench.py; 10 since 88ff268d of 2026-01-23, 8 before), every one counted.
 AIConfigurator's own rows (its gap-analysis campaign) ran its client, every request at the nominal lengths
-(closed_loop.AICONFIGURATOR_LENGTHS). Each row is priced as PROMPTS_PER_CONCURRENCY x C prompts from an idle
+(clients.AICONFIGURATOR_LENGTHS). Each row is priced as PROMPTS_PER_CONCURRENCY x C prompts from an idle
 deployment (price_given_split's num_prompts), the convention the aggregated rows are replayed with
 (calibrate.price).
 
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.calibrate.closed_loop import AICONFIGURATOR_LENGTHS, measured_by_inferencex, read_heldout
+from servelab.calibrate.clients import AICONFIGURATOR_LENGTHS, measured_by_inferencex
+from servelab.calibrate.closed_loop import read_heldout
 from servelab.calibrate.price import PROMPTS_PER_CONCURRENCY, lengths_up_to
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import (

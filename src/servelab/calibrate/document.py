@@ -73,8 +73,21 @@ class Settings(_Part):
     tables: str
     prompts_per_concurrency: int
     length_spread: float
+    # silicon rows without a recipe replayed as their client sent them (calibrate.clients); older files: no
+    as_sent: bool = False
+    aic_mixed_chunk: bool = False
     loss: str
     cross_validation: str
+
+    @model_serializer(mode="wrap")
+    def _replay_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The replay's switches are written only when on, so a file made without them (every file before
+        them) writes back byte for byte."""
+        out = handler(self)
+        for name in ("as_sent", "aic_mixed_chunk"):
+            if not out.get(name):
+                out.pop(name, None)
+        return out
 
 
 class Provenance(_Part):

@@ -70,6 +70,10 @@ class EngineFitOptions:
     limit: int = 0  # fit on at most this many rows per engine (quick runs)
     prompts_per_concurrency: int = PROMPTS_PER_CONCURRENCY
     length_spread: float = LENGTH_SPREAD
+    # silicon rows without a recipe replayed as their campaign's client sent them (calibrate.clients), and
+    # AIConfigurator's SGLang rows with --enable-mixed-chunk (a what-if the evidence does not decide)
+    as_sent: bool = False
+    aic_mixed_chunk: bool = False
     ttft_terms: tuple[str, ...] = ()  # TTFT terms the step model lacks, fitted to report what they would buy
     kernel_terms: bool = False  # a kernel-time factor per op family, likewise
     tables: str = "own"  # own: each engine's tables (roofline where none); torch: the torch tables for all
@@ -127,10 +131,11 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
     if opts.jobs > workers:
         echo(f"note: --jobs {opts.jobs}: {workers} processes ({os.cpu_count()} cores, {len(cases)} rows)")
     jobs = Jobs(workers, echo, started=t0)
-    cases = usable(cases, Pricer(system, mode, tables=tables), skipped, jobs)
+    replay = {"as_sent": opts.as_sent, "aic_mixed_chunk": opts.aic_mixed_chunk}
+    cases = usable(cases, Pricer(system, mode, tables=tables, **replay), skipped, jobs)
     if opts.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
-    price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables)
+    price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables, **replay)
     for src in got.sources:
         echo(f"{src.kind}: {src.path}: {src.rows_read} rows read, {src.rows_used} usable")
     if got.aic_python:
@@ -147,6 +152,13 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
         echo(
             f"  {engine}: {counts.with_recipe} rows replayed with their InferenceX recipe's settings, "
             f"{counts.engine_defaults} with the engine's defaults (no recipe for their model and date)"
+        )
+    if opts.as_sent:
+        sent = sum(1 for c in cases if c.settings is None and c.silicon_source)
+        mixed = ", AIConfigurator's SGLang rows with --enable-mixed-chunk" if opts.aic_mixed_chunk else ""
+        echo(
+            f"  --as-sent: {sent} rows without a recipe replayed as their campaign's client sent them "
+            f"(calibrate/clients.py: AIConfigurator's at the nominal lengths{mixed})"
         )
 
     before = errors_of(cases, {}, lambda c, p: price(c, documented[c.engine]), jobs, "defaults (in sample)")
@@ -201,6 +213,8 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
         tables=opts.tables,
         prompts_per_concurrency=opts.prompts_per_concurrency,
         length_spread=opts.length_spread,
+        as_sent=opts.as_sent,
+        aic_mixed_chunk=opts.aic_mixed_chunk,
         loss=LOSS,
         cross_validation="leave one model family out (servelab.specs.families)",
     )

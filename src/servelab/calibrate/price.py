@@ -13,6 +13,7 @@ import re
 from functools import cache
 from typing import cast
 
+from servelab.calibrate.clients import client_settings
 from servelab.calibrate.params import FIT_START, KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
 from servelab.calibrate.pool import SERIAL, Jobs, try_price_rows
 from servelab.calibrate.rows import ENGINES, Case
@@ -35,7 +36,9 @@ PROMPTS_PER_CONCURRENCY = 10
 # Real benchmarks draw request lengths from a range, so clients fall out of step, and a closed loop of
 # identical requests stays in lockstep (every wave prefills together): where the row's client is not known,
 # each request's input and output lengths are drawn from U[1 - s, 1 + s] x the row's (mean kept), seeded per
-# request; InferenceX rows (with recipe settings) get their client's rule (RunSettings.client_range_ratio).
+# request; InferenceX rows (with recipe settings) get their client's rule (RunSettings.client_range_ratio),
+# and with `as_sent` every silicon_sample.csv row without a recipe gets its campaign's (calibrate.clients:
+# AIConfigurator's own rows at the nominal lengths).
 LENGTH_SPREAD = 0.2
 MAX_SCALED_DBS = 64  # kernel-factor trials kept per pricer; the Nelder-Mead simplex revisits only recent ones
 
@@ -103,9 +106,14 @@ class Pricer:
         prompts_per_concurrency: int = PROMPTS_PER_CONCURRENCY,
         length_spread: float = LENGTH_SPREAD,
         tables: PerfDB | None = None,
+        as_sent: bool = False,
+        aic_mixed_chunk: bool = False,
     ):
         self.system, self.mode, self.tables = system, pick_mode(mode), tables
         self.prompts_per_concurrency, self.length_spread = prompts_per_concurrency, length_spread
+        # silicon rows without a recipe replayed as their campaign's client sent them (calibrate.clients);
+        # aic_mixed_chunk: AIConfigurator's SGLang rows also with --enable-mixed-chunk (a what-if)
+        self.as_sent, self.aic_mixed_chunk = as_sent, aic_mixed_chunk
         self._scaled: dict[tuple, ScaledDB] = {}
 
     def __call__(self, case: Case, params: dict[str, float]) -> tuple[float, float]:
@@ -153,14 +161,17 @@ class Pricer:
         update = {k: v for k, v in params.items() if k in PARAMS}
         memory_share = None  # the engine's own default (SGLang's is derived from the GPU and split)
         model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
-        if case.settings is not None:
-            update.update(case.settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
+        settings = case.settings
+        if settings is None and self.as_sent and case.silicon_source:
+            settings = client_settings(case.silicon_source, case.engine, self.aic_mixed_chunk)
+        if settings is not None:
+            update.update(settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
             if "cuda_graph_max_batch" in update:  # the recipe's graph batch, not SGLang's rule by split
                 update["cuda_graph_by_split"] = False
-            memory_share = case.settings.memory_share
-            model = with_kv_dtype(model, case.settings.kv_cache_dtype)
-            if case.settings.client_range_ratio is not None:
-                (isl, osl), spread = lengths_up_to(case.isl, case.osl, case.settings.client_range_ratio)
+            memory_share = settings.memory_share
+            model = with_kv_dtype(model, settings.kv_cache_dtype)
+            if settings.client_range_ratio is not None:
+                (isl, osl), spread = lengths_up_to(case.isl, case.osl, settings.client_range_ratio)
         base = base_profiles()[case.engine]
         if case.engine == Engine.VLLM:  # its batch defaults by the GPU and release, where the recipe set none
             gpu = self.system

@@ -52,6 +52,7 @@ class RunSettings:
     unpriced: tuple[tuple[str, object], ...] = ()  # other settings recorded as the recipe wrote them
     # the client's lengths: uniform in [L x r, L] (InferenceX's rule; None: the replay's own spread)
     client_range_ratio: float | None = None
+    mixed_chunk: bool | None = None  # SGLang --enable-mixed-chunk (prompt chunks ride with the decodes)
 
     def engine_overrides(self, token_budget: int) -> dict:
         """EngineProfile fields these settings replace (`token_budget`: the engine's default budget).
@@ -74,6 +75,7 @@ class RunSettings:
             "attention_dp_batching_wait_iters": self.attention_dp_batching_wait_iters,
             "batch_wait_timeout_iters": self.batch_wait_timeout_iters or None,
             "batch_wait_max_tokens_ratio": self.batch_wait_max_tokens_ratio or None,
+            "mixed_chunk": self.mixed_chunk,
         }
         return {k: v for k, v in fields.items() if v is not None}
 

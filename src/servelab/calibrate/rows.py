@@ -46,6 +46,9 @@ class Case:
     measured: str = ""  # the date it was measured (YYYY-MM-DD), where the source says
     settings: RunSettings | None = None  # the engine settings its recipe set (None: the engine's defaults)
     run: str = ""  # the InferenceX run it is tied to: `identified|agreed|ambiguous COMMITS` or `none`
+    # silicon_sample.csv's silicon_data_source: who measured the row, and so how its client sent it
+    # (calibrate.clients), where no recipe says
+    silicon_source: str = ""
 
     def __post_init__(self) -> None:
         # every source makes its rows here: a NaN, an infinity or a time <= 0 would reach a fit (and a
@@ -220,6 +223,7 @@ def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
         note=note,
         system=row["system"],
         measured=measured_date(row),
+        silicon_source=row.get("silicon_data_source") or "",
     )
     return with_recipe(case)
 

@@ -104,6 +104,18 @@ def engines(
         "--length-spread",
         help="closed-loop request lengths drawn from U[1-s, 1+s] x the row's (0: identical requests)",
     ),
+    as_sent: bool = typer.Option(
+        False,
+        "--as-sent",
+        help="replay silicon_sample.csv rows that no recipe covers as their campaign's client sent them "
+        "(AIConfigurator's own rows at the nominal lengths) instead of with --length-spread",
+    ),
+    aic_mixed_chunk: bool = typer.Option(
+        False,
+        "--aic-mixed-chunk",
+        help="with --as-sent, also replay AIConfigurator's own SGLang rows with --enable-mixed-chunk (a "
+        "what-if: the rows do not say)",
+    ),
     ttft_terms: str | None = typer.Option(
         None,
         "--ttft-terms",
@@ -165,6 +177,8 @@ def engines(
         raise ServelabError(f"--tables: {tables}; expected own or torch")
     if not 0 <= length_spread < 1:  # also refuses nan
         raise ServelabError(f"--length-spread: {length_spread}; expected a fraction in [0, 1)")
+    if aic_mixed_chunk and not as_sent:
+        raise ServelabError("--aic-mixed-chunk: replays rows as sent, so it needs --as-sent")
     echo = _note if as_json else _echo
     if out is None and not dry_run:
         out = Path(DEFAULT_OUT)
@@ -183,6 +197,8 @@ def engines(
         limit=limit,
         prompts_per_concurrency=prompts_per_concurrency,
         length_spread=length_spread,
+        as_sent=as_sent,
+        aic_mixed_chunk=aic_mixed_chunk,
         ttft_terms=_ttft_terms(ttft_terms),
         kernel_terms=kernel_terms,
         tables=tables,

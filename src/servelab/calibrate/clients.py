@@ -1,0 +1,53 @@
+"""The client a silicon_sample.csv row's campaign ran, for rows no recipe covers: who measured the row (its
+`silicon_data_source`) decides the request lengths, and the engine flags that campaign's harness is known to
+have set.
+
+- InferenceX's runs (a measured time and an image, or a database dump): its client's lengths, uniform in
+  [0.8 L, L] (recipes.INFERENCEX_RANGE_RATIO).
+- AIConfigurator's own campaign (`aic-auto-gap-analysis`, and every other source): every request at the
+  nominal lengths. Its eval harness of August 2025 (ai-dynamo/aiconfigurator 9610283,
+  src/aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf with --synthetic-input-tokens-stddev 0,
+  --output-tokens-stddev 0, min_tokens = max_tokens = osl and ignore_eos, 10 x C requests after 2 x C
+  warm-up) and its generator's aiperf benchmark since February 2026
+  (generator/config/backend_templates/benchmark/bench_run.sh.j2: --isl-stddev and --osl-stddev, 0 by default
+  in generator/config/deployment_config.yaml).
+
+SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
+default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
+(fa895ffb1 and 07a377923: `agg enable_mixed_chunk = true` in generator/rule_plugin/sglang.rule; the first of
+the two wrote the flag as `--enable-mix-chunk`, which SGLang does not know), but the campaign's rows
+carry no date, no flags and no image (only `source_file=.../aic-auto-gap-analysis/data/SYSTEM/sglang/VERSION/
+MODEL.csv`), its sweep harness is not public, and its versions' windows straddle that date (AIConfigurator's
+H200 SGLang 0.5.6.post2 tables from 2025-12-22, 85bee563e; its next H200 SGLang tables, 0.5.9, 2026-03-06,
+c86e3a44d). `mixed_chunk=True` replays them as if the generator's flag was set (a what-if, reported).
+"""
+
+import re
+
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO, RunSettings
+from servelab.engines import Engine
+
+# every request at the nominal lengths: the [r L, L] rule at r = 1 (also InferenceX's token-position client,
+# benchmark_serving_random.py `sample_random_requests`: "fixed lengths (no range variation)")
+FIXED_LENGTHS = 1.0
+AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
+# the silicon rows' sources that are InferenceX runs (a measured time and an image, or a database dump)
+_INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
+INFERENCEX_CLIENT = "InferenceX client"
+AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
+
+
+def measured_by_inferencex(source: str) -> bool:
+    """Whether a silicon row's `silicon_data_source` is an InferenceX run, else AIConfigurator's own."""
+    return bool(_INFERENCEX_SOURCE.match(source))
+
+
+def client_settings(source: str, engine: Engine, mixed_chunk: bool = False) -> RunSettings:
+    """How a row of this `silicon_data_source` was sent, where no recipe covers it (module docstring);
+    `mixed_chunk`: replay AIConfigurator's SGLang rows with --enable-mixed-chunk (not the evidence's rule)."""
+    if measured_by_inferencex(source):
+        return RunSettings(recipe=INFERENCEX_CLIENT, client_range_ratio=INFERENCEX_RANGE_RATIO)
+    flag = True if mixed_chunk and engine == Engine.SGLANG else None
+    return RunSettings(
+        recipe=AICONFIGURATOR_CLIENT, client_range_ratio=AICONFIGURATOR_LENGTHS, mixed_chunk=flag
+    )

@@ -1,0 +1,105 @@
+"""The calibration replays a silicon_sample.csv row that no recipe covers as its campaign's client sent it
+(calibrate/clients.py, `Pricer(as_sent=True)`, `calibrate engines --as-sent`): AIConfigurator's own rows at
+the nominal lengths, InferenceX's at [0.8 L, L]; SGLang's --enable-mixed-chunk only as the what-if."""
+
+from dataclasses import replace
+
+import pytest
+from clirun import servelab
+from silicon_csv import silicon_row
+
+from servelab.calibrate import price as price_module
+from servelab.calibrate.clients import AICONFIGURATOR_CLIENT, client_settings, measured_by_inferencex
+from servelab.calibrate.price import LENGTH_SPREAD, Pricer, defaults
+from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO, RunSettings
+from servelab.calibrate.rows import to_case
+from servelab.engines import Engine
+from servelab.errors import ServelabError
+from servelab.specs import load_system
+
+# the silicon_data_source of AIConfigurator's own H200 rows, as the pinned silicon_sample.csv writes them
+# (ai-dynamo/aiconfigurator 095f58a), and of an undated InferenceX export
+GAP_ANALYSIS = (
+    "source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/h200_sxm/{engine}/{version}/{file}"
+)
+SGLANG_LLAMA = GAP_ANALYSIS.format(
+    engine="sglang", version="0.5.6.post2", file="meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8"
+)
+VLLM_QWEN = GAP_ANALYSIS.format(
+    engine="vllm", version="0.12.0", file="Qwen_Qwen3-235B-A22B-FP8.csv; silicon_concurrency=8"
+)
+INFERENCEX_UNDATED = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8"
+
+
+def _llama(engine: str, source: str):
+    """A Llama-3.1-8B row on one H200, 8 clients of 2,000 + 500 tokens."""
+    row = silicon_row(0, engine, "meta-llama/Llama-3.1-8B-Instruct", "100", "10", "0.5.6.post2", source)
+    row.update(tp_size="1", moe_tp_size="1", precision="bf16", gemm_quant_mode="bf16", isl="2000", osl="500")
+    return to_case(row)
+
+
+def _sent(monkeypatch, case, **pricer) -> dict:
+    """What the pricer hands the simulator for `case`: its workload and engine profile."""
+    seen = {}
+
+    def capture(model, system, parallel, engine, *args, workload=None, **kw):
+        seen.update(workload=workload, engine=engine)
+        raise ServelabError("captured")
+
+    monkeypatch.setattr(price_module, "estimate_aggregated", capture)
+    price = Pricer(load_system("h200_sxm"), "auto", prompts_per_concurrency=2, **pricer)
+    with pytest.raises(ServelabError, match="captured"):
+        price(case, defaults()[case.engine])
+    return seen
+
+
+def test_a_calibration_row_of_aiconfigurators_campaign_is_replayed_at_its_nominal_lengths(monkeypatch):
+    case = _llama("sglang", SGLANG_LLAMA)
+    assert case.settings is None and not measured_by_inferencex(case.silicon_source)  # no recipe covers it
+    sent = _sent(monkeypatch, case, as_sent=True)["workload"]
+    assert (sent.isl, sent.osl, sent.range_ratio) == (2000, 500, 0)  # every request at 2,000 + 500 tokens
+    assert sent.num_requests == 2 * 8
+    # the replay of a row of unknown client (the default) spreads them over [0.8, 1.2] x nominal
+    spread = _sent(monkeypatch, case)["workload"]
+    assert (spread.isl, spread.osl, spread.range_ratio) == (2000, 500, LENGTH_SPREAD)
+
+
+def test_an_undated_inferencex_row_is_replayed_with_inferencexs_client():
+    case = _llama("vllm", INFERENCEX_UNDATED)
+    assert measured_by_inferencex(case.silicon_source) and case.settings is None
+    assert client_settings(case.silicon_source, case.engine).client_range_ratio == INFERENCEX_RANGE_RATIO
+
+
+def test_a_recipe_row_keeps_its_recipe_as_sent(monkeypatch):
+    case = replace(
+        _llama("sglang", SGLANG_LLAMA), settings=RunSettings(recipe="test", client_range_ratio=0.8)
+    )
+    sent = _sent(monkeypatch, case, as_sent=True, aic_mixed_chunk=True)
+    assert sent["workload"].isl == 1800 and sent["workload"].range_ratio > 0  # InferenceX's [0.8 L, L]
+    assert not sent["engine"].policy.mixed_chunk
+
+
+def test_the_mixed_chunk_rule_keeps_sglangs_default_and_the_what_if_sets_it_on_sglang_rows_only(monkeypatch):
+    sglang = _llama("sglang", SGLANG_LLAMA)
+    rule = client_settings(sglang.silicon_source, Engine.SGLANG)
+    assert (
+        rule.recipe == AICONFIGURATOR_CLIENT and rule.mixed_chunk is None
+    )  # the rows do not say: the default
+    assert not _sent(monkeypatch, sglang, as_sent=True)["engine"].policy.mixed_chunk
+    assert _sent(monkeypatch, sglang, as_sent=True, aic_mixed_chunk=True)["engine"].policy.mixed_chunk
+    # vLLM has no such flag (its V1 scheduler always mixes prompt chunks with decodes): nothing is set
+    vllm = to_case(
+        dict(
+            silicon_row(1, "vllm", "Qwen/Qwen3-235B-A22B-FP8", "100", "10", "0.12.0", VLLM_QWEN), tp_size="8"
+        )
+    )
+    assert client_settings(vllm.silicon_source, Engine.VLLM, mixed_chunk=True).mixed_chunk is None
+    # an InferenceX row is never given the what-if flag
+    assert client_settings(INFERENCEX_UNDATED, Engine.SGLANG, mixed_chunk=True).mixed_chunk is None
+
+
+def test_the_mixed_chunk_what_if_needs_the_replay_as_sent():
+    got = servelab("calibrate", "engines", "--dry-run", "--aic-mixed-chunk")
+    assert got.returncode == 2, got.stderr
+    (line,) = got.stderr.strip().splitlines()
+    assert "--aic-mixed-chunk" in line and "--as-sent" in line
