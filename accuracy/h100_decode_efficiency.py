@@ -63,9 +63,7 @@ def gemm_sets(aic: pd.DataFrame, name: str) -> dict[str, list[tuple[Gemm, float]
         for low, high in SIZES_MB:
             label = f"{name} {dtype}, {low}-{high or ''} MB"
             out[label] = [
-                (key, us)
-                for key, us in rows
-                if low <= weight_mb(dtype, key.n, key.k) and (high is None or weight_mb(dtype, key.n, key.k) < high)
+                (key, us) for key, us in rows if low <= weight_mb(dtype, key.n, key.k) < (high or math.inf)
             ]
     return out
 
@@ -91,7 +89,9 @@ def bias_and_error(system: SystemSpec, eff: Efficiencies, rows: list[tuple]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--aic-gemm", type=Path, required=True, help="one of AIConfigurator's H100 gemm_perf.parquet")
+    ap.add_argument(
+        "--aic-gemm", type=Path, required=True, help="one of AIConfigurator's H100 gemm_perf.parquet"
+    )
     args = ap.parse_args(argv)
     aic = aic_decode_gemms(args.aic_gemm)
     system = load_system("h100_sxm")

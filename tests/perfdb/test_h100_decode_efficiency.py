@@ -1,5 +1,6 @@
 """accuracy/h100_decode_efficiency.py: the H100's roofline against a GEMM table in AIConfigurator's layout
-(gemm_dtype, m, n, k, latency in milliseconds), by dtype and weight size, with each candidate efficiency set."""
+(gemm_dtype, m, n, k, latency in milliseconds), by dtype and weight size, with each candidate set of
+efficiencies."""
 
 import math
 
@@ -32,7 +33,9 @@ def test_rows_timed_at_the_h100_defaults_read_as_no_error_in_the_defaults_column
     rows.append(("bfloat16", 512, 5120, 5120, 1.0))  # a prefill row: not a decode size, left out
     folder = tmp_path / "sglang" / "0.5.9"
     folder.mkdir(parents=True)
-    pd.DataFrame(rows, columns=["gemm_dtype", "m", "n", "k", "latency"]).to_parquet(folder / "gemm_perf.parquet")
+    pd.DataFrame(rows, columns=["gemm_dtype", "m", "n", "k", "latency"]).to_parquet(
+        folder / "gemm_perf.parquet"
+    )
     out = run_accuracy_python([SCRIPT, "--aic-gemm", str(folder / "gemm_perf.parquet")])
     assert "defaults, 2 us" in out and "h200_sxm's fit" in out
     bf16 = cells(out, "sglang 0.5.9 bf16, 50- MB")
