@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bad_input import one_line_on_bad_input  # this folder's rule for bad input
 
 from servelab.calibrate.roofline import fit_roofline, load_rows
 from servelab.errors import ServelabError
@@ -93,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         "--aic-gemm", type=Path, required=True, help="one of AIConfigurator's H100 gemm_perf.parquet"
     )
     args = ap.parse_args(argv)
+    return one_line_on_bad_input(lambda: report(args))
+
+
+def report(args: argparse.Namespace) -> int:
+    """The report for parsed arguments; a ServelabError for bad input."""
     aic = aic_decode_gemms(args.aic_gemm)
     system = load_system("h100_sxm")
     own = load_tables(table_dirs(system.name, backend="torch")[0], system, strict=True)
@@ -117,8 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ServelabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main())

@@ -10,6 +10,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bad_input import one_line_on_bad_input  # this folder's rule for bad input
+
 from servelab.calibrate.closed_loop import read_points
 from servelab.calibrate.price import Pricer, defaults
 from servelab.calibrate.recipes import RunSettings
@@ -37,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--shares", default="0.80,0.79,0.785,0.78", help="mem_fraction_static values to try")
     args = ap.parse_args(argv)
+    return one_line_on_bad_input(lambda: report(args))
+
+
+def report(args: argparse.Namespace) -> int:
+    """The report for parsed arguments; a ServelabError for bad input."""
     shares = shares_of(args.shares)
     systems = tuple(args.systems.split(","))
     points, _ = read_points(DATA, systems)
@@ -66,8 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ServelabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main())
