@@ -51,7 +51,7 @@ def test_benches_share_the_processes_and_the_pool_grows_to_the_largest(mock_serv
     assert not mp.active_children()
 
 
-@pytest.mark.slow  # 1.2 s of CPU a case: a whole bench against the mock (server and load worker processes)
+@pytest.mark.slow  # 1.2 s of CPU a case: a whole bench with its load worker processes
 def test_a_process_killed_between_benches_is_replaced(mock_server):
     url = mock_server("--token-delay-ms", "1").url
     with WorkerPool() as pool:
@@ -71,7 +71,7 @@ def test_a_bench_of_its_own_leaves_no_process(mock_server):
     assert not mp.active_children()
 
 
-@pytest.mark.slow  # 1.1 s of CPU a case: a whole bench against the mock (server and load worker processes)
+@pytest.mark.slow  # 1.1 s of CPU a case: a whole bench with its load worker processes
 def test_a_trace_replay_and_a_plain_bench_take_turns_on_the_same_processes(mock_server):
     url = mock_server("--token-delay-ms", "1").url
     trace = BenchConfig(

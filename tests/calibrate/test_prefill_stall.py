@@ -38,7 +38,7 @@ def test_prefill_steps_take_a_growing_share_as_clients_arrive_faster(tmp_path):
         assert probe["ttft_mean"] < shipped["ttft_mean"]
 
 
-@pytest.mark.slow  # 2.2 s of CPU a case: a calibration fit in worker processes
+@pytest.mark.slow  # 2.2 s of CPU a case: three accuracy-script processes
 def test_a_what_if_that_is_not_a_calibrated_parameter_is_refused_in_one_line(tmp_path):
     err = run_accuracy_python([SCRIPT, *SWEEP, "--what-if", "api_request_us=5"], returncode=2)
     assert err.count("\n") == 1 and "--what-if" in err and "api_request_us=5" in err
