@@ -56,6 +56,7 @@ def git_status() -> str:
     return subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
 
 
+@pytest.mark.slow  # 9.3 s of CPU a case: scripts/generated.py's checks in processes
 def test_the_quick_checks_find_only_the_known_stale_files():
     before = git_status()
     found = stale("--quick")
@@ -83,6 +84,7 @@ def test_a_changed_input_names_the_stale_file(tmp_path):
     assert "scripts/inferencex_runs.py" in done.stdout and "python scripts/inferencex_runs.py" in done.stdout
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: scripts/generated.py's checks in processes
 def test_write_records_what_check_then_accepts(tmp_path):
     record = tmp_path / "record.json"
     shutil.copy(REPO / "scripts" / "generated.json", record)
@@ -91,6 +93,7 @@ def test_write_records_what_check_then_accepts(tmp_path):
     assert record.read_text() == (REPO / "scripts" / "generated.json").read_text()  # the record is current
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: scripts/generated.py's checks in processes
 def test_every_shipped_table_and_generated_data_file_is_in_the_manifest():
     """New data of these kinds needs an entry (its inputs and generator), or a line here saying it is
     hand-written."""

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 
@@ -119,10 +121,12 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: parses every module of the package
 def test_no_module_import_cycle():
     assert cycles(import_graph()) == []
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: parses every module of the package
 def test_packages_form_layers():
     assert cycles(package_graph(import_graph())) == []
 
@@ -138,6 +142,7 @@ def test_no_sys_path_manipulation():
     assert offenders == []
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: parses every module of the package
 def test_the_documented_picture_is_current():
     doc = (REPO / "docs" / "architecture.md").read_text()
     assert f"```mermaid\n{mermaid()}\n```" in doc, (

@@ -12,6 +12,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "servelab"
 RUNS = {"run", "call", "check_call", "check_output", "Popen", "system", "execv", "execvp", "spawnv"}
@@ -72,10 +74,12 @@ def offenders(check) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: parses every module of the wheel
 def test_no_module_of_the_wheel_reads_tests():
     assert offenders(reads_of_tests) == []
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: parses every module of the wheel
 def test_no_module_of_the_wheel_installs_packages():
     assert offenders(installs) == []
 

@@ -50,6 +50,7 @@ def test_the_scripts_that_use_servelab_are_found():
     assert {"speed", "loadgen_vs_vllm"} <= set(scripts_of("benchmarks"))
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: imports every script in processes of its own
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_scripts_import_without_running(folder, tmp_path):
     names = scripts_of(folder)

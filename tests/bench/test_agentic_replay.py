@@ -46,6 +46,7 @@ def metrics(server) -> dict[str, float]:
     }
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a whole bench with its load worker processes
 def test_sessions_replay_their_waits_and_growing_prompts(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "2")
     rc, out, r, records = bench(s, tmp_path, "--endpoint", "/v1/chat/completions")
@@ -95,6 +96,7 @@ def test_sessions_replay_their_waits_and_growing_prompts(mock_server, tmp_path):
     assert 0.5 < server["hit_rate"] < 1 and 0.5 < a["prefix_cache"]["theoretical_hit_rate"] < 1
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a whole bench with its load worker processes
 def test_concurrency_counts_sessions(mock_server, tmp_path):
     """Four sessions (each trace twice) two at a time: never more than two sessions between their first
     request and their last answer."""
@@ -115,6 +117,7 @@ def test_concurrency_counts_sessions(mock_server, tmp_path):
     assert r["num_prompts"] == 4 and r["agentic"]["replay"]["max_concurrency"] == 2
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: a whole bench with its load worker processes
 def test_replays_and_runs_share_no_text(mock_server, tmp_path):
     """The mock's prefix cache keeps everything, and a prompt's hits depend only on what its own session sent
     before it: so a run replaying each trace twice hits exactly twice what a run replaying it once does, on
@@ -128,6 +131,7 @@ def test_replays_and_runs_share_no_text(mock_server, tmp_path):
     assert hits > 0 and twice["agentic"]["prefix_cache"]["server"]["hits"] == 2 * hits
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a whole bench with its load worker processes
 def test_failed_requests_do_not_end_their_session(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1", "--mode", "http500", "--fail-every", "3")
     rc, out, r, records = bench(s, tmp_path, "--trace-max-gap", "0.01", "--no-ready-check")
@@ -150,6 +154,7 @@ def test_max_seconds_records_every_planned_request(mock_server, tmp_path):
     assert r["agentic"]["sessions"]["stopped"] >= 2  # the two sessions never started, at least
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: a whole bench with its load worker processes
 def test_until_max_seconds_replays_traces_again_and_again(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1")
     rc, out, r, records = bench(
@@ -164,6 +169,7 @@ def test_until_max_seconds_replays_traces_again_and_again(mock_server, tmp_path)
     assert r["agentic"]["replay"]["sessions"] is None and r["num_prompts"] == len(sessions)
 
 
+@pytest.mark.slow  # 1.9 s of CPU a case: a whole bench with its load worker processes
 def test_interrupt_keeps_every_planned_request(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5")
     cmd = CLI + ["--base-url", s.url, "--model", "mock", "--trace", str(SAMPLE), "--num-prompts", "40"]
@@ -192,6 +198,7 @@ def test_interrupt_keeps_every_planned_request(mock_server, tmp_path):
     assert r["completed"] + r["failed"] + r["not_sent"] == 20 * 13  # 40 sessions, each trace 20 times
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a whole bench with its load worker processes
 def test_unreadable_server_metrics_are_said_not_fatal(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1")
     rc, out, r, _ = bench(

@@ -91,6 +91,7 @@ def test_malformed_sharegpt_files_are_one_line(monkeypatch, capsys, tmp_path, co
     assert code == 2 and err.startswith(f"error: --dataset-path {path}: "), err
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: a whole bench with its load worker processes
 def test_url_credentials_are_sent_as_basic_auth_and_never_stored(hostile_server, tmp_path):
     s = hostile_server("crlf")
     url = s.url.replace("http://", "http://alice:s3cr%40t@")
@@ -112,6 +113,7 @@ def test_url_credentials_are_sent_as_basic_auth_and_never_stored(hostile_server,
         assert secret not in everything, secret
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a whole bench with its load worker processes
 def test_unreachable_server_without_model_is_one_line(tmp_path):
     p = subprocess.run(
         CLI + ["--base-url", "http://u:pw@127.0.0.1:9", "--num-prompts", "2"], capture_output=True, text=True

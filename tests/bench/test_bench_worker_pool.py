@@ -6,6 +6,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from servelab.bench.agentic.run import run_trace_point
 from servelab.bench.agentic.trace import read_trace_file
 from servelab.bench.config import BenchConfig
@@ -49,6 +51,7 @@ def test_benches_share_the_processes_and_the_pool_grows_to_the_largest(mock_serv
     assert not mp.active_children()
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: a whole bench with its load worker processes
 def test_a_process_killed_between_benches_is_replaced(mock_server):
     url = mock_server("--token-delay-ms", "1").url
     with WorkerPool() as pool:
@@ -68,6 +71,7 @@ def test_a_bench_of_its_own_leaves_no_process(mock_server):
     assert not mp.active_children()
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: a whole bench with its load worker processes
 def test_a_trace_replay_and_a_plain_bench_take_turns_on_the_same_processes(mock_server):
     url = mock_server("--token-delay-ms", "1").url
     trace = BenchConfig(

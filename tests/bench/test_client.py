@@ -290,6 +290,7 @@ def test_endless_stream_fails_at_the_body_limit():
     assert 64 << 10 < st.size < (64 << 10) + 2 * len(TOK)
 
 
+@pytest.mark.slow  # 3.2 s of CPU a case: an endless stream read to its limit
 def test_endless_sse_line_fails_at_the_event_limit():
     st, _ = run_limited([HEAD, chunk(b"data: {")] + [chunk(b"x" * 65536)] * 1000, 1 << 40)
     assert st.error.startswith("SSE event larger than")

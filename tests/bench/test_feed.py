@@ -129,6 +129,7 @@ def test_a_batch_that_comes_in_parts_is_read_once_whole():
     assert reader.read() == [] and reader.ended
 
 
+@pytest.mark.slow  # 3.4 s of CPU a case: a whole bench with its load worker processes
 @pytest.mark.parametrize("prefill", [False, True])
 def test_a_whole_run_makes_requests_only_as_they_are_sent(mock_server, tmp_path, monkeypatch, prefill):
     """In a real run (the parent here, a worker process, the mock server), the requests the parent has made
@@ -183,6 +184,7 @@ def test_a_whole_run_makes_requests_only_as_they_are_sent(mock_server, tmp_path,
         assert max(ahead) <= bound < num / 4
 
 
+@pytest.mark.slow  # 3.3 s of CPU a case: a whole bench with its load worker processes
 def test_a_failed_ready_check_ends_a_long_run_of_several_workers(mock_server, tmp_path):
     """Every worker reads its first window, the one whose ready check failed too: a worker that did not would
     leave its pipe full, the feeder waiting on it and the others waiting for their windows (a hang)."""
@@ -194,6 +196,7 @@ def test_a_failed_ready_check_ends_a_long_run_of_several_workers(mock_server, tm
     assert p.returncode == 2 and "initial test request" in p.stderr, p.stderr
 
 
+@pytest.mark.slow  # 5.1 s of CPU a case: a whole bench with its load worker processes
 def test_ctrl_c_records_every_request_even_those_not_made_yet(mock_server, tmp_path):
     """Interrupted early, a run has made a few hundred of its requests: the rest are still walked, and each
     is recorded as not sent with its own length from the dataset, in the saved records file."""

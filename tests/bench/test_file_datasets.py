@@ -107,6 +107,7 @@ def test_hf_folder_without_datasets_is_one_clear_line(tmp_path):
         build_dataset(config(dataset_name="hf", dataset_path=str(tmp_path)), None)
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a whole bench with its load worker processes
 def test_sonnet_and_hf_runs_against_the_mock(mock_server, tmp_path, sonnet_file):
     s = mock_server("--token-delay-ms", "2")
     rows = tmp_path / "rows.jsonl"

@@ -52,6 +52,7 @@ def test_slow_stream_succeeds(hostile_server, tmp_path):
     assert r["completed"] == 4 and r["mean_ttft_ms"] >= 150
 
 
+@pytest.mark.slow  # 1.7 s of CPU a case: a whole bench with its load worker processes
 @pytest.mark.parametrize(
     "mode,reason,args",
     [

@@ -150,6 +150,7 @@ def upstream_rules(result: dict) -> dict:
     return out
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: upstream's result script in a process
 def test_process_result_reads_a_servelab_result_as_upstream_computes_it(mock_server, tmp_path):
     server = mock_server("--token-delay-ms", "3")
     result = inferencex_bench(server, tmp_path, "ix")
@@ -191,6 +192,7 @@ def test_process_result_reads_a_servelab_result_as_upstream_computes_it(mock_ser
     assert sidecar["benchmark_window"]["start_time_unix"] == result["benchmark_start_time_unix"]
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: upstream's result script in a process
 def test_one_output_token_writes_no_tpot_that_upstream_would_divide_by(mock_server, tmp_path):
     """With one output token per request TPOT is undefined; vLLM and InferenceX's client write it as 0, and
     InferenceX's process_result.py then divides 1000 by it. servelab leaves the TPOT fields out."""

@@ -268,6 +268,7 @@ def test_server_dying_at_concurrency_one_ends_the_run(mock_server, tmp_path):
     assert r["not_sent"] >= 1 and any("unreachable" in k for k in r["failure_reasons"])
 
 
+@pytest.mark.slow  # 1.9 s of CPU a case: a whole bench with its load worker processes
 def test_ctrl_c_saves_what_was_measured(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "10")
     cmd = CLI + [
@@ -425,6 +426,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and "goodput" in p.stderr
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a whole bench with its load worker processes
 def test_json_puts_the_result_on_stdout_and_the_summary_on_stderr(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1")
     code, out, err, saved = bench(s, tmp_path, "--num-prompts", "6", "--random-output-len", "4", "--json")

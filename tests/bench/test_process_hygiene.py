@@ -31,6 +31,7 @@ def bench_cmd(url: str, result_dir: Path, *args: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # 2.6 s of CPU a case: a whole bench with its load worker processes
 def test_identical_runs_at_once_keep_both_results(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "5")
     cmd = bench_cmd(s.url, tmp_path, "--num-prompts", "40", "--max-concurrency", "4", "--num-workers", "1")
@@ -50,6 +51,7 @@ def test_identical_runs_at_once_keep_both_results(mock_server, tmp_path):
     } == {p.name for p in tmp_path.iterdir()}  # nothing else left: no records folder, no temporary file
 
 
+@pytest.mark.slow  # 3.6 s of CPU a case: bench processes refused one after another
 def test_taken_result_paths_are_refused_before_the_run(tmp_path):
     (tmp_path / "d.json").mkdir()
     (tmp_path / "old.json").write_text('{"completed": 7}')
@@ -157,6 +159,7 @@ def test_sigkill_takes_the_workers_along(mock_server, tmp_path):
     assert wait_gone(workers) == {}
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: a whole bench with its load worker processes
 def test_sigterm_during_warmups_stops_and_saves(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "200")
     cmd = bench_cmd(

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from servelab.bench.progress import LiveLine, RunProgress, Totals
 
 
@@ -61,6 +63,7 @@ def test_interval_zero_writes_only_the_final_line():
 PROGRESS = re.compile(r"^\[\s*\d+\.\ds\] \d+/6 done ", re.M)
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: a whole bench with its load worker processes
 def test_a_piped_bench_prints_progress_lines(mock_server, tmp_path):
     # each request takes at least 100 ms + 19 x 50 ms; six at concurrency 2: the load runs 3 s or more, so a
     # line every 0.5 s gives six or more (the default, 10 s, gives three to a 12-second run the same way)

@@ -55,6 +55,7 @@ def test_a_hub_id_not_in_the_cache_is_one_clear_line(tmp_path, clean_hf_env):
     assert "\n" not in msg and "acme/not-here" in msg and str(tmp_path) in msg and "never downloads" in msg
 
 
+@pytest.mark.slow  # 1.8 s of CPU a case: a CLI process reading a hub cache
 def test_cli_accepts_a_cached_hub_id_and_trust_remote_code(mock_server, tmp_path, tiny_tokenizer):
     fake_cache(tmp_path / "cache", tiny_tokenizer, "acme/tiny-model")
     s = mock_server("--token-delay-ms", "2")

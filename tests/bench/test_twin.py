@@ -31,6 +31,7 @@ def twin(tmp_path: Path, *args: str, name: str = "twin.json") -> dict:
     return json.loads((tmp_path / name).read_text())
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: a real bench process beside the twin
 def test_the_twin_writes_every_field_of_a_real_result(mock_server, tmp_path):
     s = mock_server("--token-delay-ms", "1", "--first-token-delay-ms", "2")
     common = [*STREAM, "--max-concurrency", "4", "--percentile-metrics", "ttft,tpot,itl,e2el"]

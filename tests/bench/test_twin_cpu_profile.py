@@ -121,6 +121,7 @@ def reprice(tmp_path: Path, model_dir: Path, measured: dict, name: str, *extra: 
     return json.loads((tmp_path / f"{name}.json").read_text()), twin
 
 
+@pytest.mark.slow  # 2.2 s of CPU a case: CLI processes fitting and replaying a CPU profile
 def test_the_twin_is_priced_by_the_fitted_system_and_engine(tmp_path, model_dir):
     result, twin = reprice(tmp_path, model_dir, measurements(), "fast")
     assert twin["deployment"]["system"] == "cpu_2core_vllm"
@@ -146,6 +147,7 @@ def test_the_twin_is_priced_by_the_fitted_system_and_engine(tmp_path, model_dir)
     )
 
 
+@pytest.mark.slow  # 2.2 s of CPU a case: CLI processes fitting and replaying a CPU profile
 def test_the_twin_replays_the_real_clients_stream(tmp_path, model_dir):
     result, twin = reprice(tmp_path, model_dir, measurements(), "same")
     assert result["points"][0]["same_lengths"]
@@ -155,6 +157,7 @@ def test_the_twin_replays_the_real_clients_stream(tmp_path, model_dir):
     assert not other["points"][0]["same_lengths"]  # the check can fail
 
 
+@pytest.mark.slow  # 3.8 s of CPU a case: CLI processes fitting and replaying a CPU profile
 def test_refit_fits_the_profile_again_to_the_saved_step_costs(tmp_path, model_dir):
     saved = json.loads(RUN5.read_text())
     # as measured: a GPU roofline (128-wide GEMM tiles, one rate for attention and GEMMs) could not follow
@@ -170,6 +173,7 @@ def test_refit_fits_the_profile_again_to_the_saved_step_costs(tmp_path, model_di
     assert twin["median_tpot_ms"] != kept_twin["median_tpot_ms"]
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: CLI processes fitting and replaying a CPU profile
 def test_refit_needs_a_saved_run(tmp_path):
     p = subprocess.run(
         [sys.executable, str(SCRIPT), "--refit", "--out-dir", str(tmp_path)],

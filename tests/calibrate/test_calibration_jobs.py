@@ -96,6 +96,7 @@ def test_rows_priced_in_workers_are_those_of_one_process(cases, price):
         price_rows(every, price, TWO)
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: a calibration fit in worker processes
 def test_linearization_in_workers_is_that_of_one_process(cases, price):
     fits = cases[:-1]
     one = Linearized(fits, defaults()["vllm"], price)
@@ -153,6 +154,7 @@ def test_jobs_zero_is_one_process_per_core():
         workers_for(-2)
 
 
+@pytest.mark.slow  # 8.0 s of CPU a case: a calibration fit in worker processes
 def test_jobs_are_capped_by_the_cores_and_the_rows(tmp_path):
     """--jobs 100000 on 7 rows: never more processes than cores or rows (it forked 65 for 8 rows), said."""
     cores = os.cpu_count() or 1
@@ -167,6 +169,7 @@ def test_jobs_are_capped_by_the_cores_and_the_rows(tmp_path):
     assert counts and max(counts) <= cap, counts
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a calibration fit in worker processes
 @pytest.mark.parametrize(
     "command",
     [
@@ -182,6 +185,7 @@ def test_negative_jobs_is_one_line(command):
     assert r.stdout == ""
 
 
+@pytest.mark.slow  # 4.2 s of CPU a case: a calibration fit in worker processes
 def test_the_report_carries_each_rows_prediction_with_its_family_left_out(in_one_process):
     """--report: every row's prediction by the fit that never saw its model family; its errors are the ones
     the cross-validation reports, family by family."""
@@ -246,6 +250,7 @@ def test_a_long_phase_says_how_far_it_is_and_the_time_left(monkeypatch):
     assert first.startswith("  fit: ") and ", ETA " in first and "ETA" not in lines[-1]
 
 
+@pytest.mark.slow  # 5.3 s of CPU a case: a calibration fit in worker processes
 def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
     """Without --out the fit is written to ./calibrated.json, and the command says where, before the long fit
     (a written file inside the installed package would be lost on the next install and change every
@@ -274,6 +279,7 @@ def test_out_defaults_to_the_working_directory_and_says_so(tmp_path):
 BAD_MEASUREMENTS = {"nan": "nan", "negative": "-5", "zero": "0", "infinite": "inf", "huge": "1e400"}
 
 
+@pytest.mark.slow  # 8.0 s of CPU a case: a calibration fit in worker processes
 def test_measurements_that_are_not_positive_finite_times_never_reach_a_calibration(tmp_path, in_one_process):
     """NaN, negative, zero and infinite TTFT / TPOT rows are dropped with a note naming the field; the fit is
     that of the good rows alone."""

@@ -38,6 +38,7 @@ def test_prefill_steps_take_a_growing_share_as_clients_arrive_faster(tmp_path):
         assert probe["ttft_mean"] < shipped["ttft_mean"]
 
 
+@pytest.mark.slow  # 2.2 s of CPU a case: three accuracy-script processes
 def test_a_what_if_that_is_not_a_calibrated_parameter_is_refused_in_one_line(tmp_path):
     err = run_accuracy_python([SCRIPT, *SWEEP, "--what-if", "api_request_us=5"], returncode=2)
     assert err.count("\n") == 1 and "--what-if" in err and "api_request_us=5" in err
@@ -51,6 +52,7 @@ def test_a_what_if_that_is_not_a_calibrated_parameter_is_refused_in_one_line(tmp
 QWEN_4K = ["--engine", "trtllm", "--systems", "h100_sxm", "--only", "qwen3_32b_h100_sxm_trtllm_agg_4096x128"]
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: accuracy-script processes
 def test_aiconfigurator_launch_takes_each_prompt_whole_as_it_arrives(tmp_path):
     """With its generator's launch (no chunked prefill, max_num_tokens = batch + ISL + 1,500) a step holds one
     4,096-token prompt, so prompts are prefilled one a step as they arrive: the median first token stays one
@@ -69,6 +71,7 @@ def test_aiconfigurator_launch_takes_each_prompt_whole_as_it_arrives(tmp_path):
         assert high["shipped"]["ttft_p50"] > 1.5 * low["shipped"]["ttft_p50"]
 
 
+@pytest.mark.slow  # 2.5 s of CPU a case: accuracy-script processes
 def test_several_what_ifs_apply_together(tmp_path):
     """Both of TensorRT-LLM's fitted MoE terms at 0 on a Qwen3-235B point: the decode step loses the GPU time
     per routed expert and the prefill steps the CPU time, so TPOT and TTFT both fall."""

@@ -1,6 +1,7 @@
 """Every `--help` read in an 80-column pipe shows what matters whole: option names, and each command's
 first sentence in the command lists (click cuts those with '...' at the terminal's width)."""
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ def _help(path) -> str:
     return result.output
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: a whole plan, or every command's help
 def test_help_fits_80_columns_and_names_every_option_whole():
     for path, cmd in _commands(ROOT):
         text = _help(path)

@@ -119,6 +119,7 @@ def answers(tmp_path_factory) -> list[tuple[list[str], str, dict]]:
     return out
 
 
+@pytest.mark.slow  # 1.8 s of CPU a case: a whole plan, or every command's help
 def test_each_answer_names_its_schema_first_and_holds_the_documented_keys(answers):
     listed = documented()
     for args, schema, data in answers:

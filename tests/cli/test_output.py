@@ -11,6 +11,7 @@ import subprocess
 import sys
 from functools import cache
 
+import pytest
 import typer
 from clirun import servelab
 from typer.testing import CliRunner
@@ -120,6 +121,7 @@ def test_models_and_systems_as_csv_name_every_entry():
     assert {"h200_sxm", "b200_sxm"} <= {row["name"] for row in systems}
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: a whole plan, or every command's help
 def test_plan_on_an_80_column_terminal_keeps_keys_and_fits():
     labels = plan_labels()
     out = run_on_terminal(*PLAN)
@@ -156,6 +158,7 @@ def _commands(group, path=()):
         yield from _commands(sub, (*path, name))
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: a whole plan, or every command's help
 def test_every_help_at_80_columns_shows_every_option_name_whole_and_flags_take_no_value():
     root = typer.main.get_command(app)
     runner = CliRunner()

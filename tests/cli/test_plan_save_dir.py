@@ -106,6 +106,7 @@ def test_launch_script_and_manifest_run_the_same_argv_for_the_split(saved, tmp_p
         assert service["spec"]["ports"][0]["port"] == container["ports"][0]["containerPort"]
 
 
+@pytest.mark.slow  # 2.9 s of CPU a case: a whole plan, or every command's help
 def test_a_store_recipe_of_the_same_checkpoint_lends_its_engine_flags(tmp_path):
     args = ["plan", "sgl-project/DeepSeek-V4-Flash-FP8", "--mode", "agg", "--top", "1"]
     r = CliRunner().invoke(app, [*args, "--save-dir", str(tmp_path), "--save-top", "1"])

@@ -69,6 +69,7 @@ def test_fp4_experts_are_planned_with_the_fp8_conversion_on_hopper():
     assert moe and {k.dtype for k in moe} == {"fp8_block"}
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a collect campaign with its spawned workers
 def test_fp8_checkpoints_are_planned_in_the_precision_they_run_their_experts_in(tmp_path):
     """Qwen/Qwen3-235B-A22B-FP8 shares qwen3-235b-a22b's architecture but runs its experts in FP8 blocks: the
     default plan holds its MoE keys in fp8_block next to the bf16 model's, at every tp and ep."""
@@ -132,6 +133,7 @@ def test_expand_ops_families_and_unknown():
         cases.expand_ops(["gemmm"])
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: a collect campaign with its spawned workers
 def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
     cfg, report, store = _run(tmp_path)
     rows = store.rows()
@@ -150,6 +152,7 @@ def test_campaign_writes_rows_and_resumes_without_duplicates(tmp_path):
     assert len(json.loads((cfg.out / "provenance.json").read_text())["runs"]) == 2
 
 
+@pytest.mark.slow  # 2.2 s of CPU a case: a collect campaign with its spawned workers
 def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
     """A campaign stopped after a few keys (limit) resumes: the rest is measured, none twice; a line cut short
     by a kill is ignored and that key measured again."""
@@ -164,6 +167,7 @@ def test_killed_campaign_keeps_rows_and_finishes_the_rest(tmp_path):
     assert report["ok"]
 
 
+@pytest.mark.slow  # 2.3 s of CPU a case: a collect campaign with its spawned workers
 def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
     victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, Gemm))
@@ -182,6 +186,7 @@ def test_errors_are_recorded_with_their_class_and_the_campaign_goes_on(tmp_path,
     assert not store.errors() and report["this_run"]["rows"] == len(errors)
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: a collect campaign with its spawned workers
 def test_a_worker_that_dies_is_replaced(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
     victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, AttentionDecode))
@@ -241,6 +246,7 @@ def test_modelled_collectives_say_so_and_grow_with_group_size():
     assert by_bytes[1 << 30]["latency_us"] == pytest.approx(2 * 7 / 8 * (1 << 30) / 300e9 * 1e6, rel=0.05)
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: a collect campaign with its spawned workers
 def test_repeat_sample_spans_every_op(tmp_path):
     cfg, _, _ = _run(tmp_path)
     keys = repeat_sample(cfg.out, 20, cases.expand_ops(None))
@@ -305,6 +311,7 @@ def test_cli_unknown_executor_lists_the_known_ones(tmp_path):
     assert "did you mean ray" in str(result.exception) and "local, ray" in str(result.exception)
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: a collect campaign with its spawned workers
 def test_repeat_campaign_compares_key_by_key(tmp_path):
     """A campaign measured again gives zero spread against itself; the CLI prints the same comparison."""
     cfg, _, store = _run(tmp_path)
@@ -342,6 +349,7 @@ def _no_torch_collect(tmp_path, *extra):
     return servelab(*args, env=_no_torch_env())  # in-process (tests/clirun.py)
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: a collect campaign with its spawned workers
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
 @pytest.mark.parametrize("extra", [(), ("--gpus", "1")])
 def test_cli_without_the_collect_extra_says_so_in_one_line(tmp_path, extra):
@@ -369,6 +377,7 @@ def test_a_worker_that_cannot_start_fails_the_run_once(tmp_path, ops, hook, capf
     assert not CampaignDir(cfg.out).rows()
 
 
+@pytest.mark.slow  # 3.3 s of CPU a case: a collect campaign with its spawned workers
 def test_keys_that_broke_fail_acceptance_while_shape_errors_do_not(tmp_path, monkeypatch):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
     victim = next(k for k in plan_campaign(cfg).keys if isinstance(k, AttentionDecode))
@@ -420,6 +429,7 @@ def test_cli_json_run_prints_the_acceptance_report_alone_on_stdout(tmp_path, mon
     assert "to measure" in result.stderr and "acceptance: ok" in result.stderr
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: a collect campaign with its spawned workers
 def test_off_a_terminal_progress_is_plain_lines_and_each_stage_is_said(tmp_path, capsys):
     cfg = CampaignConfig(out=tmp_path / "c", models=("qwen3-32b",), smoke=True, gpus=2)
     said: list[str] = []

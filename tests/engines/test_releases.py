@@ -256,6 +256,7 @@ def _master() -> dict:
     return out
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: every launch of the pinned store
 def test_every_captured_upstream_launch_is_accepted_by_its_release():
     """InferenceX's launch scripts, run for every single-node job, against the image each job names."""
     master = _master()
@@ -272,6 +273,7 @@ def test_every_captured_upstream_launch_is_accepted_by_its_release():
     assert checked > 400
 
 
+@pytest.mark.slow  # 2.1 s of CPU a case: every launch of the pinned store
 def test_every_launch_profile_is_accepted_by_its_release():
     """recipes/data/launch-profiles.json: each profile's flags (and each variant's) against the image of every
     InferenceX key whose script the profile was derived from."""

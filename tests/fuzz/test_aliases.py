@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fuzzkit import hostile, tiny_workload
+from quick_diagonal import pairs
 
 from servelab.recipes.recipe_store import DATA_DIR as RECIPES  # the shipped recipe store
 
@@ -117,8 +118,7 @@ def _alias(way: str, target: Path, tmp_path: Path) -> str:
 WAYS = ["same", "relative", "dotdot", "symlink", "hardlink"]
 
 
-@pytest.mark.parametrize("way", WAYS)
-@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize(("name", "way"), pairs(COMMANDS, WAYS))  # a diagonal quick (quick_diagonal.py)
 def test_an_output_that_is_an_input_is_refused(name, way, inputs, tmp_path):
     command, aliased, option = COMMANDS[name]
     values = {k: str(v) for k, v in inputs.items()} | {"out": _alias(way, inputs[aliased], tmp_path)}

@@ -141,9 +141,13 @@ TABLE: list[tuple[tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = [
 
 
 def cases():
-    for command, option, kinds, elsewhere in TABLE:
+    """Every option with every kind of value for CI; the quick tier keeps each option once, with a kind
+    turning from row to row (the diagonal of tests/quick_diagonal.py)."""
+    for row, (command, option, kinds, elsewhere) in enumerate(TABLE):
         for kind in kinds:
             marks = [pending(elsewhere[kind])] if kind in elsewhere else []
+            if kind != kinds[row % len(kinds)]:
+                marks.append(pytest.mark.slow)
             yield pytest.param(command, option, VALUES[kind], id=f"{command[0]}{option}={kind}", marks=marks)
 
 

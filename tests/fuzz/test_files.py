@@ -218,6 +218,7 @@ def test_batch_line_gets_its_own_error(line, tmp_path):
     assert "error" in records[1], records[1]
 
 
+@pytest.mark.slow  # 3.5 s of CPU a case: generated files through every reader
 @FUZZ
 @given(
     lines=st.lists(st.dictionaries(st.sampled_from(["op", "m", "n", "k", "dtype"]), yaml_values), max_size=5)

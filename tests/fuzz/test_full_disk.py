@@ -92,6 +92,7 @@ def _saved(spare: Path) -> tuple[dict, int]:
     return json.loads(result.read_text()), len(records.read_text().splitlines())
 
 
+@pytest.mark.slow  # 2.7 s of CPU a case: a whole bench on a full disk
 def test_a_disk_full_mid_bench_neither_stalls_nor_loses_the_result(full_disk, mock_server, tmp_path):
     spare = tmp_path / "spare"
     spare.mkdir()
@@ -106,6 +107,7 @@ def test_a_disk_full_mid_bench_neither_stalls_nor_loses_the_result(full_disk, mo
     tried()
 
 
+@pytest.mark.slow  # 3.7 s of CPU a case: a whole bench on a full disk
 def test_sigterm_on_a_full_disk_keeps_what_was_measured(full_disk, mock_server, tmp_path):
     spare = tmp_path / "spare"
     spare.mkdir()

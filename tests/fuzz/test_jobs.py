@@ -96,6 +96,7 @@ PATHS = (
 )
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: every hand edit through the job readers
 @FUZZ
 @given(
     edits=st.lists(st.tuples(st.sampled_from(PATHS), st.one_of(st.just("<delete>"), json_values)), max_size=3)

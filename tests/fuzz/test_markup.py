@@ -8,6 +8,7 @@ import json
 
 import pytest
 from fuzzkit import hostile
+from quick_diagonal import pairs
 
 MARKUP = {
     "close-nothing": "x[/]y",
@@ -62,8 +63,9 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-@pytest.mark.parametrize("store", list(MARKUP), indirect=True)
+@pytest.mark.parametrize(
+    ("store", "command"), pairs(MARKUP, COMMANDS), indirect=["store"]
+)  # a diagonal quick
 def test_names_are_shown_as_written(store, command):
     path, name, run_id = store
     args = [a.format(store=path, name=name, id=run_id) for a in COMMANDS[command]]

@@ -17,6 +17,7 @@ import pytest
 from fuzzkit import COUNTS, TRACEBACK, hostile, run_cli, tiny_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from quick_diagonal import pairs
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 GOOD = {
@@ -58,16 +59,16 @@ def _readers(f: Path, tmp_path: Path, codes=(0, 2)) -> None:
     hostile("report", str(f), "-o", str(tmp_path / "f.html"), codes=(0, 2), keep=[f])
 
 
-@pytest.mark.parametrize("value", list(VALUES))
-@pytest.mark.parametrize("field", VLLM_FIELDS)
+@pytest.mark.parametrize(
+    ("field", "value"), pairs(VLLM_FIELDS, VALUES)
+)  # a diagonal quick (quick_diagonal.py)
 def test_vllm_result_fields(field, value, tmp_path):
     f = tmp_path / "r.json"
     f.write_text(_with(GOOD, field, VALUES[value]))
     _readers(f, tmp_path)
 
 
-@pytest.mark.parametrize("value", list(VALUES))
-@pytest.mark.parametrize("field", IX_FIELDS)
+@pytest.mark.parametrize(("field", "value"), pairs(IX_FIELDS, VALUES))
 def test_inferencex_result_fields(field, value, tmp_path):
     f = tmp_path / "r.json"
     f.write_text(_with(INFERENCEX, field, VALUES[value]))
@@ -196,7 +197,10 @@ FIFO_COMMANDS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(FIFO_COMMANDS))
+# a process each (0.7-1 s of CPU): the quick tier keeps the first two, CI runs all
+@pytest.mark.parametrize(
+    "name", [n if i < 2 else pytest.param(n, marks=pytest.mark.slow) for i, n in enumerate(FIFO_COMMANDS)]
+)
 def test_a_fifo_where_a_file_is_read_is_refused(name, tmp_path):
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
@@ -224,7 +228,10 @@ NOT_UTF8 = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(NOT_UTF8))
+# a process each (0.6-1 s of CPU): the quick tier keeps the first two, CI runs all
+@pytest.mark.parametrize(
+    "name", [n if i < 2 else pytest.param(n, marks=pytest.mark.slow) for i, n in enumerate(NOT_UTF8)]
+)
 def test_arguments_that_are_not_utf8(name, tmp_path):
     """Linux passes any bytes: Python hands them on as surrogates, which SQLite, HTTP and stdout refuse."""
     (tmp_path / "r.json").write_text(json.dumps(GOOD))

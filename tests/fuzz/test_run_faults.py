@@ -251,6 +251,7 @@ def _close_each_connection(listener: socket.socket) -> None:
         return
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: whole servelab runs, killed and resumed
 @pytest.mark.timeout(600)
 # the listeners that answer no HTTP in the slow tier (a whole servelab run each, 5-12 s): the OpenAI server's
 # case keeps the refusal quick, with tests/runner/test_deployment.py's
@@ -286,6 +287,7 @@ def test_a_foreign_server_on_the_port_is_not_benchmarked(kind, tmp_path, cleanup
     assert gone(s.server_groups())
 
 
+@pytest.mark.slow  # 3.2 s of CPU a case: whole servelab runs, killed and resumed
 @pytest.mark.timeout(600)
 def test_two_resumes_of_one_run_do_not_both_run(tmp_path, cleanup):
     s = Setup(tmp_path)

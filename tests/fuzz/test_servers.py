@@ -137,6 +137,7 @@ json_values = st.recursive(
 CUSTOM_FIELDS = ["prompt", "output_len", "conversations", "text"]
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: whole benches against misbehaving servers
 @FUZZ
 @given(
     rows=st.lists(st.dictionaries(st.sampled_from(CUSTOM_FIELDS), json_values, max_size=3), max_size=4),

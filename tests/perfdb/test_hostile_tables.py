@@ -158,6 +158,7 @@ def _cli(*args, env=None):
     )
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: a `servelab db validate` process
 def test_db_validate_fails_a_table_with_wrong_metadata_and_query_falls_back(bad_dir):
     path = bad_dir / "gemm.parquet"
     _rewrite(path, _set(["accuracy", "interpolated", "n"], "many"))

@@ -9,6 +9,8 @@ import os
 import shutil
 import time
 
+import pytest
+
 import servelab.predict.step as step_mod
 from servelab.perfdb import price_cache
 from servelab.perfdb.db import PerfDB
@@ -29,6 +31,7 @@ def plan_json() -> str:
     return json.dumps(data)
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: plans priced again, some in processes
 def test_a_plan_from_kept_prices_is_the_plan_computed_afresh(prices, monkeypatch):
     monkeypatch.setenv(price_cache.ENV_SWITCH, "0")
     afresh = plan_json()
@@ -82,6 +85,7 @@ def test_the_key_changes_with_a_tables_bytes(prices, tmp_path, monkeypatch):
     assert price_cache.store_for("h200").path != changed.path  # type: ignore[union-attr]  # the PerfDB's own
 
 
+@pytest.mark.slow  # 2.6 s of CPU a case: plans priced again, some in processes
 def test_a_corrupt_file_is_ignored_and_written_anew(prices):
     afresh = plan_json()
     price_cache.save_all()
@@ -115,6 +119,7 @@ def _write_many(path, first: int, count: int, rounds: int) -> None:
         store.save()
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: plans priced again, some in processes
 def test_two_processes_writing_at_once_lose_nothing(prices):
     path = prices / "shared"
     spawn = multiprocessing.get_context("spawn")

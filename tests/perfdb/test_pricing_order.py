@@ -209,6 +209,7 @@ def test_kernel_time_shares_add_up_and_warn_past_a_fifth_of_roofline():
     assert time_shares({}) == {}
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: plans priced again, some in processes
 def test_estimate_plan_and_report_say_what_the_kernel_time_rests_on(tmp_path):
     """SGLang has no table of its own and no fitted ratio here: its DeepSeek-R1 kernels are the roofline's,
     which every answer says, with the warning."""

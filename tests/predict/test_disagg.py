@@ -49,6 +49,7 @@ def test_kv_transfer_uses_nvlink_inside_the_node_and_network_across(flash_disagg
     assert 1e-5 < inside < 0.05
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: a whole plan search
 def test_both_modes_rank_together():
     plan = make_plan(
         PlanRequest(

@@ -138,6 +138,7 @@ def test_priced_step_parts_add_up_to_the_whole_step(parallel, shape):
     assert parts.kernel_us == pytest.approx(whole.kernel_us, rel=0.01)
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: steps priced from fresh tables
 def test_step_prices_are_memoized_for_as_long_as_their_perfdb_lives():
     m, e, shape = (
         load_model("llama-3.1-8b"),

@@ -20,6 +20,7 @@ def dsv3_plan():
     return make_plan(PlanRequest(**DSV3, ttft_ms=2000, tpot_ms=30))
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a whole plan search
 def test_candidates_meet_the_sla_and_are_ranked(dsv3_plan):
     cands = dsv3_plan.candidates
     assert cands and cands[0].rank == 1
@@ -45,6 +46,7 @@ def test_pareto_flags_mark_exactly_the_undominated(dsv3_plan):
     assert cands[0].pareto  # the highest throughput per GPU is always on the front
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a whole plan search
 def test_search_is_fast_and_reports_its_work(dsv3_plan):
     k = dsv3_plan.considered
     assert k.configs >= 10 and k.simulations >= k.configs
@@ -195,6 +197,7 @@ def test_estimate_agg_cli():
 QWEN = ["plan", "qwen3-32b", "--gpus", "4", "--isl", "2000", "--osl", "200", "--mode", "agg", "--top", "3"]
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a whole plan search
 def test_default_sla_is_interactive_and_stated():
     assert PlanRequest().default_sla and (PlanRequest().ttft_ms, PlanRequest().tpot_ms) == (2000, 50)
     assert not PlanRequest(tpot_ms=30).default_sla
@@ -208,6 +211,7 @@ def test_default_sla_is_interactive_and_stated():
     assert any("interactive default" in n for n in data["notes"])
 
 
+@pytest.mark.slow  # 1.9 s of CPU a case: a whole plan search
 def test_no_sla_ranks_by_throughput_alone():
     runner = CliRunner()
     data = json.loads(runner.invoke(app, [*QWEN, "--no-sla", "--json"]).stdout)
@@ -233,6 +237,7 @@ def test_e2e_limit_holds_for_every_candidate_and_names_itself_when_it_binds():
         make_plan(PlanRequest(**QWEN_REQ, e2e_ms=100))
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a whole plan search
 def test_request_rate_is_a_floor_on_the_served_rate():
     plan = make_plan(PlanRequest(**QWEN_REQ, request_rate=10))
     assert plan.candidates and all(c.request_rate >= 10 for c in plan.candidates)
@@ -272,6 +277,7 @@ def test_context_longer_than_the_model_takes_is_one_line_naming_both_numbers():
     )
 
 
+@pytest.mark.slow  # 6.1 s of CPU a case: a whole plan search
 def test_vllm_and_sglang_plans_offer_only_expert_parallel_splits_they_launch():
     moe = {"model": "qwen3-30b-a3b", "gpus": 4, "isl": 2000, "osl": 200, "mode": "agg", "top": 50}
     for backend in ("vllm", "sglang"):

@@ -7,6 +7,7 @@ The scripts are not a package; each runs as `python accuracy/<script>.py` would 
 
 import json
 
+import pytest
 from accuracy_python import ACCURACY, run_accuracy_python
 
 SHAPES = """
@@ -49,6 +50,7 @@ def test_the_ranks_hold_what_vllm_gives_them(tmp_path):
     assert "48 query heads do not divide over 5 ranks" in out["refused"]
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: an accuracy script in a process
 def test_a_shard_file_is_priced_without_communication(tmp_path):
     """A rank timed alone is priced on the tables of the GPU it ran on, with no collective, and its prefill
     also at the model's full depth; a regular TP file keeps its all-reduces."""

@@ -124,6 +124,7 @@ def test_nothing_is_kept_with_the_cache_off(prices, monkeypatch):
     assert not prices.exists()
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a whole plan search
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
 def test_a_plan_from_kept_simulations_runs_none_and_is_the_plan_computed_afresh(prices, monkeypatch, mode):
     question = PlanRequest(model="qwen3-32b", system="h100_sxm", gpus=4, mode=mode)
@@ -151,6 +152,7 @@ print("numpy" in sys.modules)
 """
 
 
+@pytest.mark.slow  # 2.3 s of CPU a case: a whole plan search
 def test_a_plan_from_kept_prices_and_simulations_imports_no_numpy(tmp_path):
     """numpy (0.13 s to import) is imported when a table is read or a simulation runs (servelab.lazy_numpy):
     the first process does both, a second one asking the same question neither."""

@@ -67,6 +67,7 @@ def _single_agentic(store, jobs):
     return out
 
 
+@pytest.mark.slow  # 9.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_agentic_launch_equals_upstreams_script(store, jobs, capture, conformance):
     launched = 0
     for job, point, _, row in _single_agentic(store, jobs):
@@ -120,6 +121,7 @@ def test_the_sweep_launches_1704_of_the_1820_jobs(jobs):
     assert sum(rest.values()) == 1820 - 1704
 
 
+@pytest.mark.slow  # 7.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_dram_offload_reaches_the_launch_from_the_rows_budget(store, jobs):
     # dsv4_fp4_b200_vllm_mtp.sh offloads to CPU DRAM with vLLM's SimpleCPUOffloadConnector, its budget per
     # rank being the row's total-cpu-dram-gb over tp (runners.yaml's available-cpu-dram-mib x
@@ -159,6 +161,7 @@ def test_the_capture_reproduces_from_the_pinned_scripts(store, capture):
             assert got == {k: record[k] for k in ("argv", "env", "files", "bench") if k in record}
 
 
+@pytest.mark.slow  # 2.2 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_changed_agentic_script_gives_its_jobs_the_changed_launch(tmp_path):
     root = tmp_path / "ix"
     shutil.copytree(IX / "configs", root / "configs")

@@ -74,6 +74,7 @@ def _bash(text: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", text], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: the job script under bash with a trace replay
 def test_the_script_runs_the_trace_replay(job, tmp_path):
     env, log = _stub(tmp_path)
     r = _bash(script(job), tmp_path / "w", {**env, AGENTIC_TRACE_ENV: str(TRACE)})

@@ -53,6 +53,7 @@ def rows(bucket) -> list[dict]:
     return [r for name in sorted(bucket) for r in bucket[name]] if isinstance(bucket, dict) else bucket
 
 
+@pytest.mark.slow  # 3.1 s of CPU a case: a git checkout and whole sweeps of it
 def test_jobs_equal_inferencex_matrix(checkout, monkeypatch):
     monkeypatch.chdir(checkout)
     change = open_change(None, "HEAD^", "HEAD")
@@ -157,6 +158,7 @@ def test_cli_scripts_leave_out_rows_without_a_launch(checkout, tmp_path, monkeyp
     assert code in (0, None) and out.count("- label: ") == len(jobs) - len(missing)
 
 
+@pytest.mark.slow  # 3.0 s of CPU a case: a git checkout and whole sweeps of it
 def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkeypatch, capsys):
     # upstream has no agentic script for this key: none of its rows has a launch
     monkeypatch.chdir(with_entry(checkout, tmp_path, ["qwen3.5-fp8-h100-sglang-agentic"]))
@@ -172,6 +174,7 @@ def test_cli_refuses_scripts_when_no_row_has_a_launch(checkout, tmp_path, monkey
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a git checkout and whole sweeps of it
 def test_a_servelab_checkout_finds_its_own_changelog_from_any_folder_of_it(tmp_path, monkeypatch, capsys):
     """A servelab checkout keeps its store in src/servelab/recipes/data; the servelab that runs is another one
     (an installed package, whose recipes this checkout does not track): the change read is this checkout's."""
@@ -197,6 +200,7 @@ def test_a_servelab_checkout_finds_its_own_changelog_from_any_folder_of_it(tmp_p
         assert json.loads(out)["new_entries"] == 1
 
 
+@pytest.mark.slow  # 3.5 s of CPU a case: a git checkout and whole sweeps of it
 def test_an_inferencex_checkout_from_a_subfolder(checkout, monkeypatch):
     monkeypatch.chdir(checkout / "configs")
     change = open_change(None, "HEAD^", "HEAD")

@@ -74,6 +74,7 @@ def commit_change(tmp_path: Path, entry: dict, **rules) -> Change:
 GATE_CASES = json.loads((HISTORY / "gate-cases.json").read_text())
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 @pytest.mark.parametrize("name", sorted(GATE_CASES))
 def test_gate_refuses_what_inferencex_refused(name):
     """Changes InferenceX's gate tests name by commit, with its verdict at the pinned commit."""

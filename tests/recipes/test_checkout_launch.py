@@ -71,6 +71,7 @@ def captures(cache: Path) -> list[Path]:
     return sorted((cache / "launch-captures").glob("*.json"))
 
 
+@pytest.mark.slow  # 3.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_changed_script_gives_its_jobs_the_changed_launch(tmp_path, baseline, _capture_cache):
     root = checkout(tmp_path)
     content = edit(root, SGLANG, "--trust-remote-code", "--trust-remote-code --new-flag")
@@ -102,6 +103,7 @@ def test_a_changed_script_gives_its_jobs_the_changed_launch(tmp_path, baseline, 
     assert len(captures(_capture_cache)) == 1
 
 
+@pytest.mark.slow  # 3.0 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_changed_atom_script_gives_its_jobs_the_changed_launch(tmp_path, _capture_cache):
     # ATOM's scripts are derived as the other engines' are: the edited flag, upstream's others, same env
     key, script = "dsr1-fp4-mi355x-atom-mtp", "dsr1_fp4_mi355x_atom_mtp.sh"
@@ -123,6 +125,7 @@ def test_a_changed_atom_script_gives_its_jobs_the_changed_launch(tmp_path, _capt
         assert job["launch-source"] == f"checkout {script_sha256(content)}"
 
 
+@pytest.mark.slow  # 3.8 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_second_sweep_takes_the_captures_from_the_cache(tmp_path, monkeypatch, _capture_cache):
     root = checkout(tmp_path)
     edit(root, SGLANG, "--trust-remote-code", "--trust-remote-code --new-flag")
@@ -145,6 +148,7 @@ def test_a_second_sweep_takes_the_captures_from_the_cache(tmp_path, monkeypatch,
     assert captures(_capture_cache) == files
 
 
+@pytest.mark.slow  # 2.9 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_script_that_fails_under_the_stubs_keeps_the_shipped_launch_and_says_why(tmp_path, baseline):
     root = checkout(tmp_path)
     # a command the stubs do not provide, in a script that stops at the first failure
@@ -160,6 +164,7 @@ def test_a_script_that_fails_under_the_stubs_keeps_the_shipped_launch_and_says_w
     assert len(warnings) == 1 and SGLANG in warnings[0] and "command not found" in warnings[0]
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_script_gone_from_the_checkout_keeps_the_shipped_launch(tmp_path, baseline):
     root = checkout(tmp_path)
     (root / SCRIPTS / "dsr1_fp8_h200_trt.sh").unlink()
@@ -175,6 +180,7 @@ def test_a_script_gone_from_the_checkout_keeps_the_shipped_launch(tmp_path, base
     ]
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_script_that_runs_out_of_time_is_stopped_once(tmp_path, monkeypatch, baseline, _capture_cache):
     monkeypatch.setattr(sandbox_module, "TIMEOUT_S", 1.0)
     root = checkout(tmp_path)
@@ -193,6 +199,7 @@ def test_a_script_that_runs_out_of_time_is_stopped_once(tmp_path, monkeypatch, b
     assert captures(_capture_cache) == []  # a time-out is not kept: the next sweep tries again
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_a_key_servelab_has_no_profile_for_gets_its_launch_from_the_script(tmp_path, baseline):
     # A new key upstream adds with its own script (here a copy of dsr1-fp8-h200-sglang under another model
     # prefix): without the checkout, servelab would render its adapter's flags alone.
@@ -215,6 +222,7 @@ def test_a_key_servelab_has_no_profile_for_gets_its_launch_from_the_script(tmp_p
     assert "dsr1x_fp8_h200.sh has no launch profile in servelab" in stderr
 
 
+@pytest.mark.slow  # 6.2 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_an_unchanged_checkout_runs_no_script(monkeypatch, _capture_cache):
     def refuse(self):
         raise AssertionError("a sandbox was made for an unchanged checkout")
@@ -228,6 +236,7 @@ def test_an_unchanged_checkout_runs_no_script(monkeypatch, _capture_cache):
     assert "warning:" not in stderr and captures(_capture_cache) == []
 
 
+@pytest.mark.slow  # 3.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_the_derived_launches_equal_what_the_checkouts_script_runs(tmp_path):
     # scripts/ix_launch.py checkout: each job whose script changed, against that script run for the job
     root = checkout(tmp_path)

@@ -317,6 +317,7 @@ def test_atom_refuses_what_it_has_no_flag_for():
         render(atom_recipe(), arm(tp=8, spec_decoding="mtp"), 2304)
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_atom_mtp_key_renders_upstreams_speculative_flags():
     recipe = open_store(IX_CONFIGS).recipes["dsr1-fp4-mi355x-atom-mtp"]
     _, seq, _, a = next(recipe.arms())

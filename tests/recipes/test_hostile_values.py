@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import servelab
+from quick_diagonal import pairs
 
 from servelab.errors import ServelabError
 from servelab.recipes.changelog import Change, jobs_for
@@ -141,8 +142,9 @@ PATTERN_FIELDS = {
 }
 
 
-@pytest.mark.parametrize("field", list(PATTERN_FIELDS))
-@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+# every hostile value in every field for CI, a diagonal for the quick tier (quick_diagonal.py); ids as
+# before: the value's index, then the field
+@pytest.mark.parametrize(("value", "field"), pairs(HOSTILE, PATTERN_FIELDS, row_ids=range(len(HOSTILE))))
 def test_patterned_fields_refuse_hostile_values(edited_store, field, value):
     _edit(edited_store, PATTERN_FIELDS[field](value))
     with pytest.raises(ServelabError) as info:
@@ -218,8 +220,9 @@ def _calls(work: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (work / f"{name}.calls").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("field", list(FREE_TEXT_FIELDS))
-@pytest.mark.parametrize("value", SHELL_HOSTILE, ids=range(len(SHELL_HOSTILE)))
+@pytest.mark.parametrize(
+    ("value", "field"), pairs(SHELL_HOSTILE, FREE_TEXT_FIELDS, row_ids=range(len(SHELL_HOSTILE)))
+)
 def test_free_text_is_quoted_in_every_format(edited_store, tmp_path, fake_bin, field, value):
     _edit(edited_store, FREE_TEXT_FIELDS[field](value))
     jobs = expand(open_store(edited_store), [KEY], Filters(mode="test-config", conc=[16], all_evals=True))

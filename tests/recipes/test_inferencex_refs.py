@@ -217,6 +217,7 @@ def test_shipped_store_stays_strict(tmp_path):
         open_store(tmp_path / "store")
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_an_empty_match_is_an_empty_list(tmp_path):
     result = sweep(checkout(tmp_path), "--model-prefix", "no-such-model")
     assert result.exit_code == 0, result.output
@@ -246,6 +247,7 @@ k-fp8-mi355x-sglang:
 # --- launch scripts: unchanged ones say nothing (a changed one: test_checkout_launch.py) ---
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_unchanged_scripts_say_nothing(tmp_path):
     result = sweep(checkout(tmp_path), "dsr1-fp8-h200-*", "--seq-lens", "8k1k")
     assert result.exit_code == 0 and "warning:" not in result.stderr

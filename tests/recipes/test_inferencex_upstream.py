@@ -61,6 +61,7 @@ def run(*args):
     return servelab(*args)
 
 
+@pytest.mark.slow  # 2.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 @pytest.mark.parametrize("name", MASTERS)
 def test_master_files_import_whole(name):
     assert len(raw(name)) == KEYS[name]
@@ -70,6 +71,7 @@ def test_master_files_import_whole(name):
     assert len(yaml.safe_load(r.stdout)) == KEYS[name]
 
 
+@pytest.mark.slow  # 3.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_key_round_trips_as_inferencex(recipes):
     assert len(recipes) == sum(KEYS.values())
     for key, (recipe, upstream) in recipes.items():
@@ -82,6 +84,7 @@ def test_every_key_round_trips_as_inferencex(recipes):
         )
 
 
+@pytest.mark.slow  # 1.7 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_the_master_files_use_every_part_of_the_schema(recipes):
     frameworks = {r.framework for r, _ in recipes.values()}
     assert {"atom", "dynamo-sglang", "dynamo-vllm", "dynamo-trt", "llmd-vllm", "tilert"} <= frameworks
@@ -141,6 +144,7 @@ def test_a_checkout_without_node_kinds_takes_each_labels_system_from_its_node_na
         strict.node_kind("h100")
 
 
+@pytest.mark.slow  # 1.6 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 @pytest.mark.parametrize(
     "name, undefined", [("nvidia-master.yaml", "h200-dgxc"), ("amd-master.yaml", "cluster:mi325x-tw")]
 )
@@ -268,6 +272,7 @@ def test_upstream_rules_are_kept():
     assert "needs kv-offloading" in _refused(key, e)
 
 
+@pytest.mark.slow  # 1.4 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_frameworks_without_an_adapter_import_but_do_not_render(recipes, store):
     recipe, _ = recipes["dsv4-fp4-mi355x-atom"]
     _, seq, _, arm = next(recipe.arms())

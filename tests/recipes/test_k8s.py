@@ -113,6 +113,7 @@ def test_the_compiled_schemas_are_kubernetes_validates():
             validate(doc)
 
 
+@pytest.mark.slow  # 4.9 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_the_validators_catch_what_they_should():
     """The checks below would fail on a bad manifest: a misspelt field, a wrong type, a LWS without size
     semantics."""
@@ -168,6 +169,7 @@ def assert_valid(job, docs: list[dict]) -> None:
     assert all(("Service", name) in names for kind, name in names if kind == "Deployment")
 
 
+@pytest.mark.slow  # 3.5 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_shape_of_deployment_in_the_pinned_sweep_validates():
     """The quick tier's share of the test below: every deployment is written or refused for a known reason,
     and one of each shape (26 of the 317 today) is validated."""
@@ -269,6 +271,7 @@ def _with(job, processes: list[NodeProcess], files: dict[str, str] | None = None
 HOSTILE = "it's \"quoted\"\nnew line: {x: [1]} # not a comment\n--- $(HOME) $$ ${PATH} \\ \t'"
 
 
+@pytest.mark.slow  # 5.8 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_hostile_values_cannot_break_the_yaml_or_be_expanded():
     job = _multinode()
     procs = [

@@ -86,6 +86,7 @@ def test_conformance_table_in_docs_is_current():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_key_with_an_adapter_matches_upstream_on_every_job(upstream_recipes, capture, ix_conformance):
     verdicts = ix_conformance
     fixed = {k: v for k, v in verdicts.items() if "scenario" not in v}
@@ -111,6 +112,7 @@ def test_capture_reproduces_from_the_pinned_scripts():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_concurrency_reaches_the_launch(tmp_path):
     # dsv4_fp4_b200_vllm.sh: --max-num-batched-tokens is ISL (8192) up to concurrency 128, 2048 above.
     store = _store(tmp_path, "dsv4-fp4-b200-vllm")

@@ -37,6 +37,7 @@ def base(repo):
     return repo.commit("base")
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: a git repository of the store
 def test_shipped_store_passes_from_empty_history(repo):
     (repo.changelog).rename(repo.data / "cl.bak")
     (repo.data / "fingerprints.lock").unlink()
@@ -209,6 +210,7 @@ def test_history_is_immutable(repo, base):
     assert "entry 1 changed; existing entries are immutable except for pr-link corrections" in merge
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a git repository of the store
 def test_entries_cannot_be_removed(repo, base):
     text = repo.changelog.read_text()
     problems_after(repo, base, text[: text.index("\n\n- ") + 1], append=False)

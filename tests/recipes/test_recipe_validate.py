@@ -172,6 +172,7 @@ def upstream_store(tmp_path, keys):
     return open_store(tmp_path)
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: the pinned InferenceX master imported and validated
 @pytest.mark.parametrize("key", ["dsv4-fp8-h200-vllm", "dsv4-fp8-h200-sglang"])
 def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, key):
     # vLLM --quantization deepseek_v4_fp8 / SGLang's Marlin MoE (from upstream's launch profile) keep the
@@ -185,6 +186,7 @@ def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, ke
     assert any("need FP4 tensor cores" in e for e in rep.errors)
 
 
+@pytest.mark.slow  # 1.2 s of CPU a case: the pinned InferenceX master imported and validated
 @pytest.mark.parametrize("key", ["dsr1-fp8-b200-sglang", "dsr1-fp8-b200-trt"])
 def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     # 159.4 GiB of weights a GPU: SGLang budgets weights + KV at --mem-fraction-static 0.95 (activations and

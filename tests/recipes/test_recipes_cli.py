@@ -4,6 +4,7 @@ tests/clirun.py): output and exit codes."""
 import json
 import shlex
 
+import pytest
 import yaml
 from clirun import servelab as run
 from test_recipe_formats import EXAMPLE_MASTER, WORKLOAD
@@ -118,6 +119,7 @@ def test_sweep_formats(tmp_path):
     assert r.returncode == 2 and "'nothing*' matches nothing" in r.stderr
 
 
+@pytest.mark.slow  # 1.3 s of CPU a case: a git repository and the CLI
 def test_changelog_commands(repo):
     base = repo.commit("base")
     p = repo.data / "recipes" / "b200.yaml"

@@ -139,6 +139,7 @@ def _render(key: str):
     return srtslurm.render(recipe, key, model, captures[key]["rev"])
 
 
+@pytest.mark.slow  # 1.8 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_recipe_servelab_renders_equals_what_srtctl_starts():
     _, captures = data()
     equal, refused, differ = 0, Counter(), []
@@ -195,6 +196,7 @@ def test_an_unknown_revision_is_refused():
         srtslurm.render(recipe, "r.yaml", "m", "0" * 40)
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_the_sweep_deploys_srt_slurm_jobs_and_says_where_the_recipe_is_from():
     # what `servelab sweep --dir tests/data/inferencex/configs --format json` prints (its emitter), of the
     # pinned sweep expanded once a test process; the sweep-parity cases run the CLI itself
@@ -499,6 +501,7 @@ def _log_dir(capture: dict) -> str | None:
     return None
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_tensorrt_llm_workers_are_grouped_as_srtctl_starts_each_endpoint():
     """Every TensorRT-LLM worker process belongs to an MPI group, one per endpoint: the group's nodes, GPUs
     per node (its tasks per node), shared environment and argv are those of srtctl's one srun for it."""

@@ -88,6 +88,7 @@ def assert_same_rows(rows: list[dict], expected: list[dict]) -> None:
         pytest.fail(f"{len(differing)} rows differ, first at {first}: {rows[first]} != {expected[first]}")
 
 
+@pytest.mark.slow  # 1.7 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in WIDE else c for c in CASES])
 def test_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatch):
     record = upstream(case)
@@ -113,6 +114,7 @@ def test_one_models_rows_equal_inferencex(case, ix_store, built_jobs, monkeypatc
     assert_same_rows(sweep_rows(args, ix_store, built_jobs, monkeypatch), expected)
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_found_in_an_inferencex_checkout(tmp_path, monkeypatch):
     """Inside an InferenceX checkout `servelab sweep` finds configs/*-master.yaml and configs/runners.yaml."""
     (tmp_path / "configs").mkdir()

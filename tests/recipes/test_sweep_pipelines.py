@@ -185,6 +185,7 @@ def _run_job_script(store_dir, tmp_path, env_extra: dict) -> tuple[subprocess.Co
     return r, work
 
 
+@pytest.mark.slow  # 2.5 s of CPU a case: a pipeline script running servelab run
 def test_script_runs_the_job_with_servelab_run(store_dir, tmp_path):
     r, work = _run_job_script(store_dir, tmp_path, {})
     assert r.returncode == 0, r.stderr
@@ -196,6 +197,7 @@ def test_script_runs_the_job_with_servelab_run(store_dir, tmp_path):
         assert completed == [2.0]
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: a pipeline script running servelab run
 def test_script_fails_when_the_server_dies(store_dir, tmp_path):
     r, work = _run_job_script(store_dir, tmp_path, {"FAKE_VLLM_EXIT": "1"})
     assert r.returncode == 3

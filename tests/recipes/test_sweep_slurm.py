@@ -157,6 +157,7 @@ def _bash(text: str, cwd: Path, env: dict, **extra: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow  # 2.1 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_array_script_directives(ix_jobs):
     [(name, text)] = slurm_scripts(ix_jobs, SlurmOptions()).items()
     _syntax(text)
@@ -353,6 +354,7 @@ def dstubs(stubs) -> dict:
     return {**stubs, "SLURM_JOB_NODELIST": "gpu-a[01-02],gpu-b17", "STUB_NODES": "\n".join(NODES)}
 
 
+@pytest.mark.slow  # 3.7 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_every_deployment_of_the_pinned_sweep_gets_a_script(deployment_jobs, tmp_path):
     """bash -n on every script; an srun per process, but one per MPI group (TensorRT-LLM's endpoints)."""
     written, mpi, texts = 0, 0, []
@@ -535,6 +537,7 @@ def test_tensorrt_llm_ranks_start_as_one_mpi_srun_per_endpoint(deployment_jobs, 
     assert _all_stopped(_log(env))
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_tensorrt_llm_sruns_are_those_srtctl_starts_for_each_job(deployment_jobs):
     """For each dynamo-trt job, its script's worker sruns (nodes, tasks, tasks per node, MPI options, node
     list, argv) are those srtctl's own orchestrator started for its recipe (tests/data/srtslurm)."""
@@ -566,6 +569,7 @@ def test_tensorrt_llm_sruns_are_those_srtctl_starts_for_each_job(deployment_jobs
     assert len(jobs) == 174
 
 
+@pytest.mark.slow  # 5.1 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_dynamos_frontend_starts_under_pmix_as_srtctl_starts_it(deployment_jobs):
     """Each job's Dynamo frontends: one srun each, under --mpi=pmix, on the nodes srtctl's orchestrator
     started them on for the job's recipe (tests/data/srtslurm: every dynamo.frontend it started ran so)."""
@@ -677,6 +681,7 @@ def test_single_node_jobs_stay_in_the_array_beside_deployment_scripts(ix_jobs, d
     assert f"cd -- {names[2].removesuffix('.sh')}\n" in out["array.sbatch"].split("\n1)\n")[1]
 
 
+@pytest.mark.slow  # 4.1 s of CPU a case: whole sweeps of the pinned InferenceX store or checkout
 def test_skip_unrunnable_writes_the_jobs_that_can_run_and_says_how_many_it_left(tmp_path):
     # qwen3.5-fp8-gb200-dynamo-sglang: two deployments, and one on an srt-slurm fork servelab has no copy of
     args = ["sweep", "--dir", IX, "qwen3.5-fp8-gb200-dynamo-sglang", "--format", "slurm"]

@@ -101,6 +101,7 @@ def test_oversized_file_is_refused(tmp_path):
         read_yaml(p)
 
 
+@pytest.mark.slow  # 2.0 s of CPU a case: a million-arm file through two CLI processes
 def test_million_arm_file_fails_validate_and_sweep(store_dir, tmp_path):
     text = million_arms()
     assert len(text) < 24 * 1024

@@ -53,6 +53,7 @@ def drawn_views(dom: str) -> dict[str, int]:
     return {view: body.count('class="main-svg"') for view, body in sections}
 
 
+@pytest.mark.slow  # 2.6 s of CPU a case: a real browser
 @needs_chromium
 def test_every_view_draws_and_hostile_names_run_nothing(tmp_path, write_json, sweep):
     hostile = write_json("h<img src=x>.json", vllm_result(2, model_id=HOSTILE, label=HOSTILE))

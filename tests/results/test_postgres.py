@@ -69,6 +69,7 @@ def _answers(store: Store) -> list:
     return [out, store.metric_counts(), [r.id for r in store.find_runs("qwen-cpu")]]
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a real PostgreSQL and CLI processes
 def test_postgres_answers_as_sqlite(pg_url, tmp_path):
     with Store.open(tmp_path / "r.db") as lite, Store.open(pg_url) as pg:
         assert (lite.dialect.name, pg.dialect.name) == ("sqlite", "postgresql")
@@ -160,6 +161,7 @@ for i in range(n):
 """
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: a real PostgreSQL and CLI processes
 def test_two_writer_processes_on_one_postgres_store_lose_nothing(pg_url):
     n = 40  # neither process finds the schema: both create and migrate it at once
     writers = [
@@ -202,6 +204,7 @@ def test_push_copies_each_run_once(kind, tmp_path, request):
         other.close()
 
 
+@pytest.mark.slow  # 1.9 s of CPU a case: a real PostgreSQL and CLI processes
 def test_push_from_the_cli_reports_what_it_copied(pg_url, tmp_path, data_dir, write_json, vllm_result):
     results = [write_json(f"r{i}.json", vllm_result(median_ttft_ms=100.0 + i)) for i in range(2)]
     local = tmp_path / "lab.db"
@@ -229,6 +232,7 @@ WORKLOAD = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # 5.3 s of CPU a case: a real PostgreSQL and CLI processes
 def test_a_url_never_becomes_a_directory_and_its_password_is_never_shown(
     pg_url, tmp_path, data_dir, write_json, vllm_result
 ):
@@ -303,6 +307,7 @@ def test_without_psycopg_a_postgres_store_says_what_to_install(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: a real PostgreSQL and CLI processes
 def test_commands_on_an_sqlite_store_never_import_psycopg(tmp_path):
     probe = (
         "import sys; sys.argv = ['servelab', *sys.argv[1:]]\n"

@@ -25,6 +25,7 @@ def servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # 4.7 s of CPU a case: a whole servelab run with its server processes
 def test_stages_left_out_skip_their_assertions_and_resume_prints_the_table(
     tmp_path, mock_url, write_workload
 ):

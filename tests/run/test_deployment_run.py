@@ -129,6 +129,7 @@ def test_the_start_order_is_side_servers_router_whatever_the_list():
     assert ordered[endpoint].argv == ["router"]
 
 
+@pytest.mark.slow  # 2.4 s of CPU a case: a whole servelab run with its server processes
 def test_the_plan_view_shows_every_process(tmp_path):
     path = job_file(tmp_path, deployment(tmp_path))
     r = servelab("run", "--job", str(path), "--dry-run", "--json", cwd=tmp_path)
@@ -142,6 +143,7 @@ def test_the_plan_view_shows_every_process(tmp_path):
     assert "endpoint: " in text and "worker 1 (node 0, port" in text and SECRET not in text
 
 
+@pytest.mark.slow  # 2.7 s of CPU a case: a whole servelab run with its server processes
 def test_a_deployment_is_benchmarked_through_its_router_and_torn_down(tmp_path):
     path = job_file(tmp_path, deployment(tmp_path))
     r = servelab("run", "--job", str(path), "--store", "r.db", "--json", cwd=tmp_path)
@@ -178,6 +180,7 @@ def test_a_deployment_is_benchmarked_through_its_router_and_torn_down(tmp_path):
     assert len(pgids) == 3 and not any(group_members(g) for g in pgids)
 
 
+@pytest.mark.slow  # 3.6 s of CPU a case: a whole servelab run with its server processes
 def test_node_0_is_this_machine_when_every_process_runs_on_it(tmp_path):
     """A deployment rendered for a cluster names node 0's address `{{node:0}}`; run here, it is 127.0.0.1
     in argv, env and files, and the router reaches its workers there."""
@@ -209,6 +212,7 @@ def test_a_placeholder_for_another_node_is_refused_in_one_line():
         on_this_machine(dep)
 
 
+@pytest.mark.slow  # 2.1 s of CPU a case: a whole servelab run with its server processes
 def test_a_worker_dying_before_the_gate_fails_the_run_naming_it(tmp_path):
     path = job_file(tmp_path, deployment(tmp_path, die=True))
     r = servelab("run", "--job", str(path), "--store", "r.db", "--json", cwd=tmp_path)
@@ -219,6 +223,7 @@ def test_a_worker_dying_before_the_gate_fails_the_run_naming_it(tmp_path):
     assert not (tmp_path / "requests-0.jsonl").exists() or not (tmp_path / "requests-0.jsonl").read_text()
 
 
+@pytest.mark.slow  # 2.5 s of CPU a case: a whole servelab run with its server processes
 def test_a_worker_dying_mid_benchmark_ends_the_run_as_error_naming_it(tmp_path):
     path = job_file(tmp_path, deployment(tmp_path, more=("--die-after-requests", "2")))
     r = servelab("run", "--job", str(path), "--store", "r.db", "--json", cwd=tmp_path)
@@ -230,6 +235,7 @@ def test_a_worker_dying_mid_benchmark_ends_the_run_as_error_naming_it(tmp_path):
 
 
 # SIGINT's whole run (2-9 s) in the slow tier: SIGTERM's case keeps the same teardown path quick
+@pytest.mark.slow  # 2.6 s of CPU a case: a whole servelab run with its server processes
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
 def test_a_signal_mid_benchmark_tears_every_process_down(tmp_path, sig):
     path = job_file(tmp_path, deployment(tmp_path, delay_ms=50), prompts=400)
@@ -253,6 +259,7 @@ def test_a_signal_mid_benchmark_tears_every_process_down(tmp_path, sig):
     assert len(pgids) == 3 and not any(group_members(g) for g in pgids)
 
 
+@pytest.mark.slow  # 1.5 s of CPU a case: a whole servelab run with its server processes
 def test_a_process_on_another_node_is_refused_before_anything_starts(tmp_path):
     dep = deployment(tmp_path)
     far = dep.processes[1].model_copy(update={"node": 1})

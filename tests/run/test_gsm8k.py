@@ -70,6 +70,7 @@ def test_wrong_answers_score_zero(gsm8k_file, tmp_path):
     assert out.metrics["exact_match_flexible"] == 0.0
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: an answer server and a whole gsm8k run
 def test_few_shot_examples_never_include_the_question_asked(gsm8k_file, tmp_path):
     with AnswerServer(correct=True, gsm8k=gsm8k_file) as server:
         run_gsm8k(Target(server.url, MODEL), task(num_fewshot=3), None, tmp_path / "out", gsm8k_file)

@@ -308,6 +308,7 @@ def test_the_cli_and_the_workload_bound_repetitions_alike():
     assert cli_run.MAX_REPETITIONS == workload.MAX_REPETITIONS
 
 
+@pytest.mark.slow  # 1.7 s of CPU a case: a whole servelab run with its server processes
 def test_a_multinode_job_benchmarks_each_of_its_concurrencies_against_one_deployment(tmp_path):
     """InferenceX's multinode rows hold several concurrencies for one deployment: the plan has a bench point
     for each, in the row's order, and one server (the deployment's endpoint)."""

@@ -113,6 +113,7 @@ class Seen:
         return load
 
 
+@pytest.mark.slow  # 3.1 s of CPU a case: a whole servelab run with its server processes
 def test_the_benches_of_a_run_share_one_pool_and_measure_what_fresh_processes_do(
     tmp_path, write_workload, mock_url, monkeypatch, started
 ):
@@ -171,6 +172,7 @@ def test_a_run_that_fails_after_a_bench_leaves_no_worker_process(tmp_path, write
     assert not mp.active_children()
 
 
+@pytest.mark.slow  # 2.4 s of CPU a case: a whole servelab run with its server processes
 def test_a_bench_whose_ready_check_fails_gives_the_next_one_fresh_processes(
     tmp_path, write_workload, started
 ):

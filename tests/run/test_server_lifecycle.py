@@ -138,6 +138,7 @@ def _alive(pid: int) -> bool:
 
 
 # SIGINT's whole run (2-9 s) in the slow tier: SIGTERM's case keeps the same teardown path quick
+@pytest.mark.slow  # 2.1 s of CPU a case: a whole servelab run with its server processes
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_mid_benchmark_tears_down_and_keeps_what_was_measured(tmp_path, fake_vllm, write_workload,
                                                                         monkeypatch, sig):  # fmt: skip

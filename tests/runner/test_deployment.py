@@ -76,6 +76,7 @@ def assert_all_gone(pgids: list[int], workers: list[int]) -> None:
     assert not [w for w in workers if running(w)]
 
 
+@pytest.mark.slow  # 0.9 s of CPU a case: process groups started and torn down
 def test_every_process_starts_passes_one_gate_and_goes(tmp_path):
     said: list[str] = []
     procs = workers_and_router(tmp_path)
@@ -105,6 +106,7 @@ def test_a_process_that_dies_before_the_gate_stops_all_and_names_itself(tmp_path
     assert_all_gone(dep.pids, forked_workers(tmp_path))
 
 
+@pytest.mark.slow  # 0.8 s of CPU a case: process groups started and torn down
 def test_a_deployment_not_healthy_by_its_deadline_names_what_it_waited_for(tmp_path):
     said: list[str] = []
     procs = workers_and_router(tmp_path, modes=("ok", "ok", "sick"))
@@ -131,6 +133,7 @@ def socket_listening(port: int) -> socket.socket:
     return s
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: process groups started and torn down
 def test_teardown_kills_a_group_that_ignores_sigterm_after_one_grace(tmp_path):
     procs = workers_and_router(tmp_path, modes=("stubborn", "ok", "ok"))
     dep = LocalDeployment(procs, tmp_path / "logs", stop_timeout_s=1.0)
@@ -178,6 +181,7 @@ def json_of(procs: list[DeployedProcess]) -> str:
     return json.dumps([dataclasses.asdict(p) for p in procs])
 
 
+@pytest.mark.slow  # 1.1 s of CPU a case: process groups started and torn down
 def test_ctrl_c_tears_every_group_down(tmp_path):
     holder, pgids = hold(tmp_path, workers_and_router(tmp_path))
     workers = forked_workers(tmp_path)

@@ -151,6 +151,7 @@ def test_online_an_id_the_hub_does_not_have_is_one_line(hub, lookup):
     assert "and the hub did not give one (" in message and "\n" not in message
 
 
+@pytest.mark.slow  # 1.0 s of CPU a case: a CLI process
 def test_the_cli_names_the_model_by_its_id(tmp_path):
     fake_cache(tmp_path / "hub")
     env = {
