@@ -111,7 +111,10 @@ def test_files_read_as_inferencex_reads_them(name):
     "text, message",
     [
         ("a:\tb\n", "f.yaml: line 1 is not valid YAML (found character '\\t' that cannot start any token)"),
-        ("a: [1,\t2]\n", "f.yaml: line 1 is not valid YAML (found character '\\t' that cannot start any token)"),
+        (
+            "a: [1,\t2]\n",
+            "f.yaml: line 1 is not valid YAML (found character '\\t' that cannot start any token)",
+        ),
         ("a: [1, 2\nb: 3\n", "f.yaml: line 2 is not valid YAML (expected ',' or ']', but got ':')"),
     ],
     ids=["tab-after-colon", "tab-in-flow", "unclosed-flow"],
