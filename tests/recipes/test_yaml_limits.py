@@ -4,8 +4,10 @@ refused with one line and exit code 2 before memory runs out."""
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import yaml
 
 from servelab.errors import ServelabError
 from servelab.recipes.filters import Filters
@@ -92,6 +94,39 @@ def test_alias_fan_out_is_counted_expanded():
 
 def test_aliases_within_limits_still_work():
     assert load_yaml("x: &x {a: 1}\ny: {<<: *x, b: 2}\n", "f.yaml") == {"x": {"a": 1}, "y": {"a": 1, "b": 2}}
+
+
+IX_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "configs"
+
+
+@pytest.mark.parametrize("name", ["nvidia-master.yaml", "amd-master.yaml", "runners.yaml"])
+def test_files_read_as_inferencex_reads_them(name):
+    """load_yaml parses with libyaml where PyYAML has it; the answer is what InferenceX's own loader
+    (yaml.safe_load, PyYAML's Python parser) reads."""
+    text = (IX_CONFIGS / name).read_text()
+    assert load_yaml(text, name, []) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a:\tb\n", "f.yaml: line 1 is not valid YAML (found character '\\t' that cannot start any token)"),
+        (
+            "a: [1,\t2]\n",
+            "f.yaml: line 1 is not valid YAML (found character '\\t' that cannot start any token)",
+        ),
+        ("a: [1, 2\nb: 3\n", "f.yaml: line 2 is not valid YAML (expected ',' or ']', but got ':')"),
+    ],
+    ids=["tab-after-colon", "tab-in-flow", "unclosed-flow"],
+)
+def test_refused_as_pyyaml_refuses_in_its_words(text, message):
+    """libyaml takes a tab as a separator where PyYAML's Python parser refuses it, and words its errors its
+    own way: both are refused, as before, with the Python parser's line and words."""
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(text)
+    with pytest.raises(ServelabError) as info:
+        load_yaml(text, "f.yaml")
+    assert str(info.value) == message
 
 
 def test_oversized_file_is_refused(tmp_path):
