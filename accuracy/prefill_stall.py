@@ -91,8 +91,7 @@ def launch_rule(name: str | None, engine: str) -> Callable[[Case], Case] | None:
     if name not in LAUNCHES or engine != Engine.TRTLLM.value:
         raise ServelabError(
             f"--launch: expected one of {', '.join(LAUNCHES)} with --engine trtllm, got {name!r} with "
-            f"--engine {engine}",
-            field="launch",
+            f"--engine {engine}"
         )
     return aiconfigurator_launch
 

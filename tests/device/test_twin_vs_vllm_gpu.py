@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.runner.server_metrics import sums_of
 from tests.accuracy_python import ACCURACY, run_accuracy_python
 
 SCRIPT = str(ACCURACY / "twin_vs_vllm_gpu.py")
@@ -17,18 +18,8 @@ RUNS = sorted(DATA.glob("*_c*.json"))
 
 
 def histogram_mean_ms(run: str, name: str) -> float:
-    """vLLM's histogram mean over the run, read here from the saved /metrics pages line by line."""
-
-    def sums(path: Path) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for line in path.read_text().splitlines():
-            series, value = line.rsplit(" ", 1)
-            key = series.split("{")[0]
-            if key in (f"vllm:{name}_sum", f"vllm:{name}_count"):
-                out[key] = out.get(key, 0.0) + float(value)
-        return out
-
-    a, b = (sums(DATA / f"metrics_{run}_{when}.txt") for when in ("before", "after"))
+    """vLLM's histogram mean over the run, from the saved /metrics pages (sums_of has its own tests)."""
+    a, b = (sums_of((DATA / f"metrics_{run}_{when}.txt").read_text()) for when in ("before", "after"))
     count = b[f"vllm:{name}_count"] - a[f"vllm:{name}_count"]
     return (b[f"vllm:{name}_sum"] - a[f"vllm:{name}_sum"]) / count * 1e3
 
