@@ -126,9 +126,12 @@ class Pricer:
         static = estimate_static(model, self.system, case.parallel, engine, case.concurrency, isl, osl, db=db)
         return static.ttft_ms + extra, static.tpot_ms
 
-    def estimate(self, case: Case, params: dict[str, float]) -> AggregatedEstimate:
+    def estimate(
+        self, case: Case, params: dict[str, float], prefix_hit_rate: float = 0.0
+    ) -> AggregatedEstimate:
         """The aggregated simulator's whole answer for a case (its percentiles as well as its means; the
-        fitted TTFT_TERMS are not in it)."""
+        fitted TTFT_TERMS are not in it). `prefix_hit_rate`: the share of every prompt found in the prefix
+        cache (a what-if; the rows are fitted at 0)."""
         model, isl, osl, spread, engine, memory_share = self._setup(case, params)
         k = self.prompts_per_concurrency
         wl = None
@@ -140,6 +143,7 @@ class Pricer:
                 warmup=0,
                 num_requests=k * case.concurrency,
                 range_ratio=spread,
+                prefix_hit_rate=prefix_hit_rate,
             )
         return estimate_aggregated(
             model,
@@ -152,6 +156,7 @@ class Pricer:
             db=self._db(params, case.engine),
             workload=wl,
             gpu_memory_utilization=memory_share,
+            prefix_hit_rate=prefix_hit_rate,
         )
 
     def _setup(
