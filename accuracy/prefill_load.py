@@ -8,8 +8,9 @@ reproduce them (docs/accuracy.md, "vLLM's Llama-3.1-8B rows").
    weight dtype: the prefill load its own figures imply (`prefill_load`), its largest value and the rows above
    1, which no GPU of that kind could have run as measured.
 2. The rows of one engine and model (default vLLM's llama-3.1-8b): measured TTFT / TPOT, the twin's replay of
-   the row as the calibration replays it (calibrate.price.Pricer, aggregated, the documented defaults), and
-   the replay with one thing changed, the value of each kind that comes nearest both measured figures (sum of
+   the row as the calibration replays it (calibrate.price.Pricer, aggregated, the documented defaults), as
+   AIConfigurator's generator launches vLLM (`aiconfigurator_vllm_launch`), and the replay with one thing
+   changed, the value of each kind that comes nearest both measured figures (sum of
    |log(predicted / measured)|): fewer clients in flight, a share of every prompt already in the prefix cache,
    longer outputs.
 
@@ -24,8 +25,11 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from prefill_stall import AIC_BUDGET_SPARE  # the sibling script (run from accuracy/)
+
 from servelab.calibrate.aic import aic_csv
 from servelab.calibrate.price import Pricer
+from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import Case, build_cases, read_rows
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, SystemSpec, load_system
@@ -98,9 +102,23 @@ def _priced(pricer: Pricer, case: Case, hit: float = 0.0) -> tuple[float, float]
     return est.ttft_ms, est.tpot_ms
 
 
+def aiconfigurator_vllm_launch(case: Case) -> Case:
+    """The case as AIConfigurator's config generator launches an aggregated vLLM worker: max-num-seqs the batch,
+    max-num-batched-tokens the batch + ISL + 1,500, CUDA graphs for every batch up to it
+    (ai-dynamo/aiconfigurator 095f58a, src/aiconfigurator/generator/rule_plugin/vllm.rule). The batch is the
+    row's concurrency, as its batch_size writes it."""
+    launched = RunSettings(
+        recipe="AIConfigurator's generator launch",
+        max_num_batched_tokens=case.concurrency + case.isl + AIC_BUDGET_SPARE,
+        max_num_seqs=case.concurrency,
+        cuda_graph_max_batch=case.concurrency,
+    )
+    return replace(case, settings=launched)
+
+
 def what_ifs(pricer: Pricer, case: Case) -> dict[str, dict]:
-    """The twin's replay of the row as measured ("nominal") and, per kind of change, the value of it nearest
-    the measured pair."""
+    """The twin's replay of the row as measured ("nominal"), launched as AIConfigurator's generator launches
+    vLLM, and, per kind of change, the value of it nearest the measured pair."""
     kinds: dict[str, list[tuple[float, tuple[float, float]]]] = {
         "clients": [
             (s, _priced(pricer, replace(case, concurrency=max(1, round(case.concurrency * s)))))
@@ -109,8 +127,10 @@ def what_ifs(pricer: Pricer, case: Case) -> dict[str, dict]:
         "prefix_hit": [(h, _priced(pricer, case, hit=h)) for h in PREFIX_HITS],
         "output": [(m, _priced(pricer, replace(case, osl=case.osl * m))) for m in OUTPUT_TIMES],
     }
-    out = {"nominal": {"value": 1.0, "ttft_ms": None, "tpot_ms": None}}
-    out["nominal"]["ttft_ms"], out["nominal"]["tpot_ms"] = _priced(pricer, case)
+    out = {}
+    for kind, priced in (("nominal", case), ("aic_launch", aiconfigurator_vllm_launch(case))):
+        ttft, tpot = _priced(pricer, priced)
+        out[kind] = {"value": 1.0, "ttft_ms": ttft, "tpot_ms": tpot}
     for kind, tries in kinds.items():
         value, (ttft, tpot) = min(tries, key=lambda t: _err(t[1], case))
         out[kind] = {"value": value, "ttft_ms": ttft, "tpot_ms": tpot}
@@ -146,7 +166,7 @@ def _pair(got: dict) -> str:
 def row_lines(rows: list[dict]) -> list[str]:
     head = f"  {'ISL x OSL':11s} {'layout':7s} {'C':>4s} {'load':>5s}  {'measured':>14s}"
     if rows and "twin" in rows[0]:
-        head += f"  {'twin':>14s}  {'clients x':>22s}  {'prefix hit':>22s}  {'output x':>22s}"
+        head += f"  {'twin':>14s}  {'AIC launch':>14s}  {'clients x':>22s}  {'prefix hit':>22s}  {'output x':>22s}"
     out = [head]
     for r in rows:
         load = "-" if r["prefill_load"] is None else f"{r['prefill_load']:.2f}"
@@ -154,7 +174,7 @@ def row_lines(rows: list[dict]) -> list[str]:
         line += f"{r['ttft_ms']:6.0f} / {r['tpot_ms']:5.1f}"
         if "twin" in r:
             t = r["twin"]
-            line += f"  {_pair(t['nominal'])}"
+            line += f"  {_pair(t['nominal'])}  {_pair(t['aic_launch'])}"
             for kind in ("clients", "prefix_hit", "output"):
                 line += f"  {t[kind]['value']:5g}: {_pair(t[kind])}"
         out.append(line)

@@ -59,12 +59,15 @@ def test_the_load_is_the_prompts_gemm_work_by_littles_law_over_the_gpus_fastest_
     assert "twin" not in rows["row0"]
 
 
-@pytest.mark.slow  # the twin's replay of one row eleven times
+@pytest.mark.slow  # the twin's replay of one row twelve times
 def test_fewer_clients_or_cached_prompts_shorten_the_twins_tpot_of_a_prefill_heavy_row(tmp_path):
     twin = run(tmp_path, [vllm_8b_row(0, "121.73", "9.74")])["row0"]["twin"]
     nominal = twin["nominal"]
     # a steady closed loop of 64 clients prefilling 2,000 tokens a request: most of a step is prefill
     assert nominal["tpot_ms"] > 2 * 9.74
+    # AIConfigurator's launch (a budget of 64 + 2,000 + 1,500 tokens, not 8,192) spreads the same prefill
+    # work over more steps: the TPOT stays
+    assert twin["aic_launch"]["tpot_ms"] == pytest.approx(nominal["tpot_ms"], rel=0.05)
     # the nearest what-ifs leave less prefill per decode step, and so shorter steps
     assert twin["clients"]["value"] < 1 and twin["clients"]["tpot_ms"] < 0.6 * nominal["tpot_ms"]
     assert twin["prefix_hit"]["value"] > 0 and twin["prefix_hit"]["tpot_ms"] < nominal["tpot_ms"]
