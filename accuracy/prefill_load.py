@@ -1,8 +1,9 @@
-"""Can a silicon row's own figures hold together? The prefill load they imply, and what the twin needs changed to
-reproduce them (docs/accuracy.md, "vLLM's Llama-3.1-8B rows").
+"""Can a silicon row's own figures hold together? The prefill load they imply, and what the twin needs
+changed to reproduce them (docs/accuracy.md, "vLLM's Llama-3.1-8B rows").
 
     PYTHONPATH=src python accuracy/prefill_load.py --csv silicon_sample.csv       # or --aic-python PATH
-    PYTHONPATH=src python accuracy/prefill_load.py --csv FILE --engine vllm --model llama-3.1-8b [--loads-only]
+    PYTHONPATH=src python accuracy/prefill_load.py --csv FILE --engine vllm --model llama-3.1-8b \\
+        [--loads-only]
 
 1. Every row the calibration reads on the system (calibrate.rows.build_cases), by engine, model family and
    weight dtype: the prefill load its own figures imply (`prefill_load`), its largest value and the rows above
@@ -63,8 +64,8 @@ def prompt_gemm_weights(model: ModelSpec) -> int:
 
 
 def prefill_load(case: Case, system: SystemSpec) -> float | None:
-    """A lower bound on the share of the GPUs' time that a row's prompts take at the rate its own figures imply:
-    requests per second by Little's law (clients / (TTFT + (OSL - 1) x TPOT)) x ISL tokens x 2 x
+    """A lower bound on the share of the GPUs' time that a row's prompts take at the rate its own figures
+    imply: requests per second by Little's law (clients / (TTFT + (OSL - 1) x TPOT)) x ISL tokens x 2 x
     `prompt_gemm_weights` FLOPs a token, over the GPUs' fastest measured GEMM rate at the weights' dtype.
     Attention, decode steps and all else are left out, so a load above 1 says the figures cannot hold
     together: C clients at those lengths would need more prefill than the GPUs can do. None where the system
@@ -103,8 +104,8 @@ def _priced(pricer: Pricer, case: Case, hit: float = 0.0) -> tuple[float, float]
 
 
 def aiconfigurator_vllm_launch(case: Case) -> Case:
-    """The case as AIConfigurator's config generator launches an aggregated vLLM worker: max-num-seqs the batch,
-    max-num-batched-tokens the batch + ISL + 1,500, CUDA graphs for every batch up to it
+    """The case as AIConfigurator's config generator launches an aggregated vLLM worker: max-num-seqs the
+    batch, max-num-batched-tokens the batch + ISL + 1,500, CUDA graphs for every batch up to it
     (ai-dynamo/aiconfigurator 095f58a, src/aiconfigurator/generator/rule_plugin/vllm.rule). The batch is the
     row's concurrency, as its batch_size writes it."""
     launched = RunSettings(
@@ -166,7 +167,8 @@ def _pair(got: dict) -> str:
 def row_lines(rows: list[dict]) -> list[str]:
     head = f"  {'ISL x OSL':11s} {'layout':7s} {'C':>4s} {'load':>5s}  {'measured':>14s}"
     if rows and "twin" in rows[0]:
-        head += f"  {'twin':>14s}  {'AIC launch':>14s}  {'clients x':>22s}  {'prefix hit':>22s}  {'output x':>22s}"
+        head += f"  {'twin':>14s}  {'AIC launch':>14s}"
+        head += f"  {'clients x':>22s}  {'prefix hit':>22s}  {'output x':>22s}"
     out = [head]
     for r in rows:
         load = "-" if r["prefill_load"] is None else f"{r['prefill_load']:.2f}"

@@ -1,6 +1,6 @@
-"""accuracy/prefill_load.py: the prefill load a silicon row's own figures imply (a lower bound on the GPUs' time
-its prompts need, by Little's law and the GPU's fastest measured GEMM rate), and the twin's replay of the row
-with one thing changed."""
+"""accuracy/prefill_load.py: the prefill load a silicon row's own figures imply (a lower bound on the GPUs'
+time its prompts need, by Little's law and the GPU's fastest measured GEMM rate), and the twin's replay of the
+row with one thing changed."""
 
 import csv
 import json
@@ -47,7 +47,7 @@ def run(tmp_path: Path, rows: list[dict], *extra: str) -> list[dict]:
 
 def test_the_load_is_the_prompts_gemm_work_by_littles_law_over_the_gpus_fastest_gemm(tmp_path):
     """vLLM's measured 121.73 ms / 9.74 ms (AIConfigurator's row) would need more FP8 GEMM work per second
-    than the H200's fastest measured rate; with the TPOT its SGLang rows show at that load it would not."""
+    than the H200's fastest measured rate; with a TPOT of 26 ms (the twin's at that load) it would not."""
     rows = run(tmp_path, [vllm_8b_row(0, "121.73", "9.74"), vllm_8b_row(1, "121.73", "26.0")], "--loads-only")
     measured = load_system("h200_sxm").measured
     fastest_fp8 = max(measured["gemm_fp8_tflops"].value, measured["gemm_fp8_rowwise_tflops"].value)
