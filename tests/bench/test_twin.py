@@ -145,6 +145,18 @@ def test_tensorrt_llm_attention_dp_balancing_holds_new_prompts(tmp_path):
     assert off["deployment"]["attention_dp_balance"] is None  # the engine's default: off
 
 
+def test_vllm_async_scheduling_is_the_default_and_can_be_turned_off(tmp_path):
+    # 16 clients of 2,000-token prompts: a prompt that arrives while others decode waits for the step vLLM
+    # formed ahead as well (on by default since vLLM 0.14), so its first token comes a step later
+    load = ("--random-input-len", "2000", "--random-output-len", "64", "--num-prompts", "64")
+    load += ("--max-concurrency", "16")
+    default = twin(tmp_path, *load, name="default.json")
+    off = twin(tmp_path, *load, "--no-async-scheduling", name="off.json")
+    assert default["mean_ttft_ms"] > off["mean_ttft_ms"]
+    assert "async scheduling on" in default["prediction"]["engine_profile"]
+    assert off["deployment"]["async_scheduling"] is False
+
+
 @pytest.mark.parametrize(
     "args,start",
     [
@@ -157,6 +169,7 @@ def test_tensorrt_llm_attention_dp_balancing_holds_new_prompts(tmp_path):
         (("--request-rate", "sweep"), "error: --request-rate"),
         (("--random-input-len", "100000000"), "error: --random-input-len:"),
         (("--batch-wait-max-tokens-ratio", "2"), "error: --batch-wait-max-tokens-ratio:"),
+        (("--engine", "sglang", "--no-async-scheduling"), "error: --async-scheduling: sglang has no"),
     ],
 )
 def test_bad_deployment_input_is_one_line(monkeypatch, capsys, args, start):

@@ -47,8 +47,8 @@ def _replay(
     lane = Lane(limits, policy or VllmPolicy(), _decode, _mixed)
     schedule = lane.schedule
 
-    def recording(horizon, drive):
-        batch = schedule(horizon, drive)
+    def recording(horizon, drive, one_step=False):
+        batch = schedule(horizon, drive, one_step)
         if batch is not None:
             steps.append((batch.decodes, [take for _, take, _ in batch.chunks]))
         return batch
@@ -71,6 +71,39 @@ def test_vllm_runs_decodes_first_and_fills_the_rest_of_the_budget_with_prompt_ch
     assert mixed and all(decodes == 1 and sum(chunks) <= 1000 - decodes for decodes, chunks in mixed)
     assert [sum(c) for _, c in mixed][:2] == [999, 999]
     assert all(r.finish is not None for r in source.requests)
+
+
+def test_vllm_async_scheduling_puts_a_request_arriving_mid_step_in_the_step_after_the_next():
+    # request 0's prompt takes 0.01 ms, then it decodes in 1 ms steps (from 0.01, 1.01, ...); request 1 (a
+    # 100-token prompt) arrives at 0.5 ms, in the first of them. Formed when the last step ends, its prompt
+    # rides the step from 1.01 ms (1.1 ms long): first token at 2.11 ms. Formed ahead (vLLM's async
+    # scheduling), the step from 1.01 ms was formed at 0.01 ms without it, so it rides the one from 2.01 ms:
+    # first token at 3.11 ms, a whole step later.
+    requests, offsets = [(10, 20, 0), (100, 5, 0)], [0.0, 0.0005]
+    sync, _ = _replay(_limits(), requests, offsets, policy=VllmPolicy(async_scheduling=False))
+    ahead, steps = _replay(_limits(), requests, offsets, policy=VllmPolicy())
+    assert sync.requests[1].first[0] == pytest.approx(0.00211)
+    assert ahead.requests[1].first[0] == pytest.approx(0.00311)
+    # the step that ran while it waited was a single decode step, not a stretch that would keep it waiting
+    assert steps[:4] == [(0, [10]), (1, []), (1, []), (1, [100])]
+
+
+def test_vllm_async_scheduling_takes_a_request_at_once_when_nothing_was_formed_ahead():
+    # an idle engine: nothing is under way, so the request is scheduled when it arrives, as without it
+    requests, offsets = [(100, 5, 0), (100, 5, 0)], [0.0, 0.05]
+    sync, _ = _replay(_limits(), requests, offsets, policy=VllmPolicy(async_scheduling=False))
+    ahead, _ = _replay(_limits(), requests, offsets, policy=VllmPolicy())
+    assert _ttft_s(ahead) == pytest.approx(_ttft_s(sync))
+
+
+def test_vllm_async_scheduling_follows_the_release():
+    old = engine_profile("vllm", 80.0, gpu_name="H100", engine_version="0.13.0")
+    new = engine_profile("vllm", 80.0, gpu_name="H100", engine_version="v0.14.0")
+    unknown = engine_profile("vllm", 80.0, gpu_name="H100")
+    given = engine_profile("vllm", 80.0, gpu_name="H100", engine_version="0.25.0", async_scheduling=False)
+    assert [p.policy.schedules_ahead() for p in (old, new, unknown, given)] == [False, True, True, False]
+    assert "async scheduling off (vLLM 0.13.0 predates its default, 0.14.0)" in old.source
+    assert "async scheduling on" in new.source and "async scheduling" not in given.source
 
 
 def test_token_budget_is_never_exceeded():

@@ -495,6 +495,12 @@ def bench(
         help="TensorRT-LLM batch_wait_max_tokens_ratio (default 0: off).",
         rich_help_panel=_TWIN,
     ),
+    async_scheduling: bool | None = typer.Option(
+        None,
+        "--async-scheduling/--no-async-scheduling",
+        help="vLLM's async scheduling: the next step formed while one runs (default on, as vLLM 0.14+).",
+        rich_help_panel=_TWIN,
+    ),
     calibration: Path | None = typer.Option(
         None,
         "--calibration",
@@ -704,6 +710,7 @@ def bench(
             attention_dp_batching_wait_iters=attention_dp_batching_wait_iters,
             batch_wait_timeout_iters=batch_wait_timeout_iters,
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
+            async_scheduling=async_scheduling,
         )
         saved: list[Path] = []
         code = _simulate(points, auto_sweep, deployment, settings, calibration, saved, explain, pools)

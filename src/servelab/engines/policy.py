@@ -179,6 +179,13 @@ class SchedulingPolicy(BaseModel):
     def after_preemption(self, lane: LaneView[R]) -> None:
         """The decodes' next tokens fit again after one or more preemptions."""
 
+    # ---- when a step is formed ------------------------------------------------------------------------
+    def schedules_ahead(self) -> bool:
+        """Whether the scheduler forms the next step while the current one runs (a queue of two batches): a
+        request that reaches it during a step then joins the step after the next, not the next (False: each
+        step is formed when the last one ends)."""
+        return False
+
     # ---- holding new prompts back --------------------------------------------------------------------
     def holds(self, limits: LimitsView) -> bool:
         """Whether this policy may hold new prompts back while decodes run, on a lane with these limits."""

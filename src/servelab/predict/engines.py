@@ -56,6 +56,7 @@ from servelab.engines import MODELLED, Engine, router_dtype
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
+from servelab.engines.vllm.batch import async_scheduling_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError, closest
 from servelab.specs import MlaFp8KvLayout, ModelSpec
@@ -308,17 +309,21 @@ def fitted_params(name: str, calibration: Path | str | None = None) -> dict[str,
 def vllm_batch(
     profile: EngineProfile, gpu_gib: float, gpu_name: str, version: str | None, given: dict[str, Any]
 ) -> dict[str, Any]:
-    """vLLM's batch defaults for the GPU and release where the launch set none, with the profile's source
-    saying which rule gave them (nothing where both are set). A default max_num_seqs is at most the token
-    budget, as vLLM caps it."""
-    if "max_num_batched_tokens" in given and "max_num_seqs" in given:
-        return {}
-    rule = vllm_batch_defaults(gpu_gib, gpu_name, version)
-    tokens = given.get("max_num_batched_tokens", rule.max_num_batched_tokens)
-    update: dict[str, Any] = {"max_num_batched_tokens": tokens}
-    if "max_num_seqs" not in given:
-        update["max_num_seqs"] = min(rule.max_num_seqs, tokens)
-    kept = [k for k in ("max_num_batched_tokens", "max_num_seqs") if k in given]
-    note = f" ({' and '.join(kept)} as given)" if kept else ""
-    update["source"] = f"{given.get('source', profile.source)}; batch defaults: {rule.why}{note}"
+    """vLLM's batch defaults for the GPU and release where the launch set none, and its release's async
+    scheduling where the launch did not say, with the profile's source saying which rules gave them. A
+    default max_num_seqs is at most the token budget, as vLLM caps it."""
+    update: dict[str, Any] = {}
+    notes = []
+    if "max_num_batched_tokens" not in given or "max_num_seqs" not in given:
+        rule = vllm_batch_defaults(gpu_gib, gpu_name, version)
+        tokens = given.get("max_num_batched_tokens", rule.max_num_batched_tokens)
+        update["max_num_batched_tokens"] = tokens
+        if "max_num_seqs" not in given:
+            update["max_num_seqs"] = min(rule.max_num_seqs, tokens)
+        kept = [k for k in ("max_num_batched_tokens", "max_num_seqs") if k in given]
+        notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
+    if "async_scheduling" not in given:
+        update["async_scheduling"], why = async_scheduling_default(version)
+        notes.append(why)
+    update["source"] = "; ".join([given.get("source", profile.source), *notes])
     return update

@@ -72,6 +72,7 @@ class EngineSettings(BaseModel):
     attention_dp_batching_wait_iters: int | None = Field(None, ge=0)
     batch_wait_timeout_iters: int | None = Field(None, ge=0)
     batch_wait_max_tokens_ratio: float | None = Field(None, ge=0.0, le=1.0)
+    async_scheduling: bool | None = None  # vLLM's (None: its release's default)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ def twin_engine(settings: EngineSettings, system: SystemSpec, calibration: Path 
         attention_dp_batching_wait_iters=settings.attention_dp_batching_wait_iters,
         batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
         batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
+        async_scheduling=settings.async_scheduling,
     )
 
 

@@ -1,5 +1,6 @@
 """vLLM's default step budget and running-sequence cap for `vllm serve`, by GPU and release
-(batch_defaults.json beside this module: the rule of each range of releases, with where it was read)."""
+(batch_defaults.json beside this module: the rule of each range of releases, with where it was read), and
+whether the release schedules asynchronously by default."""
 
 from __future__ import annotations
 
@@ -98,3 +99,22 @@ def batch_defaults(gpu_gib: float, gpu_name: str = "", version: str | None = Non
                 f"(vllm/engine/arg_utils.py)",
             )
     raise AssertionError(rule.releases)  # unreachable: the last tier takes every GPU (Rule._floor)
+
+
+# The first release whose engine schedules asynchronously unless told not to: SchedulerConfig.async_scheduling
+# defaults to None there and VllmConfig.__post_init__ turns None into True where no option excludes it
+# (vllm/config/scheduler.py and vllm/config/vllm.py of vllm-0.14.0.tar.gz, sha256
+# ed86c6a9d22fbfd059648794493cad88444c71688f3ff6efcb26c5ca353f0e5d); 0.12.0 and 0.13.0 default it to False
+# (read in their sdists), as 0.11 did.
+ASYNC_SCHEDULING_FROM = "0.14.0"
+
+
+def async_scheduling_default(version: str | None) -> tuple[bool, str]:
+    """Whether `vllm serve` of the release `version` schedules asynchronously when the command does not say
+    (None, a nightly or a custom build: as the newest releases, on), and a line saying why."""
+    number = version_of(version)
+    if number is None or number == "latest":
+        return True, f"async scheduling on (the default from vLLM {ASYNC_SCHEDULING_FROM}; release not known)"
+    if Version(number) >= Version(ASYNC_SCHEDULING_FROM):
+        return True, f"async scheduling on (the default from vLLM {ASYNC_SCHEDULING_FROM})"
+    return False, f"async scheduling off (vLLM {number} predates its default, {ASYNC_SCHEDULING_FROM})"

@@ -13,12 +13,23 @@ class VllmPolicy(SchedulingPolicy):
     cache fills, a running request is preempted instead."""
 
     kind: Literal["vllm"] = "vllm"
+    # async scheduling (--async-scheduling): the engine core forms step N+1 while step N runs, keeping a queue
+    # of two batches (vllm/v1/engine/core.py EngineCore.step_with_batch_queue, batch_queue_size =
+    # the executor's max_concurrent_batches, 2 with async scheduling). A request that reaches the engine core
+    # during step N is added at the next turn of its busy loop, after step N+1 was formed, so it joins step
+    # N+2. On by default from vLLM 0.14.0 (vllm/config/vllm.py: SchedulerConfig.async_scheduling None is set
+    # True unless an option excludes it; 0.13.0 and before: False); servelab.engines.vllm.batch sets it by
+    # release.
+    async_scheduling: bool = True
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
         """Every decoding request gets its token(s); requests part-way through their prompt continue
         (chunked prefill); then waiting requests are admitted in arrival order, all in one step."""
         budget = lane.lim.max_num_batched_tokens - lane.num_decoding * lane.lim.verify_tokens
         return lane.prompt_chunks(budget), True, 0
+
+    def schedules_ahead(self) -> bool:
+        return self.async_scheduling
 
     def victim(self, lane: LaneView[R]) -> R:
         """The most recently admitted request; its KV cache is freed and recomputed later."""

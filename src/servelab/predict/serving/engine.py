@@ -121,6 +121,10 @@ class Lane:
         self.policy = policy
         self.price_decode, self.price_mixed = price_decode, price_mixed
         self.waiting: deque[Request] = deque()
+        # requests that reached a scheduler forming its steps ahead (policy.schedules_ahead) during the step
+        # under way: the next step was formed before they came, so they wait for the one after it
+        self.ahead = policy.schedules_ahead()
+        self.late: list[Request] = []
         self.prefilling: list[Request] = []
         self.running: list[Request] = []  # admission order
         self.heap: list = []  # (target G, idx, epoch, request) of decoding requests
@@ -210,9 +214,10 @@ class Lane:
         self.waiting.append(req)
 
     # ---- scheduling --------------------------------------------------------------------------------------
-    def schedule(self, horizon_s: float, drive: int) -> Batch | None:
-        """The next step (or stretch of identical decode steps ending before horizon_s), or None when idle.
-        (Written for speed, this runs on every step: KV bytes inline, bounds by comparisons, not min/max.)"""
+    def schedule(self, horizon_s: float, drive: int, one_step: bool = False) -> Batch | None:
+        """The next step (or stretch of identical decode steps ending before horizon_s; `one_step`: a single
+        step), or None when idle. (Written for speed, this runs on every step: KV bytes inline, bounds by
+        comparisons, not min/max.)"""
         lim = self.lim
         n = self.num_decoding
         grow = n * lim.tokens_per_step * lim.kv_per_token  # the decodes' next tokens
@@ -257,6 +262,8 @@ class Lane:
             steps = 1
         if hold and hold < steps:
             steps = hold
+        if one_step:
+            steps = 1
         if grow > 0:
             room = int((lim.kv_capacity - kv_bytes) // grow)  # steps until the KV cache is full
             if room < steps:

@@ -65,7 +65,7 @@ def _loop(lane: Lane, source) -> None:
     arrived, finished = source.on_arrival, source.on_finish
     frontend, streams = lane.frontend, lane.streams
     front_s, front_token_s, front_out_s = lim.frontend_s, lim.frontend_token_s, lim.frontend_out_token_s
-    waiting = lane.waiting
+    waiting, late, ahead = lane.waiting, lane.late, lane.ahead
     for t, req in source.start():
         push(queue, (t, 0, next(seq), ARRIVAL, req))
     kind = -1  # the event in hand (-1: none, pop the next)
@@ -112,7 +112,15 @@ def _loop(lane: Lane, source) -> None:
             if c[drive] < t:  # idle until now: every clock moves on by the same gap
                 gap = t - c[drive]
                 lane.clock = (c[0] + gap, c[1] + gap, c[2] + gap)
-            batch = schedule(queue[0][0] if queue else INF, drive)
+            horizon = queue[0][0] if queue else INF
+            if late:  # formed ahead without them; they may join the step after this one
+                batch = schedule(horizon, drive, True)
+                waiting.extend(late)
+                late.clear()
+                if batch is None:  # nothing was formed ahead: the scheduler takes them now
+                    batch = schedule(horizon, drive)
+            else:
+                batch = schedule(horizon, drive)
             if batch is None:
                 continue
             lane.busy = True
@@ -149,6 +157,9 @@ def _loop(lane: Lane, source) -> None:
                 continue
         kind = -1  # a hand-over (or an arrival without an API server): the scheduler has the request
         lane.arrived += 1  # Lane.add inline
+        if ahead and lane.busy:  # the next step was formed when this one began
+            late.append(obj)
+            continue
         waiting.append(obj)
         if not lane.busy:
             push(queue, (t, 2, next(seq), SCHEDULE, None))
