@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import share_between_workers
 
 try:
@@ -20,6 +21,7 @@ from servelab.cachedir import ENV_DIR
 from servelab.perfdb import price_cache
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.price_cache import ENV_SWITCH as PRICE_CACHE_SWITCH
+from servelab.run import bfcl
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -92,7 +94,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     result = yield
     if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker of a --dist loadgroup run
-        items[:] = _end_to_end_first(items)
+        items[:] = _end_to_end_first(items, _units_before_end_to_end(config))
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                             for m in item.iter_markers("xdist_group")})  # fmt: skip
@@ -112,20 +114,33 @@ def _xdist_unit(item) -> str:
     return nodeid.split("@")[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
 
 
-def _end_to_end_first(items: list) -> list:
+def _units_before_end_to_end(config) -> int:
+    """In CI the CPU vLLM is still being installed when the tests start (tests/background_setups.py): there
+    each worker starts on one of the largest other units (the InferenceX refs groups, minutes each), not on a
+    wait for the install. Elsewhere none."""
+    if not os.environ.get(MARKERS_ENV):
+        return 0
+    return getattr(config, "workerinput", {}).get("workercount", 0)
+
+
+def _end_to_end_first(items: list, ahead: int = 0) -> list:
     """The order pytest-xdist queues the units in (pyproject.toml turns its own reordering off): the units
-    with an end-to-end test first, then the rest as pytest-xdist orders them (the largest units first, ties
-    in collection order); a unit's tests keep their order. The end-to-end tests start real CPU vLLMs, minutes
-    each: queued by size, the shared server's group came after the InferenceX refs groups and ended CI's run
-    on one worker while the other idled."""
+    with an end-to-end test first, after the `ahead` largest others, then the rest as pytest-xdist orders
+    them (the largest units first, ties in collection order); a unit's tests keep their order. The end-to-end
+    tests start real CPU vLLMs, minutes each: queued by size, the shared server's group came after the
+    InferenceX refs groups and ended CI's run on one worker while the other idled."""
     units = [_xdist_unit(item) for item in items]
     size = Counter(units)
     first = {unit: n for n, unit in reversed(list(enumerate(units)))}
     end_to_end = {unit for unit, item in zip(units, items, strict=True) if item.get_closest_marker("e2e")}
-    order = sorted(
-        range(len(items)), key=lambda n: (units[n] not in end_to_end, -size[units[n]], first[units[n]])
-    )
-    return [items[n] for n in order]
+    others = sorted(set(units) - end_to_end, key=lambda unit: (-size[unit], first[unit]))
+    lead = set(others[:ahead])
+
+    def place(n: int) -> tuple:
+        unit = units[n]
+        return unit not in lead, unit not in end_to_end, -size[unit], first[unit]
+
+    return [items[n] for n in sorted(range(len(items)), key=place)]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -146,6 +161,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
         f"{failed} failed"
     )
+
+
+@pytest.fixture(scope="session")
+def bfcl_env_python() -> Path:
+    """The BFCL environment's python (scripts/setup_bfcl.sh; in CI once its install has ended), else a skip
+    saying why."""
+    missing = f"no BFCL environment (scripts/setup_bfcl.sh, or {bfcl.PYTHON_ENV})"
+    return environment_or_skip("bfcl", bfcl.bfcl_python, missing)
 
 
 @pytest.fixture()
