@@ -94,7 +94,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     result = yield
     if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker of a --dist loadgroup run
-        items[:] = _end_to_end_first(items, _units_before_end_to_end(config))
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                             for m in item.iter_markers("xdist_group")})  # fmt: skip
@@ -105,6 +104,8 @@ def pytest_collection_modifyitems(config, items):
                     item._id = NodeId.parse(grouped)
                 else:
                     item._nodeid = grouped
+        # ordered by the ids with their groups (before, each test of a group counted as a unit of its own)
+        items[:] = _end_to_end_first(items, _units_before_end_to_end(config))
     return result
 
 
