@@ -5,12 +5,12 @@ import signal
 import socket
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import share_between_workers
+from xdist_order import end_to_end_first
 
 try:
     from _pytest.nodeid import NodeId  # pytest 9.2 and later: a node's id (tests share a server below)
@@ -105,14 +105,8 @@ def pytest_collection_modifyitems(config, items):
                 else:
                     item._nodeid = grouped
         # ordered by the ids with their groups (before, each test of a group counted as a unit of its own)
-        items[:] = _end_to_end_first(items, _units_before_end_to_end(config))
+        items[:] = end_to_end_first(items, _units_before_end_to_end(config))
     return result
-
-
-def _xdist_unit(item) -> str:
-    """What pytest-xdist's loadgroup scheduler hands a worker as one unit: the test's group, else the test."""
-    nodeid = item.nodeid
-    return nodeid.split("@")[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
 
 
 def _units_before_end_to_end(config) -> int:
@@ -122,26 +116,6 @@ def _units_before_end_to_end(config) -> int:
     if not os.environ.get(MARKERS_ENV):
         return 0
     return getattr(config, "workerinput", {}).get("workercount", 0)
-
-
-def _end_to_end_first(items: list, ahead: int = 0) -> list:
-    """The order pytest-xdist queues the units in (pyproject.toml turns its own reordering off): the units
-    with an end-to-end test first, after the `ahead` largest others, then the rest as pytest-xdist orders
-    them (the largest units first, ties in collection order); a unit's tests keep their order. The end-to-end
-    tests start real CPU vLLMs, minutes each: queued by size, the shared server's group came after the
-    InferenceX refs groups and ended CI's run on one worker while the other idled."""
-    units = [_xdist_unit(item) for item in items]
-    size = Counter(units)
-    first = {unit: n for n, unit in reversed(list(enumerate(units)))}
-    end_to_end = {unit for unit, item in zip(units, items, strict=True) if item.get_closest_marker("e2e")}
-    others = sorted(set(units) - end_to_end, key=lambda unit: (-size[unit], first[unit]))
-    lead = set(others[:ahead])
-
-    def place(n: int) -> tuple:
-        unit = units[n]
-        return unit not in lead, unit not in end_to_end, -size[unit], first[unit]
-
-    return [items[n] for n in sorted(range(len(items)), key=place)]
 
 
 @pytest.hookimpl(optionalhook=True)
