@@ -5,11 +5,12 @@ import signal
 import socket
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import share_between_workers
+from xdist_order import end_to_end_first
 
 try:
     from _pytest.nodeid import NodeId  # pytest 9.2 and later: a node's id (tests share a server below)
@@ -20,6 +21,7 @@ from servelab.cachedir import ENV_DIR
 from servelab.perfdb import price_cache
 from servelab.perfdb.db import PerfDB
 from servelab.perfdb.price_cache import ENV_SWITCH as PRICE_CACHE_SWITCH
+from servelab.run import bfcl
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -92,7 +94,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     result = yield
     if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker of a --dist loadgroup run
-        items[:] = _end_to_end_first(items)
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                             for m in item.iter_markers("xdist_group")})  # fmt: skip
@@ -103,29 +104,18 @@ def pytest_collection_modifyitems(config, items):
                     item._id = NodeId.parse(grouped)
                 else:
                     item._nodeid = grouped
+        # ordered by the ids with their groups (before, each test of a group counted as a unit of its own)
+        items[:] = end_to_end_first(items, _units_before_end_to_end(config))
     return result
 
 
-def _xdist_unit(item) -> str:
-    """What pytest-xdist's loadgroup scheduler hands a worker as one unit: the test's group, else the test."""
-    nodeid = item.nodeid
-    return nodeid.split("@")[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
-
-
-def _end_to_end_first(items: list) -> list:
-    """The order pytest-xdist queues the units in (pyproject.toml turns its own reordering off): the units
-    with an end-to-end test first, then the rest as pytest-xdist orders them (the largest units first, ties
-    in collection order); a unit's tests keep their order. The end-to-end tests start real CPU vLLMs, minutes
-    each: queued by size, the shared server's group came after the InferenceX refs groups and ended CI's run
-    on one worker while the other idled."""
-    units = [_xdist_unit(item) for item in items]
-    size = Counter(units)
-    first = {unit: n for n, unit in reversed(list(enumerate(units)))}
-    end_to_end = {unit for unit, item in zip(units, items, strict=True) if item.get_closest_marker("e2e")}
-    order = sorted(
-        range(len(items)), key=lambda n: (units[n] not in end_to_end, -size[units[n]], first[units[n]])
-    )
-    return [items[n] for n in order]
+def _units_before_end_to_end(config) -> int:
+    """In CI the CPU vLLM is still being installed when the tests start (tests/background_setups.py): there
+    each worker starts on one of the largest other units (the InferenceX refs groups, minutes each), not on a
+    wait for the install. Elsewhere none."""
+    if not os.environ.get(MARKERS_ENV):
+        return 0
+    return getattr(config, "workerinput", {}).get("workercount", 0)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -146,6 +136,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"fuzz: {tried} hostile inputs tried; {xfailed} xfail pending (fixed in other branches); "
         f"{failed} failed"
     )
+
+
+@pytest.fixture(scope="session")
+def bfcl_env_python() -> Path:
+    """The BFCL environment's python (scripts/setup_bfcl.sh; in CI once its install has ended), else a skip
+    saying why."""
+    missing = f"no BFCL environment (scripts/setup_bfcl.sh, or {bfcl.PYTHON_ENV})"
+    return environment_or_skip("bfcl", bfcl.bfcl_python, missing)
 
 
 @pytest.fixture()

@@ -3,7 +3,8 @@ tokenizer trained here (servelab.runner.tiny_llama), served by servelab.runner.v
 
 Fixtures: `vllm_venv_python` (session, the vLLM venv's python: $SERVELAB_VLLM_VENV, else <repo>/.venv-vllm),
 `tiny_llama` (session, model dir), `vllm_server` (session, a running server on that model).
-Every test here is marked e2e and is skipped with the reason when the vLLM venv is missing.
+Every test here is marked e2e and is skipped with the reason when the vLLM venv is missing; in CI, which
+installs it while the tests run, the fixture waits for its install to end first (tests/background_setups.py).
 Set up the venv with scripts/setup_vllm_cpu.sh.
 """
 
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import once_a_run
 
 from servelab.runner.tiny_llama import build_tiny_llama
@@ -20,20 +22,19 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO / ".venv-vllm"
 
 
-def skip_reason() -> str | None:
-    if vllm_python(DEFAULT_VENV) is None:
-        return (
-            f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh to create "
-            f"{DEFAULT_VENV})"
-        )
-    return None
+MISSING = (
+    f"vLLM CPU venv not found (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh to create {DEFAULT_VENV})"
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = skip_reason()
+    if os.environ.get(MARKERS_ENV):
+        return  # being installed as the tests run: the fixture waits for it, and skips if it failed
+    if vllm_python(DEFAULT_VENV) is not None:
+        return
     for item in items:
-        if "e2e" in item.keywords and reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
+        if "e2e" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=MISSING))
 
 
 @pytest.fixture(scope="session")
@@ -45,10 +46,7 @@ def e2e_cache_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_venv_python() -> Path:
-    py = vllm_python(DEFAULT_VENV)
-    if py is None:
-        pytest.skip(skip_reason())
-    return py
+    return environment_or_skip("vllm", lambda: vllm_python(DEFAULT_VENV), MISSING)
 
 
 @pytest.fixture(scope="session")

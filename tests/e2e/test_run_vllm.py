@@ -21,7 +21,6 @@ import yaml
 from portpick import free_port
 
 from servelab.results.store import Store
-from servelab.run.bfcl import PYTHON_ENV, bfcl_python
 from servelab.runner.server import group_members
 from servelab.runner.server_metrics import metric_sums
 from servelab.runner.vllm_cpu import VllmCpuServer
@@ -55,10 +54,9 @@ ASSERTIONS = [
 ]
 
 
-@pytest.mark.skipif(
-    bfcl_python() is None, reason=f"no BFCL environment (scripts/setup_bfcl.sh, or {PYTHON_ENV})"
-)
-def test_run_starts_vllm_benches_evaluates_judges_and_stores(vllm_venv_python, tiny_llama, tmp_path):
+def test_run_starts_vllm_benches_evaluates_judges_and_stores(
+    bfcl_env_python, vllm_venv_python, tiny_llama, tmp_path
+):
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install '.[evals]')")
     port = free_port(18950, 19000)
     workload = {
@@ -114,7 +112,7 @@ def test_run_starts_vllm_benches_evaluates_judges_and_stores(vllm_venv_python, t
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     cmd = [sys.executable, "-m", "servelab.cli.main", "run", str(path), "--port", str(port),
            "--store", str(db), "--tokenizer", str(tiny_llama), "--server-timeout", "900", "--json",
-           "--gsm8k-path", str(gsm8k), "--bfcl-python", str(bfcl_python()),
+           "--gsm8k-path", str(gsm8k), "--bfcl-python", str(bfcl_env_python),
            "--assert", IMPOSSIBLE]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1450)
     assert p.returncode == 1, p.stderr[-3000:]  # the impossible bound fails; nothing errored

@@ -18,10 +18,7 @@ from servelab.run import bfcl
 from servelab.run.bfcl import bfcl_python, metrics_from_scores, run_bfcl
 from servelab.run.stage import StageFailed, Target
 
-PYTHON = bfcl_python()
-needs_bfcl = pytest.mark.skipif(
-    PYTHON is None, reason=f"no BFCL environment (scripts/setup_bfcl.sh, or {bfcl.PYTHON_ENV})"
-)
+needs_bfcl = pytest.mark.usefixtures("bfcl_env_python")  # skips saying why where there is no BFCL environment
 SINGLE = ["simple_python", "multiple", "parallel", "parallel_multiple"]
 MULTI = ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
 # two cases of every single-turn category; multi_turn's 4 split as one per leaf, as perf-eval subsamples
@@ -34,8 +31,8 @@ CASE_IDS = {f"{c}_{i}" for c in SINGLE for i in range(2)} | {f"{leaf}_0" for lea
 
 
 @pytest.fixture(scope="module")
-def cases():
-    return load_bfcl_cases(bfcl_data_dir(PYTHON), CASE_IDS)
+def cases(bfcl_env_python):
+    return load_bfcl_cases(bfcl_data_dir(bfcl_env_python), CASE_IDS)
 
 
 @pytest.mark.slow

@@ -21,10 +21,6 @@ from servelab.run import bfcl
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install '.[evals]')")
-BFCL_PYTHON = bfcl.bfcl_python()
-needs_bfcl = pytest.mark.skipif(
-    BFCL_PYTHON is None, reason=f"no BFCL environment (scripts/setup_bfcl.sh, or {bfcl.PYTHON_ENV})"
-)
 
 QUESTIONS = [
     ("Tom has 3 apples and buys 4 more. How many apples does he have?", "3 + 4 = 7\n#### 7"),
@@ -81,8 +77,8 @@ def gsm8k_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cases():
-    return load_bfcl_cases(bfcl_data_dir(BFCL_PYTHON), CASE_IDS)
+def cases(bfcl_env_python):
+    return load_bfcl_cases(bfcl_data_dir(bfcl_env_python), CASE_IDS)
 
 
 def servelab(*args: str | Path, **env_vars: str) -> subprocess.CompletedProcess:
@@ -92,22 +88,23 @@ def servelab(*args: str | Path, **env_vars: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)  # hang guard
 
 
-def run_args(tmp_path: Path, server: AnswerServer, gsm8k_file: Path) -> list:
+def run_args(tmp_path: Path, server: AnswerServer, gsm8k_file: Path, bfcl_python: Path) -> list:
     wl = workload(tmp_path / "wl.yaml")
     args = ["run", wl, "--base-url", server.url, "--gsm8k-path", gsm8k_file, "--store", tmp_path / "r.db"]
     for a in BENCH_ASSERTIONS:
         args += ["--assert", a]
-    return args + ["--bfcl-python", BFCL_PYTHON]
+    return args + ["--bfcl-python", bfcl_python]
 
 
 @pytest.mark.slow
-@needs_bfcl
-def test_right_answers_pass_every_assertion_and_land_in_the_store(tmp_path, gsm8k_file, cases):
+def test_right_answers_pass_every_assertion_and_land_in_the_store(
+    tmp_path, gsm8k_file, cases, bfcl_env_python
+):
     assert {c.id for c in cases} == CASE_IDS
     seen = []
     with AnswerServer(correct=True, gsm8k=gsm8k_file, bfcl_cases=cases) as server:
         server.on_request = seen.append
-        p = servelab(*run_args(tmp_path, server, gsm8k_file), "--json", OPENAI_API_KEY=KEY)
+        p = servelab(*run_args(tmp_path, server, gsm8k_file, bfcl_env_python), "--json", OPENAI_API_KEY=KEY)
     assert p.returncode == 0, p.stderr[-3000:]
     # every stage sent the caller's key (the model lookup, bench, lm-eval and bfcl-eval), and kept it nowhere
     assert len(seen) > 4 + 4 + len(CASE_IDS)
@@ -142,10 +139,9 @@ def test_right_answers_pass_every_assertion_and_land_in_the_store(tmp_path, gsm8
 
 
 @pytest.mark.slow
-@needs_bfcl
-def test_wrong_answers_fail_the_accuracy_assertions_by_name(tmp_path, gsm8k_file, cases):
+def test_wrong_answers_fail_the_accuracy_assertions_by_name(tmp_path, gsm8k_file, cases, bfcl_env_python):
     with AnswerServer(correct=False, gsm8k=gsm8k_file, bfcl_cases=cases) as server:
-        p = servelab(*run_args(tmp_path, server, gsm8k_file))
+        p = servelab(*run_args(tmp_path, server, gsm8k_file, bfcl_env_python))
     assert p.returncode == 1, p.stderr[-3000:]
     lines = p.stdout.splitlines()
     for text in ASSERTIONS:  # each failing assertion is named in the summary, with what was observed
