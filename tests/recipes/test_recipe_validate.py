@@ -13,7 +13,6 @@ from servelab.engines.settings import ServerSettings
 from servelab.recipes.recipe_store import open_store
 from servelab.recipes.schema import Recipe
 from servelab.recipes.validate import validate_recipe, validate_store
-from servelab.specs import Parallel, load_model, load_system
 
 
 def recipe(model, runner="cluster:h200-nb", space=None, **extra):
@@ -190,8 +189,9 @@ def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, ke
 @pytest.mark.parametrize("key", ["dsr1-fp8-b200-sglang", "dsr1-fp8-b200-trt"])
 def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     # 159.4 GiB of weights a GPU: SGLang budgets weights + KV at --mem-fraction-static 0.95 (activations and
-    # the reserve outside it), TensorRT-LLM gives the KV cache a share of what is left; vLLM's 0.9 of
-    # 180 GiB (162 GiB for everything) would not hold it.
+    # the reserve outside it), TensorRT-LLM gives the KV cache a share of what is left; vLLM 0.25's 0.92 of
+    # 180 GiB (165.6 GiB for everything) holds it with 0.92 x 180 - 159.4 - 0.85 (the profile run's peak)
+    # - 0.5 (non-torch) = 4.8 GiB of KV (a 0.9 share, 162 GiB, would not).
     store = upstream_store(tmp_path, [key])
     rep = validate_recipe(key, store.recipes[key], store.runner_labels)
     assert rep.errors == []
@@ -199,7 +199,8 @@ def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     assert tp4 and "159.4 GiB weights" in tp4[0]
     as_vllm = store.recipes[key].model_copy(update={"framework": "vllm", "model_prefix": "other"})
     rep = validate_recipe(key, as_vllm, store.runner_labels)
-    assert any("(tp4) does not fit" in e and "162.0 GiB usable" in e for e in rep.errors)
+    assert rep.errors == []
+    assert any(": tp4 fits: 159.4 GiB weights, 4.8 GiB KV per GPU" in n for n in rep.notes)
 
 
 def test_atom_counts_its_memory_share_as_vllm_does():
@@ -207,6 +208,10 @@ def test_atom_counts_its_memory_share_as_vllm_does():
     # as vLLM's: validate takes the launch's value as it is, not the recipe's default
     launched = ServerSettings(memory_fraction=0.75)
     e = SimpleNamespace(gpu_memory_utilization=None)
-    model, system = load_model("Qwen/Qwen3-30B-A3B"), load_system("mi355x")
+    share_of_gpu = {"gpu_memory_utilization": 0.75, "static_fraction": False, "fraction_of_free": False}
     for engine in (Engine.VLLM, Engine.ATOM):
-        assert validate_module._utilization(engine, launched, e, model, system, Parallel(tp=8), 8192) == 0.75
+        assert validate_module._kv_rule(engine, launched, e) == share_of_gpu
+    # SGLang's and TensorRT-LLM's shares keep their own rules; unset, each rule takes its engine's default
+    assert validate_module._kv_rule(Engine.SGLANG, None, e)["static_fraction"]
+    assert validate_module._kv_rule(Engine.TRTLLM, launched, e)["fraction_of_free"]
+    assert validate_module._kv_rule(Engine.TRTLLM, None, e)["gpu_memory_utilization"] is None

@@ -462,7 +462,7 @@ def bench(
         None,
         "--gpu-memory-utilization",
         help="vllm: share of the GPU; sglang: mem-fraction-static; trtllm: share of the free memory "
-        "(default: 0.9; sglang: its own default for the GPU and split)",
+        "(default: vllm 0.92, trtllm 0.9; sglang: its own default for the GPU and split)",
         rich_help_panel=_TWIN,
     ),
     attention_dp_balance: bool | None = typer.Option(

@@ -43,9 +43,10 @@ def memory(
     gpu_memory_utilization: float | None = typer.Option(
         None,
         "--gpu-memory-utilization",
-        help="vllm: the share of the whole GPU the engine fills (default 0.9); sglang: mem-fraction-static, "
-        "the share for weights and KV cache (default: SGLang's own for the GPU, split and chunked-prefill "
-        "size); trtllm: the share of the memory left after weights and activations that goes to the KV "
+        help="vllm: the share of the whole GPU (as CUDA reports it) the engine fills (default 0.92, vLLM "
+        "0.25's); sglang: mem-fraction-static, the share for weights and KV cache (default: SGLang's own for "
+        "the GPU, split and chunked-prefill size); trtllm: the share of the memory left after weights and "
+        "activations that goes to the KV "
         "cache (free_gpu_memory_fraction, default 0.9)",
     ),
     backend: str = typer.Option(

@@ -4,6 +4,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel
 
+from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError
 from servelab.readable import typed
 from servelab.specs import ModelSpec, Parallel, SystemSpec
@@ -12,8 +13,26 @@ GIB = float(1 << 30)
 MAX_CONTEXT = 100_000_000  # tokens in one sequence: 100x the longest context any served model has today
 
 # CUDA context, NCCL buffers, CUDA-graph pools and allocator slack; engines' own profiling sees 2-5 GiB a GPU
+# (TensorRT-LLM's rule; SGLang's and vLLM's count their own, below)
 FRAMEWORK_RESERVE_GIB = 3.0
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # TensorRT-LLM's free_gpu_memory_fraction
+
+# vLLM 0.25.0's KV sizing, read in its wheel (vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl):
+# v1/worker/gpu_worker.py Worker.determine_available_memory gives the KV cache
+#   ceil(gpu_memory_utilization x the device's total memory as CUDA reports it) (v1/worker/utils.py
+#   request_memory) - weights (the torch memory loading took) - the torch peak of a profile run - the
+#   non-torch memory that appeared since the worker's first snapshot (utils/mem_utils.py memory_profiling).
+# The snapshot is taken after NCCL is set up, so the CUDA context and NCCL buffers are not subtracted;
+# CUDA-graph memory is subtracted only by the V1 model runner (the V2 runner, vLLM's default for dense models
+# and a few MoE architectures, answers 0 in profile_cudagraph_memory: it captures graphs after sizing the
+# KV cache). Not modelled: the V1 runner's graph estimate (MoE models outside config/vllm.py's
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES).
+VLLM_GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py CacheConfig.gpu_memory_utilization (0.32.0: the same)
+# non-torch memory that appears during the profile run (CUDA modules of the kernels it loads, their local
+# memory): an estimate of the order of vLLM's own example in utils/mem_utils.py memory_profiling (non-torch
+# memory grows by 0.5 GiB over profiling); not measured here
+VLLM_NON_TORCH_GIB = 0.5
+VLLM_BLOCK_SIZE = 16  # tokens per KV page (the FlashAttention backend's default); the cache is whole pages
 
 # SGLang's defaults by GPU memory on CUDA GPUs (server_args.py, ServerArgs._handle_gpu_memory_settings, the
 # same in 0.5.6 and 0.5.9): (below this many GiB, chunked_prefill_size, cuda_graph_max_bs below tp 4, from 4)
@@ -116,6 +135,31 @@ def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_token
     return tokens * per_token + logits
 
 
+def vllm_profile_peak_bytes(
+    model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int, max_num_seqs: int
+) -> float:
+    """The torch peak of vLLM's profile run above what was allocated before it (v1/worker/gpu/model_runner.py
+    GPUModelRunner.profile_run, 0.25.0): one dummy forward of max_num_batched_tokens tokens over
+    min(tokens, max_num_seqs) requests with attention skipped, then the sampler on one row per request.
+    The forward peaks inside a layer: the residual and the normed input (hidden x residual streams each)
+    beside the widest intermediate, the MLP's gate-up output and its activation (3 x intermediate; for routed
+    experts, per token x top-k), or the attention projections; all bf16. The sampler holds the forward's
+    hidden states, the sampled rows' logits in bf16 and their fp32 copy (v1/worker/gpu/sample/sampler.py
+    apply_sampling_params). The peak is the larger of the two."""
+    tokens = max_num_batched_tokens / parallel.attn_dp
+    h, att, moe = model.hidden_size, model.attention, model.moe
+    width = max(
+        (model.intermediate_size or 0) * 3 // parallel.attn_tp,
+        moe.intermediate_size * 3 * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
+        att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
+    )
+    hidden = h * model.residual_streams * 2  # bytes a token, bf16
+    forward = tokens * (2 * hidden + width * 2)
+    rows = min(tokens, max_num_seqs)
+    sampler = tokens * hidden + rows * model.vocab_size * (2 + 4)
+    return max(forward, sampler)
+
+
 @lru_cache(maxsize=4096)
 def memory_per_gpu(
     model: ModelSpec,
@@ -137,11 +181,14 @@ def memory_per_gpu(
     after loading the weights less (1 - mem_fraction_static) x the memory free at start, so the KV cache is
     mem_fraction_static x GPU - weights (the CUDA context, under 1 GiB, is not subtracted from the GPU)."""
     if gpu_memory_utilization is None:
-        gpu_memory_utilization = (
-            sglang_mem_fraction_static(system.hbm_gib, parallel, max_num_batched_tokens)
-            if static_fraction
-            else DEFAULT_GPU_MEMORY_UTILIZATION
-        )
+        if static_fraction:
+            gpu_memory_utilization = sglang_mem_fraction_static(
+                system.hbm_gib, parallel, max_num_batched_tokens
+            )
+        elif fraction_of_free:
+            gpu_memory_utilization = DEFAULT_GPU_MEMORY_UTILIZATION
+        else:
+            gpu_memory_utilization = VLLM_GPU_MEMORY_UTILIZATION
     if not 0 < gpu_memory_utilization <= 1:  # NaN fails this too
         raise ServelabError(
             f"must be in (0, 1], got {gpu_memory_utilization}", field="gpu_memory_utilization"
@@ -154,23 +201,36 @@ def memory_per_gpu(
     weights = weight_bytes_per_gpu(model, parallel) / GIB
     acts = activation_bytes(model, parallel, max_num_batched_tokens) / GIB
     reserve = FRAMEWORK_RESERVE_GIB
+    note, page_tokens = "", 1
     if static_fraction:
         kv = gpu_memory_utilization * system.hbm_gib - weights
         total = system.hbm_gib  # the reserve is what the static share leaves beside the activations
         reserve = max(0.0, (1.0 - gpu_memory_utilization) * system.hbm_gib - acts)
+        note = (
+            f"; KV cache = mem_fraction_static {typed(gpu_memory_utilization)} x the GPU - weights (SGLang)"
+        )
     elif fraction_of_free:
         kv = gpu_memory_utilization * (system.hbm_gib - weights - acts - FRAMEWORK_RESERVE_GIB)
         total = weights + acts + FRAMEWORK_RESERVE_GIB + kv if kv > 0 else system.hbm_gib
-    else:
-        total = system.hbm_gib * gpu_memory_utilization
-        kv = total - weights - acts - FRAMEWORK_RESERVE_GIB
+    else:  # vLLM's rule (VLLM_GPU_MEMORY_UTILIZATION says where it was read)
+        device_gib, device_how = system.ceiling("cuda_memory_gib", system.hbm_gib)
+        rows = min(vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs, max_num_batched_tokens)
+        acts = vllm_profile_peak_bytes(model, parallel, max_num_batched_tokens, rows) / GIB
+        reserve = VLLM_NON_TORCH_GIB
+        total = device_gib * gpu_memory_utilization
+        kv = total - weights - acts - reserve
+        page_tokens = VLLM_BLOCK_SIZE if model.attention.kv_grows_linearly else 1
+        note = (
+            f"; KV cache = gpu_memory_utilization {typed(gpu_memory_utilization)} x {typed(device_gib)} GiB "
+            f"(the GPU as CUDA reports it: {device_how}) - weights - the profile run's activation peak at "
+            f"{max_num_batched_tokens:,} tokens over {rows:,} requests (estimated from its buffers) - "
+            f"{VLLM_NON_TORCH_GIB} GiB non-torch (estimated), in whole {VLLM_BLOCK_SIZE}-token pages "
+            "(vLLM 0.25.0, v1/worker/gpu_worker.py determine_available_memory)"
+        )
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
-    source = MemoryBreakdown.model_fields["source"].default
-    if static_fraction:
-        source += (
-            f"; KV cache = mem_fraction_static {typed(gpu_memory_utilization)} x the GPU - weights (SGLang)"
-        )
+    max_tokens -= max_tokens % page_tokens
+    source = MemoryBreakdown.model_fields["source"].default + note
     return MemoryBreakdown(
         weights_gib=weights,
         activations_gib=acts,
@@ -215,6 +275,7 @@ def check_fits(model: ModelSpec, system: SystemSpec, parallel: Parallel, **kwarg
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "GIB",
+    "VLLM_GPU_MEMORY_UTILIZATION",
     "MemoryBreakdown",
     "check_fits",
     "kv_bytes_per_sequence_per_gpu",

@@ -11,21 +11,13 @@ from servelab.engines.names import Engine
 from servelab.engines.releases import check_launch
 from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
-from servelab.predict.memory import (
-    FRAMEWORK_RESERVE_GIB,
-    GIB,
-    activation_bytes,
-    check_fits,
-    weight_bytes_per_gpu,
-)
+from servelab.predict.memory import check_fits
 from servelab.recipes.engines import JobPoint, engine_name, render
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
 from servelab.recipes.yamlio import load_yaml
 from servelab.specs import ENGINE_KV_CACHE_DTYPES, Parallel, check_precision, load_model, load_system
 
-# vLLM's default when a recipe leaves gpu-memory-utilization unset.
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # Fused MoE kernels that only exist on Blackwell (SM100+): DeepGEMM's MegaMoE.
 BLACKWELL_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
@@ -35,8 +27,6 @@ BLACKWELL_ONLY_MOE_BACKENDS = {"deep_gemm_mega_moe"}
 # the GEMM; InferenceX's DeepSeek-V4-Pro on H200 with SGLang).
 WEIGHT_ONLY_FP4_QUANTIZATIONS = {"deepseek_v4_fp8"}
 WEIGHT_ONLY_FP4_MOE = {"marlin"}
-# TensorRT-LLM's default share of the memory left after weights and activations that goes to the KV cache.
-TRTLLM_DEFAULT_KV_FRACTION = 0.9
 
 
 @dataclass
@@ -102,25 +92,18 @@ def _weight_only_fp4(recipe, engine: Engine) -> str | None:
     return None
 
 
-def _utilization(engine, launched: ServerSettings | None, e, model, system, parallel, mbt) -> float:
-    """The share of HBM the engine may fill, counted the way the memory model counts it (vLLM's
-    gpu-memory-utilization: weights, activations, the framework reserve and the KV cache together).
-
-    SGLang's --mem-fraction-static budgets weights and the KV pool only; activations, CUDA graphs and the
-    reserve live in the rest of the GPU. TensorRT-LLM loads the weights, profiles activations, then gives a
-    fraction of what is left to the KV cache (ServerSettings.memory_fraction says which is which)."""
+def _kv_rule(engine, launched: ServerSettings | None, e) -> dict:
+    """The engine's own KV-cache rule and memory share, as predict.memory.memory_per_gpu takes them: SGLang's
+    --mem-fraction-static holds weights and the KV pool; TensorRT-LLM gives the KV cache a share of what
+    weights and activations leave; vLLM and ATOM fill a share of the whole GPU (ATOM's model_runner.py: util x
+    total). A share the launch leaves unset is the engine's default (ServerSettings.memory_fraction says
+    which share is which)."""
     fraction = launched.memory_fraction if launched else None
-    outside = activation_bytes(model, parallel, mbt) / GIB + FRAMEWORK_RESERVE_GIB
-    if engine == Engine.SGLANG and fraction is not None:
-        return min(1.0, fraction + outside / system.hbm_gib)
-    if engine == Engine.TRTLLM:
-        fixed = weight_bytes_per_gpu(model, parallel) / GIB + outside
-        free = max(system.hbm_gib - fixed, 0.0)
-        share = fraction or TRTLLM_DEFAULT_KV_FRACTION
-        return min(1.0, (fixed + share * free) / system.hbm_gib)
-    if engine in (Engine.VLLM, Engine.ATOM) and fraction is not None:
-        return fraction  # ATOM budgets the same share of the whole GPU (model_runner.py: util x total)
-    return e.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    return {
+        "gpu_memory_utilization": fraction or e.gpu_memory_utilization,
+        "static_fraction": engine == Engine.SGLANG,
+        "fraction_of_free": engine == Engine.TRTLLM,
+    }
 
 
 def _batched_tokens(launched: ServerSettings | None, e) -> int:
@@ -195,9 +178,9 @@ def validate_recipe(key: str, recipe, runner_labels, tolerant: bool = False) -> 
         max_len = e.max_model_len or seq.isl + seq.osl + MODEL_LEN_MARGIN
         launched = _launch_settings(recipe, engine, seq, arm)
         mbt = _batched_tokens(launched, e)
-        gmu = _utilization(engine, launched, e, model, system, parallel, mbt)
+        rule = _kv_rule(engine, launched, e)
         try:
-            mem = check_fits(model, system, parallel, max_num_batched_tokens=mbt, gpu_memory_utilization=gmu)
+            mem = check_fits(model, system, parallel, max_num_batched_tokens=mbt, **rule)
         except ServelabError as err:
             rep.errors.append(f"{where}: {err}")
             continue
