@@ -15,6 +15,7 @@ from servelab.predict.memory import (
     memory_per_gpu,
     sglang_cuda_graph_max_bs,
     sglang_mem_fraction_static,
+    vllm_gpu_memory_utilization,
     vllm_profile_peak_bytes,
     weight_bytes_per_gpu,
 )
@@ -232,3 +233,18 @@ def test_vllm_kv_capacity_on_the_development_h100_point():
     measured = int(logged.group(1).replace(",", ""))
     predicted = memory_per_gpu(load_model("llama-3.1-8b"), H100, Parallel(tp=1)).max_kv_tokens
     assert predicted == pytest.approx(measured, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("release", "share"),
+    [
+        ("0.12.0", 0.9),
+        ("vllm/vllm-openai:v0.19.0", 0.9),  # the last release read with 0.9
+        ("0.20.0", 0.92),  # the first with 0.92 (and CUDA-graph memory profiling on)
+        ("v0.25.0", 0.92),
+        (None, 0.92),  # not known: the newest
+        ("nightly-5b8c30d62b754b57", 0.92),
+    ],
+)
+def test_vllm_default_share_follows_its_release(release, share):
+    assert vllm_gpu_memory_utilization(release) == share

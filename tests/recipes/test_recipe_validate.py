@@ -210,8 +210,17 @@ def test_atom_counts_its_memory_share_as_vllm_does():
     e = SimpleNamespace(gpu_memory_utilization=None)
     share_of_gpu = {"gpu_memory_utilization": 0.75, "static_fraction": False, "fraction_of_free": False}
     for engine in (Engine.VLLM, Engine.ATOM):
-        assert validate_module._kv_rule(engine, launched, e) == share_of_gpu
+        assert validate_module._kv_rule(engine, launched, e, "vllm/vllm-openai:v0.25.0") == share_of_gpu
+    # unset, vLLM's share is its release's default (0.9 before 0.20.0, 0.92 from it)
+    assert (
+        validate_module._kv_rule(Engine.VLLM, None, e, "vllm/vllm-openai:v0.19.0")["gpu_memory_utilization"]
+        == 0.9
+    )
+    assert (
+        validate_module._kv_rule(Engine.VLLM, None, e, "vllm/vllm-openai:v0.25.0")["gpu_memory_utilization"]
+        == 0.92
+    )
     # SGLang's and TensorRT-LLM's shares keep their own rules; unset, each rule takes its engine's default
-    assert validate_module._kv_rule(Engine.SGLANG, None, e)["static_fraction"]
-    assert validate_module._kv_rule(Engine.TRTLLM, launched, e)["fraction_of_free"]
-    assert validate_module._kv_rule(Engine.TRTLLM, None, e)["gpu_memory_utilization"] is None
+    assert validate_module._kv_rule(Engine.SGLANG, None, e, "lmsysorg/sglang:v0.5.9")["static_fraction"]
+    trt = validate_module._kv_rule(Engine.TRTLLM, None, e, "nvcr.io/nvidia/tensorrt-llm/release:1.2.0")
+    assert trt["fraction_of_free"] and trt["gpu_memory_utilization"] is None

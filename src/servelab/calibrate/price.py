@@ -23,6 +23,7 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.predict.engines import EngineProfile, documented_profiles, vllm_batch
+from servelab.predict.memory import vllm_gpu_memory_utilization
 from servelab.predict.serving import AggregatedEstimate, Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
 from servelab.specs import Dtype, ModelSpec, SystemSpec
@@ -178,9 +179,10 @@ class Pricer:
             if settings.client_range_ratio is not None:
                 (isl, osl), spread = lengths_up_to(case.isl, case.osl, settings.client_range_ratio)
         base = base_profiles()[case.engine]
-        if case.engine == Engine.VLLM:  # its batch defaults by the GPU and release, where the recipe set none
-            gpu = self.system
+        if case.engine == Engine.VLLM:  # its batch defaults and memory share by the GPU and release, where
+            gpu = self.system  # the recipe set none
             update.update(vllm_batch(base, gpu.hbm_gib, gpu.gpu_name, case.version or None, update))
+            memory_share = memory_share or vllm_gpu_memory_utilization(case.version or None)
         engine = base.model_copy(update=update)
         return model, isl, osl, spread, engine, memory_share
 

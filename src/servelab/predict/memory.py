@@ -4,6 +4,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel
 
+from servelab.engines.version import Version, version_of
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError
 from servelab.readable import typed
@@ -27,7 +28,12 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # TensorRT-LLM's free_gpu_memory_fraction
 # and a few MoE architectures, answers 0 in profile_cudagraph_memory: it captures graphs after sizing the
 # KV cache). Not modelled: the V1 runner's graph estimate (MoE models outside config/vllm.py's
 # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES).
-VLLM_GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py CacheConfig.gpu_memory_utilization (0.32.0: the same)
+# Its default share, config/cache.py CacheConfig.gpu_memory_utilization, read in the wheels of each release
+# named: 0.9 in 0.16.0, 0.18.0 and 0.19.0; 0.92 from 0.20.0 (0.20.0, 0.21.0, 0.23.0, 0.25.0; the CPU build
+# of 0.32.0 too), the release that also turned on CUDA-graph memory profiling
+# (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, "0" in 0.19.0, "1" from 0.20.0)
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20 = 0.9
 # non-torch memory that appears during the profile run (CUDA modules of the kernels it loads, their local
 # memory): an estimate of the order of vLLM's own example in utils/mem_utils.py memory_profiling (non-torch
 # memory grows by 0.5 GiB over profiling); not measured here
@@ -133,6 +139,16 @@ def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_token
     per_token = (4 * h * model.residual_streams + width) * 2
     logits = min(tokens, 256) * model.vocab_size / parallel.attn_tp * 4
     return tokens * per_token + logits
+
+
+def vllm_gpu_memory_utilization(version: str | None) -> float:
+    """vLLM's default gpu_memory_utilization for a release (an image tag or version string): 0.9 before
+    0.20.0, 0.92 from it; a release not named by number (None, latest, a nightly) takes the newest, as
+    engines.vllm.batch does."""
+    number = version_of(version)
+    if number is None or number == "latest" or Version(number) >= Version("0.20.0"):
+        return VLLM_GPU_MEMORY_UTILIZATION
+    return VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20
 
 
 def vllm_profile_peak_bytes(
@@ -282,5 +298,6 @@ __all__ = [
     "memory_per_gpu",
     "sglang_cuda_graph_max_bs",
     "sglang_mem_fraction_static",
+    "vllm_gpu_memory_utilization",
     "weight_bytes_per_gpu",
 ]

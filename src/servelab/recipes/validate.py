@@ -11,7 +11,7 @@ from servelab.engines.names import Engine
 from servelab.engines.releases import check_launch
 from servelab.engines.settings import ServerSettings
 from servelab.errors import ServelabError
-from servelab.predict.memory import check_fits
+from servelab.predict.memory import check_fits, vllm_gpu_memory_utilization
 from servelab.recipes.engines import JobPoint, engine_name, render
 from servelab.recipes.ladder import concurrencies
 from servelab.recipes.sweep import MODEL_LEN_MARGIN
@@ -92,15 +92,17 @@ def _weight_only_fp4(recipe, engine: Engine) -> str | None:
     return None
 
 
-def _kv_rule(engine, launched: ServerSettings | None, e) -> dict:
+def _kv_rule(engine, launched: ServerSettings | None, e, image: str) -> dict:
     """The engine's own KV-cache rule and memory share, as predict.memory.memory_per_gpu takes them: SGLang's
     --mem-fraction-static holds weights and the KV pool; TensorRT-LLM gives the KV cache a share of what
     weights and activations leave; vLLM and ATOM fill a share of the whole GPU (ATOM's model_runner.py: util x
-    total). A share the launch leaves unset is the engine's default (ServerSettings.memory_fraction says
-    which share is which)."""
-    fraction = launched.memory_fraction if launched else None
+    total). A share the launch leaves unset is the engine's default (vLLM's by the image's release); which
+    share is which: ServerSettings.memory_fraction."""
+    share = (launched.memory_fraction if launched else None) or e.gpu_memory_utilization
+    if share is None and engine == Engine.VLLM:  # an image that is not vLLM's names no vLLM release
+        share = vllm_gpu_memory_utilization(image if "vllm" in image.lower() else None)
     return {
-        "gpu_memory_utilization": fraction or e.gpu_memory_utilization,
+        "gpu_memory_utilization": share,
         "static_fraction": engine == Engine.SGLANG,
         "fraction_of_free": engine == Engine.TRTLLM,
     }
@@ -178,7 +180,7 @@ def validate_recipe(key: str, recipe, runner_labels, tolerant: bool = False) -> 
         max_len = e.max_model_len or seq.isl + seq.osl + MODEL_LEN_MARGIN
         launched = _launch_settings(recipe, engine, seq, arm)
         mbt = _batched_tokens(launched, e)
-        rule = _kv_rule(engine, launched, e)
+        rule = _kv_rule(engine, launched, e, recipe.image)
         try:
             mem = check_fits(model, system, parallel, max_num_batched_tokens=mbt, **rule)
         except ServelabError as err:
