@@ -127,16 +127,22 @@ def sglang_mem_fraction_static(
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
+def _widest_intermediate(model: ModelSpec, parallel: Parallel, mlp_widths: int) -> int:
+    """Values a token holds at a layer's widest point on one GPU: mlp_widths x the MLP's intermediate size
+    (the routed experts' x top-k), or the attention projections (3 x heads x head dim)."""
+    att, moe = model.attention, model.moe
+    return max(
+        (model.intermediate_size or 0) * mlp_widths // parallel.attn_tp,
+        moe.intermediate_size * mlp_widths * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
+        att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
+    )
+
+
 def activation_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int) -> float:
     """Peak transient memory of one forward pass at the token budget (bf16 activations, fp32 logits)."""
     tokens = max_num_batched_tokens / parallel.attn_dp
-    h, att, moe = model.hidden_size, model.attention, model.moe
-    width = max(
-        (model.intermediate_size or 0) * 2 // parallel.attn_tp,
-        moe.intermediate_size * 2 * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
-        att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
-    )
-    per_token = (4 * h * model.residual_streams + width) * 2
+    width = _widest_intermediate(model, parallel, mlp_widths=2)
+    per_token = (4 * model.hidden_size * model.residual_streams + width) * 2
     logits = min(tokens, 256) * model.vocab_size / parallel.attn_tp * 4
     return tokens * per_token + logits
 
@@ -163,13 +169,8 @@ def vllm_profile_peak_bytes(
     hidden states, the sampled rows' logits in bf16 and their fp32 copy (v1/worker/gpu/sample/sampler.py
     apply_sampling_params). The peak is the larger of the two."""
     tokens = max_num_batched_tokens / parallel.attn_dp
-    h, att, moe = model.hidden_size, model.attention, model.moe
-    width = max(
-        (model.intermediate_size or 0) * 3 // parallel.attn_tp,
-        moe.intermediate_size * 3 * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
-        att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
-    )
-    hidden = h * model.residual_streams * 2  # bytes a token, bf16
+    width = _widest_intermediate(model, parallel, mlp_widths=3)  # gate-up output and its activation
+    hidden = model.hidden_size * model.residual_streams * 2  # bytes a token, bf16
     forward = tokens * (2 * hidden + width * 2)
     rows = min(tokens, max_num_seqs)
     sampler = tokens * hidden + rows * model.vocab_size * (2 + 4)
