@@ -45,7 +45,9 @@ def fitted_rows(cases: list, price: Pricer, engines: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=Path, help="AIConfigurator's systems/silicon_sample.csv")
-    ap.add_argument("--fitted", nargs="*", default=[], help="engines whose rows to price with the shipped fit")
+    ap.add_argument(
+        "--fitted", nargs="*", default=[], help="engines whose rows to price with the shipped fit"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     got = gather(Sources(csv=args.csv), "h200_sxm")

@@ -49,7 +49,7 @@ class TrtllmPolicy(SchedulingPolicy):
     # result, so a request that arrives while batch N runs joins batch N+2, as in vLLM's async scheduling.
     # Recalled, not read: TensorRT-LLM's source is not on PyPI (its sdists are stubs) and its repository is
     # too large to fetch here. Off here although the engine's default is on: with the shipped calibration,
-    # whose fitted step terms were fitted without it, the development points' TTFT got worse (docs/accuracy.md,
+    # whose step terms were fitted without it, the development points' TTFT got worse (docs/accuracy.md,
     # "SGLang's and TensorRT-LLM's overlap schedulers"); it waits for a refit
     overlap_scheduler: bool = False
 
