@@ -106,15 +106,62 @@ def test_vllm_async_scheduling_follows_the_release():
     assert "async scheduling on" in new.source and "async scheduling" not in given.source
 
 
+@pytest.mark.parametrize(
+    "ahead,sync,setting,first_s,formed",
+    [
+        # SGLang runs the prompt in a batch of its own (0.1 ms): from 1.01 ms without overlap, from 2.01 ms
+        # with it (the decode batch from 1.01 ms was formed at 0.01 ms, before the request came)
+        (
+            SglangPolicy(),
+            SglangPolicy(overlap_schedule=False),
+            "overlap_schedule",
+            (0.00111, 0.00211),
+            [(0, [10]), (1, []), (1, []), (0, [100])],
+        ),
+        # TensorRT-LLM's prompt rides with the decode (1.1 ms), as vLLM's does
+        (
+            TrtllmPolicy(overlap_scheduler=True),
+            TrtllmPolicy(),
+            "overlap_scheduler",
+            (0.00211, 0.00311),
+            [(0, [10]), (1, []), (1, []), (1, [100])],
+        ),
+    ],
+)
+def test_overlap_schedulers_put_a_request_arriving_mid_step_in_the_step_after_the_next(
+    ahead, sync, setting, first_s, formed
+):
+    # as test_vllm_async_scheduling_puts_...: request 1 arrives at 0.5 ms, during the first 1 ms decode step
+    requests, offsets = [(10, 20, 0), (100, 5, 0)], [0.0, 0.0005]
+    formed_late, _ = _replay(_limits(), requests, offsets, policy=sync)
+    formed_ahead, steps = _replay(_limits(), requests, offsets, policy=ahead)
+    assert (formed_late.requests[1].first[0], formed_ahead.requests[1].first[0]) == pytest.approx(first_s)
+    assert steps[:4] == formed
+    # an idle engine takes a request at once, overlap or not
+    requests, offsets = [(100, 5, 0), (100, 5, 0)], [0.0, 0.05]
+    idle_late, _ = _replay(_limits(), requests, offsets, policy=sync)
+    idle_ahead, _ = _replay(_limits(), requests, offsets, policy=ahead)
+    assert _ttft_s(idle_ahead) == pytest.approx(_ttft_s(idle_late))
+    assert ahead.schedules_ahead() and not sync.schedules_ahead()
+    for on in (True, False):
+        assert engine_profile(ahead.kind, **{setting: on}).policy.schedules_ahead() is on
+
+
+def test_overlap_scheduler_defaults():
+    # SGLang's as the engine runs it; TensorRT-LLM's off until a refit (its fitted step terms predate it)
+    assert engine_profile("sglang").policy.schedules_ahead()
+    assert not engine_profile("trtllm").policy.schedules_ahead()
+
+
 def test_token_budget_is_never_exceeded():
     _, steps = _replay(_limits(max_num_batched_tokens=700), [(900, 30, 0)] * 12)
     assert max(decodes + sum(chunks) for decodes, chunks in steps) <= 700
 
 
 def test_sglang_runs_prompts_in_steps_of_their_own_before_decodes():
-    source, steps = _replay(
-        _limits(), [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01], policy=SglangPolicy()
-    )
+    # batches formed when the last ends (the overlap scheduler's extra step: the test above)
+    sync = SglangPolicy(overlap_schedule=False)
+    source, steps = _replay(_limits(), [(100, 50, 0), (2500, 5, 0)], offsets=[0.0, 0.01], policy=sync)
     prompt_steps = [s for s in steps if s[1]]
     assert prompt_steps and all(decodes == 0 for decodes, _ in prompt_steps)
     # the prompt gets the whole budget: 2500 tokens in three steps of 1000, 1000, 500

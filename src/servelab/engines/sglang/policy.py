@@ -42,6 +42,14 @@ class SglangPolicy(SchedulingPolicy):
     admission_latch: bool = True
     # --enable-mixed-chunk: prompt chunks join the decode batch instead of running in a step of their own
     mixed_chunk: bool = False
+    # the overlap scheduler (Scheduler.event_loop_overlap, on unless --disable-overlap-schedule; read in the
+    # sdists of 0.5.1.post1, 0.5.9 and 0.5.10.post1): each turn of the loop takes in the requests that came
+    # (recv_requests), forms the next batch (get_next_batch_to_run) and launches it, and only then processes
+    # the last batch's result, which waits for that batch to finish. So batch N+1 is formed while batch N
+    # runs, and a request that reaches the scheduler during batch N is taken in after N+1 was formed: it
+    # joins batch N+2, prefill batch or decode batch alike. server_args.py turns it off for pipeline
+    # parallelism, speculative decoding without spec v2, mamba's no_buffer radix cache and diffusion models
+    overlap_schedule: bool = True
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
         """get_next_batch_to_run (scheduler.py): a new prefill batch, with the whole chunked-prefill budget,
@@ -51,6 +59,9 @@ class SglangPolicy(SchedulingPolicy):
             return self.decodes_first(lane)
         chunks = lane.prompt_chunks(lane.lim.max_num_batched_tokens)
         return (chunks, False, 0) if chunks else ([], True, 0)
+
+    def schedules_ahead(self) -> bool:
+        return self.overlap_schedule
 
     def joins_arrived_requests(self) -> bool:
         """disaggregation/decode.py: a transferred request takes the first output id the prefill side put in

@@ -42,6 +42,16 @@ class TrtllmPolicy(SchedulingPolicy):
     attention_dp_batching_wait_iters: int = Field(10, ge=0)  # attention_dp_config.batching_wait_iters
     batch_wait_timeout_iters: int = Field(0, ge=0)  # 0: no context batching wait
     batch_wait_max_tokens_ratio: float = Field(0.0, ge=0.0, le=1.0)  # 0: no context batching wait
+    # the overlap scheduler (PyExecutor._executor_loop_overlap; on unless disable_overlap_scheduler, which
+    # AIConfigurator's generator sets false for aggregated and decode workers, rule_plugin/trtllm.rule, and
+    # InferenceX's single-node launches leave at the default): each iteration fetches the new requests,
+    # schedules and launches the next batch, and only then waits for the previous batch to process its
+    # result, so a request that arrives while batch N runs joins batch N+2, as in vLLM's async scheduling.
+    # Recalled, not read: TensorRT-LLM's source is not on PyPI (its sdists are stubs) and its repository is
+    # too large to fetch here. Off here although the engine's default is on: with the shipped calibration,
+    # whose step terms were fitted without it, the development points' TTFT got worse (docs/accuracy.md,
+    # "SGLang's and TensorRT-LLM's overlap schedulers"); it waits for a refit
+    overlap_scheduler: bool = False
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
         """Decodes first, then prompt chunks under max_num_tokens; new prompts are admitted unless a hold
@@ -50,6 +60,9 @@ class TrtllmPolicy(SchedulingPolicy):
         hold = self._hold(lane, n) if lane.holds else 0
         budget = lane.lim.max_num_batched_tokens - n * lane.lim.verify_tokens
         return lane.prompt_chunks(budget, not hold), True, hold
+
+    def schedules_ahead(self) -> bool:
+        return self.overlap_scheduler
 
     def joins_arrived_requests(self) -> bool:
         """A generation-only request (trtllm-serve disaggregated, Dynamo's decode workers) carries the context

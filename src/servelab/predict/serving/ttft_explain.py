@@ -1,11 +1,11 @@
 """Where a predicted TTFT goes (`--explain`): each measured request's time from its arrival to its first
 token, split into the wait for the API server and its intake there, the queue before the request's first
-prompt chunk is scheduled (under a scheduler that forms its steps ahead, vLLM's async scheduling, it
-includes the step formed before the request came, which vLLM's own metrics count in its prefill time), its
-own prefill steps (each step's price split by term: kernel time by op category and source, and each engine
-term of the profile with its value), other requests' steps between its prompt chunks, and its first token's
-wait in a serial output stream. The simulator samples the first token in the step that finishes the prompt,
-so there is no separate sampling step to show.
+prompt chunk is scheduled (under a scheduler that forms its steps ahead, vLLM's async scheduling or SGLang's
+overlap scheduler, it includes the step formed before the request came, which vLLM's own metrics count in its
+prefill time), its own prefill steps (each step's price split by term: kernel time by op category and
+source, and each engine term of the profile with its value), other requests' steps between its prompt chunks,
+and its first token's wait in a serial output stream. The simulator samples the first token in the step that
+finishes the prompt, so there is no separate sampling step to show.
 
 Nothing here runs unless asked: a StepLog wraps one lane's `complete` and its source's `on_arrival` for one
 run (the simulator's loop is not touched), and a TermPricer prices the logged steps again after the run
