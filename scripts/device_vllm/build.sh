@@ -57,5 +57,5 @@ tar -C site -cf - . | xz -T0 -6 > "$root/.gpu/p2/deps.tar.xz"
 
 "$tok_python" "$here/model.py" "$work/model"
 tar -C "$work" -cJf "$root/.gpu/p2/model.tar.xz" model
-cp "$here"/{unpack,env,start,bench,all}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
+cp "$here"/{unpack,env,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
 du -sh "$root"/.gpu/p1 "$root"/.gpu/p2 "$root"/.gpu/s
