@@ -75,14 +75,17 @@ def test_sglang_keeps_a_wave_of_identical_requests_together_and_its_first_tokens
     # AIConfigurator's client sends identical requests. SGLang runs waiting prompts before the decodes
     # (prefill first), so the clients that a wave releases together are prefilled back to back, decode as one
     # batch and finish together: every decode step carries all of them, the prefill of the wave lands on the
-    # first tokens, and less of it between tokens than when the clients' lengths differ (calibrate's spread)
+    # first tokens, and less of it between tokens than when the clients' lengths differ (calibrate's spread).
+    # Under SGLang's overlap scheduler a client released at a step's end can be taken in one step later, so
+    # the decode batch is whole on all but a few steps
     points, _ = read_points(DATA, ("h100_sxm",))
     point = next(p for p in points if p.key.endswith("sglang_agg_1024x128_c16_tp8_epnone_3"))
     assert not point.heldout and point.case.engine == Engine.SGLANG
     pricer = Pricer(load_system("h100_sxm"), "aggregated")
     waves = pricer.estimate(point.case, {})
     spread = pricer.estimate(replace(point.case, settings=None), {})
-    assert waves.scheduler["mean_decode_batch_per_lane"] == point.case.concurrency
-    assert spread.scheduler["mean_decode_batch_per_lane"] < point.case.concurrency
+    whole = waves.scheduler["mean_decode_batch_per_lane"]
+    assert point.case.concurrency - 0.25 <= whole <= point.case.concurrency
+    assert spread.scheduler["mean_decode_batch_per_lane"] < whole
     assert waves.ttft_ms > 2 * spread.ttft_ms
     assert waves.tpot_ms < spread.tpot_ms
