@@ -78,3 +78,10 @@ def version_of(image_or_version: str | None) -> str | None:
     if text in LATEST_TAGS:
         return "latest"
     return text.lstrip("vV") if _VERSION_TEXT.fullmatch(text) else None
+
+
+def numbered_release(image_or_version: str | None) -> Version | None:
+    """The release number an image tag or version string names, or None where it names none (not given,
+    `latest`, a nightly or custom build), which the engines' release rules take as their newest release."""
+    number = version_of(image_or_version)
+    return None if number is None or number == "latest" else Version(number)

@@ -4,7 +4,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel
 
-from servelab.engines.version import Version, version_of
+from servelab.engines.version import Version, numbered_release
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError
 from servelab.readable import typed
@@ -151,8 +151,8 @@ def vllm_gpu_memory_utilization(version: str | None) -> float:
     """vLLM's default gpu_memory_utilization for a release (an image tag or version string): 0.9 before
     0.20.0, 0.92 from it; a release not named by number (None, latest, a nightly) takes the newest, as
     engines.vllm.batch does."""
-    number = version_of(version)
-    if number is None or number == "latest" or Version(number) >= Version("0.20.0"):
+    release = numbered_release(version)
+    if release is None or release >= Version("0.20.0"):
         return VLLM_GPU_MEMORY_UTILIZATION
     return VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20
 

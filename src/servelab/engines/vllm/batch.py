@@ -10,7 +10,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servelab.engines.version import Version, version_of
+from servelab.engines.version import Version, numbered_release
 
 
 class Tier(BaseModel):
@@ -67,11 +67,10 @@ def rule_for(version: str | None) -> tuple[Rule, str]:
     release (a nightly or custom build too), the oldest read for an older one (vLLM before 0.10 was not
     read), each said in the note."""
     known = rules()
-    number = version_of(version)  # an image tag or version string; None for a nightly or custom build
-    if number is None or number == "latest":
+    key = numbered_release(version)  # an image tag or version string; None for a nightly or custom build
+    if key is None:
         said = f"release {version!r} names no release number" if version else "release not known"
         return known[-1], f"{said}: the newest rule ({known[-1].releases})"
-    key = Version(number)
     for rule in known:
         if Version(rule.first) <= key <= Version(rule.last):
             return rule, f"{rule.releases} rule"
@@ -112,9 +111,9 @@ ASYNC_SCHEDULING_FROM = "0.14.0"
 def async_scheduling_default(version: str | None) -> tuple[bool, str]:
     """Whether `vllm serve` of the release `version` schedules asynchronously when the command does not say
     (None, a nightly or a custom build: as the newest releases, on), and a line saying why."""
-    number = version_of(version)
-    if number is None or number == "latest":
+    release = numbered_release(version)
+    if release is None:
         return True, f"async scheduling on (the default from vLLM {ASYNC_SCHEDULING_FROM}; release not known)"
-    if Version(number) >= Version(ASYNC_SCHEDULING_FROM):
+    if release >= Version(ASYNC_SCHEDULING_FROM):
         return True, f"async scheduling on (the default from vLLM {ASYNC_SCHEDULING_FROM})"
-    return False, f"async scheduling off (vLLM {number} predates its default, {ASYNC_SCHEDULING_FROM})"
+    return False, f"async scheduling off (vLLM {release} predates its default, {ASYNC_SCHEDULING_FROM})"
