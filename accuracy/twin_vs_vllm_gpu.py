@@ -3,6 +3,7 @@ seen, each priced again by `servelab bench --simulate` with the run's own settin
 spread, clients, prompts, seed) and the server's batch limits, and compared statistic by statistic.
 
     PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py tests/data/vllm_gpu [--system h100_sxm]
+        [--model HF_ID]        # the model the runs served the shape of (default Llama-3.1-8B)
         [--registered DIR]     # also compare with the predictions saved before the runs (same file names)
 
 The folder holds the measured result files (`servelab bench --save-result --save-detailed`, per-request
@@ -33,6 +34,7 @@ SETTINGS = {  # result config field -> bench flag
     "num_prompts": "--num-prompts",
     "seed": "--seed",
 }
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
 
 
@@ -49,7 +51,7 @@ def histogram_means(before: Path, after: Path) -> dict[str, float]:
     return means
 
 
-def simulate(measured: dict, system: str, limits: dict[str, int], out: Path) -> dict:
+def simulate(measured: dict, system: str, limits: dict[str, int], out: Path, model: str = LLAMA_8B) -> dict:
     cfg = measured["config"]
     cmd = [
         sys.executable,
@@ -64,7 +66,7 @@ def simulate(measured: dict, system: str, limits: dict[str, int], out: Path) -> 
     ]
     cmd += [
         "--model",
-        "meta-llama/Llama-3.1-8B-Instruct",
+        model,
         "--dataset-name",
         "random",
         "--no-live",
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--system", default="h100_sxm")
+    ap.add_argument("--model", default=LLAMA_8B, help="the model whose shape the runs served")
     ap.add_argument("--max-num-seqs", type=int, default=1024, help="the server's (its log says)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="the server's (its log says)")
     ap.add_argument("--registered", type=Path, help="predictions saved before the runs, same file names")
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 what = "a `servelab bench --save-result --save-detailed` result file"
                 print(f"error: {path}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
                 return 2
-            predicted = simulate(measured, args.system, limits, Path(tmp) / path.name)
+            predicted = simulate(measured, args.system, limits, Path(tmp) / path.name, args.model)
             m, p = stats(measured), stats(predicted)
             name = path.stem
             hist = histogram_means(

@@ -10,7 +10,7 @@ for c in "$@"; do
   n=$(( 5 * c )); [ $n -lt 16 ] && n=16
   get http://127.0.0.1:8000/metrics > /tmp/gres/metrics_${tag}_c${c}_before.txt
   PYTHONPATH=$PWD/src:/tmp/gsite python3 -m servelab.cli.main bench --base-url http://127.0.0.1:8000 \
-    --model llama-8b-dummy --tokenizer /tmp/gm/model --dataset-name random --random-input-len $isl \
+    --model "$SERVED_NAME" --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len $isl \
     --random-output-len $osl --random-range-ratio 0.8 --random-range-rule inferencex --max-concurrency $c \
     --num-prompts $n --seed $(( c * 10 + isl + ${SEED_OFFSET:-0} )) --save-result --save-detailed --result-dir /tmp/gres \
     --result-filename ${tag}_c${c}.json --no-live 2>&1 | tail -22

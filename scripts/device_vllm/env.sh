@@ -5,4 +5,6 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 
 # vLLM 0.25.0's V2 model runner imports FlashInfer for its sampler unless told not to; FlashInfer is left out
 export VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONPATH=/tmp/gsite
+# the model folder served and its name (start.sh, bench.sh): the Llama-3.1-8B-shaped one unless set
+export MODEL_DIR=${MODEL_DIR:-/tmp/gm/model} SERVED_NAME=${SERVED_NAME:-llama-8b-dummy}
 get() { python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$1"; }

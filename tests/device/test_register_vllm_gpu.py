@@ -1,0 +1,42 @@
+"""accuracy/register_vllm_gpu.py: the twin's predictions of held-out GPU runs, saved with their sha256 before
+the runs, with the settings bench.sh will send (5 x C prompts, at least 16; seed C x 10 + ISL + offset)."""
+
+import hashlib
+import json
+
+import pytest
+
+from tests.accuracy_python import ACCURACY, run_accuracy_python
+
+SCRIPT = str(ACCURACY / "register_vllm_gpu.py")
+
+
+@pytest.mark.slow  # a twin process per prediction
+def test_each_prediction_has_the_runs_settings_and_its_sha256_is_registered(tmp_path):
+    out = tmp_path / "reg"
+    run_accuracy_python(
+        [
+            SCRIPT,
+            str(out),
+            "Q 512 16 2",
+            "--model",
+            "Qwen/Qwen3-30B-A3B",
+            "--offset",
+            "7",
+            "--systems",
+            "h100_sxm",
+        ]
+    )
+    path = out / "h100_sxm_Q_c2.json"
+    cfg = json.loads(path.read_text())["config"]
+    assert (cfg["random_input_len"], cfg["random_output_len"], cfg["max_concurrency"]) == (512, 16, 2)
+    assert cfg["num_prompts"] == 16 and cfg["seed"] == 2 * 10 + 512 + 7
+    header, line = (out / "REGISTERED.txt").read_text().splitlines()
+    assert "Qwen/Qwen3-30B-A3B" in header and "SEED_OFFSET=7" in header
+    assert line == f"{hashlib.sha256(path.read_bytes()).hexdigest()}  h100_sxm_Q_c2.json"
+
+
+def test_a_run_not_written_as_tag_lengths_and_clients_is_refused_in_one_line(tmp_path):
+    err = run_accuracy_python([SCRIPT, str(tmp_path / "reg"), "Q 512 x 2"], returncode=2)
+    assert "expected 'TAG ISL OSL C[,C...]', got 'Q 512 x 2'" in err.splitlines()[-1]
+    assert not (tmp_path / "reg").exists()
