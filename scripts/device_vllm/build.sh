@@ -3,6 +3,8 @@
 # 2.11 but no vLLM and no network), in pieces that fit a call's 64 MiB with the working tree (about 26 MiB):
 #   .gpu/p1  vLLM 0.25.0's Python package and its two kernel libraries, sm_90 images only (about 31 MiB)
 #   .gpu/p2  the Python packages the image lacks, and a Llama-3.1-8B-shaped model folder (about 33 MiB)
+#   .gpu/p3  vLLM's MoE kernel library (sm_90 images only) and a Qwen3-30B-A3B-shaped model folder (about 14 MiB),
+#            for a MoE model only
 #   .gpu/s   the scripts the calls run
 # Usage: bash scripts/device_vllm/build.sh PRESENT_PACKAGES_FILE [WORK_DIR]
 #   PRESENT_PACKAGES_FILE: the image's packages, comma separated (the device library's KINDS.md list)
@@ -19,7 +21,7 @@ platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --p
   --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64
   --platform manylinux1_x86_64)
 cross=(--only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}")
-mkdir -p "$work/whl" "$work/x" "$work/deps" "$root/.gpu/p1" "$root/.gpu/p2" "$root/.gpu/s"
+mkdir -p "$work/whl" "$work/x" "$work/deps" "$root/.gpu/p1" "$root/.gpu/p2" "$root/.gpu/p3" "$root/.gpu/s"
 cd "$work"
 
 python3 -m pip download -q --no-deps "${cross[@]}" -d whl vllm==0.25.0
@@ -28,7 +30,9 @@ rm -rf x/* && unzip -q -o "$wheel" -d x
 python3 "$here/strip_fatbin.py" 90 x/vllm/_C_stable_libtorch.abi3.so
 xz -T0 -6 -c x/vllm/_C_stable_libtorch.abi3.so > "$root/.gpu/p1/C.xz"
 xz -T0 -6 -c x/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so > "$root/.gpu/p1/fa3.xz"
-# everything else but FA2 (no sm_90 image), the MoE library (optional: a dense model does not load it), the
+python3 "$here/strip_fatbin.py" 90 x/vllm/_moe_C_stable_libtorch.abi3.so
+xz -T0 -6 -c x/vllm/_moe_C_stable_libtorch.abi3.so > "$root/.gpu/p3/moe.xz"
+# everything else but FA2 (no sm_90 image), the MoE library (in p3: a dense model does not load it), the
 # Rust front end, and DeepGEMM's / Blackwell FMHA's headers and other pythons' builds
 (cd x && tar -cf - --exclude='vllm/vllm_flash_attn/_vllm_fa[23]_C.abi3.so' --exclude='vllm/_moe_C_stable_libtorch.abi3.so' \
   --exclude='vllm/_C_stable_libtorch.abi3.so' --exclude='vllm/vllm-rs' --exclude='vllm/third_party/*/include' \
@@ -57,5 +61,8 @@ tar -C site -cf - . | xz -T0 -6 > "$root/.gpu/p2/deps.tar.xz"
 
 "$tok_python" "$here/model.py" "$work/model"
 tar -C "$work" -cJf "$root/.gpu/p2/model.tar.xz" model
+rm -rf "$work/qwen" && "$tok_python" "$here/model.py" "$work/qwen/model" qwen3-30b-a3b
+tar -C "$work/qwen" -cJf "$root/.gpu/p3/model_qwen.tar.xz" model
 cp "$here"/{unpack,env,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
-du -sh "$root"/.gpu/p1 "$root"/.gpu/p2 "$root"/.gpu/s
+cp "$here/unpack_moe.sh" "$root/.gpu/p3/"
+du -sh "$root"/.gpu/p1 "$root"/.gpu/p2 "$root"/.gpu/p3 "$root"/.gpu/s
