@@ -45,7 +45,6 @@ from servelab.predict.bands import (
     CLAIM,
     METRICS,
     MIN_ROWS,
-    WIDEN,
     Residual,
     band_for,
     build_bands,
@@ -147,13 +146,13 @@ def scaled_comparison(doc: dict, rows: list[Residual]) -> list[str]:
         scaled.append(Residual(r.engine, r.family, r.ttft / w["ttft"], r.tpot / w["tpot"]))
     out = [f"plain band vs band scaled by the kernel-source width (claim {share(CLAIM)}, nested LOFO):"]
     for name, data in (("plain", rows), ("scaled", scaled)):
-        checked = coverage(data, CLAIM)
+        checked = coverage(data, CLAIM, widen=False)
         cells = []
         for metric in METRICS:
             cov = np.mean([c[metric] for _, c in checked])
             width = []
             for family in sorted({r.family for r in data}):
-                bands = build_bands([r for r in data if r.family != family])
+                bands = build_bands([r for r in data if r.family != family], widen=False)
                 for i, r in enumerate(data):
                     if r.family == family:
                         b = band_for(bands, r.engine, metric)
@@ -191,11 +190,11 @@ def conditioned(rows: list[Residual], kinds: list[object]) -> list[tuple[Residua
     kind_of = {id(r): k for r, k in zip(rows, kinds, strict=True)}
     for family in sorted({r.family for r in rows}):
         train = [r for r in rows if r.family != family]
-        plain = claimed_bands(train)
+        plain = build_bands(train)
         alike: dict[tuple[str, object], list[Residual]] = defaultdict(list)
         for r in train:
             alike[(r.engine, kind_of[id(r)])].append(r)
-        narrow = {key: claimed_bands(g, min_rows=1) for key, g in alike.items() if len(g) >= MIN_ROWS}
+        narrow = {key: build_bands(g, min_rows=1) for key, g in alike.items() if len(g) >= MIN_ROWS}
         for r in (r for r in rows if r.family == family):
             bands = narrow.get((r.engine, kind_of[id(r)]), plain)
             inside = {}
@@ -230,7 +229,7 @@ def conditioned_table(doc: dict, rows: list[Residual]) -> list[str]:
             out.append(f"{t:5.1f}/{d:5.1f}")
         return " ".join(out)
 
-    out.append(f"  {'(the engine: shipped)':20s} {cells(coverage(rows, CLAIM, level=WIDEN))}")
+    out.append(f"  {'(the engine: shipped)':20s} {cells(coverage(rows, CLAIM))}")
     for name, feature in FEATURES.items():
         kinds = [feature(row) for row in doc["rows"]]
         out.append(f"  {name:20s} {cells(conditioned(rows, kinds))}")
@@ -303,19 +302,19 @@ def dev_coverage(points: list[dict], rows: list[Residual]) -> list[str]:
 
 
 def dev_widened(points: list[dict]) -> list[str]:
-    """Bands from the development points' own residuals, widened as the product widens (pick_level), with a
-    GPU kind or a source standing where the model family stands: counted nested, each kind left out of the
-    residuals and of the level's choice. Would a band for predictions outside the calibration rows hold?"""
+    """Bands from the development points' own residuals, widened as the product widens (unseen_family), with
+    a GPU kind or a source standing where the model family stands: counted nested, each kind left out.
+    Would a band for predictions outside the calibration rows hold?"""
     out = [
         f"bands from the development points' own residuals (claim {share(CLAIM)}, each engine's where it has "
         f"{MIN_ROWS} points), nested leave-one-group-out: coverage (%) and median width (high / low)"
     ]
     for by in ("system", "source"):
         rows = [Residual(p["engine"], p[by], p["ttft"], p["tpot"]) for p in points]
-        checked = coverage(rows, CLAIM, level=WIDEN)
+        checked = coverage(rows, CLAIM)
         widths: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for group in sorted({r.family for r in rows}):
-            bands = claimed_bands([r for r in rows if r.family != group])
+            bands = build_bands([r for r in rows if r.family != group])
             for r in (r for r in rows if r.family == group):
                 for metric in METRICS:
                     band = band_for(bands, r.engine, metric)
@@ -352,10 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(shipped_bands(rows)))
     for claim in CLAIMS:
         print()
-        print("\n".join(coverage_table(coverage(rows, claim, level=WIDEN), claim)))
+        print("\n".join(coverage_table(coverage(rows, claim), claim)))
     print()
     print(f"the same without widening (each band at its claim's own quantiles), claim {share(CLAIM)}:")
-    plain = coverage_table(coverage(rows, CLAIM), CLAIM)
+    plain = coverage_table(coverage(rows, CLAIM, widen=False), CLAIM)
     print("\n".join(plain[1 : plain.index("  -- by family")]))
     print()
     print("\n".join(conditioned_table(doc, rows)))
