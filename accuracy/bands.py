@@ -8,8 +8,8 @@ The bands (servelab.predict.bands) are quantiles of the calibration's out-of-sam
 log(measured / predicted), per engine and metric, read from the residuals file beside the calibration
 (predict/data/calibrated.residuals.json, written by `servelab calibrate engines`). Their coverage is counted
 honestly, nested leave-one-family-out: for each model family the bands are built from the other families'
-rows only (of every engine), each engine's central share picked on those rows as well, and the family's rows
-are checked against them. Printed by engine, by family and by engine/family against the claim, at the
+rows only (of every engine), each engine's widening (unseen_family: its groups' offsets and spreads) taken
+from those rows as well, and the family's rows are checked against them. Printed by engine, by family and by engine/family against the claim, at the
 shipped claim and at others (a band that is right at 80 % by luck is wrong at 50 % or 90 %); then bands
 narrowed to rows like the one predicted (dense or MoE, concurrency, lengths, TP: each engine's rows of the
 same kind where it has MIN_ROWS of them), counted the same way; then the kernel-source band (the step
@@ -74,7 +74,7 @@ def coverage_table(checked: list[tuple[Residual, dict[str, bool]]], claim: float
     """Measured coverage (%) of TTFT and TPOT per group, against the claim."""
     out = [
         f"claim {share(claim)}: measured coverage (%), nested leave-one-family-out (the held-out family "
-        "out of the residuals and of the choice of their central share)"
+        "out of the residuals and of the offsets that widen them)"
     ]
     out.append(f"  {'group':28s} {'n':>5s} {'TTFT':>6s} {'TPOT':>6s} {'both':>6s}")
 
@@ -185,7 +185,7 @@ FEATURES: dict[str, Callable[[dict], object]] = {
 def conditioned(rows: list[Residual], kinds: list[object]) -> list[tuple[Residual, dict[str, bool]]]:
     """Nested leave-one-family-out coverage of bands narrowed to rows like the one predicted: each engine's
     rows of the same kind (kinds[i]: row i's), where the other families have MIN_ROWS of them, each with its
-    own central share picked as the product picks an engine's; the engine's band otherwise."""
+    own widening as the product widens an engine's; the engine's band otherwise."""
     out = []
     kind_of = {id(r): k for r, k in zip(rows, kinds, strict=True)}
     for family in sorted({r.family for r in rows}):

@@ -8,8 +8,8 @@ TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_
 quantiles of what an unseen family's residuals look like. The residuals are alike within a model family and
 each family is off by its own amount, so the claim's own quantiles of the rows covered an unseen family far
 less often than claimed (65 % for 80 %). An unseen family's residual is read as the engine's median, plus
-how far one of its groups lay from the engine's other groups (that group's median less the others'), plus
-how far one row lay from its own group's median: unseen_family draws every such sum. A group is a model
+how far one of its groups lay from the engine's other groups (that group's median less the others', either
+way), plus how far one row lay from its own group's median: unseen_family draws every such sum. A group is a model
 family, split into its models where each has MIN_GROUP of the engine's rows (vLLM's Llama-3.1-8B rows lie
 far from its 70B rows).
 Nothing is tuned on the rows: picking a widened share that held left-out families in sample over-covered
@@ -175,8 +175,10 @@ def groups_of(rows: list[Residual]) -> dict[str, list[Residual]]:
 
 def unseen_family(rows: list[Residual], metric: str) -> tuple[list[float], int]:
     """What one engine's residuals of `metric` would be on a family its rows lack, as draws: the rows' median,
-    plus one group's offset from the others (its median less theirs), plus one row's deviation from its own
-    group's median, every such sum; and the number of groups. With one group, its rows' own values."""
+    plus one group's offset from the others (its median less theirs) taken either way, plus one row's
+    deviation from its own group's median, every such sum; and the number of groups. Either way: which side
+    of the others a family lay on is an accident of the few families measured. With one group, its rows'
+    own values."""
     groups = [[r.of(metric) for r in g] for g in groups_of(rows).values()]
     if len(groups) < 2:
         return [r.of(metric) for r in rows], 1
@@ -185,7 +187,7 @@ def unseen_family(rows: list[Residual], metric: str) -> tuple[list[float], int]:
     for i, values in enumerate(groups):
         mine = _median(values)
         others = [v for j, g in enumerate(groups) if j != i for v in g]
-        offsets.append(mine - _median(others))
+        offsets += [mine - _median(others), _median(others) - mine]
         spread += [v - mine for v in values]
     return [center + o + d for o in offsets for d in spread], len(groups)
 
