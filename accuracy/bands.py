@@ -4,17 +4,18 @@ section 7, "bands that mean something" and "bands per engine, and out of distrib
     PYTHONPATH=src python accuracy/bands.py                                   # the calibration rows
     PYTHONPATH=src python accuracy/bands.py --dev /tmp/dev.json               # and the closed-loop dev part
 
-The bands (servelab.predict.bands) are quantiles of the calibration's out-of-sample residuals
-log(measured / predicted), per engine and metric, read from the residuals file beside the calibration
+The bands (servelab.predict.bands) are quantiles of the calibration's out-of-sample residuals log(measured /
+predicted), per engine and metric, read from the residuals file beside the calibration
 (predict/data/calibrated.residuals.json, written by `servelab calibrate engines`). Their coverage is counted
-honestly, nested leave-one-family-out: for each model family the bands are built from the other families'
-rows only (of every engine), each engine's widening (unseen_family: its groups' offsets and spreads) taken
-from those rows as well, and the family's rows are checked against them. Printed by engine, by family and by engine/family against the claim, at the
-shipped claim and at others (a band that is right at 80 % by luck is wrong at 50 % or 90 %); then bands
-narrowed to rows like the one predicted (dense or MoE, concurrency, lengths, TP: each engine's rows of the
-same kind where it has MIN_ROWS of them), counted the same way; then the kernel-source band (the step
-model's low and high op times through the simulation) as it was shown before, and whether its width says
-which predictions are worse (a band scaled by it, coverage and width beside the plain one).
+honestly, nested leave-one-family-out: for each model family the bands are built from the other families' rows
+only (of every engine), each engine's widening (unseen_family: its groups' offsets and spreads) taken from
+those rows as well, and the family's rows are checked against them. Printed by engine, by family and by
+engine/family against the claim, at the shipped claim and at others (a band that is right at 80 % by luck is
+wrong at 50 % or 90 %); then bands narrowed to rows like the one predicted (dense or MoE, concurrency,
+lengths, TP: each engine's rows of the same kind where it has MIN_ROWS of them), counted the same way; then
+the kernel-source band (the step model's low and high op times through the simulation) as it was shown before,
+and whether its width says which predictions are worse (a band scaled by it, coverage and width beside the
+plain one).
 
 --dev FILE: the closed-loop development points (tests/data/closed_loop, not the held-out ones) priced by
 `accuracy/closed_loop.py --part dev --out FILE`, checked against the bands built from every calibration row:
@@ -50,6 +51,7 @@ from servelab.predict.bands import (
     build_bands,
     claimed_bands,
     coverage,
+    quantiles,
     read_residuals,
     residuals_path,
     share,
@@ -237,6 +239,42 @@ def conditioned_table(doc: dict, rows: list[Residual]) -> list[str]:
     return out
 
 
+def seen_family(doc: dict, rows: list[Residual]) -> list[str]:
+    """Bands for a family the engine's rows have (the only kind the product claims), held out by parallel
+    layout: each engine/family with MIN_ROWS rows, one layout's rows left out of everything, checked against
+    the family's own quantiles at the claim (an engine x family band) and against the engine's band built as
+    shipped from every other row."""
+    layout = [row["parallel"] for row in doc["rows"]]
+    out = [
+        f"a family the rows have, one parallel layout held out (engine/family with {MIN_ROWS} rows): "
+        "coverage (%) of the family's own quantiles | of the engine's band as shipped, TTFT/TPOT"
+    ]
+    for claim in CLAIMS:
+        cells = []
+        for engine, family in sorted({(r.engine, r.family) for r in rows}):
+            mine = [i for i, r in enumerate(rows) if (r.engine, r.family) == (engine, family)]
+            if len(mine) < MIN_ROWS:
+                continue
+            own: dict[str, list[bool]] = defaultdict(list)
+            shipped: dict[str, list[bool]] = defaultdict(list)
+            for held in sorted({layout[i] for i in mine}):
+                out_of = {i for i in mine if layout[i] == held}
+                rest = [rows[i] for i in mine if i not in out_of]
+                bands = build_bands([r for i, r in enumerate(rows) if i not in out_of], claim)
+                for metric in METRICS:
+                    low, high = quantiles([r.of(metric) for r in rest], claim) if rest else (0.0, 0.0)
+                    own[metric] += [bool(rest) and low <= rows[i].of(metric) <= high for i in out_of]
+                    shipped[metric] += [bands[(engine, metric)].contains(rows[i].of(metric)) for i in out_of]
+            cells.append(
+                f"{engine}/{family} ({len(mine)}) "
+                + " | ".join(
+                    "/".join(pct(np.mean(got[m])).strip() for m in METRICS) for got in (own, shipped)
+                )
+            )
+        out.append(f"  {share(claim)}: " + "; ".join(cells))
+    return out
+
+
 def read_priced(priced: Path) -> dict:
     try:
         saved = json.loads(priced.read_text())
@@ -358,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(plain[1 : plain.index("  -- by family")]))
     print()
     print("\n".join(conditioned_table(doc, rows)))
+    print()
+    print("\n".join(seen_family(doc, rows)))
     print()
     print("\n".join(kernel_band(doc)))
     print()

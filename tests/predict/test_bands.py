@@ -156,7 +156,10 @@ def test_an_unseen_familys_residuals_are_the_median_plus_a_groups_offset_plus_a_
 
 
 def test_a_family_splits_into_its_models_only_where_each_has_enough_rows():
-    small, large = rows_of("vllm", "llama", [0.0] * 5, "llama-8b"), rows_of("vllm", "llama", [1.0] * 9, "llama-70b")
+    small, large = (
+        rows_of("vllm", "llama", [0.0] * 5, "llama-8b"),
+        rows_of("vllm", "llama", [1.0] * 9, "llama-70b"),
+    )
     assert set(groups_of(small + large)) == {"llama-8b", "llama-70b"}
     assert set(groups_of(small[:4] + large)) == {"llama"}  # 4 rows of the 8B: too few to stand alone
     assert set(groups_of(small + large + rows_of("vllm", "llama", [0.5]))) == {"llama"}  # a row without model
@@ -197,7 +200,9 @@ def test_a_band_says_how_often_it_held_left_out_families():
     rows = rows_of("vllm", "a", [0.0, 0.1] * 20) + rows_of("vllm", "b", [0.05] * 40)
     rows += rows_of("vllm", "c", [3.0] * 40)
     band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
-    assert band.held_out == pytest.approx(covered(coverage(rows, 0.8, min_rows=10))) == pytest.approx(80 / 120)
+    assert (
+        band.held_out == pytest.approx(covered(coverage(rows, 0.8, min_rows=10))) == pytest.approx(80 / 120)
+    )
     assert band.describe() == (
         "80 % band, LOFO residuals of 120 rows, vllm (widened by 3 model groups' offsets; held 67 % of "
         "left-out families' rows)"

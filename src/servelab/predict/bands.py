@@ -7,27 +7,26 @@ predictions (calibrate/residuals.py writes them beside the calibration file), pe
 TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_hi the (1 -+ claim) / 2
 quantiles of what an unseen family's residuals look like. The residuals are alike within a model family and
 each family is off by its own amount, so the claim's own quantiles of the rows covered an unseen family far
-less often than claimed (65 % for 80 %). An unseen family's residual is read as the engine's median, plus
-how far one of its groups lay from the engine's other groups (that group's median less the others', either
-way), plus how far one row lay from its own group's median: unseen_family draws every such sum. A group is a model
-family, split into its models where each has MIN_GROUP of the engine's rows (vLLM's Llama-3.1-8B rows lie
-far from its 70B rows).
-Nothing is tuned on the rows: picking a widened share that held left-out families in sample over-covered
-SGLang and TensorRT-LLM (with two or three families an engine's share moved in coarse steps) and was no
-closer at 50 % or 90 % (docs/accuracy.md section 7, "Bands within ten points, by engine and family").
-Each band says how often the same construction, counted doubly held out (coverage()), held the engine's
-left-out families' rows. An engine with fewer than MIN_ROWS rows takes every engine's residuals, and says
-so. In-sample residuals never enter: they would be narrower by what the fit learned from the rows it is
-judged on. No narrower group (dense or MoE, the concurrency, the lengths, TP) builds a band: none held its
-coverage on families left out (accuracy/bands.py).
+less often than claimed (65 % for 80 %). An unseen family's residual is read as the engine's median, plus how
+far one of its groups lay from the engine's other groups (that group's median less the others', either way),
+plus how far one row lay from its own group's median: unseen_family draws every such sum. A group is a model
+family, split into its models where each has MIN_GROUP of the engine's rows (vLLM's Llama-3.1-8B rows lie far
+from its 70B rows). Nothing is tuned on the rows: the smallest widened share that held the rows' own left-out
+families (the eleventh session's rule) over-covered SGLang and TensorRT-LLM, its share moving in coarse steps
+with two or three families an engine, and missed every engine at 50 % (docs/accuracy.md section 7, "Bands
+within ten points, by engine and family"). Each band says how often the same construction, counted doubly held
+out (coverage()), held the engine's left-out families' rows. An engine with fewer than MIN_ROWS rows takes
+every engine's residuals, and says so. In-sample residuals never enter: they would be narrower by what the fit
+learned from the rows it is judged on. No narrower group (dense or MoE, the concurrency, the lengths, TP)
+builds a band: none held its coverage on families left out (accuracy/bands.py).
 
 A band claims only what its rows measured: a prediction outside them (another system than the rows', a model
 family the engine's rows lack, a concurrency or a length outside their range: predict/band_domain.py) claims
 nothing and says why. Every closed-loop development point lies outside by one of these; as if claimed, the
-bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %),
-and bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
-(TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine, and out of
-distribution").
+eleventh session's bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone,
+32 % and 74 %), and bands widened from those points' own residuals held a left-out GPU kind overall but not
+the H200 points (TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine,
+and out of distribution").
 
 The kernel-source band (the step model's low and high op times carried through the simulation) is kept apart,
 as `kernel_band`; it neither widens nor narrows the serving band, because on the calibration rows its width
