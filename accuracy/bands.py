@@ -4,17 +4,18 @@ section 7, "bands that mean something" and "bands per engine, and out of distrib
     PYTHONPATH=src python accuracy/bands.py                                   # the calibration rows
     PYTHONPATH=src python accuracy/bands.py --dev /tmp/dev.json               # and the closed-loop dev part
 
-The bands (servelab.predict.bands) are quantiles of the calibration's out-of-sample residuals
-log(measured / predicted), per engine and metric, read from the residuals file beside the calibration
+The bands (servelab.predict.bands) are quantiles of the calibration's out-of-sample residuals log(measured /
+predicted), per engine and metric, read from the residuals file beside the calibration
 (predict/data/calibrated.residuals.json, written by `servelab calibrate engines`). Their coverage is counted
-honestly, nested leave-one-family-out: for each model family the bands are built from the other families'
-rows only (of every engine), each engine's central share picked on those rows as well, and the family's rows
-are checked against them. Printed by engine, by family and by engine/family against the claim, at the
-shipped claim and at others (a band that is right at 80 % by luck is wrong at 50 % or 90 %); then bands
-narrowed to rows like the one predicted (dense or MoE, concurrency, lengths, TP: each engine's rows of the
-same kind where it has MIN_ROWS of them), counted the same way; then the kernel-source band (the step
-model's low and high op times through the simulation) as it was shown before, and whether its width says
-which predictions are worse (a band scaled by it, coverage and width beside the plain one).
+honestly, nested leave-one-family-out: for each model family the bands are built from the other families' rows
+only (of every engine), each engine's widening (unseen_family: its groups' offsets and spreads) taken from
+those rows as well, and the family's rows are checked against them. Printed by engine, by family and by
+engine/family against the claim, at the shipped claim and at others (a band that is right at 80 % by luck is
+wrong at 50 % or 90 %); then bands narrowed to rows like the one predicted (dense or MoE, concurrency,
+lengths, TP: each engine's rows of the same kind where it has MIN_ROWS of them), counted the same way; then
+the kernel-source band (the step model's low and high op times through the simulation) as it was shown before,
+and whether its width says which predictions are worse (a band scaled by it, coverage and width beside the
+plain one).
 
 --dev FILE: the closed-loop development points (tests/data/closed_loop, not the held-out ones) priced by
 `accuracy/closed_loop.py --part dev --out FILE`, checked against the bands built from every calibration row:
@@ -45,12 +46,12 @@ from servelab.predict.bands import (
     CLAIM,
     METRICS,
     MIN_ROWS,
-    WIDEN,
     Residual,
     band_for,
     build_bands,
     claimed_bands,
     coverage,
+    quantiles,
     read_residuals,
     residuals_path,
     share,
@@ -75,7 +76,7 @@ def coverage_table(checked: list[tuple[Residual, dict[str, bool]]], claim: float
     """Measured coverage (%) of TTFT and TPOT per group, against the claim."""
     out = [
         f"claim {share(claim)}: measured coverage (%), nested leave-one-family-out (the held-out family "
-        "out of the residuals and of the choice of their central share)"
+        "out of the residuals and of the offsets that widen them)"
     ]
     out.append(f"  {'group':28s} {'n':>5s} {'TTFT':>6s} {'TPOT':>6s} {'both':>6s}")
 
@@ -147,13 +148,13 @@ def scaled_comparison(doc: dict, rows: list[Residual]) -> list[str]:
         scaled.append(Residual(r.engine, r.family, r.ttft / w["ttft"], r.tpot / w["tpot"]))
     out = [f"plain band vs band scaled by the kernel-source width (claim {share(CLAIM)}, nested LOFO):"]
     for name, data in (("plain", rows), ("scaled", scaled)):
-        checked = coverage(data, CLAIM)
+        checked = coverage(data, CLAIM, widen=False)
         cells = []
         for metric in METRICS:
             cov = np.mean([c[metric] for _, c in checked])
             width = []
             for family in sorted({r.family for r in data}):
-                bands = build_bands([r for r in data if r.family != family])
+                bands = build_bands([r for r in data if r.family != family], widen=False)
                 for i, r in enumerate(data):
                     if r.family == family:
                         b = band_for(bands, r.engine, metric)
@@ -186,16 +187,16 @@ FEATURES: dict[str, Callable[[dict], object]] = {
 def conditioned(rows: list[Residual], kinds: list[object]) -> list[tuple[Residual, dict[str, bool]]]:
     """Nested leave-one-family-out coverage of bands narrowed to rows like the one predicted: each engine's
     rows of the same kind (kinds[i]: row i's), where the other families have MIN_ROWS of them, each with its
-    own central share picked as the product picks an engine's; the engine's band otherwise."""
+    own widening as the product widens an engine's; the engine's band otherwise."""
     out = []
     kind_of = {id(r): k for r, k in zip(rows, kinds, strict=True)}
     for family in sorted({r.family for r in rows}):
         train = [r for r in rows if r.family != family]
-        plain = claimed_bands(train)
+        plain = build_bands(train)
         alike: dict[tuple[str, object], list[Residual]] = defaultdict(list)
         for r in train:
             alike[(r.engine, kind_of[id(r)])].append(r)
-        narrow = {key: claimed_bands(g, min_rows=1) for key, g in alike.items() if len(g) >= MIN_ROWS}
+        narrow = {key: build_bands(g, min_rows=1) for key, g in alike.items() if len(g) >= MIN_ROWS}
         for r in (r for r in rows if r.family == family):
             bands = narrow.get((r.engine, kind_of[id(r)]), plain)
             inside = {}
@@ -230,11 +231,47 @@ def conditioned_table(doc: dict, rows: list[Residual]) -> list[str]:
             out.append(f"{t:5.1f}/{d:5.1f}")
         return " ".join(out)
 
-    out.append(f"  {'(the engine: shipped)':20s} {cells(coverage(rows, CLAIM, level=WIDEN))}")
+    out.append(f"  {'(the engine: shipped)':20s} {cells(coverage(rows, CLAIM))}")
     for name, feature in FEATURES.items():
         kinds = [feature(row) for row in doc["rows"]]
         out.append(f"  {name:20s} {cells(conditioned(rows, kinds))}")
     out.append("  (TTFT/TPOT coverage, %)")
+    return out
+
+
+def seen_family(doc: dict, rows: list[Residual]) -> list[str]:
+    """Bands for a family the engine's rows have (the only kind the product claims), held out by parallel
+    layout: each engine/family with MIN_ROWS rows, one layout's rows left out of everything, checked against
+    the family's own quantiles at the claim (an engine x family band) and against the engine's band built as
+    shipped from every other row."""
+    layout = [row["parallel"] for row in doc["rows"]]
+    out = [
+        f"a family the rows have, one parallel layout held out (engine/family with {MIN_ROWS} rows): "
+        "coverage (%) of the family's own quantiles | of the engine's band as shipped, TTFT/TPOT"
+    ]
+    for claim in CLAIMS:
+        cells = []
+        for engine, family in sorted({(r.engine, r.family) for r in rows}):
+            mine = [i for i, r in enumerate(rows) if (r.engine, r.family) == (engine, family)]
+            if len(mine) < MIN_ROWS:
+                continue
+            own: dict[str, list[bool]] = defaultdict(list)
+            shipped: dict[str, list[bool]] = defaultdict(list)
+            for held in sorted({layout[i] for i in mine}):
+                out_of = {i for i in mine if layout[i] == held}
+                rest = [rows[i] for i in mine if i not in out_of]
+                bands = build_bands([r for i, r in enumerate(rows) if i not in out_of], claim)
+                for metric in METRICS:
+                    low, high = quantiles([r.of(metric) for r in rest], claim) if rest else (0.0, 0.0)
+                    own[metric] += [bool(rest) and low <= rows[i].of(metric) <= high for i in out_of]
+                    shipped[metric] += [bands[(engine, metric)].contains(rows[i].of(metric)) for i in out_of]
+            cells.append(
+                f"{engine}/{family} ({len(mine)}) "
+                + " | ".join(
+                    "/".join(pct(np.mean(got[m])).strip() for m in METRICS) for got in (own, shipped)
+                )
+            )
+        out.append(f"  {share(claim)}: " + "; ".join(cells))
     return out
 
 
@@ -303,19 +340,19 @@ def dev_coverage(points: list[dict], rows: list[Residual]) -> list[str]:
 
 
 def dev_widened(points: list[dict]) -> list[str]:
-    """Bands from the development points' own residuals, widened as the product widens (pick_level), with a
-    GPU kind or a source standing where the model family stands: counted nested, each kind left out of the
-    residuals and of the level's choice. Would a band for predictions outside the calibration rows hold?"""
+    """Bands from the development points' own residuals, widened as the product widens (unseen_family), with
+    a GPU kind or a source standing where the model family stands: counted nested, each kind left out.
+    Would a band for predictions outside the calibration rows hold?"""
     out = [
         f"bands from the development points' own residuals (claim {share(CLAIM)}, each engine's where it has "
         f"{MIN_ROWS} points), nested leave-one-group-out: coverage (%) and median width (high / low)"
     ]
     for by in ("system", "source"):
         rows = [Residual(p["engine"], p[by], p["ttft"], p["tpot"]) for p in points]
-        checked = coverage(rows, CLAIM, level=WIDEN)
+        checked = coverage(rows, CLAIM)
         widths: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for group in sorted({r.family for r in rows}):
-            bands = claimed_bands([r for r in rows if r.family != group])
+            bands = build_bands([r for r in rows if r.family != group])
             for r in (r for r in rows if r.family == group):
                 for metric in METRICS:
                     band = band_for(bands, r.engine, metric)
@@ -352,13 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(shipped_bands(rows)))
     for claim in CLAIMS:
         print()
-        print("\n".join(coverage_table(coverage(rows, claim, level=WIDEN), claim)))
+        print("\n".join(coverage_table(coverage(rows, claim), claim)))
     print()
     print(f"the same without widening (each band at its claim's own quantiles), claim {share(CLAIM)}:")
-    plain = coverage_table(coverage(rows, CLAIM), CLAIM)
+    plain = coverage_table(coverage(rows, CLAIM, widen=False), CLAIM)
     print("\n".join(plain[1 : plain.index("  -- by family")]))
     print()
     print("\n".join(conditioned_table(doc, rows)))
+    print()
+    print("\n".join(seen_family(doc, rows)))
     print()
     print("\n".join(kernel_band(doc)))
     print()

@@ -1,6 +1,6 @@
-"""The serving-level bands (predict/bands.py): quantiles of out-of-sample residuals per engine and metric,
-pooled where an engine has too few rows, the nested leave-one-family-out coverage counter, and the residuals
-file's one-line refusals."""
+"""The serving-level bands (predict/bands.py): quantiles of what an unseen family's out-of-sample residuals
+look like, per engine and metric, pooled where an engine has too few rows, the nested leave-one-family-out
+coverage counter each band reports, and the residuals file's one-line refusals."""
 
 import json
 import math
@@ -10,9 +10,7 @@ import pytest
 from servelab.errors import ServelabError
 from servelab.predict.band_domain import Asked, Domain
 from servelab.predict.bands import (
-    LEVELS,
     POOLED,
-    WIDEN,
     Residual,
     attach_band,
     band_for,
@@ -20,16 +18,16 @@ from servelab.predict.bands import (
     claimed_bands,
     coverage,
     covered,
-    lofo_share,
-    pick_level,
+    groups_of,
     quantiles,
     read_residuals,
     residuals_path,
+    unseen_family,
 )
 
 
-def rows_of(engine: str, family: str, values: list[float]) -> list[Residual]:
-    return [Residual(engine, family, v, -v) for v in values]
+def rows_of(engine: str, family: str, values: list[float], model: str = "") -> list[Residual]:
+    return [Residual(engine, family, v, -v, model=model) for v in values]
 
 
 def test_a_band_is_the_residuals_central_quantiles():
@@ -50,8 +48,10 @@ def test_an_engine_with_too_few_rows_takes_every_engines_residuals_and_says_so()
     bands = build_bands(rows, claim=0.8, min_rows=30)
     own, pooled = bands[("vllm", "ttft")], bands[("sglang", "ttft")]
     assert (own.low, own.high, own.rows) == (0.0, 0.0, 40)
-    assert pooled.engine == POOLED and pooled.rows == 50
-    assert pooled.low == pytest.approx(0.0) and pooled.high == pytest.approx(1.0)
+    assert pooled.engine == POOLED and pooled.rows == 50 and pooled.groups == 2
+    # every engine's rows, widened: an unseen family may lie as far from their median (0) as llama and
+    # qwen lay from each other (1), on either side
+    assert pooled.low == pytest.approx(-1.0) and pooled.high == pytest.approx(1.0)
     assert "sglang has 10 rows, fewer than 30" in pooled.describe()
     # an engine with no row at all gets the pooled band too, saying so
     none = band_for(bands, "trtllm", "ttft", min_rows=30)
@@ -70,7 +70,7 @@ def test_coverage_holds_each_family_out_of_the_bands_that_judge_it():
     near_a = rows_of("vllm", "a", [-0.01, 0.0, 0.01] * 10)
     near_b = rows_of("vllm", "b", [-0.02, 0.0, 0.02] * 10)
     far = rows_of("vllm", "c", [2.0] * 30)
-    checked = coverage(near_a + near_b + far, claim=0.8, min_rows=10)
+    checked = coverage(near_a + near_b + far, claim=0.8, min_rows=10, widen=False)
     by_family: dict[str, list[bool]] = {}
     for r, inside in checked:
         by_family.setdefault(r.family, []).append(inside["ttft"])
@@ -104,6 +104,9 @@ def test_the_residuals_file_is_read_as_log_ratios(tmp_path):
     assert rows[1].engine == "trtllm"  # an alias is the engine's name
     # where the row lies: the calibration's system (its provenance), the row's load and lengths
     assert (rows[0].system, rows[0].concurrency, rows[0].isl, rows[0].osl) == ("h200_sxm", 8, 1024, 128)
+    assert rows[0].model == ""  # none given: counted with its family
+    calibration, path = residual_file(tmp_path, [GOOD | {"model": "llama-3.1-8b"}])
+    assert read_residuals(path)[0].model == "llama-3.1-8b"
 
 
 @pytest.mark.parametrize(
@@ -138,58 +141,73 @@ def shifted_families(n_families: int = 5, rows: int = 40) -> list[Residual]:
     return out
 
 
-def test_a_band_widens_until_unseen_families_are_covered_as_claimed():
+def test_an_unseen_familys_residuals_are_the_median_plus_a_groups_offset_plus_a_rows_spread():
+    rows = rows_of("vllm", "a", [0.0, 0.2]) + rows_of("vllm", "b", [1.0, 1.2])
+    draws, groups = unseen_family(rows, "ttft")
+    # median 0.6; a lay 1.0 below b and b 1.0 above a, each taken either way; each row 0.1 from its family's
+    # median
+    assert groups == 2
+    assert sorted(draws) == pytest.approx([-0.5] * 4 + [-0.3] * 4 + [1.5] * 4 + [1.7] * 4)
+    band = build_bands(rows, 0.5, min_rows=1)[("vllm", "ttft")]
+    assert (band.low, band.high) == pytest.approx(quantiles(draws, 0.5)) and band.groups == 2
+    # one family: its own values, nothing widened
+    one = rows_of("vllm", "a", [0.0, 0.2, 0.4])
+    assert unseen_family(one, "ttft") == ([0.0, 0.2, 0.4], 1)
+
+
+def test_a_family_splits_into_its_models_only_where_each_has_enough_rows():
+    small, large = (
+        rows_of("vllm", "llama", [0.0] * 5, "llama-8b"),
+        rows_of("vllm", "llama", [1.0] * 9, "llama-70b"),
+    )
+    assert set(groups_of(small + large)) == {"llama-8b", "llama-70b"}
+    assert set(groups_of(small[:4] + large)) == {"llama"}  # 4 rows of the 8B: too few to stand alone
+    assert set(groups_of(small + large + rows_of("vllm", "llama", [0.5]))) == {"llama"}  # a row without model
+    assert set(groups_of(large + rows_of("vllm", "qwen", [0.0], "qwen3"))) == {"llama", "qwen"}  # one model
+
+
+def test_widening_covers_unseen_families_nearer_the_claim_than_the_claims_own_quantiles():
     rows = shifted_families()
-    # at the claim's own quantiles a held-out family falls outside the others' band far more than 20 %
-    assert covered(coverage(rows, 0.8, min_rows=10)) < 0.7
-    level = pick_level(rows, "ttft", 0.8)
-    assert 0.8 < level < 1.0
-    assert covered(coverage(rows, 0.8, min_rows=10, level=level)) >= 0.8
-    # the smallest such level: one step narrower falls short
-    narrower = max(x for x in LEVELS if x < level)
-    assert narrower < 0.8 or covered(coverage(rows, 0.8, min_rows=10, level=narrower)) < 0.8
-    band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
-    assert band.claim == 0.8 and band.level == level
-    assert band.describe().endswith(f"(their central {100 * level:.0f} %)")
+    plain = covered(coverage(rows, 0.8, min_rows=10, widen=False))
+    widened = covered(coverage(rows, 0.8, min_rows=10))
+    assert plain < 0.7 and abs(widened - 0.8) < abs(plain - 0.8)
 
 
-def test_one_family_keeps_the_claims_own_quantiles():
-    rows = rows_of("vllm", "llama", [k / 100 for k in range(101)])
-    assert pick_level(rows, "ttft", 0.8) == 0.8
-    assert claimed_bands(rows, 0.8)[("vllm", "ttft")].level == 0.0  # spans its claim: nothing to say
+def test_coverage_holds_the_family_out_of_the_offsets_too():
+    # two families alike and a third far off: held out, the far family is judged by a band whose offsets
+    # (the two alike families') are small, so it lies outside; a near family, judged by a band with the far
+    # family's offset in it, lies inside
+    rows = rows_of("vllm", "a", [0.0, 0.1] * 20) + rows_of("vllm", "b", [0.05] * 40)
+    rows += rows_of("vllm", "c", [3.0] * 40)
+    checked = coverage(rows, 0.8, min_rows=10)
+    inside = {f: sum(i["ttft"] for r, i in checked if r.family == f) for f in "abc"}
+    assert inside == {"a": 40, "b": 40, "c": 0}
 
 
-def test_widened_coverage_holds_the_family_out_of_the_level_choice_too():
-    rows = shifted_families()
-    checked = coverage(rows, 0.8, min_rows=10, level=WIDEN)
-    assert len(checked) == len(rows)
-    # the outermost families reach past every band the others build: about half of their rows outside
-    # (counted: 23 of 40); the middle families lie inside the others' spread
-    by_family = {
-        f"family{f}": sum(i["ttft"] for r, i in checked if r.family == f"family{f}") for f in range(5)
-    }
-    assert by_family == {"family0": 23, "family1": 40, "family2": 40, "family3": 40, "family4": 23}
-    assert covered(checked) == pytest.approx((3 * 40 + 2 * 23) / 200)
-
-
-def test_each_engine_picks_its_own_level_on_its_own_rows():
-    # vLLM's families are each off by their own amount, TensorRT-LLM's alike: vLLM's band widens,
-    # TensorRT-LLM's keeps its claim's own quantiles instead of taking the share vLLM needs
+def test_each_engine_is_widened_on_its_own_rows():
+    # vLLM's families are each off by their own amount, TensorRT-LLM's alike: TensorRT-LLM's band is what its
+    # own rows give, not the width vLLM needs
     alike = [k / 39 - 0.5 for k in range(40)]
     trtllm = [Residual("trtllm", f"family{f}", v, v) for f in range(5) for v in alike]
-    bands = claimed_bands(shifted_families() + trtllm, 0.8, min_rows=10)
-    assert bands[("vllm", "ttft")].level == pick_level(shifted_families(), "ttft", 0.8) > 0.8
-    assert bands[("trtllm", "ttft")].level == 0.0  # 0.8: its own rows need no widening
-    assert (bands[("trtllm", "ttft")].low, bands[("trtllm", "ttft")].high) == pytest.approx(
-        quantiles(alike, 0.8)
+    bands = build_bands(shifted_families() + trtllm, 0.8, min_rows=10)
+    own = build_bands(trtllm, 0.8, min_rows=10)[("trtllm", "ttft")]
+    assert (bands[("trtllm", "ttft")].low, bands[("trtllm", "ttft")].high) == (own.low, own.high)
+    assert own.high - own.low == pytest.approx(quantiles(alike, 0.8)[1] - quantiles(alike, 0.8)[0])
+    assert bands[("vllm", "ttft")].high - bands[("vllm", "ttft")].low > own.high - own.low
+
+
+def test_a_band_says_how_often_it_held_left_out_families():
+    rows = rows_of("vllm", "a", [0.0, 0.1] * 20) + rows_of("vllm", "b", [0.05] * 40)
+    rows += rows_of("vllm", "c", [3.0] * 40)
+    band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
+    assert (
+        band.held_out == pytest.approx(covered(coverage(rows, 0.8, min_rows=10))) == pytest.approx(80 / 120)
     )
-
-
-def test_each_metric_picks_its_own_level():
-    # TTFT off by family, TPOT alike: only TTFT's band widens
-    rows = [Residual("vllm", r.family, r.ttft, (k % 40) / 39 - 0.5) for k, r in enumerate(shifted_families())]
-    bands = claimed_bands(rows, 0.8, min_rows=10)
-    assert bands[("vllm", "ttft")].level > 0.8 and bands[("vllm", "tpot")].level == 0.0
+    assert band.describe() == (
+        "80 % band, LOFO residuals of 120 rows, vllm (widened by 3 model groups' offsets; held 67 % of "
+        "left-out families' rows)"
+    )
+    assert band.as_dict(1.0)["held_out"] == pytest.approx(0.6667) and band.as_dict(1.0)["groups"] == 3
 
 
 def placed(concurrency=(4, 64), isl=(1024, 8192), osl=(128, 1024)) -> list[Residual]:
@@ -245,18 +263,3 @@ def test_a_prediction_outside_the_rows_claims_nothing_and_says_why(tmp_path):
     assert (outside["ttft_ms_low"], outside["ttft_ms_high"]) == (90.0, 120.0)  # the kernel-source band stays
     unplaced = attach_band(dict(estimate), "vllm", calibration, None)
     assert unplaced["band"]["claim"] is None and "not known" in unplaced["band"]["source"]
-
-
-def test_a_band_that_no_share_makes_good_says_how_short_it_falls():
-    # a third family far from the other two: no share of two families' residuals reaches the third's, so the
-    # band spans them all and says what it held, leaving one family out: a's 0.1s (within b and c), all of
-    # b (within a and c), none of c (beyond a and b): 60 of 120
-    rows = rows_of("vllm", "a", [0.0, 0.1] * 20) + rows_of("vllm", "b", [0.05] * 40)
-    rows += rows_of("vllm", "c", [3.0] * 40)
-    band = claimed_bands(rows, 0.8, min_rows=10)[("vllm", "ttft")]
-    assert band.level == 1.0 and (band.low, band.high) == (0.0, 3.0)
-    assert band.short == pytest.approx(lofo_share(rows, "ttft", 1.0)) == pytest.approx(60 / 120)
-    assert band.describe().endswith("(their central 100 %, holding only 50 % of left-out families' rows)")
-    assert band.as_dict(1.0)["held_out"] == 0.5
-    # where a share reaches the claim, nothing is said
-    assert claimed_bands(shifted_families(), 0.8, min_rows=10)[("vllm", "ttft")].short == 0.0

@@ -23,6 +23,12 @@ def test_a_bad_residuals_file_is_one_line_and_exit_2(tmp_path, content, message)
     assert err.count("\n") == 1 and str(bad) in err and message in err
 
 
+def test_a_missing_residuals_file_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "none.residuals.json"
+    err = run_accuracy_python([TOOL, "--residuals", str(missing)], returncode=2)
+    assert err.count("\n") == 1 and str(missing) in err
+
+
 @pytest.mark.parametrize(
     ("content", "message"), [("not json", "expected the JSON"), ("[]", "an object 'points'")]
 )

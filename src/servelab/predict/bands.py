@@ -1,26 +1,32 @@
-"""Serving-level prediction bands with a stated claim: an "80 % band" is one that held the measured value of
-80 % of the calibration rows of model families left out of it, claimed only for a prediction that lies
-within its rows (docs/accuracy.md section 7).
+"""Serving-level prediction bands with a stated claim: an "80 % band" is built to hold the measured value of
+80 % of the calibration rows of model families left out of it, says how often it did (counted doubly held
+out), and is claimed only for a prediction that lies within its rows (docs/accuracy.md section 7).
 
 A band is built from the residuals r = log(measured / predicted) of the calibration's leave-one-family-out
 predictions (calibrate/residuals.py writes them beside the calibration file), per engine and metric (TTFT,
-TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_hi the ends of the residuals'
-central `level`. The residuals are alike within a model family (a family the fit never saw is off by its own
-amount), so the claim's own quantiles (level = claim) cover an unseen family less often than they claim (65 %
-for 80 % on the shipped rows): pick_level widens each engine's level, per metric and on that engine's rows
-alone, until, leaving one family out at a time, the left-out families are covered as claimed (one share for
-every engine made TensorRT-LLM's bands over-cover because vLLM's needed it). An engine with fewer than
-MIN_ROWS rows takes every engine's residuals, and says so. In-sample residuals never enter: they would be
-narrower by what the fit learned from the rows it is judged on. No narrower group (dense or MoE, the
-concurrency, the lengths, TP) builds a band: none held its coverage on families left out (accuracy/bands.py).
+TPOT): the band of a prediction x is [x * exp(q_lo), x * exp(q_hi)], q_lo and q_hi the (1 -+ claim) / 2
+quantiles of what an unseen family's residuals look like. The residuals are alike within a model family and
+each family is off by its own amount, so the claim's own quantiles of the rows covered an unseen family far
+less often than claimed (65 % for 80 %). An unseen family's residual is read as the engine's median, plus how
+far one of its groups lay from the engine's other groups (that group's median less the others', either way),
+plus how far one row lay from its own group's median: unseen_family draws every such sum. A group is a model
+family, split into its models where each has MIN_GROUP of the engine's rows (vLLM's Llama-3.1-8B rows lie far
+from its 70B rows). Nothing is tuned on the rows: the smallest widened share that held the rows' own left-out
+families (the eleventh session's rule) over-covered SGLang and TensorRT-LLM, its share moving in coarse steps
+with two or three families an engine, and missed every engine at 50 % (docs/accuracy.md section 7, "Bands
+within ten points, by engine and family"). Each band says how often the same construction, counted doubly held
+out (coverage()), held the engine's left-out families' rows. An engine with fewer than MIN_ROWS rows takes
+every engine's residuals, and says so. In-sample residuals never enter: they would be narrower by what the fit
+learned from the rows it is judged on. No narrower group (dense or MoE, the concurrency, the lengths, TP)
+builds a band: none held its coverage on families left out (accuracy/bands.py).
 
 A band claims only what its rows measured: a prediction outside them (another system than the rows', a model
 family the engine's rows lack, a concurrency or a length outside their range: predict/band_domain.py) claims
 nothing and says why. Every closed-loop development point lies outside by one of these; as if claimed, the
-bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone, 32 % and 74 %),
-and bands widened from those points' own residuals held a left-out GPU kind overall but not the H200 points
-(TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine, and out of
-distribution").
+eleventh session's bands held TTFT 32 % and TPOT 66 % of them (of the 53 outside by their model family alone,
+32 % and 74 %), and bands widened from those points' own residuals held a left-out GPU kind overall but not
+the H200 points (TTFT 54 %, TPOT 42 %) nor a left-out source (docs/accuracy.md section 7, "Bands per engine,
+and out of distribution").
 
 The kernel-source band (the step model's low and high op times carried through the simulation) is kept apart,
 as `kernel_band`; it neither widens nor narrows the serving band, because on the calibration rows its width
@@ -34,6 +40,7 @@ loop, the kernels-only torch backend) keeps its kernel-source band and claims no
 """
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -47,10 +54,9 @@ from servelab.userfiles import read_json
 
 CLAIM = 0.8  # the share of measured values a band claims to contain
 MIN_ROWS = 30  # an engine with fewer residual rows than this takes every engine's (pooled)
+MIN_GROUP = 5  # a family splits into its models (unseen_family) only where each has this many rows
 METRICS = ("ttft", "tpot")
 SUFFIX = ".residuals.json"
-LEVELS = (*(round(0.5 + 0.01 * k, 2) for k in range(50)), 0.995, 1.0)  # central shares pick_level tries
-WIDEN = -1.0  # build_bands(level=WIDEN): each engine and metric picks its own level (pick_level)
 POOLED = "all engines"
 NO_CLAIM = "kernel-source band (the step model's low and high op times), no measured coverage"
 # why a disaggregated prediction (estimate --mode disagg, a plan's disaggregated candidates) claims none
@@ -70,7 +76,8 @@ def residuals_path(calibration: Path) -> Path:
 @dataclass(frozen=True)
 class Residual:
     """One measured row's out-of-sample log residuals, log(measured / predicted), per metric, and where the
-    row lies: its system, concurrency and nominal lengths (empty and 0 where not given)."""
+    row lies: its system, concurrency and nominal lengths (empty and 0 where not given), and its model
+    (empty: counted with its family)."""
 
     engine: str
     family: str
@@ -80,6 +87,7 @@ class Residual:
     concurrency: int = 0
     isl: int = 0
     osl: int = 0
+    model: str = ""
 
     def of(self, metric: str) -> float:
         return self.ttft if metric == "ttft" else self.tpot
@@ -96,9 +104,9 @@ class ServingBand:
     high: float  # ... at (1 + claim) / 2
     rows: int
     pooled_because: str = ""  # why an engine's own residuals were not used
-    level: float = 0.0  # the central share of the residuals the band spans (0: the claim itself)
+    groups: int = 1  # the model groups whose offsets from one another widen it (1: the claim's own quantiles)
     domain: Domain | None = field(default=None, compare=False)  # where its rows lie
-    short: float = 0.0  # where even the widest share held less than the claim, leaving one family out: that
+    held_out: float | None = None  # how often it held left-out families' rows, counted doubly held out
 
     def around(self, value: float) -> tuple[float, float]:
         return value * math.exp(self.low), value * math.exp(self.high)
@@ -107,8 +115,9 @@ class ServingBand:
         return self.low <= residual <= self.high
 
     def describe(self) -> str:
-        short = f", holding only {share(self.short)} of left-out families' rows" if self.short else ""
-        notes = [f"their central {share(self.level)}{short}"] if self.level else []
+        notes = [f"widened by {self.groups} model groups' offsets"] if self.groups > 1 else []
+        if self.held_out is not None:
+            notes.append(f"held {share(self.held_out)} of left-out families' rows")
         notes += [self.pooled_because] if self.pooled_because else []
         said = f" ({'; '.join(notes)})" if notes else ""
         return f"{share(self.claim)} band, LOFO residuals of {self.rows} rows, {self.engine}{said}"
@@ -120,12 +129,12 @@ class ServingBand:
             "low": low,
             "high": high,
             "log_residual_quantiles": [round(self.low, 4), round(self.high, 4)],
-            "spans": self.level or self.claim,  # the central share of the residuals
             "rows": self.rows,
             "residuals_of": self.engine,
+            "groups": self.groups,
             "source": self.describe(),
         }
-        out |= {"held_out": round(self.short, 4)} if self.short else {}
+        out |= {"held_out": round(self.held_out, 4)} if self.held_out is not None else {}
         return out | ({"rows_lie": self.domain.as_dict()} if self.domain else {})
 
 
@@ -150,58 +159,65 @@ def _quantile(ordered: list[float], q: float) -> float:
     return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
-def lofo_share(rows: list[Residual], metric: str, level: float) -> float:
-    """Leaving one model family out at a time: the share of the left-out family's rows inside the central
-    `level` of the other families' residuals."""
-    inside = []
-    for family in sorted({r.family for r in rows}):
-        low, high = quantiles((r.of(metric) for r in rows if r.family != family), level)
-        inside += [low <= r.of(metric) <= high for r in rows if r.family == family]
-    return sum(inside) / len(inside)
+def groups_of(rows: list[Residual]) -> dict[str, list[Residual]]:
+    """One engine's rows by group: each model family, split into its models where each has MIN_GROUP rows
+    (a row without its model keeps its family whole)."""
+    models: dict[str, Counter[str]] = {}
+    for r in rows:
+        models.setdefault(r.family, Counter())[r.model] += 1
+    split = {f for f, n in models.items() if len(n) > 1 and "" not in n and min(n.values()) >= MIN_GROUP}
+    out: dict[str, list[Residual]] = {}
+    for r in rows:
+        out.setdefault(r.model if r.family in split else r.family, []).append(r)
+    return out
 
 
-def pick_level(rows: list[Residual], metric: str, claim: float = CLAIM) -> float:
-    """The central share of one group's residuals (an engine's, or every engine's) a band of `metric` must
-    span so that, leaving one model family out at a time, the left-out families' rows are inside it `claim`
-    of the time: residuals are alike within a family, so a band at the claim's own quantiles covers unseen
-    families less often than it claims. The smallest of LEVELS that reaches the claim (the widest if none
-    does); the claim itself where the rows are of one family."""
-    if len({r.family for r in rows}) < 2:
-        return claim
-    for level in (x for x in LEVELS if x >= claim):
-        if lofo_share(rows, metric, level) >= claim:
-            return level
-    return LEVELS[-1]
+def unseen_family(rows: list[Residual], metric: str) -> tuple[list[float], int]:
+    """What one engine's residuals of `metric` would be on a family its rows lack, as draws: the rows' median,
+    plus one group's offset from the others (its median less theirs) taken either way, plus one row's
+    deviation from its own group's median, every such sum; and the number of groups. Either way: which side
+    of the others a family lay on is an accident of the few families measured. With one group, its rows'
+    own values."""
+    groups = [[r.of(metric) for r in g] for g in groups_of(rows).values()]
+    if len(groups) < 2:
+        return [r.of(metric) for r in rows], 1
+    center = _median([r.of(metric) for r in rows])
+    offsets, spread = [], []
+    for i, values in enumerate(groups):
+        mine = _median(values)
+        others = [v for j, g in enumerate(groups) if j != i for v in g]
+        offsets += [mine - _median(others), _median(others) - mine]
+        spread += [v - mine for v in values]
+    return [center + o + d for o in offsets for d in spread], len(groups)
 
 
-def _band(rows: list[Residual], metric: str, name: str, claim: float, level: float | None) -> ServingBand:
-    spans = pick_level(rows, metric, claim) if level == WIDEN else (claim if level is None else level)
-    low, high = quantiles((r.of(metric) for r in rows), spans)
-    kept = 0.0 if spans == claim else spans
-    held = lofo_share(rows, metric, spans) if level == WIDEN and spans == LEVELS[-1] else 1.0
-    short = held if held < claim else 0.0
-    return ServingBand(
-        metric, name, claim, low, high, len(rows), level=kept, domain=Domain.of(rows), short=short
-    )
+def _median(values: list[float]) -> float:
+    return _quantile(sorted(values), 0.5)
+
+
+def _band(rows: list[Residual], metric: str, name: str, claim: float, widen: bool) -> ServingBand:
+    draws, groups = unseen_family(rows, metric) if widen else ([r.of(metric) for r in rows], 1)
+    low, high = quantiles(draws, claim)
+    return ServingBand(metric, name, claim, low, high, len(rows), groups=groups, domain=Domain.of(rows))
 
 
 def build_bands(
-    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS, level: float | None = None
+    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS, widen: bool = True
 ) -> dict[tuple[str, str], ServingBand]:
     """(engine, metric) -> band claiming `claim`, for every engine among the rows and for POOLED: an engine's
-    own residuals where it has min_rows of them, every engine's otherwise. The band spans the residuals'
-    central `level`: None the claim itself, WIDEN the share pick_level finds for that engine and metric."""
+    own residuals where it has min_rows of them, every engine's otherwise. widen: the quantiles of what an
+    unseen family's residuals look like (unseen_family); else the rows' own quantiles."""
     if not 0 < claim < 1:
         raise ValueError(f"a band's claim is a share in (0, 1), got {claim}")
     out: dict[tuple[str, str], ServingBand] = {}
     if not rows:
         return out
     for metric in METRICS:
-        pooled = out[(POOLED, metric)] = _band(rows, metric, POOLED, claim, level)
+        pooled = out[(POOLED, metric)] = _band(rows, metric, POOLED, claim, widen)
         for engine in sorted({r.engine for r in rows}):
             mine = [r for r in rows if r.engine == engine]
             if len(mine) >= min_rows:
-                out[(engine, metric)] = _band(mine, metric, engine, claim, level)
+                out[(engine, metric)] = _band(mine, metric, engine, claim, widen)
             else:
                 why = f"{engine} has {len(mine)} rows, fewer than {min_rows}"
                 out[(engine, metric)] = replace(pooled, pooled_because=why)
@@ -222,15 +238,15 @@ def band_for(
 
 
 def coverage(
-    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS, level: float | None = None
+    rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS, widen: bool = True
 ) -> list[tuple[Residual, dict[str, bool]]]:
-    """Nested leave-one-family-out coverage: for each model family, bands built from the other families'
-    residuals only (every engine's rows of the family left out), then whether each of the family's rows lies
-    inside its engine's band, per metric. `level` as build_bands': with WIDEN each training set picks its
-    own levels, so that the choice of the level is held out too."""
+    """Doubly held-out (nested leave-one-family-out) coverage: for each model family, bands built from the
+    other families' residuals only (every engine's rows of the family left out, from the groups' medians to
+    the offsets between them), then whether each of the family's rows lies inside its engine's band, per
+    metric."""
     out = []
     for family in sorted({r.family for r in rows}):
-        bands = build_bands([r for r in rows if r.family != family], claim, min_rows, level)
+        bands = build_bands([r for r in rows if r.family != family], claim, min_rows, widen)
         for r in (r for r in rows if r.family == family):
             inside = {}
             for metric in METRICS:
@@ -250,9 +266,14 @@ def covered(checked: list[tuple[Residual, dict[str, bool]]]) -> float:
 def claimed_bands(
     rows: list[Residual], claim: float = CLAIM, min_rows: int = MIN_ROWS
 ) -> dict[tuple[str, str], ServingBand]:
-    """The bands that claim `claim`: each engine's and metric's spanning the central share pick_level finds
-    on its own rows."""
-    return build_bands(rows, claim, min_rows, WIDEN)
+    """The bands that claim `claim`, each saying how often the same construction held its engine's rows of
+    left-out families (coverage(), doubly held out; the pooled band: every engine's rows)."""
+    bands = build_bands(rows, claim, min_rows)
+    checked = coverage(rows, claim, min_rows)
+    for (engine, metric), band in bands.items():
+        flags = [inside[metric] for r, inside in checked if engine in (POOLED, r.engine) and metric in inside]
+        bands[(engine, metric)] = replace(band, held_out=sum(flags) / len(flags) if flags else None)
+    return bands
 
 
 def read_residuals(path: Path) -> list[Residual]:
@@ -282,6 +303,7 @@ def read_residuals(path: Path) -> list[Residual]:
                 raise ValueError("a concurrency or length that is not a positive integer")
             engine = engine_of(str(row["engine"])).value
             family = str(row["family"])
+            model = str(row.get("model") or "")  # none: counted with its family
         except (KeyError, TypeError, ValueError, ServelabError) as e:
             raise ServelabError(
                 f"{where}: rows[{i}]: expected engine, family, positive concurrency, isl and osl, and "
@@ -290,7 +312,7 @@ def read_residuals(path: Path) -> list[Residual]:
             ) from None
         ttft = math.log(values["ttft_ms"] / values["pred_ttft_ms"])
         tpot = math.log(values["tpot_ms"] / values["pred_tpot_ms"])
-        out.append(Residual(engine, family, ttft, tpot, system, **spans))
+        out.append(Residual(engine, family, ttft, tpot, system, **spans, model=model))
     return out
 
 
