@@ -14,7 +14,11 @@ from tests.accuracy_python import ACCURACY, run_accuracy_python
 
 SCRIPT = str(ACCURACY / "twin_vs_vllm_gpu.py")
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gpu"
-RUNS = sorted(DATA.glob("*_c*.json"))
+FOLDERS = {  # each folder of runs and how many it holds
+    DATA: 13,
+    DATA.with_name("vllm_gpu_heldout13"): 7,
+    DATA.with_name("vllm_gpu_heldout14"): 11,
+}
 
 
 def histogram_mean_ms(run: str, name: str) -> float:
@@ -24,10 +28,12 @@ def histogram_mean_ms(run: str, name: str) -> float:
     return (b[f"vllm:{name}_sum"] - a[f"vllm:{name}_sum"]) / count * 1e3
 
 
-def test_every_run_carries_its_settings_its_first_tokens_and_the_servers_metrics_around_it():
-    assert len(RUNS) == 13
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda folder: folder.name)
+def test_every_run_carries_its_settings_its_first_tokens_and_the_servers_metrics_around_it(folder):
+    runs = sorted(folder.glob("*_c*.json"))
+    assert len(runs) == FOLDERS[folder]
     seeds = set()
-    for path in RUNS:
+    for path in runs:
         run = json.loads(path.read_text())
         cfg = run["config"]
         assert run["completed"] == cfg["num_prompts"] >= 16 and run["failed"] == 0
@@ -35,8 +41,8 @@ def test_every_run_carries_its_settings_its_first_tokens_and_the_servers_metrics
         assert len(run["ttfts"]) == cfg["num_prompts"] and all(t > 0 for t in run["ttfts"])
         seeds.add(cfg["seed"])
         for when in ("before", "after"):
-            assert (DATA / f"metrics_{path.stem}_{when}.txt").is_file()
-    assert len(seeds) == len(RUNS)  # no run's prompts sit in another's prefix cache
+            assert (folder / f"metrics_{path.stem}_{when}.txt").is_file()
+    assert len(seeds) == len(runs)  # no run's prompts sit in another's prefix cache
 
 
 @pytest.mark.slow  # two processes: the script and the twin it starts
