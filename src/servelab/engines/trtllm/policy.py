@@ -50,7 +50,8 @@ class TrtllmPolicy(SchedulingPolicy):
     # Recalled, not read: TensorRT-LLM's source is not on PyPI (its sdists are stubs) and its repository is
     # too large to fetch here. Off here although the engine's default is on: with the shipped calibration,
     # whose step terms were fitted without it, the development points' TTFT got worse (docs/accuracy.md,
-    # "SGLang's and TensorRT-LLM's overlap schedulers"); it waits for a refit
+    # "SGLang's and TensorRT-LLM's overlap schedulers"); refitted with it on, they were still worse, and so
+    # were the calibration rows' leave-one-family-out errors ("TensorRT-LLM's overlap scheduler, refitted")
     overlap_scheduler: bool = False
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
