@@ -438,10 +438,10 @@ def test_dry_run_with_a_wheel_extracts_the_files_and_lists_their_sizes(tmp_path)
             "vllm/model_executor/layers/fused_moe/utils.py": b"# utils\n",
             "vllm/model_executor/layers/fused_moe/configs/"
             "E=32,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json": b"{}",
-            "vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name=NVIDIA_H200.json": b"{}",
-            "vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json":
-            b"{}",
-            "vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name=NVIDIA_B200.json": b"{}",
+            **{
+                f"vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name={gpu}.json": b"{}"
+                for gpu in ("NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "NVIDIA_B200")
+            },
             "vllm/model_executor/layers/fused_moe/deep_gemm_utils.py": b"# dg\n",
         },
     )

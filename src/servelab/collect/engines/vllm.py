@@ -185,16 +185,16 @@ ENTRIES = (
         ops=(OpName.moe,),
         backend=Engine.VLLM.value,
         kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
-        "wheel on bf16 (unquantised) experts, as its unquantised oracle runs them on Hopper: the wheel's tuned "
-        "table for the device (no dtype) where it has one, else its default config; gate-up and down GEMMs, "
-        "tokens routed to this rank's experts",
+        "wheel on bf16 (unquantised) experts, as its unquantised oracle runs them on Hopper: the wheel's "
+        "tuned table for the device (no dtype) where it has one, else its default config; gate-up and down "
+        "GEMMs, tokens routed to this rank's experts",
         bench=_K + "vllm_fused_moe:bench",
         runs=_bf16_moe,
         plan=fused_moe_bf16_plan,
         versions=("0.12", "9999"),
         files=FUSED_MOE_BF16_FILES,
-        stand_ins="moe_align_block_size is done in torch outside the timed region; SiLU-and-mul and the top-k "
-        "sum (vLLM _C) are not timed",
+        stand_ins="moe_align_block_size is done in torch outside the timed region; SiLU-and-mul and the "
+        "top-k sum (vLLM _C) are not timed",
     ),
     KernelEntry(
         name="marlin_moe",
