@@ -144,6 +144,22 @@ def dsv4_cost(key: OpKey, roofline) -> float:
     return total * (2 if len(pieces) == 1 else 1)
 
 
+FUSED_MOE = KernelEntry(
+    name="fused_moe",
+    ops=(OpName.moe,),
+    backend=Engine.VLLM.value,
+    kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
+    "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
+    "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
+    bench=_K + "vllm_fused_moe:bench",
+    runs=_fp8_block,
+    plan=fused_moe_plan,
+    versions=("0.12", "9999"),
+    files=FUSED_MOE_FILES,
+    stand_ins="moe_align_block_size and the per-token-group FP8 quantisation of the activations are done "
+    "in torch outside the timed region; SiLU-and-mul and the top-k sum (vLLM _C) are not timed",
+)
+
 ENTRIES = (
     KernelEntry(
         name="dsv4_flashmla",
@@ -165,33 +181,15 @@ ENTRIES = (
         "(vLLM's are CuTe DSL, DeepGEMM fp8_fp4_mqa_logits and _C persistent_topk, not loadable "
         "standalone); the q / KV RMSNorm + RoPE + cache insert (vLLM _C) is not timed",
     ),
-    KernelEntry(
-        name="fused_moe",
-        ops=(OpName.moe,),
-        backend=Engine.VLLM.value,
-        kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
-        "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
-        "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
-        bench=_K + "vllm_fused_moe:bench",
-        runs=_fp8_block,
-        plan=fused_moe_plan,
-        versions=("0.12", "9999"),
-        files=FUSED_MOE_FILES,
-        stand_ins="moe_align_block_size and the per-token-group FP8 quantisation of the activations are done "
-        "in torch outside the timed region; SiLU-and-mul and the top-k sum (vLLM _C) are not timed",
-    ),
-    KernelEntry(
+    FUSED_MOE,
+    FUSED_MOE._replace(  # the same kernel on bf16 experts
         name="fused_moe_bf16",
-        ops=(OpName.moe,),
-        backend=Engine.VLLM.value,
         kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
         "wheel on bf16 (unquantised) experts, as its unquantised oracle runs them on Hopper: the wheel's "
         "tuned table for the device (no dtype) where it has one, else its default config; gate-up and down "
         "GEMMs, tokens routed to this rank's experts",
-        bench=_K + "vllm_fused_moe:bench",
         runs=_bf16_moe,
         plan=fused_moe_bf16_plan,
-        versions=("0.12", "9999"),
         files=FUSED_MOE_BF16_FILES,
         stand_ins="moe_align_block_size is done in torch outside the timed region; SiLU-and-mul and the "
         "top-k sum (vLLM _C) are not timed",
