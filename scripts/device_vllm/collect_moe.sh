@@ -10,7 +10,7 @@
 # how its rows become the shipped table.
 set -o pipefail
 source scripts/device_vllm/env.sh   # NVLink multicast off, as .gpu/s/env.sh (its copy)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .ek/whl/*.whl || exit 9
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .ek/whl/*.whl || exit 9
 export PYTHONPATH=/tmp/site:$PWD/src:/tmp/gsite
 EK=.ek/vllm-0.25.0-bf16moe
 SRC=vllm/model_executor/layers/fused_moe/fused_moe.py
