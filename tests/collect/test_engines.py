@@ -37,7 +37,6 @@ FAKE_DEVICE = "fake_engine:"
 def test_every_engine_has_a_catalogue_whose_entries_plan_keys_they_run(engine):
     cat = catalogue(engine.value)
     assert cat.engine == engine and cat.entries
-    owners: dict = {}
     for e in cat.entries:
         keys = e.plan()
         assert keys, e.name
@@ -48,9 +47,10 @@ def test_every_engine_has_a_catalogue_whose_entries_plan_keys_they_run(engine):
             assert type(k) is KEY_TYPES.get(k.op)
         assert set(e.libraries) <= set(e.files), e.name
         assert version_tuple(e.versions[0]) < version_tuple(e.versions[1])
-        for op in e.ops:  # a worker finds its entry by (backend, op): one entry each
-            assert (e.backend, op) not in owners, (e.name, owners.get((e.backend, op)))
-            owners[(e.backend, op)] = e.name
+        # a worker finds its entry by (backend, key): entries of one backend and op split the keys
+        for other in cat.entries:
+            if other is not e and other.backend == e.backend and set(other.ops) & set(e.ops):
+                assert not any(other.runs(k) for k in keys), (e.name, other.name)
 
 
 def test_engine_names_take_every_spelling_and_refuse_others_in_one_line():
@@ -71,7 +71,10 @@ def test_versions_select_entries():
     assert "marlin_moe" not in {e.name for e in vllm.applicable("0.18.0")}  # _moe_C of 0.18 is torch 2.10's
     assert {"marlin_moe", "fused_moe", "dsv4_flashmla"} <= {e.name for e in vllm.applicable("0.25.0")}
     assert vllm.for_key(Moe(8, 2880, 360, 128, 4, 1, "mxfp4"), "0.25.0").name == "marlin_moe"
-    assert vllm.for_key(Moe(8, 2880, 360, 128, 4, 1, "bf16"), "0.25.0") is None
+    # bf16 experts: the same Triton kernel, unquantised (its own entry, keyed by dtype)
+    assert vllm.for_key(Moe(8, 2880, 360, 128, 4, 1, "bf16"), "0.25.0").name == "fused_moe_bf16"
+    assert vllm.for_key(Moe(8, 2880, 360, 128, 4, 1, "fp8_block"), "0.25.0").name == "fused_moe"
+    assert vllm.for_key(Moe(8, 2880, 360, 128, 4, 1, "fp8"), "0.25.0") is None
 
 
 def test_the_dsv4_plan_holds_the_keys_the_recipes_ask_for():
@@ -170,14 +173,18 @@ def test_a_worker_loads_only_the_entries_kernels_names(monkeypatch):
     monkeypatch.delenv(runtime.ENV_CATALOGUE, raising=False)
     monkeypatch.delenv(runtime.ENV_KERNELS, raising=False)
     every = [e.name for e in runtime.campaign_entries()]
-    assert every == ["dsv4_flashmla", "fused_moe", "rms_norm"]
+    assert every == ["dsv4_flashmla", "fused_moe", "fused_moe_bf16", "rms_norm"]
     run_env = ec.env(EngineRun("vllm", "vllm", None, ("rms_norm",)))
     monkeypatch.setenv(runtime.ENV_KERNELS, run_env[runtime.ENV_KERNELS])
     # the campaign passes --kernels to its workers, which then need (and load) only _C, not FlashMLA
     assert [e.name for e in runtime.campaign_entries()] == ["rms_norm"]
-    assert runtime.entry_for("elementwise").name == "rms_norm"
+    assert runtime.entry_for(Memory(1 << 20)).name == "rms_norm"
     with pytest.raises(ServelabError):
-        runtime.entry_for("dsv4_csa_context_module")
+        runtime.entry_for(Moe(8, 2048, 768, 128, 8, 1, "bf16"))
+    # one backend's two fused-MoE entries: the key's dtype picks the one that runs it
+    monkeypatch.setenv(runtime.ENV_KERNELS, "fused_moe,fused_moe_bf16")
+    assert runtime.entry_for(Moe(8, 2048, 768, 128, 8, 1, "bf16")).name == "fused_moe_bf16"
+    assert runtime.entry_for(Moe(8, 7168, 256, 256, 8, 8, "fp8_block")).name == "fused_moe"
 
 
 def test_the_fused_moe_entry_plans_deepseek_v4_at_ep8_and_r1_at_small_m():
@@ -431,6 +438,10 @@ def test_dry_run_with_a_wheel_extracts_the_files_and_lists_their_sizes(tmp_path)
             "vllm/model_executor/layers/fused_moe/utils.py": b"# utils\n",
             "vllm/model_executor/layers/fused_moe/configs/"
             "E=32,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json": b"{}",
+            **{
+                f"vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name={gpu}.json": b"{}"
+                for gpu in ("NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "NVIDIA_B200")
+            },
             "vllm/model_executor/layers/fused_moe/deep_gemm_utils.py": b"# dg\n",
         },
     )
@@ -450,6 +461,9 @@ def test_dry_run_with_a_wheel_extracts_the_files_and_lists_their_sizes(tmp_path)
         "vllm/model_executor/layers/fused_moe/utils.py",
         "vllm/model_executor/layers/fused_moe/configs/"
         "E=32,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json",
+        # bf16 experts' tuned tables (no dtype) of the Hopper GPUs only
+        "vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name=NVIDIA_H200.json",
+        "vllm/model_executor/layers/fused_moe/configs/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json",
     }  # the pending DeepGEMM entry's file is not carried
     assert loader.read_manifest(tmp_path / "ek").version == "0.25.0"
     # the folder then stands for the wheel

@@ -44,13 +44,14 @@ def campaign_entries() -> list[KernelEntry]:
     return [e for e in active_catalogue().entries if e.backend == backend and (not named or e.name in named)]
 
 
-def entry_for(op: str) -> KernelEntry:
-    """The entry of this campaign that measures `op`."""
+def entry_for(key) -> KernelEntry:
+    """The entry of this campaign that runs `key` (one backend's entries of an op split its keys by their
+    `runs`, as vLLM's fused-MoE Triton kernel has one entry for block-FP8 experts and one for bf16)."""
     backend = os.environ[ENV_BACKEND]
     for e in campaign_entries():
-        if op in e.ops:
+        if key.op in e.ops and e.runs(key):
             return e
-    raise ServelabError(f"no {os.environ.get(ENV_ENGINE)} entry writes {op} rows to {backend}")
+    raise ServelabError(f"no {os.environ.get(ENV_ENGINE)} entry writes this {key.op} key's rows to {backend}")
 
 
 def init_worker(device_index: int) -> None:
@@ -81,7 +82,7 @@ def _importable(package: str) -> bool:
 
 
 def bench(key) -> dict:
-    e = entry_for(key.op)
+    e = entry_for(key)
     if e.pending:
         raise Unsupported(f"{e.name}: {e.pending}")
     missing = [p for p in e.needs if not _importable(p)]

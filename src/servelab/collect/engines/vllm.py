@@ -24,6 +24,12 @@ FUSED_MOE_FILES = (
     FUSED_MOE_SRC + "utils.py",
     FUSED_MOE_SRC + "configs/*device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[[]128,128].json",
 )
+# bf16 experts: the same kernel and rules, the tuned tables without a dtype (H100 and H200)
+FUSED_MOE_BF16_FILES = (
+    *FUSED_MOE_FILES[:2],
+    FUSED_MOE_SRC + "configs/E=*,N=*,device_name=NVIDIA_H100_80GB_HBM3.json",
+    FUSED_MOE_SRC + "configs/E=*,N=*,device_name=NVIDIA_H200.json",
+)
 TP_ONLY = tuple(Parallel(tp=tp) for tp in (1, 2, 4, 8))
 # DeepSeek-V4's block-FP8 linear layers: V4-Flash first (the H200 recipes), then V4-Pro, at the recipes'
 # TP8 + EP8 with and without DP attention
@@ -32,6 +38,12 @@ DSV4_FP8 = ("sgl-project/DeepSeek-V4-Flash-FP8", "sgl-project/DeepSeek-V4-Pro-FP
 
 def _fp8_block(key: OpKey) -> bool:
     return isinstance(key, Moe) and key.dtype == "fp8_block"
+
+
+def _bf16_moe(key: OpKey) -> bool:
+    """Unquantised experts: on Hopper vLLM 0.25's unquantised oracle (fused_moe/oracle/unquantized.py) picks
+    its Triton experts first, the fused_moe_kernel with no quantisation."""
+    return isinstance(key, Moe) and key.dtype == "bf16"
 
 
 def _mxfp4(key: OpKey) -> bool:
@@ -62,6 +74,22 @@ def fused_moe_plan() -> list[OpKey]:
         ("deepseek-r1",), (Parallel(tp=8), Parallel(tp=8, ep=8)), p.SMALL_TOKENS, lambda d: True
     )
     return list(dict.fromkeys(k for k in keys if _fp8_block(k)))
+
+
+# the popular bf16 MoE shapes: Qwen3-30B-A3B at TP1, Qwen3-235B-A22B at TP 1, 2, 4, 8 (expert widths 1536 /
+# tp); decode batches dense, prefill sparser, so the run stays within about two minutes on one H100
+BF16_MOE_MODELS = (("qwen3-30b-a3b", TP_ONLY[:1]), ("qwen3-235b-a22b", TP_ONLY))
+BF16_MOE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+
+
+def fused_moe_bf16_plan() -> list[OpKey]:
+    """The bf16 experts of the BF16_MOE_MODELS at ep 1, BF16_MOE_TOKENS tokens, uniform routing."""
+    keys = [k for model, pars in BF16_MOE_MODELS for k in p.moe_keys((model,), pars, BF16_MOE_TOKENS, _bf16)]
+    return list(dict.fromkeys(k for k in keys if _bf16_moe(k)))
+
+
+def _bf16(dtype: str) -> bool:
+    return dtype == "bf16"
 
 
 def marlin_plan() -> list[OpKey]:
@@ -116,6 +144,22 @@ def dsv4_cost(key: OpKey, roofline) -> float:
     return total * (2 if len(pieces) == 1 else 1)
 
 
+FUSED_MOE = KernelEntry(
+    name="fused_moe",
+    ops=(OpName.moe,),
+    backend=Engine.VLLM.value,
+    kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
+    "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
+    "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
+    bench=_K + "vllm_fused_moe:bench",
+    runs=_fp8_block,
+    plan=fused_moe_plan,
+    versions=("0.12", "9999"),
+    files=FUSED_MOE_FILES,
+    stand_ins="moe_align_block_size and the per-token-group FP8 quantisation of the activations are done "
+    "in torch outside the timed region; SiLU-and-mul and the top-k sum (vLLM _C) are not timed",
+)
+
 ENTRIES = (
     KernelEntry(
         name="dsv4_flashmla",
@@ -137,20 +181,18 @@ ENTRIES = (
         "(vLLM's are CuTe DSL, DeepGEMM fp8_fp4_mqa_logits and _C persistent_topk, not loadable "
         "standalone); the q / KV RMSNorm + RoPE + cache insert (vLLM _C) is not timed",
     ),
-    KernelEntry(
-        name="fused_moe",
-        ops=(OpName.moe,),
-        backend=Engine.VLLM.value,
+    FUSED_MOE,
+    FUSED_MOE._replace(  # the same kernel on bf16 experts
+        name="fused_moe_bf16",
         kernel="vLLM's fused_moe_kernel (Triton) from model_executor/layers/fused_moe/fused_moe.py of the "
-        "wheel, with the wheel's tuned H200 block-FP8 configs and default-config rule: gate-up and down "
-        "GEMMs on block-FP8 (128 x 128) weights, tokens routed to this rank's experts",
-        bench=_K + "vllm_fused_moe:bench",
-        runs=_fp8_block,
-        plan=fused_moe_plan,
-        versions=("0.12", "9999"),
-        files=FUSED_MOE_FILES,
-        stand_ins="moe_align_block_size and the per-token-group FP8 quantisation of the activations are done "
-        "in torch outside the timed region; SiLU-and-mul and the top-k sum (vLLM _C) are not timed",
+        "wheel on bf16 (unquantised) experts, as its unquantised oracle runs them on Hopper: the wheel's "
+        "tuned table for the device (no dtype) where it has one, else its default config; gate-up and down "
+        "GEMMs, tokens routed to this rank's experts",
+        runs=_bf16_moe,
+        plan=fused_moe_bf16_plan,
+        files=FUSED_MOE_BF16_FILES,
+        stand_ins="moe_align_block_size is done in torch outside the timed region; SiLU-and-mul and the "
+        "top-k sum (vLLM _C) are not timed",
     ),
     KernelEntry(
         name="marlin_moe",

@@ -1,21 +1,22 @@
-"""vLLM's block-FP8 fused-MoE Triton kernel (fused_moe_kernel) on one rank, compiled from the wheel's own
-fused_moe.py without importing vLLM (scripts/time_vllm_fused_moe.py did the same before this entry; its
-docstring says why the file is read as text).
+"""vLLM's fused-MoE Triton kernel (fused_moe_kernel) on one rank, for block-FP8 or bf16 (unquantised)
+experts, compiled from the wheel's own fused_moe.py without importing vLLM (scripts/time_vllm_fused_moe.py
+did the same before this entry; its docstring says why the file is read as text).
 
 Per key, as vLLM 0.25's fused_experts_impl launches it (invoke_fused_moe_triton_kernel): the config from the
-wheel's tuned H200 table for (local experts, intermediate per rank), nearest batch, else its
-get_default_config; naive block assignment where vLLM takes it (no expert map and tokens x topk x 4 <=
-experts), otherwise moe_align_block_size over the global experts with the rank's expert map (EP: the blocks of
-other ranks' experts get id -1, and the kernel writes zeros for them); SWAP_AB by the wheel's enable_swap_ab;
-BLOCK_SIZE_K capped at the 128-wide quantisation block. Timed: the gate-up launch and the down launch (routing
-weights applied) captured together in one CUDA graph. The alignment and the activations' per-token-group FP8
-quantisation are done in torch beforehand, outside the timed region (vLLM's C++ kernels there, not carried);
-so are SiLU-and-mul and the top-k sum, which the step graph prices as other ops.
+wheel's tuned table for (local experts, intermediate per rank, device, dtype), nearest batch, else its
+get_default_config (vllm_moe_config); naive block assignment where vLLM takes it (no expert map and
+tokens x topk x 4 <= experts), otherwise moe_align_block_size over the global experts with the rank's expert
+map (EP: the blocks of other ranks' experts get id -1, and the kernel writes zeros for them). Block-FP8:
+SWAP_AB by the wheel's enable_swap_ab, BLOCK_SIZE_K capped at the 128-wide quantisation block. bf16 (vLLM's
+unquantised oracle runs these Triton experts first on Hopper): no scales, no swap, the config's BLOCK_SIZE_K.
+Timed: the gate-up launch and the down launch (routing weights applied) captured together in one CUDA graph.
+The alignment and (block-FP8) the activations' per-token-group FP8 quantisation are done in torch
+beforehand, outside the timed region (vLLM's C++ kernels there, not carried); so are SiLU-and-mul and the
+top-k sum, which the step graph prices as other ops.
 """
 
 import ast
 import functools
-import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,14 +25,18 @@ import torch
 import triton
 import triton.language as tl
 
+from servelab.collect.engines.vllm_moe_config import QUANT, Quant, pick_config
 from servelab.collect.ops.common import Unsupported
 from servelab.collect.timing import time_op
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
-BLOCK = [128, 128]  # the checkpoints' weight quantisation block (n, k)
+BLOCK = QUANT["fp8_block"].block or []  # the checkpoints' weight quantisation block (n, k)
 SRC = "vllm/model_executor/layers/fused_moe/"
-BACKEND = "vllm fused_moe_kernel (Triton, block-FP8 w8a8)"
+BACKENDS = {
+    "fp8_block": "vllm fused_moe_kernel (Triton, block-FP8 w8a8)",
+    "bf16": "vllm fused_moe_kernel (Triton, bf16)",
+}
 
 _parts: dict = {}
 
@@ -83,21 +88,6 @@ def load_parts(root: Path, capability: tuple[int, int]) -> SimpleNamespace:
     return parts
 
 
-def tuned_configs(parts, experts: int, n: int, device_name: str) -> tuple[dict | None, str]:
-    """The wheel's tuned table for (E, N) on this device (its file-name rule; H200 variants share one)."""
-    if "H200" in device_name.split("_"):
-        device_name = "NVIDIA_H200"
-    name = (
-        f"E={experts},N={n},device_name={device_name},dtype=fp8_w8a8,block_shape=[{BLOCK[0]},{BLOCK[1]}].json"
-    )
-    path = parts.config_dir / name
-    if not path.exists():
-        return None, "default"
-    table = json.loads(path.read_text())
-    table.pop("triton_version", None)
-    return {int(k): v for k, v in table.items()}, name
-
-
 def quantize_groups(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token, per-128-column FP8 quantisation (what vLLM's per_token_group_fp8_quant produces)."""
     rows, cols = x.shape
@@ -141,11 +131,27 @@ def align(topk_ids: torch.Tensor, block_m: int, experts: int, local: int):
     return sorted_ids.to(dev), expert_ids.to(dev), torch.tensor([pos], dtype=torch.int32, device=dev)
 
 
-def launcher(parts, a, a_scale, w, w_scale, c, route, topk_weights, top_k, mul_routed, config):
+def scale_args(quant: Quant, a_scale, w_scale) -> tuple:
+    """The kernel's scale pointers, their strides and the quantisation block, as
+    invoke_fused_moe_triton_kernel passes them (no bias): per-token-group activation scales and per-block
+    weight scales for block-FP8; None and zeros for bf16."""
+    if not quant.use_fp8_w8a8:
+        return (None, None, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    block = quant.block or [0, 0]
+    return (
+        a_scale, w_scale,
+        a_scale.stride(0), a_scale.stride(1), w_scale.stride(0), w_scale.stride(2), w_scale.stride(1),
+        0, 0, block[0], block[1],
+    )  # fmt: skip
+
+
+def launcher(parts, quant: Quant, a, a_scale, w, w_scale, c, route, topk_weights, top_k, mul_routed, config):
     """One fused_moe_kernel launch as invoke_fused_moe_triton_kernel makes it; a no-argument callable."""
     config = dict(config)
     config["SPLIT_K"] = 1
-    block_k = min(config.pop("BLOCK_SIZE_K"), *BLOCK)
+    block_k = config.pop("BLOCK_SIZE_K")
+    if quant.block:
+        block_k = min(block_k, *quant.block)
     sorted_ids, expert_ids, padded = route
     num_tokens = a.size(0) * top_k
     if sorted_ids is None:
@@ -157,27 +163,38 @@ def launcher(parts, a, a_scale, w, w_scale, c, route, topk_weights, top_k, mul_r
     extra = {}
     if "naive_block_assignment" in parts.args:
         extra["naive_block_assignment"] = sorted_ids is None
-    if "SWAP_AB" in parts.args:
-        extra["SWAP_AB"] = bool(
-            parts.swap_ab and parts.swap_ab(config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"])
+    if "SWAP_AB" in parts.args:  # vLLM swaps A and B for FP8 only
+        swap = (
+            quant.use_fp8_w8a8
+            and parts.swap_ab
+            and parts.swap_ab(config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"])
         )
+        extra["SWAP_AB"] = bool(swap)
     if "USE_TD" in parts.args:
         extra["USE_TD"] = False
     grid = (triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(w.size(1), config["BLOCK_SIZE_N"]),)
+    a_s, w_s, *scale_strides = scale_args(quant, a_scale, w_scale)
 
     def run():
         parts.kernel[grid](
-            a, w, c, None, a_scale, w_scale, topk_weights, sorted_ids, expert_ids, padded,
+            a, w, c, None, a_s, w_s, topk_weights, sorted_ids, expert_ids, padded,
             w.size(1), w.size(2), em, num_tokens,
             a.stride(0), a.stride(1), w.stride(0), w.stride(2), w.stride(1), c.stride(1), c.stride(2),
-            a_scale.stride(0), a_scale.stride(1), w_scale.stride(0), w_scale.stride(2), w_scale.stride(1),
-            0, 0, BLOCK[0], BLOCK[1],
+            *scale_strides,
             MUL_ROUTED_WEIGHT=mul_routed, top_k=top_k, compute_type=tl.bfloat16,
-            use_fp8_w8a8=True, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
-            HAS_BIAS=False, BLOCK_SIZE_K=block_k, **extra, **config,
+            use_fp8_w8a8=quant.use_fp8_w8a8, use_int8_w8a8=False, use_int8_w8a16=False,
+            per_channel_quant=False, HAS_BIAS=False, BLOCK_SIZE_K=block_k, **extra, **config,
         )  # fmt: skip
 
     return run, ("naive" if sorted_ids is None else "aligned") + (",swap_ab" if extra.get("SWAP_AB") else "")
+
+
+def bf16_weights(experts: int, n: int, k: int, dev) -> tuple[torch.Tensor, None]:
+    return torch.randn(experts, n, k, device=dev, dtype=torch.bfloat16) * 0.05, None
+
+
+def bf16_activations(x: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return x.contiguous(), None
 
 
 def bench(key, files) -> dict:
@@ -185,19 +202,24 @@ def bench(key, files) -> dict:
         raise Unsupported("the fused-MoE entry compiles the wheel's fused_moe.py: --engine-files")
     if key.experts % key.ep:
         raise Unsupported(f"{key.experts} experts do not split over ep {key.ep}")
+    if key.dtype not in QUANT:
+        raise Unsupported(f"fused_moe_kernel is timed for {', '.join(QUANT)} experts, not {key.dtype}")
+    quant = QUANT[key.dtype]
+    weights, activations = (
+        (random_weights, quantize_groups) if quant.use_fp8_w8a8 else (bf16_weights, bf16_activations)
+    )
     dev = torch.device("cuda")
     parts = load_parts(files.root, torch.cuda.get_device_capability())
     local, n, hidden, m, topk = key.experts // key.ep, key.inter, key.hidden, key.tokens, key.topk
-    tuned, cfg_name = tuned_configs(parts, local, n, torch.cuda.get_device_name().replace(" ", "_"))
-    if tuned:
-        config = dict(tuned[min(tuned, key=lambda x: abs(x - m))])
-    else:
-        config = dict(parts.default_config(m, local, n, hidden, topk, "fp8_w8a8", BLOCK))
+    config, cfg_name = pick_config(
+        parts.config_dir, parts.default_config, torch.cuda.get_device_name().replace(" ", "_"), quant,
+        tokens=m, experts=local, n=n, hidden=hidden, topk=topk,
+    )  # fmt: skip
     naive = key.ep == 1 and m * topk * 4 <= key.experts
 
     def make():
-        w1, w1s = random_weights(local, 2 * n, hidden, dev)
-        w2, w2s = random_weights(local, hidden, n, dev)
+        w1, w1s = weights(local, 2 * n, hidden, dev)
+        w2, w2s = weights(local, hidden, n, dev)
         ids = torch.rand(m, key.experts, device=dev).topk(topk, dim=1).indices.int()
         routed = torch.softmax(torch.randn(m, topk, device=dev), -1).float().contiguous()
         if naive:
@@ -208,12 +230,12 @@ def bench(key, files) -> dict:
             )
         else:
             route = align(ids, config["BLOCK_SIZE_M"], key.experts, local)
-        a1, a1s = quantize_groups(torch.randn(m, hidden, device=dev, dtype=torch.bfloat16))
-        a2, a2s = quantize_groups(torch.randn(m * topk, n, device=dev, dtype=torch.bfloat16))
+        a1, a1s = activations(torch.randn(m, hidden, device=dev, dtype=torch.bfloat16))
+        a2, a2s = activations(torch.randn(m * topk, n, device=dev, dtype=torch.bfloat16))
         c1 = torch.zeros(m, topk, 2 * n, device=dev, dtype=torch.bfloat16)
         c2 = torch.zeros(m * topk, 1, hidden, device=dev, dtype=torch.bfloat16)
-        g1, path = launcher(parts, a1, a1s, w1, w1s, c1, route, None, topk, False, config)
-        g2, _ = launcher(parts, a2, a2s, w2, w2s, c2, route, routed, 1, True, config)
+        g1, path = launcher(parts, quant, a1, a1s, w1, w1s, c1, route, None, topk, False, config)
+        g2, _ = launcher(parts, quant, a2, a2s, w2, w2s, c2, route, routed, 1, True, config)
         return (g1, g2, c2)
 
     def run(g1, g2, c2):
@@ -221,11 +243,11 @@ def bench(key, files) -> dict:
         g2()
         return c2
 
-    weight_bytes = local * 3 * n * hidden
+    weight_bytes = local * 3 * n * hidden * (1 if quant.use_fp8_w8a8 else 2)
     t = time_op(make, run, weight_bytes + m * topk * (2 * n + hidden) * 2)
     return {
         **t,
-        "backend": BACKEND,
+        "backend": BACKENDS[key.dtype],
         "config_file": cfg_name,
         "config": config,
         "path": "naive" if naive else "aligned",
