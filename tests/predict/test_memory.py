@@ -27,7 +27,7 @@ from servelab.specs import Parallel, load_model, load_system
 H200 = load_system("h200_sxm")
 H100 = load_system("h100_sxm")
 VLLM_GPU_LOG = Path(__file__).parents[1] / "data" / "vllm_gpu" / "server_start.log"
-# seen evidence since the fourteenth session's pricing (docs/accuracy.md, "A MoE model on a real vLLM, held out")
+# seen evidence since the fourteenth session priced it (docs/accuracy.md, "A MoE model on a real vLLM")
 VLLM_MOE_LOG = Path(__file__).parents[1] / "data" / "vllm_gpu_heldout14" / "server_start.log"
 
 
@@ -264,8 +264,8 @@ def test_the_v1_runner_peak_on_a_worked_moe_example():
 
 
 def test_the_v1_runner_subtracts_its_cuda_graphs_and_the_v2_runner_does_not():
-    """102 graphs (51 sizes in FULL and PIECEWISE) at the per-graph estimate; a listed MoE architecture runs V2
-    in 0.25.0 and keeps the workspace but subtracts no graphs."""
+    """102 graphs (51 sizes in FULL and PIECEWISE) at the per-graph estimate; a listed MoE architecture runs
+    V2 in 0.25.0 and keeps the workspace but subtracts no graphs."""
     moe = load_model("qwen3-30b-a3b")
     graphs = vllm_cudagraph_bytes(moe, 1024, 8192) / GIB
     assert graphs == pytest.approx(0.98)

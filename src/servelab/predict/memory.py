@@ -32,8 +32,8 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # TensorRT-LLM's free_gpu_memory_fraction
 #   non-torch memory that appeared since the worker's first snapshot (utils/mem_utils.py memory_profiling).
 # The snapshot is taken after NCCL is set up, so the CUDA context and NCCL buffers are not subtracted;
 # CUDA-graph memory is subtracted only by the V1 model runner (the V2 runner answers 0 in
-# profile_cudagraph_memory: it captures graphs after sizing the KV cache); which runner a model gets, by release,
-# is engines/vllm/runner.py's.
+# profile_cudagraph_memory: it captures graphs after sizing the KV cache); which runner a model gets, by
+# release, is engines/vllm/runner.py's.
 # Its default share, config/cache.py CacheConfig.gpu_memory_utilization, read in the wheels of each release
 # named: 0.9 in 0.16.0, 0.18.0 and 0.19.0; 0.92 from 0.20.0 (0.20.0, 0.21.0, 0.23.0, 0.25.0; the CPU build
 # of 0.32.0 too), the release that also turned on CUDA-graph memory profiling
@@ -44,10 +44,11 @@ VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20 = 0.9
 # memory): an estimate of the order of vLLM's own example in utils/mem_utils.py memory_profiling (non-torch
 # memory grows by 0.5 GiB over profiling); not measured here
 VLLM_NON_TORCH_GIB = 0.5
-# CUDA graph memory a graph: the development point's V2 capture of Llama-3.1-8B on the H100 (tests/data/vllm_gpu
-# server_start.log, "Graph capturing finished in 5 secs, took 0.98 GiB") over the 102 graphs of its default
-# sizes (51 a mode, FULL and PIECEWISE): measured once, on another runner and model; an estimate for the V1
-# runner's (which measures its captures the same way, free memory before and after)
+# CUDA graph memory a graph: the development point's V2 capture of Llama-3.1-8B on the H100
+# (tests/data/vllm_gpu server_start.log, "Graph capturing finished in 5 secs, took 0.98 GiB") over the 102
+# graphs of its default sizes (51 a mode, FULL and PIECEWISE, assumed: the log does not count them): measured
+# once, on another runner and model; an estimate for the V1 runner's (which measures its captures the same
+# way, free memory before and after)
 VLLM_CUDAGRAPH_MIB_PER_GRAPH = 0.98 * 1024 / 102
 VLLM_BLOCK_SIZE = 16  # tokens per KV page (the FlashAttention backend's default); the cache is whole pages
 
@@ -176,9 +177,9 @@ def vllm_moe_workspace_bytes(model: ModelSpec, parallel: Parallel, max_num_batch
     model_executor/layers/fused_moe/modular_kernel.py FusedMoEKernel._allocate_buffers with
     experts/triton_moe.py TritonExperts.workspace_shapes, the experts vLLM runs for bf16 weights on Hopper):
     workspace13 of tokens x top-k x max(N / 2, K), shared with the output, and workspace2 of
-    tokens x top-k x max(N, K), N the gate-up width on this GPU (2 x the experts' intermediate / moe_tp), K the
-    hidden size. One buffer a process (v1/worker/workspace.py WorkspaceManager), grown to the largest step and
-    kept, so it is still held when the sampler runs. 0 for a model without routed experts. Other expert
+    tokens x top-k x max(N, K), N the gate-up width on this GPU (2 x the experts' intermediate / moe_tp), K
+    the hidden size. One buffer a process (v1/worker/workspace.py WorkspaceManager), grown to the largest step
+    and kept, so it is still held when the sampler runs. 0 for a model without routed experts. Other expert
     backends (DeepGEMM, CUTLASS, FlashInfer) size theirs differently: taken the same here, an estimate."""
     moe = model.moe
     if moe is None or moe.experts_per_token < 1:
@@ -194,8 +195,8 @@ def vllm_sampler_bytes_per_logit(runner: Runner) -> int:
     apply_sampling_params): the logits in bf16 and their fp32 copy, 6. V1 (v1/worker/gpu_model_runner.py
     _dummy_sampler_run, 0.25.0: its second call, with a generator, takes v1/sample/ops/topk_topp_sampler.py
     forward_native): the bf16 logits, their fp32 copy (v1/sample/sampler.py Sampler.forward; temperature and
-    top-k/top-p are applied in place, apply_top_k_top_p_triton from 8 rows), the fp32 softmax and random_sample's
-    fp32 exponential noise of the same shape, 14."""
+    top-k/top-p are applied in place, apply_top_k_top_p_triton from 8 rows), the fp32 softmax and
+    random_sample's fp32 exponential noise of the same shape, 14."""
     return 14 if runner == "v1" else 6
 
 
@@ -313,18 +314,18 @@ def memory_per_gpu(
         runner_file = "v1/worker/gpu_model_runner.py" if runner == "v1" else "v1/worker/gpu/model_runner.py"
         moe_note = " with the fused-MoE workspace" if vllm_moe_workspace_bytes(model, parallel, 1) else ""
         graph_note = (
-            f" - {typed(graphs)} GiB of CUDA graphs ({VLLM_CUDAGRAPH_MIB_PER_GRAPH:.1f} MiB a graph, estimated "
-            "from the development point's capture; profile_cudagraph_memory)"
+            f" - {typed(graphs)} GiB of CUDA graphs ({VLLM_CUDAGRAPH_MIB_PER_GRAPH:.1f} MiB a graph, "
+            "estimated from the development point's capture; profile_cudagraph_memory)"
             if graphs
             else ""
         )
         note = (
             f"; KV cache = gpu_memory_utilization {typed(gpu_memory_utilization)} x {typed(device_gib)} GiB "
             f"(the GPU as CUDA reports it: {device_how}) - weights - the profile run's activation peak at "
-            f"{max_num_batched_tokens:,} tokens over {rows:,} requests{moe_note} (estimated from its buffers; "
-            f"the {runner.upper()} model runner, {runner_file} profile_run) - "
-            f"{VLLM_NON_TORCH_GIB} GiB non-torch (estimated){graph_note}, in whole {VLLM_BLOCK_SIZE}-token pages "
-            "(vLLM 0.25.0, v1/worker/gpu_worker.py determine_available_memory)"
+            f"{max_num_batched_tokens:,} tokens over {rows:,} requests{moe_note} (estimated from its "
+            f"buffers; the {runner.upper()} model runner, {runner_file} profile_run) - "
+            f"{VLLM_NON_TORCH_GIB} GiB non-torch (estimated){graph_note}, in whole {VLLM_BLOCK_SIZE}-token "
+            "pages (vLLM 0.25.0, v1/worker/gpu_worker.py determine_available_memory)"
         )
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
