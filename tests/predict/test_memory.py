@@ -267,7 +267,7 @@ def test_the_v1_runner_subtracts_its_cuda_graphs_and_the_v2_runner_does_not():
     """102 graphs (51 sizes in FULL and PIECEWISE) at the per-graph estimate; a listed MoE architecture runs
     V2 in 0.25.0 and keeps the workspace but subtracts no graphs."""
     moe = load_model("qwen3-30b-a3b")
-    graphs = vllm_cudagraph_bytes(moe, 1024, 8192) / GIB
+    graphs = vllm_cudagraph_bytes(1024, 8192) / GIB
     assert graphs == pytest.approx(0.98)
     v1 = memory_per_gpu(moe, H100, Parallel(tp=1))
     assert v1.reserve_gib == pytest.approx(VLLM_NON_TORCH_GIB + graphs)

@@ -231,7 +231,7 @@ def vllm_profile_peak_bytes(
     return workspace + max(forward, sampler)
 
 
-def vllm_cudagraph_bytes(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+def vllm_cudagraph_bytes(max_num_seqs: int, max_num_batched_tokens: int) -> float:
     """The V1 runner's CUDA graph estimate (v1/worker/gpu_model_runner.py profile_cudagraph_memory, 0.25.0):
     it captures each mode's two largest sizes and takes the first capture plus (graphs - 1) x the second,
     per mode, for the sizes engines/vllm/runner.py cudagraph_capture_sizes gives, in both modes of the default
@@ -306,7 +306,7 @@ def memory_per_gpu(
         acts = peak / GIB
         graphs = 0.0
         if subtracts_cudagraph_memory(model, vllm_version):
-            graphs = vllm_cudagraph_bytes(model, max_num_seqs, max_num_batched_tokens) / GIB
+            graphs = vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens) / GIB
         reserve = VLLM_NON_TORCH_GIB + graphs
         total = device_gib * gpu_memory_utilization
         kv = total - weights - acts - reserve
