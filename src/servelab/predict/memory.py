@@ -6,6 +6,13 @@ from pydantic import BaseModel
 
 from servelab.engines.version import Version, numbered_release
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
+from servelab.engines.vllm.runner import (
+    CUDAGRAPH_MODES,
+    Runner,
+    cudagraph_capture_sizes,
+    model_runner,
+    subtracts_cudagraph_memory,
+)
 from servelab.errors import ServelabError
 from servelab.readable import typed
 from servelab.specs import ModelSpec, Parallel, SystemSpec
@@ -24,10 +31,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # TensorRT-LLM's free_gpu_memory_fraction
 #   request_memory) - weights (the torch memory loading took) - the torch peak of a profile run - the
 #   non-torch memory that appeared since the worker's first snapshot (utils/mem_utils.py memory_profiling).
 # The snapshot is taken after NCCL is set up, so the CUDA context and NCCL buffers are not subtracted;
-# CUDA-graph memory is subtracted only by the V1 model runner (the V2 runner, vLLM's default for dense models
-# and a few MoE architectures, answers 0 in profile_cudagraph_memory: it captures graphs after sizing the
-# KV cache). Not modelled: the V1 runner's graph estimate (MoE models outside config/vllm.py's
-# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES).
+# CUDA-graph memory is subtracted only by the V1 model runner (the V2 runner answers 0 in
+# profile_cudagraph_memory: it captures graphs after sizing the KV cache); which runner a model gets, by
+# release, is engines/vllm/runner.py's.
 # Its default share, config/cache.py CacheConfig.gpu_memory_utilization, read in the wheels of each release
 # named: 0.9 in 0.16.0, 0.18.0 and 0.19.0; 0.92 from 0.20.0 (0.20.0, 0.21.0, 0.23.0, 0.25.0; the CPU build
 # of 0.32.0 too), the release that also turned on CUDA-graph memory profiling
@@ -38,6 +44,12 @@ VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20 = 0.9
 # memory): an estimate of the order of vLLM's own example in utils/mem_utils.py memory_profiling (non-torch
 # memory grows by 0.5 GiB over profiling); not measured here
 VLLM_NON_TORCH_GIB = 0.5
+# CUDA graph memory a graph: the development point's V2 capture of Llama-3.1-8B on the H100
+# (tests/data/vllm_gpu server_start.log, "Graph capturing finished in 5 secs, took 0.98 GiB") over the 102
+# graphs of its default sizes (51 a mode, FULL and PIECEWISE, assumed: the log does not count them): measured
+# once, on another runner and model; an estimate for the V1 runner's (which measures its captures the same
+# way, free memory before and after)
+VLLM_CUDAGRAPH_MIB_PER_GRAPH = 0.98 * 1024 / 102
 VLLM_BLOCK_SIZE = 16  # tokens per KV page (the FlashAttention backend's default); the cache is whole pages
 
 # SGLang's defaults by GPU memory on CUDA GPUs (server_args.py, ServerArgs._handle_gpu_memory_settings, the
@@ -127,13 +139,16 @@ def sglang_mem_fraction_static(
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
-def _widest_intermediate(model: ModelSpec, parallel: Parallel, mlp_widths: int) -> int:
+def _widest_intermediate(model: ModelSpec, parallel: Parallel, mlp_widths: int, routed: bool = True) -> int:
     """Values a token holds at a layer's widest point on one GPU: mlp_widths x the MLP's intermediate size
-    (the routed experts' x top-k), or the attention projections (3 x heads x head dim)."""
+    (the routed experts' x top-k, unless routed is False), or the attention projections (3 x heads x head
+    dim)."""
     att, moe = model.attention, model.moe
     return max(
         (model.intermediate_size or 0) * mlp_widths // parallel.attn_tp,
-        moe.intermediate_size * mlp_widths * max(moe.experts_per_token, 1) // parallel.moe_tp if moe else 0,
+        moe.intermediate_size * mlp_widths * max(moe.experts_per_token, 1) // parallel.moe_tp
+        if moe and routed
+        else 0,
         att.num_heads * att.q_head_dim * 3 // parallel.attn_tp,
     )
 
@@ -157,24 +172,73 @@ def vllm_gpu_memory_utilization(version: str | None) -> float:
     return VLLM_GPU_MEMORY_UTILIZATION_BEFORE_0_20
 
 
+def vllm_moe_workspace_bytes(model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int) -> float:
+    """The fused-MoE workspace at the profile run's token budget, bf16 (0.25.0,
+    model_executor/layers/fused_moe/modular_kernel.py FusedMoEKernel._allocate_buffers with
+    experts/triton_moe.py TritonExperts.workspace_shapes, the experts vLLM runs for bf16 weights on Hopper):
+    workspace13 of tokens x top-k x max(N / 2, K), shared with the output, and workspace2 of
+    tokens x top-k x max(N, K), N the gate-up width on this GPU (2 x the experts' intermediate / moe_tp), K
+    the hidden size. One buffer a process (v1/worker/workspace.py WorkspaceManager), grown to the largest step
+    and kept, so it is still held when the sampler runs. 0 for a model without routed experts. Other expert
+    backends (DeepGEMM, CUTLASS, FlashInfer) size theirs differently: taken the same here, an estimate."""
+    moe = model.moe
+    if moe is None or moe.experts_per_token < 1:
+        return 0.0
+    tokens = max_num_batched_tokens / parallel.attn_dp
+    gate_up = 2 * moe.intermediate_size // parallel.moe_tp
+    hidden = model.hidden_size
+    return tokens * moe.experts_per_token * (max(gate_up // 2, hidden) + max(gate_up, hidden)) * 2
+
+
+def vllm_sampler_bytes_per_logit(runner: Runner) -> int:
+    """Bytes the profile run's sampler holds a logit of each row. V2 (v1/worker/gpu/sample/sampler.py
+    apply_sampling_params): the logits in bf16 and their fp32 copy, 6. V1 (v1/worker/gpu_model_runner.py
+    _dummy_sampler_run, 0.25.0: its second call, with a generator, takes v1/sample/ops/topk_topp_sampler.py
+    forward_native): the bf16 logits, their fp32 copy (v1/sample/sampler.py Sampler.forward; temperature and
+    top-k/top-p are applied in place, apply_top_k_top_p_triton from 8 rows), the fp32 softmax and
+    random_sample's fp32 exponential noise of the same shape, 14."""
+    return 14 if runner == "v1" else 6
+
+
 def vllm_profile_peak_bytes(
-    model: ModelSpec, parallel: Parallel, max_num_batched_tokens: int, max_num_seqs: int
+    model: ModelSpec,
+    parallel: Parallel,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    runner: Runner = "v2",
+    sm_count: int = 0,
 ) -> float:
-    """The torch peak of vLLM's profile run above what was allocated before it (v1/worker/gpu/model_runner.py
-    GPUModelRunner.profile_run, 0.25.0): one dummy forward of max_num_batched_tokens tokens over
+    """The torch peak of vLLM's profile run above what was allocated before it (0.25.0: V2
+    v1/worker/gpu/model_runner.py GPUModelRunner.profile_run, V1 v1/worker/gpu_model_runner.py
+    GPUModelRunner.profile_run and _dummy_run): one dummy forward of max_num_batched_tokens tokens over
     min(tokens, max_num_seqs) requests with attention skipped, then the sampler on one row per request.
     The forward peaks inside a layer: the residual and the normed input (hidden x residual streams each)
-    beside the widest intermediate, the MLP's gate-up output and its activation (3 x intermediate; for routed
-    experts, per token x top-k), or the attention projections; all bf16. The sampler holds the forward's
-    hidden states, the sampled rows' logits in bf16 and their fp32 copy (v1/worker/gpu/sample/sampler.py
-    apply_sampling_params). The peak is the larger of the two."""
+    beside the widest intermediate, the dense MLP's gate-up output and its activation (3 x intermediate) or
+    the attention projections; all bf16. Routed experts hold the fused-MoE workspace instead
+    (vllm_moe_workspace_bytes), which stays allocated under the sampler too. The sampler holds the forward's
+    hidden states and its rows' logits (vllm_sampler_bytes_per_logit); V1 also a random copy of the rows'
+    hidden states and top-k/top-p's fp32 buffer of min(SMs, rows) rows (v1/sample/ops/topk_topp_triton.py
+    apply_top_k_top_p_triton, kept between calls). The peak is the workspace plus the larger of the two."""
     tokens = max_num_batched_tokens / parallel.attn_dp
-    width = _widest_intermediate(model, parallel, mlp_widths=3)  # gate-up output and its activation
+    workspace = vllm_moe_workspace_bytes(model, parallel, max_num_batched_tokens)
+    width = _widest_intermediate(model, parallel, mlp_widths=3, routed=not workspace)
     hidden = model.hidden_size * model.residual_streams * 2  # bytes a token, bf16
     forward = tokens * (2 * hidden + width * 2)
     rows = min(tokens, max_num_seqs)
-    sampler = tokens * hidden + rows * model.vocab_size * (2 + 4)
-    return max(forward, sampler)
+    sampler = tokens * hidden + rows * model.vocab_size * vllm_sampler_bytes_per_logit(runner)
+    if runner == "v1":
+        sampler += rows * hidden + min(sm_count, rows) * model.vocab_size * 4
+    return workspace + max(forward, sampler)
+
+
+def vllm_cudagraph_bytes(max_num_seqs: int, max_num_batched_tokens: int) -> float:
+    """The V1 runner's CUDA graph estimate (v1/worker/gpu_model_runner.py profile_cudagraph_memory, 0.25.0):
+    it captures each mode's two largest sizes and takes the first capture plus (graphs - 1) x the second,
+    per mode, for the sizes engines/vllm/runner.py cudagraph_capture_sizes gives, in both modes of the default
+    FULL_AND_PIECEWISE. Its per-graph memory is the driver's and is not in the source: estimated here as
+    VLLM_CUDAGRAPH_MIB_PER_GRAPH a graph (see there)."""
+    graphs = CUDAGRAPH_MODES * len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens))
+    return graphs * VLLM_CUDAGRAPH_MIB_PER_GRAPH * (1 << 20)
 
 
 @lru_cache(maxsize=4096)
@@ -186,6 +250,7 @@ def memory_per_gpu(
     gpu_memory_utilization: float | None = None,
     fraction_of_free: bool = False,
     static_fraction: bool = False,
+    vllm_version: str | None = None,
 ) -> MemoryBreakdown:
     """gpu_memory_utilization is the share of the whole GPU the engine fills (vLLM's gpu-memory-utilization),
     or with fraction_of_free the share of what the weights, activations and reserve leave that goes to the
@@ -196,7 +261,10 @@ def memory_per_gpu(
     for this GPU, split and chunked-prefill size) is the share of the GPU for weights and KV cache, the rest
     for activations and CUDA graphs: ModelRunner.profile_max_num_token sizes the token pool as the free memory
     after loading the weights less (1 - mem_fraction_static) x the memory free at start, so the KV cache is
-    mem_fraction_static x GPU - weights (the CUDA context, under 1 GiB, is not subtracted from the GPU)."""
+    mem_fraction_static x GPU - weights (the CUDA context, under 1 GiB, is not subtracted from the GPU).
+
+    vllm_version: the vLLM release whose model runner (engines/vllm/runner.py) sizes the cache; None: the
+    newest read (0.25.0). It does not choose the default share: callers pass vllm_gpu_memory_utilization."""
     if gpu_memory_utilization is None:
         if static_fraction:
             gpu_memory_utilization = sglang_mem_fraction_static(
@@ -231,18 +299,33 @@ def memory_per_gpu(
         total = weights + acts + FRAMEWORK_RESERVE_GIB + kv if kv > 0 else system.hbm_gib
     else:  # vLLM's rule (VLLM_GPU_MEMORY_UTILIZATION says where it was read)
         device_gib, device_how = system.ceiling("cuda_memory_gib", system.hbm_gib)
-        rows = min(vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs, max_num_batched_tokens)
-        acts = vllm_profile_peak_bytes(model, parallel, max_num_batched_tokens, rows) / GIB
-        reserve = VLLM_NON_TORCH_GIB
+        max_num_seqs = vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs
+        rows = min(max_num_seqs, max_num_batched_tokens)
+        runner = model_runner(model, vllm_version)
+        peak = vllm_profile_peak_bytes(model, parallel, max_num_batched_tokens, rows, runner, system.sm_count)
+        acts = peak / GIB
+        graphs = 0.0
+        if subtracts_cudagraph_memory(model, vllm_version):
+            graphs = vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens) / GIB
+        reserve = VLLM_NON_TORCH_GIB + graphs
         total = device_gib * gpu_memory_utilization
         kv = total - weights - acts - reserve
         page_tokens = VLLM_BLOCK_SIZE if model.attention.kv_grows_linearly else 1
+        runner_file = "v1/worker/gpu_model_runner.py" if runner == "v1" else "v1/worker/gpu/model_runner.py"
+        moe_note = " with the fused-MoE workspace" if vllm_moe_workspace_bytes(model, parallel, 1) else ""
+        graph_note = (
+            f" - {typed(graphs)} GiB of CUDA graphs ({VLLM_CUDAGRAPH_MIB_PER_GRAPH:.1f} MiB a graph, "
+            "estimated from the development point's capture; profile_cudagraph_memory)"
+            if graphs
+            else ""
+        )
         note = (
             f"; KV cache = gpu_memory_utilization {typed(gpu_memory_utilization)} x {typed(device_gib)} GiB "
             f"(the GPU as CUDA reports it: {device_how}) - weights - the profile run's activation peak at "
-            f"{max_num_batched_tokens:,} tokens over {rows:,} requests (estimated from its buffers) - "
-            f"{VLLM_NON_TORCH_GIB} GiB non-torch (estimated), in whole {VLLM_BLOCK_SIZE}-token pages "
-            "(vLLM 0.25.0, v1/worker/gpu_worker.py determine_available_memory)"
+            f"{max_num_batched_tokens:,} tokens over {rows:,} requests{moe_note} (estimated from its "
+            f"buffers; the {runner.upper()} model runner, {runner_file} profile_run) - "
+            f"{VLLM_NON_TORCH_GIB} GiB non-torch (estimated){graph_note}, in whole {VLLM_BLOCK_SIZE}-token "
+            "pages (vLLM 0.25.0, v1/worker/gpu_worker.py determine_available_memory)"
         )
     per_token = model.kv_bytes_per_token_asymptotic(parallel.kv_heads_local(model)) / parallel.pp
     max_tokens = _max_tokens(model, parallel, kv * GIB) if kv > 0 else 0
@@ -299,6 +382,9 @@ __all__ = [
     "memory_per_gpu",
     "sglang_cuda_graph_max_bs",
     "sglang_mem_fraction_static",
+    "vllm_cudagraph_bytes",
     "vllm_gpu_memory_utilization",
+    "vllm_moe_workspace_bytes",
+    "vllm_profile_peak_bytes",
     "weight_bytes_per_gpu",
 ]
