@@ -452,6 +452,7 @@ ENTRIES: tuple[Entry, ...] = (
         f"{TABLES}/h100_sxm/vllm/0.25.0",
         "campaigns/h100_sxm_vllm_0.25.0/vllm",
         "campaigns/h100_sxm_vllm_0.25.0_elementwise/vllm",
+        "campaigns/h100_sxm_vllm_0.25.0_bf16moe/vllm",
         # the DeepSeek-V4 decode rows are left out: their time is servelab's stand-ins (docs/accuracy.md)
         options=("--ops", "dsv4_csa_context_module,dsv4_hca_context_module,moe,elementwise"),
     ),
