@@ -2,8 +2,8 @@
 # Held-out runs (in place of all.sh): the server unless it is already up, then each run given as an argument
 # ("TAG ISL OSL C"); prints only completed and failed counts, so nothing measured is seen until the results
 # are opened. SEED_OFFSET moves every seed (bench.sh); STOP_AFTER (seconds from the call's start, the server's
-# start included; default 480) starts no run after
-# that, so the call ends inside its limit and a next call runs the rest on the same server.
+# start included; default 480) starts no run after that, so the call ends inside its limit and a next call
+# runs the rest on the same server.
 #   bash .gpu/s/heldout.sh "C 2048 512 160" "D 4096 128 96"
 set -o pipefail
 source .gpu/s/env.sh
