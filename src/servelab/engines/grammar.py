@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -102,6 +103,7 @@ def scalar(text: str) -> Any:
         return {"True": True, "False": False}.get(text, text)
 
 
+@lru_cache(maxsize=4096)  # argv's words are matched against each program at each position: millions of calls
 def _word(token: str) -> str:
     """A program word as matched: its file name; every python (python, python3, python3.12) as one."""
     name = PurePath(token).name
@@ -138,10 +140,11 @@ class Grammar:
         """(start, length) of the first of this engine's programs in argv (after `mpirun -n 1`, `env A=1`...),
         or None."""
         words = [_word(t) for t in argv]
+        programs = [tuple(_word(w) for w in program) for program in self.programs]
         for start in range(len(argv)):
-            for program in self.programs:
+            for program in programs:
                 end = start + len(program)
-                if tuple(words[start:end]) == tuple(_word(w) for w in program):
+                if tuple(words[start:end]) == program:
                     return start, len(program)
         return None
 
