@@ -12,6 +12,7 @@ accuracy/lofo_proxy.py price ... vllm), where the file's were priced by the code
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,21 +46,33 @@ def table(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("residuals", type=Path)
     ap.add_argument("--rows", type=Path, action="append", default=[], help="residual rows that replace")
     ap.add_argument("--vllm", type=Path, help="vLLM's rows priced now: {row id: [TTFT, TPOT]}")
     ap.add_argument("--out", type=Path, help="also write the table as JSON here")
     args = ap.parse_args()
-    got = table(rows_of(args.residuals, args.rows, args.vllm))
+    try:
+        got = table(rows_of(args.residuals, args.rows, args.vllm))
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        what = (
+            "residual files as `servelab calibrate engines` writes them (rows with id, engine, family, times)"
+        )
+        print(
+            f"error: {e.filename if isinstance(e, OSError) else args.residuals}: expected {what} "
+            f"({type(e).__name__}: {e})",
+            file=sys.stderr,
+        )
+        return 2
     print(f"{'rows':20s} {'n':>4s}  TTFT med / p90   TPOT med / p90")
     for name, e in got.items():
         cells = "  ".join(f"{e[m]['median']:6.1%} / {e[m]['p90']:6.1%}" for m in ("ttft", "tpot"))
         print(f"{name:20s} {e['ttft']['n']:4d}  {cells}")
     if args.out:
         args.out.write_text(json.dumps(got, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -50,3 +50,11 @@ def test_refit_rows_and_vllm_prices_replace_the_files(tmp_path):
         and abs(after["vllm"]["tpot"]["median"] - 0.2) < 1e-9
     )
     assert printed.splitlines()[1].split()[:2] == ["all", "3"]
+
+
+def test_a_missing_or_malformed_residuals_file_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.residuals.json"
+    bad.write_text(json.dumps({"rows": [{"id": 1}]}))
+    for path in (tmp_path / "absent.json", bad):
+        err = run_accuracy_python([SCRIPT, str(path)], returncode=2)
+        assert err.count("\n") == 1 and err.startswith(f"error: {path}: expected residual files")
