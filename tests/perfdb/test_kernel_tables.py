@@ -254,8 +254,9 @@ def test_vllm_prices_deepgemm_where_it_runs_and_the_triton_kernel_elsewhere(kern
     assert wide.source == "measured" and wide.us == pytest.approx(triton_us(16))
     # an expert dtype DeepGEMM does not run and neither table has: not a kernel table's answer (the torch
     # rows times the engine's fitted ratio where the tables have them, else the roofline)
-    bf16 = db.query(moe(16, 768, "bf16"))
-    assert bf16.source in ("calibrated", "roofline") and "vllm-deepgemm" not in bf16.note
+    # (fp16: bf16 at this shape, Qwen3-235B's at TP2, is measured on the H100 since, and transferred here)
+    fp16 = db.query(moe(16, 768, "fp16"))
+    assert fp16.source in ("calibrated", "roofline") and "vllm-deepgemm" not in fp16.note
 
 
 def gpt_oss_moe(tokens: int, inter: int = 1440) -> keys.Moe:

@@ -190,8 +190,9 @@ def test_dsv4_pro_on_h200_runs_fp4_experts_without_fp4_tensor_cores(tmp_path, ke
 def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     # 159.4 GiB of weights a GPU: SGLang budgets weights + KV at --mem-fraction-static 0.95 (activations and
     # the reserve outside it), TensorRT-LLM gives the KV cache a share of what is left; vLLM 0.25's 0.92 of
-    # 180 GiB (165.6 GiB for everything) holds it with 0.92 x 180 - 159.4 - 0.85 (the profile run's peak)
-    # - 0.5 (non-torch) = 4.8 GiB of KV (a 0.9 share, 162 GiB, would not).
+    # 180 GiB (165.6 GiB for everything) holds it with 0.92 x 180 - 159.4 - 3.67 (the V1 runner's profile
+    # peak with the fused-MoE workspace) - 0.5 (non-torch) - 0.98 (CUDA graphs) = 1.0 GiB of KV (a 0.9
+    # share, 162 GiB, would not).
     store = upstream_store(tmp_path, [key])
     rep = validate_recipe(key, store.recipes[key], store.runner_labels)
     assert rep.errors == []
@@ -200,7 +201,7 @@ def test_dsr1_fp8_tp4_on_b200_fits_as_upstream_runs_it(tmp_path, key):
     as_vllm = store.recipes[key].model_copy(update={"framework": "vllm", "model_prefix": "other"})
     rep = validate_recipe(key, as_vllm, store.runner_labels)
     assert rep.errors == []
-    assert any(": tp4 fits: 159.4 GiB weights, 4.8 GiB KV per GPU" in n for n in rep.notes)
+    assert any(": tp4 fits: 159.4 GiB weights, 1.0 GiB KV per GPU" in n for n in rep.notes)
 
 
 def test_atom_counts_its_memory_share_as_vllm_does():
