@@ -8,8 +8,8 @@ from servelab.engines.trtllm.moe import CUTLASS, TRITON, TRTLLM, moe_backend, un
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import MOE_TERMS, engine_profile
 from servelab.predict.graph import StepShape
-from servelab.predict.serving.ttft_explain import TermPricer
 from servelab.predict.serving.pricing import StepPricer
+from servelab.predict.serving.ttft_explain import TermPricer
 from servelab.predict.step import priced_step
 from servelab.specs import Dtype, Parallel, load_model, load_system
 
