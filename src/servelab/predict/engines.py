@@ -56,6 +56,7 @@ from servelab.engines import MODELLED, Engine, router_dtype
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
+from servelab.engines.trtllm.moe import unfitted_backend
 from servelab.engines.vllm.batch import async_scheduling_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError, closest
@@ -132,6 +133,19 @@ class EngineProfile(BaseModel):
             served = served.with_router_dtype(router_dtype(Engine(self.name), model.architecture))
         return served
 
+    def running(self, model: ModelSpec, compute_capability: int) -> Self:
+        """The profile as it runs `model` on a GPU of this compute capability: TensorRT-LLM's MoE terms
+        (MOE_TERMS) were fitted on rows whose experts ran TRITON or CUTLASS, and are not carried to MXFP4
+        experts on another backend (TRTLLMGenFusedMoE on Blackwell: servelab.engines.trtllm.moe), which are
+        then priced by their kernels alone."""
+        if self.name != Engine.TRTLLM or model.moe is None or not any(getattr(self, t) for t in MOE_TERMS):
+            return self
+        backend = unfitted_backend(model.precision.experts, compute_capability)
+        if backend is None:
+            return self
+        note = f"{', '.join(MOE_TERMS)} not applied: fitted on TRITON / CUTLASS MoE rows, this runs {backend}"
+        return self.model_copy(update={**dict.fromkeys(MOE_TERMS, 0.0), "source": f"{self.source}; {note}"})
+
     @property
     def kv_rule(self) -> dict[str, bool]:
         """How this engine sizes its KV cache, as predict.memory.memory_per_gpu takes it."""
@@ -150,6 +164,8 @@ FITTED = (
     "eager_moe_route_us",
     "moe_route_us",
 )
+# the fitted terms that price a MoE layer's kernels beyond their tables or roofline (see the docstring)
+MOE_TERMS = ("moe_prompt_token_us", "eager_moe_route_us", "moe_route_us")
 CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
 
 

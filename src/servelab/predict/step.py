@@ -222,7 +222,8 @@ class _Prices:
             if price is None:
                 while len(kept) >= MEMO_PAIRS:
                     del kept[next(iter(kept))]
-                price = kept[(model, parallel, engine)] = _kept_steps(model, parallel, engine, db_proxy)
+                running = engine.running(model, db_proxy.system.compute_capability)
+                price = kept[(model, parallel, engine)] = _kept_steps(model, parallel, running, db_proxy)
             return price(part, shape)
 
         self.parts = parts

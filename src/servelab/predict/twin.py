@@ -156,6 +156,7 @@ def simulate_benchmark(
     TTFT by term (TwinRun.explain, ttft_explain)."""
     engine = twin_engine(settings, system, calibration)
     model = engine.model_as_served(model)
+    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
     mem = prepare(
         model,
         system,

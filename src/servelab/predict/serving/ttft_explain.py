@@ -63,9 +63,10 @@ class TermPricer(StepPricer):
             return kernel_sum_by_category(step_ops(model, parallel, shape, frozenset((which,))), db)
 
         self._parts = lru_cache(maxsize=None)(part)
+        self._running = self.engine.running(model, db.system.compute_capability)  # as priced_step prices it
 
     def _priced(self, shape: StepShape) -> tuple:
-        return (Terms(step_terms(self._parts, self.model, self.parallel, shape, self.engine)), 0.0, 0.0)
+        return (Terms(step_terms(self._parts, self.model, self.parallel, shape, self._running)), 0.0, 0.0)
 
     def split_of(self, batch: Batch) -> Terms:
         """A logged step's price split by term (us), looked up as the lane priced it (StepPricer.mixed)."""
