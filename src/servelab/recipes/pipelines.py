@@ -7,6 +7,7 @@ import re
 import shlex
 from collections import Counter
 
+from servelab import indented_json
 from servelab.errors import ServelabError
 from servelab.recipes.job import AGENTIC_CODING, AGENTIC_TRACE_ENV
 from servelab.recipes.ladder import seq_len_name
@@ -23,7 +24,7 @@ DEFAULT_LAUNCHER = "direct"
 
 
 def to_json(jobs) -> str:
-    return json.dumps([j.to_json() for j in jobs], indent=2) + "\n"
+    return indented_json.dumps([j.to_json() for j in jobs]) + "\n"
 
 
 def github_family(job) -> str:
