@@ -32,7 +32,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(values)
 def test_the_same_text_as_the_standard_encoder(value):
     assert indented_json.dumps(value) == json.dumps(value, indent=2)

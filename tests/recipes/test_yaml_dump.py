@@ -1,5 +1,5 @@
 """Writing YAML: libyaml's emitter where it writes PyYAML's Python emitter's bytes, the Python one elsewhere,
-so `dump_yaml` and `safe_dump` give the text they always gave for any data."""
+so `dump_yaml`, `safe_dump` and `safe_dump_all` give the text they always gave for any data."""
 
 from __future__ import annotations
 
@@ -32,11 +32,17 @@ def python_dump_yaml(data) -> str:
     )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(values)
 def test_the_text_is_the_python_emitters(data):
     assert yamlio.dump_yaml(data) == python_dump_yaml(data)
     assert yamlio.safe_dump(data) == yaml.safe_dump(data)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(values, max_size=4))
+def test_documents_are_the_python_emitters(documents):
+    assert yamlio.safe_dump_all(documents) == yaml.safe_dump_all(documents, sort_keys=False)
 
 
 @pytest.mark.skipif(yamlio.CSafeDumper is None, reason="this PyYAML was built without libyaml")

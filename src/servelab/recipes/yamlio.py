@@ -298,3 +298,12 @@ def dump_yaml(data: Any) -> str:
 def safe_dump(data: Any) -> str:
     """`yaml.safe_dump(data)`'s text, written by libyaml where that is the same."""
     return yaml.dump(data, Dumper=_dumper(_SAFE, data))
+
+
+def safe_dump_all(documents: list[Any]) -> str:
+    """`yaml.safe_dump_all(documents, sort_keys=False)`'s text, written by libyaml where that is the same
+    (each document a mapping or list it writes alike)."""
+    python, fast = _SAFE
+    alike = fast is not None and all(type(d) in (dict, list) for d in documents)
+    dumper = fast if alike and _libyaml_writes_alike(documents) else python
+    return yaml.dump_all(documents, Dumper=dumper, sort_keys=False)
