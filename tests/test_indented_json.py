@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab import indented_json
+from servelab.indented_json import dumps_indented
 
 # What the C encoder is handed in place of a nested container: data holding its text must still come out right
 PLACEHOLDER = "\x00servelab-nested\x00"
@@ -35,7 +35,7 @@ values = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(values)
 def test_the_same_text_as_the_standard_encoder(value):
-    assert indented_json.dumps(value) == json.dumps(value, indent=2)
+    assert dumps_indented(value) == json.dumps(value, indent=2)
 
 
 def test_a_sweep_shaped_value_is_written_alike():
@@ -48,14 +48,14 @@ def test_a_sweep_shaped_value_is_written_alike():
         "benches": [{"max_concurrency": 4, "tags": []}, {"max_concurrency": 8, "tags": ["a"]}],
         "agents": {"queue": "q"},
     }
-    assert indented_json.dumps([job, job, [], {}]) == json.dumps([job, job, [], {}], indent=2)
+    assert dumps_indented([job, job, [], {}]) == json.dumps([job, job, [], {}], indent=2)
 
 
 def test_deeper_than_its_encoders_is_still_the_standard_text():
     value: list = []
     for _ in range(100):
         value = [value, 1]
-    assert indented_json.dumps(value) == json.dumps(value, indent=2)
+    assert dumps_indented(value) == json.dumps(value, indent=2)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_what_the_standard_encoder_refuses_is_refused_alike(value):
     with pytest.raises(TypeError) as expected:
         json.dumps(value, indent=2)
     with pytest.raises(TypeError) as got:
-        indented_json.dumps(value)
+        dumps_indented(value)
     assert str(got.value) == str(expected.value)
 
 
@@ -75,4 +75,4 @@ def test_a_cycle_is_refused_alike():
     value: list = [1]
     value.append({"again": value})
     with pytest.raises(ValueError, match="Circular reference detected"):
-        indented_json.dumps(value)
+        dumps_indented(value)

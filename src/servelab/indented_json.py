@@ -73,7 +73,7 @@ def _container(value: dict | list | tuple, depth: int) -> str:
     return pieces[0] + "".join(_container(c, depth + 1) + p for c, p in zip(nested, pieces[1:], strict=True))
 
 
-def dumps(value: Any) -> str:
+def dumps_indented(value: Any) -> str:
     """The text `json.dumps(value, indent=2)` returns (or its error)."""
     if not _ENCODERS or not isinstance(value, _CONTAINERS):
         return json.dumps(value, indent=INDENT)

@@ -7,8 +7,8 @@ import re
 import shlex
 from collections import Counter
 
-from servelab import indented_json
 from servelab.errors import ServelabError
+from servelab.indented_json import dumps_indented
 from servelab.recipes.job import AGENTIC_CODING, AGENTIC_TRACE_ENV
 from servelab.recipes.ladder import seq_len_name
 from servelab.recipes.matrix import MatrixRow
@@ -24,7 +24,7 @@ DEFAULT_LAUNCHER = "direct"
 
 
 def to_json(jobs) -> str:
-    return indented_json.dumps([j.to_json() for j in jobs]) + "\n"
+    return dumps_indented([j.to_json() for j in jobs]) + "\n"
 
 
 def github_family(job) -> str:
