@@ -277,8 +277,8 @@ def _libyaml_writes_alike(data: Any) -> bool:
 
 
 def _dumper(dumpers: tuple[type[Any], type[Any] | None], data: Any) -> type[Any]:
-    """The Python dumper, or libyaml's twin where it writes the same bytes (it takes a tenth of the Python
-    emitter's CPU: most of a sweep's srt-slurm and TensorRT-LLM files)."""
+    """The Python dumper, or libyaml's twin where it writes the same bytes (a quarter of the CPU a dump:
+    every srt-slurm and TensorRT-LLM file of the pinned sweeps)."""
     python, fast = dumpers
     return fast if fast is not None and _libyaml_writes_alike(data) else python
 
