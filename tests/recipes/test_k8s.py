@@ -68,7 +68,8 @@ def mapped() -> list:
 
 @cache
 def lws_validator() -> jsonschema.protocols.Validator:
-    crd = yaml.safe_load(CRD.read_text())
+    # libyaml's reader where PyYAML has it: the same data from this 1.3 MB file, in a fifteenth of the CPU
+    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = version["schema"]["openAPIV3Schema"]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.recipes import yamlio
 from servelab.recipes.filters import Filters
 from servelab.recipes.ladder import ladder
 from servelab.recipes.sweep import expand
@@ -90,6 +91,19 @@ def test_alias_fan_out_is_counted_expanded():
     text += "".join(f"k{i}: *arms\n" for i in range(900))
     with pytest.raises(ServelabError, match="expands to more than 500000 nodes"):
         load_yaml(text, "f.yaml")
+
+
+@pytest.mark.parametrize("aliases", [False, True])
+def test_one_node_over_the_limit_is_refused_with_aliases_or_without(aliases, monkeypatch):
+    """Without an alias the nodes composed are the expanded count (nothing else walks the tree): one node
+    over the limit is refused, the limit itself read, as where aliases are counted expanded."""
+    limit = 1000
+    monkeypatch.setattr(yamlio, "MAX_NODES", limit)
+    items = ["0"] * (limit - 1) if not aliases else ["&z 0", *["*z"] * (limit - 2)]
+    at_limit = "[" + ", ".join(items) + "]"  # the list and its items: the limit
+    assert len(load_yaml(at_limit, "f.yaml")) == limit - 1
+    with pytest.raises(ServelabError, match=f"f.yaml: expands to more than {limit} nodes"):
+        load_yaml("[0, " + at_limit[1:], "f.yaml")
 
 
 def test_aliases_within_limits_still_work():

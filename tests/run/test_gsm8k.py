@@ -159,3 +159,52 @@ def test_a_task_lm_eval_does_not_have_is_bad_input(tmp_path):
     with pytest.raises(ServelabError, match="'gsm9k' is not an lm-eval task") as e:
         gsm8k._task_index(WlTask(name="gsm9k"), tmp_path, NoTasks)
     assert e.value.field == "task"
+
+
+def test_a_task_name_is_answered_as_lm_evals_index_answers_it(tmp_path):
+    """A name written in no file of the task tree is refused without indexing the tree (lm-eval's full index
+    takes 12-20 s); every other name gets the index's answer: a task in a folder of its name, a task in a
+    folder of another name, one named in an included template, a group, tags, a name that is only part of
+    another. Checked against lm-eval's own index of the same tree."""
+    from lm_eval.tasks import TaskManager  # noqa: PLC0415 (skipped above without lm-eval)
+
+    tree = tmp_path / "tasks"
+    files = {
+        "alpha/alpha.yaml": "task: alpha\ndataset_path: x\ntag: family_tag\n",
+        "other/beta.yaml": "include: _template_yaml\ntask: beta\n",
+        "other/_template_yaml": "dataset_path: x\ntag: from_template\n",
+        "other/templated.yaml": "include: _named_yaml\ndataset_path: x\n",
+        "other/_named_yaml": "task: templated\n",
+        "gamma/_gamma.yaml": "group: gamma\ntask:\n  - alpha\n  - beta\n",
+    }
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    full_index = TaskManager(include_defaults=False, include_path=str(tree)).task_index
+    indexed_whole_tree = []
+
+    def task_manager(include_defaults: bool = True, include_path: str | None = None):
+        if include_path is None:
+            indexed_whole_tree.append(True)
+        return TaskManager(include_defaults=False, include_path=include_path or str(tree))
+
+    names = ["alpha", "beta", "templated", "gamma", "family_tag", "from_template", "alph", "delta"]
+    for name in names:
+        entry = full_index.get(name)
+        known = entry is not None and entry.yaml_path is not None
+        indexed_whole_tree.clear()
+        try:
+            gsm8k._task_index(WlTask(name=name), tree, task_manager)
+            answer = True
+        except ServelabError as e:
+            assert e.message == f"{name!r} is not an lm-eval task with a task file"
+            answer = False
+        assert answer == known, name
+        if name == "delta":
+            assert not indexed_whole_tree  # written nowhere: refused before any index
+    assert [n for n in names if (e := full_index.get(n)) and e.yaml_path] == [
+        "alpha",
+        "beta",
+        "templated",
+        "gamma",
+    ]

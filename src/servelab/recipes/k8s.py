@@ -27,12 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from servelab.engines.argv import parse
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
 from servelab.recipes.pipelines import script_name
 from servelab.recipes.slurm import MPI_LAUNCHER
+from servelab.recipes.yamlio import safe_dump_all
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_LABELS = "leaderworkerset.sigs.k8s.io"  # the labels LWS puts on its pods
@@ -483,7 +482,7 @@ def k8s_manifests(jobs) -> tuple[dict[str, str], list[str]]:
         except Refused as e:
             notes.append(f"{job.label()}: no manifest: {e}")
             continue
-        text = yaml.safe_dump_all(docs, sort_keys=False)
+        text = safe_dump_all(docs)
         if out.get(name, text) != text:
             name = f"{name.removesuffix('.yaml')}-{dns_name(job.fingerprint.rsplit(':', 1)[-1])[:12]}.yaml"
         out[name] = text

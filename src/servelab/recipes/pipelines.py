@@ -8,6 +8,7 @@ import shlex
 from collections import Counter
 
 from servelab.errors import ServelabError
+from servelab.indented_json import dumps_indented
 from servelab.recipes.job import AGENTIC_CODING, AGENTIC_TRACE_ENV
 from servelab.recipes.ladder import seq_len_name
 from servelab.recipes.matrix import MatrixRow
@@ -23,7 +24,7 @@ DEFAULT_LAUNCHER = "direct"
 
 
 def to_json(jobs) -> str:
-    return json.dumps([j.to_json() for j in jobs], indent=2) + "\n"
+    return dumps_indented([j.to_json() for j in jobs]) + "\n"
 
 
 def github_family(job) -> str:

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servelab.engines.names import Engine
 from servelab.errors import ServelabError
 from servelab.recipes.engines.base import Deployment, NodeProcess, Role
+from servelab.recipes.yamlio import safe_dump
 
 FRONTEND_PORT = 8000  # the one the benchmark sends to (nginx's when several frontends, else the frontend's)
 FRONTEND_BEHIND_NGINX = 8180
@@ -715,7 +716,7 @@ def render(recipe: SrtRecipe, source: str, model_path: str, revision: str) -> De
     files = {}
     if b.type == Engine.TRTLLM:
         for mode in sorted({ep.mode for ep in endpoints}):
-            files[f"trtllm_config_{mode}.yaml"] = yaml.safe_dump(b.config(mode))
+            files[f"trtllm_config_{mode}.yaml"] = safe_dump(b.config(mode))
     behind = [p.node for p in processes if p.role == Role.ROUTER and p.port == FRONTEND_BEHIND_NGINX]
     if behind:
         files["nginx.conf"] = _nginx_conf(behind)

@@ -10,6 +10,7 @@ largest master file needs (323 KB, 21k nodes, depth 8, no aliases). Every recipe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,10 @@ from yaml.composer import Composer
 
 from servelab.errors import ServelabError
 
-try:  # libyaml's scanner and parser, in PyYAML's wheels; a PyYAML built without it has only Python's
-    from yaml.cyaml import CSafeLoader
+try:  # libyaml's scanner, parser and emitter, in PyYAML's wheels; a PyYAML built without it has only Python's
+    from yaml.cyaml import CSafeDumper, CSafeLoader
 except ImportError:
-    CSafeLoader = None
+    CSafeDumper = CSafeLoader = None
 
 MAX_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 64
@@ -34,16 +35,22 @@ class _Limit(Exception):
     pass
 
 
+def _too_large() -> _Limit:
+    return _Limit(f"expands to more than {MAX_NODES} nodes (aliases repeat what they point at)")
+
+
 class _Bounded:
     """Composing bounded in depth and aliases, and duplicate keys refused or noted: what both loaders add."""
 
     def _bound(self, duplicates: list[str] | None) -> None:
         self._depth = 0
         self._aliases = 0
+        self.nodes = 0  # composed, aliases counted once each
         # None: a duplicate key is refused; a list: it is kept as PyYAML keeps it (the last wins), and noted
         self.duplicates = duplicates
 
     def compose_node(self, parent, index):
+        self.nodes += 1
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
@@ -99,7 +106,7 @@ def _check_expanded(root: yaml.Node) -> None:
             on_path.discard(id(node))
             size[id(node)] = n = 1 + sum(size[id(c)] for c in _children(node))
             if n > MAX_NODES:
-                raise _Limit(f"expands to more than {MAX_NODES} nodes (aliases repeat what they point at)")
+                raise _too_large()
             continue
         if id(node) in size:
             continue
@@ -160,7 +167,10 @@ def _load(loader_class: type, text: str, source: str, duplicates: list[str] | No
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_expanded(node)
+        if loader._aliases:
+            _check_expanded(node)
+        elif loader.nodes > MAX_NODES:  # a tree without aliases expands to the nodes composed
+            raise _too_large()
         data = loader.construct_document(node)
         if duplicates is not None and found:
             duplicates += [f"{source}: {line}" for line in found]
@@ -203,20 +213,97 @@ def read_yaml(path) -> Any:
     return load_yaml(read_text(path), str(path))
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
 def _str_presenter(dumper: yaml.SafeDumper, data: str):
     style = "|" if "\n" in data else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
 _Dumper.add_representer(str, _str_presenter)
+# (PyYAML's Python dumper, libyaml's twin of it or None)
+_SAFE: tuple[type[Any], type[Any] | None] = (yaml.SafeDumper, CSafeDumper)
+_SERVELAB: tuple[type[Any], type[Any] | None] = (_Dumper, None)
+if CSafeDumper is not None:
+
+    class _FastDumper(CSafeDumper):
+        pass
+
+    _FastDumper.add_representer(str, _str_presenter)
+    _SERVELAB = (_Dumper, _FastDumper)
+
+# The strings libyaml's emitter writes as PyYAML's Python emitter does, byte for byte (fuzzed, both styles
+# below): printable ASCII on one line; a key also short. It writes others differently: characters past
+# ASCII, escapes folded at the line width, an empty key or one of 100-odd characters, a lone scalar's `...`.
+_PLAIN_ASCII = re.compile(r"[ -~]+")
+_MAX_KEY = 64
+_SCALARS = (int, float, bool, type(None))
+
+
+def _libyaml_writes_alike(data: Any) -> bool:
+    """Whether `data` is a mapping or list that libyaml's emitter writes as Python's: nested mappings and
+    lists (none of them twice: PyYAML would anchor it) of numbers, booleans, nulls and such strings."""
+    if type(data) not in (dict, list):
+        return False
+    seen: set[int] = set()
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is str:
+            if not _PLAIN_ASCII.fullmatch(node):
+                return False
+        elif kind is dict:
+            if id(node) in seen:
+                return False
+            seen.add(id(node))
+            for key in node:
+                if type(key) is str:
+                    if len(key) > _MAX_KEY or not _PLAIN_ASCII.fullmatch(key):
+                        return False
+                elif type(key) not in _SCALARS:
+                    return False
+            stack.extend(node.values())
+        elif kind is list:
+            if id(node) in seen:
+                return False
+            seen.add(id(node))
+            stack.extend(node)
+        elif kind not in _SCALARS:
+            return False
+    return True
+
+
+def _dumper(dumpers: tuple[type[Any], type[Any] | None], data: Any) -> type[Any]:
+    """The Python dumper, or libyaml's twin where it writes the same bytes (a quarter of the CPU a dump:
+    every srt-slurm and TensorRT-LLM file of the pinned sweeps)."""
+    python, fast = dumpers
+    return fast if fast is not None and _libyaml_writes_alike(data) else python
 
 
 def dump_yaml(data: Any) -> str:
     """YAML in the order given (no key sorting), block style, multi-line strings as literal blocks."""
     return yaml.dump(
-        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000
+        data,
+        Dumper=_dumper(_SERVELAB, data),
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1000,
     )
+
+
+def safe_dump(data: Any) -> str:
+    """`yaml.safe_dump(data)`'s text, written by libyaml where that is the same."""
+    return yaml.dump(data, Dumper=_dumper(_SAFE, data))
+
+
+def safe_dump_all(documents: list[Any]) -> str:
+    """`yaml.safe_dump_all(documents, sort_keys=False)`'s text, written by libyaml where that is the same
+    (each document a mapping or list it writes alike)."""
+    python, fast = _SAFE
+    alike = fast is not None and all(type(d) in (dict, list) for d in documents)
+    dumper = fast if alike and _libyaml_writes_alike(documents) else python
+    return yaml.dump_all(documents, Dumper=dumper, sort_keys=False)
