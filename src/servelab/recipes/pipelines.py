@@ -8,7 +8,6 @@ import shlex
 from collections import Counter
 
 from servelab.errors import ServelabError
-from servelab.indented_json import dumps_indented
 from servelab.recipes.job import AGENTIC_CODING, AGENTIC_TRACE_ENV
 from servelab.recipes.ladder import seq_len_name
 from servelab.recipes.matrix import MatrixRow
@@ -24,7 +23,7 @@ DEFAULT_LAUNCHER = "direct"
 
 
 def to_json(jobs) -> str:
-    return dumps_indented([j.to_json() for j in jobs]) + "\n"
+    return json.dumps([j.to_json() for j in jobs], indent=2) + "\n"
 
 
 def github_family(job) -> str:
