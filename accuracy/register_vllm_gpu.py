@@ -35,6 +35,13 @@ def main() -> int:
     ap.add_argument("--model", default=twin_vs_vllm_gpu.LLAMA_8B)
     ap.add_argument("--offset", type=int, default=0, help="bench.sh's SEED_OFFSET")
     ap.add_argument("--systems", default="h100_sxm,h200_sxm")
+    ap.add_argument(
+        "--client-workers",
+        type=int,
+        default=15,
+        help="the most client processes the run's `servelab bench` starts (one per core less one: 15 on the "
+        "device's 16 cores); each run has min(C, this)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for system in args.systems.split(","):
@@ -50,7 +57,8 @@ def main() -> int:
                     "seed": c * 10 + isl + args.offset,
                 }
                 path = args.out / f"{system}_{tag}_c{c}.json"
-                twin_vs_vllm_gpu.simulate({"config": cfg}, system, LIMITS, path, args.model)
+                client = {"num_workers": min(c, args.client_workers)}
+                twin_vs_vllm_gpu.simulate({"config": cfg, "client": client}, system, LIMITS, path, args.model)
                 print(path.name, flush=True)
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
@@ -58,7 +66,8 @@ def main() -> int:
     now = datetime.datetime.now(datetime.UTC)
     lines = [
         f"twin predictions made at {now:%Y-%m-%dT%H:%M:%SZ} with main {rev}, before any measurement; model "
-        f"{args.model}; seeds c*10+isl+{args.offset} as bench.sh with SEED_OFFSET={args.offset}"
+        f"{args.model}; seeds c*10+isl+{args.offset} as bench.sh with SEED_OFFSET={args.offset}; "
+        f"client workers min(C, {args.client_workers})"
     ]
     for path in sorted(args.out.glob("*.json")):
         lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}")

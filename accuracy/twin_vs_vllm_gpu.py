@@ -51,7 +51,23 @@ def histogram_means(before: Path, after: Path) -> dict[str, float]:
     return means
 
 
-def simulate(measured: dict, system: str, limits: dict[str, int], out: Path, model: str = LLAMA_8B) -> dict:
+def client_flags(measured: dict) -> list[str]:
+    """How the run's client sent: its worker processes (the result's `client`; each sends its own round-robin
+    share of the requests) and whether it sent the ready check first (the first request's prompt, left in
+    the prefix cache)."""
+    workers = (measured.get("client") or {}).get("num_workers") or measured["config"].get("num_workers") or 0
+    ready = "--ready-check" if measured["config"].get("ready_check", True) else "--no-ready-check"
+    return ["--num-workers", str(workers), ready]
+
+
+def simulate(
+    measured: dict,
+    system: str,
+    limits: dict[str, int],
+    out: Path,
+    model: str = LLAMA_8B,
+    prefix_caching: bool = True,
+) -> dict:
     cfg = measured["config"]
     cmd = [
         sys.executable,
@@ -76,6 +92,7 @@ def simulate(measured: dict, system: str, limits: dict[str, int], out: Path, mod
         cmd += [flag, str(cfg[field])]
     for flag, value in limits.items():
         cmd += [flag, str(value)]
+    cmd += client_flags(measured) + (["--enable-prefix-caching"] if prefix_caching else [])
     cmd += [
         "--save-result",
         "--save-detailed",
@@ -117,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=LLAMA_8B, help="the model whose shape the runs served")
     ap.add_argument("--max-num-seqs", type=int, default=1024, help="the server's (its log says)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="the server's (its log says)")
+    ap.add_argument(
+        "--no-prefix-caching",
+        dest="prefix_caching",
+        action="store_false",
+        help="the server ran without prefix caching (vLLM's default is on; its log says)",
+    )
     ap.add_argument("--registered", type=Path, help="predictions saved before the runs, same file names")
     args = ap.parse_args(argv)
     runs = sorted(p for p in args.folder.glob("*_c*.json") if not p.name.startswith("metrics"))
@@ -143,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                 what = "a `servelab bench --save-result --save-detailed` result file"
                 print(f"error: {path}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
                 return 2
-            predicted = simulate(measured, args.system, limits, Path(tmp) / path.name, args.model)
+            predicted = simulate(
+                measured, args.system, limits, Path(tmp) / path.name, args.model, args.prefix_caching
+            )
             m, p = stats(measured), stats(predicted)
             name = path.stem
             hist = histogram_means(

@@ -86,12 +86,39 @@ def test_warmups_are_excluded(tmp_path):
 
 def test_warmups_leave_the_shared_prefix_cached(tmp_path):
     """The one trace a warm-up leaves: with prefix caching, every measured request finds the shared random
-    prefix cached (without warm-ups the first wave computes it)."""
+    prefix cached (without warm-ups or the ready check the first wave computes it)."""
     args = (*STREAM, "--random-prefix-len", "4096", "--enable-prefix-caching", "--max-concurrency", "4")
-    cold = twin(tmp_path, *args, name="cold.json")
-    warm = twin(tmp_path, *args, "--num-warmups", "1", name="warm.json")
+    cold = twin(tmp_path, *args, "--no-ready-check", name="cold.json")
+    warm = twin(tmp_path, *args, "--no-ready-check", "--num-warmups", "1", name="warm.json")
+    ready = twin(tmp_path, *args, name="ready.json")  # the ready check is a warm-up of its own
     assert warm["completed"] == cold["completed"] == 12
     assert warm["mean_ttft_ms"] < cold["mean_ttft_ms"]
+    assert ready["mean_ttft_ms"] == warm["mean_ttft_ms"]
+
+
+def test_the_ready_check_leaves_the_first_prompt_cached(tmp_path):
+    """It sends the first request's prompt, so with prefix caching that request computes one block at most."""
+    args = ("--random-input-len", "4096", "--random-output-len", "16", "--num-prompts", "4")
+    args += ("--max-concurrency", "1", "--save-detailed")
+    plain = twin(tmp_path, *args, "--enable-prefix-caching", "--no-ready-check", name="plain.json")
+    ready = twin(tmp_path, *args, "--enable-prefix-caching", name="ready.json")
+    off = twin(tmp_path, *args, name="off.json")  # without prefix caching it leaves nothing
+    assert ready["ttfts"][0] < plain["ttfts"][0] / 2
+    assert ready["ttfts"][1:] == pytest.approx(plain["ttfts"][1:]) == off["ttfts"][1:]
+    assert off["ttfts"][0] == pytest.approx(plain["ttfts"][0])
+
+
+def test_each_client_worker_sends_its_own_share(tmp_path):
+    """With --num-workers 4 and four slots, each worker is a chain of its own requests (i, i + 4, ...): the
+    request after i is sent when i ends, not when the first of all ends."""
+    args = (*STREAM, "--random-range-ratio", "0.9", "--max-concurrency", "4", "--save-detailed")
+    chains = twin(tmp_path, *args, "--num-workers", "4", name="chains.json")
+    one = twin(tmp_path, *args, name="one.json")
+    ends = [s + e for s, e in zip(chains["start_times"], chains["latencies"], strict=True)]
+    assert chains["start_times"][4:] == pytest.approx(ends[:-4])
+    one_ends = sorted(s + e for s, e in zip(one["start_times"], one["latencies"], strict=True))
+    assert one["start_times"][4:] == pytest.approx(one_ends[:8])
+    assert chains["start_times"] != one["start_times"]
 
 
 def test_an_open_loop_uses_the_real_runs_arrival_offsets(tmp_path):

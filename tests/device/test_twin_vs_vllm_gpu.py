@@ -45,6 +45,29 @@ def test_every_run_carries_its_settings_its_first_tokens_and_the_servers_metrics
     assert len(seeds) == len(runs)  # no run's prompts sit in another's prefix cache
 
 
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda folder: folder.name)
+def test_the_runs_show_the_client_the_twin_replays(folder):
+    """What accuracy/twin_vs_vllm_gpu.py replays, as the runs recorded it: with one slot a worker process, a
+    worker sends its next request (i + workers) when its last (i) ends; and vLLM's prefix cache found the
+    first request's prompt (all but its last token, in 16-token blocks), which the ready check had sent, and
+    nothing more unless the KV cache filled (64 clients and more: preempted requests find their own blocks
+    again)."""
+    for path in sorted(folder.glob("*_c*.json")):
+        run = json.loads(path.read_text())
+        workers, clients = run["client"]["num_workers"], run["config"]["max_concurrency"]
+        starts, latencies = run["start_times"], run["latencies"]
+        if workers == clients:
+            for i in range(workers, len(starts)):
+                assert starts[i] == pytest.approx(starts[i - workers] + latencies[i - workers], abs=0.01)
+        before, after = (
+            sums_of((folder / f"metrics_{path.stem}_{when}.txt").read_text()) for when in ("before", "after")
+        )
+        (key,) = [k for k in after if k.startswith("vllm:prefix_cache_hits_total")]
+        hits = after[key] - before[key]
+        first = (run["input_lens"][0] - 1) // 16 * 16
+        assert hits == first if clients < 64 else hits >= first, path.name
+
+
 @pytest.mark.slow  # two processes: the script and the twin it starts
 def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vllms_histograms(tmp_path):
     for name in ("A_c8.json", "metrics_A_c8_before.txt", "metrics_A_c8_after.txt"):

@@ -32,9 +32,20 @@ def test_fewer_slots_than_ranks_use_only_as_many_ranks():
 def test_prefix_hits_are_whole_blocks_after_the_first_wave_or_a_warmup():
     on = EngineSettings(enable_prefix_caching=True, block_size=16)
     assert prefix_hits(_stream(), EngineSettings()) == [0] * 6
-    assert prefix_hits(_stream(), on) == [0, 0, 32, 32, 32, 32]
-    assert prefix_hits(_stream(num_warmups=1), on) == [32] * 6
-    assert prefix_hits(_stream(request_rate=5.0), on) == [0] + [32] * 5
+    assert prefix_hits(_stream(ready_check=False), on) == [0, 0, 32, 32, 32, 32]
+    assert prefix_hits(_stream(ready_check=False, request_rate=5.0), on) == [0] + [32] * 5
+    assert prefix_hits(_stream(ready_check=False, random_prefix_len=0), on) == [0] * 6
+
+
+def test_the_ready_check_or_a_warmup_leaves_the_first_prompt_cached():
+    """Both send the first request's own prompt: the first request finds it all but its last token, in whole
+    blocks (140 tokens: 139 looked up, 128 found); the others find the shared prefix."""
+    on = EngineSettings(enable_prefix_caching=True, block_size=16)
+    for stream in (_stream(), _stream(ready_check=False, num_warmups=1), _stream(request_rate=5.0)):
+        assert prefix_hits(stream, on) == [128] + [32] * 5
+    assert prefix_hits(_stream(random_prefix_len=0, random_input_len=17), on) == [16] + [0] * 5
+    assert prefix_hits(_stream(random_prefix_len=0, random_input_len=16), on) == [0] * 6
+    assert prefix_hits(_stream(), EngineSettings()) == [0] * 6  # no prefix caching: nothing found
 
 
 def test_lengths_include_the_prefix():

@@ -374,7 +374,12 @@ def bench(
     max_response_mib: float = typer.Option(
         64.0, "--max-response-mib", help="A larger response fails (bounds the client's memory)."
     ),
-    num_workers: int = typer.Option(0, "--num-workers", help="Client processes; 0 = one per core."),
+    num_workers: int = typer.Option(
+        0,
+        "--num-workers",
+        help="Client processes, each with its round-robin share of the requests and of --max-concurrency; "
+        "0 = one per core (--simulate: 0 is one client with one queue, as vLLM's bench serve).",
+    ),
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live line (default: on a terminal)."),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's flag; same as --no-live."),
     progress_interval: float = typer.Option(

@@ -93,6 +93,13 @@ class BenchStream:
     num_warmups: int = 0
     seed: int = 0
     random_range_rule: RangeRule = "vllm"  # InferenceX's client: "inferencex" (traffic.lengths)
+    # the test request sent before the run (servelab bench and vLLM's bench serve send the first request's
+    # prompt, as the warm-ups do): it leaves that prompt in the prefix cache
+    ready_check: bool = True
+    # the client's worker processes, each with its round-robin share of the requests and of the limit
+    # (servelab bench's --num-workers; its result's client.num_workers); 0 or 1: one client, one queue,
+    # as vLLM's bench serve and InferenceX's client send
+    num_workers: int = 0
 
     def lengths(self) -> list[tuple[int, int]]:
         """(prompt tokens, output tokens) per request: the real run's dataset draws these first from its
@@ -182,7 +189,9 @@ def simulate_benchmark(
     closed = all(t == 0.0 for t in offsets)
     logs: list[StepLog] = []
     watch = watcher(logs) if explain else None
-    per_clock, itl, steps = replay(specs, offsets, lanes, limits, engine.policy, pricer, closed, watch)
+    per_clock, itl, steps = replay(
+        specs, offsets, lanes, limits, engine.policy, pricer, closed, watch, stream.num_workers
+    )
     prompts = [p for p, _, _ in specs]
     reqs = [times(r, 0, p) for r, p in zip(per_clock[0], prompts, strict=True)]
     summary = summary_of(reqs, itl, percentile_metrics, percentiles, goodput_ms)
@@ -298,11 +307,14 @@ def replay(
     pricer: StepPricer,
     closed: bool,
     watch: Callable[[Lane, Replay], None] | None = None,
+    workers: int = 0,
 ) -> tuple[dict[int, list[Request]], list, int]:
     """Every lane's share of the requests through its own scheduler. Returns the requests in index order per
     clock (a closed loop's one schedule carries all three clocks; an open loop is re-run per clock), the
     pooled ITL samples (seconds, weight) and the number of engine steps, both of the nominal run. `watch`
-    is called with each nominal run's lane and source before it runs (ttft_explain.StepLog)."""
+    is called with each nominal run's lane and source before it runs (ttft_explain.StepLog). `workers`: the
+    client's worker processes (Replay), replayed where one lane takes every request; with several lanes
+    each lane's share is one queue (which worker's request goes to which rank is not modelled)."""
     per_clock: dict[int, list[Request]] = {}
     itl: list = []
     steps = 0
@@ -310,7 +322,13 @@ def replay(
         runs: list[Request] = [None] * len(specs)  # type: ignore[list-item]  # filled lane by lane
         for indices, limit in lanes:
             lane = Lane(limits, policy, pricer.decode, pricer.mixed)
-            source = Replay([specs[i] for i in indices], [offsets[i] for i in indices], limit, drive)
+            source = Replay(
+                [specs[i] for i in indices],
+                [offsets[i] for i in indices],
+                limit,
+                drive,
+                workers if len(lanes) == 1 else 1,
+            )
             if watch is not None and drive == 0:
                 watch(lane, source)
             run(lane, source)
@@ -325,14 +343,20 @@ def replay(
 
 def prefix_hits(stream: BenchStream, settings: EngineSettings) -> list[int]:
     """Prompt tokens each request finds in the prefix cache: the shared random prefix, in whole blocks, once a
-    request that computed it came before (a warm-up, or an earlier wave: requests sent together at t=0 all
-    compute it, as an engine schedules them in one step)."""
+    request that computed it came before (the ready check or a warm-up, or an earlier wave: requests sent
+    together at t=0 all compute it, as an engine schedules them in one step). The ready check and the
+    warm-ups send the first request's own prompt (bench/runner.py worker_specs; vLLM's bench serve its
+    input_requests[0]), so the first request finds all of it but the last token, in whole blocks (vLLM's
+    KVCacheManager.get_computed_blocks looks up at most num_tokens - 1: one token is always computed)."""
     n = stream.num_prompts
     hit = (stream.random_prefix_len // settings.block_size) * settings.block_size
-    if not settings.enable_prefix_caching or hit == 0:
+    if not settings.enable_prefix_caching or n == 0:
         return [0] * n
-    if stream.num_warmups:
-        return [hit] * n
+    if stream.num_warmups or stream.ready_check:
+        first, _ = stream.lengths()[0]
+        return [max(hit, (first - 1) // settings.block_size * settings.block_size)] + [hit] * (n - 1)
+    if hit == 0:
+        return [0] * n
     first_wave = n if stream.max_concurrency is None else min(stream.max_concurrency, n)
     if not math.isinf(stream.request_rate) or stream.ramp_up_strategy is not None:
         first_wave = 1

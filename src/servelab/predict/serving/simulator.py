@@ -24,6 +24,7 @@ from servelab.errors import ServelabError
 from servelab.predict.serving.engine import FRONTEND_MAX_BUSY, Lane, Request
 from servelab.predict.serving.workload import Workload
 from servelab.traffic.lengths import LengthStream
+from servelab.traffic.schedule import split_limit
 
 if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why): a plan whose
     import numpy as np  # simulations were all kept (servelab.predict.serving.kept) draws no lengths
@@ -292,7 +293,13 @@ class Replay:
     """A fixed list of requests, sent as a benchmark client sends them: request i (prompt, output and cached
     tokens from `requests[i]`) becomes due at `offsets[i]` seconds (all 0 for a closed loop) and is sent, in
     index order, once fewer than `limit` requests are in flight (vLLM's --max-concurrency semaphore; None: no
-    limit). Every request is measured; its `arrival` is when it was sent."""
+    limit). Every request is measured; its `arrival` is when it was sent.
+
+    `workers` above 1: the client is that many processes, as `servelab bench` runs (bench/runner.py
+    worker_specs): request i is worker i mod `workers`'s, each worker sends its own requests in index order
+    under its share of the limit (traffic.schedule.split_limit), and a slot a worker frees takes that
+    worker's next request, not the next of all. With one slot a worker this is a chain per client: its
+    requests are i, i + workers, ..."""
 
     def __init__(
         self,
@@ -300,44 +307,51 @@ class Replay:
         offsets: list[float],
         limit: int | None = None,
         drive: int = 0,
+        workers: int = 1,
     ):
         if len(offsets) != len(requests):
             raise ServelabError("replay: one arrival offset per request")
         self.specs, self.offsets, self.limit, self.drive = requests, offsets, limit, drive
-        self.requests: list[Request] = []
-        self.in_flight = 0
-        self.blocked = False  # the next request waits for a free slot
+        # the real client never runs more workers than requests or concurrency (runner.num_workers_for)
+        self.workers = max(1, min(workers, len(requests), limit or workers))
+        self.limits = split_limit(limit, self.workers)
+        self.requests: list[Request] = [None] * len(requests)  # type: ignore[list-item]  # filled as sent
+        self.next = list(range(self.workers))  # each worker's next request
+        self.in_flight = [0] * self.workers
+        self.blocked = [False] * self.workers  # the worker's next request waits for a free slot
         self.pending = len(requests)
         self.done = not requests
 
-    def _send(self, t: float) -> Sent | None:
-        i = len(self.requests)
+    def _send(self, t: float, worker: int) -> Sent | None:
+        i = self.next[worker]
         if i >= len(self.specs):
             return None
-        if self.limit is not None and self.in_flight >= self.limit:
-            self.blocked = True
+        limit = self.limits[worker]
+        if limit is not None and self.in_flight[worker] >= limit:
+            self.blocked[worker] = True
             return None
         prompt, osl, cached = self.specs[i]
-        self.in_flight += 1
-        req = Request(i, prompt, osl, cached)
-        self.requests.append(req)
+        self.in_flight[worker] += 1
+        self.next[worker] = i + self.workers
+        req = self.requests[i] = Request(i, prompt, osl, cached)
         return (max(t, self.offsets[i]), req)
 
     def start(self) -> list[Sent]:
-        first = self._send(0.0)
-        return [] if first is None else [first]
+        sent = (self._send(0.0, worker) for worker in range(self.workers))
+        return [s for s in sent if s is not None]
 
     def on_arrival(self, req: Request, lane: Lane) -> Sent | None:
-        # the arrival took its slot; the next is sent at its own offset, never before this one
-        return self._send(req.arrival[self.drive])
+        # the arrival took its slot; the worker's next is sent at its own offset, never before this one
+        return self._send(req.arrival[self.drive], req.idx % self.workers)
 
     def on_finish(self, req: Request, t: float, lane: Lane) -> Sent | None:
-        self.in_flight -= 1
+        worker = req.idx % self.workers
+        self.in_flight[worker] -= 1
         self.pending -= 1
         if self.pending == 0:
             self.done = True
             return None
-        if self.blocked:
-            self.blocked = False
-            return self._send(t)
+        if self.blocked[worker]:
+            self.blocked[worker] = False
+            return self._send(t, worker)
         return None
