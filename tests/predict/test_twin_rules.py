@@ -1,6 +1,7 @@
 """The twin's routing and prefix-cache rules (predict/twin.py); whole twins: tests/bench/test_twin.py."""
 
-from servelab.predict.twin import BenchStream, EngineSettings, prefix_hits, route
+from servelab.predict.twin import BenchStream, EngineSettings, route
+from servelab.predict.twin import prefix_hits as prefix_hits_of
 from servelab.specs import Parallel
 
 DP4 = Parallel(tp=4, ep=4, dp_attn=True)
@@ -17,6 +18,11 @@ def _stream(**kw) -> BenchStream:
         request_rate=float("inf"),
     )
     return BenchStream(**{**fields, **kw})
+
+
+def prefix_hits(stream: BenchStream, settings: EngineSettings) -> list[int]:
+    """The twin's rule with the first request's prompt as the twin draws it."""
+    return prefix_hits_of(stream, settings, stream.lengths()[0][0])
 
 
 def test_dp_ranks_get_requests_round_robin_and_share_the_concurrency():

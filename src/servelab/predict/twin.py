@@ -179,7 +179,7 @@ def simulate_benchmark(
     ranks = min(len(lanes), parallel.attn_dp)  # a client with fewer slots than ranks leaves ranks idle
     pricer = StepPricer(model, parallel, engine, db, spec_tokens=spec.draft_tokens, ranks=ranks)
     offsets = stream.offsets()
-    cached = prefix_hits(stream, settings)
+    cached = prefix_hits(stream, settings, first_prompt=lengths[0][0] if lengths else 0)
     specs = [(p, o, min(c, p - 1)) for (p, o), c in zip(lengths, cached, strict=True)]
     longest = max(p + o for p, o in lengths)
     # KV per sequence is fitted at the longest request, so the one that must fit does
@@ -341,20 +341,21 @@ def replay(
     return per_clock, itl, steps
 
 
-def prefix_hits(stream: BenchStream, settings: EngineSettings) -> list[int]:
+def prefix_hits(stream: BenchStream, settings: EngineSettings, first_prompt: int) -> list[int]:
     """Prompt tokens each request finds in the prefix cache: the shared random prefix, in whole blocks, once a
     request that computed it came before (the ready check or a warm-up, or an earlier wave: requests sent
     together at t=0 all compute it, as an engine schedules them in one step). The ready check and the
     warm-ups send the first request's own prompt (bench/runner.py worker_specs; vLLM's bench serve its
     input_requests[0]), so the first request finds all of it but the last token, in whole blocks (vLLM's
-    KVCacheManager.get_computed_blocks looks up at most num_tokens - 1: one token is always computed)."""
+    KVCacheManager.get_computed_blocks looks up at most num_tokens - 1: one token is always computed);
+    `first_prompt` is that request's prompt tokens (stream.lengths()[0], drawn once by the caller)."""
     n = stream.num_prompts
     hit = (stream.random_prefix_len // settings.block_size) * settings.block_size
     if not settings.enable_prefix_caching or n == 0:
         return [0] * n
     if stream.num_warmups or stream.ready_check:
-        first, _ = stream.lengths()[0]
-        return [max(hit, (first - 1) // settings.block_size * settings.block_size)] + [hit] * (n - 1)
+        first = (first_prompt - 1) // settings.block_size * settings.block_size
+        return [max(hit, first)] + [hit] * (n - 1)
     if hit == 0:
         return [0] * n
     first_wave = n if stream.max_concurrency is None else min(stream.max_concurrency, n)
