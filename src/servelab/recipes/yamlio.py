@@ -303,7 +303,6 @@ def safe_dump(data: Any) -> str:
 def safe_dump_all(documents: list[Any]) -> str:
     """`yaml.safe_dump_all(documents, sort_keys=False)`'s text, written by libyaml where that is the same
     (each document a mapping or list it writes alike)."""
-    python, fast = _SAFE
-    alike = fast is not None and all(type(d) in (dict, list) for d in documents)
-    dumper = fast if alike and _libyaml_writes_alike(documents) else python
+    lone_scalar = any(type(d) not in (dict, list) for d in documents)  # libyaml ends it with `...`
+    dumper = yaml.SafeDumper if lone_scalar else _dumper(_SAFE, documents)
     return yaml.dump_all(documents, Dumper=dumper, sort_keys=False)
