@@ -230,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="price only points whose id contains this text")
     args = ap.parse_args(argv)
     t0 = time.time()
-    points, skipped = read_points(args.data, tuple(args.systems.split(",")))
+    try:
+        points, skipped = read_points(args.data, tuple(args.systems.split(",")))
+    except (OSError, ValueError, ServelabError) as e:
+        what = "a folder of pinned closed-loop data (tests/data/closed_loop's layout)"
+        print(f"error: --data {args.data}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
     want = {"dev": (False,), "heldout": (True,), "both": (False, True)}[args.part]
     points = [p for p in points if p.heldout in want and (not args.only or args.only in p.key)]
     print(f"rows left out by reason: {dict(sorted(skipped.items(), key=lambda kv: -kv[1]))}", file=sys.stderr)

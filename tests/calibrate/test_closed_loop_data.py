@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from accuracy_python import run_accuracy_python
 
 from servelab.calibrate import closed_loop_split as split
 from servelab.calibrate.clients import FIXED_LENGTHS
@@ -89,3 +90,19 @@ def test_sglang_keeps_a_wave_of_identical_requests_together_and_its_first_tokens
     assert spread.scheduler["mean_decode_batch_per_lane"] < whole
     assert waves.ttft_ms > 2 * spread.ttft_ms
     assert waves.tpot_ms < spread.tpot_ms
+
+
+def test_the_accuracy_script_refuses_a_folder_without_the_pinned_layout(tmp_path):
+    (tmp_path / "heldout.txt").write_text("")  # the split file alone: the silicon rows are missing
+    err = run_accuracy_python(
+        [
+            str(ROOT / "accuracy" / "closed_loop.py"),
+            "--data",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o.json"),
+        ],
+        returncode=2,
+    )
+    assert err.startswith(f"error: --data {tmp_path}: expected a folder of pinned closed-loop data")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
