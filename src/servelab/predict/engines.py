@@ -206,6 +206,10 @@ class Calibration(BaseModel):
     provenance: FitProvenance | None = None  # the first shipped file: none
     engines: dict[str, EngineFit]
 
+    def moe_fits(self) -> dict[str, FitReach]:
+        """By engine, the rows its MoE terms were fitted on, where the file records them."""
+        return {name: reach for name in self.engines if (reach := self.moe_fit(name)) is not None}
+
     def moe_fit(self, engine: str) -> FitReach | None:
         """The rows the engine's MoE terms were fitted on, where the file records them."""
         fit = self.engines[engine]
