@@ -103,3 +103,15 @@ def test_explain_says_why_the_terms_apply_and_the_profile_why_not():
     dropped = explain(H100)
     assert not any(t in r["term"] for r in dropped["rows"] for t in MOE_TERMS)
     assert "moe_route_us not applied" in dropped["engine_profile"]
+
+
+def test_a_record_without_the_system_leaves_the_terms_unbounded(tmp_path):
+    fit = {"params": fitted_params("trtllm"), "models": ["deepseek-r1"]}
+    without, with_system = tmp_path / "without.json", tmp_path / "with.json"  # a file is read once by path
+    without.write_text(json.dumps({"provenance": {"command": "by hand"}, "engines": {"trtllm": fit}}))
+    assert engine_profile("trtllm", calibration=without).moe_fit is None
+    record = {"provenance": {"settings": {"system": "h200_sxm"}}, "engines": {"trtllm": fit}}
+    with_system.write_text(json.dumps(record))
+    bounded = engine_profile("trtllm", calibration=with_system)
+    assert bounded.moe_fit == FitReach(systems=("h200_sxm",), moe_models=("deepseek-r1",))
+    assert terms(bounded.running(QWEN_MOE, H100)) == [0.0, 0.0, 0.0]

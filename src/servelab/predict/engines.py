@@ -191,11 +191,13 @@ class EngineFit(BaseModel):
 
 
 class FitSettings(BaseModel):
-    system: str  # the system the rows were measured on
+    system: str | None = None  # the system the rows were measured on
 
 
 class FitProvenance(BaseModel):
-    settings: FitSettings
+    """The part of a calibration's record that bounds where its MoE terms apply (none: not bounded)."""
+
+    settings: FitSettings = FitSettings()
 
 
 class Calibration(BaseModel):
@@ -213,9 +215,10 @@ class Calibration(BaseModel):
     def moe_fit(self, engine: str) -> FitReach | None:
         """The rows the engine's MoE terms were fitted on, where the file records them."""
         fit = self.engines[engine]
-        if self.provenance is None or not fit.models:
+        system = self.provenance.settings.system if self.provenance is not None else None
+        if system is None or not fit.models:
             return None
-        return FitReach.of(fit.models, [self.provenance.settings.system])
+        return FitReach.of(fit.models, [system])
 
 
 def shipped_calibration() -> Path:
