@@ -14,8 +14,8 @@ for carrying them, by case:
   fitted one: servelab.engines.trtllm.moe);
 - another family on another system: no evidence carries them, and some refutes them (Qwen3-235B-A22B-FP8 on
   H100 with TensorRT-LLM: AIConfigurator's measured MoE module costs what the roofline charges, and the
-  points' TPOT is 1.58x with the terms, 7.3 % off without: "TensorRT-LLM's Qwen3 points on H100"), so they are
-  not applied there.
+  points' TPOT is 1.58x with the terms, 0.99x without: "TensorRT-LLM's Qwen3 points on H100" and the section
+  above), so they are not applied there.
 """
 
 from pydantic import BaseModel, ConfigDict
@@ -42,7 +42,8 @@ class FitReach(BaseModel):
         return tuple(sorted({family_of(m) for m in self.moe_models}))
 
     def verdict(self, model: str, system: str) -> tuple[bool, str]:
-        """Whether the terms reach `model` (an embedded or Hugging Face name) on `system`, and why."""
+        """Whether the terms reach `model` (its name as servelab reads it: ModelSpec.name) on `system`, and
+        why."""
         family = family_of(model)
         on = f"on {', '.join(self.systems)}"
         if family in self.families:
