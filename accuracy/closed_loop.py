@@ -54,12 +54,14 @@ class PointPricer:
     def __init__(self, calibration: Path):
         cal = read_calibration(calibration)
         self.params = {name: dict(entry.params) for name, entry in cal.engines.items()}
+        self.moe_fits = cal.moe_fits()  # where the fitted MoE terms reach, as for a user
         self.pricers: dict[str, Pricer] = {}
 
     def __call__(self, case: Case, _params: dict[str, float]) -> tuple[float, ...]:
         pricer = self.pricers.get(case.system)
         if pricer is None:
-            pricer = self.pricers[case.system] = Pricer(load_system(case.system), "aggregated")
+            system = load_system(case.system)
+            pricer = self.pricers[case.system] = Pricer(system, "aggregated", moe_fits=self.moe_fits)
         p = pricer.estimate(case, self.params.get(case.engine.value, {})).percentiles
         return (
             p["ttft_ms"]["p50"],

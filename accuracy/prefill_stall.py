@@ -35,7 +35,8 @@ from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import Case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
-from servelab.predict.engines import FITTED, read_calibration, shipped_calibration
+from servelab.predict.engines import FITTED, MOE_TERMS, read_calibration, shipped_calibration
+from servelab.predict.fit_reach import FitReach
 from servelab.specs import load_system
 
 LAUNCHES = ("aiconfigurator",)
@@ -100,8 +101,13 @@ class TwinSplit:
     """The twin's answer for a point, split: median TPOT, median ITL, prefill share of the run, mean and
     median TTFT (ms); `launch` (if any) changes each case's settings before it is priced."""
 
-    def __init__(self, params: dict[str, float], launch: Callable[[Case], Case] | None = None):
-        self.params, self.launch = params, launch
+    def __init__(
+        self,
+        params: dict[str, float],
+        launch: Callable[[Case], Case] | None = None,
+        moe_fits: dict[str, FitReach] | None = None,
+    ):
+        self.params, self.launch, self.moe_fits = params, launch, moe_fits
         self.pricers: dict[str, Pricer] = {}
 
     def __call__(self, case: Case) -> dict[str, float]:
@@ -109,7 +115,8 @@ class TwinSplit:
             case = self.launch(case)
         pricer = self.pricers.get(case.system)
         if pricer is None:
-            pricer = self.pricers[case.system] = Pricer(load_system(case.system), "aggregated")
+            system = load_system(case.system)
+            pricer = self.pricers[case.system] = Pricer(system, "aggregated", moe_fits=self.moe_fits)
         est = pricer.estimate(case, self.params)
         p = est.percentiles
         return {
@@ -200,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         changes = dict(what_if(text) for text in args.what_if)
         launch = launch_rule(args.launch, args.engine)
-        engines = read_calibration(args.calibration).engines
+        calibration = read_calibration(args.calibration)
+        engines = calibration.engines
         if args.engine not in engines:
             raise ServelabError(
                 f"--engine: expected one the calibration fits ({', '.join(sorted(engines))}), "
@@ -212,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     except ServelabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    shipped = TwinSplit(params)
-    probe = TwinSplit({**params, **changes}, launch) if changes or launch else None
+    # the fitted MoE terms where the fit's rows reach, as for a user; set by a what-if, wherever they are
+    fits = calibration.moe_fits()
+    shipped = TwinSplit(params, moe_fits=fits)
+    by_hand = any(t in changes for t in MOE_TERMS)
+    probe = TwinSplit({**params, **changes}, launch, None if by_hand else fits) if changes or launch else None
     rows = []
     for p in sorted(points, key=lambda p: (p.case.system, p.case.parallel.label(), p.case.isl, p.case.osl)):
         try:

@@ -17,6 +17,7 @@ from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import model_of
 from servelab.engines import Engine
+from servelab.predict.engines import MOE_TERMS, read_calibration, shipped_calibration
 from servelab.specs import load_system
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +107,19 @@ def test_the_accuracy_script_refuses_a_folder_without_the_pinned_layout(tmp_path
     )
     assert err.startswith(f"error: --data {tmp_path}: expected a folder of pinned closed-loop data")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a_user():
+    # Qwen3-235B on an H100 is neither a family nor a system of TensorRT-LLM's fit (predict.fit_reach): the
+    # closed-loop points price it without the MoE terms, as `servelab estimate` does; fitting (no record of
+    # the fit's rows) prices every row with them
+    cal = read_calibration(shipped_calibration())
+    params = dict(cal.engines["trtllm"].params)
+    points, _ = read_points(DATA, ("h100_sxm",))
+    point = next(p for p in points if not p.heldout and p.case.model.name == "qwen3-235b-a22b")
+    system = load_system("h100_sxm")
+    as_for_a_user = Pricer(system, "aggregated", moe_fits=cal.moe_fits()).estimate(point.case, params)
+    without = Pricer(system, "aggregated").estimate(point.case, params | dict.fromkeys(MOE_TERMS, 0.0))
+    as_fitted = Pricer(system, "aggregated").estimate(point.case, params)
+    assert as_for_a_user.percentiles == without.percentiles
+    assert as_fitted.tpot_ms > as_for_a_user.tpot_ms

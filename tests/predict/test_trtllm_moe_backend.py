@@ -51,7 +51,7 @@ def test_gpt_oss_on_blackwell_is_priced_without_the_fitted_moe_terms():
     db = perfdb_for(B200, "trtllm")
     for shape in (PREFILL, DECODE):
         assert priced_step(GPT_OSS, TP2, shape, FITTED, db) == priced_step(GPT_OSS, TP2, shape, NONE, db)
-    running = FITTED.running(GPT_OSS, B200.compute_capability)
+    running = FITTED.running(GPT_OSS, B200)
     assert [getattr(running, t) for t in MOE_TERMS] == [0.0, 0.0, 0.0]
     assert "this runs TRTLLM" in running.source
 
@@ -60,14 +60,14 @@ def test_gpt_oss_on_hopper_pays_them():
     db = perfdb_for(H200, "trtllm")
     for shape in (PREFILL, DECODE):
         assert priced_step(GPT_OSS, TP2, shape, FITTED, db).us > priced_step(GPT_OSS, TP2, shape, NONE, db).us
-    assert FITTED.running(GPT_OSS, H200.compute_capability) is FITTED
+    assert FITTED.running(GPT_OSS, H200) is FITTED
 
 
 def test_other_engines_dense_models_and_deepseek_are_left_alone():
     vllm = engine_profile("vllm").model_copy(update=TERMS)
-    assert vllm.running(GPT_OSS, B200.compute_capability) is vllm
-    assert FITTED.running(LLAMA, B200.compute_capability) is FITTED
-    assert FITTED.running(load_model("deepseek-r1"), B200.compute_capability) is FITTED
+    assert vllm.running(GPT_OSS, B200) is vllm
+    assert FITTED.running(LLAMA, B200) is FITTED
+    assert FITTED.running(load_model("deepseek-r1"), B200) is FITTED
 
 
 def test_explain_splits_the_step_as_it_is_priced():

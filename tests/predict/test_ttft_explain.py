@@ -97,7 +97,8 @@ def test_a_calibrated_term_set_to_zero_leaves_the_split(tmp_path):
     terms = [r["term"] for r in ex["rows"]]
     assert not any("eager_moe_route_us" in t for t in terms)  # ... and, set to 0, it is gone
     route = next(r for r in ex["rows"] if "(moe_route_us)" in r["term"])
-    assert route["source"] == "calibrated" and route["value"].startswith(f"{shipped['moe_route_us']:g} us")
+    assert route["source"] == "calibrated: no record of the rows they were fitted on: applied as given"
+    assert route["value"].startswith(f"{shipped['moe_route_us']:g} us")
 
 
 def test_a_term_the_calibration_does_not_fit_says_documented_default():

@@ -132,10 +132,13 @@ def calibrate_engines(opts: EngineFitOptions, echo: Echo = print) -> Calibration
         echo(f"note: --jobs {opts.jobs}: {workers} processes ({os.cpu_count()} cores, {len(cases)} rows)")
     jobs = Jobs(workers, echo, started=t0)
     replay = {"as_sent": opts.as_sent, "aic_mixed_chunk": opts.aic_mixed_chunk}
-    cases = usable(cases, Pricer(system, mode, tables=tables, **replay), skipped, jobs)
+    cases = usable(cases, Pricer(system, mode, tables=tables, moe_fits=None, **replay), skipped, jobs)
     if opts.limit:
         cases = [c for e in ENGINES for c in [x for x in cases if x.engine == e][: opts.limit]]
-    price = Pricer(system, mode, opts.prompts_per_concurrency, opts.length_spread, tables, **replay)
+    # fitted without the record of a fit's rows (moe_fits): every row priced with the terms it is fitted with
+    price = Pricer(
+        system, mode, opts.prompts_per_concurrency, opts.length_spread, tables, moe_fits=None, **replay
+    )
     for src in got.sources:
         echo(f"{src.kind}: {src.path}: {src.rows_read} rows read, {src.rows_used} usable")
     if got.aic_python:

@@ -10,6 +10,7 @@ with the request lengths InferenceX's client drew (uniform in [0.8 L, L]).
 """
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from typing import cast
 
@@ -23,6 +24,7 @@ from servelab.perfdb.db import PerfDB, perfdb_for
 from servelab.perfdb.keys import OpKey
 from servelab.perfdb.latency import OpLatency
 from servelab.predict.engines import EngineProfile, documented_profiles, vllm_batch
+from servelab.predict.fit_reach import FitReach
 from servelab.predict.memory import vllm_gpu_memory_utilization
 from servelab.predict.serving import AggregatedEstimate, Workload, estimate_aggregated
 from servelab.predict.static import estimate_static
@@ -109,8 +111,12 @@ class Pricer:
         tables: PerfDB | None = None,
         as_sent: bool = False,
         aic_mixed_chunk: bool = False,
+        moe_fits: Mapping[str, FitReach] | None = None,
     ):
         self.system, self.mode, self.tables = system, pick_mode(mode), tables
+        # by engine, the rows a calibration fitted its MoE terms on, which bound where they apply (as for a
+        # user: EngineProfile.running); none while fitting, where the terms are priced wherever they are
+        self.moe_fits = moe_fits or {}
         self.prompts_per_concurrency, self.length_spread = prompts_per_concurrency, length_spread
         # silicon rows without a recipe replayed as their campaign's client sent them (calibrate.clients);
         # aic_mixed_chunk: AIConfigurator's SGLang rows also with --enable-mixed-chunk (a what-if)
@@ -183,7 +189,7 @@ class Pricer:
             gpu = self.system  # the recipe set none
             update.update(vllm_batch(base, gpu.hbm_gib, gpu.gpu_name, case.version or None, update))
             memory_share = memory_share or vllm_gpu_memory_utilization(case.version or None)
-        engine = base.model_copy(update=update)
+        engine = base.model_copy(update={**update, "moe_fit": self.moe_fits.get(case.engine)})
         return model, isl, osl, spread, engine, memory_share
 
     def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:

@@ -60,7 +60,8 @@ from servelab.engines.trtllm.moe import unfitted_backend
 from servelab.engines.vllm.batch import async_scheduling_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError, closest
-from servelab.specs import MlaFp8KvLayout, ModelSpec
+from servelab.predict.fit_reach import FitReach
+from servelab.specs import MlaFp8KvLayout, ModelSpec, SystemSpec
 from servelab.userfiles import check_regular
 
 ENGINE_NAMES = (KERNELS_ONLY, *(e.value for e in MODELLED))  # torch: kernels alone, no engine overhead
@@ -100,6 +101,9 @@ class EngineProfile(BaseModel):
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None
     eager_moe_route_us: float = 0.0  # CPU per MoE layer and routed expert of an eager step (see above)
     moe_route_us: float = 0.0  # GPU per MoE layer and routed expert per step beyond the kernels (ditto)
+    # the rows a calibration fitted the MoE terms on, which bound where they apply (running); None: no
+    # record (documented defaults, a file without it, terms set by hand), applied as given
+    moe_fit: FitReach | None = None
     # how the engine's scheduler forms steps, admits, reserves, preempts and holds (given: the engine's own
     # policy with its documented defaults)
     policy: SerializeAsAny[SchedulingPolicy]
@@ -133,17 +137,29 @@ class EngineProfile(BaseModel):
             served = served.with_router_dtype(router_dtype(Engine(self.name), model.architecture))
         return served
 
-    def running(self, model: ModelSpec, compute_capability: int) -> Self:
-        """The profile as it runs `model` on a GPU of this compute capability: TensorRT-LLM's MoE terms
-        (MOE_TERMS) were fitted on rows whose experts ran TRITON or CUTLASS, and are not carried to MXFP4
-        experts on another backend (TRTLLMGenFusedMoE on Blackwell: servelab.engines.trtllm.moe), which are
-        then priced by their kernels alone."""
-        if self.name != Engine.TRTLLM or model.moe is None or not any(getattr(self, t) for t in MOE_TERMS):
+    def running(self, model: ModelSpec, system: SystemSpec) -> Self:
+        """The profile as it runs `model` on `system`: the MoE terms (MOE_TERMS) a calibration fitted are
+        not carried where their evidence does not reach (servelab.predict.fit_reach: another model family on
+        another system than the fit's rows), nor to TensorRT-LLM's MXFP4 experts on another backend than the
+        fit's rows ran (TRTLLMGenFusedMoE on Blackwell: servelab.engines.trtllm.moe); there the experts are
+        priced by their kernels alone, and the profile's source says why."""
+        if model.moe is None or not any(getattr(self, t) for t in MOE_TERMS):
             return self
-        backend = unfitted_backend(model.precision.experts, compute_capability)
-        if backend is None:
-            return self
-        note = f"{', '.join(MOE_TERMS)} not applied: fitted on TRITON / CUTLASS MoE rows, this runs {backend}"
+        backend = unfitted_backend(model.precision.experts, system.compute_capability)
+        if self.name == Engine.TRTLLM and backend is not None:
+            return self._without_moe_terms(f"fitted on TRITON / CUTLASS MoE rows, this runs {backend}")
+        applied, why = self.moe_terms_reach(model, system)
+        return self if applied else self._without_moe_terms(why)
+
+    def moe_terms_reach(self, model: ModelSpec, system: SystemSpec) -> tuple[bool, str]:
+        """Whether the calibration's MoE terms reach `model` on `system`, and why (a profile without the
+        record of its fit's rows, or with terms set by hand: they apply as given)."""
+        if self.moe_fit is None:
+            return True, "no record of the rows they were fitted on: applied as given"
+        return self.moe_fit.verdict(model.name, system.name)
+
+    def _without_moe_terms(self, why: str) -> Self:
+        note = f"{', '.join(MOE_TERMS)} not applied: {why}"
         return self.model_copy(update={**dict.fromkeys(MOE_TERMS, 0.0), "source": f"{self.source}; {note}"})
 
     @property
@@ -171,6 +187,17 @@ CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
 
 class EngineFit(BaseModel):
     params: dict[str, float]
+    models: list[str] = []  # the models of the rows it was fitted on (older files: none recorded)
+
+
+class FitSettings(BaseModel):
+    system: str | None = None  # the system the rows were measured on
+
+
+class FitProvenance(BaseModel):
+    """The part of a calibration's record that bounds where its MoE terms apply (none: not bounded)."""
+
+    settings: FitSettings = FitSettings()
 
 
 class Calibration(BaseModel):
@@ -178,7 +205,20 @@ class Calibration(BaseModel):
 
     calibration_format: int = 1
     provenance_line: str = Field("servelab calibrate engines", alias="_provenance")
+    provenance: FitProvenance | None = None  # the first shipped file: none
     engines: dict[str, EngineFit]
+
+    def moe_fits(self) -> dict[str, FitReach]:
+        """By engine, the rows its MoE terms were fitted on, where the file records them."""
+        return {name: reach for name in self.engines if (reach := self.moe_fit(name)) is not None}
+
+    def moe_fit(self, engine: str) -> FitReach | None:
+        """The rows the engine's MoE terms were fitted on, where the file records them."""
+        fit = self.engines[engine]
+        system = self.provenance.settings.system if self.provenance is not None else None
+        if system is None or not fit.models:
+            return None
+        return FitReach.of(fit.models, [system])
 
 
 def shipped_calibration() -> Path:
@@ -262,7 +302,8 @@ def _profiles(calibration: Path) -> dict:
     for name, documented in documented_profiles().items():
         if fitted is not None and name in fitted.engines:
             source = f"calibrated ({calibration.name}: {fitted.provenance_line})"
-            profiles[name] = documented.model_copy(update={**fitted.engines[name].params, "source": source})
+            update = {**fitted.engines[name].params, "source": source, "moe_fit": fitted.moe_fit(name)}
+            profiles[name] = documented.model_copy(update=update)
         elif fitted is not None:
             source = f"documented defaults ({calibration.name} keeps no {name} fit)"
             profiles[name] = documented.model_copy(update={"source": source})
@@ -298,6 +339,8 @@ def engine_profile(
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if "cuda_graph_max_batch" in overrides:  # a batch given replaces SGLang's default for the split
         overrides["cuda_graph_by_split"] = False
+    if any(t in overrides for t in MOE_TERMS):  # MoE terms set by hand are not the fit's: applied as given
+        overrides["moe_fit"] = None
     if gpu_gib is not None and "max_num_batched_tokens" not in overrides:
         for below, tokens in profile.budget_by_gpu_gib:
             if below is None or gpu_gib < below:

@@ -89,7 +89,7 @@ def estimate_static(
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     model = engine.model_as_served(model)
-    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
+    engine = engine.running(model, system)  # the MoE terms where their fit reaches
     db = db or perfdb_for(system, engine.name)
     mem = prepare(
         model,

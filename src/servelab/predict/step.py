@@ -222,7 +222,7 @@ class _Prices:
             if price is None:
                 while len(kept) >= MEMO_PAIRS:
                     del kept[next(iter(kept))]
-                running = engine.running(model, db_proxy.system.compute_capability)
+                running = engine.running(model, db_proxy.system)
                 price = kept[(model, parallel, engine)] = _kept_steps(model, parallel, running, db_proxy)
             return price(part, shape)
 

@@ -163,7 +163,7 @@ def simulate_benchmark(
     TTFT by term (TwinRun.explain, ttft_explain)."""
     engine = twin_engine(settings, system, calibration)
     model = engine.model_as_served(model)
-    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
+    engine = engine.running(model, system)  # the MoE terms where their fit reaches
     mem = prepare(
         model,
         system,

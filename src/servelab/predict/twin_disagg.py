@@ -73,7 +73,7 @@ def simulate_disagg_benchmark(
     _refuse_unmodelled(settings)
     engine = twin_engine(settings, system, calibration)
     model = engine.model_as_served(model)
-    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
+    engine = engine.running(model, system)  # the MoE terms where their fit reaches
     lengths = stream.lengths()
     isl, osl = max(p for p, _ in lengths), max(o for _, o in lengths)
     ctx = split_context(model, system, engine, split, isl, osl)

@@ -73,7 +73,7 @@ def _make_plan(req: PlanRequest) -> Plan:
         req.backend, system.hbm_gib, calibration=req.calibration, gpu_name=system.gpu_name, **settings
     )
     model = engine.model_as_served(model)
-    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
+    engine = engine.running(model, system)  # the MoE terms where their fit reaches
     check_precision(model, system)
     ctx = SearchContext(
         req,

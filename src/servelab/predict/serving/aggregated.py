@@ -336,7 +336,7 @@ def estimate_aggregated(
     if batch < 1 or isl < 1 or osl < 1:
         raise ServelabError("batch, isl and osl must be at least 1")
     model = engine.model_as_served(model)
-    engine = engine.running(model, system.compute_capability)  # the MoE terms its experts' backend keeps
+    engine = engine.running(model, system)  # the MoE terms where their fit reaches
     # the steady state of a closed loop takes its rates by Little's law, as the planner's points do; a given
     # workload (a benchmark from idle) and an open loop keep their measuring window, as a benchmark counts it
     steady = workload is None and not rate

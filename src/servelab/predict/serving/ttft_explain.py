@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from servelab.metrics.percentiles import percentile
-from servelab.predict.engines import EngineProfile
+from servelab.predict.engines import MOE_TERMS, EngineProfile
 from servelab.predict.graph import StepShape, step_ops
 from servelab.predict.provenance import describe_shares, time_shares
 from servelab.predict.serving.engine import Batch, Lane, Request
@@ -63,7 +63,7 @@ class TermPricer(StepPricer):
             return kernel_sum_by_category(step_ops(model, parallel, shape, frozenset((which,))), db)
 
         self._parts = lru_cache(maxsize=None)(part)
-        self._running = self.engine.running(model, db.system.compute_capability)  # as priced_step prices it
+        self._running = self.engine.running(model, db.system)  # as priced_step prices it
 
     def _priced(self, shape: StepShape) -> tuple:
         return (Terms(step_terms(self._parts, self.model, self.parallel, shape, self._running)), 0.0, 0.0)
@@ -159,7 +159,8 @@ def explain_ttft(
     lo, f = int(pos), pos - int(pos)
     a, b = splits[order[lo]], splits[order[min(lo + 1, n - 1)]]
     median = {k: a.get(k, 0.0) + (b.get(k, 0.0) - a.get(k, 0.0)) * f for k in keys}
-    rows = _rows(mean, median, pricer.engine, fitted, pricer.parallel.attn_dp * pricer.parallel.pp)
+    moe_reach = pricer.engine.moe_terms_reach(pricer.model, pricer.db.system)[1]
+    rows = _rows(mean, median, pricer.engine, fitted, pricer.parallel.attn_dp * pricer.parallel.pp, moe_reach)
     return {
         "of": "the nominal clock's TTFT of the measured requests, from arrival to first token",
         "requests": n,
@@ -191,9 +192,15 @@ ENGINE_TERMS = {  # profile field: (what it is, its unit)
 
 
 def _rows(
-    mean: dict[Key, float], median: dict[Key, float], engine: EngineProfile, fitted: dict, lanes: int
+    mean: dict[Key, float],
+    median: dict[Key, float],
+    engine: EngineProfile,
+    fitted: dict,
+    lanes: int,
+    moe_reach: str,
 ) -> list[dict[str, Any]]:
-    """Rows in the order of a request's life; kernel rows by category (their sources as shares)."""
+    """Rows in the order of a request's life; kernel rows by category (their sources as shares), the MoE
+    terms' with why they apply (`moe_reach`: EngineProfile.moe_terms_reach)."""
     by_row: dict[Key, list] = {}  # row key -> [mean s, median s, {source: mean s}]
     for key in mean:
         row = key[:2]
@@ -214,6 +221,8 @@ def _rows(
         if abs(m) * 1000.0 < NEGLIGIBLE_MS and abs(med) * 1000.0 < NEGLIGIBLE_MS:
             continue
         term, value, source = _describe(row, sources, engine, fitted, lanes)
+        if row[0] == "engine" and row[1] in MOE_TERMS and row[1] in fitted:
+            source = f"{source}: {moe_reach}"
         rows.append(
             {
                 "part": PARTS[row[0]],
