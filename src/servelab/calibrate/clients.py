@@ -36,9 +36,10 @@ _INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
 INFERENCEX_CLIENT = "InferenceX client"
 AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
 # InferenceX's client warms the server with 2 x C requests before the measured ones since d053ae24e
-# (2026-01-21, benchmarks/benchmark_lib.sh `--num-warmups "$((2 * max_concurrency))"`); before it the runner
-# scripts ran the client with no warm-up (runners/launch_b200-nvd.sh at 79abd6cb4: one test prompt, then
-# the measured requests), so a row measured earlier includes what the server paid on first use of a kernel
+# (2026-01-21, "upstream kimbochen/bench_serving, adding warmup": benchmarks/benchmark_lib.sh
+# `--num-warmups "$((2 * max_concurrency))"`); before it the runner scripts ran kimbochen/bench_serving
+# with no warm-up option (runners/launch_b200-nvd.sh at 79abd6cb4), so a row measured earlier includes what
+# the server paid on the first use of a kernel
 INFERENCEX_WARMUP_SINCE = "2026-01-21"
 
 
