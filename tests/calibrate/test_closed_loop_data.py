@@ -11,7 +11,7 @@ import pytest
 from accuracy_python import run_accuracy_python
 
 from servelab.calibrate import closed_loop_split as split
-from servelab.calibrate.clients import FIXED_LENGTHS
+from servelab.calibrate.clients import FIXED_LENGTHS, INFERENCEX_WARMUP_SINCE, cold_inferencex_row
 from servelab.calibrate.closed_loop import heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
@@ -71,6 +71,35 @@ def test_points_carry_the_protocol_their_client_ran():
     # MiniMax-M2.5 is not embedded: its silicon rows are read from the pinned config.json, as one family
     minimax = [p for p in points if p.source != "inferencex-token-position" and p.case.family == "minimax"]
     assert minimax and all(p.case.model.name == "minimax-m2.5" for p in minimax)
+
+
+def test_inferencex_rows_measured_before_its_client_warmed_up_are_told_apart():
+    # InferenceX's client sends 2 x C warm-up requests since d053ae24e (2026-01-21); its rows of SGLang
+    # DeepSeek-R1 FP4 on B200 of 2025-11-10 were measured on a server it had not warmed up, those of
+    # 2026-03-25 after the warm-up: the same deployment and load, replayed alike, reported apart
+    points, _ = read_points(DATA, ("b200_sxm",))
+    by_id = {p.key: p for p in points}
+    cold = by_id["dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg99"]
+    warm = by_id["dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg201"]
+    assert cold.case.measured == "2025-11-10" and cold.source == "inferencex-no-warmup"
+    assert warm.case.measured == "2026-03-25" and warm.source == "inferencex"
+    for p in (cold, warm):
+        assert p.case.engine == Engine.SGLANG and p.case.parallel.tp == 8 and p.case.concurrency == 32
+        assert p.case.settings is not None and p.case.settings.client_range_ratio == INFERENCEX_RANGE_RATIO
+    # the split follows the date alone: every InferenceX row before it is cold, none after it
+    for p in points:
+        if p.source.startswith("inferencex"):
+            assert (p.source == "inferencex-no-warmup") == (p.case.measured < INFERENCEX_WARMUP_SINCE)
+    assert {p.source for p in points} >= {"inferencex", "inferencex-no-warmup"}
+
+
+def test_a_row_is_cold_only_if_inferencex_measured_it_before_the_warm_up():
+    dump = "db-dump/2026-04-27; config_id=99; silicon_concurrency=32; measured=2025-11-10T00:00:00.000Z"
+    assert cold_inferencex_row(dump, "2025-11-10")
+    assert not cold_inferencex_row(dump, INFERENCEX_WARMUP_SINCE)  # the day the warm-up landed: not cold
+    assert not cold_inferencex_row(dump, "")  # undated: nothing says it was cold
+    aic = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/sglang/0.5.6.post2/m.csv; silicon_concurrency=8"
+    assert not cold_inferencex_row(aic, "2025-11-10")  # AIConfigurator's own benchmark warms up
 
 
 def test_sglang_keeps_a_wave_of_identical_requests_together_and_its_first_tokens_wait_for_it():

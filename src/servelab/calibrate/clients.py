@@ -35,11 +35,23 @@ AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
 _INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
 INFERENCEX_CLIENT = "InferenceX client"
 AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
+# InferenceX's client warms the server with 2 x C requests before the measured ones since d053ae24e
+# (2026-01-21, "upstream kimbochen/bench_serving, adding warmup": benchmarks/benchmark_lib.sh
+# `--num-warmups "$((2 * max_concurrency))"`); before it the runner scripts ran kimbochen/bench_serving
+# with no warm-up option (runners/launch_b200-nvd.sh at 79abd6cb4), so a row measured earlier includes what
+# the server paid on the first use of a kernel
+INFERENCEX_WARMUP_SINCE = "2026-01-21"
 
 
 def measured_by_inferencex(source: str) -> bool:
     """Whether a silicon row's `silicon_data_source` is an InferenceX run, else AIConfigurator's own."""
     return bool(_INFERENCEX_SOURCE.match(source))
+
+
+def cold_inferencex_row(source: str, measured: str) -> bool:
+    """Whether InferenceX's client measured this row (`silicon_data_source`) on a server it had not warmed
+    up: a measured date (YYYY-MM-DD) before INFERENCEX_WARMUP_SINCE. An undated row is not called cold."""
+    return measured_by_inferencex(source) and bool(measured) and measured < INFERENCEX_WARMUP_SINCE
 
 
 def client_settings(source: str, engine: Engine, mixed_chunk: bool = False) -> RunSettings:

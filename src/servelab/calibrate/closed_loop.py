@@ -6,9 +6,12 @@ Two sources, pinned in one folder by scripts/refresh_closed_loop.py (its docstri
   request of the nominal lengths, 2 x C warm-up requests of one prompt and then 10 x C measured ones at
   concurrency C; the files hold the median and p99 of TTFT, TPOT and E2EL.
 - AIConfigurator's silicon_sample.csv rows that the calibration never reads
-  (`aiconfigurator/silicon_sample_rows.csv`), aggregated ones: one TTFT and one TPOT each, the medians of a
-  run. Rows InferenceX measured (the source note has a measured time and an image or a database dump) are
-  replayed with InferenceX's client (lengths uniform in [0.8 L, L], 10 x C requests after the warm-up);
+  (`aiconfigurator/silicon_sample_rows.csv`), aggregated ones: one TTFT and one TPOT each, the statistic not
+  named (InferenceX's rows measured without a warm-up carry a first wave's stall as a mean would:
+  docs/accuracy.md, "SGLang's DeepSeek points on Blackwell"). Rows InferenceX measured (the source note has a
+  measured time and an image or a database dump) are replayed with InferenceX's client (lengths uniform in
+  [0.8 L, L], 10 x C requests from an idle engine; its 2 x C warm-up requests, sent since 2026-01-21, are
+  not replayed, and the rows measured before are told apart as `inferencex-no-warmup`);
   AIConfigurator's own rows with AIConfigurator's client (every request at the nominal lengths), otherwise
   as the calibration replays its rows (calibrate/price.py: 10 x C requests from an idle engine).
 
@@ -23,7 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from servelab.calibrate.clients import FIXED_LENGTHS, client_settings, measured_by_inferencex
+from servelab.calibrate.clients import (
+    FIXED_LENGTHS,
+    client_settings,
+    cold_inferencex_row,
+    measured_by_inferencex,
+)
 from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import Case, build_cases
 from servelab.engines import Engine
@@ -42,7 +50,9 @@ class Point:
 
     case: Case
     heldout: bool
-    source: str  # inferencex-token-position, inferencex (a silicon row InferenceX measured), aiconfigurator
+    # inferencex-token-position; inferencex (a silicon row InferenceX measured after a warm-up) or
+    # inferencex-no-warmup (before its client had one: clients.cold_inferencex_row); aiconfigurator
+    source: str
     ttft_p99_ms: float | None = None
     tpot_p99_ms: float | None = None
 
@@ -112,7 +122,6 @@ def silicon_points(
     with open(path, newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("mode") == "agg"]
     configs = {MINIMAX: folder / "aiconfigurator" / "minimax-m2.5" / "config.json"}
-    source_of = {row["id"]: row["silicon_data_source"] for row in rows}
     points: list[Point] = []
     skipped: dict[str, int] = {}
     for system in systems:
@@ -120,13 +129,19 @@ def silicon_points(
         for reason, n in left.items():
             skipped[reason] = skipped.get(reason, 0) + n
         for case in cases:
-            ix = measured_by_inferencex(source_of[case.row_id])
             if case.settings is None:  # no recipe of that system: the client its campaign ran
                 case = replace(case, settings=client_settings(case.silicon_source, case.engine))
             if case.model.name.startswith("minimax"):
                 case = replace(case, family="minimax")
-            points.append(Point(case, case.row_id in heldout, "inferencex" if ix else "aiconfigurator"))
+            points.append(Point(case, case.row_id in heldout, source_of_row(case)))
     return points, skipped
+
+
+def source_of_row(case: Case) -> str:
+    """Who measured a silicon row, and for InferenceX's rows whether its client warmed the server up first."""
+    if not measured_by_inferencex(case.silicon_source):
+        return "aiconfigurator"
+    return "inferencex-no-warmup" if cold_inferencex_row(case.silicon_source, case.measured) else "inferencex"
 
 
 def read_points(folder: Path, systems: tuple[str, ...]) -> tuple[list[Point], dict]:
