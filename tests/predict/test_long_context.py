@@ -32,9 +32,7 @@ def _median_ttft_s(parallel: Parallel, isl: int, clients: int) -> float:
         max_concurrency=clients,
         request_rate=float("inf"),
     )
-    run = simulate_benchmark(
-        FLASH, SYS, parallel, NO_REUSE, stream, ["ttft"], [50.0], {}
-    )
+    run = simulate_benchmark(FLASH, SYS, parallel, NO_REUSE, stream, ["ttft"], [50.0], {})
     return run.summary.latency_ms["ttft"].median / 1000.0
 
 

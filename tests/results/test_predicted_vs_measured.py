@@ -93,7 +93,9 @@ def test_twin_replays_the_client_workers_the_run_started(tmp_path):
         with Store.open(db) as store:
             run_id = measured_run(store, path)
         rows = rows_of(run("results", "compare", run_id, "--twin", "--store", str(db), "--json"))
-        errors[started] = max(abs(rows[m]["error_pct"]) for m in ("median_ttft_ms", "p90_ttft_ms", "duration"))
+        errors[started] = max(
+            abs(rows[m]["error_pct"]) for m in ("median_ttft_ms", "p90_ttft_ms", "duration")
+        )
     assert errors[3] == pytest.approx(0.0, abs=1e-6)
     assert errors[0] > 0.1  # one client queue is another stream: the workers matter here
 
