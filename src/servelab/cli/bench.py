@@ -457,7 +457,7 @@ def bench(
     enable_prefix_caching: bool | None = typer.Option(
         None,
         "--enable-prefix-caching/--no-enable-prefix-caching",
-        help="Reuse the KV cache of shared prefixes. Default: the engine's (on in vLLM, SGLang, TensorRT-LLM).",
+        help="Reuse the KV cache of shared prefixes. Default: the engine's (vLLM, SGLang, TensorRT-LLM: on).",
         rich_help_panel=_TWIN,
     ),
     num_speculative_tokens: int = typer.Option(
