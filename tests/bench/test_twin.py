@@ -102,7 +102,9 @@ def test_the_ready_check_leaves_the_first_prompt_cached(tmp_path):
     args += ("--max-concurrency", "1", "--save-detailed")
     plain = twin(tmp_path, *args, "--enable-prefix-caching", "--no-ready-check", name="plain.json")
     ready = twin(tmp_path, *args, "--enable-prefix-caching", name="ready.json")
-    off = twin(tmp_path, *args, name="off.json")  # without prefix caching it leaves nothing
+    off = twin(tmp_path, *args, "--no-enable-prefix-caching", name="off.json")  # then it leaves nothing
+    default = twin(tmp_path, *args, name="default.json")  # vLLM's default: prefix caching on
+    assert default["ttfts"] == ready["ttfts"]
     assert ready["ttfts"][0] < plain["ttfts"][0] / 2
     assert ready["ttfts"][1:] == pytest.approx(plain["ttfts"][1:]) == off["ttfts"][1:]
     assert off["ttfts"][0] == pytest.approx(plain["ttfts"][0])

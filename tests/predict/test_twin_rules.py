@@ -37,7 +37,7 @@ def test_fewer_slots_than_ranks_use_only_as_many_ranks():
 
 def test_prefix_hits_are_whole_blocks_after_the_first_wave_or_a_warmup():
     on = EngineSettings(enable_prefix_caching=True, block_size=16)
-    assert prefix_hits(_stream(), EngineSettings()) == [0] * 6
+    assert prefix_hits(_stream(), EngineSettings(enable_prefix_caching=False)) == [0] * 6
     assert prefix_hits(_stream(ready_check=False), on) == [0, 0, 32, 32, 32, 32]
     assert prefix_hits(_stream(ready_check=False, request_rate=5.0), on) == [0] + [32] * 5
     assert prefix_hits(_stream(ready_check=False, random_prefix_len=0), on) == [0] * 6
@@ -51,7 +51,15 @@ def test_the_ready_check_or_a_warmup_leaves_the_first_prompt_cached():
         assert prefix_hits(stream, on) == [128] + [32] * 5
     assert prefix_hits(_stream(random_prefix_len=0, random_input_len=17), on) == [16] + [0] * 5
     assert prefix_hits(_stream(random_prefix_len=0, random_input_len=16), on) == [0] * 6
-    assert prefix_hits(_stream(), EngineSettings()) == [0] * 6  # no prefix caching: nothing found
+    off = EngineSettings(enable_prefix_caching=False)
+    assert prefix_hits(_stream(), off) == [0] * 6  # no prefix caching: nothing found
+
+
+def test_prefix_caching_is_the_engines_default_where_not_set():
+    """vLLM's prefix caching, SGLang's radix cache and TensorRT-LLM's block reuse are all on unless a launch
+    turns them off (engines/<engine>/defaults.json)."""
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert prefix_hits(_stream(), EngineSettings(engine=engine)) == [128] + [32] * 5, engine
 
 
 def test_lengths_include_the_prefix():

@@ -70,6 +70,36 @@ def test_twin_simulated_from_the_recorded_deployment(tmp_path, twin_file):
     assert rows["median_tpot_ms"]["error_pct"] < -1.0  # two GPUs decode faster
 
 
+def test_twin_replays_the_client_workers_the_run_started(tmp_path):
+    """A measured run's flags say --num-workers 0 (one per core); its client section says how many worker
+    processes it started, each sending its own round robin share: the twin replays those."""
+    out = tmp_path / "twin"
+    r = run(
+        "bench", "--simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h200_sxm",
+        "--dataset-name", "random", "--random-input-len", "2048", "--random-output-len", "64",
+        "--random-range-ratio", "0.2", "--num-prompts", "24", "--max-concurrency", "6", "--seed", "5",
+        "--num-workers", "3", "--percentile-metrics", "ttft,tpot", "--metric-percentiles", "50,90",
+        "--save-result", "--result-dir", str(out), "--result-filename", "w3.json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    measured = json.loads((out / "w3.json").read_text())
+    measured["config"]["num_workers"] = 0
+    errors = {}
+    for started in (3, 0):
+        measured["client"]["num_workers"] = started
+        path = tmp_path / f"measured{started}.json"
+        path.write_text(json.dumps(measured))
+        db = tmp_path / f"results{started}.db"
+        with Store.open(db) as store:
+            run_id = measured_run(store, path)
+        rows = rows_of(run("results", "compare", run_id, "--twin", "--store", str(db), "--json"))
+        errors[started] = max(
+            abs(rows[m]["error_pct"]) for m in ("median_ttft_ms", "p90_ttft_ms", "duration")
+        )
+    assert errors[3] == pytest.approx(0.0, abs=1e-6)
+    assert errors[0] > 0.1  # one client queue is another stream: the workers matter here
+
+
 def test_twin_under_a_calibration(tmp_path, twin_file):
     slow = tmp_path / "slow.json"
     params = {"step_overhead_us": 20000.0, "per_seq_overhead_us": 1.0, "kernel_gap_us": 1.0}

@@ -454,8 +454,11 @@ def bench(
     block_size: int = typer.Option(
         16, "--block-size", help="KV block (page) size in tokens.", rich_help_panel=_TWIN
     ),
-    enable_prefix_caching: bool = typer.Option(
-        False, "--enable-prefix-caching", help="Reuse the KV cache of shared prefixes.", rich_help_panel=_TWIN
+    enable_prefix_caching: bool | None = typer.Option(
+        None,
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Reuse the KV cache of shared prefixes. Default: the engine's (vLLM, SGLang, TensorRT-LLM: on).",
+        rich_help_panel=_TWIN,
     ),
     num_speculative_tokens: int = typer.Option(
         0, "--num-speculative-tokens", help="MTP draft tokens per step.", rich_help_panel=_TWIN

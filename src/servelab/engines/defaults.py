@@ -54,6 +54,9 @@ class EngineDefaults(BaseModel):
     budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()
     max_num_seqs: int = Field(ge=1)
     chunked_prefill: bool
+    # prompt blocks computed once are kept and reused by a later prompt that starts with them (vLLM's prefix
+    # caching, SGLang's radix cache, TensorRT-LLM's KV block reuse)
+    prefix_caching: bool
     cuda_graph_max_batch: int = Field(ge=0)  # decode steps up to this batch replay a CUDA graph
     # the CUDA-graph batch is the engine's own default for the GPU's memory and tp instead
     # (predict.memory.sglang_cuda_graph_max_bs)

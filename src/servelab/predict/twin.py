@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.engines import MODELLED, Engine
+from servelab.engines.defaults import engine_defaults
 from servelab.engines.policy import SchedulingPolicy
 from servelab.errors import ServelabError, closest
 from servelab.metrics import (
@@ -61,7 +62,7 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=1)
     chunked_prefill: bool | None = None
     block_size: int = Field(16, ge=1)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = None  # None: the engine's default (engines/<engine>/defaults.json)
     num_speculative_tokens: int = Field(0, ge=0, le=16)
     spec_acceptance: float = Field(0.7, ge=0.0, le=1.0)
     gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)  # None: the engine's default
@@ -218,6 +219,7 @@ def simulate_benchmark(
             "pp": parallel.pp,
             "precision": model.precision.model_dump(mode="json"),
             **settings.model_dump(),
+            "enable_prefix_caching": prefix_caching(settings),
             **engine_limits(engine),
         },
         provenance={
@@ -341,6 +343,13 @@ def replay(
     return per_clock, itl, steps
 
 
+def prefix_caching(settings: EngineSettings) -> bool:
+    """Whether the engine reuses computed prompt blocks: the setting, else the engine's default."""
+    if settings.enable_prefix_caching is not None:
+        return settings.enable_prefix_caching
+    return engine_defaults(Engine(settings.engine)).prefix_caching
+
+
 def prefix_hits(stream: BenchStream, settings: EngineSettings, first_prompt: int) -> list[int]:
     """Prompt tokens each request finds in the prefix cache: the shared random prefix, in whole blocks, once a
     request that computed it came before (the ready check or a warm-up, or an earlier wave: requests sent
@@ -351,7 +360,7 @@ def prefix_hits(stream: BenchStream, settings: EngineSettings, first_prompt: int
     `first_prompt` is that request's prompt tokens (stream.lengths()[0], drawn once by the caller)."""
     n = stream.num_prompts
     hit = (stream.random_prefix_len // settings.block_size) * settings.block_size
-    if not settings.enable_prefix_caching or n == 0:
+    if not prefix_caching(settings) or n == 0:
         return [0] * n
     if stream.num_warmups or stream.ready_check:
         first = (first_prompt - 1) // settings.block_size * settings.block_size

@@ -139,6 +139,7 @@ def simulate_disagg_benchmark(
             "router": router,
             "precision": model.precision.model_dump(mode="json"),
             **settings.model_dump(),
+            "enable_prefix_caching": False,  # no reuse is modelled here (_refuse_unmodelled)
             **engine_limits(engine),
         },
         provenance={
@@ -168,7 +169,7 @@ def _refuse_unmodelled(settings: EngineSettings) -> None:
     """Engine settings the disaggregated twin does not model: one line naming the option."""
     unmodelled = {
         "num_speculative_tokens": settings.num_speculative_tokens != 0,
-        "enable_prefix_caching": settings.enable_prefix_caching,
+        "enable_prefix_caching": settings.enable_prefix_caching is True,
         "gpu_memory_utilization": settings.gpu_memory_utilization is not None,
     }
     for name, given in unmodelled.items():

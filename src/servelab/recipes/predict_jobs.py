@@ -61,6 +61,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
                 max_num_batched_tokens=server.max_num_batched_tokens,
                 max_num_seqs=server.max_num_seqs,
                 gpu_memory_utilization=server.memory_fraction,
+                enable_prefix_caching=server.prefix_caching,
             )
         except ValueError as e:
             raise ServelabError(str(e)) from None

@@ -110,12 +110,18 @@ def _stream(store: Store, run: Run, config: str, values: dict[str, tuple[float, 
     for stage in store.stages(run.id):
         if stage.stage == "bench" and stage.config == config and stage.artifact:
             try:
-                cfg = json.loads(store.artifact_path(run.id, stage.artifact).read_text()).get("config")
+                result = json.loads(store.artifact_path(run.id, stage.artifact).read_text())
+                cfg, client = result.get("config"), result.get("client")
             except (OSError, ValueError, AttributeError):
-                cfg = None
+                cfg, client = None, None
             if isinstance(cfg, dict) and cfg.get("dataset_name") == "random":
                 fields = {name: cfg[name] for name in BenchStream.__dataclass_fields__ if name in cfg}
                 fields["request_rate"] = float(fields.get("request_rate", math.inf))
+                # the worker processes the run started, each sending its own share of the requests (a
+                # simulated result's client has none: its flags stand)
+                started = client.get("num_workers") if isinstance(client, dict) else None
+                if isinstance(started, int) and started > 0:
+                    fields["num_workers"] = started
                 return BenchStream(**fields)
     need = ("completed", "total_input_tokens", "total_output_tokens")
     conc = re.search(r"-conc-(\d+)$", config)
