@@ -107,12 +107,14 @@ def measured_date(row: dict) -> str:
     return parse_measured(measured_of(row))[1]
 
 
-def with_recipe(case: Case) -> Case:
-    """The case with the settings its recipe set on its measured date, where a recipe covers it."""
+def with_recipe(case: Case, precision: str | None = None) -> Case:
+    """The case with the settings its recipe set on its measured date, where a recipe covers it
+    (`precision`: the row's precision column, which picks the script where a system has one per
+    precision)."""
     if not case.measured:
         return case
     load = Load(case.parallel.tp, case.parallel.dp_attn, case.concurrency, case.isl, case.osl)
-    case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load)
+    case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load, precision)
     return case
 
 
@@ -225,7 +227,7 @@ def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
         measured=measured_date(row),
         silicon_source=row.get("silicon_data_source") or "",
     )
-    return with_recipe(case)
+    return with_recipe(case, (row.get("precision") or "").strip() or None)
 
 
 def skip_reason(e: ValueError) -> str:
