@@ -10,6 +10,7 @@ from servelab.engines.policy import SchedulingPolicy
 from servelab.engines.policy_registry import POLICIES, policy_for
 from servelab.engines.sglang.policy import SglangPolicy
 from servelab.engines.trtllm.policy import TrtllmPolicy
+from servelab.engines.vllm.batch import reserve_full_prompt_default
 from servelab.engines.vllm.policy import VllmPolicy
 from servelab.errors import ServelabError
 from servelab.predict.engines import documented_profiles
@@ -116,8 +117,6 @@ def test_vllm_admits_a_request_only_if_its_whole_prompt_fits(whole, admitted):
 
 
 def test_vllm_whole_prompt_admission_follows_the_release():
-    from servelab.engines.vllm.batch import reserve_full_prompt_default
-
     assert reserve_full_prompt_default("0.19.0")[0] and reserve_full_prompt_default("v0.25.0")[0]
     assert not reserve_full_prompt_default("0.18.1")[0] and not reserve_full_prompt_default("0.12.0")[0]
     assert reserve_full_prompt_default(None)[0]  # not known: the newest releases'

@@ -9,10 +9,10 @@ cache, the policy says how much of the admitted requests' future output the cach
 (`reserve_ratio`, counted to at most `reserve_clip` tokens a request), whether a request needs room for its
 whole prompt or only for the chunk the step computes (`admits_whole_prompt`) and whether a refusal closes
 admission until a running request leaves (`latches_admission`); what it says once for the whole run
-(`reserves`, `reserve_clip`, `admits_whole_prompt`, `latches_admission`, `holds`) the lane asks once. When the cache cannot hold the decodes'
-next tokens, the lane preempts the policy's `victim` until they fit, queues each victim again where
-`requeue` says (its prompt and output so far are recomputed), then calls `after_preemption`. With a hold
-rule it reports every step it ran (`after_steps`).
+(`reserves`, `reserve_clip`, `admits_whole_prompt`, `latches_admission`, `holds`) the lane asks once. When
+the cache cannot hold the decodes' next tokens, the lane preempts the policy's `victim` until they fit,
+queues each victim again where `requeue` says (its prompt and output so far are recomputed), then calls
+`after_preemption`. With a hold rule it reports every step it ran (`after_steps`).
 
 `LaneView` is what a policy may read of a lane and call on it (servelab.engines never imports the
 simulator). Each engine's policy is one subclass in its package (engines/<engine>/policy.py);

@@ -369,8 +369,8 @@ def vllm_batch(
     profile: EngineProfile, gpu_gib: float, gpu_name: str, version: str | None, given: dict[str, Any]
 ) -> dict[str, Any]:
     """vLLM's batch defaults for the GPU and release where the launch set none, and its release's async
-    scheduling and whole-prompt admission where the launch did not say, with the profile's source saying which rules gave them. A
-    default max_num_seqs is at most the token budget, as vLLM caps it."""
+    scheduling and whole-prompt admission where the launch did not say, with the profile's source saying
+    which rules gave them. A default max_num_seqs is at most the token budget, as vLLM caps it."""
     update: dict[str, Any] = {}
     notes = []
     if "max_num_batched_tokens" not in given or "max_num_seqs" not in given:

@@ -130,7 +130,8 @@ def reserve_full_prompt_default(version: str | None) -> tuple[bool, str]:
     """Whether `vllm serve` of the release `version` admits a request only when its whole prompt fits the free
     KV cache (None, a nightly or a custom build: as the newest releases, yes), and a line saying why."""
     release = numbered_release(version)
-    said = f"whole-prompt admission (scheduler_reserve_full_isl, the default from vLLM {RESERVE_FULL_PROMPT_FROM}"
+    said = "whole-prompt admission (scheduler_reserve_full_isl, the default from vLLM "
+    said += RESERVE_FULL_PROMPT_FROM
     if release is None:
         return True, f"{said}; release not known)"
     if release >= Version(RESERVE_FULL_PROMPT_FROM):

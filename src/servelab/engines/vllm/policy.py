@@ -22,9 +22,10 @@ class VllmPolicy(SchedulingPolicy):
     # release.
     async_scheduling: bool = True
     # a waiting request is admitted only if the free KV cache holds all of its tokens, not only the first
-    # chunk (vllm/v1/core/sched/scheduler.py `Scheduler.schedule` calls kv_cache_manager.can_fit_full_sequence
-    # before allocate_slots while SchedulerConfig.scheduler_reserve_full_isl, True by default from vLLM 0.19.0;
-    # 0.18.1 and before check the chunk only); servelab.engines.vllm.batch sets it by release.
+    # chunk (vllm/v1/core/sched/scheduler.py `Scheduler.schedule` calls
+    # kv_cache_manager.can_fit_full_sequence before allocate_slots while
+    # SchedulerConfig.scheduler_reserve_full_isl, True by default from vLLM 0.19.0; 0.18.1 and before check
+    # the chunk only); servelab.engines.vllm.batch sets it by release.
     reserve_full_prompt: bool = True
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
