@@ -23,8 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "src/servelab/calibrate/data/inferencex_recipes.json"
-# (engine, servelab model names, servelab system, the recipe script's paths over time, oldest first)
-RECIPES = [
+# (engine, servelab model names, servelab system, the recipe script's paths over time, oldest first), and the
+# precision of the rows it ran where one system has a script per precision (None: every row)
+RECIPES: list[tuple[str, list[str], str, list[str], str | None]] = [
     (
         "trtllm",
         ["deepseek-r1", "deepseek-v3"],  # a database dump names InferenceX's DeepSeek-R1 runs DeepSeek-V3
@@ -35,6 +36,7 @@ RECIPES = [
             "benchmarks/single_node/dsr1_fp8_h200_trt.sh",
             "benchmarks/single_node/fixed_seq_len/dsr1_fp8_h200_trt.sh",
         ],
+        None,
     ),
     (
         "trtllm",
@@ -47,8 +49,9 @@ RECIPES = [
             "benchmarks/single_node/fixed_seq_len/gptoss_fp4_h200_trt.sh",
             "benchmarks/single_node/fixed_seq_len/deprecated/gptoss_fp4_h200_trt.sh",
         ],
+        None,
     ),
-    ("trtllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_trt_slurm.sh"]),
+    ("trtllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_trt_slurm.sh"], None),
     (
         "sglang",
         ["deepseek-r1", "deepseek-v3"],
@@ -59,6 +62,7 @@ RECIPES = [
             "benchmarks/single_node/dsr1_fp8_h200.sh",
             "benchmarks/single_node/fixed_seq_len/dsr1_fp8_h200.sh",
         ],
+        None,
     ),
     (
         "vllm",
@@ -71,8 +75,31 @@ RECIPES = [
             "benchmarks/single_node/fixed_seq_len/gptoss_fp4_h200.sh",
             "benchmarks/single_node/fixed_seq_len/deprecated/gptoss_fp4_h200.sh",
         ],
+        None,
     ),
-    ("vllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_slurm.sh"]),
+    ("vllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_slurm.sh"], None),
+]
+# MiniMax-M2.5 on vLLM: one script per GPU and precision (fp8: MiniMaxAI's FP8 checkpoint; fp4: the NVFP4 runs
+# of the same model), moved twice (fixed_seq_len/ on 2026-06-02, deprecated/ on 2026-06-20)
+RECIPES += [
+    (
+        "vllm",
+        ["minimax-m2.5"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}minimaxm2.5_{precision}_{gpu}.sh"
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision in (
+        ("h100", "fp8"),
+        ("h200", "fp8"),
+        ("b200", "fp8"),
+        ("b200", "fp4"),
+        ("b300", "fp8"),
+        ("b300", "fp4"),
+    )
 ]
 
 
@@ -274,10 +301,19 @@ def _word(raw: str) -> int | float | bool | str:
     return {"true": True, "false": False}.get(raw.lower(), raw)
 
 
-def _typed(raw: str | None, kind: type, where: str, name: str) -> int | float | str | None:
-    """A priced setting: an int (or "conc") or a float; any other form stops the script."""
+# a job-level shell variable other than the client concurrency, `$NAME` or `${NAME}`
+JOB_VARIABLE = re.compile(r"\$(?!\{?CONC\b)\{?[A-Z_][A-Z0-9_]*\}?")
+# a count written as a multiple of the job's input length, `$((ISL * 2 ))`
+ISL_TIMES = re.compile(r"\$\(\(\s*\$?\{?ISL\}?\s*\*\s*(\d+)\s*\)\)")
+
+
+def _typed(raw: str | None, kind: type, where: str, name: str) -> int | float | str | dict | None:
+    """A priced setting: an int (or "conc", or {"isl_times": k} for k x the input length) or a float; any
+    other form stops the script."""
     if raw is None:
         return None
+    if kind is int and (m := ISL_TIMES.fullmatch(raw)):
+        return {"isl_times": int(m.group(1))}
     value = _word(raw)
     if kind is int and (value == "conc" or type(value) is int):
         return value
@@ -372,6 +408,16 @@ def vllm_settings(text: str, where: str) -> dict:
     if "no-enable-prefix-caching" in f:  # the negative switch: bare, or `no-enable-prefix-caching: true`
         off = f.pop("no-enable-prefix-caching") in ([], ["true"])
         f["enable-prefix-caching"] = ["false" if off else "true"]
+    # a flag set from a job-level variable (`"$MAX_NUM_SEQS"`, its value chosen by the job, which the rows do
+    # not record) is not priced: recorded as written
+    read = (
+        *VLLM_PRICED,
+        "kv-cache-dtype",
+        "max-cudagraph-capture-size",
+        "cuda-graph-sizes",
+        "compilation-config",
+    )
+    by_variable = {n: f.pop(n)[0] for n in read if f.get(n) and JOB_VARIABLE.fullmatch(f[n][0])}
     compilation = json.loads(f["compilation-config"][0]) if f.get("compilation-config") else {}
     settings = {
         n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
@@ -382,6 +428,7 @@ def vllm_settings(text: str, where: str) -> dict:
     recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in VLLM_RECORDED if n in f}
     if "cudagraph_mode" in compilation:
         recorded["cudagraph_mode"] = compilation["cudagraph_mode"]
+    recorded.update((n.replace("-", "_"), raw) for n, raw in by_variable.items())
     # vLLM's environment switches pick kernels (VLLM_MXFP4_USE_MARLIN: the MXFP4 MoE on Hopper)
     for name, value in re.findall(r"^\s*export (VLLM_\w+)=\"?([^\"\s]*)", _uncommented(text), re.M):
         recorded[name] = _word(value)
@@ -417,9 +464,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     head = git(args.git_dir, "rev-parse", "HEAD").strip()
     table = []
-    for engine, models, system, paths in RECIPES:
+    for engine, models, system, paths, precision in RECIPES:
+        only = {"precision": precision} if precision else {}
         for r in ranges(args.git_dir, engine, paths):
-            table.append({"engine": engine, "models": models, "system": system, **r})
+            table.append({"engine": engine, "models": models, "system": system, **only, **r})
     doc = {
         "_provenance": (
             "scripts/inferencex_recipes.py from SemiAnalysisAI/InferenceX (Apache-2.0) at "

@@ -3,6 +3,7 @@
 gpt-oss-120b and Llama-3.1-70B H200 recipes), and the Pricer applying them."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from servelab.calibrate import recipes
 from servelab.calibrate.document import RecipeCounts
 from servelab.calibrate.engines import recipe_counts
 from servelab.calibrate.price import Pricer, defaults, lengths_up_to
-from servelab.calibrate.recipe_table import Branch, RecipeTable, read_recipe_table
+from servelab.calibrate.recipe_table import Branch, IslTimes, RecipeTable, pick, read_recipe_table
 from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
 from servelab.calibrate.rows import to_case
 from servelab.engines import Engine
@@ -310,3 +311,67 @@ def test_the_pricer_leaves_the_memory_share_to_the_engine_and_a_recipes_graph_ba
         price(replace(base, settings=recipe), defaults()["sglang"])
     assert seen["share"] == 0.82
     assert seen["engine"].cuda_graph_max_batch == 128 and not seen["engine"].cuda_graph_by_split
+
+
+# MiniMax-M2.5 is not embedded: its rows are read with the config.json pinned beside the closed-loop results
+MINIMAX = {
+    "minimaxai/minimax-m2.5": Path(__file__).resolve().parents[1]
+    / "data/closed_loop/aiconfigurator/minimax-m2.5/config.json"
+}
+
+
+def _minimax_row(system: str, precision: str, measured: str, tp: int = 2, conc: int = 256, isl: int = 8192):
+    quant = "nvfp4" if precision == "fp4" else "fp8"
+    row = _row(f"silicon_concurrency={conc}; measured={measured}T00:00:00.000Z")
+    row.update(backend="vllm", backend_version="0.19.0", model_path="MiniMaxAI/MiniMax-M2.5", system=system)
+    row.update(
+        precision=precision, gemm_quant_mode=quant, moe_quant_mode=quant, isl=str(isl), batch_size=str(conc)
+    )
+    row.update(tp_size=str(tp), attention_dp_size="1", moe_tp_size=str(tp), moe_ep_size="1")
+    return row
+
+
+def test_a_budget_written_as_a_multiple_of_the_input_length_follows_the_row():
+    assert pick(IslTimes(isl_times=2), _load(isl=8192)) == 16384
+    assert pick(IslTimes(isl_times=2), _load(isl=1024)) == 2048
+
+
+def test_minimax_rows_get_the_script_of_their_gpu_and_precision():
+    """InferenceX keeps one MiniMax-M2.5 vLLM script per GPU and precision: the B200/B300 ones set an FP8 KV
+    cache, a budget of twice the input length, CUDA graphs to 2,048 and a 0.9 share (from 2026-04-03 on the
+    B200); the H100 one 256 sequences; the H200 one a 0.95 share; a row measured before its GPU's script
+    (a work-in-progress run) keeps the engine's defaults."""
+    fp8 = to_case(_minimax_row("b300_sxm", "fp8", "2026-04-21"), MINIMAX).settings
+    assert fp8 is not None and "minimaxm2.5_fp8_b300.sh" in fp8.recipe
+    assert (fp8.kv_cache_dtype, fp8.max_num_batched_tokens, fp8.cuda_graph_max_batch, fp8.memory_share) == (
+        Dtype.fp8,
+        16384,
+        2048,
+        0.9,
+    )
+    fp4 = to_case(_minimax_row("b300_sxm", "fp4", "2026-04-21"), MINIMAX).settings
+    assert fp4 is not None and "minimaxm2.5_fp4_b300.sh" in fp4.recipe
+    assert to_case(_minimax_row("b300_sxm", "fp8", "2026-04-03"), MINIMAX).settings is None
+    # the first B200 FP8 script (vLLM 0.17.0) kept vLLM's BF16 cache at a 0.95 share
+    march = to_case(_minimax_row("b200_sxm", "fp8", "2026-03-11"), MINIMAX).settings
+    assert march is not None and (march.kv_cache_dtype, march.memory_share) == (None, 0.95)
+    h100 = to_case(_minimax_row("h100_sxm", "fp8", "2026-03-27", tp=4), MINIMAX).settings
+    assert h100 is not None and h100.max_num_seqs == 256
+    h200 = to_case(_minimax_row("h200_sxm", "fp8", "2026-03-28", tp=4), MINIMAX).settings
+    assert h200 is not None and h200.memory_share == 0.95 and h200.kv_cache_dtype is None
+
+
+def test_the_recipes_fp8_cache_holds_what_the_engine_default_queues():
+    """256 clients of up to 8,192 + 1,024 tokens on two B300s: the FP8 cache the script sets holds every
+    sequence (twice the tokens of vLLM's default BF16 cache, `--kv-cache-dtype auto` for this checkpoint),
+    where the BF16 one holds about half of them and the rest queue for their first token."""
+    price = Pricer(load_system("b300_sxm"), "aggregated", prompts_per_concurrency=2)
+    case = to_case(_minimax_row("b300_sxm", "fp8", "2026-04-21"), MINIMAX)
+    params = defaults()["vllm"]
+    recipe = price.estimate(case, params)
+    default = price.estimate(replace(case, settings=replace(case.settings, kv_cache_dtype=None)), params)
+    assert recipe.memory["max_kv_tokens"] > 1.9 * default.memory["max_kv_tokens"]
+    assert recipe.scheduler["kv_max_sequences"] >= 256 > default.scheduler["kv_max_sequences"]
+    assert recipe.scheduler["preemptions"] == 0 < default.scheduler["preemptions"]
+    # the first wave's prompts (all 256 at once) are computed either way; the queue is the BF16 cache's
+    assert default.percentiles["ttft_ms"]["p50"] > 3 * recipe.percentiles["ttft_ms"]["p50"]

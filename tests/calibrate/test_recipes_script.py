@@ -225,3 +225,45 @@ def test_vllm_settings_are_read_from_its_config_yaml_and_flags(repo, tmp_path):
     )
     assert (same_day["from"], same_day["until"], last["from"]) == ("2025-10-29", "2025-10-29", "2025-10-29")
     assert last["settings"]["kv_cache_dtype"] == "auto" and last["until"] is None
+
+
+MINIMAX_PATH = "benchmarks/single_node/minimaxm2.5_fp8_b300.sh"
+MINIMAX = """#!/usr/bin/env bash
+export VLLM_FLOAT32_MATMUL_PRECISION=high
+COMPILATION_CONFIG=${COMPILATION_CONFIG:-'{"mode":3}'}
+vllm serve $MODEL --port $PORT \\
+--tensor-parallel-size $TP \\
+--gpu-memory-utilization 0.90 \\
+--max-model-len $MAX_MODEL_LEN \\
+--kv-cache-dtype fp8 \\
+--max-cudagraph-capture-size 2048 \\
+--max-num-batched-tokens "$((ISL * 2 ))" \\
+--max-num-seqs "$MAX_NUM_SEQS" \\
+--compilation-config "$COMPILATION_CONFIG" \\
+--stream-interval 20 --no-enable-prefix-caching > $SERVER_LOG 2>&1 &
+"""
+
+
+def test_a_vllm_budget_of_twice_the_input_length_and_job_variables(repo, tmp_path):
+    """InferenceX's MiniMax-M2.5 scripts (one per GPU and precision) set the token budget to twice the job's
+    input length; a flag set from a job-level variable is recorded as written, not priced."""
+    _commit(repo, MINIMAX, "2026-04-21", MINIMAX_PATH)
+    (only,) = _ranges(repo, tmp_path, "vllm")
+    assert (only["system"], only["precision"], only["models"]) == ("b300_sxm", "fp8", ["minimax-m2.5"])
+    s = only["settings"]
+    assert s["max_num_batched_tokens"] == {"isl_times": 2}
+    assert (s["kv_cache_dtype"], s["gpu_memory_utilization"], s["max_cudagraph_capture_size"]) == (
+        "fp8",
+        0.9,
+        2048,
+    )
+    assert s["max_num_seqs"] is None  # the job's $MAX_NUM_SEQS: not known for a row
+    assert s["recorded"]["max_num_seqs"] == "$MAX_NUM_SEQS"
+    assert s["recorded"]["compilation_config"] == "$COMPILATION_CONFIG"
+    assert s["recorded"]["enable_prefix_caching"] is False
+
+
+def test_a_vllm_multiple_of_another_variable_stops_it(repo, tmp_path):
+    _commit(repo, MINIMAX.replace("$((ISL * 2 ))", "$((OSL * 2 ))"), "2026-04-21", MINIMAX_PATH)
+    done = _run(repo, tmp_path / "out.json")
+    assert done.returncode != 0 and "--max-num-batched-tokens $((OSL * 2 ))" in done.stderr

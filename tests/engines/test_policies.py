@@ -10,6 +10,7 @@ from servelab.engines.policy import SchedulingPolicy
 from servelab.engines.policy_registry import POLICIES, policy_for
 from servelab.engines.sglang.policy import SglangPolicy
 from servelab.engines.trtllm.policy import TrtllmPolicy
+from servelab.engines.vllm.batch import reserve_full_prompt_default
 from servelab.engines.vllm.policy import VllmPolicy
 from servelab.errors import ServelabError
 from servelab.predict.engines import documented_profiles
@@ -97,6 +98,31 @@ def test_vllm_preempts_the_last_admitted_and_queues_it_first_to_recompute():
     assert lane.waiting[0].prompt == 12  # 10 prompt tokens + 2 emitted, all to recompute
     assert batch is not None and batch.decodes == 1 and not batch.chunks  # nothing else fits
     assert VllmPolicy().reserve_ratio(lane) == 0.0  # and nothing was reserved for output
+
+
+@pytest.mark.parametrize("whole, admitted", [(True, False), (False, True)])
+def test_vllm_admits_a_request_only_if_its_whole_prompt_fits(whole, admitted):
+    """From vLLM 0.19.0 (scheduler_reserve_full_isl) a waiting request is admitted only where the free cache
+    holds all of its prompt: request 0 decodes (10 tokens and its next one), leaving 39 of a 50-token cache;
+    request 1's 60-token prompt has a first chunk of 29 under a 30-token budget, which fits: 0.18 admits it,
+    0.19 does not."""
+    lane = _lane(VllmPolicy(reserve_full_prompt=whole), budget=30, kv=50.0)
+    lane.add(_request(0, 10, 50))
+    assert _chunks(_step(lane)) == [(0, 10, 0)]
+    lane.add(_request(1, 60, 5))
+    batch = _step(lane, decode_steps=1)
+    assert batch.decodes == 1
+    assert _chunks(batch) == ([(1, 29, 0)] if admitted else [])
+    assert [r.idx for r in lane.waiting] == ([] if admitted else [1])
+
+
+def test_vllm_whole_prompt_admission_follows_the_release():
+    assert reserve_full_prompt_default("0.19.0")[0] and reserve_full_prompt_default("v0.25.0")[0]
+    assert not reserve_full_prompt_default("0.18.1")[0] and not reserve_full_prompt_default("0.12.0")[0]
+    assert reserve_full_prompt_default(None)[0]  # not known: the newest releases'
+    profile = documented_profiles()["vllm"]
+    old = profile.model_copy(update={"reserve_full_prompt": False})
+    assert old.policy.admits_whole_prompt() is False and profile.policy.admits_whole_prompt() is True
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------------

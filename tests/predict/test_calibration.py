@@ -59,6 +59,17 @@ def test_parallel_reading():
     assert (p.tp, p.ep, p.dp_attn) == (8, 8, True)
     with pytest.raises(ValueError, match="attention on 1 GPUs but MoE on 2"):
         parallel_of(row(tp_size="1", attention_dp_size="", moe_tp_size="2", moe_ep_size="1"))
+    # InferenceX's single-node vLLM runs of {tp: T, ep: T}, written tp T, attention_dp T, moe_ep T x T by the
+    # later exports (16 GPUs for tp4_ep4 on an 8-GPU node), ran on T GPUs: tp T x ep T
+    vllm = {"model_path": "MiniMaxAI/MiniMax-M2.5", "backend": "vllm"}
+    for t in (2, 4):
+        p, note = parallel_of(
+            row(**vllm, tp_size=str(t), attention_dp_size=str(t), moe_tp_size="1", moe_ep_size=str(t * t))
+        )
+        assert (p.tp, p.ep, p.dp_attn, p.gpus) == (t, t, False, t) and "read as" in note
+    # the earlier export's form of the same runs reads the same
+    p, _ = parallel_of(row(**vllm, tp_size="4", attention_dp_size="1", moe_tp_size="1", moe_ep_size="4"))
+    assert (p.tp, p.ep, p.dp_attn) == (4, 4, False)
     # a dense model ignores the MoE fields
     p, _ = parallel_of(row(tp_size="2", moe_tp_size="1"), is_moe=False)
     assert p.tp == 2

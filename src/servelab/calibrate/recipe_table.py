@@ -2,9 +2,10 @@
 version of an InferenceX recipe script set, in the engine's own words, and the dates it was in use (written
 by scripts/inferencex_recipes.py; calibrate/recipes.py resolves them for a row's load).
 
-A setting is a value, "conc" (the client concurrency), or a branch on the load, {"when": {"isl": I, "osl":
-O}, "then": A, "else": B}, as the script's `if` around its launch. A malformed file is one line naming the
-file and the field.
+A setting is a value, "conc" (the client concurrency), a multiple of the input length, {"isl_times": k} (the
+script's `$((ISL * k))`), or a branch on the load, {"when": {"isl": I, "osl": O}, "then": A, "else": B}, as
+the script's `if` around its launch. A range may name the precision of the rows it ran (`precision`), where
+one system has a script per precision. A malformed file is one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -61,17 +62,26 @@ class Branch(_Data):
     otherwise: Setting = Field(alias="else")
 
 
-# a value, "conc", a branch, or (the settings a script recorded) a mapping of values
-Setting = Annotated[Branch | Scalar | dict[str, Scalar], Field(union_mode="left_to_right")]
+class IslTimes(_Data):
+    """A count the script wrote as a multiple of the job's input length (`$((ISL * 2))`)."""
+
+    isl_times: int = Field(ge=1)
+
+
+# a value, "conc", a multiple of the input length, a branch, or (the settings a script recorded) a mapping of
+# values
+Setting = Annotated[Branch | IslTimes | Scalar | dict[str, Scalar], Field(union_mode="left_to_right")]
 Branch.model_rebuild()
 
 
 def pick(value: Setting, load: Load) -> Any:
-    """A setting for this load: a branch resolved by the load, "conc" the client concurrency, anything else
-    itself."""
+    """A setting for this load: a branch resolved by the load, "conc" the client concurrency, a multiple of
+    the input length that many times the row's nominal input length, anything else itself."""
     if isinstance(value, Branch):
         hit = all(getattr(load, key) == want for key, want in value.when.items())
         return pick(value.then if hit else value.otherwise, load)
+    if isinstance(value, IslTimes):
+        return value.isl_times * load.isl
     return load.concurrency if value == "conc" else value
 
 
@@ -222,6 +232,7 @@ class _Range(_Data):
 
     models: list[str]
     system: str
+    precision: str | None = None  # the rows' precision column this script ran (None: every row's)
     start: str = Field(alias="from")
     until: str | None
     versions: list[ScriptVersion] = Field(min_length=1)

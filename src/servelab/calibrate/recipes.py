@@ -80,20 +80,27 @@ class RunSettings:
         return {k: v for k, v in fields.items() if v is not None}
 
 
-def find_recipe(engine: Engine, model: str, system: str, date: str) -> RecipeRange | None:
-    """The recipe range in use on `date` (YYYY-MM-DD) for this engine, model name and system, or None."""
+def find_recipe(
+    engine: Engine, model: str, system: str, date: str, precision: str | None = None
+) -> RecipeRange | None:
+    """The recipe range in use on `date` (YYYY-MM-DD) for this engine, model name and system, or None; a
+    range written for one precision (the rows' precision column) serves only rows of that precision."""
     for r in recipe_table().recipes:
         if r.engine != engine or model not in r.models or r.system != system:
+            continue
+        if r.precision is not None and r.precision != precision:
             continue
         if r.start <= date and (r.until is None or date < r.until):
             return r
     return None
 
 
-def run_settings(engine: Engine, model: str, system: str, date: str, load: Load) -> RunSettings | None:
-    """The settings a row measured on `date` ran with, or None where no recipe covers it; ValueError where
-    the recipe sets something servelab cannot represent."""
-    r = find_recipe(engine, model, system, date)
+def run_settings(
+    engine: Engine, model: str, system: str, date: str, load: Load, precision: str | None = None
+) -> RunSettings | None:
+    """The settings a row of `precision` measured on `date` ran with, or None where no recipe covers it;
+    ValueError where the recipe sets something servelab cannot represent."""
+    r = find_recipe(engine, model, system, date, precision)
     if r is None:
         return None
     used = r.in_use(date)

@@ -107,12 +107,14 @@ def measured_date(row: dict) -> str:
     return parse_measured(measured_of(row))[1]
 
 
-def with_recipe(case: Case) -> Case:
-    """The case with the settings its recipe set on its measured date, where a recipe covers it."""
+def with_recipe(case: Case, precision: str | None = None) -> Case:
+    """The case with the settings its recipe set on its measured date, where a recipe covers it
+    (`precision`: the row's precision column, which picks the script where a system has one per
+    precision)."""
     if not case.measured:
         return case
     load = Load(case.parallel.tp, case.parallel.dp_attn, case.concurrency, case.isl, case.osl)
-    case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load)
+    case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load, precision)
     return case
 
 
@@ -121,9 +123,15 @@ def parallel_of(row: dict, is_moe: bool = True) -> tuple[Parallel, str]:
 
     AIConfigurator writes tp x attention_dp GPUs for attention and moe_tp x moe_ep for MoE layers; both must
     count the same GPUs. Some rows write tp_size = tp x ep (64 = 8 x 8 on one 8-GPU node; 16 = 4 x 4 where the
-    row id says tp4_ep4): those read as tp = moe_tp, ep = moe_ep. Rows whose counts disagree otherwise are
-    refused (for example tp 1 with moe_tp 2 for a 235B model that cannot fit one GPU). Dense models have no
-    MoE split: their moe fields are ignored."""
+    row id says tp4_ep4): those read as tp = moe_tp, ep = moe_ep. Rows written tp T, attention_dp T, moe_tp 1,
+    moe_ep T x T are InferenceX's single-node vLLM runs of `{tp: T, ep: T}` (MiniMax-M2.5's and Kimi-K2.5's,
+    no other row): their scripts launch on T GPUs (`--tensor-parallel-size $TP --enable-expert-parallel`, or
+    for a dp-attn run of the NVFP4 scripts `--tensor-parallel-size=1 --data-parallel-size=$TP`), and the same
+    H100 runs, measured alike, are written tp 4, moe_ep 4 in one export (2026-03-25.csv) and tp 4,
+    attention_dp 4, moe_ep 16 in the next (2026-04-06.csv); they read as tp = ep = T (the export drops the
+    dp-attn flag, so attention is read as tensor-parallel). Rows whose counts disagree otherwise are refused
+    (for example tp 1 with moe_tp 2 for a 235B model that cannot fit one GPU). Dense models have no MoE split:
+    their moe fields are ignored."""
     tp = _int(row, "tp_size", 1)
     dp = _int(row, "attention_dp_size", 1)
     moe_tp = _int(row, "moe_tp_size", tp * dp)
@@ -133,6 +141,9 @@ def parallel_of(row: dict, is_moe: bool = True) -> tuple[Parallel, str]:
     if not is_moe:
         return Parallel(tp=tp * dp, pp=pp), note
     attn_gpus, moe_gpus = tp * dp, moe_tp * moe_ep
+    if tp > 1 and dp == tp and moe_tp == 1 and moe_ep == tp * dp:
+        note = f"tp_size {tp}, attention_dp_size {dp}, moe_ep_size {moe_ep} read as tp {tp} x ep {tp}"
+        return Parallel(tp=tp, ep=tp, pp=pp), note
     if attn_gpus > GPUS_PER_NODE and moe_tp == moe_ep and attn_gpus == moe_gpus:
         note = f"tp_size {attn_gpus} read as tp {moe_tp} x ep {moe_ep}"
         return Parallel(tp=moe_tp, ep=moe_ep, dp_attn=dp > 1, pp=pp), note
@@ -225,7 +236,7 @@ def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
         measured=measured_date(row),
         silicon_source=row.get("silicon_data_source") or "",
     )
-    return with_recipe(case)
+    return with_recipe(case, (row.get("precision") or "").strip() or None)
 
 
 def skip_reason(e: ValueError) -> str:

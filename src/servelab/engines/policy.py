@@ -6,12 +6,13 @@ stretches of identical decode steps, statistics. When prompts wait, it asks its 
 carries (`form_step`: prompt chunks beside the decodes, prompt chunks alone, or decodes alone while new
 prompts are held). While it admits requests in queue order under the token budget, max_num_seqs and the KV
 cache, the policy says how much of the admitted requests' future output the cache must keep room for
-(`reserve_ratio`, counted to at most `reserve_clip` tokens a request) and whether a refusal closes admission
-until a running request leaves (`latches_admission`); what it says once for the whole run (`reserves`,
-`reserve_clip`, `latches_admission`, `holds`) the lane asks once. When the cache cannot hold the decodes'
-next tokens, the lane preempts the policy's `victim` until they fit, queues each victim again where
-`requeue` says (its prompt and output so far are recomputed), then calls `after_preemption`. With a hold
-rule it reports every step it ran (`after_steps`).
+(`reserve_ratio`, counted to at most `reserve_clip` tokens a request), whether a request needs room for its
+whole prompt or only for the chunk the step computes (`admits_whole_prompt`) and whether a refusal closes
+admission until a running request leaves (`latches_admission`); what it says once for the whole run
+(`reserves`, `reserve_clip`, `admits_whole_prompt`, `latches_admission`, `holds`) the lane asks once. When
+the cache cannot hold the decodes' next tokens, the lane preempts the policy's `victim` until they fit,
+queues each victim again where `requeue` says (its prompt and output so far are recomputed), then calls
+`after_preemption`. With a hold rule it reports every step it ran (`after_steps`).
 
 `LaneView` is what a policy may read of a lane and call on it (servelab.engines never imports the
 simulator). Each engine's policy is one subclass in its package (engines/<engine>/policy.py);
@@ -156,6 +157,11 @@ class SchedulingPolicy(BaseModel):
         admitted (0: none, and a request needs room only for what the step computes; above 0 it also needs
         room for all of its own output)."""
         return 0.0
+
+    def admits_whole_prompt(self) -> bool:
+        """Whether a waiting request is admitted only when the free KV cache holds its whole prompt, not only
+        the chunk this step computes (asked once per lane; False: the chunk)."""
+        return False
 
     def reserve_clip(self) -> int:
         """At most this many of a request's remaining output tokens count in the reserve (0: all)."""

@@ -57,7 +57,7 @@ from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaul
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
 from servelab.engines.trtllm.moe import unfitted_backend
-from servelab.engines.vllm.batch import async_scheduling_default
+from servelab.engines.vllm.batch import async_scheduling_default, reserve_full_prompt_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.errors import ServelabError, closest
 from servelab.predict.fit_reach import FitReach
@@ -369,8 +369,8 @@ def vllm_batch(
     profile: EngineProfile, gpu_gib: float, gpu_name: str, version: str | None, given: dict[str, Any]
 ) -> dict[str, Any]:
     """vLLM's batch defaults for the GPU and release where the launch set none, and its release's async
-    scheduling where the launch did not say, with the profile's source saying which rules gave them. A
-    default max_num_seqs is at most the token budget, as vLLM caps it."""
+    scheduling and whole-prompt admission where the launch did not say, with the profile's source saying
+    which rules gave them. A default max_num_seqs is at most the token budget, as vLLM caps it."""
     update: dict[str, Any] = {}
     notes = []
     if "max_num_batched_tokens" not in given or "max_num_seqs" not in given:
@@ -383,6 +383,9 @@ def vllm_batch(
         notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)
+        notes.append(why)
+    if "reserve_full_prompt" not in given:
+        update["reserve_full_prompt"], why = reserve_full_prompt_default(version)
         notes.append(why)
     update["source"] = "; ".join([given.get("source", profile.source), *notes])
     return update

@@ -117,3 +117,23 @@ def async_scheduling_default(version: str | None) -> tuple[bool, str]:
     if release >= Version(ASYNC_SCHEDULING_FROM):
         return True, f"async scheduling on (the default from vLLM {ASYNC_SCHEDULING_FROM})"
     return False, f"async scheduling off (vLLM {release} predates its default, {ASYNC_SCHEDULING_FROM})"
+
+
+# The first release whose scheduler admits a request only when its whole prompt fits the free KV cache
+# (SchedulerConfig.scheduler_reserve_full_isl, default True, vllm/config/scheduler.py of vllm-0.19.0.tar.gz,
+# sha256 81e59cf87175e7a6...; absent from 0.17.0, 0.17.1, 0.18.0 and 0.18.1, read in their sdists; still True
+# in 0.25.0 and 0.32.0).
+RESERVE_FULL_PROMPT_FROM = "0.19.0"
+
+
+def reserve_full_prompt_default(version: str | None) -> tuple[bool, str]:
+    """Whether `vllm serve` of the release `version` admits a request only when its whole prompt fits the free
+    KV cache (None, a nightly or a custom build: as the newest releases, yes), and a line saying why."""
+    release = numbered_release(version)
+    said = "whole-prompt admission (scheduler_reserve_full_isl, the default from vLLM "
+    said += RESERVE_FULL_PROMPT_FROM
+    if release is None:
+        return True, f"{said}; release not known)"
+    if release >= Version(RESERVE_FULL_PROMPT_FROM):
+        return True, f"{said})"
+    return False, f"first-chunk admission (vLLM {release} predates scheduler_reserve_full_isl)"

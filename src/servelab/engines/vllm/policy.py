@@ -21,6 +21,12 @@ class VllmPolicy(SchedulingPolicy):
     # True unless an option excludes it; 0.13.0 and before: False); servelab.engines.vllm.batch sets it by
     # release.
     async_scheduling: bool = True
+    # a waiting request is admitted only if the free KV cache holds all of its tokens, not only the first
+    # chunk (vllm/v1/core/sched/scheduler.py `Scheduler.schedule` calls
+    # kv_cache_manager.can_fit_full_sequence before allocate_slots while
+    # SchedulerConfig.scheduler_reserve_full_isl, True by default from vLLM 0.19.0; 0.18.1 and before check
+    # the chunk only); servelab.engines.vllm.batch sets it by release.
+    reserve_full_prompt: bool = True
 
     def form_step(self, lane: LaneView[R]) -> StepPlan:
         """Every decoding request gets its token(s); requests part-way through their prompt continue
@@ -30,6 +36,9 @@ class VllmPolicy(SchedulingPolicy):
 
     def schedules_ahead(self) -> bool:
         return self.async_scheduling
+
+    def admits_whole_prompt(self) -> bool:
+        return self.reserve_full_prompt
 
     def victim(self, lane: LaneView[R]) -> R:
         """The most recently admitted request; its KV cache is freed and recomputed later."""

@@ -10,7 +10,9 @@ token budget (max_num_batched_tokens), the sequence limit (max_num_seqs) and the
 reserves KV for future output (its reserve ratio above 0) admits a request only if the cache also holds all
 of its output, all of the output of the requests admitted before it in the same step, and that share of the
 remaining output of the requests admitted earlier, each request counted to at most the policy's clip; where
-the policy latches admission, a refusal closes it until a running request finishes or is preempted.
+the policy latches admission, a refusal closes it until a running request finishes or is preempted. A policy
+that admits whole prompts (vLLM from 0.19.0) admits a request only where the cache holds all of its prompt,
+not only the chunk this step computes.
 Otherwise decodes run alone, as a stretch of identical steps.
 
 Decoding requests are not touched one by one: they share a counter G of tokens each has emitted since the
@@ -146,6 +148,7 @@ class Lane:
         self.clip = policy.reserve_clip()
         self.reserves = policy.reserves()  # admission keeps KV room for future output
         self.latch = policy.latches_admission()  # a refusal closes admission until a request leaves
+        self.whole_prompt = policy.admits_whole_prompt()  # admission needs room for the whole prompt
         self.holds = policy.holds(limits)  # the policy may hold new prompts back (it counts the steps)
         self.admission_closed = False  # no admission until a running request finishes or is preempted
         # the state policies keep here (servelab.engines.policy.LaneView)
@@ -375,6 +378,8 @@ class Lane:
                 left = req.osl - req.out
                 reserved += (min(left, clip) if clip else left) * per_token
                 need = lim.kv_fixed + req.prompt * per_token + reserved
+            elif self.whole_prompt:
+                need = lim.kv_fixed + req.prompt * per_token
             if need > free:
                 st.blocked_kv += 1
                 self.admission_closed = self.latch
