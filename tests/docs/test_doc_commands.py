@@ -424,8 +424,7 @@ def _run_by(sessions: dict[str, list[DocCommand]]) -> dict[str, str]:
     whose first commands are its lines (less trailing comments), after the same setup. README.md's tour
     shows lines some docs' sessions begin with (`servelab calibrate roofline ... --dry-run`, `servelab
     plan`); a second run of them in a fresh directory of the same files tests nothing the first does not.
-    Each result is still checked
-    against its own doc's exit code."""
+    Each result is still checked against its own doc's exit code."""
     order = list(sessions)
     lines = {s: [_without_comment(c.line) for c in cmds] for s, cmds in sessions.items()}
     setups = {s: _setups_of(cmds) for s, cmds in sessions.items()}
