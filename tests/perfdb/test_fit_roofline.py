@@ -15,6 +15,7 @@ from servelab.calibrate.roofline import (
     load_rows,
     make_roofline,
     objective,
+    start_params,
 )
 from servelab.errors import ServelabError
 from servelab.perfdb.efficiencies import efficiencies
@@ -53,14 +54,7 @@ def test_a_trial_prices_each_row_as_the_roofline_does():
     system = load_system("h200_sxm")
     rows = load_rows(load_tables(table_dirs(system.name)[0], system, strict=True))
     assert set(rows) == set(FITTED_FAMILIES)
-    eff = efficiencies(system.name)
-    start = {
-        "gemm_bf16": eff.gemm_compute["bf16"],
-        "gemm_fp8": eff.gemm_compute["fp8"],
-        "attention": eff.attention_compute,
-        "memory": eff.memory,
-        "kernel_us": eff.kernel_us,
-    }
+    start = start_params(efficiencies(system.name))
     trials = Trials(system, rows, start)
     rng = random.Random(3)
     for params in [

@@ -19,7 +19,7 @@ import numpy as np
 
 import servelab
 from servelab.errors import ServelabError
-from servelab.perfdb.efficiencies import efficiencies, read_efficiencies
+from servelab.perfdb.efficiencies import Efficiencies, efficiencies, read_efficiencies
 from servelab.perfdb.roofline import Roofline, WorkArrays
 from servelab.perfdb.tables import TableSet, load_tables, table_dirs
 from servelab.specs import SystemSpec, load_system
@@ -117,6 +117,17 @@ def fit(system: SystemSpec, rows: dict, start: dict[str, float]) -> dict[str, fl
     return params
 
 
+def start_params(eff: Efficiencies) -> dict[str, float]:
+    """The fit's five free numbers as the efficiencies give them (where the coordinate descent starts)."""
+    return {
+        "gemm_bf16": eff.gemm_compute["bf16"],
+        "gemm_fp8": eff.gemm_compute["fp8"],
+        "attention": eff.attention_compute,
+        "memory": eff.memory,
+        "kernel_us": eff.kernel_us,
+    }
+
+
 def _shown(directory: Path) -> str:
     """A table directory as the provenance shows it: relative to the working directory when inside it."""
     here = Path.cwd()
@@ -146,13 +157,7 @@ def fit_roofline(
     if not rows:
         raise ServelabError(f"{directory}: no tables of the fitted families")
     eff = efficiencies(system.name)
-    start = {
-        "gemm_bf16": eff.gemm_compute["bf16"],
-        "gemm_fp8": eff.gemm_compute["fp8"],
-        "attention": eff.attention_compute,
-        "memory": eff.memory,
-        "kernel_us": eff.kernel_us,
-    }
+    start = start_params(eff)
     before, per_before = objective(system, start, rows)
     params = fit(system, rows, start)
     after, per_after = objective(system, params, rows)
