@@ -318,8 +318,9 @@ def checkout(ref_dir: Path) -> Iterator[Path]:
         yield configs
 
 
-def compare(ref_dir: Path) -> dict:
-    """servelab's sweep of a pinned ref against upstream's: counts and a verdict."""
+def compare(ref_dir: Path, cache=None) -> dict:
+    """servelab's sweep of a pinned ref against upstream's: counts and a verdict; `cache` (a JobCache) holds
+    the jobs of the refs compared before, so a recipe unchanged between refs is rendered once."""
     from servelab.errors import ServelabError  # noqa: PLC0415  # `pin --list` runs without servelab
     from servelab.recipes.recipe_store import open_store  # noqa: PLC0415
     from servelab.recipes.sweep import SERVELAB_FIELDS, expand  # noqa: PLC0415
@@ -330,7 +331,9 @@ def compare(ref_dir: Path) -> dict:
             store = open_store(configs)
             # the ref's generator, from its pinned facts (a checkout's own would be parsed from its source)
             store.generator = pinned_generator(ref_dir)
-            rows = [{k: v for k, v in j.to_json().items() if k not in SERVELAB_FIELDS} for j in expand(store)]
+            jobs = expand(store, cache=cache)
+            # a job's JSON holds its row's fields and SERVELAB_FIELDS: the row, less those, is the rest
+            rows = [{k: v for k, v in j.row.items() if k not in SERVELAB_FIELDS} for j in jobs]
             error, notes = None, list(store.notes or ())
         except ServelabError as e:
             rows, error, notes = None, str(e).replace(str(configs), "configs"), []
@@ -470,8 +473,11 @@ def main() -> None:
     spec = SETS[args.set]
     args.dest = args.dest or spec.dest
     if args.command == "compare":  # what tests/recipes/test_inferencex_refs*.py check
+        from servelab.recipes.sweep import JobCache  # noqa: PLC0415
+
         index = json.loads((args.dest / "index.json").read_text())
-        results = {e["short"]: compare(args.dest / e["short"]) for e in index}
+        cache = JobCache()  # the refs are snapshots of one repository: most recipes repeat between them
+        results = {e["short"]: compare(args.dest / e["short"], cache) for e in index}
         answer = {
             "pinned": PINNED,
             "known": {s: KNOWN[s] for s in results if s in KNOWN},

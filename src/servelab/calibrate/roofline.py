@@ -19,8 +19,8 @@ import numpy as np
 
 import servelab
 from servelab.errors import ServelabError
-from servelab.perfdb.efficiencies import efficiencies, read_efficiencies
-from servelab.perfdb.roofline import Roofline
+from servelab.perfdb.efficiencies import Efficiencies, efficiencies, read_efficiencies
+from servelab.perfdb.roofline import Roofline, WorkArrays
 from servelab.perfdb.tables import TableSet, load_tables, table_dirs
 from servelab.specs import SystemSpec, load_system
 
@@ -74,24 +74,58 @@ def make_roofline(system: SystemSpec, params: dict[str, float]) -> Roofline:
 
 def objective(system: SystemSpec, params: dict[str, float], rows: dict) -> tuple[float, dict[str, float]]:
     r = make_roofline(system, params)
+    return _score(rows, {name: [r.latency(k).us for k, _ in items] for name, items in rows.items()})
+
+
+def _score(rows: dict, priced: dict[str, list[float]]) -> tuple[float, dict[str, float]]:
+    """The mean over families of the median |log(measured / roofline)|, and each family's median."""
     per = {}
     for name, items in rows.items():
-        errs = [abs(math.log(us / r.latency(k).us)) for k, us in items]
+        errs = [
+            abs(math.log(us / roofline_us)) for (_, us), roofline_us in zip(items, priced[name], strict=True)
+        ]
         per[name] = float(np.median(errs))
     return (float(np.mean(list(per.values()))) if per else 0.0), per
 
 
+class Trials:
+    """`objective` for the fitted families, each row's work (flops, bytes, tiles, launches: what the
+    efficiencies do not change) computed once; a trial prices it again (Roofline.priced_all), to the same
+    floats as the roofline's latency of each key."""
+
+    def __init__(self, system: SystemSpec, rows: dict, params: dict[str, float]):
+        self.system, self.rows = system, rows
+        r = make_roofline(system, params)
+        self.works = {name: WorkArrays([r.work(k) for k, _ in items]) for name, items in rows.items()}
+
+    def objective(self, params: dict[str, float]) -> float:
+        r = make_roofline(self.system, params)
+        return _score(self.rows, {name: r.priced_all(w) for name, w in self.works.items()})[0]
+
+
 def fit(system: SystemSpec, rows: dict, start: dict[str, float]) -> dict[str, float]:
     params = dict(start)
-    best, _ = objective(system, params, rows)
+    trials = Trials(system, rows, start)
+    best = trials.objective(params)
     for _ in range(3):
         for name, grid in GRIDS.items():
             for value in grid:
                 trial = dict(params, **{name: float(value)})
-                score, _ = objective(system, trial, rows)
+                score = trials.objective(trial)
                 if score < best - 1e-9:
                     best, params = score, trial
     return params
+
+
+def start_params(eff: Efficiencies) -> dict[str, float]:
+    """The fit's five free numbers as the efficiencies give them (where the coordinate descent starts)."""
+    return {
+        "gemm_bf16": eff.gemm_compute["bf16"],
+        "gemm_fp8": eff.gemm_compute["fp8"],
+        "attention": eff.attention_compute,
+        "memory": eff.memory,
+        "kernel_us": eff.kernel_us,
+    }
 
 
 def _shown(directory: Path) -> str:
@@ -123,13 +157,7 @@ def fit_roofline(
     if not rows:
         raise ServelabError(f"{directory}: no tables of the fitted families")
     eff = efficiencies(system.name)
-    start = {
-        "gemm_bf16": eff.gemm_compute["bf16"],
-        "gemm_fp8": eff.gemm_compute["fp8"],
-        "attention": eff.attention_compute,
-        "memory": eff.memory,
-        "kernel_us": eff.kernel_us,
-    }
+    start = start_params(eff)
     before, per_before = objective(system, start, rows)
     params = fit(system, rows, start)
     after, per_after = objective(system, params, rows)

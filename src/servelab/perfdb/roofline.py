@@ -8,10 +8,14 @@ one-shot / two-shot kernels, PEER_BARRIER_US); for torch, as NCCL's ring, which 
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 from servelab.engines import MODELLED
+from servelab.errors import ServelabError
 from servelab.perfdb.efficiencies import Efficiencies, efficiencies, fit_for
 from servelab.perfdb.keys import (
     DSV4_TOPK,
@@ -105,6 +109,33 @@ def _compute_class(name: str) -> str:
         return "bf16"
 
 
+@dataclass(slots=True)  # not frozen: a frozen one takes three times as long to make, once a key priced
+class Work:
+    """What a GEMM, attention or elementwise term prices, apart from the efficiencies: `flops` at the peak of
+    the `compute` class times its `kind`'s efficiency (gemm or attention) times `tile_eff`, `bytes` at the
+    HBM bandwidth, and `kernels` launches. The roofline fit (calibrate/roofline.py) prices one row's work
+    under hundreds of trial efficiencies."""
+
+    flops: float
+    bytes: float
+    compute: str = "bf16"
+    kind: str = "gemm"
+    tile_eff: float = 1.0
+    kernels: int = 1
+
+
+class WorkArrays:
+    """Many terms' work as arrays (`Roofline.priced_all` prices them at once)."""
+
+    def __init__(self, works: list[Work]):
+        self.flops = np.array([w.flops for w in works], dtype=float)
+        self.bytes = np.array([w.bytes for w in works], dtype=float)
+        self.tile_eff = np.array([w.tile_eff for w in works], dtype=float)
+        self.kernels = np.array([w.kernels for w in works], dtype=float)
+        self.rates = sorted({(w.compute, w.kind) for w in works})  # the distinct flops rates
+        self.rate_of = np.array([self.rates.index((w.compute, w.kind)) for w in works], dtype=int)
+
+
 class Roofline:
     """Roofline latencies for one system: with the efficiencies fitted for it (else the defaults; when fitted,
     its spec's own `efficiencies` over them), and with 128-wide tile quantization of GEMMs (a partial tile
@@ -154,6 +185,12 @@ class Roofline:
             OpName.elementwise: self._elementwise,
         }
         self.terms: Registry[Callable[[Any], float]] = Registry("op", terms)
+        self._works: dict[str, Callable[[Any], Work]] = {
+            OpName.gemm: self._gemm_work,
+            OpName.attention_prefill: self._attention_prefill_work,
+            OpName.attention_decode: self._attention_decode_work,
+            OpName.elementwise: self._elementwise_work,
+        }
         self._terms = terms  # read first: the registry is asked only for an op it cannot find (its error)
         # answers by key: the perf tables ask for the same key's roofline many times (notes, fallbacks,
         # transfer ratios, interpolation references); so set any attribute before the first query
@@ -169,6 +206,25 @@ class Roofline:
 
     def _time(self, flops: float, bytes_: float, rate: float, kernels: int = 1) -> float:
         return max(flops / rate, bytes_ / self.bw) * 1e6 + self.kernel_us * kernels
+
+    def _priced(self, w: Work) -> float:
+        return self._time(w.flops, w.bytes, self._flops_rate(w.compute, w.kind) * w.tile_eff, w.kernels)
+
+    def priced_all(self, works: WorkArrays) -> list[float]:
+        """Each term's time, us: `_priced` on arrays, the same operations in the same order (so the same
+        floats: numpy's elementwise + - * / and maximum round as Python's do)."""
+        rates = np.array([self._flops_rate(c, kind) for c, kind in works.rates], dtype=float)
+        rate = rates[works.rate_of] * works.tile_eff
+        us = np.maximum(works.flops / rate, works.bytes / self.bw) * 1e6 + self.kernel_us * works.kernels
+        return us.tolist()
+
+    def work(self, key: OpKey) -> Work:
+        """A GEMM, attention or elementwise key's work (its latency is `_priced` of it, for this class's
+        terms); ServelabError for another op."""
+        split = self._works.get(key.op)
+        if split is None:
+            raise ServelabError(f"op {key.op}: the roofline splits only {', '.join(self._works)} into work")
+        return split(key)
 
     def latency(self, key: OpKey) -> OpLatency:
         hit = self._answers.get(key)
@@ -188,6 +244,9 @@ class Roofline:
 
     # ---- per op kind -------------------------------------------------------------------------------------
     def _gemm(self, k: Gemm) -> float:
+        return self._priced(self._gemm_work(k))
+
+    def _gemm_work(self, k: Gemm) -> Work:
         wb = _dtype_bytes(k.dtype)
         compute = _compute_class(k.dtype)
         # a float32 GEMM reads its input cast to float32 and writes float32 (vLLM's float32 router gates)
@@ -198,19 +257,25 @@ class Roofline:
         tiles = math.ceil(k.m / 128) * 128 * math.ceil(k.n / 128) * 128
         tile_eff = max(k.m * k.n / tiles, 1 / 16) if self.tile_quantized else 1.0
         bytes_ = k.n * k.k * wb + k.m * k.k * act + k.m * k.n * out
-        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff)
+        return Work(flops, bytes_, compute, "gemm", tile_eff)
 
     def _attention_prefill(self, k: AttentionPrefill) -> float:
+        return self._priced(self._attention_prefill_work(k))
+
+    def _attention_prefill_work(self, k: AttentionPrefill) -> Work:
         keys = min(k.seq, k.window) if k.window else (k.seq + 1) / 2
         flops = 4.0 * k.batch * k.heads * k.seq * keys * k.head_dim
         bytes_ = k.batch * k.seq * (2 * k.heads + 2 * k.kv_heads) * k.head_dim * 2
-        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+        return Work(flops, bytes_, "bf16", "attention")
 
     def _attention_decode(self, k: AttentionDecode) -> float:
+        return self._priced(self._attention_decode_work(k))
+
+    def _attention_decode_work(self, k: AttentionDecode) -> Work:
         kv = min(k.kv_len, k.window) if k.window else k.kv_len
         flops = 4.0 * k.batch * k.heads * kv * k.head_dim
         bytes_ = k.batch * kv * 2 * k.kv_heads * k.head_dim * _dtype_bytes(k.kv_dtype)
-        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+        return Work(flops, bytes_, "bf16", "attention")
 
     def _mla_prefill(self, k: MlaPrefill) -> float:
         flops = 2.0 * k.batch * k.heads * k.seq * (k.seq + 1) / 2 * (192 + 128)
@@ -317,4 +382,8 @@ class Roofline:
         return base + moved / busbw * 1e6
 
     def _elementwise(self, k: Memory) -> float:
-        return k.bytes / self.bw * 1e6 + self.kernel_us * k.kernels
+        return self._priced(self._elementwise_work(k))
+
+    def _elementwise_work(self, k: Memory) -> Work:
+        # no flops: max(0, bytes / bandwidth) is the memory time alone
+        return Work(0.0, k.bytes, kernels=k.kernels)

@@ -25,7 +25,7 @@ from servelab.recipes.recipe_store import benchmarks_of
 from servelab.recipes.schema import LmEval
 from servelab.recipes.srtslurm_jobs import deployment_for
 
-__all__ = ["MODEL_LEN_MARGIN", "SERVELAB_FIELDS", "Job", "build_job", "expand", "select_keys"]
+__all__ = ["MODEL_LEN_MARGIN", "SERVELAB_FIELDS", "Job", "JobCache", "build_job", "expand", "select_keys"]
 
 
 def _launch(store, recipe, point: Point) -> tuple[Launch | None, str | None, LaunchOrigin | None]:
@@ -176,8 +176,64 @@ def build_job(store, point: Point) -> Job:
     )
 
 
-def expand(store, patterns: list[str] | None = None, filters: Filters | None = None) -> list[Job]:
-    """The sweep's jobs: InferenceX's rows (matrix.py), each with its launch, benches and fingerprint."""
+class JobCache:
+    """Jobs already built, by everything build_job reads, so that sweeping many snapshots of one repository
+    (scripts/refresh_inferencex_refs.py compare: 25 snapshots, most recipes unchanged between them) builds
+    each distinct point once. build_job reads the point (config key, scenario, block, arm, row), the store's
+    recipe of that key, its runner label's queue and agents (or, where the label is missing, the runners
+    file's name) and the checkout's launch and srt-slurm scripts; the rest is servelab's own data. A store
+    with a checkout is not cached: the key does not hold its scripts. The jobs are shared: read, never
+    changed."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple, Job] = {}
+        self.hits = 0
+        self._store, self._cached = None, False
+        # the current store's models written out, by id (each held, so that no other takes its id)
+        self._written: dict[int, tuple[object, str]] = {}
+
+    def build(self, store, point: Point) -> Job:
+        if store is not self._store:
+            self._store, self._written = store, {}
+            self._cached = store.checkout is None and benchmarks_of(store.source) is None
+        if not self._cached:
+            return build_job(store, point)
+        recipe = store.recipes[point.key]
+        runner = store.runner_labels.runners.get(recipe.runner)
+        inputs = (
+            point.key,
+            point.scenario,
+            repr(point.row),
+            self._of(recipe),
+            self._of(point.block),
+            self._of(point.arm),
+            store.runner_labels.source if runner is None else repr((runner.queue, runner.agents)),
+        )
+        job = self.jobs.get(inputs)
+        if job is None:
+            job = self.jobs[inputs] = build_job(store, point)
+        else:
+            self.hits += 1
+        return job
+
+    def _of(self, model) -> str:
+        """A model's values and which of its fields were written, at every level (renderers read both: a
+        model's `dump()` holds only the fields written)."""
+        held = self._written.get(id(model))
+        if held is None:
+            text = repr((model.model_dump(), model.model_dump(exclude_unset=True)))
+            held = self._written[id(model)] = (model, text)
+        return held[1]
+
+
+def expand(
+    store,
+    patterns: list[str] | None = None,
+    filters: Filters | None = None,
+    cache: JobCache | None = None,
+) -> list[Job]:
+    """The sweep's jobs: InferenceX's rows (matrix.py), each with its launch, benches and fingerprint;
+    with `cache`, a point built before (by another store) takes the job built then."""
     f = filters or Filters()
     if f.mode == "test-config" and not patterns:
         raise ServelabError("test-config mode needs config keys (globs allowed)")
@@ -192,7 +248,8 @@ def expand(store, patterns: list[str] | None = None, filters: Filters | None = N
             f"above the limit of {f.max_jobs}; narrow it with filters or raise --max-jobs"
         )
     try:
-        return [build_job(store, p) for p in points]
+        build = build_job if cache is None else cache.build
+        return [build(store, p) for p in points]
     finally:
         if getattr(store, "checkout", None) is not None:
             store.checkout.close()
