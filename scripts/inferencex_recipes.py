@@ -88,7 +88,12 @@ RECIPES += [
         f"{gpu}_sxm",
         [
             f"benchmarks/{where}gptoss_fp4_{gpu}.sh"
-            for where in ("", "single_node/", "single_node/fixed_seq_len/", "single_node/fixed_seq_len/deprecated/")
+            for where in (
+                "",
+                "single_node/",
+                "single_node/fixed_seq_len/",
+                "single_node/fixed_seq_len/deprecated/",
+            )
         ],
         None,
     )

@@ -378,8 +378,8 @@ def test_the_recipes_fp8_cache_holds_what_the_engine_default_queues():
 
 
 def test_gpt_oss_vllm_rows_on_b200_and_h100_get_their_gpus_script():
-    """From 2026-01-22 InferenceX keeps one vLLM gpt-oss script per GPU: the B200 one sets an FP8 cache and 512
-    sequences (benchmarks/single_node/gptoss_fp4_b200.sh), the H100 one the client concurrency; before it
+    """From 2026-01-22 InferenceX keeps one vLLM gpt-oss script per GPU: the B200 one sets an FP8 cache and
+    512 sequences (benchmarks/single_node/gptoss_fp4_b200.sh), the H100 one the client concurrency; before it
     (side-by-side _docker and _slurm scripts) a row keeps the engine's defaults."""
 
     def oss(system: str, date: str) -> RunSettings | None:

@@ -18,12 +18,19 @@ def test_vllm_prices_blackwell_mxfp4_experts_at_the_fp8_rate():
     vllm, trtllm = Roofline(B200, backend="vllm"), Roofline(B200, backend="trtllm")
     flops = 2.0 * 3 * PREFILL.tokens * PREFILL.topk * PREFILL.hidden * PREFILL.inter
     fp8_rate = B200.peak_tflops["fp8"] * 1e12 * vllm.eff.gemm_compute["fp8"]
-    assert vllm.latency(PREFILL).us == pytest.approx(flops / fp8_rate * 1e6 + 3 * vllm.kernel_us)  # compute-bound at FP8
+    assert vllm.latency(PREFILL).us == pytest.approx(
+        flops / fp8_rate * 1e6 + 3 * vllm.kernel_us
+    )  # compute-bound at FP8
     assert trtllm.latency(PREFILL).us < vllm.latency(PREFILL).us / 1.5  # FP4's rate: bound by its bytes
     assert vllm.latency(DECODE).us == trtllm.latency(DECODE).us  # bound by the weights' bytes either way
 
 
 def test_hopper_and_other_dtypes_are_untouched():
-    assert Roofline(H100, backend="vllm").latency(PREFILL).us == Roofline(H100, backend="trtllm").latency(PREFILL).us
+    assert (
+        Roofline(H100, backend="vllm").latency(PREFILL).us
+        == Roofline(H100, backend="trtllm").latency(PREFILL).us
+    )
     nvfp4 = PREFILL._replace(dtype="nvfp4")
-    assert Roofline(B200, backend="vllm").latency(nvfp4).us == Roofline(B200, backend="trtllm").latency(nvfp4).us
+    assert (
+        Roofline(B200, backend="vllm").latency(nvfp4).us == Roofline(B200, backend="trtllm").latency(nvfp4).us
+    )

@@ -82,7 +82,8 @@ PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in MODELLED)  # every priced e
 # them takes BF16 or MXFP8 activations (fused_moe/oracle/mxfp4.py of 0.25.0, `Mxfp4MoeBackend`: the
 # FLASHINFER_TRTLLM and FLASHINFER_CUTLASS MXFP4_BF16 / MXFP4_MXFP8 kernels on SM100, Marlin W4A16 on SM90;
 # FP4 x FP4 is AITER's, on ROCm). The roofline takes the faster, MXFP8's FP8 rate, which InferenceX's vLLM
-# gpt-oss B200 recipes choose (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 in benchmarks/single_node/gptoss_fp4_b200.sh)
+# gpt-oss B200 recipes choose (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 in single_node/gptoss_fp4_b200.sh);
+# vLLM 0.25's default for gpt-oss, MXFP4_BF16, multiplies at half that rate
 MXFP4_EXPERTS_COMPUTE = {"vllm": Dtype.fp8.compute}
 MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
