@@ -79,6 +79,26 @@ RECIPES: list[tuple[str, list[str], str, list[str], str | None]] = [
     ),
     ("vllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_slurm.sh"], None),
 ]
+# gpt-oss-120b on vLLM, B200 and H100: from the one script per GPU of 2026-01-22 (InferenceX b0c4ed21b merged
+# each GPU's _docker.sh and _slurm.sh, which ran side by side and differed); rows before it keep the defaults
+RECIPES += [
+    (
+        "vllm",
+        ["gpt-oss-120b"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/{where}gptoss_fp4_{gpu}.sh"
+            for where in (
+                "",
+                "single_node/",
+                "single_node/fixed_seq_len/",
+                "single_node/fixed_seq_len/deprecated/",
+            )
+        ],
+        None,
+    )
+    for gpu in ("b200", "h100")
+]
 # MiniMax-M2.5 on vLLM: one script per GPU and precision (fp8: MiniMaxAI's FP8 checkpoint; fp4: the NVFP4 runs
 # of the same model), moved twice (fixed_seq_len/ on 2026-06-02, deprecated/ on 2026-06-20)
 RECIPES += [

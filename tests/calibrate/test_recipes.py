@@ -375,3 +375,22 @@ def test_the_recipes_fp8_cache_holds_what_the_engine_default_queues():
     assert recipe.scheduler["preemptions"] == 0 < default.scheduler["preemptions"]
     # the first wave's prompts (all 256 at once) are computed either way; the queue is the BF16 cache's
     assert default.percentiles["ttft_ms"]["p50"] > 3 * recipe.percentiles["ttft_ms"]["p50"]
+
+
+def test_gpt_oss_vllm_rows_on_b200_and_h100_get_their_gpus_script():
+    """From 2026-01-22 InferenceX keeps one vLLM gpt-oss script per GPU: the B200 one sets an FP8 cache and
+    512 sequences (benchmarks/single_node/gptoss_fp4_b200.sh), the H100 one the client concurrency; before it
+    (side-by-side _docker and _slurm scripts) a row keeps the engine's defaults."""
+
+    def oss(system: str, date: str) -> RunSettings | None:
+        return run_settings("vllm", "gpt-oss-120b", system, date, _load(tp=4, concurrency=32))
+
+    b200 = oss("b200_sxm", "2026-02-25")
+    assert b200 is not None and "gptoss_fp4_b200.sh" in b200.recipe
+    assert b200.kv_cache_dtype == Dtype.fp8 and b200.max_num_seqs == 512
+    assert b200.max_num_batched_tokens == 8192 and b200.memory_share == 0.9
+    assert dict(b200.unpriced)["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"] == 1  # recorded; the roofline's rate
+    h100 = oss("h100_sxm", "2026-03-27")
+    assert h100 is not None and "gptoss_fp4_h100.sh" in h100.recipe
+    assert (h100.kv_cache_dtype, h100.max_num_seqs) == (None, 32)
+    assert oss("b200_sxm", "2025-11-02") is None and oss("h100_sxm", "2025-12-08") is None

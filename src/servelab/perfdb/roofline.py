@@ -78,6 +78,13 @@ BUS_EFFICIENCY = 0.73  # measured 2-GPU all_reduce reached 327 of 450 GB/s
 # 0.98, 0.92, 0.93, 0.98 with this rule).
 PEER_BARRIER_US = 8.0
 PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in MODELLED)  # every priced engine, not torch
+# vLLM never multiplies MXFP4 experts at the FP4 tensor-core rate on an NVIDIA GPU: every backend it has for
+# them takes BF16 or MXFP8 activations (fused_moe/oracle/mxfp4.py of 0.25.0, `Mxfp4MoeBackend`: the
+# FLASHINFER_TRTLLM and FLASHINFER_CUTLASS MXFP4_BF16 / MXFP4_MXFP8 kernels on SM100, Marlin W4A16 on SM90;
+# FP4 x FP4 is AITER's, on ROCm). The roofline takes the faster, MXFP8's FP8 rate, which InferenceX's vLLM
+# gpt-oss B200 recipes choose (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 in single_node/gptoss_fp4_b200.sh);
+# vLLM 0.25's default for gpt-oss, MXFP4_BF16, multiplies at half that rate
+MXFP4_EXPERTS_COMPUTE = {"vllm": Dtype.fp8.compute}
 MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 
@@ -155,6 +162,7 @@ class Roofline:
         as its source's kernels would run on its datasheet)."""
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
+        self.mxfp4_experts_compute = MXFP4_EXPERTS_COMPUTE.get(backend)
         where = f"system {system.name}: efficiencies"
         self.note = f"roofline on {system.name}"
         if efficiencies_of is not None:
@@ -357,7 +365,10 @@ class Roofline:
             if self.tile_quantized
             else 1.0
         )
-        return self._time(flops, bytes_, self._flops_rate(_compute_class(k.dtype)) * tile_eff, kernels=3)
+        compute = _compute_class(k.dtype)
+        if k.dtype == Dtype.mxfp4 and self.mxfp4_experts_compute and self.system.supports_fp4:
+            compute = self.mxfp4_experts_compute
+        return self._time(flops, bytes_, self._flops_rate(compute) * tile_eff, kernels=3)
 
     def _comm(self, k: Comm) -> float:
         n = k.gpus
