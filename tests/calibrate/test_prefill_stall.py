@@ -73,8 +73,10 @@ def test_aiconfigurator_launch_takes_each_prompt_whole_as_it_arrives(tmp_path):
 
 @pytest.mark.slow  # 2.5 s of CPU a case: accuracy-script processes
 def test_several_what_ifs_apply_together(tmp_path):
-    """Both of TensorRT-LLM's fitted MoE terms at 0 on a Qwen3-235B point: the decode step loses the GPU time
-    per routed expert and the prefill steps the CPU time, so TPOT and TTFT both fall."""
+    """TensorRT-LLM's fitted MoE terms on a Qwen3-235B point on H100, which their fit does not reach (the
+    shipped price carries none: predict/fit_reach.py); a what-if that sets one of them prices all three as
+    given. The route term at 0 leaves the decode step as shipped and brings the eager (CPU) term back to the
+    prefill step; the eager term at 0 too takes it off again: the two what-ifs apply together."""
     out = tmp_path / "rows.json"
     point = "qwen3_235b_a22b_fp8_h100_sxm_trtllm_agg_512x512_c4_tp8"
     args = ["--engine", "trtllm", "--systems", "h100_sxm", "--only", point]
@@ -84,10 +86,11 @@ def test_several_what_ifs_apply_together(tmp_path):
     run_accuracy_python([SCRIPT, *args, *both, "--json", str(out)])
     (two,) = json.loads(out.read_text())
     assert one["shipped"] == two["shipped"]
+    assert one["what_if"]["tpot"] == pytest.approx(one["shipped"]["tpot"], rel=0.01)
     # the CPU term is paid in eager steps only: the four prompts' one prefill step, not the decode steps
     assert two["what_if"]["tpot"] == pytest.approx(one["what_if"]["tpot"], rel=0.01)
-    assert one["what_if"]["tpot"] < 0.8 * one["shipped"]["tpot"]
-    assert two["what_if"]["ttft_mean"] < one["what_if"]["ttft_mean"] <= one["shipped"]["ttft_mean"]
+    assert one["what_if"]["ttft_mean"] > 2 * one["shipped"]["ttft_mean"]
+    assert two["what_if"]["ttft_mean"] < one["what_if"]["ttft_mean"]
 
 
 def test_a_launch_other_than_aiconfigurator_or_for_another_engine_is_refused_in_one_line():

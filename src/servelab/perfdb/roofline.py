@@ -10,9 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from servelab.engines import MODELLED
 from servelab.errors import ServelabError
@@ -37,6 +35,11 @@ from servelab.registry import Registry
 from servelab.specs import SystemSpec
 from servelab.specs.attention import DSV4_INDEXER_ENTRY, DSV4_MAIN_ENTRY_FP8, MlaFp8KvLayout
 from servelab.specs.dtypes import Dtype
+
+if TYPE_CHECKING:  # numpy imported when first used (servelab.lazy_numpy says why)
+    import numpy as np
+else:
+    from servelab.lazy_numpy import np
 
 DSV4_HEAD_DIM = 512
 DSV4_WINDOW = 128
