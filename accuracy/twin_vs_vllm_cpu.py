@@ -83,6 +83,7 @@ SETTINGS = EngineSettings(
     max_num_seqs=MAX_NUM_SEQS,
     max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
     chunked_prefill=True,
+    enable_prefix_caching=False,  # the server runs with --no-enable-prefix-caching (step 1 above)
 )
 
 

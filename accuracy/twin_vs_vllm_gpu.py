@@ -92,7 +92,9 @@ def simulate(
         cmd += [flag, str(cfg[field])]
     for flag, value in limits.items():
         cmd += [flag, str(value)]
-    cmd += client_flags(measured) + (["--enable-prefix-caching"] if prefix_caching else [])
+    cmd += client_flags(measured) + [
+        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"
+    ]
     cmd += [
         "--save-result",
         "--save-detailed",
