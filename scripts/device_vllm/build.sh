@@ -63,6 +63,6 @@ tar -C site -cf - . | xz -T0 -6 > "$root/.gpu/p2/deps.tar.xz"
 tar -C "$work" -cJf "$root/.gpu/p2/model.tar.xz" model
 rm -rf "$work/qwen" && "$tok_python" "$here/model.py" "$work/qwen/model" qwen3-30b-a3b
 tar -C "$work/qwen" -cJf "$root/.gpu/p3/model_qwen.tar.xz" model
-cp "$here"/{unpack,env,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
+cp "$here"/{unpack,env,server_args,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
 cp "$here/unpack_moe.sh" "$root/.gpu/p3/"
 du -sh "$root"/.gpu/p1 "$root"/.gpu/p2 "$root"/.gpu/p3 "$root"/.gpu/s
