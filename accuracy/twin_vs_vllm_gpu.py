@@ -5,11 +5,14 @@ spread, clients, prompts, seed) and the server's batch limits, and compared stat
     PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py tests/data/vllm_gpu [--system h100_sxm]
         [--model HF_ID]        # the model the runs served the shape of (default Llama-3.1-8B)
         [--registered DIR]     # also compare with the predictions saved before the runs (same file names)
+        [--server-args "--max-num-batched-tokens 2048 --max-num-seqs 48 --gpu-memory-utilization 0.83"]
+                               # the scheduler limits the server ran with (start.sh's SERVER_ARGS)
 
 The folder holds the measured result files (`servelab bench --save-result --save-detailed`, per-request
 inter-token gaps dropped to keep them small) and, for each, vLLM's /metrics read before and after the run
 (`metrics_<name>_before.txt` / `_after.txt`), and a README.md saying how they were made. vLLM's own histograms
-split the measured first token into its queue and its prefill, which the twin's `--explain` splits too.
+split the measured first token into its queue and its prefill, which the twin's `--explain` splits too; its
+preemption counter is set beside the twin's count of preempted requests.
 """
 
 from __future__ import annotations
