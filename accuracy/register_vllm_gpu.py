@@ -4,6 +4,9 @@ system the device may turn out to be, and a REGISTERED.txt with every prediction
 
     PYTHONPATH=src python accuracy/register_vllm_gpu.py OUT_DIR --model Qwen/Qwen3-30B-A3B --offset 201 \
         "M 1024 256 2,16,64" "N 4096 256 8,32"
+
+--server-args "--max-num-batched-tokens 2048 --max-num-seqs 48 --gpu-memory-utilization 0.83" prices a server
+started with these limits (start.sh's SERVER_ARGS); unset, vLLM 0.25.0's defaults.
 """
 
 import argparse
@@ -36,6 +39,12 @@ def main() -> int:
     ap.add_argument("--offset", type=int, default=0, help="bench.sh's SEED_OFFSET")
     ap.add_argument("--systems", default="h100_sxm,h200_sxm")
     ap.add_argument(
+        "--server-args",
+        type=twin_vs_vllm_gpu.parse_server_args,
+        default={},
+        help="the server's scheduler limits, as start.sh's SERVER_ARGS (default: vLLM's)",
+    )
+    ap.add_argument(
         "--client-workers",
         type=int,
         default=15,
@@ -43,6 +52,7 @@ def main() -> int:
         "device's 16 cores); each run has min(C, this)",
     )
     args = ap.parse_args()
+    limits = {**LIMITS, **args.server_args}
     args.out.mkdir(parents=True, exist_ok=True)
     for system in args.systems.split(","):
         for tag, isl, osl, clients in args.runs:
@@ -58,7 +68,7 @@ def main() -> int:
                 }
                 path = args.out / f"{system}_{tag}_c{c}.json"
                 client = {"num_workers": min(c, args.client_workers)}
-                twin_vs_vllm_gpu.simulate({"config": cfg, "client": client}, system, LIMITS, path, args.model)
+                twin_vs_vllm_gpu.simulate({"config": cfg, "client": client}, system, limits, path, args.model)
                 print(path.name, flush=True)
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
@@ -67,7 +77,8 @@ def main() -> int:
     lines = [
         f"twin predictions made at {now:%Y-%m-%dT%H:%M:%SZ} with main {rev}, before any measurement; model "
         f"{args.model}; seeds c*10+isl+{args.offset} as bench.sh with SEED_OFFSET={args.offset}; "
-        f"client workers min(C, {args.client_workers})"
+        f"client workers min(C, {args.client_workers}); server limits "
+        + " ".join(f"{flag} {value}" for flag, value in limits.items())
     ]
     for path in sorted(args.out.glob("*.json")):
         lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}")

@@ -5,11 +5,14 @@ spread, clients, prompts, seed) and the server's batch limits, and compared stat
     PYTHONPATH=src python accuracy/twin_vs_vllm_gpu.py tests/data/vllm_gpu [--system h100_sxm]
         [--model HF_ID]        # the model the runs served the shape of (default Llama-3.1-8B)
         [--registered DIR]     # also compare with the predictions saved before the runs (same file names)
+        [--server-args "--max-num-batched-tokens 2048 --max-num-seqs 48 --gpu-memory-utilization 0.83"]
+                               # the scheduler limits the server ran with (start.sh's SERVER_ARGS)
 
 The folder holds the measured result files (`servelab bench --save-result --save-detailed`, per-request
 inter-token gaps dropped to keep them small) and, for each, vLLM's /metrics read before and after the run
 (`metrics_<name>_before.txt` / `_after.txt`), and a README.md saying how they were made. vLLM's own histograms
-split the measured first token into its queue and its prefill, which the twin's `--explain` splits too.
+split the measured first token into its queue and its prefill, which the twin's `--explain` splits too; its
+preemption counter is set beside the twin's count of preempted requests.
 """
 
 from __future__ import annotations
@@ -35,7 +38,32 @@ SETTINGS = {  # result config field -> bench flag
     "seed": "--seed",
 }
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+# the server flags a held-out set may set (scripts/device_vllm/server_args.sh takes the same ones), each with
+# the kind of its value; `servelab bench --simulate` takes each under the same name
+SERVER_FLAGS = {"--max-num-batched-tokens": int, "--max-num-seqs": int, "--gpu-memory-utilization": float}
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
+
+
+def parse_server_args(text: str) -> dict[str, int | float]:
+    """A server's scheduler limits as `FLAG VALUE ...` (SERVER_ARGS of scripts/device_vllm/start.sh): only
+    SERVER_FLAGS, integers above 0 and a memory share in (0, 1]."""
+    words = text.split()
+    limits: dict[str, int | float] = {}
+    for i in range(0, len(words), 2):
+        flag, value = words[i], words[i + 1] if i + 1 < len(words) else ""
+        kind = SERVER_FLAGS.get(flag)
+        if kind is None:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(SERVER_FLAGS)}, got {flag!r}")
+        expected = "a share in (0, 1]" if kind is float else "a positive integer"
+        try:
+            number = kind(value)
+        except ValueError:
+            number = 0
+        in_range = 0 < number <= 1 if kind is float else number > 0  # nan is in no range
+        if not in_range:
+            raise argparse.ArgumentTypeError(f"{flag} expects {expected}, got {value!r}")
+        limits[flag] = number
+    return limits
 
 
 def histogram_means(before: Path, after: Path) -> dict[str, float]:
@@ -51,6 +79,15 @@ def histogram_means(before: Path, after: Path) -> dict[str, float]:
     return means
 
 
+def preemptions(before: Path, after: Path) -> float | None:
+    """Requests vLLM preempted over the run (vllm:num_preemptions_total after less before); None without the
+    pages."""
+    if not (before.exists() and after.exists()):
+        return None
+    a, b = sums_of(before.read_text()), sums_of(after.read_text())
+    return b.get("vllm:num_preemptions_total", 0.0) - a.get("vllm:num_preemptions_total", 0.0)
+
+
 def client_flags(measured: dict) -> list[str]:
     """How the run's client sent: its worker processes (the result's `client`; each sends its own round-robin
     share of the requests) and whether it sent the ready check first (the first request's prompt, left in
@@ -63,7 +100,7 @@ def client_flags(measured: dict) -> list[str]:
 def simulate(
     measured: dict,
     system: str,
-    limits: dict[str, int],
+    limits: dict[str, int | float],
     out: Path,
     model: str = LLAMA_8B,
     prefix_caching: bool = True,
@@ -137,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=1024, help="the server's (its log says)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="the server's (its log says)")
     ap.add_argument(
+        "--server-args",
+        type=parse_server_args,
+        default={},
+        help="the scheduler limits the server ran with, as start.sh's SERVER_ARGS (over the two flags above)",
+    )
+    ap.add_argument(
         "--no-prefix-caching",
         dest="prefix_caching",
         action="store_false",
@@ -149,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.folder}: no result files (*_cN.json)", file=sys.stderr)
         return 2
     limits = {"--max-num-seqs": args.max_num_seqs, "--max-num-batched-tokens": args.max_num_batched_tokens}
+    limits.update(args.server_args)
+    if args.server_args:
+        print(
+            "the server's limits, as the twin prices them: " + " ".join(f"{k} {v}" for k, v in limits.items())
+        )
     print(
         "run        C  ISL   TTFT p50 meas/pred  ratio   TTFT p90 ratio  TPOT meas/pred  ratio  tok/s ratio"
         "  queue meas/pred  prefill meas/pred"
@@ -187,9 +235,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {hist.get('request_queue_time_seconds', float('nan')):7.1f} / {q_pred:7.1f}"
                 f"  {hist.get('request_prefill_time_seconds', float('nan')):7.1f} / {pre_pred:7.1f}"
             )
+            preempted = preemptions(
+                args.folder / f"metrics_{name}_before.txt", args.folder / f"metrics_{name}_after.txt"
+            )
+            twin_count = predicted.get("prediction", {}).get("preemptions", 0)
+            if preempted or twin_count:
+                vllm_count = "?" if preempted is None else f"{preempted:.0f}"
+                print(
+                    f"{'':15s}preempted requests, vLLM's /metrics / the twin's: {vllm_count} / {twin_count}"
+                )
             if args.registered and (args.registered / path.name).exists():
-                reg = stats(json.loads((args.registered / path.name).read_text()))
+                registered = json.loads((args.registered / path.name).read_text())
+                reg = stats(registered)
                 ratios = ", ".join(f"{k} {reg[k] / m[k]:.2f}" for k in ("ttft_p50", "tpot_p50", "tok_s"))
+                if "preemptions" in registered.get("prediction", {}):
+                    ratios += f"; it preempted {registered['prediction']['preemptions']}"
                 print(f"{'':15s}registered before the run, predicted / measured: {ratios}")
     both = [e for row in errors for e in row[:2]]
     ttft, tpot = (100 * st.median(e[k] for e in errors) for k in (0, 1))

@@ -1,11 +1,15 @@
 #!/bin/bash
 # Build what vLLM's OpenAI server needs on the device machine (an H100/H200 image with python 3.12 and torch
-# 2.11 but no vLLM and no network), in pieces that fit a call's 64 MiB with the working tree (about 26 MiB):
+# 2.11 but no vLLM and no network), in pieces that fit a call's 64 MiB with the working tree:
 #   .gpu/p1  vLLM 0.25.0's Python package and its two kernel libraries, sm_90 images only (about 31 MiB)
 #   .gpu/p2  the Python packages the image lacks, and a Llama-3.1-8B-shaped model folder (about 33 MiB)
 #   .gpu/p3  vLLM's MoE kernel library (sm_90 images only) and a Qwen3-30B-A3B-shaped model folder (about 14 MiB),
 #            for a MoE model only
 #   .gpu/s   the scripts the calls run
+# and, since the working tree is 37 MiB as the device counts it (whole 4 KiB blocks) and neither p1 nor p2 fits
+# beside it any more, the same files in call-sized folders (hard links; README.md, "Steps"):
+#   .gpu/k   p1's two kernel libraries (24 MiB)       .gpu/v    p1's Python package and unpack.sh (6 MiB)
+#   .gpu/p2a p2's dependencies, first 17 MiB          .gpu/p2b  the rest, the model folder, their sha256
 # Usage: bash scripts/device_vllm/build.sh PRESENT_PACKAGES_FILE [WORK_DIR]
 #   PRESENT_PACKAGES_FILE: the image's packages, comma separated (the device library's KINDS.md list)
 # Needs: pip, uv (pip install uv), xz, readelf, and a python with tokenizers and transformers for the model
@@ -63,6 +67,10 @@ tar -C site -cf - . | xz -T0 -6 > "$root/.gpu/p2/deps.tar.xz"
 tar -C "$work" -cJf "$root/.gpu/p2/model.tar.xz" model
 rm -rf "$work/qwen" && "$tok_python" "$here/model.py" "$work/qwen/model" qwen3-30b-a3b
 tar -C "$work/qwen" -cJf "$root/.gpu/p3/model_qwen.tar.xz" model
-cp "$here"/{unpack,env,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
+cp "$here"/{unpack,env,server_args,start,bench,all,heldout}.sh "$root/.gpu/s/" && mv "$root/.gpu/s/unpack.sh" "$root/.gpu/p1/"
 cp "$here/unpack_moe.sh" "$root/.gpu/p3/"
-du -sh "$root"/.gpu/p1 "$root"/.gpu/p2 "$root"/.gpu/p3 "$root"/.gpu/s
+mkdir -p "$root"/.gpu/{k,v,p2a,p2b}
+ln -f "$root"/.gpu/p1/{C.xz,fa3.xz} "$root/.gpu/k/" && ln -f "$root"/.gpu/p1/{vllm_py.tar.xz,unpack.sh} "$root/.gpu/v/"
+(cd "$root/.gpu" && rm -f p2a/x* p2b/x* && split -b 17M -d p2/deps.tar.xz p2a/x && mv p2a/x01 p2b/ \
+  && ln -f p2/model.tar.xz p2b/ && sha256sum p2/deps.tar.xz > p2b/deps.sha256)
+du -sh "$root"/.gpu/*

@@ -2,12 +2,17 @@
 # Call 2: the rest of vLLM's Python dependencies, then vLLM's OpenAI server on a model folder with random
 # weights (--load-format dummy), left running in a session of its own. MODEL_DIR and SERVED_NAME (env.sh's
 # defaults: the Llama-3.1-8B-shaped folder) pick another folder, e.g. the Qwen3-30B-A3B one of unpack_moe.sh.
+# SERVER_ARGS sets a recipe's scheduler limits (server_args.sh: the batched-token budget, the sequence cap,
+# the memory share); unset, the server keeps vLLM's defaults.
 set -u
 source .gpu/s/env.sh
+source .gpu/s/server_args.sh
+server_args || exit 2
+echo "server args: ${SERVER_ARGV[*]:-none (vLLM defaults)}"
 mkdir -p /tmp/gsite && tar -C /tmp/gsite -xJf .gpu/p2/deps.tar.xz && mkdir -p /tmp/gm && tar -C /tmp/gm -xJf .gpu/p2/model.tar.xz || exit 1
 python3 -c "import vllm, vllm.entrypoints.openai.api_server; from vllm.platforms import current_platform as p; print('import ok', vllm.__version__, p.device_type, type(p).__name__)" 2>&1 | tail -15
 setsid nohup python3 -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
-  --served-model-name "$SERVED_NAME" --load-format dummy --port 8000 > /tmp/server.log 2>&1 < /dev/null &
+  --served-model-name "$SERVED_NAME" --load-format dummy --port 8000 "${SERVER_ARGV[@]}" > /tmp/server.log 2>&1 < /dev/null &
 pid=$!
 for i in $(seq 1 480); do
   if get http://127.0.0.1:8000/health >/dev/null 2>&1; then echo "server up after $i s"; break; fi

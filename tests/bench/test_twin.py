@@ -153,6 +153,18 @@ def test_an_engines_settings_shape_the_schedule(tmp_path):
     assert one["deployment"]["max_num_seqs"] == 1
 
 
+def test_a_kv_cache_smaller_than_the_clients_need_preempts_and_the_result_counts_it(tmp_path):
+    """Eight clients of 1,024 + 256 tokens: a memory share that leaves the KV cache a few thousand tokens
+    preempts (vLLM counts these in vllm:num_preemptions_total); vLLM's default share preempts none."""
+    stream = ("--random-input-len", "1024", "--random-output-len", "256", "--num-prompts", "16")
+    stream += ("--max-concurrency", "8")
+    small = twin(tmp_path, *stream, "--gpu-memory-utilization", "0.12", name="small.json")
+    default = twin(tmp_path, *stream, name="default.json")
+    assert small["deployment"]["gpu_memory_utilization"] == 0.12
+    assert small["prediction"]["preemptions"] > 0 and default["prediction"]["preemptions"] == 0
+    assert small["duration"] > default["duration"]  # preempted requests recompute their prompt
+
+
 def test_tensorrt_llm_attention_dp_balancing_holds_new_prompts(tmp_path):
     # DeepSeek-R1 on 8 attention-DP ranks, 4 clients per rank with outputs of different lengths: balanced, a
     # rank's new prompt waits for the other ranks (or the timeout) while its decodes run

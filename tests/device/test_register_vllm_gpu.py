@@ -40,3 +40,38 @@ def test_a_run_not_written_as_tag_lengths_and_clients_is_refused_in_one_line(tmp
     err = run_accuracy_python([SCRIPT, str(tmp_path / "reg"), "Q 512 x 2"], returncode=2)
     assert "expected 'TAG ISL OSL C[,C...]', got 'Q 512 x 2'" in err.splitlines()[-1]
     assert not (tmp_path / "reg").exists()
+
+
+@pytest.mark.slow  # a twin process
+def test_a_servers_scheduler_limits_are_the_ones_the_prediction_prices(tmp_path):
+    """--server-args as start.sh's SERVER_ARGS: the twin runs with that token budget, sequence cap and memory
+    share, and REGISTERED.txt says them."""
+    out = tmp_path / "reg"
+    limits = "--max-num-batched-tokens 1024 --max-num-seqs 3 --gpu-memory-utilization 0.85"
+    run_accuracy_python(
+        [SCRIPT, str(out), "Q 2048 16 4", "--model", "Qwen/Qwen3-30B-A3B", "--systems", "h100_sxm"]
+        + ["--server-args", limits]
+    )
+    deployment = json.loads((out / "h100_sxm_Q_c4.json").read_text())["deployment"]
+    assert deployment["max_num_batched_tokens"] == 1024 and deployment["max_num_seqs"] == 3
+    assert deployment["gpu_memory_utilization"] == 0.85
+    header = (out / "REGISTERED.txt").read_text().splitlines()[0]
+    limits_said = "--max-num-seqs 3 --max-num-batched-tokens 1024 --gpu-memory-utilization 0.85"
+    assert header.endswith(f"server limits {limits_said}")
+
+
+def test_a_server_flag_outside_the_scheduler_limits_is_refused_in_one_line(tmp_path):
+    for limits, says in [
+        (
+            "--enforce-eager 1",
+            "expected one of --max-num-batched-tokens, --max-num-seqs, "
+            "--gpu-memory-utilization, got '--enforce-eager'",
+        ),
+        ("--max-num-seqs 4.5", "--max-num-seqs expects a positive integer, got '4.5'"),
+        ("--gpu-memory-utilization 1.2", "--gpu-memory-utilization expects a share in (0, 1], got '1.2'"),
+    ]:
+        err = run_accuracy_python(
+            [SCRIPT, str(tmp_path / "reg"), "Q 512 16 2", "--server-args", limits], returncode=2
+        )
+        assert err.splitlines()[-1].endswith(f"argument --server-args: {says}")
+    assert not (tmp_path / "reg").exists()

@@ -18,6 +18,7 @@ FOLDERS = {  # each folder of runs and how many it holds
     DATA: 13,
     DATA.with_name("vllm_gpu_heldout13"): 7,
     DATA.with_name("vllm_gpu_heldout14"): 11,
+    DATA.with_name("vllm_gpu_heldout17"): 11,
 }
 
 
@@ -90,3 +91,29 @@ def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vll
 def test_a_folder_without_runs_is_refused_in_one_line(tmp_path):
     err = run_accuracy_python([SCRIPT, str(tmp_path / "missing")], returncode=2)
     assert err.count("\n") == 1 and "no result files" in err
+
+
+@pytest.mark.slow  # two processes: the script and the twin it starts
+def test_the_comparison_says_how_many_requests_vllm_preempted_and_how_many_the_twin_did(tmp_path):
+    """64 clients of 8,192-token prompts filled the H100's KV cache: vLLM's counter moved over the run."""
+    for name in ("B_c64.json", "metrics_B_c64_before.txt", "metrics_B_c64_after.txt"):
+        shutil.copy(DATA / name, tmp_path / name)
+    out = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm"])
+    before, after = (
+        sums_of((DATA / f"metrics_B_c64_{when}.txt").read_text()) for when in ("before", "after")
+    )
+    preempted = after["vllm:num_preemptions_total"] - before["vllm:num_preemptions_total"]
+    assert preempted > 0
+    (line,) = [line.strip() for line in out.splitlines() if "preempted requests" in line]
+    said, twin_count = line.split(": ")[1].split(" / ")
+    assert int(said) == preempted and int(twin_count) >= 0
+
+
+def test_server_args_outside_the_scheduler_limits_are_refused_in_one_line(tmp_path):
+    err = run_accuracy_python(
+        [SCRIPT, str(DATA), "--server-args", "--max-num-seqs 48 --port 1"], returncode=2
+    )
+    assert err.splitlines()[-1].endswith(
+        "argument --server-args: expected one of --max-num-batched-tokens, --max-num-seqs, "
+        "--gpu-memory-utilization, got '--port'"
+    )

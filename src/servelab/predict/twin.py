@@ -231,6 +231,9 @@ def simulate_benchmark(
             "serving_band": serving_band(clocks, engine.name, calibration, why, asked),
             "lanes": parallel.attn_dp * parallel.pp,
             "steps": steps,
+            # requests preempted in the nominal run (each recomputes later), as vLLM counts them
+            # (vllm:num_preemptions_total)
+            "preemptions": sum(r.preemptions for r in per_clock[0]),
             "shapes_priced": pricer.priced,
         },
         explain=split,
