@@ -415,6 +415,23 @@ def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | None:
     return max(sizes) if sizes else None  # type: ignore[type-var]  # ints here
 
 
+# vLLM's expert parallelism switched on under a test of the job's EP size that every job passes,
+# `if [ "$EP_SIZE" -ge 1 ]; then EP=" --enable-expert-parallel"`, and passed to the launch as `$EP`
+# (InferenceX's sweep writes ep 1 where a search space names none: utils/matrix_logic/
+# generate_sweep_configs.py): such a script ran expert parallel whatever ep its rows record (MiniMax-M2.5 FP8
+# on H200 from 5e2c705d3 and on B200 from f342df18e, until `-gt 1` replaced the test)
+EP_EVERY_JOB = re.compile(
+    r'if \[\[? *"?\$\{?EP_SIZE\}?"? -ge 1 *\]\]? *; *then\s*\n\s*(\w+)="\s*--enable-expert-parallel\s*"'
+)
+
+
+def expert_parallel_every_job(text: str, argv: list[str]) -> bool:
+    """True where the launch turns on vLLM's expert parallelism for every job (EP_EVERY_JOB)."""
+    return any(
+        f"${name}" in argv or f"${{{name}}}" in argv for name in EP_EVERY_JOB.findall(_uncommented(text))
+    )
+
+
 def vllm_settings(text: str, where: str) -> dict:
     """The settings of a recipe's `vllm serve`: its flags over the config.yaml it names."""
     found = launches(text, r"\bvllm serve\b", where)
@@ -422,7 +439,8 @@ def vllm_settings(text: str, where: str) -> dict:
         return {}
     if len(found) > 1:
         raise SystemExit(f"{where}: {len(found)} `vllm serve` launches; this script reads one")
-    f = flags(found[0][2])
+    argv = found[0][2]
+    f = flags(argv)
     if "config" in f:
         f = {**_config_yaml(_uncommented(text), f["config"][0], where), **f}
     if "no-enable-prefix-caching" in f:  # the negative switch: bare, or `no-enable-prefix-caching: true`
@@ -445,6 +463,8 @@ def vllm_settings(text: str, where: str) -> dict:
     }
     settings["max_cudagraph_capture_size"] = _cudagraph_max(f, where)
     settings["kv_cache_dtype"] = (f.get("kv-cache-dtype") or [None])[0]
+    if expert_parallel_every_job(text, argv):  # written only where set: the other ranges stay as they were
+        settings["expert_parallel"] = True
     recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in VLLM_RECORDED if n in f}
     if "cudagraph_mode" in compilation:
         recorded["cudagraph_mode"] = compilation["cudagraph_mode"]

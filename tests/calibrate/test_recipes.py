@@ -394,3 +394,34 @@ def test_gpt_oss_vllm_rows_on_b200_and_h100_get_their_gpus_script():
     assert h100 is not None and "gptoss_fp4_h100.sh" in h100.recipe
     assert (h100.kv_cache_dtype, h100.max_num_seqs) == (None, 32)
     assert oss("b200_sxm", "2025-11-02") is None and oss("h100_sxm", "2025-12-08") is None
+
+
+def test_minimax_rows_whose_script_turned_on_expert_parallelism_read_as_ep_over_every_gpu():
+    """InferenceX's H200 MiniMax-M2.5 FP8 script launched vLLM with --enable-expert-parallel for every job
+    from 5e2c705d3 (2026-03-13) to 8014ee637 (2026-05-26), as its first B200 FP8 script did from f342df18e
+    (2026-03-11) to bddbf4031 (2026-04-03); their rows record ep 1. vLLM then splits the experts over all the
+    engine's GPUs (FusedMoEParallelConfig.make, vLLM 0.18.0: ep_size = tp_size x dp_size), so the rows read
+    as tp T x ep T; the H200 TP4 rows of 2026-03-01 (a36346339, no EP switch) keep ep 1."""
+    tp8 = to_case(_minimax_row("h200_sxm", "fp8", "2026-03-28", tp=8, conc=4, isl=1024), MINIMAX)
+    assert tp8.parallel == Parallel(tp=8, ep=8)
+    assert tp8.settings is not None and tp8.settings.expert_parallel
+    assert "expert parallel over 8 GPUs" in tp8.note
+    tp4 = to_case(_minimax_row("h200_sxm", "fp8", "2026-03-01", tp=4, conc=4, isl=1024), MINIMAX)
+    assert tp4.parallel == Parallel(tp=4) and tp4.settings is not None and not tp4.settings.expert_parallel
+    later = to_case(_minimax_row("h200_sxm", "fp8", "2026-05-26", tp=8, conc=4, isl=1024), MINIMAX)
+    assert later.parallel == Parallel(tp=8)  # `-gt 1`: the job's ep, as the row records it
+    b200 = to_case(_minimax_row("b200_sxm", "fp8", "2026-03-20", tp=4), MINIMAX)
+    assert b200.parallel == Parallel(tp=4, ep=4)
+    assert to_case(_minimax_row("b200_sxm", "fp8", "2026-04-21", tp=4), MINIMAX).parallel == Parallel(tp=4)
+
+
+def test_the_twin_prices_an_expert_parallel_row_with_whole_experts_per_gpu():
+    """The same H200 row priced as read (ep 8) and as written (ep 1): vLLM's EP puts 32 whole experts on each
+    GPU instead of a 1/8 slice of all 256, which changes the decode step's price (TPOT)."""
+    price = Pricer(load_system("h200_sxm"), "aggregated", prompts_per_concurrency=2)
+    case = to_case(_minimax_row("h200_sxm", "fp8", "2026-03-28", tp=8, conc=16, isl=1024), MINIMAX)
+    params = defaults()["vllm"]
+    as_read = price.estimate(case, params)
+    as_written = price.estimate(replace(case, parallel=Parallel(tp=8)), params)
+    assert (as_read.parallel, as_written.parallel) == ("tp8-ep8", "tp8")
+    assert as_read.percentiles["tpot_ms"]["p50"] != as_written.percentiles["tpot_ms"]["p50"]

@@ -267,3 +267,49 @@ def test_a_vllm_multiple_of_another_variable_stops_it(repo, tmp_path):
     _commit(repo, MINIMAX.replace("$((ISL * 2 ))", "$((OSL * 2 ))"), "2026-04-21", MINIMAX_PATH)
     done = _run(repo, tmp_path / "out.json")
     assert done.returncode != 0 and "--max-num-batched-tokens $((OSL * 2 ))" in done.stderr
+
+
+H200_MINIMAX_PATH = "benchmarks/single_node/minimaxm2.5_fp8_h200.sh"
+EP_TEST = """if [ "$EP_SIZE" {op} 1 ]; then
+  EP=" --enable-expert-parallel"
+else
+  EP=" "
+fi
+"""
+EP_LAUNCH = """vllm serve $MODEL --port $PORT \\
+--tensor-parallel-size=$TP \\
+$EP \\
+--gpu-memory-utilization 0.95 \\
+--trust-remote-code > $SERVER_LOG 2>&1 &
+"""
+
+
+def test_expert_parallel_switched_on_for_every_job_is_read(repo, tmp_path):
+    """InferenceX's H200 MiniMax-M2.5 FP8 script turned on vLLM's expert parallelism under
+    `[ "$EP_SIZE" -ge 1 ]` from 5e2c705d3 (every job passes it: the sweep writes ep 1 where a search space
+    names none) until `-gt 1` replaced it in 8014ee637 (the job's ep, which its rows record); the first
+    version set no EP at all."""
+    _commit(repo, "#!/usr/bin/env bash\n" + EP_LAUNCH, "2026-03-01", H200_MINIMAX_PATH)
+    _commit(
+        repo, "#!/usr/bin/env bash\n" + EP_TEST.format(op="-ge") + EP_LAUNCH, "2026-03-13", H200_MINIMAX_PATH
+    )
+    _commit(
+        repo, "#!/usr/bin/env bash\n" + EP_TEST.format(op="-gt") + EP_LAUNCH, "2026-05-26", H200_MINIMAX_PATH
+    )
+    first, every_job, by_job = _ranges(repo, tmp_path, "vllm")
+    assert (every_job["from"], every_job["until"]) == ("2026-03-13", "2026-05-26")
+    assert every_job["settings"]["expert_parallel"] is True
+    # written only where set: the ranges around it read as before
+    assert "expert_parallel" not in first["settings"] and "expert_parallel" not in by_job["settings"]
+    assert first["settings"] == by_job["settings"]
+
+
+def test_an_ep_switch_the_launch_does_not_pass_is_not_read(repo, tmp_path):
+    _commit(
+        repo,
+        "#!/usr/bin/env bash\n" + EP_TEST.format(op="-ge") + EP_LAUNCH.replace("$EP \\\n", ""),
+        "2026-03-13",
+        H200_MINIMAX_PATH,
+    )
+    (only,) = _ranges(repo, tmp_path, "vllm")
+    assert "expert_parallel" not in only["settings"]

@@ -208,10 +208,12 @@ class VllmSettings(_Data):
     max_cudagraph_capture_size: Setting = None
     gpu_memory_utilization: Setting = None
     kv_cache_dtype: Setting = None
+    expert_parallel: Setting = None  # true: the launch enabled expert parallelism for every job
     recorded: Setting = None
 
     def resolve(self, load: Load) -> dict:
         return dict(
+            expert_parallel=pick(self.expert_parallel, load),
             max_num_batched_tokens=pick(self.max_num_batched_tokens, load),
             max_num_seqs=pick(self.max_num_seqs, load),
             cuda_graph_max_batch=pick(self.max_cudagraph_capture_size, load),

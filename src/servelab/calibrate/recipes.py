@@ -53,6 +53,9 @@ class RunSettings:
     # the client's lengths: uniform in [L x r, L] (InferenceX's rule; None: the replay's own spread)
     client_range_ratio: float | None = None
     mixed_chunk: bool | None = None  # SGLang --enable-mixed-chunk (prompt chunks ride with the decodes)
+    # vLLM --enable-expert-parallel set for every job, whatever ep the row records (calibrate/rows.py
+    # with_recipe reads the row's MoE layers as expert parallel over all its GPUs)
+    expert_parallel: bool | None = None
 
     def engine_overrides(self, token_budget: int) -> dict:
         """EngineProfile fields these settings replace (`token_budget`: the engine's default budget).

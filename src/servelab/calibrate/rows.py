@@ -115,6 +115,13 @@ def with_recipe(case: Case, precision: str | None = None) -> Case:
         return case
     load = Load(case.parallel.tp, case.parallel.dp_attn, case.concurrency, case.isl, case.osl)
     case.settings = run_settings(case.engine, case.model.name, case.system, case.measured, load, precision)
+    if case.settings and case.settings.expert_parallel and case.model.is_moe and case.parallel.ep == 1:
+        # vLLM's --enable-expert-parallel spreads the experts over every GPU of the engine (EP size = TP x
+        # DP, vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make), not the row's ep 1
+        case.parallel = case.parallel.model_copy(update={"ep": case.parallel.tp})
+        case.note = "; ".join(
+            n for n in (case.note, f"expert parallel over {case.parallel.tp} GPUs: the recipe's launch") if n
+        )
     return case
 
 
