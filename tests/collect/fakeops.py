@@ -5,6 +5,7 @@ is a test fixture, never a table. Keys listed in FAIL raise the error they name,
 """
 
 import os
+import time
 
 from servelab.collect.ops import BENCH
 from servelab.collect.suite import OpSuite
@@ -14,6 +15,9 @@ from servelab.specs import load_system
 
 FAIL_ENV = "SERVELAB_FAKE_FAIL"  # comma-separated "op:field=value" triggers, e.g. "gemm:m=4096"
 CRASH_ENV = "SERVELAB_FAKE_CRASH"  # same syntax: the worker process dies (os._exit) on that key
+# same syntax: rank 0 of a collective takes 1.5 s on that key (what a busy machine does to the rank that
+# reports, while the others, the fake barrier holding none, run through the list and end)
+SLOW_RANK0_ENV = "SERVELAB_FAKE_SLOW_RANK0"
 
 
 def _matches(key, spec: str) -> bool:
@@ -44,6 +48,8 @@ def bench(key) -> dict:
 
 
 def bench_comm(key, rank: int, group) -> dict:
+    if rank == 0 and _matches(key, os.environ.get(SLOW_RANK0_ENV, "")):
+        time.sleep(1.5)
     out = bench(key)
     out["rank"] = rank
     return out

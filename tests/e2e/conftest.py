@@ -16,7 +16,7 @@ from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import once_a_run
 
 from servelab.runner.tiny_llama import build_tiny_llama
-from servelab.runner.vllm_cpu import VENV_ENV, VllmCpuServer, vllm_python
+from servelab.runner.vllm_cpu import QUICK_START_ARGS, QUICK_START_ENV, VENV_ENV, VllmCpuServer, vllm_python
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO / ".venv-vllm"
@@ -59,5 +59,6 @@ def tiny_llama(vllm_venv_python, e2e_cache_dir) -> Path:
 def vllm_server(vllm_venv_python, tiny_llama):
     """Prefix caching on (vLLM's default on the CPU, named so the agentic test's cache hits do not rest on a
     default): one server for the bench, agentic and simulator tests, not one more start for the agentic."""
-    with VllmCpuServer(vllm_venv_python, tiny_llama, extra_args=["--enable-prefix-caching"]) as server:
+    args = ["--enable-prefix-caching", *QUICK_START_ARGS]
+    with VllmCpuServer(vllm_venv_python, tiny_llama, extra_args=args, env=QUICK_START_ENV) as server:
         yield server

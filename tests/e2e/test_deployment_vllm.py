@@ -22,7 +22,7 @@ from servelab.recipes.recipe_store import open_store
 from servelab.recipes.sweep import expand
 from servelab.results.store import Store
 from servelab.runner.server import group_members
-from servelab.runner.vllm_cpu import CPU_ENV, MODEL_NAME, cpu_server_argv
+from servelab.runner.vllm_cpu import CPU_ENV, MODEL_NAME, QUICK_START_ARGS, QUICK_START_ENV, cpu_server_argv
 
 # hang guard: two CPU vLLMs start in a minute or two on a few cores
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -30,7 +30,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 DATA_DIR = SRC / "servelab" / "recipes" / "data"
 PROMPTS, OUTPUT_LEN = 12, 8
 # the workers log each request (uvicorn's access log) at INFO; 1 GiB of KV cache each, two on one machine
-WORKER_ENV = CPU_ENV | {"VLLM_LOGGING_LEVEL": "INFO", "VLLM_CPU_KVCACHE_SPACE": "1"}
+WORKER_ENV = CPU_ENV | QUICK_START_ENV | {"VLLM_LOGGING_LEVEL": "INFO", "VLLM_CPU_KVCACHE_SPACE": "1"}
 COMPLETION = re.compile(r'"POST /v1/completions HTTP/1\.1" 200')
 
 
@@ -54,7 +54,10 @@ def deployment(python: Path, model_dir: Path) -> Deployment:
     w0, w1, front = ports(3)
     workers = [
         NodeProcess(
-            role=Role.WORKER, argv=cpu_server_argv(python, model_dir, port), env=WORKER_ENV, port=port
+            role=Role.WORKER,
+            argv=cpu_server_argv(python, model_dir, port, extra_args=QUICK_START_ARGS),
+            env=WORKER_ENV,
+            port=port,
         )
         for port in (w0, w1)
     ]

@@ -23,7 +23,7 @@ from portpick import free_port
 from servelab.results.store import Store
 from servelab.runner.server import group_members
 from servelab.runner.server_metrics import metric_sums
-from servelab.runner.vllm_cpu import VllmCpuServer
+from servelab.runner.vllm_cpu import QUICK_START_ARGS, QUICK_START_ENV, VllmCpuServer
 
 # hang guard: a CPU vLLM starts in minutes, and the run also asks GSM8K and BFCL questions
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -64,11 +64,12 @@ def test_run_starts_vllm_benches_evaluates_judges_and_stores(
         "gpu": "CPU",
         "vllm": {
             "model": str(tiny_llama),
-            "env": {"VLLM_CPU_KVCACHE_SPACE": 2, "HF_HUB_OFFLINE": 1, "TOKENIZERS_PARALLELISM": "false"},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": 2, "HF_HUB_OFFLINE": 1, "TOKENIZERS_PARALLELISM": "false"}
+            | QUICK_START_ENV,
             # tool calling for BFCL (as perf-eval's workloads set it); answers capped at 64 tokens for speed
             "serve_args": "--served-model-name tiny-llama --dtype bfloat16 --max-model-len 4096 "
             "--max-num-seqs 16 --enable-auto-tool-choice --tool-call-parser hermes "
-            '--override-generation-config {"max_new_tokens":64}',
+            '--override-generation-config {"max_new_tokens":64} ' + " ".join(QUICK_START_ARGS),
         },
         "vllm_bench": {
             "configs": [
@@ -166,7 +167,13 @@ def test_vllm_killed_mid_benchmark_ends_as_error_with_what_was_measured(
         )
     )  # fmt: skip
     db = tmp_path / "results.db"
-    server = VllmCpuServer(vllm_venv_python, tiny_llama, log_path=tmp_path / "vllm.log").start()
+    server = VllmCpuServer(
+        vllm_venv_python,
+        tiny_llama,
+        extra_args=QUICK_START_ARGS,
+        env=QUICK_START_ENV,
+        log_path=tmp_path / "vllm.log",
+    ).start()
     try:
         cmd = [sys.executable, "-m", "servelab.cli.main", "run", str(path), "--base-url", server.url,
                "--model", server.model, "--store", str(db), "--json"]  # fmt: skip

@@ -174,36 +174,54 @@ class LocalExecutor:
         start = time.monotonic()
         current = None
         done = set()
+
+        def handle(message: tuple) -> bool:
+            """One message of rank 0's; True once it said it is through its list."""
+            nonlocal current
+            kind, rank, item, payload = message
+            if kind == "init_error":
+                raise _init_failed(rank, payload)
+            if kind == "start":
+                current = item
+                cb.started(key_from_row(item))
+            elif kind in ("row", "error"):
+                key = key_from_row(item)
+                done.add(key)
+                if kind == "row":
+                    cb.row(key, payload)
+                else:
+                    cb.error(key, payload[0], payload[1])
+            return kind == "exit"
+
         try:
             while True:
                 limit = min(start + timeout_s, deadline + 60 if deadline else float("inf"))
                 try:
-                    kind, rank, item, payload = outbox.get(timeout=1.0)
-                except queue.Empty:
-                    if time.monotonic() > limit or not all(p.is_alive() for p in procs):
-                        if current is not None and key_from_row(current) not in done:
-                            why = (
-                                "collective workers stopped"
-                                if time.monotonic() <= limit
-                                else "collectives ran out of time"
-                            )
-                            cb.error(key_from_row(current), "worker_crash", why)
+                    if handle(outbox.get(timeout=1.0)):
                         return
                     continue
-                if kind == "exit":
-                    return
-                if kind == "init_error":
-                    raise _init_failed(rank, payload)
-                if kind == "start":
-                    current = item
-                    cb.started(key_from_row(item))
-                elif kind in ("row", "error"):
-                    key = key_from_row(item)
-                    done.add(key)
-                    if kind == "row":
-                        cb.row(key, payload)
-                    else:
-                        cb.error(key, payload[0], payload[1])
+                except queue.Empty:
+                    pass
+                # A rank that ended with status 0 went through its list (another rank may still be sending);
+                # a crash, or rank 0 (which reports) gone, ends the run, once what rank 0 sent before it
+                # ended is read: a busy machine can leave that in the queue past the 1 s wait.
+                crashed = any(p.exitcode not in (None, 0) for p in procs)
+                if time.monotonic() <= limit and not crashed and procs[0].exitcode is None:
+                    continue
+                while True:
+                    try:
+                        if handle(outbox.get(timeout=0.5)):
+                            return
+                    except queue.Empty:
+                        break
+                if current is not None and key_from_row(current) not in done:
+                    why = (
+                        "collective workers stopped"
+                        if time.monotonic() <= limit
+                        else "collectives ran out of time"
+                    )
+                    cb.error(key_from_row(current), "worker_crash", why)
+                return
         finally:
             for p in procs:
                 p.join(timeout=10)

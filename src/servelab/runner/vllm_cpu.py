@@ -26,6 +26,14 @@ CPU_ENV = {
 }
 
 
+# A quicker start for a tiny model, what the tests run: no torch.compile (eager mode) and no engine process of
+# its own for the model's worker (vLLM V1 with its multiprocessing off), about half the CPU of a default
+# start on 2 cores (docs/benchmarks.md, "CI under fifteen minutes"). The accuracy scripts measure vLLM as it
+# starts by default, without these.
+QUICK_START_ARGS = ["--enforce-eager"]
+QUICK_START_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def cpu_server_argv(
     python: Path,
     model_dir: Path,
