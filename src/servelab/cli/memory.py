@@ -72,7 +72,7 @@ def memory(
     profile = engine_profile(backend)
     spec = profile.model_as_served(spec)
     rule = profile.kv_rule
-    if "max_num_seqs" in rule:  # vLLM's rule: the cap given, or vLLM's default for the GPU (not the profile's)
+    if "max_num_seqs" in rule:  # vLLM's rule: the cap given, or vLLM's default for the GPU
         rule["max_num_seqs"] = max_num_seqs
     mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, **rule)
     ctx = 9216 if context is None else context

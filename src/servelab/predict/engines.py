@@ -169,7 +169,10 @@ class EngineProfile(BaseModel):
     def kv_rule(self) -> dict[str, Any]:
         """How this engine sizes its KV cache, as predict.memory.memory_per_gpu takes it. vLLM sizes its
         profile run and CUDA graphs by its sequence cap and largest graph size, so they go with its rule."""
-        rule: dict[str, Any] = {"fraction_of_free": self.kv_of_free, "static_fraction": self.kv_static_fraction}
+        rule: dict[str, Any] = {
+            "fraction_of_free": self.kv_of_free,
+            "static_fraction": self.kv_static_fraction,
+        }
         if self.name == Engine.VLLM:
             rule["max_num_seqs"] = self.max_num_seqs
             rule["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
@@ -389,7 +392,7 @@ def vllm_batch(
             update["max_num_seqs"] = min(rule.max_num_seqs, tokens)
         kept = [k for k in ("max_num_batched_tokens", "max_num_seqs") if k in given]
         notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
-    if "cuda_graph_max_batch" in given:  # the launch's max-cudagraph-capture-size also sizes the graphs' memory
+    if "cuda_graph_max_batch" in given:  # the launch's capture size also sizes the graphs' memory
         update["max_cudagraph_capture_size"] = given["cuda_graph_max_batch"]
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)

@@ -310,14 +310,18 @@ def memory_per_gpu(
         if max_num_seqs is None:
             max_num_seqs = vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs
         if max_num_seqs < 1:
-            raise ServelabError(f"expected a positive number of sequences, got {max_num_seqs}", field="max_num_seqs")
+            raise ServelabError(
+                f"expected a positive number of sequences, got {max_num_seqs}", field="max_num_seqs"
+            )
         rows = min(max_num_seqs, max_num_batched_tokens)
         runner = model_runner(model, vllm_version)
         peak = vllm_profile_peak_bytes(model, parallel, max_num_batched_tokens, rows, runner, system.sm_count)
         acts = peak / GIB
         graphs = 0.0
         if subtracts_cudagraph_memory(model, vllm_version):
-            graphs = vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens, max_cudagraph_capture_size) / GIB
+            graphs = (
+                vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens, max_cudagraph_capture_size) / GIB
+            )
         reserve = VLLM_NON_TORCH_GIB + graphs
         total = device_gib * gpu_memory_utilization
         kv = total - weights - acts - reserve

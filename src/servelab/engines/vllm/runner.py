@@ -81,7 +81,9 @@ def cudagraph_capture_sizes(
     return sorted(sizes)
 
 
-def cudagraph_count(max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None) -> int:
+def cudagraph_count(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> int:
     """Graphs the default FULL_AND_PIECEWISE mode captures (v1/cudagraph_dispatcher.py
     CudagraphDispatcher.initialize_cudagraph_keys, 0.25.0): a PIECEWISE graph for every capture size, and a
     FULL graph for each size a uniform decode batch can take, up to max_num_seqs (one token a request, no
