@@ -3,7 +3,12 @@ sdists and the 0.25.0 wheel), whether its CUDA graph estimate is subtracted, and
 
 import pytest
 
-from servelab.engines.vllm.runner import cudagraph_capture_sizes, model_runner, subtracts_cudagraph_memory
+from servelab.engines.vllm.runner import (
+    cudagraph_capture_sizes,
+    cudagraph_count,
+    model_runner,
+    subtracts_cudagraph_memory,
+)
 from servelab.specs import load_model
 
 LLAMA = load_model("llama-3.1-8b")  # LlamaForCausalLM, dense
@@ -55,3 +60,20 @@ def test_capture_sizes_follow_the_sequence_cap_and_token_budget():
     assert (len(sizes), sizes[:5], sizes[-2:]) == (51, [1, 2, 4, 8, 16], [496, 512])
     assert cudagraph_capture_sizes(16, 8192) == [1, 2, 4, 8, 16, 24, 32]
     assert cudagraph_capture_sizes(1024, 100)[-3:] == [88, 96, 100]  # the budget itself is captured
+
+
+def test_graph_count_follows_the_servers_sequence_cap_and_capture_size():
+    """A worked example (vLLM 0.25.0 by its source: config/vllm.py _set_cudagraph_sizes and
+    v1/cudagraph_dispatcher.py initialize_cudagraph_keys). At 48 sequences and 2,048 tokens the sizes stop at
+    2 x 48 = 96 (15 PIECEWISE) and the FULL decode graphs at 48 (9): 24 graphs, what the seventeenth
+    session's server logged ("PIECEWISE=15 (largest=96), FULL=9 (largest=48)",
+    tests/data/vllm_gpu_heldout17/server_start.log). At the default 1,024 every one of the 51 sizes is both.
+    A launch's max_cudagraph_capture_size of 2,048 at 512 sequences: 147 sizes, 51 of them FULL."""
+    sizes = cudagraph_capture_sizes(48, 2048)
+    assert sizes == [1, 2, 4, *range(8, 97, 8)]
+    assert cudagraph_count(48, 2048) == 15 + 9
+    assert cudagraph_count(1024, 2048) == cudagraph_count(1024, 8192) == 51 + 51
+    with_capture_size = cudagraph_capture_sizes(512, 8192, 2048)
+    assert (len(with_capture_size), with_capture_size[-1]) == (147, 2048)
+    assert cudagraph_count(512, 8192, 2048) == 147 + 51
+    assert cudagraph_capture_sizes(512, 1024, 2048)[-1] == 1024  # the token budget caps a size set too

@@ -29,6 +29,9 @@ H100 = load_system("h100_sxm")
 VLLM_GPU_LOG = Path(__file__).parents[1] / "data" / "vllm_gpu" / "server_start.log"
 # seen evidence since the fourteenth session priced it (docs/accuracy.md, "A MoE model on a real vLLM")
 VLLM_MOE_LOG = Path(__file__).parents[1] / "data" / "vllm_gpu_heldout14" / "server_start.log"
+# seen evidence since the seventeenth session priced it (docs/accuracy.md, "Held-out vLLM runs under a
+# recipe's scheduler limits"): the same model at 2,048 tokens, 48 sequences and 0.83 of the H100
+VLLM_SEQS_LOG = Path(__file__).parents[1] / "data" / "vllm_gpu_heldout17" / "server_start.log"
 
 
 def logged_kv_tokens(log: Path) -> int:
@@ -295,6 +298,45 @@ def test_vllm_kv_capacity_on_the_moe_h100_point():
     0.5 GiB non-torch growth). The rule before (no workspace, V2's sampler, no graphs) was 18 % over."""
     predicted = memory_per_gpu(load_model("qwen3-30b-a3b"), H100, Parallel(tp=1)).max_kv_tokens
     assert predicted == pytest.approx(logged_kv_tokens(VLLM_MOE_LOG), rel=0.05)
+
+
+def test_vllm_kv_cache_follows_the_servers_sequence_cap():
+    """A worked example: Qwen3-30B-A3B (bf16, tp1, the V1 runner) on an H100 at 2,048 tokens and 0.83 of the
+    GPU. At vLLM's default 1,024 sequences the profile run's sampler holds 1,024 rows of the 151,936-token
+    vocabulary (14 bytes a logit, plus top-k/top-p's 4 bytes on 132 rows) and 102 graphs are subtracted;
+    at 48 sequences 48 rows and 24 graphs (engines/vllm/runner.py cudagraph_count). The KV cache grows by
+    exactly those differences. vLLM's own log at 48 sequences (seen: tests/data/vllm_gpu_heldout17) gave
+    85,824 tokens; the bound (2 %, about 0.16 GiB) is a regression check on the estimated terms."""
+    moe, p = load_model("qwen3-30b-a3b"), Parallel(tp=1)
+    default = memory_per_gpu(moe, H100, p, 2048, 0.83)
+    at_1024 = memory_per_gpu(moe, H100, p, 2048, 0.83, max_num_seqs=1024)
+    at_48 = memory_per_gpu(moe, H100, p, 2048, 0.83, max_num_seqs=48)
+    assert at_1024 == default  # vLLM's default for the H100
+    vocab, hidden = 151936, 2048 * 2  # bytes of a row's bf16 hidden state
+    sampler_rows = (1024 - 48) * (vocab * 14 + hidden) + (132 - 48) * vocab * 4
+    graphs = vllm_cudagraph_bytes(1024, 2048) - vllm_cudagraph_bytes(48, 2048)
+    assert graphs == pytest.approx((102 - 24) * 0.98 / 102 * GIB)
+    assert (at_48.kv_gib - at_1024.kv_gib) * GIB == pytest.approx(sampler_rows + graphs)
+    assert (at_1024.max_kv_tokens, at_48.max_kv_tokens) == (56_192, 86_064)
+    assert "24 graphs at 48 sequences" in at_48.source and "over 48 requests" in at_48.source
+    assert at_48.max_kv_tokens == pytest.approx(logged_kv_tokens(VLLM_SEQS_LOG), rel=0.02)
+    # a launch's larger capture size subtracts more graphs: 2 x 48 = 96 by default, 512 given
+    wider = memory_per_gpu(moe, H100, p, 2048, 0.83, max_num_seqs=48, max_cudagraph_capture_size=512)
+    assert wider.kv_gib < at_48.kv_gib
+    with pytest.raises(ServelabError, match="max_num_seqs"):
+        memory_per_gpu(moe, H100, p, 2048, 0.83, max_num_seqs=0)
+
+
+def test_the_twin_sizes_vllms_cache_with_the_servers_limits():
+    """The vLLM profile passes its sequence cap and a launch's capture size to the KV rule (kv_rule), so
+    `servelab bench --simulate --max-num-seqs 48` sizes the cache as vLLM does; other engines' rules take
+    neither."""
+    vllm = engine_profile("vllm", H100.hbm_gib, gpu_name=H100.gpu_name, max_num_seqs=48)
+    assert vllm.kv_rule["max_num_seqs"] == 48 and vllm.kv_rule["max_cudagraph_capture_size"] is None
+    assert engine_profile("vllm", H100.hbm_gib, gpu_name=H100.gpu_name).kv_rule["max_num_seqs"] == 1024
+    launched = engine_profile("vllm", H100.hbm_gib, gpu_name=H100.gpu_name, cuda_graph_max_batch=2048)
+    assert launched.kv_rule["max_cudagraph_capture_size"] == 2048
+    assert "max_num_seqs" not in engine_profile("sglang").kv_rule
 
 
 @pytest.mark.parametrize(

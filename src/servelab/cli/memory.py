@@ -52,6 +52,12 @@ def memory(
     backend: str = typer.Option(
         Engine.VLLM.value, "--backend", help="vllm | sglang | trtllm: whose KV-cache rule"
     ),
+    max_num_seqs: int | None = typer.Option(
+        None,
+        "--max-num-seqs",
+        help="vllm: the server's sequence cap, which sizes its profile run and CUDA graphs (default: vLLM's "
+        "for the GPU)",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Memory per GPU (weights, activations, reserve, KV cache), max KV tokens and max concurrent
@@ -66,6 +72,8 @@ def memory(
     profile = engine_profile(backend)
     spec = profile.model_as_served(spec)
     rule = profile.kv_rule
+    if "max_num_seqs" in rule:  # vLLM's rule: the cap given, or vLLM's default for the GPU
+        rule["max_num_seqs"] = max_num_seqs
     mem = memory_per_gpu(spec, sys_spec, parallel, max_num_batched_tokens, gpu_memory_utilization, **rule)
     ctx = 9216 if context is None else context
     result = {

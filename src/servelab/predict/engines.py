@@ -75,6 +75,9 @@ class EngineProfile(BaseModel):
     kernel_gap_us: float  # idle time between kernels inside a CUDA graph
     eager_launch_us: float  # CPU launch cost per kernel outside graphs (hidden when kernels are longer)
     cuda_graph_max_batch: int  # decode steps up to this batch replay a CUDA graph
+    # vLLM: the launch's --max-cudagraph-capture-size, which sizes the CUDA graphs its KV sizing subtracts
+    # (None: not set, vLLM's rule from max_num_seqs; predict.memory.memory_per_gpu)
+    max_cudagraph_capture_size: int | None = None
     max_num_batched_tokens: int
     max_num_seqs: int
     chunked_prefill: bool
@@ -163,9 +166,17 @@ class EngineProfile(BaseModel):
         return self.model_copy(update={**dict.fromkeys(MOE_TERMS, 0.0), "source": f"{self.source}; {note}"})
 
     @property
-    def kv_rule(self) -> dict[str, bool]:
-        """How this engine sizes its KV cache, as predict.memory.memory_per_gpu takes it."""
-        return {"fraction_of_free": self.kv_of_free, "static_fraction": self.kv_static_fraction}
+    def kv_rule(self) -> dict[str, Any]:
+        """How this engine sizes its KV cache, as predict.memory.memory_per_gpu takes it. vLLM sizes its
+        profile run and CUDA graphs by its sequence cap and largest graph size, so they go with its rule."""
+        rule: dict[str, Any] = {
+            "fraction_of_free": self.kv_of_free,
+            "static_fraction": self.kv_static_fraction,
+        }
+        if self.name == Engine.VLLM:
+            rule["max_num_seqs"] = self.max_num_seqs
+            rule["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
+        return rule
 
     def overhead_us(self, num_seqs: int) -> float:
         return self.step_overhead_us + self.per_seq_overhead_us * num_seqs
@@ -381,6 +392,8 @@ def vllm_batch(
             update["max_num_seqs"] = min(rule.max_num_seqs, tokens)
         kept = [k for k in ("max_num_batched_tokens", "max_num_seqs") if k in given]
         notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
+    if "cuda_graph_max_batch" in given:  # the launch's capture size also sizes the graphs' memory
+        update["max_cudagraph_capture_size"] = given["cuda_graph_max_batch"]
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)
         notes.append(why)

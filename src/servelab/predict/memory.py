@@ -7,9 +7,8 @@ from pydantic import BaseModel
 from servelab.engines.version import Version, numbered_release
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
 from servelab.engines.vllm.runner import (
-    CUDAGRAPH_MODES,
     Runner,
-    cudagraph_capture_sizes,
+    cudagraph_count,
     model_runner,
     subtracts_cudagraph_memory,
 )
@@ -231,13 +230,16 @@ def vllm_profile_peak_bytes(
     return workspace + max(forward, sampler)
 
 
-def vllm_cudagraph_bytes(max_num_seqs: int, max_num_batched_tokens: int) -> float:
+def vllm_cudagraph_bytes(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> float:
     """The V1 runner's CUDA graph estimate (v1/worker/gpu_model_runner.py profile_cudagraph_memory, 0.25.0):
     it captures each mode's two largest sizes and takes the first capture plus (graphs - 1) x the second,
-    per mode, for the sizes engines/vllm/runner.py cudagraph_capture_sizes gives, in both modes of the default
-    FULL_AND_PIECEWISE. Its per-graph memory is the driver's and is not in the source: estimated here as
-    VLLM_CUDAGRAPH_MIB_PER_GRAPH a graph (see there)."""
-    graphs = CUDAGRAPH_MODES * len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens))
+    per mode, for the graphs engines/vllm/runner.py cudagraph_count gives (the default FULL_AND_PIECEWISE;
+    max_capture_size: the launch's max_cudagraph_capture_size, None: vLLM's rule from max_num_seqs). Its
+    per-graph memory is the driver's and is not in the source: estimated here as VLLM_CUDAGRAPH_MIB_PER_GRAPH
+    a graph (see there)."""
+    graphs = cudagraph_count(max_num_seqs, max_num_batched_tokens, max_capture_size)
     return graphs * VLLM_CUDAGRAPH_MIB_PER_GRAPH * (1 << 20)
 
 
@@ -251,6 +253,8 @@ def memory_per_gpu(
     fraction_of_free: bool = False,
     static_fraction: bool = False,
     vllm_version: str | None = None,
+    max_num_seqs: int | None = None,
+    max_cudagraph_capture_size: int | None = None,
 ) -> MemoryBreakdown:
     """gpu_memory_utilization is the share of the whole GPU the engine fills (vLLM's gpu-memory-utilization),
     or with fraction_of_free the share of what the weights, activations and reserve leave that goes to the
@@ -264,7 +268,11 @@ def memory_per_gpu(
     mem_fraction_static x GPU - weights (the CUDA context, under 1 GiB, is not subtracted from the GPU).
 
     vllm_version: the vLLM release whose model runner (engines/vllm/runner.py) sizes the cache; None: the
-    newest read (0.25.0). It does not choose the default share: callers pass vllm_gpu_memory_utilization."""
+    newest read (0.25.0). It does not choose the default share: callers pass vllm_gpu_memory_utilization.
+    max_num_seqs: the server's sequence cap, which sizes vLLM's profile run (its sampler runs one row per
+    request) and the CUDA graphs it subtracts (None: vLLM's default for the GPU, engines/vllm/batch.py);
+    max_cudagraph_capture_size: the server's largest graph size (None: vLLM's rule, 2 x max_num_seqs up to
+    512). Both are read for vLLM's rule only."""
     if gpu_memory_utilization is None:
         if static_fraction:
             gpu_memory_utilization = sglang_mem_fraction_static(
@@ -299,22 +307,31 @@ def memory_per_gpu(
         total = weights + acts + FRAMEWORK_RESERVE_GIB + kv if kv > 0 else system.hbm_gib
     else:  # vLLM's rule (VLLM_GPU_MEMORY_UTILIZATION says where it was read)
         device_gib, device_how = system.ceiling("cuda_memory_gib", system.hbm_gib)
-        max_num_seqs = vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs
+        if max_num_seqs is None:
+            max_num_seqs = vllm_batch_defaults(device_gib, system.gpu_name).max_num_seqs
+        if max_num_seqs < 1:
+            raise ServelabError(
+                f"expected a positive number of sequences, got {max_num_seqs}", field="max_num_seqs"
+            )
         rows = min(max_num_seqs, max_num_batched_tokens)
         runner = model_runner(model, vllm_version)
         peak = vllm_profile_peak_bytes(model, parallel, max_num_batched_tokens, rows, runner, system.sm_count)
         acts = peak / GIB
         graphs = 0.0
         if subtracts_cudagraph_memory(model, vllm_version):
-            graphs = vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens) / GIB
+            graphs = (
+                vllm_cudagraph_bytes(max_num_seqs, max_num_batched_tokens, max_cudagraph_capture_size) / GIB
+            )
         reserve = VLLM_NON_TORCH_GIB + graphs
         total = device_gib * gpu_memory_utilization
         kv = total - weights - acts - reserve
         page_tokens = VLLM_BLOCK_SIZE if model.attention.kv_grows_linearly else 1
         runner_file = "v1/worker/gpu_model_runner.py" if runner == "v1" else "v1/worker/gpu/model_runner.py"
         moe_note = " with the fused-MoE workspace" if vllm_moe_workspace_bytes(model, parallel, 1) else ""
+        count = cudagraph_count(max_num_seqs, max_num_batched_tokens, max_cudagraph_capture_size)
         graph_note = (
-            f" - {typed(graphs)} GiB of CUDA graphs ({VLLM_CUDAGRAPH_MIB_PER_GRAPH:.1f} MiB a graph, "
+            f" - {typed(graphs)} GiB of CUDA graphs ({count} graphs at {max_num_seqs:,} sequences, "
+            f"{VLLM_CUDAGRAPH_MIB_PER_GRAPH:.1f} MiB a graph, "
             "estimated from the development point's capture; profile_cudagraph_memory)"
             if graphs
             else ""

@@ -47,8 +47,11 @@ def prepare(
     gpu_memory_utilization: float | None = None,
     fraction_of_free: bool = False,
     static_fraction: bool = False,
+    max_num_seqs: int | None = None,
+    max_cudagraph_capture_size: int | None = None,
 ) -> MemoryBreakdown:
-    """Every check a deployment must pass before it is priced: parallel split, precision, memory."""
+    """Every check a deployment must pass before it is priced: parallel split, precision, memory (the keywords
+    are predict.memory.memory_per_gpu's)."""
     parallel.validate(model)
     check_precision(model, system)
     return check_fits(
@@ -59,6 +62,8 @@ def prepare(
         gpu_memory_utilization=gpu_memory_utilization,
         fraction_of_free=fraction_of_free,
         static_fraction=static_fraction,
+        max_num_seqs=max_num_seqs,
+        max_cudagraph_capture_size=max_cudagraph_capture_size,
     )
 
 

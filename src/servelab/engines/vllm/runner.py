@@ -32,7 +32,6 @@ V2_ARCHITECTURES: tuple[tuple[str, frozenset[str]], ...] = (
     ("0.22.0", frozenset({"Qwen3ForCausalLM"})),
 )
 CUDAGRAPH_ESTIMATE_FROM = Version("0.20.0")  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: "0" in 0.19.0
-CUDAGRAPH_MODES = 2  # O2's default cudagraph_mode FULL_AND_PIECEWISE: a PIECEWISE and a FULL graph a size
 SIXTEEN_BIT = (Dtype.bf16, Dtype.fp16)
 
 
@@ -66,11 +65,14 @@ def subtracts_cudagraph_memory(model: ModelSpec, version: str | None = None) -> 
     return _release(version) >= CUDAGRAPH_ESTIMATE_FROM and model_runner(model, version) == "v1"
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> list[int]:
     """config/vllm.py VllmConfig._set_cudagraph_sizes (0.25.0, the default 'balanced' performance mode, no
-    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to min(2 x max_num_seqs, 512),
-    capped at max_num_batched_tokens, which is added when it fits."""
-    largest = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to the largest size, capped at
+    max_num_batched_tokens, which is added when it fits. The largest size is the launch's
+    max_cudagraph_capture_size where one is set (max_capture_size), else min(2 x max_num_seqs, 512)."""
+    largest = min(max_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)
     sizes = {s for s in (1, 2, 4) if s <= largest}
     sizes.update(range(8, min(largest + 1, 256), 8))
     sizes.update(range(256, largest + 1, 16))
@@ -79,4 +81,22 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> l
     return sorted(sizes)
 
 
-__all__ = ["Runner", "cudagraph_capture_sizes", "model_runner", "subtracts_cudagraph_memory"]
+def cudagraph_count(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> int:
+    """Graphs the default FULL_AND_PIECEWISE mode captures (v1/cudagraph_dispatcher.py
+    CudagraphDispatcher.initialize_cudagraph_keys, 0.25.0): a PIECEWISE graph for every capture size, and a
+    FULL graph for each size a uniform decode batch can take, up to max_num_seqs (one token a request, no
+    speculative tokens). At vLLM's default 1,024 sequences every size is both: 51 + 51; at 48, the sizes run
+    up to 96 and FULL stops at 48: 15 + 9."""
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size)
+    return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
+
+
+__all__ = [
+    "Runner",
+    "cudagraph_capture_sizes",
+    "cudagraph_count",
+    "model_runner",
+    "subtracts_cudagraph_memory",
+]
