@@ -144,8 +144,19 @@ def run_bfcl(target: Target, spec: WlBfcl, out_dir: Path, *, python: Path | None
         "OPENAI_BASE_URL": target.request_url().rstrip("/") + "/v1",
         "OPENAI_API_KEY": target.api_key or "EMPTY",  # the OpenAI client refuses to start without one
     }
-    with log_path.open("w") as log:
-        proc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    with (
+        log_path.open("w") as log,
+        subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT) as proc,
+    ):
+        try:
+            proc.wait()
+        except BaseException:
+            # Ctrl-C (or any other exception) ends the driver, and waits for it: subprocess.run gives a child
+            # it killed on KeyboardInterrupt only a quarter of a second, so on a busy machine it could outlive
+            # servelab as a zombie, reaped by init later
+            proc.kill()
+            proc.wait()
+            raise
     if proc.returncode != 0 or not scores_path.is_file():
         raise StageFailed(
             f"bfcl: bfcl-eval exited with code {proc.returncode}: {_last_line(log_path)} (log: {log_path})"
