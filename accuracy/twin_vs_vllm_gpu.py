@@ -12,7 +12,11 @@ The folder holds the measured result files (`servelab bench --save-result --save
 inter-token gaps dropped to keep them small) and, for each, vLLM's /metrics read before and after the run
 (`metrics_<name>_before.txt` / `_after.txt`), and a README.md saying how they were made. vLLM's own histograms
 split the measured first token into its queue and its prefill, which the twin's `--explain` splits too; its
-preemption counter is set beside the twin's count of preempted requests.
+preemption counter is set beside the twin's count of preempted requests. Where the twin sent the run's own
+prompts (the same count, each length within LENGTH_SLACK tokens) to at most FEW_CLIENTS clients, the first
+tokens are also set side by side request by request: request 0 apart (the ready check left its prompt in the
+prefix cache, so it shows the cost of a request with next to no prefill), the others' measured minus predicted
+TTFT.
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 # the kind of its value; `servelab bench --simulate` takes each under the same name
 SERVER_FLAGS = {"--max-num-batched-tokens": int, "--max-num-seqs": int, "--gpu-memory-utilization": float}
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
+# the twin's token count of a random prompt may differ from the server's by a token or two (the text a prompt
+# is decoded to and tokenized again); beyond that the two did not send the same prompts
+LENGTH_SLACK = 2
+# request by request only at a few clients: beyond them which request waits behind which is each side's own
+# order, and pairs by index set different waits side by side
+FEW_CLIENTS = 3
 
 
 def parse_server_args(text: str) -> dict[str, int | float]:
@@ -155,6 +165,25 @@ def stats(result: dict) -> dict[str, float]:
     }
 
 
+def request_gaps(measured: dict, predicted: dict) -> dict[str, float] | None:
+    """Measured minus predicted TTFT, ms, request by request: request 0's pair, and the others' median, least
+    and most; None where the two runs did not send the same prompts (count or lengths)."""
+    lens_m, lens_p = measured.get("input_lens") or [], predicted.get("input_lens") or []
+    ttft_m, ttft_p = measured.get("ttfts") or [], predicted.get("ttfts") or []
+    if not (len(lens_m) == len(lens_p) == len(ttft_m) == len(ttft_p) >= 2):
+        return None
+    if any(abs(a - b) > LENGTH_SLACK for a, b in zip(lens_m, lens_p, strict=True)):
+        return None
+    gaps = [(m - p) * 1e3 for m, p in zip(ttft_m[1:], ttft_p[1:], strict=True)]
+    return {
+        "first_measured": ttft_m[0] * 1e3,
+        "first_predicted": ttft_p[0] * 1e3,
+        "median": st.median(gaps),
+        "least": min(gaps),
+        "most": max(gaps),
+    }
+
+
 def explain_split(predicted: dict) -> tuple[float, float]:
     """The twin's mean queue and mean prefill of a first token, ms (its --explain)."""
     queue = prefill = 0.0
@@ -235,6 +264,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {hist.get('request_queue_time_seconds', float('nan')):7.1f} / {q_pred:7.1f}"
                 f"  {hist.get('request_prefill_time_seconds', float('nan')):7.1f} / {pre_pred:7.1f}"
             )
+            gaps = request_gaps(measured, predicted) if cfg["max_concurrency"] <= FEW_CLIENTS else None
+            if gaps:
+                print(
+                    f"{'':15s}request by request, measured - twin TTFT:"
+                    " request 0 (its prompt cached by the ready check)"
+                    f" {gaps['first_measured']:.1f} / {gaps['first_predicted']:.1f} ms,"
+                    f" the others median {gaps['median']:+.1f} ms"
+                    f" ({gaps['least']:+.1f} to {gaps['most']:+.1f})"
+                )
             preempted = preemptions(
                 args.folder / f"metrics_{name}_before.txt", args.folder / f"metrics_{name}_after.txt"
             )

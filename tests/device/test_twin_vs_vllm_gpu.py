@@ -117,3 +117,32 @@ def test_server_args_outside_the_scheduler_limits_are_refused_in_one_line(tmp_pa
         "argument --server-args: expected one of --max-num-batched-tokens, --max-num-seqs, "
         "--gpu-memory-utilization, got '--port'"
     )
+
+
+def test_at_one_client_the_first_tokens_are_set_side_by_side_request_by_request(tmp_path):
+    """A_c1 sent the twin's own prompts (same lengths): request 0's pair is the run's and the twin's first
+    token, and the others' gaps are measured minus predicted, ms, request by request."""
+    for name in ("A_c1.json", "metrics_A_c1_before.txt", "metrics_A_c1_after.txt"):
+        shutil.copy(DATA / name, tmp_path / name)
+    out = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm"])
+    (line,) = [line.strip() for line in out.splitlines() if line.strip().startswith("request by request")]
+    measured = json.loads((DATA / "A_c1.json").read_text())
+    pair = line.split("ready check) ")[1].split(" ms")[0]
+    first_measured, first_predicted = (float(x) for x in pair.split(" / "))
+    assert first_measured == round(measured["ttfts"][0] * 1e3, 1)
+    # the twin computes only the last token of a cached prompt: its first token comes well before a prefill's
+    assert 0 < first_predicted < statistics.median(t * 1e3 for t in measured["ttfts"][1:])
+    median, spread = line.split("others median ")[1].split(" ms (")
+    least, most = (float(x) for x in spread.rstrip(")").split(" to "))
+    assert least <= float(median) <= most
+
+
+def test_runs_that_sent_other_prompts_are_not_set_side_by_side(tmp_path):
+    """Pairs by index mean nothing where the twin's prompts are not the run's: no line then."""
+    measured = json.loads((DATA / "A_c1.json").read_text())
+    measured["config"]["seed"] += 1  # the twin draws other lengths; the measured ones stay
+    (tmp_path / "A_c1.json").write_text(json.dumps(measured))
+    for name in ("metrics_A_c1_before.txt", "metrics_A_c1_after.txt"):
+        shutil.copy(DATA / name, tmp_path / name)
+    out = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm"])
+    assert "A_c1 " in out and "request by request" not in out
