@@ -51,7 +51,7 @@ def ports(n: int) -> list[int]:
 
 
 def deployment(python: Path, model_dir: Path) -> Deployment:
-    w0, w1, front = ports(3)
+    w0, w1, front, metrics = ports(4)
     workers = [
         NodeProcess(
             role=Role.WORKER,
@@ -64,6 +64,9 @@ def deployment(python: Path, model_dir: Path) -> Deployment:
     router = [str(python), "-m", "vllm_router.launch_router", "--host", "127.0.0.1", "--port", str(front)]
     router += ["--worker-urls", f"http://127.0.0.1:{w0}", f"http://127.0.0.1:{w1}", "--policy", "round_robin"]
     router += ["--worker-startup-timeout-secs", "600"]
+    # its Prometheus exporter on a free port too: its default is a fixed one, which another router on the
+    # machine (another test run's) may hold
+    router += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     return Deployment(
         nodes=1, processes=[*workers, NodeProcess(role=Role.ROUTER, argv=router, port=front)], endpoint=2
     )
