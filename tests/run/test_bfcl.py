@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from answer_server import MODEL, AnswerServer, bfcl_data_dir, load_bfcl_cases
+from pidstate import running
 
 from servelab.recipes.workload import WlBfcl
 from servelab.run import bfcl
@@ -160,14 +160,6 @@ def test_the_driver_gets_the_workload_settings(tmp_path, monkeypatch):
     assert lines[-3:] == [str(tmp_path / "out"), "http://h:8000/v1", "EMPTY"]
 
 
-def _running(pid: int) -> bool:
-    """Not gone and not a zombie (one that has exited and waits for its parent, or init, to read it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_ctrl_c_ends_the_bfcl_process(tmp_path):
     """Ctrl-C during the stage (SIGINT to servelab alone) ends the driver too: nothing is left running."""
     pid_file = tmp_path / "driver.pid"
@@ -192,6 +184,6 @@ def test_ctrl_c_ends_the_bfcl_process(tmp_path):
         stage.send_signal(signal.SIGINT)
         assert stage.wait(timeout=60) != 0
         assert "KeyboardInterrupt" in stage.stderr.read()
-        assert not _running(driver)
+        assert not running(driver)
     finally:
         stage.kill()

@@ -1,7 +1,6 @@
 """ServerProcess against a tiny Python HTTP server standing in for an engine: healthy start, early exit,
 never healthy, and a teardown that leaves no process of the group behind on any of those paths."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pidstate import running
 from portpick import free_port
 
 from servelab.runner.server import ServerProcess, ServerStartError, group_members, wait_group_gone
@@ -41,23 +41,6 @@ ENGINE = textwrap.dedent(
     http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
     """
 )
-
-
-def running(pid: int) -> bool:
-    """The process exists and has not exited (an exited child of a killed parent lingers as a zombie until
-    init reaps it). One read of its stat: init may reap it between any two looks, and a look that finds it
-    gone after one that found it must not count it as running."""
-    if not os.path.isdir("/proc"):  # not Linux: a zombie counts as running
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # reaped, before or while it was read
-        return False
 
 
 def engine(tmp_path: Path, mode: str, **kw) -> tuple[ServerProcess, Path]:
