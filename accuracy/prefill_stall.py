@@ -5,14 +5,16 @@ twin's median TPOT, its median gap between tokens (ITL: one decode step, prefill
 the share of the run spent in steps that carry prefill, and its TTFT. `--what-if NAME=VALUE` (repeatable)
 prices every point again with the engine's calibrated parameters NAME set to VALUE; `--launch aiconfigurator`
 prices AIConfigurator's own TensorRT-LLM rows (only those) again as its config generator launched the engine
-(`aiconfigurator_launch`). Both are probes: they write nothing and change no default.
+(`aiconfigurator_launch`); `--fewer-seats N` prices every point again with the engine holding N fewer requests
+than the client keeps in flight (`fewer_seats`). All are probes: they write nothing and change no default.
 
     python accuracy/prefill_stall.py --engine sglang --systems b200_sxm,b300_sxm [--isl 1024 --osl 1024] \\
         [--only TEXT] [--what-if eager_moe_route_us=0 ...] [--json rows.json]
     python accuracy/prefill_stall.py --engine trtllm --systems h100_sxm --only qwen3_32b \\
-        --launch aiconfigurator
+        --launch aiconfigurator [--fewer-seats 1]
 
-Output: a line per point (system, layout, lengths, concurrency), then predicted / measured TPOT and TTFT by
+Output: a line per point (system, layout, lengths, concurrency; its measured gap between completions, `gap`),
+then the measured TTFT over that gap by concurrency, then predicted / measured TPOT and TTFT by
 concurrency (medians) and the median |error| of TTFT, TPOT and both with the share of TTFTs within 1.5x, as
 shipped and with the probe; --json writes the rows (the point's settings and measurements, and the twin's
 split under "shipped" and "what_if").
@@ -84,6 +86,41 @@ def aiconfigurator_launch(case: Case) -> Case:
     return replace(case, settings=launched)
 
 
+def fewer_seats(case: Case, seats: int) -> Case:
+    """The case with the engine holding `seats` fewer requests than the client keeps in flight: max_batch_size
+    (max_num_seqs) the concurrency less `seats`, so that in a closed loop `seats` requests always wait for
+    another to finish. A probe of what AIConfigurator's TensorRT-LLM Llama-3.1-8B rows on H100 look like
+    (docs/accuracy.md, "TensorRT-LLM's Llama-3.1-8B points on H100"), not a rule of any engine: a
+    ServelabError naming --fewer-seats where no seat would be left."""
+    seats_left = case.concurrency - seats
+    if seats_left < 1:
+        raise ServelabError(
+            f"--fewer-seats: expected fewer than the point's {case.concurrency} clients, got {seats}",
+            field="fewer-seats",
+        )
+    settings = case.settings or RunSettings(recipe="the replay's client")
+    return replace(case, settings=replace(settings, max_num_seqs=seats_left))
+
+
+def gap_ms(row: dict) -> float:
+    """The closed loop's measured mean gap between completions (ms): a client's cycle, TTFT + (OSL - 1) x
+    TPOT, over the clients. A request that has to wait for another to finish before the engine takes it
+    waits about this long."""
+    cycle = row["ttft_ms"] + (row["osl"] - 1) * row["tpot_ms"]
+    return float(cycle / row["concurrency"])
+
+
+def probe_rule(launch: Callable[[Case], Case] | None, seats: int) -> Callable[[Case], Case] | None:
+    """The launch (if any), then `seats` fewer seats (if any): the settings a probe prices each case with."""
+    if not seats:
+        return launch
+
+    def rule(case: Case) -> Case:
+        return fewer_seats(launch(case) if launch else case, seats)
+
+    return rule
+
+
 def launch_rule(name: str | None, engine: str) -> Callable[[Case], Case] | None:
     """The launch --launch names (None: none); a ServelabError naming --launch for another name, or for an
     engine other than TensorRT-LLM."""
@@ -146,7 +183,8 @@ def development_points(engine: str, systems: tuple[str, ...], args: argparse.Nam
 def point_line(row: dict, got: dict, alt: dict | None) -> str:
     line = (
         f"{row['system']:9s} {row['parallel']:8s} {row['isl']}/{row['osl']:<5d} c{row['concurrency']:<4d} "
-        f"TPOT {row['tpot_ms']:6.1f} meas, twin {got['tpot']:6.1f} = ITL {got['itl']:5.1f} with "
+        f"gap {row['gap_ms']:6,.0f} TPOT {row['tpot_ms']:6.1f} meas, twin {got['tpot']:6.1f} = "
+        f"ITL {got['itl']:5.1f} with "
         f"{got['prefill_share']:4.0%} in prefill steps; TTFT {row['ttft_ms']:7,.0f} meas, "
         f"twin {got['ttft_mean']:7,.0f}"
     )
@@ -170,6 +208,15 @@ def by_concurrency(rows: list[dict], key: str) -> str:
         ttft = np.median([r[key]["ttft_mean"] / r["ttft_ms"] for r in g])
         parts.append(f"c{c} ({len(g)}): TPOT {tpot:.2f}, TTFT {ttft:.2f}")
     return "; ".join(parts)
+
+
+def ttft_over_gap(rows: list[dict]) -> str:
+    """The measured TTFT over the measured gap between completions, medians by concurrency: near 1 and above
+    where each new request waits for another to finish, near 0 where it is taken at once."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        groups[r["concurrency"]].append(r["ttft_ms"] / r["gap_ms"])
+    return "; ".join(f"c{c}: {np.median(groups[c]):.2f}" for c in sorted(groups))
 
 
 def errors(rows: list[dict], key: str) -> str:
@@ -202,11 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--launch", help="aiconfigurator: its own rows only, the probe launched as its generator launches"
     )
+    ap.add_argument(
+        "--fewer-seats",
+        type=int,
+        default=0,
+        help="N: the probe's engine holds N fewer requests than the clients (max_batch_size = clients - N)",
+    )
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     try:
         changes = dict(what_if(text) for text in args.what_if)
-        launch = launch_rule(args.launch, args.engine)
+        if args.fewer_seats < 0:
+            raise ServelabError(f"--fewer-seats: expected a count >= 0, got {args.fewer_seats}")
+        launch = probe_rule(launch_rule(args.launch, args.engine), args.fewer_seats)
         calibration = read_calibration(args.calibration)
         engines = calibration.engines
         if args.engine not in engines:
@@ -229,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in sorted(points, key=lambda p: (p.case.system, p.case.parallel.label(), p.case.isl, p.case.osl)):
         try:
             row = {**describe(p), "shipped": shipped(p.case), "what_if": probe(p.case) if probe else None}
+            row["gap_ms"] = gap_ms(row)
         except ServelabError as e:
             print(f"refused {p.key}: {e}", file=sys.stderr)
             continue
@@ -237,12 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(rows)} development points, {args.engine}; predicted / measured by concurrency (medians)")
     if not rows:
         return 0
+    print(f"measured TTFT / gap between completions by concurrency (medians): {ttft_over_gap(rows)}")
     print(f"shipped: {by_concurrency(rows, 'shipped')}")
     print(f"shipped: {errors(rows, 'shipped')}")
     if probe:
         parts = [f"{k}={v:g}" for k, v in changes.items()]
-        if launch:
+        if args.launch:
             parts.append(f"{args.launch}'s launch")
+        if args.fewer_seats:
+            parts.append(f"{args.fewer_seats} seat(s) fewer")
         label = ", ".join(parts)
         print(f"{label}: {by_concurrency(rows, 'what_if')}")
         print(f"{label}: {errors(rows, 'what_if')}")

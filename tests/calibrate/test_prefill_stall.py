@@ -98,3 +98,41 @@ def test_a_launch_other_than_aiconfigurator_or_for_another_engine_is_refused_in_
     assert err.count("\n") == 1 and "--launch" in err and "'inferencex'" in err
     err = run_accuracy_python([SCRIPT, *SWEEP, "--launch", "aiconfigurator"], returncode=2)
     assert err.count("\n") == 1 and "--launch" in err and "sglang" in err
+
+
+# TensorRT-LLM Llama-3.1-8B on two H100s at 8 clients, 1,024-token prompts: AIConfigurator's own rows (with
+# --launch, which keeps only those; Qwen3-32B rows of the same split and load are dropped below)
+LLAMA_C8 = ["--engine", "trtllm", "--systems", "h100_sxm", "--isl", "1024", "--only", "_c8_tp2_"]
+
+
+def twin_gap_ms(row: dict, key: str) -> float:
+    """The twin's own mean gap between completions: its cycle, TTFT + (OSL - 1) x TPOT, over the clients."""
+    got = row[key]
+    return (got["ttft_mean"] + (row["osl"] - 1) * got["tpot"]) / row["concurrency"]
+
+
+@pytest.mark.slow  # 2.5 s of CPU: an accuracy-script process
+def test_one_seat_fewer_makes_each_new_request_wait_for_another_to_finish(tmp_path):
+    """With the engine holding one request fewer than the clients keep in flight, a new request waits in a
+    closed loop for another to finish: its first token comes about one gap between completions later, so
+    the TTFT grows with the output length as the measured rows' does; as shipped it does not."""
+    out = tmp_path / "rows.json"
+    probe = ["--launch", "aiconfigurator", "--fewer-seats", "1", "--json", str(out)]
+    run_accuracy_python([SCRIPT, *LLAMA_C8, *probe])
+    rows = sorted(
+        (r for r in json.loads(out.read_text()) if r["model"] == "llama-3.1-8b"), key=lambda r: r["osl"]
+    )
+    assert [r["osl"] for r in rows] == [128, 256, 512] and all(not r["heldout"] for r in rows)
+    for r in rows:
+        gap = twin_gap_ms(r, "what_if")
+        assert gap <= r["what_if"]["ttft_mean"] < 1.5 * gap
+        assert r["gap_ms"] == pytest.approx((r["ttft_ms"] + (r["osl"] - 1) * r["tpot_ms"]) / 8)
+    short, long = rows[0], rows[-1]
+    assert long["what_if"]["ttft_mean"] > 2 * short["what_if"]["ttft_mean"]
+    assert long["shipped"]["ttft_mean"] == pytest.approx(short["shipped"]["ttft_mean"], rel=0.05)
+    assert long["ttft_ms"] > 2 * short["ttft_ms"]  # the measured rows
+
+
+def test_a_negative_count_of_fewer_seats_is_refused_in_one_line():
+    err = run_accuracy_python([SCRIPT, *LLAMA_C8, "--fewer-seats", "-1"], returncode=2)
+    assert err.count("\n") == 1 and "--fewer-seats" in err and "-1" in err
