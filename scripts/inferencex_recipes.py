@@ -79,6 +79,13 @@ RECIPES: list[tuple[str, list[str], str, list[str], str | None]] = [
     ),
     ("vllm", ["llama-3.1-70b"], "h200_sxm", ["benchmarks/70b_fp8_h200_slurm.sh"], None),
 ]
+# Llama-3.3-70B on vLLM on B200: one docker script per precision (the B200 runners of those days ran a vLLM
+# job by `benchmarks/70b_{precision}_b200_docker.sh`, the only vLLM script for that GPU: runners/launch_b200-
+# nvd.sh and launch_b200-tg.sh; launch_b200-nb.sh and -nv.sh name a _slurm.sh that vLLM never had there)
+RECIPES += [
+    ("vllm", ["llama-3.1-70b"], "b200_sxm", [f"benchmarks/70b_{precision}_b200_docker.sh"], precision)
+    for precision in ("fp8", "fp4")
+]
 # gpt-oss-120b on vLLM, B200 and H100: from the one script per GPU of 2026-01-22 (InferenceX b0c4ed21b merged
 # each GPU's _docker.sh and _slurm.sh, which ran side by side and differed); rows before it keep the defaults
 RECIPES += [
@@ -396,14 +403,18 @@ def _config_yaml(text: str, name: str, where: str) -> dict[str, list[str]]:
     """`key: value` lines of the heredoc that writes the config file `name` (as flags: key -> [value])."""
     if re.search(rf">>\s*{re.escape(name)}", text):
         raise SystemExit(f"{where}: {name} is appended to, a form this script does not read")
-    bodies = re.findall(rf"cat > {re.escape(name)} << ?'?EOF'?\n(.*?)\nEOF", text, re.S)
+    # `<<-EOF` (bash strips the body's and the delimiter's leading tabs) or `<<EOF`
+    heredoc = rf"cat > {re.escape(name)} <<(-)? ?'?EOF'?\n(.*?)\n(?(1)\t*)EOF"
+    bodies = [body for _, body in re.findall(heredoc, text, re.S)]
     if len(bodies) != 1:
         raise SystemExit(f"{where}: {len(bodies)} heredocs write {name}; this script reads exactly one")
     out = {}
     for line in bodies[0].splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip():
-            out[key.strip()] = [value.strip().strip("'\"")]
+            # quotes around a value, also written escaped (`\'$FUSION_FLAG\'`: InferenceX 5f91fd91d, replaced
+            # the same day)
+            out[key.strip()] = [value.strip().strip("\\'\"")]
     return out
 
 
@@ -470,8 +481,10 @@ def vllm_settings(text: str, where: str) -> dict:
         recorded["cudagraph_mode"] = compilation["cudagraph_mode"]
     recorded.update((n.replace("-", "_"), raw) for n, raw in by_variable.items())
     # vLLM's environment switches pick kernels (VLLM_MXFP4_USE_MARLIN: the MXFP4 MoE on Hopper)
-    for name, value in re.findall(r"^\s*export (VLLM_\w+)=\"?([^\"\s]*)", _uncommented(text), re.M):
-        recorded[name] = _word(value)
+    # (a single-quoted value whole: VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB='{"2":32,"4":32,"8":8}')
+    exports = re.findall(r"^\s*export (VLLM_\w+)=(?:'([^']*)'|\"?([^\"\s]*))", _uncommented(text), re.M)
+    for name, quoted, value in exports:
+        recorded[name] = quoted if quoted else _word(value)
     return {**settings, "recorded": recorded}
 
 

@@ -425,3 +425,37 @@ def test_the_twin_prices_an_expert_parallel_row_with_whole_experts_per_gpu():
     as_written = price.estimate(replace(case, parallel=Parallel(tp=8)), params)
     assert (as_read.parallel, as_written.parallel) == ("tp8-ep8", "tp8")
     assert as_read.percentiles["tpot_ms"]["p50"] != as_written.percentiles["tpot_ms"]["p50"]
+
+
+def _b200_llama_row(precision: str, measured: str) -> dict:
+    """A B200 vLLM Llama-3.1-70B row as AIConfigurator's export writes InferenceX's runs of 2025-10-29."""
+    row = _llama_row("vllm")
+    row.update(silicon_data_source=f"source_file=2026-04-06.csv; silicon_concurrency=64; measured={measured}")
+    row.update(system="b200_sxm", precision=precision, tp_size="1", batch_size="64", isl="8192")
+    row.update(gemm_quant_mode="nvfp4" if precision == "fp4" else "fp8")
+    return row
+
+
+def test_llama_vllm_rows_on_b200_get_the_docker_script_of_their_precision():
+    """InferenceX ran vLLM's Llama-3.3-70B jobs on B200 with one docker script per precision
+    (benchmarks/70b_{fp8,fp4}_b200_docker.sh, 4b860b78e): an FP8 cache, 512 sequences, an 8,192-token
+    budget and a 0.9 share, async scheduling; a row measured before the FP4 script keeps the defaults."""
+    for precision in ("fp8", "fp4"):
+        case = to_case(_b200_llama_row(precision, "2025-10-29T00:00:00.000Z"))
+        s = case.settings
+        assert s is not None and f"70b_{precision}_b200_docker.sh" in s.recipe
+        assert (s.kv_cache_dtype, s.max_num_seqs, s.max_num_batched_tokens, s.memory_share) == (
+            Dtype.fp8,
+            512,
+            8192,
+            0.9,
+        )
+        assert dict(s.unpriced)["async_scheduling"] is True  # recorded: vLLM 0.14's default is the same
+    assert to_case(_b200_llama_row("fp4", "2025-09-20T00:00:00.000Z")).settings is None
+    # the FP8 cache holds twice the tokens of the BF16 one the row's checkpoint names: 64 clients of up to
+    # 9,216 tokens fit one B200 (65 sequences), which a BF16 cache (about 32) does not
+    price = Pricer(load_system("b200_sxm"), "aggregated", prompts_per_concurrency=2)
+    case = to_case(_b200_llama_row("fp8", "2025-10-29T00:00:00.000Z"))
+    assert case.model.precision.kv_cache == Dtype.bf16
+    params = defaults()["vllm"]
+    assert price(case, params)[0] < price(replace(case, settings=None), params)[0] / 2

@@ -313,3 +313,56 @@ def test_an_ep_switch_the_launch_does_not_pass_is_not_read(repo, tmp_path):
     )
     (only,) = _ranges(repo, tmp_path, "vllm")
     assert "expert_parallel" not in only["settings"]
+
+
+B200_LLAMA_PATH = "benchmarks/70b_fp8_b200_docker.sh"
+# InferenceX's vLLM Llama-3.3-70B FP8 script for B200 (benchmarks/70b_fp8_b200_docker.sh, 4b860b78e): a
+# `<<-EOF` heredoc, the compilation config from a variable, and a single-quoted JSON export
+B200_LLAMA = """#!/usr/bin/bash
+FUSION_FLAG='{'\\
+'"cudagraph_mode": "FULL_DECODE_ONLY",'\\
+'"splitting_ops": []'\\
+'}'
+cat > config.yaml <<-EOF
+\tkv-cache-dtype: fp8
+\tcompilation-config: QUOTED
+\tasync-scheduling: true
+\tno-enable-prefix-caching: true
+\tmax-num-batched-tokens: 8192
+\tmax-model-len: $MAX_MODEL_LEN
+\tEOF
+export VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB='{"2":32,"4":32,"8":8}'
+vllm serve $MODEL --host=0.0.0.0 --port=$PORT \\
+--gpu-memory-utilization=0.9 \\
+--tensor-parallel-size=$TP \\
+--max-num-seqs=512 \\
+--config config.yaml \\
+--disable-log-requests
+"""
+
+
+def test_a_tab_stripped_heredoc_and_a_quoted_export_are_read_whole(repo, tmp_path):
+    """`cat > config.yaml <<-EOF` (bash strips the tabs before each line and the delimiter) is read as `<<EOF`
+    is; a value quoted with escaped quotes (`\\'$FUSION_FLAG\\'`, InferenceX 5f91fd91d) reads as the one in
+    plain quotes; a single-quoted export is recorded whole, not cut at its first double quote."""
+    _commit(
+        repo, B200_LLAMA.replace("QUOTED", "\\'$FUSION_FLAG\\'"), "2025-09-16", B200_LLAMA_PATH, "19:00:00"
+    )
+    _commit(repo, B200_LLAMA.replace("QUOTED", "'$FUSION_FLAG'"), "2025-09-24", B200_LLAMA_PATH)
+    (only,) = _ranges(repo, tmp_path, "vllm")
+    assert (only["from"], only["until"], only["precision"]) == ("2025-09-16", None, "fp8")
+    assert only["models"] == ["llama-3.1-70b"] and only["system"] == "b200_sxm"
+    assert only["settings"] == {
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 512,
+        "gpu_memory_utilization": 0.9,
+        "max_cudagraph_capture_size": None,
+        "kv_cache_dtype": "fp8",
+        "recorded": {
+            "async_scheduling": True,
+            "enable_prefix_caching": False,
+            "max_model_len": "$MAX_MODEL_LEN",
+            "compilation_config": "$FUSION_FLAG",  # a variable: recorded as written
+            "VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB": '{"2":32,"4":32,"8":8}',
+        },
+    }
