@@ -59,9 +59,13 @@ def test_a_row_whose_layout_does_not_validate_is_left_out_with_a_one_line_reason
 
 DYNAMO_RUN = (
     "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/qwen3_32b.csv; gtl_job_id=1; "
-    "gtl_task_id=2; measured=2026-01-23; image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0; dynamo_version=0.8.0"
+    "gtl_task_id=2; measured=2026-01-23; image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0; "
+    "dynamo_version=0.8.0"
 )
-CAMPAIGN_CSV = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; silicon_concurrency=8"
+CAMPAIGN_CSV = (
+    "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; "
+    "silicon_concurrency=8"
+)
 
 
 def _qwen_row(engine: str, source: str, precision: str = "fp8") -> dict:
