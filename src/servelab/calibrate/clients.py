@@ -19,10 +19,10 @@ have set.
   deployments of 2026-01-23 (`image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0`: the generator's, after
   both commits). Its undated vLLM rows (vLLM 0.12.0, no date, image or flags) are read the same way, an
   inference the rows do not record (they could predate 2cecd6596): the same campaign and release, and their
-  first tokens ask for it (docs/accuracy.md, "vLLM's Qwen3-32B points on H100": the H100 Qwen3-32B rows at
-  1,024- and 4,096-token prompts are met by this budget, C + ISL + 1,500, and by no fixed one; at vLLM's
-  8,192 tokens eight 1,024-token prompts share a step, and their measured first tokens are about half as
-  long as that step).
+  first tokens ask for it (docs/accuracy.md, "vLLM's Qwen3-32B points on H100": at vLLM's 8,192 tokens
+  seven 1,024-token prompts share a step, and the measured first tokens are about half as long as the
+  twin's; of the budgets tried, this one, C + ISL + 1,500, fits the H100 Qwen3-32B rows at both prompt
+  lengths best, where a fixed 2,048 misses the 4,096-token prompts and a fixed 4,096 the 1,024-token ones).
 
 SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
 default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
