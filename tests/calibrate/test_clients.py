@@ -1,6 +1,7 @@
 """The calibration replays a silicon_sample.csv row that no recipe covers as its campaign's client sent it
 (calibrate/clients.py, `Pricer(as_sent=True)`, `calibrate engines --as-sent`): AIConfigurator's own rows at
-the nominal lengths, InferenceX's at [0.8 L, L]; SGLang's --enable-mixed-chunk only as the what-if."""
+the nominal lengths, InferenceX's at [0.8 L, L], the campaign's vLLM rows with the token budget and sequence
+cap AIConfigurator's generator launches vLLM with; SGLang's --enable-mixed-chunk only as the what-if."""
 
 from dataclasses import replace
 
@@ -103,3 +104,49 @@ def test_the_mixed_chunk_what_if_needs_the_replay_as_sent():
     assert got.returncode == 2, got.stderr
     (line,) = got.stderr.strip().splitlines()
     assert "--aic-mixed-chunk" in line and "--as-sent" in line
+
+
+VLLM_QWEN_H100 = (
+    "source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; "
+    "silicon_concurrency=8"
+)
+
+
+def test_the_campaigns_vllm_rows_run_the_launch_aiconfigurators_generator_writes():
+    # generator/rule_plugin/vllm.rule: agg max_num_tokens = max_batch_size + isl + 1500, max_batch_size as
+    # --max-num-seqs
+    vllm = client_settings(VLLM_QWEN, Engine.VLLM, clients=8, isl=2000)
+    assert (vllm.max_num_batched_tokens, vllm.max_num_seqs) == (8 + 2000 + 1500, 8)
+    assert vllm.recipe == AICONFIGURATOR_CLIENT and vllm.client_range_ratio == 1.0
+    # not SGLang's rows (its generator rule is another), not InferenceX's, not a source outside the campaign,
+    # not a row whose load is not given
+    for source, engine in (
+        (SGLANG_LLAMA, Engine.SGLANG),
+        (INFERENCEX_UNDATED, Engine.VLLM),
+        ("source_file=other.csv; silicon_concurrency=8", Engine.VLLM),
+    ):
+        rule = client_settings(source, engine, clients=8, isl=2000)
+        assert (rule.max_num_batched_tokens, rule.max_num_seqs) == (None, None), source
+    assert client_settings(VLLM_QWEN, Engine.VLLM).max_num_batched_tokens is None
+
+
+def test_the_calibrations_replay_as_sent_gives_the_engine_the_generators_budget(monkeypatch):
+    case = _llama("vllm", VLLM_QWEN.replace("Qwen_Qwen3-235B-A22B-FP8", "meta-llama_Llama-3.1-8B-Instruct"))
+    engine = _sent(monkeypatch, case, as_sent=True)["engine"]
+    assert (engine.max_num_batched_tokens, engine.max_num_seqs) == (8 + 2000 + 1500, 8)
+    # replayed as a row of unknown client (the calibration's default), vLLM's own default budget on an H200
+    assert _sent(monkeypatch, case)["engine"].max_num_batched_tokens == 8192
+
+
+def test_with_the_generators_budget_eight_short_prompts_do_not_all_wait_for_one_step():
+    # Qwen3-32B on 8 H100s, 8 clients of 1,024 + 128 tokens: at vLLM's 8,192-token budget a wave of seven
+    # prompts prefills in one step and each first token waits for all seven; at 8 + 1,024 + 1,500 tokens a
+    # step holds two prompts and a bit, and the wave's first tokens come step by step
+    row = silicon_row(0, "vllm", "Qwen/Qwen3-32B", "91", "8.7", "0.12.0", VLLM_QWEN_H100)
+    row.update(system="h100_sxm", precision="", gemm_quant_mode="", moe_quant_mode="", batch_size="8")
+    row.update(tp_size="8", moe_tp_size="0", isl="1024", osl="128")
+    case = to_case(row)
+    price = Pricer(load_system("h100_sxm"), "aggregated", prompts_per_concurrency=4, as_sent=True)
+    launched = price.estimate(case, {})
+    default = price.estimate(replace(case, settings=RunSettings(recipe="test", client_range_ratio=1.0)), {})
+    assert launched.percentiles["ttft_ms"]["mean"] < 0.7 * default.percentiles["ttft_ms"]["mean"]

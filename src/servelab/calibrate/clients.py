@@ -11,6 +11,18 @@ have set.
   warm-up) and its generator's aiperf benchmark since February 2026
   (generator/config/backend_templates/benchmark/bench_run.sh.j2: --isl-stddev and --osl-stddev, 0 by default
   in generator/config/deployment_config.yaml).
+- AIConfigurator's campaign's vLLM rows: the aggregated launch AIConfigurator's generator writes for vLLM
+  (ai-dynamo/aiconfigurator, generator/rule_plugin/vllm.rule since 95ddf241a of 2025-12-04, the generator's
+  first vLLM support: `agg max_num_tokens = max_batch_size + isl + 1500`, max_batch_size as max-num-seqs;
+  config/backend_config_mapping.yaml renders them as vLLM's --max-num-batched-tokens and --max-num-seqs, the
+  first in the vLLM command since 2cecd6596 of 2026-01-08). The campaign's dated vLLM rows are Dynamo
+  deployments of 2026-01-23 (`image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0`: the generator's, after
+  both commits). Its undated vLLM rows (vLLM 0.12.0, no date, image or flags) are read the same way, an
+  inference the rows do not record (they could predate 2cecd6596): the same campaign and release, and their
+  first tokens ask for it (docs/accuracy.md, "vLLM's Qwen3-32B points on H100": at vLLM's 8,192 tokens
+  seven 1,024-token prompts share a step, and the measured first tokens are about half as long as the
+  twin's; of the budgets tried, this one, C + ISL + 1,500, fits the H100 Qwen3-32B rows at both prompt
+  lengths best, where a fixed 2,048 misses the 4,096-token prompts and a fixed 4,096 the 1,024-token ones).
 
 SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
 default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
@@ -35,6 +47,11 @@ AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
 _INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
 INFERENCEX_CLIENT = "InferenceX client"
 AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
+# the folder of AIConfigurator's own campaign in a row's silicon_data_source
+AICONFIGURATOR_CAMPAIGN = "aic-auto-gap-analysis"
+# AIConfigurator's generator's aggregated vLLM token budget: the worker's batch + the ISL + this many tokens
+# (generator/rule_plugin/vllm.rule, `agg max_num_tokens`; module docstring)
+GENERATOR_BUDGET_MARGIN = 1500
 # InferenceX's client warms the server with 2 x C requests before the measured ones since d053ae24e
 # (2026-01-21, "upstream kimbochen/bench_serving, adding warmup": benchmarks/benchmark_lib.sh
 # `--num-warmups "$((2 * max_concurrency))"`); before it the runner scripts ran kimbochen/bench_serving
@@ -54,12 +71,22 @@ def cold_inferencex_row(source: str, measured: str) -> bool:
     return measured_by_inferencex(source) and bool(measured) and measured < INFERENCEX_WARMUP_SINCE
 
 
-def client_settings(source: str, engine: Engine, mixed_chunk: bool = False) -> RunSettings:
-    """How a row of this `silicon_data_source` was sent, where no recipe covers it (module docstring);
-    `mixed_chunk`: replay AIConfigurator's SGLang rows with --enable-mixed-chunk (not the evidence's rule)."""
+def client_settings(
+    source: str, engine: Engine, mixed_chunk: bool = False, clients: int = 0, isl: int = 0
+) -> RunSettings:
+    """How a row of this `silicon_data_source` was sent, where no recipe covers it (module docstring), with
+    `clients` clients of `isl`-token prompts (0: not known, the engine's own limits); `mixed_chunk`: replay
+    AIConfigurator's SGLang rows with --enable-mixed-chunk (not the evidence's rule)."""
     if measured_by_inferencex(source):
         return RunSettings(recipe=INFERENCEX_CLIENT, client_range_ratio=INFERENCEX_RANGE_RATIO)
     flag = True if mixed_chunk and engine == Engine.SGLANG else None
+    budget = seqs = None
+    if engine == Engine.VLLM and AICONFIGURATOR_CAMPAIGN in source and clients > 0 and isl > 0:
+        budget, seqs = clients + isl + GENERATOR_BUDGET_MARGIN, clients
     return RunSettings(
-        recipe=AICONFIGURATOR_CLIENT, client_range_ratio=AICONFIGURATOR_LENGTHS, mixed_chunk=flag
+        recipe=AICONFIGURATOR_CLIENT,
+        client_range_ratio=AICONFIGURATOR_LENGTHS,
+        mixed_chunk=flag,
+        max_num_batched_tokens=budget,
+        max_num_seqs=seqs,
     )

@@ -130,7 +130,10 @@ def silicon_points(
             skipped[reason] = skipped.get(reason, 0) + n
         for case in cases:
             if case.settings is None:  # no recipe of that system: the client its campaign ran
-                case = replace(case, settings=client_settings(case.silicon_source, case.engine))
+                sent = client_settings(
+                    case.silicon_source, case.engine, clients=case.concurrency, isl=case.isl
+                )
+                case = replace(case, settings=sent)
             if case.model.name.startswith("minimax"):
                 case = replace(case, family="minimax")
             points.append(Point(case, case.row_id in heldout, source_of_row(case)))

@@ -175,7 +175,9 @@ class Pricer:
         model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
         settings = case.settings
         if settings is None and self.as_sent and case.silicon_source:
-            settings = client_settings(case.silicon_source, case.engine, self.aic_mixed_chunk)
+            settings = client_settings(
+                case.silicon_source, case.engine, self.aic_mixed_chunk, case.concurrency, case.isl
+            )
         if settings is not None:
             update.update(settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
             if "cuda_graph_max_batch" in update:  # the recipe's graph batch, not SGLang's rule by split

@@ -196,6 +196,16 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
 # bundles the 70B's, aic-core model_configs/nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json; the 8B
 # is the same ModelOpt release)
 FP8_KV_CHECKPOINTS = frozenset({"nvidia/llama-3.1-8b-instruct-fp8", "nvidia/llama-3.1-70b-instruct-fp8"})
+# the source note of a row AIConfigurator's campaign ran as a Dynamo deployment its generator wrote (`...;
+# gtl_job_id=...; measured=...; image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0; dynamo_version=0.8.0`)
+_DYNAMO_DEPLOYMENT = re.compile(r"(^|;\s*)dynamo_version=")
+
+
+def generated_deployment(row: dict) -> bool:
+    """Whether a row was measured on a Dynamo deployment (its source note names a Dynamo version): the
+    deployments AIConfigurator's generator writes from its pick, KV-cache dtype included
+    (fp8_kv_if_unmarked)."""
+    return bool(_DYNAMO_DEPLOYMENT.search(row.get("silicon_data_source") or ""))
 
 
 def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
@@ -208,10 +218,20 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     infers the KV mode from kv_cache_quant_algo and passes `--kv-cache-dtype fp8`, and its vLLM 0.12 rows of
     nvidia/Llama-3.1-8B-Instruct-FP8 decode at the FP8 cache's speed (one GPU, 128 clients of 4,000 + 1,000
     tokens: TPOT 22.0 ms measured, 21.9 predicted with FP8 KV, 30.6 with BF16). Other checkpoints keep
-    those engines' BF16 default (`--kv-cache-dtype auto`)."""
+    those engines' BF16 default (`--kv-cache-dtype auto`), except an FP8 row of a deployment
+    AIConfigurator's generator wrote (generated_deployment): there the KV-cache dtype is AIConfigurator's
+    pick, FP8 wherever its GEMMs are (ai-dynamo/aiconfigurator 5e0243eb1, the generator of these Dynamo 0.8.0
+    runs: sdk/task.py `_get_quant_mode` picks kvcache "fp8" beside the FP8 GEMMs on SM 89 and later, vLLM's
+    GEMMs and experts as "fp8", the rows' gemm_quant_mode and moe_quant_mode; its vLLM collector times
+    FP8-KV attention there, collector/vllm/collect_attn.py, so the pick stands; generator/module_bridge.py
+    passes it as kv_cache_dtype, which config/backend_config_mapping.yaml renders as vLLM's and SGLang's
+    `--kv-cache-dtype`). vLLM 0.12.0's Qwen3-32B FP8 row at tp1, 24 clients of 4,000 + 1,000 tokens, decodes
+    in 16.9 ms a token, under what its BF16 cache alone would take to read (24 x about 4,500 tokens x 256 KiB
+    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
-    if not ((engine == Engine.TRTLLM and fp8) or declared):
+    generated = fp8 and generated_deployment(row) and engine in (Engine.VLLM, Engine.SGLANG)
+    if not ((engine == Engine.TRTLLM and fp8) or declared or generated):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
     return model.model_copy(update={"precision": precision})
