@@ -118,6 +118,16 @@ def describe(point: Point) -> dict:
     }
 
 
+def read_priced(path: Path) -> dict | None:
+    """The priced points of a `--out` file (by point key), or None with one line on stderr naming the file:
+    what the sibling scripts reading a priced development part share."""
+    try:
+        return json.loads(path.read_text())["points"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --priced {path}: expected accuracy/closed_loop.py's --out JSON ({e})", file=sys.stderr)
+        return None
+
+
 def ttft_pred(r: dict) -> float:
     """The predicted TTFT compared with a point's: the twin's median where the source says it measured one
     (InferenceX's token-position files), the twin's mean for a silicon_sample.csv row, whose statistic the

@@ -15,19 +15,17 @@ to be cut at that size), the measured and predicted TTFT and the S the excess im
 """
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from closed_loop import DATA, read_priced  # the sibling script (run from accuracy/)
 
 from servelab.calibrate.closed_loop import Point, read_points
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.engines import Engine
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "closed_loop"
 SYSTEM = "b200_sxm"
 COLD = "inferencex-no-warmup"
 
@@ -154,13 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args(argv)
-    try:
-        priced = json.loads(args.priced.read_text())["points"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(
-            f"error: --priced {args.priced}: expected accuracy/closed_loop.py's --out JSON ({e})",
-            file=sys.stderr,
-        )
+    priced = read_priced(args.priced)
+    if priced is None:
         return 2
     points, _ = read_points(args.data, (SYSTEM,))
     found = stalls(points, priced)

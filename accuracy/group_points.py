@@ -11,16 +11,13 @@ difference, measured / predicted TPOT.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from closed_loop import DATA, read_priced, ttft_pred  # the sibling script (run from accuracy/)
+
 from servelab.calibrate.closed_loop import read_points
 from servelab.errors import ServelabError
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "closed_loop"
-TOKEN_POSITION = "inferencex-token-position"  # as accuracy/closed_loop.py
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,13 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", required=True)
     ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args(argv)
-    try:
-        priced = json.loads(args.priced.read_text())["points"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(
-            f"error: --priced {args.priced}: expected accuracy/closed_loop.py's --out file ({e})",
-            file=sys.stderr,
-        )
+    priced = read_priced(args.priced)
+    if priced is None:
         return 2
     try:
         points, _ = read_points(args.data, (args.system,))
@@ -64,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         if not got or "refused" in got:
             continue
         c = p.case
-        pred = got["ttft_p50"] if p.source == TOKEN_POSITION else got["ttft_mean"]
+        pred = ttft_pred({**got, "source": p.source})
         weights = c.model.precision.weights.value
         print(
             f"{c.parallel.tp:<3d} {c.isl:>4d}/{c.osl:<4d} {c.concurrency:>3d}  {weights:7s}"
