@@ -150,3 +150,64 @@ def test_with_the_generators_budget_eight_short_prompts_do_not_all_wait_for_one_
     launched = price.estimate(case, {})
     default = price.estimate(replace(case, settings=RunSettings(recipe="test", client_range_ratio=1.0)), {})
     assert launched.percentiles["ttft_ms"]["mean"] < 0.7 * default.percentiles["ttft_ms"]["mean"]
+
+
+# a dated TensorRT-LLM row of AIConfigurator's campaign: a Dynamo 0.8.0 deployment its generator wrote
+# (silicon_sample.csv at ai-dynamo/aiconfigurator 095f58a)
+TRTLLM_DYNAMO_QWEN_H100 = (
+    "source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.2.0rc6.post1/"
+    "qwen3_32b.csv; "
+    "gtl_job_id=23364591; gtl_task_id=102487519; measured=2026-01-23; "
+    "image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.0; dynamo_version=0.8.0"
+)
+
+
+def test_the_campaigns_dynamo_trtllm_rows_run_the_launch_aiconfigurators_generator_writes():
+    # generator/rule_plugin/trtllm.rule of January 2026: agg max_num_tokens = max_batch_size + isl + 1500,
+    # CUDA graphs for batches 1..max_batch_size; its 1.2.0rc6.post1 template: no chunked prefill, KV share
+    # 0.80
+    sent = client_settings(TRTLLM_DYNAMO_QWEN_H100, Engine.TRTLLM, clients=32, isl=4000)
+    assert (sent.max_num_batched_tokens, sent.max_num_seqs) == (32 + 4000 + 1500, 32)
+    assert (sent.chunked_prefill, sent.cuda_graph_max_batch, sent.memory_share) == (False, 32, 0.80)
+    assert sent.client_range_ratio == 1.0
+    # not the campaign's undated 1.0.0rc3 rows (no launch recorded), not a deployment whose clients were
+    # spread over several workers (silicon_concurrency above the worker's batch)
+    undated = GAP_ANALYSIS.format(
+        engine="trtllm", version="1.0.0rc3", file="Qwen_Qwen3-32B.csv; silicon_concurrency=8"
+    )
+    spread = TRTLLM_DYNAMO_QWEN_H100.replace(
+        "gtl_task_id=102487519;", "gtl_task_id=1; silicon_concurrency=192;"
+    )
+    for source in (undated, spread):
+        rule = client_settings(source, Engine.TRTLLM, clients=32, isl=4000)
+        assert (rule.max_num_batched_tokens, rule.chunked_prefill, rule.memory_share) == (None, None, None)
+
+
+def _dynamo_qwen_tp1():
+    """The campaign's Qwen3-32B FP8 row on one H100: 32 clients of 4,000 + 1,000 tokens."""
+    row = silicon_row(0, "trtllm", "Qwen/Qwen3-32B", "694", "22.4", "1.2.0rc6.post1", TRTLLM_DYNAMO_QWEN_H100)
+    row.update(
+        system="h100_sxm", precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size="32"
+    )
+    row.update(tp_size="1", moe_tp_size="1", isl="4000", osl="1000")
+    return to_case(row)
+
+
+def test_the_calibrations_replay_as_sent_launches_a_dynamo_trtllm_row_as_the_generator_did(monkeypatch):
+    engine = _sent(monkeypatch, _dynamo_qwen_tp1(), as_sent=True)["engine"]
+    assert (engine.max_num_batched_tokens, engine.max_num_seqs, engine.chunked_prefill) == (5532, 32, False)
+    assert engine.cuda_graph_max_batch == 32
+    # replayed as a row of unknown client (the calibration's default): TensorRT-LLM's own 8,192 tokens
+    assert _sent(monkeypatch, _dynamo_qwen_tp1())["engine"].max_num_batched_tokens == 8192
+
+
+def test_with_the_generators_launch_a_dynamo_trtllm_rows_prompts_prefill_one_a_step():
+    # Qwen3-32B FP8 on one H100, 32 clients of 4,000 + 1,000 tokens: the replay's TensorRT-LLM defaults
+    # (8,192 tokens a step, chunked) put two prompts and a chunk of a third in a step, and their first tokens
+    # wait for it; 32 + 4,000 + 1,500 tokens unchunked hold one prompt a step
+    # (10 x C requests, as the campaign's harness sent: the first wave's cold start no longer dominates)
+    case = _dynamo_qwen_tp1()
+    price = Pricer(load_system("h100_sxm"), "aggregated", prompts_per_concurrency=10, as_sent=True)
+    launched = price.estimate(case, {})
+    default = price.estimate(replace(case, settings=RunSettings(recipe="test", client_range_ratio=1.0)), {})
+    assert launched.percentiles["ttft_ms"]["mean"] < 0.85 * default.percentiles["ttft_ms"]["mean"]

@@ -24,6 +24,17 @@ have set.
   twin's; of the budgets tried, this one, C + ISL + 1,500, fits the H100 Qwen3-32B rows at both prompt
   lengths best, where a fixed 2,048 misses the 4,096-token prompts and a fixed 4,096 the 1,024-token ones).
 
+- AIConfigurator's campaign's TensorRT-LLM rows of a Dynamo deployment (`dynamo_version=` in the source,
+  each worker holding the row's clients: no `silicon_concurrency=`): the aggregated launch its generator
+  wrote at their dates (2026-01-23 and 25, Dynamo 0.8.0: generator/rule_plugin/trtllm.rule at 48756fd73 of
+  2026-01-15 and 5e0243eb1 of 2026-01-24, `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`,
+  `agg_decode max_batch_size`, `agg_prefill_decode cuda_graph_batch_sizes = range(1, max_batch_size + 1)`;
+  backend_templates/trtllm/extra_engine_args.1.2.0rc6.post1.yaml.j2: `enable_chunked_prefill` false and
+  `free_gpu_memory_fraction` 0.80 unless set, and the generator sets neither). The campaign's undated
+  TensorRT-LLM 1.0.0rc3 rows keep TensorRT-LLM's defaults: they record no launch, and they reject this one
+  (docs/accuracy.md, "TensorRT-LLM's Qwen points on H100": their first tokens come out 0.5-0.7x at
+  2,048-4,096-token prompts, and Llama-3.1-8B's 0.4-0.8x).
+
 SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
 default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
 (fa895ffb1 and 07a377923: `agg enable_mixed_chunk = true` in generator/rule_plugin/sglang.rule; the first of
@@ -35,6 +46,7 @@ c86e3a44d). `mixed_chunk=True` replays them as if the generator's flag was set (
 """
 
 import re
+from dataclasses import replace
 
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO, RunSettings
 from servelab.engines import Engine
@@ -52,6 +64,8 @@ AICONFIGURATOR_CAMPAIGN = "aic-auto-gap-analysis"
 # AIConfigurator's generator's aggregated vLLM token budget: the worker's batch + the ISL + this many tokens
 # (generator/rule_plugin/vllm.rule, `agg max_num_tokens`; module docstring)
 GENERATOR_BUDGET_MARGIN = 1500
+# the KV share of the generator's TensorRT-LLM template (kv_cache_config.free_gpu_memory_fraction; docstring)
+GENERATOR_TRTLLM_KV_SHARE = 0.80
 # InferenceX's client warms the server with 2 x C requests before the measured ones since d053ae24e
 # (2026-01-21, "upstream kimbochen/bench_serving, adding warmup": benchmarks/benchmark_lib.sh
 # `--num-warmups "$((2 * max_concurrency))"`); before it the runner scripts ran kimbochen/bench_serving
@@ -80,13 +94,29 @@ def client_settings(
     if measured_by_inferencex(source):
         return RunSettings(recipe=INFERENCEX_CLIENT, client_range_ratio=INFERENCEX_RANGE_RATIO)
     flag = True if mixed_chunk and engine == Engine.SGLANG else None
-    budget = seqs = None
-    if engine == Engine.VLLM and AICONFIGURATOR_CAMPAIGN in source and clients > 0 and isl > 0:
-        budget, seqs = clients + isl + GENERATOR_BUDGET_MARGIN, clients
-    return RunSettings(
-        recipe=AICONFIGURATOR_CLIENT,
-        client_range_ratio=AICONFIGURATOR_LENGTHS,
-        mixed_chunk=flag,
-        max_num_batched_tokens=budget,
-        max_num_seqs=seqs,
+    sent = RunSettings(
+        recipe=AICONFIGURATOR_CLIENT, client_range_ratio=AICONFIGURATOR_LENGTHS, mixed_chunk=flag
     )
+    if AICONFIGURATOR_CAMPAIGN not in source or clients <= 0 or isl <= 0:
+        return sent
+    budget = clients + isl + GENERATOR_BUDGET_MARGIN
+    if engine == Engine.VLLM:
+        return replace(sent, max_num_batched_tokens=budget, max_num_seqs=clients)
+    if engine == Engine.TRTLLM and generated_trtllm_worker(source):
+        return replace(
+            sent,
+            recipe=f"{AICONFIGURATOR_CLIENT}, AIConfigurator's generator launch",
+            max_num_batched_tokens=budget,
+            max_num_seqs=clients,
+            chunked_prefill=False,
+            cuda_graph_max_batch=clients,
+            memory_share=GENERATOR_TRTLLM_KV_SHARE,
+        )
+    return sent
+
+
+def generated_trtllm_worker(source: str) -> bool:
+    """Whether a row's `silicon_data_source` is a Dynamo deployment AIConfigurator's generator wrote (its
+    `dynamo_version`) whose one worker held all the row's clients (no `silicon_concurrency`: the clients are
+    the worker's batch)."""
+    return "dynamo_version=" in source and "silicon_concurrency=" not in source
