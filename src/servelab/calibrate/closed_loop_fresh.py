@@ -156,7 +156,7 @@ def _model(row: dict[str, str], configs: Mapping[str, Path]) -> ModelSpec:
     if spelling not in ENGINE_KV_CACHE_DTYPES:
         raise ServelabError(f"{row['id']}: unknown KV-cache dtype {spelling!r}", field="kv_cache_dtype")
     kv = ENGINE_KV_CACHE_DTYPES[spelling]
-    return load_model(str(path) if path else name, kv_dtype=kv.value if kv else None)
+    return load_model(str(path) if path else name, kv_dtype=kv.value if kv else None, hub=False)
 
 
 def _lengths(row: dict[str, str]) -> tuple[int, int, float]:

@@ -84,7 +84,7 @@ def to_case(item: dict, row_id: str, source: str) -> Case:
     prefix = (str(item.get("infmax_model_prefix")), str(item.get("precision")))
     checkpoint = str(item.get("model") or PREFIX_CHECKPOINTS.get(prefix, ""))
     try:
-        model = load_model(checkpoint)
+        model = load_model(checkpoint, hub=False)
     except ServelabError:
         raise ValueError(f"model {checkpoint or '(none)'} is not embedded") from None
     ep = _int(item, "ep", 1)

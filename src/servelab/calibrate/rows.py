@@ -167,14 +167,14 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
     if configs and path.lower() in configs:
         checkpoint = str(configs[path.lower()])
     try:
-        model = load_model(checkpoint)
+        model = load_model(checkpoint, hub=False)
     except ServelabError:
         raise ValueError(f"model {path} is not embedded") from None
     gemm = (weights or row.get("gemm_quant_mode") or "").strip()
     # the row's GEMM precision overrides a BF16 checkpoint (measured with FP8 quantization); a checkpoint that
     # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
     if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
-        model = load_model(checkpoint, weight_dtype=gemm)
+        model = load_model(checkpoint, weight_dtype=gemm, hub=False)
     elif gemm == "nvfp4" and not model.precision.experts.is_fp4:
         # an NVFP4 run of an 8- or 16-bit checkpoint (NVIDIA's FP4 releases of it, on Blackwell): the row
         # names the GEMMs' and the experts' formats; a checkpoint with FP4 experts of its own (gpt-oss's
@@ -185,7 +185,11 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
         # (specs.ENGINE_KV_CACHE_DTYPES)
         moe = (row.get("moe_quant_mode") or "").strip()
         model = load_model(
-            checkpoint, weight_dtype="nvfp4", expert_dtype="nvfp4" if moe == "nvfp4" else None, kv_dtype="fp8"
+            checkpoint,
+            weight_dtype="nvfp4",
+            expert_dtype="nvfp4" if moe == "nvfp4" else None,
+            kv_dtype="fp8",
+            hub=False,
         )
     elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
         raise ValueError(f"GEMM precision {gemm} has no servelab dtype")

@@ -140,8 +140,10 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _resolve(name_or_path: str) -> tuple[ModelSpec, Checkpoint | None]:
-    """The embedded or parsed spec, and the checkpoint entry it came through (None for a name or a path)."""
+def _resolve(name_or_path: str, hub: bool = True) -> tuple[ModelSpec, Checkpoint | None]:
+    """The embedded or parsed spec, and the checkpoint entry it came through (None for a name or a path);
+    `hub`: a Hugging Face id servelab does not embed is looked up in the hub cache and the hub (False: it is
+    unknown, whatever this machine's cache holds or the network gives)."""
     key = name_or_path.strip()
     checkpoints = _checkpoints()
     lowered = {k.lower(): k for k in checkpoints}
@@ -154,6 +156,10 @@ def _resolve(name_or_path: str) -> tuple[ModelSpec, Checkpoint | None]:
     if _exists(path) or key.endswith(".json") or "/" in key and key.startswith((".", "/", "~")):
         return _from_path(path), None
     choices = list_models() + list(checkpoints)
+    if is_repo_id(key) and not hub:
+        raise ServelabError(
+            f"model {name_or_path!r} is not embedded (the hub and its cache are not asked here)"
+        )
     if is_repo_id(key):
         return _from_hub(key, choices), None
     raise ServelabError(
@@ -167,9 +173,12 @@ def load_model(
     kv_dtype: str | None = None,
     expert_dtype: str | None = None,
     indexer_dtype: str | None = None,
+    hub: bool = True,
 ) -> ModelSpec:
-    """A ModelSpec with the checkpoint's default precision, overridden where asked."""
-    model, checkpoint = _resolve(name_or_path)
+    """A ModelSpec with the checkpoint's default precision, overridden where asked. `hub=False`: embedded
+    models, their checkpoints and config.json paths only, as pinned evidence is read (the same rows on every
+    machine, and no network)."""
+    model, checkpoint = _resolve(name_or_path, hub)
     prec = model.precision.model_dump()
     if checkpoint is not None:
         prec.update(
