@@ -47,8 +47,8 @@ have set.
   keeps C requests in flight (src/concurrency_worker.cc) and waits for the warm-up to drain before it
   measures (load_worker.cc WaitForOngoingRequests, load_manager.cc WaitForWarmupAndCleanup): a closed loop
   from an idle server, one first wave of C and then a steady loop, never a wave per C requests. The
-  figure is the mean (a median would be whole over 1 or 2). The dated (Dynamo) rows show no such count and
-  keep the replay's own.
+  figure is the mean (a median would be whole over 1 or 2). The dated (Dynamo) rows show no consistent
+  count and keep the replay's own.
 
 SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
 default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
