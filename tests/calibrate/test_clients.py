@@ -59,10 +59,12 @@ def test_a_calibration_row_of_aiconfigurators_campaign_is_replayed_at_its_nomina
     assert case.settings is None and not measured_by_inferencex(case.silicon_source)  # no recipe covers it
     sent = _sent(monkeypatch, case, as_sent=True)["workload"]
     assert (sent.isl, sent.osl, sent.range_ratio) == (2000, 500, 0)  # every request at 2,000 + 500 tokens
-    assert sent.num_requests == 2 * 8
-    # the replay of a row of unknown client (the default) spreads them over [0.8, 1.2] x nominal
+    assert sent.num_requests == 20 * 8  # the campaign's undated SGLang rows: one pool of 20 x C requests
+    # the replay of a row of unknown client (the default) spreads them over [0.8, 1.2] x nominal, and sends
+    # the pricer's own requests per client
     spread = _sent(monkeypatch, case)["workload"]
     assert (spread.isl, spread.osl, spread.range_ratio) == (2000, 500, LENGTH_SPREAD)
+    assert spread.num_requests == 2 * 8
 
 
 def test_an_undated_inferencex_row_is_replayed_with_inferencexs_client():
@@ -211,3 +213,37 @@ def test_with_the_generators_launch_a_dynamo_trtllm_rows_prompts_prefill_one_a_s
     launched = price.estimate(case, {})
     default = price.estimate(replace(case, settings=RunSettings(recipe="test", client_range_ratio=1.0)), {})
     assert launched.percentiles["ttft_ms"]["mean"] < 0.85 * default.percentiles["ttft_ms"]["mean"]
+
+
+def test_the_campaigns_undated_rows_send_the_requests_their_means_average_over():
+    # accuracy/aic_request_counts.py: the undated TensorRT-LLM and SGLang points' means are whole (in ns) over
+    # 20 x C requests, some over 20 x C - 1 (one pool with a request lost); the vLLM 0.12.0 ones over 10 x C
+    def undated(engine: str, version: str) -> str:
+        return GAP_ANALYSIS.format(
+            engine=engine, version=version, file="Qwen_Qwen3-32B.csv; silicon_concurrency=8"
+        )
+
+    assert client_settings(undated("trtllm", "1.0.0rc3"), Engine.TRTLLM).requests_per_client == 20
+    assert client_settings(undated("sglang", "0.5.1.post1"), Engine.SGLANG).requests_per_client == 20
+    assert client_settings(undated("vllm", "0.12.0"), Engine.VLLM).requests_per_client == 10
+    # a dated Dynamo row shows no count, nor is InferenceX's client AIConfigurator's: the replay's own
+    dated = client_settings(TRTLLM_DYNAMO_QWEN_H100, Engine.TRTLLM, clients=32, isl=4000)
+    assert dated.requests_per_client is None
+    assert client_settings(INFERENCEX_UNDATED, Engine.VLLM).requests_per_client is None
+
+
+def test_a_rows_own_request_count_replaces_the_pricers_but_not_its_steady_state(monkeypatch):
+    case = replace(_llama("sglang", SGLANG_LLAMA), settings=RunSettings(recipe="test", requests_per_client=3))
+    assert _sent(monkeypatch, case)["workload"].num_requests == 3 * 8
+    # prompts_per_concurrency 0 prices the simulator's steady state, with no request count at all
+    seen = {}
+
+    def capture(model, system, parallel, engine, *args, workload=None, **kw):
+        seen.update(workload=workload)
+        raise ServelabError("captured")
+
+    monkeypatch.setattr(price_module, "estimate_aggregated", capture)
+    price = Pricer(load_system("h200_sxm"), "aggregated", prompts_per_concurrency=0)
+    with pytest.raises(ServelabError, match="captured"):
+        price(case, defaults()[case.engine])
+    assert seen["workload"] is None

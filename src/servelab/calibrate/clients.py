@@ -35,6 +35,21 @@ have set.
   (docs/accuracy.md, "TensorRT-LLM's Qwen points on H100": their first tokens come out 0.5-0.7x at
   2,048-4,096-token prompts, and Llama-3.1-8B's 0.4-0.8x).
 
+- How many requests a point of the campaign averaged (accuracy/aic_request_counts.py; docs/accuracy.md, "How
+  AIConfigurator's campaign sent its requests"). A client stamps requests in whole nanoseconds, so a mean
+  over N requests times N is a whole number of ns. Every undated TensorRT-LLM 1.0.0rc3 and SGLang point of
+  the development part at 4-64 clients is whole over 20 x C requests (about half of them over 10 x C, as a
+  pool of 20 x C gives), and some over 20 x C - 1: one pool of 20 x C requests with one lost, which two runs
+  of 10 x C averaged could not give. Every undated vLLM 0.12.0 point is whole over 10 x C: the eval
+  harness's genai-perf (`--concurrency C --request-count 10 x C --warmup-request-count 2 x C`, above). Their
+  TPOTs divide the same way, so each request's inter-token latency was whole ns: genai-perf rounds it
+  (genai_perf/profile_data_parser/llm_profile_data_parser.py), aiperf does not. genai-perf's perf_analyzer
+  keeps C requests in flight (src/concurrency_worker.cc) and waits for the warm-up to drain before it
+  measures (load_worker.cc WaitForOngoingRequests, load_manager.cc WaitForWarmupAndCleanup): a closed loop
+  from an idle server, one first wave of C and then a steady loop, never a wave per C requests. The
+  figure is the mean (a median would be whole over 1 or 2). The dated (Dynamo) rows show no consistent
+  count and keep the replay's own.
+
 SGLang's `--enable-mixed-chunk` on those rows cannot be decided from the evidence, so the rows keep SGLang's
 default (off, `server_args.py`). AIConfigurator's generator sets it for aggregated SGLang since 2026-01-19
 (fa895ffb1 and 07a377923: `agg enable_mixed_chunk = true` in generator/rule_plugin/sglang.rule; the first of
@@ -72,6 +87,8 @@ GENERATOR_TRTLLM_KV_SHARE = 0.80
 # with no warm-up option (runners/launch_b200-nvd.sh at 79abd6cb4), so a row measured earlier includes what
 # the server paid on the first use of a kernel
 INFERENCEX_WARMUP_SINCE = "2026-01-21"
+# N / C of the undated rows of AIConfigurator's campaign, by engine (module docstring)
+UNDATED_CAMPAIGN_REQUESTS_PER_CLIENT = {Engine.TRTLLM: 20, Engine.SGLANG: 20, Engine.VLLM: 10}
 
 
 def measured_by_inferencex(source: str) -> bool:
@@ -95,7 +112,10 @@ def client_settings(
         return RunSettings(recipe=INFERENCEX_CLIENT, client_range_ratio=INFERENCEX_RANGE_RATIO)
     flag = True if mixed_chunk and engine == Engine.SGLANG else None
     sent = RunSettings(
-        recipe=AICONFIGURATOR_CLIENT, client_range_ratio=AICONFIGURATOR_LENGTHS, mixed_chunk=flag
+        recipe=AICONFIGURATOR_CLIENT,
+        client_range_ratio=AICONFIGURATOR_LENGTHS,
+        mixed_chunk=flag,
+        requests_per_client=campaign_requests_per_client(source, engine),
     )
     if AICONFIGURATOR_CAMPAIGN not in source or clients <= 0 or isl <= 0:
         return sent
@@ -113,6 +133,14 @@ def client_settings(
             memory_share=GENERATOR_TRTLLM_KV_SHARE,
         )
     return sent
+
+
+def campaign_requests_per_client(source: str, engine: Engine) -> int | None:
+    """The requests per client (N / C) a row of AIConfigurator's campaign averaged, where its figures show it:
+    an undated row (no `measured=` in its `silicon_data_source`; module docstring). None: not known."""
+    if AICONFIGURATOR_CAMPAIGN in source and "measured=" not in source:
+        return UNDATED_CAMPAIGN_REQUESTS_PER_CLIENT.get(engine)
+    return None
 
 
 def generated_trtllm_worker(source: str) -> bool:

@@ -12,8 +12,9 @@ Two sources, pinned in one folder by scripts/refresh_closed_loop.py (its docstri
   measured time and an image or a database dump) are replayed with InferenceX's client (lengths uniform in
   [0.8 L, L], 10 x C requests from an idle engine; its 2 x C warm-up requests, sent since 2026-01-21, are
   not replayed, and the rows measured before are told apart as `inferencex-no-warmup`);
-  AIConfigurator's own rows with AIConfigurator's client (every request at the nominal lengths), otherwise
-  as the calibration replays its rows (calibrate/price.py: 10 x C requests from an idle engine).
+  AIConfigurator's own rows with AIConfigurator's client (every request at the nominal lengths, and its
+  undated rows with the requests their means average over, 20 x C or 10 x C: calibrate/clients.py),
+  otherwise as the calibration replays its rows (calibrate/price.py: 10 x C requests from an idle engine).
 
 Every point is a calibrate Case (deployment, load, measured medians and the settings it ran with) plus its
 protocol and what else was measured; `heldout` says which part of the split it is in.

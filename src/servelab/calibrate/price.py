@@ -17,6 +17,7 @@ from typing import cast
 from servelab.calibrate.clients import client_settings
 from servelab.calibrate.params import FIT_START, KERNEL_FAMILIES, KERNEL_TERMS, PARAMS, TTFT_TERMS
 from servelab.calibrate.pool import SERIAL, Jobs, try_price_rows
+from servelab.calibrate.recipes import RunSettings
 from servelab.calibrate.rows import ENGINES, Case
 from servelab.engines import Engine
 from servelab.errors import ServelabError
@@ -141,6 +142,9 @@ class Pricer:
         cache (a what-if; the rows are fitted at 0)."""
         model, isl, osl, spread, engine, memory_share = self._setup(case, params)
         k = self.prompts_per_concurrency
+        sent = self._client(case)
+        if k and sent is not None and sent.requests_per_client:
+            k = sent.requests_per_client  # what the row's client sent
         wl = None
         if k:
             wl = Workload(
@@ -173,11 +177,7 @@ class Pricer:
         update = {k: v for k, v in params.items() if k in PARAMS}
         memory_share = None  # the engine's own default (SGLang's is derived from the GPU and split)
         model, isl, osl, spread = case.model, case.isl, case.osl, self.length_spread
-        settings = case.settings
-        if settings is None and self.as_sent and case.silicon_source:
-            settings = client_settings(
-                case.silicon_source, case.engine, self.aic_mixed_chunk, case.concurrency, case.isl
-            )
+        settings = self._client(case)
         if settings is not None:
             update.update(settings.engine_overrides(base_profiles()[case.engine].max_num_batched_tokens))
             if "cuda_graph_max_batch" in update:  # the recipe's graph batch, not SGLang's rule by split
@@ -193,6 +193,14 @@ class Pricer:
             memory_share = memory_share or vllm_gpu_memory_utilization(case.version or None)
         engine = base.model_copy(update={**update, "moe_fit": self.moe_fits.get(case.engine)})
         return model, isl, osl, spread, engine, memory_share
+
+    def _client(self, case: Case) -> RunSettings | None:
+        """The settings a case ran with: its recipe's, else (replayed as sent) its campaign client's."""
+        if case.settings is None and self.as_sent and case.silicon_source:
+            return client_settings(
+                case.silicon_source, case.engine, self.aic_mixed_chunk, case.concurrency, case.isl
+            )
+        return case.settings
 
     def _db(self, params: dict[str, float], engine: str) -> PerfDB | None:
         scales = tuple((n, params[n]) for n in KERNEL_TERMS if n in params)

@@ -56,6 +56,9 @@ class RunSettings:
     # vLLM --enable-expert-parallel set for every job, whatever ep the row records (calibrate/rows.py
     # with_recipe reads the row's MoE layers as expert parallel over all its GPUs)
     expert_parallel: bool | None = None
+    # the measured run's requests per client (N / C), replayed from an idle engine (None: the replay's own,
+    # calibrate/price.py PROMPTS_PER_CONCURRENCY)
+    requests_per_client: int | None = None
 
     def engine_overrides(self, token_budget: int) -> dict:
         """EngineProfile fields these settings replace (`token_budget`: the engine's default budget).
