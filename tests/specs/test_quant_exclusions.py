@@ -14,7 +14,7 @@ from servelab.predict.memory import weight_bytes_per_gpu
 from servelab.specs import Dtype, Parallel, load_model
 from servelab.specs.quant_exclusions import unquantized_ops
 
-# AIConfigurator's copy of the checkpoint's config.json and hf_quant_config.json (tests/data/aic_model_configs)
+# AIConfigurator's copy of the checkpoint's config.json and hf_quant_config.json (its UPSTREAM.md)
 V31_NVFP4 = Path(__file__).parents[1] / "data" / "aic_model_configs" / "DeepSeek-V3.1-NVFP4"
 MLA_PROJECTIONS = {"qkv_a_proj", "q_b_proj", "kv_b_proj"}
 # a decode step and a prefill chunk: kv_b_proj runs only on prefill tokens (decode absorbs it)
