@@ -17,12 +17,18 @@ from servelab.engines import MODELLED, Engine
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 from servelab.specs.families import family_of
+from servelab.specs.registry import released_as
 from servelab.userfiles import check_regular
 
 ENGINES = MODELLED  # the engines the performance model prices
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8
+# the NVFP4 checkpoint an NVFP4 row of a model ran, where the release keeps modules out of NVFP4: InferenceX's
+# NVIDIA DeepSeek FP4 jobs serve nvidia/DeepSeek-R1-0528-FP4-V2 or -NVFP4-v2 (SemiAnalysisAI/InferenceX
+# 843c6254f, configs/nvidia-master.yaml), and the rows named DeepSeek-V3 are those runs (docs/accuracy.md,
+# "TensorRT-LLM's DeepSeek points on B200")
+NVFP4_RELEASES = {"deepseek-r1": "nvidia/DeepSeek-R1-0528-FP4", "deepseek-v3": "nvidia/DeepSeek-R1-0528-FP4"}
 
 
 @dataclass
@@ -191,6 +197,8 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
             kv_dtype="fp8",
             hub=False,
         )
+        if model.name in NVFP4_RELEASES:  # and the modules that release keeps unquantized
+            model = released_as(model, NVFP4_RELEASES[model.name])
     elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
         raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
     return model

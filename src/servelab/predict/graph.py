@@ -252,12 +252,12 @@ def _prefill_attention(name: str, t: _Tokens, make: Callable[[int, int], OpKey])
 def _gqa_projections(
     att: GqaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    h, hd, wdt = model.hidden_size, att.head_dim, model.precision.weights.value
+    h, hd, prec = model.hidden_size, att.head_dim, model.precision
     heads, kvh = parallel.heads_local(model), parallel.kv_heads_local(model)
     return [
-        Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, wdt), 1),
+        Op("qkv_proj", Gemm(t.total, (heads + 2 * kvh) * hd, h, prec.gemm_dtype("qkv_proj")), 1),
         Op("qk_norm_rope", Memory(t.total * (heads + kvh) * hd * 4), 1),
-        Op("o_proj", Gemm(t.total, h, heads * hd, wdt), 1),
+        Op("o_proj", Gemm(t.total, h, heads * hd, prec.gemm_dtype("o_proj")), 1),
     ]
 
 
@@ -298,17 +298,17 @@ def _gqa_decode(
 def _mla_projections(
     att: MlaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
 ) -> list[Op]:
-    h, wdt = model.hidden_size, model.precision.weights.value
+    h, dtype = model.hidden_size, model.precision.gemm_dtype
     heads = parallel.heads_local(model)
     nope, rope, v, lora = att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
     ops = [
-        Op("qkv_a_proj", Gemm(t.total, att.q_lora_rank + lora + rope, h, wdt), 1),
-        Op("q_b_proj", Gemm(t.total, heads * (nope + rope), att.q_lora_rank, wdt), 1),
-        Op("o_proj", Gemm(t.total, h, heads * v, wdt), 1),
+        Op("qkv_a_proj", Gemm(t.total, att.q_lora_rank + lora + rope, h, dtype("qkv_a_proj")), 1),
+        Op("q_b_proj", Gemm(t.total, heads * (nope + rope), att.q_lora_rank, dtype("q_b_proj")), 1),
+        Op("o_proj", Gemm(t.total, h, heads * v, dtype("o_proj")), 1),
     ]
     prefill_tokens = t.total - t.decode_tokens
     if prefill_tokens:
-        ops.append(Op("kv_b_proj", Gemm(prefill_tokens, heads * (nope + v), lora, wdt), 1))
+        ops.append(Op("kv_b_proj", Gemm(prefill_tokens, heads * (nope + v), lora, dtype("kv_b_proj")), 1))
     if t.decode:
         # per-head batched matmuls with the absorbed up-projections: as one GEMM of the same flops and bytes
         ops.append(Op("mla_q_absorb", Gemm(t.decode_tokens, heads * lora, nope, "bf16"), 1))

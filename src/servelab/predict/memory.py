@@ -94,7 +94,10 @@ def weight_bytes_per_gpu(model: ModelSpec, parallel: Parallel) -> float:
     mtp_experts = p.mtp_routed_experts
     experts = (p.routed_experts + mtp_experts) * prec.experts.bytes / parallel.tp
     shared_dense = (p.shared_experts + p.dense_ffn) * prec.weights.bytes / parallel.attn_tp
-    attention = (p.attention + p.other + p.router) * prec.weights.bytes / parallel.attn_tp
+    bf16 = model.unquantized_attention_params  # kept out of the checkpoint's quantization
+    attention = (
+        (p.attention + p.other + p.router - bf16) * prec.weights.bytes + bf16 * 2.0
+    ) / parallel.attn_tp
     mtp_rest = (p.mtp - mtp_experts) * prec.weights.bytes / parallel.attn_tp
     embed = (p.embedding + p.lm_head) * 2.0 / parallel.attn_tp
     return (experts + shared_dense + attention) * stage + mtp_rest + embed

@@ -88,6 +88,11 @@ class _Attention(BaseModel, ABC):
         """Parameters of attention side modules (compressors, indexer), counted with norms as 'other'."""
         return 0
 
+    def projection_params(self, hidden: int) -> dict[str, int]:
+        """Weights of one layer's projections by the step graph's op that runs each, where a checkpoint can
+        keep some of them unquantized (specs.quant_exclusions); empty where none is read."""
+        return {}
+
     @abstractmethod
     def kv_bytes_per_layer(
         self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
@@ -118,8 +123,12 @@ class GqaAttention(_Attention):
         return self.sliding_window is None
 
     def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        return sum(self.projection_params(hidden).values())
+
+    def projection_params(self, hidden: int) -> dict[str, int]:
+        """Weights of one layer's projections, by the step graph's op that runs each."""
         h, n, d = hidden, self.num_heads, self.head_dim
-        return h * n * d + 2 * h * self.num_kv_heads * d + n * d * h
+        return {"qkv_proj": h * n * d + 2 * h * self.num_kv_heads * d, "o_proj": n * d * h}
 
     def kv_bytes_per_layer(
         self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
@@ -157,14 +166,17 @@ class MlaAttention(_Attention):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        return sum(self.projection_params(hidden).values())
+
+    def projection_params(self, hidden: int) -> dict[str, int]:
+        """Weights of one layer's projections, by the step graph's op that runs each."""
         h, n = hidden, self.num_heads
-        return (
-            h * self.q_lora_rank
-            + self.q_lora_rank * n * self.q_head_dim
-            + h * (self.kv_lora_rank + self.qk_rope_head_dim)
-            + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
-            + n * self.v_head_dim * h
-        )
+        return {
+            "qkv_a_proj": h * self.q_lora_rank + h * (self.kv_lora_rank + self.qk_rope_head_dim),
+            "q_b_proj": self.q_lora_rank * n * self.q_head_dim,
+            "kv_b_proj": self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim),
+            "o_proj": n * self.v_head_dim * h,
+        }
 
     def kv_bytes_per_layer(
         self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None

@@ -3,7 +3,7 @@ one model stores its parts in."""
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from servelab.errors import ServelabError
 
@@ -75,13 +75,30 @@ ENGINE_KV_CACHE_DTYPES: dict[str, Dtype | None] = {
 
 
 class Precision(BaseModel):
-    """Storage formats per part of the model. GEMMs run at the rate of the weights' format."""
+    """Storage formats per part of the model. GEMMs run at the rate of the weights' format, but for those the
+    checkpoint keeps out of its quantization (`unquantized`), which are stored and run in BF16."""
 
     model_config = ConfigDict(frozen=True)
     weights: Dtype = Dtype.bf16
     experts: Dtype = Dtype.bf16
     kv_cache: Dtype = Dtype.bf16
     indexer_cache: Dtype | None = None  # DeepSeek-V4 only
+    # the step graph's ops whose weights the checkpoint leaves unquantized (its quantization config's module
+    # exclusions, specs.quant_exclusions): NVIDIA's NVFP4 DeepSeek releases keep the MLA projections in BF16
+    unquantized: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_unquantized(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """No `unquantized` where the checkpoint excludes nothing: the dumps of every other model (a twin
+        report's, `servelab models`') stay as they were."""
+        data = handler(self)
+        if not self.unquantized:
+            data.pop("unquantized", None)
+        return data
+
+    def gemm_dtype(self, op: str) -> str:
+        """The format the weights of a dense GEMM op of the step graph run in."""
+        return Dtype.bf16.value if op in self.unquantized else self.weights.value
 
 
 def parse_dtype(value: str, field: str) -> Dtype:

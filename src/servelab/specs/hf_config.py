@@ -6,6 +6,7 @@ from servelab.errors import ServelabError
 from servelab.specs.attention import Attention, Dsv4Attention, GqaAttention, LayerAttention, MlaAttention
 from servelab.specs.dtypes import Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
+from servelab.specs.quant_exclusions import unquantized_ops
 
 MAX_SIZE = 1 << 40  # beyond any real width, count or vocabulary: a typo or a hostile file
 MAX_LAYERS = 1 << 16  # a tuple per layer is built; 10^12 layers would exhaust memory
@@ -132,12 +133,29 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
     kv = attention.default_kv_cache
     if method.startswith("modelopt") and _declares_fp8_kv(quant):
         kv = Dtype.fp8  # the engines' `auto` KV cache is the declared one (servelab.engines.kv_cache)
+    unquantized: tuple[str, ...] = ()
+    if method.startswith("modelopt") and weights not in (Dtype.bf16, Dtype.fp16):
+        unquantized = unquantized_ops(_exclusions(c, quant))
     return Precision(
         weights=weights,
         experts=experts,
         kv_cache=kv,
         indexer_cache=attention.default_indexer_cache,
+        unquantized=unquantized,
     )
+
+
+def _exclusions(c: _Config, quant: dict) -> list[str]:
+    """A ModelOpt config's module exclusions, where vLLM 0.32.0 reads them (modelopt.py
+    ModelOptQuantConfigBase.from_config): `exclude_modules` in hf_quant_config.json, `ignore` in
+    config.json."""
+    key = "exclude_modules" if "exclude_modules" in quant else "ignore"
+    value = quant.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise c.error(
+            f"quantization_config.{key}", f"expected a list of module names, got {_describe(value)}"
+        )
+    return value
 
 
 def _declares_fp8_kv(quant: dict) -> bool:

@@ -215,13 +215,23 @@ class ModelSpec(BaseModel):
         return self.params.active
 
     @property
+    def unquantized_attention_params(self) -> int:
+        """Weights of the attention projections the checkpoint keeps unquantized, in all decoder layers (the
+        MTP layers' not counted)."""
+        if not self.precision.unquantized:
+            return 0
+        per_layer = self.attention.projection_params(self.hidden_size)
+        return self.num_layers * sum(n for op, n in per_layer.items() if op in self.precision.unquantized)
+
+    @property
     def weight_bytes(self) -> float:
         """Bytes of all weights as stored (MTP layers included: engines load them)."""
         p, prec = self.params, self.precision
         expert_bytes = (p.routed_experts + p.mtp_routed_experts) * prec.experts.bytes
         embed_bytes = (p.embedding + p.lm_head) * 2.0  # embeddings and LM head stay in bf16
-        rest = p.total + p.mtp - p.routed_experts - p.mtp_routed_experts - p.embedding - p.lm_head
-        return expert_bytes + embed_bytes + rest * prec.weights.bytes
+        bf16 = self.unquantized_attention_params
+        rest = p.total + p.mtp - p.routed_experts - p.mtp_routed_experts - p.embedding - p.lm_head - bf16
+        return expert_bytes + embed_bytes + bf16 * 2.0 + rest * prec.weights.bytes
 
     # ---- KV cache -----------------------------------------------------------------------------------------
     def kv_bytes_per_layer(

@@ -13,15 +13,17 @@ from servelab.hfhub import HubError, cached_file, fetch_file, hub_cache_dir, is_
 from servelab.specs.dtypes import Dtype, parse_dtype
 from servelab.specs.hf_config import model_from_hf_config
 from servelab.specs.model import ModelSpec
+from servelab.specs.quant_exclusions import unquantized_ops
 
 DATA = resources.files("servelab.specs") / "data"
 CHECKPOINTS_FILE = Path(str(DATA / "checkpoints.json"))
 
 
 class Checkpoint(BaseModel):
-    """A checkpoint id's embedded model, and the precision it overrides (its weights, its experts, and the
+    """A checkpoint id's embedded model, and the precision it overrides (its weights, its experts, the
     KV-cache format its quantization config declares: ModelOpt's kv_cache_quant_algo, which the engines take
-    as their `auto` KV cache, servelab.engines.kv_cache)."""
+    as their `auto` KV cache, servelab.engines.kv_cache; and the modules that config keeps unquantized, its
+    exclude_modules patterns, read by specs.quant_exclusions)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -29,10 +31,17 @@ class Checkpoint(BaseModel):
     weights: Dtype | None = None
     experts: Dtype | None = None
     kv_cache: Dtype | None = None
+    exclude_modules: tuple[str, ...] | None = None
 
     @property
     def overrides_precision(self) -> bool:
-        return self.weights is not None or self.experts is not None or self.kv_cache is not None
+        parts = (self.weights, self.experts, self.kv_cache, self.exclude_modules)
+        return any(part is not None for part in parts)
+
+    @property
+    def unquantized(self) -> tuple[str, ...]:
+        """The step graph's ops this checkpoint keeps unquantized."""
+        return unquantized_ops(self.exclude_modules or ())
 
 
 _CHECKPOINTS = TypeAdapter(dict[str, Checkpoint])
@@ -184,6 +193,8 @@ def load_model(
         prec.update(
             {part: d for part in ("weights", "experts", "kv_cache") if (d := getattr(checkpoint, part))}
         )
+        if checkpoint.exclude_modules is not None:
+            prec["unquantized"] = checkpoint.unquantized
     if weight_dtype is not None:  # an empty name is a mistake, not 'no override'
         prec["weights"] = parse_dtype(weight_dtype, "weight_dtype")
         if expert_dtype is None and not model.precision.experts.is_fp4:
@@ -209,6 +220,14 @@ def load_model(
     # a checkpoint id names its own source
     source = _canonical(name_or_path) if checkpoint is not None else model.source
     return model.model_copy(update={"precision": type(model.precision)(**prec), "source": source})
+
+
+def released_as(model: ModelSpec, checkpoint_id: str) -> ModelSpec:
+    """`model` with the GEMMs an embedded checkpoint keeps unquantized: a run that names only its precision
+    (an NVFP4 row of DeepSeek-R1) served that release of the model."""
+    checkpoint = _checkpoints()[_canonical(checkpoint_id)]
+    precision = model.precision.model_copy(update={"unquantized": checkpoint.unquantized})
+    return model.model_copy(update={"precision": precision})
 
 
 def _canonical(checkpoint: str) -> str:
