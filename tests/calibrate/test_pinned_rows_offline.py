@@ -4,36 +4,23 @@ whatever its Hugging Face cache holds, and the hub is never asked (an accuracy s
 DNS lookups for the rows of Kimi-K2.5, GLM-5 and Qwen3.5 before printing anything)."""
 
 import http.server
-import json
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from hubcache import fake_cache
 
 from servelab.calibrate.rows import model_of
 from servelab.errors import ServelabError
 from servelab.specs import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
-QWEN = json.loads((ROOT / "src/servelab/specs/data/models/qwen3-32b.json").read_text())
-CONFIG = {k: v for k, v in QWEN.items() if k != "_servelab"} | {"num_hidden_layers": 2}
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def cached(root: Path, repo_id: str) -> None:
-    """A config.json of `repo_id` in a Hugging Face cache laid out as huggingface_hub lays it out."""
-    repo = root / ("models--" + repo_id.replace("/", "--"))
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    snap = repo / "snapshots" / COMMIT
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text(json.dumps(CONFIG))
 
 
 def test_a_cached_model_is_a_users_but_not_pinned_evidences(tmp_path, monkeypatch):
-    cached(tmp_path / "hub", "acme/tiny-qwen")
+    fake_cache(tmp_path / "hub")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert load_model("acme/tiny-qwen").num_layers == 2  # what a user asking for it gets
     with pytest.raises(ServelabError, match="'acme/tiny-qwen' is not embedded"):

@@ -12,25 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from hubcache import COMMIT, CONFIG, fake_cache
 
 from servelab.errors import ServelabError
 from servelab.specs import load_model
 
-QWEN = json.loads((Path(__file__).parents[2] / "src/servelab/specs/data/models/qwen3-32b.json").read_text())
-CONFIG = {k: v for k, v in QWEN.items() if k != "_servelab"} | {"num_hidden_layers": 2}
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-def fake_cache(root: Path, repo_id: str = "acme/tiny-qwen", config: dict = CONFIG) -> Path:
-    """models--ORG--NAME/refs/main and snapshots/COMMIT/config.json, as huggingface_hub lays them out."""
-    repo = root / ("models--" + repo_id.replace("/", "--"))
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    snap = repo / "snapshots" / COMMIT
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text(json.dumps(config))
-    return snap
 
 
 @pytest.fixture
