@@ -143,8 +143,18 @@ def campaign_requests_per_client(source: str, engine: Engine) -> int | None:
     return None
 
 
+# the source note of a row AIConfigurator's campaign ran as a Dynamo deployment its generator wrote (`...;
+# gtl_job_id=...; measured=...; image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0; dynamo_version=0.8.0`)
+_DYNAMO_DEPLOYMENT = re.compile(r"(^|;\s*)dynamo_version=")
+
+
+def generated_deployment(source: str) -> bool:
+    """Whether a row's `silicon_data_source` names a Dynamo version: a deployment AIConfigurator's generator
+    wrote from its pick, KV-cache dtype included (calibrate.rows.fp8_kv_if_unmarked)."""
+    return bool(_DYNAMO_DEPLOYMENT.search(source))
+
+
 def generated_trtllm_worker(source: str) -> bool:
-    """Whether a row's `silicon_data_source` is a Dynamo deployment AIConfigurator's generator wrote (its
-    `dynamo_version`) whose one worker held all the row's clients (no `silicon_concurrency`: the clients are
-    the worker's batch)."""
-    return "dynamo_version=" in source and "silicon_concurrency=" not in source
+    """Whether a row's `silicon_data_source` is a Dynamo deployment AIConfigurator's generator wrote whose one
+    worker held all the row's clients (no `silicon_concurrency`: the clients are the worker's batch)."""
+    return generated_deployment(source) and "silicon_concurrency=" not in source

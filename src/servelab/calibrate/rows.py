@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from servelab.calibrate.clients import generated_deployment
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import MODELLED, Engine
@@ -208,16 +209,6 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
 # bundles the 70B's, aic-core model_configs/nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json; the 8B
 # is the same ModelOpt release)
 FP8_KV_CHECKPOINTS = frozenset({"nvidia/llama-3.1-8b-instruct-fp8", "nvidia/llama-3.1-70b-instruct-fp8"})
-# the source note of a row AIConfigurator's campaign ran as a Dynamo deployment its generator wrote (`...;
-# gtl_job_id=...; measured=...; image=nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.8.0; dynamo_version=0.8.0`)
-_DYNAMO_DEPLOYMENT = re.compile(r"(^|;\s*)dynamo_version=")
-
-
-def generated_deployment(row: dict) -> bool:
-    """Whether a row was measured on a Dynamo deployment (its source note names a Dynamo version): the
-    deployments AIConfigurator's generator writes from its pick, KV-cache dtype included
-    (fp8_kv_if_unmarked)."""
-    return bool(_DYNAMO_DEPLOYMENT.search(row.get("silicon_data_source") or ""))
 
 
 def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
@@ -242,7 +233,11 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
-    generated = fp8 and generated_deployment(row) and engine in (Engine.VLLM, Engine.SGLANG)
+    generated = (
+        fp8
+        and generated_deployment(row.get("silicon_data_source") or "")
+        and engine in (Engine.VLLM, Engine.SGLANG)
+    )
     if not ((engine == Engine.TRTLLM and fp8) or declared or generated):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
