@@ -165,8 +165,11 @@ def test_ttft_at_first_content(mock_server, tmp_path, endpoint):
 
 
 def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path):
-    """Every other response arrives as one burst: those requests read TPOT 0, and the result says how many."""
-    s = mock_server("--token-delay-ms", "2", "--mode", "burst", "--fail-every", "2")
+    """Every other response arrives as one burst: those requests read TPOT 0, and the result says how many.
+    A streamed response can be read in one go too, when the client reads late enough that all its tokens wait
+    in the socket (CI once counted 6 of 10 at 2 ms a token): so the bursts are a lower bound, and 20 ms a
+    token keeps most streamed responses streamed however busy the machine."""
+    s = mock_server("--token-delay-ms", "20", "--mode", "burst", "--fail-every", "2")
     rc, out, err, r = bench(
         s,
         tmp_path,
@@ -181,9 +184,10 @@ def test_a_whole_answer_in_one_read_is_counted_and_warned(mock_server, tmp_path)
     )
     assert rc == 0 and r["completed"] == 10 and r["output_lens"] == [8] * 10
     bursts = [i for i, itl in enumerate(r["itls"]) if not any(itl)]
-    assert len(bursts) == 5 and r["one_read_requests"] == 5
-    assert "5 of 10 streamed requests received all their tokens in one socket read" in r["one_read_warning"]
-    assert "WARNING: 5 of 10 streamed requests" in err
+    assert 5 <= len(bursts) < 10 and r["one_read_requests"] == len(bursts)
+    said = f"{len(bursts)} of 10 streamed requests received all their tokens in one socket read"
+    assert said in r["one_read_warning"]
+    assert f"WARNING: {len(bursts)} of 10 streamed requests" in err
 
 
 @pytest.mark.parametrize(
