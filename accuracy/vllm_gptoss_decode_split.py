@@ -9,16 +9,15 @@ DEV.json: the --out of `accuracy/closed_loop.py --part dev` (its priced points).
 """
 
 import argparse
-import json
-import sys
 from pathlib import Path
+
+from closed_loop import DATA, read_priced  # the sibling script (run from accuracy/)
 
 from servelab.calibrate.closed_loop import read_points
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.graph import StepShape, step_ops
 from servelab.specs import Parallel, load_model, load_system
 
-ROOT = Path(__file__).resolve().parents[1]
 LINEARS = ("qkv_proj", "o_proj", "router", "lm_head")
 
 
@@ -40,12 +39,10 @@ def main() -> int:
     ap.add_argument("--system", default="h100_sxm")
     ap.add_argument("--version", default="0.18.0")
     args = ap.parse_args()
-    try:
-        saved = json.loads(args.priced.read_text())["points"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"error: {args.priced}: expected accuracy/closed_loop.py's --out JSON ({e})", file=sys.stderr)
+    saved = read_priced(args.priced)
+    if saved is None:
         return 2
-    points, _ = read_points(ROOT / "tests" / "data" / "closed_loop", (args.system,))
+    points, _ = read_points(DATA, (args.system,))
     dev = [p for p in points if not p.heldout]  # held out dropped first
     mine = [
         p
