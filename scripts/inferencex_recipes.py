@@ -127,6 +127,19 @@ RECIPES += [
         ("b300", "fp8"),
         ("b300", "fp4"),
     )
+] + [
+    # Kimi-K2.5: Moonshot's INT4 checkpoint (rows of precision int4) and NVIDIA's NVFP4 one (fp4)
+    (
+        "vllm",
+        ["kimi-k2.5"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}kimik2.5_{precision}_{gpu}.sh"
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision in (("h200", "int4"), ("b200", "int4"), ("b200", "fp4"), ("b300", "fp4"))
 ]
 
 
@@ -330,6 +343,9 @@ def _word(raw: str) -> int | float | bool | str:
 
 # a job-level shell variable other than the client concurrency, `$NAME` or `${NAME}`
 JOB_VARIABLE = re.compile(r"\$(?!\{?CONC\b)\{?[A-Z_][A-Z0-9_]*\}?")
+# a shell arithmetic expansion on the job's variables other than ISL_TIMES, `$((CONC * 2))` (Kimi-K2.5 FP4 on
+# B200 from InferenceX 9607d7071, 2026-08-07): recorded as written, not priced, like a JOB_VARIABLE
+JOB_ARITHMETIC = re.compile(r"\$\(\(.*\)\)")
 # a count written as a multiple of the job's input length, `$((ISL * 2 ))`
 ISL_TIMES = re.compile(r"\$\(\(\s*\$?\{?ISL\}?\s*\*\s*(\d+)\s*\)\)")
 
@@ -466,7 +482,12 @@ def vllm_settings(text: str, where: str) -> dict:
         "cuda-graph-sizes",
         "compilation-config",
     )
-    by_variable = {n: f.pop(n)[0] for n in read if f.get(n) and JOB_VARIABLE.fullmatch(f[n][0])}
+    by_variable = {
+        n: f.pop(n)[0]
+        for n in read
+        if f.get(n)
+        and (JOB_VARIABLE.fullmatch(f[n][0]) or JOB_ARITHMETIC.fullmatch(f[n][0]) and not ISL_TIMES.fullmatch(f[n][0]))
+    }
     compilation = json.loads(f["compilation-config"][0]) if f.get("compilation-config") else {}
     settings = {
         n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
