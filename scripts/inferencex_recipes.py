@@ -343,20 +343,22 @@ def _word(raw: str) -> int | float | bool | str:
 
 # a job-level shell variable other than the client concurrency, `$NAME` or `${NAME}`
 JOB_VARIABLE = re.compile(r"\$(?!\{?CONC\b)\{?[A-Z_][A-Z0-9_]*\}?")
-# a shell arithmetic expansion on the job's variables other than ISL_TIMES, `$((CONC * 2))` (Kimi-K2.5 FP4 on
-# B200 from InferenceX 9607d7071, 2026-08-07): recorded as written, not priced, like a JOB_VARIABLE
-JOB_ARITHMETIC = re.compile(r"\$\(\(.*\)\)")
 # a count written as a multiple of the job's input length, `$((ISL * 2 ))`
 ISL_TIMES = re.compile(r"\$\(\(\s*\$?\{?ISL\}?\s*\*\s*(\d+)\s*\)\)")
+# a count written as a multiple of the client concurrency, `$((CONC * 2))` (the CUDA-graph capture size of
+# Kimi-K2.5's FP4 scripts from InferenceX 9607d7071)
+CONC_TIMES = re.compile(r"\$\(\(\s*\$?\{?CONC\}?\s*\*\s*(\d+)\s*\)\)")
 
 
 def _typed(raw: str | None, kind: type, where: str, name: str) -> int | float | str | dict | None:
-    """A priced setting: an int (or "conc", or {"isl_times": k} for k x the input length) or a float; any
-    other form stops the script."""
+    """A priced setting: an int (or "conc", {"isl_times": k} for k x the input length, {"conc_times": k} for
+    k x the client concurrency) or a float; any other form stops the script."""
     if raw is None:
         return None
     if kind is int and (m := ISL_TIMES.fullmatch(raw)):
         return {"isl_times": int(m.group(1))}
+    if kind is int and (m := CONC_TIMES.fullmatch(raw)):
+        return {"conc_times": int(m.group(1))}
     value = _word(raw)
     if kind is int and (value == "conc" or type(value) is int):
         return value
@@ -434,10 +436,13 @@ def _config_yaml(text: str, name: str, where: str) -> dict[str, list[str]]:
     return out
 
 
-def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | None:
-    """The largest decode batch vLLM captures a CUDA graph for: max-cudagraph-capture-size, or the largest of
-    cuda-graph-sizes (vLLM 0.10-0.11: one value means captures up to it)."""
+def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | dict | None:
+    """The largest decode batch vLLM captures a CUDA graph for: max-cudagraph-capture-size (a count, or a
+    multiple of the concurrency), or the largest of cuda-graph-sizes (vLLM 0.10-0.11: one value means
+    captures up to it)."""
     raw = f.get("max-cudagraph-capture-size") or f.get("cuda-graph-sizes") or [None]
+    if len(raw) == 1 and raw[0] and (m := CONC_TIMES.fullmatch(raw[0])):
+        return {"conc_times": int(m.group(1))}
     sizes = [_typed(r, int, where, "cuda-graph-sizes") for r in " ".join(x for x in raw if x).split()]
     return max(sizes) if sizes else None  # type: ignore[type-var]  # ints here
 
@@ -482,12 +487,7 @@ def vllm_settings(text: str, where: str) -> dict:
         "cuda-graph-sizes",
         "compilation-config",
     )
-    by_variable = {
-        n: f.pop(n)[0]
-        for n in read
-        if f.get(n)
-        and (JOB_VARIABLE.fullmatch(f[n][0]) or JOB_ARITHMETIC.fullmatch(f[n][0]) and not ISL_TIMES.fullmatch(f[n][0]))
-    }
+    by_variable = {n: f.pop(n)[0] for n in read if f.get(n) and JOB_VARIABLE.fullmatch(f[n][0])}
     compilation = json.loads(f["compilation-config"][0]) if f.get("compilation-config") else {}
     settings = {
         n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)

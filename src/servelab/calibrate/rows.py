@@ -29,7 +29,8 @@ GPUS_PER_NODE = 8
 # NVIDIA DeepSeek FP4 jobs serve nvidia/DeepSeek-R1-0528-FP4-V2 or -NVFP4-v2 (SemiAnalysisAI/InferenceX
 # 843c6254f, configs/nvidia-master.yaml), and the rows named DeepSeek-V3 are those runs (docs/accuracy.md,
 # "TensorRT-LLM's DeepSeek points on B200")
-# InferenceX's Kimi-K2.5 FP4 scripts serve nvidia/Kimi-K2.5-NVFP4 (benchmarks/single_node/kimik2.5_fp4_b200.sh)
+# InferenceX's Kimi-K2.5 FP4 jobs serve nvidia/Kimi-K2.5-NVFP4 (.github/configs/nvidia-master.yaml at
+# 6c3acebfa, kimik2.5-fp4-b200-vllm; its INT4 jobs serve Moonshot's moonshotai/Kimi-K2.5)
 NVFP4_RELEASES = {
     "deepseek-r1": "nvidia/DeepSeek-R1-0528-FP4",
     "deepseek-v3": "nvidia/DeepSeek-R1-0528-FP4",

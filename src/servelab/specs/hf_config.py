@@ -182,8 +182,8 @@ def _int4_weight_only(c: _Config, quant: dict) -> bool:
             raise c.error(
                 key,
                 f"INT4 weights with group_size {weights.get('group_size')!r} and symmetric "
-                f"{weights.get('symmetric')!r} are not priced (servelab prices symmetric INT4 with group_size "
-                "32, Kimi-K2's)",
+                f"{weights.get('symmetric')!r} are not priced (servelab prices symmetric INT4 with "
+                "group_size 32, Kimi-K2's)",
             )
         found = True
     return found
