@@ -117,7 +117,9 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
     elif method == "compressed-tensors" and _int4_weight_only(c, quant):
         experts = Dtype.int4
         if not any("self_attn" in pattern for pattern in _exclusions(c, quant)):
-            weights = Dtype.int4  # no exclusions: every linear layer is INT4 (Kimi-K2 keeps all but experts)
+            # the attention is quantized too, so every linear layer is INT4 (Kimi-K2's `ignore` keeps all but
+            # the routed experts in BF16)
+            weights = Dtype.int4
     elif method == "modelopt":  # a ModelOpt config names its format in quant_algo (hf_quant_config.json)
         algo = str(quant.get("quant_algo", "")).upper()
         if algo == "FP8":
