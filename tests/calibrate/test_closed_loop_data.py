@@ -15,7 +15,8 @@ from servelab.calibrate.clients import FIXED_LENGTHS, INFERENCEX_WARMUP_SINCE, c
 from servelab.calibrate.closed_loop import heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
-from servelab.calibrate.rows import model_of
+from servelab.calibrate.rows import CLOSED_LOOP_ONLY, model_of
+from servelab.calibrate.sources import Sources, gather
 from servelab.engines import Engine
 from servelab.predict.engines import MOE_TERMS, read_calibration, shipped_calibration
 from servelab.specs import load_system
@@ -41,14 +42,24 @@ def test_the_heldout_file_is_the_hash_rule_applied_to_the_pinned_rows():
 
 def test_no_row_the_calibration_fits_is_pinned():
     # `servelab calibrate engines` fits the H200 aggregated rows of the checkpoints calibrate/rows.py maps to
-    # an embedded model without a config.json: none of them may be pinned here
-    with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
+    # an embedded model without a config.json, but for those it keeps as closed-loop evidence only: none of
+    # them may be pinned here (calibrate/sources.py reads the pinned rows as it reads AIConfigurator's sample)
+    path = DATA / "aiconfigurator" / "silicon_sample_rows.csv"
+    with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    fitted = [r for r in rows if r["system"] == "h200_sxm" and r["mode"] == "agg"]
-    assert fitted, "the pin holds H200 aggregated rows of models the calibration does not embed"
-    for r in fitted:
-        with pytest.raises(ValueError, match="not embedded"):
-            model_of(r)
+    h200 = [r for r in rows if r["system"] == "h200_sxm" and r["mode"] == "agg"]
+    assert h200, "the pin holds H200 aggregated rows"
+    evidence = [r for r in h200 if r["model_path"].lower() in CLOSED_LOOP_ONLY]
+    assert evidence and {model_of(r).name for r in evidence} == {"kimi-k2.5"}  # embedded, yet never fitted
+    for r in h200:
+        if r not in evidence:
+            with pytest.raises(ValueError, match="not embedded"):
+                model_of(r)
+    fitted = gather(Sources(csv=path), "h200_sxm")
+    assert (
+        fitted.cases == []
+        and fitted.skipped["closed-loop evidence only (calibrate/rows.py CLOSED_LOOP_ONLY)"]
+    )
 
 
 def test_points_carry_the_protocol_their_client_ran():

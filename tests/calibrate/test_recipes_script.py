@@ -263,6 +263,17 @@ def test_a_vllm_budget_of_twice_the_input_length_and_job_variables(repo, tmp_pat
     assert s["recorded"]["enable_prefix_caching"] is False
 
 
+def test_a_vllm_capture_size_of_twice_the_concurrency(repo, tmp_path):
+    """InferenceX's Kimi-K2.5 FP4 scripts capture CUDA graphs up to twice the concurrency (9607d7071)."""
+    kimi = MINIMAX.replace(
+        "--max-cudagraph-capture-size 2048", '--max-cudagraph-capture-size "$((CONC * 2))"'
+    )
+    _commit(repo, kimi, "2026-08-07", "benchmarks/single_node/kimik2.5_fp4_b300.sh")
+    (only,) = _ranges(repo, tmp_path, "vllm")
+    assert only["models"] == ["kimi-k2.5"] and only["precision"] == "fp4"
+    assert only["settings"]["max_cudagraph_capture_size"] == {"conc_times": 2}
+
+
 def test_a_vllm_multiple_of_another_variable_stops_it(repo, tmp_path):
     _commit(repo, MINIMAX.replace("$((ISL * 2 ))", "$((OSL * 2 ))"), "2026-04-21", MINIMAX_PATH)
     done = _run(repo, tmp_path / "out.json")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from servelab.calibrate import aic, inferencex_rows, store_rows
 from servelab.calibrate.document import SourceRecord
-from servelab.calibrate.rows import Case, build_cases, read_rows
+from servelab.calibrate.rows import CLOSED_LOOP_ONLY, Case, build_cases, read_rows
 from servelab.results.location import server_url, shown
 from servelab.userfiles import check_regular
 
@@ -73,7 +73,10 @@ def _on_system(cases: list[Case], system: str, skipped: dict[str, int]) -> list[
 
 def _silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case], SourceRecord]:
     rows = read_rows(path)
-    cases, skipped = build_cases(rows, system)
+    evidence = [r for r in rows if r.get("model_path", "").strip().lower() in CLOSED_LOOP_ONLY]
+    cases, skipped = build_cases([r for r in rows if r not in evidence], system)
+    if pinned := sum(r.get("system") == system for r in evidence):
+        skipped["closed-loop evidence only (calibrate/rows.py CLOSED_LOOP_ONLY)"] = pinned
     others = sum(r.get("system") != system for r in rows)
     if others:
         skipped[f"measured on another system than {system}"] = others

@@ -216,7 +216,7 @@ DpAttnOpt = typer.Option(
 )
 PpOpt = typer.Option(1, "--pp", help="Pipeline parallel stages")
 WeightDtypeOpt = typer.Option(
-    None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4"
+    None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4, int4"
 )
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
