@@ -142,6 +142,28 @@ RECIPES += [
     for gpu, precision in (("h200", "int4"), ("b200", "int4"), ("b200", "fp4"), ("b300", "fp4"))
 ]
 
+# GLM-5 on SGLang: one script per GPU and precision (fp8: zai-org/GLM-5-FP8; fp4: nvidia/GLM-5-NVFP4, its
+# script renamed from nvfp4 to fp4 on 2026-04-02), moved like MiniMax's. B300's script came on 2026-04-17
+# (#1051), after the B300 rows were measured (2026-04-03, from a branch): those rows keep SGLang's defaults
+RECIPES += [
+    (
+        "sglang",
+        ["glm-5"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}glm5_{name}_{gpu}.sh"
+            for name in names
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision, names in (
+        ("h200", "fp8", ("fp8",)),
+        ("b200", "fp8", ("fp8",)),
+        ("b200", "fp4", ("nvfp4", "fp4")),
+    )
+]
+
 
 def git(git_dir: str, *args: str) -> str:
     return subprocess.run(
@@ -403,6 +425,8 @@ def sglang_settings(text: str, where: str) -> dict:
             n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
             for n, kind in SGLANG_PRICED.items()
         }
+        if f.get("kv-cache-dtype"):  # written only where set: the other ranges stay as they were
+            found["kv_cache_dtype"] = f["kv-cache-dtype"][0]
         recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in SGLANG_RECORDED if n in f}
         per_launch.append((when, {**found, "recorded": recorded}))
     return _branched(per_launch)

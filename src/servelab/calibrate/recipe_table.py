@@ -199,6 +199,7 @@ class SglangSettings(_Data):
     max_running_requests: Setting = None
     cuda_graph_max_bs: Setting = None
     mem_fraction_static: Setting = None
+    kv_cache_dtype: Setting = None  # --kv-cache-dtype (fp8_e4m3 in InferenceX's GLM-5 B200 script)
     recorded: Setting = None
 
     def resolve(self, load: Load) -> dict:
@@ -209,6 +210,7 @@ class SglangSettings(_Data):
             max_num_seqs=pick(self.max_running_requests, load),
             cuda_graph_max_batch=pick(self.cuda_graph_max_bs, load),
             memory_share=pick(self.mem_fraction_static, load),
+            kv_cache_dtype=kv_dtype(pick(self.kv_cache_dtype, load)),
             stream_interval=recorded.get("stream_interval"),
             unpriced=tuple(sorted((k, v) for k, v in recorded.items() if k != "stream_interval")),
         )

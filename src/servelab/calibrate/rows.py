@@ -16,7 +16,7 @@ from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import MODELLED, Engine
 from servelab.errors import ServelabError
-from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
+from servelab.specs import AttentionKind, Dtype, ModelSpec, Parallel, load_model, load_system
 from servelab.specs.families import family_of
 from servelab.specs.registry import released_as
 from servelab.userfiles import check_regular
@@ -25,6 +25,19 @@ ENGINES = MODELLED  # the engines the performance model prices
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8
+# a model the file names by its publisher (AIConfigurator's silicon rows say zhipuai/GLM-5; the hub has no
+# such repository) -> the checkpoint each GEMM precision ran: InferenceX's GLM-5 jobs of the rows' dates serve
+# zai-org/GLM-5-FP8 on H200 and B200 and nvidia/GLM-5-NVFP4 on B200 (SemiAnalysisAI/InferenceX 843c6254f
+# history, .github/configs/nvidia-master.yaml glm5-fp8-h200-sglang at ebb48d4bc, glm5-fp8-b200-sglang at
+# 13930ca61, glm5-nvfp4-b200-sglang at d43805fc3)
+RELEASES_BY_PRECISION = {
+    "zhipuai/glm-5": {
+        "bf16": "zai-org/GLM-5",
+        "fp8": "zai-org/GLM-5-FP8",
+        "fp8_block": "zai-org/GLM-5-FP8",
+        "nvfp4": "nvidia/GLM-5-NVFP4",
+    }
+}
 # the NVFP4 checkpoint an NVFP4 row of a model ran, where the release keeps modules out of NVFP4: InferenceX's
 # NVIDIA DeepSeek FP4 jobs serve nvidia/DeepSeek-R1-0528-FP4-V2 or -NVFP4-v2 (SemiAnalysisAI/InferenceX
 # 843c6254f, configs/nvidia-master.yaml), and the rows named DeepSeek-V3 are those runs (docs/accuracy.md,
@@ -37,12 +50,6 @@ NVFP4_RELEASES = {
     "kimi-k2.5": "nvidia/Kimi-K2.5-NVFP4",
 }
 
-# Checkpoints servelab embeds whose silicon_sample.csv rows are all pinned as closed-loop evidence
-# (tests/data/closed_loop, its development and held-out parts: calibrate/closed_loop.py prices them). The
-# calibration fits every row of an embedded model (calibrate/sources.py), so it leaves these out by name: a
-# refit never sees the rows the closed loop judges it on. AIConfigurator 095f58a5's 187 aggregated Kimi-K2.5
-# rows are all pinned.
-CLOSED_LOOP_ONLY = frozenset({"moonshotai/kimi-k2.5", "nvidia/kimi-k2.5-nvfp4"})
 
 
 @dataclass
@@ -184,13 +191,15 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
     `configs`: config.json files of checkpoints servelab does not embed, by lower-case checkpoint id."""
     path = row["model_path"].strip()
     checkpoint, weights = ALIASES.get(path.lower(), (path, None))
+    gemm = (row.get("gemm_quant_mode") or "").strip()
+    checkpoint = RELEASES_BY_PRECISION.get(path.lower(), {}).get(gemm, checkpoint)
     if configs and path.lower() in configs:
         checkpoint = str(configs[path.lower()])
     try:
         model = load_model(checkpoint, hub=False)
     except ServelabError:
         raise ValueError(f"model {path} is not embedded") from None
-    gemm = (weights or row.get("gemm_quant_mode") or "").strip()
+    gemm = weights or gemm
     # the row's GEMM precision overrides a BF16 checkpoint (measured with FP8 quantization); a checkpoint that
     # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
     if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
@@ -245,18 +254,29 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     passes it as kv_cache_dtype, which config/backend_config_mapping.yaml renders as vLLM's and SGLang's
     `--kv-cache-dtype`). vLLM 0.12.0's Qwen3-32B FP8 row at tp1, 24 clients of 4,000 + 1,000 tokens, decodes
     in 16.9 ms a token, under what its BF16 cache alone would take to read (24 x about 4,500 tokens x 256 KiB
-    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms)."""
+    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms). SGLang's own
+    default for a DSA model on Blackwell is FP8 too (sglang_dsa_fp8_kv)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
+    dsa_default = engine == Engine.SGLANG and sglang_dsa_fp8_kv(model, row.get("system") or "")
     generated = (
         fp8
         and generated_deployment(row.get("silicon_data_source") or "")
         and engine in (Engine.VLLM, Engine.SGLANG)
     )
-    if not ((engine == Engine.TRTLLM and fp8) or declared or generated):
+    if not ((engine == Engine.TRTLLM and fp8) or declared or generated or dsa_default):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
     return model.model_copy(update={"precision": precision})
+
+
+def sglang_dsa_fp8_kv(model: ModelSpec, system: str) -> bool:
+    """Whether SGLang runs this model's KV cache in FP8 on `system` where the launch sets none: a DSA model
+    (GLM-5, DeepSeek-V3.2) on Blackwell. SGLang 0.5.10 (server_args.py _set_default_nsa_kv_cache_dtype)
+    turns `--kv-cache-dtype auto` into fp8_e4m3 on SM 10.0 and later and bfloat16 before, for DSA models."""
+    if model.attention.kind != AttentionKind.dsa or not system:
+        return False
+    return load_system(system).compute_capability >= 100
 
 
 def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:

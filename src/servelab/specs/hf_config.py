@@ -3,7 +3,14 @@
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
-from servelab.specs.attention import Attention, Dsv4Attention, GqaAttention, LayerAttention, MlaAttention
+from servelab.specs.attention import (
+    Attention,
+    DsaAttention,
+    Dsv4Attention,
+    GqaAttention,
+    LayerAttention,
+    MlaAttention,
+)
 from servelab.specs.dtypes import Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
 from servelab.specs.quant_exclusions import unquantized_ops
@@ -254,7 +261,7 @@ def _build(c: _Config, name: str, source: str) -> ModelSpec:
             c.find("num_key_value_heads", "n_kv_heads")[0],
             f"{kv_heads} KV heads must divide the {heads} attention heads",
         )
-    attention: GqaAttention | MlaAttention | Dsv4Attention
+    attention: GqaAttention | MlaAttention | DsaAttention | Dsv4Attention
     hyper = None  # DeepSeek-V4 only
     if c.has("compress_ratios"):
         attention, layer_attention = _dsv4_attention(c, layers, heads, kv_heads)
@@ -320,21 +327,37 @@ def _dsv4_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple
     return attention, tuple(_DSV4_RATIOS[r] for r in ratios)
 
 
-def _mla_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[MlaAttention, Layers]:
+def _mla_attention(
+    c: _Config, layers: int, heads: int, kv_heads: int
+) -> tuple[MlaAttention | DsaAttention, Layers]:
     if not c.has("q_lora_rank"):
         raise ServelabError(f"{c.where}: MLA without q_lora_rank is not supported")
     v_head_dim = c.integer("v_head_dim")
-    attention = MlaAttention(
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=v_head_dim,
-        q_lora_rank=c.integer("q_lora_rank"),
-        kv_lora_rank=c.integer("kv_lora_rank"),
-        qk_nope_head_dim=c.integer("qk_nope_head_dim"),
-        qk_rope_head_dim=c.integer("qk_rope_head_dim"),
-        v_head_dim=v_head_dim,
+    mla = {
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": v_head_dim,
+        "q_lora_rank": c.integer("q_lora_rank"),
+        "kv_lora_rank": c.integer("kv_lora_rank"),
+        "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
+        "qk_rope_head_dim": c.integer("qk_rope_head_dim"),
+        "v_head_dim": v_head_dim,
+    }
+    layer_attention = (LayerAttention.full,) * layers
+    if not c.has("index_topk"):
+        return MlaAttention(**mla), layer_attention
+    # DeepSeek's sparse attention (GLM-5, DeepSeek-V3.2): an indexer in every layer, as SGLang 0.5.10 builds
+    # it where the config sets no index_topk_freq / index_topk_pattern (models/deepseek_v2.py)
+    if c.integer("index_topk_freq", default=1) != 1 or c.has("index_topk_pattern"):
+        key = "index_topk_pattern" if c.has("index_topk_pattern") else "index_topk_freq"
+        raise c.error(key, "indexers shared across layers are not modelled (expected one in every layer)")
+    dsa = DsaAttention(
+        **mla,
+        index_heads=c.integer("index_n_heads"),
+        index_head_dim=c.integer("index_head_dim"),
+        index_topk=c.integer("index_topk"),
     )
-    return attention, (LayerAttention.full,) * layers
+    return dsa, layer_attention
 
 
 def _gqa_attention(
