@@ -14,7 +14,7 @@ NOT_YET_COLLECTED = {
     "shapes (338 keys): until then they are interpolated or extrapolated, and say so",
     "glm-5": "embedded 2026-12-07 (nineteenth session): its GEMM and MoE shapes are planned for the next "
     "campaign and priced by the roofline until then (docs/accuracy.md, \"GLM-5 embedded, with DeepSeek's "
-    "sparse attention\")",
+    'sparse attention")',
 }
 
 

@@ -51,7 +51,6 @@ NVFP4_RELEASES = {
 }
 
 
-
 @dataclass
 class Case:
     """One measured point, mapped onto servelab's specs."""
