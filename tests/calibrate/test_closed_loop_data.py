@@ -152,6 +152,19 @@ def test_the_accuracy_script_refuses_a_folder_without_the_pinned_layout(tmp_path
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_accuracy_script_leaves_out_the_families_it_is_asked_to(tmp_path):
+    # --skip-families: the figures on the points an earlier pricing could price (one development Kimi-K2.5
+    # point here, priced without the flag and left out with it)
+    point = "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597"
+    args = [str(ROOT / "accuracy" / "closed_loop.py"), "--systems", "h200_sxm", "--only", point]
+    priced = run_accuracy_python([*args, "--out", str(tmp_path / "a.json")])
+    skipped = run_accuracy_python(
+        [*args, "--out", str(tmp_path / "b.json"), "--skip-families", "glm-5,kimi-k2.5"]
+    )
+    assert "== development part: 1 points priced" in priced
+    assert "== development part: 0 points priced" in skipped
+
+
 def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a_user():
     # Qwen3-235B on an H100 is neither a family nor a system of TensorRT-LLM's fit (predict.fit_reach): the
     # closed-loop points price it without the MoE terms, as `servelab estimate` does; fitting (no record of
