@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from servelab.calibrate.clients import generated_deployment
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
-from servelab.engines import MODELLED, Engine
+from servelab.engines import MODELLED, Engine, engine_kv_dtype
 from servelab.errors import ServelabError
-from servelab.specs import AttentionKind, Dtype, ModelSpec, Parallel, load_model, load_system
+from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 from servelab.specs.families import family_of
 from servelab.specs.registry import released_as
 from servelab.userfiles import check_regular
@@ -253,29 +253,22 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     passes it as kv_cache_dtype, which config/backend_config_mapping.yaml renders as vLLM's and SGLang's
     `--kv-cache-dtype`). vLLM 0.12.0's Qwen3-32B FP8 row at tp1, 24 clients of 4,000 + 1,000 tokens, decodes
     in 16.9 ms a token, under what its BF16 cache alone would take to read (24 x about 4,500 tokens x 256 KiB
-    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms). SGLang's own
-    default for a DSA model on Blackwell is FP8 too (sglang_dsa_fp8_kv)."""
+    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms). An engine's
+    own pick where the launch names none is FP8 too (servelab.engines.engine_kv_dtype: SGLang's for a DSA
+    model on Blackwell)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
-    dsa_default = engine == Engine.SGLANG and sglang_dsa_fp8_kv(model, row.get("system") or "")
+    system = row.get("system") or ""
+    picked = engine_kv_dtype(engine, model, load_system(system).compute_capability) if system else None
     generated = (
         fp8
         and generated_deployment(row.get("silicon_data_source") or "")
         and engine in (Engine.VLLM, Engine.SGLANG)
     )
-    if not ((engine == Engine.TRTLLM and fp8) or declared or generated or dsa_default):
+    if not ((engine == Engine.TRTLLM and fp8) or declared or generated or picked == Dtype.fp8):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
     return model.model_copy(update={"precision": precision})
-
-
-def sglang_dsa_fp8_kv(model: ModelSpec, system: str) -> bool:
-    """Whether SGLang runs this model's KV cache in FP8 on `system` where the launch sets none: a DSA model
-    (GLM-5, DeepSeek-V3.2) on Blackwell. SGLang 0.5.10 (server_args.py _set_default_nsa_kv_cache_dtype)
-    turns `--kv-cache-dtype auto` into fp8_e4m3 on SM 10.0 and later and bfloat16 before, for DSA models."""
-    if model.attention.kind != AttentionKind.dsa or not system:
-        return False
-    return load_system(system).compute_capability >= 100
 
 
 def to_case(row: dict, configs: Mapping[str, Path] | None = None) -> Case:
