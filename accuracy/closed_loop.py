@@ -242,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="priced points (JSON; resumed)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--only", help="price only points whose id contains this text")
+    ap.add_argument(
+        "--skip-families",
+        default="",
+        help="leave out the points of these model families (comma separated, e.g. kimi-k2.5,glm-5): the "
+        "figures on the models an earlier pricing could price",
+    )
     args = ap.parse_args(argv)
     t0 = time.time()
     try:
@@ -251,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --data {args.data}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
     want = {"dev": (False,), "heldout": (True,), "both": (False, True)}[args.part]
-    points = [p for p in points if p.heldout in want and (not args.only or args.only in p.key)]
+    skip = set(filter(None, args.skip_families.split(",")))
+    points = [
+        p
+        for p in points
+        if p.heldout in want and (not args.only or args.only in p.key) and p.case.family not in skip
+    ]
     print(f"rows left out by reason: {dict(sorted(skipped.items(), key=lambda kv: -kv[1]))}", file=sys.stderr)
     saved = price_points(points, args.calibration, args.out, args.jobs)
     for flag, name in ((False, "development part"), (True, "held-out part")):

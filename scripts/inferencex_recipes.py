@@ -127,6 +127,41 @@ RECIPES += [
         ("b300", "fp8"),
         ("b300", "fp4"),
     )
+] + [
+    # Kimi-K2.5: Moonshot's INT4 checkpoint (rows of precision int4) and NVIDIA's NVFP4 one (fp4)
+    (
+        "vllm",
+        ["kimi-k2.5"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}kimik2.5_{precision}_{gpu}.sh"
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision in (("h200", "int4"), ("b200", "int4"), ("b200", "fp4"), ("b300", "fp4"))
+]
+
+# GLM-5 on SGLang: one script per GPU and precision (fp8: zai-org/GLM-5-FP8; fp4: nvidia/GLM-5-NVFP4, its
+# script renamed from nvfp4 to fp4 on 2026-04-02), moved like MiniMax's. B300's script came on 2026-04-17
+# (#1051), after the B300 rows were measured (2026-04-03, from a branch): those rows keep SGLang's defaults
+RECIPES += [
+    (
+        "sglang",
+        ["glm-5"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}glm5_{name}_{gpu}.sh"
+            for name in names
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision, names in (
+        ("h200", "fp8", ("fp8",)),
+        ("b200", "fp8", ("fp8",)),
+        ("b200", "fp4", ("nvfp4", "fp4")),
+    )
 ]
 
 
@@ -332,15 +367,20 @@ def _word(raw: str) -> int | float | bool | str:
 JOB_VARIABLE = re.compile(r"\$(?!\{?CONC\b)\{?[A-Z_][A-Z0-9_]*\}?")
 # a count written as a multiple of the job's input length, `$((ISL * 2 ))`
 ISL_TIMES = re.compile(r"\$\(\(\s*\$?\{?ISL\}?\s*\*\s*(\d+)\s*\)\)")
+# a count written as a multiple of the client concurrency, `$((CONC * 2))` (the CUDA-graph capture size of
+# Kimi-K2.5's FP4 scripts from InferenceX 9607d7071)
+CONC_TIMES = re.compile(r"\$\(\(\s*\$?\{?CONC\}?\s*\*\s*(\d+)\s*\)\)")
 
 
 def _typed(raw: str | None, kind: type, where: str, name: str) -> int | float | str | dict | None:
-    """A priced setting: an int (or "conc", or {"isl_times": k} for k x the input length) or a float; any
-    other form stops the script."""
+    """A priced setting: an int (or "conc", {"isl_times": k} for k x the input length, {"conc_times": k} for
+    k x the client concurrency) or a float; any other form stops the script."""
     if raw is None:
         return None
     if kind is int and (m := ISL_TIMES.fullmatch(raw)):
         return {"isl_times": int(m.group(1))}
+    if kind is int and (m := CONC_TIMES.fullmatch(raw)):
+        return {"conc_times": int(m.group(1))}
     value = _word(raw)
     if kind is int and (value == "conc" or type(value) is int):
         return value
@@ -385,6 +425,8 @@ def sglang_settings(text: str, where: str) -> dict:
             n.replace("-", "_"): _typed((f.get(n) or [None])[0], kind, where, n)
             for n, kind in SGLANG_PRICED.items()
         }
+        if f.get("kv-cache-dtype"):  # written only where set: the other ranges stay as they were
+            found["kv_cache_dtype"] = f["kv-cache-dtype"][0]
         recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in SGLANG_RECORDED if n in f}
         per_launch.append((when, {**found, "recorded": recorded}))
     return _branched(per_launch)
@@ -418,10 +460,13 @@ def _config_yaml(text: str, name: str, where: str) -> dict[str, list[str]]:
     return out
 
 
-def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | None:
-    """The largest decode batch vLLM captures a CUDA graph for: max-cudagraph-capture-size, or the largest of
-    cuda-graph-sizes (vLLM 0.10-0.11: one value means captures up to it)."""
+def _cudagraph_max(f: dict[str, list[str]], where: str) -> int | dict | None:
+    """The largest decode batch vLLM captures a CUDA graph for: max-cudagraph-capture-size (a count, or a
+    multiple of the concurrency), or the largest of cuda-graph-sizes (vLLM 0.10-0.11: one value means
+    captures up to it)."""
     raw = f.get("max-cudagraph-capture-size") or f.get("cuda-graph-sizes") or [None]
+    if len(raw) == 1 and raw[0] and (m := CONC_TIMES.fullmatch(raw[0])):
+        return {"conc_times": int(m.group(1))}
     sizes = [_typed(r, int, where, "cuda-graph-sizes") for r in " ".join(x for x in raw if x).split()]
     return max(sizes) if sizes else None  # type: ignore[type-var]  # ints here
 

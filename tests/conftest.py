@@ -11,6 +11,7 @@ import pytest
 from background_setups import MARKERS_ENV, environment_or_skip
 from once_a_run import share_between_workers
 from xdist_order import end_to_end_first
+from xdist_timeline import Timeline
 
 try:
     from _pytest.nodeid import NodeId  # pytest 9.2 and later: a node's id (tests share a server below)
@@ -37,6 +38,7 @@ def pytest_configure(config):
     # network; tests/specs/test_hub_models.py sets its own stand-in hub. Set here, before any import of
     # huggingface_hub (which reads it once) and inherited by the processes tests start.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config.pluginmanager.register(Timeline(), "xdist-timeline")  # printed after --durations' list
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,11 +3,13 @@
 # weights (--load-format dummy), left running in a session of its own. MODEL_DIR and SERVED_NAME (env.sh's
 # defaults: the Llama-3.1-8B-shaped folder) pick another folder, e.g. the Qwen3-30B-A3B one of unpack_moe.sh.
 # SERVER_ARGS sets a recipe's scheduler limits (server_args.sh: the batched-token budget, the sequence cap,
-# the memory share); unset, the server keeps vLLM's defaults.
+# the memory share); unset, the server keeps vLLM's defaults. ITERATION_LOG=1 adds vLLM's per-step log line
+# (`--enable-logging-iteration-details`: each step's prompt and decode tokens and its elapsed ms, v1/engine/core.py).
 set -u
 source .gpu/s/env.sh
 source .gpu/s/server_args.sh
 server_args || exit 2
+[[ ${ITERATION_LOG:-0} == 1 ]] && SERVER_ARGV+=(--enable-logging-iteration-details)
 echo "server args: ${SERVER_ARGV[*]:-none (vLLM defaults)}"
 mkdir -p /tmp/gsite && tar -C /tmp/gsite -xJf .gpu/p2/deps.tar.xz && mkdir -p /tmp/gm && tar -C /tmp/gm -xJf .gpu/p2/model.tar.xz || exit 1
 python3 -c "import vllm, vllm.entrypoints.openai.api_server; from vllm.platforms import current_platform as p; print('import ok', vllm.__version__, p.device_type, type(p).__name__)" 2>&1 | tail -15

@@ -12,10 +12,11 @@ from accuracy_python import run_accuracy_python
 
 from servelab.calibrate import closed_loop_split as split
 from servelab.calibrate.clients import FIXED_LENGTHS, INFERENCEX_WARMUP_SINCE, cold_inferencex_row
-from servelab.calibrate.closed_loop import heldout_ids, read_points
+from servelab.calibrate.closed_loop import EVIDENCE_ONLY_MODELS, heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
 from servelab.calibrate.rows import model_of
+from servelab.calibrate.sources import read_silicon
 from servelab.engines import Engine
 from servelab.predict.engines import MOE_TERMS, read_calibration, shipped_calibration
 from servelab.specs import load_system
@@ -41,14 +42,27 @@ def test_the_heldout_file_is_the_hash_rule_applied_to_the_pinned_rows():
 
 def test_no_row_the_calibration_fits_is_pinned():
     # `servelab calibrate engines` fits the H200 aggregated rows of the checkpoints calibrate/rows.py maps to
-    # an embedded model without a config.json: none of them may be pinned here
-    with open(DATA / "aiconfigurator" / "silicon_sample_rows.csv", newline="") as f:
+    # an embedded model without a config.json, but for those it keeps as closed-loop evidence only: none of
+    # them may be pinned here (calibrate/sources.py reads the pinned rows as it reads AIConfigurator's sample)
+    path = DATA / "aiconfigurator" / "silicon_sample_rows.csv"
+    with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     fitted = [r for r in rows if r["system"] == "h200_sxm" and r["mode"] == "agg"]
     assert fitted, "the pin holds H200 aggregated rows of models the calibration does not embed"
     for r in fitted:
+        if r["model_path"].lower() in EVIDENCE_ONLY_MODELS:
+            continue  # embedded since, and left out of the calibration's sources (below)
         with pytest.raises(ValueError, match="not embedded"):
             model_of(r)
+    # a model embedded after its rows were pinned (GLM-5) is mapped, but the calibration's reader drops its
+    # rows: the pinned file read as a calibration source gives no case at all
+    _, cases, record = read_silicon(DATA / "aiconfigurator" / "silicon_sample_rows.csv", "pinned", "h200_sxm")
+    held = sum(r["model_path"].lower() in EVIDENCE_ONLY_MODELS for r in rows if r["system"] == "h200_sxm")
+    assert held and not [c for c in cases if c.model.name == "glm-5"]
+    assert (
+        record.rows_skipped["pinned as closed-loop evidence (calibrate/closed_loop.py EVIDENCE_ONLY_MODELS)"]
+        == held
+    )
 
 
 def test_points_carry_the_protocol_their_client_ran():
@@ -136,6 +150,19 @@ def test_the_accuracy_script_refuses_a_folder_without_the_pinned_layout(tmp_path
     )
     assert err.startswith(f"error: --data {tmp_path}: expected a folder of pinned closed-loop data")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_accuracy_script_leaves_out_the_families_it_is_asked_to(tmp_path):
+    # --skip-families: the figures on the points an earlier pricing could price (one development Kimi-K2.5
+    # point here, priced without the flag and left out with it)
+    point = "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597"
+    args = [str(ROOT / "accuracy" / "closed_loop.py"), "--systems", "h200_sxm", "--only", point]
+    priced = run_accuracy_python([*args, "--out", str(tmp_path / "a.json")])
+    skipped = run_accuracy_python(
+        [*args, "--out", str(tmp_path / "b.json"), "--skip-families", "glm-5,kimi-k2.5"]
+    )
+    assert "== development part: 1 points priced" in priced
+    assert "== development part: 0 points priced" in skipped
 
 
 def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a_user():

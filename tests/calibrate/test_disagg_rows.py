@@ -40,7 +40,7 @@ def files(tmp_path):
         _row("dev-r1"),
         _row("held-r1", 128),
         _row("no-workers", prefill_num_workers="", decode_num_workers=""),
-        _row("kimi", model_path="moonshotai/Kimi-K2.5"),
+        _row("kimi", model_path="example-org/Unembedded-MoE"),
         _row("agg-row", mode="agg"),
     ]
     path = tmp_path / "rows.csv"
@@ -63,7 +63,7 @@ def test_parts_are_disjoint_and_disagg_only(files):
 def test_rows_map_onto_pools_and_unpriceable_ones_are_counted(files):
     path, held = files
     priced, skipped = rows_mod.price_rows(rows_mod.disagg_rows("dev", path, held), lambda s: None)
-    assert skipped == {"no prefill_num_workers": 1, "model moonshotai/Kimi-KN is not embedded": 1}
+    assert skipped == {"no prefill_num_workers": 1, "model example-org/Unembedded-MoE is not embedded": 1}
     ((row, pred),) = priced
     # attention DP 8 x MoE EP 8 reads as tp8 ep8 with attention data parallel
     assert row.split.label() == "1x tp8-ep8-dpattn | 2x tp8-ep8" and row.split.gpus == 24

@@ -50,7 +50,7 @@ class CountingHub(http.server.BaseHTTPRequestHandler):
 
 READ = """from servelab.calibrate.rows import model_of
 try:
-    model_of({"model_path": "moonshotai/Kimi-K2.5", "gemm_quant_mode": "fp8"})
+    model_of({"model_path": "example-org/Unembedded-MoE", "gemm_quant_mode": "fp8"})
 except ValueError as e:
     print(e)
 """
@@ -70,5 +70,5 @@ def test_reading_a_pinned_row_online_asks_the_hub_nothing(tmp_path):
     finally:
         server.shutdown()
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "model moonshotai/Kimi-K2.5 is not embedded"
+    assert r.stdout.strip() == "model example-org/Unembedded-MoE is not embedded"
     assert CountingHub.asked == []

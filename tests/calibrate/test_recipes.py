@@ -12,7 +12,7 @@ from servelab.calibrate import recipes
 from servelab.calibrate.document import RecipeCounts
 from servelab.calibrate.engines import recipe_counts
 from servelab.calibrate.price import Pricer, defaults, lengths_up_to
-from servelab.calibrate.recipe_table import Branch, IslTimes, RecipeTable, pick, read_recipe_table
+from servelab.calibrate.recipe_table import Branch, ConcTimes, IslTimes, RecipeTable, pick, read_recipe_table
 from servelab.calibrate.recipes import Load, RunSettings, find_recipe, run_settings
 from servelab.calibrate.rows import to_case
 from servelab.engines import Engine
@@ -334,6 +334,21 @@ def _minimax_row(system: str, precision: str, measured: str, tp: int = 2, conc: 
 def test_a_budget_written_as_a_multiple_of_the_input_length_follows_the_row():
     assert pick(IslTimes(isl_times=2), _load(isl=8192)) == 16384
     assert pick(IslTimes(isl_times=2), _load(isl=1024)) == 2048
+
+
+def test_a_count_written_as_a_multiple_of_the_concurrency_follows_the_row():
+    assert pick(ConcTimes(conc_times=2), _load(concurrency=64)) == 128
+
+
+def test_kimi_rows_get_the_script_of_their_gpu_and_precision():
+    """InferenceX's Kimi-K2.5 vLLM scripts: one per GPU and checkpoint, Moonshot's INT4 (rows of precision
+    int4) and NVIDIA's NVFP4 (fp4); the B200 INT4 one turned FlashInfer's INT4 MoE on from 79ea3651a."""
+    int4 = find_recipe(Engine.VLLM, "kimi-k2.5", "b200_sxm", "2026-03-25", "int4")
+    assert int4 is not None
+    assert ("VLLM_USE_FLASHINFER_MOE_INT4", 1) in int4.settings.resolve(_load()).get("unpriced", ())
+    fp4 = find_recipe(Engine.VLLM, "kimi-k2.5", "b200_sxm", "2026-03-25", "fp4")
+    assert fp4 is not None and "kimik2.5_fp4_b200.sh" in fp4.in_use("2026-03-25").file
+    assert find_recipe(Engine.VLLM, "kimi-k2.5", "h200_sxm", "2026-03-25", "fp4") is None
 
 
 def test_minimax_rows_get_the_script_of_their_gpu_and_precision():

@@ -149,6 +149,19 @@ def test_sglang_launches_per_branch_become_settings_by_length(repo, tmp_path):
     assert only["models"] == ["deepseek-r1", "deepseek-v3"]
 
 
+def test_an_sglang_kv_cache_dtype_is_written_where_the_launch_sets_it(repo, tmp_path):
+    """InferenceX's GLM-5 B200 script sets --kv-cache-dtype fp8_e4m3; a launch without it writes no key (the
+    engine's default stands)."""
+    glm5 = "python3 -m sglang.launch_server --model-path=$MODEL --kv-cache-dtype fp8_e4m3 \\\n"
+    glm5 += "--chunked-prefill-size 32768 --mem-fraction-static 0.85 > $SERVER_LOG 2>&1 &\n"
+    _commit(repo, SGLANG, "2026-03-06", SGLANG_PATH)
+    _commit(repo, "#!/usr/bin/env bash\n" + glm5, "2026-03-20", "benchmarks/single_node/glm5_fp8_b200.sh")
+    by_model = {r["models"][0]: r["settings"] for r in _ranges(repo, tmp_path, "sglang")}
+    assert by_model["glm-5"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert by_model["glm-5"]["chunked_prefill_size"] == 32768
+    assert "kv_cache_dtype" not in by_model["deepseek-r1"]
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -261,6 +274,17 @@ def test_a_vllm_budget_of_twice_the_input_length_and_job_variables(repo, tmp_pat
     assert s["recorded"]["max_num_seqs"] == "$MAX_NUM_SEQS"
     assert s["recorded"]["compilation_config"] == "$COMPILATION_CONFIG"
     assert s["recorded"]["enable_prefix_caching"] is False
+
+
+def test_a_vllm_capture_size_of_twice_the_concurrency(repo, tmp_path):
+    """InferenceX's Kimi-K2.5 FP4 scripts capture CUDA graphs up to twice the concurrency (9607d7071)."""
+    kimi = MINIMAX.replace(
+        "--max-cudagraph-capture-size 2048", '--max-cudagraph-capture-size "$((CONC * 2))"'
+    )
+    _commit(repo, kimi, "2026-08-07", "benchmarks/single_node/kimik2.5_fp4_b300.sh")
+    (only,) = _ranges(repo, tmp_path, "vllm")
+    assert only["models"] == ["kimi-k2.5"] and only["precision"] == "fp4"
+    assert only["settings"]["max_cudagraph_capture_size"] == {"conc_times": 2}
 
 
 def test_a_vllm_multiple_of_another_variable_stops_it(repo, tmp_path):

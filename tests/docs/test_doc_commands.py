@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -556,31 +555,54 @@ def test_a_session_that_begins_another_one_is_run_by_it():
     }
 
 
-@pytest.mark.slow
-def test_every_doc_command_runs_as_written(tmp_path):
+def _sessions() -> dict[str, list[DocCommand]]:
+    """The commands that run, by session (a doc's block), in the docs' order."""
     sessions: dict[str, list[DocCommand]] = {}
-    skipped_sessions: dict[str, str] = {}
     for cmd in doc_commands():
         if _skip_reason(cmd) is None:
             sessions.setdefault(cmd.session, []).append(cmd)
-    for session, cmds in list(sessions.items()):
-        for prefix, missing in NEEDS.items():
-            why = missing() if cmds[0].line.startswith(prefix) else None
-            if why:
-                skipped_sessions[session] = why
-                del sessions[session]
-    run_by = _run_by(sessions)
-    run = [s for s in sessions if run_by[s] == s]
-    with mock_server("--token-delay-ms", "0") as url, ThreadPoolExecutor(max_workers=4) as pool:
-        env = Env(url)
-        ran = pool.map(
-            lambda ic: list(_run_session(ic[1], tmp_path / str(ic[0]), env)),
-            enumerate(sessions[s] for s in run),
-        )
-        runs = dict(zip(run, ran, strict=True))
-    # a session run by another gets the results of that run's first commands, one for each of its own
+    return sessions
+
+
+SESSIONS = _sessions()
+RUN_BY = _run_by(SESSIONS)
+
+
+def _needs_a_cpu_vllm(session: str) -> bool:
+    return SESSIONS[session][0].line.startswith("bash scripts/setup_vllm_cpu.sh")
+
+
+@pytest.fixture(scope="module")
+def doc_env() -> Iterator[Env]:
+    """The mock server the sessions' `servelab bench` lines talk to, one a pytest-xdist worker."""
+    with mock_server("--token-delay-ms", "0") as url:
+        yield Env(url)
+
+
+# One case a session that runs (a session run by another is checked in that one's case): pytest-xdist shares
+# the cases among its workers, where one test of all of them took 210-250 s on one worker. docs/run.md's CPU
+# vLLM flow is an end-to-end case, queued with the other CPU vLLM tests (tests/xdist_order.py).
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param(s, marks=[pytest.mark.e2e] if _needs_a_cpu_vllm(s) else [])
+        for s in SESSIONS
+        if RUN_BY[s] == s
+    ],
+)
+def test_every_doc_command_runs_as_written(session, doc_env, tmp_path):
+    cmds = SESSIONS[session]
+    for prefix, missing in NEEDS.items():
+        if cmds[0].line.startswith(prefix) and (why := missing()):
+            pytest.skip(why)
+    ran = list(_run_session(cmds, tmp_path / "session", doc_env))
+    # a session run by this one gets the results of its first commands, one for each of its own
     results = [
-        (cmd, r) for s, cmds in sessions.items() for cmd, (_, r) in zip(cmds, runs[run_by[s]], strict=False)
+        (cmd, r)
+        for s, its in SESSIONS.items()
+        if RUN_BY[s] == session
+        for cmd, (_, r) in zip(its, ran, strict=False)
     ]
     failures = []
     for cmd, r in results:
@@ -589,5 +611,3 @@ def test_every_doc_command_runs_as_written(tmp_path):
             tail = (r.stderr.strip() or r.stdout.strip())[-300:]
             failures.append(f"{cmd.where}: `{cmd.line}` exit {r.returncode} (doc: {cmd.exit_code}): {tail}")
     assert not failures, "\n".join(failures)
-    for session, why in skipped_sessions.items():
-        print(f"skipped {session}: {why}")

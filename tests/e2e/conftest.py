@@ -2,7 +2,7 @@
 tokenizer trained here (servelab.runner.tiny_llama), served by servelab.runner.vllm_cpu.VllmCpuServer.
 
 Fixtures: `vllm_venv_python` (session, the vLLM venv's python: $SERVELAB_VLLM_VENV, else <repo>/.venv-vllm),
-`tiny_llama` (session, model dir), `vllm_server` (session, a running server on that model).
+`tiny_llama` (session, model dir), `vllm_server` (package, a running server on that model).
 Every test here is marked e2e and is skipped with the reason when the vLLM venv is missing; in CI, which
 installs it while the tests run, the fixture waits for its install to end first (tests/background_setups.py).
 Set up the venv with scripts/setup_vllm_cpu.sh.
@@ -55,10 +55,12 @@ def tiny_llama(vllm_venv_python, e2e_cache_dir) -> Path:
     return once_a_run("tiny-llama", lambda: build_tiny_llama(vllm_venv_python, e2e_cache_dir))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_server(vllm_venv_python, tiny_llama):
     """Prefix caching on (vLLM's default on the CPU, named so the agentic test's cache hits do not rest on a
-    default): one server for the bench, agentic and simulator tests, not one more start for the agentic."""
+    default): one server for the bench, agentic and simulator tests, not one more start for the agentic.
+    Stopped once its worker leaves tests/e2e: its tests are one pytest-xdist unit (tests/conftest.py), and an
+    idle server kept to the run's end held 2 GiB and a few per cent of a core for ten minutes."""
     args = ["--enable-prefix-caching", *QUICK_START_ARGS]
     with VllmCpuServer(vllm_venv_python, tiny_llama, extra_args=args, env=QUICK_START_ENV) as server:
         yield server

@@ -17,7 +17,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "inferencex" / "agentic"
 
 
 def test_multi_turn_sessions_hit_the_prefix_cache(vllm_server, tiny_llama, tmp_path):
-    server = vllm_server  # the session's, prefix caching on (tests/e2e/conftest.py)
+    server = vllm_server  # the shared one, prefix caching on (tests/e2e/conftest.py)
     cmd = [
         sys.executable,
         "-m",

@@ -28,6 +28,9 @@ STATED = {
     "llama-3.1-8b": (8.03e9, None),
     "llama-3.1-70b": (70.6e9, None),
     "gpt-oss-120b": (116.8e9, 5.13e9),
+    # Kimi-K2's technical report (arXiv 2507.20534): 1.04T total, 32B activated; K2.5's text model is K2's
+    "kimi-k2.5": (1.04e12, 32e9),
+    "glm-5": (744e9, None),  # "40B active", two figures: tests/specs/test_glm5.py checks it within 3 %
 }
 
 

@@ -74,11 +74,22 @@ def test_the_unquantized_projections_are_stored_in_bf16():
     assert more == pytest.approx(extra / 8)
 
 
+WHOLE_BLOCK = {
+    "qkv_a_proj",
+    "q_b_proj",
+    "kv_b_proj",
+    "o_proj",
+    "qkv_proj",
+    "indexer_q_proj",
+    "indexer_k_proj",
+}
+
+
 @pytest.mark.parametrize(
     ("patterns", "ops"),
     [
-        (["model.layers.0.self_attn*"], {"qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj", "qkv_proj"}),
-        (["re:.*self_attn.*"], {"qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj", "qkv_proj"}),
+        (["model.layers.0.self_attn*"], WHOLE_BLOCK),
+        (["re:.*self_attn.*"], WHOLE_BLOCK),
         (["model.layers.3.self_attn.q_b_proj", "lm_head", "model.layers.61*"], {"q_b_proj"}),
         # the fused down-projection stays quantized unless both of its modules are excluded
         (["model.layers.3.self_attn.q_a_proj"], set()),
@@ -86,7 +97,8 @@ def test_the_unquantized_projections_are_stored_in_bf16():
             ["model.layers.3.self_attn.q_a_proj", "model.layers.3.self_attn.kv_a_proj_with_mqa"],
             {"qkv_a_proj"},
         ),
-        (["model.layers.3.self_attn.indexer*", "lm_head"], set()),
+        # DSA's indexer (GLM-5, DeepSeek-V3.2): its query and key projections
+        (["model.layers.3.self_attn.indexer*", "lm_head"], {"indexer_q_proj", "indexer_k_proj"}),
     ],
 )
 def test_exclusion_patterns_name_the_graphs_ops(patterns, ops):

@@ -3,9 +3,10 @@ version of an InferenceX recipe script set, in the engine's own words, and the d
 by scripts/inferencex_recipes.py; calibrate/recipes.py resolves them for a row's load).
 
 A setting is a value, "conc" (the client concurrency), a multiple of the input length, {"isl_times": k} (the
-script's `$((ISL * k))`), or a branch on the load, {"when": {"isl": I, "osl": O}, "then": A, "else": B}, as
-the script's `if` around its launch. A range may name the precision of the rows it ran (`precision`), where
-one system has a script per precision. A malformed file is one line naming the file and the field.
+script's `$((ISL * k))`), a multiple of the concurrency, {"conc_times": k} (`$((CONC * k))`), or a branch on
+the load, {"when": {"isl": I, "osl": O}, "then": A, "else": B}, as the script's `if` around its launch. A
+range may name the precision of the rows it ran (`precision`), where one system has a script per precision.
+A malformed file is one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -68,20 +69,31 @@ class IslTimes(_Data):
     isl_times: int = Field(ge=1)
 
 
-# a value, "conc", a multiple of the input length, a branch, or (the settings a script recorded) a mapping of
-# values
-Setting = Annotated[Branch | IslTimes | Scalar | dict[str, Scalar], Field(union_mode="left_to_right")]
+class ConcTimes(_Data):
+    """A count the script wrote as a multiple of the client concurrency (`$((CONC * 2))`)."""
+
+    conc_times: int = Field(ge=1)
+
+
+# a value, "conc", a multiple of the input length or of the concurrency, a branch, or (the settings a script
+# recorded) a mapping of values
+Setting = Annotated[
+    Branch | IslTimes | ConcTimes | Scalar | dict[str, Scalar], Field(union_mode="left_to_right")
+]
 Branch.model_rebuild()
 
 
 def pick(value: Setting, load: Load) -> Any:
     """A setting for this load: a branch resolved by the load, "conc" the client concurrency, a multiple of
-    the input length that many times the row's nominal input length, anything else itself."""
+    the input length (or of the concurrency) that many times the row's nominal input length (its
+    concurrency), anything else itself."""
     if isinstance(value, Branch):
         hit = all(getattr(load, key) == want for key, want in value.when.items())
         return pick(value.then if hit else value.otherwise, load)
     if isinstance(value, IslTimes):
         return value.isl_times * load.isl
+    if isinstance(value, ConcTimes):
+        return value.conc_times * load.concurrency
     return load.concurrency if value == "conc" else value
 
 
@@ -187,6 +199,7 @@ class SglangSettings(_Data):
     max_running_requests: Setting = None
     cuda_graph_max_bs: Setting = None
     mem_fraction_static: Setting = None
+    kv_cache_dtype: Setting = None  # --kv-cache-dtype (fp8_e4m3 in InferenceX's GLM-5 B200 script)
     recorded: Setting = None
 
     def resolve(self, load: Load) -> dict:
@@ -197,6 +210,7 @@ class SglangSettings(_Data):
             max_num_seqs=pick(self.max_running_requests, load),
             cuda_graph_max_batch=pick(self.cuda_graph_max_bs, load),
             memory_share=pick(self.mem_fraction_static, load),
+            kv_cache_dtype=kv_dtype(pick(self.kv_cache_dtype, load)),
             stream_interval=recorded.get("stream_interval"),
             unpriced=tuple(sorted((k, v) for k, v in recorded.items() if k != "stream_interval")),
         )

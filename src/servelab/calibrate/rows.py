@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from servelab.calibrate.clients import generated_deployment
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
-from servelab.engines import MODELLED, Engine
+from servelab.engines import MODELLED, Engine, engine_kv_dtype
 from servelab.errors import ServelabError
 from servelab.specs import Dtype, ModelSpec, Parallel, load_model, load_system
 from servelab.specs.families import family_of
@@ -25,11 +25,30 @@ ENGINES = MODELLED  # the engines the performance model prices
 # checkpoints in the file that servelab embeds under another id (same architecture, FP8 weights)
 ALIASES = {"nvidia/llama-3.1-8b-instruct-fp8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8")}
 GPUS_PER_NODE = 8
+# a model the file names by its publisher (AIConfigurator's silicon rows say zhipuai/GLM-5; the hub has no
+# such repository) -> the checkpoint each GEMM precision ran: InferenceX's GLM-5 jobs of the rows' dates serve
+# zai-org/GLM-5-FP8 on H200 and B200 and nvidia/GLM-5-NVFP4 on B200 (SemiAnalysisAI/InferenceX 843c6254f
+# history, .github/configs/nvidia-master.yaml glm5-fp8-h200-sglang at ebb48d4bc, glm5-fp8-b200-sglang at
+# 13930ca61, glm5-nvfp4-b200-sglang at d43805fc3)
+RELEASES_BY_PRECISION = {
+    "zhipuai/glm-5": {
+        "bf16": "zai-org/GLM-5",
+        "fp8": "zai-org/GLM-5-FP8",
+        "fp8_block": "zai-org/GLM-5-FP8",
+        "nvfp4": "nvidia/GLM-5-NVFP4",
+    }
+}
 # the NVFP4 checkpoint an NVFP4 row of a model ran, where the release keeps modules out of NVFP4: InferenceX's
 # NVIDIA DeepSeek FP4 jobs serve nvidia/DeepSeek-R1-0528-FP4-V2 or -NVFP4-v2 (SemiAnalysisAI/InferenceX
 # 843c6254f, configs/nvidia-master.yaml), and the rows named DeepSeek-V3 are those runs (docs/accuracy.md,
 # "TensorRT-LLM's DeepSeek points on B200")
-NVFP4_RELEASES = {"deepseek-r1": "nvidia/DeepSeek-R1-0528-FP4", "deepseek-v3": "nvidia/DeepSeek-R1-0528-FP4"}
+# InferenceX's Kimi-K2.5 FP4 jobs serve nvidia/Kimi-K2.5-NVFP4 (.github/configs/nvidia-master.yaml at
+# 6c3acebfa, kimik2.5-fp4-b200-vllm; its INT4 jobs serve Moonshot's moonshotai/Kimi-K2.5)
+NVFP4_RELEASES = {
+    "deepseek-r1": "nvidia/DeepSeek-R1-0528-FP4",
+    "deepseek-v3": "nvidia/DeepSeek-R1-0528-FP4",
+    "kimi-k2.5": "nvidia/Kimi-K2.5-NVFP4",
+}
 
 
 @dataclass
@@ -171,13 +190,15 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
     `configs`: config.json files of checkpoints servelab does not embed, by lower-case checkpoint id."""
     path = row["model_path"].strip()
     checkpoint, weights = ALIASES.get(path.lower(), (path, None))
+    gemm = (row.get("gemm_quant_mode") or "").strip()
+    checkpoint = RELEASES_BY_PRECISION.get(path.lower(), {}).get(gemm, checkpoint)
     if configs and path.lower() in configs:
         checkpoint = str(configs[path.lower()])
     try:
         model = load_model(checkpoint, hub=False)
     except ServelabError:
         raise ValueError(f"model {path} is not embedded") from None
-    gemm = (weights or row.get("gemm_quant_mode") or "").strip()
+    gemm = weights or gemm
     # the row's GEMM precision overrides a BF16 checkpoint (measured with FP8 quantization); a checkpoint that
     # is already 8-bit or 4-bit keeps its own format (fp8 in the row means 'FP8 of some kind')
     if gemm in ("fp8", "fp8_block") and model.precision.weights in (Dtype.bf16, Dtype.fp16):
@@ -200,7 +221,9 @@ def model_of(row: dict, configs: Mapping[str, Path] | None = None) -> ModelSpec:
         )
         if model.name in NVFP4_RELEASES:  # and the modules that release keeps unquantized
             model = released_as(model, NVFP4_RELEASES[model.name])
-    elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4"):
+    elif gemm == "int4_wo" and model.precision.experts != Dtype.int4:
+        raise ValueError(f"GEMM precision int4_wo, but {path} has no INT4 weight-only experts")
+    elif gemm and gemm not in ("fp8", "fp8_block", "bf16", "nvfp4", "mxfp4", "int4_wo"):
         raise ValueError(f"GEMM precision {gemm} has no servelab dtype")
     return model
 
@@ -230,15 +253,19 @@ def fp8_kv_if_unmarked(engine: str, row: dict, model: ModelSpec) -> ModelSpec:
     passes it as kv_cache_dtype, which config/backend_config_mapping.yaml renders as vLLM's and SGLang's
     `--kv-cache-dtype`). vLLM 0.12.0's Qwen3-32B FP8 row at tp1, 24 clients of 4,000 + 1,000 tokens, decodes
     in 16.9 ms a token, under what its BF16 cache alone would take to read (24 x about 4,500 tokens x 256 KiB
-    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms)."""
+    = 28 GB a step, 8-9 ms at the H100's 3.35 TB/s) plus its 33 GB of FP8 weights (about 10 ms). An engine's
+    own pick where the launch names none is FP8 too (servelab.engines.engine_kv_dtype: SGLang's for a DSA
+    model on Blackwell)."""
     fp8 = (row.get("precision") or "").strip() == "fp8"
     declared = row["model_path"].strip().lower() in FP8_KV_CHECKPOINTS
+    system = row.get("system") or ""
+    picked = engine_kv_dtype(engine, model, load_system(system).compute_capability) if system else None
     generated = (
         fp8
         and generated_deployment(row.get("silicon_data_source") or "")
         and engine in (Engine.VLLM, Engine.SGLANG)
     )
-    if not ((engine == Engine.TRTLLM and fp8) or declared or generated):
+    if not ((engine == Engine.TRTLLM and fp8) or declared or generated or picked == Dtype.fp8):
         return model
     precision = model.precision.model_copy(update={"kv_cache": Dtype.fp8})
     return model.model_copy(update={"precision": precision})

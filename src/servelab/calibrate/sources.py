@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.calibrate import aic, inferencex_rows, store_rows
+from servelab.calibrate.closed_loop import EVIDENCE_ONLY_MODELS
 from servelab.calibrate.document import SourceRecord
 from servelab.calibrate.rows import Case, build_cases, read_rows
 from servelab.results.location import server_url, shown
@@ -71,13 +72,20 @@ def _on_system(cases: list[Case], system: str, skipped: dict[str, int]) -> list[
     return kept
 
 
-def _silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case], SourceRecord]:
+def read_silicon(path: Path, kind: str, system: str) -> tuple[list[dict], list[Case], SourceRecord]:
     rows = read_rows(path)
-    cases, skipped = build_cases(rows, system)
+    held = [r for r in rows if r.get("system") == system and _evidence_only(r)]
+    cases, skipped = build_cases([r for r in rows if not _evidence_only(r)], system)
+    if held:
+        skipped["pinned as closed-loop evidence (calibrate/closed_loop.py EVIDENCE_ONLY_MODELS)"] = len(held)
     others = sum(r.get("system") != system for r in rows)
     if others:
         skipped[f"measured on another system than {system}"] = others
     return rows, cases, _record(kind, path, file_sha256(path), len(rows), cases, skipped)
+
+
+def _evidence_only(row: dict) -> bool:
+    return (row.get("model_path") or "").strip().lower() in EVIDENCE_ONLY_MODELS
 
 
 def _inferencex(path: Path, system: str) -> tuple[list[Case], SourceRecord]:
@@ -120,7 +128,7 @@ def gather(sources: Sources, system: str) -> Gathered:
         else:
             path, version, out.aic_python = aic.aic_csv(sources.aic_python)
         kind = f"AIConfigurator systems/silicon_sample.csv ({aic.AIC_PACKAGE} {version})"
-        out.silicon_rows, cases, record = _silicon(path, kind, system)
+        out.silicon_rows, cases, record = read_silicon(path, kind, system)
         parts.append((cases, record))
     for path in sources.inferencex:
         parts.append(_inferencex(path, system))

@@ -216,7 +216,7 @@ DpAttnOpt = typer.Option(
 )
 PpOpt = typer.Option(1, "--pp", help="Pipeline parallel stages")
 WeightDtypeOpt = typer.Option(
-    None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4"
+    None, "--weight-dtype", help="Override weight dtype: bf16, fp8, fp8_block, mxfp4, nvfp4, int4"
 )
 KvDtypeOpt = typer.Option(None, "--kv-dtype", help="Override KV-cache dtype: bf16 or fp8")
 JsonOpt = typer.Option(False, "--json", help="Print JSON")
@@ -244,11 +244,17 @@ def load_deployment(
     ep: int = 1,
     dp_attn: bool = False,
     pp: int = 1,
+    engine: str | None = None,
 ):
+    """The model, system and layout of a deployment; `engine`: the one that serves it, whose own KV-cache
+    format the model takes where kv_dtype is not given (servelab.engines.with_engine_kv)."""
+    from servelab.engines import with_engine_kv  # noqa: PLC0415  # start-up time
     from servelab.specs import Parallel, load_model, load_system  # noqa: PLC0415  # start-up time
 
     spec = load_model(model, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     sys_spec = load_system(system)
+    if engine is not None and kv_dtype is None:
+        spec = with_engine_kv(spec, engine, sys_spec.compute_capability)
     try:
         parallel = Parallel(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp)
     except ValidationError as e:

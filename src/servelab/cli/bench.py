@@ -803,7 +803,7 @@ def _simulate(
         raise ServelabError("--simulate needs --model (a checkpoint or model name) and --system")
     disagg = pools if pools is not None and pools.given() else None
     split = disagg.split(deployment) if disagg is not None else None
-    spec, sys_spec, parallel = load_deployment(cfg0.model, **deployment)
+    spec, sys_spec, parallel = load_deployment(cfg0.model, **deployment, engine=settings["engine"])
     try:
         engine = EngineSettings(**settings)
     except ValidationError as e:

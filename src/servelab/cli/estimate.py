@@ -109,7 +109,9 @@ def estimate(
         given = pool.given()
         if given:
             raise ServelabError("only with --mode disagg", field=f"{name}_{given}")
-    spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
+    spec, sys_spec, parallel = load_deployment(
+        model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp, engine=backend
+    )
     engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration, gpu_name=sys_spec.gpu_name)
     if mode == "static":
         result = estimate_static(

@@ -9,6 +9,7 @@ from typing import Any
 
 from servelab.cli._common import Col, console, print_table
 from servelab.cli.pools import PoolOptions, pool_parallel
+from servelab.engines import with_engine_kv
 from servelab.errors import ServelabError
 from servelab.predict.bands import band_line
 from servelab.predict.engines import engine_profile
@@ -46,6 +47,8 @@ def estimate_disagg(
             field="isl",
         )
     sys_spec = load_system(system)
+    if kv_dtype is None:
+        spec = with_engine_kv(spec, backend, sys_spec.compute_capability)
     engine = engine_profile(backend, sys_spec.hbm_gib, calibration=calibration, gpu_name=sys_spec.gpu_name)
     spec = engine.model_as_served(spec)
     check_precision(spec, sys_spec)

@@ -66,7 +66,9 @@ def memory(
     from servelab.predict.memory import check_fits, memory_per_gpu  # noqa: PLC0415  # start-up time
     from servelab.specs import check_precision  # noqa: PLC0415  # start-up time
 
-    spec, sys_spec, parallel = load_deployment(model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp)
+    spec, sys_spec, parallel = load_deployment(
+        model, system, weight_dtype, kv_dtype, tp, ep, dp_attn, pp, engine=backend
+    )
     parallel.validate(spec)
     check_precision(spec, sys_spec)
     profile = engine_profile(backend)

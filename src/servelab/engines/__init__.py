@@ -5,11 +5,15 @@ command goes through. Each engine's package owns its flag grammar, defaults, the
 and its scheduling policy; the rest of servelab asks these packages and never spells an engine's flags itself.
 """
 
+from collections.abc import Callable
+
 from servelab.engines.kernels import KernelChoice
 from servelab.engines.names import ENGINE_ALIASES, MODELLED, Engine, engine_of, is_engine
+from servelab.engines.sglang.kv_cache import default_kv_dtype as sglang_kv_dtype
 from servelab.engines.vllm.kernels import KERNELS as VLLM_KERNELS
 from servelab.engines.vllm.router import FLOAT32_ROUTER_ARCHITECTURES as VLLM_FLOAT32_ROUTERS
 from servelab.specs.dtypes import Dtype
+from servelab.specs.model import ModelSpec
 
 # the kernels each engine picks by key, GPU and release, each timed in its own perf tables
 # (engines/<name>/kernels.py)
@@ -20,6 +24,27 @@ KERNEL_CHOICES: dict[Engine, tuple[KernelChoice, ...]] = {Engine.VLLM: VLLM_KERN
 # keeps MiniMax-M2's gate in float32 too (models/minimax_m2.py, 0.5.12 to 0.5.23) but turns TF32 on for it
 # (arg_groups/model_overrides/minimax_m2.py, 0.5.23): tensor cores at half the bf16 rate, not priced here
 FLOAT32_ROUTERS: dict[Engine, frozenset[str]] = {Engine.VLLM: VLLM_FLOAT32_ROUTERS}
+
+
+# the KV-cache format each engine picks itself where the launch names none and the checkpoint declares none
+# (engines/<name>/kv_cache.py); an engine not here keeps the checkpoint's
+KV_DEFAULTS: dict[Engine, Callable[[ModelSpec, int], Dtype | None]] = {Engine.SGLANG: sglang_kv_dtype}
+
+
+def engine_kv_dtype(engine: str, model: ModelSpec, compute_capability: int) -> Dtype | None:
+    """The KV-cache format `engine` runs `model` in on a GPU of this compute capability where nothing names
+    one (None: the checkpoint's own); a name that is not an engine (the torch backend) picks none."""
+    pick = KV_DEFAULTS.get(engine_of(engine)) if is_engine(engine) else None
+    return pick(model, compute_capability) if pick is not None else None
+
+
+def with_engine_kv(model: ModelSpec, engine: str, compute_capability: int) -> ModelSpec:
+    """`model` with the KV-cache format `engine` picks for it (engine_kv_dtype), for a launch that names
+    none: callers pass a model whose KV format the user did not set."""
+    kv = engine_kv_dtype(engine, model, compute_capability)
+    if kv is None or kv == model.precision.kv_cache:
+        return model
+    return model.model_copy(update={"precision": model.precision.model_copy(update={"kv_cache": kv})})
 
 
 def kernel_choices(engine: Engine) -> tuple[KernelChoice, ...]:
@@ -35,11 +60,14 @@ __all__ = [
     "ENGINE_ALIASES",
     "FLOAT32_ROUTERS",
     "KERNEL_CHOICES",
+    "KV_DEFAULTS",
     "Engine",
     "KernelChoice",
     "MODELLED",
+    "engine_kv_dtype",
     "engine_of",
     "is_engine",
     "kernel_choices",
     "router_dtype",
+    "with_engine_kv",
 ]

@@ -70,6 +70,49 @@ class MlaDecode(NamedTuple):
     op: OpName = OpName.mla_decode
 
 
+class DsaPrefill(NamedTuple):
+    """The attention core of DeepSeek's sparse attention (GLM-5, DeepSeek-V3.2) over a prefill of `seq` tokens
+    from an empty cache, causal, each query attending to at most `index_topk` keys; `kv_len` is the longest
+    sequence of the engine's batch, which picks dense or sparse kernels (roofline `_dsa_prefill`). Dense:
+    multi-head attention of qk_dim / v_dim; sparse: absorbed over the kv_lora_rank 512 + rope 64 latent."""
+
+    batch: int
+    seq: int
+    kv_len: int
+    heads: int
+    native_heads: int
+    index_topk: int
+    qk_dim: int
+    v_dim: int
+    kv_dtype: str = "bf16"
+    op: OpName = OpName.dsa_prefill
+
+
+class DsaDecode(NamedTuple):
+    """DSA decode: one query per sequence, absorbed, against the `index_topk` keys its indexer picked out
+    of `kv_len` cached tokens (all of them while kv_len <= index_topk)."""
+
+    batch: int
+    kv_len: int
+    heads: int
+    native_heads: int
+    index_topk: int
+    kv_dtype: str = "bf16"
+    op: OpName = OpName.dsa_decode
+
+
+class DsaIndexer(NamedTuple):
+    """DSA's lightning indexer: `batch` sequences of `new` query tokens after `past` cached ones, each query
+    scoring every key up to its own position with `heads` fp8 heads of `head_dim`, then a top-k per query."""
+
+    batch: int
+    new: int
+    past: int
+    heads: int
+    head_dim: int
+    op: OpName = OpName.dsa_indexer
+
+
 class Dsv4Context(NamedTuple):
     """DeepSeek-V4 attention module in prefill (compressor + indexer top-k + sparse attention + window).
     op is dsv4_csa_context_module or dsv4_hca_context_module."""
@@ -132,6 +175,9 @@ OpKey = (
     | AttentionDecode
     | MlaPrefill
     | MlaDecode
+    | DsaPrefill
+    | DsaDecode
+    | DsaIndexer
     | Dsv4Context
     | Dsv4Generation
     | Moe
@@ -145,6 +191,9 @@ KeyType = (
     | type[AttentionDecode]
     | type[MlaPrefill]
     | type[MlaDecode]
+    | type[DsaPrefill]
+    | type[DsaDecode]
+    | type[DsaIndexer]
     | type[Dsv4Context]
     | type[Dsv4Generation]
     | type[Moe]
@@ -160,6 +209,9 @@ KEY_TYPES: Registry[KeyType] = Registry(
         OpName.attention_decode: AttentionDecode,
         OpName.mla_prefill: MlaPrefill,
         OpName.mla_decode: MlaDecode,
+        OpName.dsa_prefill: DsaPrefill,
+        OpName.dsa_decode: DsaDecode,
+        OpName.dsa_indexer: DsaIndexer,
         **{op: Dsv4Context for op in DSV4_CONTEXT_OPS},
         **{op: Dsv4Generation for op in DSV4_GENERATION_OPS},
         OpName.moe: Moe,
@@ -169,7 +221,8 @@ KEY_TYPES: Registry[KeyType] = Registry(
 )
 
 TEXT_FIELDS = ("dtype", "kv_dtype", "distribution")  # the other key fields are integers
-ZERO_OK = ("window", "flops")  # integer fields where 0 is meaningful (full attention, a pure copy)
+ZERO_OK = ("window", "flops", "past")  # integer fields where 0 is meaningful (full attention, a pure copy,
+# an empty cache)
 
 # DeepSeek-V4 index_topk by native head count (V4-Pro 128 heads: 1024; V4-Flash 64 heads: 512)
 DSV4_TOPK = {128: 1024, 64: 512}

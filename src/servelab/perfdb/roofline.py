@@ -20,6 +20,9 @@ from servelab.perfdb.keys import (
     AttentionDecode,
     AttentionPrefill,
     Comm,
+    DsaDecode,
+    DsaIndexer,
+    DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
     Gemm,
@@ -63,6 +66,18 @@ FP32_LANES_PER_SM, SM_CLOCK_HZ = 128, 1.98e9
 # per rank (V4-Flash at TP8: 8 heads, run as 64); the projections around it split as usual. The op keys keep
 # the rank's heads: a table measured with such a kernel has the padding in its times.
 DSV4_KERNEL_HEADS = (64, 128)
+# DeepSeek's sparse attention (DSA: GLM-5, DeepSeek-V3.2) as SGLang 0.5.10 runs it (the nearest release to the
+# GLM-5 rows' nightly images of 2026-03-17 to 04-01). Prefill is dense multi-head attention (MHA_ONE_SHOT)
+# while the batch's longest sequence is within index_topk, on Hopper; GLM-5 on Blackwell always runs the
+# sparse kernels (server_args.py _handle_model_specific_adjustments sets the threshold to 0 for
+# GlmMoeDsaForCausalLM; layers/attention/nsa_backend.py set_nsa_prefill_impl). Sparse attention is MLA
+# absorbed over the 512 latent + 64 rope dims (QK) and the 512 latent (V).
+DSA_QK_DIM, DSA_V_DIM = 512 + 64, 512
+# FlashMLA's sparse prefill kernel takes 64 query heads on Hopper and 128 on Blackwell, and SGLang pads a
+# rank's heads up to that (nsa_backend.py _forward_flashmla_sparse); it is SGLang's sparse prefill on Hopper
+# and on Blackwell with a BF16 cache. With an FP8 cache on Blackwell SGLang runs TensorRT-LLM's sparse MLA
+# kernel (nsa_backend.py _forward_trtllm, the default backends of _set_default_nsa_backends), unpadded.
+DSA_SPARSE_PREFILL_HEADS = {90: 64, 100: 128}
 COMM_LATENCY_US = {
     2: 16.0,
     4: 22.0,
@@ -101,6 +116,12 @@ def fp32_peak_tflops(system: SystemSpec) -> float:
 def dsv4_kernel_heads(heads: int) -> int:
     """The query heads a DeepSeek-V4 attention kernel computes for `heads` heads on a rank."""
     return next((h for h in DSV4_KERNEL_HEADS if heads <= h), heads)
+
+
+def _mla_entry_bytes(kv_dtype: str) -> int:
+    """One token's MLA cache entry (512 latent + 64 rope): an FP8 cache read as FlashMLA's layout (the model
+    default; SGLang's DSA cache, nsa_kv_cache_store_fp8), else BF16."""
+    return MlaFp8KvLayout.flashmla.entry_bytes(512, 64) if _dtype_bytes(kv_dtype) < 2 else 1152
 
 
 @cache  # a handful of dtype names, asked for every key priced: the enum lookup once per name
@@ -189,6 +210,9 @@ class Roofline:
             OpName.attention_decode: self._attention_decode,
             OpName.mla_prefill: self._mla_prefill,
             OpName.mla_decode: self._mla_decode,
+            OpName.dsa_prefill: self._dsa_prefill,
+            OpName.dsa_decode: self._dsa_decode,
+            OpName.dsa_indexer: self._dsa_indexer,
             **{op: self._dsv4_context for op in DSV4_CONTEXT_OPS},
             **{op: self._dsv4_generation for op in DSV4_GENERATION_OPS},
             OpName.moe: self._moe,
@@ -300,6 +324,41 @@ class Roofline:
         bytes_ = k.batch * k.kv_len * per_token
         return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
 
+    def _dsa_prefill(self, k: DsaPrefill) -> float:
+        # query-key pairs of a causal prefill where each query sees at most index_topk keys
+        topk = min(k.seq, k.index_topk)
+        pairs = topk * (topk + 1) / 2 + (k.seq - topk) * topk
+        rate = self._flops_rate("bf16", "attention")
+        if self.system.compute_capability < 100 and k.kv_len <= k.index_topk:  # dense MHA
+            flops = 2.0 * k.batch * k.heads * pairs * (k.qk_dim + k.v_dim)
+            bytes_ = k.batch * k.seq * k.heads * (2 * k.qk_dim + 2 * k.v_dim) * 2
+            return self._time(flops, bytes_, rate)
+        heads = k.heads
+        fp8 = _dtype_bytes(k.kv_dtype) < 2
+        if self.system.compute_capability < 100 or not fp8:  # FlashMLA's sparse kernel: padded heads
+            padded = DSA_SPARSE_PREFILL_HEADS[90 if self.system.compute_capability < 100 else 100]
+            heads = max(heads, padded)
+        # the keys a query gathers are read through L2 (every head of a query shares them): the cache is
+        # counted once per token, with the queries and outputs
+        entry = _mla_entry_bytes(k.kv_dtype)
+        flops = 2.0 * k.batch * heads * pairs * (DSA_QK_DIM + DSA_V_DIM)
+        bytes_ = k.batch * k.seq * (k.heads * (DSA_QK_DIM + DSA_V_DIM) * 2 + entry)
+        return self._time(flops, bytes_, rate)
+
+    def _dsa_decode(self, k: DsaDecode) -> float:
+        keys = min(k.kv_len, k.index_topk)
+        flops = 2.0 * k.batch * k.heads * keys * (DSA_QK_DIM + DSA_V_DIM)
+        bytes_ = k.batch * keys * _mla_entry_bytes(k.kv_dtype)
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"))
+
+    def _dsa_indexer(self, k: DsaIndexer) -> float:
+        """Each of `new` queries scores the keys up to its position: the same DeepGEMM MQA-logits kernel and
+        top-k as DeepSeek-V4's indexer (SGLang 0.5.10 layers/attention/nsa/nsa_indexer.py), plus the read of
+        the indexer keys (a decode step's main cost)."""
+        logits = k.batch * k.new * (k.past + (k.new + 1) / 2)
+        keys = k.batch * (k.past + k.new) * (k.head_dim + k.head_dim // 128 * 4)
+        return self._indexer_prefill(logits, k.heads, k.head_dim, keys)
+
     def _dsv4_context(self, k: Dsv4Context) -> float:
         csa = k.op in DSV4_CSA_OPS
         topk = DSV4_TOPK.get(k.native_heads, 1024)
@@ -320,18 +379,21 @@ class Roofline:
             t += self._indexer_prefill(k.batch * seq * compressed / 2)
         return t
 
-    def _indexer_prefill(self, logits: float) -> float:
+    def _indexer_prefill(
+        self, logits: float, heads: int = INDEXER_HEADS, dim: int = INDEXER_DIM, key_bytes: float = 0.0
+    ) -> float:
         """The indexer's scores of a prefill (`logits` of them: queries x visible compressed entries), on
         every rank that runs it (the indexer has no heads to split: TP replicates it). Two kernels: the fp8
-        MQA logits, then a top-k per row over the logits it wrote to HBM."""
-        tensor = 2.0 * logits * INDEXER_HEADS * INDEXER_DIM / self._flops_rate("fp8")
+        MQA logits, then a top-k per row over the logits it wrote to HBM. `key_bytes`: the indexer keys read
+        besides (counted where they matter: DSA's)."""
+        tensor = 2.0 * logits * heads * dim / self._flops_rate("fp8")
         # the CUDA cores at the fp8 GEMMs' fraction of peak (no measurement of their own)
         cuda_cores = self.system.sm_count * FP32_LANES_PER_SM * SM_CLOCK_HZ * self.eff.gemm_compute["fp8"]
-        epilogue = logits * INDEXER_HEADS * EPILOGUE_INSTRUCTIONS_PER_HEAD / cuda_cores
+        epilogue = logits * heads * EPILOGUE_INSTRUCTIONS_PER_HEAD / cuda_cores
         # Hopper's kernel waits for its WGMMAs before each epilogue (warpgroup_wait<0>), so the two add up;
         # Blackwell's accumulates in tensor memory while other warps run the epilogue, so they overlap
         compute = tensor + epilogue if self.system.compute_capability < 100 else max(tensor, epilogue)
-        written = logits * LOGIT_BYTES / self.bw
+        written = (logits * LOGIT_BYTES + key_bytes) / self.bw
         scores_us = max(compute, written) * 1e6 + self.kernel_us
         # top-k reads every logit at least once (a radix select; its rows, 1 MB at 1M tokens, outgrow L2)
         top_k_us = logits * LOGIT_BYTES / self.bw * 1e6 + self.kernel_us

@@ -6,6 +6,8 @@ from servelab.perfdb.keys import (
     ZERO_OK,
     AttentionDecode,
     AttentionPrefill,
+    DsaDecode,
+    DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
     Gemm,
@@ -39,6 +41,11 @@ MAX = {
     "gpus": 1 << 16,
     "flops": 1 << 50,
     "kernels": 64,
+    "index_topk": 1 << 24,
+    "qk_dim": 1024,
+    "v_dim": 1024,
+    "new": 1 << 24,
+    "past": 1 << 24,
 }
 
 
@@ -52,12 +59,12 @@ def check_key(key: OpKey) -> OpKey:
             raise ServelabError(f"{value} is outside the supported range {floor}..{limit}", field=field)
     if isinstance(key, Gemm | Moe):
         key = key._replace(dtype=parse_dtype(key.dtype, "dtype").value)
-    if isinstance(key, AttentionPrefill | AttentionDecode | MlaDecode):
+    if isinstance(key, AttentionPrefill | AttentionDecode | MlaDecode | DsaPrefill | DsaDecode):
         key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, "kv_dtype").value)
     if isinstance(key, AttentionPrefill | AttentionDecode) and key.heads % key.kv_heads:
         raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
     if (
-        isinstance(key, MlaPrefill | MlaDecode | Dsv4Context | Dsv4Generation)
+        isinstance(key, MlaPrefill | MlaDecode | DsaPrefill | DsaDecode | Dsv4Context | Dsv4Generation)
         and key.native_heads % key.heads
     ):
         raise ServelabError(

@@ -14,6 +14,9 @@ from servelab.perfdb.keys import (
     AttentionDecode,
     AttentionPrefill,
     Comm,
+    DsaDecode,
+    DsaIndexer,
+    DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
     Gemm,
@@ -27,6 +30,7 @@ from servelab.perfdb.ops import DSV4_CONTEXT_OPS, DSV4_GENERATION_OPS, OpName
 from servelab.perfdb.roofline import dsv4_kernel_heads
 from servelab.specs import (
     AttentionKind,
+    DsaAttention,
     Dsv4Attention,
     GqaAttention,
     HyperConnections,
@@ -82,7 +86,7 @@ OP_CATEGORY: dict[str, OpCategory] = {
     **_categories(
         OpCategory.attention,
         "attention_prefill attention_decode mla_prefill mla_decode mla_q_absorb mla_v_absorb swa_prefill"
-        " swa_decode compressor_proj indexer_q_proj indexer_k_proj"
+        " swa_decode compressor_proj indexer_q_proj indexer_k_proj dsa_prefill dsa_decode dsa_indexer"
         f" {' '.join(DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS)}",
     ),
     **_categories(
@@ -336,6 +340,54 @@ def _mla_decode(
     return [Op("mla_decode", key, 1)]
 
 
+# ---- DSA (GLM-5, DeepSeek-V3.2): MLA whose queries attend to the index_topk keys an indexer picks ------
+def _dsa_projections(
+    att: DsaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    """MLA's projections (a sparse prefill runs the absorbed up-projections instead of kv_b_proj: the same
+    flops), and the indexer's, which TP replicates (SGLang 0.5.10 nsa_indexer.py: ReplicatedLinear): its
+    query up-projection from the q latent, and its key and per-head weight projections from the hidden."""
+    dtype = model.precision.gemm_dtype
+    heads, dim = att.index_heads, att.index_head_dim
+    return [
+        *_mla_projections(att, model, parallel, t, kind),
+        Op("indexer_q_proj", Gemm(t.total, heads * dim, att.q_lora_rank, dtype("indexer_q_proj")), 1),
+        Op("indexer_k_proj", Gemm(t.total, dim + heads, model.hidden_size, dtype("indexer_k_proj")), 1),
+    ]
+
+
+def _dsa_prefill(
+    att: DsaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    """The attention core as the causal-prefix difference, and the indexer's scores where a chunk reaches past
+    index_topk: shorter ones only store their indexer keys (SGLang 0.5.10 nsa_indexer.py forward_cuda skips
+    the logits when the batch's longest sequence is within index_topk)."""
+    heads, kvdt = parallel.heads_local(model), model.precision.kv_cache.value
+    dims = (att.index_topk, att.q_head_dim, att.v_head_dim, kvdt)
+    longest = max(new + past for _, new, past in t.prefill)
+    ops = _prefill_attention(
+        "dsa_prefill", t, lambda c, s: DsaPrefill(c, s, longest, heads, att.num_heads, *dims)
+    )
+    if longest > att.index_topk:
+        ops.extend(
+            Op("dsa_indexer", DsaIndexer(c, new, past, att.index_heads, att.index_head_dim), 1)
+            for c, new, past in t.prefill
+        )
+    return ops
+
+
+def _dsa_decode(
+    att: DsaAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    """Every decode step scores the whole cache (CUDA graphs run the indexer's logits unconditionally)."""
+    heads, kvdt = parallel.heads_local(model), model.precision.kv_cache.value
+    past = max(t.kv_len - 1, 0)
+    return [
+        Op("dsa_decode", DsaDecode(t.decode_tokens, t.kv_len, heads, att.num_heads, att.index_topk, kvdt), 1),
+        Op("dsa_indexer", DsaIndexer(t.decode_tokens, 1, past, att.index_heads, att.index_head_dim), 1),
+    ]
+
+
 # ---- DeepSeek-V4: low-rank q, one shared K=V head, CSA / HCA modules or sliding window, grouped output ----
 def _dsv4_projections(
     att: Dsv4Attention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
@@ -401,6 +453,7 @@ _Family = tuple[Callable[..., list[Op]], Callable[..., list[Op]], Callable[..., 
 _FAMILIES: dict[AttentionKind, _Family] = {
     AttentionKind.gqa: (_gqa_projections, _gqa_prefill, _gqa_decode),
     AttentionKind.mla: (_mla_projections, _mla_prefill, _mla_decode),
+    AttentionKind.dsa: (_dsa_projections, _dsa_prefill, _dsa_decode),
     AttentionKind.dsv4: (_dsv4_projections, _dsv4_prefill, _dsv4_decode),
 }
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servelab.bench.spec import BenchSpec
+from servelab.engines import with_engine_kv
 from servelab.engines.command import grammar_of
 from servelab.errors import ServelabError
 from servelab.predict.deployment import engine_of_framework, settings_of_argv
@@ -69,6 +70,8 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
         kv = ENGINE_KV_CACHE_DTYPES.get((server.kv_cache_dtype or "auto").lower())
         model = load_model(row.model, kv_dtype=kv.value if kv is not None else None)
         system = load_system(store.runner_labels.node_kind(row.runner).system)
+        if kv is None:  # auto: the engine's own pick where it makes one
+            model = with_engine_kv(model, engine, system.compute_capability)
         parallel = Parallel(tp=row.tp, ep=row.ep, dp_attn=row.dp_attn, pp=row.pp).validate(model)
         twin = simulate_benchmark(
             model,

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.engines import with_engine_kv
 from servelab.errors import ServelabError
 from servelab.predict.deployment import (
     engine_of_argv,
@@ -152,9 +153,12 @@ def twin_values(store: Store, run: Run, measured: Values, calibration: Path | No
         )
     try:
         engine = engine_of_argv(argv)
-        model = load_model(model_of_argv(argv, engine), kv_dtype=kv_dtype_of_argv(argv))
+        kv_dtype = kv_dtype_of_argv(argv)
+        model = load_model(model_of_argv(argv, engine), kv_dtype=kv_dtype)
         parallel = parallel_of_argv(argv, engine, model.is_moe).validate(model)
         system = load_system(system_of_gpu(run.provenance.gpu))
+        if kv_dtype is None:  # the launch named none: the engine's own pick where it makes one
+            model = with_engine_kv(model, engine, system.compute_capability)
         settings = EngineSettings(engine=engine, **engine_settings_of_argv(argv))
     except ValueError as e:
         raise ServelabError(f"run {run.id}: cannot simulate its deployment: {e}") from None

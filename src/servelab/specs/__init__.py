@@ -3,6 +3,7 @@
 from servelab.errors import ServelabError
 from servelab.specs.attention import (
     AttentionKind,
+    DsaAttention,
     Dsv4Attention,
     GqaAttention,
     LayerAttention,
@@ -46,6 +47,7 @@ def check_precision(model: ModelSpec, system: SystemSpec) -> None:
 
 __all__ = [
     "AttentionKind",
+    "DsaAttention",
     "Dsv4Attention",
     "Dtype",
     "ENGINE_KV_CACHE_DTYPES",

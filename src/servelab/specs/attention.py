@@ -1,6 +1,7 @@
-"""The attention of a model, one class per kind: GQA (with sliding-window layers), MLA (DeepSeek-V3 / R1)
-and DeepSeek-V4's compressed attention. Each kind answers its own questions (parameters, KV-cache bytes, KV
-heads per rank, how tensor parallelism may split it), so callers never branch on the kind.
+"""The attention of a model, one class per kind: GQA (with sliding-window layers), MLA (DeepSeek-V3 / R1),
+MLA with DeepSeek's sparse attention (DSA: GLM-5, DeepSeek-V3.2) and DeepSeek-V4's compressed attention.
+Each kind answers its own questions (parameters, KV-cache bytes, KV heads per rank, how tensor parallelism
+may split it), so callers never branch on the kind.
 """
 
 from abc import ABC, abstractmethod
@@ -18,6 +19,10 @@ DSV4_INDEXER_ENTRY = {Dtype.fp8: 132, Dtype.fp8_block: 132, Dtype.fp4: 68, Dtype
 DSV4_STATE_CSA = 32 * 1024 + 8 * 1024
 DSV4_STATE_HCA = 512 * 1024
 MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
+# DSA's indexer cache: one fp8 key of index_head_dim values and an fp32 scale per 128 of them, whatever the
+# main cache's dtype (SGLang 0.5.10 mem_cache/memory_pool.py NSATokenToKVPool: index_head_dim +
+# index_head_dim // quant_block_size * 4 bytes a token, quant_block_size 128)
+DSA_INDEX_SCALE_BLOCK = 128
 
 
 class MlaFp8KvLayout(StrEnum):
@@ -42,6 +47,7 @@ class MlaFp8KvLayout(StrEnum):
 class AttentionKind(StrEnum):
     gqa = "gqa"
     mla = "mla"
+    dsa = "dsa"
     dsv4 = "dsv4"
 
 
@@ -188,6 +194,42 @@ class MlaAttention(_Attention):
         return seq_len * per_token
 
 
+class DsaAttention(MlaAttention):
+    """MLA with DeepSeek's sparse attention (DSA, DeepSeek-V3.2 and GLM-5): a lightning indexer (index_heads
+    fp8 query heads of index_head_dim against one cached fp8 key per token) scores every earlier token, and
+    each query attends to the index_topk best of them."""
+
+    kind: Literal[AttentionKind.dsa] = AttentionKind.dsa  # type: ignore[assignment]
+    index_heads: PositiveInt
+    index_head_dim: PositiveInt
+    index_topk: PositiveInt
+
+    @property
+    def index_entry_bytes(self) -> int:
+        """Bytes of one token's indexer key: fp8 values plus their fp32 block scales."""
+        return self.index_head_dim + self.index_head_dim // DSA_INDEX_SCALE_BLOCK * 4
+
+    def projection_params(self, hidden: int) -> dict[str, int]:
+        """MLA's projections and the indexer's: its query up-projection from the q latent, and its key and
+        per-head weight projections from the hidden state (the step graph's indexer_k_proj runs both)."""
+        heads, dim = self.index_heads, self.index_head_dim
+        return {
+            **super().projection_params(hidden),
+            "indexer_q_proj": self.q_lora_rank * heads * dim,
+            "indexer_k_proj": hidden * (dim + heads),
+        }
+
+    def module_params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        """The indexer's key LayerNorm (weight and bias), counted with norms as 'other'."""
+        return 2 * self.index_head_dim
+
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        latent = super().kv_bytes_per_layer(layer, seq_len, precision, kv_heads_local)
+        return latent + seq_len * self.index_entry_bytes
+
+
 class Dsv4Attention(_Attention):
     """DeepSeek-V4: low-rank q, one shared K=V head, grouped low-rank output; layers attend over a sliding
     window plus compressed entries (CSA: ratio 4 with an indexer choosing the top-k; HCA: ratio 128)."""
@@ -240,4 +282,4 @@ class Dsv4Attention(_Attention):
         return {LayerAttention.csa: DSV4_STATE_CSA, LayerAttention.hca: DSV4_STATE_HCA}.get(layer, 0)
 
 
-Attention = Annotated[GqaAttention | MlaAttention | Dsv4Attention, Field(discriminator="kind")]
+Attention = Annotated[GqaAttention | MlaAttention | DsaAttention | Dsv4Attention, Field(discriminator="kind")]

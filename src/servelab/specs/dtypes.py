@@ -16,6 +16,12 @@ class Dtype(StrEnum):
     fp4 = "fp4"  # DeepSeek-V4 native FP4 experts (e2m1, one e8m0 scale per 32 values)
     mxfp4 = "mxfp4"  # OCP microscaling FP4 (one e8m0 scale per 32 values), gpt-oss experts
     nvfp4 = "nvfp4"  # NVIDIA FP4 (one fp8 scale per 16 values)
+    # INT4 weight-only (W4A16): symmetric int4 with one bf16 scale per 32 values, Kimi-K2's routed experts
+    # (compressed-tensors pack-quantized). The engines widen the weights to bf16 inside the GEMM and multiply
+    # bf16 activations at the bf16 tensor-core rate: vLLM 0.32.0 runs them through its WNA16 MoE kernels
+    # (fused_moe/oracle/int_wna16.py: FlashInfer's TensorRT-LLM MXINT4 kernel, Marlin, Triton WNA16; "always
+    # BF16 activation for WNA16 MoE")
+    int4 = "int4"
     fp32 = "fp32"  # IEEE single precision: a GEMM in it runs on the CUDA cores (no tensor cores)
 
     @property
@@ -29,7 +35,7 @@ class Dtype(StrEnum):
         (the CUDA cores' single-precision rate)."""
         if self == Dtype.fp32:
             return "fp32"
-        if self in (Dtype.bf16, Dtype.fp16):
+        if self in (Dtype.bf16, Dtype.fp16, Dtype.int4):  # int4: weight-only, bf16 activations
             return "bf16"
         if self in (Dtype.fp8, Dtype.fp8_block):
             return "fp8"
@@ -48,6 +54,7 @@ _BYTES = {
     Dtype.fp4: 0.5 + 1 / 32,
     Dtype.mxfp4: 0.5 + 1 / 32,
     Dtype.nvfp4: 0.5 + 1 / 16,
+    Dtype.int4: 0.5 + 2 / 32,
     Dtype.fp32: 4.0,
 }
 

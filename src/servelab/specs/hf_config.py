@@ -3,7 +3,14 @@
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
-from servelab.specs.attention import Attention, Dsv4Attention, GqaAttention, LayerAttention, MlaAttention
+from servelab.specs.attention import (
+    Attention,
+    DsaAttention,
+    Dsv4Attention,
+    GqaAttention,
+    LayerAttention,
+    MlaAttention,
+)
 from servelab.specs.dtypes import Dtype, Precision, parse_dtype
 from servelab.specs.model import HyperConnections, ModelSpec, MoE, Mtp
 from servelab.specs.quant_exclusions import unquantized_ops
@@ -114,6 +121,12 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
         experts = Dtype.mxfp4 if method == "mxfp4" else Dtype.nvfp4
         if method != "mxfp4":
             weights = experts
+    elif method == "compressed-tensors" and _int4_weight_only(c, quant):
+        experts = Dtype.int4
+        if not any("self_attn" in pattern for pattern in _exclusions(c, quant)):
+            # the attention is quantized too, so every linear layer is INT4 (Kimi-K2's `ignore` keeps all but
+            # the routed experts in BF16)
+            weights = Dtype.int4
     elif method == "modelopt":  # a ModelOpt config names its format in quant_algo (hf_quant_config.json)
         algo = str(quant.get("quant_algo", "")).upper()
         if algo == "FP8":
@@ -158,6 +171,33 @@ def _exclusions(c: _Config, quant: dict) -> list[str]:
     return value
 
 
+def _int4_weight_only(c: _Config, quant: dict) -> bool:
+    """Whether a compressed-tensors config quantizes its weights to INT4 with no activation quantization
+    (W4A16, as vLLM 0.32.0 reads it: compressed_tensors.py _is_wNa16_group_channel). Only Kimi-K2's layout,
+    symmetric with one scale per 32 values, is priced (Dtype.int4); another group size or an asymmetric one
+    stores other scales and is refused rather than priced as if it were the same."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict):
+        return False
+    found = False
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict) or weights.get("type") != "int" or weights.get("num_bits") != 4:
+            continue
+        if group.get("input_activations") is not None:
+            continue  # W4A8 and the like: not weight-only
+        key = f"quantization_config.config_groups.{name}.weights"
+        if weights.get("group_size") != 32 or weights.get("symmetric") is not True:
+            raise c.error(
+                key,
+                f"INT4 weights with group_size {weights.get('group_size')!r} and symmetric "
+                f"{weights.get('symmetric')!r} are not priced (servelab prices symmetric INT4 with "
+                "group_size 32, Kimi-K2's)",
+            )
+        found = True
+    return found
+
+
 def _declares_fp8_kv(quant: dict) -> bool:
     """Whether a ModelOpt quantization config declares an FP8 KV cache, read as vLLM 0.25 reads it
     (utils/torch_utils.py get_kv_cache_quant_algo_string): kv_cache_scheme or kv_cache_quant_algo, at the
@@ -178,10 +218,36 @@ def _declares_fp8_kv(quant: dict) -> bool:
 def model_from_hf_config(cfg: dict, name: str, source: str, where: str = "config.json") -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ServelabError(f"{where}: expected a JSON object")
+    if _is_multimodal(cfg):
+        cfg, where = _text_model(cfg, where), f"{where}: text_config"
     try:
         return _build(_Config(cfg, where), name, source)
     except ValidationError as e:  # the spec's own bounds: a combination the checks here did not catch
         raise ServelabError.from_validation(e, where) from None
+
+
+def _is_multimodal(cfg: dict) -> bool:
+    """A config that nests its language model in `text_config` (a text model has its own layer count)."""
+    layers = ("num_hidden_layers", "n_layers", "num_layers")
+    return "text_config" in cfg and all(cfg.get(k) is None for k in layers)
+
+
+def _text_model(cfg: dict, where: str) -> dict:
+    """The language model of a multimodal config (Kimi-K2.5's KimiK25ForConditionalGeneration): its
+    `text_config`, with the quantization config of the whole checkpoint where the top level has one (NVIDIA's
+    NVFP4 release) and the text config's otherwise (Moonshot's INT4 one). The vision tower
+    (`vision_config`) is left out: a text benchmark never runs it. vLLM 0.32.0 serves such a model as its text
+    config's architecture (models/kimi_k25.py builds `language_model` with init_vllm_registered_model), so
+    the spec keeps that architecture (DeepseekV3ForCausalLM) too. A config with its own layer count is a text
+    model already."""
+    text = cfg["text_config"]
+    if not isinstance(text, dict):
+        raise ServelabError(f"{where}: text_config: expected a JSON object, got {_describe(text)}")
+    quant = cfg.get("quantization_config", text.get("quantization_config"))
+    merged = {**text, "quantization_config": quant} if quant is not None else dict(text)
+    if "_servelab" in cfg:
+        merged["_servelab"] = cfg["_servelab"]
+    return merged
 
 
 def _build(c: _Config, name: str, source: str) -> ModelSpec:
@@ -195,7 +261,7 @@ def _build(c: _Config, name: str, source: str) -> ModelSpec:
             c.find("num_key_value_heads", "n_kv_heads")[0],
             f"{kv_heads} KV heads must divide the {heads} attention heads",
         )
-    attention: GqaAttention | MlaAttention | Dsv4Attention
+    attention: GqaAttention | MlaAttention | DsaAttention | Dsv4Attention
     hyper = None  # DeepSeek-V4 only
     if c.has("compress_ratios"):
         attention, layer_attention = _dsv4_attention(c, layers, heads, kv_heads)
@@ -261,21 +327,37 @@ def _dsv4_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple
     return attention, tuple(_DSV4_RATIOS[r] for r in ratios)
 
 
-def _mla_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[MlaAttention, Layers]:
+def _mla_attention(
+    c: _Config, layers: int, heads: int, kv_heads: int
+) -> tuple[MlaAttention | DsaAttention, Layers]:
     if not c.has("q_lora_rank"):
         raise ServelabError(f"{c.where}: MLA without q_lora_rank is not supported")
     v_head_dim = c.integer("v_head_dim")
-    attention = MlaAttention(
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=v_head_dim,
-        q_lora_rank=c.integer("q_lora_rank"),
-        kv_lora_rank=c.integer("kv_lora_rank"),
-        qk_nope_head_dim=c.integer("qk_nope_head_dim"),
-        qk_rope_head_dim=c.integer("qk_rope_head_dim"),
-        v_head_dim=v_head_dim,
+    mla = {
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": v_head_dim,
+        "q_lora_rank": c.integer("q_lora_rank"),
+        "kv_lora_rank": c.integer("kv_lora_rank"),
+        "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
+        "qk_rope_head_dim": c.integer("qk_rope_head_dim"),
+        "v_head_dim": v_head_dim,
+    }
+    layer_attention = (LayerAttention.full,) * layers
+    if not c.has("index_topk"):
+        return MlaAttention(**mla), layer_attention
+    # DeepSeek's sparse attention (GLM-5, DeepSeek-V3.2): an indexer in every layer, as SGLang 0.5.10 builds
+    # it where the config sets no index_topk_freq / index_topk_pattern (models/deepseek_v2.py)
+    if c.integer("index_topk_freq", default=1) != 1 or c.has("index_topk_pattern"):
+        key = "index_topk_pattern" if c.has("index_topk_pattern") else "index_topk_freq"
+        raise c.error(key, "indexers shared across layers are not modelled (expected one in every layer)")
+    dsa = DsaAttention(
+        **mla,
+        index_heads=c.integer("index_n_heads"),
+        index_head_dim=c.integer("index_head_dim"),
+        index_topk=c.integer("index_topk"),
     )
-    return attention, (LayerAttention.full,) * layers
+    return dsa, layer_attention
 
 
 def _gqa_attention(

@@ -17,6 +17,8 @@ ATTENTION_OPS: dict[str, tuple[str, ...]] = {
     "kv_b_proj": ("kv_b_proj",),
     "o_proj": ("o_proj",),
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "indexer_q_proj": ("indexer",),  # DSA's indexer (GLM-5): its modules sit under self_attn.indexer
+    "indexer_k_proj": ("indexer",),
 }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from servelab.engines import with_engine_kv
 from servelab.errors import ServelabError
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.band_domain import Asked
@@ -68,6 +69,8 @@ def _make_plan(req: PlanRequest) -> Plan:
             )
         )
     system = load_system(req.system)
+    if req.kv_dtype is None:
+        model = with_engine_kv(model, req.backend, system.compute_capability)
     settings: dict[str, Any] = dict(req.engine)  # the engine flags given (not the GPU's keywords)
     engine = engine_profile(
         req.backend, system.hbm_gib, calibration=req.calibration, gpu_name=system.gpu_name, **settings
