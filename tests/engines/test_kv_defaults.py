@@ -1,7 +1,7 @@
 """The KV-cache format an engine picks itself where the launch names none (servelab.engines.engine_kv_dtype):
 SGLang runs a model with DeepSeek's sparse attention (GLM-5) in FP8 on Blackwell and in BF16 on Hopper
-(0.5.10, server_args.py _set_default_nsa_kv_cache_dtype). Every user path that knows its engine takes it:
-a format given by hand wins."""
+(0.5.10, server_args.py _set_default_nsa_kv_cache_dtype). Every user path that knows its engine takes it
+(estimate, memory and plan here): a format given by hand wins."""
 
 import json
 
@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from servelab.cli.main import app
 from servelab.engines import engine_kv_dtype, with_engine_kv
+from servelab.predict.plan.request import PlanRequest
+from servelab.predict.plan.search import make_plan
 from servelab.specs import Dtype, load_model
 
 GLM5 = "zai-org/GLM-5-FP8"
@@ -62,3 +64,22 @@ def test_the_estimate_prices_sglangs_own_cache():
     default, fp8, bf16 = answer(), answer("--kv-dtype", "fp8"), answer("--kv-dtype", "bf16")
     assert default == fp8
     assert bf16["kv tokens"] < fp8["kv tokens"] and bf16["ttft"] != fp8["ttft"]
+
+
+def test_the_plan_prices_sglangs_own_cache():
+    def first(kv_dtype: str | None):
+        question = PlanRequest(
+            model=GLM5,
+            system="b200_sxm",
+            gpus=8,
+            backend="sglang",
+            mode="agg",
+            isl=1024,
+            osl=256,
+            kv_dtype=kv_dtype,
+        )
+        return make_plan(question).candidates[0]
+
+    default, fp8, bf16 = first(None), first("fp8"), first("bf16")
+    assert default.ttft_ms == fp8.ttft_ms and default.tpot_ms == fp8.tpot_ms
+    assert bf16.ttft_ms != fp8.ttft_ms
