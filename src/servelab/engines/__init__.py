@@ -26,8 +26,8 @@ KERNEL_CHOICES: dict[Engine, tuple[KernelChoice, ...]] = {Engine.VLLM: VLLM_KERN
 FLOAT32_ROUTERS: dict[Engine, frozenset[str]] = {Engine.VLLM: VLLM_FLOAT32_ROUTERS}
 
 
-# the KV-cache format each engine picks itself where the launch names none and the checkpoint declares none
-# (engines/<name>/kv_cache.py); an engine not here keeps the checkpoint's
+# the KV-cache format each engine picks itself where the launch names none (engines/<name>/kv_cache.py); an
+# engine not here, or a model its rule does not cover, keeps the checkpoint's
 KV_DEFAULTS: dict[Engine, Callable[[ModelSpec, int], Dtype | None]] = {Engine.SGLANG: sglang_kv_dtype}
 
 
