@@ -11,7 +11,11 @@ source .gpu/s/server_args.sh
 server_args || exit 2
 [[ ${ITERATION_LOG:-0} == 1 ]] && SERVER_ARGV+=(--enable-logging-iteration-details)
 echo "server args: ${SERVER_ARGV[*]:-none (vLLM defaults)}"
-mkdir -p /tmp/gsite && tar -C /tmp/gsite -xJf .gpu/p2/deps.tar.xz && mkdir -p /tmp/gm && tar -C /tmp/gm -xJf .gpu/p2/model.tar.xz || exit 1
+# a second server on the same machine (a later call, where .gpu/p2 is gone) reuses what the first unpacked
+if [[ ! -e /tmp/gsite/.deps_unpacked ]]; then
+  mkdir -p /tmp/gsite && tar -C /tmp/gsite -xJf .gpu/p2/deps.tar.xz && mkdir -p /tmp/gm &&
+    tar -C /tmp/gm -xJf .gpu/p2/model.tar.xz && touch /tmp/gsite/.deps_unpacked || exit 1
+fi
 python3 -c "import vllm, vllm.entrypoints.openai.api_server; from vllm.platforms import current_platform as p; print('import ok', vllm.__version__, p.device_type, type(p).__name__)" 2>&1 | tail -15
 setsid nohup python3 -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
   --served-model-name "$SERVED_NAME" --load-format dummy --port 8000 "${SERVER_ARGV[@]}" > /tmp/server.log 2>&1 < /dev/null &

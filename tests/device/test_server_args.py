@@ -1,6 +1,6 @@
 """scripts/device_vllm/server_args.sh, as start.sh runs it on the device: SERVER_ARGS becomes the server's
-extra argv only where every flag is one of the three scheduler limits a held-out set may change and every
-value is of its kind; anything else stops the start in one line with status 2, before any server runs."""
+extra argv only where every flag is one of the three scheduler limits a held-out set may change (or the
+largest CUDA graph, for development runs) and every value is of its kind; anything else stops the start in one line with status 2, before any server runs."""
 
 import shutil
 import subprocess
@@ -10,7 +10,9 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device_vllm" / "server_args.sh"
 
-FLAGS = "expected --max-num-batched-tokens, --max-num-seqs or --gpu-memory-utilization"
+FLAGS = (
+    "expected --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization or --max-cudagraph-capture-size"
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the device's scripts are bash")
 
@@ -31,6 +33,8 @@ def test_a_recipes_three_limits_become_the_servers_argv_word_by_word():
     text = "--max-num-batched-tokens 2048  --max-num-seqs 48 --gpu-memory-utilization 0.83"
     assert server_argv(text) == (0, text.split(), "")
     assert server_argv("--gpu-memory-utilization 1") == (0, ["--gpu-memory-utilization", "1"], "")
+    graphs = "--max-num-seqs 32 --max-cudagraph-capture-size 1024"
+    assert server_argv(graphs) == (0, graphs.split(), "")
 
 
 def test_no_server_args_keep_vllms_defaults():
@@ -47,6 +51,7 @@ def test_no_server_args_keep_vllms_defaults():
         ("--max-num-batched-tokens", "--max-num-batched-tokens expects a positive integer, got ''"),
         ("--max-num-seqs $(id)", "--max-num-seqs expects a positive integer, got '$(id)'"),
         ("--gpu-memory-utilization 1.2", "--gpu-memory-utilization expects a share in (0, 1], got '1.2'"),
+        ("--max-cudagraph-capture-size -1", "--max-cudagraph-capture-size expects a positive integer, got '-1'"),
         ("--gpu-memory-utilization 0.0", "--gpu-memory-utilization expects a share in (0, 1], got '0.0'"),
     ],
 )
