@@ -4,12 +4,25 @@
 # defaults: the Llama-3.1-8B-shaped folder) pick another folder, e.g. the Qwen3-30B-A3B one of unpack_moe.sh.
 # SERVER_ARGS sets a recipe's scheduler limits (server_args.sh: the batched-token budget, the sequence cap,
 # the memory share); unset, the server keeps vLLM's defaults. ITERATION_LOG=1 adds vLLM's per-step log line
-# (`--enable-logging-iteration-details`: each step's prompt and decode tokens and its elapsed ms, v1/engine/core.py).
+# (`--enable-logging-iteration-details`: each step's prompt and decode tokens and its elapsed ms, v1/engine/core.py);
+# LOG_TIMES=1 stamps each log line to the microsecond.
 set -u
 source .gpu/s/env.sh
 source .gpu/s/server_args.sh
 server_args || exit 2
 [[ ${ITERATION_LOG:-0} == 1 ]] && SERVER_ARGV+=(--enable-logging-iteration-details)
+# LOG_TIMES=1: every log line starts with its time in seconds to the microsecond (vLLM's own format stops at
+# the second), so consecutive `Iteration` lines give each step's period (vllm/logger.py reads
+# VLLM_LOGGING_CONFIG_PATH, a logging.config.dictConfig file, in every process it starts)
+if [[ ${LOG_TIMES:-0} == 1 ]]; then
+  cat > /tmp/vllm_log_times.json <<'JSON'
+{"version": 1, "disable_existing_loggers": false,
+ "formatters": {"t": {"format": "%(created).6f %(levelname)s [%(filename)s:%(lineno)d] %(message)s"}},
+ "handlers": {"h": {"class": "logging.StreamHandler", "formatter": "t", "level": "INFO", "stream": "ext://sys.stdout"}},
+ "loggers": {"vllm": {"handlers": ["h"], "level": "INFO", "propagate": false}}}
+JSON
+  export VLLM_LOGGING_CONFIG_PATH=/tmp/vllm_log_times.json
+fi
 echo "server args: ${SERVER_ARGV[*]:-none (vLLM defaults)}"
 # a second server on the same machine (a later call, where .gpu/p2 is gone) reuses what the first unpacked
 if [[ ! -e /tmp/gsite/.deps_unpacked ]]; then
