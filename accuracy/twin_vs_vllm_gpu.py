@@ -107,6 +107,35 @@ def client_flags(measured: dict) -> list[str]:
     return ["--num-workers", str(workers), ready]
 
 
+def simulate_argv(
+    measured: dict,
+    system: str,
+    limits: dict[str, int | float],
+    out: Path,
+    model: str = LLAMA_8B,
+    prefix_caching: bool = True,
+) -> list[str]:
+    """`servelab bench --simulate` of the measured run (its arguments after `servelab`), its result to out."""
+    cfg = measured["config"]
+    argv = ["bench", "--simulate", "--system", system, "--engine", "vllm"]
+    argv += ["--model", model, "--dataset-name", "random", "--no-live", "--explain"]
+    for field, flag in SETTINGS.items():
+        argv += [flag, str(cfg[field])]
+    for flag, value in limits.items():
+        argv += [flag, str(value)]
+    argv += client_flags(measured) + [
+        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"
+    ]
+    return argv + [
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
+
+
 def simulate(
     measured: dict,
     system: str,
@@ -115,42 +144,10 @@ def simulate(
     model: str = LLAMA_8B,
     prefix_caching: bool = True,
 ) -> dict:
-    cfg = measured["config"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "servelab.cli.main",
-        "bench",
-        "--simulate",
-        "--system",
-        system,
-        "--engine",
-        "vllm",
-    ]
-    cmd += [
-        "--model",
-        model,
-        "--dataset-name",
-        "random",
-        "--no-live",
-        "--explain",
-    ]
-    for field, flag in SETTINGS.items():
-        cmd += [flag, str(cfg[field])]
-    for flag, value in limits.items():
-        cmd += [flag, str(value)]
-    cmd += client_flags(measured) + [
-        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"
-    ]
-    cmd += [
-        "--save-result",
-        "--save-detailed",
-        "--result-dir",
-        str(out.parent),
-        "--result-filename",
-        out.name,
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    argv = simulate_argv(measured, system, limits, out, model, prefix_caching)
+    subprocess.run(
+        [sys.executable, "-m", "servelab.cli.main", *argv], check=True, capture_output=True, text=True
+    )
     return json.loads(out.read_text())
 
 
