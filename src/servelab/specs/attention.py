@@ -24,6 +24,9 @@ MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
 # main cache's dtype (SGLang 0.5.10 mem_cache/memory_pool.py NSATokenToKVPool: index_head_dim +
 # index_head_dim // quant_block_size * 4 bytes a token, quant_block_size 128)
 DSA_INDEX_SCALE_BLOCK = 128
+# A linear-attention state's format by the name a config's mamba_ssm_dtype or SGLang's --mamba-ssm-dtype
+# gives it (SGLang 0.5.10 configs/mamba_utils.py mamba2_state_dtype)
+STATE_DTYPES = {"float32": Dtype.fp32, "bfloat16": Dtype.bf16, "float16": Dtype.fp16}
 
 
 class MlaFp8KvLayout(StrEnum):

@@ -4,6 +4,7 @@ from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.specs.attention import (
+    STATE_DTYPES,
     Attention,
     DsaAttention,
     Dsv4Attention,
@@ -387,8 +388,6 @@ def _mla_attention(
 
 # Qwen3.5's and Qwen3-Next's layer_types (transformers' Qwen3NextConfig / Qwen3_5TextConfig)
 _GDN_LAYER_TYPES = {"linear_attention": LayerAttention.linear, "full_attention": LayerAttention.full}
-# mamba_ssm_dtype values SGLang 0.5.10 reads (configs/mamba_utils.py mamba2_state_dtype)
-_STATE_DTYPES = {"float32": Dtype.fp32, "bfloat16": Dtype.bf16, "float16": Dtype.fp16}
 
 
 def _gdn_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[GdnAttention, Layers]:
@@ -410,8 +409,8 @@ def _gdn_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[
             LayerAttention.full if (i + 1) % every == 0 else LayerAttention.linear for i in range(layers)
         )
     key, state = c.find("mamba_ssm_dtype")
-    if state is not None and state not in _STATE_DTYPES:
-        raise c.error(key, f"expected one of {', '.join(_STATE_DTYPES)}, got {_describe(state)}")
+    if state is not None and state not in STATE_DTYPES:
+        raise c.error(key, f"expected one of {', '.join(STATE_DTYPES)}, got {_describe(state)}")
     output_gate = c.flag("attn_output_gate") if "attn_output_gate" in c.cfg else True
     attention = GdnAttention(
         num_heads=heads,
@@ -423,7 +422,7 @@ def _gdn_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[
         linear_key_dim=c.integer("linear_key_head_dim"),
         linear_value_dim=c.integer("linear_value_head_dim"),
         conv_kernel=c.integer("linear_conv_kernel_dim", default=4),
-        state_dtype=_STATE_DTYPES[state] if state is not None else Dtype.fp32,
+        state_dtype=STATE_DTYPES[state] if state is not None else Dtype.fp32,
     )
     return attention, kinds
 

@@ -248,6 +248,14 @@ class ModelSpec(BaseModel):
             return self
         return self.model_copy(update={"attention": att.model_copy(update={"fp8_kv_layout": layout})})
 
+    def with_state_dtype(self, dtype: Dtype) -> "ModelSpec":
+        """This model with its linear-attention state kept in `dtype` (SGLang's --mamba-ssm-dtype); a model
+        without such a state: unchanged."""
+        att = self.attention
+        if getattr(att, "state_dtype", dtype) == dtype:
+            return self
+        return self.model_copy(update={"attention": att.model_copy(update={"state_dtype": dtype})})
+
     def with_router_dtype(self, dtype: Dtype) -> "ModelSpec":
         """This model with its router GEMM run in `dtype` (a model without experts: unchanged)."""
         moe = self.moe
