@@ -165,6 +165,32 @@ RECIPES += [
 ]
 
 
+# Qwen3.5-397B-A17B on SGLang: one script per GPU and precision (fp8: Qwen/Qwen3.5-397B-A17B-FP8; fp4:
+# nvidia/Qwen3.5-397B-A17B-NVFP4; bf16: Qwen/Qwen3.5-397B-A17B, its scripts deprecated since), moved like
+# GLM-5's
+RECIPES += [
+    (
+        "sglang",
+        ["qwen3.5-397b-a17b"],
+        f"{gpu}_sxm",
+        [
+            f"benchmarks/single_node/{where}qwen3.5_{precision}_{gpu}.sh"
+            for where in ("", "fixed_seq_len/", "fixed_seq_len/deprecated/")
+        ],
+        precision,
+    )
+    for gpu, precision in (
+        ("h200", "fp8"),
+        ("b200", "fp8"),
+        ("b200", "fp4"),
+        ("b200", "bf16"),
+        ("b300", "fp8"),
+        ("b300", "fp4"),
+        ("b300", "bf16"),
+    )
+]
+
+
 def git(git_dir: str, *args: str) -> str:
     return subprocess.run(
         ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
@@ -411,14 +437,49 @@ SGLANG_PRICED = {
     "mem-fraction-static": float,
 }
 SGLANG_RECORDED = ("stream-interval", "attention-backend", "disable-radix-cache", "enable-dp-attention")
+# the recurrent state's format of a linear-attention model (Qwen3.5: --mamba-ssm-dtype bfloat16)
+SGLANG_STATE_DTYPE = "mamba-ssm-dtype"
 SGLANG_UNMAPPED = ("enable-mixed-chunk", "speculative-algorithm", "enable-dp-lm-head")
+
+
+# `NAME=VALUE` on a line of its own: a shell assignment
+ASSIGNMENT = re.compile(r"([A-Z_][A-Z0-9_]*)=(\S+)")
+
+
+def script_constants(text: str) -> dict[str, str]:
+    """The script's variables assigned once, outside any `if`, to a literal or $CONC (Qwen3.5's SGLang
+    scripts write `CHUNKED_PREFILL_SIZE=32768` and launch with
+    `--chunked-prefill-size $CHUNKED_PREFILL_SIZE`); a variable assigned twice, or inside an `if`, is left
+    as written (and stops the script where a priced flag reads it)."""
+    found: dict[str, str | None] = {}
+    depth = 0
+    for line in _logical_lines(text):
+        word = line.strip()
+        if re.match(r"if\b.*\bfi\s*$", word):
+            continue
+        if word.startswith("if "):
+            depth += 1
+        elif word == "fi":
+            depth -= 1
+        elif m := ASSIGNMENT.fullmatch(word):
+            name, value = m.groups()
+            literal = re.fullmatch(r"[\w.]+", value) or value in ("$CONC", "${CONC}")
+            found[name] = value if depth == 0 and literal and name not in found else None
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def _substituted(token: str, constants: dict[str, str]) -> str:
+    """A launch argument with a script constant in place of `$NAME` or `${NAME}`."""
+    m = re.fullmatch(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", token)
+    return constants.get(m.group(1), token) if m else token
 
 
 def sglang_settings(text: str, where: str) -> dict:
     """The settings of a recipe's `python -m sglang.launch_server` (per branch of an `if` on ISL/OSL)."""
     per_launch = []
+    constants = script_constants(text)
     for when, _, argv in launches(text, r"sglang\.launch_server|sglang serve", where):
-        f = flags(argv)
+        f = flags([_substituted(token, constants) for token in argv])
         if unmapped := [n for n in SGLANG_UNMAPPED if n in f]:
             raise SystemExit(f"{where}: --{unmapped[0]} changes scheduling and is not mapped by this script")
         found = {
@@ -427,6 +488,8 @@ def sglang_settings(text: str, where: str) -> dict:
         }
         if f.get("kv-cache-dtype"):  # written only where set: the other ranges stay as they were
             found["kv_cache_dtype"] = f["kv-cache-dtype"][0]
+        if f.get(SGLANG_STATE_DTYPE):
+            found["mamba_ssm_dtype"] = f[SGLANG_STATE_DTYPE][0]
         recorded = {n.replace("-", "_"): _word(f[n][0]) if f[n] else True for n in SGLANG_RECORDED if n in f}
         per_launch.append((when, {**found, "recorded": recorded}))
     return _branched(per_launch)

@@ -162,6 +162,45 @@ def test_an_sglang_kv_cache_dtype_is_written_where_the_launch_sets_it(repo, tmp_
     assert "kv_cache_dtype" not in by_model["deepseek-r1"]
 
 
+QWEN35 = """#!/usr/bin/env bash
+if [[ $CONC -ge 16 ]]; then
+  SCHEDULER_RECV_INTERVAL=30
+else
+  SCHEDULER_RECV_INTERVAL=10
+fi
+MEM_FRAC_STATIC=0.82
+CHUNKED_PREFILL_SIZE=32768
+MAX_RUNNING_REQUESTS=128
+CUDA_GRAPH_MAX_BATCH_SIZE=$CONC
+python3 -m sglang.launch_server --model-path=$MODEL --kv-cache-dtype fp8_e4m3 --mamba-ssm-dtype bfloat16 \\
+--cuda-graph-max-bs $CUDA_GRAPH_MAX_BATCH_SIZE --max-running-requests $MAX_RUNNING_REQUESTS \\
+--mem-fraction-static $MEM_FRAC_STATIC --chunked-prefill-size ${CHUNKED_PREFILL_SIZE} \\
+--scheduler-recv-interval $SCHEDULER_RECV_INTERVAL > $SERVER_LOG 2>&1 &
+"""
+
+
+def test_an_sglang_launch_of_script_constants_and_a_state_dtype(repo, tmp_path):
+    """InferenceX's Qwen3.5 scripts assign their settings to variables once, outside any `if`, and launch
+    with `$NAME`: each is read as its value (a variable set in an `if` is left as written: it sets no priced
+    flag here); --mamba-ssm-dtype is the linear-attention state's format."""
+    _commit(repo, QWEN35, "2026-03-06", "benchmarks/single_node/qwen3.5_fp8_b200.sh")
+    (qwen,) = _ranges(repo, tmp_path, "sglang")
+    assert qwen["models"] == ["qwen3.5-397b-a17b"] and qwen["precision"] == "fp8"
+    settings = qwen["settings"]
+    assert (settings["chunked_prefill_size"], settings["max_running_requests"]) == (32768, 128)
+    assert (settings["cuda_graph_max_bs"], settings["mem_fraction_static"]) == ("conc", 0.82)
+    assert (settings["kv_cache_dtype"], settings["mamba_ssm_dtype"]) == ("fp8_e4m3", "bfloat16")
+
+
+def test_a_variable_assigned_twice_is_not_read_as_a_constant(repo, tmp_path):
+    twice = QWEN35.replace(
+        "MAX_RUNNING_REQUESTS=128\n", "MAX_RUNNING_REQUESTS=128\nMAX_RUNNING_REQUESTS=64\n"
+    )
+    _commit(repo, twice, "2026-03-06", "benchmarks/single_node/qwen3.5_fp8_b200.sh")
+    done = _run(repo, tmp_path / "out.json")
+    assert done.returncode != 0 and "--max-running-requests $MAX_RUNNING_REQUESTS" in done.stderr
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -15,6 +15,9 @@ NOT_YET_COLLECTED = {
     "glm-5": "embedded 2026-12-07 (nineteenth session): its GEMM and MoE shapes are planned for the next "
     "campaign and priced by the roofline until then (docs/accuracy.md, \"GLM-5 embedded, with DeepSeek's "
     'sparse attention")',
+    "qwen3.5-397b-a17b": "embedded 2026-12-07 (twentieth session): its GEMM and MoE shapes (hidden 4096, 512 "
+    "experts of 1024) were never collected and are priced by the roofline until a campaign runs them "
+    '(docs/accuracy.md, "Qwen3.5-397B-A17B embedded")',
 }
 
 

@@ -31,6 +31,7 @@ STATED = {
     # Kimi-K2's technical report (arXiv 2507.20534): 1.04T total, 32B activated; K2.5's text model is K2's
     "kimi-k2.5": (1.04e12, 32e9),
     "glm-5": (744e9, None),  # "40B active", two figures: tests/specs/test_glm5.py checks it within 3 %
+    "qwen3.5-397b-a17b": (397e9, None),  # "A17B", two figures: tests/specs/test_qwen35.py checks it
 }
 
 

@@ -43,8 +43,10 @@ MINIMAX = "minimaxai/minimax-m2.5"
 # models servelab embedded after their silicon rows were pinned here as closed-loop evidence (rows of models
 # it did not embed, so that no calibration fitted them): the calibration still never fits their rows
 # (calibrate/sources.py), or the pinned points would price the rows they were fitted on
-# (AIConfigurator 095f58a5's aggregated GLM-5 and Kimi-K2.5 rows are all pinned)
-EVIDENCE_ONLY_MODELS = frozenset({"zhipuai/glm-5", "moonshotai/kimi-k2.5", "nvidia/kimi-k2.5-nvfp4"})
+# (AIConfigurator 095f58a5's aggregated GLM-5, Kimi-K2.5 and Qwen3.5 rows are all pinned)
+EVIDENCE_ONLY_MODELS = frozenset(
+    {"zhipuai/glm-5", "moonshotai/kimi-k2.5", "nvidia/kimi-k2.5-nvfp4", "qwen/qwen3.5-397b-a17b"}
+)
 _IX_NAME = re.compile(
     r"minimax_m25_vllm_(?P<split>tep8|dep8)_isl(?P<isl>\d+)_osl(?P<osl>\d+)_conc(?P<c>\d+)\.json"
 )

@@ -184,6 +184,8 @@ class Pricer:
                 update["cuda_graph_by_split"] = False
             memory_share = settings.memory_share
             model = with_kv_dtype(model, settings.kv_cache_dtype)
+            if settings.state_dtype is not None:
+                model = model.with_state_dtype(settings.state_dtype)
             if settings.client_range_ratio is not None:
                 (isl, osl), spread = lengths_up_to(case.isl, case.osl, settings.client_range_ratio)
         base = base_profiles()[case.engine]

@@ -32,6 +32,7 @@ from pydantic import (
 from servelab.engines import Engine
 from servelab.errors import ServelabError
 from servelab.specs import ENGINE_KV_CACHE_DTYPES, Dtype
+from servelab.specs.attention import STATE_DTYPES
 
 RECIPES_FILE = Path(str(resources.files("servelab.calibrate") / "data" / "inferencex_recipes.json"))
 
@@ -103,6 +104,14 @@ def kv_dtype(name: str | None) -> Dtype | None:
     if name not in ENGINE_KV_CACHE_DTYPES:
         raise ValueError(f"recipe KV-cache dtype {name} has no servelab dtype")
     return ENGINE_KV_CACHE_DTYPES[name]
+
+
+def state_dtype(name: str | None) -> Dtype | None:
+    if name is None:
+        return None
+    if name not in STATE_DTYPES:
+        raise ValueError(f"recipe --mamba-ssm-dtype {name} has no servelab dtype")
+    return STATE_DTYPES[name]
 
 
 class FixedTokens(_Data):
@@ -200,6 +209,9 @@ class SglangSettings(_Data):
     cuda_graph_max_bs: Setting = None
     mem_fraction_static: Setting = None
     kv_cache_dtype: Setting = None  # --kv-cache-dtype (fp8_e4m3 in InferenceX's GLM-5 B200 script)
+    mamba_ssm_dtype: Setting = (
+        None  # --mamba-ssm-dtype (bfloat16 in InferenceX's Qwen3.5 FP8 and FP4 scripts)
+    )
     recorded: Setting = None
 
     def resolve(self, load: Load) -> dict:
@@ -211,6 +223,7 @@ class SglangSettings(_Data):
             cuda_graph_max_batch=pick(self.cuda_graph_max_bs, load),
             memory_share=pick(self.mem_fraction_static, load),
             kv_cache_dtype=kv_dtype(pick(self.kv_cache_dtype, load)),
+            state_dtype=state_dtype(pick(self.mamba_ssm_dtype, load)),
             stream_interval=recorded.get("stream_interval"),
             unpriced=tuple(sorted((k, v) for k, v in recorded.items() if k != "stream_interval")),
         )

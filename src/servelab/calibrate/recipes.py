@@ -43,6 +43,7 @@ class RunSettings:
     # mem_fraction_static (each priced by its engine's KV rule, predict.memory.memory_per_gpu)
     memory_share: float | None = None
     kv_cache_dtype: Dtype | None = None
+    state_dtype: Dtype | None = None  # a linear-attention state's format (SGLang --mamba-ssm-dtype)
     attention_dp_balance: bool = False
     attention_dp_timeout_iters: int | None = None
     attention_dp_batching_wait_iters: int | None = None

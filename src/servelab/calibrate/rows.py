@@ -36,7 +36,17 @@ RELEASES_BY_PRECISION = {
         "fp8": "zai-org/GLM-5-FP8",
         "fp8_block": "zai-org/GLM-5-FP8",
         "nvfp4": "nvidia/GLM-5-NVFP4",
-    }
+    },
+    # InferenceX's Qwen3.5 jobs serve Qwen/Qwen3.5-397B-A17B-FP8 (fp8) and, until 2026-08-10 (f4eaa3981, after
+    # every pinned row), nvidia/Qwen3.5-397B-A17B-NVFP4 (fp4); the deprecated bf16 ones Qwen/Qwen3.5-397B-A17B
+    # (SemiAnalysisAI/InferenceX 843c6254f, configs/nvidia-master.yaml qwen3.5-*-sglang,
+    # configs/deprecated/nvidia-qwen3.5-bf16-master.yaml)
+    "qwen/qwen3.5-397b-a17b": {
+        "bf16": "Qwen/Qwen3.5-397B-A17B",
+        "fp8": "Qwen/Qwen3.5-397B-A17B-FP8",
+        "fp8_block": "Qwen/Qwen3.5-397B-A17B-FP8",
+        "nvfp4": "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    },
 }
 # the NVFP4 checkpoint an NVFP4 row of a model ran, where the release keeps modules out of NVFP4: InferenceX's
 # NVIDIA DeepSeek FP4 jobs serve nvidia/DeepSeek-R1-0528-FP4-V2 or -NVFP4-v2 (SemiAnalysisAI/InferenceX

@@ -14,6 +14,7 @@ ATTENTION_OPS: dict[AttentionKind, tuple[OpName, ...]] = {
     AttentionKind.gqa: (OpName.attention_prefill, OpName.attention_decode),
     AttentionKind.mla: (OpName.mla_prefill, OpName.mla_decode),
     AttentionKind.dsa: (),  # DSA's attention has no collector: the roofline prices it (GLM-5)
+    AttentionKind.gdn: (),  # Gated DeltaNet has no collector: the roofline prices it (Qwen3.5)
     AttentionKind.dsv4: (
         OpName.dsv4_csa_context_module,
         OpName.dsv4_csa_generation_module,

@@ -113,6 +113,37 @@ class DsaIndexer(NamedTuple):
     op: OpName = OpName.dsa_indexer
 
 
+class GdnPrefill(NamedTuple):
+    """Gated DeltaNet linear attention over a prefill chunk of `seq` tokens of each of `batch` sequences, on
+    one rank: the causal conv1d over the q, k and v channels, then the chunked gated delta rule (FLA's
+    kernels, chunks of 64 tokens) from each sequence's recurrent state of v_heads x k_dim x v_dim, which it
+    reads and writes back. Its cost grows with the chunk, not with the tokens before it."""
+
+    batch: int
+    seq: int
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int
+    state_dtype: str = "fp32"
+    op: OpName = OpName.gdn_prefill
+
+
+class GdnDecode(NamedTuple):
+    """Gated DeltaNet decode on one rank: each of `batch` tokens updates its sequence's conv window and
+    recurrent state (read and written once) and reads its output from the state."""
+
+    batch: int
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int
+    state_dtype: str = "fp32"
+    op: OpName = OpName.gdn_decode
+
+
 class Dsv4Context(NamedTuple):
     """DeepSeek-V4 attention module in prefill (compressor + indexer top-k + sparse attention + window).
     op is dsv4_csa_context_module or dsv4_hca_context_module."""
@@ -178,6 +209,8 @@ OpKey = (
     | DsaPrefill
     | DsaDecode
     | DsaIndexer
+    | GdnPrefill
+    | GdnDecode
     | Dsv4Context
     | Dsv4Generation
     | Moe
@@ -194,6 +227,8 @@ KeyType = (
     | type[DsaPrefill]
     | type[DsaDecode]
     | type[DsaIndexer]
+    | type[GdnPrefill]
+    | type[GdnDecode]
     | type[Dsv4Context]
     | type[Dsv4Generation]
     | type[Moe]
@@ -212,6 +247,8 @@ KEY_TYPES: Registry[KeyType] = Registry(
         OpName.dsa_prefill: DsaPrefill,
         OpName.dsa_decode: DsaDecode,
         OpName.dsa_indexer: DsaIndexer,
+        OpName.gdn_prefill: GdnPrefill,
+        OpName.gdn_decode: GdnDecode,
         **{op: Dsv4Context for op in DSV4_CONTEXT_OPS},
         **{op: Dsv4Generation for op in DSV4_GENERATION_OPS},
         OpName.moe: Moe,
@@ -220,7 +257,7 @@ KEY_TYPES: Registry[KeyType] = Registry(
     },
 )
 
-TEXT_FIELDS = ("dtype", "kv_dtype", "distribution")  # the other key fields are integers
+TEXT_FIELDS = ("dtype", "kv_dtype", "distribution", "state_dtype")  # the other key fields are integers
 ZERO_OK = ("window", "flops", "past")  # integer fields where 0 is meaningful (full attention, a pure copy,
 # an empty cache)
 

@@ -15,6 +15,8 @@ class OpName(StrEnum):
     dsa_prefill = "dsa_prefill"
     dsa_decode = "dsa_decode"
     dsa_indexer = "dsa_indexer"
+    gdn_prefill = "gdn_prefill"
+    gdn_decode = "gdn_decode"
     dsv4_csa_context_module = "dsv4_csa_context_module"
     dsv4_hca_context_module = "dsv4_hca_context_module"
     dsv4_csa_generation_module = "dsv4_csa_generation_module"

@@ -25,6 +25,8 @@ from servelab.perfdb.keys import (
     DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
+    GdnDecode,
+    GdnPrefill,
     Gemm,
     Memory,
     MlaDecode,
@@ -78,6 +80,15 @@ DSA_QK_DIM, DSA_V_DIM = 512 + 64, 512
 # and on Blackwell with a BF16 cache. With an FP8 cache on Blackwell SGLang runs TensorRT-LLM's sparse MLA
 # kernel (nsa_backend.py _forward_trtllm, the default backends of _set_default_nsa_backends), unpadded.
 DSA_SPARSE_PREFILL_HEADS = {90: 64, 100: 128}
+# Gated DeltaNet (Qwen3.5, Qwen3-Next) as SGLang 0.5.10 runs it (layers/attention/linear/gdn_backend.py):
+# prefill runs the causal conv1d (causal_conv1d_fn) and FLA's chunked gated delta rule
+# (layers/attention/fla/chunk.py, CHUNK_SIZE 64: cumsum, K K^T, the triangular solve, the WY recompute, the
+# chunk-to-chunk state pass chunk_delta_h.py and the outputs chunk_o.py, plus the q and k L2 norms), the
+# matmuls on the tensor cores in bf16, the state of every chunk written once and read back in bf16; decode
+# runs causal_conv1d_update and one fused recurrent update (fused_sigmoid_gating_recurrent.py) on the CUDA
+# cores, reading and writing each sequence's state once.
+GDN_CHUNK = 64
+GDN_PREFILL_KERNELS, GDN_DECODE_KERNELS = 9, 2
 COMM_LATENCY_US = {
     2: 16.0,
     4: 22.0,
@@ -213,6 +224,8 @@ class Roofline:
             OpName.dsa_prefill: self._dsa_prefill,
             OpName.dsa_decode: self._dsa_decode,
             OpName.dsa_indexer: self._dsa_indexer,
+            OpName.gdn_prefill: self._gdn_prefill,
+            OpName.gdn_decode: self._gdn_decode,
             **{op: self._dsv4_context for op in DSV4_CONTEXT_OPS},
             **{op: self._dsv4_generation for op in DSV4_GENERATION_OPS},
             OpName.moe: self._moe,
@@ -358,6 +371,35 @@ class Roofline:
         logits = k.batch * k.new * (k.past + (k.new + 1) / 2)
         keys = k.batch * (k.past + k.new) * (k.head_dim + k.head_dim // 128 * 4)
         return self._indexer_prefill(logits, k.heads, k.head_dim, keys)
+
+    def _gdn_prefill(self, k: GdnPrefill) -> float:
+        """Per token and value head: three state-sized matmuls (the state's contribution to the new
+        values, its update and the outputs read from it: 6 k_dim x v_dim flops) and the intra-chunk ones
+        (K K^T, Q K^T, the WY products A K and A V, the masked scores times the values:
+        2 x 64 x (3 k_dim + 2 v_dim)); bytes: the conv's input and output, q, k, v, the values' two
+        rewrites and the outputs in bf16, each chunk's state written and read in bf16, each sequence's state
+        and conv window read and written."""
+        tokens, state = k.batch * k.seq, k.v_heads * k.k_dim * k.v_dim
+        qk, v = k.k_heads * k.k_dim, k.v_heads * k.v_dim
+        channels = 2 * qk + v
+        per_head = 6 * k.k_dim * k.v_dim + 2 * GDN_CHUNK * (3 * k.k_dim + 2 * k.v_dim)
+        flops = tokens * (k.v_heads * per_head + 2 * channels * k.conv_kernel)
+        chunks = k.batch * math.ceil(k.seq / GDN_CHUNK)
+        per_sequence = 2 * (state * _dtype_bytes(k.state_dtype) + channels * (k.conv_kernel - 1) * 2)
+        bytes_ = (
+            tokens * (2 * channels + channels + 3 * v) * 2 + chunks * state * 2 * 2 + k.batch * per_sequence
+        )
+        return self._time(flops, bytes_, self._flops_rate("bf16", "attention"), GDN_PREFILL_KERNELS)
+
+    def _gdn_decode(self, k: GdnDecode) -> float:
+        """Each token reads and writes its sequence's state and conv window; about 7 flops per state entry
+        (the decay, k^T S, the rank-one update, q^T S) on the CUDA cores."""
+        state = k.v_heads * k.k_dim * k.v_dim
+        channels = 2 * k.k_heads * k.k_dim + k.v_heads * k.v_dim
+        per_sequence = 2 * (state * _dtype_bytes(k.state_dtype) + channels * (k.conv_kernel - 1) * 2)
+        bytes_ = k.batch * (per_sequence + channels * 2 * 2 + k.v_heads * k.v_dim * 2)
+        flops = k.batch * (7.0 * state + 2 * channels * k.conv_kernel)
+        return self._time(flops, bytes_, self._flops_rate(Dtype.fp32.compute), GDN_DECODE_KERNELS)
 
     def _dsv4_context(self, k: Dsv4Context) -> float:
         csa = k.op in DSV4_CSA_OPS

@@ -10,6 +10,8 @@ from servelab.perfdb.keys import (
     DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
+    GdnDecode,
+    GdnPrefill,
     Gemm,
     MlaDecode,
     MlaPrefill,
@@ -46,6 +48,10 @@ MAX = {
     "v_dim": 1024,
     "new": 1 << 24,
     "past": 1 << 24,
+    "k_heads": 1024,
+    "v_heads": 1024,
+    "k_dim": 1024,
+    "conv_kernel": 64,
 }
 
 
@@ -61,6 +67,10 @@ def check_key(key: OpKey) -> OpKey:
         key = key._replace(dtype=parse_dtype(key.dtype, "dtype").value)
     if isinstance(key, AttentionPrefill | AttentionDecode | MlaDecode | DsaPrefill | DsaDecode):
         key = key._replace(kv_dtype=parse_dtype(key.kv_dtype, "kv_dtype").value)
+    if isinstance(key, GdnPrefill | GdnDecode):
+        key = key._replace(state_dtype=parse_dtype(key.state_dtype, "state_dtype").value)
+        if key.v_heads % key.k_heads:
+            raise ServelabError(f"{op}: v_heads={key.v_heads} must be a multiple of k_heads={key.k_heads}")
     if isinstance(key, AttentionPrefill | AttentionDecode) and key.heads % key.kv_heads:
         raise ServelabError(f"{op}: heads={key.heads} must be a multiple of kv_heads={key.kv_heads}")
     if (

@@ -19,6 +19,8 @@ from servelab.perfdb.keys import (
     DsaPrefill,
     Dsv4Context,
     Dsv4Generation,
+    GdnDecode,
+    GdnPrefill,
     Gemm,
     Memory,
     MlaDecode,
@@ -32,6 +34,7 @@ from servelab.specs import (
     AttentionKind,
     DsaAttention,
     Dsv4Attention,
+    GdnAttention,
     GqaAttention,
     HyperConnections,
     LayerAttention,
@@ -87,6 +90,7 @@ OP_CATEGORY: dict[str, OpCategory] = {
         OpCategory.attention,
         "attention_prefill attention_decode mla_prefill mla_decode mla_q_absorb mla_v_absorb swa_prefill"
         " swa_decode compressor_proj indexer_q_proj indexer_k_proj dsa_prefill dsa_decode dsa_indexer"
+        " gdn_prefill gdn_decode"
         f" {' '.join(DSV4_CONTEXT_OPS + DSV4_GENERATION_OPS)}",
     ),
     **_categories(
@@ -99,9 +103,12 @@ OP_CATEGORY: dict[str, OpCategory] = {
     **_categories(
         OpCategory.gemm,
         "qkv_proj qkv_a_proj q_a_kv_proj q_b_proj kv_b_proj o_proj o_a_proj o_b_proj ffn_gate_up ffn_down"
-        " lm_head mtp_proj mhc_weights",
+        " lm_head mtp_proj mhc_weights gdn_in_proj gdn_ba_proj gdn_out_proj",
     ),
-    **_categories(OpCategory.memory, "embedding attn_norm ffn_norm final_norm ffn_act qk_norm_rope mhc_mix"),
+    **_categories(
+        OpCategory.memory,
+        "embedding attn_norm ffn_norm final_norm ffn_act qk_norm_rope mhc_mix attn_gate gdn_norm_gate",
+    ),
 }
 
 
@@ -448,6 +455,63 @@ def _dsv4_decode(
     return [Op(gen, Dsv4Generation(native, heads, t.decode_tokens, t.kv_len, gen), 1)]
 
 
+# ---- Gated DeltaNet hybrid (Qwen3.5, Qwen3-Next): linear-attention layers and gated GQA layers ----------
+def _gdn_projections(
+    att: GdnAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    """A full layer: GQA's projections with the output gate (the query projection twice as wide, the
+    attention's output times the gate's sigmoid). A linear layer, split by heads over TP (SGLang 0.5.10
+    models/qwen3_5.py Qwen3_5GatedDeltaNet): in_proj_qkvz (queries, keys, values and the norm's gate z),
+    in_proj_ba (one decay and one step size per value head), the gated RMSNorm, out_proj."""
+    h, T, dtype = model.hidden_size, t.total, model.precision.gemm_dtype
+    tp = parallel.attn_tp
+    if kind != LayerAttention.linear:
+        heads, kvh, hd = parallel.heads_local(model), parallel.kv_heads_local(model), att.head_dim
+        q = heads * hd * (2 if att.output_gate else 1)
+        ops = [
+            Op("qkv_proj", Gemm(T, q + 2 * kvh * hd, h, dtype("qkv_proj")), 1),
+            Op("qk_norm_rope", Memory(T * (heads + kvh) * hd * 4), 1),
+        ]
+        if att.output_gate:
+            ops.append(Op("attn_gate", Memory(T * heads * hd * 2 * 3), 1))
+        ops.append(Op("o_proj", Gemm(T, h, heads * hd, dtype("o_proj")), 1))
+        return ops
+    values = att.linear_value_heads * att.linear_value_dim // tp
+    return [
+        Op("gdn_in_proj", Gemm(T, att.conv_channels // tp + values, h, dtype("gdn_in_proj")), 1),
+        Op("gdn_ba_proj", Gemm(T, 2 * att.linear_value_heads // tp, h, dtype("gdn_ba_proj")), 1),
+        Op("gdn_norm_gate", Memory(T * values * 2 * 3), 1),
+        Op("gdn_out_proj", Gemm(T, h, values, dtype("gdn_out_proj")), 1),
+    ]
+
+
+def _gdn_shape(att: GdnAttention, parallel: Parallel) -> tuple[int, int, int, int, int]:
+    """A rank's linear-attention heads and dims: key heads, value heads, key dim, value dim, conv kernel."""
+    tp = parallel.attn_tp
+    k_heads, v_heads = att.linear_key_heads // tp, att.linear_value_heads // tp
+    return k_heads, v_heads, att.linear_key_dim, att.linear_value_dim, att.conv_kernel
+
+
+def _gdn_prefill(
+    att: GdnAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    """A linear layer's chunk costs what its own tokens cost (the state carries the past), a full layer's
+    is GQA's causal prefix difference."""
+    if kind != LayerAttention.linear:
+        return _gqa_prefill(att, model, parallel, t, kind)
+    shape, state = _gdn_shape(att, parallel), att.state_dtype.value
+    return [Op("gdn_prefill", GdnPrefill(c, new, *shape, state), 1) for c, new, _ in t.prefill]
+
+
+def _gdn_decode(
+    att: GdnAttention, model: ModelSpec, parallel: Parallel, t: _Tokens, kind: LayerAttention
+) -> list[Op]:
+    if kind != LayerAttention.linear:
+        return _gqa_decode(att, model, parallel, t, kind)
+    key = GdnDecode(t.decode_tokens, *_gdn_shape(att, parallel), att.state_dtype.value)
+    return [Op("gdn_decode", key, 1)]
+
+
 # Per attention kind: the ops of its projections, of its prefill attention and of its decode attention
 _Family = tuple[Callable[..., list[Op]], Callable[..., list[Op]], Callable[..., list[Op]]]
 _FAMILIES: dict[AttentionKind, _Family] = {
@@ -455,6 +519,7 @@ _FAMILIES: dict[AttentionKind, _Family] = {
     AttentionKind.mla: (_mla_projections, _mla_prefill, _mla_decode),
     AttentionKind.dsa: (_dsa_projections, _dsa_prefill, _dsa_decode),
     AttentionKind.dsv4: (_dsv4_projections, _dsv4_prefill, _dsv4_decode),
+    AttentionKind.gdn: (_gdn_projections, _gdn_prefill, _gdn_decode),
 }
 
 

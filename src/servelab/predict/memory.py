@@ -105,7 +105,8 @@ def weight_bytes_per_gpu(model: ModelSpec, parallel: Parallel) -> float:
 
 def kv_bytes_per_sequence_per_gpu(model: ModelSpec, parallel: Parallel, context_len: int) -> float:
     layers_share = 1.0 / parallel.pp
-    return model.kv_bytes_per_sequence(context_len, parallel.kv_heads_local(model)) * layers_share
+    per_rank = model.kv_bytes_per_sequence(context_len, parallel.kv_heads_local(model), parallel.attn_tp)
+    return per_rank * layers_share
 
 
 def _sglang_defaults(gpu_gib: float, parallel: Parallel) -> tuple[int, int]:

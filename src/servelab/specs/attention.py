@@ -1,5 +1,6 @@
 """The attention of a model, one class per kind: GQA (with sliding-window layers), MLA (DeepSeek-V3 / R1),
-MLA with DeepSeek's sparse attention (DSA: GLM-5, DeepSeek-V3.2) and DeepSeek-V4's compressed attention.
+MLA with DeepSeek's sparse attention (DSA: GLM-5, DeepSeek-V3.2), DeepSeek-V4's compressed attention and
+the hybrid of Gated DeltaNet linear-attention layers with gated GQA layers (Qwen3.5, Qwen3-Next).
 Each kind answers its own questions (parameters, KV-cache bytes, KV heads per rank, how tensor parallelism
 may split it), so callers never branch on the kind.
 """
@@ -23,6 +24,9 @@ MLA_FP8_SCALE_BYTES = 16  # 512 fp8 latent values carry 4 fp32 block scales
 # main cache's dtype (SGLang 0.5.10 mem_cache/memory_pool.py NSATokenToKVPool: index_head_dim +
 # index_head_dim // quant_block_size * 4 bytes a token, quant_block_size 128)
 DSA_INDEX_SCALE_BLOCK = 128
+# A linear-attention state's format by the name a config's mamba_ssm_dtype or SGLang's --mamba-ssm-dtype
+# gives it (SGLang 0.5.10 configs/mamba_utils.py mamba2_state_dtype)
+STATE_DTYPES = {"float32": Dtype.fp32, "bfloat16": Dtype.bf16, "float16": Dtype.fp16}
 
 
 class MlaFp8KvLayout(StrEnum):
@@ -49,6 +53,7 @@ class AttentionKind(StrEnum):
     mla = "mla"
     dsa = "dsa"
     dsv4 = "dsv4"
+    gdn = "gdn"  # Gated DeltaNet linear-attention layers and gated GQA full-attention layers
 
 
 class LayerAttention(StrEnum):
@@ -56,6 +61,7 @@ class LayerAttention(StrEnum):
     sliding = "sliding"  # GQA sliding window, or DeepSeek-V4 SWA-only
     csa = "csa"  # DeepSeek-V4 compressed sparse attention (ratio 4, indexer top-k)
     hca = "hca"  # DeepSeek-V4 heavily compressed attention (ratio 128)
+    linear = "linear"  # Gated DeltaNet linear attention: a fixed-size state per sequence, no KV cache
 
 
 class _Attention(BaseModel, ABC):
@@ -105,8 +111,8 @@ class _Attention(BaseModel, ABC):
     ) -> float:
         """KV-cache bytes one sequence of seq_len tokens holds in one layer (on one rank)."""
 
-    def state_bytes_per_layer(self, layer: LayerAttention) -> int:
-        """Per-sequence state a layer keeps besides its KV cache."""
+    def state_bytes_per_layer(self, layer: LayerAttention, attn_tp: int = 1) -> int:
+        """Per-sequence state a layer keeps besides its KV cache, on one of attn_tp attention ranks."""
         return 0
 
     def kv_heads_local(self, attn_tp: int) -> int:
@@ -278,8 +284,89 @@ class Dsv4Attention(_Attention):
             return window + (seq_len // 4) * (entry + indexer)
         return window
 
-    def state_bytes_per_layer(self, layer: LayerAttention) -> int:
+    def state_bytes_per_layer(self, layer: LayerAttention, attn_tp: int = 1) -> int:
         return {LayerAttention.csa: DSV4_STATE_CSA, LayerAttention.hca: DSV4_STATE_HCA}.get(layer, 0)
 
 
-Attention = Annotated[GqaAttention | MlaAttention | DsaAttention | Dsv4Attention, Field(discriminator="kind")]
+class GdnAttention(GqaAttention):
+    """Qwen3.5's and Qwen3-Next's hybrid: Gated DeltaNet linear-attention layers (`linear`) and, every few
+    layers, GQA whose output is gated by a sigmoid of a second query-sized projection (`full`). A linear layer
+    keeps no KV cache: each sequence holds a recurrent state of linear_value_heads x key_dim x value_dim in
+    state_dtype and a causal-conv1d window of conv_kernel - 1 tokens over its q, k and v channels, both split
+    over tensor parallelism by heads (SGLang 0.5.10 models/qwen3_5.py Qwen3_5GatedDeltaNet;
+    configs/mamba_utils.py Mamba2StateShape and mamba_cache_per_req)."""
+
+    kind: Literal[AttentionKind.gdn] = AttentionKind.gdn  # type: ignore[assignment]
+    output_gate: bool = True
+    linear_key_heads: PositiveInt
+    linear_value_heads: PositiveInt
+    linear_key_dim: PositiveInt
+    linear_value_dim: PositiveInt
+    conv_kernel: PositiveInt
+    # the recurrent state's format: the config's mamba_ssm_dtype (SGLang 0.5.10 configs/mamba_utils.py
+    # mamba2_state_dtype: float32 unless the config or SGLANG_MAMBA_SSM_DTYPE says otherwise); the conv
+    # window is bf16 (SGLANG_MAMBA_CONV_DTYPE's default)
+    state_dtype: Dtype = Dtype.fp32
+
+    @model_validator(mode="after")
+    def _key_heads_divide_value_heads(self):
+        if self.linear_value_heads % self.linear_key_heads:
+            raise ValueError(
+                f"linear_key_heads {self.linear_key_heads} must divide linear_value_heads "
+                f"{self.linear_value_heads}"
+            )
+        return self
+
+    @property
+    def kv_grows_linearly(self) -> bool:
+        return False  # a fixed state per sequence besides the full layers' KV
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal conv1d: the linear layer's queries, keys and values."""
+        return (
+            2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
+        )
+
+    def params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        if layer != LayerAttention.linear:
+            return sum(self.projection_params(hidden).values())
+        h, vd = hidden, self.linear_value_heads * self.linear_value_dim
+        in_proj = h * (self.conv_channels + vd) + h * 2 * self.linear_value_heads  # qkvz, and b and a
+        return in_proj + self.conv_channels * self.conv_kernel + vd * h
+
+    def module_params_per_layer(self, hidden: int, layer: LayerAttention) -> int:
+        """A linear layer's decay and time-step parameters per value head and its gated norm's weight."""
+        return 2 * self.linear_value_heads + self.linear_value_dim if layer == LayerAttention.linear else 0
+
+    def projection_params(self, hidden: int) -> dict[str, int]:
+        """A full-attention layer's projections: the query projection also makes the output gate."""
+        h, n, d = hidden, self.num_heads, self.head_dim
+        q = n * d * (2 if self.output_gate else 1)
+        return {"qkv_proj": h * q + 2 * h * self.num_kv_heads * d, "o_proj": n * d * h}
+
+    def kv_bytes_per_layer(
+        self, layer: LayerAttention, seq_len: int, precision: Precision, kv_heads_local: int | None = None
+    ) -> float:
+        if layer == LayerAttention.linear:
+            return 0.0
+        return super().kv_bytes_per_layer(layer, seq_len, precision, kv_heads_local)
+
+    def state_bytes_per_layer(self, layer: LayerAttention, attn_tp: int = 1) -> int:
+        """A linear layer's recurrent state and conv window on one rank (heads split over attn_tp)."""
+        if layer != LayerAttention.linear:
+            return 0
+        heads = -(-self.linear_value_heads // attn_tp)
+        recurrent = heads * self.linear_key_dim * self.linear_value_dim * int(self.state_dtype.bytes)
+        conv = -(-self.conv_channels // attn_tp) * (self.conv_kernel - 1) * 2
+        return recurrent + conv
+
+    def split_problem(self, attn_tp: int) -> str | None:
+        if self.linear_key_heads % attn_tp:
+            return f"tp {attn_tp} does not divide the {self.linear_key_heads} linear-attention key heads"
+        return super().split_problem(attn_tp)
+
+
+Attention = Annotated[
+    GqaAttention | MlaAttention | DsaAttention | Dsv4Attention | GdnAttention, Field(discriminator="kind")
+]

@@ -4,9 +4,11 @@ from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.specs.attention import (
+    STATE_DTYPES,
     Attention,
     DsaAttention,
     Dsv4Attention,
+    GdnAttention,
     GqaAttention,
     LayerAttention,
     MlaAttention,
@@ -148,7 +150,10 @@ def _default_precision(c: _Config, attention: Attention) -> Precision:
         kv = Dtype.fp8  # the engines' `auto` KV cache is the declared one (servelab.engines.kv_cache)
     unquantized: tuple[str, ...] = ()
     if method.startswith("modelopt") and weights not in (Dtype.bf16, Dtype.fp16):
-        unquantized = unquantized_ops(_exclusions(c, quant))
+        if _experts_alone_quantized(_exclusions(c, quant), attention):
+            weights = Dtype.bf16  # every GEMM but the routed experts' stays in the checkpoint's BF16
+        else:
+            unquantized = unquantized_ops(_exclusions(c, quant))
     return Precision(
         weights=weights,
         experts=experts,
@@ -169,6 +174,19 @@ def _exclusions(c: _Config, quant: dict) -> list[str]:
             f"quantization_config.{key}", f"expected a list of module names, got {_describe(value)}"
         )
     return value
+
+
+# the module blocks of a Gated DeltaNet hybrid's layers besides its routed experts (Qwen3.5's names)
+_GDN_BLOCKS = ("linear_attn", "self_attn", "shared_expert")
+
+
+def _experts_alone_quantized(exclusions: list[str], attention: Attention) -> bool:
+    """Whether a Gated DeltaNet hybrid's quantization config keeps both attentions and the shared expert
+    out of the quantization (NVIDIA's Qwen3.5-397B-A17B-NVFP4 names all three in every layer): the routed
+    experts are then its only quantized GEMMs."""
+    return isinstance(attention, GdnAttention) and all(
+        any(block in pattern for pattern in exclusions) for block in _GDN_BLOCKS
+    )
 
 
 def _int4_weight_only(c: _Config, quant: dict) -> bool:
@@ -245,6 +263,10 @@ def _text_model(cfg: dict, where: str) -> dict:
         raise ServelabError(f"{where}: text_config: expected a JSON object, got {_describe(text)}")
     quant = cfg.get("quantization_config", text.get("quantization_config"))
     merged = {**text, "quantization_config": quant} if quant is not None else dict(text)
+    if "architectures" not in text and "architectures" in cfg:
+        # Qwen3.5's text_config names no architecture: the engines serve the wrapper's
+        # (SGLang 0.5.10 models/qwen3_5.py Qwen3_5MoeForConditionalGeneration)
+        merged["architectures"] = cfg["architectures"]
     if "_servelab" in cfg:
         merged["_servelab"] = cfg["_servelab"]
     return merged
@@ -261,7 +283,7 @@ def _build(c: _Config, name: str, source: str) -> ModelSpec:
             c.find("num_key_value_heads", "n_kv_heads")[0],
             f"{kv_heads} KV heads must divide the {heads} attention heads",
         )
-    attention: GqaAttention | MlaAttention | DsaAttention | Dsv4Attention
+    attention: GqaAttention | MlaAttention | DsaAttention | Dsv4Attention | GdnAttention
     hyper = None  # DeepSeek-V4 only
     if c.has("compress_ratios"):
         attention, layer_attention = _dsv4_attention(c, layers, heads, kv_heads)
@@ -270,13 +292,17 @@ def _build(c: _Config, name: str, source: str) -> ModelSpec:
         )
     elif c.has("kv_lora_rank"):
         attention, layer_attention = _mla_attention(c, layers, heads, kv_heads)
+    elif c.has("linear_num_value_heads"):
+        attention, layer_attention = _gdn_attention(c, layers, heads, kv_heads)
     else:
         attention, layer_attention = _gqa_attention(c, layers, hidden, heads, kv_heads)
     inter = c.opt_integer("intermediate_size")
     moe = _moe(c, layers, inter)
     if inter is None and (moe is None or not all(moe.layers)):  # dense FFN layers need their width
         raise ServelabError(f"{c.where}: missing field 'intermediate_size'")
-    mtp_layers = c.integer("num_nextn_predict_layers", default=0, minimum=0, maximum=MAX_LAYERS)
+    mtp_layers = c.integer(
+        "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, minimum=0, maximum=MAX_LAYERS
+    )
     architectures = c.list_of("architectures", str) or ["unknown"]
     return ModelSpec(
         name=name,
@@ -360,6 +386,47 @@ def _mla_attention(
     return dsa, layer_attention
 
 
+# Qwen3.5's and Qwen3-Next's layer_types (transformers' Qwen3NextConfig / Qwen3_5TextConfig)
+_GDN_LAYER_TYPES = {"linear_attention": LayerAttention.linear, "full_attention": LayerAttention.full}
+
+
+def _gdn_attention(c: _Config, layers: int, heads: int, kv_heads: int) -> tuple[GdnAttention, Layers]:
+    """Gated DeltaNet linear attention with gated GQA every full_attention_interval layers: layer_types where
+    the config lists them, else every interval-th layer full (transformers' Qwen3NextConfig default)."""
+    types = c.list_of("layer_types", str)
+    if types:
+        if len(types) < layers:
+            raise c.error("layer_types", f"{len(types)} entries for {layers} layers")
+        unknown = sorted(set(types[:layers]) - set(_GDN_LAYER_TYPES))
+        if unknown:
+            raise c.error(
+                "layer_types", f"unknown {unknown[0]!r}; expected linear_attention or full_attention"
+            )
+        kinds = tuple(_GDN_LAYER_TYPES[t] for t in types[:layers])
+    else:
+        every = c.integer("full_attention_interval", default=4, maximum=layers)
+        kinds = tuple(
+            LayerAttention.full if (i + 1) % every == 0 else LayerAttention.linear for i in range(layers)
+        )
+    key, state = c.find("mamba_ssm_dtype")
+    if state is not None and state not in STATE_DTYPES:
+        raise c.error(key, f"expected one of {', '.join(STATE_DTYPES)}, got {_describe(state)}")
+    output_gate = c.flag("attn_output_gate") if "attn_output_gate" in c.cfg else True
+    attention = GdnAttention(
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=c.integer("head_dim"),
+        output_gate=output_gate,
+        linear_key_heads=c.integer("linear_num_key_heads"),
+        linear_value_heads=c.integer("linear_num_value_heads"),
+        linear_key_dim=c.integer("linear_key_head_dim"),
+        linear_value_dim=c.integer("linear_value_head_dim"),
+        conv_kernel=c.integer("linear_conv_kernel_dim", default=4),
+        state_dtype=STATE_DTYPES[state] if state is not None else Dtype.fp32,
+    )
+    return attention, kinds
+
+
 def _gqa_attention(
     c: _Config, layers: int, hidden: int, heads: int, kv_heads: int
 ) -> tuple[GqaAttention, Layers]:
@@ -401,10 +468,21 @@ def _moe(c: _Config, layers: int, inter: int | None) -> MoE | None:
         moe_inter = inter
     if moe_inter is None:
         raise ServelabError(f"{c.where}: MoE model without moe_intermediate_size")
+    shared = c.integer("n_shared_experts", default=0, minimum=0)
+    shared_width = c.opt_integer("shared_expert_intermediate_size")
+    if shared_width is not None and not shared:
+        # Qwen's MoE names one shared expert by its width (Qwen3-Next, Qwen3.5): counted in experts of the
+        # routed width, which the step graph and the parameter counts take
+        if shared_width % moe_inter:
+            raise c.error(
+                "shared_expert_intermediate_size",
+                f"{shared_width} is not a multiple of the experts' width {moe_inter}",
+            )
+        shared = shared_width // moe_inter
     return MoE(
         num_experts=experts,
         experts_per_token=topk,
-        num_shared_experts=c.integer("n_shared_experts", default=0, minimum=0),
+        num_shared_experts=shared,
         intermediate_size=moe_inter,
         layers=tuple(i >= first_dense and (i + 1) % step == 0 and i not in dense_only for i in range(layers)),
         num_hash_layers=c.integer("num_hash_layers", default=0, minimum=0, maximum=layers),

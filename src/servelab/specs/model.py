@@ -248,6 +248,14 @@ class ModelSpec(BaseModel):
             return self
         return self.model_copy(update={"attention": att.model_copy(update={"fp8_kv_layout": layout})})
 
+    def with_state_dtype(self, dtype: Dtype) -> "ModelSpec":
+        """This model with its linear-attention state kept in `dtype` (SGLang's --mamba-ssm-dtype); a model
+        without such a state: unchanged."""
+        att = self.attention
+        if getattr(att, "state_dtype", dtype) == dtype:
+            return self
+        return self.model_copy(update={"attention": att.model_copy(update={"state_dtype": dtype})})
+
     def with_router_dtype(self, dtype: Dtype) -> "ModelSpec":
         """This model with its router GEMM run in `dtype` (a model without experts: unchanged)."""
         moe = self.moe
@@ -255,11 +263,21 @@ class ModelSpec(BaseModel):
             return self
         return self.model_copy(update={"moe": moe.model_copy(update={"router_dtype": dtype})})
 
-    def kv_bytes_per_sequence(self, seq_len: int, kv_heads_local: int | None = None) -> float:
-        """KV bytes of one sequence over all layers, plus the per-sequence state some layers keep."""
+    def kv_bytes_per_sequence(
+        self, seq_len: int, kv_heads_local: int | None = None, attn_tp: int = 1
+    ) -> float:
+        """KV bytes of one sequence over all layers, plus the per-sequence state some layers keep (on one of
+        attn_tp attention ranks, where the state splits by heads)."""
         counts = self.layer_kind_counts.items()
         total = sum(n * self.kv_bytes_per_layer(k, seq_len, kv_heads_local) for k, n in counts)
-        return total + sum(n * self.attention.state_bytes_per_layer(k) for k, n in counts)
+        return total + sum(n * self.attention.state_bytes_per_layer(k, attn_tp) for k, n in counts)
+
+    def state_bytes_per_sequence(self, attn_tp: int = 1) -> int:
+        """The fixed per-sequence state of all layers (linear attention's, DeepSeek-V4's compressors'), on one
+        of attn_tp attention ranks."""
+        return sum(
+            n * self.attention.state_bytes_per_layer(k, attn_tp) for k, n in self.layer_kind_counts.items()
+        )
 
     def kv_bytes_per_token_asymptotic(self, kv_heads_local: int | None = None) -> float:
         """Bytes each further token adds once windows are full (the long-context growth rate)."""
@@ -295,6 +313,7 @@ class ModelSpec(BaseModel):
             "mtp_params": p.mtp,
             "weight_bytes": round(self.weight_bytes),
             "kv_bytes_per_token": round(self.kv_bytes_per_token, 1),
+            "state_bytes_per_sequence": self.state_bytes_per_sequence(),
             "kv_dtype": self.precision.kv_cache.value,
             "precision": self.precision.model_dump(mode="json"),
             "layer_attention": {
