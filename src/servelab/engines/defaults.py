@@ -61,6 +61,8 @@ class EngineDefaults(BaseModel):
     # the CUDA-graph batch is the engine's own default for the GPU's memory and tp instead
     # (predict.memory.sglang_cuda_graph_max_bs)
     cuda_graph_by_split: bool = False
+    # ... counted in tokens on a rank, and mixed steps replay one too (vLLM V1's piecewise graphs)
+    graphs_by_tokens: bool = False
     kv_cache_rule: KvCacheRule
     # how the engine stores an FP8 MLA cache entry; None: the model spec's own layout
     mla_fp8_kv_layout: MlaFp8KvLayout | None = None

@@ -59,6 +59,7 @@ from servelab.engines.policy_registry import policy_for
 from servelab.engines.trtllm.moe import unfitted_backend
 from servelab.engines.vllm.batch import async_scheduling_default, reserve_full_prompt_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
+from servelab.engines.vllm.runner import cudagraph_capture_sizes
 from servelab.errors import ServelabError, closest
 from servelab.predict.fit_reach import FitReach
 from servelab.specs import MlaFp8KvLayout, ModelSpec, SystemSpec
@@ -75,6 +76,11 @@ class EngineProfile(BaseModel):
     kernel_gap_us: float  # idle time between kernels inside a CUDA graph
     eager_launch_us: float  # CPU launch cost per kernel outside graphs (hidden when kernels are longer)
     cuda_graph_max_batch: int  # decode steps up to this batch replay a CUDA graph
+    # ... and, where True, any step of up to that many tokens on a rank, mixed ones too: vLLM V1 captures a
+    # PIECEWISE graph (attention run between the pieces) for every capture size and dispatches a batch of
+    # prompt chunks and decodes to the smallest size that holds its tokens (v1/cudagraph_dispatcher.py,
+    # 0.25.0); a step over the largest size runs the compiled model eagerly
+    graphs_by_tokens: bool = False
     # vLLM: the launch's --max-cudagraph-capture-size, which sizes the CUDA graphs its KV sizing subtracts
     # (None: not set, vLLM's rule from max_num_seqs; predict.memory.memory_per_gpu)
     max_cudagraph_capture_size: int | None = None
@@ -394,6 +400,15 @@ def vllm_batch(
         notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
     if "cuda_graph_max_batch" in given:  # the launch's capture size also sizes the graphs' memory
         update["max_cudagraph_capture_size"] = given["cuda_graph_max_batch"]
+    # the largest step a graph replays, in tokens: the launch's capture size, else min(2 x max_num_seqs,
+    # 512), never over the token budget (engines.vllm.runner.cudagraph_capture_sizes)
+    seqs = update.get("max_num_seqs", given.get("max_num_seqs", profile.max_num_seqs))
+    tokens = update.get(
+        "max_num_batched_tokens", given.get("max_num_batched_tokens", profile.max_num_batched_tokens)
+    )
+    update["cuda_graph_max_batch"] = cudagraph_capture_sizes(seqs, tokens, given.get("cuda_graph_max_batch"))[
+        -1
+    ]
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)
         notes.append(why)

@@ -127,16 +127,18 @@ def with_engine(
     decode_only: bool,
     moe_prompt_tokens: float = 0.0,
     moe_routes: float = 0.0,
+    tokens: int | None = None,
 ) -> StepTime:
-    """A decode-only step within the CUDA-graph batch limit replays a graph (small gaps between kernels); any
-    other step launches eagerly, and the GPU waits for launches when the kernels are shorter than them.
+    """A step that replays a CUDA graph (replays_graph: a decode-only step within the graph batch limit, or
+    for vLLM any step within its largest capture size in tokens) has small gaps between kernels; any other
+    step launches eagerly, and the GPU waits for launches when the kernels are shorter than them.
     moe_prompt_tokens: prompt tokens x MoE layers on the step's path, each paying the engine's
     moe_prompt_token_us (MoE work the kernel prices miss; counted with the engine's additions, so that the
     term is exactly its own and the kernel band does not scale it). moe_routes: the MoE layers the step runs
     times the experts each token is routed to, each paying moe_route_us of GPU time and, in an eager step,
     eager_moe_route_us of CPU time that the GPU waits for only when its own work is shorter."""
     kernel, low, high, kernels, sources, source_us = k
-    t = engine_terms(kernel, kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    t = engine_terms(kernel, kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes, tokens)
     # summed in this order since before the terms were named (the same sums, bit for bit)
     overhead = (t.exposed_cpu_us + t.gaps_us) + (t.step_us + t.per_seq_us) + t.moe_prompt_us + t.moe_route_us
     low, high = low * engine.kernel_band_low, high * engine.kernel_band_high
@@ -156,6 +158,15 @@ class EngineTerms(NamedTuple):
     moe_route_us: float  # MoE layers x routed experts x moe_route_us (GPU)
 
 
+def replays_graph(engine: EngineProfile, num_seqs: int, decode_only: bool, tokens: int | None) -> bool:
+    """Whether the step replays a CUDA graph: a decode-only step of at most cuda_graph_max_batch sequences,
+    or, where the engine captures graphs by tokens (graphs_by_tokens: vLLM V1), any step of at most that many
+    tokens on the rank, mixed ones too (tokens None: counted as its sequences)."""
+    if engine.graphs_by_tokens:
+        return (num_seqs if tokens is None else tokens) <= engine.cuda_graph_max_batch
+    return decode_only and num_seqs <= engine.cuda_graph_max_batch
+
+
 def engine_terms(
     kernel_us: float,
     kernels: float,
@@ -164,11 +175,12 @@ def engine_terms(
     decode_only: bool,
     moe_prompt_tokens: float,
     moe_routes: float,
+    tokens: int | None = None,
 ) -> EngineTerms:
     """The engine's additions to a step of kernel_us over `kernels` kernels (see with_engine)."""
     route_gpu = moe_routes * engine.moe_route_us
     gpu = kernel_us + route_gpu
-    if decode_only and num_seqs <= engine.cuda_graph_max_batch:  # a CUDA graph replays: no launches
+    if replays_graph(engine, num_seqs, decode_only, tokens):  # a CUDA graph replays: no launches
         launch_cpu = route_cpu = exposed = 0.0
     else:
         launch_cpu, route_cpu = kernels * engine.eager_launch_us, moe_routes * engine.eager_moe_route_us
@@ -310,8 +322,10 @@ def _price_step(
     decoding sequences, and everything else, which depends only on token counts; a new shape mostly reuses
     parts already priced. Engine costs are per rank: each attention-DP rank is its own scheduler with its own
     CUDA graphs."""
-    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes = step_parts(part, model, parallel, shape)
-    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes, tokens = step_parts(
+        part, model, parallel, shape
+    )
+    return with_engine(total, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes, tokens)
 
 
 def step_terms(
@@ -321,8 +335,12 @@ def step_terms(
     source_us is keyed so (kernel_sum_by_category), and ("engine", profile field) for each engine term of
     with_engine (the CPU work the GPU waits for shared between launches and MoE routing by their CPU time).
     The terms are _price_step's own, so they add up to its price (to float rounding)."""
-    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes = step_parts(part, model, parallel, shape)
-    t = engine_terms(total.us, total.kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes)
+    total, num_seqs, decode_only, moe_prompt_tokens, moe_routes, tokens = step_parts(
+        part, model, parallel, shape
+    )
+    t = engine_terms(
+        total.us, total.kernels, engine, num_seqs, decode_only, moe_prompt_tokens, moe_routes, tokens
+    )
     cpu = t.launch_cpu_us + t.route_cpu_us
     launch_share = t.launch_cpu_us / cpu if cpu > 0 else 0.0
     terms: dict[tuple[str, ...], float] = {("kernel", *key): us for key, us in total.source_us.items()}
@@ -341,9 +359,10 @@ def step_terms(
 
 def step_parts(
     part: PartPrice, model: ModelSpec, parallel: Parallel, shape: StepShape
-) -> tuple[KernelSum, int, bool, float, float]:
+) -> tuple[KernelSum, int, bool, float, float, int]:
     """What with_engine prices a step shape from: its kernel sum, the sequences a rank's scheduler runs,
-    whether it is decode-only, its prompt tokens x MoE layers and its MoE layers x routed experts."""
+    whether it is decode-only, its prompt tokens x MoE layers, its MoE layers x routed experts and the
+    tokens a rank runs."""
     decode_tokens = shape.decode_batch * (1 + shape.spec_tokens)
     kv = shape.decode_kv_len if shape.spec_tokens else 1  # only the MTP draft layer reads the KV length
     # Token ops see how many tokens a rank has and how many of its sequences sample (LM head), not how the
@@ -373,7 +392,7 @@ def step_parts(
     moe_prompt_tokens = (rank.total - rank.decode_tokens) * model.num_moe_layers
     decode_only = not shape.prefill and decode_tokens > 0
     moe_routes = model.num_moe_layers * model.moe.experts_per_token if model.moe else 0
-    return total, num_seqs, decode_only, moe_prompt_tokens, moe_routes
+    return total, num_seqs, decode_only, moe_prompt_tokens, moe_routes, rank.total
 
 
 def _summed(first: KernelSum, rest: list[KernelSum]) -> KernelSum:

@@ -105,6 +105,11 @@ class StepPricer:
         self.spec_tokens = spec_tokens
         # decode steps up to this lane batch replay a CUDA graph; keep interpolation on one side of the jump
         self.graph_limit = engine.cuda_graph_max_batch // parallel.attn_dp
+        # where graphs are captured by tokens (vLLM), a mixed step of up to this many tokens on a rank replays
+        # one too, and a decoding sequence takes 1 + spec_tokens of them
+        self.mixed_graph_tokens = engine.cuda_graph_max_batch if engine.graphs_by_tokens else -1
+        if engine.graphs_by_tokens:
+            self.graph_limit //= 1 + spec_tokens
         self._cache: dict = {}
         self._decode: dict = {}  # (n, int kv) -> interpolated price
         # (new tokens of the largest chunk, the other chunks snapped, its snapped past, decodes, kv) -> price
@@ -201,6 +206,12 @@ class StepPricer:
         the snapped other chunks and decodes."""
         size = new if new > 1 else 1
         lo, hi = grid_below(size), grid_above(size)
+        # keep both neighbours on the step's side of the graph limit (the largest chunk's share of it)
+        limit = self.mixed_graph_tokens - sum(t for t, _ in rest) - n_q * (1 + self.spec_tokens)
+        if size <= limit < hi:
+            hi = limit
+        if lo <= limit < size:
+            lo = limit + 1
         a = self._price(tuple(sorted(rest + ((lo, past_q),))) if rest else ((lo, past_q),), n_q, kv_q)
         if hi == lo:
             return a
