@@ -44,7 +44,12 @@ SETTINGS = {  # result config field -> bench flag
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 # the server flags a held-out set may set (scripts/device_vllm/server_args.sh takes the same ones), each with
 # the kind of its value; `servelab bench --simulate` takes each under the same name
-SERVER_FLAGS = {"--max-num-batched-tokens": int, "--max-num-seqs": int, "--gpu-memory-utilization": float}
+SERVER_FLAGS = {
+    "--max-num-batched-tokens": int,
+    "--max-num-seqs": int,
+    "--gpu-memory-utilization": float,
+    "--max-cudagraph-capture-size": int,
+}
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
 # the twin's token count of a random prompt may differ from the server's by a token or two (the text a prompt
 # is decoded to and tokenized again); beyond that the two did not send the same prompts

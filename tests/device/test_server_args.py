@@ -1,6 +1,7 @@
 """scripts/device_vllm/server_args.sh, as start.sh runs it on the device: SERVER_ARGS becomes the server's
 extra argv only where every flag is one of the three scheduler limits a held-out set may change (or the
-largest CUDA graph, for development runs) and every value is of its kind; anything else stops the start in one line with status 2, before any server runs."""
+largest CUDA graph) and every value is of its kind; anything else stops the start in one line with status 2,
+before any server runs."""
 
 import shutil
 import subprocess
@@ -10,8 +11,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device_vllm" / "server_args.sh"
 
-FLAGS = (
-    "expected --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization or --max-cudagraph-capture-size"
+FLAGS = "expected --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization or " + (
+    "--max-cudagraph-capture-size"
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the device's scripts are bash")
@@ -51,7 +52,10 @@ def test_no_server_args_keep_vllms_defaults():
         ("--max-num-batched-tokens", "--max-num-batched-tokens expects a positive integer, got ''"),
         ("--max-num-seqs $(id)", "--max-num-seqs expects a positive integer, got '$(id)'"),
         ("--gpu-memory-utilization 1.2", "--gpu-memory-utilization expects a share in (0, 1], got '1.2'"),
-        ("--max-cudagraph-capture-size -1", "--max-cudagraph-capture-size expects a positive integer, got '-1'"),
+        (
+            "--max-cudagraph-capture-size -1",
+            "--max-cudagraph-capture-size expects a positive integer, got '-1'",
+        ),
         ("--gpu-memory-utilization 0.0", "--gpu-memory-utilization expects a share in (0, 1], got '0.0'"),
     ],
 )

@@ -15,6 +15,7 @@ from tests.accuracy_python import ACCURACY, run_accuracy_python
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gpu_graphs20"
 LIMITS = "--max-num-batched-tokens 4096 --max-num-seqs 32 --gpu-memory-utilization 0.85"
+GRAPHED = f"{LIMITS} --max-cudagraph-capture-size 1024"
 
 
 def measured(folder: str, run: str) -> dict:
@@ -37,10 +38,10 @@ def test_a_step_over_the_largest_graph_costs_the_moe_tens_of_milliseconds():
 
 @pytest.mark.parametrize("run", ["e1k_c80", "g1k_c80"])
 def test_the_twin_prices_graphed_prompt_steps_as_vllm_ran_them(run):
-    """Steps carrying a prompt's chunk beside up to 31 decodes, 80 clients on 32 sequences: each class's median
-    period within 5 % of the twin's price of its steps (e1k: 1.01 and 1.00; g1k: 1.02, 1.02, 1.01)."""
+    """Steps carrying a prompt's chunk beside up to 31 decodes, 80 clients on 32 sequences: each class's
+    median period within 5 % of the twin's price of its steps (e1k: 1.01 and 1.00; g1k: 1.02, 1.02, 1.01)."""
     out = run_accuracy_python(
-        [str(ACCURACY / "vllm_step_periods.py"), str(DATA / "capture1024"), "--server-args", LIMITS]
+        [str(ACCURACY / "vllm_step_periods.py"), str(DATA / "capture1024"), "--server-args", GRAPHED]
     )
     section = out.split(f"{run}:")[1].split(":", 1)[0] if f"{run}:" in out else ""
     rows = re.findall(r"prompt\s+\d+-\d+\s+(\d+) /\s+\d+\s+[\d.]+ /\s+[\d.]+\s+([\d.]+)", section)
@@ -51,7 +52,11 @@ def test_the_twin_prices_graphed_prompt_steps_as_vllm_ran_them(run):
 
 def test_a_folder_without_a_stamped_log_is_one_line_and_status_2(tmp_path):
     err = run_accuracy_python([str(ACCURACY / "vllm_step_periods.py"), str(tmp_path)], returncode=2)
-    assert err == f"error: {tmp_path}: expected server.log or server.log.xz (the --log option names another)\n"
-    (tmp_path / "server.log").write_text("INFO 12-07 16:48:49 [core.py:452] Iteration(0): 1 context requests\n")
+    assert (
+        err == f"error: {tmp_path}: expected server.log or server.log.xz (the --log option names another)\n"
+    )
+    (tmp_path / "server.log").write_text(
+        "INFO 12-07 16:48:49 [core.py:452] Iteration(0): 1 context requests\n"
+    )
     err = run_accuracy_python([str(ACCURACY / "vllm_step_periods.py"), str(tmp_path)], returncode=2)
     assert "no microsecond-stamped Iteration lines" in err and err.count("\n") == 1

@@ -52,11 +52,9 @@ def test_an_eager_launch_cost_is_paid_only_by_steps_over_the_capture_size():
     engine = vllm(max_num_seqs=32, max_num_batched_tokens=4096).model_copy(update={"eager_launch_us": 10_000})
     db, parallel = perfdb_for(H100, "vllm"), Parallel(tp=1)
     part = _part_prices(MOE, parallel, db)
+    shapes = [StepShape(prefill=((new, 0),), decode_batch=4, decode_kv_len=300) for new in (60, 61)]
     launches = [
-        step_terms(part, MOE, parallel, StepShape(prefill=((new, 0),), decode_batch=4, decode_kv_len=300), engine)[
-            "engine", "eager_launch_us"
-        ]
-        for new in (60, 61)
+        step_terms(part, MOE, parallel, shape, engine)["engine", "eager_launch_us"] for shape in shapes
     ]
     assert launches[0] == 0 and launches[1] > 1e6  # us: hundreds of kernels at 10 ms each
     pricer = StepPricer(MOE, parallel, engine, db)

@@ -448,6 +448,13 @@ def bench(
         help="Token budget per step (SGLang: chunked-prefill size; TensorRT-LLM: max_num_tokens).",
         rich_help_panel=_TWIN,
     ),
+    cuda_graph_max_batch: int | None = typer.Option(
+        None,
+        "--max-cudagraph-capture-size",
+        "--cuda-graph-max-bs",
+        help="Largest step a CUDA graph replays (vLLM: tokens; SGLang: decode batch). Default: the engine's.",
+        rich_help_panel=_TWIN,
+    ),
     chunked_prefill: bool | None = typer.Option(
         None, "--chunked-prefill/--no-chunked-prefill", help="Default: the engine's.", rich_help_panel=_TWIN
     ),
@@ -709,6 +716,7 @@ def bench(
         deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
         settings: dict[str, Any] = dict(engine=engine, max_num_seqs=max_num_seqs)
         settings.update(max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+        settings.update(cuda_graph_max_batch=cuda_graph_max_batch)
         settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
         settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
         settings.update(gpu_memory_utilization=gpu_memory_utilization)
