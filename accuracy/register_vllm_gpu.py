@@ -68,7 +68,10 @@ def main() -> int:
                 }
                 path = args.out / f"{system}_{tag}_c{c}.json"
                 client = {"num_workers": min(c, args.client_workers)}
-                twin_vs_vllm_gpu.simulate({"config": cfg, "client": client}, system, limits, path, args.model)
+                run = {"config": cfg, "client": client}
+                twin_vs_vllm_gpu.simulate(
+                    twin_vs_vllm_gpu.simulate_argv(run, system, limits, path, args.model), path
+                )
                 print(path.name, flush=True)
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT

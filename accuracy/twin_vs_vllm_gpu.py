@@ -141,15 +141,8 @@ def simulate_argv(
     ]
 
 
-def simulate(
-    measured: dict,
-    system: str,
-    limits: dict[str, int | float],
-    out: Path,
-    model: str = LLAMA_8B,
-    prefix_caching: bool = True,
-) -> dict:
-    argv = simulate_argv(measured, system, limits, out, model, prefix_caching)
+def simulate(argv: list[str], out: Path) -> dict:
+    """Run simulate_argv's `servelab bench --simulate` in a process of its own; its result."""
     subprocess.run(
         [sys.executable, "-m", "servelab.cli.main", *argv], check=True, capture_output=True, text=True
     )
@@ -247,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                 what = "a `servelab bench --save-result --save-detailed` result file"
                 print(f"error: {path}: expected {what} ({type(e).__name__}: {e})", file=sys.stderr)
                 return 2
-            predicted = simulate(
-                measured, args.system, limits, Path(tmp) / path.name, args.model, args.prefix_caching
-            )
+            out = Path(tmp) / path.name
+            argv = simulate_argv(measured, args.system, limits, out, args.model, args.prefix_caching)
+            predicted = simulate(argv, out)
             m, p = stats(measured), stats(predicted)
             name = path.stem
             hist = histogram_means(
