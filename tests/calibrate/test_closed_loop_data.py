@@ -11,7 +11,13 @@ import pytest
 from accuracy_python import run_accuracy_python
 
 from servelab.calibrate import closed_loop_split as split
-from servelab.calibrate.clients import FIXED_LENGTHS, INFERENCEX_WARMUP_SINCE, cold_inferencex_row
+from servelab.calibrate.clients import (
+    FIXED_LENGTHS,
+    INFERENCEX_CLIENT,
+    INFERENCEX_WARMUP_SINCE,
+    cold_inferencex_row,
+    measured_by_inferencex,
+)
 from servelab.calibrate.closed_loop import EVIDENCE_ONLY_MODELS, heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
@@ -107,6 +113,39 @@ def test_inferencex_rows_measured_before_its_client_warmed_up_are_told_apart():
         if p.source.startswith("inferencex"):
             assert (p.source == "inferencex-no-warmup") == (p.case.measured < INFERENCEX_WARMUP_SINCE)
     assert {p.source for p in points} >= {"inferencex", "inferencex-no-warmup"}
+
+
+def test_a_models_gap_analysis_file_carries_inferencexs_measurements_and_is_replayed_with_its_client():
+    # AIConfigurator's qwen3.5-397b-gap-analysis.csv and kimi-k2.5-gap-analysis.csv (ed133e9d1, "add older
+    # bench data") copy InferenceX's runs: wherever the development part has InferenceX's row of the same
+    # deployment and load, the file's TTFT and TPOT are that row's to the file's two decimals (held-out
+    # points are dropped before anything is compared)
+    points, _ = read_points(DATA, ("b200_sxm",))
+    dev = [p for p in points if not p.heldout]
+    gap = [p for p in dev if "gap-analysis.csv" in p.case.silicon_source]
+    assert {p.case.model.name for p in gap} == {"qwen3.5-397b-a17b", "kimi-k2.5"}
+
+    def load(p):
+        c = p.case
+        return (c.engine, c.model.source, c.parallel, c.concurrency, c.isl, c.osl)
+
+    def measured(p):
+        return (round(p.case.ttft_ms, 2), round(p.case.tpot_ms, 2))
+
+    theirs = {}
+    for p in dev:
+        if "gap-analysis.csv" not in p.case.silicon_source and p.source == "inferencex":
+            theirs.setdefault(load(p), set()).add(measured(p))
+    qwen = [p for p in gap if p.case.model.name == "qwen3.5-397b-a17b" and load(p) in theirs]
+    assert len(qwen) == 15 and all(measured(p) in theirs[load(p)] for p in qwen)
+    # so they are InferenceX's points, sent as its client sends (lengths in [0.8 L, L], no recipe: undated)
+    for p in gap:
+        assert p.source == "inferencex" and p.case.settings is not None
+        assert p.case.settings.client_range_ratio == INFERENCEX_RANGE_RATIO
+        assert p.case.settings.recipe == INFERENCEX_CLIENT
+    # AIConfigurator's own campaign (its aic-auto-gap-analysis folder) keeps its client
+    aic = "source_file=/x/aic-auto-gap-analysis/data/b200_sxm/sglang/0.5.9/qwen3.5-gap-analysis.csv"
+    assert not measured_by_inferencex(aic)
 
 
 def test_a_row_is_cold_only_if_inferencex_measured_it_before_the_warm_up():
