@@ -222,3 +222,34 @@ def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a
     as_fitted = Pricer(system, "aggregated").estimate(point.case, params)
     assert as_for_a_user.percentiles == without.percentiles
     assert as_fitted.tpot_ms > as_for_a_user.tpot_ms
+
+
+def test_the_gap_analysis_script_counts_the_copies_and_tables_two_priced_parts(tmp_path):
+    # priced files of the development part's Qwen3.5 and Kimi-K2.5 points: "before" at their measured values,
+    # "after" at twice them, so every group reads 0.0 % (1.00x) before and 100.0 % (2.00x) after
+    points, _ = read_points(DATA, ("b200_sxm", "b300_sxm", "h200_sxm"))
+    models = ("qwen3.5-397b-a17b", "kimi-k2.5")
+    dev = [p for p in points if not p.heldout and p.case.model.name in models]
+
+    def priced(scale: float) -> dict:
+        ttft, tpot = ({p.key: scale * getattr(p.case, f) for p in dev} for f in ("ttft_ms", "tpot_ms"))
+        got = {k: {"ttft_p50": ttft[k], "ttft_mean": ttft[k], "tpot_p50": tpot[k]} for k in ttft}
+        return {"fingerprint": "test", "points": got}
+
+    for name, scale in (("before", 1.0), ("after", 2.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(priced(scale)))
+    script = str(ROOT / "accuracy" / "gap_analysis_rows.py")
+    args = [script, "--before", str(tmp_path / "before.json"), "--after", str(tmp_path / "after.json")]
+    out = run_accuracy_python(args)
+    assert "qwen3.5-397b-a17b: 42 points of its gap-analysis file, 15 with an InferenceX row" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| qwen3.5", "| kimi"))]
+    assert len(rows) == 9  # by model, system and rows (the file's or InferenceX's own)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[4:8] == ["0.0% (1.00x)", "100.0% (2.00x)", "0.0% (1.00x)", "100.0% (2.00x)"]
+        assert cells[8] == "100% / 0%"
+    # a priced file without these points is refused in one line
+    (tmp_path / "empty.json").write_text(json.dumps({"fingerprint": "test", "points": {}}))
+    args[2] = str(tmp_path / "empty.json")
+    err = run_accuracy_python(args, returncode=2)
+    assert err.startswith("error: ") and "not priced in both files" in err and len(err.splitlines()) == 1
