@@ -73,6 +73,18 @@ def test_an_undated_inferencex_row_is_replayed_with_inferencexs_client():
     assert client_settings(case.silicon_source, case.engine).client_range_ratio == INFERENCEX_RANGE_RATIO
 
 
+def test_a_models_gap_analysis_file_is_replayed_with_inferencexs_client():
+    # its rows copy InferenceX's runs (tests/calibrate/test_closed_loop_data.py shows it on the pinned rows)
+    source = "source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=4; aic_database_mode=SILICON"
+    assert measured_by_inferencex(source)
+    sent = client_settings(source, Engine.SGLANG, clients=4, isl=1024)
+    assert sent.client_range_ratio == INFERENCEX_RANGE_RATIO and sent.requests_per_client is None
+    # a file of AIConfigurator's own campaign stays its benchmark's, whatever the file is called
+    assert not measured_by_inferencex(
+        SGLANG_LLAMA.replace("meta-llama_Llama-3.1-8B-Instruct", "m-gap-analysis")
+    )
+
+
 def test_a_recipe_row_keeps_its_recipe_as_sent(monkeypatch):
     case = replace(
         _llama("sglang", SGLANG_LLAMA), settings=RunSettings(recipe="test", client_range_ratio=0.8)

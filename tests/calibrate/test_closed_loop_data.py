@@ -11,7 +11,13 @@ import pytest
 from accuracy_python import run_accuracy_python
 
 from servelab.calibrate import closed_loop_split as split
-from servelab.calibrate.clients import FIXED_LENGTHS, INFERENCEX_WARMUP_SINCE, cold_inferencex_row
+from servelab.calibrate.clients import (
+    FIXED_LENGTHS,
+    INFERENCEX_CLIENT,
+    INFERENCEX_WARMUP_SINCE,
+    cold_inferencex_row,
+    measured_by_inferencex,
+)
 from servelab.calibrate.closed_loop import EVIDENCE_ONLY_MODELS, heldout_ids, read_points
 from servelab.calibrate.price import Pricer
 from servelab.calibrate.recipes import INFERENCEX_RANGE_RATIO
@@ -102,11 +108,46 @@ def test_inferencex_rows_measured_before_its_client_warmed_up_are_told_apart():
     for p in (cold, warm):
         assert p.case.engine == Engine.SGLANG and p.case.parallel.tp == 8 and p.case.concurrency == 32
         assert p.case.settings is not None and p.case.settings.client_range_ratio == INFERENCEX_RANGE_RATIO
-    # the split follows the date alone: every InferenceX row before it is cold, none after it
+    # the split follows the date alone: every InferenceX row before it is cold, none after it, and an undated
+    # one (a model's gap-analysis file) is not called cold
     for p in points:
         if p.source.startswith("inferencex"):
-            assert (p.source == "inferencex-no-warmup") == (p.case.measured < INFERENCEX_WARMUP_SINCE)
+            cold = bool(p.case.measured) and p.case.measured < INFERENCEX_WARMUP_SINCE
+            assert (p.source == "inferencex-no-warmup") == cold
     assert {p.source for p in points} >= {"inferencex", "inferencex-no-warmup"}
+
+
+def test_a_models_gap_analysis_file_carries_inferencexs_measurements_and_is_replayed_with_its_client():
+    # AIConfigurator's qwen3.5-397b-gap-analysis.csv and kimi-k2.5-gap-analysis.csv (ed133e9d1, "add older
+    # bench data") copy InferenceX's runs: wherever the development part has InferenceX's row of the same
+    # deployment and load, the file's TTFT and TPOT are that row's to the file's two decimals (held-out
+    # points are dropped before anything is compared)
+    points, _ = read_points(DATA, ("b200_sxm",))
+    dev = [p for p in points if not p.heldout]
+    gap = [p for p in dev if "gap-analysis.csv" in p.case.silicon_source]
+    assert {p.case.model.name for p in gap} == {"qwen3.5-397b-a17b", "kimi-k2.5"}
+
+    def load(p):
+        c = p.case
+        return (c.engine, c.model.source, c.parallel, c.concurrency, c.isl, c.osl)
+
+    def measured(p):
+        return (round(p.case.ttft_ms, 2), round(p.case.tpot_ms, 2))
+
+    theirs = {}
+    for p in dev:
+        if "gap-analysis.csv" not in p.case.silicon_source and p.source == "inferencex":
+            theirs.setdefault(load(p), set()).add(measured(p))
+    qwen = [p for p in gap if p.case.model.name == "qwen3.5-397b-a17b" and load(p) in theirs]
+    assert len(qwen) == 15 and all(measured(p) in theirs[load(p)] for p in qwen)
+    # so they are InferenceX's points, sent as its client sends (lengths in [0.8 L, L], no recipe: undated)
+    for p in gap:
+        assert p.source == "inferencex" and p.case.settings is not None
+        assert p.case.settings.client_range_ratio == INFERENCEX_RANGE_RATIO
+        assert p.case.settings.recipe == INFERENCEX_CLIENT
+    # AIConfigurator's own campaign (its aic-auto-gap-analysis folder) keeps its client
+    aic = "source_file=/x/aic-auto-gap-analysis/data/b200_sxm/sglang/0.5.9/qwen3.5-gap-analysis.csv"
+    assert not measured_by_inferencex(aic)
 
 
 def test_a_row_is_cold_only_if_inferencex_measured_it_before_the_warm_up():
@@ -181,3 +222,34 @@ def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a
     as_fitted = Pricer(system, "aggregated").estimate(point.case, params)
     assert as_for_a_user.percentiles == without.percentiles
     assert as_fitted.tpot_ms > as_for_a_user.tpot_ms
+
+
+def test_the_gap_analysis_script_counts_the_copies_and_tables_two_priced_parts(tmp_path):
+    # priced files of the development part's Qwen3.5 and Kimi-K2.5 points: "before" at their measured values,
+    # "after" at twice them, so every group reads 0.0 % (1.00x) before and 100.0 % (2.00x) after
+    points, _ = read_points(DATA, ("b200_sxm", "b300_sxm", "h200_sxm"))
+    models = ("qwen3.5-397b-a17b", "kimi-k2.5")
+    dev = [p for p in points if not p.heldout and p.case.model.name in models]
+
+    def priced(scale: float) -> dict:
+        ttft, tpot = ({p.key: scale * getattr(p.case, f) for p in dev} for f in ("ttft_ms", "tpot_ms"))
+        got = {k: {"ttft_p50": ttft[k], "ttft_mean": ttft[k], "tpot_p50": tpot[k]} for k in ttft}
+        return {"fingerprint": "test", "points": got}
+
+    for name, scale in (("before", 1.0), ("after", 2.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(priced(scale)))
+    script = str(ROOT / "accuracy" / "gap_analysis_rows.py")
+    args = [script, "--before", str(tmp_path / "before.json"), "--after", str(tmp_path / "after.json")]
+    out = run_accuracy_python(args)
+    assert "qwen3.5-397b-a17b: 42 points of its gap-analysis file, 15 with an InferenceX row" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| qwen3.5", "| kimi"))]
+    assert len(rows) == 9  # by model, system and rows (the file's or InferenceX's own)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[4:8] == ["0.0% (1.00x)", "100.0% (2.00x)", "0.0% (1.00x)", "100.0% (2.00x)"]
+        assert cells[8] == "100% / 0%"
+    # a priced file without these points is refused in one line
+    (tmp_path / "empty.json").write_text(json.dumps({"fingerprint": "test", "points": {}}))
+    args[2] = str(tmp_path / "empty.json")
+    err = run_accuracy_python(args, returncode=2)
+    assert err.startswith("error: ") and "not priced in both files" in err and len(err.splitlines()) == 1

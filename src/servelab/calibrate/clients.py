@@ -3,7 +3,13 @@
 have set.
 
 - InferenceX's runs (a measured time and an image, or a database dump): its client's lengths, uniform in
-  [0.8 L, L] (recipes.INFERENCEX_RANGE_RATIO).
+  [0.8 L, L] (recipes.INFERENCEX_RANGE_RATIO). So are the rows of a model's gap-analysis file
+  (`source_file=qwen3.5-397b-gap-analysis.csv`, `kimi-k2.5-gap-analysis.csv`: a flat file named after the
+  model, no campaign folder, added with ai-dynamo/aiconfigurator ed133e9d1 "add older bench data"): where the
+  development part has InferenceX's row of the same deployment and load, the file's TTFT and TPOT are that
+  row's to their two decimals (every one of Qwen3.5's 15 such points, 15 of Kimi-K2.5's 21), and they carry
+  InferenceX's loads (1,024 / 8,192), which AIConfigurator's own campaign never ran (docs/accuracy.md, "Why
+  Qwen3.5 is mispriced on Blackwell").
 - AIConfigurator's own campaign (`aic-auto-gap-analysis`, and every other source): every request at the
   nominal lengths. Its eval harness of August 2025 (ai-dynamo/aiconfigurator 9610283,
   src/aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf with --synthetic-input-tokens-stddev 0,
@@ -70,8 +76,11 @@ from servelab.engines import Engine
 # benchmark_serving_random.py `sample_random_requests`: "fixed lengths (no range variation)")
 FIXED_LENGTHS = 1.0
 AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
-# the silicon rows' sources that are InferenceX runs (a measured time and an image, or a database dump)
-_INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)")
+# the silicon rows' sources that are InferenceX runs (a measured time and an image, a database dump, or a
+# model's gap-analysis file: module docstring)
+_INFERENCEX_SOURCE = re.compile(
+    r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/|source_file=[\w.-]+-gap-analysis\.csv(;|$))"
+)
 INFERENCEX_CLIENT = "InferenceX client"
 AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
 # the folder of AIConfigurator's own campaign in a row's silicon_data_source
