@@ -406,9 +406,8 @@ def vllm_batch(
     tokens = update.get(
         "max_num_batched_tokens", given.get("max_num_batched_tokens", profile.max_num_batched_tokens)
     )
-    update["cuda_graph_max_batch"] = cudagraph_capture_sizes(seqs, tokens, given.get("cuda_graph_max_batch"))[
-        -1
-    ]
+    sizes = cudagraph_capture_sizes(seqs, tokens, given.get("cuda_graph_max_batch"))
+    update["cuda_graph_max_batch"] = sizes[-1]
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)
         notes.append(why)
