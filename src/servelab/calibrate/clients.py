@@ -78,9 +78,9 @@ FIXED_LENGTHS = 1.0
 AICONFIGURATOR_LENGTHS = FIXED_LENGTHS
 # the silicon rows' sources that are InferenceX runs (a measured time and an image, a database dump, or a
 # model's gap-analysis file: module docstring)
-_INFERENCEX_SOURCE = re.compile(
-    r"^(source_file=\d{4}-\d\d-\d\d\.csv|db-dump/|source_file=[\w.-]+-gap-analysis\.csv(;|$))"
-)
+_GAP_ANALYSIS_FILE = r"source_file=[\w.-]+-gap-analysis\.csv(;|$)"
+_INFERENCEX_SOURCE = re.compile(rf"^(source_file=\d{{4}}-\d\d-\d\d\.csv|db-dump/|{_GAP_ANALYSIS_FILE})")
+_COPIED = re.compile(rf"^{_GAP_ANALYSIS_FILE}")
 INFERENCEX_CLIENT = "InferenceX client"
 AICONFIGURATOR_CLIENT = "AIConfigurator's benchmark"
 # the folder of AIConfigurator's own campaign in a row's silicon_data_source
@@ -103,6 +103,12 @@ UNDATED_CAMPAIGN_REQUESTS_PER_CLIENT = {Engine.TRTLLM: 20, Engine.SGLANG: 20, En
 def measured_by_inferencex(source: str) -> bool:
     """Whether a silicon row's `silicon_data_source` is an InferenceX run, else AIConfigurator's own."""
     return bool(_INFERENCEX_SOURCE.match(source))
+
+
+def copied_from_inferencex(source: str) -> bool:
+    """Whether a silicon row comes from a model's gap-analysis file, whose measurements are InferenceX's rows
+    copied to two decimals (module docstring): where both are present, the copy is the one to leave out."""
+    return bool(_COPIED.match(source))
 
 
 def cold_inferencex_row(source: str, measured: str) -> bool:

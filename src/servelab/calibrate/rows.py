@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servelab.calibrate.clients import generated_deployment
+from servelab.calibrate.clients import copied_from_inferencex, generated_deployment
 from servelab.calibrate.inferencex_runs import measured_of, parse_measured, tie_rows
 from servelab.calibrate.recipes import Load, RunSettings, run_settings
 from servelab.engines import MODELLED, Engine, engine_kv_dtype
@@ -100,7 +100,7 @@ class Case:
     def measurement(self) -> tuple:
         """What makes two rows the same measurement written twice: the deployment by architecture (a database
         dump names InferenceX's DeepSeek-R1 runs DeepSeek-V3, which has R1's architecture), the load and the
-        measured values to six decimals (sources round differently)."""
+        measured values to two decimals (sources round differently: a gap-analysis file keeps two)."""
         return (
             self.engine,
             self.model.model_dump_json(exclude={"name", "source"}),
@@ -108,8 +108,8 @@ class Case:
             self.isl,
             self.osl,
             self.concurrency,
-            round(self.ttft_ms, 6),
-            round(self.tpot_ms, 6),
+            round(self.ttft_ms, 2),
+            round(self.tpot_ms, 2),
         )
 
 
@@ -328,7 +328,9 @@ def build_cases(
     cases: list[Case] = []
     skipped: dict[str, int] = {}
     seen = set()
+    # a copy of a measurement comes after the row it copies, so the dated original is the one kept
     rows = [row for row in rows if row.get("system") == system]
+    rows.sort(key=lambda row: copied_from_inferencex(row.get("silicon_data_source", "")))
     ties = tie_rows(rows)
     for row in rows:
         try:
