@@ -255,7 +255,12 @@ class PerfDB:
                 found = self._transferred(key, siblings=with_ratios, others=True, with_ratios=with_ratios)
                 if found is not None:
                     return found
-        return fallback if fallback is not None else self.roofline.latency(key)
+        if fallback is None:
+            return self.roofline.latency(key)
+        # the tables' roofline is torch's; an engine's own kernels price its (MXFP4 / INT4 experts, peer
+        # all-reduce), under the note that says why no table held the key
+        own = self.roofline.latency(key)
+        return fallback if own.us == fallback.us else own._replace(note=fallback.note)
 
     def own_answer(
         self, key: OpKey, compute_capability: int, borrow: bool = True, roofline: bool = True
