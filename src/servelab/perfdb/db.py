@@ -14,7 +14,8 @@ The order, for a key of an engine backend (vllm, sglang, trtllm), exact shapes b
    `calibrated`), where one was fitted;
 5. another system's answer from its steps 1-2, else from its steps 1-4, carried over by the two systems'
    rooflines for the key and a fitted efficiency (perfdb.transfer; source `transferred`);
-6. the roofline.
+6. the roofline: the engine's own for an engine backend (its kernels' rules: MXFP4 and INT4 experts,
+   peer all-reduce).
 Steps 1, 2 and 4 are tried with the key's shape first, then with another shape's utilisation (borrowed).
 The torch backend (servelab's own kernels, no engine) takes steps 2, 3, 5 and 6.
 
