@@ -404,10 +404,20 @@ ENTRIES: tuple[Entry, ...] = (
         self_check=(LLMD, "profiles", "--check"),
     ),
     Entry(
-        outputs=("tests/data/aiconfigurator/**/*",),
+        outputs=(
+            "tests/data/aiconfigurator/*_sxm/**/*",
+            "tests/data/aiconfigurator/*.md",
+            "tests/data/aiconfigurator/LICENSE",
+        ),
         inputs=("scripts/refresh_aic_dsv4.py",),
         command="python scripts/refresh_aic_dsv4.py PATH/TO/aiconfigurator",
         recorded="copied from a checkout of AIConfigurator",
+    ),
+    Entry(
+        outputs=("tests/data/aiconfigurator/int4_moe/*",),
+        inputs=("scripts/refresh_aic_int4_moe.py",),
+        command="python scripts/refresh_aic_int4_moe.py PATH/TO/aiconfigurator",
+        recorded="rows copied from a checkout of AIConfigurator",
     ),
     Entry(
         outputs=("src/servelab/engines/*/releases/*.json",),

@@ -127,6 +127,22 @@ def test_the_marlin_entry_plans_the_shipped_table_and_deepseek_v4s_fp4_experts()
     assert dsv4 and {(k.dtype, k.experts, k.topk, k.ep) for k in dsv4} == {("fp4", 256, 6, 8)}
 
 
+def test_the_int4_marlin_entry_plans_kimis_int4_experts_as_the_step_asks_for_them():
+    """Kimi-K2.5's routed experts are INT4 (W4A16): the entry plans the keys a TP8 decode step of Kimi asks
+    for (InferenceX's INT4 recipes run TP8), and only INT4 experts route to it."""
+    vllm = catalogue("vllm")
+    planned = vllm.entry("marlin_moe_int4").plan()
+    assert {(k.hidden, k.inter, k.experts, k.topk, k.ep, k.dtype) for k in planned} == {
+        (7168, 256, 384, 8, 1, "int4")
+    }
+    ops = step_ops(load_model("moonshotai/Kimi-K2.5"), Parallel(tp=8), StepShape(decode_batch=16))
+    asked = {o.key for o in ops if isinstance(o.key, Moe)}
+    assert asked and asked <= set(planned)
+    assert {1, 4, 16, 64, 16384} <= {k.tokens for k in planned}
+    assert vllm.for_key(planned[0], "0.25.0").name == "marlin_moe_int4"
+    assert vllm.for_key(planned[0]._replace(dtype="mxfp4"), "0.25.0").name == "marlin_moe"
+
+
 def test_the_cutlass_entry_plans_deepseek_v4s_block_fp8_linears_and_the_kernel_choice_prices_them():
     from servelab.engines import kernel_choices  # noqa: PLC0415 - beside the catalogue it mirrors
     from servelab.engines.version import Version  # noqa: PLC0415

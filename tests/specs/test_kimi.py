@@ -77,12 +77,16 @@ def test_the_rows_read_int4_wo_as_the_native_release_and_nvfp4_as_nvidias():
 
 
 def test_int4_experts_are_priced_at_the_bf16_rate_with_a_quarter_of_the_weight_bytes():
-    roof = Roofline(load_system("h200_sxm"), backend="vllm")
+    # the weights' bytes alone (torch's roofline: no engine kernel's read rate, tests/perfdb/
+    # test_roofline_int4_experts.py has vLLM's and SGLang's)
+    roof = Roofline(load_system("h200_sxm"), backend="torch")
     # a decode step of 64 tokens on one rank: memory bound, 0.5625 of 2 bytes a weight (and launch floors)
     decode = {d: roof.latency(Moe(64, 7168, 256, 384, 8, 1, d)).us for d in ("int4", "bf16")}
     assert decode["int4"] < 0.35 * decode["bf16"]
     prefill = {d: roof.latency(Moe(16384, 7168, 256, 384, 8, 1, d)).us for d in ("int4", "bf16")}
     assert prefill["int4"] == pytest.approx(prefill["bf16"], rel=0.05)  # compute bound: bf16 activations
+    vllm = Roofline(load_system("h200_sxm"), backend="vllm")
+    assert vllm.latency(Moe(16384, 7168, 256, 384, 8, 1, "int4")).us == pytest.approx(prefill["int4"])
 
 
 def test_estimate_answers_offline_and_says_what_is_roofline():

@@ -14,7 +14,8 @@ The order, for a key of an engine backend (vllm, sglang, trtllm), exact shapes b
    `calibrated`), where one was fitted;
 5. another system's answer from its steps 1-2, else from its steps 1-4, carried over by the two systems'
    rooflines for the key and a fitted efficiency (perfdb.transfer; source `transferred`);
-6. the roofline.
+6. the roofline: the engine's own for an engine backend (its kernels' rules: MXFP4 and INT4 experts,
+   peer all-reduce).
 Steps 1, 2 and 4 are tried with the key's shape first, then with another shape's utilisation (borrowed).
 The torch backend (servelab's own kernels, no engine) takes steps 2, 3, 5 and 6.
 
@@ -255,7 +256,12 @@ class PerfDB:
                 found = self._transferred(key, siblings=with_ratios, others=True, with_ratios=with_ratios)
                 if found is not None:
                     return found
-        return fallback if fallback is not None else self.roofline.latency(key)
+        if fallback is None:
+            return self.roofline.latency(key)
+        # the tables' roofline is torch's; an engine's own kernels price its (MXFP4 / INT4 experts, peer
+        # all-reduce), under the note that says why no table held the key
+        own = self.roofline.latency(key)
+        return fallback if own.us == fallback.us else own._replace(note=fallback.note)
 
     def own_answer(
         self, key: OpKey, compute_capability: int, borrow: bool = True, roofline: bool = True

@@ -114,6 +114,20 @@ PEER_ALLREDUCE_BACKENDS = frozenset(e.value for e in MODELLED)  # every priced e
 # gpt-oss B200 recipes choose (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 in single_node/gptoss_fp4_b200.sh);
 # vLLM 0.25's default for gpt-oss, MXFP4_BF16, multiplies at half that rate
 MXFP4_EXPERTS_COMPUTE = {"vllm": Dtype.fp8.compute}
+# The engines' INT4 weight-only MoE kernels (Kimi-K2's W4A16 experts) read the weights well below the HBM
+# rate the roofline's fitted memory efficiency assumes. vLLM runs them through Marlin (moe_wna16_marlin_gemm:
+# CompressedTensorsWNA16MarlinMoEMethod in 0.15.1 and 0.16, fused_moe/oracle/int_wna16.py in 0.25), and
+# SGLang 0.5.10 too (CompressedTensorsWNA16MoE), except FlashInfer's TensorRT-LLM MXINT4 kernel on
+# Blackwell where asked for (vLLM 0.16 on with VLLM_USE_FLASHINFER_MOE_INT4=1, which InferenceX's B200
+# script sets, while 0.15.1 has no such backend; SGLang's flashinfer_trtllm runner). The fraction of HBM
+# peak each GPU's kernels reach, fitted (latency = floor + weight bytes / (fraction x peak)) to
+# AIConfigurator's measured tables of Kimi-K2.5's experts at TP8, 1-32 tokens (accuracy/int4_moe_vs_aic.py;
+# docs/accuracy.md, twentieth session): vLLM's Marlin 0.831 (0.14.0) and 0.788 (0.24.0) on H100, 0.654
+# and 0.617 on H200; on B200 vLLM 0.24's Marlin 0.447 and FlashInfer's MXINT4 (SGLang 0.5.14) 0.480. Each
+# is the mean of its GPU's two. About 2.7, 3.1 and 3.5 TB/s: the kernels are bound by their small
+# per-expert tiles, not by the HBM, so the fraction falls as the HBM gets faster.
+INT4_EXPERTS_HBM_FRACTION = {"h100_sxm": 0.81, "h200_sxm": 0.64, "b200_sxm": 0.46}
+INT4_EXPERTS_BACKENDS = frozenset({"vllm", "sglang"})
 MEMO_ENTRIES = 1 << 16  # answers a Roofline keeps (a plan asks for ~20,000 keys); all dropped beyond
 
 
@@ -198,6 +212,10 @@ class Roofline:
         self.system = system
         self.peer_allreduce = backend in PEER_ALLREDUCE_BACKENDS
         self.mxfp4_experts_compute = MXFP4_EXPERTS_COMPUTE.get(backend)
+        int4_fraction = (
+            INT4_EXPERTS_HBM_FRACTION.get(system.name) if backend in INT4_EXPERTS_BACKENDS else None
+        )
+        self.int4_experts_bw = system.hbm_bw_tbs * 1e12 * int4_fraction if int4_fraction else None
         where = f"system {system.name}: efficiencies"
         self.note = f"roofline on {system.name}"
         if efficiencies_of is not None:
@@ -464,7 +482,11 @@ class Roofline:
         touched = local_experts * p_hit
         wb = _dtype_bytes(k.dtype)
         flops = 2.0 * 3 * assignments * k.hidden * k.inter
-        bytes_ = touched * 3 * k.hidden * k.inter * wb + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
+        weight_bytes = touched * 3 * k.hidden * k.inter * wb
+        if k.dtype == Dtype.int4 and self.int4_experts_bw:
+            # read at the engine kernel's measured rate: as many bytes as take that long at the roofline's
+            weight_bytes *= self.bw / self.int4_experts_bw
+        bytes_ = weight_bytes + assignments * (k.hidden * 2 * 2 + k.inter * 2 * 3)
         # grouped GEMM: per expert the M dimension is small, tile quantization per expert
         per_expert = assignments / max(touched, 1e-9)
         tile_eff = (

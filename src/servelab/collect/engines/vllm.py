@@ -53,6 +53,14 @@ def _mxfp4(key: OpKey) -> bool:
     return isinstance(key, Moe) and key.dtype in ("mxfp4", "fp4")
 
 
+def _int4(key: OpKey) -> bool:
+    """INT4 weight-only experts (Kimi-K2's compressed-tensors W4A16, group 32): vLLM 0.16's
+    CompressedTensorsWNA16MarlinMoEMethod runs Marlin wherever the shape fits it (FlashInfer's MXINT4 kernel
+    only on SM100 with VLLM_USE_FLASHINFER_MOE_INT4=1); vLLM 0.25's WNA16 oracle
+    (fused_moe/oracle/int_wna16.py) likewise, past FlashInfer's TensorRT-LLM kernel, which is Blackwell's."""
+    return isinstance(key, Moe) and key.dtype == "int4"
+
+
 def _deepgemm(key: OpKey) -> bool:
     return _fp8_block(key) and isinstance(key, Moe) and key.hidden % 128 == 0 and key.inter % 128 == 0
 
@@ -100,6 +108,17 @@ def marlin_plan() -> list[OpKey]:
     keys = p.moe_keys(("gpt-oss-120b",), TP_ONLY, p.TOKENS, lambda d: True)
     keys += p.moe_keys(("deepseek-ai/DeepSeek-V4-Flash",), p.RECIPE_PARALLELS[:1], p.TOKENS, lambda d: True)
     return [k for k in keys if _mxfp4(k)]
+
+
+# Kimi-K2.5's INT4 experts at InferenceX's vLLM INT4 recipes' TP8 (kimik2.5_int4_{h200,b200}.sh), decode
+# batches with the small-M steps the Marlin block size changes at
+INT4_MOE_TOKENS = tuple(sorted(set(p.TOKENS) | set(p.SMALL_TOKENS)))
+
+
+def marlin_int4_plan() -> list[OpKey]:
+    """Kimi-K2.5's INT4 experts at TP8, INT4_MOE_TOKENS tokens, uniform routing."""
+    keys = p.moe_keys(("moonshotai/Kimi-K2.5",), (Parallel(tp=8),), INT4_MOE_TOKENS, lambda d: True)
+    return [k for k in keys if _int4(k)]
 
 
 def block_gemm_plan() -> list[OpKey]:
@@ -212,6 +231,23 @@ ENTRIES = (
         libraries=(MOE_LIB,),
         stand_ins="the activation between the GEMMs is one Triton kernel with swigluoai_and_mul's math "
         "(vLLM's is in _C, not carried)",
+    ),
+    KernelEntry(
+        name="marlin_moe_int4",
+        ops=(OpName.moe,),
+        backend="vllm-marlin",
+        kernel="vLLM's Marlin WNA16 MoE path on INT4 experts (fused_marlin_moe; Kimi-K2's compressed-tensors "
+        "W4A16): moe_wna16_marlin_gemm with uint4b8 weights and bf16 group-32 scales for gate-up and down, "
+        "moe_align_block_size, from _moe_C of the vLLM wheel; latency: gate-up GEMM + activation + down "
+        "GEMM, captured together in one CUDA graph",
+        bench=_K + "vllm_marlin:bench",
+        runs=_int4,
+        plan=marlin_int4_plan,
+        versions=("0.24", "9999"),
+        files=(MOE_LIB,),
+        libraries=(MOE_LIB,),
+        stand_ins="the activation between the GEMMs is one Triton kernel reading and writing silu_and_mul's "
+        "bytes (vLLM's is in _C, not carried)",
     ),
     KernelEntry(
         name="cutlass_block_fp8",

@@ -15,6 +15,14 @@ time does not depend on which weights it multiplies, and every e2m1 nibble is a 
 (dtype mxfp4) has bf16 biases; DeepSeek-V4's FP4 experts (dtype fp4) have none. The activation is one Triton
 kernel with swigluoai_and_mul's math (vLLM's lives in its _C library, not carried): DeepSeek-V4's SiLU with
 clamp reads and writes the same bytes.
+
+INT4 weight-only experts (dtype int4: Kimi-K2's compressed-tensors W4A16, symmetric, one bf16 scale per 32
+values) run the same fused_marlin_moe with b_q_type uint4b8 and bf16 group scales, no bias, SiLU-and-mul
+between the GEMMs (CompressedTensorsWNA16MarlinMoEMethod, compressed_tensors_moe.py of vLLM 0.16.0;
+fused_moe/oracle/int_wna16.py's MARLIN backend in 0.25.0). Nothing is padded: vLLM 0.16 takes Marlin only
+where the hidden size is a multiple of 128 and the rank's intermediate of 64 (check_moe_marlin_supports_layer,
+quantization/utils/marlin_utils.py), and runs its Triton WNA16 kernel otherwise, so other shapes are refused.
+The Triton activation stands in for silu_and_mul (the same bytes read and written).
 """
 
 import torch
@@ -26,12 +34,15 @@ from servelab.collect.timing import time_op
 
 HIDDEN_PAD, INTER_PAD = 256, 128
 MX_BLOCK = 32  # values per e8m0 scale
+INT4_GROUP = 32  # values per bf16 scale of an INT4 (W4A16) expert
+INT4_HIDDEN_MULTIPLE, INT4_INTER_MULTIPLE = 128, 64  # check_moe_marlin_supports_layer (vLLM 0.16.0)
 BLOCK_SIZES_M = (8, 16, 32, 48, 64)
 SCALE_BYTES = (122, 125)  # e8m0 bytes drawn from [122, 125): 2^-5 .. 2^-3
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
 ACT_BLOCK = 1024
 OPS = ("moe_align_block_size", "moe_wna16_marlin_gemm")
 BACKEND = "vllm MarlinExperts (Marlin W4A16 grouped GEMM, MXFP4 weights, bf16 activations)"
+INT4_BACKEND = "vllm MarlinExperts (Marlin W4A16 grouped GEMM, INT4 uint4b8 weights, bf16 group-32 scales)"
 
 
 def scalar_type_id(exponent: int, mantissa: int, signed: bool, bias: int, finite_only: bool, nan: int) -> int:
@@ -46,6 +57,7 @@ def scalar_type_id(exponent: int, mantissa: int, signed: bool, bias: int, finite
 
 
 FE2M1F_ID = scalar_type_id(2, 1, True, 0, True, 0)  # scalar_types.float4_e2m1f
+UINT4B8_ID = scalar_type_id(0, 4, False, 8, False, 0)  # scalar_types.uint4b8 (ScalarType.uint(4, 8))
 
 
 def round_up(x: int, y: int) -> int:
@@ -99,7 +111,18 @@ def bench(key, files=None) -> dict:
     if key.experts % key.ep:
         raise Unsupported(f"{key.experts} experts do not split over ep {key.ep}")
     local = key.experts // key.ep
-    n, k = round_up(key.inter, INTER_PAD), round_up(key.hidden, HIDDEN_PAD)
+    int4 = key.dtype == "int4"
+    if int4 and (key.hidden % INT4_HIDDEN_MULTIPLE or key.inter % INT4_INTER_MULTIPLE):
+        raise Unsupported(
+            f"hidden {key.hidden} / intermediate {key.inter}: vLLM runs INT4 experts through Marlin only at "
+            f"multiples of {INT4_HIDDEN_MULTIPLE} / {INT4_INTER_MULTIPLE}"
+        )
+    if int4:
+        n, k = key.inter, key.hidden
+    else:
+        n, k = round_up(key.inter, INTER_PAD), round_up(key.hidden, HIDDEN_PAD)
+    group = INT4_GROUP if int4 else MX_BLOCK
+    scale_bytes = 2 if int4 else 1
     m, topk = key.tokens, key.topk
     block = block_size_m(m, topk, local)
     sorted_len, blocks = align_len(m, topk, key.experts, block)
@@ -115,15 +138,17 @@ def bench(key, files=None) -> dict:
             return torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, device=dev)
 
         def scales(*shape):
+            if int4:  # bf16 group scales of about the size a checkpoint's have
+                return (torch.rand(shape, device=dev) * 0.01 + 0.001).bfloat16()
             return torch.randint(*SCALE_BYTES, shape, dtype=torch.uint8, device=dev).view(
                 torch.float8_e8m0fnu
             )
 
         w = {
             "w1": words(local, k // 16, 2 * 2 * n),
-            "s1": scales(local, k // MX_BLOCK, 2 * n),
+            "s1": scales(local, k // group, 2 * n),
             "w2": words(local, n // 16, 2 * k),
-            "s2": scales(local, n // MX_BLOCK, k),
+            "s2": scales(local, n // group, k),
         }
         w["b1"] = (torch.randn(local, 2 * n, device=dev) * 0.1).bfloat16() if bias else None
         w["b2"] = (torch.randn(local, k, device=dev) * 0.1).bfloat16() if bias else None
@@ -152,7 +177,7 @@ def bench(key, files=None) -> dict:
         topk_w, sorted_ids, expert_ids, ntp = route
         ops.moe_wna16_marlin_gemm(
             a, c, w, b, s, None, None, None, None, None, workspace, sorted_ids, expert_ids, ntp,
-            topk_w, block, top_k, mul, FE2M1F_ID, size_m, size_n, size_k,
+            topk_w, block, top_k, mul, UINT4B8_ID if int4 else FE2M1F_ID, size_m, size_n, size_k,
             True, False, True, False, -1, -1, -1,
         )  # fmt: skip
 
@@ -190,11 +215,11 @@ def bench(key, files=None) -> dict:
         )
         return x["cache3"]
 
-    weight_bytes = local * (2 * n * k // 2 + k * n // 2 + (2 * n * k + k * n) // MX_BLOCK)
+    weight_bytes = local * (2 * n * k // 2 + k * n // 2 + (2 * n * k + k * n) // group * scale_bytes)
     t = time_op(make, run, weight_bytes + m * topk * (2 * n + n + k) * 2 + m * k * 2)
     return {
         **t,
-        "backend": BACKEND,
+        "backend": INT4_BACKEND if int4 else BACKEND,
         "hidden_padded": k,
         "inter_padded": n,
         "block_size_m": block,

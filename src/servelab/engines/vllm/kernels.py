@@ -47,6 +47,27 @@ MARLIN_FP4_MOE = KernelChoice(
     ),
 )
 
+MARLIN_INT4_MOE = KernelChoice(
+    table="vllm-marlin",
+    op="moe",
+    dtypes=frozenset({"int4"}),
+    compute_capabilities=frozenset({90}),
+    why=(
+        "Kimi-K2's INT4 weight-only experts (compressed-tensors W4A16, group 32) on Hopper: vLLM 0.16's "
+        "CompressedTensorsWNA16MarlinMoEMethod (compressed_tensors_moe.py) runs fused_marlin_moe, "
+        "moe_wna16_marlin_gemm on uint4b8 weights with bf16 scales, wherever the hidden size is a multiple "
+        "of 128 and the rank's intermediate of 64 (check_moe_marlin_supports_layer); FlashInfer's MXINT4 "
+        "kernel is SM100's only (is_flashinfer_mxint4_moe_available), and vLLM 0.25's WNA16 oracle "
+        "(fused_moe/oracle/int_wna16.py) passes it and runs the same Marlin path. The kernel's source "
+        "(csrc/moe/marlin_moe_wna16 in 0.16.0, csrc/libtorch_stable/moe/marlin_moe_wna16 in 0.25.0) differs "
+        "for these types only in the down GEMM's routing-weight multiply (fp32 before bf16), so the 0.25.0 "
+        "library's rows answer for 0.16. Blackwell keeps the roofline: vLLM 0.15.1 runs the same Marlin "
+        "path there (it has no MXINT4 backend and reads no VLLM_USE_FLASHINFER_MOE_INT4), 0.16 on runs "
+        "FlashInfer's MXINT4 kernel where that variable is set (InferenceX's B200 INT4 script sets it from "
+        "2026-03-24), and no table times either on Blackwell."
+    ),
+)
+
 CUTLASS_BLOCK_FP8_GEMM = KernelChoice(
     table="vllm-cutlass",
     op="gemm",
@@ -82,4 +103,11 @@ TORCH_LINEAR = KernelChoice(
     ),
 )
 
-KERNELS = (DEEPGEMM_MOE, MARLIN_MXFP4_MOE, MARLIN_FP4_MOE, CUTLASS_BLOCK_FP8_GEMM, TORCH_LINEAR)
+KERNELS = (
+    DEEPGEMM_MOE,
+    MARLIN_MXFP4_MOE,
+    MARLIN_FP4_MOE,
+    MARLIN_INT4_MOE,
+    CUTLASS_BLOCK_FP8_GEMM,
+    TORCH_LINEAR,
+)
