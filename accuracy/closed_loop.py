@@ -243,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--only", help="price only points whose id contains this text")
     ap.add_argument(
+        "--skip-models",
+        default="",
+        help="leave out the points of these models (comma separated servelab names, e.g. qwen3.5-397b-a17b): "
+        "a model that shares its family with older ones",
+    )
+    ap.add_argument(
         "--skip-families",
         default="",
         help="leave out the points of these model families (comma separated, e.g. kimi-k2.5,glm-5): the "
@@ -258,10 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     want = {"dev": (False,), "heldout": (True,), "both": (False, True)}[args.part]
     skip = set(filter(None, args.skip_families.split(",")))
+    skip_models = set(filter(None, args.skip_models.split(",")))
     points = [
         p
         for p in points
-        if p.heldout in want and (not args.only or args.only in p.key) and p.case.family not in skip
+        if p.heldout in want
+        and (not args.only or args.only in p.key)
+        and p.case.family not in skip
+        and p.case.model.name not in skip_models
     ]
     print(f"rows left out by reason: {dict(sorted(skipped.items(), key=lambda kv: -kv[1]))}", file=sys.stderr)
     saved = price_points(points, args.calibration, args.out, args.jobs)

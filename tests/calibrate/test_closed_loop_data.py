@@ -208,6 +208,9 @@ def test_the_accuracy_script_leaves_out_the_families_it_is_asked_to(tmp_path):
     )
     assert "== development part: 1 points priced" in priced
     assert "== development part: 0 points priced" in skipped
+    # --skip-models: a model of a family the others share (Qwen3.5 is a "qwen"), by its servelab name
+    by_model = run_accuracy_python([*args, "--out", str(tmp_path / "c.json"), "--skip-models", "kimi-k2.5"])
+    assert "== development part: 0 points priced" in by_model
 
 
 def test_the_points_are_priced_with_the_moe_terms_where_the_fit_reaches_as_for_a_user():
