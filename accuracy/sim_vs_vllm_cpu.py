@@ -65,6 +65,7 @@ KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE there
 # count it has not run before (lone prompts of 131-142 tokens: 8-12 ms the first time, 2.0-2.4 ms the second),
 # which would measure warm-up instead of serving with every fresh length.
 RANGE_RATIO = 0.2
+KEEPALIVE_S = 2.0  # the client's keep-alive, under the server's 5 s (_session)
 PROMPT_LEVELS = (0.8, 0.9, 1.0, 1.1, 1.2)
 POINTS = [(c, isl, osl) for isl, osl in ((128, 64), (512, 32)) for c in (1, 4, 16)]
 PREFILL_LENS = (32, 256, 1024)
@@ -158,7 +159,7 @@ class StepSamples:
 
     async def _round(self, base_url: str, model: str, rng: random.Random, keep: bool) -> None:
         url = base_url + "/v1/completions"
-        async with aiohttp.ClientSession() as s:
+        async with _session() as s:
             for n in PREFILL_LENS:
                 step, client_path, front_path = await _prefill_step(s, url, base_url, rng, n, model)
                 if keep:
@@ -304,6 +305,13 @@ def predict_point(model, profile: CpuProfile, c: int, isl: int, osl: int, num_re
 
 
 # ---------------------------------------------------------------------------------------------- measurement
+def _session() -> aiohttp.ClientSession:
+    """A client session that never reuses a connection idle over KEEPALIVE_S: vLLM's API server closes one
+    after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and a request written as it closes fails
+    (ClientConnectionResetError)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+
+
 async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n: int, seed: int) -> dict:
     url = base_url + "/v1/completions"
     rng = random.Random(seed)
@@ -313,8 +321,7 @@ async def _closed_loop(base_url: str, model: str, c: int, isl: int, osl: int, n:
     ]
     prompts = [_prompt(rng, i) for i, _ in lengths]
     ttfts, tpots, nxt = [], [], iter(range(n))
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as s:
+    async with _session() as s:
         await _stream(s, url, _prompt(rng, isl), 4, model)  # ready check, not counted
         before, t_start = metric_sums(base_url), time.perf_counter()
 
@@ -355,7 +362,7 @@ def prompt_lengths(isl: int) -> list[int]:
 
 async def _warm_prompts(base_url: str, model: str, lengths: list[int]) -> None:
     rng = random.Random(2)
-    async with aiohttp.ClientSession() as s:
+    async with _session() as s:
         for n in lengths:
             for _ in range(2):
                 await _stream(s, base_url + "/v1/completions", _prompt(rng, n), 1, model)

@@ -160,10 +160,10 @@ class EngineTerms(NamedTuple):
 
 def replays_graph(engine: EngineProfile, num_seqs: int, decode_only: bool, tokens: int | None) -> bool:
     """Whether the step replays a CUDA graph: a decode-only step of at most cuda_graph_max_batch sequences,
-    or, where the engine captures graphs by tokens (graphs_by_tokens: vLLM V1), any step of at most that many
-    tokens on the rank, mixed ones too (tokens None: counted as its sequences)."""
-    if engine.graphs_by_tokens:
-        return (num_seqs if tokens is None else tokens) <= engine.cuda_graph_max_batch
+    or, where the engine captures graphs by tokens (graphs_by_tokens: vLLM V1) and the step's tokens on the
+    rank are known, any step of at most that many tokens, mixed ones too."""
+    if engine.graphs_by_tokens and tokens is not None:
+        return tokens <= engine.cuda_graph_max_batch
     return decode_only and num_seqs <= engine.cuda_graph_max_batch
 
 
