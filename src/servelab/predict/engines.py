@@ -59,7 +59,7 @@ from servelab.engines.policy_registry import policy_for
 from servelab.engines.trtllm.moe import unfitted_backend
 from servelab.engines.vllm.batch import async_scheduling_default, reserve_full_prompt_default
 from servelab.engines.vllm.batch import batch_defaults as vllm_batch_defaults
-from servelab.engines.vllm.runner import cudagraph_capture_sizes
+from servelab.engines.vllm.runner import largest_cudagraph_size
 from servelab.errors import ServelabError, closest
 from servelab.predict.fit_reach import FitReach
 from servelab.specs import MlaFp8KvLayout, ModelSpec, SystemSpec
@@ -400,14 +400,12 @@ def vllm_batch(
         notes.append(f"batch defaults: {rule.why}" + (f" ({' and '.join(kept)} as given)" if kept else ""))
     if "cuda_graph_max_batch" in given:  # the launch's capture size also sizes the graphs' memory
         update["max_cudagraph_capture_size"] = given["cuda_graph_max_batch"]
-    # the largest step a graph replays, in tokens: the launch's capture size, else min(2 x max_num_seqs,
-    # 512), never over the token budget (engines.vllm.runner.cudagraph_capture_sizes)
+    # the largest step a graph replays, in tokens
     seqs = update.get("max_num_seqs", given.get("max_num_seqs", profile.max_num_seqs))
     tokens = update.get(
         "max_num_batched_tokens", given.get("max_num_batched_tokens", profile.max_num_batched_tokens)
     )
-    sizes = cudagraph_capture_sizes(seqs, tokens, given.get("cuda_graph_max_batch"))
-    update["cuda_graph_max_batch"] = sizes[-1]
+    update["cuda_graph_max_batch"] = largest_cudagraph_size(seqs, tokens, given.get("cuda_graph_max_batch"))
     if "async_scheduling" not in given:
         update["async_scheduling"], why = async_scheduling_default(version)
         notes.append(why)

@@ -65,14 +65,22 @@ def subtracts_cudagraph_memory(model: ModelSpec, version: str | None = None) -> 
     return _release(version) >= CUDAGRAPH_ESTIMATE_FROM and model_runner(model, version) == "v1"
 
 
+def largest_cudagraph_size(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> int:
+    """The largest step, in tokens, a CUDA graph is captured for (config/vllm.py _set_cudagraph_sizes,
+    0.25.0): the launch's max_cudagraph_capture_size where one is set (max_capture_size), else
+    min(2 x max_num_seqs, 512), never over max_num_batched_tokens."""
+    return min(max_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)
+
+
 def cudagraph_capture_sizes(
     max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
 ) -> list[int]:
     """config/vllm.py VllmConfig._set_cudagraph_sizes (0.25.0, the default 'balanced' performance mode, no
-    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to the largest size, capped at
-    max_num_batched_tokens, which is added when it fits. The largest size is the launch's
-    max_cudagraph_capture_size where one is set (max_capture_size), else min(2 x max_num_seqs, 512)."""
-    largest = min(max_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)
+    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to the largest size
+    (largest_cudagraph_size), and max_num_batched_tokens when it fits."""
+    largest = largest_cudagraph_size(max_num_seqs, max_num_batched_tokens, max_capture_size)
     sizes = {s for s in (1, 2, 4) if s <= largest}
     sizes.update(range(8, min(largest + 1, 256), 8))
     sizes.update(range(256, largest + 1, 16))
@@ -97,6 +105,7 @@ __all__ = [
     "Runner",
     "cudagraph_capture_sizes",
     "cudagraph_count",
+    "largest_cudagraph_size",
     "model_runner",
     "subtracts_cudagraph_memory",
 ]
