@@ -448,7 +448,7 @@ def bench(
         help="Token budget per step (SGLang: chunked-prefill size; TensorRT-LLM: max_num_tokens).",
         rich_help_panel=_TWIN,
     ),
-    cuda_graph_max_batch: int | None = typer.Option(
+    max_cudagraph_capture_size: int | None = typer.Option(
         None,
         "--max-cudagraph-capture-size",
         "--cuda-graph-max-bs",
@@ -716,7 +716,7 @@ def bench(
         deployment.update(weight_dtype=weight_dtype, kv_dtype=kv_dtype)
         settings: dict[str, Any] = dict(engine=engine, max_num_seqs=max_num_seqs)
         settings.update(max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
-        settings.update(cuda_graph_max_batch=cuda_graph_max_batch)
+        settings.update(max_cudagraph_capture_size=max_cudagraph_capture_size)
         settings.update(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
         settings.update(num_speculative_tokens=num_speculative_tokens, spec_acceptance=spec_acceptance)
         settings.update(gpu_memory_utilization=gpu_memory_utilization)

@@ -62,7 +62,7 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=1)
     # the largest step a CUDA graph replays: vLLM's --max-cudagraph-capture-size (tokens), SGLang's
     # --cuda-graph-max-bs (a decode batch); None: the engine's own rule
-    cuda_graph_max_batch: int | None = Field(None, ge=1)
+    max_cudagraph_capture_size: int | None = Field(None, ge=1)
     chunked_prefill: bool | None = None
     block_size: int = Field(16, ge=1)
     enable_prefix_caching: bool | None = None  # None: the engine's default (engines/<engine>/defaults.json)
@@ -258,7 +258,7 @@ def twin_engine(settings: EngineSettings, system: SystemSpec, calibration: Path 
         gpu_name=system.gpu_name,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
-        cuda_graph_max_batch=settings.cuda_graph_max_batch,
+        cuda_graph_max_batch=settings.max_cudagraph_capture_size,
         chunked_prefill=settings.chunked_prefill,
         attention_dp_balance=settings.attention_dp_balance,
         attention_dp_timeout_iters=settings.attention_dp_timeout_iters,
