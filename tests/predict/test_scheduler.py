@@ -193,7 +193,8 @@ def test_first_wave_ttft_grows_linearly_with_the_clients_that_share_the_budget()
 def test_api_server_takes_requests_in_one_at_a_time_and_streaming_slows_it():
     per_request, per_token = 0.002, 1e-6
     limits = _limits(frontend_s=per_request, frontend_token_s=per_token)
-    source, _ = _replay(limits, [(10, 2, 0)] * 4)
+    # an API server whose output streaming does not queue behind intake (SchedulingPolicy's default)
+    source, _ = _replay(limits, [(10, 2, 0)] * 4, policy=SchedulingPolicy())
     handed = [per_request + per_token * 10] * 4
     ttft = _ttft_s(source)
     # the k-th request reaches the scheduler after k intakes; the engine itself adds a few microseconds
@@ -387,8 +388,23 @@ def test_streaming_api_server_delays_what_the_client_sees_by_its_backlog():
     for req in source.requests:
         assert req.first[0] == pytest.approx(10.2e-3)
         assert req.finish[0] == pytest.approx(30.2e-3)
-    plain, _ = _replay(_limits(frontend_out_token_s=5e-3), [(100, 3, 0), (100, 3, 0)])
+    plain, _ = _replay(
+        _limits(frontend_out_token_s=5e-3), [(100, 3, 0), (100, 3, 0)], policy=SchedulingPolicy()
+    )
     assert [r.finish[0] for r in plain.requests] == pytest.approx([2.2e-3, 2.2e-3])
+
+
+def test_a_serial_output_stream_also_pays_for_each_step_it_takes_in():
+    """The same two prompts with 1 ms of API-server work per engine step besides 5 ms a token (vLLM V1's
+    output_handler takes each step's outputs in as one batch): the prefill step's two first tokens are
+    handled by 0.2 + 2 x 5 + 1 = 11.2 ms; each decode step adds its two tokens and itself, 11 ms, so the
+    last tokens are handled by 33.2 ms. vLLM's policy streams this way."""
+    limits = _limits(frontend_out_token_s=5e-3, frontend_step_s=1e-3)
+    source, _ = _replay(limits, [(100, 3, 0), (100, 3, 0)], policy=VllmPolicy())
+    assert VllmPolicy().serial_output_stream
+    for req in source.requests:
+        assert req.first[0] == pytest.approx(11.2e-3)
+        assert req.finish[0] == pytest.approx(33.2e-3)
 
 
 def test_a_client_sends_its_next_request_when_it_sees_the_last_one_end():

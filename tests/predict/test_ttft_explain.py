@@ -71,8 +71,11 @@ def test_one_request_on_an_idle_engine_has_no_queue_and_no_wait():
     engine = engine_profile("vllm")
     intake = rows(ex, "API server")[0]["mean_ms"]
     assert intake == pytest.approx((engine.api_request_us + 4096 * engine.api_prompt_token_us) / 1000)
-    # the rest is its one prefill step (a 4K prompt within the 8K budget), kernels and engine terms
-    assert {r["part"] for r in ex["rows"]} == {"API server", "prefill steps"}
+    # then its one prefill step (a 4K prompt within the 8K budget), kernels and engine terms, and the API
+    # server's handling of that step's output, its first token (vLLM's serial output stream)
+    assert {r["part"] for r in ex["rows"]} == {"API server", "prefill steps", "first token"}
+    streamed = rows(ex, "first token")[0]["mean_ms"]
+    assert streamed == pytest.approx((engine.api_output_token_us + engine.api_step_us) / 1000)
 
 
 def test_the_queue_grows_with_the_clients():

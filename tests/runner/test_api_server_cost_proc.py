@@ -42,6 +42,18 @@ FIT_RUNS = [
     _run(40, 160, 1024, 32),
     _run(300, 2048, 2048, 64),
 ]
+# the same loads, some with long prompts (--long-prompt-words): 1.5 us more a prompt token
+
+
+def _prompted(run, prompt_tokens, words):
+    cpu_s = run["api_cpu_s"] + 1.5 * prompt_tokens / 1e6
+    return {**run, "prompt_tokens": prompt_tokens, "prompt_words": words, "api_cpu_s": cpu_s}
+
+
+PROMPT_RUNS = [_prompted(r, 17 * r["requests"], 16) for r in FIT_RUNS] + [
+    _prompted(_run(70, 1000, 1000, 32), 32 * 701, 700),
+    _prompted(_run(20, 2000, 2000, 64), 64 * 701, 700),
+]
 # one chunk per token everywhere: chunks and tokens cannot be told apart
 ONE_CHUNK_RUNS = [
     _run(s, t, t, r)
@@ -77,13 +89,20 @@ loads = ((1, 256, 4096), (64, 256, 4096), (4, 512, 1000))
 out["requests_for"] = [cost.requests_for(c, n, t) for c, n, t in loads]
 out["fit"] = cost.fit_costs(given["fit_runs"])
 out["one_chunk_fit"] = cost.fit_costs(given["one_chunk_runs"])
+out["prompt_fit"] = cost.fit_costs(given["prompt_runs"])
 print(json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def answers() -> dict:
-    given = {"stat": STAT, "net_tcp": NET_TCP, "fit_runs": FIT_RUNS, "one_chunk_runs": ONE_CHUNK_RUNS}
+    given = {
+        "stat": STAT,
+        "net_tcp": NET_TCP,
+        "fit_runs": FIT_RUNS,
+        "one_chunk_runs": ONE_CHUNK_RUNS,
+        "prompt_runs": PROMPT_RUNS,
+    }
     return json.loads(run_accuracy_python(["-c", ASK], stdin=json.dumps(given)))
 
 
@@ -127,3 +146,12 @@ def test_the_fit_takes_a_load_apart_into_steps_chunks_tokens_and_requests(answer
 
 def test_runs_of_one_chunk_per_token_cannot_tell_chunks_from_tokens(answers):
     assert answers["one_chunk_fit"] is None
+
+
+def test_runs_of_two_prompt_lengths_also_price_a_prompt_token(answers):
+    fit = answers["prompt_fit"]
+    assert fit is not None
+    assert fit["per_prompt_token_us"] == pytest.approx(1.5, abs=0.01)
+    assert fit["per_request_us"] == pytest.approx(2000, abs=1)
+    # runs of one prompt length (FIT_RUNS) have no prompt term: it would be the request's under another name
+    assert "per_prompt_token_us" not in answers["fit"]

@@ -69,6 +69,7 @@ class EngineDefaults(BaseModel):
     api_request_us: float = Field(ge=0)  # API-server CPU per request before the scheduler sees it
     api_prompt_token_us: float = Field(ge=0)  # ... per prompt token (tokenizing)
     api_output_token_us: float = Field(ge=0)  # ... per output token streamed (detokenize, send)
+    api_step_us: float = Field(0.0, ge=0)  # ... per engine step whose outputs it handles (a serial stream)
     step_overhead_us: float = Field(ge=0)
     per_seq_overhead_us: float = Field(ge=0)
     kernel_gap_us: float = Field(ge=0)

@@ -20,8 +20,9 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   `api_output_token_us`: its work per streamed output token (detokenize, build and send the chunk), which
   takes the same CPU, so a request arriving while the replica streams r tokens/s is handled
   1 / (1 - r x api_output_token_us) slower, unless the policy's API server streams serially (SGLang's
-  serial_output_stream): then the streaming is queued work of that one process, and a client sees a token,
-  and sends its next request, when the queue has handled it.
+  serial_output_stream, and vLLM V1's): then the streaming is queued work of that one process, and a client
+  sees a token, and sends its next request, when the queue has handled it; `api_step_us` is that queue's
+  work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host).
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
@@ -93,6 +94,7 @@ class EngineProfile(BaseModel):
     api_request_us: float = 0.0  # API server CPU per request before it reaches the scheduler
     api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
+    api_step_us: float = 0.0  # ... per engine step whose outputs it takes in (serial output stream only)
     moe_prompt_token_us: float = 0.0  # per prompt token per MoE layer a step runs (see the module docstring)
     # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
     budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()

@@ -13,6 +13,13 @@ class VllmPolicy(SchedulingPolicy):
     cache fills, a running request is preempted instead."""
 
     kind: Literal["vllm"] = "vllm"
+    # V1's API server is one process whose asyncio loop takes requests in (HTTP, the OpenAI layer, tokenizing)
+    # and handles every engine step's outputs (AsyncLLM's output_handler: the EngineCoreOutputs of a step,
+    # OutputProcessor.process_outputs detokenizing each request's tokens, the request's queue, its SSE chunk
+    # from serving_completions: vllm/v1/engine/async_llm.py, vllm/entrypoints/openai/, 0.25.0), so a token
+    # reaches the client when that queue has handled its step; on one H100 host that work was 1.35 ms a
+    # request, 81 us a streamed token and 520 us a step (accuracy/results/api_server_cost_h100.json)
+    serial_output_stream: bool = True
     # async scheduling (--async-scheduling): the engine core forms step N+1 while step N runs, keeping a queue
     # of two batches (vllm/v1/engine/core.py EngineCore.step_with_batch_queue, batch_queue_size =
     # the executor's max_concurrent_batches, 2 with async scheduling). A request that reaches the engine core

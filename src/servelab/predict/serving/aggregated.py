@@ -126,6 +126,7 @@ def lane_limits(
         frontend_s=engine.api_request_us * 1e-6 * lanes,
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
+        frontend_step_s=engine.api_step_us * 1e-6 * lanes,
         dp_ranks=parallel.attn_dp if ranks == parallel.attn_dp else 1,
     )
 
@@ -209,7 +210,9 @@ def _simulate(
     ranks = min(wl.clients, parallel.attn_dp) if wl.closed else None  # fewer clients leave ranks idle
     limits = lane_limits(model, parallel, engine, mem, wl, ranks)
     if prefilled:  # the request went through the API server of the prefill worker
-        limits = replace(limits, frontend_s=0.0, frontend_token_s=0.0, frontend_out_token_s=0.0)
+        limits = replace(
+            limits, frontend_s=0.0, frontend_token_s=0.0, frontend_out_token_s=0.0, frontend_step_s=0.0
+        )
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
     if one_seq > limits.kv_capacity:
         raise ServelabError(

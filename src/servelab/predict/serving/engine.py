@@ -77,6 +77,7 @@ class LaneLimits:
     frontend_s: float = 0.0  # API-server time per request before the scheduler sees it (serial) ...
     frontend_token_s: float = 0.0  # ... and per prompt token
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
+    frontend_step_s: float = 0.0  # ... per engine step whose outputs a serial output stream takes in
     # attention-DP ranks that step together with this lane, each with requests of its own (1: this lane alone,
     # or some rank idle)
     dp_ranks: int = 1
@@ -427,11 +428,11 @@ class Lane:
         server has handled them."""
         lim = self.lim
         per_step = batch.decodes * lim.tokens_per_step
-        cost = lim.frontend_out_token_s
+        cost, step_cost = lim.frontend_out_token_s, lim.frontend_step_s
         first_step_end = end - (batch.steps - 1) * batch.duration[drive] / batch.steps
         start = max(self.frontend_free, first_step_end)
-        work = (batch.steps * per_step + firsts) * cost
-        self.frontend_free = max(start + work, end + (per_step + firsts) * cost)
+        work = (batch.steps * per_step + firsts) * cost + batch.steps * step_cost
+        self.frontend_free = max(start + work, end + (per_step + firsts) * cost + step_cost)
         return self.frontend_free - end
 
     def complete(self, batch: Batch) -> list[Request]:

@@ -258,6 +258,11 @@ def _describe(
         if engine.api_output_token_us and not engine.policy.serial_output_stream:
             value += f", {engine.api_output_token_us:g} us/streamed token"
         return "intake (api_request_us, api_prompt_token_us)", value, origin("api_request_us")
+    if row == ("first", "stream") and engine.policy.serial_output_stream:
+        value = f"{engine.api_output_token_us:g} us/streamed token"
+        value += f" + {engine.api_step_us:g} us/step" if engine.api_step_us else ""
+        name = "in the API server's serial output stream (api_output_token_us, api_step_us)"
+        return name, value, f"simulated with the {origin('api_output_token_us')}s"
     return {
         ("api", "wait"): ("wait (others' intake and streaming)", None, SIMULATED),
         ("queue", "before"): ("before its first prompt chunk", None, SIMULATED),
