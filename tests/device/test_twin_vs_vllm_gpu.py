@@ -21,6 +21,7 @@ FOLDERS = {  # each folder of runs and how many it holds
     DATA.with_name("vllm_gpu_heldout17"): 11,
     DATA.with_name("vllm_gpu_heldout18"): 7,
     DATA.with_name("vllm_gpu_steps19"): 6,
+    DATA.with_name("vllm_gpu_heldout21"): 6,
 }
 
 
