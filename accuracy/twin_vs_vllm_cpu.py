@@ -245,11 +245,13 @@ def engine_compare(engine_side: list[dict], twin: dict, frontend_ms: float) -> d
 
 
 def twin_api_ms(calibration: Path, isl: int) -> float:
-    """What the twin itself prices for a lone request's way through vLLM's API server (the profile's
-    per-request and per-prompt-token costs, servelab.predict.serving.engine.LaneLimits.frontend_cost_s with
-    nothing streaming)."""
+    """What the twin itself prices for a lone request's way through vLLM's API server: the profile's
+    per-request and per-prompt-token costs (servelab.predict.serving.engine.LaneLimits.frontend_cost_s with
+    nothing streaming) and, where the API server is one serial queue (the policy's serial_output_stream),
+    handling the step that carries its first token (Lane.stream_out: one token and one step)."""
     engine = twin_engine(calibration)
-    return (engine.api_request_us + engine.api_prompt_token_us * isl) / 1000.0
+    first = engine.api_output_token_us + engine.api_step_us if engine.policy.serial_output_stream else 0.0
+    return (engine.api_request_us + engine.api_prompt_token_us * isl + first) / 1000.0
 
 
 def front_end_not_priced(measured_ms: float, calibration: Path, isl: int) -> float:

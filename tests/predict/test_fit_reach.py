@@ -1,14 +1,21 @@
 """A calibration's fitted MoE terms apply where the evidence of its rows reaches (servelab.predict.fit_reach):
-the MoE families it was fitted on, on any system, and any family on the system its rows ran on (its
-leave-one-family-out cross-validation carries them there); another family on another system is priced
-without them, and the profile says why, as does `--explain` where they apply."""
+the MoE families it was fitted on, on any system (on another GPU than the fit's, only the term of CPU time),
+and any family on the system its rows ran on (its leave-one-family-out cross-validation carries them there);
+another family on another system is priced without them, and the profile says why, as does `--explain` where
+they apply."""
 
 import json
 
 import pytest
 
 from servelab.perfdb.db import perfdb_for
-from servelab.predict.engines import MOE_TERMS, engine_profile, fitted_params, shipped_calibration
+from servelab.predict.engines import (
+    GPU_MOE_TERMS,
+    MOE_TERMS,
+    engine_profile,
+    fitted_params,
+    shipped_calibration,
+)
 from servelab.predict.fit_reach import FitReach
 from servelab.predict.graph import StepShape
 from servelab.predict.serving import estimate_aggregated
@@ -66,8 +73,16 @@ def test_qwen3_235b_on_h100_is_priced_without_the_shipped_moe_terms():
 
 def test_where_the_evidence_reaches_the_terms_are_paid():
     assert TRTLLM.running(QWEN_MOE, H200) is TRTLLM
-    assert TRTLLM.running(DEEPSEEK, B200) is TRTLLM
-    assert TRTLLM.running(GPT_OSS, H100) is TRTLLM  # TRITON on Hopper, as fitted
+    # the fit's families on another GPU keep the term of CPU time, not those of the fit GPU's time
+    for model, system in ((DEEPSEEK, B200), (GPT_OSS, H100)):  # gpt-oss: TRITON on Hopper, as fitted
+        running = TRTLLM.running(model, system)
+        running_terms = dict(zip(MOE_TERMS, terms(running), strict=True))
+        assert running_terms == {
+            **dict.fromkeys(GPU_MOE_TERMS, 0.0),
+            "eager_moe_route_us": TRTLLM.eager_moe_route_us,
+        }
+        why = f"GPU time fitted on h200_sxm, this is {system.name}"
+        assert f"moe_prompt_token_us, moe_route_us not applied: {why}" in running.source
     none = TRTLLM.model_copy(update=dict.fromkeys(MOE_TERMS, 0.0))
     db = perfdb_for(H200, "trtllm")
     assert priced_step(QWEN_MOE, TP8, DECODE, TRTLLM, db).us > priced_step(QWEN_MOE, TP8, DECODE, none, db).us
@@ -75,7 +90,8 @@ def test_where_the_evidence_reaches_the_terms_are_paid():
 
 def test_every_engines_fit_is_bounded_the_same_way():
     sglang = engine_profile("sglang")  # fitted on DeepSeek-V3 and Qwen3-235B on H200
-    assert sglang.running(QWEN_MOE, H100) is sglang
+    assert sglang.running(QWEN_MOE, H200) is sglang
+    assert terms(sglang.running(QWEN_MOE, H100)) == [0.0, sglang.eager_moe_route_us, 0.0]
     assert terms(sglang.running(GPT_OSS, B200)) == [0.0, 0.0, 0.0]
 
 

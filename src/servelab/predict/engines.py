@@ -153,14 +153,20 @@ class EngineProfile(BaseModel):
         not carried where their evidence does not reach (servelab.predict.fit_reach: another model family on
         another system than the fit's rows), nor to TensorRT-LLM's MXFP4 experts on another backend than the
         fit's rows ran (TRTLLMGenFusedMoE on Blackwell: servelab.engines.trtllm.moe); there the experts are
-        priced by their kernels alone, and the profile's source says why."""
+        priced by their kernels alone, and the profile's source says why. On another system than the fit's,
+        the terms of GPU time (GPU_MOE_TERMS) stay behind too: the fit's family keeps only its CPU term."""
         if model.moe is None or not any(getattr(self, t) for t in MOE_TERMS):
             return self
         backend = unfitted_backend(model.precision.experts, system.compute_capability)
         if self.name == Engine.TRTLLM and backend is not None:
             return self._without_moe_terms(f"fitted on TRITON / CUTLASS MoE rows, this runs {backend}")
         applied, why = self.moe_terms_reach(model, system)
-        return self if applied else self._without_moe_terms(why)
+        if not applied:
+            return self._without_moe_terms(why)
+        if self.moe_fit is not None and system.name not in self.moe_fit.systems:
+            on = ", ".join(self.moe_fit.systems)
+            return self._without_moe_terms(f"GPU time fitted on {on}, this is {system.name}", GPU_MOE_TERMS)
+        return self
 
     def moe_terms_reach(self, model: ModelSpec, system: SystemSpec) -> tuple[bool, str]:
         """Whether the calibration's MoE terms reach `model` on `system`, and why (a profile without the
@@ -169,9 +175,10 @@ class EngineProfile(BaseModel):
             return True, "no record of the rows they were fitted on: applied as given"
         return self.moe_fit.verdict(model.name, system.name)
 
-    def _without_moe_terms(self, why: str) -> Self:
-        note = f"{', '.join(MOE_TERMS)} not applied: {why}"
-        return self.model_copy(update={**dict.fromkeys(MOE_TERMS, 0.0), "source": f"{self.source}; {note}"})
+    def _without_moe_terms(self, why: str, terms: tuple[str, ...] | None = None) -> Self:
+        terms = MOE_TERMS if terms is None else terms
+        note = f"{', '.join(terms)} not applied: {why}"
+        return self.model_copy(update={**dict.fromkeys(terms, 0.0), "source": f"{self.source}; {note}"})
 
     @property
     def kv_rule(self) -> dict[str, Any]:
@@ -201,6 +208,9 @@ FITTED = (
 )
 # the fitted terms that price a MoE layer's kernels beyond their tables or roofline (see the docstring)
 MOE_TERMS = ("moe_prompt_token_us", "eager_moe_route_us", "moe_route_us")
+# ... those that price GPU time (the rest, eager_moe_route_us, the host's CPU): a GPU's own, not carried to
+# another (servelab.predict.fit_reach)
+GPU_MOE_TERMS = ("moe_prompt_token_us", "moe_route_us")
 CALIBRATION_FORMATS = (1, 2)  # 1: the first shipped file, without the key
 
 

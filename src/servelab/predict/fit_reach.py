@@ -10,8 +10,12 @@ for carrying them, by case:
   the others (TensorRT-LLM's H200 rows: DeepSeek left out TTFT 6.8 %, gpt-oss 9.5 %; calibrated.json
   `cv_by_family`), so there they carry from family to family;
 - a fit family on another system: TensorRT-LLM's DeepSeek points on B200 priced without them come out short
-  ("TensorRT-LLM's gpt-oss points on B200"), so they carry with the family (where its experts' backend is the
-  fitted one: servelab.engines.trtllm.moe);
+  ("TensorRT-LLM's gpt-oss points on B200"), so the term of CPU time (eager_moe_route_us: the host's and the
+  engine's Python path) carries with the family (where its experts' backend is the fitted one:
+  servelab.engines.trtllm.moe); the terms of GPU time (moe_prompt_token_us, moe_route_us: the fit GPU's
+  kernel floors) do not: with them, TensorRT-LLM's DeepSeek decode steps on B200 came out 1.2-1.7x slow, 5-6
+  ms a step of 464 MoE layers x routed experts at 12.4 us (docs/accuracy.md, "MoE terms of GPU time stay on
+  their GPU", twenty-first session; predict.engines.GPU_MOE_TERMS);
 - another family on another system: no evidence carries them, and some refutes them (Qwen3-235B-A22B-FP8 on
   H100 with TensorRT-LLM: AIConfigurator's measured MoE module costs what the roofline charges, and the
   points' TPOT is 1.58x with the terms, 0.99x without: "TensorRT-LLM's Qwen3 points on H100" and the section
