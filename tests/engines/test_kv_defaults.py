@@ -63,7 +63,9 @@ def test_the_estimate_prices_sglangs_own_cache():
 
     default, fp8, bf16 = answer(), answer("--kv-dtype", "fp8"), answer("--kv-dtype", "bf16")
     assert default == fp8
-    assert bf16["kv tokens"] < fp8["kv tokens"] and bf16["ttft"] != fp8["ttft"]
+    # the cache's format moves the attention kernels: the decode step (a prompt step's kernels hide behind
+    # the MoE layers' eager CPU time, which SGLang's GLM-5 pays as DeepSeek does)
+    assert bf16["kv tokens"] < fp8["kv tokens"] and bf16["tpot"] != fp8["tpot"]
 
 
 def test_the_plan_prices_sglangs_own_cache():
@@ -82,4 +84,6 @@ def test_the_plan_prices_sglangs_own_cache():
 
     default, fp8, bf16 = first(None), first("fp8"), first("bf16")
     assert default.ttft_ms == fp8.ttft_ms and default.tpot_ms == fp8.tpot_ms
-    assert bf16.ttft_ms != fp8.ttft_ms
+    # a bf16 cache takes more of the memory for the same load (the latencies hide behind the MoE layers'
+    # eager CPU time and the expert weights' bytes)
+    assert bf16.kv_utilization > fp8.kv_utilization

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from servelab.engines import moe_code_family
 from servelab.perfdb.db import perfdb_for
 from servelab.predict.engines import (
     GPU_MOE_TERMS,
@@ -131,3 +132,19 @@ def test_a_record_without_the_system_leaves_the_terms_unbounded(tmp_path):
     bounded = engine_profile("trtllm", calibration=with_system)
     assert bounded.moe_fit == FitReach(systems=("h200_sxm",), moe_models=("deepseek-r1",))
     assert terms(bounded.running(QWEN_MOE, H100)) == [0.0, 0.0, 0.0]
+
+
+def test_glm5_runs_deepseeks_moe_code_in_sglang_so_the_cpu_term_reaches_it_there():
+    """SGLang serves GLM-5 with a subclass of DeepSeek's model class (engines/sglang/model_classes.py), so
+    the CPU term fitted on DeepSeek-V3's rows carries to it on B200, as to DeepSeek itself; TensorRT-LLM
+    (no such record) leaves GLM-5 on B200 without the terms."""
+    glm5 = load_model("glm-5")
+    assert moe_code_family("sglang", glm5.architecture) == "deepseek"
+    assert moe_code_family("trtllm", glm5.architecture) is None
+    assert moe_code_family("torch", glm5.architecture) is None  # not an engine
+    sglang = engine_profile("sglang")
+    running = sglang.running(glm5, B200)
+    assert terms(running) == [0.0, sglang.eager_moe_route_us, 0.0] and sglang.eager_moe_route_us > 0
+    applied, why = sglang.moe_terms_reach(glm5, B200)
+    assert applied and "whose MoE code the engine runs glm-5 with" in why
+    assert terms(TRTLLM.running(glm5, B200)) == [0.0, 0.0, 0.0]

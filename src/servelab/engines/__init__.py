@@ -10,6 +10,7 @@ from collections.abc import Callable
 from servelab.engines.kernels import KernelChoice
 from servelab.engines.names import ENGINE_ALIASES, MODELLED, Engine, engine_of, is_engine
 from servelab.engines.sglang.kv_cache import default_kv_dtype as sglang_kv_dtype
+from servelab.engines.sglang.model_classes import MOE_FAMILY_BY_ARCHITECTURE as SGLANG_MOE_FAMILIES
 from servelab.engines.vllm.kernels import KERNELS as VLLM_KERNELS
 from servelab.engines.vllm.router import FLOAT32_ROUTER_ARCHITECTURES as VLLM_FLOAT32_ROUTERS
 from servelab.specs.dtypes import Dtype
@@ -47,6 +48,16 @@ def with_engine_kv(model: ModelSpec, engine: str, compute_capability: int) -> Mo
     return model.model_copy(update={"precision": model.precision.model_copy(update={"kv_cache": kv})})
 
 
+# the architectures each engine runs through another family's MoE code (engines/<name>/model_classes.py)
+MOE_FAMILIES: dict[Engine, dict[str, str]] = {Engine.SGLANG: SGLANG_MOE_FAMILIES}
+
+
+def moe_code_family(engine: str, architecture: str) -> str | None:
+    """The model family whose MoE code `engine` runs a model of this (Hugging Face) architecture with, where
+    it is another family's; None: the model's own (or not known)."""
+    return MOE_FAMILIES.get(engine_of(engine), {}).get(architecture) if is_engine(engine) else None
+
+
 def kernel_choices(engine: Engine) -> tuple[KernelChoice, ...]:
     return KERNEL_CHOICES.get(engine, ())
 
@@ -61,6 +72,7 @@ __all__ = [
     "FLOAT32_ROUTERS",
     "KERNEL_CHOICES",
     "KV_DEFAULTS",
+    "MOE_FAMILIES",
     "Engine",
     "KernelChoice",
     "MODELLED",
@@ -68,6 +80,7 @@ __all__ = [
     "engine_of",
     "is_engine",
     "kernel_choices",
+    "moe_code_family",
     "router_dtype",
     "with_engine_kv",
 ]

@@ -53,7 +53,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from servelab.engines import MODELLED, Engine, router_dtype
+from servelab.engines import MODELLED, Engine, moe_code_family, router_dtype
 from servelab.engines.defaults import EngineDefaults, KvCacheRule, engine_defaults
 from servelab.engines.policy import KERNELS_ONLY, SchedulingPolicy
 from servelab.engines.policy_registry import policy_for
@@ -173,7 +173,7 @@ class EngineProfile(BaseModel):
         record of its fit's rows, or with terms set by hand: they apply as given)."""
         if self.moe_fit is None:
             return True, "no record of the rows they were fitted on: applied as given"
-        return self.moe_fit.verdict(model.name, system.name)
+        return self.moe_fit.verdict(model.name, system.name, moe_code_family(self.name, model.architecture))
 
     def _without_moe_terms(self, why: str, terms: tuple[str, ...] | None = None) -> Self:
         terms = MOE_TERMS if terms is None else terms

@@ -45,14 +45,18 @@ class FitReach(BaseModel):
     def families(self) -> tuple[str, ...]:
         return tuple(sorted({family_of(m) for m in self.moe_models}))
 
-    def verdict(self, model: str, system: str) -> tuple[bool, str]:
+    def verdict(self, model: str, system: str, runs_as: str | None = None) -> tuple[bool, str]:
         """Whether the terms reach `model` (its name as servelab reads it: ModelSpec.name) on `system`, and
-        why."""
+        why; `runs_as`: the family whose MoE code the engine runs it with, where another's
+        (servelab.engines.moe_code_family)."""
         family = family_of(model)
         on = f"on {', '.join(self.systems)}"
         if family in self.families:
             own = ", ".join(m for m in self.moe_models if family_of(m) == family)
             return True, f"fitted on this family's rows ({own}) {on}"
+        if runs_as in self.families:
+            own = ", ".join(m for m in self.moe_models if family_of(m) == runs_as)
+            return True, f"fitted on {runs_as} rows ({own}) {on}, whose MoE code the engine runs {model} with"
         fitted = f"fitted on {', '.join(self.families) or 'no MoE'} rows {on}"
         if system in self.systems:
             return True, f"{fitted}, which carry to a family left out there (leave-one-family-out)"

@@ -38,10 +38,10 @@ def unfitted_backend(experts: Dtype, compute_capability: int) -> str | None:
     they are not carried there); None where the terms stand.
 
     Only MXFP4 experts: DeepSeek's FP8 block-scale experts also leave CUTLASS for TRTLLM on Blackwell, but
-    there the same fitted terms also stand for the rest of DeepSeek's small-batch step that the roofline
-    misses (MLA, FP8 block-scale GEMMs of a few rows: docs/accuracy.md, "TensorRT-LLM's decode step on
-    Blackwell"), and its Blackwell points priced without them come out short (docs/accuracy.md,
-    "TensorRT-LLM's gpt-oss points on B200"); they stay until Blackwell tables price that step."""
+    there the fitted CPU term stands for the eager Python path of DeepSeek's steps, and its Blackwell points
+    priced without it come out short (docs/accuracy.md, "TensorRT-LLM's gpt-oss points on B200"); the terms
+    of GPU time stay on the fit's GPU for every model (servelab.predict.fit_reach; docs/accuracy.md, "MoE
+    terms of GPU time stay on their GPU")."""
     backend = moe_backend(experts, compute_capability)
     if experts != Dtype.mxfp4 or backend is None or backend in FITTED_BACKENDS:
         return None
