@@ -427,13 +427,20 @@ class Lane:
         tokens) on the API server (a serial output stream); returns how long after `end` (drive clock) the
         server has handled them."""
         lim = self.lim
-        per_step = batch.decodes * lim.tokens_per_step
         cost, step_cost = lim.frontend_out_token_s, lim.frontend_step_s
-        first_step_end = end - (batch.steps - 1) * batch.duration[drive] / batch.steps
-        start = max(self.frontend_free, first_step_end)
-        work = (batch.steps * per_step + firsts) * cost + batch.steps * step_cost
-        self.frontend_free = max(start + work, end + (per_step + firsts) * cost + step_cost)
-        return self.frontend_free - end
+        per_step = batch.decodes * lim.tokens_per_step
+        last = (per_step + firsts) * cost + step_cost  # the last step's outputs
+        steps = batch.steps
+        if steps == 1:  # most batches: one step, no stretch to spread
+            free = self.frontend_free
+            free = (free if free > end else end) + last
+        else:
+            first_step_end = end - (steps - 1) * batch.duration[drive] / steps
+            start = max(self.frontend_free, first_step_end)
+            work = (steps * per_step + firsts) * cost + steps * step_cost
+            free = max(start + work, end + last)
+        self.frontend_free = free
+        return free - end
 
     def complete(self, batch: Batch) -> list[Request]:
         """Apply a finished batch at the lane clock; return the requests that finished."""

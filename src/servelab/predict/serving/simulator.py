@@ -63,6 +63,7 @@ def _loop(lane: Lane, source) -> None:
     drive = source.drive
     lim = lane.lim
     schedule, complete = lane.schedule, lane.complete  # looked up once (a test may wrap lane.schedule)
+    stream_out = lane.stream_out
     arrived, finished = source.on_arrival, source.on_finish
     frontend, streams = lane.frontend, lane.streams
     front_s, front_token_s, front_out_s = lim.frontend_s, lim.frontend_token_s, lim.frontend_out_token_s
@@ -81,18 +82,22 @@ def _loop(lane: Lane, source) -> None:
 
         if kind == STEP_END:
             lane.busy = False
-            # the requests this step may give their first token (only a streaming API server needs them)
-            starting = [req for req, _, _ in obj.chunks if req.first is None] if streams else None
+            # the requests this step may give their first token (only a streaming API server needs them; a
+            # decode-only batch, most of them, has none)
+            chunks = obj.chunks
+            starting = [req for req, _, _ in chunks if req.first is None] if streams and chunks else None
             done = complete(obj)
             seen = t  # when the client sees this step's tokens
-            if starting is not None:
-                firsts = [req for req in starting if req.first is not None]
-                delay = lane.stream_out(obj, len(firsts), t, drive)
+            if streams:
+                firsts = [req for req in starting if req.first is not None] if starting else ()
+                delay = stream_out(obj, len(firsts), t, drive)
                 seen += delay
                 for req in firsts:
-                    req.first = _later(req.first, delay)
+                    c = req.first
+                    req.first = (c[0] + delay, c[1] + delay, c[2] + delay)  # _later inline: once a step
                 for req in done:
-                    req.finish = _later(req.finish, delay)
+                    c = req.finish
+                    req.finish = (c[0] + delay, c[1] + delay, c[2] + delay)
             for req in done:
                 new = finished(req, seen, lane)
                 if new is not None:
