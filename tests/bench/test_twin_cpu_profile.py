@@ -136,9 +136,12 @@ def test_the_twin_is_priced_by_the_fitted_system_and_engine(tmp_path, model_dir)
         assert row["twin"] == twin[metric]
         assert (row["verdict"] == "inside") == (row["min"] <= row["twin"] <= row["max"]), metric
     # the measured front-end paths are added less what the twin prices of them itself (vLLM's documented
-    # API-server costs for a lone request of the point's prompt length): counted once, not twice
+    # API-server costs for a lone request of the point's prompt length, and its serial queue's handling of
+    # the step with its first token): counted once, not twice
     vllm = engine_profile("vllm")
-    priced_ms = (vllm.api_request_us + vllm.api_prompt_token_us * POINT["isl"]) / 1000.0
+    assert vllm.policy.serial_output_stream
+    intake_us = vllm.api_request_us + vllm.api_prompt_token_us * POINT["isl"]
+    priced_ms = (intake_us + vllm.api_output_token_us + vllm.api_step_us) / 1000.0
     assert 0.0 < priced_ms < 5.0
     point = result["points"][0]
     assert point["engine_vs_twin"]["ttft_ms"]["twin"] == pytest.approx(twin["mean_ttft_ms"] + 5.0 - priced_ms)
