@@ -250,7 +250,8 @@ def twin_api_ms(calibration: Path, isl: int) -> float:
     nothing streaming) and, where the API server is one serial queue (the policy's serial_output_stream),
     handling the step that carries its first token (Lane.stream_out: one token and one step)."""
     engine = twin_engine(calibration)
-    first = engine.api_output_token_us + engine.api_step_us if engine.policy.serial_output_stream else 0.0
+    serial = engine.policy.serial_output_stream
+    first = engine.api_output_token_us + engine.api_chunk_us + engine.api_step_us if serial else 0.0
     return (engine.api_request_us + engine.api_prompt_token_us * isl + first) / 1000.0
 
 

@@ -141,7 +141,7 @@ def test_the_twin_is_priced_by_the_fitted_system_and_engine(tmp_path, model_dir)
     vllm = engine_profile("vllm")
     assert vllm.policy.serial_output_stream
     intake_us = vllm.api_request_us + vllm.api_prompt_token_us * POINT["isl"]
-    priced_ms = (intake_us + vllm.api_output_token_us + vllm.api_step_us) / 1000.0
+    priced_ms = (intake_us + vllm.api_output_token_us + vllm.api_chunk_us + vllm.api_step_us) / 1000.0
     assert 0.0 < priced_ms < 5.0
     point = result["points"][0]
     assert point["engine_vs_twin"]["ttft_ms"]["twin"] == pytest.approx(twin["mean_ttft_ms"] + 5.0 - priced_ms)

@@ -416,3 +416,21 @@ def test_a_client_sends_its_next_request_when_it_sees_the_last_one_end():
     first, second = source.requests
     assert first.finish[0] == pytest.approx(100e-6 + 5e-3 + 5e-3)
     assert second.arrival[0] == pytest.approx(first.finish[0])
+
+
+def test_a_lagging_stream_merges_the_running_requests_tokens_into_fewer_chunks():
+    """vLLM's RequestOutputCollector merges a request's outputs that its handler has not sent yet, so the
+    chunks of the running requests never hold the queue more than about a step behind: 30 prompts of 100
+    tokens with 4 outputs each (three prompt steps of 1 ms, 1,000 tokens each, then 1 ms decode steps), 1 ms
+    a chunk besides 10 us a token. The 30 first tokens are each sent (30 x 1.01 ms); the decode steps' 30
+    chunks each (30 ms a step, against 1 ms steps) would put the last tokens about 90 ms after the first;
+    merged, they come within a few steps of the backlog the first tokens left."""
+    limits = _limits(frontend_out_token_s=1e-5, frontend_chunk_s=1e-3)
+    source, _ = _replay(limits, [(100, 4, 0)] * 30, policy=VllmPolicy())
+    first = max(r.first[0] for r in source.requests)
+    finish = max(r.finish[0] for r in source.requests)
+    assert 30 * 1.01e-3 < first < 3e-3 + 30 * 1.01e-3  # every first token's own chunk
+    assert finish - first < 5e-3  # not 3 x 30 ms of chunks more
+    unmerged = _limits(frontend_out_token_s=1e-5 + 1e-3)  # the same work as one cost a token: no merging
+    slow, _ = _replay(unmerged, [(100, 4, 0)] * 30, policy=VllmPolicy())
+    assert max(r.finish[0] for r in slow.requests) - first > 80e-3

@@ -70,6 +70,7 @@ class EngineDefaults(BaseModel):
     api_prompt_token_us: float = Field(ge=0)  # ... per prompt token (tokenizing)
     api_output_token_us: float = Field(ge=0)  # ... per output token streamed (detokenize, send)
     api_step_us: float = Field(0.0, ge=0)  # ... per engine step whose outputs it handles (a serial stream)
+    api_chunk_us: float = Field(0.0, ge=0)  # ... per streamed chunk, merged when it falls behind (ditto)
     step_overhead_us: float = Field(ge=0)
     per_seq_overhead_us: float = Field(ge=0)
     kernel_gap_us: float = Field(ge=0)

@@ -95,6 +95,7 @@ class EngineProfile(BaseModel):
     api_prompt_token_us: float = 0.0  # ... per prompt token (tokenizing)
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
     api_step_us: float = 0.0  # ... per engine step whose outputs it takes in (serial output stream only)
+    api_chunk_us: float = 0.0  # ... per streamed chunk, a request's tokens merged into one when it lags
     moe_prompt_token_us: float = 0.0  # per prompt token per MoE layer a step runs (see the module docstring)
     # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
     budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()

@@ -89,6 +89,7 @@ def simulate_disagg_benchmark(
         frontend_token_s=0.0,
         frontend_out_token_s=0.0,
         frontend_step_s=0.0,
+        frontend_chunk_s=0.0,
     )
     check_fits(model, f"prefill pool, {split.prefill.label()}", p_limits, isl + 1)
     check_fits(model, f"decode pool, {split.decode.label()}", d_limits, max(p + o for p, o in lengths))

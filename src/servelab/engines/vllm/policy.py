@@ -18,7 +18,9 @@ class VllmPolicy(SchedulingPolicy):
     # OutputProcessor.process_outputs detokenizing each request's tokens, the request's queue, its SSE chunk
     # from serving_completions: vllm/v1/engine/async_llm.py, vllm/entrypoints/openai/, 0.25.0), so a token
     # reaches the client when that queue has handled its step; on one H100 host that work was 1.35 ms a
-    # request, 81 us a streamed token and 520 us a step (accuracy/results/api_server_cost_h100.json)
+    # request, 520 us a step, 13.75 us a token and 67.2 us an SSE chunk (accuracy/results/
+    # api_server_cost_h100.json); a request's outputs its handler has not sent yet are merged into one chunk
+    # (RequestOutputCollector.put, vllm/v1/engine/output_processor.py), so a lagging server sheds chunks
     serial_output_stream: bool = True
     # async scheduling (--async-scheduling): the engine core forms step N+1 while step N runs, keeping a queue
     # of two batches (vllm/v1/engine/core.py EngineCore.step_with_batch_queue, batch_queue_size =

@@ -127,6 +127,7 @@ def lane_limits(
         frontend_token_s=engine.api_prompt_token_us * 1e-6 * lanes,
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
         frontend_step_s=engine.api_step_us * 1e-6 * lanes,
+        frontend_chunk_s=engine.api_chunk_us * 1e-6 * lanes,
         dp_ranks=parallel.attn_dp if ranks == parallel.attn_dp else 1,
     )
 
@@ -211,7 +212,12 @@ def _simulate(
     limits = lane_limits(model, parallel, engine, mem, wl, ranks)
     if prefilled:  # the request went through the API server of the prefill worker
         limits = replace(
-            limits, frontend_s=0.0, frontend_token_s=0.0, frontend_out_token_s=0.0, frontend_step_s=0.0
+            limits,
+            frontend_s=0.0,
+            frontend_token_s=0.0,
+            frontend_out_token_s=0.0,
+            frontend_step_s=0.0,
+            frontend_chunk_s=0.0,
         )
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
     if one_seq > limits.kv_capacity:

@@ -93,11 +93,9 @@ def _loop(lane: Lane, source) -> None:
                 delay = stream_out(obj, len(firsts), t, drive)
                 seen += delay
                 for req in firsts:
-                    c = req.first
-                    req.first = (c[0] + delay, c[1] + delay, c[2] + delay)  # _later inline: once a step
+                    req.first = _later(req.first, delay)
                 for req in done:
-                    c = req.finish
-                    req.finish = (c[0] + delay, c[1] + delay, c[2] + delay)
+                    req.finish = _later(req.finish, delay)
             for req in done:
                 new = finished(req, seen, lane)
                 if new is not None:

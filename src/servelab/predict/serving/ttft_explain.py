@@ -260,6 +260,7 @@ def _describe(
         return "intake (api_request_us, api_prompt_token_us)", value, origin("api_request_us")
     if row == ("first", "stream") and engine.policy.serial_output_stream:
         value = f"{engine.api_output_token_us:g} us/streamed token"
+        value += f" + {engine.api_chunk_us:g} us/chunk" if engine.api_chunk_us else ""
         value += f" + {engine.api_step_us:g} us/step" if engine.api_step_us else ""
         name = "in the API server's serial output stream (api_output_token_us, api_step_us)"
         return name, value, f"simulated with the {origin('api_output_token_us')}s"
