@@ -551,7 +551,13 @@ def measure_running_main(args) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    server = measure_running(args, log)
+    try:
+        server = measure_running(args, log)
+    except (RuntimeError, aiohttp.ClientError) as e:
+        print(
+            f"error: --url {args.url}: expected a vLLM server running on this machine ({e})", file=sys.stderr
+        )
+        return 2
     return write_report([server], {"server": args.url, "model": args.served_model}, {}, args, log)
 
 
