@@ -22,7 +22,9 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   1 / (1 - r x api_output_token_us) slower, unless the policy's API server streams serially (SGLang's
   serial_output_stream, and vLLM V1's): then the streaming is queued work of that one process, and a client
   sees a token, and sends its next request, when the queue has handled it; `api_step_us` is that queue's
-  work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host).
+  work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host), and
+  `api_chunk_us` its work per chunk sent, one a token while it keeps up, a request's tokens merged into one
+  when it lags (vLLM: 67.2 us; Lane.stream_out).
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP

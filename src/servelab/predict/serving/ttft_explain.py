@@ -262,7 +262,7 @@ def _describe(
         value = f"{engine.api_output_token_us:g} us/streamed token"
         value += f" + {engine.api_chunk_us:g} us/chunk" if engine.api_chunk_us else ""
         value += f" + {engine.api_step_us:g} us/step" if engine.api_step_us else ""
-        name = "in the API server's serial output stream (api_output_token_us, api_step_us)"
+        name = "in the API server's serial output stream (api_output_token_us, api_chunk_us, api_step_us)"
         return name, value, f"simulated with the {origin('api_output_token_us')}s"
     return {
         ("api", "wait"): ("wait (others' intake and streaming)", None, SIMULATED),
