@@ -32,10 +32,16 @@ def test_prefill_steps_take_a_growing_share_as_clients_arrive_faster(tmp_path):
         # prefill steps only add to the gap a decoding request sees between its tokens
         assert shipped["tpot"] >= shipped["itl"]
         # the eager MoE CPU term is paid in steps run outside CUDA graphs (the prefill steps): without it they
-        # take a smaller share of the run, and the TPOT falls towards the decode step
+        # take a smaller share of the run and the first tokens come sooner
         assert probe["prefill_share"] < shipped["prefill_share"]
-        assert probe["tpot"] < shipped["tpot"]
         assert probe["ttft_mean"] < shipped["ttft_mean"]
+        # ... and from 8 clients on the TPOT falls towards the decode step; at 4 the stalls are few, and
+        # requests that no longer wait ~280 ms for their first token decode together, in fuller (longer)
+        # decode steps (the gap between tokens grows: ITL 6.6 -> 7.9 ms)
+        if r["concurrency"] >= 8:
+            assert probe["tpot"] < shipped["tpot"]
+        else:
+            assert probe["itl"] > shipped["itl"]
 
 
 @pytest.mark.slow  # 2.2 s of CPU a case: three accuracy-script processes
