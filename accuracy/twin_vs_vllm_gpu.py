@@ -49,6 +49,7 @@ SERVER_FLAGS = {
     "--max-num-seqs": int,
     "--gpu-memory-utilization": float,
     "--max-cudagraph-capture-size": int,
+    "--stream-interval": int,
 }
 HISTOGRAMS = ("request_queue_time_seconds", "request_prefill_time_seconds", "time_to_first_token_seconds")
 # the twin's token count of a random prompt may differ from the server's by a token or two (the text a prompt

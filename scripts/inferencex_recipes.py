@@ -501,7 +501,13 @@ VLLM_PRICED = {
     "max-num-seqs": int,
     "gpu-memory-utilization": float,
 }
-VLLM_RECORDED = ("async-scheduling", "enable-prefix-caching", "max-model-len", "enable-chunked-prefill")
+VLLM_RECORDED = (
+    "async-scheduling",
+    "enable-prefix-caching",
+    "max-model-len",
+    "enable-chunked-prefill",
+    "stream-interval",
+)
 
 
 def _config_yaml(text: str, name: str, where: str) -> dict[str, list[str]]:

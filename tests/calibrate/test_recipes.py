@@ -353,9 +353,9 @@ def test_kimi_rows_get_the_script_of_their_gpu_and_precision():
 
 def test_minimax_rows_get_the_script_of_their_gpu_and_precision():
     """InferenceX keeps one MiniMax-M2.5 vLLM script per GPU and precision: the B200/B300 ones set an FP8 KV
-    cache, a budget of twice the input length, CUDA graphs to 2,048 and a 0.9 share (from 2026-04-03 on the
-    B200); the H100 one 256 sequences; the H200 one a 0.95 share; a row measured before its GPU's script
-    (a work-in-progress run) keeps the engine's defaults."""
+    cache, a budget of twice the input length, CUDA graphs to 2,048, a 0.9 share and 20 tokens a streamed
+    chunk (from 2026-04-03 on the B200); the H100 one 256 sequences; the H200 one a 0.95 share; a row
+    measured before its GPU's script (a work-in-progress run) keeps the engine's defaults."""
     fp8 = to_case(_minimax_row("b300_sxm", "fp8", "2026-04-21"), MINIMAX).settings
     assert fp8 is not None and "minimaxm2.5_fp8_b300.sh" in fp8.recipe
     assert (fp8.kv_cache_dtype, fp8.max_num_batched_tokens, fp8.cuda_graph_max_batch, fp8.memory_share) == (
@@ -366,6 +366,10 @@ def test_minimax_rows_get_the_script_of_their_gpu_and_precision():
     )
     fp4 = to_case(_minimax_row("b300_sxm", "fp4", "2026-04-21"), MINIMAX).settings
     assert fp4 is not None and "minimaxm2.5_fp4_b300.sh" in fp4.recipe
+    # both send a running request's tokens 20 at a time (--stream-interval 20), which the replay prices
+    assert fp8.stream_interval == fp4.stream_interval == 20
+    assert fp8.engine_overrides(8192)["stream_interval"] == 20
+    assert "stream_interval" not in dict(fp8.unpriced)
     assert to_case(_minimax_row("b300_sxm", "fp8", "2026-04-03"), MINIMAX).settings is None
     # the first B200 FP8 script (vLLM 0.17.0) kept vLLM's BF16 cache at a 0.95 share
     march = to_case(_minimax_row("b200_sxm", "fp8", "2026-03-11"), MINIMAX).settings

@@ -65,7 +65,8 @@ def test_a_server_flag_outside_the_scheduler_limits_is_refused_in_one_line(tmp_p
         (
             "--enforce-eager 1",
             "expected one of --max-num-batched-tokens, --max-num-seqs, "
-            "--gpu-memory-utilization, --max-cudagraph-capture-size, got '--enforce-eager'",
+            "--gpu-memory-utilization, --max-cudagraph-capture-size, --stream-interval, "
+            "got '--enforce-eager'",
         ),
         ("--max-num-seqs 4.5", "--max-num-seqs expects a positive integer, got '4.5'"),
         ("--gpu-memory-utilization 1.2", "--gpu-memory-utilization expects a share in (0, 1], got '1.2'"),

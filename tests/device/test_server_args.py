@@ -11,8 +11,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device_vllm" / "server_args.sh"
 
-FLAGS = "expected --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization or " + (
-    "--max-cudagraph-capture-size"
+FLAGS = "expected --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization, " + (
+    "--max-cudagraph-capture-size or --stream-interval"
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the device's scripts are bash")
@@ -36,6 +36,8 @@ def test_a_recipes_three_limits_become_the_servers_argv_word_by_word():
     assert server_argv("--gpu-memory-utilization 1") == (0, ["--gpu-memory-utilization", "1"], "")
     graphs = "--max-num-seqs 32 --max-cudagraph-capture-size 1024"
     assert server_argv(graphs) == (0, graphs.split(), "")
+    streamed = "--stream-interval 20"
+    assert server_argv(streamed) == (0, streamed.split(), "")
 
 
 def test_no_server_args_keep_vllms_defaults():
@@ -56,6 +58,7 @@ def test_no_server_args_keep_vllms_defaults():
             "--max-cudagraph-capture-size -1",
             "--max-cudagraph-capture-size expects a positive integer, got '-1'",
         ),
+        ("--stream-interval 0", "--stream-interval expects a positive integer, got '0'"),
         ("--gpu-memory-utilization 0.0", "--gpu-memory-utilization expects a share in (0, 1], got '0.0'"),
     ],
 )

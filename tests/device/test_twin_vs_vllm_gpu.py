@@ -118,7 +118,7 @@ def test_server_args_outside_the_scheduler_limits_are_refused_in_one_line(tmp_pa
     )
     assert err.splitlines()[-1].endswith(
         "argument --server-args: expected one of --max-num-batched-tokens, --max-num-seqs, "
-        "--gpu-memory-utilization, --max-cudagraph-capture-size, got '--port'"
+        "--gpu-memory-utilization, --max-cudagraph-capture-size, --stream-interval, got '--port'"
     )
 
 

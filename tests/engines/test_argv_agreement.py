@@ -46,6 +46,8 @@ VLLM_ARGS = [
     "qwen-served",
     "--language-model-only",
     "--no-enable-prefix-caching",
+    "--stream_interval",
+    "20",
 ]
 CASES = {
     Engine.VLLM: SimpleNamespace(
@@ -57,6 +59,7 @@ CASES = {
             "max_num_seqs": 64,
             "gpu_memory_utilization": 0.9,
             "enable_prefix_caching": False,
+            "stream_interval": 20,
         },
         kv="fp8",
         served="qwen-served",
@@ -74,7 +77,8 @@ CASES = {
             "--speculative-algorithm",
             "EAGLE",
         ]
-        + ["--speculative-num-steps", "3", "--served-model-name", "sg", "--disable-radix-cache"],
+        + ["--speculative-num-steps", "3", "--served-model-name", "sg", "--disable-radix-cache"]
+        + ["--stream-interval", "10"],
         options=None,
         parallel=Parallel(tp=8, ep=8, dp_attn=True),
         scheduling={
@@ -82,6 +86,7 @@ CASES = {
             "max_num_seqs": 128,
             "gpu_memory_utilization": 0.85,
             "enable_prefix_caching": False,
+            "stream_interval": 10,
         },
         kv="fp8",
         served="sg",
@@ -95,6 +100,7 @@ CASES = {
         options={
             "enable_attention_dp": True,
             "kv_cache_config": {"dtype": "fp8", "free_gpu_memory_fraction": 0.7},
+            "stream_interval": 100,
         },
         parallel=Parallel(tp=8, ep=8, dp_attn=True),
         scheduling={
@@ -102,6 +108,7 @@ CASES = {
             "max_num_seqs": 64,
             "gpu_memory_utilization": 0.7,
             "enable_prefix_caching": None,  # the engine's default: not set
+            "stream_interval": 100,
         },
         kv="fp8",
         served=MODEL,
@@ -130,6 +137,7 @@ CASES = {
             "max_num_seqs": 64,
             "gpu_memory_utilization": 0.9,
             "enable_prefix_caching": False,
+            "stream_interval": None,  # ATOM has no such flag
         },
         kv="fp8",
         served="at",
@@ -186,6 +194,8 @@ def test_perf_eval_serve_args_read_as_vllm_reads_them():
         "--served-model-name",
         "qwen-served",
         "--language-model-only",
+        "--stream_interval",
+        "20",
     ]
     assert revision is None
     plan = from_workload(

@@ -44,6 +44,7 @@ ROUND_TRIP = {
         tokenizer_mode="deepseek_v4",
         tool_call_parser="deepseek_v4",
         auto_tool_choice=True,
+        stream_interval=20,
     ),
     Engine.SGLANG: ServerSettings(
         **COMMON | {"revision": "abc123", "max_num_batched_tokens": None, "kv_cache_dtype": "fp8_e4m3"},
@@ -58,6 +59,7 @@ ROUND_TRIP = {
         speculative_config={"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1},
         tokenizer_mode="auto",
         tool_call_parser="qwen",
+        stream_interval=10,
     ),
     Engine.TRTLLM: ServerSettings(
         **COMMON | {"served_model_name": None},
@@ -69,6 +71,7 @@ ROUND_TRIP = {
         chunked_prefill=True,
         prefix_caching=False,
         speculative_config={"decoding_type": "MTP", "num_nextn_predict_layers": 3},
+        stream_interval=100,
         engine_options={"cuda_graph_config": {"max_batch_size": 256}, "kv_cache_config": {"x": 1}},
     ),
     Engine.ATOM: ServerSettings(
@@ -96,6 +99,7 @@ def test_the_renders_are_the_engines_own_spellings():
     vllm = render(Engine.VLLM, ROUND_TRIP[Engine.VLLM]).argv
     assert vllm[:3] == ["vllm", "serve", "org/model"]
     assert "--attention_config.use_fp4_indexer_cache=True" in vllm
+    assert vllm[vllm.index("--stream-interval") + 1] == "20"
     assert vllm[vllm.index("--compilation-config") + 1] == '{"cudagraph_mode":"FULL","mode":3}'
     sglang = render(Engine.SGLANG, ROUND_TRIP[Engine.SGLANG]).argv
     assert sglang[:5] == ["python3", "-m", "sglang.launch_server", "--model-path", "org/model"]
@@ -112,6 +116,7 @@ def test_the_renders_are_the_engines_own_spellings():
         "moe_config": {"backend": "triton"},
         "speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 3},
         "enable_chunked_prefill": True,
+        "stream_interval": 100,
     }
 
 

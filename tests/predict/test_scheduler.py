@@ -434,3 +434,21 @@ def test_a_lagging_stream_merges_the_running_requests_tokens_into_fewer_chunks()
     unmerged = _limits(frontend_out_token_s=1e-5 + 1e-3)  # the same work as one cost a token: no merging
     slow, _ = _replay(unmerged, [(100, 4, 0)] * 30, policy=VllmPolicy())
     assert max(r.finish[0] for r in slow.requests) - first > 80e-3
+
+
+def test_a_stream_interval_sends_a_running_requests_tokens_in_fewer_chunks_but_its_first_at_once():
+    """vLLM's --stream-interval N: a running request's output waits for N tokens (or its end) before it
+    becomes a chunk, its first token goes at once (RequestState.make_request_output, v1/engine/
+    output_processor.py, 0.25.0). Two prompts of 100 tokens, 3 outputs each, 0.4 ms a chunk and nothing
+    else on the API server, a prompt step of 0.2 ms and two decode steps of 1 ms: the first tokens are sent
+    by 0.2 + 2 x 0.4 = 1.0 ms either way; a token a chunk, the decode steps' four chunks take 1.6 ms from
+    the first step's end (the last tokens reach the clients at 1.2 + 1.6 = 2.8 ms, after the engine's
+    2.2); at an interval of 4 they take 0.4 ms, done before the last step ends (2.2 ms)."""
+    finishes = {}
+    for interval in (1, 4):
+        limits = _limits(frontend_chunk_s=4e-4, stream_interval=interval)
+        source, _ = _replay(limits, [(100, 3, 0), (100, 3, 0)], policy=VllmPolicy())
+        assert [r.first[0] for r in source.requests] == pytest.approx([1.0e-3, 1.0e-3])
+        finishes[interval] = [r.finish[0] for r in source.requests]
+    assert finishes[1] == pytest.approx([2.8e-3, 2.8e-3])
+    assert finishes[4] == pytest.approx([2.2e-3, 2.2e-3])

@@ -239,6 +239,9 @@ class VllmSettings(_Data):
     recorded: Setting = None
 
     def resolve(self, load: Load) -> dict:
+        recorded = _recorded(self.recorded, load)
+        interval = recorded.get("stream_interval")
+        interval = interval if isinstance(interval, int) else None  # one set from a job's variable: recorded
         return dict(
             expert_parallel=pick(self.expert_parallel, load),
             max_num_batched_tokens=pick(self.max_num_batched_tokens, load),
@@ -246,7 +249,10 @@ class VllmSettings(_Data):
             cuda_graph_max_batch=pick(self.max_cudagraph_capture_size, load),
             memory_share=pick(self.gpu_memory_utilization, load),
             kv_cache_dtype=kv_dtype(pick(self.kv_cache_dtype, load)),
-            unpriced=tuple(sorted(_recorded(self.recorded, load).items())),
+            stream_interval=interval,
+            unpriced=tuple(
+                sorted((k, v) for k, v in recorded.items() if k != "stream_interval" or interval is None)
+            ),
         )
 
 

@@ -49,7 +49,9 @@ class RunSettings:
     attention_dp_batching_wait_iters: int | None = None
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
-    stream_interval: int | None = None  # recorded, not priced: its effect on the first token is unverified
+    # tokens a running request's streamed chunk waits for: it divides the chunks an API server sends
+    # (EngineProfile.stream_interval; priced where the engine's profile has a chunk cost, vLLM's)
+    stream_interval: int | None = None
     unpriced: tuple[tuple[str, object], ...] = ()  # other settings recorded as the recipe wrote them
     # the client's lengths: uniform in [L x r, L] (InferenceX's rule; None: the replay's own spread)
     client_range_ratio: float | None = None
@@ -83,6 +85,7 @@ class RunSettings:
             "batch_wait_timeout_iters": self.batch_wait_timeout_iters or None,
             "batch_wait_max_tokens_ratio": self.batch_wait_max_tokens_ratio or None,
             "mixed_chunk": self.mixed_chunk,
+            "stream_interval": self.stream_interval,
         }
         return {k: v for k, v in fields.items() if v is not None}
 

@@ -516,6 +516,13 @@ def bench(
         help="vLLM's async scheduling: the next step formed while one runs (default on, as vLLM 0.14+).",
         rich_help_panel=_TWIN,
     ),
+    stream_interval: int | None = typer.Option(
+        None,
+        "--stream-interval",
+        min=1,
+        help="Tokens a running request's streamed chunk waits for (vLLM, SGLang; default 1: every token).",
+        rich_help_panel=_TWIN,
+    ),
     calibration: Path | None = typer.Option(
         None,
         "--calibration",
@@ -727,6 +734,7 @@ def bench(
             batch_wait_timeout_iters=batch_wait_timeout_iters,
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
             async_scheduling=async_scheduling,
+            stream_interval=stream_interval,
         )
         saved: list[Path] = []
         code = _simulate(points, auto_sweep, deployment, settings, calibration, saved, explain, pools)

@@ -61,6 +61,9 @@ class ServerSettings(BaseModel):
     )
     memory_fraction: float | None = Field(None, gt=0, le=1, description="See the module docstring.")
     chunked_prefill: bool | None = None
+    stream_interval: Size | None = Field(
+        None, description="Tokens a running request's streamed chunk waits for (vLLM, SGLang, TRT YAML)."
+    )
     prefix_caching: bool | None = Field(
         None, description="vLLM prefix caching, SGLang radix cache, TRT block reuse."
     )

@@ -116,6 +116,7 @@ def engine_settings_of_argv(
         "max_num_seqs": s.max_num_seqs,
         "gpu_memory_utilization": s.memory_fraction,
         "enable_prefix_caching": s.prefix_caching,
+        "stream_interval": s.stream_interval,
     }
 
 

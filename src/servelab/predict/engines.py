@@ -24,7 +24,10 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   sees a token, and sends its next request, when the queue has handled it; `api_step_us` is that queue's
   work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host), and
   `api_chunk_us` its work per chunk sent, one a token while it keeps up, a request's tokens merged into one
-  when it lags (vLLM: 67.2 us; Lane.stream_out).
+  when it lags (vLLM: 67.2 us; Lane.stream_out). `stream_interval` (a launch's --stream-interval N): a
+  running request's tokens become a chunk N at a time, its first at once, so the chunks are divided by N and
+  the tokens' own work is not (vLLM's RequestState.make_request_output, v1/engine/output_processor.py, 0.25.0,
+  which detokenizes every token as it comes).
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
@@ -98,6 +101,9 @@ class EngineProfile(BaseModel):
     api_output_token_us: float = 0.0  # ... per output token streamed (detokenize, send)
     api_step_us: float = 0.0  # ... per engine step whose outputs it takes in (serial output stream only)
     api_chunk_us: float = 0.0  # ... per streamed chunk, a request's tokens merged into one when it lags
+    # tokens a running request's chunk waits for (vLLM's and SGLang's --stream-interval, TensorRT-LLM's
+    # stream_interval): it divides the running requests' chunks, not their tokens' work
+    stream_interval: int = Field(1, ge=1)
     moe_prompt_token_us: float = 0.0  # per prompt token per MoE layer a step runs (see the module docstring)
     # the default token budget by GPU memory: (below this many GiB per GPU, tokens), the last without a bound
     budget_by_gpu_gib: tuple[tuple[float | None, int], ...] = ()

@@ -77,6 +77,8 @@ class EngineSettings(BaseModel):
     batch_wait_timeout_iters: int | None = Field(None, ge=0)
     batch_wait_max_tokens_ratio: float | None = Field(None, ge=0.0, le=1.0)
     async_scheduling: bool | None = None  # vLLM's (None: its release's default)
+    # tokens a running request's streamed chunk waits for (--stream-interval; None: 1, every token)
+    stream_interval: int | None = Field(None, ge=1)
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,7 @@ def twin_engine(settings: EngineSettings, system: SystemSpec, calibration: Path 
         batch_wait_timeout_iters=settings.batch_wait_timeout_iters,
         batch_wait_max_tokens_ratio=settings.batch_wait_max_tokens_ratio,
         async_scheduling=settings.async_scheduling,
+        stream_interval=settings.stream_interval,
     )
 
 

@@ -63,6 +63,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
                 max_num_seqs=server.max_num_seqs,
                 gpu_memory_utilization=server.memory_fraction,
                 enable_prefix_caching=server.prefix_caching,
+                stream_interval=server.stream_interval,
             )
         except ValueError as e:
             raise ServelabError(str(e)) from None

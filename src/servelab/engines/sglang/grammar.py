@@ -81,6 +81,7 @@ TABLE = (
     Flag("max_num_seqs", "--max-running-requests", "int"),
     Flag("memory_fraction", "--mem-fraction-static", "float"),
     Flag("prefix_caching", None, "toggle", off="--disable-radix-cache"),
+    Flag("stream_interval", "--stream-interval", "int"),
     Flag("trust_remote_code", "--trust-remote-code", "switch"),
     Flag("speculative_config", "--speculative-", "prefixed"),
 )

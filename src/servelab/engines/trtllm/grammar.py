@@ -56,6 +56,7 @@ OPTION_KEYS = (
     OptionKey("moe_backend", ("moe_config", "backend")),
     OptionKey("speculative_config", ("speculative_config",)),
     OptionKey("chunked_prefill", ("enable_chunked_prefill",)),
+    OptionKey("stream_interval", ("stream_interval",)),
     OptionKey("memory_fraction", ("kv_cache_config", "free_gpu_memory_fraction"), written=False),
     OptionKey("tp", ("tensor_parallel_size",), written=False),
     OptionKey("pp", ("pipeline_parallel_size",), written=False),

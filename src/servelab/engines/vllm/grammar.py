@@ -96,6 +96,7 @@ TABLE = (
     Flag("memory_fraction", "--gpu-memory-utilization", "float"),
     Flag("chunked_prefill", "--enable-chunked-prefill", "toggle", off="--no-enable-chunked-prefill"),
     Flag("prefix_caching", "--enable-prefix-caching", "toggle", off="--no-enable-prefix-caching"),
+    Flag("stream_interval", "--stream-interval", "int"),
     Flag("trust_remote_code", "--trust-remote-code", "switch", off="--no-trust-remote-code"),
     Flag("speculative_config", "--speculative-config", "json"),
 )

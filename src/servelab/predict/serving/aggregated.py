@@ -128,6 +128,7 @@ def lane_limits(
         frontend_out_token_s=engine.api_output_token_us * 1e-6 * lanes,
         frontend_step_s=engine.api_step_us * 1e-6 * lanes,
         frontend_chunk_s=engine.api_chunk_us * 1e-6 * lanes,
+        stream_interval=engine.stream_interval,
         dp_ranks=parallel.attn_dp if ranks == parallel.attn_dp else 1,
     )
 

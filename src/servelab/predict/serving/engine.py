@@ -79,6 +79,9 @@ class LaneLimits:
     frontend_out_token_s: float = 0.0  # API-server time per output token streamed, which slows the above
     frontend_step_s: float = 0.0  # ... per engine step whose outputs a serial output stream takes in
     frontend_chunk_s: float = 0.0  # ... per chunk it sends, one a token unless it falls behind (merged)
+    # a running request's chunk waits for this many tokens (the engine's stream interval); a first token
+    # is sent at once
+    stream_interval: int = 1
     # attention-DP ranks that step together with this lane, each with requests of its own (1: this lane alone,
     # or some rank idle)
     dp_ranks: int = 1
@@ -431,22 +434,23 @@ class Lane:
         cost, step_cost, chunk = lim.frontend_out_token_s, lim.frontend_step_s, lim.frontend_chunk_s
         per_step = batch.decodes * lim.tokens_per_step
         last = (per_step + firsts) * cost + step_cost + firsts * chunk  # the last step's own outputs
+        run_chunk = chunk / lim.stream_interval  # a running request's chunk per token
         steps = batch.steps
         if steps == 1:  # most batches: the general case below with no stretch to spread, inline
             free = self.frontend_free
             free = (free if free > end else end) + last
             if chunk:
                 cap = end + batch.duration[drive]
-                merged = free + per_step * chunk
+                merged = free + per_step * run_chunk
                 free = merged if merged < cap else (cap if cap > free else free)
         else:
             step_s = batch.duration[drive] / steps
             start = max(self.frontend_free, end - (steps - 1) * step_s)
             work = (steps * per_step + firsts) * cost + steps * step_cost + firsts * chunk
-            # the running requests' chunks: one a token while the server keeps up; behind by more than a
-            # step, a request's tokens wait merged into one chunk (vLLM's RequestOutputCollector), so
-            # their chunks never hold the queue longer than that
-            free = min(start + work + steps * per_step * chunk, max(start + work, end + step_s))
+            # the running requests' chunks: one a stream interval while the server keeps up; behind by
+            # more than a step, a request's tokens wait merged into one chunk (vLLM's
+            # RequestOutputCollector), so their chunks never hold the queue longer than that
+            free = min(start + work + steps * per_step * run_chunk, max(start + work, end + step_s))
             free = max(free, end + last)
         self.frontend_free = free
         return free - end
