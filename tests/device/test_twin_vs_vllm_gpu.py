@@ -22,6 +22,8 @@ FOLDERS = {  # each folder of runs and how many it holds
     DATA.with_name("vllm_gpu_heldout18"): 7,
     DATA.with_name("vllm_gpu_steps19"): 6,
     DATA.with_name("vllm_gpu_heldout21"): 6,
+    DATA.with_name("vllm_gpu_heldout22") / "interval20": 6,
+    DATA.with_name("vllm_gpu_heldout22") / "interval1": 4,
 }
 
 
