@@ -436,6 +436,23 @@ def test_a_lagging_stream_merges_the_running_requests_tokens_into_fewer_chunks()
     assert max(r.finish[0] for r in slow.requests) - first > 80e-3
 
 
+def test_a_stream_merges_only_while_a_steps_outputs_fit_one_slice():
+    """vLLM's output_handler takes a step's outputs 128 requests a slice and lets each slice's handlers send
+    their chunks before the next (AsyncLLM, v1/engine/async_llm.py, 0.25.0): with more running requests than
+    that, a lagging stream merges nothing. 150 prompts of 100 tokens in one step, 4 outputs each, 1 ms a
+    chunk: their first tokens are sent by about 166 ms; then three decode steps of 150 chunks each hold the
+    queue 450 ms more, where one slice of 150 (output_slice None or 256) merges them into a few ms."""
+    limits = _limits(frontend_out_token_s=1e-5, frontend_chunk_s=1e-3, max_num_batched_tokens=100_000)
+    tails = {}
+    for output_slice in (128, None, 256):
+        source, _ = _replay(limits, [(100, 4, 0)] * 150, policy=VllmPolicy(output_slice=output_slice))
+        first = max(r.first[0] for r in source.requests)
+        tails[output_slice] = max(r.finish[0] for r in source.requests) - first
+    assert VllmPolicy().output_slice == 128
+    assert tails[128] > 3 * 140e-3
+    assert tails[None] == tails[256] < 10e-3
+
+
 def test_a_stream_interval_sends_a_running_requests_tokens_in_fewer_chunks_but_its_first_at_once():
     """vLLM's --stream-interval N: a running request's output waits for N tokens (or its end) before it
     becomes a chunk, its first token goes at once (RequestState.make_request_output, v1/engine/

@@ -125,6 +125,10 @@ class SchedulingPolicy(BaseModel):
     # the API server streams every output token through the one serial queue that also takes requests in,
     # and a client sees a token when that queue has handled it
     serial_output_stream: bool = False
+    # ... handling a step's outputs in slices of this many requests, each slice's chunks sent before the next
+    # slice is taken in: a lagging stream merges a request's tokens into one chunk only while a step's
+    # outputs fit one slice (None: they always do)
+    output_slice: int | None = None
 
     # ---- what a step carries --------------------------------------------------------------------------
     def form_step(self, lane: LaneView[R]) -> StepPlan:

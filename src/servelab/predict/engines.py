@@ -24,7 +24,8 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   sees a token, and sends its next request, when the queue has handled it; `api_step_us` is that queue's
   work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host), and
   `api_chunk_us` its work per chunk sent, one a token while it keeps up, a request's tokens merged into one
-  when it lags (vLLM: 67.2 us; Lane.stream_out). `stream_interval` (a launch's --stream-interval N): a
+  when it lags and the step's outputs fit the policy's one output slice (vLLM: 67.2 us, 128 requests a slice;
+  Lane.stream_out). `stream_interval` (a launch's --stream-interval N): a
   running request's tokens become a chunk N at a time, its first at once, so the chunks are divided by N and
   the tokens' own work is not (vLLM's RequestState.make_request_output, v1/engine/output_processor.py, 0.25.0,
   which detokenizes every token as it comes).

@@ -22,6 +22,14 @@ class VllmPolicy(SchedulingPolicy):
     # api_server_cost_h100.json); a request's outputs its handler has not sent yet are merged into one chunk
     # (RequestOutputCollector.put, vllm/v1/engine/output_processor.py), so a lagging server sheds chunks
     serial_output_stream: bool = True
+    # ... but only while a step's outputs fit one slice: output_handler takes a step's outputs in slices of
+    # VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) requests with `await asyncio.sleep(0)` between them, so each
+    # slice's woken handlers send their chunks before the next slice; after the last slice it reads the next
+    # step's outputs at once when they are queued (asyncio.Queue.get does not yield then), which finds the
+    # handlers of that last slice still unsent: those requests merge. With one slice that is every request;
+    # with more, the next step's first slice is other requests, and nothing merges (v1/engine/async_llm.py,
+    # vllm/envs.py, 0.25.0)
+    output_slice: int | None = 128
     # async scheduling (--async-scheduling): the engine core forms step N+1 while step N runs, keeping a queue
     # of two batches (vllm/v1/engine/core.py EngineCore.step_with_batch_queue, batch_queue_size =
     # the executor's max_concurrent_batches, 2 with async scheduling). A request that reaches the engine core

@@ -146,6 +146,8 @@ class Lane:
         self.busy = False
         self.frontend = bool(limits.frontend_s or limits.frontend_token_s)  # an API server to pass through
         self.streams = policy.serial_output_stream  # ... which queues every output token (stream_out)
+        # a lagging stream merges the running requests' chunks only for a step of at most this many of them
+        self.merge_slice = policy.output_slice or INF
         self.frontend_free = 0.0  # when the API server is next free (drive clock)
         self.decode_rate = 0.0  # output tokens/s of the last decode step (drive clock)
         self.arrived = 0  # requests handed to this scheduler
@@ -435,12 +437,13 @@ class Lane:
         per_step = batch.decodes * lim.tokens_per_step
         last = (per_step + firsts) * cost + step_cost + firsts * chunk  # the last step's own outputs
         run_chunk = chunk / lim.stream_interval  # a running request's chunk per token
+        merges = batch.decodes <= self.merge_slice  # its outputs fit one slice (policy.output_slice)
         steps = batch.steps
         if steps == 1:  # most batches: the general case below with no stretch to spread, inline
             free = self.frontend_free
             free = (free if free > end else end) + last
             if chunk:
-                cap = end + batch.duration[drive]
+                cap = end + batch.duration[drive] if merges else INF
                 merged = free + per_step * run_chunk
                 free = merged if merged < cap else (cap if cap > free else free)
         else:
@@ -449,8 +452,10 @@ class Lane:
             work = (steps * per_step + firsts) * cost + steps * step_cost + firsts * chunk
             # the running requests' chunks: one a stream interval while the server keeps up; behind by
             # more than a step, a request's tokens wait merged into one chunk (vLLM's
-            # RequestOutputCollector), so their chunks never hold the queue longer than that
-            free = min(start + work + steps * per_step * run_chunk, max(start + work, end + step_s))
+            # RequestOutputCollector) where the step's outputs fit one slice, so their chunks never hold
+            # the queue longer than that
+            cap = max(start + work, end + step_s) if merges else INF
+            free = min(start + work + steps * per_step * run_chunk, cap)
             free = max(free, end + last)
         self.frontend_free = free
         return free - end
