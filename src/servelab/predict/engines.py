@@ -25,10 +25,10 @@ calls; the kernels-only `torch` backend's profile and the step-level structure b
   work per engine step whose outputs it takes in, whatever the batch (vLLM: 520 us on an H100 host), and
   `api_chunk_us` its work per chunk sent, one a token while it keeps up, a request's tokens merged into one
   when it lags and the step's outputs fit the policy's one output slice (vLLM: 67.2 us, 128 requests a slice;
-  Lane.stream_out). `stream_interval` (a launch's --stream-interval N): a
-  running request's tokens become a chunk N at a time, its first at once, so the chunks are divided by N and
-  the tokens' own work is not (vLLM's RequestState.make_request_output, v1/engine/output_processor.py, 0.25.0,
-  which detokenizes every token as it comes).
+  Lane.stream_out). `stream_interval` (a launch's --stream-interval N): a running request's tokens become a
+  chunk N at a time, its first at once, so the chunks are divided by N and the tokens' own work is not
+  (vLLM's RequestState.make_request_output, v1/engine/output_processor.py, 0.25.0, which detokenizes every
+  token as it comes).
 - `moe_prompt_token_us`: GPU time per prompt token per MoE layer a step spends beyond the priced kernels
   (fitted; documented default 0). Prompt tokens make MoE compute-bound, and there the engines run narrow
   expert GEMMs (the expert width divided by TP) and routing, sorting and gathering of every token of the TP
