@@ -211,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the server ran without prefix caching (vLLM's default is on; its log says)",
     )
     ap.add_argument("--registered", type=Path, help="predictions saved before the runs, same file names")
+    ap.add_argument(
+        "--warm-up",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="the tag of runs that warmed a fresh server up (TAG_cC.json): printed, not in the medians",
+    )
     args = ap.parse_args(argv)
     runs = sorted(p for p in args.folder.glob("*_c*.json") if not p.name.startswith("metrics"))
     if not runs:
@@ -252,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
             q_pred, pre_pred = explain_split(predicted)
             cfg = measured["config"]
             r = {k: p[k] / m[k] for k in m}
-            errors.append((abs(r["ttft_p50"] - 1), abs(r["tpot_p50"] - 1), r["ttft_p50"]))
+            warm_up = name.rsplit("_c", 1)[0] in args.warm_up
+            if not warm_up:
+                errors.append((abs(r["ttft_p50"] - 1), abs(r["tpot_p50"] - 1), r["ttft_p50"]))
             print(
                 f"{name:9s} {cfg['max_concurrency']:4d} {cfg['random_input_len']:5d}"
                 f"  {m['ttft_p50']:8.1f} / {p['ttft_p50']:8.1f}  {r['ttft_p50']:5.2f}   {r['ttft_p90']:5.2f}"
                 f"  {m['tpot_p50']:6.2f} / {p['tpot_p50']:6.2f}  {r['tpot_p50']:5.2f}  {r['tok_s']:5.2f}"
                 f"  {hist.get('request_queue_time_seconds', float('nan')):7.1f} / {q_pred:7.1f}"
                 f"  {hist.get('request_prefill_time_seconds', float('nan')):7.1f} / {pre_pred:7.1f}"
+                + ("  (warm-up: not counted)" if warm_up else "")
             )
             gaps = request_gaps(measured, predicted) if cfg["max_concurrency"] <= FEW_CLIENTS else None
             if gaps:
@@ -285,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                 if "preemptions" in registered.get("prediction", {}):
                     ratios += f"; it preempted {registered['prediction']['preemptions']}"
                 print(f"{'':15s}registered before the run, predicted / measured: {ratios}")
+    if not errors:
+        print("\nno run counted: every run is a warm-up")
+        return 0
     both = [e for row in errors for e in row[:2]]
     ttft, tpot = (100 * st.median(e[k] for e in errors) for k in (0, 1))
     within = sum(1 / 1.5 <= e[2] <= 1.5 for e in errors)

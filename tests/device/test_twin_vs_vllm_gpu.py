@@ -91,6 +91,13 @@ def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vll
     assert float(queue) == round(histogram_mean_ms("A_c8", "request_queue_time_seconds"), 1)
     assert float(prefill) == round(histogram_mean_ms("A_c8", "request_prefill_time_seconds"), 1)
     assert float(row[-1]) > 0  # the twin's prefill of a first token, from its --explain
+    assert "TTFT within 1.5x: " in out.splitlines()[-1]
+    # a warm-up run is shown and left out of the medians
+    warm = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm", "--warm-up", "A"])
+    assert any(
+        line.startswith("A_c8 ") and line.endswith("(warm-up: not counted)") for line in warm.splitlines()
+    )
+    assert warm.splitlines()[-1] == "no run counted: every run is a warm-up"
 
 
 def test_a_folder_without_runs_is_refused_in_one_line(tmp_path):
