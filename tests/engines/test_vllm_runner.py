@@ -6,6 +6,7 @@ import pytest
 from servelab.engines.vllm.runner import (
     cudagraph_capture_sizes,
     cudagraph_count,
+    largest_cudagraph_size,
     model_runner,
     subtracts_cudagraph_memory,
 )
@@ -77,3 +78,17 @@ def test_graph_count_follows_the_servers_sequence_cap_and_capture_size():
     assert (len(with_capture_size), with_capture_size[-1]) == (147, 2048)
     assert cudagraph_count(512, 8192, 2048) == 147 + 51
     assert cudagraph_capture_sizes(512, 1024, 2048)[-1] == 1024  # the token budget caps a size set too
+
+
+def test_the_largest_graph_size_is_the_last_captured_size_without_the_list():
+    """A bound off the capture sizes' grid is not captured itself: vLLM truncates it to the last size
+    (a capture size of 1,000 captures up to 992; 2 x 250 sequences up to 496, then 256 sequences 512)."""
+    assert largest_cudagraph_size(1024, 8192, 1000) == 992
+    assert largest_cudagraph_size(250, 8192) == 496
+    for seqs in (1, 2, 3, 5, 7, 13, 48, 127, 250, 256, 1024):
+        for tokens in (1, 3, 6, 100, 300, 511, 2048, 8192):
+            for capture in (None, 1, 5, 100, 1000, 2048):
+                assert (
+                    largest_cudagraph_size(seqs, tokens, capture)
+                    == cudagraph_capture_sizes(seqs, tokens, capture)[-1]
+                )

@@ -65,22 +65,35 @@ def subtracts_cudagraph_memory(model: ModelSpec, version: str | None = None) -> 
     return _release(version) >= CUDAGRAPH_ESTIMATE_FROM and model_runner(model, version) == "v1"
 
 
+def _capture_bound(max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None) -> int:
+    """The bound the capture sizes run up to: the launch's max_cudagraph_capture_size where one is set
+    (max_capture_size), else min(2 x max_num_seqs, 512), never over max_num_batched_tokens."""
+    return min(max_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)
+
+
 def largest_cudagraph_size(
     max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
 ) -> int:
-    """The largest step, in tokens, a CUDA graph is captured for (config/vllm.py _set_cudagraph_sizes,
-    0.25.0): the launch's max_cudagraph_capture_size where one is set (max_capture_size), else
-    min(2 x max_num_seqs, 512), never over max_num_batched_tokens."""
-    return min(max_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)
+    """The largest step, in tokens, a CUDA graph is captured for: cudagraph_capture_sizes(...)[-1] without
+    the list. A bound off the sizes' grid is not a size itself (1,000 captures up to 992), as vLLM truncates
+    max_cudagraph_capture_size to the last size (config/vllm.py _set_cudagraph_sizes, 0.25.0)."""
+    bound = _capture_bound(max_num_seqs, max_num_batched_tokens, max_capture_size)
+    if max_num_batched_tokens <= bound:
+        return max_num_batched_tokens
+    if bound >= 256:
+        return bound - (bound - 256) % 16
+    if bound >= 8:
+        return bound - bound % 8
+    return max(s for s in (1, 2, 4) if s <= bound)
 
 
 def cudagraph_capture_sizes(
     max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
 ) -> list[int]:
     """config/vllm.py VllmConfig._set_cudagraph_sizes (0.25.0, the default 'balanced' performance mode, no
-    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to the largest size
-    (largest_cudagraph_size), and max_num_batched_tokens when it fits."""
-    largest = largest_cudagraph_size(max_num_seqs, max_num_batched_tokens, max_capture_size)
+    speculative tokens): 1, 2, 4, then every 8 below 256, then every 16 up to the bound (_capture_bound), and
+    max_num_batched_tokens when it fits."""
+    largest = _capture_bound(max_num_seqs, max_num_batched_tokens, max_capture_size)
     sizes = {s for s in (1, 2, 4) if s <= largest}
     sizes.update(range(8, min(largest + 1, 256), 8))
     sizes.update(range(256, largest + 1, 16))
