@@ -110,7 +110,11 @@ def engine_settings_of_argv(
 ) -> dict:
     """The scheduling settings a server command sets (None where it keeps the engine's default), as
     predict.twin.EngineSettings fields; the memory share keeps the engine's meaning (ServerSettings)."""
-    s = settings_of_argv(argv, engine, options)
+    return engine_settings_of(settings_of_argv(argv, engine, options))
+
+
+def engine_settings_of(s: ServerSettings) -> dict:
+    """engine_settings_of_argv of a command already read."""
     return {
         "max_num_batched_tokens": s.max_num_batched_tokens,
         "max_num_seqs": s.max_num_seqs,

@@ -12,7 +12,6 @@ estimate's rule at that request's prompt). A disaggregated prediction claims no 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -83,14 +82,7 @@ def simulate_disagg_benchmark(
     dcfg = decode_worker(ctx, pool_config(ctx, split.decode, "decode"))  # the estimate's decode worker
     wl = Workload(isl=isl, osl=osl, concurrency=1)
     p_limits = lane_limits(model, pcfg.parallel, engine, pcfg.mem, wl)
-    d_limits = replace(
-        lane_limits(model, dcfg.parallel, engine, dcfg.mem, wl),
-        frontend_s=0.0,
-        frontend_token_s=0.0,
-        frontend_out_token_s=0.0,
-        frontend_step_s=0.0,
-        frontend_chunk_s=0.0,
-    )
+    d_limits = lane_limits(model, dcfg.parallel, engine, dcfg.mem, wl).without_api_server()
     check_fits(model, f"prefill pool, {split.prefill.label()}", p_limits, isl + 1)
     check_fits(model, f"decode pool, {split.decode.label()}", d_limits, max(p + o for p, o in lengths))
     transfers: dict[int, float] = {}

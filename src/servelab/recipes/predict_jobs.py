@@ -11,7 +11,7 @@ from servelab.bench.spec import BenchSpec
 from servelab.engines import with_engine_kv
 from servelab.engines.command import grammar_of
 from servelab.errors import ServelabError
-from servelab.predict.deployment import engine_of_framework, settings_of_argv
+from servelab.predict.deployment import engine_of_framework, engine_settings_of, settings_of_argv
 from servelab.predict.twin import BenchStream, EngineSettings, simulate_benchmark
 from servelab.recipes.sweep import Job
 from servelab.recipes.yamlio import load_yaml
@@ -57,14 +57,7 @@ def predict_job(store, job: Job, calibration: Path | None = None) -> dict:
         try:
             engine = engine_of_framework(row.framework)
             server = settings_of_argv(job.launch.argv, engine, _options(job, engine))
-            settings = EngineSettings(
-                engine=engine,
-                max_num_batched_tokens=server.max_num_batched_tokens,
-                max_num_seqs=server.max_num_seqs,
-                gpu_memory_utilization=server.memory_fraction,
-                enable_prefix_caching=server.prefix_caching,
-                stream_interval=server.stream_interval,
-            )
+            settings = EngineSettings(engine=engine, **engine_settings_of(server))
         except ValueError as e:
             raise ServelabError(str(e)) from None
         # the server's --kv-cache-dtype; auto (or none) keeps the checkpoint's declared format or its dtype

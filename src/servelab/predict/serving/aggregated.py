@@ -212,14 +212,7 @@ def _simulate(
     ranks = min(wl.clients, parallel.attn_dp) if wl.closed else None  # fewer clients leave ranks idle
     limits = lane_limits(model, parallel, engine, mem, wl, ranks)
     if prefilled:  # the request went through the API server of the prefill worker
-        limits = replace(
-            limits,
-            frontend_s=0.0,
-            frontend_token_s=0.0,
-            frontend_out_token_s=0.0,
-            frontend_step_s=0.0,
-            frontend_chunk_s=0.0,
-        )
+        limits = limits.without_api_server()
     one_seq = limits.kv_fixed + (wl.isl + wl.osl) * limits.kv_per_token
     if one_seq > limits.kv_capacity:
         raise ServelabError(

@@ -23,7 +23,7 @@ or is admitted) is one update however long it is. This is what makes 1,000 reque
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from heapq import heappop, heappush
 
 from servelab.engines.policy import SchedulingPolicy
@@ -85,6 +85,18 @@ class LaneLimits:
     # attention-DP ranks that step together with this lane, each with requests of its own (1: this lane alone,
     # or some rank idle)
     dp_ranks: int = 1
+
+    def without_api_server(self) -> LaneLimits:
+        """These limits for a lane whose requests went through another worker's API server (a
+        disaggregated decode worker): no intake and no streaming costs."""
+        return replace(
+            self,
+            frontend_s=0.0,
+            frontend_token_s=0.0,
+            frontend_out_token_s=0.0,
+            frontend_step_s=0.0,
+            frontend_chunk_s=0.0,
+        )
 
     def frontend_cost_s(self, prompt: int, decode_rate: float, streamed: bool = False) -> float:
         """API-server time to take in a request while the lane streams decode_rate tokens/s: its own work,
