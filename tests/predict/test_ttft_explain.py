@@ -78,6 +78,13 @@ def test_one_request_on_an_idle_engine_has_no_queue_and_no_wait():
     assert streamed == pytest.approx(
         (engine.api_output_token_us + engine.api_chunk_us + engine.api_step_us) / 1000
     )
+    assert rows(ex, "first token")[0]["value"] == "13.75 us/streamed token + 67.2 us/chunk + 520 us/step"
+    # a launch's --stream-interval: the first token's own chunk is the same, the row says how often the
+    # running requests send one
+    spaced = engine_profile("vllm", H200.hbm_gib, gpu_name=H200.gpu_name, stream_interval=20)
+    row = rows(estimate("vllm", DENSE, Parallel(), 1, engine=spaced, workload=wl).explain, "first token")[0]
+    assert row["mean_ms"] == pytest.approx(streamed)
+    assert "67.2 us/chunk (one per 20 tokens of a running request)" in row["value"]
 
 
 def test_the_queue_grows_with_the_clients():

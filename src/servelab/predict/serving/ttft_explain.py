@@ -263,7 +263,9 @@ def _describe(
         value += f" + {engine.api_chunk_us:g} us/chunk" if engine.api_chunk_us else ""
         interval = engine.stream_interval
         value += (
-            f" (a running request's every {interval} tokens)" if engine.api_chunk_us and interval > 1 else ""
+            f" (one per {interval} tokens of a running request)"
+            if engine.api_chunk_us and interval > 1
+            else ""
         )
         value += f" + {engine.api_step_us:g} us/step" if engine.api_step_us else ""
         name = "in the API server's serial output stream (api_output_token_us, api_chunk_us, api_step_us)"
