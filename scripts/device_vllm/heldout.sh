@@ -4,10 +4,13 @@
 # are opened. SEED_OFFSET moves every seed (bench.sh); STOP_AFTER (seconds from the call's start, the server's
 # start included; default 480) starts no run after that, so the call ends inside its limit and a next call
 # runs the rest on the same server. SERVER_ARGS (start.sh) gives the server a recipe's scheduler limits.
+# host.txt in the results: the host's CPU (host_speed.py), measured before the server starts.
 #   bash .gpu/s/heldout.sh "C 2048 512 160" "D 4096 128 96"
 set -o pipefail
 source .gpu/s/env.sh
 began=$SECONDS
+# the host's CPU model and one core's speed (host_speed.py), once per machine, returned with the results
+mkdir -p /tmp/gres && [[ -e /tmp/gres/host.txt ]] || python3 .gpu/s/host_speed.py > /tmp/gres/host.txt 2>&1
 if ! get http://127.0.0.1:8000/health > /dev/null 2>&1; then
   bash .gpu/s/start.sh 2>&1 | grep -E "server args|import ok|server up|server died|KV cache|Error|rror" | tail -9
   get http://127.0.0.1:8000/health > /dev/null 2>&1 || { echo "server not up"; exit 1; }
