@@ -6,6 +6,7 @@ counted failures with reasons, partial results saved and a non-zero exit code.
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -115,6 +116,17 @@ def test_measures_what_the_mock_was_set_to(mock_server, tmp_path):
     lines = Path(r["records_file"]).read_text().splitlines()
     assert len(lines) == 16
     assert r["client"]["num_workers"] == 2 and {json.loads(x)["w"] for x in lines} == {0, 1}
+    # the client's host, as this machine describes itself, and printed with the client's figures
+    assert r["client"]["host_cores"] == os.cpu_count()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        models = {
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        }
+        assert r["client"]["host_cpu"] in models
+    assert f"{r['client']['host_cpu']} ({os.cpu_count()})" in out
 
 
 def test_chat_endpoint_and_api_key_is_never_written(mock_server, tmp_path, monkeypatch):

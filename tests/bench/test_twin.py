@@ -47,6 +47,9 @@ def test_the_twin_writes_every_field_of_a_real_result(mock_server, tmp_path):
     assert window <= set(real) and not window & set(sim)
     assert set(real) - {"records_file"} - window <= set(sim)
     assert sim["source"] == "simulated" and real.get("source") is None
+    # the client section has the same fields; a prediction ran no client, so no host of one
+    assert set(sim["client"]) == set(real["client"])
+    assert sim["client"]["host_cores"] == 0 and real["client"]["host_cores"] > 0
     assert sim["completed"] == 12 and sim["failed"] == 0 and sim["total_output_tokens"] == 12 * 16
     for key in ("median_ttft_ms", "p90_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "duration", "request_goodput"):
         assert sim[key] > 0, key

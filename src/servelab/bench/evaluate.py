@@ -4,6 +4,7 @@ and where the token counts came from."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterable
 
@@ -104,6 +105,8 @@ def client_report(summaries: list[dict], infos: list[dict]) -> R.ClientReport:
         connections_opened=sum(s["connections_opened"] for s in summaries),
         warmup_failed=sum(i.get("warmup_failed", 0) for i in infos),
         abort_reasons=[s["abort_reason"] for s in summaries if s.get("abort_reason")],
+        host_cpu=R.host_cpu(),
+        host_cores=os.cpu_count() or 0,
     )
 
 

@@ -97,6 +97,8 @@ def print_report(r: dict, percentile_metrics: list[str], file=None) -> None:
     c = r["client"]
     print("{s:{c}^{n}}".format(s=" Client (servelab) ", n=50, c="-"), file=file)
     line("Worker processes / event loop:", f"{c['num_workers']} / {c['event_loop']}")
+    if c.get("host_cores"):  # none when simulated, or in a result written before the field was kept
+        line("Client host CPU (cores):", f"{c['host_cpu']} ({c['host_cores']})")
     line("Client CPU per worker (% of a core):", ", ".join(f"{u:.0f}" for u in c["cpu_util_per_worker_pct"]))
     num("Client CPU per content event (us):", c["cpu_us_per_content_event"])
     num("Event-loop lag p99 / max (ms):", c["event_loop_lag_p99_ms"])

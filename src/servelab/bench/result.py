@@ -40,6 +40,10 @@ class ClientReport:
     connections_opened: int
     warmup_failed: int
     abort_reasons: list[str]
+    # the machine the load generator ran on: a server on the same host (servelab run) shares its CPU, and an
+    # API server's and an eager step's costs follow a host's CPU (docs/accuracy.md)
+    host_cpu: str
+    host_cores: int
 
 
 @dataclass
@@ -146,6 +150,18 @@ def header_fields(cfg, model_id: str, date: str) -> dict:
         out["ramp_up_start_rps"] = cfg.ramp_up_start_rps
         out["ramp_up_end_rps"] = cfg.ramp_up_end_rps
     return out
+
+
+def host_cpu() -> str:
+    """This machine's CPU model (/proc/cpuinfo on Linux, else what the platform says), or "unknown"."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def provenance() -> dict:

@@ -57,6 +57,8 @@ def simulated_result(
             connections_opened=0,
             warmup_failed=0,
             abort_reasons=[],
+            host_cpu=SIMULATED,
+            host_cores=0,
         ),
         client_bottleneck_warning=None,
         one_read_requests=0,
