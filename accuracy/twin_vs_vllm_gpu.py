@@ -229,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "the server's limits, as the twin prices them: " + " ".join(f"{k} {v}" for k, v in limits.items())
         )
+    # the device host's CPU (scripts/device_vllm/host_speed.py), where the run recorded it
+    host = args.folder / "host.txt"
+    if host.exists():
+        print("the device host: " + "; ".join(host.read_text().split("\n")).strip("; "))
     print(
         "run        C  ISL   TTFT p50 meas/pred  ratio   TTFT p90 ratio  TPOT meas/pred  ratio  tok/s ratio"
         "  queue meas/pred  prefill meas/pred"

@@ -5,6 +5,8 @@ as they are, then prices the run with the twin."""
 import json
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from servelab.runner.server_metrics import sums_of
 from tests.accuracy_python import ACCURACY, run_accuracy_python
 
 SCRIPT = str(ACCURACY / "twin_vs_vllm_gpu.py")
+HOST_SPEED = Path(__file__).resolve().parents[2] / "scripts" / "device_vllm" / "host_speed.py"
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gpu"
 FOLDERS = {  # each folder of runs and how many it holds
     DATA: 13,
@@ -92,8 +95,16 @@ def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vll
     assert float(prefill) == round(histogram_mean_ms("A_c8", "request_prefill_time_seconds"), 1)
     assert float(row[-1]) > 0  # the twin's prefill of a first token, from its --explain
     assert "TTFT within 1.5x: " in out.splitlines()[-1]
-    # a warm-up run is shown and left out of the medians
+    # a warm-up run is shown and left out of the medians; the device host's CPU, where the run recorded it
+    # (heldout.sh writes host_speed.py's lines beside the results), is printed first
+    host = subprocess.run(
+        [sys.executable, str(HOST_SPEED)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    (tmp_path / "host.txt").write_text(host)
+    cpu = host.splitlines()[0]
+    assert cpu.startswith("cpu: ") and "sse_chunk_us: " in host and "queue_round_trip_us: " in host
     warm = run_accuracy_python([SCRIPT, str(tmp_path), "--system", "h100_sxm", "--warm-up", "A"])
+    assert warm.splitlines()[0].startswith(f"the device host: {cpu}; cores: ")
     assert any(
         line.startswith("A_c8 ") and line.endswith("(warm-up: not counted)") for line in warm.splitlines()
     )
