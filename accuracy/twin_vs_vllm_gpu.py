@@ -12,11 +12,13 @@ The folder holds the measured result files (`servelab bench --save-result --save
 inter-token gaps dropped to keep them small) and, for each, vLLM's /metrics read before and after the run
 (`metrics_<name>_before.txt` / `_after.txt`), and a README.md saying how they were made. vLLM's own histograms
 split the measured first token into its queue and its prefill, which the twin's `--explain` splits too; its
-preemption counter is set beside the twin's count of preempted requests. Where the twin sent the run's own
-prompts (the same count, each length within LENGTH_SLACK tokens) to at most FEW_CLIENTS clients, the first
-tokens are also set side by side request by request: request 0 apart (the ready check left its prompt in the
-prefix cache, so it shows the cost of a request with next to no prefill), the others' measured minus predicted
-TTFT.
+preemption counter is set beside the twin's count of preempted requests. The last pair ("outside") is the
+mean first token less both (measured: the API server, the hand-overs to and from the engine core and the
+client; the twin: its API server's wait, intake and stream, the step in flight being in its queue). Where the
+twin sent the run's own prompts (the same count, each length within LENGTH_SLACK tokens) to at most
+FEW_CLIENTS clients, the first tokens are also set side by side request by request: request 0 apart (the ready
+check left its prompt in the prefix cache, so it shows the cost of a request with next to no prefill), the
+others' measured minus predicted TTFT.
 """
 
 from __future__ import annotations
@@ -191,6 +193,15 @@ def explain_split(predicted: dict) -> tuple[float, float]:
     return queue, prefill
 
 
+def outside(measured: dict, hist: dict[str, float]) -> float:
+    """The measured mean first token outside vLLM's queue and prefill histograms, ms: the API server's intake,
+    the hand-overs to and from the engine core (a request waits there for the step in flight, which the twin
+    counts in its queue), the output's streaming and the client. The twin's counterpart is its API server's
+    wait, intake and first-token stream."""
+    inside = hist.get("request_queue_time_seconds", float("nan"))
+    return measured["mean_ttft_ms"] - inside - hist.get("request_prefill_time_seconds", float("nan"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path)
@@ -235,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the device host: " + "; ".join(host.read_text().split("\n")).strip("; "))
     print(
         "run        C  ISL   TTFT p50 meas/pred  ratio   TTFT p90 ratio  TPOT meas/pred  ratio  tok/s ratio"
-        "  queue meas/pred  prefill meas/pred"
+        "  queue meas/pred  prefill meas/pred  outside meas/pred"
     )
     errors = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -272,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {m['tpot_p50']:6.2f} / {p['tpot_p50']:6.2f}  {r['tpot_p50']:5.2f}  {r['tok_s']:5.2f}"
                 f"  {hist.get('request_queue_time_seconds', float('nan')):7.1f} / {q_pred:7.1f}"
                 f"  {hist.get('request_prefill_time_seconds', float('nan')):7.1f} / {pre_pred:7.1f}"
+                f"  {outside(measured, hist):7.1f} / {predicted['mean_ttft_ms'] - q_pred - pre_pred:7.1f}"
                 + ("  (warm-up: not counted)" if warm_up else "")
             )
             gaps = request_gaps(measured, predicted) if cfg["max_concurrency"] <= FEW_CLIENTS else None

@@ -89,11 +89,16 @@ def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vll
     # TTFT p50 measured / predicted, then their ratio
     assert abs(float(row[3]) - ttft_p50) < 0.06 and row[4] == "/"
     assert float(row[6]) == pytest.approx(float(row[5]) / float(row[3]), abs=0.006)
-    # the last six fields: vLLM's mean queue / the twin's, vLLM's mean prefill / the twin's
-    queue, prefill = row[-6], row[-3]
-    assert float(queue) == round(histogram_mean_ms("A_c8", "request_queue_time_seconds"), 1)
-    assert float(prefill) == round(histogram_mean_ms("A_c8", "request_prefill_time_seconds"), 1)
-    assert float(row[-1]) > 0  # the twin's prefill of a first token, from its --explain
+    # the last nine fields: vLLM's mean queue / the twin's, vLLM's mean prefill / the twin's, and what of the
+    # mean first token is outside both, measured / the twin's
+    queue, prefill, outside = row[-9], row[-6], row[-3]
+    mean_queue = histogram_mean_ms("A_c8", "request_queue_time_seconds")
+    mean_prefill = histogram_mean_ms("A_c8", "request_prefill_time_seconds")
+    assert float(queue) == round(mean_queue, 1)
+    assert float(prefill) == round(mean_prefill, 1)
+    assert float(outside) == pytest.approx(measured["mean_ttft_ms"] - mean_queue - mean_prefill, abs=0.06)
+    assert float(row[-4]) > 0  # the twin's prefill of a first token, from its --explain
+    assert float(row[-1]) > 0  # the twin's API server: its intake at least
     assert "TTFT within 1.5x: " in out.splitlines()[-1]
     # a warm-up run is shown and left out of the medians; the device host's CPU, where the run recorded it
     # (heldout.sh writes host_speed.py's lines beside the results), is printed first
