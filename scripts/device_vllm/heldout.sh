@@ -10,7 +10,7 @@ set -o pipefail
 source .gpu/s/env.sh
 began=$SECONDS
 # the host's CPU model and one core's speed (host_speed.py), once per machine, returned with the results
-mkdir -p /tmp/gres && [[ -e /tmp/gres/host.txt ]] || python3 .gpu/s/host_speed.py > /tmp/gres/host.txt 2>&1
+mkdir -p /tmp/gres && [[ -e /tmp/gres/host.txt ]] || PYTHONPATH=$PWD/src python3 .gpu/s/host_speed.py > /tmp/gres/host.txt 2>&1
 if ! get http://127.0.0.1:8000/health > /dev/null 2>&1; then
   bash .gpu/s/start.sh 2>&1 | grep -E "server args|import ok|server up|server died|KV cache|Error|rror" | tail -9
   get http://127.0.0.1:8000/health > /dev/null 2>&1 || { echo "server not up"; exit 1; }

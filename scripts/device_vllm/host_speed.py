@@ -4,9 +4,10 @@ vLLM's API server and its eager steps are CPU work, and the hosts the device len
 (docs/accuracy.md, "The recipes' stream interval, and vLLM's output slices"). Each figure below is the best of
 five of a fixed piece of the work an API server does per token, in microseconds, so two runs' hosts can be
 compared: building and serialising an SSE chunk (a dict to JSON), and one asyncio queue round trip.
-Standard library only: it runs before vLLM's packages are unpacked, and on any machine.
+Standard library and servelab.hostinfo only: it runs before vLLM's and servelab's dependencies are unpacked,
+and on any machine.
 
-    python3 host_speed.py > host.txt
+    PYTHONPATH=src python3 scripts/device_vllm/host_speed.py > host.txt
 """
 
 import asyncio
@@ -14,6 +15,8 @@ import json
 import os
 import platform
 import time
+
+from servelab.hostinfo import cpu_model
 
 ROUNDS = 5
 
@@ -55,17 +58,6 @@ def queue_round_trips(count: int) -> None:
         await consumer
 
     asyncio.run(pass_items())
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ what the twin needs to replay each run, and the comparison reads the measured ru
 as they are, then prices the run with the twin."""
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -16,6 +17,7 @@ from tests.accuracy_python import ACCURACY, run_accuracy_python
 
 SCRIPT = str(ACCURACY / "twin_vs_vllm_gpu.py")
 HOST_SPEED = Path(__file__).resolve().parents[2] / "scripts" / "device_vllm" / "host_speed.py"
+SRC = Path(__file__).resolve().parents[2] / "src"
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gpu"
 FOLDERS = {  # each folder of runs and how many it holds
     DATA: 13,
@@ -103,7 +105,12 @@ def test_the_comparison_reads_the_measured_run_and_splits_its_first_token_by_vll
     # a warm-up run is shown and left out of the medians; the device host's CPU, where the run recorded it
     # (heldout.sh writes host_speed.py's lines beside the results), is printed first
     host = subprocess.run(
-        [sys.executable, str(HOST_SPEED)], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, str(HOST_SPEED)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
     ).stdout
     (tmp_path / "host.txt").write_text(host)
     cpu = host.splitlines()[0]

@@ -15,6 +15,7 @@ from servelab.bench.config import BenchConfig
 from servelab.bench.datasets import Dataset
 from servelab.bench.tally import Tally
 from servelab.bench.tokenizer import LocalTokenizer
+from servelab.hostinfo import cpu_model
 from servelab.metrics import percentile
 from servelab.metrics.streaming import sorted_percentile
 
@@ -105,7 +106,7 @@ def client_report(summaries: list[dict], infos: list[dict]) -> R.ClientReport:
         connections_opened=sum(s["connections_opened"] for s in summaries),
         warmup_failed=sum(i.get("warmup_failed", 0) for i in infos),
         abort_reasons=[s["abort_reason"] for s in summaries if s.get("abort_reason")],
-        host_cpu=R.host_cpu(),
+        host_cpu=cpu_model(),
         host_cores=os.cpu_count() or 0,
     )
 

@@ -152,18 +152,6 @@ def header_fields(cfg, model_id: str, date: str) -> dict:
     return out
 
 
-def host_cpu() -> str:
-    """This machine's CPU model (/proc/cpuinfo on Linux, else what the platform says), or "unknown"."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def provenance() -> dict:
     versions = {"servelab": servelab.__version__}
     for name in ("numpy", "pydantic", "uvloop", "tokenizers", "transformers"):
