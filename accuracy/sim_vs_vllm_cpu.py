@@ -66,6 +66,7 @@ KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE there
 # which would measure warm-up instead of serving with every fresh length.
 RANGE_RATIO = 0.2
 KEEPALIVE_S = 2.0  # the client's keep-alive, under the server's 5 s (_session)
+SEND_TRIES = 3  # sends of a request whose connection closed before any answer (_stream)
 PROMPT_LEVELS = (0.8, 0.9, 1.0, 1.1, 1.2)
 POINTS = [(c, isl, osl) for isl, osl in ((128, 64), (512, 32)) for c in (1, 4, 16)]
 PREFILL_LENS = (32, 256, 1024)
@@ -85,9 +86,18 @@ async def _stream(session, url: str, prompt: list[int], max_tokens: int, model: 
         "temperature": 0,
         "stream": True,
     }
-    t0 = time.perf_counter()
+    for attempt in range(SEND_TRIES):
+        t0 = time.perf_counter()
+        try:
+            resp = await session.post(url, json=body)
+            break
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            # no answer began: the server closed the connection as the request was written (a keep-alive
+            # race a starved client loses even under KEEPALIVE_S), so the request is sent again, timed anew
+            if attempt == SEND_TRIES - 1:
+                raise
     times = []
-    async with session.post(url, json=body) as resp:
+    async with resp:
         resp.raise_for_status()
         async for line in resp.content:
             if line.startswith(b"data: {") and b'"text"' in line:
