@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     # the device host's CPU (scripts/device_vllm/host_speed.py), where the run recorded it
     host = args.folder / "host.txt"
     if host.exists():
-        print("the device host: " + "; ".join(host.read_text().split("\n")).strip("; "))
+        print("the device host: " + "; ".join(host.read_text().splitlines()))
     print(
         "run        C  ISL   TTFT p50 meas/pred  ratio   TTFT p90 ratio  TPOT meas/pred  ratio  tok/s ratio"
         "  queue meas/pred  prefill meas/pred  outside meas/pred"
